@@ -1,0 +1,6 @@
+//! `bench-layers`: not built yet.
+
+fn main() {
+    eprintln!("bench-layers: not built yet");
+    std::process::exit(2);
+}

@@ -1,0 +1,1 @@
+//! Collective algorithms, each written once over a [`super::Transport`].

@@ -1,0 +1,353 @@
+//! Element types and reduction operators, and the typed kernels behind them.
+//!
+//! Collectives move untyped bytes described by a [`DType`] (as NCCL and MPI
+//! do), so that one sweep can cover every type; the reductions dispatch once
+//! per call to a typed, vectorisable loop.
+
+use half::{bf16, f16};
+use std::fmt;
+use std::str::FromStr;
+
+/// The element types every backend supports.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum DType {
+    F32,
+    F64,
+    F16,
+    BF16,
+    I32,
+    I64,
+    U8,
+}
+
+impl DType {
+    /// Every type, in the order sweeps run them.
+    pub const ALL: [DType; 7] = [
+        DType::F32,
+        DType::F64,
+        DType::F16,
+        DType::BF16,
+        DType::I32,
+        DType::I64,
+        DType::U8,
+    ];
+
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            DType::U8 => 1,
+            DType::F16 | DType::BF16 => 2,
+            DType::F32 | DType::I32 => 4,
+            DType::F64 | DType::I64 => 8,
+        }
+    }
+
+    /// nccl-tests' name for the type (`float`, `half`, ...), used in tables and records.
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "float",
+            DType::F64 => "double",
+            DType::F16 => "half",
+            DType::BF16 => "bfloat16",
+            DType::I32 => "int32",
+            DType::I64 => "int64",
+            DType::U8 => "uint8",
+        }
+    }
+
+    /// Whether the type is a floating-point type.
+    pub fn is_float(self) -> bool {
+        matches!(self, DType::F32 | DType::F64 | DType::F16 | DType::BF16)
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for DType {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Ok(match s.to_ascii_lowercase().as_str() {
+            "float" | "f32" | "float32" => DType::F32,
+            "double" | "f64" | "float64" => DType::F64,
+            "half" | "f16" | "float16" | "fp16" => DType::F16,
+            "bfloat16" | "bf16" => DType::BF16,
+            "int32" | "i32" | "int" => DType::I32,
+            "int64" | "i64" => DType::I64,
+            "uint8" | "u8" => DType::U8,
+            other => {
+                return Err(format!(
+                    "unknown dtype '{other}' (expected float, double, half, bfloat16, int32, int64 or uint8)"
+                ))
+            }
+        })
+    }
+}
+
+/// Reduction operators. `Avg` reduces as a sum and divides by the world size
+/// at the end, as NCCL's `ncclAvg` does.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum ReduceOp {
+    Sum,
+    Prod,
+    Min,
+    Max,
+    Avg,
+}
+
+impl ReduceOp {
+    /// Every operator, in the order sweeps run them.
+    pub const ALL: [ReduceOp; 5] = [
+        ReduceOp::Sum,
+        ReduceOp::Prod,
+        ReduceOp::Max,
+        ReduceOp::Min,
+        ReduceOp::Avg,
+    ];
+
+    /// nccl-tests' name for the operator.
+    pub fn name(self) -> &'static str {
+        match self {
+            ReduceOp::Sum => "sum",
+            ReduceOp::Prod => "prod",
+            ReduceOp::Min => "min",
+            ReduceOp::Max => "max",
+            ReduceOp::Avg => "avg",
+        }
+    }
+}
+
+impl fmt::Display for ReduceOp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for ReduceOp {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Ok(match s.to_ascii_lowercase().as_str() {
+            "sum" => ReduceOp::Sum,
+            "prod" => ReduceOp::Prod,
+            "min" => ReduceOp::Min,
+            "max" => ReduceOp::Max,
+            "avg" => ReduceOp::Avg,
+            other => {
+                return Err(format!(
+                    "unknown op '{other}' (expected sum, prod, min, max or avg)"
+                ))
+            }
+        })
+    }
+}
+
+/// A Rust type that can travel through a collective.
+pub trait Element: bytemuck::Pod + PartialEq + fmt::Debug + Send + Sync + 'static {
+    /// The runtime tag of this type.
+    const DTYPE: DType;
+    /// `a op b` for one element (`Avg` combines as `Sum`).
+    fn combine(a: Self, b: Self, op: ReduceOp) -> Self;
+    /// Divides by the world size, for `Avg`.
+    fn div_world(self, world: usize) -> Self;
+    /// Converts from f64 (saturating or rounding as the type does), for building inputs.
+    fn from_f64(v: f64) -> Self;
+    /// Converts to f64, for checking and printing.
+    fn to_f64(self) -> f64;
+}
+
+macro_rules! float_element {
+    ($t:ty, $tag:expr, $from:expr, $to:expr) => {
+        impl Element for $t {
+            const DTYPE: DType = $tag;
+            #[inline(always)]
+            fn combine(a: Self, b: Self, op: ReduceOp) -> Self {
+                match op {
+                    ReduceOp::Sum | ReduceOp::Avg => a + b,
+                    ReduceOp::Prod => a * b,
+                    ReduceOp::Min => {
+                        if b < a {
+                            b
+                        } else {
+                            a
+                        }
+                    }
+                    ReduceOp::Max => {
+                        if b > a {
+                            b
+                        } else {
+                            a
+                        }
+                    }
+                }
+            }
+            fn div_world(self, world: usize) -> Self {
+                $from($to(self) / world as f64)
+            }
+            fn from_f64(v: f64) -> Self {
+                $from(v)
+            }
+            fn to_f64(self) -> f64 {
+                $to(self)
+            }
+        }
+    };
+}
+
+float_element!(f32, DType::F32, |v: f64| v as f32, |x: f32| x as f64);
+float_element!(f64, DType::F64, |v: f64| v, |x: f64| x);
+float_element!(f16, DType::F16, f16::from_f64, |x: f16| x.to_f64());
+float_element!(bf16, DType::BF16, bf16::from_f64, |x: bf16| x.to_f64());
+
+macro_rules! int_element {
+    ($t:ty, $tag:expr) => {
+        impl Element for $t {
+            const DTYPE: DType = $tag;
+            #[inline(always)]
+            fn combine(a: Self, b: Self, op: ReduceOp) -> Self {
+                // Wrapping arithmetic: integer collectives are exact modulo 2^bits,
+                // as NCCL's are, so no input can make a reduction panic.
+                match op {
+                    ReduceOp::Sum | ReduceOp::Avg => a.wrapping_add(b),
+                    ReduceOp::Prod => a.wrapping_mul(b),
+                    ReduceOp::Min => a.min(b),
+                    ReduceOp::Max => a.max(b),
+                }
+            }
+            fn div_world(self, world: usize) -> Self {
+                self / (world as $t)
+            }
+            fn from_f64(v: f64) -> Self {
+                v as $t
+            }
+            fn to_f64(self) -> f64 {
+                self as f64
+            }
+        }
+    };
+}
+
+int_element!(i32, DType::I32);
+int_element!(i64, DType::I64);
+int_element!(u8, DType::U8);
+
+/// Calls `$body` with `$T` bound to the Rust type of `$dtype`.
+#[macro_export]
+macro_rules! with_dtype {
+    ($dtype:expr, $T:ident => $body:expr) => {
+        match $dtype {
+            $crate::comm::DType::F32 => {
+                type $T = f32;
+                $body
+            }
+            $crate::comm::DType::F64 => {
+                type $T = f64;
+                $body
+            }
+            $crate::comm::DType::F16 => {
+                type $T = half::f16;
+                $body
+            }
+            $crate::comm::DType::BF16 => {
+                type $T = half::bf16;
+                $body
+            }
+            $crate::comm::DType::I32 => {
+                type $T = i32;
+                $body
+            }
+            $crate::comm::DType::I64 => {
+                type $T = i64;
+                $body
+            }
+            $crate::comm::DType::U8 => {
+                type $T = u8;
+                $body
+            }
+        }
+    };
+}
+
+/// `acc[i] = acc[i] op src[i]` over typed slices of equal length.
+#[inline]
+pub fn reduce_typed<T: Element>(acc: &mut [T], src: &[T], op: ReduceOp) {
+    debug_assert_eq!(acc.len(), src.len());
+    for (a, &b) in acc.iter_mut().zip(src) {
+        *a = T::combine(*a, b, op);
+    }
+}
+
+/// `acc op= src` over byte slices holding `dtype` elements.
+///
+/// Both slices must hold the same whole number of elements; the caller (a
+/// collective that computed the chunk bounds) guarantees it. Unaligned bytes
+/// are handled by a copy so that no input can make this panic.
+pub fn reduce_bytes(acc: &mut [u8], src: &[u8], dtype: DType, op: ReduceOp) {
+    let n = acc.len().min(src.len());
+    let (acc, src) = (&mut acc[..n], &src[..n]);
+    with_dtype!(dtype, T => reduce_cast::<T>(acc, src, op))
+}
+
+fn reduce_cast<T: Element>(acc: &mut [u8], src: &[u8], op: ReduceOp) {
+    match (
+        bytemuck::try_cast_slice_mut::<u8, T>(acc),
+        bytemuck::try_cast_slice::<u8, T>(src),
+    ) {
+        (Ok(a), Ok(s)) => reduce_typed(a, s, op),
+        _ => {
+            // Misaligned views (only possible for odd offsets): go element by element.
+            let size = std::mem::size_of::<T>();
+            for (a, s) in acc.chunks_exact_mut(size).zip(src.chunks_exact(size)) {
+                let x: T = bytemuck::pod_read_unaligned(a);
+                let y: T = bytemuck::pod_read_unaligned(s);
+                a.copy_from_slice(bytemuck::bytes_of(&T::combine(x, y, op)));
+            }
+        }
+    }
+}
+
+/// Divides every element by `world`, finishing an `Avg` reduction.
+pub fn finish_avg(buf: &mut [u8], dtype: DType, world: usize) {
+    with_dtype!(dtype, T => {
+        let size = std::mem::size_of::<T>();
+        for e in buf.chunks_exact_mut(size) {
+            let x: T = bytemuck::pod_read_unaligned(e);
+            e.copy_from_slice(bytemuck::bytes_of(&x.div_world(world)));
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_nccl_tests_names() {
+        for d in DType::ALL {
+            assert_eq!(d.name().parse::<DType>().unwrap(), d);
+        }
+        for o in ReduceOp::ALL {
+            assert_eq!(o.name().parse::<ReduceOp>().unwrap(), o);
+        }
+        assert!("complex".parse::<DType>().is_err());
+    }
+
+    #[test]
+    fn reduces_bytes_per_type() {
+        let mut a: Vec<u8> = bytemuck::cast_slice(&[1.0f32, 5.0, -2.0]).to_vec();
+        let b: Vec<u8> = bytemuck::cast_slice(&[2.0f32, 3.0, -7.0]).to_vec();
+        reduce_bytes(&mut a, &b, DType::F32, ReduceOp::Max);
+        assert_eq!(bytemuck::cast_slice::<u8, f32>(&a), &[2.0, 5.0, -2.0]);
+        let mut x = vec![250u8, 3];
+        reduce_bytes(&mut x, &[10, 4], DType::U8, ReduceOp::Sum);
+        assert_eq!(x, vec![4, 7]);
+    }
+}

@@ -1,0 +1,11 @@
+//! A [`super::Communicator`] made of a point-to-point [`super::Transport`] and the algorithms.
+
+use super::{Algo, Transport};
+use std::time::Duration;
+
+/// The communicator of every CPU backend: a transport plus the algorithms in [`super::algo`].
+pub struct HostComm<T: Transport> {
+    pub(crate) transport: T,
+    pub(crate) algo: Algo,
+    pub(crate) timeout: Duration,
+}

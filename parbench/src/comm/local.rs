@@ -1,0 +1,1 @@
+//! Backend `local`: N ranks as threads of one process, exchanging through shared memory.

@@ -1,0 +1,366 @@
+//! Communicators: the collectives and point-to-point transfers every bench
+//! runs, over every backend.
+//!
+//! Layers, each with one job:
+//! - [`Transport`]: the point-to-point core of a CPU backend (`local`:
+//!   threads and shared memory; `tcp`: processes and sockets).
+//! - [`algo`]: each collective algorithm (ring, trees, recursive doubling),
+//!   written once over a [`Transport`].
+//! - [`HostComm`]: a [`Communicator`] made of a transport and the algorithms.
+//! - NCCL (feature `cuda`) and MPI (feature `mpi`) implement [`Communicator`]
+//!   directly with their own calls.
+//!
+//! Buffer conventions follow NCCL's, so that the sweep code and the byte
+//! counts are the same on every backend (`count` is always per rank):
+//!
+//! | collective      | send elements   | recv elements   | in place                                  |
+//! |-----------------|-----------------|-----------------|-------------------------------------------|
+//! | all_reduce      | count           | count           | one buffer                                |
+//! | all_gather      | count           | count x world   | send is recv[rank x count ..]             |
+//! | reduce_scatter  | count x world   | count           | result at buf[rank x count ..]            |
+//! | broadcast       | count (root)    | count           | one buffer                                |
+//! | reduce          | count           | count (root)    | one buffer                                |
+//! | all_to_all      | count x world   | count x world   | one buffer; block j goes to rank j        |
+
+pub mod algo;
+mod buffer;
+mod dtype;
+mod error;
+mod host;
+pub mod local;
+#[cfg(feature = "cuda")]
+pub mod nccl;
+pub mod tcp;
+
+pub use buffer::{CommBuffer, HostBuffer};
+pub use dtype::{finish_avg, reduce_bytes, reduce_typed, DType, Element, ReduceOp};
+pub use error::{CommError, CommResult};
+pub use host::HostComm;
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+/// The default deadline of every wait.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The operations a communicator offers, as the benches and records name them.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Collective {
+    AllReduce,
+    AllGather,
+    ReduceScatter,
+    Broadcast,
+    Reduce,
+    AllToAll,
+    SendRecv,
+}
+
+impl Collective {
+    /// Every collective, in the order sweeps run them.
+    pub const ALL: [Collective; 7] = [
+        Collective::AllReduce,
+        Collective::AllGather,
+        Collective::ReduceScatter,
+        Collective::Broadcast,
+        Collective::Reduce,
+        Collective::AllToAll,
+        Collective::SendRecv,
+    ];
+
+    /// The name used on command lines and in records (`all_reduce`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Collective::AllReduce => "all_reduce",
+            Collective::AllGather => "all_gather",
+            Collective::ReduceScatter => "reduce_scatter",
+            Collective::Broadcast => "broadcast",
+            Collective::Reduce => "reduce",
+            Collective::AllToAll => "all_to_all",
+            Collective::SendRecv => "sendrecv",
+        }
+    }
+
+    /// Whether the operation takes a reduction operator.
+    pub fn reduces(self) -> bool {
+        matches!(
+            self,
+            Collective::AllReduce | Collective::ReduceScatter | Collective::Reduce
+        )
+    }
+
+    /// Whether the operation takes a root.
+    pub fn rooted(self) -> bool {
+        matches!(self, Collective::Broadcast | Collective::Reduce)
+    }
+}
+
+impl fmt::Display for Collective {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Collective {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let norm = s.to_ascii_lowercase().replace('-', "_");
+        Collective::ALL
+            .into_iter()
+            .find(|c| c.name() == norm || c.name().replace('_', "") == norm)
+            .ok_or_else(|| {
+                format!(
+                    "unknown collective '{s}' (expected all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all or sendrecv)"
+                )
+            })
+    }
+}
+
+/// Algorithm choice for the CPU backends (`--algo`).
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Algo {
+    /// Chosen per call from the message size and world size.
+    Auto,
+    /// Ring: bandwidth-optimal, (p-1) or 2(p-1) latency steps.
+    Ring,
+    /// Binomial tree (broadcast, reduce; all_reduce as reduce + broadcast).
+    Tree,
+    /// Recursive doubling: lg p steps of whole messages, latency-optimal.
+    RecursiveDoubling,
+    /// Recursive halving-doubling (Rabenseifner): lg p steps, bandwidth-optimal.
+    HalvingDoubling,
+}
+
+impl Algo {
+    /// Every algorithm a user can name.
+    pub const ALL: [Algo; 5] = [
+        Algo::Auto,
+        Algo::Ring,
+        Algo::Tree,
+        Algo::RecursiveDoubling,
+        Algo::HalvingDoubling,
+    ];
+
+    /// The name used on command lines and in records.
+    pub fn name(self) -> &'static str {
+        match self {
+            Algo::Auto => "auto",
+            Algo::Ring => "ring",
+            Algo::Tree => "tree",
+            Algo::RecursiveDoubling => "rd",
+            Algo::HalvingDoubling => "rhd",
+        }
+    }
+}
+
+impl fmt::Display for Algo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Algo {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "auto" => Ok(Algo::Auto),
+            "ring" => Ok(Algo::Ring),
+            "tree" => Ok(Algo::Tree),
+            "rd" | "recursive_doubling" | "recursive-doubling" => Ok(Algo::RecursiveDoubling),
+            "rhd" | "halving_doubling" | "halving-doubling" | "rabenseifner" => {
+                Ok(Algo::HalvingDoubling)
+            }
+            other => Err(format!(
+                "unknown algorithm '{other}' (expected auto, ring, tree, rd or rhd)"
+            )),
+        }
+    }
+}
+
+/// Input and output of a collective: one buffer (in place) or two.
+pub enum Io<'a, B> {
+    /// The operation reads and writes one buffer (see the module table for offsets).
+    InPlace(&'a mut B),
+    /// The operation reads `send` and writes `recv`.
+    OutOfPlace { send: &'a B, recv: &'a mut B },
+}
+
+/// Collectives, point-to-point transfers and a barrier among `world()` ranks.
+///
+/// Every call either completes on every rank or returns an error on every
+/// rank within the communicator's timeout; an error that involves another
+/// rank names it. Counts follow the module-level table (NCCL's conventions).
+/// Calls on device backends are asynchronous on the device: [`Communicator::sync`]
+/// waits for them, and is a no-op on host backends.
+pub trait Communicator: Send {
+    /// Buffer type the collectives read and write.
+    type Buffer: CommBuffer;
+
+    /// This rank, in `0..world()`.
+    fn rank(&self) -> usize;
+    /// Number of ranks.
+    fn world(&self) -> usize;
+    /// Name of the backend (`local`, `tcp`, `nccl`, `mpi`).
+    fn backend(&self) -> &'static str;
+    /// The wire the bytes cross, as recorded (`shm`, `tcp`, `nvlink`, ...).
+    fn wire(&self) -> String;
+    /// The algorithm this communicator uses for `coll` on `bytes` (per-rank send bytes).
+    fn algo_for(&self, coll: Collective, bytes: usize) -> String;
+
+    /// Sets the deadline of every later wait.
+    fn set_timeout(&mut self, timeout: Duration);
+    /// The deadline of every wait.
+    fn timeout(&self) -> Duration;
+
+    /// A zeroed buffer of `bytes` bytes where this backend's collectives run.
+    fn alloc(&self, bytes: usize) -> CommResult<Self::Buffer>;
+
+    /// Reduces `count` elements across all ranks into every rank.
+    fn all_reduce(
+        &mut self,
+        io: Io<'_, Self::Buffer>,
+        count: usize,
+        dtype: DType,
+        op: ReduceOp,
+    ) -> CommResult<()>;
+    /// Gathers `count` elements from each rank into every rank, in rank order.
+    fn all_gather(
+        &mut self,
+        io: Io<'_, Self::Buffer>,
+        count: usize,
+        dtype: DType,
+    ) -> CommResult<()>;
+    /// Reduces `count x world` elements and leaves block `rank` on each rank.
+    fn reduce_scatter(
+        &mut self,
+        io: Io<'_, Self::Buffer>,
+        count: usize,
+        dtype: DType,
+        op: ReduceOp,
+    ) -> CommResult<()>;
+    /// Copies `count` elements from `root` to every rank.
+    fn broadcast(
+        &mut self,
+        io: Io<'_, Self::Buffer>,
+        count: usize,
+        dtype: DType,
+        root: usize,
+    ) -> CommResult<()>;
+    /// Reduces `count` elements across all ranks into `root`.
+    fn reduce(
+        &mut self,
+        io: Io<'_, Self::Buffer>,
+        count: usize,
+        dtype: DType,
+        op: ReduceOp,
+        root: usize,
+    ) -> CommResult<()>;
+    /// Sends block j of `count` elements to rank j, receiving block i from rank i.
+    fn all_to_all(
+        &mut self,
+        io: Io<'_, Self::Buffer>,
+        count: usize,
+        dtype: DType,
+    ) -> CommResult<()>;
+
+    /// Sends `count` elements to `peer`. Returns when `buf` may be reused; it
+    /// never waits for the peer to post its receive beyond what the backend
+    /// buffers, and two ranks that send to each other at once do not deadlock.
+    fn send(
+        &mut self,
+        buf: &Self::Buffer,
+        count: usize,
+        dtype: DType,
+        peer: usize,
+    ) -> CommResult<()>;
+    /// Receives `count` elements from `peer`.
+    fn recv(
+        &mut self,
+        buf: &mut Self::Buffer,
+        count: usize,
+        dtype: DType,
+        peer: usize,
+    ) -> CommResult<()>;
+    /// Sends to `to` and receives from `from` at once (nccl-tests' sendrecv).
+    fn send_recv(
+        &mut self,
+        send: &Self::Buffer,
+        to: usize,
+        recv: &mut Self::Buffer,
+        from: usize,
+        count: usize,
+        dtype: DType,
+    ) -> CommResult<()>;
+    /// Returns when every rank has entered the barrier.
+    fn barrier(&mut self) -> CommResult<()>;
+    /// Waits for this rank's outstanding device work (no-op on host backends).
+    fn sync(&mut self) -> CommResult<()> {
+        Ok(())
+    }
+}
+
+/// Where a received message goes: copied, or reduced into existing data.
+pub enum RecvInto<'a> {
+    /// Overwrite these bytes.
+    Copy(&'a mut [u8]),
+    /// `acc = acc op incoming`, element-wise.
+    Reduce {
+        acc: &'a mut [u8],
+        dtype: DType,
+        op: ReduceOp,
+    },
+}
+
+impl RecvInto<'_> {
+    /// Number of bytes this receive expects.
+    pub fn len(&self) -> usize {
+        match self {
+            RecvInto::Copy(b) => b.len(),
+            RecvInto::Reduce { acc, .. } => acc.len(),
+        }
+    }
+
+    /// Whether it expects nothing.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The point-to-point core of a CPU backend. Every algorithm in [`algo`] is
+/// written against this trait alone.
+///
+/// Messages between one pair of ranks arrive in the order they were sent;
+/// lengths must match on both sides (the algorithms compute them the same
+/// way on every rank). Every call gives up at `deadline` with
+/// [`CommError::Timeout`] naming the peer.
+pub trait Transport: Send {
+    /// This rank.
+    fn rank(&self) -> usize;
+    /// Number of ranks.
+    fn world(&self) -> usize;
+    /// Backend name (`local`, `tcp`).
+    fn backend(&self) -> &'static str;
+    /// The wire, as recorded.
+    fn wire(&self) -> String;
+    /// Sends `data` to `peer`; returns when `data` may be reused. Never
+    /// deadlocks with a concurrent send from `peer` to this rank.
+    fn send(&mut self, peer: usize, data: &[u8], deadline: Instant) -> CommResult<()>;
+    /// Receives the next message from `peer` into `into`.
+    fn recv(&mut self, peer: usize, into: RecvInto<'_>, deadline: Instant) -> CommResult<()>;
+    /// Sends `data` to `to` while receiving from `from`: the step of every
+    /// ring and butterfly. Backends overlap the two.
+    fn exchange(
+        &mut self,
+        to: usize,
+        data: &[u8],
+        from: usize,
+        into: RecvInto<'_>,
+        deadline: Instant,
+    ) -> CommResult<()>;
+}

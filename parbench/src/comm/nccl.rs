@@ -1,0 +1,1 @@
+//! Backend `nccl` (feature `cuda`).

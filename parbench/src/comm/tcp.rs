@@ -1,0 +1,1 @@
+//! Backend `tcp`: one process per rank, sockets between ranks.

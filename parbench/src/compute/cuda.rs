@@ -1,0 +1,1 @@
+//! The CUDA compute device (feature `cuda`).

@@ -1,0 +1,15 @@
+//! parbench: measure how the wire between accelerators shapes distributed
+//! training and inference, and hold every measurement against the analytical
+//! model that predicts it.
+//!
+//! The library holds everything the binaries share; it never parses flags
+//! and never prints tables (binaries do). See `DESIGN.md` in the shared
+//! folder for the contracts between the parts.
+
+pub mod comm;
+pub mod compute;
+pub mod launch;
+pub mod measure;
+pub mod model;
+pub mod results;
+pub mod schedule;

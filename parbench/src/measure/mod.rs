@@ -1,0 +1,1 @@
+//! Warm-up and timed loops, per-rank timings, histograms, cross-rank statistics.

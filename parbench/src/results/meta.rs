@@ -1,0 +1,145 @@
+//! Run metadata: what ran, where, with what, and when.
+
+use serde::{Deserialize, Serialize};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// One run of one bench binary, as stored in a results folder's run.json.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunMeta {
+    pub run_id: String,
+    /// `collectives`, `layers` or `pipeline`.
+    pub suite: String,
+    pub command_line: Vec<String>,
+    pub host: String,
+    pub os: String,
+    pub cpu: String,
+    pub cores: usize,
+    /// One entry per GPU found (name and memory), empty on CPU runs.
+    pub gpus: Vec<String>,
+    pub backend: String,
+    pub world: usize,
+    pub parbench_version: String,
+    pub git_revision: String,
+    /// Versions of the runtime libraries in use (CUDA driver, NCCL, MPI), name to version.
+    pub versions: std::collections::BTreeMap<String, String>,
+    pub start: String,
+    pub end: String,
+    /// Anything else the suite measured about the machine (the wire's ceiling, ...).
+    #[serde(default)]
+    pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+impl RunMeta {
+    /// Metadata for a run starting now, with host, CPU and version filled in.
+    pub fn start(suite: &str, run_id: &str, backend: &str, world: usize) -> Self {
+        RunMeta {
+            run_id: run_id.to_string(),
+            suite: suite.to_string(),
+            command_line: std::env::args().collect(),
+            host: hostname(),
+            os: format!("{} {}", std::env::consts::OS, std::env::consts::ARCH),
+            cpu: cpu_model(),
+            cores: std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1),
+            gpus: Vec::new(),
+            backend: backend.to_string(),
+            world,
+            parbench_version: env!("CARGO_PKG_VERSION").to_string(),
+            git_revision: git_revision().to_string(),
+            versions: Default::default(),
+            start: iso8601_utc(SystemTime::now()),
+            end: String::new(),
+            extra: Default::default(),
+        }
+    }
+
+    /// Marks the run finished now.
+    pub fn finish(&mut self) {
+        self.end = iso8601_utc(SystemTime::now());
+    }
+}
+
+/// The git revision parbench was built from (`unknown` outside a checkout).
+pub fn git_revision() -> &'static str {
+    option_env!("PARBENCH_GIT_REV").unwrap_or("unknown")
+}
+
+/// A run id unique on this host: suite, UTC time to the second, process id.
+pub fn new_run_id(suite: &str) -> String {
+    let stamp = iso8601_utc(SystemTime::now())
+        .replace(['-', ':'], "")
+        .trim_end_matches('Z')
+        .to_string();
+    format!("{suite}-{stamp}Z-{}", std::process::id())
+}
+
+/// `YYYY-MM-DDTHH:MM:SSZ` for a time after the epoch.
+pub fn iso8601_utc(t: SystemTime) -> String {
+    let secs = t
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let (y, m, d) = civil_from_days(days as i64);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        (rem % 3600) / 60,
+        rem % 60
+    )
+}
+
+/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian (H. Hinnant's algorithm).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .or_else(|_| std::env::var("HOSTNAME"))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|v| v.trim().to_string())
+        })
+        .unwrap_or_else(|| std::env::consts::ARCH.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn formats_utc_dates() {
+        assert_eq!(iso8601_utc(UNIX_EPOCH), "1970-01-01T00:00:00Z");
+        let t = UNIX_EPOCH + Duration::from_secs(1_795_956_313); // 2026-11-29T12:45:13Z
+        assert_eq!(iso8601_utc(t), "2026-11-29T12:45:13Z");
+        let leap = UNIX_EPOCH + Duration::from_secs(951_782_400); // 2000-02-29
+        assert_eq!(iso8601_utc(leap), "2000-02-29T00:00:00Z");
+    }
+
+    #[test]
+    fn run_ids_name_the_suite() {
+        let id = new_run_id("collectives");
+        assert!(id.starts_with("collectives-") && id.contains('T'), "{id}");
+    }
+}

@@ -1,0 +1,15 @@
+//! Result records: one CSV per suite with a fixed header and a `schema`
+//! column, and one run.json per results folder listing every run's metadata.
+//!
+//! Writers never lose data: a results file is rewritten only as its old
+//! bytes followed by the new rows, through a temporary file renamed into
+//! place, under a lock file, so that a second run into the same folder keeps
+//! the first and a crash leaves either the old or the new file.
+
+mod io;
+mod meta;
+mod records;
+
+pub use io::{append_rows, read_rows, read_runs, record_run, ResultsError};
+pub use meta::{git_revision, iso8601_utc, new_run_id, RunMeta};
+pub use records::{CollectiveRow, LayerRow, PipelineRow, Record, SCHEMA_VERSION};

@@ -1,0 +1,180 @@
+//! The rows of each suite's CSV. Column names are the field names; the
+//! README documents each. Bump [`SCHEMA_VERSION`] when a column changes.
+
+use serde::{Deserialize, Serialize};
+
+/// Version written in every row's `schema` column.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// A row type with its file name and the fields that identify it across runs.
+pub trait Record: Serialize + for<'de> Deserialize<'de> {
+    /// File name inside a results folder (`collectives.csv`, ...).
+    const FILE: &'static str;
+    /// The fields that name the same measurement in two runs (for `report compare`).
+    fn key(&self) -> String;
+    /// The run this row belongs to.
+    fn run_id(&self) -> &str;
+}
+
+/// One (collective, dtype, op, size, in_place) measurement of bench-collectives.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CollectiveRow {
+    pub schema: u32,
+    pub run_id: String,
+    pub backend: String,
+    pub wire: String,
+    pub algo: String,
+    pub collective: String,
+    pub dtype: String,
+    pub op: String,
+    pub root: i64,
+    pub world: usize,
+    pub bytes: u64,
+    pub count: u64,
+    pub in_place: bool,
+    pub iters: u64,
+    pub time_us: f64,
+    pub time_min_us: f64,
+    pub time_max_us: f64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub algbw_gbps: f64,
+    pub busbw_gbps: f64,
+    pub wrong: u64,
+    pub model_us: f64,
+    pub ceiling_gbps: f64,
+}
+
+impl Record for CollectiveRow {
+    const FILE: &'static str = "collectives.csv";
+    fn key(&self) -> String {
+        format!(
+            "{}/{}/{}/{}/{}/{}/{}/np{}/{}B/{}",
+            self.backend,
+            self.wire,
+            self.algo,
+            self.collective,
+            self.dtype,
+            self.op,
+            self.root,
+            self.world,
+            self.bytes,
+            if self.in_place { "in" } else { "out" }
+        )
+    }
+    fn run_id(&self) -> &str {
+        &self.run_id
+    }
+}
+
+/// One tensor-parallel degree of one block configuration of bench-layers.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LayerRow {
+    pub schema: u32,
+    pub run_id: String,
+    pub backend: String,
+    pub wire: String,
+    pub mode: String,
+    pub decode: bool,
+    pub preset: String,
+    pub hidden: u64,
+    pub heads: u64,
+    pub ffn: u64,
+    pub seq: u64,
+    pub batch: u64,
+    pub dtype: String,
+    pub tp: usize,
+    pub seq_parallel: bool,
+    pub iters: u64,
+    pub compute_us: f64,
+    pub comm_us: f64,
+    pub total_us: f64,
+    pub total_min_us: f64,
+    pub total_max_us: f64,
+    pub per_token_us: f64,
+    pub bytes_per_call: u64,
+    pub calls_per_block: u64,
+    pub bytes_per_token: f64,
+    pub comm_model_us: f64,
+    pub speedup: f64,
+    pub efficiency: f64,
+    pub check_max_err: f64,
+}
+
+impl Record for LayerRow {
+    const FILE: &'static str = "layers.csv";
+    fn key(&self) -> String {
+        format!(
+            "{}/{}/{}/{}/{}/h{}a{}f{}s{}b{}/{}/tp{}/{}",
+            self.backend,
+            self.wire,
+            self.mode,
+            if self.decode { "decode" } else { "prefill" },
+            self.preset,
+            self.hidden,
+            self.heads,
+            self.ffn,
+            self.seq,
+            self.batch,
+            self.dtype,
+            self.tp,
+            if self.seq_parallel { "sp" } else { "ar" }
+        )
+    }
+    fn run_id(&self) -> &str {
+        &self.run_id
+    }
+}
+
+/// One (schedule, stages, microbatches, chunks) run of bench-pipeline.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PipelineRow {
+    pub schema: u32,
+    pub run_id: String,
+    pub backend: String,
+    pub wire: String,
+    pub schedule: String,
+    pub stages: usize,
+    pub microbatches: usize,
+    pub chunks: usize,
+    pub work: String,
+    pub stage_layers: String,
+    pub hidden: u64,
+    pub microbatch_size: u64,
+    pub steps: u64,
+    pub step_us: f64,
+    pub step_min_us: f64,
+    pub step_max_us: f64,
+    pub busy_us: f64,
+    pub idle_us: f64,
+    pub bubble_measured: f64,
+    pub bubble_simulated: f64,
+    pub bubble_formula: f64,
+    pub peak_activations: u64,
+    pub peak_activation_bytes: u64,
+    pub expected_peak_activations: u64,
+    pub grad_max_err: f64,
+    pub timeline: String,
+}
+
+impl Record for PipelineRow {
+    const FILE: &'static str = "pipeline.csv";
+    fn key(&self) -> String {
+        format!(
+            "{}/{}/{}/S{}/M{}/v{}/{}/{}/h{}/mb{}",
+            self.backend,
+            self.wire,
+            self.schedule,
+            self.stages,
+            self.microbatches,
+            self.chunks,
+            self.work,
+            self.stage_layers,
+            self.hidden,
+            self.microbatch_size
+        )
+    }
+    fn run_id(&self) -> &str {
+        &self.run_id
+    }
+}
