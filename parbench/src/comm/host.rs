@@ -9,3 +9,15 @@ pub struct HostComm<T: Transport> {
     pub(crate) algo: Algo,
     pub(crate) timeout: Duration,
 }
+
+impl<T: Transport> HostComm<T> {
+    /// A communicator over `transport`, choosing algorithms by `algo`, giving
+    /// up on any wait after `timeout`.
+    pub fn new(transport: T, algo: Algo, timeout: Duration) -> Self {
+        HostComm {
+            transport,
+            algo,
+            timeout,
+        }
+    }
+}
