@@ -34,7 +34,7 @@
 //! | sendrecv        | the message one rank sends                           |
 //!
 //! **Non-powers of two** for recursive doubling (`rd`) and halving-doubling
-//! (`rhd`): the standard fold of Thakur et al. section 4. With `p' = 2^floor(lg p)`
+//! (`rhd`): the standard fold of Thakur et al. 2005. With `p' = 2^floor(lg p)`
 //! and `r = p - p'`, `r` ranks first hand their whole input to a partner
 //! (one step of `n` bytes, reduced), the `p'` remaining ranks run the
 //! power-of-two algorithm, and the partners hand the result back (one step
@@ -195,7 +195,7 @@ fn floor_log2(p: usize) -> u32 {
 }
 
 /// Ring all_gather or reduce_scatter: `(p-1) alpha + (p-1)/p n beta`
-/// (`+ (p-1)/p n gamma` when reducing). Thakur et al. 2005, section 4.
+/// (`+ (p-1)/p n gamma` when reducing). Thakur et al. 2005.
 pub fn ring_gather_scatter(p: usize, reduced: bool) -> AlphaBetaTerms {
     if p <= 1 {
         return AlphaBetaTerms::ZERO;

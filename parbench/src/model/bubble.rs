@@ -8,7 +8,7 @@
 //! time (Narayanan et al. SC21, section 2.2.1). Interleaved 1F1B with `v`
 //! model chunks per rank (SC21, section 2.2.2): bubble `(S-1)(t_f+t_b)/v`,
 //! `(1/v)(S-1)/M` of the ideal time. Zero bubble (Qi et al., "Zero Bubble
-//! Pipeline Parallelism", ICLR 2024, section 3): with the backward split
+//! Pipeline Parallelism", ICLR 2024): with the backward split
 //! into `B` (input gradient) and `W` (weight gradient), 1F1B's bubble is
 //! `(S-1)(T_F+T_B+T_W)`, ZB-H1's `(S-1)(T_F+T_B-T_W)`, ZB-H2's
 //! `(S-1)(T_F+T_B-2T_W)`.
@@ -293,6 +293,27 @@ mod tests {
         let r = bubble_rate(BubbleSchedule::ZbH1, 8, 24, &eq).unwrap();
         assert!((r - 7.0 / 79.0).abs() < 1e-15);
         assert_eq!(bubble_rate(BubbleSchedule::ZbH1, 8, 0, &eq), None);
+    }
+
+    #[test]
+    fn qi_setting_with_equal_passes() {
+        // S = 8, M = 24 with T_F = T_B = T_W: what docs/model.md quotes
+        // beside Qi et al.'s measured rates (which these need not match).
+        let eq = PassTimes {
+            f: 1.0,
+            b: 1.0,
+            w: 1.0,
+        };
+        let rate = |s| bubble_rate(s, 8, 24, &eq).unwrap();
+        assert!((rate(BubbleSchedule::OneFOneB) - 21.0 / 93.0).abs() < 1e-15);
+        let v2 = rate(BubbleSchedule::Interleaved { chunks: 2 });
+        assert!((v2 - 10.5 / 82.5).abs() < 1e-15);
+        assert_eq!((v2 * 1000.0).round(), 127.0);
+        assert_eq!((rate(BubbleSchedule::ZbH1) * 1000.0).round(), 89.0);
+        assert_eq!(rate(BubbleSchedule::ZbH2), 0.0);
+        // The interleaved rate equals the interleaved step fraction.
+        let f = interleaved_bubble_fraction_of_step(8, 24, 2).unwrap();
+        assert!((v2 - f).abs() < 1e-15);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Tensor-parallel traffic of a Megatron transformer block.
 //!
 //! Megatron-LM (Shoeybi et al. 2019, section 3; Narayanan et al. SC21,
-//! section 3.3) splits the attention's QKV projection and the MLP's first
+//! sections 2.3 and 3.3) splits the attention's QKV projection and the MLP's first
 //! matrix by columns and the output projection and second matrix by rows,
 //! so each sub-block (attention, MLP) needs one all-reduce of its
 //! `b x s x h` output in the forward pass (operator `g`) and one of its
@@ -336,14 +336,13 @@ mod tests {
         let t = w.comm_seconds_per_block("ring", &link).unwrap();
         assert!(close(t, 2.0 * 917_504.0 / 400e9 + 140e-6), "{t}");
         assert_eq!(w.comm_seconds_per_block("bogus", &link), None);
-        // Sequence parallel with rings: the same time (4 x 7 steps = 2 x 14).
+        // Sequence parallel with rings: the same time, 2 all-gathers and 2
+        // reduce-scatters of 7 steps and 0.875 n each = 2 all-reduces.
         let sp = TpTraffic {
             sequence_parallel: true,
             ..w
         };
-        let t = sp
-            .comm_seconds_per_block("ring", &LinkParams::from_gbps_us(400.0, 0.0))
-            .unwrap();
-        assert!(close(t, 2.0 * 917_504.0 / 400e9), "{t}");
+        let t = sp.comm_seconds_per_block("ring", &link).unwrap();
+        assert!(close(t, 2.0 * 917_504.0 / 400e9 + 140e-6), "{t}");
     }
 }
