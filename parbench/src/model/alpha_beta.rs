@@ -170,11 +170,12 @@ impl AlphaBetaTerms {
     }
 }
 
-/// The chunk size that the pipelined chain (`chain`, and `ring` for
-/// broadcast and reduce) is modelled with when the caller does not give
-/// one: NCCL-like 512 KiB slices. parbench's own chain must use the same
-/// figure for [`predict`] to describe it; [`chain_terms`] takes any.
-pub const DEFAULT_CHAIN_CHUNK_BYTES: u64 = 512 * 1024;
+/// The chunk size of parbench's CPU algorithms, mirrored from
+/// `parbench::comm::algo::CHUNK_BYTES` (128 KiB): the ring cuts each block
+/// into slices of at most this many bytes, and the chain broadcast cuts the
+/// message into chunks of it. [`terms`] models parbench's own algorithms
+/// with it; [`sliced_ring`] and [`chain_terms`] take any chunk.
+pub const CHUNK_BYTES: u64 = 128 * 1024;
 
 /// `ceil(lg p)`: rounds of a binomial tree or dissemination on `p` ranks.
 pub fn ceil_log2(p: usize) -> u32 {
@@ -210,6 +211,38 @@ pub fn ring_gather_scatter(p: usize, reduced: bool) -> AlphaBetaTerms {
 /// 2009; Thakur et al. 2005.
 pub fn ring_all_reduce(p: usize) -> AlphaBetaTerms {
     ring_gather_scatter(p, true).plus(ring_gather_scatter(p, false))
+}
+
+/// Ring as parbench's CPU backends run it: a message of `n` bytes is cut
+/// into `s = ceil(n / (p chunk))` slices (each block's share at most
+/// `chunk` bytes) that run the whole ring one after another, so the
+/// latency term is `s` times the textbook one and the byte terms are the
+/// textbook ones: all_reduce `2(p-1)s alpha + 2(p-1)/p n beta + (p-1)/p n gamma`;
+/// all_gather / reduce_scatter (`all_reduce = false`) `(p-1)s alpha + (p-1)/p n beta`
+/// (`+ (p-1)/p n gamma` when `reduced`). A message of up to `p chunk` bytes
+/// (and a zero-byte one) is one slice: the textbook ring.
+pub fn sliced_ring(
+    p: usize,
+    n_bytes: u64,
+    chunk_bytes: u64,
+    all_reduce: bool,
+    reduced: bool,
+) -> AlphaBetaTerms {
+    let textbook = if all_reduce {
+        ring_all_reduce(p)
+    } else {
+        ring_gather_scatter(p, reduced)
+    };
+    let per_slice = (p as u64).saturating_mul(chunk_bytes);
+    let slices = if per_slice == 0 {
+        1
+    } else {
+        n_bytes.div_ceil(per_slice).max(1)
+    };
+    AlphaBetaTerms {
+        latency_steps: textbook.latency_steps * slices as f64,
+        ..textbook
+    }
 }
 
 /// The fold of Thakur et al. for a non-power-of-two `p`: the largest power
@@ -353,42 +386,54 @@ pub fn barrier(p: usize) -> AlphaBetaTerms {
     AlphaBetaTerms::new(ceil_log2(p) as f64, 0.0, 0.0)
 }
 
-/// The algorithms that have a model, by the names records use
-/// (`parbench::comm::Algo::name()` plus `chain` and `pairwise`).
-pub const ALGO_NAMES: [&str; 7] = ["auto", "ring", "tree", "rd", "rhd", "chain", "pairwise"];
+/// The algorithm names that have a model: `parbench::comm::Algo::name()`
+/// (what users ask for) and the plan names records carry (what ran:
+/// `chain` for a pipelined broadcast, `pairwise` for all_to_all, `p2p` for
+/// sendrecv).
+pub const ALGO_NAMES: [&str; 8] = [
+    "auto", "ring", "tree", "rd", "rhd", "chain", "pairwise", "p2p",
+];
 
 /// The cost structure of collective `coll` run with algorithm `algo`
-/// (`ring`, `tree`, `rd`, `rhd`, `chain`, `pairwise`; case-insensitive) on
-/// `p` ranks for `n_bytes` (see the module's table for what `n` is).
+/// (case-insensitive) on `p` ranks for `n_bytes` (see the module's table for
+/// what `n` is), as parbench's CPU algorithms run it:
 ///
-/// `None` when the pair has no model (an unknown name, `auto`, which has no
-/// fixed structure, or an algorithm that does not apply to the collective)
-/// or `p` is 0. One rank costs nothing. The pipelined chain (`chain`, and
-/// `ring` for broadcast and reduce, which NCCL runs as a chain along the
-/// ring) uses [`DEFAULT_CHAIN_CHUNK_BYTES`].
+/// | collective | algorithms |
+/// |---|---|
+/// | all_reduce | `ring` ([`sliced_ring`]), `rd`, `rhd`, `tree` |
+/// | all_gather | `ring` ([`sliced_ring`]), `rd` |
+/// | reduce_scatter | `ring` ([`sliced_ring`]), `rhd` (recursive halving) |
+/// | broadcast | `tree`, `chain` (also `ring`, which NCCL and parbench run as a chain) |
+/// | reduce | `tree`, `chain` (also `ring`) |
+/// | all_to_all | `pairwise` (also `ring`) |
+/// | sendrecv | `p2p` (also any other name but `auto`) |
+///
+/// Slices and chunks are [`CHUNK_BYTES`]. `None` when the pair has no model
+/// (an unknown name; `auto`, which has no fixed structure: see [`predict`];
+/// an algorithm that does not apply to the collective) or `p` is 0. One rank
+/// costs nothing.
 pub fn terms(coll: Collective, algo: &str, p: usize, n_bytes: u64) -> Option<AlphaBetaTerms> {
     if p == 0 {
         return None;
     }
     let algo = algo.to_ascii_lowercase();
-    let chain = |reduced| chain_terms(p, n_bytes, DEFAULT_CHAIN_CHUNK_BYTES, reduced);
+    let chain = |reduced| chain_terms(p, n_bytes, CHUNK_BYTES, reduced);
+    let ring = |all_reduce, reduced| sliced_ring(p, n_bytes, CHUNK_BYTES, all_reduce, reduced);
     let t = match (coll, algo.as_str()) {
-        (Collective::AllReduce, "ring") => ring_all_reduce(p),
+        (Collective::AllReduce, "ring") => ring(true, true),
         (Collective::AllReduce, "rd") => rd_all_reduce(p),
         (Collective::AllReduce, "rhd") => rhd_all_reduce(p),
         (Collective::AllReduce, "tree") => tree_all_reduce(p),
-        (Collective::AllGather, "ring") => ring_gather_scatter(p, false),
+        (Collective::AllGather, "ring") => ring(false, false),
         (Collective::AllGather, "rd") => rd_all_gather(p),
-        (Collective::ReduceScatter, "ring") => ring_gather_scatter(p, true),
-        (Collective::ReduceScatter, "rhd" | "rh") => rh_reduce_scatter(p),
+        (Collective::ReduceScatter, "ring") => ring(false, true),
+        (Collective::ReduceScatter, "rhd") => rh_reduce_scatter(p),
         (Collective::Broadcast, "tree") => binomial_tree(p, false),
         (Collective::Broadcast, "ring" | "chain") => chain(false),
         (Collective::Reduce, "tree") => binomial_tree(p, true),
         (Collective::Reduce, "ring" | "chain") => chain(true),
         (Collective::AllToAll, "pairwise" | "ring") => pairwise_all_to_all(p),
-        (Collective::SendRecv, _) if algo != "auto" && ALGO_NAMES.contains(&algo.as_str()) => {
-            sendrecv(p)
-        }
+        (Collective::SendRecv, a) if a != "auto" && ALGO_NAMES.contains(&a) => sendrecv(p),
         _ => return None,
     };
     Some(t)
@@ -402,7 +447,7 @@ pub fn algos_for(coll: Collective) -> &'static [&'static str] {
         Collective::ReduceScatter => &["ring", "rhd"],
         Collective::Broadcast | Collective::Reduce => &["tree", "chain"],
         Collective::AllToAll => &["pairwise"],
-        Collective::SendRecv => &["ring"],
+        Collective::SendRecv => &["p2p"],
     }
 }
 
@@ -521,6 +566,32 @@ mod tests {
     }
 
     #[test]
+    fn sliced_ring_multiplies_only_the_latency() {
+        let c = 128 * 1024;
+        // Up to p x chunk bytes: one slice, the textbook ring.
+        assert_eq!(sliced_ring(8, 8 * c, c, true, true), ring_all_reduce(8));
+        assert_eq!(sliced_ring(8, 0, c, true, true), ring_all_reduce(8));
+        // 8 x chunk + 1 bytes: two slices of 14 steps.
+        assert_terms(sliced_ring(8, 8 * c + 1, c, true, true), 28.0, 1.75, 0.875);
+        // 64 MiB on 2 ranks in 128 KiB blocks: 256 slices of 2 steps.
+        assert_terms(sliced_ring(2, 64 << 20, c, true, true), 512.0, 1.0, 0.5);
+        // all_gather / reduce_scatter: (p-1) steps per slice.
+        assert_terms(sliced_ring(4, 4 * c * 3, c, false, false), 9.0, 0.75, 0.0);
+        assert_terms(sliced_ring(4, 4 * c * 3, c, false, true), 9.0, 0.75, 0.75);
+        assert_eq!(sliced_ring(1, 1 << 30, c, true, true), AlphaBetaTerms::ZERO);
+        // terms() models parbench's ring with CHUNK_BYTES.
+        let big = 1u64 << 30;
+        assert_eq!(
+            terms(Collective::AllReduce, "ring", 8, big),
+            Some(sliced_ring(8, big, CHUNK_BYTES, true, true))
+        );
+        assert_eq!(
+            terms(Collective::ReduceScatter, "ring", 8, big),
+            Some(sliced_ring(8, big, CHUNK_BYTES, false, true))
+        );
+    }
+
+    #[test]
     fn pairwise_sendrecv_barrier() {
         // all_to_all p=4: 3 alpha + 3/4 n beta, i.e. 3 (alpha + n/4 beta).
         assert_terms(pairwise_all_to_all(4), 3.0, 0.75, 0.0);
@@ -554,18 +625,8 @@ mod tests {
         assert_eq!(terms(Collective::AllToAll, "tree", 8, n), None);
         assert_eq!(terms(Collective::AllReduce, "ring", 0, n), None);
         assert_eq!(
-            terms(
-                Collective::Broadcast,
-                "ring",
-                4,
-                2 * DEFAULT_CHAIN_CHUNK_BYTES
-            ),
-            Some(chain_terms(
-                4,
-                2 * DEFAULT_CHAIN_CHUNK_BYTES,
-                DEFAULT_CHAIN_CHUNK_BYTES,
-                false
-            ))
+            terms(Collective::Broadcast, "ring", 4, 2 * CHUNK_BYTES),
+            Some(chain_terms(4, 2 * CHUNK_BYTES, CHUNK_BYTES, false))
         );
         assert_eq!(terms(Collective::SendRecv, "ring", 2, n), Some(sendrecv(2)));
         assert_eq!(terms(Collective::SendRecv, "bogus", 2, n), None);
@@ -578,27 +639,31 @@ mod tests {
 
     #[test]
     fn predict_hand_computed() {
-        // Ring all_reduce, 8 ranks, 1 GB at 100 GB/s, 5 us, no gamma:
-        // 14 x 5 us + 1.75 x 1e9 / 100e9 s = 70 us + 17.5 ms.
+        // Ring all_reduce, 8 ranks, 1 MB at 100 GB/s, 5 us, no gamma:
+        // one slice (1e6 <= 8 x 128 KiB): 14 x 5 us + 1.75 x 1e6 / 100e9 s
+        // = 70 us + 17.5 us.
         let link = LinkParams::from_gbps_us(100.0, 5.0);
-        let t = predict(Collective::AllReduce, "ring", 8, 1_000_000_000, &link).unwrap();
-        assert!(close(t, 70e-6 + 17.5e-3), "{t}");
-        // With gamma at 50 GB/s: + 0.875 x 1e9 / 50e9 = 17.5 ms more.
+        let t = predict(Collective::AllReduce, "ring", 8, 1_000_000, &link).unwrap();
+        assert!(close(t, 70e-6 + 17.5e-6), "{t}");
+        // With gamma at 50 GB/s: + 0.875 x 1e6 / 50e9 = 17.5 us more.
         let t = predict(
             Collective::AllReduce,
             "ring",
             8,
-            1_000_000_000,
+            1_000_000,
             &link.with_reduce_gbps(50.0),
         )
         .unwrap();
-        assert!(close(t, 70e-6 + 35e-3), "{t}");
+        assert!(close(t, 70e-6 + 35e-6), "{t}");
+        // 1 GB: ceil(1e9 / 1 MiB) = 954 slices of 14 steps.
+        let t = predict(Collective::AllReduce, "ring", 8, 1_000_000_000, &link).unwrap();
+        assert!(close(t, 954.0 * 14.0 * 5e-6 + 17.5e-3), "{t}");
         // Zero bytes: latency only.
         let t = predict(Collective::AllReduce, "rd", 8, 0, &link).unwrap();
         assert!(close(t, 15e-6));
         // sendrecv 1 MB at 10 GB/s, 1 us: 1 us + 100 us.
         let l10 = LinkParams::from_gbps_us(10.0, 1.0);
-        let t = predict(Collective::SendRecv, "ring", 2, 1_000_000, &l10).unwrap();
+        let t = predict(Collective::SendRecv, "p2p", 2, 1_000_000, &l10).unwrap();
         assert!(close(t, 101e-6));
     }
 

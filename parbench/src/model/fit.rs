@@ -260,7 +260,8 @@ mod tests {
             (Collective::Broadcast, "tree", 5),
             (Collective::Broadcast, "chain", 4),
             (Collective::AllToAll, "pairwise", 8),
-            (Collective::SendRecv, "ring", 2),
+            (Collective::SendRecv, "p2p", 2),
+            (Collective::ReduceScatter, "ring", 4),
         ] {
             let f = fit(coll, algo, p, &synth(coll, algo, p, &link)).unwrap();
             assert!(rel(f.alpha_us(), 3.5) < 1e-6, "{coll} {algo}: {f:?}");
@@ -277,7 +278,11 @@ mod tests {
         // Times of a ring all_reduce: 14 alpha + 1.75 n beta. The per-call
         // structure recovers 14 alpha as the latency and 1/beta as busbw.
         let link = LinkParams::from_gbps_us(100.0, 2.0);
-        let pts = synth(Collective::AllReduce, "ring", 8, &link);
+        let ring = crate::model::alpha_beta::ring_all_reduce(8);
+        let pts: Vec<(u64, f64)> = sizes()
+            .into_iter()
+            .map(|n| (n, ring.seconds(n as f64, &link)))
+            .collect();
         let f = fit(Collective::AllReduce, "auto", 8, &pts).unwrap();
         assert!(rel(f.alpha_us(), 28.0) < 1e-6, "{f:?}");
         assert!(rel(f.bandwidth_gbps().unwrap(), 100.0) < 1e-6);
@@ -326,7 +331,7 @@ mod tests {
         // Times that grow faster than linearly would want alpha < 0:
         // alpha is clamped to 0.
         let pts = [(1000, 1e-6), (1_000_000, 2e-3)];
-        let f = fit(Collective::SendRecv, "ring", 2, &pts).unwrap();
+        let f = fit(Collective::SendRecv, "p2p", 2, &pts).unwrap();
         assert!(f.alpha_s == 0.0 && f.beta_s_per_byte > 0.0, "{f:?}");
     }
 

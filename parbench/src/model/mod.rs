@@ -8,7 +8,7 @@
 //!
 //! - [`alpha_beta`]: the cost of each collective algorithm, [`predict`].
 //! - [`busbw`]: nccl-tests' algbw and busbw.
-//! - [`fit`]: the least-squares alpha-beta fit of measured times.
+//! - [`mod@fit`]: the least-squares alpha-beta fit of measured times.
 //! - [`tensor_parallel`]: Megatron's per-layer, per-token traffic.
 //! - [`bubble`]: pipeline bubble closed forms and microbatch counts.
 //! - [`presets`]: named transformer shapes.
