@@ -41,9 +41,10 @@ pub enum FitError {
         algo: String,
         world: usize,
     },
-    /// The structure has no latency and no bandwidth term (one rank).
-    #[error("nothing to fit: the algorithm moves no data on {world} rank(s)")]
-    NothingToFit { world: usize },
+    /// The structure has no latency and no bandwidth term (one rank: no
+    /// communication to explain).
+    #[error("nothing to fit: the algorithm sends no message (one rank?)")]
+    NothingToFit,
 }
 
 /// The result of a fit: the link's parameters and how well they explain
@@ -127,11 +128,7 @@ pub fn fit(
         })?;
         rows.push((t, bytes, seconds));
     }
-    let fit = fit_terms(&rows);
-    match fit {
-        Err(FitError::NothingToFit { .. }) => Err(FitError::NothingToFit { world: p }),
-        other => other,
-    }
+    fit_terms(&rows)
 }
 
 /// Fit points that each carry their own structure `(terms, bytes, seconds)`:
@@ -168,7 +165,7 @@ pub fn fit_terms(rows: &[(AlphaBetaTerms, u64, f64)]) -> Result<AlphaBetaFit, Fi
     let sa: f64 = ab.iter().map(|(a, _)| a).sum();
     let sb: f64 = ab.iter().map(|(_, b)| b).sum();
     if saa == 0.0 && sbb == 0.0 {
-        return Err(FitError::NothingToFit { world: 0 });
+        return Err(FitError::NothingToFit);
     }
     let objective = |alpha: f64, beta: f64| -> f64 {
         ab.iter()
@@ -209,7 +206,7 @@ pub fn fit_terms(rows: &[(AlphaBetaTerms, u64, f64)]) -> Result<AlphaBetaFit, Fi
         .map(|(al, be)| (objective(al, be), al, be))
         .min_by(|x, y| x.0.total_cmp(&y.0))
         .map(|(_, al, be)| (al, be))
-        .ok_or(FitError::NothingToFit { world: 0 })?;
+        .ok_or(FitError::NothingToFit)?;
 
     let rel: Vec<f64> = ab.iter().map(|(a, b)| a * alpha + b * beta - 1.0).collect();
     let rms_rel_err = (rel.iter().map(|r| r * r).sum::<f64>() / rel.len() as f64).sqrt();
@@ -362,7 +359,7 @@ mod tests {
         ));
         assert!(matches!(
             fit(c, "ring", 1, &[(8, 1e-5), (16, 2e-5)]),
-            Err(FitError::NothingToFit { world: 1 })
+            Err(FitError::NothingToFit)
         ));
         assert!(matches!(
             fit(c, "auto", 0, &[(8, 1e-5), (16, 2e-5)]),

@@ -78,6 +78,13 @@ pub struct TpTraffic {
 /// Layers of the worked example's model (80, hidden 8192: a 70B-class model).
 pub const WORKED_EXAMPLE_LAYERS: u64 = 80;
 
+/// The worked example's fast wire: 400 GB/s per GPU (NVLink class).
+pub const NVLINK_REFERENCE_GBPS: f64 = 400.0;
+
+/// The worked example's network: 25 GB/s per GPU (a 200 Gb/s NIC class),
+/// 16x slower than [`NVLINK_REFERENCE_GBPS`].
+pub const NETWORK_REFERENCE_GBPS: f64 = 25.0;
+
 impl TpTraffic {
     /// The worked example: TP = 8, batch 32, hidden 8192, fp16, decode
     /// (one token per sequence), no sequence parallelism. With
