@@ -56,6 +56,14 @@ fn join_or_spawn_runs_ranks_of_the_running_binary() {
     }
 }
 
+/// A launcher family: the `LaunchSource` it must be read as, its rank,
+/// world and local-rank variables, and the job-id variables it sets.
+type Family = (
+    &'static str,
+    [&'static str; 3],
+    &'static [(&'static str, &'static str)],
+);
+
 #[test]
 fn every_launcher_family_forms_a_job() {
     let name = "every_launcher_family_forms_a_job";
@@ -67,7 +75,7 @@ fn every_launcher_family_forms_a_job() {
         all_pairs(&mut tcp::connect(&info, TIMEOUT).unwrap());
         return;
     }
-    let families: [(&str, [&str; 3], &[(&str, &str)]); 4] = [
+    let families: [Family; 4] = [
         (
             "Torchrun",
             ["RANK", "WORLD_SIZE", "LOCAL_RANK"],
