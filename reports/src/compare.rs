@@ -78,8 +78,18 @@ impl Compared for CollectiveRow {
     fn figures(&self) -> Vec<Figure> {
         let noise = half_spread(self.time_min_us, self.time_max_us, self.time_us);
         vec![
-            Figure { name: "time_us", value: self.time_us, worse: Worse::Higher, noise },
-            Figure { name: "busbw_gbps", value: self.busbw_gbps, worse: Worse::Lower, noise },
+            Figure {
+                name: "time_us",
+                value: self.time_us,
+                worse: Worse::Higher,
+                noise,
+            },
+            Figure {
+                name: "busbw_gbps",
+                value: self.busbw_gbps,
+                worse: Worse::Lower,
+                noise,
+            },
         ]
     }
 }
@@ -91,10 +101,30 @@ impl Compared for LayerRow {
         let abs = (self.total_max_us - self.total_min_us) / 2.0;
         let rel = |v: f64| half_spread(0.0, 2.0 * abs, v);
         vec![
-            Figure { name: "total_us", value: self.total_us, worse: Worse::Higher, noise: rel(self.total_us) },
-            Figure { name: "compute_us", value: self.compute_us, worse: Worse::Higher, noise: rel(self.compute_us) },
-            Figure { name: "comm_us", value: self.comm_us, worse: Worse::Higher, noise: rel(self.comm_us) },
-            Figure { name: "per_token_us", value: self.per_token_us, worse: Worse::Higher, noise: rel(self.total_us) },
+            Figure {
+                name: "total_us",
+                value: self.total_us,
+                worse: Worse::Higher,
+                noise: rel(self.total_us),
+            },
+            Figure {
+                name: "compute_us",
+                value: self.compute_us,
+                worse: Worse::Higher,
+                noise: rel(self.compute_us),
+            },
+            Figure {
+                name: "comm_us",
+                value: self.comm_us,
+                worse: Worse::Higher,
+                noise: rel(self.comm_us),
+            },
+            Figure {
+                name: "per_token_us",
+                value: self.per_token_us,
+                worse: Worse::Higher,
+                noise: rel(self.total_us),
+            },
         ]
     }
 }
@@ -104,8 +134,18 @@ impl Compared for PipelineRow {
     fn figures(&self) -> Vec<Figure> {
         let noise = half_spread(self.step_min_us, self.step_max_us, self.step_us);
         vec![
-            Figure { name: "step_us", value: self.step_us, worse: Worse::Higher, noise },
-            Figure { name: "bubble_measured", value: self.bubble_measured, worse: Worse::HigherFraction, noise },
+            Figure {
+                name: "step_us",
+                value: self.step_us,
+                worse: Worse::Higher,
+                noise,
+            },
+            Figure {
+                name: "bubble_measured",
+                value: self.bubble_measured,
+                worse: Worse::HigherFraction,
+                noise,
+            },
         ]
     }
 }
@@ -155,13 +195,21 @@ impl Comparison {
 /// A figure aggregated over the rows sharing a key: the median, and noise
 /// from the rows' own spread and the spread of the repeats.
 fn aggregate(figs: &[Figure]) -> Option<(f64, f64)> {
-    let mut vals: Vec<f64> = figs.iter().map(|f| f.value).filter(|v| v.is_finite()).collect();
+    let mut vals: Vec<f64> = figs
+        .iter()
+        .map(|f| f.value)
+        .filter(|v| v.is_finite())
+        .collect();
     if vals.is_empty() {
         return None;
     }
     vals.sort_by(f64::total_cmp);
     let mid = vals.len() / 2;
-    let median = if vals.len() % 2 == 1 { vals[mid] } else { (vals[mid - 1] + vals[mid]) / 2.0 };
+    let median = if vals.len() % 2 == 1 {
+        vals[mid]
+    } else {
+        (vals[mid - 1] + vals[mid]) / 2.0
+    };
     let own = figs.iter().map(|f| f.noise).fold(0.0, f64::max);
     let first = figs.first().map(|f| f.worse).unwrap_or(Worse::Higher);
     let (lo, hi) = (vals[0], vals[vals.len() - 1]);
@@ -205,7 +253,9 @@ pub fn compare_rows<R: Compared>(base: &[R], cur: &[R], threshold: f64, out: &mu
                 figs.iter().filter_map(|f| f.get(i).cloned()).collect()
             };
             let (bf, cf) = (pick(&bfigs), pick(&cfigs));
-            let (Some(first), Some((bv, bn)), Some((cv, cn))) = (bf.first(), aggregate(&bf), aggregate(&cf)) else {
+            let (Some(first), Some((bv, bn)), Some((cv, cn))) =
+                (bf.first(), aggregate(&bf), aggregate(&cf))
+            else {
                 continue;
             };
             let by = worse_by(first.worse, bv, cv);
@@ -255,7 +305,15 @@ fn change_text(c: &Change, relative: f64) -> String {
 }
 
 fn changes_table(changes: &[&Change]) -> Table {
-    let mut t = Table::new(["suite / key", "figure", "baseline", "current", "change", "worse by", "noise"]);
+    let mut t = Table::new([
+        "suite / key",
+        "figure",
+        "baseline",
+        "current",
+        "change",
+        "worse by",
+        "noise",
+    ]);
     for c in changes {
         let value = |v: f64| match c.worse {
             Worse::HigherFraction => units::percent(v),
@@ -288,7 +346,13 @@ pub fn render(cmp: &Comparison, args: &CompareArgs) -> String {
     let same = cmp.changes.len() - regs.len() - imps.len();
     let md = args.markdown;
     let mut out = String::new();
-    let heading = |s: &str| if md { format!("\n### {s}\n\n") } else { format!("\n{s}\n") };
+    let heading = |s: &str| {
+        if md {
+            format!("\n### {s}\n\n")
+        } else {
+            format!("\n{s}\n")
+        }
+    };
     if md {
         out.push_str("## parbench: current run against the baseline\n\n");
     }
@@ -314,7 +378,10 @@ pub fn render(cmp: &Comparison, args: &CompareArgs) -> String {
         out.push_str(&table(changes_table(&imps)));
     }
     for (title, keys) in [
-        ("Only in the baseline (not measured now)", &cmp.only_baseline),
+        (
+            "Only in the baseline (not measured now)",
+            &cmp.only_baseline,
+        ),
         ("Only in the current run (new)", &cmp.only_current),
     ] {
         if !keys.is_empty() {
@@ -327,7 +394,9 @@ pub fn render(cmp: &Comparison, args: &CompareArgs) -> String {
         }
     }
     if cmp.changes.is_empty() {
-        out.push_str("No row of the current run matches a row of the baseline: nothing was compared.\n");
+        out.push_str(
+            "No row of the current run matches a row of the baseline: nothing was compared.\n",
+        );
     }
     out
 }
@@ -335,7 +404,10 @@ pub fn render(cmp: &Comparison, args: &CompareArgs) -> String {
 /// Runs `report compare`: exit 1 on a regression, 0 otherwise.
 pub fn run(args: &CompareArgs) -> Result<ExitCode> {
     if !(args.threshold.is_finite() && args.threshold >= 0.0) {
-        bail!("--threshold {}: a fraction at least 0 (0.05 = 5%)", args.threshold);
+        bail!(
+            "--threshold {}: a fraction at least 0 (0.05 = 5%)",
+            args.threshold
+        );
     }
     let base = load_source(&args.baseline, false)?;
     let cur = load_source(&args.current, false)?;
@@ -353,12 +425,18 @@ mod tests {
     use super::*;
 
     fn fig(value: f64, noise: f64) -> Figure {
-        Figure { name: "time_us", value, worse: Worse::Higher, noise }
+        Figure {
+            name: "time_us",
+            value,
+            worse: Worse::Higher,
+            noise,
+        }
     }
 
     #[test]
     fn repeats_add_their_spread() {
-        let (median, noise) = aggregate(&[fig(100.0, 0.01), fig(110.0, 0.01), fig(90.0, 0.0)]).unwrap();
+        let (median, noise) =
+            aggregate(&[fig(100.0, 0.01), fig(110.0, 0.01), fig(90.0, 0.0)]).unwrap();
         assert_eq!(median, 100.0);
         assert!((noise - 0.1).abs() < 1e-12, "{noise}");
     }

@@ -153,7 +153,11 @@ mod tests {
 
     #[test]
     fn labels_are_unique() {
-        let dirs = [PathBuf::from("a/x/shm"), PathBuf::from("b/x/shm"), PathBuf::from("tcp")];
+        let dirs = [
+            PathBuf::from("a/x/shm"),
+            PathBuf::from("b/x/shm"),
+            PathBuf::from("tcp"),
+        ];
         assert_eq!(unique_labels(&dirs), ["a/x/shm", "b/x/shm", "tcp"]);
         let dirs = [PathBuf::from("r/shm"), PathBuf::from("r/tcp")];
         assert_eq!(unique_labels(&dirs), ["shm", "tcp"]);

@@ -20,7 +20,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "report", version, about = "Reports on parbench results: the model's tables, an HTML report, and baseline comparison")]
+#[command(
+    name = "report",
+    version,
+    about = "Reports on parbench results: the model's tables, an HTML report, and baseline comparison"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -57,7 +61,11 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Model(args) => model_cmd::run(&args).map(|()| ExitCode::SUCCESS),
-        Command::Html { dirs, output, title } => html::run(&dirs, &output, &title).map(|()| ExitCode::SUCCESS),
+        Command::Html {
+            dirs,
+            output,
+            title,
+        } => html::run(&dirs, &output, &title).map(|()| ExitCode::SUCCESS),
         Command::Compare(args) => compare::run(&args),
     };
     match result {

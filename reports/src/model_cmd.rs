@@ -59,8 +59,12 @@ pub fn run(a: &ModelArgs) -> Result<()> {
 }
 
 fn check(a: &ModelArgs) -> Result<u64> {
-    let dtype = predict::dtype_bytes(&a.dtype)
-        .ok_or_else(|| anyhow!("--dtype {}: unknown type (fp16, bf16, fp32, fp64, ...)", a.dtype))?;
+    let dtype = predict::dtype_bytes(&a.dtype).ok_or_else(|| {
+        anyhow!(
+            "--dtype {}: unknown type (fp16, bf16, fp32, fp64, ...)",
+            a.dtype
+        )
+    })?;
     if a.batch == 0 || a.seq == 0 || a.hidden == 0 || a.layers == 0 {
         bail!("--batch, --seq, --hidden and --layers must be at least 1");
     }
@@ -93,7 +97,11 @@ pub fn render(a: &ModelArgs) -> Result<String> {
         "Tensor-parallel traffic, forward pass: batch {} x seq {} x hidden {}, {} ({} B), {} layers, TP={}\n\n",
         a.batch, a.seq, a.hidden, a.dtype, dtype, a.layers, a.tp
     ));
-    let mut t = Table::new(["figure", "rule of thumb (2x)", &format!("exact ring 2(t-1)/t = {}", units::sig3(tr.ring_factor))]);
+    let mut t = Table::new([
+        "figure",
+        "rule of thumb (2x)",
+        &format!("exact ring 2(t-1)/t = {}", units::sig3(tr.ring_factor)),
+    ]);
     // MiB, as the worked example counts (0.5 MB = 2^19 B), with the exact bytes.
     let size = |b: f64| format!("{:.3} MiB ({:.0} B)", b / 1048576.0, b);
     t.row([
@@ -118,17 +126,27 @@ pub fn render(a: &ModelArgs) -> Result<String> {
     ]);
     let at = |bytes: f64, gbps: f64| format!("{:.3} ms", bytes / (gbps * 1e9) * 1e3);
     t.row([
-        format!("time per token step at {} GB/s (intra)", units::sig3(a.intra)),
+        format!(
+            "time per token step at {} GB/s (intra)",
+            units::sig3(a.intra)
+        ),
         at(tr.approx_total(), a.intra),
         at(tr.exact_total(), a.intra),
     ]);
     t.row([
-        format!("time per token step at {} GB/s (inter)", units::sig3(a.inter)),
+        format!(
+            "time per token step at {} GB/s (inter)",
+            units::sig3(a.inter)
+        ),
         at(tr.approx_total(), a.inter),
         at(tr.exact_total(), a.inter),
     ]);
     let ratio = format!("{}x", units::sig3(a.intra / a.inter));
-    t.row(["network over intra-node time".to_string(), ratio.clone(), ratio]);
+    t.row([
+        "network over intra-node time".to_string(),
+        ratio.clone(),
+        ratio,
+    ]);
     out.push_str(&t.text());
     out.push_str(
         "Bandwidth terms only (alpha = 0); training adds 2 all-reduces per layer backward.\n\n",

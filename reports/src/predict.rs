@@ -94,7 +94,11 @@ pub fn fit(collective: &str, world: usize, points: &[(f64, f64)]) -> Option<Fit>
     Some(Fit {
         link: Link {
             alpha_us: a / steps,
-            gbps: if beta_us_per_byte > 0.0 { 1e-3 / beta_us_per_byte } else { f64::INFINITY },
+            gbps: if beta_us_per_byte > 0.0 {
+                1e-3 / beta_us_per_byte
+            } else {
+                f64::INFINITY
+            },
         },
         rms_rel_err: err,
         points: pts.len(),
@@ -118,10 +122,26 @@ pub struct Shape {
 /// The model presets the capacity table sizes.
 pub fn presets() -> Vec<Shape> {
     vec![
-        Shape { name: "gpt3-175b (96 x 12288)".into(), layers: 96, hidden: 12288 },
-        Shape { name: "llama-70b (80 x 8192)".into(), layers: 80, hidden: 8192 },
-        Shape { name: "llama-13b (40 x 5120)".into(), layers: 40, hidden: 5120 },
-        Shape { name: "llama-7b (32 x 4096)".into(), layers: 32, hidden: 4096 },
+        Shape {
+            name: "gpt3-175b (96 x 12288)".into(),
+            layers: 96,
+            hidden: 12288,
+        },
+        Shape {
+            name: "llama-70b (80 x 8192)".into(),
+            layers: 80,
+            hidden: 8192,
+        },
+        Shape {
+            name: "llama-13b (40 x 5120)".into(),
+            layers: 40,
+            hidden: 5120,
+        },
+        Shape {
+            name: "llama-7b (32 x 4096)".into(),
+            layers: 32,
+            hidden: 4096,
+        },
     ]
 }
 
@@ -155,7 +175,14 @@ impl TpTraffic {
 }
 
 /// The forward tensor-parallel traffic of a model of `layers` layers.
-pub fn tp_traffic(batch: u64, seq: u64, hidden: u64, layers: u64, tp: usize, dtype_bytes: u64) -> TpTraffic {
+pub fn tp_traffic(
+    batch: u64,
+    seq: u64,
+    hidden: u64,
+    layers: u64,
+    tp: usize,
+    dtype_bytes: u64,
+) -> TpTraffic {
     let t = tp as f64;
     TpTraffic {
         bytes_per_call: (batch * seq * hidden * dtype_bytes) as f64,

@@ -64,7 +64,11 @@ impl Table {
         let cell = |c: &str| c.replace('|', "\\|");
         let mut out = format!(
             "| {} |\n|{}\n",
-            self.header.iter().map(|h| cell(h)).collect::<Vec<_>>().join(" | "),
+            self.header
+                .iter()
+                .map(|h| cell(h))
+                .collect::<Vec<_>>()
+                .join(" | "),
             self.header
                 .iter()
                 .enumerate()
@@ -91,7 +95,9 @@ mod tests {
         t.row(["a|b", "1.0"]);
         t.row(["long name", "10.25"]);
         let text = t.text();
-        assert!(text.contains("a|b         1.0\n"), "{text}");
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[2], "a|b          1.0", "{text}");
+        assert_eq!(lines[3], "long name  10.25", "{text}");
         assert!(t.markdown().contains("| a\\|b | 1.0 |"));
     }
 }

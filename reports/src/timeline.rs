@@ -188,14 +188,22 @@ pub fn parse_timeline(text: &str, name: &str) -> Result<Timeline> {
                     );
                 };
                 if !ts.is_finite() || !dur.is_finite() || dur < 0.0 {
-                    bail!("{name}: traceEvents[{i}] ({:?}) has ts {ts}, dur {dur}", ev.name);
+                    bail!(
+                        "{name}: traceEvents[{i}] ({:?}) has ts {ts}, dur {dur}",
+                        ev.name
+                    );
                 }
-                tracks.entry(pid).or_default().entry(tid).or_default().push(Slice {
-                    kind: ActionKind::of(&ev.name),
-                    name: ev.name.clone(),
-                    start_us: ts,
-                    dur_us: dur,
-                });
+                tracks
+                    .entry(pid)
+                    .or_default()
+                    .entry(tid)
+                    .or_default()
+                    .push(Slice {
+                        kind: ActionKind::of(&ev.name),
+                        name: ev.name.clone(),
+                        start_us: ts,
+                        dur_us: dur,
+                    });
             }
             _ => {}
         }
@@ -267,8 +275,13 @@ mod tests {
         let err = parse_timeline("[{\"ph\":\"X\",\"name\":\"0F0\",\"ts\":1}]", "t.json")
             .unwrap_err()
             .to_string();
-        assert!(err.contains("t.json") && err.contains("without ts or dur"), "{err}");
-        let err = parse_timeline("{\"traceEvents\": []}", "t.json").unwrap_err().to_string();
+        assert!(
+            err.contains("t.json") && err.contains("without ts or dur"),
+            "{err}"
+        );
+        let err = parse_timeline("{\"traceEvents\": []}", "t.json")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("no complete"), "{err}");
     }
 }

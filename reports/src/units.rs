@@ -42,6 +42,36 @@ pub fn micros(us: f64) -> String {
     }
 }
 
+/// A number with up to three significant figures and no trailing zeros
+/// (axis ticks: 1, 2.5, 10, 0.125).
+pub fn short(v: f64) -> String {
+    if !v.is_finite() {
+        return "-".into();
+    }
+    if v == 0.0 {
+        return "0".into();
+    }
+    let digits = (2 - v.abs().log10().floor() as i32).max(0) as usize;
+    let s = format!("{v:.digits$}");
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
+    }
+}
+
+/// Microseconds for an axis tick: `1 us`, `250 us`, `2.5 ms`, `1 s`.
+pub fn micros_tick(us: f64) -> String {
+    let a = us.abs();
+    if a >= 1e6 {
+        format!("{} s", short(us / 1e6))
+    } else if a >= 1e3 {
+        format!("{} ms", short(us / 1e3))
+    } else {
+        format!("{} us", short(us))
+    }
+}
+
 /// A fraction as a percentage with one decimal.
 pub fn percent(f: f64) -> String {
     if f.is_finite() {
@@ -91,5 +121,10 @@ mod tests {
         assert_eq!(micros(6400.0), "6.400 ms");
         assert_eq!(percent(0.75), "75.0%");
         assert_eq!(sig3(0.4), "0.400");
+        assert_eq!(micros_tick(1000.0), "1 ms");
+        assert_eq!(micros_tick(2500.0), "2.5 ms");
+        assert_eq!(micros_tick(10.0), "10 us");
+        assert_eq!(short(12.5), "12.5");
+        assert_eq!(short(0.125), "0.125");
     }
 }

@@ -31,11 +31,20 @@ pub fn stacked_bars(bars: &Bars, width: u32, height: u32) -> Result<String, Stri
     if n == 0 || bars.stacks.is_empty() {
         return Err("no bars to draw".into());
     }
-    let value = |s: &BarStack, i: usize| s.values.get(i).copied().filter(|v| v.is_finite() && *v > 0.0);
+    let value = |s: &BarStack, i: usize| {
+        s.values
+            .get(i)
+            .copied()
+            .filter(|v| v.is_finite() && *v > 0.0)
+    };
     let top = (0..n)
         .map(|i| {
             let stacked: f64 = bars.stacks.iter().filter_map(|s| value(s, i)).sum();
-            let marked = bars.markers.iter().filter_map(|s| value(s, i)).fold(0.0, f64::max);
+            let marked = bars
+                .markers
+                .iter()
+                .filter_map(|s| value(s, i))
+                .fold(0.0, f64::max);
             stacked.max(marked)
         })
         .fold(0.0, f64::max);
@@ -49,7 +58,7 @@ pub fn stacked_bars(bars: &Bars, width: u32, height: u32) -> Result<String, Stri
         let (plot, legend) = root.split_horizontally(width.saturating_sub(LEGEND_W));
         let keys: Vec<f64> = (0..n).map(|i| i as f64).collect();
         let mut c = ChartBuilder::on(&plot)
-            .caption(&bars.title, (FONT, 17).into_font())
+            .caption(&bars.title, (FONT, 22).into_font())
             .margin(12)
             .x_label_area_size(40)
             .y_label_area_size(72)
@@ -66,9 +75,9 @@ pub fn stacked_bars(bars: &Bars, width: u32, height: u32) -> Result<String, Stri
                     String::new()
                 }
             })
-            .y_label_formatter(&|v| units::micros(*v))
-            .label_style((FONT, 12).into_font())
-            .axis_desc_style((FONT, 13).into_font())
+            .y_label_formatter(&|v| units::micros_tick(*v))
+            .label_style((FONT, 15).into_font())
+            .axis_desc_style((FONT, 16).into_font())
             .bold_line_style(RGBColor(225, 225, 225).stroke_width(1))
             .light_line_style(WHITE.mix(0.0))
             .disable_x_mesh()

@@ -34,8 +34,8 @@ impl Axis {
         match self {
             Axis::Log2Bytes => units::bytes(2f64.powf(x).round()),
             Axis::Log2Count => format!("{}", 2f64.powf(x).round()),
-            Axis::Log10Micros => units::micros(10f64.powf(x)),
-            Axis::Linear => units::sig3(x),
+            Axis::Log10Micros => units::micros_tick(10f64.powf(x)),
+            Axis::Linear => units::short(x),
             Axis::Fraction => format!("{:.0}%", x * 100.0),
         }
     }
@@ -66,9 +66,15 @@ impl Axis {
             }
             Axis::Linear | Axis::Fraction => {
                 let hi = if hi > 0.0 { hi * 1.1 } else { 1.0 };
-                let hi = if self == Axis::Fraction { hi.min(1.0).max(0.05) } else { hi };
+                let hi = if self == Axis::Fraction {
+                    hi.min(1.0).max(0.05)
+                } else {
+                    hi
+                };
                 let step = nice_step(hi / 6.0);
-                let pts = (0..=((hi / step).floor() as usize)).map(|i| i as f64 * step).collect();
+                let pts = (0..=((hi / step).floor() as usize))
+                    .map(|i| i as f64 * step)
+                    .collect();
                 (0.0, hi, pts)
             }
         }
@@ -177,7 +183,7 @@ pub fn line_chart(chart: &LineChart, width: u32, height: u32) -> Result<String, 
         root.fill(&WHITE).map_err(err)?;
         let (plot, legend) = root.split_horizontally(width.saturating_sub(LEGEND_W));
         let mut c = ChartBuilder::on(&plot)
-            .caption(&chart.title, (FONT, 17).into_font())
+            .caption(&chart.title, (FONT, 22).into_font())
             .margin(12)
             .x_label_area_size(48)
             .y_label_area_size(72)
@@ -192,8 +198,8 @@ pub fn line_chart(chart: &LineChart, width: u32, height: u32) -> Result<String, 
             .y_desc(chart.y_desc.as_str())
             .x_label_formatter(&|v| xa.label(*v))
             .y_label_formatter(&|v| ya.label(*v))
-            .label_style((FONT, 12).into_font())
-            .axis_desc_style((FONT, 13).into_font())
+            .label_style((FONT, 15).into_font())
+            .axis_desc_style((FONT, 16).into_font())
             .bold_line_style(RGBColor(225, 225, 225).stroke_width(1))
             .light_line_style(WHITE.mix(0.0))
             .draw()
@@ -204,7 +210,8 @@ pub fn line_chart(chart: &LineChart, width: u32, height: u32) -> Result<String, 
             let style = col.stroke_width(2);
             match s.line {
                 LineStyle::Solid => {
-                    c.draw_series(LineSeries::new(pts.iter().copied(), style)).map_err(err)?;
+                    c.draw_series(LineSeries::new(pts.iter().copied(), style))
+                        .map_err(err)?;
                 }
                 LineStyle::Dashed => {
                     c.draw_series(DashedLineSeries::new(pts.iter().copied(), 7, 5, style))
@@ -252,7 +259,9 @@ pub fn line_chart(chart: &LineChart, width: u32, height: u32) -> Result<String, 
 }
 
 fn extent(values: impl Iterator<Item = f64>) -> (f64, f64) {
-    values.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| (lo.min(v), hi.max(v)))
+    values.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
+        (lo.min(v), hi.max(v))
+    })
 }
 
 #[cfg(test)]
@@ -282,7 +291,10 @@ mod tests {
         let svg = line_chart(&chart("<script>&"), 900, 400).unwrap();
         assert!(svg.starts_with("<svg"), "{}", &svg[..40]);
         for label in ["8 B", "1 KiB", "1 MiB", "64 MiB"] {
-            assert!(svg.contains(&format!(">{label}<")), "no {label} label");
+            assert!(
+                svg.contains(&format!(">\n{label}\n</text>")),
+                "no {label} label"
+            );
         }
         assert!(svg.contains("&lt;script&gt;&amp;"));
         assert!(!svg.contains("<script>"));

@@ -34,7 +34,7 @@ pub fn color(i: usize) -> RGBColor {
 }
 
 /// Width of the legend column at the right of each chart, pixels.
-pub const LEGEND_W: u32 = 250;
+pub const LEGEND_W: u32 = 280;
 const FONT: &str = "sans-serif";
 
 /// One line of a legend: a sample of the line or marker and its label.
@@ -55,21 +55,24 @@ pub(crate) fn draw_legend(
     entries: &[LegendEntry],
 ) -> Result<(), String> {
     let err = |e: DrawingAreaErrorKind<std::io::Error>| e.to_string();
-    let text = TextStyle::from((FONT, 13).into_font()).color(&BLACK);
+    let text = TextStyle::from((FONT, 16).into_font()).color(&BLACK);
     let mut y = 46;
     if !title.is_empty() {
         area.draw(&Text::new(
             title.to_string(),
             (8, y - 18),
-            TextStyle::from((FONT, 13).into_font().style(FontStyle::Bold)).color(&BLACK),
+            TextStyle::from((FONT, 16).into_font().style(FontStyle::Bold)).color(&BLACK),
         ))
         .map_err(err)?;
     }
     for e in entries {
         let (x0, x1, ym) = (8, 38, y + 6);
         if e.swatch {
-            area.draw(&Rectangle::new([(x0 + 6, y), (x1 - 6, y + 12)], e.color.filled()))
-                .map_err(err)?;
+            area.draw(&Rectangle::new(
+                [(x0 + 6, y), (x1 - 6, y + 12)],
+                e.color.filled(),
+            ))
+            .map_err(err)?;
         } else {
             let style = e.color.stroke_width(2);
             match e.line {
@@ -96,15 +99,16 @@ pub(crate) fn draw_legend(
         if label.chars().count() > 34 {
             label = label.chars().take(33).collect::<String>() + "…";
         }
-        area.draw(&Text::new(label, (x1 + 8, y), text.clone())).map_err(err)?;
-        y += 20;
+        area.draw(&Text::new(label, (x1 + 8, y), text.clone()))
+            .map_err(err)?;
+        y += 22;
     }
     Ok(())
 }
 
 /// Pixel height a legend of `n` entries needs.
 pub(crate) fn legend_height(n: usize) -> u32 {
-    60 + 20 * n as u32
+    70 + 22 * n as u32
 }
 
 /// Key points for a log2 axis from 2^lo to 2^hi: both ends and the powers
@@ -112,7 +116,10 @@ pub(crate) fn legend_height(n: usize) -> u32 {
 pub(crate) fn log2_key_points(lo: f64, hi: f64) -> Vec<f64> {
     let (lo_i, hi_i) = (lo.ceil() as i64, hi.floor() as i64);
     let span = (hi_i - lo_i).max(0);
-    let step = [1, 2, 5, 10].into_iter().find(|s| span / s <= 11).unwrap_or(10);
+    let step = [1, 2, 5, 10]
+        .into_iter()
+        .find(|s| span / s <= 11)
+        .unwrap_or(10);
     let mut pts: Vec<f64> = vec![lo_i as f64];
     let mut k = lo_i + 1;
     while k < hi_i {
@@ -138,7 +145,10 @@ mod tests {
         assert_eq!(pts.last(), Some(&26.0));
         assert!(pts.contains(&10.0) && pts.contains(&20.0), "{pts:?}");
         assert!(pts.len() <= 14, "{pts:?}");
-        assert_eq!(log2_key_points(0.0, 5.0), vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
+        assert_eq!(
+            log2_key_points(0.0, 5.0),
+            vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+        );
     }
 }
 

@@ -28,7 +28,9 @@ pub fn kind_color(kind: ActionKind) -> RGBColor {
 pub fn timeline_chart(t: &TimelineChart, width: u32) -> Result<String, String> {
     let slices = || t.lanes.iter().flat_map(|l| l.slices.iter());
     let start = slices().map(|s| s.start_us).fold(f64::INFINITY, f64::min);
-    let end = slices().map(|s| s.start_us + s.dur_us).fold(f64::NEG_INFINITY, f64::max);
+    let end = slices()
+        .map(|s| s.start_us + s.dur_us)
+        .fold(f64::NEG_INFINITY, f64::max);
     if !start.is_finite() || !end.is_finite() {
         return Err("no actions to draw".into());
     }
@@ -46,7 +48,7 @@ pub fn timeline_chart(t: &TimelineChart, width: u32) -> Result<String, String> {
         let (plot, legend) = root.split_horizontally(width.saturating_sub(LEGEND_W));
         let lane_keys: Vec<f64> = (0..n).map(|i| i as f64 + 0.5).collect();
         let mut c = ChartBuilder::on(&plot)
-            .caption(&t.title, (FONT, 15).into_font())
+            .caption(&t.title, (FONT, 20).into_font())
             .margin(10)
             .x_label_area_size(40)
             .y_label_area_size(72)
@@ -64,9 +66,9 @@ pub fn timeline_chart(t: &TimelineChart, width: u32) -> Result<String, String> {
                     String::new()
                 }
             })
-            .x_label_formatter(&|v| format!("{v:.3}"))
-            .label_style((FONT, 12).into_font())
-            .axis_desc_style((FONT, 13).into_font())
+            .x_label_formatter(&|v| crate::units::short(*v))
+            .label_style((FONT, 15).into_font())
+            .axis_desc_style((FONT, 16).into_font())
             .bold_line_style(RGBColor(230, 230, 230).stroke_width(1))
             .light_line_style(WHITE.mix(0.0))
             .disable_y_mesh()
@@ -89,16 +91,16 @@ pub fn timeline_chart(t: &TimelineChart, width: u32) -> Result<String, String> {
                 )))
                 .map_err(err)?;
                 let px = plot_px * (x1 - x0) / span_ms;
-                if px >= 7.5 * s.name.chars().count() as f64 + 4.0 {
+                if px >= 8.0 * s.name.chars().count() as f64 + 4.0 {
                     c.draw_series(std::iter::once(Text::new(
                         s.name.clone(),
                         (x0 + (x1 - x0) * 0.5, y + 0.5),
-                        TextStyle::from((FONT, 11).into_font())
-                            .color(&WHITE)
-                            .pos(plotters::style::text_anchor::Pos::new(
+                        TextStyle::from((FONT, 13).into_font()).color(&WHITE).pos(
+                            plotters::style::text_anchor::Pos::new(
                                 plotters::style::text_anchor::HPos::Center,
                                 plotters::style::text_anchor::VPos::Center,
-                            )),
+                            ),
+                        ),
                     )))
                     .map_err(err)?;
                 }

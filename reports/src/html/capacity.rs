@@ -11,7 +11,10 @@ use crate::units;
 
 /// Reference wires: NVLink-class inside a node and a 200 Gb/s-class
 /// network, bandwidth terms only (alpha 0), as the worked example uses.
-const REFERENCES: [(&str, f64); 2] = [("reference NVLink 400 GB/s", 400.0), ("reference network 25 GB/s", 25.0)];
+const REFERENCES: [(&str, f64); 2] = [
+    ("reference NVLink 400 GB/s", 400.0),
+    ("reference network 25 GB/s", 25.0),
+];
 /// The decode step of the worked example: 32 sequences, one token each, fp16.
 const BATCH: u64 = 32;
 const SEQ: u64 = 1;
@@ -43,7 +46,10 @@ fn wires(sources: &[Source]) -> Vec<Wire> {
         .collect();
     out.extend(REFERENCES.iter().map(|(name, gbps)| Wire {
         name: name.to_string(),
-        link: Link { alpha_us: 0.0, gbps: *gbps },
+        link: Link {
+            alpha_us: 0.0,
+            gbps: *gbps,
+        },
         measured: false,
     }));
     out
@@ -77,26 +83,48 @@ pub fn section(sources: &[Source]) -> String {
                 num(units::micros(w.link.alpha_us)),
                 num(units::sig3(w.link.gbps)),
             ];
-            r.extend(presets.iter().map(|p| num(units::micros(per_token_us(p, w.link, 8)))));
+            r.extend(
+                presets
+                    .iter()
+                    .map(|p| num(units::micros(per_token_us(p, w.link, 8)))),
+            );
             r
         })
         .collect();
     let header_refs: Vec<&str> = header.iter().map(String::as_str).collect();
     body.push_str(&page::table(&header_refs, &rows));
-    if let Some(shape) = presets.iter().find(|p| p.layers == 80 && p.hidden == 8192).or(presets.first()) {
+    if let Some(shape) = presets
+        .iter()
+        .find(|p| p.layers == 80 && p.hidden == 8192)
+        .or(presets.first())
+    {
         let series = wires
             .iter()
             .enumerate()
             .map(|(i, w)| Series {
                 label: w.name.clone(),
                 color: i,
-                line: if w.measured { LineStyle::Solid } else { LineStyle::Dashed },
-                marker: if w.measured { Marker::Circle } else { Marker::None },
-                points: TP_DEGREES.iter().map(|&t| (t as f64, per_token_us(shape, w.link, t))).collect(),
+                line: if w.measured {
+                    LineStyle::Solid
+                } else {
+                    LineStyle::Dashed
+                },
+                marker: if w.measured {
+                    Marker::Circle
+                } else {
+                    Marker::None
+                },
+                points: TP_DEGREES
+                    .iter()
+                    .map(|&t| (t as f64, per_token_us(shape, w.link, t)))
+                    .collect(),
             })
             .collect();
         let chart = LineChart {
-            title: format!("{}: tensor-parallel communication per token step", shape.name),
+            title: format!(
+                "{}: tensor-parallel communication per token step",
+                shape.name
+            ),
             x_desc: "tensor-parallel degree".into(),
             y_desc: "communication per token step (log10)".into(),
             x: Axis::Log2Count,
@@ -107,7 +135,10 @@ pub fn section(sources: &[Source]) -> String {
         body.push_str(&page::figure(
             "capacity-chart",
             charts::line_chart(&chart, CHART_W, CHART_H),
-            &format!("{}: communication per token step against TP degree on each wire.", shape.name),
+            &format!(
+                "{}: communication per token step against TP degree on each wire.",
+                shape.name
+            ),
         ));
     }
     page::section("capacity", "Capacity planning", &body)

@@ -47,7 +47,20 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// The identity of a curve (everything but the size).
-fn curve_key(source: &str, r: &CollectiveRow) -> (String, String, String, String, usize, String, String, i64, bool) {
+fn curve_key(
+    source: &str,
+    r: &CollectiveRow,
+) -> (
+    String,
+    String,
+    String,
+    String,
+    usize,
+    String,
+    String,
+    i64,
+    bool,
+) {
     (
         source.to_string(),
         r.collective.clone(),
@@ -123,7 +136,11 @@ fn labels(curves: &[&Curve]) -> Vec<String> {
             c.row.algo.clone(),
             format!("np{}", c.row.world),
             format!("{} {}", c.row.dtype, c.row.op),
-            if c.row.in_place { "in-place".into() } else { String::new() },
+            if c.row.in_place {
+                "in-place".into()
+            } else {
+                String::new()
+            },
         ]
     };
     let all: Vec<Vec<String>> = curves.iter().map(|c| fields(c)).collect();
@@ -170,7 +187,13 @@ fn busbw_chart(collective: &str, curves: &[&Curve], names: &[String]) -> LineCha
                 points: model,
             });
         }
-        let ceiling = median(c.by_size.iter().map(|p| p.ceiling).filter(|v| *v > 0.0).collect());
+        let ceiling = median(
+            c.by_size
+                .iter()
+                .map(|p| p.ceiling)
+                .filter(|v| *v > 0.0)
+                .collect(),
+        );
         if ceiling.is_finite() && ceiling > 0.0 {
             let (lo, hi) = (
                 c.by_size.first().map_or(1.0, |p| p.bytes),
@@ -237,7 +260,13 @@ fn fit_rows(curves: &[&Curve], names: &[String]) -> Vec<Vec<Cell>> {
                 .iter()
                 .filter(|p| p.busbw.is_finite())
                 .max_by(|a, b| a.busbw.total_cmp(&b.busbw));
-            let ceiling = median(c.by_size.iter().map(|p| p.ceiling).filter(|v| *v > 0.0).collect());
+            let ceiling = median(
+                c.by_size
+                    .iter()
+                    .map(|p| p.ceiling)
+                    .filter(|v| *v > 0.0)
+                    .collect(),
+            );
             let first = c.by_size.first();
             let wrong: u64 = c.by_size.iter().map(|p| p.wrong).sum();
             vec![
@@ -249,15 +278,28 @@ fn fit_rows(curves: &[&Curve], names: &[String]) -> Vec<Vec<Cell>> {
                 num(peak.map_or("-".into(), |p| {
                     format!("{} at {}", units::sig3(p.busbw), units::bytes(p.bytes))
                 })),
-                num(if ceiling.is_finite() { units::sig3(ceiling) } else { "-".into() }),
+                num(if ceiling.is_finite() {
+                    units::sig3(ceiling)
+                } else {
+                    "-".into()
+                }),
                 num(match peak {
                     Some(p) if ceiling > 0.0 => units::percent(p.busbw / ceiling),
                     _ => "-".into(),
                 }),
                 num(first.map_or("-".into(), |p| {
-                    format!("{} / {} at {}", units::micros(p.p50), units::micros(p.p99), units::bytes(p.bytes))
+                    format!(
+                        "{} / {} at {}",
+                        units::micros(p.p50),
+                        units::micros(p.p99),
+                        units::bytes(p.bytes)
+                    )
                 })),
-                if wrong > 0 { Cell::Bad(wrong.to_string()) } else { num("0") },
+                if wrong > 0 {
+                    Cell::Bad(wrong.to_string())
+                } else {
+                    num("0")
+                },
             ]
         })
         .collect()
@@ -278,7 +320,10 @@ pub fn section(sources: &[Source]) -> String {
     );
     let mut by_collective: BTreeMap<&str, Vec<&Curve>> = BTreeMap::new();
     for c in &all {
-        by_collective.entry(c.row.collective.as_str()).or_default().push(c);
+        by_collective
+            .entry(c.row.collective.as_str())
+            .or_default()
+            .push(c);
     }
     let mut fits = Vec::new();
     for (collective, curves) in &by_collective {

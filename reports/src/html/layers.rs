@@ -16,7 +16,11 @@ fn config_name(source: &str, r: &LayerRow) -> String {
         r.wire,
         r.mode,
         if r.decode { "decode" } else { "prefill" },
-        if r.seq_parallel { " sequence-parallel" } else { "" },
+        if r.seq_parallel {
+            " sequence-parallel"
+        } else {
+            ""
+        },
         r.preset,
         r.hidden,
         r.heads,
@@ -75,7 +79,13 @@ pub fn section(sources: &[Source]) -> String {
                 color: 7,
                 values: rows
                     .iter()
-                    .map(|r| if r.tp > 1 { r.compute_us + r.comm_model_us } else { f64::NAN })
+                    .map(|r| {
+                        if r.tp > 1 {
+                            r.compute_us + r.comm_model_us
+                        } else {
+                            f64::NAN
+                        }
+                    })
                     .collect(),
             }],
             legend_title: String::new(),
@@ -93,7 +103,11 @@ pub fn section(sources: &[Source]) -> String {
                     num(units::micros(r.compute_us)),
                     num(units::micros(r.comm_us)),
                     num(units::micros(r.comm_model_us)),
-                    num(if r.comm_model_us > 0.0 { format!("{}x", units::sig3(r.comm_us / r.comm_model_us)) } else { "-".into() }),
+                    num(if r.comm_model_us > 0.0 {
+                        format!("{}x", units::sig3(r.comm_us / r.comm_model_us))
+                    } else {
+                        "-".into()
+                    }),
                     num(units::micros(r.total_us)),
                     num(units::micros(r.per_token_us)),
                     num(units::bytes(r.bytes_per_call as f64)),

@@ -60,7 +60,10 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "report.html".into());
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "report.html".into());
     let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
     let result = (|| -> std::io::Result<()> {
         let mut f = std::fs::File::create(&tmp)?;
@@ -79,6 +82,10 @@ pub fn run(dirs: &[PathBuf], output: &Path, title: &str) -> Result<()> {
     let sources = load_sources(dirs, true)?;
     let html = render(&sources, title);
     write_atomic(output, html.as_bytes())?;
-    eprintln!("report: wrote {} ({} KiB)", output.display(), html.len() / 1024);
+    eprintln!(
+        "report: wrote {} ({} KiB)",
+        output.display(),
+        html.len() / 1024
+    );
     Ok(())
 }

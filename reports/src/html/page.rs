@@ -31,7 +31,7 @@ th, td { padding: 4px 10px; border-bottom: 1px solid #e7eaf0; text-align: right;
 th { background: #f0f2f6; font-weight: 600; }
 th:first-child, td:first-child { text-align: left; }
 tbody tr:nth-child(even) { background: #fafbfc; }
-td.text { text-align: left; white-space: normal; max-width: 420px; word-break: break-word; }
+td.text { text-align: left; white-space: normal; min-width: 140px; max-width: 420px; word-break: break-word; }
 td.bad { color: #b00020; font-weight: 600; }
 .scroll { overflow-x: auto; }
 code { background: #f0f2f6; padding: 1px 4px; border-radius: 3px; }

@@ -36,7 +36,10 @@ fn bubble_chart(rows: &[&PipelineRow]) -> LineChart {
     for (i, (name, mut rs)) in by_schedule.into_iter().enumerate() {
         rs.sort_by_key(|r| r.microbatches);
         let pts = |f: fn(&PipelineRow) -> f64| -> Vec<(f64, f64)> {
-            rs.iter().map(|r| (r.microbatches as f64, f(r))).filter(|p| p.1.is_finite()).collect()
+            rs.iter()
+                .map(|r| (r.microbatches as f64, f(r)))
+                .filter(|p| p.1.is_finite())
+                .collect()
         };
         series.push(Series {
             label: format!("{name} measured"),
@@ -80,12 +83,23 @@ fn run_table(rows: &[&PipelineRow]) -> String {
                 num(r.stages.to_string()),
                 num(r.microbatches.to_string()),
                 num(units::micros(r.step_us)),
-                num(format!("{} .. {}", units::micros(r.step_min_us), units::micros(r.step_max_us))),
+                num(format!(
+                    "{} .. {}",
+                    units::micros(r.step_min_us),
+                    units::micros(r.step_max_us)
+                )),
                 num(units::percent(r.bubble_measured)),
                 num(units::percent(r.bubble_simulated)),
                 num(units::percent(r.bubble_formula)),
-                num(format!("{:+.1} pt", (r.bubble_measured - r.bubble_simulated) * 100.0)),
-                num(format!("{} ({})", r.peak_activations, units::bytes(r.peak_activation_bytes as f64))),
+                num(format!(
+                    "{:+.1} pt",
+                    (r.bubble_measured - r.bubble_simulated) * 100.0
+                )),
+                num(format!(
+                    "{} ({})",
+                    r.peak_activations,
+                    units::bytes(r.peak_activation_bytes as f64)
+                )),
                 num(r.expected_peak_activations.to_string()),
                 if r.grad_max_err.is_finite() && r.grad_max_err < 1e-2 {
                     num(format!("{:.1e}", r.grad_max_err))
@@ -120,7 +134,11 @@ fn timelines(sources: &[Source]) -> String {
     let mut total = 0;
     for s in sources {
         for (file, tl) in &s.timelines {
-            let rows: Vec<&PipelineRow> = s.pipeline.iter().filter(|r| r.timeline.trim() == file).collect();
+            let rows: Vec<&PipelineRow> = s
+                .pipeline
+                .iter()
+                .filter(|r| r.timeline.trim() == file)
+                .collect();
             for (k, run) in tl.runs.iter().enumerate() {
                 total += 1;
                 if drawn >= MAX_TIMELINES {
@@ -140,7 +158,13 @@ fn timelines(sources: &[Source]) -> String {
                 };
                 out.push_str(&page::figure(
                     &format!("timeline-{}-{file}-{k}", s.label),
-                    charts::timeline_chart(&TimelineChart { title: title.clone(), lanes: &run.lanes }, CHART_W),
+                    charts::timeline_chart(
+                        &TimelineChart {
+                            title: title.clone(),
+                            lanes: &run.lanes,
+                        },
+                        CHART_W,
+                    ),
                     &format!("{title}: each rank's actions from {file}; gaps are the bubble."),
                 ));
             }
@@ -176,7 +200,9 @@ pub fn section(sources: &[Source]) -> String {
         "The bubble is the idle share of the step, measured end to end: each rank's idle time over ranks x step time. Beside it, the simulator's prediction from the measured per-action costs, and the closed form for equal stages and free communication ((S-1)/(S+M-1) for GPipe and 1F1B, 1/v of that bubble time for interleaved, (S-1)(T_F+T_B-T_W) for ZB-H1).",
     );
     for (i, (name, mut rows)) in groups.into_iter().enumerate() {
-        rows.sort_by(|a, b| (schedule_name(a), a.microbatches).cmp(&(schedule_name(b), b.microbatches)));
+        rows.sort_by(|a, b| {
+            (schedule_name(a), a.microbatches).cmp(&(schedule_name(b), b.microbatches))
+        });
         body.push_str(&page::h3(&name));
         body.push_str(&page::figure(
             &format!("bubble-{i}"),

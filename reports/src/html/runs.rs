@@ -22,12 +22,24 @@ pub fn section(sources: &[Source]) -> String {
                     text(r.suite.clone()),
                     text(r.host.clone()),
                     text(format!("{} ({} cores), {}", r.cpu, r.cores, r.os)),
-                    text(if r.gpus.is_empty() { "none".into() } else { r.gpus.join(", ") }),
+                    text(if r.gpus.is_empty() {
+                        "none".into()
+                    } else {
+                        r.gpus.join(", ")
+                    }),
                     text(r.backend.clone()),
                     num(r.world.to_string()),
                     text(versions.join(", ")),
                     text(r.git_revision.clone()),
-                    text(format!("{} .. {}", r.start, if r.end.is_empty() { "(unfinished)" } else { &r.end })),
+                    text(format!(
+                        "{} .. {}",
+                        r.start,
+                        if r.end.is_empty() {
+                            "(unfinished)"
+                        } else {
+                            &r.end
+                        }
+                    )),
                     text(r.command_line.join(" ")),
                     text(extra),
                 ]
@@ -39,7 +51,19 @@ pub fn section(sources: &[Source]) -> String {
     } else {
         page::table(
             &[
-                "folder", "run", "suite", "host", "CPU", "GPUs", "backend", "ranks", "versions", "git", "start .. end", "command line", "extra",
+                "folder",
+                "run",
+                "suite",
+                "host",
+                "CPU",
+                "GPUs",
+                "backend",
+                "ranks",
+                "versions",
+                "git",
+                "start .. end",
+                "command line",
+                "extra",
             ],
             &rows,
         )
