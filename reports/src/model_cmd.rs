@@ -79,7 +79,7 @@ fn check(a: &ModelArgs) -> Result<u64> {
     if a.stages.iter().chain(&a.plan_stages).any(|&s| s < 2) {
         bail!("--stages and --plan-stages: a pipeline has at least 2 stages");
     }
-    if a.microbatches.iter().any(|&m| m == 0) || a.chunks == 0 {
+    if a.microbatches.contains(&0) || a.chunks == 0 {
         bail!("--microbatches and --chunks must be at least 1");
     }
     if !(a.busy > 0.0 && a.busy < 1.0) {

@@ -67,7 +67,7 @@ impl Axis {
             Axis::Linear | Axis::Fraction => {
                 let hi = if hi > 0.0 { hi * 1.1 } else { 1.0 };
                 let hi = if self == Axis::Fraction {
-                    hi.min(1.0).max(0.05)
+                    hi.clamp(0.05, 1.0)
                 } else {
                     hi
                 };
@@ -83,7 +83,7 @@ impl Axis {
 
 /// 1, 2 or 5 times a power of ten, at least `raw`.
 fn nice_step(raw: f64) -> f64 {
-    if !(raw > 0.0) || !raw.is_finite() {
+    if raw.is_nan() || raw <= 0.0 || !raw.is_finite() {
         return 1.0;
     }
     let p = 10f64.powf(raw.log10().floor());
