@@ -11,12 +11,17 @@ use clap::Args;
 /// Flags of `report model`.
 #[derive(Args, Debug)]
 pub struct ModelArgs {
-    /// Sequences in the batch.
+    /// Sequences in the batch (microbatch size b).
     #[arg(long, default_value_t = 32)]
     pub batch: u64,
-    /// Tokens per sequence in one pass (1: one decode step, each sequence adds a token).
-    #[arg(long, default_value_t = 1)]
-    pub seq: u64,
+    /// Which passes a step runs: decode (one new token per sequence: the
+    /// worked example's "per token"), prefill (forward over --seq tokens) or
+    /// train (forward and backward over --seq tokens).
+    #[arg(long, default_value = "decode")]
+    pub mode: String,
+    /// Tokens per sequence for --mode prefill or train.
+    #[arg(long)]
+    pub seq: Option<u64>,
     /// Hidden size.
     #[arg(long, default_value_t = 8192)]
     pub hidden: u64,
@@ -25,15 +30,18 @@ pub struct ModelArgs {
     pub layers: u64,
     /// Tensor-parallel degree.
     #[arg(long, default_value_t = 8)]
-    pub tp: usize,
+    pub tp: u64,
+    /// Sequence parallelism: all-gather + reduce-scatter instead of all-reduce.
+    #[arg(long)]
+    pub sequence_parallel: bool,
     /// Element type of the activations (fp16, bf16, fp32, ...).
     #[arg(long, default_value = "fp16")]
     pub dtype: String,
     /// Bandwidth of the fast wire inside a node (NVLink), GB/s.
-    #[arg(long, default_value_t = 400.0)]
+    #[arg(long, default_value_t = predict::NVLINK_REFERENCE_GBPS)]
     pub intra: f64,
     /// Bandwidth of the network between nodes, GB/s.
-    #[arg(long, default_value_t = 25.0)]
+    #[arg(long, default_value_t = predict::NETWORK_REFERENCE_GBPS)]
     pub inter: f64,
     /// Pipeline stages of the bubble table (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "4")]
@@ -58,14 +66,25 @@ pub fn run(a: &ModelArgs) -> Result<()> {
     Ok(())
 }
 
-fn check(a: &ModelArgs) -> Result<u64> {
+/// The validated shape: its traffic and the element size.
+fn check(a: &ModelArgs) -> Result<parbench::model::TpTraffic> {
     let dtype = predict::dtype_bytes(&a.dtype).ok_or_else(|| {
         anyhow!(
             "--dtype {}: unknown type (fp16, bf16, fp32, fp64, ...)",
             a.dtype
         )
     })?;
-    if a.batch == 0 || a.seq == 0 || a.hidden == 0 || a.layers == 0 {
+    let mode = predict::tp_mode(&a.mode)
+        .ok_or_else(|| anyhow!("--mode {}: expected decode, prefill or train", a.mode))?;
+    let seq = match (mode, a.seq) {
+        (parbench::model::TpMode::Decode, Some(_)) => {
+            bail!("--seq applies to --mode prefill or train (decode processes one token per sequence)")
+        }
+        (parbench::model::TpMode::Decode, None) => 1,
+        (_, Some(s)) => s,
+        (_, None) => bail!("--mode {} needs --seq TOKENS", a.mode),
+    };
+    if a.batch == 0 || seq == 0 || a.hidden == 0 || a.layers == 0 {
         bail!("--batch, --seq, --hidden and --layers must be at least 1");
     }
     if a.tp < 2 {
@@ -85,73 +104,113 @@ fn check(a: &ModelArgs) -> Result<u64> {
     if !(a.busy > 0.0 && a.busy < 1.0) {
         bail!("--busy {}: a fraction between 0 and 1", a.busy);
     }
-    Ok(dtype)
+    Ok(predict::tp_traffic(
+        a.tp,
+        a.batch,
+        seq,
+        a.hidden,
+        dtype,
+        mode,
+        a.sequence_parallel,
+    ))
 }
 
 /// The tables as text.
 pub fn render(a: &ModelArgs) -> Result<String> {
-    let dtype = check(a)?;
-    let tr = predict::tp_traffic(a.batch, a.seq, a.hidden, a.layers, a.tp, dtype);
+    let tr = check(a)?;
     let mut out = String::new();
     out.push_str(&format!(
-        "Tensor-parallel traffic, forward pass: batch {} x seq {} x hidden {}, {} ({} B), {} layers, TP={}\n\n",
-        a.batch, a.seq, a.hidden, a.dtype, dtype, a.layers, a.tp
+        "Tensor-parallel traffic, {}: batch {} x seq {} x hidden {}, {} ({} B), {} layers, TP={}{}\n\n",
+        a.mode,
+        tr.batch,
+        tr.tokens_per_step() / tr.batch.max(1),
+        tr.hidden,
+        a.dtype,
+        tr.dtype_bytes,
+        a.layers,
+        tr.tp,
+        if tr.sequence_parallel { ", sequence parallel" } else { "" }
     ));
+    let exact = predict::ring_factor(&tr, true);
     let mut t = Table::new([
-        "figure",
-        "rule of thumb (2x)",
-        &format!("exact ring 2(t-1)/t = {}", units::sig3(tr.ring_factor)),
+        "figure".to_string(),
+        format!(
+            "rule of thumb ({}x)",
+            units::short(predict::ring_factor(&tr, false))
+        ),
+        format!("exact ring 2(t-1)/t = {}", units::sig3(exact)),
     ]);
     // MiB, as the worked example counts (0.5 MB = 2^19 B), with the exact bytes.
     let size = |b: f64| format!("{:.3} MiB ({:.0} B)", b / 1048576.0, b);
+    let per_call = tr.bytes_per_call() as f64;
     t.row([
-        "bytes per all-reduce (b s h x dtype)".to_string(),
-        size(tr.bytes_per_call),
-        size(tr.bytes_per_call),
+        "bytes per collective call (b s h x dtype)".to_string(),
+        size(per_call),
+        size(per_call),
     ]);
     t.row([
         "bytes sent per device per call".to_string(),
-        size(tr.bytes_per_call * tr.approx_factor),
-        size(tr.moved_per_call()),
+        size(per_call * predict::ring_factor(&tr, false)),
+        size(per_call * exact),
     ]);
-    t.row([
-        format!("all-reduces per pass (2 x {} layers)", a.layers),
-        tr.calls.to_string(),
-        tr.calls.to_string(),
-    ]);
-    t.row([
-        "bytes sent per device per token step".to_string(),
-        size(tr.approx_total()),
-        size(tr.exact_total()),
-    ]);
-    let at = |bytes: f64, gbps: f64| format!("{:.3} ms", bytes / (gbps * 1e9) * 1e3);
+    let calls = tr.calls_per_step(a.layers);
     t.row([
         format!(
-            "time per token step at {} GB/s (intra)",
-            units::sig3(a.intra)
+            "collective calls per step ({} x {} layers)",
+            tr.calls_per_block(),
+            a.layers
         ),
-        at(tr.approx_total(), a.intra),
-        at(tr.exact_total(), a.intra),
+        calls.to_string(),
+        calls.to_string(),
+    ]);
+    let step = if a.mode == "decode" {
+        "token step"
+    } else {
+        "step"
+    };
+    let (approx, exact_bytes) = (
+        predict::wire_bytes_per_step(&tr, a.layers, false),
+        predict::wire_bytes_per_step(&tr, a.layers, true),
+    );
+    t.row([
+        format!("bytes sent per device per {step}"),
+        size(approx),
+        size(exact_bytes),
+    ]);
+    let ms = |us: f64| format!("{:.3} ms", us / 1e3);
+    let (intra_a, intra_e) = (
+        predict::transfer_us(approx, a.intra),
+        predict::transfer_us(exact_bytes, a.intra),
+    );
+    let (inter_a, inter_e) = (
+        predict::transfer_us(approx, a.inter),
+        predict::transfer_us(exact_bytes, a.inter),
+    );
+    t.row([
+        format!(
+            "time per {step} at {} GB/s (intra-node)",
+            units::short(a.intra)
+        ),
+        ms(intra_a),
+        ms(intra_e),
     ]);
     t.row([
         format!(
-            "time per token step at {} GB/s (inter)",
-            units::sig3(a.inter)
+            "time per {step} at {} GB/s (network)",
+            units::short(a.inter)
         ),
-        at(tr.approx_total(), a.inter),
-        at(tr.exact_total(), a.inter),
+        ms(inter_a),
+        ms(inter_e),
     ]);
-    let ratio = format!("{}x", units::sig3(a.intra / a.inter));
     t.row([
-        "network over intra-node time".to_string(),
-        ratio.clone(),
-        ratio,
+        "network time over intra-node time".to_string(),
+        format!("{}x", units::sig3(inter_a / intra_a)),
+        format!("{}x", units::sig3(inter_e / intra_e)),
     ]);
     out.push_str(&t.text());
-    out.push_str(
-        "Bandwidth terms only (alpha = 0); training adds 2 all-reduces per layer backward.\n\n",
-    );
+    out.push_str("Bandwidth terms only (alpha = 0). A decode step adds one token to each sequence: its time is the latency each generated token pays.\n\n");
 
+    let pct = |f: Option<f64>| units::percent(f.unwrap_or(f64::NAN));
     for &s in &a.stages {
         out.push_str(&format!(
             "Pipeline bubble, {s} stages (equal stages, free communication)\n\n"
@@ -167,35 +226,36 @@ pub fn render(a: &ModelArgs) -> Result<String> {
             let idle = predict::bubble_of_step(s, m);
             t.row([
                 m.to_string(),
-                units::percent(idle),
-                units::percent(1.0 - idle),
-                units::percent(predict::bubble_of_ideal(s, m)),
-                units::percent(predict::bubble_of_step_interleaved(s, m, a.chunks)),
+                pct(idle),
+                pct(idle.map(|i| 1.0 - i)),
+                pct(predict::bubble_of_ideal(s, m)),
+                pct(predict::bubble_of_step_interleaved(s, m, a.chunks)),
             ]);
         }
         out.push_str(&t.text());
         out.push('\n');
     }
     out.push_str(&format!(
-        "Microbatches needed for {} busy (GPipe / 1F1B)\n\n",
+        "Microbatches needed for {} busy\n\n",
         units::percent(a.busy)
     ));
-    let mut t = Table::new(["stages", "microbatches", "idle at that M"]);
+    let mut t = Table::new([
+        "stages".to_string(),
+        "GPipe / 1F1B".to_string(),
+        format!("interleaved v={}", a.chunks),
+    ]);
+    let need = |s: usize, v: usize| {
+        predict::microbatches_for_busy(s, v, a.busy).map_or("-".to_string(), |m| m.to_string())
+    };
     for &s in &a.plan_stages {
-        let m = predict::microbatches_for_busy(s, a.busy)
-            .ok_or_else(|| anyhow!("--busy {}: no microbatch count reaches it", a.busy))?;
-        t.row([
-            s.to_string(),
-            m.to_string(),
-            units::percent(predict::bubble_of_step(s, m)),
-        ]);
+        t.row([s.to_string(), need(s, 1), need(s, a.chunks)]);
     }
     out.push_str(&t.text());
     for &s in &a.plan_stages {
-        if let Some(m) = predict::microbatches_for_busy(s, a.busy) {
+        if let Some(m) = predict::microbatches_for_busy(s, 1, a.busy) {
             out.push_str(&format!(
-                "{s} stages need {m} microbatches for {:.0}% busy\n",
-                a.busy * 100.0
+                "{s} stages need {m} microbatches for {}% busy\n",
+                units::short(a.busy * 100.0)
             ));
         }
     }

@@ -66,3 +66,30 @@ fn bad_flags_exit_2_with_one_line() {
         assert!(!stderr(&o).trim().is_empty());
     }
 }
+
+#[test]
+fn train_mode_doubles_the_calls() {
+    let o = report(&["model", "--mode", "train", "--seq", "2048", "--batch", "1"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains("collective calls per step (4 x 80 layers)"),
+        "{out}"
+    );
+    assert!(out.contains("320"), "{out}");
+    // 1 x 2048 x 8192 x 2 bytes = 32 MiB per call.
+    assert!(out.contains("32.000 MiB (33554432 B)"), "{out}");
+}
+
+#[test]
+fn seq_needs_a_mode_that_uses_it() {
+    for args in [
+        &["model", "--seq", "128"][..],
+        &["model", "--mode", "prefill"],
+        &["model", "--mode", "sideways"],
+    ] {
+        let o = report(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        assert_eq!(stderr(&o).trim().lines().count(), 1, "{}", stderr(&o));
+    }
+}

@@ -2,28 +2,24 @@
 //! measured wire, from that wire's fitted all_reduce alpha and beta, beside
 //! the NVLink and network reference figures of the worked example.
 
-use super::collectives::curves;
+use super::collectives::{curve_fit, curves};
 use super::page::{self, num, text, Cell, CHART_H, CHART_W};
 use crate::charts::{self, Axis, LineChart, LineStyle, Marker, Series};
 use crate::load::Source;
-use crate::predict::{self, Link};
+use crate::predict;
 use crate::units;
+use parbench::model::{LinkParams, Preset, TpMode};
 
-/// Reference wires: NVLink-class inside a node and a 200 Gb/s-class
-/// network, bandwidth terms only (alpha 0), as the worked example uses.
-const REFERENCES: [(&str, f64); 2] = [
-    ("reference NVLink 400 GB/s", 400.0),
-    ("reference network 25 GB/s", 25.0),
-];
 /// The decode step of the worked example: 32 sequences, one token each, fp16.
 const BATCH: u64 = 32;
-const SEQ: u64 = 1;
 const DTYPE: &str = "fp16";
-const TP_DEGREES: [usize; 3] = [2, 4, 8];
+const TP_DEGREES: [u64; 3] = [2, 4, 8];
 
 struct Wire {
     name: String,
-    link: Link,
+    link: LinkParams,
+    /// The algorithm to project the link with.
+    algo: String,
     measured: bool,
 }
 
@@ -32,41 +28,45 @@ fn wires(sources: &[Source]) -> Vec<Wire> {
         .into_iter()
         .filter(|c| c.row.collective == "all_reduce")
         .filter_map(|c| {
-            let pts: Vec<(f64, f64)> = c.by_size.iter().map(|p| (p.bytes, p.time_us)).collect();
-            let fit = predict::fit("all_reduce", c.row.world, &pts)?;
+            let fit = curve_fit(&c).ok()?;
             Some(Wire {
                 name: format!(
                     "{}: {}/{} {} np{} {}",
                     c.source, c.row.backend, c.row.wire, c.row.algo, c.row.world, c.row.dtype
                 ),
                 link: fit.link,
+                algo: predict::projection_algo(&c.row.algo).to_string(),
                 measured: true,
             })
         })
         .collect();
-    out.extend(REFERENCES.iter().map(|(name, gbps)| Wire {
-        name: name.to_string(),
-        link: Link {
-            alpha_us: 0.0,
-            gbps: *gbps,
-        },
-        measured: false,
-    }));
+    for (name, gbps) in [
+        ("reference NVLink", predict::NVLINK_REFERENCE_GBPS),
+        ("reference network", predict::NETWORK_REFERENCE_GBPS),
+    ] {
+        out.push(Wire {
+            name: format!("{name} {} GB/s", units::short(gbps)),
+            link: predict::bandwidth_link(gbps),
+            algo: "ring".into(),
+            measured: false,
+        });
+    }
     out
 }
 
-fn per_token_us(shape: &predict::Shape, link: Link, tp: usize) -> f64 {
+/// Communication per decode step of `preset` at degree `tp` over `wire`, microseconds.
+fn per_token_us(preset: &Preset, wire: &Wire, tp: u64) -> f64 {
     let bytes = predict::dtype_bytes(DTYPE).unwrap_or(2);
-    let tr = predict::tp_traffic(BATCH, SEQ, shape.hidden, shape.layers, tp, bytes);
-    tr.calls as f64 * predict::ring_all_reduce_us(link, tr.bytes_per_call, tp)
+    let tr = predict::tp_traffic(tp, BATCH, 1, preset.hidden, bytes, TpMode::Decode, false);
+    predict::comm_us_per_step(&tr, preset.layers, &wire.algo, &wire.link).unwrap_or(f64::NAN)
 }
 
 /// The section's HTML.
 pub fn section(sources: &[Source]) -> String {
     let wires = wires(sources);
-    let presets = predict::presets();
+    let presets: Vec<&Preset> = predict::PRESETS.iter().filter(|p| p.layers >= 8).collect();
     let mut body = page::note(&format!(
-        "Forward tensor-parallel communication per token step (batch {BATCH} sequences, one new token each, {DTYPE}; 2 ring all-reduces per layer of batch x hidden x 2 bytes). Each measured wire's alpha and beta come from the alpha-beta fit of its all_reduce curve, and are applied to t ranks as if every link behaved as measured. The reference wires count bandwidth only."
+        "Tensor-parallel communication per decode step (batch {BATCH} sequences, one new token each, {DTYPE}: the worked example's \"per token\"), for each model preset: 2 all-reduces per layer of batch x hidden x 2 bytes, timed with parbench::model's alpha-beta cost. A measured wire's alpha and beta come from the fit of its all_reduce curve and are projected to t ranks as if every link behaved as measured (ring for curves measured with auto). The reference wires count bandwidth only."
     ));
     if !wires.iter().any(|w| w.measured) {
         body.push_str(&page::empty(
@@ -74,19 +74,23 @@ pub fn section(sources: &[Source]) -> String {
         ));
     }
     let mut header = vec!["wire".to_string(), "alpha".into(), "link GB/s".into()];
-    header.extend(presets.iter().map(|p| format!("{} at TP=8", p.name)));
+    header.extend(
+        presets
+            .iter()
+            .map(|p| format!("{} ({} x {}) at TP=8", p.name, p.layers, p.hidden)),
+    );
     let rows: Vec<Vec<Cell>> = wires
         .iter()
         .map(|w| {
             let mut r = vec![
                 text(w.name.clone()),
-                num(units::micros(w.link.alpha_us)),
-                num(units::sig3(w.link.gbps)),
+                num(units::micros(w.link.alpha_us())),
+                num(units::sig3(w.link.bandwidth_gbps())),
             ];
             r.extend(
                 presets
                     .iter()
-                    .map(|p| num(units::micros(per_token_us(p, w.link, 8)))),
+                    .map(|p| num(units::micros(per_token_us(p, w, 8)))),
             );
             r
         })
@@ -116,29 +120,26 @@ pub fn section(sources: &[Source]) -> String {
                 },
                 points: TP_DEGREES
                     .iter()
-                    .map(|&t| (t as f64, per_token_us(shape, w.link, t)))
+                    .map(|&t| (t as f64, per_token_us(shape, w, t)))
                     .collect(),
             })
             .collect();
         let chart = LineChart {
             title: format!(
-                "{}: tensor-parallel communication per token step",
-                shape.name
+                "{} ({} x {}): communication per token step",
+                shape.name, shape.layers, shape.hidden
             ),
             x_desc: "tensor-parallel degree".into(),
             y_desc: "communication per token step (log10)".into(),
             x: Axis::Log2Count,
             y: Axis::Log10Micros,
             series,
-            legend_title: "solid measured wire, dashed reference".into(),
+            legend_title: String::new(),
         };
         body.push_str(&page::figure(
             "capacity-chart",
             charts::line_chart(&chart, CHART_W, CHART_H),
-            &format!(
-                "{}: communication per token step against TP degree on each wire.",
-                shape.name
-            ),
+            &format!("{}: tensor-parallel communication per token step against TP degree on each wire (solid: measured wires, dashed: references).", shape.name),
         ));
     }
     page::section("capacity", "Capacity planning", &body)

@@ -248,13 +248,22 @@ fn latency_chart(collective: &str, curves: &[&Curve], names: &[String]) -> LineC
     }
 }
 
+/// The alpha-beta fit of a curve's mean times with its own algorithm.
+pub fn curve_fit(c: &Curve) -> Result<predict::Fit, String> {
+    let pts: Vec<(u64, f64)> = c
+        .by_size
+        .iter()
+        .map(|p| (p.bytes as u64, p.time_us))
+        .collect();
+    predict::fit(&c.row.collective, &c.row.algo, c.row.world, &pts)
+}
+
 fn fit_rows(curves: &[&Curve], names: &[String]) -> Vec<Vec<Cell>> {
     curves
         .iter()
         .zip(names)
         .map(|(c, name)| {
-            let pts: Vec<(f64, f64)> = c.by_size.iter().map(|p| (p.bytes, p.time_us)).collect();
-            let fit = predict::fit(&c.row.collective, c.row.world, &pts);
+            let fit = curve_fit(c);
             let peak = c
                 .by_size
                 .iter()
@@ -272,9 +281,18 @@ fn fit_rows(curves: &[&Curve], names: &[String]) -> Vec<Vec<Cell>> {
             vec![
                 text(name.clone()),
                 num(c.by_size.len().to_string()),
-                num(fit.map_or("-".into(), |f| units::micros(f.link.alpha_us))),
-                num(fit.map_or("-".into(), |f| units::sig3(f.link.gbps))),
-                num(fit.map_or("-".into(), |f| units::percent(f.rms_rel_err))),
+                match &fit {
+                    Ok(f) => num(units::micros(f.alpha_us)),
+                    Err(e) => text(format!("no fit: {e}")),
+                },
+                num(fit
+                    .as_ref()
+                    .ok()
+                    .and_then(|f| f.gbps)
+                    .map_or("-".into(), units::sig3)),
+                num(fit
+                    .as_ref()
+                    .map_or("-".into(), |f| units::percent(f.rms_rel_err))),
                 num(peak.map_or("-".into(), |p| {
                     format!("{} at {}", units::sig3(p.busbw), units::bytes(p.bytes))
                 })),
@@ -346,7 +364,7 @@ pub fn section(sources: &[Source]) -> String {
     }
     body.push_str(&page::h3("Alpha-beta fit and peaks"));
     body.push_str(&page::note(
-        "Each curve's times fitted to its ring algorithm's cost, time = steps x alpha + bytes-on-the-wire x beta (steps 2(p-1) and volume 2(p-1)/p for all_reduce), weighting every size equally by relative error; alpha is the latency per message and 1/beta the bandwidth per link. Peak bus bandwidth is the best single size, not a mean over sizes.",
+        "Each curve's mean times fitted (parbench::model::fit) to its algorithm's alpha-beta cost, time = L x alpha + B x bytes x beta (ring all_reduce: L = 2(p-1) per slice, B = 2(p-1)/p), minimising relative error so every size counts; alpha is the latency per message and 1/beta the bandwidth per link (for algo auto: per call, and the asymptotic bus bandwidth). Peak bus bandwidth is the best single size, not a mean over sizes.",
     ));
     body.push_str(&page::table(
         &[
