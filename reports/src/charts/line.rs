@@ -48,21 +48,21 @@ impl Axis {
                 (lo - 0.3, hi + 0.3, log2_key_points(lo, hi))
             }
             Axis::Log10Micros => {
+                // Whole decades at both ends, so every chart has labelled ticks
+                // above and below its data.
                 let (a, b) = (lo.floor(), hi.ceil().max(lo.floor() + 1.0));
+                let dense = b - a <= 2.0;
                 let mut pts = Vec::new();
-                let dense = b - a <= 3.0;
                 let mut k = a;
                 while k <= b {
                     pts.push(k);
-                    if dense {
+                    if dense && k < b {
                         pts.push(k + 2f64.log10());
                         pts.push(k + 5f64.log10());
                     }
                     k += 1.0;
                 }
-                let (lo, hi) = (lo - 0.1, hi + 0.1);
-                pts.retain(|p| *p >= lo && *p <= hi);
-                (lo, hi, pts)
+                (a, b, pts)
             }
             Axis::Linear | Axis::Fraction => {
                 let hi = if hi > 0.0 { hi * 1.1 } else { 1.0 };

@@ -84,7 +84,7 @@ pub fn section(sources: &[Source]) -> String {
         .map(|w| {
             let mut r = vec![
                 text(w.name.clone()),
-                num(units::micros(w.link.alpha_us())),
+                num(if w.measured { units::micros(w.link.alpha_us()) } else { "0 (bandwidth only)".into() }),
                 num(units::sig3(w.link.bandwidth_gbps())),
             ];
             r.extend(

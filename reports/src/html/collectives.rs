@@ -215,7 +215,7 @@ fn busbw_chart(collective: &str, curves: &[&Curve], names: &[String]) -> LineCha
         x: Axis::Log2Bytes,
         y: Axis::Linear,
         series,
-        legend_title: "solid measured, dashed model, dotted ceiling".into(),
+        legend_title: String::new(),
     }
 }
 
@@ -244,7 +244,7 @@ fn latency_chart(collective: &str, curves: &[&Curve], names: &[String]) -> LineC
         x: Axis::Log2Bytes,
         y: Axis::Log10Micros,
         series,
-        legend_title: "solid p50, dashed p99".into(),
+        legend_title: String::new(),
     }
 }
 

@@ -70,7 +70,7 @@ fn bubble_chart(rows: &[&PipelineRow]) -> LineChart {
         x: Axis::Log2Count,
         y: Axis::Fraction,
         series,
-        legend_title: "solid measured, dashed simulated, dotted formula".into(),
+        legend_title: String::new(),
     }
 }
 
