@@ -21,7 +21,7 @@ pub enum ActionKind {
     I,
     /// Weight-gradient backward (zero-bubble schedules).
     W,
-    /// Anything else on the track (send, receive, wait).
+    /// Anything else on the track (bench-pipeline's `recv 1F0` waits, sends).
     Other,
 }
 
@@ -50,7 +50,7 @@ impl ActionKind {
             ActionKind::B => "B backward",
             ActionKind::I => "I input grad",
             ActionKind::W => "W weight grad",
-            ActionKind::Other => "other",
+            ActionKind::Other => "waiting (recv) or other",
         }
     }
 }
@@ -248,6 +248,7 @@ mod tests {
         assert_eq!(ActionKind::of("11I3"), ActionKind::I);
         assert_eq!(ActionKind::of("0W12"), ActionKind::W);
         assert_eq!(ActionKind::of("send"), ActionKind::Other);
+        assert_eq!(ActionKind::of("recv 0F3"), ActionKind::Other);
     }
 
     #[test]

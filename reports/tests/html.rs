@@ -29,7 +29,14 @@ fn render(name: &str) -> (PathBuf, String) {
 #[test]
 fn every_section_and_chart_is_there() {
     let (_, html) = render("sections");
-    for id in ["collectives", "layers", "pipeline", "capacity", "runs"] {
+    for id in [
+        "summary",
+        "collectives",
+        "layers",
+        "pipeline",
+        "capacity",
+        "runs",
+    ] {
         assert!(
             html.contains(&format!("<section id=\"{id}\">")),
             "section {id}"
@@ -185,7 +192,14 @@ fn renders_in_headless_chromium() {
         CHARTS,
         "charts in the browser's DOM"
     );
-    for id in ["collectives", "layers", "pipeline", "capacity", "runs"] {
+    for id in [
+        "summary",
+        "collectives",
+        "layers",
+        "pipeline",
+        "capacity",
+        "runs",
+    ] {
         assert!(
             dom.contains(&format!("id=\"{id}\"")),
             "section {id} in the DOM"

@@ -61,6 +61,21 @@ fn per_token_us(preset: &Preset, wire: &Wire, tp: u64) -> f64 {
     predict::comm_us_per_step(&tr, preset.layers, &wire.algo, &wire.link).unwrap_or(f64::NAN)
 }
 
+/// The worked example's communication per token step on every wire
+/// (measured and reference), microseconds, for the summary.
+pub fn worked_example(sources: &[Source]) -> Vec<(String, f64)> {
+    let (tr, layers) = predict::worked_example();
+    wires(sources)
+        .into_iter()
+        .filter_map(|w| {
+            Some((
+                w.name.clone(),
+                predict::comm_us_per_step(&tr, layers, &w.algo, &w.link)?,
+            ))
+        })
+        .collect()
+}
+
 /// The section's HTML.
 pub fn section(sources: &[Source]) -> String {
     let wires = wires(sources);
@@ -84,7 +99,11 @@ pub fn section(sources: &[Source]) -> String {
         .map(|w| {
             let mut r = vec![
                 text(w.name.clone()),
-                num(if w.measured { units::micros(w.link.alpha_us()) } else { "0 (bandwidth only)".into() }),
+                num(if w.measured {
+                    units::micros(w.link.alpha_us())
+                } else {
+                    "0 (bandwidth only)".into()
+                }),
                 num(units::sig3(w.link.bandwidth_gbps())),
             ];
             r.extend(

@@ -8,6 +8,7 @@ mod layers;
 mod page;
 mod pipeline;
 mod runs;
+mod summary;
 
 use crate::load::{load_sources, Source};
 use anyhow::{Context, Result};
@@ -15,7 +16,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// The sections, in page order: (id, navigation name).
-pub const SECTIONS: [(&str, &str); 5] = [
+pub const SECTIONS: [(&str, &str); 6] = [
+    ("summary", "Summary"),
     ("collectives", "Collectives"),
     ("layers", "Layers"),
     ("pipeline", "Pipeline"),
@@ -44,6 +46,10 @@ pub fn render(sources: &[Source], title: &str) -> String {
         ));
     }
     let mut html = page::head(title, &subtitle, &SECTIONS);
+    html.push_str(&summary::section(
+        sources,
+        &capacity::worked_example(sources),
+    ));
     html.push_str(&collectives::section(sources));
     html.push_str(&layers::section(sources));
     html.push_str(&pipeline::section(sources));

@@ -17,7 +17,7 @@ header h1 { margin: 0 0 4px; font-size: 24px; }
 header p { margin: 2px 0; color: #c9d1e0; font-size: 14px; }
 nav { background: #fff; border-bottom: 1px solid #dde1e8; padding: 8px 32px; position: sticky; top: 0; }
 nav a { margin-right: 18px; color: #1f5fbf; text-decoration: none; font-weight: 600; }
-main { padding: 8px 32px 40px; max-width: 1200px; }
+main { padding: 8px 24px 40px; max-width: 1340px; }
 section { background: #fff; border: 1px solid #dde1e8; border-radius: 6px; padding: 4px 20px 18px; margin: 18px 0; }
 h2 { font-size: 21px; border-bottom: 2px solid #e7eaf0; padding-bottom: 6px; }
 h3 { font-size: 17px; margin: 22px 0 6px; }
@@ -34,6 +34,8 @@ tbody tr:nth-child(even) { background: #fafbfc; }
 td.text { text-align: left; white-space: normal; min-width: 140px; max-width: 420px; word-break: break-word; }
 td.bad { color: #b00020; font-weight: 600; }
 .scroll { overflow-x: auto; }
+ul.summary { font-size: 15px; padding-left: 22px; max-width: 1100px; }
+ul.summary li { margin: 6px 0; }
 code { background: #f0f2f6; padding: 1px 4px; border-radius: 3px; }
 "#;
 
