@@ -165,7 +165,7 @@ fn timelines(sources: &[Source]) -> String {
                         },
                         CHART_W,
                     ),
-                    &format!("{title}: each rank's actions from {file}; gaps are the bubble."),
+                    &format!("{title}: each rank's actions from {file}; grey waits and white gaps are the bubble."),
                 ));
             }
         }
