@@ -73,6 +73,7 @@ impl Lib {
                 "cuDeviceGetName",
                 "cuDeviceGetAttribute",
                 "cuDeviceCanAccessPeer",
+                "cuDeviceGetP2PAttribute",
                 "cuDevicePrimaryCtxRetain",
                 "cuDevicePrimaryCtxRelease_v2",
                 "cuCtxSetCurrent",
@@ -125,6 +126,7 @@ impl Lib {
                 "ncclGroupStart",
                 "ncclGroupEnd",
                 "ncclGetErrorString",
+                "ncclCommGetAsyncError",
             ],
             Lib::CublasLt => &[
                 "cublasLtCreate",
