@@ -360,7 +360,12 @@ impl DlHandle {
         // SAFETY: a valid C string; RTLD_LAZY|RTLD_LOCAL loads without binding
         // symbols into the global namespace, as cudarc's libloading does.
         let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL) };
-        (!h.is_null()).then_some(DlHandle(h))
+        // Not `then_some`: it would build (and drop, so dlclose) a null handle.
+        if h.is_null() {
+            None
+        } else {
+            Some(DlHandle(h))
+        }
     }
 
     fn sym(&self, name: &str) -> *mut libc::c_void {
