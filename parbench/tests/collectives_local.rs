@@ -65,12 +65,18 @@ fn conformance_world_8() {
     conformance(8, Algo::Auto, &matrix_for(8));
 }
 
-/// Each algorithm by name on every world from 1 to 8, at counts that leave
-/// blocks empty (1, 7 < world), uneven, and large enough to slice.
+/// Each algorithm by name on every world from 1 to 8, on the operations the
+/// choice affects, at counts that leave blocks empty (1, 7 < world), uneven,
+/// and large enough to be cut into slices (ring) and chunks (chain).
 #[test]
 fn every_algorithm_on_worlds_1_to_8() {
     let m = Matrix {
-        dtypes: vec![DType::F32, DType::I64, DType::BF16],
+        collectives: vec![
+            Collective::AllReduce,
+            Collective::Broadcast,
+            Collective::Reduce,
+        ],
+        dtypes: vec![DType::F32, DType::I64],
         ops: vec![ReduceOp::Sum, ReduceOp::Max, ReduceOp::Avg],
         counts: vec![1, 7, 1000],
         large_counts: vec![300_007],

@@ -14,6 +14,9 @@ use std::fmt;
 /// Which cases to run.
 #[derive(Clone, Debug)]
 pub struct Matrix {
+    /// The operations to check; [`Collective::SendRecv`] stands for the
+    /// point-to-point cases (send_recv, and send then recv).
+    pub collectives: Vec<Collective>,
     /// Element types of the small cases.
     pub dtypes: Vec<DType>,
     /// Operators of the reducing collectives in the small cases.
@@ -33,6 +36,7 @@ impl Matrix {
     /// (not a multiple of any world size above 1 up to 8 but 1) in every type.
     pub fn full() -> Self {
         Matrix {
+            collectives: Collective::ALL.to_vec(),
             dtypes: DType::ALL.to_vec(),
             ops: ReduceOp::ALL.to_vec(),
             counts: vec![0, 1, 7],
@@ -76,19 +80,11 @@ where
 {
     let mut out = Vec::new();
     let mut salt = 0usize;
-    let colls = [
-        Collective::AllReduce,
-        Collective::AllGather,
-        Collective::ReduceScatter,
-        Collective::Broadcast,
-        Collective::Reduce,
-        Collective::AllToAll,
-    ];
     let world = comm.world();
     let mut roots = vec![0, world.saturating_sub(1)];
     roots.dedup();
     let mut cases: Vec<Case> = Vec::new();
-    for &coll in &colls {
+    for &coll in m.collectives.iter().filter(|&&c| c != Collective::SendRecv) {
         for &count in &m.counts {
             for &dtype in &m.dtypes {
                 for in_place in [false, true] {
@@ -142,7 +138,12 @@ where
             });
         }
     }
-    for &count in &m.counts {
+    let p2p_counts = if m.collectives.contains(&Collective::SendRecv) {
+        m.counts.as_slice()
+    } else {
+        &[]
+    };
+    for &count in p2p_counts {
         for &dtype in &m.dtypes {
             salt += 1;
             let case = format!("send_recv {dtype} count={count}");
