@@ -24,6 +24,7 @@
 
 pub mod algo;
 mod buffer;
+pub mod conformance;
 mod dtype;
 mod error;
 mod host;
@@ -32,12 +33,14 @@ pub mod local;
 pub mod mpi;
 #[cfg(feature = "cuda")]
 pub mod nccl;
+pub mod reference;
 pub mod tcp;
 
 pub use buffer::{CommBuffer, HostBuffer};
 pub use dtype::{finish_avg, reduce_bytes, reduce_typed, DType, Element, ReduceOp};
 pub use error::{CommError, CommResult};
 pub use host::HostComm;
+pub use local::{LocalComm, LocalTransport};
 
 use std::fmt;
 use std::str::FromStr;
