@@ -12,11 +12,13 @@
 //! - [`tensor_parallel`]: Megatron's per-layer, per-token traffic.
 //! - [`bubble`]: pipeline bubble closed forms and microbatch counts.
 //! - [`presets`]: named transformer shapes.
+//! - [`footprint`]: FLOPs and memory of a step (for the planner).
 
 pub mod alpha_beta;
 pub mod bubble;
 pub mod busbw;
 pub mod fit;
+pub mod footprint;
 pub mod presets;
 pub mod tensor_parallel;
 
