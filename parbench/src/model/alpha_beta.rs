@@ -39,11 +39,19 @@
 //! (one step of `n` bytes, reduced), the `p'` remaining ranks run the
 //! power-of-two algorithm, and the partners hand the result back (one step
 //! of `n` bytes): two extra latency steps, `2n` extra bytes on the critical
-//! path and `n` extra reduced bytes. For all_gather and reduce_scatter the
-//! folded steps carry one block or the rest of the buffer instead (see
-//! [`terms`]). These are the structures parbench's CPU algorithms are
-//! meant to have; should an implementation differ, the function of that
-//! algorithm below is the one place to change.
+//! path and `n` extra reduced bytes (this is what parbench's `rd` and `rhd`
+//! all-reduces do). For all_gather by doubling and reduce_scatter by
+//! halving (modelled, not run by parbench's CPU backends, which use rings
+//! for those) the folded steps carry one block or the rest of the buffer
+//! instead (see [`rd_all_gather`], [`rh_reduce_scatter`]).
+//!
+//! **Slicing**: parbench's ring cuts large messages into slices of
+//! [`CHUNK_BYTES`] per block that run the ring one after another, and its
+//! chain broadcast cuts them into chunks; [`terms`] models both as run
+//! ([`sliced_ring`], [`chain_terms`]), and the textbook forms stay
+//! available ([`ring_all_reduce`], [`ring_gather_scatter`]). Each
+//! algorithm has one function here: the one place to change should an
+//! implementation change.
 
 use crate::comm::Collective;
 
