@@ -228,7 +228,7 @@ pub fn ring_all_reduce(p: usize) -> AlphaBetaTerms {
 /// textbook ones: all_reduce `2(p-1)s alpha + 2(p-1)/p n beta + (p-1)/p n gamma`;
 /// all_gather / reduce_scatter (`all_reduce = false`) `(p-1)s alpha + (p-1)/p n beta`
 /// (`+ (p-1)/p n gamma` when `reduced`). A message of up to `p chunk` bytes
-/// (and a zero-byte one) is one slice: the textbook ring.
+/// is one slice: the textbook ring.
 pub fn sliced_ring(
     p: usize,
     n_bytes: u64,
@@ -354,7 +354,8 @@ pub fn tree_all_reduce(p: usize) -> AlphaBetaTerms {
 /// into `m = ceil(n / chunk)` chunks: the last chunk leaves the root after
 /// `m - 1` chunk times and needs `p - 1` hops, so
 /// `t = (p + m - 2)(alpha + n/m beta (+ n/m gamma))`
-/// (Pjesivac-Grbovic et al. 2007). A zero-byte message still takes one chunk.
+/// (Pjesivac-Grbovic et al. 2007). The structure of a message that is sent
+/// (n > 0; [`terms`] makes an empty one free).
 pub fn chain_terms(p: usize, n_bytes: u64, chunk_bytes: u64, reduced: bool) -> AlphaBetaTerms {
     if p <= 1 {
         return AlphaBetaTerms::ZERO;
@@ -416,7 +417,9 @@ pub const ALGO_NAMES: [&str; 8] = [
 /// | all_to_all | `pairwise` (also `ring`) |
 /// | sendrecv | `p2p` (also any other name but `auto`) |
 ///
-/// Slices and chunks are [`CHUNK_BYTES`]. `None` when the pair has no model
+/// Slices and chunks are [`CHUNK_BYTES`]. An empty buffer (`n_bytes = 0`)
+/// costs nothing, as NCCL and parbench's backends return at once without a
+/// message. `None` when the pair has no model
 /// (an unknown name; `auto`, which has no fixed structure: see [`predict`];
 /// an algorithm that does not apply to the collective) or `p` is 0. One rank
 /// costs nothing.
@@ -444,7 +447,11 @@ pub fn terms(coll: Collective, algo: &str, p: usize, n_bytes: u64) -> Option<Alp
         (Collective::SendRecv, a) if a != "auto" && ALGO_NAMES.contains(&a) => sendrecv(p),
         _ => return None,
     };
-    Some(t)
+    Some(if n_bytes == 0 {
+        AlphaBetaTerms::ZERO
+    } else {
+        t
+    })
 }
 
 /// The algorithms modelled for `coll`: what `auto` chooses among.
@@ -566,7 +573,7 @@ mod tests {
         assert_terms(chain_terms(4, 1 << 20, 256 << 10, true), 6.0, 1.5, 1.5);
         // One chunk: a plain store-and-forward chain, p-1 whole steps.
         assert_terms(chain_terms(4, 100, 1 << 20, false), 3.0, 3.0, 0.0);
-        // Zero bytes still costs the p-1 hops of latency.
+        // chain_terms treats an empty message as one chunk (terms makes it free).
         assert_terms(chain_terms(4, 0, 1 << 20, false), 3.0, 3.0, 0.0);
         // A partial last chunk: 1 MiB + 1 in 512 KiB chunks is 3 chunks.
         let t = chain_terms(2, (1 << 20) + 1, 512 << 10, false);
@@ -666,9 +673,16 @@ mod tests {
         // 1 GB: ceil(1e9 / 1 MiB) = 954 slices of 14 steps.
         let t = predict(Collective::AllReduce, "ring", 8, 1_000_000_000, &link).unwrap();
         assert!(close(t, 954.0 * 14.0 * 5e-6 + 17.5e-3), "{t}");
-        // Zero bytes: latency only.
-        let t = predict(Collective::AllReduce, "rd", 8, 0, &link).unwrap();
-        assert!(close(t, 15e-6));
+        // One byte: latency of 3 steps, plus 3 bytes at 100 GB/s.
+        let t = predict(Collective::AllReduce, "rd", 8, 1, &link).unwrap();
+        assert!(close(t, 15e-6 + 3.0 / 100e9));
+        // An empty buffer sends no message: free, but still modelled.
+        assert_eq!(predict(Collective::AllReduce, "rd", 8, 0, &link), Some(0.0));
+        assert_eq!(
+            predict(Collective::AllReduce, "auto", 8, 0, &link),
+            Some(0.0)
+        );
+        assert_eq!(predict(Collective::AllReduce, "bogus", 8, 0, &link), None);
         // sendrecv 1 MB at 10 GB/s, 1 us: 1 us + 100 us.
         let l10 = LinkParams::from_gbps_us(10.0, 1.0);
         let t = predict(Collective::SendRecv, "p2p", 2, 1_000_000, &l10).unwrap();

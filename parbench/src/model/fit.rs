@@ -8,6 +8,10 @@
 //! cost, since transfer and reduction both scale with `n` and cannot be
 //! told apart from times alone).
 //!
+//! Zero-byte points are left out: an empty collective sends no message (NCCL
+//! and parbench return at once), so its time is the harness's, not the
+//! algorithm's.
+//!
 //! The fit minimises the sum of squared *relative* residuals
 //! `sum ((predicted - measured) / measured)^2`, because a sweep spans
 //! six or more decades of time: plain least squares would let the largest
@@ -24,8 +28,8 @@ use crate::comm::Collective;
 /// Why a fit could not be made.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum FitError {
-    /// Fewer than two points, or fewer than two distinct sizes.
-    #[error("an alpha-beta fit needs at least two distinct message sizes (got {sizes} among {points} points)")]
+    /// Fewer than two distinct non-zero sizes.
+    #[error("an alpha-beta fit needs at least two distinct non-zero message sizes (got {sizes} among {points} points)")]
     TooFewPoints { points: usize, sizes: usize },
     /// A time that is not a positive finite number.
     #[error("point {index} ({bytes} B) has time {seconds} s: times must be positive and finite")]
@@ -56,9 +60,10 @@ pub struct AlphaBetaFit {
     /// Fitted seconds per byte on the critical path (reduction folded in);
     /// 0 when the times do not grow with size.
     pub beta_s_per_byte: f64,
-    /// The fitted model's time for a zero-byte call: `L alpha`, seconds.
+    /// The latency term `L alpha` at the smallest fitted size, seconds: the
+    /// time of a call whose bytes cost nothing (the intercept).
     pub zero_byte_s: f64,
-    /// Points used.
+    /// Points used (zero-byte points are not).
     pub points: usize,
     /// Root mean square of `(predicted - measured) / measured`.
     pub rms_rel_err: f64,
@@ -135,8 +140,9 @@ pub fn fit(
 /// the general form behind [`fit`], for structures that depend on the size
 /// (a chunked chain) or that the caller builds.
 pub fn fit_terms(rows: &[(AlphaBetaTerms, u64, f64)]) -> Result<AlphaBetaFit, FitError> {
+    let all = rows.len();
     for (index, &(_, bytes, seconds)) in rows.iter().enumerate() {
-        if !(seconds.is_finite() && seconds > 0.0) {
+        if bytes > 0 && !(seconds.is_finite() && seconds > 0.0) {
             return Err(FitError::BadPoint {
                 index,
                 bytes,
@@ -144,12 +150,13 @@ pub fn fit_terms(rows: &[(AlphaBetaTerms, u64, f64)]) -> Result<AlphaBetaFit, Fi
             });
         }
     }
+    let rows: Vec<&(AlphaBetaTerms, u64, f64)> = rows.iter().filter(|r| r.1 > 0).collect();
     let mut sizes: Vec<u64> = rows.iter().map(|r| r.1).collect();
     sizes.sort_unstable();
     sizes.dedup();
-    if rows.len() < 2 || sizes.len() < 2 {
+    if sizes.len() < 2 {
         return Err(FitError::TooFewPoints {
-            points: rows.len(),
+            points: all,
             sizes: sizes.len(),
         });
     }
@@ -211,7 +218,7 @@ pub fn fit_terms(rows: &[(AlphaBetaTerms, u64, f64)]) -> Result<AlphaBetaFit, Fi
     let rel: Vec<f64> = ab.iter().map(|(a, b)| a * alpha + b * beta - 1.0).collect();
     let rms_rel_err = (rel.iter().map(|r| r * r).sum::<f64>() / rel.len() as f64).sqrt();
     let max_rel_err = rel.iter().fold(0.0f64, |m, r| m.max(r.abs()));
-    // The zero-byte time of the structure at the smallest size's latency count.
+    // The intercept: the latency count of the smallest fitted size.
     let l0 = rows
         .iter()
         .min_by_key(|r| r.1)
@@ -308,13 +315,33 @@ mod tests {
     }
 
     #[test]
-    fn zero_byte_points_and_two_points() {
+    fn zero_byte_points_are_left_out_and_two_sizes_suffice() {
         let link = LinkParams::from_gbps_us(10.0, 1.0);
-        let t0 = predict(Collective::AllReduce, "ring", 2, 0, &link).unwrap();
-        let t1 = predict(Collective::AllReduce, "ring", 2, 1 << 20, &link).unwrap();
-        let f = fit(Collective::AllReduce, "ring", 2, &[(0, t0), (1 << 20, t1)]).unwrap();
-        assert!(rel(f.alpha_us(), 1.0) < 1e-9);
+        let t1 = predict(Collective::AllReduce, "ring", 2, 8, &link).unwrap();
+        let t2 = predict(Collective::AllReduce, "ring", 2, 1 << 20, &link).unwrap();
+        // A zero-byte point timed at 50 us of harness overhead changes nothing.
+        let pts = [(0, 50e-6), (8, t1), (1 << 20, t2)];
+        let f = fit(Collective::AllReduce, "ring", 2, &pts).unwrap();
+        assert!(rel(f.alpha_us(), 1.0) < 1e-9, "{f:?}");
         assert!(rel(f.bandwidth_gbps().unwrap(), 10.0) < 1e-9);
+        assert_eq!(f.points, 2);
+        assert!(f.max_rel_err < 1e-9);
+        // A zero-byte point timed at 0 (below the clock) is no error either.
+        let pts = [(0, 0.0), (8, t1), (1 << 20, t2)];
+        assert!(fit(Collective::AllReduce, "ring", 2, &pts).is_ok());
+        // Zero-byte points alone are no fit.
+        assert!(matches!(
+            fit(
+                Collective::AllReduce,
+                "ring",
+                2,
+                &[(0, 1e-6), (0, 2e-6), (8, t1)]
+            ),
+            Err(FitError::TooFewPoints {
+                points: 3,
+                sizes: 1
+            })
+        ));
     }
 
     #[test]
