@@ -45,6 +45,10 @@ pub enum FitError {
         algo: String,
         world: usize,
     },
+    /// A structure with a negative or non-finite coefficient (from a caller
+    /// of [`fit_terms`]), or sums that overflow.
+    #[error("point {index}: the cost structure is not usable (negative or not finite)")]
+    BadStructure { index: usize },
     /// The structure has no latency and no bandwidth term (one rank: no
     /// communication to explain).
     #[error("nothing to fit: the algorithm sends no message (one rank?)")]
@@ -150,6 +154,12 @@ pub fn fit_terms(rows: &[(AlphaBetaTerms, u64, f64)]) -> Result<AlphaBetaFit, Fi
             });
         }
     }
+    for (index, (t, _, _)) in rows.iter().enumerate() {
+        let usable = |x: f64| x.is_finite() && x >= 0.0;
+        if !(usable(t.latency_steps) && usable(t.bytes_factor)) {
+            return Err(FitError::BadStructure { index });
+        }
+    }
     let rows: Vec<&(AlphaBetaTerms, u64, f64)> = rows.iter().filter(|r| r.1 > 0).collect();
     let mut sizes: Vec<u64> = rows.iter().map(|r| r.1).collect();
     sizes.sort_unstable();
@@ -171,6 +181,9 @@ pub fn fit_terms(rows: &[(AlphaBetaTerms, u64, f64)]) -> Result<AlphaBetaFit, Fi
     let sab: f64 = ab.iter().map(|(a, b)| a * b).sum();
     let sa: f64 = ab.iter().map(|(a, _)| a).sum();
     let sb: f64 = ab.iter().map(|(_, b)| b).sum();
+    if ![saa, sbb, sab, sa, sb].iter().all(|x| x.is_finite()) {
+        return Err(FitError::BadStructure { index: 0 });
+    }
     if saa == 0.0 && sbb == 0.0 {
         return Err(FitError::NothingToFit);
     }
@@ -380,6 +393,20 @@ mod tests {
                 Err(FitError::BadPoint { index: 1, .. })
             ));
         }
+        let neg = AlphaBetaTerms {
+            latency_steps: -1.0,
+            bytes_factor: 1.0,
+            reduce_factor: 0.0,
+        };
+        let ok = per_call_terms(c, 8);
+        assert!(matches!(
+            fit_terms(&[(ok, 8, 1e-5), (neg, 16, 2e-5)]),
+            Err(FitError::BadStructure { index: 1 })
+        ));
+        assert!(matches!(
+            fit_terms(&[(ok, 8, 1e-300), (ok, 16, 1e-300)]),
+            Err(FitError::BadStructure { .. })
+        ));
         assert!(matches!(
             fit(c, "bogus", 8, &[(8, 1e-5), (16, 2e-5)]),
             Err(FitError::NoModel { .. })
