@@ -60,7 +60,7 @@ pub const PRESETS: [Preset; 4] = [
     },
     Preset {
         name: "gpt3-1.3b",
-        source: "GPT-3 XL, Brown et al. 2020, Table 2.1 (vocabulary: GPT-2's BPE, 50257)",
+        source: "GPT-3 XL, Brown et al. 2020, Table 2.1: 24 layers, d_model 2048, d_head 128, context 2048 (the table's 24 heads do not multiply to 2048 with d_head 128; 16 heads do); vocabulary GPT-2's BPE, 50257",
         arch: Arch::Gpt,
         layers: 24,
         hidden: 2048,
