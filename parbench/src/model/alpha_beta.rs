@@ -424,12 +424,37 @@ pub const ALGO_NAMES: [&str; 8] = [
 /// an algorithm that does not apply to the collective) or `p` is 0. One rank
 /// costs nothing.
 pub fn terms(coll: Collective, algo: &str, p: usize, n_bytes: u64) -> Option<AlphaBetaTerms> {
+    terms_with(coll, algo, p, n_bytes, CHUNK_BYTES)
+}
+
+/// The literature's forms, for algorithms that parbench's CPU backends do
+/// not run (NCCL's and MPI's pipelined rings): as [`terms`], but the ring
+/// is the textbook one, with no slices ([`ring_all_reduce`],
+/// [`ring_gather_scatter`]).
+pub fn textbook_terms(
+    coll: Collective,
+    algo: &str,
+    p: usize,
+    n_bytes: u64,
+) -> Option<AlphaBetaTerms> {
+    terms_with(coll, algo, p, n_bytes, u64::MAX)
+}
+
+/// [`terms`] with rings sliced at `ring_chunk` bytes per block (`u64::MAX`:
+/// never).
+fn terms_with(
+    coll: Collective,
+    algo: &str,
+    p: usize,
+    n_bytes: u64,
+    ring_chunk: u64,
+) -> Option<AlphaBetaTerms> {
     if p == 0 {
         return None;
     }
     let algo = algo.to_ascii_lowercase();
     let chain = |reduced| chain_terms(p, n_bytes, CHUNK_BYTES, reduced);
-    let ring = |all_reduce, reduced| sliced_ring(p, n_bytes, CHUNK_BYTES, all_reduce, reduced);
+    let ring = |all_reduce, reduced| sliced_ring(p, n_bytes, ring_chunk, all_reduce, reduced);
     let t = match (coll, algo.as_str()) {
         (Collective::AllReduce, "ring") => ring(true, true),
         (Collective::AllReduce, "rd") => rd_all_reduce(p),
@@ -466,14 +491,26 @@ pub fn algos_for(coll: Collective) -> &'static [&'static str] {
     }
 }
 
+/// Whether `algo` names a choice made by someone else (the size-based
+/// `auto`, or a library that does not say what it ran: `nccl`, `mpi...`),
+/// rather than one algorithm.
+pub fn is_selector(algo: &str) -> bool {
+    let a = algo.to_ascii_lowercase();
+    a == "auto" || a == "nccl" || a.starts_with("mpi")
+}
+
 /// Predicted time in seconds of one `coll` with algorithm `algo` on `p`
 /// ranks and `n_bytes` (nccl-tests' size) over `link`: what
 /// bench-collectives writes as `model_us` (times 1e6).
 ///
-/// `auto` predicts the fastest modelled algorithm at that size (what an
-/// ideal selector achieves; a real selector that switches at another size
-/// is above it near the crossover). `None` when there is no model (see
-/// [`terms`]).
+/// An algorithm name (`ring`, `tree`, `rd`, `rhd`, `chain`, `pairwise`,
+/// `p2p`) is modelled as parbench's CPU backends run it ([`terms`]). A
+/// selector ([`is_selector`]: `auto`, `nccl`, `mpi`) predicts the fastest
+/// of the textbook algorithms ([`textbook_terms`]) at that size: what an
+/// ideal selector achieves with those algorithms (a real one that switches
+/// at another size is above it near the crossover; NCCL's NVLS and
+/// CollNet, which these forms do not describe, can beat it). `None` when
+/// there is no model (see [`terms`]).
 pub fn predict(
     coll: Collective,
     algo: &str,
@@ -482,14 +519,30 @@ pub fn predict(
     link: &LinkParams,
 ) -> Option<f64> {
     let n = n_bytes as f64;
-    if algo.eq_ignore_ascii_case("auto") {
+    if is_selector(algo) {
         return algos_for(coll)
             .iter()
-            .filter_map(|a| terms(coll, a, p, n_bytes))
+            .filter_map(|a| textbook_terms(coll, a, p, n_bytes))
             .map(|t| t.seconds(n, link))
             .min_by(f64::total_cmp);
     }
     terms(coll, algo, p, n_bytes).map(|t| t.seconds(n, link))
+}
+
+/// [`predict`] with the textbook forms for a named algorithm too: for a
+/// library's ring (NCCL with `NCCL_ALGO=Ring`, an MPI's), which pipelines
+/// its chunks instead of running parbench's slices one after another.
+pub fn predict_textbook(
+    coll: Collective,
+    algo: &str,
+    p: usize,
+    n_bytes: u64,
+    link: &LinkParams,
+) -> Option<f64> {
+    if is_selector(algo) {
+        return predict(coll, algo, p, n_bytes, link);
+    }
+    textbook_terms(coll, algo, p, n_bytes).map(|t| t.seconds(n_bytes as f64, link))
 }
 
 #[cfg(test)]
@@ -701,5 +754,41 @@ mod tests {
         let rhd = predict(Collective::AllReduce, "rhd", 8, 1 << 30, &link).unwrap();
         assert_eq!(big, rhd);
         assert_eq!(predict(Collective::AllReduce, "bogus", 8, 8, &link), None);
+    }
+
+    #[test]
+    fn selectors_and_textbook_forms() {
+        let link = LinkParams::from_gbps_us(100.0, 5.0);
+        for sel in ["auto", "nccl", "NCCL", "mpi", "mpi(staged-in-place)"] {
+            assert!(is_selector(sel), "{sel}");
+        }
+        for alg in [
+            "ring", "tree", "rd", "rhd", "chain", "pairwise", "p2p", "Ring",
+        ] {
+            assert!(!is_selector(alg), "{alg}");
+        }
+        // A large message: parbench's sliced ring has 1024 x 14 latency
+        // steps; the textbook ring 14; a selector gets rhd's 6.
+        let n = 1u64 << 30;
+        let sliced = predict(Collective::AllReduce, "ring", 8, n, &link).unwrap();
+        let book = predict_textbook(Collective::AllReduce, "ring", 8, n, &link).unwrap();
+        let bw = 1.75 * n as f64 / 100e9;
+        assert!(close(sliced, 1024.0 * 14.0 * 5e-6 + bw), "{sliced}");
+        assert!(close(book, 14.0 * 5e-6 + bw), "{book}");
+        let nccl = predict(Collective::AllReduce, "nccl", 8, n, &link).unwrap();
+        assert!(close(nccl, 6.0 * 5e-6 + bw), "{nccl}");
+        assert_eq!(
+            textbook_terms(Collective::AllGather, "ring", 8, n),
+            Some(ring_gather_scatter(8, false))
+        );
+        // Algorithms without slices are the same either way.
+        assert_eq!(
+            textbook_terms(Collective::Broadcast, "tree", 8, n),
+            terms(Collective::Broadcast, "tree", 8, n)
+        );
+        assert_eq!(
+            predict_textbook(Collective::AllReduce, "nvls", 8, n, &link),
+            None
+        );
     }
 }

@@ -21,7 +21,7 @@
 //! fit on either axis), so a fit never reports a negative latency or
 //! bandwidth.
 
-use super::alpha_beta::{terms, AlphaBetaTerms, LinkParams};
+use super::alpha_beta::{is_selector, terms, AlphaBetaTerms, LinkParams};
 use super::busbw::busbw_factor;
 use crate::comm::Collective;
 
@@ -114,15 +114,16 @@ pub fn per_call_terms(coll: Collective, p: usize) -> AlphaBetaTerms {
 }
 
 /// Fit the points `(bytes, seconds)` of `coll` run with `algo` on `p`
-/// ranks. `algo` is any name [`terms`] knows, or `auto` (fitted with
-/// [`per_call_terms`]).
+/// ranks. `algo` is any name [`terms`] knows (parbench's algorithms, as
+/// they run), or a selector such as `auto` or `nccl`
+/// ([`super::alpha_beta::is_selector`]), fitted with [`per_call_terms`].
 pub fn fit(
     coll: Collective,
     algo: &str,
     p: usize,
     points: &[(u64, f64)],
 ) -> Result<AlphaBetaFit, FitError> {
-    let auto = algo.eq_ignore_ascii_case("auto");
+    let auto = is_selector(algo);
     let mut rows = Vec::with_capacity(points.len());
     for &(bytes, seconds) in points {
         let t = if auto && p > 0 {

@@ -42,7 +42,9 @@ pub mod footprint;
 pub mod presets;
 pub mod tensor_parallel;
 
-pub use alpha_beta::{predict, terms, AlphaBetaTerms, LinkParams};
+pub use alpha_beta::{
+    is_selector, predict, predict_textbook, terms, textbook_terms, AlphaBetaTerms, LinkParams,
+};
 pub use bubble::{
     bubble_fraction_of_ideal, bubble_fraction_of_step, microbatches_for_utilisation,
     BubbleSchedule, PassTimes,
