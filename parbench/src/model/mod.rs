@@ -51,7 +51,7 @@ pub use bubble::{
 };
 pub use busbw::{algbw_gbps, busbw_factor, busbw_gbps};
 pub use fit::{fit, AlphaBetaFit, FitError};
-pub use presets::Preset;
+pub use presets::{Preset, SplitError};
 pub use tensor_parallel::{
     transfer_seconds, RingFactor, TpMode, TpTraffic, NETWORK_REFERENCE_GBPS, NVLINK_REFERENCE_GBPS,
     WORKED_EXAMPLE_LAYERS,
