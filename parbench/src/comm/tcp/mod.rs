@@ -275,7 +275,7 @@ impl TcpTransport {
                 }
             }
             if let Some(f) = fault {
-                return Err(self.fail(f, send.as_mut(), op, start));
+                return Err(self.fail(f, send.as_mut(), recv.as_ref(), op, start));
             }
             let send_done = send.as_ref().is_none_or(SendOp::done);
             let recv_done = recv.as_ref().is_none_or(RecvOp::done);
@@ -305,13 +305,15 @@ impl TcpTransport {
             }
             let idle = *idle_since.get_or_insert(now);
             if now - idle < self.spin {
-                std::hint::spin_loop();
+                // Yield rather than burn: on a dedicated core this returns at
+                // once; on an oversubscribed one it lets the peer run.
+                std::thread::yield_now();
                 continue;
             }
             let sending = send.as_ref().filter(|s| !s.done()).map(|s| s.peer);
             let receiving = recv.as_ref().filter(|r| !r.done()).map(|r| r.peer);
             if let Err(f) = self.wait(sending, receiving, deadline) {
-                return Err(self.fail(f, send.as_mut(), op, start));
+                return Err(self.fail(f, send.as_mut(), recv.as_ref(), op, start));
             }
         }
     }
@@ -491,6 +493,31 @@ impl TcpTransport {
         Ok(())
     }
 
+    /// A peer that closed its connection may have told us why first: it
+    /// failed on another rank, sent us an abort notice and exited. Before
+    /// blaming it, read what it left in the socket and look for that notice
+    /// (beyond the rest of the frame being received from it, if any).
+    fn explain_loss(&mut self, f: Fault, recv: Option<&RecvOp<'_>>) -> Fault {
+        let Fault::Lost { peer, detail } = f else {
+            return f;
+        };
+        let skip = match recv.filter(|r| r.peer == peer) {
+            None => Some(0),
+            Some(r) if r.checked => Some(r.into.len() - r.got),
+            Some(r) if r.hdr_got == 0 => Some(0),
+            Some(_) => None, // stopped inside a header: no frame boundary to start from
+        };
+        let notice = skip.and_then(|skip| self.peer_mut(peer).find_control(skip));
+        match notice {
+            Some(len) => Fault::Remote {
+                from: peer,
+                named: (len & 0xffff_ffff) as usize,
+                timeout: (len >> 32) & 0xff == ABORT_TIMEOUT,
+            },
+            None => Fault::Lost { peer, detail },
+        }
+    }
+
     /// Turns a fault into the call's error, tells every other peer (so that
     /// ranks waiting elsewhere fail at once naming the same rank), and marks
     /// the transport failed.
@@ -498,9 +525,11 @@ impl TcpTransport {
         &mut self,
         f: Fault,
         pending: Option<&mut SendOp<'_>>,
+        recv: Option<&RecvOp<'_>>,
         op: &'static str,
         start: Instant,
     ) -> CommError {
+        let f = self.explain_loss(f, recv);
         let (failure, err) = match f {
             Fault::Lost { peer, detail } => {
                 let fl = Failure {
