@@ -298,11 +298,9 @@ impl TcpTransport {
             if send_done && recv_done {
                 return Ok(());
             }
-            if moved {
-                idle_since = None;
-                continue;
-            }
             let now = Instant::now();
+            // Checked even while bytes move: a peer that trickles past the
+            // deadline is as late as a silent one.
             if now >= deadline {
                 let peer = match (&recv, &send) {
                     (Some(r), _) if !recv_done => r.peer,
@@ -318,6 +316,10 @@ impl TcpTransport {
                 let err = self.failure_error(&f, op, start.elapsed());
                 self.failed = Some(f);
                 return Err(err);
+            }
+            if moved {
+                idle_since = None;
+                continue;
             }
             let idle = *idle_since.get_or_insert(now);
             if now - idle < self.spin {
