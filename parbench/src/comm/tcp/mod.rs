@@ -39,9 +39,27 @@ pub type TcpComm = HostComm<TcpTransport>;
 
 /// Header bit that marks a control frame (never set in a payload length).
 const CONTROL: u64 = 1 << 63;
-/// Control frame kinds (bits 32..40): the named rank was lost / timed out.
+/// Control frame kinds (bits 32..40). Final notices: the named rank was
+/// lost / timed out, and the sender has given up.
 const ABORT_LOST: u64 = 1;
 const ABORT_TIMEOUT: u64 = 2;
+/// A hint, not a failure: the sender passed its deadline waiting for the
+/// named rank. A rank whose own deadline passes while it waits for the
+/// sender blames the named rank instead (a chain of waits ends at the rank
+/// that is really stuck).
+const SUSPECT: u64 = 3;
+/// How long a rank past its deadline listens for such a hint before it
+/// blames the rank it waited for: a tenth of the call's time, at most this.
+const MAX_GRACE: Duration = Duration::from_secs(2);
+
+fn control(kind: u64, named: usize) -> [u8; 8] {
+    (CONTROL | (kind << 32) | (named as u64 & 0xffff_ffff)).to_le_bytes()
+}
+
+/// (kind, named rank) of a control header.
+fn decode(len: u64) -> (u64, usize) {
+    ((len >> 32) & 0xff, (len & 0xffff_ffff) as usize)
+}
 /// Reducing receives read through this much scratch: small enough to stay
 /// in L2 while it is reduced, large enough to amortise a system call.
 const SCRATCH_BYTES: usize = 256 * 1024;
@@ -81,6 +99,9 @@ pub struct TcpTransport {
     pollfds: Vec<libc::pollfd>,
     spin: Duration,
     failed: Option<Failure>,
+    /// `hints[p] = Some(x)`: rank p said it passed its deadline waiting for
+    /// rank x (cleared when a data frame from p arrives).
+    hints: Vec<Option<usize>>,
     /// Messages this rank sent to itself (nccl-tests' sendrecv on one rank,
     /// an all-to-all's own block), oldest first.
     to_self: VecDeque<Vec<u8>>,
@@ -201,6 +222,7 @@ impl TcpTransport {
             pollfds: Vec::with_capacity(info.world + 1),
             spin: Duration::from_micros(spin_us),
             failed: None,
+            hints: vec![None; info.world],
             to_self: VecDeque::new(),
             store,
         })
@@ -272,6 +294,8 @@ impl TcpTransport {
             }
         }
         let start = Instant::now();
+        let grace = (deadline.saturating_duration_since(start) / 10).min(MAX_GRACE);
+        let mut suspected = false;
         let mut idle_since: Option<Instant> = None;
         loop {
             let mut moved = false;
@@ -302,20 +326,30 @@ impl TcpTransport {
             // Checked even while bytes move: a peer that trickles past the
             // deadline is as late as a silent one.
             if now >= deadline {
-                let peer = match (&recv, &send) {
+                let waiting_on = match (&recv, &send) {
                     (Some(r), _) if !recv_done => r.peer,
                     (_, Some(s)) => s.peer,
                     _ => self.rank,
                 };
-                let f = Failure {
-                    peer,
-                    timeout: true,
-                    detail: String::new(),
-                };
-                self.abort_all(&f, send.as_mut(), None);
-                let err = self.failure_error(&f, op, start.elapsed());
-                self.failed = Some(f);
-                return Err(err);
+                let blame = self.follow_hints(waiting_on);
+                if blame == waiting_on && now < deadline + grace {
+                    // Say whom we wait for, then listen a little longer in
+                    // case that rank is itself waiting for another.
+                    if !suspected {
+                        suspected = true;
+                        self.notify(SUSPECT, waiting_on, send.as_ref());
+                    }
+                } else {
+                    let f = Failure {
+                        peer: blame,
+                        timeout: true,
+                        detail: String::new(),
+                    };
+                    self.abort_all(&f, send.as_mut(), None);
+                    let err = self.failure_error(&f, op, start.elapsed());
+                    self.failed = Some(f);
+                    return Err(err);
+                }
             }
             if moved {
                 idle_since = None;
@@ -330,8 +364,40 @@ impl TcpTransport {
             }
             let sending = send.as_ref().filter(|s| !s.done()).map(|s| s.peer);
             let receiving = recv.as_ref().filter(|r| !r.done()).map(|r| r.peer);
-            if let Err(f) = self.wait(sending, receiving, deadline) {
+            let until = if now >= deadline {
+                deadline + grace
+            } else {
+                deadline
+            };
+            if let Err(f) = self.wait(sending, receiving, until) {
                 return Err(self.fail(f, send.as_mut(), recv.as_ref(), op, start));
+            }
+        }
+    }
+
+    /// The end of the chain of hints from `peer`: whom it waits for, whom
+    /// that one waits for, ... (never this rank; a cycle stops the walk).
+    fn follow_hints(&self, peer: usize) -> usize {
+        let mut cur = peer;
+        for _ in 0..self.world {
+            match self.hints.get(cur).copied().flatten() {
+                Some(next) if next != self.rank && next != cur => cur = next,
+                _ => break,
+            }
+        }
+        cur
+    }
+
+    /// Writes a control frame naming `named` to every other peer whose
+    /// outgoing stream is between frames (best effort, never blocks).
+    fn notify(&mut self, kind: u64, named: usize, pending: Option<&SendOp<'_>>) {
+        let msg = control(kind, named);
+        let mid_frame = pending.filter(|s| s.sent > 0 && !s.done()).map(|s| s.peer);
+        for (r, p) in self.peers.iter_mut().enumerate() {
+            if let Some(p) = p {
+                if r != named && Some(r) != mid_frame {
+                    p.try_write_whole(&msg);
+                }
             }
         }
     }
@@ -366,7 +432,12 @@ impl TcpTransport {
         let peer = r.peer;
         let expected = r.into.len();
         // Split borrows: the peer and the scratch live in `self`.
-        let TcpTransport { peers, scratch, .. } = self;
+        let TcpTransport {
+            peers,
+            scratch,
+            hints,
+            ..
+        } = self;
         let Some(Some(p)) = peers.get_mut(peer) else {
             unreachable!("rank {peer} has no connection")
         };
@@ -398,14 +469,26 @@ impl TcpTransport {
         if r.hdr_got == 8 && !r.checked {
             let len = u64::from_le_bytes(r.hdr);
             if len & CONTROL != 0 {
-                let named = (len & 0xffff_ffff) as usize;
-                let kind = (len >> 32) & 0xff;
-                return Err(Fault::Remote {
-                    from: peer,
-                    named,
-                    timeout: kind == ABORT_TIMEOUT,
-                });
+                let (kind, named) = decode(len);
+                if kind != SUSPECT {
+                    return Err(Fault::Remote {
+                        from: peer,
+                        named,
+                        timeout: kind == ABORT_TIMEOUT,
+                    });
+                }
+                // A hint: note it, give back the bytes read past it (the
+                // start of the next frame), and read that frame afresh.
+                hints[peer] = Some(named);
+                let extra = match &r.into {
+                    RecvInto::Copy(dst) => &dst[r.got..r.got + body],
+                    RecvInto::Reduce { .. } => &scratch[r.tail..r.tail + body],
+                };
+                p.unread(extra);
+                r.hdr_got = 0;
+                return Ok(true);
             }
+            hints[peer] = None;
             if len != expected as u64 {
                 return Err(Fault::Protocol {
                     peer,
@@ -443,21 +526,28 @@ impl TcpTransport {
         deadline: Instant,
     ) -> Result<(), Fault> {
         for r in 0..self.peers.len() {
-            if Some(r) == sending || Some(r) == receiving {
+            // Every stream but the one being received is between frames.
+            if Some(r) == receiving {
                 continue;
             }
             let Some(p) = self.peers[r].as_mut() else {
                 continue;
             };
-            if let Some(len) = p.peek_unseen_header() {
-                if len & CONTROL != 0 {
-                    p.skip_header();
-                    return Err(Fault::Remote {
-                        from: r,
-                        named: (len & 0xffff_ffff) as usize,
-                        timeout: (len >> 32) & 0xff == ABORT_TIMEOUT,
-                    });
+            while let Some(len) = p.peek_unseen_header() {
+                if len & CONTROL == 0 {
+                    break;
                 }
+                p.skip_header();
+                let (kind, named) = decode(len);
+                if kind == SUSPECT {
+                    self.hints[r] = Some(named);
+                    continue;
+                }
+                return Err(Fault::Remote {
+                    from: r,
+                    named,
+                    timeout: kind == ABORT_TIMEOUT,
+                });
             }
         }
         self.pollfds.clear();
@@ -526,11 +616,11 @@ impl TcpTransport {
             Some(_) => None, // stopped inside a header: no frame boundary to start from
         };
         let notice = skip.and_then(|skip| self.peer_mut(peer).find_control(skip));
-        match notice {
-            Some(len) => Fault::Remote {
+        match notice.map(decode) {
+            Some((kind, named)) => Fault::Remote {
                 from: peer,
-                named: (len & 0xffff_ffff) as usize,
-                timeout: (len >> 32) & 0xff == ABORT_TIMEOUT,
+                named,
+                timeout: kind == ABORT_TIMEOUT,
             },
             None => Fault::Lost { peer, detail },
         }
@@ -621,7 +711,7 @@ impl TcpTransport {
             }
         }
         let kind = if f.timeout { ABORT_TIMEOUT } else { ABORT_LOST };
-        let notice = (CONTROL | (kind << 32) | (f.peer as u64 & 0xffff_ffff)).to_le_bytes();
+        let notice = control(kind, f.peer);
         for (r, p) in self.peers.iter_mut().enumerate() {
             if let Some(p) = p {
                 if r != f.peer && Some(r) != skip {

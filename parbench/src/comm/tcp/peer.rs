@@ -272,11 +272,29 @@ impl Peer {
         while let Some(h) = rest.get(at..at.checked_add(8)?) {
             let len = u64::from_le_bytes(h.try_into().ok()?);
             if len & (1 << 63) != 0 {
-                return Some(len);
+                // Hints (kind 3) are not a verdict: look on for one.
+                if (len >> 32) & 0xff != 3 {
+                    return Some(len);
+                }
+                at = at.checked_add(8)?;
+                continue;
             }
             at = at.checked_add(8)?.checked_add(usize::try_from(len).ok()?)?;
         }
         None
+    }
+
+    /// Puts `bytes` back in front of the incoming stream (bytes a vectored
+    /// read took past a control frame). Rare: allocates.
+    pub(super) fn unread(&mut self, bytes: &[u8]) {
+        if bytes.is_empty() {
+            return;
+        }
+        let mut front = bytes.to_vec();
+        front.extend_from_slice(&self.stash[self.stash_pos..]);
+        self.stash = front;
+        self.stash_pos = 0;
+        self.head_data = false;
     }
 
     /// Consumes the 8 bytes [`Peer::peek_header`] returned.
