@@ -229,7 +229,7 @@ pub struct StragglerVerdict {
 impl StragglerTally {
     /// A late arrival counts when the others waited at least this fraction of the iteration.
     pub const SIGNIFICANT: f64 = 0.2;
-    /// A rank is named when it was significantly last in at least this fraction of iterations.
+    /// A rank is named when it was significantly last in more than this fraction of iterations.
     pub const PERSISTENT: f64 = 0.5;
     /// Fewer tallied iterations than this name nobody.
     pub const MIN_ITERATIONS: u64 = 10;
@@ -263,7 +263,7 @@ impl StragglerTally {
             .enumerate()
             .max_by_key(|(_, l)| l.len())?;
         let fraction = lates.len() as f64 / self.iterations as f64;
-        if fraction < Self::PERSISTENT {
+        if fraction <= Self::PERSISTENT {
             return None;
         }
         let mut sorted = lates.clone();
