@@ -74,7 +74,11 @@ pub fn gather_f64<C: Communicator>(comm: &mut C, values: &[f64]) -> CommResult<V
     comm.sync()?;
     let mut all = vec![0f64; n * world];
     recv.read_to_host(bytemuck::cast_slice_mut(&mut all))?;
-    Ok(all.chunks(n.max(1)).take(world).map(<[f64]>::to_vec).collect())
+    Ok(all
+        .chunks(n.max(1))
+        .take(world)
+        .map(<[f64]>::to_vec)
+        .collect())
 }
 
 /// One loop's figures, the same on every rank.
@@ -338,7 +342,13 @@ mod tests {
 
         let mut tally = StragglerTally::default();
         stats.last_arrivals = (0..20)
-            .map(|i| if i < 15 { late(3, 800.0) } else { late(0, 600.0) })
+            .map(|i| {
+                if i < 15 {
+                    late(3, 800.0)
+                } else {
+                    late(0, 600.0)
+                }
+            })
             .collect();
         tally.add(&stats);
         let v = tally.verdict().unwrap();
