@@ -12,7 +12,7 @@ use std::time::Duration;
 /// per-iteration percentiles, the alpha-beta model's prediction, and busbw as
 /// a share of the wire's ceiling measured in the same run.
 #[derive(Parser, Debug, Clone)]
-#[command(name = "bench-collectives", version, about)]
+#[command(name = "bench-collectives", version, about, args_override_self = true)]
 pub struct Args {
     /// Collectives to run: all_reduce, all_gather, reduce_scatter, broadcast,
     /// reduce, all_to_all, sendrecv, or all.
@@ -440,7 +440,10 @@ mod tests {
         assert_eq!(p.backend, Backend::Tcp);
         assert_eq!(p.nprocs, Some(3));
         assert_eq!(p.algo, Algo::Ring);
-        assert_eq!(p.sweep.sizes, vec![1024, 4096, 16384, 65536, 262144]);
+        assert_eq!(
+            p.sweep.sizes,
+            vec![1024, 4096, 16384, 65536, 262144, 1 << 20]
+        );
         assert_eq!((p.sweep.iters, p.sweep.warmup, p.sweep.check), (7, 2, 3));
         assert_eq!(p.sweep.ops.len(), 5);
         assert_eq!(p.sweep.dtypes, vec![DType::F16, DType::I32]);

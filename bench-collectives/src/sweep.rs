@@ -16,7 +16,7 @@ use parbench::with_dtype;
 /// Bytes of each transfer when measuring the wire's ceiling.
 const CEILING_BYTES: usize = 64 << 20;
 /// Bytes of the reduction-kernel measurement (gamma of the model).
-const REDUCE_BYTES: usize = 16 << 20;
+const REDUCE_BYTES: usize = 4 << 20;
 
 /// The wire's figures measured before the sweep, the same on every rank.
 #[derive(Clone, Debug, PartialEq)]
