@@ -17,21 +17,49 @@ fn main() {
         let mut send = comm.alloc(8)?;
         send.write_from_host(&[1u8; 8])?;
         let mut recv = comm.alloc(8)?;
-        let spec = LoopSpec { warmup: 100, iters, delay: None };
+        let spec = LoopSpec {
+            warmup: 100,
+            iters,
+            delay: None,
+        };
         let (mut bare, mut harness) = (Vec::new(), Vec::new());
         for _ in 0..rounds {
             for _ in 0..100 {
-                comm.all_reduce(Io::OutOfPlace { send: &send, recv: &mut recv }, 2, DType::F32, ReduceOp::Sum)?;
+                comm.all_reduce(
+                    Io::OutOfPlace {
+                        send: &send,
+                        recv: &mut recv,
+                    },
+                    2,
+                    DType::F32,
+                    ReduceOp::Sum,
+                )?;
             }
             comm.barrier()?;
             let t = Instant::now();
             for _ in 0..iters {
-                comm.all_reduce(Io::OutOfPlace { send: &send, recv: &mut recv }, 2, DType::F32, ReduceOp::Sum)?;
+                comm.all_reduce(
+                    Io::OutOfPlace {
+                        send: &send,
+                        recv: &mut recv,
+                    },
+                    2,
+                    DType::F32,
+                    ReduceOp::Sum,
+                )?;
             }
             comm.sync()?;
             bare.push(t.elapsed().as_secs_f64() * 1e6 / iters as f64);
             let times = time_loop(comm, &spec, |c| {
-                c.all_reduce(Io::OutOfPlace { send: &send, recv: &mut recv }, 2, DType::F32, ReduceOp::Sum)
+                c.all_reduce(
+                    Io::OutOfPlace {
+                        send: &send,
+                        recv: &mut recv,
+                    },
+                    2,
+                    DType::F32,
+                    ReduceOp::Sum,
+                )
             })?;
             harness.push(times.mean_us());
         }

@@ -39,8 +39,9 @@ fn main() -> ExitCode {
         }
     };
     match run::run(&plan) {
-        Ok(run::Finished { wrong: 0 }) => ExitCode::SUCCESS,
-        Ok(run::Finished { wrong }) => {
+        Ok(run::Finished::Launched { code }) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
+        Ok(run::Finished::Ran { wrong: 0 }) => ExitCode::SUCCESS,
+        Ok(run::Finished::Ran { wrong }) => {
             eprintln!("bench-collectives: {wrong} wrong elements (summed over ranks): results are not exact");
             ExitCode::from(1)
         }

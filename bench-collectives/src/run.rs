@@ -7,6 +7,7 @@ use crate::summary::{self, Summary};
 use crate::sweep::{self, Outcome, RunIds, WireFigures};
 use anyhow::{Context, Result};
 use parbench::comm::{CommResult, Communicator};
+use parbench::launch;
 use parbench::results::{self, RunMeta};
 
 /// A problem with what the user asked for, found after parsing (exit code 2).
@@ -15,9 +16,13 @@ use parbench::results::{self, RunMeta};
 pub struct UsageError(pub String);
 
 /// How a run ended on this process.
-pub struct Finished {
-    /// Wrong elements summed over ranks (0 on processes other than rank 0).
-    pub wrong: u64,
+pub enum Finished {
+    /// This process ran a rank (or all ranks): wrong elements summed over
+    /// ranks, as rank 0 saw them (0 on the other processes).
+    Ran { wrong: u64 },
+    /// This process spawned the ranks (`--backend tcp -np N`): pass on the
+    /// exit code of the first rank that failed, or 0. The rank already said why.
+    Launched { code: i32 },
 }
 
 /// What rank 0 brings back from its sweep.
@@ -33,9 +38,13 @@ pub struct RankReport {
 /// Runs the plan on the chosen backend.
 pub fn run(plan: &Plan) -> Result<Finished> {
     let run_id = results::new_run_id("collectives");
+    let joined = launch::RankInfo::from_env().map_err(|e| UsageError(e.to_string()))?;
     match plan.backend {
+        // Under a launcher (torchrun, mpirun, srun, a spawning parent) every
+        // process is one rank: that is the tcp backend.
+        Backend::Auto if joined.is_some() => run_tcp(plan, &run_id, joined),
         Backend::Auto | Backend::Local => run_local(plan, &run_id),
-        Backend::Tcp => run_tcp(plan, &run_id),
+        Backend::Tcp => run_tcp(plan, &run_id, joined),
         Backend::Nccl => Err(UsageError(nccl_unavailable()).into()),
         Backend::Mpi => run_mpi(plan, &run_id),
     }
@@ -70,8 +79,34 @@ fn run_local(plan: &Plan, run_id: &str) -> Result<Finished> {
     finish(plan, &mut meta, report)
 }
 
-fn run_tcp(_plan: &Plan, _run_id: &str) -> Result<Finished> {
-    Err(UsageError("--backend tcp is not wired yet".into()).into())
+/// Joins the job the launcher variables describe, or spawns `-np` ranks of
+/// this binary on loopback (they join) and waits for them.
+fn run_tcp(plan: &Plan, run_id: &str, joined: Option<launch::RankInfo>) -> Result<Finished> {
+    let Some(info) = joined else {
+        let world = plan.nprocs.unwrap_or_else(default_ranks);
+        plan.sweep
+            .check_world(world)
+            .map_err(|e| UsageError(e.to_string()))?;
+        return match launch::spawn_local_ranks(world, &[]) {
+            Ok(status) => Ok(Finished::Launched {
+                code: launch::exit_code(status),
+            }),
+            Err(launch::LaunchError::RankFailed { status, .. }) => Ok(Finished::Launched {
+                code: launch::exit_code(status),
+            }),
+            Err(e) => Err(e.into()),
+        };
+    };
+    plan.sweep
+        .check_world(info.world)
+        .map_err(|e| UsageError(e.to_string()))?;
+    let mut meta = RunMeta::start("collectives", run_id, "tcp", info.world);
+    let mut comm = parbench::comm::tcp::comm(&info, plan.algo, plan.sweep.timeout)
+        .with_context(|| format!("rank {} joining the tcp job", info.rank))?;
+    match rank_main(&mut comm, plan, run_id).with_context(|| format!("rank {}", info.rank))? {
+        Some(r) => finish(plan, &mut meta, r),
+        None => Ok(Finished::Ran { wrong: 0 }),
+    }
 }
 
 #[cfg(feature = "mpi")]
@@ -87,7 +122,7 @@ fn run_mpi(plan: &Plan, run_id: &str) -> Result<Finished> {
     let report = rank_main(&mut comm, plan, run_id)?;
     match report {
         Some(r) => finish(plan, &mut meta, r),
-        None => Ok(Finished { wrong: 0 }),
+        None => Ok(Finished::Ran { wrong: 0 }),
     }
 }
 
@@ -222,7 +257,7 @@ fn finish(plan: &Plan, meta: &mut RunMeta, r: RankReport) -> Result<Finished> {
         json.display(),
         meta.run_id
     );
-    Ok(Finished {
+    Ok(Finished::Ran {
         wrong: r.summary.wrong,
     })
 }
