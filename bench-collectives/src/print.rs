@@ -14,7 +14,7 @@ pub struct Printer {
 }
 
 /// Width of one placement's block of columns.
-const BLOCK: usize = 70;
+const BLOCK: usize = 62;
 
 impl Printer {
     /// A printer that prints only when `enabled`.
