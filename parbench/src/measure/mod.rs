@@ -23,3 +23,6 @@ pub use ceiling::{
 };
 pub use combine::{gather_f64, Average, LoopStats, StragglerTally, StragglerVerdict};
 pub use timing::{time_loop, LoopSpec, RankTimes};
+
+#[cfg(test)]
+mod tests;
