@@ -163,6 +163,7 @@ pub(crate) struct Keyed {
 }
 
 impl Keyed {
+    /// The range lo..hi (widened to lo..lo+1 when empty) ticked at `keys`.
     pub(crate) fn new(lo: f64, hi: f64, keys: Vec<f64>) -> Self {
         let hi = if hi > lo { hi } else { lo + 1.0 };
         Keyed { lo, hi, keys }
