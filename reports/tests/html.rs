@@ -46,9 +46,9 @@ fn every_section_and_chart_is_there() {
     assert_eq!(html.matches("<svg").count(), CHARTS);
     assert_eq!(html.matches("<figure class=\"chart\"").count(), CHARTS);
     for id in [
-        "busbw-all-reduce",
-        "latency-all-reduce",
-        "busbw-all-gather",
+        "busbw-all-reduce-float-sum",
+        "latency-all-reduce-float-sum",
+        "busbw-all-gather-float",
         "bubble-0",
         "capacity-chart",
     ] {
