@@ -57,6 +57,13 @@ fn truncated_csv_names_file_and_line() {
 }
 
 #[test]
+fn empty_csv_is_refused() {
+    let d = copy_fixture("shm", "emptycsv");
+    std::fs::write(d.join("pipeline.csv"), "").unwrap();
+    assert_refused(&d, &["pipeline.csv:1:", "empty file"]);
+}
+
+#[test]
 fn malformed_value_names_file_and_line() {
     let d = copy_fixture("shm", "badval");
     let path = d.join("layers.csv");
