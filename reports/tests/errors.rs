@@ -9,7 +9,10 @@ use std::path::Path;
 /// `dir`; each must exit 2 with one line that contains every string of `want`.
 fn refused(dir: &Path, want: &[&str], timeline: bool) {
     let d = dir.to_str().unwrap();
-    let out = scratch("err-out").join("r.html");
+    let tag = dir
+        .file_name()
+        .map_or("x".into(), |n| n.to_string_lossy().into_owned());
+    let out = scratch(&format!("err-out-{tag}")).join("r.html");
     let good = fixture("shm");
     let mut runs = vec![("html", report(&["html", d, "-o", out.to_str().unwrap()]))];
     if !timeline {

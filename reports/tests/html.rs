@@ -224,5 +224,7 @@ fn renders_in_headless_chromium() {
         "a page with content, not a blank one ({} bytes)",
         bytes.len()
     );
+    let _ = std::fs::remove_dir_all(dir.join("profile-dom"));
+    let _ = std::fs::remove_dir_all(dir.join("profile-shot"));
     println!("screenshot: {}", png.display());
 }
