@@ -314,3 +314,88 @@ fn gpu_copy_ceilings_are_measured() {
         assert!(p.gbps.is_finite() && p.gbps > 0.0);
     }
 }
+
+#[test]
+fn gpu_nccl_graph_replays_and_events_time() {
+    if !gpu_enabled("gpu_nccl_graph_replays_and_events_time") {
+        return;
+    }
+    let mut c = NcclComm::init_all(&[0], TIMEOUT).unwrap().pop().unwrap();
+    let count = 4096;
+    let src = input(DType::F32, count, 0, 7);
+    let send = upload(&c, &src, count * 4);
+    let mut recv = c.alloc(count * 4).unwrap();
+    // Warm-up outside the capture (NCCL sets up its buffers on first use).
+    c.all_reduce(
+        Io::OutOfPlace {
+            send: &send,
+            recv: &mut recv,
+        },
+        count,
+        DType::F32,
+        ReduceOp::Sum,
+    )
+    .unwrap();
+    c.sync().unwrap();
+    let mut recv = c.alloc(count * 4).unwrap();
+    let mut graph = c
+        .capture(4, &mut |c: &mut NcclComm| {
+            c.all_reduce(
+                Io::OutOfPlace {
+                    send: &send,
+                    recv: &mut recv,
+                },
+                count,
+                DType::F32,
+                ReduceOp::Sum,
+            )
+        })
+        .unwrap();
+    assert_eq!(graph.launches(), 4);
+    assert_eq!(
+        download(&mut c, &recv, count * 4),
+        vec![0u8; count * 4],
+        "capture must not run"
+    );
+    let mut clock = c.stream_clock(3).unwrap().expect("a device clock");
+    clock.mark().unwrap();
+    graph.replay().unwrap();
+    clock.mark().unwrap();
+    graph.replay().unwrap();
+    clock.mark().unwrap();
+    let t = clock.intervals().unwrap();
+    assert_eq!(t.len(), 2);
+    assert!(t.iter().all(|s| s.is_finite() && *s > 0.0), "{t:?}");
+    assert_eq!(
+        download(&mut c, &recv, count * 4),
+        src,
+        "replayed all_reduce"
+    );
+}
+
+#[test]
+fn gpu_nccl_join_through_the_store() {
+    if !gpu_enabled("gpu_nccl_join_through_the_store") {
+        return;
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let vars = [
+        ("RANK", "0".to_string()),
+        ("WORLD_SIZE", "1".to_string()),
+        ("LOCAL_RANK", "0".to_string()),
+        ("MASTER_ADDR", "127.0.0.1".to_string()),
+        ("MASTER_PORT", port.to_string()),
+    ];
+    let info = parbench::launch::RankInfo::from_vars(|k| {
+        vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone())
+    })
+    .unwrap()
+    .unwrap();
+    let mut c = NcclComm::join(&info, TIMEOUT).unwrap();
+    assert_eq!((c.rank(), c.world()), (0, 1));
+    exercise(&mut c);
+}
