@@ -221,7 +221,7 @@ impl NcclComm {
             ordinal,
             left.max(Duration::from_secs(1)),
         )?;
-        comm.timeout = timeout;
+        comm.set_timeout(timeout);
         comm.wire = if hosts.len() == 1 {
             local_wire(&(0..visible).collect::<Vec<_>>())
         } else {
@@ -239,6 +239,7 @@ impl NcclComm {
         timeout: Duration,
         wire: String,
     ) -> NcclComm {
+        gpu.set_timeout(timeout);
         NcclComm {
             comm,
             gpu,
@@ -641,6 +642,7 @@ impl Communicator for NcclComm {
     }
     fn set_timeout(&mut self, timeout: Duration) {
         self.timeout = timeout;
+        self.gpu.set_timeout(timeout);
     }
     fn timeout(&self) -> Duration {
         self.timeout

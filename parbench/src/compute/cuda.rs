@@ -90,6 +90,7 @@ impl CudaCompute {
     /// Sets how long [`Compute::sync`] waits before giving up.
     pub fn set_timeout(&mut self, timeout: Duration) {
         self.timeout = timeout;
+        self.gpu.set_timeout(timeout);
     }
 
     fn size(&self) -> usize {
