@@ -237,3 +237,99 @@ fn gpu_graph_replays_captured_loop() {
         panic!("graph replay: {m}");
     }
 }
+
+/// Every operation once on `dev`, on inputs made from seeds; returns each
+/// output downloaded, by name, with the magnitude its error scales with.
+fn outputs<C: Compute>(dev: &C) -> Vec<(String, Vec<f32>, f32)> {
+    let mut out = Vec::new();
+    let up = |v: &[f32]| {
+        let mut b = dev.alloc(v.len()).unwrap();
+        dev.upload(v, &mut b).unwrap();
+        b
+    };
+    let down = |b: &C::Buf, n: usize| {
+        dev.sync().unwrap();
+        let mut v = vec![0.0; n];
+        dev.download(b, &mut v).unwrap();
+        v
+    };
+    let (rows, cols) = (19, 70);
+    let n = rows * cols;
+    let x = up(&values(n, 1));
+    let bias = up(&values(cols, 2));
+    let dy = up(&values(n, 3));
+    let mut t = up(&values(n, 1));
+    dev.add_bias(&mut t, &bias, rows, cols).unwrap();
+    out.push(("add_bias".into(), down(&t, n), 1.0));
+    let mut db = dev.alloc(cols).unwrap();
+    dev.bias_grad(&dy, &mut db, rows, cols).unwrap();
+    out.push(("bias_grad".into(), down(&db, cols), rows as f32));
+    let mut y = dev.alloc(n).unwrap();
+    dev.gelu(&x, &mut y, n).unwrap();
+    out.push(("gelu".into(), down(&y, n), 1.0));
+    let mut dx = dev.alloc(n).unwrap();
+    dev.gelu_backward(&x, &dy, &mut dx, n).unwrap();
+    out.push(("gelu_backward".into(), down(&dx, n), 1.0));
+    let mut s = up(&values(n, 1));
+    dev.add(&mut s, &dy, n).unwrap();
+    out.push(("add".into(), down(&s, n), 1.0));
+    for causal in [false, true] {
+        let mut p = up(&values(n + 4, 4));
+        dev.softmax(&mut p, 4, rows, cols, causal).unwrap();
+        out.push((format!("softmax causal={causal}"), down(&p, n + 4), 1.0));
+        let mut g = up(&values(n + 4, 5));
+        dev.softmax_backward(&p, &mut g, 4, rows, cols).unwrap();
+        out.push((
+            format!("softmax_backward causal={causal}"),
+            down(&g, n + 4),
+            1.0,
+        ));
+    }
+    for (ta, tb, batch) in [
+        (false, false, 1),
+        (true, false, 2),
+        (false, true, 3),
+        (true, true, 1),
+    ] {
+        let (m, nn, k) = (13, 11, 24);
+        let mut g = Gemm::dense(m, nn, k);
+        g.trans_a = ta;
+        g.trans_b = tb;
+        g.lda = if ta { m } else { k };
+        g.ldb = if tb { k } else { nn };
+        g.batch = batch;
+        g.stride_a = m * k;
+        g.stride_b = k * nn;
+        g.stride_c = m * nn;
+        g.beta = 0.5;
+        let (ea, eb, ec) = g.extents();
+        let a = up(&values(ea, 6));
+        let b = up(&values(eb, 7));
+        let mut c = up(&values(ec, 8));
+        dev.gemm(&g, &a, &b, &mut c).unwrap();
+        out.push((
+            format!("gemm ta={ta} tb={tb} batch={batch}"),
+            down(&c, ec),
+            k as f32,
+        ));
+    }
+    out
+}
+
+#[test]
+fn gpu_compute_matches_cpu_compute() {
+    if !gpu_enabled("gpu_compute_matches_cpu_compute") {
+        return;
+    }
+    for d in TYPES {
+        let gpu = outputs(&CudaCompute::new(0, d).unwrap());
+        let cpu = outputs(&parbench::compute::cpu::CpuCompute::new(d, 2).unwrap());
+        for ((name, g, scale), (_, c, _)) in gpu.iter().zip(&cpu) {
+            // Both round their outputs to the storage type: allow a unit on each side.
+            let t = 2.0 * rtol(d);
+            if let Some(m) = mismatch(g, c, &[], t, t * *scale as f64) {
+                panic!("{name} ({d}): CUDA vs CPU: {m}");
+            }
+        }
+    }
+}
