@@ -9,6 +9,7 @@
 pub mod comm;
 pub mod compute;
 pub mod launch;
+pub mod layers;
 pub mod measure;
 pub mod model;
 pub mod results;
