@@ -22,7 +22,9 @@ const SHAPES: [(&str, usize, usize, usize); 2] = [
 ];
 
 fn values(n: usize) -> Vec<f32> {
-    (0..n).map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5).collect()
+    (0..n)
+        .map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5)
+        .collect()
 }
 
 fn shard_gemm(c: &mut Criterion) {

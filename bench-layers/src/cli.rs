@@ -181,7 +181,11 @@ impl Cli {
             "local" => Backend::Local,
             "tcp" => Backend::Tcp,
             "nccl" => Backend::Nccl,
-            other => return usage(format!("--backend: unknown '{other}' (expected local, tcp or nccl)")),
+            other => {
+                return usage(format!(
+                    "--backend: unknown '{other}' (expected local, tcp or nccl)"
+                ))
+            }
         };
         let preset = Preset::by_name(&self.preset).ok_or_else(|| {
             UsageError(format!(
@@ -197,7 +201,9 @@ impl Cli {
             None => DType::F32,
         };
         if !matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
-            return usage(format!("--dtype: {dtype} is not a compute type (float, half or bfloat16)"));
+            return usage(format!(
+                "--dtype: {dtype} is not a compute type (float, half or bfloat16)"
+            ));
         }
         let as_usize = |v: u64, what: &str| {
             usize::try_from(v).map_err(|_| UsageError(format!("preset {what} too large")))
@@ -230,7 +236,9 @@ impl Cli {
             None => [1, 2, 4, 8].into_iter().filter(|&t| t <= ranks).collect(),
         };
         for &t in &tps {
-            block.validate(t).map_err(|e| UsageError(format!("--tp {t}: {e}")))?;
+            block
+                .validate(t)
+                .map_err(|e| UsageError(format!("--tp {t}: {e}")))?;
         }
         if self.iters == 0 {
             return usage("--iters: at least 1");
@@ -283,7 +291,10 @@ mod tests {
             (&["--tp", "1,x"][..], "--tp"),
             (&["--tp", "3"][..], "heads 8"),
             (&["--heads", "6", "--tp", "4"][..], "heads 6"),
-            (&["--ffn", "2047", "--heads", "1", "--tp", "2"][..], "ffn 2047"),
+            (
+                &["--ffn", "2047", "--heads", "1", "--tp", "2"][..],
+                "ffn 2047",
+            ),
             (&["--mode", "sideways"][..], "mode"),
             (&["--decode", "--mode", "train"][..], "decode"),
             (&["--preset", "gpt5"][..], "--preset"),
@@ -301,9 +312,20 @@ mod tests {
 
     #[test]
     fn flags_override_the_preset() {
-        let p = cli(&["--preset", "gpt3-1.3b", "--hidden", "64", "--heads", "4", "--ffn", "256", "--seq", "16"])
-            .plan(4)
-            .unwrap();
+        let p = cli(&[
+            "--preset",
+            "gpt3-1.3b",
+            "--hidden",
+            "64",
+            "--heads",
+            "4",
+            "--ffn",
+            "256",
+            "--seq",
+            "16",
+        ])
+        .plan(4)
+        .unwrap();
         assert_eq!(p.block.shape.hidden, 64);
         assert_eq!(p.block.shape.seq, 16);
         assert_eq!(p.preset, "custom");

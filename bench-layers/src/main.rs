@@ -87,14 +87,21 @@ fn build_rows(plan: &Plan, backend: &str, ms: &[TpMeasurement]) -> Vec<LayerRow>
 }
 
 /// Prints the table and records the rows and the run.
-fn finish(plan: &Plan, run_id: &str, backend: &str, world: usize, mut rows: Vec<LayerRow>) -> anyhow::Result<()> {
+fn finish(
+    plan: &Plan,
+    run_id: &str,
+    backend: &str,
+    world: usize,
+    mut rows: Vec<LayerRow>,
+) -> anyhow::Result<()> {
     let mut meta = RunMeta::start("layers", run_id, backend, world);
     for r in &mut rows {
         r.run_id = run_id.to_string();
     }
     output::fill_speedup(&mut rows);
     print!("{}", output::table(plan, &rows));
-    let path = append_rows(&plan.out, &rows).with_context(|| format!("writing {}", plan.out.display()))?;
+    let path =
+        append_rows(&plan.out, &rows).with_context(|| format!("writing {}", plan.out.display()))?;
     meta.extra.insert("block".into(), output::block_json(plan));
     meta.finish();
     record_run(&plan.out, &meta)?;
@@ -104,7 +111,10 @@ fn finish(plan: &Plan, run_id: &str, backend: &str, world: usize, mut rows: Vec<
 
 /// The first error of a failed local run: the rank that caused it, not the
 /// ranks that lost it.
-fn root_cause(errors: &Mutex<Vec<(usize, String)>>, results: Vec<Result<TpMeasurement, CommError>>) -> anyhow::Error {
+fn root_cause(
+    errors: &Mutex<Vec<(usize, String)>>,
+    results: Vec<Result<TpMeasurement, CommError>>,
+) -> anyhow::Error {
     let own = errors.lock().map(|e| e.clone()).unwrap_or_default();
     if let Some((rank, msg)) = own.into_iter().min_by_key(|e| e.0) {
         return anyhow!("rank {rank}: {msg}");

@@ -47,7 +47,14 @@ pub fn rows(plan: &Plan, run_id: &str, backend: &str, ms: &[TpMeasurement]) -> V
     ms.iter()
         .map(|m| {
             let t = &m.outcome.timing;
-            let traffic = b.traffic(m.tp, plan.dtype);
+            let traffic = b.tp_traffic(m.tp, plan.dtype);
+            let calls = traffic.calls_per_block();
+            // No collective at t = 1: no bytes per call either.
+            let per_call = if calls == 0 {
+                0
+            } else {
+                traffic.bytes_per_call()
+            };
             LayerRow {
                 schema: SCHEMA_VERSION,
                 run_id: run_id.to_string(),
@@ -71,9 +78,9 @@ pub fn rows(plan: &Plan, run_id: &str, backend: &str, ms: &[TpMeasurement]) -> V
                 total_min_us: t.total_min_us,
                 total_max_us: t.total_max_us,
                 per_token_us: t.total_us / tokens,
-                bytes_per_call: traffic.bytes_per_call,
-                calls_per_block: traffic.calls_per_block,
-                bytes_per_token: traffic.bytes_per_token,
+                bytes_per_call: per_call,
+                calls_per_block: calls,
+                bytes_per_token: (per_call * calls) as f64 / tokens,
                 comm_model_us: m.comm_model_us,
                 speedup: f64::NAN,
                 efficiency: f64::NAN,
@@ -127,10 +134,23 @@ pub fn table(plan: &Plan, rows: &[LayerRow]) -> String {
         b.tokens(),
         plan.dtype.name(),
     );
-    out.push_str("# times per block call (forward, or forward+backward in train), slowest rank's mean\n");
+    out.push_str(
+        "# times per block call (forward, or forward+backward in train), slowest rank's mean\n",
+    );
     out.push_str(&format!(
         "#{:>3} {:>11} {:>11} {:>11} {:>10} {:>9} {:>5} {:>11} {:>8} {:>7} {:>9} {:>7}\n",
-        "tp", "compute_us", "comm_us", "total_us", "tok_us", "B/call", "calls", "model_us", "speedup", "eff", "check", "GF/s"
+        "tp",
+        "compute_us",
+        "comm_us",
+        "total_us",
+        "tok_us",
+        "B/call",
+        "calls",
+        "model_us",
+        "speedup",
+        "eff",
+        "check",
+        "GF/s"
     ));
     for r in rows {
         out.push_str(&format!(
@@ -145,7 +165,11 @@ pub fn table(plan: &Plan, rows: &[LayerRow]) -> String {
             num(r.comm_model_us, 1),
             num(r.speedup, 2),
             num(r.efficiency, 2),
-            if r.check_max_err.is_nan() { "-".into() } else { format!("{:.1e}", r.check_max_err) },
+            if r.check_max_err.is_nan() {
+                "-".into()
+            } else {
+                format!("{:.1e}", r.check_max_err)
+            },
             num(r.compute_gflops, 1),
         ));
     }

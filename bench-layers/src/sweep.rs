@@ -70,7 +70,12 @@ fn send_bytes(coll: Collective, bytes: u64, p: usize) -> usize {
 
 /// Runs plan's block at t = `comm.world()`, then models its communication.
 /// Collective: every rank calls it.
-pub fn measure_tp<C, M>(dev: &C, comm: &mut M, plan: &Plan, threads: usize) -> LayerResult<TpMeasurement>
+pub fn measure_tp<C, M>(
+    dev: &C,
+    comm: &mut M,
+    plan: &Plan,
+    threads: usize,
+) -> LayerResult<TpMeasurement>
 where
     C: Compute,
     M: Communicator<Buffer = C::Buf>,
@@ -83,15 +88,15 @@ where
         seed: SEED,
     };
     let outcome = run_tp(dev, comm, &plan.block, &opts)?;
-    let traffic = plan.block.traffic(tp, plan.dtype);
-    let bytes = traffic.bytes_per_call;
-    let algos: Vec<(Collective, String)> = traffic
-        .collectives
+    let traffic = plan.block.tp_traffic(tp, plan.dtype);
+    let bytes = traffic.bytes_per_call();
+    let calls = traffic.collectives();
+    let algos: Vec<(Collective, String, u64)> = calls
         .iter()
-        .map(|&c| (c, comm.algo_for(c, send_bytes(c, bytes, tp))))
+        .map(|&(c, n)| (c, comm.algo_for(c, send_bytes(c, bytes, tp)), n))
         .collect();
     let mut fit_note = None;
-    let (link, link_source) = if traffic.calls_per_block == 0 {
+    let (link, link_source) = if calls.is_empty() {
         (None, LinkSource::None)
     } else if let Some(l) = plan.link {
         (Some(l), LinkSource::Flag)
@@ -104,7 +109,7 @@ where
             .chain(std::iter::once(bytes * 2))
             .collect();
         let mut rows = Vec::new();
-        for (c, algo) in &algos {
+        for (c, algo, _) in &algos {
             for s in wire_samples(comm, *c, &sizes, plan.dtype, plan.warmup.max(1), plan.iters)? {
                 rows.push((coll_terms(*c, algo, tp, s.bytes), s.bytes, s.seconds));
             }
@@ -117,17 +122,15 @@ where
             }
         }
     };
-    // Each collective kind is called an equal share of the block's calls.
-    let per_kind = traffic.calls_per_block as f64 / traffic.collectives.len().max(1) as f64;
     let comm_model_us = match link {
         Some(l) => {
             algos
                 .iter()
-                .map(|(c, a)| per_kind * coll_terms(*c, a, tp, bytes).seconds(bytes as f64, &l))
+                .map(|(c, a, n)| *n as f64 * coll_terms(*c, a, tp, bytes).seconds(bytes as f64, &l))
                 .sum::<f64>()
                 * 1e6
         }
-        None if traffic.calls_per_block == 0 => 0.0,
+        None if calls.is_empty() => 0.0,
         None => f64::NAN,
     };
     Ok(TpMeasurement {
@@ -136,7 +139,7 @@ where
         wire: comm.wire(),
         algos: algos
             .iter()
-            .map(|(c, a)| format!("{c}={a}"))
+            .map(|(c, a, _)| format!("{c}={a}"))
             .collect::<Vec<_>>()
             .join(" "),
         link,

@@ -58,19 +58,37 @@ fn a_tiny_sweep_writes_the_documented_columns() {
     let out_dir = scratch("e2e");
     let out = bin()
         .args(TINY)
-        .args(["--mode", "train", "--sequence-parallel", "--tp", "1,2", "--out"])
+        .args([
+            "--mode",
+            "train",
+            "--sequence-parallel",
+            "--tp",
+            "1,2",
+            "--out",
+        ])
         .arg(&out_dir)
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{}\n{}", stdout, String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        stdout,
+        String::from_utf8_lossy(&out.stderr)
+    );
     let csv = std::fs::read_to_string(out_dir.join("layers.csv")).unwrap();
     let mut lines = csv.lines();
-    let header: Vec<String> = lines.next().unwrap().split(',').map(str::to_string).collect();
+    let header: Vec<String> = lines
+        .next()
+        .unwrap()
+        .split(',')
+        .map(str::to_string)
+        .collect();
     assert_eq!(header, documented_columns());
     let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
     assert_eq!(rows.len(), 2);
-    let col = |r: &Vec<&str>, name: &str| r[header.iter().position(|h| h == name).unwrap()].to_string();
+    let col =
+        |r: &Vec<&str>, name: &str| r[header.iter().position(|h| h == name).unwrap()].to_string();
     assert_eq!(col(&rows[1], "tp"), "2");
     assert_eq!(col(&rows[1], "calls_per_block"), "8");
     assert_eq!(col(&rows[1], "bytes_per_call"), (8 * 32 * 4).to_string());
@@ -78,7 +96,9 @@ fn a_tiny_sweep_writes_the_documented_columns() {
     assert!(err < 1e-4, "{err}");
     let speedup: f64 = col(&rows[0], "speedup").parse().unwrap();
     assert_eq!(speedup, 1.0);
-    assert!(std::fs::read_to_string(out_dir.join("run.json")).unwrap().contains("\"suite\""));
+    assert!(std::fs::read_to_string(out_dir.join("run.json"))
+        .unwrap()
+        .contains("\"suite\""));
     assert!(stdout.contains("compute_us"));
     let _ = std::fs::remove_dir_all(&out_dir);
 }

@@ -38,8 +38,9 @@ pub use block::{PhaseClock, TpBlock};
 pub use check::{check_block, CheckReport};
 pub use run::{run_tp, wire_samples, RunOptions, TpOutcome, TpTiming, WireSample};
 
-use crate::comm::{Collective, CommError, DType};
+use crate::comm::{CommError, DType};
 use crate::compute::ComputeError;
+use crate::model::{TpMode, TpTraffic};
 use std::fmt;
 use std::str::FromStr;
 
@@ -120,21 +121,6 @@ pub struct BlockConfig {
     pub decode: bool,
     /// Sequence parallelism: all-gather and reduce-scatter in place of all-reduce.
     pub seq_parallel: bool,
-}
-
-/// The communication a block does per call, the same on every backend.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Traffic {
-    /// The collectives the block calls (all_reduce; or all_gather and
-    /// reduce_scatter, alternating, with sequence parallelism).
-    pub collectives: &'static [Collective],
-    /// Bytes of each call, as nccl-tests counts them: the all-reduced tensor,
-    /// the all-gathered output, the reduce-scattered input; all `tokens x h`.
-    pub bytes_per_call: u64,
-    /// Collective calls per block (0 at t = 1: nothing to communicate).
-    pub calls_per_block: u64,
-    /// `bytes_per_call x calls_per_block / tokens`.
-    pub bytes_per_token: f64,
 }
 
 impl BlockConfig {
@@ -223,27 +209,21 @@ impl BlockConfig {
         Ok(())
     }
 
-    /// Bytes and calls of the block's collectives at `tp` ranks, elements of `dtype`.
-    pub fn traffic(&self, tp: usize, dtype: DType) -> Traffic {
-        let calls_fwd: u64 = if tp <= 1 {
-            0
-        } else if self.sequence_split(tp) {
-            4
-        } else {
-            2
-        };
-        let calls = calls_fwd * if self.mode == Mode::Train { 2 } else { 1 };
-        let bytes = (self.tokens() * self.shape.hidden * dtype.size()) as u64;
-        let collectives: &'static [Collective] = if self.sequence_split(tp) {
-            &[Collective::AllGather, Collective::ReduceScatter]
-        } else {
-            &[Collective::AllReduce]
-        };
-        Traffic {
-            collectives,
-            bytes_per_call: if calls == 0 { 0 } else { bytes },
-            calls_per_block: calls,
-            bytes_per_token: (bytes * calls) as f64 / self.tokens().max(1) as f64,
+    /// The block's communication at `tp` ranks in elements of `dtype`, as
+    /// the model counts it (one source for bytes per call and calls per block).
+    pub fn tp_traffic(&self, tp: usize, dtype: DType) -> TpTraffic {
+        TpTraffic {
+            tp: tp as u64,
+            batch: self.shape.batch as u64,
+            seq: self.shape.seq as u64,
+            hidden: self.shape.hidden as u64,
+            dtype_bytes: dtype.size() as u64,
+            mode: match (self.mode, self.decode) {
+                (Mode::Train, _) => TpMode::Train,
+                (Mode::Forward, true) => TpMode::Decode,
+                (Mode::Forward, false) => TpMode::Prefill,
+            },
+            sequence_parallel: self.seq_parallel,
         }
     }
 
@@ -304,19 +284,20 @@ mod tests {
     }
 
     #[test]
-    fn traffic_counts_megatron_collectives() {
+    fn traffic_matches_the_blocks_collectives() {
         let mut c = cfg(32, 4, 128);
-        let t = c.traffic(4, DType::BF16);
-        assert_eq!(t.calls_per_block, 2);
-        assert_eq!(t.bytes_per_call, 16 * 32 * 2);
-        assert_eq!(t.bytes_per_token, (2 * 32 * 2) as f64);
+        let t = c.tp_traffic(4, DType::BF16);
+        assert_eq!(t.calls_per_block(), 2);
+        assert_eq!(t.bytes_per_call(), 16 * 32 * 2);
+        assert_eq!(t.tokens_per_step(), c.tokens() as u64);
         c.mode = Mode::Train;
-        assert_eq!(c.traffic(4, DType::F32).calls_per_block, 4);
+        assert_eq!(c.tp_traffic(4, DType::F32).calls_per_block(), 4);
         c.seq_parallel = true;
-        let t = c.traffic(4, DType::F32);
-        assert_eq!(t.calls_per_block, 8);
-        assert_eq!(t.collectives.len(), 2);
-        assert_eq!(c.traffic(1, DType::F32).calls_per_block, 0);
+        assert_eq!(c.tp_traffic(4, DType::F32).calls_per_block(), 8);
+        assert_eq!(c.tp_traffic(1, DType::F32).calls_per_block(), 0);
+        c.mode = Mode::Forward;
+        c.decode = true;
+        assert_eq!(c.tp_traffic(2, DType::F32).tokens_per_step(), 2);
     }
 }
 
