@@ -74,10 +74,11 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
         }
         (Backend::Tcp, Some(info)) => tcp_rank(&plan, &info),
         (Backend::Tcp, None) => tcp_launch(&plan),
-        (Backend::Nccl, _) => Err(UsageError(
-            "--backend nccl: the CUDA compute and NCCL communicator are not wired into bench-layers in this build".into(),
-        )
-        .into()),
+        (Backend::Nccl, _) => {
+            let ms = sweep_nccl(&plan)?;
+            let world = plan.tps.iter().copied().max().unwrap_or(1);
+            finish(&plan, &new_run_id("layers"), "nccl", world, build_rows(&plan, "nccl", &ms))
+        }
     }
 }
 
@@ -153,6 +154,59 @@ fn sweep_local(plan: &Plan) -> anyhow::Result<Vec<TpMeasurement>> {
         out.push(first.ok_or_else(|| anyhow!("tp {t}: no result from rank 0"))?);
     }
     Ok(out)
+}
+
+/// Each degree on GPUs 0..t of this process, one thread and one NCCL
+/// communicator per GPU (nccl-tests' `-g` way), the block computing on the
+/// communicator's stream.
+#[cfg(feature = "cuda")]
+fn sweep_nccl(plan: &Plan) -> anyhow::Result<Vec<TpMeasurement>> {
+    use parbench::comm::nccl::NcclComm;
+    use parbench::compute::cuda::CudaCompute;
+    let gpus = parbench::gpu::device_count().map_err(|e| UsageError(format!("--backend nccl: {e}")))?;
+    let mut out = Vec::new();
+    for &t in &plan.tps {
+        if t > gpus {
+            return Err(UsageError(format!("--tp {t}: this machine has {gpus} GPU(s)")).into());
+        }
+        let ordinals: Vec<usize> = (0..t).collect();
+        let comms = NcclComm::init_all(&ordinals, plan.timeout).with_context(|| format!("tp {t}"))?;
+        let results: Vec<Result<TpMeasurement, String>> = std::thread::scope(|s| {
+            let handles: Vec<_> = comms
+                .into_iter()
+                .map(|mut comm| {
+                    s.spawn(move || {
+                        let mut dev =
+                            CudaCompute::on(comm.gpu().clone(), plan.dtype).map_err(|e| e.to_string())?;
+                        dev.set_timeout(plan.timeout);
+                        measure_tp(&dev, &mut comm, plan, 0).map_err(|e| e.to_string())
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| Err("rank panicked".into())))
+                .collect()
+        });
+        let mut first = None;
+        for (rank, r) in results.into_iter().enumerate() {
+            match r {
+                Ok(m) if rank == 0 => first = Some(m),
+                Ok(_) => {}
+                Err(e) => bail!("tp {t}: rank {rank}: {e}"),
+            }
+        }
+        out.push(first.ok_or_else(|| anyhow!("tp {t}: no result from rank 0"))?);
+    }
+    Ok(out)
+}
+
+#[cfg(not(feature = "cuda"))]
+fn sweep_nccl(_: &Plan) -> anyhow::Result<Vec<TpMeasurement>> {
+    Err(UsageError(
+        "--backend nccl: this build has no CUDA support (rebuild with --features cuda)".into(),
+    )
+    .into())
 }
 
 /// The launcher of `--backend tcp` without a launcher around it: one job of
