@@ -11,6 +11,7 @@ pub mod compute;
 #[cfg(feature = "cuda")]
 pub mod gpu;
 pub mod launch;
+pub mod layers;
 pub mod measure;
 pub mod model;
 pub mod results;

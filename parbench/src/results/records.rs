@@ -99,6 +99,20 @@ pub struct LayerRow {
     pub speedup: f64,
     pub efficiency: f64,
     pub check_max_err: f64,
+    /// The algorithm of each collective the block calls (`all_reduce=ring`).
+    pub comm_algo: String,
+    /// Where the link behind `comm_model_us` came from: `fit`, `flag` or `none`.
+    pub link_source: String,
+    /// That link's latency per message, microseconds.
+    pub link_alpha_us: f64,
+    /// That link's bandwidth, GB/s (1e9 B/s).
+    pub link_gbps: f64,
+    /// The rank whose times the row reports (the slowest one).
+    pub slowest_rank: usize,
+    /// Compute threads of each rank (CPU), 0 on GPUs.
+    pub threads: usize,
+    /// Matrix-product GFLOP/s of one rank during compute phases.
+    pub compute_gflops: f64,
 }
 
 impl Record for LayerRow {
