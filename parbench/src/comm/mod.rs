@@ -28,6 +28,8 @@ mod dtype;
 mod error;
 mod host;
 pub mod local;
+#[cfg(feature = "mpi")]
+pub mod mpi;
 #[cfg(feature = "cuda")]
 pub mod nccl;
 pub mod tcp;
