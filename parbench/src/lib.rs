@@ -11,5 +11,6 @@ pub mod compute;
 pub mod launch;
 pub mod measure;
 pub mod model;
+pub mod pipeline;
 pub mod results;
 pub mod schedule;

@@ -196,6 +196,7 @@ pub fn simulate(schedule: &Schedule, costs: &SimCosts) -> Result<SimResult, SimE
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::bubble::{bubble_fraction_of_step, bubble_time, BubbleSchedule, PassTimes};
     use crate::schedule::{generate, ScheduleKind};
 
     fn close(a: f64, b: f64) -> bool {
@@ -214,7 +215,8 @@ mod tests {
             for s in 1..=8 {
                 for m in 1..=16 {
                     let r = run(kind, s, m, 1, c);
-                    let expect = (s - 1) as f64 / (s + m - 1) as f64;
+                    // (S-1)/(S+M-1), from the closed forms of model::bubble.
+                    let expect = bubble_fraction_of_step(s as u64, m as u64).unwrap();
                     assert!(
                         close(r.bubble, expect),
                         "{kind} S={s} M={m}: {} vs {expect}",
@@ -252,10 +254,17 @@ mod tests {
                         StageCosts::split(tf / v as f64, tb / 2.0 / v as f64, tb / 2.0 / v as f64);
                     let r = run(ScheduleKind::Interleaved, s, m, v, c);
                     let ideal = m as f64 * (tf + tb);
-                    let bubble_time = (s - 1) as f64 * (tf + tb) / v as f64;
+                    // (S-1)(t_f+t_b)/v, from model::bubble.
+                    let passes = PassTimes {
+                        f: tf,
+                        b: tb,
+                        w: 0.0,
+                    };
+                    let chunks = BubbleSchedule::Interleaved { chunks: v as u64 };
+                    let want = bubble_time(chunks, s as u64, &passes).unwrap();
                     assert!(
-                        close(r.makespan - ideal, bubble_time),
-                        "S={s} v={v} M={m}: bubble time {} vs (S-1)(t_f+t_b)/v = {bubble_time}",
+                        close(r.makespan - ideal, want),
+                        "S={s} v={v} M={m}: bubble time {} vs (S-1)(t_f+t_b)/v = {want}",
                         r.makespan - ideal
                     );
                 }
@@ -280,7 +289,9 @@ mod tests {
                 for m in s..=3 * s {
                     let r = run(ScheduleKind::ZbH1, s, m, 1, StageCosts::split(f, b, w));
                     let ideal = m as f64 * (f + b + w);
-                    let expect = (s - 1) as f64 * (f + b - w);
+                    // (S-1)(T_F+T_B-T_W), from model::bubble.
+                    let passes = PassTimes { f, b, w };
+                    let expect = bubble_time(BubbleSchedule::ZbH1, s as u64, &passes).unwrap();
                     assert!(
                         close(r.makespan - ideal, expect),
                         "F={f} B={b} W={w} S={s} M={m}: {} vs {expect}",

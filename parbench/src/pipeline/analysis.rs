@@ -209,14 +209,25 @@ mod tests {
     #[test]
     fn a_run_that_matches_the_simulation_measures_its_bubble() {
         for kind in ScheduleKind::ALL {
-            let v = if kind == ScheduleKind::Interleaved { 2 } else { 1 };
+            let v = if kind == ScheduleKind::Interleaved {
+                2
+            } else {
+                1
+            };
             let s = generate(kind, 4, 8, v).unwrap();
             let c = StageCosts::split(10.0, 10.0, 10.0);
             let sum = summarize(&s, &record_from_sim(&s, c)).unwrap();
-            assert!((sum.bubble_measured - sum.sim.bubble).abs() < 1e-12, "{kind}");
+            assert!(
+                (sum.bubble_measured - sum.sim.bubble).abs() < 1e-12,
+                "{kind}"
+            );
             assert!((sum.step_us - sum.sim.makespan).abs() < 1e-9);
             let formula = closed_form(Some(kind), &s, &sum.costs_us).unwrap();
-            assert!((formula - sum.sim.bubble).abs() < 1e-12, "{kind}: {formula} vs {}", sum.sim.bubble);
+            assert!(
+                (formula - sum.sim.bubble).abs() < 1e-12,
+                "{kind}: {formula} vs {}",
+                sum.sim.bubble
+            );
             assert_eq!(sum.costs_us[0].f, 10.0);
             for r in 0..4 {
                 assert!((sum.busy_us[r] + sum.idle_us[r] - sum.step_us).abs() < 1e-9);

@@ -97,6 +97,24 @@ pub enum PipelineError {
     Protocol(String),
 }
 
+impl PipelineError {
+    /// As a communicator error of rank `rank`, so that a backend that runs
+    /// ranks together (`local`) stops the others naming this rank.
+    pub fn into_comm(self, rank: usize) -> crate::comm::CommError {
+        use crate::comm::CommError;
+        match self {
+            PipelineError::Comm(e) => e,
+            PipelineError::Compute(e) => CommError::Device(format!("rank {rank}: {e}")),
+            PipelineError::Invalid(d) => CommError::InvalidArgument(format!("rank {rank}: {d}")),
+            PipelineError::Protocol(detail) => CommError::Protocol {
+                rank,
+                peer: rank,
+                detail,
+            },
+        }
+    }
+}
+
 /// The median of `v` (sorted in place); 0 for an empty slice.
 pub(crate) fn median(v: &mut [f64]) -> f64 {
     if v.is_empty() {
@@ -122,7 +140,10 @@ mod tests {
             "sleep:250".parse::<Work>().unwrap(),
             Work::Sleep(Duration::from_micros(250))
         );
-        assert_eq!(Work::Sleep(Duration::from_micros(250)).to_string(), "sleep:250");
+        assert_eq!(
+            Work::Sleep(Duration::from_micros(250)).to_string(),
+            "sleep:250"
+        );
         for bad in ["sleep", "sleep:", "sleep:x", "sleep:0", "gpu"] {
             assert!(bad.parse::<Work>().is_err(), "{bad}");
         }

@@ -155,13 +155,19 @@ pub struct PipelineRow {
     pub expected_peak_activations: u64,
     pub grad_max_err: f64,
     pub timeline: String,
+    /// `RANK:MS` of `--straggler`, empty without one.
+    pub straggler: String,
+    /// The simulated step from this run's measured per-action costs, us.
+    pub step_simulated_us: f64,
+    /// One-way time of one activation message between ranks 0 and 1, us.
+    pub message_us: f64,
 }
 
 impl Record for PipelineRow {
     const FILE: &'static str = "pipeline.csv";
     fn key(&self) -> String {
         format!(
-            "{}/{}/{}/S{}/M{}/v{}/{}/{}/h{}/mb{}",
+            "{}/{}/{}/S{}/M{}/v{}/{}/{}/h{}/mb{}{}{}",
             self.backend,
             self.wire,
             self.schedule,
@@ -171,7 +177,13 @@ impl Record for PipelineRow {
             self.work,
             self.stage_layers,
             self.hidden,
-            self.microbatch_size
+            self.microbatch_size,
+            if self.straggler.is_empty() {
+                ""
+            } else {
+                "/straggler"
+            },
+            self.straggler
         )
     }
     fn run_id(&self) -> &str {
