@@ -68,7 +68,10 @@ pub fn loss_grad<C: Compute>(
     shape: MlpShape,
 ) -> ComputeResult<C::Buf> {
     let scale = 1.0 / shape.rows as f32;
-    upload(c, &seeded(seed, TAG_TARGET, mb as u64, shape.act_len(), scale))
+    upload(
+        c,
+        &seeded(seed, TAG_TARGET, mb as u64, shape.act_len(), scale),
+    )
 }
 
 fn upload<C: Compute>(c: &C, host: &[f32]) -> ComputeResult<C::Buf> {
@@ -296,8 +299,8 @@ pub fn reference_grads<C: Compute>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compute::cpu::CpuCompute;
     use crate::comm::DType;
+    use crate::compute::cpu::CpuCompute;
 
     fn gelu(x: f32) -> f32 {
         let k = (2.0f32 / std::f32::consts::PI).sqrt();
@@ -305,7 +308,14 @@ mod tests {
     }
 
     /// The loss `sum <y, t>` of the whole model on the host, in f64.
-    fn host_loss(ws: &[Vec<f32>], bs: &[Vec<f32>], x: &[f32], t: &[f32], n: usize, h: usize) -> f64 {
+    fn host_loss(
+        ws: &[Vec<f32>],
+        bs: &[Vec<f32>],
+        x: &[f32],
+        t: &[f32],
+        n: usize,
+        h: usize,
+    ) -> f64 {
         let mut x: Vec<f32> = x.to_vec();
         for (w, b) in ws.iter().zip(bs) {
             let mut y = vec![0.0f32; n * h];
@@ -329,7 +339,9 @@ mod tests {
         let shape = MlpShape { hidden: 6, rows: 3 };
         let (n, h, seed) = (shape.rows, shape.hidden, 7);
         let g = reference_grads(&c, &[2], 1, shape, seed).unwrap();
-        let ws: Vec<Vec<f32>> = (0..2).map(|l| seeded(seed, TAG_WEIGHT, l, h * h, 1.0 / (h as f32).sqrt())).collect();
+        let ws: Vec<Vec<f32>> = (0..2)
+            .map(|l| seeded(seed, TAG_WEIGHT, l, h * h, 1.0 / (h as f32).sqrt()))
+            .collect();
         let bs: Vec<Vec<f32>> = (0..2).map(|l| seeded(seed, TAG_BIAS, l, h, 0.1)).collect();
         let x = seeded(seed, TAG_INPUT, 0, n * h, 1.0);
         let t = seeded(seed, TAG_TARGET, 0, n * h, 1.0 / n as f32);
@@ -340,18 +352,26 @@ mod tests {
                 wp[layer][idx] += eps;
                 let mut wm = ws.clone();
                 wm[layer][idx] -= eps;
-                let num = (host_loss(&wp, &bs, &x, &t, n, h) - host_loss(&wm, &bs, &x, &t, n, h)) / (2.0 * eps as f64);
+                let num = (host_loss(&wp, &bs, &x, &t, n, h) - host_loss(&wm, &bs, &x, &t, n, h))
+                    / (2.0 * eps as f64);
                 let got = g[0][2 * layer][idx] as f64;
-                assert!((num - got).abs() < 2e-3, "layer {layer} dW[{idx}]: {got} vs {num}");
+                assert!(
+                    (num - got).abs() < 2e-3,
+                    "layer {layer} dW[{idx}]: {got} vs {num}"
+                );
             }
             for idx in [0, h - 1] {
                 let mut bp = bs.clone();
                 bp[layer][idx] += eps;
                 let mut bm = bs.clone();
                 bm[layer][idx] -= eps;
-                let num = (host_loss(&ws, &bp, &x, &t, n, h) - host_loss(&ws, &bm, &x, &t, n, h)) / (2.0 * eps as f64);
+                let num = (host_loss(&ws, &bp, &x, &t, n, h) - host_loss(&ws, &bm, &x, &t, n, h))
+                    / (2.0 * eps as f64);
                 let got = g[0][2 * layer + 1][idx] as f64;
-                assert!((num - got).abs() < 2e-3, "layer {layer} db[{idx}]: {got} vs {num}");
+                assert!(
+                    (num - got).abs() < 2e-3,
+                    "layer {layer} db[{idx}]: {got} vs {num}"
+                );
             }
         }
     }
@@ -362,7 +382,8 @@ mod tests {
         let shape = MlpShape { hidden: 8, rows: 4 };
         let whole = reference_grads(&c, &[4], 3, shape, 1).unwrap();
         let split = reference_grads(&c, &[1, 3], 3, shape, 1).unwrap();
-        let flat = |g: &Vec<Vec<Vec<f32>>>| g.iter().flatten().flatten().copied().collect::<Vec<f32>>();
+        let flat =
+            |g: &Vec<Vec<Vec<f32>>>| g.iter().flatten().flatten().copied().collect::<Vec<f32>>();
         assert_eq!(flat(&whole), flat(&split));
     }
 

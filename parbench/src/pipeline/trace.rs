@@ -87,7 +87,10 @@ pub fn terminal_timeline(step: &[RankStep], width: usize) -> String {
                 }
             }
         }
-        out.push_str(&format!("rank{r}: {}\n", line.into_iter().collect::<String>()));
+        out.push_str(&format!(
+            "rank{r}: {}\n",
+            line.into_iter().collect::<String>()
+        ));
     }
     out
 }
@@ -108,11 +111,17 @@ mod tests {
         };
         vec![
             RankStep {
-                actions: vec![t(0, ActionKind::F, 0, 0.0, 10.0), t(0, ActionKind::B, 0, 30.0, 40.0)],
+                actions: vec![
+                    t(0, ActionKind::F, 0, 0.0, 10.0),
+                    t(0, ActionKind::B, 0, 30.0, 40.0),
+                ],
                 ..Default::default()
             },
             RankStep {
-                actions: vec![t(1, ActionKind::F, 0, 10.0, 20.0), t(1, ActionKind::B, 0, 20.0, 30.0)],
+                actions: vec![
+                    t(1, ActionKind::F, 0, 10.0, 20.0),
+                    t(1, ActionKind::B, 0, 20.0, 30.0),
+                ],
                 ..Default::default()
             },
         ]
@@ -122,9 +131,14 @@ mod tests {
     fn the_trace_has_a_track_per_rank_and_a_slice_per_action() {
         let v = chrome_trace("t", &step());
         let ev = v["traceEvents"].as_array().unwrap();
-        let slices: Vec<&Value> = ev.iter().filter(|e| e["ph"] == "X" && e["cat"] != "recv").collect();
+        let slices: Vec<&Value> = ev
+            .iter()
+            .filter(|e| e["ph"] == "X" && e["cat"] != "recv")
+            .collect();
         assert_eq!(slices.len(), 4);
-        assert!(slices.iter().any(|e| e["name"] == "1B0" && e["tid"] == 1 && e["ts"] == 20.0));
+        assert!(slices
+            .iter()
+            .any(|e| e["name"] == "1B0" && e["tid"] == 1 && e["ts"] == 20.0));
         let names: Vec<&Value> = ev.iter().filter(|e| e["name"] == "thread_name").collect();
         assert_eq!(names.len(), 2);
     }
