@@ -120,6 +120,18 @@ pub fn simulate(schedule: &Schedule, costs: &SimCosts) -> Result<SimResult, SimE
             got: costs.stages.len(),
         });
     }
+    simulate_with(schedule, |a| costs.stages[a.stage].of(a.kind), costs)
+}
+
+/// Simulates `schedule` with a cost for each action (for instance the
+/// times one measured step took: a replay), and the links of `links`
+/// (its stage costs are not used).
+pub fn simulate_with(
+    schedule: &Schedule,
+    cost: impl Fn(Action) -> f64,
+    links: &SimCosts,
+) -> Result<SimResult, SimError> {
+    let costs = links;
     let ranks = schedule.ranks();
     let rows: Vec<Vec<Action>> = (0..ranks).map(|r| schedule.compute_actions(r)).collect();
     let transfer = costs.transfer();
@@ -140,7 +152,7 @@ pub fn simulate(schedule: &Schedule, costs: &SimCosts) -> Result<SimResult, SimE
                     },
                 };
                 let start = free[r].max(ready);
-                let end = start + costs.stages[a.stage].of(a.kind);
+                let end = start + cost(a);
                 if let Some((m, dst_stage)) = schedule.output_of(a) {
                     let dst = schedule.rank_of(dst_stage).unwrap_or(r);
                     let t = if dst == r {
@@ -350,6 +362,17 @@ mod tests {
         // Steady state runs at the slow stage's 6 per microbatch.
         assert!(r.makespan >= 32.0 * 6.0);
         assert!(r.makespan <= 32.0 * 6.0 + 3.0 * 6.0);
+    }
+
+    #[test]
+    fn per_action_costs_move_only_what_depends_on_them() {
+        let sch = generate(ScheduleKind::GPipe, 2, 2, 1).unwrap();
+        let links = SimCosts::uniform(2, StageCosts::default());
+        let slow = Action::new(0, ActionKind::F, 1);
+        let r = simulate_with(&sch, |a| if a == slow { 5.0 } else { 1.0 }, &links).unwrap();
+        // 0F0 [0,1], 0F1 [1,6]; 1F0 [1,2], 1F1 [6,7], 1B0 [7,8], 1B1 [8,9]; 0B0 [9,10], 0B1 [10,11].
+        assert!(close(r.makespan, 11.0), "{}", r.makespan);
+        assert!(close(r.busy[0], 8.0) && close(r.busy[1], 4.0));
     }
 
     #[test]

@@ -11,8 +11,9 @@
 
 use super::{median, RunRecord};
 use crate::model::bubble::{bubble_rate, BubbleSchedule, PassTimes};
-use crate::model::sim::{simulate, SimCosts, SimError, SimResult, StageCosts};
+use crate::model::sim::{simulate, simulate_with, SimCosts, SimError, SimResult, StageCosts};
 use crate::schedule::{peak_in_flight, ActionKind, Schedule, ScheduleKind};
+use std::collections::HashMap;
 
 /// What one run reports (times in microseconds).
 #[derive(Clone, Debug, PartialEq)]
@@ -36,6 +37,11 @@ pub struct Summary {
     pub message_us: f64,
     /// The simulation of the schedule with `costs_us` and `message_us`.
     pub sim: SimResult,
+    /// Mean over steps of the bubble of a replay: each step simulated with
+    /// the time each of its own actions took. What remains between this and
+    /// the measured bubble is waiting that no dependency forced (wake-ups,
+    /// the executor's own overhead).
+    pub bubble_replayed: f64,
     /// Per rank: the most microbatches (and bytes) of activations held at once, over steps.
     pub peak_activations: Vec<usize>,
     pub peak_activation_bytes: Vec<usize>,
@@ -78,15 +84,22 @@ pub fn summarize(schedule: &Schedule, rec: &RunRecord) -> Result<Summary, SimErr
     order.sort_by(|&a, &b| steps[a].total_cmp(&steps[b]));
     let median_step = order.get(order.len() / 2).copied().unwrap_or(0);
     let costs_us = stage_costs(schedule, rec);
-    let sim = simulate(
-        schedule,
-        &SimCosts {
-            stages: costs_us.clone(),
-            latency: rec.message_us,
-            bandwidth: f64::INFINITY,
-            message_bytes: 0.0,
-        },
-    )?;
+    let links = SimCosts {
+        stages: costs_us.clone(),
+        latency: rec.message_us,
+        bandwidth: f64::INFINITY,
+        message_bytes: 0.0,
+    };
+    let sim = simulate(schedule, &links)?;
+    let mut bubble_replayed = 0.0;
+    for st in &rec.steps {
+        let took: HashMap<_, f64> = st
+            .iter()
+            .flat_map(|rs| rs.actions.iter().map(|a| (a.action, a.busy_us())))
+            .collect();
+        let replay = simulate_with(schedule, |a| took.get(&a).copied().unwrap_or(0.0), &links)?;
+        bubble_replayed += replay.bubble / n;
+    }
     let peak = |f: fn(&super::RankStep) -> usize| -> Vec<usize> {
         (0..ranks)
             .map(|r| {
@@ -110,6 +123,7 @@ pub fn summarize(schedule: &Schedule, rec: &RunRecord) -> Result<Summary, SimErr
         costs_us,
         message_us: rec.message_us,
         sim,
+        bubble_replayed,
         peak_activations: peak(|r| r.peak_activations),
         peak_activation_bytes: peak(|r| r.peak_activation_bytes),
         expected_peak_activations: peak_in_flight(schedule),

@@ -161,6 +161,8 @@ pub struct PipelineRow {
     pub step_simulated_us: f64,
     /// One-way time of one activation message between ranks 0 and 1, us.
     pub message_us: f64,
+    /// The simulator replaying each step with its own measured action times.
+    pub bubble_replayed: f64,
 }
 
 impl Record for PipelineRow {
