@@ -8,6 +8,8 @@
 
 pub mod comm;
 pub mod compute;
+#[cfg(feature = "cuda")]
+pub mod gpu;
 pub mod launch;
 pub mod measure;
 pub mod model;
