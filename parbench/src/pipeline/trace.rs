@@ -66,9 +66,14 @@ pub fn write_chrome_trace(
     crate::results::write_atomic(path, &bytes)
 }
 
-/// One line per rank, `width` characters for the step: each character is
-/// the kind letter (F, B, I, W) of the action running at that time, `.`
-/// for idle: `rank0: FFFF....BBBB`.
+/// Two lines per rank, `width` characters for the step: the kind letter
+/// (F, B, I, W) of the action running at that time, `.` for idle, and
+/// under it the action's microbatch (its last digit):
+///
+/// ```text
+/// rank0: FFFF....BBBB
+///        0123....0123
+/// ```
 pub fn terminal_timeline(step: &[RankStep], width: usize) -> String {
     let end = step
         .iter()
@@ -77,20 +82,26 @@ pub fn terminal_timeline(step: &[RankStep], width: usize) -> String {
     let width = width.max(1);
     let mut out = String::new();
     for (r, rs) in step.iter().enumerate() {
-        let mut line = vec!['.'; width];
+        let mut kinds = vec!['.'; width];
+        let mut mbs = vec!['.'; width];
         if end > 0.0 {
             for a in &rs.actions {
                 let from = ((a.start_us / end) * width as f64).floor() as usize;
                 let to = ((a.end_us / end) * width as f64).ceil() as usize;
-                for c in line.iter_mut().take(to.min(width)).skip(from.min(width)) {
-                    *c = a.action.kind.letter();
+                let digit = char::from_digit((a.action.mb % 10) as u32, 10).unwrap_or('?');
+                for i in from.min(width)..to.min(width) {
+                    kinds[i] = a.action.kind.letter();
+                    mbs[i] = digit;
                 }
             }
         }
-        out.push_str(&format!(
-            "rank{r}: {}\n",
-            line.into_iter().collect::<String>()
-        ));
+        let label = format!("rank{r}: ");
+        out.push_str(&label);
+        out.extend(kinds);
+        out.push('\n');
+        out.push_str(&" ".repeat(label.len()));
+        out.extend(mbs);
+        out.push('\n');
     }
     out
 }
@@ -146,6 +157,6 @@ mod tests {
     #[test]
     fn the_terminal_timeline_draws_kinds_and_idle() {
         let s = terminal_timeline(&step(), 4);
-        assert_eq!(s, "rank0: F..B\nrank1: .FB.\n");
+        assert_eq!(s, "rank0: F..B\n       0..0\nrank1: .FB.\n       .00.\n");
     }
 }
