@@ -13,6 +13,7 @@
 //! - [`bubble`]: pipeline bubble closed forms and microbatch counts.
 //! - [`presets`]: named transformer shapes.
 //! - [`footprint`]: FLOPs and memory of a step (for the planner).
+//! - [`sim`]: the schedule simulator (makespan, idle time, bubble of any schedule).
 //!
 //! ```
 //! use parbench::comm::Collective;
@@ -40,6 +41,7 @@ pub mod busbw;
 pub mod fit;
 pub mod footprint;
 pub mod presets;
+pub mod sim;
 pub mod tensor_parallel;
 
 pub use alpha_beta::{
