@@ -339,6 +339,14 @@ fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
             bail!("--compute-tflops {t}: TFLOP/s per device, above 0");
         }
     }
+    // Before asking for an inter-node wire: the node count must make sense.
+    if a.gpus_per_node == 0 || (a.gpus > a.gpus_per_node && a.gpus % a.gpus_per_node != 0) {
+        bail!(
+            "--gpus {} --gpus-per-node {}: not a whole number of nodes",
+            a.gpus,
+            a.gpus_per_node
+        );
+    }
     if a.top == 0 {
         bail!("--top 0: print at least one layout");
     }
