@@ -460,10 +460,6 @@ fn wire_words(l: &LinkParams) -> String {
     )
 }
 
-fn gib(bytes: f64) -> String {
-    format!("{:.1} GiB", bytes / (1024.0 * 1024.0 * 1024.0))
-}
-
 fn wire_letter(w: WireKind) -> &'static str {
     match w {
         WireKind::Intra => "intra",
@@ -557,7 +553,7 @@ pub fn render(f: &PlanFile) -> String {
                 share(c.tp_comm_s),
                 share(c.bubble_s),
                 share(c.dp_comm_s),
-                gib(c.memory.total()),
+                units::bytes(c.memory.total()),
                 ms(c.token_latency_s),
                 format!(
                     "{}/{}/{}",

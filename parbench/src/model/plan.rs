@@ -348,9 +348,9 @@ impl std::fmt::Display for Rejection {
                 have_bytes,
             } => write!(
                 f,
-                "needs {:.1} GiB of {:.1} GiB ({:+.0}%)",
-                needs_bytes / GIB,
-                have_bytes / GIB,
+                "needs {} of {} ({:+.1}%)",
+                binary_bytes(*needs_bytes),
+                binary_bytes(*have_bytes),
                 (needs_bytes / have_bytes - 1.0) * 100.0
             ),
         }
@@ -358,6 +358,15 @@ impl std::fmt::Display for Rejection {
 }
 
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+
+/// Bytes in GiB, or MiB below one GiB (the reasons are read by people).
+fn binary_bytes(b: f64) -> String {
+    if b >= GIB {
+        format!("{:.2} GiB", b / GIB)
+    } else {
+        format!("{:.1} MiB", b / (1024.0 * 1024.0))
+    }
+}
 
 /// A layout that cannot run, and why. Structural rejections (tensor
 /// parallel across nodes, splits, batch) are counted once per
@@ -426,7 +435,7 @@ impl Plan {
                 count: members.len(),
                 example: first.layout.clone(),
                 detail: format!(
-                    "{:.0}% of its step; {:.0}% of the best layout's tokens/s",
+                    "{:.1}% of its step; {:.1}% of the best layout's tokens/s",
                     part / first.step_s * 100.0,
                     first.tokens_per_s / best * 100.0
                 ),

@@ -98,10 +98,7 @@ fn one_plan(label: &str, f: &PlanFile) -> String {
                     share(c.tp_comm_s),
                     share(c.bubble_s),
                     share(c.dp_comm_s),
-                    num(format!(
-                        "{:.1} GiB",
-                        c.memory.total() / (1024.0 * 1024.0 * 1024.0)
-                    )),
+                    num(units::bytes(c.memory.total())),
                     num(ms(c.token_latency_s)),
                 ]
             })
