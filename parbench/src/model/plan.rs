@@ -917,7 +917,9 @@ impl Planner<'_> {
         let micro = l.microbatches as f64;
         let busy = micro * (compute_mb + comm_mb);
         let pp_link = self.wire(pp_wire).link;
-        let message = (l.micro_batch * m.seq * m.hidden * input.dtype_bytes) as f64 / t;
+        // In floats: absurd flags must not overflow into a panic.
+        let message =
+            l.micro_batch as f64 * m.seq as f64 * m.hidden as f64 * input.dtype_bytes as f64 / t;
         let sim = SimCosts {
             stages: costs,
             latency: if pp_wire == WireKind::None {
@@ -939,7 +941,7 @@ impl Planner<'_> {
             .wire(dp_wire)
             .seconds(Collective::AllReduce, l.dp, grad_bytes);
         let step = makespan.max(busy) + dp_comm;
-        let tokens = (input.global_batch * m.seq) as f64;
+        let tokens = input.global_batch as f64 * m.seq as f64;
         let token_latency = self.token_latency(&l, tp_wire, pp_wire);
         Costed {
             step_s: step,
