@@ -171,3 +171,15 @@ fn bad_threshold_exits_2() {
     ]);
     assert_eq!(o.status.code(), Some(2));
 }
+
+#[test]
+fn real_records_compare_with_themselves() {
+    let d = fixture("real-cpu");
+    let o = report(&["compare", d.to_str().unwrap(), d.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    assert!(
+        stdout(&o).contains(": 0 regressions, 0 improvements"),
+        "{}",
+        stdout(&o)
+    );
+}

@@ -229,11 +229,11 @@ fn busbw_chart(collective: &str, curves: &[&Curve], names: &[String]) -> LineCha
                 .fold(0.0, f64::max);
             series.push(Series {
                 label: format!(
-                    "{}: {}/{} ceiling {} GB/s",
+                    "ceiling {} GB/s: {} {}/{}",
+                    units::sig3(ceiling),
                     c.source,
                     c.row.backend,
-                    c.row.wire,
-                    units::sig3(ceiling)
+                    c.row.wire
                 ),
                 color: i,
                 line: LineStyle::Dotted,
