@@ -314,7 +314,7 @@ impl LocalTransport {
         mut ready: impl FnMut() -> bool,
     ) -> CommResult<()> {
         const SPINS: u32 = 100;
-        const YIELDS: u32 = 200;
+        const YIELDS: u32 = 50;
         let mut i: u32 = 0;
         let mut started: Option<Instant> = None;
         loop {
