@@ -1,6 +1,78 @@
-//! `report`: not built yet.
+//! `report`: reads parbench results folders, puts each figure beside the
+//! analytical model, writes one self-contained HTML report, and compares a
+//! run against a baseline for nightly regression tracking.
+//!
+//! Exit codes: 0 fine; 1 `compare` found a regression; 2 bad flags or bad
+//! files (one line naming the file and line).
 
-fn main() {
-    eprintln!("report: not built yet");
-    std::process::exit(2);
+mod charts;
+mod compare;
+mod html;
+mod load;
+mod model_cmd;
+mod predict;
+mod table;
+mod timeline;
+mod units;
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "report",
+    version,
+    about = "Reports on parbench results: the model's tables, an HTML report, and baseline comparison"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print the analytical tables (tensor-parallel traffic per token, pipeline bubble) for a model shape and wires.
+    Model(model_cmd::ModelArgs),
+    /// Write one self-contained HTML report (inline SVG charts) from results folders.
+    Html {
+        /// Results folders (each with collectives.csv, layers.csv, pipeline.csv, run.json); several are shown side by side.
+        #[arg(required = true)]
+        dirs: Vec<PathBuf>,
+        /// Output file (written atomically; an existing report is replaced).
+        #[arg(short, long, default_value = "report.html")]
+        output: PathBuf,
+        /// Report title.
+        #[arg(long, default_value = "parbench report")]
+        title: String,
+    },
+    /// Compare CURRENT against BASELINE: exit 1 when a figure regressed beyond the threshold and the runs' noise.
+    Compare(compare::CompareArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    let result = match cli.command {
+        Command::Model(args) => model_cmd::run(&args).map(|()| ExitCode::SUCCESS),
+        Command::Html {
+            dirs,
+            output,
+            title,
+        } => html::run(&dirs, &output, &title).map(|()| ExitCode::SUCCESS),
+        Command::Compare(args) => compare::run(&args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("report: {e:#}");
+            ExitCode::from(2)
+        }
+    }
 }

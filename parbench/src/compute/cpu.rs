@@ -1,1 +1,1008 @@
-//! The CPU compute device (gemm crate).
+//! The CPU compute device: matrix products with the gemm crate, element-wise
+//! kernels in plain loops, tensors in [`HostBuffer`]s so that the very same
+//! buffers go to the CPU communicators ([`crate::comm::HostComm`]).
+//!
+//! Storage types:
+//! - `f32`: the gemm crate's f32 kernels.
+//! - `f16`: the gemm crate's f16 kernels (feature `f16` of gemm, on by default).
+//! - `bf16`: storage only. The gemm crate has no bf16 kernel, so each product
+//!   widens the operand regions it reads to f32, multiplies in f32 and rounds
+//!   the result back; element-wise kernels always compute in f32. Expect bf16
+//!   products to be slower than f32 ones on the CPU: the conversion is the
+//!   price of the storage type, not of the arithmetic.
+//!
+//! Threads: each `CpuCompute` has a thread budget. Ranks that share a machine
+//! must split its cores (see [`CpuCompute::threads_per_rank`]) or their GEMMs
+//! oversubscribe the cores and every rank slows down unevenly.
+
+use super::{Compute, ComputeError, ComputeResult, Gemm};
+use crate::comm::{DType, Element, HostBuffer};
+use gemm::Parallelism;
+use half::{bf16, f16};
+
+/// A floating-point storage type the CPU kernels compute on, through f32.
+trait Real: Element + Copy {
+    fn to_f32(self) -> f32;
+    fn from_f32(v: f32) -> Self;
+}
+
+impl Real for f32 {
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        self
+    }
+    #[inline(always)]
+    fn from_f32(v: f32) -> Self {
+        v
+    }
+}
+
+impl Real for f16 {
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        f16::to_f32(self)
+    }
+    #[inline(always)]
+    fn from_f32(v: f32) -> Self {
+        f16::from_f32(v)
+    }
+}
+
+impl Real for bf16 {
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        bf16::to_f32(self)
+    }
+    #[inline(always)]
+    fn from_f32(v: f32) -> Self {
+        bf16::from_f32(v)
+    }
+}
+
+/// Runs `$body` with `$T` bound to the storage type of `$self`.
+macro_rules! with_real {
+    ($self:expr, $T:ident => $body:expr) => {
+        match $self.dtype {
+            DType::F32 => {
+                type $T = f32;
+                $body
+            }
+            DType::F16 => {
+                type $T = f16;
+                $body
+            }
+            DType::BF16 => {
+                type $T = bf16;
+                $body
+            }
+            other => Err(ComputeError::Unsupported(format!(
+                "cpu compute stores f32, f16 or bf16, not {other}"
+            ))),
+        }
+    };
+}
+
+/// The CPU device: gemm-crate products with a fixed thread budget.
+#[derive(Clone, Debug)]
+pub struct CpuCompute {
+    dtype: DType,
+    threads: usize,
+}
+
+impl CpuCompute {
+    /// A device storing `dtype` (f32, f16 or bf16) whose products use at most
+    /// `threads` threads (0 or 1: the calling thread only).
+    pub fn new(dtype: DType, threads: usize) -> ComputeResult<Self> {
+        match dtype {
+            DType::F32 | DType::F16 | DType::BF16 => Ok(CpuCompute {
+                dtype,
+                threads: threads.max(1),
+            }),
+            other => Err(ComputeError::Unsupported(format!(
+                "cpu compute stores f32, f16 or bf16, not {other}"
+            ))),
+        }
+    }
+
+    /// The thread budget of one of `local_ranks` ranks sharing this machine:
+    /// the machine's cores divided evenly, at least one. Every bench that
+    /// runs several ranks on one host (local threads or `--nprocs` processes)
+    /// sizes its devices with this, so that the ranks together use each core
+    /// once.
+    pub fn threads_per_rank(local_ranks: usize) -> usize {
+        let cores = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1);
+        (cores / local_ranks.max(1)).max(1)
+    }
+
+    /// The thread budget of each product.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// How the gemm crate may parallelise one product.
+    pub fn parallelism(&self) -> Parallelism {
+        if self.threads <= 1 {
+            Parallelism::None
+        } else {
+            Parallelism::Rayon(self.threads)
+        }
+    }
+
+    fn elems<'a, T: Real>(&self, buf: &'a HostBuffer) -> &'a [T] {
+        buf.as_slice::<T>()
+    }
+}
+
+/// Checks that `[off, off + len)` lies in a tensor of `have` elements.
+fn check_range(what: &str, off: usize, len: usize, have: usize) -> ComputeResult<()> {
+    match off.checked_add(len) {
+        Some(end) if end <= have => Ok(()),
+        _ => Err(ComputeError::InvalidArgument(format!(
+            "{what}: elements {off}..{off}+{len} exceed the tensor's {have}"
+        ))),
+    }
+}
+
+/// The last element (exclusive) a matrix operand touches, with overflow checks.
+fn span(
+    what: &str,
+    off: usize,
+    batch_stride: usize,
+    last_batch: usize,
+    rows: usize,
+    cols: usize,
+    ld: usize,
+) -> ComputeResult<usize> {
+    if rows == 0 || cols == 0 {
+        return Ok(0);
+    }
+    if rows > 1 && ld < cols {
+        return Err(ComputeError::InvalidArgument(format!(
+            "{what}: leading dimension {ld} is smaller than its {cols} columns"
+        )));
+    }
+    last_batch
+        .checked_mul(batch_stride)
+        .and_then(|b| (rows - 1).checked_mul(ld).and_then(|r| r.checked_add(b)))
+        .and_then(|x| x.checked_add(off))
+        .and_then(|x| x.checked_add(cols))
+        .ok_or_else(|| ComputeError::InvalidArgument(format!("{what}: extent overflows")))
+}
+
+/// Validates `g` against operands of `a`, `b`, `c` elements; returns the
+/// extents (one past the last element touched) of A, B and C.
+fn check_gemm(g: &Gemm, a: usize, b: usize, c: usize) -> ComputeResult<(usize, usize, usize)> {
+    let last = g.batch.max(1) - 1;
+    let (ar, ac) = if g.trans_a { (g.k, g.m) } else { (g.m, g.k) };
+    let (br, bc) = if g.trans_b { (g.n, g.k) } else { (g.k, g.n) };
+    let ea = span("gemm A", g.a_offset, g.stride_a, last, ar, ac, g.lda)?;
+    let eb = span("gemm B", g.b_offset, g.stride_b, last, br, bc, g.ldb)?;
+    let ec = span("gemm C", g.c_offset, g.stride_c, last, g.m, g.n, g.ldc)?;
+    // Batches run one after another, so batches whose C overlap (the heads of
+    // an attention, interleaved in one row) are well defined; within one
+    // batch, ld >= cols keeps every thread's elements apart.
+    for (name, need, have) in [("A", ea, a), ("B", eb, b), ("C", ec, c)] {
+        if need > have {
+            return Err(ComputeError::InvalidArgument(format!(
+                "gemm {name}: the product touches {need} elements but the tensor holds {have} \
+                 (m={} n={} k={} batch={})",
+                g.m, g.n, g.k, g.batch
+            )));
+        }
+    }
+    Ok((ea, eb, ec))
+}
+
+/// One product on slices whose extents [`check_gemm`] has validated, in the
+/// gemm crate's own type `T` (f32 or f16).
+fn gemm_native<T: 'static + Copy>(
+    g: &Gemm,
+    a: &[T],
+    b: &[T],
+    c: &mut [T],
+    (alpha, beta): (T, T),
+    par: Parallelism,
+) {
+    // With beta = 0, C may hold anything (NaN included): never read it.
+    let read_c = g.beta != 0.0;
+    let (a_rs, a_cs) = if g.trans_a { (1, g.lda) } else { (g.lda, 1) };
+    let (b_rs, b_cs) = if g.trans_b { (1, g.ldb) } else { (g.ldb, 1) };
+    for i in 0..g.batch.max(1) {
+        let (ao, bo, co) = (
+            g.a_offset + i * g.stride_a,
+            g.b_offset + i * g.stride_b,
+            g.c_offset + i * g.stride_c,
+        );
+        // SAFETY: check_gemm proved that every element this batch reads or
+        // writes lies inside `a`, `b` and `c` (ld >= cols, so the rows of C do
+        // not overlap and no two threads write one element); `c` is a unique
+        // borrow, so it aliases neither input. Slices never exceed
+        // isize::MAX elements, so the strides fit in isize.
+        unsafe {
+            gemm::gemm(
+                g.m,
+                g.n,
+                g.k,
+                c.as_mut_ptr().add(co),
+                1,
+                g.ldc as isize,
+                read_c,
+                a.as_ptr().add(ao),
+                a_cs as isize,
+                a_rs as isize,
+                b.as_ptr().add(bo),
+                b_cs as isize,
+                b_rs as isize,
+                // The gemm crate computes dst = alpha dst + beta lhs rhs: its
+                // alpha is our beta and the other way round.
+                beta,
+                alpha,
+                false,
+                false,
+                false,
+                par,
+            );
+        }
+    }
+}
+
+/// Widens `src[lo..hi]` to f32.
+fn widen<T: Real>(src: &[T], lo: usize, hi: usize) -> Vec<f32> {
+    src[lo..hi].iter().map(|x| x.to_f32()).collect()
+}
+
+/// `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))` and its derivative.
+const GELU_C: f32 = 0.797_884_6; // sqrt(2 / pi)
+const GELU_A: f32 = 0.044_715;
+
+#[inline]
+fn gelu_f32(x: f32) -> f32 {
+    0.5 * x * (1.0 + (GELU_C * (x + GELU_A * x * x * x)).tanh())
+}
+
+#[inline]
+fn gelu_grad_f32(x: f32) -> f32 {
+    let t = (GELU_C * (x + GELU_A * x * x * x)).tanh();
+    0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * GELU_C * (1.0 + 3.0 * GELU_A * x * x)
+}
+
+/// Number of leading columns of row `r` a softmax keeps.
+#[inline]
+fn kept(r: usize, cols: usize, causal: bool) -> usize {
+    if causal {
+        (r % cols) + 1
+    } else {
+        cols
+    }
+}
+
+impl CpuCompute {
+    fn gemm_typed<T: Real>(
+        &self,
+        g: &Gemm,
+        a: &HostBuffer,
+        b: &HostBuffer,
+        c: &mut HostBuffer,
+    ) -> ComputeResult<()> {
+        let (av, bv) = (self.elems::<T>(a), self.elems::<T>(b));
+        let cv = c.as_mut_slice::<T>();
+        let (ea, eb, ec) = check_gemm(g, av.len(), bv.len(), cv.len())?;
+        if g.m == 0 || g.n == 0 {
+            return Ok(());
+        }
+        let par = self.parallelism();
+        match T::DTYPE {
+            DType::F32 => {
+                let (av, bv) = (
+                    bytemuck::cast_slice::<T, f32>(av),
+                    bytemuck::cast_slice::<T, f32>(bv),
+                );
+                let cv = bytemuck::cast_slice_mut::<T, f32>(cv);
+                gemm_native(g, av, bv, cv, (g.alpha, g.beta), par);
+            }
+            DType::F16 => {
+                let (av, bv) = (
+                    bytemuck::cast_slice::<T, f16>(av),
+                    bytemuck::cast_slice::<T, f16>(bv),
+                );
+                let cv = bytemuck::cast_slice_mut::<T, f16>(cv);
+                let (alpha, beta) = (f16::from_f32(g.alpha), f16::from_f32(g.beta));
+                gemm_native(g, av, bv, cv, (alpha, beta), par);
+            }
+            _ => {
+                // bf16: widen exactly the regions the product touches, so the
+                // cost is one pass over the operands; C is widened whole (not
+                // zeroed) so that the columns between its rows survive the
+                // round trip unchanged.
+                let a32 = widen(av, g.a_offset, ea);
+                let b32 = widen(bv, g.b_offset, eb);
+                let mut c32 = widen(cv, g.c_offset, ec);
+                let local = Gemm {
+                    a_offset: 0,
+                    b_offset: 0,
+                    c_offset: 0,
+                    ..*g
+                };
+                gemm_native(&local, &a32, &b32, &mut c32, (g.alpha, g.beta), par);
+                for (d, s) in cv[g.c_offset..ec].iter_mut().zip(&c32) {
+                    *d = T::from_f32(*s);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn add_bias_typed<T: Real>(
+        &self,
+        x: &mut HostBuffer,
+        bias: &HostBuffer,
+        rows: usize,
+        cols: usize,
+    ) -> ComputeResult<()> {
+        let bv = self.elems::<T>(bias);
+        let xv = x.as_mut_slice::<T>();
+        check_range("add_bias bias", 0, cols, bv.len())?;
+        let n = rows
+            .checked_mul(cols)
+            .ok_or_else(|| ComputeError::InvalidArgument("add_bias: size overflows".into()))?;
+        check_range("add_bias x", 0, n, xv.len())?;
+        if cols == 0 {
+            return Ok(());
+        }
+        for row in xv[..n].chunks_exact_mut(cols) {
+            for (v, b) in row.iter_mut().zip(&bv[..cols]) {
+                *v = T::from_f32(v.to_f32() + b.to_f32());
+            }
+        }
+        Ok(())
+    }
+
+    fn bias_grad_typed<T: Real>(
+        &self,
+        dy: &HostBuffer,
+        db: &mut HostBuffer,
+        rows: usize,
+        cols: usize,
+    ) -> ComputeResult<()> {
+        let dyv = self.elems::<T>(dy);
+        let dbv = db.as_mut_slice::<T>();
+        check_range("bias_grad db", 0, cols, dbv.len())?;
+        let n = rows
+            .checked_mul(cols)
+            .ok_or_else(|| ComputeError::InvalidArgument("bias_grad: size overflows".into()))?;
+        check_range("bias_grad dy", 0, n, dyv.len())?;
+        let mut acc = vec![0f32; cols];
+        if cols > 0 {
+            for row in dyv[..n].chunks_exact(cols) {
+                for (a, v) in acc.iter_mut().zip(row) {
+                    *a += v.to_f32();
+                }
+            }
+        }
+        for (d, a) in dbv[..cols].iter_mut().zip(acc) {
+            *d = T::from_f32(a);
+        }
+        Ok(())
+    }
+
+    fn gelu_typed<T: Real>(
+        &self,
+        x: &HostBuffer,
+        y: &mut HostBuffer,
+        n: usize,
+    ) -> ComputeResult<()> {
+        let xv = self.elems::<T>(x);
+        let yv = y.as_mut_slice::<T>();
+        check_range("gelu x", 0, n, xv.len())?;
+        check_range("gelu y", 0, n, yv.len())?;
+        for (o, i) in yv[..n].iter_mut().zip(&xv[..n]) {
+            *o = T::from_f32(gelu_f32(i.to_f32()));
+        }
+        Ok(())
+    }
+
+    fn gelu_backward_typed<T: Real>(
+        &self,
+        x: &HostBuffer,
+        dy: &HostBuffer,
+        dx: &mut HostBuffer,
+        n: usize,
+    ) -> ComputeResult<()> {
+        let (xv, dyv) = (self.elems::<T>(x), self.elems::<T>(dy));
+        let dxv = dx.as_mut_slice::<T>();
+        check_range("gelu_backward x", 0, n, xv.len())?;
+        check_range("gelu_backward dy", 0, n, dyv.len())?;
+        check_range("gelu_backward dx", 0, n, dxv.len())?;
+        for ((o, xi), g) in dxv[..n].iter_mut().zip(&xv[..n]).zip(&dyv[..n]) {
+            *o = T::from_f32(g.to_f32() * gelu_grad_f32(xi.to_f32()));
+        }
+        Ok(())
+    }
+
+    fn softmax_typed<T: Real>(
+        &self,
+        x: &mut HostBuffer,
+        offset: usize,
+        rows: usize,
+        cols: usize,
+        causal: bool,
+    ) -> ComputeResult<()> {
+        let xv = x.as_mut_slice::<T>();
+        let n = rows
+            .checked_mul(cols)
+            .ok_or_else(|| ComputeError::InvalidArgument("softmax: size overflows".into()))?;
+        check_range("softmax x", offset, n, xv.len())?;
+        if cols == 0 {
+            return Ok(());
+        }
+        let mut buf = vec![0f32; cols];
+        for (r, row) in xv[offset..offset + n].chunks_exact_mut(cols).enumerate() {
+            let keep = kept(r, cols, causal);
+            let mut max = f32::NEG_INFINITY;
+            for (b, v) in buf[..keep].iter_mut().zip(&row[..keep]) {
+                *b = v.to_f32();
+                max = max.max(*b);
+            }
+            let mut sum = 0f32;
+            for b in &mut buf[..keep] {
+                *b = (*b - max).exp();
+                sum += *b;
+            }
+            let inv = 1.0 / sum;
+            for (v, b) in row[..keep].iter_mut().zip(&buf[..keep]) {
+                *v = T::from_f32(b * inv);
+            }
+            for v in &mut row[keep..] {
+                *v = T::from_f32(0.0);
+            }
+        }
+        Ok(())
+    }
+
+    fn softmax_backward_typed<T: Real>(
+        &self,
+        y: &HostBuffer,
+        dy: &mut HostBuffer,
+        offset: usize,
+        rows: usize,
+        cols: usize,
+    ) -> ComputeResult<()> {
+        let yv = self.elems::<T>(y);
+        let dyv = dy.as_mut_slice::<T>();
+        let n = rows.checked_mul(cols).ok_or_else(|| {
+            ComputeError::InvalidArgument("softmax_backward: size overflows".into())
+        })?;
+        check_range("softmax_backward y", offset, n, yv.len())?;
+        check_range("softmax_backward dy", offset, n, dyv.len())?;
+        if cols == 0 {
+            return Ok(());
+        }
+        let ys = yv[offset..offset + n].chunks_exact(cols);
+        for (yr, dr) in ys.zip(dyv[offset..offset + n].chunks_exact_mut(cols)) {
+            let dot: f32 = yr
+                .iter()
+                .zip(dr.iter())
+                .map(|(a, b)| a.to_f32() * b.to_f32())
+                .sum();
+            for (d, yi) in dr.iter_mut().zip(yr) {
+                let yf = yi.to_f32();
+                *d = T::from_f32(yf * (d.to_f32() - dot));
+            }
+        }
+        Ok(())
+    }
+
+    fn add_typed<T: Real>(
+        &self,
+        x: &mut HostBuffer,
+        y: &HostBuffer,
+        n: usize,
+    ) -> ComputeResult<()> {
+        let yv = self.elems::<T>(y);
+        let xv = x.as_mut_slice::<T>();
+        check_range("add x", 0, n, xv.len())?;
+        check_range("add y", 0, n, yv.len())?;
+        for (a, b) in xv[..n].iter_mut().zip(&yv[..n]) {
+            *a = T::from_f32(a.to_f32() + b.to_f32());
+        }
+        Ok(())
+    }
+
+    fn copy_typed<T: Real>(
+        &self,
+        src: &HostBuffer,
+        s_off: usize,
+        dst: &mut HostBuffer,
+        d_off: usize,
+        len: usize,
+    ) -> ComputeResult<()> {
+        let sv = self.elems::<T>(src);
+        let dv = dst.as_mut_slice::<T>();
+        check_range("copy src", s_off, len, sv.len())?;
+        check_range("copy dst", d_off, len, dv.len())?;
+        dv[d_off..d_off + len].copy_from_slice(&sv[s_off..s_off + len]);
+        Ok(())
+    }
+}
+
+impl Compute for CpuCompute {
+    type Buf = HostBuffer;
+
+    fn name(&self) -> String {
+        format!(
+            "cpu (gemm, {} thread{})",
+            self.threads,
+            if self.threads == 1 { "" } else { "s" }
+        )
+    }
+
+    fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    fn alloc(&self, len: usize) -> ComputeResult<HostBuffer> {
+        let bytes = len.checked_mul(self.dtype.size()).ok_or_else(|| {
+            ComputeError::InvalidArgument(format!("alloc: {len} elements overflow"))
+        })?;
+        Ok(HostBuffer::zeroed(bytes))
+    }
+
+    fn upload(&self, src: &[f32], dst: &mut HostBuffer) -> ComputeResult<()> {
+        with_real!(self, T => {
+            let dv = dst.as_mut_slice::<T>();
+            check_range("upload", 0, src.len(), dv.len())?;
+            for (d, s) in dv.iter_mut().zip(src) {
+                *d = T::from_f32(*s);
+            }
+            Ok(())
+        })
+    }
+
+    fn download(&self, src: &HostBuffer, dst: &mut [f32]) -> ComputeResult<()> {
+        with_real!(self, T => {
+            let sv = self.elems::<T>(src);
+            check_range("download", 0, dst.len(), sv.len())?;
+            for (d, s) in dst.iter_mut().zip(sv) {
+                *d = s.to_f32();
+            }
+            Ok(())
+        })
+    }
+
+    fn copy(
+        &self,
+        src: &HostBuffer,
+        s_off: usize,
+        dst: &mut HostBuffer,
+        d_off: usize,
+        len: usize,
+    ) -> ComputeResult<()> {
+        with_real!(self, T => self.copy_typed::<T>(src, s_off, dst, d_off, len))
+    }
+
+    fn gemm(
+        &self,
+        g: &Gemm,
+        a: &HostBuffer,
+        b: &HostBuffer,
+        c: &mut HostBuffer,
+    ) -> ComputeResult<()> {
+        with_real!(self, T => self.gemm_typed::<T>(g, a, b, c))
+    }
+
+    fn add_bias(
+        &self,
+        x: &mut HostBuffer,
+        bias: &HostBuffer,
+        rows: usize,
+        cols: usize,
+    ) -> ComputeResult<()> {
+        with_real!(self, T => self.add_bias_typed::<T>(x, bias, rows, cols))
+    }
+
+    fn bias_grad(
+        &self,
+        dy: &HostBuffer,
+        db: &mut HostBuffer,
+        rows: usize,
+        cols: usize,
+    ) -> ComputeResult<()> {
+        with_real!(self, T => self.bias_grad_typed::<T>(dy, db, rows, cols))
+    }
+
+    fn gelu(&self, x: &HostBuffer, y: &mut HostBuffer, n: usize) -> ComputeResult<()> {
+        with_real!(self, T => self.gelu_typed::<T>(x, y, n))
+    }
+
+    fn gelu_backward(
+        &self,
+        x: &HostBuffer,
+        dy: &HostBuffer,
+        dx: &mut HostBuffer,
+        n: usize,
+    ) -> ComputeResult<()> {
+        with_real!(self, T => self.gelu_backward_typed::<T>(x, dy, dx, n))
+    }
+
+    fn softmax(
+        &self,
+        x: &mut HostBuffer,
+        offset: usize,
+        rows: usize,
+        cols: usize,
+        causal: bool,
+    ) -> ComputeResult<()> {
+        with_real!(self, T => self.softmax_typed::<T>(x, offset, rows, cols, causal))
+    }
+
+    fn softmax_backward(
+        &self,
+        y: &HostBuffer,
+        dy: &mut HostBuffer,
+        offset: usize,
+        rows: usize,
+        cols: usize,
+    ) -> ComputeResult<()> {
+        with_real!(self, T => self.softmax_backward_typed::<T>(y, dy, offset, rows, cols))
+    }
+
+    fn add(&self, x: &mut HostBuffer, y: &HostBuffer, n: usize) -> ComputeResult<()> {
+        with_real!(self, T => self.add_typed::<T>(x, y, n))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Deterministic values in [-1, 1) (xorshift), so tests need no RNG crate.
+    fn values(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    fn buf(dev: &CpuCompute, data: &[f32]) -> HostBuffer {
+        let mut b = dev.alloc(data.len()).unwrap();
+        dev.upload(data, &mut b).unwrap();
+        b
+    }
+
+    fn host(dev: &CpuCompute, b: &HostBuffer, n: usize) -> Vec<f32> {
+        let mut out = vec![0f32; n];
+        dev.download(b, &mut out).unwrap();
+        out
+    }
+
+    /// The product by definition, in f64.
+    fn naive(g: &Gemm, a: &[f32], b: &[f32], c: &mut [f32]) {
+        for bi in 0..g.batch.max(1) {
+            for i in 0..g.m {
+                for j in 0..g.n {
+                    let mut acc = 0f64;
+                    for p in 0..g.k {
+                        let av = if g.trans_a {
+                            a[g.a_offset + bi * g.stride_a + p * g.lda + i]
+                        } else {
+                            a[g.a_offset + bi * g.stride_a + i * g.lda + p]
+                        };
+                        let bv = if g.trans_b {
+                            b[g.b_offset + bi * g.stride_b + j * g.ldb + p]
+                        } else {
+                            b[g.b_offset + bi * g.stride_b + p * g.ldb + j]
+                        };
+                        acc += av as f64 * bv as f64;
+                    }
+                    let ci = g.c_offset + bi * g.stride_c + i * g.ldc + j;
+                    let old = if g.beta == 0.0 { 0.0 } else { c[ci] as f64 };
+                    c[ci] = (g.alpha as f64 * acc + g.beta as f64 * old) as f32;
+                }
+            }
+        }
+    }
+
+    /// A descriptor exercising transposes, offsets, padded leading dimensions and batches.
+    fn strided(m: usize, n: usize, k: usize, ta: bool, tb: bool, batch: usize) -> Gemm {
+        let (ar, ac) = if ta { (k, m) } else { (m, k) };
+        let (br, bc) = if tb { (n, k) } else { (k, n) };
+        let (lda, ldb, ldc) = (ac + 3, bc + 1, n + 2);
+        Gemm {
+            m,
+            n,
+            k,
+            trans_a: ta,
+            trans_b: tb,
+            a_offset: 5,
+            lda,
+            b_offset: 2,
+            ldb,
+            c_offset: 7,
+            ldc,
+            alpha: 0.75,
+            beta: 0.5,
+            batch,
+            stride_a: ar * lda + 4,
+            stride_b: br * ldb,
+            stride_c: m * ldc + 1,
+        }
+    }
+
+    fn check_gemm_against_naive(dtype: DType, threads: usize, tol: f32) {
+        let dev = CpuCompute::new(dtype, threads).unwrap();
+        for &(m, n, k) in &[(1, 1, 1), (7, 5, 3), (33, 17, 40), (64, 70, 9)] {
+            for ta in [false, true] {
+                for tb in [false, true] {
+                    for batch in [1, 3] {
+                        let g = strided(m, n, k, ta, tb, batch);
+                        let (ea, eb, ec) = g.extents();
+                        let (a, b) = (values(ea, 1), values(eb, 2));
+                        let c0 = values(ec + 3, 3);
+                        // Round inputs to the storage type so only the product's error remains.
+                        let (ab, bb, mut cb) = (buf(&dev, &a), buf(&dev, &b), buf(&dev, &c0));
+                        let (a, b) = (host(&dev, &ab, ea), host(&dev, &bb, eb));
+                        let mut want = host(&dev, &cb, ec + 3);
+                        let before = want.clone();
+                        naive(&g, &a, &b, &mut want);
+                        dev.gemm(&g, &ab, &bb, &mut cb).unwrap();
+                        let got = host(&dev, &cb, ec + 3);
+                        for (i, (x, y)) in got.iter().zip(&want).enumerate() {
+                            let scale = 1.0 + (k as f32).sqrt();
+                            assert!(
+                                (x - y).abs() <= tol * scale,
+                                "{dtype} m{m} n{n} k{k} ta{ta} tb{tb} batch{batch} at {i}: {x} vs {y} (was {})",
+                                before[i]
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn gemm_f32_matches_naive_with_transposes_offsets_and_batches() {
+        check_gemm_against_naive(DType::F32, 1, 1e-5);
+    }
+
+    #[test]
+    fn gemm_f32_multithreaded_matches_naive() {
+        check_gemm_against_naive(DType::F32, 2, 1e-5);
+    }
+
+    #[test]
+    fn gemm_f16_matches_naive_within_half_precision() {
+        check_gemm_against_naive(DType::F16, 1, 8e-3);
+    }
+
+    #[test]
+    fn gemm_bf16_matches_naive_within_bfloat_precision() {
+        check_gemm_against_naive(DType::BF16, 1, 3e-2);
+    }
+
+    #[test]
+    fn gemm_leaves_elements_between_rows_untouched() {
+        for dtype in [DType::F32, DType::F16, DType::BF16] {
+            let dev = CpuCompute::new(dtype, 1).unwrap();
+            let mut g = Gemm::dense(3, 2, 4);
+            g.ldc = 5;
+            g.beta = 0.0;
+            let (a, b) = (buf(&dev, &values(12, 4)), buf(&dev, &values(8, 5)));
+            let mut c = buf(&dev, &[9.0; 13]);
+            dev.gemm(&g, &a, &b, &mut c).unwrap();
+            let got = host(&dev, &c, 13);
+            for row in 0..2 {
+                assert_eq!(&got[row * 5 + 2..row * 5 + 5], &[9.0, 9.0, 9.0], "{dtype}");
+            }
+        }
+    }
+
+    #[test]
+    fn gemm_rejects_bad_extents_without_panicking() {
+        let dev = CpuCompute::new(DType::F32, 1).unwrap();
+        let (a, b, mut c) = (
+            dev.alloc(12).unwrap(),
+            dev.alloc(20).unwrap(),
+            dev.alloc(15).unwrap(),
+        );
+        assert!(dev.gemm(&Gemm::dense(3, 5, 4), &a, &b, &mut c).is_ok());
+        let bad = [
+            Gemm::dense(4, 5, 4),
+            Gemm::dense(3, 6, 4),
+            Gemm {
+                a_offset: 1,
+                ..Gemm::dense(3, 5, 4)
+            },
+            Gemm {
+                ldc: 4,
+                ..Gemm::dense(3, 5, 4)
+            },
+            Gemm {
+                a_offset: usize::MAX,
+                ..Gemm::dense(3, 5, 4)
+            },
+            Gemm {
+                batch: usize::MAX,
+                stride_a: usize::MAX,
+                ..Gemm::dense(3, 5, 4)
+            },
+        ];
+        for g in bad {
+            match dev.gemm(&g, &a, &b, &mut c) {
+                Err(ComputeError::InvalidArgument(_)) => {}
+                other => panic!("{g:?} gave {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn rejects_storage_types_it_cannot_compute() {
+        assert!(matches!(
+            CpuCompute::new(DType::I32, 1),
+            Err(ComputeError::Unsupported(_))
+        ));
+    }
+
+    #[test]
+    fn elementwise_kernels_reject_short_tensors() {
+        let dev = CpuCompute::new(DType::F32, 1).unwrap();
+        let (mut x, y) = (dev.alloc(6).unwrap(), dev.alloc(5).unwrap());
+        assert!(dev.add(&mut x, &y, 6).is_err());
+        assert!(dev.add_bias(&mut x, &y, 2, 6).is_err());
+        assert!(dev.add_bias(&mut x, &y, 2, 3).is_ok());
+        assert!(dev.gelu(&y, &mut x, 6).is_err());
+        assert!(dev.softmax(&mut x, 1, 2, 3, true).is_err());
+        assert!(dev.softmax(&mut x, 0, usize::MAX, 2, true).is_err());
+        assert!(dev.copy(&y, 3, &mut x, 0, 3).is_err());
+        assert!(dev.copy(&y, 0, &mut x, usize::MAX, 3).is_err());
+        assert!(dev.upload(&[0.0; 7], &mut x).is_err());
+        let mut small = [0f32; 7];
+        assert!(dev.download(&x, &mut small).is_err());
+    }
+
+    #[test]
+    fn bias_add_and_grad_match_loops() {
+        let dev = CpuCompute::new(DType::F32, 1).unwrap();
+        let (rows, cols) = (4, 3);
+        let xs = values(rows * cols, 6);
+        let bs = values(cols, 7);
+        let mut x = buf(&dev, &xs);
+        dev.add_bias(&mut x, &buf(&dev, &bs), rows, cols).unwrap();
+        let got = host(&dev, &x, rows * cols);
+        let mut db = dev.alloc(cols).unwrap();
+        dev.bias_grad(&buf(&dev, &xs), &mut db, rows, cols).unwrap();
+        let dbv = host(&dev, &db, cols);
+        for c in 0..cols {
+            let mut sum = 0.0;
+            for r in 0..rows {
+                assert_eq!(got[r * cols + c], xs[r * cols + c] + bs[c]);
+                sum += xs[r * cols + c];
+            }
+            assert!((dbv[c] - sum).abs() < 1e-6);
+        }
+    }
+
+    #[test]
+    fn gelu_matches_formula_and_its_backward_the_finite_difference() {
+        let dev = CpuCompute::new(DType::F32, 1).unwrap();
+        let xs: Vec<f32> = (0..41).map(|i| (i as f32 - 20.0) / 5.0).collect();
+        let n = xs.len();
+        let x = buf(&dev, &xs);
+        let mut y = dev.alloc(n).unwrap();
+        dev.gelu(&x, &mut y, n).unwrap();
+        let yv = host(&dev, &y, n);
+        let ones = buf(&dev, &vec![1.0; n]);
+        let mut dx = dev.alloc(n).unwrap();
+        dev.gelu_backward(&x, &ones, &mut dx, n).unwrap();
+        let dxv = host(&dev, &dx, n);
+        for i in 0..n {
+            let v = xs[i] as f64;
+            let f = |v: f64| {
+                0.5 * v
+                    * (1.0
+                        + ((2.0 / std::f64::consts::PI).sqrt() * (v + 0.044715 * v * v * v)).tanh())
+            };
+            assert!((yv[i] as f64 - f(v)).abs() < 1e-5, "gelu({v})");
+            let h = 1e-4;
+            let fd = (f(v + h) - f(v - h)) / (2.0 * h);
+            assert!(
+                (dxv[i] as f64 - fd).abs() < 1e-4,
+                "gelu'({v}): {} vs {fd}",
+                dxv[i]
+            );
+        }
+        assert!(yv[0].abs() < 1e-3 && (yv[n - 1] - 4.0).abs() < 1e-3);
+    }
+
+    #[test]
+    fn causal_softmax_masks_the_future_and_rows_sum_to_one() {
+        let dev = CpuCompute::new(DType::F32, 1).unwrap();
+        let (rows, cols, off) = (8, 4, 3); // two heads of 4 x 4 scores after 3 other elements
+        let xs = values(off + rows * cols, 8);
+        let mut x = buf(&dev, &xs);
+        dev.softmax(&mut x, off, rows, cols, true).unwrap();
+        let got = host(&dev, &x, off + rows * cols);
+        assert_eq!(&got[..off], &xs[..off]);
+        for r in 0..rows {
+            let row = &got[off + r * cols..off + (r + 1) * cols];
+            let pos = r % cols;
+            let z: f64 = (0..=pos)
+                .map(|c| (xs[off + r * cols + c] as f64).exp())
+                .sum();
+            for (c, &v) in row.iter().enumerate() {
+                let want = if c <= pos {
+                    (xs[off + r * cols + c] as f64).exp() / z
+                } else {
+                    0.0
+                };
+                assert!((v as f64 - want).abs() < 1e-6, "row {r} col {c}");
+            }
+        }
+    }
+
+    #[test]
+    fn softmax_backward_matches_the_finite_difference() {
+        let dev = CpuCompute::new(DType::F32, 1).unwrap();
+        let (rows, cols) = (3, 5);
+        let xs = values(rows * cols, 9);
+        let dys = values(rows * cols, 10);
+        for causal in [false, true] {
+            let mut y = buf(&dev, &xs);
+            dev.softmax(&mut y, 0, rows, cols, causal).unwrap();
+            let mut dx = buf(&dev, &dys);
+            dev.softmax_backward(&y, &mut dx, 0, rows, cols).unwrap();
+            let dxv = host(&dev, &dx, rows * cols);
+            // loss = sum(dy * softmax(x)); its derivative by central differences.
+            let loss = |x: &[f32]| -> f64 {
+                let mut b = buf(&dev, x);
+                dev.softmax(&mut b, 0, rows, cols, causal).unwrap();
+                let s = host(&dev, &b, rows * cols);
+                s.iter().zip(&dys).map(|(a, b)| *a as f64 * *b as f64).sum()
+            };
+            for i in 0..rows * cols {
+                let h = 1e-2;
+                let (mut p, mut m) = (xs.clone(), xs.clone());
+                p[i] += h;
+                m[i] -= h;
+                let fd = (loss(&p) - loss(&m)) / (2.0 * h as f64);
+                assert!(
+                    (dxv[i] as f64 - fd).abs() < 2e-3,
+                    "causal {causal} at {i}: {} vs {fd}",
+                    dxv[i]
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn add_and_copy_move_the_right_elements() {
+        for dtype in [DType::F32, DType::F16, DType::BF16] {
+            let dev = CpuCompute::new(dtype, 1).unwrap();
+            let mut x = buf(&dev, &[1.0, 2.0, 3.0, 4.0]);
+            dev.add(&mut x, &buf(&dev, &[0.5, 0.5, 0.5]), 3).unwrap();
+            assert_eq!(host(&dev, &x, 4), vec![1.5, 2.5, 3.5, 4.0]);
+            let src = buf(&dev, &[7.0, 8.0, 9.0]);
+            dev.copy(&src, 1, &mut x, 2, 2).unwrap();
+            assert_eq!(host(&dev, &x, 4), vec![1.5, 2.5, 8.0, 9.0]);
+        }
+    }
+
+    #[test]
+    fn thread_budget_splits_the_cores() {
+        let all = CpuCompute::threads_per_rank(1);
+        assert!(all >= 1);
+        assert_eq!(CpuCompute::threads_per_rank(all * 4), 1);
+        assert_eq!(CpuCompute::new(DType::F32, 0).unwrap().threads(), 1);
+        assert!(matches!(
+            CpuCompute::new(DType::F32, 1).unwrap().parallelism(),
+            Parallelism::None
+        ));
+    }
+}

@@ -1,1 +1,763 @@
-//! The CUDA compute device (feature `cuda`).
+//! The CUDA compute device (feature `cuda`): [`CudaCompute`] implements
+//! [`Compute`] with cuBLASLt for the products (f32 accumulation; f32, f16 or
+//! bf16 storage) and NVRTC-compiled kernels for bias, GELU, softmax and add.
+//!
+//! Its buffers are [`DeviceBuffer`]s, the NCCL communicator's own type, and
+//! [`CudaCompute::on`] shares a communicator's GPU and stream, so a layer's
+//! products and all-reduces are ordered on one stream without host staging.
+//!
+//! cuBLAS is column-major and parbench row-major: a row-major `C = op(A) op(B)`
+//! is the column-major `C^T = op(B)^T op(A)^T`, so the call swaps A and B
+//! and m and n, and keeps each operand's transpose flag (see [`CudaCompute::gemm`]).
+//! f32 products use `CUBLAS_COMPUTE_32F` (no TF32), so tests can compare tightly.
+
+use super::{Compute, ComputeError, ComputeResult, Gemm};
+use crate::comm::{DType, DEFAULT_TIMEOUT};
+use crate::gpu::{self, DeviceBuffer, Gpu, GpuError, Lib};
+use cudarc::cublaslt::sys as lt;
+use cudarc::driver::{result as cu, CudaFunction, LaunchConfig, PushKernelArg};
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+/// The kernels' source; compiled once per storage type per process.
+const KERNELS: &str = include_str!("cuda_kernels.cu");
+/// Threads per block of every kernel (the softmax reductions assume it).
+const BLOCK: u32 = 256;
+/// Upper bound on blocks of the grid-stride kernels.
+const MAX_BLOCKS: u64 = 65_535 * 4;
+/// cuBLASLt workspace: NVIDIA recommends 32 MiB on Hopper, enough elsewhere.
+const WORKSPACE: usize = 32 << 20;
+
+/// A GPU that computes in one storage type.
+pub struct CudaCompute {
+    gpu: Gpu,
+    dtype: DType,
+    lt: LtHandle,
+    workspace: DeviceBuffer,
+    kernels: Kernels,
+    /// The algorithm cuBLASLt's heuristic chose, per product shape.
+    algos: Mutex<HashMap<GemmKey, lt::cublasLtMatmulAlgo_t>>,
+    timeout: Duration,
+}
+
+impl CudaCompute {
+    /// Opens GPU `ordinal` with its own stream, storing tensors as `dtype`
+    /// (`float`, `half` or `bfloat16`).
+    pub fn new(ordinal: usize, dtype: DType) -> ComputeResult<CudaCompute> {
+        gpu::require(&[Lib::Driver, Lib::CublasLt, Lib::Nvrtc])?;
+        CudaCompute::on(Gpu::open(ordinal)?, dtype)
+    }
+
+    /// Computes on `gpu`'s stream, e.g. the one an NCCL communicator uses
+    /// (`NcclComm::gpu`), so products and collectives are ordered together.
+    pub fn on(gpu: Gpu, dtype: DType) -> ComputeResult<CudaCompute> {
+        let dtype_code = match dtype {
+            DType::F32 => 0,
+            DType::F16 => 1,
+            DType::BF16 => 2,
+            other => {
+                return Err(ComputeError::Unsupported(format!(
+                    "CUDA compute stores float, half or bfloat16, not {other}"
+                )))
+            }
+        };
+        gpu::require(&[Lib::Driver, Lib::CublasLt, Lib::Nvrtc])?;
+        gpu::guarded("creating the CUDA compute device", || {
+            gpu.bind()?;
+            let lt = LtHandle::new()?;
+            let workspace = gpu.alloc(WORKSPACE)?;
+            let kernels = Kernels::load(&gpu, dtype_code)?;
+            Ok(CudaCompute {
+                gpu,
+                dtype,
+                lt,
+                workspace,
+                kernels,
+                algos: Mutex::new(HashMap::new()),
+                timeout: DEFAULT_TIMEOUT,
+            })
+        })
+        .map_err(ComputeError::from)
+    }
+
+    /// The GPU this device computes on.
+    pub fn gpu(&self) -> &Gpu {
+        &self.gpu
+    }
+
+    /// Sets how long [`Compute::sync`] waits before giving up.
+    pub fn set_timeout(&mut self, timeout: Duration) {
+        self.timeout = timeout;
+        self.gpu.set_timeout(timeout);
+    }
+
+    fn size(&self) -> usize {
+        self.dtype.size()
+    }
+
+    /// Device address of element `off` of `buf`, checked to hold `len` elements.
+    fn at(&self, buf: &DeviceBuffer, off: usize, len: usize, what: &str) -> ComputeResult<u64> {
+        if buf.gpu().ordinal() != self.gpu.ordinal() {
+            return Err(ComputeError::InvalidArgument(format!(
+                "{what} is on GPU {}, this device is GPU {}",
+                buf.gpu().ordinal(),
+                self.gpu.ordinal()
+            )));
+        }
+        let s = self.size();
+        let (Some(o), Some(l)) = (off.checked_mul(s), len.checked_mul(s)) else {
+            return Err(ComputeError::InvalidArgument(format!(
+                "{what}: size overflows"
+            )));
+        };
+        buf.ptr_at(o, l).map_err(|_| {
+            ComputeError::InvalidArgument(format!(
+                "{what} holds {} elements, the call needs {}",
+                buf.len() / s,
+                off.saturating_add(len)
+            ))
+        })
+    }
+
+    /// Launches `f` over a grid sized for `n` items (grid-stride kernels).
+    fn launch<'a>(
+        &'a self,
+        f: &'a CudaFunction,
+        n: u64,
+        push: impl FnOnce(&mut cudarc::driver::LaunchArgs<'a>),
+    ) -> ComputeResult<()> {
+        if n == 0 {
+            return Ok(());
+        }
+        let blocks = n.div_ceil(BLOCK as u64).clamp(1, MAX_BLOCKS) as u32;
+        self.launch_grid(f, blocks, push)
+    }
+
+    fn launch_grid<'a>(
+        &'a self,
+        f: &'a CudaFunction,
+        blocks: u32,
+        push: impl FnOnce(&mut cudarc::driver::LaunchArgs<'a>),
+    ) -> ComputeResult<()> {
+        let cfg = LaunchConfig {
+            grid_dim: (blocks, 1, 1),
+            block_dim: (BLOCK, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut b = self.gpu.stream().launch_builder(f);
+        push(&mut b);
+        // SAFETY: every pointer argument was bounds-checked by `at` for the
+        // extent the kernel touches; scalars match the kernels' signatures.
+        unsafe { b.launch(cfg) }
+            .map(|_| ())
+            .map_err(|e| GpuError::call("launching a kernel", e).into())
+    }
+
+    /// `C = beta C` over each batch's `m x n` matrix: a product with k = 0.
+    fn scale_c(&self, g: &Gemm, c: &DeviceBuffer) -> ComputeResult<()> {
+        for i in 0..g.batch.max(1) {
+            let off = g.c_offset + i * g.stride_c;
+            let p = self.at(c, off, (g.m - 1) * g.ldc + g.n, "C")?;
+            let (rows, cols, ldc, beta) = (g.m as u64, g.n as u64, g.ldc as u64, g.beta);
+            self.launch(&self.kernels.scale_matrix, rows * cols, |l| {
+                l.arg(&p).arg(&rows).arg(&cols).arg(&ldc).arg(&beta);
+            })?;
+        }
+        Ok(())
+    }
+
+    fn data_type(&self) -> lt::cudaDataType {
+        match self.dtype {
+            DType::F16 => lt::cudaDataType_t::CUDA_R_16F,
+            DType::BF16 => lt::cudaDataType_t::CUDA_R_16BF,
+            _ => lt::cudaDataType_t::CUDA_R_32F,
+        }
+    }
+}
+
+/// What identifies a product for the algorithm cache.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct GemmKey {
+    dims: [u64; 3],
+    trans: (bool, bool),
+    lds: [i64; 3],
+    strides: [i64; 3],
+    batch: i32,
+    align: [u32; 3],
+}
+
+/// Checks the descriptor against the buffers before anything reaches the device.
+fn check_gemm(g: &Gemm, lens: (usize, usize, usize)) -> ComputeResult<()> {
+    let bad = |m: String| Err(ComputeError::InvalidArgument(m));
+    let a_cols = if g.trans_a { g.m } else { g.k };
+    let b_cols = if g.trans_b { g.k } else { g.n };
+    if g.lda < a_cols.max(1) || g.ldb < b_cols.max(1) || g.ldc < g.n.max(1) {
+        return bad(format!(
+            "leading dimensions (lda {}, ldb {}, ldc {}) shorter than the rows they stride ({a_cols}, {b_cols}, {})",
+            g.lda, g.ldb, g.ldc, g.n
+        ));
+    }
+    let (ea, eb, ec) = g.extents();
+    for (name, need, have) in [("A", ea, lens.0), ("B", eb, lens.1), ("C", ec, lens.2)] {
+        if need > have {
+            return bad(format!(
+                "{name} holds {have} elements, the product reads {need}"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The largest power of two (up to 256) that divides `ptr`: what cuBLASLt
+/// may assume about an operand's alignment (its default assumes 256).
+fn alignment(ptr: u64) -> u32 {
+    1u32 << ptr.trailing_zeros().min(8)
+}
+
+fn to_i64(v: usize, what: &str) -> ComputeResult<i64> {
+    i64::try_from(v).map_err(|_| ComputeError::InvalidArgument(format!("{what} {v} too large")))
+}
+
+impl Compute for CudaCompute {
+    type Buf = DeviceBuffer;
+
+    fn name(&self) -> String {
+        format!("{} (cuBLASLt, {})", self.gpu.name(), self.dtype)
+    }
+
+    fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    fn alloc(&self, len: usize) -> ComputeResult<DeviceBuffer> {
+        let bytes = len
+            .checked_mul(self.size())
+            .ok_or_else(|| ComputeError::InvalidArgument(format!("{len} elements overflow")))?;
+        Ok(self.gpu.alloc(bytes)?)
+    }
+
+    fn upload(&self, src: &[f32], dst: &mut DeviceBuffer) -> ComputeResult<()> {
+        self.at(dst, 0, src.len(), "upload destination")?;
+        let bytes: Vec<u8> = match self.dtype {
+            DType::F16 => src
+                .iter()
+                .flat_map(|&x| half::f16::from_f32(x).to_le_bytes())
+                .collect(),
+            DType::BF16 => src
+                .iter()
+                .flat_map(|&x| half::bf16::from_f32(x).to_le_bytes())
+                .collect(),
+            _ => bytemuck::cast_slice(src).to_vec(),
+        };
+        Ok(dst.upload_at(0, &bytes)?)
+    }
+
+    fn download(&self, src: &DeviceBuffer, dst: &mut [f32]) -> ComputeResult<()> {
+        self.at(src, 0, dst.len(), "download source")?;
+        let mut bytes = vec![0u8; dst.len() * self.size()];
+        src.download_at(0, &mut bytes)?;
+        match self.dtype {
+            DType::F16 => {
+                for (d, c) in dst.iter_mut().zip(bytes.chunks_exact(2)) {
+                    *d = half::f16::from_le_bytes([c[0], c[1]]).to_f32();
+                }
+            }
+            DType::BF16 => {
+                for (d, c) in dst.iter_mut().zip(bytes.chunks_exact(2)) {
+                    *d = half::bf16::from_le_bytes([c[0], c[1]]).to_f32();
+                }
+            }
+            _ => {
+                for (d, c) in dst.iter_mut().zip(bytes.chunks_exact(4)) {
+                    *d = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn copy(
+        &self,
+        src: &DeviceBuffer,
+        s_off: usize,
+        dst: &mut DeviceBuffer,
+        d_off: usize,
+        len: usize,
+    ) -> ComputeResult<()> {
+        let s = self.at(src, s_off, len, "copy source")?;
+        let d = self.at(dst, d_off, len, "copy destination")?;
+        if len == 0 {
+            return Ok(());
+        }
+        self.gpu.bind()?;
+        // SAFETY: both ranges checked to hold `len` elements.
+        unsafe { cu::memcpy_dtod_async(d, s, len * self.size(), self.gpu.stream().cu_stream()) }
+            .map_err(|e| GpuError::call("device copy", e).into())
+    }
+
+    /// Row-major `C = alpha op(A) op(B) + beta C` as the column-major
+    /// `C^T = alpha op(B)^T op(A)^T + beta C^T`: cuBLASLt's first operand is
+    /// our B (its stored shape, read column-major, is B^T), its second our A,
+    /// its m our n.
+    fn gemm(
+        &self,
+        g: &Gemm,
+        a: &DeviceBuffer,
+        b: &DeviceBuffer,
+        c: &mut DeviceBuffer,
+    ) -> ComputeResult<()> {
+        let s = self.size();
+        check_gemm(g, (a.len() / s, b.len() / s, c.len() / s))?;
+        if g.m == 0 || g.n == 0 {
+            return Ok(());
+        }
+        if g.k == 0 {
+            return self.scale_c(g, c);
+        }
+        let (ea, eb, ec) = g.extents();
+        let pa = self.at(a, 0, ea, "A")? + (g.a_offset * s) as u64;
+        let pb = self.at(b, 0, eb, "B")? + (g.b_offset * s) as u64;
+        let pc = self.at(c, 0, ec, "C")? + (g.c_offset * s) as u64;
+        let batch = g.batch.max(1);
+        let key = GemmKey {
+            dims: [g.n as u64, g.m as u64, g.k as u64],
+            trans: (g.trans_b, g.trans_a),
+            lds: [
+                to_i64(g.ldb, "ldb")?,
+                to_i64(g.lda, "lda")?,
+                to_i64(g.ldc, "ldc")?,
+            ],
+            strides: [
+                to_i64(g.stride_b, "stride_b")?,
+                to_i64(g.stride_a, "stride_a")?,
+                to_i64(g.stride_c, "stride_c")?,
+            ],
+            batch: i32::try_from(batch)
+                .map_err(|_| ComputeError::InvalidArgument(format!("batch {batch} too large")))?,
+            align: [alignment(pb), alignment(pa), alignment(pc)],
+        };
+        // cuBLASLt operand 1 = our B, operand 2 = our A; shapes as stored, column-major.
+        let (n, m, k) = (g.n as u64, g.m as u64, g.k as u64);
+        let l1 = if g.trans_b { (k, n) } else { (n, k) };
+        let l2 = if g.trans_a { (m, k) } else { (k, m) };
+        let dt = self.data_type();
+        let lay1 = Layout::new(dt, l1, key.lds[0], key.batch, key.strides[0])?;
+        let lay2 = Layout::new(dt, l2, key.lds[1], key.batch, key.strides[1])?;
+        let lay_c = Layout::new(dt, (n, m), key.lds[2], key.batch, key.strides[2])?;
+        let desc = Desc::new(key.trans)?;
+        let algo = {
+            let cached = self.algos.lock().ok().and_then(|m| m.get(&key).copied());
+            match cached {
+                Some(a) => a,
+                None => {
+                    let pref = Pref::new(WORKSPACE, key.align)?;
+                    self.gpu.bind()?;
+                    // SAFETY: every descriptor is alive for the call.
+                    let h = unsafe {
+                        cudarc::cublaslt::result::get_matmul_algo_heuristic(
+                            self.lt.0, desc.0, lay1.0, lay2.0, lay_c.0, lay_c.0, pref.0,
+                        )
+                    }
+                    .map_err(|e| {
+                        GpuError::call(format!("cuBLASLt found no algorithm for {g:?}"), e)
+                    })?;
+                    if let Ok(mut m) = self.algos.lock() {
+                        m.insert(key, h.algo);
+                    }
+                    h.algo
+                }
+            }
+        };
+        let (alpha, beta) = (g.alpha, g.beta);
+        self.gpu.bind()?;
+        // SAFETY: operands were checked against their buffers (extents cover
+        // every batch); the descriptors live until after the call; alpha and
+        // beta are f32 as the scale type says.
+        unsafe {
+            cudarc::cublaslt::result::matmul(
+                self.lt.0,
+                desc.0,
+                &alpha as *const f32 as *const c_void,
+                &beta as *const f32 as *const c_void,
+                pb as *const c_void,
+                lay1.0,
+                pa as *const c_void,
+                lay2.0,
+                pc as *const c_void,
+                lay_c.0,
+                pc as *mut c_void,
+                lay_c.0,
+                &algo,
+                self.workspace.ptr() as *mut c_void,
+                WORKSPACE,
+                self.gpu.stream().cu_stream() as lt::cudaStream_t,
+            )
+        }
+        .map_err(|e| GpuError::call("cublasLtMatmul", e).into())
+    }
+
+    fn add_bias(
+        &self,
+        x: &mut DeviceBuffer,
+        bias: &DeviceBuffer,
+        rows: usize,
+        cols: usize,
+    ) -> ComputeResult<()> {
+        let n = rows
+            .checked_mul(cols)
+            .ok_or_else(|| ComputeError::InvalidArgument("rows x cols overflows".into()))?;
+        let px = self.at(x, 0, n, "x")?;
+        let pb = self.at(bias, 0, cols, "bias")?;
+        let (r, c) = (rows as u64, cols as u64);
+        self.launch(&self.kernels.add_bias, n as u64, |l| {
+            l.arg(&px).arg(&pb).arg(&r).arg(&c);
+        })
+    }
+
+    fn bias_grad(
+        &self,
+        dy: &DeviceBuffer,
+        db: &mut DeviceBuffer,
+        rows: usize,
+        cols: usize,
+    ) -> ComputeResult<()> {
+        let n = rows
+            .checked_mul(cols)
+            .ok_or_else(|| ComputeError::InvalidArgument("rows x cols overflows".into()))?;
+        let pdy = self.at(dy, 0, n, "dy")?;
+        let pdb = self.at(db, 0, cols, "db")?;
+        let (r, c) = (rows as u64, cols as u64);
+        self.launch(&self.kernels.bias_grad, c, |l| {
+            l.arg(&pdy).arg(&pdb).arg(&r).arg(&c);
+        })
+    }
+
+    fn gelu(&self, x: &DeviceBuffer, y: &mut DeviceBuffer, n: usize) -> ComputeResult<()> {
+        let (px, py) = (self.at(x, 0, n, "x")?, self.at(y, 0, n, "y")?);
+        let n = n as u64;
+        self.launch(&self.kernels.gelu, n, |l| {
+            l.arg(&px).arg(&py).arg(&n);
+        })
+    }
+
+    fn gelu_backward(
+        &self,
+        x: &DeviceBuffer,
+        dy: &DeviceBuffer,
+        dx: &mut DeviceBuffer,
+        n: usize,
+    ) -> ComputeResult<()> {
+        let px = self.at(x, 0, n, "x")?;
+        let pdy = self.at(dy, 0, n, "dy")?;
+        let pdx = self.at(dx, 0, n, "dx")?;
+        let n = n as u64;
+        self.launch(&self.kernels.gelu_backward, n, |l| {
+            l.arg(&px).arg(&pdy).arg(&pdx).arg(&n);
+        })
+    }
+
+    fn softmax(
+        &self,
+        x: &mut DeviceBuffer,
+        offset: usize,
+        rows: usize,
+        cols: usize,
+        causal: bool,
+    ) -> ComputeResult<()> {
+        let n = rows
+            .checked_mul(cols)
+            .ok_or_else(|| ComputeError::InvalidArgument("rows x cols overflows".into()))?;
+        let p = self.at(x, offset, n, "x")?;
+        if n == 0 {
+            return Ok(());
+        }
+        let (r, c, causal) = (rows as u64, cols as u64, causal as i32);
+        let blocks = r.min(MAX_BLOCKS) as u32;
+        self.launch_grid(&self.kernels.softmax, blocks, |l| {
+            l.arg(&p).arg(&r).arg(&c).arg(&causal);
+        })
+    }
+
+    fn softmax_backward(
+        &self,
+        y: &DeviceBuffer,
+        dy: &mut DeviceBuffer,
+        offset: usize,
+        rows: usize,
+        cols: usize,
+    ) -> ComputeResult<()> {
+        let n = rows
+            .checked_mul(cols)
+            .ok_or_else(|| ComputeError::InvalidArgument("rows x cols overflows".into()))?;
+        let py = self.at(y, offset, n, "y")?;
+        let pdy = self.at(dy, offset, n, "dy")?;
+        if n == 0 {
+            return Ok(());
+        }
+        let (r, c) = (rows as u64, cols as u64);
+        let blocks = r.min(MAX_BLOCKS) as u32;
+        self.launch_grid(&self.kernels.softmax_backward, blocks, |l| {
+            l.arg(&py).arg(&pdy).arg(&r).arg(&c);
+        })
+    }
+
+    fn add(&self, x: &mut DeviceBuffer, y: &DeviceBuffer, n: usize) -> ComputeResult<()> {
+        let (px, py) = (self.at(x, 0, n, "x")?, self.at(y, 0, n, "y")?);
+        let n = n as u64;
+        self.launch(&self.kernels.add, n, |l| {
+            l.arg(&px).arg(&py).arg(&n);
+        })
+    }
+
+    fn sync(&self) -> ComputeResult<()> {
+        Ok(self.gpu.wait("compute", self.timeout)?)
+    }
+}
+
+/// The NVRTC-compiled kernels of one storage type, loaded into one context.
+struct Kernels {
+    add_bias: CudaFunction,
+    bias_grad: CudaFunction,
+    gelu: CudaFunction,
+    gelu_backward: CudaFunction,
+    softmax: CudaFunction,
+    softmax_backward: CudaFunction,
+    add: CudaFunction,
+    scale_matrix: CudaFunction,
+}
+
+impl Kernels {
+    fn load(gpu: &Gpu, dtype_code: u32) -> Result<Kernels, GpuError> {
+        let ptx = compiled(dtype_code)?;
+        let module = gpu.context().load_module(ptx).map_err(|e| {
+            let hint = if e.0 == cudarc::driver::sys::CUresult::CUDA_ERROR_UNSUPPORTED_PTX_VERSION {
+                " (NVRTC is newer than the driver: put an NVRTC of the driver's CUDA version, or older, first on LD_LIBRARY_PATH)"
+            } else {
+                ""
+            };
+            GpuError::call(format!("loading the NVRTC module{hint}"), e)
+        })?;
+        let f = |name: &str| {
+            module
+                .load_function(name)
+                .map_err(|e| GpuError::call(format!("finding kernel {name}"), e))
+        };
+        Ok(Kernels {
+            add_bias: f("pb_add_bias")?,
+            bias_grad: f("pb_bias_grad")?,
+            gelu: f("pb_gelu")?,
+            gelu_backward: f("pb_gelu_backward")?,
+            softmax: f("pb_softmax")?,
+            softmax_backward: f("pb_softmax_backward")?,
+            add: f("pb_add")?,
+            scale_matrix: f("pb_scale_matrix")?,
+        })
+    }
+}
+
+/// Compiles the element-wise kernels for `dtype` with NVRTC and returns the
+/// PTX's size. Needs NVRTC only, no device or driver: lets a machine without a
+/// GPU check the kernel source (the `gpu_kernels_compile` test).
+pub fn compile_kernels(dtype: DType) -> ComputeResult<usize> {
+    gpu::require(&[Lib::Nvrtc])?;
+    let code = match dtype {
+        DType::F32 => 0,
+        DType::F16 => 1,
+        DType::BF16 => 2,
+        other => return Err(ComputeError::Unsupported(format!("no kernels for {other}"))),
+    };
+    let ptx = gpu::guarded("compiling the kernels", || compiled(code))?;
+    Ok(ptx.to_src().len())
+}
+
+/// The kernels' PTX for one storage type, compiled on first use and kept
+/// for the process (every device of a multi-GPU process loads the same PTX).
+fn compiled(dtype_code: u32) -> Result<cudarc::nvrtc::Ptx, GpuError> {
+    static CACHE: OnceLock<Mutex<HashMap<u32, Arc<cudarc::nvrtc::Ptx>>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
+    if let Some(p) = cache.lock().ok().and_then(|m| m.get(&dtype_code).cloned()) {
+        return Ok((*p).clone());
+    }
+    let src = format!("#define PB_DTYPE {dtype_code}\n{KERNELS}");
+    let ptx = cudarc::nvrtc::compile_ptx_with_opts(
+        src,
+        cudarc::nvrtc::CompileOptions {
+            name: Some("parbench_kernels.cu".into()),
+            ..Default::default()
+        },
+    )
+    .map_err(|e| GpuError::call("compiling the kernels with NVRTC", e))?;
+    if let Ok(mut m) = cache.lock() {
+        m.insert(dtype_code, Arc::new(ptx.clone()));
+    }
+    Ok(ptx)
+}
+
+/// A cuBLASLt handle, destroyed on drop (cudarc's own panics on failure).
+struct LtHandle(lt::cublasLtHandle_t);
+// SAFETY: a cuBLASLt handle may move between threads; it is used by one at a time.
+unsafe impl Send for LtHandle {}
+impl LtHandle {
+    fn new() -> Result<Self, GpuError> {
+        cudarc::cublaslt::result::create_handle()
+            .map(LtHandle)
+            .map_err(|e| GpuError::call("cublasLtCreate", e))
+    }
+}
+impl Drop for LtHandle {
+    fn drop(&mut self) {
+        // SAFETY: created by cublasLtCreate, destroyed once.
+        let _ = unsafe { cudarc::cublaslt::result::destroy_handle(self.0) };
+    }
+}
+
+/// A matrix layout (column-major rows x cols, leading dimension, batch).
+struct Layout(lt::cublasLtMatrixLayout_t);
+impl Layout {
+    fn new(
+        dt: lt::cudaDataType,
+        (rows, cols): (u64, u64),
+        ld: i64,
+        batch: i32,
+        stride: i64,
+    ) -> Result<Self, GpuError> {
+        let l = cudarc::cublaslt::result::create_matrix_layout(dt, rows, cols, ld)
+            .map(Layout)
+            .map_err(|e| GpuError::call("cublasLtMatrixLayoutCreate", e))?;
+        if batch > 1 {
+            use lt::cublasLtMatrixLayoutAttribute_t as A;
+            // SAFETY: attribute types are int32 (count) and int64 (stride), as documented.
+            unsafe {
+                cudarc::cublaslt::result::set_matrix_layout_attribute(
+                    l.0,
+                    A::CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+                    &batch as *const i32 as *const c_void,
+                    std::mem::size_of::<i32>(),
+                )
+                .and_then(|_| {
+                    cudarc::cublaslt::result::set_matrix_layout_attribute(
+                        l.0,
+                        A::CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                        &stride as *const i64 as *const c_void,
+                        std::mem::size_of::<i64>(),
+                    )
+                })
+            }
+            .map_err(|e| GpuError::call("setting the batch of a layout", e))?;
+        }
+        Ok(l)
+    }
+}
+impl Drop for Layout {
+    fn drop(&mut self) {
+        // SAFETY: created above, destroyed once.
+        let _ = unsafe { cudarc::cublaslt::result::destroy_matrix_layout(self.0) };
+    }
+}
+
+/// A matmul descriptor: f32 compute and scale, transposes of the two operands.
+struct Desc(lt::cublasLtMatmulDesc_t);
+impl Desc {
+    fn new((t1, t2): (bool, bool)) -> Result<Self, GpuError> {
+        let d = cudarc::cublaslt::result::create_matmul_desc(
+            lt::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            lt::cudaDataType_t::CUDA_R_32F,
+        )
+        .map(Desc)
+        .map_err(|e| GpuError::call("cublasLtMatmulDescCreate", e))?;
+        use lt::cublasLtMatmulDescAttributes_t as A;
+        for (attr, t) in [
+            (A::CUBLASLT_MATMUL_DESC_TRANSA, t1),
+            (A::CUBLASLT_MATMUL_DESC_TRANSB, t2),
+        ] {
+            let op: i32 = t as i32; // CUBLAS_OP_N = 0, CUBLAS_OP_T = 1
+                                    // SAFETY: the attribute is a cublasOperation_t (int32).
+            unsafe {
+                cudarc::cublaslt::result::set_matmul_desc_attribute(
+                    d.0,
+                    attr,
+                    &op as *const i32 as *const c_void,
+                    std::mem::size_of::<i32>(),
+                )
+            }
+            .map_err(|e| GpuError::call("setting a transpose", e))?;
+        }
+        Ok(d)
+    }
+}
+impl Drop for Desc {
+    fn drop(&mut self) {
+        // SAFETY: created above, destroyed once.
+        let _ = unsafe { cudarc::cublaslt::result::destroy_matmul_desc(self.0) };
+    }
+}
+
+/// Heuristic preferences: the workspace and the operands' true alignments.
+struct Pref(lt::cublasLtMatmulPreference_t);
+impl Pref {
+    fn new(workspace: usize, align: [u32; 3]) -> Result<Self, GpuError> {
+        let p = cudarc::cublaslt::result::create_matmul_pref()
+            .map(Pref)
+            .map_err(|e| GpuError::call("cublasLtMatmulPreferenceCreate", e))?;
+        use lt::cublasLtMatmulPreferenceAttributes_t as A;
+        let ws = workspace as u64;
+        // SAFETY: workspace bytes are uint64, alignments uint32, as documented.
+        unsafe {
+            cudarc::cublaslt::result::set_matmul_pref_attribute(
+                p.0,
+                A::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                &ws as *const u64 as *const c_void,
+                8,
+            )
+            .map_err(|e| GpuError::call("setting the workspace", e))?;
+            for (attr, a) in [
+                (A::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align[0]),
+                (A::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align[1]),
+                (A::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align[2]),
+                (A::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align[2]),
+            ] {
+                cudarc::cublaslt::result::set_matmul_pref_attribute(
+                    p.0,
+                    attr,
+                    &a as *const u32 as *const c_void,
+                    4,
+                )
+                .map_err(|e| GpuError::call("setting an alignment", e))?;
+            }
+        }
+        Ok(p)
+    }
+}
+impl Drop for Pref {
+    fn drop(&mut self) {
+        // SAFETY: created above, destroyed once.
+        let _ = unsafe { cudarc::cublaslt::result::destroy_matmul_pref(self.0) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn alignment_is_the_largest_power_of_two_up_to_256() {
+        assert_eq!(alignment(0x1000), 256);
+        assert_eq!(alignment(0x1002), 2);
+        assert_eq!(alignment(0x1010), 16);
+    }
+
+    #[test]
+    fn rejects_short_leading_dimensions_and_buffers() {
+        let mut g = Gemm::dense(4, 3, 2);
+        assert!(check_gemm(&g, (8, 6, 12)).is_ok());
+        assert!(check_gemm(&g, (7, 6, 12)).is_err());
+        g.lda = 1;
+        assert!(check_gemm(&g, (100, 100, 100)).is_err());
+        let mut t = Gemm::dense(4, 3, 2);
+        t.trans_a = true;
+        t.lda = 4; // A stored k x m = 2 x 4
+        assert!(check_gemm(&t, (8, 6, 12)).is_ok());
+    }
+}

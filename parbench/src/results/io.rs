@@ -80,8 +80,9 @@ impl Drop for DirLock {
     }
 }
 
-/// Writes `bytes` to `path` through a temporary file in the same folder and a rename.
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ResultsError> {
+/// Writes `bytes` to `path` through a temporary file in the same folder and a
+/// rename, so that a reader sees the old file or the new one, never a part.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ResultsError> {
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())

@@ -10,6 +10,6 @@ mod io;
 mod meta;
 mod records;
 
-pub use io::{append_rows, read_rows, read_runs, record_run, ResultsError};
+pub use io::{append_rows, read_rows, read_runs, record_run, write_atomic, ResultsError};
 pub use meta::{git_revision, iso8601_utc, new_run_id, RunMeta};
 pub use records::{CollectiveRow, LayerRow, PipelineRow, Record, SCHEMA_VERSION};

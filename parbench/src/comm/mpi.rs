@@ -1,0 +1,575 @@
+//! Backend `mpi` (feature `mpi`): the [`Communicator`] over MPI's own
+//! collectives, through rsmpi's raw bindings, so that parbench's backends can
+//! be measured beside the engine users already trust, in one report.
+//!
+//! Launch with `mpirun -np N BINARY --backend mpi ...`.
+//!
+//! Two things MPI does not give us, and what this backend does instead:
+//! - Deadlines: MPI calls cannot time out. A watchdog thread is armed around
+//!   every call; when a call outlives the communicator's timeout it prints
+//!   which rank gave up on which operation and exits the process (status 3),
+//!   which makes mpirun end the whole job — the nearest MPI allows to "no
+//!   receive waits forever".
+//! - Half types: MPI has no f16/bf16, so reductions on them are
+//!   [`CommError::Unsupported`]; data movement (gather, broadcast, all-to-all,
+//!   send/recv) carries them as bytes.
+//!
+//! In place: rsmpi exposes no `MPI_IN_PLACE`. Its value is
+//! implementation-defined (`(void*)1` in Open MPI, `(void*)-1` in MPICH); the
+//! library version string tells which one is loaded. With an unknown
+//! implementation, in-place calls copy the input to a scratch buffer first
+//! and say so in [`Communicator::algo_for`].
+
+use super::{
+    Collective, CommBuffer, CommError, CommResult, Communicator, DType, HostBuffer, Io, ReduceOp,
+};
+use mpi::ffi;
+use mpi::traits::{AsRaw, Communicator as _};
+use std::os::raw::{c_int, c_void};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The MPI communicator: MPI_COMM_WORLD of this process.
+pub struct MpiComm {
+    _universe: mpi::environment::Universe,
+    comm: ffi::MPI_Comm,
+    rank: usize,
+    world: usize,
+    timeout: Duration,
+    in_place: *mut c_void,
+    library: String,
+    watchdog: Watchdog,
+    scratch: Vec<u8>,
+    /// Sends in flight, with the copies they read from.
+    pending: Vec<(ffi::MPI_Request, Vec<u8>)>,
+}
+
+// SAFETY: MpiComm is used from one thread at a time (Communicator methods take
+// &mut self); MPI is initialised with at least funneled support and the handle
+// is a plain value.
+unsafe impl Send for MpiComm {}
+
+impl MpiComm {
+    /// Initialises MPI (once per process) and wraps MPI_COMM_WORLD.
+    pub fn init(timeout: Duration) -> CommResult<Self> {
+        let (universe, _threading) = mpi::initialize_with_threading(mpi::Threading::Funneled)
+            .ok_or_else(|| CommError::Setup("MPI is already initialised in this process".into()))?;
+        let world = universe.world();
+        let comm = world.as_raw();
+        let rank = world.rank() as usize;
+        let size = world.size() as usize;
+        let library = mpi::environment::library_version()
+            .unwrap_or_default()
+            .lines()
+            .next()
+            .unwrap_or("")
+            .trim()
+            .trim_end_matches(',')
+            .to_string();
+        let in_place = if library.contains("Open MPI") {
+            std::ptr::without_provenance_mut::<c_void>(1)
+        } else if library.contains("MPICH") || library.contains("Intel") {
+            std::ptr::without_provenance_mut::<c_void>(usize::MAX)
+        } else {
+            std::ptr::null_mut()
+        };
+        Ok(MpiComm {
+            _universe: universe,
+            comm,
+            rank,
+            world: size,
+            timeout,
+            in_place,
+            library,
+            watchdog: Watchdog::start(rank),
+            scratch: Vec::new(),
+            pending: Vec::new(),
+        })
+    }
+
+    /// The MPI library's version line (e.g. `Open MPI v4.1.4`), for run metadata.
+    pub fn library(&self) -> &str {
+        &self.library
+    }
+
+    /// Runs one MPI call under the watchdog and maps its return code.
+    fn call(&self, op: &'static str, f: impl FnOnce() -> c_int) -> CommResult<()> {
+        self.watchdog.arm(op, self.timeout);
+        let rc = f();
+        self.watchdog.disarm();
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(CommError::Device(format!(
+                "rank {}: MPI {op} failed with error code {rc}",
+                self.rank
+            )))
+        }
+    }
+
+    /// Completes finished sends (all of them, waiting, with `wait`).
+    fn reap_sends(&mut self, wait: bool) -> CommResult<()> {
+        let mut i = 0;
+        while i < self.pending.len() {
+            let mut done: c_int = 0;
+            let req: *mut ffi::MPI_Request = &mut self.pending[i].0;
+            if wait {
+                // SAFETY: req is a live request from MPI_Isend.
+                self.call("MPI_Wait(send)", || unsafe {
+                    ffi::MPI_Wait(req, ffi::RSMPI_STATUS_IGNORE)
+                })?;
+                done = 1;
+            } else {
+                // SAFETY: as above.
+                self.call("MPI_Test(send)", || unsafe {
+                    ffi::MPI_Test(req, &mut done, ffi::RSMPI_STATUS_IGNORE)
+                })?;
+            }
+            if done != 0 {
+                self.pending.swap_remove(i);
+            } else {
+                i += 1;
+            }
+        }
+        Ok(())
+    }
+
+    fn check_len(&self, what: &str, buf: &HostBuffer, need: usize) -> CommResult<()> {
+        if buf.len_bytes() < need {
+            return Err(CommError::InvalidArgument(format!(
+                "{what} buffer holds {} bytes, the call needs {need}",
+                buf.len_bytes()
+            )));
+        }
+        Ok(())
+    }
+
+    fn check_rank(&self, what: &str, r: usize) -> CommResult<()> {
+        if r >= self.world {
+            return Err(CommError::InvalidArgument(format!(
+                "{what} {r} is not a rank of a world of {}",
+                self.world
+            )));
+        }
+        Ok(())
+    }
+
+    /// (send pointer, recv pointer) for an operation whose in-place form keeps
+    /// the input where MPI_IN_PLACE expects it. With an unknown MPI, the input is
+    /// staged through `scratch` instead.
+    fn io_ptrs(
+        &mut self,
+        io: Io<'_, HostBuffer>,
+        send_bytes: usize,
+        recv_bytes: usize,
+        in_place_input_offset: usize,
+    ) -> CommResult<(*const c_void, *mut c_void)> {
+        match io {
+            Io::OutOfPlace { send, recv } => {
+                self.check_len("send", send, send_bytes)?;
+                self.check_len("recv", recv, recv_bytes)?;
+                Ok((
+                    send.bytes().as_ptr() as *const c_void,
+                    recv.bytes_mut().as_mut_ptr() as *mut c_void,
+                ))
+            }
+            Io::InPlace(buf) => {
+                self.check_len("in-place", buf, send_bytes.max(recv_bytes))?;
+                let recv = buf.bytes_mut().as_mut_ptr() as *mut c_void;
+                if !self.in_place.is_null() {
+                    return Ok((self.in_place as *const c_void, recv));
+                }
+                self.scratch.clear();
+                self.scratch.extend_from_slice(
+                    &buf.bytes()[in_place_input_offset..in_place_input_offset + send_bytes],
+                );
+                Ok((self.scratch.as_ptr() as *const c_void, recv))
+            }
+        }
+    }
+}
+
+fn datatype(dtype: DType) -> ffi::MPI_Datatype {
+    // SAFETY: reading constants that mpi-sys initialises at load time.
+    unsafe {
+        match dtype {
+            DType::F32 => ffi::RSMPI_FLOAT,
+            DType::F64 => ffi::RSMPI_DOUBLE,
+            DType::I32 => ffi::RSMPI_INT32_T,
+            DType::I64 => ffi::RSMPI_INT64_T,
+            DType::U8 => ffi::RSMPI_UINT8_T,
+            // Moved as 16-bit words; reductions on them are refused before this.
+            DType::F16 | DType::BF16 => ffi::RSMPI_UINT16_T,
+        }
+    }
+}
+
+fn reduce_op(dtype: DType, op: ReduceOp) -> CommResult<ffi::MPI_Op> {
+    if matches!(dtype, DType::F16 | DType::BF16) {
+        return Err(CommError::Unsupported(format!(
+            "MPI has no {dtype} type, so the mpi backend cannot reduce it (data movement works)"
+        )));
+    }
+    // SAFETY: reading constants that mpi-sys initialises at load time.
+    Ok(unsafe {
+        match op {
+            ReduceOp::Sum | ReduceOp::Avg => ffi::RSMPI_SUM,
+            ReduceOp::Prod => ffi::RSMPI_PROD,
+            ReduceOp::Min => ffi::RSMPI_MIN,
+            ReduceOp::Max => ffi::RSMPI_MAX,
+        }
+    })
+}
+
+fn count_i32(count: usize) -> CommResult<c_int> {
+    c_int::try_from(count).map_err(|_| {
+        CommError::InvalidArgument(format!(
+            "MPI counts are 32-bit: {count} elements is too many"
+        ))
+    })
+}
+
+impl Communicator for MpiComm {
+    type Buffer = HostBuffer;
+
+    fn rank(&self) -> usize {
+        self.rank
+    }
+    fn world(&self) -> usize {
+        self.world
+    }
+    fn backend(&self) -> &'static str {
+        "mpi"
+    }
+    fn wire(&self) -> String {
+        std::env::var("PARBENCH_WIRE").unwrap_or_else(|_| "mpi".into())
+    }
+    fn algo_for(&self, _coll: Collective, _bytes: usize) -> String {
+        // MPI chooses its own algorithm (Open MPI's tuned component); we cannot see which.
+        if self.in_place.is_null() {
+            "mpi(staged-in-place)".into()
+        } else {
+            "mpi".into()
+        }
+    }
+    fn set_timeout(&mut self, timeout: Duration) {
+        self.timeout = timeout;
+    }
+    fn timeout(&self) -> Duration {
+        self.timeout
+    }
+    fn alloc(&self, bytes: usize) -> CommResult<HostBuffer> {
+        Ok(HostBuffer::zeroed(bytes))
+    }
+
+    fn all_reduce(
+        &mut self,
+        io: Io<'_, HostBuffer>,
+        count: usize,
+        dtype: DType,
+        op: ReduceOp,
+    ) -> CommResult<()> {
+        let mpi_op = reduce_op(dtype, op)?;
+        let n = count_i32(count)?;
+        let bytes = count * dtype.size();
+        let avg_target = if op == ReduceOp::Avg { Some(()) } else { None };
+        let (s, r) = self.io_ptrs(io, bytes, bytes, 0)?;
+        let comm = self.comm;
+        // SAFETY: both pointers cover `bytes` bytes (checked in io_ptrs).
+        self.call("MPI_Allreduce", || unsafe {
+            ffi::MPI_Allreduce(s, r, n, datatype(dtype), mpi_op, comm)
+        })?;
+        if avg_target.is_some() {
+            // SAFETY: r covers `bytes` bytes of the receive buffer, which is borrowed mutably.
+            let out = unsafe { std::slice::from_raw_parts_mut(r as *mut u8, bytes) };
+            super::finish_avg(out, dtype, self.world);
+        }
+        Ok(())
+    }
+
+    fn all_gather(&mut self, io: Io<'_, HostBuffer>, count: usize, dtype: DType) -> CommResult<()> {
+        let n = count_i32(count)?;
+        let bytes = count * dtype.size();
+        let (s, r) = self.io_ptrs(io, bytes, bytes * self.world, bytes * self.rank)?;
+        let (comm, dt) = (self.comm, datatype(dtype));
+        // SAFETY: sizes checked in io_ptrs.
+        self.call("MPI_Allgather", || unsafe {
+            ffi::MPI_Allgather(s, n, dt, r, n, dt, comm)
+        })
+    }
+
+    fn reduce_scatter(
+        &mut self,
+        io: Io<'_, HostBuffer>,
+        count: usize,
+        dtype: DType,
+        op: ReduceOp,
+    ) -> CommResult<()> {
+        let mpi_op = reduce_op(dtype, op)?;
+        let n = count_i32(count)?;
+        let bytes = count * dtype.size();
+        let in_place = matches!(io, Io::InPlace(_));
+        let (s, r) = self.io_ptrs(io, bytes * self.world, bytes, 0)?;
+        let comm = self.comm;
+        // MPI's in-place reduce_scatter leaves the block at the start of the
+        // buffer; NCCL's convention (ours) wants it at rank x count.
+        let out_off = if in_place { bytes * self.rank } else { 0 };
+        // SAFETY: sizes checked in io_ptrs.
+        self.call("MPI_Reduce_scatter_block", || unsafe {
+            ffi::MPI_Reduce_scatter_block(s, r, n, datatype(dtype), mpi_op, comm)
+        })?;
+        // SAFETY: r covers world x bytes in place, bytes out of place.
+        unsafe {
+            if out_off != 0 {
+                std::ptr::copy(r as *const u8, (r as *mut u8).add(out_off), bytes);
+            }
+            if op == ReduceOp::Avg {
+                let out = std::slice::from_raw_parts_mut((r as *mut u8).add(out_off), bytes);
+                super::finish_avg(out, dtype, self.world);
+            }
+        }
+        Ok(())
+    }
+
+    fn broadcast(
+        &mut self,
+        io: Io<'_, HostBuffer>,
+        count: usize,
+        dtype: DType,
+        root: usize,
+    ) -> CommResult<()> {
+        self.check_rank("root", root)?;
+        let n = count_i32(count)?;
+        let bytes = count * dtype.size();
+        let buf = match io {
+            Io::InPlace(b) => {
+                self.check_len("in-place", b, bytes)?;
+                b
+            }
+            Io::OutOfPlace { send, recv } => {
+                self.check_len("recv", recv, bytes)?;
+                if self.rank == root {
+                    self.check_len("send", send, bytes)?;
+                    recv.bytes_mut()[..bytes].copy_from_slice(&send.bytes()[..bytes]);
+                }
+                recv
+            }
+        };
+        let p = buf.bytes_mut().as_mut_ptr() as *mut c_void;
+        let comm = self.comm;
+        // SAFETY: p covers `bytes` bytes.
+        self.call("MPI_Bcast", || unsafe {
+            ffi::MPI_Bcast(p, n, datatype(dtype), root as c_int, comm)
+        })
+    }
+
+    fn reduce(
+        &mut self,
+        io: Io<'_, HostBuffer>,
+        count: usize,
+        dtype: DType,
+        op: ReduceOp,
+        root: usize,
+    ) -> CommResult<()> {
+        self.check_rank("root", root)?;
+        let mpi_op = reduce_op(dtype, op)?;
+        let n = count_i32(count)?;
+        let bytes = count * dtype.size();
+        let is_root = self.rank == root;
+        let (s, r) = match io {
+            // Only the root may pass MPI_IN_PLACE to MPI_Reduce.
+            Io::InPlace(b) if !is_root => {
+                self.check_len("in-place", b, bytes)?;
+                (b.bytes().as_ptr() as *const c_void, std::ptr::null_mut())
+            }
+            io => self.io_ptrs(io, bytes, bytes, 0)?,
+        };
+        let comm = self.comm;
+        // SAFETY: sizes checked above.
+        self.call("MPI_Reduce", || unsafe {
+            ffi::MPI_Reduce(s, r, n, datatype(dtype), mpi_op, root as c_int, comm)
+        })?;
+        if is_root && op == ReduceOp::Avg {
+            // SAFETY: r covers `bytes` bytes on the root.
+            let out = unsafe { std::slice::from_raw_parts_mut(r as *mut u8, bytes) };
+            super::finish_avg(out, dtype, self.world);
+        }
+        Ok(())
+    }
+
+    fn all_to_all(&mut self, io: Io<'_, HostBuffer>, count: usize, dtype: DType) -> CommResult<()> {
+        let n = count_i32(count)?;
+        let bytes = count * dtype.size() * self.world;
+        let (s, r) = self.io_ptrs(io, bytes, bytes, 0)?;
+        let (comm, dt) = (self.comm, datatype(dtype));
+        // SAFETY: sizes checked in io_ptrs.
+        self.call("MPI_Alltoall", || unsafe {
+            ffi::MPI_Alltoall(s, n, dt, r, n, dt, comm)
+        })
+    }
+
+    fn send(
+        &mut self,
+        buf: &HostBuffer,
+        count: usize,
+        dtype: DType,
+        peer: usize,
+    ) -> CommResult<()> {
+        self.check_rank("peer", peer)?;
+        let n = count_i32(count)?;
+        let bytes = count * dtype.size();
+        self.check_len("send", buf, bytes)?;
+        // The trait promises that two ranks sending to each other at once do
+        // not deadlock, and MPI_Send of a large message waits for the receiver:
+        // so the message is copied and sent with MPI_Isend, and completed later
+        // (at the next send, at a barrier, or when the communicator drops).
+        let staged = buf.bytes()[..bytes].to_vec();
+        let mut req: ffi::MPI_Request = unsafe { ffi::RSMPI_REQUEST_NULL };
+        let comm = self.comm;
+        // SAFETY: `staged` lives in `pending` until the request completes.
+        self.call("MPI_Isend", || unsafe {
+            ffi::MPI_Isend(
+                staged.as_ptr() as *const c_void,
+                n,
+                datatype(dtype),
+                peer as c_int,
+                0,
+                comm,
+                &mut req,
+            )
+        })?;
+        self.pending.push((req, staged));
+        self.reap_sends(false)
+    }
+
+    fn recv(
+        &mut self,
+        buf: &mut HostBuffer,
+        count: usize,
+        dtype: DType,
+        peer: usize,
+    ) -> CommResult<()> {
+        self.check_rank("peer", peer)?;
+        let n = count_i32(count)?;
+        self.check_len("recv", buf, count * dtype.size())?;
+        let p = buf.bytes_mut().as_mut_ptr() as *mut c_void;
+        let comm = self.comm;
+        // SAFETY: p covers the message.
+        self.call("MPI_Recv", || unsafe {
+            ffi::MPI_Recv(
+                p,
+                n,
+                datatype(dtype),
+                peer as c_int,
+                0,
+                comm,
+                ffi::RSMPI_STATUS_IGNORE,
+            )
+        })
+    }
+
+    fn send_recv(
+        &mut self,
+        send: &HostBuffer,
+        to: usize,
+        recv: &mut HostBuffer,
+        from: usize,
+        count: usize,
+        dtype: DType,
+    ) -> CommResult<()> {
+        self.check_rank("peer", to)?;
+        self.check_rank("peer", from)?;
+        let n = count_i32(count)?;
+        let bytes = count * dtype.size();
+        self.check_len("send", send, bytes)?;
+        self.check_len("recv", recv, bytes)?;
+        let (s, r) = (
+            send.bytes().as_ptr() as *const c_void,
+            recv.bytes_mut().as_mut_ptr() as *mut c_void,
+        );
+        let (comm, dt) = (self.comm, datatype(dtype));
+        // SAFETY: sizes checked above.
+        self.call("MPI_Sendrecv", || unsafe {
+            ffi::MPI_Sendrecv(
+                s,
+                n,
+                dt,
+                to as c_int,
+                1,
+                r,
+                n,
+                dt,
+                from as c_int,
+                1,
+                comm,
+                ffi::RSMPI_STATUS_IGNORE,
+            )
+        })
+    }
+
+    fn barrier(&mut self) -> CommResult<()> {
+        self.reap_sends(true)?;
+        let comm = self.comm;
+        // SAFETY: no buffers.
+        self.call("MPI_Barrier", || unsafe { ffi::MPI_Barrier(comm) })
+    }
+}
+
+impl Drop for MpiComm {
+    fn drop(&mut self) {
+        // Sends must complete before their copies are freed and MPI finalises.
+        let _ = self.reap_sends(true);
+    }
+}
+
+/// Ends the process when an MPI call outlives its deadline (MPI calls cannot
+/// be interrupted), after saying which rank and which call.
+struct Watchdog {
+    /// Deadline in microseconds since `epoch`, 0 when disarmed.
+    deadline_us: Arc<AtomicU64>,
+    op: Arc<std::sync::Mutex<&'static str>>,
+    epoch: Instant,
+}
+
+impl Watchdog {
+    fn start(rank: usize) -> Self {
+        let deadline_us = Arc::new(AtomicU64::new(0));
+        let op = Arc::new(std::sync::Mutex::new(""));
+        let epoch = Instant::now();
+        let (d, o) = (deadline_us.clone(), op.clone());
+        std::thread::Builder::new()
+            .name("parbench-mpi-watchdog".into())
+            .spawn(move || loop {
+                std::thread::sleep(Duration::from_millis(50));
+                let dl = d.load(Ordering::Acquire);
+                if dl != 0 && epoch.elapsed().as_micros() as u64 > dl {
+                    let name = o.lock().map(|g| *g).unwrap_or("an MPI call");
+                    eprintln!(
+                        "rank {rank}: {name} passed its deadline; MPI calls cannot be cancelled, so this rank exits and mpirun ends the job"
+                    );
+                    // SAFETY: _exit ends the process without running destructors
+                    // that could block inside MPI.
+                    unsafe { libc::_exit(3) };
+                }
+            })
+            .ok();
+        Watchdog {
+            deadline_us,
+            op,
+            epoch,
+        }
+    }
+
+    fn arm(&self, op: &'static str, timeout: Duration) {
+        if let Ok(mut g) = self.op.lock() {
+            *g = op;
+        }
+        let at = (self.epoch.elapsed() + timeout).as_micros() as u64;
+        self.deadline_us.store(at.max(1), Ordering::Release);
+    }
+
+    fn disarm(&self) {
+        self.deadline_us.store(0, Ordering::Release);
+    }
+}

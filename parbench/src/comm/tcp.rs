@@ -1,1 +1,0 @@
-//! Backend `tcp`: one process per rank, sockets between ranks.

@@ -1,0 +1,818 @@
+//! Backend `tcp`: one process per rank, one socket per pair of ranks (a full
+//! mesh), on one host or across hosts.
+//!
+//! - Setup ([`connect`]): rank 0 serves the rendezvous store at
+//!   `MASTER_ADDR:MASTER_PORT` ([`crate::launch::Store`]); every rank
+//!   publishes its data address there, then connects to the ranks above it
+//!   with a handshake carrying the job token (see `mesh`).
+//! - Frames: an 8-byte little-endian length, then the payload. The receiver
+//!   knows the length it expects; any other length is a
+//!   [`CommError::Protocol`] naming the sender, and nothing is ever
+//!   allocated from a received length.
+//! - Progress: sockets are nonblocking. A call moves its send and its
+//!   receive together (vectored `sendmsg`/`readv`, header and payload in one
+//!   system call), spins for a few microseconds
+//!   (`PARBENCH_TCP_SPIN_US`, default 50) and then sleeps in `poll`. A
+//!   receive reads straight into the caller's buffer; a reducing receive
+//!   reads into a fixed scratch buffer and reduces each piece as it lands.
+//!   While a send is blocked, the other peers' sockets are drained into a
+//!   per-peer stash, so two ranks that send large messages to each other at
+//!   once never deadlock.
+//! - Faults: a closed socket is [`CommError::PeerLost`] naming the peer at
+//!   once; a silent one is [`CommError::Timeout`] naming it at the deadline.
+//!   The rank that sees the fault tells every other peer with an abort
+//!   frame (naming the lost rank), so ranks waiting elsewhere fail at once
+//!   with an error naming the same rank. After a fault the transport
+//!   refuses every further call with the same error.
+
+mod mesh;
+mod peer;
+
+use crate::comm::{reduce_bytes, Algo, CommError, CommResult, HostComm, RecvInto, Transport};
+use crate::launch::{RankInfo, Store};
+use peer::{Peer, Step};
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+/// The communicator of the `tcp` backend.
+pub type TcpComm = HostComm<TcpTransport>;
+
+/// Header bit that marks a control frame (never set in a payload length).
+const CONTROL: u64 = 1 << 63;
+/// Control frame kinds (bits 32..40). Final notices: the named rank was
+/// lost / timed out, and the sender has given up.
+const ABORT_LOST: u64 = 1;
+const ABORT_TIMEOUT: u64 = 2;
+/// A hint, not a failure: the sender passed its deadline waiting for the
+/// named rank. A rank whose own deadline passes while it waits for the
+/// sender blames the named rank instead (a chain of waits ends at the rank
+/// that is really stuck).
+const SUSPECT: u64 = 3;
+/// How long a rank past its deadline listens for such a hint before it
+/// blames the rank it waited for: a tenth of the call's time, at most this.
+const MAX_GRACE: Duration = Duration::from_secs(2);
+
+fn control(kind: u64, named: usize) -> [u8; 8] {
+    (CONTROL | (kind << 32) | (named as u64 & 0xffff_ffff)).to_le_bytes()
+}
+
+/// (kind, named rank) of a control header.
+fn decode(len: u64) -> (u64, usize) {
+    ((len >> 32) & 0xff, (len & 0xffff_ffff) as usize)
+}
+/// Reducing receives read through this much scratch: small enough to stay
+/// in L2 while it is reduced, large enough to amortise a system call.
+const SCRATCH_BYTES: usize = 256 * 1024;
+/// How long a failing rank keeps trying to finish its half-sent frame, so
+/// that its abort notice lands on a frame boundary.
+const ABORT_GRACE: Duration = Duration::from_millis(500);
+
+/// Joins the job `info` describes and connects to every other rank; gives
+/// up after `timeout` with an error naming the rank that did not answer.
+pub fn connect(info: &RankInfo, timeout: Duration) -> CommResult<TcpTransport> {
+    TcpTransport::connect(info, timeout)
+}
+
+/// [`connect`], wrapped in the algorithms: the `tcp` [`crate::comm::Communicator`].
+/// `timeout` is both the setup deadline and the deadline of every later wait.
+pub fn comm(info: &RankInfo, algo: Algo, timeout: Duration) -> CommResult<TcpComm> {
+    Ok(HostComm::new(connect(info, timeout)?, algo, timeout))
+}
+
+/// Why the transport stopped working: every later call repeats it.
+#[derive(Clone, Debug)]
+struct Failure {
+    peer: usize,
+    timeout: bool,
+    detail: String,
+}
+
+/// The point-to-point core of the `tcp` backend (see the module docs).
+pub struct TcpTransport {
+    rank: usize,
+    world: usize,
+    /// `peers[r]` is the connection to rank `r`; `None` for this rank.
+    peers: Vec<Option<Peer>>,
+    /// Scratch for reducing receives, 8-byte aligned for every element type.
+    scratch: Vec<u64>,
+    /// Reused poll set.
+    pollfds: Vec<libc::pollfd>,
+    spin: Duration,
+    failed: Option<Failure>,
+    /// `hints[p] = Some(x)`: rank p said it passed its deadline waiting for
+    /// rank x (cleared when a data frame from p arrives).
+    hints: Vec<Option<usize>>,
+    /// Messages this rank sent to itself (nccl-tests' sendrecv on one rank,
+    /// an all-to-all's own block), oldest first.
+    to_self: VecDeque<Vec<u8>>,
+    /// Rank 0 serves the store for the transport's lifetime; others hold a client.
+    store: Store,
+}
+
+struct SendOp<'a> {
+    peer: usize,
+    hdr: [u8; 8],
+    data: &'a [u8],
+    sent: usize,
+}
+
+impl<'a> SendOp<'a> {
+    fn new(peer: usize, data: &'a [u8]) -> Self {
+        SendOp {
+            peer,
+            hdr: (data.len() as u64).to_le_bytes(),
+            data,
+            sent: 0,
+        }
+    }
+    fn done(&self) -> bool {
+        self.sent == 8 + self.data.len()
+    }
+}
+
+struct RecvOp<'a> {
+    peer: usize,
+    into: RecvInto<'a>,
+    hdr: [u8; 8],
+    hdr_got: usize,
+    checked: bool,
+    /// Payload bytes read so far (for a reduce: reduced plus `tail`).
+    got: usize,
+    /// Reduce only: bytes of a partial element waiting at the start of scratch.
+    tail: usize,
+}
+
+impl<'a> RecvOp<'a> {
+    fn new(peer: usize, into: RecvInto<'a>) -> Self {
+        RecvOp {
+            peer,
+            into,
+            hdr: [0; 8],
+            hdr_got: 0,
+            checked: false,
+            got: 0,
+            tail: 0,
+        }
+    }
+    fn done(&self) -> bool {
+        self.checked && self.got == self.into.len() && self.tail == 0
+    }
+}
+
+/// What went wrong with one peer during a call.
+enum Fault {
+    Lost {
+        peer: usize,
+        detail: String,
+    },
+    Protocol {
+        peer: usize,
+        detail: String,
+    },
+    /// `from` told us that `named` was lost or timed out.
+    Remote {
+        from: usize,
+        named: usize,
+        timeout: bool,
+    },
+}
+
+impl TcpTransport {
+    /// See [`connect`].
+    pub fn connect(info: &RankInfo, timeout: Duration) -> CommResult<TcpTransport> {
+        let deadline = Instant::now() + timeout;
+        let mut store = Store::join(info, timeout)?;
+        let streams = if info.world > 1 {
+            mesh::build(info, &mut store, deadline)?
+        } else {
+            vec![None]
+        };
+        let buf = match std::env::var("PARBENCH_TCP_BUF_BYTES") {
+            Ok(v) => Some(v.trim().parse::<usize>().map_err(|_| {
+                CommError::Setup(format!("PARBENCH_TCP_BUF_BYTES={v:?} is not a byte count"))
+            })?),
+            Err(_) => None,
+        };
+        let spin_us = match std::env::var("PARBENCH_TCP_SPIN_US") {
+            Ok(v) => v.trim().parse::<u64>().map_err(|_| {
+                CommError::Setup(format!(
+                    "PARBENCH_TCP_SPIN_US={v:?} is not a number of microseconds"
+                ))
+            })?,
+            Err(_) => 50,
+        };
+        let mut peers = Vec::with_capacity(info.world);
+        for s in streams {
+            peers.push(match s {
+                Some(s) => {
+                    let p = Peer::new(s)?;
+                    if let Some(b) = buf {
+                        p.set_buffers(b)?;
+                    }
+                    Some(p)
+                }
+                None => None,
+            });
+        }
+        Ok(TcpTransport {
+            rank: info.rank,
+            world: info.world,
+            peers,
+            scratch: vec![0u64; SCRATCH_BYTES / 8],
+            pollfds: Vec::with_capacity(info.world + 1),
+            spin: Duration::from_micros(spin_us),
+            failed: None,
+            hints: vec![None; info.world],
+            to_self: VecDeque::new(),
+            store,
+        })
+    }
+
+    /// The job's rendezvous store (for small blobs such as the NCCL unique id).
+    pub fn store(&mut self) -> &mut Store {
+        &mut self.store
+    }
+
+    fn check_peer(&self, peer: usize, op: &'static str) -> CommResult<()> {
+        if peer >= self.world {
+            return Err(CommError::InvalidArgument(format!(
+                "rank {}: {op} with rank {peer} (world {})",
+                self.rank, self.world
+            )));
+        }
+        if let Some(f) = &self.failed {
+            return Err(self.failure_error(f, op, Duration::ZERO));
+        }
+        Ok(())
+    }
+
+    /// Delivers the oldest message this rank sent itself into `into`.
+    fn take_from_self(&mut self, into: RecvInto<'_>, op: &'static str) -> CommResult<()> {
+        let Some(msg) = self.to_self.pop_front() else {
+            return Err(CommError::InvalidArgument(format!(
+                "rank {}: {op} from itself with nothing sent to itself (it would wait forever)",
+                self.rank
+            )));
+        };
+        deliver(self.rank, &msg, into)
+    }
+
+    fn failure_error(&self, f: &Failure, op: &'static str, after: Duration) -> CommError {
+        if f.timeout {
+            CommError::Timeout {
+                rank: self.rank,
+                peer: f.peer,
+                op,
+                after,
+            }
+        } else {
+            CommError::PeerLost {
+                rank: self.rank,
+                peer: f.peer,
+                op,
+                detail: f.detail.clone(),
+            }
+        }
+    }
+
+    /// Moves `send` and `recv` until both are done, the deadline passes, or a peer fails.
+    fn run(
+        &mut self,
+        mut send: Option<SendOp<'_>>,
+        mut recv: Option<RecvOp<'_>>,
+        deadline: Instant,
+        op: &'static str,
+    ) -> CommResult<()> {
+        if let Some(r) = &recv {
+            if let RecvInto::Reduce { acc, dtype, .. } = &r.into {
+                if acc.len() % dtype.size() != 0 {
+                    return Err(CommError::InvalidArgument(format!(
+                        "reducing receive of {} bytes is not a whole number of {dtype} elements",
+                        acc.len()
+                    )));
+                }
+            }
+        }
+        let start = Instant::now();
+        let grace = (deadline.saturating_duration_since(start) / 10).min(MAX_GRACE);
+        let mut suspected = false;
+        let mut idle_since: Option<Instant> = None;
+        loop {
+            let mut moved = false;
+            let mut fault = None;
+            if let Some(s) = send.as_mut().filter(|s| !s.done()) {
+                match self.advance_send(s) {
+                    Ok(m) => moved |= m,
+                    Err(f) => fault = Some(f),
+                }
+            }
+            if fault.is_none() {
+                if let Some(r) = recv.as_mut().filter(|r| !r.done()) {
+                    match self.advance_recv(r) {
+                        Ok(m) => moved |= m,
+                        Err(f) => fault = Some(f),
+                    }
+                }
+            }
+            if let Some(f) = fault {
+                return Err(self.fail(f, send.as_mut(), recv.as_ref(), op, start));
+            }
+            let send_done = send.as_ref().is_none_or(SendOp::done);
+            let recv_done = recv.as_ref().is_none_or(RecvOp::done);
+            if send_done && recv_done {
+                return Ok(());
+            }
+            let now = Instant::now();
+            // Checked even while bytes move: a peer that trickles past the
+            // deadline is as late as a silent one.
+            if now >= deadline {
+                let waiting_on = match (&recv, &send) {
+                    (Some(r), _) if !recv_done => r.peer,
+                    (_, Some(s)) => s.peer,
+                    _ => self.rank,
+                };
+                let blame = self.follow_hints(waiting_on);
+                if blame == waiting_on && now < deadline + grace {
+                    // Say whom we wait for, then listen a little longer in
+                    // case that rank is itself waiting for another.
+                    if !suspected {
+                        suspected = true;
+                        self.notify(SUSPECT, waiting_on, send.as_ref());
+                    }
+                } else {
+                    let f = Failure {
+                        peer: blame,
+                        timeout: true,
+                        detail: String::new(),
+                    };
+                    self.abort_all(&f, send.as_mut(), None);
+                    let err = self.failure_error(&f, op, start.elapsed());
+                    self.failed = Some(f);
+                    return Err(err);
+                }
+            }
+            if moved {
+                idle_since = None;
+                continue;
+            }
+            let idle = *idle_since.get_or_insert(now);
+            if now - idle < self.spin {
+                // Yield rather than burn: on a dedicated core this returns at
+                // once; on an oversubscribed one it lets the peer run.
+                std::thread::yield_now();
+                continue;
+            }
+            let sending = send.as_ref().filter(|s| !s.done()).map(|s| s.peer);
+            let receiving = recv.as_ref().filter(|r| !r.done()).map(|r| r.peer);
+            let until = if now >= deadline {
+                deadline + grace
+            } else {
+                deadline
+            };
+            if let Err(f) = self.wait(sending, receiving, until) {
+                return Err(self.fail(f, send.as_mut(), recv.as_ref(), op, start));
+            }
+        }
+    }
+
+    /// The end of the chain of hints from `peer`: whom it waits for, whom
+    /// that one waits for, ... (never this rank; a cycle stops the walk).
+    fn follow_hints(&self, peer: usize) -> usize {
+        let mut cur = peer;
+        for _ in 0..self.world {
+            match self.hints.get(cur).copied().flatten() {
+                Some(next) if next != self.rank && next != cur => cur = next,
+                _ => break,
+            }
+        }
+        cur
+    }
+
+    /// Writes a control frame naming `named` to every other peer whose
+    /// outgoing stream is between frames (best effort, never blocks).
+    fn notify(&mut self, kind: u64, named: usize, pending: Option<&SendOp<'_>>) {
+        let msg = control(kind, named);
+        let mid_frame = pending.filter(|s| s.sent > 0 && !s.done()).map(|s| s.peer);
+        for (r, p) in self.peers.iter_mut().enumerate() {
+            if let Some(p) = p {
+                if r != named && Some(r) != mid_frame {
+                    p.try_write_whole(&msg);
+                }
+            }
+        }
+    }
+
+    fn peer_mut(&mut self, peer: usize) -> &mut Peer {
+        match self.peers.get_mut(peer) {
+            Some(Some(p)) => p,
+            // check_peer ran first: every other rank has a connection.
+            _ => unreachable!("rank {peer} has no connection"),
+        }
+    }
+
+    fn advance_send(&mut self, s: &mut SendOp<'_>) -> Result<bool, Fault> {
+        let peer = s.peer;
+        let p = self.peer_mut(peer);
+        let (a, b): (&[u8], &[u8]) = if s.sent < 8 {
+            (&s.hdr[s.sent..], s.data)
+        } else {
+            (&[], &s.data[s.sent - 8..])
+        };
+        match p.write_from(a, b) {
+            Step::Moved(n) => {
+                s.sent += n;
+                Ok(true)
+            }
+            Step::WouldBlock => Ok(false),
+            Step::Closed(detail) => Err(Fault::Lost { peer, detail }),
+        }
+    }
+
+    fn advance_recv(&mut self, r: &mut RecvOp<'_>) -> Result<bool, Fault> {
+        let peer = r.peer;
+        let expected = r.into.len();
+        // Split borrows: the peer and the scratch live in `self`.
+        let TcpTransport {
+            peers,
+            scratch,
+            hints,
+            ..
+        } = self;
+        let Some(Some(p)) = peers.get_mut(peer) else {
+            unreachable!("rank {peer} has no connection")
+        };
+        let scratch: &mut [u8] = bytemuck::cast_slice_mut(scratch.as_mut_slice());
+        let hdr_left = 8 - r.hdr_got;
+        let step = match &mut r.into {
+            RecvInto::Copy(dst) => {
+                let (h, d) = (&mut r.hdr[r.hdr_got..], &mut dst[r.got..]);
+                p.read_into(h, d)
+            }
+            RecvInto::Reduce { .. } => {
+                let room = (scratch.len() - r.tail).min(expected - r.got);
+                let (h, d) = (&mut r.hdr[r.hdr_got..], &mut scratch[r.tail..r.tail + room]);
+                if h.is_empty() && d.is_empty() {
+                    Step::WouldBlock
+                } else {
+                    p.read_into(h, d)
+                }
+            }
+        };
+        let n = match step {
+            Step::Moved(n) => n,
+            Step::WouldBlock => return Ok(false),
+            Step::Closed(detail) => return Err(Fault::Lost { peer, detail }),
+        };
+        let h = n.min(hdr_left);
+        r.hdr_got += h;
+        let body = n - h;
+        if r.hdr_got == 8 && !r.checked {
+            let len = u64::from_le_bytes(r.hdr);
+            if len & CONTROL != 0 {
+                let (kind, named) = decode(len);
+                if kind != SUSPECT {
+                    return Err(Fault::Remote {
+                        from: peer,
+                        named,
+                        timeout: kind == ABORT_TIMEOUT,
+                    });
+                }
+                // A hint: note it, give back the bytes read past it (the
+                // start of the next frame), and read that frame afresh.
+                hints[peer] = Some(named);
+                let extra = match &r.into {
+                    RecvInto::Copy(dst) => &dst[r.got..r.got + body],
+                    RecvInto::Reduce { .. } => &scratch[r.tail..r.tail + body],
+                };
+                p.unread(extra);
+                r.hdr_got = 0;
+                return Ok(true);
+            }
+            hints[peer] = None;
+            if len != expected as u64 {
+                return Err(Fault::Protocol {
+                    peer,
+                    detail: format!("sent a frame of {len} bytes where {expected} were expected"),
+                });
+            }
+            r.checked = true;
+        }
+        match &mut r.into {
+            RecvInto::Copy(_) => r.got += body,
+            RecvInto::Reduce { acc, dtype, op } => {
+                r.got += body;
+                let avail = r.tail + body;
+                let esize = dtype.size();
+                let whole = avail - avail % esize;
+                if whole > 0 {
+                    let done = r.got - avail;
+                    reduce_bytes(&mut acc[done..done + whole], &scratch[..whole], *dtype, *op);
+                    scratch.copy_within(whole..avail, 0);
+                }
+                r.tail = avail - whole;
+            }
+        }
+        Ok(true)
+    }
+
+    /// Sleeps until one of the call's sockets can move. Meanwhile it acts
+    /// on abort notices from idle peers and, while a send is blocked, drains
+    /// every other peer into its stash (the peer we send to may itself be
+    /// blocked sending to us).
+    fn wait(
+        &mut self,
+        sending: Option<usize>,
+        receiving: Option<usize>,
+        deadline: Instant,
+    ) -> Result<(), Fault> {
+        for r in 0..self.peers.len() {
+            // Every stream but the one being received is between frames.
+            if Some(r) == receiving {
+                continue;
+            }
+            let Some(p) = self.peers[r].as_mut() else {
+                continue;
+            };
+            while let Some(len) = p.peek_unseen_header() {
+                if len & CONTROL == 0 {
+                    break;
+                }
+                p.skip_header();
+                let (kind, named) = decode(len);
+                if kind == SUSPECT {
+                    self.hints[r] = Some(named);
+                    continue;
+                }
+                return Err(Fault::Remote {
+                    from: r,
+                    named,
+                    timeout: kind == ABORT_TIMEOUT,
+                });
+            }
+        }
+        self.pollfds.clear();
+        for (r, p) in self.peers.iter().enumerate() {
+            let Some(p) = p else { continue };
+            let mut ev: libc::c_short = 0;
+            if Some(r) == sending {
+                ev |= libc::POLLOUT;
+            }
+            let partner = Some(r) == receiving;
+            let drain = sending.is_some() && !p.drained_and_closed();
+            let watch = !p.drained_and_closed() && !p.head_is_data();
+            if partner || drain || watch {
+                ev |= libc::POLLIN;
+            }
+            if ev != 0 {
+                self.pollfds.push(libc::pollfd {
+                    fd: p.fd(),
+                    events: ev,
+                    revents: 0,
+                });
+            }
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        let ms = left.as_millis().clamp(1, 1000) as libc::c_int;
+        // SAFETY: pollfds is a valid array of its length for the call.
+        let rc = unsafe {
+            libc::poll(
+                self.pollfds.as_mut_ptr(),
+                self.pollfds.len() as libc::nfds_t,
+                ms,
+            )
+        };
+        if rc <= 0 || sending.is_none() {
+            return Ok(());
+        }
+        for i in 0..self.pollfds.len() {
+            let pfd = self.pollfds[i];
+            if pfd.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) == 0 {
+                continue;
+            }
+            let r = self
+                .peers
+                .iter()
+                .position(|p| p.as_ref().is_some_and(|p| p.fd() == pfd.fd));
+            if let Some(r) = r.filter(|&r| Some(r) != receiving) {
+                // A close seen here surfaces when this peer is needed.
+                let _ = self.peer_mut(r).drain();
+            }
+        }
+        Ok(())
+    }
+
+    /// A peer that closed its connection may have told us why first: it
+    /// failed on another rank, sent us an abort notice and exited. Before
+    /// blaming it, read what it left in the socket and look for that notice
+    /// (beyond the rest of the frame being received from it, if any).
+    fn explain_loss(&mut self, f: Fault, recv: Option<&RecvOp<'_>>) -> Fault {
+        let Fault::Lost { peer, detail } = f else {
+            return f;
+        };
+        let skip = match recv.filter(|r| r.peer == peer) {
+            None => Some(0),
+            Some(r) if r.checked => Some(r.into.len() - r.got),
+            Some(r) if r.hdr_got == 0 => Some(0),
+            Some(_) => None, // stopped inside a header: no frame boundary to start from
+        };
+        let notice = skip.and_then(|skip| self.peer_mut(peer).find_control(skip));
+        match notice.map(decode) {
+            Some((kind, named)) => Fault::Remote {
+                from: peer,
+                named,
+                timeout: kind == ABORT_TIMEOUT,
+            },
+            None => Fault::Lost { peer, detail },
+        }
+    }
+
+    /// Turns a fault into the call's error, tells every other peer (so that
+    /// ranks waiting elsewhere fail at once naming the same rank), and marks
+    /// the transport failed.
+    fn fail(
+        &mut self,
+        f: Fault,
+        pending: Option<&mut SendOp<'_>>,
+        recv: Option<&RecvOp<'_>>,
+        op: &'static str,
+        start: Instant,
+    ) -> CommError {
+        let f = self.explain_loss(f, recv);
+        let (failure, err) = match f {
+            Fault::Lost { peer, detail } => {
+                let fl = Failure {
+                    peer,
+                    timeout: false,
+                    detail,
+                };
+                let e = self.failure_error(&fl, op, start.elapsed());
+                (fl, e)
+            }
+            Fault::Protocol { peer, detail } => {
+                let fl = Failure {
+                    peer,
+                    timeout: false,
+                    detail: format!("protocol error: {detail}"),
+                };
+                (
+                    fl,
+                    CommError::Protocol {
+                        rank: self.rank,
+                        peer,
+                        detail,
+                    },
+                )
+            }
+            Fault::Remote {
+                from,
+                named,
+                timeout,
+            } => {
+                let detail = if timeout {
+                    format!("rank {from} timed out waiting for it")
+                } else {
+                    format!("rank {from} lost it")
+                };
+                let fl = Failure {
+                    peer: named,
+                    timeout,
+                    detail,
+                };
+                let e = self.failure_error(&fl, op, start.elapsed());
+                (fl, e)
+            }
+        };
+        let skip = match &err {
+            CommError::Protocol { peer, .. } => Some(*peer),
+            _ => None,
+        };
+        self.abort_all(&failure, pending, skip);
+        self.failed = Some(failure);
+        err
+    }
+
+    /// Best effort: finishes the half-sent frame (briefly) so the stream
+    /// stays on a frame boundary, then writes an abort notice naming the
+    /// failed rank to every peer that can take it without blocking.
+    fn abort_all(&mut self, f: &Failure, pending: Option<&mut SendOp<'_>>, skip: Option<usize>) {
+        if let Some(s) = pending {
+            if !s.done() {
+                let until = Instant::now() + ABORT_GRACE;
+                while !s.done() && Instant::now() < until && s.peer != f.peer {
+                    match self.advance_send(s) {
+                        Ok(true) => {}
+                        Ok(false) => std::thread::sleep(Duration::from_micros(100)),
+                        Err(_) => break,
+                    }
+                }
+                if !s.done() {
+                    self.peer_mut(s.peer).out_dirty = true;
+                }
+            }
+        }
+        let kind = if f.timeout { ABORT_TIMEOUT } else { ABORT_LOST };
+        let notice = control(kind, f.peer);
+        for (r, p) in self.peers.iter_mut().enumerate() {
+            if let Some(p) = p {
+                if r != f.peer && Some(r) != skip {
+                    p.try_write_whole(&notice);
+                }
+            }
+        }
+    }
+}
+
+impl Drop for TcpTransport {
+    fn drop(&mut self) {
+        for p in self.peers.iter().flatten() {
+            p.shutdown();
+        }
+    }
+}
+
+impl Transport for TcpTransport {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+    fn world(&self) -> usize {
+        self.world
+    }
+    fn backend(&self) -> &'static str {
+        "tcp"
+    }
+    fn wire(&self) -> String {
+        "tcp".into()
+    }
+
+    fn send(&mut self, peer: usize, data: &[u8], deadline: Instant) -> CommResult<()> {
+        self.check_peer(peer, "send")?;
+        if peer == self.rank {
+            self.to_self.push_back(data.to_vec());
+            return Ok(());
+        }
+        self.run(Some(SendOp::new(peer, data)), None, deadline, "send")
+    }
+
+    fn recv(&mut self, peer: usize, into: RecvInto<'_>, deadline: Instant) -> CommResult<()> {
+        self.check_peer(peer, "recv")?;
+        if peer == self.rank {
+            return self.take_from_self(into, "recv");
+        }
+        self.run(None, Some(RecvOp::new(peer, into)), deadline, "recv")
+    }
+
+    fn exchange(
+        &mut self,
+        to: usize,
+        data: &[u8],
+        from: usize,
+        into: RecvInto<'_>,
+        deadline: Instant,
+    ) -> CommResult<()> {
+        self.check_peer(to, "exchange")?;
+        self.check_peer(from, "exchange")?;
+        let me = self.rank;
+        match (to == me, from == me) {
+            // Straight across, without a copy through the queue when it is empty.
+            (true, true) if self.to_self.is_empty() => deliver(me, data, into),
+            (true, true) => {
+                self.to_self.push_back(data.to_vec());
+                self.take_from_self(into, "exchange")
+            }
+            (true, false) => {
+                self.to_self.push_back(data.to_vec());
+                self.run(None, Some(RecvOp::new(from, into)), deadline, "exchange")
+            }
+            (false, true) => {
+                self.take_from_self(into, "exchange")?;
+                self.run(Some(SendOp::new(to, data)), None, deadline, "exchange")
+            }
+            (false, false) => self.run(
+                Some(SendOp::new(to, data)),
+                Some(RecvOp::new(from, into)),
+                deadline,
+                "exchange",
+            ),
+        }
+    }
+}
+
+/// Puts a message into a receive, checking its length as a frame's would be.
+fn deliver(rank: usize, msg: &[u8], into: RecvInto<'_>) -> CommResult<()> {
+    if msg.len() != into.len() {
+        return Err(CommError::Protocol {
+            rank,
+            peer: rank,
+            detail: format!(
+                "sent itself {} bytes where {} were expected",
+                msg.len(),
+                into.len()
+            ),
+        });
+    }
+    match into {
+        RecvInto::Copy(dst) => dst.copy_from_slice(msg),
+        RecvInto::Reduce { acc, dtype, op } => reduce_bytes(acc, msg, dtype, op),
+    }
+    Ok(())
+}

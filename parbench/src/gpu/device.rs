@@ -1,0 +1,273 @@
+//! One CUDA device with one stream, and the buffers that live on it.
+
+use super::{guarded, GpuError};
+use crate::comm::{CommBuffer, CommResult};
+use cudarc::driver::{result as cu, sys, CudaContext, CudaSlice, CudaStream, DevicePtr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A device and the one stream parbench issues all its work on.
+///
+/// Everything a benchmark does on a GPU is ordered on this stream, so cudarc's
+/// per-buffer event tracking (which records events around every use, and
+/// would add work to each timed call) is turned off.
+#[derive(Clone, Debug)]
+pub struct Gpu {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    /// Deadline of the waits buffers make before host copies, in ms, shared
+    /// by every clone (the communicator's `set_timeout` sets it).
+    timeout_ms: Arc<AtomicU64>,
+}
+
+impl Gpu {
+    /// Opens device `ordinal` (its primary context) and creates a stream.
+    /// Probe the driver first ([`super::require`]); this does it again cheaply.
+    pub fn open(ordinal: usize) -> Result<Gpu, GpuError> {
+        let count = super::device_count()?;
+        if ordinal >= count {
+            return Err(GpuError::NoDevice(format!(
+                "device {ordinal} asked for, this machine has {count}"
+            )));
+        }
+        guarded("opening the device", || {
+            let ctx = CudaContext::new(ordinal)
+                .map_err(|e| GpuError::call(format!("GPU {ordinal}: creating its context"), e))?;
+            // SAFETY: every buffer of this context is used on `stream` only,
+            // so cudarc's cross-stream tracking is not needed.
+            unsafe { ctx.disable_event_tracking() };
+            let stream = ctx
+                .new_stream()
+                .map_err(|e| GpuError::call(format!("GPU {ordinal}: creating a stream"), e))?;
+            let ms = crate::comm::DEFAULT_TIMEOUT.as_millis() as u64;
+            Ok(Gpu {
+                ctx,
+                stream,
+                timeout_ms: Arc::new(AtomicU64::new(ms)),
+            })
+        })
+    }
+
+    /// The device ordinal.
+    pub fn ordinal(&self) -> usize {
+        self.ctx.ordinal()
+    }
+
+    /// The device's marketing name (`NVIDIA H200`).
+    pub fn name(&self) -> String {
+        self.ctx
+            .name()
+            .unwrap_or_else(|_| format!("CUDA device {}", self.ordinal()))
+    }
+
+    /// Compute capability (major, minor).
+    pub fn compute_capability(&self) -> Option<(i32, i32)> {
+        self.ctx.compute_capability().ok()
+    }
+
+    /// Sets the deadline of the waits this GPU's buffers make before host copies.
+    pub fn set_timeout(&self, timeout: Duration) {
+        let ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+        self.timeout_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// The deadline of those waits.
+    pub fn timeout(&self) -> Duration {
+        Duration::from_millis(self.timeout_ms.load(Ordering::Relaxed))
+    }
+
+    /// The context (for cudarc calls of the other modules).
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    /// The stream all work goes to.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// Binds the context to the calling thread (NCCL and raw driver calls
+    /// act on the current context).
+    pub fn bind(&self) -> Result<(), GpuError> {
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| GpuError::call("binding the CUDA context", e))
+    }
+
+    /// A zeroed device buffer of `bytes` bytes.
+    pub fn alloc(&self, bytes: usize) -> Result<DeviceBuffer, GpuError> {
+        // A zero-byte allocation is valid in cudarc but not in every driver call; keep one byte.
+        let slice = self.stream.alloc_zeros::<u8>(bytes.max(1)).map_err(|e| {
+            GpuError::call(
+                format!("GPU {}: allocating {bytes} bytes", self.ordinal()),
+                e,
+            )
+        })?;
+        let (ptr, _) = slice.device_ptr(&self.stream);
+        Ok(DeviceBuffer {
+            slice,
+            ptr,
+            len: bytes,
+            gpu: self.clone(),
+        })
+    }
+
+    /// Waits until every call issued on the stream so far has finished, or
+    /// `timeout` passes ([`GpuError::Timeout`]; the work is still queued).
+    pub fn wait(&self, what: &str, timeout: Duration) -> Result<(), GpuError> {
+        let deadline = Instant::now() + timeout;
+        self.bind()?;
+        let event = self
+            .ctx
+            .new_event(None)
+            .map_err(|e| GpuError::call("creating an event", e))?;
+        event
+            .record(&self.stream)
+            .map_err(|e| GpuError::call("recording an event", e))?;
+        poll_until(&event, deadline).map_err(|e| {
+            e.unwrap_or_else(|| GpuError::Timeout {
+                ordinal: self.ordinal(),
+                what: what.to_string(),
+                after: timeout,
+            })
+        })
+    }
+}
+
+/// Polls `event` until it completes; `Err(None)` when `deadline` passes first.
+/// Spins briefly, then sleeps in short steps, so a short wait stays short
+/// and a long one does not burn a core.
+pub(crate) fn poll_until(
+    event: &cudarc::driver::CudaEvent,
+    deadline: Instant,
+) -> Result<(), Option<GpuError>> {
+    let start = Instant::now();
+    loop {
+        match event.try_is_complete() {
+            Ok(true) => return Ok(()),
+            Ok(false) => {}
+            Err(e) => return Err(Some(GpuError::call("waiting for the stream", e))),
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(None);
+        }
+        if now - start < Duration::from_millis(2) {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+}
+
+/// Device memory of one [`Gpu`], sized in bytes: the buffer type of the
+/// NCCL communicator and of the CUDA compute device.
+pub struct DeviceBuffer {
+    slice: CudaSlice<u8>,
+    ptr: sys::CUdeviceptr,
+    len: usize,
+    gpu: Gpu,
+}
+
+impl std::fmt::Debug for DeviceBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "DeviceBuffer(GPU {}, {} bytes)",
+            self.gpu.ordinal(),
+            self.len
+        )
+    }
+}
+
+impl DeviceBuffer {
+    /// The raw device address of byte 0.
+    pub fn ptr(&self) -> sys::CUdeviceptr {
+        self.ptr
+    }
+
+    /// The raw device address of byte `offset`, checked to leave `bytes` bytes after it.
+    pub fn ptr_at(&self, offset: usize, bytes: usize) -> Result<sys::CUdeviceptr, GpuError> {
+        match offset.checked_add(bytes) {
+            Some(end) if end <= self.len => Ok(self.ptr + offset as u64),
+            _ => Err(GpuError::InvalidArgument(format!(
+                "{bytes} bytes at offset {offset} do not fit a buffer of {} bytes",
+                self.len
+            ))),
+        }
+    }
+
+    /// Size in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the buffer holds no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The device the buffer lives on.
+    pub fn gpu(&self) -> &Gpu {
+        &self.gpu
+    }
+
+    /// Copies `src` into the buffer at byte `offset` and waits.
+    ///
+    /// A copy from pageable host memory first waits for everything queued on
+    /// the stream, with no deadline of its own; so the stream is first
+    /// drained with the GPU's deadline ([`Gpu::timeout`]), and only an idle
+    /// stream is given the copy.
+    pub fn upload_at(&mut self, offset: usize, src: &[u8]) -> Result<(), GpuError> {
+        let dst = self.ptr_at(offset, src.len())?;
+        if src.is_empty() {
+            return Ok(());
+        }
+        self.gpu.wait(
+            "work queued before a host-to-device copy",
+            self.gpu.timeout(),
+        )?;
+        // SAFETY: dst..dst+len lies inside this allocation (checked above);
+        // the host slice outlives the copy because we synchronise before returning.
+        unsafe { cu::memcpy_htod_async(dst, src, self.gpu.stream.cu_stream()) }
+            .and_then(|_| self.gpu.stream.synchronize())
+            .map_err(|e| GpuError::call("copying host to device", e))
+    }
+
+    /// Copies bytes from `offset` into `dst` and waits (draining the stream
+    /// first, with the deadline, as [`DeviceBuffer::upload_at`] does).
+    pub fn download_at(&self, offset: usize, dst: &mut [u8]) -> Result<(), GpuError> {
+        let src = self.ptr_at(offset, dst.len())?;
+        if dst.is_empty() {
+            return Ok(());
+        }
+        self.gpu.wait(
+            "work queued before a device-to-host copy",
+            self.gpu.timeout(),
+        )?;
+        // SAFETY: as in upload_at, with the roles swapped.
+        unsafe { cu::memcpy_dtoh_async(dst, src, self.gpu.stream.cu_stream()) }
+            .and_then(|_| self.gpu.stream.synchronize())
+            .map_err(|e| GpuError::call("copying device to host", e))
+    }
+
+    /// Keeps the allocation alive for as long as the borrow (for cudarc calls).
+    pub fn slice(&self) -> &CudaSlice<u8> {
+        &self.slice
+    }
+}
+
+impl CommBuffer for DeviceBuffer {
+    fn len_bytes(&self) -> usize {
+        self.len
+    }
+    fn write_from_host(&mut self, src: &[u8]) -> CommResult<()> {
+        let n = src.len().min(self.len);
+        Ok(self.upload_at(0, &src[..n])?)
+    }
+    fn read_to_host(&self, dst: &mut [u8]) -> CommResult<()> {
+        let n = dst.len().min(self.len);
+        Ok(self.download_at(0, &mut dst[..n])?)
+    }
+}

@@ -1,0 +1,113 @@
+//! How a process learns its rank: launcher variables (torchrun, mpirun,
+//! PMI, srun), self-spawn of N local ranks (`--nprocs N`), and the
+//! rendezvous store that ranks meet at.
+//!
+//! A binary does, before anything else:
+//!
+//! ```no_run
+//! # fn main() -> Result<(), parbench::launch::LaunchError> {
+//! use parbench::launch::{self, Role};
+//! let nprocs: Option<usize> = None; // from the binary's `--nprocs` flag
+//! match launch::join_or_spawn(nprocs)? {
+//!     // This process launched N ranks of itself and waited for them.
+//!     Role::Launcher(status) => std::process::exit(launch::exit_code(status)),
+//!     // This process is one rank of a job (spawned, torchrun, mpirun, srun).
+//!     Role::Rank(info) => { /* tcp::connect(&info, timeout) ... */ }
+//!     // No launcher variables and no --nprocs: a single process.
+//!     Role::Single => {}
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! Who prints: rank 0 prints the results table on stdout; the other ranks
+//! print nothing on stdout and only their errors on stderr
+//! ([`RankInfo::prints`]). The same rule holds under every launcher.
+
+mod env;
+mod spawn;
+pub mod store;
+
+pub use env::{LaunchSource, RankInfo, DEFAULT_MASTER_ADDR, DEFAULT_MASTER_PORT, DEFAULT_TOKEN};
+pub use spawn::{exit_code, new_token, spawn_local_ranks, LocalJob};
+pub use store::Store;
+
+use std::process::ExitStatus;
+use std::time::Duration;
+
+/// What can go wrong while finding, spawning or joining the ranks of a job.
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    /// One variable of a launcher family is set and its partner is not.
+    #[error("{set} is set but {missing} is not ({family} launch variables must come together)")]
+    HalfSet {
+        family: &'static str,
+        set: &'static str,
+        missing: &'static str,
+    },
+    /// A launch variable holds something that is not what it must be.
+    #[error("bad launch variable {var}={value:?}: {why}")]
+    BadVar {
+        var: &'static str,
+        value: String,
+        why: String,
+    },
+    /// Rank and world size contradict each other.
+    #[error("{rank_var}={rank} is not below {world_var}={world}")]
+    RankOutOfRange {
+        rank_var: &'static str,
+        rank: usize,
+        world_var: &'static str,
+        world: usize,
+    },
+    /// `--nprocs` was asked for something that cannot run.
+    #[error("invalid launch request: {0}")]
+    Invalid(String),
+    /// Starting or watching a child process failed.
+    #[error("launching rank {rank}: {source}")]
+    Spawn { rank: usize, source: std::io::Error },
+    /// A spawned rank ended with a failure; the others were stopped.
+    #[error("rank {rank} failed ({status}); the other ranks were stopped")]
+    RankFailed { rank: usize, status: ExitStatus },
+    /// The rendezvous store could not be reached or served.
+    #[error("rendezvous store at {addr}: {detail}")]
+    Store { addr: String, detail: String },
+    /// A rendezvous wait passed its deadline.
+    #[error("rank {rank}: rendezvous wait for {what} timed out after {after:?} (store at {addr})")]
+    StoreTimeout {
+        rank: usize,
+        what: String,
+        addr: String,
+        after: Duration,
+    },
+}
+
+impl From<LaunchError> for crate::comm::CommError {
+    fn from(e: LaunchError) -> Self {
+        crate::comm::CommError::Setup(e.to_string())
+    }
+}
+
+/// What this process is in a job (see the module example).
+#[derive(Debug)]
+pub enum Role {
+    /// It spawned `--nprocs` ranks of itself; they have all ended with this status.
+    Launcher(ExitStatus),
+    /// It is one rank of a job.
+    Rank(RankInfo),
+    /// It runs alone (no launcher variables, no `--nprocs`).
+    Single,
+}
+
+/// Decides this process's [`Role`]: launcher variables win (a spawned child
+/// sees the same `--nprocs` flag as its parent and must not spawn again);
+/// otherwise `nprocs = Some(n)` spawns `n` local ranks of the running binary
+/// with the same arguments and waits for them.
+pub fn join_or_spawn(nprocs: Option<usize>) -> Result<Role, LaunchError> {
+    if let Some(info) = RankInfo::from_env()? {
+        return Ok(Role::Rank(info));
+    }
+    match nprocs {
+        Some(n) => Ok(Role::Launcher(spawn_local_ranks(n, &[])?)),
+        None => Ok(Role::Single),
+    }
+}

@@ -1,0 +1,391 @@
+//! Named transformer shapes, so that bench-layers, `report model` and the
+//! planner speak of the same models. Each preset says where its numbers
+//! come from.
+
+use super::tensor_parallel::{TpMode, TpTraffic};
+
+/// The block and embedding conventions a family uses, which decide the
+/// parameter count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Arch {
+    /// GPT-2/GPT-3: biases everywhere, two LayerNorms per layer (weight and
+    /// bias), a GELU MLP of two matrices, learned positions, the output
+    /// head tied to the token embedding.
+    Gpt,
+    /// LLaMA: no biases, two RMSNorms per layer (weight only), a SwiGLU MLP
+    /// of three matrices, grouped-query attention, rotary positions (no
+    /// parameters), an untied output head.
+    Llama,
+}
+
+/// A transformer shape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+pub struct Preset {
+    /// The name flags use (`--preset NAME`, `--model NAME`).
+    pub name: &'static str,
+    /// Where the figures come from.
+    pub source: &'static str,
+    /// Conventions of the family.
+    pub arch: Arch,
+    /// Transformer layers.
+    pub layers: u64,
+    /// Hidden size `h`.
+    pub hidden: u64,
+    /// Attention (query) heads.
+    pub heads: u64,
+    /// Key/value heads (equal to `heads` without grouped-query attention).
+    pub kv_heads: u64,
+    /// MLP inner size.
+    pub ffn: u64,
+    /// Context length the model was trained with.
+    pub seq: u64,
+    /// Vocabulary size.
+    pub vocab: u64,
+}
+
+/// Every preset, smallest first.
+pub const PRESETS: [Preset; 4] = [
+    Preset {
+        name: "tiny",
+        source: "parbench's own test shape (not a published model): small enough for CPU runs and tests",
+        arch: Arch::Gpt,
+        layers: 2,
+        hidden: 512,
+        heads: 8,
+        kv_heads: 8,
+        ffn: 2048,
+        seq: 128,
+        vocab: 1024,
+    },
+    Preset {
+        name: "gpt3-1.3b",
+        source: "GPT-3 XL, Brown et al. 2020, Table 2.1: 24 layers, d_model 2048, d_head 128, context 2048 (the table's 24 heads do not multiply to 2048 with d_head 128; 16 heads do); vocabulary GPT-2's BPE, 50257",
+        arch: Arch::Gpt,
+        layers: 24,
+        hidden: 2048,
+        heads: 16,
+        kv_heads: 16,
+        ffn: 8192,
+        seq: 2048,
+        vocab: 50257,
+    },
+    Preset {
+        name: "llama2-70b",
+        source: "Llama 2 70B, Touvron et al. 2023 and its released config (hidden 8192, 64 heads, 8 KV heads, 80 layers, ffn 28672, vocabulary 32000, context 4096): the 80-layer hidden-8192 model of the worked example",
+        arch: Arch::Llama,
+        layers: 80,
+        hidden: 8192,
+        heads: 64,
+        kv_heads: 8,
+        ffn: 28672,
+        seq: 4096,
+        vocab: 32000,
+    },
+    Preset {
+        name: "gpt3-175b",
+        source: "GPT-3 175B, Brown et al. 2020, Table 2.1; also Narayanan et al. SC21, Table 1 (vocabulary: GPT-2's BPE, 50257)",
+        arch: Arch::Gpt,
+        layers: 96,
+        hidden: 12288,
+        heads: 96,
+        kv_heads: 96,
+        ffn: 49152,
+        seq: 2048,
+        vocab: 50257,
+    },
+];
+
+impl Preset {
+    /// The preset of the tensor-parallel worked example (80 layers, hidden 8192).
+    pub const WORKED_EXAMPLE: &'static str = "llama2-70b";
+
+    /// Every preset.
+    pub fn all() -> &'static [Preset] {
+        &PRESETS
+    }
+
+    /// The names, for help texts and error messages.
+    pub fn names() -> Vec<&'static str> {
+        PRESETS.iter().map(|p| p.name).collect()
+    }
+
+    /// The preset called `name` (case-insensitive).
+    pub fn by_name(name: &str) -> Option<Preset> {
+        PRESETS
+            .iter()
+            .find(|p| p.name.eq_ignore_ascii_case(name))
+            .copied()
+    }
+
+    /// Dimension of one attention head, `h / heads`.
+    pub fn head_dim(&self) -> u64 {
+        self.hidden.checked_div(self.heads).unwrap_or(0)
+    }
+
+    /// Parameters of one transformer layer (attention, MLP, norms).
+    /// Saturates at `u64::MAX` for absurd custom shapes rather than overflowing.
+    pub fn params_per_layer(&self) -> u64 {
+        let h = u128::from(self.hidden);
+        let ffn = u128::from(self.ffn);
+        let kv = mul(&[u128::from(self.kv_heads), u128::from(self.head_dim())]);
+        let n = match self.arch {
+            // QKV (3h^2 + 3h) + output (h^2 + h) + MLP (2 h ffn + ffn + h)
+            // + two LayerNorms (4h): 12h^2 + 13h when ffn = 4h.
+            Arch::Gpt => add(&[
+                mul(&[h, add(&[h, kv, kv])]),
+                h,
+                mul(&[2, kv]),
+                mul(&[h, h]),
+                h,
+                mul(&[2, h, ffn]),
+                ffn,
+                h,
+                mul(&[4, h]),
+            ]),
+            // Q and O (2h^2), K and V (2 h kv), SwiGLU (3 h ffn), two RMSNorms (2h).
+            Arch::Llama => add(&[
+                mul(&[2, h, h]),
+                mul(&[2, h, kv]),
+                mul(&[3, h, ffn]),
+                mul(&[2, h]),
+            ]),
+        };
+        saturate(n)
+    }
+
+    /// Parameters outside the layers: embeddings, learned positions, the
+    /// final norm and (untied) the output head.
+    pub fn embedding_params(&self) -> u64 {
+        let (h, v, s) = (
+            u128::from(self.hidden),
+            u128::from(self.vocab),
+            u128::from(self.seq),
+        );
+        saturate(match self.arch {
+            Arch::Gpt => add(&[mul(&[v, h]), mul(&[s, h]), mul(&[2, h])]),
+            Arch::Llama => add(&[mul(&[2, v, h]), h]),
+        })
+    }
+
+    /// All parameters: GPT-3 175B gives 174.6e9, Llama 2 70B 68.98e9.
+    pub fn params(&self) -> u64 {
+        saturate(add(&[
+            mul(&[u128::from(self.layers), u128::from(self.params_per_layer())]),
+            u128::from(self.embedding_params()),
+        ]))
+    }
+
+    /// Whether the model splits `tp` ways by tensor and `pp` ways by pipeline
+    /// with `chunks` model chunks per pipeline rank, as Megatron-LM requires:
+    /// attention heads, key/value heads and the MLP's inner size divisible by
+    /// `tp`; layers divisible by `pp x chunks`. The first rule broken is the
+    /// error, which names the numbers.
+    pub fn check_split(&self, tp: u64, pp: u64, chunks: u64) -> Result<(), SplitError> {
+        let zero = [
+            ("tensor-parallel degree", tp),
+            ("pipeline stages", pp),
+            ("chunks", chunks),
+        ];
+        if let Some((what, _)) = zero.iter().find(|(_, v)| *v == 0) {
+            return Err(SplitError::Zero { what });
+        }
+        let rules = [
+            ("attention heads", self.heads, tp, "tensor-parallel degree"),
+            (
+                "key/value heads",
+                self.kv_heads,
+                tp,
+                "tensor-parallel degree",
+            ),
+            ("MLP inner size", self.ffn, tp, "tensor-parallel degree"),
+            (
+                "layers",
+                self.layers,
+                pp.saturating_mul(chunks),
+                "pipeline stages x chunks",
+            ),
+        ];
+        for (what, have, by, by_what) in rules {
+            if have % by != 0 {
+                return Err(SplitError::NotDivisible {
+                    what,
+                    have,
+                    by,
+                    by_what,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The tensor-parallel traffic of one of this model's layers at degree
+    /// `tp` with microbatch `batch`, its own context length as the sequence,
+    /// `dtype_bytes` per activation element.
+    pub fn tp_traffic(
+        &self,
+        tp: u64,
+        batch: u64,
+        dtype_bytes: u64,
+        mode: TpMode,
+        sequence_parallel: bool,
+    ) -> TpTraffic {
+        TpTraffic {
+            tp,
+            batch,
+            seq: self.seq,
+            hidden: self.hidden,
+            dtype_bytes,
+            mode,
+            sequence_parallel,
+        }
+    }
+}
+
+/// Why a model cannot be split as asked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SplitError {
+    /// A degree of 0.
+    #[error("{what} must be at least 1")]
+    Zero { what: &'static str },
+    /// A dimension that the degree does not divide.
+    #[error("{what} ({have}) is not divisible by the {by_what} ({by})")]
+    NotDivisible {
+        what: &'static str,
+        have: u64,
+        by: u64,
+        by_what: &'static str,
+    },
+}
+
+// Saturating arithmetic: a custom shape from flags must never overflow
+// into a panic; an absurd one reads as u64::MAX parameters.
+fn saturate(n: u128) -> u64 {
+    u64::try_from(n).unwrap_or(u64::MAX)
+}
+
+fn mul(xs: &[u128]) -> u128 {
+    xs.iter().fold(1u128, |a, &x| a.saturating_mul(x))
+}
+
+fn add(xs: &[u128]) -> u128 {
+    xs.iter().fold(0u128, |a, &x| a.saturating_add(x))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::tensor_parallel::{RingFactor, WORKED_EXAMPLE_LAYERS};
+
+    #[test]
+    fn lookup_and_names() {
+        assert_eq!(
+            Preset::names(),
+            ["tiny", "gpt3-1.3b", "llama2-70b", "gpt3-175b"]
+        );
+        assert_eq!(Preset::by_name("GPT3-175B").unwrap().layers, 96);
+        assert!(Preset::by_name("gpt5").is_none());
+        for p in Preset::all() {
+            assert_eq!(p.hidden % p.heads, 0, "{}", p.name);
+            assert_eq!(p.heads % p.kv_heads, 0, "{}", p.name);
+        }
+    }
+
+    #[test]
+    fn published_shapes() {
+        let g = Preset::by_name("gpt3-175b").unwrap();
+        assert_eq!(
+            (g.layers, g.hidden, g.heads, g.head_dim(), g.ffn),
+            (96, 12288, 96, 128, 49152)
+        );
+        let x = Preset::by_name("gpt3-1.3b").unwrap();
+        assert_eq!(
+            (x.layers, x.hidden, x.heads, x.head_dim()),
+            (24, 2048, 16, 128)
+        );
+        let l = Preset::by_name(Preset::WORKED_EXAMPLE).unwrap();
+        assert_eq!(
+            (l.layers, l.hidden, l.heads, l.kv_heads, l.ffn),
+            (80, 8192, 64, 8, 28672)
+        );
+        assert_eq!(l.layers, WORKED_EXAMPLE_LAYERS);
+    }
+
+    #[test]
+    fn parameter_counts() {
+        // GPT-3: 12 l h^2 + 13 l h + (V + s) h + 2h (Narayanan et al. SC21's
+        // formula plus the final LayerNorm): 174.6e9, the "175B".
+        let g = Preset::by_name("gpt3-175b").unwrap();
+        let h = 12288u64;
+        assert_eq!(g.params_per_layer(), 12 * h * h + 13 * h);
+        assert_eq!(g.params(), 174_604_259_328);
+        // GPT-3 XL: 1.316e9, the "1.3B".
+        assert_eq!(
+            Preset::by_name("gpt3-1.3b").unwrap().params(),
+            1_315_723_264
+        );
+        // Llama 2 70B: 68,976,648,192 parameters (its released checkpoint).
+        assert_eq!(
+            Preset::by_name("llama2-70b").unwrap().params(),
+            68_976_648_192
+        );
+        // tiny: 2 x (12 x 512^2 + 13 x 512) + (1024 + 128) x 512 + 1024.
+        let t = Preset::by_name("tiny").unwrap();
+        assert_eq!(
+            t.params(),
+            2 * (12 * 512 * 512 + 13 * 512) + 1152 * 512 + 1024
+        );
+    }
+
+    #[test]
+    fn splits_follow_megatron_rules() {
+        let l = Preset::by_name("llama2-70b").unwrap();
+        assert_eq!(l.check_split(8, 4, 1), Ok(()));
+        assert_eq!(l.check_split(8, 8, 2), Ok(()));
+        // 16-way TP cannot split 8 KV heads.
+        assert_eq!(
+            l.check_split(16, 1, 1),
+            Err(SplitError::NotDivisible {
+                what: "key/value heads",
+                have: 8,
+                by: 16,
+                by_what: "tensor-parallel degree"
+            })
+        );
+        // 80 layers over 3 stages.
+        let e = l.check_split(8, 3, 1).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "layers (80) is not divisible by the pipeline stages x chunks (3)"
+        );
+        let g = Preset::by_name("gpt3-175b").unwrap();
+        assert!(g.check_split(8, 16, 1).is_ok());
+        assert!(matches!(
+            g.check_split(5, 1, 1),
+            Err(SplitError::NotDivisible {
+                what: "attention heads",
+                ..
+            })
+        ));
+        assert_eq!(
+            g.check_split(0, 1, 1),
+            Err(SplitError::Zero {
+                what: "tensor-parallel degree"
+            })
+        );
+    }
+
+    #[test]
+    fn worked_example_from_the_preset() {
+        let l = Preset::by_name(Preset::WORKED_EXAMPLE).unwrap();
+        let mut w = l.tp_traffic(8, 32, 2, TpMode::Decode, false);
+        assert_eq!(w.bytes_per_call(), 524_288);
+        assert_eq!(w.calls_per_step(l.layers), 160);
+        w.seq = 1;
+        assert_eq!(w, TpTraffic::worked_example());
+        assert_eq!(
+            w.wire_bytes_per_step(l.layers, RingFactor::Limit),
+            160.0 * 1024.0 * 1024.0
+        );
+    }
+}

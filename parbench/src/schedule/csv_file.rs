@@ -1,0 +1,184 @@
+//! PyTorch pipelining's compute-only CSV: no header, row `r` is rank `r`'s
+//! actions in order, one action per cell in the text form (`0F0`, `1I3`).
+//! An empty cell (what Python's csv writer makes of `None`) is an idle
+//! step; a cell reading `None` is taken the same way. Rows may differ in
+//! length.
+//!
+//! The file carries no stage-to-rank map: as PyTorch does, it is inferred
+//! from which rank runs each stage's actions, and the number of stages and
+//! microbatches from the largest indices seen.
+
+use super::{Action, Schedule, ScheduleError};
+use std::path::Path;
+
+/// Reads a compute-only CSV schedule from `path`.
+pub fn load_csv(path: &Path) -> Result<Schedule, ScheduleError> {
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|source| ScheduleError::Io {
+        path: shown.clone(),
+        source,
+    })?;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| shown.clone());
+    parse_csv(&text, &shown, &format!("csv:{name}"))
+}
+
+/// Parses compute-only CSV text; `origin` names the source in errors,
+/// `name` becomes the schedule's name.
+pub fn parse_csv(text: &str, origin: &str, name: &str) -> Result<Schedule, ScheduleError> {
+    let parse_err = |detail: String| ScheduleError::Parse {
+        path: origin.to_string(),
+        detail,
+    };
+    let mut reader = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .trim(csv::Trim::All)
+        .from_reader(text.as_bytes());
+    let mut actions: Vec<Vec<Option<Action>>> = Vec::new();
+    for (line, rec) in reader.records().enumerate() {
+        let rec = rec.map_err(|e| parse_err(format!("line {}: {e}", line + 1)))?;
+        let mut row = Vec::with_capacity(rec.len());
+        for (col, cell) in rec.iter().enumerate() {
+            if cell.is_empty() || cell == "None" {
+                row.push(None);
+                continue;
+            }
+            let a: Action = cell.parse().map_err(|e: String| {
+                parse_err(format!("line {}, cell {}: {e}", line + 1, col + 1))
+            })?;
+            row.push(Some(a));
+        }
+        actions.push(row);
+    }
+    // A trailing all-empty row is an artefact of editors, not a rank.
+    while actions
+        .last()
+        .is_some_and(|r| r.iter().all(Option::is_none))
+    {
+        actions.pop();
+    }
+    if actions.is_empty() {
+        return Err(parse_err("no actions: expected one row per rank".into()));
+    }
+    let all = || actions.iter().flatten().flatten();
+    let num_stages = all().map(|a| a.stage + 1).max().unwrap_or(0);
+    let microbatches = all().map(|a| a.mb + 1).max().unwrap_or(0);
+    let mut stage_to_rank: Vec<Option<usize>> = vec![None; num_stages];
+    for (r, row) in actions.iter().enumerate() {
+        for a in row.iter().flatten() {
+            match stage_to_rank[a.stage] {
+                None => stage_to_rank[a.stage] = Some(r),
+                Some(owner) if owner != r => {
+                    return Err(parse_err(format!(
+                        "stage {} appears on rank {owner} and on rank {r} ({a}); a stage lives on one rank",
+                        a.stage
+                    )))
+                }
+                Some(_) => {}
+            }
+        }
+    }
+    let stage_to_rank = stage_to_rank
+        .into_iter()
+        .enumerate()
+        .map(|(s, r)| r.ok_or_else(|| parse_err(format!("stage {s} has no actions on any rank"))))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Schedule {
+        name: name.to_string(),
+        num_stages,
+        microbatches,
+        stage_to_rank,
+        actions,
+    })
+}
+
+/// The compute-only CSV text of a schedule (idle steps as empty cells).
+pub fn to_csv(s: &Schedule) -> String {
+    let mut out = String::new();
+    for row in &s.actions {
+        let cells: Vec<String> = row
+            .iter()
+            .map(|a| a.map(|a| a.to_string()).unwrap_or_default())
+            .collect();
+        out.push_str(&cells.join(","));
+        out.push_str("\r\n");
+    }
+    out
+}
+
+/// Writes the schedule to `path` as compute-only CSV, atomically.
+pub fn save_csv(s: &Schedule, path: &Path) -> Result<(), ScheduleError> {
+    crate::results::write_atomic(path, to_csv(s).as_bytes()).map_err(|e| ScheduleError::Io {
+        path: path.display().to_string(),
+        source: std::io::Error::other(e.to_string()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{generate, validate, ScheduleKind};
+    use super::*;
+
+    #[test]
+    fn generated_schedules_round_trip() {
+        for kind in ScheduleKind::ALL {
+            let v = if kind == ScheduleKind::Interleaved {
+                2
+            } else {
+                1
+            };
+            let s = generate(kind, 3, 6, v).unwrap();
+            let back = parse_csv(&to_csv(&s), "mem", &s.name).unwrap();
+            assert_eq!(back, s, "{kind}");
+        }
+    }
+
+    #[test]
+    fn reads_torch_files_with_empty_cells_and_none() {
+        // As Python's csv.writer leaves it: CRLF, empty cells for None.
+        let text = "0F0,0F1,,0B0,0B1\r\n1F0,None,1F1,1B0,1B1\r\n";
+        let s = parse_csv(text, "mem", "t").unwrap();
+        assert_eq!(s.num_stages, 2);
+        assert_eq!(s.microbatches, 2);
+        assert_eq!(s.stage_to_rank, vec![0, 1]);
+        assert_eq!(s.actions[0][2], None);
+        assert_eq!(s.actions[1][1], None);
+        validate(&s).unwrap();
+    }
+
+    #[test]
+    fn save_and_load_through_a_file() {
+        let dir = std::env::temp_dir().join(format!("parbench-sched-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("zb.csv");
+        let s = generate(ScheduleKind::ZbH1, 2, 4, 1).unwrap();
+        save_csv(&s, &path).unwrap();
+        let back = load_csv(&path).unwrap();
+        assert_eq!(back.actions, s.actions);
+        assert_eq!(back.name, "csv:zb.csv");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn bad_cells_name_line_and_cell() {
+        let e = parse_csv("0F0,0B0\n1F0,1X0\n", "f.csv", "t")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("f.csv: line 2, cell 2: invalid action '1X0'"),
+            "{e}"
+        );
+        let e = parse_csv("0F0,0B0\n0F1,0B1\n", "f.csv", "t")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("stage 0 appears on rank 0 and on rank 1"), "{e}");
+        let e = parse_csv("1F0,1B0\n", "f.csv", "t")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("stage 0 has no actions"), "{e}");
+        assert!(parse_csv("\n", "f.csv", "t").is_err());
+    }
+}

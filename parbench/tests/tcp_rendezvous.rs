@@ -1,0 +1,149 @@
+//! Strangers at the door: while a job is forming, connections to the
+//! rendezvous port and to a rank's data port send garbage, wrong tokens,
+//! absurd lengths or nothing at all. The job must still form and finish.
+
+mod tcp_support;
+
+use parbench::comm::tcp;
+use parbench::comm::{RecvInto, Transport};
+use parbench::launch::store::StoreClient;
+use parbench::launch::Store;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+use tcp_support::{job, pattern, wait_all, worker};
+
+const TOKEN: &str = "the-right-token";
+
+/// Writes `junk` and expects the other side to close the connection.
+fn refused(addr: &str, junk: &[u8]) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    let _ = s.write_all(junk);
+    s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    let mut buf = [0u8; 64];
+    match s.read(&mut buf) {
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) =>
+        {
+            panic!("{addr}: a stranger's connection was left open")
+        }
+        Ok(0) | Err(_) => {}
+        Ok(n) => {
+            // The store answers a wrong token with one refusal, then closes.
+            assert!(
+                buf[..n].windows(5).any(|w| w == b"wrong"),
+                "{addr}: unexpected answer {:?}",
+                &buf[..n]
+            );
+        }
+    }
+}
+
+fn handshake(world: u32, from: u32, to: u32, token: &[u8], claimed_len: u16) -> Vec<u8> {
+    let mut h = b"PBTCPv01".to_vec();
+    for v in [world, from, to] {
+        h.extend_from_slice(&v.to_le_bytes());
+    }
+    h.extend_from_slice(&claimed_len.to_le_bytes());
+    h.extend_from_slice(token);
+    h
+}
+
+#[test]
+fn strangers_on_the_rendezvous_and_data_ports_do_not_stop_the_job() {
+    let name = "strangers_on_the_rendezvous_and_data_ports_do_not_stop_the_job";
+    if let Some(info) = worker(name) {
+        if info.rank == 2 {
+            // Rank 2 joins only when the strangers are done, so that rank 1
+            // is still accepting connections while they call.
+            let mut store = Store::join(&info, Duration::from_secs(30)).unwrap();
+            store
+                .get("test/go", Instant::now() + Duration::from_secs(30))
+                .unwrap();
+        }
+        let mut t = tcp::connect(&info, Duration::from_secs(30)).unwrap();
+        let (rank, world) = (t.rank(), t.world());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        for to in (0..world).filter(|&p| p != rank) {
+            t.send(to, &pattern(rank, to, 1000), deadline).unwrap();
+        }
+        for from in (0..world).filter(|&p| p != rank) {
+            let mut got = vec![0u8; 1000];
+            t.recv(from, RecvInto::Copy(&mut got), deadline).unwrap();
+            assert_eq!(got, pattern(from, rank, 1000));
+        }
+        if rank == 0 {
+            // Keep the store up until the strangers are done with it.
+            t.store().get("test/done", deadline).unwrap();
+        }
+        return;
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut children = job(name, 3)
+        .env("MASTER_PORT", port.to_string())
+        .env("PARBENCH_JOB_TOKEN", TOKEN)
+        .start()
+        .unwrap();
+    let store = format!("127.0.0.1:{port}");
+    let until = Instant::now() + Duration::from_secs(20);
+    // Wait for rank 0's store, holding one silent connection open all along.
+    let _silent = loop {
+        match TcpStream::connect(&store) {
+            Ok(s) => break s,
+            Err(_) if Instant::now() < until => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => panic!("store never came up: {e}"),
+        }
+    };
+    // With the right token, find rank 1's data port and knock on it while
+    // rank 1 is still accepting (rank 2 waits for "test/go").
+    let mut client = StoreClient::connect(&store, TOKEN, 9, until).unwrap();
+    let data = String::from_utf8(client.get("parbench/tcp/addr/1", until).unwrap()).unwrap();
+    let _silent_data = TcpStream::connect(&data).unwrap();
+    let mut knocks: Vec<(String, Vec<u8>)> = vec![
+        (data.clone(), b"hello there, I am not a rank".to_vec()),
+        (data.clone(), handshake(3, 0, 1, b"wrong-token-abc", 15)),
+        (data.clone(), handshake(3, 0, 1, b"", u16::MAX)), // absurd token length
+        (
+            data.clone(),
+            handshake(3, 2, 1, TOKEN.as_bytes(), TOKEN.len() as u16),
+        ), // rank 2 never connects down
+        (
+            data.clone(),
+            handshake(7, 0, 1, TOKEN.as_bytes(), TOKEN.len() as u16),
+        ), // another world size
+        (store.clone(), u32::MAX.to_le_bytes().to_vec()),  // absurd length
+        (
+            store.clone(),
+            b"\x10\x00\x00\x00GET / HTTP/1.1\r\n\r\n".to_vec(),
+        ), // not a greeting
+        (store.clone(), vec![9, 0, 0, 0, b'P', b'B', b'S']), // half a frame, then silence
+    ];
+    let threads: Vec<_> = knocks
+        .drain(..)
+        .map(|(a, j)| std::thread::spawn(move || refused(&a, &j)))
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let wrong = StoreClient::connect(
+        &store,
+        "wrong-token",
+        9,
+        Instant::now() + Duration::from_secs(10),
+    );
+    assert!(wrong.is_err());
+    client.put("test/go", b"", until).unwrap();
+    client.put("test/done", b"", until).unwrap();
+
+    let status = wait_all(&mut children, 40);
+    for (r, s) in status.iter().enumerate() {
+        assert!(s.is_some_and(|s| s.success()), "rank {r}: {status:?}");
+    }
+}

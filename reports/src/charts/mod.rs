@@ -1,0 +1,193 @@
+//! Charts as inline SVG, drawn with plotters' SVG backend: no scripts, no
+//! fonts to fetch, readable in any browser and in a printed page.
+//!
+//! Each chart keeps its legend in a column at its right so that no legend
+//! covers data; every text plotters writes is escaped by plotters itself.
+
+mod bars;
+mod line;
+mod timeline;
+
+pub use bars::{stacked_bars, BarStack, Bars};
+pub use line::{line_chart, Axis, LineChart, LineStyle, Marker, Series};
+pub use timeline::{timeline_chart, TimelineChart};
+
+use plotters::prelude::*;
+
+/// The colours of series, in order (Tableau 10: distinct, print-safe).
+pub const PALETTE: [RGBColor; 10] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
+    RGBColor(23, 190, 207),
+];
+
+/// The `i`th colour of the palette (wrapping).
+pub fn color(i: usize) -> RGBColor {
+    PALETTE[i % PALETTE.len()]
+}
+
+/// Width of the legend column at the right of each chart, pixels.
+pub const LEGEND_W: u32 = 300;
+const FONT: &str = "sans-serif";
+
+/// One line of a legend: a sample of the line or marker and its label.
+pub(crate) struct LegendEntry {
+    pub label: String,
+    pub color: RGBColor,
+    pub line: LineStyle,
+    pub marker: Marker,
+    /// Draw a filled box instead of a line sample (bars, timeline slices).
+    pub swatch: bool,
+}
+
+/// Draws `entries` top-down in `area` (the legend column), cutting labels
+/// that would not fit.
+pub(crate) fn draw_legend(
+    area: &DrawingArea<SVGBackend, plotters::coord::Shift>,
+    title: &str,
+    entries: &[LegendEntry],
+) -> Result<(), String> {
+    let err = |e: DrawingAreaErrorKind<std::io::Error>| e.to_string();
+    let text = TextStyle::from((FONT, 16).into_font()).color(&BLACK);
+    let mut y = 46;
+    if !title.is_empty() {
+        area.draw(&Text::new(
+            title.to_string(),
+            (8, y - 18),
+            TextStyle::from((FONT, 16).into_font().style(FontStyle::Bold)).color(&BLACK),
+        ))
+        .map_err(err)?;
+    }
+    for e in entries {
+        let (x0, x1, ym) = (8, 38, y + 6);
+        if e.swatch {
+            area.draw(&Rectangle::new(
+                [(x0 + 6, y), (x1 - 6, y + 12)],
+                e.color.filled(),
+            ))
+            .map_err(err)?;
+        } else {
+            let style = e.color.stroke_width(2);
+            match e.line {
+                LineStyle::Solid => area
+                    .draw(&PathElement::new(vec![(x0, ym), (x1, ym)], style))
+                    .map_err(err)?,
+                LineStyle::Dashed => {
+                    for (a, b) in [(x0, x0 + 7), (x0 + 11, x0 + 18), (x0 + 22, x1)] {
+                        area.draw(&PathElement::new(vec![(a, ym), (b, ym)], style))
+                            .map_err(err)?;
+                    }
+                }
+                LineStyle::Dotted => {
+                    for a in (x0..x1).step_by(5) {
+                        area.draw(&PathElement::new(vec![(a, ym), (a + 2, ym)], style))
+                            .map_err(err)?;
+                    }
+                }
+                LineStyle::None => {}
+            }
+            line::draw_marker_px(area, e.marker, ((x0 + x1) / 2, ym), e.color).map_err(err)?;
+        }
+        let mut label = e.label.clone();
+        if label.chars().count() > 33 {
+            label = label.chars().take(32).collect::<String>() + "…";
+        }
+        area.draw(&Text::new(label, (x1 + 8, y), text.clone()))
+            .map_err(err)?;
+        y += 22;
+    }
+    Ok(())
+}
+
+/// Pixel height a legend of `n` entries needs.
+pub(crate) fn legend_height(n: usize) -> u32 {
+    70 + 22 * n as u32
+}
+
+/// Key points for a log2 axis from 2^lo to 2^hi: both ends and the powers
+/// between them at a step that keeps about ten labels.
+pub(crate) fn log2_key_points(lo: f64, hi: f64) -> Vec<f64> {
+    let (lo_i, hi_i) = (lo.ceil() as i64, hi.floor() as i64);
+    let span = (hi_i - lo_i).max(0);
+    let step = [1, 2, 5, 10]
+        .into_iter()
+        .find(|s| span / s <= 11)
+        .unwrap_or(10);
+    let mut pts: Vec<f64> = vec![lo_i as f64];
+    let mut k = lo_i + 1;
+    while k < hi_i {
+        if k % step == 0 && k - lo_i >= step.min(2) && hi_i - k >= step.min(2) {
+            pts.push(k as f64);
+        }
+        k += 1;
+    }
+    if hi_i > lo_i {
+        pts.push(hi_i as f64);
+    }
+    pts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log2_labels_cover_the_range() {
+        let pts = log2_key_points(3.0, 26.0);
+        assert_eq!(pts.first(), Some(&3.0));
+        assert_eq!(pts.last(), Some(&26.0));
+        assert!(pts.contains(&10.0) && pts.contains(&20.0), "{pts:?}");
+        assert!(pts.len() <= 14, "{pts:?}");
+        assert_eq!(
+            log2_key_points(0.0, 5.0),
+            vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+        );
+    }
+}
+
+/// A linear f64 axis whose ticks are exactly the given key points (plotters'
+/// own `with_key_points` lacks the formatter bound that `configure_mesh`
+/// needs on f64 axes).
+#[derive(Clone, Debug)]
+pub(crate) struct Keyed {
+    lo: f64,
+    hi: f64,
+    keys: Vec<f64>,
+}
+
+impl Keyed {
+    /// The range lo..hi (widened to lo..lo+1 when empty) ticked at `keys`.
+    pub(crate) fn new(lo: f64, hi: f64, keys: Vec<f64>) -> Self {
+        let hi = if hi > lo { hi } else { lo + 1.0 };
+        Keyed { lo, hi, keys }
+    }
+}
+
+impl plotters::coord::ranged1d::Ranged for Keyed {
+    type FormatOption = plotters::coord::ranged1d::DefaultFormatting;
+    type ValueType = f64;
+
+    fn map(&self, value: &f64, limit: (i32, i32)) -> i32 {
+        let f = (value - self.lo) / (self.hi - self.lo);
+        limit.0 + (f * (limit.1 - limit.0) as f64).round() as i32
+    }
+
+    fn key_points<Hint: plotters::coord::ranged1d::KeyPointHint>(&self, hint: Hint) -> Vec<f64> {
+        if hint.weight().allow_light_points() {
+            Vec::new()
+        } else {
+            self.keys.clone()
+        }
+    }
+
+    fn range(&self) -> std::ops::Range<f64> {
+        self.lo..self.hi
+    }
+}

@@ -1,0 +1,217 @@
+//! The pipeline section: the bubble against the number of microbatches per
+//! schedule (measured end to end, simulated from the measured per-action
+//! costs, and the closed form), the run table, and each run's timeline.
+
+use super::page::{self, num, text, Cell, CHART_H, CHART_W};
+use crate::charts::{self, Axis, LineChart, LineStyle, Marker, Series, TimelineChart};
+use crate::load::Source;
+use crate::units;
+use parbench::results::PipelineRow;
+use std::collections::BTreeMap;
+
+/// Timelines drawn per report at most; a sweep can record hundreds.
+const MAX_TIMELINES: usize = 40;
+
+fn schedule_name(r: &PipelineRow) -> String {
+    if r.chunks > 1 {
+        format!("{} v={}", r.schedule, r.chunks)
+    } else {
+        r.schedule.clone()
+    }
+}
+
+fn group_name(source: &str, r: &PipelineRow) -> String {
+    format!(
+        "{source}: {}/{} {} stages, work {}, layers {}, hidden {}, microbatch size {}",
+        r.backend, r.wire, r.stages, r.work, r.stage_layers, r.hidden, r.microbatch_size
+    )
+}
+
+fn bubble_chart(rows: &[&PipelineRow]) -> LineChart {
+    let mut by_schedule: BTreeMap<String, Vec<&PipelineRow>> = BTreeMap::new();
+    for r in rows {
+        by_schedule.entry(schedule_name(r)).or_default().push(r);
+    }
+    let mut series = Vec::new();
+    for (i, (name, mut rs)) in by_schedule.into_iter().enumerate() {
+        rs.sort_by_key(|r| r.microbatches);
+        let pts = |f: fn(&PipelineRow) -> f64| -> Vec<(f64, f64)> {
+            rs.iter()
+                .map(|r| (r.microbatches as f64, f(r)))
+                .filter(|p| p.1.is_finite())
+                .collect()
+        };
+        series.push(Series {
+            label: format!("{name} measured"),
+            color: i,
+            line: LineStyle::Solid,
+            marker: Marker::Circle,
+            points: pts(|r| r.bubble_measured),
+        });
+        series.push(Series {
+            label: format!("{name} simulated"),
+            color: i,
+            line: LineStyle::Dashed,
+            marker: Marker::Square,
+            points: pts(|r| r.bubble_simulated),
+        });
+        series.push(Series {
+            label: format!("{name} closed form"),
+            color: i,
+            line: LineStyle::Dotted,
+            marker: Marker::None,
+            points: pts(|r| r.bubble_formula),
+        });
+    }
+    LineChart {
+        title: "bubble: idle share of the step against microbatches".into(),
+        x_desc: "microbatches per step (log2)".into(),
+        y_desc: "idle time / (ranks x step time)".into(),
+        x: Axis::Log2Count,
+        y: Axis::Fraction,
+        series,
+        legend_title: String::new(),
+    }
+}
+
+fn run_table(rows: &[&PipelineRow]) -> String {
+    let cells: Vec<Vec<Cell>> = rows
+        .iter()
+        .map(|r| {
+            vec![
+                text(schedule_name(r)),
+                num(r.stages.to_string()),
+                num(r.microbatches.to_string()),
+                num(units::micros(r.step_us)),
+                num(format!(
+                    "{} .. {}",
+                    units::micros(r.step_min_us),
+                    units::micros(r.step_max_us)
+                )),
+                num(units::percent(r.bubble_measured)),
+                num(units::percent(r.bubble_simulated)),
+                num(units::percent(r.bubble_formula)),
+                num(format!(
+                    "{:+.1} pt",
+                    (r.bubble_measured - r.bubble_simulated) * 100.0
+                )),
+                num(format!(
+                    "{} ({})",
+                    r.peak_activations,
+                    units::bytes(r.peak_activation_bytes as f64)
+                )),
+                num(r.expected_peak_activations.to_string()),
+                if r.grad_max_err.is_finite() && r.grad_max_err < 1e-2 {
+                    num(format!("{:.1e}", r.grad_max_err))
+                } else {
+                    Cell::Bad(format!("{:.1e}", r.grad_max_err))
+                },
+            ]
+        })
+        .collect();
+    page::table(
+        &[
+            "schedule",
+            "stages",
+            "microbatches",
+            "step",
+            "step min .. max",
+            "bubble measured",
+            "simulated",
+            "closed form",
+            "measured - simulated",
+            "peak activations (bytes)",
+            "expected peak",
+            "gradient error",
+        ],
+        &cells,
+    )
+}
+
+fn timelines(sources: &[Source]) -> String {
+    let mut out = String::new();
+    let mut drawn = 0;
+    let mut total = 0;
+    for s in sources {
+        for (file, tl) in &s.timelines {
+            let rows: Vec<&PipelineRow> = s
+                .pipeline
+                .iter()
+                .filter(|r| r.timeline.trim() == file)
+                .collect();
+            for (k, run) in tl.runs.iter().enumerate() {
+                total += 1;
+                if drawn >= MAX_TIMELINES {
+                    continue;
+                }
+                drawn += 1;
+                let title = match (rows.as_slice(), tl.runs.len()) {
+                    ([r], 1) => format!(
+                        "{}: {} S={} M={} step {}",
+                        s.label,
+                        schedule_name(r),
+                        r.stages,
+                        r.microbatches,
+                        units::micros(r.step_us)
+                    ),
+                    _ => format!("{}: {} ({file})", s.label, run.title),
+                };
+                out.push_str(&page::figure(
+                    &format!("timeline-{}-{file}-{k}", s.label),
+                    charts::timeline_chart(
+                        &TimelineChart {
+                            title: title.clone(),
+                            lanes: &run.lanes,
+                        },
+                        CHART_W,
+                    ),
+                    &format!("{title}: each rank's actions from {file}; grey waits and white gaps are the bubble."),
+                ));
+            }
+        }
+    }
+    if total == 0 {
+        return page::empty("No timelines: the pipeline rows name no timeline file.");
+    }
+    if drawn < total {
+        out.push_str(&page::note(&format!(
+            "{drawn} of {total} timelines drawn; open the timeline-*.json files in Perfetto (ui.perfetto.dev) for the others."
+        )));
+    }
+    out
+}
+
+/// The section's HTML.
+pub fn section(sources: &[Source]) -> String {
+    let mut groups: BTreeMap<String, Vec<&PipelineRow>> = BTreeMap::new();
+    for s in sources {
+        for r in &s.pipeline {
+            groups.entry(group_name(&s.label, r)).or_default().push(r);
+        }
+    }
+    if groups.is_empty() {
+        return page::section(
+            "pipeline",
+            "Pipeline schedules",
+            &page::empty("No pipeline measurements in these results folders (no pipeline.csv rows). Run bench-pipeline --out DIR to add them."),
+        );
+    }
+    let mut body = page::note(
+        "The bubble is the idle share of the step, measured end to end: each rank's idle time over ranks x step time. Beside it, the simulator's prediction from the measured per-action costs, and the closed form for equal stages and free communication ((S-1)/(S+M-1) for GPipe and 1F1B, 1/v of that bubble time for interleaved, (S-1)(T_F+T_B-T_W) for ZB-H1).",
+    );
+    for (i, (name, mut rows)) in groups.into_iter().enumerate() {
+        rows.sort_by(|a, b| {
+            (schedule_name(a), a.microbatches).cmp(&(schedule_name(b), b.microbatches))
+        });
+        body.push_str(&page::h3(&name));
+        body.push_str(&page::figure(
+            &format!("bubble-{i}"),
+            charts::line_chart(&bubble_chart(&rows), CHART_W, CHART_H),
+            &format!("{name}: bubble against microbatches per schedule."),
+        ));
+        body.push_str(&run_table(&rows));
+    }
+    body.push_str(&page::h3("Timelines"));
+    body.push_str(&timelines(sources));
+    page::section("pipeline", "Pipeline schedules", &body)
+}

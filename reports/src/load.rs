@@ -1,0 +1,176 @@
+//! Reading results folders. Every error names the file and, where the file
+//! has lines, the line: a report built on a half-read folder would mislead.
+
+use anyhow::{anyhow, bail, Context, Result};
+use parbench::results::{
+    read_rows, read_runs, CollectiveRow, LayerRow, PipelineRow, Record, RunMeta, SCHEMA_VERSION,
+};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::timeline::{read_timeline, Timeline};
+
+/// One results folder: its rows, its runs, and (when asked) its timelines.
+#[derive(Debug)]
+pub struct Source {
+    /// The folder as given on the command line.
+    pub dir: PathBuf,
+    /// A short name for the folder, unique among the folders of one report.
+    pub label: String,
+    pub collectives: Vec<CollectiveRow>,
+    pub layers: Vec<LayerRow>,
+    pub pipeline: Vec<PipelineRow>,
+    pub runs: Vec<RunMeta>,
+    /// Timeline file name (as a pipeline row names it) to its trace.
+    pub timelines: BTreeMap<String, Timeline>,
+}
+
+/// Rows of `dir/R::FILE`, empty when the file does not exist; a row of another
+/// schema version is an error naming its line.
+fn rows_of<R: Record>(dir: &Path, schema: impl Fn(&R) -> u32) -> Result<Vec<R>> {
+    let path = dir.join(R::FILE);
+    if !path.exists() {
+        return Ok(Vec::new());
+    }
+    // The writers put the header and rows in place in one rename: an empty
+    // file was cut short by something else, not written by a bench.
+    if std::fs::metadata(&path)
+        .map(|m| m.len() == 0)
+        .unwrap_or(false)
+    {
+        bail!(
+            "{}:1: empty file, not even a header (truncated?)",
+            path.display()
+        );
+    }
+    let rows: Vec<R> = read_rows(&path)?;
+    for (i, r) in rows.iter().enumerate() {
+        let v = schema(r);
+        if v != SCHEMA_VERSION {
+            bail!(
+                "{}:{}: schema version {v}, this report reads version {SCHEMA_VERSION}",
+                path.display(),
+                i + 2
+            );
+        }
+    }
+    Ok(rows)
+}
+
+/// Loads the CSV records and run.json of `dir`. A folder that does not exist
+/// or holds no record file is an error; `with_timelines` also reads every
+/// timeline the pipeline rows name (a named but missing file is an error that
+/// names the row's line).
+pub fn load_source(dir: &Path, with_timelines: bool) -> Result<Source> {
+    if !dir.is_dir() {
+        bail!("{}: no such results folder", dir.display());
+    }
+    let collectives = rows_of::<CollectiveRow>(dir, |r| r.schema)?;
+    let layers = rows_of::<LayerRow>(dir, |r| r.schema)?;
+    let pipeline = rows_of::<PipelineRow>(dir, |r| r.schema)?;
+    let runs = read_runs(dir)?;
+    let any_file = [CollectiveRow::FILE, LayerRow::FILE, PipelineRow::FILE]
+        .iter()
+        .any(|f| dir.join(f).exists());
+    if !any_file {
+        bail!(
+            "{}: no records (expected collectives.csv, layers.csv or pipeline.csv)",
+            dir.display()
+        );
+    }
+    let mut timelines = BTreeMap::new();
+    if with_timelines {
+        for (i, row) in pipeline.iter().enumerate() {
+            let name = row.timeline.trim();
+            if name.is_empty() || timelines.contains_key(name) {
+                continue;
+            }
+            let path = dir.join(name);
+            if !path.is_file() {
+                bail!(
+                    "{}:{}: names timeline {}, which does not exist",
+                    dir.join(PipelineRow::FILE).display(),
+                    i + 2,
+                    path.display()
+                );
+            }
+            timelines.insert(name.to_string(), read_timeline(&path)?);
+        }
+    }
+    Ok(Source {
+        dir: dir.to_path_buf(),
+        label: String::new(),
+        collectives,
+        layers,
+        pipeline,
+        runs,
+        timelines,
+    })
+}
+
+/// Loads every folder and gives each a short label: its last path component,
+/// made unique by adding parents where two folders share a name.
+pub fn load_sources(dirs: &[PathBuf], with_timelines: bool) -> Result<Vec<Source>> {
+    if dirs.is_empty() {
+        return Err(anyhow!("no results folder given"));
+    }
+    let mut sources = dirs
+        .iter()
+        .map(|d| load_source(d, with_timelines))
+        .collect::<Result<Vec<_>>>()?;
+    let labels = unique_labels(dirs);
+    for (s, l) in sources.iter_mut().zip(labels) {
+        s.label = l;
+    }
+    Ok(sources)
+}
+
+fn unique_labels(dirs: &[PathBuf]) -> Vec<String> {
+    let tail = |d: &Path, n: usize| -> String {
+        let parts: Vec<String> = d
+            .components()
+            .filter(|c| !matches!(c, std::path::Component::CurDir))
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .collect();
+        let start = parts.len().saturating_sub(n);
+        let joined = parts[start..].join("/");
+        if joined.is_empty() {
+            d.display().to_string()
+        } else {
+            joined
+        }
+    };
+    for depth in 1..=8 {
+        let labels: Vec<String> = dirs.iter().map(|d| tail(d, depth)).collect();
+        let mut seen = std::collections::BTreeSet::new();
+        if labels.iter().all(|l| seen.insert(l.clone())) {
+            return labels;
+        }
+    }
+    dirs.iter()
+        .enumerate()
+        .map(|(i, d)| format!("{} #{}", d.display(), i + 1))
+        .collect()
+}
+
+/// Reads a file's text, naming it in the error.
+pub fn read_text(path: &Path) -> Result<String> {
+    std::fs::read_to_string(path).with_context(|| path.display().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_are_unique() {
+        let dirs = [
+            PathBuf::from("a/x/shm"),
+            PathBuf::from("b/x/shm"),
+            PathBuf::from("tcp"),
+        ];
+        assert_eq!(unique_labels(&dirs), ["a/x/shm", "b/x/shm", "tcp"]);
+        let dirs = [PathBuf::from("r/shm"), PathBuf::from("r/tcp")];
+        assert_eq!(unique_labels(&dirs), ["shm", "tcp"]);
+    }
+}

@@ -1,0 +1,181 @@
+//! The one place where `report` asks `parbench::model` for a figure: names
+//! from records and flags become the model's types here, and nothing in
+//! `report` computes a formula of its own.
+
+use parbench::comm::{Collective, DType};
+use parbench::model::{self, LinkParams, RingFactor, TpMode, TpTraffic};
+
+pub use parbench::model::presets::PRESETS;
+pub use parbench::model::{NETWORK_REFERENCE_GBPS, NVLINK_REFERENCE_GBPS};
+
+/// Bytes per element of a dtype name as records and flags spell it.
+pub fn dtype_bytes(dtype: &str) -> Option<u64> {
+    dtype.parse::<DType>().ok().map(|d| d.size() as u64)
+}
+
+/// nccl-tests' bus-bandwidth factor of a collective (by record name) on `world` ranks.
+pub fn busbw_factor(collective: &str, world: usize) -> Option<f64> {
+    let c: Collective = collective.parse().ok()?;
+    Some(model::busbw_factor(c, world))
+}
+
+/// An alpha-beta fit of one measured curve.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Fit {
+    /// Latency per message (per latency step of the algorithm), microseconds.
+    pub alpha_us: f64,
+    /// Bandwidth per link, GB/s; `None` when the sizes were too small to show it.
+    pub gbps: Option<f64>,
+    pub rms_rel_err: f64,
+    pub points: usize,
+    /// The fitted link, for predictions on other sizes and rank counts.
+    pub link: LinkParams,
+}
+
+/// Fits the (bytes, microseconds) points of `collective` run with `algo` on
+/// `world` ranks; the error says why no fit exists.
+pub fn fit(
+    collective: &str,
+    algo: &str,
+    world: usize,
+    points: &[(u64, f64)],
+) -> Result<Fit, String> {
+    let c: Collective = collective.parse()?;
+    let secs: Vec<(u64, f64)> = points.iter().map(|&(n, us)| (n, us * 1e-6)).collect();
+    let f = model::fit(c, algo, world, &secs).map_err(|e| e.to_string())?;
+    Ok(Fit {
+        alpha_us: f.alpha_us(),
+        gbps: f.bandwidth_gbps(),
+        rms_rel_err: f.rms_rel_err,
+        points: f.points,
+        link: f.link(),
+    })
+}
+
+/// A link with only a bandwidth (the reference wires of the worked example).
+pub fn bandwidth_link(gbps: f64) -> LinkParams {
+    LinkParams::from_gbps_us(gbps, 0.0)
+}
+
+/// The algorithm to project a fitted link with: the measured one, or ring
+/// when the curve was measured with `auto` (whose fit is per call).
+pub fn projection_algo(measured: &str) -> &str {
+    if measured.eq_ignore_ascii_case("auto") {
+        "ring"
+    } else {
+        measured
+    }
+}
+
+/// The traffic of one layer of a model of hidden size `hidden`.
+pub fn tp_traffic(
+    tp: u64,
+    batch: u64,
+    seq: u64,
+    hidden: u64,
+    dtype_bytes: u64,
+    mode: TpMode,
+    sequence_parallel: bool,
+) -> TpTraffic {
+    TpTraffic {
+        tp,
+        batch,
+        seq,
+        hidden,
+        dtype_bytes,
+        mode,
+        sequence_parallel,
+    }
+}
+
+/// The worked example's traffic (TP 8, batch 32, hidden 8192, fp16, decode) and its layers (80).
+pub fn worked_example() -> (TpTraffic, u64) {
+    (TpTraffic::worked_example(), model::WORKED_EXAMPLE_LAYERS)
+}
+
+/// Communication time of one step through `layers` layers over `link` with
+/// `algo`, microseconds (alpha-beta of every collective call).
+pub fn comm_us_per_step(
+    traffic: &TpTraffic,
+    layers: u64,
+    algo: &str,
+    link: &LinkParams,
+) -> Option<f64> {
+    traffic
+        .comm_seconds_per_block(algo, link)
+        .map(|s| s * layers as f64 * 1e6)
+}
+
+/// Bytes each device sends per step through `layers` layers.
+pub fn wire_bytes_per_step(traffic: &TpTraffic, layers: u64, exact: bool) -> f64 {
+    traffic.wire_bytes_per_step(
+        layers,
+        if exact {
+            RingFactor::Exact
+        } else {
+            RingFactor::Limit
+        },
+    )
+}
+
+/// Ring factor of one all-reduce (or all-gather/reduce-scatter with
+/// sequence parallelism): exact, or the large-t limit.
+pub fn ring_factor(traffic: &TpTraffic, exact: bool) -> f64 {
+    let c = if traffic.sequence_parallel {
+        Collective::AllGather
+    } else {
+        Collective::AllReduce
+    };
+    traffic.ring_factor(
+        c,
+        if exact {
+            RingFactor::Exact
+        } else {
+            RingFactor::Limit
+        },
+    )
+}
+
+/// Seconds to move `bytes` at `gbps`, bandwidth only.
+pub fn transfer_us(bytes: f64, gbps: f64) -> f64 {
+    model::transfer_seconds(bytes, gbps) * 1e6
+}
+
+/// Idle share of a GPipe/1F1B step: (S-1)/(S+M-1).
+pub fn bubble_of_step(stages: usize, microbatches: usize) -> Option<f64> {
+    model::bubble_fraction_of_step(stages as u64, microbatches as u64)
+}
+
+/// Bubble over ideal time (Megatron's form): (S-1)/M.
+pub fn bubble_of_ideal(stages: usize, microbatches: usize) -> Option<f64> {
+    model::bubble_fraction_of_ideal(stages as u64, microbatches as u64)
+}
+
+/// Idle share of an interleaved 1F1B step with `chunks` per rank.
+pub fn bubble_of_step_interleaved(
+    stages: usize,
+    microbatches: usize,
+    chunks: usize,
+) -> Option<f64> {
+    model::bubble::interleaved_bubble_fraction_of_step(
+        stages as u64,
+        microbatches as u64,
+        chunks as u64,
+    )
+}
+
+/// The fewest microbatches that keep a pipeline of `stages` (with `chunks`
+/// per rank) busy at least `busy` of the step.
+pub fn microbatches_for_busy(stages: usize, chunks: usize, busy: f64) -> Option<u64> {
+    model::microbatches_for_utilisation(stages as u64, chunks as u64, busy)
+}
+
+/// The mode named on the command line.
+pub fn tp_mode(name: &str) -> Option<TpMode> {
+    match name {
+        "decode" => Some(TpMode::Decode),
+        "prefill" | "forward" => Some(TpMode::Prefill),
+        "train" => Some(TpMode::Train),
+        _ => None,
+    }
+}

@@ -1,0 +1,230 @@
+//! `report html`: the page holds every chart and section, escapes what
+//! records say, and renders in headless Chromium (screenshot saved).
+
+mod common;
+use common::*;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Charts the fixtures must give: collectives 2 per collective (all_reduce
+/// over shm, tcp and escape; all_gather over shm) = 4; layers 2 per block
+/// configuration (shm tiny, escape: stacked, and communication alone) = 4;
+/// pipeline one bubble chart and 12 timelines (gpipe, 1f1b, zb-h1 at
+/// M = 1, 2, 4, 8); capacity 1.
+const CHARTS: usize = 4 + 4 + 1 + 12 + 1;
+
+fn render(name: &str) -> (PathBuf, String) {
+    let out = scratch(name).join("report.html");
+    let dirs = [fixture("shm"), fixture("tcp"), fixture("escape")];
+    let mut args = vec!["html".to_string()];
+    args.extend(dirs.iter().map(|d| d.display().to_string()));
+    args.extend(["-o".into(), out.display().to_string()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let o = report(&args);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let html = std::fs::read_to_string(&out).unwrap();
+    (out, html)
+}
+
+#[test]
+fn every_section_and_chart_is_there() {
+    let (_, html) = render("sections");
+    for id in [
+        "summary",
+        "collectives",
+        "layers",
+        "pipeline",
+        "capacity",
+        "runs",
+    ] {
+        assert!(
+            html.contains(&format!("<section id=\"{id}\">")),
+            "section {id}"
+        );
+    }
+    assert_eq!(html.matches("<svg").count(), CHARTS);
+    assert_eq!(html.matches("<figure class=\"chart\"").count(), CHARTS);
+    for id in [
+        "busbw-all-reduce-float-sum",
+        "latency-all-reduce-float-sum",
+        "busbw-all-gather-float",
+        "bubble-0",
+        "capacity-chart",
+    ] {
+        assert!(html.contains(&format!("id=\"{id}\"")), "chart {id}");
+    }
+    // Readable size labels on the log2 axis.
+    for label in ["8 B", "1 KiB", "1 MiB"] {
+        assert!(html.contains(&format!(">\n{label}\n</text>")), "{label}");
+    }
+    // Self-contained: nothing fetched, no scripts.
+    // (the SVG namespace URI is a name, not a fetch)
+    for fetch in ["src=", "href=\"http", "url(", "@import"] {
+        assert!(!html.contains(fetch), "nothing fetched: {fetch}");
+    }
+    assert!(
+        !html.contains("<script"),
+        "no script element, escaped labels only"
+    );
+    assert!(!html.contains("<link"));
+}
+
+#[test]
+fn labels_from_records_are_escaped() {
+    let (_, html) = render("escape");
+    assert!(
+        html.contains("&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; co"),
+        "table cells"
+    );
+    // plotters escapes the chart texts its own way (&apos; or ').
+    assert!(html.contains("&lt;script&gt;alert("), "chart legends");
+    assert!(!html.contains("<script>"));
+    assert!(!html.contains(" & co"), "a bare ampersand");
+}
+
+#[test]
+fn empty_sections_say_so() {
+    let out = scratch("only-tcp").join("r.html");
+    let o = report(&[
+        "html",
+        fixture("tcp").to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let html = std::fs::read_to_string(&out).unwrap();
+    assert!(html.contains("No tensor-parallel layer measurements"));
+    assert!(html.contains("No pipeline measurements"));
+    // busbw + latency for all_reduce, and the capacity chart.
+    assert_eq!(html.matches("<svg").count(), 3);
+}
+
+#[test]
+fn an_existing_report_is_replaced_atomically() {
+    let dir = scratch("overwrite");
+    let out = dir.join("r.html");
+    std::fs::write(&out, "old").unwrap();
+    let o = report(&[
+        "html",
+        fixture("tcp").to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(std::fs::read_to_string(&out)
+        .unwrap()
+        .starts_with("<!DOCTYPE html>"));
+    let names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["r.html"], "no temporary file left");
+}
+
+/// Runs chromium with a deadline; None when it does not finish.
+fn chromium(args: &[String], deadline: Duration) -> Option<std::process::Output> {
+    let mut child = Command::new("/usr/bin/chromium")
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    let start = Instant::now();
+    let mut stdout = child.stdout.take()?;
+    let reader = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        std::io::Read::read_to_end(&mut stdout, &mut buf).ok();
+        buf
+    });
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            let out = reader.join().unwrap_or_default();
+            return Some(std::process::Output {
+                status,
+                stdout: out,
+                stderr: Vec::new(),
+            });
+        }
+        if start.elapsed() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn browser_args(profile: &Path) -> Vec<String> {
+    [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain([format!("--user-data-dir={}", profile.display())])
+    .collect()
+}
+
+#[test]
+fn renders_in_headless_chromium() {
+    if !Path::new("/usr/bin/chromium").exists() {
+        println!("SKIP renders_in_headless_chromium: /usr/bin/chromium is not installed (apt-get install chromium)");
+        return;
+    }
+    let (out, _) = render("chromium");
+    let url = format!("file://{}", out.display());
+    let dir = out.parent().unwrap();
+
+    // The DOM as the browser parsed it: every chart is an SVG element.
+    let mut args = browser_args(&dir.join("profile-dom"));
+    args.extend(["--dump-dom".to_string(), url.clone()]);
+    let dom =
+        chromium(&args, Duration::from_secs(60)).expect("chromium --dump-dom finished within 60 s");
+    let dom = String::from_utf8_lossy(&dom.stdout);
+    assert_eq!(
+        dom.matches("<svg").count(),
+        CHARTS,
+        "charts in the browser's DOM"
+    );
+    for id in [
+        "summary",
+        "collectives",
+        "layers",
+        "pipeline",
+        "capacity",
+        "runs",
+    ] {
+        assert!(
+            dom.contains(&format!("id=\"{id}\"")),
+            "section {id} in the DOM"
+        );
+    }
+    assert!(!dom.contains("<script"), "no script element in the DOM");
+
+    let png = Path::new(env!("CARGO_TARGET_TMPDIR")).join("report-screenshot.png");
+    let _ = std::fs::remove_file(&png);
+    let mut args = browser_args(&dir.join("profile-shot"));
+    args.extend([
+        format!("--screenshot={}", png.display()),
+        "--window-size=1400,4000".to_string(),
+        url,
+    ]);
+    chromium(&args, Duration::from_secs(60)).expect("chromium --screenshot finished within 60 s");
+    let bytes = std::fs::read(&png).expect("screenshot written");
+    assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n"), "a PNG");
+    assert!(
+        bytes.len() > 50_000,
+        "a page with content, not a blank one ({} bytes)",
+        bytes.len()
+    );
+    let _ = std::fs::remove_dir_all(dir.join("profile-dom"));
+    let _ = std::fs::remove_dir_all(dir.join("profile-shot"));
+    println!("screenshot: {}", png.display());
+}

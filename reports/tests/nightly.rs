@@ -1,0 +1,123 @@
+//! scripts/nightly.sh with stand-in bench binaries that copy fixture
+//! records: the first run makes the baseline, a later run is compared with
+//! it, a slowdown fails the night, a failing bench fails it too.
+
+mod common;
+use common::*;
+use parbench::results::{append_rows, read_rows, CollectiveRow};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// A folder of stand-ins for the three benches (each copies its suite's
+/// records from $STUB_SRC into --out and logs its arguments) and the real
+/// report binary.
+fn stub_bin(dir: &Path) -> PathBuf {
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    for (name, files) in [
+        ("bench-collectives", "collectives.csv run.json"),
+        ("bench-layers", "layers.csv"),
+        ("bench-pipeline", "pipeline.csv timeline-*.json"),
+    ] {
+        let script = format!(
+            "#!/bin/sh\necho \"$0 $*\" >> \"$STUB_LOG\"\n[ -n \"$STUB_FAIL\" ] && [ \"$STUB_FAIL\" = {name} ] && exit 2\nout=results\nwhile [ $# -gt 0 ]; do [ \"$1\" = --out ] && out=$2; shift; done\nmkdir -p \"$out\"\nfor f in {files}; do cp \"$STUB_SRC\"/$f \"$out\"/; done\n"
+        );
+        let path = bin.join(name);
+        std::fs::write(&path, script).unwrap();
+        Command::new("chmod")
+            .arg("755")
+            .arg(&path)
+            .status()
+            .unwrap();
+    }
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_report"), bin.join("report")).unwrap();
+    bin
+}
+
+fn nightly(dir: &Path, src: &Path, date: &str, fail: &str) -> (i32, String) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/nightly.sh");
+    let o = Command::new("bash")
+        .arg(&script)
+        .args(["--results", dir.join("results").to_str().unwrap()])
+        .env("PARBENCH_BIN", dir.join("bin"))
+        .env("PARBENCH_DATE", date)
+        .env("STUB_SRC", src)
+        .env("STUB_LOG", dir.join("log"))
+        .env("STUB_FAIL", fail)
+        .env_remove("GITHUB_STEP_SUMMARY")
+        .output()
+        .unwrap();
+    (
+        o.status.code().unwrap_or(-1),
+        format!("{}{}", stdout(&o), stderr(&o)),
+    )
+}
+
+#[test]
+fn baseline_then_compare_then_regression() {
+    let dir = scratch("nightly");
+    stub_bin(&dir);
+    let good = fixture("shm");
+
+    let (code, out) = nightly(&dir, &good, "2026-11-28", "");
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("becomes"),
+        "first run makes the baseline: {out}"
+    );
+    let results = dir.join("results");
+    assert!(results.join("baseline/collectives.csv").exists());
+    assert!(results.join("2026-11-28/report.html").exists());
+    let log = std::fs::read_to_string(dir.join("log")).unwrap();
+    assert!(
+        log.contains("bench-collectives all_reduce all_gather -b 8 -e 16M -f 4"),
+        "{log}"
+    );
+    assert!(
+        log.contains("--schedule gpipe,1f1b,interleaved,zb-h1"),
+        "{log}"
+    );
+
+    let (code, out) = nightly(&dir, &good, "2026-11-29", "");
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains(": 0 regressions"), "{out}");
+    assert!(results.join("2026-11-29/compare.md").exists());
+    let html = std::fs::read_to_string(results.join("2026-11-29/report.html")).unwrap();
+    assert!(
+        html.contains("baseline") && html.contains("2026-11-29"),
+        "both folders in the report"
+    );
+
+    // Tonight all_reduce is 20% slower.
+    let slow = copy_fixture("shm", "nightly-slow");
+    let path = slow.join("collectives.csv");
+    let mut rows: Vec<CollectiveRow> = read_rows(&path).unwrap();
+    for r in rows.iter_mut().filter(|r| r.collective == "all_reduce") {
+        for t in [
+            &mut r.time_us,
+            &mut r.time_min_us,
+            &mut r.time_max_us,
+            &mut r.p50_us,
+            &mut r.p99_us,
+        ] {
+            *t *= 1.2;
+        }
+        r.algbw_gbps /= 1.2;
+        r.busbw_gbps /= 1.2;
+    }
+    std::fs::remove_file(&path).unwrap();
+    append_rows(&slow, &rows).unwrap();
+    let (code, out) = nightly(&dir, &slow, "2026-11-30", "");
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("regression against"), "{out}");
+    assert!(
+        results.join("2026-11-30/report.html").exists(),
+        "report written even on a regression"
+    );
+
+    // The same date again gets its own folder, never the old one.
+    let (code, out) = nightly(&dir, &good, "2026-11-30", "bench-layers");
+    assert_eq!(code, 2, "a failing bench fails the night: {out}");
+    let runs = std::fs::read_dir(&results).unwrap().count();
+    assert_eq!(runs, 5, "baseline + 4 nights");
+}

@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# Emulated cluster network on one machine: N network namespaces (pbhost0..),
+# each with one veth into a bridge that lives in its own namespace (pbswitch),
+# every link shaped with tc tbf in both directions. Every byte between ranks
+# crosses a shaped link; the root namespace is never touched.
+#
+#   scripts/netns.sh up N --rate RATE [--burst BYTES]
+#   scripts/netns.sh down
+#   scripts/netns.sh run N --rate RATE [--burst BYTES] -- COMMAND ARGS...
+#
+# RATE is tc's syntax (1gbit, 200mbit). `run` brings the hosts up, starts
+# COMMAND as rank i of a tcp job inside pbhost<i> (RANK, WORLD_SIZE,
+# MASTER_ADDR, MASTER_PORT, PARBENCH_JOB_TOKEN set), waits for every rank,
+# tears everything down (also on failure or interrupt) and exits with the
+# first failing rank's status, or 0. Needs root (or CAP_NET_ADMIN) and iproute2.
+#
+# Addresses come from 198.18.0.0/15, the range RFC 2544 sets aside for
+# network benchmark tests: host i is 198.18.0.(i+1).
+set -euo pipefail
+
+PREFIX=pbhost
+SWITCH=pbswitch
+SUBNET=198.18.0
+PORT=${MASTER_PORT:-29517}
+
+die() { echo "netns.sh: $*" >&2; exit 2; }
+
+usage() {
+    sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2
+    exit 2
+}
+
+need_tools() {
+    command -v ip >/dev/null || die "ip (iproute2) not found"
+    command -v tc >/dev/null || die "tc (iproute2) not found"
+}
+
+# Bytes per second of a tc rate (1gbit, 200mbit, 500kbit, 1000000bit, 10mbps).
+rate_bytes() {
+    local r=${1,,} num unit
+    num=${r%%[a-z]*}
+    unit=${r#"$num"}
+    [[ $num =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "bad rate '$1' (expected e.g. 1gbit or 200mbit)"
+    case $unit in
+        bit) awk -v n="$num" 'BEGIN{printf "%d", n/8}' ;;
+        kbit) awk -v n="$num" 'BEGIN{printf "%d", n*1000/8}' ;;
+        mbit) awk -v n="$num" 'BEGIN{printf "%d", n*1000000/8}' ;;
+        gbit) awk -v n="$num" 'BEGIN{printf "%d", n*1000000000/8}' ;;
+        bps) awk -v n="$num" 'BEGIN{printf "%d", n}' ;;
+        kbps) awk -v n="$num" 'BEGIN{printf "%d", n*1000}' ;;
+        mbps) awk -v n="$num" 'BEGIN{printf "%d", n*1000000}' ;;
+        gbps) awk -v n="$num" 'BEGIN{printf "%d", n*1000000000}' ;;
+        *) die "bad rate unit in '$1' (bit, kbit, mbit, gbit, bps, kbps, mbps, gbps)" ;;
+    esac
+}
+
+down() {
+    local ns
+    for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^(${PREFIX}[0-9]+|${SWITCH})$" || true); do
+        ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
+        ip netns del "$ns" 2>/dev/null || true
+    done
+}
+
+shape() { # ns dev rate burst
+    tc -n "$1" qdisc replace dev "$2" root tbf rate "$3" burst "$4" latency 100ms
+}
+
+up() {
+    local n=$1 rate=$2 burst=$3 i
+    [[ $n =~ ^[0-9]+$ ]] && ((n >= 1 && n <= 250)) || die "N must be 1..250, got '$n'"
+    [ -n "$rate" ] || die "--rate is required (e.g. --rate 1gbit)"
+    local bps
+    bps=$(rate_bytes "$rate")
+    if [ -z "$burst" ]; then
+        # 4 ms of traffic, at least 32 KiB: small enough that a 16 MiB transfer
+        # is paced by the rate, large enough for tbf at the kernel's timer resolution.
+        burst=$((bps / 250))
+        ((burst < 32768)) && burst=32768
+    fi
+    down
+    ip netns add "$SWITCH"
+    ip -n "$SWITCH" link add br0 type bridge
+    ip -n "$SWITCH" link set br0 up
+    ip -n "$SWITCH" link set lo up
+    for ((i = 0; i < n; i++)); do
+        local ns=$PREFIX$i
+        ip netns add "$ns"
+        ip -n "$SWITCH" link add "p$i" type veth peer name eth0 netns "$ns"
+        ip -n "$SWITCH" link set "p$i" master br0 up
+        ip -n "$ns" link set lo up
+        ip -n "$ns" addr add "$SUBNET.$((i + 1))/24" dev eth0
+        ip -n "$ns" link set eth0 up
+        # Both directions of the host's link: what it sends and what it receives.
+        shape "$ns" eth0 "$rate" "$burst"
+        shape "$SWITCH" "p$i" "$rate" "$burst"
+    done
+    echo "netns.sh: $n hosts ${PREFIX}0..${PREFIX}$((n - 1)) at $SUBNET.1..$SUBNET.$n, links $rate (burst $burst B)"
+}
+
+run() {
+    local n=$1 rate=$2 burst=$3
+    shift 3
+    [ $# -gt 0 ] || die "run needs -- COMMAND ARGS..."
+    trap 'down' EXIT
+    trap 'exit 130' INT TERM
+    up "$n" "$rate" "$burst"
+    local token pids=() i status=0 rc
+    token=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+    for ((i = 0; i < n; i++)); do
+        ip netns exec "$PREFIX$i" env RANK=$i WORLD_SIZE=$n LOCAL_RANK=0 \
+            MASTER_ADDR=$SUBNET.1 MASTER_PORT=$PORT PARBENCH_JOB_TOKEN=$token \
+            PARBENCH_WIRE="tcp-$rate" "$@" &
+        pids+=($!)
+    done
+    for i in "${!pids[@]}"; do
+        if wait "${pids[$i]}"; then rc=0; else rc=$?; fi
+        if [ $rc -ne 0 ] && [ $status -eq 0 ]; then
+            status=$rc
+            echo "netns.sh: rank $i exited with status $rc" >&2
+        fi
+    done
+    return $status
+}
+
+main() {
+    [ $# -ge 1 ] || usage
+    local cmd=$1
+    shift
+    case $cmd in
+        down) need_tools; down ;;
+        up | run)
+            need_tools
+            [ $# -ge 1 ] || usage
+            local n=$1 rate="" burst=""
+            shift
+            while [ $# -gt 0 ]; do
+                case $1 in
+                    --rate) rate=${2:-}; shift 2 || die "--rate needs a value" ;;
+                    --burst) burst=${2:-}; shift 2 || die "--burst needs a value" ;;
+                    --) shift; break ;;
+                    *) die "unknown argument '$1'" ;;
+                esac
+            done
+            if [ "$cmd" = up ]; then up "$n" "$rate" "$burst"; else run "$n" "$rate" "$burst" "$@"; fi
+            ;;
+        -h | --help) usage ;;
+        *) die "unknown command '$cmd' (up, down, run)" ;;
+    esac
+}
+
+main "$@"

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Nightly regression run: a fixed small suite of the three bench binaries on
+# the default backend into results/<date>/, compared with results/baseline/
+# (made from the first run), and an HTML report beside the records.
+#
+# Exit: 0 fine; 1 a figure regressed (report compare); 2 a bench or the
+# report failed (the other benches still run and the report is still written).
+#
+# Usage: scripts/nightly.sh [--results DIR] [--threshold 0.05] [--no-build]
+# Environment: PARBENCH_BIN (folder of the binaries, default target/release),
+# PARBENCH_DATE (the run folder's name, default today's UTC date),
+# GITHUB_STEP_SUMMARY (when set, the Markdown comparison is appended to it).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+results=results
+threshold=0.05
+build=1
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --results) results=${2:?--results needs a folder}; shift ;;
+        --threshold) threshold=${2:?--threshold needs a fraction}; shift ;;
+        --no-build) build=0 ;;
+        -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+        *) echo "nightly.sh: unknown flag $1 (see --help)" >&2; exit 2 ;;
+    esac
+    shift
+done
+
+bin=${PARBENCH_BIN:-target/release}
+if [ "$build" = 1 ] && [ -z "${PARBENCH_BIN:-}" ]; then
+    cargo build --release --bins || { echo "nightly.sh: build failed" >&2; exit 2; }
+fi
+for b in bench-collectives bench-layers bench-pipeline report; do
+    [ -x "$bin/$b" ] || { echo "nightly.sh: $bin/$b not found (build first, or set PARBENCH_BIN)" >&2; exit 2; }
+done
+
+date_name=${PARBENCH_DATE:-$(date -u +%Y-%m-%d)}
+out="$results/$date_name"
+# A second run the same day gets its own folder: a results folder is never reused.
+if [ -e "$out" ]; then
+    out="$results/$date_name-$(date -u +%H%M%S)"
+fi
+baseline="$results/baseline"
+mkdir -p "$out"
+echo "nightly: results into $out"
+
+failed=0
+run() {
+    echo "nightly: $*"
+    "$@"
+    local rc=$?
+    if [ "$rc" != 0 ]; then
+        echo "nightly: FAILED (exit $rc): $*" >&2
+        failed=1
+    fi
+}
+
+# The fixed suite: small enough for a 2-core runner, large enough to cover
+# latency (8 B) and bandwidth (16 MiB) and every schedule's bubble.
+run "$bin/bench-collectives" all_reduce all_gather -b 8 -e 16M -f 4 -n 20 -w 5 --out "$out"
+run "$bin/bench-layers" --tp 1,2 --mode forward --hidden 512 --heads 8 --ffn 2048 --seq 64 --batch 2 --iters 5 --warmup 2 --out "$out"
+run "$bin/bench-pipeline" --stages 4 --schedule gpipe,1f1b,interleaved,zb-h1 --microbatches 1,4,8 --chunks 2 --work sleep:1000 --out "$out"
+
+status=0
+if [ ! -d "$baseline" ]; then
+    if [ "$failed" = 0 ]; then
+        cp -r "$out" "$baseline"
+        echo "nightly: no baseline yet: $out becomes $baseline"
+    else
+        echo "nightly: no baseline made from a run with failures" >&2
+    fi
+else
+    "$bin/report" compare "$baseline" "$out" --threshold "$threshold"
+    status=$?
+    "$bin/report" compare "$baseline" "$out" --threshold "$threshold" --markdown > "$out/compare.md"
+    if [ -n "${GITHUB_STEP_SUMMARY:-}" ]; then
+        cat "$out/compare.md" >> "$GITHUB_STEP_SUMMARY"
+    fi
+    if [ "$status" -ge 2 ]; then
+        failed=1
+    fi
+fi
+
+# The report shows the baseline beside tonight's run (each folder that has records).
+report_dirs=()
+for d in "$baseline" "$out"; do
+    if ls "$d"/*.csv >/dev/null 2>&1; then
+        report_dirs+=("$d")
+    fi
+done
+if [ "$(cd "$baseline" 2>/dev/null && pwd)" = "$(cd "$out" && pwd)" ]; then
+    report_dirs=("$out")
+fi
+if [ ${#report_dirs[@]} -gt 0 ]; then
+    "$bin/report" html "${report_dirs[@]}" -o "$out/report.html" --title "parbench nightly $date_name" || failed=1
+else
+    echo "nightly: no records at all: no report" >&2
+    failed=1
+fi
+
+if [ "$failed" = 1 ]; then
+    echo "nightly: a bench or the report failed (see above)" >&2
+    exit 2
+fi
+if [ "$status" = 1 ]; then
+    echo "nightly: regression against $baseline (see the table above and $out/report.html)" >&2
+    exit 1
+fi
+echo "nightly: no regression; report at $out/report.html"
+exit 0
