@@ -187,19 +187,20 @@ impl TcpTransport {
         } else {
             vec![None]
         };
-        let buf = match std::env::var("PARBENCH_TCP_BUF_BYTES") {
-            Ok(v) => Some(v.trim().parse::<usize>().map_err(|_| {
+        let set = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+        let buf = match set("PARBENCH_TCP_BUF_BYTES") {
+            Some(v) => Some(v.trim().parse::<usize>().map_err(|_| {
                 CommError::Setup(format!("PARBENCH_TCP_BUF_BYTES={v:?} is not a byte count"))
             })?),
-            Err(_) => None,
+            None => None,
         };
-        let spin_us = match std::env::var("PARBENCH_TCP_SPIN_US") {
-            Ok(v) => v.trim().parse::<u64>().map_err(|_| {
+        let spin_us = match set("PARBENCH_TCP_SPIN_US") {
+            Some(v) => v.trim().parse::<u64>().map_err(|_| {
                 CommError::Setup(format!(
                     "PARBENCH_TCP_SPIN_US={v:?} is not a number of microseconds"
                 ))
             })?,
-            Err(_) => 50,
+            None => 50,
         };
         let mut peers = Vec::with_capacity(info.world);
         for s in streams {
