@@ -1,6 +1,277 @@
-//! `bench-layers`: not built yet.
+//! `bench-layers`: Megatron tensor-parallel transformer blocks at TP 1, 2,
+//! 4, 8 on any backend: compute and communication time per block and per
+//! token, checked against the unsharded block, beside the alpha-beta model
+//! of the same wire. See docs/bench-layers.md.
+//!
+//! How each backend sweeps the degrees:
+//! - `local`: for each t, t threads of this process, one local communicator.
+//! - `tcp`: this process is the launcher: for each t it spawns t ranks of
+//!   itself on this host (`PARBENCH_LAYERS_TP=t`), each rank runs that one
+//!   degree and rank 0 hands its row back through a file; under an external
+//!   launcher (torchrun, mpirun, srun) the job's world is the one degree.
+//! - `nccl`: needs the `cuda` feature (not wired yet: see the docs).
+//!
+//! Cores: ranks on one host split its cores evenly
+//! ([`CpuCompute::threads_per_rank`]), so t ranks never oversubscribe the
+//! machine and TP = 1 uses every core.
+
+mod cli;
+mod output;
+mod sweep;
+
+use anyhow::{anyhow, bail, Context};
+use clap::Parser;
+use cli::{Backend, Cli, Plan, UsageError};
+use parbench::comm::{local, Algo, CommError};
+use parbench::compute::cpu::CpuCompute;
+use parbench::launch::{LocalJob, RankInfo};
+use parbench::results::{append_rows, new_run_id, read_rows, record_run, LayerRow, RunMeta};
+use std::path::Path;
+use std::sync::Mutex;
+use sweep::{measure_tp, TpMeasurement};
+
+/// Set in a spawned rank: the one degree it runs.
+const ENV_TP: &str = "PARBENCH_LAYERS_TP";
+/// Set in a spawned rank: where rank 0 writes its row.
+const ENV_ROWS: &str = "PARBENCH_LAYERS_ROWS";
+/// Set in a spawned rank: the launcher's run id.
+const ENV_RUN_ID: &str = "PARBENCH_LAYERS_RUN_ID";
 
 fn main() {
-    eprintln!("bench-layers: not built yet");
-    std::process::exit(2);
+    // mpirun's spelling `-np N` is one flag here, not `-n p`.
+    let args = std::env::args_os().map(|a| if a == "-np" { "--nprocs".into() } else { a });
+    let cli = match Cli::try_parse_from(args) {
+        Ok(c) => c,
+        Err(e) => {
+            // Help and version are not errors; everything else exits 2.
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            std::process::exit(code);
+        }
+    };
+    match run(&cli) {
+        Ok(()) => {}
+        Err(e) => {
+            if let Some(u) = e.downcast_ref::<UsageError>() {
+                eprintln!("bench-layers: {u}");
+                std::process::exit(2);
+            }
+            eprintln!("bench-layers: {e:#}");
+            std::process::exit(1);
+        }
+    }
+}
+
+fn run(cli: &Cli) -> anyhow::Result<()> {
+    let rank = RankInfo::from_env().map_err(|e| UsageError(e.to_string()))?;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let default_ranks = rank.as_ref().map_or(cores, |r| r.world);
+    let plan = cli.plan(default_ranks)?;
+    match (plan.backend, rank) {
+        (Backend::Local, _) => {
+            let ms = sweep_local(&plan)?;
+            finish(&plan, &new_run_id("layers"), "local", ms.len(), build_rows(&plan, "local", &ms))
+        }
+        (Backend::Tcp, Some(info)) => tcp_rank(&plan, &info),
+        (Backend::Tcp, None) => tcp_launch(&plan),
+        (Backend::Nccl, _) => {
+            let ms = sweep_nccl(&plan)?;
+            let world = plan.tps.iter().copied().max().unwrap_or(1);
+            finish(&plan, &new_run_id("layers"), "nccl", world, build_rows(&plan, "nccl", &ms))
+        }
+    }
+}
+
+fn build_rows(plan: &Plan, backend: &str, ms: &[TpMeasurement]) -> Vec<LayerRow> {
+    let id = std::env::var(ENV_RUN_ID).unwrap_or_else(|_| new_run_id("layers"));
+    output::rows(plan, &id, backend, ms)
+}
+
+/// Prints the table and records the rows and the run.
+fn finish(
+    plan: &Plan,
+    run_id: &str,
+    backend: &str,
+    world: usize,
+    mut rows: Vec<LayerRow>,
+) -> anyhow::Result<()> {
+    let mut meta = RunMeta::start("layers", run_id, backend, world);
+    for r in &mut rows {
+        r.run_id = run_id.to_string();
+    }
+    output::fill_speedup(&mut rows);
+    print!("{}", output::table(plan, &rows));
+    let path =
+        append_rows(&plan.out, &rows).with_context(|| format!("writing {}", plan.out.display()))?;
+    meta.extra.insert("block".into(), output::block_json(plan));
+    meta.finish();
+    record_run(&plan.out, &meta)?;
+    println!("# wrote {} rows to {}", rows.len(), path.display());
+    Ok(())
+}
+
+/// The first error of a failed local run: the rank that caused it, not the
+/// ranks that lost it.
+fn root_cause(
+    errors: &Mutex<Vec<(usize, String)>>,
+    results: Vec<Result<TpMeasurement, CommError>>,
+) -> anyhow::Error {
+    let own = errors.lock().map(|e| e.clone()).unwrap_or_default();
+    if let Some((rank, msg)) = own.into_iter().min_by_key(|e| e.0) {
+        return anyhow!("rank {rank}: {msg}");
+    }
+    let mut errs: Vec<CommError> = results.into_iter().filter_map(Result::err).collect();
+    errs.sort_by_key(|e| matches!(e, CommError::PeerLost { .. }));
+    errs.into_iter()
+        .next()
+        .map_or_else(|| anyhow!("no rank returned a result"), anyhow::Error::from)
+}
+
+/// Each degree on t threads of this process.
+fn sweep_local(plan: &Plan) -> anyhow::Result<Vec<TpMeasurement>> {
+    let mut out = Vec::new();
+    for &t in &plan.tps {
+        let threads = CpuCompute::threads_per_rank(t);
+        let errors = Mutex::new(Vec::new());
+        let results = local::run(t, Algo::Auto, plan.timeout, |comm| {
+            let rank = parbench::comm::Communicator::rank(comm);
+            let fail = |e: String| {
+                if let Ok(mut v) = errors.lock() {
+                    v.push((rank, e.clone()));
+                }
+                CommError::Device(e)
+            };
+            let dev = CpuCompute::new(plan.dtype, threads).map_err(|e| fail(e.to_string()))?;
+            measure_tp(&dev, comm, plan, threads).map_err(|e| match e {
+                parbench::layers::LayerError::Comm(c) => c,
+                other => fail(other.to_string()),
+            })
+        });
+        if results.iter().any(Result::is_err) {
+            return Err(root_cause(&errors, results).context(format!("tp {t}")));
+        }
+        let first = results.into_iter().next().and_then(Result::ok);
+        out.push(first.ok_or_else(|| anyhow!("tp {t}: no result from rank 0"))?);
+    }
+    Ok(out)
+}
+
+/// Each degree on GPUs 0..t of this process, one thread and one NCCL
+/// communicator per GPU (nccl-tests' `-g` way), the block computing on the
+/// communicator's stream.
+#[cfg(feature = "cuda")]
+fn sweep_nccl(plan: &Plan) -> anyhow::Result<Vec<TpMeasurement>> {
+    use parbench::comm::nccl::NcclComm;
+    use parbench::compute::cuda::CudaCompute;
+    let gpus = parbench::gpu::device_count().map_err(|e| UsageError(format!("--backend nccl: {e}")))?;
+    let mut out = Vec::new();
+    for &t in &plan.tps {
+        if t > gpus {
+            return Err(UsageError(format!("--tp {t}: this machine has {gpus} GPU(s)")).into());
+        }
+        let ordinals: Vec<usize> = (0..t).collect();
+        let comms = NcclComm::init_all(&ordinals, plan.timeout).with_context(|| format!("tp {t}"))?;
+        let results: Vec<Result<TpMeasurement, String>> = std::thread::scope(|s| {
+            let handles: Vec<_> = comms
+                .into_iter()
+                .map(|mut comm| {
+                    s.spawn(move || {
+                        let mut dev =
+                            CudaCompute::on(comm.gpu().clone(), plan.dtype).map_err(|e| e.to_string())?;
+                        dev.set_timeout(plan.timeout);
+                        measure_tp(&dev, &mut comm, plan, 0).map_err(|e| e.to_string())
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| Err("rank panicked".into())))
+                .collect()
+        });
+        let mut first = None;
+        for (rank, r) in results.into_iter().enumerate() {
+            match r {
+                Ok(m) if rank == 0 => first = Some(m),
+                Ok(_) => {}
+                Err(e) => bail!("tp {t}: rank {rank}: {e}"),
+            }
+        }
+        out.push(first.ok_or_else(|| anyhow!("tp {t}: no result from rank 0"))?);
+    }
+    Ok(out)
+}
+
+#[cfg(not(feature = "cuda"))]
+fn sweep_nccl(_: &Plan) -> anyhow::Result<Vec<TpMeasurement>> {
+    Err(UsageError(
+        "--backend nccl: this build has no CUDA support (rebuild with --features cuda)".into(),
+    )
+    .into())
+}
+
+/// The launcher of `--backend tcp` without a launcher around it: one job of
+/// t local ranks per degree, rows handed back through files.
+fn tcp_launch(plan: &Plan) -> anyhow::Result<()> {
+    let run_id = new_run_id("layers");
+    let dir = std::env::temp_dir().join(format!("{run_id}-rows"));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut rows = Vec::new();
+    let mut outcome = Ok(());
+    for &t in &plan.tps {
+        let rows_dir = dir.join(format!("tp{t}"));
+        let job = LocalJob::of_current_exe(t)?
+            .env(ENV_TP, t.to_string())
+            .env(ENV_ROWS, &rows_dir)
+            .env(ENV_RUN_ID, &run_id);
+        if let Err(e) = job.run() {
+            outcome = Err(anyhow!(e).context(format!("tp {t}")));
+            break;
+        }
+        match read_rows::<LayerRow>(&rows_dir.join("layers.csv")) {
+            Ok(got) => rows.extend(got),
+            Err(e) => {
+                outcome = Err(anyhow!(e).context(format!("tp {t}: reading rank 0's row")));
+                break;
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    outcome?;
+    let world = plan.tps.iter().copied().max().unwrap_or(1);
+    finish(plan, &run_id, "tcp", world, rows)
+}
+
+/// One rank of a tcp job: runs the job's degree; rank 0 writes the row to
+/// the launcher's folder, or records it itself under an external launcher.
+fn tcp_rank(plan: &Plan, info: &RankInfo) -> anyhow::Result<()> {
+    let t = info.world;
+    if let Ok(want) = std::env::var(ENV_TP) {
+        if want != t.to_string() {
+            bail!("spawned for tp {want} but the job has {t} ranks");
+        }
+    } else if !plan.tps.contains(&t) {
+        return Err(UsageError(format!(
+            "--tp: under a launcher the sweep runs the job's world ({t}), which --tp does not list"
+        ))
+        .into());
+    }
+    let local_ranks = std::env::var("LOCAL_WORLD_SIZE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(t);
+    let threads = CpuCompute::threads_per_rank(local_ranks);
+    let mut comm = parbench::comm::tcp::comm(info, Algo::Auto, plan.timeout)?;
+    let dev = CpuCompute::new(plan.dtype, threads)?;
+    let m = measure_tp(&dev, &mut comm, plan, threads)?;
+    if info.rank != 0 {
+        return Ok(());
+    }
+    let rows = build_rows(plan, "tcp", &[m]);
+    match std::env::var_os(ENV_ROWS) {
+        Some(dir) => {
+            append_rows(Path::new(&dir), &rows)?;
+            Ok(())
+        }
+        None => finish(plan, &new_run_id("layers"), "tcp", t, rows),
+    }
 }

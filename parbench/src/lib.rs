@@ -11,7 +11,9 @@ pub mod compute;
 #[cfg(feature = "cuda")]
 pub mod gpu;
 pub mod launch;
+pub mod layers;
 pub mod measure;
 pub mod model;
+pub mod pipeline;
 pub mod results;
 pub mod schedule;

@@ -1,0 +1,335 @@
+//! Flags, and the plan they resolve to. Every problem with a flag is one
+//! [`UsageError`] line (exit code 2) before anything runs.
+
+use clap::Parser;
+use parbench::comm::DType;
+use parbench::layers::{BlockConfig, BlockShape, Mode};
+use parbench::model::{LinkParams, Preset};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// A flag that cannot be used: printed as one line, exit code 2.
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+fn usage<T>(msg: impl Into<String>) -> Result<T, UsageError> {
+    Err(UsageError(msg.into()))
+}
+
+/// Megatron tensor-parallel transformer blocks at TP 1, 2, 4, 8: compute and
+/// communication time per block and per token, checked against the unsharded
+/// block and held against the alpha-beta model of the same wire.
+#[derive(Parser, Debug, Clone)]
+#[command(name = "bench-layers", version)]
+pub struct Cli {
+    /// Communicator: local (threads, shared memory), tcp (processes,
+    /// sockets), nccl (GPUs; needs --features cuda).
+    #[arg(long, default_value = "local")]
+    pub backend: String,
+    /// Tensor-parallel degrees to sweep, comma-separated (default 1,2,4,8 up
+    /// to the ranks available).
+    #[arg(long)]
+    pub tp: Option<String>,
+    /// forward (inference) or train (forward and backward).
+    #[arg(long, default_value = "forward")]
+    pub mode: String,
+    /// One new token per sequence against a KV cache of --seq tokens (forward only).
+    #[arg(long)]
+    pub decode: bool,
+    /// Sequence parallelism: all-gather and reduce-scatter instead of all-reduce.
+    #[arg(long)]
+    pub sequence_parallel: bool,
+    /// Block sizes of a named model (tiny, gpt3-1.3b, llama2-70b, gpt3-175b);
+    /// --hidden/--heads/--ffn/--seq override them.
+    #[arg(long, default_value = "tiny")]
+    pub preset: String,
+    /// Model width.
+    #[arg(long)]
+    pub hidden: Option<usize>,
+    /// Attention heads.
+    #[arg(long)]
+    pub heads: Option<usize>,
+    /// MLP width.
+    #[arg(long)]
+    pub ffn: Option<usize>,
+    /// Tokens per sequence (prefill, train) or KV-cache length (decode);
+    /// default: the preset's context for GPU backends, 128 on the CPU.
+    #[arg(long)]
+    pub seq: Option<usize>,
+    /// Sequences per block call.
+    #[arg(long, default_value_t = 1)]
+    pub batch: usize,
+    /// Storage type: float, half or bfloat16 (default float on the CPU,
+    /// bfloat16 on GPUs).
+    #[arg(long)]
+    pub dtype: Option<String>,
+    /// Timed block calls per degree.
+    #[arg(long, default_value_t = 10)]
+    pub iters: usize,
+    /// Untimed block calls before timing.
+    #[arg(long, default_value_t = 2)]
+    pub warmup: usize,
+    /// The wire as GBPS,US (bandwidth in GB/s, latency in microseconds) for
+    /// the communication model, instead of fitting it in this run.
+    #[arg(long)]
+    pub link: Option<String>,
+    /// Skip the comparison with the unsharded block.
+    #[arg(long)]
+    pub no_check: bool,
+    /// Results folder: layers.csv and run.json are added to it.
+    #[arg(long, default_value = "results")]
+    pub out: PathBuf,
+    /// Ranks available (tcp: processes to spawn on this host; local:
+    /// threads; default: this machine's cores, or the launcher's world).
+    #[arg(short = 'n', long = "nprocs", visible_alias = "np")]
+    pub nprocs: Option<usize>,
+    /// Seconds any wait may last before the rank it waits for is reported.
+    #[arg(long, default_value_t = 60.0)]
+    pub timeout: f64,
+}
+
+/// What the flags ask for, checked.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub backend: Backend,
+    pub preset: String,
+    pub block: BlockConfig,
+    pub dtype: DType,
+    pub tps: Vec<usize>,
+    pub iters: usize,
+    pub warmup: usize,
+    pub link: Option<LinkParams>,
+    pub check: bool,
+    pub out: PathBuf,
+    pub timeout: Duration,
+    /// Ranks the sweep may use at most.
+    pub ranks: usize,
+}
+
+/// The communicator a run uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Local,
+    Tcp,
+    Nccl,
+}
+
+impl Backend {
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Local => "local",
+            Backend::Tcp => "tcp",
+            Backend::Nccl => "nccl",
+        }
+    }
+}
+
+/// Parses `1,2,4,8` into distinct positive degrees, in the given order.
+pub fn parse_tp_list(s: &str) -> Result<Vec<usize>, UsageError> {
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let t: usize = part
+            .parse()
+            .map_err(|_| UsageError(format!("--tp: '{part}' is not a positive integer")))?;
+        if t == 0 {
+            return usage("--tp: degrees must be at least 1");
+        }
+        if !out.contains(&t) {
+            out.push(t);
+        }
+    }
+    if out.is_empty() {
+        return usage("--tp: no degree given");
+    }
+    Ok(out)
+}
+
+/// Parses `GBPS,US` into a link.
+pub fn parse_link(s: &str) -> Result<LinkParams, UsageError> {
+    let parts: Vec<&str> = s.split(',').map(str::trim).collect();
+    let [gbps, us] = parts.as_slice() else {
+        return usage(format!(
+            "--link: expected GBPS,US (bandwidth in GB/s, latency in us), got '{s}'"
+        ));
+    };
+    let num = |v: &str, what: &str| -> Result<f64, UsageError> {
+        match v.parse::<f64>() {
+            Ok(x) if x.is_finite() && x >= 0.0 => Ok(x),
+            _ => usage(format!("--link: {what} '{v}' is not a non-negative number")),
+        }
+    };
+    let (g, u) = (num(gbps, "bandwidth")?, num(us, "latency")?);
+    if g <= 0.0 {
+        return usage("--link: bandwidth must be above 0 GB/s");
+    }
+    Ok(LinkParams::from_gbps_us(g, u))
+}
+
+impl Cli {
+    /// Resolves the flags against the presets and the ranks available
+    /// (`default_ranks` when --nprocs is absent).
+    pub fn plan(&self, default_ranks: usize) -> Result<Plan, UsageError> {
+        let backend = match self.backend.to_ascii_lowercase().as_str() {
+            "local" => Backend::Local,
+            "tcp" => Backend::Tcp,
+            "nccl" => Backend::Nccl,
+            other => {
+                return usage(format!(
+                    "--backend: unknown '{other}' (expected local, tcp or nccl)"
+                ))
+            }
+        };
+        let preset = Preset::by_name(&self.preset).ok_or_else(|| {
+            UsageError(format!(
+                "--preset: unknown '{}' (expected one of {})",
+                self.preset,
+                Preset::names().join(", ")
+            ))
+        })?;
+        let mode: Mode = self.mode.parse().map_err(UsageError)?;
+        let dtype: DType = match &self.dtype {
+            Some(d) => d.parse().map_err(UsageError)?,
+            None if backend == Backend::Nccl => DType::BF16,
+            None => DType::F32,
+        };
+        if !matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
+            return usage(format!(
+                "--dtype: {dtype} is not a compute type (float, half or bfloat16)"
+            ));
+        }
+        let as_usize = |v: u64, what: &str| {
+            usize::try_from(v).map_err(|_| UsageError(format!("preset {what} too large")))
+        };
+        let default_seq = if backend == Backend::Nccl {
+            as_usize(preset.seq, "seq")?
+        } else {
+            as_usize(preset.seq, "seq")?.min(128)
+        };
+        let shape = BlockShape {
+            hidden: self.hidden.unwrap_or(as_usize(preset.hidden, "hidden")?),
+            heads: self.heads.unwrap_or(as_usize(preset.heads, "heads")?),
+            ffn: self.ffn.unwrap_or(as_usize(preset.ffn, "ffn")?),
+            seq: self.seq.unwrap_or(default_seq),
+            batch: self.batch,
+        };
+        let block = BlockConfig {
+            shape,
+            mode,
+            decode: self.decode,
+            seq_parallel: self.sequence_parallel,
+        };
+        let ranks = match self.nprocs {
+            Some(0) => return usage("--nprocs: at least 1 rank"),
+            Some(n) => n,
+            None => default_ranks.max(1),
+        };
+        let tps = match &self.tp {
+            Some(s) => parse_tp_list(s)?,
+            None => [1, 2, 4, 8].into_iter().filter(|&t| t <= ranks).collect(),
+        };
+        for &t in &tps {
+            block
+                .validate(t)
+                .map_err(|e| UsageError(format!("--tp {t}: {e}")))?;
+        }
+        if self.iters == 0 {
+            return usage("--iters: at least 1");
+        }
+        if !(self.timeout.is_finite() && self.timeout > 0.0) {
+            return usage("--timeout: a positive number of seconds");
+        }
+        let link = self.link.as_deref().map(parse_link).transpose()?;
+        Ok(Plan {
+            backend,
+            preset: if self.hidden.is_some() || self.heads.is_some() || self.ffn.is_some() {
+                "custom".into()
+            } else {
+                preset.name.to_string()
+            },
+            block,
+            dtype,
+            tps,
+            iters: self.iters,
+            warmup: self.warmup,
+            link,
+            check: !self.no_check,
+            out: self.out.clone(),
+            timeout: Duration::from_secs_f64(self.timeout.min(86_400.0)),
+            ranks,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cli(args: &[&str]) -> Cli {
+        Cli::try_parse_from(std::iter::once("bench-layers").chain(args.iter().copied())).unwrap()
+    }
+
+    #[test]
+    fn default_sweep_stops_at_the_ranks_available() {
+        let p = cli(&[]).plan(2).unwrap();
+        assert_eq!(p.tps, vec![1, 2]);
+        assert_eq!(p.block.shape.hidden, 512);
+        assert_eq!(p.dtype, DType::F32);
+        assert_eq!(cli(&["-n", "8"]).plan(2).unwrap().tps, vec![1, 2, 4, 8]);
+    }
+
+    #[test]
+    fn bad_flags_are_one_line_each() {
+        for (args, needle) in [
+            (&["--tp", "1,x"][..], "--tp"),
+            (&["--tp", "3"][..], "heads 8"),
+            (&["--heads", "6", "--tp", "4"][..], "heads 6"),
+            (
+                &["--ffn", "2047", "--heads", "1", "--tp", "2"][..],
+                "ffn 2047",
+            ),
+            (&["--mode", "sideways"][..], "mode"),
+            (&["--decode", "--mode", "train"][..], "decode"),
+            (&["--preset", "gpt5"][..], "--preset"),
+            (&["--link", "100"][..], "--link"),
+            (&["--link", "0,5"][..], "--link"),
+            (&["--dtype", "int32"][..], "--dtype"),
+            (&["--backend", "ib"][..], "--backend"),
+            (&["--iters", "0"][..], "--iters"),
+        ] {
+            let e = cli(args).plan(8).unwrap_err().0;
+            assert!(e.contains(needle), "{args:?}: {e}");
+            assert!(!e.contains('\n'), "{e}");
+        }
+    }
+
+    #[test]
+    fn flags_override_the_preset() {
+        let p = cli(&[
+            "--preset",
+            "gpt3-1.3b",
+            "--hidden",
+            "64",
+            "--heads",
+            "4",
+            "--ffn",
+            "256",
+            "--seq",
+            "16",
+        ])
+        .plan(4)
+        .unwrap();
+        assert_eq!(p.block.shape.hidden, 64);
+        assert_eq!(p.block.shape.seq, 16);
+        assert_eq!(p.preset, "custom");
+        let l = parse_link("400,2.5").unwrap();
+        assert!((l.bandwidth_gbps() - 400.0).abs() < 1e-9);
+    }
+}

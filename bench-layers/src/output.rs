@@ -1,0 +1,187 @@
+//! The terminal table and the layers.csv rows of a sweep.
+
+use crate::cli::Plan;
+use crate::sweep::TpMeasurement;
+use parbench::results::{LayerRow, SCHEMA_VERSION};
+
+/// Speed-up over the rows' TP = 1 and efficiency (speed-up / t); NaN
+/// when the rows have no TP = 1.
+pub fn fill_speedup(rows: &mut [LayerRow]) {
+    let base = rows.iter().find(|r| r.tp == 1).map(|r| r.total_us);
+    for r in rows {
+        r.speedup = base.map_or(f64::NAN, |b1| b1 / r.total_us);
+        r.efficiency = r.speedup / r.tp as f64;
+    }
+}
+
+/// The block's configuration for run.json.
+pub fn block_json(plan: &Plan) -> serde_json::Value {
+    let b = &plan.block;
+    let s = &b.shape;
+    serde_json::json!({
+        "preset": plan.preset,
+        "hidden": s.hidden,
+        "heads": s.heads,
+        "ffn": s.ffn,
+        "seq": s.seq,
+        "batch": s.batch,
+        "mode": b.mode.name(),
+        "decode": b.decode,
+        "sequence_parallel": b.seq_parallel,
+        "dtype": plan.dtype.name(),
+        "tp": plan.tps,
+        "iters": plan.iters,
+        "warmup": plan.warmup,
+        "check": plan.check,
+        "link": plan.link.map(|l| serde_json::json!({"alpha_us": l.alpha_us(), "gbps": l.bandwidth_gbps()})),
+        "tokens_per_call": b.tokens(),
+        "times": "per block call, slowest rank's mean (compute and communication phases separated by device/communicator syncs)",
+    })
+}
+
+/// One row per degree (speed-up and efficiency NaN until [`fill_speedup`]).
+pub fn rows(plan: &Plan, run_id: &str, backend: &str, ms: &[TpMeasurement]) -> Vec<LayerRow> {
+    let b = &plan.block;
+    let s = &b.shape;
+    let tokens = b.tokens() as f64;
+    ms.iter()
+        .map(|m| {
+            let t = &m.outcome.timing;
+            let traffic = b.tp_traffic(m.tp, plan.dtype);
+            let calls = traffic.calls_per_block();
+            // No collective at t = 1: no bytes per call either.
+            let per_call = if calls == 0 {
+                0
+            } else {
+                traffic.bytes_per_call()
+            };
+            LayerRow {
+                schema: SCHEMA_VERSION,
+                run_id: run_id.to_string(),
+                backend: backend.to_string(),
+                wire: m.wire.clone(),
+                mode: b.mode.name().to_string(),
+                decode: b.decode,
+                preset: plan.preset.clone(),
+                hidden: s.hidden as u64,
+                heads: s.heads as u64,
+                ffn: s.ffn as u64,
+                seq: s.seq as u64,
+                batch: s.batch as u64,
+                dtype: plan.dtype.name().to_string(),
+                tp: m.tp,
+                seq_parallel: b.seq_parallel,
+                iters: plan.iters as u64,
+                compute_us: t.compute_us,
+                comm_us: t.comm_us,
+                total_us: t.total_us,
+                total_min_us: t.total_min_us,
+                total_max_us: t.total_max_us,
+                per_token_us: t.total_us / tokens,
+                bytes_per_call: per_call,
+                calls_per_block: calls,
+                bytes_per_token: (per_call * calls) as f64 / tokens,
+                comm_model_us: m.comm_model_us,
+                speedup: f64::NAN,
+                efficiency: f64::NAN,
+                check_max_err: m.outcome.check.as_ref().map_or(f64::NAN, |c| c.max_err),
+                comm_algo: m.algos.clone(),
+                link_source: m.link_source.name().to_string(),
+                link_alpha_us: m.link.map_or(f64::NAN, |l| l.alpha_us()),
+                link_gbps: m.link.map_or(f64::NAN, |l| l.bandwidth_gbps()),
+                slowest_rank: t.slowest_rank,
+                threads: m.threads,
+                compute_gflops: b.flops() / m.tp as f64 / (t.compute_us * 1e3),
+            }
+        })
+        .collect()
+}
+
+fn num(v: f64, prec: usize) -> String {
+    if v.is_nan() {
+        "-".into()
+    } else {
+        format!("{v:.prec$}")
+    }
+}
+
+fn bytes(b: u64) -> String {
+    match b {
+        0 => "0".into(),
+        b if b >= 1 << 30 => format!("{:.1}G", b as f64 / (1u64 << 30) as f64),
+        b if b >= 1 << 20 => format!("{:.1}M", b as f64 / (1u64 << 20) as f64),
+        b if b >= 1 << 10 => format!("{:.1}K", b as f64 / (1u64 << 10) as f64),
+        b => format!("{b}"),
+    }
+}
+
+/// The table, one line per degree, as nccl-tests prints its sweeps.
+pub fn table(plan: &Plan, rows: &[LayerRow]) -> String {
+    let b = &plan.block;
+    let s = &b.shape;
+    let mut out = format!(
+        "# bench-layers: {} {}{}{} | preset {} h={} heads={} ffn={} seq={} batch={} ({} tokens/call) | {}\n",
+        rows.first().map_or("", |r| r.backend.as_str()),
+        b.mode.name(),
+        if b.decode { " decode" } else { "" },
+        if b.seq_parallel { " sequence-parallel" } else { "" },
+        plan.preset,
+        s.hidden,
+        s.heads,
+        s.ffn,
+        s.seq,
+        s.batch,
+        b.tokens(),
+        plan.dtype.name(),
+    );
+    out.push_str(
+        "# times per block call (forward, or forward+backward in train), slowest rank's mean\n",
+    );
+    out.push_str(&format!(
+        "#{:>3} {:>11} {:>11} {:>11} {:>10} {:>9} {:>5} {:>11} {:>8} {:>7} {:>9} {:>7}\n",
+        "tp",
+        "compute_us",
+        "comm_us",
+        "total_us",
+        "tok_us",
+        "B/call",
+        "calls",
+        "model_us",
+        "speedup",
+        "eff",
+        "check",
+        "GF/s"
+    ));
+    for r in rows {
+        out.push_str(&format!(
+            " {:>3} {:>11} {:>11} {:>11} {:>10} {:>9} {:>5} {:>11} {:>8} {:>7} {:>9} {:>7}\n",
+            r.tp,
+            num(r.compute_us, 1),
+            num(r.comm_us, 1),
+            num(r.total_us, 1),
+            num(r.per_token_us, 2),
+            bytes(r.bytes_per_call),
+            r.calls_per_block,
+            num(r.comm_model_us, 1),
+            num(r.speedup, 2),
+            num(r.efficiency, 2),
+            if r.check_max_err.is_nan() {
+                "-".into()
+            } else {
+                format!("{:.1e}", r.check_max_err)
+            },
+            num(r.compute_gflops, 1),
+        ));
+    }
+    for r in rows.iter().filter(|r| r.tp > 1) {
+        out.push_str(&format!(
+            "# tp {}: {} | link {} alpha {} us, {} GB/s\n",
+            r.tp,
+            r.comm_algo,
+            r.link_source,
+            num(r.link_alpha_us, 2),
+            num(r.link_gbps, 2)
+        ));
+    }
+    out
+}

@@ -1,0 +1,104 @@
+//! The binary end to end: bad flags exit 2 with one line; a tiny sweep
+//! writes layers.csv with exactly the columns docs/bench-layers.md documents.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_bench-layers"))
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("bench-layers-test-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+/// Small enough for a debug build on two cores.
+const TINY: [&str; 12] = [
+    "--hidden", "32", "--heads", "4", "--ffn", "64", "--seq", "8", "--iters", "2", "--warmup", "1",
+];
+
+#[test]
+fn bad_flags_exit_2_with_one_line() {
+    for args in [
+        &["--tp", "3", "--heads", "4"][..],
+        &["--mode", "sideways"][..],
+        &["--decode", "--mode", "train"][..],
+        &["--preset", "nope"][..],
+        &["--link", "fast"][..],
+        &["--no-such-flag"][..],
+        &["--tp", "0"][..],
+    ] {
+        let out = bin().args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.trim().is_empty(), "{args:?}: no message");
+        if !args.contains(&"--no-such-flag") {
+            assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+        }
+    }
+}
+
+/// The column names of docs/bench-layers.md's layers.csv table.
+fn documented_columns() -> Vec<String> {
+    let doc = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/bench-layers.md");
+    let text = std::fs::read_to_string(&doc).unwrap();
+    let table = text.split("### layers.csv").nth(1).unwrap();
+    table
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `"))
+        .filter_map(|l| l.split('`').next())
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn a_tiny_sweep_writes_the_documented_columns() {
+    let out_dir = scratch("e2e");
+    let out = bin()
+        .args(TINY)
+        .args([
+            "--mode",
+            "train",
+            "--sequence-parallel",
+            "--tp",
+            "1,2",
+            "--out",
+        ])
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        stdout,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let csv = std::fs::read_to_string(out_dir.join("layers.csv")).unwrap();
+    let mut lines = csv.lines();
+    let header: Vec<String> = lines
+        .next()
+        .unwrap()
+        .split(',')
+        .map(str::to_string)
+        .collect();
+    assert_eq!(header, documented_columns());
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len(), 2);
+    let col =
+        |r: &Vec<&str>, name: &str| r[header.iter().position(|h| h == name).unwrap()].to_string();
+    assert_eq!(col(&rows[1], "tp"), "2");
+    assert_eq!(col(&rows[1], "calls_per_block"), "8");
+    assert_eq!(col(&rows[1], "bytes_per_call"), (8 * 32 * 4).to_string());
+    let err: f64 = col(&rows[1], "check_max_err").parse().unwrap();
+    assert!(err < 1e-4, "{err}");
+    let speedup: f64 = col(&rows[0], "speedup").parse().unwrap();
+    assert_eq!(speedup, 1.0);
+    assert!(std::fs::read_to_string(out_dir.join("run.json"))
+        .unwrap()
+        .contains("\"suite\""));
+    assert!(stdout.contains("compute_us"));
+    let _ = std::fs::remove_dir_all(&out_dir);
+}

@@ -1,0 +1,872 @@
+//! One rank's shard of the block: its weights, activations and gradients on
+//! a compute device, its forward and backward, and the collectives between
+//! them on a communicator that moves the same buffers.
+//!
+//! Every collective is bracketed by [`PhaseClock`]: the device is synced
+//! before it (so the compute before it is charged to compute) and the
+//! communicator after it (so the collective is charged to communication).
+//! On a GPU this serialises compute and communication, which is what makes
+//! the two figures separable; the wait for a slower peer's compute lands in
+//! the communication time of the faster rank, as it does in a real step.
+
+use super::layout::{DataSpecs, ParamSpecs, TensorSpec};
+use super::{BlockConfig, LayerError, LayerResult, Mode};
+use crate::comm::{Communicator, DType, Io, ReduceOp};
+use crate::compute::{Compute, Gemm};
+use std::time::{Duration, Instant};
+
+/// Splits the wall time of a block call into compute and communication.
+#[derive(Clone, Copy, Debug)]
+pub struct PhaseClock {
+    compute: Duration,
+    comm: Duration,
+    mark: Instant,
+}
+
+impl Default for PhaseClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl PhaseClock {
+    /// A clock that starts counting compute now.
+    pub fn new() -> Self {
+        PhaseClock {
+            compute: Duration::ZERO,
+            comm: Duration::ZERO,
+            mark: Instant::now(),
+        }
+    }
+
+    /// Time charged to compute so far.
+    pub fn compute(&self) -> Duration {
+        self.compute
+    }
+
+    /// Time charged to communication so far.
+    pub fn comm(&self) -> Duration {
+        self.comm
+    }
+
+    /// Ends a compute phase: waits for the device, charges the time since the mark.
+    pub fn end_compute<C: Compute>(&mut self, dev: &C) -> LayerResult<()> {
+        dev.sync()?;
+        let now = Instant::now();
+        self.compute += now - self.mark;
+        self.mark = now;
+        Ok(())
+    }
+
+    /// Ends a communication phase: waits for the communicator, charges the time since the mark.
+    pub fn end_comm<M: Communicator>(&mut self, comm: &mut M) -> LayerResult<()> {
+        comm.sync()?;
+        let now = Instant::now();
+        self.comm += now - self.mark;
+        self.mark = now;
+        Ok(())
+    }
+}
+
+/// The sizes every kernel call is built from.
+#[derive(Clone, Copy, Debug)]
+struct Dims {
+    /// Tokens per block call.
+    n: usize,
+    /// Token rows this rank holds (n / t with sequence parallelism, else n).
+    nr: usize,
+    h: usize,
+    /// Q (or K, or V) columns of this rank: its heads x head width.
+    hl: usize,
+    /// Heads of this rank.
+    al: usize,
+    /// Head width.
+    d: usize,
+    /// MLP columns of this rank.
+    fl: usize,
+    batch: usize,
+    /// Query rows per sequence.
+    lq: usize,
+    /// Keys per sequence.
+    l: usize,
+    /// Cache slot of the new token in decode.
+    seq: usize,
+}
+
+/// The block's eight parameters (or their gradients) on a device.
+#[derive(Debug)]
+pub struct Params<B> {
+    pub w_qkv: B,
+    pub b_qkv: B,
+    pub w_o: B,
+    pub b_o: B,
+    pub w_1: B,
+    pub b_1: B,
+    pub w_2: B,
+    pub b_2: B,
+}
+
+impl<B> Params<B> {
+    /// Every tensor, in [`ParamSpecs::all`]'s order.
+    pub fn all(&self) -> [&B; 8] {
+        [
+            &self.w_qkv,
+            &self.b_qkv,
+            &self.w_o,
+            &self.b_o,
+            &self.w_1,
+            &self.b_1,
+            &self.w_2,
+            &self.b_2,
+        ]
+    }
+}
+
+/// Forward activations. `*_g` are the token-gathered copies that exist only
+/// with sequence parallelism; `*_s` the reduce-scattered results.
+struct Acts<B> {
+    x: B,
+    x_g: Option<B>,
+    qkv: B,
+    probs: B,
+    ctx: B,
+    k_cache: Option<B>,
+    v_cache: Option<B>,
+    z: B,
+    z_s: Option<B>,
+    y1: B,
+    y1_g: Option<B>,
+    h1: B,
+    a1: B,
+    z2: B,
+    z2_s: Option<B>,
+    y: B,
+}
+
+/// Backward activations (train mode).
+struct GradActs<B> {
+    dy: B,
+    dy_g: Option<B>,
+    da: B,
+    dh: B,
+    dy1p: B,
+    dy1p_s: Option<B>,
+    dy1: B,
+    dy1_g: Option<B>,
+    dctx: B,
+    dprobs: B,
+    dqkv: B,
+    dxp: B,
+    dxp_s: Option<B>,
+    dx: B,
+}
+
+/// Rank `rank`'s shard of a tensor-parallel transformer block on device `C`.
+pub struct TpBlock<C: Compute> {
+    cfg: BlockConfig,
+    tp: usize,
+    rank: usize,
+    dims: Dims,
+    dtype: DType,
+    params: Params<C::Buf>,
+    grads: Option<Params<C::Buf>>,
+    acts: Acts<C::Buf>,
+    gacts: Option<GradActs<C::Buf>>,
+}
+
+/// A seeded tensor's shard on the device.
+fn shard<C: Compute>(
+    dev: &C,
+    spec: &TensorSpec,
+    seed: u64,
+    tp: usize,
+    rank: usize,
+) -> LayerResult<C::Buf> {
+    let mut b = dev.alloc(spec.local_len(tp))?;
+    dev.upload(&spec.shard_values(seed, tp, rank), &mut b)?;
+    Ok(b)
+}
+
+/// A zeroed tensor of `len` elements, present only when `cond`.
+fn alloc_if<C: Compute>(dev: &C, cond: bool, len: usize) -> LayerResult<Option<C::Buf>> {
+    cond.then(|| dev.alloc(len)).transpose().map_err(Into::into)
+}
+
+/// The whole-token view of an activation: the gathered copy if there is one.
+fn full<'a, B>(local: &'a B, gathered: &'a Option<B>) -> &'a B {
+    gathered.as_ref().unwrap_or(local)
+}
+
+impl<C: Compute> TpBlock<C> {
+    /// Builds rank `rank`'s shard of `cfg`'s block at `tp` ranks with weights,
+    /// input and output gradient seeded by `seed`.
+    pub fn new(dev: &C, cfg: &BlockConfig, tp: usize, rank: usize, seed: u64) -> LayerResult<Self> {
+        cfg.validate(tp)?;
+        if rank >= tp {
+            return Err(LayerError::Config(format!("rank {rank} of {tp}")));
+        }
+        let s = &cfg.shape;
+        let split = cfg.sequence_split(tp);
+        let n = cfg.tokens();
+        let dims = Dims {
+            n,
+            nr: if split { n / tp } else { n },
+            h: s.hidden,
+            hl: s.hidden / tp,
+            al: s.heads / tp,
+            d: s.hidden / s.heads,
+            fl: s.ffn / tp,
+            batch: s.batch,
+            lq: cfg.query_len(),
+            l: cfg.kv_len(),
+            seq: s.seq,
+        };
+        let ps = ParamSpecs::new(cfg);
+        let ds = DataSpecs::new(cfg, tp);
+        let load = |spec: &TensorSpec| shard(dev, spec, seed, tp, rank);
+        let params = Params {
+            w_qkv: load(&ps.w_qkv)?,
+            b_qkv: load(&ps.b_qkv)?,
+            w_o: load(&ps.w_o)?,
+            b_o: load(&ps.b_o)?,
+            w_1: load(&ps.w_1)?,
+            b_1: load(&ps.b_1)?,
+            w_2: load(&ps.w_2)?,
+            b_2: load(&ps.b_2)?,
+        };
+        let Dims {
+            n,
+            nr,
+            h,
+            hl,
+            al,
+            fl,
+            batch,
+            lq,
+            l,
+            ..
+        } = dims;
+        let probs_len = batch * al * lq * l;
+        let a = |len| dev.alloc(len);
+        let acts = Acts {
+            x: load(&ds.x)?,
+            x_g: alloc_if(dev, split, n * h)?,
+            qkv: a(n * 3 * hl)?,
+            probs: a(probs_len)?,
+            ctx: a(n * hl)?,
+            k_cache: if cfg.decode {
+                Some(load(&ds.k_cache)?)
+            } else {
+                None
+            },
+            v_cache: if cfg.decode {
+                Some(load(&ds.v_cache)?)
+            } else {
+                None
+            },
+            z: a(n * h)?,
+            z_s: alloc_if(dev, split, nr * h)?,
+            y1: a(nr * h)?,
+            y1_g: alloc_if(dev, split, n * h)?,
+            h1: a(n * fl)?,
+            a1: a(n * fl)?,
+            z2: a(n * h)?,
+            z2_s: alloc_if(dev, split, nr * h)?,
+            y: a(nr * h)?,
+        };
+        let train = cfg.mode == Mode::Train;
+        let (grads, gacts) = if train {
+            let g = |spec: &TensorSpec| dev.alloc(spec.local_len(tp));
+            let grads = Params {
+                w_qkv: g(&ps.w_qkv)?,
+                b_qkv: g(&ps.b_qkv)?,
+                w_o: g(&ps.w_o)?,
+                b_o: g(&ps.b_o)?,
+                w_1: g(&ps.w_1)?,
+                b_1: g(&ps.b_1)?,
+                w_2: g(&ps.w_2)?,
+                b_2: g(&ps.b_2)?,
+            };
+            let gacts = GradActs {
+                dy: load(&ds.dy)?,
+                dy_g: alloc_if(dev, split, n * h)?,
+                da: a(n * fl)?,
+                dh: a(n * fl)?,
+                dy1p: a(n * h)?,
+                dy1p_s: alloc_if(dev, split, nr * h)?,
+                dy1: a(nr * h)?,
+                dy1_g: alloc_if(dev, split, n * h)?,
+                dctx: a(n * hl)?,
+                dprobs: a(probs_len)?,
+                dqkv: a(n * 3 * hl)?,
+                dxp: a(n * h)?,
+                dxp_s: alloc_if(dev, split, nr * h)?,
+                dx: a(nr * h)?,
+            };
+            (Some(grads), Some(gacts))
+        } else {
+            (None, None)
+        };
+        Ok(TpBlock {
+            cfg: *cfg,
+            tp,
+            rank,
+            dims,
+            dtype: dev.dtype(),
+            params,
+            grads,
+            acts,
+            gacts,
+        })
+    }
+
+    /// The configuration this block runs.
+    pub fn config(&self) -> &BlockConfig {
+        &self.cfg
+    }
+
+    /// Tensor-parallel degree and this rank.
+    pub fn shard_of(&self) -> (usize, usize) {
+        (self.tp, self.rank)
+    }
+
+    /// The block's output `y` on this rank (its token rows under sequence parallelism).
+    pub fn output(&self) -> &C::Buf {
+        &self.acts.y
+    }
+
+    /// The gradient of the block's input on this rank, after [`TpBlock::backward`].
+    pub fn input_grad(&self) -> Option<&C::Buf> {
+        self.gacts.as_ref().map(|g| &g.dx)
+    }
+
+    /// This rank's parameter gradients, after [`TpBlock::backward`].
+    pub fn param_grads(&self) -> Option<&Params<C::Buf>> {
+        self.grads.as_ref()
+    }
+
+    /// One forward pass: attention then MLP, each ending in its collective.
+    pub fn forward<M>(&mut self, dev: &C, comm: &mut M, clock: &mut PhaseClock) -> LayerResult<()>
+    where
+        M: Communicator<Buffer = C::Buf>,
+    {
+        let Dims {
+            n, nr, h, hl, fl, ..
+        } = self.dims;
+        let io = Coll {
+            tp: self.tp,
+            dtype: self.dtype,
+            full: n * h,
+            local: nr * h,
+        };
+        let (a, p) = (&mut self.acts, &self.params);
+
+        io.gather(dev, comm, clock, &a.x, &mut a.x_g)?;
+        let x = full(&a.x, &a.x_g);
+        dev.gemm(&Gemm::dense(n, 3 * hl, h), x, &p.w_qkv, &mut a.qkv)?;
+        dev.add_bias(&mut a.qkv, &p.b_qkv, n, 3 * hl)?;
+        if let (Some(kc), Some(vc)) = (a.k_cache.as_mut(), a.v_cache.as_mut()) {
+            // The new token's K and V join the cache in its last slot.
+            let d = &self.dims;
+            for b in 0..d.batch {
+                let slot = (b * d.l + d.seq) * hl;
+                dev.copy(&a.qkv, b * 3 * hl + hl, kc, slot, hl)?;
+                dev.copy(&a.qkv, b * 3 * hl + 2 * hl, vc, slot, hl)?;
+            }
+        }
+        attention_forward(dev, &self.dims, self.cfg.decode, a)?;
+        dev.gemm(&Gemm::dense(n, h, hl), &a.ctx, &p.w_o, &mut a.z)?;
+        io.reduce(dev, comm, clock, &mut a.z, &mut a.z_s)?;
+
+        dev.copy(&a.x, 0, &mut a.y1, 0, nr * h)?;
+        dev.add(&mut a.y1, full(&a.z, &a.z_s), nr * h)?;
+        dev.add_bias(&mut a.y1, &p.b_o, nr, h)?;
+
+        io.gather(dev, comm, clock, &a.y1, &mut a.y1_g)?;
+        let y1 = full(&a.y1, &a.y1_g);
+        dev.gemm(&Gemm::dense(n, fl, h), y1, &p.w_1, &mut a.h1)?;
+        dev.add_bias(&mut a.h1, &p.b_1, n, fl)?;
+        dev.gelu(&a.h1, &mut a.a1, n * fl)?;
+        dev.gemm(&Gemm::dense(n, h, fl), &a.a1, &p.w_2, &mut a.z2)?;
+        io.reduce(dev, comm, clock, &mut a.z2, &mut a.z2_s)?;
+
+        dev.copy(&a.y1, 0, &mut a.y, 0, nr * h)?;
+        dev.add(&mut a.y, full(&a.z2, &a.z2_s), nr * h)?;
+        dev.add_bias(&mut a.y, &p.b_2, nr, h)?;
+        clock.end_compute(dev)
+    }
+
+    /// One backward pass from the seeded output gradient `dy`, after
+    /// [`TpBlock::forward`]: every parameter's gradient and the input's.
+    pub fn backward<M>(&mut self, dev: &C, comm: &mut M, clock: &mut PhaseClock) -> LayerResult<()>
+    where
+        M: Communicator<Buffer = C::Buf>,
+    {
+        let (Some(g), Some(ga)) = (self.grads.as_mut(), self.gacts.as_mut()) else {
+            return Err(LayerError::Config(
+                "backward needs a block built in train mode".into(),
+            ));
+        };
+        let Dims {
+            n, nr, h, hl, fl, ..
+        } = self.dims;
+        let io = Coll {
+            tp: self.tp,
+            dtype: self.dtype,
+            full: n * h,
+            local: nr * h,
+        };
+        let (a, p) = (&self.acts, &self.params);
+        let tn = |m, nn, k, lda, ldb| Gemm {
+            trans_a: true,
+            lda,
+            ldb,
+            ..Gemm::dense(m, nn, k)
+        };
+        let nt = |m, nn, k, lda, ldb| Gemm {
+            trans_b: true,
+            lda,
+            ldb,
+            ..Gemm::dense(m, nn, k)
+        };
+
+        // MLP: the output gradient reaches every rank's columns (all-gather
+        // with sequence parallelism; replicated otherwise).
+        io.gather(dev, comm, clock, &ga.dy, &mut ga.dy_g)?;
+        let dy = full(&ga.dy, &ga.dy_g);
+        dev.bias_grad(&ga.dy, &mut g.b_2, nr, h)?;
+        dev.gemm(&tn(fl, h, n, fl, h), &a.a1, dy, &mut g.w_2)?;
+        dev.gemm(&nt(n, fl, h, h, h), dy, &p.w_2, &mut ga.da)?;
+        dev.gelu_backward(&a.h1, &ga.da, &mut ga.dh, n * fl)?;
+        dev.bias_grad(&ga.dh, &mut g.b_1, n, fl)?;
+        dev.gemm(
+            &tn(h, fl, n, h, fl),
+            full(&a.y1, &a.y1_g),
+            &ga.dh,
+            &mut g.w_1,
+        )?;
+        dev.gemm(&nt(n, h, fl, fl, fl), &ga.dh, &p.w_1, &mut ga.dy1p)?;
+        io.reduce(dev, comm, clock, &mut ga.dy1p, &mut ga.dy1p_s)?;
+        dev.copy(&ga.dy, 0, &mut ga.dy1, 0, nr * h)?;
+        dev.add(&mut ga.dy1, full(&ga.dy1p, &ga.dy1p_s), nr * h)?;
+
+        // Attention.
+        io.gather(dev, comm, clock, &ga.dy1, &mut ga.dy1_g)?;
+        let dy1 = full(&ga.dy1, &ga.dy1_g);
+        dev.bias_grad(&ga.dy1, &mut g.b_o, nr, h)?;
+        dev.gemm(&tn(hl, h, n, hl, h), &a.ctx, dy1, &mut g.w_o)?;
+        dev.gemm(&nt(n, hl, h, h, h), dy1, &p.w_o, &mut ga.dctx)?;
+        attention_backward(dev, &self.dims, a, ga)?;
+        dev.bias_grad(&ga.dqkv, &mut g.b_qkv, n, 3 * hl)?;
+        let x = full(&a.x, &a.x_g);
+        dev.gemm(&tn(h, 3 * hl, n, h, 3 * hl), x, &ga.dqkv, &mut g.w_qkv)?;
+        dev.gemm(
+            &nt(n, h, 3 * hl, 3 * hl, 3 * hl),
+            &ga.dqkv,
+            &p.w_qkv,
+            &mut ga.dxp,
+        )?;
+        io.reduce(dev, comm, clock, &mut ga.dxp, &mut ga.dxp_s)?;
+        dev.copy(&ga.dy1, 0, &mut ga.dx, 0, nr * h)?;
+        dev.add(&mut ga.dx, full(&ga.dxp, &ga.dxp_s), nr * h)?;
+        clock.end_compute(dev)
+    }
+}
+
+/// The block's two collectives, or nothing at t = 1.
+struct Coll {
+    tp: usize,
+    dtype: DType,
+    /// Elements of a whole-token activation.
+    full: usize,
+    /// Elements of this rank's token rows.
+    local: usize,
+}
+
+impl Coll {
+    /// All-gathers token rows into `gathered` where sequence parallelism keeps one.
+    fn gather<C: Compute, M: Communicator<Buffer = C::Buf>>(
+        &self,
+        dev: &C,
+        comm: &mut M,
+        clock: &mut PhaseClock,
+        local: &C::Buf,
+        gathered: &mut Option<C::Buf>,
+    ) -> LayerResult<()> {
+        let Some(recv) = gathered.as_mut() else {
+            return Ok(());
+        };
+        clock.end_compute(dev)?;
+        comm.all_gather(Io::OutOfPlace { send: local, recv }, self.local, self.dtype)?;
+        clock.end_comm(comm)
+    }
+
+    /// Sums a row-parallel product's partial results: all-reduce in place,
+    /// or reduce-scatter into `scattered` with sequence parallelism.
+    fn reduce<C: Compute, M: Communicator<Buffer = C::Buf>>(
+        &self,
+        dev: &C,
+        comm: &mut M,
+        clock: &mut PhaseClock,
+        partial: &mut C::Buf,
+        scattered: &mut Option<C::Buf>,
+    ) -> LayerResult<()> {
+        if self.tp <= 1 {
+            return Ok(());
+        }
+        clock.end_compute(dev)?;
+        match scattered.as_mut() {
+            Some(recv) => comm.reduce_scatter(
+                Io::OutOfPlace {
+                    send: partial,
+                    recv,
+                },
+                self.local,
+                self.dtype,
+                ReduceOp::Sum,
+            )?,
+            None => comm.all_reduce(Io::InPlace(partial), self.full, self.dtype, ReduceOp::Sum)?,
+        }
+        clock.end_comm(comm)
+    }
+}
+
+/// Where a sequence's keys and values live: the fused QKV rows (prefill) or
+/// the KV cache (decode); offsets of head 0 and the row stride.
+struct KvView<'a, B> {
+    k: &'a B,
+    k_off: usize,
+    v: &'a B,
+    v_off: usize,
+    ld: usize,
+}
+
+fn kv_view<'a, B>(
+    dims: &Dims,
+    qkv: &'a B,
+    cache: (&'a Option<B>, &'a Option<B>),
+    b: usize,
+) -> KvView<'a, B> {
+    let Dims { hl, l, lq, .. } = *dims;
+    match (cache.0.as_ref(), cache.1.as_ref()) {
+        (Some(k), Some(v)) => KvView {
+            k,
+            k_off: b * l * hl,
+            v,
+            v_off: b * l * hl,
+            ld: hl,
+        },
+        _ => {
+            let row = b * lq * 3 * hl;
+            KvView {
+                k: qkv,
+                k_off: row + hl,
+                v: qkv,
+                v_off: row + 2 * hl,
+                ld: 3 * hl,
+            }
+        }
+    }
+}
+
+/// A product batched over this rank's heads (head i adds `i d` to the offset
+/// of every operand that is a head's column slice).
+fn per_head(
+    dims: &Dims,
+    (m, n, k): (usize, usize, usize),
+    (trans_a, a_offset, lda, stride_a): (bool, usize, usize, usize),
+    (trans_b, b_offset, ldb, stride_b): (bool, usize, usize, usize),
+    (c_offset, ldc, stride_c): (usize, usize, usize),
+    alpha: f32,
+) -> Gemm {
+    Gemm {
+        m,
+        n,
+        k,
+        trans_a,
+        trans_b,
+        a_offset,
+        lda,
+        b_offset,
+        ldb,
+        c_offset,
+        ldc,
+        alpha,
+        beta: 0.0,
+        batch: dims.al,
+        stride_a,
+        stride_b,
+        stride_c,
+    }
+}
+
+/// Scaled-dot-product attention of this rank's heads:
+/// `ctx = softmax(Q K^T / sqrt(d)) V`, causal in prefill.
+fn attention_forward<C: Compute>(
+    dev: &C,
+    dims: &Dims,
+    decode: bool,
+    a: &mut Acts<C::Buf>,
+) -> LayerResult<()> {
+    let Dims {
+        hl,
+        al,
+        d,
+        batch,
+        lq,
+        l,
+        ..
+    } = *dims;
+    let scale = 1.0 / (d as f32).sqrt();
+    let sq = lq * l;
+    for b in 0..batch {
+        let kv = kv_view(dims, &a.qkv, (&a.k_cache, &a.v_cache), b);
+        let g = per_head(
+            dims,
+            (lq, l, d),
+            (false, b * lq * 3 * hl, 3 * hl, d),
+            (true, kv.k_off, kv.ld, d),
+            (b * al * sq, l, sq),
+            scale,
+        );
+        dev.gemm(&g, &a.qkv, kv.k, &mut a.probs)?;
+    }
+    dev.softmax(&mut a.probs, 0, batch * al * lq, l, !decode)?;
+    for b in 0..batch {
+        let kv = kv_view(dims, &a.qkv, (&a.k_cache, &a.v_cache), b);
+        let g = per_head(
+            dims,
+            (lq, d, l),
+            (false, b * al * sq, l, sq),
+            (false, kv.v_off, kv.ld, d),
+            (b * lq * hl, hl, d),
+            1.0,
+        );
+        dev.gemm(&g, &a.probs, kv.v, &mut a.ctx)?;
+    }
+    Ok(())
+}
+
+/// Backward of [`attention_forward`] in prefill: `dqkv` from `dctx`.
+fn attention_backward<C: Compute>(
+    dev: &C,
+    dims: &Dims,
+    a: &Acts<C::Buf>,
+    ga: &mut GradActs<C::Buf>,
+) -> LayerResult<()> {
+    let Dims {
+        hl,
+        al,
+        d,
+        batch,
+        lq,
+        l,
+        ..
+    } = *dims;
+    let scale = 1.0 / (d as f32).sqrt();
+    let sq = lq * l;
+    for b in 0..batch {
+        let (q_off, o_off, p_off) = (b * lq * 3 * hl, b * lq * hl, b * al * sq);
+        let v_off = q_off + 2 * hl;
+        // dP = dO V^T
+        let g = per_head(
+            dims,
+            (lq, l, d),
+            (false, o_off, hl, d),
+            (true, v_off, 3 * hl, d),
+            (p_off, l, sq),
+            1.0,
+        );
+        dev.gemm(&g, &ga.dctx, &a.qkv, &mut ga.dprobs)?;
+        // dV = P^T dO
+        let g = per_head(
+            dims,
+            (l, d, lq),
+            (true, p_off, l, sq),
+            (false, o_off, hl, d),
+            (v_off, 3 * hl, d),
+            1.0,
+        );
+        dev.gemm(&g, &a.probs, &ga.dctx, &mut ga.dqkv)?;
+    }
+    // dS = softmax'(P) dP, in place; then the scale of S = scale Q K^T.
+    dev.softmax_backward(&a.probs, &mut ga.dprobs, 0, batch * al * lq, l)?;
+    for b in 0..batch {
+        let (q_off, p_off) = (b * lq * 3 * hl, b * al * sq);
+        let k_off = q_off + hl;
+        // dQ = scale dS K
+        let g = per_head(
+            dims,
+            (lq, d, l),
+            (false, p_off, l, sq),
+            (false, k_off, 3 * hl, d),
+            (q_off, 3 * hl, d),
+            scale,
+        );
+        dev.gemm(&g, &ga.dprobs, &a.qkv, &mut ga.dqkv)?;
+        // dK = scale dS^T Q
+        let g = per_head(
+            dims,
+            (l, d, lq),
+            (true, p_off, l, sq),
+            (false, q_off, 3 * hl, d),
+            (k_off, 3 * hl, d),
+            scale,
+        );
+        dev.gemm(&g, &ga.dprobs, &a.qkv, &mut ga.dqkv)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fake_comm;
+    use super::super::BlockShape;
+    use super::*;
+    use crate::compute::cpu::CpuCompute;
+
+    fn cfg(mode: Mode, decode: bool, seq: usize) -> BlockConfig {
+        BlockConfig {
+            shape: BlockShape {
+                hidden: 8,
+                heads: 2,
+                ffn: 16,
+                seq,
+                batch: 2,
+            },
+            mode,
+            decode,
+            seq_parallel: false,
+        }
+    }
+
+    fn host(dev: &CpuCompute, b: &crate::comm::HostBuffer) -> Vec<f32> {
+        let mut v = vec![0f32; b.count(dev.dtype())];
+        dev.download(b, &mut v).unwrap();
+        v
+    }
+
+    fn set(dev: &CpuCompute, b: &mut crate::comm::HostBuffer, v: &[f32]) {
+        dev.upload(v, b).unwrap();
+    }
+
+    impl<C: Compute> TpBlock<C> {
+        fn param_mut(&mut self, i: usize) -> &mut C::Buf {
+            let p = &mut self.params;
+            match i {
+                0 => &mut p.w_qkv,
+                1 => &mut p.b_qkv,
+                2 => &mut p.w_o,
+                3 => &mut p.b_o,
+                4 => &mut p.w_1,
+                5 => &mut p.b_1,
+                6 => &mut p.w_2,
+                _ => &mut p.b_2,
+            }
+        }
+    }
+
+    /// The analytic gradients of loss = sum(dy * y) against central differences.
+    #[test]
+    fn backward_matches_finite_differences() {
+        fake_comm::run(1, |comm| {
+            let dev = CpuCompute::new(DType::F32, 1).unwrap();
+            let c = cfg(Mode::Train, false, 4);
+            let mut blk = TpBlock::new(&dev, &c, 1, 0, 3).unwrap();
+            let mut clock = PhaseClock::new();
+            blk.forward(&dev, comm, &mut clock).unwrap();
+            blk.backward(&dev, comm, &mut clock).unwrap();
+            let dy = host(&dev, &blk.gacts.as_ref().unwrap().dy);
+            let loss = |blk: &mut TpBlock<CpuCompute>, comm: &mut fake_comm::FakeComm| -> f64 {
+                blk.forward(&dev, comm, &mut PhaseClock::new()).unwrap();
+                let y = host(&dev, &blk.acts.y);
+                y.iter().zip(&dy).map(|(a, b)| *a as f64 * *b as f64).sum()
+            };
+            let h = 1e-2f32;
+            // Parameters 0..8, then the input (8).
+            for which in 0..9 {
+                let analytic = if which < 8 {
+                    host(&dev, blk.grads.as_ref().unwrap().all()[which])
+                } else {
+                    host(&dev, &blk.gacts.as_ref().unwrap().dx)
+                };
+                let n = analytic.len();
+                for i in (0..n).step_by((n / 9).max(1)) {
+                    let mut fd = 0f64;
+                    for sign in [1f32, -1.0] {
+                        let buf = if which < 8 {
+                            blk.param_mut(which)
+                        } else {
+                            &mut blk.acts.x
+                        };
+                        let mut v = host(&dev, buf);
+                        let orig = v[i];
+                        v[i] = orig + sign * h;
+                        set(&dev, buf, &v);
+                        fd += sign as f64 * loss(&mut blk, comm);
+                        let buf = if which < 8 {
+                            blk.param_mut(which)
+                        } else {
+                            &mut blk.acts.x
+                        };
+                        v[i] = orig;
+                        set(&dev, buf, &v);
+                    }
+                    fd /= 2.0 * h as f64;
+                    let err = (fd - analytic[i] as f64).abs();
+                    assert!(
+                        err <= 2e-2 * fd.abs() + 2e-4,
+                        "tensor {which} element {i}: analytic {} vs numeric {fd}",
+                        analytic[i]
+                    );
+                }
+            }
+        });
+    }
+
+    /// Decoding token s against a cache of tokens 0..s gives the prefill's
+    /// output for token s.
+    #[test]
+    fn decode_with_a_cache_equals_the_last_row_of_prefill() {
+        fake_comm::run(1, |comm| {
+            let dev = CpuCompute::new(DType::F32, 1).unwrap();
+            let s = 5;
+            let mut pre = TpBlock::new(&dev, &cfg(Mode::Forward, false, s + 1), 1, 0, 4).unwrap();
+            pre.forward(&dev, comm, &mut PhaseClock::new()).unwrap();
+            let (qkv, x, y) = (
+                host(&dev, &pre.acts.qkv),
+                host(&dev, &pre.acts.x),
+                host(&dev, &pre.acts.y),
+            );
+            let mut dec = TpBlock::new(&dev, &cfg(Mode::Forward, true, s), 1, 0, 4).unwrap();
+            let h = 8;
+            let mut xd = Vec::new();
+            let (mut kc, mut vc) = (vec![0f32; 2 * (s + 1) * h], vec![0f32; 2 * (s + 1) * h]);
+            for b in 0..2 {
+                let last = b * (s + 1) + s;
+                xd.extend_from_slice(&x[last * h..(last + 1) * h]);
+                for pos in 0..s {
+                    let row = (b * (s + 1) + pos) * 3 * h;
+                    let slot = (b * (s + 1) + pos) * h;
+                    kc[slot..slot + h].copy_from_slice(&qkv[row + h..row + 2 * h]);
+                    vc[slot..slot + h].copy_from_slice(&qkv[row + 2 * h..row + 3 * h]);
+                }
+            }
+            set(&dev, &mut dec.acts.x, &xd);
+            set(&dev, dec.acts.k_cache.as_mut().unwrap(), &kc);
+            set(&dev, dec.acts.v_cache.as_mut().unwrap(), &vc);
+            dec.forward(&dev, comm, &mut PhaseClock::new()).unwrap();
+            let yd = host(&dev, &dec.acts.y);
+            for b in 0..2 {
+                let last = b * (s + 1) + s;
+                for j in 0..h {
+                    let (got, want) = (yd[b * h + j], y[last * h + j]);
+                    assert!(
+                        (got - want).abs() < 1e-5,
+                        "batch {b} col {j}: {got} vs {want}"
+                    );
+                }
+            }
+        });
+    }
+}

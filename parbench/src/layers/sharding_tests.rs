@@ -1,0 +1,285 @@
+//! The sharded block equals the unsharded one, for every mode and t = 1..4.
+
+use super::*;
+use crate::comm::{Communicator, DType};
+use crate::compute::cpu::CpuCompute;
+
+fn shape(heads: usize) -> BlockShape {
+    BlockShape {
+        hidden: 2 * heads * 4,
+        heads,
+        ffn: 2 * heads * 12,
+        seq: 6,
+        batch: 2,
+    }
+}
+
+fn check(cfg: BlockConfig, tp: usize, dtype: DType, seed: u64, check_seed: u64) -> CheckReport {
+    let reports = fake_comm::run(tp, |comm| {
+        let dev = CpuCompute::new(dtype, 1).unwrap();
+        let mut block = TpBlock::new(&dev, &cfg, tp, comm.rank(), seed).unwrap();
+        let mut clock = PhaseClock::new();
+        block.forward(&dev, comm, &mut clock).unwrap();
+        if cfg.mode == Mode::Train {
+            block.backward(&dev, comm, &mut clock).unwrap();
+        }
+        check_block(&dev, comm, &block, check_seed).unwrap()
+    });
+    for r in &reports[1..] {
+        assert_eq!(r, &reports[0], "ranks disagree");
+    }
+    reports[0].clone()
+}
+
+fn assert_matches(cfg: BlockConfig, tp: usize, dtype: DType) {
+    let r = check(cfg, tp, dtype, 7, 7);
+    assert!(r.passed(), "{cfg:?} tp {tp} {dtype}: {:?}", r.tensors);
+    let want = if cfg.mode == Mode::Train { 10 } else { 1 };
+    assert_eq!(r.tensors.len(), want);
+}
+
+fn all_modes(heads: usize, tp: usize) {
+    for (mode, decode, sp) in [
+        (Mode::Forward, false, false),
+        (Mode::Forward, true, false),
+        (Mode::Train, false, false),
+        (Mode::Forward, false, true),
+        (Mode::Train, false, true),
+    ] {
+        let cfg = BlockConfig {
+            shape: shape(heads),
+            mode,
+            decode,
+            seq_parallel: sp,
+        };
+        assert_matches(cfg, tp, DType::F32);
+    }
+}
+
+#[test]
+fn tp1_every_mode() {
+    all_modes(4, 1);
+}
+
+#[test]
+fn tp2_every_mode() {
+    all_modes(4, 2);
+}
+
+#[test]
+fn tp3_every_mode() {
+    all_modes(6, 3);
+}
+
+#[test]
+fn tp4_every_mode() {
+    all_modes(4, 4);
+}
+
+#[test]
+fn tp2_half_types_within_their_tolerance() {
+    for dtype in [DType::F16, DType::BF16] {
+        let cfg = BlockConfig {
+            shape: shape(4),
+            mode: Mode::Train,
+            decode: false,
+            seq_parallel: true,
+        };
+        assert_matches(cfg, 2, dtype);
+    }
+}
+
+#[test]
+fn the_check_catches_a_block_that_differs() {
+    let cfg = BlockConfig {
+        shape: shape(4),
+        mode: Mode::Train,
+        decode: false,
+        seq_parallel: false,
+    };
+    let r = check(cfg, 2, DType::F32, 7, 8);
+    assert!(!r.passed());
+    assert!(r.tensors.iter().all(|(_, e)| *e > 1e-2), "{:?}", r.tensors);
+}
+
+/// Delegates to a communicator and counts the block's collective calls and
+/// their nccl-tests sizes.
+struct Counting<'a, M> {
+    inner: &'a mut M,
+    calls: Vec<(crate::comm::Collective, u64)>,
+}
+
+impl<M: Communicator> Communicator for Counting<'_, M> {
+    type Buffer = M::Buffer;
+    fn rank(&self) -> usize {
+        self.inner.rank()
+    }
+    fn world(&self) -> usize {
+        self.inner.world()
+    }
+    fn backend(&self) -> &'static str {
+        self.inner.backend()
+    }
+    fn wire(&self) -> String {
+        self.inner.wire()
+    }
+    fn algo_for(&self, c: crate::comm::Collective, b: usize) -> String {
+        self.inner.algo_for(c, b)
+    }
+    fn set_timeout(&mut self, t: std::time::Duration) {
+        self.inner.set_timeout(t)
+    }
+    fn timeout(&self) -> std::time::Duration {
+        self.inner.timeout()
+    }
+    fn alloc(&self, bytes: usize) -> crate::comm::CommResult<M::Buffer> {
+        self.inner.alloc(bytes)
+    }
+    fn all_reduce(
+        &mut self,
+        io: crate::comm::Io<'_, M::Buffer>,
+        count: usize,
+        dtype: DType,
+        op: crate::comm::ReduceOp,
+    ) -> crate::comm::CommResult<()> {
+        self.calls.push((
+            crate::comm::Collective::AllReduce,
+            (count * dtype.size()) as u64,
+        ));
+        self.inner.all_reduce(io, count, dtype, op)
+    }
+    fn all_gather(
+        &mut self,
+        io: crate::comm::Io<'_, M::Buffer>,
+        count: usize,
+        dtype: DType,
+    ) -> crate::comm::CommResult<()> {
+        let total = count * dtype.size() * self.world();
+        self.calls
+            .push((crate::comm::Collective::AllGather, total as u64));
+        self.inner.all_gather(io, count, dtype)
+    }
+    fn reduce_scatter(
+        &mut self,
+        io: crate::comm::Io<'_, M::Buffer>,
+        count: usize,
+        dtype: DType,
+        op: crate::comm::ReduceOp,
+    ) -> crate::comm::CommResult<()> {
+        let total = count * dtype.size() * self.world();
+        self.calls
+            .push((crate::comm::Collective::ReduceScatter, total as u64));
+        self.inner.reduce_scatter(io, count, dtype, op)
+    }
+    fn broadcast(
+        &mut self,
+        io: crate::comm::Io<'_, M::Buffer>,
+        count: usize,
+        dtype: DType,
+        root: usize,
+    ) -> crate::comm::CommResult<()> {
+        self.inner.broadcast(io, count, dtype, root)
+    }
+    fn reduce(
+        &mut self,
+        io: crate::comm::Io<'_, M::Buffer>,
+        count: usize,
+        dtype: DType,
+        op: crate::comm::ReduceOp,
+        root: usize,
+    ) -> crate::comm::CommResult<()> {
+        self.inner.reduce(io, count, dtype, op, root)
+    }
+    fn all_to_all(
+        &mut self,
+        io: crate::comm::Io<'_, M::Buffer>,
+        count: usize,
+        dtype: DType,
+    ) -> crate::comm::CommResult<()> {
+        self.inner.all_to_all(io, count, dtype)
+    }
+    fn send(
+        &mut self,
+        b: &M::Buffer,
+        count: usize,
+        dtype: DType,
+        peer: usize,
+    ) -> crate::comm::CommResult<()> {
+        self.inner.send(b, count, dtype, peer)
+    }
+    fn recv(
+        &mut self,
+        b: &mut M::Buffer,
+        count: usize,
+        dtype: DType,
+        peer: usize,
+    ) -> crate::comm::CommResult<()> {
+        self.inner.recv(b, count, dtype, peer)
+    }
+    fn send_recv(
+        &mut self,
+        s: &M::Buffer,
+        to: usize,
+        r: &mut M::Buffer,
+        from: usize,
+        count: usize,
+        dtype: DType,
+    ) -> crate::comm::CommResult<()> {
+        self.inner.send_recv(s, to, r, from, count, dtype)
+    }
+    fn barrier(&mut self) -> crate::comm::CommResult<()> {
+        self.inner.barrier()
+    }
+}
+
+/// The block calls exactly the collectives, sizes and counts the model
+/// charges it for (Megatron's 2 forward, 2 backward; doubled and split
+/// into all-gather and reduce-scatter with sequence parallelism).
+#[test]
+fn the_block_calls_the_collectives_the_model_counts() {
+    for tp in [1, 2] {
+        for (mode, decode, sp) in [
+            (Mode::Forward, false, false),
+            (Mode::Forward, true, false),
+            (Mode::Train, false, false),
+            (Mode::Forward, false, true),
+            (Mode::Train, false, true),
+        ] {
+            let cfg = BlockConfig {
+                shape: shape(4),
+                mode,
+                decode,
+                seq_parallel: sp,
+            };
+            let traffic = cfg.tp_traffic(tp, DType::F32);
+            let calls = fake_comm::run(tp, |comm| {
+                let dev = CpuCompute::new(DType::F32, 1).unwrap();
+                let mut block = TpBlock::new(&dev, &cfg, tp, comm.rank(), 1).unwrap();
+                let mut counting = Counting {
+                    inner: comm,
+                    calls: Vec::new(),
+                };
+                let mut clock = PhaseClock::new();
+                block.forward(&dev, &mut counting, &mut clock).unwrap();
+                if mode == Mode::Train {
+                    block.backward(&dev, &mut counting, &mut clock).unwrap();
+                }
+                counting.calls
+            });
+            let got = &calls[0];
+            assert_eq!(
+                got.len() as u64,
+                traffic.calls_per_block(),
+                "{cfg:?} tp {tp}"
+            );
+            for (coll, n) in traffic.collectives() {
+                let made = got.iter().filter(|c| c.0 == coll).count() as u64;
+                assert_eq!(made, n, "{coll} {cfg:?} tp {tp}");
+            }
+            assert!(
+                got.iter().all(|c| c.1 == traffic.bytes_per_call()),
+                "{got:?}"
+            );
+        }
+    }
+}
