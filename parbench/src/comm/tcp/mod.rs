@@ -22,8 +22,11 @@
 //!   once; a silent one is [`CommError::Timeout`] naming it at the deadline.
 //!   The rank that sees the fault tells every other peer with an abort
 //!   frame (naming the lost rank), so ranks waiting elsewhere fail at once
-//!   with an error naming the same rank. After a fault the transport
-//!   refuses every further call with the same error.
+//!   with an error naming the same rank. A rank past its deadline first
+//!   sends a hint (whom it waits for) and listens a tenth longer, so that
+//!   in a chain of waits every rank names the one really stuck. After a
+//!   fault the transport refuses every further call with the same error.
+//! - Messages to itself (sendrecv on one rank) go through an in-order queue.
 
 mod mesh;
 mod peer;
