@@ -116,7 +116,7 @@ step() {
     else
         failed=$((failed + 1))
         [ $rc -eq 124 ] && say "FAIL $name: timed out after ${secs}s" || say "FAIL $name: exit $rc (${dt}s), see $name.log"
-        grep -E "panicked|error|Error" "$out/$name.log" | head -3 | sed 's/^/     /' | tee -a "$summary"
+        grep -E -A1 "panicked|^error|Error:" "$out/$name.log" | grep -v "^--$" | head -6 | sed 's/^/     /' | tee -a "$summary"
     fi
     return 0
 }
