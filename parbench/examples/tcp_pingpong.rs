@@ -7,7 +7,7 @@
 //! Not a benchmark suite: `bench-collectives` is; this checks the transport alone.
 
 use parbench::comm::tcp;
-use parbench::comm::{DType, ReduceOp, RecvInto, Transport};
+use parbench::comm::{DType, RecvInto, ReduceOp, Transport};
 use parbench::launch::{self, Role};
 use std::time::{Duration, Instant};
 
@@ -54,7 +54,10 @@ fn run(info: &launch::RankInfo) -> Result<(), parbench::comm::CommError> {
             }
         }
         if round == 1 {
-            say(format!("ping-pong 8 B: {:.2} us one way", t0.elapsed().as_secs_f64() * 1e6 / iters as f64 / 2.0));
+            say(format!(
+                "ping-pong 8 B: {:.2} us one way",
+                t0.elapsed().as_secs_f64() * 1e6 / iters as f64 / 2.0
+            ));
         }
     }
 
@@ -64,11 +67,18 @@ fn run(info: &launch::RankInfo) -> Result<(), parbench::comm::CommError> {
         let t0 = Instant::now();
         for _ in 0..iters {
             let data = acc;
-            let into = RecvInto::Reduce { acc: bytemuck::cast_slice_mut(&mut acc), dtype: DType::F32, op: ReduceOp::Max };
+            let into = RecvInto::Reduce {
+                acc: bytemuck::cast_slice_mut(&mut acc),
+                dtype: DType::F32,
+                op: ReduceOp::Max,
+            };
             t.exchange(peer, bytemuck::cast_slice(&data), peer, into, dl())?;
         }
         if round == 1 {
-            say(format!("exchange+reduce 8 B (2-rank all_reduce): {:.2} us", t0.elapsed().as_secs_f64() * 1e6 / iters as f64));
+            say(format!(
+                "exchange+reduce 8 B (2-rank all_reduce): {:.2} us",
+                t0.elapsed().as_secs_f64() * 1e6 / iters as f64
+            ));
         }
     }
 
@@ -94,7 +104,10 @@ fn run(info: &launch::RankInfo) -> Result<(), parbench::comm::CommError> {
         }
         if round == 1 {
             let s = t0.elapsed().as_secs_f64();
-            say(format!("one stream 64 MiB: {:.2} GB/s", (size * reps) as f64 / s / 1e9));
+            say(format!(
+                "one stream 64 MiB: {:.2} GB/s",
+                (size * reps) as f64 / s / 1e9
+            ));
         }
     }
 
@@ -109,7 +122,11 @@ fn run(info: &launch::RankInfo) -> Result<(), parbench::comm::CommError> {
             let (lo, hi) = buf.split_at_mut(half);
             // Rank 0 keeps the low half, rank 1 the high half.
             let (mine, theirs) = if me == 0 { (lo, hi) } else { (hi, lo) };
-            let into = RecvInto::Reduce { acc: bytemuck::cast_slice_mut(mine), dtype: DType::F32, op: ReduceOp::Sum };
+            let into = RecvInto::Reduce {
+                acc: bytemuck::cast_slice_mut(mine),
+                dtype: DType::F32,
+                op: ReduceOp::Sum,
+            };
             t.exchange(peer, bytemuck::cast_slice(theirs), peer, into, dl())?;
             let into = RecvInto::Copy(bytemuck::cast_slice_mut(theirs));
             t.exchange(peer, bytemuck::cast_slice(mine), peer, into, dl())?;
@@ -117,7 +134,11 @@ fn run(info: &launch::RankInfo) -> Result<(), parbench::comm::CommError> {
         if round == 1 {
             let s = t0.elapsed().as_secs_f64() / reps as f64;
             // busbw = algbw * 2(n-1)/n = algbw for n = 2.
-            say(format!("hand-made ring all_reduce 64 MiB f32: {:.2} GB/s busbw ({:.1} ms)", size as f64 / s / 1e9, s * 1e3));
+            say(format!(
+                "hand-made ring all_reduce 64 MiB f32: {:.2} GB/s busbw ({:.1} ms)",
+                size as f64 / s / 1e9,
+                s * 1e3
+            ));
         }
     }
     Ok(())

@@ -14,5 +14,6 @@ pub mod launch;
 pub mod layers;
 pub mod measure;
 pub mod model;
+pub mod pipeline;
 pub mod results;
 pub mod schedule;

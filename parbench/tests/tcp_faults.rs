@@ -1,6 +1,7 @@
 //! Faults between real processes: a rank killed or frozen in the middle of
 //! a stream of exchanges. Every other rank must return an error naming it
-//! (at once for a kill, at the deadline for a freeze), and nothing may hang.
+//! (at once for a kill, at the deadline for a freeze, even a rank that
+//! waits for a rank that waits for the frozen one), and nothing may hang.
 
 mod tcp_support;
 
@@ -98,11 +99,14 @@ fn frozen_rank_is_named_by_every_other_rank_at_the_deadline() {
         assert!(waited < timeout * 3, "rank {}: took {waited:?}", t.rank());
         return;
     }
-    let mut children = job(name, 3).start().unwrap();
+    // World 4: ranks 3 and 0 wait for ranks that wait in turn (a chain
+    // of waits ending at rank 1); each must still name rank 1.
+    let mut children = job(name, 4).start().unwrap();
     let deadline = Instant::now() + Duration::from_secs(40);
-    let mut status = [None, None, None];
-    while Instant::now() < deadline && (status[0].is_none() || status[2].is_none()) {
-        for r in [0, 2] {
+    let live = [0, 2, 3];
+    let mut status = [None; 4];
+    while Instant::now() < deadline && live.iter().any(|&r| status[r].is_none()) {
+        for r in live {
             if status[r].is_none() {
                 status[r] = children[r].try_wait().unwrap();
             }
@@ -113,7 +117,7 @@ fn frozen_rank_is_named_by_every_other_rank_at_the_deadline() {
         let _ = c.kill();
         let _ = c.wait();
     }
-    for r in [0, 2] {
+    for r in live {
         assert!(
             status[r].is_some_and(|s| s.success()),
             "rank {r}: {status:?}"

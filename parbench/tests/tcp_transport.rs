@@ -119,7 +119,25 @@ fn transport_with_two_ranks_and_one_rank() {
     if let Some(info) = worker("transport_with_two_ranks_and_one_rank") {
         let mut t = tcp::connect(&info, TIMEOUT).unwrap();
         if t.world() == 1 {
-            let e = t.send(0, &[1], soon()).unwrap_err();
+            // Messages to itself (sendrecv on one rank) arrive in order.
+            t.send(0, &[1, 2], soon()).unwrap();
+            t.send(0, &[3], soon()).unwrap();
+            let (mut a, mut b) = ([0u8; 2], [0u8; 1]);
+            t.recv(0, RecvInto::Copy(&mut a), soon()).unwrap();
+            t.recv(0, RecvInto::Copy(&mut b), soon()).unwrap();
+            assert_eq!((a, b), ([1, 2], [3]));
+            let mut acc = [1.5f64];
+            let into = RecvInto::Reduce {
+                acc: bytemuck::cast_slice_mut(&mut acc),
+                dtype: DType::F64,
+                op: ReduceOp::Sum,
+            };
+            t.exchange(0, bytemuck::cast_slice(&[2.0f64]), 0, into, soon())
+                .unwrap();
+            assert_eq!(acc, [3.5]);
+            let e = t.recv(0, RecvInto::Copy(&mut b), soon()).unwrap_err();
+            assert!(matches!(e, CommError::InvalidArgument(_)), "{e}");
+            let e = t.send(1, &[1], soon()).unwrap_err();
             assert!(matches!(e, CommError::InvalidArgument(_)), "{e}");
             return;
         }

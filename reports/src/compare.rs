@@ -187,7 +187,12 @@ impl Comparison {
     /// The changes with this verdict, worst first.
     pub fn with(&self, v: Verdict) -> Vec<&Change> {
         let mut out: Vec<&Change> = self.changes.iter().filter(|c| c.verdict == v).collect();
-        out.sort_by(|a, b| b.worse_by.abs().total_cmp(&a.worse_by.abs()));
+        out.sort_by(|a, b| {
+            b.worse_by
+                .abs()
+                .total_cmp(&a.worse_by.abs())
+                .then_with(|| (a.suite, &a.key, a.figure).cmp(&(b.suite, &b.key, b.figure)))
+        });
         out
     }
 }

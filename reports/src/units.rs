@@ -63,7 +63,9 @@ pub fn short(v: f64) -> String {
 /// Microseconds for an axis tick: `1 us`, `250 us`, `2.5 ms`, `1 s`.
 pub fn micros_tick(us: f64) -> String {
     let a = us.abs();
-    if a >= 1e6 {
+    if a == 0.0 {
+        "0".into()
+    } else if a >= 1e6 {
         format!("{} s", short(us / 1e6))
     } else if a >= 1e3 {
         format!("{} ms", short(us / 1e3))

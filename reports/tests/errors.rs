@@ -9,7 +9,10 @@ use std::path::Path;
 /// `dir`; each must exit 2 with one line that contains every string of `want`.
 fn refused(dir: &Path, want: &[&str], timeline: bool) {
     let d = dir.to_str().unwrap();
-    let out = scratch("err-out").join("r.html");
+    let tag = dir
+        .file_name()
+        .map_or("x".into(), |n| n.to_string_lossy().into_owned());
+    let out = scratch(&format!("err-out-{tag}")).join("r.html");
     let good = fixture("shm");
     let mut runs = vec![("html", report(&["html", d, "-o", out.to_str().unwrap()]))];
     if !timeline {
@@ -54,6 +57,13 @@ fn truncated_csv_names_file_and_line() {
     let d = copy_fixture("shm", "trunc");
     let n = cut_last_line_in_half(&d.join("collectives.csv"));
     assert_refused(&d, &[&format!("collectives.csv:{n}:")]);
+}
+
+#[test]
+fn empty_csv_is_refused() {
+    let d = copy_fixture("shm", "emptycsv");
+    std::fs::write(d.join("pipeline.csv"), "").unwrap();
+    assert_refused(&d, &["pipeline.csv:1:", "empty file"]);
 }
 
 #[test]

@@ -24,6 +24,7 @@
 
 pub mod algo;
 mod buffer;
+pub mod conformance;
 mod dtype;
 mod error;
 mod host;
@@ -32,12 +33,14 @@ pub mod local;
 pub mod mpi;
 #[cfg(feature = "cuda")]
 pub mod nccl;
+pub mod reference;
 pub mod tcp;
 
 pub use buffer::{CommBuffer, HostBuffer};
 pub use dtype::{finish_avg, reduce_bytes, reduce_typed, DType, Element, ReduceOp};
 pub use error::{CommError, CommResult};
 pub use host::HostComm;
+pub use local::{LocalComm, LocalTransport};
 
 use std::fmt;
 use std::str::FromStr;
@@ -305,6 +308,57 @@ pub trait Communicator: Send {
     fn sync(&mut self) -> CommResult<()> {
         Ok(())
     }
+
+    /// A clock on the device's stream with room for `points` marks, for
+    /// backends whose calls return before the work is done (NCCL: CUDA
+    /// events). `None` on host backends, where the host clock is right.
+    fn stream_clock(&mut self, points: usize) -> CommResult<Option<Box<dyn StreamClock>>> {
+        let _ = points;
+        Ok(None)
+    }
+
+    /// Records `launches` calls of `op` once, to be replayed as one launch
+    /// (a CUDA graph: `--graph N`), removing the host's launch cost.
+    /// Unsupported on host backends.
+    fn capture(
+        &mut self,
+        launches: usize,
+        op: &mut dyn FnMut(&mut Self) -> CommResult<()>,
+    ) -> CommResult<Box<dyn Replay>>
+    where
+        Self: Sized,
+    {
+        let _ = (launches, op);
+        Err(CommError::Unsupported(format!(
+            "backend {} cannot capture a loop of calls (graphs are for device backends)",
+            self.backend()
+        )))
+    }
+
+    /// The wire's ceiling as the device measures it (device-to-device or
+    /// peer copy bandwidth, GB/s, with how it was measured); `None` where
+    /// the host measures the wire.
+    fn device_ceiling(&mut self) -> CommResult<Option<(String, f64)>> {
+        Ok(None)
+    }
+}
+
+/// Marks recorded on a device's stream between asynchronous calls, read
+/// once the work is done (see [`Communicator::stream_clock`]).
+pub trait StreamClock {
+    /// Records a point after everything issued so far.
+    fn mark(&mut self) -> CommResult<()>;
+    /// Waits (within the communicator's timeout) for the last point, then
+    /// returns the seconds between consecutive points.
+    fn intervals(&mut self) -> CommResult<Vec<f64>>;
+}
+
+/// A captured loop of calls (see [`Communicator::capture`]).
+pub trait Replay {
+    /// Issues every captured call once more, as one launch.
+    fn replay(&mut self) -> CommResult<()>;
+    /// How many calls one replay issues.
+    fn launches(&self) -> usize;
 }
 
 /// Where a received message goes: copied, or reduced into existing data.

@@ -24,8 +24,12 @@
 //! receive, or at the next collective, sync or barrier. `send_recv` and
 //! `all_to_all` are grouped directly and stage nothing.
 
-use super::{Collective, CommError, CommResult, Communicator, DType, Io, ReduceOp};
-use crate::gpu::{self, DeviceBuffer, Gpu, GpuError, Lib};
+use super::{
+    Collective, CommError, CommResult, Communicator, DType, Io, ReduceOp, Replay, StreamClock,
+};
+use crate::gpu::timing::{CapturedLoop, EventTimer};
+use crate::gpu::{self, bandwidth, DeviceBuffer, Gpu, GpuError, Lib};
+use crate::launch::{RankInfo, Store};
 use cudarc::driver::{result as cu, sys as cusys};
 use cudarc::nccl::sys;
 use std::ffi::c_void;
@@ -72,6 +76,9 @@ pub struct NcclComm {
     scratch: Option<DeviceBuffer>,
     /// One element, for the barrier.
     token: Option<DeviceBuffer>,
+    /// The rendezvous store of a multi-process job (rank 0 serves it), kept
+    /// for the communicator's lifetime as the store asks.
+    _store: Option<Store>,
 }
 
 // SAFETY: an NCCL communicator may be used from any thread as long as no two
@@ -100,7 +107,7 @@ impl NcclComm {
                 .map(|_| ())
                 .map_err(|e| nccl_err("ncclCommInitAll", e.0))
         })?;
-        let wire = local_wire(&gpus);
+        let wire = local_wire(ordinals);
         Ok(comms
             .into_iter()
             .zip(gpus)
@@ -171,6 +178,59 @@ impl NcclComm {
         }
     }
 
+    /// Joins the multi-process job `info` describes (torchrun, mpirun, srun
+    /// or `--nprocs` self-spawn): rank 0 makes the NCCL unique id and puts it
+    /// in the job's rendezvous store, every rank reads it and initialises.
+    /// The GPU is `info.local_rank` (one process per GPU), else the rank
+    /// modulo the visible GPUs. The wire is recorded as NVLink/PCIe when all
+    /// ranks share one host, `network` otherwise.
+    pub fn join(info: &RankInfo, timeout: Duration) -> CommResult<NcclComm> {
+        gpu::require(&[Lib::Driver, Lib::Nccl])?;
+        let deadline = Instant::now() + timeout;
+        let mut store = Store::join(info, timeout)?;
+        let id = if info.rank == 0 {
+            let id = unique_id()?;
+            store.put("nccl/unique_id", &id, deadline)?;
+            id
+        } else {
+            let v = store.get("nccl/unique_id", deadline)?;
+            v.as_slice().try_into().map_err(|_| CommError::Protocol {
+                rank: info.rank,
+                peer: 0,
+                detail: format!("NCCL unique id of {} bytes, expected 128", v.len()),
+            })?
+        };
+        // Which hosts the ranks are on decides the recorded wire.
+        let host = hostname();
+        store.put(
+            &format!("nccl/host/{}", info.rank),
+            host.as_bytes(),
+            deadline,
+        )?;
+        let mut hosts = std::collections::BTreeSet::new();
+        for r in 0..info.world {
+            hosts.insert(store.get(&format!("nccl/host/{r}"), deadline)?);
+        }
+        let visible = gpu::device_count()?;
+        let ordinal = info.local_rank.unwrap_or(info.rank % visible.max(1));
+        let left = deadline.saturating_duration_since(Instant::now());
+        let mut comm = NcclComm::init_rank(
+            &id,
+            info.rank,
+            info.world,
+            ordinal,
+            left.max(Duration::from_secs(1)),
+        )?;
+        comm.set_timeout(timeout);
+        comm.wire = if hosts.len() == 1 {
+            local_wire(&(0..visible).collect::<Vec<_>>())
+        } else {
+            "network".into()
+        };
+        comm._store = Some(store);
+        Ok(comm)
+    }
+
     fn wrap(
         comm: sys::ncclComm_t,
         gpu: Gpu,
@@ -179,6 +239,7 @@ impl NcclComm {
         timeout: Duration,
         wire: String,
     ) -> NcclComm {
+        gpu.set_timeout(timeout);
         NcclComm {
             comm,
             gpu,
@@ -191,6 +252,7 @@ impl NcclComm {
             staging: Vec::new(),
             scratch: None,
             token: None,
+            _store: None,
         }
     }
 
@@ -456,6 +518,19 @@ impl Drop for NcclComm {
     }
 }
 
+/// This host's name, to tell ranks on one node from ranks across nodes.
+fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is writable for its length; gethostname NUL-terminates on success.
+    let ok = unsafe { libc::gethostname(buf.as_mut_ptr() as *mut libc::c_char, buf.len()) } == 0;
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    if ok {
+        String::from_utf8_lossy(&buf[..end]).into_owned()
+    } else {
+        String::from("unknown-host")
+    }
+}
+
 fn nccl_type(d: DType) -> sys::ncclDataType_t {
     use sys::ncclDataType_t as T;
     match d {
@@ -499,18 +574,20 @@ fn nccl_err(what: &str, r: sys::ncclResult_t) -> GpuError {
 /// The wire between GPUs of one process: NVLink when every pair has native
 /// peer atomics (which PCIe peer-to-peer lacks), `pcie` with plain peer
 /// access, `host` without it, `local` for one GPU.
-fn local_wire(gpus: &[Gpu]) -> String {
-    if gpus.len() < 2 {
+fn local_wire(ordinals: &[usize]) -> String {
+    if ordinals.len() < 2 {
         return "local".into();
     }
     let mut all_p2p = true;
     let mut all_atomic = true;
-    for a in gpus {
-        for b in gpus {
-            if a.ordinal() == b.ordinal() {
+    for &a in ordinals {
+        for &b in ordinals {
+            if a == b {
                 continue;
             }
-            let (da, db) = (a.context().cu_device(), b.context().cu_device());
+            let (Ok(da), Ok(db)) = (cu::device::get(a as i32), cu::device::get(b as i32)) else {
+                return "unknown".into();
+            };
             let mut v = 0;
             // SAFETY: valid devices and out-pointer.
             let ok = unsafe {
@@ -565,6 +642,7 @@ impl Communicator for NcclComm {
     }
     fn set_timeout(&mut self, timeout: Duration) {
         self.timeout = timeout;
+        self.gpu.set_timeout(timeout);
     }
     fn timeout(&self) -> Duration {
         self.timeout
@@ -841,5 +919,97 @@ impl Communicator for NcclComm {
     fn sync(&mut self) -> CommResult<()> {
         self.flush()?;
         self.wait("sync")
+    }
+
+    fn stream_clock(&mut self, points: usize) -> CommResult<Option<Box<dyn StreamClock>>> {
+        self.flush()?;
+        Ok(Some(Box::new(EventClock {
+            timer: EventTimer::new(&self.gpu, points)?,
+            timeout: self.timeout,
+        })))
+    }
+
+    fn capture(
+        &mut self,
+        launches: usize,
+        op: &mut dyn FnMut(&mut Self) -> CommResult<()>,
+    ) -> CommResult<Box<dyn Replay>> {
+        self.flush()?;
+        let gpu = self.gpu.clone();
+        let graph = CapturedLoop::capture(&gpu, launches, || -> CommResult<()> {
+            op(self)?;
+            // Staged sends must be issued inside the capture, not after it.
+            self.flush()
+        })?;
+        Ok(Box::new(GraphReplay(graph)))
+    }
+
+    /// One rank, or ranks on several hosts: this GPU's device-to-device copy
+    /// bandwidth. Ranks on one host: the peer copy bandwidth from this rank's
+    /// GPU to the next visible one (the NVLink figure). Each rank measures
+    /// its own; the sweep combines them as for host backends.
+    fn device_ceiling(&mut self) -> CommResult<Option<(String, f64)>> {
+        self.sync()?;
+        let bytes = 256 << 20;
+        if self.world == 1 || self.wire == "network" {
+            let gbps = bandwidth::device_copy_gbps(&self.gpu, bytes, self.timeout)?;
+            return Ok(Some((
+                format!(
+                    "device-to-device copy on GPU {}, 256 MiB",
+                    self.gpu.ordinal()
+                ),
+                gbps,
+            )));
+        }
+        let visible = gpu::device_count()?;
+        let next = (self.gpu.ordinal() + 1) % visible.max(1);
+        if next == self.gpu.ordinal() {
+            return Ok(None);
+        }
+        let peer = Gpu::open(next)?;
+        let copies = bandwidth::peer_copy_gbps(&[self.gpu.clone(), peer], bytes, self.timeout)?;
+        let out = copies.iter().find(|c| c.src == self.gpu.ordinal());
+        Ok(out.map(|c| {
+            (
+                format!(
+                    "peer copy GPU {} -> GPU {}, 256 MiB ({})",
+                    c.src,
+                    c.dst,
+                    if c.direct {
+                        "direct"
+                    } else {
+                        "staged through the host"
+                    }
+                ),
+                c.gbps,
+            )
+        }))
+    }
+}
+
+/// CUDA events on the communicator's stream.
+struct EventClock {
+    timer: EventTimer,
+    timeout: Duration,
+}
+
+impl StreamClock for EventClock {
+    fn mark(&mut self) -> CommResult<()> {
+        Ok(self.timer.mark()?)
+    }
+    fn intervals(&mut self) -> CommResult<Vec<f64>> {
+        Ok(self.timer.intervals(self.timeout)?)
+    }
+}
+
+/// A CUDA graph of captured NCCL calls.
+struct GraphReplay(CapturedLoop);
+
+impl Replay for GraphReplay {
+    fn replay(&mut self) -> CommResult<()> {
+        Ok(self.0.replay()?)
+    }
+    fn launches(&self) -> usize {
+        self.0.launches()
     }
 }

@@ -90,6 +90,7 @@ impl CudaCompute {
     /// Sets how long [`Compute::sync`] waits before giving up.
     pub fn set_timeout(&mut self, timeout: Duration) {
         self.timeout = timeout;
+        self.gpu.set_timeout(timeout);
     }
 
     fn size(&self) -> usize {
@@ -530,10 +531,14 @@ struct Kernels {
 impl Kernels {
     fn load(gpu: &Gpu, dtype_code: u32) -> Result<Kernels, GpuError> {
         let ptx = compiled(dtype_code)?;
-        let module = gpu
-            .context()
-            .load_module(ptx)
-            .map_err(|e| GpuError::call("loading the NVRTC module", e))?;
+        let module = gpu.context().load_module(ptx).map_err(|e| {
+            let hint = if e.0 == cudarc::driver::sys::CUresult::CUDA_ERROR_UNSUPPORTED_PTX_VERSION {
+                " (NVRTC is newer than the driver: put an NVRTC of the driver's CUDA version, or older, first on LD_LIBRARY_PATH)"
+            } else {
+                ""
+            };
+            GpuError::call(format!("loading the NVRTC module{hint}"), e)
+        })?;
         let f = |name: &str| {
             module
                 .load_function(name)

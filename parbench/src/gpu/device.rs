@@ -3,6 +3,7 @@
 use super::{guarded, GpuError};
 use crate::comm::{CommBuffer, CommResult};
 use cudarc::driver::{result as cu, sys, CudaContext, CudaSlice, CudaStream, DevicePtr};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -15,6 +16,9 @@ use std::time::{Duration, Instant};
 pub struct Gpu {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
+    /// Deadline of the waits buffers make before host copies, in ms, shared
+    /// by every clone (the communicator's `set_timeout` sets it).
+    timeout_ms: Arc<AtomicU64>,
 }
 
 impl Gpu {
@@ -36,7 +40,12 @@ impl Gpu {
             let stream = ctx
                 .new_stream()
                 .map_err(|e| GpuError::call(format!("GPU {ordinal}: creating a stream"), e))?;
-            Ok(Gpu { ctx, stream })
+            let ms = crate::comm::DEFAULT_TIMEOUT.as_millis() as u64;
+            Ok(Gpu {
+                ctx,
+                stream,
+                timeout_ms: Arc::new(AtomicU64::new(ms)),
+            })
         })
     }
 
@@ -55,6 +64,17 @@ impl Gpu {
     /// Compute capability (major, minor).
     pub fn compute_capability(&self) -> Option<(i32, i32)> {
         self.ctx.compute_capability().ok()
+    }
+
+    /// Sets the deadline of the waits this GPU's buffers make before host copies.
+    pub fn set_timeout(&self, timeout: Duration) {
+        let ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+        self.timeout_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// The deadline of those waits.
+    pub fn timeout(&self) -> Duration {
+        Duration::from_millis(self.timeout_ms.load(Ordering::Relaxed))
     }
 
     /// The context (for cudarc calls of the other modules).
@@ -97,6 +117,7 @@ impl Gpu {
     /// `timeout` passes ([`GpuError::Timeout`]; the work is still queued).
     pub fn wait(&self, what: &str, timeout: Duration) -> Result<(), GpuError> {
         let deadline = Instant::now() + timeout;
+        self.bind()?;
         let event = self
             .ctx
             .new_event(None)
@@ -192,13 +213,21 @@ impl DeviceBuffer {
         &self.gpu
     }
 
-    /// Copies `src` into the buffer at byte `offset`, on the stream, and waits.
+    /// Copies `src` into the buffer at byte `offset` and waits.
+    ///
+    /// A copy from pageable host memory first waits for everything queued on
+    /// the stream, with no deadline of its own; so the stream is first
+    /// drained with the GPU's deadline ([`Gpu::timeout`]), and only an idle
+    /// stream is given the copy.
     pub fn upload_at(&mut self, offset: usize, src: &[u8]) -> Result<(), GpuError> {
         let dst = self.ptr_at(offset, src.len())?;
         if src.is_empty() {
             return Ok(());
         }
-        self.gpu.bind()?;
+        self.gpu.wait(
+            "work queued before a host-to-device copy",
+            self.gpu.timeout(),
+        )?;
         // SAFETY: dst..dst+len lies inside this allocation (checked above);
         // the host slice outlives the copy because we synchronise before returning.
         unsafe { cu::memcpy_htod_async(dst, src, self.gpu.stream.cu_stream()) }
@@ -206,13 +235,17 @@ impl DeviceBuffer {
             .map_err(|e| GpuError::call("copying host to device", e))
     }
 
-    /// Copies bytes from `offset` into `dst`, on the stream, and waits.
+    /// Copies bytes from `offset` into `dst` and waits (draining the stream
+    /// first, with the deadline, as [`DeviceBuffer::upload_at`] does).
     pub fn download_at(&self, offset: usize, dst: &mut [u8]) -> Result<(), GpuError> {
         let src = self.ptr_at(offset, dst.len())?;
         if dst.is_empty() {
             return Ok(());
         }
-        self.gpu.bind()?;
+        self.gpu.wait(
+            "work queued before a device-to-host copy",
+            self.gpu.timeout(),
+        )?;
         // SAFETY: as in upload_at, with the roles swapped.
         unsafe { cu::memcpy_dtoh_async(dst, src, self.gpu.stream.cu_stream()) }
             .and_then(|_| self.gpu.stream.synchronize())

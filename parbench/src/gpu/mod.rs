@@ -110,3 +110,31 @@ pub fn device_count() -> Result<usize, GpuError> {
         Ok(usize::try_from(n).unwrap_or(0))
     })
 }
+
+/// The names of every visible device, for run metadata (`NVIDIA H200`, ...).
+pub fn device_names() -> Result<Vec<String>, GpuError> {
+    let n = device_count()?;
+    guarded("naming devices", || {
+        (0..n)
+            .map(|o| {
+                let d = cudarc::driver::result::device::get(o as i32)
+                    .map_err(|e| GpuError::call("cuDeviceGet", e))?;
+                cudarc::driver::result::device::get_name(d)
+                    .map_err(|e| GpuError::call("cuDeviceGetName", e))
+            })
+            .collect()
+    })
+}
+
+/// The CUDA version the driver supports, as `major.minor` (`12.8`).
+pub fn driver_version() -> Result<String, GpuError> {
+    require(&[Lib::Driver])?;
+    guarded("cuDriverGetVersion", || {
+        let mut v = 0;
+        // SAFETY: valid out-pointer.
+        unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut v) }
+            .result()
+            .map_err(|e| GpuError::call("cuDriverGetVersion", e))?;
+        Ok(format!("{}.{}", v / 1000, (v % 1000) / 10))
+    })
+}

@@ -207,12 +207,18 @@ pub fn probe(lib: Lib) -> Result<Found, GpuError> {
     }
     Err(GpuError::Missing {
         lib: lib.name(),
-        detail: not_found_hint(lib, &candidates),
+        detail: not_found_hint(lib, &candidates, || {
+            find_library_file(&format!("lib{}.so", lib.stem()))
+        }),
     })
 }
 
 /// What to tell the user when no candidate name loads.
-fn not_found_hint(lib: Lib, candidates: &[String]) -> String {
+fn not_found_hint(
+    lib: Lib,
+    candidates: &[String],
+    find: impl FnOnce() -> Option<PathBuf>,
+) -> String {
     let tried = format!(
         "tried {}",
         candidates
@@ -228,7 +234,7 @@ fn not_found_hint(lib: Lib, candidates: &[String]) -> String {
         );
     }
     let prefix = format!("lib{}.so", lib.stem());
-    if let Some(file) = find_library_file(&prefix) {
+    if let Some(file) = find() {
         let dir = file
             .parent()
             .map(|d| d.display().to_string())
@@ -237,7 +243,7 @@ fn not_found_hint(lib: Lib, candidates: &[String]) -> String {
             .file_name()
             .map(|f| f.to_string_lossy().into_owned())
             .unwrap_or_default();
-        if candidates.iter().any(|c| *c == fname) {
+        if candidates.contains(&fname) {
             return format!(
                 "{tried}: found {} outside the loader's path; export LD_LIBRARY_PATH={dir}:$LD_LIBRARY_PATH",
                 file.display()
@@ -435,6 +441,32 @@ mod tests {
             Some(dir.join("libnccl.so"))
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn hints_name_the_symlink_for_nccl_soname_only() {
+        let c = cudarc::get_lib_name_candidates("nccl");
+        let wheel =
+            PathBuf::from("/venv/lib/python3.11/site-packages/nvidia/nccl/lib/libnccl.so.2");
+        let h = not_found_hint(Lib::Nccl, &c, || Some(wheel.clone()));
+        assert!(h.contains("ln -sf /venv/lib/python3.11/site-packages/nvidia/nccl/lib/libnccl.so.2 $HOME/.cache/parbench/lib/libnccl.so"), "{h}");
+        assert!(
+            h.contains("LD_LIBRARY_PATH=$HOME/.cache/parbench/lib"),
+            "{h}"
+        );
+        // A name cudarc tries, outside the loader's path: just the folder.
+        let cu12 = PathBuf::from("/venv/nvidia/cublas/lib/libcublasLt.so.12");
+        let c = cudarc::get_lib_name_candidates("cublasLt");
+        let h = not_found_hint(Lib::CublasLt, &c, || Some(cu12.clone()));
+        assert!(
+            h.contains("export LD_LIBRARY_PATH=/venv/nvidia/cublas/lib:"),
+            "{h}"
+        );
+        let h = not_found_hint(Lib::Nvrtc, &c, || None);
+        assert!(
+            h.contains("not found") && h.contains("LD_LIBRARY_PATH"),
+            "{h}"
+        );
     }
 
     #[test]

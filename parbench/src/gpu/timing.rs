@@ -128,11 +128,11 @@ impl CapturedLoop {
     /// Captures `launches` calls of `launch` on the GPU's stream. The calls
     /// are recorded, not run; [`CapturedLoop::replay`] runs them. NCCL calls
     /// can be captured (NCCL 2.9+); each thread captures its own stream.
-    pub fn capture(
+    pub fn capture<E: From<GpuError>>(
         gpu: &Gpu,
         launches: usize,
-        mut launch: impl FnMut() -> Result<(), GpuError>,
-    ) -> Result<CapturedLoop, GpuError> {
+        mut launch: impl FnMut() -> Result<(), E>,
+    ) -> Result<CapturedLoop, E> {
         let stream = gpu.stream();
         gpu.bind()?;
         stream

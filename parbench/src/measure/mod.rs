@@ -1,1 +1,28 @@
-//! Warm-up and timed loops, per-rank timings, histograms, cross-rank statistics.
+//! Warm-up and timed loops, per-rank timings, histograms, cross-rank statistics,
+//! and the wire-ceiling measurements every bench puts its figures against.
+//!
+//! Layers, each with one job:
+//! - [`timing`]: runs warm-up and timed iterations of one operation on one
+//!   rank, with one clock pair around the whole loop (nccl-tests' time) and
+//!   one clock read per iteration (for percentiles and stragglers).
+//! - [`combine`]: brings every rank's timings to every rank through the
+//!   communicator itself and reduces them: the reported time (`-a`), the
+//!   per-iteration times (each the slowest rank's), percentiles, stragglers.
+//! - [`ceiling`]: what the wire can do at best, measured in the same run
+//!   (memory-copy bandwidth, one-stream throughput, ping-pong latency,
+//!   reduction-kernel throughput).
+//!
+//! Nothing here prints: binaries do.
+
+pub mod ceiling;
+pub mod combine;
+pub mod timing;
+
+pub use ceiling::{
+    memcpy_bandwidth, ping_pong_latency, reduce_throughput, stream_throughput, Ceiling,
+};
+pub use combine::{gather_f64, Average, LoopStats, StragglerTally, StragglerVerdict};
+pub use timing::{time_loop, LoopSpec, RankTimes};
+
+#[cfg(test)]
+mod tests;

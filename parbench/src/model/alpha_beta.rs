@@ -39,11 +39,19 @@
 //! (one step of `n` bytes, reduced), the `p'` remaining ranks run the
 //! power-of-two algorithm, and the partners hand the result back (one step
 //! of `n` bytes): two extra latency steps, `2n` extra bytes on the critical
-//! path and `n` extra reduced bytes. For all_gather and reduce_scatter the
-//! folded steps carry one block or the rest of the buffer instead (see
-//! [`terms`]). These are the structures parbench's CPU algorithms are
-//! meant to have; should an implementation differ, the function of that
-//! algorithm below is the one place to change.
+//! path and `n` extra reduced bytes (this is what parbench's `rd` and `rhd`
+//! all-reduces do). For all_gather by doubling and reduce_scatter by
+//! halving (modelled, not run by parbench's CPU backends, which use rings
+//! for those) the folded steps carry one block or the rest of the buffer
+//! instead (see [`rd_all_gather`], [`rh_reduce_scatter`]).
+//!
+//! **Slicing**: parbench's ring cuts large messages into slices of
+//! [`CHUNK_BYTES`] per block that run the ring one after another, and its
+//! chain broadcast cuts them into chunks; [`terms`] models both as run
+//! ([`sliced_ring`], [`chain_terms`]), and the textbook forms stay
+//! available ([`ring_all_reduce`], [`ring_gather_scatter`]). Each
+//! algorithm has one function here: the one place to change should an
+//! implementation change.
 
 use crate::comm::Collective;
 
@@ -220,7 +228,7 @@ pub fn ring_all_reduce(p: usize) -> AlphaBetaTerms {
 /// textbook ones: all_reduce `2(p-1)s alpha + 2(p-1)/p n beta + (p-1)/p n gamma`;
 /// all_gather / reduce_scatter (`all_reduce = false`) `(p-1)s alpha + (p-1)/p n beta`
 /// (`+ (p-1)/p n gamma` when `reduced`). A message of up to `p chunk` bytes
-/// (and a zero-byte one) is one slice: the textbook ring.
+/// is one slice: the textbook ring.
 pub fn sliced_ring(
     p: usize,
     n_bytes: u64,
@@ -346,7 +354,8 @@ pub fn tree_all_reduce(p: usize) -> AlphaBetaTerms {
 /// into `m = ceil(n / chunk)` chunks: the last chunk leaves the root after
 /// `m - 1` chunk times and needs `p - 1` hops, so
 /// `t = (p + m - 2)(alpha + n/m beta (+ n/m gamma))`
-/// (Pjesivac-Grbovic et al. 2007). A zero-byte message still takes one chunk.
+/// (Pjesivac-Grbovic et al. 2007). The structure of a message that is sent
+/// (n > 0; [`terms`] makes an empty one free).
 pub fn chain_terms(p: usize, n_bytes: u64, chunk_bytes: u64, reduced: bool) -> AlphaBetaTerms {
     if p <= 1 {
         return AlphaBetaTerms::ZERO;
@@ -408,17 +417,44 @@ pub const ALGO_NAMES: [&str; 8] = [
 /// | all_to_all | `pairwise` (also `ring`) |
 /// | sendrecv | `p2p` (also any other name but `auto`) |
 ///
-/// Slices and chunks are [`CHUNK_BYTES`]. `None` when the pair has no model
+/// Slices and chunks are [`CHUNK_BYTES`]. An empty buffer (`n_bytes = 0`)
+/// costs nothing, as NCCL and parbench's backends return at once without a
+/// message. `None` when the pair has no model
 /// (an unknown name; `auto`, which has no fixed structure: see [`predict`];
 /// an algorithm that does not apply to the collective) or `p` is 0. One rank
 /// costs nothing.
 pub fn terms(coll: Collective, algo: &str, p: usize, n_bytes: u64) -> Option<AlphaBetaTerms> {
+    terms_with(coll, algo, p, n_bytes, CHUNK_BYTES)
+}
+
+/// The literature's forms, for algorithms that parbench's CPU backends do
+/// not run (NCCL's and MPI's pipelined rings): as [`terms`], but the ring
+/// is the textbook one, with no slices ([`ring_all_reduce`],
+/// [`ring_gather_scatter`]).
+pub fn textbook_terms(
+    coll: Collective,
+    algo: &str,
+    p: usize,
+    n_bytes: u64,
+) -> Option<AlphaBetaTerms> {
+    terms_with(coll, algo, p, n_bytes, u64::MAX)
+}
+
+/// [`terms`] with rings sliced at `ring_chunk` bytes per block (`u64::MAX`:
+/// never).
+fn terms_with(
+    coll: Collective,
+    algo: &str,
+    p: usize,
+    n_bytes: u64,
+    ring_chunk: u64,
+) -> Option<AlphaBetaTerms> {
     if p == 0 {
         return None;
     }
     let algo = algo.to_ascii_lowercase();
     let chain = |reduced| chain_terms(p, n_bytes, CHUNK_BYTES, reduced);
-    let ring = |all_reduce, reduced| sliced_ring(p, n_bytes, CHUNK_BYTES, all_reduce, reduced);
+    let ring = |all_reduce, reduced| sliced_ring(p, n_bytes, ring_chunk, all_reduce, reduced);
     let t = match (coll, algo.as_str()) {
         (Collective::AllReduce, "ring") => ring(true, true),
         (Collective::AllReduce, "rd") => rd_all_reduce(p),
@@ -436,7 +472,11 @@ pub fn terms(coll: Collective, algo: &str, p: usize, n_bytes: u64) -> Option<Alp
         (Collective::SendRecv, a) if a != "auto" && ALGO_NAMES.contains(&a) => sendrecv(p),
         _ => return None,
     };
-    Some(t)
+    Some(if n_bytes == 0 {
+        AlphaBetaTerms::ZERO
+    } else {
+        t
+    })
 }
 
 /// The algorithms modelled for `coll`: what `auto` chooses among.
@@ -451,14 +491,26 @@ pub fn algos_for(coll: Collective) -> &'static [&'static str] {
     }
 }
 
+/// Whether `algo` names a choice made by someone else (the size-based
+/// `auto`, or a library that does not say what it ran: `nccl`, `mpi...`),
+/// rather than one algorithm.
+pub fn is_selector(algo: &str) -> bool {
+    let a = algo.to_ascii_lowercase();
+    a == "auto" || a == "nccl" || a.starts_with("mpi")
+}
+
 /// Predicted time in seconds of one `coll` with algorithm `algo` on `p`
 /// ranks and `n_bytes` (nccl-tests' size) over `link`: what
 /// bench-collectives writes as `model_us` (times 1e6).
 ///
-/// `auto` predicts the fastest modelled algorithm at that size (what an
-/// ideal selector achieves; a real selector that switches at another size
-/// is above it near the crossover). `None` when there is no model (see
-/// [`terms`]).
+/// An algorithm name (`ring`, `tree`, `rd`, `rhd`, `chain`, `pairwise`,
+/// `p2p`) is modelled as parbench's CPU backends run it ([`terms`]). A
+/// selector ([`is_selector`]: `auto`, `nccl`, `mpi`) predicts the fastest
+/// of the textbook algorithms ([`textbook_terms`]) at that size: what an
+/// ideal selector achieves with those algorithms (a real one that switches
+/// at another size is above it near the crossover; NCCL's NVLS and
+/// CollNet, which these forms do not describe, can beat it). `None` when
+/// there is no model (see [`terms`]).
 pub fn predict(
     coll: Collective,
     algo: &str,
@@ -467,14 +519,30 @@ pub fn predict(
     link: &LinkParams,
 ) -> Option<f64> {
     let n = n_bytes as f64;
-    if algo.eq_ignore_ascii_case("auto") {
+    if is_selector(algo) {
         return algos_for(coll)
             .iter()
-            .filter_map(|a| terms(coll, a, p, n_bytes))
+            .filter_map(|a| textbook_terms(coll, a, p, n_bytes))
             .map(|t| t.seconds(n, link))
             .min_by(f64::total_cmp);
     }
     terms(coll, algo, p, n_bytes).map(|t| t.seconds(n, link))
+}
+
+/// [`predict`] with the textbook forms for a named algorithm too: for a
+/// library's ring (NCCL with `NCCL_ALGO=Ring`, an MPI's), which pipelines
+/// its chunks instead of running parbench's slices one after another.
+pub fn predict_textbook(
+    coll: Collective,
+    algo: &str,
+    p: usize,
+    n_bytes: u64,
+    link: &LinkParams,
+) -> Option<f64> {
+    if is_selector(algo) {
+        return predict(coll, algo, p, n_bytes, link);
+    }
+    textbook_terms(coll, algo, p, n_bytes).map(|t| t.seconds(n_bytes as f64, link))
 }
 
 #[cfg(test)]
@@ -558,7 +626,7 @@ mod tests {
         assert_terms(chain_terms(4, 1 << 20, 256 << 10, true), 6.0, 1.5, 1.5);
         // One chunk: a plain store-and-forward chain, p-1 whole steps.
         assert_terms(chain_terms(4, 100, 1 << 20, false), 3.0, 3.0, 0.0);
-        // Zero bytes still costs the p-1 hops of latency.
+        // chain_terms treats an empty message as one chunk (terms makes it free).
         assert_terms(chain_terms(4, 0, 1 << 20, false), 3.0, 3.0, 0.0);
         // A partial last chunk: 1 MiB + 1 in 512 KiB chunks is 3 chunks.
         let t = chain_terms(2, (1 << 20) + 1, 512 << 10, false);
@@ -658,9 +726,16 @@ mod tests {
         // 1 GB: ceil(1e9 / 1 MiB) = 954 slices of 14 steps.
         let t = predict(Collective::AllReduce, "ring", 8, 1_000_000_000, &link).unwrap();
         assert!(close(t, 954.0 * 14.0 * 5e-6 + 17.5e-3), "{t}");
-        // Zero bytes: latency only.
-        let t = predict(Collective::AllReduce, "rd", 8, 0, &link).unwrap();
-        assert!(close(t, 15e-6));
+        // One byte: latency of 3 steps, plus 3 bytes at 100 GB/s.
+        let t = predict(Collective::AllReduce, "rd", 8, 1, &link).unwrap();
+        assert!(close(t, 15e-6 + 3.0 / 100e9));
+        // An empty buffer sends no message: free, but still modelled.
+        assert_eq!(predict(Collective::AllReduce, "rd", 8, 0, &link), Some(0.0));
+        assert_eq!(
+            predict(Collective::AllReduce, "auto", 8, 0, &link),
+            Some(0.0)
+        );
+        assert_eq!(predict(Collective::AllReduce, "bogus", 8, 0, &link), None);
         // sendrecv 1 MB at 10 GB/s, 1 us: 1 us + 100 us.
         let l10 = LinkParams::from_gbps_us(10.0, 1.0);
         let t = predict(Collective::SendRecv, "p2p", 2, 1_000_000, &l10).unwrap();
@@ -679,5 +754,41 @@ mod tests {
         let rhd = predict(Collective::AllReduce, "rhd", 8, 1 << 30, &link).unwrap();
         assert_eq!(big, rhd);
         assert_eq!(predict(Collective::AllReduce, "bogus", 8, 8, &link), None);
+    }
+
+    #[test]
+    fn selectors_and_textbook_forms() {
+        let link = LinkParams::from_gbps_us(100.0, 5.0);
+        for sel in ["auto", "nccl", "NCCL", "mpi", "mpi(staged-in-place)"] {
+            assert!(is_selector(sel), "{sel}");
+        }
+        for alg in [
+            "ring", "tree", "rd", "rhd", "chain", "pairwise", "p2p", "Ring",
+        ] {
+            assert!(!is_selector(alg), "{alg}");
+        }
+        // A large message: parbench's sliced ring has 1024 x 14 latency
+        // steps; the textbook ring 14; a selector gets rhd's 6.
+        let n = 1u64 << 30;
+        let sliced = predict(Collective::AllReduce, "ring", 8, n, &link).unwrap();
+        let book = predict_textbook(Collective::AllReduce, "ring", 8, n, &link).unwrap();
+        let bw = 1.75 * n as f64 / 100e9;
+        assert!(close(sliced, 1024.0 * 14.0 * 5e-6 + bw), "{sliced}");
+        assert!(close(book, 14.0 * 5e-6 + bw), "{book}");
+        let nccl = predict(Collective::AllReduce, "nccl", 8, n, &link).unwrap();
+        assert!(close(nccl, 6.0 * 5e-6 + bw), "{nccl}");
+        assert_eq!(
+            textbook_terms(Collective::AllGather, "ring", 8, n),
+            Some(ring_gather_scatter(8, false))
+        );
+        // Algorithms without slices are the same either way.
+        assert_eq!(
+            textbook_terms(Collective::Broadcast, "tree", 8, n),
+            terms(Collective::Broadcast, "tree", 8, n)
+        );
+        assert_eq!(
+            predict_textbook(Collective::AllReduce, "nvls", 8, n, &link),
+            None
+        );
     }
 }

@@ -33,9 +33,12 @@ pub enum BubbleSchedule {
     ZbH2,
 }
 
-/// Time of one microbatch's passes through one stage, seconds (or any unit).
-/// `b` is the input-gradient pass and `w` the weight-gradient pass; a
-/// schedule that does not split the backward runs `b + w` as one pass.
+/// Time of one microbatch's passes through one rank's stage, seconds (or
+/// any unit). `b` is the input-gradient pass and `w` the weight-gradient
+/// pass; a schedule that does not split the backward runs `b + w` as one
+/// pass. For interleaved 1F1B these are the times through all `v` of a
+/// rank's chunks (`v` times one chunk's); [`bubble_rate`] depends only on
+/// their ratios, [`bubble_time`] on their values.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct PassTimes {
     /// Forward, `T_F`.

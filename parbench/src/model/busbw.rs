@@ -61,6 +61,24 @@ mod tests {
     }
 
     #[test]
+    fn busbw_factor_is_the_bandwidth_optimal_bytes_factor() {
+        // Why busbw compares with a link's bandwidth: for the bandwidth-optimal
+        // algorithms, the factor is exactly the alpha-beta bytes factor, so
+        // t -> factor x n / link_bw for large n and busbw -> link_bw.
+        use crate::model::alpha_beta::{pairwise_all_to_all, ring_all_reduce, ring_gather_scatter};
+        for p in 2..=9 {
+            let f = |c| busbw_factor(c, p);
+            assert!((ring_all_reduce(p).bytes_factor - f(Collective::AllReduce)).abs() < 1e-15);
+            let ag = ring_gather_scatter(p, false).bytes_factor;
+            assert!((ag - f(Collective::AllGather)).abs() < 1e-15);
+            let rs = ring_gather_scatter(p, true).bytes_factor;
+            assert!((rs - f(Collective::ReduceScatter)).abs() < 1e-15);
+            let a2a = pairwise_all_to_all(p).bytes_factor;
+            assert!((a2a - f(Collective::AllToAll)).abs() < 1e-15);
+        }
+    }
+
+    #[test]
     fn algbw_uses_decimal_gigabytes() {
         // 1 GiB in 10 ms: 107.374 GB/s (1 GiB = 1.073741824e9 B).
         let a = algbw_gbps(1 << 30, 0.01);

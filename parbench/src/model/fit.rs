@@ -8,6 +8,10 @@
 //! cost, since transfer and reduction both scale with `n` and cannot be
 //! told apart from times alone).
 //!
+//! Zero-byte points are left out: an empty collective sends no message (NCCL
+//! and parbench return at once), so its time is the harness's, not the
+//! algorithm's.
+//!
 //! The fit minimises the sum of squared *relative* residuals
 //! `sum ((predicted - measured) / measured)^2`, because a sweep spans
 //! six or more decades of time: plain least squares would let the largest
@@ -17,15 +21,15 @@
 //! fit on either axis), so a fit never reports a negative latency or
 //! bandwidth.
 
-use super::alpha_beta::{terms, AlphaBetaTerms, LinkParams};
+use super::alpha_beta::{is_selector, terms, AlphaBetaTerms, LinkParams};
 use super::busbw::busbw_factor;
 use crate::comm::Collective;
 
 /// Why a fit could not be made.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum FitError {
-    /// Fewer than two points, or fewer than two distinct sizes.
-    #[error("an alpha-beta fit needs at least two distinct message sizes (got {sizes} among {points} points)")]
+    /// Fewer than two distinct non-zero sizes.
+    #[error("an alpha-beta fit needs at least two distinct non-zero message sizes (got {sizes} among {points} points)")]
     TooFewPoints { points: usize, sizes: usize },
     /// A time that is not a positive finite number.
     #[error("point {index} ({bytes} B) has time {seconds} s: times must be positive and finite")]
@@ -41,6 +45,10 @@ pub enum FitError {
         algo: String,
         world: usize,
     },
+    /// A structure with a negative or non-finite coefficient (from a caller
+    /// of [`fit_terms`]), or sums that overflow.
+    #[error("point {index}: the cost structure is not usable (negative or not finite)")]
+    BadStructure { index: usize },
     /// The structure has no latency and no bandwidth term (one rank: no
     /// communication to explain).
     #[error("nothing to fit: the algorithm sends no message (one rank?)")]
@@ -56,9 +64,10 @@ pub struct AlphaBetaFit {
     /// Fitted seconds per byte on the critical path (reduction folded in);
     /// 0 when the times do not grow with size.
     pub beta_s_per_byte: f64,
-    /// The fitted model's time for a zero-byte call: `L alpha`, seconds.
+    /// The latency term `L alpha` at the smallest fitted size, seconds: the
+    /// time of a call whose bytes cost nothing (the intercept).
     pub zero_byte_s: f64,
-    /// Points used.
+    /// Points used (zero-byte points are not).
     pub points: usize,
     /// Root mean square of `(predicted - measured) / measured`.
     pub rms_rel_err: f64,
@@ -105,15 +114,16 @@ pub fn per_call_terms(coll: Collective, p: usize) -> AlphaBetaTerms {
 }
 
 /// Fit the points `(bytes, seconds)` of `coll` run with `algo` on `p`
-/// ranks. `algo` is any name [`terms`] knows, or `auto` (fitted with
-/// [`per_call_terms`]).
+/// ranks. `algo` is any name [`terms`] knows (parbench's algorithms, as
+/// they run), or a selector such as `auto` or `nccl`
+/// ([`super::alpha_beta::is_selector`]), fitted with [`per_call_terms`].
 pub fn fit(
     coll: Collective,
     algo: &str,
     p: usize,
     points: &[(u64, f64)],
 ) -> Result<AlphaBetaFit, FitError> {
-    let auto = algo.eq_ignore_ascii_case("auto");
+    let auto = is_selector(algo);
     let mut rows = Vec::with_capacity(points.len());
     for &(bytes, seconds) in points {
         let t = if auto && p > 0 {
@@ -135,8 +145,9 @@ pub fn fit(
 /// the general form behind [`fit`], for structures that depend on the size
 /// (a chunked chain) or that the caller builds.
 pub fn fit_terms(rows: &[(AlphaBetaTerms, u64, f64)]) -> Result<AlphaBetaFit, FitError> {
+    let all = rows.len();
     for (index, &(_, bytes, seconds)) in rows.iter().enumerate() {
-        if !(seconds.is_finite() && seconds > 0.0) {
+        if bytes > 0 && !(seconds.is_finite() && seconds > 0.0) {
             return Err(FitError::BadPoint {
                 index,
                 bytes,
@@ -144,12 +155,19 @@ pub fn fit_terms(rows: &[(AlphaBetaTerms, u64, f64)]) -> Result<AlphaBetaFit, Fi
             });
         }
     }
+    for (index, (t, _, _)) in rows.iter().enumerate() {
+        let usable = |x: f64| x.is_finite() && x >= 0.0;
+        if !(usable(t.latency_steps) && usable(t.bytes_factor)) {
+            return Err(FitError::BadStructure { index });
+        }
+    }
+    let rows: Vec<&(AlphaBetaTerms, u64, f64)> = rows.iter().filter(|r| r.1 > 0).collect();
     let mut sizes: Vec<u64> = rows.iter().map(|r| r.1).collect();
     sizes.sort_unstable();
     sizes.dedup();
-    if rows.len() < 2 || sizes.len() < 2 {
+    if sizes.len() < 2 {
         return Err(FitError::TooFewPoints {
-            points: rows.len(),
+            points: all,
             sizes: sizes.len(),
         });
     }
@@ -164,6 +182,9 @@ pub fn fit_terms(rows: &[(AlphaBetaTerms, u64, f64)]) -> Result<AlphaBetaFit, Fi
     let sab: f64 = ab.iter().map(|(a, b)| a * b).sum();
     let sa: f64 = ab.iter().map(|(a, _)| a).sum();
     let sb: f64 = ab.iter().map(|(_, b)| b).sum();
+    if ![saa, sbb, sab, sa, sb].iter().all(|x| x.is_finite()) {
+        return Err(FitError::BadStructure { index: 0 });
+    }
     if saa == 0.0 && sbb == 0.0 {
         return Err(FitError::NothingToFit);
     }
@@ -211,7 +232,7 @@ pub fn fit_terms(rows: &[(AlphaBetaTerms, u64, f64)]) -> Result<AlphaBetaFit, Fi
     let rel: Vec<f64> = ab.iter().map(|(a, b)| a * alpha + b * beta - 1.0).collect();
     let rms_rel_err = (rel.iter().map(|r| r * r).sum::<f64>() / rel.len() as f64).sqrt();
     let max_rel_err = rel.iter().fold(0.0f64, |m, r| m.max(r.abs()));
-    // The zero-byte time of the structure at the smallest size's latency count.
+    // The intercept: the latency count of the smallest fitted size.
     let l0 = rows
         .iter()
         .min_by_key(|r| r.1)
@@ -308,13 +329,33 @@ mod tests {
     }
 
     #[test]
-    fn zero_byte_points_and_two_points() {
+    fn zero_byte_points_are_left_out_and_two_sizes_suffice() {
         let link = LinkParams::from_gbps_us(10.0, 1.0);
-        let t0 = predict(Collective::AllReduce, "ring", 2, 0, &link).unwrap();
-        let t1 = predict(Collective::AllReduce, "ring", 2, 1 << 20, &link).unwrap();
-        let f = fit(Collective::AllReduce, "ring", 2, &[(0, t0), (1 << 20, t1)]).unwrap();
-        assert!(rel(f.alpha_us(), 1.0) < 1e-9);
+        let t1 = predict(Collective::AllReduce, "ring", 2, 8, &link).unwrap();
+        let t2 = predict(Collective::AllReduce, "ring", 2, 1 << 20, &link).unwrap();
+        // A zero-byte point timed at 50 us of harness overhead changes nothing.
+        let pts = [(0, 50e-6), (8, t1), (1 << 20, t2)];
+        let f = fit(Collective::AllReduce, "ring", 2, &pts).unwrap();
+        assert!(rel(f.alpha_us(), 1.0) < 1e-9, "{f:?}");
         assert!(rel(f.bandwidth_gbps().unwrap(), 10.0) < 1e-9);
+        assert_eq!(f.points, 2);
+        assert!(f.max_rel_err < 1e-9);
+        // A zero-byte point timed at 0 (below the clock) is no error either.
+        let pts = [(0, 0.0), (8, t1), (1 << 20, t2)];
+        assert!(fit(Collective::AllReduce, "ring", 2, &pts).is_ok());
+        // Zero-byte points alone are no fit.
+        assert!(matches!(
+            fit(
+                Collective::AllReduce,
+                "ring",
+                2,
+                &[(0, 1e-6), (0, 2e-6), (8, t1)]
+            ),
+            Err(FitError::TooFewPoints {
+                points: 3,
+                sizes: 1
+            })
+        ));
     }
 
     #[test]
@@ -353,6 +394,20 @@ mod tests {
                 Err(FitError::BadPoint { index: 1, .. })
             ));
         }
+        let neg = AlphaBetaTerms {
+            latency_steps: -1.0,
+            bytes_factor: 1.0,
+            reduce_factor: 0.0,
+        };
+        let ok = per_call_terms(c, 8);
+        assert!(matches!(
+            fit_terms(&[(ok, 8, 1e-5), (neg, 16, 2e-5)]),
+            Err(FitError::BadStructure { index: 1 })
+        ));
+        assert!(matches!(
+            fit_terms(&[(ok, 8, 1e-300), (ok, 16, 1e-300)]),
+            Err(FitError::BadStructure { .. })
+        ));
         assert!(matches!(
             fit(c, "bogus", 8, &[(8, 1e-5), (16, 2e-5)]),
             Err(FitError::NoModel { .. })

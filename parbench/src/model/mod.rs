@@ -12,22 +12,48 @@
 //! - [`tensor_parallel`]: Megatron's per-layer, per-token traffic.
 //! - [`bubble`]: pipeline bubble closed forms and microbatch counts.
 //! - [`presets`]: named transformer shapes.
+//! - [`footprint`]: FLOPs and memory of a step (for the planner).
+//! - [`sim`]: the schedule simulator (makespan, idle time, bubble of any schedule).
+//!
+//! ```
+//! use parbench::comm::Collective;
+//! use parbench::model::{self, LinkParams, RingFactor, TpTraffic, WORKED_EXAMPLE_LAYERS};
+//!
+//! // A bench row: predicted time and bus bandwidth of a ring all-reduce.
+//! let link = LinkParams::from_gbps_us(46.0, 3.5);
+//! let t = model::predict(Collective::AllReduce, "ring", 8, 1 << 20, &link).unwrap();
+//! let busbw = model::busbw_gbps(Collective::AllReduce, 8, 1 << 20, t);
+//! assert!(busbw > 0.0 && busbw < 46.0);
+//!
+//! // The worked example: 160 all-reduces of 0.5 MiB per token at TP = 8.
+//! let w = TpTraffic::worked_example();
+//! assert_eq!(w.calls_per_step(WORKED_EXAMPLE_LAYERS), 160);
+//! let per_token = w.wire_bytes_per_step(WORKED_EXAMPLE_LAYERS, RingFactor::Exact);
+//! assert_eq!(per_token, 140.0 * 1024.0 * 1024.0);
+//!
+//! // Pipeline: 8 stages need 63 microbatches to be busy 90% of the step.
+//! assert_eq!(model::microbatches_for_utilisation(8, 1, 0.9), Some(63));
+//! ```
 
 pub mod alpha_beta;
 pub mod bubble;
 pub mod busbw;
 pub mod fit;
+pub mod footprint;
 pub mod presets;
+pub mod sim;
 pub mod tensor_parallel;
 
-pub use alpha_beta::{predict, terms, AlphaBetaTerms, LinkParams};
+pub use alpha_beta::{
+    is_selector, predict, predict_textbook, terms, textbook_terms, AlphaBetaTerms, LinkParams,
+};
 pub use bubble::{
     bubble_fraction_of_ideal, bubble_fraction_of_step, microbatches_for_utilisation,
     BubbleSchedule, PassTimes,
 };
 pub use busbw::{algbw_gbps, busbw_factor, busbw_gbps};
 pub use fit::{fit, AlphaBetaFit, FitError};
-pub use presets::Preset;
+pub use presets::{Preset, SplitError};
 pub use tensor_parallel::{
     transfer_seconds, RingFactor, TpMode, TpTraffic, NETWORK_REFERENCE_GBPS, NVLINK_REFERENCE_GBPS,
     WORKED_EXAMPLE_LAYERS,

@@ -60,7 +60,7 @@ pub const PRESETS: [Preset; 4] = [
     },
     Preset {
         name: "gpt3-1.3b",
-        source: "GPT-3 XL, Brown et al. 2020, Table 2.1 (vocabulary: GPT-2's BPE, 50257)",
+        source: "GPT-3 XL, Brown et al. 2020, Table 2.1: 24 layers, d_model 2048, d_head 128, context 2048 (the table's 24 heads do not multiply to 2048 with d_head 128; 16 heads do); vocabulary GPT-2's BPE, 50257",
         arch: Arch::Gpt,
         layers: 24,
         hidden: 2048,
@@ -176,6 +176,49 @@ impl Preset {
         ]))
     }
 
+    /// Whether the model splits `tp` ways by tensor and `pp` ways by pipeline
+    /// with `chunks` model chunks per pipeline rank, as Megatron-LM requires:
+    /// attention heads, key/value heads and the MLP's inner size divisible by
+    /// `tp`; layers divisible by `pp x chunks`. The first rule broken is the
+    /// error, which names the numbers.
+    pub fn check_split(&self, tp: u64, pp: u64, chunks: u64) -> Result<(), SplitError> {
+        let zero = [
+            ("tensor-parallel degree", tp),
+            ("pipeline stages", pp),
+            ("chunks", chunks),
+        ];
+        if let Some((what, _)) = zero.iter().find(|(_, v)| *v == 0) {
+            return Err(SplitError::Zero { what });
+        }
+        let rules = [
+            ("attention heads", self.heads, tp, "tensor-parallel degree"),
+            (
+                "key/value heads",
+                self.kv_heads,
+                tp,
+                "tensor-parallel degree",
+            ),
+            ("MLP inner size", self.ffn, tp, "tensor-parallel degree"),
+            (
+                "layers",
+                self.layers,
+                pp.saturating_mul(chunks),
+                "pipeline stages x chunks",
+            ),
+        ];
+        for (what, have, by, by_what) in rules {
+            if have % by != 0 {
+                return Err(SplitError::NotDivisible {
+                    what,
+                    have,
+                    by,
+                    by_what,
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// The tensor-parallel traffic of one of this model's layers at degree
     /// `tp` with microbatch `batch`, its own context length as the sequence,
     /// `dtype_bytes` per activation element.
@@ -197,6 +240,22 @@ impl Preset {
             sequence_parallel,
         }
     }
+}
+
+/// Why a model cannot be split as asked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SplitError {
+    /// A degree of 0.
+    #[error("{what} must be at least 1")]
+    Zero { what: &'static str },
+    /// A dimension that the degree does not divide.
+    #[error("{what} ({have}) is not divisible by the {by_what} ({by})")]
+    NotDivisible {
+        what: &'static str,
+        have: u64,
+        by: u64,
+        by_what: &'static str,
+    },
 }
 
 // Saturating arithmetic: a custom shape from flags must never overflow
@@ -275,6 +334,44 @@ mod tests {
         assert_eq!(
             t.params(),
             2 * (12 * 512 * 512 + 13 * 512) + 1152 * 512 + 1024
+        );
+    }
+
+    #[test]
+    fn splits_follow_megatron_rules() {
+        let l = Preset::by_name("llama2-70b").unwrap();
+        assert_eq!(l.check_split(8, 4, 1), Ok(()));
+        assert_eq!(l.check_split(8, 8, 2), Ok(()));
+        // 16-way TP cannot split 8 KV heads.
+        assert_eq!(
+            l.check_split(16, 1, 1),
+            Err(SplitError::NotDivisible {
+                what: "key/value heads",
+                have: 8,
+                by: 16,
+                by_what: "tensor-parallel degree"
+            })
+        );
+        // 80 layers over 3 stages.
+        let e = l.check_split(8, 3, 1).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "layers (80) is not divisible by the pipeline stages x chunks (3)"
+        );
+        let g = Preset::by_name("gpt3-175b").unwrap();
+        assert!(g.check_split(8, 16, 1).is_ok());
+        assert!(matches!(
+            g.check_split(5, 1, 1),
+            Err(SplitError::NotDivisible {
+                what: "attention heads",
+                ..
+            })
+        ));
+        assert_eq!(
+            g.check_split(0, 1, 1),
+            Err(SplitError::Zero {
+                what: "tensor-parallel degree"
+            })
         );
     }
 

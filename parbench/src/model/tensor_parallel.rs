@@ -12,7 +12,7 @@
 //! (Narayanan et al. SC21, section 3.3).
 //!
 //! Sequence parallelism (Korthikanti et al. 2022, "Reducing Activation
-//! Recomputation in Large Transformer Models", section 4.2.2) replaces
+//! Recomputation in Large Transformer Models", its "Sequence Parallelism" section) replaces
 //! each all-reduce by an all-gather (`g`) and a reduce-scatter (`g-bar`)
 //! of the same `b x s x h` buffer: twice the calls, each moving `(t-1)/t`
 //! of the buffer per device, so the same total volume. Not counted here:

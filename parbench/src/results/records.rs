@@ -169,13 +169,31 @@ pub struct PipelineRow {
     pub expected_peak_activations: u64,
     pub grad_max_err: f64,
     pub timeline: String,
+    // Columns added after the first layout: files written before them still
+    // read (empty straggler, NaN for the figures they did not measure).
+    /// `RANK:MS` of `--straggler`, empty without one.
+    #[serde(default)]
+    pub straggler: String,
+    /// The simulated step from this run's measured per-action costs, us.
+    #[serde(default = "not_measured")]
+    pub step_simulated_us: f64,
+    /// One-way time of one activation message between ranks 0 and 1, us.
+    #[serde(default = "not_measured")]
+    pub message_us: f64,
+    /// The simulator replaying each step with its own measured action times.
+    #[serde(default = "not_measured")]
+    pub bubble_replayed: f64,
+}
+
+fn not_measured() -> f64 {
+    f64::NAN
 }
 
 impl Record for PipelineRow {
     const FILE: &'static str = "pipeline.csv";
     fn key(&self) -> String {
         format!(
-            "{}/{}/{}/S{}/M{}/v{}/{}/{}/h{}/mb{}",
+            "{}/{}/{}/S{}/M{}/v{}/{}/{}/h{}/mb{}{}{}",
             self.backend,
             self.wire,
             self.schedule,
@@ -185,10 +203,31 @@ impl Record for PipelineRow {
             self.work,
             self.stage_layers,
             self.hidden,
-            self.microbatch_size
+            self.microbatch_size,
+            if self.straggler.is_empty() {
+                ""
+            } else {
+                "/straggler"
+            },
+            self.straggler
         )
     }
     fn run_id(&self) -> &str {
         &self.run_id
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pipeline_rows_written_before_the_added_columns_still_read() {
+        let old = "schema,run_id,backend,wire,schedule,stages,microbatches,chunks,work,stage_layers,hidden,microbatch_size,steps,step_us,step_min_us,step_max_us,busy_us,idle_us,bubble_measured,bubble_simulated,bubble_formula,peak_activations,peak_activation_bytes,expected_peak_activations,grad_max_err,timeline\n\
+1,r,local,shm,1f1b,4,8,1,compute,2 2 2 2,256,32,5,1.0,1.0,1.0,1.0,1.0,0.2,0.2,0.27,4,100,4,0.0,t.json\n";
+        let mut rd = csv::Reader::from_reader(old.as_bytes());
+        let row: PipelineRow = rd.deserialize().next().unwrap().unwrap();
+        assert_eq!(row.straggler, "");
+        assert!(row.bubble_replayed.is_nan() && row.message_us.is_nan());
     }
 }

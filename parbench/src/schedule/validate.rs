@@ -381,17 +381,17 @@ pub fn render_grid(s: &Schedule, marks: &[(usize, usize)]) -> String {
         .chain([format!("{}", steps.saturating_sub(1)).len() + 2])
         .max()
         .unwrap_or(5);
-    let label = format!("rank{}", s.ranks().saturating_sub(1)).len() + 1;
+    let label = format!("rank{}:", s.ranks().saturating_sub(1)).len() + 1;
     let mut out = format!("{:label$}", "step");
-    for i in 0..steps {
-        out.push_str(&format!("{:^width$}", i));
-    }
+    let cols: Vec<String> = (0..steps).map(|i| format!("{:^width$}", i)).collect();
+    out.push_str(cols.join(" ").trim_end());
     out.push('\n');
     for r in 0..s.ranks() {
         out.push_str(&format!("{:label$}", format!("rank{r}:")));
-        for i in 0..steps {
-            out.push_str(&format!("{:^width$}", cell(r, i)));
-        }
+        let cols: Vec<String> = (0..steps)
+            .map(|i| format!("{:^width$}", cell(r, i)))
+            .collect();
+        out.push_str(cols.join(" ").trim_end());
         out.push('\n');
     }
     out

@@ -134,6 +134,7 @@ pub struct LineChart {
     pub legend_title: String,
 }
 
+/// Draws one marker at a pixel position (legend samples).
 pub(crate) fn draw_marker_px(
     area: &DrawingArea<SVGBackend, plotters::coord::Shift>,
     marker: Marker,

@@ -34,7 +34,7 @@ pub fn color(i: usize) -> RGBColor {
 }
 
 /// Width of the legend column at the right of each chart, pixels.
-pub const LEGEND_W: u32 = 280;
+pub const LEGEND_W: u32 = 300;
 const FONT: &str = "sans-serif";
 
 /// One line of a legend: a sample of the line or marker and its label.
@@ -96,8 +96,8 @@ pub(crate) fn draw_legend(
             line::draw_marker_px(area, e.marker, ((x0 + x1) / 2, ym), e.color).map_err(err)?;
         }
         let mut label = e.label.clone();
-        if label.chars().count() > 34 {
-            label = label.chars().take(33).collect::<String>() + "…";
+        if label.chars().count() > 33 {
+            label = label.chars().take(32).collect::<String>() + "…";
         }
         area.draw(&Text::new(label, (x1 + 8, y), text.clone()))
             .map_err(err)?;
@@ -163,6 +163,7 @@ pub(crate) struct Keyed {
 }
 
 impl Keyed {
+    /// The range lo..hi (widened to lo..lo+1 when empty) ticked at `keys`.
     pub(crate) fn new(lo: f64, hi: f64, keys: Vec<f64>) -> Self {
         let hi = if hi > lo { hi } else { lo + 1.0 };
         Keyed { lo, hi, keys }

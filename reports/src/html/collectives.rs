@@ -126,6 +126,21 @@ pub fn curves(sources: &[Source]) -> Vec<Curve<'_>> {
     out
 }
 
+/// The chart a curve belongs to: its collective, and its type (with the
+/// operator when the collective reduces).
+fn chart_group(r: &CollectiveRow) -> (String, String) {
+    let reduces = r
+        .collective
+        .parse::<parbench::comm::Collective>()
+        .map_or(true, |c| c.reduces());
+    let variant = if reduces {
+        format!("{}, {}", r.dtype, r.op)
+    } else {
+        r.dtype.clone()
+    };
+    (r.collective.clone(), variant)
+}
+
 /// A curve's name in legends: the folder and the fields that tell it apart
 /// from the other curves of the same chart.
 fn labels(curves: &[&Curve]) -> Vec<String> {
@@ -336,29 +351,29 @@ pub fn section(sources: &[Source]) -> String {
     let mut body = page::note(
         "Bus bandwidth as nccl-tests defines it (algbw x 2(n-1)/n for all_reduce, (n-1)/n for all_gather, reduce_scatter and all_to_all, 1 otherwise; GB = 1e9 B). The model's line is the alpha-beta prediction recorded with each row; the ceiling is the wire's bandwidth measured in the same run (memory copy for shared memory, one socket stream for TCP).",
     );
-    let mut by_collective: BTreeMap<&str, Vec<&Curve>> = BTreeMap::new();
+    // One chart pair per collective and element type (and operator where the
+    // collective reduces): a `-d all -o all` sweep stays readable.
+    let mut groups: BTreeMap<(String, String), Vec<&Curve>> = BTreeMap::new();
     for c in &all {
-        by_collective
-            .entry(c.row.collective.as_str())
-            .or_default()
-            .push(c);
+        groups.entry(chart_group(c.row)).or_default().push(c);
     }
     let mut fits = Vec::new();
-    for (collective, curves) in &by_collective {
+    for ((collective, variant), curves) in &groups {
         let names = labels(curves);
-        body.push_str(&page::h3(collective));
+        let title = format!("{collective} ({variant})");
+        body.push_str(&page::h3(&title));
         body.push_str(&page::figure(
-            &format!("busbw-{collective}"),
-            charts::line_chart(&busbw_chart(collective, curves, &names), CHART_W, CHART_H),
-            &format!("{collective}: measured bus bandwidth per message size, the model's prediction and the wire's ceiling."),
+            &format!("busbw-{collective}-{variant}"),
+            charts::line_chart(&busbw_chart(&title, curves, &names), CHART_W, CHART_H),
+            &format!("{title}: measured bus bandwidth per message size, the model's prediction and the wire's ceiling."),
         ));
         body.push_str(&page::figure(
-            &format!("latency-{collective}"),
-            charts::line_chart(&latency_chart(collective, curves, &names), CHART_W, CHART_H),
-            &format!("{collective}: median and 99th-percentile time per operation (each iteration timed by its slowest rank)."),
+            &format!("latency-{collective}-{variant}"),
+            charts::line_chart(&latency_chart(&title, curves, &names), CHART_W, CHART_H),
+            &format!("{title}: median and 99th-percentile time per operation (each iteration timed by its slowest rank)."),
         ));
         for mut row in fit_rows(curves, &names) {
-            row.insert(0, text(collective.to_string()));
+            row.insert(0, text(title.clone()));
             fits.push(row);
         }
     }

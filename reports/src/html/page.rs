@@ -4,8 +4,9 @@
 
 use super::escape::{esc, id};
 
-/// Width and default height of a chart, pixels (the legend column included).
+/// Width of a chart, pixels (the legend column included): fits a 1400 px window.
 pub const CHART_W: u32 = 1120;
+/// Default height of a chart, pixels (taller when its legend needs it).
 pub const CHART_H: u32 = 430;
 
 const STYLE: &str = r#"

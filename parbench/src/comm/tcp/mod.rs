@@ -31,6 +31,7 @@ mod peer;
 use crate::comm::{reduce_bytes, Algo, CommError, CommResult, HostComm, RecvInto, Transport};
 use crate::launch::{RankInfo, Store};
 use peer::{Peer, Step};
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 /// The communicator of the `tcp` backend.
@@ -38,9 +39,27 @@ pub type TcpComm = HostComm<TcpTransport>;
 
 /// Header bit that marks a control frame (never set in a payload length).
 const CONTROL: u64 = 1 << 63;
-/// Control frame kinds (bits 32..40): the named rank was lost / timed out.
+/// Control frame kinds (bits 32..40). Final notices: the named rank was
+/// lost / timed out, and the sender has given up.
 const ABORT_LOST: u64 = 1;
 const ABORT_TIMEOUT: u64 = 2;
+/// A hint, not a failure: the sender passed its deadline waiting for the
+/// named rank. A rank whose own deadline passes while it waits for the
+/// sender blames the named rank instead (a chain of waits ends at the rank
+/// that is really stuck).
+const SUSPECT: u64 = 3;
+/// How long a rank past its deadline listens for such a hint before it
+/// blames the rank it waited for: a tenth of the call's time, at most this.
+const MAX_GRACE: Duration = Duration::from_secs(2);
+
+fn control(kind: u64, named: usize) -> [u8; 8] {
+    (CONTROL | (kind << 32) | (named as u64 & 0xffff_ffff)).to_le_bytes()
+}
+
+/// (kind, named rank) of a control header.
+fn decode(len: u64) -> (u64, usize) {
+    ((len >> 32) & 0xff, (len & 0xffff_ffff) as usize)
+}
 /// Reducing receives read through this much scratch: small enough to stay
 /// in L2 while it is reduced, large enough to amortise a system call.
 const SCRATCH_BYTES: usize = 256 * 1024;
@@ -80,6 +99,12 @@ pub struct TcpTransport {
     pollfds: Vec<libc::pollfd>,
     spin: Duration,
     failed: Option<Failure>,
+    /// `hints[p] = Some(x)`: rank p said it passed its deadline waiting for
+    /// rank x (cleared when a data frame from p arrives).
+    hints: Vec<Option<usize>>,
+    /// Messages this rank sent to itself (nccl-tests' sendrecv on one rank,
+    /// an all-to-all's own block), oldest first.
+    to_self: VecDeque<Vec<u8>>,
     /// Rank 0 serves the store for the transport's lifetime; others hold a client.
     store: Store,
 }
@@ -197,6 +222,8 @@ impl TcpTransport {
             pollfds: Vec::with_capacity(info.world + 1),
             spin: Duration::from_micros(spin_us),
             failed: None,
+            hints: vec![None; info.world],
+            to_self: VecDeque::new(),
             store,
         })
     }
@@ -207,9 +234,9 @@ impl TcpTransport {
     }
 
     fn check_peer(&self, peer: usize, op: &'static str) -> CommResult<()> {
-        if peer >= self.world || peer == self.rank {
+        if peer >= self.world {
             return Err(CommError::InvalidArgument(format!(
-                "rank {}: {op} with rank {peer} (world {}, not itself)",
+                "rank {}: {op} with rank {peer} (world {})",
                 self.rank, self.world
             )));
         }
@@ -217,6 +244,17 @@ impl TcpTransport {
             return Err(self.failure_error(f, op, Duration::ZERO));
         }
         Ok(())
+    }
+
+    /// Delivers the oldest message this rank sent itself into `into`.
+    fn take_from_self(&mut self, into: RecvInto<'_>, op: &'static str) -> CommResult<()> {
+        let Some(msg) = self.to_self.pop_front() else {
+            return Err(CommError::InvalidArgument(format!(
+                "rank {}: {op} from itself with nothing sent to itself (it would wait forever)",
+                self.rank
+            )));
+        };
+        deliver(self.rank, &msg, into)
     }
 
     fn failure_error(&self, f: &Failure, op: &'static str, after: Duration) -> CommError {
@@ -256,6 +294,8 @@ impl TcpTransport {
             }
         }
         let start = Instant::now();
+        let grace = (deadline.saturating_duration_since(start) / 10).min(MAX_GRACE);
+        let mut suspected = false;
         let mut idle_since: Option<Instant> = None;
         loop {
             let mut moved = false;
@@ -275,43 +315,89 @@ impl TcpTransport {
                 }
             }
             if let Some(f) = fault {
-                return Err(self.fail(f, send.as_mut(), op, start));
+                return Err(self.fail(f, send.as_mut(), recv.as_ref(), op, start));
             }
             let send_done = send.as_ref().is_none_or(SendOp::done);
             let recv_done = recv.as_ref().is_none_or(RecvOp::done);
             if send_done && recv_done {
                 return Ok(());
             }
-            if moved {
-                idle_since = None;
-                continue;
-            }
             let now = Instant::now();
+            // Checked even while bytes move: a peer that trickles past the
+            // deadline is as late as a silent one.
             if now >= deadline {
-                let peer = match (&recv, &send) {
+                let waiting_on = match (&recv, &send) {
                     (Some(r), _) if !recv_done => r.peer,
                     (_, Some(s)) => s.peer,
                     _ => self.rank,
                 };
-                let f = Failure {
-                    peer,
-                    timeout: true,
-                    detail: String::new(),
-                };
-                self.abort_all(&f, send.as_mut(), None);
-                let err = self.failure_error(&f, op, start.elapsed());
-                self.failed = Some(f);
-                return Err(err);
+                let blame = self.follow_hints(waiting_on);
+                if blame == waiting_on && now < deadline + grace {
+                    // Say whom we wait for, then listen a little longer in
+                    // case that rank is itself waiting for another.
+                    if !suspected {
+                        suspected = true;
+                        self.notify(SUSPECT, waiting_on, send.as_ref());
+                    }
+                } else {
+                    let f = Failure {
+                        peer: blame,
+                        timeout: true,
+                        detail: String::new(),
+                    };
+                    self.abort_all(&f, send.as_mut(), None);
+                    let err = self.failure_error(&f, op, start.elapsed());
+                    self.failed = Some(f);
+                    return Err(err);
+                }
+            }
+            if moved {
+                idle_since = None;
+                continue;
             }
             let idle = *idle_since.get_or_insert(now);
             if now - idle < self.spin {
-                std::hint::spin_loop();
+                // Yield rather than burn: on a dedicated core this returns at
+                // once; on an oversubscribed one it lets the peer run.
+                std::thread::yield_now();
                 continue;
             }
             let sending = send.as_ref().filter(|s| !s.done()).map(|s| s.peer);
             let receiving = recv.as_ref().filter(|r| !r.done()).map(|r| r.peer);
-            if let Err(f) = self.wait(sending, receiving, deadline) {
-                return Err(self.fail(f, send.as_mut(), op, start));
+            let until = if now >= deadline {
+                deadline + grace
+            } else {
+                deadline
+            };
+            if let Err(f) = self.wait(sending, receiving, until) {
+                return Err(self.fail(f, send.as_mut(), recv.as_ref(), op, start));
+            }
+        }
+    }
+
+    /// The end of the chain of hints from `peer`: whom it waits for, whom
+    /// that one waits for, ... (never this rank; a cycle stops the walk).
+    fn follow_hints(&self, peer: usize) -> usize {
+        let mut cur = peer;
+        for _ in 0..self.world {
+            match self.hints.get(cur).copied().flatten() {
+                Some(next) if next != self.rank && next != cur => cur = next,
+                _ => break,
+            }
+        }
+        cur
+    }
+
+    /// Writes a control frame naming `named` to every other peer whose
+    /// outgoing stream is between frames (best effort, never blocks).
+    fn notify(&mut self, kind: u64, named: usize, pending: Option<&SendOp<'_>>) {
+        let msg = control(kind, named);
+        let mid_frame = pending.filter(|s| s.sent > 0 && !s.done()).map(|s| s.peer);
+        for (r, p) in self.peers.iter_mut().enumerate() {
+            if let Some(p) = p {
+                if r != named && Some(r) != mid_frame {
+                    p.try_write_whole(&msg);
+                }
             }
         }
     }
@@ -346,7 +432,12 @@ impl TcpTransport {
         let peer = r.peer;
         let expected = r.into.len();
         // Split borrows: the peer and the scratch live in `self`.
-        let TcpTransport { peers, scratch, .. } = self;
+        let TcpTransport {
+            peers,
+            scratch,
+            hints,
+            ..
+        } = self;
         let Some(Some(p)) = peers.get_mut(peer) else {
             unreachable!("rank {peer} has no connection")
         };
@@ -378,14 +469,26 @@ impl TcpTransport {
         if r.hdr_got == 8 && !r.checked {
             let len = u64::from_le_bytes(r.hdr);
             if len & CONTROL != 0 {
-                let named = (len & 0xffff_ffff) as usize;
-                let kind = (len >> 32) & 0xff;
-                return Err(Fault::Remote {
-                    from: peer,
-                    named,
-                    timeout: kind == ABORT_TIMEOUT,
-                });
+                let (kind, named) = decode(len);
+                if kind != SUSPECT {
+                    return Err(Fault::Remote {
+                        from: peer,
+                        named,
+                        timeout: kind == ABORT_TIMEOUT,
+                    });
+                }
+                // A hint: note it, give back the bytes read past it (the
+                // start of the next frame), and read that frame afresh.
+                hints[peer] = Some(named);
+                let extra = match &r.into {
+                    RecvInto::Copy(dst) => &dst[r.got..r.got + body],
+                    RecvInto::Reduce { .. } => &scratch[r.tail..r.tail + body],
+                };
+                p.unread(extra);
+                r.hdr_got = 0;
+                return Ok(true);
             }
+            hints[peer] = None;
             if len != expected as u64 {
                 return Err(Fault::Protocol {
                     peer,
@@ -423,21 +526,28 @@ impl TcpTransport {
         deadline: Instant,
     ) -> Result<(), Fault> {
         for r in 0..self.peers.len() {
-            if Some(r) == sending || Some(r) == receiving {
+            // Every stream but the one being received is between frames.
+            if Some(r) == receiving {
                 continue;
             }
             let Some(p) = self.peers[r].as_mut() else {
                 continue;
             };
-            if let Some(len) = p.peek_unseen_header() {
-                if len & CONTROL != 0 {
-                    p.skip_header();
-                    return Err(Fault::Remote {
-                        from: r,
-                        named: (len & 0xffff_ffff) as usize,
-                        timeout: (len >> 32) & 0xff == ABORT_TIMEOUT,
-                    });
+            while let Some(len) = p.peek_unseen_header() {
+                if len & CONTROL == 0 {
+                    break;
                 }
+                p.skip_header();
+                let (kind, named) = decode(len);
+                if kind == SUSPECT {
+                    self.hints[r] = Some(named);
+                    continue;
+                }
+                return Err(Fault::Remote {
+                    from: r,
+                    named,
+                    timeout: kind == ABORT_TIMEOUT,
+                });
             }
         }
         self.pollfds.clear();
@@ -491,6 +601,31 @@ impl TcpTransport {
         Ok(())
     }
 
+    /// A peer that closed its connection may have told us why first: it
+    /// failed on another rank, sent us an abort notice and exited. Before
+    /// blaming it, read what it left in the socket and look for that notice
+    /// (beyond the rest of the frame being received from it, if any).
+    fn explain_loss(&mut self, f: Fault, recv: Option<&RecvOp<'_>>) -> Fault {
+        let Fault::Lost { peer, detail } = f else {
+            return f;
+        };
+        let skip = match recv.filter(|r| r.peer == peer) {
+            None => Some(0),
+            Some(r) if r.checked => Some(r.into.len() - r.got),
+            Some(r) if r.hdr_got == 0 => Some(0),
+            Some(_) => None, // stopped inside a header: no frame boundary to start from
+        };
+        let notice = skip.and_then(|skip| self.peer_mut(peer).find_control(skip));
+        match notice.map(decode) {
+            Some((kind, named)) => Fault::Remote {
+                from: peer,
+                named,
+                timeout: kind == ABORT_TIMEOUT,
+            },
+            None => Fault::Lost { peer, detail },
+        }
+    }
+
     /// Turns a fault into the call's error, tells every other peer (so that
     /// ranks waiting elsewhere fail at once naming the same rank), and marks
     /// the transport failed.
@@ -498,9 +633,11 @@ impl TcpTransport {
         &mut self,
         f: Fault,
         pending: Option<&mut SendOp<'_>>,
+        recv: Option<&RecvOp<'_>>,
         op: &'static str,
         start: Instant,
     ) -> CommError {
+        let f = self.explain_loss(f, recv);
         let (failure, err) = match f {
             Fault::Lost { peer, detail } => {
                 let fl = Failure {
@@ -574,7 +711,7 @@ impl TcpTransport {
             }
         }
         let kind = if f.timeout { ABORT_TIMEOUT } else { ABORT_LOST };
-        let notice = (CONTROL | (kind << 32) | (f.peer as u64 & 0xffff_ffff)).to_le_bytes();
+        let notice = control(kind, f.peer);
         for (r, p) in self.peers.iter_mut().enumerate() {
             if let Some(p) = p {
                 if r != f.peer && Some(r) != skip {
@@ -609,11 +746,18 @@ impl Transport for TcpTransport {
 
     fn send(&mut self, peer: usize, data: &[u8], deadline: Instant) -> CommResult<()> {
         self.check_peer(peer, "send")?;
+        if peer == self.rank {
+            self.to_self.push_back(data.to_vec());
+            return Ok(());
+        }
         self.run(Some(SendOp::new(peer, data)), None, deadline, "send")
     }
 
     fn recv(&mut self, peer: usize, into: RecvInto<'_>, deadline: Instant) -> CommResult<()> {
         self.check_peer(peer, "recv")?;
+        if peer == self.rank {
+            return self.take_from_self(into, "recv");
+        }
         self.run(None, Some(RecvOp::new(peer, into)), deadline, "recv")
     }
 
@@ -627,11 +771,48 @@ impl Transport for TcpTransport {
     ) -> CommResult<()> {
         self.check_peer(to, "exchange")?;
         self.check_peer(from, "exchange")?;
-        self.run(
-            Some(SendOp::new(to, data)),
-            Some(RecvOp::new(from, into)),
-            deadline,
-            "exchange",
-        )
+        let me = self.rank;
+        match (to == me, from == me) {
+            // Straight across, without a copy through the queue when it is empty.
+            (true, true) if self.to_self.is_empty() => deliver(me, data, into),
+            (true, true) => {
+                self.to_self.push_back(data.to_vec());
+                self.take_from_self(into, "exchange")
+            }
+            (true, false) => {
+                self.to_self.push_back(data.to_vec());
+                self.run(None, Some(RecvOp::new(from, into)), deadline, "exchange")
+            }
+            (false, true) => {
+                self.take_from_self(into, "exchange")?;
+                self.run(Some(SendOp::new(to, data)), None, deadline, "exchange")
+            }
+            (false, false) => self.run(
+                Some(SendOp::new(to, data)),
+                Some(RecvOp::new(from, into)),
+                deadline,
+                "exchange",
+            ),
+        }
     }
+}
+
+/// Puts a message into a receive, checking its length as a frame's would be.
+fn deliver(rank: usize, msg: &[u8], into: RecvInto<'_>) -> CommResult<()> {
+    if msg.len() != into.len() {
+        return Err(CommError::Protocol {
+            rank,
+            peer: rank,
+            detail: format!(
+                "sent itself {} bytes where {} were expected",
+                msg.len(),
+                into.len()
+            ),
+        });
+    }
+    match into {
+        RecvInto::Copy(dst) => dst.copy_from_slice(msg),
+        RecvInto::Reduce { acc, dtype, op } => reduce_bytes(acc, msg, dtype, op),
+    }
+    Ok(())
 }

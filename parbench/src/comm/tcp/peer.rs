@@ -212,6 +212,10 @@ impl Peer {
         if self.head_data {
             return None;
         }
+        if self.has_stash() && self.stash.len() - self.stash_pos < 8 {
+            // A drain stopped inside a header: the rest is in the socket.
+            let _ = self.drain();
+        }
         let h = self.peek_header()?;
         let len = u64::from_le_bytes(h);
         self.head_data = len & (1 << 63) == 0;
@@ -248,6 +252,49 @@ impl Peer {
             }
             _ => None,
         }
+    }
+
+    /// After the peer is gone: reads what it left in the socket and walks
+    /// the frames, starting `skip` bytes in (the rest of a frame being
+    /// received), for a control frame; returns its header. Data frames are
+    /// skipped by their length, which is only compared, never allocated.
+    pub(super) fn find_control(&mut self, skip: usize) -> Option<u64> {
+        // The peer is gone, so what is left is bounded by its socket buffers.
+        let mut budget = 256usize << 20;
+        while budget > 0 {
+            match self.drain() {
+                Step::Moved(n) => budget = budget.saturating_sub(n),
+                _ => break,
+            }
+        }
+        let rest = self.stash.get(self.stash_pos..)?;
+        let mut at = skip;
+        while let Some(h) = rest.get(at..at.checked_add(8)?) {
+            let len = u64::from_le_bytes(h.try_into().ok()?);
+            if len & (1 << 63) != 0 {
+                // Hints (kind 3) are not a verdict: look on for one.
+                if (len >> 32) & 0xff != 3 {
+                    return Some(len);
+                }
+                at = at.checked_add(8)?;
+                continue;
+            }
+            at = at.checked_add(8)?.checked_add(usize::try_from(len).ok()?)?;
+        }
+        None
+    }
+
+    /// Puts `bytes` back in front of the incoming stream (bytes a vectored
+    /// read took past a control frame). Rare: allocates.
+    pub(super) fn unread(&mut self, bytes: &[u8]) {
+        if bytes.is_empty() {
+            return;
+        }
+        let mut front = bytes.to_vec();
+        front.extend_from_slice(&self.stash[self.stash_pos..]);
+        self.stash = front;
+        self.stash_pos = 0;
+        self.head_data = false;
     }
 
     /// Consumes the 8 bytes [`Peer::peek_header`] returned.

@@ -1,0 +1,485 @@
+//! Command line: nccl-tests' flags with their meanings, plus parbench's
+//! backend, algorithm, deadline, output folder and straggler injection.
+
+use anyhow::{anyhow, bail, Result};
+use clap::Parser;
+use parbench::comm::{Algo, Collective, DType, ReduceOp};
+use parbench::measure::Average;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Sweeps collectives over message sizes and prints nccl-tests' table, plus
+/// per-iteration percentiles, the alpha-beta model's prediction, and busbw as
+/// a share of the wire's ceiling measured in the same run.
+#[derive(Parser, Debug, Clone)]
+#[command(name = "bench-collectives", version, about, args_override_self = true)]
+pub struct Args {
+    /// Collectives to run: all_reduce, all_gather, reduce_scatter, broadcast,
+    /// reduce, all_to_all, sendrecv, or all.
+    #[arg(value_name = "COLLECTIVE", default_values_t = ["all_reduce".to_string(), "all_gather".to_string()])]
+    pub collectives: Vec<String>,
+
+    /// Backend: auto (nccl when built with cuda and a GPU is found, else
+    /// local), local (threads), tcp (processes and sockets), nccl, mpi.
+    #[arg(long, default_value = "auto")]
+    pub backend: String,
+
+    /// Number of ranks (default: the CPU cores, at least 2).
+    #[arg(long = "nprocs", visible_alias = "np", value_name = "N")]
+    pub nprocs: Option<usize>,
+
+    /// Algorithm of the CPU backends: auto, ring, tree, rd, rhd.
+    #[arg(long, default_value = "auto")]
+    pub algo: String,
+
+    /// Smallest size in bytes (K, M, G: binary suffixes).
+    #[arg(short = 'b', long = "min-bytes", default_value = "8")]
+    pub min_bytes: String,
+
+    /// Largest size in bytes (K, M, G: binary suffixes).
+    #[arg(short = 'e', long = "max-bytes", default_value = "64M")]
+    pub max_bytes: String,
+
+    /// Multiply the size by this factor at each step.
+    #[arg(short = 'f', long = "step-factor", conflicts_with = "step_bytes")]
+    pub step_factor: Option<u64>,
+
+    /// Add this many bytes at each step instead (K, M, G suffixes).
+    #[arg(short = 'i', long = "step-bytes")]
+    pub step_bytes: Option<String>,
+
+    /// Timed iterations per size.
+    #[arg(short = 'n', long = "iters", default_value_t = 20)]
+    pub iters: usize,
+
+    /// Untimed warm-up iterations per size.
+    #[arg(short = 'w', long = "warmup", default_value_t = 5)]
+    pub warmup: usize,
+
+    /// Check iterations after the timed loop (0 = no check).
+    #[arg(short = 'c', long = "check", default_value_t = 1)]
+    pub check: usize,
+
+    /// Reduction operator: sum, prod, min, max, avg, or all.
+    #[arg(short = 'o', long = "op", default_value = "sum")]
+    pub op: String,
+
+    /// Element type: float, double, half, bfloat16, int32, int64, uint8, or all.
+    #[arg(short = 'd', long = "dtype", default_value = "float")]
+    pub dtype: String,
+
+    /// Root rank of broadcast and reduce.
+    #[arg(short = 'r', long = "root", default_value_t = 0)]
+    pub root: usize,
+
+    /// How per-rank times combine: 0 rank 0, 1 mean, 2 min, 3 max.
+    #[arg(short = 'a', long = "average", default_value_t = 1)]
+    pub average: u8,
+
+    /// Measure in-place only.
+    #[arg(long = "inplace-only", conflicts_with = "outplace_only")]
+    pub inplace_only: bool,
+
+    /// Measure out-of-place only.
+    #[arg(long = "outplace-only")]
+    pub outplace_only: bool,
+
+    /// Deadline of every wait, in seconds: a dead or hung rank becomes an error naming it.
+    #[arg(long, default_value_t = 60.0)]
+    pub timeout: f64,
+
+    /// Folder for collectives.csv and run.json (appended, never overwritten).
+    #[arg(long, default_value = "results")]
+    pub out: PathBuf,
+
+    /// Delay rank RANK by MS milliseconds before each timed iteration.
+    #[arg(long, value_name = "RANK:MS")]
+    pub straggler: Option<String>,
+}
+
+/// Parses a command line, accepting nccl-tests' and mpirun's `-np N` (clap
+/// has no two-letter short flags, so `-np` is read as `--nprocs`).
+pub fn parse_args<I, S>(argv: I) -> Result<Args, clap::Error>
+where
+    I: IntoIterator<Item = S>,
+    S: Into<std::ffi::OsString>,
+{
+    let argv = argv.into_iter().map(|a| {
+        let a: std::ffi::OsString = a.into();
+        match a.to_str() {
+            Some("-np") => "--nprocs".into(),
+            Some(s) if s.starts_with("-np=") => format!("--nprocs={}", &s[4..]).into(),
+            _ => a,
+        }
+    });
+    Args::try_parse_from(argv)
+}
+
+/// The backend chosen on the command line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Auto,
+    Local,
+    Tcp,
+    Nccl,
+    Mpi,
+}
+
+impl std::str::FromStr for Backend {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Self> {
+        Ok(match s.to_ascii_lowercase().as_str() {
+            "auto" => Backend::Auto,
+            "local" => Backend::Local,
+            "tcp" => Backend::Tcp,
+            "nccl" => Backend::Nccl,
+            "mpi" => Backend::Mpi,
+            other => bail!("unknown backend '{other}' (expected auto, local, tcp, nccl or mpi)"),
+        })
+    }
+}
+
+/// Everything the sweep needs, checked: what every rank runs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SweepConfig {
+    pub collectives: Vec<Collective>,
+    pub dtypes: Vec<DType>,
+    pub ops: Vec<ReduceOp>,
+    /// Sizes in bytes, nccl-tests' meaning (see each op), ascending.
+    pub sizes: Vec<u64>,
+    pub iters: usize,
+    pub warmup: usize,
+    pub check: usize,
+    pub root: usize,
+    pub average: Average,
+    pub out_of_place: bool,
+    pub in_place: bool,
+    pub timeout: Duration,
+    /// `(rank, delay)` injected before each timed iteration.
+    pub straggler: Option<(usize, Duration)>,
+    /// Seed of the inputs (with rank and index).
+    pub seed: u64,
+}
+
+/// The parsed command line: backend, ranks, algorithm, and the sweep.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    pub backend: Backend,
+    pub nprocs: Option<usize>,
+    pub algo: Algo,
+    pub out: PathBuf,
+    pub sweep: SweepConfig,
+}
+
+/// Most sizes a sweep may have: a typo in `-i` must not start a million-row run.
+pub const MAX_SIZES: usize = 10_000;
+
+/// Parses `8`, `64K`, `1M`, `2G` (binary suffixes, case-insensitive, optional `B`/`iB`).
+pub fn parse_size(s: &str) -> Result<u64> {
+    let t = s.trim();
+    let lower = t.to_ascii_lowercase();
+    let stripped = lower
+        .strip_suffix("ib")
+        .or_else(|| lower.strip_suffix('b'))
+        .unwrap_or(&lower);
+    let (num, shift) = match stripped.chars().last() {
+        Some('k') => (&stripped[..stripped.len() - 1], 10),
+        Some('m') => (&stripped[..stripped.len() - 1], 20),
+        Some('g') => (&stripped[..stripped.len() - 1], 30),
+        _ => (stripped, 0),
+    };
+    let n: u64 = num.trim().parse().map_err(|_| {
+        anyhow!("bad size '{s}' (expected a number with an optional K, M or G suffix)")
+    })?;
+    n.checked_mul(1u64 << shift)
+        .ok_or_else(|| anyhow!("size '{s}' is too large"))
+}
+
+/// nccl-tests' size steps from `min` to `max` inclusive: times `factor`, or plus `step`.
+pub fn size_steps(min: u64, max: u64, factor: Option<u64>, step: Option<u64>) -> Result<Vec<u64>> {
+    if min > max {
+        bail!("--min-bytes {min} is larger than --max-bytes {max}");
+    }
+    let mut sizes = vec![min];
+    let mut s = min;
+    loop {
+        let next = match (factor, step) {
+            (_, Some(0)) => bail!("--step-bytes must be at least 1"),
+            (_, Some(i)) => s.checked_add(i),
+            (Some(f), None) if f < 2 => bail!("--step-factor must be at least 2"),
+            (f, None) => s.checked_mul(f.unwrap_or(2)),
+        };
+        // A zero minimum would never grow by a factor: step to 1 first.
+        let next = match next {
+            Some(0) => Some(1),
+            other => other,
+        };
+        match next {
+            Some(n) if n <= max && n > s => {
+                sizes.push(n);
+                s = n;
+            }
+            _ => break,
+        }
+        if sizes.len() > MAX_SIZES {
+            bail!("the size steps give more than {MAX_SIZES} sizes; use a larger -f or -i");
+        }
+    }
+    Ok(sizes)
+}
+
+fn parse_list<T>(s: &str, all: &[T], what: &str) -> Result<Vec<T>>
+where
+    T: std::str::FromStr<Err = String> + Copy + PartialEq,
+{
+    let mut out = Vec::new();
+    for part in s.split(',') {
+        if part.trim().eq_ignore_ascii_case("all") {
+            return Ok(all.to_vec());
+        }
+        let v: T = part
+            .trim()
+            .parse()
+            .map_err(|e: String| anyhow!("--{what}: {e}"))?;
+        if !out.contains(&v) {
+            out.push(v);
+        }
+    }
+    Ok(out)
+}
+
+/// Parses `RANK:MS`.
+pub fn parse_straggler(s: &str) -> Result<(usize, Duration)> {
+    let (rank, ms) = s
+        .split_once(':')
+        .ok_or_else(|| anyhow!("bad --straggler '{s}' (expected RANK:MS, e.g. 1:5)"))?;
+    let rank: usize = rank
+        .trim()
+        .parse()
+        .map_err(|_| anyhow!("bad --straggler rank '{rank}'"))?;
+    let ms: f64 = ms
+        .trim()
+        .parse()
+        .map_err(|_| anyhow!("bad --straggler milliseconds '{ms}'"))?;
+    if !(ms.is_finite() && (0.0..=60_000.0).contains(&ms)) {
+        bail!("--straggler milliseconds must be between 0 and 60000, got {ms}");
+    }
+    Ok((rank, Duration::from_secs_f64(ms / 1e3)))
+}
+
+impl Args {
+    /// Checks every flag and builds the plan. Checks that need the world
+    /// size (root, straggler rank) are in [`Plan::check_world`].
+    pub fn plan(&self) -> Result<Plan> {
+        let mut collectives = Vec::new();
+        for c in &self.collectives {
+            if c.eq_ignore_ascii_case("all") {
+                collectives = Collective::ALL.to_vec();
+                break;
+            }
+            let c: Collective = c.parse().map_err(|e: String| anyhow!(e))?;
+            if !collectives.contains(&c) {
+                collectives.push(c);
+            }
+        }
+        let min = parse_size(&self.min_bytes)?;
+        let max = parse_size(&self.max_bytes)?;
+        let step = self.step_bytes.as_deref().map(parse_size).transpose()?;
+        let sizes = size_steps(min, max, self.step_factor, step)?;
+        let average = Average::from_code(self.average)
+            .ok_or_else(|| anyhow!("bad -a/--average {} (expected 0, 1, 2 or 3)", self.average))?;
+        if !(self.timeout.is_finite() && self.timeout > 0.0 && self.timeout <= 86_400.0) {
+            bail!(
+                "--timeout must be between 0 and 86400 seconds, got {}",
+                self.timeout
+            );
+        }
+        if self.iters == 0 {
+            bail!("-n/--iters must be at least 1");
+        }
+        if self.nprocs == Some(0) {
+            bail!("--nprocs must be at least 1");
+        }
+        Ok(Plan {
+            backend: self.backend.parse()?,
+            nprocs: self.nprocs,
+            algo: self
+                .algo
+                .parse()
+                .map_err(|e: String| anyhow!("--algo: {e}"))?,
+            out: self.out.clone(),
+            sweep: SweepConfig {
+                collectives,
+                dtypes: parse_list(&self.dtype, &DType::ALL, "dtype")?,
+                ops: parse_list(&self.op, &ReduceOp::ALL, "op")?,
+                sizes,
+                iters: self.iters,
+                warmup: self.warmup,
+                check: self.check,
+                root: self.root,
+                average,
+                out_of_place: !self.inplace_only,
+                in_place: !self.outplace_only,
+                timeout: Duration::from_secs_f64(self.timeout),
+                straggler: self.straggler.as_deref().map(parse_straggler).transpose()?,
+                seed: 0x5eed,
+            },
+        })
+    }
+}
+
+impl SweepConfig {
+    /// Checks what needs the world size: the root and the straggler rank.
+    pub fn check_world(&self, world: usize) -> Result<()> {
+        if self.root >= world {
+            bail!(
+                "-r/--root {} is not a rank of a world of {world}",
+                self.root
+            );
+        }
+        if let Some((r, _)) = self.straggler {
+            if r >= world {
+                bail!("--straggler rank {r} is not a rank of a world of {world}");
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(args: &[&str]) -> Result<Plan> {
+        let mut v = vec!["bench-collectives"];
+        v.extend_from_slice(args);
+        parse_args(v)?.plan()
+    }
+
+    #[test]
+    fn sizes_take_binary_suffixes() {
+        assert_eq!(parse_size("8").unwrap(), 8);
+        assert_eq!(parse_size("64K").unwrap(), 65_536);
+        assert_eq!(parse_size("1m").unwrap(), 1 << 20);
+        assert_eq!(parse_size("2G").unwrap(), 2 << 30);
+        assert_eq!(parse_size("4KiB").unwrap(), 4096);
+        assert_eq!(parse_size("16B").unwrap(), 16);
+        for bad in ["", "K", "1.5M", "-1", "12X", "99999999999999G"] {
+            assert!(parse_size(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn steps_follow_nccl_tests() {
+        assert_eq!(size_steps(8, 64, None, None).unwrap(), vec![8, 16, 32, 64]);
+        assert_eq!(size_steps(8, 100, Some(4), None).unwrap(), vec![8, 32]);
+        assert_eq!(size_steps(8, 30, None, Some(10)).unwrap(), vec![8, 18, 28]);
+        assert_eq!(size_steps(0, 4, None, None).unwrap(), vec![0, 1, 2, 4]);
+        assert_eq!(size_steps(5, 5, None, None).unwrap(), vec![5]);
+        assert!(size_steps(9, 8, None, None).is_err());
+        assert!(size_steps(8, 16, Some(1), None).is_err());
+        assert!(size_steps(0, 1 << 40, None, Some(1)).is_err());
+    }
+
+    #[test]
+    fn defaults_run_all_reduce_and_all_gather() {
+        let p = plan(&[]).unwrap();
+        assert_eq!(
+            p.sweep.collectives,
+            vec![Collective::AllReduce, Collective::AllGather]
+        );
+        assert_eq!(p.backend, Backend::Auto);
+        assert_eq!(p.sweep.dtypes, vec![DType::F32]);
+        assert_eq!(p.sweep.ops, vec![ReduceOp::Sum]);
+        assert_eq!(p.sweep.average, Average::Mean);
+        assert!(p.sweep.in_place && p.sweep.out_of_place);
+        assert_eq!(p.sweep.sizes.first(), Some(&8));
+        assert_eq!(p.sweep.sizes.last(), Some(&(64 << 20)));
+    }
+
+    #[test]
+    fn parses_nccl_tests_flags() {
+        let p = plan(&[
+            "all",
+            "--backend",
+            "tcp",
+            "-np",
+            "3",
+            "--algo",
+            "ring",
+            "-b",
+            "1K",
+            "-e",
+            "1M",
+            "-f",
+            "4",
+            "-n",
+            "7",
+            "-w",
+            "2",
+            "-c",
+            "3",
+            "-o",
+            "all",
+            "-d",
+            "half,int32",
+            "-r",
+            "2",
+            "-a",
+            "3",
+            "--outplace-only",
+            "--timeout",
+            "5",
+            "--out",
+            "x",
+            "--straggler",
+            "1:2.5",
+        ])
+        .unwrap();
+        assert_eq!(p.sweep.collectives.len(), 7);
+        assert_eq!(p.backend, Backend::Tcp);
+        assert_eq!(p.nprocs, Some(3));
+        assert_eq!(p.algo, Algo::Ring);
+        assert_eq!(
+            p.sweep.sizes,
+            vec![1024, 4096, 16384, 65536, 262144, 1 << 20]
+        );
+        assert_eq!((p.sweep.iters, p.sweep.warmup, p.sweep.check), (7, 2, 3));
+        assert_eq!(p.sweep.ops.len(), 5);
+        assert_eq!(p.sweep.dtypes, vec![DType::F16, DType::I32]);
+        assert_eq!((p.sweep.root, p.sweep.average), (2, Average::Max));
+        assert!(!p.sweep.in_place && p.sweep.out_of_place);
+        assert_eq!(p.sweep.timeout, Duration::from_secs(5));
+        assert_eq!(p.out, PathBuf::from("x"));
+        assert_eq!(p.sweep.straggler, Some((1, Duration::from_micros(2500))));
+        assert!(p.sweep.check_world(3).is_ok());
+        assert!(p.sweep.check_world(2).is_err(), "root 2 of 2 ranks");
+        let p = plan(&["-np=4", "-i", "1K", "-b", "0", "-e", "2K"]).unwrap();
+        assert_eq!(p.nprocs, Some(4));
+        assert_eq!(p.sweep.sizes, vec![0, 1024, 2048]);
+    }
+
+    #[test]
+    fn rejects_bad_flags() {
+        for bad in [
+            &["all_scatter"][..],
+            &["--backend", "gloo"],
+            &["--algo", "bruck"],
+            &["-b", "1Q"],
+            &["-o", "xor"],
+            &["-d", "complex"],
+            &["-a", "4"],
+            &["-n", "0"],
+            &["--inplace-only", "--outplace-only"],
+            &["-f", "2", "-i", "8"],
+            &["--timeout", "0"],
+            &["--straggler", "1"],
+            &["--straggler", "x:3"],
+            &["-np", "0"],
+        ] {
+            assert!(plan(bad).is_err(), "{bad:?}");
+        }
+        let p = plan(&["--straggler", "5:1"]).unwrap();
+        assert!(p.sweep.check_world(4).is_err());
+    }
+}

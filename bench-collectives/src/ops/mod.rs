@@ -1,0 +1,107 @@
+//! One file per collective, saying only what differs between them (as
+//! nccl-tests does): how a swept size becomes a per-rank count, the buffer
+//! sizes, where the input and output sit in place, the expected output, and
+//! the call. Sweeping, timing, checking and printing live once, in
+//! `crate::sweep`. Adding an operation means adding a file here and a line
+//! to [`with_op!`].
+
+pub mod all_gather;
+pub mod all_reduce;
+pub mod all_to_all;
+pub mod broadcast;
+pub mod reduce;
+pub mod reduce_scatter;
+pub mod sendrecv;
+
+use crate::data::Inputs;
+use parbench::comm::{CommResult, Communicator, DType, Element, Io, ReduceOp};
+
+/// What one collective's benchmark says about itself. Counts are per rank
+/// (the communicator's convention); sizes are nccl-tests' `size` column.
+pub trait CollOp {
+    /// The collective.
+    const COLL: parbench::comm::Collective;
+    /// Whether the communicator offers an in-place form.
+    const IN_PLACE: bool = true;
+
+    /// Per-rank count for a swept size of `bytes` (nccl-tests' meaning).
+    fn count_for(bytes: u64, dtype: DType, _world: usize) -> usize {
+        usize::try_from(bytes / dtype.size() as u64).unwrap_or(usize::MAX)
+    }
+    /// nccl-tests' size (bytes) of a call with per-rank `count`.
+    fn size_of(count: usize, dtype: DType, _world: usize) -> u64 {
+        (count * dtype.size()) as u64
+    }
+    /// Elements of the send buffer.
+    fn send_elems(count: usize, _world: usize) -> usize {
+        count
+    }
+    /// Elements of the receive buffer (the output, whole).
+    fn recv_elems(count: usize, _world: usize) -> usize {
+        count
+    }
+    /// Where (elements) the input starts in the one in-place buffer.
+    fn in_place_input(_count: usize, _rank: usize) -> usize {
+        0
+    }
+    /// Where (elements) the output starts in the one in-place buffer.
+    fn in_place_output(_count: usize, _rank: usize) -> usize {
+        0
+    }
+    /// The output rank `rank` must hold (`recv_elems` elements), or `None`
+    /// where the collective leaves it undefined.
+    fn expected<T: Element>(
+        inputs: &Inputs,
+        op: ReduceOp,
+        root: usize,
+        rank: usize,
+        count: usize,
+    ) -> Option<Vec<T>>;
+    /// The call.
+    fn call<C: Communicator>(
+        comm: &mut C,
+        io: Io<'_, C::Buffer>,
+        count: usize,
+        dtype: DType,
+        op: ReduceOp,
+        root: usize,
+    ) -> CommResult<()>;
+}
+
+/// Runs `$body` with `$O` bound to the [`CollOp`] of collective `$coll`.
+macro_rules! with_op {
+    ($coll:expr, $O:ident => $body:expr) => {{
+        use parbench::comm::Collective;
+        match $coll {
+            Collective::AllReduce => {
+                type $O = $crate::ops::all_reduce::AllReduce;
+                $body
+            }
+            Collective::AllGather => {
+                type $O = $crate::ops::all_gather::AllGather;
+                $body
+            }
+            Collective::ReduceScatter => {
+                type $O = $crate::ops::reduce_scatter::ReduceScatter;
+                $body
+            }
+            Collective::Broadcast => {
+                type $O = $crate::ops::broadcast::Broadcast;
+                $body
+            }
+            Collective::Reduce => {
+                type $O = $crate::ops::reduce::Reduce;
+                $body
+            }
+            Collective::AllToAll => {
+                type $O = $crate::ops::all_to_all::AllToAll;
+                $body
+            }
+            Collective::SendRecv => {
+                type $O = $crate::ops::sendrecv::SendRecv;
+                $body
+            }
+        }
+    }};
+}
+pub(crate) use with_op;

@@ -1,0 +1,263 @@
+//! Starting or joining the ranks of each backend, running the sweep on every
+//! rank, and writing the records from rank 0.
+
+use crate::cli::{Backend, Plan};
+use crate::print::Printer;
+use crate::summary::{self, Summary};
+use crate::sweep::{self, Outcome, RunIds, WireFigures};
+use anyhow::{Context, Result};
+use parbench::comm::{CommResult, Communicator};
+use parbench::launch;
+use parbench::results::{self, RunMeta};
+
+/// A problem with what the user asked for, found after parsing (exit code 2).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
+
+/// How a run ended on this process.
+pub enum Finished {
+    /// This process ran a rank (or all ranks): wrong elements summed over
+    /// ranks, as rank 0 saw them (0 on the other processes).
+    Ran { wrong: u64 },
+    /// This process spawned the ranks (`--backend tcp -np N`): pass on the
+    /// exit code of the first rank that failed, or 0. The rank already said why.
+    Launched { code: i32 },
+}
+
+/// What rank 0 brings back from its sweep.
+pub struct RankReport {
+    backend: String,
+    wire_name: String,
+    world: usize,
+    wire: WireFigures,
+    outcome: Outcome,
+    summary: Summary,
+}
+
+/// Runs the plan on the chosen backend.
+pub fn run(plan: &Plan) -> Result<Finished> {
+    let run_id = results::new_run_id("collectives");
+    let joined = launch::RankInfo::from_env().map_err(|e| UsageError(e.to_string()))?;
+    match plan.backend {
+        // Under a launcher (torchrun, mpirun, srun, a spawning parent) every
+        // process is one rank: that is the tcp backend.
+        Backend::Auto if joined.is_some() => run_tcp(plan, &run_id, joined),
+        Backend::Auto | Backend::Local => run_local(plan, &run_id),
+        Backend::Tcp => run_tcp(plan, &run_id, joined),
+        Backend::Nccl => Err(UsageError(nccl_unavailable()).into()),
+        Backend::Mpi => run_mpi(plan, &run_id),
+    }
+}
+
+fn nccl_unavailable() -> String {
+    if cfg!(feature = "cuda") {
+        "--backend nccl is not wired into bench-collectives yet".into()
+    } else {
+        "--backend nccl needs a build with `--features cuda` (the NCCL communicator)".into()
+    }
+}
+
+/// Default number of ranks: the CPU cores, at least 2.
+fn default_ranks() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2)
+        .max(2)
+}
+
+fn run_local(plan: &Plan, run_id: &str) -> Result<Finished> {
+    let world = plan.nprocs.unwrap_or_else(default_ranks);
+    plan.sweep
+        .check_world(world)
+        .map_err(|e| UsageError(e.to_string()))?;
+    let mut meta = RunMeta::start("collectives", run_id, "local", world);
+    let results = parbench::comm::local::run(world, plan.algo, plan.sweep.timeout, |comm| {
+        rank_main(comm, plan, run_id)
+    });
+    let report = first_report(results)?;
+    finish(plan, &mut meta, report)
+}
+
+/// Joins the job the launcher variables describe, or spawns `-np` ranks of
+/// this binary on loopback (they join) and waits for them.
+fn run_tcp(plan: &Plan, run_id: &str, joined: Option<launch::RankInfo>) -> Result<Finished> {
+    let Some(info) = joined else {
+        let world = plan.nprocs.unwrap_or_else(default_ranks);
+        plan.sweep
+            .check_world(world)
+            .map_err(|e| UsageError(e.to_string()))?;
+        return match launch::spawn_local_ranks(world, &[]) {
+            Ok(status) => Ok(Finished::Launched {
+                code: launch::exit_code(status),
+            }),
+            Err(launch::LaunchError::RankFailed { status, .. }) => Ok(Finished::Launched {
+                code: launch::exit_code(status),
+            }),
+            Err(e) => Err(e.into()),
+        };
+    };
+    plan.sweep
+        .check_world(info.world)
+        .map_err(|e| UsageError(e.to_string()))?;
+    let mut meta = RunMeta::start("collectives", run_id, "tcp", info.world);
+    let mut comm = parbench::comm::tcp::comm(&info, plan.algo, plan.sweep.timeout)
+        .with_context(|| format!("rank {} joining the tcp job", info.rank))?;
+    match rank_main(&mut comm, plan, run_id).with_context(|| format!("rank {}", info.rank))? {
+        Some(r) => finish(plan, &mut meta, r),
+        None => Ok(Finished::Ran { wrong: 0 }),
+    }
+}
+
+#[cfg(feature = "mpi")]
+fn run_mpi(plan: &Plan, run_id: &str) -> Result<Finished> {
+    let mut comm = parbench::comm::mpi::MpiComm::init(plan.sweep.timeout)?;
+    let world = comm.world();
+    plan.sweep
+        .check_world(world)
+        .map_err(|e| UsageError(e.to_string()))?;
+    let mut meta = RunMeta::start("collectives", run_id, "mpi", world);
+    meta.versions
+        .insert("mpi".into(), comm.library().to_string());
+    let report = rank_main(&mut comm, plan, run_id)?;
+    match report {
+        Some(r) => finish(plan, &mut meta, r),
+        None => Ok(Finished::Ran { wrong: 0 }),
+    }
+}
+
+#[cfg(not(feature = "mpi"))]
+fn run_mpi(_plan: &Plan, _run_id: &str) -> Result<Finished> {
+    Err(UsageError(
+        "--backend mpi needs a build with `--features mpi` (and Open MPI or MPICH installed)"
+            .into(),
+    )
+    .into())
+}
+
+/// Rank 0's report, or the most telling error: a rank's own failure before
+/// the "lost peer" errors it caused on the others.
+fn first_report(results: Vec<CommResult<Option<RankReport>>>) -> Result<RankReport> {
+    let mut errors = Vec::new();
+    let mut report = None;
+    for r in results {
+        match r {
+            Ok(Some(rep)) => report = Some(rep),
+            Ok(None) => {}
+            Err(e) => errors.push(e),
+        }
+    }
+    if let Some(pos) = errors
+        .iter()
+        .position(|e| !matches!(e, parbench::comm::CommError::PeerLost { .. }))
+        .or(if errors.is_empty() { None } else { Some(0) })
+    {
+        return Err(errors.swap_remove(pos).into());
+    }
+    report.context("rank 0 returned no report")
+}
+
+/// The body every rank runs; rank 0 returns its report.
+fn rank_main<C: Communicator>(
+    comm: &mut C,
+    plan: &Plan,
+    run_id: &str,
+) -> CommResult<Option<RankReport>> {
+    comm.set_timeout(plan.sweep.timeout);
+    let wire = sweep::measure_wire(comm)?;
+    let mut printer = Printer::new(comm.rank() == 0);
+    let algo = if plan.algo == parbench::comm::Algo::Auto {
+        "auto (per size: see the algo column)".to_string()
+    } else {
+        plan.algo.name().to_string()
+    };
+    printer.run_header(
+        comm.backend(),
+        &comm.wire(),
+        comm.world(),
+        &algo,
+        &plan.sweep,
+        &wire,
+    );
+    let ids = RunIds { run_id };
+    let outcome = sweep::run_sweep(comm, &plan.sweep, &ids, &wire, &mut printer)?;
+    let summary = Summary {
+        fits: summary::fits(&outcome.rows),
+        straggler: outcome.straggler(),
+        iterations: outcome.tally.iterations(),
+        wrong: outcome.wrong,
+        checked_rows: if plan.sweep.check > 0 {
+            outcome.rows.len()
+        } else {
+            0
+        },
+    };
+    printer.summary(&summary);
+    if comm.rank() != 0 {
+        return Ok(None);
+    }
+    Ok(Some(RankReport {
+        backend: comm.backend().to_string(),
+        wire_name: comm.wire(),
+        world: comm.world(),
+        wire,
+        outcome,
+        summary,
+    }))
+}
+
+/// Writes rank 0's rows and run metadata; prints where they went.
+fn finish(plan: &Plan, meta: &mut RunMeta, r: RankReport) -> Result<Finished> {
+    meta.backend = r.backend.clone();
+    meta.world = r.world;
+    let link = r.wire.link();
+    let extra = &mut meta.extra;
+    extra.insert("wire".into(), r.wire_name.clone().into());
+    extra.insert(
+        "ceiling".into(),
+        serde_json::json!({
+            "gbps": r.wire.ceiling.gbps,
+            "method": r.wire.ceiling.method,
+            "bytes": r.wire.ceiling.bytes,
+        }),
+    );
+    extra.insert(
+        "model_link".into(),
+        serde_json::json!({
+            "source": "measured before the sweep: alpha = half an 8 B ping-pong between ranks 0 and 1, beta = 1/ceiling, gamma = 1/(float sum kernel throughput per core)",
+            "alpha_us": link.alpha_us(),
+            "bandwidth_gbps": r.wire.ceiling.gbps,
+            "reduce_gbps": r.wire.reduce_gbps,
+        }),
+    );
+    extra.insert("fits".into(), r.summary.fits_json());
+    extra.insert(
+        "straggler".into(),
+        match &r.summary.straggler {
+            Some(v) => serde_json::json!({
+                "rank": v.rank,
+                "fraction": v.fraction,
+                "median_late_us": v.median_late_us,
+                "iterations": v.iterations,
+            }),
+            None => serde_json::Value::Null,
+        },
+    );
+    extra.insert("wrong".into(), r.summary.wrong.into());
+    extra.insert("algo".into(), plan.algo.name().into());
+    meta.finish();
+    let csv = results::append_rows(&plan.out, &r.outcome.rows)
+        .with_context(|| format!("writing {}", plan.out.display()))?;
+    let json = results::record_run(&plan.out, meta)
+        .with_context(|| format!("writing {}", plan.out.display()))?;
+    println!(
+        "# Records: {} (+{} rows), {} (run {})",
+        csv.display(),
+        r.outcome.rows.len(),
+        json.display(),
+        meta.run_id
+    );
+    Ok(Finished::Ran {
+        wrong: r.summary.wrong,
+    })
+}

@@ -1,0 +1,388 @@
+//! The sweep every rank runs, written once for every collective and every
+//! backend: fill, warm up, time, check, combine across ranks, print (rank 0).
+
+use crate::cli::SweepConfig;
+use crate::data::Inputs;
+use crate::ops::{with_op, CollOp};
+use crate::print::Printer;
+use parbench::comm::{CommBuffer, CommResult, Communicator, DType, Io, ReduceOp};
+use parbench::measure::{
+    self, time_loop, Ceiling, LoopSpec, LoopStats, StragglerTally, StragglerVerdict,
+};
+use parbench::model::{self, LinkParams};
+use parbench::results::{CollectiveRow, SCHEMA_VERSION};
+use parbench::with_dtype;
+
+/// Bytes of each transfer when measuring the wire's ceiling.
+const CEILING_BYTES: usize = 64 << 20;
+/// Bytes of the reduction-kernel measurement (gamma of the model).
+const REDUCE_BYTES: usize = 4 << 20;
+
+/// The wire's figures measured before the sweep, the same on every rank.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WireFigures {
+    /// The ceiling busbw is compared with.
+    pub ceiling: Ceiling,
+    /// Half a ping-pong round trip of 8 bytes between ranks 0 and 1, us (0 with one rank).
+    pub latency_us: f64,
+    /// float sum `acc += src` throughput on one core while every rank runs it, GB/s.
+    pub reduce_gbps: f64,
+}
+
+impl WireFigures {
+    /// The model's link: alpha the ping-pong latency, beta the ceiling,
+    /// gamma the reduction kernel (all measured in this run).
+    pub fn link(&self) -> LinkParams {
+        LinkParams::from_gbps_us(self.ceiling.gbps, self.latency_us)
+            .with_reduce_gbps(self.reduce_gbps)
+    }
+}
+
+/// Measures the wire before the sweep. On `local` the ceiling is the copy
+/// bandwidth each rank gets while every rank copies (each received byte is
+/// one copy); on other backends (and the tcp wire), one-stream throughput
+/// from rank 0 to rank 1 through the communicator's send/recv.
+pub fn measure_wire<C: Communicator>(comm: &mut C) -> CommResult<WireFigures> {
+    let world = comm.world();
+    let mean_over_ranks = |comm: &mut C, v: f64| -> CommResult<f64> {
+        let all = measure::gather_f64(comm, &[v])?;
+        Ok(all.iter().filter_map(|x| x.first()).sum::<f64>() / world.max(1) as f64)
+    };
+    let stream = if comm.backend() == "local" || world < 2 {
+        None
+    } else {
+        let msg = 4 << 20;
+        measure::stream_throughput(comm, msg, CEILING_BYTES / msg)?.map(|gbps| Ceiling {
+            method: format!(
+                "one stream rank 0 -> 1 through send/recv, {} x 4 MiB",
+                CEILING_BYTES / msg
+            ),
+            bytes: msg,
+            gbps,
+        })
+    };
+    let ceiling = match stream {
+        Some(c) => c,
+        None => {
+            // Bound the memory of many ranks in one process: 1 GiB in all.
+            let bytes = CEILING_BYTES.min((512 << 20) / world.max(1));
+            comm.barrier()?;
+            let mine = measure::memcpy_bandwidth(bytes, 5);
+            Ceiling {
+                method: format!(
+                    "memory copy of {} MiB, {world} rank(s) copying at once, mean per rank",
+                    bytes >> 20
+                ),
+                bytes,
+                gbps: mean_over_ranks(comm, mine)?,
+            }
+        }
+    };
+    let latency_us = measure::ping_pong_latency(comm, 200)?.unwrap_or(0.0);
+    comm.barrier()?;
+    let mine = measure::reduce_throughput(DType::F32, ReduceOp::Sum, REDUCE_BYTES, 3);
+    let reduce_gbps = mean_over_ranks(comm, mine)?;
+    Ok(WireFigures {
+        ceiling,
+        latency_us,
+        reduce_gbps,
+    })
+}
+
+/// Where a run stands: what it measured and what it found.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    /// One row per (collective, dtype, op, size, placement), the same on every rank.
+    pub rows: Vec<CollectiveRow>,
+    /// Wrong elements summed over ranks and rows.
+    pub wrong: u64,
+    /// Who arrived last in each timed iteration, over the whole run.
+    pub tally: StragglerTally,
+}
+
+impl Outcome {
+    /// The persistently late rank, if one is.
+    pub fn straggler(&self) -> Option<StragglerVerdict> {
+        self.tally.verdict()
+    }
+}
+
+/// What identifies a run in its rows.
+pub struct RunIds<'a> {
+    pub run_id: &'a str,
+}
+
+/// Runs every (collective, dtype, op, size) of `cfg` on this rank; rank 0 prints.
+pub fn run_sweep<C: Communicator>(
+    comm: &mut C,
+    cfg: &SweepConfig,
+    ids: &RunIds<'_>,
+    wire: &WireFigures,
+    printer: &mut Printer,
+) -> CommResult<Outcome> {
+    let mut outcome = Outcome::default();
+    for &coll in &cfg.collectives {
+        with_op!(coll, O => sweep_collective::<C, O>(comm, cfg, ids, wire, printer, &mut outcome))?;
+    }
+    Ok(outcome)
+}
+
+fn sweep_collective<C: Communicator, O: CollOp>(
+    comm: &mut C,
+    cfg: &SweepConfig,
+    ids: &RunIds<'_>,
+    wire: &WireFigures,
+    printer: &mut Printer,
+    outcome: &mut Outcome,
+) -> CommResult<()> {
+    let world = comm.world();
+    let ops: Vec<Option<ReduceOp>> = if O::COLL.reduces() {
+        cfg.ops.iter().copied().map(Some).collect()
+    } else {
+        vec![None]
+    };
+    printer.collective_header(O::COLL, world);
+    let link = wire.link();
+    for &dtype in &cfg.dtypes {
+        for &op in &ops {
+            let mut last_count = None;
+            for &size in &cfg.sizes {
+                let count = O::count_for(size, dtype, world);
+                // Sizes that round to the same per-rank count are one row.
+                if last_count == Some(count) {
+                    continue;
+                }
+                last_count = Some(count);
+                let bytes = O::size_of(count, dtype, world);
+                let algo = comm.algo_for(O::COLL, O::send_elems(count, world) * dtype.size());
+                let model_us = model::predict(O::COLL, &algo, world, bytes, &link)
+                    .map_or(f64::NAN, |s| s * 1e6);
+                let point = Point {
+                    dtype,
+                    op,
+                    count,
+                    bytes,
+                    algo,
+                    model_us,
+                };
+                let mut measured = [None, None];
+                for (slot, in_place) in [(0, false), (1, true)] {
+                    let wanted = if in_place {
+                        cfg.in_place && O::IN_PLACE
+                    } else {
+                        cfg.out_of_place
+                    };
+                    if !wanted {
+                        continue;
+                    }
+                    let stats = measure_one::<C, O>(comm, cfg, &point, in_place)?;
+                    outcome.tally.add(&stats);
+                    outcome.wrong += stats.wrong;
+                    let row = make_row::<O>(ids, comm, cfg, wire, &point, in_place, &stats);
+                    outcome.rows.push(row.clone());
+                    measured[slot] = Some(row);
+                }
+                printer.row(O::COLL, &point, cfg.root, &measured);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One size of one (collective, dtype, op), as the table and rows name it.
+pub struct Point {
+    pub dtype: DType,
+    pub op: Option<ReduceOp>,
+    /// Per-rank count (the communicator's).
+    pub count: usize,
+    /// nccl-tests' size.
+    pub bytes: u64,
+    /// The algorithm the communicator runs at this size.
+    pub algo: String,
+    /// The alpha-beta model's time with the link measured before the sweep, us.
+    pub model_us: f64,
+}
+
+/// Name of the environment variable that makes one rank corrupt one element
+/// of every checked output: a self-test of the checker (the run must then
+/// report wrong elements and exit 1).
+pub const CORRUPT_ENV: &str = "PARBENCH_SELFTEST_CORRUPT_RANK";
+
+fn corrupt_rank() -> Option<usize> {
+    std::env::var(CORRUPT_ENV).ok()?.trim().parse().ok()
+}
+
+fn measure_one<C: Communicator, O: CollOp>(
+    comm: &mut C,
+    cfg: &SweepConfig,
+    p: &Point,
+    in_place: bool,
+) -> CommResult<LoopStats> {
+    let (rank, world) = (comm.rank(), comm.world());
+    let size = p.dtype.size();
+    let op = p.op.unwrap_or(ReduceOp::Sum);
+    let inputs = Inputs {
+        seed: cfg.seed,
+        dtype: p.dtype,
+        op: p.op,
+        world,
+    };
+    let send_elems = O::send_elems(p.count, world);
+    let recv_elems = O::recv_elems(p.count, world);
+    let (input, expected): (Vec<u8>, Option<Vec<u8>>) = with_dtype!(p.dtype, T => {
+        let input = inputs.range::<T>(rank, 0, send_elems);
+        let expected = O::expected::<T>(&inputs, op, cfg.root, rank, p.count);
+        (
+            bytemuck::cast_slice(&input).to_vec(),
+            expected.map(|e| bytemuck::cast_slice(&e).to_vec()),
+        )
+    });
+    let spec = LoopSpec {
+        warmup: cfg.warmup,
+        iters: cfg.iters,
+        delay: cfg.straggler.filter(|(r, _)| *r == rank).map(|(_, d)| d),
+    };
+    let call = |c: &mut C, io: Io<'_, C::Buffer>| O::call(c, io, p.count, p.dtype, op, cfg.root);
+    let mut wrong = 0u64;
+    let times = if in_place {
+        // One buffer, the input at its place in it.
+        let elems = send_elems.max(recv_elems);
+        let mut image = vec![0u8; elems * size];
+        let at = O::in_place_input(p.count, rank) * size;
+        image[at..at + input.len()].copy_from_slice(&input);
+        let mut buf = comm.alloc(image.len())?;
+        buf.write_from_host(&image)?;
+        let times = time_loop(comm, &spec, |c| call(c, Io::InPlace(&mut buf)))?;
+        let out_at = O::in_place_output(p.count, rank) * size;
+        let mut got = vec![0u8; image.len()];
+        for _ in 0..cfg.check {
+            buf.write_from_host(&image)?;
+            call(comm, Io::InPlace(&mut buf))?;
+            comm.sync()?;
+            if let Some(exp) = &expected {
+                buf.read_to_host(&mut got)?;
+                let end = (out_at + exp.len()).min(got.len());
+                wrong += count_wrong(&mut got[out_at..end], exp, size, rank);
+            }
+        }
+        times
+    } else {
+        let mut send = comm.alloc(input.len())?;
+        send.write_from_host(&input)?;
+        let mut recv = comm.alloc(recv_elems * size)?;
+        let times = time_loop(comm, &spec, |c| {
+            call(
+                c,
+                Io::OutOfPlace {
+                    send: &send,
+                    recv: &mut recv,
+                },
+            )
+        })?;
+        let mut got = vec![0u8; recv_elems * size];
+        for _ in 0..cfg.check {
+            // The bitwise complement of the expected output: a call that
+            // writes nothing cannot pass the check.
+            if let Some(exp) = &expected {
+                let sentinel: Vec<u8> = exp.iter().map(|b| !b).collect();
+                recv.write_from_host(&sentinel)?;
+            }
+            call(
+                comm,
+                Io::OutOfPlace {
+                    send: &send,
+                    recv: &mut recv,
+                },
+            )?;
+            comm.sync()?;
+            if let Some(exp) = &expected {
+                recv.read_to_host(&mut got)?;
+                wrong += count_wrong(&mut got, exp, size, rank);
+            }
+        }
+        times
+    };
+    LoopStats::gather(comm, &times, wrong, cfg.average)
+}
+
+/// Elements of `got` that differ bitwise from `expected` (missing ones count as wrong).
+fn count_wrong(got: &mut [u8], expected: &[u8], elem: usize, rank: usize) -> u64 {
+    if corrupt_rank() == Some(rank) {
+        if let Some(b) = got.first_mut() {
+            *b = !*b;
+        }
+    }
+    let elem = elem.max(1);
+    let compared = got.len().min(expected.len()) / elem;
+    let missing = (expected.len() / elem).saturating_sub(compared);
+    let differing = got
+        .chunks_exact(elem)
+        .zip(expected.chunks_exact(elem))
+        .filter(|(a, b)| a != b)
+        .count();
+    (differing + missing) as u64
+}
+
+fn make_row<O: CollOp>(
+    ids: &RunIds<'_>,
+    comm: &impl Communicator,
+    cfg: &SweepConfig,
+    wire: &WireFigures,
+    p: &Point,
+    in_place: bool,
+    s: &LoopStats,
+) -> CollectiveRow {
+    let world = comm.world();
+    let secs = s.time_us * 1e-6;
+    let algbw = model::busbw::algbw_gbps(p.bytes, secs);
+    CollectiveRow {
+        schema: SCHEMA_VERSION,
+        run_id: ids.run_id.to_string(),
+        backend: comm.backend().to_string(),
+        wire: comm.wire(),
+        algo: p.algo.clone(),
+        collective: O::COLL.name().to_string(),
+        dtype: p.dtype.name().to_string(),
+        op: p.op.map_or("none", ReduceOp::name).to_string(),
+        root: if O::COLL.rooted() {
+            cfg.root as i64
+        } else {
+            -1
+        },
+        world,
+        bytes: p.bytes,
+        count: p.count as u64,
+        in_place,
+        iters: cfg.iters as u64,
+        time_us: s.time_us,
+        time_min_us: s.iter_min_us,
+        time_max_us: s.iter_max_us,
+        p50_us: s.p50_us,
+        p99_us: s.p99_us,
+        algbw_gbps: algbw,
+        busbw_gbps: algbw * model::busbw_factor(O::COLL, world),
+        wrong: s.wrong,
+        model_us: p.model_us,
+        ceiling_gbps: wire.ceiling.gbps,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_wrong_elements_bitwise() {
+        let exp = [1u8, 2, 3, 4, 5, 6];
+        let mut got = [1u8, 2, 3, 9, 5, 6];
+        assert_eq!(count_wrong(&mut got, &exp, 2, usize::MAX), 1);
+        let mut short = [1u8, 2];
+        assert_eq!(
+            count_wrong(&mut short, &exp, 2, usize::MAX),
+            2,
+            "missing elements are wrong"
+        );
+        let mut same = exp;
+        assert_eq!(count_wrong(&mut same, &exp, 2, usize::MAX), 0);
+    }
+}

@@ -1,0 +1,224 @@
+//! End-to-end runs of the binary on the `local` backend with tiny sizes.
+
+mod common;
+use common::*;
+
+/// Flags that keep a run small: 2 ranks, a few sizes, few iterations.
+const SMALL: &[&str] = &[
+    "--backend",
+    "local",
+    "-np",
+    "2",
+    "-b",
+    "8",
+    "-e",
+    "4K",
+    "-f",
+    "8",
+    "-n",
+    "5",
+    "-w",
+    "1",
+];
+
+fn args<'a>(extra: &[&'a str], out: &'a str) -> Vec<&'a str> {
+    let mut v: Vec<&str> = SMALL.to_vec();
+    v.extend_from_slice(extra);
+    v.extend_from_slice(&["--out", out]);
+    v
+}
+
+#[test]
+fn prints_the_table_and_writes_exact_rows_then_appends() {
+    let dir = scratch("e2e");
+    let out = dir.to_str().unwrap();
+    let o = run(&args(&["all_reduce", "all_gather", "sendrecv"], out), &[]);
+    let text = stdout(&o);
+    assert!(o.status.success(), "{}\n{}", text, stderr(&o));
+    for needle in [
+        "out-of-place",
+        "in-place",
+        "time",
+        "algbw",
+        "busbw",
+        "#wrong",
+        "p50",
+        "p99",
+        "%ceil",
+        "model",
+        "# Wire ceiling:",
+        "# all_reduce: busbw = algbw x 1.0000",
+        "# all_gather: busbw = algbw x 0.5000",
+        "peak busbw",
+        "# Straggler: ",
+        "# Correctness: 0 wrong elements",
+    ] {
+        assert!(text.contains(needle), "missing {needle:?} in\n{text}");
+    }
+    // One table line per size: 8, 64, 512, 4096 bytes.
+    let lines: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+    assert_eq!(lines.len(), 12, "{text}");
+    assert!(
+        lines[0]
+            .split_whitespace()
+            .take(5)
+            .eq(["8", "2", "float", "sum", "-1"]),
+        "{}",
+        lines[0]
+    );
+
+    let csv = dir.join("collectives.csv");
+    let (header, rows) = read_csv(&csv);
+    for col in [
+        "schema",
+        "run_id",
+        "backend",
+        "wire",
+        "algo",
+        "collective",
+        "dtype",
+        "op",
+        "world",
+        "bytes",
+        "count",
+        "in_place",
+        "time_us",
+        "time_min_us",
+        "time_max_us",
+        "p50_us",
+        "p99_us",
+        "algbw_gbps",
+        "busbw_gbps",
+        "wrong",
+        "model_us",
+        "ceiling_gbps",
+    ] {
+        assert!(
+            header.iter().any(|h| h == col),
+            "no column {col} in {header:?}"
+        );
+    }
+    // all_reduce and all_gather in and out of place, sendrecv out of place only.
+    assert_eq!(rows.len(), 4 * 2 + 4 * 2 + 4);
+    for r in &rows {
+        assert_eq!(r["wrong"], "0", "{r:?}");
+        assert_eq!(r["backend"], "local");
+        assert_eq!(r["world"], "2");
+        let t: f64 = r["time_us"].parse().unwrap();
+        let ceiling: f64 = r["ceiling_gbps"].parse().unwrap();
+        assert!(t > 0.0 && ceiling > 0.0, "{r:?}");
+        let (bytes, algbw): (f64, f64) = (
+            r["bytes"].parse().unwrap(),
+            r["algbw_gbps"].parse().unwrap(),
+        );
+        assert!(
+            (algbw - bytes / t / 1e3).abs() <= 1e-9 * algbw.max(1.0),
+            "algbw is bytes / time: {r:?}"
+        );
+    }
+    let ag = rows
+        .iter()
+        .find(|r| r["collective"] == "all_gather" && r["bytes"] == "64")
+        .unwrap();
+    assert_eq!(
+        ag["count"], "8",
+        "per-rank count of a 64-byte float all_gather on 2 ranks"
+    );
+    let runs = std::fs::read_to_string(dir.join("run.json")).unwrap();
+    for key in [
+        "\"ceiling\"",
+        "\"fits\"",
+        "\"model_link\"",
+        "\"command_line\"",
+        "\"git_revision\"",
+    ] {
+        assert!(runs.contains(key), "run.json lacks {key}");
+    }
+
+    // A second run into the same folder keeps the first's rows and run.
+    let o2 = run(&args(&["broadcast", "--outplace-only"], out), &[]);
+    assert!(o2.status.success(), "{}", stderr(&o2));
+    let (_, rows2) = read_csv(&csv);
+    assert_eq!(rows2.len(), rows.len() + 4);
+    assert_eq!(rows2[..rows.len()], rows[..]);
+    let ids: std::collections::BTreeSet<&String> = rows2.iter().map(|r| &r["run_id"]).collect();
+    assert_eq!(ids.len(), 2);
+    let runs: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap();
+    assert_eq!(runs.as_array().map(Vec::len), Some(2));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_wrong_element_makes_exit_code_one() {
+    // Self-test of the checker: rank 1 flips one byte of every output it checks.
+    let dir = scratch("corrupt");
+    let out = dir.to_str().unwrap();
+    let o = run(
+        &args(&["all_reduce", "-e", "64"], out),
+        &[("PARBENCH_SELFTEST_CORRUPT_RANK", "1")],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}\n{}", stdout(&o), stderr(&o));
+    assert!(stdout(&o).contains("WRONG elements"), "{}", stdout(&o));
+    let (_, rows) = read_csv(&dir.join("collectives.csv"));
+    assert!(rows.iter().all(|r| r["wrong"] == "1"), "{rows:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn names_the_injected_straggler() {
+    let dir = scratch("straggler");
+    let out = dir.to_str().unwrap();
+    let o = run(
+        &args(
+            &["all_reduce", "-e", "64", "-n", "10", "--straggler", "1:2"],
+            out,
+        ),
+        &[],
+    );
+    let text = stdout(&o);
+    assert!(o.status.success(), "{text}\n{}", stderr(&o));
+    assert!(text.contains("# Straggler: rank 1 arrived last"), "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn every_type_and_op_checks_exact() {
+    let dir = scratch("types");
+    let out = dir.to_str().unwrap();
+    let o = run(
+        &[
+            "all_reduce",
+            "reduce_scatter",
+            "reduce",
+            "--backend",
+            "local",
+            "-np",
+            "3",
+            "-b",
+            "24",
+            "-e",
+            "24",
+            "-n",
+            "1",
+            "-w",
+            "0",
+            "-c",
+            "2",
+            "-o",
+            "all",
+            "-d",
+            "all",
+            "-r",
+            "2",
+            "--out",
+            out,
+        ],
+        &[],
+    );
+    assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
+    let (_, rows) = read_csv(&dir.join("collectives.csv"));
+    assert_eq!(rows.len(), 3 * 5 * 7 * 2);
+    assert!(rows.iter().all(|r| r["wrong"] == "0"));
+    let _ = std::fs::remove_dir_all(&dir);
+}

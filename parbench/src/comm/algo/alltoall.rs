@@ -1,0 +1,38 @@
+//! Pairwise-exchange all-to-all.
+//!
+//! Structure (p ranks): this rank's own block is copied locally, then p - 1
+//! steps: at step s (1..p) a rank sends its block for `rank + s` to that rank
+//! while receiving the block from `rank - s`, n/p bytes each way.
+
+use crate::comm::{CommError, CommResult, RecvInto, Transport};
+use std::time::Instant;
+
+/// All-to-all of blocks of `block` bytes: block j of `send` goes to rank j,
+/// block i of `recv` comes from rank i. `send` and `recv` hold p blocks each
+/// (distinct buffers: the caller copies an in-place buffer first).
+pub fn all_to_all<T: Transport + ?Sized>(
+    t: &mut T,
+    send: &[u8],
+    recv: &mut [u8],
+    block: usize,
+    deadline: Instant,
+) -> CommResult<()> {
+    let (p, r) = (t.world(), t.rank());
+    let range = |j: usize| j * block..(j + 1) * block;
+    let need = p.saturating_mul(block);
+    if send.len() < need || recv.len() < need {
+        return Err(CommError::InvalidArgument(format!(
+            "all_to_all needs {need} bytes per buffer, got {} and {}",
+            send.len(),
+            recv.len()
+        )));
+    }
+    recv[range(r)].copy_from_slice(&send[range(r)]);
+    for s in 1..p {
+        let to = (r + s) % p;
+        let from = (r + p - s) % p;
+        let into = RecvInto::Copy(&mut recv[range(from)]);
+        t.exchange(to, &send[range(to)], from, into, deadline)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,132 @@
+//! Rooted algorithms: binomial trees (latency-optimal) and a pipelined chain
+//! broadcast (bandwidth-optimal for large messages).
+//!
+//! Ranks are renumbered relative to the root, `v = (rank - root) mod p`.
+//! - Binomial broadcast: ceil(lg p) steps of n bytes; a rank receives from
+//!   `v - 2^b` (b = its lowest set bit), then sends to `v + 2^j` for each
+//!   j < b (j < ceil(lg p) for the root), largest first.
+//! - Binomial reduce: the mirror image: ceil(lg p) steps of n bytes
+//!   (each with a reduction); a rank reduces its children's buffers in
+//!   order of increasing distance, then sends to `v - 2^b`.
+//! - Chain broadcast: the message is cut into c = ceil(n / CHUNK_BYTES)
+//!   chunks that flow down the chain 0 -> 1 -> ... -> p-1 (relative ranks),
+//!   each rank forwarding chunk i - 1 while receiving chunk i: c + p - 2
+//!   steps of CHUNK_BYTES.
+
+use super::{pull, push, split_two, CHUNK_BYTES};
+use crate::comm::{CommResult, DType, RecvInto, ReduceOp, Transport};
+use std::time::Instant;
+
+/// Binomial-tree broadcast of `buf` from `root`.
+pub fn broadcast<T: Transport + ?Sized>(
+    t: &mut T,
+    buf: &mut [u8],
+    root: usize,
+    deadline: Instant,
+) -> CommResult<()> {
+    let (p, r) = (t.world(), t.rank());
+    let v = (r + p - root) % p;
+    let real = |v: usize| (v + root) % p;
+    let mut mask = 1;
+    while mask < p {
+        if v & mask != 0 {
+            pull(t, real(v - mask), RecvInto::Copy(buf), deadline)?;
+            break;
+        }
+        mask <<= 1;
+    }
+    mask >>= 1;
+    while mask > 0 {
+        if v + mask < p {
+            push(t, real(v + mask), buf, deadline)?;
+        }
+        mask >>= 1;
+    }
+    Ok(())
+}
+
+/// Binomial-tree reduce of every rank's `buf` into `root`'s `buf`. Every
+/// rank's `buf` is its accumulator (the caller gives non-roots a copy).
+pub fn reduce<T: Transport + ?Sized>(
+    t: &mut T,
+    buf: &mut [u8],
+    dtype: DType,
+    op: ReduceOp,
+    root: usize,
+    deadline: Instant,
+) -> CommResult<()> {
+    let (p, r) = (t.world(), t.rank());
+    let v = (r + p - root) % p;
+    let real = |v: usize| (v + root) % p;
+    let mut mask = 1;
+    while mask < p {
+        if v & mask == 0 {
+            let child = v | mask;
+            if child < p {
+                let into = RecvInto::Reduce {
+                    acc: &mut *buf,
+                    dtype,
+                    op,
+                };
+                pull(t, real(child), into, deadline)?;
+            }
+        } else {
+            push(t, real(v & !mask), buf, deadline)?;
+            break;
+        }
+        mask <<= 1;
+    }
+    Ok(())
+}
+
+/// Pipelined chain broadcast of `buf` from `root` in chunks of
+/// [`CHUNK_BYTES`]. The first rank after the root acknowledges each chunk
+/// with an empty message, so that the root, which has nothing to receive,
+/// can still hand each chunk over by rendezvous.
+pub fn chain_broadcast<T: Transport + ?Sized>(
+    t: &mut T,
+    buf: &mut [u8],
+    root: usize,
+    deadline: Instant,
+) -> CommResult<()> {
+    let (p, r) = (t.world(), t.rank());
+    if p < 2 || buf.is_empty() {
+        return Ok(());
+    }
+    let v = (r + p - root) % p;
+    let next = (r + 1) % p;
+    let prev = (r + p - 1) % p;
+    let n = buf.len();
+    let chunks = n.div_ceil(CHUNK_BYTES);
+    let chunk = |i: usize| i * CHUNK_BYTES..((i + 1) * CHUNK_BYTES).min(n);
+    if v == 0 {
+        for i in 0..chunks {
+            t.exchange(
+                next,
+                &buf[chunk(i)],
+                next,
+                RecvInto::Copy(&mut []),
+                deadline,
+            )?;
+        }
+        return Ok(());
+    }
+    let has_next = v + 1 < p;
+    for i in 0..=chunks {
+        let sends = i >= 1 && has_next;
+        let recvs = i < chunks;
+        match (sends, recvs) {
+            (true, true) => {
+                let (data, dst) = split_two(buf, chunk(i - 1), chunk(i))?;
+                t.exchange(next, data, prev, RecvInto::Copy(dst), deadline)?;
+            }
+            (false, true) => t.recv(prev, RecvInto::Copy(&mut buf[chunk(i)]), deadline)?,
+            (true, false) => t.send(next, &buf[chunk(i - 1)], deadline)?,
+            (false, false) => {}
+        }
+        if recvs && v == 1 {
+            t.send(prev, &[], deadline)?;
+        }
+    }
+    Ok(())
+}

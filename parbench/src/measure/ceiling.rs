@@ -1,0 +1,170 @@
+//! What the wire can do at best, measured in the same run as the sweep, so
+//! that every figure can be read as a fraction of it.
+//!
+//! - `local` (threads, shared memory): memory-copy bandwidth, every rank
+//!   copying at once ([`memcpy_bandwidth`]), since each byte a rank receives
+//!   is one copy.
+//! - `tcp` and any other backend: one-stream throughput from rank 0 to rank 1
+//!   through the communicator's own send/recv ([`stream_throughput`]).
+//! - Latency: half a ping-pong round trip of 8 bytes ([`ping_pong_latency`]).
+//! - Reduction: bytes per second of `acc op= src` on one core ([`reduce_throughput`]).
+
+use super::combine::gather_f64;
+use crate::comm::{reduce_bytes, CommResult, Communicator, DType, ReduceOp};
+use std::time::Instant;
+
+/// The wire's ceiling as measured in this run.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Ceiling {
+    /// How it was measured (`memcpy`, `send/recv one stream`, ...).
+    pub method: String,
+    /// Bytes per transfer of the measurement.
+    pub bytes: usize,
+    /// Bandwidth, GB/s (1e9 bytes per second).
+    pub gbps: f64,
+}
+
+/// Single-thread copy bandwidth of `bytes` from one buffer to another, GB/s
+/// (bytes copied per second, as iperf counts payload), best of `reps` copies
+/// after one untimed copy. Call it on every rank at once to measure what each
+/// gets while all copy.
+pub fn memcpy_bandwidth(bytes: usize, reps: usize) -> f64 {
+    // Non-zero, so that no page is the shared zero page.
+    let src = vec![0x5au8; bytes];
+    let mut dst = vec![0u8; bytes];
+    dst.copy_from_slice(&src);
+    let mut best = f64::INFINITY;
+    for _ in 0..reps.max(1) {
+        let t = Instant::now();
+        dst.copy_from_slice(std::hint::black_box(&src));
+        std::hint::black_box(&mut dst);
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    gbps(bytes, best)
+}
+
+/// Throughput of `dtype` `op` reduction (`acc op= src`) over `bytes` of
+/// accumulator on one core, GB/s of accumulator, best of `reps` after one untimed pass.
+pub fn reduce_throughput(dtype: DType, op: ReduceOp, bytes: usize, reps: usize) -> f64 {
+    let bytes = bytes - bytes % dtype.size();
+    let src = vec![0u8; bytes];
+    let mut acc = vec![0u8; bytes];
+    reduce_bytes(&mut acc, &src, dtype, op);
+    let mut best = f64::INFINITY;
+    for _ in 0..reps.max(1) {
+        let t = Instant::now();
+        reduce_bytes(&mut acc, std::hint::black_box(&src), dtype, op);
+        std::hint::black_box(&mut acc);
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    gbps(bytes, best)
+}
+
+/// One-stream throughput from rank 0 to rank 1 through the communicator's
+/// send/recv: `msgs` messages of `msg_bytes`, timed on rank 0 from the first
+/// send to the receipt of rank 1's one-byte acknowledgement. Every rank must
+/// call it; every rank gets rank 0's figure (GB/s), or `None` with one rank.
+pub fn stream_throughput<C: Communicator>(
+    comm: &mut C,
+    msg_bytes: usize,
+    msgs: usize,
+) -> CommResult<Option<f64>> {
+    if comm.world() < 2 {
+        return Ok(None);
+    }
+    let mut buf = comm.alloc(msg_bytes.max(1))?;
+    let mut ack = comm.alloc(1)?;
+    // One untimed message opens the path (connections, page faults).
+    stream_once(comm, &mut buf, &mut ack, msg_bytes, 1)?;
+    comm.barrier()?;
+    let t = Instant::now();
+    stream_once(comm, &mut buf, &mut ack, msg_bytes, msgs.max(1))?;
+    let secs = t.elapsed().as_secs_f64();
+    let mine = if comm.rank() == 0 {
+        gbps(msg_bytes * msgs.max(1), secs)
+    } else {
+        0.0
+    };
+    let all = gather_f64(comm, &[mine])?;
+    Ok(all.first().and_then(|v| v.first()).copied())
+}
+
+fn stream_once<C: Communicator>(
+    comm: &mut C,
+    buf: &mut C::Buffer,
+    ack: &mut C::Buffer,
+    msg_bytes: usize,
+    msgs: usize,
+) -> CommResult<()> {
+    match comm.rank() {
+        0 => {
+            for _ in 0..msgs {
+                comm.send(buf, msg_bytes, DType::U8, 1)?;
+            }
+            comm.recv(ack, 1, DType::U8, 1)?;
+        }
+        1 => {
+            for _ in 0..msgs {
+                comm.recv(buf, msg_bytes, DType::U8, 0)?;
+            }
+            comm.send(ack, 1, DType::U8, 0)?;
+        }
+        _ => {}
+    }
+    comm.sync()
+}
+
+/// Half the round trip of an 8-byte message between ranks 0 and 1, in us:
+/// the median of `iters` round trips after `iters / 10 + 1` untimed ones.
+/// Every rank must call it; every rank gets rank 0's figure, or `None` with one rank.
+pub fn ping_pong_latency<C: Communicator>(comm: &mut C, iters: usize) -> CommResult<Option<f64>> {
+    if comm.world() < 2 {
+        return Ok(None);
+    }
+    let mut buf = comm.alloc(8)?;
+    let mut trips = Vec::with_capacity(iters);
+    comm.barrier()?;
+    for i in 0..iters.max(1) + iters / 10 + 1 {
+        let t = Instant::now();
+        match comm.rank() {
+            0 => {
+                comm.send(&buf, 8, DType::U8, 1)?;
+                comm.recv(&mut buf, 8, DType::U8, 1)?;
+            }
+            1 => {
+                comm.recv(&mut buf, 8, DType::U8, 0)?;
+                comm.send(&buf, 8, DType::U8, 0)?;
+            }
+            _ => {}
+        }
+        comm.sync()?;
+        if i > iters / 10 {
+            trips.push(t.elapsed().as_secs_f64());
+        }
+    }
+    trips.sort_by(f64::total_cmp);
+    let mine = trips.get(trips.len() / 2).copied().unwrap_or(0.0) / 2.0 * 1e6;
+    let all = gather_f64(comm, &[mine])?;
+    Ok(all.first().and_then(|v| v.first()).copied())
+}
+
+fn gbps(bytes: usize, secs: f64) -> f64 {
+    if secs > 0.0 {
+        bytes as f64 / secs / 1e9
+    } else {
+        0.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copy_and_reduce_rates_are_positive_and_finite() {
+        let c = memcpy_bandwidth(1 << 16, 3);
+        assert!(c.is_finite() && c > 0.0, "{c}");
+        let r = reduce_throughput(DType::F32, ReduceOp::Sum, (1 << 16) + 3, 3);
+        assert!(r.is_finite() && r > 0.0, "{r}");
+    }
+}

@@ -1,0 +1,158 @@
+//! Pipeline parallelism, run for real: S stage ranks on any backend, each
+//! holding MLP layers with a real forward and a backward split into input
+//! and weight gradients, running a [`Schedule`]'s actions in order and
+//! timing each one; then the measured bubble next to the simulator's
+//! prediction from the measured per-action costs and the closed form.
+//!
+//! - [`mlp`]: what a stage computes, and the one-device reference.
+//! - [`exec`]: the per-rank executor ([`run_rank`]).
+//! - [`analysis`]: from timings to step time, busy and idle time, the
+//!   measured bubble, the per-action costs, the simulation.
+//! - [`trace`]: the Chrome trace (Perfetto) and the terminal timeline.
+
+pub mod analysis;
+pub mod exec;
+pub mod mlp;
+pub mod trace;
+
+pub use analysis::{closed_form, summarize, Summary};
+pub use exec::{run_rank, ActionTiming, RankStep, RunRecord};
+pub use mlp::MlpShape;
+pub use trace::{chrome_trace, terminal_timeline, write_chrome_trace};
+
+use crate::schedule::Schedule;
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// What each action does (`--work`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Work {
+    /// The stage's MLP layers: real forward, input-gradient and weight-gradient passes.
+    Compute,
+    /// Each action sleeps (F, I and W this long, B twice as long: B = I + W),
+    /// leaving the CPU free as a GPU kernel would; messages still cross.
+    Sleep(Duration),
+}
+
+impl fmt::Display for Work {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Work::Compute => f.write_str("compute"),
+            Work::Sleep(d) => write!(f, "sleep:{}", d.as_micros()),
+        }
+    }
+}
+
+impl FromStr for Work {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let s = s.trim();
+        if s == "compute" {
+            return Ok(Work::Compute);
+        }
+        if let Some(us) = s.strip_prefix("sleep:") {
+            let us: u64 = us
+                .parse()
+                .map_err(|_| format!("--work sleep:US needs microseconds, got '{us}'"))?;
+            if us == 0 {
+                return Err("--work sleep:US needs a positive time".into());
+            }
+            return Ok(Work::Sleep(Duration::from_micros(us)));
+        }
+        Err(format!("unknown work '{s}' (expected compute or sleep:US)"))
+    }
+}
+
+/// Everything one pipeline run needs; the same on every rank.
+#[derive(Clone, Debug)]
+pub struct PipelineConfig {
+    /// The validated schedule (one row per rank).
+    pub schedule: Schedule,
+    /// Layers of each stage (`stage_layers[s]`).
+    pub stage_layers: Vec<usize>,
+    /// Layer width and microbatch rows.
+    pub shape: MlpShape,
+    pub work: Work,
+    /// A rank that adds this much to each of its actions.
+    pub straggler: Option<(usize, Duration)>,
+    /// Seed of weights, inputs and targets.
+    pub seed: u64,
+    /// Untimed steps first.
+    pub warmup: usize,
+    /// Timed steps.
+    pub steps: usize,
+}
+
+/// What can stop a pipeline run. Communication errors name the peer.
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    #[error(transparent)]
+    Comm(#[from] crate::comm::CommError),
+    #[error(transparent)]
+    Compute(#[from] crate::compute::ComputeError),
+    #[error("invalid pipeline run: {0}")]
+    Invalid(String),
+    #[error("pipeline protocol error: {0}")]
+    Protocol(String),
+}
+
+impl PipelineError {
+    /// As a communicator error of rank `rank`, so that a backend that runs
+    /// ranks together (`local`) stops the others naming this rank.
+    pub fn into_comm(self, rank: usize) -> crate::comm::CommError {
+        use crate::comm::CommError;
+        match self {
+            PipelineError::Comm(e) => e,
+            PipelineError::Compute(e) => CommError::Device(format!("rank {rank}: {e}")),
+            PipelineError::Invalid(d) => CommError::InvalidArgument(format!("rank {rank}: {d}")),
+            PipelineError::Protocol(detail) => CommError::Protocol {
+                rank,
+                peer: rank,
+                detail,
+            },
+        }
+    }
+}
+
+/// The median of `v` (sorted in place); 0 for an empty slice.
+pub(crate) fn median(v: &mut [f64]) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn work_parses() {
+        assert_eq!("compute".parse::<Work>().unwrap(), Work::Compute);
+        assert_eq!(
+            "sleep:250".parse::<Work>().unwrap(),
+            Work::Sleep(Duration::from_micros(250))
+        );
+        assert_eq!(
+            Work::Sleep(Duration::from_micros(250)).to_string(),
+            "sleep:250"
+        );
+        for bad in ["sleep", "sleep:", "sleep:x", "sleep:0", "gpu"] {
+            assert!(bad.parse::<Work>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn medians() {
+        assert_eq!(median(&mut []), 0.0);
+        assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&mut [4.0, 1.0, 2.0, 3.0]), 2.5);
+    }
+}
