@@ -93,6 +93,8 @@ pub struct Plan {
     pub runs: Vec<RunPlan>,
     pub ranks: usize,
     pub timeout: Duration,
+    /// Sweep points left out (interleaved needs M a multiple of S), for rank 0 to print.
+    pub skipped: Vec<String>,
 }
 
 fn list<T: std::str::FromStr>(flag: &str, s: &str) -> Result<Vec<T>, String>
@@ -174,6 +176,7 @@ pub fn plan(args: &Args) -> Result<Plan, String> {
         rows: args.microbatch_size,
     };
     let mut schedules: Vec<(Option<ScheduleKind>, Schedule)> = Vec::new();
+    let mut skipped = Vec::new();
     if let Some(path) = &args.schedule_csv {
         let s = schedule::load_csv(path).map_err(|e| e.to_string())?;
         schedules.push((None, s));
@@ -183,6 +186,7 @@ pub fn plan(args: &Args) -> Result<Plan, String> {
         }
         let kinds: Vec<ScheduleKind> = list("--schedule", &args.schedule)?;
         let ms: Vec<usize> = list("--microbatches", &args.microbatches)?;
+        let sweep = ms.len() * kinds.len();
         for kind in kinds {
             for &m in &ms {
                 let v = if kind == ScheduleKind::Interleaved {
@@ -190,10 +194,23 @@ pub fn plan(args: &Args) -> Result<Plan, String> {
                 } else {
                     1
                 };
-                let s = schedule::generate(kind, args.stages, m, v).map_err(|e| e.to_string())?;
-                schedules.push((Some(kind), s));
+                match schedule::generate(kind, args.stages, m, v) {
+                    Ok(s) => schedules.push((Some(kind), s)),
+                    // In a sweep, interleaved skips the M it cannot run;
+                    // alone, its error is the answer.
+                    Err(e) if kind == ScheduleKind::Interleaved && sweep > 1 => {
+                        skipped.push(e.to_string())
+                    }
+                    Err(e) => return Err(e.to_string()),
+                }
             }
         }
+    }
+    if schedules.is_empty() {
+        return Err(format!(
+            "nothing to run: {}",
+            skipped.first().map(String::as_str).unwrap_or("empty sweep")
+        ));
     }
     let ranks = schedules.first().map(|(_, s)| s.ranks()).unwrap_or(1);
     if let Some(n) = args.nprocs {
@@ -242,6 +259,7 @@ pub fn plan(args: &Args) -> Result<Plan, String> {
         runs,
         ranks,
         timeout: Duration::from_secs(args.timeout.max(1)),
+        skipped,
     })
 }
 
@@ -274,6 +292,9 @@ mod tests {
         assert!(e.contains("rank 9"), "{e}");
         let e = plan(&args(&["--schedule", "interleaved", "--microbatches", "6"])).unwrap_err();
         assert!(e.contains("multiple of 4"), "{e}");
+        let p = plan(&args(&["--microbatches", "2,4"])).unwrap();
+        assert_eq!(p.runs.len(), 7, "interleaved M=2 is left out of the sweep");
+        assert!(p.skipped[0].contains("multiple of 4"), "{:?}", p.skipped);
         let e = plan(&args(&["--work", "sleep:x"])).unwrap_err();
         assert!(e.contains("microseconds"), "{e}");
     }

@@ -33,6 +33,9 @@ impl Recorder {
             "# bench-pipeline {run_id}: backend {backend}, {} stage ranks, hidden {}, microbatch {} rows, work {}, {} per stage, {} timed steps after {} warm-up",
             plan.ranks, args.hidden, args.microbatch_size, args.work, compute, args.steps, args.warmup
         );
+        for s in &plan.skipped {
+            println!("# skipped: {s}");
+        }
         if let Some(s) = &args.straggler {
             println!("# straggler {s}: that rank adds the time to each action");
         }
