@@ -291,6 +291,7 @@ where
                 out
             }
         };
+        let work_end = Instant::now();
         // Activations held: the stashes alive when computing; under sleep
         // work (no stashes), what the actions would hold: a forward adds a
         // microbatch, B or W releases it.
@@ -306,7 +307,6 @@ where
         out.peak_activations = out.peak_activations.max(live);
         let bytes: usize = stashes.values().map(Stash::bytes).sum();
         out.peak_activation_bytes = out.peak_activation_bytes.max(bytes);
-        let work_end = Instant::now();
         if let (Some((m, to_stage)), Some(buf)) = (s.output_of(a), output) {
             let peer = s.rank_of(to_stage).unwrap_or(rank);
             if peer == rank {
