@@ -126,6 +126,24 @@ impl Recorder {
                 sum.expected_peak_activations[r],
             );
         }
+        // The rank with the most work bounds the step from below: with
+        // unbalanced stages or a straggler, it paces the pipeline.
+        if let Some((r, busy)) = sum
+            .sim
+            .busy
+            .iter()
+            .copied()
+            .enumerate()
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+        {
+            if sum.step_us > 0.0 {
+                println!(
+                    "    pace: rank{r} has the most work, {busy:.0} us at median costs = {:.0}% of the {:.0} us step",
+                    100.0 * busy / sum.step_us,
+                    sum.step_us
+                );
+            }
+        }
         let step = rec
             .steps
             .get(sum.median_step)
