@@ -265,7 +265,11 @@ where
                     })?)
                 } else {
                     let alloc = || compute.alloc(count).map_err(PipelineError::from);
-                    Some(mailbox.take(comm, m, peer, alloc, count, dtype)?)
+                    let buf = mailbox.take(comm, m, peer, alloc, count, dtype)?;
+                    // Device backends receive asynchronously: the wait
+                    // belongs to the receive, not to the work after it.
+                    comm.sync()?;
+                    Some(buf)
                 }
             }
         };
@@ -313,6 +317,7 @@ where
                 local.insert(m, buf);
             } else {
                 comm.send(&buf, count, dtype, peer)?;
+                comm.sync()?;
             }
         }
         let end = Instant::now();
