@@ -11,7 +11,8 @@ use std::time::Duration;
 #[derive(Parser, Debug, Clone)]
 #[command(name = "bench-pipeline", version)]
 pub struct Args {
-    /// Backend: local (one thread per stage) or tcp (one process per stage).
+    /// Backend: local (one thread per stage), tcp (one process per stage) or
+    /// nccl (one GPU per stage; needs --features cuda).
     #[arg(long, default_value = "local")]
     pub backend: String,
     /// Number of stage ranks S.
@@ -165,11 +166,16 @@ pub fn plan(args: &Args) -> Result<Plan, String> {
     if args.steps == 0 {
         return Err("--steps must be at least 1".into());
     }
-    if !matches!(args.backend.as_str(), "local" | "tcp") {
+    if !matches!(args.backend.as_str(), "local" | "tcp" | "nccl") {
         return Err(format!(
-            "--backend '{}': expected local or tcp (nccl runs need the cuda build)",
+            "--backend '{}': expected local, tcp or nccl",
             args.backend
         ));
+    }
+    if args.backend == "nccl" && !cfg!(feature = "cuda") {
+        return Err(
+            "--backend nccl: this build has no CUDA support (rebuild with --features cuda)".into(),
+        );
     }
     let shape = MlpShape {
         hidden: args.hidden,

@@ -3,7 +3,7 @@
 use crate::cli::{Args, Plan};
 use crate::output::Recorder;
 use anyhow::{anyhow, bail, Result};
-use parbench::comm::{tcp, Algo, CommError, Communicator, DType, HostBuffer};
+use parbench::comm::{tcp, Algo, CommError, Communicator, DType};
 use parbench::compute::cpu::CpuCompute;
 use parbench::compute::Compute;
 use parbench::launch::{self, Role};
@@ -15,6 +15,7 @@ pub fn run(args: &Args, plan: &Plan) -> Result<()> {
     match args.backend.as_str() {
         "local" => run_local(args, plan),
         "tcp" => run_tcp(args, plan),
+        "nccl" => run_nccl(args, plan),
         other => bail!("unknown backend '{other}'"),
     }
 }
@@ -53,19 +54,19 @@ fn pin(rank: usize, ranks: usize, threads: usize, enabled: bool) {
 
 /// What each rank runs: every planned run in order over one communicator;
 /// rank 0 hands each record to `record`.
-fn rank_main<Cm>(
+fn rank_main<Cm, C>(
     comm: &mut Cm,
+    compute: &C,
     plan: &Plan,
-    threads: usize,
     mut record: impl FnMut(&crate::cli::RunPlan, &str, &parbench::pipeline::RunRecord) -> Result<()>,
 ) -> Result<(), CommError>
 where
-    Cm: Communicator<Buffer = HostBuffer>,
+    Cm: Communicator,
+    C: Compute<Buf = Cm::Buffer>,
 {
     let rank = comm.rank();
-    let compute = compute(threads)?;
     for run in &plan.runs {
-        let rec = run_rank(comm, &compute, &run.cfg).map_err(|e| e.into_comm(rank))?;
+        let rec = run_rank(comm, compute, &run.cfg).map_err(|e| e.into_comm(rank))?;
         if let Some(rec) = rec {
             let wire = comm.wire();
             record(run, &wire, &rec)
@@ -81,7 +82,7 @@ fn run_local(args: &Args, plan: &Plan) -> Result<()> {
     let recorder = Mutex::new(Recorder::new(args, plan, "local", &name));
     let outcomes = parbench::comm::local::run(plan.ranks, Algo::Auto, plan.timeout, |comm| {
         pin(comm.rank(), plan.ranks, threads, args.pin);
-        rank_main(comm, plan, threads, |run, wire, rec| {
+        rank_main(comm, &compute(threads)?, plan, |run, wire, rec| {
             let mut r = recorder
                 .lock()
                 .map_err(|_| anyhow!("the recorder was poisoned by a panic"))?;
@@ -133,14 +134,70 @@ fn run_tcp(args: &Args, plan: &Plan) -> Result<()> {
                 .unwrap_or_default(),
         )
     });
-    rank_main(&mut comm, plan, threads, |run, wire, rec| {
-        match recorder.as_mut() {
+    rank_main(
+        &mut comm,
+        &compute(threads)?,
+        plan,
+        |run, wire, rec| match recorder.as_mut() {
             Some(r) => r.record(run, wire, rec),
             None => Ok(()),
-        }
-    })?;
+        },
+    )?;
     if let Some(r) = recorder {
         r.finish()?;
     }
     Ok(())
+}
+
+/// One thread and one NCCL communicator per GPU of this process (GPUs
+/// 0..S), each stage computing with cuBLASLt on its own GPU in f32.
+#[cfg(feature = "cuda")]
+fn run_nccl(args: &Args, plan: &Plan) -> Result<()> {
+    use parbench::comm::nccl::NcclComm;
+    use parbench::compute::cuda::CudaCompute;
+    let gpus = parbench::gpu::device_count().map_err(|e| anyhow!("--backend nccl: {e}"))?;
+    if plan.ranks > gpus {
+        bail!("--backend nccl: {} stages but {gpus} GPU(s)", plan.ranks);
+    }
+    let ordinals: Vec<usize> = (0..plan.ranks).collect();
+    let comms = NcclComm::init_all(&ordinals, plan.timeout)?;
+    let recorder = Mutex::new(Recorder::new(args, plan, "nccl", "cuda (cuBLASLt, f32)"));
+    let outcomes: Vec<Result<(), CommError>> = std::thread::scope(|s| {
+        let handles: Vec<_> = comms
+            .into_iter()
+            .map(|mut comm| {
+                let recorder = &recorder;
+                s.spawn(move || {
+                    let mut dev = CudaCompute::on(comm.gpu().clone(), DType::F32)
+                        .map_err(|e| CommError::Device(e.to_string()))?;
+                    dev.set_timeout(plan.timeout);
+                    rank_main(&mut comm, &dev, plan, |run, wire, rec| {
+                        let mut r = recorder
+                            .lock()
+                            .map_err(|_| anyhow!("the recorder was poisoned by a panic"))?;
+                        r.record(run, wire, rec)
+                    })
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(CommError::Device("a rank panicked".into())))
+            })
+            .collect()
+    });
+    if let Some(e) = outcomes.into_iter().find_map(Result::err) {
+        bail!("{e}");
+    }
+    recorder
+        .into_inner()
+        .map_err(|_| anyhow!("the recorder was poisoned by a panic"))?
+        .finish()
+}
+
+#[cfg(not(feature = "cuda"))]
+fn run_nccl(_: &Args, _: &Plan) -> Result<()> {
+    bail!("--backend nccl: this build has no CUDA support (rebuild with --features cuda)")
 }
