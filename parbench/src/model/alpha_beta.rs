@@ -178,12 +178,12 @@ impl AlphaBetaTerms {
     }
 }
 
-/// The chunk size of parbench's CPU algorithms, mirrored from
-/// `parbench::comm::algo::CHUNK_BYTES` (128 KiB): the ring cuts each block
+/// The chunk size of parbench's CPU algorithms,
+/// [`crate::comm::algo::CHUNK_BYTES`] (128 KiB): the ring cuts each block
 /// into slices of at most this many bytes, and the chain broadcast cuts the
 /// message into chunks of it. [`terms`] models parbench's own algorithms
 /// with it; [`sliced_ring`] and [`chain_terms`] take any chunk.
-pub const CHUNK_BYTES: u64 = 128 * 1024;
+pub const CHUNK_BYTES: u64 = crate::comm::algo::CHUNK_BYTES as u64;
 
 /// `ceil(lg p)`: rounds of a binomial tree or dissemination on `p` ranks.
 pub fn ceil_log2(p: usize) -> u32 {
@@ -631,6 +631,29 @@ mod tests {
         // A partial last chunk: 1 MiB + 1 in 512 KiB chunks is 3 chunks.
         let t = chain_terms(2, (1 << 20) + 1, 512 << 10, false);
         assert_terms(t, 3.0, 1.0, 0.0);
+    }
+
+    #[test]
+    fn every_plan_the_cpu_backends_run_has_a_model() {
+        // Records carry Plan::name(); each one must have a structure here,
+        // whatever the user asked for, the size and the world.
+        use crate::comm::algo::Plan;
+        use crate::comm::Algo;
+        for coll in Collective::ALL {
+            for algo in Algo::ALL {
+                for p in [1usize, 2, 3, 4, 5, 8] {
+                    for bytes in [1u64, 8, 4096, 300 << 10, 2 << 20, 64 << 20] {
+                        let plan = Plan::choose(coll, algo, p, bytes as usize);
+                        assert!(
+                            terms(coll, plan.name(), p, bytes).is_some(),
+                            "{coll} {algo} p={p} {bytes} B -> {}",
+                            plan.name()
+                        );
+                    }
+                }
+            }
+        }
+        assert_eq!(CHUNK_BYTES, 128 * 1024);
     }
 
     #[test]
