@@ -335,17 +335,17 @@ impl TcpTransport {
                     (_, Some(s)) => s.peer,
                     _ => self.rank,
                 };
-                let blame = self.follow_hints(waiting_on);
-                if blame == waiting_on && now < deadline + grace {
-                    // Say whom we wait for, then listen a little longer in
-                    // case that rank is itself waiting for another.
-                    if !suspected {
-                        suspected = true;
-                        self.notify(SUSPECT, waiting_on, send.as_ref());
-                    }
-                } else {
+                // Say whom we wait for, then listen a little longer: that
+                // rank may be waiting for another, and say so (hints from
+                // idle peers are read while we wait, final notices end the
+                // wait at once).
+                if !suspected {
+                    suspected = true;
+                    self.notify(SUSPECT, waiting_on, send.as_ref());
+                }
+                if now >= deadline + grace {
                     let f = Failure {
-                        peer: blame,
+                        peer: self.follow_hints(waiting_on),
                         timeout: true,
                         detail: String::new(),
                     };
