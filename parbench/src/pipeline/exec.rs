@@ -12,7 +12,7 @@
 //! sleep of `--work sleep`), and sending its output (until the buffer may be
 //! reused). Busy time is running plus sending; the rest of the step is idle.
 
-use super::mlp::{self, MlpShape, Stash, StageModel};
+use super::mlp::{self, MlpShape, StageModel, Stash};
 use super::{PipelineConfig, PipelineError, Work};
 use crate::comm::{CommBuffer, Communicator, DType};
 use crate::compute::Compute;
@@ -332,9 +332,9 @@ fn compute_action<C: Compute>(
     input: Option<C::Buf>,
 ) -> Result<Option<C::Buf>, PipelineError> {
     let s = &cfg.schedule;
-    let model = models
-        .get_mut(&a.stage)
-        .ok_or_else(|| PipelineError::Protocol(format!("{a}: stage {} is not on this rank", a.stage)))?;
+    let model = models.get_mut(&a.stage).ok_or_else(|| {
+        PipelineError::Protocol(format!("{a}: stage {} is not on this rank", a.stage))
+    })?;
     let missing = || PipelineError::Protocol(format!("{a}: its forward has not run"));
     match a.kind {
         ActionKind::F => {
@@ -398,7 +398,11 @@ where
     Ok(super::median(&mut tail) / 2.0)
 }
 
-fn send_f64s<Cm: Communicator>(comm: &mut Cm, data: &[f64], to: usize) -> Result<(), PipelineError> {
+fn send_f64s<Cm: Communicator>(
+    comm: &mut Cm,
+    data: &[f64],
+    to: usize,
+) -> Result<(), PipelineError> {
     let mut head = comm.alloc(8)?;
     head.write_from_host(&(data.len() as u64).to_le_bytes())?;
     comm.send(&head, 1, DType::I64, to)?;
@@ -418,7 +422,9 @@ fn recv_f64s<Cm: Communicator>(comm: &mut Cm, from: usize) -> Result<Vec<f64>, P
     head.read_to_host(&mut n)?;
     let n = u64::from_le_bytes(n) as usize;
     if n > (1 << 31) {
-        return Err(PipelineError::Protocol(format!("rank {from} announced {n} values")));
+        return Err(PipelineError::Protocol(format!(
+            "rank {from} announced {n} values"
+        )));
     }
     if n == 0 {
         return Ok(Vec::new());
@@ -490,7 +496,9 @@ fn gather_steps<Cm: Communicator>(
     }
     let steps = mine.len();
     if per_rank.iter().any(|p| p.len() != steps) {
-        return Err(PipelineError::Protocol("ranks timed different numbers of steps".into()));
+        return Err(PipelineError::Protocol(
+            "ranks timed different numbers of steps".into(),
+        ));
     }
     Ok(Some(
         (0..steps)
@@ -535,7 +543,11 @@ where
             let m = models
                 .get(&st)
                 .ok_or_else(|| PipelineError::Protocol(format!("stage {st} missing")))?;
-            m.grads(compute)?.into_iter().flatten().map(f64::from).collect()
+            m.grads(compute)?
+                .into_iter()
+                .flatten()
+                .map(f64::from)
+                .collect()
         } else {
             Vec::new()
         };
@@ -546,7 +558,13 @@ where
             got[st] = recv_f64s(comm, r)?;
         }
     }
-    let reference = mlp::reference_grads(compute, &cfg.stage_layers, s.microbatches, cfg.shape, cfg.seed)?;
+    let reference = mlp::reference_grads(
+        compute,
+        &cfg.stage_layers,
+        s.microbatches,
+        cfg.shape,
+        cfg.seed,
+    )?;
     let mut max_ref = 0.0f64;
     let mut max_diff = 0.0f64;
     for (st, want) in reference.iter().enumerate() {
@@ -563,7 +581,11 @@ where
             max_diff = max_diff.max((a - b).abs());
         }
     }
-    Ok(Some(if max_ref > 0.0 { max_diff / max_ref } else { max_diff }))
+    Ok(Some(if max_ref > 0.0 {
+        max_diff / max_ref
+    } else {
+        max_diff
+    }))
 }
 
 #[cfg(test)]
