@@ -337,9 +337,14 @@ impl<T: Transport> Communicator for HostComm<T> {
         if count == 0 || world == 1 {
             return Ok(());
         }
+        let plan = self.plan(Collective::Reduce, bytes);
+        let run = |t: &mut T, acc: &mut [u8], deadline| match plan {
+            Plan::Chain => algo::tree::chain_reduce(t, acc, dtype, op, root, deadline),
+            _ => algo::tree::reduce(t, acc, dtype, op, root, deadline),
+        };
         self.call("reduce", |t, scratch, deadline| match out {
             Some(acc) => {
-                algo::tree::reduce(t, acc, dtype, op, root, deadline)?;
+                run(t, acc, deadline)?;
                 if op == ReduceOp::Avg {
                     finish_avg(acc, dtype, world);
                 }
@@ -348,7 +353,7 @@ impl<T: Transport> Communicator for HostComm<T> {
             None => {
                 let acc = scratch.bytes(bytes);
                 acc.copy_from_slice(input);
-                algo::tree::reduce(t, acc, dtype, op, root, deadline)
+                run(t, acc, deadline)
             }
         })
     }
