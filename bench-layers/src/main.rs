@@ -70,14 +70,29 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
     match (plan.backend, rank) {
         (Backend::Local, _) => {
             let ms = sweep_local(&plan)?;
-            finish(&plan, &new_run_id("layers"), "local", ms.len(), build_rows(&plan, "local", &ms))
+            let world = plan.tps.iter().copied().max().unwrap_or(1);
+            let backend = plan.backend.name();
+            finish(
+                &plan,
+                &new_run_id("layers"),
+                backend,
+                world,
+                build_rows(&plan, backend, &ms),
+            )
         }
         (Backend::Tcp, Some(info)) => tcp_rank(&plan, &info),
         (Backend::Tcp, None) => tcp_launch(&plan),
         (Backend::Nccl, _) => {
             let ms = sweep_nccl(&plan)?;
             let world = plan.tps.iter().copied().max().unwrap_or(1);
-            finish(&plan, &new_run_id("layers"), "nccl", world, build_rows(&plan, "nccl", &ms))
+            let backend = plan.backend.name();
+            finish(
+                &plan,
+                &new_run_id("layers"),
+                backend,
+                world,
+                build_rows(&plan, backend, &ms),
+            )
         }
     }
 }
@@ -163,21 +178,23 @@ fn sweep_local(plan: &Plan) -> anyhow::Result<Vec<TpMeasurement>> {
 fn sweep_nccl(plan: &Plan) -> anyhow::Result<Vec<TpMeasurement>> {
     use parbench::comm::nccl::NcclComm;
     use parbench::compute::cuda::CudaCompute;
-    let gpus = parbench::gpu::device_count().map_err(|e| UsageError(format!("--backend nccl: {e}")))?;
+    let gpus =
+        parbench::gpu::device_count().map_err(|e| UsageError(format!("--backend nccl: {e}")))?;
     let mut out = Vec::new();
     for &t in &plan.tps {
         if t > gpus {
             return Err(UsageError(format!("--tp {t}: this machine has {gpus} GPU(s)")).into());
         }
         let ordinals: Vec<usize> = (0..t).collect();
-        let comms = NcclComm::init_all(&ordinals, plan.timeout).with_context(|| format!("tp {t}"))?;
+        let comms =
+            NcclComm::init_all(&ordinals, plan.timeout).with_context(|| format!("tp {t}"))?;
         let results: Vec<Result<TpMeasurement, String>> = std::thread::scope(|s| {
             let handles: Vec<_> = comms
                 .into_iter()
                 .map(|mut comm| {
                     s.spawn(move || {
-                        let mut dev =
-                            CudaCompute::on(comm.gpu().clone(), plan.dtype).map_err(|e| e.to_string())?;
+                        let mut dev = CudaCompute::on(comm.gpu().clone(), plan.dtype)
+                            .map_err(|e| e.to_string())?;
                         dev.set_timeout(plan.timeout);
                         measure_tp(&dev, &mut comm, plan, 0).map_err(|e| e.to_string())
                     })

@@ -228,3 +228,29 @@ fn renders_in_headless_chromium() {
     let _ = std::fs::remove_dir_all(dir.join("profile-shot"));
     println!("screenshot: {}", png.display());
 }
+
+#[test]
+fn real_records_render() {
+    // Records the real binaries wrote (fixtures/README.md): every chart
+    // drawn, the collective and layer sections filled.
+    let out = scratch("real").join("r.html");
+    let o = report(&[
+        "html",
+        fixture("real-cpu").to_str().unwrap(),
+        fixture("real-tcp").to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let html = std::fs::read_to_string(&out).unwrap();
+    assert!(!html.contains("Chart not drawn"), "every chart drawn");
+    assert!(!html.contains("No collective measurements"));
+    assert!(!html.contains("No tensor-parallel layer measurements"));
+    assert!(html.contains("id=\"busbw-all-reduce-float-sum\""));
+    assert!(html.contains("id=\"layers-comm-0\""));
+    // Two wires with all_reduce fits, plus the two references.
+    assert!(
+        html.contains("real-tcp: tcp/tcp"),
+        "the tcp wire in the capacity table"
+    );
+}

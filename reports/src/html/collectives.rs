@@ -177,6 +177,7 @@ fn labels(curves: &[&Curve]) -> Vec<String> {
 
 fn busbw_chart(collective: &str, curves: &[&Curve], names: &[String]) -> LineChart {
     let mut series = Vec::new();
+    let mut ceilings_drawn: Vec<(&str, &str, &str)> = Vec::new();
     for (i, (c, name)) in curves.iter().zip(names).enumerate() {
         series.push(Series {
             label: format!("{name} measured"),
@@ -209,13 +210,31 @@ fn busbw_chart(collective: &str, curves: &[&Curve], names: &[String]) -> LineCha
                 .filter(|v| *v > 0.0)
                 .collect(),
         );
-        if ceiling.is_finite() && ceiling > 0.0 {
-            let (lo, hi) = (
-                c.by_size.first().map_or(1.0, |p| p.bytes),
-                c.by_size.last().map_or(1.0, |p| p.bytes),
-            );
+        // One ceiling line per wire: the curves of one folder and wire (an
+        // `auto` sweep splits by algorithm) share the ceiling measured once.
+        let wire = (c.source, c.row.backend.as_str(), c.row.wire.as_str());
+        if ceiling.is_finite() && ceiling > 0.0 && !ceilings_drawn.contains(&wire) {
+            ceilings_drawn.push(wire);
+            let same_wire = curves
+                .iter()
+                .filter(|o| (o.source, o.row.backend.as_str(), o.row.wire.as_str()) == wire);
+            let lo = same_wire
+                .clone()
+                .filter_map(|o| o.by_size.first())
+                .map(|p| p.bytes)
+                .fold(f64::INFINITY, f64::min);
+            let hi = same_wire
+                .filter_map(|o| o.by_size.last())
+                .map(|p| p.bytes)
+                .fold(0.0, f64::max);
             series.push(Series {
-                label: format!("{name} ceiling {} GB/s", units::sig3(ceiling)),
+                label: format!(
+                    "ceiling {} GB/s: {} {}/{}",
+                    units::sig3(ceiling),
+                    c.source,
+                    c.row.backend,
+                    c.row.wire
+                ),
                 color: i,
                 line: LineStyle::Dotted,
                 marker: Marker::None,

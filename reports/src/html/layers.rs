@@ -31,6 +31,16 @@ fn config_name(source: &str, r: &LayerRow) -> String {
     )
 }
 
+/// A check error as recorded: NaN means the run skipped the check
+/// (`--no-check`); the bench judges the tolerance, so no colour here.
+pub fn check_cell(err: f64) -> Cell {
+    if err.is_nan() {
+        Cell::Text("not checked".into())
+    } else {
+        num(format!("{err:.1e}"))
+    }
+}
+
 /// The section's HTML.
 pub fn section(sources: &[Source]) -> String {
     let mut configs: BTreeMap<String, Vec<&LayerRow>> = BTreeMap::new();
@@ -141,11 +151,23 @@ pub fn section(sources: &[Source]) -> String {
                     num(units::bytes(r.bytes_per_token)),
                     num(format!("{}x", units::sig3(r.speedup))),
                     num(units::percent(r.efficiency)),
-                    if r.check_max_err.is_finite() && r.check_max_err < 1e-2 {
-                        num(format!("{:.1e}", r.check_max_err))
+                    check_cell(r.check_max_err),
+                    num(units::sig3(r.compute_gflops)),
+                    Cell::Text(if r.comm_algo.is_empty() {
+                        "-".into()
                     } else {
-                        Cell::Bad(format!("{:.1e}", r.check_max_err))
-                    },
+                        r.comm_algo.clone()
+                    }),
+                    Cell::Text(if r.link_alpha_us.is_finite() && r.link_gbps.is_finite() {
+                        format!(
+                            "{}: {}, {} GB/s",
+                            r.link_source,
+                            units::micros(r.link_alpha_us),
+                            units::sig3(r.link_gbps)
+                        )
+                    } else {
+                        r.link_source.clone()
+                    }),
                 ]
             })
             .collect();
@@ -164,6 +186,9 @@ pub fn section(sources: &[Source]) -> String {
                 "speed-up over TP=1",
                 "of ideal",
                 "check error",
+                "compute GF/s",
+                "collectives",
+                "model's link",
             ],
             &table,
         ));

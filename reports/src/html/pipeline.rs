@@ -22,8 +22,19 @@ fn schedule_name(r: &PipelineRow) -> String {
 
 fn group_name(source: &str, r: &PipelineRow) -> String {
     format!(
-        "{source}: {}/{} {} stages, work {}, layers {}, hidden {}, microbatch size {}",
-        r.backend, r.wire, r.stages, r.work, r.stage_layers, r.hidden, r.microbatch_size
+        "{source}: {}/{} {} stages, work {}, layers {}, hidden {}, microbatch size {}{}",
+        r.backend,
+        r.wire,
+        r.stages,
+        r.work,
+        r.stage_layers,
+        r.hidden,
+        r.microbatch_size,
+        if r.straggler.is_empty() {
+            String::new()
+        } else {
+            format!(", straggler {}", r.straggler)
+        }
     )
 }
 
@@ -101,11 +112,17 @@ fn run_table(rows: &[&PipelineRow]) -> String {
                     units::bytes(r.peak_activation_bytes as f64)
                 )),
                 num(r.expected_peak_activations.to_string()),
-                if r.grad_max_err.is_finite() && r.grad_max_err < 1e-2 {
-                    num(format!("{:.1e}", r.grad_max_err))
+                super::layers::check_cell(r.grad_max_err),
+                num(if r.bubble_replayed.is_finite() {
+                    units::percent(r.bubble_replayed)
                 } else {
-                    Cell::Bad(format!("{:.1e}", r.grad_max_err))
-                },
+                    "-".into()
+                }),
+                num(if r.message_us.is_finite() {
+                    units::micros(r.message_us)
+                } else {
+                    "-".into()
+                }),
             ]
         })
         .collect();
@@ -123,6 +140,8 @@ fn run_table(rows: &[&PipelineRow]) -> String {
             "peak activations (bytes)",
             "expected peak",
             "gradient error",
+            "replayed",
+            "message",
         ],
         &cells,
     )
@@ -197,7 +216,7 @@ pub fn section(sources: &[Source]) -> String {
         );
     }
     let mut body = page::note(
-        "The bubble is the idle share of the step, measured end to end: each rank's idle time over ranks x step time. Beside it, the simulator's prediction from the measured per-action costs, and the closed form for equal stages and free communication ((S-1)/(S+M-1) for GPipe and 1F1B, 1/v of that bubble time for interleaved, (S-1)(T_F+T_B-T_W) for ZB-H1).",
+        "The bubble is the idle share of the step, measured end to end: each rank's idle time over ranks x step time. Beside it, the simulator's prediction from the measured per-action costs, and the closed form for equal stages and free communication ((S-1)/(S+M-1) for GPipe and 1F1B, 1/v of that bubble time for interleaved, (S-1)(T_F+T_B-T_W) for ZB-H1). In the table, replayed is the simulator replaying each step with its own measured action times, and message the one-way time of one activation message between ranks 0 and 1.",
     );
     for (i, (name, mut rows)) in groups.into_iter().enumerate() {
         rows.sort_by(|a, b| {

@@ -24,10 +24,11 @@ pub fn section(sources: &[Source], capacity: &[(String, f64)]) -> String {
         let ceiling = peak.ceiling;
         let fit = curve_fit(c).ok();
         items.push(format!(
-            "all_reduce on {} ({}/{}, {} ranks): peak bus bandwidth {} GB/s at {}{}; {} takes {} (p50){}.",
+            "all_reduce on {} ({}/{}, {}, {} ranks): peak bus bandwidth {} GB/s at {}{}; {} takes {} (p50){}.",
             c.source,
             c.row.backend,
             c.row.wire,
+            c.row.algo,
             c.row.world,
             units::sig3(peak.busbw),
             units::bytes(peak.bytes),

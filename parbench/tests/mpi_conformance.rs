@@ -1,0 +1,102 @@
+//! The conformance suite over the `mpi` backend: the test re-runs its own
+//! binary under `mpirun`, each rank running the suite through `MpiComm`.
+//! Needs the `mpi` feature and Open MPI's `mpirun`; says plainly when it skips.
+#![cfg(feature = "mpi")]
+
+use parbench::comm::conformance::{run_suite, Matrix};
+use parbench::comm::mpi::MpiComm;
+use parbench::comm::{Collective, DType, ReduceOp};
+use std::process::Command;
+use std::time::Duration;
+
+const ROLE: &str = "PARBENCH_MPI_TEST_ROLE";
+
+/// MPI has no half types: the reducing collectives run every other type, the
+/// data movers run all of them.
+fn matrices() -> [Matrix; 2] {
+    let reducing = Matrix {
+        collectives: vec![
+            Collective::AllReduce,
+            Collective::ReduceScatter,
+            Collective::Reduce,
+        ],
+        dtypes: vec![DType::F32, DType::F64, DType::I32, DType::I64, DType::U8],
+        ops: ReduceOp::ALL.to_vec(),
+        counts: vec![0, 1, 7],
+        large_counts: vec![1_048_579],
+        large_dtypes: vec![DType::F32],
+    };
+    let moving = Matrix {
+        collectives: vec![
+            Collective::AllGather,
+            Collective::Broadcast,
+            Collective::AllToAll,
+            Collective::SendRecv,
+        ],
+        dtypes: DType::ALL.to_vec(),
+        ops: vec![ReduceOp::Sum],
+        counts: vec![0, 1, 7],
+        large_counts: vec![1_048_579],
+        large_dtypes: vec![DType::BF16],
+    };
+    [reducing, moving]
+}
+
+fn mpirun() -> Option<String> {
+    let found = Command::new("mpirun").arg("--version").output();
+    match found {
+        Ok(o) if o.status.success() => Some("mpirun".into()),
+        _ => None,
+    }
+}
+
+#[test]
+fn mpi_backend_passes_the_conformance_suite() {
+    if std::env::var(ROLE).is_ok() {
+        // A rank of the job below.
+        let mut comm = MpiComm::init(Duration::from_secs(60)).expect("MPI init");
+        let mut wrong = Vec::new();
+        for m in matrices() {
+            wrong.extend(run_suite(&mut comm, &m).expect("suite ran"));
+        }
+        for w in &wrong {
+            eprintln!("{w}");
+        }
+        assert!(wrong.is_empty(), "{} mismatches", wrong.len());
+        return;
+    }
+    let Some(mpirun) = mpirun() else {
+        eprintln!("SKIP mpi_backend_passes_the_conformance_suite: mpirun not found (apt-get install openmpi-bin)");
+        return;
+    };
+    let exe = std::env::current_exe().expect("test binary");
+    for np in [1, 2, 3, 4] {
+        let out = Command::new(&mpirun)
+            .args([
+                "--allow-run-as-root",
+                "--oversubscribe",
+                "-np",
+                &np.to_string(),
+            ])
+            .args(["-x", ROLE])
+            .arg(&exe)
+            .args([
+                "mpi_backend_passes_the_conformance_suite",
+                "--exact",
+                "--nocapture",
+            ])
+            .env(ROLE, "1")
+            // Loopback only, no network interfaces probed beyond it.
+            .env("OMPI_MCA_btl_tcp_if_include", "lo")
+            .env("OMPI_MCA_oob_tcp_if_include", "lo")
+            .output()
+            .expect("mpirun runs");
+        assert!(
+            out.status.success(),
+            "mpirun -np {np} failed ({}):\n{}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
