@@ -178,6 +178,22 @@ struct Shared {
     blocked_on: Vec<Padded<AtomicUsize>>,
     aborted: Padded<AtomicUsize>,
     abort_detail: Mutex<String>,
+    /// How long a wait spins before it yields: when every rank has a core of
+    /// its own, the peer is running and a few microseconds away, and handing
+    /// the core to the scheduler would cost more than the wait (the 8-byte
+    /// latency is this path); with more ranks than cores, spinning only
+    /// delays the peer, so waits yield almost at once.
+    spin_budget: Duration,
+}
+
+/// See [`Shared::spin_budget`].
+fn spin_budget(world: usize) -> Duration {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if world <= cores {
+        Duration::from_micros(50)
+    } else {
+        Duration::ZERO
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -271,6 +287,7 @@ impl LocalTransport {
                 .collect(),
             aborted: Padded(AtomicUsize::new(NO_ABORT)),
             abort_detail: Mutex::new(String::new()),
+            spin_budget: spin_budget(world),
         });
         (0..world)
             .map(|rank| LocalTransport {
@@ -317,6 +334,7 @@ impl LocalTransport {
         const YIELDS: u32 = 50;
         let mut i: u32 = 0;
         let mut started: Option<Instant> = None;
+        let mut spin_start: Option<Instant> = None;
         loop {
             if ready() {
                 if started.is_some() {
@@ -328,6 +346,20 @@ impl LocalTransport {
             if i < SPINS {
                 std::hint::spin_loop();
                 continue;
+            }
+            if started.is_none() && !self.shared.spin_budget.is_zero() {
+                let t0 = *spin_start.get_or_insert_with(Instant::now);
+                if t0.elapsed()
+                    < self
+                        .shared
+                        .spin_budget
+                        .min(deadline.saturating_duration_since(t0))
+                {
+                    for _ in 0..SPINS {
+                        std::hint::spin_loop();
+                    }
+                    continue;
+                }
             }
             self.check_abort(op)?;
             let now = Instant::now();
