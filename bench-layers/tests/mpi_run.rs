@@ -44,7 +44,12 @@ fn two_mpi_ranks_run_tp_2_exactly_and_record_the_library() {
     }
     let dir = scratch("mpi");
     let out = Command::new("mpirun")
-        .args(["--allow-run-as-root", "--oversubscribe", "--bind-to", "none"])
+        .args([
+            "--allow-run-as-root",
+            "--oversubscribe",
+            "--bind-to",
+            "none",
+        ])
         .args(["-np", "2", BIN, "--backend", "mpi", "--timeout", "60"])
         .args(TINY)
         .arg("--out")
@@ -75,10 +80,16 @@ fn two_mpi_ranks_run_tp_2_exactly_and_record_the_library() {
         "{csv}"
     );
     let err: f64 = col("check_max_err").parse().unwrap();
-    assert!(err < 1e-4, "the sharded block differs from the unsharded one by {err}");
+    assert!(
+        err < 1e-4,
+        "the sharded block differs from the unsharded one by {err}"
+    );
     let runs: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap();
     let library = runs[0]["versions"]["mpi"].as_str().unwrap_or_default();
-    assert!(library.starts_with("Open MPI"), "versions.mpi = {library:?}");
+    assert!(
+        library.starts_with("Open MPI"),
+        "versions.mpi = {library:?}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
