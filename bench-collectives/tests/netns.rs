@@ -94,11 +94,13 @@ fn leftover_namespaces() -> Vec<String> {
 /// `rate` (tc's syntax) and checks busbw and the model against `gbps`, the
 /// same rate in GB/s.
 fn shaped_all_reduce_reaches_the_link(rate: &str, gbps: f64) {
+    // The probe too runs one test at a time: two probes of one process would
+    // collide on the name and the second would skip for no reason.
+    let _one_at_a_time = NAMESPACES.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(why) = netns_unavailable() {
         eprintln!("SKIP shaped all_reduce at {rate}: {why}");
         return;
     }
-    let _one_at_a_time = NAMESPACES.lock().unwrap_or_else(|e| e.into_inner());
     let guard = Teardown;
     let dir = scratch(&format!("netns-{rate}"));
     // `timeout` bounds the whole job; the script's trap tears down on TERM.
