@@ -13,6 +13,8 @@
 # per-iteration times (each the slowest rank's); busbw is computed from it.
 #
 # Usage: scripts/compare-mpi.sh [OUT_DIR]     (default: results/compare-mpi)
+# Run it on a quiet machine: both sides poll, so other load on the cores
+# distorts the figures (the script prints the load average with them).
 # Needs: mpirun and the MPI headers (Debian: apt-get install -y openmpi-bin
 # libopenmpi-dev), python3, cargo. Environment: ITERS (default 50), WARMUP (10).
 set -euo pipefail
@@ -31,7 +33,10 @@ cargo build --release -q -p bench-collectives --features mpi
 BIN=${CARGO_TARGET_DIR:-target}/release/bench-collectives
 
 MPIRUN=(mpirun -np 2 --bind-to none)
-if [ "$(id -u)" = 0 ]; then MPIRUN+=(--allow-run-as-root --oversubscribe); fi
+if [ "$(id -u)" = 0 ]; then MPIRUN+=(--allow-run-as-root); fi
+# --oversubscribe makes Open MPI yield the core while it polls, which slows
+# it down: only ask for it when this machine has fewer than 2 cores.
+if [ "$(nproc)" -lt 2 ]; then MPIRUN+=(--oversubscribe); fi
 COMMON=(-n "$ITERS" -w "$WARMUP" -c 1 --outplace-only)
 
 run() { # NAME ARGS...: one run into $OUT/NAME, its table kept in $OUT/NAME.txt
@@ -49,6 +54,7 @@ run local-ag "$BIN" --backend local -np 2 all_gather -b 64M -e 64M "${COMMON[@]}
 run mpi-tcp "${MPIRUN[@]}" --mca btl tcp,self "$BIN" --backend mpi all_reduce -b 8 -e 64M -f 8388608 "${COMMON[@]}"
 run tcp "$BIN" --backend tcp -np 2 all_reduce -b 8 -e 64M -f 8388608 "${COMMON[@]}"
 
+echo "# load average after the runs: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"
 python3 - "$OUT" <<'PY'
 import csv, sys, os
 out = sys.argv[1]

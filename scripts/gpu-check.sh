@@ -116,7 +116,7 @@ step() {
     else
         failed=$((failed + 1))
         [ $rc -eq 124 ] && say "FAIL $name: timed out after ${secs}s" || say "FAIL $name: exit $rc (${dt}s), see $name.log"
-        grep -E "panicked|error|Error" "$out/$name.log" | head -3 | sed 's/^/     /' | tee -a "$summary"
+        grep -E -A1 "panicked|^error|Error:" "$out/$name.log" | grep -v "^--$" | head -6 | sed 's/^/     /' | tee -a "$summary"
     fi
     return 0
 }
@@ -129,7 +129,7 @@ step nccl 100 "$t/gpu_nccl" --nocapture --test-threads=1
 
 bc="$bundle/bin/bench-collectives"
 all="all_reduce all_gather reduce_scatter broadcast reduce all_to_all sendrecv"
-step sweep_nccl_np1 90 "$bc" --backend nccl -np 1 -b 8 -e 1G -f 4 --out "$out/results" $all
+step sweep_nccl_np1 150 "$bc" --backend nccl -np 1 -b 8 -e 1G -f 4 --out "$out/results" $all
 if [ "$ngpu" -gt 1 ]; then
     step "sweep_nccl_np$ngpu" 60 "$bc" --backend nccl -np "$ngpu" -b 8 -e 256M -f 4 --out "$out/results" all_reduce all_gather reduce_scatter
 fi

@@ -21,6 +21,7 @@ fn main() {
             warmup: 100,
             iters,
             delay: None,
+            graph: None,
         };
         let (mut bare, mut harness) = (Vec::new(), Vec::new());
         for _ in 0..rounds {

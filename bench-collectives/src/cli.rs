@@ -95,6 +95,11 @@ pub struct Args {
     /// Delay rank RANK by MS milliseconds before each timed iteration.
     #[arg(long, value_name = "RANK:MS")]
     pub straggler: Option<String>,
+
+    /// Capture N calls as one CUDA graph and time its replays (nccl-tests'
+    /// -G; --backend nccl only): the time per call without the host's launch cost.
+    #[arg(long, value_name = "N")]
+    pub graph: Option<usize>,
 }
 
 /// Parses a command line, accepting nccl-tests' and mpirun's `-np N` (clap
@@ -157,6 +162,8 @@ pub struct SweepConfig {
     pub timeout: Duration,
     /// `(rank, delay)` injected before each timed iteration.
     pub straggler: Option<(usize, Duration)>,
+    /// `--graph N`: calls captured per CUDA graph (device backends only).
+    pub graph: Option<usize>,
     /// Seed of the inputs (with rank and index).
     pub seed: u64,
 }
@@ -322,6 +329,10 @@ impl Args {
                 in_place: !self.outplace_only,
                 timeout: Duration::from_secs_f64(self.timeout),
                 straggler: self.straggler.as_deref().map(parse_straggler).transpose()?,
+                graph: match self.graph {
+                    Some(0) => bail!("--graph must capture at least one call"),
+                    g => g,
+                },
                 seed: 0x5eed,
             },
         })

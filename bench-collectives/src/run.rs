@@ -37,6 +37,11 @@ pub struct RankReport {
 
 /// Runs the plan on the chosen backend.
 pub fn run(plan: &Plan) -> Result<Finished> {
+    if plan.sweep.graph.is_some() && plan.backend != Backend::Nccl {
+        return Err(
+            UsageError("--graph captures CUDA graphs: it needs --backend nccl".into()).into(),
+        );
+    }
     let run_id = results::new_run_id("collectives");
     let joined = launch::RankInfo::from_env().map_err(|e| UsageError(e.to_string()))?;
     match plan.backend {
@@ -45,16 +50,8 @@ pub fn run(plan: &Plan) -> Result<Finished> {
         Backend::Auto if joined.is_some() => run_tcp(plan, &run_id, joined),
         Backend::Auto | Backend::Local => run_local(plan, &run_id),
         Backend::Tcp => run_tcp(plan, &run_id, joined),
-        Backend::Nccl => Err(UsageError(nccl_unavailable()).into()),
+        Backend::Nccl => run_nccl(plan, &run_id, joined),
         Backend::Mpi => run_mpi(plan, &run_id),
-    }
-}
-
-fn nccl_unavailable() -> String {
-    if cfg!(feature = "cuda") {
-        "--backend nccl is not wired into bench-collectives yet".into()
-    } else {
-        "--backend nccl needs a build with `--features cuda` (the NCCL communicator)".into()
     }
 }
 
@@ -131,6 +128,84 @@ fn run_mpi(_plan: &Plan, _run_id: &str) -> Result<Finished> {
     Err(UsageError(
         "--backend mpi needs a build with `--features mpi` (and Open MPI or MPICH installed)"
             .into(),
+    )
+    .into())
+}
+
+/// `--backend nccl`: under a launcher every process is one rank on one GPU
+/// (the unique id travels through the rendezvous store); otherwise this
+/// process drives `-np` GPUs (default: all visible), one thread each.
+#[cfg(feature = "cuda")]
+fn run_nccl(plan: &Plan, run_id: &str, joined: Option<launch::RankInfo>) -> Result<Finished> {
+    use parbench::comm::nccl::{nccl_version, NcclComm};
+    use parbench::gpu::{self, Lib};
+    // Before any CUDA call: no driver or no NCCL is one line and exit 2.
+    gpu::require(&[Lib::Driver, Lib::Nccl]).map_err(|e| UsageError(e.to_string()))?;
+    let visible = gpu::device_count().map_err(|e| UsageError(e.to_string()))?;
+    let timeout = plan.sweep.timeout;
+    let meta = |world: usize| {
+        let mut m = RunMeta::start("collectives", run_id, "nccl", world);
+        m.gpus = gpu::device_names().unwrap_or_default();
+        if let Ok(v) = nccl_version() {
+            m.versions.insert("nccl".into(), v);
+        }
+        if let Ok(v) = gpu::driver_version() {
+            m.versions.insert("cuda_driver".into(), v);
+        }
+        m
+    };
+    if let Some(info) = joined {
+        plan.sweep
+            .check_world(info.world)
+            .map_err(|e| UsageError(e.to_string()))?;
+        let mut m = meta(info.world);
+        let mut comm = NcclComm::join(&info, timeout)
+            .with_context(|| format!("rank {} joining the nccl job", info.rank))?;
+        return match rank_main(&mut comm, plan, run_id)
+            .with_context(|| format!("rank {}", info.rank))?
+        {
+            Some(r) => finish(plan, &mut m, r),
+            None => Ok(Finished::Ran { wrong: 0 }),
+        };
+    }
+    let world = plan.nprocs.unwrap_or(visible);
+    if world == 0 || world > visible {
+        return Err(UsageError(format!(
+            "--backend nccl -np {world}: this machine has {visible} visible GPU(s)"
+        ))
+        .into());
+    }
+    plan.sweep
+        .check_world(world)
+        .map_err(|e| UsageError(e.to_string()))?;
+    let mut m = meta(world);
+    let ordinals: Vec<usize> = (0..world).collect();
+    let comms = NcclComm::init_all(&ordinals, timeout)?;
+    let results: Vec<CommResult<Option<RankReport>>> = std::thread::scope(|s| {
+        let handles: Vec<_> = comms
+            .into_iter()
+            .map(|mut c| s.spawn(move || rank_main(&mut c, plan, run_id)))
+            .collect();
+        handles
+            .into_iter()
+            .enumerate()
+            .map(|(rank, h)| {
+                h.join().unwrap_or_else(|_| {
+                    Err(parbench::comm::CommError::Device(format!(
+                        "rank {rank}: its thread panicked"
+                    )))
+                })
+            })
+            .collect()
+    });
+    let report = first_report(results)?;
+    finish(plan, &mut m, report)
+}
+
+#[cfg(not(feature = "cuda"))]
+fn run_nccl(_plan: &Plan, _run_id: &str, _joined: Option<launch::RankInfo>) -> Result<Finished> {
+    Err(UsageError(
+        "--backend nccl needs a build with `--features cuda` (the NCCL communicator)".into(),
     )
     .into())
 }

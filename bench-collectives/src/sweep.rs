@@ -48,7 +48,18 @@ pub fn measure_wire<C: Communicator>(comm: &mut C) -> CommResult<WireFigures> {
         let all = measure::gather_f64(comm, &[v])?;
         Ok(all.iter().filter_map(|x| x.first()).sum::<f64>() / world.max(1) as f64)
     };
-    let stream = if comm.backend() == "local" || world < 2 {
+    // Device backends measure their own wire (device or peer copy bandwidth).
+    let device = match comm.device_ceiling()? {
+        Some((method, gbps)) => Some(Ceiling {
+            method: format!("{method}, every rank at once, mean per rank"),
+            bytes: 256 << 20,
+            gbps: mean_over_ranks(comm, gbps)?,
+        }),
+        None => None,
+    };
+    let stream = if device.is_some() {
+        device
+    } else if comm.backend() == "local" || world < 2 {
         None
     } else {
         let msg = 4 << 20;
@@ -241,6 +252,7 @@ fn measure_one<C: Communicator, O: CollOp>(
         warmup: cfg.warmup,
         iters: cfg.iters,
         delay: cfg.straggler.filter(|(r, _)| *r == rank).map(|(_, d)| d),
+        graph: cfg.graph,
     };
     let call = |c: &mut C, io: Io<'_, C::Buffer>| O::call(c, io, p.count, p.dtype, op, cfg.root);
     let mut wrong = 0u64;

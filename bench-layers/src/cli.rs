@@ -111,8 +111,6 @@ pub struct Plan {
     pub check: bool,
     pub out: PathBuf,
     pub timeout: Duration,
-    /// Ranks the sweep may use at most.
-    pub ranks: usize,
 }
 
 /// The communicator a run uses.
@@ -267,7 +265,6 @@ impl Cli {
             check: !self.no_check,
             out: self.out.clone(),
             timeout: Duration::from_secs_f64(self.timeout.min(86_400.0)),
-            ranks,
         })
     }
 }
@@ -296,7 +293,7 @@ mod tests {
             (&["--tp", "3"][..], "heads 8"),
             (&["--heads", "6", "--tp", "4"][..], "heads 6"),
             (
-                &["--ffn", "2047", "--heads", "1", "--tp", "2"][..],
+                &["--ffn", "2047", "--heads", "2", "--tp", "2"][..],
                 "ffn 2047",
             ),
             (&["--mode", "sideways"][..], "mode"),

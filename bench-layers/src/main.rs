@@ -72,12 +72,14 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
     match (plan.backend, rank) {
         (Backend::Local, _) => {
             let ms = sweep_local(&plan)?;
+            let world = plan.tps.iter().copied().max().unwrap_or(1);
+            let backend = plan.backend.name();
             finish(
                 &plan,
                 &new_run_id("layers"),
-                "local",
-                ms.len(),
-                build_rows(&plan, "local", &ms),
+                backend,
+                world,
+                build_rows(&plan, backend, &ms),
             )
         }
         (Backend::Tcp, Some(info)) => tcp_rank(&plan, &info),
@@ -85,12 +87,13 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
         (Backend::Nccl, _) => {
             let ms = sweep_nccl(&plan)?;
             let world = plan.tps.iter().copied().max().unwrap_or(1);
+            let backend = plan.backend.name();
             finish(
                 &plan,
                 &new_run_id("layers"),
-                "nccl",
+                backend,
                 world,
-                build_rows(&plan, "nccl", &ms),
+                build_rows(&plan, backend, &ms),
             )
         }
         (Backend::Mpi, _) => mpi_rank(&plan),

@@ -45,10 +45,7 @@ pub struct TpMeasurement {
     pub link_source: LinkSource,
     /// Predicted communication per block call, microseconds (NaN without a link).
     pub comm_model_us: f64,
-    /// Why the fit failed, if it did.
-    pub fit_note: Option<String>,
     pub threads: usize,
-    pub device: String,
 }
 
 /// The cost structure the model uses for `coll` with the communicator's
@@ -95,7 +92,6 @@ where
         .iter()
         .map(|&(c, n)| (c, comm.algo_for(c, send_bytes(c, bytes, tp)), n))
         .collect();
-    let mut fit_note = None;
     let (link, link_source) = if calls.is_empty() {
         (None, LinkSource::None)
     } else if let Some(l) = plan.link {
@@ -117,7 +113,9 @@ where
         match fit_terms(&rows) {
             Ok(f) => (Some(f.link()), LinkSource::Fit),
             Err(e) => {
-                fit_note = Some(e.to_string());
+                if comm.rank() == 0 {
+                    eprintln!("bench-layers: tp {tp}: no alpha-beta fit of the wire: {e}");
+                }
                 (None, LinkSource::None)
             }
         }
@@ -145,8 +143,6 @@ where
         link,
         link_source,
         comm_model_us,
-        fit_note,
         threads,
-        device: dev.name(),
     })
 }

@@ -102,3 +102,45 @@ fn a_tiny_sweep_writes_the_documented_columns() {
     assert!(stdout.contains("compute_us"));
     let _ = std::fs::remove_dir_all(&out_dir);
 }
+
+#[test]
+fn tcp_spawns_each_degree_and_collects_its_row() {
+    let out_dir = scratch("tcp");
+    let out = bin()
+        .args(TINY)
+        .args([
+            "--backend",
+            "tcp",
+            "--tp",
+            "1,2",
+            "--decode",
+            "--batch",
+            "2",
+            "--out",
+        ])
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        stdout,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let csv = std::fs::read_to_string(out_dir.join("layers.csv")).unwrap();
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines.len(), 3, "{csv}");
+    assert!(
+        lines[2].contains(",tcp,") && lines[2].contains(",true,"),
+        "{}",
+        lines[2]
+    );
+    let runs = std::fs::read_to_string(out_dir.join("run.json")).unwrap();
+    assert_eq!(
+        runs.matches("\"run_id\"").count(),
+        1,
+        "one run recorded by the launcher: {runs}"
+    );
+    let _ = std::fs::remove_dir_all(&out_dir);
+}

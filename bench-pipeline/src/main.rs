@@ -1,6 +1,33 @@
-//! `bench-pipeline`: not built yet.
+//! `bench-pipeline`: real pipeline schedules on real stages, every action on
+//! a timeline, and the bubble measured end to end beside the simulator's
+//! prediction from the measured per-action costs and the closed form.
+//!
+//! Every schedule is generated (or loaded) and validated before any rank
+//! starts: an invalid or deadlocking schedule prints its rank x step grid
+//! with the offending actions in brackets and exits with code 2.
+
+mod cli;
+mod launch;
+mod output;
+
+use anyhow::Result;
+use clap::Parser;
 
 fn main() {
-    eprintln!("bench-pipeline: not built yet");
-    std::process::exit(2);
+    let args = cli::Args::parse();
+    let plan = match cli::plan(&args) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("bench-pipeline: {e}");
+            std::process::exit(2);
+        }
+    };
+    if let Err(e) = run(&args, plan) {
+        eprintln!("bench-pipeline: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(args: &cli::Args, plan: cli::Plan) -> Result<()> {
+    launch::run(args, &plan)
 }

@@ -68,6 +68,32 @@ fn memcpy_gbs(threads: usize) -> f64 {
     n as f64 / secs.iter().cloned().fold(0.0, f64::max) / 1e9
 }
 
+/// Microseconds per round trip of a flag bounced between two spinning
+/// threads: the floor under any 2-rank latency on this machine right now.
+fn ping_pong_us() -> f64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let flag = AtomicU64::new(0);
+    let rounds = 100_000u64;
+    let t = Instant::now();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for i in 0..rounds {
+                while flag.load(Ordering::Acquire) != 2 * i + 1 {
+                    std::hint::spin_loop();
+                }
+                flag.store(2 * i + 2, Ordering::Release);
+            }
+        });
+        for i in 0..rounds {
+            flag.store(2 * i + 1, Ordering::Release);
+            while flag.load(Ordering::Acquire) != 2 * i + 2 {
+                std::hint::spin_loop();
+            }
+        }
+    });
+    t.elapsed().as_secs_f64() * 1e6 / rounds as f64
+}
+
 fn main() {
     let mut args = std::env::args().skip(1);
     let world: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(2);
@@ -76,6 +102,10 @@ fn main() {
         .and_then(|a| a.parse().ok())
         .unwrap_or(Algo::Auto);
     let p = world as f64;
+    println!(
+        "spinning flag ping-pong: {:.2} us per round trip",
+        ping_pong_us()
+    );
     println!(
         "memcpy 32 MiB: 1 thread {:.2} GB/s, {world} threads {:.2} GB/s each",
         memcpy_gbs(1),

@@ -4,10 +4,13 @@
 //! then all-gather exchange), reported as nccl-tests' busbw.
 //!
 //! `cargo run --release -p parbench --example tcp_pingpong` (spawns 2 ranks).
-//! Not a benchmark suite: `bench-collectives` is; this checks the transport alone.
+//! Not a benchmark suite: `bench-collectives` is; this is a quick check of
+//! the transport, and of `all_reduce` over it through `HostComm`.
 
 use parbench::comm::tcp;
-use parbench::comm::{DType, RecvInto, ReduceOp, Transport};
+use parbench::comm::{
+    Algo, Collective, Communicator, DType, HostComm, Io, RecvInto, ReduceOp, Transport,
+};
 use parbench::launch::{self, Role};
 use std::time::{Duration, Instant};
 
@@ -25,6 +28,19 @@ fn main() {
         eprintln!("rank {}: {e}", info.rank);
         std::process::exit(1);
     }
+}
+
+/// CPU time (user + system) this process has used: on a loaded host the
+/// wall-clock figures include waiting for a core, this does not.
+fn cpu_time() -> Duration {
+    // SAFETY: getrusage fills the zeroed struct it is given.
+    let ru = unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut ru);
+        ru
+    };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
 fn run(info: &launch::RankInfo) -> Result<(), parbench::comm::CommError> {
@@ -139,6 +155,32 @@ fn run(info: &launch::RankInfo) -> Result<(), parbench::comm::CommError> {
                 size as f64 / s / 1e9,
                 s * 1e3
             ));
+        }
+    }
+    drop((data, got, buf));
+
+    // The real thing: all_reduce through HostComm (Algo::Auto), in place.
+    let mut comm = HostComm::new(t, Algo::Auto, timeout);
+    for (bytes, iters) in [(8usize, 20_000usize), (64 << 20, 10)] {
+        let count = bytes / 4;
+        let mut b = comm.alloc(bytes)?;
+        for round in 0..2 {
+            let (t0, c0) = (Instant::now(), cpu_time());
+            for _ in 0..iters {
+                comm.all_reduce(Io::InPlace(&mut b), count, DType::F32, ReduceOp::Sum)?;
+            }
+            if round == 1 {
+                let s = t0.elapsed().as_secs_f64() / iters as f64;
+                let cpu = (cpu_time() - c0).as_secs_f64() / iters as f64;
+                let algo = comm.algo_for(Collective::AllReduce, bytes);
+                say(format!(
+                    "HostComm all_reduce {bytes} B f32 sum ({algo}): {:.2} us, busbw {:.3} GB/s; rank 0 CPU {:.2} us per call (busbw if CPU-bound: {:.3} GB/s)",
+                    s * 1e6,
+                    bytes as f64 / s / 1e9,
+                    cpu * 1e6,
+                    bytes as f64 / cpu / 1e9
+                ));
+            }
         }
     }
     Ok(())

@@ -72,7 +72,12 @@ fn mpi_backend_passes_the_conformance_suite() {
     let exe = std::env::current_exe().expect("test binary");
     for np in [1, 2, 3, 4] {
         let out = Command::new(&mpirun)
-            .args(["--allow-run-as-root", "--oversubscribe", "-np", &np.to_string()])
+            .args([
+                "--allow-run-as-root",
+                "--oversubscribe",
+                "-np",
+                &np.to_string(),
+            ])
             .args(["-x", ROLE])
             .arg(&exe)
             .args([

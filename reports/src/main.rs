@@ -10,6 +10,7 @@ mod compare;
 mod html;
 mod load;
 mod model_cmd;
+mod plan;
 mod predict;
 mod table;
 mod timeline;
@@ -46,6 +47,8 @@ enum Command {
         #[arg(long, default_value = "parbench report")]
         title: String,
     },
+    /// Plan a training cluster: every data x tensor x pipeline layout, microbatching and schedule, costed with measured figures and ranked by tokens/s.
+    Plan(Box<plan::PlanArgs>),
     /// Compare CURRENT against BASELINE: exit 1 when a figure regressed beyond the threshold and the runs' noise.
     Compare(compare::CompareArgs),
 }
@@ -66,6 +69,7 @@ fn main() -> ExitCode {
             output,
             title,
         } => html::run(&dirs, &output, &title).map(|()| ExitCode::SUCCESS),
+        Command::Plan(args) => plan::run(&args).map(|()| ExitCode::SUCCESS),
         Command::Compare(args) => compare::run(&args),
     };
     match result {

@@ -152,24 +152,30 @@ impl<T: Transport> Communicator for HostComm<T> {
         op: ReduceOp,
     ) -> CommResult<()> {
         let bytes = nbytes(count, 1, dtype)?;
-        let buf = match io {
+        let world = self.world();
+        let plan = self.plan(Collective::AllReduce, bytes);
+        // The ring reads an out-of-place input where it needs it; the other
+        // algorithms work in the output buffer, so they start from a copy.
+        let (src, buf): (Option<&[u8]>, &mut [u8]) = match io {
             Io::InPlace(b) => {
                 need(b, bytes, "all_reduce")?;
-                &mut b.bytes_mut()[..bytes]
+                (None, &mut b.bytes_mut()[..bytes])
             }
             Io::OutOfPlace { send, recv } => {
                 need(send, bytes, "all_reduce send")?;
                 need(recv, bytes, "all_reduce recv")?;
-                let r = &mut recv.bytes_mut()[..bytes];
-                r.copy_from_slice(&send.bytes()[..bytes]);
-                r
+                let (s, r) = (&send.bytes()[..bytes], &mut recv.bytes_mut()[..bytes]);
+                if plan == Plan::Ring && world > 1 {
+                    (Some(s), r)
+                } else {
+                    r.copy_from_slice(s);
+                    (None, r)
+                }
             }
         };
-        let world = self.world();
         if count == 0 || world == 1 {
             return Ok(());
         }
-        let plan = self.plan(Collective::AllReduce, bytes);
         self.call("all_reduce", |t, scratch, deadline| match plan {
             Plan::RecursiveDoubling => algo::rd::all_reduce(t, buf, dtype, op, scratch, deadline),
             Plan::HalvingDoubling => algo::rhd::all_reduce(t, buf, dtype, op, deadline),
@@ -177,7 +183,7 @@ impl<T: Transport> Communicator for HostComm<T> {
                 algo::tree::reduce(t, buf, dtype, op, 0, deadline)?;
                 algo::tree::broadcast(t, buf, 0, deadline)
             }
-            _ => algo::ring::all_reduce(t, buf, dtype, op, deadline),
+            _ => algo::ring::all_reduce(t, src, buf, dtype, op, scratch, deadline),
         })?;
         if op == ReduceOp::Avg {
             finish_avg(buf, dtype, world);
@@ -189,24 +195,28 @@ impl<T: Transport> Communicator for HostComm<T> {
         let (world, rank) = (self.world(), self.rank());
         let block = nbytes(count, 1, dtype)?;
         let total = nbytes(count, world, dtype)?;
-        let buf = match io {
+        let (own, buf): (Option<&[u8]>, &mut [u8]) = match io {
             Io::InPlace(b) => {
                 need(b, total, "all_gather")?;
-                &mut b.bytes_mut()[..total]
+                (None, &mut b.bytes_mut()[..total])
             }
             Io::OutOfPlace { send, recv } => {
                 need(send, block, "all_gather send")?;
                 need(recv, total, "all_gather recv")?;
-                let r = &mut recv.bytes_mut()[..total];
-                r[rank * block..(rank + 1) * block].copy_from_slice(&send.bytes()[..block]);
-                r
+                (Some(&send.bytes()[..block]), &mut recv.bytes_mut()[..total])
             }
         };
-        if count == 0 || world == 1 {
+        if world == 1 {
+            if let Some(own) = own {
+                buf[rank * block..(rank + 1) * block].copy_from_slice(own);
+            }
+            return Ok(());
+        }
+        if count == 0 {
             return Ok(());
         }
         self.call("all_gather", |t, _, deadline| {
-            algo::ring::all_gather(t, buf, count, dtype.size(), deadline)
+            algo::ring::all_gather(t, own, buf, count, dtype.size(), deadline)
         })
     }
 
@@ -241,15 +251,11 @@ impl<T: Transport> Communicator for HostComm<T> {
                 if count == 0 {
                     return Ok(());
                 }
-                // The ring reduces in place, and the caller's send buffer must
-                // stay intact: work on a copy.
-                let out = &mut recv.bytes_mut()[..block];
+                let (send, out) = (&send.bytes()[..total], &mut recv.bytes_mut()[..block]);
                 self.call("reduce_scatter", |t, scratch, deadline| {
-                    let work = scratch.bytes(total);
-                    work.copy_from_slice(&send.bytes()[..total]);
-                    algo::ring::reduce_scatter(t, work, count, dtype, op, deadline)?;
-                    out.copy_from_slice(&work[mine]);
-                    Ok(())
+                    algo::ring::reduce_scatter_out(
+                        t, send, out, count, dtype, op, scratch, deadline,
+                    )
                 })?;
                 if op == ReduceOp::Avg {
                     finish_avg(out, dtype, world);
@@ -331,9 +337,14 @@ impl<T: Transport> Communicator for HostComm<T> {
         if count == 0 || world == 1 {
             return Ok(());
         }
+        let plan = self.plan(Collective::Reduce, bytes);
+        let run = |t: &mut T, acc: &mut [u8], deadline| match plan {
+            Plan::Chain => algo::tree::chain_reduce(t, acc, dtype, op, root, deadline),
+            _ => algo::tree::reduce(t, acc, dtype, op, root, deadline),
+        };
         self.call("reduce", |t, scratch, deadline| match out {
             Some(acc) => {
-                algo::tree::reduce(t, acc, dtype, op, root, deadline)?;
+                run(t, acc, deadline)?;
                 if op == ReduceOp::Avg {
                     finish_avg(acc, dtype, world);
                 }
@@ -342,7 +353,7 @@ impl<T: Transport> Communicator for HostComm<T> {
             None => {
                 let acc = scratch.bytes(bytes);
                 acc.copy_from_slice(input);
-                algo::tree::reduce(t, acc, dtype, op, root, deadline)
+                run(t, acc, deadline)
             }
         })
     }

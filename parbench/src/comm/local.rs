@@ -314,7 +314,7 @@ impl LocalTransport {
         mut ready: impl FnMut() -> bool,
     ) -> CommResult<()> {
         const SPINS: u32 = 100;
-        const YIELDS: u32 = 200;
+        const YIELDS: u32 = 50;
         let mut i: u32 = 0;
         let mut started: Option<Instant> = None;
         loop {
@@ -487,6 +487,14 @@ impl LocalTransport {
         }
     }
 
+    /// Marks the world failed after an error in a transfer with `peer`
+    /// (a no-op if a timeout or another rank already did), so that no rank
+    /// goes on matching messages after a broken step.
+    fn fail(&self, peer: usize, e: CommError) -> CommError {
+        self.shared.abort(peer, &format!("rank {}: {e}", self.rank));
+        e
+    }
+
     fn deliver(&self, peer: usize, src: &[u8], into: RecvInto<'_>) -> CommResult<()> {
         if src.len() != into.len() {
             return Err(CommError::Protocol {
@@ -539,6 +547,7 @@ impl Transport for LocalTransport {
         self.check_peer(peer)?;
         self.check_abort("recv")?;
         self.take(peer, into, "recv", deadline)
+            .map_err(|e| self.fail(peer, e))
     }
 
     fn exchange(
@@ -555,8 +564,9 @@ impl Transport for LocalTransport {
         self.post(to, data);
         if let Err(e) = self.take(from, into, "exchange", deadline) {
             self.retract();
-            return Err(e);
+            return Err(self.fail(from, e));
         }
         self.complete_post(to, "exchange", deadline)
+            .map_err(|e| self.fail(to, e))
     }
 }

@@ -9,7 +9,9 @@
 //! use parbench::launch::{self, Role};
 //! let nprocs: Option<usize> = None; // from the binary's `--nprocs` flag
 //! match launch::join_or_spawn(nprocs)? {
-//!     // This process launched N ranks of itself and waited for them.
+//!     // This process launched N ranks of itself and they all succeeded.
+//!     // (A failed rank is `Err(LaunchError::RankFailed)`: print it and
+//!     // exit with `err.exit_code()`, the failed rank's own code.)
 //!     Role::Launcher(status) => std::process::exit(launch::exit_code(status)),
 //!     // This process is one rank of a job (spawned, torchrun, mpirun, srun).
 //!     Role::Rank(info) => { /* tcp::connect(&info, timeout) ... */ }
@@ -79,6 +81,22 @@ pub enum LaunchError {
         addr: String,
         after: Duration,
     },
+}
+
+impl LaunchError {
+    /// The exit code a binary ends with on this error: a failed rank's own
+    /// code (see [`exit_code`]), 2 for bad launch variables or requests
+    /// (bad input), 1 otherwise.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            LaunchError::RankFailed { status, .. } => exit_code(*status),
+            LaunchError::HalfSet { .. }
+            | LaunchError::BadVar { .. }
+            | LaunchError::RankOutOfRange { .. }
+            | LaunchError::Invalid(_) => 2,
+            _ => 1,
+        }
+    }
 }
 
 impl From<LaunchError> for crate::comm::CommError {

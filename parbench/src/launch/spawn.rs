@@ -66,7 +66,9 @@ impl LocalJob {
     }
 
     /// Starts the ranks without waiting; the caller owns (and must reap) them.
-    /// Rank `i` is `children[i]`.
+    /// Rank `i` is `children[i]`. The children die when the calling *thread*
+    /// ends (that is how `PR_SET_PDEATHSIG` works): call this from a thread
+    /// that outlives them, as [`LocalJob::run`] does by waiting in it.
     pub fn start(&self) -> Result<Vec<Child>, LaunchError> {
         if self.ranks == 0 || self.ranks > 4096 {
             return Err(LaunchError::Invalid(format!(
@@ -249,10 +251,11 @@ mod tests {
             matches!(err, LaunchError::RankFailed { rank: 1, .. }),
             "{err}"
         );
-        if let LaunchError::RankFailed { status, .. } = err {
+        if let LaunchError::RankFailed { status, .. } = &err {
             assert_eq!(status.code(), Some(7));
         }
         assert!(t.elapsed() < Duration::from_secs(30));
+        assert_eq!(err.exit_code(), 7);
         let zero = LocalJob::new(0, "/bin/true", Vec::<String>::new())
             .run()
             .unwrap_err();

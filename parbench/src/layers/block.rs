@@ -720,7 +720,6 @@ fn attention_backward<C: Compute>(
 
 #[cfg(test)]
 mod tests {
-    use super::super::fake_comm;
     use super::super::BlockShape;
     use super::*;
     use crate::compute::cpu::CpuCompute;
@@ -769,7 +768,7 @@ mod tests {
     /// The analytic gradients of loss = sum(dy * y) against central differences.
     #[test]
     fn backward_matches_finite_differences() {
-        fake_comm::run(1, |comm| {
+        super::super::on_local_ranks(1, |comm| {
             let dev = CpuCompute::new(DType::F32, 1).unwrap();
             let c = cfg(Mode::Train, false, 4);
             let mut blk = TpBlock::new(&dev, &c, 1, 0, 3).unwrap();
@@ -777,11 +776,12 @@ mod tests {
             blk.forward(&dev, comm, &mut clock).unwrap();
             blk.backward(&dev, comm, &mut clock).unwrap();
             let dy = host(&dev, &blk.gacts.as_ref().unwrap().dy);
-            let loss = |blk: &mut TpBlock<CpuCompute>, comm: &mut fake_comm::FakeComm| -> f64 {
-                blk.forward(&dev, comm, &mut PhaseClock::new()).unwrap();
-                let y = host(&dev, &blk.acts.y);
-                y.iter().zip(&dy).map(|(a, b)| *a as f64 * *b as f64).sum()
-            };
+            let loss =
+                |blk: &mut TpBlock<CpuCompute>, comm: &mut crate::comm::local::LocalComm| -> f64 {
+                    blk.forward(&dev, comm, &mut PhaseClock::new()).unwrap();
+                    let y = host(&dev, &blk.acts.y);
+                    y.iter().zip(&dy).map(|(a, b)| *a as f64 * *b as f64).sum()
+                };
             let h = 1e-2f32;
             // Parameters 0..8, then the input (8).
             for which in 0..9 {
@@ -828,7 +828,7 @@ mod tests {
     /// output for token s.
     #[test]
     fn decode_with_a_cache_equals_the_last_row_of_prefill() {
-        fake_comm::run(1, |comm| {
+        super::super::on_local_ranks(1, |comm| {
             let dev = CpuCompute::new(DType::F32, 1).unwrap();
             let s = 5;
             let mut pre = TpBlock::new(&dev, &cfg(Mode::Forward, false, s + 1), 1, 0, 4).unwrap();

@@ -302,6 +302,23 @@ mod tests {
 }
 
 #[cfg(test)]
-mod fake_comm;
-#[cfg(test)]
 mod sharding_tests;
+
+/// Runs `f` on `world` ranks of the local backend and returns each rank's
+/// result; a failing rank fails the test with its error.
+#[cfg(test)]
+pub(crate) fn on_local_ranks<R: Send>(
+    world: usize,
+    f: impl Fn(&mut crate::comm::local::LocalComm) -> R + Sync,
+) -> Vec<R> {
+    crate::comm::local::run(
+        world,
+        crate::comm::Algo::Auto,
+        std::time::Duration::from_secs(30),
+        |c| Ok(f(c)),
+    )
+    .into_iter()
+    .enumerate()
+    .map(|(rank, r)| r.unwrap_or_else(|e| panic!("rank {rank}: {e}")))
+    .collect()
+}

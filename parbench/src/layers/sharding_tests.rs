@@ -15,7 +15,7 @@ fn shape(heads: usize) -> BlockShape {
 }
 
 fn check(cfg: BlockConfig, tp: usize, dtype: DType, seed: u64, check_seed: u64) -> CheckReport {
-    let reports = fake_comm::run(tp, |comm| {
+    let reports = super::on_local_ranks(tp, |comm| {
         let dev = CpuCompute::new(dtype, 1).unwrap();
         let mut block = TpBlock::new(&dev, &cfg, tp, comm.rank(), seed).unwrap();
         let mut clock = PhaseClock::new();
@@ -252,7 +252,7 @@ fn the_block_calls_the_collectives_the_model_counts() {
                 seq_parallel: sp,
             };
             let traffic = cfg.tp_traffic(tp, DType::F32);
-            let calls = fake_comm::run(tp, |comm| {
+            let calls = super::on_local_ranks(tp, |comm| {
                 let dev = CpuCompute::new(DType::F32, 1).unwrap();
                 let mut block = TpBlock::new(&dev, &cfg, tp, comm.rank(), 1).unwrap();
                 let mut counting = Counting {

@@ -31,6 +31,7 @@ fn a_timed_loop_gives_the_same_stats_on_every_rank_and_sees_a_late_rank() {
             warmup: 2,
             iters: 12,
             delay: (c.rank() == 1).then_some(delay),
+            graph: None,
         };
         let times = time_loop(c, &spec, |c| {
             c.all_reduce(

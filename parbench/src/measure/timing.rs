@@ -1,6 +1,6 @@
 //! The timed loop of one operation on one rank.
 
-use crate::comm::{CommResult, Communicator};
+use crate::comm::{CommError, CommResult, Communicator, StreamClock};
 use std::time::{Duration, Instant};
 
 /// How a timed loop runs.
@@ -13,6 +13,9 @@ pub struct LoopSpec {
     /// Injected delay before each timed iteration on this rank (`--straggler`),
     /// to show how one slow rank paces the others.
     pub delay: Option<Duration>,
+    /// Calls captured per graph and replayed (`--graph N`; device backends
+    /// only): the time per call without the host's launch cost.
+    pub graph: Option<usize>,
 }
 
 /// One rank's timings of one loop.
@@ -47,9 +50,12 @@ impl RankTimes {
 /// The reported time is one clock pair around the whole loop, as nccl-tests
 /// does; the per-iteration times come from one extra clock read per
 /// iteration (a few tens of nanoseconds), so the loop costs about what a bare
-/// loop of the same calls costs. On device backends the per-iteration times
-/// are launch times unless `op` synchronises; the loop time always includes
-/// the final synchronisation.
+/// loop of the same calls costs. Device backends (those with a
+/// [`Communicator::stream_clock`]) are timed on the device instead: CUDA
+/// events before the loop and after each call, so per-iteration times are
+/// device times, and the total is their sum (the loop still ends with
+/// [`Communicator::sync`]). With `spec.graph = Some(N)` the calls are
+/// captured N at a time as a graph and its replays are timed (see `time_graph`).
 pub fn time_loop<C, F>(comm: &mut C, spec: &LoopSpec, mut op: F) -> CommResult<RankTimes>
 where
     C: Communicator,
@@ -60,6 +66,13 @@ where
     }
     comm.sync()?;
     comm.barrier()?;
+    // Device backends: device time from events on the stream, or graphs.
+    if let Some(n) = spec.graph {
+        return time_graph(comm, spec, n, &mut op);
+    }
+    if let Some(mut clock) = comm.stream_clock(spec.iters + 1)? {
+        return time_on_stream(comm, spec, clock.as_mut(), &mut op);
+    }
 
     let mut iter_ns = Vec::with_capacity(spec.iters);
     let mut in_call_ns = Vec::with_capacity(spec.iters);
@@ -86,6 +99,84 @@ where
         iter_ns,
         in_call_ns,
     })
+}
+
+/// The device path of [`time_loop`]: CUDA events on the stream (one before
+/// the loop, one after each call) give device times per iteration, not
+/// launch times. The loop ends with [`Communicator::sync`] (its deadline).
+fn time_on_stream<C, F>(
+    comm: &mut C,
+    spec: &LoopSpec,
+    clock: &mut dyn StreamClock,
+    op: &mut F,
+) -> CommResult<RankTimes>
+where
+    C: Communicator,
+    F: FnMut(&mut C) -> CommResult<()>,
+{
+    clock.mark()?;
+    for _ in 0..spec.iters {
+        if let Some(d) = spec.delay {
+            std::thread::sleep(d);
+        }
+        op(comm)?;
+        clock.mark()?;
+    }
+    comm.sync()?;
+    Ok(from_intervals(&clock.intervals()?, 1))
+}
+
+/// `--graph N`: the calls captured N at a time as one graph, replayed until
+/// `spec.iters` calls ran (at least once); each replay is timed by events and
+/// counts as one iteration of its per-call time (replay time / N).
+fn time_graph<C, F>(
+    comm: &mut C,
+    spec: &LoopSpec,
+    launches: usize,
+    op: &mut F,
+) -> CommResult<RankTimes>
+where
+    C: Communicator,
+    F: FnMut(&mut C) -> CommResult<()>,
+{
+    let launches = launches.max(1);
+    let replays = spec.iters.div_ceil(launches).max(1);
+    let mut graph = comm.capture(launches, op)?;
+    let Some(mut clock) = comm.stream_clock(replays + 1)? else {
+        return Err(CommError::Unsupported(format!(
+            "backend {} has no device clock to time graphs with",
+            comm.backend()
+        )));
+    };
+    // One untimed replay: the graph's first launch sets up its resources.
+    graph.replay()?;
+    comm.sync()?;
+    comm.barrier()?;
+    clock.mark()?;
+    for _ in 0..replays {
+        if let Some(d) = spec.delay {
+            std::thread::sleep(d);
+        }
+        graph.replay()?;
+        clock.mark()?;
+    }
+    comm.sync()?;
+    Ok(from_intervals(&clock.intervals()?, launches))
+}
+
+/// Times from device intervals (seconds), each covering `calls` calls.
+fn from_intervals(intervals: &[f64], calls: usize) -> RankTimes {
+    let per_call: Vec<u64> = intervals
+        .iter()
+        .map(|s| (s.max(0.0) * 1e9 / calls as f64).round() as u64)
+        .collect();
+    RankTimes {
+        total: Duration::from_nanos(per_call.iter().sum()),
+        // On the device a call that waits for a late peer lasts longer, so
+        // the device time also serves as the time spent in the call.
+        in_call_ns: per_call.clone(),
+        iter_ns: per_call,
+    }
 }
 
 fn nanos(d: Duration) -> u64 {

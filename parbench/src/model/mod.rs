@@ -14,6 +14,7 @@
 //! - [`presets`]: named transformer shapes.
 //! - [`footprint`]: FLOPs and memory of a step (for the planner).
 //! - [`sim`]: the schedule simulator (makespan, idle time, bubble of any schedule).
+//! - [`plan`]: the capacity planner, which composes all of the above.
 //!
 //! ```
 //! use parbench::comm::Collective;
@@ -40,6 +41,7 @@ pub mod bubble;
 pub mod busbw;
 pub mod fit;
 pub mod footprint;
+pub mod plan;
 pub mod presets;
 pub mod sim;
 pub mod tensor_parallel;

@@ -265,7 +265,11 @@ where
                     })?)
                 } else {
                     let alloc = || compute.alloc(count).map_err(PipelineError::from);
-                    Some(mailbox.take(comm, m, peer, alloc, count, dtype)?)
+                    let buf = mailbox.take(comm, m, peer, alloc, count, dtype)?;
+                    // Device backends receive asynchronously: the wait
+                    // belongs to the receive, not to the work after it.
+                    comm.sync()?;
+                    Some(buf)
                 }
             }
         };
@@ -291,22 +295,29 @@ where
                 out
             }
         };
-        // Activations held: a forward adds a microbatch, B or W releases it.
+        let work_end = Instant::now();
+        // Activations held: the stashes alive when computing; under sleep
+        // work (no stashes), what the actions would hold: a forward adds a
+        // microbatch, B or W releases it.
         match a.kind {
             ActionKind::F => held += 1,
             ActionKind::B | ActionKind::W => held = held.saturating_sub(1),
             ActionKind::I => {}
         }
-        out.peak_activations = out.peak_activations.max(held);
+        let live = match cfg.work {
+            Work::Compute => stashes.len(),
+            Work::Sleep(_) => held,
+        };
+        out.peak_activations = out.peak_activations.max(live);
         let bytes: usize = stashes.values().map(Stash::bytes).sum();
         out.peak_activation_bytes = out.peak_activation_bytes.max(bytes);
-        let work_end = Instant::now();
         if let (Some((m, to_stage)), Some(buf)) = (s.output_of(a), output) {
             let peer = s.rank_of(to_stage).unwrap_or(rank);
             if peer == rank {
                 local.insert(m, buf);
             } else {
                 comm.send(&buf, count, dtype, peer)?;
+                comm.sync()?;
             }
         }
         let end = Instant::now();
@@ -607,6 +618,121 @@ mod tests {
         }];
         assert_eq!(decode_steps(&encode_steps(&steps), 1).unwrap(), steps);
         assert!(decode_steps(&[1.0, 2.0], 1).is_err());
+    }
+
+    use crate::comm::{local, Algo};
+    use crate::compute::cpu::CpuCompute;
+    use crate::pipeline::{MlpShape, PipelineConfig, Work};
+    use crate::schedule::{generate, parse_csv, peak_in_flight, ScheduleKind};
+
+    fn config(s: Schedule, work: Work) -> PipelineConfig {
+        PipelineConfig {
+            stage_layers: vec![2; s.num_stages],
+            shape: MlpShape {
+                hidden: 16,
+                rows: 4,
+            },
+            work,
+            straggler: None,
+            seed: 3,
+            warmup: 1,
+            steps: 2,
+            schedule: s,
+        }
+    }
+
+    /// Runs `cfg` on local ranks; `seed_of(rank)` may give a rank other weights.
+    fn run_local(cfg: &PipelineConfig, seed_of: impl Fn(usize) -> u64 + Sync) -> RunRecord {
+        let out = local::run(
+            cfg.schedule.ranks(),
+            Algo::Auto,
+            Duration::from_secs(30),
+            |comm| {
+                let c = CpuCompute::new(DType::F32, 1)
+                    .map_err(|e| crate::comm::CommError::Device(e.to_string()))?;
+                let mut mine = cfg.clone();
+                mine.seed = seed_of(comm.rank());
+                run_rank(comm, &c, &mine).map_err(|e| e.into_comm(comm.rank()))
+            },
+        );
+        let mut it = out.into_iter();
+        let first = it.next().unwrap().unwrap().unwrap();
+        for other in it {
+            assert!(other.unwrap().is_none());
+        }
+        first
+    }
+
+    #[test]
+    fn every_schedule_on_four_oversubscribed_ranks_matches_one_rank() {
+        for kind in ScheduleKind::ALL {
+            let v = if kind == ScheduleKind::Interleaved {
+                2
+            } else {
+                1
+            };
+            let s = generate(kind, 4, 8, v).unwrap();
+            let expected = peak_in_flight(&s);
+            let rec = run_local(&config(s, Work::Compute), |_| 3);
+            let err = rec.grad_max_err.unwrap();
+            assert!(err < 1e-5, "{kind}: gradient error {err}");
+            assert_eq!(rec.steps.len(), 2);
+            for step in &rec.steps {
+                let peaks: Vec<usize> = step.iter().map(|r| r.peak_activations).collect();
+                assert_eq!(peaks, expected, "{kind}");
+                assert!(step[0].peak_activation_bytes > 0);
+            }
+        }
+    }
+
+    #[test]
+    fn the_gradient_check_catches_a_stage_with_other_weights() {
+        let s = generate(ScheduleKind::OneFOneB, 2, 2, 1).unwrap();
+        let rec = run_local(&config(s, Work::Compute), |r| if r == 1 { 4 } else { 3 });
+        assert!(rec.grad_max_err.unwrap() > 1e-2, "{:?}", rec.grad_max_err);
+    }
+
+    #[test]
+    fn messages_consumed_out_of_link_order_reach_their_action() {
+        // Rank 1 runs its backwards in reverse: rank 0 receives the gradient
+        // of microbatch 1 before the one it needs first.
+        let s = parse_csv("0F0,0F1,0B0,0B1\n1F0,1F1,1B1,1B0\n", "mem", "reversed").unwrap();
+        crate::schedule::validate(&s).unwrap();
+        let rec = run_local(&config(s, Work::Compute), |_| 3);
+        assert!(rec.grad_max_err.unwrap() < 1e-5);
+    }
+
+    #[test]
+    fn unbalanced_stages_and_a_straggler_change_timing_not_gradients() {
+        let s = generate(ScheduleKind::ZbH1, 3, 4, 1).unwrap();
+        let mut cfg = config(s, Work::Compute);
+        cfg.stage_layers = vec![1, 3, 2];
+        cfg.straggler = Some((1, Duration::from_micros(200)));
+        let rec = run_local(&cfg, |_| 3);
+        assert!(rec.grad_max_err.unwrap() < 1e-5);
+    }
+
+    #[test]
+    fn sleep_work_times_every_action_in_order() {
+        let s = generate(ScheduleKind::GPipe, 3, 3, 1).unwrap();
+        let rec = run_local(
+            &config(s.clone(), Work::Sleep(Duration::from_micros(100))),
+            |_| 3,
+        );
+        assert_eq!(rec.grad_max_err, None);
+        for step in &rec.steps {
+            for (r, rs) in step.iter().enumerate() {
+                let want: Vec<Action> = s.compute_actions(r);
+                let got: Vec<Action> = rs.actions.iter().map(|a| a.action).collect();
+                assert_eq!(got, want);
+                let mut last = 0.0;
+                for a in &rs.actions {
+                    assert!(last <= a.wait_us && a.wait_us <= a.start_us);
+                    assert!(a.start_us <= a.work_end_us && a.work_end_us <= a.end_us);
+                    last = a.end_us;
+                }
+            }
+        }
     }
 
     #[test]

@@ -7,6 +7,7 @@ pub mod escape;
 mod layers;
 mod page;
 mod pipeline;
+mod plan;
 mod runs;
 mod summary;
 
@@ -16,12 +17,13 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// The sections, in page order: (id, navigation name).
-pub const SECTIONS: [(&str, &str); 6] = [
+pub const SECTIONS: [(&str, &str); 7] = [
     ("summary", "Summary"),
     ("collectives", "Collectives"),
     ("layers", "Layers"),
     ("pipeline", "Pipeline"),
     ("capacity", "Capacity planning"),
+    ("plan", "Planning"),
     ("runs", "Runs"),
 ];
 
@@ -54,6 +56,7 @@ pub fn render(sources: &[Source], title: &str) -> String {
     html.push_str(&layers::section(sources));
     html.push_str(&pipeline::section(sources));
     html.push_str(&capacity::section(sources));
+    html.push_str(&plan::section(sources));
     html.push_str(&runs::section(sources));
     html.push_str(page::tail());
     html
@@ -86,6 +89,7 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 /// Runs `report html`.
 pub fn run(dirs: &[PathBuf], output: &Path, title: &str) -> Result<()> {
     let sources = load_sources(dirs, true)?;
+    plan::check(&sources)?;
     let html = render(&sources, title);
     write_atomic(output, html.as_bytes())?;
     eprintln!(

@@ -155,8 +155,8 @@ pub const AUTO_RD_MAX_BYTES: usize = 16 * 1024;
 /// that stop fitting in cache above this).
 pub const AUTO_RHD_MAX_BYTES: usize = 1024 * 1024;
 
-/// Smallest broadcast that `auto` pipelines along a chain (with three or
-/// more ranks); below it the binomial tree's ceil(lg p) steps win.
+/// Smallest broadcast or reduce that `auto` pipelines along a chain (with
+/// three or more ranks); below it the binomial tree's ceil(lg p) steps win.
 pub const AUTO_CHAIN_MIN_BYTES: usize = 256 * 1024;
 
 /// The concrete algorithm a collective runs.
@@ -170,7 +170,7 @@ pub enum Plan {
     RecursiveDoubling,
     /// [`rhd`]: recursive halving-doubling (Rabenseifner).
     HalvingDoubling,
-    /// [`tree::chain_broadcast`]: pipelined chain.
+    /// [`tree::chain_broadcast`], [`tree::chain_reduce`]: pipelined chain.
     Chain,
     /// [`alltoall`]: pairwise exchange.
     Pairwise,
@@ -219,7 +219,11 @@ impl Plan {
                 Algo::Auto if world > 2 && bytes >= AUTO_CHAIN_MIN_BYTES => Plan::Chain,
                 _ => Plan::Tree,
             },
-            Collective::Reduce => Plan::Tree,
+            Collective::Reduce => match algo {
+                Algo::Ring => Plan::Chain,
+                Algo::Auto if world > 2 && bytes >= AUTO_CHAIN_MIN_BYTES => Plan::Chain,
+                _ => Plan::Tree,
+            },
             Collective::AllToAll => Plan::Pairwise,
             Collective::SendRecv => Plan::PointToPoint,
         }

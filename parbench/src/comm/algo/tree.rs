@@ -12,6 +12,9 @@
 //!   chunks that flow down the chain 0 -> 1 -> ... -> p-1 (relative ranks),
 //!   each rank forwarding chunk i - 1 while receiving chunk i: c + p - 2
 //!   steps of CHUNK_BYTES.
+//! - Chain reduce: the mirror image, partial results flowing from relative
+//!   rank p-1 down to the root: c + p - 2 steps of CHUNK_BYTES, each with
+//!   a reduction.
 
 use super::{pull, push, split_two, CHUNK_BYTES};
 use crate::comm::{CommResult, DType, RecvInto, ReduceOp, Transport};
@@ -126,6 +129,74 @@ pub fn chain_broadcast<T: Transport + ?Sized>(
         }
         if recvs && v == 1 {
             t.send(prev, &[], deadline)?;
+        }
+    }
+    Ok(())
+}
+
+/// Pipelined chain reduce of every rank's `buf` into `root`'s, in chunks of
+/// [`CHUNK_BYTES`]: the mirror image of [`chain_broadcast`]. Partial sums
+/// flow from relative rank p-1 down to the root; each rank reduces chunk i
+/// from its successor into its own while passing its finished chunk i - 1
+/// on (c + p - 2 steps of CHUNK_BYTES, each with a reduction). The
+/// next-to-last rank acknowledges each chunk to the last, which has nothing
+/// to receive, so that every hand-over is a rendezvous. Every rank's `buf`
+/// is its accumulator (the caller gives non-roots a copy).
+pub fn chain_reduce<T: Transport + ?Sized>(
+    t: &mut T,
+    buf: &mut [u8],
+    dtype: DType,
+    op: ReduceOp,
+    root: usize,
+    deadline: Instant,
+) -> CommResult<()> {
+    let (p, r) = (t.world(), t.rank());
+    if p < 2 || buf.is_empty() {
+        return Ok(());
+    }
+    let v = (r + p - root) % p;
+    // Toward the root, and away from it.
+    let down = (r + p - 1) % p;
+    let up = (r + 1) % p;
+    let n = buf.len();
+    let chunks = n.div_ceil(CHUNK_BYTES);
+    let chunk = |i: usize| i * CHUNK_BYTES..((i + 1) * CHUNK_BYTES).min(n);
+    if v == p - 1 {
+        for i in 0..chunks {
+            t.exchange(
+                down,
+                &buf[chunk(i)],
+                down,
+                RecvInto::Copy(&mut []),
+                deadline,
+            )?;
+        }
+        return Ok(());
+    }
+    let sends = v > 0;
+    for i in 0..=chunks {
+        let send_now = sends && i >= 1;
+        let recv_now = i < chunks;
+        match (send_now, recv_now) {
+            (true, true) => {
+                let (data, acc) = split_two(buf, chunk(i - 1), chunk(i))?;
+                t.exchange(
+                    down,
+                    data,
+                    up,
+                    RecvInto::Reduce { acc, dtype, op },
+                    deadline,
+                )?;
+            }
+            (false, true) => {
+                let acc = &mut buf[chunk(i)];
+                t.recv(up, RecvInto::Reduce { acc, dtype, op }, deadline)?
+            }
+            (true, false) => t.send(down, &buf[chunk(i - 1)], deadline)?,
+            (false, false) => {}
+        }
+        if recv_now && v == p - 2 {
+            t.send(up, &[], deadline)?;
         }
     }
     Ok(())

@@ -98,7 +98,10 @@ pub(super) fn build(
 /// loopback when `MASTER_ADDR` is loopback; else the local address of the
 /// route to `MASTER_ADDR` (the interface the other hosts can reach).
 fn data_ip(info: &RankInfo) -> CommResult<IpAddr> {
-    if let Ok(v) = std::env::var("PARBENCH_IFADDR") {
+    if let Some(v) = std::env::var("PARBENCH_IFADDR")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+    {
         return IpAddr::from_str(v.trim())
             .map_err(|_| CommError::Setup(format!("PARBENCH_IFADDR={v:?} is not an IP address")));
     }

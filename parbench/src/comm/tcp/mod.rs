@@ -22,8 +22,11 @@
 //!   once; a silent one is [`CommError::Timeout`] naming it at the deadline.
 //!   The rank that sees the fault tells every other peer with an abort
 //!   frame (naming the lost rank), so ranks waiting elsewhere fail at once
-//!   with an error naming the same rank. After a fault the transport
-//!   refuses every further call with the same error.
+//!   with an error naming the same rank. A rank past its deadline first
+//!   sends a hint (whom it waits for) and listens a tenth longer, so that
+//!   in a chain of waits every rank names the one really stuck. After a
+//!   fault the transport refuses every further call with the same error.
+//! - Messages to itself (sendrecv on one rank) go through an in-order queue.
 
 mod mesh;
 mod peer;
@@ -187,19 +190,20 @@ impl TcpTransport {
         } else {
             vec![None]
         };
-        let buf = match std::env::var("PARBENCH_TCP_BUF_BYTES") {
-            Ok(v) => Some(v.trim().parse::<usize>().map_err(|_| {
+        let set = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+        let buf = match set("PARBENCH_TCP_BUF_BYTES") {
+            Some(v) => Some(v.trim().parse::<usize>().map_err(|_| {
                 CommError::Setup(format!("PARBENCH_TCP_BUF_BYTES={v:?} is not a byte count"))
             })?),
-            Err(_) => None,
+            None => None,
         };
-        let spin_us = match std::env::var("PARBENCH_TCP_SPIN_US") {
-            Ok(v) => v.trim().parse::<u64>().map_err(|_| {
+        let spin_us = match set("PARBENCH_TCP_SPIN_US") {
+            Some(v) => v.trim().parse::<u64>().map_err(|_| {
                 CommError::Setup(format!(
                     "PARBENCH_TCP_SPIN_US={v:?} is not a number of microseconds"
                 ))
             })?,
-            Err(_) => 50,
+            None => 50,
         };
         let mut peers = Vec::with_capacity(info.world);
         for s in streams {
@@ -331,17 +335,17 @@ impl TcpTransport {
                     (_, Some(s)) => s.peer,
                     _ => self.rank,
                 };
-                let blame = self.follow_hints(waiting_on);
-                if blame == waiting_on && now < deadline + grace {
-                    // Say whom we wait for, then listen a little longer in
-                    // case that rank is itself waiting for another.
-                    if !suspected {
-                        suspected = true;
-                        self.notify(SUSPECT, waiting_on, send.as_ref());
-                    }
-                } else {
+                // Say whom we wait for, then listen a little longer: that
+                // rank may be waiting for another, and say so (hints from
+                // idle peers are read while we wait, final notices end the
+                // wait at once).
+                if !suspected {
+                    suspected = true;
+                    self.notify(SUSPECT, waiting_on, send.as_ref());
+                }
+                if now >= deadline + grace {
                     let f = Failure {
-                        peer: blame,
+                        peer: self.follow_hints(waiting_on),
                         timeout: true,
                         detail: String::new(),
                     };
@@ -375,17 +379,8 @@ impl TcpTransport {
         }
     }
 
-    /// The end of the chain of hints from `peer`: whom it waits for, whom
-    /// that one waits for, ... (never this rank; a cycle stops the walk).
     fn follow_hints(&self, peer: usize) -> usize {
-        let mut cur = peer;
-        for _ in 0..self.world {
-            match self.hints.get(cur).copied().flatten() {
-                Some(next) if next != self.rank && next != cur => cur = next,
-                _ => break,
-            }
-        }
-        cur
+        follow_hints(&self.hints, self.rank, peer)
     }
 
     /// Writes a control frame naming `named` to every other peer whose
@@ -803,6 +798,19 @@ impl Transport for TcpTransport {
     }
 }
 
+/// The end of the chain of hints from `peer`: whom it waits for, whom that
+/// one waits for, ... never `me`, and a cycle stops the walk.
+fn follow_hints(hints: &[Option<usize>], me: usize, peer: usize) -> usize {
+    let mut cur = peer;
+    for _ in 0..hints.len() {
+        match hints.get(cur).copied().flatten() {
+            Some(next) if next != me && next != cur => cur = next,
+            _ => break,
+        }
+    }
+    cur
+}
+
 /// Puts a message into a receive, checking its length as a frame's would be.
 fn deliver(rank: usize, msg: &[u8], into: RecvInto<'_>) -> CommResult<()> {
     if msg.len() != into.len() {
@@ -821,4 +829,29 @@ fn deliver(rank: usize, msg: &[u8], into: RecvInto<'_>) -> CommResult<()> {
         RecvInto::Reduce { acc, dtype, op } => reduce_bytes(acc, msg, dtype, op),
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_frames_round_trip_and_never_look_like_lengths() {
+        for (kind, named) in [(ABORT_LOST, 0), (ABORT_TIMEOUT, 7), (SUSPECT, 65_535)] {
+            let h = u64::from_le_bytes(control(kind, named));
+            assert!(h & CONTROL != 0);
+            assert_eq!(decode(h), (kind, named));
+        }
+    }
+
+    #[test]
+    fn hints_lead_to_the_rank_at_the_end_of_the_chain() {
+        // 3 waits for 2, 2 waits for 1, 1 said nothing.
+        let hints = [None, None, Some(1), Some(2)];
+        assert_eq!(follow_hints(&hints, 0, 3), 1);
+        assert_eq!(follow_hints(&hints, 0, 1), 1);
+        // A chain never ends at the rank asking, and a cycle stops.
+        assert_eq!(follow_hints(&[None, Some(0)], 0, 1), 1);
+        assert_eq!(follow_hints(&[None, Some(2), Some(1)], 0, 1), 2);
+    }
 }

@@ -1,0 +1,307 @@
+//! Flags, and the list of runs they ask for, each validated before anything runs.
+
+use clap::Parser;
+use parbench::pipeline::{MlpShape, PipelineConfig, Work};
+use parbench::schedule::{self, Schedule, ScheduleKind};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Real pipeline schedules on real stages: step time, per-rank busy and
+/// idle time, the measured bubble beside the simulated and the closed form.
+#[derive(Parser, Debug, Clone)]
+#[command(name = "bench-pipeline", version)]
+pub struct Args {
+    /// Backend: local (one thread per stage), tcp (one process per stage) or
+    /// nccl (one GPU per stage; needs --features cuda).
+    #[arg(long, default_value = "local")]
+    pub backend: String,
+    /// Number of stage ranks S.
+    #[arg(long, default_value_t = 4)]
+    pub stages: usize,
+    /// Schedules to run, comma-separated: gpipe, 1f1b, interleaved, zb-h1.
+    #[arg(long, default_value = "gpipe,1f1b,interleaved,zb-h1")]
+    pub schedule: String,
+    /// Microbatches per step, comma-separated (a sweep): 1,2,4,8,16,32.
+    #[arg(long, default_value = "8")]
+    pub microbatches: String,
+    /// Stages per rank v of the interleaved schedule.
+    #[arg(long, default_value_t = 2)]
+    pub chunks: usize,
+    /// MLP layers of every stage.
+    #[arg(long, default_value_t = 2)]
+    pub layers_per_stage: usize,
+    /// MLP layers of each stage, comma-separated (unbalanced stages), e.g. 2,2,4,2.
+    #[arg(long, conflicts_with = "layers_per_stage")]
+    pub stage_layers: Option<String>,
+    /// Width of every layer.
+    #[arg(long, default_value_t = 256)]
+    pub hidden: usize,
+    /// Rows of one microbatch.
+    #[arg(long, default_value_t = 32)]
+    pub microbatch_size: usize,
+    /// Run a hand-written schedule: PyTorch's compute-only CSV (one row per rank).
+    #[arg(long)]
+    pub schedule_csv: Option<PathBuf>,
+    /// Slow one rank down: RANK:MS adds MS milliseconds to each of its actions.
+    #[arg(long)]
+    pub straggler: Option<String>,
+    /// Results folder (pipeline.csv, run.json, timeline-*.json).
+    #[arg(long, default_value = "results")]
+    pub out: PathBuf,
+    /// What each action does: compute (real MLP passes) or sleep:US.
+    #[arg(long, default_value = "compute")]
+    pub work: String,
+    /// Timed steps per run.
+    #[arg(long, alias = "iters", default_value_t = 5)]
+    pub steps: usize,
+    /// Untimed steps first.
+    #[arg(long, default_value_t = 2)]
+    pub warmup: usize,
+    /// Seconds any wait may last before it fails naming the peer.
+    #[arg(long, default_value_t = 60)]
+    pub timeout: u64,
+    /// Compute threads of each stage rank (default: the cores divided among the stages).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Pin each stage rank to its own core when there are enough cores.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub pin: bool,
+    /// Draw each run's median step in the terminal (default: only for small runs).
+    #[arg(long)]
+    pub timeline: bool,
+    /// Seed of weights, inputs and targets.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Also write each generated schedule as compute-only CSV into this folder.
+    #[arg(long)]
+    pub dump_schedules: Option<PathBuf>,
+    /// With --backend tcp: spawn this many local ranks of this binary (default: --stages).
+    #[arg(long)]
+    pub nprocs: Option<usize>,
+}
+
+/// One run of the sweep.
+#[derive(Clone, Debug)]
+pub struct RunPlan {
+    /// The generator, or `None` for a CSV schedule.
+    pub kind: Option<ScheduleKind>,
+    pub cfg: PipelineConfig,
+}
+
+/// Every run, in order, and what they share.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub runs: Vec<RunPlan>,
+    pub ranks: usize,
+    pub timeout: Duration,
+    /// Sweep points left out (interleaved needs M a multiple of S), for rank 0 to print.
+    pub skipped: Vec<String>,
+}
+
+fn list<T: std::str::FromStr>(flag: &str, s: &str) -> Result<Vec<T>, String>
+where
+    T::Err: std::fmt::Display,
+{
+    let v: Result<Vec<T>, String> = s
+        .split(',')
+        .map(str::trim)
+        .filter(|x| !x.is_empty())
+        .map(|x| x.parse::<T>().map_err(|e| format!("{flag}: '{x}': {e}")))
+        .collect();
+    let v = v?;
+    if v.is_empty() {
+        return Err(format!("{flag}: empty list"));
+    }
+    Ok(v)
+}
+
+fn straggler(s: &str, ranks: usize) -> Result<(usize, Duration), String> {
+    let (r, ms) = s
+        .split_once(':')
+        .ok_or_else(|| format!("--straggler '{s}': expected RANK:MS"))?;
+    let r: usize = r
+        .trim()
+        .parse()
+        .map_err(|_| format!("--straggler '{s}': bad rank"))?;
+    let ms: f64 = ms
+        .trim()
+        .parse()
+        .map_err(|_| format!("--straggler '{s}': bad milliseconds"))?;
+    if r >= ranks {
+        return Err(format!("--straggler: rank {r} but only {ranks} ranks"));
+    }
+    if !(ms.is_finite() && ms >= 0.0) {
+        return Err(format!("--straggler: '{ms}' is not a time"));
+    }
+    Ok((r, Duration::from_secs_f64(ms / 1000.0)))
+}
+
+fn stage_layers(args: &Args, stages: usize) -> Result<Vec<usize>, String> {
+    match &args.stage_layers {
+        Some(s) => {
+            let v: Vec<usize> = list("--stage-layers", s)?;
+            if v.len() != stages {
+                return Err(format!(
+                    "--stage-layers has {} entries for {stages} stages",
+                    v.len()
+                ));
+            }
+            if v.contains(&0) {
+                return Err("--stage-layers: every stage needs at least one layer".into());
+            }
+            Ok(v)
+        }
+        None if args.layers_per_stage == 0 => Err("--layers-per-stage must be at least 1".into()),
+        None => Ok(vec![args.layers_per_stage; stages]),
+    }
+}
+
+/// Builds and validates every run; an error here is a bad flag, file or
+/// schedule (exit 2). A schedule error carries the marked grid.
+pub fn plan(args: &Args) -> Result<Plan, String> {
+    let work: Work = args.work.parse()?;
+    if args.hidden == 0 || args.microbatch_size == 0 {
+        return Err("--hidden and --microbatch-size must be positive".into());
+    }
+    if args.steps == 0 {
+        return Err("--steps must be at least 1".into());
+    }
+    if !matches!(args.backend.as_str(), "local" | "tcp" | "nccl") {
+        return Err(format!(
+            "--backend '{}': expected local, tcp or nccl",
+            args.backend
+        ));
+    }
+    if args.backend == "nccl" && !cfg!(feature = "cuda") {
+        return Err(
+            "--backend nccl: this build has no CUDA support (rebuild with --features cuda)".into(),
+        );
+    }
+    let shape = MlpShape {
+        hidden: args.hidden,
+        rows: args.microbatch_size,
+    };
+    let mut schedules: Vec<(Option<ScheduleKind>, Schedule)> = Vec::new();
+    let mut skipped = Vec::new();
+    if let Some(path) = &args.schedule_csv {
+        let s = schedule::load_csv(path).map_err(|e| e.to_string())?;
+        schedules.push((None, s));
+    } else {
+        if args.stages == 0 {
+            return Err("--stages must be at least 1".into());
+        }
+        let kinds: Vec<ScheduleKind> = list("--schedule", &args.schedule)?;
+        let ms: Vec<usize> = list("--microbatches", &args.microbatches)?;
+        let sweep = ms.len() * kinds.len();
+        for kind in kinds {
+            for &m in &ms {
+                let v = if kind == ScheduleKind::Interleaved {
+                    args.chunks
+                } else {
+                    1
+                };
+                match schedule::generate(kind, args.stages, m, v) {
+                    Ok(s) => schedules.push((Some(kind), s)),
+                    // In a sweep, interleaved skips the M it cannot run;
+                    // alone, its error is the answer.
+                    Err(e) if kind == ScheduleKind::Interleaved && sweep > 1 => {
+                        skipped.push(e.to_string())
+                    }
+                    Err(e) => return Err(e.to_string()),
+                }
+            }
+        }
+    }
+    if schedules.is_empty() {
+        return Err(format!(
+            "nothing to run: {}",
+            skipped.first().map(String::as_str).unwrap_or("empty sweep")
+        ));
+    }
+    let ranks = schedules.first().map(|(_, s)| s.ranks()).unwrap_or(1);
+    if let Some(n) = args.nprocs {
+        if n != ranks {
+            return Err(format!("--nprocs {n} but the schedule has {ranks} ranks"));
+        }
+        if args.backend != "tcp" {
+            return Err("--nprocs applies to --backend tcp".into());
+        }
+    }
+    let straggler = args
+        .straggler
+        .as_deref()
+        .map(|s| straggler(s, ranks))
+        .transpose()?;
+    let mut runs = Vec::new();
+    for (kind, s) in schedules {
+        schedule::validate(&s).map_err(|e| e.to_string())?;
+        if let Some(dir) = &args.dump_schedules {
+            std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            let file = dir.join(format!(
+                "{}-S{}-M{}-v{}.csv",
+                s.name,
+                s.ranks(),
+                s.microbatches,
+                s.chunks()
+            ));
+            schedule::save_csv(&s, &file).map_err(|e| e.to_string())?;
+        }
+        let layers = stage_layers(args, s.num_stages)?;
+        runs.push(RunPlan {
+            kind,
+            cfg: PipelineConfig {
+                stage_layers: layers,
+                shape,
+                work,
+                straggler,
+                seed: args.seed,
+                warmup: args.warmup,
+                steps: args.steps,
+                schedule: s,
+            },
+        });
+    }
+    Ok(Plan {
+        runs,
+        ranks,
+        timeout: Duration::from_secs(args.timeout.max(1)),
+        skipped,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(extra: &[&str]) -> Args {
+        let mut v = vec!["bench-pipeline"];
+        v.extend(extra);
+        Args::parse_from(v)
+    }
+
+    #[test]
+    fn the_default_sweep_is_every_schedule() {
+        let p = plan(&args(&[])).unwrap();
+        assert_eq!(p.runs.len(), 4);
+        assert_eq!(p.ranks, 4);
+        assert_eq!(p.runs[2].cfg.schedule.num_stages, 8);
+        assert_eq!(p.runs[2].cfg.stage_layers, vec![2; 8]);
+    }
+
+    #[test]
+    fn bad_flags_name_the_problem() {
+        let e = plan(&args(&["--schedule", "pipedream"])).unwrap_err();
+        assert!(e.contains("unknown schedule 'pipedream'"), "{e}");
+        let e = plan(&args(&["--stage-layers", "2,2"])).unwrap_err();
+        assert!(e.contains("2 entries for 4 stages"), "{e}");
+        let e = plan(&args(&["--straggler", "9:5"])).unwrap_err();
+        assert!(e.contains("rank 9"), "{e}");
+        let e = plan(&args(&["--schedule", "interleaved", "--microbatches", "6"])).unwrap_err();
+        assert!(e.contains("multiple of 4"), "{e}");
+        let p = plan(&args(&["--microbatches", "2,4"])).unwrap();
+        assert_eq!(p.runs.len(), 7, "interleaved M=2 is left out of the sweep");
+        assert!(p.skipped[0].contains("multiple of 4"), "{:?}", p.skipped);
+        let e = plan(&args(&["--work", "sleep:x"])).unwrap_err();
+        assert!(e.contains("microseconds"), "{e}");
+    }
+}

@@ -1,0 +1,203 @@
+//! Starting the stage ranks on a backend, and what each rank runs.
+
+use crate::cli::{Args, Plan};
+use crate::output::Recorder;
+use anyhow::{anyhow, bail, Result};
+use parbench::comm::{tcp, Algo, CommError, Communicator, DType};
+use parbench::compute::cpu::CpuCompute;
+use parbench::compute::Compute;
+use parbench::launch::{self, Role};
+use parbench::pipeline::run_rank;
+use std::sync::Mutex;
+
+/// Runs every planned run on the backend `--backend` names.
+pub fn run(args: &Args, plan: &Plan) -> Result<()> {
+    match args.backend.as_str() {
+        "local" => run_local(args, plan),
+        "tcp" => run_tcp(args, plan),
+        "nccl" => run_nccl(args, plan),
+        other => bail!("unknown backend '{other}'"),
+    }
+}
+
+/// Compute threads of each stage rank: `--threads`, or the cores divided
+/// among the stages (one each when stages >= cores), so that a stage never
+/// computes on another's cores.
+fn threads(args: &Args, ranks: usize) -> usize {
+    args.threads
+        .unwrap_or_else(|| CpuCompute::threads_per_rank(ranks))
+        .max(1)
+}
+
+fn compute(threads: usize) -> Result<CpuCompute, CommError> {
+    CpuCompute::new(DType::F32, threads).map_err(|e| CommError::Device(e.to_string()))
+}
+
+/// Pins the calling thread to core `rank` when every rank has a core of its
+/// own and computes on one thread; otherwise the scheduler shares the cores.
+fn pin(rank: usize, ranks: usize, threads: usize, enabled: bool) {
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    if !enabled || threads != 1 || ranks > cores {
+        return;
+    }
+    // SAFETY: cpu_set_t is plain data, zeroed is a valid empty set; CPU_SET
+    // stays inside it for rank < cores <= CPU_SETSIZE; pid 0 is this thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(rank % cores, &mut set);
+        // Failing to pin (a restricted cpuset) only loses isolation.
+        let _ = libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+/// What each rank runs: every planned run in order over one communicator;
+/// rank 0 hands each record to `record`.
+fn rank_main<Cm, C>(
+    comm: &mut Cm,
+    compute: &C,
+    plan: &Plan,
+    mut record: impl FnMut(&crate::cli::RunPlan, &str, &parbench::pipeline::RunRecord) -> Result<()>,
+) -> Result<(), CommError>
+where
+    Cm: Communicator,
+    C: Compute<Buf = Cm::Buffer>,
+{
+    let rank = comm.rank();
+    for run in &plan.runs {
+        let rec = run_rank(comm, compute, &run.cfg).map_err(|e| e.into_comm(rank))?;
+        if let Some(rec) = rec {
+            let wire = comm.wire();
+            record(run, &wire, &rec)
+                .map_err(|e| CommError::Setup(format!("rank {rank}: {e:#}")))?;
+        }
+    }
+    Ok(())
+}
+
+fn run_local(args: &Args, plan: &Plan) -> Result<()> {
+    let threads = threads(args, plan.ranks);
+    let name = compute(threads)?.name();
+    let recorder = Mutex::new(Recorder::new(args, plan, "local", &name));
+    let outcomes = parbench::comm::local::run(plan.ranks, Algo::Auto, plan.timeout, |comm| {
+        pin(comm.rank(), plan.ranks, threads, args.pin);
+        rank_main(comm, &compute(threads)?, plan, |run, wire, rec| {
+            let mut r = recorder
+                .lock()
+                .map_err(|_| anyhow!("the recorder was poisoned by a panic"))?;
+            r.record(run, wire, rec)
+        })
+    });
+    // The first rank at fault explains best; the others report losing it.
+    if let Some(e) = outcomes.into_iter().find_map(Result::err) {
+        bail!("{e}");
+    }
+    recorder
+        .into_inner()
+        .map_err(|_| anyhow!("the recorder was poisoned by a panic"))?
+        .finish()
+}
+
+/// One process per stage: `--nprocs N` (default S) spawns the ranks on this
+/// host; under torchrun, mpirun or srun their variables give the rank.
+fn run_tcp(args: &Args, plan: &Plan) -> Result<()> {
+    let nprocs = args.nprocs.unwrap_or(plan.ranks);
+    let info = match launch::join_or_spawn(Some(nprocs))? {
+        Role::Launcher(status) => std::process::exit(launch::exit_code(status)),
+        Role::Rank(info) => info,
+        Role::Single => bail!("--backend tcp needs --nprocs or launcher variables"),
+    };
+    if info.world != plan.ranks {
+        bail!(
+            "the job has {} ranks but the schedule has {} (set --stages or --nprocs to match)",
+            info.world,
+            plan.ranks
+        );
+    }
+    // Ranks on this host share its cores; without a local rank, assume all do.
+    let threads = threads(args, plan.ranks);
+    pin(
+        info.local_rank.unwrap_or(info.rank),
+        plan.ranks,
+        threads,
+        args.pin,
+    );
+    let mut comm = tcp::comm(&info, Algo::Auto, plan.timeout)?;
+    let mut recorder = info.prints().then(|| {
+        Recorder::new(
+            args,
+            plan,
+            "tcp",
+            &CpuCompute::new(DType::F32, threads)
+                .map(|c| c.name())
+                .unwrap_or_default(),
+        )
+    });
+    rank_main(
+        &mut comm,
+        &compute(threads)?,
+        plan,
+        |run, wire, rec| match recorder.as_mut() {
+            Some(r) => r.record(run, wire, rec),
+            None => Ok(()),
+        },
+    )?;
+    if let Some(r) = recorder {
+        r.finish()?;
+    }
+    Ok(())
+}
+
+/// One thread and one NCCL communicator per GPU of this process (GPUs
+/// 0..S), each stage computing with cuBLASLt on its own GPU in f32.
+#[cfg(feature = "cuda")]
+fn run_nccl(args: &Args, plan: &Plan) -> Result<()> {
+    use parbench::comm::nccl::NcclComm;
+    use parbench::compute::cuda::CudaCompute;
+    let gpus = parbench::gpu::device_count().map_err(|e| anyhow!("--backend nccl: {e}"))?;
+    if plan.ranks > gpus {
+        bail!("--backend nccl: {} stages but {gpus} GPU(s)", plan.ranks);
+    }
+    let ordinals: Vec<usize> = (0..plan.ranks).collect();
+    let comms = NcclComm::init_all(&ordinals, plan.timeout)?;
+    let recorder = Mutex::new(Recorder::new(args, plan, "nccl", "cuda (cuBLASLt, f32)"));
+    let outcomes: Vec<Result<(), CommError>> = std::thread::scope(|s| {
+        let handles: Vec<_> = comms
+            .into_iter()
+            .map(|mut comm| {
+                let recorder = &recorder;
+                s.spawn(move || {
+                    let mut dev = CudaCompute::on(comm.gpu().clone(), DType::F32)
+                        .map_err(|e| CommError::Device(e.to_string()))?;
+                    dev.set_timeout(plan.timeout);
+                    rank_main(&mut comm, &dev, plan, |run, wire, rec| {
+                        let mut r = recorder
+                            .lock()
+                            .map_err(|_| anyhow!("the recorder was poisoned by a panic"))?;
+                        r.record(run, wire, rec)
+                    })
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(CommError::Device("a rank panicked".into())))
+            })
+            .collect()
+    });
+    if let Some(e) = outcomes.into_iter().find_map(Result::err) {
+        bail!("{e}");
+    }
+    recorder
+        .into_inner()
+        .map_err(|_| anyhow!("the recorder was poisoned by a panic"))?
+        .finish()
+}
+
+#[cfg(not(feature = "cuda"))]
+fn run_nccl(_: &Args, _: &Plan) -> Result<()> {
+    bail!("--backend nccl: this build has no CUDA support (rebuild with --features cuda)")
+}

@@ -1,0 +1,231 @@
+//! What rank 0 prints and records after each run.
+
+use crate::cli::{Args, Plan, RunPlan};
+use anyhow::{Context, Result};
+use parbench::pipeline::{self, RunRecord};
+use parbench::results::{self, PipelineRow, RunMeta, SCHEMA_VERSION};
+use std::path::PathBuf;
+
+/// Runs with at most this many microbatches and stages get a terminal timeline.
+const SMALL_MICROBATCHES: usize = 16;
+const SMALL_STAGES: usize = 8;
+const TIMELINE_WIDTH: usize = 96;
+
+/// Prints each run's table row and writes its records.
+pub struct Recorder {
+    run_id: String,
+    out: PathBuf,
+    meta: RunMeta,
+    backend: String,
+    wire: String,
+    straggler: String,
+    work: String,
+    force_timeline: bool,
+    header_printed: bool,
+}
+
+impl Recorder {
+    pub fn new(args: &Args, plan: &Plan, backend: &str, compute: &str) -> Self {
+        let run_id = results::new_run_id("pipeline");
+        let mut meta = RunMeta::start("pipeline", &run_id, backend, plan.ranks);
+        meta.extra.insert("compute".into(), compute.into());
+        println!(
+            "# bench-pipeline {run_id}: backend {backend}, {} stage ranks, hidden {}, microbatch {} rows, work {}, {} per stage, {} timed steps after {} warm-up",
+            plan.ranks, args.hidden, args.microbatch_size, args.work, compute, args.steps, args.warmup
+        );
+        for s in &plan.skipped {
+            println!("# skipped: {s}");
+        }
+        if let Some(s) = &args.straggler {
+            println!("# straggler {s}: that rank adds the time to each action");
+        }
+        Recorder {
+            run_id,
+            out: args.out.clone(),
+            meta,
+            backend: backend.to_string(),
+            wire: String::new(),
+            straggler: args.straggler.clone().unwrap_or_default(),
+            work: args.work.clone(),
+            force_timeline: args.timeline,
+            header_printed: false,
+        }
+    }
+
+    /// Prints and records one run.
+    pub fn record(&mut self, run: &RunPlan, wire: &str, rec: &RunRecord) -> Result<()> {
+        self.wire = wire.to_string();
+        let s = &run.cfg.schedule;
+        let sum = pipeline::summarize(s, rec).context("simulating the measured costs")?;
+        let formula = pipeline::closed_form(run.kind, s, &sum.costs_us);
+        if !self.header_printed {
+            println!(
+                "{:<14} {:>3} {:>3} {:>2} {:>11} {:>8} {:>8} {:>8} {:>8} {:>8} {:>10} {:>8}",
+                "schedule",
+                "S",
+                "M",
+                "v",
+                "step(us)",
+                "msg(us)",
+                "bubble",
+                "sim",
+                "replay",
+                "formula",
+                "peak(exp)",
+                "grad_err"
+            );
+            self.header_printed = true;
+        }
+        let peak = sum.peak_activations.iter().copied().max().unwrap_or(0);
+        let expected = sum
+            .expected_peak_activations
+            .iter()
+            .copied()
+            .max()
+            .unwrap_or(0);
+        let pct = |v: f64| format!("{:.1}%", 100.0 * v);
+        println!(
+            "{:<14} {:>3} {:>3} {:>2} {:>11.1} {:>8.1} {:>8} {:>8} {:>8} {:>8} {:>10} {:>8}",
+            s.name,
+            s.ranks(),
+            s.microbatches,
+            s.chunks(),
+            sum.step_us,
+            sum.message_us,
+            pct(sum.bubble_measured),
+            pct(sum.sim.bubble),
+            pct(sum.bubble_replayed),
+            formula.map(pct).unwrap_or_else(|| "-".into()),
+            format!("{peak}/{expected}"),
+            rec.grad_max_err
+                .map(|e| format!("{e:.1e}"))
+                .unwrap_or_else(|| "-".into()),
+        );
+        for r in 0..s.ranks() {
+            let c = s
+                .stages_of(r)
+                .iter()
+                .filter_map(|&st| sum.costs_us.get(st).map(|c| (st, *c)))
+                .map(|(st, c)| {
+                    if s.splits_backward() {
+                        format!("{st}: F {:.0} I {:.0} W {:.0}", c.f, c.i, c.w)
+                    } else {
+                        format!("{st}: F {:.0} B {:.0}", c.f, c.b)
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join(", ");
+            println!(
+                "    rank{r}: busy {:.0} us, idle {:.0} us (in recv {:.0}), sim idle {:.0} us, peak {} act ({} B), schedule {}; cost us per stage {c}",
+                sum.busy_us[r],
+                sum.idle_us[r],
+                sum.recv_us[r],
+                sum.sim.idle.get(r).copied().unwrap_or(0.0),
+                sum.peak_activations[r],
+                sum.peak_activation_bytes[r],
+                sum.expected_peak_activations[r],
+            );
+        }
+        // The rank with the most work bounds the step from below: with
+        // unbalanced stages or a straggler, it paces the pipeline.
+        if let Some((r, busy)) = sum
+            .sim
+            .busy
+            .iter()
+            .copied()
+            .enumerate()
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+        {
+            if sum.step_us > 0.0 {
+                println!(
+                    "    pace: rank{r} has the most work, {busy:.0} us at median costs = {:.0}% of the {:.0} us step",
+                    100.0 * busy / sum.step_us,
+                    sum.step_us
+                );
+            }
+        }
+        let step = rec
+            .steps
+            .get(sum.median_step)
+            .map(Vec::as_slice)
+            .unwrap_or(&[]);
+        if self.force_timeline
+            || (s.microbatches <= SMALL_MICROBATCHES && s.ranks() <= SMALL_STAGES)
+        {
+            for line in pipeline::terminal_timeline(step, TIMELINE_WIDTH).lines() {
+                println!("    {line}");
+            }
+        }
+        std::fs::create_dir_all(&self.out)
+            .with_context(|| format!("creating {}", self.out.display()))?;
+        let label = format!(
+            "{}-{}-S{}-M{}-v{}",
+            self.run_id,
+            s.name.replace([':', '/', '\\'], "_"),
+            s.ranks(),
+            s.microbatches,
+            s.chunks()
+        );
+        let trace_name = format!("timeline-{label}.json");
+        pipeline::write_chrome_trace(&self.out.join(&trace_name), &label, step)?;
+        let n = s.ranks().max(1) as f64;
+        let row = PipelineRow {
+            schema: SCHEMA_VERSION,
+            run_id: self.run_id.clone(),
+            backend: self.backend.clone(),
+            wire: self.wire.clone(),
+            schedule: s.name.clone(),
+            stages: s.ranks(),
+            microbatches: s.microbatches,
+            chunks: s.chunks(),
+            work: self.work.clone(),
+            stage_layers: run
+                .cfg
+                .stage_layers
+                .iter()
+                .map(|l| l.to_string())
+                .collect::<Vec<_>>()
+                .join(" "),
+            hidden: run.cfg.shape.hidden as u64,
+            microbatch_size: run.cfg.shape.rows as u64,
+            steps: rec.steps.len() as u64,
+            step_us: sum.step_us,
+            step_min_us: sum.step_min_us,
+            step_max_us: sum.step_max_us,
+            busy_us: sum.busy_us.iter().sum::<f64>() / n,
+            idle_us: sum.idle_us.iter().sum::<f64>() / n,
+            bubble_measured: sum.bubble_measured,
+            bubble_simulated: sum.sim.bubble,
+            bubble_formula: formula.unwrap_or(f64::NAN),
+            peak_activations: peak as u64,
+            peak_activation_bytes: sum.peak_activation_bytes.iter().copied().max().unwrap_or(0)
+                as u64,
+            expected_peak_activations: expected as u64,
+            grad_max_err: rec.grad_max_err.unwrap_or(f64::NAN),
+            timeline: trace_name,
+            straggler: self.straggler.clone(),
+            step_simulated_us: sum.sim.makespan,
+            message_us: sum.message_us,
+            bubble_replayed: sum.bubble_replayed,
+        };
+        results::append_rows(&self.out, &[row])?;
+        Ok(())
+    }
+
+    /// Writes run.json once every run is recorded.
+    pub fn finish(mut self) -> Result<()> {
+        self.meta.finish();
+        if !self.wire.is_empty() {
+            self.meta
+                .extra
+                .insert("wire".into(), self.wire.clone().into());
+        }
+        results::record_run(&self.out, &self.meta)?;
+        println!(
+            "# wrote {}/pipeline.csv, run.json and timeline-{}-*.json",
+            self.out.display(),
+            self.run_id
+        );
+        Ok(())
+    }
+}

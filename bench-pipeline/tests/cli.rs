@@ -1,0 +1,183 @@
+//! The binary end to end: refusals before anything runs, and small real runs
+//! whose records hold matching gradients. Timings are never asserted.
+
+use parbench::results::{read_rows, read_runs, PipelineRow};
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_bench-pipeline"))
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("bench-pipeline-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn run(args: &[&str]) -> Output {
+    bin().args(args).output().unwrap()
+}
+
+#[test]
+fn a_deadlocking_csv_schedule_is_refused_with_its_grid() {
+    let d = tmp("deadlock");
+    let csv = d.join("bad.csv");
+    std::fs::write(&csv, "0F0,0B0,0F1,0B1\n1F0,1F1,1B0,1B1\n").unwrap();
+    let out = run(&[
+        "--schedule-csv",
+        csv.to_str().unwrap(),
+        "--out",
+        d.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("deadlocks"), "{err}");
+    assert!(err.contains("[0B0]") && err.contains("[1F1]"), "{err}");
+    assert!(!d.join("pipeline.csv").exists());
+}
+
+#[test]
+fn an_invalid_csv_schedule_is_refused_with_the_action_marked() {
+    let d = tmp("invalid");
+    let csv = d.join("bad.csv");
+    std::fs::write(&csv, "0F0,0F1,0B0,0B1\n1B0,1F0,1F1,1B1\n").unwrap();
+    let out = run(&[
+        "--schedule-csv",
+        csv.to_str().unwrap(),
+        "--out",
+        d.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("1B0 runs before 1F0") && err.contains("[1B0]"),
+        "{err}"
+    );
+}
+
+#[test]
+fn bad_flags_exit_2_with_one_line() {
+    for args in [
+        &["--schedule", "pipedream"][..],
+        &["--microbatches", "4,x"],
+        &["--straggler", "1"],
+        &["--schedule", "interleaved", "--microbatches", "6"],
+    ] {
+        let out = run(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn every_schedule_runs_and_records_matching_gradients() {
+    let d = tmp("sweep");
+    let out = run(&[
+        "--stages",
+        "2",
+        "--microbatches",
+        "2,4",
+        "--hidden",
+        "16",
+        "--microbatch-size",
+        "4",
+        "--steps",
+        "1",
+        "--warmup",
+        "0",
+        "--out",
+        d.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<PipelineRow> = read_rows(&d.join("pipeline.csv")).unwrap();
+    assert_eq!(rows.len(), 8);
+    for r in &rows {
+        assert!(r.grad_max_err < 1e-5, "{}: {}", r.schedule, r.grad_max_err);
+        assert!(r.bubble_measured >= 0.0 && r.bubble_measured < 1.0);
+        assert!(r.bubble_formula.is_finite());
+        assert_eq!(
+            r.peak_activations, r.expected_peak_activations,
+            "{}",
+            r.schedule
+        );
+        let trace: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(d.join(&r.timeline)).unwrap()).unwrap();
+        assert!(trace["traceEvents"].as_array().unwrap().len() > 4);
+    }
+    let runs = read_runs(&d).unwrap();
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0].suite, "pipeline");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("rank1: "), "{stdout}");
+}
+
+#[test]
+fn a_csv_schedule_runs_under_sleep_work() {
+    let d = tmp("csv");
+    let csv = d.join("mine.csv");
+    std::fs::write(&csv, "0F0,0F1,,0B0,0B1\n1F0,1B0,1F1,1B1\n").unwrap();
+    let out = run(&[
+        "--schedule-csv",
+        csv.to_str().unwrap(),
+        "--work",
+        "sleep:200",
+        "--steps",
+        "2",
+        "--warmup",
+        "1",
+        "--out",
+        d.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<PipelineRow> = read_rows(&d.join("pipeline.csv")).unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].schedule, "csv:mine.csv");
+    assert!(rows[0].grad_max_err.is_nan() && rows[0].bubble_formula.is_nan());
+}
+
+#[test]
+fn tcp_ranks_as_processes_match_the_gradients_too() {
+    let d = tmp("tcp");
+    let out = run(&[
+        "--backend",
+        "tcp",
+        "--stages",
+        "2",
+        "--microbatches",
+        "2",
+        "--schedule",
+        "1f1b,zb-h1",
+        "--hidden",
+        "16",
+        "--microbatch-size",
+        "4",
+        "--steps",
+        "1",
+        "--warmup",
+        "0",
+        "--out",
+        d.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<PipelineRow> = read_rows(&d.join("pipeline.csv")).unwrap();
+    assert_eq!(rows.len(), 2);
+    for r in &rows {
+        assert_eq!(r.backend, "tcp");
+        assert!(r.grad_max_err < 1e-5, "{}: {}", r.schedule, r.grad_max_err);
+    }
+}

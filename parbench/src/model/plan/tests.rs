@@ -1,0 +1,346 @@
+use super::*;
+use crate::model::presets::Arch;
+use crate::model::sim::simulate;
+use crate::model::tensor_parallel::{RingFactor, WORKED_EXAMPLE_LAYERS};
+
+const MIB: f64 = 1024.0 * 1024.0;
+const GIB: f64 = 1024.0 * MIB;
+
+fn close(a: f64, b: f64, rel: f64) -> bool {
+    (a - b).abs() <= rel * a.abs().max(b.abs()).max(1e-300)
+}
+
+/// A wire so fast that it costs nothing measurable (the papers' free communication).
+fn free_wire() -> Wire {
+    Wire::ring(LinkParams::from_gbps_us(1e12, 0.0))
+}
+
+fn preset(name: &str) -> Preset {
+    Preset::by_name(name).unwrap()
+}
+
+/// A GPT block stack with no vocabulary: equal stages, as the closed forms assume.
+fn equal_stages(layers: u64) -> Preset {
+    Preset {
+        name: "equal",
+        source: "test",
+        arch: Arch::Gpt,
+        layers,
+        hidden: 64,
+        heads: 4,
+        kv_heads: 4,
+        ffn: 256,
+        seq: 8,
+        vocab: 0,
+    }
+}
+
+fn find<'a>(plan: &'a Plan, dp: u64, tp: u64, pp: u64, sched: &str, v: u64, b: u64) -> &'a Costed {
+    plan.ranked
+        .iter()
+        .find(|c| {
+            let l = &c.layout;
+            (
+                l.dp,
+                l.tp,
+                l.pp,
+                l.schedule.as_str(),
+                l.chunks,
+                l.micro_batch,
+            ) == (dp, tp, pp, sched, v, b)
+        })
+        .unwrap_or_else(|| panic!("no layout dp={dp} tp={tp} pp={pp} {sched} v={v} b={b}"))
+}
+
+#[test]
+fn divisors_and_wires() {
+    assert_eq!(divisors(12), [1, 2, 3, 4, 6, 12]);
+    assert_eq!(divisors(1), [1]);
+    assert_eq!(divisors(1024).len(), 11);
+    assert_eq!(group_wire(1, 1, 8), WireKind::None);
+    assert_eq!(group_wire(8, 8, 8), WireKind::Intra);
+    assert_eq!(group_wire(2, 16, 8), WireKind::Inter);
+    // A group of 3 in nodes of 8 would straddle a node boundary.
+    assert_eq!(group_wire(3, 3, 8), WireKind::Inter);
+}
+
+#[test]
+fn worked_example_160_mb_per_token() {
+    // Llama 2 70B (80 layers, hidden 8192) at TP = 8, microbatch 32: the
+    // planner's decode step moves the worked example's bytes and takes
+    // its time on a 400 GB/s wire with compute made free.
+    let m = preset(Preset::WORKED_EXAMPLE);
+    let nv = Wire::ring(LinkParams::from_gbps_us(400.0, 0.0));
+    let input = PlanInput::new(m, 32, 8, 8, 1e30, nv.clone(), nv);
+    let plan = plan(&input).unwrap();
+    let c = find(&plan, 1, 8, 1, "none", 1, 32);
+    let w = Planner {
+        input: &input,
+        peaks: HashMap::new(),
+        makespans: HashMap::new(),
+    }
+    .traffic(&c.layout, TpMode::Decode);
+    assert_eq!(w.bytes_per_call(), 524_288);
+    assert_eq!(w.calls_per_step(WORKED_EXAMPLE_LAYERS), 160);
+    assert_eq!(
+        w.wire_bytes_per_step(m.layers, RingFactor::Limit),
+        160.0 * MIB
+    );
+    // The exact ring moves 1.75 x 0.5 MiB per call: 140 MiB, 0.367 ms.
+    let want = 160.0 * 1.75 * 524_288.0 / 400e9;
+    assert!(
+        close(c.token_latency_s, want, 1e-9),
+        "{}",
+        c.token_latency_s
+    );
+    assert!((c.token_latency_s - 0.367e-3).abs() < 0.001e-3);
+    // 16x slower across nodes: 16x the time (tensor parallel across 2 nodes of 4).
+    let net = Wire::ring(LinkParams::from_gbps_us(25.0, 0.0));
+    let nv = Wire::ring(LinkParams::from_gbps_us(400.0, 0.0));
+    let mut across = PlanInput::new(m, 32, 8, 4, 1e30, nv, net);
+    across.allow_tp_across_nodes = true;
+    let plan = super::plan(&across).unwrap();
+    let c = find(&plan, 1, 8, 1, "none", 1, 32);
+    assert_eq!(c.tp_wire, WireKind::Inter);
+    assert!(close(c.token_latency_s, 16.0 * want, 1e-9));
+}
+
+#[test]
+fn bubble_figures_of_equal_stages() {
+    // 4 stages, free communication, no logits: the closed forms.
+    let input = PlanInput::new(equal_stages(8), 16, 4, 4, 1e9, free_wire(), free_wire());
+    let plan = plan(&input).unwrap();
+    let share = |c: &Costed| c.bubble_s / c.step_s;
+    // M = 4 (b = 4): 3/7 = 43% idle; M = 16 (b = 1): 3/19 = 16%.
+    let m4 = find(&plan, 1, 1, 4, "1f1b", 1, 4);
+    assert_eq!(m4.layout.microbatches, 4);
+    assert!(close(share(m4), 3.0 / 7.0, 1e-6), "{}", share(m4));
+    let m16 = find(&plan, 1, 1, 4, "1f1b", 1, 1);
+    assert!(close(share(m16), 3.0 / 19.0, 1e-6), "{}", share(m16));
+    // GPipe has 1F1B's bubble; interleaved v = 2 divides it: 3/(2x4+3).
+    assert!(close(
+        share(find(&plan, 1, 1, 4, "gpipe", 1, 4)),
+        3.0 / 7.0,
+        1e-6
+    ));
+    let v2 = find(&plan, 1, 1, 4, "interleaved", 2, 4);
+    assert!(close(share(v2), 3.0 / 11.0, 1e-6), "{}", share(v2));
+    // ZB-H1 with T_F = T_B = T_W: (S-1)(F+B-W) = 3 of 4 x 3 passes: 3/15.
+    let zb = find(&plan, 1, 1, 4, "zb-h1", 1, 4);
+    assert!(close(share(zb), 0.2, 1e-6), "{}", share(zb));
+    // Peak activations: GPipe holds M, 1F1B S (in microbatches of one stage).
+    assert_eq!(find(&plan, 1, 1, 4, "gpipe", 1, 1).memory.in_flight, 16);
+    assert_eq!(m16.memory.in_flight, 4);
+}
+
+#[test]
+fn the_parts_add_up_to_the_step() {
+    let m = preset("gpt3-1.3b");
+    let intra = Wire::ring(LinkParams::from_gbps_us(300.0, 5.0));
+    let inter = Wire::ring(LinkParams::from_gbps_us(25.0, 10.0));
+    let plan = plan(&PlanInput::new(m, 64, 16, 8, 300e12, intra, inter)).unwrap();
+    assert!(!plan.ranked.is_empty());
+    for c in &plan.ranked {
+        let sum = c.compute_s + c.tp_comm_s + c.bubble_s + c.dp_comm_s;
+        assert!(
+            close(sum, c.step_s, 1e-9),
+            "{}: {sum} vs {}",
+            c.layout,
+            c.step_s
+        );
+        assert!(c.bubble_s >= 0.0 && c.tp_comm_s >= 0.0);
+        let tokens = (64 * m.seq) as f64;
+        assert!(close(c.tokens_per_s, tokens / c.step_s, 1e-12));
+        assert_eq!(
+            c.layout.dp * c.layout.microbatches * c.layout.micro_batch,
+            64
+        );
+        assert_eq!(c.layout.dp * c.layout.tp * c.layout.pp, 16);
+    }
+    // Ranked fastest first.
+    for w in plan.ranked.windows(2) {
+        assert!(w[0].tokens_per_s >= w[1].tokens_per_s);
+    }
+    // One device holds the whole model and its Adam state when tp = pp = 1.
+    let one = find(&plan, 16, 1, 1, "none", 1, 1);
+    assert_eq!(one.memory.params, m.params() as f64);
+    assert_eq!(one.memory.states_bytes, 16.0 * m.params() as f64);
+}
+
+#[test]
+fn impossible_layouts_are_rejected_with_reasons() {
+    // Llama 2 70B on 4 nodes of 8 with 80 GiB each, global batch 16.
+    let m = preset("llama2-70b");
+    let w = Wire::ring(LinkParams::from_gbps_us(100.0, 5.0));
+    let mut input = PlanInput::new(m, 16, 32, 8, 300e12, w.clone(), w);
+    input.memory_bytes = Some(80.0 * GIB);
+    let plan = plan(&input).unwrap();
+    let reason = |dp, tp, pp| {
+        plan.rejected
+            .iter()
+            .find(|r| (r.layout.dp, r.layout.tp, r.layout.pp) == (dp, tp, pp))
+            .map(|r| r.reason.clone())
+    };
+    // 32-way TP leaves the node.
+    assert_eq!(
+        reason(1, 32, 1),
+        Some(Rejection::TpAcrossNodes {
+            tp: 32,
+            gpus_per_node: 8
+        })
+    );
+    // 80 layers over 32 stages: Megatron's rule, in its words.
+    assert_eq!(
+        reason(1, 1, 32),
+        Some(Rejection::InvalidSplit {
+            rule: "layers (80) is not divisible by the pipeline stages x chunks (32)".into()
+        })
+    );
+    // 16 sequences over 32 data-parallel ranks.
+    assert_eq!(
+        reason(32, 1, 1),
+        Some(Rejection::Batch {
+            global_batch: 16,
+            dp: 32
+        })
+    );
+    // 70B parameters at 16 bytes on 8 devices: 138 GB each, never in 80 GiB.
+    match reason(4, 8, 1) {
+        Some(Rejection::Memory {
+            needs_bytes,
+            have_bytes,
+        }) => {
+            assert!(needs_bytes > 16.0 * m.params() as f64 / 8.0);
+            assert_eq!(have_bytes, 80.0 * GIB);
+        }
+        other => panic!("{other:?}"),
+    }
+    // Everything ranked fits.
+    for c in &plan.ranked {
+        assert!(c.memory.total() <= 80.0 * GIB, "{}", c.layout);
+    }
+    // The grouped reasons name every kind, the memory one with its closest case.
+    let losses = plan.losses();
+    let group = |g: &str| losses.iter().find(|l| l.group == g);
+    assert!(group("tensor parallel across nodes").is_some());
+    assert!(group("invalid split (Megatron's rule)").is_some());
+    assert!(group("global batch does not divide").is_some());
+    let mem = group("does not fit in memory").unwrap();
+    assert!(mem.detail.starts_with("closest: needs"), "{}", mem.detail);
+    let closest = plan
+        .rejected
+        .iter()
+        .filter_map(|r| match r.reason {
+            Rejection::Memory { needs_bytes, .. } => Some(needs_bytes),
+            _ => None,
+        })
+        .fold(f64::INFINITY, f64::min);
+    let ex = plan
+        .rejected
+        .iter()
+        .find(|r| r.layout == mem.example)
+        .unwrap();
+    assert!(matches!(ex.reason, Rejection::Memory { needs_bytes, .. } if needs_bytes == closest));
+}
+
+#[test]
+fn tensor_parallel_stays_in_the_node_when_the_network_is_16x_slower() {
+    // GPT-3 175B on 8 nodes of 8 (96 heads split 16 ways too), with
+    // Megatron's usual sequence parallelism and selective recomputation (so
+    // that 8-way layouts fit too), TP across nodes allowed: the planner
+    // still keeps it inside.
+    let m = preset("gpt3-175b");
+    let intra = Wire::ring(LinkParams::from_gbps_us(400.0, 5.0));
+    let inter = Wire::ring(LinkParams::from_gbps_us(25.0, 10.0));
+    let mut input = PlanInput::new(m, 256, 64, 8, 400e12, intra, inter);
+    input.allow_tp_across_nodes = true;
+    input.memory_bytes = Some(80.0 * GIB);
+    input.sequence_parallel = true;
+    input.recompute = Recompute::Selective;
+    let plan = plan(&input).unwrap();
+    assert!(
+        plan.ranked.iter().any(|c| c.layout.tp == 8),
+        "an 8-way layout must fit for the rule to mean anything"
+    );
+    assert!(
+        plan.ranked.iter().any(|c| c.layout.tp == 16),
+        "a 16-way layout must fit for the rule to mean anything"
+    );
+    let best = &plan.ranked[0];
+    assert!(best.layout.tp <= 8, "{}", best.layout);
+    assert_eq!(best.tp_wire, WireKind::Intra);
+    // The best 16-way layout loses to communication of its tensor-parallel group.
+    let tp16 = plan.ranked.iter().find(|c| c.layout.tp == 16).unwrap();
+    assert_eq!(tp16.tp_wire, WireKind::Inter);
+    assert_eq!(tp16.dominant_overhead(), Loss::TpComm);
+}
+
+#[test]
+fn more_microbatches_when_the_bubble_dominates() {
+    // 8 stages forced (8 layers, one per device, no memory to spare for
+    // fewer stages is not needed: look at the 8-stage layouts).
+    let m = equal_stages(8);
+    let w = Wire::ring(LinkParams::from_gbps_us(100.0, 1.0));
+    let plan = plan(&PlanInput::new(m, 64, 8, 8, 1e9, w.clone(), w)).unwrap();
+    let eight: Vec<&Costed> = plan
+        .ranked
+        .iter()
+        .filter(|c| c.layout.pp == 8 && c.layout.schedule == "1f1b")
+        .collect();
+    let best = eight[0];
+    assert_eq!(best.layout.microbatches, 64, "{}", best.layout);
+    let few = eight.iter().find(|c| c.layout.microbatches == 8).unwrap();
+    assert!(few.bubble_s / few.step_s > 0.4);
+    assert!(best.bubble_s / best.step_s < 0.15);
+    assert_eq!(few.dominant_overhead(), Loss::Bubble);
+}
+
+#[test]
+fn extrapolation_matches_full_simulation() {
+    // Unequal stages (a heavier last stage) and costly messages.
+    for (kind, v) in [
+        (ScheduleKind::GPipe, 1),
+        (ScheduleKind::OneFOneB, 1),
+        (ScheduleKind::ZbH1, 1),
+        (ScheduleKind::Interleaved, 2),
+    ] {
+        let stages = 4 * v;
+        let mut sc = vec![StageCosts::split(1.0, 1.2, 0.8); stages];
+        sc[stages - 1] = StageCosts::split(1.5, 1.7, 1.3);
+        let costs = SimCosts {
+            stages: sc,
+            latency: 0.1,
+            bandwidth: 10.0,
+            message_bytes: 2.0,
+        };
+        let m = 40;
+        let (t, extended) = pipeline_makespan(kind, 4, m, v as u64, &costs).unwrap();
+        assert!(extended);
+        let full = simulate(&generate(kind, 4, m as usize, v).unwrap(), &costs)
+            .unwrap()
+            .makespan;
+        assert!(close(t, full, 1e-9), "{kind}: {t} vs {full}");
+    }
+}
+
+#[test]
+fn bad_inputs_are_errors() {
+    let w = free_wire();
+    let ok = PlanInput::new(preset("tiny"), 8, 8, 8, 1e9, w.clone(), w);
+    assert!(plan(&ok).is_ok());
+    let mut x = ok.clone();
+    x.gpus = 0;
+    assert_eq!(plan(&x), Err(PlanError::Zero { what: "devices" }));
+    let mut x = ok.clone();
+    x.flops_per_s = f64::NAN;
+    assert!(matches!(plan(&x), Err(PlanError::BadCompute(_))));
+    let mut x = ok.clone();
+    x.gpus = 12;
+    assert!(matches!(plan(&x), Err(PlanError::PartialNode { .. })));
+    let mut x = ok.clone();
+    x.inter.link.beta_s_per_byte = f64::INFINITY;
+    assert!(matches!(plan(&x), Err(PlanError::BadWire { .. })));
+    let mut x = ok;
+    x.memory_bytes = Some(-1.0);
+    assert!(matches!(plan(&x), Err(PlanError::BadMemory(_))));
+}

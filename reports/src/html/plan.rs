@@ -1,0 +1,181 @@
+//! The planning section: for every results folder that holds a `plan.json`
+//! (written by `report plan --json DIR/plan.json`), the ranking of the
+//! best layouts, a chart of each one's step split into compute,
+//! tensor-parallel communication, bubble and data-parallel communication,
+//! and why the other layouts lose.
+
+use super::page::{self, num, text, Cell, CHART_H, CHART_W};
+use crate::charts::{self, BarStack, Bars};
+use crate::load::Source;
+use crate::plan::{read_plan, PlanFile, PLAN_FILE};
+use crate::units;
+
+/// Layouts drawn in the chart (the table lists every one of the file).
+const CHART_LAYOUTS: usize = 12;
+
+/// The section's HTML.
+pub fn section(sources: &[Source]) -> String {
+    let mut body = String::new();
+    let mut any = false;
+    for s in sources {
+        match read_plan(&s.dir) {
+            Ok(Some(f)) => {
+                any = true;
+                body.push_str(&one_plan(&s.label, &f));
+            }
+            Ok(None) => {}
+            // `report html` checks the files before drawing (see
+            // `check`); a file that changed in between is said here.
+            Err(e) => body.push_str(&page::empty(&format!("{e:#}"))),
+        }
+    }
+    if !any {
+        body.push_str(&page::empty(&format!(
+            "No plan in these results folders. Write one with report plan --from DIR ... --json DIR/{PLAN_FILE}."
+        )));
+    }
+    page::section("plan", "Planning", &body)
+}
+
+/// Reads every folder's plan file, so that a bad one stops `report html`
+/// with an error naming it (exit 2) instead of a page that hides it.
+pub fn check(sources: &[Source]) -> anyhow::Result<()> {
+    for s in sources {
+        read_plan(&s.dir)?;
+    }
+    Ok(())
+}
+
+fn ms(s: f64) -> String {
+    units::micros(s * 1e6)
+}
+
+fn one_plan(label: &str, f: &PlanFile) -> String {
+    let mut out = page::h3(&format!("{label}: {}", f.model));
+    out.push_str(&page::note(&format!(
+        "Global batch {} sequences on {} devices ({} per node), {}. Compute {} TFLOP/s per device ({}); intra-node wire {} GB/s, alpha {} ({}); inter-node wire {} GB/s, alpha {} ({}). {} layouts enumerated, {} fit. Command: {}",
+        f.global_batch,
+        f.gpus,
+        f.gpus_per_node,
+        f.memory_gib.map_or("no memory limit".to_string(), |m| format!("{} GiB per device", units::short(m))),
+        units::sig3(f.compute.value / 1e12),
+        f.compute.from,
+        units::sig3(f.intra.value.bandwidth_gbps()),
+        units::micros(f.intra.value.alpha_us()),
+        f.intra.from,
+        units::sig3(f.inter.value.bandwidth_gbps()),
+        units::micros(f.inter.value.alpha_us()),
+        f.inter.from,
+        f.enumerated,
+        f.fitting,
+        f.command
+    )));
+    if f.top.is_empty() {
+        out.push_str(&page::empty("No layout fits in the devices' memory."));
+    } else {
+        let rows: Vec<Vec<Cell>> = f
+            .top
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let l = &c.layout;
+                let share = |x: f64| num(format!("{} ({})", ms(x), units::percent(x / c.step_s)));
+                vec![
+                    num((i + 1).to_string()),
+                    num(l.dp.to_string()),
+                    num(l.tp.to_string()),
+                    num(l.pp.to_string()),
+                    text(if l.chunks > 1 {
+                        format!("{} v={}", l.schedule, l.chunks)
+                    } else {
+                        l.schedule.clone()
+                    }),
+                    num(l.micro_batch.to_string()),
+                    num(l.microbatches.to_string()),
+                    num(units::sig3(c.tokens_per_s)),
+                    num(ms(c.step_s)),
+                    share(c.compute_s),
+                    share(c.tp_comm_s),
+                    share(c.bubble_s),
+                    share(c.dp_comm_s),
+                    num(units::bytes(c.memory.total())),
+                    num(ms(c.token_latency_s)),
+                ]
+            })
+            .collect();
+        out.push_str(&page::table(
+            &[
+                "#",
+                "dp",
+                "tp",
+                "pp",
+                "schedule",
+                "b",
+                "M",
+                "tokens/s",
+                "step",
+                "compute",
+                "tp comm",
+                "bubble",
+                "dp comm",
+                "memory",
+                "token latency",
+            ],
+            &rows,
+        ));
+        let shown: Vec<_> = f.top.iter().take(CHART_LAYOUTS).collect();
+        let stack =
+            |label: &str, color: usize, part: fn(&parbench::model::plan::Costed) -> f64| BarStack {
+                label: label.into(),
+                color,
+                values: shown.iter().map(|c| part(c) * 1e6).collect(),
+            };
+        let bars = Bars {
+            title: "step time of the best layouts".into(),
+            y_desc: "time per step".into(),
+            categories: shown
+                .iter()
+                .enumerate()
+                .map(|(i, c)| {
+                    let l = &c.layout;
+                    format!("#{} {}/{}/{}", i + 1, l.dp, l.tp, l.pp)
+                })
+                .collect(),
+            stacks: vec![
+                stack("compute", 0, |c| c.compute_s),
+                stack("tensor-parallel comm", 1, |c| c.tp_comm_s),
+                stack("pipeline bubble", 2, |c| c.bubble_s),
+                stack("data-parallel comm", 3, |c| c.dp_comm_s),
+            ],
+            markers: Vec::new(),
+            legend_title: String::new(),
+        };
+        out.push_str(&page::figure(
+            &format!("plan-{label}"),
+            charts::stacked_bars(&bars, CHART_W, CHART_H),
+            &format!(
+                "{label}: each layout's step (dp/tp/pp), split into compute, tensor-parallel communication, pipeline bubble and data-parallel gradient all-reduce; tokens/s = global batch x seq / step."
+            ),
+        ));
+    }
+    if !f.losses.is_empty() {
+        let rows: Vec<Vec<Cell>> = f
+            .losses
+            .iter()
+            .map(|g| {
+                vec![
+                    text(g.group.clone()),
+                    num(g.count.to_string()),
+                    text(g.example.to_string()),
+                    text(g.detail.clone()),
+                ]
+            })
+            .collect();
+        out.push_str(&page::h3("Why the others lose"));
+        out.push_str(&page::table(
+            &["reason", "layouts", "example", "detail"],
+            &rows,
+        ));
+    }
+    out
+}

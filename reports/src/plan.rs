@@ -1,0 +1,608 @@
+//! `report plan`: the capacity planner fed by measured figures. Flags and
+//! results folders become a [`PlanInput`]; `parbench::model::plan` does the
+//! rest; this file prints the ranking and the reasons, and writes the plan
+//! as JSON for `report html` (which draws a planning section from every
+//! `plan.json` in the folders it reads).
+
+use crate::load::{load_sources, Source};
+use crate::predict;
+use crate::table::Table;
+use crate::units;
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Args;
+use parbench::model::footprint::Recompute;
+use parbench::model::plan::{self, Costed, LossGroup, Plan, PlanInput, Wire, WireKind};
+use parbench::model::presets::Arch;
+use parbench::model::{is_selector, LinkParams, Preset};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// The file `report html` looks for in each results folder.
+pub const PLAN_FILE: &str = "plan.json";
+
+/// Version of the plan file's layout.
+pub const PLAN_SCHEMA: u32 = 1;
+
+/// Flags of `report plan`.
+#[derive(Args, Debug)]
+pub struct PlanArgs {
+    /// A model preset (tiny, gpt3-1.3b, llama2-70b, gpt3-175b); or give the shape with --layers, --hidden, --heads, --ffn, --seq.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Transformer layers (custom shape).
+    #[arg(long)]
+    pub layers: Option<u64>,
+    /// Hidden size (custom shape).
+    #[arg(long)]
+    pub hidden: Option<u64>,
+    /// Attention heads (custom shape).
+    #[arg(long)]
+    pub heads: Option<u64>,
+    /// Key/value heads (custom shape; default: --heads).
+    #[arg(long)]
+    pub kv_heads: Option<u64>,
+    /// MLP inner size (custom shape).
+    #[arg(long)]
+    pub ffn: Option<u64>,
+    /// Sequence length in tokens (custom shape; with --model, overrides its context).
+    #[arg(long)]
+    pub seq: Option<u64>,
+    /// Vocabulary (custom shape; default GPT-2's 50257).
+    #[arg(long)]
+    pub vocab: Option<u64>,
+    /// Sequences per training step (the global batch, B = dp x M x b).
+    #[arg(long)]
+    pub global_batch: u64,
+    /// Devices in all.
+    #[arg(long)]
+    pub gpus: u64,
+    /// Devices per node (the tensor-parallel group stays inside one).
+    #[arg(long, default_value_t = 8)]
+    pub gpus_per_node: u64,
+    /// Results folders to take the measured figures from: all_reduce rows of collectives.csv (local/nccl: the intra-node wire; tcp/mpi: the inter-node wire), GEMM GFLOP/s of layers.csv.
+    #[arg(long = "from", num_args = 1..)]
+    pub from: Vec<PathBuf>,
+    /// The intra-node wire as GBPS,US (instead of the measured fit).
+    #[arg(long)]
+    pub intra: Option<String>,
+    /// The inter-node wire as GBPS,US (instead of the measured fit).
+    #[arg(long)]
+    pub inter: Option<String>,
+    /// Memory per device, GiB (default: no limit).
+    #[arg(long)]
+    pub memory: Option<f64>,
+    /// Sustained matrix-product rate per device, TFLOP/s (instead of bench-layers' measured GFLOP/s).
+    #[arg(long)]
+    pub compute_tflops: Option<f64>,
+    /// Let the tensor-parallel group span nodes.
+    #[arg(long)]
+    pub allow_tp_across_nodes: bool,
+    /// Sequence parallelism (less activation memory, the same traffic).
+    #[arg(long)]
+    pub sequence_parallel: bool,
+    /// Activation recomputation: none, selective or full.
+    #[arg(long, default_value = "none")]
+    pub recompute: String,
+    /// Adam state sharded over the data-parallel ranks (Megatron's distributed optimizer).
+    #[arg(long)]
+    pub distributed_optimizer: bool,
+    /// Layouts to print.
+    #[arg(long, default_value_t = 10)]
+    pub top: usize,
+    /// Also write the plan as JSON (put it in a results folder as plan.json for `report html`).
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+/// Where a figure came from, in words.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct Sourced<T> {
+    pub value: T,
+    pub from: String,
+}
+
+/// What `--json` writes and `report html` reads.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct PlanFile {
+    pub schema: u32,
+    /// The command line that made it.
+    pub command: String,
+    /// The model in words.
+    pub model: String,
+    pub global_batch: u64,
+    pub gpus: u64,
+    pub gpus_per_node: u64,
+    pub memory_gib: Option<f64>,
+    pub compute: Sourced<f64>,
+    pub intra: Sourced<LinkParams>,
+    pub inter: Sourced<LinkParams>,
+    /// Layouts enumerated, fitting and rejected.
+    pub enumerated: usize,
+    pub fitting: usize,
+    /// The best layouts (up to --top), fastest first.
+    pub top: Vec<Costed>,
+    /// Why the others lose.
+    pub losses: Vec<LossGroup>,
+}
+
+/// Runs `report plan`.
+pub fn run(a: &PlanArgs) -> Result<()> {
+    let (input, file) = prepare(a)?;
+    let plan = plan::plan(&input).map_err(|e| anyhow!("{e}"))?;
+    let file = finish(file, &plan, a.top);
+    print!("{}", render(&file));
+    if let Some(path) = &a.json {
+        let json = serde_json::to_string_pretty(&file)?;
+        parbench::results::write_atomic(path, json.as_bytes())
+            .with_context(|| format!("{}: cannot write the plan", path.display()))?;
+        eprintln!("report: wrote {}", path.display());
+    }
+    Ok(())
+}
+
+/// The model of the flags.
+fn model_of(a: &PlanArgs) -> Result<Preset> {
+    let custom = [a.layers, a.hidden, a.heads, a.kv_heads, a.ffn, a.vocab];
+    if let Some(name) = &a.model {
+        if custom.iter().any(Option::is_some) {
+            bail!("--model {name}: give a preset or the shape flags (--layers, --hidden, --heads, --kv-heads, --ffn, --vocab), not both");
+        }
+        let mut p = Preset::by_name(name).ok_or_else(|| {
+            anyhow!(
+                "--model {name}: unknown preset (known: {})",
+                Preset::names().join(", ")
+            )
+        })?;
+        if let Some(s) = a.seq {
+            p.seq = s;
+        }
+        return Ok(p);
+    }
+    let need = |v: Option<u64>, flag: &str| {
+        v.ok_or_else(|| anyhow!("give --model PRESET or the whole shape: {flag} is missing"))
+    };
+    let heads = need(a.heads, "--heads")?;
+    Ok(Preset {
+        name: "custom",
+        source: "flags",
+        arch: Arch::Gpt,
+        layers: need(a.layers, "--layers")?,
+        hidden: need(a.hidden, "--hidden")?,
+        heads,
+        kv_heads: a.kv_heads.unwrap_or(heads),
+        ffn: need(a.ffn, "--ffn")?,
+        seq: need(a.seq, "--seq")?,
+        vocab: a.vocab.unwrap_or(50257),
+    })
+}
+
+/// `GBPS,US` of `flag`.
+fn parse_link(flag: &str, s: &str) -> Result<LinkParams> {
+    let parts: Vec<&str> = s.split(',').map(str::trim).collect();
+    let [gbps, us] = parts.as_slice() else {
+        bail!("{flag} {s}: expected GBPS,US (bandwidth in GB/s, latency in microseconds)");
+    };
+    let num = |v: &str| v.parse::<f64>().ok().filter(|x| x.is_finite() && *x >= 0.0);
+    match (num(gbps), num(us)) {
+        (Some(g), Some(u)) if g > 0.0 => Ok(LinkParams::from_gbps_us(g, u)),
+        _ => bail!("{flag} {s}: bandwidth above 0 GB/s and a latency of 0 us or more"),
+    }
+}
+
+/// Whether a backend's all_reduce rows measure the wire inside a node.
+fn is_intra(backend: &str) -> bool {
+    matches!(backend, "local" | "nccl")
+}
+
+/// A fitted wire of the results folders.
+struct Fitted {
+    wire: Wire,
+    from: String,
+}
+
+/// The alpha-beta fit of the best-covered all_reduce curve of each class
+/// (intra: local/nccl; inter: tcp/mpi): the curve with the most ranks, then
+/// the most sizes; out-of-place rows, median time per size.
+fn fitted_wires(sources: &[Source]) -> (Option<Fitted>, Option<Fitted>) {
+    type Key<'a> = (&'a str, &'a str, &'a str, &'a str, usize, &'a str, bool);
+    let mut curves: BTreeMap<Key, BTreeMap<u64, Vec<f64>>> = BTreeMap::new();
+    for s in sources {
+        let oop = s
+            .collectives
+            .iter()
+            .any(|r| r.collective == "all_reduce" && !r.in_place);
+        for r in &s.collectives {
+            if r.collective != "all_reduce" || r.in_place == oop || r.bytes == 0 {
+                continue;
+            }
+            curves
+                .entry((
+                    &s.label,
+                    &r.backend,
+                    &r.wire,
+                    &r.algo,
+                    r.world,
+                    &r.dtype,
+                    is_intra(&r.backend),
+                ))
+                .or_default()
+                .entry(r.bytes)
+                .or_default()
+                .push(r.time_us);
+        }
+    }
+    let mut best: [Option<(usize, usize, Fitted)>; 2] = [None, None];
+    for (k, sizes) in curves {
+        let (label, backend, wire, algo, world, dtype, intra) = k;
+        let points: Vec<(u64, f64)> = sizes.into_iter().map(|(b, t)| (b, median(t))).collect();
+        let Ok(fit) = predict::fit("all_reduce", algo, world, &points) else {
+            continue;
+        };
+        if fit.gbps.is_none() {
+            continue;
+        }
+        let projection = if is_selector(algo) { "ring" } else { algo };
+        let f = Fitted {
+            wire: Wire {
+                link: fit.link,
+                algo: projection.to_string(),
+            },
+            from: format!(
+                "fit of all_reduce {backend}/{wire} {algo} np{world} {dtype} in {label} ({} sizes, rms error {})",
+                fit.points,
+                units::percent(fit.rms_rel_err)
+            ),
+        };
+        let slot = &mut best[usize::from(!intra)];
+        let better = match slot {
+            None => true,
+            Some((w, n, _)) => (world, points.len()) > (*w, *n),
+        };
+        if better {
+            *slot = Some((world, points.len(), f));
+        }
+    }
+    let [a, b] = best;
+    (a.map(|x| x.2), b.map(|x| x.2))
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.retain(|x| x.is_finite());
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// bench-layers' matrix-product rate, FLOP/s: the median GFLOP/s of the
+/// full-sequence rows (decode GEMMs are skinny) at the largest shape
+/// (batch x seq x hidden) and the smallest tensor-parallel degree measured
+/// there (one rank alone on its device: unsharded GEMMs).
+fn measured_flops(sources: &[Source]) -> Option<(f64, String)> {
+    let rows: Vec<(&Source, &parbench::results::LayerRow)> = sources
+        .iter()
+        .flat_map(|s| s.layers.iter().map(move |r| (s, r)))
+        .filter(|(_, r)| !r.decode && r.compute_gflops.is_finite() && r.compute_gflops > 0.0)
+        .collect();
+    let work =
+        |r: &parbench::results::LayerRow| r.batch.saturating_mul(r.seq).saturating_mul(r.hidden);
+    let largest = rows.iter().map(|(_, r)| work(r)).max()?;
+    // One rank alone on its device: the smallest degree measured at that
+    // shape (on a CPU, ranks of a higher degree share its cores).
+    let tp = rows
+        .iter()
+        .filter(|(_, r)| work(r) == largest)
+        .map(|(_, r)| r.tp)
+        .min()?;
+    let at: Vec<_> = rows
+        .iter()
+        .filter(|(_, r)| work(r) == largest && r.tp == tp)
+        .collect();
+    let gflops = median(at.iter().map(|(_, r)| r.compute_gflops).collect());
+    let (s, r) = at.first()?;
+    let tps: Vec<String> = at.iter().map(|(_, r)| r.tp.to_string()).collect();
+    Some((
+        gflops * 1e9,
+        format!(
+            "bench-layers in {}: median of {} rows (preset {}, {} x {} x hidden {}, tp {}, {} {})",
+            s.label,
+            at.len(),
+            r.preset,
+            r.batch,
+            r.seq,
+            r.hidden,
+            tps.join(","),
+            r.backend,
+            r.mode
+        ),
+    ))
+}
+
+/// The plan's input from the flags and folders, and the file's header.
+fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
+    let model = model_of(a)?;
+    let recompute = match a.recompute.as_str() {
+        "none" => Recompute::None,
+        "selective" => Recompute::Selective,
+        "full" => Recompute::Full,
+        other => bail!("--recompute {other}: expected none, selective or full"),
+    };
+    if let Some(m) = a.memory {
+        if !(m.is_finite() && m > 0.0) {
+            bail!("--memory {m}: GiB per device, above 0");
+        }
+    }
+    if let Some(t) = a.compute_tflops {
+        if !(t.is_finite() && t > 0.0) {
+            bail!("--compute-tflops {t}: TFLOP/s per device, above 0");
+        }
+    }
+    // Before asking for an inter-node wire: the node count must make sense.
+    if a.gpus_per_node == 0 || (a.gpus > a.gpus_per_node && a.gpus % a.gpus_per_node != 0) {
+        bail!(
+            "--gpus {} --gpus-per-node {}: not a whole number of nodes",
+            a.gpus,
+            a.gpus_per_node
+        );
+    }
+    if a.top == 0 {
+        bail!("--top 0: print at least one layout");
+    }
+    let sources = if a.from.is_empty() {
+        Vec::new()
+    } else {
+        load_sources(&a.from, false)?
+    };
+    let (fit_intra, fit_inter) = fitted_wires(&sources);
+    let wire = |flag: &str,
+                given: &Option<String>,
+                fitted: Option<Fitted>|
+     -> Result<Option<(Wire, String)>> {
+        Ok(match (given, fitted) {
+            (Some(s), _) => Some((Wire::ring(parse_link(flag, s)?), format!("{flag} {s}"))),
+            (None, Some(f)) => Some((f.wire, f.from)),
+            (None, None) => None,
+        })
+    };
+    let intra = wire("--intra", &a.intra, fit_intra)?.ok_or_else(|| {
+        anyhow!("no intra-node wire: give --intra GBPS,US or --from a results folder with all_reduce rows of the local (or nccl) backend")
+    })?;
+    let multi_node = a.gpus > a.gpus_per_node;
+    let inter = match wire("--inter", &a.inter, fit_inter)? {
+        Some(w) => w,
+        None if !multi_node => (intra.0.clone(), "unused (one node): the intra-node wire".into()),
+        None => bail!("{} devices span {} nodes: give --inter GBPS,US or --from a results folder with all_reduce rows of the tcp (or mpi) backend", a.gpus, a.gpus.div_ceil(a.gpus_per_node.max(1))),
+    };
+    let compute = match (a.compute_tflops, measured_flops(&sources)) {
+        (Some(t), _) => (t * 1e12, format!("--compute-tflops {t}")),
+        (None, Some(m)) => m,
+        (None, None) => bail!("no compute rate: give --compute-tflops X or --from a results folder with bench-layers rows (layers.csv)"),
+    };
+    let mut input = PlanInput::new(
+        model,
+        a.global_batch,
+        a.gpus,
+        a.gpus_per_node,
+        compute.0,
+        intra.0.clone(),
+        inter.0.clone(),
+    );
+    input.memory_bytes = a.memory.map(|g| g * 1024.0 * 1024.0 * 1024.0);
+    input.allow_tp_across_nodes = a.allow_tp_across_nodes;
+    input.sequence_parallel = a.sequence_parallel;
+    input.recompute = recompute;
+    input.distributed_optimizer = a.distributed_optimizer;
+    let m = &model;
+    let file = PlanFile {
+        schema: PLAN_SCHEMA,
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        model: format!(
+            "{} ({} layers, hidden {}, {} heads ({} KV), ffn {}, seq {}, vocabulary {}: {} parameters)",
+            m.name,
+            m.layers,
+            m.hidden,
+            m.heads,
+            m.kv_heads,
+            m.ffn,
+            m.seq,
+            m.vocab,
+            count(m.params() as f64)
+        ),
+        global_batch: a.global_batch,
+        gpus: a.gpus,
+        gpus_per_node: a.gpus_per_node,
+        memory_gib: a.memory,
+        compute: Sourced {
+            value: compute.0,
+            from: compute.1,
+        },
+        intra: Sourced {
+            value: intra.0.link,
+            from: intra.1,
+        },
+        inter: Sourced {
+            value: inter.0.link,
+            from: inter.1,
+        },
+        enumerated: 0,
+        fitting: 0,
+        top: Vec::new(),
+        losses: Vec::new(),
+    };
+    Ok((input, file))
+}
+
+/// The file with the plan's figures.
+fn finish(mut file: PlanFile, plan: &Plan, top: usize) -> PlanFile {
+    file.enumerated = plan.ranked.len() + plan.rejected.len();
+    file.fitting = plan.ranked.len();
+    file.top = plan.ranked.iter().take(top).cloned().collect();
+    file.losses = plan.losses();
+    file
+}
+
+/// A parameter count as people say it: 6.96M, 1.32B, 175B.
+fn count(n: f64) -> String {
+    if n >= 1e9 {
+        format!("{}B", units::sig3(n / 1e9))
+    } else {
+        format!("{}M", units::sig3(n / 1e6))
+    }
+}
+
+fn wire_words(l: &LinkParams) -> String {
+    format!(
+        "{} GB/s, alpha {}",
+        units::sig3(l.bandwidth_gbps()),
+        units::micros(l.alpha_us())
+    )
+}
+
+fn wire_letter(w: WireKind) -> &'static str {
+    match w {
+        WireKind::Intra => "intra",
+        WireKind::Inter => "inter",
+        WireKind::None => "-",
+    }
+}
+
+/// Milliseconds with three significant figures.
+fn ms(s: f64) -> String {
+    units::micros(s * 1e6)
+}
+
+/// The printed plan.
+pub fn render(f: &PlanFile) -> String {
+    let mut out = String::new();
+    out.push_str(&format!("Plan: {}\n", f.model));
+    out.push_str(&format!(
+        "  global batch {} sequences on {} devices ({} per node), {}\n",
+        f.global_batch,
+        f.gpus,
+        f.gpus_per_node,
+        f.memory_gib
+            .map_or("no memory limit".to_string(), |m| format!(
+                "{} GiB each",
+                units::short(m)
+            ))
+    ));
+    out.push_str(&format!(
+        "  compute:    {} TFLOP/s per device, from {}\n",
+        units::sig3(f.compute.value / 1e12),
+        f.compute.from
+    ));
+    out.push_str(&format!(
+        "  intra-node: {}, from {}\n",
+        wire_words(&f.intra.value),
+        f.intra.from
+    ));
+    out.push_str(&format!(
+        "  inter-node: {}, from {}\n",
+        wire_words(&f.inter.value),
+        f.inter.from
+    ));
+    out.push_str(&format!(
+        "  {} layouts enumerated, {} fit\n\n",
+        f.enumerated, f.fitting
+    ));
+    if f.top.is_empty() {
+        out.push_str("No layout fits.\n");
+    } else {
+        out.push_str(&format!(
+            "Best layouts by tokens/s (of {} that fit)\n\n",
+            f.fitting
+        ));
+        let mut t = Table::new([
+            "#",
+            "dp",
+            "tp",
+            "pp",
+            "schedule",
+            "b",
+            "M",
+            "tokens/s",
+            "step",
+            "compute",
+            "tp comm",
+            "bubble",
+            "dp comm",
+            "memory",
+            "token lat",
+            "wires tp/dp/pp",
+        ]);
+        for (i, c) in f.top.iter().enumerate() {
+            let l = &c.layout;
+            let share = |x: f64| format!("{} {}", ms(x), units::percent(x / c.step_s));
+            t.row([
+                (i + 1).to_string(),
+                l.dp.to_string(),
+                l.tp.to_string(),
+                l.pp.to_string(),
+                if l.chunks > 1 {
+                    format!("{} v={}", l.schedule, l.chunks)
+                } else {
+                    l.schedule.clone()
+                },
+                l.micro_batch.to_string(),
+                l.microbatches.to_string(),
+                units::sig3(c.tokens_per_s),
+                ms(c.step_s),
+                share(c.compute_s),
+                share(c.tp_comm_s),
+                share(c.bubble_s),
+                share(c.dp_comm_s),
+                units::bytes(c.memory.total()),
+                ms(c.token_latency_s),
+                format!(
+                    "{}/{}/{}",
+                    wire_letter(c.tp_wire),
+                    wire_letter(c.dp_wire),
+                    wire_letter(c.pp_wire)
+                ),
+            ]);
+        }
+        out.push_str(&t.text());
+        out.push_str("step = compute + tp comm + bubble + dp comm (the busiest pipeline rank; the bubble includes waits for point-to-point messages; communication is not overlapped). token lat: one decode step (b new tokens) through the layout, compute-bound.\n");
+    }
+    if !f.losses.is_empty() {
+        out.push_str("\nWhy the others lose\n\n");
+        let mut t = Table::new(["reason", "layouts", "example", "detail"]);
+        for g in &f.losses {
+            t.row([
+                g.group.clone(),
+                g.count.to_string(),
+                g.example.to_string(),
+                g.detail.clone(),
+            ]);
+        }
+        out.push_str(&t.text());
+        out.push_str("Splits that break a rule are counted per (dp, tp, pp); every other line per layout (schedule, b, M).\n");
+    }
+    out
+}
+
+/// Reads `dir/plan.json` when it exists (for `report html`); a file that
+/// exists but does not parse is an error naming it.
+pub fn read_plan(dir: &Path) -> Result<Option<PlanFile>> {
+    let path = dir.join(PLAN_FILE);
+    if !path.exists() {
+        return Ok(None);
+    }
+    let text = crate::load::read_text(&path)?;
+    let f: PlanFile = serde_json::from_str(&text).with_context(|| {
+        format!(
+            "{}: not a plan written by report plan --json",
+            path.display()
+        )
+    })?;
+    if f.schema != PLAN_SCHEMA {
+        bail!(
+            "{}: plan schema {}, this report reads {PLAN_SCHEMA}",
+            path.display(),
+            f.schema
+        );
+    }
+    Ok(Some(f))
+}

@@ -1,0 +1,263 @@
+//! `report plan`: measured wires from results folders, the ranking and the
+//! reasons printed, the plan file that `report html` draws, and one-line
+//! errors (exit 2) for bad flags and files. No timing of this machine is
+//! asserted: the fixtures' figures are given.
+
+mod common;
+use common::*;
+
+fn fx(name: &str) -> String {
+    fixture(name).display().to_string()
+}
+
+/// The shm fixture's collectives alone (its other records belong to the
+/// tests of their own sections).
+fn shm_collectives(to: &str) -> String {
+    let dst = scratch(to);
+    for f in ["collectives.csv", "run.json"] {
+        std::fs::copy(fixture("shm").join(f), dst.join(f)).unwrap();
+    }
+    dst.display().to_string()
+}
+
+#[test]
+fn plans_from_measured_wires() {
+    let (shm, tcp) = (shm_collectives("plan-shm-1"), fx("tcp"));
+    let o = report(&[
+        "plan",
+        "--model",
+        "gpt3-1.3b",
+        "--global-batch",
+        "64",
+        "--gpus",
+        "16",
+        "--gpus-per-node",
+        "8",
+        "--compute-tflops",
+        "100",
+        "--memory",
+        "40",
+        "--from",
+        &shm,
+        &tcp,
+    ]);
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    // Each wire says where it came from: the fits of the fixtures' all_reduce rows.
+    assert!(
+        out.contains("intra-node:") && out.contains("from fit of all_reduce local/shm"),
+        "{out}"
+    );
+    assert!(out.contains("from fit of all_reduce tcp/loopback"), "{out}");
+    assert!(out.contains("from --compute-tflops 100"), "{out}");
+    assert!(out.contains("Best layouts by tokens/s"), "{out}");
+    assert!(out.contains("Why the others lose"), "{out}");
+    // 16-way tensor parallelism cannot stay in a node of 8.
+    assert!(out.contains("tensor parallel across nodes"), "{out}");
+    // The first row of the ranking is layout #1, with all of its columns.
+    let first = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("1 "))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(first.contains("GiB"), "{first}");
+}
+
+#[test]
+fn flags_override_measurements() {
+    let o = report(&[
+        "plan",
+        "--layers",
+        "8",
+        "--hidden",
+        "1024",
+        "--heads",
+        "16",
+        "--ffn",
+        "4096",
+        "--seq",
+        "512",
+        "--global-batch",
+        "32",
+        "--gpus",
+        "8",
+        "--intra",
+        "400,2",
+        "--compute-tflops",
+        "50",
+        "--from",
+        &shm_collectives("plan-shm-2"),
+        "--top",
+        "3",
+    ]);
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        out.contains("intra-node: 400 GB/s, alpha 2.00 us, from --intra 400,2"),
+        "{out}"
+    );
+    // One node: no inter-node wire needed.
+    assert!(out.contains("unused (one node)"), "{out}");
+    assert!(out.contains("custom (8 layers, hidden 1024"), "{out}");
+    let ranked = out
+        .lines()
+        .filter(|l| {
+            let t = l.trim_start();
+            t.starts_with("1 ") || t.starts_with("2 ") || t.starts_with("3 ") || t.starts_with("4 ")
+        })
+        .count();
+    assert_eq!(ranked, 3, "{out}");
+}
+
+#[test]
+fn a_plan_file_becomes_an_html_section() {
+    let dir = copy_fixture("tcp", "plan-html");
+    let d = dir.display().to_string();
+    let json = dir.join("plan.json");
+    let o = report(&[
+        "plan",
+        "--model",
+        "tiny",
+        "--global-batch",
+        "16",
+        "--gpus",
+        "16",
+        "--gpus-per-node",
+        "4",
+        "--intra",
+        "100,1",
+        "--compute-tflops",
+        "1",
+        "--from",
+        &d,
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = std::fs::read_to_string(&json).unwrap();
+    assert!(text.contains("\"schema\": 1"), "{text}");
+    let out = dir.join("r.html");
+    let o = report(&["html", &d, "-o", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let html = std::fs::read_to_string(&out).unwrap();
+    assert!(html.contains("<section id=\"plan\">"));
+    assert!(html.contains("step time of the best layouts"));
+    assert!(html.contains("Why the others lose"));
+    // busbw + latency of all_reduce, capacity, and the plan's chart.
+    assert_eq!(html.matches("<svg").count(), 4);
+
+    // A plan file that does not parse stops the report, naming it.
+    std::fs::write(&json, "{ not json").unwrap();
+    let o = report(&["html", &d, "-o", out.to_str().unwrap()]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("plan.json"), "{err}");
+}
+
+#[test]
+fn no_plan_file_says_so() {
+    let out = scratch("plan-none").join("r.html");
+    let o = report(&["html", &fx("tcp"), "-o", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let html = std::fs::read_to_string(&out).unwrap();
+    assert!(html.contains("No plan in these results folders"));
+}
+
+#[test]
+fn bad_flags_and_files_are_one_line_and_exit_2() {
+    let shape = [
+        "plan",
+        "--global-batch",
+        "8",
+        "--gpus",
+        "8",
+        "--compute-tflops",
+        "1",
+        "--intra",
+        "100,1",
+    ];
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["--model", "gpt5"], "unknown preset"),
+        (vec!["--layers", "4"], "--heads is missing"),
+        (vec!["--model", "tiny", "--hidden", "64"], "not both"),
+        (
+            vec!["--model", "tiny", "--from", "/no/such/dir"],
+            "no such results folder",
+        ),
+        (
+            vec!["--model", "tiny", "--inter", "fast"],
+            "expected GBPS,US",
+        ),
+        (vec!["--model", "tiny", "--memory", "0"], "--memory"),
+        (vec!["--model", "tiny", "--memory=-3"], "--memory"),
+        (
+            vec!["--model", "tiny", "--recompute", "some"],
+            "--recompute",
+        ),
+        (
+            vec!["--model", "tiny", "--gpus-per-node", "3"],
+            "whole number",
+        ),
+        (vec!["--model", "tiny", "--gpus-per-node", "4"], "--inter"),
+    ];
+    for (extra, want) in cases {
+        let mut args: Vec<&str> = shape.to_vec();
+        args.extend(&extra);
+        let o = report(&args);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{extra:?}: {err}");
+        assert!(err.contains(want), "{extra:?}: {want:?} not in {err}");
+    }
+    // No compute figure at all.
+    let o = report(&[
+        "plan",
+        "--model",
+        "tiny",
+        "--global-batch",
+        "8",
+        "--gpus",
+        "8",
+        "--intra",
+        "100,1",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("--compute-tflops"));
+}
+
+#[test]
+fn a_thousand_devices_plan() {
+    // The enumeration stays bounded: 1024 devices plan (and print) without
+    // running out of anything; how fast is shown by the binary, not asserted.
+    let o = report(&[
+        "plan",
+        "--model",
+        "gpt3-175b",
+        "--global-batch",
+        "1536",
+        "--gpus",
+        "1024",
+        "--gpus-per-node",
+        "8",
+        "--intra",
+        "400,3",
+        "--inter",
+        "25,8",
+        "--compute-tflops",
+        "400",
+        "--memory",
+        "80",
+        "--sequence-parallel",
+        "--recompute",
+        "selective",
+    ]);
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let first = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("1 "))
+        .unwrap_or_else(|| panic!("{out}"));
+    // Tensor parallelism inside the node: the tp column is at most 8.
+    let tp: u64 = first.split_whitespace().nth(2).unwrap().parse().unwrap();
+    assert!(tp <= 8, "{first}");
+}
