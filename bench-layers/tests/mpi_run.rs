@@ -4,6 +4,7 @@
 //! unsharded block, rank 0 recording the row and the MPI library's version.
 //! Prints a SKIP line (and passes) when mpirun is missing.
 
+#[cfg(feature = "mpi")]
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -14,6 +15,7 @@ const TINY: [&str; 12] = [
     "--hidden", "32", "--heads", "4", "--ffn", "64", "--seq", "8", "--iters", "2", "--warmup", "1",
 ];
 
+#[cfg(feature = "mpi")]
 fn scratch(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("bench-layers-test-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
