@@ -18,8 +18,13 @@
 # network benchmark tests: host i is 198.18.0.(i+1).
 set -euo pipefail
 
-PREFIX=pbhost
-SWITCH=pbswitch
+# PARBENCH_NETNS_PREFIX (default pb) names the namespaces <prefix>host<i> and
+# <prefix>switch, so that a test can run beside a manual run without either
+# tearing down the other's.
+NS_PREFIX=${PARBENCH_NETNS_PREFIX:-pb}
+[[ $NS_PREFIX =~ ^[a-z][a-z0-9]{0,7}$ ]] || { echo "netns.sh: PARBENCH_NETNS_PREFIX must be 1-8 lowercase letters/digits" >&2; exit 2; }
+PREFIX=${NS_PREFIX}host
+SWITCH=${NS_PREFIX}switch
 SUBNET=198.18.0
 PORT=${MASTER_PORT:-29517}
 

@@ -31,7 +31,8 @@ fn usage<T>(msg: impl Into<String>) -> Result<T, UsageError> {
 #[command(name = "bench-layers", version)]
 pub struct Cli {
     /// Communicator: local (threads, shared memory), tcp (processes,
-    /// sockets), nccl (GPUs; needs --features cuda).
+    /// sockets), nccl (GPUs; needs --features cuda), mpi (under mpirun;
+    /// needs --features mpi).
     #[arg(long, default_value = "local")]
     pub backend: String,
     /// Tensor-parallel degrees to sweep, comma-separated (default 1,2,4,8 up
@@ -118,6 +119,7 @@ pub enum Backend {
     Local,
     Tcp,
     Nccl,
+    Mpi,
 }
 
 impl Backend {
@@ -126,6 +128,7 @@ impl Backend {
             Backend::Local => "local",
             Backend::Tcp => "tcp",
             Backend::Nccl => "nccl",
+            Backend::Mpi => "mpi",
         }
     }
 }
@@ -179,9 +182,10 @@ impl Cli {
             "local" => Backend::Local,
             "tcp" => Backend::Tcp,
             "nccl" => Backend::Nccl,
+            "mpi" => Backend::Mpi,
             other => {
                 return usage(format!(
-                    "--backend: unknown '{other}' (expected local, tcp or nccl)"
+                    "--backend: unknown '{other}' (expected local, tcp, nccl or mpi)"
                 ))
             }
         };

@@ -10,6 +10,8 @@
 //!   degree and rank 0 hands its row back through a file; under an external
 //!   launcher (torchrun, mpirun, srun) the job's world is the one degree.
 //! - `nccl`: needs the `cuda` feature (not wired yet: see the docs).
+//! - `mpi`: needs the `mpi` feature; launched by mpirun, whose world (as MPI
+//!   itself reports it) is the one degree, as with tcp under a launcher.
 //!
 //! Cores: ranks on one host split its cores evenly
 //! ([`CpuCompute::threads_per_rank`]), so t ranks never oversubscribe the
@@ -94,6 +96,7 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
                 build_rows(&plan, backend, &ms),
             )
         }
+        (Backend::Mpi, _) => mpi_rank(&plan),
     }
 }
 
@@ -108,11 +111,16 @@ fn finish(
     run_id: &str,
     backend: &str,
     world: usize,
-    mut rows: Vec<LayerRow>,
+    rows: Vec<LayerRow>,
 ) -> anyhow::Result<()> {
-    let mut meta = RunMeta::start("layers", run_id, backend, world);
+    finish_run(plan, RunMeta::start("layers", run_id, backend, world), rows)
+}
+
+/// [`finish`] with a run record the caller started (and may have added to).
+fn finish_run(plan: &Plan, mut meta: RunMeta, mut rows: Vec<LayerRow>) -> anyhow::Result<()> {
+    let run_id = meta.run_id.clone();
     for r in &mut rows {
-        r.run_id = run_id.to_string();
+        r.run_id = run_id.clone();
     }
     output::fill_speedup(&mut rows);
     print!("{}", output::table(plan, &rows));
@@ -291,4 +299,53 @@ fn tcp_rank(plan: &Plan, info: &RankInfo) -> anyhow::Result<()> {
         }
         None => finish(plan, &new_run_id("layers"), "tcp", t, rows),
     }
+}
+
+/// The local ranks an MPI launcher started on this host (Open MPI, then
+/// MPICH/Hydra), so that the ranks split this host's cores; the job's world
+/// when neither says.
+#[cfg(feature = "mpi")]
+fn mpi_local_ranks(world: usize) -> usize {
+    ["OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"]
+        .iter()
+        .find_map(|k| std::env::var(k).ok()?.trim().parse().ok())
+        .filter(|&n: &usize| n >= 1)
+        .unwrap_or(world)
+}
+
+/// One rank of an mpirun job: the job's world (as MPI reports it) is the one
+/// degree; rank 0 records the row, with the MPI library's version.
+#[cfg(feature = "mpi")]
+fn mpi_rank(plan: &Plan) -> anyhow::Result<()> {
+    use parbench::comm::Communicator;
+    let mut comm = parbench::comm::mpi::MpiComm::init(plan.timeout)?;
+    let t = comm.world();
+    if !plan.tps.contains(&t) {
+        return Err(UsageError(format!(
+            "--tp: under mpirun the sweep runs the job's world ({t}), which --tp does not list"
+        ))
+        .into());
+    }
+    let threads = CpuCompute::threads_per_rank(mpi_local_ranks(t));
+    let dev = CpuCompute::new(plan.dtype, threads)?;
+    let m = measure_tp(&dev, &mut comm, plan, threads)
+        .with_context(|| format!("rank {}", comm.rank()))?;
+    if comm.rank() != 0 {
+        return Ok(());
+    }
+    let run_id = new_run_id("layers");
+    let rows = build_rows(plan, "mpi", &[m]);
+    let mut meta = RunMeta::start("layers", &run_id, "mpi", t);
+    meta.versions
+        .insert("mpi".into(), comm.library().to_string());
+    finish_run(plan, meta, rows)
+}
+
+#[cfg(not(feature = "mpi"))]
+fn mpi_rank(_: &Plan) -> anyhow::Result<()> {
+    Err(UsageError(
+        "--backend mpi: this build has no MPI support (rebuild with --features mpi; needs libopenmpi-dev)"
+            .into(),
+    )
+    .into())
 }

@@ -64,8 +64,8 @@ impl MpiComm {
             .lines()
             .next()
             .unwrap_or("")
-            .trim()
-            .trim_end_matches(',')
+            // Open MPI's string carries its C terminator: keep it out of run.json.
+            .trim_matches(|c: char| c == '\0' || c == ',' || c.is_whitespace())
             .to_string();
         let in_place = if library.contains("Open MPI") {
             std::ptr::without_provenance_mut::<c_void>(1)

@@ -735,8 +735,14 @@ impl Transport for TcpTransport {
     fn backend(&self) -> &'static str {
         "tcp"
     }
+    /// `tcp`, or `PARBENCH_WIRE` when the job sets it (scripts/netns.sh sets
+    /// `tcp-<rate>`), so runs over a shaped link are their own wire in the
+    /// records and the report rather than one more "tcp".
     fn wire(&self) -> String {
-        "tcp".into()
+        std::env::var("PARBENCH_WIRE")
+            .ok()
+            .filter(|w| !w.trim().is_empty())
+            .unwrap_or_else(|| "tcp".into())
     }
 
     fn send(&mut self, peer: usize, data: &[u8], deadline: Instant) -> CommResult<()> {

@@ -1,0 +1,82 @@
+//! `--backend mpi` end to end: two ranks under Open MPI's `mpirun`, the rank
+//! and world taken from MPI itself, rank 0 recording the rows and the MPI
+//! library's version. Needs the `mpi` feature and `mpirun`; prints a SKIP line
+//! (and passes) when mpirun is missing, so a build without MPI says why.
+#![cfg(feature = "mpi")]
+
+mod common;
+use common::*;
+use std::process::Command;
+
+/// `mpirun` with the flags a root CI container and a 2-core machine need.
+fn mpirun() -> Option<Command> {
+    let ok = Command::new("mpirun")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        return None;
+    }
+    let mut cmd = Command::new("mpirun");
+    cmd.args([
+        "--allow-run-as-root",
+        "--oversubscribe",
+        "--bind-to",
+        "none",
+    ])
+    // A launcher variable of the test's own environment must not make the
+    // ranks think they are a tcp job.
+    .env_remove("RANK")
+    .env_remove("WORLD_SIZE")
+    .env_remove("PARBENCH_WIRE");
+    Some(cmd)
+}
+
+#[test]
+fn two_mpi_ranks_sweep_all_reduce_exactly_and_record_the_library() {
+    let Some(mut cmd) = mpirun() else {
+        eprintln!(
+            "SKIP two_mpi_ranks_sweep_all_reduce: mpirun not found (apt-get install openmpi-bin)"
+        );
+        return;
+    };
+    let dir = scratch("mpi");
+    let o = cmd
+        .args(["-np", "2", env!("CARGO_BIN_EXE_bench-collectives")])
+        .args(["--backend", "mpi", "all_reduce", "-b", "8", "-e", "1M"])
+        .args(["-n", "3", "-w", "1", "--timeout", "60", "--out"])
+        .arg(&dir)
+        .output()
+        .expect("mpirun starts");
+    let text = stdout(&o);
+    assert!(o.status.success(), "{text}\n{}", stderr(&o));
+    // Only rank 0 prints the table, and it knows the world from MPI.
+    assert_eq!(text.matches("# all_reduce: busbw").count(), 1, "{text}");
+    assert!(text.contains("backend mpi, wire mpi, 2 ranks"), "{text}");
+    assert!(text.contains("# Correctness: 0 wrong elements"), "{text}");
+
+    let (_, rows) = read_csv(&dir.join("collectives.csv"));
+    // 8 B .. 1 MiB doubling: 18 sizes, out of place and in place.
+    assert_eq!(rows.len(), 18 * 2, "{rows:?}");
+    for r in &rows {
+        assert_eq!(
+            (
+                r["collective"].as_str(),
+                r["backend"].as_str(),
+                r["wire"].as_str(),
+                r["world"].as_str(),
+                r["wrong"].as_str(),
+            ),
+            ("all_reduce", "mpi", "mpi", "2", "0"),
+            "{r:?}"
+        );
+    }
+    let runs: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap();
+    let library = runs[0]["versions"]["mpi"].as_str().unwrap_or_default();
+    assert!(
+        library.starts_with("Open MPI") && !library.contains('\0'),
+        "run.json versions.mpi = {library:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
