@@ -17,13 +17,8 @@ fn conformance_worker(info: &parbench::launch::RankInfo) {
     let algo: Algo = std::env::var("TEST_ALGO").unwrap().parse().unwrap();
     let matrix = match std::env::var("TEST_MATRIX").unwrap().as_str() {
         // Every collective x type x op x placement x root at counts 0, 1, 7,
-        // and 1,048,579 elements in the two types the benches use most (the
-        // local backend runs the large count in every type; the tcp path
-        // differs only in the transport, which tcp_transport tests alone).
-        "full" => Matrix {
-            large_dtypes: vec![DType::F32, DType::BF16],
-            ..Matrix::full()
-        },
+        // and every collective x placement x type at 1,048,579 elements.
+        "full" => Matrix::full(),
         // For each named algorithm: counts that leave blocks empty, uneven, and sliced.
         _ => Matrix {
             dtypes: vec![DType::F32, DType::I64, DType::BF16],
