@@ -155,9 +155,14 @@ fn run_tcp(args: &Args, plan: &Plan) -> Result<()> {
 fn run_nccl(args: &Args, plan: &Plan) -> Result<()> {
     use parbench::comm::nccl::NcclComm;
     use parbench::compute::cuda::CudaCompute;
-    let gpus = parbench::gpu::device_count().map_err(|e| anyhow!("--backend nccl: {e}"))?;
+    let gpus = parbench::gpu::device_count()
+        .map_err(|e| crate::Unavailable(format!("--backend nccl: {e}")))?;
     if plan.ranks > gpus {
-        bail!("--backend nccl: {} stages but {gpus} GPU(s)", plan.ranks);
+        return Err(crate::Unavailable(format!(
+            "--backend nccl: {} stages but {gpus} GPU(s)",
+            plan.ranks
+        ))
+        .into());
     }
     let ordinals: Vec<usize> = (0..plan.ranks).collect();
     let comms = NcclComm::init_all(&ordinals, plan.timeout)?;

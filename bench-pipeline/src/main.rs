@@ -24,9 +24,28 @@ fn main() {
     };
     if let Err(e) = run(&args, plan) {
         eprintln!("bench-pipeline: {e:#}");
-        std::process::exit(1);
+        // A machine without what the flags ask for (no GPU, too few GPUs) is
+        // bad input, as a bad flag is: exit 2, not a failed measurement.
+        let code = if e.downcast_ref::<Unavailable>().is_some() {
+            2
+        } else {
+            1
+        };
+        std::process::exit(code);
     }
 }
+
+/// The machine lacks what the command line asks for (a GPU, enough GPUs).
+#[derive(Debug)]
+pub struct Unavailable(pub String);
+
+impl std::fmt::Display for Unavailable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Unavailable {}
 
 fn run(args: &cli::Args, plan: cli::Plan) -> Result<()> {
     launch::run(args, &plan)
