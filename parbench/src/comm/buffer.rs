@@ -1,6 +1,6 @@
 //! Buffers that collectives read and write.
 
-use super::{CommResult, DType, Element};
+use super::{CommError, CommResult, DType, Element};
 
 /// A buffer a communicator can move: host memory for CPU backends, device
 /// memory for NCCL. The sweep code fills and checks buffers only through
@@ -88,4 +88,27 @@ impl CommBuffer for HostBuffer {
         dst[..n].copy_from_slice(&self.bytes()[..n]);
         Ok(())
     }
+}
+
+/// `count x times` elements of `dtype` in bytes, or an error if that overflows.
+pub(crate) fn nbytes(count: usize, times: usize, dtype: DType) -> CommResult<usize> {
+    count
+        .checked_mul(times)
+        .and_then(|n| n.checked_mul(dtype.size()))
+        .ok_or_else(|| {
+            CommError::InvalidArgument(format!(
+                "{count} x {times} elements of {dtype} overflow the address space"
+            ))
+        })
+}
+
+/// Fails unless `buf` holds at least `bytes` bytes.
+pub(crate) fn need(buf: &HostBuffer, bytes: usize, what: &str) -> CommResult<()> {
+    if buf.len_bytes() < bytes {
+        return Err(CommError::InvalidArgument(format!(
+            "{what} buffer holds {} bytes, the operation needs {bytes}",
+            buf.len_bytes()
+        )));
+    }
+    Ok(())
 }

@@ -6,7 +6,7 @@
 
 use super::algo::{self, Plan, Scratch};
 use super::{
-    finish_avg, Algo, Collective, CommBuffer, CommError, CommResult, Communicator, DType,
+    finish_avg, nbytes, need, Algo, Collective, CommError, CommResult, Communicator, DType,
     HostBuffer, Io, RecvInto, ReduceOp, Transport,
 };
 use std::time::{Duration, Instant};
@@ -84,29 +84,6 @@ impl<T: Transport> HostComm<T> {
             other => other,
         })
     }
-}
-
-/// `count x times` elements of `dtype` in bytes, or an error if that overflows.
-fn nbytes(count: usize, times: usize, dtype: DType) -> CommResult<usize> {
-    count
-        .checked_mul(times)
-        .and_then(|n| n.checked_mul(dtype.size()))
-        .ok_or_else(|| {
-            CommError::InvalidArgument(format!(
-                "{count} x {times} elements of {dtype} overflow the address space"
-            ))
-        })
-}
-
-/// Fails unless `buf` holds at least `bytes` bytes.
-fn need(buf: &HostBuffer, bytes: usize, what: &str) -> CommResult<()> {
-    if buf.len_bytes() < bytes {
-        return Err(CommError::InvalidArgument(format!(
-            "{what} buffer holds {} bytes, the operation needs {bytes}",
-            buf.len_bytes()
-        )));
-    }
-    Ok(())
 }
 
 impl<T: Transport> Communicator for HostComm<T> {

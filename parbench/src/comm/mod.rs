@@ -36,6 +36,7 @@ pub mod nccl;
 pub mod reference;
 pub mod tcp;
 
+pub(crate) use buffer::{nbytes, need};
 pub use buffer::{CommBuffer, HostBuffer};
 pub use dtype::{finish_avg, reduce_bytes, reduce_typed, DType, Element, ReduceOp};
 pub use error::{CommError, CommResult};

@@ -21,7 +21,7 @@
 //! and say so in [`Communicator::algo_for`].
 
 use super::{
-    Collective, CommBuffer, CommError, CommResult, Communicator, DType, HostBuffer, Io, ReduceOp,
+    nbytes, need, Collective, CommError, CommResult, Communicator, DType, HostBuffer, Io, ReduceOp,
 };
 use mpi::ffi;
 use mpi::traits::{AsRaw, Communicator as _};
@@ -135,16 +135,6 @@ impl MpiComm {
         Ok(())
     }
 
-    fn check_len(&self, what: &str, buf: &HostBuffer, need: usize) -> CommResult<()> {
-        if buf.len_bytes() < need {
-            return Err(CommError::InvalidArgument(format!(
-                "{what} buffer holds {} bytes, the call needs {need}",
-                buf.len_bytes()
-            )));
-        }
-        Ok(())
-    }
-
     fn check_rank(&self, what: &str, r: usize) -> CommResult<()> {
         if r >= self.world {
             return Err(CommError::InvalidArgument(format!(
@@ -167,15 +157,15 @@ impl MpiComm {
     ) -> CommResult<(*const c_void, *mut c_void)> {
         match io {
             Io::OutOfPlace { send, recv } => {
-                self.check_len("send", send, send_bytes)?;
-                self.check_len("recv", recv, recv_bytes)?;
+                need(send, send_bytes, "send")?;
+                need(recv, recv_bytes, "recv")?;
                 Ok((
                     send.bytes().as_ptr() as *const c_void,
                     recv.bytes_mut().as_mut_ptr() as *mut c_void,
                 ))
             }
             Io::InPlace(buf) => {
-                self.check_len("in-place", buf, send_bytes.max(recv_bytes))?;
+                need(buf, send_bytes.max(recv_bytes), "in-place")?;
                 let recv = buf.bytes_mut().as_mut_ptr() as *mut c_void;
                 if !self.in_place.is_null() {
                     return Ok((self.in_place as *const c_void, recv));
@@ -272,7 +262,7 @@ impl Communicator for MpiComm {
     ) -> CommResult<()> {
         let mpi_op = reduce_op(dtype, op)?;
         let n = count_i32(count)?;
-        let bytes = count * dtype.size();
+        let bytes = nbytes(count, 1, dtype)?;
         let avg_target = if op == ReduceOp::Avg { Some(()) } else { None };
         let (s, r) = self.io_ptrs(io, bytes, bytes, 0)?;
         let comm = self.comm;
@@ -290,7 +280,7 @@ impl Communicator for MpiComm {
 
     fn all_gather(&mut self, io: Io<'_, HostBuffer>, count: usize, dtype: DType) -> CommResult<()> {
         let n = count_i32(count)?;
-        let bytes = count * dtype.size();
+        let bytes = nbytes(count, 1, dtype)?;
         let (s, r) = self.io_ptrs(io, bytes, bytes * self.world, bytes * self.rank)?;
         let (comm, dt) = (self.comm, datatype(dtype));
         // SAFETY: sizes checked in io_ptrs.
@@ -308,7 +298,7 @@ impl Communicator for MpiComm {
     ) -> CommResult<()> {
         let mpi_op = reduce_op(dtype, op)?;
         let n = count_i32(count)?;
-        let bytes = count * dtype.size();
+        let bytes = nbytes(count, 1, dtype)?;
         let in_place = matches!(io, Io::InPlace(_));
         let (s, r) = self.io_ptrs(io, bytes * self.world, bytes, 0)?;
         let comm = self.comm;
@@ -341,16 +331,16 @@ impl Communicator for MpiComm {
     ) -> CommResult<()> {
         self.check_rank("root", root)?;
         let n = count_i32(count)?;
-        let bytes = count * dtype.size();
+        let bytes = nbytes(count, 1, dtype)?;
         let buf = match io {
             Io::InPlace(b) => {
-                self.check_len("in-place", b, bytes)?;
+                need(b, bytes, "in-place")?;
                 b
             }
             Io::OutOfPlace { send, recv } => {
-                self.check_len("recv", recv, bytes)?;
+                need(recv, bytes, "recv")?;
                 if self.rank == root {
-                    self.check_len("send", send, bytes)?;
+                    need(send, bytes, "send")?;
                     recv.bytes_mut()[..bytes].copy_from_slice(&send.bytes()[..bytes]);
                 }
                 recv
@@ -375,12 +365,12 @@ impl Communicator for MpiComm {
         self.check_rank("root", root)?;
         let mpi_op = reduce_op(dtype, op)?;
         let n = count_i32(count)?;
-        let bytes = count * dtype.size();
+        let bytes = nbytes(count, 1, dtype)?;
         let is_root = self.rank == root;
         let (s, r) = match io {
             // Only the root may pass MPI_IN_PLACE to MPI_Reduce.
             Io::InPlace(b) if !is_root => {
-                self.check_len("in-place", b, bytes)?;
+                need(b, bytes, "in-place")?;
                 (b.bytes().as_ptr() as *const c_void, std::ptr::null_mut())
             }
             io => self.io_ptrs(io, bytes, bytes, 0)?,
@@ -400,7 +390,7 @@ impl Communicator for MpiComm {
 
     fn all_to_all(&mut self, io: Io<'_, HostBuffer>, count: usize, dtype: DType) -> CommResult<()> {
         let n = count_i32(count)?;
-        let bytes = count * dtype.size() * self.world;
+        let bytes = nbytes(count, self.world, dtype)?;
         let (s, r) = self.io_ptrs(io, bytes, bytes, 0)?;
         let (comm, dt) = (self.comm, datatype(dtype));
         // SAFETY: sizes checked in io_ptrs.
@@ -418,8 +408,8 @@ impl Communicator for MpiComm {
     ) -> CommResult<()> {
         self.check_rank("peer", peer)?;
         let n = count_i32(count)?;
-        let bytes = count * dtype.size();
-        self.check_len("send", buf, bytes)?;
+        let bytes = nbytes(count, 1, dtype)?;
+        need(buf, bytes, "send")?;
         // The trait promises that two ranks sending to each other at once do
         // not deadlock, and MPI_Send of a large message waits for the receiver:
         // so the message is copied and sent with MPI_Isend, and completed later
@@ -452,7 +442,7 @@ impl Communicator for MpiComm {
     ) -> CommResult<()> {
         self.check_rank("peer", peer)?;
         let n = count_i32(count)?;
-        self.check_len("recv", buf, count * dtype.size())?;
+        need(buf, nbytes(count, 1, dtype)?, "recv")?;
         let p = buf.bytes_mut().as_mut_ptr() as *mut c_void;
         let comm = self.comm;
         // SAFETY: p covers the message.
@@ -481,9 +471,9 @@ impl Communicator for MpiComm {
         self.check_rank("peer", to)?;
         self.check_rank("peer", from)?;
         let n = count_i32(count)?;
-        let bytes = count * dtype.size();
-        self.check_len("send", send, bytes)?;
-        self.check_len("recv", recv, bytes)?;
+        let bytes = nbytes(count, 1, dtype)?;
+        need(send, bytes, "send")?;
+        need(recv, bytes, "recv")?;
         let (s, r) = (
             send.bytes().as_ptr() as *const c_void,
             recv.bytes_mut().as_mut_ptr() as *mut c_void,
