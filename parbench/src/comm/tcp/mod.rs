@@ -31,7 +31,9 @@
 mod mesh;
 mod peer;
 
-use crate::comm::{reduce_bytes, Algo, CommError, CommResult, HostComm, RecvInto, Transport};
+use crate::comm::{
+    reduce_bytes, Algo, CommError, CommResult, HostBuffer, HostComm, RecvInto, Transport,
+};
 use crate::launch::{RankInfo, Store};
 use peer::{Peer, Step};
 use std::collections::VecDeque;
@@ -97,7 +99,8 @@ pub struct TcpTransport {
     /// `peers[r]` is the connection to rank `r`; `None` for this rank.
     peers: Vec<Option<Peer>>,
     /// Scratch for reducing receives, 8-byte aligned for every element type.
-    scratch: Vec<u64>,
+    /// Page aligned, like the buffers it reduces into (see [`HostBuffer`]).
+    scratch: HostBuffer,
     /// Reused poll set.
     pollfds: Vec<libc::pollfd>,
     spin: Duration,
@@ -222,7 +225,7 @@ impl TcpTransport {
             rank: info.rank,
             world: info.world,
             peers,
-            scratch: vec![0u64; SCRATCH_BYTES / 8],
+            scratch: HostBuffer::zeroed(SCRATCH_BYTES),
             pollfds: Vec::with_capacity(info.world + 1),
             spin: Duration::from_micros(spin_us),
             failed: None,
@@ -436,7 +439,7 @@ impl TcpTransport {
         let Some(Some(p)) = peers.get_mut(peer) else {
             unreachable!("rank {peer} has no connection")
         };
-        let scratch: &mut [u8] = bytemuck::cast_slice_mut(scratch.as_mut_slice());
+        let scratch: &mut [u8] = scratch.bytes_mut();
         let hdr_left = 8 - r.hdr_got;
         let step = match &mut r.into {
             RecvInto::Copy(dst) => {
