@@ -46,8 +46,8 @@
 //! instead (see [`rd_all_gather`], [`rh_reduce_scatter`]).
 //!
 //! **Slicing**: parbench's ring cuts large messages into slices of
-//! [`CHUNK_BYTES`] per block that run the ring one after another, and its
-//! chain broadcast cuts them into chunks; [`terms`] models both as run
+//! [`RING_SLICE_BYTES`] per block that run the ring one after another, and
+//! its chain broadcast cuts them into chunks of [`CHUNK_BYTES`]; [`terms`] models both as run
 //! ([`sliced_ring`], [`chain_terms`]), and the textbook forms stay
 //! available ([`ring_all_reduce`], [`ring_gather_scatter`]). Each
 //! algorithm has one function here: the one place to change should an
@@ -178,12 +178,15 @@ impl AlphaBetaTerms {
     }
 }
 
-/// The chunk size of parbench's CPU algorithms,
-/// [`crate::comm::algo::CHUNK_BYTES`] (128 KiB): the ring cuts each block
-/// into slices of at most this many bytes, and the chain broadcast cuts the
-/// message into chunks of it. [`terms`] models parbench's own algorithms
-/// with it; [`sliced_ring`] and [`chain_terms`] take any chunk.
+/// The chunk size of parbench's chain broadcast and reduce,
+/// [`crate::comm::algo::CHUNK_BYTES`] (128 KiB). [`terms`] models parbench's
+/// own algorithms with it; [`chain_terms`] takes any chunk.
 pub const CHUNK_BYTES: u64 = crate::comm::algo::CHUNK_BYTES as u64;
+
+/// The slice size of parbench's rings,
+/// [`crate::comm::algo::RING_SLICE_BYTES`] (512 KiB per block). [`terms`]
+/// models parbench's own rings with it; [`sliced_ring`] takes any slice.
+pub const RING_SLICE_BYTES: u64 = crate::comm::algo::RING_SLICE_BYTES as u64;
 
 /// `ceil(lg p)`: rounds of a binomial tree or dissemination on `p` ranks.
 pub fn ceil_log2(p: usize) -> u32 {
@@ -417,14 +420,14 @@ pub const ALGO_NAMES: [&str; 8] = [
 /// | all_to_all | `pairwise` (also `ring`) |
 /// | sendrecv | `p2p` (also any other name but `auto`) |
 ///
-/// Slices and chunks are [`CHUNK_BYTES`]. An empty buffer (`n_bytes = 0`)
+/// Ring slices are [`RING_SLICE_BYTES`], chain chunks [`CHUNK_BYTES`]. An empty buffer (`n_bytes = 0`)
 /// costs nothing, as NCCL and parbench's backends return at once without a
 /// message. `None` when the pair has no model
 /// (an unknown name; `auto`, which has no fixed structure: see [`predict`];
 /// an algorithm that does not apply to the collective) or `p` is 0. One rank
 /// costs nothing.
 pub fn terms(coll: Collective, algo: &str, p: usize, n_bytes: u64) -> Option<AlphaBetaTerms> {
-    terms_with(coll, algo, p, n_bytes, CHUNK_BYTES)
+    terms_with(coll, algo, p, n_bytes, RING_SLICE_BYTES)
 }
 
 /// The literature's forms, for algorithms that parbench's CPU backends do
@@ -654,6 +657,7 @@ mod tests {
             }
         }
         assert_eq!(CHUNK_BYTES, 128 * 1024);
+        assert_eq!(RING_SLICE_BYTES, 512 * 1024);
     }
 
     #[test]
@@ -670,15 +674,15 @@ mod tests {
         assert_terms(sliced_ring(4, 4 * c * 3, c, false, false), 9.0, 0.75, 0.0);
         assert_terms(sliced_ring(4, 4 * c * 3, c, false, true), 9.0, 0.75, 0.75);
         assert_eq!(sliced_ring(1, 1 << 30, c, true, true), AlphaBetaTerms::ZERO);
-        // terms() models parbench's ring with CHUNK_BYTES.
+        // terms() models parbench's ring with RING_SLICE_BYTES.
         let big = 1u64 << 30;
         assert_eq!(
             terms(Collective::AllReduce, "ring", 8, big),
-            Some(sliced_ring(8, big, CHUNK_BYTES, true, true))
+            Some(sliced_ring(8, big, RING_SLICE_BYTES, true, true))
         );
         assert_eq!(
             terms(Collective::ReduceScatter, "ring", 8, big),
-            Some(sliced_ring(8, big, CHUNK_BYTES, false, true))
+            Some(sliced_ring(8, big, RING_SLICE_BYTES, false, true))
         );
     }
 
@@ -731,7 +735,7 @@ mod tests {
     #[test]
     fn predict_hand_computed() {
         // Ring all_reduce, 8 ranks, 1 MB at 100 GB/s, 5 us, no gamma:
-        // one slice (1e6 <= 8 x 128 KiB): 14 x 5 us + 1.75 x 1e6 / 100e9 s
+        // one slice (1e6 <= 8 x 512 KiB): 14 x 5 us + 1.75 x 1e6 / 100e9 s
         // = 70 us + 17.5 us.
         let link = LinkParams::from_gbps_us(100.0, 5.0);
         let t = predict(Collective::AllReduce, "ring", 8, 1_000_000, &link).unwrap();
@@ -746,9 +750,9 @@ mod tests {
         )
         .unwrap();
         assert!(close(t, 70e-6 + 35e-6), "{t}");
-        // 1 GB: ceil(1e9 / 1 MiB) = 954 slices of 14 steps.
+        // 1 GB: ceil(1e9 / 4 MiB) = 239 slices of 14 steps.
         let t = predict(Collective::AllReduce, "ring", 8, 1_000_000_000, &link).unwrap();
-        assert!(close(t, 954.0 * 14.0 * 5e-6 + 17.5e-3), "{t}");
+        assert!(close(t, 239.0 * 14.0 * 5e-6 + 17.5e-3), "{t}");
         // One byte: latency of 3 steps, plus 3 bytes at 100 GB/s.
         let t = predict(Collective::AllReduce, "rd", 8, 1, &link).unwrap();
         assert!(close(t, 15e-6 + 3.0 / 100e9));
@@ -790,13 +794,13 @@ mod tests {
         ] {
             assert!(!is_selector(alg), "{alg}");
         }
-        // A large message: parbench's sliced ring has 1024 x 14 latency
+        // A large message: parbench's sliced ring has 256 x 14 latency
         // steps; the textbook ring 14; a selector gets rhd's 6.
         let n = 1u64 << 30;
         let sliced = predict(Collective::AllReduce, "ring", 8, n, &link).unwrap();
         let book = predict_textbook(Collective::AllReduce, "ring", 8, n, &link).unwrap();
         let bw = 1.75 * n as f64 / 100e9;
-        assert!(close(sliced, 1024.0 * 14.0 * 5e-6 + bw), "{sliced}");
+        assert!(close(sliced, 256.0 * 14.0 * 5e-6 + bw), "{sliced}");
         assert!(close(book, 14.0 * 5e-6 + bw), "{book}");
         let nccl = predict(Collective::AllReduce, "nccl", 8, n, &link).unwrap();
         assert!(close(nccl, 6.0 * 5e-6 + bw), "{nccl}");

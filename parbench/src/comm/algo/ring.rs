@@ -4,12 +4,12 @@
 //! Structure (p ranks): reduce_scatter and all_gather take p - 1 steps, in
 //! each of which every rank sends one block and receives one block;
 //! all_reduce is reduce_scatter then all_gather, 2(p - 1) steps of n/p bytes.
-//! Messages larger than [`CHUNK_BYTES`] per block are cut into slices that
+//! Messages larger than [`RING_SLICE_BYTES`] per block are cut into slices that
 //! run the whole ring one after another, so a slice's blocks stay in cache
 //! and large messages stream: a message of n bytes takes
-//! `s = ceil(n / (p x CHUNK_BYTES))` slices of 2(p - 1) steps each (all_reduce).
+//! `s = ceil(n / (p x RING_SLICE_BYTES))` slices of 2(p - 1) steps each (all_reduce).
 
-use super::{split_two, Blocks, Scratch, CHUNK_BYTES};
+use super::{split_two, Blocks, Scratch, RING_SLICE_BYTES};
 use crate::comm::{CommError, CommResult, DType, RecvInto, ReduceOp, Transport};
 use std::ops::Range;
 use std::time::Instant;
@@ -139,7 +139,7 @@ pub fn all_gather_blocks<T: Transport + ?Sized>(
 }
 
 /// Ring all-reduce into `buf` (whole `dtype` elements), in slices of at most
-/// p x [`CHUNK_BYTES`]: per slice, reduce-scatter then all-gather over p
+/// p x [`RING_SLICE_BYTES`]: per slice, reduce-scatter then all-gather over p
 /// near-equal blocks (counts that p does not divide give the first blocks
 /// one element more). With `src` (out of place, same length as `buf`) the
 /// input is read from `src` and left untouched, and `buf`'s contents are
@@ -172,7 +172,7 @@ pub fn all_reduce<T: Transport + ?Sized>(
     if p < 2 || count == 0 {
         return Ok(());
     }
-    let slice_elems = (p * CHUNK_BYTES / elem).max(p);
+    let slice_elems = (p * RING_SLICE_BYTES / elem).max(p);
     let mut first = 0;
     while first < count {
         let n = slice_elems.min(count - first);
@@ -197,13 +197,13 @@ pub fn all_reduce<T: Transport + ?Sized>(
 }
 
 /// Runs `step` once per slice of `count` elements per block: slice k covers
-/// elements `k x c .. (k + 1) x c` of every block, c = [`CHUNK_BYTES`] / elem.
+/// elements `k x c .. (k + 1) x c` of every block, c = [`RING_SLICE_BYTES`] / elem.
 fn per_slice(
     count: usize,
     elem: usize,
     mut step: impl FnMut(&dyn Fn(usize) -> Range<usize>) -> CommResult<()>,
 ) -> CommResult<()> {
-    let chunk = (CHUNK_BYTES / elem).max(1);
+    let chunk = (RING_SLICE_BYTES / elem).max(1);
     let mut first = 0;
     while first < count {
         let n = chunk.min(count - first);
@@ -248,7 +248,7 @@ pub fn reduce_scatter_out<T: Transport + ?Sized>(
 ) -> CommResult<()> {
     let elem = dtype.size();
     let rank = t.rank();
-    let chunk = (CHUNK_BYTES / elem).max(1);
+    let chunk = (RING_SLICE_BYTES / elem).max(1);
     let work = scratch.bytes(2 * chunk.min(count) * elem);
     per_slice(count, elem, |range| {
         let mine = range(rank);
