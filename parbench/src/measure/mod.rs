@@ -4,7 +4,8 @@
 //! Layers, each with one job:
 //! - [`timing`]: runs warm-up and timed iterations of one operation on one
 //!   rank, with one clock pair around the whole loop (nccl-tests' time) and
-//!   one clock read per iteration (for percentiles and stragglers).
+//!   one read per iteration of [`clock::IterClock`] (for percentiles and
+//!   stragglers).
 //! - [`combine`]: brings every rank's timings to every rank through the
 //!   communicator itself and reduces them: the reported time (`-a`), the
 //!   per-iteration times (each the slowest rank's), percentiles, stragglers.
@@ -15,6 +16,7 @@
 //! Nothing here prints: binaries do.
 
 pub mod ceiling;
+pub mod clock;
 pub mod combine;
 pub mod timing;
 

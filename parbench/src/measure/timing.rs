@@ -1,5 +1,6 @@
 //! The timed loop of one operation on one rank.
 
+use super::clock::IterClock;
 use crate::comm::{CommError, CommResult, Communicator, StreamClock};
 use std::time::{Duration, Instant};
 
@@ -48,9 +49,9 @@ impl RankTimes {
 /// then `spec.iters` times under the clock.
 ///
 /// The reported time is one clock pair around the whole loop, as nccl-tests
-/// does; the per-iteration times come from one extra clock read per
-/// iteration (a few tens of nanoseconds), so the loop costs about what a bare
-/// loop of the same calls costs. Device backends (those with a
+/// does; the per-iteration times come from one extra read per iteration of
+/// [`IterClock`] (about 12 ns where it is the time-stamp counter), so the
+/// loop costs about what a bare loop of the same calls costs. Device backends (those with a
 /// [`Communicator::stream_clock`]) are timed on the device instead: CUDA
 /// events before the loop and after each call, so per-iteration times are
 /// device times, and the total is their sum (the loop still ends with
@@ -74,26 +75,38 @@ where
         return time_on_stream(comm, spec, clock.as_mut(), &mut op);
     }
 
-    let mut iter_ns = Vec::with_capacity(spec.iters);
-    let mut in_call_ns = Vec::with_capacity(spec.iters);
+    // Per iteration, one read of the cheap clock into a vector reserved
+    // beforehand; conversion to nanoseconds waits until after the loop.
+    let clock = IterClock::get();
+    let mut ends = Vec::with_capacity(spec.iters);
+    let mut enters = Vec::with_capacity(if spec.delay.is_some() { spec.iters } else { 0 });
     let start = Instant::now();
-    let mut prev = start;
+    let first = clock.now();
     for _ in 0..spec.iters {
-        let enter = match spec.delay {
-            Some(d) => {
-                std::thread::sleep(d);
-                Instant::now()
-            }
-            None => prev,
-        };
+        if let Some(d) = spec.delay {
+            std::thread::sleep(d);
+            enters.push(clock.now());
+        }
         op(comm)?;
-        let end = Instant::now();
-        iter_ns.push(nanos(end - prev));
-        in_call_ns.push(nanos(end - enter));
-        prev = end;
+        ends.push(clock.now());
     }
     comm.sync()?;
     let total = start.elapsed();
+    let mut iter_ns = Vec::with_capacity(spec.iters);
+    let mut prev = first;
+    for &end in &ends {
+        iter_ns.push(clock.ns(prev, end));
+        prev = end;
+    }
+    let in_call_ns = if spec.delay.is_some() {
+        enters
+            .iter()
+            .zip(&ends)
+            .map(|(&enter, &end)| clock.ns(enter, end))
+            .collect()
+    } else {
+        iter_ns.clone()
+    };
     Ok(RankTimes {
         total,
         iter_ns,
@@ -177,8 +190,4 @@ fn from_intervals(intervals: &[f64], calls: usize) -> RankTimes {
         in_call_ns: per_call.clone(),
         iter_ns: per_call,
     }
-}
-
-fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
