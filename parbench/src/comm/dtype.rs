@@ -474,14 +474,25 @@ mod tests {
                 );
             }
         }
-        let mut acc = values.clone();
-        reduce_typed(&mut acc, &values, ReduceOp::Sum);
-        for (i, (&got, &a)) in acc.iter().zip(&values).enumerate() {
-            let want = a + a;
-            assert!(
-                got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
-                "{i}"
-            );
+        // The slice kernel (vectorised, with a tail) against the same
+        // additions: every value meets many others in every lane position.
+        for shift in (0..values.len()).step_by(7) {
+            let src: Vec<bf16> = values
+                .iter()
+                .cycle()
+                .skip(shift)
+                .take(values.len())
+                .copied()
+                .collect();
+            let mut acc = values.clone();
+            reduce_typed(&mut acc, &src, ReduceOp::Sum);
+            for (i, ((&got, &a), &b)) in acc.iter().zip(&values).zip(&src).enumerate() {
+                let want = a + b;
+                assert!(
+                    got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+                    "shift {shift}, element {i}: {a} + {b}: got {got} want {want}"
+                );
+            }
         }
     }
 
