@@ -596,10 +596,8 @@ impl LocalTransport {
                 ),
             });
         }
-        match into {
-            RecvInto::Copy(dst) => dst.copy_from_slice(src),
-            RecvInto::Reduce { acc, dtype, op } => super::reduce_bytes(acc, src, dtype, op),
-        }
+        let mut into = into;
+        into.absorb(0, src);
         Ok(())
     }
 }

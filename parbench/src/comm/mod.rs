@@ -362,13 +362,23 @@ pub trait Replay {
     fn launches(&self) -> usize;
 }
 
-/// Where a received message goes: copied, or reduced into existing data.
+/// Where a received message goes: copied, or reduced with existing data.
 pub enum RecvInto<'a> {
     /// Overwrite these bytes.
     Copy(&'a mut [u8]),
     /// `acc = acc op incoming`, element-wise.
     Reduce {
         acc: &'a mut [u8],
+        dtype: DType,
+        op: ReduceOp,
+    },
+    /// `out = base op incoming`, element-wise (`base` as long as `out`): an
+    /// out-of-place reduction reads its own operand where it lies, a piece
+    /// at a time beside the incoming bytes, instead of copying all of it
+    /// into `out` first.
+    ReduceFrom {
+        base: &'a [u8],
+        out: &'a mut [u8],
         dtype: DType,
         op: ReduceOp,
     },
@@ -380,6 +390,44 @@ impl RecvInto<'_> {
         match self {
             RecvInto::Copy(b) => b.len(),
             RecvInto::Reduce { acc, .. } => acc.len(),
+            RecvInto::ReduceFrom { out, .. } => out.len(),
+        }
+    }
+
+    /// The element type of a reducing receive; `None` for a copy.
+    pub fn reduces(&self) -> Option<DType> {
+        match self {
+            RecvInto::Copy(_) => None,
+            RecvInto::Reduce { dtype, .. } | RecvInto::ReduceFrom { dtype, .. } => Some(*dtype),
+        }
+    }
+
+    /// Takes `piece`, the incoming bytes from offset `at` on: copies it into
+    /// place or reduces it. For a reduction `at` and the piece's length are
+    /// whole elements. The caller keeps `at + piece.len()` within
+    /// [`Self::len`] (transports check a message's length before its bytes).
+    pub fn absorb(&mut self, at: usize, piece: &[u8]) {
+        let range = at..at + piece.len();
+        match self {
+            RecvInto::Copy(dst) => dst[range].copy_from_slice(piece),
+            RecvInto::Reduce { acc, dtype, op } => {
+                reduce_bytes(&mut acc[range], piece, *dtype, *op)
+            }
+            RecvInto::ReduceFrom {
+                base,
+                out,
+                dtype,
+                op,
+            } => {
+                // Pieces that stay in L1 between the copy and the reduction.
+                const PIECE: usize = 16 * 1024;
+                let (out, base) = (&mut out[range.clone()], &base[range]);
+                for start in (0..piece.len()).step_by(PIECE) {
+                    let end = (start + PIECE).min(piece.len());
+                    out[start..end].copy_from_slice(&base[start..end]);
+                    reduce_bytes(&mut out[start..end], &piece[start..end], *dtype, *op);
+                }
+            }
         }
     }
 
@@ -420,4 +468,55 @@ pub trait Transport: Send {
         into: RecvInto<'_>,
         deadline: Instant,
     ) -> CommResult<()>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every kind of receive takes its bytes in pieces as transports deliver
+    /// them; a ReduceFrom leaves its base alone and crosses its own 16 KiB
+    /// work pieces.
+    #[test]
+    fn receives_absorb_pieces_at_their_offsets() {
+        let n = 40_000; // f32 elements: 160,000 bytes, not a multiple of 16 KiB
+        let base: Vec<f32> = (0..n).map(|i| (i % 7) as f32).collect();
+        let incoming: Vec<f32> = (0..n).map(|i| (i % 5) as f32 * 2.0).collect();
+        let (base_b, in_b): (&[u8], &[u8]) =
+            (bytemuck::cast_slice(&base), bytemuck::cast_slice(&incoming));
+        let want_sum: Vec<f32> = base.iter().zip(&incoming).map(|(a, b)| a + b).collect();
+        // Pieces of uneven whole-element sizes, as a socket hands them over.
+        let cuts = [0, 4, 4096, 20_000, 65_536, 100_004, in_b.len()];
+        let deliver = |into: &mut RecvInto<'_>| {
+            for w in cuts.windows(2) {
+                into.absorb(w[0], &in_b[w[0]..w[1]]);
+            }
+        };
+
+        let mut out = vec![0f32; n];
+        let mut into = RecvInto::ReduceFrom {
+            base: base_b,
+            out: bytemuck::cast_slice_mut(&mut out),
+            dtype: DType::F32,
+            op: ReduceOp::Sum,
+        };
+        assert_eq!((into.len(), into.reduces()), (in_b.len(), Some(DType::F32)));
+        deliver(&mut into);
+        assert_eq!(out, want_sum);
+
+        let mut acc = base.clone();
+        let mut into = RecvInto::Reduce {
+            acc: bytemuck::cast_slice_mut(&mut acc),
+            dtype: DType::F32,
+            op: ReduceOp::Sum,
+        };
+        deliver(&mut into);
+        assert_eq!(acc, want_sum);
+
+        let mut copy = vec![0f32; n];
+        let mut into = RecvInto::Copy(bytemuck::cast_slice_mut(&mut copy));
+        assert_eq!(into.reduces(), None);
+        deliver(&mut into);
+        assert_eq!(copy, incoming);
+    }
 }

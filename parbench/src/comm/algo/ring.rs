@@ -52,8 +52,10 @@ pub fn reduce_scatter_blocks<T: Transport + ?Sized>(
 /// the p blocks `range(0..p)` of `src` into `out` (the length of block
 /// `rank`). The same steps as [`reduce_scatter_blocks`], but each step's
 /// partial result lives in one of two halves of `work` (at least twice the
-/// largest block), and the first step sends straight from `src`: no copy of
-/// the whole input, and a working set that stays in cache.
+/// largest block), the first step sends straight from `src`, and each step
+/// reduces the incoming block with this rank's own block of `src` where it
+/// lies ([`RecvInto::ReduceFrom`]): no copy of the input, and a working set
+/// that stays in cache.
 #[allow(clippy::too_many_arguments)]
 pub fn reduce_scatter_blocks_out<T: Transport + ?Sized>(
     t: &mut T,
@@ -102,12 +104,16 @@ pub fn reduce_scatter_blocks_out<T: Transport + ?Sized>(
                 own.len()
             )));
         }
-        acc.copy_from_slice(own);
         t.exchange(
             next,
             data,
             prev,
-            RecvInto::Reduce { acc, dtype, op },
+            RecvInto::ReduceFrom {
+                base: own,
+                out: acc,
+                dtype,
+                op,
+            },
             deadline,
         )?;
         cur_len = own.len();

@@ -31,9 +31,7 @@
 mod mesh;
 mod peer;
 
-use crate::comm::{
-    reduce_bytes, Algo, CommError, CommResult, HostBuffer, HostComm, RecvInto, Transport,
-};
+use crate::comm::{Algo, CommError, CommResult, HostBuffer, HostComm, RecvInto, Transport};
 use crate::launch::{RankInfo, Store};
 use peer::{Peer, Step};
 use std::collections::VecDeque;
@@ -291,11 +289,11 @@ impl TcpTransport {
         op: &'static str,
     ) -> CommResult<()> {
         if let Some(r) = &recv {
-            if let RecvInto::Reduce { acc, dtype, .. } = &r.into {
-                if acc.len() % dtype.size() != 0 {
+            if let Some(dtype) = r.into.reduces() {
+                if r.into.len() % dtype.size() != 0 {
                     return Err(CommError::InvalidArgument(format!(
                         "reducing receive of {} bytes is not a whole number of {dtype} elements",
-                        acc.len()
+                        r.into.len()
                     )));
                 }
             }
@@ -446,7 +444,7 @@ impl TcpTransport {
                 let (h, d) = (&mut r.hdr[r.hdr_got..], &mut dst[r.got..]);
                 p.read_into(h, d)
             }
-            RecvInto::Reduce { .. } => {
+            RecvInto::Reduce { .. } | RecvInto::ReduceFrom { .. } => {
                 let room = (scratch.len() - r.tail).min(expected - r.got);
                 let (h, d) = (&mut r.hdr[r.hdr_got..], &mut scratch[r.tail..r.tail + room]);
                 if h.is_empty() && d.is_empty() {
@@ -480,7 +478,9 @@ impl TcpTransport {
                 hints[peer] = Some(named);
                 let extra = match &r.into {
                     RecvInto::Copy(dst) => &dst[r.got..r.got + body],
-                    RecvInto::Reduce { .. } => &scratch[r.tail..r.tail + body],
+                    RecvInto::Reduce { .. } | RecvInto::ReduceFrom { .. } => {
+                        &scratch[r.tail..r.tail + body]
+                    }
                 };
                 p.unread(extra);
                 r.hdr_got = 0;
@@ -495,20 +495,15 @@ impl TcpTransport {
             }
             r.checked = true;
         }
-        match &mut r.into {
-            RecvInto::Copy(_) => r.got += body,
-            RecvInto::Reduce { acc, dtype, op } => {
-                r.got += body;
-                let avail = r.tail + body;
-                let esize = dtype.size();
-                let whole = avail - avail % esize;
-                if whole > 0 {
-                    let done = r.got - avail;
-                    reduce_bytes(&mut acc[done..done + whole], &scratch[..whole], *dtype, *op);
-                    scratch.copy_within(whole..avail, 0);
-                }
-                r.tail = avail - whole;
+        r.got += body;
+        if let Some(dtype) = r.into.reduces() {
+            let avail = r.tail + body;
+            let whole = avail - avail % dtype.size();
+            if whole > 0 {
+                r.into.absorb(r.got - avail, &scratch[..whole]);
+                scratch.copy_within(whole..avail, 0);
             }
+            r.tail = avail - whole;
         }
         Ok(true)
     }
@@ -827,10 +822,8 @@ fn deliver(rank: usize, msg: &[u8], into: RecvInto<'_>) -> CommResult<()> {
             ),
         });
     }
-    match into {
-        RecvInto::Copy(dst) => dst.copy_from_slice(msg),
-        RecvInto::Reduce { acc, dtype, op } => reduce_bytes(acc, msg, dtype, op),
-    }
+    let mut into = into;
+    into.absorb(0, msg);
     Ok(())
 }
 
