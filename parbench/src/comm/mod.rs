@@ -37,7 +37,7 @@ pub mod reference;
 pub mod tcp;
 
 pub(crate) use buffer::{nbytes, need};
-pub use buffer::{CommBuffer, HostBuffer};
+pub use buffer::{CommBuffer, HostBuffer, HOST_BUFFER_OFFSET};
 pub use dtype::{finish_avg, reduce_bytes, reduce_typed, DType, Element, ReduceOp};
 pub use error::{CommError, CommResult};
 pub use host::HostComm;
