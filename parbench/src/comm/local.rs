@@ -1,23 +1,25 @@
 //! Backend `local`: N ranks as threads of one process, exchanging through
 //! shared memory — the CPU's stand-in for NVLink.
 //!
-//! Two paths carry a message from rank `s` to rank `d`, and both go through
-//! one ordered queue per (s, d) pair, so messages between a pair arrive in
-//! the order they were sent whichever path they took:
+//! Two paths carry a message from rank `s` to rank `d`:
 //!
 //! - **Rendezvous** ([`Transport::exchange`], the step of every algorithm):
-//!   the sender posts a pointer to its own bytes in its slot and the receiver
-//!   copies or reduces straight from them (single copy, no allocation); the
-//!   sender returns once the receiver marked the slot done. Each rank has at
-//!   most one rendezvous outstanding, so one slot per rank suffices. When
-//!   the receiver has taken everything queued before, the slot alone
-//!   announces the post (addressed to the receiver) and the queue is left
-//!   alone: a handful of cache lines cross between the cores per message,
-//!   which is what the 8-byte latency is made of.
+//!   the sender posts a pointer to its own bytes in its slot, addressed to
+//!   the receiver, which copies or reduces straight from them (single copy,
+//!   no allocation, and only a handful of cache lines crossing between the
+//!   cores: most of the 8-byte latency); the sender returns once the
+//!   receiver marked the slot done. Each rank has at most one rendezvous
+//!   outstanding, so one slot per rank suffices.
 //! - **Eager** ([`Transport::send`]): the bytes are copied into a pooled
-//!   buffer of the pair's queue and `send` returns at once, so two ranks that
-//!   send to each other at the same time never deadlock. Buffers return to
-//!   the pair's pool after the receive, so steady traffic allocates nothing.
+//!   buffer of the (s, d) pair's queue and `send` returns at once, so two
+//!   ranks that send to each other at the same time never deadlock. Buffers
+//!   return to the pair's pool after the receive, so steady traffic
+//!   allocates nothing.
+//!
+//! Messages between a pair arrive in the order they were sent whichever path
+//! they took: a receiver takes the pair's queued messages before the
+//! sender's post, and they are all older than it, because a rank sends
+//! nothing while its own post is outstanding.
 //!
 //! Waits spin briefly, then yield, then park until the peer wakes them (tests
 //! run 8 ranks on 2 cores), and each checks the deadline and the world's abort flag: when
@@ -116,12 +118,11 @@ const NO_ABORT: usize = usize::MAX;
 
 /// Rendezvous slot states.
 const IDLE: u32 = 0;
+/// Posted for the rank in `Slot::to`.
 const POSTED: u32 = 1;
 const TAKEN: u32 = 2;
 const DONE: u32 = 3;
 const CANCELLED: u32 = 4;
-/// Posted for the rank in `Slot::to` without a queue entry (see `post`).
-const DIRECT: u32 = 5;
 
 /// Keeps hot atomics of different ranks on different cache lines (two lines,
 /// against the adjacent-line prefetcher).
@@ -136,20 +137,13 @@ impl<T> std::ops::Deref for Padded<T> {
     }
 }
 
-/// A message in a pair's queue.
-enum Msg {
-    /// Owned copy of the bytes (from `send`).
-    Eager(Vec<u8>),
-    /// The bytes are in the sender's rendezvous slot.
-    Rendezvous,
-}
-
 /// The ordered channel from one rank to another.
 #[derive(Default)]
 struct Pair {
     /// Messages queued and not yet taken; read without the lock by the waiting receiver.
     pending: Padded<AtomicUsize>,
-    queue: Mutex<VecDeque<Msg>>,
+    /// Eager messages: owned copies of the bytes, oldest first.
+    queue: Mutex<VecDeque<Vec<u8>>>,
     /// Eager buffers the receiver gave back, for the sender to reuse.
     pool: Mutex<Vec<Vec<u8>>>,
 }
@@ -160,7 +154,7 @@ struct Slot {
     state: AtomicU32,
     ptr: AtomicPtr<u8>,
     len: AtomicUsize,
-    /// The receiver of a [`DIRECT`] post.
+    /// The receiver of the post.
     to: AtomicUsize,
 }
 
@@ -415,30 +409,21 @@ impl LocalTransport {
     }
 
     /// Queues `msg` on the channel to `peer`.
-    fn push(&self, peer: usize, msg: Msg) {
+    fn push(&self, peer: usize, msg: Vec<u8>) {
         let pair = self.shared.pair(self.rank, peer);
         lock(&pair.queue).push_back(msg);
         pair.pending.fetch_add(1, Ordering::SeqCst);
         self.shared.wake(peer);
     }
 
-    /// Posts `data` in this rank's slot for `peer`: announced by the slot
-    /// alone when `peer` has taken every message this rank queued for it
-    /// (only this rank adds to that queue, so none can be older than the
-    /// post), else by a rendezvous entry behind them in the queue.
+    /// Posts `data` in this rank's slot for `peer`.
     fn post(&self, peer: usize, data: &[u8]) {
         let slot = &self.shared.slots[self.rank];
         slot.ptr.store(data.as_ptr() as *mut u8, Ordering::Relaxed);
         slot.len.store(data.len(), Ordering::Relaxed);
-        let pair = self.shared.pair(self.rank, peer);
-        if pair.pending.load(Ordering::Acquire) == 0 {
-            slot.to.store(peer, Ordering::Relaxed);
-            slot.state.store(DIRECT, Ordering::SeqCst);
-            self.shared.wake(peer);
-        } else {
-            slot.state.store(POSTED, Ordering::Release);
-            self.push(peer, Msg::Rendezvous);
-        }
+        slot.to.store(peer, Ordering::Relaxed);
+        slot.state.store(POSTED, Ordering::SeqCst);
+        self.shared.wake(peer);
     }
 
     /// Waits until `peer` has taken this rank's posted bytes.
@@ -466,10 +451,10 @@ impl LocalTransport {
         let slot = &self.shared.slots[self.rank];
         loop {
             match slot.state.load(Ordering::Acquire) {
-                s @ (POSTED | DIRECT) => {
+                POSTED => {
                     if slot
                         .state
-                        .compare_exchange(s, CANCELLED, Ordering::AcqRel, Ordering::Acquire)
+                        .compare_exchange(POSTED, CANCELLED, Ordering::AcqRel, Ordering::Acquire)
                         .is_ok()
                     {
                         return;
@@ -498,23 +483,23 @@ impl LocalTransport {
     ) -> CommResult<()> {
         let pair = self.shared.pair(peer, self.rank);
         let slot = &self.shared.slots[peer];
-        let direct_for_me = || {
-            slot.state.load(Ordering::Acquire) == DIRECT
+        let posted_for_me = || {
+            slot.state.load(Ordering::Acquire) == POSTED
                 && slot.to.load(Ordering::Relaxed) == self.rank
         };
         self.wait(peer, op, deadline, || {
-            pair.pending.load(Ordering::Acquire) > 0 || direct_for_me()
+            pair.pending.load(Ordering::Acquire) > 0 || posted_for_me()
         })?;
-        // A direct post is made only with the queue empty, and its sender
-        // queues nothing more until the post is done: whichever we saw, the
-        // queue (when not empty) holds the older messages.
+        // Queued messages are older than a post (see the module's notes).
+        // The queue's counter is raised before a later post is published,
+        // so seeing the post means seeing the count.
         if pair.pending.load(Ordering::Acquire) == 0 {
-            return self.take_posted(peer, DIRECT, into, op);
+            return self.take_posted(peer, into, op);
         }
         let msg = lock(&pair.queue).pop_front();
         pair.pending.fetch_sub(1, Ordering::AcqRel);
         match msg {
-            Some(Msg::Eager(bytes)) => {
+            Some(bytes) => {
                 let res = self.deliver(peer, &bytes, into);
                 let mut pool = lock(&pair.pool);
                 if pool.len() < 64 {
@@ -522,7 +507,6 @@ impl LocalTransport {
                 }
                 res
             }
-            Some(Msg::Rendezvous) => self.take_posted(peer, POSTED, into, op),
             None => Err(CommError::Protocol {
                 rank: self.rank,
                 peer,
@@ -531,15 +515,9 @@ impl LocalTransport {
         }
     }
 
-    /// Copies or reduces the bytes `peer` posted in its slot (in state
-    /// `posted`) into `into`, then marks the slot done.
-    fn take_posted(
-        &self,
-        peer: usize,
-        posted: u32,
-        into: RecvInto<'_>,
-        op: &'static str,
-    ) -> CommResult<()> {
+    /// Copies or reduces the bytes `peer` posted in its slot for this rank
+    /// into `into`, then marks the slot done.
+    fn take_posted(&self, peer: usize, into: RecvInto<'_>, op: &'static str) -> CommResult<()> {
         let slot = &self.shared.slots[peer];
         let withdrew = || {
             self.check_abort(op).err().unwrap_or(CommError::PeerLost {
@@ -551,15 +529,15 @@ impl LocalTransport {
         };
         if slot
             .state
-            .compare_exchange(posted, TAKEN, Ordering::AcqRel, Ordering::Acquire)
+            .compare_exchange(POSTED, TAKEN, Ordering::AcqRel, Ordering::Acquire)
             .is_err()
         {
             return Err(withdrew());
         }
-        if posted == DIRECT && slot.to.load(Ordering::Acquire) != self.rank {
+        if slot.to.load(Ordering::Acquire) != self.rank {
             // The post we saw was withdrawn and another, for another rank,
             // made in between: leave that one alone.
-            slot.state.store(DIRECT, Ordering::Release);
+            slot.state.store(POSTED, Ordering::Release);
             return Err(withdrew());
         }
         let ptr = slot.ptr.load(Ordering::Relaxed);
@@ -626,7 +604,7 @@ impl Transport for LocalTransport {
         let mut bytes = lock(&pair.pool).pop().unwrap_or_default();
         bytes.clear();
         bytes.extend_from_slice(data);
-        self.push(peer, Msg::Eager(bytes));
+        self.push(peer, bytes);
         Ok(())
     }
 
@@ -672,8 +650,8 @@ mod tests {
         v
     }
 
-    /// Eager sends and rendezvous (direct or queued behind eager messages)
-    /// from one rank arrive in the order they were made.
+    /// Eager sends and rendezvous from one rank arrive in the order they
+    /// were made, whether or not eager messages are still queued at the post.
     #[test]
     fn eager_and_rendezvous_messages_keep_their_order() {
         let mut ts = LocalTransport::world(2);
@@ -682,7 +660,7 @@ mod tests {
         std::thread::scope(|s| {
             s.spawn(move || {
                 for round in 0..200u8 {
-                    // Queued behind an eager message, then direct.
+                    // A post with an eager message still queued, then one without.
                     t0.send(1, &[round, 1], soon()).unwrap();
                     let mut got = [0u8; 2];
                     t0.exchange(1, &[round, 2], 1, RecvInto::Copy(&mut got), soon())
@@ -712,10 +690,10 @@ mod tests {
         });
     }
 
-    /// A rank waiting on a peer whose slot holds a direct post for another
-    /// rank does not take it.
+    /// A rank waiting on a peer whose slot holds a post for another rank
+    /// does not take it.
     #[test]
-    fn a_direct_post_goes_only_to_its_receiver() {
+    fn a_post_goes_only_to_its_receiver() {
         let mut ts = LocalTransport::world(3);
         let mut t2 = ts.pop().unwrap();
         let mut t1 = ts.pop().unwrap();

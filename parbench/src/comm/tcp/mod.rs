@@ -96,8 +96,8 @@ pub struct TcpTransport {
     world: usize,
     /// `peers[r]` is the connection to rank `r`; `None` for this rank.
     peers: Vec<Option<Peer>>,
-    /// Scratch for reducing receives, 8-byte aligned for every element type.
-    /// Page aligned, like the buffers it reduces into (see [`HostBuffer`]).
+    /// Scratch for reducing receives, placed in its page like the buffers it
+    /// reduces into (see [`HostBuffer`]).
     scratch: HostBuffer,
     /// Reused poll set.
     pollfds: Vec<libc::pollfd>,
