@@ -9,9 +9,16 @@ use parbench::comm::DType;
 use parbench::compute::cuda::{compile_kernels, image_plan, nvrtc_archs, nvrtc_version, ImageKind};
 use parbench::gpu::{probe, Lib};
 
+/// Whether this is the GPU check (scripts/gpu-check.sh), where a missing
+/// NVRTC is a failure, not a skip.
+fn gpu_check() -> bool {
+    std::env::var("PARBENCH_GPU").is_ok_and(|v| v == "1")
+}
+
 #[test]
 fn gpu_kernels_compile_with_nvrtc() {
     if let Err(e) = probe::probe(Lib::Nvrtc) {
+        assert!(!gpu_check(), "PARBENCH_GPU=1 but {e}");
         eprintln!("skipped: {e}");
         return;
     }
@@ -47,7 +54,8 @@ fn gpu_kernels_compile_with_nvrtc() {
 
 #[test]
 fn an_architecture_nvrtc_lacks_is_one_line() {
-    if probe::probe(Lib::Nvrtc).is_err() {
+    if let Err(e) = probe::probe(Lib::Nvrtc) {
+        assert!(!gpu_check(), "PARBENCH_GPU=1 but {e}");
         eprintln!("skipped: no NVRTC");
         return;
     }
