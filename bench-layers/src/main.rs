@@ -395,7 +395,7 @@ mod tests {
             failed.map(|e| e.to_string()).as_deref(),
             Some("tp 4: no peer")
         );
-        let (done, failed) = sweep_degrees(&[1, 2], |t| Ok::<_, anyhow::Error>(t));
+        let (done, failed) = sweep_degrees(&[1, 2], Ok::<_, anyhow::Error>);
         assert_eq!((done, failed.is_none()), (vec![1, 2], true));
     }
 }
