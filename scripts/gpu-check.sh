@@ -180,30 +180,33 @@ if ours or graph or nt:
               f"| {n[0] if n else '-'} | {n[1] if n else '-'} | {diff} |")
     print()
 
-lay = rows(os.path.join(res, "layers", "layers.csv"))
-if lay:
-    print("bench-layers --backend nccl (times per block call, us):")
+def table(caption, header, body):
+    """A markdown table: header is (name, right-aligned) pairs, body rows of cells."""
+    if not body:
+        return
+    print(caption)
     print()
-    print("| preset | mode | dtype | tp | compute | comm | total | per token | GF/s | check max err |")
-    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
-    for r in lay:
-        print(f"| {r.get('preset')} (h={r.get('hidden')}, seq={r.get('seq')}) | {r.get('mode')} | {r.get('dtype')} "
-              f"| {r.get('tp')} | {num(r.get('compute_us'))} | {num(r.get('comm_us'))} | {num(r.get('total_us'))} "
-              f"| {num(r.get('per_token_us'), '{:.3f}')} | {num(r.get('compute_gflops'), '{:.0f}')} "
-              f"| {num(r.get('check_max_err'), '{:.1e}')} |")
+    print("| " + " | ".join(h for h, _ in header) + " |")
+    print("|" + "|".join("---:" if right else "---" for _, right in header) + "|")
+    for cells in body:
+        print("| " + " | ".join(str(c) for c in cells) + " |")
     print()
 
-pp = rows(os.path.join(res, "pipeline", "pipeline.csv"))
-if pp:
-    print("bench-pipeline --backend nccl (step time in us, bubble as a share of the step):")
-    print()
-    print("| schedule | stages | microbatches | step | bubble measured | simulated | closed form |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
-    for r in pp:
-        print(f"| {r.get('schedule')} | {r.get('stages')} | {r.get('microbatches')} | {num(r.get('step_us'), '{:.1f}')} "
-              f"| {num(r.get('bubble_measured'), '{:.3f}')} | {num(r.get('bubble_simulated'), '{:.3f}')} "
-              f"| {num(r.get('bubble_formula'), '{:.3f}')} |")
-    print()
+table("bench-layers --backend nccl (times per block call, us):",
+      [("preset", 0), ("mode", 0), ("dtype", 0), ("tp", 1), ("compute", 1), ("comm", 1), ("total", 1),
+       ("per token", 1), ("GF/s", 1), ("check max err", 1)],
+      [(f"{r.get('preset')} (h={r.get('hidden')}, seq={r.get('seq')})", r.get("mode"), r.get("dtype"),
+        r.get("tp"), num(r.get("compute_us")), num(r.get("comm_us")), num(r.get("total_us")),
+        num(r.get("per_token_us"), "{:.3f}"), num(r.get("compute_gflops"), "{:.0f}"),
+        num(r.get("check_max_err"), "{:.1e}"))
+       for r in rows(os.path.join(res, "layers", "layers.csv"))])
+table("bench-pipeline --backend nccl (step time in us, bubble as a share of the step):",
+      [("schedule", 0), ("stages", 1), ("microbatches", 1), ("step", 1), ("bubble measured", 1),
+       ("simulated", 1), ("closed form", 1)],
+      [(r.get("schedule"), r.get("stages"), r.get("microbatches"), num(r.get("step_us"), "{:.1f}"),
+        num(r.get("bubble_measured"), "{:.3f}"), num(r.get("bubble_simulated"), "{:.3f}"),
+        num(r.get("bubble_formula"), "{:.3f}"))
+       for r in rows(os.path.join(res, "pipeline", "pipeline.csv"))])
 PY
 }
 
