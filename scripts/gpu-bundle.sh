@@ -83,6 +83,11 @@ fi
     echo "binaries: ${bins[*]}"
     echo "tests: $(cd "$bundle/tests" && echo *)"
     echo "nccl-tests source: $nccl_tests"
+    # The GPU machine's C library must be at least this (ldd --version there).
+    if command -v objdump >/dev/null; then
+        echo "needs: $(objdump -T "$bundle"/bin/* "$bundle"/tests/* | grep -o 'GLIBC_[0-9.]*' |
+            sort -t. -k2,2n -k3,3n -u | tail -1 | tr _ ' ') or newer"
+    fi
 } >"$bundle/MANIFEST"
 bytes=$(du -sb "$bundle" | cut -f1)
 mib=$(((bytes + (1 << 20) - 1) >> 20))
