@@ -9,7 +9,9 @@
 //!   itself on this host (`PARBENCH_LAYERS_TP=t`), each rank runs that one
 //!   degree and rank 0 hands its row back through a file; under an external
 //!   launcher (torchrun, mpirun, srun) the job's world is the one degree.
-//! - `nccl`: needs the `cuda` feature (not wired yet: see the docs).
+//! - `nccl` (feature `cuda`): for each t, GPUs 0..t of this process, one
+//!   thread and one NCCL communicator each; the default degrees stop at the
+//!   visible GPUs, and a --tp beyond them is refused before anything runs.
 //! - `mpi`: needs the `mpi` feature; launched by mpirun, whose world (as MPI
 //!   itself reports it) is the one degree, as with tcp under a launcher.
 //!
@@ -67,37 +69,74 @@ fn main() {
 fn run(cli: &Cli) -> anyhow::Result<()> {
     let rank = RankInfo::from_env().map_err(|e| UsageError(e.to_string()))?;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let default_ranks = rank.as_ref().map_or(cores, |r| r.world);
+    // On GPUs the ranks available are the visible GPUs, not the cores.
+    let default_ranks = if cli.backend.eq_ignore_ascii_case("nccl") {
+        visible_gpus()?
+    } else {
+        rank.as_ref().map_or(cores, |r| r.world)
+    };
     let plan = cli.plan(default_ranks)?;
     match (plan.backend, rank) {
-        (Backend::Local, _) => {
-            let ms = sweep_local(&plan)?;
-            let world = plan.tps.iter().copied().max().unwrap_or(1);
-            let backend = plan.backend.name();
-            finish(
-                &plan,
-                &new_run_id("layers"),
-                backend,
-                world,
-                build_rows(&plan, backend, &ms),
-            )
-        }
+        (Backend::Local, _) => finish_sweep(&plan, sweep_local(&plan)),
         (Backend::Tcp, Some(info)) => tcp_rank(&plan, &info),
         (Backend::Tcp, None) => tcp_launch(&plan),
         (Backend::Nccl, _) => {
-            let ms = sweep_nccl(&plan)?;
-            let world = plan.tps.iter().copied().max().unwrap_or(1);
-            let backend = plan.backend.name();
-            finish(
-                &plan,
-                &new_run_id("layers"),
-                backend,
-                world,
-                build_rows(&plan, backend, &ms),
-            )
+            if let Some(&t) = plan.tps.iter().find(|&&t| t > default_ranks) {
+                return Err(UsageError(format!(
+                    "--tp {t}: this machine has {default_ranks} visible GPU(s)"
+                ))
+                .into());
+            }
+            finish_sweep(&plan, sweep_nccl(&plan))
         }
         (Backend::Mpi, _) => mpi_rank(&plan),
     }
+}
+
+/// Records the rows of the degrees measured before a sweep stopped, then
+/// reports why it stopped: a degree that fails loses no earlier one.
+fn finish_sweep(
+    plan: &Plan,
+    (ms, failed): (Vec<TpMeasurement>, Option<anyhow::Error>),
+) -> anyhow::Result<()> {
+    if !ms.is_empty() {
+        let world = ms.iter().map(|m| m.tp).max().unwrap_or(1);
+        let backend = plan.backend.name();
+        let rows = build_rows(plan, backend, &ms);
+        finish(plan, &new_run_id("layers"), backend, world, rows)?;
+    }
+    failed.map_or(Ok(()), Err)
+}
+
+/// Runs `measure` for each degree in order until one fails: the results of
+/// the degrees before it, and its error.
+fn sweep_degrees<T>(
+    tps: &[usize],
+    mut measure: impl FnMut(usize) -> anyhow::Result<T>,
+) -> (Vec<T>, Option<anyhow::Error>) {
+    let mut out = Vec::new();
+    for &t in tps {
+        match measure(t) {
+            Ok(m) => out.push(m),
+            Err(e) => return (out, Some(e)),
+        }
+    }
+    (out, None)
+}
+
+/// The GPUs this process sees, for `--backend nccl`'s default degrees; no
+/// driver (or a build without CUDA) is one line, exit code 2.
+#[cfg(feature = "cuda")]
+fn visible_gpus() -> anyhow::Result<usize> {
+    parbench::gpu::device_count().map_err(|e| UsageError(format!("--backend nccl: {e}")).into())
+}
+
+#[cfg(not(feature = "cuda"))]
+fn visible_gpus() -> anyhow::Result<usize> {
+    Err(UsageError(
+        "--backend nccl: this build has no CUDA support (rebuild with --features cuda)".into(),
+    )
+    .into())
 }
 
 fn build_rows(plan: &Plan, backend: &str, ms: &[TpMeasurement]) -> Vec<LayerRow> {
@@ -151,9 +190,8 @@ fn root_cause(
 }
 
 /// Each degree on t threads of this process.
-fn sweep_local(plan: &Plan) -> anyhow::Result<Vec<TpMeasurement>> {
-    let mut out = Vec::new();
-    for &t in &plan.tps {
+fn sweep_local(plan: &Plan) -> (Vec<TpMeasurement>, Option<anyhow::Error>) {
+    sweep_degrees(&plan.tps, |t| {
         let threads = CpuCompute::threads_per_rank(t);
         let errors = Mutex::new(Vec::new());
         let results = local::run(t, Algo::Auto, plan.timeout, |comm| {
@@ -174,25 +212,18 @@ fn sweep_local(plan: &Plan) -> anyhow::Result<Vec<TpMeasurement>> {
             return Err(root_cause(&errors, results).context(format!("tp {t}")));
         }
         let first = results.into_iter().next().and_then(Result::ok);
-        out.push(first.ok_or_else(|| anyhow!("tp {t}: no result from rank 0"))?);
-    }
-    Ok(out)
+        first.ok_or_else(|| anyhow!("tp {t}: no result from rank 0"))
+    })
 }
 
 /// Each degree on GPUs 0..t of this process, one thread and one NCCL
 /// communicator per GPU (nccl-tests' `-g` way), the block computing on the
 /// communicator's stream.
 #[cfg(feature = "cuda")]
-fn sweep_nccl(plan: &Plan) -> anyhow::Result<Vec<TpMeasurement>> {
+fn sweep_nccl(plan: &Plan) -> (Vec<TpMeasurement>, Option<anyhow::Error>) {
     use parbench::comm::nccl::NcclComm;
     use parbench::compute::cuda::CudaCompute;
-    let gpus =
-        parbench::gpu::device_count().map_err(|e| UsageError(format!("--backend nccl: {e}")))?;
-    let mut out = Vec::new();
-    for &t in &plan.tps {
-        if t > gpus {
-            return Err(UsageError(format!("--tp {t}: this machine has {gpus} GPU(s)")).into());
-        }
+    sweep_degrees(&plan.tps, |t| {
         let ordinals: Vec<usize> = (0..t).collect();
         let comms =
             NcclComm::init_all(&ordinals, plan.timeout).with_context(|| format!("tp {t}"))?;
@@ -221,17 +252,14 @@ fn sweep_nccl(plan: &Plan) -> anyhow::Result<Vec<TpMeasurement>> {
                 Err(e) => bail!("tp {t}: rank {rank}: {e}"),
             }
         }
-        out.push(first.ok_or_else(|| anyhow!("tp {t}: no result from rank 0"))?);
-    }
-    Ok(out)
+        first.ok_or_else(|| anyhow!("tp {t}: no result from rank 0"))
+    })
 }
 
 #[cfg(not(feature = "cuda"))]
-fn sweep_nccl(_: &Plan) -> anyhow::Result<Vec<TpMeasurement>> {
-    Err(UsageError(
-        "--backend nccl: this build has no CUDA support (rebuild with --features cuda)".into(),
-    )
-    .into())
+fn sweep_nccl(_: &Plan) -> (Vec<TpMeasurement>, Option<anyhow::Error>) {
+    // visible_gpus refuses first; kept so the match in `run` is total.
+    (Vec::new(), visible_gpus().err())
 }
 
 /// The launcher of `--backend tcp` without a launcher around it: one job of
@@ -348,4 +376,26 @@ fn mpi_rank(_: &Plan) -> anyhow::Result<()> {
             .into(),
     )
     .into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failing_degree_keeps_the_degrees_before_it() {
+        let (done, failed) = sweep_degrees(&[1, 2, 4, 8], |t| {
+            if t == 4 {
+                bail!("tp {t}: no peer");
+            }
+            Ok(t * 10)
+        });
+        assert_eq!(done, vec![10, 20]);
+        assert_eq!(
+            failed.map(|e| e.to_string()).as_deref(),
+            Some("tp 4: no peer")
+        );
+        let (done, failed) = sweep_degrees(&[1, 2], Ok::<_, anyhow::Error>);
+        assert_eq!((done, failed.is_none()), (vec![1, 2], true));
+    }
 }

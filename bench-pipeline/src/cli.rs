@@ -15,9 +15,10 @@ pub struct Args {
     /// nccl (one GPU per stage; needs --features cuda).
     #[arg(long, default_value = "local")]
     pub backend: String,
-    /// Number of stage ranks S.
-    #[arg(long, default_value_t = 4)]
-    pub stages: usize,
+    /// Number of stage ranks S (default 4; with --backend nccl, one per
+    /// visible GPU).
+    #[arg(long)]
+    pub stages: Option<usize>,
     /// Schedules to run, comma-separated: gpipe, 1f1b, interleaved, zb-h1.
     #[arg(long, default_value = "gpipe,1f1b,interleaved,zb-h1")]
     pub schedule: String,
@@ -79,6 +80,9 @@ pub struct Args {
     #[arg(long)]
     pub nprocs: Option<usize>,
 }
+
+/// Stage ranks when --stages is absent (and the backend does not count GPUs).
+pub const DEFAULT_STAGES: usize = 4;
 
 /// One run of the sweep.
 #[derive(Clone, Debug)]
@@ -187,7 +191,8 @@ pub fn plan(args: &Args) -> Result<Plan, String> {
         let s = schedule::load_csv(path).map_err(|e| e.to_string())?;
         schedules.push((None, s));
     } else {
-        if args.stages == 0 {
+        let stages = args.stages.unwrap_or(DEFAULT_STAGES);
+        if stages == 0 {
             return Err("--stages must be at least 1".into());
         }
         let kinds: Vec<ScheduleKind> = list("--schedule", &args.schedule)?;
@@ -200,7 +205,7 @@ pub fn plan(args: &Args) -> Result<Plan, String> {
                 } else {
                     1
                 };
-                match schedule::generate(kind, args.stages, m, v) {
+                match schedule::generate(kind, stages, m, v) {
                     Ok(s) => schedules.push((Some(kind), s)),
                     // In a sweep, interleaved skips the M it cannot run;
                     // alone, its error is the answer.

@@ -20,6 +20,24 @@ pub fn run(args: &Args, plan: &Plan) -> Result<()> {
     }
 }
 
+/// Under `--backend nccl` without `--stages`: one stage per visible GPU
+/// (a machine without a driver is one line, exit code 2). Other backends,
+/// and builds without CUDA (which `cli::plan` refuses), keep the default.
+pub fn default_stages(args: &mut Args) -> Result<(), String> {
+    if args.backend != "nccl" || args.stages.is_some() || args.schedule_csv.is_some() {
+        return Ok(());
+    }
+    #[cfg(feature = "cuda")]
+    {
+        let gpus = parbench::gpu::device_count().map_err(|e| format!("--backend nccl: {e}"))?;
+        if gpus == 0 {
+            return Err("--backend nccl: no visible GPU".into());
+        }
+        args.stages = Some(gpus);
+    }
+    Ok(())
+}
+
 /// Compute threads of each stage rank: `--threads`, or the cores divided
 /// among the stages (one each when stages >= cores), so that a stage never
 /// computes on another's cores.

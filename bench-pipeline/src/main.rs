@@ -14,7 +14,11 @@ use anyhow::Result;
 use clap::Parser;
 
 fn main() {
-    let args = cli::Args::parse();
+    let mut args = cli::Args::parse();
+    if let Err(e) = launch::default_stages(&mut args) {
+        eprintln!("bench-pipeline: {e}");
+        std::process::exit(2);
+    }
     let plan = match cli::plan(&args) {
         Ok(p) => p,
         Err(e) => {

@@ -12,22 +12,29 @@ fn nccl_backend_without_a_gpu_exits_2_with_one_line() {
         return;
     }
     let out_dir = std::env::temp_dir().join(format!("parbench-pp-nogpu-{}", std::process::id()));
-    let out = Command::new(env!("CARGO_BIN_EXE_bench-pipeline"))
-        .args(["--backend", "nccl", "--stages", "2", "--out"])
-        .arg(&out_dir)
-        .output()
-        .expect("bench-pipeline runs");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "stderr: {stderr}");
-    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
-    assert!(
-        stderr.contains("libcuda") || stderr.contains("libnccl"),
-        "{stderr}"
-    );
-    assert!(stderr.contains("LD_LIBRARY_PATH"), "{stderr}");
-    assert!(
-        out.stdout.is_empty(),
-        "stdout: {}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    // With --stages, and without: the default stages come from the visible GPUs.
+    for args in [
+        &["--backend", "nccl", "--stages", "2"][..],
+        &["--backend", "nccl"][..],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_bench-pipeline"))
+            .args(args)
+            .arg("--out")
+            .arg(&out_dir)
+            .output()
+            .expect("bench-pipeline runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: stderr: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: one line: {stderr}");
+        assert!(
+            stderr.contains("libcuda") || stderr.contains("libnccl"),
+            "{stderr}"
+        );
+        assert!(stderr.contains("LD_LIBRARY_PATH"), "{stderr}");
+        assert!(
+            out.stdout.is_empty(),
+            "stdout: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
 }

@@ -333,3 +333,36 @@ fn gpu_compute_matches_cpu_compute() {
         }
     }
 }
+
+#[test]
+fn gpu_compute_loads_the_cubin_of_its_architecture() {
+    if !gpu_enabled("gpu_compute_loads_the_cubin_of_its_architecture") {
+        return;
+    }
+    let dev = CudaCompute::new(0, DType::F32).unwrap();
+    let (major, minor) = dev.gpu().compute_capability().unwrap();
+    println!(
+        "kernels on {} (sm_{major}{minor}): {}",
+        dev.name(),
+        dev.kernel_image()
+    );
+    assert_eq!(
+        dev.kernel_image(),
+        format!("CUBIN sm_{major}{minor}"),
+        "the driver should load NVRTC's machine code, not fall back to PTX"
+    );
+}
+
+#[test]
+fn gpu_alloc_is_refused_while_capturing() {
+    if !gpu_enabled("gpu_alloc_is_refused_while_capturing") {
+        return;
+    }
+    let dev = CudaCompute::new(0, DType::F32).unwrap();
+    let r = CapturedLoop::capture(dev.gpu(), 1, || dev.gpu().alloc(64).map(|_| ()));
+    let e = r.err().expect("an allocation inside a capture is an error");
+    assert!(e.to_string().contains("capturing"), "{e}");
+    // The stream is usable again afterwards.
+    let (x, _) = put(&dev, &values(8, 1));
+    assert_eq!(x.len(), 32);
+}

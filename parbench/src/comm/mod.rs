@@ -319,8 +319,10 @@ pub trait Communicator: Send {
     }
 
     /// Records `launches` calls of `op` once, to be replayed as one launch
-    /// (a CUDA graph: `--graph N`), removing the host's launch cost.
-    /// Unsupported on host backends.
+    /// (a CUDA graph: `--graph N`), removing the host's launch cost. A
+    /// backend may call `op` once more first, issuing nothing, to allocate
+    /// what the calls need before the capture (NCCL does), so `op` must only
+    /// issue calls. Unsupported on host backends.
     fn capture(
         &mut self,
         launches: usize,

@@ -23,6 +23,19 @@
 //! reuse its buffer at once) and is issued in one NCCL group with the next
 //! receive, or at the next collective, sync or barrier. `send_recv` and
 //! `all_to_all` are grouped directly and stage nothing.
+//!
+//! Buffers: every buffer comes from `cuMemAlloc` ([`Gpu::alloc`]), never the
+//! stream-ordered pool, and none is allocated while a graph is captured:
+//! the barrier's token exists from the start, and [`Communicator::capture`]
+//! first runs the captured call once in a sizing pass that issues nothing
+//! but allocates the staging buffers and the in-place all_to_all scratch it
+//! will use, so the graph replays any number of times.
+//!
+//! Failures: a wait that fails in any way (timeout, NCCL's asynchronous
+//! error, a CUDA error) aborts the communicator (`ncclCommAbort`), as does
+//! a call that NCCL fails with a system, internal, CUDA or remote error;
+//! dropping a communicator destroys it after a clean wait and aborts it
+//! otherwise, so NCCL's proxy threads never outlive it.
 
 use super::{
     Collective, CommError, CommResult, Communicator, DType, Io, ReduceOp, Replay, StreamClock,
@@ -74,8 +87,11 @@ pub struct NcclComm {
     staging: Vec<DeviceBuffer>,
     /// Scratch for in-place all_to_all.
     scratch: Option<DeviceBuffer>,
-    /// One element, for the barrier.
+    /// One element, for the barrier; allocated with the communicator.
     token: Option<DeviceBuffer>,
+    /// Set during [`Communicator::capture`]'s sizing pass: calls check their
+    /// arguments and allocate what they need, and issue nothing.
+    sizing: bool,
     /// The rendezvous store of a multi-process job (rank 0 serves it), kept
     /// for the communicator's lifetime as the store asks.
     _store: Option<Store>,
@@ -108,14 +124,16 @@ impl NcclComm {
                 .map_err(|e| nccl_err("ncclCommInitAll", e.0))
         })?;
         let wire = local_wire(ordinals);
-        Ok(comms
+        // Wrapped first, so that a failure below still destroys every communicator.
+        let comms: Vec<NcclComm> = comms
             .into_iter()
             .zip(gpus)
             .enumerate()
             .map(|(rank, (comm, gpu))| {
                 NcclComm::wrap(comm, gpu, rank, world, timeout, wire.clone())
             })
-            .collect())
+            .collect();
+        comms.into_iter().map(NcclComm::with_token).collect()
     }
 
     /// Joins rank `rank` of `world` on GPU `ordinal`, all ranks holding the
@@ -160,14 +178,7 @@ impl NcclComm {
         match rx.recv_timeout(timeout) {
             Ok(r) => {
                 let comm = r? as sys::ncclComm_t;
-                Ok(NcclComm::wrap(
-                    comm,
-                    gpu,
-                    rank,
-                    world,
-                    timeout,
-                    "nccl".into(),
-                ))
+                NcclComm::wrap(comm, gpu, rank, world, timeout, "nccl".into()).with_token()
             }
             Err(_) => Err(CommError::Timeout {
                 rank,
@@ -181,11 +192,20 @@ impl NcclComm {
     /// Joins the multi-process job `info` describes (torchrun, mpirun, srun
     /// or `--nprocs` self-spawn): rank 0 makes the NCCL unique id and puts it
     /// in the job's rendezvous store, every rank reads it and initialises.
-    /// The GPU is `info.local_rank` (one process per GPU), else the rank
-    /// modulo the visible GPUs. The wire is recorded as NVLink/PCIe when all
-    /// ranks share one host, `network` otherwise.
+    /// The GPU is chosen by [`device_for_rank`] before anything else. The
+    /// wire is recorded as NVLink/PCIe when all ranks share one host and
+    /// this process sees their GPUs, `intra-node` when it sees only its own,
+    /// `network` across hosts.
     pub fn join(info: &RankInfo, timeout: Duration) -> CommResult<NcclComm> {
         gpu::require(&[Lib::Driver, Lib::Nccl])?;
+        let visible = gpu::device_count()?;
+        let ordinal = device_for_rank(
+            info.rank,
+            info.local_rank,
+            visible,
+            std::env::var("CUDA_VISIBLE_DEVICES").ok().as_deref(),
+        )
+        .map_err(CommError::InvalidArgument)?;
         let deadline = Instant::now() + timeout;
         let mut store = Store::join(info, timeout)?;
         let id = if info.rank == 0 {
@@ -211,8 +231,6 @@ impl NcclComm {
         for r in 0..info.world {
             hosts.insert(store.get(&format!("nccl/host/{r}"), deadline)?);
         }
-        let visible = gpu::device_count()?;
-        let ordinal = info.local_rank.unwrap_or(info.rank % visible.max(1));
         let left = deadline.saturating_duration_since(Instant::now());
         let mut comm = NcclComm::init_rank(
             &id,
@@ -222,10 +240,14 @@ impl NcclComm {
             left.max(Duration::from_secs(1)),
         )?;
         comm.set_timeout(timeout);
-        comm.wire = if hosts.len() == 1 {
-            local_wire(&(0..visible).collect::<Vec<_>>())
-        } else {
+        comm.wire = if hosts.len() > 1 {
             "network".into()
+        } else if visible < info.world.min(2) {
+            // One GPU per process (CUDA_VISIBLE_DEVICES): the peers' GPUs
+            // cannot be queried from here.
+            "intra-node".into()
+        } else {
+            local_wire(&(0..visible).collect::<Vec<_>>())
         };
         comm._store = Some(store);
         Ok(comm)
@@ -252,8 +274,17 @@ impl NcclComm {
             staging: Vec::new(),
             scratch: None,
             token: None,
+            sizing: false,
             _store: None,
         }
+    }
+
+    /// Allocates the barrier's token, so that no barrier allocates (a
+    /// barrier inside a capture must not); dropping `self` on failure
+    /// destroys the communicator.
+    fn with_token(mut self) -> CommResult<NcclComm> {
+        self.token = Some(self.gpu.alloc(4)?);
+        Ok(self)
     }
 
     /// Sets the wire recorded for this communicator (the launcher knows
@@ -277,14 +308,15 @@ impl NcclComm {
         }
     }
 
-    /// Checks that `buf` lives on this rank's GPU and holds `bytes` bytes at `offset`.
+    /// Checks that `buf` lives on this rank's GPU and holds `bytes` bytes at
+    /// `offset`; returns the device address of byte `offset`.
     fn ptr(
         &self,
         buf: &DeviceBuffer,
         offset: usize,
         bytes: usize,
         what: &str,
-    ) -> CommResult<*mut c_void> {
+    ) -> CommResult<cusys::CUdeviceptr> {
         if buf.gpu().ordinal() != self.gpu.ordinal() {
             return Err(CommError::InvalidArgument(format!(
                 "{what} buffer is on GPU {}, this rank drives GPU {}",
@@ -296,10 +328,10 @@ impl NcclComm {
             CommError::InvalidArgument(format!(
                 "{what} buffer holds {} bytes, the call needs {} (offset {offset})",
                 buf.len(),
-                offset + bytes
+                offset.saturating_add(bytes)
             ))
         })?;
-        Ok(p as *mut c_void)
+        Ok(p)
     }
 
     /// (send, recv) pointers of `io`: out of place, `send_bytes` and
@@ -318,13 +350,13 @@ impl NcclComm {
             Io::InPlace(buf) => {
                 self.ptr(buf, 0, send_bytes.max(recv_bytes), "in-place")?;
                 Ok((
-                    self.ptr(buf, send_off, send_bytes, "in-place")? as *const c_void,
-                    self.ptr(buf, recv_off, recv_bytes, "in-place")?,
+                    addr(self.ptr(buf, send_off, send_bytes, "in-place")?),
+                    addr(self.ptr(buf, recv_off, recv_bytes, "in-place")?),
                 ))
             }
             Io::OutOfPlace { send, recv } => Ok((
-                self.ptr(send, 0, send_bytes, "send")? as *const c_void,
-                self.ptr(recv, 0, recv_bytes, "recv")?,
+                addr(self.ptr(send, 0, send_bytes, "send")?),
+                addr(self.ptr(recv, 0, recv_bytes, "recv")?),
             )),
         }
     }
@@ -333,22 +365,29 @@ impl NcclComm {
         self.gpu.stream().cu_stream() as sys::cudaStream_t
     }
 
-    /// Runs one NCCL call (or group) after binding the context; an error
-    /// aborts nothing by itself but is reported with NCCL's text.
+    /// Runs one NCCL call (or group) after binding the context, reported
+    /// with NCCL's text on failure. A usage error (bad argument) leaves the
+    /// communicator usable; any other error aborts it. In the sizing pass
+    /// nothing is issued.
     fn call(
         &mut self,
         what: &'static str,
         f: impl FnOnce() -> sys::ncclResult_t,
     ) -> CommResult<()> {
         self.live()?;
+        if self.sizing {
+            return Ok(());
+        }
         self.gpu.bind()?;
         match f().result() {
             Ok(_) => Ok(()),
-            Err(e) => Err(CommError::Device(format!(
-                "rank {}: {what} failed: {}",
-                self.rank,
-                nccl_text(e.0)
-            ))),
+            Err(e) => {
+                let msg = format!("{what} failed: {}", nccl_text(e.0));
+                if !is_usage_error(e.0) {
+                    self.abort(&msg);
+                }
+                Err(CommError::Device(format!("rank {}: {msg}", self.rank)))
+            }
         }
     }
 
@@ -363,7 +402,7 @@ impl NcclComm {
         let mut sends = Vec::with_capacity(pending.len());
         for &(idx, count, dtype, peer) in &pending {
             sends.push((
-                self.staging[idx].ptr() as *const c_void,
+                addr(self.staging[idx].ptr()) as *const c_void,
                 count,
                 nccl_type(dtype),
                 peer as i32,
@@ -408,9 +447,22 @@ impl NcclComm {
     }
 
     /// Waits for the stream until the deadline, watching NCCL's asynchronous
-    /// error; aborts the communicator on timeout or error.
+    /// error; aborts the communicator whenever the wait fails (timeout, NCCL
+    /// error, CUDA error), so that no stuck kernel or proxy thread stays.
     fn wait(&mut self, what: &'static str) -> CommResult<()> {
         self.live()?;
+        if self.sizing {
+            return Ok(());
+        }
+        let r = self.wait_for_stream(what);
+        if let Err(e) = &r {
+            self.abort(&e.to_string());
+        }
+        r
+    }
+
+    /// [`NcclComm::wait`] without the abort.
+    fn wait_for_stream(&mut self, what: &'static str) -> CommResult<()> {
         let deadline = Instant::now() + self.timeout;
         self.gpu.bind()?;
         let event = self
@@ -426,7 +478,12 @@ impl NcclComm {
             match event.try_is_complete() {
                 Ok(true) => return Ok(()),
                 Ok(false) => {}
-                Err(e) => return Err(GpuError::call(what, e).into()),
+                Err(e) => {
+                    return Err(CommError::Device(format!(
+                        "rank {}: {what}: {e}; communicator aborted",
+                        self.rank
+                    )))
+                }
             }
             let mut async_err = sys::ncclResult_t::ncclSuccess;
             // SAFETY: live communicator, valid out-pointer.
@@ -438,13 +495,14 @@ impl NcclComm {
                 )
             });
             if let Some(e) = failed {
-                let msg = format!("{what}: NCCL reported {}", nccl_text(e));
-                self.abort(&msg);
-                return Err(CommError::Device(format!("rank {}: {msg}", self.rank)));
+                return Err(CommError::Device(format!(
+                    "rank {}: {what}: NCCL reported {}; communicator aborted",
+                    self.rank,
+                    nccl_text(e)
+                )));
             }
             let now = Instant::now();
             if now >= deadline {
-                self.abort(&format!("{what} timed out"));
                 // NCCL does not say which peer is missing, so this is not a
                 // CommError::Timeout (whose message names one peer).
                 return Err(CommError::Device(format!(
@@ -502,19 +560,91 @@ impl NcclComm {
 }
 
 impl Drop for NcclComm {
+    /// Finishes what was queued (within the deadline) so that buffers are
+    /// not freed under running kernels, then destroys the communicator, or
+    /// aborts it when anything failed: never leaves it (and NCCL's proxy
+    /// threads) behind.
     fn drop(&mut self) {
         if self.comm.is_null() {
             return;
         }
-        // Finish what was queued (within the deadline) so that buffers are not
-        // freed under running kernels; a clean destroy, or abort if stuck.
-        let _ = self.flush();
-        if self.wait("finishing before destroy").is_ok() {
-            // SAFETY: live communicator, destroyed once.
-            unsafe {
-                let _ = sys::ncclCommDestroy(self.comm);
+        self.sizing = false;
+        let flushed = self.flush().is_ok();
+        let finished = self.wait("finishing before destroy").is_ok();
+        match drop_action(self.comm.is_null(), flushed && finished) {
+            DropAction::Nothing => {}
+            DropAction::Destroy => {
+                // SAFETY: live communicator, destroyed once.
+                unsafe {
+                    let _ = sys::ncclCommDestroy(self.comm);
+                }
+                self.comm = std::ptr::null_mut();
             }
+            DropAction::Abort => self.abort("dropped after a failed call"),
         }
+    }
+}
+
+/// What dropping a communicator does to its NCCL handle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum DropAction {
+    /// Already aborted (the handle is gone).
+    Nothing,
+    /// Everything finished: `ncclCommDestroy`.
+    Destroy,
+    /// Something failed: `ncclCommAbort`.
+    Abort,
+}
+
+fn drop_action(aborted: bool, finished: bool) -> DropAction {
+    match (aborted, finished) {
+        (true, _) => DropAction::Nothing,
+        (false, true) => DropAction::Destroy,
+        (false, false) => DropAction::Abort,
+    }
+}
+
+/// Whether NCCL refused a call for its arguments or its use, which leaves
+/// the communicator usable (every other error aborts it).
+fn is_usage_error(r: sys::ncclResult_t) -> bool {
+    matches!(
+        r,
+        sys::ncclResult_t::ncclInvalidArgument | sys::ncclResult_t::ncclInvalidUsage
+    )
+}
+
+/// A device address as the pointer NCCL's C signature takes (never
+/// dereferenced on the host).
+fn addr(p: cusys::CUdeviceptr) -> *mut c_void {
+    p as usize as *mut c_void
+}
+
+/// The GPU a rank of a multi-process job drives, among the `visible` GPUs
+/// this process sees (`cuDeviceGetCount`, which CUDA_VISIBLE_DEVICES
+/// narrows; `cuda_visible_devices` is its value, for the message).
+///
+/// - One visible GPU: device 0, whatever the local rank (the launcher gave
+///   each process its own GPU through CUDA_VISIBLE_DEVICES, or there is one).
+/// - A local rank: that device, refused in one line when it is not visible.
+/// - Neither: the rank modulo the visible GPUs.
+pub fn device_for_rank(
+    rank: usize,
+    local_rank: Option<usize>,
+    visible: usize,
+    cuda_visible_devices: Option<&str>,
+) -> Result<usize, String> {
+    let shown = match cuda_visible_devices {
+        Some(v) => format!("CUDA_VISIBLE_DEVICES={v}"),
+        None => "CUDA_VISIBLE_DEVICES unset".into(),
+    };
+    match (visible, local_rank) {
+        (0, _) => Err(format!("rank {rank}: no GPU visible to this process ({shown})")),
+        (1, _) => Ok(0),
+        (v, Some(l)) if l >= v => Err(format!(
+            "rank {rank}: local rank {l} but this process sees {v} GPUs ({shown}); one process per GPU needs a local rank below {v}, or one GPU made visible to each process"
+        )),
+        (_, Some(l)) => Ok(l),
+        (v, None) => Ok(rank % v),
     }
 }
 
@@ -763,17 +893,21 @@ impl Communicator for NcclComm {
                 // not yet sent: send from a copy.
                 let r = self.ptr(buf, 0, total, "in-place")?;
                 Self::ensure(&self.gpu, &mut self.scratch, total)?;
-                let scratch = self.scratch.as_ref().map(|s| s.ptr()).unwrap_or(0);
-                self.gpu.bind()?;
-                // SAFETY: both regions hold `total` bytes on this GPU.
-                unsafe {
-                    cu::memcpy_dtod_async(scratch, r as u64, total, self.gpu.stream().cu_stream())
+                let Some(scratch) = self.scratch.as_ref().map(|s| s.ptr()) else {
+                    return Err(CommError::Device("all_to_all scratch missing".into()));
+                };
+                if !self.sizing && total > 0 {
+                    self.gpu.bind()?;
+                    // SAFETY: both regions hold `total` bytes on this GPU.
+                    unsafe {
+                        cu::memcpy_dtod_async(scratch, r, total, self.gpu.stream().cu_stream())
+                    }
+                    .map_err(|e| GpuError::call("in-place all_to_all copy", e))?;
                 }
-                .map_err(|e| GpuError::call("in-place all_to_all copy", e))?;
-                (scratch as *const c_void, r)
+                (scratch, r)
             }
             Io::OutOfPlace { send, recv } => (
-                self.ptr(send, 0, total, "send")? as *const c_void,
+                self.ptr(send, 0, total, "send")?,
                 self.ptr(recv, 0, total, "recv")?,
             ),
         };
@@ -786,24 +920,12 @@ impl Communicator for NcclComm {
             }
             let mut first = sys::ncclResult_t::ncclSuccess;
             for j in 0..world {
-                let off = j * b;
+                // Device addresses by integer arithmetic: they point into no
+                // Rust allocation, so pointer offsets would be undefined.
+                let off = (j * b) as u64;
                 for r in [
-                    sys::ncclSend(
-                        (s as *const u8).add(off) as *const c_void,
-                        count,
-                        t,
-                        j as i32,
-                        comm,
-                        stream,
-                    ),
-                    sys::ncclRecv(
-                        (r as *mut u8).add(off) as *mut c_void,
-                        count,
-                        t,
-                        j as i32,
-                        comm,
-                        stream,
-                    ),
+                    sys::ncclSend(addr(s + off), count, t, j as i32, comm, stream),
+                    sys::ncclRecv(addr(r + off), count, t, j as i32, comm, stream),
                 ] {
                     if first == sys::ncclResult_t::ncclSuccess {
                         first = r;
@@ -829,26 +951,29 @@ impl Communicator for NcclComm {
         self.live()?;
         self.check_peer(peer)?;
         let b = count * dtype.size();
-        let src = self.ptr(buf, 0, b, "send")? as u64;
-        // Staging buffers are reused round-robin once their send was issued.
+        let src = self.ptr(buf, 0, b, "send")?;
+        // Staging buffers are reused round-robin once their send was issued
+        // (the capture's sizing pass allocates the ones a graph will use).
         let idx = self.pending.len();
         if self.staging.len() <= idx {
             self.staging.push(self.gpu.alloc(b)?);
         } else if self.staging[idx].len() < b {
             self.staging[idx] = self.gpu.alloc(b)?;
         }
-        self.gpu.bind()?;
-        // SAFETY: both regions hold `b` bytes on this GPU; stream order keeps
-        // the copy after earlier uses of the staging buffer.
-        unsafe {
-            cu::memcpy_dtod_async(
-                self.staging[idx].ptr(),
-                src,
-                b,
-                self.gpu.stream().cu_stream(),
-            )
+        if !self.sizing && b > 0 {
+            self.gpu.bind()?;
+            // SAFETY: both regions hold `b` bytes on this GPU; stream order keeps
+            // the copy after earlier uses of the staging buffer.
+            unsafe {
+                cu::memcpy_dtod_async(
+                    self.staging[idx].ptr(),
+                    src,
+                    b,
+                    self.gpu.stream().cu_stream(),
+                )
+            }
+            .map_err(|e| GpuError::call("staging a send", e))?;
         }
-        .map_err(|e| GpuError::call("staging a send", e))?;
         self.pending.push((idx, count, dtype, peer));
         Ok(())
     }
@@ -861,7 +986,7 @@ impl Communicator for NcclComm {
         peer: usize,
     ) -> CommResult<()> {
         self.check_peer(peer)?;
-        let r = self.ptr(buf, 0, count * dtype.size(), "recv")?;
+        let r = addr(self.ptr(buf, 0, count * dtype.size(), "recv")?);
         let t = nccl_type(dtype);
         // SAFETY: `r` holds `count` elements on this GPU.
         self.flush_with("ncclRecv", |comm, stream| unsafe {
@@ -881,8 +1006,8 @@ impl Communicator for NcclComm {
         self.check_peer(to)?;
         self.check_peer(from)?;
         let b = count * dtype.size();
-        let s = self.ptr(send, 0, b, "send")? as *const c_void;
-        let r = self.ptr(recv, 0, b, "recv")?;
+        let s = addr(self.ptr(send, 0, b, "send")?) as *const c_void;
+        let r = addr(self.ptr(recv, 0, b, "recv")?);
         let t = nccl_type(dtype);
         // SAFETY: both hold `count` elements on this GPU; grouped with any pending sends.
         self.flush_with("ncclSend/ncclRecv", |comm, stream| unsafe {
@@ -898,8 +1023,9 @@ impl Communicator for NcclComm {
 
     fn barrier(&mut self) -> CommResult<()> {
         self.flush()?;
-        Self::ensure(&self.gpu, &mut self.token, 4)?;
-        let p = self.token.as_ref().map(|t| t.ptr()).unwrap_or(0) as *mut c_void;
+        let Some(p) = self.token.as_ref().map(|t| addr(t.ptr())) else {
+            return Err(CommError::Device("the barrier's token is missing".into()));
+        };
         let (comm, stream) = (self.comm, self.stream());
         // SAFETY: the token holds one f32.
         self.call("barrier (one-element ncclAllReduce)", || unsafe {
@@ -929,19 +1055,30 @@ impl Communicator for NcclComm {
         })))
     }
 
+    /// Captures `launches` calls of `op`. First `op` runs once in a sizing
+    /// pass that checks its arguments and allocates every staging buffer and
+    /// scratch it needs while issuing nothing, because nothing may be
+    /// allocated during the capture (see the module documentation).
     fn capture(
         &mut self,
         launches: usize,
         op: &mut dyn FnMut(&mut Self) -> CommResult<()>,
     ) -> CommResult<Box<dyn Replay>> {
         self.flush()?;
+        self.sizing = true;
+        let sized = op(self).and_then(|()| self.flush());
+        self.sizing = false;
+        self.pending.clear();
+        sized?;
         let gpu = self.gpu.clone();
         let graph = CapturedLoop::capture(&gpu, launches, || -> CommResult<()> {
             op(self)?;
             // Staged sends must be issued inside the capture, not after it.
             self.flush()
-        })?;
-        Ok(Box::new(GraphReplay(graph)))
+        });
+        // A failed capture may leave staged sends that were recorded, not run.
+        self.pending.clear();
+        Ok(Box::new(GraphReplay(graph?)))
     }
 
     /// One rank, or ranks on several hosts: this GPU's device-to-device copy
@@ -1011,5 +1148,66 @@ impl Replay for GraphReplay {
     }
     fn launches(&self) -> usize {
         self.0.launches()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_visible_gpu_is_device_zero_whatever_the_local_rank() {
+        // torchrun with CUDA_VISIBLE_DEVICES=$LOCAL_RANK per process.
+        for l in [None, Some(0), Some(3), Some(7)] {
+            assert_eq!(device_for_rank(3, l, 1, Some("3")), Ok(0), "{l:?}");
+        }
+    }
+
+    #[test]
+    fn the_local_rank_picks_among_several_visible_gpus() {
+        assert_eq!(device_for_rank(9, Some(1), 8, None), Ok(1));
+        assert_eq!(device_for_rank(9, Some(7), 8, None), Ok(7));
+        // No local rank: the rank modulo the visible GPUs.
+        assert_eq!(device_for_rank(9, None, 8, None), Ok(1));
+        assert_eq!(device_for_rank(3, None, 2, Some("4,5")), Ok(1));
+    }
+
+    #[test]
+    fn a_local_rank_beyond_the_visible_gpus_is_one_line() {
+        let e = device_for_rank(5, Some(5), 4, Some("0,1,2,3")).unwrap_err();
+        assert!(e.contains("local rank 5") && e.contains("4 GPUs"), "{e}");
+        assert!(e.contains("CUDA_VISIBLE_DEVICES=0,1,2,3"), "{e}");
+        assert!(!e.contains('\n'), "{e}");
+        let e = device_for_rank(0, Some(0), 0, Some("")).unwrap_err();
+        assert!(e.contains("no GPU visible"), "{e}");
+    }
+
+    #[test]
+    fn drop_destroys_after_a_clean_finish_and_aborts_otherwise() {
+        assert_eq!(drop_action(false, true), DropAction::Destroy);
+        assert_eq!(drop_action(false, false), DropAction::Abort);
+        assert_eq!(drop_action(true, false), DropAction::Nothing);
+        assert_eq!(drop_action(true, true), DropAction::Nothing);
+    }
+
+    #[test]
+    fn only_usage_errors_leave_the_communicator_usable() {
+        use sys::ncclResult_t as R;
+        assert!(is_usage_error(R::ncclInvalidArgument));
+        assert!(is_usage_error(R::ncclInvalidUsage));
+        for r in [
+            R::ncclUnhandledCudaError,
+            R::ncclSystemError,
+            R::ncclInternalError,
+            R::ncclRemoteError,
+        ] {
+            assert!(!is_usage_error(r), "{r:?}");
+        }
+    }
+
+    #[test]
+    fn device_addresses_are_integers() {
+        let base: cusys::CUdeviceptr = 0x7f00_0000_1000;
+        assert_eq!(addr(base + 256) as usize, 0x7f00_0000_1100);
     }
 }

@@ -145,54 +145,14 @@ fn check_range(what: &str, off: usize, len: usize, have: usize) -> ComputeResult
     }
 }
 
-/// The last element (exclusive) a matrix operand touches, with overflow checks.
-fn span(
-    what: &str,
-    off: usize,
-    batch_stride: usize,
-    last_batch: usize,
-    rows: usize,
-    cols: usize,
-    ld: usize,
-) -> ComputeResult<usize> {
-    if rows == 0 || cols == 0 {
-        return Ok(0);
-    }
-    if rows > 1 && ld < cols {
-        return Err(ComputeError::InvalidArgument(format!(
-            "{what}: leading dimension {ld} is smaller than its {cols} columns"
-        )));
-    }
-    last_batch
-        .checked_mul(batch_stride)
-        .and_then(|b| (rows - 1).checked_mul(ld).and_then(|r| r.checked_add(b)))
-        .and_then(|x| x.checked_add(off))
-        .and_then(|x| x.checked_add(cols))
-        .ok_or_else(|| ComputeError::InvalidArgument(format!("{what}: extent overflows")))
-}
-
-/// Validates `g` against operands of `a`, `b`, `c` elements; returns the
-/// extents (one past the last element touched) of A, B and C.
+/// Validates `g` against operands of `a`, `b`, `c` elements with the one
+/// check every device shares ([`Gemm::check`]); returns the extents (one
+/// past the last element touched) of A, B and C. Batches run one after
+/// another, so batches whose C overlap (the heads of an attention,
+/// interleaved in one row) are well defined; within one batch, ld >= cols
+/// keeps every thread's elements apart.
 fn check_gemm(g: &Gemm, a: usize, b: usize, c: usize) -> ComputeResult<(usize, usize, usize)> {
-    let last = g.batch.max(1) - 1;
-    let (ar, ac) = if g.trans_a { (g.k, g.m) } else { (g.m, g.k) };
-    let (br, bc) = if g.trans_b { (g.n, g.k) } else { (g.k, g.n) };
-    let ea = span("gemm A", g.a_offset, g.stride_a, last, ar, ac, g.lda)?;
-    let eb = span("gemm B", g.b_offset, g.stride_b, last, br, bc, g.ldb)?;
-    let ec = span("gemm C", g.c_offset, g.stride_c, last, g.m, g.n, g.ldc)?;
-    // Batches run one after another, so batches whose C overlap (the heads of
-    // an attention, interleaved in one row) are well defined; within one
-    // batch, ld >= cols keeps every thread's elements apart.
-    for (name, need, have) in [("A", ea, a), ("B", eb, b), ("C", ec, c)] {
-        if need > have {
-            return Err(ComputeError::InvalidArgument(format!(
-                "gemm {name}: the product touches {need} elements but the tensor holds {have} \
-                 (m={} n={} k={} batch={})",
-                g.m, g.n, g.k, g.batch
-            )));
-        }
-    }
-    Ok((ea, eb, ec))
+    g.check((a, b, c))
 }
 
 /// One product on slices whose extents [`check_gemm`] has validated, in the

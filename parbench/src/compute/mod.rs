@@ -85,32 +85,102 @@ impl Gemm {
     }
 
     /// The number of elements each operand must hold for this product, as
-    /// (a, b, c); used to check arguments before touching memory.
+    /// (a, b, c): one past the last element it touches, or the offset of its
+    /// last batch when the operand has no elements (k = 0 leaves A and B empty). Every value
+    /// is `usize::MAX` when the descriptor is invalid ([`Gemm::check`] says why).
     pub fn extents(&self) -> (usize, usize, usize) {
-        let last = self.batch.max(1) - 1;
-        let (ar, ac) = if self.trans_a {
+        self.ends()
+            .map(|[a, b, c]| (a, b, c))
+            .unwrap_or((usize::MAX, usize::MAX, usize::MAX))
+    }
+
+    /// Checks the descriptor against operands of `lens` elements (a, b, c)
+    /// before any device touches memory, and returns [`Gemm::extents`]. The
+    /// one check of every [`Compute`] device, so that the CPU and the GPU
+    /// accept and refuse the same products.
+    pub fn check(&self, lens: (usize, usize, usize)) -> ComputeResult<(usize, usize, usize)> {
+        let [ea, eb, ec] = self.ends()?;
+        for (name, need, have) in [("A", ea, lens.0), ("B", eb, lens.1), ("C", ec, lens.2)] {
+            if need > have {
+                return Err(ComputeError::InvalidArgument(format!(
+                    "gemm {name}: the product touches {need} elements but the tensor holds {have} \
+                     (m={} n={} k={} batch={})",
+                    self.m, self.n, self.k, self.batch
+                )));
+            }
+        }
+        Ok((ea, eb, ec))
+    }
+
+    /// The stored (rows, cols) of A and of B.
+    fn stored_shapes(&self) -> [(usize, usize); 2] {
+        let a = if self.trans_a {
             (self.k, self.m)
         } else {
             (self.m, self.k)
         };
-        let (br, bc) = if self.trans_b {
+        let b = if self.trans_b {
             (self.n, self.k)
         } else {
             (self.k, self.n)
         };
-        let span = |off: usize, stride: usize, rows: usize, cols: usize, ld: usize| {
-            if rows == 0 || cols == 0 {
-                0
-            } else {
-                off + last * stride + (rows - 1) * ld + cols
-            }
-        };
-        (
-            span(self.a_offset, self.stride_a, ar, ac, self.lda),
-            span(self.b_offset, self.stride_b, br, bc, self.ldb),
-            span(self.c_offset, self.stride_c, self.m, self.n, self.ldc),
-        )
+        [a, b]
     }
+
+    /// One past the last element of each operand, with the leading-dimension
+    /// and overflow checks.
+    fn ends(&self) -> ComputeResult<[usize; 3]> {
+        let last = self.batch.max(1) - 1;
+        let [(ar, ac), (br, bc)] = self.stored_shapes();
+        Ok([
+            operand_end("A", self.a_offset, self.stride_a, last, (ar, ac), self.lda)?,
+            operand_end("B", self.b_offset, self.stride_b, last, (br, bc), self.ldb)?,
+            operand_end(
+                "C",
+                self.c_offset,
+                self.stride_c,
+                last,
+                (self.m, self.n),
+                self.ldc,
+            )?,
+        ])
+    }
+}
+
+/// One past the last element a `rows x cols` operand with leading dimension
+/// `ld` touches over `last + 1` batches `stride` apart, starting at `off`.
+///
+/// An empty operand (a zero extent: k = 0, n = 0) touches nothing, so its
+/// leading dimension is not checked and its end is where its last batch
+/// starts (a device may still form that address). Otherwise the
+/// rows must not overlap (`ld >= cols`) where there is more than one row: a
+/// single row's leading dimension addresses nothing (devices whose library
+/// insists on `ld >= cols` pass `max(ld, cols)` for it).
+fn operand_end(
+    what: &str,
+    off: usize,
+    stride: usize,
+    last: usize,
+    (rows, cols): (usize, usize),
+    ld: usize,
+) -> ComputeResult<usize> {
+    let last_start = last
+        .checked_mul(stride)
+        .and_then(|b| b.checked_add(off))
+        .ok_or_else(|| ComputeError::InvalidArgument(format!("gemm {what}: extent overflows")))?;
+    if rows == 0 || cols == 0 {
+        return Ok(last_start);
+    }
+    if rows > 1 && ld < cols {
+        return Err(ComputeError::InvalidArgument(format!(
+            "gemm {what}: leading dimension {ld} is smaller than its {cols} columns"
+        )));
+    }
+    (rows - 1)
+        .checked_mul(ld)
+        .and_then(|r| r.checked_add(last_start))
+        .and_then(|x| x.checked_add(cols))
+        .ok_or_else(|| ComputeError::InvalidArgument(format!("gemm {what}: extent overflows")))
 }
 
 /// A device that runs the arithmetic of a transformer block or an MLP stage.
@@ -194,5 +264,147 @@ pub trait Compute: Send {
     /// Waits for every call issued so far.
     fn sync(&self) -> ComputeResult<()> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn invalid(r: ComputeResult<(usize, usize, usize)>) -> bool {
+        matches!(r, Err(ComputeError::InvalidArgument(_)))
+    }
+
+    #[test]
+    fn dense_extents_are_the_operand_sizes() {
+        let g = Gemm::dense(4, 3, 2);
+        assert_eq!(g.extents(), (8, 6, 12));
+        assert_eq!(g.check((8, 6, 12)).unwrap(), (8, 6, 12));
+        assert!(invalid(g.check((7, 6, 12))));
+        assert!(invalid(g.check((8, 5, 12))));
+        assert!(invalid(g.check((8, 6, 11))));
+    }
+
+    #[test]
+    fn leading_dimensions_shorter_than_a_row_are_refused() {
+        let mut g = Gemm::dense(4, 3, 2);
+        g.lda = 1;
+        assert!(invalid(g.check((100, 100, 100))));
+        let mut g = Gemm::dense(4, 3, 2);
+        g.ldc = 2;
+        assert!(invalid(g.check((100, 100, 100))));
+        // Transposed A is stored k x m: its rows are m long.
+        let mut t = Gemm::dense(4, 3, 2);
+        t.trans_a = true;
+        t.lda = 4;
+        assert_eq!(t.check((8, 6, 12)).unwrap(), (8, 6, 12));
+        t.lda = 3;
+        assert!(invalid(t.check((100, 100, 100))));
+    }
+
+    #[test]
+    fn k_zero_checks_only_c_and_is_accepted() {
+        // The gpu_compute test's last case: C = beta C with lda = k = 0.
+        let g = Gemm::dense(4, 3, 0);
+        assert_eq!((g.lda, g.ldb), (0, 3));
+        assert_eq!(g.check((0, 0, 12)).unwrap(), (0, 0, 12));
+        // A and B empty: their leading dimensions do not matter, C's does.
+        let g = Gemm {
+            lda: 0,
+            ldb: 0,
+            ..Gemm::dense(4, 3, 0)
+        };
+        assert!(g.check((0, 0, 12)).is_ok());
+        let g = Gemm {
+            ldc: 2,
+            ..Gemm::dense(4, 3, 0)
+        };
+        assert!(invalid(g.check((0, 0, 100))));
+        // An empty operand's offset must still lie within its tensor.
+        let g = Gemm {
+            a_offset: 5,
+            ..Gemm::dense(4, 3, 0)
+        };
+        assert_eq!(g.extents().0, 5);
+        assert!(invalid(g.check((4, 0, 12))));
+        assert!(g.check((5, 0, 12)).is_ok());
+        let g = Gemm {
+            batch: 2,
+            stride_a: 7,
+            stride_c: 12,
+            ..Gemm::dense(4, 3, 0)
+        };
+        assert_eq!(g.extents(), (7, 0, 24));
+    }
+
+    #[test]
+    fn n_zero_and_m_zero_leave_c_unchecked() {
+        let g = Gemm {
+            ldb: 0,
+            ldc: 0,
+            ..Gemm::dense(4, 0, 2)
+        };
+        assert_eq!(g.check((8, 0, 0)).unwrap(), (8, 0, 0));
+        let g = Gemm {
+            ldc: 0,
+            ..Gemm::dense(0, 3, 2)
+        };
+        assert_eq!(g.check((0, 6, 0)).unwrap(), (0, 6, 0));
+    }
+
+    #[test]
+    fn a_single_row_needs_no_leading_dimension() {
+        // m = 1 (decode): A's one row is addressed without lda.
+        let g = Gemm {
+            lda: 0,
+            ldc: 1,
+            ..Gemm::dense(1, 3, 2)
+        };
+        assert_eq!(g.check((2, 6, 3)).unwrap(), (2, 6, 3));
+    }
+
+    #[test]
+    fn batches_and_overflow() {
+        let g = Gemm {
+            batch: 3,
+            stride_a: 10,
+            stride_b: 6,
+            stride_c: 12,
+            ..Gemm::dense(4, 3, 2)
+        };
+        assert_eq!(g.extents(), (28, 18, 36));
+        let g = Gemm {
+            batch: usize::MAX,
+            stride_a: usize::MAX,
+            ..Gemm::dense(3, 5, 4)
+        };
+        assert_eq!(g.extents(), (usize::MAX, usize::MAX, usize::MAX));
+        assert!(invalid(g.check((usize::MAX, usize::MAX, usize::MAX))));
+        let g = Gemm {
+            a_offset: usize::MAX,
+            ..Gemm::dense(3, 5, 4)
+        };
+        assert!(invalid(g.check((usize::MAX, usize::MAX, usize::MAX))));
+    }
+
+    #[test]
+    fn the_cpu_device_runs_k_zero_as_c_equals_beta_c() {
+        use crate::compute::cpu::CpuCompute;
+        for dtype in [DType::F32, DType::F16, DType::BF16] {
+            let dev = CpuCompute::new(dtype, 1).unwrap();
+            let g = Gemm {
+                beta: 0.5,
+                ..Gemm::dense(4, 3, 0)
+            };
+            let (a, b) = (dev.alloc(0).unwrap(), dev.alloc(0).unwrap());
+            let mut c = dev.alloc(12).unwrap();
+            let c0: Vec<f32> = (0..12).map(|i| i as f32).collect();
+            dev.upload(&c0, &mut c).unwrap();
+            dev.gemm(&g, &a, &b, &mut c).unwrap();
+            let mut got = vec![0.0; 12];
+            dev.download(&c, &mut got).unwrap();
+            let want: Vec<f32> = c0.iter().map(|x| x * 0.5).collect();
+            assert_eq!(got, want, "{dtype}");
+        }
     }
 }

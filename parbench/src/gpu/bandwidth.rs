@@ -22,12 +22,12 @@ pub fn device_copy_gbps(gpu: &Gpu, bytes: usize, timeout: Duration) -> Result<f6
             "copy size must be positive".into(),
         ));
     }
-    let src = RawAlloc::new(gpu, bytes)?;
-    let dst = RawAlloc::new(gpu, bytes)?;
+    let src = gpu.alloc(bytes)?;
+    let dst = gpu.alloc(bytes)?;
     let stream = gpu.stream().cu_stream();
     time_copies(gpu, bytes, timeout, || {
         // SAFETY: both allocations hold `bytes` bytes on this device.
-        unsafe { cu::memcpy_dtod_async(dst.ptr, src.ptr, bytes, stream) }
+        unsafe { cu::memcpy_dtod_async(dst.ptr(), src.ptr(), bytes, stream) }
             .map_err(|e| GpuError::call("device-to-device copy", e))
     })
 }
@@ -65,15 +65,25 @@ pub fn peer_copy_gbps(
                 continue;
             }
             let direct = enable_peer_access(s, d)?;
-            let src = RawAlloc::new(s, bytes)?;
-            let dst = RawAlloc::new(d, bytes)?;
+            let src = s.alloc(bytes)?;
+            let dst = d.alloc(bytes)?;
+            // The destination is zeroed on its own GPU's stream: let that
+            // finish before the copies on the source's stream are timed.
+            d.wait("zeroing the peer copy's destination", timeout)?;
             let (sctx, dctx) = (s.context().cu_ctx(), d.context().cu_ctx());
             let stream = s.stream().cu_stream();
             let gbps = time_copies(s, bytes, timeout, || {
                 // SAFETY: each allocation holds `bytes` bytes in its own context.
-                unsafe { cu::memcpy_peer_async(dctx, dst.ptr, sctx, src.ptr, bytes, stream) }
+                unsafe { cu::memcpy_peer_async(dctx, dst.ptr(), sctx, src.ptr(), bytes, stream) }
                     .map_err(|e| GpuError::call("peer copy", e))
-            })?;
+            });
+            // `dst` is freed after its own stream's work, but the copies run
+            // on the source's: wait for those, or leak it if they hang.
+            if let Err(e) = s.wait("the peer copies", timeout) {
+                std::mem::forget(dst);
+                return Err(e);
+            }
+            let gbps = gbps?;
             out.push(PeerCopy {
                 src: s.ordinal(),
                 dst: d.ordinal(),
@@ -140,39 +150,5 @@ fn enable_peer_access(src: &Gpu, dst: &Gpu) -> Result<bool, GpuError> {
             ),
             cudarc::driver::DriverError(e),
         )),
-    }
-}
-
-/// `cuMemAlloc` memory (not the stream-ordered pool, whose memory peers
-/// cannot reach without pool access settings), freed on drop.
-struct RawAlloc {
-    ptr: sys::CUdeviceptr,
-    gpu: Gpu,
-}
-
-impl RawAlloc {
-    fn new(gpu: &Gpu, bytes: usize) -> Result<Self, GpuError> {
-        gpu.bind()?;
-        // SAFETY: plain allocation in the bound context.
-        let ptr = unsafe { cu::malloc_sync(bytes) }.map_err(|e| {
-            GpuError::call(
-                format!("GPU {}: allocating {bytes} bytes", gpu.ordinal()),
-                e,
-            )
-        })?;
-        Ok(RawAlloc {
-            ptr,
-            gpu: gpu.clone(),
-        })
-    }
-}
-
-impl Drop for RawAlloc {
-    fn drop(&mut self) {
-        // Work using the memory must finish before it is freed.
-        let _ = self.gpu.bind();
-        let _ = self.gpu.stream().synchronize();
-        // SAFETY: allocated by cuMemAlloc in this context, freed once.
-        let _ = unsafe { cu::free_sync(self.ptr) };
     }
 }

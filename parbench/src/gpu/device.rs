@@ -2,7 +2,7 @@
 
 use super::{guarded, GpuError};
 use crate::comm::{CommBuffer, CommResult};
-use cudarc::driver::{result as cu, sys, CudaContext, CudaSlice, CudaStream, DevicePtr};
+use cudarc::driver::{result as cu, sys, CudaContext, CudaStream};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -95,22 +95,47 @@ impl Gpu {
             .map_err(|e| GpuError::call("binding the CUDA context", e))
     }
 
-    /// A zeroed device buffer of `bytes` bytes.
+    /// A zeroed device buffer of `bytes` bytes, from `cuMemAlloc`.
+    ///
+    /// Not cudarc's `alloc`, which takes stream-ordered pool memory
+    /// (`cuMemAllocAsync`) where the device has pools: peers cannot reach
+    /// pool memory without `cuMemPoolSetAccess`, NCCL's buffer registration
+    /// expects `cudaMalloc`/cuMem memory (nccl-tests uses `cudaMalloc`), and
+    /// an allocation on a capturing stream would become part of the graph.
+    /// The zeroing is queued on the stream, before every later use of the
+    /// buffer there; a buffer is never allocated while the stream captures
+    /// (that is refused: allocate before [`super::timing::CapturedLoop::capture`]).
     pub fn alloc(&self, bytes: usize) -> Result<DeviceBuffer, GpuError> {
-        // A zero-byte allocation is valid in cudarc but not in every driver call; keep one byte.
-        let slice = self.stream.alloc_zeros::<u8>(bytes.max(1)).map_err(|e| {
-            GpuError::call(
-                format!("GPU {}: allocating {bytes} bytes", self.ordinal()),
-                e,
-            )
-        })?;
-        let (ptr, _) = slice.device_ptr(&self.stream);
-        Ok(DeviceBuffer {
-            slice,
+        let what = || format!("GPU {}: allocating {bytes} bytes", self.ordinal());
+        self.bind()?;
+        if self.is_capturing()? {
+            return Err(GpuError::InvalidArgument(format!(
+                "{}: the stream is capturing a graph; allocate before the capture begins",
+                what()
+            )));
+        }
+        // A zero-byte allocation is refused by cuMemAlloc; keep one byte.
+        let size = bytes.max(1);
+        // SAFETY: plain allocation in the bound context.
+        let ptr = unsafe { cu::malloc_sync(size) }.map_err(|e| GpuError::call(what(), e))?;
+        let buf = DeviceBuffer {
             ptr,
             len: bytes,
             gpu: self.clone(),
-        })
+        };
+        // SAFETY: `size` bytes at `ptr` belong to this allocation; the memset
+        // is ordered before every later use on the stream.
+        unsafe { cu::memset_d8_async(ptr, 0, size, self.stream.cu_stream()) }
+            .map_err(|e| GpuError::call(format!("{}: zeroing", what()), e))?;
+        Ok(buf)
+    }
+
+    /// Whether the stream is capturing a graph now.
+    pub fn is_capturing(&self) -> Result<bool, GpuError> {
+        // SAFETY: the stream is alive for `self`.
+        let status = unsafe { cu::stream::is_capturing(self.stream.cu_stream()) }
+            .map_err(|e| GpuError::call("cuStreamIsCapturing", e))?;
+        Ok(status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
     }
 
     /// Waits until every call issued on the stream so far has finished, or
@@ -161,10 +186,11 @@ pub(crate) fn poll_until(
     }
 }
 
-/// Device memory of one [`Gpu`], sized in bytes: the buffer type of the
-/// NCCL communicator and of the CUDA compute device.
+/// Device memory of one [`Gpu`] (`cuMemAlloc`), sized in bytes: the buffer
+/// type of the NCCL communicator, of the CUDA compute device and of the
+/// copy-bandwidth ceilings. Freed on drop once the stream has finished with
+/// it (see the `Drop` impl).
 pub struct DeviceBuffer {
-    slice: CudaSlice<u8>,
     ptr: sys::CUdeviceptr,
     len: usize,
     gpu: Gpu,
@@ -251,10 +277,26 @@ impl DeviceBuffer {
             .and_then(|_| self.gpu.stream.synchronize())
             .map_err(|e| GpuError::call("copying device to host", e))
     }
+}
 
-    /// Keeps the allocation alive for as long as the borrow (for cudarc calls).
-    pub fn slice(&self) -> &CudaSlice<u8> {
-        &self.slice
+impl Drop for DeviceBuffer {
+    /// Frees the memory after the stream's work on it has finished. The wait
+    /// has the GPU's deadline; when it fails (a hung collective, a capture
+    /// in progress) the memory is leaked rather than freed under a kernel
+    /// that may still use it, or waited for without end.
+    fn drop(&mut self) {
+        // Waiting records an event, which a capture in progress would take
+        // into its graph: leave a capturing stream alone.
+        let idle = matches!(self.gpu.is_capturing(), Ok(false))
+            && self
+                .gpu
+                .wait("work queued before freeing a buffer", self.gpu.timeout())
+                .is_ok();
+        if idle {
+            // SAFETY: allocated by cuMemAlloc in this context (bound by the
+            // wait), freed once, no work of the stream uses it any more.
+            let _ = unsafe { cu::free_sync(self.ptr) };
+        }
     }
 }
 
