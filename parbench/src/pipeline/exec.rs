@@ -264,6 +264,28 @@ where
     Cm: Communicator,
     C: Compute<Buf = Cm::Buffer>,
 {
+    run_rank_with(comm, compute, cfg, base, |comm, points| {
+        comm.stream_clock(points)
+    })
+}
+
+/// A device stream's clock with room for `points` marks, or `None`.
+type StreamClockSource<'a, Cm> =
+    dyn Fn(&mut Cm, usize) -> crate::comm::CommResult<Option<Box<dyn StreamClock>>> + 'a;
+
+/// [`run_rank`] taking each step's stream clock from `stream_clock` (the
+/// communicator's, or a stand-in in tests).
+fn run_rank_with<Cm, C>(
+    comm: &mut Cm,
+    compute: &C,
+    cfg: &PipelineConfig,
+    base: TimeBase,
+    stream_clock: impl Fn(&mut Cm, usize) -> crate::comm::CommResult<Option<Box<dyn StreamClock>>>,
+) -> Result<Option<RunRecord>, PipelineError>
+where
+    Cm: Communicator,
+    C: Compute<Buf = Cm::Buffer>,
+{
     let s = &cfg.schedule;
     let rank = comm.rank();
     if comm.world() != s.ranks() {
@@ -302,7 +324,7 @@ where
             m.zero_grads(compute)?;
         }
         // Events made and anchored before the barrier, off the step's time.
-        let device = DeviceMarks::start(comm, cfg, actions)?;
+        let device = DeviceMarks::start(comm, &stream_clock, cfg, actions)?;
         comm.barrier()?;
         run_step(comm, compute, cfg, models, device)
     };
@@ -349,13 +371,14 @@ impl DeviceMarks {
     /// may come any time later: their times add up from it.
     fn start<Cm: Communicator>(
         comm: &mut Cm,
+        stream_clock: &StreamClockSource<'_, Cm>,
         cfg: &PipelineConfig,
         actions: usize,
     ) -> Result<Option<Self>, PipelineError> {
         if cfg.work != Work::Compute {
             return Ok(None);
         }
-        let Some(mut clock) = comm.stream_clock(2 * actions + 1)? else {
+        let Some(mut clock) = stream_clock(comm, 2 * actions + 1)? else {
             return Ok(None);
         };
         // On an idle stream the anchor event completes between the stamps.
@@ -824,7 +847,7 @@ mod tests {
         assert!(decode_steps(&[1.0, 2.0], 1).is_err());
     }
 
-    use crate::comm::{local, Algo, CommResult, Io, ReduceOp};
+    use crate::comm::{local, Algo, CommResult};
     use crate::compute::cpu::CpuCompute;
     use crate::pipeline::{acausal, MlpShape, PipelineConfig, Work};
     use crate::schedule::{generate, parse_csv, peak_in_flight, ScheduleKind};
@@ -873,7 +896,7 @@ mod tests {
     }
 
     /// Runs `cfg` on local ranks on `base`; `seed_of(rank)` may give a rank
-    /// other weights; `wrap` may wrap each rank's communicator.
+    /// other weights; with `device_clock` the work is timed by [`HostMarks`].
     fn run_local_with(
         cfg: &PipelineConfig,
         base: TimeBase,
@@ -891,7 +914,9 @@ mod tests {
                 mine.seed = seed_of(comm.rank());
                 let rank = comm.rank();
                 let r = if device_clock {
-                    run_rank(&mut HostStream { inner: comm }, &c, &mine, base)
+                    run_rank_with(comm, &c, &mine, base, |_, points| {
+                        Ok(Some(Box::new(HostMarks(Vec::with_capacity(points)))))
+                    })
                 } else {
                     run_rank(comm, &c, &mine, base)
                 };
@@ -911,15 +936,25 @@ mod tests {
         run_local_with(cfg, TimeBase::Shared, seed_of, false)
     }
 
+    /// Every generated schedule on `ranks` ranks and `m` microbatches
+    /// (interleaved with two stages per rank).
+    fn every_generated(ranks: usize, m: usize) -> Vec<(ScheduleKind, Schedule)> {
+        ScheduleKind::ALL
+            .into_iter()
+            .map(|kind| {
+                let v = if kind == ScheduleKind::Interleaved {
+                    2
+                } else {
+                    1
+                };
+                (kind, generate(kind, ranks, m, v).unwrap())
+            })
+            .collect()
+    }
+
     #[test]
     fn every_schedule_on_four_oversubscribed_ranks_matches_one_rank() {
-        for kind in ScheduleKind::ALL {
-            let v = if kind == ScheduleKind::Interleaved {
-                2
-            } else {
-                1
-            };
-            let s = generate(kind, 4, 8, v).unwrap();
+        for (kind, s) in every_generated(4, 8) {
             let expected = peak_in_flight(&s);
             let rec = run_local(&config(s, Work::Compute), |_| 3);
             let err = rec.grad_max_err.unwrap();
@@ -938,13 +973,7 @@ mod tests {
     /// estimate holds zero within its bound.
     #[test]
     fn estimated_offsets_keep_every_schedule_causal() {
-        for kind in ScheduleKind::ALL {
-            let v = if kind == ScheduleKind::Interleaved {
-                2
-            } else {
-                1
-            };
-            let s = generate(kind, 3, 3, v).unwrap();
+        for (kind, s) in every_generated(3, 3) {
             for work in [Work::Compute, Work::Sleep(Duration::from_micros(50))] {
                 let rec =
                     run_local_with(&config(s.clone(), work), TimeBase::Estimated, |_| 3, false);
@@ -1014,8 +1043,8 @@ mod tests {
         }
     }
 
-    /// The device path on the CPU: a communicator whose "stream clock"
-    /// stamps the host clock at each mark (a device in step with the host).
+    /// The device path on the CPU: a "stream clock" that stamps the host
+    /// clock at each mark (a device in step with the host).
     /// The work times then come from the marks through the anchor; the
     /// record stays causal and carries the anchor's uncertainty.
     #[test]
@@ -1050,127 +1079,6 @@ mod tests {
         }
         fn intervals(&mut self) -> CommResult<Vec<f64>> {
             Ok(self.0.windows(2).map(|w| (w[1] - w[0]) * 1e-6).collect())
-        }
-    }
-
-    /// A communicator whose stream clock is [`HostMarks`]; the rest delegates.
-    struct HostStream<'a, M> {
-        inner: &'a mut M,
-    }
-
-    impl<M: Communicator> Communicator for HostStream<'_, M> {
-        type Buffer = M::Buffer;
-        fn rank(&self) -> usize {
-            self.inner.rank()
-        }
-        fn world(&self) -> usize {
-            self.inner.world()
-        }
-        fn backend(&self) -> &'static str {
-            self.inner.backend()
-        }
-        fn wire(&self) -> String {
-            self.inner.wire()
-        }
-        fn algo_for(&self, c: crate::comm::Collective, b: usize) -> String {
-            self.inner.algo_for(c, b)
-        }
-        fn set_timeout(&mut self, t: Duration) {
-            self.inner.set_timeout(t)
-        }
-        fn timeout(&self) -> Duration {
-            self.inner.timeout()
-        }
-        fn alloc(&self, bytes: usize) -> CommResult<M::Buffer> {
-            self.inner.alloc(bytes)
-        }
-        fn all_reduce(
-            &mut self,
-            io: Io<'_, M::Buffer>,
-            count: usize,
-            dtype: DType,
-            op: ReduceOp,
-        ) -> CommResult<()> {
-            self.inner.all_reduce(io, count, dtype, op)
-        }
-        fn all_gather(
-            &mut self,
-            io: Io<'_, M::Buffer>,
-            count: usize,
-            dtype: DType,
-        ) -> CommResult<()> {
-            self.inner.all_gather(io, count, dtype)
-        }
-        fn reduce_scatter(
-            &mut self,
-            io: Io<'_, M::Buffer>,
-            count: usize,
-            dtype: DType,
-            op: ReduceOp,
-        ) -> CommResult<()> {
-            self.inner.reduce_scatter(io, count, dtype, op)
-        }
-        fn broadcast(
-            &mut self,
-            io: Io<'_, M::Buffer>,
-            count: usize,
-            dtype: DType,
-            root: usize,
-        ) -> CommResult<()> {
-            self.inner.broadcast(io, count, dtype, root)
-        }
-        fn reduce(
-            &mut self,
-            io: Io<'_, M::Buffer>,
-            count: usize,
-            dtype: DType,
-            op: ReduceOp,
-            root: usize,
-        ) -> CommResult<()> {
-            self.inner.reduce(io, count, dtype, op, root)
-        }
-        fn all_to_all(
-            &mut self,
-            io: Io<'_, M::Buffer>,
-            count: usize,
-            dtype: DType,
-        ) -> CommResult<()> {
-            self.inner.all_to_all(io, count, dtype)
-        }
-        fn send(
-            &mut self,
-            b: &M::Buffer,
-            count: usize,
-            dtype: DType,
-            peer: usize,
-        ) -> CommResult<()> {
-            self.inner.send(b, count, dtype, peer)
-        }
-        fn recv(
-            &mut self,
-            b: &mut M::Buffer,
-            count: usize,
-            dtype: DType,
-            peer: usize,
-        ) -> CommResult<()> {
-            self.inner.recv(b, count, dtype, peer)
-        }
-        fn send_recv(
-            &mut self,
-            s: &M::Buffer,
-            to: usize,
-            r: &mut M::Buffer,
-            from: usize,
-            count: usize,
-            dtype: DType,
-        ) -> CommResult<()> {
-            self.inner.send_recv(s, to, r, from, count, dtype)
-        }
-        fn barrier(&mut self) -> CommResult<()> {
-            self.inner.barrier()
-        }
-        fn stream_clock(&mut self, points: usize) -> CommResult<Option<Box<dyn StreamClock>>> {
-            Ok(Some(Box::new(HostMarks(Vec::with_capacity(points)))))
         }
     }
 
