@@ -886,9 +886,12 @@ mod tests {
                 for a in &rs.actions {
                     let wire = a.arrived_us.is_some();
                     assert_eq!(wire, a.input_sent_us.is_some(), "{}", a.action);
-                    if wire {
+                    if let Some(sent) = a.input_sent_us {
                         let parts = a.waiting_us() + a.transfer_us();
                         assert!((parts - a.recv_us()).abs() < 1e-6, "{}", a.action);
+                        // Nothing is in hand before it was sent.
+                        let slack = (0..s.ranks()).map(|r| rec.uncertainty_us(r)).sum::<f64>();
+                        assert!(a.start_us >= sent - slack, "{}: {a:?}", a.action);
                     }
                 }
             }
