@@ -231,15 +231,7 @@ impl Recorder {
         self.base = rec.clocks.first().map(|c| c.base);
         self.clocks.push(serde_json::json!({
             "timeline": trace_name,
-            "ranks": rec.clocks.iter().map(|c| serde_json::json!({
-                "rank": c.rank,
-                "offset_us": c.before.offset_us,
-                "uncertainty_us": c.before.uncertainty_us,
-                "offset_after_us": c.after.offset_us,
-                "uncertainty_after_us": c.after.uncertainty_us,
-                "drift_us": c.drift_us(),
-                "applied_uncertainty_us": rec.uncertainty_us(c.rank),
-            })).collect::<Vec<_>>(),
+            "ranks": pipeline::clocks_json(rec),
         }));
         let n = s.ranks().max(1) as f64;
         let row = PipelineRow {

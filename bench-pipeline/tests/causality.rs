@@ -104,7 +104,7 @@ fn check_trace(path: &Path) -> (Vec<String>, usize) {
         v["otherData"]["clock"]
             .as_array()
             .and_then(|c| c.get(rank))
-            .and_then(|c| c["uncertainty_us"].as_f64())
+            .and_then(|c| c["applied_uncertainty_us"].as_f64())
             .unwrap_or(0.0)
     };
     let last_stage = work.keys().map(|a| a.0).max().unwrap();

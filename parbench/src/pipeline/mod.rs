@@ -24,7 +24,7 @@ pub mod trace;
 pub use analysis::{acausal, closed_form, summarize, Acausal, IdleSplit, Summary};
 pub use exec::{run_rank, ActionTiming, RankStep, RunRecord};
 pub use mlp::MlpShape;
-pub use trace::{chrome_trace, terminal_timeline, write_chrome_trace};
+pub use trace::{chrome_trace, clocks_json, terminal_timeline, write_chrome_trace};
 
 use crate::schedule::Schedule;
 use std::fmt;

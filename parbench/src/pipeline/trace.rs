@@ -90,20 +90,6 @@ pub fn chrome_trace(title: &str, schedule: &Schedule, rec: &RunRecord, step: usi
             }));
         }
     }
-    let clocks: Vec<Value> = rec
-        .clocks
-        .iter()
-        .map(|c| {
-            json!({
-                "rank": c.rank,
-                "offset_us": c.before.offset_us,
-                "offset_after_us": c.after.offset_us,
-                "drift_us": c.drift_us(),
-                "estimate_uncertainty_us": c.before.uncertainty_us.max(c.after.uncertainty_us),
-                "uncertainty_us": rec.uncertainty_us(c.rank),
-            })
-        })
-        .collect();
     let base = rec
         .clocks
         .first()
@@ -115,9 +101,30 @@ pub fn chrome_trace(title: &str, schedule: &Schedule, rec: &RunRecord, step: usi
         "otherData": {
             "time_base": base,
             "time_origin": "the step's first work start, on rank 0's clock",
-            "clock": clocks,
+            "clock": clocks_json(rec),
         }
     })
+}
+
+/// Each rank's clock as traces and run.json record it: the offset to rank 0
+/// and its bound before and after the timed steps, the drift, and the
+/// bound applied to the rank's times (0 on a shared clock, plus a device
+/// stream's anchor).
+pub fn clocks_json(rec: &RunRecord) -> Vec<Value> {
+    rec.clocks
+        .iter()
+        .map(|c| {
+            json!({
+                "rank": c.rank,
+                "offset_us": c.before.offset_us,
+                "uncertainty_us": c.before.uncertainty_us,
+                "offset_after_us": c.after.offset_us,
+                "uncertainty_after_us": c.after.uncertainty_us,
+                "drift_us": c.drift_us(),
+                "applied_uncertainty_us": rec.uncertainty_us(c.rank),
+            })
+        })
+        .collect()
 }
 
 /// Writes [`chrome_trace`] to `path` atomically.
@@ -294,7 +301,8 @@ mod tests {
             assert!(ends.contains(&"s") && ends.contains(&"f"), "{id}: {ends:?}");
         }
         let clock = &v["otherData"]["clock"];
-        assert_eq!(clock[1]["uncertainty_us"], 4.0);
+        assert_eq!(clock[1]["applied_uncertainty_us"], 4.0);
+        assert_eq!(clock[1]["uncertainty_us"], 3.0);
         assert_eq!(clock[1]["offset_us"], 0.5);
         let names: Vec<&Value> = ev.iter().filter(|e| e["name"] == "thread_name").collect();
         assert_eq!(names.len(), 2);
