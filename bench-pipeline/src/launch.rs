@@ -7,6 +7,7 @@ use parbench::comm::{tcp, Algo, CommError, Communicator, DType};
 use parbench::compute::cpu::CpuCompute;
 use parbench::compute::Compute;
 use parbench::launch::{self, Role};
+use parbench::measure::clock_sync::TimeBase;
 use parbench::pipeline::run_rank;
 use std::sync::Mutex;
 
@@ -70,12 +71,14 @@ fn pin(rank: usize, ranks: usize, threads: usize, enabled: bool) {
     }
 }
 
-/// What each rank runs: every planned run in order over one communicator;
-/// rank 0 hands each record to `record`.
+/// What each rank runs: every planned run in order over one communicator,
+/// on time base `base` (threads of one process share a clock; processes
+/// estimate their offsets); rank 0 hands each record to `record`.
 fn rank_main<Cm, C>(
     comm: &mut Cm,
     compute: &C,
     plan: &Plan,
+    base: TimeBase,
     mut record: impl FnMut(&crate::cli::RunPlan, &str, &parbench::pipeline::RunRecord) -> Result<()>,
 ) -> Result<(), CommError>
 where
@@ -84,7 +87,7 @@ where
 {
     let rank = comm.rank();
     for run in &plan.runs {
-        let rec = run_rank(comm, compute, &run.cfg).map_err(|e| e.into_comm(rank))?;
+        let rec = run_rank(comm, compute, &run.cfg, base).map_err(|e| e.into_comm(rank))?;
         if let Some(rec) = rec {
             let wire = comm.wire();
             record(run, &wire, &rec)
@@ -100,12 +103,18 @@ fn run_local(args: &Args, plan: &Plan) -> Result<()> {
     let recorder = Mutex::new(Recorder::new(args, plan, "local", &name));
     let outcomes = parbench::comm::local::run(plan.ranks, Algo::Auto, plan.timeout, |comm| {
         pin(comm.rank(), plan.ranks, threads, args.pin);
-        rank_main(comm, &compute(threads)?, plan, |run, wire, rec| {
-            let mut r = recorder
-                .lock()
-                .map_err(|_| anyhow!("the recorder was poisoned by a panic"))?;
-            r.record(run, wire, rec)
-        })
+        rank_main(
+            comm,
+            &compute(threads)?,
+            plan,
+            TimeBase::Shared,
+            |run, wire, rec| {
+                let mut r = recorder
+                    .lock()
+                    .map_err(|_| anyhow!("the recorder was poisoned by a panic"))?;
+                r.record(run, wire, rec)
+            },
+        )
     });
     // The first rank at fault explains best; the others report losing it.
     if let Some(e) = outcomes.into_iter().find_map(Result::err) {
@@ -156,6 +165,7 @@ fn run_tcp(args: &Args, plan: &Plan) -> Result<()> {
         &mut comm,
         &compute(threads)?,
         plan,
+        TimeBase::Estimated,
         |run, wire, rec| match recorder.as_mut() {
             Some(r) => r.record(run, wire, rec),
             None => Ok(()),
@@ -194,7 +204,7 @@ fn run_nccl(args: &Args, plan: &Plan) -> Result<()> {
                     let mut dev = CudaCompute::on(comm.gpu().clone(), DType::F32)
                         .map_err(|e| CommError::Device(e.to_string()))?;
                     dev.set_timeout(plan.timeout);
-                    rank_main(&mut comm, &dev, plan, |run, wire, rec| {
+                    rank_main(&mut comm, &dev, plan, TimeBase::Shared, |run, wire, rec| {
                         let mut r = recorder
                             .lock()
                             .map_err(|_| anyhow!("the recorder was poisoned by a panic"))?;

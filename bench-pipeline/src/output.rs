@@ -2,6 +2,7 @@
 
 use crate::cli::{Args, Plan, RunPlan};
 use anyhow::{Context, Result};
+use parbench::measure::clock_sync::TimeBase;
 use parbench::pipeline::{self, RunRecord};
 use parbench::results::{self, PipelineRow, RunMeta, SCHEMA_VERSION};
 use std::path::PathBuf;
@@ -10,6 +11,33 @@ use std::path::PathBuf;
 const SMALL_MICROBATCHES: usize = 16;
 const SMALL_STAGES: usize = 8;
 const TIMELINE_WIDTH: usize = 96;
+
+/// The run's clocks in one line: how they were put on one base, and each
+/// rank's offset to rank 0 with its bound and drift.
+fn clock_line(rec: &RunRecord) -> String {
+    let Some(first) = rec.clocks.first() else {
+        return "one rank".into();
+    };
+    let ranks: Vec<String> = rec
+        .clocks
+        .iter()
+        .skip(1)
+        .map(|c| {
+            format!(
+                "rank{} {:+.1} +/- {:.1} us (drift {:+.1})",
+                c.rank,
+                c.before.offset_us,
+                c.before.uncertainty_us,
+                c.drift_us()
+            )
+        })
+        .collect();
+    let what = match first.base {
+        TimeBase::Shared => "one clock (threads); offset estimates as a check, not applied",
+        TimeBase::Estimated => "offsets to rank 0 estimated and applied",
+    };
+    format!("{what}: {}", ranks.join(", "))
+}
 
 /// Prints each run's table row and writes its records.
 pub struct Recorder {
@@ -22,6 +50,9 @@ pub struct Recorder {
     work: String,
     force_timeline: bool,
     header_printed: bool,
+    /// Each run's clocks, for run.json, and how they share a base.
+    clocks: Vec<serde_json::Value>,
+    base: Option<TimeBase>,
 }
 
 impl Recorder {
@@ -49,6 +80,8 @@ impl Recorder {
             work: args.work.clone(),
             force_timeline: args.timeline,
             header_printed: false,
+            clocks: Vec::new(),
+            base: None,
         }
     }
 
@@ -116,14 +149,41 @@ impl Recorder {
                 .collect::<Vec<_>>()
                 .join(", ");
             println!(
-                "    rank{r}: busy {:.0} us, idle {:.0} us (in recv {:.0}), sim idle {:.0} us, peak {} act ({} B), schedule {}; cost us per stage {c}",
+                "    rank{r}: busy {:.0} us, idle {:.0} us (waiting {:.0}, transfer {:.0}), sim idle {:.0} us, peak {} act ({} B), schedule {}; cost us per stage {c}",
                 sum.busy_us[r],
                 sum.idle_us[r],
-                sum.recv_us[r],
+                sum.wait_us[r],
+                sum.transfer_us[r],
                 sum.sim.idle.get(r).copied().unwrap_or(0.0),
                 sum.peak_activations[r],
                 sum.peak_activation_bytes[r],
                 sum.expected_peak_activations[r],
+            );
+        }
+        let idle = sum.idle_split();
+        if idle.idle_us > 0.0 {
+            let pct = |v: f64| 100.0 * v / idle.idle_us;
+            println!(
+                "    idle {:.0} us per step over the ranks: {:.1}% waiting for a peer that had not sent, {:.1}% transfer (sent, not yet in hand), {:.1}% after the rank's last action, {:.1}% other (the executor between actions)",
+                idle.idle_us,
+                pct(idle.wait_us),
+                pct(idle.transfer_us),
+                pct(idle.done_us),
+                pct(idle.other_us()),
+            );
+        }
+        println!("    clocks: {}", clock_line(rec));
+        let acausal = pipeline::acausal(s, rec);
+        if let Some(worst) = acausal.iter().max_by(|a, b| {
+            (a.early_us - a.uncertainty_us).total_cmp(&(b.early_us - b.uncertainty_us))
+        }) {
+            println!(
+                "    WARNING: {} dependent actions start before their producer ended, beyond the clock uncertainty (worst: {} {:.1} us before {} ended, uncertainty {:.1} us): these times are not on one base",
+                acausal.len(),
+                worst.action,
+                worst.early_us,
+                worst.producer,
+                worst.uncertainty_us
             );
         }
         // The rank with the most work bounds the step from below: with
@@ -167,7 +227,12 @@ impl Recorder {
             s.chunks()
         );
         let trace_name = format!("timeline-{label}.json");
-        pipeline::write_chrome_trace(&self.out.join(&trace_name), &label, step)?;
+        pipeline::write_chrome_trace(&self.out.join(&trace_name), &label, s, rec, sum.median_step)?;
+        self.base = rec.clocks.first().map(|c| c.base);
+        self.clocks.push(serde_json::json!({
+            "timeline": trace_name,
+            "ranks": pipeline::clocks_json(rec),
+        }));
         let n = s.ranks().max(1) as f64;
         let row = PipelineRow {
             schema: SCHEMA_VERSION,
@@ -207,6 +272,11 @@ impl Recorder {
             step_simulated_us: sum.sim.makespan,
             message_us: sum.message_us,
             bubble_replayed: sum.bubble_replayed,
+            wait_us: idle.wait_us,
+            transfer_us: idle.transfer_us,
+            clock_uncertainty_us: (0..s.ranks())
+                .map(|r| rec.uncertainty_us(r))
+                .fold(0.0, f64::max),
         };
         results::append_rows(&self.out, &[row])?;
         Ok(())
@@ -220,6 +290,14 @@ impl Recorder {
                 .extra
                 .insert("wire".into(), self.wire.clone().into());
         }
+        self.meta.extra.insert(
+            "time_base".into(),
+            serde_json::json!({
+                "clock": "each host's CLOCK_MONOTONIC; every time on rank 0's, from each step's first work start",
+                "base": self.base.map(TimeBase::name),
+                "runs": std::mem::take(&mut self.clocks),
+            }),
+        );
         results::record_run(&self.out, &self.meta)?;
         println!(
             "# wrote {}/pipeline.csv, run.json and timeline-{}-*.json",

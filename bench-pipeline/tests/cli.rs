@@ -107,13 +107,12 @@ fn every_schedule_runs_and_records_matching_gradients() {
             "{}",
             r.schedule
         );
-        let trace: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(d.join(&r.timeline)).unwrap()).unwrap();
-        assert!(trace["traceEvents"].as_array().unwrap().len() > 4);
+        check_time_split(&d, r);
     }
     let runs = read_runs(&d).unwrap();
     assert_eq!(runs.len(), 1);
     assert_eq!(runs[0].suite, "pipeline");
+    check_time_base(&runs[0], "shared", 8);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("rank1: "), "{stdout}");
 }
@@ -179,5 +178,76 @@ fn tcp_ranks_as_processes_match_the_gradients_too() {
     for r in &rows {
         assert_eq!(r.backend, "tcp");
         assert!(r.grad_max_err < 1e-5, "{}: {}", r.schedule, r.grad_max_err);
+        check_time_split(&d, r);
+        // Processes estimate their offsets: a bound above zero, below a second.
+        assert!(
+            r.clock_uncertainty_us > 0.0 && r.clock_uncertainty_us < 1e6,
+            "{}",
+            r.clock_uncertainty_us
+        );
+    }
+    let runs = read_runs(&d).unwrap();
+    check_time_base(&runs[0], "ping-pong", 2);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("offsets to rank 0 estimated and applied"),
+        "{stdout}"
+    );
+}
+
+/// A row's waiting and transfer, and its trace: waits and transfers as
+/// slices of their own, a flow from each send to its receive, the clocks
+/// in the metadata.
+fn check_time_split(d: &std::path::Path, r: &PipelineRow) {
+    assert!(r.wait_us >= 0.0 && r.transfer_us >= 0.0, "{}", r.schedule);
+    // Both are parts of the idle time (per rank there, summed here).
+    let idle = r.idle_us * r.stages as f64;
+    assert!(
+        r.wait_us + r.transfer_us <= idle * (1.0 + 1e-9),
+        "{}",
+        r.schedule
+    );
+    let trace: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(d.join(&r.timeline)).unwrap()).unwrap();
+    let ev = trace["traceEvents"].as_array().unwrap();
+    let count = |ph: &str| ev.iter().filter(|e| e["ph"] == ph).count();
+    // One flow per message: every send has its receive.
+    assert!(count("s") > 0 && count("s") == count("f"), "{}", r.schedule);
+    // Each action's waiting and transfer (its args) has its own slice when
+    // it lasts a microsecond or more.
+    let mut received = 0.0;
+    for a in ev
+        .iter()
+        .filter(|e| e["ph"] == "X" && e["args"]["wait_us"].is_f64())
+    {
+        let name = a["name"].as_str().unwrap();
+        received += a["args"]["recv_us"].as_f64().unwrap();
+        for part in ["wait", "transfer"] {
+            if a["args"][format!("{part}_us")].as_f64().unwrap() >= 1.0 {
+                let slice = format!("{part} {name}");
+                assert!(
+                    ev.iter().any(|e| e["name"] == slice.as_str()),
+                    "{}: no slice {slice}",
+                    r.schedule
+                );
+            }
+        }
+    }
+    assert!(received > 0.0, "{}: nothing was ever received", r.schedule);
+    let clock = trace["otherData"]["clock"].as_array().unwrap();
+    assert_eq!(clock.len(), r.stages);
+}
+
+/// run.json records how the ranks shared a clock, and each run's offsets.
+fn check_time_base(meta: &parbench::results::RunMeta, base: &str, runs: usize) {
+    let tb = &meta.extra["time_base"];
+    assert!(tb["base"].as_str().unwrap().contains(base), "{tb}");
+    let recorded = tb["runs"].as_array().unwrap();
+    assert_eq!(recorded.len(), runs);
+    for run in recorded {
+        for rank in run["ranks"].as_array().unwrap() {
+            assert!(rank["offset_us"].as_f64().unwrap().is_finite());
+            assert!(rank["uncertainty_us"].as_f64().unwrap() >= 0.0);
+        }
     }
 }

@@ -1,6 +1,9 @@
 //! Pipeline timelines as bench-pipeline writes them: Chrome trace JSON (the
 //! format Perfetto opens), one track per rank, one complete ("X") slice per
-//! action, named in PyTorch pipelining's text form (`2F0`, `1B3`, `1I3`, `1W3`).
+//! action, named in PyTorch pipelining's text form (`2F0`, `1B3`, `1I3`, `1W3`),
+//! and before an action that receives its input, a `wait 2F0` slice
+//! (waiting for the peer to send) and a `transfer 2F0` slice (sent, not
+//! yet here). Traces written before that split have one `recv 2F0` slice.
 //!
 //! A trace may hold several processes (one per schedule run); each becomes
 //! its own chart. Errors name the file and the line where the JSON fails.
@@ -21,7 +24,12 @@ pub enum ActionKind {
     I,
     /// Weight-gradient backward (zero-bubble schedules).
     W,
-    /// Anything else on the track (bench-pipeline's `recv 1F0` waits, sends).
+    /// Waiting for the peer to send the input (`wait 1F0`).
+    Wait,
+    /// The input on its way: sent, not yet here (`transfer 1F0`).
+    Transfer,
+    /// Anything else on the track (older traces' `recv 1F0`: waiting and
+    /// transfer together).
     Other,
 }
 
@@ -29,7 +37,14 @@ impl ActionKind {
     /// The kind of an action named `2F0`, `1W3`, `F`, `forward`...: the
     /// letter after the stage number.
     pub fn of(name: &str) -> ActionKind {
-        let rest = name.trim().trim_start_matches(|c: char| c.is_ascii_digit());
+        let name = name.trim();
+        if name.starts_with("wait ") {
+            return ActionKind::Wait;
+        }
+        if name.starts_with("transfer ") {
+            return ActionKind::Transfer;
+        }
+        let rest = name.trim_start_matches(|c: char| c.is_ascii_digit());
         match rest.chars().next() {
             Some('F') => ActionKind::F,
             Some('B') => ActionKind::B,
@@ -50,7 +65,9 @@ impl ActionKind {
             ActionKind::B => "B backward",
             ActionKind::I => "I input grad",
             ActionKind::W => "W weight grad",
-            ActionKind::Other => "waiting (recv) or other",
+            ActionKind::Wait => "waiting for the peer",
+            ActionKind::Transfer => "transfer",
+            ActionKind::Other => "receive (older traces) or other",
         }
     }
 }
@@ -249,6 +266,8 @@ mod tests {
         assert_eq!(ActionKind::of("0W12"), ActionKind::W);
         assert_eq!(ActionKind::of("send"), ActionKind::Other);
         assert_eq!(ActionKind::of("recv 0F3"), ActionKind::Other);
+        assert_eq!(ActionKind::of("wait 1F3"), ActionKind::Wait);
+        assert_eq!(ActionKind::of("transfer 0B12"), ActionKind::Transfer);
     }
 
     #[test]

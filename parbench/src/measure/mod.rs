@@ -17,6 +17,7 @@
 
 pub mod ceiling;
 pub mod clock;
+pub mod clock_sync;
 pub mod combine;
 pub mod timing;
 

@@ -2,17 +2,21 @@
 //! and idle time per rank, the measured bubble, the per-action costs, and
 //! the simulator's prediction from those costs.
 //!
-//! The measured bubble of one step is `sum_r idle_r / (R x step)`: `step` is
-//! the longest rank's time from the common start (a barrier) to the end of
-//! its last action, `idle_r = step - busy_r`, and `busy_r` is the time rank
-//! `r` spent running its actions (work and sends; waits in `recv` are idle).
-//! It is the same quantity the simulator and the closed forms give, so the
-//! three can be put side by side.
+//! Every time is on one base (rank 0's clock, see [`super::exec`]). The
+//! measured bubble of one step is `sum_r idle_r / (R x step)`: `step` runs
+//! from the first action's work start on any rank to the last action's end
+//! on any rank, `idle_r = step - busy_r`, and `busy_r` is the time rank `r`
+//! spent running its actions (work and sends). Idle time splits into
+//! waiting for a peer (asked for an input the peer had not yet sent),
+//! transfer (the input was sent, not yet here) and the rest (the
+//! executor's own time between actions). It is the same quantity the
+//! simulator and the closed forms give, so the three can be put side by
+//! side.
 
 use super::{median, RunRecord};
 use crate::model::bubble::{bubble_rate, BubbleSchedule, PassTimes};
 use crate::model::sim::{simulate, simulate_with, SimCosts, SimError, SimResult, StageCosts};
-use crate::schedule::{peak_in_flight, ActionKind, Schedule, ScheduleKind};
+use crate::schedule::{peak_in_flight, Action, ActionKind, Message, Schedule, ScheduleKind};
 use std::collections::HashMap;
 
 /// What one run reports (times in microseconds).
@@ -25,10 +29,17 @@ pub struct Summary {
     /// Index of the median step in the record (the one traces draw).
     pub median_step: usize,
     /// Per rank, mean over steps: time running actions, time idle, and the
-    /// part of idle spent inside `recv` (waiting and transfer together).
+    /// part of idle spent receiving (waiting and transfer together).
     pub busy_us: Vec<f64>,
     pub idle_us: Vec<f64>,
     pub recv_us: Vec<f64>,
+    /// Per rank, mean over steps: the part of idle spent waiting for a peer
+    /// that had not yet sent, and the part spent on transfers under way.
+    pub wait_us: Vec<f64>,
+    pub transfer_us: Vec<f64>,
+    /// Per rank, mean over steps: the part of idle after the rank's last
+    /// action, until the step's end (its drain: nothing left to run).
+    pub done_us: Vec<f64>,
     /// Mean over steps of the measured bubble fraction.
     pub bubble_measured: f64,
     /// Median cost of each action kind on each stage (work and send).
@@ -52,28 +63,28 @@ pub struct Summary {
 /// Summarises a run of `schedule`.
 pub fn summarize(schedule: &Schedule, rec: &RunRecord) -> Result<Summary, SimError> {
     let ranks = schedule.ranks();
-    let steps: Vec<f64> = rec
-        .steps
-        .iter()
-        .map(|st| {
-            st.iter()
-                .filter_map(|r| r.actions.last().map(|a| a.end_us))
-                .fold(0.0, f64::max)
-        })
-        .collect();
+    let steps: Vec<f64> = rec.steps.iter().map(|st| step_span(st)).collect();
     let n = steps.len().max(1) as f64;
     let mut busy_us = vec![0.0; ranks];
     let mut idle_us = vec![0.0; ranks];
     let mut recv_us = vec![0.0; ranks];
+    let mut wait_us = vec![0.0; ranks];
+    let mut transfer_us = vec![0.0; ranks];
+    let mut done_us = vec![0.0; ranks];
     let mut bubble = 0.0;
     for (st, &step) in rec.steps.iter().zip(&steps) {
         let mut idle_sum = 0.0;
         for (r, rs) in st.iter().enumerate().take(ranks) {
             let busy: f64 = rs.actions.iter().map(|a| a.busy_us()).sum();
-            let recv: f64 = rs.actions.iter().map(|a| a.start_us - a.wait_us).sum();
+            let sum = |f: fn(&super::ActionTiming) -> f64| rs.actions.iter().map(f).sum::<f64>();
             busy_us[r] += busy / n;
             idle_us[r] += (step - busy) / n;
-            recv_us[r] += recv / n;
+            recv_us[r] += sum(|a| a.recv_us()) / n;
+            wait_us[r] += sum(|a| a.waiting_us()) / n;
+            transfer_us[r] += sum(|a| a.transfer_us()) / n;
+            if let (Some(last), Some(end)) = (rs.actions.last(), step_end(st)) {
+                done_us[r] += (end - last.end_us).max(0.0) / n;
+            }
             idle_sum += step - busy;
         }
         if step > 0.0 {
@@ -119,6 +130,9 @@ pub fn summarize(schedule: &Schedule, rec: &RunRecord) -> Result<Summary, SimErr
         busy_us,
         idle_us,
         recv_us,
+        wait_us,
+        transfer_us,
+        done_us,
         bubble_measured: bubble,
         costs_us,
         message_us: rec.message_us,
@@ -128,6 +142,110 @@ pub fn summarize(schedule: &Schedule, rec: &RunRecord) -> Result<Summary, SimErr
         peak_activation_bytes: peak(|r| r.peak_activation_bytes),
         expected_peak_activations: peak_in_flight(schedule),
     })
+}
+
+/// A dependent action whose work started before the work producing its
+/// input ended, by more than the two ranks' clock uncertainty together.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Acausal {
+    /// Index of the timed step.
+    pub step: usize,
+    pub action: Action,
+    pub producer: Action,
+    /// How much earlier than the producer's end it started.
+    pub early_us: f64,
+    /// The two ranks' recorded uncertainty, summed.
+    pub uncertainty_us: f64,
+}
+
+/// Every dependent action of every step of `rec` that starts before its
+/// producer's work ended, beyond the recorded clock uncertainty. Empty for
+/// a record on one time base: a message cannot arrive before it is sent.
+pub fn acausal(schedule: &Schedule, rec: &RunRecord) -> Vec<Acausal> {
+    let mut out = Vec::new();
+    for (i, step) in rec.steps.iter().enumerate() {
+        let produced: HashMap<Message, (usize, Action, f64)> = step
+            .iter()
+            .enumerate()
+            .flat_map(|(r, rs)| rs.actions.iter().map(move |a| (r, a)))
+            .filter_map(|(r, a)| {
+                let (m, _) = schedule.output_of(a.action)?;
+                Some((m, (r, a.action, a.work_end_us)))
+            })
+            .collect();
+        for (r, rs) in step.iter().enumerate() {
+            for a in &rs.actions {
+                let Some((m, _)) = schedule.input_of(a.action) else {
+                    continue;
+                };
+                let Some(&(pr, producer, end)) = produced.get(&m) else {
+                    continue;
+                };
+                let uncertainty_us = rec.uncertainty_us(r) + rec.uncertainty_us(pr);
+                let early_us = end - a.start_us;
+                if early_us > uncertainty_us {
+                    out.push(Acausal {
+                        step: i,
+                        action: a.action,
+                        producer,
+                        early_us,
+                        uncertainty_us,
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+/// When the last action of a step ended, on any rank.
+fn step_end(step: &[super::RankStep]) -> Option<f64> {
+    step.iter()
+        .flat_map(|r| r.actions.iter().map(|a| a.end_us))
+        .reduce(f64::max)
+}
+
+/// One step's time: from the first work start on any rank to the last end.
+pub fn step_span(step: &[super::RankStep]) -> f64 {
+    let acts = || step.iter().flat_map(|r| r.actions.iter());
+    let start = acts().map(|a| a.start_us).fold(f64::INFINITY, f64::min);
+    let end = acts().map(|a| a.end_us).fold(f64::NEG_INFINITY, f64::max);
+    if start.is_finite() && end > start {
+        end - start
+    } else {
+        0.0
+    }
+}
+
+/// One step's idle time summed over the ranks, and its parts.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct IdleSplit {
+    pub idle_us: f64,
+    /// Waiting for a peer that had not yet sent.
+    pub wait_us: f64,
+    /// Transfers under way: sent, not yet in hand.
+    pub transfer_us: f64,
+    /// After each rank's last action (the drain).
+    pub done_us: f64,
+}
+
+impl IdleSplit {
+    /// The rest: the executor's own time between actions.
+    pub fn other_us(&self) -> f64 {
+        (self.idle_us - self.wait_us - self.transfer_us - self.done_us).max(0.0)
+    }
+}
+
+impl Summary {
+    /// Idle time of one step summed over the ranks, and its parts.
+    pub fn idle_split(&self) -> IdleSplit {
+        IdleSplit {
+            idle_us: self.idle_us.iter().sum(),
+            wait_us: self.wait_us.iter().sum(),
+            transfer_us: self.transfer_us.iter().sum(),
+            done_us: self.done_us.iter().sum(),
+        }
+    }
 }
 
 /// Median cost of each action kind on each stage, over every timed step.
@@ -190,7 +308,7 @@ pub fn closed_form(
 mod tests {
     use super::super::{ActionTiming, RankStep};
     use super::*;
-    use crate::schedule::generate;
+    use crate::schedule::{generate, Action};
 
     /// A record in which every action runs exactly when the simulator says.
     fn record_from_sim(s: &Schedule, c: StageCosts) -> RunRecord {
@@ -203,20 +321,23 @@ mod tests {
                     .iter()
                     .map(|sl| ActionTiming {
                         action: sl.action,
-                        wait_us: sl.start,
+                        asked_us: sl.start,
+                        arrived_us: None,
+                        input_sent_us: None,
                         start_us: sl.start,
                         work_end_us: sl.end,
+                        sent_us: None,
                         end_us: sl.end,
                     })
                     .collect(),
-                peak_activations: 0,
-                peak_activation_bytes: 0,
+                ..Default::default()
             })
             .collect();
         RunRecord {
             steps: vec![step.clone(), step],
             grad_max_err: None,
             message_us: 0.0,
+            clocks: Vec::new(),
         }
     }
 
@@ -247,6 +368,70 @@ mod tests {
                 assert!((sum.busy_us[r] + sum.idle_us[r] - sum.step_us).abs() < 1e-9);
             }
         }
+    }
+
+    /// GPipe, 2 ranks, 1 microbatch, on one base. Rank 0: F 0..10 (sent
+    /// at 10), asks for B's input at 10, has it at 32 (sent at 30), B
+    /// 32..40. Rank 1: asks at 0, sent at 10, in hand at 12, F 12..20, B
+    /// 20..30 (sent at 30); done at 30, the step ends at 40.
+    #[test]
+    fn idle_splits_into_waiting_transfer_and_drain() {
+        let s = generate(ScheduleKind::GPipe, 2, 1, 1).unwrap();
+        let t = |st, k, asked, input: Option<f64>, start, end, sent: Option<f64>| ActionTiming {
+            action: Action::new(st, k, 0),
+            asked_us: asked,
+            arrived_us: input.map(|_| start),
+            input_sent_us: input,
+            start_us: start,
+            work_end_us: end,
+            sent_us: sent,
+            end_us: end,
+        };
+        let step = vec![
+            RankStep {
+                actions: vec![
+                    t(0, ActionKind::F, 0.0, None, 0.0, 10.0, Some(10.0)),
+                    t(0, ActionKind::B, 10.0, Some(30.0), 32.0, 40.0, None),
+                ],
+                ..Default::default()
+            },
+            RankStep {
+                actions: vec![
+                    t(1, ActionKind::F, 0.0, Some(10.0), 12.0, 20.0, None),
+                    t(1, ActionKind::B, 20.0, None, 20.0, 30.0, Some(30.0)),
+                ],
+                ..Default::default()
+            },
+        ];
+        let rec = RunRecord {
+            steps: vec![step],
+            grad_max_err: None,
+            message_us: 0.0,
+            clocks: Vec::new(),
+        };
+        let sum = summarize(&s, &rec).unwrap();
+        assert_eq!(sum.step_us, 40.0);
+        assert_eq!(
+            (sum.wait_us[0], sum.transfer_us[0], sum.done_us[0]),
+            (20.0, 2.0, 0.0)
+        );
+        assert_eq!(
+            (sum.wait_us[1], sum.transfer_us[1], sum.done_us[1]),
+            (10.0, 2.0, 10.0)
+        );
+        let split = sum.idle_split();
+        assert_eq!(split.idle_us, 22.0 + 22.0);
+        assert_eq!(split.other_us(), 0.0);
+        assert!(acausal(&s, &rec).is_empty());
+        // Rank 1 starting before rank 0's forward ended is caught.
+        let mut bad = rec.clone();
+        bad.steps[0][1].actions[0].start_us = 8.0;
+        let found = acausal(&s, &bad);
+        assert_eq!(found.len(), 1);
+        assert_eq!(
+            (found[0].action.to_string(), found[0].early_us),
+            ("1F0".into(), 2.0)
+        );
     }
 
     #[test]

@@ -1,36 +1,55 @@
 //! The executor: one rank runs its list of actions in order, over any
-//! [`Communicator`] and any [`Compute`], and times each action.
+//! [`Communicator`] and any [`Compute`], and stamps each action.
 //!
 //! Messages carry no tags: links deliver in order, and every rank knows from
 //! the schedule what the k-th message on each link is
 //! ([`Schedule::link_order`]). A receive for a message that is not next on
 //! its link takes the earlier ones into a mailbox first.
 //!
-//! Each action is timed in three parts: waiting in `recv` for its input
-//! (from the first receive call to the last byte: waiting and transfer are
-//! not separable through a blocking receive), running (the compute, or the
-//! sleep of `--work sleep`), and sending its output (until the buffer may be
-//! reused). Busy time is running plus sending; the rest of the step is idle.
+//! Every rank stamps with its host's monotonic clock
+//! ([`clock_sync::host_now_us`]), per action: when it asks for its input,
+//! when the input's receive completed, when the work starts and ends, when
+//! its output's send is posted and when it completed. Before and after the
+//! timed steps the ranks estimate their clock offsets to rank 0
+//! ([`clock_sync::estimate_offsets`]); rank 0 gathers every record, moves
+//! it onto its own clock and matches each receive with its send
+//! ([`super::align`]). On a device backend the work's start and end come
+//! from events on the stream, put on the host clock by an anchor event
+//! ([`clock_sync::StreamAnchor`]).
 
 use super::mlp::{self, MlpShape, StageModel, Stash};
-use super::{PipelineConfig, PipelineError, Work};
-use crate::comm::{CommBuffer, Communicator, DType};
+use super::{align, PipelineConfig, PipelineError, Work};
+use crate::comm::{CommBuffer, Communicator, DType, StreamClock};
 use crate::compute::Compute;
+use crate::measure::clock_sync::{
+    self, estimate_offsets, host_now_us, RankClock, StreamAnchor, TimeBase,
+};
 use crate::schedule::{Action, ActionKind, Message, Schedule};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-/// When one action ran, in microseconds from its rank's step start.
+/// When one action ran, in microseconds: on the rank's own clock while the
+/// run lasts, on the common base from its step's first work start in a
+/// [`RunRecord`].
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ActionTiming {
     pub action: Action,
-    /// The first receive call for its input (equals `start_us` if none).
-    pub wait_us: f64,
+    /// The rank asks for the action's input (equals `start_us` if it needs none).
+    pub asked_us: f64,
+    /// The input's receive completed, when the input crossed a wire. It may
+    /// precede `asked_us`: a message taken early, while the rank waited for
+    /// an earlier one on the same link.
+    pub arrived_us: Option<f64>,
+    /// When the producer posted the send of that input, on the common base
+    /// (set on rank 0 when the records meet).
+    pub input_sent_us: Option<f64>,
     /// Input in hand; work begins.
     pub start_us: f64,
-    /// Work done; the send begins.
+    /// Work done.
     pub work_end_us: f64,
-    /// Output sent (equals `work_end_us` if none).
+    /// The output's send was posted, when the output crosses a wire.
+    pub sent_us: Option<f64>,
+    /// Output sent: its buffer may be reused (equals `work_end_us` if none).
     pub end_us: f64,
 }
 
@@ -40,28 +59,75 @@ impl ActionTiming {
         self.end_us - self.start_us
     }
 
-    const FIELDS: usize = 7;
+    /// From asking for the input to having it: waiting and transfer.
+    pub fn recv_us(&self) -> f64 {
+        (self.start_us - self.asked_us).max(0.0)
+    }
+
+    /// Waiting for the peer: from asking until the peer posted its send.
+    /// Zero when the input crossed no wire or was sent before it was asked for.
+    pub fn waiting_us(&self) -> f64 {
+        match self.input_sent_us {
+            Some(sent) => (sent.min(self.start_us) - self.asked_us).max(0.0),
+            None => 0.0,
+        }
+    }
+
+    /// The transfer: from the later of asking and the peer's send to having
+    /// the input. With [`Self::waiting_us`] it makes up [`Self::recv_us`].
+    pub fn transfer_us(&self) -> f64 {
+        match self.input_sent_us {
+            Some(sent) => (self.start_us - sent.max(self.asked_us)).max(0.0),
+            None => 0.0,
+        }
+    }
+
+    /// From posting the output's send to its completion (0 if none).
+    pub fn send_us(&self) -> f64 {
+        self.sent_us.map_or(0.0, |s| (self.end_us - s).max(0.0))
+    }
+
+    /// Every stamp moved by `f` (onto another clock or origin).
+    pub(crate) fn map_times(&mut self, f: impl Fn(f64) -> f64) {
+        self.asked_us = f(self.asked_us);
+        self.arrived_us = self.arrived_us.map(&f);
+        self.input_sent_us = self.input_sent_us.map(&f);
+        self.start_us = f(self.start_us);
+        self.work_end_us = f(self.work_end_us);
+        self.sent_us = self.sent_us.map(&f);
+        self.end_us = f(self.end_us);
+    }
+
+    const FIELDS: usize = 10;
 
     fn to_f64s(self, out: &mut Vec<f64>) {
+        let opt = |v: Option<f64>| v.unwrap_or(f64::NAN);
         out.extend([
             self.action.stage as f64,
             self.action.kind.index() as f64,
             self.action.mb as f64,
-            self.wait_us,
+            self.asked_us,
+            opt(self.arrived_us),
+            opt(self.input_sent_us),
             self.start_us,
             self.work_end_us,
+            opt(self.sent_us),
             self.end_us,
         ]);
     }
 
     fn from_f64s(v: &[f64]) -> Option<Self> {
         let kind = *ActionKind::ALL.get(*v.get(1)? as usize)?;
+        let opt = |i: usize| v.get(i).copied().filter(|x| !x.is_nan());
         Some(ActionTiming {
             action: Action::new(*v.first()? as usize, kind, *v.get(2)? as usize),
-            wait_us: *v.get(3)?,
-            start_us: *v.get(4)?,
-            work_end_us: *v.get(5)?,
-            end_us: *v.get(6)?,
+            asked_us: *v.get(3)?,
+            arrived_us: opt(4),
+            input_sent_us: opt(5),
+            start_us: *v.get(6)?,
+            work_end_us: *v.get(7)?,
+            sent_us: opt(8),
+            end_us: *v.get(9)?,
         })
     }
 }
@@ -74,12 +140,16 @@ pub struct RankStep {
     pub peak_activations: usize,
     /// Most bytes of stashed activations this rank held at once.
     pub peak_activation_bytes: usize,
+    /// How far the work times taken from the device's stream clock may be
+    /// off the host clock ([`StreamAnchor`]); 0 where the host stamps the work.
+    pub device_uncertainty_us: f64,
 }
 
-/// Everything a run measured, gathered on rank 0.
+/// Everything a run measured, gathered on rank 0, on one time base.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RunRecord {
-    /// `steps[i][rank]`: each timed step, each rank.
+    /// `steps[i][rank]`: each timed step, each rank; every time on rank 0's
+    /// clock, from the step's first work start.
     pub steps: Vec<Vec<RankStep>>,
     /// Largest difference between a pipelined gradient and the reference,
     /// relative to the largest reference gradient; `None` under `--work sleep`.
@@ -87,6 +157,24 @@ pub struct RunRecord {
     /// One-way time of one activation message between ranks 0 and 1
     /// (half a round trip), microseconds; 0 with one rank.
     pub message_us: f64,
+    /// Each rank's clock against rank 0's (estimated before and after the
+    /// timed steps).
+    pub clocks: Vec<RankClock>,
+}
+
+impl RunRecord {
+    /// How far rank `rank`'s times may be off the base: its clock offset's
+    /// bound plus, on a device, the stream anchor's (largest over steps).
+    pub fn uncertainty_us(&self, rank: usize) -> f64 {
+        let clock = self.clocks.get(rank).map_or(0.0, RankClock::uncertainty_us);
+        let device = self
+            .steps
+            .iter()
+            .filter_map(|st| st.get(rank))
+            .map(|r| r.device_uncertainty_us)
+            .fold(0.0, f64::max);
+        clock + device
+    }
 }
 
 /// Where each stage's layers start in the whole model.
@@ -105,7 +193,8 @@ fn first_layers(stage_layers: &[usize]) -> Vec<usize> {
 struct Mailbox<B> {
     /// Per peer: the messages it sends this rank, in order, and how many arrived.
     expected: Vec<(Vec<Message>, usize)>,
-    early: HashMap<Message, B>,
+    /// Messages received before they were wanted, with when they arrived.
+    early: HashMap<Message, (B, f64)>,
 }
 
 impl<B: CommBuffer> Mailbox<B> {
@@ -124,6 +213,7 @@ impl<B: CommBuffer> Mailbox<B> {
         }
     }
 
+    /// The message `want` from `peer`, and when its receive completed.
     fn take<Cm: Communicator<Buffer = B>>(
         &mut self,
         comm: &mut Cm,
@@ -132,10 +222,10 @@ impl<B: CommBuffer> Mailbox<B> {
         mut alloc: impl FnMut() -> Result<B, PipelineError>,
         count: usize,
         dtype: DType,
-    ) -> Result<B, PipelineError> {
+    ) -> Result<(B, f64), PipelineError> {
         loop {
-            if let Some(b) = self.early.remove(&want) {
-                return Ok(b);
+            if let Some(got) = self.early.remove(&want) {
+                return Ok(got);
             }
             let (order, got) = self
                 .expected
@@ -149,19 +239,48 @@ impl<B: CommBuffer> Mailbox<B> {
             };
             let mut buf = alloc()?;
             comm.recv(&mut buf, count, dtype, peer)?;
+            // Device backends receive asynchronously: the message is here
+            // once the stream has it.
+            comm.sync()?;
+            let arrived = host_now_us();
             *got += 1;
-            self.early.insert(next, buf);
+            self.early.insert(next, (buf, arrived));
         }
     }
 }
 
-/// Runs the whole benchmark on this rank: link probe, warm-up and timed
-/// steps, then the gathers and the gradient check. Rank 0 returns the
-/// record; the others return `None`.
+/// Runs the whole benchmark on this rank: link probe, warm-up, clock
+/// offsets, timed steps, clock offsets again, then the gathers and the
+/// gradient check. `base` says whether the ranks share one clock (threads)
+/// or not (processes). Rank 0 returns the record on its clock; the others
+/// return `None`.
 pub fn run_rank<Cm, C>(
     comm: &mut Cm,
     compute: &C,
     cfg: &PipelineConfig,
+    base: TimeBase,
+) -> Result<Option<RunRecord>, PipelineError>
+where
+    Cm: Communicator,
+    C: Compute<Buf = Cm::Buffer>,
+{
+    run_rank_with(comm, compute, cfg, base, |comm, points| {
+        comm.stream_clock(points)
+    })
+}
+
+/// A device stream's clock with room for `points` marks, or `None`.
+type StreamClockSource<'a, Cm> =
+    dyn Fn(&mut Cm, usize) -> crate::comm::CommResult<Option<Box<dyn StreamClock>>> + 'a;
+
+/// [`run_rank`] taking each step's stream clock from `stream_clock` (the
+/// communicator's, or a stand-in in tests).
+fn run_rank_with<Cm, C>(
+    comm: &mut Cm,
+    compute: &C,
+    cfg: &PipelineConfig,
+    base: TimeBase,
+    stream_clock: impl Fn(&mut Cm, usize) -> crate::comm::CommResult<Option<Box<dyn StreamClock>>>,
 ) -> Result<Option<RunRecord>, PipelineError>
 where
     Cm: Communicator,
@@ -199,37 +318,111 @@ where
         }
     }
     let message_us = probe_link(comm, compute, cfg.shape)?;
-    let mut steps = Vec::with_capacity(cfg.steps);
-    for i in 0..cfg.warmup + cfg.steps {
+    let actions = s.compute_actions(rank).len();
+    let step = |comm: &mut Cm, models: &mut HashMap<usize, StageModel<C::Buf>>| {
         for m in models.values_mut() {
             m.zero_grads(compute)?;
         }
+        // Events made and anchored before the barrier, off the step's time.
+        let device = DeviceMarks::start(comm, &stream_clock, cfg, actions)?;
         comm.barrier()?;
-        let rec = run_step(comm, compute, cfg, &mut models)?;
-        if i >= cfg.warmup {
-            steps.push(rec);
-        }
+        run_step(comm, compute, cfg, models, device)
+    };
+    for _ in 0..cfg.warmup {
+        step(comm, &mut models)?;
     }
     comm.barrier()?;
+    let before = estimate_offsets(comm, clock_sync::EXCHANGES)?;
+    let mut steps = Vec::with_capacity(cfg.steps);
+    for _ in 0..cfg.steps {
+        steps.push(step(comm, &mut models)?);
+    }
+    comm.barrier()?;
+    let after = estimate_offsets(comm, clock_sync::EXCHANGES)?;
     let gathered = gather_steps(comm, &steps)?;
     let grad_max_err = if cfg.work == Work::Compute {
         check_grads(comm, compute, cfg, &models)?
     } else {
         None
     };
-    Ok(gathered.map(|steps| RunRecord {
-        steps,
+    let (Some(gathered), Some(before), Some(after)) = (gathered, before, after) else {
+        return Ok(None);
+    };
+    let clocks = clock_sync::rank_clocks(base, &before, &after);
+    Ok(Some(RunRecord {
+        steps: align::onto_base(s, gathered, &clocks)?,
         grad_max_err,
         message_us,
+        clocks,
     }))
 }
 
-/// One step of this rank's actions.
+/// Marks on a device's stream around each action's work, and the anchor
+/// that puts them on the host clock.
+struct DeviceMarks {
+    clock: Box<dyn StreamClock>,
+    anchor: StreamAnchor,
+}
+
+impl DeviceMarks {
+    /// A stream clock with room for two marks per action after the anchor,
+    /// where the backend has one and the work runs on the device; `None`
+    /// otherwise (host stamps are the work's times). Marks after the anchor
+    /// may come any time later: their times add up from it.
+    fn start<Cm: Communicator>(
+        comm: &mut Cm,
+        stream_clock: &StreamClockSource<'_, Cm>,
+        cfg: &PipelineConfig,
+        actions: usize,
+    ) -> Result<Option<Self>, PipelineError> {
+        if cfg.work != Work::Compute {
+            return Ok(None);
+        }
+        let Some(mut clock) = stream_clock(comm, 2 * actions + 1)? else {
+            return Ok(None);
+        };
+        // On an idle stream the anchor event completes between the stamps.
+        comm.sync()?;
+        let before = host_now_us();
+        clock.mark()?;
+        comm.sync()?;
+        let anchor = StreamAnchor::between(before, host_now_us());
+        Ok(Some(DeviceMarks { clock, anchor }))
+    }
+
+    /// Replaces each action's work start and end by the stream's, on the
+    /// host clock; host time spent after the work (a straggler's sleep) is
+    /// kept after the device's end.
+    fn apply(mut self, out: &mut RankStep, host_after_work: &[f64]) -> Result<(), PipelineError> {
+        let times = self.anchor.map(&self.clock.intervals()?);
+        if times.len() != 2 * out.actions.len() {
+            return Err(PipelineError::Protocol(format!(
+                "the stream clock gave {} marks for {} actions",
+                times.len(),
+                out.actions.len()
+            )));
+        }
+        for ((a, pair), &extra) in out
+            .actions
+            .iter_mut()
+            .zip(times.chunks_exact(2))
+            .zip(host_after_work)
+        {
+            a.start_us = pair[0];
+            a.work_end_us = pair[1] + extra;
+        }
+        out.device_uncertainty_us = self.anchor.uncertainty_us;
+        Ok(())
+    }
+}
+
+/// One step of this rank's actions, stamped on this rank's clock.
 fn run_step<Cm, C>(
     comm: &mut Cm,
     compute: &C,
     cfg: &PipelineConfig,
     models: &mut HashMap<usize, StageModel<C::Buf>>,
+    mut device: Option<DeviceMarks>,
 ) -> Result<RankStep, PipelineError>
 where
     Cm: Communicator,
@@ -249,10 +442,12 @@ where
         Some((r, d)) if r == rank => d,
         _ => Duration::ZERO,
     };
-    let t0 = Instant::now();
-    let us = |t: Instant| t.duration_since(t0).as_secs_f64() * 1e6;
-    for a in s.compute_actions(rank) {
-        let wait = Instant::now();
+    let actions = s.compute_actions(rank);
+    // Per action: host time after its device work (a straggler's sleep).
+    let mut after_work = Vec::with_capacity(actions.len());
+    for a in actions {
+        let asked = host_now_us();
+        let mut arrived = None;
         let input = match s.input_of(a) {
             None => None,
             Some((m, from_stage)) => {
@@ -265,15 +460,13 @@ where
                     })?)
                 } else {
                     let alloc = || compute.alloc(count).map_err(PipelineError::from);
-                    let buf = mailbox.take(comm, m, peer, alloc, count, dtype)?;
-                    // Device backends receive asynchronously: the wait
-                    // belongs to the receive, not to the work after it.
-                    comm.sync()?;
+                    let (buf, at) = mailbox.take(comm, m, peer, alloc, count, dtype)?;
+                    arrived = Some(at);
                     Some(buf)
                 }
             }
         };
-        let start = Instant::now();
+        let start = host_now_us();
         let output = match &cfg.work {
             Work::Sleep(d) => {
                 let base = match a.kind {
@@ -287,15 +480,23 @@ where
                 }
             }
             Work::Compute => {
+                if let Some(d) = device.as_mut() {
+                    d.clock.mark()?;
+                }
                 let out = compute_action(compute, cfg, models, &mut stashes, a, input)?;
+                if let Some(d) = device.as_mut() {
+                    d.clock.mark()?;
+                }
                 compute.sync()?;
+                let slept = Instant::now();
                 if !extra.is_zero() {
                     std::thread::sleep(extra);
                 }
+                after_work.push(slept.elapsed().as_secs_f64() * 1e6);
                 out
             }
         };
-        let work_end = Instant::now();
+        let work_end = host_now_us();
         // Activations held: the stashes alive when computing; under sleep
         // work (no stashes), what the actions would hold: a forward adds a
         // microbatch, B or W releases it.
@@ -311,25 +512,33 @@ where
         out.peak_activations = out.peak_activations.max(live);
         let bytes: usize = stashes.values().map(Stash::bytes).sum();
         out.peak_activation_bytes = out.peak_activation_bytes.max(bytes);
+        let mut sent = None;
         if let (Some((m, to_stage)), Some(buf)) = (s.output_of(a), output) {
             let peer = s.rank_of(to_stage).unwrap_or(rank);
             if peer == rank {
                 local.insert(m, buf);
             } else {
+                sent = Some(host_now_us());
                 comm.send(&buf, count, dtype, peer)?;
                 comm.sync()?;
             }
         }
-        let end = Instant::now();
+        let end = host_now_us();
         out.actions.push(ActionTiming {
             action: a,
-            wait_us: us(wait),
-            start_us: us(start),
-            work_end_us: us(work_end),
-            end_us: us(end),
+            asked_us: asked,
+            arrived_us: arrived,
+            input_sent_us: None,
+            start_us: start,
+            work_end_us: work_end,
+            sent_us: sent,
+            end_us: end,
         });
     }
     comm.sync()?;
+    if let Some(d) = device {
+        d.apply(&mut out, &after_work)?;
+    }
     Ok(out)
 }
 
@@ -457,6 +666,7 @@ fn encode_steps(steps: &[RankStep]) -> Vec<f64> {
             st.actions.len() as f64,
             st.peak_activations as f64,
             st.peak_activation_bytes as f64,
+            st.device_uncertainty_us,
         ]);
         for a in &st.actions {
             a.to_f64s(&mut v);
@@ -476,8 +686,8 @@ fn decode_steps(v: &[f64], from: usize) -> Result<Vec<RankStep>, PipelineError> 
     let steps = next(1)?[0] as usize;
     let mut out = Vec::with_capacity(steps.min(1 << 16));
     for _ in 0..steps {
-        let h = next(3)?;
-        let (n, peak, bytes) = (h[0] as usize, h[1] as usize, h[2] as usize);
+        let h = next(4)?;
+        let (n, peak, bytes, device) = (h[0] as usize, h[1] as usize, h[2] as usize, h[3]);
         let mut actions = Vec::with_capacity(n.min(1 << 20));
         for _ in 0..n {
             actions.push(ActionTiming::from_f64s(next(ActionTiming::FIELDS)?).ok_or_else(bad)?);
@@ -486,6 +696,7 @@ fn decode_steps(v: &[f64], from: usize) -> Result<Vec<RankStep>, PipelineError> 
             actions,
             peak_activations: peak,
             peak_activation_bytes: bytes,
+            device_uncertainty_us: device,
         });
     }
     Ok(out)
@@ -606,23 +817,39 @@ mod tests {
     #[test]
     fn timing_records_round_trip() {
         let steps = vec![RankStep {
-            actions: vec![ActionTiming {
-                action: Action::new(2, ActionKind::W, 5),
-                wait_us: 1.0,
-                start_us: 2.0,
-                work_end_us: 3.5,
-                end_us: 4.0,
-            }],
+            actions: vec![
+                ActionTiming {
+                    action: Action::new(2, ActionKind::W, 5),
+                    asked_us: 1.0,
+                    arrived_us: None,
+                    input_sent_us: None,
+                    start_us: 2.0,
+                    work_end_us: 3.5,
+                    sent_us: None,
+                    end_us: 4.0,
+                },
+                ActionTiming {
+                    action: Action::new(1, ActionKind::I, 5),
+                    asked_us: 4.0,
+                    arrived_us: Some(4.5),
+                    input_sent_us: Some(4.2),
+                    start_us: 5.0,
+                    work_end_us: 6.0,
+                    sent_us: Some(6.1),
+                    end_us: 7.0,
+                },
+            ],
             peak_activations: 3,
             peak_activation_bytes: 4096,
+            device_uncertainty_us: 1.5,
         }];
         assert_eq!(decode_steps(&encode_steps(&steps), 1).unwrap(), steps);
         assert!(decode_steps(&[1.0, 2.0], 1).is_err());
     }
 
-    use crate::comm::{local, Algo};
+    use crate::comm::{local, Algo, CommResult};
     use crate::compute::cpu::CpuCompute;
-    use crate::pipeline::{MlpShape, PipelineConfig, Work};
+    use crate::pipeline::{acausal, MlpShape, PipelineConfig, Work};
     use crate::schedule::{generate, parse_csv, peak_in_flight, ScheduleKind};
 
     fn config(s: Schedule, work: Work) -> PipelineConfig {
@@ -641,8 +868,44 @@ mod tests {
         }
     }
 
-    /// Runs `cfg` on local ranks; `seed_of(rank)` may give a rank other weights.
-    fn run_local(cfg: &PipelineConfig, seed_of: impl Fn(usize) -> u64 + Sync) -> RunRecord {
+    /// What every record must hold on one time base: no dependent action
+    /// before its producer (beyond the recorded uncertainty), every wire
+    /// input matched with its send, and each receive split exactly into
+    /// waiting and transfer.
+    fn assert_on_one_base(s: &Schedule, rec: &RunRecord) {
+        let bad = acausal(s, rec);
+        assert!(bad.is_empty(), "{}: acausal {bad:?}", s.name);
+        assert_eq!(rec.clocks.len(), s.ranks());
+        for step in &rec.steps {
+            let first = step
+                .iter()
+                .flat_map(|r| r.actions.iter().map(|a| a.start_us))
+                .fold(f64::INFINITY, f64::min);
+            assert_eq!(first, 0.0, "{}: the step starts at its first work", s.name);
+            for rs in step {
+                for a in &rs.actions {
+                    let wire = a.arrived_us.is_some();
+                    assert_eq!(wire, a.input_sent_us.is_some(), "{}", a.action);
+                    if let Some(sent) = a.input_sent_us {
+                        let parts = a.waiting_us() + a.transfer_us();
+                        assert!((parts - a.recv_us()).abs() < 1e-6, "{}", a.action);
+                        // Nothing is in hand before it was sent.
+                        let slack = (0..s.ranks()).map(|r| rec.uncertainty_us(r)).sum::<f64>();
+                        assert!(a.start_us >= sent - slack, "{}: {a:?}", a.action);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Runs `cfg` on local ranks on `base`; `seed_of(rank)` may give a rank
+    /// other weights; with `device_clock` the work is timed by [`HostMarks`].
+    fn run_local_with(
+        cfg: &PipelineConfig,
+        base: TimeBase,
+        seed_of: impl Fn(usize) -> u64 + Sync,
+        device_clock: bool,
+    ) -> RunRecord {
         let out = local::run(
             cfg.schedule.ranks(),
             Algo::Auto,
@@ -652,7 +915,15 @@ mod tests {
                     .map_err(|e| crate::comm::CommError::Device(e.to_string()))?;
                 let mut mine = cfg.clone();
                 mine.seed = seed_of(comm.rank());
-                run_rank(comm, &c, &mine).map_err(|e| e.into_comm(comm.rank()))
+                let rank = comm.rank();
+                let r = if device_clock {
+                    run_rank_with(comm, &c, &mine, base, |_, points| {
+                        Ok(Some(Box::new(HostMarks(Vec::with_capacity(points)))))
+                    })
+                } else {
+                    run_rank(comm, &c, &mine, base)
+                };
+                r.map_err(|e| e.into_comm(rank))
             },
         );
         let mut it = out.into_iter();
@@ -660,18 +931,33 @@ mod tests {
         for other in it {
             assert!(other.unwrap().is_none());
         }
+        assert_on_one_base(&cfg.schedule, &first);
         first
+    }
+
+    fn run_local(cfg: &PipelineConfig, seed_of: impl Fn(usize) -> u64 + Sync) -> RunRecord {
+        run_local_with(cfg, TimeBase::Shared, seed_of, false)
+    }
+
+    /// Every generated schedule on `ranks` ranks and `m` microbatches
+    /// (interleaved with two stages per rank).
+    fn every_generated(ranks: usize, m: usize) -> Vec<(ScheduleKind, Schedule)> {
+        ScheduleKind::ALL
+            .into_iter()
+            .map(|kind| {
+                let v = if kind == ScheduleKind::Interleaved {
+                    2
+                } else {
+                    1
+                };
+                (kind, generate(kind, ranks, m, v).unwrap())
+            })
+            .collect()
     }
 
     #[test]
     fn every_schedule_on_four_oversubscribed_ranks_matches_one_rank() {
-        for kind in ScheduleKind::ALL {
-            let v = if kind == ScheduleKind::Interleaved {
-                2
-            } else {
-                1
-            };
-            let s = generate(kind, 4, 8, v).unwrap();
+        for (kind, s) in every_generated(4, 8) {
             let expected = peak_in_flight(&s);
             let rec = run_local(&config(s, Work::Compute), |_| 3);
             let err = rec.grad_max_err.unwrap();
@@ -681,6 +967,28 @@ mod tests {
                 let peaks: Vec<usize> = step.iter().map(|r| r.peak_activations).collect();
                 assert_eq!(peaks, expected, "{kind}");
                 assert!(step[0].peak_activation_bytes > 0);
+            }
+        }
+    }
+
+    /// With the offsets estimated and applied, as for processes, the
+    /// record is causal within the estimates' bounds; on one clock every
+    /// estimate holds zero within its bound.
+    #[test]
+    fn estimated_offsets_keep_every_schedule_causal() {
+        for (kind, s) in every_generated(3, 3) {
+            for work in [Work::Compute, Work::Sleep(Duration::from_micros(50))] {
+                let rec =
+                    run_local_with(&config(s.clone(), work), TimeBase::Estimated, |_| 3, false);
+                for c in &rec.clocks {
+                    for e in [c.before, c.after] {
+                        assert!(
+                            e.offset_us.abs() <= e.uncertainty_us + 1e-6,
+                            "{kind}: {c:?}"
+                        );
+                    }
+                    assert!(c.uncertainty_us() > 0.0 || c.rank == 0, "{c:?}");
+                }
             }
         }
     }
@@ -727,11 +1035,53 @@ mod tests {
                 assert_eq!(got, want);
                 let mut last = 0.0;
                 for a in &rs.actions {
-                    assert!(last <= a.wait_us && a.wait_us <= a.start_us);
+                    assert!(last <= a.asked_us && a.asked_us <= a.start_us);
                     assert!(a.start_us <= a.work_end_us && a.work_end_us <= a.end_us);
+                    if let Some(sent) = a.sent_us {
+                        assert!(a.work_end_us <= sent && sent <= a.end_us);
+                    }
                     last = a.end_us;
                 }
             }
+        }
+    }
+
+    /// The device path on the CPU: a "stream clock" that stamps the host
+    /// clock at each mark (a device in step with the host).
+    /// The work times then come from the marks through the anchor; the
+    /// record stays causal and carries the anchor's uncertainty.
+    #[test]
+    fn work_times_from_a_stream_clock_land_on_the_host_base() {
+        let s = generate(ScheduleKind::OneFOneB, 2, 3, 1).unwrap();
+        let mut cfg = config(s, Work::Compute);
+        cfg.straggler = Some((1, Duration::from_micros(300)));
+        let rec = run_local_with(&cfg, TimeBase::Shared, |_| 3, true);
+        assert!(rec.grad_max_err.unwrap() < 1e-5);
+        for step in &rec.steps {
+            for rs in step {
+                assert!(rs.device_uncertainty_us > 0.0);
+                for a in &rs.actions {
+                    assert!(a.start_us <= a.work_end_us && a.work_end_us <= a.end_us + 1e-6);
+                }
+            }
+            // The straggler's sleep stays in its work.
+            for a in &step[1].actions {
+                assert!(a.work_end_us - a.start_us >= 300.0, "{}", a.action);
+            }
+        }
+        assert!(rec.uncertainty_us(1) > 0.0);
+    }
+
+    /// Marks stamped with the host clock, as [`StreamClock`] reports them.
+    struct HostMarks(Vec<f64>);
+
+    impl StreamClock for HostMarks {
+        fn mark(&mut self) -> CommResult<()> {
+            self.0.push(host_now_us());
+            Ok(())
+        }
+        fn intervals(&mut self) -> CommResult<Vec<f64>> {
+            Ok(self.0.windows(2).map(|w| (w[1] - w[0]) * 1e-6).collect())
         }
     }
 

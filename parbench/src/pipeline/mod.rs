@@ -1,24 +1,30 @@
 //! Pipeline parallelism, run for real: S stage ranks on any backend, each
 //! holding MLP layers with a real forward and a backward split into input
 //! and weight gradients, running a [`Schedule`]'s actions in order and
-//! timing each one; then the measured bubble next to the simulator's
-//! prediction from the measured per-action costs and the closed form.
+//! timing each one on one time base for every rank
+//! ([`crate::measure::clock_sync`]); then the measured bubble next to the
+//! simulator's prediction from the measured per-action costs and the
+//! closed form.
 //!
 //! - [`mlp`]: what a stage computes, and the one-device reference.
-//! - [`exec`]: the per-rank executor ([`run_rank`]).
+//! - [`exec`]: the per-rank executor ([`run_rank`]), stamping every action
+//!   on its host's clock.
+//! - `align`: every rank's stamps onto rank 0's clock, each receive
+//!   matched with its send (waiting for the peer told apart from transfer).
 //! - [`analysis`]: from timings to step time, busy and idle time, the
 //!   measured bubble, the per-action costs, the simulation.
 //! - [`trace`]: the Chrome trace (Perfetto) and the terminal timeline.
 
+mod align;
 pub mod analysis;
 pub mod exec;
 pub mod mlp;
 pub mod trace;
 
-pub use analysis::{closed_form, summarize, Summary};
+pub use analysis::{acausal, closed_form, summarize, Acausal, IdleSplit, Summary};
 pub use exec::{run_rank, ActionTiming, RankStep, RunRecord};
 pub use mlp::MlpShape;
-pub use trace::{chrome_trace, terminal_timeline, write_chrome_trace};
+pub use trace::{chrome_trace, clocks_json, terminal_timeline, write_chrome_trace};
 
 use crate::schedule::Schedule;
 use std::fmt;

@@ -1,38 +1,73 @@
-//! Timelines of one step: a Chrome trace (one track per rank, one slice per
-//! action, plus a slice for each wait in `recv`; open it in Perfetto or
-//! chrome://tracing) and a one-line-per-rank terminal drawing.
+//! Timelines of one step, on the run's common time base: a Chrome trace
+//! (one track per rank; per action a slice for its work and send, before
+//! it a slice for waiting for the peer and one for the transfer, and a flow
+//! arrow from each send to its receive; open it in Perfetto or
+//! chrome://tracing) and a terminal drawing.
 
-use super::RankStep;
-use crate::schedule::ActionKind;
+use super::{RankStep, RunRecord};
+use crate::schedule::{ActionKind, Message, Schedule};
 use serde_json::{json, Value};
+use std::collections::HashMap;
 use std::path::Path;
 
-/// Waits shorter than this (microseconds) are left out of the trace: they
-/// are the executor's own bookkeeping, not the schedule's shape.
-const MIN_WAIT_US: f64 = 1.0;
+/// Waits and transfers shorter than this (microseconds) get no slice of
+/// their own: they are the executor's bookkeeping, not the schedule's shape.
+const MIN_SLICE_US: f64 = 1.0;
 
-/// The Chrome trace JSON of one step (`step[rank]`), named `title`.
-pub fn chrome_trace(title: &str, step: &[RankStep]) -> Value {
+/// The Chrome trace JSON of step `step` of `rec`, a run of `schedule`,
+/// named `title`. `otherData` records the time base: each rank's clock
+/// offset to rank 0, before and after the run, and its uncertainty.
+pub fn chrome_trace(title: &str, schedule: &Schedule, rec: &RunRecord, step: usize) -> Value {
+    let ranks: &[RankStep] = rec.steps.get(step).map(Vec::as_slice).unwrap_or(&[]);
     let mut events = vec![json!({
         "name": "process_name", "ph": "M", "pid": 0, "tid": 0,
         "args": { "name": title }
     })];
-    for (r, rs) in step.iter().enumerate() {
+    // One flow id per message of the step.
+    let mut flow_ids: HashMap<Message, usize> = HashMap::new();
+    let mut flow_id = |m: Message| {
+        let next = flow_ids.len();
+        *flow_ids.entry(m).or_insert(next)
+    };
+    for (r, rs) in ranks.iter().enumerate() {
+        let unc = rec.uncertainty_us(r);
         events.push(json!({
             "name": "thread_name", "ph": "M", "pid": 0, "tid": r,
-            "args": { "name": format!("rank {r}") }
+            "args": { "name": format!("rank {r} (clock +/- {unc:.1} us)") }
         }));
         events.push(json!({
             "name": "thread_sort_index", "ph": "M", "pid": 0, "tid": r,
             "args": { "sort_index": r }
         }));
         for a in &rs.actions {
-            let wait = a.start_us - a.wait_us;
-            if wait >= MIN_WAIT_US {
+            if let Some(sent) = a.input_sent_us {
+                let wait = a.waiting_us();
+                if wait >= MIN_SLICE_US {
+                    events.push(json!({
+                        "name": format!("wait {}", a.action), "cat": "wait", "ph": "X",
+                        "pid": 0, "tid": r, "ts": a.asked_us, "dur": wait,
+                        "cname": "grey"
+                    }));
+                }
+                let transfer = a.transfer_us();
+                if transfer >= MIN_SLICE_US {
+                    events.push(json!({
+                        "name": format!("transfer {}", a.action), "cat": "transfer", "ph": "X",
+                        "pid": 0, "tid": r, "ts": sent.max(a.asked_us), "dur": transfer,
+                        "cname": "yellow"
+                    }));
+                }
+                if let Some((m, _)) = schedule.input_of(a.action) {
+                    events.push(json!({
+                        "name": "message", "cat": "message", "ph": "f", "bp": "e",
+                        "id": flow_id(m), "pid": 0, "tid": r, "ts": a.start_us
+                    }));
+                }
+            }
+            if let (Some(sent), Some((m, _))) = (a.sent_us, schedule.output_of(a.action)) {
                 events.push(json!({
-                    "name": format!("recv {}", a.action), "cat": "recv", "ph": "X",
-                    "pid": 0, "tid": r, "ts": a.wait_us, "dur": wait,
-                    "cname": "grey"
+                    "name": "message", "cat": "message", "ph": "s",
+                    "id": flow_id(m), "pid": 0, "tid": r, "ts": sent
                 }));
             }
             let kind = match a.action.kind {
@@ -48,27 +83,66 @@ pub fn chrome_trace(title: &str, step: &[RankStep]) -> Value {
                     "stage": a.action.stage, "microbatch": a.action.mb,
                     "work_us": a.work_end_us - a.start_us,
                     "send_us": a.end_us - a.work_end_us,
-                    "recv_us": wait,
+                    "recv_us": a.recv_us(),
+                    "wait_us": a.waiting_us(),
+                    "transfer_us": a.transfer_us(),
                 }
             }));
         }
     }
-    json!({ "traceEvents": events, "displayTimeUnit": "ms" })
+    let base = rec
+        .clocks
+        .first()
+        .map(|c| c.base.name())
+        .unwrap_or("unknown");
+    json!({
+        "traceEvents": events,
+        "displayTimeUnit": "ms",
+        "otherData": {
+            "time_base": base,
+            "time_origin": "the step's first work start, on rank 0's clock",
+            "clock": clocks_json(rec),
+        }
+    })
+}
+
+/// Each rank's clock as traces and run.json record it: the offset to rank 0
+/// and its bound before and after the timed steps, the drift, and the
+/// bound applied to the rank's times (0 on a shared clock, plus a device
+/// stream's anchor).
+pub fn clocks_json(rec: &RunRecord) -> Vec<Value> {
+    rec.clocks
+        .iter()
+        .map(|c| {
+            json!({
+                "rank": c.rank,
+                "offset_us": c.before.offset_us,
+                "uncertainty_us": c.before.uncertainty_us,
+                "offset_after_us": c.after.offset_us,
+                "uncertainty_after_us": c.after.uncertainty_us,
+                "drift_us": c.drift_us(),
+                "applied_uncertainty_us": rec.uncertainty_us(c.rank),
+            })
+        })
+        .collect()
 }
 
 /// Writes [`chrome_trace`] to `path` atomically.
 pub fn write_chrome_trace(
     path: &Path,
     title: &str,
-    step: &[RankStep],
+    schedule: &Schedule,
+    rec: &RunRecord,
+    step: usize,
 ) -> Result<(), crate::results::ResultsError> {
-    let bytes = serde_json::to_vec(&chrome_trace(title, step)).unwrap_or_default();
+    let bytes = serde_json::to_vec(&chrome_trace(title, schedule, rec, step)).unwrap_or_default();
     crate::results::write_atomic(path, &bytes)
 }
 
-/// Two lines per rank, `width` characters for the step: the kind letter
+/// Per rank, `width` characters for the step: a line with the kind letter
 /// (F, B, I, W) of the action running at that time, `.` for idle, and
-/// under it the action's microbatch (its last digit):
+/// under it the action's microbatch, one line per digit, most significant
+/// first (read each column downwards: `1`/`2` over each other is 12):
 ///
 /// ```text
 /// rank0: FFFF....BBBB
@@ -80,18 +154,26 @@ pub fn terminal_timeline(step: &[RankStep], width: usize) -> String {
         .filter_map(|r| r.actions.last().map(|a| a.end_us))
         .fold(0.0, f64::max);
     let width = width.max(1);
+    let most = step
+        .iter()
+        .flat_map(|r| r.actions.iter().map(|a| a.action.mb))
+        .max()
+        .unwrap_or(0);
+    let digits = most.to_string().len();
     let mut out = String::new();
     for (r, rs) in step.iter().enumerate() {
         let mut kinds = vec!['.'; width];
-        let mut mbs = vec!['.'; width];
+        let mut mbs = vec![vec!['.'; width]; digits];
         if end > 0.0 {
             for a in &rs.actions {
-                let from = ((a.start_us / end) * width as f64).floor() as usize;
-                let to = ((a.end_us / end) * width as f64).ceil() as usize;
-                let digit = char::from_digit((a.action.mb % 10) as u32, 10).unwrap_or('?');
+                let from = ((a.start_us / end) * width as f64).floor().max(0.0) as usize;
+                let to = ((a.end_us / end) * width as f64).ceil().max(0.0) as usize;
+                let number: Vec<char> = format!("{:0digits$}", a.action.mb).chars().collect();
                 for i in from.min(width)..to.min(width) {
                     kinds[i] = a.action.kind.letter();
-                    mbs[i] = digit;
+                    for (row, &c) in mbs.iter_mut().zip(&number) {
+                        row[i] = c;
+                    }
                 }
             }
         }
@@ -99,9 +181,11 @@ pub fn terminal_timeline(step: &[RankStep], width: usize) -> String {
         out.push_str(&label);
         out.extend(kinds);
         out.push('\n');
-        out.push_str(&" ".repeat(label.len()));
-        out.extend(mbs);
-        out.push('\n');
+        for row in mbs {
+            out.push_str(&" ".repeat(label.len()));
+            out.extend(row);
+            out.push('\n');
+        }
     }
     out
 }
@@ -110,53 +194,136 @@ pub fn terminal_timeline(step: &[RankStep], width: usize) -> String {
 mod tests {
     use super::super::ActionTiming;
     use super::*;
-    use crate::schedule::Action;
+    use crate::measure::clock_sync::{OffsetEstimate, RankClock, TimeBase};
+    use crate::schedule::{generate, Action, ScheduleKind};
 
-    fn step() -> Vec<RankStep> {
-        let t = |st, k, mb, s: f64, e: f64| ActionTiming {
+    fn timing(st: usize, k: ActionKind, mb: usize, s: f64, e: f64) -> ActionTiming {
+        ActionTiming {
             action: Action::new(st, k, mb),
-            wait_us: s - 2.0,
+            asked_us: s - 2.0,
+            arrived_us: None,
+            input_sent_us: None,
             start_us: s,
             work_end_us: e,
+            sent_us: None,
             end_us: e,
+        }
+    }
+
+    /// GPipe, 2 ranks, 1 microbatch: 0F0 sends at 10, 1F0 asked at 5 and
+    /// started at 12 (5 waiting, 2 transfer), 1B0 sends at 30, 0B0 asked at
+    /// 28 runs at 30 (2 waiting, no transfer).
+    fn record() -> RunRecord {
+        let wire = |mut a: ActionTiming, sent: Option<f64>, input: Option<f64>| {
+            a.sent_us = sent;
+            a.input_sent_us = input;
+            a.arrived_us = input.map(|_| a.start_us);
+            a
         };
-        vec![
+        let mut f1 = timing(1, ActionKind::F, 0, 12.0, 20.0);
+        f1.asked_us = 5.0;
+        let step = vec![
             RankStep {
                 actions: vec![
-                    t(0, ActionKind::F, 0, 0.0, 10.0),
-                    t(0, ActionKind::B, 0, 30.0, 40.0),
+                    wire(timing(0, ActionKind::F, 0, 0.0, 10.0), Some(10.0), None),
+                    wire(timing(0, ActionKind::B, 0, 30.0, 40.0), None, Some(30.0)),
                 ],
                 ..Default::default()
             },
             RankStep {
                 actions: vec![
-                    t(1, ActionKind::F, 0, 10.0, 20.0),
-                    t(1, ActionKind::B, 0, 20.0, 30.0),
+                    wire(f1, None, Some(10.0)),
+                    wire(timing(1, ActionKind::B, 0, 20.0, 30.0), Some(30.0), None),
                 ],
                 ..Default::default()
             },
-        ]
+        ];
+        let e = |unc| OffsetEstimate {
+            offset_us: 0.5,
+            uncertainty_us: unc,
+            at_us: 0.0,
+        };
+        RunRecord {
+            steps: vec![step],
+            grad_max_err: None,
+            message_us: 0.0,
+            clocks: vec![
+                RankClock {
+                    rank: 0,
+                    base: TimeBase::Estimated,
+                    before: e(0.0),
+                    after: e(0.0),
+                },
+                RankClock {
+                    rank: 1,
+                    base: TimeBase::Estimated,
+                    before: e(3.0),
+                    after: e(4.0),
+                },
+            ],
+        }
     }
 
     #[test]
-    fn the_trace_has_a_track_per_rank_and_a_slice_per_action() {
-        let v = chrome_trace("t", &step());
+    fn the_trace_has_a_track_per_rank_a_slice_per_action_and_its_waits() {
+        let s = generate(ScheduleKind::GPipe, 2, 1, 1).unwrap();
+        let v = chrome_trace("t", &s, &record(), 0);
         let ev = v["traceEvents"].as_array().unwrap();
-        let slices: Vec<&Value> = ev
+        let of = |cat: &str| ev.iter().filter(|e| e["cat"] == cat).collect::<Vec<_>>();
+        let actions: Vec<&Value> = ev
             .iter()
-            .filter(|e| e["ph"] == "X" && e["cat"] != "recv")
+            .filter(|e| e["ph"] == "X" && e["cat"] != "wait" && e["cat"] != "transfer")
             .collect();
-        assert_eq!(slices.len(), 4);
-        assert!(slices
+        assert_eq!(actions.len(), 4);
+        assert!(actions
             .iter()
             .any(|e| e["name"] == "1B0" && e["tid"] == 1 && e["ts"] == 20.0));
+        let wait = of("wait");
+        assert_eq!(wait.len(), 2, "{wait:?}");
+        let w1 = wait.iter().find(|e| e["name"] == "wait 1F0").unwrap();
+        assert_eq!((&w1["ts"], &w1["dur"]), (&json!(5.0), &json!(5.0)));
+        let transfer = of("transfer");
+        assert_eq!(transfer.len(), 1, "0B0's transfer is empty: no slice");
+        assert_eq!(transfer[0]["name"], "transfer 1F0");
+        assert_eq!(
+            (&transfer[0]["ts"], &transfer[0]["dur"]),
+            (&json!(10.0), &json!(2.0))
+        );
+        // Two messages, each a flow from its send to its receive.
+        let flows = of("message");
+        assert_eq!(flows.len(), 4);
+        for id in [0, 1] {
+            let ends: Vec<&str> = flows
+                .iter()
+                .filter(|e| e["id"] == id)
+                .map(|e| e["ph"].as_str().unwrap())
+                .collect();
+            assert!(ends.contains(&"s") && ends.contains(&"f"), "{id}: {ends:?}");
+        }
+        let clock = &v["otherData"]["clock"];
+        assert_eq!(clock[1]["applied_uncertainty_us"], 4.0);
+        assert_eq!(clock[1]["uncertainty_us"], 3.0);
+        assert_eq!(clock[1]["offset_us"], 0.5);
         let names: Vec<&Value> = ev.iter().filter(|e| e["name"] == "thread_name").collect();
         assert_eq!(names.len(), 2);
     }
 
     #[test]
     fn the_terminal_timeline_draws_kinds_and_idle() {
-        let s = terminal_timeline(&step(), 4);
+        let s = terminal_timeline(&record().steps[0], 4);
         assert_eq!(s, "rank0: F..B\n       0..0\nrank1: .FB.\n       .00.\n");
+    }
+
+    #[test]
+    fn microbatches_from_10_print_one_digit_per_line() {
+        let step = vec![RankStep {
+            actions: vec![
+                timing(0, ActionKind::F, 1, 0.0, 10.0),
+                timing(0, ActionKind::F, 12, 10.0, 20.0),
+            ],
+            ..Default::default()
+        }];
+        let s = terminal_timeline(&step, 4);
+        assert_eq!(s, "rank0: FFFF\n       0011\n       1122\n");
     }
 }

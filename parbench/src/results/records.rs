@@ -183,6 +183,18 @@ pub struct PipelineRow {
     /// The simulator replaying each step with its own measured action times.
     #[serde(default = "not_measured")]
     pub bubble_replayed: f64,
+    /// Of the idle time, waiting for a peer that had not yet sent: summed
+    /// over the ranks, per step (mean over steps), us.
+    #[serde(default = "not_measured")]
+    pub wait_us: f64,
+    /// Of the idle time, transfers under way (sent, not yet arrived):
+    /// summed over the ranks, per step (mean over steps), us.
+    #[serde(default = "not_measured")]
+    pub transfer_us: f64,
+    /// The largest uncertainty of any rank's times on the common base
+    /// (clock offset bound plus a device stream's anchor; 0 on one clock), us.
+    #[serde(default = "not_measured")]
+    pub clock_uncertainty_us: f64,
 }
 
 fn not_measured() -> f64 {
@@ -229,5 +241,14 @@ mod tests {
         let row: PipelineRow = rd.deserialize().next().unwrap().unwrap();
         assert_eq!(row.straggler, "");
         assert!(row.bubble_replayed.is_nan() && row.message_us.is_nan());
+        assert!(row.wait_us.is_nan() && row.transfer_us.is_nan());
+        assert!(row.clock_uncertainty_us.is_nan());
+        // The layout before the waiting and transfer columns.
+        let older = "schema,run_id,backend,wire,schedule,stages,microbatches,chunks,work,stage_layers,hidden,microbatch_size,steps,step_us,step_min_us,step_max_us,busy_us,idle_us,bubble_measured,bubble_simulated,bubble_formula,peak_activations,peak_activation_bytes,expected_peak_activations,grad_max_err,timeline,straggler,step_simulated_us,message_us,bubble_replayed\n\
+1,r,tcp,tcp,zb-h1,2,8,1,compute,2 2,256,32,5,1.0,1.0,1.0,1.0,1.0,0.2,0.2,0.27,2,100,2,0.0,t.json,,1.0,30.0,0.21\n";
+        let mut rd = csv::Reader::from_reader(older.as_bytes());
+        let row: PipelineRow = rd.deserialize().next().unwrap().unwrap();
+        assert_eq!(row.bubble_replayed, 0.21);
+        assert!(row.wait_us.is_nan() && row.transfer_us.is_nan());
     }
 }

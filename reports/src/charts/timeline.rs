@@ -13,13 +13,16 @@ pub struct TimelineChart<'a> {
 }
 
 /// The colour of an action kind: forward blue, backward orange, input
-/// gradient red, weight gradient green, anything else grey.
+/// gradient red, weight gradient green, waiting light grey, transfer
+/// yellow, anything else grey.
 pub fn kind_color(kind: ActionKind) -> RGBColor {
     match kind {
         ActionKind::F => RGBColor(31, 119, 180),
         ActionKind::B => RGBColor(255, 127, 14),
         ActionKind::I => RGBColor(214, 39, 40),
         ActionKind::W => RGBColor(44, 160, 44),
+        ActionKind::Wait => RGBColor(210, 210, 210),
+        ActionKind::Transfer => RGBColor(230, 190, 40),
         ActionKind::Other => RGBColor(170, 170, 170),
     }
 }

@@ -85,6 +85,20 @@ fn bubble_chart(rows: &[&PipelineRow]) -> LineChart {
     }
 }
 
+/// `part_us` (summed over the ranks, per step) as a share of the row's idle
+/// time, with the time itself; `-` for rows written before it was measured.
+fn idle_share(part_us: f64, r: &PipelineRow) -> String {
+    let idle = r.idle_us * r.stages as f64;
+    if !part_us.is_finite() || idle.is_nan() || idle <= 0.0 {
+        return "-".into();
+    }
+    format!(
+        "{} ({})",
+        units::percent(part_us / idle),
+        units::micros(part_us)
+    )
+}
+
 fn run_table(rows: &[&PipelineRow]) -> String {
     let cells: Vec<Vec<Cell>> = rows
         .iter()
@@ -123,6 +137,13 @@ fn run_table(rows: &[&PipelineRow]) -> String {
                 } else {
                     "-".into()
                 }),
+                num(idle_share(r.wait_us, r)),
+                num(idle_share(r.transfer_us, r)),
+                num(if r.clock_uncertainty_us.is_finite() {
+                    format!("+/- {}", units::micros(r.clock_uncertainty_us))
+                } else {
+                    "-".into()
+                }),
             ]
         })
         .collect();
@@ -142,6 +163,9 @@ fn run_table(rows: &[&PipelineRow]) -> String {
             "gradient error",
             "replayed",
             "message",
+            "idle waiting",
+            "idle transfer",
+            "clock",
         ],
         &cells,
     )
@@ -184,7 +208,7 @@ fn timelines(sources: &[Source]) -> String {
                         },
                         CHART_W,
                     ),
-                    &format!("{title}: each rank's actions from {file}; grey waits and white gaps are the bubble."),
+                    &format!("{title}: each rank's actions from {file}; light grey waiting for the peer, yellow transfers and white gaps are the bubble."),
                 ));
             }
         }
@@ -216,7 +240,7 @@ pub fn section(sources: &[Source]) -> String {
         );
     }
     let mut body = page::note(
-        "The bubble is the idle share of the step, measured end to end: each rank's idle time over ranks x step time. Beside it, the simulator's prediction from the measured per-action costs, and the closed form for equal stages and free communication ((S-1)/(S+M-1) for GPipe and 1F1B, 1/v of that bubble time for interleaved, (S-1)(T_F+T_B-T_W) for ZB-H1). In the table, replayed is the simulator replaying each step with its own measured action times, and message the one-way time of one activation message between ranks 0 and 1.",
+        "The bubble is the idle share of the step, measured end to end: each rank's idle time over ranks x step time. Beside it, the simulator's prediction from the measured per-action costs, and the closed form for equal stages and free communication ((S-1)/(S+M-1) for GPipe and 1F1B, 1/v of that bubble time for interleaved, (S-1)(T_F+T_B-T_W) for ZB-H1). In the table, replayed is the simulator replaying each step with its own measured action times, message the one-way time of one activation message between ranks 0 and 1, idle waiting the share of idle time spent waiting for a peer that had not yet sent, idle transfer the share spent on messages already sent but not yet in hand, and clock the largest uncertainty of any rank's times on the run's common time base (0 for threads of one process).",
     );
     for (i, (name, mut rows)) in groups.into_iter().enumerate() {
         rows.sort_by(|a, b| {
