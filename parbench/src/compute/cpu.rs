@@ -2,28 +2,51 @@
 //! kernels in plain loops, tensors in [`HostBuffer`]s so that the very same
 //! buffers go to the CPU communicators ([`crate::comm::HostComm`]).
 //!
+//! Kernels: the gemm crate's f32 kernels, chosen by the crate at run time:
+//! AVX-512 where the CPU has it (the workspace enables gemm's `x86-v4`
+//! feature, which compiles them in), else AVX2+FMA, else scalar; NEON on
+//! aarch64. [`GemmKernels::detect`] says which set runs, and
+//! [`Compute::name`] carries it into every record.
+//!
 //! Storage types:
-//! - `f32`: the gemm crate's f32 kernels.
-//! - `f16`: the gemm crate's f16 kernels (feature `f16` of gemm, on by default).
-//! - `bf16`: storage only. The gemm crate has no bf16 kernel, so each product
-//!   widens the operand regions it reads to f32, multiplies in f32 and rounds
-//!   the result back; element-wise kernels always compute in f32. Expect bf16
-//!   products to be slower than f32 ones on the CPU: the conversion is the
-//!   price of the storage type, not of the arithmetic.
+//! - `f32`: the products run in f32.
+//! - `f16` and `bf16`: storage only. Each product widens the operand regions
+//!   it reads to f32 (exactly: every f16 and bf16 value is an f32), runs the
+//!   same f32 kernels, sums in f32 and rounds C back once, so its result is
+//!   the f32 product of the stored operands, rounded once
+//!   ([`Compute::gemm_math`] records this). Neither the AVX512-FP16 nor the
+//!   AVX512-BF16 (or AMX) instructions are used: the gemm crate has no such
+//!   kernels (its f16 path converts to f32 as it packs, and rounds partial
+//!   sums to f16 between depth blocks), and a 16-bit product therefore costs
+//!   an f32 product plus the conversions. Element-wise kernels always
+//!   compute in f32.
 //!
 //! Threads: each `CpuCompute` has a thread budget. Ranks that share a machine
 //! must split its cores (see [`CpuCompute::threads_per_rank`]) or their GEMMs
 //! oversubscribe the cores and every rank slows down unevenly.
 
-use super::{Compute, ComputeError, ComputeResult, Gemm};
+use super::{Compute, ComputeError, ComputeResult, Gemm, GemmMath};
 use crate::comm::{DType, Element, HostBuffer};
 use gemm::Parallelism;
+use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 
 /// A floating-point storage type the CPU kernels compute on, through f32.
 trait Real: Element + Copy {
     fn to_f32(self) -> f32;
     fn from_f32(v: f32) -> Self;
+    /// `dst = src` widened (equal lengths).
+    fn widen_slice(src: &[Self], dst: &mut [f32]) {
+        for (d, s) in dst.iter_mut().zip(src) {
+            *d = s.to_f32();
+        }
+    }
+    /// `dst = src` rounded to nearest (equal lengths).
+    fn narrow_slice(src: &[f32], dst: &mut [Self]) {
+        for (d, s) in dst.iter_mut().zip(src) {
+            *d = Self::from_f32(*s);
+        }
+    }
 }
 
 impl Real for f32 {
@@ -45,6 +68,14 @@ impl Real for f16 {
     #[inline(always)]
     fn from_f32(v: f32) -> Self {
         f16::from_f32(v)
+    }
+    // half's slice conversions use the CPU's conversion instructions (F16C)
+    // where it has them, eight elements at a time.
+    fn widen_slice(src: &[Self], dst: &mut [f32]) {
+        src.convert_to_f32_slice(dst)
+    }
+    fn narrow_slice(src: &[f32], dst: &mut [Self]) {
+        dst.convert_from_f32_slice(src)
     }
 }
 
@@ -82,11 +113,88 @@ macro_rules! with_real {
     };
 }
 
+/// The gemm crate's kernel sets, one of which it runs on a given CPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GemmKernels {
+    /// 512-bit AVX-512F kernels (compiled in by the workspace's `x86-v4`
+    /// feature of gemm).
+    Avx512,
+    /// 256-bit AVX2 + FMA kernels.
+    Avx2Fma,
+    /// 128-bit NEON kernels (aarch64).
+    Neon,
+    /// Portable scalar loops.
+    Scalar,
+}
+
+impl GemmKernels {
+    /// The name records and tables use.
+    pub fn name(self) -> &'static str {
+        match self {
+            GemmKernels::Avx512 => "avx512f",
+            GemmKernels::Avx2Fma => "avx2+fma",
+            GemmKernels::Neon => "neon",
+            GemmKernels::Scalar => "scalar",
+        }
+    }
+
+    /// The kernel set the gemm crate runs on this CPU, decided as the crate
+    /// decides it (gemm-common 0.19, `init_gemm_fn`): AVX-512 where the CPU
+    /// has avx512f, else AVX2+FMA where it has fma, else scalar; NEON on
+    /// aarch64. An error where the crate's choice would abort: it picks the
+    /// AVX-512 kernels on avx512f alone and then requires the whole x86-64-v4
+    /// set (avx512bw, cd, dq, vl; a Xeon Phi has avx512f without them).
+    pub fn detect() -> ComputeResult<GemmKernels> {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::is_x86_feature_detected as has;
+            let v4 = has!("avx512bw")
+                && has!("avx512cd")
+                && has!("avx512dq")
+                && has!("avx512vl")
+                && has!("avx2")
+                && has!("fma")
+                && has!("bmi1")
+                && has!("bmi2")
+                && has!("lzcnt");
+            Self::x86_choice(has!("avx512f"), v4, has!("fma"))
+        }
+        #[cfg(target_arch = "aarch64")]
+        {
+            Ok(if std::arch::is_aarch64_feature_detected!("neon") {
+                GemmKernels::Neon
+            } else {
+                GemmKernels::Scalar
+            })
+        }
+        #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+        {
+            Ok(GemmKernels::Scalar)
+        }
+    }
+
+    /// The crate's x86 choice from the CPU's features (`v4`: the rest of
+    /// the x86-64-v4 set beside avx512f).
+    fn x86_choice(avx512f: bool, v4: bool, fma: bool) -> ComputeResult<GemmKernels> {
+        match (avx512f, v4, fma) {
+            (true, true, _) => Ok(GemmKernels::Avx512),
+            (true, false, _) => Err(ComputeError::Unsupported(
+                "this CPU has AVX-512F without the rest of x86-64-v4 (avx512bw/cd/dq/vl): \
+                 the gemm crate would choose its AVX-512 kernels and abort"
+                    .into(),
+            )),
+            (false, _, true) => Ok(GemmKernels::Avx2Fma),
+            (false, _, false) => Ok(GemmKernels::Scalar),
+        }
+    }
+}
+
 /// The CPU device: gemm-crate products with a fixed thread budget.
 #[derive(Clone, Debug)]
 pub struct CpuCompute {
     dtype: DType,
     threads: usize,
+    kernels: GemmKernels,
 }
 
 impl CpuCompute {
@@ -97,6 +205,7 @@ impl CpuCompute {
             DType::F32 | DType::F16 | DType::BF16 => Ok(CpuCompute {
                 dtype,
                 threads: threads.max(1),
+                kernels: GemmKernels::detect()?,
             }),
             other => Err(ComputeError::Unsupported(format!(
                 "cpu compute stores f32, f16 or bf16, not {other}"
@@ -119,6 +228,21 @@ impl CpuCompute {
     /// The thread budget of each product.
     pub fn threads(&self) -> usize {
         self.threads
+    }
+
+    /// The gemm crate's kernel set on this CPU.
+    pub fn kernels(&self) -> GemmKernels {
+        self.kernels
+    }
+
+    /// The arithmetic of a product on `dtype` storage: f32 multiply-adds
+    /// whatever the storage type (see the module's documentation).
+    pub fn gemm_math_of(dtype: DType) -> GemmMath {
+        GemmMath {
+            storage: dtype,
+            multiply: DType::F32,
+            accumulate: DType::F32,
+        }
     }
 
     /// How the gemm crate may parallelise one product.
@@ -195,16 +319,8 @@ fn check_gemm(g: &Gemm, a: usize, b: usize, c: usize) -> ComputeResult<(usize, u
     Ok((ea, eb, ec))
 }
 
-/// One product on slices whose extents [`check_gemm`] has validated, in the
-/// gemm crate's own type `T` (f32 or f16).
-fn gemm_native<T: 'static + Copy>(
-    g: &Gemm,
-    a: &[T],
-    b: &[T],
-    c: &mut [T],
-    (alpha, beta): (T, T),
-    par: Parallelism,
-) {
+/// One f32 product on slices whose extents [`check_gemm`] has validated.
+fn gemm_f32(g: &Gemm, a: &[f32], b: &[f32], c: &mut [f32], par: Parallelism) {
     // With beta = 0, C may hold anything (NaN included): never read it.
     let read_c = g.beta != 0.0;
     let (a_rs, a_cs) = if g.trans_a { (1, g.lda) } else { (g.lda, 1) };
@@ -237,8 +353,8 @@ fn gemm_native<T: 'static + Copy>(
                 b_rs as isize,
                 // The gemm crate computes dst = alpha dst + beta lhs rhs: its
                 // alpha is our beta and the other way round.
-                beta,
-                alpha,
+                g.beta,
+                g.alpha,
                 false,
                 false,
                 false,
@@ -250,7 +366,9 @@ fn gemm_native<T: 'static + Copy>(
 
 /// Widens `src[lo..hi]` to f32.
 fn widen<T: Real>(src: &[T], lo: usize, hi: usize) -> Vec<f32> {
-    src[lo..hi].iter().map(|x| x.to_f32()).collect()
+    let mut out = vec![0f32; hi - lo];
+    T::widen_slice(&src[lo..hi], &mut out);
+    out
 }
 
 /// `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))` and its derivative.
@@ -293,44 +411,29 @@ impl CpuCompute {
             return Ok(());
         }
         let par = self.parallelism();
-        match T::DTYPE {
-            DType::F32 => {
-                let (av, bv) = (
-                    bytemuck::cast_slice::<T, f32>(av),
-                    bytemuck::cast_slice::<T, f32>(bv),
-                );
-                let cv = bytemuck::cast_slice_mut::<T, f32>(cv);
-                gemm_native(g, av, bv, cv, (g.alpha, g.beta), par);
-            }
-            DType::F16 => {
-                let (av, bv) = (
-                    bytemuck::cast_slice::<T, f16>(av),
-                    bytemuck::cast_slice::<T, f16>(bv),
-                );
-                let cv = bytemuck::cast_slice_mut::<T, f16>(cv);
-                let (alpha, beta) = (f16::from_f32(g.alpha), f16::from_f32(g.beta));
-                gemm_native(g, av, bv, cv, (alpha, beta), par);
-            }
-            _ => {
-                // bf16: widen exactly the regions the product touches, so the
-                // cost is one pass over the operands; C is widened whole (not
-                // zeroed) so that the columns between its rows survive the
-                // round trip unchanged.
-                let a32 = widen(av, g.a_offset, ea);
-                let b32 = widen(bv, g.b_offset, eb);
-                let mut c32 = widen(cv, g.c_offset, ec);
-                let local = Gemm {
-                    a_offset: 0,
-                    b_offset: 0,
-                    c_offset: 0,
-                    ..*g
-                };
-                gemm_native(&local, &a32, &b32, &mut c32, (g.alpha, g.beta), par);
-                for (d, s) in cv[g.c_offset..ec].iter_mut().zip(&c32) {
-                    *d = T::from_f32(*s);
-                }
-            }
+        if T::DTYPE == DType::F32 {
+            let (av, bv) = (
+                bytemuck::cast_slice::<T, f32>(av),
+                bytemuck::cast_slice::<T, f32>(bv),
+            );
+            gemm_f32(g, av, bv, bytemuck::cast_slice_mut::<T, f32>(cv), par);
+            return Ok(());
         }
+        // f16 and bf16: widen exactly the regions the product touches, so the
+        // cost is one pass over the operands; C is widened whole (not zeroed)
+        // so that the columns between its rows survive the round trip
+        // unchanged, and rounded back once, after the whole sum.
+        let a32 = widen(av, g.a_offset, ea);
+        let b32 = widen(bv, g.b_offset, eb);
+        let mut c32 = widen(cv, g.c_offset, ec);
+        let local = Gemm {
+            a_offset: 0,
+            b_offset: 0,
+            c_offset: 0,
+            ..*g
+        };
+        gemm_f32(&local, &a32, &b32, &mut c32, par);
+        T::narrow_slice(&c32, &mut cv[g.c_offset..ec]);
         Ok(())
     }
 
@@ -532,7 +635,8 @@ impl Compute for CpuCompute {
 
     fn name(&self) -> String {
         format!(
-            "cpu (gemm, {} thread{})",
+            "cpu (gemm {} kernels, {} thread{})",
+            self.kernels.name(),
             self.threads,
             if self.threads == 1 { "" } else { "s" }
         )
@@ -540,6 +644,10 @@ impl Compute for CpuCompute {
 
     fn dtype(&self) -> DType {
         self.dtype
+    }
+
+    fn gemm_math(&self) -> GemmMath {
+        Self::gemm_math_of(self.dtype)
     }
 
     fn alloc(&self, len: usize) -> ComputeResult<HostBuffer> {
@@ -785,6 +893,68 @@ mod tests {
     #[test]
     fn gemm_bf16_matches_naive_within_bfloat_precision() {
         check_gemm_against_naive(DType::BF16, 1, 3e-2);
+    }
+
+    /// f16 and bf16 are storage only: a product is the f32 product of the
+    /// stored operands, rounded once. Bit for bit, with a depth (k = 1100)
+    /// that spans several of the kernels' depth blocks, so that a partial sum
+    /// rounded to the storage type between blocks would show.
+    #[test]
+    fn half_products_are_the_f32_product_of_the_stored_operands_rounded_once() {
+        let f32_dev = CpuCompute::new(DType::F32, 1).unwrap();
+        for dtype in [DType::F16, DType::BF16] {
+            let dev = CpuCompute::new(dtype, 1).unwrap();
+            assert_eq!(
+                dev.gemm_math(),
+                GemmMath {
+                    storage: dtype,
+                    multiply: DType::F32,
+                    accumulate: DType::F32
+                }
+            );
+            assert!(dev.gemm_math().storage_only());
+            for g in [strided(19, 23, 1100, false, true, 2), Gemm::dense(40, 33, 1100)] {
+                let (ea, eb, ec) = g.extents();
+                let (ab, bb) = (buf(&dev, &values(ea, 11)), buf(&dev, &values(eb, 12)));
+                let mut cb = buf(&dev, &values(ec, 13));
+                // The stored (rounded) operands, as f32.
+                let (a, b, c0) = (host(&dev, &ab, ea), host(&dev, &bb, eb), host(&dev, &cb, ec));
+                let mut want = buf(&f32_dev, &c0);
+                f32_dev
+                    .gemm(&g, &buf(&f32_dev, &a), &buf(&f32_dev, &b), &mut want)
+                    .unwrap();
+                let mut want = host(&f32_dev, &want, ec);
+                dev.gemm(&g, &ab, &bb, &mut cb).unwrap();
+                // Round the f32 product to the storage type once.
+                let rounded = buf(&dev, &want);
+                want = host(&dev, &rounded, ec);
+                let got = host(&dev, &cb, ec);
+                let differ = got.iter().zip(&want).filter(|(x, y)| x.to_bits() != y.to_bits());
+                assert_eq!(differ.count(), 0, "{dtype} m{} n{} k{}", g.m, g.n, g.k);
+            }
+        }
+        assert!(!f32_dev.gemm_math().storage_only());
+    }
+
+    #[test]
+    fn gemm_kernels_follow_the_crates_choice_and_refuse_where_it_would_abort() {
+        use GemmKernels as K;
+        assert_eq!(K::x86_choice(true, true, true).unwrap(), K::Avx512);
+        assert_eq!(K::x86_choice(false, false, true).unwrap(), K::Avx2Fma);
+        assert_eq!(K::x86_choice(false, false, false).unwrap(), K::Scalar);
+        // avx512f without avx512bw/cd/dq/vl (Xeon Phi): an error, not an abort.
+        assert!(matches!(
+            K::x86_choice(true, false, true),
+            Err(ComputeError::Unsupported(_))
+        ));
+        // Whatever this CPU has, the device names the set it runs.
+        let dev = CpuCompute::new(DType::F32, 1).unwrap();
+        assert!(dev.name().contains(dev.kernels().name()), "{}", dev.name());
+        #[cfg(target_arch = "x86_64")]
+        assert_eq!(
+            dev.kernels() == K::Avx512,
+            std::arch::is_x86_feature_detected!("avx512f")
+        );
     }
 
     #[test]
