@@ -70,7 +70,11 @@ fn parse_args() -> Result<Args, String> {
                     .filter(|&s| s >= 1)
                     .ok_or("--samples: expected a whole number >= 1")?
             }
-            "--dtype" => a.dtype = value("--dtype")?.parse().map_err(|e| format!("--dtype: {e}"))?,
+            "--dtype" => {
+                a.dtype = value("--dtype")?
+                    .parse()
+                    .map_err(|e| format!("--dtype: {e}"))?
+            }
             "--list" => a.list = true,
             "--only" => a.only = Some(value("--only")?),
             s if s.starts_with('-') => return Err(format!("unknown flag {s}")),
@@ -149,7 +153,9 @@ fn time_shape(dev: &CpuCompute, s: &Shape, samples: usize) -> Result<(Vec<f64>, 
     let t0 = Instant::now();
     dev.gemm(&g, &a, &b, &mut c).map_err(e)?;
     let one = t0.elapsed().max(Duration::from_nanos(1));
-    let calls = (SAMPLE_TARGET.as_secs_f64() / one.as_secs_f64()).ceil().max(1.0) as usize;
+    let calls = (SAMPLE_TARGET.as_secs_f64() / one.as_secs_f64())
+        .ceil()
+        .max(1.0) as usize;
     let mut rates = Vec::with_capacity(samples);
     for _ in 0..samples {
         let t = Instant::now();

@@ -197,7 +197,10 @@ mod tests {
         {
             let has = |n: &str| f.iter().any(|x| x == n);
             assert_eq!(has("avx2"), std::arch::is_x86_feature_detected!("avx2"));
-            assert_eq!(has("avx512f"), std::arch::is_x86_feature_detected!("avx512f"));
+            assert_eq!(
+                has("avx512f"),
+                std::arch::is_x86_feature_detected!("avx512f")
+            );
             // AVX-512 implies AVX2 on every CPU that has it.
             assert!(!has("avx512f") || has("avx2"), "{f:?}");
         }
