@@ -122,45 +122,44 @@ fn hostname() -> String {
 /// spells them; AMX, whose detection std has not stabilised, from the
 /// kernel's /proc/cpuinfo flags where it lists them.
 pub fn cpu_vector_features() -> Vec<String> {
-    let mut found: Vec<String> = Vec::new();
+    // (name, detected) for each name, with the arch's detection macro.
+    #[allow(unused_macros)]
+    macro_rules! detect {
+        ($has:ident: $($name:tt),*) => {
+            [$(($name, $has!($name))),*]
+        };
+    }
     #[cfg(target_arch = "x86_64")]
-    {
+    let (named, amx) = {
         use std::arch::is_x86_feature_detected as has;
-        let named = [
-            ("avx", has!("avx")),
-            ("avx2", has!("avx2")),
-            ("fma", has!("fma")),
-            ("f16c", has!("f16c")),
-            ("avx512f", has!("avx512f")),
-            ("avx512bw", has!("avx512bw")),
-            ("avx512cd", has!("avx512cd")),
-            ("avx512dq", has!("avx512dq")),
-            ("avx512vl", has!("avx512vl")),
-            ("avx512vnni", has!("avx512vnni")),
-            ("avx512bf16", has!("avx512bf16")),
-            ("avx512fp16", has!("avx512fp16")),
-        ];
-        found.extend(named.iter().filter(|f| f.1).map(|f| f.0.to_string()));
-        let flags = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-        let flags = flags.lines().find(|l| l.starts_with("flags")).unwrap_or("");
-        found.extend(
-            flags
-                .split_whitespace()
-                .filter(|f| f.starts_with("amx_"))
-                .map(|f| f.replace('_', "-")),
-        );
-    }
+        let named = detect!(has: "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw",
+            "avx512cd", "avx512dq", "avx512vl", "avx512vnni", "avx512bf16", "avx512fp16");
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let flags = cpuinfo
+            .lines()
+            .find(|l| l.starts_with("flags"))
+            .unwrap_or("");
+        let amx: Vec<String> = flags
+            .split_whitespace()
+            .filter(|f| f.starts_with("amx_"))
+            .map(|f| f.replace('_', "-"))
+            .collect();
+        (named.to_vec(), amx)
+    };
     #[cfg(target_arch = "aarch64")]
-    {
+    let (named, amx) = {
         use std::arch::is_aarch64_feature_detected as has;
-        let named = [
-            ("neon", has!("neon")),
-            ("fp16", has!("fp16")),
-            ("bf16", has!("bf16")),
-            ("sve", has!("sve")),
-        ];
-        found.extend(named.iter().filter(|f| f.1).map(|f| f.0.to_string()));
-    }
+        let named = detect!(has: "neon", "fp16", "bf16", "sve");
+        (named.to_vec(), Vec::<String>::new())
+    };
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    let (named, amx): (Vec<(&str, bool)>, Vec<String>) = (Vec::new(), Vec::new());
+    let mut found: Vec<String> = named
+        .iter()
+        .filter(|f| f.1)
+        .map(|f| f.0.to_string())
+        .collect();
+    found.extend(amx);
     found
 }
 
