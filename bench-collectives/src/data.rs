@@ -59,7 +59,7 @@ impl Inputs {
             }
             Some(ReduceOp::Avg) => small((limit / world).min(8)),
             Some(ReduceOp::Prod) => {
-                if h % 4 == 0 {
+                if h.is_multiple_of(4) {
                     2.0
                 } else {
                     1.0

@@ -5,6 +5,10 @@
 //! (`CpuCompute::threads_per_rank(1)`) and f32. The ratio of the two is the
 //! figure the issue asks for (at least 70%).
 //!
+//! Both sides run the kernel set the gemm crate picks for this CPU (AVX-512
+//! where it has avx512f, AVX2+FMA otherwise), printed first; the comparison
+//! with OpenBLAS on every preset's shard shapes is `scripts/compare-gemm.sh`.
+//!
 //! `cargo bench -p bench-layers --bench shard_gemm`
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
@@ -30,6 +34,7 @@ fn values(n: usize) -> Vec<f32> {
 fn shard_gemm(c: &mut Criterion) {
     let threads = CpuCompute::threads_per_rank(1);
     let dev = CpuCompute::new(DType::F32, threads).expect("f32 is supported");
+    eprintln!("shard_gemm: {}", dev.name());
     let mut group = c.benchmark_group("shard_gemm");
     group.sample_size(20);
     for (name, m, n, k) in SHAPES {

@@ -2,7 +2,31 @@
 
 use crate::cli::Plan;
 use crate::sweep::TpMeasurement;
+use parbench::compute::cpu::{CpuCompute, GemmKernels};
+use parbench::compute::GemmMath;
 use parbench::results::{LayerRow, SCHEMA_VERSION};
+
+/// What the block's products compute in on the plan's device, and with
+/// which kernels: a bf16 table or record says whether bf16 was arithmetic
+/// or only storage.
+pub fn gemm_of(plan: &Plan) -> (GemmMath, String) {
+    match plan.backend {
+        #[cfg(feature = "cuda")]
+        crate::cli::Backend::Nccl => (
+            parbench::compute::cuda::CudaCompute::gemm_math_of(plan.dtype),
+            "cuBLASLt".into(),
+        ),
+        // The CPU backends (and nccl without the cuda feature, which fails
+        // before it measures).
+        _ => (
+            CpuCompute::gemm_math_of(plan.dtype),
+            GemmKernels::detect().map_or_else(
+                |e| format!("no gemm kernels: {e}"),
+                |k| format!("gemm {}", k.name()),
+            ),
+        ),
+    }
+}
 
 /// Speed-up over the rows' TP = 1 and efficiency (speed-up / t); NaN
 /// when the rows have no TP = 1.
@@ -35,6 +59,8 @@ pub fn block_json(plan: &Plan) -> serde_json::Value {
         "check": plan.check,
         "link": plan.link.map(|l| serde_json::json!({"alpha_us": l.alpha_us(), "gbps": l.bandwidth_gbps()})),
         "tokens_per_call": b.tokens(),
+        "gemm_math": gemm_of(plan).0,
+        "gemm_kernels": gemm_of(plan).1,
         "times": "per block call, slowest rank's mean (compute and communication phases separated by device/communicator syncs)",
     })
 }
@@ -119,8 +145,9 @@ fn bytes(b: u64) -> String {
 pub fn table(plan: &Plan, rows: &[LayerRow]) -> String {
     let b = &plan.block;
     let s = &b.shape;
+    let (math, kernels) = gemm_of(plan);
     let mut out = format!(
-        "# bench-layers: {} {}{}{} | preset {} h={} heads={} ffn={} seq={} batch={} ({} tokens/call) | {}\n",
+        "# bench-layers: {} {}{}{} | preset {} h={} heads={} ffn={} seq={} batch={} ({} tokens/call) | {} | {} kernels\n",
         rows.first().map_or("", |r| r.backend.as_str()),
         b.mode.name(),
         if b.decode { " decode" } else { "" },
@@ -132,7 +159,8 @@ pub fn table(plan: &Plan, rows: &[LayerRow]) -> String {
         s.seq,
         s.batch,
         b.tokens(),
-        plan.dtype.name(),
+        math,
+        kernels,
     );
     out.push_str(
         "# times per block call (forward, or forward+backward in train), slowest rank's mean\n",

@@ -340,7 +340,8 @@ fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
         }
     }
     // Before asking for an inter-node wire: the node count must make sense.
-    if a.gpus_per_node == 0 || (a.gpus > a.gpus_per_node && a.gpus % a.gpus_per_node != 0) {
+    if a.gpus_per_node == 0 || (a.gpus > a.gpus_per_node && !a.gpus.is_multiple_of(a.gpus_per_node))
+    {
         bail!(
             "--gpus {} --gpus-per-node {}: not a whole number of nodes",
             a.gpus,

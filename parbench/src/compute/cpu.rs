@@ -2,28 +2,51 @@
 //! kernels in plain loops, tensors in [`HostBuffer`]s so that the very same
 //! buffers go to the CPU communicators ([`crate::comm::HostComm`]).
 //!
+//! Kernels: the gemm crate's f32 kernels, chosen by the crate at run time:
+//! AVX-512 where the CPU has it (the workspace enables gemm's `x86-v4`
+//! feature, which compiles them in), else AVX2+FMA, else scalar; NEON on
+//! aarch64. [`GemmKernels::detect`] says which set runs, and
+//! [`Compute::name`] carries it into every record.
+//!
 //! Storage types:
-//! - `f32`: the gemm crate's f32 kernels.
-//! - `f16`: the gemm crate's f16 kernels (feature `f16` of gemm, on by default).
-//! - `bf16`: storage only. The gemm crate has no bf16 kernel, so each product
-//!   widens the operand regions it reads to f32, multiplies in f32 and rounds
-//!   the result back; element-wise kernels always compute in f32. Expect bf16
-//!   products to be slower than f32 ones on the CPU: the conversion is the
-//!   price of the storage type, not of the arithmetic.
+//! - `f32`: the products run in f32.
+//! - `f16` and `bf16`: storage only. Each product widens the operand regions
+//!   it reads to f32 (exactly: every f16 and bf16 value is an f32), runs the
+//!   same f32 kernels, sums in f32 and rounds C back once, so its result is
+//!   the f32 product of the stored operands, rounded once
+//!   ([`Compute::gemm_math`] records this). Neither the AVX512-FP16 nor the
+//!   AVX512-BF16 (or AMX) instructions are used: the gemm crate has no such
+//!   kernels (its f16 path converts to f32 as it packs, and rounds partial
+//!   sums to f16 between depth blocks), and a 16-bit product therefore costs
+//!   an f32 product plus the conversions. Element-wise kernels always
+//!   compute in f32.
 //!
 //! Threads: each `CpuCompute` has a thread budget. Ranks that share a machine
 //! must split its cores (see [`CpuCompute::threads_per_rank`]) or their GEMMs
 //! oversubscribe the cores and every rank slows down unevenly.
 
-use super::{Compute, ComputeError, ComputeResult, Gemm};
+use super::{Compute, ComputeError, ComputeResult, Gemm, GemmMath};
 use crate::comm::{DType, Element, HostBuffer};
 use gemm::Parallelism;
+use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 
 /// A floating-point storage type the CPU kernels compute on, through f32.
 trait Real: Element + Copy {
     fn to_f32(self) -> f32;
     fn from_f32(v: f32) -> Self;
+    /// `dst = src` widened (equal lengths).
+    fn widen_slice(src: &[Self], dst: &mut [f32]) {
+        for (d, s) in dst.iter_mut().zip(src) {
+            *d = s.to_f32();
+        }
+    }
+    /// `dst = src` rounded to nearest (equal lengths).
+    fn narrow_slice(src: &[f32], dst: &mut [Self]) {
+        for (d, s) in dst.iter_mut().zip(src) {
+            *d = Self::from_f32(*s);
+        }
+    }
 }
 
 impl Real for f32 {
@@ -45,6 +68,14 @@ impl Real for f16 {
     #[inline(always)]
     fn from_f32(v: f32) -> Self {
         f16::from_f32(v)
+    }
+    // half's slice conversions use the CPU's conversion instructions (F16C)
+    // where it has them, eight elements at a time.
+    fn widen_slice(src: &[Self], dst: &mut [f32]) {
+        src.convert_to_f32_slice(dst)
+    }
+    fn narrow_slice(src: &[f32], dst: &mut [Self]) {
+        dst.convert_from_f32_slice(src)
     }
 }
 
@@ -82,11 +113,88 @@ macro_rules! with_real {
     };
 }
 
+/// The gemm crate's kernel sets, one of which it runs on a given CPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GemmKernels {
+    /// 512-bit AVX-512F kernels (compiled in by the workspace's `x86-v4`
+    /// feature of gemm).
+    Avx512,
+    /// 256-bit AVX2 + FMA kernels.
+    Avx2Fma,
+    /// 128-bit NEON kernels (aarch64).
+    Neon,
+    /// Portable scalar loops.
+    Scalar,
+}
+
+impl GemmKernels {
+    /// The name records and tables use.
+    pub fn name(self) -> &'static str {
+        match self {
+            GemmKernels::Avx512 => "avx512f",
+            GemmKernels::Avx2Fma => "avx2+fma",
+            GemmKernels::Neon => "neon",
+            GemmKernels::Scalar => "scalar",
+        }
+    }
+
+    /// The kernel set the gemm crate runs on this CPU, decided as the crate
+    /// decides it (gemm-common 0.19, `init_gemm_fn`): AVX-512 where the CPU
+    /// has avx512f, else AVX2+FMA where it has fma, else scalar; NEON on
+    /// aarch64. An error where the crate's choice would abort: it picks the
+    /// AVX-512 kernels on avx512f alone and then requires the whole x86-64-v4
+    /// set (avx512bw, cd, dq, vl; a Xeon Phi has avx512f without them).
+    pub fn detect() -> ComputeResult<GemmKernels> {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::is_x86_feature_detected as has;
+            let v4 = has!("avx512bw")
+                && has!("avx512cd")
+                && has!("avx512dq")
+                && has!("avx512vl")
+                && has!("avx2")
+                && has!("fma")
+                && has!("bmi1")
+                && has!("bmi2")
+                && has!("lzcnt");
+            Self::x86_choice(has!("avx512f"), v4, has!("fma"))
+        }
+        #[cfg(target_arch = "aarch64")]
+        {
+            Ok(if std::arch::is_aarch64_feature_detected!("neon") {
+                GemmKernels::Neon
+            } else {
+                GemmKernels::Scalar
+            })
+        }
+        #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+        {
+            Ok(GemmKernels::Scalar)
+        }
+    }
+
+    /// The crate's x86 choice from the CPU's features (`v4`: the rest of
+    /// the x86-64-v4 set beside avx512f).
+    fn x86_choice(avx512f: bool, v4: bool, fma: bool) -> ComputeResult<GemmKernels> {
+        match (avx512f, v4, fma) {
+            (true, true, _) => Ok(GemmKernels::Avx512),
+            (true, false, _) => Err(ComputeError::Unsupported(
+                "this CPU has AVX-512F without the rest of x86-64-v4 (avx512bw/cd/dq/vl): \
+                 the gemm crate would choose its AVX-512 kernels and abort"
+                    .into(),
+            )),
+            (false, _, true) => Ok(GemmKernels::Avx2Fma),
+            (false, _, false) => Ok(GemmKernels::Scalar),
+        }
+    }
+}
+
 /// The CPU device: gemm-crate products with a fixed thread budget.
 #[derive(Clone, Debug)]
 pub struct CpuCompute {
     dtype: DType,
     threads: usize,
+    kernels: GemmKernels,
 }
 
 impl CpuCompute {
@@ -97,6 +205,7 @@ impl CpuCompute {
             DType::F32 | DType::F16 | DType::BF16 => Ok(CpuCompute {
                 dtype,
                 threads: threads.max(1),
+                kernels: GemmKernels::detect()?,
             }),
             other => Err(ComputeError::Unsupported(format!(
                 "cpu compute stores f32, f16 or bf16, not {other}"
@@ -119,6 +228,21 @@ impl CpuCompute {
     /// The thread budget of each product.
     pub fn threads(&self) -> usize {
         self.threads
+    }
+
+    /// The gemm crate's kernel set on this CPU.
+    pub fn kernels(&self) -> GemmKernels {
+        self.kernels
+    }
+
+    /// The arithmetic of a product on `dtype` storage: f32 multiply-adds
+    /// whatever the storage type (see the module's documentation).
+    pub fn gemm_math_of(dtype: DType) -> GemmMath {
+        GemmMath {
+            storage: dtype,
+            multiply: DType::F32,
+            accumulate: DType::F32,
+        }
     }
 
     /// How the gemm crate may parallelise one product.
@@ -155,16 +279,8 @@ fn check_gemm(g: &Gemm, a: usize, b: usize, c: usize) -> ComputeResult<(usize, u
     g.check((a, b, c))
 }
 
-/// One product on slices whose extents [`check_gemm`] has validated, in the
-/// gemm crate's own type `T` (f32 or f16).
-fn gemm_native<T: 'static + Copy>(
-    g: &Gemm,
-    a: &[T],
-    b: &[T],
-    c: &mut [T],
-    (alpha, beta): (T, T),
-    par: Parallelism,
-) {
+/// One f32 product on slices whose extents [`check_gemm`] has validated.
+fn gemm_f32(g: &Gemm, a: &[f32], b: &[f32], c: &mut [f32], par: Parallelism) {
     // With beta = 0, C may hold anything (NaN included): never read it.
     let read_c = g.beta != 0.0;
     let (a_rs, a_cs) = if g.trans_a { (1, g.lda) } else { (g.lda, 1) };
@@ -197,8 +313,8 @@ fn gemm_native<T: 'static + Copy>(
                 b_rs as isize,
                 // The gemm crate computes dst = alpha dst + beta lhs rhs: its
                 // alpha is our beta and the other way round.
-                beta,
-                alpha,
+                g.beta,
+                g.alpha,
                 false,
                 false,
                 false,
@@ -210,23 +326,136 @@ fn gemm_native<T: 'static + Copy>(
 
 /// Widens `src[lo..hi]` to f32.
 fn widen<T: Real>(src: &[T], lo: usize, hi: usize) -> Vec<f32> {
-    src[lo..hi].iter().map(|x| x.to_f32()).collect()
+    let mut out = vec![0f32; hi - lo];
+    T::widen_slice(&src[lo..hi], &mut out);
+    out
 }
 
-/// `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))` and its derivative.
+/// Megatron's GELU, `0.5 x (1 + tanh(u))` with `u = sqrt(2/pi) (x +
+/// 0.044715 x^3)`, is computed as `x sigmoid(2u)`: the same function
+/// (`0.5 (1 + tanh u) = 1 / (1 + e^(-2u))`) with one exponential, which
+/// [`exp_f32`] computes in plain arithmetic that the compiler vectorises. A
+/// libm `tanhf` call per element took a third of a tiny block's forward
+/// once the products ran at the AVX-512 rate.
 const GELU_C: f32 = 0.797_884_6; // sqrt(2 / pi)
 const GELU_A: f32 = 0.044_715;
 
-#[inline]
-fn gelu_f32(x: f32) -> f32 {
-    0.5 * x * (1.0 + (GELU_C * (x + GELU_A * x * x * x)).tanh())
+/// `e^x`, relative error below 1e-6 over f32's range (tested against f64);
+/// arguments are clamped to [-87, 88], so results stay normal and finite.
+/// `e^x = 2^k e^r` with `k = round(x / ln 2)`, `|r| <= ln(2) / 2`, `ln 2`
+/// split in two for an exact `r` (Cody and Waite), `e^r` by Cephes' expf
+/// polynomial; `2^k` is built in the exponent bits. No branches, no calls.
+#[inline(always)]
+fn exp_f32(x: f32) -> f32 {
+    // Adding 1.5 * 2^23 rounds to an integer, which then sits in the low
+    // mantissa bits of the sum.
+    const ROUND: f32 = 12_582_912.0;
+    let x = x.clamp(-87.0, 88.0);
+    let t = x * std::f32::consts::LOG2_E + ROUND;
+    let k = t - ROUND;
+    let r = x - k * 0.693_359_4 - k * -2.121_944_4e-4;
+    let p = ((((1.987_569_1e-4 * r + 1.398_2e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2) * r
+        + 0.166_666_65)
+        * r
+        + 0.5;
+    let two_k = f32::from_bits(t.to_bits().wrapping_sub(ROUND.to_bits()).wrapping_add(127) << 23);
+    (p * r * r + r + 1.0) * two_k
 }
 
-#[inline]
-fn gelu_grad_f32(x: f32) -> f32 {
-    let t = (GELU_C * (x + GELU_A * x * x * x)).tanh();
-    0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * GELU_C * (1.0 + 3.0 * GELU_A * x * x)
+#[inline(always)]
+fn gelu_f32(x: f32) -> f32 {
+    let u2 = 2.0 * GELU_C * (x + GELU_A * x * x * x);
+    x / (1.0 + exp_f32(-u2))
 }
+
+/// The derivative: with `s = sigmoid(2u)`, `d/dx x s = s + 2 x s (1 - s) u'`.
+#[inline(always)]
+fn gelu_grad_f32(x: f32) -> f32 {
+    let u2 = 2.0 * GELU_C * (x + GELU_A * x * x * x);
+    let s = 1.0 / (1.0 + exp_f32(-u2));
+    s + 2.0 * x * s * (1.0 - s) * GELU_C * (1.0 + 3.0 * GELU_A * x * x)
+}
+
+/// The element loops of GELU, each written once and compiled for the
+/// build's baseline and for AVX2 and AVX-512 (chosen at run time). Rust
+/// does not fuse multiplies and adds on its own, so every variant computes
+/// the same bits.
+mod gelu_loops {
+    use super::{gelu_f32, gelu_grad_f32};
+
+    /// `y = gelu(x)` (equal lengths).
+    pub fn forward(x: &[f32], y: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                // SAFETY: the CPU supports AVX-512F, checked just above.
+                return unsafe { forward_avx512(x, y) };
+            }
+            if std::arch::is_x86_feature_detected!("avx2") {
+                // SAFETY: the CPU supports AVX2, checked just above.
+                return unsafe { forward_avx2(x, y) };
+            }
+        }
+        forward_plain(x, y)
+    }
+
+    /// `dx = dy * gelu'(x)` (equal lengths).
+    pub fn backward(x: &[f32], dy: &[f32], dx: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                // SAFETY: the CPU supports AVX-512F, checked just above.
+                return unsafe { backward_avx512(x, dy, dx) };
+            }
+            if std::arch::is_x86_feature_detected!("avx2") {
+                // SAFETY: the CPU supports AVX2, checked just above.
+                return unsafe { backward_avx2(x, dy, dx) };
+            }
+        }
+        backward_plain(x, dy, dx)
+    }
+
+    #[inline(always)]
+    pub(super) fn forward_plain(x: &[f32], y: &mut [f32]) {
+        for (o, &i) in y.iter_mut().zip(x) {
+            *o = gelu_f32(i);
+        }
+    }
+
+    #[inline(always)]
+    pub(super) fn backward_plain(x: &[f32], dy: &[f32], dx: &mut [f32]) {
+        for ((o, &xi), &g) in dx.iter_mut().zip(x).zip(dy) {
+            *o = g * gelu_grad_f32(xi);
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn forward_avx2(x: &[f32], y: &mut [f32]) {
+        forward_plain(x, y)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn forward_avx512(x: &[f32], y: &mut [f32]) {
+        forward_plain(x, y)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn backward_avx2(x: &[f32], dy: &[f32], dx: &mut [f32]) {
+        backward_plain(x, dy, dx)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn backward_avx512(x: &[f32], dy: &[f32], dx: &mut [f32]) {
+        backward_plain(x, dy, dx)
+    }
+}
+
+/// Elements an element-wise kernel widens to f32 at a time (on the stack).
+const CHUNK: usize = 1024;
 
 /// Number of leading columns of row `r` a softmax keeps.
 #[inline]
@@ -253,44 +482,29 @@ impl CpuCompute {
             return Ok(());
         }
         let par = self.parallelism();
-        match T::DTYPE {
-            DType::F32 => {
-                let (av, bv) = (
-                    bytemuck::cast_slice::<T, f32>(av),
-                    bytemuck::cast_slice::<T, f32>(bv),
-                );
-                let cv = bytemuck::cast_slice_mut::<T, f32>(cv);
-                gemm_native(g, av, bv, cv, (g.alpha, g.beta), par);
-            }
-            DType::F16 => {
-                let (av, bv) = (
-                    bytemuck::cast_slice::<T, f16>(av),
-                    bytemuck::cast_slice::<T, f16>(bv),
-                );
-                let cv = bytemuck::cast_slice_mut::<T, f16>(cv);
-                let (alpha, beta) = (f16::from_f32(g.alpha), f16::from_f32(g.beta));
-                gemm_native(g, av, bv, cv, (alpha, beta), par);
-            }
-            _ => {
-                // bf16: widen exactly the regions the product touches, so the
-                // cost is one pass over the operands; C is widened whole (not
-                // zeroed) so that the columns between its rows survive the
-                // round trip unchanged.
-                let a32 = widen(av, g.a_offset, ea);
-                let b32 = widen(bv, g.b_offset, eb);
-                let mut c32 = widen(cv, g.c_offset, ec);
-                let local = Gemm {
-                    a_offset: 0,
-                    b_offset: 0,
-                    c_offset: 0,
-                    ..*g
-                };
-                gemm_native(&local, &a32, &b32, &mut c32, (g.alpha, g.beta), par);
-                for (d, s) in cv[g.c_offset..ec].iter_mut().zip(&c32) {
-                    *d = T::from_f32(*s);
-                }
-            }
+        if T::DTYPE == DType::F32 {
+            let (av, bv) = (
+                bytemuck::cast_slice::<T, f32>(av),
+                bytemuck::cast_slice::<T, f32>(bv),
+            );
+            gemm_f32(g, av, bv, bytemuck::cast_slice_mut::<T, f32>(cv), par);
+            return Ok(());
         }
+        // f16 and bf16: widen exactly the regions the product touches, so the
+        // cost is one pass over the operands; C is widened whole (not zeroed)
+        // so that the columns between its rows survive the round trip
+        // unchanged, and rounded back once, after the whole sum.
+        let a32 = widen(av, g.a_offset, ea);
+        let b32 = widen(bv, g.b_offset, eb);
+        let mut c32 = widen(cv, g.c_offset, ec);
+        let local = Gemm {
+            a_offset: 0,
+            b_offset: 0,
+            c_offset: 0,
+            ..*g
+        };
+        gemm_f32(&local, &a32, &b32, &mut c32, par);
+        T::narrow_slice(&c32, &mut cv[g.c_offset..ec]);
         Ok(())
     }
 
@@ -357,8 +571,12 @@ impl CpuCompute {
         let yv = y.as_mut_slice::<T>();
         check_range("gelu x", 0, n, xv.len())?;
         check_range("gelu y", 0, n, yv.len())?;
-        for (o, i) in yv[..n].iter_mut().zip(&xv[..n]) {
-            *o = T::from_f32(gelu_f32(i.to_f32()));
+        let (mut xb, mut yb) = ([0f32; CHUNK], [0f32; CHUNK]);
+        for (yc, xc) in yv[..n].chunks_mut(CHUNK).zip(xv[..n].chunks(CHUNK)) {
+            let len = xc.len();
+            T::widen_slice(xc, &mut xb[..len]);
+            gelu_loops::forward(&xb[..len], &mut yb[..len]);
+            T::narrow_slice(&yb[..len], yc);
         }
         Ok(())
     }
@@ -375,8 +593,14 @@ impl CpuCompute {
         check_range("gelu_backward x", 0, n, xv.len())?;
         check_range("gelu_backward dy", 0, n, dyv.len())?;
         check_range("gelu_backward dx", 0, n, dxv.len())?;
-        for ((o, xi), g) in dxv[..n].iter_mut().zip(&xv[..n]).zip(&dyv[..n]) {
-            *o = T::from_f32(g.to_f32() * gelu_grad_f32(xi.to_f32()));
+        let (mut xb, mut gb, mut ob) = ([0f32; CHUNK], [0f32; CHUNK], [0f32; CHUNK]);
+        let chunks = xv[..n].chunks(CHUNK).zip(dyv[..n].chunks(CHUNK));
+        for ((xc, gc), oc) in chunks.zip(dxv[..n].chunks_mut(CHUNK)) {
+            let len = xc.len();
+            T::widen_slice(xc, &mut xb[..len]);
+            T::widen_slice(gc, &mut gb[..len]);
+            gelu_loops::backward(&xb[..len], &gb[..len], &mut ob[..len]);
+            T::narrow_slice(&ob[..len], oc);
         }
         Ok(())
     }
@@ -492,7 +716,8 @@ impl Compute for CpuCompute {
 
     fn name(&self) -> String {
         format!(
-            "cpu (gemm, {} thread{})",
+            "cpu (gemm {} kernels, {} thread{})",
+            self.kernels.name(),
             self.threads,
             if self.threads == 1 { "" } else { "s" }
         )
@@ -500,6 +725,10 @@ impl Compute for CpuCompute {
 
     fn dtype(&self) -> DType {
         self.dtype
+    }
+
+    fn gemm_math(&self) -> GemmMath {
+        Self::gemm_math_of(self.dtype)
     }
 
     fn alloc(&self, len: usize) -> ComputeResult<HostBuffer> {
@@ -747,6 +976,78 @@ mod tests {
         check_gemm_against_naive(DType::BF16, 1, 3e-2);
     }
 
+    /// f16 and bf16 are storage only: a product is the f32 product of the
+    /// stored operands, rounded once. Bit for bit, with a depth (k = 1100)
+    /// that spans several of the kernels' depth blocks, so that a partial sum
+    /// rounded to the storage type between blocks would show.
+    #[test]
+    fn half_products_are_the_f32_product_of_the_stored_operands_rounded_once() {
+        let f32_dev = CpuCompute::new(DType::F32, 1).unwrap();
+        for dtype in [DType::F16, DType::BF16] {
+            let dev = CpuCompute::new(dtype, 1).unwrap();
+            assert_eq!(
+                dev.gemm_math(),
+                GemmMath {
+                    storage: dtype,
+                    multiply: DType::F32,
+                    accumulate: DType::F32
+                }
+            );
+            assert!(dev.gemm_math().storage_only());
+            for g in [
+                strided(19, 23, 1100, false, true, 2),
+                Gemm::dense(40, 33, 1100),
+            ] {
+                let (ea, eb, ec) = g.extents();
+                let (ab, bb) = (buf(&dev, &values(ea, 11)), buf(&dev, &values(eb, 12)));
+                let mut cb = buf(&dev, &values(ec, 13));
+                // The stored (rounded) operands, as f32.
+                let (a, b, c0) = (
+                    host(&dev, &ab, ea),
+                    host(&dev, &bb, eb),
+                    host(&dev, &cb, ec),
+                );
+                let mut want = buf(&f32_dev, &c0);
+                f32_dev
+                    .gemm(&g, &buf(&f32_dev, &a), &buf(&f32_dev, &b), &mut want)
+                    .unwrap();
+                let mut want = host(&f32_dev, &want, ec);
+                dev.gemm(&g, &ab, &bb, &mut cb).unwrap();
+                // Round the f32 product to the storage type once.
+                let rounded = buf(&dev, &want);
+                want = host(&dev, &rounded, ec);
+                let got = host(&dev, &cb, ec);
+                let differ = got
+                    .iter()
+                    .zip(&want)
+                    .filter(|(x, y)| x.to_bits() != y.to_bits());
+                assert_eq!(differ.count(), 0, "{dtype} m{} n{} k{}", g.m, g.n, g.k);
+            }
+        }
+        assert!(!f32_dev.gemm_math().storage_only());
+    }
+
+    #[test]
+    fn gemm_kernels_follow_the_crates_choice_and_refuse_where_it_would_abort() {
+        use GemmKernels as K;
+        assert_eq!(K::x86_choice(true, true, true).unwrap(), K::Avx512);
+        assert_eq!(K::x86_choice(false, false, true).unwrap(), K::Avx2Fma);
+        assert_eq!(K::x86_choice(false, false, false).unwrap(), K::Scalar);
+        // avx512f without avx512bw/cd/dq/vl (Xeon Phi): an error, not an abort.
+        assert!(matches!(
+            K::x86_choice(true, false, true),
+            Err(ComputeError::Unsupported(_))
+        ));
+        // Whatever this CPU has, the device names the set it runs.
+        let dev = CpuCompute::new(DType::F32, 1).unwrap();
+        assert!(dev.name().contains(dev.kernels().name()), "{}", dev.name());
+        #[cfg(target_arch = "x86_64")]
+        assert_eq!(
+            dev.kernels() == K::Avx512,
+            std::arch::is_x86_feature_detected!("avx512f")
+        );
+    }
+
     #[test]
     fn gemm_leaves_elements_between_rows_untouched() {
         for dtype in [DType::F32, DType::F16, DType::BF16] {
@@ -879,6 +1180,68 @@ mod tests {
             );
         }
         assert!(yv[0].abs() < 1e-3 && (yv[n - 1] - 4.0).abs() < 1e-3);
+    }
+
+    #[test]
+    fn exp_is_within_a_millionth_over_the_f32_range_and_keeps_nan() {
+        let mut worst = 0f64;
+        for i in 0..=200_000 {
+            let x = -87.0 + 175.0 * i as f32 / 200_000.0;
+            let want = (x as f64).exp();
+            worst = worst.max(((exp_f32(x) as f64 - want) / want).abs());
+        }
+        assert!(worst < 1e-6, "worst relative error {worst}");
+        assert_eq!(exp_f32(0.0), 1.0);
+        assert!(exp_f32(f32::NAN).is_nan());
+        // Clamped, not overflowed or flushed: still finite and normal.
+        assert!(exp_f32(1e4).is_finite() && exp_f32(-1e4).is_normal());
+    }
+
+    #[test]
+    fn gelu_is_the_tanh_formula_far_out_and_each_simd_variant_gives_the_same_bits() {
+        let xs: Vec<f32> = (0..4001).map(|i| (i as f32 - 2000.0) / 50.0).collect();
+        let (mut y, mut dx) = (vec![0f32; xs.len()], vec![0f32; xs.len()]);
+        let ones = vec![1f32; xs.len()];
+        gelu_loops::forward(&xs, &mut y);
+        gelu_loops::backward(&xs, &ones, &mut dx);
+        for (i, &x) in xs.iter().enumerate() {
+            let v = x as f64;
+            let t = ((2.0 / std::f64::consts::PI).sqrt() * (v + 0.044715 * v * v * v)).tanh();
+            let want = 0.5 * v * (1.0 + t);
+            assert!(
+                (y[i] as f64 - want).abs() <= 1e-6 * (1.0 + want.abs()),
+                "gelu({x})"
+            );
+        }
+        assert!(y[0].abs() < 1e-30 && y[4000] == 40.0 && (dx[4000] - 1.0).abs() < 1e-6);
+        let (mut y0, mut dx0) = (vec![0f32; xs.len()], vec![0f32; xs.len()]);
+        gelu_loops::forward_plain(&xs, &mut y0);
+        gelu_loops::backward_plain(&xs, &ones, &mut dx0);
+        assert!(y.iter().zip(&y0).all(|(a, b)| a.to_bits() == b.to_bits()));
+        assert!(dx.iter().zip(&dx0).all(|(a, b)| a.to_bits() == b.to_bits()));
+        let nan = [f32::NAN];
+        let mut out = [0f32];
+        gelu_loops::forward(&nan, &mut out);
+        assert!(out[0].is_nan());
+    }
+
+    #[test]
+    fn gelu_on_half_storage_rounds_the_f32_result_over_several_chunks() {
+        let n = 2 * CHUNK + 7;
+        let xs: Vec<f32> = (0..n)
+            .map(|i| (i as f32 - n as f32 / 2.0) / 300.0)
+            .collect();
+        for dtype in [DType::F16, DType::BF16] {
+            let dev = CpuCompute::new(dtype, 1).unwrap();
+            let x = buf(&dev, &xs);
+            let stored = host(&dev, &x, n);
+            let mut y = dev.alloc(n).unwrap();
+            dev.gelu(&x, &mut y, n).unwrap();
+            let mut want = vec![0f32; n];
+            gelu_loops::forward(&stored, &mut want);
+            let want = host(&dev, &buf(&dev, &want), n);
+            assert_eq!(host(&dev, &y, n), want, "{dtype}");
+        }
     }
 
     #[test]

@@ -11,7 +11,7 @@
 //! and m and n, and keeps each operand's transpose flag (see [`CudaCompute::gemm`]).
 //! f32 products use `CUBLAS_COMPUTE_32F` (no TF32), so tests can compare tightly.
 
-use super::{Compute, ComputeError, ComputeResult, Gemm};
+use super::{Compute, ComputeError, ComputeResult, Gemm, GemmMath};
 use crate::comm::{DType, DEFAULT_TIMEOUT};
 use crate::gpu::{self, DeviceBuffer, Gpu, GpuError, Lib};
 use cudarc::cublaslt::sys as lt;
@@ -44,6 +44,17 @@ pub struct CudaCompute {
 }
 
 impl CudaCompute {
+    /// The arithmetic of a product on `dtype` storage: cuBLASLt with
+    /// `CUBLAS_COMPUTE_32F` feeds f16 and bf16 operands to the tensor cores
+    /// as they are and sums in f32; f32 operands multiply in f32 (no TF32).
+    pub fn gemm_math_of(dtype: DType) -> GemmMath {
+        GemmMath {
+            storage: dtype,
+            multiply: dtype,
+            accumulate: DType::F32,
+        }
+    }
+
     /// Opens GPU `ordinal` with its own stream, storing tensors as `dtype`
     /// (`float`, `half` or `bfloat16`).
     pub fn new(ordinal: usize, dtype: DType) -> ComputeResult<CudaCompute> {
@@ -214,6 +225,10 @@ impl Compute for CudaCompute {
 
     fn dtype(&self) -> DType {
         self.dtype
+    }
+
+    fn gemm_math(&self) -> GemmMath {
+        Self::gemm_math_of(self.dtype)
     }
 
     fn alloc(&self, len: usize) -> ComputeResult<DeviceBuffer> {

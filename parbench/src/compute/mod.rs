@@ -183,6 +183,46 @@ fn operand_end(
         .ok_or_else(|| ComputeError::InvalidArgument(format!("gemm {what}: extent overflows")))
 }
 
+/// The arithmetic a device's matrix products run in, for the records: a
+/// bf16 row is bf16 arithmetic only where `multiply` is bf16; where it is
+/// f32, bf16 was the storage type and the product ran at f32's rate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct GemmMath {
+    /// The type tensors are stored in ([`Compute::dtype`]).
+    pub storage: DType,
+    /// The type the multiply units consume: the storage type where the
+    /// hardware takes it as it is (tensor cores), f32 where operands are
+    /// widened first.
+    pub multiply: DType,
+    /// The type the products are summed in.
+    pub accumulate: DType,
+}
+
+impl GemmMath {
+    /// Whether the storage type is widened before the multiply (storage only).
+    pub fn storage_only(&self) -> bool {
+        self.multiply != self.storage
+    }
+}
+
+impl std::fmt::Display for GemmMath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.storage_only() {
+            write!(
+                f,
+                "{} is storage only: products in {}, summed in {}",
+                self.storage, self.multiply, self.accumulate
+            )
+        } else {
+            write!(
+                f,
+                "{} products, summed in {}",
+                self.multiply, self.accumulate
+            )
+        }
+    }
+}
+
 /// A device that runs the arithmetic of a transformer block or an MLP stage.
 ///
 /// Calls may be asynchronous on a GPU; [`Compute::sync`] waits for them, and
@@ -192,10 +232,12 @@ pub trait Compute: Send {
     /// Device memory holding elements of [`Compute::dtype`].
     type Buf: Send;
 
-    /// Human-readable device name (`cpu (gemm, 2 threads)`, `NVIDIA H200`).
+    /// Human-readable device name (`cpu (gemm avx512f kernels, 2 threads)`, `NVIDIA H200`).
     fn name(&self) -> String;
     /// Storage type of every tensor.
     fn dtype(&self) -> DType;
+    /// The arithmetic of [`Compute::gemm`] on this device and storage type.
+    fn gemm_math(&self) -> GemmMath;
     /// A zeroed tensor of `len` elements.
     fn alloc(&self, len: usize) -> ComputeResult<Self::Buf>;
     /// Copies f32 host data into the start of `dst`, rounding to the storage type.

@@ -182,25 +182,25 @@ impl BlockConfig {
         if largest.iter().any(|&n| n > (isize::MAX as u128) / 8) {
             return bad("sizes overflow the address space".into());
         }
-        if s.hidden % s.heads != 0 {
+        if !s.hidden.is_multiple_of(s.heads) {
             return bad(format!(
                 "hidden {} is not a multiple of heads {}",
                 s.hidden, s.heads
             ));
         }
-        if s.heads % tp != 0 {
+        if !s.heads.is_multiple_of(tp) {
             return bad(format!(
                 "tp {tp} does not divide heads {}: each rank must hold whole heads",
                 s.heads
             ));
         }
-        if s.ffn % tp != 0 {
+        if !s.ffn.is_multiple_of(tp) {
             return bad(format!("tp {tp} does not divide ffn {}", s.ffn));
         }
         if self.decode && self.mode == Mode::Train {
             return bad("decode runs forward only (--decode with --mode train)".into());
         }
-        if self.sequence_split(tp) && self.tokens() % tp != 0 {
+        if self.sequence_split(tp) && !self.tokens().is_multiple_of(tp) {
             return bad(format!(
                 "sequence parallelism splits the {} tokens of a block call across ranks: tp {tp} does not divide them",
                 self.tokens()

@@ -489,7 +489,7 @@ pub fn divisors(n: u64) -> Vec<u64> {
     let mut large = Vec::new();
     let mut i = 1u64;
     while i.saturating_mul(i) <= n {
-        if n % i == 0 {
+        if n.is_multiple_of(i) {
             small.push(i);
             if i != n / i {
                 large.push(n / i);
@@ -505,7 +505,7 @@ pub fn divisors(n: u64) -> Vec<u64> {
 pub fn group_wire(group_size: u64, span: u64, per_node: u64) -> WireKind {
     if group_size <= 1 {
         WireKind::None
-    } else if span <= per_node && per_node % span == 0 {
+    } else if span <= per_node && per_node.is_multiple_of(span) {
         WireKind::Intra
     } else {
         WireKind::Inter
@@ -569,7 +569,7 @@ pub fn plan(input: &PlanInput) -> Result<Plan, PlanError> {
                 reason,
                 memory: None,
             };
-            if !input.allow_tp_across_nodes && (tp > g || g % tp != 0) {
+            if !input.allow_tp_across_nodes && (tp > g || !g.is_multiple_of(tp)) {
                 rejected.push(reject(Rejection::TpAcrossNodes {
                     tp,
                     gpus_per_node: g,
@@ -582,7 +582,7 @@ pub fn plan(input: &PlanInput) -> Result<Plan, PlanError> {
                 }));
                 continue;
             }
-            if input.global_batch % dp != 0 {
+            if !input.global_batch.is_multiple_of(dp) {
                 rejected.push(reject(Rejection::Batch {
                     global_batch: input.global_batch,
                     dp,
@@ -664,7 +664,7 @@ fn check_input(input: &PlanInput) -> Result<(), PlanError> {
             return Err(PlanError::BadWire { which });
         }
     }
-    if input.gpus > input.gpus_per_node && input.gpus % input.gpus_per_node != 0 {
+    if input.gpus > input.gpus_per_node && !input.gpus.is_multiple_of(input.gpus_per_node) {
         return Err(PlanError::PartialNode {
             gpus: input.gpus,
             per_node: input.gpus_per_node,
@@ -683,7 +683,7 @@ fn schedules(input: &PlanInput, pp: u64, micro: u64) -> Vec<(&'static str, u64)>
         return vec![("none", 1)];
     }
     let mut out = vec![("gpipe", 1), ("1f1b", 1), ("zb-h1", 1)];
-    if micro % pp == 0 {
+    if micro.is_multiple_of(pp) {
         for v in 2..=input.max_chunks {
             if input.model.check_split(1, pp, v).is_ok() {
                 out.push(("interleaved", v));

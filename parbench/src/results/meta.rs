@@ -14,6 +14,11 @@ pub struct RunMeta {
     pub os: String,
     pub cpu: String,
     pub cores: usize,
+    /// The CPU's vector extensions, detected at run time (they decide which
+    /// kernels ran: the gemm crate's AVX-512 or AVX2 ones; see
+    /// [`cpu_vector_features`]). Empty in records written before the field.
+    #[serde(default)]
+    pub cpu_features: Vec<String>,
     /// One entry per GPU found (name and memory), empty on CPU runs.
     pub gpus: Vec<String>,
     pub backend: String,
@@ -42,6 +47,7 @@ impl RunMeta {
             cores: std::thread::available_parallelism()
                 .map(|n| n.get())
                 .unwrap_or(1),
+            cpu_features: cpu_vector_features(),
             gpus: Vec::new(),
             backend: backend.to_string(),
             world,
@@ -111,6 +117,52 @@ fn hostname() -> String {
         .unwrap_or_else(|_| "unknown".into())
 }
 
+/// The vector extensions of this CPU that parbench's kernels or the gemm
+/// crate's can use, as `is_x86_feature_detected!` (or its aarch64 twin)
+/// spells them; AMX, whose detection std has not stabilised, from the
+/// kernel's /proc/cpuinfo flags where it lists them.
+pub fn cpu_vector_features() -> Vec<String> {
+    // (name, detected) for each name, with the arch's detection macro.
+    #[allow(unused_macros)]
+    macro_rules! detect {
+        ($has:ident: $($name:tt),*) => {
+            [$(($name, $has!($name))),*]
+        };
+    }
+    #[cfg(target_arch = "x86_64")]
+    let (named, amx) = {
+        use std::arch::is_x86_feature_detected as has;
+        let named = detect!(has: "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw",
+            "avx512cd", "avx512dq", "avx512vl", "avx512vnni", "avx512bf16", "avx512fp16");
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let flags = cpuinfo
+            .lines()
+            .find(|l| l.starts_with("flags"))
+            .unwrap_or("");
+        let amx: Vec<String> = flags
+            .split_whitespace()
+            .filter(|f| f.starts_with("amx_"))
+            .map(|f| f.replace('_', "-"))
+            .collect();
+        (named.to_vec(), amx)
+    };
+    #[cfg(target_arch = "aarch64")]
+    let (named, amx) = {
+        use std::arch::is_aarch64_feature_detected as has;
+        let named = detect!(has: "neon", "fp16", "bf16", "sve");
+        (named.to_vec(), Vec::<String>::new())
+    };
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    let (named, amx): (Vec<(&str, bool)>, Vec<String>) = (Vec::new(), Vec::new());
+    let mut found: Vec<String> = named
+        .iter()
+        .filter(|f| f.1)
+        .map(|f| f.0.to_string())
+        .collect();
+    found.extend(amx);
+    found
+}
+
 fn cpu_model() -> String {
     std::fs::read_to_string("/proc/cpuinfo")
         .ok()
@@ -135,6 +187,33 @@ mod tests {
         assert_eq!(iso8601_utc(t), "2026-11-29T12:45:13Z");
         let leap = UNIX_EPOCH + Duration::from_secs(951_782_400); // 2000-02-29
         assert_eq!(iso8601_utc(leap), "2000-02-29T00:00:00Z");
+    }
+
+    #[test]
+    fn vector_features_agree_with_the_cpus_own_detection() {
+        let f = cpu_vector_features();
+        #[cfg(target_arch = "x86_64")]
+        {
+            let has = |n: &str| f.iter().any(|x| x == n);
+            assert_eq!(has("avx2"), std::arch::is_x86_feature_detected!("avx2"));
+            assert_eq!(
+                has("avx512f"),
+                std::arch::is_x86_feature_detected!("avx512f")
+            );
+            // AVX-512 implies AVX2 on every CPU that has it.
+            assert!(!has("avx512f") || has("avx2"), "{f:?}");
+        }
+        let mut sorted = f.clone();
+        sorted.dedup();
+        assert_eq!(sorted.len(), f.len(), "no name twice: {f:?}");
+    }
+
+    #[test]
+    fn records_without_cpu_features_still_read() {
+        let mut v = serde_json::to_value(RunMeta::start("layers", "a", "local", 1)).unwrap();
+        v.as_object_mut().unwrap().remove("cpu_features");
+        let back: RunMeta = serde_json::from_value(v).unwrap();
+        assert!(back.cpu_features.is_empty());
     }
 
     #[test]

@@ -99,7 +99,7 @@ pub fn generate(
             .collect(),
         ScheduleKind::ZbH1 => (0..ranks).map(|r| zb_h1(r, ranks, microbatches)).collect(),
         ScheduleKind::Interleaved => {
-            if microbatches % ranks != 0 {
+            if !microbatches.is_multiple_of(ranks) {
                 return Err(fail(format!(
                     "Megatron's interleaved schedule runs microbatches in groups of S = {ranks}: \
                      M = {microbatches} must be a multiple of {ranks}"

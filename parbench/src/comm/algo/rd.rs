@@ -65,7 +65,7 @@ pub fn fold_in<T: Transport + ?Sized>(
     let r = t.rank();
     let f = Folded::of(r, t.world());
     if r < 2 * f.extra {
-        if r % 2 == 0 {
+        if r.is_multiple_of(2) {
             push(t, r + 1, buf, deadline)?;
         } else {
             pull(
