@@ -3,7 +3,7 @@
 mod common;
 use common::*;
 use parbench::results::{append_rows, read_rows, CollectiveRow, PipelineRow};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Rewrites `dir/collectives.csv` with `edit` applied to each row.
 fn edit_collectives(dir: &Path, edit: impl Fn(&mut CollectiveRow)) {
@@ -81,39 +81,203 @@ fn a_20_percent_slowdown_is_flagged() {
 
 #[test]
 fn a_change_within_the_noise_is_not_flagged() {
-    // The fixture's rows spread min..max over -7%..+12% of the mean: a 9%
-    // slowdown is above a 5% threshold but inside that noise.
+    // One round each: the noise is the row's spread below its median. At
+    // 10% below, a 9% slowdown is above a 5% threshold but inside it.
     let cur = copy_fixture("shm", "noisy");
+    let base = copy_fixture("shm", "noisy-base");
+    for d in [&cur, &base] {
+        edit_collectives(d, |r| {
+            if is_target(r) {
+                r.time_min_us = r.p50_us * 0.90;
+            }
+        });
+    }
     edit_collectives(&cur, |r| {
         if is_target(r) {
             slow_down(r, 1.09)
         }
     });
-    let base = fixture("shm");
     let o = report(&["compare", base.to_str().unwrap(), cur.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
     assert!(stdout(&o).contains(": 0 regressions"), "{}", stdout(&o));
 
     // The same 9% with a tight spread is a regression.
-    edit_collectives(&cur, |r| {
-        if is_target(r) {
-            r.time_min_us = r.time_us * 0.99;
-            r.time_max_us = r.time_us * 1.01;
+    for d in [&cur, &base] {
+        edit_collectives(d, |r| {
+            if is_target(r) {
+                r.time_min_us = r.p50_us * 0.99;
+            }
+        });
+    }
+    let o = report(&["compare", base.to_str().unwrap(), cur.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+}
+
+/// A folder of `rounds` runs of the shm fixture's collectives: run i's
+/// rows are the fixture's times times `factor(i, row)`, each run with its
+/// own run.json entry (`foreign`: the share of the machine others took).
+fn rounds_folder(
+    name: &str,
+    rounds: usize,
+    factor: impl Fn(usize, usize) -> f64,
+    foreign: impl Fn(usize) -> f64,
+) -> PathBuf {
+    let dir = scratch(name);
+    let src: Vec<CollectiveRow> = read_rows(&fixture("shm").join("collectives.csv")).unwrap();
+    let meta: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("shm").join("run.json")).unwrap())
+            .unwrap();
+    let mut runs = Vec::new();
+    let mut rows = Vec::new();
+    for i in 0..rounds {
+        let id = format!("collectives-20261129T0{i}0000Z-{i}");
+        for (j, r) in src.iter().enumerate() {
+            let mut r = r.clone();
+            r.run_id = id.clone();
+            slow_down(&mut r, factor(i, j));
+            rows.push(r);
         }
-    });
-    let tight_base = copy_fixture("shm", "tight-base");
-    edit_collectives(&tight_base, |r| {
-        if is_target(r) {
-            r.time_min_us = r.time_us * 0.99;
-            r.time_max_us = r.time_us * 1.01;
-        }
-    });
+        let mut m = meta[0].clone();
+        m["run_id"] = id.into();
+        m["extra"]["noise"] = serde_json::json!({
+            "wall_s": 10.0, "cpus": 2, "host_s": 0.0, "own_s": 0.0, "steal_s": 0.0,
+            "foreign_s": 20.0 * foreign(i), "fraction": foreign(i), "resolution": 0.01,
+            "method": "test"
+        });
+        m["extra"]["floor"] = serde_json::json!({"floor_us": 0.05});
+        runs.push(m);
+    }
+    append_rows(&dir, &rows).unwrap();
+    std::fs::write(
+        dir.join("run.json"),
+        serde_json::to_string_pretty(&runs).unwrap(),
+    )
+    .unwrap();
+    dir
+}
+
+/// Deterministic noise in [-amp, amp] from (round, row, seed).
+fn jitter(i: usize, j: usize, seed: u64, amp: f64) -> f64 {
+    let mut x = (i as u64 * 1_000_003 + j as u64 * 7919 + seed).wrapping_mul(6364136223846793005);
+    x ^= x >> 29;
+    x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    let u = (x >> 11) as f64 / (1u64 << 53) as f64;
+    1.0 + amp * (2.0 * u - 1.0)
+}
+
+#[test]
+fn rounds_with_injected_noise_are_not_called_a_10_percent_change_is() {
+    let quiet = |_| 0.0;
+    // Every row of every round moves by up to +-4% at random, both nights.
+    let base = rounds_folder("r-base", 3, |i, j| jitter(i, j, 1, 0.04), quiet);
+    let same = rounds_folder("r-same", 3, |i, j| jitter(i, j, 2, 0.04), quiet);
+    let o = report(&["compare", base.to_str().unwrap(), same.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+    assert!(stdout(&o).contains("rounds 3 against 3"), "{}", stdout(&o));
+    assert!(stdout(&o).contains(": 0 regressions"), "{}", stdout(&o));
+
+    // The same noise, and all_reduce at 2 MiB 10% slower in every round.
+    let slow = rounds_folder(
+        "r-slow",
+        3,
+        |i, j| {
+            let target = j == 18 || j == 19; // all_reduce 2 MiB, out and in place
+            jitter(i, j, 3, 0.02) * if target { 1.10 } else { 1.0 }
+        },
+        quiet,
+    );
+    let base_tight = rounds_folder("r-base-tight", 3, |i, j| jitter(i, j, 4, 0.02), quiet);
     let o = report(&[
         "compare",
-        tight_base.to_str().unwrap(),
-        cur.to_str().unwrap(),
+        base_tight.to_str().unwrap(),
+        slow.to_str().unwrap(),
     ]);
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains("2097152B/out") && out.contains("p50_us"),
+        "{out}"
+    );
+    assert!(
+        out.contains(": 4 regressions"),
+        "two rows, two figures each: {out}"
+    );
+}
+
+#[test]
+fn changes_below_the_floor_are_never_called() {
+    // The floor (0.05 us here) against a sub-microsecond row: +50% of 0.02 us is 0.01 us.
+    let base = rounds_folder(
+        "f-base",
+        1,
+        |_, j| if j == 0 { 0.0113 } else { 1.0 },
+        |_| 0.0,
+    );
+    let cur = rounds_folder("f-cur", 1, |_, j| if j == 0 { 0.017 } else { 1.0 }, |_| 0.0);
+    let o = report(&["compare", base.to_str().unwrap(), cur.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+    // With a floor of 1 ns the same change is called: the floor decided.
+    for d in [&base, &cur] {
+        let p = d.join("run.json");
+        let t = std::fs::read_to_string(&p)
+            .unwrap()
+            .replace("0.05", "0.001");
+        std::fs::write(&p, t).unwrap();
+    }
+    let o = report(&["compare", base.to_str().unwrap(), cur.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+}
+
+#[test]
+fn a_noisy_run_is_not_judged_and_exits_3() {
+    let base = rounds_folder("n-base", 1, |_, _| 1.0, |_| 0.0);
+    let cur = rounds_folder("n-cur", 1, |_, _| 1.3, |_| 0.25);
+    let o = report(&["compare", base.to_str().unwrap(), cur.to_str().unwrap()]);
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(3), "{out}");
+    assert!(out.contains("noisy: not judged"), "{out}");
+    assert!(out.contains(": 0 regressions"), "{out}");
+    // One noisy round of three is left out; the quiet ones are judged.
+    let cur = rounds_folder("n-cur3", 3, |_, _| 1.0, |i| if i == 1 { 0.5 } else { 0.0 });
+    let base3 = rounds_folder("n-base3", 3, |_, _| 1.0, |_| 0.0);
+    let o = report(&["compare", base3.to_str().unwrap(), cur.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+    assert!(stdout(&o).contains("Noisy runs left out"), "{}", stdout(&o));
+}
+
+#[test]
+fn a_compare_that_matches_nothing_exits_2_saying_why() {
+    let base = fixture("shm");
+    let cur = copy_fixture("shm", "renamed");
+    edit_collectives(&cur, |r| r.wire = "tcp-1gbit".into());
+    let o = report(&["compare", base.to_str().unwrap(), cur.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
+    let err = stderr(&o);
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert!(
+        err.contains("nothing compared") && err.contains("wire") && err.contains("tcp-1gbit"),
+        "{err}"
+    );
+    // Folders that share no suite at all.
+    let layers_only = scratch("layers-only");
+    std::fs::copy(
+        fixture("shm").join("layers.csv"),
+        layers_only.join("layers.csv"),
+    )
+    .unwrap();
+    let coll_only = scratch("coll-only");
+    std::fs::copy(
+        fixture("shm").join("collectives.csv"),
+        coll_only.join("collectives.csv"),
+    )
+    .unwrap();
+    let o = report(&[
+        "compare",
+        coll_only.to_str().unwrap(),
+        layers_only.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
+    assert!(stderr(&o).contains("share no suite"), "{}", stderr(&o));
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! Line and point charts on linear or logarithmic axes (message-size sweeps,
 //! bubble against microbatches, per-token cost against TP degree).
 
-use super::{color, draw_legend, legend_height, log2_key_points, LegendEntry, FONT, LEGEND_W};
+use super::{color, draw_legend, legend_height_of, log2_key_points, LegendEntry, FONT, LEGEND_W};
 use crate::units;
 use plotters::prelude::*;
 
@@ -101,6 +101,17 @@ pub enum LineStyle {
     Dashed,
     Dotted,
     None,
+    /// A translucent filled band: the points run along its lower edge and
+    /// back along its upper edge (a min..max range; see [`band_points`]).
+    Band,
+}
+
+/// The outline of a band from `(x, low, high)` triples: the lower edge
+/// left to right, then the upper edge right to left.
+pub fn band_points(range: &[(f64, f64, f64)]) -> Vec<(f64, f64)> {
+    let mut pts: Vec<(f64, f64)> = range.iter().map(|&(x, lo, _)| (x, lo)).collect();
+    pts.extend(range.iter().rev().map(|&(x, _, hi)| (x, hi)));
+    pts
 }
 
 /// What marks each point.
@@ -175,7 +186,9 @@ pub fn line_chart(chart: &LineChart, width: u32, height: u32) -> Result<String, 
     let (ymin, ymax) = extent(all.iter().map(|p| p.1));
     let (x0, x1, xkeys) = chart.x.layout(xmin, xmax);
     let (y0, y1, ykeys) = chart.y.layout(ymin, ymax);
-    let height = height.max(legend_height(chart.series.len()));
+    let height = height.max(legend_height_of(
+        chart.series.iter().map(|s| s.label.as_str()),
+    ));
 
     let mut svg = String::new();
     {
@@ -221,6 +234,13 @@ pub fn line_chart(chart: &LineChart, width: u32, height: u32) -> Result<String, 
                 LineStyle::Dotted => {
                     c.draw_series(DashedLineSeries::new(pts.iter().copied(), 2, 4, style))
                         .map_err(err)?;
+                }
+                LineStyle::Band => {
+                    c.draw_series(std::iter::once(Polygon::new(
+                        pts.clone(),
+                        col.mix(0.18).filled(),
+                    )))
+                    .map_err(err)?;
                 }
                 LineStyle::None => {}
             }
