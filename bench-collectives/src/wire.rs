@@ -1,0 +1,198 @@
+//! The wire's figures, measured before the sweep on every rank: the ceiling
+//! ladder each row is held against, the calibrated model's link, the
+//! latency jitter and clock resolution behind the compare gate's floor,
+//! and the noise of the measurement window.
+
+use crate::cli::SweepConfig;
+use parbench::comm::{Collective, CommResult, Communicator, DType, ReduceOp};
+use parbench::measure::clock::IterClock;
+use parbench::measure::noise::{CpuSnapshot, ForeignCpu};
+use parbench::measure::{self, Ladder, PingPong, Rung};
+use parbench::model::wire::{working_set_bytes, WireModel};
+use parbench::model::{self, LinkParams};
+use std::time::Instant;
+
+/// The smallest working set of the ladders: every row below it is held
+/// against its first rung.
+const SMALLEST_SET: u64 = 4 << 10;
+/// Bytes each stream sample moves at least (the wire's own buffers, a
+/// token bucket's burst, are then a small part of it).
+const STREAM_SAMPLE: u64 = 4 << 20;
+/// Samples per stream rung (each direction).
+const STREAM_SAMPLES: usize = 3;
+/// Timed ping-pongs behind alpha (after the warm-up).
+const PING_TRIPS: usize = 200;
+
+/// What was measured before the sweep, the same on every rank.
+#[derive(Clone, Debug)]
+pub struct WireFigures {
+    /// The ceiling every row is held against, at its own working set.
+    pub ceiling: Ladder,
+    /// The calibrated model's wire (alpha, ladders, how the transport reduces).
+    pub model: WireModel,
+    /// Whether the model is parbench's own transport model ([`WireModel`]);
+    /// otherwise (a library's collectives: nccl, mpi) the textbook forms
+    /// with the ladders' bandwidths.
+    pub own_transport: bool,
+    /// Ping-pong figures between ranks 0 and 1 (`None` with one rank).
+    pub ping: Option<PingPong>,
+    /// The per-iteration clock's resolution, us.
+    pub clock_us: f64,
+    /// Wall time these measurements took, seconds (rank 0's).
+    pub cost_s: f64,
+    /// Other processes' CPU time during these measurements.
+    pub noise: Option<ForeignCpu>,
+}
+
+impl WireFigures {
+    /// The model's alpha, us (0 with one rank).
+    pub fn alpha_us(&self) -> f64 {
+        self.model.alpha_s * 1e6
+    }
+
+    /// The floor below which a change of a time is never called a
+    /// regression: the clock's resolution or the wire's latency jitter
+    /// (p90 - p10 of the ping-pong half trips), the larger, us.
+    pub fn floor_us(&self) -> f64 {
+        self.clock_us
+            .max(self.ping.as_ref().map_or(0.0, PingPong::jitter_us))
+    }
+
+    /// The ceiling at a row's working set, GB/s (0 when none was measured).
+    pub fn ceiling_at(&self, coll: Collective, world: usize, bytes: u64, in_place: bool) -> f64 {
+        self.ceiling
+            .at(working_set_bytes(coll, world, bytes, in_place))
+            .unwrap_or(0.0)
+    }
+
+    /// The model's time of one row, us (NaN when there is no model).
+    pub fn model_us(
+        &self,
+        coll: Collective,
+        algo: &str,
+        world: usize,
+        bytes: u64,
+        in_place: bool,
+    ) -> f64 {
+        let secs = if self.own_transport && !model::is_selector(algo) {
+            self.model.predict(coll, algo, world, bytes, in_place)
+        } else {
+            // A library's own algorithms: the textbook forms, with the
+            // ladders' bandwidth and reduction rate at the row's working set.
+            let ws = working_set_bytes(coll, world, bytes, in_place);
+            let gbps = self.ceiling.at(ws).unwrap_or(0.0);
+            let mut link = LinkParams::from_gbps_us(gbps, self.alpha_us());
+            if let Some(g) = self.model.reduce.at(ws) {
+                link = link.with_reduce_gbps(g);
+            }
+            model::predict_textbook(coll, algo, world, bytes, &link)
+        };
+        secs.map_or(f64::NAN, |s| s * 1e6)
+    }
+}
+
+/// The largest working set any row of the sweep touches, bytes per rank.
+fn largest_set(cfg: &SweepConfig, world: usize) -> u64 {
+    let top = cfg.sizes.last().copied().unwrap_or(0);
+    cfg.collectives
+        .iter()
+        .flat_map(|&c| [false, true].map(|ip| working_set_bytes(c, world, top, ip)))
+        .max()
+        .unwrap_or(top)
+}
+
+/// Means over ranks of one figure each.
+fn mean_over_ranks<C: Communicator>(comm: &mut C, v: f64) -> CommResult<f64> {
+    let world = comm.world().max(1) as f64;
+    let all = measure::gather_f64(comm, &[v])?;
+    Ok(all.iter().filter_map(|x| x.first()).sum::<f64>() / world)
+}
+
+/// Measures the wire before the sweep (every rank calls it):
+/// - `local`: the copy ladder (every rank copying at once) is both the
+///   ceiling and the transfer bandwidth; reductions read the sender's bytes
+///   in place;
+/// - a device backend: its own copy figure (device or peer copy) as a
+///   one-rung ceiling;
+/// - any other (tcp, mpi): the stream ladders through the communicator's
+///   send/recv, one way and both directions at once; the ceiling is the
+///   better of the two at each working set;
+/// - on every backend: the reduction ladder (gamma), the copy ladder
+///   (copies within a rank), the ping-pong (alpha, jitter), the clock's
+///   resolution, and the window's foreign CPU time.
+pub fn measure_wire<C: Communicator>(comm: &mut C, cfg: &SweepConfig) -> CommResult<WireFigures> {
+    let t = Instant::now();
+    let noise_start = CpuSnapshot::now();
+    let world = comm.world();
+    let sets = measure::working_sets(SMALLEST_SET, largest_set(cfg, world).max(SMALLEST_SET));
+    let device = comm.device_ceiling()?;
+    let copy = measure::copy_ladder(comm, &sets)?;
+    let reduce = measure::reduce_ladder(comm, &sets, DType::F32, ReduceOp::Sum)?;
+    let (ceiling, model, own_transport) = if let Some((method, gbps)) = device {
+        let gbps = mean_over_ranks(comm, gbps)?;
+        let rung = Ladder {
+            method: format!("{method}, every rank at once, mean per rank"),
+            rungs: vec![Rung {
+                working_set: 256 << 20,
+                bytes: 256 << 20,
+                gbps,
+                median_gbps: gbps,
+            }],
+        };
+        let model = WireModel {
+            alpha_s: 0.0,
+            duplex: rung.clone(),
+            one_way: rung.clone(),
+            copy: rung.clone(),
+            // The device reduces at its copy speed or better: folded into beta.
+            reduce: Ladder::default(),
+            fused_reduce: true,
+        };
+        (rung, model, false)
+    } else if comm.backend() == "local" || world < 2 {
+        let model = WireModel {
+            alpha_s: 0.0,
+            duplex: copy.clone(),
+            one_way: copy.clone(),
+            copy: copy.clone(),
+            reduce: reduce.clone(),
+            fused_reduce: comm.backend() == "local",
+        };
+        (copy.clone(), model, comm.backend() == "local")
+    } else {
+        let s = measure::stream_ladder(comm, &sets, STREAM_SAMPLE, STREAM_SAMPLES)?;
+        let model = WireModel {
+            alpha_s: 0.0,
+            duplex: s.duplex.clone(),
+            one_way: s.one_way.clone(),
+            copy: copy.clone(),
+            reduce: reduce.clone(),
+            fused_reduce: false,
+        };
+        let own = comm.backend() == "tcp";
+        (s.one_way.best_of(&s.duplex), model, own)
+    };
+    let ping = measure::ping_pong(comm, PING_TRIPS)?;
+    let clock_us = IterClock::get().resolution_ns() / 1e3;
+    let clock_us = measure::gather_f64(comm, &[clock_us])?
+        .iter()
+        .filter_map(|v| v.first().copied())
+        .fold(0.0, f64::max);
+    let noise = ForeignCpu::across_ranks(comm, noise_start.as_ref())?;
+    let cost_s = measure::gather_f64(comm, &[t.elapsed().as_secs_f64()])?
+        .first()
+        .and_then(|v| v.first().copied())
+        .unwrap_or(0.0);
+    Ok(WireFigures {
+        ceiling,
+        model: WireModel {
+            alpha_s: ping.as_ref().map_or(0.0, |p| p.median_us * 1e-6),
+            ..model
+        },
+        own_transport,
+        ping,
+        clock_us,
+        cost_s,
+        noise,
+    })
+}
