@@ -116,12 +116,12 @@ pub fn header_lines(
         ),
         _ => "gamma folded into beta".to_string(),
     };
-    let ping = match &wire.ping {
-        Some(p) => format!(
-            "alpha {:.2} us (median of {} timed 8 B ping-pong half trips 0<->1 after {} warm-up; p10..p90 {:.2}..{:.2} us)",
-            p.median_us, p.trips, p.warmup, p.p10_us, p.p90_us
+    let ping = match (&wire.ping, &wire.exchange) {
+        (Some(p), Some(x)) => format!(
+            "alpha {:.2} us per exchange step (median of {} timed 8 B exchanges, every rank at once, after {} warm-up; p10..p90 {:.2}..{:.2} us), {:.2} us per one-way step (median of {} ping-pong half trips 0<->1; p10..p90 {:.2}..{:.2} us)",
+            x.median_us, x.trips, x.warmup, x.p10_us, x.p90_us, p.median_us, p.trips, p.p10_us, p.p90_us
         ),
-        None => "alpha 0 (one rank)".to_string(),
+        _ => "alpha 0 (one rank)".to_string(),
     };
     out.push(format!(
         "# Model, measured before the sweep (not fitted): {ping}, beta 1/(the ladder at the row's working set), {gamma}{}",
@@ -132,7 +132,7 @@ pub fn header_lines(
         }
     ));
     out.push(format!(
-        "# Ladders, ping-pong and clock took {:.2} s; floor of the compare gate {:.3} us (clock resolution {:.3} us, latency jitter p90-p10)",
+        "# Ladders, latencies and clock took {:.2} s; floor of the compare gate {:.3} us (the larger of the clock resolution, {:.3} us, and the latency jitter p90-p10)",
         wire.cost_s,
         wire.floor_us(),
         wire.clock_us

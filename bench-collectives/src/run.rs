@@ -324,12 +324,15 @@ fn finish(plan: &Plan, meta: &mut RunMeta, r: RankReport) -> Result<Finished> {
     extra.insert(
         "model_link".into(),
         serde_json::json!({
-            "source": "measured before the sweep, not fitted: alpha = median of the timed 8 B ping-pong half trips between ranks 0 and 1 after a warm-up; beta, gamma and copies from the ladders at each row's working set",
+            "source": "measured before the sweep, not fitted: alpha = median of timed 8 B exchanges (every rank at once) for exchange steps, of ping-pong half trips 0<->1 for one-way steps, each after a warm-up; beta, gamma and copies from the ladders at each row's working set",
             "alpha_us": w.alpha_us(),
+            "alpha_exchange_us": w.model.alpha_exchange_s * 1e6,
             "ping_pong": w.ping,
+            "exchange": w.exchange,
             "own_transport_model": w.own_transport,
             "fused_reduce": w.model.fused_reduce,
             "duplex": w.model.duplex,
+            "fresh": w.model.fresh,
             "one_way": w.model.one_way,
             "copy": w.model.copy,
             "reduce": w.model.reduce,
@@ -341,6 +344,7 @@ fn finish(plan: &Plan, meta: &mut RunMeta, r: RankReport) -> Result<Finished> {
             "floor_us": w.floor_us(),
             "clock_resolution_us": w.clock_us,
             "latency_jitter_us": w.ping.as_ref().map(|p| p.jitter_us()),
+            "exchange_jitter_us": w.exchange.as_ref().map(|p| p.jitter_us()),
             "rule": "report compare never calls a change of a time smaller than floor_us a regression",
         }),
     );

@@ -36,6 +36,8 @@ pub struct WireFigures {
     pub own_transport: bool,
     /// Ping-pong figures between ranks 0 and 1 (`None` with one rank).
     pub ping: Option<PingPong>,
+    /// 8-byte exchanges, every rank at once (`None` with one rank).
+    pub exchange: Option<PingPong>,
     /// The per-iteration clock's resolution, us.
     pub clock_us: f64,
     /// Wall time these measurements took, seconds (rank 0's).
@@ -54,8 +56,10 @@ impl WireFigures {
     /// regression: the clock's resolution or the wire's latency jitter
     /// (p90 - p10 of the ping-pong half trips), the larger, us.
     pub fn floor_us(&self) -> f64 {
+        let jitter = |p: &Option<PingPong>| p.as_ref().map_or(0.0, PingPong::jitter_us);
         self.clock_us
-            .max(self.ping.as_ref().map_or(0.0, PingPong::jitter_us))
+            .max(jitter(&self.ping))
+            .max(jitter(&self.exchange))
     }
 
     /// The ceiling at a row's working set, GB/s (0 when none was measured).
@@ -141,6 +145,8 @@ pub fn measure_wire<C: Communicator>(comm: &mut C, cfg: &SweepConfig) -> CommRes
         };
         let model = WireModel {
             alpha_s: 0.0,
+            alpha_exchange_s: 0.0,
+            fresh: Ladder::default(),
             duplex: rung.clone(),
             one_way: rung.clone(),
             copy: rung.clone(),
@@ -150,8 +156,15 @@ pub fn measure_wire<C: Communicator>(comm: &mut C, cfg: &SweepConfig) -> CommRes
         };
         (rung, model, false)
     } else if comm.backend() == "local" || world < 2 {
+        let fresh = if world > 1 {
+            measure::fresh_exchange_ladder(comm, &sets)?
+        } else {
+            Ladder::default()
+        };
         let model = WireModel {
             alpha_s: 0.0,
+            alpha_exchange_s: 0.0,
+            fresh,
             duplex: copy.clone(),
             one_way: copy.clone(),
             copy: copy.clone(),
@@ -163,6 +176,8 @@ pub fn measure_wire<C: Communicator>(comm: &mut C, cfg: &SweepConfig) -> CommRes
         let s = measure::stream_ladder(comm, &sets, STREAM_SAMPLE, STREAM_SAMPLES)?;
         let model = WireModel {
             alpha_s: 0.0,
+            alpha_exchange_s: 0.0,
+            fresh: Ladder::default(),
             duplex: s.duplex.clone(),
             one_way: s.one_way.clone(),
             copy: copy.clone(),
@@ -173,6 +188,7 @@ pub fn measure_wire<C: Communicator>(comm: &mut C, cfg: &SweepConfig) -> CommRes
         (s.one_way.best_of(&s.duplex), model, own)
     };
     let ping = measure::ping_pong(comm, PING_TRIPS)?;
+    let exchange = measure::exchange_latency(comm, PING_TRIPS)?;
     let clock_us = IterClock::get().resolution_ns() / 1e3;
     let clock_us = measure::gather_f64(comm, &[clock_us])?
         .iter()
@@ -187,10 +203,12 @@ pub fn measure_wire<C: Communicator>(comm: &mut C, cfg: &SweepConfig) -> CommRes
         ceiling,
         model: WireModel {
             alpha_s: ping.as_ref().map_or(0.0, |p| p.median_us * 1e-6),
+            alpha_exchange_s: exchange.as_ref().map_or(0.0, |p| p.median_us * 1e-6),
             ..model
         },
         own_transport,
         ping,
+        exchange,
         clock_us,
         cost_s,
         noise,

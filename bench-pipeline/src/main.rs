@@ -14,6 +14,9 @@ use anyhow::Result;
 use clap::Parser;
 
 fn main() {
+    // The noise guard's window starts here: run.json records the CPU time
+    // other processes took while the whole run measured.
+    parbench::measure::noise::mark_start();
     let args = cli::Args::parse();
     let plan = match cli::plan(&args) {
         Ok(p) => p,

@@ -126,7 +126,13 @@ pub fn wire_model(meta: &RunMeta) -> Option<parbench::model::wire::WireModel> {
     let ladder = |k: &str| serde_json::from_value(m.get(k)?.clone()).ok();
     Some(parbench::model::wire::WireModel {
         alpha_s: m.get("alpha_us")?.as_f64()? * 1e-6,
+        alpha_exchange_s: m
+            .get("alpha_exchange_us")
+            .and_then(serde_json::Value::as_f64)
+            .unwrap_or(0.0)
+            * 1e-6,
         duplex: ladder("duplex")?,
+        fresh: ladder("fresh").unwrap_or_default(),
         one_way: ladder("one_way")?,
         copy: ladder("copy")?,
         reduce: ladder("reduce")?,

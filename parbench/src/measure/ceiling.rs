@@ -114,17 +114,18 @@ fn stream_once<C: Communicator>(
     comm.sync()
 }
 
-/// Ping-pong figures between ranks 0 and 1: the model's alpha and the
-/// wire's latency jitter, as rank 0 timed them.
+/// Latency figures of 8-byte messages: the model's alpha and the wire's
+/// latency jitter, as rank 0 timed them ([`ping_pong`]: half round trips;
+/// [`exchange_latency`]: whole exchanges).
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct PingPong {
     /// Timed round trips (after the warm-up).
     pub trips: usize,
     /// Untimed round trips first.
     pub warmup: usize,
-    /// Median half round trip, us: alpha.
+    /// Median, us: alpha.
     pub median_us: f64,
-    /// 10th and 90th percentile half round trips, us.
+    /// 10th and 90th percentiles, us.
     pub p10_us: f64,
     pub p90_us: f64,
 }
@@ -202,6 +203,63 @@ pub fn ping_pong<C: Communicator>(comm: &mut C, iters: usize) -> CommResult<Opti
     let q = |f: f64| trips[((trips.len() - 1) as f64 * f).round() as usize];
     let mine = [warmup as f64, q(0.5), q(0.1), q(0.9)];
     let all = gather_f64(comm, &mine)?;
+    Ok(all.first().map(|v| PingPong {
+        trips: iters,
+        warmup: v[0] as usize,
+        median_us: v[1],
+        p10_us: v[2],
+        p90_us: v[3],
+    }))
+}
+
+/// 8-byte exchanges, every rank at once, each sending to its right
+/// neighbour while receiving from its left (`send_recv`, the step of a ring
+/// or of recursive doubling), back to back: warm-up exchanges (at least 50
+/// and 20 ms), then `iters` timed ones (at least 50); the median and
+/// percentiles of one exchange as rank 0 timed it. This is the latency a
+/// collective's step pays, which on a rendezvous transport is not half a
+/// ping-pong: each side waits for the other's data and for the other to
+/// have taken its own. Every rank must call it; `None` with one rank.
+pub fn exchange_latency<C: Communicator>(
+    comm: &mut C,
+    iters: usize,
+) -> CommResult<Option<PingPong>> {
+    let (rank, world) = (comm.rank(), comm.world());
+    if world < 2 {
+        return Ok(None);
+    }
+    let iters = iters.max(50);
+    let (right, left) = ((rank + 1) % world, (rank + world - 1) % world);
+    let send = comm.alloc(8)?;
+    let mut recv = comm.alloc(8)?;
+    comm.barrier()?;
+    // Every rank runs the same number of warm-up exchanges: rank 0's
+    // count (at least 50 and 20 ms of them) reaches the others first.
+    let start = Instant::now();
+    let mut warmup = 0usize;
+    while warmup < PING_WARMUP_TRIPS || start.elapsed().as_secs_f64() < PING_WARMUP_SECS {
+        comm.send_recv(&send, right, &mut recv, left, 8, DType::U8)?;
+        warmup += 1;
+    }
+    let more = gather_f64(comm, &[warmup as f64])?;
+    let most = more
+        .iter()
+        .filter_map(|v| v.first().copied())
+        .fold(0.0, f64::max) as usize;
+    for _ in warmup..most {
+        comm.send_recv(&send, right, &mut recv, left, 8, DType::U8)?;
+    }
+    comm.sync()?;
+    let mut times = Vec::with_capacity(iters);
+    for _ in 0..iters {
+        let t = Instant::now();
+        comm.send_recv(&send, right, &mut recv, left, 8, DType::U8)?;
+        comm.sync()?;
+        times.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    times.sort_by(f64::total_cmp);
+    let q = |f: f64| times[((times.len() - 1) as f64 * f).round() as usize];
+    let all = gather_f64(comm, &[most as f64, q(0.5), q(0.1), q(0.9)])?;
     Ok(all.first().map(|v| PingPong {
         trips: iters,
         warmup: v[0] as usize,

@@ -22,7 +22,9 @@
 //! the working set, and holds the end rungs' figures beyond them.
 
 use super::combine::gather_f64;
-use crate::comm::{reduce_bytes, CommResult, Communicator, DType, HostBuffer, ReduceOp};
+use crate::comm::{
+    reduce_bytes, CommBuffer, CommResult, Communicator, DType, HostBuffer, ReduceOp,
+};
 pub use crate::model::wire::{Ladder, Rung};
 use std::time::Instant;
 
@@ -44,6 +46,27 @@ pub fn working_sets(smallest: u64, largest: u64) -> Vec<u64> {
 const SAMPLE_BYTES: u64 = 4 << 20;
 /// Samples per rung (the best is the ceiling, the median its noise).
 const SAMPLES: usize = 5;
+
+/// Samples of a rung whose one transfer already moves [`SAMPLE_BYTES`].
+const BIG_SAMPLES: usize = 3;
+
+/// Transfers per sample and samples of a rung moving `len` bytes per
+/// transfer: [`SAMPLE_BYTES`] per sample (at least two transfers) and
+/// [`SAMPLES`] samples; a transfer of [`SAMPLE_BYTES`] or more is long
+/// enough alone, so those rungs take one transfer per sample and three
+/// samples ([`BIG_SAMPLES`]: they are most of the ladder's time).
+fn plan_rung(len: usize) -> (usize, usize) {
+    if len as u64 >= SAMPLE_BYTES {
+        (1, BIG_SAMPLES)
+    } else {
+        (
+            SAMPLE_BYTES.div_ceil(len.max(1) as u64).max(2) as usize,
+            SAMPLES,
+        )
+    }
+}
+/// Longest sample of the fresh-exchange ladder, seconds.
+const FRESH_SAMPLE_SECS: f64 = 0.01;
 
 fn best_and_median(mut secs: Vec<f64>, bytes: f64) -> (f64, f64) {
     secs.retain(|s| s.is_finite() && *s > 0.0);
@@ -83,11 +106,11 @@ pub fn copy_ladder<C: Communicator>(comm: &mut C, sets: &[u64]) -> CommResult<La
         let mut src = HostBuffer::zeroed(len);
         src.bytes_mut().fill(0x5a);
         let mut dst = HostBuffer::zeroed(len);
-        let reps = SAMPLE_BYTES.div_ceil(len as u64).max(2) as usize;
+        let (reps, samples) = plan_rung(len);
         // One untimed pass faults the pages in and warms the caches.
         dst.bytes_mut().copy_from_slice(src.bytes());
-        let mut secs = Vec::with_capacity(SAMPLES);
-        for _ in 0..SAMPLES {
+        let mut secs = Vec::with_capacity(samples);
+        for _ in 0..samples {
             comm.barrier()?;
             let t = Instant::now();
             for _ in 0..reps {
@@ -103,7 +126,8 @@ pub fn copy_ladder<C: Communicator>(comm: &mut C, sets: &[u64]) -> CommResult<La
     let world = comm.world();
     Ok(Ladder {
         method: format!(
-            "memory copy, {world} rank(s) copying at once, working set = source + destination per rank, best of {SAMPLES}, mean per rank"
+            "memory copy, {world} rank(s) copying at once, working set = source + destination per rank, best of {SAMPLES} ({BIG_SAMPLES} from {} MiB per transfer), mean per rank",
+            SAMPLE_BYTES >> 20
         ),
         rungs: rungs_of(sets, |ws| ws / 2, &figures),
     })
@@ -124,10 +148,10 @@ pub fn reduce_ladder<C: Communicator>(
         let len = ((ws / 2 / elem).max(1) * elem) as usize;
         let src = HostBuffer::zeroed(len);
         let mut acc = HostBuffer::zeroed(len);
-        let reps = SAMPLE_BYTES.div_ceil(len as u64).max(2) as usize;
+        let (reps, samples) = plan_rung(len);
         reduce_bytes(acc.bytes_mut(), src.bytes(), dtype, op);
-        let mut secs = Vec::with_capacity(SAMPLES);
-        for _ in 0..SAMPLES {
+        let mut secs = Vec::with_capacity(samples);
+        for _ in 0..samples {
             comm.barrier()?;
             let t = Instant::now();
             for _ in 0..reps {
@@ -146,10 +170,11 @@ pub fn reduce_ladder<C: Communicator>(
     let figures = mean_over_ranks(comm, &mine)?;
     Ok(Ladder {
         method: format!(
-            "{} {} reduction acc op= src, {} rank(s) at once, working set = acc + src per rank, GB/s of acc, best of {SAMPLES}, mean per rank",
+            "{} {} reduction acc op= src, {} rank(s) at once, working set = acc + src per rank, GB/s of acc, best of {SAMPLES} ({BIG_SAMPLES} from {} MiB per transfer), mean per rank",
             dtype.name(),
             op.name(),
-            comm.world()
+            comm.world(),
+            SAMPLE_BYTES >> 20
         ),
         rungs: rungs_of(sets, |ws| ws / 2, &figures),
     })
@@ -165,6 +190,87 @@ fn rungs_of(sets: &[u64], bytes: impl Fn(u64) -> u64, figures: &[(f64, f64)]) ->
             median_gbps,
         })
         .collect()
+}
+
+/// Exchange bandwidth of bytes the sender has just written, at each working
+/// set (send + receive buffer per rank): every rank writes its send buffer
+/// (untimed), the ranks leave a barrier together, and each times one
+/// `send_recv` to its right neighbour while receiving from its left. On
+/// shared memory this is the wire a collective's forwarded and reduced
+/// blocks cross: the receiver pulls cache lines another core holds
+/// modified, which is slower than copying lines its own cache holds. The
+/// time of an 8-byte exchange timed the same way (the exchange's latency,
+/// which the model charges as alpha) is taken off each exchange before the
+/// bytes are divided by it. Best of [`SAMPLES`] samples of at least
+/// [`SAMPLE_BYTES`], mean over ranks. Every rank must call it.
+pub fn fresh_exchange_ladder<C: Communicator>(comm: &mut C, sets: &[u64]) -> CommResult<Ladder> {
+    let (rank, world) = (comm.rank(), comm.world());
+    let (right, left) = ((rank + 1) % world, (rank + world - 1) % world);
+    // One timed exchange after a fill and a barrier: the fill's two patterns
+    // alternate, so every exchange carries bytes written since the last.
+    let timed = |comm: &mut C,
+                 send: &mut C::Buffer,
+                 recv: &mut C::Buffer,
+                 pattern: &[u8]|
+     -> CommResult<f64> {
+        send.write_from_host(pattern)?;
+        comm.barrier()?;
+        let t = Instant::now();
+        comm.send_recv(send, right, recv, left, pattern.len(), DType::U8)?;
+        comm.sync()?;
+        Ok(t.elapsed().as_secs_f64())
+    };
+    let empty = {
+        let mut send = comm.alloc(8)?;
+        let mut recv = comm.alloc(8)?;
+        let mut t: Vec<f64> = Vec::with_capacity(64);
+        for i in 0..64u8 {
+            t.push(timed(comm, &mut send, &mut recv, &[i; 8])?);
+        }
+        t.sort_by(f64::total_cmp);
+        t[t.len() / 2]
+    };
+    let mut mine = Vec::with_capacity(sets.len());
+    for &ws in sets {
+        let len = (ws / 2).max(1) as usize;
+        let patterns = [vec![0x5au8; len], vec![0xa5u8; len]];
+        let mut send = comm.alloc(len)?;
+        let mut recv = comm.alloc(len)?;
+        let (reps, samples) = plan_rung(len);
+        timed(comm, &mut send, &mut recv, &patterns[1])?;
+        let mut secs = Vec::with_capacity(samples);
+        for _ in 0..samples {
+            // Every exchange waits for a barrier: on a loaded machine each
+            // costs a wake-up, so a sample also ends after FRESH_SAMPLE_SECS
+            // (rank 0 decides, so every rank stops at the same exchange).
+            let start = Instant::now();
+            let (mut total, mut done) = (0.0, 0usize);
+            while done < reps {
+                // (at least one exchange: reps >= 1)
+                let t = timed(comm, &mut send, &mut recv, &patterns[done % 2])?;
+                total += (t - empty).max(t * 1e-3);
+                done += 1;
+                if done % 16 == 0 {
+                    let late = rank == 0 && start.elapsed().as_secs_f64() > FRESH_SAMPLE_SECS;
+                    let stop = gather_f64(comm, &[f64::from(u8::from(late))])?;
+                    if stop.first().and_then(|v| v.first()) == Some(&1.0) {
+                        break;
+                    }
+                }
+            }
+            secs.push(total / done as f64);
+        }
+        mine.push(best_and_median(secs, len as f64));
+    }
+    let figures = mean_over_ranks(comm, &mine)?;
+    Ok(Ladder {
+        method: format!(
+            "send_recv of bytes the sender has just written, every rank at once, working set = send + receive buffer per rank, less an 8 B exchange ({:.2} us), best of {SAMPLES} ({BIG_SAMPLES} from {} MiB per transfer), mean per rank",
+            empty * 1e6,
+            SAMPLE_BYTES >> 20
+        ),
+        rungs: rungs_of(sets, |ws| ws / 2, &figures),
+    })
 }
 
 /// The two stream ladders of a communicator's send/recv.
@@ -339,12 +445,13 @@ mod tests {
             let copy = copy_ladder(c, &sets)?;
             let red = reduce_ladder(c, &sets, DType::F32, ReduceOp::Sum)?;
             let s = stream_ladder(c, &sets, 64 << 10, 2)?;
-            Ok((copy, red, s))
+            let fresh = fresh_exchange_ladder(c, &sets)?;
+            Ok((copy, red, s, fresh))
         });
         let all: Vec<_> = got.into_iter().map(Result::unwrap).collect();
         assert_eq!(all[0], all[1], "every rank gets the same figures");
-        let (copy, red, s) = &all[0];
-        for l in [copy, red, &s.one_way, &s.duplex] {
+        let (copy, red, s, fresh) = &all[0];
+        for l in [copy, red, &s.one_way, &s.duplex, fresh] {
             let ws: Vec<u64> = l.rungs.iter().map(|r| r.working_set).collect();
             assert_eq!(ws, sets, "{}", l.method);
             for r in &l.rungs {

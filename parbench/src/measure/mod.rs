@@ -23,12 +23,13 @@ pub mod noise;
 pub mod timing;
 
 pub use ceiling::{
-    memcpy_bandwidth, ping_pong, ping_pong_latency, reduce_throughput, stream_throughput, Ceiling,
-    PingPong,
+    exchange_latency, memcpy_bandwidth, ping_pong, ping_pong_latency, reduce_throughput,
+    stream_throughput, Ceiling, PingPong,
 };
 pub use combine::{gather_f64, Average, LoopStats, StragglerTally, StragglerVerdict};
 pub use ladder::{
-    copy_ladder, reduce_ladder, stream_ladder, working_sets, Ladder, Rung, StreamLadders,
+    copy_ladder, fresh_exchange_ladder, reduce_ladder, stream_ladder, working_sets, Ladder, Rung,
+    StreamLadders,
 };
 pub use timing::{time_loop, LoopSpec, RankTimes};
 

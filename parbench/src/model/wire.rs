@@ -169,8 +169,13 @@ pub struct Moves {
     pub latency_steps: f64,
     /// Bytes received into place (copied), per byte of `n`.
     pub received: f64,
+    /// Of which read from a buffer the sender did not write during the call
+    /// (an input left as it was: the first hop of a ring, a sendrecv).
+    pub received_input: f64,
     /// Bytes received and reduced, per byte of `n`.
     pub reduced: f64,
+    /// Of which read from an input the sender did not write during the call.
+    pub reduced_input: f64,
     /// Bytes copied within the rank (not over the wire), per byte of `n`.
     pub local_copy: f64,
     /// Whether the steps are exchanges (every rank sends while receiving:
@@ -234,10 +239,33 @@ pub fn moves(
     };
     let duplex = !matches!(algo.as_str(), "tree" | "chain")
         && !matches!(coll, Collective::Broadcast | Collective::Reduce);
+    let received = (t.bytes_factor - t.reduce_factor).max(0.0);
+    let reduced = t.reduce_factor;
+    // The first hop of a ring reads the sender's input where it lies; later
+    // hops carry what the sender received or reduced during the call. An
+    // out-of-place all_gather sends its own block from the receive buffer,
+    // copied in just before; in place, an all_reduce's input is the last
+    // call's output, written by then.
+    let first_hop = if n_bytes == 0 || p <= 1 {
+        0.0
+    } else {
+        1.0 / pf
+    };
+    let (received_input, reduced_input) = match (coll, algo.as_str()) {
+        (Collective::AllReduce, "ring") if out => (0.0, first_hop.min(reduced)),
+        (Collective::ReduceScatter, "ring") => (0.0, first_hop.min(reduced)),
+        (Collective::AllGather, "ring") if in_place => (first_hop.min(received), 0.0),
+        (Collective::AllToAll, _) if out => (received, 0.0),
+        (Collective::SendRecv, _) => (received, 0.0),
+        (Collective::Broadcast, "tree") if in_place => ((1.0f64).min(received), 0.0),
+        _ => (0.0, 0.0),
+    };
     Some(Moves {
         latency_steps: t.latency_steps,
-        received: (t.bytes_factor - t.reduce_factor).max(0.0),
-        reduced: t.reduce_factor,
+        received,
+        received_input,
+        reduced,
+        reduced_input,
         local_copy,
         duplex,
     })
@@ -247,10 +275,23 @@ pub fn moves(
 /// reduction bandwidths per working set, and how its transport reduces.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct WireModel {
-    /// Seconds per message: the median of timed ping-pong half round trips.
+    /// Seconds per one-way message (tree and chain steps): the median of
+    /// timed ping-pong half round trips.
     pub alpha_s: f64,
+    /// Seconds per exchange step (every rank sends while it receives: ring,
+    /// recursive, pairwise, sendrecv): the median of timed 8-byte
+    /// exchanges. 0: as `alpha_s`.
+    #[serde(default)]
+    pub alpha_exchange_s: f64,
     /// GB/s of a received byte when every rank sends while it receives.
     pub duplex: Ladder,
+    /// GB/s of a received byte the sender wrote during the call (a
+    /// forwarded or reduced block), every rank exchanging at once. On
+    /// shared memory the receiver pulls lines another core holds modified:
+    /// slower than `duplex`, whose bytes (an input left as it was) sit in
+    /// the receiver's own cache from the call before. Empty: as `duplex`.
+    #[serde(default)]
+    pub fresh: Ladder,
     /// GB/s of a received byte on a one-way path (one stream).
     pub one_way: Ladder,
     /// GB/s of a memory copy within a rank, every rank at once.
@@ -309,8 +350,17 @@ impl WireModel {
     ) -> Option<f64> {
         let m = moves(coll, algo, p, n_bytes, in_place)?;
         let ws = working_set_bytes(coll, p, n_bytes, in_place);
-        let t = m.latency_steps * self.alpha_s + self.bytes_seconds(&m, n_bytes, ws);
+        let t = m.latency_steps * self.alpha_for(&m) + self.bytes_seconds(&m, n_bytes, ws);
         t.is_finite().then_some(t)
+    }
+
+    /// The latency of one of `m`'s steps: an exchange's, or a one-way message's.
+    pub fn alpha_for(&self, m: &Moves) -> f64 {
+        if m.duplex && self.alpha_exchange_s > 0.0 {
+            self.alpha_exchange_s
+        } else {
+            self.alpha_s
+        }
     }
 }
 
@@ -485,6 +535,8 @@ mod tests {
         let flat = |g| ladder(&[(1, g), (1 << 40, g)]);
         let mut wire = WireModel {
             alpha_s: 1e-6,
+            alpha_exchange_s: 0.0,
+            fresh: Ladder::default(),
             duplex: flat(10.0),
             one_way: flat(10.0),
             copy: flat(10.0),
@@ -515,6 +567,8 @@ mod tests {
         let l = ladder(&[(1 << 20, 40.0), (8 << 20, 10.0)]);
         let wire = WireModel {
             alpha_s: 2e-6,
+            alpha_exchange_s: 0.0,
+            fresh: l.clone(),
             duplex: l.clone(),
             one_way: l.clone(),
             copy: l.clone(),

@@ -379,9 +379,9 @@ fn busbw_chart(collective: &str, curves: &[&Curve], names: &[String]) -> LineCha
     LineChart {
         title: format!("{collective}: bus bandwidth against message size"),
         x_desc: "message size (bytes per rank's buffer, log2)".into(),
-        y_desc: "bus bandwidth (GB/s)".into(),
+        y_desc: "bus bandwidth (GB/s, log10)".into(),
         x: Axis::Log2Bytes,
-        y: Axis::Linear,
+        y: Axis::Log10,
         series,
         legend_title: String::new(),
     }
@@ -581,7 +581,7 @@ pub fn section(sources: &[Source]) -> String {
         );
     }
     let mut body = page::note(
-        "Bus bandwidth as nccl-tests defines it (algbw x 2(n-1)/n for all_reduce, (n-1)/n for all_gather, reduce_scatter and all_to_all, 1 otherwise; GB = 1e9 B). The model's line is the alpha-beta prediction recorded with each row; the ceiling is the wire's bandwidth measured in the same run (memory copy for shared memory, one socket stream for TCP).",
+        "Bus bandwidth as nccl-tests defines it (algbw x 2(n-1)/n for all_reduce, (n-1)/n for all_gather, reduce_scatter and all_to_all, 1 otherwise; GB = 1e9 B). The model's line is the prediction recorded with each row (the calibrated model: latency and per-regime bandwidths measured before the sweep); the ceiling is the wire's bandwidth measured in the same run at each size's own working set (a ladder of memory copies, every rank at once, for shared memory; the better of one stream and both directions at once through the communicator for TCP), so a size that stays in cache is held against the in-cache rate. A curve is one run; more than two runs of one configuration in one folder are drawn as their median with a min..max band, and say so.",
     );
     // One chart pair per collective and element type (and operator where the
     // collective reduces): a `-d all -o all` sweep stays readable.
