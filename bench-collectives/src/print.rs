@@ -125,8 +125,8 @@ pub fn header_lines(
     };
     out.push(format!(
         "# Model, measured before the sweep (not fitted): {ping}, beta 1/(the ladder at the row's working set), {gamma}{}",
-        if wire.model.fused_reduce && wire.own_transport {
-            "; a reduced receive reads the sender's bytes in place (one pass: gamma, no beta)"
+        if wire.model.cache_states() {
+            "; shared memory: a byte costs what its cache lines' state costs (pull, claim, both ladders)"
         } else {
             ""
         }

@@ -287,7 +287,7 @@ fn make_row<O: CollOp>(
         busbw_gbps: algbw * model::busbw_factor(O::COLL, world),
         wrong: s.wrong,
         model_us: wire.model_us(O::COLL, &p.algo, world, p.bytes, in_place),
-        ceiling_gbps: wire.ceiling_at(O::COLL, world, p.bytes, in_place),
+        ceiling_gbps: wire.ceiling_at(O::COLL, &p.algo, world, p.bytes, in_place),
     }
 }
 

@@ -8,7 +8,7 @@ use parbench::comm::{Collective, CommResult, Communicator, DType, ReduceOp};
 use parbench::measure::clock::IterClock;
 use parbench::measure::noise::{CpuSnapshot, ForeignCpu};
 use parbench::measure::{self, Ladder, PingPong, Rung};
-use parbench::model::wire::{working_set_bytes, WireModel};
+use parbench::model::wire::{ceiling_for, working_set_bytes, WireModel};
 use parbench::model::{self, LinkParams};
 use std::time::Instant;
 
@@ -63,10 +63,16 @@ impl WireFigures {
     }
 
     /// The ceiling at a row's working set, GB/s (0 when none was measured).
-    pub fn ceiling_at(&self, coll: Collective, world: usize, bytes: u64, in_place: bool) -> f64 {
-        self.ceiling
-            .at(working_set_bytes(coll, world, bytes, in_place))
-            .unwrap_or(0.0)
+    pub fn ceiling_at(
+        &self,
+        coll: Collective,
+        algo: &str,
+        world: usize,
+        bytes: u64,
+        in_place: bool,
+    ) -> f64 {
+        let algo = if self.own_transport { algo } else { "auto" };
+        ceiling_for(&self.ceiling, coll, algo, world, bytes, in_place).unwrap_or(0.0)
     }
 
     /// The model's time of one row, us (NaN when there is no model).
@@ -144,48 +150,55 @@ pub fn measure_wire<C: Communicator>(comm: &mut C, cfg: &SweepConfig) -> CommRes
             }],
         };
         let model = WireModel {
-            alpha_s: 0.0,
-            alpha_exchange_s: 0.0,
-            fresh: Ladder::default(),
             duplex: rung.clone(),
             one_way: rung.clone(),
             copy: rung.clone(),
             // The device reduces at its copy speed or better: folded into beta.
-            reduce: Ladder::default(),
-            fused_reduce: true,
+            ..WireModel::default()
         };
         (rung, model, false)
     } else if comm.backend() == "local" || world < 2 {
+        // Shared memory: where a byte's cache line was decides its cost.
         let fresh = if world > 1 {
-            measure::fresh_exchange_ladder(comm, &sets)?
+            measure::fresh_ladders(comm, &sets, true)?
         } else {
-            Ladder::default()
+            measure::FreshLadders::default()
+        };
+        // A received byte whose line the receiver can read where it is
+        // (the sender's untouched input) moves at the clean-exchange rate;
+        // the ceiling is the better of that and a copy within each rank.
+        let (duplex, ceiling) = if world > 1 {
+            (fresh.clean.clone(), copy.best_of(&fresh.clean))
+        } else {
+            (copy.clone(), copy.clone())
         };
         let model = WireModel {
-            alpha_s: 0.0,
-            alpha_exchange_s: 0.0,
-            fresh,
-            duplex: copy.clone(),
-            one_way: copy.clone(),
+            duplex: duplex.clone(),
+            one_way: duplex,
             copy: copy.clone(),
             reduce: reduce.clone(),
-            fused_reduce: comm.backend() == "local",
+            pull: fresh.pull,
+            claim: fresh.claim,
+            both: fresh.both,
+            ..WireModel::default()
         };
-        (copy.clone(), model, comm.backend() == "local")
+        (ceiling, model, comm.backend() == "local")
     } else {
         let s = measure::stream_ladder(comm, &sets, STREAM_SAMPLE, STREAM_SAMPLES)?;
+        // A ring step is one exchange from a standing start, not a stream:
+        // its transfer rate is the clean exchange's; the ceiling is the best
+        // of the three.
+        let step = measure::fresh_ladders(comm, &sets, false)?.clean;
+        let ceiling = s.one_way.best_of(&s.duplex).best_of(&step);
         let model = WireModel {
-            alpha_s: 0.0,
-            alpha_exchange_s: 0.0,
-            fresh: Ladder::default(),
-            duplex: s.duplex.clone(),
+            duplex: step,
             one_way: s.one_way.clone(),
             copy: copy.clone(),
             reduce: reduce.clone(),
-            fused_reduce: false,
+            ..WireModel::default()
         };
         let own = comm.backend() == "tcp";
-        (s.one_way.best_of(&s.duplex), model, own)
+        (ceiling, model, own)
     };
     let ping = measure::ping_pong(comm, PING_TRIPS)?;
     let exchange = measure::exchange_latency(comm, PING_TRIPS)?;

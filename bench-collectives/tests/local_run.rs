@@ -229,7 +229,7 @@ fn every_type_and_op_checks_exact() {
 #[test]
 fn the_ceiling_ladder_covers_the_sweep_and_each_row_uses_its_working_set() {
     use parbench::comm::Collective;
-    use parbench::model::wire::{working_set_bytes, Ladder};
+    use parbench::model::wire::{ceiling_for, working_set_bytes, Ladder};
     let dir = scratch("ladder");
     let out = dir.to_str().unwrap();
     let o = run(
@@ -275,7 +275,15 @@ fn the_ceiling_ladder_covers_the_sweep_and_each_row_uses_its_working_set() {
             r["in_place"] == "true",
         );
         largest = largest.max(ws);
-        let want = ladder.at(ws).unwrap();
+        let want = ceiling_for(
+            &ladder,
+            coll,
+            &r["algo"],
+            r["world"].parse().unwrap(),
+            r["bytes"].parse().unwrap(),
+            r["in_place"] == "true",
+        )
+        .unwrap();
         let got: f64 = r["ceiling_gbps"].parse().unwrap();
         assert!(
             (got - want).abs() <= 1e-9 * want,
@@ -289,7 +297,16 @@ fn the_ceiling_ladder_covers_the_sweep_and_each_row_uses_its_working_set() {
         "ladder up to {largest} B: {ladder:?}"
     );
     assert!(ladder.rungs.len() >= 3, "{ladder:?}");
-    for key in ["duplex", "copy", "reduce", "ping_pong"] {
+    for key in [
+        "duplex",
+        "copy",
+        "reduce",
+        "pull",
+        "claim",
+        "both",
+        "ping_pong",
+        "exchange",
+    ] {
         assert!(!extra["model_link"][key].is_null(), "model_link.{key}");
     }
     assert!(extra["model_link"]["ping_pong"]["trips"].as_u64().unwrap() >= 50);

@@ -132,11 +132,12 @@ pub fn wire_model(meta: &RunMeta) -> Option<parbench::model::wire::WireModel> {
             .unwrap_or(0.0)
             * 1e-6,
         duplex: ladder("duplex")?,
-        fresh: ladder("fresh").unwrap_or_default(),
         one_way: ladder("one_way")?,
         copy: ladder("copy")?,
         reduce: ladder("reduce")?,
-        fused_reduce: m.get("fused_reduce")?.as_bool()?,
+        pull: ladder("pull").unwrap_or_default(),
+        claim: ladder("claim").unwrap_or_default(),
+        both: ladder("both").unwrap_or_default(),
     })
 }
 

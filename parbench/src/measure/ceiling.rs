@@ -233,22 +233,24 @@ pub fn exchange_latency<C: Communicator>(
     let send = comm.alloc(8)?;
     let mut recv = comm.alloc(8)?;
     comm.barrier()?;
-    // Every rank runs the same number of warm-up exchanges: rank 0's
-    // count (at least 50 and 20 ms of them) reaches the others first.
+    // Warm-up in rounds of 50 exchanges until rank 0 has seen at least 20 ms
+    // of them. Every rank must run the same count: an exchange a rank makes
+    // alone would pair with its peer's next call (the gather) and scramble
+    // both, so rank 0's clock decides for everyone after each round.
     let start = Instant::now();
     let mut warmup = 0usize;
-    while warmup < PING_WARMUP_TRIPS || start.elapsed().as_secs_f64() < PING_WARMUP_SECS {
-        comm.send_recv(&send, right, &mut recv, left, 8, DType::U8)?;
-        warmup += 1;
+    loop {
+        for _ in 0..PING_WARMUP_TRIPS {
+            comm.send_recv(&send, right, &mut recv, left, 8, DType::U8)?;
+        }
+        warmup += PING_WARMUP_TRIPS;
+        let late = rank == 0 && start.elapsed().as_secs_f64() >= PING_WARMUP_SECS;
+        let all = gather_f64(comm, &[f64::from(u8::from(late))])?;
+        if all.first().and_then(|v| v.first()) == Some(&1.0) {
+            break;
+        }
     }
-    let more = gather_f64(comm, &[warmup as f64])?;
-    let most = more
-        .iter()
-        .filter_map(|v| v.first().copied())
-        .fold(0.0, f64::max) as usize;
-    for _ in warmup..most {
-        comm.send_recv(&send, right, &mut recv, left, 8, DType::U8)?;
-    }
+    let most = warmup;
     comm.sync()?;
     let mut times = Vec::with_capacity(iters);
     for _ in 0..iters {

@@ -65,7 +65,7 @@ fn plan_rung(len: usize) -> (usize, usize) {
         )
     }
 }
-/// Longest sample of the fresh-exchange ladder, seconds.
+/// Longest sample of the fresh ladders, seconds.
 const FRESH_SAMPLE_SECS: f64 = 0.01;
 
 fn best_and_median(mut secs: Vec<f64>, bytes: f64) -> (f64, f64) {
@@ -192,84 +192,182 @@ fn rungs_of(sets: &[u64], bytes: impl Fn(u64) -> u64, figures: &[(f64, f64)]) ->
         .collect()
 }
 
-/// Exchange bandwidth of bytes the sender has just written, at each working
-/// set (send + receive buffer per rank): every rank writes its send buffer
-/// (untimed), the ranks leave a barrier together, and each times one
-/// `send_recv` to its right neighbour while receiving from its left. On
-/// shared memory this is the wire a collective's forwarded and reduced
-/// blocks cross: the receiver pulls cache lines another core holds
-/// modified, which is slower than copying lines its own cache holds. The
-/// time of an 8-byte exchange timed the same way (the exchange's latency,
-/// which the model charges as alpha) is taken off each exchange before the
-/// bytes are divided by it. Best of [`SAMPLES`] samples of at least
-/// [`SAMPLE_BYTES`], mean over ranks. Every rank must call it.
-pub fn fresh_exchange_ladder<C: Communicator>(comm: &mut C, sets: &[u64]) -> CommResult<Ladder> {
+/// Where a received or written byte's cache line was: the costs of moving
+/// bytes between the cores of one machine, by the state of their lines,
+/// each a [`Ladder`] by working set (send + receive buffer per rank).
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct FreshLadders {
+    /// Receiving bytes the sender left as they were since the last exchange
+    /// (an input: the line sits in the receiver's cache too, or in the
+    /// shared one) into a buffer only this rank uses.
+    pub clean: Ladder,
+    /// Receiving bytes the sender has just written (the lines sit modified
+    /// in another core's cache) into a buffer only this rank uses.
+    pub pull: Ladder,
+    /// Writing a buffer the peer read since this rank last wrote it (its
+    /// lines must first be taken back from the peer's cache).
+    pub claim: Ladder,
+    /// Both in one pass: receiving bytes the sender has just written into
+    /// a buffer the peer read since this rank last wrote it (every step of
+    /// an in-place ring).
+    pub both: Ladder,
+}
+
+/// The four [`FreshLadders`], through the communicator's own `send_recv`,
+/// every rank sending to its right neighbour while it receives from its
+/// left, each exchange after a barrier so that all start together.
+///
+/// - `clean`: exchanges of the same send buffer, never rewritten: a ring
+///   step from a standing start (on sockets, the transfer rate a step gets,
+///   below a stream's, whose messages follow each other with full buffers);
+/// - `pull` and `claim`: per exchange, each rank first rewrites its send
+///   buffer (timed: `claim`, as the peer read it in the last exchange),
+///   then leaves a barrier and exchanges into a private buffer (timed:
+///   `pull`);
+/// - `both`: two buffers per rank swap roles each exchange (send the one
+///   received into last time, receive into the one the peer just read).
+///
+/// The time of an 8-byte exchange timed the same way (the latency the
+/// model charges as alpha) is taken off each exchange. Best of the samples
+/// ([`plan_rung`]; a sample also ends after [`FRESH_SAMPLE_SECS`], rank 0
+/// deciding), mean over ranks. Without `cache_states` (sockets: the bytes
+/// cross the kernel's own buffers, whatever their lines' state) only
+/// `clean` is measured. Every rank must call it.
+pub fn fresh_ladders<C: Communicator>(
+    comm: &mut C,
+    sets: &[u64],
+    cache_states: bool,
+) -> CommResult<FreshLadders> {
     let (rank, world) = (comm.rank(), comm.world());
     let (right, left) = ((rank + 1) % world, (rank + world - 1) % world);
-    // One timed exchange after a fill and a barrier: the fill's two patterns
-    // alternate, so every exchange carries bytes written since the last.
-    let timed = |comm: &mut C,
-                 send: &mut C::Buffer,
-                 recv: &mut C::Buffer,
-                 pattern: &[u8]|
-     -> CommResult<f64> {
-        send.write_from_host(pattern)?;
-        comm.barrier()?;
-        let t = Instant::now();
-        comm.send_recv(send, right, recv, left, pattern.len(), DType::U8)?;
-        comm.sync()?;
-        Ok(t.elapsed().as_secs_f64())
-    };
+    let exchange =
+        |comm: &mut C, send: &C::Buffer, recv: &mut C::Buffer, len: usize| -> CommResult<f64> {
+            comm.barrier()?;
+            let t = Instant::now();
+            comm.send_recv(send, right, recv, left, len, DType::U8)?;
+            comm.sync()?;
+            Ok(t.elapsed().as_secs_f64())
+        };
     let empty = {
-        let mut send = comm.alloc(8)?;
+        let send = comm.alloc(8)?;
         let mut recv = comm.alloc(8)?;
-        let mut t: Vec<f64> = Vec::with_capacity(64);
-        for i in 0..64u8 {
-            t.push(timed(comm, &mut send, &mut recv, &[i; 8])?);
-        }
+        let mut t: Vec<f64> = (0..64)
+            .map(|_| exchange(comm, &send, &mut recv, 8))
+            .collect::<CommResult<_>>()?;
         t.sort_by(f64::total_cmp);
         t[t.len() / 2]
     };
-    let mut mine = Vec::with_capacity(sets.len());
+    // Each rank takes its own empty exchange off its own; the method names rank 0's.
+    let empty0 = gather_f64(comm, &[empty])?
+        .first()
+        .and_then(|v| v.first().copied())
+        .unwrap_or(empty);
+    // Whether rank 0 says a sample has run long enough (every rank asks at
+    // the same exchange, so every rank stops at the same one).
+    let enough = |comm: &mut C, start: Instant| -> CommResult<bool> {
+        let late = rank == 0 && start.elapsed().as_secs_f64() > FRESH_SAMPLE_SECS;
+        let stop = gather_f64(comm, &[f64::from(u8::from(late))])?;
+        Ok(stop.first().and_then(|v| v.first()) == Some(&1.0))
+    };
+    let (mut clean, mut pull, mut claim, mut both) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for &ws in sets {
         let len = (ws / 2).max(1) as usize;
         let patterns = [vec![0x5au8; len], vec![0xa5u8; len]];
-        let mut send = comm.alloc(len)?;
-        let mut recv = comm.alloc(len)?;
+        let mut a = comm.alloc(len)?;
+        let mut b = comm.alloc(len)?;
         let (reps, samples) = plan_rung(len);
-        timed(comm, &mut send, &mut recv, &patterns[1])?;
-        let mut secs = Vec::with_capacity(samples);
+        a.write_from_host(&patterns[1])?;
+        exchange(comm, &a, &mut b, len)?;
+        let (mut s_clean, mut s_pull, mut s_claim, mut s_both) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for _ in 0..samples {
-            // Every exchange waits for a barrier: on a loaded machine each
-            // costs a wake-up, so a sample also ends after FRESH_SAMPLE_SECS
-            // (rank 0 decides, so every rank stops at the same exchange).
             let start = Instant::now();
-            let (mut total, mut done) = (0.0, 0usize);
+            let (mut tl, mut done) = (0.0, 0usize);
             while done < reps {
-                // (at least one exchange: reps >= 1)
-                let t = timed(comm, &mut send, &mut recv, &patterns[done % 2])?;
-                total += (t - empty).max(t * 1e-3);
+                let t = exchange(comm, &a, &mut b, len)?;
+                tl += (t - empty).max(t * 1e-3);
                 done += 1;
-                if done % 16 == 0 {
-                    let late = rank == 0 && start.elapsed().as_secs_f64() > FRESH_SAMPLE_SECS;
-                    let stop = gather_f64(comm, &[f64::from(u8::from(late))])?;
-                    if stop.first().and_then(|v| v.first()) == Some(&1.0) {
-                        break;
-                    }
+                if done % 16 == 0 && enough(comm, start)? {
+                    break;
                 }
             }
-            secs.push(total / done as f64);
+            s_clean.push(tl / done as f64);
         }
-        mine.push(best_and_median(secs, len as f64));
+        for _ in 0..samples * usize::from(cache_states) {
+            let start = Instant::now();
+            let (mut tp, mut tc, mut done) = (0.0, 0.0, 0usize);
+            while done < reps {
+                let t = Instant::now();
+                a.write_from_host(&patterns[done % 2])?;
+                tc += t.elapsed().as_secs_f64();
+                let t = exchange(comm, &a, &mut b, len)?;
+                tp += (t - empty).max(t * 1e-3);
+                done += 1;
+                if done % 16 == 0 && enough(comm, start)? {
+                    break;
+                }
+            }
+            s_pull.push(tp / done as f64);
+            s_claim.push(tc / done as f64);
+        }
+        for _ in 0..samples * usize::from(cache_states) {
+            let start = Instant::now();
+            let (mut tb, mut done) = (0.0, 0usize);
+            while done < reps {
+                let t = if done % 2 == 0 {
+                    exchange(comm, &a, &mut b, len)?
+                } else {
+                    exchange(comm, &b, &mut a, len)?
+                };
+                tb += (t - empty).max(t * 1e-3);
+                done += 1;
+                if done % 16 == 0 && enough(comm, start)? {
+                    break;
+                }
+            }
+            s_both.push(tb / done as f64);
+        }
+        clean.push(best_and_median(s_clean, len as f64));
+        if cache_states {
+            pull.push(best_and_median(s_pull, len as f64));
+            claim.push(best_and_median(s_claim, len as f64));
+            both.push(best_and_median(s_both, len as f64));
+        }
     }
-    let figures = mean_over_ranks(comm, &mine)?;
-    Ok(Ladder {
+    let (clean, pull, claim, both) = (
+        mean_over_ranks(comm, &clean)?,
+        mean_over_ranks(comm, &pull)?,
+        mean_over_ranks(comm, &claim)?,
+        mean_over_ranks(comm, &both)?,
+    );
+    let ladder = |what: &str, figures: &[(f64, f64)]| {
+        Ladder {
         method: format!(
-            "send_recv of bytes the sender has just written, every rank at once, working set = send + receive buffer per rank, less an 8 B exchange ({:.2} us), best of {SAMPLES} ({BIG_SAMPLES} from {} MiB per transfer), mean per rank",
-            empty * 1e6,
+            "{what}, every rank at once through send_recv, working set = two buffers per rank, exchanges less an 8 B one ({:.2} us), best of {SAMPLES} ({BIG_SAMPLES} from {} MiB per transfer), mean per rank",
+            empty0 * 1e6,
             SAMPLE_BYTES >> 20
         ),
-        rungs: rungs_of(sets, |ws| ws / 2, &figures),
+        rungs: rungs_of(sets, |ws| ws / 2, figures),
+    }
+    };
+    Ok(FreshLadders {
+        clean: ladder(
+            "receiving bytes the sender left as they were into a private buffer",
+            &clean,
+        ),
+        pull: ladder(
+            "receiving bytes the sender has just written into a private buffer",
+            &pull,
+        ),
+        claim: ladder(
+            "rewriting the send buffer the peer has just read (the fill before each exchange)",
+            &claim,
+        ),
+        both: ladder(
+            "receiving bytes the sender has just written into the buffer the peer has just read",
+            &both,
+        ),
     })
 }
 
@@ -445,13 +543,21 @@ mod tests {
             let copy = copy_ladder(c, &sets)?;
             let red = reduce_ladder(c, &sets, DType::F32, ReduceOp::Sum)?;
             let s = stream_ladder(c, &sets, 64 << 10, 2)?;
-            let fresh = fresh_exchange_ladder(c, &sets)?;
+            let fresh = fresh_ladders(c, &sets, true)?;
             Ok((copy, red, s, fresh))
         });
         let all: Vec<_> = got.into_iter().map(Result::unwrap).collect();
         assert_eq!(all[0], all[1], "every rank gets the same figures");
         let (copy, red, s, fresh) = &all[0];
-        for l in [copy, red, &s.one_way, &s.duplex, fresh] {
+        for l in [
+            copy,
+            red,
+            &s.one_way,
+            &s.duplex,
+            &fresh.pull,
+            &fresh.claim,
+            &fresh.both,
+        ] {
             let ws: Vec<u64> = l.rungs.iter().map(|r| r.working_set).collect();
             assert_eq!(ws, sets, "{}", l.method);
             for r in &l.rungs {

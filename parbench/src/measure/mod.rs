@@ -28,8 +28,8 @@ pub use ceiling::{
 };
 pub use combine::{gather_f64, Average, LoopStats, StragglerTally, StragglerVerdict};
 pub use ladder::{
-    copy_ladder, fresh_exchange_ladder, reduce_ladder, stream_ladder, working_sets, Ladder, Rung,
-    StreamLadders,
+    copy_ladder, fresh_ladders, reduce_ladder, stream_ladder, working_sets, FreshLadders, Ladder,
+    Rung, StreamLadders,
 };
 pub use timing::{time_loop, LoopSpec, RankTimes};
 

@@ -11,25 +11,28 @@
 //! [`Ladder`]: GB/s at a set of working sets (the bytes each rank touches),
 //! interpolated at the row's own working set ([`working_set_bytes`]).
 //!
-//! What a rank does per byte of `n` ([`Moves`]), beyond the textbook terms:
+//! What a rank does ([`Moves`]), beyond the textbook terms: each part of a
+//! call (a ring step's receive or reduction, a copy an algorithm makes
+//! within the rank) with where its bytes' cache lines were ([`Part`]):
 //!
-//! - received bytes cost `beta` of the transfer ladder: for ring, recursive
-//!   and pairwise steps (every rank sends while it receives) the duplex
-//!   figure, for tree and chain steps the one-way figure;
-//! - reduced bytes cost `beta + gamma`, or `gamma` alone where the
-//!   transport reduces straight out of the sender's memory
-//!   ([`WireModel::fused_reduce`]: `local`'s rendezvous reads the posted
-//!   bytes in place, so the receive and the reduction are one pass);
-//! - local copies the algorithms make (out-of-place all_gather copies its
-//!   own block in, recursive doubling copies the running result before each
-//!   step, out-of-place non-ring all_reduce, broadcast and reduce copy the
-//!   input first, in-place all_to_all copies the buffer) cost the memory
-//!   copy ladder's `beta`.
+//! - received bytes cost the transfer ladder's beta: for exchange steps
+//!   (ring, recursive, pairwise: every rank sends while it receives) the
+//!   duplex figure, for tree and chain steps the one-way figure; on shared
+//!   memory the figure for the line's state: a byte whose line the
+//!   receiver's cache already holds (an input left as it was since the last
+//!   call), one the sender has just written (`pull`), one written into a
+//!   buffer the peer read since (`claim`), or both (`both`);
+//! - reduced bytes cost that plus gamma, the reduction kernel's rate;
+//! - copies an algorithm makes within the rank (out-of-place all_gather's
+//!   own block, recursive doubling's running result, the inputs of
+//!   out-of-place non-ring all_reduce, broadcast and reduce, in-place
+//!   all_to_all's buffer) cost the copy ladder's beta (`claim` when a peer
+//!   reads the copy).
 //!
 //! Every coefficient is measured before the sweep: nothing here is fitted
 //! to the sweep's own times. [`fit_on_wire`] is the fit that does that.
 
-use super::alpha_beta::{terms, AlphaBetaTerms};
+use super::alpha_beta::{terms, AlphaBetaTerms, RING_SLICE_BYTES};
 use super::busbw::busbw_factor;
 use super::fit::{fit_terms, FitError};
 use crate::comm::Collective;
@@ -162,30 +165,150 @@ pub fn working_set_bytes(coll: Collective, p: usize, n_bytes: u64, in_place: boo
     }
 }
 
-/// What one rank does on the critical path per byte of `n`.
+/// A call's working set per rank and its slice's: a ring runs a message of
+/// more than p x [`RING_SLICE_BYTES`] as slices of that many bytes, whose
+/// blocks are reduced and forwarded while they are still in cache; other
+/// algorithms are one slice.
+pub fn working_sets_of(
+    coll: Collective,
+    algo: &str,
+    p: usize,
+    n_bytes: u64,
+    in_place: bool,
+) -> (u64, u64) {
+    let ws = working_set_bytes(coll, p, n_bytes, in_place);
+    let slice = if algo.eq_ignore_ascii_case("ring") {
+        n_bytes.min((p.max(1) as u64).saturating_mul(RING_SLICE_BYTES))
+    } else {
+        n_bytes
+    };
+    (ws, working_set_bytes(coll, p, slice, in_place))
+}
+
+/// What a part of a call does with its bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Op {
+    /// Received into place (a copy out of the sender's bytes).
+    Receive,
+    /// Received and reduced into place.
+    Reduce,
+    /// Copied within the rank (not over the wire).
+    Copy,
+}
+
+/// One part of a call on one rank's critical path: bytes per byte of `n`,
+/// and where their cache lines were. Only shared memory tells the states
+/// apart ([`WireModel::cache_states`]): a byte the sender wrote during the
+/// call sits modified in another core's cache (`fresh`), and a buffer the
+/// peer read since this rank last wrote it must be taken back from the
+/// peer's cache before it is written again (`claimed`).
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Part {
+    pub op: Op,
+    /// Bytes per byte of `n`.
+    pub bytes: f64,
+    /// The source was written by the sender during the call (a forwarded
+    /// block, a partial sum, a block copied in just before), not an input
+    /// left as it was since the last call.
+    pub fresh: bool,
+    /// The destination was read by a peer since this rank last wrote it.
+    pub claimed: bool,
+    /// The source was written within the current slice of a sliced
+    /// algorithm (a ring's block reduced or forwarded a moment ago): its
+    /// lines are priced at the slice's working set, where they still sit,
+    /// not at the whole call's.
+    pub near: bool,
+}
+
+/// What one rank does on the critical path of one call.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Moves {
     /// Messages on the critical path (each costs `alpha`).
     pub latency_steps: f64,
-    /// Bytes received into place (copied), per byte of `n`.
-    pub received: f64,
-    /// Of which read from a buffer the sender did not write during the call
-    /// (an input left as it was: the first hop of a ring, a sendrecv).
-    pub received_input: f64,
-    /// Bytes received and reduced, per byte of `n`.
-    pub reduced: f64,
-    /// Of which read from an input the sender did not write during the call.
-    pub reduced_input: f64,
-    /// Bytes copied within the rank (not over the wire), per byte of `n`.
-    pub local_copy: f64,
     /// Whether the steps are exchanges (every rank sends while receiving:
     /// ring, recursive, pairwise, sendrecv) rather than one-way (trees, chains).
     pub duplex: bool,
+    pub parts: Vec<Part>,
+}
+
+impl Moves {
+    /// Bytes per byte of `n` the parts of `op` move.
+    pub fn bytes(&self, op: Op) -> f64 {
+        self.parts
+            .iter()
+            .filter(|p| p.op == op)
+            .map(|p| p.bytes)
+            .sum()
+    }
+}
+
+fn part(op: Op, bytes: f64, fresh: bool, claimed: bool) -> Part {
+    Part {
+        op,
+        bytes,
+        fresh,
+        claimed,
+        near: false,
+    }
+}
+
+/// A part whose fresh source was written within the current slice.
+fn near(p: Part) -> Part {
+    Part { near: p.fresh, ..p }
+}
+
+/// The parts of a ring all-gather's p - 1 steps of `b` (per byte of n)
+/// each, block by block as `comm/algo/ring.rs` runs them: step s receives
+/// the block the left neighbour received at step s - 1 (the first step:
+/// the left's own block, fresh when `first_fresh`) into a block this rank
+/// forwards at step s + 1 (claimed: the right neighbour read it in the last
+/// call) or, at the last step, one nobody reads (unless `last_claimed`:
+/// in place the right neighbour read every block during the reduce-scatter).
+fn ring_gather_parts(p: usize, b: f64, first_fresh: bool, last_claimed: bool) -> Vec<Part> {
+    // Every fresh block of an all-gather was written in this slice (reduced,
+    // copied in or received a step ago).
+    (0..p.saturating_sub(1))
+        .map(|s| {
+            let last = s + 2 == p;
+            near(part(
+                Op::Receive,
+                b,
+                s > 0 || first_fresh,
+                !last || last_claimed,
+            ))
+        })
+        .collect()
+}
+
+/// The parts of a ring reduce-scatter's p - 1 steps: the first reduces the
+/// left neighbour's block of its input (`first_fresh` when that input is
+/// the last call's output, in place), later ones its partial sums; each
+/// writes a buffer the right neighbour reads at the next step (claimed),
+/// the last one the output (`last_claimed` when a peer reads it: in an
+/// all-reduce's all-gather).
+fn ring_scatter_parts(p: usize, b: f64, first_fresh: bool, last_claimed: bool) -> Vec<Part> {
+    // Partial sums are a step old; the first step's fresh input (in place)
+    // is the last call's output.
+    (0..p.saturating_sub(1))
+        .map(|s| {
+            let last = s + 2 == p;
+            let x = part(Op::Reduce, b, s > 0 || first_fresh, !last || last_claimed);
+            if s > 0 {
+                near(x)
+            } else {
+                x
+            }
+        })
+        .collect()
 }
 
 /// [`Moves`] of `coll` run with `algo` (a name [`terms`] knows; not a
 /// selector) on `p` ranks, `n_bytes`, in or out of place, as parbench's CPU
-/// algorithms run it (`comm/host.rs`, `comm/algo/`).
+/// algorithms run it (`comm/host.rs`, `comm/algo/`). Rings are followed
+/// step by step (the default sweep's algorithms from 32 KiB); recursive
+/// doubling and halving, trees, chains and pairwise exchanges are counted
+/// from their textbook terms with the copies they make, sources as fresh
+/// where the algorithm forwards what it received.
 pub fn moves(
     coll: Collective,
     algo: &str,
@@ -195,84 +318,97 @@ pub fn moves(
 ) -> Option<Moves> {
     let t: AlphaBetaTerms = terms(coll, algo, p, n_bytes)?;
     let algo = algo.to_ascii_lowercase();
-    let pf = p.max(1) as f64;
-    let out = !in_place;
-    let local_copy = match (coll, algo.as_str()) {
-        _ if p <= 1 || n_bytes == 0 => 0.0,
-        // Recursive doubling copies the running result before each step
-        // (a rank cannot reduce into bytes its partner is reading).
-        (Collective::AllReduce, "rd") => t.latency_steps + if out { 1.0 } else { 0.0 },
-        // Out of place, only the ring reads the send buffer where it lies.
-        (Collective::AllReduce, "ring") => 0.0,
-        (Collective::AllReduce, _) => {
-            if out {
-                1.0
-            } else {
-                0.0
-            }
-        }
-        (Collective::AllGather, _) => {
-            if out {
-                1.0 / pf
-            } else {
-                0.0
-            }
-        }
-        // The root copies send into receive out of place; a reduce's
-        // non-root ranks accumulate in scratch, a copy of their input.
-        (Collective::Broadcast, _) => {
-            if out {
-                1.0
-            } else {
-                0.0
-            }
-        }
-        (Collective::Reduce, _) => 1.0,
-        (Collective::AllToAll, _) => {
-            if out {
-                1.0 / pf
-            } else {
-                1.0
-            }
-        }
-        _ => 0.0,
-    };
     let duplex = !matches!(algo.as_str(), "tree" | "chain")
         && !matches!(coll, Collective::Broadcast | Collective::Reduce);
+    let done = |parts: Vec<Part>| {
+        Some(Moves {
+            latency_steps: t.latency_steps,
+            duplex,
+            parts,
+        })
+    };
+    if p <= 1 || n_bytes == 0 {
+        return done(Vec::new());
+    }
+    let pf = p as f64;
+    let b = 1.0 / pf;
+    let out = !in_place;
     let received = (t.bytes_factor - t.reduce_factor).max(0.0);
     let reduced = t.reduce_factor;
-    // The first hop of a ring reads the sender's input where it lies; later
-    // hops carry what the sender received or reduced during the call. An
-    // out-of-place all_gather sends its own block from the receive buffer,
-    // copied in just before; in place, an all_reduce's input is the last
-    // call's output, written by then.
-    let first_hop = if n_bytes == 0 || p <= 1 {
-        0.0
-    } else {
-        1.0 / pf
+    let parts = match (coll, algo.as_str()) {
+        (Collective::AllReduce, "ring") => {
+            // Out of place the first step reduces the peer's send buffer
+            // where it lies; in place the buffer holds the last call's result.
+            let mut v = ring_scatter_parts(p, b, in_place, true);
+            v.extend(ring_gather_parts(p, b, true, in_place));
+            v
+        }
+        (Collective::ReduceScatter, "ring") => ring_scatter_parts(p, b, false, false),
+        (Collective::AllGather, "ring") => {
+            // Out of place each rank copies its own block into the receive
+            // buffer (which the right neighbour read last call), then sends it.
+            let mut v = if out {
+                vec![part(Op::Copy, b, false, true)]
+            } else {
+                Vec::new()
+            };
+            v.extend(ring_gather_parts(p, b, out, false));
+            v
+        }
+        (Collective::AllReduce, "rd") => {
+            // Each step copies the running result (read by the partner) and
+            // reduces the partner's copy into the buffer.
+            let steps = t.latency_steps;
+            let mut v = vec![
+                part(Op::Copy, steps, false, true),
+                part(Op::Reduce, reduced, true, false),
+            ];
+            if out {
+                v.push(part(Op::Copy, 1.0, false, false));
+            }
+            v
+        }
+        (Collective::AllReduce, _) => {
+            let mut v = vec![
+                part(Op::Reduce, reduced, true, true),
+                part(Op::Receive, received, true, true),
+            ];
+            if out {
+                v.push(part(Op::Copy, 1.0, false, false));
+            }
+            v
+        }
+        (Collective::AllGather, _) | (Collective::ReduceScatter, _) => vec![
+            part(Op::Receive, received, true, true),
+            part(Op::Reduce, reduced, true, true),
+        ],
+        (Collective::Broadcast, _) => {
+            let mut v = vec![part(
+                Op::Receive,
+                received,
+                out || algo != "tree" || p > 2,
+                p > 2,
+            )];
+            if out {
+                v.push(part(Op::Copy, 1.0, false, true));
+            }
+            v
+        }
+        (Collective::Reduce, _) => vec![
+            part(Op::Copy, 1.0, false, true),
+            part(Op::Reduce, reduced, true, false),
+        ],
+        (Collective::AllToAll, _) => vec![
+            part(Op::Copy, if out { b } else { 1.0 }, false, false),
+            part(Op::Receive, received, in_place, false),
+        ],
+        (Collective::SendRecv, _) => vec![part(Op::Receive, received, false, false)],
     };
-    let (received_input, reduced_input) = match (coll, algo.as_str()) {
-        (Collective::AllReduce, "ring") if out => (0.0, first_hop.min(reduced)),
-        (Collective::ReduceScatter, "ring") => (0.0, first_hop.min(reduced)),
-        (Collective::AllGather, "ring") if in_place => (first_hop.min(received), 0.0),
-        (Collective::AllToAll, _) if out => (received, 0.0),
-        (Collective::SendRecv, _) => (received, 0.0),
-        (Collective::Broadcast, "tree") if in_place => ((1.0f64).min(received), 0.0),
-        _ => (0.0, 0.0),
-    };
-    Some(Moves {
-        latency_steps: t.latency_steps,
-        received,
-        received_input,
-        reduced,
-        reduced_input,
-        local_copy,
-        duplex,
-    })
+    done(parts.into_iter().filter(|p| p.bytes > 0.0).collect())
 }
 
-/// A wire measured before the sweep: its latency, its transfer, copy and
-/// reduction bandwidths per working set, and how its transport reduces.
+/// A wire measured before the sweep: its latencies, its transfer, copy and
+/// reduction bandwidths per working set, and how its transport moves bytes.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct WireModel {
     /// Seconds per one-way message (tree and chain steps): the median of
@@ -283,24 +419,26 @@ pub struct WireModel {
     /// exchanges. 0: as `alpha_s`.
     #[serde(default)]
     pub alpha_exchange_s: f64,
-    /// GB/s of a received byte when every rank sends while it receives.
+    /// GB/s of a received byte when every rank sends while it receives
+    /// (on shared memory: a byte whose line the receiver's cache already
+    /// holds, an input left as it was since the last call).
     pub duplex: Ladder,
-    /// GB/s of a received byte the sender wrote during the call (a
-    /// forwarded or reduced block), every rank exchanging at once. On
-    /// shared memory the receiver pulls lines another core holds modified:
-    /// slower than `duplex`, whose bytes (an input left as it was) sit in
-    /// the receiver's own cache from the call before. Empty: as `duplex`.
-    #[serde(default)]
-    pub fresh: Ladder,
     /// GB/s of a received byte on a one-way path (one stream).
     pub one_way: Ladder,
     /// GB/s of a memory copy within a rank, every rank at once.
     pub copy: Ladder,
     /// GB/s of accumulator of the reduction kernel `acc op= src`.
     pub reduce: Ladder,
-    /// A reduced receive reads the sender's bytes in place and reduces them
-    /// in the same pass (`local`): it costs gamma alone.
-    pub fused_reduce: bool,
+    /// Shared memory's cache states ([`Part`]): receiving a fresh byte into
+    /// a private buffer, writing a claimed buffer, both in one pass. Empty
+    /// ladders (sockets, whose bytes go through the kernel's own buffers):
+    /// every received byte costs `duplex` or `one_way`.
+    #[serde(default)]
+    pub pull: Ladder,
+    #[serde(default)]
+    pub claim: Ladder,
+    #[serde(default)]
+    pub both: Ladder,
 }
 
 /// Seconds per byte of a ladder at a working set (infinite when unknown).
@@ -312,27 +450,58 @@ fn secs_per_byte(l: &Ladder, ws: u64) -> f64 {
 }
 
 impl WireModel {
-    /// The bytes-dependent part of a call's cost, seconds: what `m` costs
-    /// on this wire at working set `ws` for `n_bytes`.
-    pub fn bytes_seconds(&self, m: &Moves, n_bytes: u64, ws: u64) -> f64 {
-        let n = n_bytes as f64;
-        let beta = secs_per_byte(
-            if m.duplex {
-                &self.duplex
-            } else {
-                &self.one_way
-            },
-            ws,
-        );
-        let copy = secs_per_byte(&self.copy, ws);
-        let gamma = secs_per_byte(&self.reduce, ws);
-        let part = |bytes: f64, s: f64| if bytes > 0.0 { bytes * n * s } else { 0.0 };
-        let reduced = if self.fused_reduce {
-            gamma
-        } else {
-            beta + gamma
+    /// Whether the wire tells cache states apart (shared memory: the
+    /// `pull`, `claim` and `both` ladders were measured).
+    pub fn cache_states(&self) -> bool {
+        !(self.pull.rungs.is_empty() || self.claim.rungs.is_empty() || self.both.rungs.is_empty())
+    }
+
+    /// Seconds per byte of one part at working set `ws`:
+    /// - a receive: the wire's figure for its cache states (shared memory:
+    ///   `duplex` for a line the receiver holds, `pull` for a fresh one
+    ///   into a private buffer, `claim` into a claimed one, `both` for a
+    ///   fresh one into a claimed one; sockets: `duplex`, or `one_way` for
+    ///   one-way steps);
+    /// - a reduction: that receive plus gamma (the reduction's own pass
+    ///   over both operands);
+    /// - a copy within the rank: `copy`, or `claim` into a claimed buffer.
+    pub fn part_seconds_per_byte(&self, part: &Part, duplex: bool, ws: u64) -> f64 {
+        let wire = if duplex { &self.duplex } else { &self.one_way };
+        let states = self.cache_states();
+        let move_cost = |fresh: bool, claimed: bool| -> f64 {
+            let l = match (states, fresh, claimed) {
+                (false, _, _) | (true, false, false) => wire,
+                (true, true, false) => &self.pull,
+                (true, false, true) => &self.claim,
+                (true, true, true) => &self.both,
+            };
+            secs_per_byte(l, ws)
         };
-        part(m.received, beta) + part(m.reduced, reduced) + part(m.local_copy, copy)
+        match part.op {
+            Op::Receive => move_cost(part.fresh, part.claimed),
+            Op::Reduce => move_cost(part.fresh, part.claimed) + secs_per_byte(&self.reduce, ws),
+            Op::Copy => {
+                if states && part.claimed {
+                    secs_per_byte(&self.claim, ws)
+                } else {
+                    secs_per_byte(&self.copy, ws)
+                }
+            }
+        }
+    }
+
+    /// The bytes-dependent part of a call's cost, seconds: what `m` costs
+    /// on this wire for `n_bytes`, each part at the call's working set `ws`
+    /// or (a [`Part::near`] one) the slice's, `slice_ws`.
+    pub fn bytes_seconds(&self, m: &Moves, n_bytes: u64, ws: u64, slice_ws: u64) -> f64 {
+        let n = n_bytes as f64;
+        m.parts
+            .iter()
+            .map(|p| {
+                let at = if p.near { slice_ws } else { ws };
+                p.bytes * n * self.part_seconds_per_byte(p, m.duplex, at)
+            })
+            .sum()
     }
 
     /// Predicted seconds of one `coll` with `algo` on `p` ranks, `n_bytes`
@@ -349,8 +518,9 @@ impl WireModel {
         in_place: bool,
     ) -> Option<f64> {
         let m = moves(coll, algo, p, n_bytes, in_place)?;
-        let ws = working_set_bytes(coll, p, n_bytes, in_place);
-        let t = m.latency_steps * self.alpha_for(&m) + self.bytes_seconds(&m, n_bytes, ws);
+        let (ws, slice_ws) = working_sets_of(coll, algo, p, n_bytes, in_place);
+        let t =
+            m.latency_steps * self.alpha_for(&m) + self.bytes_seconds(&m, n_bytes, ws, slice_ws);
         t.is_finite().then_some(t)
     }
 
@@ -362,6 +532,40 @@ impl WireModel {
             self.alpha_s
         }
     }
+}
+
+/// The ceiling a row of `coll` with `algo` is held against: the `ceiling`
+/// ladder at the working set of each byte it moves, combined over the
+/// bytes (harmonic: the time the ceiling would take for each part, added).
+/// A sliced ring moves half its bytes (those reduced or forwarded a moment
+/// ago) out of a slice that is still in cache, so near a cache boundary it
+/// can beat a copy of its whole working set; this ceiling knows that. A
+/// selector or an algorithm without a model: the ladder at the call's
+/// working set. `None` for an empty ladder.
+pub fn ceiling_for(
+    ceiling: &Ladder,
+    coll: Collective,
+    algo: &str,
+    p: usize,
+    n_bytes: u64,
+    in_place: bool,
+) -> Option<f64> {
+    let (ws, slice_ws) = working_sets_of(coll, algo, p, n_bytes, in_place);
+    let whole = ceiling.at(ws)?;
+    let Some(m) = moves(coll, algo, p, n_bytes, in_place) else {
+        return Some(whole);
+    };
+    let (mut bytes, mut secs) = (0.0, 0.0);
+    for part in m.parts.iter().filter(|x| x.op != Op::Copy) {
+        let g = ceiling.at(if part.near { slice_ws } else { ws })?;
+        bytes += part.bytes;
+        secs += part.bytes / g;
+    }
+    Some(if bytes > 0.0 && secs > 0.0 {
+        bytes / secs
+    } else {
+        whole
+    })
 }
 
 /// A fit of measured times over a window of sizes, in the calibrated
@@ -410,8 +614,8 @@ pub fn fit_on_wire(
             world: p,
         };
         let m = moves(coll, algo, p, bytes, in_place).ok_or_else(no_model)?;
-        let ws = working_set_bytes(coll, p, bytes, in_place);
-        let b = wire.bytes_seconds(&m, bytes, ws);
+        let (ws, slice_ws) = working_sets_of(coll, algo, p, bytes, in_place);
+        let b = wire.bytes_seconds(&m, bytes, ws, slice_ws);
         if !b.is_finite() {
             return Err(no_model());
         }
@@ -490,6 +694,35 @@ mod tests {
     }
 
     #[test]
+    fn a_sliced_ring_is_held_against_the_ceiling_of_each_part() {
+        let c = ladder(&[(1 << 20, 40.0), (64 << 20, 8.0)]);
+        let n = 64u64 << 20;
+        // In place, half of an all_reduce (the all-gather of blocks just
+        // reduced) comes out of a 1 MiB slice: 2 / (1/8 + 1/40).
+        let g = ceiling_for(&c, Collective::AllReduce, "ring", 2, n, true).unwrap();
+        assert!((g - 2.0 / (1.0 / 8.0 + 1.0 / 40.0)).abs() < 1e-9, "{g}");
+        // In-place all_gather reads the peer's untouched input: the whole working set.
+        let g = ceiling_for(&c, Collective::AllGather, "ring", 2, n, true).unwrap();
+        assert!((g - 8.0).abs() < 1e-9, "{g}");
+        // A selector: the ladder at the call's working set.
+        assert_eq!(
+            ceiling_for(&c, Collective::AllReduce, "nccl", 2, n, true),
+            Some(8.0)
+        );
+        assert_eq!(
+            ceiling_for(
+                &Ladder::default(),
+                Collective::AllReduce,
+                "ring",
+                2,
+                n,
+                true
+            ),
+            None
+        );
+    }
+
+    #[test]
     fn working_sets_per_collective() {
         let n = 1 << 20;
         assert_eq!(working_set_bytes(Collective::AllReduce, 2, n, false), 2 * n);
@@ -505,56 +738,111 @@ mod tests {
         assert_eq!(working_set_bytes(Collective::SendRecv, 2, n, false), 2 * n);
     }
 
-    #[test]
-    fn moves_follow_the_algorithms() {
-        // Ring all_reduce on 2 ranks: half received by copy, half reduced.
-        let m = moves(Collective::AllReduce, "ring", 2, 1 << 20, false).unwrap();
-        assert_eq!(
-            (m.received, m.reduced, m.local_copy, m.duplex),
-            (0.5, 0.5, 0.0, true)
-        );
-        // Out-of-place all_gather copies its own block in first.
-        let m = moves(Collective::AllGather, "ring", 4, 1 << 20, false).unwrap();
-        assert_eq!((m.received, m.local_copy), (0.75, 0.25));
-        assert_eq!(
-            moves(Collective::AllGather, "ring", 4, 1 << 20, true)
-                .unwrap()
-                .local_copy,
-            0.0
-        );
-        // Recursive doubling on 2 ranks: one step, reduced, one copy of the result.
-        let m = moves(Collective::AllReduce, "rd", 2, 1024, true).unwrap();
-        assert_eq!((m.received, m.reduced, m.local_copy), (0.0, 1.0, 1.0));
-        let m = moves(Collective::Broadcast, "tree", 2, 1024, false).unwrap();
-        assert!(!m.duplex && m.local_copy == 1.0);
-        assert_eq!(moves(Collective::AllReduce, "auto", 2, 8, true), None);
+    fn states(m: &Moves) -> Vec<(Op, bool, bool)> {
+        m.parts.iter().map(|p| (p.op, p.fresh, p.claimed)).collect()
     }
 
     #[test]
-    fn fused_reduction_costs_gamma_alone() {
-        let flat = |g| ladder(&[(1, g), (1 << 40, g)]);
+    fn moves_follow_the_algorithms() {
+        let n = 1 << 20;
+        // Ring all_reduce on 2 ranks, out of place: the reduce-scatter step
+        // reduces the peer's untouched input into the block the peer reads
+        // next; the all-gather step pulls the peer's fresh block into one
+        // nobody reads.
+        let m = moves(Collective::AllReduce, "ring", 2, n, false).unwrap();
+        assert_eq!(m.bytes(Op::Receive), 0.5);
+        assert_eq!(m.bytes(Op::Reduce), 0.5);
+        assert!(m.duplex && m.latency_steps == 2.0);
+        assert_eq!(
+            states(&m),
+            [(Op::Reduce, false, true), (Op::Receive, true, false)]
+        );
+        // In place every byte is fresh and every destination claimed.
+        let m = moves(Collective::AllReduce, "ring", 2, n, true).unwrap();
+        assert_eq!(
+            states(&m),
+            [(Op::Reduce, true, true), (Op::Receive, true, true)]
+        );
+        // Out-of-place all_gather copies its own block in first (a block the
+        // peer reads), then pulls the peer's fresh copy; in place it reads
+        // the peer's untouched block.
+        let m = moves(Collective::AllGather, "ring", 2, n, false).unwrap();
+        assert_eq!(
+            states(&m),
+            [(Op::Copy, false, true), (Op::Receive, true, false)]
+        );
+        let m = moves(Collective::AllGather, "ring", 2, n, true).unwrap();
+        assert_eq!(states(&m), [(Op::Receive, false, false)]);
+        // Four ranks: three steps, forwarded blocks fresh and claimed but the last.
+        let m = moves(Collective::AllGather, "ring", 4, n, true).unwrap();
+        assert_eq!(m.bytes(Op::Receive), 0.75);
+        assert_eq!(
+            states(&m),
+            [
+                (Op::Receive, false, true),
+                (Op::Receive, true, true),
+                (Op::Receive, true, false)
+            ]
+        );
+        // Recursive doubling on 2 ranks: one step, reduced, one copy of the result.
+        let m = moves(Collective::AllReduce, "rd", 2, 1024, true).unwrap();
+        assert_eq!((m.bytes(Op::Reduce), m.bytes(Op::Copy)), (1.0, 1.0));
+        let m = moves(Collective::Broadcast, "tree", 2, 1024, false).unwrap();
+        assert!(!m.duplex && m.bytes(Op::Copy) == 1.0);
+        assert_eq!(moves(Collective::AllReduce, "auto", 2, 8, true), None);
+        assert!(moves(Collective::AllReduce, "ring", 2, 0, true)
+            .unwrap()
+            .parts
+            .is_empty());
+    }
+
+    fn flat(g: f64) -> Ladder {
+        ladder(&[(1, g), (1 << 40, g)])
+    }
+
+    #[test]
+    fn each_part_costs_its_cache_states() {
         let mut wire = WireModel {
             alpha_s: 1e-6,
-            alpha_exchange_s: 0.0,
-            fresh: Ladder::default(),
+            alpha_exchange_s: 0.5e-6,
             duplex: flat(10.0),
             one_way: flat(10.0),
-            copy: flat(10.0),
+            copy: flat(20.0),
             reduce: flat(5.0),
-            fused_reduce: true,
+            pull: Ladder::default(),
+            claim: Ladder::default(),
+            both: Ladder::default(),
         };
         let n = 1u64 << 20;
-        // 2 ranks, one slice: 2 alpha + n/2 at 10 GB/s (copy) + n/2 at 5 GB/s (reduce).
-        let want = 2e-6 + 0.5 * n as f64 / 10e9 + 0.5 * n as f64 / 5e9;
+        let h = 0.5 * n as f64;
+        // Sockets (no cache states): 2 exchange steps, half received at
+        // 10 GB/s, half received (10) and reduced (5).
+        let want = 1e-6 + h / 10e9 + h / 10e9 + h / 5e9;
         let t = wire
             .predict(Collective::AllReduce, "ring", 2, n, false)
             .unwrap();
-        assert!((t - want).abs() < 1e-12, "{t} {want}");
-        wire.fused_reduce = false;
+        assert!((t - want).abs() < 1e-15, "{t} {want}");
+        // Shared memory: the reduction into a claimed block at the claim
+        // rate, the fresh block pulled at the pull rate.
+        wire.pull = flat(4.0);
+        wire.claim = flat(2.0);
+        wire.both = flat(1.0);
+        let want = 1e-6 + h / 2e9 + h / 5e9 + h / 4e9;
         let t = wire
             .predict(Collective::AllReduce, "ring", 2, n, false)
             .unwrap();
-        assert!((t - want - 0.5 * n as f64 / 10e9).abs() < 1e-12);
+        assert!((t - want).abs() < 1e-15, "{t} {want}");
+        // In place: both steps at the `both` rate.
+        let want = 1e-6 + h / 1e9 + h / 5e9 + h / 1e9;
+        let t = wire
+            .predict(Collective::AllReduce, "ring", 2, n, true)
+            .unwrap();
+        assert!((t - want).abs() < 1e-15, "{t} {want}");
+        // In-place all_gather reads a line its cache holds: the duplex rate.
+        let t = wire
+            .predict(Collective::AllGather, "ring", 2, n, true)
+            .unwrap();
+        assert!((t - (0.5e-6 + h / 10e9)).abs() < 1e-15, "{t}");
         assert_eq!(
             WireModel::default().predict(Collective::AllReduce, "ring", 2, n, false),
             None
@@ -568,22 +856,23 @@ mod tests {
         let wire = WireModel {
             alpha_s: 2e-6,
             alpha_exchange_s: 0.0,
-            fresh: l.clone(),
             duplex: l.clone(),
             one_way: l.clone(),
             copy: l.clone(),
-            reduce: l,
-            fused_reduce: true,
+            reduce: l.clone(),
+            pull: l.clone(),
+            claim: l.clone(),
+            both: l,
         };
         let pts: Vec<(u64, f64)> = (18..=26)
             .map(|k| {
                 let n = 1u64 << k;
                 let m = moves(Collective::AllGather, "ring", 2, n, true).unwrap();
-                let ws = working_set_bytes(Collective::AllGather, 2, n, true);
+                let (ws, slice) = working_sets_of(Collective::AllGather, "ring", 2, n, true);
                 // Measured: 1.25x the model's bytes term, alpha 3 us.
                 (
                     n,
-                    m.latency_steps * 3e-6 + 1.25 * wire.bytes_seconds(&m, n, ws),
+                    m.latency_steps * 3e-6 + 1.25 * wire.bytes_seconds(&m, n, ws, slice),
                 )
             })
             .collect();
