@@ -111,6 +111,76 @@ fn largest_set(cfg: &SweepConfig, world: usize) -> u64 {
         .unwrap_or(top)
 }
 
+/// How much faster than the wire memory must copy at a working set before
+/// larger working sets cannot make the wire faster: the ladder stops there.
+const LINK_BOUND: f64 = 10.0;
+
+/// The stream ladders and the back-to-back exchange ladder of a socket
+/// wire, rung by rung from the smallest working set, stopping once the wire
+/// is link-bound: from 1 MiB up, two rungs in a row within 15% of each
+/// other on every ladder and the copy ladder [`LINK_BOUND`] times faster.
+/// The rungs beyond are the last measured one, held (the method says so):
+/// on a shaped link the large rungs would take minutes, and the drops a
+/// long stream provokes in the link's queue leave the connection's
+/// congestion window small for the sweep's first sizes.
+fn link_ladders<C: Communicator>(
+    comm: &mut C,
+    sets: &[u64],
+    copy: &Ladder,
+) -> CommResult<(measure::StreamLadders, Ladder)> {
+    let mut s = measure::StreamLadders::default();
+    let mut step = Ladder::default();
+    let mut held_from = None;
+    for (i, &ws) in sets.iter().enumerate() {
+        let one = measure::stream_ladder(comm, &[ws], STREAM_SAMPLE, STREAM_SAMPLES)?;
+        let x = measure::fresh_ladders(comm, &[ws], false)?.clean;
+        s.one_way.method = one.one_way.method;
+        s.duplex.method = one.duplex.method;
+        step.method = x.method;
+        s.one_way.rungs.extend(one.one_way.rungs);
+        s.duplex.rungs.extend(one.duplex.rungs);
+        step.rungs.extend(x.rungs);
+        let flat = |l: &Ladder| match l.rungs.as_slice() {
+            [.., a, b] => (a.gbps - b.gbps).abs() <= 0.15 * a.gbps.max(b.gbps),
+            _ => false,
+        };
+        let fastest = [&s.one_way, &s.duplex, &step]
+            .iter()
+            .filter_map(|l| l.rungs.last().map(|r| r.gbps))
+            .fold(0.0, f64::max);
+        let memory = copy.at(ws).unwrap_or(0.0);
+        if ws >= 1 << 20
+            && flat(&s.one_way)
+            && flat(&s.duplex)
+            && flat(&step)
+            && memory > LINK_BOUND * fastest
+        {
+            held_from = Some(i);
+            break;
+        }
+    }
+    if let Some(i) = held_from {
+        let note = format!(
+            "; link-bound from {} B (memory copies {LINK_BOUND}x faster there): larger working sets hold that rung",
+            sets[i]
+        );
+        for l in [&mut s.one_way, &mut s.duplex, &mut step] {
+            let last = l.rungs.last().cloned();
+            if let Some(last) = last {
+                for &ws in &sets[i + 1..] {
+                    l.rungs.push(Rung {
+                        working_set: ws,
+                        bytes: ws * last.bytes / last.working_set.max(1),
+                        ..last.clone()
+                    });
+                }
+            }
+            l.method.push_str(&note);
+        }
+    }
+    Ok((s, step))
+}
+
 /// Means over ranks of one figure each.
 fn mean_over_ranks<C: Communicator>(comm: &mut C, v: f64) -> CommResult<f64> {
     let world = comm.world().max(1) as f64;
@@ -184,11 +254,10 @@ pub fn measure_wire<C: Communicator>(comm: &mut C, cfg: &SweepConfig) -> CommRes
         };
         (ceiling, model, comm.backend() == "local")
     } else {
-        let s = measure::stream_ladder(comm, &sets, STREAM_SAMPLE, STREAM_SAMPLES)?;
-        // A ring step is one exchange from a standing start, not a stream:
-        // its transfer rate is the clean exchange's; the ceiling is the best
-        // of the three.
-        let step = measure::fresh_ladders(comm, &sets, false)?.clean;
+        let (s, step) = link_ladders(comm, &sets, &copy)?;
+        // A ring step is an exchange after an exchange, not a stream: its
+        // transfer rate is the back-to-back exchange's; the ceiling is the
+        // best of the three.
         let ceiling = s.one_way.best_of(&s.duplex).best_of(&step);
         let model = WireModel {
             duplex: step,

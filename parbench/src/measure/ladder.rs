@@ -217,9 +217,10 @@ pub struct FreshLadders {
 /// every rank sending to its right neighbour while it receives from its
 /// left, each exchange after a barrier so that all start together.
 ///
-/// - `clean`: exchanges of the same send buffer, never rewritten: a ring
-///   step from a standing start (on sockets, the transfer rate a step gets,
-///   below a stream's, whose messages follow each other with full buffers);
+/// - `clean`: exchanges of the same send buffer, never rewritten, back to
+///   back as a collective's steps follow each other (less an 8-byte
+///   exchange timed the same way): on sockets the transfer rate a ring
+///   step gets, below a stream's, whose messages flow without waiting;
 /// - `pull` and `claim`: per exchange, each rank first rewrites its send
 ///   buffer (timed: `claim`, as the peer read it in the last exchange),
 ///   then leaves a barrier and exchanges into a private buffer (timed:
@@ -240,23 +241,40 @@ pub fn fresh_ladders<C: Communicator>(
 ) -> CommResult<FreshLadders> {
     let (rank, world) = (comm.rank(), comm.world());
     let (right, left) = ((rank + 1) % world, (rank + world - 1) % world);
-    let exchange =
-        |comm: &mut C, send: &C::Buffer, recv: &mut C::Buffer, len: usize| -> CommResult<f64> {
+    let timed = |comm: &mut C,
+                 send: &C::Buffer,
+                 recv: &mut C::Buffer,
+                 len: usize,
+                 barrier: bool|
+     -> CommResult<f64> {
+        if barrier {
             comm.barrier()?;
-            let t = Instant::now();
-            comm.send_recv(send, right, recv, left, len, DType::U8)?;
-            comm.sync()?;
-            Ok(t.elapsed().as_secs_f64())
-        };
-    let empty = {
+        }
+        let t = Instant::now();
+        comm.send_recv(send, right, recv, left, len, DType::U8)?;
+        comm.sync()?;
+        Ok(t.elapsed().as_secs_f64())
+    };
+    // After a barrier (the cache-state ladders: the fill must be over on
+    // every rank first), or back to back as a collective's steps follow
+    // each other (`clean`).
+    let exchange = |comm: &mut C, send: &C::Buffer, recv: &mut C::Buffer, len: usize| {
+        timed(comm, send, recv, len, true)
+    };
+    let step = |comm: &mut C, send: &C::Buffer, recv: &mut C::Buffer, len: usize| {
+        timed(comm, send, recv, len, false)
+    };
+    let median_empty = |comm: &mut C, barrier: bool| -> CommResult<f64> {
         let send = comm.alloc(8)?;
         let mut recv = comm.alloc(8)?;
         let mut t: Vec<f64> = (0..64)
-            .map(|_| exchange(comm, &send, &mut recv, 8))
+            .map(|_| timed(comm, &send, &mut recv, 8, barrier))
             .collect::<CommResult<_>>()?;
         t.sort_by(f64::total_cmp);
-        t[t.len() / 2]
+        Ok(t[t.len() / 2])
     };
+    let empty = median_empty(comm, true)?;
+    let empty_step = median_empty(comm, false)?;
     // Each rank takes its own empty exchange off its own; the method names rank 0's.
     let empty0 = gather_f64(comm, &[empty])?
         .first()
@@ -285,8 +303,8 @@ pub fn fresh_ladders<C: Communicator>(
             let start = Instant::now();
             let (mut tl, mut done) = (0.0, 0usize);
             while done < reps {
-                let t = exchange(comm, &a, &mut b, len)?;
-                tl += (t - empty).max(t * 1e-3);
+                let t = step(comm, &a, &mut b, len)?;
+                tl += (t - empty_step).max(t * 1e-3);
                 done += 1;
                 if done % 16 == 0 && enough(comm, start)? {
                     break;

@@ -463,7 +463,15 @@ fn window_fit(c: &Curve) -> Result<WindowFit, String> {
         .collect();
     let coll: parbench::comm::Collective = c.row.collective.parse()?;
     if let Some(w) = &c.wire {
-        if let Ok(f) = fit_on_wire(coll, &c.row.algo, c.row.world, c.row.in_place, w, &pts) {
+        if let Ok(f) = fit_on_wire(
+            coll,
+            &c.row.algo,
+            c.row.world,
+            c.row.in_place,
+            w,
+            &pts,
+            true,
+        ) {
             return Ok(WindowFit {
                 structure: "ladders",
                 alpha_us: f.alpha_s * 1e6,
@@ -611,7 +619,7 @@ pub fn section(sources: &[Source]) -> String {
     }
     body.push_str(&page::h3("Alpha-beta fit and peaks"));
     body.push_str(&page::note(
-        "Each curve's median times from 1 MiB up fitted (parbench::model) with relative error so every size counts. Structure `ladders` (runs that recorded their ceiling ladders): time = L x alpha + s x the calibrated model's bytes term (each size's bandwidth from the ladders at its working set), alpha and the scale s fitted; busbw is what the fit implies at the window's first and last size. Structure `single beta`: time = L x alpha + B x bytes x beta with the algorithm's L and B (ring all_reduce: L = 2(p-1) per slice, B = 2(p-1)/p); link = 1/beta. An error above 20% is marked poor. Peak bus bandwidth is the best single size, not a mean over sizes, held against the ceiling at that size's own working set.",
+        "Each curve's median times from 1 MiB up fitted (parbench::model) with relative error so every size counts. Structure `ladders` (runs that recorded their ceiling ladders): time = L x alpha + s x the calibrated model's bytes term (each size's bandwidth from the ladders at its working set), alpha the run's measured one (a sliced ring's latency steps grow with its bytes, so the two cannot be told apart from large sizes alone) and the scale s fitted; busbw is what the fit implies at the window's first and last size. Structure `single beta`: time = L x alpha + B x bytes x beta with the algorithm's L and B (ring all_reduce: L = 2(p-1) per slice, B = 2(p-1)/p); link = 1/beta. An error above 20% is marked poor. Peak bus bandwidth is the best single size, not a mean over sizes, held against the ceiling at that size's own working set.",
     ));
     body.push_str(&page::table(
         &[
