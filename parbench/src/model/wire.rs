@@ -947,7 +947,7 @@ mod tests {
         let f = fit_on_wire(Collective::AllGather, "ring", 2, true, &wire, &pts, true).unwrap();
         assert_eq!(f.alpha_s, 2e-6);
         assert!(
-            (f.scale - 1.25).abs() < 0.05 && f.rms_rel_err > 0.0,
+            (f.scale - 1.25).abs() < 0.1 && f.rms_rel_err > 0.0,
             "{f:?}"
         );
     }
