@@ -9,7 +9,7 @@
 # and the report is still written); 3 no regression, but noisy runs (other
 # processes took more than 10% of the machine) left figures unjudged.
 #
-# Usage: scripts/nightly.sh [--results DIR] [--threshold 0.05] [--rounds 3] [--no-build]
+# Usage: scripts/nightly.sh [--results DIR] [--threshold 0.05] [--rounds 7] [--no-build]
 # Paths (--results, PARBENCH_BIN, CARGO_TARGET_DIR) are taken relative to
 # the directory it is called from.
 # Environment: PARBENCH_BIN (folder of the binaries, default
@@ -24,7 +24,7 @@ from_caller() { case "$1" in /*) printf '%s' "$1" ;; *) printf '%s' "$caller/$1"
 
 results=results
 threshold=0.05
-rounds=3
+rounds=7
 build=1
 while [ $# -gt 0 ]; do
     case "$1" in

@@ -6,9 +6,10 @@
 //! A figure is a **regression** when every one of these holds:
 //!
 //! 1. neither side's rows come from a noisy run (other processes took more
-//!    than 10% of the machine: `extra.noise` in run.json); rows of noisy
-//!    runs are left out, and a figure with no quiet row left on a side is
-//!    "noisy: not judged";
+//!    than 10% of the machine: `extra.noise` in run.json, or, for a
+//!    collective's rows, that collective's table: `extra.noise_per_collective`);
+//!    rows of noisy runs are left out, and a figure with no quiet row left
+//!    on a side is "noisy: not judged";
 //! 2. its median over the rounds got worse by more than `--threshold`;
 //! 3. and by more than the noise: with two or more rounds on a side, the
 //!    half-spread of that side's rounds; with one round, the row's own
@@ -89,6 +90,11 @@ pub trait Compared: Record {
     fn figures(&self) -> Vec<Figure>;
     /// The parts of the key, in words, for saying why nothing matched.
     fn key_parts(&self) -> Vec<(&'static str, String)>;
+    /// The part of the run whose own noise figure covers this row (a
+    /// collective's table: run.json's `extra.noise_per_collective`), if any.
+    fn noise_scope(&self) -> Option<&str> {
+        None
+    }
 }
 
 /// `(value - low) / value`, or 0 when the spread is not recorded.
@@ -135,6 +141,9 @@ impl Compared for CollectiveRow {
                 time_us: Some(self.p50_us),
             },
         ]
+    }
+    fn noise_scope(&self) -> Option<&str> {
+        Some(&self.collective)
     }
     fn key_parts(&self) -> Vec<(&'static str, String)> {
         vec![
@@ -251,6 +260,8 @@ pub struct Change {
 pub struct RunInfo {
     /// Share of the machine other processes took, when recorded.
     pub foreign: Option<f64>,
+    /// The same per part of the run (bench-collectives: per collective's table).
+    pub per_scope: BTreeMap<String, f64>,
     /// The compare floor, us (0 when not recorded).
     pub floor_us: f64,
 }
@@ -260,6 +271,15 @@ impl RunInfo {
     pub fn noisy(&self) -> bool {
         self.foreign
             .is_some_and(|f| f > parbench::measure::noise::NOISY_FRACTION)
+    }
+
+    /// Whether a row of the run is too noisy to judge: the run, or the part
+    /// of it the row was measured in.
+    pub fn noisy_for(&self, scope: Option<&str>) -> bool {
+        self.noisy()
+            || scope
+                .and_then(|s| self.per_scope.get(s))
+                .is_some_and(|&f| f > parbench::measure::noise::NOISY_FRACTION)
     }
 }
 
@@ -274,10 +294,21 @@ pub fn run_infos(src: &Source) -> BTreeMap<String, RunInfo> {
                 .and_then(|f| f.get("floor_us"))
                 .and_then(serde_json::Value::as_f64)
                 .unwrap_or(0.0);
+            let per_scope = r
+                .extra
+                .get("noise_per_collective")
+                .and_then(serde_json::Value::as_object)
+                .map(|m| {
+                    m.iter()
+                        .filter_map(|(k, v)| Some((k.clone(), v.get("fraction")?.as_f64()?)))
+                        .collect()
+                })
+                .unwrap_or_default();
             (
                 r.run_id.clone(),
                 RunInfo {
                     foreign: r.noise().map(|n| n.fraction),
+                    per_scope,
                     floor_us,
                 },
             )
@@ -461,7 +492,7 @@ pub fn compare_rows<R: Compared>(
             (0..n)
                 .map(|i| {
                     rows.iter()
-                        .filter(|r| !info(runs, r.run_id()).noisy())
+                        .filter(|r| !info(runs, r.run_id()).noisy_for(r.noise_scope()))
                         .filter_map(|r| Some((r.run_id().to_string(), r.figures().get(i)?.clone())))
                         .collect()
                 })
@@ -548,9 +579,18 @@ pub fn compare_sources(base: &Source, cur: &Source, threshold: f64) -> Compariso
     let mut out = Comparison::default();
     let (bi, ci) = (run_infos(base), run_infos(cur));
     for (side, infos) in [("baseline", &bi), ("current", &ci)] {
-        for (id, i) in infos.iter().filter(|(_, i)| i.noisy()) {
-            out.noisy_runs
-                .push((side, id.clone(), i.foreign.unwrap_or(0.0)));
+        for (id, i) in infos {
+            if i.noisy() {
+                out.noisy_runs
+                    .push((side, id.clone(), i.foreign.unwrap_or(0.0)));
+                continue;
+            }
+            for (scope, &f) in &i.per_scope {
+                if f > parbench::measure::noise::NOISY_FRACTION {
+                    out.noisy_runs
+                        .push((side, format!("{id} ({scope} table)"), f));
+                }
+            }
         }
     }
     compare_rows(
@@ -635,7 +675,7 @@ fn changes_table(changes: &[&Change]) -> Table {
 }
 
 /// The rule, in one paragraph, as the output states it.
-pub const RULE: &str = "A regression: rows of quiet runs only (other processes took at most 10% of the machine); the median over the rounds worse by more than the threshold and by more than the noise (the rounds' half-spread with 2+ rounds, else the row's spread below its median); with 2+ rounds on both sides, every current round worse than every baseline round; and a time change above the floor (clock resolution or latency jitter, the larger, from run.json).";
+pub const RULE: &str = "A regression: rows of quiet runs only (other processes took at most 10% of the machine during the run and the row's table); the median over the rounds worse by more than the threshold and by more than the noise (the rounds' half-spread with 2+ rounds, else the row's spread below its median); with 2+ rounds on both sides, every current round worse than every baseline round; and a time change above the floor (clock resolution or latency jitter, the larger, from run.json).";
 
 /// The comparison as text or Markdown.
 pub fn render(cmp: &Comparison, args: &CompareArgs) -> String {

@@ -237,6 +237,25 @@ fn a_noisy_run_is_not_judged_and_exits_3() {
     assert_eq!(o.status.code(), Some(3), "{out}");
     assert!(out.contains("noisy: not judged"), "{out}");
     assert!(out.contains(": 0 regressions"), "{out}");
+    // A quiet run whose all_reduce table alone was noisy: those rows are
+    // not judged, the others are.
+    let cur = rounds_folder("n-table", 1, |_, _| 1.3, |_| 0.0);
+    let p = cur.join("run.json");
+    let mut runs: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+    runs[0]["extra"]["noise_per_collective"] = serde_json::json!({"all_reduce": {"fraction": 0.2}});
+    std::fs::write(&p, runs.to_string()).unwrap();
+    let o = report(&["compare", base.to_str().unwrap(), cur.to_str().unwrap()]);
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(1), "all_gather still judged: {out}");
+    assert!(
+        out.contains("(all_reduce table)") && out.contains("noisy: not judged"),
+        "{out}"
+    );
+    assert!(
+        !out.contains("all_reduce/float/sum/-1/np2/2097152B/out  "),
+        "{out}"
+    );
     // One noisy round of three is left out; the quiet ones are judged.
     let cur = rounds_folder("n-cur3", 3, |_, _| 1.0, |i| if i == 1 { 0.5 } else { 0.0 });
     let base3 = rounds_folder("n-base3", 3, |_, _| 1.0, |_| 0.0);
