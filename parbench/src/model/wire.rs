@@ -946,9 +946,6 @@ mod tests {
         // points) only the scale moves: near 1.25, the residue in the error.
         let f = fit_on_wire(Collective::AllGather, "ring", 2, true, &wire, &pts, true).unwrap();
         assert_eq!(f.alpha_s, 2e-6);
-        assert!(
-            (f.scale - 1.25).abs() < 0.1 && f.rms_rel_err > 0.0,
-            "{f:?}"
-        );
+        assert!((f.scale - 1.25).abs() < 0.1 && f.rms_rel_err > 0.0, "{f:?}");
     }
 }

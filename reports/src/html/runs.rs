@@ -82,8 +82,7 @@ pub fn extra_lines(extra: &serde_json::Map<String, Value>) -> Vec<String> {
         } else if let Some(l) = ladder_line(v) {
             out.push(format!("{k}: {l}"));
         } else if let Value::Object(m) = v {
-            let mut lines = 0;
-            for (sk, sv) in m {
+            for (lines, (sk, sv)) in m.iter().enumerate() {
                 if lines == LINES_PER_KEY {
                     out.push(format!("{k}: … {} more", m.len() - lines));
                     break;
@@ -96,7 +95,6 @@ pub fn extra_lines(extra: &serde_json::Map<String, Value>) -> Vec<String> {
                     _ => "-".into(),
                 };
                 out.push(format!("{k}.{sk}: {val}"));
-                lines += 1;
             }
         } else if let Value::Array(a) = v {
             if a.is_empty() {
