@@ -131,6 +131,31 @@ pub struct PingPong {
 }
 
 impl PingPong {
+    /// Rank 0's figures from its timed `samples` (us) after `warmup`
+    /// untimed ones, brought to every rank. Every rank must call it.
+    fn of_rank0<C: Communicator>(
+        comm: &mut C,
+        mut samples: Vec<f64>,
+        warmup: usize,
+    ) -> CommResult<Option<PingPong>> {
+        samples.sort_by(f64::total_cmp);
+        let n = samples.len();
+        let q = |f: f64| {
+            samples
+                .get(((n.max(1) - 1) as f64 * f).round() as usize)
+                .copied()
+                .unwrap_or(0.0)
+        };
+        let all = gather_f64(comm, &[warmup as f64, q(0.5), q(0.1), q(0.9)])?;
+        Ok(all.first().map(|v| PingPong {
+            trips: n,
+            warmup: v[0] as usize,
+            median_us: v[1],
+            p10_us: v[2],
+            p90_us: v[3],
+        }))
+    }
+
     /// The latency jitter: the spread of half round trips between their
     /// 10th and 90th percentiles, us.
     pub fn jitter_us(&self) -> f64 {
@@ -199,17 +224,7 @@ pub fn ping_pong<C: Communicator>(comm: &mut C, iters: usize) -> CommResult<Opti
         trip(comm, &mut buf)?;
         trips.push(t.elapsed().as_secs_f64() * 1e6 / 2.0);
     }
-    trips.sort_by(f64::total_cmp);
-    let q = |f: f64| trips[((trips.len() - 1) as f64 * f).round() as usize];
-    let mine = [warmup as f64, q(0.5), q(0.1), q(0.9)];
-    let all = gather_f64(comm, &mine)?;
-    Ok(all.first().map(|v| PingPong {
-        trips: iters,
-        warmup: v[0] as usize,
-        median_us: v[1],
-        p10_us: v[2],
-        p90_us: v[3],
-    }))
+    PingPong::of_rank0(comm, trips, warmup)
 }
 
 /// 8-byte exchanges, every rank at once, each sending to its right
@@ -259,16 +274,7 @@ pub fn exchange_latency<C: Communicator>(
         comm.sync()?;
         times.push(t.elapsed().as_secs_f64() * 1e6);
     }
-    times.sort_by(f64::total_cmp);
-    let q = |f: f64| times[((times.len() - 1) as f64 * f).round() as usize];
-    let all = gather_f64(comm, &[most as f64, q(0.5), q(0.1), q(0.9)])?;
-    Ok(all.first().map(|v| PingPong {
-        trips: iters,
-        warmup: v[0] as usize,
-        median_us: v[1],
-        p10_us: v[2],
-        p90_us: v[3],
-    }))
+    PingPong::of_rank0(comm, times, most)
 }
 
 /// Half the round trip of an 8-byte message between ranks 0 and 1, in us:

@@ -279,24 +279,39 @@ fn labels(curves: &[&Curve]) -> Vec<String> {
         .collect()
 }
 
+/// The min..max band of a curve of several runs, per size.
+fn band(
+    label: String,
+    color: usize,
+    c: &Curve,
+    range: impl Fn(&SizePoint) -> (f64, f64),
+) -> Series {
+    let pts: Vec<(f64, f64, f64)> = c
+        .by_size
+        .iter()
+        .map(|p| {
+            let (lo, hi) = range(p);
+            (p.bytes, lo, hi)
+        })
+        .collect();
+    Series {
+        label,
+        color,
+        line: LineStyle::Band,
+        marker: Marker::None,
+        points: band_points(&pts),
+    }
+}
+
 fn busbw_chart(collective: &str, curves: &[&Curve], names: &[String]) -> LineChart {
     let mut series = Vec::new();
     type Wire<'a> = (&'a str, &'a str, &'a str, &'a [String]);
     let mut ceilings_drawn: Vec<Wire> = Vec::new();
     for (i, (c, name)) in curves.iter().zip(names).enumerate() {
         if c.runs.len() > 1 {
-            series.push(Series {
-                label: format!("{name}: min..max over the runs"),
-                color: i,
-                line: LineStyle::Band,
-                marker: Marker::None,
-                points: band_points(
-                    &c.by_size
-                        .iter()
-                        .map(|p| (p.bytes, p.busbw_range.0, p.busbw_range.1))
-                        .collect::<Vec<_>>(),
-                ),
-            });
+            series.push(band(format!("{name}: min..max over the runs"), i, c, |p| {
+                p.busbw_range
+            }));
         }
         series.push(Series {
             label: format!("{name} measured"),
@@ -391,18 +406,12 @@ fn latency_chart(collective: &str, curves: &[&Curve], names: &[String]) -> LineC
     let mut series = Vec::new();
     for (i, (c, name)) in curves.iter().zip(names).enumerate() {
         if c.runs.len() > 1 {
-            series.push(Series {
-                label: format!("{name}: p50 min..max over the runs"),
-                color: i,
-                line: LineStyle::Band,
-                marker: Marker::None,
-                points: band_points(
-                    &c.by_size
-                        .iter()
-                        .map(|p| (p.bytes, p.p50_range.0, p.p50_range.1))
-                        .collect::<Vec<_>>(),
-                ),
-            });
+            series.push(band(
+                format!("{name}: p50 min..max over the runs"),
+                i,
+                c,
+                |p| p.p50_range,
+            ));
         }
         series.push(Series {
             label: format!("{name} p50"),
