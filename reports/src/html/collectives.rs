@@ -217,7 +217,7 @@ fn run_time(id: &str) -> String {
 pub fn run_words(c: &Curve) -> String {
     let runs = match c.runs.as_slice() {
         [one] => format!("run {}", run_time(one)),
-        many => format!("median of {} runs (band: min..max)", many.len()),
+        many => format!("median of {} runs", many.len()),
     };
     if c.noisy {
         format!("{runs} NOISY")
