@@ -309,7 +309,7 @@ pub fn summary_lines(s: &Summary) -> Vec<String> {
             "# Fits over the window of {} and up (--fit-from), per collective and algorithm (out-of-place rows; in-place when only those ran), of each row's p50:",
             human(from)
         ),
-        "#   structure `ladders`: t = L alpha + s x (the model's bytes term from the ladders at each row's working set): alpha and the scale s fitted,".to_string(),
+        "#   structure `ladders`: t = L alpha + s x (the model's bytes term from the ladders at each row's working set): alpha the one measured before the sweep (a sliced ring's steps grow with its bytes), the scale s fitted,".to_string(),
         "#   busbw = what the fit implies at the window's first and last size; `single beta`: t = L alpha + F n beta. err = rms / max relative error.".to_string(),
         "#   peak busbw: the largest busbw of any one size, and that size (not a mean over sizes).".to_string(),
         format!(
