@@ -10,7 +10,8 @@
 #
 # RATE is tc's syntax (1gbit, 200mbit). `run` brings the hosts up, starts
 # COMMAND as rank i of a tcp job inside pbhost<i> (RANK, WORLD_SIZE,
-# MASTER_ADDR, MASTER_PORT, PARBENCH_JOB_TOKEN set), waits for every rank,
+# MASTER_ADDR, MASTER_PORT, PARBENCH_JOB_TOKEN set; PARBENCH_WIRE is the
+# caller's, or tcp-RATE when unset), waits for every rank,
 # tears everything down (also on failure or interrupt) and exits with the
 # first failing rank's status, or 0. Needs root (or CAP_NET_ADMIN) and iproute2.
 #
@@ -31,7 +32,7 @@ PORT=${MASTER_PORT:-29517}
 die() { echo "netns.sh: $*" >&2; exit 2; }
 
 usage() {
-    sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
 
@@ -112,10 +113,13 @@ run() {
     up "$n" "$rate" "$burst"
     local token pids=() i status=0 rc
     token=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+    # The wire's name in the records: the caller's PARBENCH_WIRE, or tcp-RATE.
+    # One name for two rates lets report compare hold one against the other.
+    local wire=${PARBENCH_WIRE:-tcp-$rate}
     for ((i = 0; i < n; i++)); do
         ip netns exec "$PREFIX$i" env RANK=$i WORLD_SIZE=$n LOCAL_RANK=0 \
             MASTER_ADDR=$SUBNET.1 MASTER_PORT=$PORT PARBENCH_JOB_TOKEN=$token \
-            PARBENCH_WIRE="tcp-$rate" "$@" &
+            PARBENCH_WIRE="$wire" "$@" &
         pids+=($!)
     done
     for i in "${!pids[@]}"; do

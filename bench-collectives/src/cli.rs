@@ -96,6 +96,11 @@ pub struct Args {
     #[arg(long, value_name = "RANK:MS")]
     pub straggler: Option<String>,
 
+    /// Smallest size the fits after the sweep use (K, M, G suffixes): the
+    /// fits' window, from this size to the largest swept.
+    #[arg(long = "fit-from", value_name = "SIZE", default_value = "1M")]
+    pub fit_from: String,
+
     /// Capture N calls as one CUDA graph and time its replays (nccl-tests'
     /// -G; --backend nccl only): the time per call without the host's launch cost.
     #[arg(long, value_name = "N")]
@@ -166,6 +171,8 @@ pub struct SweepConfig {
     pub graph: Option<usize>,
     /// Seed of the inputs (with rank and index).
     pub seed: u64,
+    /// Smallest size (nccl-tests' bytes) of the fits' window.
+    pub fit_from: u64,
 }
 
 /// The parsed command line: backend, ranks, algorithm, and the sweep.
@@ -334,6 +341,7 @@ impl Args {
                     g => g,
                 },
                 seed: 0x5eed,
+                fit_from: parse_size(&self.fit_from).map_err(|e| anyhow!("--fit-from: {e}"))?,
             },
         })
     }

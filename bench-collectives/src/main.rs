@@ -13,6 +13,7 @@ mod print;
 mod run;
 mod summary;
 mod sweep;
+mod wire;
 
 use std::process::ExitCode;
 

@@ -1,8 +1,9 @@
 //! The table and the summary, printed by rank 0 only, as rows complete.
 
 use crate::cli::SweepConfig;
-use crate::summary::{FitLine, Summary};
-use crate::sweep::{Point, WireFigures};
+use crate::summary::{FitLine, Fitted, Summary};
+use crate::sweep::Point;
+use crate::wire::WireFigures;
 use parbench::comm::{Collective, ReduceOp};
 use parbench::model;
 use parbench::results::CollectiveRow;
@@ -14,7 +15,7 @@ pub struct Printer {
 }
 
 /// Width of one placement's block of columns.
-const BLOCK: usize = 62;
+const BLOCK: usize = 73;
 
 impl Printer {
     /// A printer that prints only when `enabled`.
@@ -41,38 +42,8 @@ impl Printer {
         cfg: &SweepConfig,
         wire: &WireFigures,
     ) {
-        let link = wire.link();
-        self.line(&format!(
-            "# parbench bench-collectives: backend {backend}, wire {wire_name}, {world} ranks, algo {algo}"
-        ));
-        self.line(&format!(
-            "# Wire ceiling: {:.2} GB/s ({})",
-            wire.ceiling.gbps, wire.ceiling.method
-        ));
-        self.line(&format!(
-            "# Model link, measured before the sweep: alpha {:.2} us (half an 8 B ping-pong 0<->1), beta 1/{:.2} GB/s (the ceiling), gamma 1/{:.2} GB/s (float sum kernel per core)",
-            link.alpha_us(),
-            wire.ceiling.gbps,
-            wire.reduce_gbps
-        ));
-        self.line(&format!(
-            "# {} warm-up, {} timed, {} check iterations per size; time(us) = whole timed loop / {} ({}); p50/p99 over iterations, each the slowest rank's",
-            cfg.warmup,
-            cfg.iters,
-            cfg.check,
-            cfg.iters,
-            match cfg.average.code() {
-                0 => "rank 0's",
-                1 => "mean over ranks",
-                2 => "fastest rank's",
-                _ => "slowest rank's",
-            }
-        ));
-        if let Some((r, d)) = cfg.straggler {
-            self.line(&format!(
-                "# Straggler injected: rank {r} sleeps {:.3} ms before each timed iteration",
-                d.as_secs_f64() * 1e3
-            ));
+        for l in header_lines(backend, wire_name, world, algo, cfg, wire) {
+            self.line(&l);
         }
     }
 
@@ -95,8 +66,9 @@ impl Printer {
         p: &Point,
         root: usize,
         measured: &[Option<CollectiveRow>; 2],
+        wire: &WireFigures,
     ) {
-        self.line(&format_row(coll, p, root, measured));
+        self.line(&format_row(coll, p, root, measured, wire));
     }
 
     /// The figures after the sweep.
@@ -107,17 +79,115 @@ impl Printer {
     }
 }
 
+/// The header lines: what runs, the ceiling's range, the model's link, the noise.
+pub fn header_lines(
+    backend: &str,
+    wire_name: &str,
+    world: usize,
+    algo: &str,
+    cfg: &SweepConfig,
+    wire: &WireFigures,
+) -> Vec<String> {
+    let mut out = vec![format!(
+        "# parbench bench-collectives: backend {backend}, wire {wire_name}, {world} ranks, algo {algo}"
+    )];
+    let c = &wire.ceiling;
+    let (first, last) = (c.rungs.first(), c.rungs.last());
+    out.push(match (first, last) {
+        (Some(f), Some(l)) if c.rungs.len() > 1 => {
+            let peak = c.peak_gbps().unwrap_or(0.0);
+            format!(
+                "# Wire ceiling: {peak:.2} GB/s in cache .. {:.2} GB/s at {} per rank{} (a ladder of {} working sets from {}; {}); each row is held against the ceiling at its own working set",
+                l.gbps,
+                human(l.working_set),
+                if l.gbps < 0.5 * peak { ", out of cache" } else { "" },
+                c.rungs.len(),
+                human(f.working_set),
+                c.method
+            )
+        }
+        (Some(f), _) => format!("# Wire ceiling: {:.2} GB/s ({})", f.gbps, c.method),
+        _ => "# Wire ceiling: not measured".to_string(),
+    });
+    let m = &wire.model;
+    let gamma = match (m.reduce.peak_gbps(), m.reduce.floor_gbps()) {
+        (Some(hi), Some(lo)) => format!(
+            "gamma 1/({hi:.1} .. {lo:.1}) GB/s (float sum kernel per rank, in .. out of cache)"
+        ),
+        _ => "gamma folded into beta".to_string(),
+    };
+    let ping = match (&wire.ping, &wire.exchange) {
+        (Some(p), Some(x)) => format!(
+            "alpha {:.2} us per exchange step (median of {} timed 8 B exchanges, every rank at once, after {} warm-up; p10..p90 {:.2}..{:.2} us), {:.2} us per one-way step (median of {} ping-pong half trips 0<->1; p10..p90 {:.2}..{:.2} us)",
+            x.median_us, x.trips, x.warmup, x.p10_us, x.p90_us, p.median_us, p.trips, p.p10_us, p.p90_us
+        ),
+        _ => "alpha 0 (one rank)".to_string(),
+    };
+    out.push(format!(
+        "# Model, measured before the sweep (not fitted): {ping}, beta 1/(the ladder at the row's working set), {gamma}{}",
+        if wire.model.cache_states() {
+            "; shared memory: a byte costs what its cache lines' state costs (pull, claim, both ladders)"
+        } else {
+            ""
+        }
+    ));
+    out.push(format!(
+        "# Ladders, latencies and clock took {:.2} s; floor of the compare gate {:.3} us (the larger of the clock resolution, {:.3} us, and the latency jitter p90-p10)",
+        wire.cost_s,
+        wire.floor_us(),
+        wire.clock_us
+    ));
+    if let Some(n) = &wire.noise {
+        let line = format!("# Noise while measuring the wire: {}", n.describe());
+        out.push(if n.noisy() {
+            format!("{line}\n# WARNING: other processes are using the machine: these figures measure what they leave")
+        } else {
+            line
+        });
+    }
+    out.push(format!(
+        "# {} warm-up, {} timed, {} check iterations per size; time(us) = whole timed loop / {} ({}); p50/p99 over iterations, each the slowest rank's",
+        cfg.warmup,
+        cfg.iters,
+        cfg.check,
+        cfg.iters,
+        match cfg.average.code() {
+            0 => "rank 0's",
+            1 => "mean over ranks",
+            2 => "fastest rank's",
+            _ => "slowest rank's",
+        }
+    ));
+    if let Some((r, d)) = cfg.straggler {
+        out.push(format!(
+            "# Straggler injected: rank {r} sleeps {:.3} ms before each timed iteration",
+            d.as_secs_f64() * 1e3
+        ));
+    }
+    out
+}
+
+/// `8 KiB`, `64 MiB`: a working set in words.
+fn human(b: u64) -> String {
+    match b {
+        b if b >= 1 << 30 && b % (1 << 30) == 0 => format!("{} GiB", b >> 30),
+        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{} MiB", b >> 20),
+        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{} KiB", b >> 10),
+        b => format!("{b} B"),
+    }
+}
+
 fn block_header() -> String {
     format!(
-        "{:>10} {:>9} {:>9} {:>8} {:>8} {:>6} {:>6}",
-        "time", "p50", "p99", "algbw", "busbw", "%ceil", "#wrong"
+        "{:>10} {:>9} {:>9} {:>8} {:>8} {:>7} {:>6} {:>9}",
+        "time", "p50", "p99", "algbw", "busbw", "%ceil", "#wrong", "model"
     )
 }
 
 fn block_units() -> String {
     format!(
-        "{:>10} {:>9} {:>9} {:>8} {:>8} {:>6} {:>6}",
-        "(us)", "(us)", "(us)", "(GB/s)", "(GB/s)", "", ""
+        "{:>10} {:>9} {:>9} {:>8} {:>8} {:>7} {:>6} {:>9}",
+        "(us)", "(us)", "(us)", "(GB/s)", "(GB/s)", "", "", "(us)"
     )
 }
 
@@ -133,7 +203,7 @@ pub fn column_header() -> [String; 3] {
             "out-of-place", "in-place"
         ),
         format!(
-            "#{:>12} {:>12} {:>9} {:>6} {:>5} {:>8}  {}  {}  {:>9}",
+            "#{:>12} {:>12} {:>9} {:>6} {:>5} {:>8}  {}  {}",
             "size",
             "count",
             "type",
@@ -142,10 +212,9 @@ pub fn column_header() -> [String; 3] {
             "algo",
             block_header(),
             block_header(),
-            "model"
         ),
         format!(
-            "#{:>12} {:>12} {:>9} {:>6} {:>5} {:>8}  {}  {}  {:>9}",
+            "#{:>12} {:>12} {:>9} {:>6} {:>5} {:>8}  {}  {}",
             "(B)",
             "(elements)",
             "",
@@ -154,40 +223,58 @@ pub fn column_header() -> [String; 3] {
             "",
             block_units(),
             block_units(),
-            "(us)"
         ),
     ]
 }
 
-fn format_block(r: Option<&CollectiveRow>) -> String {
+/// How far a row may sit above its ceiling before it is marked: 5% plus
+/// the ceiling rung's own noise (best against median sample).
+pub fn ceiling_tolerance(r: &CollectiveRow, wire: &WireFigures) -> f64 {
+    let coll = r.collective.parse::<Collective>().ok();
+    let ws = coll.map_or(r.bytes, |c| {
+        parbench::model::wire::working_set_bytes(c, r.world, r.bytes, r.in_place)
+    });
+    0.05 + wire.ceiling.noise_at(ws)
+}
+
+/// Whether a row's busbw beats its ceiling by more than the noise.
+pub fn above_ceiling(r: &CollectiveRow, wire: &WireFigures) -> bool {
+    r.ceiling_gbps > 0.0 && r.busbw_gbps > r.ceiling_gbps * (1.0 + ceiling_tolerance(r, wire))
+}
+
+fn format_block(r: Option<&CollectiveRow>, wire: &WireFigures) -> String {
     match r {
-        Some(r) => format!(
-            "{:>10.2} {:>9.2} {:>9.2} {:>8.2} {:>8.2} {:>6.1} {:>6}",
-            r.time_us,
-            r.p50_us,
-            r.p99_us,
-            r.algbw_gbps,
-            r.busbw_gbps,
-            if r.ceiling_gbps > 0.0 {
+        Some(r) => {
+            let pct = if r.ceiling_gbps > 0.0 {
                 100.0 * r.busbw_gbps / r.ceiling_gbps
             } else {
                 f64::NAN
-            },
-            r.wrong
-        ),
+            };
+            let mark = if above_ceiling(r, wire) { "!" } else { " " };
+            let model = if r.model_us.is_finite() {
+                format!("{:>9.2}", r.model_us)
+            } else {
+                format!("{:>9}", "-")
+            };
+            format!(
+                "{:>10.2} {:>9.2} {:>9.2} {:>8.2} {:>8.2} {:>6.1}{mark} {:>6} {model}",
+                r.time_us, r.p50_us, r.p99_us, r.algbw_gbps, r.busbw_gbps, pct, r.wrong
+            )
+        }
         None => format!(
-            "{:>10} {:>9} {:>9} {:>8} {:>8} {:>6} {:>6}",
-            "n/a", "", "", "", "", "", ""
+            "{:>10} {:>9} {:>9} {:>8} {:>8} {:>7} {:>6} {:>9}",
+            "n/a", "", "", "", "", "", "", ""
         ),
     }
 }
 
-/// One table line (the leading columns, then each placement's block, then the model).
+/// One table line (the leading columns, then each placement's block).
 pub fn format_row(
     coll: Collective,
     p: &Point,
     root: usize,
     measured: &[Option<CollectiveRow>; 2],
+    wire: &WireFigures,
 ) -> String {
     let root = if coll.rooted() {
         root.to_string()
@@ -199,40 +286,60 @@ pub fn format_row(
     } else {
         "none"
     };
-    let model = if p.model_us.is_finite() {
-        format!("{:>9.2}", p.model_us)
-    } else {
-        format!("{:>9}", "-")
-    };
     format!(
-        " {:>12} {:>12} {:>9} {:>6} {:>5} {:>8}  {}  {}  {}",
+        " {:>12} {:>12} {:>9} {:>6} {:>5} {:>8}  {}  {}",
         p.bytes,
         p.count,
         p.dtype.name(),
         op,
         root,
         p.algo,
-        format_block(measured[0].as_ref()),
-        format_block(measured[1].as_ref()),
-        model
+        format_block(measured[0].as_ref(), wire),
+        format_block(measured[1].as_ref(), wire),
     )
 }
 
-/// The lines after the sweep: fits, peaks, straggler, correctness.
+/// The lines after the sweep: fits, peaks, rows above their ceiling,
+/// straggler, correctness, noise.
 pub fn summary_lines(s: &Summary) -> Vec<String> {
+    let from = s.fits.first().map_or(1 << 20, |f| f.from);
     let mut out = vec![
         "#".to_string(),
-        "# Per collective and algorithm (out-of-place rows; in-place when only those ran):".to_string(),
-        "#   alpha, beta: least-squares fit (relative error) of t = L alpha + F n beta, L and F the algorithm's".to_string(),
-        "#   latency steps and bytes factor (parbench::model); t0 = the fit at 0 B; err = rms / max relative error.".to_string(),
+        format!(
+            "# Fits over the window of {} and up (--fit-from), per collective and algorithm (out-of-place rows; in-place when only those ran), of each row's p50:",
+            human(from)
+        ),
+        "#   structure `ladders`: t = L alpha + s x (the model's bytes term from the ladders at each row's working set): alpha the one measured before the sweep (a sliced ring's steps grow with its bytes), the scale s fitted,".to_string(),
+        "#   busbw = what the fit implies at the window's first and last size; `single beta`: t = L alpha + F n beta. err = rms / max relative error.".to_string(),
         "#   peak busbw: the largest busbw of any one size, and that size (not a mean over sizes).".to_string(),
         format!(
-            "# {:>14} {:>6} {:>6} {:>10} {:>10} {:>12} {:>14} {:>12} {:>12}",
-            "collective", "algo", "sizes", "alpha(us)", "t0(us)", "beta(GB/s)", "err rms/max", "peak busbw", "at size(B)"
+            "# {:>14} {:>6} {:>6} {:>11} {:>10} {:>8} {:>21} {:>14} {:>12} {:>12}",
+            "collective", "algo", "sizes", "structure", "alpha(us)", "scale", "busbw first..last", "err rms/max", "peak busbw", "at size(B)"
         ),
     ];
     for f in &s.fits {
         out.push(format_fit(f));
+        if let Some(w) = &f.words {
+            out.push(format!("#   {} {}: {w}", f.collective.name(), f.algo));
+        }
+    }
+    if !s.above_ceiling.is_empty() {
+        out.push(format!(
+            "# Rows above their ceiling by more than its noise (marked !): {}",
+            s.above_ceiling.len()
+        ));
+        let mut causes: Vec<(&str, Vec<&str>)> = Vec::new();
+        for (row, cause) in &s.above_ceiling {
+            match causes.iter_mut().find(|(c, _)| c == cause) {
+                Some(c) => c.1.push(row),
+                None => causes.push((cause, vec![row])),
+            }
+        }
+        for (cause, rows) in causes {
+            out.push(format!("#   {}: {cause}", rows.join(", ")));
+        }
+    } else {
+        out.push("# Rows above their ceiling by more than its noise: none".to_string());
     }
     out.push(match &s.straggler {
         Some(v) => format!(
@@ -258,43 +365,76 @@ pub fn summary_lines(s: &Summary) -> Vec<String> {
             s.wrong
         )
     });
+    match &s.noise {
+        Some(n) => {
+            let per: Vec<String> = s
+                .noise_per_collective
+                .iter()
+                .filter_map(|(c, n)| {
+                    n.as_ref()
+                        .map(|n| format!("{c} {:.1}%", 100.0 * n.fraction))
+                })
+                .collect();
+            out.push(format!(
+                "# Noise: during the run {}{}",
+                n.describe(),
+                if per.is_empty() {
+                    String::new()
+                } else {
+                    format!("; per table: {}", per.join(", "))
+                }
+            ));
+            if n.noisy() {
+                out.push("# WARNING: a noisy run: its figures measure what the other processes left; report compare will not judge it".to_string());
+            }
+        }
+        None => out.push("# Noise: not measured (no /proc on this system)".to_string()),
+    }
     out
 }
 
 fn format_fit(f: &FitLine) -> String {
     let peak = format!("{:>12.2} {:>12}", f.peak_busbw_gbps, f.peak_bytes);
+    let lead = format!(
+        "# {:>14} {:>6} {:>6}",
+        f.collective.name(),
+        f.algo,
+        f.points
+    );
     match &f.fit {
-        Ok(fit) => format!(
-            "# {:>14} {:>6} {:>6} {:>10.2} {:>10.2} {:>12} {:>14} {}{}",
-            f.collective.name(),
-            f.algo,
-            f.points,
+        Ok(Fitted::Wire(w)) => format!(
+            "{lead} {:>11} {:>10.2} {:>8.3} {:>21} {:>14} {peak}",
+            "ladders",
+            w.alpha_s * 1e6,
+            w.scale,
+            format!("{:.2}..{:.2}", w.busbw_gbps.0, w.busbw_gbps.1),
+            format!(
+                "{:.1}%/{:.1}%",
+                100.0 * w.rms_rel_err,
+                100.0 * w.max_rel_err
+            ),
+        ),
+        Ok(Fitted::Plain { fit, per_call }) => format!(
+            "{lead} {:>11} {:>10.2} {:>8} {:>21} {:>14} {peak}{}",
+            if *per_call { "per call" } else { "single beta" },
             fit.alpha_us(),
-            fit.zero_byte_s * 1e6,
+            "-",
             fit.bandwidth_gbps()
                 .map_or("-".to_string(), |b| format!("{b:.2}")),
             format!(
-                "{:.0}%/{:.0}%",
+                "{:.1}%/{:.1}%",
                 100.0 * fit.rms_rel_err,
                 100.0 * fit.max_rel_err
             ),
-            peak,
-            if f.per_call {
+            if *per_call {
                 "  (per-call fit: no model for this algo)"
             } else {
                 ""
             }
         ),
         Err(e) => format!(
-            "# {:>14} {:>6} {:>6} {:>10} {:>10} {:>12} {:>14} {}  (no fit: {e})",
-            f.collective.name(),
-            f.algo,
-            f.points,
-            "-",
-            "-",
-            "-",
-            "-",
-            peak
+            "{lead} {:>11} {:>10} {:>8} {:>21} {:>14} {peak}  (no fit: {e})",
+            "-", "-", "-", "-", "-"
         ),
     }
 }

@@ -4,10 +4,12 @@
 use crate::cli::{Backend, Plan};
 use crate::print::Printer;
 use crate::summary::{self, Summary};
-use crate::sweep::{self, Outcome, RunIds, WireFigures};
+use crate::sweep::{self, Outcome, RunIds};
+use crate::wire::{self as wire_mod, WireFigures};
 use anyhow::{Context, Result};
 use parbench::comm::{CommResult, Communicator};
 use parbench::launch;
+use parbench::measure::noise::{CpuSnapshot, ForeignCpu};
 use parbench::results::{self, RunMeta};
 
 /// A problem with what the user asked for, found after parsing (exit code 2).
@@ -239,7 +241,8 @@ fn rank_main<C: Communicator>(
     run_id: &str,
 ) -> CommResult<Option<RankReport>> {
     comm.set_timeout(plan.sweep.timeout);
-    let wire = sweep::measure_wire(comm)?;
+    let run_start = CpuSnapshot::now();
+    let wire = wire_mod::measure_wire(comm, &plan.sweep)?;
     let mut printer = Printer::new(comm.rank() == 0);
     let algo = if plan.algo == parbench::comm::Algo::Auto {
         "auto (per size: see the algo column)".to_string()
@@ -256,8 +259,26 @@ fn rank_main<C: Communicator>(
     );
     let ids = RunIds { run_id };
     let outcome = sweep::run_sweep(comm, &plan.sweep, &ids, &wire, &mut printer)?;
+    let noise = ForeignCpu::across_ranks(comm, run_start.as_ref())?;
+    let above_ceiling = outcome
+        .rows
+        .iter()
+        .filter(|r| crate::print::above_ceiling(r, &wire))
+        .map(|r| {
+            (
+                format!(
+                    "{} {} B {}",
+                    r.collective,
+                    r.bytes,
+                    if r.in_place { "in" } else { "out" }
+                ),
+                summary::above_ceiling_cause(r, &wire),
+            )
+        })
+        .collect();
     let summary = Summary {
-        fits: summary::fits(&outcome.rows),
+        fits: summary::fits(&outcome.rows, &wire, plan.sweep.fit_from),
+        above_ceiling,
         straggler: outcome.straggler(),
         iterations: outcome.tally.iterations(),
         wrong: outcome.wrong,
@@ -266,6 +287,8 @@ fn rank_main<C: Communicator>(
         } else {
             0
         },
+        noise,
+        noise_per_collective: outcome.noise.clone(),
     };
     printer.summary(&summary);
     if comm.rank() != 0 {
@@ -285,25 +308,75 @@ fn rank_main<C: Communicator>(
 fn finish(plan: &Plan, meta: &mut RunMeta, r: RankReport) -> Result<Finished> {
     meta.backend = r.backend.clone();
     meta.world = r.world;
-    let link = r.wire.link();
+    let w = &r.wire;
     let extra = &mut meta.extra;
     extra.insert("wire".into(), r.wire_name.clone().into());
     extra.insert(
         "ceiling".into(),
         serde_json::json!({
-            "gbps": r.wire.ceiling.gbps,
-            "method": r.wire.ceiling.method,
-            "bytes": r.wire.ceiling.bytes,
+            "method": w.ceiling.method,
+            "in_cache_gbps": w.ceiling.peak_gbps(),
+            "out_of_cache_gbps": w.ceiling.rungs.last().map(|r| r.gbps),
+            "ladder": w.ceiling,
+            "rows": "each row's ceiling_gbps is this ladder at the row's working set (README: bench-collectives, The wire's ceiling)",
         }),
     );
     extra.insert(
         "model_link".into(),
         serde_json::json!({
-            "source": "measured before the sweep: alpha = half an 8 B ping-pong between ranks 0 and 1, beta = 1/ceiling, gamma = 1/(float sum kernel throughput per core)",
-            "alpha_us": link.alpha_us(),
-            "bandwidth_gbps": r.wire.ceiling.gbps,
-            "reduce_gbps": r.wire.reduce_gbps,
+            "source": "measured before the sweep, not fitted: alpha = median of timed 8 B exchanges (every rank at once) for exchange steps, of ping-pong half trips 0<->1 for one-way steps, each after a warm-up; beta, gamma and copies from the ladders at each row's working set",
+            "alpha_us": w.alpha_us(),
+            "alpha_exchange_us": w.model.alpha_exchange_s * 1e6,
+            "ping_pong": w.ping,
+            "exchange": w.exchange,
+            "own_transport_model": w.own_transport,
+            "duplex": w.model.duplex,
+            "pull": w.model.pull,
+            "claim": w.model.claim,
+            "both": w.model.both,
+            "one_way": w.model.one_way,
+            "copy": w.model.copy,
+            "reduce": w.model.reduce,
         }),
+    );
+    extra.insert(
+        "floor".into(),
+        serde_json::json!({
+            "floor_us": w.floor_us(),
+            "clock_resolution_us": w.clock_us,
+            "latency_jitter_us": w.ping.as_ref().map(|p| p.jitter_us()),
+            "exchange_jitter_us": w.exchange.as_ref().map(|p| p.jitter_us()),
+            "rule": "report compare never calls a change of a time smaller than floor_us a regression",
+        }),
+    );
+    extra.insert("wire_measure_s".into(), w.cost_s.into());
+    if let Some(n) = &r.summary.noise {
+        meta.set_noise(n);
+    }
+    let extra = &mut meta.extra;
+    extra.insert(
+        "noise_per_collective".into(),
+        serde_json::Value::Object(
+            r.summary
+                .noise_per_collective
+                .iter()
+                .filter_map(|(c, n)| {
+                    Some((
+                        c.name().to_string(),
+                        serde_json::to_value(n.as_ref()?).ok()?,
+                    ))
+                })
+                .collect(),
+        ),
+    );
+    extra.insert(
+        "above_ceiling".into(),
+        serde_json::json!(r
+            .summary
+            .above_ceiling
+            .iter()
+            .map(|(row, why)| serde_json::json!({"row": row, "why": why}))
+            .collect::<Vec<_>>()),
     );
     extra.insert("fits".into(), r.summary.fits_json());
     extra.insert(

@@ -1,22 +1,55 @@
-//! What a run found, from its rows: fits, peaks, straggler, correctness.
+//! What a run found, from its rows: fits over a stated window, peaks, rows
+//! above their ceiling, straggler, correctness, noise.
 
+use crate::wire::WireFigures;
 use parbench::comm::Collective;
+use parbench::measure::noise::ForeignCpu;
 use parbench::measure::StragglerVerdict;
+use parbench::model::wire::{fit_on_wire, working_set_bytes, WireFit};
 use parbench::model::{self, AlphaBetaFit};
 use parbench::results::CollectiveRow;
+
+/// Above this rms or largest relative error a fit is called poor, in words.
+pub const POOR_FIT: f64 = 0.20;
+
+/// A fit of one (collective, algorithm, placement) over the window.
+#[derive(Clone, Debug)]
+pub enum Fitted {
+    /// In the calibrated model's structure (parbench's own transports):
+    /// alpha and the scale of the ladders' bytes term.
+    Wire(WireFit),
+    /// The textbook `t = L alpha + F n beta` (a library's algorithms, or a
+    /// device wire): `per_call` when the algorithm has no structure here
+    /// and the fit is per call (L = 1, F = the busbw factor).
+    Plain { fit: AlphaBetaFit, per_call: bool },
+}
+
+impl Fitted {
+    /// (rms, max) relative error.
+    pub fn errors(&self) -> (f64, f64) {
+        match self {
+            Fitted::Wire(w) => (w.rms_rel_err, w.max_rel_err),
+            Fitted::Plain { fit, .. } => (fit.rms_rel_err, fit.max_rel_err),
+        }
+    }
+}
 
 /// One (collective, algorithm) after the sweep.
 #[derive(Clone, Debug)]
 pub struct FitLine {
     pub collective: Collective,
     pub algo: String,
-    /// Sizes fitted.
+    /// The placement fitted (out of place, unless only in place ran).
+    pub in_place: bool,
+    /// Sizes in the window (nccl-tests' bytes from the window's start up).
     pub points: usize,
-    /// The fit of the algorithm's own structure, or the per-call fit when
-    /// the algorithm has no model (`per_call`), or why none could be made.
-    pub fit: Result<AlphaBetaFit, String>,
-    pub per_call: bool,
-    /// Largest busbw of any row, GB/s, and its size.
+    /// The window's requested start, bytes.
+    pub from: u64,
+    pub fit: Result<Fitted, String>,
+    /// Why the fit is poor, in words, when its error passes [`POOR_FIT`];
+    /// or what one beta would miss when the window crosses cache regimes.
+    pub words: Option<String>,
+    /// Largest busbw of any row, GB/s, and its size (every size, not only the window's).
     pub peak_busbw_gbps: f64,
     pub peak_bytes: u64,
 }
@@ -25,15 +58,21 @@ pub struct FitLine {
 #[derive(Clone, Debug)]
 pub struct Summary {
     pub fits: Vec<FitLine>,
+    /// Rows above their ceiling by more than the noise, each with why.
+    pub above_ceiling: Vec<(String, String)>,
     pub straggler: Option<StragglerVerdict>,
     pub iterations: u64,
     pub wrong: u64,
     pub checked_rows: usize,
+    /// Other processes' CPU time over the whole run, and per collective.
+    pub noise: Option<ForeignCpu>,
+    pub noise_per_collective: Vec<(Collective, Option<ForeignCpu>)>,
 }
 
 /// Fits and peaks per (collective, algorithm), over out-of-place rows (or
-/// in-place rows when no out-of-place row ran), in the order rows came.
-pub fn fits(rows: &[CollectiveRow]) -> Vec<FitLine> {
+/// in-place rows when no out-of-place row ran) of `from` bytes and up, in
+/// the order rows came.
+pub fn fits(rows: &[CollectiveRow], wire: &WireFigures, from: u64) -> Vec<FitLine> {
     let any_out = rows.iter().any(|r| !r.in_place);
     let mut groups: Vec<(Collective, String, Vec<&CollectiveRow>)> = Vec::new();
     for r in rows.iter().filter(|r| r.in_place != any_out) {
@@ -48,35 +87,169 @@ pub fn fits(rows: &[CollectiveRow]) -> Vec<FitLine> {
             None => groups.push((c, r.algo.clone(), vec![r])),
         }
     }
+    // An algorithm that ran only below the window (recursive doubling at
+    // small sizes) has nothing to fit.
     groups
         .into_iter()
-        .map(|(collective, algo, rows)| {
-            let world = rows.first().map_or(1, |r| r.world);
-            let points: Vec<(u64, f64)> = rows
-                .iter()
-                .filter(|r| r.bytes > 0 && r.time_us > 0.0)
-                .map(|r| (r.bytes, r.time_us * 1e-6))
-                .collect();
-            // An algorithm the model has no structure for (nccl's own, ...)
-            // gets the per-call fit: one latency per call, busbw bytes.
-            let unit = model::LinkParams::from_gbps_us(1.0, 1.0);
-            let per_call = model::predict(collective, &algo, world, 1, &unit).is_none();
-            let fit_algo = if per_call { "auto" } else { algo.as_str() };
-            let fit = model::fit(collective, fit_algo, world, &points).map_err(|e| e.to_string());
-            let peak = rows
-                .iter()
-                .max_by(|a, b| a.busbw_gbps.total_cmp(&b.busbw_gbps));
-            FitLine {
-                collective,
-                algo,
-                points: points.len(),
-                fit,
-                per_call,
-                peak_busbw_gbps: peak.map_or(0.0, |r| r.busbw_gbps),
-                peak_bytes: peak.map_or(0, |r| r.bytes),
-            }
-        })
+        .filter(|(_, _, rows)| rows.iter().any(|r| r.bytes >= from))
+        .map(|(collective, algo, rows)| fit_group(collective, algo, !any_out, &rows, wire, from))
         .collect()
+}
+
+fn fit_group(
+    collective: Collective,
+    algo: String,
+    in_place: bool,
+    rows: &[&CollectiveRow],
+    wire: &WireFigures,
+    from: u64,
+) -> FitLine {
+    let world = rows.first().map_or(1, |r| r.world);
+    let window: Vec<&&CollectiveRow> = rows
+        .iter()
+        .filter(|r| r.bytes >= from && r.bytes > 0 && r.p50_us > 0.0)
+        .collect();
+    // The median iteration: one descheduled iteration moves a mean of 20 by
+    // more than any regime does.
+    let points: Vec<(u64, f64)> = window.iter().map(|r| (r.bytes, r.p50_us * 1e-6)).collect();
+    let fit = if wire.own_transport && !model::is_selector(&algo) {
+        fit_on_wire(
+            collective,
+            &algo,
+            world,
+            in_place,
+            &wire.model,
+            &points,
+            true,
+        )
+        .map(Fitted::Wire)
+        .map_err(|e| e.to_string())
+    } else {
+        let unit = model::LinkParams::from_gbps_us(1.0, 1.0);
+        let per_call = model::predict(collective, &algo, world, 1, &unit).is_none();
+        let fit_algo = if per_call { "auto" } else { algo.as_str() };
+        model::fit(collective, fit_algo, world, &points)
+            .map(|fit| Fitted::Plain { fit, per_call })
+            .map_err(|e| e.to_string())
+    };
+    let words = fit
+        .as_ref()
+        .ok()
+        .and_then(|f| fit_words(f, &window, wire, collective, in_place));
+    let peak = rows
+        .iter()
+        .max_by(|a, b| a.busbw_gbps.total_cmp(&b.busbw_gbps));
+    FitLine {
+        collective,
+        algo,
+        in_place,
+        points: points.len(),
+        from,
+        fit,
+        words,
+        peak_busbw_gbps: peak.map_or(0.0, |r| r.busbw_gbps),
+        peak_bytes: peak.map_or(0, |r| r.bytes),
+    }
+}
+
+/// The ceiling ladder's fall across the window: (at the first size, at the last).
+fn ladder_span(
+    wire: &WireFigures,
+    coll: Collective,
+    world: usize,
+    in_place: bool,
+    rows: &[&&CollectiveRow],
+) -> Option<(f64, f64)> {
+    let at = |r: &CollectiveRow| {
+        wire.ceiling
+            .at(working_set_bytes(coll, world, r.bytes, in_place))
+    };
+    Some((at(rows.first()?)?, at(rows.last()?)?))
+}
+
+/// Words for a fit whose error passes [`POOR_FIT`], naming the likely cause;
+/// or, for a good fit in the ladders' structure, what one beta would miss.
+pub fn fit_words(
+    f: &Fitted,
+    rows: &[&&CollectiveRow],
+    wire: &WireFigures,
+    coll: Collective,
+    in_place: bool,
+) -> Option<String> {
+    let (rms, max) = f.errors();
+    let world = rows.first().map_or(1, |r| r.world);
+    let span = ladder_span(wire, coll, world, in_place, rows);
+    let crosses = span.filter(|(a, b)| a.max(*b) > 1.5 * a.min(*b));
+    if rms <= POOR_FIT && max <= POOR_FIT {
+        return match (f, crosses) {
+            (Fitted::Wire(w), Some((a, b))) if w.single_beta_rms.unwrap_or(0.0) > POOR_FIT => Some(format!(
+                "the window crosses cache regimes (ceiling {a:.2} -> {b:.2} GB/s): one beta over it would err {:.0}% rms; the ladders' per-regime bandwidths explain it",
+                100.0 * w.single_beta_rms.unwrap_or(0.0)
+            )),
+            _ => None,
+        };
+    }
+    let mut spreads: Vec<f64> = rows
+        .iter()
+        .map(|r| (r.p99_us - r.p50_us) / r.p50_us)
+        .filter(|x| x.is_finite())
+        .collect();
+    spreads.sort_by(f64::total_cmp);
+    let spread = spreads.get(spreads.len() / 2).copied().unwrap_or(0.0);
+    let noisy = wire.noise.as_ref().is_some_and(ForeignCpu::noisy);
+    let poor = format!(
+        "POOR FIT ({:.0}% rms, {:.0}% max)",
+        100.0 * rms,
+        100.0 * max
+    );
+    let cause = if noisy || spread > 0.25 {
+        format!(
+            "noise: the rows' median p99 sits {:.0}% above their p50{}",
+            100.0 * spread,
+            if noisy {
+                ", and other processes took more than 10% of the machine"
+            } else {
+                ""
+            }
+        )
+    } else if let (Fitted::Plain { .. }, Some((a, b))) = (f, crosses) {
+        format!("a cache regime change inside the window (ceiling {a:.2} -> {b:.2} GB/s) that one beta cannot follow")
+    } else {
+        let kink = rows
+            .windows(2)
+            .map(|w| (w[1].p50_us / w[1].bytes as f64) / (w[0].p50_us / w[0].bytes as f64))
+            .enumerate()
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+            .and_then(|(i, _)| rows.get(i + 1).map(|r| r.bytes));
+        format!(
+            "a change of regime the ladders do not see (a protocol or algorithm switch; the time per byte jumps most at {} B)",
+            kink.unwrap_or(0)
+        )
+    };
+    Some(format!("{poor}: likely cause: {cause}"))
+}
+
+/// Why a row beats its ceiling, in one line.
+pub fn above_ceiling_cause(r: &CollectiveRow, wire: &WireFigures) -> String {
+    let coll = r.collective.parse::<Collective>().ok();
+    let ws = coll.map_or(r.bytes, |c| {
+        working_set_bytes(c, r.world, r.bytes, r.in_place)
+    });
+    // A shaped link (scripts/netns.sh names its wire tcp-RATE) first: its
+    // token bucket, not a cache, explains a small message beating it.
+    if r.wire.starts_with("tcp-") && r.bytes < (1 << 20) {
+        return "a shaped link's token bucket refills while the link idles and lets a message under its burst through at memory speed".into();
+    }
+    let c = &wire.ceiling;
+    let (half, double) = (c.at(ws / 2), c.at(ws.saturating_mul(2)));
+    if let (Some(a), Some(b)) = (half, double) {
+        if a > 1.5 * b {
+            return format!(
+                "its working set ({ws} B per rank) sits at a cache boundary (ceiling {a:.2} GB/s at half of it, {b:.2} at twice): part of its buffers stay in cache between iterations"
+            );
+        }
+    }
+    "not explained by the ladder: a bug to report (the figure or the ceiling is wrong)".into()
 }
 
 impl Summary {
@@ -89,13 +262,34 @@ impl Summary {
                     let mut m = serde_json::json!({
                         "collective": f.collective.name(),
                         "algo": f.algo,
+                        "in_place": f.in_place,
+                        "window_from_bytes": f.from,
                         "sizes": f.points,
-                        "per_call_fit": f.per_call,
                         "peak_busbw_gbps": f.peak_busbw_gbps,
                         "peak_bytes": f.peak_bytes,
+                        "words": f.words,
                     });
                     match &f.fit {
-                        Ok(fit) => {
+                        Ok(Fitted::Wire(w)) => {
+                            m["structure"] = "t = L alpha + s x (the ladders' bytes term)".into();
+                            m["alpha"] = "measured before the sweep, not fitted".into();
+                            m["alpha_us"] = (w.alpha_s * 1e6).into();
+                            m["scale"] = w.scale.into();
+                            m["window"] = serde_json::json!([w.window.0, w.window.1]);
+                            m["busbw_gbps_at_window"] =
+                                serde_json::json!([w.busbw_gbps.0, w.busbw_gbps.1]);
+                            m["rms_rel_err"] = w.rms_rel_err.into();
+                            m["max_rel_err"] = w.max_rel_err.into();
+                            m["single_beta_rms_rel_err"] = w.single_beta_rms.into();
+                        }
+                        Ok(Fitted::Plain { fit, per_call }) => {
+                            m["structure"] = if *per_call {
+                                "t = alpha + busbw factor x n beta (per call)"
+                            } else {
+                                "t = L alpha + F n beta"
+                            }
+                            .into();
+                            m["per_call_fit"] = (*per_call).into();
                             m["alpha_us"] = fit.alpha_us().into();
                             m["t0_us"] = (fit.zero_byte_s * 1e6).into();
                             m["beta_gbps"] = fit.bandwidth_gbps().into();

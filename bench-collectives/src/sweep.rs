@@ -5,100 +5,13 @@ use crate::cli::SweepConfig;
 use crate::data::Inputs;
 use crate::ops::{with_op, CollOp};
 use crate::print::Printer;
-use parbench::comm::{CommBuffer, CommResult, Communicator, DType, Io, ReduceOp};
-use parbench::measure::{
-    self, time_loop, Ceiling, LoopSpec, LoopStats, StragglerTally, StragglerVerdict,
-};
-use parbench::model::{self, LinkParams};
+use crate::wire::WireFigures;
+use parbench::comm::{Collective, CommBuffer, CommResult, Communicator, DType, Io, ReduceOp};
+use parbench::measure::noise::{CpuSnapshot, ForeignCpu};
+use parbench::measure::{time_loop, LoopSpec, LoopStats, StragglerTally, StragglerVerdict};
+use parbench::model;
 use parbench::results::{CollectiveRow, SCHEMA_VERSION};
 use parbench::with_dtype;
-
-/// Bytes of each transfer when measuring the wire's ceiling.
-const CEILING_BYTES: usize = 64 << 20;
-/// Bytes of the reduction-kernel measurement (gamma of the model).
-const REDUCE_BYTES: usize = 4 << 20;
-
-/// The wire's figures measured before the sweep, the same on every rank.
-#[derive(Clone, Debug, PartialEq)]
-pub struct WireFigures {
-    /// The ceiling busbw is compared with.
-    pub ceiling: Ceiling,
-    /// Half a ping-pong round trip of 8 bytes between ranks 0 and 1, us (0 with one rank).
-    pub latency_us: f64,
-    /// float sum `acc += src` throughput on one core while every rank runs it, GB/s.
-    pub reduce_gbps: f64,
-}
-
-impl WireFigures {
-    /// The model's link: alpha the ping-pong latency, beta the ceiling,
-    /// gamma the reduction kernel (all measured in this run).
-    pub fn link(&self) -> LinkParams {
-        LinkParams::from_gbps_us(self.ceiling.gbps, self.latency_us)
-            .with_reduce_gbps(self.reduce_gbps)
-    }
-}
-
-/// Measures the wire before the sweep. On `local` the ceiling is the copy
-/// bandwidth each rank gets while every rank copies (each received byte is
-/// one copy); on other backends (and the tcp wire), one-stream throughput
-/// from rank 0 to rank 1 through the communicator's send/recv.
-pub fn measure_wire<C: Communicator>(comm: &mut C) -> CommResult<WireFigures> {
-    let world = comm.world();
-    let mean_over_ranks = |comm: &mut C, v: f64| -> CommResult<f64> {
-        let all = measure::gather_f64(comm, &[v])?;
-        Ok(all.iter().filter_map(|x| x.first()).sum::<f64>() / world.max(1) as f64)
-    };
-    // Device backends measure their own wire (device or peer copy bandwidth).
-    let device = match comm.device_ceiling()? {
-        Some((method, gbps)) => Some(Ceiling {
-            method: format!("{method}, every rank at once, mean per rank"),
-            bytes: 256 << 20,
-            gbps: mean_over_ranks(comm, gbps)?,
-        }),
-        None => None,
-    };
-    let stream = if device.is_some() {
-        device
-    } else if comm.backend() == "local" || world < 2 {
-        None
-    } else {
-        let msg = 4 << 20;
-        measure::stream_throughput(comm, msg, CEILING_BYTES / msg)?.map(|gbps| Ceiling {
-            method: format!(
-                "one stream rank 0 -> 1 through send/recv, {} x 4 MiB",
-                CEILING_BYTES / msg
-            ),
-            bytes: msg,
-            gbps,
-        })
-    };
-    let ceiling = match stream {
-        Some(c) => c,
-        None => {
-            // Bound the memory of many ranks in one process: 1 GiB in all.
-            let bytes = CEILING_BYTES.min((512 << 20) / world.max(1));
-            comm.barrier()?;
-            let mine = measure::memcpy_bandwidth(bytes, 5);
-            Ceiling {
-                method: format!(
-                    "memory copy of {} MiB, {world} rank(s) copying at once, mean per rank",
-                    bytes >> 20
-                ),
-                bytes,
-                gbps: mean_over_ranks(comm, mine)?,
-            }
-        }
-    };
-    let latency_us = measure::ping_pong_latency(comm, 200)?.unwrap_or(0.0);
-    comm.barrier()?;
-    let mine = measure::reduce_throughput(DType::F32, ReduceOp::Sum, REDUCE_BYTES, 3);
-    let reduce_gbps = mean_over_ranks(comm, mine)?;
-    Ok(WireFigures {
-        ceiling,
-        latency_us,
-        reduce_gbps,
-    })
-}
 
 /// Where a run stands: what it measured and what it found.
 #[derive(Debug, Default)]
@@ -109,6 +22,8 @@ pub struct Outcome {
     pub wrong: u64,
     /// Who arrived last in each timed iteration, over the whole run.
     pub tally: StragglerTally,
+    /// Other processes' CPU time during each collective's table, in order.
+    pub noise: Vec<(Collective, Option<ForeignCpu>)>,
 }
 
 impl Outcome {
@@ -153,7 +68,7 @@ fn sweep_collective<C: Communicator, O: CollOp>(
         vec![None]
     };
     printer.collective_header(O::COLL, world);
-    let link = wire.link();
+    let noise_start = CpuSnapshot::now();
     for &dtype in &cfg.dtypes {
         for &op in &ops {
             let mut last_count = None;
@@ -166,15 +81,12 @@ fn sweep_collective<C: Communicator, O: CollOp>(
                 last_count = Some(count);
                 let bytes = O::size_of(count, dtype, world);
                 let algo = comm.algo_for(O::COLL, O::send_elems(count, world) * dtype.size());
-                let model_us = model::predict(O::COLL, &algo, world, bytes, &link)
-                    .map_or(f64::NAN, |s| s * 1e6);
                 let point = Point {
                     dtype,
                     op,
                     count,
                     bytes,
                     algo,
-                    model_us,
                 };
                 let mut measured = [None, None];
                 for (slot, in_place) in [(0, false), (1, true)] {
@@ -193,10 +105,12 @@ fn sweep_collective<C: Communicator, O: CollOp>(
                     outcome.rows.push(row.clone());
                     measured[slot] = Some(row);
                 }
-                printer.row(O::COLL, &point, cfg.root, &measured);
+                printer.row(O::COLL, &point, cfg.root, &measured, wire);
             }
         }
     }
+    let noise = ForeignCpu::across_ranks(comm, noise_start.as_ref())?;
+    outcome.noise.push((O::COLL, noise));
     Ok(())
 }
 
@@ -210,8 +124,6 @@ pub struct Point {
     pub bytes: u64,
     /// The algorithm the communicator runs at this size.
     pub algo: String,
-    /// The alpha-beta model's time with the link measured before the sweep, us.
-    pub model_us: f64,
 }
 
 /// Name of the environment variable that makes one rank corrupt one element
@@ -374,8 +286,8 @@ fn make_row<O: CollOp>(
         algbw_gbps: algbw,
         busbw_gbps: algbw * model::busbw_factor(O::COLL, world),
         wrong: s.wrong,
-        model_us: p.model_us,
-        ceiling_gbps: wire.ceiling.gbps,
+        model_us: wire.model_us(O::COLL, &p.algo, world, p.bytes, in_place),
+        ceiling_gbps: wire.ceiling_at(O::COLL, &p.algo, world, p.bytes, in_place),
     }
 }
 

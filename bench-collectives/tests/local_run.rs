@@ -222,3 +222,110 @@ fn every_type_and_op_checks_exact() {
     assert!(rows.iter().all(|r| r["wrong"] == "0"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The ceiling ladder reaches the largest working set of the sweep, and
+/// every row's ceiling is the ladder at that row's own working set; the
+/// run records its ladders, model link, floor, fits window and noise.
+#[test]
+fn the_ceiling_ladder_covers_the_sweep_and_each_row_uses_its_working_set() {
+    use parbench::comm::Collective;
+    use parbench::model::wire::{ceiling_for, working_set_bytes, Ladder};
+    let dir = scratch("ladder");
+    let out = dir.to_str().unwrap();
+    let o = run(
+        &[
+            "--backend",
+            "local",
+            "-np",
+            "2",
+            "-b",
+            "1K",
+            "-e",
+            "256K",
+            "-f",
+            "4",
+            "-n",
+            "3",
+            "-w",
+            "1",
+            "all_reduce",
+            "all_gather",
+            "--fit-from",
+            "16K",
+            "--out",
+            out,
+        ],
+        &[],
+    );
+    let text = stdout(&o);
+    assert!(o.status.success(), "{text}{}", stderr(&o));
+    assert!(text.contains("GB/s in cache .."), "{text}");
+    let runs: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap();
+    let extra = &runs[0]["extra"];
+    let ladder: Ladder = serde_json::from_value(extra["ceiling"]["ladder"].clone()).unwrap();
+    let (_, rows) = read_csv(&dir.join("collectives.csv"));
+    let mut largest = 0;
+    for r in &rows {
+        let coll: Collective = r["collective"].parse().unwrap();
+        let ws = working_set_bytes(
+            coll,
+            r["world"].parse().unwrap(),
+            r["bytes"].parse().unwrap(),
+            r["in_place"] == "true",
+        );
+        largest = largest.max(ws);
+        let want = ceiling_for(
+            &ladder,
+            coll,
+            &r["algo"],
+            r["world"].parse().unwrap(),
+            r["bytes"].parse().unwrap(),
+            r["in_place"] == "true",
+        )
+        .unwrap();
+        let got: f64 = r["ceiling_gbps"].parse().unwrap();
+        assert!(
+            (got - want).abs() <= 1e-9 * want,
+            "{r:?}: ceiling {got}, ladder {want}"
+        );
+        let model: f64 = r["model_us"].parse().unwrap();
+        assert!(model.is_finite() && model > 0.0, "{r:?}");
+    }
+    assert!(
+        ladder.covers(largest),
+        "ladder up to {largest} B: {ladder:?}"
+    );
+    assert!(ladder.rungs.len() >= 3, "{ladder:?}");
+    for key in [
+        "duplex",
+        "copy",
+        "reduce",
+        "pull",
+        "claim",
+        "both",
+        "ping_pong",
+        "exchange",
+    ] {
+        assert!(!extra["model_link"][key].is_null(), "model_link.{key}");
+    }
+    assert!(extra["model_link"]["ping_pong"]["trips"].as_u64().unwrap() >= 50);
+    assert!(extra["floor"]["floor_us"].as_f64().unwrap() > 0.0);
+    assert!(
+        extra["noise"]["fraction"].as_f64().is_some(),
+        "noise recorded"
+    );
+    let fits = extra["fits"].as_array().unwrap();
+    assert!(!fits.is_empty(), "{extra}");
+    for f in fits {
+        assert_eq!(f["window_from_bytes"], 16384, "{f}");
+    }
+    // The ring (16 KiB and up) is fitted in the ladders' structure; an
+    // algorithm with one size in the window says why it has no fit.
+    let ring = fits.iter().find(|f| f["algo"] == "ring").unwrap();
+    assert_eq!(
+        ring["structure"], "t = L alpha + s x (the ladders' bytes term)",
+        "{ring}"
+    );
+    assert!(ring["rms_rel_err"].as_f64().is_some(), "{ring}");
+}

@@ -42,6 +42,9 @@ const ENV_ROWS: &str = "PARBENCH_LAYERS_ROWS";
 const ENV_RUN_ID: &str = "PARBENCH_LAYERS_RUN_ID";
 
 fn main() {
+    // The noise guard's window starts here: run.json records the CPU time
+    // other processes took while the whole run measured.
+    parbench::measure::noise::mark_start();
     // mpirun's spelling `-np N` is one flag here, not `-n p`.
     let args = std::env::args_os().map(|a| if a == "-np" { "--nprocs".into() } else { a });
     let cli = match Cli::try_parse_from(args) {

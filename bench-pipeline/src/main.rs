@@ -14,6 +14,9 @@ use anyhow::Result;
 use clap::Parser;
 
 fn main() {
+    // The noise guard's window starts here: run.json records the CPU time
+    // other processes took while the whole run measured.
+    parbench::measure::noise::mark_start();
     let mut args = cli::Args::parse();
     if let Err(e) = launch::default_stages(&mut args) {
         eprintln!("bench-pipeline: {e}");

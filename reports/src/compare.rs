@@ -1,12 +1,31 @@
-//! `report compare`: holds a run against a baseline, figure by figure.
+//! `report compare`: holds a run against a baseline, figure by figure, and
+//! calls a regression only beyond the noise the runs themselves measured.
 //!
-//! Rows are matched by their `Record::key()`. A figure is a regression only
-//! when it got worse by more than `--threshold` AND by more than the noise
-//! the runs themselves show: the half-width of each row's min..max spread
-//! relative to its value, and, when one side holds several rows with the
-//! same key (repeats), the half-width of their spread; the larger of the
-//! two sides counts. So a change inside the runs' own jitter is not called
-//! a regression however large the threshold-only ratio looks.
+//! Rows are matched by their `Record::key()`. Each run in a folder is one
+//! round (a nightly job runs every suite several times into one folder).
+//! A figure is a **regression** when every one of these holds:
+//!
+//! 1. neither side's rows come from a noisy run (other processes took more
+//!    than 10% of the machine: `extra.noise` in run.json, or, for a
+//!    collective's rows, that collective's table: `extra.noise_per_collective`);
+//!    rows of noisy runs are left out, and a figure with no quiet row left
+//!    on a side is "noisy: not judged";
+//! 2. its median over the rounds got worse by more than `--threshold`;
+//! 3. and by more than the noise: with two or more rounds on a side, the
+//!    half-spread of that side's rounds; with one round, the row's own
+//!    spread below its median (`(p50 - fastest) / p50`: a descheduled
+//!    iteration only ever lengthens the slow tail, so it says nothing about
+//!    the median); the larger side counts;
+//! 4. with two or more rounds on both sides, every current round is worse
+//!    than every baseline round (the ranges do not overlap);
+//! 5. for a figure that is a time (or derived from one), the time changed
+//!    by more than the floor: the larger of both runs' clock resolution and
+//!    latency jitter (p90 - p10 of the ping-pong half trips), recorded in
+//!    run.json's `extra.floor`.
+//!
+//! An improvement is the mirror image. A suite present on both sides whose
+//! rows match nothing (a renamed wire, another host, another world size) is
+//! an error: a gate that compares nothing must not pass.
 
 use crate::load::{load_source, Source};
 use crate::table::Table;
@@ -14,9 +33,13 @@ use crate::units;
 use anyhow::{bail, Result};
 use clap::Args;
 use parbench::results::{CollectiveRow, LayerRow, PipelineRow, Record};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::process::ExitCode;
+
+/// Exit code of a comparison that found no regression but could not judge
+/// some figures because their runs were noisy.
+pub const EXIT_NOISY: u8 = 3;
 
 /// Flags of `report compare`.
 #[derive(Args, Debug)]
@@ -51,8 +74,12 @@ pub struct Figure {
     pub name: &'static str,
     pub value: f64,
     pub worse: Worse,
-    /// Relative half-spread (absolute, for fractions) seen within the run.
+    /// The row's own spread below its central value, relative (absolute
+    /// for fractions): the noise of a single round.
     pub noise: f64,
+    /// The time (us) behind the figure, held against the floor; `None`
+    /// for figures without one.
+    pub time_us: Option<f64>,
 }
 
 /// A row type whose figures `compare` knows.
@@ -61,9 +88,26 @@ pub trait Compared: Record {
     const SUITE: &'static str;
     /// The figures to compare.
     fn figures(&self) -> Vec<Figure>;
+    /// The parts of the key, in words, for saying why nothing matched.
+    fn key_parts(&self) -> Vec<(&'static str, String)>;
+    /// The part of the run whose own noise figure covers this row (a
+    /// collective's table: run.json's `extra.noise_per_collective`), if any.
+    fn noise_scope(&self) -> Option<&str> {
+        None
+    }
 }
 
-/// Half of (max - min) over `value`, or 0 when the spread is not recorded.
+/// `(value - low) / value`, or 0 when the spread is not recorded.
+fn spread_below(low: f64, value: f64) -> f64 {
+    let n = (value - low) / value.abs();
+    if n.is_finite() && n > 0.0 {
+        n
+    } else {
+        0.0
+    }
+}
+
+/// Half of (max - min) over `value`, or 0 when unknown.
 fn half_spread(min: f64, max: f64, value: f64) -> f64 {
     let n = (max - min) / (2.0 * value.abs());
     if n.is_finite() && n > 0.0 {
@@ -77,11 +121,9 @@ impl Compared for CollectiveRow {
     const SUITE: &'static str = "collectives";
     /// The median iteration (p50) and the bus bandwidth at that time, not
     /// the mean: on a shared machine one descheduled iteration moves the
-    /// mean of 20 by 10x or more (seen between two nightly runs of this
-    /// very suite), while the median holds. The noise is still the rows'
-    /// whole min..max spread.
+    /// mean of 20 by 10x or more, while the median holds.
     fn figures(&self) -> Vec<Figure> {
-        let noise = half_spread(self.time_min_us, self.time_max_us, self.p50_us);
+        let noise = spread_below(self.time_min_us, self.p50_us);
         let busbw_at_p50 = self.busbw_gbps * self.time_us / self.p50_us;
         vec![
             Figure {
@@ -89,13 +131,29 @@ impl Compared for CollectiveRow {
                 value: self.p50_us,
                 worse: Worse::Higher,
                 noise,
+                time_us: Some(self.p50_us),
             },
             Figure {
                 name: "busbw_gbps@p50",
                 value: busbw_at_p50,
                 worse: Worse::Lower,
                 noise,
+                time_us: Some(self.p50_us),
             },
+        ]
+    }
+    fn noise_scope(&self) -> Option<&str> {
+        Some(&self.collective)
+    }
+    fn key_parts(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("backend", self.backend.clone()),
+            ("wire", self.wire.clone()),
+            ("ranks", self.world.to_string()),
+            ("collective", self.collective.clone()),
+            ("algo", self.algo.clone()),
+            ("type", format!("{}/{}", self.dtype, self.op)),
+            ("size", self.bytes.to_string()),
         ]
     }
 }
@@ -103,34 +161,33 @@ impl Compared for CollectiveRow {
 impl Compared for LayerRow {
     const SUITE: &'static str = "layers";
     fn figures(&self) -> Vec<Figure> {
-        // The total's spread in microseconds, charged in full to each part.
-        let abs = (self.total_max_us - self.total_min_us) / 2.0;
-        let rel = |v: f64| half_spread(0.0, 2.0 * abs, v);
+        // The total's spread below its mean, in microseconds, charged in full to each part.
+        let below = (self.total_us - self.total_min_us).max(0.0);
+        let rel = |v: f64| spread_below(v - below, v);
+        let fig = |name, value: f64| Figure {
+            name,
+            value,
+            worse: Worse::Higher,
+            noise: rel(value),
+            time_us: Some(value),
+        };
         vec![
+            fig("total_us", self.total_us),
+            fig("compute_us", self.compute_us),
+            fig("comm_us", self.comm_us),
             Figure {
-                name: "total_us",
-                value: self.total_us,
-                worse: Worse::Higher,
                 noise: rel(self.total_us),
+                ..fig("per_token_us", self.per_token_us)
             },
-            Figure {
-                name: "compute_us",
-                value: self.compute_us,
-                worse: Worse::Higher,
-                noise: rel(self.compute_us),
-            },
-            Figure {
-                name: "comm_us",
-                value: self.comm_us,
-                worse: Worse::Higher,
-                noise: rel(self.comm_us),
-            },
-            Figure {
-                name: "per_token_us",
-                value: self.per_token_us,
-                worse: Worse::Higher,
-                noise: rel(self.total_us),
-            },
+        ]
+    }
+    fn key_parts(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("backend", self.backend.clone()),
+            ("wire", self.wire.clone()),
+            ("mode", self.mode.clone()),
+            ("preset", self.preset.clone()),
+            ("tp", self.tp.to_string()),
         ]
     }
 }
@@ -138,20 +195,30 @@ impl Compared for LayerRow {
 impl Compared for PipelineRow {
     const SUITE: &'static str = "pipeline";
     fn figures(&self) -> Vec<Figure> {
-        let noise = half_spread(self.step_min_us, self.step_max_us, self.step_us);
+        let noise = spread_below(self.step_min_us, self.step_us);
         vec![
             Figure {
                 name: "step_us",
                 value: self.step_us,
                 worse: Worse::Higher,
                 noise,
+                time_us: Some(self.step_us),
             },
             Figure {
                 name: "bubble_measured",
                 value: self.bubble_measured,
                 worse: Worse::HigherFraction,
                 noise,
+                time_us: None,
             },
+        ]
+    }
+    fn key_parts(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("backend", self.backend.clone()),
+            ("schedule", self.schedule.clone()),
+            ("stages", self.stages.to_string()),
+            ("microbatches", self.microbatches.to_string()),
         ]
     }
 }
@@ -161,7 +228,10 @@ impl Compared for PipelineRow {
 pub enum Verdict {
     Regression,
     Improvement,
+    /// Within the threshold, the noise, the rounds' overlap or the floor.
     Unchanged,
+    /// Every row on one side came from a noisy run.
+    NotJudged,
 }
 
 /// One compared figure.
@@ -178,6 +248,72 @@ pub struct Change {
     pub noise: f64,
     pub worse: Worse,
     pub verdict: Verdict,
+    /// Quiet rounds on each side.
+    pub rounds: (usize, usize),
+    /// The change of the time behind the figure, and the floor it met, us.
+    pub time_change_us: Option<f64>,
+    pub floor_us: f64,
+}
+
+/// What the runs of a folder say about themselves, by run id.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RunInfo {
+    /// Share of the machine other processes took, when recorded.
+    pub foreign: Option<f64>,
+    /// The same per part of the run (bench-collectives: per collective's table).
+    pub per_scope: BTreeMap<String, f64>,
+    /// The compare floor, us (0 when not recorded).
+    pub floor_us: f64,
+}
+
+impl RunInfo {
+    /// Whether the run is too noisy to judge.
+    pub fn noisy(&self) -> bool {
+        self.foreign
+            .is_some_and(|f| f > parbench::measure::noise::NOISY_FRACTION)
+    }
+
+    /// Whether a row of the run is too noisy to judge: the run, or the part
+    /// of it the row was measured in.
+    pub fn noisy_for(&self, scope: Option<&str>) -> bool {
+        self.noisy()
+            || scope
+                .and_then(|s| self.per_scope.get(s))
+                .is_some_and(|&f| f > parbench::measure::noise::NOISY_FRACTION)
+    }
+}
+
+/// The runs of a loaded folder.
+pub fn run_infos(src: &Source) -> BTreeMap<String, RunInfo> {
+    src.runs
+        .iter()
+        .map(|r| {
+            let floor_us = r
+                .extra
+                .get("floor")
+                .and_then(|f| f.get("floor_us"))
+                .and_then(serde_json::Value::as_f64)
+                .unwrap_or(0.0);
+            let per_scope = r
+                .extra
+                .get("noise_per_collective")
+                .and_then(serde_json::Value::as_object)
+                .map(|m| {
+                    m.iter()
+                        .filter_map(|(k, v)| Some((k.clone(), v.get("fraction")?.as_f64()?)))
+                        .collect()
+                })
+                .unwrap_or_default();
+            (
+                r.run_id.clone(),
+                RunInfo {
+                    foreign: r.noise().map(|n| n.fraction),
+                    per_scope,
+                    floor_us,
+                },
+            )
+        })
+        .collect()
 }
 
 /// The outcome of comparing two folders.
@@ -187,6 +323,10 @@ pub struct Comparison {
     /// (suite, key) present only in the baseline / only in the current run.
     pub only_baseline: Vec<(&'static str, String)>,
     pub only_current: Vec<(&'static str, String)>,
+    /// Noisy runs left out: (folder side, run id, share of the machine taken).
+    pub noisy_runs: Vec<(&'static str, String, f64)>,
+    /// Suites present on both sides whose keys matched nothing, with why.
+    pub unmatched: Vec<String>,
 }
 
 impl Comparison {
@@ -203,40 +343,72 @@ impl Comparison {
     }
 }
 
-/// A figure aggregated over the rows sharing a key: the median, and noise
-/// from the rows' own spread and the spread of the repeats.
-fn aggregate(figs: &[Figure]) -> Option<(f64, f64)> {
-    let mut vals: Vec<f64> = figs
-        .iter()
-        .map(|f| f.value)
-        .filter(|v| v.is_finite())
-        .collect();
-    if vals.is_empty() {
-        return None;
-    }
-    vals.sort_by(f64::total_cmp);
-    let mid = vals.len() / 2;
-    let median = if vals.len() % 2 == 1 {
-        vals[mid]
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let mid = v.len() / 2;
+    if v.len() % 2 == 1 {
+        v[mid]
     } else {
-        (vals[mid - 1] + vals[mid]) / 2.0
-    };
-    let own = figs.iter().map(|f| f.noise).fold(0.0, f64::max);
-    let first = figs.first().map(|f| f.worse).unwrap_or(Worse::Higher);
-    let (lo, hi) = (vals[0], vals[vals.len() - 1]);
-    let repeats = match first {
-        Worse::HigherFraction => (hi - lo) / 2.0,
-        _ => half_spread(lo, hi, median),
-    };
-    Some((median, own.max(repeats)))
+        (v[mid - 1] + v[mid]) / 2.0
+    }
 }
 
-fn group<R: Compared>(rows: &[R]) -> BTreeMap<String, Vec<&R>> {
-    let mut map: BTreeMap<String, Vec<&R>> = BTreeMap::new();
-    for r in rows {
-        map.entry(r.key()).or_default().push(r);
+/// One side of one figure: its rounds' values, median, noise and range.
+#[derive(Clone, Debug)]
+struct Side {
+    rounds: usize,
+    median: f64,
+    noise: f64,
+    low: f64,
+    high: f64,
+    time_us: Option<f64>,
+}
+
+/// Aggregates the figures of one key on one side, one entry per (run, figure).
+fn side(figs: &[(String, Figure)]) -> Option<Side> {
+    let mut by_run: BTreeMap<&str, Vec<&Figure>> = BTreeMap::new();
+    for (run, f) in figs.iter().filter(|(_, f)| f.value.is_finite()) {
+        by_run.entry(run.as_str()).or_default().push(f);
     }
-    map
+    if by_run.is_empty() {
+        return None;
+    }
+    let first = by_run.values().next()?.first()?.worse;
+    let mut values: Vec<f64> = Vec::new();
+    let mut times: Vec<f64> = Vec::new();
+    let mut own: f64 = 0.0;
+    for fs in by_run.values() {
+        let mut v: Vec<f64> = fs.iter().map(|f| f.value).collect();
+        values.push(median(&mut v));
+        own = own.max(fs.iter().map(|f| f.noise).fold(0.0, f64::max));
+        let mut t: Vec<f64> = fs.iter().filter_map(|f| f.time_us).collect();
+        if !t.is_empty() {
+            times.push(median(&mut t));
+        }
+    }
+    let rounds = values.len();
+    let med = median(&mut values.clone());
+    let (low, high) = values
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &v| {
+            (a.min(v), b.max(v))
+        });
+    let noise = if rounds >= 2 {
+        match first {
+            Worse::HigherFraction => (high - low) / 2.0,
+            _ => half_spread(low, high, med),
+        }
+    } else {
+        own
+    };
+    Some(Side {
+        rounds,
+        median: med,
+        noise,
+        low,
+        high,
+        time_us: (!times.is_empty()).then(|| median(&mut times)),
+    })
 }
 
 /// How much worse `cur` is than `base` (negative: better).
@@ -248,63 +420,208 @@ fn worse_by(worse: Worse, base: f64, cur: f64) -> f64 {
     }
 }
 
+/// Whether every round of `a` is worse than every round of `b`.
+fn all_worse(worse: Worse, a: &Side, b: &Side) -> bool {
+    match worse {
+        Worse::Higher | Worse::HigherFraction => a.low > b.high,
+        Worse::Lower => a.high < b.low,
+    }
+}
+
+/// The verdict of one figure under the module's rule.
+fn judge(
+    worse: Worse,
+    b: &Side,
+    c: &Side,
+    threshold: f64,
+    floor_us: f64,
+) -> (f64, f64, Option<f64>, Verdict) {
+    let by = worse_by(worse, b.median, c.median);
+    let noise = b.noise.max(c.noise);
+    let dt = match (b.time_us, c.time_us) {
+        (Some(x), Some(y)) => Some(y - x),
+        _ => None,
+    };
+    let above_floor = dt.is_none_or(|d| d.abs() > floor_us);
+    let rounds = b.rounds >= 2 && c.rounds >= 2;
+    let verdict = if !by.is_finite() {
+        Verdict::Unchanged
+    } else if by > threshold && by > noise && above_floor && (!rounds || all_worse(worse, c, b)) {
+        Verdict::Regression
+    } else if -by > threshold && -by > noise && above_floor && (!rounds || all_worse(worse, b, c)) {
+        Verdict::Improvement
+    } else {
+        Verdict::Unchanged
+    };
+    (by, noise, dt, verdict)
+}
+
+fn group<R: Compared>(rows: &[R]) -> BTreeMap<String, Vec<&R>> {
+    let mut map: BTreeMap<String, Vec<&R>> = BTreeMap::new();
+    for r in rows {
+        map.entry(r.key()).or_default().push(r);
+    }
+    map
+}
+
 /// Compares the rows of one suite.
-pub fn compare_rows<R: Compared>(base: &[R], cur: &[R], threshold: f64, out: &mut Comparison) {
+pub fn compare_rows<R: Compared>(
+    base: &[R],
+    cur: &[R],
+    runs: (&BTreeMap<String, RunInfo>, &BTreeMap<String, RunInfo>),
+    threshold: f64,
+    out: &mut Comparison,
+) {
     let (b, c) = (group(base), group(cur));
+    let info =
+        |runs: &BTreeMap<String, RunInfo>, id: &str| runs.get(id).cloned().unwrap_or_default();
+    let mut matched = 0;
     for (key, brows) in &b {
         let Some(crows) = c.get(key) else {
             out.only_baseline.push((R::SUITE, key.clone()));
             continue;
         };
-        let bfigs: Vec<Vec<Figure>> = brows.iter().map(|r| r.figures()).collect();
-        let cfigs: Vec<Vec<Figure>> = crows.iter().map(|r| r.figures()).collect();
-        let n = bfigs.first().map_or(0, Vec::len);
-        for i in 0..n {
-            let pick = |figs: &[Vec<Figure>]| -> Vec<Figure> {
-                figs.iter().filter_map(|f| f.get(i).cloned()).collect()
-            };
-            let (bf, cf) = (pick(&bfigs), pick(&cfigs));
-            let (Some(first), Some((bv, bn)), Some((cv, cn))) =
-                (bf.first(), aggregate(&bf), aggregate(&cf))
-            else {
-                continue;
-            };
-            let by = worse_by(first.worse, bv, cv);
-            if !by.is_finite() {
-                continue;
-            }
-            let noise = bn.max(cn);
-            let verdict = if by > threshold && by > noise {
-                Verdict::Regression
-            } else if -by > threshold && -by > noise {
-                Verdict::Improvement
-            } else {
-                Verdict::Unchanged
-            };
-            out.changes.push(Change {
+        matched += 1;
+        let floor_us = brows
+            .iter()
+            .map(|r| info(runs.0, r.run_id()).floor_us)
+            .chain(crows.iter().map(|r| info(runs.1, r.run_id()).floor_us))
+            .fold(0.0, f64::max);
+        let quiet = |rows: &[&R], runs: &BTreeMap<String, RunInfo>| -> Vec<Vec<(String, Figure)>> {
+            let n = rows.first().map_or(0, |r| r.figures().len());
+            (0..n)
+                .map(|i| {
+                    rows.iter()
+                        .filter(|r| !info(runs, r.run_id()).noisy_for(r.noise_scope()))
+                        .filter_map(|r| Some((r.run_id().to_string(), r.figures().get(i)?.clone())))
+                        .collect()
+                })
+                .collect()
+        };
+        let (bq, cq) = (quiet(brows, runs.0), quiet(crows, runs.1));
+        let all_figs = brows.first().map(|r| r.figures()).unwrap_or_default();
+        for (i, fig) in all_figs.iter().enumerate() {
+            let (bs, cs) = (
+                bq.get(i).and_then(|f| side(f)),
+                cq.get(i).and_then(|f| side(f)),
+            );
+            let mut change = Change {
                 suite: R::SUITE,
                 key: key.clone(),
-                figure: first.name,
-                baseline: bv,
-                current: cv,
-                worse_by: by,
-                noise,
-                worse: first.worse,
-                verdict,
-            });
+                figure: fig.name,
+                baseline: f64::NAN,
+                current: f64::NAN,
+                worse_by: 0.0,
+                noise: 0.0,
+                worse: fig.worse,
+                verdict: Verdict::NotJudged,
+                rounds: (0, 0),
+                time_change_us: None,
+                floor_us,
+            };
+            if let (Some(bs), Some(cs)) = (bs, cs) {
+                let (by, noise, dt, verdict) = judge(fig.worse, &bs, &cs, threshold, floor_us);
+                change = Change {
+                    baseline: bs.median,
+                    current: cs.median,
+                    worse_by: by,
+                    noise,
+                    verdict,
+                    rounds: (bs.rounds, cs.rounds),
+                    time_change_us: dt,
+                    ..change
+                };
+            }
+            out.changes.push(change);
         }
     }
     for key in c.keys().filter(|k| !b.contains_key(*k)) {
         out.only_current.push((R::SUITE, key.clone()));
     }
+    if matched == 0 && !b.is_empty() && !c.is_empty() {
+        out.unmatched
+            .push(format!("{}: {}", R::SUITE, why_unmatched(base, cur)));
+    }
+}
+
+/// The first part of the key in which the two folders' rows differ, in words.
+fn why_unmatched<R: Compared>(base: &[R], cur: &[R]) -> String {
+    let parts = |rows: &[R]| -> Vec<(&'static str, BTreeSet<String>)> {
+        let mut out: Vec<(&'static str, BTreeSet<String>)> = Vec::new();
+        for r in rows {
+            for (name, v) in r.key_parts() {
+                match out.iter_mut().find(|(n, _)| *n == name) {
+                    Some(e) => {
+                        e.1.insert(v);
+                    }
+                    None => out.push((name, BTreeSet::from([v]))),
+                }
+            }
+        }
+        out
+    };
+    let (pb, pc) = (parts(base), parts(cur));
+    let list = |s: &BTreeSet<String>| s.iter().take(4).cloned().collect::<Vec<_>>().join(", ");
+    for ((name, b), (_, c)) in pb.iter().zip(&pc) {
+        if b.is_disjoint(c) {
+            return format!(
+                "no row matches: the baseline's {name} is {} and the current run's {} (a renamed wire, another host or another setup)",
+                list(b),
+                list(c)
+            );
+        }
+    }
+    "no row matches (every key differs in some part: compare the \"only in\" lists)".to_string()
 }
 
 /// Compares every suite of two loaded folders.
 pub fn compare_sources(base: &Source, cur: &Source, threshold: f64) -> Comparison {
     let mut out = Comparison::default();
-    compare_rows(&base.collectives, &cur.collectives, threshold, &mut out);
-    compare_rows(&base.layers, &cur.layers, threshold, &mut out);
-    compare_rows(&base.pipeline, &cur.pipeline, threshold, &mut out);
+    let (bi, ci) = (run_infos(base), run_infos(cur));
+    for (side, infos) in [("baseline", &bi), ("current", &ci)] {
+        for (id, i) in infos {
+            if i.noisy() {
+                out.noisy_runs
+                    .push((side, id.clone(), i.foreign.unwrap_or(0.0)));
+                continue;
+            }
+            for (scope, &f) in &i.per_scope {
+                if f > parbench::measure::noise::NOISY_FRACTION {
+                    out.noisy_runs
+                        .push((side, format!("{id} ({scope} table)"), f));
+                }
+            }
+        }
+    }
+    compare_rows(
+        &base.collectives,
+        &cur.collectives,
+        (&bi, &ci),
+        threshold,
+        &mut out,
+    );
+    compare_rows(&base.layers, &cur.layers, (&bi, &ci), threshold, &mut out);
+    compare_rows(
+        &base.pipeline,
+        &cur.pipeline,
+        (&bi, &ci),
+        threshold,
+        &mut out,
+    );
+    let suites = |s: &Source| {
+        [
+            !s.collectives.is_empty(),
+            !s.layers.is_empty(),
+            !s.pipeline.is_empty(),
+        ]
+    };
+    let (sb, sc) = (suites(base), suites(cur));
+    if !sb.iter().zip(&sc).any(|(a, b)| *a && *b) {
+        out.unmatched.push(
+            "the two folders share no suite (collectives, layers, pipeline): nothing to compare"
+                .to_string(),
+        );
+    }
     out
 }
 
@@ -324,6 +641,8 @@ fn changes_table(changes: &[&Change]) -> Table {
         "change",
         "worse by",
         "noise",
+        "rounds",
+        "time change / floor",
     ]);
     for c in changes {
         let value = |v: f64| match c.worse {
@@ -345,16 +664,25 @@ fn changes_table(changes: &[&Change]) -> Table {
                 Worse::HigherFraction => format!("{:.1} pt", c.noise * 100.0),
                 _ => format!("{:.1}%", c.noise * 100.0),
             },
+            format!("{} / {}", c.rounds.0, c.rounds.1),
+            match c.time_change_us {
+                Some(d) => format!("{d:+.3} / {:.3} us", c.floor_us),
+                None => "-".into(),
+            },
         ]);
     }
     t
 }
 
+/// The rule, in one paragraph, as the output states it.
+pub const RULE: &str = "A regression: rows of quiet runs only (other processes took at most 10% of the machine during the run and the row's table); the median over the rounds worse by more than the threshold and by more than the noise (the rounds' half-spread with 2+ rounds, else the row's spread below its median); with 2+ rounds on both sides, every current round worse than every baseline round; and a time change above the floor (clock resolution or latency jitter, the larger, from run.json).";
+
 /// The comparison as text or Markdown.
 pub fn render(cmp: &Comparison, args: &CompareArgs) -> String {
     let regs = cmp.with(Verdict::Regression);
     let imps = cmp.with(Verdict::Improvement);
-    let same = cmp.changes.len() - regs.len() - imps.len();
+    let not_judged = cmp.with(Verdict::NotJudged);
+    let same = cmp.changes.len() - regs.len() - imps.len() - not_judged.len();
     let md = args.markdown;
     let mut out = String::new();
     let heading = |s: &str| {
@@ -367,18 +695,44 @@ pub fn render(cmp: &Comparison, args: &CompareArgs) -> String {
     if md {
         out.push_str("## parbench: current run against the baseline\n\n");
     }
+    let rounds = |side: usize| {
+        let mut r: Vec<usize> = cmp
+            .changes
+            .iter()
+            .map(|c| if side == 0 { c.rounds.0 } else { c.rounds.1 })
+            .filter(|&n| n > 0)
+            .collect();
+        r.sort_unstable();
+        r.dedup();
+        r.iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("/")
+    };
     out.push_str(&format!(
-        "{} figures compared ({} against {}, threshold {:.1}%, noise from the runs' own spread): {} regressions, {} improvements, {} unchanged; {} keys only in the baseline, {} only in the current run.\n",
+        "{} figures compared ({} against {}, threshold {:.1}%, rounds {} against {}): {} regressions, {} improvements, {} unchanged, {} noisy: not judged; {} keys only in the baseline, {} only in the current run.\n",
         cmp.changes.len(),
         args.current.display(),
         args.baseline.display(),
         args.threshold * 100.0,
+        rounds(1),
+        rounds(0),
         regs.len(),
         imps.len(),
         same,
+        not_judged.len(),
         cmp.only_baseline.len(),
         cmp.only_current.len()
     ));
+    out.push_str(&format!("Rule: {RULE}\n"));
+    if !cmp.noisy_runs.is_empty() {
+        out.push_str(&heading("Noisy runs left out (not judged)"));
+        let mut t = Table::new(["folder", "run", "machine taken by other processes"]);
+        for (side, id, f) in &cmp.noisy_runs {
+            t.row([side.to_string(), id.clone(), units::percent(*f)]);
+        }
+        out.push_str(&if md { t.markdown() } else { t.text() });
+    }
     let table = |t: Table| if md { t.markdown() } else { t.text() };
     if !regs.is_empty() {
         out.push_str(&heading("Regressions"));
@@ -387,6 +741,17 @@ pub fn render(cmp: &Comparison, args: &CompareArgs) -> String {
     if !imps.is_empty() {
         out.push_str(&heading("Improvements"));
         out.push_str(&table(changes_table(&imps)));
+    }
+    if !not_judged.is_empty() {
+        out.push_str(&format!(
+            "\nnoisy: not judged: {} figures of {} keys (every row on one side came from a noisy run).\n",
+            not_judged.len(),
+            not_judged
+                .iter()
+                .map(|c| (&c.suite, &c.key))
+                .collect::<BTreeSet<_>>()
+                .len()
+        ));
     }
     for (title, keys) in [
         (
@@ -404,15 +769,12 @@ pub fn render(cmp: &Comparison, args: &CompareArgs) -> String {
             out.push_str(&table(t));
         }
     }
-    if cmp.changes.is_empty() {
-        out.push_str(
-            "No row of the current run matches a row of the baseline: nothing was compared.\n",
-        );
-    }
     out
 }
 
-/// Runs `report compare`: exit 1 on a regression, 0 otherwise.
+/// Runs `report compare`: exit 1 on a regression, [`EXIT_NOISY`] when
+/// nothing regressed but noisy runs left figures unjudged, 0 otherwise; an
+/// error (exit 2) when a suite's rows match nothing.
 pub fn run(args: &CompareArgs) -> Result<ExitCode> {
     if !(args.threshold.is_finite() && args.threshold >= 0.0) {
         bail!(
@@ -423,11 +785,20 @@ pub fn run(args: &CompareArgs) -> Result<ExitCode> {
     let base = load_source(&args.baseline, false)?;
     let cur = load_source(&args.current, false)?;
     let cmp = compare_sources(&base, &cur, args.threshold);
+    if let Some(why) = cmp.unmatched.first() {
+        bail!(
+            "nothing compared between {} and {}: {why}",
+            args.baseline.display(),
+            args.current.display()
+        );
+    }
     print!("{}", render(&cmp, args));
-    Ok(if cmp.with(Verdict::Regression).is_empty() {
-        ExitCode::SUCCESS
-    } else {
+    Ok(if !cmp.with(Verdict::Regression).is_empty() {
         ExitCode::from(1)
+    } else if !cmp.with(Verdict::NotJudged).is_empty() {
+        ExitCode::from(EXIT_NOISY)
+    } else {
+        ExitCode::SUCCESS
     })
 }
 
@@ -441,15 +812,51 @@ mod tests {
             value,
             worse: Worse::Higher,
             noise,
+            time_us: Some(value),
         }
     }
 
+    fn rounds(values: &[f64], noise: f64) -> Vec<(String, Figure)> {
+        values
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| (format!("run{i}"), fig(v, noise)))
+            .collect()
+    }
+
     #[test]
-    fn repeats_add_their_spread() {
-        let (median, noise) =
-            aggregate(&[fig(100.0, 0.01), fig(110.0, 0.01), fig(90.0, 0.0)]).unwrap();
-        assert_eq!(median, 100.0);
-        assert!((noise - 0.1).abs() < 1e-12, "{noise}");
+    fn rounds_give_the_noise_one_round_its_own_spread() {
+        let s = side(&rounds(&[100.0, 110.0, 90.0], 0.01)).unwrap();
+        assert_eq!((s.median, s.rounds, s.low, s.high), (100.0, 3, 90.0, 110.0));
+        assert!((s.noise - 0.1).abs() < 1e-12, "{s:?}");
+        let one = side(&rounds(&[100.0], 0.03)).unwrap();
+        assert_eq!((one.rounds, one.noise), (1, 0.03));
+        // Two rows of one run are one round.
+        let mut two = rounds(&[100.0, 104.0], 0.0);
+        two[1].0 = "run0".into();
+        assert_eq!(side(&two).unwrap().rounds, 1);
+    }
+
+    #[test]
+    fn the_rule_needs_threshold_noise_separation_and_floor() {
+        let s = |v: &[f64]| side(&rounds(v, 0.0)).unwrap();
+        let base = s(&[100.0, 101.0, 99.0]);
+        // 10% slower in every round: called.
+        let v = judge(Worse::Higher, &base, &s(&[110.0, 111.0, 109.5]), 0.05, 0.0).3;
+        assert_eq!(v, Verdict::Regression);
+        // Median 10% slower but one round overlaps the baseline's: not called.
+        let v = judge(Worse::Higher, &base, &s(&[110.0, 111.0, 100.5]), 0.05, 0.0).3;
+        assert_eq!(v, Verdict::Unchanged);
+        // Beyond threshold, no overlap, but within the rounds' own spread
+        // (current: 103..130 about 110, +-12%): not called.
+        let v = judge(Worse::Higher, &base, &s(&[103.0, 110.0, 130.0]), 0.05, 0.0).3;
+        assert_eq!(v, Verdict::Unchanged);
+        // Below the floor (11 us change, floor 20 us): not called.
+        let v = judge(Worse::Higher, &base, &s(&[110.0, 111.0, 109.5]), 0.05, 20.0).3;
+        assert_eq!(v, Verdict::Unchanged);
+        // The mirror image is an improvement.
+        let v = judge(Worse::Higher, &base, &s(&[90.0, 89.0, 90.5]), 0.05, 0.0).3;
+        assert_eq!(v, Verdict::Improvement);
     }
 
     #[test]
@@ -461,8 +868,9 @@ mod tests {
     }
 
     #[test]
-    fn spread_unknown_is_no_noise() {
-        assert_eq!(half_spread(0.0, 0.0, 10.0), 0.0);
+    fn spreads() {
+        assert_eq!(spread_below(9.0, 10.0), 0.1);
+        assert_eq!(spread_below(11.0, 10.0), 0.0);
         assert_eq!(half_spread(9.0, 11.0, 10.0), 0.1);
         assert_eq!(half_spread(1.0, 2.0, 0.0), 0.0);
     }

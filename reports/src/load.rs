@@ -108,6 +108,39 @@ pub fn load_source(dir: &Path, with_timelines: bool) -> Result<Source> {
     })
 }
 
+impl Source {
+    /// The run.json entry of a run id.
+    pub fn run(&self, run_id: &str) -> Option<&RunMeta> {
+        self.runs.iter().find(|r| r.run_id == run_id)
+    }
+}
+
+/// The calibrated wire model a bench-collectives run recorded
+/// (`extra.model_link`: alpha, ladders, how its transport reduces), when
+/// the run used parbench's own transport model.
+pub fn wire_model(meta: &RunMeta) -> Option<parbench::model::wire::WireModel> {
+    let m = meta.extra.get("model_link")?;
+    if m.get("own_transport_model")?.as_bool() != Some(true) {
+        return None;
+    }
+    let ladder = |k: &str| serde_json::from_value(m.get(k)?.clone()).ok();
+    Some(parbench::model::wire::WireModel {
+        alpha_s: m.get("alpha_us")?.as_f64()? * 1e-6,
+        alpha_exchange_s: m
+            .get("alpha_exchange_us")
+            .and_then(serde_json::Value::as_f64)
+            .unwrap_or(0.0)
+            * 1e-6,
+        duplex: ladder("duplex")?,
+        one_way: ladder("one_way")?,
+        copy: ladder("copy")?,
+        reduce: ladder("reduce")?,
+        pull: ladder("pull").unwrap_or_default(),
+        claim: ladder("claim").unwrap_or_default(),
+        both: ladder("both").unwrap_or_default(),
+    })
+}
+
 /// Loads every folder and gives each a short label: its last path component,
 /// made unique by adding parents where two folders share a name.
 pub fn load_sources(dirs: &[PathBuf], with_timelines: bool) -> Result<Vec<Source>> {

@@ -3,7 +3,9 @@
 //! run against a baseline for nightly regression tracking.
 //!
 //! Exit codes: 0 fine; 1 `compare` found a regression; 2 bad flags or bad
-//! files (one line naming the file and line).
+//! files (one line naming the file and line), or a compare whose rows match
+//! nothing; 3 `compare` found no regression but left figures of noisy runs
+//! unjudged ("noisy: not judged").
 
 mod charts;
 mod compare;
@@ -49,7 +51,7 @@ enum Command {
     },
     /// Plan a training cluster: every data x tensor x pipeline layout, microbatching and schedule, costed with measured figures and ranked by tokens/s.
     Plan(Box<plan::PlanArgs>),
-    /// Compare CURRENT against BASELINE: exit 1 when a figure regressed beyond the threshold and the runs' noise.
+    /// Compare CURRENT against BASELINE: exit 1 when a figure regressed beyond the threshold, the runs' noise and the floor; 2 when nothing matched; 3 when noisy runs were not judged.
     Compare(compare::CompareArgs),
 }
 

@@ -1,6 +1,7 @@
 //! Shared by the integration tests: the binary, the fixtures, scratch folders.
 #![allow(dead_code)]
 
+use parbench::results::{append_rows, read_rows, CollectiveRow};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -44,4 +45,58 @@ pub fn stdout(o: &Output) -> String {
 
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Scales every time figure of the row and its bandwidths inversely.
+pub fn slow_down(r: &mut CollectiveRow, factor: f64) {
+    r.time_us *= factor;
+    r.time_min_us *= factor;
+    r.time_max_us *= factor;
+    r.p50_us *= factor;
+    r.p99_us *= factor;
+    r.algbw_gbps /= factor;
+    r.busbw_gbps /= factor;
+}
+
+/// A folder of `rounds` runs of the shm fixture's collectives: run i's
+/// rows are the fixture's times times `factor(i, row)`, each run with its
+/// own run.json entry (`foreign`: the share of the machine others took).
+pub fn rounds_folder(
+    name: &str,
+    rounds: usize,
+    factor: impl Fn(usize, usize) -> f64,
+    foreign: impl Fn(usize) -> f64,
+) -> PathBuf {
+    let dir = scratch(name);
+    let src: Vec<CollectiveRow> = read_rows(&fixture("shm").join("collectives.csv")).unwrap();
+    let meta: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("shm").join("run.json")).unwrap())
+            .unwrap();
+    let mut runs = Vec::new();
+    let mut rows = Vec::new();
+    for i in 0..rounds {
+        let id = format!("collectives-20261129T0{i}0000Z-{i}");
+        for (j, r) in src.iter().enumerate() {
+            let mut r = r.clone();
+            r.run_id = id.clone();
+            slow_down(&mut r, factor(i, j));
+            rows.push(r);
+        }
+        let mut m = meta[0].clone();
+        m["run_id"] = id.into();
+        m["extra"]["noise"] = serde_json::json!({
+            "wall_s": 10.0, "cpus": 2, "host_s": 0.0, "own_s": 0.0, "steal_s": 0.0,
+            "foreign_s": 20.0 * foreign(i), "fraction": foreign(i), "resolution": 0.01,
+            "method": "test"
+        });
+        m["extra"]["floor"] = serde_json::json!({"floor_us": 0.05});
+        runs.push(m);
+    }
+    append_rows(&dir, &rows).unwrap();
+    std::fs::write(
+        dir.join("run.json"),
+        serde_json::to_string_pretty(&runs).unwrap(),
+    )
+    .unwrap();
+    dir
 }

@@ -14,17 +14,6 @@ fn edit_collectives(dir: &Path, edit: impl Fn(&mut CollectiveRow)) {
     append_rows(dir, &rows).unwrap();
 }
 
-/// Scales every time figure of the row and its bandwidths inversely.
-fn slow_down(r: &mut CollectiveRow, factor: f64) {
-    r.time_us *= factor;
-    r.time_min_us *= factor;
-    r.time_max_us *= factor;
-    r.p50_us *= factor;
-    r.p99_us *= factor;
-    r.algbw_gbps /= factor;
-    r.busbw_gbps /= factor;
-}
-
 const TARGET: u64 = 1 << 21;
 
 fn is_target(r: &CollectiveRow) -> bool {
@@ -81,39 +70,179 @@ fn a_20_percent_slowdown_is_flagged() {
 
 #[test]
 fn a_change_within_the_noise_is_not_flagged() {
-    // The fixture's rows spread min..max over -7%..+12% of the mean: a 9%
-    // slowdown is above a 5% threshold but inside that noise.
+    // One round each: the noise is the row's spread below its median. At
+    // 10% below, a 9% slowdown is above a 5% threshold but inside it.
     let cur = copy_fixture("shm", "noisy");
+    let base = copy_fixture("shm", "noisy-base");
+    for d in [&cur, &base] {
+        edit_collectives(d, |r| {
+            if is_target(r) {
+                r.time_min_us = r.p50_us * 0.90;
+            }
+        });
+    }
     edit_collectives(&cur, |r| {
         if is_target(r) {
             slow_down(r, 1.09)
         }
     });
-    let base = fixture("shm");
     let o = report(&["compare", base.to_str().unwrap(), cur.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
     assert!(stdout(&o).contains(": 0 regressions"), "{}", stdout(&o));
 
     // The same 9% with a tight spread is a regression.
-    edit_collectives(&cur, |r| {
-        if is_target(r) {
-            r.time_min_us = r.time_us * 0.99;
-            r.time_max_us = r.time_us * 1.01;
-        }
-    });
-    let tight_base = copy_fixture("shm", "tight-base");
-    edit_collectives(&tight_base, |r| {
-        if is_target(r) {
-            r.time_min_us = r.time_us * 0.99;
-            r.time_max_us = r.time_us * 1.01;
-        }
-    });
+    for d in [&cur, &base] {
+        edit_collectives(d, |r| {
+            if is_target(r) {
+                r.time_min_us = r.p50_us * 0.99;
+            }
+        });
+    }
+    let o = report(&["compare", base.to_str().unwrap(), cur.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+}
+
+/// Deterministic noise in [-amp, amp] from (round, row, seed).
+fn jitter(i: usize, j: usize, seed: u64, amp: f64) -> f64 {
+    let mut x = (i as u64 * 1_000_003 + j as u64 * 7919 + seed).wrapping_mul(6364136223846793005);
+    x ^= x >> 29;
+    x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    let u = (x >> 11) as f64 / (1u64 << 53) as f64;
+    1.0 + amp * (2.0 * u - 1.0)
+}
+
+#[test]
+fn rounds_with_injected_noise_are_not_called_a_10_percent_change_is() {
+    let quiet = |_| 0.0;
+    // Every row of every round moves by up to +-4% at random, both nights.
+    let base = rounds_folder("r-base", 3, |i, j| jitter(i, j, 1, 0.04), quiet);
+    let same = rounds_folder("r-same", 3, |i, j| jitter(i, j, 2, 0.04), quiet);
+    let o = report(&["compare", base.to_str().unwrap(), same.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+    assert!(stdout(&o).contains("rounds 3 against 3"), "{}", stdout(&o));
+    assert!(stdout(&o).contains(": 0 regressions"), "{}", stdout(&o));
+
+    // The same noise, and all_reduce at 2 MiB 10% slower in every round.
+    let slow = rounds_folder(
+        "r-slow",
+        3,
+        |i, j| {
+            let target = j == 18 || j == 19; // all_reduce 2 MiB, out and in place
+            jitter(i, j, 3, 0.02) * if target { 1.10 } else { 1.0 }
+        },
+        quiet,
+    );
+    let base_tight = rounds_folder("r-base-tight", 3, |i, j| jitter(i, j, 4, 0.02), quiet);
     let o = report(&[
         "compare",
-        tight_base.to_str().unwrap(),
-        cur.to_str().unwrap(),
+        base_tight.to_str().unwrap(),
+        slow.to_str().unwrap(),
     ]);
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains("2097152B/out") && out.contains("p50_us"),
+        "{out}"
+    );
+    assert!(
+        out.contains(": 4 regressions"),
+        "two rows, two figures each: {out}"
+    );
+}
+
+#[test]
+fn changes_below_the_floor_are_never_called() {
+    // The floor (0.05 us here) against a sub-microsecond row: +50% of 0.02 us is 0.01 us.
+    let base = rounds_folder(
+        "f-base",
+        1,
+        |_, j| if j == 0 { 0.0113 } else { 1.0 },
+        |_| 0.0,
+    );
+    let cur = rounds_folder("f-cur", 1, |_, j| if j == 0 { 0.017 } else { 1.0 }, |_| 0.0);
+    let o = report(&["compare", base.to_str().unwrap(), cur.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+    // With a floor of 1 ns the same change is called: the floor decided.
+    for d in [&base, &cur] {
+        let p = d.join("run.json");
+        let t = std::fs::read_to_string(&p)
+            .unwrap()
+            .replace("0.05", "0.001");
+        std::fs::write(&p, t).unwrap();
+    }
+    let o = report(&["compare", base.to_str().unwrap(), cur.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+}
+
+#[test]
+fn a_noisy_run_is_not_judged_and_exits_3() {
+    let base = rounds_folder("n-base", 1, |_, _| 1.0, |_| 0.0);
+    let cur = rounds_folder("n-cur", 1, |_, _| 1.3, |_| 0.25);
+    let o = report(&["compare", base.to_str().unwrap(), cur.to_str().unwrap()]);
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(3), "{out}");
+    assert!(out.contains("noisy: not judged"), "{out}");
+    assert!(out.contains(": 0 regressions"), "{out}");
+    // A quiet run whose all_reduce table alone was noisy: those rows are
+    // not judged, the others are.
+    let cur = rounds_folder("n-table", 1, |_, _| 1.3, |_| 0.0);
+    let p = cur.join("run.json");
+    let mut runs: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+    runs[0]["extra"]["noise_per_collective"] = serde_json::json!({"all_reduce": {"fraction": 0.2}});
+    std::fs::write(&p, runs.to_string()).unwrap();
+    let o = report(&["compare", base.to_str().unwrap(), cur.to_str().unwrap()]);
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(1), "all_gather still judged: {out}");
+    assert!(
+        out.contains("(all_reduce table)") && out.contains("noisy: not judged"),
+        "{out}"
+    );
+    assert!(
+        !out.contains("all_reduce/float/sum/-1/np2/2097152B/out  "),
+        "{out}"
+    );
+    // One noisy round of three is left out; the quiet ones are judged.
+    let cur = rounds_folder("n-cur3", 3, |_, _| 1.0, |i| if i == 1 { 0.5 } else { 0.0 });
+    let base3 = rounds_folder("n-base3", 3, |_, _| 1.0, |_| 0.0);
+    let o = report(&["compare", base3.to_str().unwrap(), cur.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+    assert!(stdout(&o).contains("Noisy runs left out"), "{}", stdout(&o));
+}
+
+#[test]
+fn a_compare_that_matches_nothing_exits_2_saying_why() {
+    let base = fixture("shm");
+    let cur = copy_fixture("shm", "renamed");
+    edit_collectives(&cur, |r| r.wire = "tcp-1gbit".into());
+    let o = report(&["compare", base.to_str().unwrap(), cur.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
+    let err = stderr(&o);
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert!(
+        err.contains("nothing compared") && err.contains("wire") && err.contains("tcp-1gbit"),
+        "{err}"
+    );
+    // Folders that share no suite at all.
+    let layers_only = scratch("layers-only");
+    std::fs::copy(
+        fixture("shm").join("layers.csv"),
+        layers_only.join("layers.csv"),
+    )
+    .unwrap();
+    let coll_only = scratch("coll-only");
+    std::fs::copy(
+        fixture("shm").join("collectives.csv"),
+        coll_only.join("collectives.csv"),
+    )
+    .unwrap();
+    let o = report(&[
+        "compare",
+        coll_only.to_str().unwrap(),
+        layers_only.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
+    assert!(stderr(&o).contains("share no suite"), "{}", stderr(&o));
 }
 
 #[test]

@@ -254,3 +254,77 @@ fn real_records_render() {
         "the tcp wire in the capacity table"
     );
 }
+
+/// A folder holding `runs` runs of the shm fixture's collectives (run i's
+/// times scaled by 1 + i), each with its own run.json entry; run 1 noisy.
+fn runs_folder(name: &str, runs: usize) -> PathBuf {
+    rounds_folder(
+        name,
+        runs,
+        |i, _| 1.0 + i as f64,
+        |i| if i == 1 { 0.3 } else { 0.0 },
+    )
+}
+
+/// The text of a chart's SVG `<text>` elements, joined by spaces (legend
+/// labels wrap over several elements).
+fn chart_text(html: &str, id: &str) -> String {
+    let at = html.find(&format!("id=\"{id}\"")).unwrap();
+    let chart = &html[at..];
+    let chart = &chart[..chart.find("</svg>").unwrap()];
+    let mut words = Vec::new();
+    for part in chart.split("<text").skip(1) {
+        if let Some(body) = part.split_once('>').map(|(_, b)| b) {
+            words.push(
+                body.split("</text>")
+                    .next()
+                    .unwrap_or("")
+                    .trim()
+                    .to_string(),
+            );
+        }
+    }
+    words.join(" ")
+}
+
+fn html_of(dir: &Path) -> String {
+    let out = dir.join("r.html");
+    let o = report(&["html", dir.to_str().unwrap(), "-o", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    std::fs::read_to_string(&out).unwrap()
+}
+
+#[test]
+fn two_runs_of_one_key_are_two_curves_never_their_mean() {
+    let html = html_of(&runs_folder("two-runs", 2));
+    // Both runs named in the legend of the all_reduce chart and in the fit table.
+    let chart = chart_text(&html, "busbw-all-reduce-float-sum");
+    for t in ["00:00:00Z", "01:00:00Z"] {
+        assert!(chart.contains(t), "run {t} has its own curve");
+    }
+    let measured = chart.matches("measured").count();
+    assert_eq!(measured, 2, "two measured curves of one configuration");
+    assert!(!html.contains("median of"), "two runs are not pooled");
+    // The second run is marked noisy: in the legend and the runs table.
+    assert!(chart.contains("NOISY"), "noisy curve marked");
+    assert!(html.contains("<td class=\"bad\">NOISY: other processes took 30.0%"));
+    // extra as key/value lines, not raw JSON.
+    assert!(html.contains("<td class=\"lines\"><div>"), "extra as lines");
+    assert!(!html.contains("{&quot;"), "no raw JSON object in the page");
+    // Wide tables wrap on paper.
+    assert!(html.contains("@media print") && html.contains(".scroll { overflow: visible; }"));
+}
+
+#[test]
+fn more_runs_become_one_median_curve_with_its_band() {
+    let html = html_of(&runs_folder("three-runs", 3));
+    let at = html.find("id=\"busbw-all-reduce-float-sum\"").unwrap();
+    let svg = &html[at..at + html[at..].find("</svg>").unwrap()];
+    assert!(svg.contains("<polygon"), "its min..max band is drawn");
+    let chart = chart_text(&html, "busbw-all-reduce-float-sum");
+    assert!(
+        chart.contains("median of 3 runs"),
+        "labelled as a median: {chart}"
+    );
+    assert_eq!(chart.matches("measured").count(), 1);
+}

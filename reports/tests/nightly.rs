@@ -121,3 +121,71 @@ fn baseline_then_compare_then_regression() {
     let runs = std::fs::read_dir(&results).unwrap().count();
     assert_eq!(runs, 5, "baseline + 4 nights");
 }
+
+/// Relative paths are the caller's: `--results res` and
+/// `CARGO_TARGET_DIR=tgt` from the caller's directory (the script itself
+/// works in the repository); the suites run in interleaved rounds.
+#[test]
+fn paths_are_the_callers_and_rounds_interleave() {
+    let dir = scratch("nightly-paths");
+    let bin = stub_bin(&dir);
+    let release = dir.join("tgt/release");
+    std::fs::create_dir_all(release.parent().unwrap()).unwrap();
+    std::fs::rename(&bin, &release).unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/nightly.sh");
+    let o = Command::new("bash")
+        .arg(&script)
+        .args(["--results", "res", "--no-build", "--rounds", "2"])
+        .current_dir(&dir)
+        .env("CARGO_TARGET_DIR", "tgt")
+        .env_remove("PARBENCH_BIN")
+        .env("PARBENCH_DATE", "2026-12-01")
+        .env("STUB_SRC", fixture("shm"))
+        .env("STUB_LOG", dir.join("log"))
+        .env("STUB_FAIL", "")
+        .env_remove("GITHUB_STEP_SUMMARY")
+        .output()
+        .unwrap();
+    let out = format!("{}{}", stdout(&o), stderr(&o));
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    assert!(dir.join("res/2026-12-01/collectives.csv").exists(), "{out}");
+    assert!(dir.join("res/baseline").is_dir(), "{out}");
+    let log = std::fs::read_to_string(dir.join("log")).unwrap();
+    let order: Vec<&str> = log
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .map(|p| p.rsplit('/').next().unwrap_or(p))
+        .collect();
+    assert_eq!(
+        order,
+        [
+            "bench-collectives",
+            "bench-layers",
+            "bench-pipeline",
+            "bench-collectives",
+            "bench-layers",
+            "bench-pipeline"
+        ],
+        "two rounds, interleaved: {log}"
+    );
+    assert!(log.contains("tgt/release/bench-collectives"), "{log}");
+}
+
+/// A night whose rows match no row of the baseline (the wire was renamed)
+/// compares nothing: it fails (2) instead of passing.
+#[test]
+fn a_night_that_compares_nothing_fails() {
+    let dir = scratch("nightly-nothing");
+    stub_bin(&dir);
+    let (code, out) = nightly(&dir, &fixture("shm"), "2026-12-01", "");
+    assert_eq!(code, 0, "{out}");
+    let renamed = copy_fixture("shm", "nightly-renamed");
+    let path = renamed.join("collectives.csv");
+    let mut rows: Vec<CollectiveRow> = read_rows(&path).unwrap();
+    rows.iter_mut().for_each(|r| r.wire = "tcp-1gbit".into());
+    std::fs::remove_file(&path).unwrap();
+    append_rows(&renamed, &rows).unwrap();
+    let (code, out) = nightly(&dir, &renamed, "2026-12-02", "");
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("nothing compared"), "{out}");
+}

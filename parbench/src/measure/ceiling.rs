@@ -10,7 +10,7 @@
 //! - Reduction: bytes per second of `acc op= src` on one core ([`reduce_throughput`]).
 
 use super::combine::gather_f64;
-use crate::comm::{reduce_bytes, CommResult, Communicator, DType, ReduceOp};
+use crate::comm::{reduce_bytes, CommBuffer, CommResult, Communicator, DType, ReduceOp};
 use std::time::Instant;
 
 /// The wire's ceiling as measured in this run.
@@ -114,38 +114,174 @@ fn stream_once<C: Communicator>(
     comm.sync()
 }
 
-/// Half the round trip of an 8-byte message between ranks 0 and 1, in us:
-/// the median of `iters` round trips after `iters / 10 + 1` untimed ones.
-/// Every rank must call it; every rank gets rank 0's figure, or `None` with one rank.
-pub fn ping_pong_latency<C: Communicator>(comm: &mut C, iters: usize) -> CommResult<Option<f64>> {
+/// Latency figures of 8-byte messages: the model's alpha and the wire's
+/// latency jitter, as rank 0 timed them ([`ping_pong`]: half round trips;
+/// [`exchange_latency`]: whole exchanges).
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct PingPong {
+    /// Timed round trips (after the warm-up).
+    pub trips: usize,
+    /// Untimed round trips first.
+    pub warmup: usize,
+    /// Median, us: alpha.
+    pub median_us: f64,
+    /// 10th and 90th percentiles, us.
+    pub p10_us: f64,
+    pub p90_us: f64,
+}
+
+impl PingPong {
+    /// Rank 0's figures from its timed `samples` (us) after `warmup`
+    /// untimed ones, brought to every rank. Every rank must call it.
+    fn of_rank0<C: Communicator>(
+        comm: &mut C,
+        mut samples: Vec<f64>,
+        warmup: usize,
+    ) -> CommResult<Option<PingPong>> {
+        samples.sort_by(f64::total_cmp);
+        let n = samples.len();
+        let q = |f: f64| {
+            samples
+                .get(((n.max(1) - 1) as f64 * f).round() as usize)
+                .copied()
+                .unwrap_or(0.0)
+        };
+        let all = gather_f64(comm, &[warmup as f64, q(0.5), q(0.1), q(0.9)])?;
+        Ok(all.first().map(|v| PingPong {
+            trips: n,
+            warmup: v[0] as usize,
+            median_us: v[1],
+            p10_us: v[2],
+            p90_us: v[3],
+        }))
+    }
+
+    /// The latency jitter: the spread of half round trips between their
+    /// 10th and 90th percentiles, us.
+    pub fn jitter_us(&self) -> f64 {
+        (self.p90_us - self.p10_us).max(0.0)
+    }
+}
+
+/// Untimed round trips before the timed ones: at least this many, and at
+/// least [`PING_WARMUP_SECS`] of them, so that cores asleep (a machine
+/// that was idle) are awake when the clock starts.
+const PING_WARMUP_TRIPS: usize = 50;
+const PING_WARMUP_SECS: f64 = 0.02;
+
+/// Ping-pongs of 8 bytes between ranks 0 and 1: warm-up trips (at least
+/// 50 and 20 ms), then `iters` timed ones (at least 50); half round trips'
+/// median and percentiles. Every rank must call it; every rank gets rank
+/// 0's figures, or `None` with one rank.
+pub fn ping_pong<C: Communicator>(comm: &mut C, iters: usize) -> CommResult<Option<PingPong>> {
     if comm.world() < 2 {
         return Ok(None);
     }
+    let iters = iters.max(50);
     let mut buf = comm.alloc(8)?;
-    let mut trips = Vec::with_capacity(iters);
-    comm.barrier()?;
-    for i in 0..iters.max(1) + iters / 10 + 1 {
-        let t = Instant::now();
+    let trip = |comm: &mut C, buf: &mut C::Buffer| -> CommResult<()> {
         match comm.rank() {
             0 => {
-                comm.send(&buf, 8, DType::U8, 1)?;
-                comm.recv(&mut buf, 8, DType::U8, 1)?;
+                comm.send(buf, 8, DType::U8, 1)?;
+                comm.recv(buf, 8, DType::U8, 1)?;
             }
             1 => {
-                comm.recv(&mut buf, 8, DType::U8, 0)?;
-                comm.send(&buf, 8, DType::U8, 0)?;
+                comm.recv(buf, 8, DType::U8, 0)?;
+                comm.send(buf, 8, DType::U8, 0)?;
             }
             _ => {}
         }
-        comm.sync()?;
-        if i > iters / 10 {
-            trips.push(t.elapsed().as_secs_f64());
+        comm.sync()
+    };
+    comm.barrier()?;
+    // Rank 0 decides when the warm-up is over and tells rank 1 with the
+    // first byte of the message (1 = one more warm-up trip).
+    let start = Instant::now();
+    let mut warmup = 0;
+    loop {
+        let more = comm.rank() != 0
+            || warmup < PING_WARMUP_TRIPS
+            || start.elapsed().as_secs_f64() < PING_WARMUP_SECS;
+        let mut flag = comm.alloc(1)?;
+        flag.write_from_host(&[u8::from(more)])?;
+        match comm.rank() {
+            0 => comm.send(&flag, 1, DType::U8, 1)?,
+            1 => comm.recv(&mut flag, 1, DType::U8, 0)?,
+            _ => {}
+        }
+        let mut got = [0u8];
+        flag.read_to_host(&mut got)?;
+        let go_on = if comm.rank() <= 1 { got[0] == 1 } else { false };
+        if !go_on {
+            break;
+        }
+        trip(comm, &mut buf)?;
+        warmup += 1;
+    }
+    let mut trips = Vec::with_capacity(iters);
+    for _ in 0..iters {
+        let t = Instant::now();
+        trip(comm, &mut buf)?;
+        trips.push(t.elapsed().as_secs_f64() * 1e6 / 2.0);
+    }
+    PingPong::of_rank0(comm, trips, warmup)
+}
+
+/// 8-byte exchanges, every rank at once, each sending to its right
+/// neighbour while receiving from its left (`send_recv`, the step of a ring
+/// or of recursive doubling), back to back: warm-up exchanges (at least 50
+/// and 20 ms), then `iters` timed ones (at least 50); the median and
+/// percentiles of one exchange as rank 0 timed it. This is the latency a
+/// collective's step pays, which on a rendezvous transport is not half a
+/// ping-pong: each side waits for the other's data and for the other to
+/// have taken its own. Every rank must call it; `None` with one rank.
+pub fn exchange_latency<C: Communicator>(
+    comm: &mut C,
+    iters: usize,
+) -> CommResult<Option<PingPong>> {
+    let (rank, world) = (comm.rank(), comm.world());
+    if world < 2 {
+        return Ok(None);
+    }
+    let iters = iters.max(50);
+    let (right, left) = ((rank + 1) % world, (rank + world - 1) % world);
+    let send = comm.alloc(8)?;
+    let mut recv = comm.alloc(8)?;
+    comm.barrier()?;
+    // Warm-up in rounds of 50 exchanges until rank 0 has seen at least 20 ms
+    // of them. Every rank must run the same count: an exchange a rank makes
+    // alone would pair with its peer's next call (the gather) and scramble
+    // both, so rank 0's clock decides for everyone after each round.
+    let start = Instant::now();
+    let mut warmup = 0usize;
+    loop {
+        for _ in 0..PING_WARMUP_TRIPS {
+            comm.send_recv(&send, right, &mut recv, left, 8, DType::U8)?;
+        }
+        warmup += PING_WARMUP_TRIPS;
+        let late = rank == 0 && start.elapsed().as_secs_f64() >= PING_WARMUP_SECS;
+        let all = gather_f64(comm, &[f64::from(u8::from(late))])?;
+        if all.first().and_then(|v| v.first()) == Some(&1.0) {
+            break;
         }
     }
-    trips.sort_by(f64::total_cmp);
-    let mine = trips.get(trips.len() / 2).copied().unwrap_or(0.0) / 2.0 * 1e6;
-    let all = gather_f64(comm, &[mine])?;
-    Ok(all.first().and_then(|v| v.first()).copied())
+    let most = warmup;
+    comm.sync()?;
+    let mut times = Vec::with_capacity(iters);
+    for _ in 0..iters {
+        let t = Instant::now();
+        comm.send_recv(&send, right, &mut recv, left, 8, DType::U8)?;
+        comm.sync()?;
+        times.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    PingPong::of_rank0(comm, times, most)
+}
+
+/// Half the round trip of an 8-byte message between ranks 0 and 1, in us:
+/// the median of [`ping_pong`]. Every rank must call it; every rank gets
+/// rank 0's figure, or `None` with one rank.
+pub fn ping_pong_latency<C: Communicator>(comm: &mut C, iters: usize) -> CommResult<Option<f64>> {
+    Ok(ping_pong(comm, iters)?.map(|p| p.median_us))
 }
 
 fn gbps(bytes: usize, secs: f64) -> f64 {

@@ -61,6 +61,27 @@ impl IterClock {
         }
     }
 
+    /// The clock's resolution, nanoseconds: the smallest positive step
+    /// between back-to-back readings (of 1000), which is the cost of a
+    /// reading where the counter ticks faster than it can be read.
+    pub fn resolution_ns(&self) -> f64 {
+        let mut best = u64::MAX;
+        let mut prev = self.now();
+        for _ in 0..1000 {
+            let next = self.now();
+            let d = self.ns(prev, next);
+            if d > 0 {
+                best = best.min(d);
+            }
+            prev = next;
+        }
+        if best == u64::MAX {
+            1.0
+        } else {
+            best as f64
+        }
+    }
+
     /// Nanoseconds between two readings (`later` taken after `earlier`; 0 if not).
     pub fn ns(&self, earlier: u64, later: u64) -> u64 {
         let d = later.saturating_sub(earlier);
@@ -158,6 +179,8 @@ mod tests {
                 "{clock:?}: {measured} ns, outside [{low}, {high}] ns"
             );
             assert_eq!(clock.ns(c1, c0), 0);
+            let r = clock.resolution_ns();
+            assert!(r > 0.0 && r < 1e6, "{clock:?}: resolution {r} ns");
         }
     }
 }

@@ -19,12 +19,19 @@ pub mod ceiling;
 pub mod clock;
 pub mod clock_sync;
 pub mod combine;
+pub mod ladder;
+pub mod noise;
 pub mod timing;
 
 pub use ceiling::{
-    memcpy_bandwidth, ping_pong_latency, reduce_throughput, stream_throughput, Ceiling,
+    exchange_latency, memcpy_bandwidth, ping_pong, ping_pong_latency, reduce_throughput,
+    stream_throughput, Ceiling, PingPong,
 };
 pub use combine::{gather_f64, Average, LoopStats, StragglerTally, StragglerVerdict};
+pub use ladder::{
+    copy_ladder, fresh_ladders, reduce_ladder, stream_ladder, working_sets, FreshLadders, Ladder,
+    Rung, StreamLadders,
+};
 pub use timing::{time_loop, LoopSpec, RankTimes};
 
 #[cfg(test)]

@@ -82,3 +82,30 @@ fn wire_figures_need_two_ranks() {
     });
     assert_eq!(alone.into_iter().next().unwrap().unwrap(), (None, None));
 }
+
+/// Latencies on 3 ranks: every rank gets rank 0's figures, and the
+/// warm-up never leaves one rank an exchange ahead (a lone exchange would
+/// pair with its peer's gather and scramble both: the collectives after
+/// it would fail or disagree).
+#[test]
+fn latencies_agree_on_every_rank_and_leave_the_ranks_in_step() {
+    let got = local::run(3, Algo::Auto, TIMEOUT, |c| {
+        let ping = ping_pong(c, 50)?;
+        let x = exchange_latency(c, 50)?;
+        // Still in step: a gather after them sees every rank.
+        let ranks = gather_f64(c, &[c.rank() as f64])?;
+        Ok((ping, x, ranks))
+    });
+    let all: Vec<_> = got.into_iter().map(Result::unwrap).collect();
+    for (p, x, ranks) in &all {
+        assert_eq!((p, x), (&all[0].0, &all[0].1));
+        assert_eq!(ranks, &vec![vec![0.0], vec![1.0], vec![2.0]]);
+        let (p, x) = (p.as_ref().unwrap(), x.as_ref().unwrap());
+        assert!(
+            p.trips >= 50 && p.warmup >= 50 && x.warmup >= 50,
+            "{p:?} {x:?}"
+        );
+        assert!(p.p10_us <= p.median_us && p.median_us <= p.p90_us, "{p:?}");
+        assert!(x.median_us > 0.0 && x.jitter_us() >= 0.0, "{x:?}");
+    }
+}

@@ -15,6 +15,8 @@
 //! - [`footprint`]: FLOPs and memory of a step (for the planner).
 //! - [`sim`]: the schedule simulator (makespan, idle time, bubble of any schedule).
 //! - [`plan`]: the capacity planner, which composes all of the above.
+//! - [`wire`]: the calibrated model of parbench's CPU transports: per-regime
+//!   bandwidths from ladders of working sets, and what each algorithm moves.
 //!
 //! ```
 //! use parbench::comm::Collective;
@@ -45,6 +47,7 @@ pub mod plan;
 pub mod presets;
 pub mod sim;
 pub mod tensor_parallel;
+pub mod wire;
 
 pub use alpha_beta::{
     is_selector, predict, predict_textbook, terms, textbook_terms, AlphaBetaTerms, LinkParams,

@@ -37,6 +37,7 @@ pub struct RunMeta {
 impl RunMeta {
     /// Metadata for a run starting now, with host, CPU and version filled in.
     pub fn start(suite: &str, run_id: &str, backend: &str, world: usize) -> Self {
+        crate::measure::noise::mark_start();
         RunMeta {
             run_id: run_id.to_string(),
             suite: suite.to_string(),
@@ -63,6 +64,37 @@ impl RunMeta {
     /// Marks the run finished now.
     pub fn finish(&mut self) {
         self.end = iso8601_utc(SystemTime::now());
+        self.record_noise();
+    }
+}
+
+/// The noise guard's hook: `extra.noise` holds the CPU time other processes
+/// took while the run measured ([`crate::measure::noise`]).
+impl RunMeta {
+    /// The key of the noise guard's figure in `extra`.
+    pub const NOISE_KEY: &'static str = "noise";
+
+    /// Records the foreign CPU time since the process marked its start,
+    /// unless the bench already recorded a figure of its own (across ranks).
+    fn record_noise(&mut self) {
+        if self.extra.contains_key(Self::NOISE_KEY) {
+            return;
+        }
+        if let Some(n) = crate::measure::noise::since_start() {
+            self.set_noise(&n);
+        }
+    }
+
+    /// Records `noise` as the run's figure.
+    pub fn set_noise(&mut self, noise: &crate::measure::noise::ForeignCpu) {
+        if let Ok(v) = serde_json::to_value(noise) {
+            self.extra.insert(Self::NOISE_KEY.into(), v);
+        }
+    }
+
+    /// The run's noise figure, when one was recorded.
+    pub fn noise(&self) -> Option<crate::measure::noise::ForeignCpu> {
+        serde_json::from_value(self.extra.get(Self::NOISE_KEY)?.clone()).ok()
     }
 }
 

@@ -1,7 +1,7 @@
 //! Stacked bars per category (compute and communication per TP degree),
 //! with per-category markers for the model's figure.
 
-use super::{color, draw_legend, legend_height, LegendEntry, LineStyle, Marker, FONT, LEGEND_W};
+use super::{color, draw_legend, legend_height_of, LegendEntry, LineStyle, Marker, FONT, LEGEND_W};
 use crate::units;
 use plotters::prelude::*;
 
@@ -49,7 +49,12 @@ pub fn stacked_bars(bars: &Bars, width: u32, height: u32) -> Result<String, Stri
         })
         .fold(0.0, f64::max);
     let ymax = if top > 0.0 { top * 1.15 } else { 1.0 };
-    let height = height.max(legend_height(bars.stacks.len() + bars.markers.len()));
+    let height = height.max(legend_height_of(
+        bars.stacks
+            .iter()
+            .map(|s| s.label.as_str())
+            .chain(bars.markers.iter().map(|m| m.label.as_str())),
+    ));
     let mut svg = String::new();
     {
         let err = |e: DrawingAreaErrorKind<std::io::Error>| e.to_string();

@@ -1,7 +1,7 @@
 //! Line and point charts on linear or logarithmic axes (message-size sweeps,
 //! bubble against microbatches, per-token cost against TP degree).
 
-use super::{color, draw_legend, legend_height, log2_key_points, LegendEntry, FONT, LEGEND_W};
+use super::{color, draw_legend, legend_height_of, log2_key_points, LegendEntry, FONT, LEGEND_W};
 use crate::units;
 use plotters::prelude::*;
 
@@ -14,7 +14,12 @@ pub enum Axis {
     Log2Count,
     /// Microseconds on a log10 scale, labelled 1 us, 10 us, 1 ms...
     Log10Micros,
-    /// A plain number from zero.
+    /// A positive number on a log10 scale (bandwidths spanning decades:
+    /// from a latency-bound 8 B to an in-cache ceiling), labelled 0.1, 1, 10...
+    Log10,
+    /// A plain number from zero (no section draws one at present: kept for
+    /// the charts of every section, as the bars' and bubble's axes are).
+    #[allow(dead_code)]
     Linear,
     /// A fraction from zero, labelled in percent.
     Fraction,
@@ -24,7 +29,7 @@ impl Axis {
     fn to_plot(self, v: f64) -> Option<f64> {
         match self {
             Axis::Log2Bytes | Axis::Log2Count => (v > 0.0).then(|| v.log2()),
-            Axis::Log10Micros => (v > 0.0).then(|| v.log10()),
+            Axis::Log10Micros | Axis::Log10 => (v > 0.0).then(|| v.log10()),
             Axis::Linear | Axis::Fraction => Some(v),
         }
         .filter(|x| x.is_finite())
@@ -35,6 +40,7 @@ impl Axis {
             Axis::Log2Bytes => units::bytes(2f64.powf(x).round()),
             Axis::Log2Count => format!("{}", 2f64.powf(x).round()),
             Axis::Log10Micros => units::micros_tick(10f64.powf(x)),
+            Axis::Log10 => units::short(10f64.powf(x)),
             Axis::Linear => units::short(x),
             Axis::Fraction => format!("{:.0}%", x * 100.0),
         }
@@ -47,7 +53,7 @@ impl Axis {
                 let (lo, hi) = (lo.floor(), hi.ceil().max(lo.floor() + 1.0));
                 (lo - 0.3, hi + 0.3, log2_key_points(lo, hi))
             }
-            Axis::Log10Micros => {
+            Axis::Log10Micros | Axis::Log10 => {
                 // Whole decades at both ends, so every chart has labelled ticks
                 // above and below its data.
                 let (a, b) = (lo.floor(), hi.ceil().max(lo.floor() + 1.0));
@@ -101,6 +107,17 @@ pub enum LineStyle {
     Dashed,
     Dotted,
     None,
+    /// A translucent filled band: the points run along its lower edge and
+    /// back along its upper edge (a min..max range; see [`band_points`]).
+    Band,
+}
+
+/// The outline of a band from `(x, low, high)` triples: the lower edge
+/// left to right, then the upper edge right to left.
+pub fn band_points(range: &[(f64, f64, f64)]) -> Vec<(f64, f64)> {
+    let mut pts: Vec<(f64, f64)> = range.iter().map(|&(x, lo, _)| (x, lo)).collect();
+    pts.extend(range.iter().rev().map(|&(x, _, hi)| (x, hi)));
+    pts
 }
 
 /// What marks each point.
@@ -175,7 +192,9 @@ pub fn line_chart(chart: &LineChart, width: u32, height: u32) -> Result<String, 
     let (ymin, ymax) = extent(all.iter().map(|p| p.1));
     let (x0, x1, xkeys) = chart.x.layout(xmin, xmax);
     let (y0, y1, ykeys) = chart.y.layout(ymin, ymax);
-    let height = height.max(legend_height(chart.series.len()));
+    let height = height.max(legend_height_of(
+        chart.series.iter().map(|s| s.label.as_str()),
+    ));
 
     let mut svg = String::new();
     {
@@ -221,6 +240,13 @@ pub fn line_chart(chart: &LineChart, width: u32, height: u32) -> Result<String, 
                 LineStyle::Dotted => {
                     c.draw_series(DashedLineSeries::new(pts.iter().copied(), 2, 4, style))
                         .map_err(err)?;
+                }
+                LineStyle::Band => {
+                    c.draw_series(std::iter::once(Polygon::new(
+                        pts.clone(),
+                        col.mix(0.18).filled(),
+                    )))
+                    .map_err(err)?;
                 }
                 LineStyle::None => {}
             }

@@ -9,7 +9,7 @@ mod line;
 mod timeline;
 
 pub use bars::{stacked_bars, BarStack, Bars};
-pub use line::{line_chart, Axis, LineChart, LineStyle, Marker, Series};
+pub use line::{band_points, line_chart, Axis, LineChart, LineStyle, Marker, Series};
 pub use timeline::{timeline_chart, TimelineChart};
 
 use plotters::prelude::*;
@@ -47,8 +47,45 @@ pub(crate) struct LegendEntry {
     pub swatch: bool,
 }
 
-/// Draws `entries` top-down in `area` (the legend column), cutting labels
-/// that would not fit.
+/// Characters of a legend line that fit the legend column.
+const LEGEND_CHARS: usize = 30;
+
+/// A label broken into lines that fit the legend column, at spaces where
+/// it can (a word longer than a line is cut into pieces): every word of a
+/// label stays, so the words that tell two curves apart are never cut off.
+pub(crate) fn wrap_label(label: &str) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    let mut cur = String::new();
+    for word in label.split_whitespace() {
+        let mut word: Vec<char> = word.chars().collect();
+        while word.len() > LEGEND_CHARS {
+            if !cur.is_empty() {
+                lines.push(std::mem::take(&mut cur));
+            }
+            lines.push(word.drain(..LEGEND_CHARS).collect());
+        }
+        let word: String = word.into_iter().collect();
+        let len = cur.chars().count();
+        if len > 0 && len + 1 + word.chars().count() > LEGEND_CHARS {
+            lines.push(std::mem::take(&mut cur));
+        }
+        if !cur.is_empty() {
+            cur.push(' ');
+        }
+        cur.push_str(&word);
+    }
+    if !cur.is_empty() || lines.is_empty() {
+        lines.push(cur);
+    }
+    lines
+}
+
+/// Pixel height of one legend line of text, and between entries.
+const LEGEND_LINE: i32 = 18;
+const LEGEND_GAP: i32 = 6;
+
+/// Draws `entries` top-down in `area` (the legend column), each label
+/// wrapped onto as many lines as it needs ([`wrap_label`]).
 pub(crate) fn draw_legend(
     area: &DrawingArea<SVGBackend, plotters::coord::Shift>,
     title: &str,
@@ -67,7 +104,7 @@ pub(crate) fn draw_legend(
     }
     for e in entries {
         let (x0, x1, ym) = (8, 38, y + 6);
-        if e.swatch {
+        if e.swatch || e.line == LineStyle::Band {
             area.draw(&Rectangle::new(
                 [(x0 + 6, y), (x1 - 6, y + 12)],
                 e.color.filled(),
@@ -91,24 +128,35 @@ pub(crate) fn draw_legend(
                             .map_err(err)?;
                     }
                 }
-                LineStyle::None => {}
+                LineStyle::None | LineStyle::Band => {}
             }
             line::draw_marker_px(area, e.marker, ((x0 + x1) / 2, ym), e.color).map_err(err)?;
         }
-        let mut label = e.label.clone();
-        if label.chars().count() > 33 {
-            label = label.chars().take(32).collect::<String>() + "…";
-        }
-        area.draw(&Text::new(label, (x1 + 8, y), text.clone()))
+        let lines = wrap_label(&e.label);
+        for (k, line) in lines.iter().enumerate() {
+            area.draw(&Text::new(
+                line.clone(),
+                (x1 + 8, y + k as i32 * LEGEND_LINE),
+                text.clone(),
+            ))
             .map_err(err)?;
-        y += 22;
+        }
+        y += lines.len() as i32 * LEGEND_LINE + LEGEND_GAP;
     }
     Ok(())
 }
 
-/// Pixel height a legend of `n` entries needs.
+/// Pixel height a legend of `n` one-line entries needs.
 pub(crate) fn legend_height(n: usize) -> u32 {
-    70 + 22 * n as u32
+    70 + 24 * n as u32
+}
+
+/// Pixel height a legend of these labels needs, each wrapped ([`wrap_label`]).
+pub(crate) fn legend_height_of<'a>(labels: impl IntoIterator<Item = &'a str>) -> u32 {
+    70 + labels
+        .into_iter()
+        .map(|l| wrap_label(l).len() as u32 * LEGEND_LINE as u32 + LEGEND_GAP as u32)
+        .sum::<u32>()
 }
 
 /// Key points for a log2 axis from 2^lo to 2^hi: both ends and the powers
@@ -137,6 +185,23 @@ pub(crate) fn log2_key_points(lo: f64, hi: f64) -> Vec<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn labels_wrap_at_words_and_keep_every_word() {
+        let l = "ceiling 5.38 GB/s: results local/shm ring np2 run 2026-12-01T11:10:18Z";
+        let lines = wrap_label(l);
+        assert!(lines.len() >= 2, "{lines:?}");
+        assert!(
+            lines.iter().all(|x| x.chars().count() <= LEGEND_CHARS),
+            "{lines:?}"
+        );
+        assert_eq!(lines.join(" "), l, "no word lost");
+        assert_eq!(wrap_label("short"), ["short"]);
+        assert_eq!(wrap_label(""), [""]);
+        let long = "x".repeat(70);
+        assert_eq!(wrap_label(&long).concat(), long);
+        assert!(legend_height_of([l, "short"]) > legend_height_of(["short"]));
+    }
 
     #[test]
     fn log2_labels_cover_the_range() {

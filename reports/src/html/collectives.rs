@@ -4,10 +4,11 @@
 //! then the alpha-beta fit of each series.
 
 use super::page::{self, num, text, Cell, CHART_H, CHART_W};
-use crate::charts::{self, Axis, LineChart, LineStyle, Marker, Series};
-use crate::load::Source;
+use crate::charts::{self, band_points, Axis, LineChart, LineStyle, Marker, Series};
+use crate::load::{wire_model, Source};
 use crate::predict;
 use crate::units;
+use parbench::model::wire::{fit_on_wire, WireModel};
 use parbench::results::CollectiveRow;
 use std::collections::BTreeMap;
 
@@ -15,22 +16,38 @@ use std::collections::BTreeMap;
 pub struct Curve<'a> {
     pub source: &'a str,
     pub row: &'a CollectiveRow,
-    /// Rows by size (median over repeats when a size was run more than once).
+    /// The runs behind the curve: one (its own curve), or more (their median).
+    pub runs: Vec<String>,
+    /// Whether any of those runs was noisy (other processes took more than
+    /// 10% of the machine).
+    pub noisy: bool,
+    /// Rows by size: the run's own, or the median over the runs with their
+    /// min..max.
     pub by_size: Vec<SizePoint>,
+    /// The calibrated wire model the run recorded (single-run curves of
+    /// parbench's own transports).
+    pub wire: Option<WireModel>,
 }
 
 /// One message size of a curve.
 #[derive(Clone, Copy, Debug)]
 pub struct SizePoint {
     pub bytes: f64,
-    pub time_us: f64,
     pub busbw: f64,
     pub p50: f64,
     pub p99: f64,
     pub model_us: f64,
     pub ceiling: f64,
     pub wrong: u64,
+    /// Lowest and highest busbw and p50 over the curve's runs.
+    pub busbw_range: (f64, f64),
+    pub p50_range: (f64, f64),
 }
+
+/// At most this many runs of one configuration in one folder are drawn as
+/// curves of their own; more become one "median of N runs" curve with
+/// their min..max band (a nightly folder of rounds).
+pub const MAX_RUN_CURVES: usize = 2;
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.retain(|x| x.is_finite());
@@ -46,11 +63,15 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-/// The identity of a curve (everything but the size).
-fn curve_key(
-    source: &str,
-    r: &CollectiveRow,
-) -> (
+fn range(v: impl Iterator<Item = f64>) -> (f64, f64) {
+    v.filter(|x| x.is_finite())
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), x| {
+            (a.min(x), b.max(x))
+        })
+}
+
+/// The identity of a curve's configuration (everything but the size and the run).
+type CurveKey = (
     String,
     String,
     String,
@@ -60,7 +81,9 @@ fn curve_key(
     String,
     i64,
     bool,
-) {
+);
+
+fn curve_key(source: &str, r: &CollectiveRow) -> CurveKey {
     (
         source.to_string(),
         r.collective.clone(),
@@ -74,22 +97,75 @@ fn curve_key(
     )
 }
 
-/// Every curve of every source. Out-of-place curves are drawn; an in-place
-/// curve only where its out-of-place twin was not measured.
+/// The run ids of a folder whose noise guard said noisy.
+fn noisy_runs(s: &Source) -> Vec<&str> {
+    s.runs
+        .iter()
+        .filter(|r| r.noise().is_some_and(|n| n.noisy()))
+        .map(|r| r.run_id.as_str())
+        .collect()
+}
+
+/// One curve of `rows` (one or more runs of one configuration).
+fn make_curve<'a>(
+    source: &'a str,
+    rows: &[&'a CollectiveRow],
+    runs: Vec<String>,
+    noisy: bool,
+) -> Curve<'a> {
+    let mut sizes: BTreeMap<u64, Vec<&CollectiveRow>> = BTreeMap::new();
+    for r in rows {
+        sizes.entry(r.bytes).or_default().push(r);
+    }
+    let by_size = sizes
+        .into_iter()
+        .map(|(bytes, rs)| {
+            let m = |f: fn(&CollectiveRow) -> f64| median(rs.iter().map(|r| f(r)).collect());
+            SizePoint {
+                bytes: bytes as f64,
+                busbw: m(|r| r.busbw_gbps),
+                p50: m(|r| r.p50_us),
+                p99: m(|r| r.p99_us),
+                model_us: m(|r| r.model_us),
+                ceiling: m(|r| r.ceiling_gbps),
+                wrong: rs.iter().map(|r| r.wrong).sum(),
+                busbw_range: range(rs.iter().map(|r| r.busbw_gbps)),
+                p50_range: range(rs.iter().map(|r| r.p50_us)),
+            }
+        })
+        .collect();
+    Curve {
+        source,
+        row: rows[0],
+        runs,
+        noisy,
+        by_size,
+        wire: None,
+    }
+}
+
+/// Every curve of every source: one per run of each configuration (or the
+/// median of more than [`MAX_RUN_CURVES`] runs, with their band), never a
+/// silent pool of runs. Out-of-place curves are drawn; an in-place curve
+/// only where its out-of-place twin was not measured.
 pub fn curves(sources: &[Source]) -> Vec<Curve<'_>> {
-    let mut groups: BTreeMap<_, (&str, Vec<&CollectiveRow>)> = BTreeMap::new();
+    type Runs<'a> = BTreeMap<String, Vec<&'a CollectiveRow>>;
+    let mut groups: BTreeMap<CurveKey, (&str, Vec<&str>, Runs<'_>)> = BTreeMap::new();
     for s in sources {
+        let noisy = noisy_runs(s);
         for r in &s.collectives {
             groups
                 .entry(curve_key(&s.label, r))
-                .or_insert((s.label.as_str(), Vec::new()))
-                .1
+                .or_insert((s.label.as_str(), noisy.clone(), BTreeMap::new()))
+                .2
+                .entry(r.run_id.clone())
+                .or_default()
                 .push(r);
         }
     }
     let keys: Vec<_> = groups.keys().cloned().collect();
     let mut out = Vec::new();
-    for (key, (source, rows)) in groups {
+    for (key, (source, noisy, runs)) in groups {
         if key.8 {
             let mut twin = key.clone();
             twin.8 = false;
@@ -97,33 +173,57 @@ pub fn curves(sources: &[Source]) -> Vec<Curve<'_>> {
                 continue;
             }
         }
-        let mut sizes: BTreeMap<u64, Vec<&CollectiveRow>> = BTreeMap::new();
-        for r in &rows {
-            sizes.entry(r.bytes).or_default().push(r);
+        if runs.len() <= MAX_RUN_CURVES {
+            for (id, rows) in &runs {
+                let is_noisy = noisy.contains(&id.as_str());
+                let mut c = make_curve(source, rows, vec![id.clone()], is_noisy);
+                c.wire = sources
+                    .iter()
+                    .find(|s| s.label == source)
+                    .and_then(|s| s.run(id))
+                    .and_then(wire_model);
+                out.push(c);
+            }
+        } else {
+            let ids: Vec<String> = runs.keys().cloned().collect();
+            let is_noisy = ids.iter().any(|id| noisy.contains(&id.as_str()));
+            let rows: Vec<&CollectiveRow> = runs.into_values().flatten().collect();
+            out.push(make_curve(source, &rows, ids, is_noisy));
         }
-        let by_size = sizes
-            .into_iter()
-            .map(|(bytes, rs)| {
-                let m = |f: fn(&CollectiveRow) -> f64| median(rs.iter().map(|r| f(r)).collect());
-                SizePoint {
-                    bytes: bytes as f64,
-                    time_us: m(|r| r.time_us),
-                    busbw: m(|r| r.busbw_gbps),
-                    p50: m(|r| r.p50_us),
-                    p99: m(|r| r.p99_us),
-                    model_us: m(|r| r.model_us),
-                    ceiling: m(|r| r.ceiling_gbps),
-                    wrong: rs.iter().map(|r| r.wrong).sum(),
-                }
-            })
-            .collect();
-        out.push(Curve {
-            source,
-            row: rows[0],
-            by_size,
-        });
     }
     out
+}
+
+/// A run id's time, `collectives-20261201T111018Z-16627` -> `2026-12-01 11:10:18Z`.
+fn run_time(id: &str) -> String {
+    let stamp = id
+        .split('-')
+        .find(|p| p.len() == 16 && p.ends_with('Z') && p.contains('T'));
+    match stamp {
+        Some(t) => format!(
+            "{}-{}-{} {}:{}:{}Z",
+            &t[0..4],
+            &t[4..6],
+            &t[6..8],
+            &t[9..11],
+            &t[11..13],
+            &t[13..15]
+        ),
+        None => id.to_string(),
+    }
+}
+
+/// What tells a curve's runs apart in its label.
+pub fn run_words(c: &Curve) -> String {
+    let runs = match c.runs.as_slice() {
+        [one] => format!("run {}", run_time(one)),
+        many => format!("median of {} runs", many.len()),
+    };
+    if c.noisy {
+        format!("{runs} NOISY")
+    } else {
+        runs
+    }
 }
 
 /// The chart a curve belongs to: its collective, and its type (with the
@@ -156,10 +256,11 @@ fn labels(curves: &[&Curve]) -> Vec<String> {
             } else {
                 String::new()
             },
+            run_words(c),
         ]
     };
     let all: Vec<Vec<String>> = curves.iter().map(|c| fields(c)).collect();
-    let varies: Vec<bool> = (0..6)
+    let varies: Vec<bool> = (0..7)
         .map(|i| all.iter().any(|f| f[i] != all[0][i]))
         .collect();
     all.iter()
@@ -167,7 +268,10 @@ fn labels(curves: &[&Curve]) -> Vec<String> {
             let parts: Vec<&str> = f
                 .iter()
                 .enumerate()
-                .filter(|(i, v)| (varies[*i] || *i == 1) && !v.is_empty())
+                // The wire always; the runs whenever a curve is a median or noisy.
+                .filter(|(i, v)| {
+                    (varies[*i] || *i == 1 || (*i == 6 && !v.starts_with("run "))) && !v.is_empty()
+                })
                 .map(|(_, v)| v.as_str())
                 .collect();
             parts.join(" ")
@@ -175,10 +279,40 @@ fn labels(curves: &[&Curve]) -> Vec<String> {
         .collect()
 }
 
+/// The min..max band of a curve of several runs, per size.
+fn band(
+    label: String,
+    color: usize,
+    c: &Curve,
+    range: impl Fn(&SizePoint) -> (f64, f64),
+) -> Series {
+    let pts: Vec<(f64, f64, f64)> = c
+        .by_size
+        .iter()
+        .map(|p| {
+            let (lo, hi) = range(p);
+            (p.bytes, lo, hi)
+        })
+        .collect();
+    Series {
+        label,
+        color,
+        line: LineStyle::Band,
+        marker: Marker::None,
+        points: band_points(&pts),
+    }
+}
+
 fn busbw_chart(collective: &str, curves: &[&Curve], names: &[String]) -> LineChart {
     let mut series = Vec::new();
-    let mut ceilings_drawn: Vec<(&str, &str, &str)> = Vec::new();
+    type Wire<'a> = (&'a str, &'a str, &'a str, &'a [String]);
+    let mut ceilings_drawn: Vec<Wire> = Vec::new();
     for (i, (c, name)) in curves.iter().zip(names).enumerate() {
+        if c.runs.len() > 1 {
+            series.push(band(format!("{name}: min..max over the runs"), i, c, |p| {
+                p.busbw_range
+            }));
+        }
         series.push(Series {
             label: format!("{name} measured"),
             color: i,
@@ -203,51 +337,66 @@ fn busbw_chart(collective: &str, curves: &[&Curve], names: &[String]) -> LineCha
                 points: model,
             });
         }
-        let ceiling = median(
-            c.by_size
-                .iter()
-                .map(|p| p.ceiling)
-                .filter(|v| *v > 0.0)
-                .collect(),
-        );
-        // One ceiling line per wire: the curves of one folder and wire (an
-        // `auto` sweep splits by algorithm) share the ceiling measured once.
-        let wire = (c.source, c.row.backend.as_str(), c.row.wire.as_str());
-        if ceiling.is_finite() && ceiling > 0.0 && !ceilings_drawn.contains(&wire) {
-            ceilings_drawn.push(wire);
-            let same_wire = curves
-                .iter()
-                .filter(|o| (o.source, o.row.backend.as_str(), o.row.wire.as_str()) == wire);
-            let lo = same_wire
-                .clone()
-                .filter_map(|o| o.by_size.first())
-                .map(|p| p.bytes)
-                .fold(f64::INFINITY, f64::min);
-            let hi = same_wire
-                .filter_map(|o| o.by_size.last())
-                .map(|p| p.bytes)
-                .fold(0.0, f64::max);
-            series.push(Series {
-                label: format!(
-                    "ceiling {} GB/s: {} {}/{}",
-                    units::sig3(ceiling),
-                    c.source,
-                    c.row.backend,
-                    c.row.wire
-                ),
-                color: i,
-                line: LineStyle::Dotted,
-                marker: Marker::None,
-                points: vec![(lo, ceiling), (hi, ceiling)],
-            });
+        // One ceiling per wire and run: the curves of one folder, wire and
+        // run (an `auto` sweep splits by algorithm) share the ladder
+        // measured once, each size at its own working set.
+        let wire: Wire = (c.source, &c.row.backend, &c.row.wire, &c.runs);
+        if ceilings_drawn.contains(&wire) {
+            continue;
         }
+        ceilings_drawn.push(wire);
+        let mut pts: Vec<(f64, f64)> = curves
+            .iter()
+            .filter(|o| {
+                (
+                    o.source,
+                    o.row.backend.as_str(),
+                    o.row.wire.as_str(),
+                    o.runs.as_slice(),
+                ) == wire
+            })
+            .flat_map(|o| o.by_size.iter().map(|p| (p.bytes, p.ceiling)))
+            .filter(|(_, g)| g.is_finite() && *g > 0.0)
+            .collect();
+        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+        pts.dedup_by(|a, b| a.0 == b.0);
+        let (lo, hi) = range(pts.iter().map(|p| p.1));
+        if pts.is_empty() {
+            continue;
+        }
+        let runs = if curves.iter().any(|o| {
+            o.runs != c.runs && (o.source, o.row.wire.as_str()) == (c.source, c.row.wire.as_str())
+        }) {
+            format!(" {}", run_words(c))
+        } else {
+            String::new()
+        };
+        let what = if hi > lo * 1.001 {
+            format!(
+                "ceiling at each size's working set ({}..{} GB/s)",
+                units::sig3(lo),
+                units::sig3(hi)
+            )
+        } else {
+            format!("ceiling {} GB/s", units::sig3(lo))
+        };
+        series.push(Series {
+            label: format!(
+                "{} {}/{}{runs}: {what}",
+                c.source, c.row.backend, c.row.wire
+            ),
+            color: i,
+            line: LineStyle::Dotted,
+            marker: Marker::None,
+            points: pts,
+        });
     }
     LineChart {
         title: format!("{collective}: bus bandwidth against message size"),
         x_desc: "message size (bytes per rank's buffer, log2)".into(),
-        y_desc: "bus bandwidth (GB/s)".into(),
+        y_desc: "bus bandwidth (GB/s, log10)".into(),
         x: Axis::Log2Bytes,
-        y: Axis::Linear,
+        y: Axis::Log10,
         series,
         legend_title: String::new(),
     }
@@ -256,6 +405,14 @@ fn busbw_chart(collective: &str, curves: &[&Curve], names: &[String]) -> LineCha
 fn latency_chart(collective: &str, curves: &[&Curve], names: &[String]) -> LineChart {
     let mut series = Vec::new();
     for (i, (c, name)) in curves.iter().zip(names).enumerate() {
+        if c.runs.len() > 1 {
+            series.push(band(
+                format!("{name}: p50 min..max over the runs"),
+                i,
+                c,
+                |p| p.p50_range,
+            ));
+        }
         series.push(Series {
             label: format!("{name} p50"),
             color: i,
@@ -282,14 +439,79 @@ fn latency_chart(collective: &str, curves: &[&Curve], names: &[String]) -> LineC
     }
 }
 
-/// The alpha-beta fit of a curve's mean times with its own algorithm.
+/// The alpha-beta fit of a curve's median times (every size) with its own
+/// algorithm: the plain link (alpha, beta) that the capacity section
+/// projects to other sizes and degrees.
 pub fn curve_fit(c: &Curve) -> Result<predict::Fit, String> {
+    let pts: Vec<(u64, f64)> = c.by_size.iter().map(|p| (p.bytes as u64, p.p50)).collect();
+    predict::fit(&c.row.collective, &c.row.algo, c.row.world, &pts)
+}
+
+/// The fits' window: from this size up (bench-collectives' default `--fit-from`).
+pub const FIT_FROM: f64 = 1048576.0;
+
+/// A curve's fit over the window, as the table shows it.
+struct WindowFit {
+    structure: &'static str,
+    alpha_us: f64,
+    bandwidth: String,
+    rms: f64,
+    max: f64,
+    sizes: usize,
+}
+
+/// The fit of a curve's p50 over [`FIT_FROM`] and up: in the calibrated
+/// model's structure when its run recorded the ladders, else `t = L alpha
+/// + F n beta`.
+fn window_fit(c: &Curve) -> Result<WindowFit, String> {
     let pts: Vec<(u64, f64)> = c
         .by_size
         .iter()
-        .map(|p| (p.bytes as u64, p.time_us))
+        .filter(|p| p.bytes >= FIT_FROM && p.p50 > 0.0)
+        .map(|p| (p.bytes as u64, p.p50 * 1e-6))
         .collect();
-    predict::fit(&c.row.collective, &c.row.algo, c.row.world, &pts)
+    let coll: parbench::comm::Collective = c.row.collective.parse()?;
+    if let Some(w) = &c.wire {
+        if let Ok(f) = fit_on_wire(
+            coll,
+            &c.row.algo,
+            c.row.world,
+            c.row.in_place,
+            w,
+            &pts,
+            true,
+        ) {
+            return Ok(WindowFit {
+                structure: "ladders",
+                alpha_us: f.alpha_s * 1e6,
+                bandwidth: format!(
+                    "busbw {}..{} (scale {:.2})",
+                    units::sig3(f.busbw_gbps.0),
+                    units::sig3(f.busbw_gbps.1),
+                    f.scale
+                ),
+                rms: f.rms_rel_err,
+                max: f.max_rel_err,
+                sizes: f.points,
+            });
+        }
+    }
+    let us: Vec<(u64, f64)> = pts.iter().map(|&(n, s)| (n, s * 1e6)).collect();
+    let f = predict::fit(&c.row.collective, &c.row.algo, c.row.world, &us)?;
+    let secs: Vec<(u64, f64)> = pts.clone();
+    let max = parbench::model::fit(coll, &c.row.algo, c.row.world, &secs)
+        .map(|f| f.max_rel_err)
+        .unwrap_or(f64::NAN);
+    Ok(WindowFit {
+        structure: "single beta",
+        alpha_us: f.alpha_us,
+        bandwidth: f
+            .gbps
+            .map_or("-".into(), |g| format!("link {}", units::sig3(g))),
+        rms: f.rms_rel_err,
+        max,
+        sizes: f.points,
+    })
 }
 
 fn fit_rows(curves: &[&Curve], names: &[String]) -> Vec<Vec<Cell>> {
@@ -297,48 +519,56 @@ fn fit_rows(curves: &[&Curve], names: &[String]) -> Vec<Vec<Cell>> {
         .iter()
         .zip(names)
         .map(|(c, name)| {
-            let fit = curve_fit(c);
+            let fit = window_fit(c);
             let peak = c
                 .by_size
                 .iter()
                 .filter(|p| p.busbw.is_finite())
                 .max_by(|a, b| a.busbw.total_cmp(&b.busbw));
-            let ceiling = median(
-                c.by_size
-                    .iter()
-                    .map(|p| p.ceiling)
-                    .filter(|v| *v > 0.0)
-                    .collect(),
-            );
             let first = c.by_size.first();
             let wrong: u64 = c.by_size.iter().map(|p| p.wrong).sum();
+            let (err, poor) = match &fit {
+                Ok(f) => (
+                    format!("{} / {}", units::percent(f.rms), units::percent(f.max)),
+                    f.rms > 0.2 || f.max > 0.2,
+                ),
+                Err(_) => ("-".into(), false),
+            };
             vec![
                 text(name.clone()),
                 num(c.by_size.len().to_string()),
                 match &fit {
-                    Ok(f) => num(units::micros(f.alpha_us)),
+                    Ok(f) => text(format!(
+                        "{} sizes from {}, {}",
+                        f.sizes,
+                        units::bytes(FIT_FROM),
+                        f.structure
+                    )),
                     Err(e) => text(format!("no fit: {e}")),
                 },
                 num(fit
                     .as_ref()
-                    .ok()
-                    .and_then(|f| f.gbps)
-                    .map_or("-".into(), units::sig3)),
-                num(fit
-                    .as_ref()
-                    .map_or("-".into(), |f| units::percent(f.rms_rel_err))),
+                    .map_or("-".into(), |f| units::micros(f.alpha_us))),
+                num(fit.as_ref().map_or("-".into(), |f| f.bandwidth.clone())),
+                if poor {
+                    Cell::Bad(format!("{err} poor fit"))
+                } else {
+                    num(err)
+                },
                 num(peak.map_or("-".into(), |p| {
                     format!("{} at {}", units::sig3(p.busbw), units::bytes(p.bytes))
                 })),
-                num(if ceiling.is_finite() {
-                    units::sig3(ceiling)
-                } else {
-                    "-".into()
-                }),
                 num(match peak {
-                    Some(p) if ceiling > 0.0 => units::percent(p.busbw / ceiling),
+                    Some(p) if p.ceiling > 0.0 => units::sig3(p.ceiling),
                     _ => "-".into(),
                 }),
+                match peak {
+                    Some(p) if p.ceiling > 0.0 && p.busbw > 1.05 * p.ceiling => {
+                        Cell::Bad(units::percent(p.busbw / p.ceiling))
+                    }
+                    Some(p) if p.ceiling > 0.0 => num(units::percent(p.busbw / p.ceiling)),
+                    _ => num("-"),
+                },
                 num(first.map_or("-".into(), |p| {
                     format!(
                         "{} / {} at {}",
@@ -368,7 +598,7 @@ pub fn section(sources: &[Source]) -> String {
         );
     }
     let mut body = page::note(
-        "Bus bandwidth as nccl-tests defines it (algbw x 2(n-1)/n for all_reduce, (n-1)/n for all_gather, reduce_scatter and all_to_all, 1 otherwise; GB = 1e9 B). The model's line is the alpha-beta prediction recorded with each row; the ceiling is the wire's bandwidth measured in the same run (memory copy for shared memory, one socket stream for TCP).",
+        "Bus bandwidth as nccl-tests defines it (algbw x 2(n-1)/n for all_reduce, (n-1)/n for all_gather, reduce_scatter and all_to_all, 1 otherwise; GB = 1e9 B). The model's line is the prediction recorded with each row (the calibrated model: latency and per-regime bandwidths measured before the sweep); the ceiling is the wire's bandwidth measured in the same run at each size's own working set (a ladder of memory copies, every rank at once, for shared memory; the better of one stream and both directions at once through the communicator for TCP), so a size that stays in cache is held against the in-cache rate. A curve is one run; more than two runs of one configuration in one folder are drawn as their median with a min..max band, and say so.",
     );
     // One chart pair per collective and element type (and operator where the
     // collective reduces): a `-d all -o all` sweep stays readable.
@@ -398,18 +628,19 @@ pub fn section(sources: &[Source]) -> String {
     }
     body.push_str(&page::h3("Alpha-beta fit and peaks"));
     body.push_str(&page::note(
-        "Each curve's mean times fitted (parbench::model::fit) to its algorithm's alpha-beta cost, time = L x alpha + B x bytes x beta (ring all_reduce: L = 2(p-1) per slice, B = 2(p-1)/p), minimising relative error so every size counts; alpha is the latency per message and 1/beta the bandwidth per link (for algo auto: per call, and the asymptotic bus bandwidth). Peak bus bandwidth is the best single size, not a mean over sizes.",
+        "Each curve's median times from 1 MiB up fitted (parbench::model) with relative error so every size counts. Structure `ladders` (runs that recorded their ceiling ladders): time = L x alpha + s x the calibrated model's bytes term (each size's bandwidth from the ladders at its working set), alpha the run's measured one (a sliced ring's latency steps grow with its bytes, so the two cannot be told apart from large sizes alone) and the scale s fitted; busbw is what the fit implies at the window's first and last size. Structure `single beta`: time = L x alpha + B x bytes x beta with the algorithm's L and B (ring all_reduce: L = 2(p-1) per slice, B = 2(p-1)/p); link = 1/beta. An error above 20% is marked poor. Peak bus bandwidth is the best single size, not a mean over sizes, held against the ceiling at that size's own working set.",
     ));
     body.push_str(&page::table(
         &[
             "collective",
             "curve",
             "sizes",
+            "fit window",
             "alpha (latency)",
-            "link GB/s (1/beta)",
-            "fit rms error",
+            "bandwidth GB/s",
+            "fit rms / max error",
             "peak busbw GB/s",
-            "ceiling GB/s",
+            "its ceiling GB/s",
             "peak / ceiling",
             "smallest size p50 / p99",
             "#wrong",

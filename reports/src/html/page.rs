@@ -38,6 +38,20 @@ td.bad { color: #b00020; font-weight: 600; }
 ul.summary { font-size: 15px; padding-left: 22px; max-width: 1100px; }
 ul.summary li { margin: 6px 0; }
 code { background: #f0f2f6; padding: 1px 4px; border-radius: 3px; }
+td.lines { text-align: left; white-space: normal; min-width: 220px; max-width: 520px; font-size: 12px; }
+td.lines div { margin: 1px 0; word-break: break-word; }
+/* On paper nothing scrolls: wide tables wrap their cells instead of being cut at the margin. */
+@media print {
+  body { background: #fff; }
+  nav { position: static; }
+  main { max-width: none; padding: 0; }
+  section { border: none; padding: 0; break-inside: auto; }
+  .scroll { overflow: visible; }
+  table { font-size: 9px; width: 100%; table-layout: auto; }
+  th, td { white-space: normal; word-break: break-word; padding: 2px 4px; }
+  td.text, td.lines { min-width: 0; max-width: none; }
+  figure.chart { break-inside: avoid; }
+}
 "#;
 
 /// The document's beginning: head, style, header and navigation.
@@ -114,6 +128,8 @@ pub enum Cell {
     Num(String),
     Text(String),
     Bad(String),
+    /// Lines of text, one under the other (key/value lists).
+    Lines(Vec<String>),
 }
 
 /// A table from a header and rows of cells.
@@ -130,6 +146,13 @@ pub fn table(header: &[&str], rows: &[Vec<Cell>]) -> String {
                 Cell::Num(t) => s.push_str(&format!("<td>{}</td>", esc(t))),
                 Cell::Text(t) => s.push_str(&format!("<td class=\"text\">{}</td>", esc(t))),
                 Cell::Bad(t) => s.push_str(&format!("<td class=\"bad\">{}</td>", esc(t))),
+                Cell::Lines(ls) => {
+                    s.push_str("<td class=\"lines\">");
+                    for l in ls {
+                        s.push_str(&format!("<div>{}</div>", esc(l)));
+                    }
+                    s.push_str("</td>");
+                }
             }
         }
         s.push_str("</tr>\n");

@@ -24,16 +24,17 @@ pub fn section(sources: &[Source], capacity: &[(String, f64)]) -> String {
         let ceiling = peak.ceiling;
         let fit = curve_fit(c).ok();
         items.push(format!(
-            "all_reduce on {} ({}/{}, {}, {} ranks): peak bus bandwidth {} GB/s at {}{}; {} takes {} (p50){}.",
+            "all_reduce on {} ({}/{}, {}, {} ranks, {}): peak bus bandwidth {} GB/s at {}{}; {} takes {} (p50){}.",
             c.source,
             c.row.backend,
             c.row.wire,
             c.row.algo,
             c.row.world,
+            super::collectives::run_words(c),
             units::sig3(peak.busbw),
             units::bytes(peak.bytes),
             if ceiling > 0.0 {
-                format!(", {} of the wire's {} GB/s ceiling", units::percent(peak.busbw / ceiling), units::sig3(ceiling))
+                format!(", {} of the ceiling at that size's working set ({} GB/s)", units::percent(peak.busbw / ceiling), units::sig3(ceiling))
             } else {
                 String::new()
             },
@@ -50,6 +51,39 @@ pub fn section(sources: &[Source], capacity: &[(String, f64)]) -> String {
         items.push(format!(
             "Worked example (80 layers x hidden 8192, TP=8, batch 32, fp16), tensor-parallel communication per token step: {}.",
             list.join("; ")
+        ));
+    }
+    let noisy: Vec<String> = sources
+        .iter()
+        .flat_map(|s| {
+            s.runs.iter().filter_map(move |r| {
+                let n = r.noise()?;
+                n.noisy().then(|| {
+                    format!(
+                        "{} {} ({} of the machine)",
+                        s.label,
+                        r.run_id,
+                        units::percent(n.fraction)
+                    )
+                })
+            })
+        })
+        .collect();
+    if !noisy.is_empty() {
+        items.push(format!(
+            "NOISY runs: other processes took more than 10% of the machine while {} measured: {}. Their figures measure what those processes left; curves from them are marked NOISY.",
+            if noisy.len() == 1 { "this run" } else { "these runs" },
+            noisy.join("; ")
+        ));
+    }
+    let above: usize = all
+        .iter()
+        .flat_map(|c| &c.by_size)
+        .filter(|p| p.ceiling > 0.0 && p.busbw > 1.05 * p.ceiling)
+        .count();
+    if above > 0 {
+        items.push(format!(
+            "{above} measured sizes beat the ceiling at their own working set by more than 5%: bench-collectives' table marks them (!) and says why in its footer."
         ));
     }
     let wrong: u64 = sources

@@ -1,0 +1,298 @@
+//! The wire's figures, measured before the sweep on every rank: the ceiling
+//! ladder each row is held against, the calibrated model's link, the
+//! latency jitter and clock resolution behind the compare gate's floor,
+//! and the noise of the measurement window.
+
+use crate::cli::SweepConfig;
+use parbench::comm::{Collective, CommResult, Communicator, DType, ReduceOp};
+use parbench::measure::clock::IterClock;
+use parbench::measure::noise::{CpuSnapshot, ForeignCpu};
+use parbench::measure::{self, Ladder, PingPong, Rung};
+use parbench::model::wire::{ceiling_for, working_set_bytes, WireModel};
+use parbench::model::{self, LinkParams};
+use std::time::Instant;
+
+/// The smallest working set of the ladders: every row below it is held
+/// against its first rung.
+const SMALLEST_SET: u64 = 4 << 10;
+/// Bytes each stream sample moves at least (the wire's own buffers, a
+/// token bucket's burst, are then a small part of it).
+const STREAM_SAMPLE: u64 = 4 << 20;
+/// Samples per stream rung (each direction).
+const STREAM_SAMPLES: usize = 3;
+/// Timed ping-pongs behind alpha (after the warm-up).
+const PING_TRIPS: usize = 200;
+
+/// What was measured before the sweep, the same on every rank.
+#[derive(Clone, Debug)]
+pub struct WireFigures {
+    /// The ceiling every row is held against, at its own working set.
+    pub ceiling: Ladder,
+    /// The calibrated model's wire (alpha, ladders, how the transport reduces).
+    pub model: WireModel,
+    /// Whether the model is parbench's own transport model ([`WireModel`]);
+    /// otherwise (a library's collectives: nccl, mpi) the textbook forms
+    /// with the ladders' bandwidths.
+    pub own_transport: bool,
+    /// Ping-pong figures between ranks 0 and 1 (`None` with one rank).
+    pub ping: Option<PingPong>,
+    /// 8-byte exchanges, every rank at once (`None` with one rank).
+    pub exchange: Option<PingPong>,
+    /// The per-iteration clock's resolution, us.
+    pub clock_us: f64,
+    /// Wall time these measurements took, seconds (rank 0's).
+    pub cost_s: f64,
+    /// Other processes' CPU time during these measurements.
+    pub noise: Option<ForeignCpu>,
+}
+
+impl WireFigures {
+    /// The model's alpha, us (0 with one rank).
+    pub fn alpha_us(&self) -> f64 {
+        self.model.alpha_s * 1e6
+    }
+
+    /// The floor below which a change of a time is never called a
+    /// regression: the clock's resolution or the wire's latency jitter
+    /// (p90 - p10 of the ping-pong half trips), the larger, us.
+    pub fn floor_us(&self) -> f64 {
+        let jitter = |p: &Option<PingPong>| p.as_ref().map_or(0.0, PingPong::jitter_us);
+        self.clock_us
+            .max(jitter(&self.ping))
+            .max(jitter(&self.exchange))
+    }
+
+    /// The ceiling at a row's working set, GB/s (0 when none was measured).
+    pub fn ceiling_at(
+        &self,
+        coll: Collective,
+        algo: &str,
+        world: usize,
+        bytes: u64,
+        in_place: bool,
+    ) -> f64 {
+        let algo = if self.own_transport { algo } else { "auto" };
+        ceiling_for(&self.ceiling, coll, algo, world, bytes, in_place).unwrap_or(0.0)
+    }
+
+    /// The model's time of one row, us (NaN when there is no model).
+    pub fn model_us(
+        &self,
+        coll: Collective,
+        algo: &str,
+        world: usize,
+        bytes: u64,
+        in_place: bool,
+    ) -> f64 {
+        let secs = if self.own_transport && !model::is_selector(algo) {
+            self.model.predict(coll, algo, world, bytes, in_place)
+        } else {
+            // A library's own algorithms: the textbook forms, with the
+            // ladders' bandwidth and reduction rate at the row's working set.
+            let ws = working_set_bytes(coll, world, bytes, in_place);
+            let gbps = self.ceiling.at(ws).unwrap_or(0.0);
+            let mut link = LinkParams::from_gbps_us(gbps, self.alpha_us());
+            if let Some(g) = self.model.reduce.at(ws) {
+                link = link.with_reduce_gbps(g);
+            }
+            model::predict_textbook(coll, algo, world, bytes, &link)
+        };
+        secs.map_or(f64::NAN, |s| s * 1e6)
+    }
+}
+
+/// The largest working set any row of the sweep touches, bytes per rank.
+fn largest_set(cfg: &SweepConfig, world: usize) -> u64 {
+    let top = cfg.sizes.last().copied().unwrap_or(0);
+    cfg.collectives
+        .iter()
+        .flat_map(|&c| [false, true].map(|ip| working_set_bytes(c, world, top, ip)))
+        .max()
+        .unwrap_or(top)
+}
+
+/// How much faster than the wire memory must copy at a working set before
+/// larger working sets cannot make the wire faster: the ladder stops there.
+const LINK_BOUND: f64 = 10.0;
+
+/// The stream ladders and the back-to-back exchange ladder of a socket
+/// wire, rung by rung from the smallest working set, stopping once the wire
+/// is link-bound: from 1 MiB up, two rungs in a row within 15% of each
+/// other on every ladder and the copy ladder [`LINK_BOUND`] times faster.
+/// The rungs beyond are the last measured one, held (the method says so):
+/// on a shaped link the large rungs would take minutes, and the drops a
+/// long stream provokes in the link's queue leave the connection's
+/// congestion window small for the sweep's first sizes.
+fn link_ladders<C: Communicator>(
+    comm: &mut C,
+    sets: &[u64],
+    copy: &Ladder,
+) -> CommResult<(measure::StreamLadders, Ladder)> {
+    let mut s = measure::StreamLadders::default();
+    let mut step = Ladder::default();
+    let mut held_from = None;
+    for (i, &ws) in sets.iter().enumerate() {
+        let one = measure::stream_ladder(comm, &[ws], STREAM_SAMPLE, STREAM_SAMPLES)?;
+        let x = measure::fresh_ladders(comm, &[ws], false)?.clean;
+        s.one_way.method = one.one_way.method;
+        s.duplex.method = one.duplex.method;
+        step.method = x.method;
+        s.one_way.rungs.extend(one.one_way.rungs);
+        s.duplex.rungs.extend(one.duplex.rungs);
+        step.rungs.extend(x.rungs);
+        let flat = |l: &Ladder| match l.rungs.as_slice() {
+            [.., a, b] => (a.gbps - b.gbps).abs() <= 0.15 * a.gbps.max(b.gbps),
+            _ => false,
+        };
+        let fastest = [&s.one_way, &s.duplex, &step]
+            .iter()
+            .filter_map(|l| l.rungs.last().map(|r| r.gbps))
+            .fold(0.0, f64::max);
+        let memory = copy.at(ws).unwrap_or(0.0);
+        if ws >= 1 << 20
+            && flat(&s.one_way)
+            && flat(&s.duplex)
+            && flat(&step)
+            && memory > LINK_BOUND * fastest
+        {
+            held_from = Some(i);
+            break;
+        }
+    }
+    if let Some(i) = held_from {
+        let note = format!(
+            "; link-bound from {} B (memory copies {LINK_BOUND}x faster there): larger working sets hold that rung",
+            sets[i]
+        );
+        for l in [&mut s.one_way, &mut s.duplex, &mut step] {
+            let last = l.rungs.last().cloned();
+            if let Some(last) = last {
+                for &ws in &sets[i + 1..] {
+                    l.rungs.push(Rung {
+                        working_set: ws,
+                        bytes: ws * last.bytes / last.working_set.max(1),
+                        ..last.clone()
+                    });
+                }
+            }
+            l.method.push_str(&note);
+        }
+    }
+    Ok((s, step))
+}
+
+/// Means over ranks of one figure each.
+fn mean_over_ranks<C: Communicator>(comm: &mut C, v: f64) -> CommResult<f64> {
+    let world = comm.world().max(1) as f64;
+    let all = measure::gather_f64(comm, &[v])?;
+    Ok(all.iter().filter_map(|x| x.first()).sum::<f64>() / world)
+}
+
+/// Measures the wire before the sweep (every rank calls it):
+/// - `local`: the copy ladder (every rank copying at once) is both the
+///   ceiling and the transfer bandwidth; reductions read the sender's bytes
+///   in place;
+/// - a device backend: its own copy figure (device or peer copy) as a
+///   one-rung ceiling;
+/// - any other (tcp, mpi): the stream ladders through the communicator's
+///   send/recv, one way and both directions at once; the ceiling is the
+///   better of the two at each working set;
+/// - on every backend: the reduction ladder (gamma), the copy ladder
+///   (copies within a rank), the ping-pong (alpha, jitter), the clock's
+///   resolution, and the window's foreign CPU time.
+pub fn measure_wire<C: Communicator>(comm: &mut C, cfg: &SweepConfig) -> CommResult<WireFigures> {
+    let t = Instant::now();
+    let noise_start = CpuSnapshot::now();
+    let world = comm.world();
+    let sets = measure::working_sets(SMALLEST_SET, largest_set(cfg, world).max(SMALLEST_SET));
+    let device = comm.device_ceiling()?;
+    let copy = measure::copy_ladder(comm, &sets)?;
+    let reduce = measure::reduce_ladder(comm, &sets, DType::F32, ReduceOp::Sum)?;
+    let (ceiling, model, own_transport) = if let Some((method, gbps)) = device {
+        let gbps = mean_over_ranks(comm, gbps)?;
+        let rung = Ladder {
+            method: format!("{method}, every rank at once, mean per rank"),
+            rungs: vec![Rung {
+                working_set: 256 << 20,
+                bytes: 256 << 20,
+                gbps,
+                median_gbps: gbps,
+            }],
+        };
+        let model = WireModel {
+            duplex: rung.clone(),
+            one_way: rung.clone(),
+            copy: rung.clone(),
+            // The device reduces at its copy speed or better: folded into beta.
+            ..WireModel::default()
+        };
+        (rung, model, false)
+    } else if comm.backend() == "local" || world < 2 {
+        // Shared memory: where a byte's cache line was decides its cost.
+        let fresh = if world > 1 {
+            measure::fresh_ladders(comm, &sets, true)?
+        } else {
+            measure::FreshLadders::default()
+        };
+        // A received byte whose line the receiver can read where it is
+        // (the sender's untouched input) moves at the clean-exchange rate;
+        // the ceiling is the better of that and a copy within each rank.
+        let (duplex, ceiling) = if world > 1 {
+            (fresh.clean.clone(), copy.best_of(&fresh.clean))
+        } else {
+            (copy.clone(), copy.clone())
+        };
+        let model = WireModel {
+            duplex: duplex.clone(),
+            one_way: duplex,
+            copy: copy.clone(),
+            reduce: reduce.clone(),
+            pull: fresh.pull,
+            claim: fresh.claim,
+            both: fresh.both,
+            ..WireModel::default()
+        };
+        (ceiling, model, comm.backend() == "local")
+    } else {
+        let (s, step) = link_ladders(comm, &sets, &copy)?;
+        // A ring step is an exchange after an exchange, not a stream: its
+        // transfer rate is the back-to-back exchange's; the ceiling is the
+        // best of the three.
+        let ceiling = s.one_way.best_of(&s.duplex).best_of(&step);
+        let model = WireModel {
+            duplex: step,
+            one_way: s.one_way.clone(),
+            copy: copy.clone(),
+            reduce: reduce.clone(),
+            ..WireModel::default()
+        };
+        let own = comm.backend() == "tcp";
+        (ceiling, model, own)
+    };
+    let ping = measure::ping_pong(comm, PING_TRIPS)?;
+    let exchange = measure::exchange_latency(comm, PING_TRIPS)?;
+    let clock_us = IterClock::get().resolution_ns() / 1e3;
+    let clock_us = measure::gather_f64(comm, &[clock_us])?
+        .iter()
+        .filter_map(|v| v.first().copied())
+        .fold(0.0, f64::max);
+    let noise = ForeignCpu::across_ranks(comm, noise_start.as_ref())?;
+    let cost_s = measure::gather_f64(comm, &[t.elapsed().as_secs_f64()])?
+        .first()
+        .and_then(|v| v.first().copied())
+        .unwrap_or(0.0);
+    Ok(WireFigures {
+        ceiling,
+        model: WireModel {
+            alpha_s: ping.as_ref().map_or(0.0, |p| p.median_us * 1e-6),
+            alpha_exchange_s: exchange.as_ref().map_or(0.0, |p| p.median_us * 1e-6),
+            ..model
+        },
+        own_transport,
+        ping,
+        exchange,
+        clock_us,
+        cost_s,
+        noise,
+    })
+}

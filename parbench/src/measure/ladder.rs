@@ -1,0 +1,595 @@
+//! The wire's ceiling at a ladder of working sets, from inside the caches
+//! to past the largest swept size, measured in the same run as the sweep.
+//!
+//! One copy ceiling measured out of cache is no ceiling for a collective
+//! whose buffers stay in cache: there the same copy runs several times
+//! faster, and the row would show several hundred percent of "the" ceiling.
+//! So each rung of the ladder is one working set (the bytes each rank
+//! touches), measured the way the wire moves bytes:
+//!
+//! - [`copy_ladder`] (shared memory): every rank copies a source into a
+//!   destination at once; working set = source + destination.
+//! - [`stream_ladder`] (sockets, any communicator): one stream of messages
+//!   from rank 0 to rank 1 through send/recv; and, since a ring step sends
+//!   and receives at once, the same with every rank sending to its right
+//!   neighbour while it receives from its left ([`Ladder::duplex`]);
+//!   working set = the message buffer.
+//! - [`reduce_ladder`]: the reduction kernel `acc op= src`, every rank at
+//!   once; working set = accumulator + source (the model's gamma).
+//!
+//! Each rung keeps the best sample (the ceiling) and the median sample (so
+//! its noise shows). [`Ladder::at`] interpolates between rungs, log-log in
+//! the working set, and holds the end rungs' figures beyond them.
+
+use super::combine::gather_f64;
+use crate::comm::{
+    reduce_bytes, CommBuffer, CommResult, Communicator, DType, HostBuffer, ReduceOp,
+};
+pub use crate::model::wire::{Ladder, Rung};
+use std::time::Instant;
+
+/// Working sets of a ladder: from `smallest` doubling up to the first at
+/// least `largest` (both rounded up to a power of two).
+pub fn working_sets(smallest: u64, largest: u64) -> Vec<u64> {
+    let mut ws = smallest.max(1).next_power_of_two();
+    let top = largest.max(ws).next_power_of_two();
+    let mut out = Vec::new();
+    while ws <= top {
+        out.push(ws);
+        ws *= 2;
+    }
+    out
+}
+
+/// How much each sample moves: enough bytes that a sample lasts well above
+/// the clock's resolution and the barrier's skew, at least two transfers.
+const SAMPLE_BYTES: u64 = 4 << 20;
+/// Samples per rung (the best is the ceiling, the median its noise).
+const SAMPLES: usize = 5;
+
+/// Samples of a rung whose one transfer already moves [`SAMPLE_BYTES`].
+const BIG_SAMPLES: usize = 3;
+
+/// Transfers per sample and samples of a rung moving `len` bytes per
+/// transfer: [`SAMPLE_BYTES`] per sample (at least two transfers) and
+/// [`SAMPLES`] samples; a transfer of [`SAMPLE_BYTES`] or more is long
+/// enough alone, so those rungs take one transfer per sample and three
+/// samples ([`BIG_SAMPLES`]: they are most of the ladder's time).
+fn plan_rung(len: usize) -> (usize, usize) {
+    if len as u64 >= SAMPLE_BYTES {
+        (1, BIG_SAMPLES)
+    } else {
+        (
+            SAMPLE_BYTES.div_ceil(len.max(1) as u64).max(2) as usize,
+            SAMPLES,
+        )
+    }
+}
+/// Longest sample of the fresh ladders, seconds.
+const FRESH_SAMPLE_SECS: f64 = 0.01;
+
+fn best_and_median(mut secs: Vec<f64>, bytes: f64) -> (f64, f64) {
+    secs.retain(|s| s.is_finite() && *s > 0.0);
+    if secs.is_empty() {
+        return (0.0, 0.0);
+    }
+    secs.sort_by(f64::total_cmp);
+    let best = bytes / secs[0] / 1e9;
+    let median = bytes / secs[secs.len() / 2] / 1e9;
+    (best, median)
+}
+
+/// Means over ranks of each rank's `(best, median)` pairs, one per rung.
+fn mean_over_ranks<C: Communicator>(
+    comm: &mut C,
+    mine: &[(f64, f64)],
+) -> CommResult<Vec<(f64, f64)>> {
+    let flat: Vec<f64> = mine.iter().flat_map(|&(a, b)| [a, b]).collect();
+    let all = gather_f64(comm, &flat)?;
+    let n = all.len().max(1) as f64;
+    Ok((0..mine.len())
+        .map(|i| {
+            let sum = |k: usize| all.iter().filter_map(|v| v.get(2 * i + k)).sum::<f64>() / n;
+            (sum(0), sum(1))
+        })
+        .collect())
+}
+
+/// Copy bandwidth at each working set (source + destination, halves of
+/// it), every rank copying at once, each rank's best of [`SAMPLES`]
+/// samples, mean over ranks. Buffers are [`HostBuffer`]s, placed as the
+/// collectives' are. Every rank must call it with the same `sets`.
+pub fn copy_ladder<C: Communicator>(comm: &mut C, sets: &[u64]) -> CommResult<Ladder> {
+    let mut mine = Vec::with_capacity(sets.len());
+    for &ws in sets {
+        let len = (ws / 2).max(1) as usize;
+        let mut src = HostBuffer::zeroed(len);
+        src.bytes_mut().fill(0x5a);
+        let mut dst = HostBuffer::zeroed(len);
+        let (reps, samples) = plan_rung(len);
+        // One untimed pass faults the pages in and warms the caches.
+        dst.bytes_mut().copy_from_slice(src.bytes());
+        let mut secs = Vec::with_capacity(samples);
+        for _ in 0..samples {
+            comm.barrier()?;
+            let t = Instant::now();
+            for _ in 0..reps {
+                dst.bytes_mut()
+                    .copy_from_slice(std::hint::black_box(src.bytes()));
+                std::hint::black_box(dst.bytes_mut());
+            }
+            secs.push(t.elapsed().as_secs_f64());
+        }
+        mine.push(best_and_median(secs, (reps * len) as f64));
+    }
+    let figures = mean_over_ranks(comm, &mine)?;
+    let world = comm.world();
+    Ok(Ladder {
+        method: format!(
+            "memory copy, {world} rank(s) copying at once, working set = source + destination per rank, best of {SAMPLES} ({BIG_SAMPLES} from {} MiB per transfer), mean per rank",
+            SAMPLE_BYTES >> 20
+        ),
+        rungs: rungs_of(sets, |ws| ws / 2, &figures),
+    })
+}
+
+/// Reduction throughput (`acc op= src`, `dtype`) at each working set
+/// (accumulator + source), every rank at once, GB/s of accumulator, best of
+/// [`SAMPLES`], mean over ranks. Every rank must call it with the same `sets`.
+pub fn reduce_ladder<C: Communicator>(
+    comm: &mut C,
+    sets: &[u64],
+    dtype: DType,
+    op: ReduceOp,
+) -> CommResult<Ladder> {
+    let elem = dtype.size() as u64;
+    let mut mine = Vec::with_capacity(sets.len());
+    for &ws in sets {
+        let len = ((ws / 2 / elem).max(1) * elem) as usize;
+        let src = HostBuffer::zeroed(len);
+        let mut acc = HostBuffer::zeroed(len);
+        let (reps, samples) = plan_rung(len);
+        reduce_bytes(acc.bytes_mut(), src.bytes(), dtype, op);
+        let mut secs = Vec::with_capacity(samples);
+        for _ in 0..samples {
+            comm.barrier()?;
+            let t = Instant::now();
+            for _ in 0..reps {
+                reduce_bytes(
+                    acc.bytes_mut(),
+                    std::hint::black_box(src.bytes()),
+                    dtype,
+                    op,
+                );
+                std::hint::black_box(acc.bytes_mut());
+            }
+            secs.push(t.elapsed().as_secs_f64());
+        }
+        mine.push(best_and_median(secs, (reps * len) as f64));
+    }
+    let figures = mean_over_ranks(comm, &mine)?;
+    Ok(Ladder {
+        method: format!(
+            "{} {} reduction acc op= src, {} rank(s) at once, working set = acc + src per rank, GB/s of acc, best of {SAMPLES} ({BIG_SAMPLES} from {} MiB per transfer), mean per rank",
+            dtype.name(),
+            op.name(),
+            comm.world(),
+            SAMPLE_BYTES >> 20
+        ),
+        rungs: rungs_of(sets, |ws| ws / 2, &figures),
+    })
+}
+
+fn rungs_of(sets: &[u64], bytes: impl Fn(u64) -> u64, figures: &[(f64, f64)]) -> Vec<Rung> {
+    sets.iter()
+        .zip(figures)
+        .map(|(&ws, &(gbps, median_gbps))| Rung {
+            working_set: ws,
+            bytes: bytes(ws),
+            gbps,
+            median_gbps,
+        })
+        .collect()
+}
+
+/// Where a received or written byte's cache line was: the costs of moving
+/// bytes between the cores of one machine, by the state of their lines,
+/// each a [`Ladder`] by working set (send + receive buffer per rank).
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct FreshLadders {
+    /// Receiving bytes the sender left as they were since the last exchange
+    /// (an input: the line sits in the receiver's cache too, or in the
+    /// shared one) into a buffer only this rank uses.
+    pub clean: Ladder,
+    /// Receiving bytes the sender has just written (the lines sit modified
+    /// in another core's cache) into a buffer only this rank uses.
+    pub pull: Ladder,
+    /// Writing a buffer the peer read since this rank last wrote it (its
+    /// lines must first be taken back from the peer's cache).
+    pub claim: Ladder,
+    /// Both in one pass: receiving bytes the sender has just written into
+    /// a buffer the peer read since this rank last wrote it (every step of
+    /// an in-place ring).
+    pub both: Ladder,
+}
+
+/// The four [`FreshLadders`], through the communicator's own `send_recv`,
+/// every rank sending to its right neighbour while it receives from its
+/// left, each exchange after a barrier so that all start together.
+///
+/// - `clean`: exchanges of the same send buffer, never rewritten, back to
+///   back as a collective's steps follow each other (less an 8-byte
+///   exchange timed the same way): on sockets the transfer rate a ring
+///   step gets, below a stream's, whose messages flow without waiting;
+/// - `pull` and `claim`: per exchange, each rank first rewrites its send
+///   buffer (timed: `claim`, as the peer read it in the last exchange),
+///   then leaves a barrier and exchanges into a private buffer (timed:
+///   `pull`);
+/// - `both`: two buffers per rank swap roles each exchange (send the one
+///   received into last time, receive into the one the peer just read).
+///
+/// The time of an 8-byte exchange timed the same way (the latency the
+/// model charges as alpha) is taken off each exchange. Best of the samples
+/// ([`plan_rung`]; a sample also ends after [`FRESH_SAMPLE_SECS`], rank 0
+/// deciding), mean over ranks. Without `cache_states` (sockets: the bytes
+/// cross the kernel's own buffers, whatever their lines' state) only
+/// `clean` is measured. Every rank must call it.
+pub fn fresh_ladders<C: Communicator>(
+    comm: &mut C,
+    sets: &[u64],
+    cache_states: bool,
+) -> CommResult<FreshLadders> {
+    let (rank, world) = (comm.rank(), comm.world());
+    let (right, left) = ((rank + 1) % world, (rank + world - 1) % world);
+    let timed = |comm: &mut C,
+                 send: &C::Buffer,
+                 recv: &mut C::Buffer,
+                 len: usize,
+                 barrier: bool|
+     -> CommResult<f64> {
+        if barrier {
+            comm.barrier()?;
+        }
+        let t = Instant::now();
+        comm.send_recv(send, right, recv, left, len, DType::U8)?;
+        comm.sync()?;
+        Ok(t.elapsed().as_secs_f64())
+    };
+    // After a barrier (the cache-state ladders: the fill must be over on
+    // every rank first), or back to back as a collective's steps follow
+    // each other (`clean`).
+    let exchange = |comm: &mut C, send: &C::Buffer, recv: &mut C::Buffer, len: usize| {
+        timed(comm, send, recv, len, true)
+    };
+    let step = |comm: &mut C, send: &C::Buffer, recv: &mut C::Buffer, len: usize| {
+        timed(comm, send, recv, len, false)
+    };
+    let median_empty = |comm: &mut C, barrier: bool| -> CommResult<f64> {
+        let send = comm.alloc(8)?;
+        let mut recv = comm.alloc(8)?;
+        let mut t: Vec<f64> = (0..64)
+            .map(|_| timed(comm, &send, &mut recv, 8, barrier))
+            .collect::<CommResult<_>>()?;
+        t.sort_by(f64::total_cmp);
+        Ok(t[t.len() / 2])
+    };
+    let empty = median_empty(comm, true)?;
+    let empty_step = median_empty(comm, false)?;
+    // Each rank takes its own empty exchange off its own; the method names rank 0's.
+    let empty0 = gather_f64(comm, &[empty])?
+        .first()
+        .and_then(|v| v.first().copied())
+        .unwrap_or(empty);
+    // Whether rank 0 says a sample has run long enough (every rank asks at
+    // the same exchange, so every rank stops at the same one).
+    let enough = |comm: &mut C, start: Instant| -> CommResult<bool> {
+        let late = rank == 0 && start.elapsed().as_secs_f64() > FRESH_SAMPLE_SECS;
+        let stop = gather_f64(comm, &[f64::from(u8::from(late))])?;
+        Ok(stop.first().and_then(|v| v.first()) == Some(&1.0))
+    };
+    let (mut clean, mut pull, mut claim, mut both) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for &ws in sets {
+        let len = (ws / 2).max(1) as usize;
+        let patterns = [vec![0x5au8; len], vec![0xa5u8; len]];
+        let mut a = comm.alloc(len)?;
+        let mut b = comm.alloc(len)?;
+        let (reps, samples) = plan_rung(len);
+        a.write_from_host(&patterns[1])?;
+        exchange(comm, &a, &mut b, len)?;
+        let (mut s_clean, mut s_pull, mut s_claim, mut s_both) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..samples {
+            let start = Instant::now();
+            let (mut tl, mut done) = (0.0, 0usize);
+            while done < reps {
+                let t = step(comm, &a, &mut b, len)?;
+                tl += (t - empty_step).max(t * 1e-3);
+                done += 1;
+                if done % 16 == 0 && enough(comm, start)? {
+                    break;
+                }
+            }
+            s_clean.push(tl / done as f64);
+        }
+        for _ in 0..samples * usize::from(cache_states) {
+            let start = Instant::now();
+            let (mut tp, mut tc, mut done) = (0.0, 0.0, 0usize);
+            while done < reps {
+                let t = Instant::now();
+                a.write_from_host(&patterns[done % 2])?;
+                tc += t.elapsed().as_secs_f64();
+                let t = exchange(comm, &a, &mut b, len)?;
+                tp += (t - empty).max(t * 1e-3);
+                done += 1;
+                if done % 16 == 0 && enough(comm, start)? {
+                    break;
+                }
+            }
+            s_pull.push(tp / done as f64);
+            s_claim.push(tc / done as f64);
+        }
+        for _ in 0..samples * usize::from(cache_states) {
+            let start = Instant::now();
+            let (mut tb, mut done) = (0.0, 0usize);
+            while done < reps {
+                let t = if done % 2 == 0 {
+                    exchange(comm, &a, &mut b, len)?
+                } else {
+                    exchange(comm, &b, &mut a, len)?
+                };
+                tb += (t - empty).max(t * 1e-3);
+                done += 1;
+                if done % 16 == 0 && enough(comm, start)? {
+                    break;
+                }
+            }
+            s_both.push(tb / done as f64);
+        }
+        clean.push(best_and_median(s_clean, len as f64));
+        if cache_states {
+            pull.push(best_and_median(s_pull, len as f64));
+            claim.push(best_and_median(s_claim, len as f64));
+            both.push(best_and_median(s_both, len as f64));
+        }
+    }
+    let (clean, pull, claim, both) = (
+        mean_over_ranks(comm, &clean)?,
+        mean_over_ranks(comm, &pull)?,
+        mean_over_ranks(comm, &claim)?,
+        mean_over_ranks(comm, &both)?,
+    );
+    let ladder = |what: &str, figures: &[(f64, f64)]| {
+        Ladder {
+        method: format!(
+            "{what}, every rank at once through send_recv, working set = two buffers per rank, exchanges less an 8 B one ({:.2} us), best of {SAMPLES} ({BIG_SAMPLES} from {} MiB per transfer), mean per rank",
+            empty0 * 1e6,
+            SAMPLE_BYTES >> 20
+        ),
+        rungs: rungs_of(sets, |ws| ws / 2, figures),
+    }
+    };
+    Ok(FreshLadders {
+        clean: ladder(
+            "receiving bytes the sender left as they were into a private buffer",
+            &clean,
+        ),
+        pull: ladder(
+            "receiving bytes the sender has just written into a private buffer",
+            &pull,
+        ),
+        claim: ladder(
+            "rewriting the send buffer the peer has just read (the fill before each exchange)",
+            &claim,
+        ),
+        both: ladder(
+            "receiving bytes the sender has just written into the buffer the peer has just read",
+            &both,
+        ),
+    })
+}
+
+/// The two stream ladders of a communicator's send/recv.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct StreamLadders {
+    /// One stream rank 0 -> rank 1 (messages of the working set), GB/s as
+    /// rank 1 received it.
+    pub one_way: Ladder,
+    /// Every rank sending to rank + 1 while receiving from rank - 1 (the
+    /// step of a ring; messages of half the working set: send + receive
+    /// buffer), GB/s per direction, mean over ranks.
+    pub duplex: Ladder,
+}
+
+/// The share of a sample sent before its clock starts: the receiver times
+/// from the arrival of the message that completes it to the last one, so
+/// neither the path's start-up latency nor a token bucket's burst (a
+/// shaped link lets its burst through at memory speed after an idle gap)
+/// counts as bandwidth.
+const LEAD_IN: f64 = 0.25;
+
+/// How many messages of `len` bytes one sample moves: at least
+/// `min_bytes`, the whole working set, and enough that the timed part
+/// (after the lead-in) spans at least two messages.
+fn messages(len: usize, min_bytes: u64, working_set: u64) -> usize {
+    let bytes = min_bytes.max(working_set).max(1);
+    (bytes.div_ceil(len.max(1) as u64) as usize).max(4)
+}
+
+/// Stream throughput at each working set through the communicator's
+/// send/recv: one stream 0 -> 1 with messages of the working set, and every
+/// rank sending to its right neighbour while receiving from its left with
+/// messages of half of it. Each sample moves at least `min_sample_bytes`
+/// (and the working set) and is timed by the receiver from the end of its
+/// lead-in ([`LEAD_IN`]) to the last byte; best of `samples`, whose median
+/// gives the noise. Every rank must call it with the same arguments.
+pub fn stream_ladder<C: Communicator>(
+    comm: &mut C,
+    sets: &[u64],
+    min_sample_bytes: u64,
+    samples: usize,
+) -> CommResult<StreamLadders> {
+    let (rank, world) = (comm.rank(), comm.world());
+    let samples = samples.max(1);
+    let mut one = Vec::with_capacity(sets.len());
+    let mut both = Vec::with_capacity(sets.len());
+    let (right, left) = ((rank + 1) % world, (rank + world - 1) % world);
+    for &ws in sets {
+        // One stream: messages of the whole working set.
+        let len = ws.max(1) as usize;
+        let msgs = messages(len, min_sample_bytes, ws);
+        let lead = ((msgs as f64 * LEAD_IN).ceil() as usize).clamp(1, msgs - 1);
+        let mut buf = comm.alloc(len)?;
+        // Untimed: opens the path, faults the pages in.
+        one_stream(comm, &mut buf, len, 1, 0)?;
+        let mut secs = Vec::with_capacity(samples);
+        for _ in 0..samples {
+            comm.barrier()?;
+            if let Some(s) = one_stream(comm, &mut buf, len, msgs, lead)? {
+                secs.push(s);
+            }
+        }
+        drop(buf);
+        one.push(best_and_median(secs, ((msgs - lead) * len) as f64));
+        // Both directions: send and receive buffers of half the working set.
+        let len = (ws / 2).max(1) as usize;
+        let msgs = messages(len, min_sample_bytes, ws);
+        let lead = ((msgs as f64 * LEAD_IN).ceil() as usize).clamp(1, msgs - 1);
+        let send = comm.alloc(len)?;
+        let mut recv = comm.alloc(len)?;
+        comm.send_recv(&send, right, &mut recv, left, len, DType::U8)?;
+        let mut secs = Vec::with_capacity(samples);
+        for _ in 0..samples {
+            comm.barrier()?;
+            let mut start = Instant::now();
+            for i in 0..msgs {
+                if i == lead {
+                    comm.sync()?;
+                    start = Instant::now();
+                }
+                comm.send_recv(&send, right, &mut recv, left, len, DType::U8)?;
+            }
+            comm.sync()?;
+            secs.push(start.elapsed().as_secs_f64());
+        }
+        both.push(best_and_median(secs, ((msgs - lead) * len) as f64));
+    }
+    // Rank 1 timed the one-way stream: its figures reach every rank.
+    let flat: Vec<f64> = one.iter().flat_map(|&(a, b)| [a, b]).collect();
+    let all = gather_f64(comm, &flat)?;
+    let one: Vec<(f64, f64)> = all
+        .get(1)
+        .map(|v| v.chunks(2).map(|c| (c[0], c[1])).collect())
+        .unwrap_or_else(|| vec![(0.0, 0.0); sets.len()]);
+    let both = mean_over_ranks(comm, &both)?;
+    let mib = min_sample_bytes as f64 / (1 << 20) as f64;
+    Ok(StreamLadders {
+        one_way: Ladder {
+            method: format!(
+                "one stream rank 0 -> 1 through send/recv, messages of the working set, >= {mib} MiB per sample, timed by rank 1 after the first quarter, best of {samples}"
+            ),
+            rungs: rungs_of(sets, |ws| ws, &one),
+        },
+        duplex: Ladder {
+            method: format!(
+                "every rank sending to rank+1 while receiving from rank-1 (send_recv), messages of half the working set, GB/s per direction, timed after the first quarter, best of {samples}, mean per rank"
+            ),
+            rungs: rungs_of(sets, |ws| ws / 2, &both),
+        },
+    })
+}
+
+/// `msgs` messages of `len` bytes from rank 0 to rank 1, then a one-byte
+/// acknowledgement back; rank 1 returns the seconds from the receipt of
+/// message `lead` (0: from the call) to the last one. Other ranks idle.
+fn one_stream<C: Communicator>(
+    comm: &mut C,
+    buf: &mut C::Buffer,
+    len: usize,
+    msgs: usize,
+    lead: usize,
+) -> CommResult<Option<f64>> {
+    let mut secs = None;
+    match comm.rank() {
+        0 => {
+            for _ in 0..msgs {
+                comm.send(buf, len, DType::U8, 1)?;
+            }
+            comm.recv(buf, 1, DType::U8, 1)?;
+        }
+        1 => {
+            let mut start = Instant::now();
+            for i in 0..msgs {
+                comm.recv(buf, len, DType::U8, 0)?;
+                if i + 1 == lead {
+                    comm.sync()?;
+                    start = Instant::now();
+                }
+            }
+            comm.sync()?;
+            secs = Some(start.elapsed().as_secs_f64());
+            comm.send(buf, 1, DType::U8, 0)?;
+        }
+        _ => {}
+    }
+    comm.sync()?;
+    Ok(secs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::comm::{local, Algo};
+    use std::time::Duration;
+
+    #[test]
+    fn working_sets_double_up_to_the_largest() {
+        assert_eq!(
+            working_sets(8 << 10, 64 << 10),
+            [8 << 10, 16 << 10, 32 << 10, 64 << 10]
+        );
+        assert_eq!(working_sets(8 << 10, 65 << 10).last(), Some(&(128 << 10)));
+        assert_eq!(working_sets(8 << 10, 1), [8 << 10]);
+    }
+
+    /// The ladders cover the sets asked for, on every rank alike, with
+    /// positive figures (no speed is asserted).
+    #[test]
+    fn ladders_cover_their_working_sets_on_every_rank() {
+        let sets = working_sets(8 << 10, 64 << 10);
+        let got = local::run(2, Algo::Auto, Duration::from_secs(20), |c| {
+            let copy = copy_ladder(c, &sets)?;
+            let red = reduce_ladder(c, &sets, DType::F32, ReduceOp::Sum)?;
+            let s = stream_ladder(c, &sets, 64 << 10, 2)?;
+            let fresh = fresh_ladders(c, &sets, true)?;
+            Ok((copy, red, s, fresh))
+        });
+        let all: Vec<_> = got.into_iter().map(Result::unwrap).collect();
+        assert_eq!(all[0], all[1], "every rank gets the same figures");
+        let (copy, red, s, fresh) = &all[0];
+        for l in [
+            copy,
+            red,
+            &s.one_way,
+            &s.duplex,
+            &fresh.pull,
+            &fresh.claim,
+            &fresh.both,
+        ] {
+            let ws: Vec<u64> = l.rungs.iter().map(|r| r.working_set).collect();
+            assert_eq!(ws, sets, "{}", l.method);
+            for r in &l.rungs {
+                assert!(
+                    r.gbps.is_finite() && r.gbps > 0.0 && r.median_gbps <= r.gbps,
+                    "{r:?}"
+                );
+            }
+            assert!(l.covers(64 << 10));
+        }
+        assert_eq!(
+            s.duplex.rungs[0].bytes,
+            4 << 10,
+            "duplex messages are half the working set"
+        );
+    }
+}

@@ -1,0 +1,951 @@
+//! The calibrated model of parbench's own CPU transports: link parameters
+//! per cache regime, from ladders of working sets measured in the same run,
+//! and what each algorithm really moves on a rank.
+//!
+//! The textbook alpha-beta forms ([`super::alpha_beta`]) charge every byte
+//! one `beta`, whatever its size. A CPU's memory is not one wire: a copy
+//! whose buffers stay in L1 runs several times faster than one out of the
+//! last-level cache, so a beta measured out of cache overpredicts every
+//! in-cache size (by up to 60x on this project's machines) and one measured
+//! in cache underpredicts the large ones. Here each bandwidth is a
+//! [`Ladder`]: GB/s at a set of working sets (the bytes each rank touches),
+//! interpolated at the row's own working set ([`working_set_bytes`]).
+//!
+//! What a rank does ([`Moves`]), beyond the textbook terms: each part of a
+//! call (a ring step's receive or reduction, a copy an algorithm makes
+//! within the rank) with where its bytes' cache lines were ([`Part`]):
+//!
+//! - received bytes cost the transfer ladder's beta: for exchange steps
+//!   (ring, recursive, pairwise: every rank sends while it receives) the
+//!   duplex figure, for tree and chain steps the one-way figure; on shared
+//!   memory the figure for the line's state: a byte whose line the
+//!   receiver's cache already holds (an input left as it was since the last
+//!   call), one the sender has just written (`pull`), one written into a
+//!   buffer the peer read since (`claim`), or both (`both`);
+//! - reduced bytes cost that plus gamma, the reduction kernel's rate;
+//! - copies an algorithm makes within the rank (out-of-place all_gather's
+//!   own block, recursive doubling's running result, the inputs of
+//!   out-of-place non-ring all_reduce, broadcast and reduce, in-place
+//!   all_to_all's buffer) cost the copy ladder's beta (`claim` when a peer
+//!   reads the copy).
+//!
+//! Every coefficient is measured before the sweep: nothing here is fitted
+//! to the sweep's own times. [`fit_on_wire`] is the fit that does that.
+
+use super::alpha_beta::{terms, AlphaBetaTerms, RING_SLICE_BYTES};
+use super::busbw::busbw_factor;
+use super::fit::{fit_terms, FitError};
+use crate::comm::Collective;
+
+/// One working set of a [`Ladder`].
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Rung {
+    /// Bytes each rank touches per transfer (source + destination of a
+    /// copy; the message buffer of a stream).
+    pub working_set: u64,
+    /// Bytes moved per transfer (a copy's length, a message's length).
+    pub bytes: u64,
+    /// Best sample, GB/s per rank (1e9 B/s), mean over the ranks measured.
+    pub gbps: f64,
+    /// Median sample, GB/s: `1 - median / best` is the rung's noise.
+    pub median_gbps: f64,
+}
+
+impl Rung {
+    /// Relative spread of the rung's samples: `1 - median / best` (0 when unknown).
+    pub fn noise(&self) -> f64 {
+        let n = 1.0 - self.median_gbps / self.gbps;
+        if n.is_finite() && n > 0.0 {
+            n
+        } else {
+            0.0
+        }
+    }
+}
+
+/// Bandwidth at a ladder of working sets, by increasing working set, and
+/// how it was measured.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Ladder {
+    /// How each rung was measured, in words.
+    pub method: String,
+    pub rungs: Vec<Rung>,
+}
+
+impl Ladder {
+    /// Bandwidth at `working_set` bytes per rank, GB/s: log-log
+    /// interpolation between the two rungs around it, the end rung's figure
+    /// beyond the ends; `None` for an empty ladder.
+    pub fn at(&self, working_set: u64) -> Option<f64> {
+        self.interpolate(working_set, |r| r.gbps)
+    }
+
+    /// The noise (see [`Rung::noise`]) at `working_set`, interpolated as [`Self::at`].
+    pub fn noise_at(&self, working_set: u64) -> f64 {
+        self.interpolate(working_set, Rung::noise).unwrap_or(0.0)
+    }
+
+    fn interpolate(&self, working_set: u64, f: impl Fn(&Rung) -> f64) -> Option<f64> {
+        let rungs: Vec<&Rung> = self
+            .rungs
+            .iter()
+            .filter(|r| r.gbps.is_finite() && r.gbps > 0.0 && r.working_set > 0)
+            .collect();
+        let (first, last) = (rungs.first()?, rungs.last()?);
+        let ws = working_set.max(1);
+        if ws <= first.working_set {
+            return Some(f(first));
+        }
+        if ws >= last.working_set {
+            return Some(f(last));
+        }
+        let hi = rungs.iter().position(|r| r.working_set >= ws)?;
+        let (a, b) = (rungs[hi - 1], rungs[hi]);
+        let t = ((ws as f64).ln() - (a.working_set as f64).ln())
+            / ((b.working_set as f64).ln() - (a.working_set as f64).ln());
+        let (fa, fb) = (f(a), f(b));
+        Some(if fa > 0.0 && fb > 0.0 {
+            (fa.ln() + t * (fb.ln() - fa.ln())).exp()
+        } else {
+            fa + t * (fb - fa)
+        })
+    }
+
+    /// The fastest rung, GB/s (in cache).
+    pub fn peak_gbps(&self) -> Option<f64> {
+        self.rungs.iter().map(|r| r.gbps).reduce(f64::max)
+    }
+
+    /// The slowest rung, GB/s (out of cache, when the ladder reaches it).
+    pub fn floor_gbps(&self) -> Option<f64> {
+        self.rungs.iter().map(|r| r.gbps).reduce(f64::min)
+    }
+
+    /// Whether the ladder reaches `working_set` (its last rung is at least that large).
+    pub fn covers(&self, working_set: u64) -> bool {
+        self.rungs
+            .last()
+            .is_some_and(|r| r.working_set >= working_set)
+    }
+
+    /// The rung-wise larger of two ladders over the same working sets (one
+    /// stream, and both directions at once: the best either gives).
+    pub fn best_of(&self, other: &Ladder) -> Ladder {
+        let rungs = self
+            .rungs
+            .iter()
+            .map(
+                |r| match other.rungs.iter().find(|o| o.working_set == r.working_set) {
+                    Some(o) if o.gbps > r.gbps => o.clone(),
+                    _ => r.clone(),
+                },
+            )
+            .collect();
+        Ladder {
+            method: format!("the better of ({}) and ({})", self.method, other.method),
+            rungs,
+        }
+    }
+}
+
+/// Bytes each rank's buffers hold in one call of `coll` on `p` ranks with
+/// nccl-tests' size `n_bytes`: out of place the send and the receive
+/// buffer, in place the one buffer. all_reduce, broadcast, reduce,
+/// all_to_all, sendrecv: `2n` out of place, `n` in place; all_gather (`n`
+/// the gathered output): `n + n/p` and `n`; reduce_scatter (`n` the whole
+/// input): `n + n/p` and `n`. The algorithms' scratch (at most two ring
+/// blocks of 512 KiB, or one buffer for recursive doubling) is left out.
+pub fn working_set_bytes(coll: Collective, p: usize, n_bytes: u64, in_place: bool) -> u64 {
+    if in_place {
+        return n_bytes;
+    }
+    match coll {
+        Collective::AllGather | Collective::ReduceScatter => n_bytes + n_bytes / p.max(1) as u64,
+        _ => 2 * n_bytes,
+    }
+}
+
+/// A call's working set per rank and its slice's: a ring runs a message of
+/// more than p x [`RING_SLICE_BYTES`] as slices of that many bytes, whose
+/// blocks are reduced and forwarded while they are still in cache; other
+/// algorithms are one slice.
+pub fn working_sets_of(
+    coll: Collective,
+    algo: &str,
+    p: usize,
+    n_bytes: u64,
+    in_place: bool,
+) -> (u64, u64) {
+    let ws = working_set_bytes(coll, p, n_bytes, in_place);
+    let slice = if algo.eq_ignore_ascii_case("ring") {
+        n_bytes.min((p.max(1) as u64).saturating_mul(RING_SLICE_BYTES))
+    } else {
+        n_bytes
+    };
+    (ws, working_set_bytes(coll, p, slice, in_place))
+}
+
+/// What a part of a call does with its bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Op {
+    /// Received into place (a copy out of the sender's bytes).
+    Receive,
+    /// Received and reduced into place.
+    Reduce,
+    /// Copied within the rank (not over the wire).
+    Copy,
+}
+
+/// One part of a call on one rank's critical path: bytes per byte of `n`,
+/// and where their cache lines were. Only shared memory tells the states
+/// apart ([`WireModel::cache_states`]): a byte the sender wrote during the
+/// call sits modified in another core's cache (`fresh`), and a buffer the
+/// peer read since this rank last wrote it must be taken back from the
+/// peer's cache before it is written again (`claimed`).
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Part {
+    pub op: Op,
+    /// Bytes per byte of `n`.
+    pub bytes: f64,
+    /// The source was written by the sender during the call (a forwarded
+    /// block, a partial sum, a block copied in just before), not an input
+    /// left as it was since the last call.
+    pub fresh: bool,
+    /// The destination was read by a peer since this rank last wrote it.
+    pub claimed: bool,
+    /// The source was written within the current slice of a sliced
+    /// algorithm (a ring's block reduced or forwarded a moment ago): its
+    /// lines are priced at the slice's working set, where they still sit,
+    /// not at the whole call's.
+    pub near: bool,
+}
+
+/// What one rank does on the critical path of one call.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Moves {
+    /// Messages on the critical path (each costs `alpha`).
+    pub latency_steps: f64,
+    /// Whether the steps are exchanges (every rank sends while receiving:
+    /// ring, recursive, pairwise, sendrecv) rather than one-way (trees, chains).
+    pub duplex: bool,
+    pub parts: Vec<Part>,
+}
+
+impl Moves {
+    /// Bytes per byte of `n` the parts of `op` move.
+    pub fn bytes(&self, op: Op) -> f64 {
+        self.parts
+            .iter()
+            .filter(|p| p.op == op)
+            .map(|p| p.bytes)
+            .sum()
+    }
+}
+
+fn part(op: Op, bytes: f64, fresh: bool, claimed: bool) -> Part {
+    Part {
+        op,
+        bytes,
+        fresh,
+        claimed,
+        near: false,
+    }
+}
+
+/// A part whose fresh source was written within the current slice.
+fn near(p: Part) -> Part {
+    Part { near: p.fresh, ..p }
+}
+
+/// The parts of a ring all-gather's p - 1 steps of `b` (per byte of n)
+/// each, block by block as `comm/algo/ring.rs` runs them: step s receives
+/// the block the left neighbour received at step s - 1 (the first step:
+/// the left's own block, fresh when `first_fresh`) into a block this rank
+/// forwards at step s + 1 (claimed: the right neighbour read it in the last
+/// call) or, at the last step, one nobody reads (unless `last_claimed`:
+/// in place the right neighbour read every block during the reduce-scatter).
+fn ring_gather_parts(p: usize, b: f64, first_fresh: bool, last_claimed: bool) -> Vec<Part> {
+    // Every fresh block of an all-gather was written in this slice (reduced,
+    // copied in or received a step ago).
+    (0..p.saturating_sub(1))
+        .map(|s| {
+            let last = s + 2 == p;
+            near(part(
+                Op::Receive,
+                b,
+                s > 0 || first_fresh,
+                !last || last_claimed,
+            ))
+        })
+        .collect()
+}
+
+/// The parts of a ring reduce-scatter's p - 1 steps: the first reduces the
+/// left neighbour's block of its input (`first_fresh` when that input is
+/// the last call's output, in place), later ones its partial sums; each
+/// writes a buffer the right neighbour reads at the next step (claimed),
+/// the last one the output (`last_claimed` when a peer reads it: in an
+/// all-reduce's all-gather).
+fn ring_scatter_parts(p: usize, b: f64, first_fresh: bool, last_claimed: bool) -> Vec<Part> {
+    // Partial sums are a step old; the first step's fresh input (in place)
+    // is the last call's output.
+    (0..p.saturating_sub(1))
+        .map(|s| {
+            let last = s + 2 == p;
+            let x = part(Op::Reduce, b, s > 0 || first_fresh, !last || last_claimed);
+            if s > 0 {
+                near(x)
+            } else {
+                x
+            }
+        })
+        .collect()
+}
+
+/// [`Moves`] of `coll` run with `algo` (a name [`terms`] knows; not a
+/// selector) on `p` ranks, `n_bytes`, in or out of place, as parbench's CPU
+/// algorithms run it (`comm/host.rs`, `comm/algo/`). Rings are followed
+/// step by step (the default sweep's algorithms from 32 KiB); recursive
+/// doubling and halving, trees, chains and pairwise exchanges are counted
+/// from their textbook terms with the copies they make, sources as fresh
+/// where the algorithm forwards what it received.
+pub fn moves(
+    coll: Collective,
+    algo: &str,
+    p: usize,
+    n_bytes: u64,
+    in_place: bool,
+) -> Option<Moves> {
+    let t: AlphaBetaTerms = terms(coll, algo, p, n_bytes)?;
+    let algo = algo.to_ascii_lowercase();
+    let duplex = !matches!(algo.as_str(), "tree" | "chain")
+        && !matches!(coll, Collective::Broadcast | Collective::Reduce);
+    let done = |parts: Vec<Part>| {
+        Some(Moves {
+            latency_steps: t.latency_steps,
+            duplex,
+            parts,
+        })
+    };
+    if p <= 1 || n_bytes == 0 {
+        return done(Vec::new());
+    }
+    let pf = p as f64;
+    let b = 1.0 / pf;
+    let out = !in_place;
+    let received = (t.bytes_factor - t.reduce_factor).max(0.0);
+    let reduced = t.reduce_factor;
+    let parts = match (coll, algo.as_str()) {
+        (Collective::AllReduce, "ring") => {
+            // Out of place the first step reduces the peer's send buffer
+            // where it lies; in place the buffer holds the last call's result.
+            let mut v = ring_scatter_parts(p, b, in_place, true);
+            v.extend(ring_gather_parts(p, b, true, in_place));
+            v
+        }
+        (Collective::ReduceScatter, "ring") => ring_scatter_parts(p, b, false, false),
+        (Collective::AllGather, "ring") => {
+            // Out of place each rank copies its own block into the receive
+            // buffer (which the right neighbour read last call), then sends it.
+            let mut v = if out {
+                vec![part(Op::Copy, b, false, true)]
+            } else {
+                Vec::new()
+            };
+            v.extend(ring_gather_parts(p, b, out, false));
+            v
+        }
+        (Collective::AllReduce, "rd") => {
+            // Each step copies the running result (read by the partner) and
+            // reduces the partner's copy into the buffer.
+            let steps = t.latency_steps;
+            let mut v = vec![
+                part(Op::Copy, steps, false, true),
+                part(Op::Reduce, reduced, true, false),
+            ];
+            if out {
+                v.push(part(Op::Copy, 1.0, false, false));
+            }
+            v
+        }
+        (Collective::AllReduce, _) => {
+            let mut v = vec![
+                part(Op::Reduce, reduced, true, true),
+                part(Op::Receive, received, true, true),
+            ];
+            if out {
+                v.push(part(Op::Copy, 1.0, false, false));
+            }
+            v
+        }
+        (Collective::AllGather, _) | (Collective::ReduceScatter, _) => vec![
+            part(Op::Receive, received, true, true),
+            part(Op::Reduce, reduced, true, true),
+        ],
+        (Collective::Broadcast, _) => {
+            let mut v = vec![part(
+                Op::Receive,
+                received,
+                out || algo != "tree" || p > 2,
+                p > 2,
+            )];
+            if out {
+                v.push(part(Op::Copy, 1.0, false, true));
+            }
+            v
+        }
+        (Collective::Reduce, _) => vec![
+            part(Op::Copy, 1.0, false, true),
+            part(Op::Reduce, reduced, true, false),
+        ],
+        (Collective::AllToAll, _) => vec![
+            part(Op::Copy, if out { b } else { 1.0 }, false, false),
+            part(Op::Receive, received, in_place, false),
+        ],
+        (Collective::SendRecv, _) => vec![part(Op::Receive, received, false, false)],
+    };
+    done(parts.into_iter().filter(|p| p.bytes > 0.0).collect())
+}
+
+/// A wire measured before the sweep: its latencies, its transfer, copy and
+/// reduction bandwidths per working set, and how its transport moves bytes.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct WireModel {
+    /// Seconds per one-way message (tree and chain steps): the median of
+    /// timed ping-pong half round trips.
+    pub alpha_s: f64,
+    /// Seconds per exchange step (every rank sends while it receives: ring,
+    /// recursive, pairwise, sendrecv): the median of timed 8-byte
+    /// exchanges. 0: as `alpha_s`.
+    #[serde(default)]
+    pub alpha_exchange_s: f64,
+    /// GB/s of a received byte when every rank sends while it receives
+    /// (on shared memory: a byte whose line the receiver's cache already
+    /// holds, an input left as it was since the last call).
+    pub duplex: Ladder,
+    /// GB/s of a received byte on a one-way path (one stream).
+    pub one_way: Ladder,
+    /// GB/s of a memory copy within a rank, every rank at once.
+    pub copy: Ladder,
+    /// GB/s of accumulator of the reduction kernel `acc op= src`.
+    pub reduce: Ladder,
+    /// Shared memory's cache states ([`Part`]): receiving a fresh byte into
+    /// a private buffer, writing a claimed buffer, both in one pass. Empty
+    /// ladders (sockets, whose bytes go through the kernel's own buffers):
+    /// every received byte costs `duplex` or `one_way`.
+    #[serde(default)]
+    pub pull: Ladder,
+    #[serde(default)]
+    pub claim: Ladder,
+    #[serde(default)]
+    pub both: Ladder,
+}
+
+/// Seconds per byte of a ladder at a working set (infinite when unknown).
+fn secs_per_byte(l: &Ladder, ws: u64) -> f64 {
+    match l.at(ws) {
+        Some(g) if g > 0.0 => 1.0 / (g * 1e9),
+        _ => f64::INFINITY,
+    }
+}
+
+impl WireModel {
+    /// Whether the wire tells cache states apart (shared memory: the
+    /// `pull`, `claim` and `both` ladders were measured).
+    pub fn cache_states(&self) -> bool {
+        !(self.pull.rungs.is_empty() || self.claim.rungs.is_empty() || self.both.rungs.is_empty())
+    }
+
+    /// Seconds per byte of one part at working set `ws`:
+    /// - a receive: the wire's figure for its cache states (shared memory:
+    ///   `duplex` for a line the receiver holds, `pull` for a fresh one
+    ///   into a private buffer, `claim` into a claimed one, `both` for a
+    ///   fresh one into a claimed one; sockets: `duplex`, or `one_way` for
+    ///   one-way steps);
+    /// - a reduction: that receive plus gamma (the reduction's own pass
+    ///   over both operands);
+    /// - a copy within the rank: `copy`, or `claim` into a claimed buffer.
+    pub fn part_seconds_per_byte(&self, part: &Part, duplex: bool, ws: u64) -> f64 {
+        let wire = if duplex { &self.duplex } else { &self.one_way };
+        let states = self.cache_states();
+        let move_cost = |fresh: bool, claimed: bool| -> f64 {
+            let l = match (states, fresh, claimed) {
+                (false, _, _) | (true, false, false) => wire,
+                (true, true, false) => &self.pull,
+                (true, false, true) => &self.claim,
+                (true, true, true) => &self.both,
+            };
+            secs_per_byte(l, ws)
+        };
+        match part.op {
+            Op::Receive => move_cost(part.fresh, part.claimed),
+            Op::Reduce => move_cost(part.fresh, part.claimed) + secs_per_byte(&self.reduce, ws),
+            Op::Copy => {
+                if states && part.claimed {
+                    secs_per_byte(&self.claim, ws)
+                } else {
+                    secs_per_byte(&self.copy, ws)
+                }
+            }
+        }
+    }
+
+    /// The bytes-dependent part of a call's cost, seconds: what `m` costs
+    /// on this wire for `n_bytes`, each part at the call's working set `ws`
+    /// or (a [`Part::near`] one) the slice's, `slice_ws`.
+    pub fn bytes_seconds(&self, m: &Moves, n_bytes: u64, ws: u64, slice_ws: u64) -> f64 {
+        let n = n_bytes as f64;
+        m.parts
+            .iter()
+            .map(|p| {
+                let at = if p.near { slice_ws } else { ws };
+                p.bytes * n * self.part_seconds_per_byte(p, m.duplex, at)
+            })
+            .sum()
+    }
+
+    /// Predicted seconds of one `coll` with `algo` on `p` ranks, `n_bytes`
+    /// (nccl-tests' size), in or out of place: `L alpha` plus
+    /// [`Self::bytes_seconds`] at the call's [`working_set_bytes`]. `None`
+    /// for a selector or an algorithm without a model, or when a ladder the
+    /// call needs is empty.
+    pub fn predict(
+        &self,
+        coll: Collective,
+        algo: &str,
+        p: usize,
+        n_bytes: u64,
+        in_place: bool,
+    ) -> Option<f64> {
+        let m = moves(coll, algo, p, n_bytes, in_place)?;
+        let (ws, slice_ws) = working_sets_of(coll, algo, p, n_bytes, in_place);
+        let t =
+            m.latency_steps * self.alpha_for(&m) + self.bytes_seconds(&m, n_bytes, ws, slice_ws);
+        t.is_finite().then_some(t)
+    }
+
+    /// The latency of one of `m`'s steps: an exchange's, or a one-way message's.
+    pub fn alpha_for(&self, m: &Moves) -> f64 {
+        if m.duplex && self.alpha_exchange_s > 0.0 {
+            self.alpha_exchange_s
+        } else {
+            self.alpha_s
+        }
+    }
+}
+
+/// The ceiling a row of `coll` with `algo` is held against: the `ceiling`
+/// ladder at the working set of each byte it moves, combined over the
+/// bytes (harmonic: the time the ceiling would take for each part, added).
+/// A sliced ring moves half its bytes (those reduced or forwarded a moment
+/// ago) out of a slice that is still in cache, so near a cache boundary it
+/// can beat a copy of its whole working set; this ceiling knows that. A
+/// selector or an algorithm without a model: the ladder at the call's
+/// working set. `None` for an empty ladder.
+pub fn ceiling_for(
+    ceiling: &Ladder,
+    coll: Collective,
+    algo: &str,
+    p: usize,
+    n_bytes: u64,
+    in_place: bool,
+) -> Option<f64> {
+    let (ws, slice_ws) = working_sets_of(coll, algo, p, n_bytes, in_place);
+    let whole = ceiling.at(ws)?;
+    let Some(m) = moves(coll, algo, p, n_bytes, in_place) else {
+        return Some(whole);
+    };
+    let (mut bytes, mut secs) = (0.0, 0.0);
+    for part in m.parts.iter().filter(|x| x.op != Op::Copy) {
+        let g = ceiling.at(if part.near { slice_ws } else { ws })?;
+        bytes += part.bytes;
+        secs += part.bytes / g;
+    }
+    Some(if bytes > 0.0 && secs > 0.0 {
+        bytes / secs
+    } else {
+        whole
+    })
+}
+
+/// A fit of measured times over a window of sizes, in the calibrated
+/// model's structure: `t = L alpha + s x B(n)`, with `L` the algorithm's
+/// latency steps and `B(n)` the model's bytes-dependent seconds at `n`
+/// (per-regime bandwidths from the ladders), solving for `alpha` and the
+/// scale `s`. `s = 1` means the ladders explain the times' growth with size
+/// exactly; the fitted bandwidth at each size is the model's over `s`.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct WireFit {
+    /// Fitted seconds per latency step.
+    pub alpha_s: f64,
+    /// Fitted scale of the bytes term (1: as the ladders predict).
+    pub scale: f64,
+    /// Sizes fitted.
+    pub points: usize,
+    /// Smallest and largest size fitted, bytes.
+    pub window: (u64, u64),
+    /// Root mean square and largest relative error of the fit.
+    pub rms_rel_err: f64,
+    pub max_rel_err: f64,
+    /// The fitted bus bandwidth (busbw of a call whose latency is free) at
+    /// the window's smallest and largest size, GB/s.
+    pub busbw_gbps: (f64, f64),
+    /// The same points fitted with one beta (the textbook `t = L alpha + F
+    /// n beta`): its rms error, to tell a regime change from noise.
+    pub single_beta_rms: Option<f64>,
+}
+
+/// [`WireFit`] of `points` (`(bytes, seconds)`) of `coll` with `algo` on
+/// `p` ranks, in or out of place, on `wire`.
+pub fn fit_on_wire(
+    coll: Collective,
+    algo: &str,
+    p: usize,
+    in_place: bool,
+    wire: &WireModel,
+    points: &[(u64, f64)],
+    fix_alpha: bool,
+) -> Result<WireFit, FitError> {
+    let mut alpha = None;
+    let mut rows = Vec::with_capacity(points.len());
+    let mut plain = Vec::with_capacity(points.len());
+    for &(bytes, seconds) in points {
+        let no_model = || FitError::NoModel {
+            collective: coll,
+            algo: algo.to_string(),
+            world: p,
+        };
+        let m = moves(coll, algo, p, bytes, in_place).ok_or_else(no_model)?;
+        let (ws, slice_ws) = working_sets_of(coll, algo, p, bytes, in_place);
+        let b = wire.bytes_seconds(&m, bytes, ws, slice_ws);
+        if !b.is_finite() {
+            return Err(no_model());
+        }
+        if fix_alpha {
+            alpha = Some(wire.alpha_for(&m));
+        }
+        // bytes_factor x n x beta = s x B(n): per byte, B(n)/n, and beta = s.
+        let per_byte = if bytes > 0 { b / bytes as f64 } else { 0.0 };
+        rows.push((
+            AlphaBetaTerms {
+                latency_steps: m.latency_steps,
+                bytes_factor: per_byte,
+                reduce_factor: 0.0,
+            },
+            bytes,
+            seconds,
+        ));
+        if let Some(t) = terms(coll, algo, p, bytes) {
+            plain.push((t, bytes, seconds));
+        }
+    }
+    let f = match alpha {
+        Some(a) => fit_scale(&rows, a)?,
+        None => fit_terms(&rows)?,
+    };
+    let sizes = rows.iter().filter(|r| r.1 > 0).map(|r| r.1);
+    let window = (sizes.clone().min().unwrap_or(0), sizes.max().unwrap_or(0));
+    let factor = busbw_factor(coll, p);
+    let busbw = |n: u64| -> f64 {
+        rows.iter().find(|r| r.1 == n).map_or(f64::NAN, |r| {
+            factor / (r.0.bytes_factor * f.beta_s_per_byte) / 1e9
+        })
+    };
+    Ok(WireFit {
+        alpha_s: f.alpha_s,
+        scale: f.beta_s_per_byte,
+        points: f.points,
+        window,
+        rms_rel_err: f.rms_rel_err,
+        max_rel_err: f.max_rel_err,
+        busbw_gbps: (busbw(window.0), busbw(window.1)),
+        single_beta_rms: fit_terms(&plain).ok().map(|p| p.rms_rel_err),
+    })
+}
+
+/// [`fit_terms`] with alpha fixed: only beta (here the scale) is fitted,
+/// by the same relative least squares, at least 0. A sliced ring's latency
+/// steps grow with the size as its bytes do, so over sizes of a slice and
+/// up alpha and beta cannot be told apart; the measured alpha settles it.
+fn fit_scale(
+    rows: &[(AlphaBetaTerms, u64, f64)],
+    alpha_s: f64,
+) -> Result<super::fit::AlphaBetaFit, FitError> {
+    let pts: Vec<(f64, f64)> = rows
+        .iter()
+        .filter(|r| r.1 > 0 && r.2 > 0.0 && r.2.is_finite())
+        .map(|(t, n, secs)| {
+            (
+                t.latency_steps * alpha_s / secs,
+                t.bytes_factor * *n as f64 / secs,
+            )
+        })
+        .collect();
+    if pts.len() < 2 {
+        return Err(FitError::TooFewPoints {
+            points: rows.len(),
+            sizes: pts.len(),
+        });
+    }
+    let num: f64 = pts.iter().map(|(a, b)| b * (1.0 - a)).sum();
+    let den: f64 = pts.iter().map(|(_, b)| b * b).sum();
+    if !(den > 0.0 && num.is_finite()) {
+        return Err(FitError::NothingToFit);
+    }
+    let scale = (num / den).max(0.0);
+    let rel: Vec<f64> = pts.iter().map(|(a, b)| a + b * scale - 1.0).collect();
+    let l0 = rows
+        .iter()
+        .filter(|r| r.1 > 0)
+        .min_by_key(|r| r.1)
+        .map_or(0.0, |r| r.0.latency_steps);
+    Ok(super::fit::AlphaBetaFit {
+        alpha_s,
+        beta_s_per_byte: scale,
+        zero_byte_s: l0 * alpha_s,
+        points: pts.len(),
+        rms_rel_err: (rel.iter().map(|r| r * r).sum::<f64>() / rel.len() as f64).sqrt(),
+        max_rel_err: rel.iter().fold(0.0f64, |m, r| m.max(r.abs())),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rung(ws: u64, gbps: f64) -> Rung {
+        Rung {
+            working_set: ws,
+            bytes: ws / 2,
+            gbps,
+            median_gbps: gbps * 0.9,
+        }
+    }
+
+    fn ladder(rungs: &[(u64, f64)]) -> Ladder {
+        Ladder {
+            method: "test".into(),
+            rungs: rungs.iter().map(|&(w, g)| rung(w, g)).collect(),
+        }
+    }
+
+    #[test]
+    fn interpolates_log_log_and_holds_the_ends() {
+        let l = ladder(&[(1 << 10, 40.0), (4 << 10, 10.0)]);
+        assert_eq!(l.at(1), Some(40.0));
+        assert_eq!(l.at(1 << 20), Some(10.0));
+        // Halfway in log space: the geometric mean.
+        let mid = l.at(2 << 10).unwrap();
+        assert!((mid - 20.0).abs() < 1e-9, "{mid}");
+        assert!((l.noise_at(2 << 10) - 0.1).abs() < 1e-9);
+        assert_eq!(Ladder::default().at(5), None);
+        assert!(l.covers(4 << 10) && !l.covers(5 << 10));
+        assert_eq!((l.peak_gbps(), l.floor_gbps()), (Some(40.0), Some(10.0)));
+        let a = ladder(&[(1, 1.0), (2, 5.0)]);
+        let b = ladder(&[(1, 2.0), (2, 4.0)]);
+        let g: Vec<f64> = a.best_of(&b).rungs.iter().map(|r| r.gbps).collect();
+        assert_eq!(g, [2.0, 5.0]);
+    }
+
+    #[test]
+    fn a_sliced_ring_is_held_against_the_ceiling_of_each_part() {
+        let c = ladder(&[(1 << 20, 40.0), (64 << 20, 8.0)]);
+        let n = 64u64 << 20;
+        // In place, half of an all_reduce (the all-gather of blocks just
+        // reduced) comes out of a 1 MiB slice: 2 / (1/8 + 1/40).
+        let g = ceiling_for(&c, Collective::AllReduce, "ring", 2, n, true).unwrap();
+        assert!((g - 2.0 / (1.0 / 8.0 + 1.0 / 40.0)).abs() < 1e-9, "{g}");
+        // In-place all_gather reads the peer's untouched input: the whole working set.
+        let g = ceiling_for(&c, Collective::AllGather, "ring", 2, n, true).unwrap();
+        assert!((g - 8.0).abs() < 1e-9, "{g}");
+        // A selector: the ladder at the call's working set.
+        assert_eq!(
+            ceiling_for(&c, Collective::AllReduce, "nccl", 2, n, true),
+            Some(8.0)
+        );
+        assert_eq!(
+            ceiling_for(
+                &Ladder::default(),
+                Collective::AllReduce,
+                "ring",
+                2,
+                n,
+                true
+            ),
+            None
+        );
+    }
+
+    #[test]
+    fn working_sets_per_collective() {
+        let n = 1 << 20;
+        assert_eq!(working_set_bytes(Collective::AllReduce, 2, n, false), 2 * n);
+        assert_eq!(working_set_bytes(Collective::AllReduce, 2, n, true), n);
+        assert_eq!(
+            working_set_bytes(Collective::AllGather, 4, n, false),
+            n + n / 4
+        );
+        assert_eq!(
+            working_set_bytes(Collective::ReduceScatter, 2, n, false),
+            n + n / 2
+        );
+        assert_eq!(working_set_bytes(Collective::SendRecv, 2, n, false), 2 * n);
+    }
+
+    fn states(m: &Moves) -> Vec<(Op, bool, bool)> {
+        m.parts.iter().map(|p| (p.op, p.fresh, p.claimed)).collect()
+    }
+
+    #[test]
+    fn moves_follow_the_algorithms() {
+        let n = 1 << 20;
+        // Ring all_reduce on 2 ranks, out of place: the reduce-scatter step
+        // reduces the peer's untouched input into the block the peer reads
+        // next; the all-gather step pulls the peer's fresh block into one
+        // nobody reads.
+        let m = moves(Collective::AllReduce, "ring", 2, n, false).unwrap();
+        assert_eq!(m.bytes(Op::Receive), 0.5);
+        assert_eq!(m.bytes(Op::Reduce), 0.5);
+        assert!(m.duplex && m.latency_steps == 2.0);
+        assert_eq!(
+            states(&m),
+            [(Op::Reduce, false, true), (Op::Receive, true, false)]
+        );
+        // In place every byte is fresh and every destination claimed.
+        let m = moves(Collective::AllReduce, "ring", 2, n, true).unwrap();
+        assert_eq!(
+            states(&m),
+            [(Op::Reduce, true, true), (Op::Receive, true, true)]
+        );
+        // Out-of-place all_gather copies its own block in first (a block the
+        // peer reads), then pulls the peer's fresh copy; in place it reads
+        // the peer's untouched block.
+        let m = moves(Collective::AllGather, "ring", 2, n, false).unwrap();
+        assert_eq!(
+            states(&m),
+            [(Op::Copy, false, true), (Op::Receive, true, false)]
+        );
+        let m = moves(Collective::AllGather, "ring", 2, n, true).unwrap();
+        assert_eq!(states(&m), [(Op::Receive, false, false)]);
+        // Four ranks: three steps, forwarded blocks fresh and claimed but the last.
+        let m = moves(Collective::AllGather, "ring", 4, n, true).unwrap();
+        assert_eq!(m.bytes(Op::Receive), 0.75);
+        assert_eq!(
+            states(&m),
+            [
+                (Op::Receive, false, true),
+                (Op::Receive, true, true),
+                (Op::Receive, true, false)
+            ]
+        );
+        // Recursive doubling on 2 ranks: one step, reduced, one copy of the result.
+        let m = moves(Collective::AllReduce, "rd", 2, 1024, true).unwrap();
+        assert_eq!((m.bytes(Op::Reduce), m.bytes(Op::Copy)), (1.0, 1.0));
+        let m = moves(Collective::Broadcast, "tree", 2, 1024, false).unwrap();
+        assert!(!m.duplex && m.bytes(Op::Copy) == 1.0);
+        assert_eq!(moves(Collective::AllReduce, "auto", 2, 8, true), None);
+        assert!(moves(Collective::AllReduce, "ring", 2, 0, true)
+            .unwrap()
+            .parts
+            .is_empty());
+    }
+
+    fn flat(g: f64) -> Ladder {
+        ladder(&[(1, g), (1 << 40, g)])
+    }
+
+    #[test]
+    fn each_part_costs_its_cache_states() {
+        let mut wire = WireModel {
+            alpha_s: 1e-6,
+            alpha_exchange_s: 0.5e-6,
+            duplex: flat(10.0),
+            one_way: flat(10.0),
+            copy: flat(20.0),
+            reduce: flat(5.0),
+            pull: Ladder::default(),
+            claim: Ladder::default(),
+            both: Ladder::default(),
+        };
+        let n = 1u64 << 20;
+        let h = 0.5 * n as f64;
+        // Sockets (no cache states): 2 exchange steps, half received at
+        // 10 GB/s, half received (10) and reduced (5).
+        let want = 1e-6 + h / 10e9 + h / 10e9 + h / 5e9;
+        let t = wire
+            .predict(Collective::AllReduce, "ring", 2, n, false)
+            .unwrap();
+        assert!((t - want).abs() < 1e-15, "{t} {want}");
+        // Shared memory: the reduction into a claimed block at the claim
+        // rate, the fresh block pulled at the pull rate.
+        wire.pull = flat(4.0);
+        wire.claim = flat(2.0);
+        wire.both = flat(1.0);
+        let want = 1e-6 + h / 2e9 + h / 5e9 + h / 4e9;
+        let t = wire
+            .predict(Collective::AllReduce, "ring", 2, n, false)
+            .unwrap();
+        assert!((t - want).abs() < 1e-15, "{t} {want}");
+        // In place: both steps at the `both` rate.
+        let want = 1e-6 + h / 1e9 + h / 5e9 + h / 1e9;
+        let t = wire
+            .predict(Collective::AllReduce, "ring", 2, n, true)
+            .unwrap();
+        assert!((t - want).abs() < 1e-15, "{t} {want}");
+        // In-place all_gather reads a line its cache holds: the duplex rate.
+        let t = wire
+            .predict(Collective::AllGather, "ring", 2, n, true)
+            .unwrap();
+        assert!((t - (0.5e-6 + h / 10e9)).abs() < 1e-15, "{t}");
+        assert_eq!(
+            WireModel::default().predict(Collective::AllReduce, "ring", 2, n, false),
+            None
+        );
+    }
+
+    #[test]
+    fn a_wire_fit_recovers_alpha_and_a_scale_across_regimes() {
+        // A wire 4x slower out of cache: one beta cannot fit it, the ladder can.
+        let l = ladder(&[(1 << 20, 40.0), (8 << 20, 10.0)]);
+        let wire = WireModel {
+            alpha_s: 2e-6,
+            alpha_exchange_s: 0.0,
+            duplex: l.clone(),
+            one_way: l.clone(),
+            copy: l.clone(),
+            reduce: l.clone(),
+            pull: l.clone(),
+            claim: l.clone(),
+            both: l,
+        };
+        let pts: Vec<(u64, f64)> = (18..=26)
+            .map(|k| {
+                let n = 1u64 << k;
+                let m = moves(Collective::AllGather, "ring", 2, n, true).unwrap();
+                let (ws, slice) = working_sets_of(Collective::AllGather, "ring", 2, n, true);
+                // Measured: 1.25x the model's bytes term, alpha 3 us.
+                (
+                    n,
+                    m.latency_steps * 3e-6 + 1.25 * wire.bytes_seconds(&m, n, ws, slice),
+                )
+            })
+            .collect();
+        let f = fit_on_wire(Collective::AllGather, "ring", 2, true, &wire, &pts, false).unwrap();
+        assert!(
+            (f.alpha_s - 3e-6).abs() < 1e-12 && (f.scale - 1.25).abs() < 1e-9,
+            "{f:?}"
+        );
+        assert!(
+            f.rms_rel_err < 1e-9 && f.single_beta_rms.unwrap() > 0.1,
+            "{f:?}"
+        );
+        assert_eq!(f.window, (1 << 18, 1 << 26));
+        // Busbw in cache: 40 GB/s / 1.25 at the smallest size.
+        assert!((f.busbw_gbps.0 - 32.0).abs() < 1e-6, "{f:?}");
+        // With alpha fixed at the wire's (2 us, below the 3 us behind the
+        // points) only the scale moves: near 1.25, the residue in the error.
+        let f = fit_on_wire(Collective::AllGather, "ring", 2, true, &wire, &pts, true).unwrap();
+        assert_eq!(f.alpha_s, 2e-6);
+        assert!((f.scale - 1.25).abs() < 0.1 && f.rms_rel_err > 0.0, "{f:?}");
+    }
+}
