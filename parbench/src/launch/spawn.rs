@@ -1,17 +1,29 @@
 //! `--nprocs N`: N local ranks of one program on loopback, watched by the
 //! process that started them.
+//!
+//! The launcher names every fault itself: the first rank to end with a
+//! failure, in time (a thread per rank waits for its exit and notes when),
+//! is reported on stderr in one line (which rank, its exit code or signal,
+//! how long after launch) before the others are stopped: SIGTERM, then
+//! SIGKILL after [`STOP_GRACE`] for any rank still running. A rank killed
+//! outright (SIGKILL) prints nothing itself; this line is then the only
+//! one that names it. A signal to the launcher (SIGINT, SIGTERM) is passed
+//! on to the ranks the same way when [`super::interrupt`] is installed.
 
+use super::report::{duration_text, eprint_line, signal_name};
 use super::LaunchError;
 use std::ffi::{OsStr, OsString};
 use std::io::Read;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
 
-/// How often the launcher looks at its children: short enough that a failed
-/// rank's partners are stopped before they report their own (secondary) errors.
-const WATCH_INTERVAL: Duration = Duration::from_millis(5);
+/// How long stopped ranks have to end on SIGTERM (rank 0 records what it
+/// measured as cut short) before they are killed.
+pub const STOP_GRACE: Duration = Duration::from_secs(2);
 
 /// N ranks of one program on this host, meeting on loopback.
 ///
@@ -26,6 +38,7 @@ pub struct LocalJob {
     program: PathBuf,
     args: Vec<OsString>,
     env: Vec<(OsString, OsString)>,
+    label: String,
 }
 
 impl LocalJob {
@@ -35,12 +48,24 @@ impl LocalJob {
         program: impl Into<PathBuf>,
         args: impl IntoIterator<Item = impl Into<OsString>>,
     ) -> Self {
+        let program: PathBuf = program.into();
+        let label = program
+            .file_name()
+            .map_or_else(|| "launcher".into(), |n| n.to_string_lossy().into_owned());
         LocalJob {
             ranks,
-            program: program.into(),
+            program,
             args: args.into_iter().map(Into::into).collect(),
             env: Vec::new(),
+            label,
         }
+    }
+
+    /// What the launcher's fault line starts with (default: the program's
+    /// file name), e.g. `bench-layers: tp 4`.
+    pub fn label(mut self, label: impl Into<String>) -> Self {
+        self.label = label.into();
+        self
     }
 
     /// `ranks` copies of the running binary with this process's arguments.
@@ -58,11 +83,13 @@ impl LocalJob {
     }
 
     /// Starts the ranks and waits for all of them. `Ok` holds the common
-    /// (successful) exit status; the first rank that fails stops the others
-    /// (SIGKILL) and is returned as [`LaunchError::RankFailed`].
+    /// (successful) exit status. The first rank to fail (in time) is named
+    /// on stderr at once, in one line, then the others are stopped (see the
+    /// module docs); it comes back as [`LaunchError::RankFailed`], already
+    /// reported.
     pub fn run(&self) -> Result<ExitStatus, LaunchError> {
-        let mut children = self.start()?;
-        watch(&mut children)
+        let children = self.start()?;
+        supervise(children, Instant::now(), &self.label)
     }
 
     /// Starts the ranks without waiting; the caller owns (and must reap) them.
@@ -168,30 +195,163 @@ fn free_loopback_port() -> std::io::Result<u16> {
     Ok(l.local_addr()?.port())
 }
 
-fn watch(children: &mut [Child]) -> Result<ExitStatus, LaunchError> {
-    let mut done: Vec<Option<ExitStatus>> = vec![None; children.len()];
+/// The children's pids while they can still be signalled: a rank's entry
+/// is cleared before it is reaped, so a pid is never signalled after the
+/// kernel may have given it to another process.
+type Pids = Arc<Mutex<Vec<Option<libc::pid_t>>>>;
+
+/// Sends `sig` to every rank not yet reaped.
+fn signal_all(pids: &Pids, sig: i32) {
+    if let Ok(p) = pids.lock() {
+        for pid in p.iter().flatten() {
+            // SAFETY: a child of this process that has not been reaped.
+            unsafe { libc::kill(*pid, sig) };
+        }
+    }
+}
+
+/// Stops every rank still running: `first` (SIGTERM), and after
+/// [`STOP_GRACE`] SIGKILL for those that have not ended.
+fn stop_gently(pids: &Pids, exited: &[AtomicBool], first: i32) {
+    signal_all(pids, first);
+    let until = Instant::now() + STOP_GRACE;
+    while Instant::now() < until && !exited.iter().all(|e| e.load(Ordering::SeqCst)) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    signal_all(pids, libc::SIGKILL);
+}
+
+/// Blocks until process `pid` has ended, without reaping it (its pid stays
+/// taken until the launcher reaps it).
+fn wait_exit(pid: libc::pid_t) {
     loop {
-        for (rank, child) in children.iter_mut().enumerate() {
-            if done[rank].is_some() {
-                continue;
-            }
-            match child.try_wait() {
-                Ok(Some(status)) if status.success() => done[rank] = Some(status),
-                Ok(Some(status)) => {
-                    stop_all(children);
-                    return Err(LaunchError::RankFailed { rank, status });
-                }
-                Ok(None) => {}
-                Err(source) => {
-                    stop_all(children);
-                    return Err(LaunchError::Spawn { rank, source });
-                }
+        // SAFETY: siginfo_t is plain data; waitid fills it.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: valid pointer; WNOWAIT leaves the child to be reaped later.
+        let rc = unsafe {
+            libc::waitid(
+                libc::P_PID,
+                pid as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOWAIT,
+            )
+        };
+        if rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return;
+        }
+    }
+}
+
+/// How a failed rank ended, in words: `exited with code 3`, `was killed by
+/// signal 9 (SIGKILL)`.
+pub fn how_it_ended(status: ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(c), _) => format!("exited with code {c}"),
+        (None, Some(sig)) => format!("was killed by signal {sig} ({})", signal_name(sig)),
+        (None, None) => format!("ended ({status})"),
+    }
+}
+
+fn supervise(
+    mut children: Vec<Child>,
+    launched: Instant,
+    label: &str,
+) -> Result<ExitStatus, LaunchError> {
+    let n = children.len();
+    let pids: Pids = Arc::new(Mutex::new(
+        children
+            .iter()
+            .map(|c| Some(c.id() as libc::pid_t))
+            .collect(),
+    ));
+    let exited: Arc<Vec<AtomicBool>> = Arc::new((0..n).map(|_| AtomicBool::new(false)).collect());
+    let (tx, rx) = mpsc::channel::<usize>();
+    let mut waiters = Vec::with_capacity(n);
+    for (rank, c) in children.iter().enumerate() {
+        let (tx, done, pid) = (tx.clone(), exited.clone(), c.id() as libc::pid_t);
+        let spawned = std::thread::Builder::new()
+            .name(format!("parbench-rank{rank}-wait"))
+            .stack_size(64 * 1024)
+            .spawn(move || {
+                wait_exit(pid);
+                done[rank].store(true, Ordering::SeqCst);
+                let _ = tx.send(rank);
+            });
+        match spawned {
+            Ok(h) => waiters.push(h),
+            Err(source) => {
+                stop_gently(&pids, &exited, libc::SIGKILL);
+                reap_all(&mut children, &pids);
+                return Err(LaunchError::Spawn { rank, source });
             }
         }
-        if let Some(Some(status)) = done.iter().all(Option::is_some).then(|| done[0]) {
-            return Ok(status);
+    }
+    drop(tx);
+    // A signal to the launcher goes on to the ranks (when the process
+    // installed the watcher; otherwise the hook never runs).
+    let hook = {
+        let (pids, exited) = (pids.clone(), exited.clone());
+        super::interrupt::on_interrupt(move |sig| stop_gently(&pids, &exited, sig))
+    };
+    let mut statuses: Vec<Option<ExitStatus>> = vec![None; n];
+    let mut failure = None;
+    // The ranks in the order they ended: the first failure is the cause.
+    while let Ok(rank) = rx.recv() {
+        let at = launched.elapsed();
+        let status = reap(&mut children[rank], rank, &pids);
+        statuses[rank] = Some(status);
+        if status.success() {
+            continue;
         }
-        std::thread::sleep(WATCH_INTERVAL);
+        let others = statuses.iter().filter(|s| s.is_none()).count();
+        if super::interrupt::received().is_none() {
+            eprint_line(&format!(
+                "{label}: rank {rank} {} {} after launch; stopping the other {others} rank{}",
+                how_it_ended(status),
+                duration_text(at),
+                if others == 1 { "" } else { "s" }
+            ));
+        }
+        failure = Some((rank, status, at));
+        stop_gently(&pids, &exited, libc::SIGTERM);
+        break;
+    }
+    drop(hook);
+    reap_all(&mut children, &pids);
+    for w in waiters {
+        let _ = w.join();
+    }
+    if let Some((rank, status, after)) = failure {
+        return Err(LaunchError::RankFailed {
+            rank,
+            status,
+            after,
+        });
+    }
+    statuses
+        .first()
+        .copied()
+        .flatten()
+        .ok_or_else(|| LaunchError::Invalid("no rank was started".into()))
+}
+
+/// Reaps one rank that has ended (its pid is cleared first).
+fn reap(child: &mut Child, rank: usize, pids: &Pids) -> ExitStatus {
+    if let Ok(mut p) = pids.lock() {
+        p[rank] = None;
+    }
+    match child.wait() {
+        Ok(s) => s,
+        // Reaped elsewhere: report it as a failure of unknown cause.
+        Err(_) => ExitStatus::from_raw(1 << 8),
+    }
+}
+
+/// Reaps every rank, killing those still running.
+fn reap_all(children: &mut [Child], pids: &Pids) {
+    signal_all(pids, libc::SIGKILL);
+    for (rank, c) in children.iter_mut().enumerate() {
+        reap(c, rank, pids);
     }
 }
 

@@ -1,0 +1,104 @@
+//! How a process reports a fault: one line on stderr, written whole.
+//!
+//! Several ranks of a job share one terminal (or one log file). A line
+//! printed with `eprintln!` may reach the kernel as several writes (one per
+//! formatted piece: stderr is unbuffered), and two ranks failing at once
+//! then interleave byte by byte. [`eprint_line`] builds the whole line
+//! first and hands it to the kernel in one `write(2)`: a write of up to
+//! `PIPE_BUF` (4096) bytes to a pipe is never split, and a terminal or a
+//! file takes it in one piece as well.
+
+use std::time::Duration;
+
+/// Writes `line` (a newline is added when it has none) to stderr in one
+/// `write(2)`; a write the kernel cuts short (a line longer than a pipe
+/// takes at once) is finished with further writes. Errors are ignored: a
+/// closed stderr must not turn one fault into another.
+pub fn eprint_line(line: &str) {
+    let mut bytes = Vec::with_capacity(line.len() + 1);
+    bytes.extend_from_slice(line.as_bytes());
+    if bytes.last() != Some(&b'\n') {
+        bytes.push(b'\n');
+    }
+    let mut done = 0;
+    while done < bytes.len() {
+        let rest = &bytes[done..];
+        // SAFETY: fd 2 and a valid buffer of `rest.len()` bytes.
+        let n = unsafe { libc::write(2, rest.as_ptr().cast(), rest.len()) };
+        if n > 0 {
+            done += n as usize;
+        } else if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted
+        {
+            continue;
+        } else {
+            return;
+        }
+    }
+}
+
+/// The first line of `text`, trimmed: how a binary shows a command-line
+/// parser's error (which carries a usage block after it) as one line.
+pub fn first_line(text: &str) -> &str {
+    text.lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("bad command line")
+}
+
+/// A duration as people read it in an error: `850 us`, `35.2 ms`, `60.0 s`.
+pub fn duration_text(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    if s >= 1.0 {
+        format!("{s:.1} s")
+    } else if s >= 1e-3 {
+        format!("{:.1} ms", s * 1e3)
+    } else {
+        format!("{:.0} us", s * 1e6)
+    }
+}
+
+/// The name of a signal (`SIGKILL`), or its number when it has no common name.
+pub fn signal_name(sig: i32) -> String {
+    let name = match sig {
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGINT => "SIGINT",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGILL => "SIGILL",
+        libc::SIGTRAP => "SIGTRAP",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGUSR1 => "SIGUSR1",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGUSR2 => "SIGUSR2",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGALRM => "SIGALRM",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGXCPU => "SIGXCPU",
+        libc::SIGXFSZ => "SIGXFSZ",
+        _ => return format!("signal {sig}"),
+    };
+    name.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_in_their_own_unit() {
+        assert_eq!(duration_text(Duration::from_secs(60)), "60.0 s");
+        assert_eq!(duration_text(Duration::from_millis(35)), "35.0 ms");
+        assert_eq!(duration_text(Duration::from_nanos(2035)), "2 us");
+        assert_eq!(duration_text(Duration::ZERO), "0 us");
+    }
+
+    #[test]
+    fn first_lines_and_signals() {
+        assert_eq!(first_line("\nerror: bad\n\nUsage: x\n"), "error: bad");
+        assert_eq!(first_line(""), "bad command line");
+        assert_eq!(signal_name(libc::SIGKILL), "SIGKILL");
+        assert_eq!(signal_name(64), "signal 64");
+    }
+}
