@@ -115,5 +115,7 @@ fn wind_down(sig: i32) -> ! {
         )),
         None => {}
     }
+    // A row or record this process is writing right now is finished first.
+    crate::results::finish_writes();
     std::process::exit(128 + sig)
 }

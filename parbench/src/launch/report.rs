@@ -36,6 +36,19 @@ pub fn eprint_line(line: &str) {
     }
 }
 
+/// A rank's error as one line with one prefix: `rank N: ` is added unless
+/// the message already starts with it (the communicators' errors name
+/// their rank themselves; `rank 2: rank 2: ...` says nothing twice).
+pub fn rank_line(rank: usize, msg: &str) -> String {
+    let prefix = format!("rank {rank}: ");
+    let one_line = msg.replace('\n', " ");
+    if one_line.starts_with(&prefix) {
+        one_line
+    } else {
+        prefix + &one_line
+    }
+}
+
 /// The first line of `text`, trimmed: how a binary shows a command-line
 /// parser's error (which carries a usage block after it) as one line.
 pub fn first_line(text: &str) -> &str {
@@ -100,5 +113,8 @@ mod tests {
         assert_eq!(first_line(""), "bad command line");
         assert_eq!(signal_name(libc::SIGKILL), "SIGKILL");
         assert_eq!(signal_name(64), "signal 64");
+        assert_eq!(rank_line(2, "rank 2: lost rank 1"), "rank 2: lost rank 1");
+        assert_eq!(rank_line(2, "setup failed"), "rank 2: setup failed");
+        assert_eq!(rank_line(1, "rank 12: x"), "rank 1: rank 12: x");
     }
 }

@@ -97,9 +97,10 @@ impl LocalJob {
     /// ends (that is how `PR_SET_PDEATHSIG` works): call this from a thread
     /// that outlives them, as [`LocalJob::run`] does by waiting in it.
     pub fn start(&self) -> Result<Vec<Child>, LaunchError> {
-        if self.ranks == 0 || self.ranks > 4096 {
+        let max = crate::limits::MAX_SPAWNED_RANKS;
+        if self.ranks == 0 || self.ranks > max {
             return Err(LaunchError::Invalid(format!(
-                "--nprocs {} (expected 1 to 4096)",
+                "--nprocs {} (expected 1 to {max})",
                 self.ranks
             )));
         }

@@ -196,6 +196,7 @@ pub fn append_rows<R: Record>(dir: &Path, rows: &[R]) -> Result<PathBuf, Results
         detail: e.to_string(),
     })?;
 
+    let _writing = WRITING.lock();
     let _lock = DirLock::acquire(dir)?;
     let mut bytes = match fs::read(&path) {
         Ok(old) if !old.is_empty() => {
@@ -218,6 +219,17 @@ pub fn append_rows<R: Record>(dir: &Path, rows: &[R]) -> Result<PathBuf, Results
     bytes.extend_from_slice(&body);
     write_atomic(&path, &bytes)?;
     Ok(path)
+}
+
+/// Held by this process while it replaces a results file: a process that
+/// ends on a signal first waits for it ([`finish_writes`]), so that a file
+/// is never left half-replaced by its own writer.
+static WRITING: Mutex<()> = Mutex::new(());
+
+/// Waits for this process's write in progress, if any, and keeps any other
+/// from starting: the last thing before a process ends on a signal.
+pub fn finish_writes() {
+    std::mem::forget(WRITING.lock());
 }
 
 /// The run a writer has begun and not yet recorded: where, and its record.
@@ -251,6 +263,7 @@ pub fn record_run(dir: &Path, meta: &RunMeta) -> Result<PathBuf, ResultsError> {
     }
     fs::create_dir_all(dir).map_err(io_err(dir))?;
     let path = dir.join("run.json");
+    let _writing = WRITING.lock();
     let _lock = DirLock::acquire(dir)?;
     let mut runs = match fs::read(&path) {
         Ok(_) => read_runs_file(&path)?,

@@ -15,8 +15,8 @@ mod meta;
 mod records;
 
 pub use io::{
-    append_rows, begin_run, check_figures, columns, header_line, prepare_out, read_rows, read_runs,
-    record_cut_short, record_run, write_atomic, ResultsError, LOCK_FILE,
+    append_rows, begin_run, check_figures, columns, finish_writes, header_line, prepare_out,
+    read_rows, read_runs, record_cut_short, record_run, write_atomic, ResultsError, LOCK_FILE,
 };
 pub use meta::{git_revision, iso8601_utc, new_run_id, RunMeta};
 pub use records::{CollectiveRow, LayerRow, PipelineRow, Record, SCHEMA_VERSION};
