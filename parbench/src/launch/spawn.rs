@@ -306,11 +306,15 @@ fn supervise(
         }
         let others = statuses.iter().filter(|s| s.is_none()).count();
         if super::interrupt::received().is_none() {
+            let stopping = match others {
+                0 => "no other rank is running".to_string(),
+                1 => "stopping the other rank".to_string(),
+                n => format!("stopping the other {n} ranks"),
+            };
             eprint_line(&format!(
-                "{label}: rank {rank} {} {} after launch; stopping the other {others} rank{}",
+                "{label}: rank {rank} {} {} after launch; {stopping}",
                 how_it_ended(status),
                 duration_text(at),
-                if others == 1 { "" } else { "s" }
             ));
         }
         failure = Some((rank, status, at));

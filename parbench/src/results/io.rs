@@ -176,7 +176,7 @@ pub fn append_rows<R: Record>(dir: &Path, rows: &[R]) -> Result<PathBuf, Results
         return Ok(path);
     }
     for (i, r) in rows.iter().enumerate() {
-        check_figures(r, |_| None).map_err(|detail| ResultsError::Invalid {
+        check_figures(r).map_err(|detail| ResultsError::Invalid {
             path: path.clone(),
             detail: format!("row {} of this append, not written: {detail}", i + 1),
         })?;
@@ -299,32 +299,41 @@ pub fn read_runs(dir: &Path) -> Result<Vec<RunMeta>, ResultsError> {
 
 /// The rule every figure (each `f64` column) of a row keeps: a finite
 /// number, not below zero; NaN only in the columns the record type says
-/// may be not measured ([`Record::MAY_BE_NAN`]). `raw(column)` gives the
-/// cell's text, for saying what a non-finite value was. The error names
-/// the column.
-pub fn check_figures<R: Record>(
-    row: &R,
-    raw: impl Fn(&str) -> Option<String>,
-) -> Result<(), String> {
+/// may be not measured ([`Record::MAY_BE_NAN`]). The error names the column.
+pub fn check_figures<R: Record>(row: &R) -> Result<(), String> {
+    // The row as JSON tells the figures apart (an f64, or null for a
+    // non-finite one: rows hold no options); as CSV it says what they read.
     let serde_json::Value::Object(fields) = serde_json::to_value(row).map_err(|e| e.to_string())?
     else {
         return Ok(());
     };
-    for (name, v) in &fields {
-        match v {
-            // serde_json writes a non-finite f64 as null (rows hold no options).
-            serde_json::Value::Null => {
-                let text = raw(name).unwrap_or_else(|| "not finite".into());
-                let nan = text.trim().eq_ignore_ascii_case("nan");
-                if !(nan && R::MAY_BE_NAN.contains(&name.as_str())) {
+    let mut w = csv::WriterBuilder::new()
+        .has_headers(false)
+        .from_writer(Vec::new());
+    w.serialize(row).map_err(|e| e.to_string())?;
+    let bytes = w.into_inner().map_err(|e| e.to_string())?;
+    let text = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .from_reader(bytes.as_slice())
+        .records()
+        .next()
+        .and_then(Result::ok)
+        .unwrap_or_default();
+    for (i, name) in columns::<R>().iter().enumerate() {
+        let cell = text.get(i).unwrap_or("");
+        match fields.get(*name) {
+            Some(serde_json::Value::Null) => {
+                if !(cell.eq_ignore_ascii_case("nan") && R::MAY_BE_NAN.contains(name)) {
                     return Err(format!(
-                        "column {name} is {text}: a figure must be a finite number (NaN only where it was not measured)"
+                        "column {name} is {cell}: a figure must be a finite number (NaN only where it was not measured)"
                     ));
                 }
             }
-            serde_json::Value::Number(n) if n.is_f64() => {
+            Some(serde_json::Value::Number(n)) if n.is_f64() => {
                 if n.as_f64().is_some_and(|x| x < -1e-9) {
-                    return Err(format!("column {name} is {n}: a figure cannot be negative"));
+                    return Err(format!(
+                        "column {name} is {cell}: a figure cannot be negative"
+                    ));
                 }
             }
             _ => {}
@@ -438,11 +447,7 @@ pub fn read_rows<R: Record>(path: &Path) -> Result<Vec<R>, ResultsError> {
             };
             parse(line, detail)
         })?;
-        let raw = |c: &str| {
-            let i = names.iter().position(|n| *n == c)?;
-            text.get(i).map(str::to_string)
-        };
-        check_figures(&row, raw).map_err(|d| parse(line, d))?;
+        check_figures(&row).map_err(|d| parse(line, d))?;
         rows.push(row);
     }
     if rows.is_empty() {
