@@ -39,7 +39,7 @@ fn main() -> ExitCode {
                 return ExitCode::SUCCESS;
             }
             let text = e.to_string();
-            say(report::first_line(&text).trim_start_matches("error: "));
+            eprint_line(&report::cli_error_line("bench-collectives", &text));
             return ExitCode::from(2);
         }
     };

@@ -78,7 +78,7 @@ fn main() {
                 let _ = e.print();
                 std::process::exit(0);
             }
-            say(report::first_line(&e.to_string()).trim_start_matches("error: "));
+            eprint_line(&report::cli_error_line("bench-layers", &e.to_string()));
             std::process::exit(2);
         }
     };

@@ -32,7 +32,7 @@ fn main() {
                 let _ = e.print();
                 std::process::exit(0);
             }
-            say(report::first_line(&e.to_string()).trim_start_matches("error: "));
+            eprint_line(&report::cli_error_line("bench-pipeline", &e.to_string()));
             std::process::exit(2);
         }
     };

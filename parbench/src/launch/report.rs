@@ -49,13 +49,28 @@ pub fn rank_line(rank: usize, msg: &str) -> String {
     }
 }
 
-/// The first line of `text`, trimmed: how a binary shows a command-line
-/// parser's error (which carries a usage block after it) as one line.
-pub fn first_line(text: &str) -> &str {
-    text.lines()
+/// A command-line parser's error as one line: its message before the
+/// usage block and the hint after it, lines joined (clap lists missing
+/// arguments on lines of their own).
+pub fn first_line(text: &str) -> String {
+    let msg: Vec<&str> = text
+        .lines()
         .map(str::trim)
-        .find(|l| !l.is_empty())
-        .unwrap_or("bad command line")
+        .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
+        .filter(|l| !l.is_empty())
+        .collect();
+    if msg.is_empty() {
+        "bad command line".into()
+    } else {
+        msg.join(" ")
+    }
+}
+
+/// The line a binary prints for a command-line parser's error (rendered
+/// as `error: ...`, a usage block after it): `program: message`.
+pub fn cli_error_line(program: &str, rendered: &str) -> String {
+    let line = first_line(rendered);
+    format!("{program}: {}", line.trim_start_matches("error: "))
 }
 
 /// A duration as people read it in an error: `850 us`, `35.2 ms`, `60.0 s`.
@@ -110,6 +125,10 @@ mod tests {
     #[test]
     fn first_lines_and_signals() {
         assert_eq!(first_line("\nerror: bad\n\nUsage: x\n"), "error: bad");
+        assert_eq!(
+            first_line("error: missing:\n  --a <A>\n  --b <B>\n\nUsage: x\n\nFor more information, try '--help'.\n"),
+            "error: missing: --a <A> --b <B>"
+        );
         assert_eq!(first_line(""), "bad command line");
         assert_eq!(signal_name(libc::SIGKILL), "SIGKILL");
         assert_eq!(signal_name(64), "signal 64");
