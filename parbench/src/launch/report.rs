@@ -36,17 +36,13 @@ pub fn eprint_line(line: &str) {
     }
 }
 
-/// A rank's error as one line with one prefix: `rank N: ` is added unless
-/// the message already starts with it (the communicators' errors name
-/// their rank themselves; `rank 2: rank 2: ...` says nothing twice).
+/// A rank's error as one line with one prefix: `rank N: ` at the front,
+/// and nowhere else (the communicators' errors name their rank
+/// themselves, and an error wrapped in another would say it twice:
+/// `rank 2: setup failed: rank 2: ...`).
 pub fn rank_line(rank: usize, msg: &str) -> String {
     let prefix = format!("rank {rank}: ");
-    let one_line = msg.replace('\n', " ");
-    if one_line.starts_with(&prefix) {
-        one_line
-    } else {
-        prefix + &one_line
-    }
+    format!("{prefix}{}", msg.replace('\n', " ").replace(&prefix, ""))
 }
 
 /// A command-line parser's error as one line: its message before the
@@ -135,5 +131,9 @@ mod tests {
         assert_eq!(rank_line(2, "rank 2: lost rank 1"), "rank 2: lost rank 1");
         assert_eq!(rank_line(2, "setup failed"), "rank 2: setup failed");
         assert_eq!(rank_line(1, "rank 12: x"), "rank 1: rank 12: x");
+        assert_eq!(
+            rank_line(0, "setup failed: rank 0: timed out"),
+            "rank 0: setup failed: timed out"
+        );
     }
 }

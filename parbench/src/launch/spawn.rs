@@ -243,6 +243,81 @@ fn wait_exit(pid: libc::pid_t) {
     }
 }
 
+/// How long the launcher waits, after a first failure, for ranks already
+/// dying to become waitable: a rank killed outright may have closed its
+/// sockets (and so made its peers fail) before the kernel lets its parent
+/// see it end.
+const SETTLE: Duration = Duration::from_millis(500);
+
+/// The ranks of `pending` that have ended, or end within [`SETTLE`] of a
+/// signal already on its way (a SIGKILL pending, or a thread-group leader
+/// already a zombie): their statuses, without reaping them.
+fn settle(pending: &[(usize, libc::pid_t)]) -> Vec<(usize, ExitStatus)> {
+    let until = Instant::now() + SETTLE;
+    let mut ended = Vec::new();
+    let mut left: Vec<(usize, libc::pid_t)> = pending.to_vec();
+    loop {
+        left.retain(|&(r, pid)| match ended_already(pid) {
+            Some(st) => {
+                ended.push((r, st));
+                false
+            }
+            None => dying(pid),
+        });
+        if left.is_empty() || Instant::now() >= until {
+            return ended;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Whether process `pid` is on its way out: its leader thread already a
+/// zombie, or a SIGKILL pending for it.
+fn dying(pid: libc::pid_t) -> bool {
+    let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with(['Z', 'X']))
+    });
+    let killed = std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|s| {
+        s.lines()
+            .filter_map(|l| {
+                l.strip_prefix("ShdPnd:")
+                    .or_else(|| l.strip_prefix("SigPnd:"))
+            })
+            .filter_map(|v| u64::from_str_radix(v.trim(), 16).ok())
+            .any(|mask| mask & (1 << (libc::SIGKILL - 1)) != 0)
+    });
+    zombie || killed
+}
+
+/// The exit status of child `pid` if it has ended (it is not reaped).
+fn ended_already(pid: libc::pid_t) -> Option<ExitStatus> {
+    // SAFETY: siginfo_t is plain data; waitid fills it.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointer; WNOHANG returns at once, WNOWAIT leaves the child.
+    let rc = unsafe {
+        libc::waitid(
+            libc::P_PID,
+            pid as libc::id_t,
+            &mut info,
+            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+        )
+    };
+    // SAFETY: si_pid and si_status are set when waitid reports a child.
+    let (who, code, status) = unsafe { (info.si_pid(), info.si_code, info.si_status()) };
+    if rc != 0 || who == 0 {
+        return None;
+    }
+    // Back to a wait(2) status word: the signal in the low bits, or the code.
+    let raw = match code {
+        libc::CLD_EXITED => (status & 0xff) << 8,
+        libc::CLD_DUMPED => (status & 0x7f) | 0x80,
+        _ => status & 0x7f,
+    };
+    Some(ExitStatus::from_raw(raw))
+}
+
 /// How a failed rank ended, in words: `exited with code 3`, `was killed by
 /// signal 9 (SIGKILL)`.
 pub fn how_it_ended(status: ExitStatus) -> String {
@@ -304,6 +379,33 @@ fn supervise(
         if status.success() {
             continue;
         }
+        // Ranks that ended by now, though their waiters have not run yet
+        // (on a loaded machine a woken thread may wait milliseconds for a
+        // core): a rank a signal killed outright goes first, since a rank
+        // that exits on an error because it lost a peer does so after the
+        // peer died.
+        let pending: Vec<(usize, libc::pid_t)> = children
+            .iter()
+            .enumerate()
+            .filter(|(r, _)| statuses[*r].is_none())
+            .map(|(r, c)| (r, c.id() as libc::pid_t))
+            .collect();
+        let mut ended: Vec<(usize, ExitStatus)> = vec![(rank, status)];
+        ended.extend(settle(&pending));
+        let culprit = ended
+            .iter()
+            .position(|(_, st)| st.signal().is_some())
+            .unwrap_or(0);
+        let (rank, status) = ended[culprit];
+        let also: Vec<String> = ended
+            .iter()
+            .enumerate()
+            .filter(|(i, (_, st))| *i != culprit && !st.success())
+            .map(|(_, (r, st))| format!("rank {r} {}", how_it_ended(*st)))
+            .collect();
+        for (r, _) in &ended {
+            statuses[*r] = Some(reap(&mut children[*r], *r, &pids));
+        }
         let others = statuses.iter().filter(|s| s.is_none()).count();
         if super::interrupt::received().is_none() {
             let stopping = match others {
@@ -311,8 +413,13 @@ fn supervise(
                 1 => "stopping the other rank".to_string(),
                 n => format!("stopping the other {n} ranks"),
             };
+            let also = if also.is_empty() {
+                String::new()
+            } else {
+                format!(" (then {})", also.join(", "))
+            };
             eprint_line(&format!(
-                "{label}: rank {rank} {} {} after launch; {stopping}",
+                "{label}: rank {rank} {} {} after launch{also}; {stopping}",
                 how_it_ended(status),
                 duration_text(at),
             ));
