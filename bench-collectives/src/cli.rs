@@ -230,7 +230,7 @@ pub fn size_steps(min: u64, max: u64, factor: Option<u64>, step: Option<u64>) ->
     let mut s = min;
     loop {
         let next = match (factor, step) {
-            (_, Some(0)) => bail!("--step-bytes must be at least 1"),
+            (_, Some(0)) => bail!("--step-bytes 0: at least 1"),
             (_, Some(i)) => s.checked_add(i),
             (Some(f), None) if f < 2 => bail!("--step-factor must be at least 2"),
             (f, None) => s.checked_mul(f.unwrap_or(2)),
@@ -321,10 +321,10 @@ impl Args {
             .ok_or_else(|| anyhow!("bad -a/--average {} (expected 0, 1, 2 or 3)", self.average))?;
         let timeout = parbench::limits::timeout(self.timeout)?;
         if self.iters == 0 {
-            bail!("-n/--iters must be at least 1");
+            bail!("-n/--iters 0: at least 1");
         }
         if self.nprocs == Some(0) {
-            bail!("--nprocs must be at least 1");
+            bail!("--nprocs 0: at least 1");
         }
         Ok(Plan {
             backend: self.backend.parse()?,

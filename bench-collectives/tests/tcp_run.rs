@@ -196,3 +196,52 @@ fn a_rank_alone_names_itself_once_and_the_wait_it_really_waited() {
         };
     assert!((0.9..5.0).contains(&secs), "{secs} s: {err}");
 }
+
+#[test]
+fn the_spawner_gives_each_job_its_own_random_token() {
+    // Was: without a launcher's token every job used the fixed default,
+    // so any local process could speak for a rank.
+    let mut tokens = Vec::new();
+    for job in 0..2 {
+        let dir = scratch(&format!("token-{job}"));
+        let child = start(&[
+            "--backend",
+            "tcp",
+            "-np",
+            "2",
+            "--timeout",
+            "10",
+            "-b",
+            "8",
+            "-e",
+            "8",
+            "-n",
+            "1000000",
+            "-w",
+            "0",
+            "all_reduce",
+            "--out",
+            dir.to_str().unwrap(),
+        ]);
+        let ranks = ranks_of(child.id(), 2, 30);
+        let of_rank: Vec<String> = ranks
+            .iter()
+            .map(|(_, pid)| {
+                let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+                env.split(|&b| b == 0)
+                    .find_map(|v| v.strip_prefix(b"PARBENCH_JOB_TOKEN="))
+                    .map(|t| String::from_utf8_lossy(t).into_owned())
+                    .unwrap_or_default()
+            })
+            .collect();
+        // SAFETY: kill(2) of the launcher this test started; its ranks die with it.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let _ = finish_within(child, 30);
+        assert_eq!(of_rank[0], of_rank[1], "one token per job");
+        assert_eq!(of_rank[0].len(), 32, "{of_rank:?}");
+        assert!(of_rank[0].chars().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(of_rank[0], "parbench-default-token");
+        tokens.push(of_rank[0].clone());
+    }
+    assert_ne!(tokens[0], tokens[1], "a fresh token per job");
+}

@@ -118,7 +118,13 @@ pub fn rows(plan: &Plan, run_id: &str, backend: &str, ms: &[TpMeasurement]) -> V
                 comm_algo: m.algos.clone(),
                 link_source: m.link_source.name().to_string(),
                 link_alpha_us: m.link.map_or(f64::NAN, |l| l.alpha_us()),
-                link_gbps: m.link.map_or(f64::NAN, |l| l.bandwidth_gbps()),
+                // A free link (tp 1 sends nothing: beta 0) has no finite
+                // bandwidth: not measured, not infinity.
+                link_gbps: m
+                    .link
+                    .map(|l| l.bandwidth_gbps())
+                    .filter(|g| g.is_finite())
+                    .unwrap_or(f64::NAN),
                 slowest_rank: t.slowest_rank,
                 threads: m.threads,
                 compute_gflops: b.flops() / m.tp as f64 / (t.compute_us * 1e3),

@@ -147,3 +147,76 @@ fn strangers_on_the_rendezvous_and_data_ports_do_not_stop_the_job() {
         assert!(s.is_some_and(|s| s.success()), "rank {r}: {status:?}");
     }
 }
+
+#[test]
+fn a_crowd_of_idle_connections_at_the_store_and_a_data_port_does_not_stop_the_job() {
+    // Was: 1,120 idle connections at the store killed the job (rank 1:
+    // "lost the store ... Connection reset by peer"), and more than 256 at
+    // a rank's data port while the mesh was built did too.
+    let name = "a_crowd_of_idle_connections_at_the_store_and_a_data_port_does_not_stop_the_job";
+    if let Some(info) = worker(name) {
+        if info.rank == 2 {
+            // Joins once the crowd stands at both doors.
+            let mut store = Store::join(&info, Duration::from_secs(30)).unwrap();
+            store
+                .get("test/go", Instant::now() + Duration::from_secs(30))
+                .unwrap();
+        }
+        let mut t = tcp::connect(&info, Duration::from_secs(30)).unwrap();
+        let (rank, world) = (t.rank(), t.world());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        for to in (0..world).filter(|&p| p != rank) {
+            t.send(to, &pattern(rank, to, 1000), deadline).unwrap();
+        }
+        for from in (0..world).filter(|&p| p != rank) {
+            let mut got = vec![0u8; 1000];
+            t.recv(from, RecvInto::Copy(&mut got), deadline).unwrap();
+            assert_eq!(got, pattern(from, rank, 1000));
+        }
+        if rank == 0 {
+            t.store().get("test/done", deadline).unwrap();
+        }
+        return;
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut children = job(name, 3)
+        .env("MASTER_PORT", port.to_string())
+        .env("PARBENCH_JOB_TOKEN", TOKEN)
+        .start()
+        .unwrap();
+    let store = format!("127.0.0.1:{port}");
+    let until = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(&store).is_err() {
+        assert!(Instant::now() < until, "store never came up");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut client = StoreClient::connect(&store, TOKEN, 9, until).unwrap();
+    let data = String::from_utf8(client.get("parbench/tcp/addr/1", until).unwrap()).unwrap();
+    // Both crowds together stay under the usual 1,024 descriptors a
+    // process may open; each is past the 256 waiting connections a door
+    // keeps, so the doors must drop strangers to let the ranks in.
+    let mut crowd = Vec::new();
+    for (addr, n) in [(&store, 600), (&data, 300)] {
+        for _ in 0..n {
+            if let Ok(s) = TcpStream::connect(addr) {
+                crowd.push(s);
+            }
+        }
+    }
+    assert!(
+        crowd.len() > 2 * 256,
+        "only {} connections opened",
+        crowd.len()
+    );
+    client.put("test/go", b"", until).unwrap();
+    client.put("test/done", b"", until).unwrap();
+    let status = wait_all(&mut children, 60);
+    drop(crowd);
+    for (r, s) in status.iter().enumerate() {
+        assert!(s.is_some_and(|s| s.success()), "rank {r}: {status:?}");
+    }
+}
