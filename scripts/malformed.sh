@@ -49,7 +49,7 @@ try 2 $C --backend tcp -np 100000 -e 1M
 try 2 $C "${CS[@]}" --out /proc/x
 try 2 $C "${CS[@]}" --out "$TMP/tiny.csv"
 try 2 $C "${CS[@]}" --out "/tmp/$LONG"
-try 2 $C "${CS[@]}" --out "$(printf '/tmp/\xff\xfe')"
+try 0 $C "${CS[@]}" --out "$TMP/$(printf '\xff\xfe')"
 try 2 $C "${CS[@]}" --timeout 0
 try 2 $C "${CS[@]}" --timeout -5
 try 2 $C "${CS[@]}" -n 0
@@ -73,7 +73,7 @@ try 2 $C "${CS[@]}" -o nope
 try 2 $C "${CS[@]}" --algo nope
 try 2 $C "${CS[@]}" --inplace-only --outplace-only
 try 2 $C "${CS[@]}" --graph 4
-try 2 $C "${CS[@]}" --fit-from 0
+try any $C "${CS[@]}" --fit-from 0
 try 2 $C "${CS[@]}" --nonsense
 # bench-layers
 LS=(--backend local -n 2 --iters 1 --warmup 0)
@@ -81,7 +81,7 @@ try 2 $L "${LS[@]}" --hidden 100000000 --ffn 400000000
 try 2 $L "${LS[@]}" --out /proc/x
 try 2 $L "${LS[@]}" --out "$TMP/tiny.csv"
 try 2 $L "${LS[@]}" --out "/tmp/$LONG"
-try 2 $L "${LS[@]}" --out "$(printf '/tmp/\xff\xfe')"
+try 0 $L "${LS[@]}" --out "$TMP/$(printf '\xff\xfe')"
 try 2 $L "${LS[@]}" --timeout 0
 try 2 $L "${LS[@]}" --timeout -5
 try 2 $L "${LS[@]}" --iters 0
@@ -100,13 +100,13 @@ try 2 $L "${LS[@]}" --decode --mode train
 try 2 $L "${LS[@]}" --seq 0
 try 2 $L "${LS[@]}" --batch 0
 try 2 $L "${LS[@]}" --batch 100000000 --seq 100000000
-try 2 $L --backend tcp -n 100000
+try 2 $L --backend tcp -n 100000 --tp 100000
 # bench-pipeline
 PS=(--backend local --stages 2 --microbatches 4 --steps 1 --warmup 0)
 try 2 $P "${PS[@]}" --microbatches 10000000
 try 2 $P --backend local --stages 100000 --microbatches 4 --steps 1
 try 2 $P "${PS[@]}" --work sleep:999999999999999 --timeout 5
-try 2 $P "${PS[@]}" --work sleep:10000 --timeout 5
+try any $P "${PS[@]}" --work sleep:10000 --timeout 5
 try 2 $P --backend tcp --stages 2 --microbatches 4 --steps 1 --work sleep:999999999999999 --timeout 5
 try 2 $P "${PS[@]}" --schedule-csv "$TMP/s1.csv"
 try 2 $P "${PS[@]}" --schedule-csv "$TMP/s2.csv"
@@ -124,7 +124,7 @@ try 2 $P "${PS[@]}" --stages 2 --stages 3
 try 2 $P "${PS[@]}" --out /proc/x
 try 2 $P "${PS[@]}" --out "$TMP/tiny.csv"
 try 2 $P "${PS[@]}" --out "/tmp/$LONG"
-try 2 $P "${PS[@]}" --out "$(printf '/tmp/\xff\xfe')"
+try 0 $P "${PS[@]}" --out "$TMP/$(printf '\xff\xfe')"
 try 2 $P "${PS[@]}" --work nope
 try 2 $P "${PS[@]}" --work sleep:-1
 try 2 $P "${PS[@]}" --schedule nope
@@ -141,5 +141,20 @@ try 2 $R plan --heads 0
 try 2 $R html "$TMP/nope" --out "$TMP/r.html"
 try 2 $R compare "$TMP/nope" "$TMP/nope"
 try 2 $R model --hidden -1
+# bad records: NaN figures, non-UTF-8, a timeline outside the folder
+FX=$(dirname "$BIN")/../reports/tests/fixtures/shm
+[ -d "$FX" ] || FX=$(realpath "$(dirname "$0")/../reports/tests/fixtures/shm")
+for v in NaN inf -1; do
+  d="$TMP/fig$v"; cp -r "$FX" "$d"
+  awk -F, -v OFS=, -v v="$v" 'NR==1{for(i=1;i<=NF;i++) if($i=="p50_us") c=i} NR>1{$c=v} 1' "$FX/collectives.csv" >"$d/collectives.csv"
+  try 2 $R compare "$FX" "$d"
+  try 2 $R html "$d" --out "$d/r.html"
+done
+d="$TMP/utf"; cp -r "$FX" "$d"; printf '\xff\xfe\n' >>"$d/collectives.csv"
+try 2 $R compare "$d" "$d"
+d="$TMP/esc"; cp -r "$FX" "$d"; sed -i 's|timeline-pipeline-[^,]*gpipe-M1.json|../../../../etc/hostname|' "$d/pipeline.csv"
+try 2 $R html "$d" --out "$d/r.html"
+d="$TMP/lock"; mkdir -p "$d"; echo 999999999 >"$d/.parbench.lock"
+try 0 $C "${CS[@]}" all_reduce --out "$d"
 echo "malformed invocations: $total; failures: $bad (of them not one line: $multiline)"
 [ "$bad" -eq 0 ]

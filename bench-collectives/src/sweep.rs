@@ -33,12 +33,15 @@ impl Outcome {
     }
 }
 
+/// Keeps one size's rows (appends them to the records).
+pub type KeepRows<'a> = &'a dyn Fn(&[CollectiveRow]) -> CommResult<()>;
+
 /// What identifies a run in its rows, and where rank 0 keeps them.
 pub struct RunIds<'a> {
     pub run_id: &'a str,
     /// Takes each size's rows as soon as they are measured (rank 0, when
     /// it writes the records): a run stopped later keeps them.
-    pub keep: Option<&'a dyn Fn(&[CollectiveRow]) -> CommResult<()>>,
+    pub keep: Option<KeepRows<'a>>,
 }
 
 /// Runs every (collective, dtype, op, size) of `cfg` on this rank; rank 0 prints.

@@ -327,6 +327,15 @@ fn schedule_csv_indices_past_the_limits_name_file_line_and_cell() {
         let name = csv.to_str().unwrap();
         refused_in_one_line(&["--schedule-csv", name], &[name, cell, "at most"]);
     }
+    // Was: a legal 10,000-row chain asked for 25.6 GB.
+    let chain = d.join("chain.csv");
+    let rows: Vec<String> = (0..10_000).map(|s| format!("{s}F0,{s}B0")).collect();
+    std::fs::write(&chain, rows.join("\n")).unwrap();
+    let name = chain.to_str().unwrap();
+    refused_in_one_line(
+        &["--schedule-csv", name],
+        &[name, "line 257", "at most 256"],
+    );
 }
 
 #[test]
@@ -341,4 +350,71 @@ fn one_rule_per_flag() {
         &["--stages", "multiple"],
     );
     refused_in_one_line(&["--out", "/proc/x"], &["--out /proc/x", "os error"]);
+}
+
+#[test]
+fn sigint_keeps_the_schedules_already_measured() {
+    // Rows are appended as each schedule and microbatch count ends; a
+    // signal records the run as cut short and loses none of them.
+    let d = tmp("sigint");
+    let mut child = bin()
+        .args([
+            "--backend",
+            "local",
+            "--work",
+            "sleep:2000",
+            "--microbatches",
+            "1,2,4,8,16,32",
+            "--steps",
+            "3",
+            "--warmup",
+            "0",
+            "--out",
+            d.to_str().unwrap(),
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let rows = |d: &std::path::Path| {
+        std::fs::read_to_string(d.join("pipeline.csv"))
+            .map(|t| t.lines().count().saturating_sub(1))
+            .unwrap_or(0)
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while rows(&d) < 1 {
+        if std::time::Instant::now() > deadline || child.try_wait().unwrap().is_some() {
+            let _ = child.kill();
+            panic!("no row within 120 s, or the run ended first");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let before = rows(&d);
+    // SAFETY: kill(2) of the child this test started.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        assert!(
+            std::time::Instant::now() < until,
+            "still running 30 s after SIGINT"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(130), "{err}");
+    let kept: Vec<PipelineRow> = read_rows(&d.join("pipeline.csv")).unwrap();
+    // 3 schedules x 6 microbatch counts would be 18 rows (and more).
+    assert!(
+        kept.len() >= before && kept.len() < 18,
+        "{before} then {}",
+        kept.len()
+    );
+    let runs = read_runs(&d).unwrap();
+    assert!(
+        runs.last()
+            .and_then(|r| r.cut_short.as_deref())
+            .is_some_and(|w| w.contains("SIGINT")),
+        "{err}"
+    );
 }

@@ -322,19 +322,19 @@ pub fn check_figures<R: Record>(row: &R) -> Result<(), String> {
     for (i, name) in columns::<R>().iter().enumerate() {
         let cell = text.get(i).unwrap_or("");
         match fields.get(*name) {
-            Some(serde_json::Value::Null) => {
-                if !(cell.eq_ignore_ascii_case("nan") && R::MAY_BE_NAN.contains(name)) {
-                    return Err(format!(
-                        "column {name} is {cell}: a figure must be a finite number (NaN only where it was not measured)"
-                    ));
-                }
+            Some(serde_json::Value::Null)
+                if !(cell.eq_ignore_ascii_case("nan") && R::MAY_BE_NAN.contains(name)) =>
+            {
+                return Err(format!(
+                    "column {name} is {cell}: a figure must be a finite number (NaN only where it was not measured)"
+                ));
             }
-            Some(serde_json::Value::Number(n)) if n.is_f64() => {
-                if n.as_f64().is_some_and(|x| x < -1e-9) {
-                    return Err(format!(
-                        "column {name} is {cell}: a figure cannot be negative"
-                    ));
-                }
+            Some(serde_json::Value::Number(n))
+                if n.is_f64() && n.as_f64().is_some_and(|x| x < -1e-9) =>
+            {
+                return Err(format!(
+                    "column {name} is {cell}: a figure cannot be negative"
+                ));
             }
             _ => {}
         }
