@@ -326,6 +326,17 @@ impl Args {
         if self.nprocs == Some(0) {
             bail!("--nprocs 0: at least 1");
         }
+        let straggler = self.straggler.as_deref().map(parse_straggler).transpose()?;
+        // A delay the others cannot wait out is a stuck rank by design: on
+        // the threads of --backend local it would keep the process past
+        // --timeout (a sleeping thread is not interrupted).
+        if let Some((r, d)) = straggler.filter(|(_, d)| *d >= timeout) {
+            bail!(
+                "--straggler {r}:{}: the delay is not less than --timeout {}",
+                d.as_millis(),
+                self.timeout
+            );
+        }
         Ok(Plan {
             backend: self.backend.parse()?,
             nprocs: self.nprocs,
@@ -347,7 +358,7 @@ impl Args {
                 out_of_place: !self.inplace_only,
                 in_place: !self.outplace_only,
                 timeout,
-                straggler: self.straggler.as_deref().map(parse_straggler).transpose()?,
+                straggler,
                 graph: match self.graph {
                     Some(0) => bail!("--graph must capture at least one call"),
                     g => g,

@@ -113,6 +113,22 @@ fn one_rule_per_flag() {
     refused(&["--timeout", "-5"], &["--timeout", "-5"]);
     refused(&["--timeout", "0"], &["--timeout 0"]);
     refused(&["--backend", "local", "-np", "0"], &["--nprocs 0"]);
+    refused(&["-n", "0"], &["--iters 0"]);
+    // Was: on local, rank 0 timed out after 3 s and the process went on
+    // for the straggler's whole 10 s sleep.
+    refused(
+        &[
+            "--backend",
+            "local",
+            "-np",
+            "2",
+            "--straggler",
+            "1:10000",
+            "--timeout",
+            "3",
+        ],
+        &["--straggler 1:10000", "--timeout 3"],
+    );
 }
 
 #[test]

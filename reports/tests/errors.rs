@@ -207,7 +207,8 @@ fn non_utf8_text_is_one_line_with_file_and_line() {
 
 #[test]
 fn a_timeline_outside_the_folder_is_not_opened() {
-    // Was followed: ../../../../etc/hostname was read and drawn.
+    // Was followed: ../../../../etc/hostname was read and drawn. Here the
+    // file outside is a valid timeline, so only the folder rule refuses it.
     let d = copy_fixture("shm", "timeline-escape");
     let path = d.join("pipeline.csv");
     let text = std::fs::read_to_string(&path).unwrap();
@@ -217,8 +218,17 @@ fn a_timeline_outside_the_folder_is_not_opened() {
         .and_then(|l| l.split(',').find(|c| c.starts_with("timeline-")))
         .unwrap()
         .to_string();
-    std::fs::write(&path, text.replace(&first, "../../../../etc/hostname")).unwrap();
-    refused(&d, &["../../../../etc/hostname"], true);
+    let outside = d.parent().unwrap().join("escaped-timeline.json");
+    std::fs::copy(d.join(&first), &outside).unwrap();
+    std::fs::write(&path, text.replace(&first, "../escaped-timeline.json")).unwrap();
+    refused(
+        &d,
+        &[
+            "../escaped-timeline.json",
+            "not a file name in the results folder",
+        ],
+        true,
+    );
 }
 
 #[test]
