@@ -81,16 +81,16 @@ fn a_wrong_element_on_another_process_makes_exit_code_one() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Kills rank `victim` of a 4-rank tcp job right after the ranks start
-/// and returns what the launcher printed and its exit status.
-fn kill_one_rank(victim: usize, after_ms: u64, trial: usize) -> std::process::Output {
-    let dir = scratch(&format!("kill-{trial}"));
-    // Tiny and long: 8-byte all_reduces until the kill, every wait 10 s.
+/// Starts a tcp job of `np` ranks that runs until it is stopped (8-byte
+/// all_reduces, every wait 10 s) and returns it with its ranks' pids.
+fn start_endless_tcp_job(np: usize, name: &str) -> (std::process::Child, Vec<(usize, i32)>) {
+    let dir = scratch(name);
+    let np_text = np.to_string();
     let child = start(&[
         "--backend",
         "tcp",
         "-np",
-        "4",
+        &np_text,
         "--timeout",
         "10",
         "-b",
@@ -105,7 +105,14 @@ fn kill_one_rank(victim: usize, after_ms: u64, trial: usize) -> std::process::Ou
         "--out",
         dir.to_str().unwrap(),
     ]);
-    let ranks = ranks_of(child.id(), 4, 30);
+    let ranks = ranks_of(child.id(), np, 30);
+    (child, ranks)
+}
+
+/// Kills rank `victim` of a 4-rank tcp job right after the ranks start
+/// and returns what the launcher printed and its exit status.
+fn kill_one_rank(victim: usize, after_ms: u64, trial: usize) -> std::process::Output {
+    let (child, ranks) = start_endless_tcp_job(4, &format!("kill-{trial}"));
     std::thread::sleep(std::time::Duration::from_millis(after_ms));
     let pid = ranks.iter().find(|(r, _)| *r == victim).unwrap().1;
     // SAFETY: plain kill(2) of a child of the binary under test.
@@ -203,27 +210,7 @@ fn the_spawner_gives_each_job_its_own_random_token() {
     // so any local process could speak for a rank.
     let mut tokens = Vec::new();
     for job in 0..2 {
-        let dir = scratch(&format!("token-{job}"));
-        let child = start(&[
-            "--backend",
-            "tcp",
-            "-np",
-            "2",
-            "--timeout",
-            "10",
-            "-b",
-            "8",
-            "-e",
-            "8",
-            "-n",
-            "1000000",
-            "-w",
-            "0",
-            "all_reduce",
-            "--out",
-            dir.to_str().unwrap(),
-        ]);
-        let ranks = ranks_of(child.id(), 2, 30);
+        let (child, ranks) = start_endless_tcp_job(2, &format!("token-{job}"));
         let of_rank: Vec<String> = ranks
             .iter()
             .map(|(_, pid)| {

@@ -156,11 +156,13 @@ fn a_crowd_of_idle_connections_at_the_store_and_a_data_port_does_not_stop_the_jo
     let name = "a_crowd_of_idle_connections_at_the_store_and_a_data_port_does_not_stop_the_job";
     if let Some(info) = worker(name) {
         if info.rank == 2 {
-            // Joins once the crowd stands at both doors.
-            let mut store = Store::join(&info, Duration::from_secs(30)).unwrap();
-            store
-                .get("test/go", Instant::now() + Duration::from_secs(30))
-                .unwrap();
+            // Comes to the store only once the crowd stands at both doors.
+            let marker = std::env::var_os("CROWD_MARKER").unwrap();
+            let until = Instant::now() + Duration::from_secs(30);
+            while !std::path::Path::new(&marker).exists() {
+                assert!(Instant::now() < until, "the crowd never stood");
+                std::thread::sleep(Duration::from_millis(10));
+            }
         }
         let mut t = tcp::connect(&info, Duration::from_secs(30)).unwrap();
         let (rank, world) = (t.rank(), t.world());
@@ -202,7 +204,10 @@ fn a_crowd_of_idle_connections_at_the_store_and_a_data_port_does_not_stop_the_jo
     lim.rlim_cur = 1024;
     // SAFETY: as above; lowering the soft limit is always allowed.
     unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) };
+    let marker = std::env::temp_dir().join(format!("parbench-crowd-{port}"));
+    let _ = std::fs::remove_file(&marker);
     let started = job(name, 3)
+        .env("CROWD_MARKER", &marker)
         .env("MASTER_PORT", port.to_string())
         .env("PARBENCH_JOB_TOKEN", TOKEN)
         .start();
@@ -234,10 +239,11 @@ fn a_crowd_of_idle_connections_at_the_store_and_a_data_port_does_not_stop_the_jo
         "only {} connections opened",
         crowd.len()
     );
-    client.put("test/go", b"", until).unwrap();
+    std::fs::write(&marker, b"").unwrap();
     client.put("test/done", b"", until).unwrap();
     let status = wait_all(&mut children, 60);
     drop(crowd);
+    let _ = std::fs::remove_file(&marker);
     for (r, s) in status.iter().enumerate() {
         assert!(s.is_some_and(|s| s.success()), "rank {r}: {status:?}");
     }

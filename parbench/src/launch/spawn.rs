@@ -222,21 +222,28 @@ fn stop_gently(pids: &Pids, exited: &[AtomicBool], first: i32) {
     signal_all(pids, libc::SIGKILL);
 }
 
+/// `waitid(2)` for child `pid` with `WEXITED | WNOWAIT | extra` (the child
+/// is left to be reaped later): the return code and what it filled in.
+fn peek_exit(pid: libc::pid_t, extra: libc::c_int) -> (libc::c_int, libc::siginfo_t) {
+    // SAFETY: siginfo_t is plain data; waitid fills it.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointer; WNOWAIT leaves the child to be reaped later.
+    let rc = unsafe {
+        libc::waitid(
+            libc::P_PID,
+            pid as libc::id_t,
+            &mut info,
+            libc::WEXITED | libc::WNOWAIT | extra,
+        )
+    };
+    (rc, info)
+}
+
 /// Blocks until process `pid` has ended, without reaping it (its pid stays
 /// taken until the launcher reaps it).
 fn wait_exit(pid: libc::pid_t) {
     loop {
-        // SAFETY: siginfo_t is plain data; waitid fills it.
-        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-        // SAFETY: valid pointer; WNOWAIT leaves the child to be reaped later.
-        let rc = unsafe {
-            libc::waitid(
-                libc::P_PID,
-                pid as libc::id_t,
-                &mut info,
-                libc::WEXITED | libc::WNOWAIT,
-            )
-        };
+        let (rc, _) = peek_exit(pid, 0);
         if rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
             return;
         }
@@ -293,17 +300,8 @@ fn dying(pid: libc::pid_t) -> bool {
 
 /// The exit status of child `pid` if it has ended (it is not reaped).
 fn ended_already(pid: libc::pid_t) -> Option<ExitStatus> {
-    // SAFETY: siginfo_t is plain data; waitid fills it.
-    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-    // SAFETY: valid pointer; WNOHANG returns at once, WNOWAIT leaves the child.
-    let rc = unsafe {
-        libc::waitid(
-            libc::P_PID,
-            pid as libc::id_t,
-            &mut info,
-            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
-        )
-    };
+    // WNOHANG: at once, ended or not.
+    let (rc, info) = peek_exit(pid, libc::WNOHANG);
     // SAFETY: si_pid and si_status are set when waitid reports a child.
     let (who, code, status) = unsafe { (info.si_pid(), info.si_code, info.si_status()) };
     if rc != 0 || who == 0 {
