@@ -12,7 +12,15 @@ use std::time::Duration;
 /// per-iteration percentiles, the alpha-beta model's prediction, and busbw as
 /// a share of the wire's ceiling measured in the same run.
 #[derive(Parser, Debug, Clone)]
-#[command(name = "bench-collectives", version, about, args_override_self = true)]
+// A flag given twice is refused (as by every parbench binary), and a
+// negative number is taken as a flag's value, so that its own check
+// names the flag ("-n -5" is not "unexpected argument '-5'").
+#[command(
+    name = "bench-collectives",
+    version,
+    about,
+    allow_negative_numbers = true
+)]
 pub struct Args {
     /// Collectives to run: all_reduce, all_gather, reduce_scatter, broadcast,
     /// reduce, all_to_all, sendrecv, or all.
@@ -187,6 +195,9 @@ pub struct Plan {
 
 /// Most sizes a sweep may have: a typo in `-i` must not start a million-row run.
 pub const MAX_SIZES: usize = 10_000;
+/// The largest message size: 1 TiB (the memory check refuses what the
+/// machine cannot hold; this keeps the buffer arithmetic far from overflow).
+pub const MAX_BYTES: u64 = 1 << 40;
 
 /// Parses `8`, `64K`, `1M`, `2G` (binary suffixes, case-insensitive, optional `B`/`iB`).
 pub fn parse_size(s: &str) -> Result<u64> {
@@ -206,7 +217,8 @@ pub fn parse_size(s: &str) -> Result<u64> {
         anyhow!("bad size '{s}' (expected a number with an optional K, M or G suffix)")
     })?;
     n.checked_mul(1u64 << shift)
-        .ok_or_else(|| anyhow!("size '{s}' is too large"))
+        .filter(|&b| b <= MAX_BYTES)
+        .ok_or_else(|| anyhow!("size '{s}' is larger than the largest, 1T (1024G)"))
 }
 
 /// nccl-tests' size steps from `min` to `max` inclusive: times `factor`, or plus `step`.
@@ -218,7 +230,7 @@ pub fn size_steps(min: u64, max: u64, factor: Option<u64>, step: Option<u64>) ->
     let mut s = min;
     loop {
         let next = match (factor, step) {
-            (_, Some(0)) => bail!("--step-bytes must be at least 1"),
+            (_, Some(0)) => bail!("--step-bytes 0: at least 1"),
             (_, Some(i)) => s.checked_add(i),
             (Some(f), None) if f < 2 => bail!("--step-factor must be at least 2"),
             (f, None) => s.checked_mul(f.unwrap_or(2)),
@@ -266,15 +278,15 @@ where
 pub fn parse_straggler(s: &str) -> Result<(usize, Duration)> {
     let (rank, ms) = s
         .split_once(':')
-        .ok_or_else(|| anyhow!("bad --straggler '{s}' (expected RANK:MS, e.g. 1:5)"))?;
+        .ok_or_else(|| anyhow!("--straggler '{s}': expected RANK:MS, e.g. 1:5"))?;
     let rank: usize = rank
         .trim()
         .parse()
-        .map_err(|_| anyhow!("bad --straggler rank '{rank}'"))?;
+        .map_err(|_| anyhow!("--straggler '{s}': bad rank '{rank}'"))?;
     let ms: f64 = ms
         .trim()
         .parse()
-        .map_err(|_| anyhow!("bad --straggler milliseconds '{ms}'"))?;
+        .map_err(|_| anyhow!("--straggler '{s}': bad milliseconds '{ms}'"))?;
     if !(ms.is_finite() && (0.0..=60_000.0).contains(&ms)) {
         bail!("--straggler milliseconds must be between 0 and 60000, got {ms}");
     }
@@ -296,23 +308,34 @@ impl Args {
                 collectives.push(c);
             }
         }
-        let min = parse_size(&self.min_bytes)?;
-        let max = parse_size(&self.max_bytes)?;
-        let step = self.step_bytes.as_deref().map(parse_size).transpose()?;
+        let min = parse_size(&self.min_bytes).map_err(|e| anyhow!("-b/--min-bytes: {e}"))?;
+        let max = parse_size(&self.max_bytes).map_err(|e| anyhow!("-e/--max-bytes: {e}"))?;
+        let step = self
+            .step_bytes
+            .as_deref()
+            .map(parse_size)
+            .transpose()
+            .map_err(|e| anyhow!("-i/--step-bytes: {e}"))?;
         let sizes = size_steps(min, max, self.step_factor, step)?;
         let average = Average::from_code(self.average)
             .ok_or_else(|| anyhow!("bad -a/--average {} (expected 0, 1, 2 or 3)", self.average))?;
-        if !(self.timeout.is_finite() && self.timeout > 0.0 && self.timeout <= 86_400.0) {
-            bail!(
-                "--timeout must be between 0 and 86400 seconds, got {}",
-                self.timeout
-            );
-        }
+        let timeout = parbench::limits::timeout(self.timeout)?;
         if self.iters == 0 {
-            bail!("-n/--iters must be at least 1");
+            bail!("-n/--iters 0: at least 1");
         }
         if self.nprocs == Some(0) {
-            bail!("--nprocs must be at least 1");
+            bail!("--nprocs 0: at least 1");
+        }
+        let straggler = self.straggler.as_deref().map(parse_straggler).transpose()?;
+        // A delay the others cannot wait out is a stuck rank by design: on
+        // the threads of --backend local it would keep the process past
+        // --timeout (a sleeping thread is not interrupted).
+        if let Some((r, d)) = straggler.filter(|(_, d)| *d >= timeout) {
+            bail!(
+                "--straggler {r}:{}: the delay is not less than --timeout {}",
+                d.as_millis(),
+                self.timeout
+            );
         }
         Ok(Plan {
             backend: self.backend.parse()?,
@@ -334,8 +357,8 @@ impl Args {
                 average,
                 out_of_place: !self.inplace_only,
                 in_place: !self.outplace_only,
-                timeout: Duration::from_secs_f64(self.timeout),
-                straggler: self.straggler.as_deref().map(parse_straggler).transpose()?,
+                timeout,
+                straggler,
                 graph: match self.graph {
                     Some(0) => bail!("--graph must capture at least one call"),
                     g => g,

@@ -4,10 +4,14 @@
 //! line, and records in `--out`.
 //!
 //! Exit codes: 0 all checks exact; 1 a wrong element or a failed run; 2 a
-//! bad flag or an unsupported backend.
+//! bad flag, an unsupported backend, an unwritable --out or more memory
+//! than the machine has; a launcher passes on the exit code of the first
+//! rank that failed (128 + signal for a killed one); SIGINT/SIGTERM end
+//! with 128 + signal, the sizes measured so far kept.
 
 mod cli;
 mod data;
+mod memory;
 mod ops;
 mod print;
 mod run;
@@ -15,9 +19,17 @@ mod summary;
 mod sweep;
 mod wire;
 
+use parbench::launch::{eprint_line, interrupt, report};
 use std::process::ExitCode;
 
+/// Prints one line (written whole, see [`eprint_line`]).
+fn say(msg: impl std::fmt::Display) {
+    eprint_line(&format!("bench-collectives: {msg}"));
+}
+
 fn main() -> ExitCode {
+    // Before any thread starts: SIGINT/SIGTERM keep what was measured.
+    let _ = interrupt::install("bench-collectives");
     let args = match cli::parse_args(std::env::args_os()) {
         Ok(a) => a,
         Err(e) => {
@@ -27,15 +39,14 @@ fn main() -> ExitCode {
                 return ExitCode::SUCCESS;
             }
             let text = e.to_string();
-            let first = text.lines().next().unwrap_or("bad command line");
-            eprintln!("bench-collectives: {}", first.trim_start_matches("error: "));
+            eprint_line(&report::cli_error_line("bench-collectives", &text));
             return ExitCode::from(2);
         }
     };
     let plan = match args.plan() {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("bench-collectives: {e}");
+            say(e);
             return ExitCode::from(2);
         }
     };
@@ -43,16 +54,22 @@ fn main() -> ExitCode {
         Ok(run::Finished::Launched { code }) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
         Ok(run::Finished::Ran { wrong: 0 }) => ExitCode::SUCCESS,
         Ok(run::Finished::Ran { wrong }) => {
-            eprintln!("bench-collectives: {wrong} wrong elements (summed over ranks): results are not exact");
+            say(format!(
+                "{wrong} wrong elements (summed over ranks): results are not exact"
+            ));
             ExitCode::from(1)
         }
         Err(e) => match e.downcast_ref::<run::UsageError>() {
             Some(u) => {
-                eprintln!("bench-collectives: {u}");
+                say(u);
                 ExitCode::from(2)
             }
             None => {
-                eprintln!("bench-collectives: {e:#}");
+                let line = format!("{e:#}");
+                // The sizes measured before the fault are in the folder.
+                let _ = parbench::results::record_cut_short(&line);
+                parbench::results::finish_writes();
+                say(line);
                 ExitCode::from(1)
             }
         },

@@ -2,15 +2,18 @@
 //! rank, and writing the records from rank 0.
 
 use crate::cli::{Backend, Plan};
+use crate::memory;
 use crate::print::Printer;
 use crate::summary::{self, Summary};
 use crate::sweep::{self, Outcome, RunIds};
 use crate::wire::{self as wire_mod, WireFigures};
-use anyhow::{Context, Result};
-use parbench::comm::{CommResult, Communicator};
-use parbench::launch;
+use anyhow::{anyhow, Context, Result};
+use parbench::comm::{CommError, CommResult, Communicator};
+use parbench::launch::{self, report::rank_line};
+use parbench::limits::MAX_LOCAL_RANKS;
 use parbench::measure::noise::{CpuSnapshot, ForeignCpu};
-use parbench::results::{self, RunMeta};
+use parbench::results::{self, CollectiveRow, Record, RunMeta};
+use std::path::Path;
 
 /// A problem with what the user asked for, found after parsing (exit code 2).
 #[derive(Debug, thiserror::Error)]
@@ -23,7 +26,8 @@ pub enum Finished {
     /// ranks, as rank 0 saw them (0 on the other processes).
     Ran { wrong: u64 },
     /// This process spawned the ranks (`--backend tcp -np N`): pass on the
-    /// exit code of the first rank that failed, or 0. The rank already said why.
+    /// exit code of the first rank that failed (in time), or 0. The
+    /// launcher already named it.
     Launched { code: i32 },
 }
 
@@ -65,14 +69,56 @@ fn default_ranks() -> usize {
         .max(2)
 }
 
+/// The ranks a launcher put on this host (torchrun, Open MPI, MPICH,
+/// Slurm), or 1 when none says.
+fn local_ranks() -> usize {
+    [
+        "LOCAL_WORLD_SIZE",
+        "OMPI_COMM_WORLD_LOCAL_SIZE",
+        "MPI_LOCALNRANKS",
+        "SLURM_NTASKS_PER_NODE",
+    ]
+    .iter()
+    .find_map(|k| std::env::var(k).ok()?.trim().parse().ok())
+    .filter(|&n: &usize| n >= 1)
+    .unwrap_or(1)
+}
+
+/// What can be checked before anything is measured: the output folder
+/// (when this process writes it) and the memory `ranks_here` ranks of the
+/// sweep take on this host. Both are bad input (exit 2).
+fn preflight(plan: &Plan, world: usize, ranks_here: usize, writes: bool) -> Result<()> {
+    if writes {
+        results::prepare_out::<CollectiveRow>(&plan.out)
+            .map_err(|e| UsageError(format!("--out {e}")))?;
+    }
+    memory::check_host(&plan.sweep, world, ranks_here).map_err(|e| UsageError(e.0))?;
+    Ok(())
+}
+
+/// Starts the run record and notes it as begun: a fault or a signal from
+/// here on records it as cut short, with the rows appended so far.
+fn begin(plan: &Plan, run_id: &str, backend: &str, world: usize) -> RunMeta {
+    let meta = RunMeta::start("collectives", run_id, backend, world);
+    results::begin_run(&plan.out, &meta);
+    meta
+}
+
 fn run_local(plan: &Plan, run_id: &str) -> Result<Finished> {
     let world = plan.nprocs.unwrap_or_else(default_ranks);
+    if world > MAX_LOCAL_RANKS {
+        return Err(UsageError(format!(
+            "--nprocs {world}: --backend local runs at most {MAX_LOCAL_RANKS} ranks (threads of one process); use --backend tcp"
+        ))
+        .into());
+    }
     plan.sweep
         .check_world(world)
         .map_err(|e| UsageError(e.to_string()))?;
-    let mut meta = RunMeta::start("collectives", run_id, "local", world);
+    preflight(plan, world, world, true)?;
+    let mut meta = begin(plan, run_id, "local", world);
     let results = parbench::comm::local::run(world, plan.algo, plan.sweep.timeout, |comm| {
-        rank_main(comm, plan, run_id)
+        rank_main(comm, plan, run_id, Some(plan.out.as_path()))
     });
     let report = first_report(results)?;
     finish(plan, &mut meta, report)
@@ -86,12 +132,14 @@ fn run_tcp(plan: &Plan, run_id: &str, joined: Option<launch::RankInfo>) -> Resul
         plan.sweep
             .check_world(world)
             .map_err(|e| UsageError(e.to_string()))?;
+        preflight(plan, world, world, true)?;
         return match launch::spawn_local_ranks(world, &[]) {
             Ok(status) => Ok(Finished::Launched {
                 code: launch::exit_code(status),
             }),
-            Err(launch::LaunchError::RankFailed { status, .. }) => Ok(Finished::Launched {
-                code: launch::exit_code(status),
+            // Already named on stderr by the launcher.
+            Err(e @ launch::LaunchError::RankFailed { .. }) => Ok(Finished::Launched {
+                code: e.exit_code(),
             }),
             Err(e) => Err(e.into()),
         };
@@ -99,10 +147,27 @@ fn run_tcp(plan: &Plan, run_id: &str, joined: Option<launch::RankInfo>) -> Resul
     plan.sweep
         .check_world(info.world)
         .map_err(|e| UsageError(e.to_string()))?;
-    let mut meta = RunMeta::start("collectives", run_id, "tcp", info.world);
+    // A spawning launcher checked the memory of all its ranks before it
+    // started them (here the first to allocate would shrink the others').
+    let ranks_here = match info.source {
+        launch::LaunchSource::Spawned => 0,
+        _ => local_ranks(),
+    };
+    if ranks_here > 0 || info.rank == 0 {
+        preflight(plan, info.world, ranks_here, info.rank == 0)?;
+    }
+    let mut meta = if info.rank == 0 {
+        begin(plan, run_id, "tcp", info.world)
+    } else {
+        RunMeta::start("collectives", run_id, "tcp", info.world)
+    };
+    let rank = info.rank;
     let mut comm = parbench::comm::tcp::comm(&info, plan.algo, plan.sweep.timeout)
-        .with_context(|| format!("rank {} joining the tcp job", info.rank))?;
-    match rank_main(&mut comm, plan, run_id).with_context(|| format!("rank {}", info.rank))? {
+        .map_err(|e| anyhow!(rank_line(rank, &e.to_string())))?;
+    let out = (rank == 0).then_some(plan.out.as_path());
+    match rank_main(&mut comm, plan, run_id, out)
+        .map_err(|e| anyhow!(rank_line(rank, &e.to_string())))?
+    {
         Some(r) => finish(plan, &mut meta, r),
         None => Ok(Finished::Ran { wrong: 0 }),
     }
@@ -112,13 +177,21 @@ fn run_tcp(plan: &Plan, run_id: &str, joined: Option<launch::RankInfo>) -> Resul
 fn run_mpi(plan: &Plan, run_id: &str) -> Result<Finished> {
     let mut comm = parbench::comm::mpi::MpiComm::init(plan.sweep.timeout)?;
     let world = comm.world();
+    let rank = comm.rank();
     plan.sweep
         .check_world(world)
         .map_err(|e| UsageError(e.to_string()))?;
-    let mut meta = RunMeta::start("collectives", run_id, "mpi", world);
+    preflight(plan, world, local_ranks(), rank == 0)?;
+    let mut meta = if rank == 0 {
+        begin(plan, run_id, "mpi", world)
+    } else {
+        RunMeta::start("collectives", run_id, "mpi", world)
+    };
     meta.versions
         .insert("mpi".into(), comm.library().to_string());
-    let report = rank_main(&mut comm, plan, run_id)?;
+    let out = (rank == 0).then_some(plan.out.as_path());
+    let report = rank_main(&mut comm, plan, run_id, out)
+        .map_err(|e| anyhow!(rank_line(rank, &e.to_string())))?;
     match report {
         Some(r) => finish(plan, &mut meta, r),
         None => Ok(Finished::Ran { wrong: 0 }),
@@ -145,8 +218,12 @@ fn run_nccl(plan: &Plan, run_id: &str, joined: Option<launch::RankInfo>) -> Resu
     gpu::require(&[Lib::Driver, Lib::Nccl]).map_err(|e| UsageError(e.to_string()))?;
     let visible = gpu::device_count().map_err(|e| UsageError(e.to_string()))?;
     let timeout = plan.sweep.timeout;
-    let meta = |world: usize| {
-        let mut m = RunMeta::start("collectives", run_id, "nccl", world);
+    let meta = |world: usize, writes: bool| {
+        let mut m = if writes {
+            begin(plan, run_id, "nccl", world)
+        } else {
+            RunMeta::start("collectives", run_id, "nccl", world)
+        };
         m.gpus = gpu::device_names().unwrap_or_default();
         if let Ok(v) = nccl_version() {
             m.versions.insert("nccl".into(), v);
@@ -160,11 +237,16 @@ fn run_nccl(plan: &Plan, run_id: &str, joined: Option<launch::RankInfo>) -> Resu
         plan.sweep
             .check_world(info.world)
             .map_err(|e| UsageError(e.to_string()))?;
-        let mut m = meta(info.world);
+        let rank = info.rank;
+        preflight(plan, info.world, local_ranks(), rank == 0)?;
+        memory::check_gpu(&plan.sweep, info.world, info.local_rank.unwrap_or(0))
+            .map_err(|e| UsageError(e.0))?;
+        let mut m = meta(info.world, rank == 0);
         let mut comm = NcclComm::join(&info, timeout)
-            .with_context(|| format!("rank {} joining the nccl job", info.rank))?;
-        return match rank_main(&mut comm, plan, run_id)
-            .with_context(|| format!("rank {}", info.rank))?
+            .map_err(|e| anyhow!(rank_line(rank, &format!("joining the nccl job: {e}"))))?;
+        let out = (rank == 0).then_some(plan.out.as_path());
+        return match rank_main(&mut comm, plan, run_id, out)
+            .map_err(|e| anyhow!(rank_line(rank, &e.to_string())))?
         {
             Some(r) => finish(plan, &mut m, r),
             None => Ok(Finished::Ran { wrong: 0 }),
@@ -180,13 +262,16 @@ fn run_nccl(plan: &Plan, run_id: &str, joined: Option<launch::RankInfo>) -> Resu
     plan.sweep
         .check_world(world)
         .map_err(|e| UsageError(e.to_string()))?;
-    let mut m = meta(world);
+    preflight(plan, world, world, true)?;
+    memory::check_gpu(&plan.sweep, world, 0).map_err(|e| UsageError(e.0))?;
+    let mut m = meta(world, true);
     let ordinals: Vec<usize> = (0..world).collect();
     let comms = NcclComm::init_all(&ordinals, timeout)?;
+    let out = Some(plan.out.as_path());
     let results: Vec<CommResult<Option<RankReport>>> = std::thread::scope(|s| {
         let handles: Vec<_> = comms
             .into_iter()
-            .map(|mut c| s.spawn(move || rank_main(&mut c, plan, run_id)))
+            .map(|mut c| s.spawn(move || rank_main(&mut c, plan, run_id, out)))
             .collect();
         handles
             .into_iter()
@@ -234,11 +319,20 @@ fn first_report(results: Vec<CommResult<Option<RankReport>>>) -> Result<RankRepo
     report.context("rank 0 returned no report")
 }
 
-/// The body every rank runs; rank 0 returns its report.
+/// Appends one size's rows to `out` as soon as they are measured.
+fn keep_rows(out: &Path, rows: &[CollectiveRow]) -> CommResult<()> {
+    results::append_rows(out, rows)
+        .map(|_| ())
+        .map_err(|e| CommError::Io(std::io::Error::other(e.to_string())))
+}
+
+/// The body every rank runs; rank 0 returns its report, and when it is
+/// given `out`, appends each size's rows there as they are measured.
 fn rank_main<C: Communicator>(
     comm: &mut C,
     plan: &Plan,
     run_id: &str,
+    out: Option<&Path>,
 ) -> CommResult<Option<RankReport>> {
     comm.set_timeout(plan.sweep.timeout);
     let run_start = CpuSnapshot::now();
@@ -257,7 +351,14 @@ fn rank_main<C: Communicator>(
         &plan.sweep,
         &wire,
     );
-    let ids = RunIds { run_id };
+    let keep = |rows: &[CollectiveRow]| match out {
+        Some(dir) => keep_rows(dir, rows),
+        None => Ok(()),
+    };
+    let ids = RunIds {
+        run_id,
+        keep: (comm.rank() == 0 && out.is_some()).then_some(&keep),
+    };
     let outcome = sweep::run_sweep(comm, &plan.sweep, &ids, &wire, &mut printer)?;
     let noise = ForeignCpu::across_ranks(comm, run_start.as_ref())?;
     let above_ceiling = outcome
@@ -394,10 +495,9 @@ fn finish(plan: &Plan, meta: &mut RunMeta, r: RankReport) -> Result<Finished> {
     extra.insert("wrong".into(), r.summary.wrong.into());
     extra.insert("algo".into(), plan.algo.name().into());
     meta.finish();
-    let csv = results::append_rows(&plan.out, &r.outcome.rows)
-        .with_context(|| format!("writing {}", plan.out.display()))?;
-    let json = results::record_run(&plan.out, meta)
-        .with_context(|| format!("writing {}", plan.out.display()))?;
+    // The rows went in as each size completed.
+    let csv = plan.out.join(CollectiveRow::FILE);
+    let json = results::record_run(&plan.out, meta).context("recording the run")?;
     println!(
         "# Records: {} (+{} rows), {} (run {})",
         csv.display(),

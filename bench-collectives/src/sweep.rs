@@ -33,9 +33,15 @@ impl Outcome {
     }
 }
 
-/// What identifies a run in its rows.
+/// Keeps one size's rows (appends them to the records).
+pub type KeepRows<'a> = &'a dyn Fn(&[CollectiveRow]) -> CommResult<()>;
+
+/// What identifies a run in its rows, and where rank 0 keeps them.
 pub struct RunIds<'a> {
     pub run_id: &'a str,
+    /// Takes each size's rows as soon as they are measured (rank 0, when
+    /// it writes the records): a run stopped later keeps them.
+    pub keep: Option<KeepRows<'a>>,
 }
 
 /// Runs every (collective, dtype, op, size) of `cfg` on this rank; rank 0 prints.
@@ -106,6 +112,10 @@ fn sweep_collective<C: Communicator, O: CollOp>(
                     measured[slot] = Some(row);
                 }
                 printer.row(O::COLL, &point, cfg.root, &measured, wire);
+                if let Some(keep) = ids.keep {
+                    let rows: Vec<CollectiveRow> = measured.iter().flatten().cloned().collect();
+                    keep(&rows)?;
+                }
             }
         }
     }

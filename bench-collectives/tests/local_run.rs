@@ -22,8 +22,7 @@ const SMALL: &[&str] = &[
 ];
 
 fn args<'a>(extra: &[&'a str], out: &'a str) -> Vec<&'a str> {
-    let mut v: Vec<&str> = SMALL.to_vec();
-    v.extend_from_slice(extra);
+    let mut v = with(SMALL, extra);
     v.extend_from_slice(&["--out", out]);
     v
 }

@@ -70,8 +70,7 @@ fn two_processes_sweep_exactly_and_rank_zero_records() {
 fn a_wrong_element_on_another_process_makes_exit_code_one() {
     let dir = scratch("tcp-corrupt");
     let out = dir.to_str().unwrap();
-    let mut args = SMALL.to_vec();
-    args.extend_from_slice(&["all_reduce", "-e", "64", "--out", out]);
+    let args = with(SMALL, &["all_reduce", "-e", "64", "--out", out]);
     let o = run(&args, &[("PARBENCH_SELFTEST_CORRUPT_RANK", "1")]);
     assert_eq!(o.status.code(), Some(1), "{}\n{}", stdout(&o), stderr(&o));
     let (_, rows) = read_csv(&dir.join("collectives.csv"));
@@ -80,4 +79,156 @@ fn a_wrong_element_on_another_process_makes_exit_code_one() {
         "{rows:?}"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Starts a tcp job of `np` ranks that runs until it is stopped (8-byte
+/// all_reduces, every wait 10 s) and returns it with its ranks' pids.
+fn start_endless_tcp_job(np: usize, name: &str) -> (std::process::Child, Vec<(usize, i32)>) {
+    let dir = scratch(name);
+    let np_text = np.to_string();
+    let child = start(&[
+        "--backend",
+        "tcp",
+        "-np",
+        &np_text,
+        "--timeout",
+        "10",
+        "-b",
+        "8",
+        "-e",
+        "8",
+        "-n",
+        "1000000",
+        "-w",
+        "0",
+        "all_reduce",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    let ranks = ranks_of(child.id(), np, 30);
+    (child, ranks)
+}
+
+/// Kills rank `victim` of a 4-rank tcp job right after the ranks start
+/// and returns what the launcher printed and its exit status.
+fn kill_one_rank(victim: usize, after_ms: u64, trial: usize) -> std::process::Output {
+    let (child, ranks) = start_endless_tcp_job(4, &format!("kill-{trial}"));
+    std::thread::sleep(std::time::Duration::from_millis(after_ms));
+    let pid = ranks.iter().find(|(r, _)| *r == victim).unwrap().1;
+    // SAFETY: plain kill(2) of a child of the binary under test.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    finish_within(child, 60)
+}
+
+#[test]
+fn a_killed_rank_is_named_by_the_launcher_every_time() {
+    // Once 3 runs in 20 printed nothing at all, and the exit code was that
+    // of the lowest-numbered failed rank.
+    let trials = 20;
+    let mut named = 0;
+    for trial in 0..trials {
+        let victim = 1 + trial % 3;
+        // At start-up, at the rendezvous, in the ceiling's measurement, in the sweep.
+        let after_ms = [0, 50, 200, 500, 1000][trial % 5];
+        let o = kill_one_rank(victim, after_ms, trial);
+        let err = stderr(&o);
+        let want = format!("rank {victim} was killed by signal 9 (SIGKILL)");
+        assert!(
+            err.contains(&want),
+            "trial {trial}: {err:?} does not name rank {victim}"
+        );
+        // The first rank to fail in time sets the exit code: 128 + 9.
+        assert_eq!(o.status.code(), Some(137), "trial {trial}: {err}");
+        for line in err.lines() {
+            assert!(
+                line.starts_with("bench-collectives: "),
+                "trial {trial}: torn line {line:?}"
+            );
+            for r in 0..4 {
+                let twice = format!("rank {r}: rank {r}:");
+                assert!(!line.contains(&twice), "trial {trial}: {line}");
+            }
+        }
+        named += 1;
+    }
+    assert_eq!(named, trials);
+}
+
+#[test]
+fn a_rank_alone_names_itself_once_and_the_wait_it_really_waited() {
+    // Rank 0 of a world of 2 whose rank 1 never comes: it waits for rank
+    // 1's address in the store until --timeout, and says so once.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string();
+    let dir = scratch("alone");
+    let t = std::time::Instant::now();
+    let o = run(
+        &[
+            "--backend",
+            "tcp",
+            "--timeout",
+            "1",
+            "-b",
+            "8",
+            "-e",
+            "8",
+            "--out",
+            dir.to_str().unwrap(),
+        ],
+        &[
+            ("RANK", "0"),
+            ("WORLD_SIZE", "2"),
+            ("MASTER_ADDR", "127.0.0.1"),
+            ("MASTER_PORT", &port),
+            ("PARBENCH_JOB_TOKEN", "alone"),
+        ],
+    );
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(t.elapsed() < std::time::Duration::from_secs(30));
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert_eq!(err.matches("rank 0:").count(), 1, "one prefix: {err}");
+    // The whole wait (about the 1 s deadline), not the last poll's microseconds.
+    let after = err.split("timed out after ").nth(1).unwrap_or("");
+    let (n, unit) = after.split_once(' ').unwrap_or(("", ""));
+    let secs: f64 = n.parse::<f64>().unwrap_or(0.0)
+        * match unit.split_whitespace().next() {
+            Some("s") => 1.0,
+            Some("ms") => 1e-3,
+            _ => 0.0,
+        };
+    assert!((0.9..5.0).contains(&secs), "{secs} s: {err}");
+}
+
+#[test]
+fn the_spawner_gives_each_job_its_own_random_token() {
+    // Was: without a launcher's token every job used the fixed default,
+    // so any local process could speak for a rank.
+    let mut tokens = Vec::new();
+    for job in 0..2 {
+        let (child, ranks) = start_endless_tcp_job(2, &format!("token-{job}"));
+        let of_rank: Vec<String> = ranks
+            .iter()
+            .map(|(_, pid)| {
+                let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+                env.split(|&b| b == 0)
+                    .find_map(|v| v.strip_prefix(b"PARBENCH_JOB_TOKEN="))
+                    .map(|t| String::from_utf8_lossy(t).into_owned())
+                    .unwrap_or_default()
+            })
+            .collect();
+        // SAFETY: kill(2) of the launcher this test started; its ranks die with it.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let _ = finish_within(child, 30);
+        assert_eq!(of_rank[0], of_rank[1], "one token per job");
+        assert_eq!(of_rank[0].len(), 32, "{of_rank:?}");
+        assert!(of_rank[0].chars().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(of_rank[0], "parbench-default-token");
+        tokens.push(of_rank[0].clone());
+    }
+    assert_ne!(tokens[0], tokens[1], "a fresh token per job");
 }

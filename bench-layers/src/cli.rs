@@ -28,7 +28,9 @@ fn usage<T>(msg: impl Into<String>) -> Result<T, UsageError> {
 /// communication time per block and per token, checked against the unsharded
 /// block and held against the alpha-beta model of the same wire.
 #[derive(Parser, Debug, Clone)]
-#[command(name = "bench-layers", version)]
+// A flag given twice is refused (clap's default for single values, as in
+// every parbench binary); a negative number reaches the flag's own check.
+#[command(name = "bench-layers", version, allow_negative_numbers = true)]
 pub struct Cli {
     /// Communicator: local (threads, shared memory), tcp (processes,
     /// sockets), nccl (GPUs; needs --features cuda), mpi (under mpirun;
@@ -222,6 +224,17 @@ impl Cli {
             seq: self.seq.unwrap_or(default_seq),
             batch: self.batch,
         };
+        for (flag, v) in [
+            ("--hidden", self.hidden),
+            ("--heads", self.heads),
+            ("--ffn", self.ffn),
+            ("--seq", self.seq),
+            ("--batch", Some(self.batch)),
+        ] {
+            if v == Some(0) {
+                return usage(format!("{flag} 0: at least 1"));
+            }
+        }
         let block = BlockConfig {
             shape,
             mode,
@@ -229,7 +242,7 @@ impl Cli {
             seq_parallel: self.sequence_parallel,
         };
         let ranks = match self.nprocs {
-            Some(0) => return usage("--nprocs: at least 1 rank"),
+            Some(0) => return usage("--nprocs 0: at least 1 rank"),
             Some(n) => n,
             None => default_ranks.max(1),
         };
@@ -237,17 +250,25 @@ impl Cli {
             Some(s) => parse_tp_list(s)?,
             None => [1, 2, 4, 8].into_iter().filter(|&t| t <= ranks).collect(),
         };
+        let most = match backend {
+            Backend::Local => parbench::limits::MAX_LOCAL_RANKS,
+            _ => parbench::limits::MAX_SPAWNED_RANKS,
+        };
+        if let Some(&t) = tps.iter().find(|&&t| t > most) {
+            return usage(format!(
+                "--tp {t}: --backend {} runs at most {most} ranks",
+                backend.name()
+            ));
+        }
         for &t in &tps {
             block
                 .validate(t)
                 .map_err(|e| UsageError(format!("--tp {t}: {e}")))?;
         }
         if self.iters == 0 {
-            return usage("--iters: at least 1");
+            return usage("--iters 0: at least 1");
         }
-        if !(self.timeout.is_finite() && self.timeout > 0.0) {
-            return usage("--timeout: a positive number of seconds");
-        }
+        let timeout = parbench::limits::timeout(self.timeout).map_err(|e| UsageError(e.0))?;
         let link = self.link.as_deref().map(parse_link).transpose()?;
         Ok(Plan {
             backend,
@@ -264,7 +285,7 @@ impl Cli {
             link,
             check: !self.no_check,
             out: self.out.clone(),
-            timeout: Duration::from_secs_f64(self.timeout.min(86_400.0)),
+            timeout,
         })
     }
 }

@@ -15,6 +15,11 @@
 //! - `mpi`: needs the `mpi` feature; launched by mpirun, whose world (as MPI
 //!   itself reports it) is the one degree, as with tcp under a launcher.
 //!
+//! Records: --out is checked and the memory of the largest degree held
+//! against the machine's before anything runs; each degree's row is
+//! appended as it completes, so a later fault or a signal keeps it (and
+//! run.json records the run as cut short).
+//!
 //! Cores: ranks on one host split its cores evenly
 //! ([`CpuCompute::threads_per_rank`]), so t ranks never oversubscribe the
 //! machine and TP = 1 uses every core.
@@ -28,11 +33,27 @@ use clap::Parser;
 use cli::{Backend, Cli, Plan, UsageError};
 use parbench::comm::{local, Algo, CommError};
 use parbench::compute::cpu::CpuCompute;
-use parbench::launch::{LocalJob, RankInfo};
-use parbench::results::{append_rows, new_run_id, read_rows, record_run, LayerRow, RunMeta};
+use parbench::launch::{eprint_line, interrupt, report, LaunchError, LocalJob, RankInfo};
+use parbench::results::{self, append_rows, new_run_id, read_rows, LayerRow, RunMeta};
 use std::path::Path;
 use std::sync::Mutex;
 use sweep::{measure_tp, TpMeasurement};
+
+/// A failure the launcher already named on stderr: exit with its code.
+#[derive(Debug)]
+struct Reported(i32);
+
+impl std::fmt::Display for Reported {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "a rank failed (exit code {})", self.0)
+    }
+}
+
+impl std::error::Error for Reported {}
+
+fn say(msg: impl std::fmt::Display) {
+    eprint_line(&format!("bench-layers: {msg}"));
+}
 
 /// Set in a spawned rank: the one degree it runs.
 const ENV_TP: &str = "PARBENCH_LAYERS_TP";
@@ -42,6 +63,8 @@ const ENV_ROWS: &str = "PARBENCH_LAYERS_ROWS";
 const ENV_RUN_ID: &str = "PARBENCH_LAYERS_RUN_ID";
 
 fn main() {
+    // Before any thread starts: SIGINT/SIGTERM keep the degrees measured.
+    let _ = interrupt::install("bench-layers");
     // The noise guard's window starts here: run.json records the CPU time
     // other processes took while the whole run measured.
     parbench::measure::noise::mark_start();
@@ -50,20 +73,30 @@ fn main() {
     let cli = match Cli::try_parse_from(args) {
         Ok(c) => c,
         Err(e) => {
-            // Help and version are not errors; everything else exits 2.
-            let code = if e.use_stderr() { 2 } else { 0 };
-            let _ = e.print();
-            std::process::exit(code);
+            // Help and version are not errors; everything else is one line, exit 2.
+            if !e.use_stderr() {
+                let _ = e.print();
+                std::process::exit(0);
+            }
+            eprint_line(&report::cli_error_line("bench-layers", &e.to_string()));
+            std::process::exit(2);
         }
     };
     match run(&cli) {
         Ok(()) => {}
         Err(e) => {
             if let Some(u) = e.downcast_ref::<UsageError>() {
-                eprintln!("bench-layers: {u}");
+                say(u);
                 std::process::exit(2);
             }
-            eprintln!("bench-layers: {e:#}");
+            let line = format!("{e:#}");
+            // The degrees measured before the fault are in the folder.
+            let _ = results::record_cut_short(&line);
+            results::finish_writes();
+            if let Some(Reported(code)) = e.downcast_ref::<Reported>() {
+                std::process::exit(*code);
+            }
+            say(line);
             std::process::exit(1);
         }
     }
@@ -80,7 +113,10 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
     };
     let plan = cli.plan(default_ranks)?;
     match (plan.backend, rank) {
-        (Backend::Local, _) => finish_sweep(&plan, sweep_local(&plan)),
+        (Backend::Local, _) => {
+            preflight(&plan, true, |t| t)?;
+            sweep_here(&plan, |t| measure_local(&plan, t))
+        }
         (Backend::Tcp, Some(info)) => tcp_rank(&plan, &info),
         (Backend::Tcp, None) => tcp_launch(&plan),
         (Backend::Nccl, _) => {
@@ -90,41 +126,150 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
                 ))
                 .into());
             }
-            finish_sweep(&plan, sweep_nccl(&plan))
+            // The host holds little: the blocks live on the GPUs.
+            preflight(&plan, true, |_| 0)?;
+            check_gpus(&plan)?;
+            sweep_here(&plan, |t| measure_nccl(&plan, t))
         }
         (Backend::Mpi, _) => mpi_rank(&plan),
     }
 }
 
-/// Records the rows of the degrees measured before a sweep stopped, then
-/// reports why it stopped: a degree that fails loses no earlier one.
-fn finish_sweep(
-    plan: &Plan,
-    (ms, failed): (Vec<TpMeasurement>, Option<anyhow::Error>),
-) -> anyhow::Result<()> {
-    if !ms.is_empty() {
-        let world = ms.iter().map(|m| m.tp).max().unwrap_or(1);
-        let backend = plan.backend.name();
-        let rows = build_rows(plan, backend, &ms);
-        finish(plan, &new_run_id("layers"), backend, world, rows)?;
-    }
-    failed.map_or(Ok(()), Err)
+/// The rows of one run: kept in --out as each degree completes, then the
+/// table and run.json once the sweep is done.
+struct Records<'a> {
+    plan: &'a Plan,
+    meta: RunMeta,
+    rows: Vec<LayerRow>,
 }
 
-/// Runs `measure` for each degree in order until one fails: the results of
-/// the degrees before it, and its error.
+impl<'a> Records<'a> {
+    /// Starts the run record (noted as begun: a fault or a signal from here
+    /// on records it as cut short).
+    fn begin(plan: &'a Plan, meta: RunMeta) -> Self {
+        let mut meta = meta;
+        meta.extra.insert("block".into(), output::block_json(plan));
+        results::begin_run(&plan.out, &meta);
+        Records {
+            plan,
+            meta,
+            rows: Vec::new(),
+        }
+    }
+
+    /// Appends one degree's rows, with the run's id and the speed-up over
+    /// the TP = 1 row measured before.
+    fn keep(&mut self, mut rows: Vec<LayerRow>) -> anyhow::Result<()> {
+        for r in &mut rows {
+            r.run_id = self.meta.run_id.clone();
+        }
+        output::fill_speedup(&self.rows, &mut rows);
+        append_rows(&self.plan.out, &rows)
+            .with_context(|| format!("writing {}", self.plan.out.display()))?;
+        self.rows.extend(rows);
+        Ok(())
+    }
+
+    /// Prints the table of the degrees kept.
+    fn print_table(&self) {
+        if !self.rows.is_empty() {
+            print!("{}", output::table(self.plan, &self.rows));
+        }
+    }
+
+    /// After the whole sweep: the table, then run.json.
+    fn finish(mut self) -> anyhow::Result<()> {
+        self.print_table();
+        self.meta.finish();
+        results::record_run(&self.plan.out, &self.meta).context("recording the run")?;
+        println!(
+            "# wrote {} rows to {}",
+            self.rows.len(),
+            self.plan
+                .out
+                .join(<LayerRow as results::Record>::FILE)
+                .display()
+        );
+        Ok(())
+    }
+
+    /// After a sweep that stopped at `err`: the table of what was kept,
+    /// and the error (the caller records the run as cut short).
+    fn stopped(self, err: anyhow::Error) -> anyhow::Result<()> {
+        self.print_table();
+        Err(err)
+    }
+}
+
+/// Checks --out (where this process writes) and the memory the sweep's
+/// largest degree takes on this host: `ranks_here(t)` ranks of degree `t`.
+fn preflight(plan: &Plan, writes: bool, ranks_here: impl Fn(usize) -> usize) -> anyhow::Result<()> {
+    if writes {
+        results::prepare_out::<LayerRow>(&plan.out)
+            .map_err(|e| UsageError(format!("--out {e}")))?;
+    }
+    // The CPU computes in f32 whatever the storage type: 4 bytes a value.
+    let elem = match plan.backend {
+        Backend::Nccl => plan.dtype.size().max(4) as u128,
+        _ => 4,
+    };
+    for &t in &plan.tps {
+        let (rank, check) = plan.block.memory_bytes(t, elem, plan.check);
+        let here = ranks_here(t) as u128;
+        let need = rank * here + if here > 0 { check } else { 0 };
+        parbench::limits::check_host_memory(
+            need,
+            "--hidden/--ffn/--seq/--batch",
+            &format!(
+                "tp {t}: {here} rank(s) on this host x {} for the block{}",
+                parbench::limits::bytes_text(rank),
+                if plan.check && here > 0 {
+                    format!(
+                        ", {} for the unsharded check",
+                        parbench::limits::bytes_text(check)
+                    )
+                } else {
+                    String::new()
+                }
+            ),
+        )
+        .map_err(|e| UsageError(e.0))?;
+    }
+    Ok(())
+}
+
+/// Runs `measure` for each degree in order and hands each result to `keep`
+/// as it completes, until one fails: its error (the degrees before it are kept).
 fn sweep_degrees<T>(
     tps: &[usize],
     mut measure: impl FnMut(usize) -> anyhow::Result<T>,
-) -> (Vec<T>, Option<anyhow::Error>) {
-    let mut out = Vec::new();
+    mut keep: impl FnMut(T) -> anyhow::Result<()>,
+) -> Option<anyhow::Error> {
     for &t in tps {
-        match measure(t) {
-            Ok(m) => out.push(m),
-            Err(e) => return (out, Some(e)),
+        if let Err(e) = measure(t).and_then(&mut keep) {
+            return Some(e);
         }
     }
-    (out, None)
+    None
+}
+
+/// A sweep on this process's threads or GPUs: every degree measured and
+/// kept in turn.
+fn sweep_here(
+    plan: &Plan,
+    measure: impl FnMut(usize) -> anyhow::Result<TpMeasurement>,
+) -> anyhow::Result<()> {
+    let backend = plan.backend.name();
+    let world = plan.tps.iter().copied().max().unwrap_or(1);
+    let run_id = new_run_id("layers");
+    let mut records = Records::begin(plan, RunMeta::start("layers", &run_id, backend, world));
+    let failed = sweep_degrees(&plan.tps, measure, |m| {
+        records.keep(build_rows(plan, backend, &[m]))
+    });
+    match failed {
+        None => records.finish(),
+        Some(e) => records.stopped(e),
+    }
 }
 
 /// The GPUs this process sees, for `--backend nccl`'s default degrees; no
@@ -147,34 +292,6 @@ fn build_rows(plan: &Plan, backend: &str, ms: &[TpMeasurement]) -> Vec<LayerRow>
     output::rows(plan, &id, backend, ms)
 }
 
-/// Prints the table and records the rows and the run.
-fn finish(
-    plan: &Plan,
-    run_id: &str,
-    backend: &str,
-    world: usize,
-    rows: Vec<LayerRow>,
-) -> anyhow::Result<()> {
-    finish_run(plan, RunMeta::start("layers", run_id, backend, world), rows)
-}
-
-/// [`finish`] with a run record the caller started (and may have added to).
-fn finish_run(plan: &Plan, mut meta: RunMeta, mut rows: Vec<LayerRow>) -> anyhow::Result<()> {
-    let run_id = meta.run_id.clone();
-    for r in &mut rows {
-        r.run_id = run_id.clone();
-    }
-    output::fill_speedup(&mut rows);
-    print!("{}", output::table(plan, &rows));
-    let path =
-        append_rows(&plan.out, &rows).with_context(|| format!("writing {}", plan.out.display()))?;
-    meta.extra.insert("block".into(), output::block_json(plan));
-    meta.finish();
-    record_run(&plan.out, &meta)?;
-    println!("# wrote {} rows to {}", rows.len(), path.display());
-    Ok(())
-}
-
 /// The first error of a failed local run: the rank that caused it, not the
 /// ranks that lost it.
 fn root_cause(
@@ -192,115 +309,168 @@ fn root_cause(
         .map_or_else(|| anyhow!("no rank returned a result"), anyhow::Error::from)
 }
 
-/// Each degree on t threads of this process.
-fn sweep_local(plan: &Plan) -> (Vec<TpMeasurement>, Option<anyhow::Error>) {
-    sweep_degrees(&plan.tps, |t| {
-        let threads = CpuCompute::threads_per_rank(t);
-        let errors = Mutex::new(Vec::new());
-        let results = local::run(t, Algo::Auto, plan.timeout, |comm| {
-            let rank = parbench::comm::Communicator::rank(comm);
-            let fail = |e: String| {
-                if let Ok(mut v) = errors.lock() {
-                    v.push((rank, e.clone()));
-                }
-                CommError::Device(e)
-            };
-            let dev = CpuCompute::new(plan.dtype, threads).map_err(|e| fail(e.to_string()))?;
-            measure_tp(&dev, comm, plan, threads).map_err(|e| match e {
-                parbench::layers::LayerError::Comm(c) => c,
-                other => fail(other.to_string()),
-            })
-        });
-        if results.iter().any(Result::is_err) {
-            return Err(root_cause(&errors, results).context(format!("tp {t}")));
-        }
-        let first = results.into_iter().next().and_then(Result::ok);
-        first.ok_or_else(|| anyhow!("tp {t}: no result from rank 0"))
-    })
+/// One degree on t threads of this process.
+fn measure_local(plan: &Plan, t: usize) -> anyhow::Result<TpMeasurement> {
+    let threads = CpuCompute::threads_per_rank(t);
+    let errors = Mutex::new(Vec::new());
+    let results = local::run(t, Algo::Auto, plan.timeout, |comm| {
+        let rank = parbench::comm::Communicator::rank(comm);
+        let fail = |e: String| {
+            if let Ok(mut v) = errors.lock() {
+                v.push((rank, e.clone()));
+            }
+            CommError::Device(e)
+        };
+        let dev = CpuCompute::new(plan.dtype, threads).map_err(|e| fail(e.to_string()))?;
+        measure_tp(&dev, comm, plan, threads).map_err(|e| match e {
+            parbench::layers::LayerError::Comm(c) => c,
+            other => fail(other.to_string()),
+        })
+    });
+    if results.iter().any(Result::is_err) {
+        return Err(root_cause(&errors, results).context(format!("tp {t}")));
+    }
+    let first = results.into_iter().next().and_then(Result::ok);
+    first.ok_or_else(|| anyhow!("tp {t}: no result from rank 0"))
 }
 
-/// Each degree on GPUs 0..t of this process, one thread and one NCCL
+/// One degree on GPUs 0..t of this process, one thread and one NCCL
 /// communicator per GPU (nccl-tests' `-g` way), the block computing on the
 /// communicator's stream.
 #[cfg(feature = "cuda")]
-fn sweep_nccl(plan: &Plan) -> (Vec<TpMeasurement>, Option<anyhow::Error>) {
+fn measure_nccl(plan: &Plan, t: usize) -> anyhow::Result<TpMeasurement> {
     use parbench::comm::nccl::NcclComm;
     use parbench::compute::cuda::CudaCompute;
-    sweep_degrees(&plan.tps, |t| {
-        let ordinals: Vec<usize> = (0..t).collect();
-        let comms =
-            NcclComm::init_all(&ordinals, plan.timeout).with_context(|| format!("tp {t}"))?;
-        let results: Vec<Result<TpMeasurement, String>> = std::thread::scope(|s| {
-            let handles: Vec<_> = comms
-                .into_iter()
-                .map(|mut comm| {
-                    s.spawn(move || {
-                        let mut dev = CudaCompute::on(comm.gpu().clone(), plan.dtype)
-                            .map_err(|e| e.to_string())?;
-                        dev.set_timeout(plan.timeout);
-                        measure_tp(&dev, &mut comm, plan, 0).map_err(|e| e.to_string())
-                    })
+    let ordinals: Vec<usize> = (0..t).collect();
+    let comms = NcclComm::init_all(&ordinals, plan.timeout).with_context(|| format!("tp {t}"))?;
+    let results: Vec<Result<TpMeasurement, String>> = std::thread::scope(|s| {
+        let handles: Vec<_> = comms
+            .into_iter()
+            .map(|mut comm| {
+                s.spawn(move || {
+                    let mut dev = CudaCompute::on(comm.gpu().clone(), plan.dtype)
+                        .map_err(|e| e.to_string())?;
+                    dev.set_timeout(plan.timeout);
+                    measure_tp(&dev, &mut comm, plan, 0).map_err(|e| e.to_string())
                 })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().unwrap_or_else(|_| Err("rank panicked".into())))
-                .collect()
-        });
-        let mut first = None;
-        for (rank, r) in results.into_iter().enumerate() {
-            match r {
-                Ok(m) if rank == 0 => first = Some(m),
-                Ok(_) => {}
-                Err(e) => bail!("tp {t}: rank {rank}: {e}"),
-            }
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("rank panicked".into())))
+            .collect()
+    });
+    let mut first = None;
+    for (rank, r) in results.into_iter().enumerate() {
+        match r {
+            Ok(m) if rank == 0 => first = Some(m),
+            Ok(_) => {}
+            Err(e) => bail!("tp {t}: {}", report::rank_line(rank, &e)),
         }
-        first.ok_or_else(|| anyhow!("tp {t}: no result from rank 0"))
-    })
+    }
+    first.ok_or_else(|| anyhow!("tp {t}: no result from rank 0"))
 }
 
 #[cfg(not(feature = "cuda"))]
-fn sweep_nccl(_: &Plan) -> (Vec<TpMeasurement>, Option<anyhow::Error>) {
+fn measure_nccl(_: &Plan, _: usize) -> anyhow::Result<TpMeasurement> {
     // visible_gpus refuses first; kept so the match in `run` is total.
-    (Vec::new(), visible_gpus().err())
+    Err(visible_gpus()
+        .err()
+        .unwrap_or_else(|| anyhow!("no CUDA support")))
+}
+
+/// Each degree's block on one GPU must fit its memory (GPU 0's, as every
+/// degree uses GPUs 0..t); a GPU that cannot be asked passes.
+#[cfg(feature = "cuda")]
+fn check_gpus(plan: &Plan) -> anyhow::Result<()> {
+    let Ok(have) = parbench::gpu::device_memory(0) else {
+        return Ok(());
+    };
+    for &t in &plan.tps {
+        let (rank, check) = plan
+            .block
+            .memory_bytes(t, plan.dtype.size() as u128, plan.check);
+        parbench::limits::check_memory(
+            rank + check,
+            have as u128,
+            "--hidden/--ffn/--seq/--batch",
+            &format!("tp {t}: one rank's block on its GPU, with the unsharded check on GPU 0"),
+            "GPU 0's memory",
+        )
+        .map_err(|e| UsageError(e.0))?;
+    }
+    Ok(())
+}
+
+#[cfg(not(feature = "cuda"))]
+fn check_gpus(_: &Plan) -> anyhow::Result<()> {
+    Ok(())
 }
 
 /// The launcher of `--backend tcp` without a launcher around it: one job of
-/// t local ranks per degree, rows handed back through files.
+/// t local ranks per degree, each degree's row handed back through a file
+/// and kept in --out as soon as its job ends.
 fn tcp_launch(plan: &Plan) -> anyhow::Result<()> {
+    preflight(plan, true, |t| t)?;
+    let world = plan.tps.iter().copied().max().unwrap_or(1);
     let run_id = new_run_id("layers");
     let dir = std::env::temp_dir().join(format!("{run_id}-rows"));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let mut rows = Vec::new();
+    let mut records = Records::begin(plan, RunMeta::start("layers", &run_id, "tcp", world));
     let mut outcome = Ok(());
     for &t in &plan.tps {
         let rows_dir = dir.join(format!("tp{t}"));
         let job = LocalJob::of_current_exe(t)?
+            .label(format!("bench-layers: tp {t}"))
             .env(ENV_TP, t.to_string())
             .env(ENV_ROWS, &rows_dir)
             .env(ENV_RUN_ID, &run_id);
-        if let Err(e) = job.run() {
-            outcome = Err(anyhow!(e).context(format!("tp {t}")));
-            break;
-        }
-        match read_rows::<LayerRow>(&rows_dir.join("layers.csv")) {
-            Ok(got) => rows.extend(got),
+        match job.run() {
+            Ok(_) => {}
+            // The launcher named the rank; its code is the run's.
+            Err(e @ LaunchError::RankFailed { .. }) => {
+                outcome = Err(anyhow!(Reported(e.exit_code())).context(format!("tp {t}: {e}")));
+                break;
+            }
             Err(e) => {
-                outcome = Err(anyhow!(e).context(format!("tp {t}: reading rank 0's row")));
+                outcome = Err(anyhow!(e).context(format!("tp {t}")));
                 break;
             }
         }
+        let kept = read_rows::<LayerRow>(&rows_dir.join("layers.csv"))
+            .map_err(|e| anyhow!(e).context(format!("tp {t}: reading rank 0's row")))
+            .and_then(|got| records.keep(got));
+        if let Err(e) = kept {
+            outcome = Err(e);
+            break;
+        }
     }
     let _ = std::fs::remove_dir_all(&dir);
-    outcome?;
-    let world = plan.tps.iter().copied().max().unwrap_or(1);
-    finish(plan, &run_id, "tcp", world, rows)
+    match outcome {
+        Ok(()) => records.finish(),
+        Err(e) => records.stopped(e),
+    }
+}
+
+/// The ranks a launcher put on this host (torchrun, Open MPI, MPICH), or
+/// the job's world when none says.
+fn ranks_on_this_host(world: usize) -> usize {
+    [
+        "LOCAL_WORLD_SIZE",
+        "OMPI_COMM_WORLD_LOCAL_SIZE",
+        "MPI_LOCALNRANKS",
+    ]
+    .iter()
+    .find_map(|k| std::env::var(k).ok()?.trim().parse().ok())
+    .filter(|&n: &usize| n >= 1)
+    .unwrap_or(world)
 }
 
 /// One rank of a tcp job: runs the job's degree; rank 0 writes the row to
 /// the launcher's folder, or records it itself under an external launcher.
 fn tcp_rank(plan: &Plan, info: &RankInfo) -> anyhow::Result<()> {
     let t = info.world;
+    let spawned = std::env::var_os(ENV_ROWS);
     if let Ok(want) = std::env::var(ENV_TP) {
         if want != t.to_string() {
             bail!("spawned for tp {want} but the job has {t} ranks");
@@ -311,24 +481,40 @@ fn tcp_rank(plan: &Plan, info: &RankInfo) -> anyhow::Result<()> {
         ))
         .into());
     }
-    let local_ranks = std::env::var("LOCAL_WORLD_SIZE")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(t);
+    let local_ranks = ranks_on_this_host(t);
+    // Under an external launcher rank 0 writes --out; every rank checks the
+    // host's memory before any allocates (the spawning launcher did both).
+    if spawned.is_none() {
+        preflight(plan, info.rank == 0, |_| local_ranks)?;
+    }
     let threads = CpuCompute::threads_per_rank(local_ranks);
-    let mut comm = parbench::comm::tcp::comm(info, Algo::Auto, plan.timeout)?;
-    let dev = CpuCompute::new(plan.dtype, threads)?;
-    let m = measure_tp(&dev, &mut comm, plan, threads)?;
-    if info.rank != 0 {
+    let rank = info.rank;
+    let fail = |e: String| anyhow!(report::rank_line(rank, &e));
+    let mut meta = None;
+    if spawned.is_none() && rank == 0 {
+        meta = Some(Records::begin(
+            plan,
+            RunMeta::start("layers", &new_run_id("layers"), "tcp", t),
+        ));
+    }
+    let mut comm = parbench::comm::tcp::comm(info, Algo::Auto, plan.timeout)
+        .map_err(|e| fail(e.to_string()))?;
+    let dev = CpuCompute::new(plan.dtype, threads).map_err(|e| fail(e.to_string()))?;
+    let m = measure_tp(&dev, &mut comm, plan, threads).map_err(|e| fail(e.to_string()))?;
+    if rank != 0 {
         return Ok(());
     }
     let rows = build_rows(plan, "tcp", &[m]);
-    match std::env::var_os(ENV_ROWS) {
-        Some(dir) => {
+    match (spawned, meta) {
+        (Some(dir), _) => {
             append_rows(Path::new(&dir), &rows)?;
             Ok(())
         }
-        None => finish(plan, &new_run_id("layers"), "tcp", t, rows),
+        (None, Some(mut records)) => {
+            records.keep(rows)?;
+            records.finish()
+        }
+        (None, None) => Ok(()),
     }
 }
 
@@ -351,25 +537,30 @@ fn mpi_rank(plan: &Plan) -> anyhow::Result<()> {
     use parbench::comm::Communicator;
     let mut comm = parbench::comm::mpi::MpiComm::init(plan.timeout)?;
     let t = comm.world();
+    let rank = comm.rank();
     if !plan.tps.contains(&t) {
         return Err(UsageError(format!(
             "--tp: under mpirun the sweep runs the job's world ({t}), which --tp does not list"
         ))
         .into());
     }
-    let threads = CpuCompute::threads_per_rank(mpi_local_ranks(t));
+    let local_ranks = mpi_local_ranks(t);
+    preflight(plan, rank == 0, |_| local_ranks)?;
+    let mut records = (rank == 0).then(|| {
+        let mut meta = RunMeta::start("layers", &new_run_id("layers"), "mpi", t);
+        meta.versions
+            .insert("mpi".into(), comm.library().to_string());
+        Records::begin(plan, meta)
+    });
+    let threads = CpuCompute::threads_per_rank(local_ranks);
     let dev = CpuCompute::new(plan.dtype, threads)?;
     let m = measure_tp(&dev, &mut comm, plan, threads)
-        .with_context(|| format!("rank {}", comm.rank()))?;
-    if comm.rank() != 0 {
-        return Ok(());
+        .map_err(|e| anyhow!(report::rank_line(rank, &e.to_string())))?;
+    match records.as_mut() {
+        Some(r) => r.keep(build_rows(plan, "mpi", &[m]))?,
+        None => return Ok(()),
     }
-    let run_id = new_run_id("layers");
-    let rows = build_rows(plan, "mpi", &[m]);
-    let mut meta = RunMeta::start("layers", &run_id, "mpi", t);
-    meta.versions
-        .insert("mpi".into(), comm.library().to_string());
-    finish_run(plan, meta, rows)
+    records.map_or(Ok(()), Records::finish)
 }
 
 #[cfg(not(feature = "mpi"))]
@@ -387,18 +578,30 @@ mod tests {
 
     #[test]
     fn a_failing_degree_keeps_the_degrees_before_it() {
-        let (done, failed) = sweep_degrees(&[1, 2, 4, 8], |t| {
-            if t == 4 {
-                bail!("tp {t}: no peer");
-            }
-            Ok(t * 10)
-        });
-        assert_eq!(done, vec![10, 20]);
+        let mut kept = Vec::new();
+        let failed = sweep_degrees(
+            &[1, 2, 4, 8],
+            |t| {
+                if t == 4 {
+                    bail!("tp {t}: no peer");
+                }
+                Ok(t * 10)
+            },
+            |v| {
+                kept.push(v);
+                Ok(())
+            },
+        );
+        assert_eq!(kept, vec![10, 20]);
         assert_eq!(
             failed.map(|e| e.to_string()).as_deref(),
             Some("tp 4: no peer")
         );
-        let (done, failed) = sweep_degrees(&[1, 2], Ok::<_, anyhow::Error>);
-        assert_eq!((done, failed.is_none()), (vec![1, 2], true));
+        let mut all = Vec::new();
+        let failed = sweep_degrees(&[1, 2], Ok::<_, anyhow::Error>, |v| {
+            all.push(v);
+            Ok(())
+        });
+        assert_eq!((all, failed.is_none()), (vec![1, 2], true));
     }
 }

@@ -28,10 +28,14 @@ pub fn gemm_of(plan: &Plan) -> (GemmMath, String) {
     }
 }
 
-/// Speed-up over the rows' TP = 1 and efficiency (speed-up / t); NaN
-/// when the rows have no TP = 1.
-pub fn fill_speedup(rows: &mut [LayerRow]) {
-    let base = rows.iter().find(|r| r.tp == 1).map(|r| r.total_us);
+/// Speed-up over the TP = 1 row (among `before`, the rows kept already,
+/// and `rows`) and efficiency (speed-up / t); NaN when there is none yet.
+pub fn fill_speedup(before: &[LayerRow], rows: &mut [LayerRow]) {
+    let base = before
+        .iter()
+        .chain(rows.iter())
+        .find(|r| r.tp == 1)
+        .map(|r| r.total_us);
     for r in rows {
         r.speedup = base.map_or(f64::NAN, |b1| b1 / r.total_us);
         r.efficiency = r.speedup / r.tp as f64;
@@ -114,7 +118,13 @@ pub fn rows(plan: &Plan, run_id: &str, backend: &str, ms: &[TpMeasurement]) -> V
                 comm_algo: m.algos.clone(),
                 link_source: m.link_source.name().to_string(),
                 link_alpha_us: m.link.map_or(f64::NAN, |l| l.alpha_us()),
-                link_gbps: m.link.map_or(f64::NAN, |l| l.bandwidth_gbps()),
+                // A free link (tp 1 sends nothing: beta 0) has no finite
+                // bandwidth: not measured, not infinity.
+                link_gbps: m
+                    .link
+                    .map(|l| l.bandwidth_gbps())
+                    .filter(|g| g.is_finite())
+                    .unwrap_or(f64::NAN),
                 slowest_rank: t.slowest_rank,
                 threads: m.threads,
                 compute_gflops: b.flops() / m.tp as f64 / (t.compute_us * 1e3),

@@ -145,3 +145,101 @@ fn tcp_spawns_each_degree_and_collects_its_row() {
     );
     let _ = std::fs::remove_dir_all(&out_dir);
 }
+
+/// Exit 2, one line containing every string of `want`, no layers.csv.
+fn refused_in_one_line(args: &[&str], want: &[&str]) {
+    // One folder per call: the tests run in parallel.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let dir = scratch(&format!("refused-{n}"));
+    let mut v = vec!["--backend", "local"];
+    v.extend_from_slice(args);
+    if !args.contains(&"--out") {
+        v.extend_from_slice(&["--out", dir.to_str().unwrap()]);
+    }
+    let o = bin().args(&v).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err:?}");
+    for w in want {
+        assert!(err.contains(w), "{args:?}: {w:?} not in {err:?}");
+    }
+    assert!(!dir.join("layers.csv").exists(), "{args:?} measured");
+}
+
+#[test]
+fn hostile_input_is_refused_before_anything_runs() {
+    // Was an abort (memory allocation failed).
+    refused_in_one_line(
+        &["--hidden", "100000000", "--ffn", "400000000"],
+        &["--hidden", "MemAvailable"],
+    );
+    // Was found only after the whole sweep, the OS error printed twice.
+    let d = scratch("out-is-a-file");
+    std::fs::create_dir_all(&d).unwrap();
+    let file = d.join("f");
+    std::fs::write(&file, "x").unwrap();
+    for out in ["/proc/x", file.to_str().unwrap()] {
+        let mut v: Vec<&str> = TINY.to_vec();
+        v.extend_from_slice(&["--out", out]);
+        refused_in_one_line(&v, &["--out", "os error"]);
+    }
+    // One rule per flag: zero, negative, twice.
+    refused_in_one_line(&["--timeout", "0"], &["--timeout 0"]);
+    refused_in_one_line(&["--hidden", "-3"], &["--hidden", "-3"]);
+    refused_in_one_line(&["--iters", "2", "--iters", "3"], &["--iters", "multiple"]);
+    refused_in_one_line(&["--nprocs", "0"], &["--nprocs 0"]);
+    refused_in_one_line(&["--iters", "0"], &["--iters 0"]);
+}
+
+#[test]
+fn sigint_keeps_the_degrees_already_measured() {
+    // Was: rows were written only after the last degree.
+    let dir = scratch("sigint");
+    let mut v: Vec<&str> = vec!["--backend", "local", "--nprocs", "2"];
+    v.extend_from_slice(&TINY[..8]);
+    v.extend_from_slice(&["--iters", "400", "--warmup", "0", "--no-check"]);
+    let tps = "1,2,1,2,1,2,1,2,1,2,1,2,1,2,1,2,1,2,1,2";
+    v.extend_from_slice(&["--tp", tps, "--out", dir.to_str().unwrap()]);
+    let mut child = bin()
+        .args(&v)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let rows = |d: &Path| {
+        std::fs::read_to_string(d.join("layers.csv"))
+            .map(|t| t.lines().count().saturating_sub(1))
+            .unwrap_or(0)
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while rows(&dir) < 1 {
+        if std::time::Instant::now() > deadline || child.try_wait().unwrap().is_some() {
+            let _ = child.kill();
+            panic!("no row within 120 s, or the run ended first");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let before = rows(&dir);
+    // SAFETY: kill(2) of the child this test started.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        assert!(
+            std::time::Instant::now() < until,
+            "still running 30 s after SIGINT"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let after = rows(&dir);
+    assert!(after >= before && after < 20, "{before} rows, then {after}");
+    let json = std::fs::read_to_string(dir.join("run.json")).unwrap();
+    assert!(json.contains("interrupted by SIGINT"), "{json}");
+}

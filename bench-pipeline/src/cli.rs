@@ -9,7 +9,9 @@ use std::time::Duration;
 /// Real pipeline schedules on real stages: step time, per-rank busy and
 /// idle time, the measured bubble beside the simulated and the closed form.
 #[derive(Parser, Debug, Clone)]
-#[command(name = "bench-pipeline", version)]
+// A flag given twice is refused (clap's default for single values, as in
+// every parbench binary); a negative number reaches the flag's own check.
+#[command(name = "bench-pipeline", version, allow_negative_numbers = true)]
 pub struct Args {
     /// Backend: local (one thread per stage), tcp (one process per stage) or
     /// nccl (one GPU per stage; needs --features cuda).
@@ -58,9 +60,9 @@ pub struct Args {
     /// Untimed steps first.
     #[arg(long, default_value_t = 2)]
     pub warmup: usize,
-    /// Seconds any wait may last before it fails naming the peer.
-    #[arg(long, default_value_t = 60)]
-    pub timeout: u64,
+    /// Seconds any wait (and any one action) may last before it fails naming the peer.
+    #[arg(long, default_value_t = 60.0)]
+    pub timeout: f64,
     /// Compute threads of each stage rank (default: the cores divided among the stages).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -164,11 +166,18 @@ fn stage_layers(args: &Args, stages: usize) -> Result<Vec<usize>, String> {
 /// schedule (exit 2). A schedule error carries the marked grid.
 pub fn plan(args: &Args) -> Result<Plan, String> {
     let work: Work = args.work.parse()?;
-    if args.hidden == 0 || args.microbatch_size == 0 {
-        return Err("--hidden and --microbatch-size must be positive".into());
-    }
-    if args.steps == 0 {
-        return Err("--steps must be at least 1".into());
+    let timeout = parbench::limits::timeout(args.timeout).map_err(|e| e.0)?;
+    for (flag, v) in [
+        ("--hidden", args.hidden),
+        ("--microbatch-size", args.microbatch_size),
+        ("--steps", args.steps),
+        ("--chunks", args.chunks),
+        ("--threads", args.threads.unwrap_or(1)),
+        ("--nprocs", args.nprocs.unwrap_or(1)),
+    ] {
+        if v == 0 {
+            return Err(format!("{flag} 0: at least 1"));
+        }
     }
     if !matches!(args.backend.as_str(), "local" | "tcp" | "nccl") {
         return Err(format!(
@@ -237,6 +246,31 @@ pub fn plan(args: &Args) -> Result<Plan, String> {
         .as_deref()
         .map(|s| straggler(s, ranks))
         .transpose()?;
+    // Every action ends within the deadline, on every backend: a backward
+    // sleeps twice the forward's time, plus a straggler's delay.
+    let extra = straggler.map_or(Duration::ZERO, |(_, d)| d);
+    if let Work::Sleep(d) = work {
+        let longest = d.saturating_mul(2).saturating_add(extra);
+        if longest >= timeout {
+            return Err(format!(
+                "--work {}: a backward sleeps {} (twice the time{}), not less than --timeout {}",
+                args.work,
+                parbench::launch::duration_text(longest),
+                if extra.is_zero() {
+                    ""
+                } else {
+                    ", with the straggler's delay"
+                },
+                args.timeout
+            ));
+        }
+    } else if extra >= timeout {
+        return Err(format!(
+            "--straggler {}: the delay is not less than --timeout {}",
+            args.straggler.as_deref().unwrap_or(""),
+            args.timeout
+        ));
+    }
     let mut runs = Vec::new();
     for (kind, s) in schedules {
         schedule::validate(&s).map_err(|e| e.to_string())?;
@@ -269,7 +303,7 @@ pub fn plan(args: &Args) -> Result<Plan, String> {
     Ok(Plan {
         runs,
         ranks,
-        timeout: Duration::from_secs(args.timeout.max(1)),
+        timeout,
         skipped,
     })
 }
@@ -308,5 +342,18 @@ mod tests {
         assert!(p.skipped[0].contains("multiple of 4"), "{:?}", p.skipped);
         let e = plan(&args(&["--work", "sleep:x"])).unwrap_err();
         assert!(e.contains("microseconds"), "{e}");
+        for (a, want) in [
+            (&["--timeout", "0"][..], "--timeout 0"),
+            (&["--threads", "0"][..], "--threads 0"),
+            (
+                &["--work", "sleep:3000000", "--timeout", "5"][..],
+                "--work sleep:3000000",
+            ),
+            (&["--stages", "100000"][..], "at most 256 stage ranks"),
+            (&["--microbatches", "10000000"][..], "at most 65536"),
+        ] {
+            let e = plan(&args(a)).unwrap_err();
+            assert!(e.contains(want), "{a:?}: {e}");
+        }
     }
 }

@@ -6,10 +6,69 @@ use anyhow::{anyhow, bail, Result};
 use parbench::comm::{tcp, Algo, CommError, Communicator, DType};
 use parbench::compute::cpu::CpuCompute;
 use parbench::compute::Compute;
-use parbench::launch::{self, Role};
+use parbench::launch::{self, report::rank_line, LaunchError, RankInfo, Role};
+use parbench::limits::bytes_text;
 use parbench::measure::clock_sync::TimeBase;
 use parbench::pipeline::run_rank;
+use parbench::results::{self, PipelineRow};
 use std::sync::Mutex;
+
+/// Bad input found before anything runs (an unwritable --out, more memory
+/// than the machine has): one line, exit code 2.
+#[derive(Debug)]
+pub struct Refused(pub String);
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Refused {}
+
+/// A failure the launcher already named on stderr: exit with its code.
+#[derive(Debug)]
+pub struct Reported(pub i32);
+
+impl std::fmt::Display for Reported {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "a rank failed (exit code {})", self.0)
+    }
+}
+
+impl std::error::Error for Reported {}
+
+/// Checks --out (when this process writes it) and the memory the largest
+/// run takes on this host, `host(per_rank)` bytes from each run's per-rank
+/// figures, before anything is allocated.
+fn preflight(args: &Args, plan: &Plan, writes: bool, host: impl Fn(&[u128]) -> u128) -> Result<()> {
+    if writes {
+        results::prepare_out::<PipelineRow>(&args.out)
+            .map_err(|e| Refused(format!("--out {e}")))?;
+    }
+    for run in &plan.runs {
+        let per_rank = run.cfg.memory_bytes_per_rank();
+        let need = host(&per_rank) + run.cfg.reference_bytes();
+        parbench::limits::check_host_memory(
+            need,
+            "--hidden/--microbatch-size/--microbatches/--layers-per-stage",
+            &format!(
+                "{} S{} M{}: weights, kept activations and messages of the ranks on this host, {} at most per rank, and the gradient check's reference",
+                run.cfg.schedule.name,
+                run.cfg.schedule.ranks(),
+                run.cfg.schedule.microbatches,
+                bytes_text(per_rank.iter().copied().max().unwrap_or(0))
+            ),
+        )
+        .map_err(|e| Refused(e.0))?;
+    }
+    Ok(())
+}
+
+/// Every rank's figure, summed: all ranks on this host.
+fn all_ranks(per_rank: &[u128]) -> u128 {
+    per_rank.iter().sum()
+}
 
 /// Runs every planned run on the backend `--backend` names.
 pub fn run(args: &Args, plan: &Plan) -> Result<()> {
@@ -98,6 +157,7 @@ where
 }
 
 fn run_local(args: &Args, plan: &Plan) -> Result<()> {
+    preflight(args, plan, true, all_ranks)?;
     let threads = threads(args, plan.ranks);
     let name = compute(threads)?.name();
     let recorder = Mutex::new(Recorder::new(args, plan, "local", &name));
@@ -130,10 +190,32 @@ fn run_local(args: &Args, plan: &Plan) -> Result<()> {
 /// host; under torchrun, mpirun or srun their variables give the rank.
 fn run_tcp(args: &Args, plan: &Plan) -> Result<()> {
     let nprocs = args.nprocs.unwrap_or(plan.ranks);
-    let info = match launch::join_or_spawn(Some(nprocs))? {
-        Role::Launcher(status) => std::process::exit(launch::exit_code(status)),
-        Role::Rank(info) => info,
-        Role::Single => bail!("--backend tcp needs --nprocs or launcher variables"),
+    let joined = RankInfo::from_env().map_err(|e| Refused(e.to_string()))?;
+    match &joined {
+        // The spawning launcher checks for all its ranks, before they start.
+        None => preflight(args, plan, true, all_ranks)?,
+        Some(i) if i.source != launch::LaunchSource::Spawned => {
+            let here = [
+                "LOCAL_WORLD_SIZE",
+                "OMPI_COMM_WORLD_LOCAL_SIZE",
+                "MPI_LOCALNRANKS",
+            ]
+            .iter()
+            .find_map(|k| std::env::var(k).ok()?.trim().parse::<u128>().ok())
+            .unwrap_or(1);
+            preflight(args, plan, i.prints(), |p| {
+                p.iter().copied().max().unwrap_or(0) * here
+            })?
+        }
+        Some(_) => {}
+    }
+    let info = match launch::join_or_spawn(Some(nprocs)) {
+        Ok(Role::Launcher(status)) => std::process::exit(launch::exit_code(status)),
+        Ok(Role::Rank(info)) => info,
+        Ok(Role::Single) => bail!("--backend tcp needs --nprocs or launcher variables"),
+        // The launcher named the rank; its code is the run's.
+        Err(e @ LaunchError::RankFailed { .. }) => return Err(Reported(e.exit_code()).into()),
+        Err(e) => return Err(e.into()),
     };
     if info.world != plan.ranks {
         bail!(
@@ -150,7 +232,9 @@ fn run_tcp(args: &Args, plan: &Plan) -> Result<()> {
         threads,
         args.pin,
     );
-    let mut comm = tcp::comm(&info, Algo::Auto, plan.timeout)?;
+    let rank = info.rank;
+    let mut comm = tcp::comm(&info, Algo::Auto, plan.timeout)
+        .map_err(|e| anyhow!(rank_line(rank, &e.to_string())))?;
     let mut recorder = info.prints().then(|| {
         Recorder::new(
             args,
@@ -170,7 +254,8 @@ fn run_tcp(args: &Args, plan: &Plan) -> Result<()> {
             Some(r) => r.record(run, wire, rec),
             None => Ok(()),
         },
-    )?;
+    )
+    .map_err(|e| anyhow!(rank_line(rank, &e.to_string())))?;
     if let Some(r) = recorder {
         r.finish()?;
     }
@@ -191,6 +276,26 @@ fn run_nccl(args: &Args, plan: &Plan) -> Result<()> {
             plan.ranks
         ))
         .into());
+    }
+    preflight(args, plan, true, |_| 0)?;
+    if let Ok(have) = parbench::gpu::device_memory(0) {
+        for run in &plan.runs {
+            let per_gpu = run
+                .cfg
+                .memory_bytes_per_rank()
+                .iter()
+                .copied()
+                .max()
+                .unwrap_or(0);
+            parbench::limits::check_memory(
+                per_gpu + run.cfg.reference_bytes(),
+                have as u128,
+                "--hidden/--microbatch-size/--microbatches/--layers-per-stage",
+                "one stage rank's weights, kept activations and messages, with the reference on GPU 0",
+                "GPU 0's memory",
+            )
+            .map_err(|e| Refused(e.0))?;
+        }
     }
     let ordinals: Vec<usize> = (0..plan.ranks).collect();
     let comms = NcclComm::init_all(&ordinals, plan.timeout)?;

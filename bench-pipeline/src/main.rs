@@ -12,33 +12,60 @@ mod output;
 
 use anyhow::Result;
 use clap::Parser;
+use parbench::launch::{eprint_line, interrupt, report};
+
+fn say(msg: impl std::fmt::Display) {
+    eprint_line(&format!("bench-pipeline: {msg}"));
+}
 
 fn main() {
+    // Before any thread starts: SIGINT/SIGTERM keep the runs measured.
+    let _ = interrupt::install("bench-pipeline");
     // The noise guard's window starts here: run.json records the CPU time
     // other processes took while the whole run measured.
     parbench::measure::noise::mark_start();
-    let mut args = cli::Args::parse();
+    let mut args = match cli::Args::try_parse() {
+        Ok(a) => a,
+        Err(e) => {
+            // Help and version are not errors; everything else is one line, exit 2.
+            if !e.use_stderr() {
+                let _ = e.print();
+                std::process::exit(0);
+            }
+            eprint_line(&report::cli_error_line("bench-pipeline", &e.to_string()));
+            std::process::exit(2);
+        }
+    };
     if let Err(e) = launch::default_stages(&mut args) {
-        eprintln!("bench-pipeline: {e}");
+        say(e);
         std::process::exit(2);
     }
     let plan = match cli::plan(&args) {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("bench-pipeline: {e}");
+            say(e);
             std::process::exit(2);
         }
     };
     if let Err(e) = run(&args, plan) {
-        eprintln!("bench-pipeline: {e:#}");
-        // A machine without what the flags ask for (no GPU, too few GPUs) is
-        // bad input, as a bad flag is: exit 2, not a failed measurement.
-        let code = if e.downcast_ref::<Unavailable>().is_some() {
-            2
-        } else {
-            1
-        };
-        std::process::exit(code);
+        // A machine without what the flags ask for (no GPU, too few GPUs,
+        // too little memory) or an unwritable --out is bad input, as a bad
+        // flag is: exit 2, not a failed measurement.
+        if e.downcast_ref::<Unavailable>().is_some()
+            || e.downcast_ref::<launch::Refused>().is_some()
+        {
+            say(format!("{e:#}"));
+            std::process::exit(2);
+        }
+        let line = format!("{e:#}");
+        // The runs measured before the fault are in the folder.
+        let _ = parbench::results::record_cut_short(&line);
+        parbench::results::finish_writes();
+        if let Some(launch::Reported(code)) = e.downcast_ref::<launch::Reported>() {
+            std::process::exit(*code);
+        }
+        say(line);
+        std::process::exit(1);
     }
 }
 

@@ -60,6 +60,8 @@ impl Recorder {
         let run_id = results::new_run_id("pipeline");
         let mut meta = RunMeta::start("pipeline", &run_id, backend, plan.ranks);
         meta.extra.insert("compute".into(), compute.into());
+        // A fault or a signal from here on records the run as cut short.
+        results::begin_run(&args.out, &meta);
         println!(
             "# bench-pipeline {run_id}: backend {backend}, {} stage ranks, hidden {}, microbatch {} rows, work {}, {} per stage, {} timed steps after {} warm-up",
             plan.ranks, args.hidden, args.microbatch_size, args.work, compute, args.steps, args.warmup

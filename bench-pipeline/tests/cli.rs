@@ -251,3 +251,170 @@ fn check_time_base(meta: &parbench::results::RunMeta, base: &str, runs: usize) {
         }
     }
 }
+
+/// Exit 2 within 30 s, one line containing every string of `want`, no
+/// pipeline.csv.
+fn refused_in_one_line(args: &[&str], want: &[&str]) {
+    // One folder per call: the tests run in parallel.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let d = tmp(&format!("refused-{n}"));
+    let mut v = args.to_vec();
+    if !args.contains(&"--out") {
+        v.extend_from_slice(&["--out", d.to_str().unwrap()]);
+    }
+    let mut child = bin()
+        .args(&v)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > until {
+            let _ = child.kill();
+            panic!("{args:?}: still running after 30 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err:?}");
+    for w in want {
+        assert!(err.contains(w), "{args:?}: {w:?} not in {err:?}");
+    }
+    assert!(!d.join("pipeline.csv").exists(), "{args:?} measured");
+}
+
+#[test]
+fn counts_past_their_stated_limits_are_refused() {
+    // Was unbounded; 100000 stages ran 30 s with no output.
+    refused_in_one_line(&["--microbatches", "10000000"], &["10000000", "at most"]);
+    refused_in_one_line(&["--stages", "100000"], &["100000", "at most"]);
+}
+
+#[test]
+fn a_sleep_past_the_timeout_is_refused_on_every_backend() {
+    // Was a hang on local: a stuck stage was not ended by --timeout.
+    for backend in ["local", "tcp"] {
+        refused_in_one_line(
+            &[
+                "--backend",
+                backend,
+                "--work",
+                "sleep:999999999999999",
+                "--timeout",
+                "5",
+            ],
+            &["--work sleep:999999999999999", "--timeout 5"],
+        );
+    }
+}
+
+#[test]
+fn schedule_csv_indices_past_the_limits_name_file_line_and_cell() {
+    // Was: a panic (index out of bounds), a 64 GB allocation and abort,
+    // and "no stages or no microbatches".
+    let d = tmp("csv-limits");
+    for (i, text, cell) in [
+        (1, "0F0,0B0\n18446744073709551615F0\n", "line 2, cell 1"),
+        (2, "4000000000F0,4000000000B0\n", "line 1, cell 1"),
+        (3, "0F0,0F18446744073709551615\n", "line 1, cell 2"),
+    ] {
+        let csv = d.join(format!("s{i}.csv"));
+        std::fs::write(&csv, text).unwrap();
+        let name = csv.to_str().unwrap();
+        refused_in_one_line(&["--schedule-csv", name], &[name, cell, "at most"]);
+    }
+    // Was: a legal 10,000-row chain asked for 25.6 GB.
+    let chain = d.join("chain.csv");
+    let rows: Vec<String> = (0..10_000).map(|s| format!("{s}F0,{s}B0")).collect();
+    std::fs::write(&chain, rows.join("\n")).unwrap();
+    let name = chain.to_str().unwrap();
+    refused_in_one_line(
+        &["--schedule-csv", name],
+        &[name, "line 257", "at most 256"],
+    );
+}
+
+#[test]
+fn one_rule_per_flag() {
+    // Was: --timeout 0 and --threads 0 silently became 1.
+    refused_in_one_line(&["--timeout", "0"], &["--timeout 0"]);
+    refused_in_one_line(&["--threads", "0"], &["--threads 0"]);
+    // Was "unexpected argument '-2' found", without the flag.
+    refused_in_one_line(&["--stages", "-2"], &["--stages", "-2"]);
+    refused_in_one_line(
+        &["--stages", "2", "--stages", "3"],
+        &["--stages", "multiple"],
+    );
+    refused_in_one_line(&["--out", "/proc/x"], &["--out /proc/x", "os error"]);
+}
+
+#[test]
+fn sigint_keeps_the_schedules_already_measured() {
+    // Rows are appended as each schedule and microbatch count ends; a
+    // signal records the run as cut short and loses none of them.
+    let d = tmp("sigint");
+    let mut child = bin()
+        .args([
+            "--backend",
+            "local",
+            "--work",
+            "sleep:2000",
+            "--microbatches",
+            "1,2,4,8,16,32",
+            "--steps",
+            "3",
+            "--warmup",
+            "0",
+            "--out",
+            d.to_str().unwrap(),
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let rows = |d: &std::path::Path| {
+        std::fs::read_to_string(d.join("pipeline.csv"))
+            .map(|t| t.lines().count().saturating_sub(1))
+            .unwrap_or(0)
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while rows(&d) < 1 {
+        if std::time::Instant::now() > deadline || child.try_wait().unwrap().is_some() {
+            let _ = child.kill();
+            panic!("no row within 120 s, or the run ended first");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let before = rows(&d);
+    // SAFETY: kill(2) of the child this test started.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        assert!(
+            std::time::Instant::now() < until,
+            "still running 30 s after SIGINT"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(130), "{err}");
+    let kept: Vec<PipelineRow> = read_rows(&d.join("pipeline.csv")).unwrap();
+    // 3 schedules x 6 microbatch counts would be 18 rows (and more).
+    assert!(
+        kept.len() >= before && kept.len() < 18,
+        "{before} then {}",
+        kept.len()
+    );
+    let runs = read_runs(&d).unwrap();
+    assert!(
+        runs.last()
+            .and_then(|r| r.cut_short.as_deref())
+            .is_some_and(|w| w.contains("SIGINT")),
+        "{err}"
+    );
+}

@@ -12,6 +12,7 @@ pub mod compute;
 pub mod gpu;
 pub mod launch;
 pub mod layers;
+pub mod limits;
 pub mod measure;
 pub mod model;
 pub mod pipeline;

@@ -147,3 +147,104 @@ fn strangers_on_the_rendezvous_and_data_ports_do_not_stop_the_job() {
         assert!(s.is_some_and(|s| s.success()), "rank {r}: {status:?}");
     }
 }
+
+#[test]
+fn a_crowd_of_idle_connections_at_the_store_and_a_data_port_does_not_stop_the_job() {
+    // Was: 1,120 idle connections at the store killed the job (rank 1:
+    // "lost the store ... Connection reset by peer"), and more than 256 at
+    // a rank's data port while the mesh was built did too.
+    let name = "a_crowd_of_idle_connections_at_the_store_and_a_data_port_does_not_stop_the_job";
+    if let Some(info) = worker(name) {
+        if info.rank == 2 {
+            // Comes to the store only once the crowd stands at both doors.
+            let marker = std::env::var_os("CROWD_MARKER").unwrap();
+            let until = Instant::now() + Duration::from_secs(30);
+            while !std::path::Path::new(&marker).exists() {
+                assert!(Instant::now() < until, "the crowd never stood");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        let mut t = tcp::connect(&info, Duration::from_secs(30)).unwrap();
+        let (rank, world) = (t.rank(), t.world());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        for to in (0..world).filter(|&p| p != rank) {
+            t.send(to, &pattern(rank, to, 1000), deadline).unwrap();
+        }
+        for from in (0..world).filter(|&p| p != rank) {
+            let mut got = vec![0u8; 1000];
+            t.recv(from, RecvInto::Copy(&mut got), deadline).unwrap();
+            assert_eq!(got, pattern(from, rank, 1000));
+        }
+        if rank == 0 {
+            t.store().get("test/done", deadline).unwrap();
+        }
+        return;
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    // The ranks get the usual 1,024 descriptors (as on the machine where
+    // the crowd killed the job); this process keeps enough for the crowd.
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit with a valid struct.
+    unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
+    let mine = lim.rlim_cur;
+    if lim.rlim_max < 2048 {
+        eprintln!(
+            "skipped: the descriptor limit ({}) is too low for a crowd",
+            lim.rlim_max
+        );
+        return;
+    }
+    lim.rlim_cur = 1024;
+    // SAFETY: as above; lowering the soft limit is always allowed.
+    unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) };
+    let marker = std::env::temp_dir().join(format!("parbench-crowd-{port}"));
+    let _ = std::fs::remove_file(&marker);
+    let started = job(name, 3)
+        .env("CROWD_MARKER", &marker)
+        .env("MASTER_PORT", port.to_string())
+        .env("PARBENCH_JOB_TOKEN", TOKEN)
+        .start();
+    lim.rlim_cur = mine.max(2048);
+    // SAFETY: as above; back up to at most the hard limit.
+    unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) };
+    let mut children = started.unwrap();
+    let store = format!("127.0.0.1:{port}");
+    let until = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(&store).is_err() {
+        assert!(Instant::now() < until, "store never came up");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut client = StoreClient::connect(&store, TOKEN, 9, until).unwrap();
+    let data = String::from_utf8(client.get("parbench/tcp/addr/1", until).unwrap()).unwrap();
+    // More than a rank's 1,024 descriptors at the store, and past the 256
+    // waiting connections a door keeps at the data port: the doors must
+    // drop strangers to let the ranks in.
+    let mut crowd = Vec::new();
+    for (addr, n) in [(&store, 1200), (&data, 400)] {
+        for _ in 0..n {
+            if let Ok(s) = TcpStream::connect(addr) {
+                crowd.push(s);
+            }
+        }
+    }
+    assert!(
+        crowd.len() > 2 * 256,
+        "only {} connections opened",
+        crowd.len()
+    );
+    std::fs::write(&marker, b"").unwrap();
+    client.put("test/done", b"", until).unwrap();
+    let status = wait_all(&mut children, 60);
+    drop(crowd);
+    let _ = std::fs::remove_file(&marker);
+    for (r, s) in status.iter().enumerate() {
+        assert!(s.is_some_and(|s| s.success()), "rank {r}: {status:?}");
+    }
+}

@@ -43,6 +43,7 @@ pub const EXIT_NOISY: u8 = 3;
 
 /// Flags of `report compare`.
 #[derive(Args, Debug)]
+#[command(allow_negative_numbers = true)]
 pub struct CompareArgs {
     /// The reference results folder.
     pub baseline: PathBuf,
@@ -232,6 +233,9 @@ pub enum Verdict {
     Unchanged,
     /// Every row on one side came from a noisy run.
     NotJudged,
+    /// The figure is not a number that can be held against the other side
+    /// (a zero time it divides by, say): never a pass.
+    CannotJudge,
 }
 
 /// One compared figure.
@@ -327,6 +331,8 @@ pub struct Comparison {
     pub noisy_runs: Vec<(&'static str, String, f64)>,
     /// Suites present on both sides whose keys matched nothing, with why.
     pub unmatched: Vec<String>,
+    /// Runs of the current folder that were cut short: (run id, why).
+    pub cut_short: Vec<(String, String)>,
 }
 
 impl Comparison {
@@ -411,8 +417,13 @@ fn side(figs: &[(String, Figure)]) -> Option<Side> {
     })
 }
 
-/// How much worse `cur` is than `base` (negative: better).
+/// How much worse `cur` is than `base` (negative: better). Equal figures
+/// (two zero communication times at TP = 1) have not changed; a ratio to
+/// a zero baseline is not finite, and [`judge`] cannot judge it.
 fn worse_by(worse: Worse, base: f64, cur: f64) -> f64 {
+    if base == cur {
+        return 0.0;
+    }
     match worse {
         Worse::Higher => cur / base - 1.0,
         Worse::Lower => 1.0 - cur / base,
@@ -445,7 +456,7 @@ fn judge(
     let above_floor = dt.is_none_or(|d| d.abs() > floor_us);
     let rounds = b.rounds >= 2 && c.rounds >= 2;
     let verdict = if !by.is_finite() {
-        Verdict::Unchanged
+        Verdict::CannotJudge
     } else if by > threshold && by > noise && above_floor && (!rounds || all_worse(worse, c, b)) {
         Verdict::Regression
     } else if -by > threshold && -by > noise && above_floor && (!rounds || all_worse(worse, b, c)) {
@@ -519,6 +530,11 @@ pub fn compare_rows<R: Compared>(
                 time_change_us: None,
                 floor_us,
             };
+            // Quiet rows on both sides whose figure is no finite number.
+            let has = |q: &Vec<Vec<(String, Figure)>>| q.get(i).is_some_and(|f| !f.is_empty());
+            if (bs.is_none() && has(&bq)) || (cs.is_none() && has(&cq)) {
+                change.verdict = Verdict::CannotJudge;
+            }
             if let (Some(bs), Some(cs)) = (bs, cs) {
                 let (by, noise, dt, verdict) = judge(fig.worse, &bs, &cs, threshold, floor_us);
                 change = Change {
@@ -578,6 +594,11 @@ fn why_unmatched<R: Compared>(base: &[R], cur: &[R]) -> String {
 pub fn compare_sources(base: &Source, cur: &Source, threshold: f64) -> Comparison {
     let mut out = Comparison::default();
     let (bi, ci) = (run_infos(base), run_infos(cur));
+    out.cut_short = cur
+        .runs
+        .iter()
+        .filter_map(|r| Some((r.run_id.clone(), r.cut_short.clone()?)))
+        .collect();
     for (side, infos) in [("baseline", &bi), ("current", &ci)] {
         for (id, i) in infos {
             if i.noisy() {
@@ -682,7 +703,8 @@ pub fn render(cmp: &Comparison, args: &CompareArgs) -> String {
     let regs = cmp.with(Verdict::Regression);
     let imps = cmp.with(Verdict::Improvement);
     let not_judged = cmp.with(Verdict::NotJudged);
-    let same = cmp.changes.len() - regs.len() - imps.len() - not_judged.len();
+    let cannot = cmp.with(Verdict::CannotJudge);
+    let same = cmp.changes.len() - regs.len() - imps.len() - not_judged.len() - cannot.len();
     let md = args.markdown;
     let mut out = String::new();
     let heading = |s: &str| {
@@ -710,7 +732,7 @@ pub fn render(cmp: &Comparison, args: &CompareArgs) -> String {
             .join("/")
     };
     out.push_str(&format!(
-        "{} figures compared ({} against {}, threshold {:.1}%, rounds {} against {}): {} regressions, {} improvements, {} unchanged, {} noisy: not judged; {} keys only in the baseline, {} only in the current run.\n",
+        "{} figures compared ({} against {}, threshold {:.1}%, rounds {} against {}): {} regressions, {} improvements, {} unchanged, {} noisy: not judged, {} cannot be judged; {} keys only in the baseline, {} only in the current run.\n",
         cmp.changes.len(),
         args.current.display(),
         args.baseline.display(),
@@ -721,6 +743,7 @@ pub fn render(cmp: &Comparison, args: &CompareArgs) -> String {
         imps.len(),
         same,
         not_judged.len(),
+        cannot.len(),
         cmp.only_baseline.len(),
         cmp.only_current.len()
     ));
@@ -793,7 +816,29 @@ pub fn run(args: &CompareArgs) -> Result<ExitCode> {
         );
     }
     print!("{}", render(&cmp, args));
-    Ok(if !cmp.with(Verdict::Regression).is_empty() {
+    let regressed = !cmp.with(Verdict::Regression).is_empty();
+    // A current run the gate could not judge whole never passes it.
+    if !regressed {
+        if let Some(c) = cmp.with(Verdict::CannotJudge).first() {
+            bail!(
+                "{} figure(s) of {} cannot be judged (no finite change: a zero figure?), first {} {} {}: baseline {}, current {}",
+                cmp.with(Verdict::CannotJudge).len(),
+                args.current.display(),
+                c.suite,
+                c.key,
+                c.figure,
+                c.baseline,
+                c.current
+            );
+        }
+        if let Some((id, why)) = cmp.cut_short.first() {
+            bail!(
+                "{}: run {id} was cut short ({why}): the sizes it did not reach were not judged",
+                args.current.display()
+            );
+        }
+    }
+    Ok(if regressed {
         ExitCode::from(1)
     } else if !cmp.with(Verdict::NotJudged).is_empty() {
         ExitCode::from(EXIT_NOISY)

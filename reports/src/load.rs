@@ -85,7 +85,13 @@ pub fn load_source(dir: &Path, with_timelines: bool) -> Result<Source> {
             if name.is_empty() || timelines.contains_key(name) {
                 continue;
             }
-            let path = dir.join(name);
+            let path = timeline_path(dir, name).map_err(|why| {
+                anyhow!(
+                    "{}:{}: timeline {name:?} {why}",
+                    dir.join(PipelineRow::FILE).display(),
+                    i + 2
+                )
+            })?;
             if !path.is_file() {
                 bail!(
                     "{}:{}: names timeline {}, which does not exist",
@@ -106,6 +112,26 @@ pub fn load_source(dir: &Path, with_timelines: bool) -> Result<Source> {
         runs,
         timelines,
     })
+}
+
+/// Where a row's timeline file is: a plain file name inside `dir`, never
+/// a path out of it (no `..`, no folder, not absolute), and not a link
+/// that leads out of it. A report opens only what the folder holds.
+fn timeline_path(dir: &Path, name: &str) -> std::result::Result<PathBuf, &'static str> {
+    let plain = Path::new(name)
+        .file_name()
+        .is_some_and(|f| f == std::ffi::OsStr::new(name));
+    if !plain || name == ".." || name.contains(['/', '\\']) {
+        return Err("is not a file name in the results folder (a path, `..` or absolute)");
+    }
+    let path = dir.join(name);
+    // A link is followed only when it stays inside the folder.
+    if let (Ok(real), Ok(root)) = (path.canonicalize(), dir.canonicalize()) {
+        if !real.starts_with(&root) {
+            return Err("is a link that leads out of the results folder");
+        }
+    }
+    Ok(path)
 }
 
 impl Source {
@@ -194,6 +220,26 @@ pub fn read_text(path: &Path) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn timelines_stay_inside_the_folder() {
+        let dir = std::env::temp_dir().join(format!("parbench-tl-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("timeline-a.json"), "[]").unwrap();
+        assert!(timeline_path(&dir, "timeline-a.json").is_ok());
+        for bad in [
+            "../../../../etc/hostname",
+            "/etc/hostname",
+            "..",
+            "sub/x.json",
+            "a\\b",
+        ] {
+            assert!(timeline_path(&dir, bad).is_err(), "{bad}");
+        }
+        std::os::unix::fs::symlink("/etc/hostname", dir.join("out.json")).unwrap();
+        assert!(timeline_path(&dir, "out.json").is_err());
+        std::fs::remove_dir_all(&dir).ok();
+    }
 
     #[test]
     fn labels_are_unique() {

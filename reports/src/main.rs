@@ -24,6 +24,9 @@ use std::process::ExitCode;
 
 #[derive(Parser)]
 #[command(
+    // A negative number reaches the flag's own check (as in every
+    // parbench binary); a flag given twice is refused.
+    allow_negative_numbers = true,
     name = "report",
     version,
     about = "Reports on parbench results: the model's tables, an HTML report, and baseline comparison"
@@ -59,9 +62,16 @@ fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
-            let code = if e.use_stderr() { 2 } else { 0 };
-            let _ = e.print();
-            return ExitCode::from(code);
+            // Help and version are not errors; everything else is one line, exit 2.
+            if !e.use_stderr() {
+                let _ = e.print();
+                return ExitCode::SUCCESS;
+            }
+            let text = e.to_string();
+            parbench::launch::eprint_line(&parbench::launch::report::cli_error_line(
+                "report", &text,
+            ));
+            return ExitCode::from(2);
         }
     };
     let result = match cli.command {
@@ -77,7 +87,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("report: {e:#}");
+            parbench::launch::eprint_line(&format!("report: {e:#}"));
             ExitCode::from(2)
         }
     }

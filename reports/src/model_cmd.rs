@@ -10,6 +10,7 @@ use clap::Args;
 
 /// Flags of `report model`.
 #[derive(Args, Debug)]
+#[command(allow_negative_numbers = true)]
 pub struct ModelArgs {
     /// Sequences in the batch (microbatch size b).
     #[arg(long, default_value_t = 32)]

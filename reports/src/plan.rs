@@ -25,6 +25,7 @@ pub const PLAN_SCHEMA: u32 = 1;
 
 /// Flags of `report plan`.
 #[derive(Args, Debug)]
+#[command(allow_negative_numbers = true)]
 pub struct PlanArgs {
     /// A model preset (tiny, gpt3-1.3b, llama2-70b, gpt3-175b); or give the shape with --layers, --hidden, --heads, --ffn, --seq.
     #[arg(long)]
@@ -162,6 +163,13 @@ fn model_of(a: &PlanArgs) -> Result<Preset> {
         v.ok_or_else(|| anyhow!("give --model PRESET or the whole shape: {flag} is missing"))
     };
     let heads = need(a.heads, "--heads")?;
+    // Grouped-query attention shares each key/value head among a whole
+    // number of query heads.
+    if let Some(kv) = a.kv_heads {
+        if kv == 0 || heads % kv != 0 {
+            bail!("--kv-heads {kv} must divide --heads {heads} (each key/value head serves a whole number of query heads)");
+        }
+    }
     Ok(Preset {
         name: "custom",
         source: "flags",

@@ -332,3 +332,40 @@ fn one_descheduled_iteration_is_not_a_regression() {
     assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
     assert!(stdout(&o).contains(": 0 regressions"), "{}", stdout(&o));
 }
+
+#[test]
+fn a_figure_that_cannot_be_judged_is_never_a_pass() {
+    // Was: a change with no finite value (a ratio to a zero baseline)
+    // counted as unchanged and the gate passed with exit 0.
+    let base = copy_fixture("shm", "cmp-zero-base");
+    edit_collectives(&base, |r| {
+        if is_target(r) {
+            r.p50_us = 0.0;
+            r.time_us = 0.0;
+            r.time_min_us = 0.0;
+            r.time_max_us = 0.0;
+            r.p99_us = 0.0;
+        }
+    });
+    let cur = fixture("shm");
+    let o = report(&["compare", base.to_str().unwrap(), cur.to_str().unwrap()]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{}{err}", stdout(&o));
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("cannot be judged"), "{err}");
+}
+
+#[test]
+fn a_current_run_cut_short_is_never_a_pass() {
+    let cur = copy_fixture("shm", "cmp-cut-short");
+    let path = cur.join("run.json");
+    let mut runs: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    runs[0]["cut_short"] = "interrupted by SIGINT".into();
+    std::fs::write(&path, serde_json::to_vec_pretty(&runs).unwrap()).unwrap();
+    let base = fixture("shm");
+    let o = report(&["compare", base.to_str().unwrap(), cur.to_str().unwrap()]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{}{err}", stdout(&o));
+    assert!(err.contains("cut short") && err.contains("SIGINT"), "{err}");
+}

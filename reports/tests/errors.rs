@@ -152,3 +152,115 @@ fn unwritable_output_is_one_line() {
         stderr(&o)
     );
 }
+
+/// Rewrites column `col` of every row of `dir/collectives.csv` to `value`.
+fn set_column(dir: &Path, col: &str, value: &str) {
+    let path = dir.join("collectives.csv");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut lines = text.lines();
+    let header = lines.next().unwrap();
+    let at = header.split(',').position(|c| c == col).unwrap();
+    let mut out = format!("{header}\n");
+    for l in lines {
+        let mut cells: Vec<&str> = l.split(',').collect();
+        cells[at] = value;
+        out.push_str(&cells.join(","));
+        out.push('\n');
+    }
+    std::fs::write(&path, out).unwrap();
+}
+
+#[test]
+fn a_garbage_csv_without_a_newline_is_refused() {
+    // Was read as a header with no rows: an empty report, exit 0.
+    let d = copy_fixture("shm", "garbage");
+    let garbage: Vec<u8> = (0..10_000_000u32)
+        .map(|i| b"abc;,x9 \"q"[(i.wrapping_mul(2654435761) >> 28) as usize % 10])
+        .collect();
+    std::fs::write(d.join("collectives.csv"), garbage).unwrap();
+    assert_refused(&d, &["collectives.csv"]);
+}
+
+#[test]
+fn nan_inf_and_negative_figures_name_file_line_and_column() {
+    // Was accepted; a run with p50_us=NaN everywhere passed compare.
+    for (i, v) in ["NaN", "inf", "-3.5"].into_iter().enumerate() {
+        let d = copy_fixture("shm", &format!("bad-figure-{i}"));
+        set_column(&d, "p50_us", v);
+        assert_refused(&d, &["collectives.csv:2", "p50_us"]);
+    }
+}
+
+#[test]
+fn non_utf8_text_is_one_line_with_file_and_line() {
+    // Was a debug dump: Utf8 { pos: Some(Position {...}) }.
+    let d = copy_fixture("shm", "non-utf8");
+    let path = d.join("collectives.csv");
+    let mut bytes = std::fs::read(&path).unwrap();
+    let second = bytes.iter().position(|&b| b == b'\n').unwrap() + 1;
+    bytes.splice(second + 2..second + 2, [0xff, 0xfe]);
+    std::fs::write(&path, bytes).unwrap();
+    assert_refused(&d, &["collectives.csv:2"]);
+    let o = report(&["compare", d.to_str().unwrap(), d.to_str().unwrap()]);
+    assert!(!stderr(&o).contains("Position"), "{}", stderr(&o));
+}
+
+#[test]
+fn a_timeline_outside_the_folder_is_not_opened() {
+    // Was followed: ../../../../etc/hostname was read and drawn. Here the
+    // file outside is a valid timeline, so only the folder rule refuses it.
+    let d = copy_fixture("shm", "timeline-escape");
+    let path = d.join("pipeline.csv");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let first = text
+        .lines()
+        .nth(1)
+        .and_then(|l| l.split(',').find(|c| c.starts_with("timeline-")))
+        .unwrap()
+        .to_string();
+    let outside = d.parent().unwrap().join("escaped-timeline.json");
+    std::fs::copy(d.join(&first), &outside).unwrap();
+    std::fs::write(&path, text.replace(&first, "../escaped-timeline.json")).unwrap();
+    refused(
+        &d,
+        &[
+            "../escaped-timeline.json",
+            "not a file name in the results folder",
+        ],
+        true,
+    );
+}
+
+#[test]
+fn plan_refuses_kv_heads_that_do_not_divide_heads() {
+    let o = report(&[
+        "plan",
+        "--layers",
+        "2",
+        "--hidden",
+        "64",
+        "--heads",
+        "4",
+        "--kv-heads",
+        "3",
+        "--ffn",
+        "256",
+        "--vocab",
+        "100",
+        "--global-batch",
+        "8",
+        "--gpus",
+        "2",
+        "--compute-tflops",
+        "10",
+        "--memory",
+        "40",
+    ]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("--kv-heads 3") && err.contains("--heads 4"),
+        "{err}"
+    );
+}

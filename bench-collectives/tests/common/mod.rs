@@ -57,3 +57,117 @@ pub fn read_csv(
         .collect();
     (header, rows)
 }
+
+/// Runs the binary with arguments that need not be UTF-8.
+pub fn run_os(args: &[std::ffi::OsString]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_bench-collectives"))
+        .args(args)
+        .env_remove("PARBENCH_SELFTEST_CORRUPT_RANK")
+        .output()
+        .expect("the binary starts")
+}
+
+/// Starts the binary with `args`, its output captured, without waiting.
+pub fn start(args: &[&str]) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_bench-collectives"))
+        .args(args)
+        .env_remove("PARBENCH_SELFTEST_CORRUPT_RANK")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the binary starts")
+}
+
+/// Waits for `child` at most `secs` seconds (then kills it and fails the
+/// test): no test may hang.
+pub fn finish_within(mut child: std::process::Child, secs: u64) -> Output {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    loop {
+        if child.try_wait().expect("try_wait").is_some() {
+            return child.wait_with_output().expect("output");
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let o = child.wait_with_output().expect("output");
+            panic!(
+                "still running after {secs} s: {}\n{}",
+                stdout(&o),
+                stderr(&o)
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// The rank (`RANK`) of each child process of `pid`, once `n` of them
+/// have started (within `secs` seconds): (rank, pid).
+pub fn ranks_of(pid: u32, n: usize, secs: u64) -> Vec<(usize, i32)> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    loop {
+        let kids: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+            .flat_map(|s| {
+                s.split_whitespace()
+                    .filter_map(|p| p.parse().ok())
+                    .collect::<Vec<i32>>()
+            })
+            .collect();
+        // A child shows its own environment once it has exec'd.
+        let ranks: Vec<(usize, i32)> = kids
+            .iter()
+            .filter_map(|&k| {
+                let env = std::fs::read(format!("/proc/{k}/environ")).ok()?;
+                let rank = env
+                    .split(|&b| b == 0)
+                    .find_map(|v| v.strip_prefix(b"RANK="))?;
+                Some((std::str::from_utf8(rank).ok()?.parse().ok()?, k))
+            })
+            .collect();
+        if ranks.len() >= n {
+            return ranks;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "only {} of {n} ranks started",
+            ranks.len()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+/// Data rows in `dir/collectives.csv` so far (0 when there is no file).
+pub fn rows_in(dir: &std::path::Path) -> usize {
+    std::fs::read_to_string(dir.join("collectives.csv"))
+        .map(|t| t.lines().count().saturating_sub(1))
+        .unwrap_or(0)
+}
+
+/// `base` with the flags of `extra` set: a flag `base` has already takes
+/// `extra`'s value in its place (a flag may be given once), the rest of
+/// `extra` (collectives, new flags) is appended.
+pub fn with<'a>(base: &[&'a str], extra: &[&'a str]) -> Vec<&'a str> {
+    let mut v = base.to_vec();
+    let mut i = 0;
+    while i < extra.len() {
+        let flag = extra[i];
+        let value = extra.get(i + 1).filter(|x| !x.starts_with('-'));
+        match (v.iter().position(|a| *a == flag), value) {
+            (Some(at), Some(val)) if flag.starts_with('-') => {
+                v[at + 1] = val;
+                i += 2;
+            }
+            (_, Some(val)) if flag.starts_with('-') => {
+                v.extend_from_slice(&[flag, val]);
+                i += 2;
+            }
+            _ => {
+                v.push(flag);
+                i += 1;
+            }
+        }
+    }
+    v
+}

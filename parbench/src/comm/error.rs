@@ -9,7 +9,7 @@ use std::time::Duration;
 #[derive(Debug, thiserror::Error)]
 pub enum CommError {
     /// A wait passed its deadline.
-    #[error("rank {rank}: {op} timed out after {after:?} waiting for rank {peer}")]
+    #[error("rank {rank}: {op} timed out after {} waiting for rank {peer}", crate::launch::duration_text(*.after))]
     Timeout {
         rank: usize,
         peer: usize,

@@ -126,6 +126,21 @@ pub fn device_names() -> Result<Vec<String>, GpuError> {
     })
 }
 
+/// The memory of device `ordinal`, bytes (`cuDeviceTotalMem`): what a run's
+/// buffers on one GPU are held against before any is allocated.
+pub fn device_memory(ordinal: usize) -> Result<u64, GpuError> {
+    require(&[Lib::Driver])?;
+    guarded("cuDeviceTotalMem", || {
+        cudarc::driver::result::init().map_err(|e| GpuError::NoDevice(e.to_string()))?;
+        let d = cudarc::driver::result::device::get(ordinal as i32)
+            .map_err(|e| GpuError::call("cuDeviceGet", e))?;
+        // SAFETY: a device handle the driver just returned.
+        let bytes = unsafe { cudarc::driver::result::device::total_mem(d) }
+            .map_err(|e| GpuError::call("cuDeviceTotalMem", e))?;
+        Ok(bytes as u64)
+    })
+}
+
 /// The CUDA version the driver supports, as `major.minor` (`12.8`).
 pub fn driver_version() -> Result<String, GpuError> {
     require(&[Lib::Driver])?;

@@ -10,8 +10,8 @@
 //! let nprocs: Option<usize> = None; // from the binary's `--nprocs` flag
 //! match launch::join_or_spawn(nprocs)? {
 //!     // This process launched N ranks of itself and they all succeeded.
-//!     // (A failed rank is `Err(LaunchError::RankFailed)`: print it and
-//!     // exit with `err.exit_code()`, the failed rank's own code.)
+//!     // (A failed rank is `Err(LaunchError::RankFailed)`, already named on
+//!     // stderr by the launcher: exit with `err.exit_code()`, that rank's code.)
 //!     Role::Launcher(status) => std::process::exit(launch::exit_code(status)),
 //!     // This process is one rank of a job (spawned, torchrun, mpirun, srun).
 //!     Role::Rank(info) => { /* tcp::connect(&info, timeout) ... */ }
@@ -26,11 +26,14 @@
 //! ([`RankInfo::prints`]). The same rule holds under every launcher.
 
 mod env;
+pub mod interrupt;
+pub mod report;
 mod spawn;
 pub mod store;
 
 pub use env::{LaunchSource, RankInfo, DEFAULT_MASTER_ADDR, DEFAULT_MASTER_PORT, DEFAULT_TOKEN};
-pub use spawn::{exit_code, new_token, spawn_local_ranks, LocalJob};
+pub use report::{duration_text, eprint_line};
+pub use spawn::{exit_code, how_it_ended, new_token, spawn_local_ranks, LocalJob, STOP_GRACE};
 pub use store::Store;
 
 use std::process::ExitStatus;
@@ -67,14 +70,20 @@ pub enum LaunchError {
     /// Starting or watching a child process failed.
     #[error("launching rank {rank}: {source}")]
     Spawn { rank: usize, source: std::io::Error },
-    /// A spawned rank ended with a failure; the others were stopped.
-    #[error("rank {rank} failed ({status}); the other ranks were stopped")]
-    RankFailed { rank: usize, status: ExitStatus },
+    /// A spawned rank ended with a failure, the first to do so; the others
+    /// were stopped. The launcher has already said so on stderr.
+    #[error("rank {rank} {} {} after launch; the other ranks were stopped", how_it_ended(*.status), duration_text(*.after))]
+    RankFailed {
+        rank: usize,
+        status: ExitStatus,
+        /// When it ended, from the launch.
+        after: Duration,
+    },
     /// The rendezvous store could not be reached or served.
     #[error("rendezvous store at {addr}: {detail}")]
     Store { addr: String, detail: String },
     /// A rendezvous wait passed its deadline.
-    #[error("rank {rank}: rendezvous wait for {what} timed out after {after:?} (store at {addr})")]
+    #[error("rank {rank}: rendezvous wait for {what} timed out after {} (store at {addr})", duration_text(*.after))]
     StoreTimeout {
         rank: usize,
         what: String,
@@ -103,6 +112,36 @@ impl From<LaunchError> for crate::comm::CommError {
     fn from(e: LaunchError) -> Self {
         crate::comm::CommError::Setup(e.to_string())
     }
+}
+
+/// Raises this process's soft limit on open files to its hard limit (at
+/// most 65,536), once: a rank that serves the store or a data port holds a
+/// descriptor per connection, and a crowd of strangers must not run it out
+/// of them before the job's own ranks are in.
+pub(crate) fn raise_fd_limit() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: rlimit is plain data; getrlimit fills it, setrlimit reads it.
+        unsafe {
+            let mut l: libc::rlimit = std::mem::zeroed();
+            if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) == 0 {
+                let want = l.rlim_max.min(65_536);
+                if l.rlim_cur < want {
+                    l.rlim_cur = want;
+                    let _ = libc::setrlimit(libc::RLIMIT_NOFILE, &l);
+                }
+            }
+        }
+    });
+}
+
+/// Lets `listener` queue more connections than the standard library's
+/// 128 (the kernel caps it at `net.core.somaxconn`), so that a burst of
+/// connections does not refuse a rank before the accept loop takes them.
+pub(crate) fn deepen_backlog(listener: &std::net::TcpListener) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: listen(2) on a listening socket only changes its backlog.
+    unsafe { libc::listen(listener.as_raw_fd(), 4096) };
 }
 
 /// What this process is in a job (see the module example).

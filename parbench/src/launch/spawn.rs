@@ -1,17 +1,29 @@
 //! `--nprocs N`: N local ranks of one program on loopback, watched by the
 //! process that started them.
+//!
+//! The launcher names every fault itself: the first rank to end with a
+//! failure, in time (a thread per rank waits for its exit and notes when),
+//! is reported on stderr in one line (which rank, its exit code or signal,
+//! how long after launch) before the others are stopped: SIGTERM, then
+//! SIGKILL after [`STOP_GRACE`] for any rank still running. A rank killed
+//! outright (SIGKILL) prints nothing itself; this line is then the only
+//! one that names it. A signal to the launcher (SIGINT, SIGTERM) is passed
+//! on to the ranks the same way when [`super::interrupt`] is installed.
 
+use super::report::{duration_text, eprint_line, signal_name};
 use super::LaunchError;
 use std::ffi::{OsStr, OsString};
 use std::io::Read;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
 
-/// How often the launcher looks at its children: short enough that a failed
-/// rank's partners are stopped before they report their own (secondary) errors.
-const WATCH_INTERVAL: Duration = Duration::from_millis(5);
+/// How long stopped ranks have to end on SIGTERM (rank 0 records what it
+/// measured as cut short) before they are killed.
+pub const STOP_GRACE: Duration = Duration::from_secs(2);
 
 /// N ranks of one program on this host, meeting on loopback.
 ///
@@ -26,6 +38,7 @@ pub struct LocalJob {
     program: PathBuf,
     args: Vec<OsString>,
     env: Vec<(OsString, OsString)>,
+    label: String,
 }
 
 impl LocalJob {
@@ -35,12 +48,24 @@ impl LocalJob {
         program: impl Into<PathBuf>,
         args: impl IntoIterator<Item = impl Into<OsString>>,
     ) -> Self {
+        let program: PathBuf = program.into();
+        let label = program
+            .file_name()
+            .map_or_else(|| "launcher".into(), |n| n.to_string_lossy().into_owned());
         LocalJob {
             ranks,
-            program: program.into(),
+            program,
             args: args.into_iter().map(Into::into).collect(),
             env: Vec::new(),
+            label,
         }
+    }
+
+    /// What the launcher's fault line starts with (default: the program's
+    /// file name), e.g. `bench-layers: tp 4`.
+    pub fn label(mut self, label: impl Into<String>) -> Self {
+        self.label = label.into();
+        self
     }
 
     /// `ranks` copies of the running binary with this process's arguments.
@@ -58,11 +83,13 @@ impl LocalJob {
     }
 
     /// Starts the ranks and waits for all of them. `Ok` holds the common
-    /// (successful) exit status; the first rank that fails stops the others
-    /// (SIGKILL) and is returned as [`LaunchError::RankFailed`].
+    /// (successful) exit status. The first rank to fail (in time) is named
+    /// on stderr at once, in one line, then the others are stopped (see the
+    /// module docs); it comes back as [`LaunchError::RankFailed`], already
+    /// reported.
     pub fn run(&self) -> Result<ExitStatus, LaunchError> {
-        let mut children = self.start()?;
-        watch(&mut children)
+        let children = self.start()?;
+        supervise(children, Instant::now(), &self.label)
     }
 
     /// Starts the ranks without waiting; the caller owns (and must reap) them.
@@ -70,9 +97,10 @@ impl LocalJob {
     /// ends (that is how `PR_SET_PDEATHSIG` works): call this from a thread
     /// that outlives them, as [`LocalJob::run`] does by waiting in it.
     pub fn start(&self) -> Result<Vec<Child>, LaunchError> {
-        if self.ranks == 0 || self.ranks > 4096 {
+        let max = crate::limits::MAX_SPAWNED_RANKS;
+        if self.ranks == 0 || self.ranks > max {
             return Err(LaunchError::Invalid(format!(
-                "--nprocs {} (expected 1 to 4096)",
+                "--nprocs {} (expected 1 to {max})",
                 self.ranks
             )));
         }
@@ -168,30 +196,272 @@ fn free_loopback_port() -> std::io::Result<u16> {
     Ok(l.local_addr()?.port())
 }
 
-fn watch(children: &mut [Child]) -> Result<ExitStatus, LaunchError> {
-    let mut done: Vec<Option<ExitStatus>> = vec![None; children.len()];
+/// The children's pids while they can still be signalled: a rank's entry
+/// is cleared before it is reaped, so a pid is never signalled after the
+/// kernel may have given it to another process.
+type Pids = Arc<Mutex<Vec<Option<libc::pid_t>>>>;
+
+/// Sends `sig` to every rank not yet reaped.
+fn signal_all(pids: &Pids, sig: i32) {
+    if let Ok(p) = pids.lock() {
+        for pid in p.iter().flatten() {
+            // SAFETY: a child of this process that has not been reaped.
+            unsafe { libc::kill(*pid, sig) };
+        }
+    }
+}
+
+/// Stops every rank still running: `first` (SIGTERM), and after
+/// [`STOP_GRACE`] SIGKILL for those that have not ended.
+fn stop_gently(pids: &Pids, exited: &[AtomicBool], first: i32) {
+    signal_all(pids, first);
+    let until = Instant::now() + STOP_GRACE;
+    while Instant::now() < until && !exited.iter().all(|e| e.load(Ordering::SeqCst)) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    signal_all(pids, libc::SIGKILL);
+}
+
+/// `waitid(2)` for child `pid` with `WEXITED | WNOWAIT | extra` (the child
+/// is left to be reaped later): the return code and what it filled in.
+fn peek_exit(pid: libc::pid_t, extra: libc::c_int) -> (libc::c_int, libc::siginfo_t) {
+    // SAFETY: siginfo_t is plain data; waitid fills it.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointer; WNOWAIT leaves the child to be reaped later.
+    let rc = unsafe {
+        libc::waitid(
+            libc::P_PID,
+            pid as libc::id_t,
+            &mut info,
+            libc::WEXITED | libc::WNOWAIT | extra,
+        )
+    };
+    (rc, info)
+}
+
+/// Blocks until process `pid` has ended, without reaping it (its pid stays
+/// taken until the launcher reaps it).
+fn wait_exit(pid: libc::pid_t) {
     loop {
-        for (rank, child) in children.iter_mut().enumerate() {
-            if done[rank].is_some() {
-                continue;
+        let (rc, _) = peek_exit(pid, 0);
+        if rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return;
+        }
+    }
+}
+
+/// How long the launcher waits, after a first failure, for ranks already
+/// dying to become waitable: a rank killed outright may have closed its
+/// sockets (and so made its peers fail) before the kernel lets its parent
+/// see it end.
+const SETTLE: Duration = Duration::from_millis(500);
+
+/// The ranks of `pending` that have ended, or end within [`SETTLE`] of a
+/// signal already on its way (a SIGKILL pending, or a thread-group leader
+/// already a zombie): their statuses, without reaping them.
+fn settle(pending: &[(usize, libc::pid_t)]) -> Vec<(usize, ExitStatus)> {
+    let until = Instant::now() + SETTLE;
+    let mut ended = Vec::new();
+    let mut left: Vec<(usize, libc::pid_t)> = pending.to_vec();
+    loop {
+        left.retain(|&(r, pid)| match ended_already(pid) {
+            Some(st) => {
+                ended.push((r, st));
+                false
             }
-            match child.try_wait() {
-                Ok(Some(status)) if status.success() => done[rank] = Some(status),
-                Ok(Some(status)) => {
-                    stop_all(children);
-                    return Err(LaunchError::RankFailed { rank, status });
-                }
-                Ok(None) => {}
-                Err(source) => {
-                    stop_all(children);
-                    return Err(LaunchError::Spawn { rank, source });
-                }
+            None => dying(pid),
+        });
+        if left.is_empty() || Instant::now() >= until {
+            return ended;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Whether process `pid` is on its way out: its leader thread already a
+/// zombie, or a SIGKILL pending for it.
+fn dying(pid: libc::pid_t) -> bool {
+    let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with(['Z', 'X']))
+    });
+    let killed = std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|s| {
+        s.lines()
+            .filter_map(|l| {
+                l.strip_prefix("ShdPnd:")
+                    .or_else(|| l.strip_prefix("SigPnd:"))
+            })
+            .filter_map(|v| u64::from_str_radix(v.trim(), 16).ok())
+            .any(|mask| mask & (1 << (libc::SIGKILL - 1)) != 0)
+    });
+    zombie || killed
+}
+
+/// The exit status of child `pid` if it has ended (it is not reaped).
+fn ended_already(pid: libc::pid_t) -> Option<ExitStatus> {
+    // WNOHANG: at once, ended or not.
+    let (rc, info) = peek_exit(pid, libc::WNOHANG);
+    // SAFETY: si_pid and si_status are set when waitid reports a child.
+    let (who, code, status) = unsafe { (info.si_pid(), info.si_code, info.si_status()) };
+    if rc != 0 || who == 0 {
+        return None;
+    }
+    // Back to a wait(2) status word: the signal in the low bits, or the code.
+    let raw = match code {
+        libc::CLD_EXITED => (status & 0xff) << 8,
+        libc::CLD_DUMPED => (status & 0x7f) | 0x80,
+        _ => status & 0x7f,
+    };
+    Some(ExitStatus::from_raw(raw))
+}
+
+/// How a failed rank ended, in words: `exited with code 3`, `was killed by
+/// signal 9 (SIGKILL)`.
+pub fn how_it_ended(status: ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(c), _) => format!("exited with code {c}"),
+        (None, Some(sig)) => format!("was killed by signal {sig} ({})", signal_name(sig)),
+        (None, None) => format!("ended ({status})"),
+    }
+}
+
+fn supervise(
+    mut children: Vec<Child>,
+    launched: Instant,
+    label: &str,
+) -> Result<ExitStatus, LaunchError> {
+    let n = children.len();
+    let pids: Pids = Arc::new(Mutex::new(
+        children
+            .iter()
+            .map(|c| Some(c.id() as libc::pid_t))
+            .collect(),
+    ));
+    let exited: Arc<Vec<AtomicBool>> = Arc::new((0..n).map(|_| AtomicBool::new(false)).collect());
+    let (tx, rx) = mpsc::channel::<usize>();
+    let mut waiters = Vec::with_capacity(n);
+    for (rank, c) in children.iter().enumerate() {
+        let (tx, done, pid) = (tx.clone(), exited.clone(), c.id() as libc::pid_t);
+        let spawned = std::thread::Builder::new()
+            .name(format!("parbench-rank{rank}-wait"))
+            .stack_size(64 * 1024)
+            .spawn(move || {
+                wait_exit(pid);
+                done[rank].store(true, Ordering::SeqCst);
+                let _ = tx.send(rank);
+            });
+        match spawned {
+            Ok(h) => waiters.push(h),
+            Err(source) => {
+                stop_gently(&pids, &exited, libc::SIGKILL);
+                reap_all(&mut children, &pids);
+                return Err(LaunchError::Spawn { rank, source });
             }
         }
-        if let Some(Some(status)) = done.iter().all(Option::is_some).then(|| done[0]) {
-            return Ok(status);
+    }
+    drop(tx);
+    // A signal to the launcher goes on to the ranks (when the process
+    // installed the watcher; otherwise the hook never runs).
+    let hook = {
+        let (pids, exited) = (pids.clone(), exited.clone());
+        super::interrupt::on_interrupt(move |sig| stop_gently(&pids, &exited, sig))
+    };
+    let mut statuses: Vec<Option<ExitStatus>> = vec![None; n];
+    let mut failure = None;
+    // The ranks in the order they ended: the first failure is the cause.
+    while let Ok(rank) = rx.recv() {
+        let at = launched.elapsed();
+        let status = reap(&mut children[rank], rank, &pids);
+        statuses[rank] = Some(status);
+        if status.success() {
+            continue;
         }
-        std::thread::sleep(WATCH_INTERVAL);
+        // Ranks that ended by now, though their waiters have not run yet
+        // (on a loaded machine a woken thread may wait milliseconds for a
+        // core): a rank a signal killed outright goes first, since a rank
+        // that exits on an error because it lost a peer does so after the
+        // peer died.
+        let pending: Vec<(usize, libc::pid_t)> = children
+            .iter()
+            .enumerate()
+            .filter(|(r, _)| statuses[*r].is_none())
+            .map(|(r, c)| (r, c.id() as libc::pid_t))
+            .collect();
+        let mut ended: Vec<(usize, ExitStatus)> = vec![(rank, status)];
+        ended.extend(settle(&pending));
+        let culprit = ended
+            .iter()
+            .position(|(_, st)| st.signal().is_some())
+            .unwrap_or(0);
+        let (rank, status) = ended[culprit];
+        let also: Vec<String> = ended
+            .iter()
+            .enumerate()
+            .filter(|(i, (_, st))| *i != culprit && !st.success())
+            .map(|(_, (r, st))| format!("rank {r} {}", how_it_ended(*st)))
+            .collect();
+        for (r, _) in &ended {
+            statuses[*r] = Some(reap(&mut children[*r], *r, &pids));
+        }
+        let others = statuses.iter().filter(|s| s.is_none()).count();
+        if super::interrupt::received().is_none() {
+            let stopping = match others {
+                0 => "no other rank is running".to_string(),
+                1 => "stopping the other rank".to_string(),
+                n => format!("stopping the other {n} ranks"),
+            };
+            let also = if also.is_empty() {
+                String::new()
+            } else {
+                format!(" (then {})", also.join(", "))
+            };
+            eprint_line(&format!(
+                "{label}: rank {rank} {} {} after launch{also}; {stopping}",
+                how_it_ended(status),
+                duration_text(at),
+            ));
+        }
+        failure = Some((rank, status, at));
+        stop_gently(&pids, &exited, libc::SIGTERM);
+        break;
+    }
+    drop(hook);
+    reap_all(&mut children, &pids);
+    for w in waiters {
+        let _ = w.join();
+    }
+    if let Some((rank, status, after)) = failure {
+        return Err(LaunchError::RankFailed {
+            rank,
+            status,
+            after,
+        });
+    }
+    statuses
+        .first()
+        .copied()
+        .flatten()
+        .ok_or_else(|| LaunchError::Invalid("no rank was started".into()))
+}
+
+/// Reaps one rank that has ended (its pid is cleared first).
+fn reap(child: &mut Child, rank: usize, pids: &Pids) -> ExitStatus {
+    if let Ok(mut p) = pids.lock() {
+        p[rank] = None;
+    }
+    match child.wait() {
+        Ok(s) => s,
+        // Reaped elsewhere: report it as a failure of unknown cause.
+        Err(_) => ExitStatus::from_raw(1 << 8),
+    }
+}
+
+/// Reaps every rank, killing those still running.
+fn reap_all(children: &mut [Child], pids: &Pids) {
+    signal_all(pids, libc::SIGKILL);
+    for (rank, c) in children.iter_mut().enumerate() {
+        reap(c, rank, pids);
     }
 }
 

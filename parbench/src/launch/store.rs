@@ -4,20 +4,37 @@
 //!
 //! Wire format: every message is a frame, `u32` little-endian length then
 //! that many bytes, at most [`MAX_FRAME`]. A connection opens with
-//! `"PBSTORE1" + token`; the server answers `OK` or closes. Then requests:
-//! `P key_len:u16 key value` (answer `OK`), `G key_len:u16 key` (answer
-//! `V value` or `N` when the key is not set yet; the client polls).
-//! The server checks every length before it allocates, drops a connection
-//! that sends a wrong token, a malformed frame or an absurd length, and
-//! never stops serving the others because of one.
+//! `"PBSTORE2" + rank:u32 + token`; the server answers `OK` or closes. Then
+//! requests: `P key_len:u16 key value` (answer `OK` or `ERR why`),
+//! `G key_len:u16 key` (answer `V value` or `N` when the key is not set
+//! yet; the client polls).
+//!
+//! Keeping the door open under a crowd:
+//! - one thread serves every connection (`poll`), so a crowd costs no
+//!   threads; at most [`MAX_PENDING`] connections may be waiting to present
+//!   their token, each for at most [`HELLO_WINDOW`]; when that many wait, the
+//!   oldest is dropped for the newcomer (a rank sends its greeting at once
+//!   and is answered within milliseconds; an idle stranger is the one
+//!   dropped), and a client whose greeting goes unanswered reconnects until
+//!   its deadline;
+//! - the server checks every length before it allocates and drops a
+//!   connection that sends a wrong token, a malformed frame or an absurd
+//!   length, without stopping serving the others;
+//! - every key is set once; a key ending in `/N` is set only by rank N (a
+//!   rank's address comes from that rank); the keys and values held are
+//!   capped at [`MAX_STORED`] bytes.
+//!
+//! The token keeps out processes that do not know it; under `--nprocs` it
+//! is random per job. The fixed [`super::DEFAULT_TOKEN`] of a hand-started
+//! job is no secret: a process that uses it is taken for a rank.
 
 use super::{LaunchError, RankInfo};
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -25,51 +42,51 @@ use std::time::{Duration, Instant};
 pub const MAX_FRAME: usize = 64 * 1024 + 1024;
 /// The largest key.
 pub const MAX_KEY: usize = 512;
-const HELLO: &[u8; 8] = b"PBSTORE1";
+/// The largest token a greeting may carry.
+pub const MAX_TOKEN: usize = 1024;
+const HELLO: &[u8; 8] = b"PBSTORE2";
 /// How long a new connection may take to present its token.
-const HELLO_WINDOW: Duration = Duration::from_secs(5);
-/// How often blocked server threads look at the stop flag.
+pub const HELLO_WINDOW: Duration = Duration::from_secs(3);
+/// Connections waiting to present their token at once (see the module docs).
+pub const MAX_PENDING: usize = 256;
+/// Connections of ranks (token presented) served at once.
+const MAX_RANK_CONNECTIONS: usize = 65_536 + 64;
+/// Bytes of keys and values held at once.
+pub const MAX_STORED: usize = 16 << 20;
+/// How often the server looks at its stop flag.
 const TICK: Duration = Duration::from_millis(100);
-/// Connections served at once; more are closed at once (a flood of strays
-/// must not exhaust threads).
-const MAX_CONNECTIONS: usize = 1024;
-/// Keys kept at once.
-const MAX_KEYS: usize = 1 << 16;
+/// An answer a client does not read is not queued beyond this.
+const MAX_QUEUED_OUT: usize = 4 * MAX_FRAME;
 
 /// Rank 0's store server; it serves until dropped.
 pub struct StoreServer {
     addr: SocketAddr,
     stop: Arc<AtomicBool>,
-    accept: Option<JoinHandle<()>>,
-}
-
-struct Shared {
-    token: Vec<u8>,
-    map: Mutex<HashMap<Vec<u8>, Vec<u8>>>,
-    stop: Arc<AtomicBool>,
-    live: AtomicUsize,
+    serve: Option<JoinHandle<()>>,
 }
 
 impl StoreServer {
     /// Listens on `addr` (and nowhere else) for clients carrying `token`.
     pub fn bind(addr: SocketAddr, token: &str) -> io::Result<StoreServer> {
+        super::raise_fd_limit();
         let listener = TcpListener::bind(addr)?;
+        super::deepen_backlog(&listener);
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
-        let shared = Arc::new(Shared {
+        let server = Server {
             token: token.as_bytes().to_vec(),
-            map: Mutex::new(HashMap::new()),
-            stop: stop.clone(),
-            live: AtomicUsize::new(0),
-        });
-        let accept = std::thread::Builder::new()
+            map: HashMap::new(),
+            stored: 0,
+        };
+        let flag = stop.clone();
+        let serve = std::thread::Builder::new()
             .name("parbench-store".into())
-            .spawn(move || accept_loop(listener, shared))?;
+            .spawn(move || server.run(listener, &flag))?;
         Ok(StoreServer {
             addr,
             stop,
-            accept: Some(accept),
+            serve: Some(serve),
         })
     }
 
@@ -82,104 +99,319 @@ impl StoreServer {
 impl Drop for StoreServer {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
-        if let Some(t) = self.accept.take() {
+        if let Some(t) = self.serve.take() {
             let _ = t.join();
         }
     }
 }
 
-fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
-    while !shared.stop.load(Ordering::SeqCst) {
-        match listener.accept() {
-            Ok((stream, _)) => {
-                if shared.live.load(Ordering::SeqCst) >= MAX_CONNECTIONS {
-                    continue; // dropped: closes the connection
+/// What the server holds.
+struct Server {
+    token: Vec<u8>,
+    map: HashMap<Vec<u8>, Vec<u8>>,
+    /// Bytes of keys and values in `map`.
+    stored: usize,
+}
+
+/// One connection: bytes in, answers out, and whom it speaks for.
+struct Conn {
+    stream: TcpStream,
+    inbuf: Vec<u8>,
+    out: Vec<u8>,
+    /// `None` until the greeting: then the rank it named.
+    rank: Option<u32>,
+    /// Until when a connection without a greeting is kept.
+    hello_by: Instant,
+    /// Whether it sent any byte yet (silent ones are dropped first).
+    heard: bool,
+    close: bool,
+}
+
+impl Server {
+    fn run(mut self, listener: TcpListener, stop: &AtomicBool) {
+        let mut conns: Vec<Conn> = Vec::new();
+        let mut fds: Vec<libc::pollfd> = Vec::new();
+        while !stop.load(Ordering::SeqCst) {
+            fds.clear();
+            fds.push(libc::pollfd {
+                fd: listener.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            });
+            for c in &conns {
+                let mut events = libc::POLLIN;
+                if !c.out.is_empty() {
+                    events |= libc::POLLOUT;
                 }
-                shared.live.fetch_add(1, Ordering::SeqCst);
-                let s = shared.clone();
-                let spawned = std::thread::Builder::new()
-                    .name("parbench-store-conn".into())
-                    .spawn(move || {
-                        // A bad client only ends its own connection.
-                        let _ = serve(stream, &s);
-                        s.live.fetch_sub(1, Ordering::SeqCst);
-                    });
-                if spawned.is_err() {
-                    shared.live.fetch_sub(1, Ordering::SeqCst);
+                fds.push(libc::pollfd {
+                    fd: c.stream.as_raw_fd(),
+                    events,
+                    revents: 0,
+                });
+            }
+            let now = Instant::now();
+            let wait = conns
+                .iter()
+                .filter(|c| c.rank.is_none())
+                .map(|c| c.hello_by.saturating_duration_since(now))
+                .fold(TICK, Duration::min);
+            // SAFETY: `fds` is a valid array of fds.len() pollfds.
+            unsafe {
+                libc::poll(
+                    fds.as_mut_ptr(),
+                    fds.len() as libc::nfds_t,
+                    wait.as_millis().max(1) as libc::c_int,
+                )
+            };
+            for (c, p) in conns.iter_mut().zip(&fds[1..]) {
+                if p.revents & (libc::POLLIN | libc::POLLERR | libc::POLLHUP) != 0 {
+                    self.read_from(c);
+                }
+                if p.revents & libc::POLLOUT != 0 || !c.out.is_empty() {
+                    flush(c);
                 }
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => wait_readable(&listener, TICK),
-            Err(_) => std::thread::sleep(TICK), // e.g. EMFILE: back off, keep serving
+            let now = Instant::now();
+            conns.retain(|c| !c.close && (c.rank.is_some() || now < c.hello_by));
+            if fds[0].revents & libc::POLLIN != 0 {
+                self.accept_all(&listener, &mut conns);
+            }
         }
+    }
+
+    /// Takes every connection waiting in the backlog, making room among
+    /// those that have not greeted (the oldest silent one goes first).
+    fn accept_all(&mut self, listener: &TcpListener, conns: &mut Vec<Conn>) {
+        loop {
+            match listener.accept() {
+                Ok((stream, _)) => {
+                    if stream.set_nonblocking(true).is_err() {
+                        continue;
+                    }
+                    let _ = stream.set_nodelay(true);
+                    let pending = conns.iter().filter(|c| c.rank.is_none()).count();
+                    if pending >= MAX_PENDING && !evict_one(conns) {
+                        continue; // dropped: nothing could make room
+                    }
+                    if conns.len() >= MAX_PENDING + MAX_RANK_CONNECTIONS {
+                        continue;
+                    }
+                    let mut c = Conn {
+                        stream,
+                        inbuf: Vec::new(),
+                        out: Vec::new(),
+                        rank: None,
+                        hello_by: Instant::now() + HELLO_WINDOW,
+                        heard: false,
+                        close: false,
+                    };
+                    // A rank greets right after connecting: often its
+                    // greeting is already here.
+                    self.read_from(&mut c);
+                    flush(&mut c);
+                    if !c.close {
+                        conns.push(c);
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                // Out of descriptors: drop a waiting stranger and go on;
+                // with none to drop, the connection waits in the backlog.
+                Err(_) => {
+                    if !evict_one(conns) {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    fn read_from(&mut self, c: &mut Conn) {
+        let mut buf = [0u8; 16 * 1024];
+        loop {
+            match c.stream.read(&mut buf) {
+                Ok(0) => {
+                    c.close = true;
+                    return;
+                }
+                Ok(n) => {
+                    c.heard = true;
+                    c.inbuf.extend_from_slice(&buf[..n]);
+                    if let Err(()) = self.handle_frames(c) {
+                        c.close = true;
+                        return;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    c.close = true;
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Answers every whole frame in `c.inbuf`; `Err` drops the connection.
+    fn handle_frames(&mut self, c: &mut Conn) -> Result<(), ()> {
+        loop {
+            if c.inbuf.len() < 4 {
+                return Ok(());
+            }
+            let n = u32::from_le_bytes([c.inbuf[0], c.inbuf[1], c.inbuf[2], c.inbuf[3]]) as usize;
+            // Before the greeting only a greeting's length is taken.
+            let limit = if c.rank.is_none() {
+                HELLO.len() + 4 + MAX_TOKEN
+            } else {
+                MAX_FRAME
+            };
+            if n > limit {
+                return Err(());
+            }
+            if c.inbuf.len() < 4 + n {
+                return Ok(());
+            }
+            let frame: Vec<u8> = c.inbuf[4..4 + n].to_vec();
+            c.inbuf.drain(..4 + n);
+            let reply = match c.rank {
+                None => match self.greet(&frame) {
+                    Ok(rank) => {
+                        c.rank = Some(rank);
+                        b"OK".to_vec()
+                    }
+                    Err(Some(why)) => {
+                        // Said once, then the connection is closed.
+                        queue(c, why);
+                        return Err(());
+                    }
+                    Err(None) => return Err(()),
+                },
+                Some(rank) => self.request(rank, &frame)?,
+            };
+            queue(c, &reply);
+            if c.out.len() > MAX_QUEUED_OUT {
+                return Err(());
+            }
+        }
+    }
+
+    /// Checks a greeting: the rank it names, or what to answer (if
+    /// anything: a stranger that is no parbench client gets no answer).
+    fn greet(&self, hello: &[u8]) -> Result<u32, Option<&'static [u8]>> {
+        if hello.len() < HELLO.len() + 4 || &hello[..HELLO.len()] != HELLO {
+            return Err(None);
+        }
+        let r = &hello[HELLO.len()..HELLO.len() + 4];
+        let rank = u32::from_le_bytes([r[0], r[1], r[2], r[3]]);
+        if !same_token(&hello[HELLO.len() + 4..], &self.token) {
+            return Err(Some(b"ERR wrong job token"));
+        }
+        Ok(rank)
+    }
+
+    fn request(&mut self, rank: u32, req: &[u8]) -> Result<Vec<u8>, ()> {
+        let (op, key, value) = parse_request(req).ok_or(())?;
+        Ok(match op {
+            b'P' => match self.put(rank, key, value) {
+                Ok(()) => b"OK".to_vec(),
+                Err(why) => format!("ERR {why}").into_bytes(),
+            },
+            b'G' => match self.map.get(key) {
+                Some(v) => [b"V".as_slice(), v].concat(),
+                None => b"N".to_vec(),
+            },
+            _ => return Err(()),
+        })
+    }
+
+    fn put(&mut self, rank: u32, key: &[u8], value: &[u8]) -> Result<(), String> {
+        let shown = String::from_utf8_lossy(key);
+        if self.map.contains_key(key) {
+            return Err(format!(
+                "key '{shown}' is already set (every key is set once)"
+            ));
+        }
+        if let Some(owner) = owner_of(key) {
+            if owner != u64::from(rank) {
+                return Err(format!(
+                    "key '{shown}' belongs to rank {owner}, not to rank {rank}"
+                ));
+            }
+        }
+        let size = key.len() + value.len();
+        if self.stored + size > MAX_STORED {
+            return Err(format!("store full ({MAX_STORED} bytes held)"));
+        }
+        self.stored += size;
+        self.map.insert(key.to_vec(), value.to_vec());
+        Ok(())
     }
 }
 
-fn wait_readable(l: &TcpListener, timeout: Duration) {
-    let mut p = libc::pollfd {
-        fd: l.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
+/// The rank a key belongs to: the number after its last `/`, if any.
+fn owner_of(key: &[u8]) -> Option<u64> {
+    let last = key.rsplit(|&b| b == b'/').next()?;
+    if key.len() == last.len() || last.is_empty() || !last.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(last).ok()?.parse().ok()
+}
+
+/// Drops the oldest connection that has not greeted, a silent one first;
+/// whether one was dropped.
+fn evict_one(conns: &mut Vec<Conn>) -> bool {
+    let oldest = |heard: bool| {
+        conns
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.rank.is_none() && c.heard == heard)
+            .min_by_key(|(_, c)| c.hello_by)
+            .map(|(i, _)| i)
     };
-    // SAFETY: one valid pollfd for the duration of the call.
-    unsafe { libc::poll(&mut p, 1, timeout.as_millis() as libc::c_int) };
+    match oldest(false).or_else(|| oldest(true)) {
+        Some(i) => {
+            conns.swap_remove(i);
+            true
+        }
+        None => false,
+    }
 }
 
-fn serve(mut stream: TcpStream, shared: &Shared) -> io::Result<()> {
-    stream.set_nodelay(true)?;
-    stream.set_read_timeout(Some(TICK))?;
-    let hello = read_frame(
-        &mut stream,
-        Some(Instant::now() + HELLO_WINDOW),
-        &shared.stop,
-    )?;
-    let Some(hello) = hello else { return Ok(()) };
-    if hello.len() < HELLO.len() || &hello[..HELLO.len()] != HELLO {
-        return Err(bad("not a parbench store client"));
-    }
-    if !same_token(&hello[HELLO.len()..], &shared.token) {
-        let _ = write_frame(&mut stream, b"ERR wrong job token");
-        return Err(bad("wrong job token"));
-    }
-    write_frame(&mut stream, b"OK")?;
-    while let Some(req) = read_frame(&mut stream, None, &shared.stop)? {
-        let (op, key, value) = parse_request(&req)?;
-        match op {
-            b'P' => {
-                let mut map = shared.map.lock().map_err(|_| bad("store poisoned"))?;
-                if map.len() >= MAX_KEYS && !map.contains_key(key) {
-                    drop(map);
-                    write_frame(&mut stream, b"ERR store full")?;
-                    continue;
-                }
-                map.insert(key.to_vec(), value.to_vec());
-                drop(map);
-                write_frame(&mut stream, b"OK")?;
+fn queue(c: &mut Conn, body: &[u8]) {
+    c.out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    c.out.extend_from_slice(body);
+}
+
+fn flush(c: &mut Conn) {
+    while !c.out.is_empty() {
+        match c.stream.write(&c.out) {
+            Ok(0) => {
+                c.close = true;
+                return;
             }
-            b'G' => {
-                let map = shared.map.lock().map_err(|_| bad("store poisoned"))?;
-                let reply = match map.get(key) {
-                    Some(v) => [b"V".as_slice(), v].concat(),
-                    None => b"N".to_vec(),
-                };
-                drop(map);
-                write_frame(&mut stream, &reply)?;
+            Ok(n) => {
+                c.out.drain(..n);
             }
-            _ => return Err(bad("unknown request")),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => {
+                c.close = true;
+                return;
+            }
         }
     }
-    Ok(())
 }
 
-fn parse_request(req: &[u8]) -> io::Result<(u8, &[u8], &[u8])> {
+fn parse_request(req: &[u8]) -> Option<(u8, &[u8], &[u8])> {
     if req.len() < 3 {
-        return Err(bad("short request"));
+        return None;
     }
     let op = req[0];
     let klen = u16::from_le_bytes([req[1], req[2]]) as usize;
     if klen > MAX_KEY || req.len() < 3 + klen {
-        return Err(bad("bad key length"));
+        return None;
     }
-    Ok((op, &req[3..3 + klen], &req[3 + klen..]))
+    Some((op, &req[3..3 + klen], &req[3 + klen..]))
 }
 
 fn same_token(a: &[u8], b: &[u8]) -> bool {
@@ -191,16 +423,12 @@ fn bad(what: &str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, what.to_string())
 }
 
-/// Reads one frame; `Ok(None)` on a clean close before its first byte.
-/// Reads time out every [`TICK`] (set on the stream) so that `stop` and
-/// `deadline` are honoured.
-fn read_frame(
-    s: &mut TcpStream,
-    deadline: Option<Instant>,
-    stop: &AtomicBool,
-) -> io::Result<Option<Vec<u8>>> {
+/// Reads one frame before `deadline`; `Ok(None)` on a clean close before
+/// its first byte. The stream's read timeout (set by the caller) bounds
+/// each read, so the deadline is honoured.
+fn read_frame(s: &mut TcpStream, deadline: Instant) -> io::Result<Option<Vec<u8>>> {
     let mut len = [0u8; 4];
-    if !read_full(s, &mut len, deadline, stop, true)? {
+    if !read_full(s, &mut len, deadline, true)? {
         return Ok(None);
     }
     let n = u32::from_le_bytes(len) as usize;
@@ -208,23 +436,19 @@ fn read_frame(
         return Err(bad("absurd frame length"));
     }
     let mut body = vec![0u8; n];
-    read_full(s, &mut body, deadline, stop, false)?;
+    read_full(s, &mut body, deadline, false)?;
     Ok(Some(body))
 }
 
 fn read_full(
     s: &mut TcpStream,
     buf: &mut [u8],
-    deadline: Option<Instant>,
-    stop: &AtomicBool,
+    deadline: Instant,
     eof_ok: bool,
 ) -> io::Result<bool> {
     let mut got = 0;
     while got < buf.len() {
-        if stop.load(Ordering::SeqCst) {
-            return Err(io::Error::new(io::ErrorKind::Interrupted, "store stopped"));
-        }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
+        if Instant::now() >= deadline {
             return Err(io::Error::new(io::ErrorKind::TimedOut, "too slow"));
         }
         match s.read(&mut buf[got..]) {
@@ -264,8 +488,10 @@ pub struct StoreClient {
 }
 
 impl StoreClient {
-    /// Connects to the store at `addr`, retrying until `deadline` (rank 0
-    /// may start later than the others), and presents `token`.
+    /// Connects to the store at `addr` and presents `rank` and `token`,
+    /// retrying until `deadline`: rank 0 may start later than the others,
+    /// and a server under a crowd of strangers may drop a connection
+    /// before its greeting is read. A refusal (a wrong token) is final.
     pub fn connect(
         addr: &str,
         token: &str,
@@ -276,13 +502,36 @@ impl StoreClient {
             addr: addr.to_string(),
             detail,
         };
-        if HELLO.len() + token.len() > MAX_FRAME {
-            return Err(err("job token too long".into()));
+        if token.len() > MAX_TOKEN {
+            return Err(err(format!("job token longer than {MAX_TOKEN} bytes")));
         }
+        let rank32 = u32::try_from(rank).map_err(|_| err(format!("rank {rank} too large")))?;
+        let hello = [HELLO.as_slice(), &rank32.to_le_bytes(), token.as_bytes()].concat();
         let start = Instant::now();
-        let stream = loop {
-            let last = match try_connect(addr, deadline) {
-                Ok(s) => break s,
+        let mut last;
+        loop {
+            last = match try_connect(addr, deadline) {
+                Ok(stream) => {
+                    let mut client = StoreClient {
+                        stream,
+                        addr: addr.to_string(),
+                        rank,
+                    };
+                    // One greeting waits at most a few seconds: a dropped
+                    // connection is retried, not waited on.
+                    let by = deadline.min(Instant::now() + 2 * HELLO_WINDOW);
+                    match client.exchange(&hello, by) {
+                        Ok(Some(reply)) if reply == b"OK" => return Ok(client),
+                        Ok(Some(reply)) => {
+                            return Err(err(format!(
+                                "refused: {}",
+                                String::from_utf8_lossy(&reply)
+                            )))
+                        }
+                        Ok(None) => "the store closed the connection at the greeting".into(),
+                        Err(e) => format!("greeting: {e}"),
+                    }
+                }
                 Err(e) => e,
             };
             if Instant::now() >= deadline {
@@ -294,28 +543,14 @@ impl StoreClient {
                 });
             }
             std::thread::sleep(Duration::from_millis(50));
-        };
-        let mut client = StoreClient {
-            stream,
-            addr: addr.to_string(),
-            rank,
-        };
-        client
-            .stream
-            .set_nodelay(true)
-            .map_err(|e| err(e.to_string()))?;
-        let hello = [HELLO.as_slice(), token.as_bytes()].concat();
-        let reply = client.call(&hello, deadline, "the store's greeting")?;
-        if reply != b"OK" {
-            return Err(err(format!("refused: {}", String::from_utf8_lossy(&reply))));
         }
-        Ok(client)
     }
 
-    /// Sets `key` to `value` (at most 64 KiB) for every rank to read.
+    /// Sets `key` to `value` (at most 64 KiB) for every rank to read. Every
+    /// key is set once; a key ending in `/N` only by rank N.
     pub fn put(&mut self, key: &str, value: &[u8], deadline: Instant) -> Result<(), LaunchError> {
         let req = request(b'P', key, value).map_err(|d| self.err(d))?;
-        let reply = self.call(&req, deadline, key)?;
+        let reply = self.call(&req, deadline, key, Instant::now())?;
         if reply != b"OK" {
             return Err(self.err(format!("put {key}: {}", String::from_utf8_lossy(&reply))));
         }
@@ -328,50 +563,58 @@ impl StoreClient {
         let start = Instant::now();
         let mut pause = Duration::from_micros(200);
         loop {
-            let reply = self.call(&req, deadline, key)?;
+            let reply = self.call(&req, deadline, &format!("key '{key}'"), start)?;
             match reply.split_first() {
                 Some((b'V', v)) => return Ok(v.to_vec()),
                 Some((b'N', [])) => {}
                 _ => return Err(self.err(format!("get {key}: malformed answer"))),
             }
             if Instant::now() >= deadline {
-                return Err(LaunchError::StoreTimeout {
-                    rank: self.rank,
-                    what: format!("key '{key}'"),
-                    addr: self.addr.clone(),
-                    after: start.elapsed(),
-                });
+                return Err(self.timeout(&format!("key '{key}'"), start));
             }
             std::thread::sleep(pause.min(deadline.saturating_duration_since(Instant::now())));
             pause = (pause * 2).min(Duration::from_millis(20));
         }
     }
 
-    fn call(&mut self, body: &[u8], deadline: Instant, what: &str) -> Result<Vec<u8>, LaunchError> {
-        let timeout = |s: &Self, start: Instant| LaunchError::StoreTimeout {
-            rank: s.rank,
+    fn timeout(&self, what: &str, since: Instant) -> LaunchError {
+        LaunchError::StoreTimeout {
+            rank: self.rank,
             what: what.to_string(),
-            addr: s.addr.clone(),
-            after: start.elapsed(),
-        };
-        let start = Instant::now();
-        let left = deadline.saturating_duration_since(start);
-        if left.is_zero() {
-            return Err(timeout(self, start));
+            addr: self.addr.clone(),
+            after: since.elapsed(),
         }
-        let set = self
-            .stream
-            .set_write_timeout(Some(left))
-            .and_then(|_| self.stream.set_read_timeout(Some(left.min(TICK))));
-        set.map_err(|e| self.err(e.to_string()))?;
-        write_frame(&mut self.stream, body)
-            .map_err(|e| self.err(format!("lost the store (rank 0): {e}")))?;
-        let never = AtomicBool::new(false);
-        match read_frame(&mut self.stream, Some(deadline), &never) {
+    }
+
+    /// Sends one frame and reads the answer before `deadline`; `Ok(None)`
+    /// when the server closed the connection instead.
+    fn exchange(&mut self, body: &[u8], deadline: Instant) -> io::Result<Option<Vec<u8>>> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(io::ErrorKind::TimedOut, "no time left"));
+        }
+        self.stream.set_nodelay(true)?;
+        self.stream.set_write_timeout(Some(left))?;
+        self.stream.set_read_timeout(Some(left.min(TICK)))?;
+        write_frame(&mut self.stream, body)?;
+        read_frame(&mut self.stream, deadline)
+    }
+
+    /// One request: its answer, or an error naming the wait (timed from
+    /// `since`, the start of the whole wait, not of this request).
+    fn call(
+        &mut self,
+        body: &[u8],
+        deadline: Instant,
+        what: &str,
+        since: Instant,
+    ) -> Result<Vec<u8>, LaunchError> {
+        match self.exchange(body, deadline) {
             Ok(Some(reply)) => Ok(reply),
-            Ok(None) => Err(self
-                .err("rank 0's store closed the connection (wrong token, or rank 0 ended)".into())),
-            Err(e) if e.kind() == io::ErrorKind::TimedOut => Err(timeout(self, start)),
+            Ok(None) => {
+                Err(self.err("rank 0's store closed the connection (rank 0 ended?)".into()))
+            }
+            Err(e) if e.kind() == io::ErrorKind::TimedOut => Err(self.timeout(what, since)),
             Err(e) => Err(self.err(format!("lost the store (rank 0): {e}"))),
         }
     }
@@ -513,13 +756,60 @@ mod tests {
         a.put("empty", &[], soon()).unwrap();
         assert_eq!(b.get("empty", soon()).unwrap(), Vec::<u8>::new());
         let missing = b
-            .get("never", Instant::now() + Duration::from_millis(50))
+            .get("never", Instant::now() + Duration::from_millis(300))
             .unwrap_err();
         assert!(
-            matches!(missing, LaunchError::StoreTimeout { rank: 1, .. }),
+            matches!(missing, LaunchError::StoreTimeout { rank: 1, after, .. } if after >= Duration::from_millis(250)),
             "{missing}"
         );
+        // The whole wait, not the last poll's: "after 300.x ms".
+        assert!(missing.to_string().contains(" ms "), "{missing}");
         assert!(a.put("big", &vec![0u8; 70_000], soon()).is_err());
+    }
+
+    #[test]
+    fn keys_are_set_once_and_a_rank_sets_only_its_own() {
+        let s = server();
+        let addr = s.addr().to_string();
+        let mut r1 = StoreClient::connect(&addr, "tok", 1, soon()).unwrap();
+        let mut other = StoreClient::connect(&addr, "tok", 2, soon()).unwrap();
+        let e = other
+            .put("parbench/tcp/addr/1", b"127.0.0.1:9", soon())
+            .unwrap_err();
+        assert!(e.to_string().contains("belongs to rank 1"), "{e}");
+        r1.put("parbench/tcp/addr/1", b"127.0.0.1:5", soon())
+            .unwrap();
+        let e = r1
+            .put("parbench/tcp/addr/1", b"127.0.0.1:6", soon())
+            .unwrap_err();
+        assert!(e.to_string().contains("already set"), "{e}");
+        assert_eq!(
+            other.get("parbench/tcp/addr/1", soon()).unwrap(),
+            b"127.0.0.1:5"
+        );
+        assert_eq!(owner_of(b"nccl/host/12"), Some(12));
+        assert_eq!(owner_of(b"nccl/unique_id"), None);
+        assert_eq!(owner_of(b"7"), None);
+    }
+
+    #[test]
+    fn the_store_holds_at_most_its_cap() {
+        let s = server();
+        let addr = s.addr().to_string();
+        let mut c = StoreClient::connect(&addr, "tok", 0, soon()).unwrap();
+        let value = vec![1u8; 64 * 1024];
+        let mut kept = 0;
+        let full = loop {
+            match c.put(&format!("k{kept}"), &value, soon()) {
+                Ok(()) => kept += 1,
+                Err(e) => break e,
+            }
+            assert!(kept <= MAX_STORED / value.len(), "no cap");
+        };
+        assert!(full.to_string().contains("store full"), "{full}");
+        assert_eq!(kept, MAX_STORED / (value.len() + 3));
+        // Reads go on.
+        assert_eq!(c.get("k0", soon()).unwrap(), value);
     }
 
     #[test]
@@ -545,5 +835,37 @@ mod tests {
         let mut ok = StoreClient::connect(&addr, "tok", 0, soon()).unwrap();
         ok.put("k", b"v", soon()).unwrap();
         assert_eq!(ok.get("k", soon()).unwrap(), b"v");
+    }
+
+    #[test]
+    fn a_crowd_of_idle_connections_does_not_keep_ranks_out() {
+        let s = server();
+        let addr = s.addr().to_string();
+        // More silent strangers than may wait at once (and than the 1,024
+        // threads the store once had), held open.
+        let mut crowd = Vec::new();
+        for _ in 0..1100 {
+            match TcpStream::connect(&addr) {
+                Ok(c) => crowd.push(c),
+                Err(_) => break, // this process ran out of descriptors
+            }
+        }
+        assert!(
+            crowd.len() > MAX_PENDING,
+            "only {} connections",
+            crowd.len()
+        );
+        let t = Instant::now();
+        let mut a = StoreClient::connect(&addr, "tok", 0, soon()).unwrap();
+        let mut b = StoreClient::connect(&addr, "tok", 1, soon()).unwrap();
+        a.put("x", b"1", soon()).unwrap();
+        assert_eq!(b.get("x", soon()).unwrap(), b"1");
+        assert!(t.elapsed() < Duration::from_secs(8), "{:?}", t.elapsed());
+        // The strangers were dropped (or still wait), never answered.
+        let mut buf = [0u8; 4];
+        crowd[0]
+            .set_read_timeout(Some(Duration::from_millis(50)))
+            .unwrap();
+        assert!(!matches!(crowd[0].read(&mut buf), Ok(n) if n > 0));
     }
 }

@@ -227,6 +227,47 @@ impl BlockConfig {
         }
     }
 
+    /// Bytes one rank of `tp` holds at once running this block with
+    /// `elem`-byte values, and what the check's unsharded block adds on
+    /// rank 0 (when `check`): an estimate from the tensors the block
+    /// allocates (weights, and in train mode their gradients; the QKV,
+    /// score, context, MLP and output activations, kept for the backward
+    /// and doubled by their gradients; the KV cache in decode), in u128 so
+    /// that no size overflows before it is refused. For refusing flags a
+    /// machine cannot hold before anything is allocated.
+    pub fn memory_bytes(&self, tp: usize, elem: u128, check: bool) -> (u128, u128) {
+        let one = |t: u128| -> u128 {
+            let s = &self.shape;
+            let w = |v: usize| v as u128;
+            let (h, f, heads, b) = (w(s.hidden), w(s.ffn), w(s.heads), w(s.batch));
+            let (q, kv, n) = (w(self.query_len()), w(self.kv_len()), w(self.tokens()));
+            let t = t.max(1);
+            let params = (4 * h * h + 2 * h * f) / t + 5 * h + f;
+            let acts = n * 3 * h / t
+                + 2 * b * heads.div_ceil(t) * q * kv
+                + n * h / t
+                + 4 * n * h
+                + 2 * n * f / t;
+            let cache = if self.decode { 2 * b * kv * h / t } else { 0 };
+            let train = u128::from(self.mode == Mode::Train);
+            ((params + acts) * (1 + train) + cache) * elem
+        };
+        let t = tp as u128;
+        let rank = one(t);
+        let extra = if check {
+            // The unsharded block, and every rank's outputs and gradients gathered.
+            let s = &self.shape;
+            let gathered = (self.tokens() as u128) * (s.hidden as u128) * t
+                + (4 * (s.hidden as u128) * (s.hidden as u128)
+                    + 2 * (s.hidden as u128) * (s.ffn as u128))
+                    * u128::from(self.mode == Mode::Train);
+            one(1) + gathered * elem
+        } else {
+            0
+        };
+        (rank, extra)
+    }
+
     /// Floating-point operations of one block call on all ranks together
     /// (matrix products only), for reporting achieved FLOP/s.
     pub fn flops(&self) -> f64 {
@@ -281,6 +322,18 @@ mod tests {
         assert!(c.validate(1).is_ok());
         assert!(c.validate(3).unwrap_err().to_string().contains("tokens"));
         assert!(cfg(usize::MAX / 2, 1, 1).validate(1).is_err());
+    }
+
+    #[test]
+    fn memory_grows_with_the_shape_and_shrinks_with_tp() {
+        let c = cfg(64, 4, 256);
+        let (one, check) = c.memory_bytes(1, 4, true);
+        let (four, _) = c.memory_bytes(4, 4, false);
+        assert!(four < one && check >= one, "{one} {four} {check}");
+        // The weights alone of a 1e8-wide block: far beyond any machine, no overflow.
+        let huge = cfg(100_000_000, 1, 400_000_000);
+        let (bytes, _) = huge.memory_bytes(1, 4, false);
+        assert!(bytes > 4 * 12 * 10u128.pow(16), "{bytes}");
     }
 
     #[test]

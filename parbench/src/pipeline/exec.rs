@@ -470,9 +470,18 @@ where
         let output = match &cfg.work {
             Work::Sleep(d) => {
                 let base = match a.kind {
-                    ActionKind::B => *d * 2,
+                    ActionKind::B => d.saturating_mul(2),
                     _ => *d,
                 };
+                // A sleep past the deadline is a stuck action: refused, as
+                // a wait past it would be (on every backend).
+                if base.saturating_add(extra) >= comm.timeout() {
+                    return Err(PipelineError::Invalid(format!(
+                        "{a} would sleep {} (--work sleep, straggler included), not less than the {} deadline",
+                        crate::launch::duration_text(base + extra),
+                        crate::launch::duration_text(comm.timeout())
+                    )));
+                }
                 std::thread::sleep(base + extra);
                 match s.output_of(a) {
                     Some(_) => Some(compute.alloc(count)?),

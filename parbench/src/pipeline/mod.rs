@@ -90,6 +90,47 @@ pub struct PipelineConfig {
     pub steps: usize,
 }
 
+impl PipelineConfig {
+    /// Bytes each rank holds at once in this run (f32 values), in rank
+    /// order: its stages' weights and weight gradients, the activations it
+    /// keeps for the backward (two per layer, for the most microbatches the
+    /// schedule holds in flight there) and the messages waiting in its
+    /// mailbox (every microbatch's, at worst). In u128: an estimate for
+    /// refusing flags a machine cannot hold before anything is allocated.
+    pub fn memory_bytes_per_rank(&self) -> Vec<u128> {
+        let s = &self.schedule;
+        let w = |v: usize| v as u128;
+        let (h, n) = (w(self.shape.hidden), w(self.shape.rows));
+        let held = crate::schedule::peak_in_flight(s);
+        (0..s.ranks())
+            .map(|r| {
+                let layers: u128 = s
+                    .stages_of(r)
+                    .iter()
+                    .map(|&st| w(self.stage_layers.get(st).copied().unwrap_or(0)))
+                    .sum();
+                let weights = 2 * layers * (h * h + h);
+                let acts = w(held.get(r).copied().unwrap_or(0)) * layers * 2 * n * h;
+                let mail = 2 * w(s.microbatches) * n * h;
+                (weights + acts + mail) * 4
+            })
+            .collect()
+    }
+
+    /// What the gradient check's reference adds on rank 0 under real
+    /// compute: every stage's weights and gradients, and one microbatch's
+    /// activations through the whole model.
+    pub fn reference_bytes(&self) -> u128 {
+        if self.work != Work::Compute {
+            return 0;
+        }
+        let w = |v: usize| v as u128;
+        let (h, n) = (w(self.shape.hidden), w(self.shape.rows));
+        let layers: u128 = self.stage_layers.iter().map(|&l| w(l)).sum();
+        (2 * layers * (h * h + h) + 2 * layers * n * h) * 4
+    }
+}
+
 /// What can stop a pipeline run. Communication errors name the peer.
 #[derive(Debug, thiserror::Error)]
 pub enum PipelineError {

@@ -1,10 +1,14 @@
 //! Reading and writing results folders.
 
 use super::{Record, RunMeta};
+use serde::Deserialize;
 use std::fs;
+use std::io::Read;
 use std::io::Write;
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant, SystemTime};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 /// What can go wrong with a results folder. Each names the file (and line).
 #[derive(Debug, thiserror::Error)]
@@ -22,7 +26,7 @@ pub enum ResultsError {
     },
     #[error("{path}: {detail}")]
     Invalid { path: PathBuf, detail: String },
-    #[error("{path}: another writer holds the lock (remove it if no run is writing here)")]
+    #[error("{path}: another running writer has held the lock for 30 s")]
     Locked { path: PathBuf },
 }
 
@@ -33,50 +37,46 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> ResultsError + '_ {
     }
 }
 
-/// A lock file held while a writer reads, extends and renames a results file.
+/// The lock file of a results folder.
+pub const LOCK_FILE: &str = ".parbench.lock";
+
+/// How long a writer waits for another live writer (one holds the lock for
+/// a read, an append and a rename: milliseconds).
+const LOCK_WAIT: Duration = Duration::from_secs(30);
+
+/// An exclusive `flock(2)` on the folder's lock file, held while a writer
+/// reads, extends and renames a results file. The kernel releases it when
+/// its holder ends, however it ends: a writer killed mid-write leaves no
+/// lock behind (the file stays; it is never removed, so that two writers
+/// can never lock two different files of the same name).
 struct DirLock {
-    path: PathBuf,
+    _file: fs::File,
 }
 
 impl DirLock {
     fn acquire(dir: &Path) -> Result<Self, ResultsError> {
-        let path = dir.join(".parbench.lock");
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let path = dir.join(LOCK_FILE);
+        let file = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(io_err(&path))?;
+        let deadline = Instant::now() + LOCK_WAIT;
         loop {
-            match fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&path)
-            {
-                Ok(mut f) => {
-                    let _ = writeln!(f, "{}", std::process::id());
-                    return Ok(DirLock { path });
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                    // A lock older than a minute was left by a writer that died.
-                    let stale = fs::metadata(&path)
-                        .and_then(|m| m.modified())
-                        .ok()
-                        .and_then(|t| SystemTime::now().duration_since(t).ok())
-                        .is_some_and(|age| age > Duration::from_secs(60));
-                    if stale {
-                        let _ = fs::remove_file(&path);
-                        continue;
-                    }
-                    if Instant::now() > deadline {
-                        return Err(ResultsError::Locked { path });
-                    }
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-                Err(e) => return Err(io_err(&path)(e)),
+            // SAFETY: a valid open descriptor for the call's duration.
+            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+                return Ok(DirLock { _file: file });
             }
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::WouldBlock {
+                return Err(io_err(&path)(e));
+            }
+            if Instant::now() > deadline {
+                return Err(ResultsError::Locked { path });
+            }
+            std::thread::sleep(Duration::from_millis(10));
         }
-    }
-}
-
-impl Drop for DirLock {
-    fn drop(&mut self) {
-        let _ = fs::remove_file(&self.path);
     }
 }
 
@@ -92,7 +92,14 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ResultsError> {
         let mut f = fs::File::create(&tmp)?;
         f.write_all(bytes)?;
         f.sync_all()?;
-        fs::rename(&tmp, path)
+        fs::rename(&tmp, path)?;
+        // The rename itself reaches the disk with the folder's entry.
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            if let Ok(d) = fs::File::open(dir) {
+                let _ = d.sync_all();
+            }
+        }
+        Ok(())
     })();
     if result.is_err() {
         let _ = fs::remove_file(&tmp);
@@ -100,33 +107,81 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ResultsError> {
     result.map_err(io_err(path))
 }
 
-fn header_of<R: Record>(rows: &[R]) -> Result<Vec<u8>, String> {
-    let mut w = csv::WriterBuilder::new().from_writer(Vec::new());
-    match rows.first() {
-        Some(r) => w.serialize(r).map_err(|e| e.to_string())?,
-        None => return Ok(Vec::new()),
+/// The header line this version writes for `R`, newline included.
+pub fn header_line<R: Record>() -> String {
+    let mut h = columns::<R>().join(",");
+    h.push('\n');
+    h
+}
+
+/// Checks, before anything is measured, that rows of `R` and run records
+/// can be added to `dir`: creates the folder, writes and removes a probe
+/// file in it, takes and releases its lock, and checks what it already
+/// holds (a file of another header or a run.json that does not parse
+/// would otherwise refuse the records only after the whole run).
+pub fn prepare_out<R: Record>(dir: &Path) -> Result<(), ResultsError> {
+    fs::create_dir_all(dir).map_err(io_err(dir))?;
+    if !dir.is_dir() {
+        return Err(ResultsError::Invalid {
+            path: dir.to_path_buf(),
+            detail: "not a folder".into(),
+        });
     }
-    let bytes = w.into_inner().map_err(|e| e.to_string())?;
-    let end = bytes
-        .iter()
-        .position(|&b| b == b'\n')
-        .map_or(bytes.len(), |i| i + 1);
-    Ok(bytes[..end].to_vec())
+    let probe = dir.join(format!(".parbench-probe.{}", std::process::id()));
+    let written = (|| {
+        let mut f = fs::File::create(&probe)?;
+        f.write_all(b"parbench")?;
+        f.sync_all()
+    })();
+    let _ = fs::remove_file(&probe);
+    written.map_err(io_err(dir))?;
+    drop(DirLock::acquire(dir)?);
+    let path = dir.join(R::FILE);
+    match fs::File::open(&path) {
+        Ok(f) => {
+            let mut first = Vec::new();
+            std::io::Read::take(f, 64 * 1024)
+                .read_to_end(&mut first)
+                .map_err(io_err(&path))?;
+            if !first.is_empty() && !first.starts_with(header_line::<R>().as_bytes()) {
+                return Err(ResultsError::Invalid {
+                    path,
+                    detail: "the file there has another header (another schema version, or not a parbench file); write to another --out".into(),
+                });
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io_err(&path)(e)),
+    }
+    let runs = dir.join("run.json");
+    if runs.exists() {
+        read_runs_file(&runs)?;
+    }
+    Ok(())
 }
 
 /// Appends `rows` to `dir/R::FILE`, creating the folder and the file with its
 /// header as needed. The old rows are kept; a file with another header is an
-/// error rather than a mixed file. Returns the file's path.
+/// error rather than a mixed file. The file is replaced whole (a temporary
+/// file, fsync'd, renamed over it, under the folder's lock): a reader sees
+/// it before or after the append, never half a row, and a writer killed at
+/// any moment leaves every row it appended before. Benches call this as
+/// each size (degree, schedule) completes. A row with a figure no reader
+/// would accept (see [`check_figures`]) is an error naming it, and nothing
+/// is written. Returns the file's path.
 pub fn append_rows<R: Record>(dir: &Path, rows: &[R]) -> Result<PathBuf, ResultsError> {
     fs::create_dir_all(dir).map_err(io_err(dir))?;
     let path = dir.join(R::FILE);
     if rows.is_empty() {
         return Ok(path);
     }
-    let header = header_of(rows).map_err(|detail| ResultsError::Invalid {
-        path: path.clone(),
-        detail,
-    })?;
+    for (i, r) in rows.iter().enumerate() {
+        check_figures(r).map_err(|detail| ResultsError::Invalid {
+            path: path.clone(),
+            detail: format!("row {} of this append, not written: {detail}", i + 1),
+        })?;
+    }
+    let header = header_line::<R>().into_bytes();
     let mut body = csv::WriterBuilder::new()
         .has_headers(false)
         .from_writer(Vec::new());
@@ -141,6 +196,7 @@ pub fn append_rows<R: Record>(dir: &Path, rows: &[R]) -> Result<PathBuf, Results
         detail: e.to_string(),
     })?;
 
+    let _writing = WRITING.lock();
     let _lock = DirLock::acquire(dir)?;
     let mut bytes = match fs::read(&path) {
         Ok(old) if !old.is_empty() => {
@@ -165,10 +221,49 @@ pub fn append_rows<R: Record>(dir: &Path, rows: &[R]) -> Result<PathBuf, Results
     Ok(path)
 }
 
+/// Held by this process while it replaces a results file: a process that
+/// ends on a signal first waits for it ([`finish_writes`]), so that a file
+/// is never left half-replaced by its own writer.
+static WRITING: Mutex<()> = Mutex::new(());
+
+/// Waits for this process's write in progress, if any, and keeps any other
+/// from starting: the last thing before a process ends on a signal.
+pub fn finish_writes() {
+    std::mem::forget(WRITING.lock());
+}
+
+/// The run a writer has begun and not yet recorded: where, and its record.
+static PENDING: Mutex<Option<(PathBuf, RunMeta)>> = Mutex::new(None);
+
+/// Notes that the run `meta` has begun writing rows to `dir`: if the
+/// process is stopped (a signal, a fault) before [`record_run`] records
+/// it, [`record_cut_short`] records it as cut short.
+pub fn begin_run(dir: &Path, meta: &RunMeta) {
+    if let Ok(mut p) = PENDING.lock() {
+        *p = Some((dir.to_path_buf(), meta.clone()));
+    }
+}
+
+/// Records the begun run (see [`begin_run`]) as cut short, with `why`
+/// and the time it ended; its rows are already in the folder. `None` when
+/// no run is pending (none begun, or already recorded).
+pub fn record_cut_short(why: &str) -> Option<Result<PathBuf, ResultsError>> {
+    let (dir, mut meta) = PENDING.lock().ok()?.take()?;
+    meta.cut_short = Some(why.to_string());
+    meta.finish();
+    Some(record_run(&dir, &meta))
+}
+
 /// Adds `meta` to `dir/run.json` (a JSON array of every run written to the folder).
 pub fn record_run(dir: &Path, meta: &RunMeta) -> Result<PathBuf, ResultsError> {
+    if let Ok(mut p) = PENDING.lock() {
+        if p.as_ref().is_some_and(|(_, m)| m.run_id == meta.run_id) {
+            *p = None;
+        }
+    }
     fs::create_dir_all(dir).map_err(io_err(dir))?;
     let path = dir.join("run.json");
+    let _writing = WRITING.lock();
     let _lock = DirLock::acquire(dir)?;
     let mut runs = match fs::read(&path) {
         Ok(_) => read_runs_file(&path)?,
@@ -185,8 +280,8 @@ pub fn record_run(dir: &Path, meta: &RunMeta) -> Result<PathBuf, ResultsError> {
 }
 
 fn read_runs_file(path: &Path) -> Result<Vec<RunMeta>, ResultsError> {
-    let text = fs::read_to_string(path).map_err(io_err(path))?;
-    serde_json::from_str(&text).map_err(|e| ResultsError::Parse {
+    let bytes = fs::read(path).map_err(io_err(path))?;
+    serde_json::from_slice(&bytes).map_err(|e| ResultsError::Parse {
         path: path.to_path_buf(),
         line: e.line() as u64,
         detail: e.to_string(),
@@ -202,34 +297,181 @@ pub fn read_runs(dir: &Path) -> Result<Vec<RunMeta>, ResultsError> {
     read_runs_file(&path)
 }
 
-/// Every row of `path`, or an error naming the file and the line at fault.
-pub fn read_rows<R: Record>(path: &Path) -> Result<Vec<R>, ResultsError> {
-    let file = fs::File::open(path).map_err(io_err(path))?;
-    let mut reader = csv::ReaderBuilder::new().flexible(false).from_reader(file);
-    let mut rows = Vec::new();
-    for (i, rec) in reader.deserialize::<R>().enumerate() {
-        match rec {
-            Ok(r) => rows.push(r),
-            Err(e) => {
-                let line = e.position().map(|p| p.line()).unwrap_or(i as u64 + 2);
-                let detail = match e.kind() {
-                    csv::ErrorKind::Deserialize { err, .. } => err.to_string(),
-                    csv::ErrorKind::UnequalLengths {
-                        expected_len, len, ..
-                    } => {
-                        format!("row has {len} fields, the header has {expected_len} (truncated?)")
-                    }
-                    other => format!("{other:?}"),
-                };
-                return Err(ResultsError::Parse {
-                    path: path.to_path_buf(),
-                    line,
-                    detail,
-                });
+/// The rule every figure (each `f64` column) of a row keeps: a finite
+/// number, not below zero; NaN only in the columns the record type says
+/// may be not measured ([`Record::MAY_BE_NAN`]). The error names the column.
+pub fn check_figures<R: Record>(row: &R) -> Result<(), String> {
+    // The row as JSON tells the figures apart (an f64, or null for a
+    // non-finite one: rows hold no options); as CSV it says what they read.
+    let serde_json::Value::Object(fields) = serde_json::to_value(row).map_err(|e| e.to_string())?
+    else {
+        return Ok(());
+    };
+    let mut w = csv::WriterBuilder::new()
+        .has_headers(false)
+        .from_writer(Vec::new());
+    w.serialize(row).map_err(|e| e.to_string())?;
+    let bytes = w.into_inner().map_err(|e| e.to_string())?;
+    let text = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .from_reader(bytes.as_slice())
+        .records()
+        .next()
+        .and_then(Result::ok)
+        .unwrap_or_default();
+    for (i, name) in columns::<R>().iter().enumerate() {
+        let cell = text.get(i).unwrap_or("");
+        match fields.get(*name) {
+            Some(serde_json::Value::Null)
+                if !(cell.eq_ignore_ascii_case("nan") && R::MAY_BE_NAN.contains(name)) =>
+            {
+                return Err(format!(
+                    "column {name} is {cell}: a figure must be a finite number (NaN only where it was not measured)"
+                ));
             }
+            Some(serde_json::Value::Number(n))
+                if n.is_f64() && n.as_f64().is_some_and(|x| x < -1e-9) =>
+            {
+                return Err(format!(
+                    "column {name} is {cell}: a figure cannot be negative"
+                ));
+            }
+            _ => {}
         }
     }
+    Ok(())
+}
+
+/// The column names of a record type, in order: the fields its
+/// `Deserialize` asks for (one list, the type's own).
+pub fn columns<R: for<'de> Deserialize<'de>>() -> &'static [&'static str] {
+    use serde::de::{Error as _, Visitor};
+    struct Probe<'a>(&'a mut &'static [&'static str]);
+    impl<'de> serde::Deserializer<'de> for Probe<'_> {
+        type Error = serde::de::value::Error;
+        fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Self::Error> {
+            Err(Self::Error::custom("not a struct"))
+        }
+        fn deserialize_struct<V: Visitor<'de>>(
+            self,
+            _: &'static str,
+            fields: &'static [&'static str],
+            _: V,
+        ) -> Result<V::Value, Self::Error> {
+            *self.0 = fields;
+            Err(Self::Error::custom("fields taken"))
+        }
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
+            bytes byte_buf option unit unit_struct newtype_struct seq tuple
+            tuple_struct map enum identifier ignored_any
+        }
+    }
+    let mut fields: &'static [&'static str] = &[];
+    let _ = R::deserialize(Probe(&mut fields));
+    fields
+}
+
+/// Every row of `path`, or an error naming the file and the line at fault:
+/// a first line that is not this record's header (a prefix of its columns:
+/// files written before a column was added still read), a header with no
+/// rows, text that is not UTF-8, a value that does not parse, or a figure
+/// that breaks [`check_figures`].
+pub fn read_rows<R: Record>(path: &Path) -> Result<Vec<R>, ResultsError> {
+    let bytes = fs::read(path).map_err(io_err(path))?;
+    let parse = |line: u64, detail: String| ResultsError::Parse {
+        path: path.to_path_buf(),
+        line,
+        detail,
+    };
+    if bytes.is_empty() {
+        return Err(parse(
+            1,
+            "empty file, not even a header (truncated?)".into(),
+        ));
+    }
+    let mut reader = csv::ReaderBuilder::new()
+        .flexible(false)
+        .from_reader(bytes.as_slice());
+    let header = reader
+        .byte_headers()
+        .map_err(|e| parse(1, csv_detail(&e)))?
+        .clone();
+    let cols = columns::<R>();
+    let names: Vec<&str> = header
+        .iter()
+        .map(std::str::from_utf8)
+        .collect::<Result<_, _>>()
+        .map_err(|_| parse(1, "the header is not UTF-8 text".into()))?;
+    if names.len() > cols.len() || names.iter().zip(cols).any(|(a, b)| a != b) {
+        let start: String = names.join(",").chars().take(40).collect();
+        return Err(parse(
+            1,
+            format!(
+                "not a {} header (expected {},...; found {start:?})",
+                R::FILE,
+                cols.iter().take(3).copied().collect::<Vec<_>>().join(",")
+            ),
+        ));
+    }
+    let str_header = csv::StringRecord::from(names.clone());
+    let mut rows = Vec::new();
+    let mut rec = csv::ByteRecord::new();
+    loop {
+        match reader.read_byte_record(&mut rec) {
+            Ok(false) => break,
+            Ok(true) => {}
+            Err(e) => {
+                let line = e.position().map_or(rows.len() as u64 + 2, |p| p.line());
+                return Err(parse(line, csv_detail(&e)));
+            }
+        }
+        let line = rec.position().map_or(rows.len() as u64 + 2, |p| p.line());
+        let text = match csv::StringRecord::from_byte_record(rec.clone()) {
+            Ok(t) => t,
+            Err(e) => {
+                let col = names.get(e.utf8_error().field()).copied().unwrap_or("?");
+                return Err(parse(line, format!("column {col}: not UTF-8 text")));
+            }
+        };
+        let row: R = text.deserialize(Some(&str_header)).map_err(|e| {
+            let detail = match e.kind() {
+                csv::ErrorKind::Deserialize { err, .. } => {
+                    let col = err.field().and_then(|i| names.get(i as usize)).copied();
+                    match col {
+                        Some(c) => format!("column {c}: {}", err.kind()),
+                        None => err.to_string(),
+                    }
+                }
+                _ => csv_detail(&e),
+            };
+            parse(line, detail)
+        })?;
+        check_figures(&row).map_err(|d| parse(line, d))?;
+        rows.push(row);
+    }
+    if rows.is_empty() {
+        return Err(parse(
+            2,
+            "a header but no rows (a bench never writes one: truncated?)".into(),
+        ));
+    }
     Ok(rows)
+}
+
+/// A CSV reader's error in words (no debug dump).
+fn csv_detail(e: &csv::Error) -> String {
+    match e.kind() {
+        csv::ErrorKind::UnequalLengths {
+            expected_len, len, ..
+        } => format!("row has {len} fields, the header has {expected_len} (truncated?)"),
+        csv::ErrorKind::Utf8 { err, .. } => {
+            format!("field {} is not UTF-8 text", err.field() + 1)
+        }
+        csv::ErrorKind::Io(io) => io.to_string(),
+        csv::ErrorKind::Deserialize { err, .. } => err.to_string(),
+        _ => e.to_string(),
+    }
 }
 
 #[cfg(test)]

@@ -32,6 +32,10 @@ pub struct RunMeta {
     /// Anything else the suite measured about the machine (the wire's ceiling, ...).
     #[serde(default)]
     pub extra: serde_json::Map<String, serde_json::Value>,
+    /// Why the run ended before its last measurement (a signal, a fault),
+    /// when it did: its rows are those it finished. Absent for a whole run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cut_short: Option<String>,
 }
 
 impl RunMeta {
@@ -41,7 +45,10 @@ impl RunMeta {
         RunMeta {
             run_id: run_id.to_string(),
             suite: suite.to_string(),
-            command_line: std::env::args().collect(),
+            // Arguments that are not UTF-8 (a path) are kept, lossily.
+            command_line: std::env::args_os()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect(),
             host: hostname(),
             os: format!("{} {}", std::env::consts::OS, std::env::consts::ARCH),
             cpu: cpu_model(),
@@ -58,6 +65,7 @@ impl RunMeta {
             start: iso8601_utc(SystemTime::now()),
             end: String::new(),
             extra: Default::default(),
+            cut_short: None,
         }
     }
 

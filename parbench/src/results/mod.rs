@@ -3,13 +3,20 @@
 //!
 //! Writers never lose data: a results file is rewritten only as its old
 //! bytes followed by the new rows, through a temporary file renamed into
-//! place, under a lock file, so that a second run into the same folder keeps
-//! the first and a crash leaves either the old or the new file.
+//! place, under an OS lock (`flock(2)`, released when its holder dies), so
+//! that a second run into the same folder keeps the first and a crash
+//! leaves either the old or the new file. Benches check the folder before
+//! measuring ([`prepare_out`]), append rows as each measurement completes,
+//! and a run stopped early is recorded in run.json as cut short
+//! ([`begin_run`], [`record_cut_short`]).
 
 mod io;
 mod meta;
 mod records;
 
-pub use io::{append_rows, read_rows, read_runs, record_run, write_atomic, ResultsError};
+pub use io::{
+    append_rows, begin_run, check_figures, columns, finish_writes, header_line, prepare_out,
+    read_rows, read_runs, record_cut_short, record_run, write_atomic, ResultsError, LOCK_FILE,
+};
 pub use meta::{git_revision, iso8601_utc, new_run_id, RunMeta};
 pub use records::{CollectiveRow, LayerRow, PipelineRow, Record, SCHEMA_VERSION};

@@ -10,6 +10,11 @@ pub const SCHEMA_VERSION: u32 = 1;
 pub trait Record: Serialize + for<'de> Deserialize<'de> {
     /// File name inside a results folder (`collectives.csv`, ...).
     const FILE: &'static str;
+    /// The figures (`f64` columns) that may be NaN: "not measured" (no
+    /// model for the row, no check run, a column older files lack). Every
+    /// other figure is finite and not negative (see
+    /// [`super::io::check_figures`]).
+    const MAY_BE_NAN: &'static [&'static str];
     /// The fields that name the same measurement in two runs (for `report compare`).
     fn key(&self) -> String;
     /// The run this row belongs to.
@@ -47,6 +52,7 @@ pub struct CollectiveRow {
 
 impl Record for CollectiveRow {
     const FILE: &'static str = "collectives.csv";
+    const MAY_BE_NAN: &'static [&'static str] = &["model_us", "ceiling_gbps"];
     fn key(&self) -> String {
         format!(
             "{}/{}/{}/{}/{}/{}/{}/np{}/{}B/{}",
@@ -117,6 +123,15 @@ pub struct LayerRow {
 
 impl Record for LayerRow {
     const FILE: &'static str = "layers.csv";
+    const MAY_BE_NAN: &'static [&'static str] = &[
+        "comm_model_us",
+        "speedup",
+        "efficiency",
+        "check_max_err",
+        "link_alpha_us",
+        "link_gbps",
+        "compute_gflops",
+    ];
     fn key(&self) -> String {
         format!(
             "{}/{}/{}/{}/{}/h{}a{}f{}s{}b{}/{}/tp{}/{}",
@@ -203,6 +218,16 @@ fn not_measured() -> f64 {
 
 impl Record for PipelineRow {
     const FILE: &'static str = "pipeline.csv";
+    const MAY_BE_NAN: &'static [&'static str] = &[
+        "bubble_formula",
+        "grad_max_err",
+        "step_simulated_us",
+        "message_us",
+        "bubble_replayed",
+        "wait_us",
+        "transfer_us",
+        "clock_uncertainty_us",
+    ];
     fn key(&self) -> String {
         format!(
             "{}/{}/{}/S{}/M{}/v{}/{}/{}/h{}/mb{}{}{}",

@@ -9,14 +9,36 @@
 //! microbatches from the largest indices seen.
 
 use super::{Action, Schedule, ScheduleError};
+use crate::limits::{MAX_ACTIONS, MAX_MICROBATCHES, MAX_PIPELINE_RANKS, MAX_STAGES};
 use std::path::Path;
+
+/// The largest schedule file read: far more than [`MAX_ACTIONS`] cells take.
+const MAX_FILE_BYTES: u64 = 64 << 20;
 
 /// Reads a compute-only CSV schedule from `path`.
 pub fn load_csv(path: &Path) -> Result<Schedule, ScheduleError> {
     let shown = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|source| ScheduleError::Io {
+    let io = |source| ScheduleError::Io {
         path: shown.clone(),
         source,
+    };
+    let len = std::fs::metadata(path).map_err(io)?.len();
+    if len > MAX_FILE_BYTES {
+        return Err(ScheduleError::Parse {
+            path: shown,
+            detail: format!(
+                "{len} bytes: larger than any schedule of at most {MAX_ACTIONS} actions"
+            ),
+        });
+    }
+    let bytes = std::fs::read(path).map_err(io)?;
+    let text = String::from_utf8(bytes).map_err(|e| {
+        let at = e.utf8_error().valid_up_to();
+        let line = e.as_bytes()[..at].iter().filter(|&&b| b == b'\n').count() + 1;
+        ScheduleError::Parse {
+            path: shown.clone(),
+            detail: format!("line {line}: not UTF-8 text"),
+        }
     })?;
     let name = path
         .file_name()
@@ -38,17 +60,43 @@ pub fn parse_csv(text: &str, origin: &str, name: &str) -> Result<Schedule, Sched
         .trim(csv::Trim::All)
         .from_reader(text.as_bytes());
     let mut actions: Vec<Vec<Option<Action>>> = Vec::new();
+    let mut cells = 0usize;
     for (line, rec) in reader.records().enumerate() {
         let rec = rec.map_err(|e| parse_err(format!("line {}: {e}", line + 1)))?;
+        if line >= MAX_PIPELINE_RANKS {
+            return Err(parse_err(format!(
+                "line {}: more than {MAX_PIPELINE_RANKS} rows (one per rank; at most {MAX_PIPELINE_RANKS} stage ranks)",
+                line + 1
+            )));
+        }
+        cells += rec.len();
+        if cells > MAX_ACTIONS {
+            return Err(parse_err(format!(
+                "line {}: more than {MAX_ACTIONS} cells in all",
+                line + 1
+            )));
+        }
         let mut row = Vec::with_capacity(rec.len());
         for (col, cell) in rec.iter().enumerate() {
             if cell.is_empty() || cell == "None" {
                 row.push(None);
                 continue;
             }
-            let a: Action = cell.parse().map_err(|e: String| {
-                parse_err(format!("line {}, cell {}: {e}", line + 1, col + 1))
-            })?;
+            let at =
+                |what: String| parse_err(format!("line {}, cell {}: {what}", line + 1, col + 1));
+            let a: Action = cell.parse().map_err(at)?;
+            if a.stage >= MAX_STAGES {
+                return Err(at(format!(
+                    "{cell} names stage {}: at most {MAX_STAGES} stages",
+                    a.stage
+                )));
+            }
+            if a.mb >= MAX_MICROBATCHES {
+                return Err(at(format!(
+                    "{cell} names microbatch {}: at most {MAX_MICROBATCHES} microbatches",
+                    a.mb
+                )));
+            }
             row.push(Some(a));
         }
         actions.push(row);
@@ -180,5 +228,39 @@ mod tests {
             .to_string();
         assert!(e.contains("stage 0 has no actions"), "{e}");
         assert!(parse_csv("\n", "f.csv", "t").is_err());
+    }
+
+    #[test]
+    fn indices_past_the_limits_name_line_and_cell() {
+        // Once a panic (stage + 1 wrapped to 0: index out of bounds), a 64 GB
+        // stage table, and "no stages or no microbatches".
+        for (text, want) in [
+            (
+                "18446744073709551615F0\n",
+                "line 1, cell 1: 18446744073709551615F0 names stage",
+            ),
+            (
+                "0F0\n4000000000F0,4000000000B0\n",
+                "line 2, cell 1: 4000000000F0 names stage",
+            ),
+            (
+                "0F18446744073709551615\n",
+                "line 1, cell 1: 0F18446744073709551615 names microbatch",
+            ),
+        ] {
+            let e = parse_csv(text, "f.csv", "t").unwrap_err().to_string();
+            assert!(e.starts_with("f.csv: ") && e.contains(want), "{e}");
+        }
+        // A chain of more ranks than the limit: refused at the first row past it.
+        let chain: String = (0..10_000).map(|r| format!("{r}F0,{r}B0\n")).collect();
+        let e = parse_csv(&chain, "f.csv", "t").unwrap_err().to_string();
+        assert!(e.contains("line 257: more than 256 rows"), "{e}");
+        let dir = std::env::temp_dir().join(format!("parbench-sched-utf8-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("bad.csv");
+        std::fs::write(&path, b"0F0,0B0\n1F0,\xff\n").unwrap();
+        let e = load_csv(&path).unwrap_err().to_string();
+        assert!(e.ends_with("bad.csv: line 2: not UTF-8 text"), "{e}");
+        std::fs::remove_dir_all(&dir).ok();
     }
 }

@@ -92,6 +92,12 @@ pub fn generate(
             "takes one stage per rank; --chunks {chunks} applies to interleaved only"
         )));
     }
+    // Forward and backward (three actions with a split backward) of every
+    // microbatch on every stage, in u128: checked before anything is built.
+    let stages = (ranks as u128) * (chunks as u128);
+    let actions = stages * (microbatches as u128) * 3;
+    let clamp = |v: u128| usize::try_from(v).unwrap_or(usize::MAX);
+    super::check_limits(ranks, clamp(stages), microbatches, clamp(actions)).map_err(fail)?;
     let rows: Vec<Vec<Action>> = match kind {
         ScheduleKind::GPipe => (0..ranks).map(|r| gpipe(r, microbatches)).collect(),
         ScheduleKind::OneFOneB => (0..ranks)

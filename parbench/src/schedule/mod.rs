@@ -121,6 +121,38 @@ impl FromStr for Action {
     }
 }
 
+/// Checks a schedule's size against the stated limits
+/// ([`crate::limits::MAX_PIPELINE_RANKS`], [`crate::limits::MAX_STAGES`],
+/// [`crate::limits::MAX_MICROBATCHES`], [`crate::limits::MAX_ACTIONS`])
+/// before anything is built from it; the error says which limit.
+pub fn check_limits(
+    ranks: usize,
+    stages: usize,
+    microbatches: usize,
+    actions: usize,
+) -> Result<(), String> {
+    use crate::limits::{MAX_ACTIONS, MAX_MICROBATCHES, MAX_PIPELINE_RANKS, MAX_STAGES};
+    if ranks > MAX_PIPELINE_RANKS {
+        return Err(format!(
+            "{ranks} ranks: at most {MAX_PIPELINE_RANKS} stage ranks"
+        ));
+    }
+    if stages > MAX_STAGES {
+        return Err(format!("{stages} stages: at most {MAX_STAGES}"));
+    }
+    if microbatches > MAX_MICROBATCHES {
+        return Err(format!(
+            "{microbatches} microbatches: at most {MAX_MICROBATCHES}"
+        ));
+    }
+    if actions > MAX_ACTIONS {
+        return Err(format!(
+            "{actions} actions: at most {MAX_ACTIONS} over all ranks"
+        ));
+    }
+    Ok(())
+}
+
 /// A message between stages, named by the action that produces it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Message {

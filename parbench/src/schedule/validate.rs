@@ -56,6 +56,15 @@ fn check_structure(s: &Schedule) -> Result<(), ScheduleError> {
     if s.actions.is_empty() {
         return Err(invalid(s, "it has no ranks".into(), &[]));
     }
+    let cells = s.actions.iter().map(Vec::len).sum();
+    if let Err(why) = super::check_limits(s.ranks(), s.num_stages, s.microbatches, cells) {
+        // No grid: a schedule past the limits is too large to draw.
+        return Err(ScheduleError::Invalid {
+            name: s.name.clone(),
+            reason: why,
+            grid: String::new(),
+        });
+    }
     if s.num_stages == 0 || s.microbatches == 0 {
         return Err(invalid(
             s,

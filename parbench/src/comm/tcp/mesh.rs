@@ -2,6 +2,13 @@
 //! it in the store, accepts the ranks below it and connects to the ranks
 //! above it. Each connection opens with a handshake that carries the job
 //! token and both ranks; anything else on the data port is dropped.
+//!
+//! A crowd on the data port does not keep the ranks out: one thread reads
+//! every handshake (`poll`), at most [`MAX_PENDING`] connections wait for
+//! theirs at once, each for at most [`HELLO_WINDOW`], and when that many
+//! wait the oldest (a silent one first) is dropped for the newcomer. A
+//! rank's connection that is dropped before its answer connects again
+//! until the deadline.
 
 use crate::comm::{CommError, CommResult};
 use crate::launch::{RankInfo, Store};
@@ -11,7 +18,7 @@ use std::net::{
 };
 use std::os::fd::AsRawFd;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
@@ -21,9 +28,9 @@ const ACK: &[u8; 8] = b"PBTCPack";
 const FIXED: usize = 8 + 4 + 4 + 4 + 2;
 const MAX_TOKEN: usize = 1024;
 /// How long a connection to the data port may take to identify itself.
-const HELLO_WINDOW: Duration = Duration::from_secs(5);
-/// Handshakes checked at once; more connections are closed unread.
-const MAX_PENDING: usize = 256;
+pub const HELLO_WINDOW: Duration = Duration::from_secs(3);
+/// Connections waiting to present their handshake at once (see the module docs).
+pub const MAX_PENDING: usize = 256;
 
 /// The store key under which `rank` publishes its data address.
 fn addr_key(rank: usize) -> String {
@@ -40,8 +47,10 @@ pub(super) fn build(
     let (rank, world) = (info.rank, info.world);
     let start = Instant::now();
     let ip = data_ip(info)?;
+    crate::launch::raise_fd_limit();
     let listener = TcpListener::bind(SocketAddr::new(ip, 0))
         .map_err(|e| CommError::Setup(format!("rank {rank}: cannot listen on {ip}: {e}")))?;
+    crate::launch::deepen_backlog(&listener);
     let local = listener.local_addr()?;
     store.put(&addr_key(rank), local.to_string().as_bytes(), deadline)?;
 
@@ -140,6 +149,10 @@ fn handshake_bytes(info: &RankInfo, to: usize) -> Vec<u8> {
     h
 }
 
+/// Connects to `peer` at `addr` and completes the handshake, connecting
+/// again (until `deadline`) when the peer's port drops the connection
+/// before answering: under a crowd of strangers it drops the oldest
+/// waiting connection, which may be ours.
 fn connect_to(
     info: &RankInfo,
     peer: usize,
@@ -147,55 +160,92 @@ fn connect_to(
     deadline: Instant,
 ) -> CommResult<TcpStream> {
     let rank = info.rank;
-    let lost = |detail: String| CommError::PeerLost {
-        rank,
-        peer,
-        op: "connect",
-        detail,
-    };
     if info.token.len() > MAX_TOKEN {
         return Err(CommError::Setup(format!(
             "job token longer than {MAX_TOKEN} bytes"
         )));
     }
-    let left = deadline.saturating_duration_since(Instant::now());
-    if left.is_zero() {
-        return Err(CommError::Timeout {
-            rank,
-            peer,
-            op: "connect",
-            after: Duration::ZERO,
-        });
+    let start = Instant::now();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(CommError::Timeout {
+                rank,
+                peer,
+                op: "connect",
+                after: start.elapsed(),
+            });
+        }
+        match try_handshake(info, peer, addr, left.min(2 * HELLO_WINDOW)) {
+            Ok(s) => return Ok(s),
+            Err(Attempt::Final(e)) => return Err(e),
+            Err(Attempt::Again(detail)) => {
+                if Instant::now() + Duration::from_millis(20) >= deadline {
+                    return Err(CommError::PeerLost {
+                        rank,
+                        peer,
+                        op: "connect",
+                        detail: format!(
+                            "{detail} (for {})",
+                            crate::launch::duration_text(start.elapsed())
+                        ),
+                    });
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
     }
-    let mut s = TcpStream::connect_timeout(&addr, left)
-        .map_err(|e| lost(format!("connect to {addr}: {e}")))?;
-    s.set_nodelay(true)?;
-    s.set_write_timeout(Some(left))?;
-    s.set_read_timeout(Some(left))?;
+}
+
+/// Why one connection attempt failed: worth another, or not.
+enum Attempt {
+    Again(String),
+    Final(CommError),
+}
+
+fn try_handshake(
+    info: &RankInfo,
+    peer: usize,
+    addr: SocketAddr,
+    within: Duration,
+) -> Result<TcpStream, Attempt> {
+    let again = |what: &str, e: io::Error| Attempt::Again(format!("{what} {addr}: {e}"));
+    let mut s = TcpStream::connect_timeout(&addr, within).map_err(|e| again("connect to", e))?;
+    let setup = |s: &TcpStream| {
+        s.set_nodelay(true)?;
+        s.set_write_timeout(Some(within))?;
+        s.set_read_timeout(Some(within))
+    };
+    setup(&s).map_err(|e| Attempt::Final(e.into()))?;
     s.write_all(&handshake_bytes(info, peer))
-        .map_err(|e| lost(format!("handshake: {e}")))?;
+        .map_err(|e| again("handshake with", e))?;
     let mut ack = [0u8; 12];
-    s.read_exact(&mut ack).map_err(|e| match e.kind() {
-        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => CommError::Timeout {
-            rank,
-            peer,
-            op: "connect",
-            after: left,
-        },
-        _ => lost(format!(
-            "no handshake answer from {addr} (another job on that port?): {e}"
-        )),
+    s.read_exact(&mut ack).map_err(|e| {
+        again(
+            "no handshake answer (dropped, or another job on that port?) from",
+            e,
+        )
     })?;
     if &ack[..8] != ACK || u32::from_le_bytes([ack[8], ack[9], ack[10], ack[11]]) as usize != peer {
-        return Err(CommError::Protocol {
-            rank,
+        return Err(Attempt::Final(CommError::Protocol {
+            rank: info.rank,
             peer,
             detail: format!("bad handshake answer from {addr}"),
-        });
+        }));
     }
-    s.set_read_timeout(None)?;
-    s.set_write_timeout(None)?;
+    let clear = |s: &TcpStream| {
+        s.set_read_timeout(None)?;
+        s.set_write_timeout(None)
+    };
+    clear(&s).map_err(|e| Attempt::Final(e.into()))?;
     Ok(s)
+}
+
+/// A connection to the data port that has not completed its handshake.
+struct Pending {
+    stream: TcpStream,
+    got: Vec<u8>,
+    by: Instant,
 }
 
 fn accept_loop(
@@ -210,77 +260,177 @@ fn accept_loop(
         return;
     }
     let _ = listener.set_nonblocking(true);
-    let pending = Arc::new(AtomicUsize::new(0));
-    let token = Arc::new(token);
+    let mut pending: Vec<Pending> = Vec::new();
+    let mut fds: Vec<libc::pollfd> = Vec::new();
+    let want = FIXED + token.len();
     while !stop.load(Ordering::SeqCst) {
-        match listener.accept() {
-            Ok((s, _)) => {
-                if pending.load(Ordering::SeqCst) >= MAX_PENDING {
-                    continue; // dropped unread
-                }
-                pending.fetch_add(1, Ordering::SeqCst);
-                let (tx, token, count) = (tx.clone(), token.clone(), pending.clone());
-                let spawned = std::thread::Builder::new()
-                    .name("parbench-tcp-hello".into())
-                    .spawn(move || {
-                        if let Ok(from) = check_hello(&s, rank, world, &token) {
+        fds.clear();
+        fds.push(libc::pollfd {
+            fd: listener.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        });
+        fds.extend(pending.iter().map(|p| libc::pollfd {
+            fd: p.stream.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }));
+        // SAFETY: `fds` is a valid array of fds.len() pollfds.
+        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 50) };
+        let mut done: Vec<usize> = Vec::new();
+        for (i, p) in pending.iter_mut().enumerate() {
+            if fds[i + 1].revents != 0 {
+                match read_hello(p, want, rank, world, &token) {
+                    Hello::More => {}
+                    Hello::Good(from) => {
+                        if let Ok(s) = p.stream.try_clone() {
                             let _ = tx.send((from, s));
                         }
-                        count.fetch_sub(1, Ordering::SeqCst);
-                    });
-                if spawned.is_err() {
-                    pending.fetch_sub(1, Ordering::SeqCst);
+                        done.push(i);
+                    }
+                    Hello::Bad => done.push(i),
                 }
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                let mut p = libc::pollfd {
-                    fd: listener.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                };
-                // SAFETY: one valid pollfd for the duration of the call.
-                unsafe { libc::poll(&mut p, 1, 50) };
+        }
+        let now = Instant::now();
+        let mut i = 0;
+        pending.retain(|p| {
+            let keep = !done.contains(&i) && now < p.by;
+            i += 1;
+            keep
+        });
+        if fds[0].revents & libc::POLLIN == 0 {
+            continue;
+        }
+        loop {
+            match listener.accept() {
+                Ok((stream, _)) => {
+                    if stream.set_nonblocking(true).is_err() {
+                        continue;
+                    }
+                    let mut p = Pending {
+                        stream,
+                        got: Vec::with_capacity(want),
+                        by: Instant::now() + HELLO_WINDOW,
+                    };
+                    // A rank sends its handshake right after connecting.
+                    match read_hello(&mut p, want, rank, world, &token) {
+                        Hello::Good(from) => {
+                            let _ = tx.send((from, p.stream));
+                            continue;
+                        }
+                        Hello::Bad => continue,
+                        Hello::More => {}
+                    }
+                    if pending.len() >= MAX_PENDING {
+                        drop_oldest(&mut pending);
+                    }
+                    pending.push(p);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                // Out of descriptors: make room, or let the backlog wait.
+                Err(_) => {
+                    if pending.is_empty() {
+                        break;
+                    }
+                    drop_oldest(&mut pending);
+                }
             }
-            Err(_) => std::thread::sleep(Duration::from_millis(50)),
         }
     }
 }
 
-/// Reads and checks one handshake; answers it when it is good. Any bad
-/// byte or a silence past [`HELLO_WINDOW`] ends the connection (the caller
-/// drops it).
-fn check_hello(mut s: &TcpStream, rank: usize, world: usize, token: &str) -> io::Result<usize> {
-    let bad = |w: &str| io::Error::new(io::ErrorKind::InvalidData, w.to_string());
-    s.set_read_timeout(Some(HELLO_WINDOW))?;
-    s.set_write_timeout(Some(HELLO_WINDOW))?;
-    let mut fixed = [0u8; FIXED];
-    s.read_exact(&mut fixed)?;
-    let u32_at = |i: usize| {
-        u32::from_le_bytes([fixed[i], fixed[i + 1], fixed[i + 2], fixed[i + 3]]) as usize
+/// Drops the oldest waiting connection, a silent one first.
+fn drop_oldest(pending: &mut Vec<Pending>) {
+    let oldest = |silent: bool| {
+        pending
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.got.is_empty() == silent)
+            .min_by_key(|(_, p)| p.by)
+            .map(|(i, _)| i)
     };
-    if &fixed[..8] != MAGIC {
-        return Err(bad("not a parbench rank"));
+    if let Some(i) = oldest(true).or_else(|| oldest(false)) {
+        pending.swap_remove(i);
     }
-    let (w, from, to) = (u32_at(8), u32_at(12), u32_at(16));
-    let tlen = u16::from_le_bytes([fixed[20], fixed[21]]) as usize;
-    if w != world || to != rank || from >= rank || tlen != token.len() || tlen > MAX_TOKEN {
-        return Err(bad("handshake for another job or rank"));
+}
+
+enum Hello {
+    /// Not all of it yet.
+    More,
+    /// A rank below this one, checked and answered.
+    Good(usize),
+    /// Anything else: the connection is dropped.
+    Bad,
+}
+
+/// Reads what has arrived of a handshake (never more than a handshake's
+/// length) and checks it once whole; answers a good one.
+fn read_hello(p: &mut Pending, want: usize, rank: usize, world: usize, token: &str) -> Hello {
+    let mut buf = [0u8; FIXED + MAX_TOKEN];
+    loop {
+        let need = want - p.got.len();
+        if need == 0 {
+            break;
+        }
+        match p.stream.read(&mut buf[..need]) {
+            Ok(0) => return Hello::Bad,
+            Ok(n) => {
+                p.got.extend_from_slice(&buf[..n]);
+                // The fixed part tells at once whether it is for this rank.
+                if p.got.len() >= FIXED && p.got.len() - n < FIXED {
+                    if let Err(()) = check_fixed(&p.got[..FIXED], rank, world, token.len()) {
+                        return Hello::Bad;
+                    }
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Hello::More,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return Hello::Bad,
+        }
     }
-    let mut got = vec![0u8; tlen];
-    s.read_exact(&mut got)?;
+    let got = &p.got[FIXED..];
     if got
         .iter()
         .zip(token.as_bytes())
         .fold(0u8, |a, (x, y)| a | (x ^ y))
         != 0
     {
-        return Err(bad("wrong job token"));
+        return Hello::Bad;
     }
+    let from = u32::from_le_bytes([p.got[12], p.got[13], p.got[14], p.got[15]]) as usize;
     let mut ack = [0u8; 12];
     ack[..8].copy_from_slice(ACK);
     ack[8..].copy_from_slice(&(rank as u32).to_le_bytes());
-    s.write_all(&ack)?;
-    s.set_read_timeout(None)?;
-    s.set_write_timeout(None)?;
-    Ok(from)
+    // Twelve bytes into a new connection's empty send buffer: written
+    // whole at once; the stream goes back to blocking for the transport.
+    let answered = p.stream.set_nonblocking(false).is_ok()
+        && p.stream
+            .set_write_timeout(Some(HELLO_WINDOW))
+            .and_then(|_| p.stream.write_all(&ack))
+            .and_then(|_| p.stream.set_write_timeout(None))
+            .is_ok();
+    if answered {
+        Hello::Good(from)
+    } else {
+        Hello::Bad
+    }
+}
+
+/// Checks the fixed part of a handshake: this job's world, addressed to
+/// this rank, from a rank below it, with a token of the right length.
+fn check_fixed(fixed: &[u8], rank: usize, world: usize, token_len: usize) -> Result<(), ()> {
+    let u32_at = |i: usize| {
+        u32::from_le_bytes([fixed[i], fixed[i + 1], fixed[i + 2], fixed[i + 3]]) as usize
+    };
+    if &fixed[..8] != MAGIC {
+        return Err(());
+    }
+    let (w, from, to) = (u32_at(8), u32_at(12), u32_at(16));
+    let tlen = u16::from_le_bytes([fixed[20], fixed[21]]) as usize;
+    if w != world || to != rank || from >= rank || tlen != token_len || tlen > MAX_TOKEN {
+        return Err(());
+    }
+    Ok(())
 }

@@ -1,0 +1,224 @@
+//! Issue 15's hostile input and faults, end to end: memory and ranks
+//! refused before anything is allocated, --out checked before measuring,
+//! one rule per flag, a dead writer's lock taken over, and an interrupted
+//! sweep that keeps the sizes it finished.
+
+mod common;
+use common::*;
+use std::os::unix::ffi::OsStringExt;
+
+/// Exit 2, one line on stderr containing every string of `want`, nothing
+/// on stdout (no table header before the refusal) and no record written.
+fn refused(args: &[&str], want: &[&str]) {
+    // One folder per call: the tests run in parallel.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let dir = scratch(&format!("refused-{n}"));
+    let mut v = args.to_vec();
+    if !v.contains(&"--out") {
+        v.extend_from_slice(&["--out", dir.to_str().unwrap()]);
+    }
+    let o = run(&v, &[]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err:?}");
+    for w in want {
+        assert!(err.contains(w), "{args:?}: {w:?} not in {err:?}");
+    }
+    assert!(o.stdout.is_empty(), "{args:?} printed: {}", stdout(&o));
+    assert_eq!(rows_in(&dir), 0, "{args:?} wrote rows");
+}
+
+#[test]
+fn memory_the_flags_imply_is_refused_before_allocating() {
+    // Was: header printed, then "memory allocation failed", exit 134.
+    refused(
+        &["--backend", "local", "-np", "2", "-b", "64G", "-e", "64G"],
+        &["--max-bytes", "GiB", "MemAvailable"],
+    );
+    // Was: 2.56 TB asked for, abort.
+    refused(
+        &["--backend", "local", "-np", "100000", "-e", "1M"],
+        &["--nprocs 100000"],
+    );
+    refused(
+        &["--backend", "tcp", "-np", "100000", "-e", "1M"],
+        &["100000"],
+    );
+}
+
+#[test]
+fn an_unwritable_out_is_refused_before_measuring_with_the_os_error_once() {
+    let dir = scratch("out-file");
+    let file = dir.join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    let long = format!("/tmp/{}", "x".repeat(5000));
+    for out in ["/proc/x", file.to_str().unwrap(), &long] {
+        let o = run(
+            &["--backend", "local", "-np", "2", "-e", "64", "--out", out],
+            &[],
+        );
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{out:.40}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err:?}");
+        assert_eq!(err.matches("os error").count(), 1, "{err:?}");
+        assert!(err.contains("--out"), "{err:?}");
+        assert!(
+            o.stdout.is_empty(),
+            "measured before refusing: {}",
+            stdout(&o)
+        );
+    }
+}
+
+#[test]
+fn a_non_utf8_out_is_used_not_a_panic() {
+    // Was: a panic in std's env::args through RunMeta::start.
+    let base = scratch("non-utf8");
+    let mut name = base.clone().into_os_string().into_vec();
+    name.extend_from_slice(b"/r\xff\xfe");
+    let out = std::ffi::OsString::from_vec(name);
+    let args: Vec<std::ffi::OsString> = [
+        "--backend",
+        "local",
+        "-np",
+        "2",
+        "-b",
+        "8",
+        "-e",
+        "64",
+        "-n",
+        "2",
+        "-w",
+        "0",
+        "all_reduce",
+        "--out",
+    ]
+    .iter()
+    .map(Into::into)
+    .chain([out.clone()])
+    .collect();
+    let o = run_os(&args);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(rows_in(std::path::Path::new(&out)) > 0);
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+#[test]
+fn one_rule_per_flag() {
+    // Was taken last-wins.
+    refused(&["-e", "1M", "-e", "2M"], &["--max-bytes", "multiple"]);
+    // Was "unexpected argument '-1' found", without the flag.
+    refused(&["-n", "-1"], &["--iters", "-1"]);
+    refused(&["--timeout", "-5"], &["--timeout", "-5"]);
+    refused(&["--timeout", "0"], &["--timeout 0"]);
+    refused(&["--backend", "local", "-np", "0"], &["--nprocs 0"]);
+    refused(&["-n", "0"], &["--iters 0"]);
+    // Was: on local, rank 0 timed out after 3 s and the process went on
+    // for the straggler's whole 10 s sleep.
+    refused(
+        &[
+            "--backend",
+            "local",
+            "-np",
+            "2",
+            "--straggler",
+            "1:10000",
+            "--timeout",
+            "3",
+        ],
+        &["--straggler 1:10000", "--timeout 3"],
+    );
+}
+
+#[test]
+fn a_lock_left_by_a_killed_writer_is_taken_over_at_once() {
+    // Was: the next run waited 30 s for the dead PID's lock and failed.
+    let dir = scratch("stale-lock");
+    std::fs::write(dir.join(".parbench.lock"), "999999999\n").unwrap();
+    let child = start(&[
+        "--backend",
+        "local",
+        "-np",
+        "2",
+        "-b",
+        "8",
+        "-e",
+        "64",
+        "-n",
+        "2",
+        "-w",
+        "0",
+        "all_reduce",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    let o = finish_within(child, 25);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(rows_in(&dir) > 0);
+}
+
+/// Starts a slow sweep (a straggler delays every timed iteration), waits
+/// for `rows` rows in collectives.csv, sends `sig`, and checks the rows
+/// are kept and run.json says the run was cut short.
+fn interrupted_sweep_keeps_its_sizes(backend: &str, sig: i32, name: &str, rows: usize) {
+    let dir = scratch(name);
+    let child = start(&[
+        "--backend",
+        backend,
+        "-np",
+        "2",
+        "-b",
+        "8",
+        "-e",
+        "64K",
+        "-n",
+        "10",
+        "-w",
+        "0",
+        "--straggler",
+        "1:30",
+        "--timeout",
+        "30",
+        "all_reduce",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while rows_in(&dir) < rows {
+        assert!(std::time::Instant::now() < deadline, "no rows in 120 s");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let before = rows_in(&dir);
+    // SAFETY: kill(2) of the child this test started.
+    unsafe { libc::kill(child.id() as i32, sig) };
+    let o = finish_within(child, 30);
+    assert_eq!(o.status.code(), Some(128 + sig), "{}", stderr(&o));
+    let after = rows_in(&dir);
+    assert!(
+        after >= before,
+        "{before} rows before the signal, {after} after"
+    );
+    // Not the whole sweep: 8 B to 64 KiB is 14 sizes, in and out of place.
+    assert!(after < 28, "the sweep was not cut short: {after} rows");
+    let json = std::fs::read_to_string(dir.join("run.json")).unwrap();
+    assert!(
+        json.contains("\"cut_short\"") && json.contains("interrupted by SIG"),
+        "{json}"
+    );
+    assert!(stderr(&o).contains("interrupted by"), "{}", stderr(&o));
+    // Every kept row is whole: the file still reads as a results file.
+    let (header, kept) = read_csv(&dir.join("collectives.csv"));
+    assert!(kept.iter().all(|r| r.len() == header.len()));
+}
+
+#[test]
+fn sigint_keeps_the_sizes_already_measured_on_local() {
+    // Was: rows reached the file only at the end; SIGINT lost them all.
+    interrupted_sweep_keeps_its_sizes("local", libc::SIGINT, "sigint-local", 2);
+}
+
+#[test]
+fn sigterm_keeps_the_sizes_already_measured_on_tcp() {
+    interrupted_sweep_keeps_its_sizes("tcp", libc::SIGTERM, "sigterm-tcp", 2);
+}

@@ -1,0 +1,149 @@
+//! The limits every binary holds its flags to, stated once, and the memory
+//! check each does before it allocates anything.
+//!
+//! A flag that asks for more than a machine can give is bad input: one
+//! line naming the flag and the bytes, exit code 2, before any buffer is
+//! allocated (not an allocator's abort after the table's header). The
+//! estimates count the buffers the run holds at once (per rank, times the
+//! ranks on this host) and are held against the memory the kernel says is
+//! available now (`MemAvailable` in `/proc/meminfo`, and the cgroup's
+//! `memory.max` when it is lower), or the GPU's memory with `--backend nccl`.
+
+use std::time::Duration;
+
+/// The longest `--timeout`: a day.
+pub const MAX_TIMEOUT_S: f64 = 86_400.0;
+/// Ranks as threads of one process (`--backend local`): every pair of
+/// ranks shares a mailbox, so memory grows with the square of the ranks.
+pub const MAX_LOCAL_RANKS: usize = 1024;
+/// Ranks spawned as processes on one host (`--nprocs` with tcp).
+pub const MAX_SPAWNED_RANKS: usize = 4096;
+/// Stage ranks of a pipeline (`--stages`, rows of a schedule file): the
+/// executor's links and the validator's grid grow with their square.
+pub const MAX_PIPELINE_RANKS: usize = 256;
+/// Stages of a pipeline schedule (ranks times chunks).
+pub const MAX_STAGES: usize = 4096;
+/// Microbatches of one pipeline step.
+pub const MAX_MICROBATCHES: usize = 65_536;
+/// Actions of one schedule over all ranks (idle steps included).
+pub const MAX_ACTIONS: usize = 1 << 20;
+
+/// A flag that asks for more than the limits or the machine allow.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{0}")]
+pub struct LimitError(pub String);
+
+/// `--timeout SECONDS` as every binary takes it: more than 0, at most a day.
+pub fn timeout(secs: f64) -> Result<Duration, LimitError> {
+    if secs.is_finite() && secs > 0.0 && secs <= MAX_TIMEOUT_S {
+        Ok(Duration::from_secs_f64(secs))
+    } else {
+        Err(LimitError(format!(
+            "--timeout {secs}: a number of seconds above 0 and at most {MAX_TIMEOUT_S}"
+        )))
+    }
+}
+
+/// Bytes as people read them: `512 B`, `64.0 KiB`, `2.5 GiB`, `2.3 TiB`.
+pub fn bytes_text(b: u128) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+/// Memory this process may still take, in bytes, and where the figure
+/// comes from: `MemAvailable`, or the cgroup's limit less its use when
+/// that is lower. `None` where neither can be read.
+pub fn available_memory() -> Option<(u64, &'static str)> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok().and_then(|t| {
+        t.lines()
+            .find_map(|l| l.strip_prefix("MemAvailable:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map(|kb| kb.saturating_mul(1024))
+    });
+    let cgroup = (|| {
+        let max = std::fs::read_to_string("/sys/fs/cgroup/memory.max").ok()?;
+        let max: u64 = max.trim().parse().ok()?; // "max" means no limit
+        let cur: u64 = std::fs::read_to_string("/sys/fs/cgroup/memory.current")
+            .ok()?
+            .trim()
+            .parse()
+            .ok()?;
+        Some(max.saturating_sub(cur))
+    })();
+    match (meminfo, cgroup) {
+        (Some(m), Some(c)) if c < m => Some((c, "the cgroup's memory.max less its use")),
+        (Some(m), _) => Some((m, "MemAvailable")),
+        (None, Some(c)) => Some((c, "the cgroup's memory.max less its use")),
+        (None, None) => None,
+    }
+}
+
+/// Refuses a run whose flags imply `need` bytes on this host when the
+/// machine has less available. `flag` names what to change; `what` says
+/// how the figure is made up. Passes when the memory cannot be read.
+pub fn check_host_memory(need: u128, flag: &str, what: &str) -> Result<(), LimitError> {
+    match available_memory() {
+        Some((have, source)) => check_memory(need, have as u128, flag, what, source),
+        None => Ok(()),
+    }
+}
+
+/// [`check_host_memory`] against a given figure (`have` bytes, `source`
+/// says what it is: `MemAvailable`, `GPU 0's memory`).
+pub fn check_memory(
+    need: u128,
+    have: u128,
+    flag: &str,
+    what: &str,
+    source: &str,
+) -> Result<(), LimitError> {
+    if need <= have {
+        return Ok(());
+    }
+    Err(LimitError(format!(
+        "{flag}: the run needs about {} ({what}) but this machine has {} ({source})",
+        bytes_text(need),
+        bytes_text(have)
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timeouts_above_zero_up_to_a_day() {
+        assert_eq!(timeout(2.5).unwrap(), Duration::from_millis(2500));
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY, 86_401.0] {
+            let e = timeout(bad).unwrap_err().0;
+            assert!(e.starts_with("--timeout"), "{e}");
+        }
+    }
+
+    #[test]
+    fn memory_is_read_and_checked() {
+        let (have, source) = available_memory().expect("/proc/meminfo on Linux");
+        assert!(have > 0, "{source}");
+        assert_eq!(bytes_text(512), "512 B");
+        assert_eq!(bytes_text(64 << 30), "64.0 GiB");
+        let e = check_memory(64 << 30, 1 << 30, "-e/--max-bytes 64G", "x", "MemAvailable")
+            .unwrap_err()
+            .0;
+        assert_eq!(
+            e,
+            "-e/--max-bytes 64G: the run needs about 64.0 GiB (x) but this machine has 1.0 GiB (MemAvailable)"
+        );
+        assert!(check_memory(1, 1, "f", "x", "s").is_ok());
+        assert!(check_host_memory(u128::MAX, "f", "x").is_err());
+    }
+}

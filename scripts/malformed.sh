@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# Runs the malformed invocations of issue 15 (and more) against the built
+# binaries and counts panics (exit 101 or "panicked" on stderr), aborts
+# (134, SIGABRT/SIGSEGV), hangs (past the per-call limit) and errors that
+# are not one line. Each call gets a fresh scratch folder and LIMIT seconds.
+#   scripts/malformed.sh [BIN_DIR]   (default target/debug)
+# Exit 0 when none panicked, aborted or hung; prints one line per failure
+# and the counts.
+set -u
+BIN=$(realpath "${1:-target/debug}")
+LIMIT=${LIMIT:-40}
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+C="$BIN/bench-collectives"; L="$BIN/bench-layers"; P="$BIN/bench-pipeline"; R="$BIN/report"
+total=0; bad=0; multiline=0
+try() { # try WANT_CODE CMD...   WANT_CODE: 2, or "any" (not a panic/abort/hang)
+  local want=$1; shift
+  total=$((total + 1))
+  local out="$TMP/$total"; mkdir -p "$out"
+  ( cd "$out" && timeout -k 5 "$LIMIT" "$@" >stdout 2>stderr ); local rc=$?
+  local err; err=$(cat "$out/stderr")
+  local why=""
+  if [ $rc -eq 124 ] || [ $rc -eq 137 ] && [ "$want" != 137 ]; then why="hang (rc $rc)"
+  elif [ $rc -eq 101 ] || grep -q panicked <<<"$err"; then why="panic"
+  elif [ $rc -eq 134 ] || [ $rc -eq 139 ] || [ $rc -eq 136 ]; then why="abort (rc $rc)"
+  elif [ "$want" != any ] && [ $rc -ne "$want" ]; then why="exit $rc, wanted $want"
+  fi
+  if [ "$want" = 2 ] && [ -z "$why" ] && [ "$(grep -c . <<<"$err")" -ne 1 ]; then
+    multiline=$((multiline + 1)); why="not one line"
+  fi
+  if [ -n "$why" ]; then
+    bad=$((bad + 1)); echo "FAIL [$why] ${*#$BIN/}" | cut -c1-200; head -c 300 "$out/stderr"; echo
+  fi
+}
+printf 'a,b\n' >"$TMP/tiny.csv"
+head -c 10000000 /dev/urandom | tr -d '\n' >"$TMP/garbage.csv"
+mkdir -p "$TMP/garbage"; cp "$TMP/garbage.csv" "$TMP/garbage/collectives.csv"
+printf '18446744073709551615F0\n' >"$TMP/s1.csv"
+printf '4000000000F0,4000000000B0\n' >"$TMP/s2.csv"
+printf '0F18446744073709551615\n' >"$TMP/s3.csv"
+printf 'F0,B0\n' >"$TMP/s4.csv"
+printf '\xff\xfe\n' >"$TMP/s5.csv"
+LONG=$(printf 'x%.0s' $(seq 5000))
+CS=(--backend local -np 2 -n 2 -w 0 -e 64)
+# bench-collectives
+try 2 $C -b 64G -e 64G --backend local -np 2
+try 2 $C --backend local -np 100000 -e 1M
+try 2 $C --backend tcp -np 100000 -e 1M
+try 2 $C "${CS[@]}" --out /proc/x
+try 2 $C "${CS[@]}" --out "$TMP/tiny.csv"
+try 2 $C "${CS[@]}" --out "/tmp/$LONG"
+try 0 $C "${CS[@]}" --out "$TMP/$(printf '\xff\xfe')"
+try 2 $C "${CS[@]}" --timeout 0
+try 2 $C "${CS[@]}" --timeout -5
+try 2 $C "${CS[@]}" -n 0
+try 2 $C "${CS[@]}" -n -1
+try 2 $C "${CS[@]}" -np 0
+try 2 $C "${CS[@]}" -e 1M -e 2M
+try 2 $C "${CS[@]}" --backend tcp
+try 2 $C "${CS[@]}" -b 1K -e 8
+try 2 $C "${CS[@]}" -f 1
+try 2 $C "${CS[@]}" -f 0
+try 2 $C "${CS[@]}" -i 0 -b 8 -e 64
+try 2 $C "${CS[@]}" -b 99999999999999999999999
+try 2 $C "${CS[@]}" -b 1Q
+try 2 $C "${CS[@]}" -r 7
+try 2 $C "${CS[@]}" -a 9
+try 2 $C "${CS[@]}" --straggler 9:5
+try 2 $C "${CS[@]}" --straggler x
+try 2 $C "${CS[@]}" no_such_collective
+try 2 $C "${CS[@]}" -d nope
+try 2 $C "${CS[@]}" -o nope
+try 2 $C "${CS[@]}" --algo nope
+try 2 $C "${CS[@]}" --inplace-only --outplace-only
+try 2 $C "${CS[@]}" --graph 4
+try any $C "${CS[@]}" --fit-from 0
+try 2 $C "${CS[@]}" --nonsense
+# bench-layers
+LS=(--backend local -n 2 --iters 1 --warmup 0)
+try 2 $L "${LS[@]}" --hidden 100000000 --ffn 400000000
+try 2 $L "${LS[@]}" --out /proc/x
+try 2 $L "${LS[@]}" --out "$TMP/tiny.csv"
+try 2 $L "${LS[@]}" --out "/tmp/$LONG"
+try 0 $L "${LS[@]}" --out "$TMP/$(printf '\xff\xfe')"
+try 2 $L "${LS[@]}" --timeout 0
+try 2 $L "${LS[@]}" --timeout -5
+try 2 $L "${LS[@]}" --iters 0
+try 2 $L "${LS[@]}" --heads 0
+try 2 $L "${LS[@]}" --hidden 0
+try 2 $L "${LS[@]}" --hidden -3
+try 2 $L "${LS[@]}" --hidden 64 --heads 3
+try 2 $L "${LS[@]}" --tp 3
+try 2 $L "${LS[@]}" --tp 0
+try 2 $L "${LS[@]}" --tp 64
+try 2 $L "${LS[@]}" --iters 2 --iters 3
+try 2 $L "${LS[@]}" --preset nope
+try 2 $L "${LS[@]}" --link x
+try 2 $L "${LS[@]}" --link -1,2
+try 2 $L "${LS[@]}" --decode --mode train
+try 2 $L "${LS[@]}" --seq 0
+try 2 $L "${LS[@]}" --batch 0
+try 2 $L "${LS[@]}" --batch 100000000 --seq 100000000
+try 2 $L --backend tcp -n 100000 --tp 100000
+# bench-pipeline
+PS=(--backend local --stages 2 --microbatches 4 --steps 1 --warmup 0)
+try 2 $P "${PS[@]}" --microbatches 10000000
+try 2 $P --backend local --stages 100000 --microbatches 4 --steps 1
+try 2 $P "${PS[@]}" --work sleep:999999999999999 --timeout 5
+try any $P "${PS[@]}" --work sleep:10000 --timeout 5
+try 2 $P --backend tcp --stages 2 --microbatches 4 --steps 1 --work sleep:999999999999999 --timeout 5
+try 2 $P "${PS[@]}" --schedule-csv "$TMP/s1.csv"
+try 2 $P "${PS[@]}" --schedule-csv "$TMP/s2.csv"
+try 2 $P "${PS[@]}" --schedule-csv "$TMP/s3.csv"
+try 2 $P "${PS[@]}" --schedule-csv "$TMP/s4.csv"
+try 2 $P "${PS[@]}" --schedule-csv "$TMP/s5.csv"
+try 2 $P "${PS[@]}" --schedule-csv "$TMP/nope.csv"
+try 2 $P "${PS[@]}" --timeout 0
+try 2 $P "${PS[@]}" --threads 0
+try 2 $P "${PS[@]}" --timeout -5
+try 2 $P "${PS[@]}" --stages 0
+try 2 $P "${PS[@]}" --microbatches 0
+try 2 $P "${PS[@]}" --stages -2
+try 2 $P "${PS[@]}" --stages 2 --stages 3
+try 2 $P "${PS[@]}" --out /proc/x
+try 2 $P "${PS[@]}" --out "$TMP/tiny.csv"
+try 2 $P "${PS[@]}" --out "/tmp/$LONG"
+try 0 $P "${PS[@]}" --out "$TMP/$(printf '\xff\xfe')"
+try 2 $P "${PS[@]}" --work nope
+try 2 $P "${PS[@]}" --work sleep:-1
+try 2 $P "${PS[@]}" --schedule nope
+try 2 $P "${PS[@]}" --chunks 0
+try 2 $P "${PS[@]}" --hidden 0
+try 2 $P "${PS[@]}" --hidden 100000000 --microbatch-size 100000000
+try 2 $P "${PS[@]}" --straggler 9:5
+try 2 $P "${PS[@]}" --stage-layers 1,x
+# report
+try 2 $R html "$TMP/garbage" --out "$TMP/r.html"
+try 2 $R compare "$TMP/garbage" "$TMP/garbage"
+try 2 $R plan --heads 4 --kv-heads 3
+try 2 $R plan --heads 0
+try 2 $R html "$TMP/nope" --out "$TMP/r.html"
+try 2 $R compare "$TMP/nope" "$TMP/nope"
+try 2 $R model --hidden -1
+# bad records: NaN figures, non-UTF-8, a timeline outside the folder
+FX=$(dirname "$BIN")/../reports/tests/fixtures/shm
+[ -d "$FX" ] || FX=$(realpath "$(dirname "$0")/../reports/tests/fixtures/shm")
+for v in NaN inf -1; do
+  d="$TMP/fig$v"; cp -r "$FX" "$d"
+  awk -F, -v OFS=, -v v="$v" 'NR==1{for(i=1;i<=NF;i++) if($i=="p50_us") c=i} NR>1{$c=v} 1' "$FX/collectives.csv" >"$d/collectives.csv"
+  try 2 $R compare "$FX" "$d"
+  try 2 $R html "$d" --out "$d/r.html"
+done
+d="$TMP/utf"; cp -r "$FX" "$d"; printf '\xff\xfe\n' >>"$d/collectives.csv"
+try 2 $R compare "$d" "$d"
+d="$TMP/esc"; cp -r "$FX" "$d"; sed -i 's|timeline-pipeline-[^,]*gpipe-M1.json|../../../../etc/hostname|' "$d/pipeline.csv"
+try 2 $R html "$d" --out "$d/r.html"
+d="$TMP/lock"; mkdir -p "$d"; echo 999999999 >"$d/.parbench.lock"
+try 0 $C "${CS[@]}" all_reduce --out "$d"
+echo "malformed invocations: $total; failures: $bad (of them not one line: $multiline)"
+[ "$bad" -eq 0 ]
