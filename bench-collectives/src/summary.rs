@@ -67,6 +67,8 @@ pub struct Summary {
     /// Other processes' CPU time over the whole run, and per collective.
     pub noise: Option<ForeignCpu>,
     pub noise_per_collective: Vec<(Collective, Option<ForeignCpu>)>,
+    /// Sockets: segments every rank's kernel retransmitted over the whole run.
+    pub link: Option<parbench::comm::LinkStats>,
 }
 
 /// Fits and peaks per (collective, algorithm), over out-of-place rows (or
