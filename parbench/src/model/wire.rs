@@ -228,28 +228,7 @@ pub struct Moves {
     /// Whether the steps are exchanges (every rank sends while receiving:
     /// ring, recursive, pairwise, sendrecv) rather than one-way (trees, chains).
     pub duplex: bool,
-    /// Bytes of the largest message one step sends: a ring's block (at most
-    /// [`RING_SLICE_BYTES`], its slice), the whole buffer for the others.
-    /// On sockets a step's cost per byte depends on it (see
-    /// [`socket_step_set`]).
-    #[serde(default)]
-    pub step_bytes: u64,
     pub parts: Vec<Part>,
-}
-
-/// The working set at which a socket wire's ring-step ladder
-/// ([`crate::measure::ring_step_ladder`]: messages of half the working set
-/// up to a slice block, walking through areas of half the working set)
-/// prices a call whose steps send `step_bytes` and whose buffers hold `ws`
-/// per rank: a step smaller than a slice block is that ladder's rung of
-/// twice its size (the whole call sits in cache); a full block walks
-/// through the call's buffers, the rung of its working set.
-pub fn socket_step_set(step_bytes: u64, ws: u64) -> u64 {
-    if step_bytes < RING_SLICE_BYTES {
-        2 * step_bytes.max(1)
-    } else {
-        ws.max(2 * RING_SLICE_BYTES)
-    }
 }
 
 impl Moves {
@@ -341,17 +320,10 @@ pub fn moves(
     let algo = algo.to_ascii_lowercase();
     let duplex = !matches!(algo.as_str(), "tree" | "chain")
         && !matches!(coll, Collective::Broadcast | Collective::Reduce);
-    let step_bytes = match (coll, algo.as_str()) {
-        (_, "ring") | (Collective::AllToAll, _) => {
-            (n_bytes / p.max(1) as u64).min(RING_SLICE_BYTES)
-        }
-        _ => n_bytes,
-    };
     let done = |parts: Vec<Part>| {
         Some(Moves {
             latency_steps: t.latency_steps,
             duplex,
-            step_bytes,
             parts,
         })
     };
@@ -521,39 +493,13 @@ impl WireModel {
     /// The bytes-dependent part of a call's cost, seconds: what `m` costs
     /// on this wire for `n_bytes`, each part at the call's working set `ws`
     /// or (a [`Part::near`] one) the slice's, `slice_ws`.
-    ///
-    /// Sockets (no cache states): a step's bytes cross the kernel's own
-    /// buffers whatever their lines' state, and cost what the ring-step
-    /// ladder measured for steps of the call's size walking through its
-    /// buffers ([`socket_step_set`]); copies within the rank and one-way
-    /// steps stay at the call's working set.
     pub fn bytes_seconds(&self, m: &Moves, n_bytes: u64, ws: u64, slice_ws: u64) -> f64 {
         let n = n_bytes as f64;
-        let sockets = !self.cache_states() && m.duplex;
-        let step_set = socket_step_set(m.step_bytes, ws);
         m.parts
             .iter()
             .map(|p| {
                 let at = if p.near { slice_ws } else { ws };
-                let per_byte = match p.op {
-                    Op::Receive if sockets => secs_per_byte(&self.duplex, step_set),
-                    Op::Reduce if sockets => {
-                        secs_per_byte(&self.duplex, step_set) + secs_per_byte(&self.reduce, ws)
-                    }
-                    // Shared memory reduces straight from the peer's lines,
-                    // a slice at a time: the reduction runs on lines its move
-                    // has just brought to the core, at the slice's working set.
-                    Op::Reduce if self.cache_states() => {
-                        let moved = Part {
-                            op: Op::Receive,
-                            ..*p
-                        };
-                        self.part_seconds_per_byte(&moved, m.duplex, at)
-                            + secs_per_byte(&self.reduce, slice_ws)
-                    }
-                    _ => self.part_seconds_per_byte(p, m.duplex, at),
-                };
-                p.bytes * n * per_byte
+                p.bytes * n * self.part_seconds_per_byte(p, m.duplex, at)
             })
             .sum()
     }
@@ -955,69 +901,6 @@ mod tests {
             WireModel::default().predict(Collective::AllReduce, "ring", 2, n, false),
             None
         );
-    }
-
-    #[test]
-    fn socket_steps_are_priced_at_their_message_and_the_calls_buffers() {
-        let s = RING_SLICE_BYTES;
-        // A step below a slice block: the ladder's rung of twice its size.
-        assert_eq!(socket_step_set(64 << 10, 10 << 20), 128 << 10);
-        assert_eq!(socket_step_set(0, 10), 2);
-        // A full block walks through the call's buffers: their working set,
-        // at least the rung whose messages are a full block.
-        assert_eq!(socket_step_set(s, 64 << 20), 64 << 20);
-        assert_eq!(socket_step_set(s, s), 2 * s);
-        // Ring steps send n/p up to a slice block; a tree sends the whole buffer.
-        let n = 64u64 << 20;
-        assert_eq!(
-            moves(Collective::AllGather, "ring", 2, n, true)
-                .unwrap()
-                .step_bytes,
-            s
-        );
-        assert_eq!(
-            moves(Collective::AllReduce, "ring", 2, 256 << 10, true)
-                .unwrap()
-                .step_bytes,
-            128 << 10
-        );
-        assert_eq!(
-            moves(Collective::Broadcast, "tree", 2, 1 << 20, true)
-                .unwrap()
-                .step_bytes,
-            1 << 20
-        );
-        // Figures as recorded over tcp loopback on this project's machine
-        // (ring-step ladder: 2.9 GB/s with 128 KiB steps in cache, 1.2 GB/s
-        // walking through 64 MiB; reduction 6 GB/s flat): a socket wire
-        // (no cache states) prices the received bytes at the step's rung
-        // and adds the reduction at the call's working set.
-        let wire = WireModel {
-            alpha_s: 10e-6,
-            alpha_exchange_s: 6e-6,
-            duplex: ladder(&[(256 << 10, 2.9), (64 << 20, 1.2)]),
-            one_way: flat(5.0),
-            copy: flat(20.0),
-            reduce: flat(6.0),
-            pull: Ladder::default(),
-            claim: Ladder::default(),
-            both: Ladder::default(),
-        };
-        assert!(!wire.cache_states());
-        let small = 256u64 << 10;
-        let m = moves(Collective::AllReduce, "ring", 2, small, false).unwrap();
-        let (ws, slice) = working_sets_of(Collective::AllReduce, "ring", 2, small, false);
-        let h = 0.5 * small as f64;
-        let want = h / 2.9e9 + h / 2.9e9 + h / 6e9;
-        let got = wire.bytes_seconds(&m, small, ws, slice);
-        assert!((got - want).abs() < 1e-15, "{got} {want}");
-        // 64 MiB all_gather in place: every step a full block walking
-        // through 64 MiB, the ladder's last rung.
-        let m = moves(Collective::AllGather, "ring", 2, n, true).unwrap();
-        let (ws, slice) = working_sets_of(Collective::AllGather, "ring", 2, n, true);
-        let got = wire.bytes_seconds(&m, n, ws, slice);
-        let want = 0.5 * n as f64 / 1.2e9;
-        assert!((got - want).abs() < 1e-12, "{got} {want}");
     }
 
     #[test]
