@@ -126,6 +126,17 @@ fn largest_set(cfg: &SweepConfig, world: usize) -> u64 {
 /// larger working sets cannot make the wire faster: the ladder stops there.
 const LINK_BOUND: f64 = 10.0;
 
+/// Whether the wire is a link, not memory, out of cache: the copy ladder's
+/// slowest rung [`LINK_BOUND`] times the wire ceiling's slowest or more (a
+/// shaped or real network link; tcp loopback and shared memory are
+/// memory-bound). What the run measured says it, whatever the wire's name.
+pub fn link_bound(ceiling: &Ladder, copy: &Ladder) -> bool {
+    match (ceiling.floor_gbps(), copy.floor_gbps()) {
+        (Some(c), Some(m)) => c > 0.0 && m >= LINK_BOUND * c,
+        _ => false,
+    }
+}
+
 /// The stream ladders and the ring-step ladder of a socket
 /// wire, rung by rung from the smallest working set, stopping once the wire
 /// is link-bound: from 1 MiB up, two rungs in a row within 15% of each
@@ -346,4 +357,37 @@ pub fn retransmits_since<C: Communicator>(
         retransmitted_segments: total as u64,
         ..n
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ladder(gbps: &[f64]) -> Ladder {
+        Ladder {
+            method: "test".into(),
+            rungs: gbps
+                .iter()
+                .enumerate()
+                .map(|(i, &g)| Rung {
+                    working_set: 4096 << i,
+                    bytes: 2048 << i,
+                    gbps: g,
+                    median_gbps: g,
+                })
+                .collect(),
+        }
+    }
+
+    /// Figures as recorded here: a 1 Gbit/s shaped link (0.12 GB/s against
+    /// a 6 GB/s copy out of cache) is link-bound; tcp loopback (2.7 against
+    /// 6) is not; nothing measured says nothing.
+    #[test]
+    fn a_link_is_told_apart_from_memory_by_its_ladders() {
+        let copy = ladder(&[100.0, 40.0, 6.2]);
+        assert!(link_bound(&ladder(&[0.15, 0.13, 0.12]), &copy));
+        assert!(!link_bound(&ladder(&[9.8, 5.0, 2.74]), &copy));
+        assert!(!link_bound(&Ladder::default(), &copy));
+        assert!(!link_bound(&ladder(&[0.0]), &copy));
+    }
 }
