@@ -11,7 +11,8 @@
 # RATE is tc's syntax (1gbit, 200mbit). `run` brings the hosts up, starts
 # COMMAND as rank i of a tcp job inside pbhost<i> (RANK, WORLD_SIZE,
 # MASTER_ADDR, MASTER_PORT, PARBENCH_JOB_TOKEN set; PARBENCH_WIRE is the
-# caller's, or tcp-RATE when unset), waits for every rank,
+# caller's, or tcp-RATE when unset; PARBENCH_BIND is the caller's, or rank
+# i's own CPU slot i when there is a CPU per rank), waits for every rank,
 # tears everything down (also on failure or interrupt) and exits with the
 # first failing rank's status, or 0. Needs root (or CAP_NET_ADMIN) and iproute2.
 #
@@ -116,10 +117,21 @@ run() {
     # The wire's name in the records: the caller's PARBENCH_WIRE, or tcp-RATE.
     # One name for two rates lets report compare hold one against the other.
     local wire=${PARBENCH_WIRE:-tcp-$rate}
+    # The emulated hosts share this machine's CPUs: one each when there are
+    # enough (LOCAL_RANK is 0 on every host, so binding cannot follow it).
+    local cpus bind
+    cpus=$(nproc)
     for ((i = 0; i < n; i++)); do
+        if [ -n "${PARBENCH_BIND:-}" ]; then
+            bind=$PARBENCH_BIND
+        elif ((n <= cpus)); then
+            bind=$i
+        else
+            bind=off
+        fi
         ip netns exec "$PREFIX$i" env RANK=$i WORLD_SIZE=$n LOCAL_RANK=0 \
             MASTER_ADDR=$SUBNET.1 MASTER_PORT=$PORT PARBENCH_JOB_TOKEN=$token \
-            PARBENCH_WIRE="$wire" "$@" &
+            PARBENCH_WIRE="$wire" PARBENCH_BIND="$bind" "$@" &
         pids+=($!)
     done
     for i in "${!pids[@]}"; do

@@ -137,6 +137,20 @@ pub fn header_lines(
         wire.floor_us(),
         wire.clock_us
     ));
+    out.push(placement_line(wire));
+    if let Some(l) = &wire.link {
+        out.push(format!(
+            "# Sockets: congestion control {} ({}); {} segments retransmitted while measuring the wire{}",
+            l.congestion_control.join(", "),
+            l.chosen_by,
+            l.retransmitted_segments,
+            if l.retransmitted_segments > 0 {
+                " (loss recovery is part of these figures)"
+            } else {
+                ""
+            }
+        ));
+    }
     if let Some(n) = &wire.noise {
         let line = format!("# Noise while measuring the wire: {}", n.describe());
         out.push(if n.noisy() {
@@ -165,6 +179,24 @@ pub fn header_lines(
         ));
     }
     out
+}
+
+/// Where the ranks run, in one line.
+fn placement_line(wire: &WireFigures) -> String {
+    let cpus: Vec<String> = wire
+        .cpus
+        .iter()
+        .enumerate()
+        .map(|(r, c)| match c {
+            Some(c) => format!("rank {r} on CPU {c}"),
+            None => format!("rank {r} unbound"),
+        })
+        .collect();
+    format!(
+        "# Placement: {} (rank 0: {}; PARBENCH_BIND=off leaves placement to the scheduler, which may stack ranks on one core)",
+        cpus.join(", "),
+        wire.placement_why
+    )
 }
 
 /// `8 KiB`, `64 MiB`: a working set in words.
@@ -389,6 +421,18 @@ pub fn summary_lines(s: &Summary) -> Vec<String> {
             }
         }
         None => out.push("# Noise: not measured (no /proc on this system)".to_string()),
+    }
+    if let Some(l) = &s.link {
+        out.push(format!(
+            "# Sockets: {} segments retransmitted during the run (every rank's kernel, congestion control {}){}",
+            l.retransmitted_segments,
+            l.congestion_control.join(", "),
+            if l.retransmitted_segments > 0 {
+                ": loss recovery is part of these figures"
+            } else {
+                ""
+            }
+        ));
     }
     out
 }

@@ -12,6 +12,7 @@ use parbench::comm::{CommError, CommResult, Communicator};
 use parbench::launch::{self, report::rank_line};
 use parbench::limits::MAX_LOCAL_RANKS;
 use parbench::measure::noise::{CpuSnapshot, ForeignCpu};
+use parbench::measure::placement::{self, BindRequest, Placement};
 use parbench::results::{self, CollectiveRow, Record, RunMeta};
 use std::path::Path;
 
@@ -49,13 +50,14 @@ pub fn run(plan: &Plan) -> Result<Finished> {
         );
     }
     let run_id = results::new_run_id("collectives");
+    let bind = BindRequest::from_env().map_err(UsageError)?;
     let joined = launch::RankInfo::from_env().map_err(|e| UsageError(e.to_string()))?;
     match plan.backend {
         // Under a launcher (torchrun, mpirun, srun, a spawning parent) every
         // process is one rank: that is the tcp backend.
-        Backend::Auto if joined.is_some() => run_tcp(plan, &run_id, joined),
-        Backend::Auto | Backend::Local => run_local(plan, &run_id),
-        Backend::Tcp => run_tcp(plan, &run_id, joined),
+        Backend::Auto if joined.is_some() => run_tcp(plan, &run_id, joined, bind),
+        Backend::Auto | Backend::Local => run_local(plan, &run_id, bind),
+        Backend::Tcp => run_tcp(plan, &run_id, joined, bind),
         Backend::Nccl => run_nccl(plan, &run_id, joined),
         Backend::Mpi => run_mpi(plan, &run_id),
     }
@@ -104,7 +106,17 @@ fn begin(plan: &Plan, run_id: &str, backend: &str, world: usize) -> RunMeta {
     meta
 }
 
-fn run_local(plan: &Plan, run_id: &str) -> Result<Finished> {
+/// Where a rank of a library's communicator runs: where its launcher or
+/// library put it.
+#[cfg(any(feature = "mpi", feature = "cuda"))]
+fn unbound(whose: &str) -> Placement {
+    Placement {
+        cpu: None,
+        why: format!("left to {whose}"),
+    }
+}
+
+fn run_local(plan: &Plan, run_id: &str, bind: BindRequest) -> Result<Finished> {
     let world = plan.nprocs.unwrap_or_else(default_ranks);
     if world > MAX_LOCAL_RANKS {
         return Err(UsageError(format!(
@@ -118,7 +130,8 @@ fn run_local(plan: &Plan, run_id: &str) -> Result<Finished> {
     preflight(plan, world, world, true)?;
     let mut meta = begin(plan, run_id, "local", world);
     let results = parbench::comm::local::run(world, plan.algo, plan.sweep.timeout, |comm| {
-        rank_main(comm, plan, run_id, Some(plan.out.as_path()))
+        let at = placement::place(bind, comm.rank(), Some(world));
+        rank_main(comm, plan, run_id, Some(plan.out.as_path()), &at)
     });
     let report = first_report(results)?;
     finish(plan, &mut meta, report)
@@ -126,7 +139,12 @@ fn run_local(plan: &Plan, run_id: &str) -> Result<Finished> {
 
 /// Joins the job the launcher variables describe, or spawns `-np` ranks of
 /// this binary on loopback (they join) and waits for them.
-fn run_tcp(plan: &Plan, run_id: &str, joined: Option<launch::RankInfo>) -> Result<Finished> {
+fn run_tcp(
+    plan: &Plan,
+    run_id: &str,
+    joined: Option<launch::RankInfo>,
+    bind: BindRequest,
+) -> Result<Finished> {
     let Some(info) = joined else {
         let world = plan.nprocs.unwrap_or_else(default_ranks);
         plan.sweep
@@ -162,10 +180,14 @@ fn run_tcp(plan: &Plan, run_id: &str, joined: Option<launch::RankInfo>) -> Resul
         RunMeta::start("collectives", run_id, "tcp", info.world)
     };
     let rank = info.rank;
+    // Before connecting: the store's and the transport's threads inherit it.
+    // Ranks this binary spawned all run here; others may not.
+    let here = (info.source == launch::LaunchSource::Spawned).then_some(info.world);
+    let at = placement::place(bind, rank, here);
     let mut comm = parbench::comm::tcp::comm(&info, plan.algo, plan.sweep.timeout)
         .map_err(|e| anyhow!(rank_line(rank, &e.to_string())))?;
     let out = (rank == 0).then_some(plan.out.as_path());
-    match rank_main(&mut comm, plan, run_id, out)
+    match rank_main(&mut comm, plan, run_id, out, &at)
         .map_err(|e| anyhow!(rank_line(rank, &e.to_string())))?
     {
         Some(r) => finish(plan, &mut meta, r),
@@ -190,7 +212,7 @@ fn run_mpi(plan: &Plan, run_id: &str) -> Result<Finished> {
     meta.versions
         .insert("mpi".into(), comm.library().to_string());
     let out = (rank == 0).then_some(plan.out.as_path());
-    let report = rank_main(&mut comm, plan, run_id, out)
+    let report = rank_main(&mut comm, plan, run_id, out, &unbound("the MPI launcher"))
         .map_err(|e| anyhow!(rank_line(rank, &e.to_string())))?;
     match report {
         Some(r) => finish(plan, &mut meta, r),
@@ -245,7 +267,7 @@ fn run_nccl(plan: &Plan, run_id: &str, joined: Option<launch::RankInfo>) -> Resu
         let mut comm = NcclComm::join(&info, timeout)
             .map_err(|e| anyhow!(rank_line(rank, &format!("joining the nccl job: {e}"))))?;
         let out = (rank == 0).then_some(plan.out.as_path());
-        return match rank_main(&mut comm, plan, run_id, out)
+        return match rank_main(&mut comm, plan, run_id, out, &unbound("the launcher"))
             .map_err(|e| anyhow!(rank_line(rank, &e.to_string())))?
         {
             Some(r) => finish(plan, &mut m, r),
@@ -271,7 +293,7 @@ fn run_nccl(plan: &Plan, run_id: &str, joined: Option<launch::RankInfo>) -> Resu
     let results: Vec<CommResult<Option<RankReport>>> = std::thread::scope(|s| {
         let handles: Vec<_> = comms
             .into_iter()
-            .map(|mut c| s.spawn(move || rank_main(&mut c, plan, run_id, out)))
+            .map(|mut c| s.spawn(move || rank_main(&mut c, plan, run_id, out, &unbound("NCCL"))))
             .collect();
         handles
             .into_iter()
@@ -333,10 +355,12 @@ fn rank_main<C: Communicator>(
     plan: &Plan,
     run_id: &str,
     out: Option<&Path>,
+    placement: &Placement,
 ) -> CommResult<Option<RankReport>> {
     comm.set_timeout(plan.sweep.timeout);
     let run_start = CpuSnapshot::now();
-    let wire = wire_mod::measure_wire(comm, &plan.sweep)?;
+    let link_start = comm.link_stats();
+    let wire = wire_mod::measure_wire(comm, &plan.sweep, placement)?;
     let mut printer = Printer::new(comm.rank() == 0);
     let algo = if plan.algo == parbench::comm::Algo::Auto {
         "auto (per size: see the algo column)".to_string()
@@ -361,6 +385,7 @@ fn rank_main<C: Communicator>(
     };
     let outcome = sweep::run_sweep(comm, &plan.sweep, &ids, &wire, &mut printer)?;
     let noise = ForeignCpu::across_ranks(comm, run_start.as_ref())?;
+    let link = wire_mod::retransmits_since(comm, link_start)?;
     let above_ceiling = outcome
         .rows
         .iter()
@@ -390,6 +415,7 @@ fn rank_main<C: Communicator>(
         },
         noise,
         noise_per_collective: outcome.noise.clone(),
+        link,
     };
     printer.summary(&summary);
     if comm.rank() != 0 {
@@ -451,6 +477,21 @@ fn finish(plan: &Plan, meta: &mut RunMeta, r: RankReport) -> Result<Finished> {
         }),
     );
     extra.insert("wire_measure_s".into(), w.cost_s.into());
+    extra.insert(
+        "placement".into(),
+        serde_json::json!({"cpus": w.cpus, "why": w.placement_why}),
+    );
+    if let Some(l) = &r.summary.link {
+        extra.insert(
+            "sockets".into(),
+            serde_json::json!({
+                "congestion_control": l.congestion_control,
+                "chosen_by": l.chosen_by,
+                "retransmitted_segments_run": l.retransmitted_segments,
+                "retransmitted_segments_wire": w.link.as_ref().map(|x| x.retransmitted_segments),
+            }),
+        );
+    }
     if let Some(n) = &r.summary.noise {
         meta.set_noise(n);
     }

@@ -4,10 +4,12 @@
 //! and the noise of the measurement window.
 
 use crate::cli::SweepConfig;
-use parbench::comm::{Collective, CommResult, Communicator, DType, ReduceOp};
+use parbench::comm::{Collective, CommResult, Communicator, DType, LinkStats, ReduceOp};
 use parbench::measure::clock::IterClock;
 use parbench::measure::noise::{CpuSnapshot, ForeignCpu};
+use parbench::measure::placement::Placement;
 use parbench::measure::{self, Ladder, PingPong, Rung};
+use parbench::model::alpha_beta::RING_SLICE_BYTES;
 use parbench::model::wire::{ceiling_for, working_set_bytes, WireModel};
 use parbench::model::{self, LinkParams};
 use std::time::Instant;
@@ -18,6 +20,9 @@ const SMALLEST_SET: u64 = 4 << 10;
 /// Bytes each stream sample moves at least (the wire's own buffers, a
 /// token bucket's burst, are then a small part of it).
 const STREAM_SAMPLE: u64 = 4 << 20;
+/// The longest message of the stream ladders: longer ones outran loopback's
+/// socket buffers and were retransmitted (see [`measure::stream_ladder`]).
+const STREAM_MESSAGE: u64 = 1 << 20;
 /// Samples per stream rung (each direction).
 const STREAM_SAMPLES: usize = 3;
 /// Timed ping-pongs behind alpha (after the warm-up).
@@ -44,6 +49,12 @@ pub struct WireFigures {
     pub cost_s: f64,
     /// Other processes' CPU time during these measurements.
     pub noise: Option<ForeignCpu>,
+    /// Where each rank runs: its CPU, or `None` when unbound; and why (rank 0's words).
+    pub cpus: Vec<Option<usize>>,
+    pub placement_why: String,
+    /// Rank 0's sockets (`None` without sockets) and the segments every
+    /// rank's kernel retransmitted while the wire was measured.
+    pub link: Option<LinkStats>,
 }
 
 impl WireFigures {
@@ -115,7 +126,18 @@ fn largest_set(cfg: &SweepConfig, world: usize) -> u64 {
 /// larger working sets cannot make the wire faster: the ladder stops there.
 const LINK_BOUND: f64 = 10.0;
 
-/// The stream ladders and the back-to-back exchange ladder of a socket
+/// Whether the wire is a link, not memory, out of cache: the copy ladder's
+/// slowest rung [`LINK_BOUND`] times the wire ceiling's slowest or more (a
+/// shaped or real network link; tcp loopback and shared memory are
+/// memory-bound). What the run measured says it, whatever the wire's name.
+pub fn link_bound(ceiling: &Ladder, copy: &Ladder) -> bool {
+    match (ceiling.floor_gbps(), copy.floor_gbps()) {
+        (Some(c), Some(m)) => c > 0.0 && m >= LINK_BOUND * c,
+        _ => false,
+    }
+}
+
+/// The stream ladders and the ring-step ladder of a socket
 /// wire, rung by rung from the smallest working set, stopping once the wire
 /// is link-bound: from 1 MiB up, two rungs in a row within 15% of each
 /// other on every ladder and the copy ladder [`LINK_BOUND`] times faster.
@@ -132,8 +154,9 @@ fn link_ladders<C: Communicator>(
     let mut step = Ladder::default();
     let mut held_from = None;
     for (i, &ws) in sets.iter().enumerate() {
-        let one = measure::stream_ladder(comm, &[ws], STREAM_SAMPLE, STREAM_SAMPLES)?;
-        let x = measure::fresh_ladders(comm, &[ws], false)?.clean;
+        let one =
+            measure::stream_ladder(comm, &[ws], STREAM_SAMPLE, STREAM_MESSAGE, STREAM_SAMPLES)?;
+        let x = measure::ring_step_ladder(comm, &[ws], RING_SLICE_BYTES)?;
         s.one_way.method = one.one_way.method;
         s.duplex.method = one.duplex.method;
         step.method = x.method;
@@ -200,8 +223,13 @@ fn mean_over_ranks<C: Communicator>(comm: &mut C, v: f64) -> CommResult<f64> {
 /// - on every backend: the reduction ladder (gamma), the copy ladder
 ///   (copies within a rank), the ping-pong (alpha, jitter), the clock's
 ///   resolution, and the window's foreign CPU time.
-pub fn measure_wire<C: Communicator>(comm: &mut C, cfg: &SweepConfig) -> CommResult<WireFigures> {
+pub fn measure_wire<C: Communicator>(
+    comm: &mut C,
+    cfg: &SweepConfig,
+    placement: &Placement,
+) -> CommResult<WireFigures> {
     let t = Instant::now();
+    let link_start = comm.link_stats();
     let noise_start = CpuSnapshot::now();
     let world = comm.world();
     let sets = measure::working_sets(SMALLEST_SET, largest_set(cfg, world).max(SMALLEST_SET));
@@ -255,9 +283,10 @@ pub fn measure_wire<C: Communicator>(comm: &mut C, cfg: &SweepConfig) -> CommRes
         (ceiling, model, comm.backend() == "local")
     } else {
         let (s, step) = link_ladders(comm, &sets, &copy)?;
-        // A ring step is an exchange after an exchange, not a stream: its
-        // transfer rate is the back-to-back exchange's; the ceiling is the
-        // best of the three.
+        // A ring step is an exchange after an exchange, not a stream, of at
+        // most a slice block, walking through the call's buffers: its
+        // transfer rate is the ring-step ladder's; the ceiling is the best
+        // of the three.
         let ceiling = s.one_way.best_of(&s.duplex).best_of(&step);
         let model = WireModel {
             duplex: step,
@@ -277,6 +306,11 @@ pub fn measure_wire<C: Communicator>(comm: &mut C, cfg: &SweepConfig) -> CommRes
         .filter_map(|v| v.first().copied())
         .fold(0.0, f64::max);
     let noise = ForeignCpu::across_ranks(comm, noise_start.as_ref())?;
+    let cpus = measure::gather_f64(comm, &[placement.cpu.map_or(-1.0, |c| c as f64)])?
+        .iter()
+        .map(|v| v.first().filter(|c| **c >= 0.0).map(|&c| c as usize))
+        .collect();
+    let link = retransmits_since(comm, link_start)?;
     let cost_s = measure::gather_f64(comm, &[t.elapsed().as_secs_f64()])?
         .first()
         .and_then(|v| v.first().copied())
@@ -294,5 +328,66 @@ pub fn measure_wire<C: Communicator>(comm: &mut C, cfg: &SweepConfig) -> CommRes
         clock_us,
         cost_s,
         noise,
+        cpus,
+        placement_why: placement.why.clone(),
+        link,
     })
+}
+
+/// Rank 0's socket figures with the segments every rank's kernel
+/// retransmitted since `start` (this rank's figures then), summed over ranks;
+/// `None` without sockets. Every rank must call it.
+pub fn retransmits_since<C: Communicator>(
+    comm: &mut C,
+    start: Option<LinkStats>,
+) -> CommResult<Option<LinkStats>> {
+    let now = comm.link_stats();
+    let mine = match (&now, &start) {
+        (Some(n), Some(s)) => n
+            .retransmitted_segments
+            .saturating_sub(s.retransmitted_segments),
+        (Some(n), None) => n.retransmitted_segments,
+        _ => 0,
+    };
+    let total: f64 = measure::gather_f64(comm, &[mine as f64])?
+        .iter()
+        .filter_map(|v| v.first())
+        .sum();
+    Ok(now.map(|n| LinkStats {
+        retransmitted_segments: total as u64,
+        ..n
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ladder(gbps: &[f64]) -> Ladder {
+        Ladder {
+            method: "test".into(),
+            rungs: gbps
+                .iter()
+                .enumerate()
+                .map(|(i, &g)| Rung {
+                    working_set: 4096 << i,
+                    bytes: 2048 << i,
+                    gbps: g,
+                    median_gbps: g,
+                })
+                .collect(),
+        }
+    }
+
+    /// Figures as recorded here: a 1 Gbit/s shaped link (0.12 GB/s against
+    /// a 6 GB/s copy out of cache) is link-bound; tcp loopback (2.7 against
+    /// 6) is not; nothing measured says nothing.
+    #[test]
+    fn a_link_is_told_apart_from_memory_by_its_ladders() {
+        let copy = ladder(&[100.0, 40.0, 6.2]);
+        assert!(link_bound(&ladder(&[0.15, 0.13, 0.12]), &copy));
+        assert!(!link_bound(&ladder(&[9.8, 5.0, 2.74]), &copy));
+        assert!(!link_bound(&Ladder::default(), &copy));
+        assert!(!link_bound(&ladder(&[0.0]), &copy));
+    }
 }

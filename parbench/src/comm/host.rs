@@ -105,6 +105,10 @@ impl<T: Transport> Communicator for HostComm<T> {
         self.transport.wire()
     }
 
+    fn link_stats(&self) -> Option<super::LinkStats> {
+        self.transport.link_stats()
+    }
+
     fn algo_for(&self, coll: Collective, bytes: usize) -> String {
         self.plan(coll, bytes).name().to_string()
     }

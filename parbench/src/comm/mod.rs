@@ -310,6 +310,12 @@ pub trait Communicator: Send {
         Ok(())
     }
 
+    /// What the operating system's network stack did on this rank's
+    /// connections so far (`None` where there are no sockets).
+    fn link_stats(&self) -> Option<LinkStats> {
+        None
+    }
+
     /// A clock on the device's stream with room for `points` marks, for
     /// backends whose calls return before the work is done (NCCL: CUDA
     /// events). `None` on host backends, where the host clock is right.
@@ -470,6 +476,23 @@ pub trait Transport: Send {
         into: RecvInto<'_>,
         deadline: Instant,
     ) -> CommResult<()>;
+    /// See [`Communicator::link_stats`].
+    fn link_stats(&self) -> Option<LinkStats> {
+        None
+    }
+}
+
+/// The state of one rank's socket connections, as the kernel reports it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LinkStats {
+    /// The congestion control of each connection (one entry when all agree).
+    pub congestion_control: Vec<String>,
+    /// Why that one, in a few words (the transport's rule or the user's choice).
+    pub chosen_by: String,
+    /// Segments the kernel retransmitted, summed over the connections
+    /// (`tcpi_total_retrans`): on loopback or a quiet link, anything but 0
+    /// means the figures include loss recovery.
+    pub retransmitted_segments: u64,
 }
 
 #[cfg(test)]

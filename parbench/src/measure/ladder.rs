@@ -264,17 +264,8 @@ pub fn fresh_ladders<C: Communicator>(
     let step = |comm: &mut C, send: &C::Buffer, recv: &mut C::Buffer, len: usize| {
         timed(comm, send, recv, len, false)
     };
-    let median_empty = |comm: &mut C, barrier: bool| -> CommResult<f64> {
-        let send = comm.alloc(8)?;
-        let mut recv = comm.alloc(8)?;
-        let mut t: Vec<f64> = (0..64)
-            .map(|_| timed(comm, &send, &mut recv, 8, barrier))
-            .collect::<CommResult<_>>()?;
-        t.sort_by(f64::total_cmp);
-        Ok(t[t.len() / 2])
-    };
-    let empty = median_empty(comm, true)?;
-    let empty_step = median_empty(comm, false)?;
+    let empty = median_empty_exchange(comm, true)?;
+    let empty_step = median_empty_exchange(comm, false)?;
     // Each rank takes its own empty exchange off its own; the method names rank 0's.
     let empty0 = gather_f64(comm, &[empty])?
         .first()
@@ -319,8 +310,8 @@ pub fn fresh_ladders<C: Communicator>(
                 let t = Instant::now();
                 a.write_from_host(&patterns[done % 2])?;
                 tc += t.elapsed().as_secs_f64();
-                let t = exchange(comm, &a, &mut b, len)?;
-                tp += (t - empty).max(t * 1e-3);
+                let t = step(comm, &a, &mut b, len)?;
+                tp += (t - empty_step).max(t * 1e-3);
                 done += 1;
                 if done % 16 == 0 && enough(comm, start)? {
                     break;
@@ -334,11 +325,11 @@ pub fn fresh_ladders<C: Communicator>(
             let (mut tb, mut done) = (0.0, 0usize);
             while done < reps {
                 let t = if done % 2 == 0 {
-                    exchange(comm, &a, &mut b, len)?
+                    step(comm, &a, &mut b, len)?
                 } else {
-                    exchange(comm, &b, &mut a, len)?
+                    step(comm, &b, &mut a, len)?
                 };
-                tb += (t - empty).max(t * 1e-3);
+                tb += (t - empty_step).max(t * 1e-3);
                 done += 1;
                 if done % 16 == 0 && enough(comm, start)? {
                     break;
@@ -389,6 +380,106 @@ pub fn fresh_ladders<C: Communicator>(
     })
 }
 
+/// Median seconds of 64 timed 8-byte `send_recv`s, every rank sending to
+/// its right neighbour while it receives from its left, each after a
+/// barrier or back to back: the latency a transfer ladder takes off each
+/// exchange (the model charges it as alpha).
+fn median_empty_exchange<C: Communicator>(comm: &mut C, barrier: bool) -> CommResult<f64> {
+    let (rank, world) = (comm.rank(), comm.world());
+    let (right, left) = ((rank + 1) % world, (rank + world - 1) % world);
+    let send = comm.alloc(8)?;
+    let mut recv = comm.alloc(8)?;
+    let mut t = Vec::with_capacity(64);
+    for _ in 0..64 {
+        if barrier {
+            comm.barrier()?;
+        }
+        let t0 = Instant::now();
+        comm.send_recv(&send, right, &mut recv, left, 8, DType::U8)?;
+        comm.sync()?;
+        t.push(t0.elapsed().as_secs_f64());
+    }
+    t.sort_by(f64::total_cmp);
+    Ok(t[t.len() / 2])
+}
+
+/// Ring steps over a socket-like wire at each working set, as parbench's
+/// rings run them: every rank sending to its right neighbour while it
+/// receives from its left, back to back, in messages of the working set's
+/// half up to `max_message` bytes (a ring's slice block: a ring never sends
+/// more at once), each exchange sending from and receiving into the next
+/// piece of a send and a receive area of half the working set each, as a
+/// ring's slices walk through the call's buffers. A ladder of one buffer
+/// pair (the same bytes exchanged again and again) keeps every byte in the
+/// core's cache; a ring over a 64 MiB buffer does not: measured over tcp
+/// loopback, 64 exchanges of 512 KiB took 5.26 ms between one pair of
+/// buffers and 6.54 ms walking through 32 MiB (1.24x).
+///
+/// A sample moves at least [`SAMPLE_BYTES`] and the whole area; the time
+/// of as many 8-byte exchanges ([`median_empty_exchange`], the model's
+/// alpha) is taken off it. Best of [`SAMPLES`] ([`BIG_SAMPLES`] from
+/// [`SAMPLE_BYTES`] per area), mean over ranks. Every rank must call it
+/// with the same arguments.
+pub fn ring_step_ladder<C: Communicator>(
+    comm: &mut C,
+    sets: &[u64],
+    max_message: u64,
+) -> CommResult<Ladder> {
+    let (rank, world) = (comm.rank(), comm.world());
+    let (right, left) = ((rank + 1) % world, (rank + world - 1) % world);
+    let max_message = max_message.max(1);
+    let empty = median_empty_exchange(comm, false)?;
+    let mut mine = Vec::with_capacity(sets.len());
+    for &ws in sets {
+        let area = (ws / 2).max(1);
+        let len = area.min(max_message) as usize;
+        let pieces = area.div_ceil(len as u64) as usize;
+        let mut sends = Vec::with_capacity(pieces);
+        let mut recvs = Vec::with_capacity(pieces);
+        for _ in 0..pieces {
+            let mut s = comm.alloc(len)?;
+            s.write_from_host(&vec![0x5a; len])?;
+            sends.push(s);
+            recvs.push(comm.alloc(len)?);
+        }
+        let per_sample = (SAMPLE_BYTES.div_ceil(len as u64) as usize)
+            .max(pieces)
+            .max(2);
+        let samples = if area >= SAMPLE_BYTES {
+            BIG_SAMPLES
+        } else {
+            SAMPLES
+        };
+        // One untimed pass: faults the pages in, opens the path.
+        for i in 0..pieces {
+            comm.send_recv(&sends[i], right, &mut recvs[i], left, len, DType::U8)?;
+        }
+        let mut secs = Vec::with_capacity(samples);
+        for _ in 0..samples {
+            comm.barrier()?;
+            let t = Instant::now();
+            for i in 0..per_sample {
+                let k = i % pieces;
+                comm.send_recv(&sends[k], right, &mut recvs[k], left, len, DType::U8)?;
+            }
+            comm.sync()?;
+            let s = t.elapsed().as_secs_f64();
+            secs.push((s - per_sample as f64 * empty).max(s * 1e-3));
+        }
+        mine.push(best_and_median(secs, (per_sample * len) as f64));
+    }
+    let figures = mean_over_ranks(comm, &mine)?;
+    Ok(Ladder {
+        method: format!(
+            "ring steps: every rank sending to rank+1 while receiving from rank-1 (send_recv), back to back, messages of half the working set up to {} KiB, walking through a send and a receive area of half the working set each, less an 8 B exchange ({:.2} us) per step, best of {SAMPLES} ({BIG_SAMPLES} from {} MiB per area), mean per rank",
+            max_message >> 10,
+            empty * 1e6,
+            SAMPLE_BYTES >> 20
+        ),
+        rungs: rungs_of(sets, |ws| (ws / 2).clamp(1, max_message), &figures),
+    })
+}
+
 /// The two stream ladders of a communicator's send/recv.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct StreamLadders {
@@ -416,48 +507,71 @@ fn messages(len: usize, min_bytes: u64, working_set: u64) -> usize {
     (bytes.div_ceil(len.max(1) as u64) as usize).max(4)
 }
 
+/// Messages of `len` bytes covering `area` bytes: that many buffers, so that
+/// a stream of them walks through the area as a collective walks through its
+/// buffers.
+fn buffers<C: Communicator>(comm: &C, len: usize, area: u64) -> CommResult<Vec<C::Buffer>> {
+    (0..area.div_ceil(len.max(1) as u64).max(1))
+        .map(|_| comm.alloc(len))
+        .collect()
+}
+
 /// Stream throughput at each working set through the communicator's
-/// send/recv: one stream 0 -> 1 with messages of the working set, and every
-/// rank sending to its right neighbour while receiving from its left with
-/// messages of half of it. Each sample moves at least `min_sample_bytes`
-/// (and the working set) and is timed by the receiver from the end of its
-/// lead-in ([`LEAD_IN`]) to the last byte; best of `samples`, whose median
-/// gives the noise. Every rank must call it with the same arguments.
+/// send/recv: one stream 0 -> 1, and every rank sending to its right
+/// neighbour while receiving from its left. Messages are the working set
+/// (one way) or its half (both ways) up to `max_message` bytes, walking
+/// through an area of that size: a longer message outruns the sockets'
+/// buffers, and the kernel then sends the rest of it as acknowledgements
+/// arrive, on the core that took the acknowledgement as well as on the
+/// sender's. Over loopback the two cores' segments arrive out of order and
+/// the sender retransmits them: measured here over one rung's samples, no
+/// retransmitted segment with messages of up to 1 MiB, 2 to 14 with 4 MiB
+/// ones, 12 to 261 with messages of the working set (8 to 128 MiB), at the
+/// same throughput. Each sample moves at least `min_sample_bytes` (and the area)
+/// and is timed by the receiver from the end of its lead-in ([`LEAD_IN`])
+/// to the last byte; best of `samples`, whose median gives the noise. Every
+/// rank must call it with the same arguments.
 pub fn stream_ladder<C: Communicator>(
     comm: &mut C,
     sets: &[u64],
     min_sample_bytes: u64,
+    max_message: u64,
     samples: usize,
 ) -> CommResult<StreamLadders> {
     let (rank, world) = (comm.rank(), comm.world());
     let samples = samples.max(1);
+    let cap = max_message.max(1);
     let mut one = Vec::with_capacity(sets.len());
     let mut both = Vec::with_capacity(sets.len());
     let (right, left) = ((rank + 1) % world, (rank + world - 1) % world);
     for &ws in sets {
-        // One stream: messages of the whole working set.
-        let len = ws.max(1) as usize;
+        // One stream: messages of the whole working set, up to the cap.
+        let len = ws.clamp(1, cap) as usize;
         let msgs = messages(len, min_sample_bytes, ws);
         let lead = ((msgs as f64 * LEAD_IN).ceil() as usize).clamp(1, msgs - 1);
-        let mut buf = comm.alloc(len)?;
+        let mut bufs = buffers(comm, len, ws)?;
         // Untimed: opens the path, faults the pages in.
-        one_stream(comm, &mut buf, len, 1, 0)?;
+        let n = bufs.len();
+        one_stream(comm, &mut bufs, len, n, 0)?;
         let mut secs = Vec::with_capacity(samples);
         for _ in 0..samples {
             comm.barrier()?;
-            if let Some(s) = one_stream(comm, &mut buf, len, msgs, lead)? {
+            if let Some(s) = one_stream(comm, &mut bufs, len, msgs, lead)? {
                 secs.push(s);
             }
         }
-        drop(buf);
+        drop(bufs);
         one.push(best_and_median(secs, ((msgs - lead) * len) as f64));
-        // Both directions: send and receive buffers of half the working set.
-        let len = (ws / 2).max(1) as usize;
+        // Both directions: send and receive areas of half the working set.
+        let area = (ws / 2).max(1);
+        let len = area.min(cap) as usize;
         let msgs = messages(len, min_sample_bytes, ws);
         let lead = ((msgs as f64 * LEAD_IN).ceil() as usize).clamp(1, msgs - 1);
-        let send = comm.alloc(len)?;
-        let mut recv = comm.alloc(len)?;
-        comm.send_recv(&send, right, &mut recv, left, len, DType::U8)?;
+        let sends = buffers(comm, len, area)?;
+        let mut recvs = buffers(comm, len, area)?;
+        for (s, r) in sends.iter().zip(recvs.iter_mut()) {
+            comm.send_recv(s, right, r, left, len, DType::U8)?;
+        }
         let mut secs = Vec::with_capacity(samples);
         for _ in 0..samples {
             comm.barrier()?;
@@ -467,7 +581,8 @@ pub fn stream_ladder<C: Communicator>(
                     comm.sync()?;
                     start = Instant::now();
                 }
-                comm.send_recv(&send, right, &mut recv, left, len, DType::U8)?;
+                let k = i % sends.len();
+                comm.send_recv(&sends[k], right, &mut recvs[k], left, len, DType::U8)?;
             }
             comm.sync()?;
             secs.push(start.elapsed().as_secs_f64());
@@ -483,44 +598,47 @@ pub fn stream_ladder<C: Communicator>(
         .unwrap_or_else(|| vec![(0.0, 0.0); sets.len()]);
     let both = mean_over_ranks(comm, &both)?;
     let mib = min_sample_bytes as f64 / (1 << 20) as f64;
+    let cap_kib = cap >> 10;
     Ok(StreamLadders {
         one_way: Ladder {
             method: format!(
-                "one stream rank 0 -> 1 through send/recv, messages of the working set, >= {mib} MiB per sample, timed by rank 1 after the first quarter, best of {samples}"
+                "one stream rank 0 -> 1 through send/recv, messages of the working set up to {cap_kib} KiB walking through it, >= {mib} MiB per sample, timed by rank 1 after the first quarter, best of {samples}"
             ),
-            rungs: rungs_of(sets, |ws| ws, &one),
+            rungs: rungs_of(sets, |ws| ws.clamp(1, cap), &one),
         },
         duplex: Ladder {
             method: format!(
-                "every rank sending to rank+1 while receiving from rank-1 (send_recv), messages of half the working set, GB/s per direction, timed after the first quarter, best of {samples}, mean per rank"
+                "every rank sending to rank+1 while receiving from rank-1 (send_recv), messages of half the working set up to {cap_kib} KiB walking through it, GB/s per direction, timed after the first quarter, best of {samples}, mean per rank"
             ),
-            rungs: rungs_of(sets, |ws| ws / 2, &both),
+            rungs: rungs_of(sets, |ws| (ws / 2).clamp(1, cap), &both),
         },
     })
 }
 
-/// `msgs` messages of `len` bytes from rank 0 to rank 1, then a one-byte
-/// acknowledgement back; rank 1 returns the seconds from the receipt of
-/// message `lead` (0: from the call) to the last one. Other ranks idle.
+/// `msgs` messages of `len` bytes from rank 0 to rank 1, walking through
+/// `bufs`, then a one-byte acknowledgement back; rank 1 returns the seconds
+/// from the receipt of message `lead` (0: from the call) to the last one.
+/// Other ranks idle.
 fn one_stream<C: Communicator>(
     comm: &mut C,
-    buf: &mut C::Buffer,
+    bufs: &mut [C::Buffer],
     len: usize,
     msgs: usize,
     lead: usize,
 ) -> CommResult<Option<f64>> {
     let mut secs = None;
+    let n = bufs.len().max(1);
     match comm.rank() {
         0 => {
-            for _ in 0..msgs {
-                comm.send(buf, len, DType::U8, 1)?;
+            for i in 0..msgs {
+                comm.send(&bufs[i % n], len, DType::U8, 1)?;
             }
-            comm.recv(buf, 1, DType::U8, 1)?;
+            comm.recv(&mut bufs[0], 1, DType::U8, 1)?;
         }
         1 => {
             let mut start = Instant::now();
             for i in 0..msgs {
-                comm.recv(buf, len, DType::U8, 0)?;
+                comm.recv(&mut bufs[i % n], len, DType::U8, 0)?;
                 if i + 1 == lead {
                     comm.sync()?;
                     start = Instant::now();
@@ -528,7 +646,7 @@ fn one_stream<C: Communicator>(
             }
             comm.sync()?;
             secs = Some(start.elapsed().as_secs_f64());
-            comm.send(buf, 1, DType::U8, 0)?;
+            comm.send(&bufs[0], 1, DType::U8, 0)?;
         }
         _ => {}
     }
@@ -560,7 +678,7 @@ mod tests {
         let got = local::run(2, Algo::Auto, Duration::from_secs(20), |c| {
             let copy = copy_ladder(c, &sets)?;
             let red = reduce_ladder(c, &sets, DType::F32, ReduceOp::Sum)?;
-            let s = stream_ladder(c, &sets, 64 << 10, 2)?;
+            let s = stream_ladder(c, &sets, 64 << 10, 16 << 10, 2)?;
             let fresh = fresh_ladders(c, &sets, true)?;
             Ok((copy, red, s, fresh))
         });
@@ -590,6 +708,11 @@ mod tests {
             s.duplex.rungs[0].bytes,
             4 << 10,
             "duplex messages are half the working set"
+        );
+        assert_eq!(
+            s.one_way.rungs.last().map(|r| r.bytes),
+            Some(16 << 10),
+            "messages stop at the cap"
         );
     }
 }

@@ -12,6 +12,8 @@
 //! - [`ceiling`]: what the wire can do at best, measured in the same run
 //!   (memory-copy bandwidth, one-stream throughput, ping-pong latency,
 //!   reduction-kernel throughput).
+//! - [`placement`]: one CPU per rank, so the scheduler does not stack the
+//!   ranks of a job on one core while another idles.
 //!
 //! Nothing here prints: binaries do.
 
@@ -21,6 +23,7 @@ pub mod clock_sync;
 pub mod combine;
 pub mod ladder;
 pub mod noise;
+pub mod placement;
 pub mod timing;
 
 pub use ceiling::{
@@ -29,8 +32,8 @@ pub use ceiling::{
 };
 pub use combine::{gather_f64, Average, LoopStats, StragglerTally, StragglerVerdict};
 pub use ladder::{
-    copy_ladder, fresh_ladders, reduce_ladder, stream_ladder, working_sets, FreshLadders, Ladder,
-    Rung, StreamLadders,
+    copy_ladder, fresh_ladders, reduce_ladder, ring_step_ladder, stream_ladder, working_sets,
+    FreshLadders, Ladder, Rung, StreamLadders,
 };
 pub use timing::{time_loop, LoopSpec, RankTimes};
 

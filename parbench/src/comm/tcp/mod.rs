@@ -27,13 +27,20 @@
 //!   in a chain of waits every rank names the one really stuck. After a
 //!   fault the transport refuses every further call with the same error.
 //! - Messages to itself (sendrecv on one rank) go through an in-order queue.
+//! - Congestion control (`PARBENCH_TCP_CONGESTION`): the system's, except
+//!   on loopback, where a pacing one reorders segments across cores and
+//!   retransmits them (see `peer::LOOPBACK_CONGESTION`): there each
+//!   connection uses reno. `system` keeps the system's everywhere, a name
+//!   sets that one everywhere (a refusal is a setup error).
+//!   [`Transport::link_stats`] reports what each connection uses and how
+//!   many segments the kernel retransmitted.
 
 mod mesh;
 mod peer;
 
 use crate::comm::{Algo, CommError, CommResult, HostBuffer, HostComm, RecvInto, Transport};
 use crate::launch::{RankInfo, Store};
-use peer::{Peer, Step};
+use peer::{Congestion, Peer, Step};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
@@ -111,6 +118,10 @@ pub struct TcpTransport {
     to_self: VecDeque<Vec<u8>>,
     /// Rank 0 serves the store for the transport's lifetime; others hold a client.
     store: Store,
+    /// The congestion-control rule the connections were set up with, and
+    /// whether every one of them is a loopback connection.
+    congestion: Congestion,
+    loopback: bool,
 }
 
 struct SendOp<'a> {
@@ -206,11 +217,15 @@ impl TcpTransport {
             })?,
             None => 50,
         };
+        let congestion = Congestion::parse(set("PARBENCH_TCP_CONGESTION").as_deref());
         let mut peers = Vec::with_capacity(info.world);
+        let mut loopback = true;
         for s in streams {
             peers.push(match s {
                 Some(s) => {
-                    let p = Peer::new(s)?;
+                    loopback &= s.peer_addr().is_ok_and(|a| a.ip().is_loopback());
+                    let p =
+                        Peer::new(s, &congestion).map_err(|e| CommError::Setup(e.to_string()))?;
                     if let Some(b) = buf {
                         p.set_buffers(b)?;
                     }
@@ -230,6 +245,8 @@ impl TcpTransport {
             hints: vec![None; info.world],
             to_self: VecDeque::new(),
             store,
+            congestion,
+            loopback,
         })
     }
 
@@ -743,6 +760,31 @@ impl Transport for TcpTransport {
             .unwrap_or_else(|| "tcp".into())
     }
 
+    fn link_stats(&self) -> Option<crate::comm::LinkStats> {
+        let mut congestion_control: Vec<String> = Vec::new();
+        let mut retransmitted_segments = 0;
+        for p in self.peers.iter().flatten() {
+            let cc = p.congestion().unwrap_or_else(|| "unknown".into());
+            if !congestion_control.contains(&cc) {
+                congestion_control.push(cc);
+            }
+            retransmitted_segments += p.retransmits().unwrap_or(0);
+        }
+        let chosen_by = match &self.congestion {
+            Congestion::Auto if self.loopback => format!(
+                "{} on loopback, where a pacing one reorders segments across cores (PARBENCH_TCP_CONGESTION=system keeps the system's)",
+                peer::LOOPBACK_CONGESTION
+            ),
+            Congestion::Auto | Congestion::System => "the system's".into(),
+            Congestion::Named(n) => format!("PARBENCH_TCP_CONGESTION={n}"),
+        };
+        Some(crate::comm::LinkStats {
+            congestion_control,
+            chosen_by,
+            retransmitted_segments,
+        })
+    }
+
     fn send(&mut self, peer: usize, data: &[u8], deadline: Instant) -> CommResult<()> {
         self.check_peer(peer, "send")?;
         if peer == self.rank {
@@ -849,5 +891,41 @@ mod tests {
         // A chain never ends at the rank asking, and a cycle stops.
         assert_eq!(follow_hints(&[None, Some(0)], 0, 1), 1);
         assert_eq!(follow_hints(&[None, Some(2), Some(1)], 0, 1), 2);
+    }
+
+    /// A loopback pair: the default rule gives it the loopback congestion
+    /// control, `system` leaves the kernel's, an unknown name is refused
+    /// with the variable named, and a fresh connection reports no
+    /// retransmitted segment.
+    #[test]
+    fn loopback_connections_get_the_loopback_congestion_control() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let connect = || {
+            let c = std::net::TcpStream::connect(addr).unwrap();
+            let (s, _) = l.accept().unwrap();
+            (c, s)
+        };
+        let (c, _s) = connect();
+        let p = Peer::new(c, &Congestion::parse(None)).unwrap();
+        assert_eq!(p.congestion().as_deref(), Some(peer::LOOPBACK_CONGESTION));
+        assert_eq!(p.retransmits(), Some(0));
+        let system = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")
+            .ok()
+            .map(|s| s.trim().to_string());
+        let (c, _s) = connect();
+        let p = Peer::new(c, &Congestion::parse(Some("system"))).unwrap();
+        if let Some(sys) = system {
+            assert_eq!(p.congestion(), Some(sys));
+        }
+        let (c, _s) = connect();
+        let e = Peer::new(c, &Congestion::parse(Some("no-such-cc")))
+            .err()
+            .expect("an unknown congestion control is refused");
+        assert!(e.to_string().contains("PARBENCH_TCP_CONGESTION"), "{e}");
+        assert_eq!(
+            Congestion::parse(Some(" auto ")),
+            Congestion::parse(Some(""))
+        );
     }
 }
