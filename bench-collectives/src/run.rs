@@ -2,7 +2,6 @@
 //! rank, and writing the records from rank 0.
 
 use crate::cli::{Backend, Plan};
-use crate::print::Printer;
 use crate::summary::{self, Summary};
 use crate::sweep::{self, Outcome, RunIds};
 use crate::wire::{self as wire_mod, WireFigures};
@@ -39,13 +38,12 @@ pub struct RankReport {
 
 /// Runs the plan on the chosen backend.
 pub fn run(plan: &Plan) -> Result<Finished> {
-    if plan.sweep.graph.is_some() && plan.backend != Backend::Nccl {
-        return Err(
-            UsageError("--graph captures CUDA graphs: it needs --backend nccl".into()).into(),
-        );
-    }
     let run_id = results::new_run_id("collectives");
     let joined = launch::RankInfo::from_env().map_err(|e| UsageError(e.to_string()))?;
+    crate::nccl_flags::check_backend(plan, joined.is_some()).map_err(UsageError)?;
+    if plan.links {
+        return crate::links::run(plan, &run_id, joined);
+    }
     match plan.backend {
         // Under a launcher (torchrun, mpirun, srun, a spawning parent) every
         // process is one rank: that is the tcp backend.
@@ -58,7 +56,7 @@ pub fn run(plan: &Plan) -> Result<Finished> {
 }
 
 /// Default number of ranks: the CPU cores, at least 2.
-fn default_ranks() -> usize {
+pub fn default_ranks() -> usize {
     std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(2)
@@ -170,7 +168,7 @@ fn run_nccl(plan: &Plan, run_id: &str, joined: Option<launch::RankInfo>) -> Resu
             None => Ok(Finished::Ran { wrong: 0 }),
         };
     }
-    let world = plan.nprocs.unwrap_or(visible);
+    let world = plan.nprocs.or(plan.nccl_tests.ngpus).unwrap_or(visible);
     if world == 0 || world > visible {
         return Err(UsageError(format!(
             "--backend nccl -np {world}: this machine has {visible} visible GPU(s)"
@@ -243,7 +241,7 @@ fn rank_main<C: Communicator>(
     comm.set_timeout(plan.sweep.timeout);
     let run_start = CpuSnapshot::now();
     let wire = wire_mod::measure_wire(comm, &plan.sweep)?;
-    let mut printer = Printer::new(comm.rank() == 0);
+    let mut printer = crate::nccl_flags::printer(comm, plan);
     let algo = if plan.algo == parbench::comm::Algo::Auto {
         "auto (per size: see the algo column)".to_string()
     } else {
@@ -257,6 +255,7 @@ fn rank_main<C: Communicator>(
         &plan.sweep,
         &wire,
     );
+    crate::nccl_flags::print_nccl_tests_header(&mut printer, comm, plan, &wire);
     let ids = RunIds { run_id };
     let outcome = sweep::run_sweep(comm, &plan.sweep, &ids, &wire, &mut printer)?;
     let noise = ForeignCpu::across_ranks(comm, run_start.as_ref())?;
@@ -398,13 +397,16 @@ fn finish(plan: &Plan, meta: &mut RunMeta, r: RankReport) -> Result<Finished> {
         .with_context(|| format!("writing {}", plan.out.display()))?;
     let json = results::record_run(&plan.out, meta)
         .with_context(|| format!("writing {}", plan.out.display()))?;
-    println!(
+    parbench::outln!(
         "# Records: {} (+{} rows), {} (run {})",
         csv.display(),
         r.outcome.rows.len(),
         json.display(),
         meta.run_id
     );
+    if let Some(path) = &plan.nccl_tests.json_file {
+        crate::json_nccl::write(path, plan, meta, &r.outcome)?;
+    }
     Ok(Finished::Ran {
         wrong: r.summary.wrong,
     })

@@ -45,9 +45,8 @@ fn main() {
     // The noise guard's window starts here: run.json records the CPU time
     // other processes took while the whole run measured.
     parbench::measure::noise::mark_start();
-    // mpirun's spelling `-np N` is one flag here, not `-n p`.
-    let args = std::env::args_os().map(|a| if a == "-np" { "--nprocs".into() } else { a });
-    let cli = match Cli::try_parse_from(args) {
+    // mpirun's spelling `-np N` is one flag here, not `-n p` (iterations).
+    let cli = match Cli::try_parse_from(parbench::term::rewrite_np(std::env::args_os())) {
         Ok(c) => c,
         Err(e) => {
             // Help and version are not errors; everything else exits 2.
@@ -165,13 +164,13 @@ fn finish_run(plan: &Plan, mut meta: RunMeta, mut rows: Vec<LayerRow>) -> anyhow
         r.run_id = run_id.clone();
     }
     output::fill_speedup(&mut rows);
-    print!("{}", output::table(plan, &rows));
+    parbench::out!("{}", output::table(plan, &rows));
     let path =
         append_rows(&plan.out, &rows).with_context(|| format!("writing {}", plan.out.display()))?;
     meta.extra.insert("block".into(), output::block_json(plan));
     meta.finish();
     record_run(&plan.out, &meta)?;
-    println!("# wrote {} rows to {}", rows.len(), path.display());
+    parbench::outln!("# wrote {} rows to {}", rows.len(), path.display());
     Ok(())
 }
 

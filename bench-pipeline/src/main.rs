@@ -17,7 +17,8 @@ fn main() {
     // The noise guard's window starts here: run.json records the CPU time
     // other processes took while the whole run measured.
     parbench::measure::noise::mark_start();
-    let mut args = cli::Args::parse();
+    // `-np N` is ranks (mpirun's spelling), not `-n p` (iterations).
+    let mut args = cli::Args::parse_from(parbench::term::rewrite_np(std::env::args_os()));
     if let Err(e) = launch::default_stages(&mut args) {
         eprintln!("bench-pipeline: {e}");
         std::process::exit(2);

@@ -15,5 +15,7 @@ pub mod layers;
 pub mod measure;
 pub mod model;
 pub mod pipeline;
+pub mod published;
 pub mod results;
 pub mod schedule;
+pub mod term;

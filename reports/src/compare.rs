@@ -792,7 +792,7 @@ pub fn run(args: &CompareArgs) -> Result<ExitCode> {
             args.current.display()
         );
     }
-    print!("{}", render(&cmp, args));
+    parbench::out!("{}", render(&cmp, args));
     Ok(if !cmp.with(Verdict::Regression).is_empty() {
         ExitCode::from(1)
     } else if !cmp.with(Verdict::NotJudged).is_empty() {

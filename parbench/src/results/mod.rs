@@ -7,9 +7,11 @@
 //! the first and a crash leaves either the old or the new file.
 
 mod io;
+mod link_row;
 mod meta;
 mod records;
 
 pub use io::{append_rows, read_rows, read_runs, record_run, write_atomic, ResultsError};
+pub use link_row::LinkRow;
 pub use meta::{git_revision, iso8601_utc, new_run_id, RunMeta};
 pub use records::{CollectiveRow, LayerRow, PipelineRow, Record, SCHEMA_VERSION};
