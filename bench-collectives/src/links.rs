@@ -435,7 +435,7 @@ mod tests {
             run_id: "r".into(),
             backend: "tcp".into(),
             wire: "w".into(),
-            world: 4,
+            world: 5,
             from,
             to,
             latency_us: 1.0,
@@ -448,13 +448,13 @@ mod tests {
     #[test]
     fn the_rank_on_every_slow_pair_is_named() {
         let mut rows = Vec::new();
-        for f in 0..4 {
-            for t in (0..4).filter(|&t| t != f) {
+        for f in 0..5 {
+            for t in (0..5).filter(|&t| t != f) {
                 rows.push(row(f, t, if f == 2 || t == 2 { 0.25 } else { 1.0 }));
             }
         }
         let v = verdict(&rows);
-        assert_eq!(v.slow.len(), 6);
+        assert_eq!(v.slow.len(), 8);
         assert_eq!(v.culprit, Some(2));
         let text = report_lines(&rows).join("\n");
         assert!(

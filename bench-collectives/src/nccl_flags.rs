@@ -85,9 +85,11 @@ pub fn check_backend(plan: &Plan, joined: bool) -> Result<(), String> {
                 "-g counts GPUs per process: it needs --backend nccl (use -np for ranks)".into(),
             )
         }
-        Some(g) if g > 1 && joined => return Err(format!(
+        Some(g) if g > 1 && joined => {
+            return Err(format!(
             "-g {g}: under a launcher every nccl process drives one GPU; use -g 1 or no launcher"
-        )),
+        ))
+        }
         Some(g) if plan.nprocs.is_some_and(|n| n != g) => {
             return Err(format!(
                 "-g {g} and -np {}: one process drives its GPUs, so they must agree",

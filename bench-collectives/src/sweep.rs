@@ -87,7 +87,7 @@ fn sweep_collective<C: Communicator, O: CollOp>(
                 last_count = Some(count);
                 let bytes = O::size_of(count, dtype, world);
                 let algo = comm.algo_for(O::COLL, O::send_elems(count, world) * dtype.size());
-                let point = Point {
+                let mut point = Point {
                     dtype,
                     op,
                     count,
@@ -105,6 +105,9 @@ fn sweep_collective<C: Communicator, O: CollOp>(
                         continue;
                     }
                     let stats = measure_one::<C, O>(comm, cfg, &point, in_place)?;
+                    // Asked again after the calls ran: NCCL's tuning log names its
+                    // choice only once a call of this size went through.
+                    point.algo = comm.algo_for(O::COLL, O::send_elems(count, world) * dtype.size());
                     outcome.tally.add(&stats);
                     outcome.wrong += stats.wrong;
                     let row = make_row::<O>(ids, comm, cfg, wire, &point, in_place, &stats);

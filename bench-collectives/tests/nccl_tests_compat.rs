@@ -6,8 +6,7 @@
 mod common;
 use common::*;
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 /// A parser written the way nccl-tests users parse its output: skip `#`
 /// lines, split on whitespace, take fields by position (awk's $1..$13).
@@ -264,20 +263,11 @@ fn flags_a_backend_cannot_honour_are_one_line_and_exit_two() {
     }
 }
 
-/// Reads one line, closes the pipe, and checks the run ends without a panic.
+/// Runs with standard output closed (as after `| head -1`) and checks the run ends without a panic.
 fn ends_quietly_after_head_1(args: &[&str]) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_bench-collectives"))
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut first = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut first)
-        .unwrap();
-    assert!(first.starts_with('#'), "{first}");
-    let out = child.wait_with_output().unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_bench-collectives"));
+    cmd.args(args);
+    let out = parbench::term::run_with_closed_stdout(cmd).unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_ne!(out.status.code(), Some(101), "{err}");
     assert!(!err.contains("panicked"), "{err}");

@@ -205,3 +205,72 @@ fn the_tcp_wire_is_named_by_parbench_wire() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `links` over five namespaces, host 2's link shaped to 250 Mbit/s and the
+/// others to 1 Gbit/s (`netns.sh --host-rate`): exactly the pairs with rank 2
+/// are slow, and rank 2 is named as the culprit. Five hosts, so that most
+/// pairs are fast and the median pair is a fast one.
+#[test]
+fn links_names_the_one_slow_host() {
+    let _one_at_a_time = NAMESPACES.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(why) = netns_unavailable() {
+        eprintln!("SKIP links with one slow host: {why}");
+        return;
+    }
+    let guard = Teardown;
+    let dir = scratch("netns-links");
+    let o = Command::new("timeout")
+        .arg("90")
+        .arg(netns_sh())
+        .args([
+            "run",
+            "5",
+            "--rate",
+            "1gbit",
+            "--host-rate",
+            "2=250mbit",
+            "--",
+        ])
+        .arg(env!("CARGO_BIN_EXE_bench-collectives"))
+        .args([
+            "links",
+            "--backend",
+            "tcp",
+            "-e",
+            "2M",
+            "-n",
+            "2",
+            "-w",
+            "1",
+            "--timeout",
+            "30",
+        ])
+        .arg("--out")
+        .arg(&dir)
+        .env("PARBENCH_NETNS_PREFIX", PREFIX)
+        .output()
+        .expect("netns.sh starts");
+    drop(guard);
+    assert_eq!(
+        leftover_namespaces(),
+        Vec::<String>::new(),
+        "namespaces left behind"
+    );
+    let text = stdout(&o);
+    assert!(o.status.success(), "{text}\n{}", stderr(&o));
+    eprintln!("{text}");
+    assert!(
+        text.contains("# Likely culprit: rank 2 (on every slow pair)"),
+        "{text}"
+    );
+    let slow: Vec<&str> = text.lines().filter(|l| l.starts_with("# slow: ")).collect();
+    assert_eq!(
+        slow.len(),
+        8,
+        "the 8 ordered pairs with rank 2, and no other: {slow:?}"
+    );
+    assert!(slow.iter().all(|l| l.contains("rank 2 ")), "{slow:?}");
+    let (_, rows) = read_csv(&dir.join("links.csv"));
+    assert_eq!(rows.len(), 20);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -286,6 +286,20 @@ mod tests {
     }
 
     #[test]
+    fn n_is_iterations_w_warm_up_np_ranks() {
+        let a = Args::parse_from(parbench::term::rewrite_np([
+            "bench-pipeline",
+            "-n",
+            "3",
+            "-w",
+            "1",
+            "-np",
+            "2",
+        ]));
+        assert_eq!((a.steps, a.warmup, a.nprocs), (3, 1, Some(2)));
+    }
+
+    #[test]
     fn the_default_sweep_is_every_schedule() {
         let p = plan(&args(&[])).unwrap();
         assert_eq!(p.runs.len(), 4);

@@ -55,6 +55,19 @@ where
         .collect()
 }
 
+/// Runs `cmd` with its standard output a pipe whose read end is already
+/// closed: every write fails, as after `| head -1` has read its line, but
+/// from the first write on, whatever the timing. The binaries' tests check
+/// that the run then ends quietly (no panic, no exit 101).
+pub fn run_with_closed_stdout(
+    mut cmd: std::process::Command,
+) -> std::io::Result<std::process::Output> {
+    let (reader, writer) = std::io::pipe()?;
+    drop(reader);
+    cmd.stdout(writer).stderr(std::process::Stdio::piped());
+    cmd.output()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
