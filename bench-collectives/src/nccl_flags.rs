@@ -101,6 +101,50 @@ pub fn check_backend(plan: &Plan, joined: bool) -> Result<(), String> {
     Ok(())
 }
 
+/// Rank 0's printer in the layout `--format` asks for.
+pub fn printer<C: parbench::comm::Communicator>(comm: &C, plan: &Plan) -> crate::print::Printer {
+    let rank0 = comm.rank() == 0;
+    match plan.nccl_tests.format {
+        TableFormat::Parbench => crate::print::Printer::new(rank0),
+        TableFormat::NcclTests => crate::print::Printer::nccl_tests(rank0, plan.sweep.check > 0),
+    }
+}
+
+/// The reference line of the header (item "is my busbw normal?"), and in
+/// nccl-tests' layout its whole run header around it.
+pub fn print_run_header<C: parbench::comm::Communicator>(
+    printer: &mut crate::print::Printer,
+    comm: &C,
+    plan: &Plan,
+    wire: &crate::wire::WireFigures,
+) {
+    let world = comm.world();
+    let reference = crate::reference_line::describe(comm.backend(), &comm.wire(), world, wire).line;
+    if !printer.is_nccl_tests() {
+        printer.lines(&[format!("# Reference: {reference}")]);
+        return;
+    }
+    let in_process = match std::env::var_os("WORLD_SIZE") {
+        Some(_) => 1,
+        None if comm.backend() == "mpi" || comm.backend() == "tcp" => 1,
+        None => world,
+    };
+    let job = crate::nccl_tests_format::JobInfo {
+        backend: comm.backend(),
+        wire: &comm.wire(),
+        world,
+        in_process,
+        min_bytes: plan.sweep.sizes.first().copied().unwrap_or(0),
+        max_bytes: plan.sweep.sizes.last().copied().unwrap_or(0),
+        warmup: plan.sweep.warmup,
+        iters: plan.sweep.iters,
+        check: plan.sweep.check,
+        graph: plan.sweep.graph.unwrap_or(0),
+        reference: &reference,
+    };
+    printer.lines(&crate::nccl_tests_format::run_header(&job));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -155,47 +199,4 @@ mod tests {
             assert!(check(bad).is_err(), "{bad:?}");
         }
     }
-}
-
-/// Rank 0's printer in the layout `--format` asks for.
-pub fn printer<C: parbench::comm::Communicator>(comm: &C, plan: &Plan) -> crate::print::Printer {
-    let rank0 = comm.rank() == 0;
-    match plan.nccl_tests.format {
-        TableFormat::Parbench => crate::print::Printer::new(rank0),
-        TableFormat::NcclTests => crate::print::Printer::nccl_tests(rank0, plan.sweep.check > 0),
-    }
-}
-
-/// nccl-tests' run header (with the published reference for this system),
-/// when the printer writes nccl-tests' layout.
-pub fn print_nccl_tests_header<C: parbench::comm::Communicator>(
-    printer: &mut crate::print::Printer,
-    comm: &C,
-    plan: &Plan,
-    wire: &crate::wire::WireFigures,
-) {
-    if !printer.is_nccl_tests() {
-        return;
-    }
-    let world = comm.world();
-    let in_process = match std::env::var_os("WORLD_SIZE") {
-        Some(_) => 1,
-        None if comm.backend() == "mpi" || comm.backend() == "tcp" => 1,
-        None => world,
-    };
-    let reference = crate::reference_line::describe(comm, wire);
-    let job = crate::nccl_tests_format::JobInfo {
-        backend: comm.backend(),
-        wire: &comm.wire(),
-        world,
-        in_process,
-        min_bytes: plan.sweep.sizes.first().copied().unwrap_or(0),
-        max_bytes: plan.sweep.sizes.last().copied().unwrap_or(0),
-        warmup: plan.sweep.warmup,
-        iters: plan.sweep.iters,
-        check: plan.sweep.check,
-        graph: plan.sweep.graph.unwrap_or(0),
-        reference: &reference,
-    };
-    printer.lines(&crate::nccl_tests_format::run_header(&job));
 }

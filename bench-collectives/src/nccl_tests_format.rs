@@ -43,7 +43,7 @@ pub fn c_g(x: f64) -> String {
         .next()
         .and_then(|e| e.parse().ok())
         .unwrap_or(0);
-    if exp < -4 || exp >= P {
+    if !(-4..P).contains(&exp) {
         let (mant, _) = sci.split_once('e').unwrap_or((&sci, ""));
         format!(
             "{}e{}{:02}",
@@ -290,7 +290,7 @@ mod tests {
         assert_eq!(c_g(123456.7), "123457");
         assert_eq!(c_g(1234567.0), "1.23457e+06");
         assert_eq!(c_g(0.00001234), "1.234e-05");
-        assert_eq!(fit_float(3.14159, 7), "   3.14");
+        assert_eq!(fit_float(4.126, 7), "   4.13");
         assert_eq!(fit_float(12345.678, 7), "12345.7");
         assert_eq!(fit_float(1234567.8, 7), "1234568");
         assert_eq!(fit_float(12345678.0, 7), "1.2e+07");

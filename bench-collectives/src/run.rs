@@ -257,7 +257,7 @@ fn rank_main<C: Communicator>(
         &plan.sweep,
         &wire,
     );
-    crate::nccl_flags::print_nccl_tests_header(&mut printer, comm, plan, &wire);
+    crate::nccl_flags::print_run_header(&mut printer, comm, plan, &wire);
     let ids = RunIds { run_id };
     let outcome = sweep::run_sweep(comm, &plan.sweep, &ids, &wire, &mut printer)?;
     let noise = ForeignCpu::across_ranks(comm, run_start.as_ref())?;
@@ -394,6 +394,8 @@ fn finish(plan: &Plan, meta: &mut RunMeta, r: RankReport) -> Result<Finished> {
     );
     extra.insert("wrong".into(), r.summary.wrong.into());
     extra.insert("algo".into(), plan.algo.name().into());
+    let reference = crate::reference_line::describe(&r.backend, &r.wire_name, r.world, &r.wire);
+    crate::reference_line::record(meta, &reference, &r.outcome.rows);
     meta.finish();
     let csv = results::append_rows(&plan.out, &r.outcome.rows)
         .with_context(|| format!("writing {}", plan.out.display()))?;

@@ -3,6 +3,9 @@
 use super::Record;
 use serde::{Deserialize, Serialize};
 
+/// A pair below this share of the median pair's one-way bandwidth is slow.
+pub const SLOW_SHARE: f64 = 0.70;
+
 /// One ordered pair's figures: a row of links.csv.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LinkRow {
@@ -33,5 +36,45 @@ impl Record for LinkRow {
     }
     fn run_id(&self) -> &str {
         &self.run_id
+    }
+}
+
+/// The verdict on the matrix: the slow pairs and the rank on all of them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Verdict {
+    pub median_gbps: f64,
+    /// `(from, to, share of the median)`, slowest first.
+    pub slow: Vec<(usize, usize, f64)>,
+    /// The rank on every slow pair, when exactly one is.
+    pub culprit: Option<usize>,
+}
+
+/// Judges the one-way bandwidths: pairs under [`SLOW_SHARE`] of the median.
+pub fn verdict(rows: &[LinkRow]) -> Verdict {
+    let mut bws: Vec<f64> = rows.iter().map(|r| r.one_way_gbps).collect();
+    bws.sort_by(f64::total_cmp);
+    let median_gbps = match bws.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => bws[n / 2],
+        n => (bws[n / 2 - 1] + bws[n / 2]) / 2.0,
+    };
+    let mut slow: Vec<(usize, usize, f64)> = rows
+        .iter()
+        .filter(|r| median_gbps > 0.0 && r.one_way_gbps < SLOW_SHARE * median_gbps)
+        .map(|r| (r.from, r.to, r.one_way_gbps / median_gbps))
+        .collect();
+    slow.sort_by(|a, b| a.2.total_cmp(&b.2));
+    let world = rows.first().map_or(0, |r| r.world);
+    let on_all: Vec<usize> = (0..world)
+        .filter(|&k| !slow.is_empty() && slow.iter().all(|&(f, t, _)| f == k || t == k))
+        .collect();
+    Verdict {
+        median_gbps,
+        slow,
+        culprit: if on_all.len() == 1 {
+            Some(on_all[0])
+        } else {
+            None
+        },
     }
 }

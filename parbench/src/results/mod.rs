@@ -12,6 +12,6 @@ mod meta;
 mod records;
 
 pub use io::{append_rows, read_rows, read_runs, record_run, write_atomic, ResultsError};
-pub use link_row::LinkRow;
+pub use link_row::{verdict, LinkRow, Verdict, SLOW_SHARE};
 pub use meta::{git_revision, iso8601_utc, new_run_id, RunMeta};
 pub use records::{CollectiveRow, LayerRow, PipelineRow, Record, SCHEMA_VERSION};
