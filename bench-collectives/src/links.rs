@@ -324,27 +324,7 @@ pub fn report_lines(rows: &[LinkRow]) -> Vec<String> {
         "Both directions at once, GB/s each way",
         |r| r.both_ways_gbps,
     ));
-    let v = verdict(rows);
-    out.push(format!(
-        "# Median pair: {:.3} GB/s one way; slow means below {:.0}% of it",
-        v.median_gbps,
-        SLOW_SHARE * 100.0
-    ));
-    if v.slow.is_empty() {
-        out.push("# Slow pairs: none".into());
-    }
-    for (f, t, share) in &v.slow {
-        out.push(format!(
-            "# slow: rank {f} -> rank {t} at {share:.2}x the median pair"
-        ));
-    }
-    match v.culprit {
-        Some(k) => out.push(format!("# Likely culprit: rank {k} (on every slow pair)")),
-        None if !v.slow.is_empty() => {
-            out.push("# Likely culprit: none (no single rank is on every slow pair)".into())
-        }
-        None => {}
-    }
+    out.extend(verdict(rows).lines().into_iter().map(|l| format!("# {l}")));
     out
 }
 
@@ -368,17 +348,9 @@ fn finish(plan: &Plan, meta: &mut RunMeta, rows: Vec<LinkRow>) -> Result<Finishe
         }),
     );
     meta.finish();
-    let csv = results::append_rows(&plan.out, &rows)
+    let line = results::record_all(&plan.out, &rows, meta)
         .with_context(|| format!("writing {}", plan.out.display()))?;
-    let json = results::record_run(&plan.out, meta)
-        .with_context(|| format!("writing {}", plan.out.display()))?;
-    parbench::outln!(
-        "# Records: {} (+{} rows), {} (run {})",
-        csv.display(),
-        rows.len(),
-        json.display(),
-        meta.run_id
-    );
+    parbench::outln!("{line}");
     Ok(Finished::Ran { wrong: 0 })
 }
 

@@ -397,17 +397,9 @@ fn finish(plan: &Plan, meta: &mut RunMeta, r: RankReport) -> Result<Finished> {
     let reference = crate::reference_line::describe(&r.backend, &r.wire_name, r.world, &r.wire);
     crate::reference_line::record(meta, &reference, &r.outcome.rows);
     meta.finish();
-    let csv = results::append_rows(&plan.out, &r.outcome.rows)
+    let line = results::record_all(&plan.out, &r.outcome.rows, meta)
         .with_context(|| format!("writing {}", plan.out.display()))?;
-    let json = results::record_run(&plan.out, meta)
-        .with_context(|| format!("writing {}", plan.out.display()))?;
-    parbench::outln!(
-        "# Records: {} (+{} rows), {} (run {})",
-        csv.display(),
-        r.outcome.rows.len(),
-        json.display(),
-        meta.run_id
-    );
+    parbench::outln!("{line}");
     if let Some(path) = &plan.nccl_tests.json_file {
         crate::json_nccl::write(path, plan, meta, &r.outcome)?;
     }

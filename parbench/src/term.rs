@@ -68,6 +68,17 @@ pub fn run_with_closed_stdout(
     cmd.output()
 }
 
+/// Whether a run ended quietly: exit 0, no panic (exit code 101, or
+/// "panicked" on standard error). The error says what it did instead.
+pub fn ended_quietly(out: &std::process::Output) -> Result<(), String> {
+    let err = String::from_utf8_lossy(&out.stderr);
+    if out.status.success() && !err.contains("panicked") {
+        Ok(())
+    } else {
+        Err(format!("{:?}: {err}", out.status))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

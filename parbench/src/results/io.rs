@@ -165,6 +165,24 @@ pub fn append_rows<R: Record>(dir: &Path, rows: &[R]) -> Result<PathBuf, Results
     Ok(path)
 }
 
+/// Appends `rows` to their CSV and `meta` to run.json, and says where in
+/// the line every bench prints (`# Records: CSV (+N rows), run.json (run ID)`).
+pub fn record_all<R: Record>(
+    dir: &Path,
+    rows: &[R],
+    meta: &RunMeta,
+) -> Result<String, ResultsError> {
+    let csv = append_rows(dir, rows)?;
+    let json = record_run(dir, meta)?;
+    Ok(format!(
+        "# Records: {} (+{} rows), {} (run {})",
+        csv.display(),
+        rows.len(),
+        json.display(),
+        meta.run_id
+    ))
+}
+
 /// Adds `meta` to `dir/run.json` (a JSON array of every run written to the folder).
 pub fn record_run(dir: &Path, meta: &RunMeta) -> Result<PathBuf, ResultsError> {
     fs::create_dir_all(dir).map_err(io_err(dir))?;

@@ -78,3 +78,31 @@ pub fn verdict(rows: &[LinkRow]) -> Verdict {
         },
     }
 }
+
+impl Verdict {
+    /// The verdict in words, one line each (the table's and the report's):
+    /// the median, each slow pair, the likely culprit.
+    pub fn lines(&self) -> Vec<String> {
+        let mut out = vec![format!(
+            "Median pair: {:.3} GB/s one way; slow means below {:.0}% of it",
+            self.median_gbps,
+            SLOW_SHARE * 100.0
+        )];
+        if self.slow.is_empty() {
+            out.push("Slow pairs: none".into());
+        }
+        for (f, t, share) in &self.slow {
+            out.push(format!(
+                "slow: rank {f} -> rank {t} at {share:.2}x the median pair"
+            ));
+        }
+        match self.culprit {
+            Some(k) => out.push(format!("Likely culprit: rank {k} (on every slow pair)")),
+            None if !self.slow.is_empty() => {
+                out.push("Likely culprit: none (no single rank is on every slow pair)".into())
+            }
+            None => {}
+        }
+        out
+    }
+}

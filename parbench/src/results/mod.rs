@@ -11,7 +11,9 @@ mod link_row;
 mod meta;
 mod records;
 
-pub use io::{append_rows, read_rows, read_runs, record_run, write_atomic, ResultsError};
+pub use io::{
+    append_rows, read_rows, read_runs, record_all, record_run, write_atomic, ResultsError,
+};
 pub use link_row::{verdict, LinkRow, Verdict, SLOW_SHARE};
 pub use meta::{git_revision, iso8601_utc, new_run_id, RunMeta};
 pub use records::{CollectiveRow, LayerRow, PipelineRow, Record, SCHEMA_VERSION};

@@ -75,32 +75,6 @@ pub fn heat_map(rows: &[LinkRow]) -> String {
     svg
 }
 
-/// The words under a heat map: slow pairs and the likely culprit.
-pub fn verdict_lines(rows: &[LinkRow]) -> Vec<String> {
-    let v = verdict(rows);
-    let mut out = vec![format!(
-        "Median pair {:.4} GB/s one way; slow means below {:.0}% of it.",
-        v.median_gbps,
-        100.0 * SLOW_SHARE
-    )];
-    if v.slow.is_empty() {
-        out.push("Slow pairs: none.".into());
-    }
-    for (f, t, s) in &v.slow {
-        out.push(format!(
-            "slow: rank {f} -> rank {t} at {s:.2}x the median pair"
-        ));
-    }
-    match v.culprit {
-        Some(k) => out.push(format!("Likely culprit: rank {k} (on every slow pair).")),
-        None if !v.slow.is_empty() => {
-            out.push("Likely culprit: none (no single rank is on every slow pair).".into())
-        }
-        None => {}
-    }
-    out
-}
-
 /// The section.
 pub fn section(sources: &[Source]) -> String {
     let mut body = String::new();
@@ -126,7 +100,7 @@ pub fn section(sources: &[Source]) -> String {
             body.push_str(&format!(
                 "<figure class=\"chart\" id=\"links-{}\">\n{svg}\n<figcaption>{}</figcaption>\n</figure>\n",
                 super::escape::id(run),
-                esc(&verdict_lines(&rows).join(" "))
+                esc(&(verdict(&rows).lines().join(". ") + "."))
             ));
         }
     }
@@ -196,7 +170,7 @@ mod tests {
         }
         let svg = heat_map(&rows);
         assert_eq!(svg.matches("fill=\"#d9534f\"").count(), 8, "{svg}");
-        let words = verdict_lines(&rows).join(" ");
+        let words = verdict(&rows).lines().join(". ");
         assert!(words.contains("Likely culprit: rank 2"), "{words}");
     }
 }
