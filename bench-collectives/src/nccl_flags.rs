@@ -52,6 +52,14 @@ impl NcclTestsFlags {
             if p.as_os_str().is_empty() {
                 bail!("-J: the file name is empty");
             }
+            // Checked before measuring: a run must not end unable to write it.
+            match p.parent().filter(|d| !d.as_os_str().is_empty()) {
+                Some(d) if !d.is_dir() => {
+                    bail!("-J {}: folder {} does not exist", p.display(), d.display())
+                }
+                _ if p.is_dir() => bail!("-J {}: is a folder, not a file", p.display()),
+                _ => {}
+            }
         }
         Ok(NcclTestsFlags {
             agg_iters: a.agg_iters,
@@ -191,7 +199,9 @@ mod tests {
         assert!(check(&["--backend", "local", "-z", "1", "-N", "2"]).is_ok());
         assert!(check(&["--backend", "nccl", "-g", "2", "-G", "1"]).is_ok());
         for bad in [
-            &["-z", "3"][..],
+            &["-J", "/no/such/folder/x.json"][..],
+            &["-J", "/tmp"],
+            &["-z", "3"],
             &["-m", "0"],
             &["-N", "0"],
             &["--format", "csv"],
