@@ -139,10 +139,11 @@ fn run_mpi(_plan: &Plan, _run_id: &str) -> Result<Finished> {
 fn run_nccl(plan: &Plan, run_id: &str, joined: Option<launch::RankInfo>) -> Result<Finished> {
     use parbench::comm::nccl::{nccl_version, NcclComm};
     use parbench::gpu::{self, Lib};
+    // Before any CUDA call: no driver or no NCCL is one line and exit 2
+    // (the probe only looks the symbols up; it calls nothing).
+    gpu::require(&[Lib::Driver, Lib::Nccl]).map_err(|e| UsageError(e.to_string()))?;
     // Before NCCL's first call: its tuning log fills the algo column.
     parbench::comm::nccl_tuning::set_up_log(&plan.out, run_id);
-    // Before any CUDA call: no driver or no NCCL is one line and exit 2.
-    gpu::require(&[Lib::Driver, Lib::Nccl]).map_err(|e| UsageError(e.to_string()))?;
     let visible = gpu::device_count().map_err(|e| UsageError(e.to_string()))?;
     let timeout = plan.sweep.timeout;
     let meta = |world: usize| {
