@@ -4,11 +4,12 @@
 # every link shaped with tc tbf in both directions. Every byte between ranks
 # crosses a shaped link; the root namespace is never touched.
 #
-#   scripts/netns.sh up N --rate RATE [--burst BYTES]
+#   scripts/netns.sh up N --rate RATE [--host-rate I=RATE]... [--burst BYTES]
 #   scripts/netns.sh down
-#   scripts/netns.sh run N --rate RATE [--burst BYTES] -- COMMAND ARGS...
+#   scripts/netns.sh run N --rate RATE [--host-rate I=RATE]... [--burst BYTES] -- COMMAND ARGS...
 #
-# RATE is tc's syntax (1gbit, 200mbit). `run` brings the hosts up, starts
+# RATE is tc's syntax (1gbit, 200mbit); --host-rate I=RATE shapes host I's
+# link to RATE instead (one slow host, e.g. --host-rate 2=250mbit). `run` brings the hosts up, starts
 # COMMAND as rank i of a tcp job inside pbhost<i> (RANK, WORLD_SIZE,
 # MASTER_ADDR, MASTER_PORT, PARBENCH_JOB_TOKEN set; PARBENCH_WIRE is the
 # caller's, or tcp-RATE when unset; PARBENCH_BIND is the caller's, or rank
@@ -24,6 +25,8 @@ set -euo pipefail
 # <prefix>switch, so that a test can run beside a manual run without either
 # tearing down the other's.
 NS_PREFIX=${PARBENCH_NETNS_PREFIX:-pb}
+HOST_RATES=()
+RATE=""
 [[ $NS_PREFIX =~ ^[a-z][a-z0-9]{0,7}$ ]] || { echo "netns.sh: PARBENCH_NETNS_PREFIX must be 1-8 lowercase letters/digits" >&2; exit 2; }
 PREFIX=${NS_PREFIX}host
 SWITCH=${NS_PREFIX}switch
@@ -33,7 +36,7 @@ PORT=${MASTER_PORT:-29517}
 die() { echo "netns.sh: $*" >&2; exit 2; }
 
 usage() {
-    sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
 
@@ -73,18 +76,40 @@ shape() { # ns dev rate burst
     tc -n "$1" qdisc replace dev "$2" root tbf rate "$3" burst "$4" latency 100ms
 }
 
+# The rate of host i: its --host-rate, or the common --rate.
+host_rate() { # i
+    local spec
+    for spec in "${HOST_RATES[@]}"; do
+        if [ "${spec%%=*}" = "$1" ]; then
+            echo "${spec#*=}"
+            return
+        fi
+    done
+    echo "$RATE"
+}
+
+# Burst of a rate: 4 ms of traffic, at least 32 KiB: small enough that a
+# 16 MiB transfer is paced by the rate, large enough for tbf at the
+# kernel's timer resolution.
+burst_of() { # rate
+    local bps burst
+    bps=$(rate_bytes "$1")
+    burst=$((bps / 250))
+    ((burst < 32768)) && burst=32768
+    echo "$burst"
+}
+
 up() {
     local n=$1 rate=$2 burst=$3 i
     [[ $n =~ ^[0-9]+$ ]] && ((n >= 1 && n <= 250)) || die "N must be 1..250, got '$n'"
     [ -n "$rate" ] || die "--rate is required (e.g. --rate 1gbit)"
-    local bps
-    bps=$(rate_bytes "$rate")
-    if [ -z "$burst" ]; then
-        # 4 ms of traffic, at least 32 KiB: small enough that a 16 MiB transfer
-        # is paced by the rate, large enough for tbf at the kernel's timer resolution.
-        burst=$((bps / 250))
-        ((burst < 32768)) && burst=32768
-    fi
+    rate_bytes "$rate" >/dev/null
+    local spec
+    for spec in "${HOST_RATES[@]}"; do
+        [[ $spec =~ ^[0-9]+=[0-9a-zA-Z.]+$ ]] || die "bad --host-rate '$spec' (expected I=RATE, e.g. 2=250mbit)"
+        ((${spec%%=*} < n)) || die "--host-rate ${spec%%=*}: there are only $n hosts (0..$((n - 1)))"
+        rate_bytes "${spec#*=}" >/dev/null
+    done
     down
     ip netns add "$SWITCH"
     ip -n "$SWITCH" link add br0 type bridge
@@ -99,10 +124,14 @@ up() {
         ip -n "$ns" addr add "$SUBNET.$((i + 1))/24" dev eth0
         ip -n "$ns" link set eth0 up
         # Both directions of the host's link: what it sends and what it receives.
-        shape "$ns" eth0 "$rate" "$burst"
-        shape "$SWITCH" "p$i" "$rate" "$burst"
+        local r b
+        r=$(host_rate "$i")
+        b=${burst:-$(burst_of "$r")}
+        shape "$ns" eth0 "$r" "$b"
+        shape "$SWITCH" "p$i" "$r" "$b"
+        [ "$r" = "$rate" ] || echo "netns.sh: host $i's link shaped to $r (the others $rate)"
     done
-    echo "netns.sh: $n hosts ${PREFIX}0..${PREFIX}$((n - 1)) at $SUBNET.1..$SUBNET.$n, links $rate (burst $burst B)"
+    echo "netns.sh: $n hosts ${PREFIX}0..${PREFIX}$((n - 1)) at $SUBNET.1..$SUBNET.$n, links $rate (burst ${burst:-$(burst_of "$rate")} B)"
 }
 
 run() {
@@ -154,15 +183,18 @@ main() {
             need_tools
             [ $# -ge 1 ] || usage
             local n=$1 rate="" burst=""
+            HOST_RATES=()
             shift
             while [ $# -gt 0 ]; do
                 case $1 in
                     --rate) rate=${2:-}; shift 2 || die "--rate needs a value" ;;
                     --burst) burst=${2:-}; shift 2 || die "--burst needs a value" ;;
+                    --host-rate) HOST_RATES+=("${2:-}"); shift 2 || die "--host-rate needs I=RATE" ;;
                     --) shift; break ;;
                     *) die "unknown argument '$1'" ;;
                 esac
             done
+            RATE=$rate
             if [ "$cmd" = up ]; then up "$n" "$rate" "$burst"; else run "$n" "$rate" "$burst" "$@"; fi
             ;;
         -h | --help) usage ;;

@@ -23,7 +23,8 @@ use std::time::Duration;
 )]
 pub struct Args {
     /// Collectives to run: all_reduce, all_gather, reduce_scatter, broadcast,
-    /// reduce, all_to_all, sendrecv, or all.
+    /// reduce, all_to_all, sendrecv, or all; or `links` alone: every ordered
+    /// pair of ranks, one at a time (latency, one-way and both-way bandwidth).
     #[arg(value_name = "COLLECTIVE", default_values_t = ["all_reduce".to_string(), "all_gather".to_string()])]
     pub collectives: Vec<String>,
 
@@ -92,8 +93,9 @@ pub struct Args {
     #[arg(long = "outplace-only")]
     pub outplace_only: bool,
 
-    /// Deadline of every wait, in seconds: a dead or hung rank becomes an error naming it.
-    #[arg(long, default_value_t = 60.0)]
+    /// Deadline of every wait, in seconds (nccl-tests' -T): a dead or hung
+    /// rank becomes an error naming it.
+    #[arg(short = 'T', long, default_value_t = 60.0)]
     pub timeout: f64,
 
     /// Folder for collectives.csv and run.json (appended, never overwritten).
@@ -111,8 +113,48 @@ pub struct Args {
 
     /// Capture N calls as one CUDA graph and time its replays (nccl-tests'
     /// -G; --backend nccl only): the time per call without the host's launch cost.
-    #[arg(long, value_name = "N")]
+    #[arg(short = 'G', long, value_name = "N")]
     pub graph: Option<usize>,
+
+    /// Operations aggregated per timed iteration (nccl-tests' -m): parbench
+    /// times one operation per iteration, so only 1 is accepted.
+    #[arg(short = 'm', long = "agg-iters", value_name = "N", default_value_t = 1)]
+    pub agg_iters: usize,
+
+    /// Blocking collectives (nccl-tests' -z): 0 the backend's own way, 1 wait
+    /// for each operation before the next (the CPU backends always do).
+    #[arg(
+        short = 'z',
+        long = "blocking",
+        value_name = "0|1",
+        default_value_t = 0
+    )]
+    pub blocking: u8,
+
+    /// Run the whole sweep this many times (nccl-tests' -N).
+    #[arg(
+        short = 'N',
+        long = "run-cycles",
+        value_name = "N",
+        default_value_t = 1
+    )]
+    pub run_cycles: usize,
+
+    /// GPUs driven by this process (nccl-tests' -g; --backend nccl only):
+    /// the ranks of a run without a launcher.
+    #[arg(short = 'g', long = "ngpus", value_name = "N")]
+    pub ngpus: Option<usize>,
+
+    /// Table layout: parbench (default: nccl-tests' columns plus
+    /// percentiles, algorithm, model, ceiling) or nccl-tests (exactly its
+    /// columns and footers, for scripts written for nccl-tests).
+    #[arg(long, value_name = "FORMAT", default_value = "parbench")]
+    pub format: String,
+
+    /// Also write the results as nccl-tests' -J JSON (its field names and
+    /// layout, parbench's extras beside them) to FILE.
+    #[arg(short = 'J', long = "output-file", value_name = "FILE")]
+    pub json_file: Option<PathBuf>,
 }
 
 /// Parses a command line, accepting nccl-tests' and mpirun's `-np N` (clap
@@ -122,15 +164,7 @@ where
     I: IntoIterator<Item = S>,
     S: Into<std::ffi::OsString>,
 {
-    let argv = argv.into_iter().map(|a| {
-        let a: std::ffi::OsString = a.into();
-        match a.to_str() {
-            Some("-np") => "--nprocs".into(),
-            Some(s) if s.starts_with("-np=") => format!("--nprocs={}", &s[4..]).into(),
-            _ => a,
-        }
-    });
-    Args::try_parse_from(argv)
+    Args::try_parse_from(parbench::term::rewrite_np(argv))
 }
 
 /// The backend chosen on the command line.
@@ -181,6 +215,8 @@ pub struct SweepConfig {
     pub seed: u64,
     /// Smallest size (nccl-tests' bytes) of the fits' window.
     pub fit_from: u64,
+    /// `-N`: times the whole sweep runs.
+    pub run_cycles: usize,
 }
 
 /// The parsed command line: backend, ranks, algorithm, and the sweep.
@@ -191,6 +227,10 @@ pub struct Plan {
     pub algo: Algo,
     pub out: PathBuf,
     pub sweep: SweepConfig,
+    /// nccl-tests' flags beyond the sweep, and the output layouts.
+    pub nccl_tests: crate::nccl_flags::NcclTestsFlags,
+    /// `bench-collectives links`: the pair matrix instead of the sweep.
+    pub links: bool,
 }
 
 /// Most sizes a sweep may have: a typo in `-i` must not start a million-row run.
@@ -298,7 +338,14 @@ impl Args {
     /// size (root, straggler rank) are in [`Plan::check_world`].
     pub fn plan(&self) -> Result<Plan> {
         let mut collectives = Vec::new();
-        for c in &self.collectives {
+        let links = self
+            .collectives
+            .iter()
+            .any(|c| c.eq_ignore_ascii_case("links"));
+        if links && self.collectives.len() > 1 {
+            bail!("`links` runs alone: it measures every pair of ranks, not collectives");
+        }
+        for c in self.collectives.iter().filter(|_| !links) {
             if c.eq_ignore_ascii_case("all") {
                 collectives = Collective::ALL.to_vec();
                 break;
@@ -345,6 +392,8 @@ impl Args {
                 .parse()
                 .map_err(|e: String| anyhow!("--algo: {e}"))?,
             out: self.out.clone(),
+            nccl_tests: crate::nccl_flags::NcclTestsFlags::from_args(self)?,
+            links,
             sweep: SweepConfig {
                 collectives,
                 dtypes: parse_list(&self.dtype, &DType::ALL, "dtype")?,
@@ -365,6 +414,10 @@ impl Args {
                 },
                 seed: 0x5eed,
                 fit_from: parse_size(&self.fit_from).map_err(|e| anyhow!("--fit-from: {e}"))?,
+                run_cycles: match self.run_cycles {
+                    0 => bail!("-N/--run-cycles must be at least 1"),
+                    n => n,
+                },
             },
         })
     }

@@ -11,9 +11,14 @@
 
 mod cli;
 mod data;
+mod json_nccl;
+mod links;
 mod memory;
+mod nccl_flags;
+mod nccl_tests_format;
 mod ops;
 mod print;
+mod reference_line;
 mod run;
 mod summary;
 mod sweep;

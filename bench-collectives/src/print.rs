@@ -12,6 +12,8 @@ use std::io::Write;
 /// Prints to stdout when enabled (rank 0); every other rank stays silent.
 pub struct Printer {
     enabled: bool,
+    /// `--format nccl-tests`: its table instead of parbench's (and whether #wrong was checked).
+    nccl_tests: Option<(crate::nccl_tests_format::Table, bool)>,
 }
 
 /// Width of one placement's block of columns.
@@ -20,7 +22,30 @@ const BLOCK: usize = 73;
 impl Printer {
     /// A printer that prints only when `enabled`.
     pub fn new(enabled: bool) -> Self {
-        Printer { enabled }
+        Printer {
+            enabled,
+            nccl_tests: None,
+        }
+    }
+
+    /// A printer of nccl-tests' layout (`--format nccl-tests`).
+    pub fn nccl_tests(enabled: bool, checked: bool) -> Self {
+        Printer {
+            enabled,
+            nccl_tests: Some((Default::default(), checked)),
+        }
+    }
+
+    /// Whether this printer writes nccl-tests' layout.
+    pub fn is_nccl_tests(&self) -> bool {
+        self.nccl_tests.is_some()
+    }
+
+    /// Prints lines as they are.
+    pub fn lines(&mut self, lines: &[String]) {
+        for l in lines {
+            self.line(l);
+        }
     }
 
     fn line(&mut self, s: &str) {
@@ -42,6 +67,9 @@ impl Printer {
         cfg: &SweepConfig,
         wire: &WireFigures,
     ) {
+        if self.is_nccl_tests() {
+            return;
+        }
         for l in header_lines(backend, wire_name, world, algo, cfg, wire) {
             self.line(&l);
         }
@@ -49,6 +77,10 @@ impl Printer {
 
     /// The column headers of one collective's table.
     pub fn collective_header(&mut self, coll: Collective, world: usize) {
+        if let Some((t, _)) = &mut self.nccl_tests {
+            let lines = t.start(coll);
+            return self.lines(&lines);
+        }
         self.line("#");
         self.line(&format!(
             "# {coll}: busbw = algbw x {:.4}",
@@ -68,11 +100,24 @@ impl Printer {
         measured: &[Option<CollectiveRow>; 2],
         wire: &WireFigures,
     ) {
+        if let Some((t, checked)) = &mut self.nccl_tests {
+            t.add(measured);
+            let line = crate::nccl_tests_format::row_line(
+                coll, p.bytes, p.dtype, p.op, root, measured, *checked,
+            );
+            return self.line(&line);
+        }
         self.line(&format_row(coll, p, root, measured, wire));
     }
 
     /// The figures after the sweep.
     pub fn summary(&mut self, s: &Summary) {
+        if let Some((t, _)) = &mut self.nccl_tests {
+            // nccl-tests' footers close the last block; parbench's summary stays
+            // in run.json, out of the way of scripts that read nccl-tests' lines.
+            let lines = t.close();
+            return self.lines(&lines);
+        }
         for l in summary_lines(s) {
             self.line(&l);
         }

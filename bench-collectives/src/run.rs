@@ -3,7 +3,6 @@
 
 use crate::cli::{Backend, Plan};
 use crate::memory;
-use crate::print::Printer;
 use crate::summary::{self, Summary};
 use crate::sweep::{self, Outcome, RunIds};
 use crate::wire::{self as wire_mod, WireFigures};
@@ -44,14 +43,13 @@ pub struct RankReport {
 
 /// Runs the plan on the chosen backend.
 pub fn run(plan: &Plan) -> Result<Finished> {
-    if plan.sweep.graph.is_some() && plan.backend != Backend::Nccl {
-        return Err(
-            UsageError("--graph captures CUDA graphs: it needs --backend nccl".into()).into(),
-        );
-    }
     let run_id = results::new_run_id("collectives");
     let bind = BindRequest::from_env().map_err(UsageError)?;
     let joined = launch::RankInfo::from_env().map_err(|e| UsageError(e.to_string()))?;
+    crate::nccl_flags::check_backend(plan, joined.is_some()).map_err(UsageError)?;
+    if plan.links {
+        return crate::links::run(plan, &run_id, joined);
+    }
     match plan.backend {
         // Under a launcher (torchrun, mpirun, srun, a spawning parent) every
         // process is one rank: that is the tcp backend.
@@ -64,7 +62,7 @@ pub fn run(plan: &Plan) -> Result<Finished> {
 }
 
 /// Default number of ranks: the CPU cores, at least 2.
-fn default_ranks() -> usize {
+pub fn default_ranks() -> usize {
     std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(2)
@@ -236,8 +234,11 @@ fn run_mpi(_plan: &Plan, _run_id: &str) -> Result<Finished> {
 fn run_nccl(plan: &Plan, run_id: &str, joined: Option<launch::RankInfo>) -> Result<Finished> {
     use parbench::comm::nccl::{nccl_version, NcclComm};
     use parbench::gpu::{self, Lib};
-    // Before any CUDA call: no driver or no NCCL is one line and exit 2.
+    // Before any CUDA call: no driver or no NCCL is one line and exit 2
+    // (the probe only looks the symbols up; it calls nothing).
     gpu::require(&[Lib::Driver, Lib::Nccl]).map_err(|e| UsageError(e.to_string()))?;
+    // Before NCCL's first call: its tuning log fills the algo column.
+    parbench::comm::nccl_tuning::set_up_log(&plan.out, run_id);
     let visible = gpu::device_count().map_err(|e| UsageError(e.to_string()))?;
     let timeout = plan.sweep.timeout;
     let meta = |world: usize, writes: bool| {
@@ -274,7 +275,7 @@ fn run_nccl(plan: &Plan, run_id: &str, joined: Option<launch::RankInfo>) -> Resu
             None => Ok(Finished::Ran { wrong: 0 }),
         };
     }
-    let world = plan.nprocs.unwrap_or(visible);
+    let world = plan.nprocs.or(plan.nccl_tests.ngpus).unwrap_or(visible);
     if world == 0 || world > visible {
         return Err(UsageError(format!(
             "--backend nccl -np {world}: this machine has {visible} visible GPU(s)"
@@ -361,7 +362,7 @@ fn rank_main<C: Communicator>(
     let run_start = CpuSnapshot::now();
     let link_start = comm.link_stats();
     let wire = wire_mod::measure_wire(comm, &plan.sweep, placement)?;
-    let mut printer = Printer::new(comm.rank() == 0);
+    let mut printer = crate::nccl_flags::printer(comm, plan);
     let algo = if plan.algo == parbench::comm::Algo::Auto {
         "auto (per size: see the algo column)".to_string()
     } else {
@@ -375,6 +376,7 @@ fn rank_main<C: Communicator>(
         &plan.sweep,
         &wire,
     );
+    crate::nccl_flags::print_run_header(&mut printer, comm, plan, &wire);
     let keep = |rows: &[CollectiveRow]| match out {
         Some(dir) => keep_rows(dir, rows),
         None => Ok(()),
@@ -535,17 +537,22 @@ fn finish(plan: &Plan, meta: &mut RunMeta, r: RankReport) -> Result<Finished> {
     );
     extra.insert("wrong".into(), r.summary.wrong.into());
     extra.insert("algo".into(), plan.algo.name().into());
+    let reference = crate::reference_line::describe(&r.backend, &r.wire_name, r.world, &r.wire);
+    crate::reference_line::record(meta, &reference, &r.outcome.rows);
     meta.finish();
     // The rows went in as each size completed.
     let csv = plan.out.join(CollectiveRow::FILE);
     let json = results::record_run(&plan.out, meta).context("recording the run")?;
-    println!(
+    parbench::outln!(
         "# Records: {} (+{} rows), {} (run {})",
         csv.display(),
         r.outcome.rows.len(),
         json.display(),
         meta.run_id
     );
+    if let Some(path) = &plan.nccl_tests.json_file {
+        crate::json_nccl::write(path, plan, meta, &r.outcome)?;
+    }
     Ok(Finished::Ran {
         wrong: r.summary.wrong,
     })

@@ -24,6 +24,9 @@ pub struct Outcome {
     pub tally: StragglerTally,
     /// Other processes' CPU time during each collective's table, in order.
     pub noise: Vec<(Collective, Option<ForeignCpu>)>,
+    /// Per row (same order as `rows`): each timed iteration's time, the
+    /// slowest rank's, us (what `-J` writes as nccl-tests' `times_us`).
+    pub iter_times_us: Vec<Vec<f64>>,
 }
 
 impl Outcome {
@@ -53,8 +56,11 @@ pub fn run_sweep<C: Communicator>(
     printer: &mut Printer,
 ) -> CommResult<Outcome> {
     let mut outcome = Outcome::default();
-    for &coll in &cfg.collectives {
-        with_op!(coll, O => sweep_collective::<C, O>(comm, cfg, ids, wire, printer, &mut outcome))?;
+    // -N: nccl-tests' repeated sweep; every cycle's rows are kept.
+    for _cycle in 0..cfg.run_cycles {
+        for &coll in &cfg.collectives {
+            with_op!(coll, O => sweep_collective::<C, O>(comm, cfg, ids, wire, printer, &mut outcome))?;
+        }
     }
     Ok(outcome)
 }
@@ -87,7 +93,7 @@ fn sweep_collective<C: Communicator, O: CollOp>(
                 last_count = Some(count);
                 let bytes = O::size_of(count, dtype, world);
                 let algo = comm.algo_for(O::COLL, O::send_elems(count, world) * dtype.size());
-                let point = Point {
+                let mut point = Point {
                     dtype,
                     op,
                     count,
@@ -105,10 +111,20 @@ fn sweep_collective<C: Communicator, O: CollOp>(
                         continue;
                     }
                     let stats = measure_one::<C, O>(comm, cfg, &point, in_place)?;
+                    // Asked again after the calls ran: NCCL's tuning log names its
+                    // choice only once a call of this size went through.
+                    point.algo = comm.algo_for(O::COLL, O::send_elems(count, world) * dtype.size());
                     outcome.tally.add(&stats);
                     outcome.wrong += stats.wrong;
                     let row = make_row::<O>(ids, comm, cfg, wire, &point, in_place, &stats);
                     outcome.rows.push(row.clone());
+                    outcome.iter_times_us.push(
+                        stats
+                            .last_arrivals
+                            .iter()
+                            .map(|a| a.iter_ns / 1e3)
+                            .collect(),
+                    );
                     measured[slot] = Some(row);
                 }
                 printer.row(O::COLL, &point, cfg.root, &measured, wire);

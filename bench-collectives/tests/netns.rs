@@ -90,6 +90,37 @@ fn leftover_namespaces() -> Vec<String> {
         .collect()
 }
 
+/// Runs bench-collectives with `bench_args` as the ranks of `netns.sh run
+/// NET_ARGS` (under a 90 s deadline), then checks no namespace was left.
+fn run_in_namespaces(
+    net_args: &[&str],
+    bench_args: &[&str],
+    dir: &std::path::Path,
+) -> std::process::Output {
+    let guard = Teardown;
+    // `timeout` bounds the whole job; the script's trap tears down on TERM.
+    let o = Command::new("timeout")
+        .arg("90")
+        .arg(netns_sh())
+        .arg("run")
+        .args(net_args)
+        .arg("--")
+        .arg(env!("CARGO_BIN_EXE_bench-collectives"))
+        .args(bench_args)
+        .arg("--out")
+        .arg(dir)
+        .env("PARBENCH_NETNS_PREFIX", PREFIX)
+        .output()
+        .expect("netns.sh starts");
+    drop(guard);
+    assert_eq!(
+        leftover_namespaces(),
+        Vec::<String>::new(),
+        "namespaces left behind"
+    );
+    o
+}
+
 /// Runs all_reduce at 16 MiB over tcp between two namespaces linked at
 /// `rate` (tc's syntax) and checks busbw and the model against `gbps`, the
 /// same rate in GB/s.
@@ -101,26 +132,26 @@ fn shaped_all_reduce_reaches_the_link(rate: &str, gbps: f64) {
         eprintln!("SKIP shaped all_reduce at {rate}: {why}");
         return;
     }
-    let guard = Teardown;
     let dir = scratch(&format!("netns-{rate}"));
-    // `timeout` bounds the whole job; the script's trap tears down on TERM.
-    let o = Command::new("timeout")
-        .arg("90")
-        .arg(netns_sh())
-        .args(["run", "2", "--rate", rate, "--"])
-        .arg(env!("CARGO_BIN_EXE_bench-collectives"))
-        .args(["--backend", "tcp", "all_reduce", "-b", "16M", "-e", "16M"])
-        .args(["-n", "3", "-w", "1", "--outplace-only", "--timeout", "30"])
-        .arg("--out")
-        .arg(&dir)
-        .env("PARBENCH_NETNS_PREFIX", PREFIX)
-        .output()
-        .expect("netns.sh starts");
-    drop(guard);
-    assert_eq!(
-        leftover_namespaces(),
-        Vec::<String>::new(),
-        "namespaces left behind"
+    let o = run_in_namespaces(
+        &["2", "--rate", rate],
+        &[
+            "--backend",
+            "tcp",
+            "all_reduce",
+            "-b",
+            "16M",
+            "-e",
+            "16M",
+            "-n",
+            "3",
+            "-w",
+            "1",
+            "--outplace-only",
+            "--timeout",
+            "30",
+        ],
+        &dir,
     );
     let text = stdout(&o);
     assert!(o.status.success(), "{text}\n{}", stderr(&o));
@@ -203,5 +234,53 @@ fn the_tcp_wire_is_named_by_parbench_wire() {
         rows.iter().all(|r| r["wire"] == "tcp-test-wire"),
         "{rows:?}"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `links` over five namespaces, host 2's link shaped to 250 Mbit/s and the
+/// others to 1 Gbit/s (`netns.sh --host-rate`): exactly the pairs with rank 2
+/// are slow, and rank 2 is named as the culprit. Five hosts, so that most
+/// pairs are fast and the median pair is a fast one.
+#[test]
+fn links_names_the_one_slow_host() {
+    let _one_at_a_time = NAMESPACES.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(why) = netns_unavailable() {
+        eprintln!("SKIP links with one slow host: {why}");
+        return;
+    }
+    let dir = scratch("netns-links");
+    let o = run_in_namespaces(
+        &["5", "--rate", "1gbit", "--host-rate", "2=250mbit"],
+        &[
+            "links",
+            "--backend",
+            "tcp",
+            "-e",
+            "2M",
+            "-n",
+            "2",
+            "-w",
+            "1",
+            "--timeout",
+            "30",
+        ],
+        &dir,
+    );
+    let text = stdout(&o);
+    assert!(o.status.success(), "{text}\n{}", stderr(&o));
+    eprintln!("{text}");
+    assert!(
+        text.contains("# Likely culprit: rank 2 (on every slow pair)"),
+        "{text}"
+    );
+    let slow: Vec<&str> = text.lines().filter(|l| l.starts_with("# slow: ")).collect();
+    assert_eq!(
+        slow.len(),
+        8,
+        "the 8 ordered pairs with rank 2, and no other: {slow:?}"
+    );
+    assert!(slow.iter().all(|l| l.contains("rank 2 ")), "{slow:?}");
+    let (_, rows) = read_csv(&dir.join("links.csv"));
+    assert_eq!(rows.len(), 20);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -74,11 +74,11 @@ pub struct Cli {
     /// bfloat16 on GPUs).
     #[arg(long)]
     pub dtype: Option<String>,
-    /// Timed block calls per degree.
-    #[arg(long, default_value_t = 10)]
+    /// Timed block calls per degree (iterations; nccl-tests' -n).
+    #[arg(short = 'n', long, default_value_t = 10)]
     pub iters: usize,
-    /// Untimed block calls before timing.
-    #[arg(long, default_value_t = 2)]
+    /// Untimed block calls before timing (warm-up; nccl-tests' -w).
+    #[arg(short = 'w', long, default_value_t = 2)]
     pub warmup: usize,
     /// The wire as GBPS,US (bandwidth in GB/s, latency in microseconds) for
     /// the communication model, instead of fitting it in this run.
@@ -92,7 +92,8 @@ pub struct Cli {
     pub out: PathBuf,
     /// Ranks available (tcp: processes to spawn on this host; local:
     /// threads; default: this machine's cores, or the launcher's world).
-    #[arg(short = 'n', long = "nprocs", visible_alias = "np")]
+    /// `-np N` is accepted as in mpirun and the other binaries.
+    #[arg(long = "nprocs", visible_alias = "np")]
     pub nprocs: Option<usize>,
     /// Seconds any wait may last before the rank it waits for is reported.
     #[arg(long, default_value_t = 60.0)]
@@ -304,7 +305,15 @@ mod tests {
         assert_eq!(p.tps, vec![1, 2]);
         assert_eq!(p.block.shape.hidden, 512);
         assert_eq!(p.dtype, DType::F32);
-        assert_eq!(cli(&["-n", "8"]).plan(2).unwrap().tps, vec![1, 2, 4, 8]);
+        assert_eq!(cli(&["--np", "8"]).plan(2).unwrap().tps, vec![1, 2, 4, 8]);
+    }
+
+    #[test]
+    fn n_is_iterations_w_is_warm_up_np_is_ranks() {
+        let argv = parbench::term::rewrite_np(["bench-layers", "-n", "3", "-w", "1", "-np", "4"]);
+        let p = Cli::try_parse_from(argv).unwrap().plan(2).unwrap();
+        assert_eq!((p.iters, p.warmup), (3, 1));
+        assert_eq!(p.tps, vec![1, 2, 4]);
     }
 
     #[test]

@@ -68,9 +68,8 @@ fn main() {
     // The noise guard's window starts here: run.json records the CPU time
     // other processes took while the whole run measured.
     parbench::measure::noise::mark_start();
-    // mpirun's spelling `-np N` is one flag here, not `-n p`.
-    let args = std::env::args_os().map(|a| if a == "-np" { "--nprocs".into() } else { a });
-    let cli = match Cli::try_parse_from(args) {
+    // mpirun's spelling `-np N` is one flag here, not `-n p` (iterations).
+    let cli = match Cli::try_parse_from(parbench::term::rewrite_np(std::env::args_os())) {
         Ok(c) => c,
         Err(e) => {
             // Help and version are not errors; everything else is one line, exit 2.
@@ -173,7 +172,7 @@ impl<'a> Records<'a> {
     /// Prints the table of the degrees kept.
     fn print_table(&self) {
         if !self.rows.is_empty() {
-            print!("{}", output::table(self.plan, &self.rows));
+            parbench::out!("{}", output::table(self.plan, &self.rows));
         }
     }
 
@@ -182,7 +181,7 @@ impl<'a> Records<'a> {
         self.print_table();
         self.meta.finish();
         results::record_run(&self.plan.out, &self.meta).context("recording the run")?;
-        println!(
+        parbench::outln!(
             "# wrote {} rows to {}",
             self.rows.len(),
             self.plan

@@ -243,3 +243,26 @@ fn sigint_keeps_the_degrees_already_measured() {
     let json = std::fs::read_to_string(dir.join("run.json")).unwrap();
     assert!(json.contains("interrupted by SIGINT"), "{json}");
 }
+
+#[test]
+fn n_is_iterations_and_a_closed_pipe_ends_quietly() {
+    let dir = scratch("n-iters");
+    let mut cmd = bin();
+    cmd.args([
+        "--hidden", "32", "--heads", "4", "--ffn", "64", "--seq", "8", "-n", "3", "-w", "1",
+        "--tp", "1,2", "-np", "2", "--out",
+    ])
+    .arg(&dir);
+    let out = parbench::term::run_with_closed_stdout(cmd).unwrap();
+    parbench::term::ended_quietly(&out).unwrap();
+    // -n 3 ran 3 timed iterations per degree (the records say so).
+    let csv = std::fs::read_to_string(dir.join("layers.csv")).unwrap();
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let at = header.iter().position(|h| *h == "iters").unwrap();
+    let rows: Vec<&str> = lines.collect();
+    assert!(!rows.is_empty());
+    for r in rows {
+        assert_eq!(r.split(',').nth(at), Some("3"), "{r}");
+    }
+}

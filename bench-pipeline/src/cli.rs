@@ -54,11 +54,11 @@ pub struct Args {
     /// What each action does: compute (real MLP passes) or sleep:US.
     #[arg(long, default_value = "compute")]
     pub work: String,
-    /// Timed steps per run.
-    #[arg(long, alias = "iters", default_value_t = 5)]
+    /// Timed steps per run (iterations; nccl-tests' -n).
+    #[arg(short = 'n', long, alias = "iters", default_value_t = 5)]
     pub steps: usize,
-    /// Untimed steps first.
-    #[arg(long, default_value_t = 2)]
+    /// Untimed steps first (warm-up; nccl-tests' -w).
+    #[arg(short = 'w', long, default_value_t = 2)]
     pub warmup: usize,
     /// Seconds any wait (and any one action) may last before it fails naming the peer.
     #[arg(long, default_value_t = 60.0)]
@@ -78,8 +78,9 @@ pub struct Args {
     /// Also write each generated schedule as compute-only CSV into this folder.
     #[arg(long)]
     pub dump_schedules: Option<PathBuf>,
-    /// With --backend tcp: spawn this many local ranks of this binary (default: --stages).
-    #[arg(long)]
+    /// With --backend tcp: spawn this many local ranks of this binary
+    /// (default: --stages); `-np N` as in mpirun and the other binaries.
+    #[arg(long, visible_alias = "np")]
     pub nprocs: Option<usize>,
 }
 
@@ -316,6 +317,20 @@ mod tests {
         let mut v = vec!["bench-pipeline"];
         v.extend(extra);
         Args::parse_from(v)
+    }
+
+    #[test]
+    fn n_is_iterations_w_warm_up_np_ranks() {
+        let a = Args::parse_from(parbench::term::rewrite_np([
+            "bench-pipeline",
+            "-n",
+            "3",
+            "-w",
+            "1",
+            "-np",
+            "2",
+        ]));
+        assert_eq!((a.steps, a.warmup, a.nprocs), (3, 1, Some(2)));
     }
 
     #[test]

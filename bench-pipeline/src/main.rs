@@ -24,7 +24,9 @@ fn main() {
     // The noise guard's window starts here: run.json records the CPU time
     // other processes took while the whole run measured.
     parbench::measure::noise::mark_start();
-    let mut args = match cli::Args::try_parse() {
+    // `-np N` is ranks (mpirun's spelling), not `-n p` (iterations).
+    let mut args = match cli::Args::try_parse_from(parbench::term::rewrite_np(std::env::args_os()))
+    {
         Ok(a) => a,
         Err(e) => {
             // Help and version are not errors; everything else is one line, exit 2.

@@ -62,15 +62,15 @@ impl Recorder {
         meta.extra.insert("compute".into(), compute.into());
         // A fault or a signal from here on records the run as cut short.
         results::begin_run(&args.out, &meta);
-        println!(
+        parbench::outln!(
             "# bench-pipeline {run_id}: backend {backend}, {} stage ranks, hidden {}, microbatch {} rows, work {}, {} per stage, {} timed steps after {} warm-up",
             plan.ranks, args.hidden, args.microbatch_size, args.work, compute, args.steps, args.warmup
         );
         for s in &plan.skipped {
-            println!("# skipped: {s}");
+            parbench::outln!("# skipped: {s}");
         }
         if let Some(s) = &args.straggler {
-            println!("# straggler {s}: that rank adds the time to each action");
+            parbench::outln!("# straggler {s}: that rank adds the time to each action");
         }
         Recorder {
             run_id,
@@ -94,7 +94,7 @@ impl Recorder {
         let sum = pipeline::summarize(s, rec).context("simulating the measured costs")?;
         let formula = pipeline::closed_form(run.kind, s, &sum.costs_us);
         if !self.header_printed {
-            println!(
+            parbench::outln!(
                 "{:<14} {:>3} {:>3} {:>2} {:>11} {:>8} {:>8} {:>8} {:>8} {:>8} {:>10} {:>8}",
                 "schedule",
                 "S",
@@ -119,7 +119,7 @@ impl Recorder {
             .max()
             .unwrap_or(0);
         let pct = |v: f64| format!("{:.1}%", 100.0 * v);
-        println!(
+        parbench::outln!(
             "{:<14} {:>3} {:>3} {:>2} {:>11.1} {:>8.1} {:>8} {:>8} {:>8} {:>8} {:>10} {:>8}",
             s.name,
             s.ranks(),
@@ -150,7 +150,7 @@ impl Recorder {
                 })
                 .collect::<Vec<_>>()
                 .join(", ");
-            println!(
+            parbench::outln!(
                 "    rank{r}: busy {:.0} us, idle {:.0} us (waiting {:.0}, transfer {:.0}), sim idle {:.0} us, peak {} act ({} B), schedule {}; cost us per stage {c}",
                 sum.busy_us[r],
                 sum.idle_us[r],
@@ -165,7 +165,7 @@ impl Recorder {
         let idle = sum.idle_split();
         if idle.idle_us > 0.0 {
             let pct = |v: f64| 100.0 * v / idle.idle_us;
-            println!(
+            parbench::outln!(
                 "    idle {:.0} us per step over the ranks: {:.1}% waiting for a peer that had not sent, {:.1}% transfer (sent, not yet in hand), {:.1}% after the rank's last action, {:.1}% other (the executor between actions)",
                 idle.idle_us,
                 pct(idle.wait_us),
@@ -174,12 +174,12 @@ impl Recorder {
                 pct(idle.other_us()),
             );
         }
-        println!("    clocks: {}", clock_line(rec));
+        parbench::outln!("    clocks: {}", clock_line(rec));
         let acausal = pipeline::acausal(s, rec);
         if let Some(worst) = acausal.iter().max_by(|a, b| {
             (a.early_us - a.uncertainty_us).total_cmp(&(b.early_us - b.uncertainty_us))
         }) {
-            println!(
+            parbench::outln!(
                 "    WARNING: {} dependent actions start before their producer ended, beyond the clock uncertainty (worst: {} {:.1} us before {} ended, uncertainty {:.1} us): these times are not on one base",
                 acausal.len(),
                 worst.action,
@@ -199,7 +199,7 @@ impl Recorder {
             .max_by(|a, b| a.1.total_cmp(&b.1))
         {
             if sum.step_us > 0.0 {
-                println!(
+                parbench::outln!(
                     "    pace: rank{r} has the most work, {busy:.0} us at median costs = {:.0}% of the {:.0} us step",
                     100.0 * busy / sum.step_us,
                     sum.step_us
@@ -215,7 +215,7 @@ impl Recorder {
             || (s.microbatches <= SMALL_MICROBATCHES && s.ranks() <= SMALL_STAGES)
         {
             for line in pipeline::terminal_timeline(step, TIMELINE_WIDTH).lines() {
-                println!("    {line}");
+                parbench::outln!("    {line}");
             }
         }
         std::fs::create_dir_all(&self.out)
@@ -301,7 +301,7 @@ impl Recorder {
             }),
         );
         results::record_run(&self.out, &self.meta)?;
-        println!(
+        parbench::outln!(
             "# wrote {}/pipeline.csv, run.json and timeline-{}-*.json",
             self.out.display(),
             self.run_id

@@ -418,3 +418,37 @@ fn sigint_keeps_the_schedules_already_measured() {
         "{err}"
     );
 }
+
+#[test]
+fn n_w_np_mean_iterations_warm_up_ranks_and_a_closed_pipe_ends_quietly() {
+    let dir = tmp("n-w-np");
+    let mut cmd = bin();
+    cmd.args([
+        "--schedule",
+        "gpipe",
+        "--microbatches",
+        "2",
+        "--stages",
+        "2",
+        "--work",
+        "sleep:50",
+        "-n",
+        "3",
+        "-w",
+        "1",
+        "--out",
+    ])
+    .arg(&dir);
+    let out = parbench::term::run_with_closed_stdout(cmd).unwrap();
+    parbench::term::ended_quietly(&out).unwrap();
+    let csv = std::fs::read_to_string(dir.join("pipeline.csv")).unwrap();
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let at = header
+        .iter()
+        .position(|h| *h == "steps")
+        .expect("a steps column");
+    for r in lines {
+        assert_eq!(r.split(',').nth(at), Some("3"), "{r}");
+    }
+}

@@ -16,5 +16,7 @@ pub mod limits;
 pub mod measure;
 pub mod model;
 pub mod pipeline;
+pub mod published;
 pub mod results;
 pub mod schedule;
+pub mod term;

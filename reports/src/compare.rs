@@ -815,7 +815,7 @@ pub fn run(args: &CompareArgs) -> Result<ExitCode> {
             args.current.display()
         );
     }
-    print!("{}", render(&cmp, args));
+    parbench::out!("{}", render(&cmp, args));
     let regressed = !cmp.with(Verdict::Regression).is_empty();
     // A current run the gate could not judge whole never passes it.
     if !regressed {

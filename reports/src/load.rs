@@ -3,7 +3,8 @@
 
 use anyhow::{anyhow, bail, Context, Result};
 use parbench::results::{
-    read_rows, read_runs, CollectiveRow, LayerRow, PipelineRow, Record, RunMeta, SCHEMA_VERSION,
+    read_rows, read_runs, CollectiveRow, LayerRow, LinkRow, PipelineRow, Record, RunMeta,
+    SCHEMA_VERSION,
 };
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -21,6 +22,8 @@ pub struct Source {
     pub layers: Vec<LayerRow>,
     pub pipeline: Vec<PipelineRow>,
     pub runs: Vec<RunMeta>,
+    /// `bench-collectives links` pairs (links.csv).
+    pub links: Vec<LinkRow>,
     /// Timeline file name (as a pipeline row names it) to its trace.
     pub timelines: BTreeMap<String, Timeline>,
 }
@@ -69,12 +72,18 @@ pub fn load_source(dir: &Path, with_timelines: bool) -> Result<Source> {
     let layers = rows_of::<LayerRow>(dir, |r| r.schema)?;
     let pipeline = rows_of::<PipelineRow>(dir, |r| r.schema)?;
     let runs = read_runs(dir)?;
-    let any_file = [CollectiveRow::FILE, LayerRow::FILE, PipelineRow::FILE]
-        .iter()
-        .any(|f| dir.join(f).exists());
+    let links = rows_of::<LinkRow>(dir, |r| r.schema)?;
+    let any_file = [
+        CollectiveRow::FILE,
+        LayerRow::FILE,
+        PipelineRow::FILE,
+        LinkRow::FILE,
+    ]
+    .iter()
+    .any(|f| dir.join(f).exists());
     if !any_file {
         bail!(
-            "{}: no records (expected collectives.csv, layers.csv or pipeline.csv)",
+            "{}: no records (expected collectives.csv, layers.csv, pipeline.csv or links.csv)",
             dir.display()
         );
     }
@@ -110,6 +119,7 @@ pub fn load_source(dir: &Path, with_timelines: bool) -> Result<Source> {
         layers,
         pipeline,
         runs,
+        links,
         timelines,
     })
 }

@@ -63,7 +63,7 @@ pub struct ModelArgs {
 
 /// Prints the tables.
 pub fn run(a: &ModelArgs) -> Result<()> {
-    print!("{}", render(a)?);
+    parbench::out!("{}", render(a)?);
     Ok(())
 }
 

@@ -131,7 +131,7 @@ pub fn run(a: &PlanArgs) -> Result<()> {
     let (input, file) = prepare(a)?;
     let plan = plan::plan(&input).map_err(|e| anyhow!("{e}"))?;
     let file = finish(file, &plan, a.top);
-    print!("{}", render(&file));
+    parbench::out!("{}", render(&file));
     if let Some(path) = &a.json {
         let json = serde_json::to_string_pretty(&file)?;
         parbench::results::write_atomic(path, json.as_bytes())

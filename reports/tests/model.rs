@@ -93,3 +93,12 @@ fn seq_needs_a_mode_that_uses_it() {
         assert_eq!(stderr(&o).trim().lines().count(), 1, "{}", stderr(&o));
     }
 }
+
+/// `report model | head -1`: a closed standard output ends it quietly.
+#[test]
+fn a_closed_pipe_ends_quietly() {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_report"));
+    cmd.arg("model");
+    let o = parbench::term::run_with_closed_stdout(cmd).unwrap();
+    parbench::term::ended_quietly(&o).unwrap();
+}

@@ -33,6 +33,7 @@ pub mod local;
 pub mod mpi;
 #[cfg(feature = "cuda")]
 pub mod nccl;
+pub mod nccl_tuning;
 pub mod reference;
 pub mod tcp;
 

@@ -765,10 +765,18 @@ impl Communicator for NcclComm {
     fn wire(&self) -> String {
         self.wire.clone()
     }
-    fn algo_for(&self, _coll: Collective, _bytes: usize) -> String {
-        // NCCL picks ring, tree, NVLS or CollNet per call and does not tell
-        // (NCCL_ALGO forces one); record what was forced, or that NCCL chose.
-        std::env::var("NCCL_ALGO").unwrap_or_else(|_| "nccl".into())
+    fn algo_for(&self, coll: Collective, bytes: usize) -> String {
+        // NCCL's own choice for this size, from its tuning log (written by
+        // rank 0 once a call of this size ran); `unknown` until it says.
+        match super::nccl_tuning::log_path() {
+            Some(p) => super::nccl_tuning::label_for(
+                &super::nccl_tuning::read_log(&p),
+                coll,
+                bytes as u64,
+                self.world,
+            ),
+            None => "unknown".into(),
+        }
     }
     fn set_timeout(&mut self, timeout: Duration) {
         self.timeout = timeout;

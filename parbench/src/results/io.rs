@@ -254,6 +254,24 @@ pub fn record_cut_short(why: &str) -> Option<Result<PathBuf, ResultsError>> {
     Some(record_run(&dir, &meta))
 }
 
+/// Appends `rows` to their CSV and `meta` to run.json, and says where in
+/// the line every bench prints (`# Records: CSV (+N rows), run.json (run ID)`).
+pub fn record_all<R: Record>(
+    dir: &Path,
+    rows: &[R],
+    meta: &RunMeta,
+) -> Result<String, ResultsError> {
+    let csv = append_rows(dir, rows)?;
+    let json = record_run(dir, meta)?;
+    Ok(format!(
+        "# Records: {} (+{} rows), {} (run {})",
+        csv.display(),
+        rows.len(),
+        json.display(),
+        meta.run_id
+    ))
+}
+
 /// Adds `meta` to `dir/run.json` (a JSON array of every run written to the folder).
 pub fn record_run(dir: &Path, meta: &RunMeta) -> Result<PathBuf, ResultsError> {
     if let Ok(mut p) = PENDING.lock() {

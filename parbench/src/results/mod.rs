@@ -11,12 +11,15 @@
 //! ([`begin_run`], [`record_cut_short`]).
 
 mod io;
+mod link_row;
 mod meta;
 mod records;
 
 pub use io::{
     append_rows, begin_run, check_figures, columns, finish_writes, header_line, prepare_out,
-    read_rows, read_runs, record_cut_short, record_run, write_atomic, ResultsError, LOCK_FILE,
+    read_rows, read_runs, record_all, record_cut_short, record_run, write_atomic, ResultsError,
+    LOCK_FILE,
 };
+pub use link_row::{verdict, LinkRow, Verdict, SLOW_SHARE};
 pub use meta::{git_revision, iso8601_utc, new_run_id, RunMeta};
 pub use records::{CollectiveRow, LayerRow, PipelineRow, Record, SCHEMA_VERSION};

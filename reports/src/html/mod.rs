@@ -5,6 +5,7 @@ mod capacity;
 mod collectives;
 pub mod escape;
 mod layers;
+mod links;
 mod page;
 mod pipeline;
 mod plan;
@@ -17,9 +18,10 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// The sections, in page order: (id, navigation name).
-pub const SECTIONS: [(&str, &str); 7] = [
+pub const SECTIONS: [(&str, &str); 8] = [
     ("summary", "Summary"),
     ("collectives", "Collectives"),
+    ("links", "Links and references"),
     ("layers", "Layers"),
     ("pipeline", "Pipeline"),
     ("capacity", "Capacity planning"),
@@ -53,6 +55,7 @@ pub fn render(sources: &[Source], title: &str) -> String {
         &capacity::worked_example(sources),
     ));
     html.push_str(&collectives::section(sources));
+    html.push_str(&links::section(sources));
     html.push_str(&layers::section(sources));
     html.push_str(&pipeline::section(sources));
     html.push_str(&capacity::section(sources));

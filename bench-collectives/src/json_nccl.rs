@@ -1,0 +1,235 @@
+//! `-J FILE`: the run as nccl-tests' (v2.19.6, file version 3) JSON, so that
+//! tools written for it (its `tools/analyze_perf_json.py`) read parbench's
+//! runs: `version`, `args`, `env`, `config` with `devices`, one `results`
+//! entry per size with `out_of_place` / `in_place` (`time`, `alg_bw`,
+//! `bus_bw`, `nwrong`) and `*_per_iter` statistics, then `out_of_bounds`
+//! and `average_bus_bandwidth`. parbench's own figures sit beside them under
+//! `parbench` keys, which nccl-tests' readers ignore.
+
+use crate::cli::Plan;
+use crate::sweep::Outcome;
+use anyhow::{Context, Result};
+use parbench::results::{CollectiveRow, RunMeta};
+use serde_json::{json, Map, Value};
+use std::path::Path;
+
+/// nccl-tests' JSON_FILE_VERSION of v2.19.6.
+pub const FILE_VERSION: u32 = 3;
+
+/// Per-iteration statistics as nccl-tests computes them (population
+/// stdev; p95/p99 at index min(n-1, ceil(n p / 100) - 1) of the sorted times).
+pub fn per_iter(times_us: &[f64]) -> Value {
+    if times_us.is_empty() {
+        return Value::Null;
+    }
+    let mut s = times_us.to_vec();
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    let pct = |p: usize| s[(n - 1).min((n * p).div_ceil(100).saturating_sub(1))];
+    let avg = s.iter().sum::<f64>() / n as f64;
+    let stdev = (s.iter().map(|t| (t - avg).powi(2)).sum::<f64>() / n as f64).sqrt();
+    json!({
+        "skipped_iterations": 0,
+        "min_us": s[0],
+        "max_us": s[n - 1],
+        "avg_us": avg,
+        "p50_us": s[n / 2],
+        "p95_us": pct(95),
+        "p99_us": pct(99),
+        "stdev_us": stdev,
+        "cv_pct": if avg > 0.0 { stdev / avg * 100.0 } else { 0.0 },
+        "times_us": times_us,
+    })
+}
+
+fn placement(r: &CollectiveRow, checked: bool) -> Value {
+    json!({
+        "time": r.time_us,
+        "alg_bw": r.algbw_gbps,
+        "bus_bw": r.busbw_gbps,
+        "nwrong": if checked { json!(r.wrong as f64) } else { Value::Null },
+    })
+}
+
+/// The whole document (a pure function of the run, for tests).
+pub fn document(plan: &Plan, meta: &RunMeta, outcome: &Outcome) -> Value {
+    let sw = &plan.sweep;
+    let checked = sw.check > 0;
+    let world = meta.world;
+    let host = &meta.host;
+    let devices: Vec<Value> = (0..world)
+        .map(|rank| {
+            json!({"rank": rank, "group": 0, "pid": if rank == 0 { std::process::id() as i64 } else { -1 },
+                   "hostname": host, "device": rank, "device_hex": "0000:00:00",
+                   "device_info": meta.gpus.get(rank).cloned().unwrap_or_else(|| meta.backend.clone())})
+        })
+        .collect();
+    // nccl-tests writes its booleans as the strings "true"/"false" (its
+    // jsonBool prints a string); readers written for it expect that.
+    let b = |x: bool| Value::String(if x { "true" } else { "false" }.into());
+    let mut config = Map::new();
+    config.insert(
+        "nthreads".into(),
+        json!(if meta.backend == "local" { world } else { 1 }),
+    );
+    config.insert("ngpus".into(), json!(1));
+    config.insert(
+        "minimum_bytes".into(),
+        json!(sw.sizes.first().copied().unwrap_or(0)),
+    );
+    config.insert(
+        "maximum_bytes".into(),
+        json!(sw.sizes.last().copied().unwrap_or(0)),
+    );
+    config.insert("step_factor".into(), json!(2));
+    config.insert("warmup_iters".into(), json!(sw.warmup));
+    config.insert("iterations".into(), json!(sw.iters));
+    config.insert(
+        "aggregated_iterations".into(),
+        json!(plan.nccl_tests.agg_iters),
+    );
+    config.insert("validation".into(), json!(sw.check.min(1)));
+    config.insert("graph".into(), json!(sw.graph.unwrap_or(0)));
+    config.insert("blocking_collectives".into(), b(plan.nccl_tests.blocking));
+    config.insert("per_iter_timing".into(), b(true));
+    config.insert("per_iter_skip".into(), json!(0));
+    config.insert("parallel_init".into(), b(false));
+    config.insert("devices".into(), Value::Array(devices));
+
+    // One entry per (collective, dtype, op, size): rows come out of place
+    // first, then in place, as the sweep measured them.
+    let mut results: Vec<Value> = Vec::new();
+    let mut busbw = Vec::new();
+    let mut wrong = 0u64;
+    let mut i = 0;
+    let rows = &outcome.rows;
+    while i < rows.len() {
+        let r = &rows[i];
+        let pair = rows.get(i + 1).filter(|n| {
+            !r.in_place
+                && n.in_place
+                && n.collective == r.collective
+                && n.bytes == r.bytes
+                && n.dtype == r.dtype
+                && n.op == r.op
+        });
+        let times = |k: usize| {
+            outcome
+                .iter_times_us
+                .get(k)
+                .map(Vec::as_slice)
+                .unwrap_or(&[])
+        };
+        let mut e = Map::new();
+        e.insert("size".into(), json!(r.bytes));
+        e.insert("count".into(), json!(r.count));
+        e.insert("type".into(), json!(r.dtype));
+        e.insert("redop".into(), json!(r.op));
+        // nccl-tests' root is the string it printed ("%6i").
+        e.insert("root".into(), json!(format!("{:6}", r.root)));
+        let (oop, ip) = if r.in_place {
+            (None, Some((r, i)))
+        } else {
+            (Some((r, i)), pair.map(|p| (p, i + 1)))
+        };
+        for (key, slot) in [("out_of_place", oop), ("in_place", ip)] {
+            match slot {
+                Some((row, k)) => {
+                    e.insert(key.into(), placement(row, checked));
+                    e.insert(format!("{key}_per_iter"), per_iter(times(k)));
+                    busbw.push(row.busbw_gbps);
+                    wrong += row.wrong;
+                }
+                None => {
+                    e.insert(key.into(), Value::Null);
+                }
+            }
+        }
+        e.insert("actual_iterations".into(), json!(r.iters));
+        e.insert("experiment_name".into(), json!(""));
+        let extra = |row: &CollectiveRow| json!({"p50_us": row.p50_us, "p99_us": row.p99_us, "model_us": row.model_us, "ceiling_gbps": row.ceiling_gbps, "time_min_us": row.time_min_us, "time_max_us": row.time_max_us});
+        e.insert(
+            "parbench".into(),
+            json!({
+                "collective": r.collective, "algo": r.algo, "world": r.world,
+                "out_of_place": oop.map(|(row, _)| extra(row)),
+                "in_place": ip.map(|(row, _)| extra(row)),
+            }),
+        );
+        results.push(Value::Object(e));
+        i += if pair.is_some() { 2 } else { 1 };
+    }
+    let avg = if busbw.is_empty() {
+        0.0
+    } else {
+        busbw.iter().sum::<f64>() / busbw.len() as f64
+    };
+    let env: Vec<String> = std::env::vars()
+        .filter(|(k, _)| {
+            ["NCCL_", "PARBENCH_", "CUDA_", "OMPI_COMM_WORLD_"]
+                .iter()
+                .any(|p| k.starts_with(p))
+        })
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    json!({
+        "version": FILE_VERSION,
+        "start_time": meta.start,
+        "args": std::env::args().collect::<Vec<_>>(),
+        "env": env,
+        "nccl_version": meta.versions.get("nccl").and_then(|v| nccl_version_code(v)),
+        "config": Value::Object(config),
+        "results": results,
+        "out_of_bounds": {"count": wrong, "okay": b(wrong == 0)},
+        "average_bus_bandwidth": {"bandwidth": avg, "okay": "unchecked"},
+        "end_time": meta.end,
+        "parbench": {
+            "run_id": meta.run_id, "backend": meta.backend, "world": world,
+            "records": "collectives.csv and run.json in the --out folder",
+            "env_note": "env lists only NCCL_*, PARBENCH_*, CUDA_* and OMPI_COMM_WORLD_* variables (nccl-tests writes them all)",
+        },
+    })
+}
+
+/// NCCL's version code (2.28.3 is 22803), the integer nccl-tests writes.
+pub fn nccl_version_code(v: &str) -> Option<u64> {
+    let mut parts = v
+        .trim()
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|p| !p.is_empty());
+    let (a, b, c) = (
+        parts.next()?.parse::<u64>().ok()?,
+        parts.next()?.parse::<u64>().ok()?,
+        parts.next()?.parse::<u64>().ok()?,
+    );
+    Some(a * 10_000 + b * 100 + c)
+}
+
+/// Writes the document atomically.
+pub fn write(path: &Path, plan: &Plan, meta: &RunMeta, outcome: &Outcome) -> Result<()> {
+    let doc = document(plan, meta, outcome);
+    let text = serde_json::to_vec_pretty(&doc).context("encoding the -J JSON")?;
+    parbench::results::write_atomic(path, &text)
+        .with_context(|| format!("writing -J {}", path.display()))?;
+    parbench::outln!("# Writing JSON output to {}", path.display());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn per_iteration_statistics_follow_nccl_tests() {
+        let v = per_iter(&[4.0, 1.0, 3.0, 2.0]);
+        assert_eq!(v["min_us"], 1.0);
+        assert_eq!(v["max_us"], 4.0);
+        assert_eq!(v["avg_us"], 2.5);
+        assert_eq!(v["p50_us"], 3.0);
+        assert_eq!(v["p95_us"], 4.0);
+        let sd = (1.25f64).sqrt();
+        assert!((v["stdev_us"].as_f64().unwrap() - sd).abs() < 1e-12);
+        assert_eq!(v["times_us"].as_array().unwrap().len(), 4);
+        assert_eq!(per_iter(&[]), Value::Null);
+    }
+}

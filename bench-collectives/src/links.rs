@@ -1,0 +1,424 @@
+//! `bench-collectives links`: every ordered pair of ranks, one pair at a
+//! time while the others wait, measured three ways: the 8-byte latency
+//! (half the round trip), the one-way bandwidth at `-e` bytes (default
+//! 64 MiB), and both directions at once. Printed as rank x rank matrices;
+//! pairs below 70% of the median pair are named, and so is the rank that is
+//! on every slow pair (the likely culprit). Records: `links.csv` and run.json.
+
+use crate::cli::{Backend, Plan};
+use crate::run::{Finished, UsageError};
+use anyhow::{Context, Result};
+use parbench::comm::{CommBuffer, CommResult, Communicator, DType, Io, ReduceOp};
+use parbench::launch;
+use parbench::results::{self, verdict, LinkRow, RunMeta, SLOW_SHARE};
+use std::time::Instant;
+
+/// Runs the pair sweep on the chosen backend.
+pub fn run(plan: &Plan, run_id: &str, joined: Option<launch::RankInfo>) -> Result<Finished> {
+    match (plan.backend, joined) {
+        (Backend::Auto | Backend::Local, None) => {
+            let world = plan.nprocs.unwrap_or_else(crate::run::default_ranks);
+            let mut meta = RunMeta::start("links", run_id, "local", world);
+            let results = parbench::comm::local::run(world, plan.algo, plan.sweep.timeout, |c| {
+                measure_pairs(c, plan, run_id)
+            });
+            let mut rows = None;
+            for r in results {
+                if let Some(v) = r? {
+                    rows = Some(v);
+                }
+            }
+            finish(plan, &mut meta, rows.context("rank 0 returned no pairs")?)
+        }
+        (Backend::Nccl, j) => run_nccl(plan, run_id, j),
+        (Backend::Mpi, _) => run_mpi(plan, run_id),
+        (Backend::Tcp, None) => {
+            let world = plan.nprocs.unwrap_or_else(crate::run::default_ranks);
+            match launch::spawn_local_ranks(world, &[]) {
+                Ok(s) | Err(launch::LaunchError::RankFailed { status: s, .. }) => {
+                    Ok(Finished::Launched {
+                        code: launch::exit_code(s),
+                    })
+                }
+                Err(e) => Err(e.into()),
+            }
+        }
+        (_, Some(info)) => {
+            let mut meta = RunMeta::start("links", run_id, "tcp", info.world);
+            let mut comm = parbench::comm::tcp::comm(&info, plan.algo, plan.sweep.timeout)
+                .with_context(|| format!("rank {} joining the tcp job", info.rank))?;
+            match measure_pairs(&mut comm, plan, run_id)
+                .with_context(|| format!("rank {}", info.rank))?
+            {
+                Some(rows) => finish(plan, &mut meta, rows),
+                None => Ok(Finished::Ran { wrong: 0 }),
+            }
+        }
+    }
+}
+
+#[cfg(feature = "mpi")]
+fn run_mpi(plan: &Plan, run_id: &str) -> Result<Finished> {
+    let mut comm = parbench::comm::mpi::MpiComm::init(plan.sweep.timeout)?;
+    let mut meta = RunMeta::start("links", run_id, "mpi", comm.world());
+    match measure_pairs(&mut comm, plan, run_id)? {
+        Some(rows) => finish(plan, &mut meta, rows),
+        None => Ok(Finished::Ran { wrong: 0 }),
+    }
+}
+
+#[cfg(not(feature = "mpi"))]
+fn run_mpi(_plan: &Plan, _run_id: &str) -> Result<Finished> {
+    Err(UsageError("--backend mpi needs a build with `--features mpi`".into()).into())
+}
+
+/// Per GPU pair through NCCL's send/recv: one thread per visible GPU, or
+/// one process per GPU under a launcher.
+#[cfg(feature = "cuda")]
+fn run_nccl(plan: &Plan, run_id: &str, joined: Option<launch::RankInfo>) -> Result<Finished> {
+    use parbench::comm::nccl::NcclComm;
+    use parbench::gpu::{self, Lib};
+    gpu::require(&[Lib::Driver, Lib::Nccl]).map_err(|e| UsageError(e.to_string()))?;
+    let timeout = plan.sweep.timeout;
+    if let Some(info) = joined {
+        let mut meta = RunMeta::start("links", run_id, "nccl", info.world);
+        let mut comm = NcclComm::join(&info, timeout)?;
+        return match measure_pairs(&mut comm, plan, run_id)? {
+            Some(rows) => finish(plan, &mut meta, rows),
+            None => Ok(Finished::Ran { wrong: 0 }),
+        };
+    }
+    let visible = gpu::device_count().map_err(|e| UsageError(e.to_string()))?;
+    let world = plan.nprocs.or(plan.nccl_tests.ngpus).unwrap_or(visible);
+    if world == 0 || world > visible {
+        return Err(UsageError(format!(
+            "links -np {world}: this machine has {visible} visible GPU(s)"
+        ))
+        .into());
+    }
+    let mut meta = RunMeta::start("links", run_id, "nccl", world);
+    meta.gpus = gpu::device_names().unwrap_or_default();
+    let ordinals: Vec<usize> = (0..world).collect();
+    let comms = NcclComm::init_all(&ordinals, timeout)?;
+    let results: Vec<CommResult<Option<Vec<LinkRow>>>> = std::thread::scope(|s| {
+        let hs: Vec<_> = comms
+            .into_iter()
+            .map(|mut c| s.spawn(move || measure_pairs(&mut c, plan, run_id)))
+            .collect();
+        hs.into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(parbench::comm::CommError::Device(
+                        "a rank's thread panicked".into(),
+                    ))
+                })
+            })
+            .collect()
+    });
+    let mut rows = None;
+    for r in results {
+        if let Some(v) = r? {
+            rows = Some(v);
+        }
+    }
+    finish(plan, &mut meta, rows.context("rank 0 returned no pairs")?)
+}
+
+#[cfg(not(feature = "cuda"))]
+fn run_nccl(_plan: &Plan, _run_id: &str, _joined: Option<launch::RankInfo>) -> Result<Finished> {
+    Err(UsageError("--backend nccl needs a build with `--features cuda`".into()).into())
+}
+
+/// What one rank measured as the sender of a pair.
+#[derive(Clone, Copy, Default)]
+struct Measured {
+    latency_us: f64,
+    one_way_gbps: f64,
+    both_ways_gbps: f64,
+}
+
+/// Every rank runs this; rank 0 returns the rows. Pairs run one at a time,
+/// between barriers, so that no other traffic shares the wire.
+fn measure_pairs<C: Communicator>(
+    comm: &mut C,
+    plan: &Plan,
+    run_id: &str,
+) -> CommResult<Option<Vec<LinkRow>>> {
+    comm.set_timeout(plan.sweep.timeout);
+    let (rank, world) = (comm.rank(), comm.world());
+    let bytes = plan.sweep.sizes.last().copied().unwrap_or(64 << 20).max(8) as usize;
+    let iters = plan.sweep.iters.max(1);
+    let warmup = plan.sweep.warmup;
+    let small = comm.alloc(8)?;
+    let mut small_in = comm.alloc(8)?;
+    let mut big = comm.alloc(bytes)?;
+    big.write_from_host(&vec![0x5a; bytes])?;
+    let mut big_in = comm.alloc(bytes)?;
+    let mut mine = vec![0f64; world * world * 3];
+    for from in 0..world {
+        for to in 0..world {
+            if from == to {
+                continue;
+            }
+            comm.barrier()?;
+            let me = if rank == from {
+                Some(to)
+            } else if rank == to {
+                Some(from)
+            } else {
+                None
+            };
+            let Some(peer) = me else { continue };
+            let sender = rank == from;
+            // Latency: 8-byte ping-pong, half the median round trip.
+            let mut trips = Vec::with_capacity(iters);
+            for k in 0..warmup + iters {
+                let t = Instant::now();
+                if sender {
+                    comm.send(&small, 8, DType::U8, peer)?;
+                    comm.recv(&mut small_in, 8, DType::U8, peer)?;
+                } else {
+                    comm.recv(&mut small_in, 8, DType::U8, peer)?;
+                    comm.send(&small, 8, DType::U8, peer)?;
+                }
+                comm.sync()?;
+                if k >= warmup {
+                    trips.push(t.elapsed().as_secs_f64());
+                }
+            }
+            trips.sort_by(f64::total_cmp);
+            let latency_us = trips[trips.len() / 2] / 2.0 * 1e6;
+            // One way: `from` sends, `to` acknowledges the last message with 8
+            // bytes, so the time covers delivery, not just the send's return.
+            let one_way = |c: &mut C,
+                           big: &mut C::Buffer,
+                           big_in: &mut C::Buffer,
+                           small_in: &mut C::Buffer,
+                           n: usize|
+             -> CommResult<f64> {
+                let t = Instant::now();
+                if sender {
+                    for _ in 0..n {
+                        c.send(big, bytes, DType::U8, peer)?;
+                    }
+                    c.recv(small_in, 8, DType::U8, peer)?;
+                } else {
+                    for _ in 0..n {
+                        c.recv(big_in, bytes, DType::U8, peer)?;
+                    }
+                    c.send(&small, 8, DType::U8, peer)?;
+                }
+                c.sync()?;
+                Ok(t.elapsed().as_secs_f64())
+            };
+            one_way(comm, &mut big, &mut big_in, &mut small_in, 1.min(warmup))?;
+            let secs = one_way(comm, &mut big, &mut big_in, &mut small_in, iters)?;
+            let one_way_gbps = (iters * bytes) as f64 / secs / 1e9;
+            // Both ways at once: each sends `bytes` and receives `bytes`.
+            let t = Instant::now();
+            for _ in 0..iters {
+                comm.send_recv(&big, peer, &mut big_in, peer, bytes, DType::U8)?;
+            }
+            comm.sync()?;
+            let both = (iters * bytes) as f64 / t.elapsed().as_secs_f64() / 1e9;
+            if sender {
+                let at = (from * world + to) * 3;
+                mine[at..at + 3].copy_from_slice(&[latency_us, one_way_gbps, both]);
+            }
+        }
+    }
+    // Only the sender of each pair wrote its cell: a sum brings every cell to every rank.
+    let all = sum_f64(comm, &mine)?;
+    if rank != 0 {
+        return Ok(None);
+    }
+    let mut rows = Vec::new();
+    for from in 0..world {
+        for to in (0..world).filter(|&t| t != from) {
+            let at = (from * world + to) * 3;
+            let m = Measured {
+                latency_us: all[at],
+                one_way_gbps: all[at + 1],
+                both_ways_gbps: all[at + 2],
+            };
+            rows.push(LinkRow {
+                schema: results::SCHEMA_VERSION,
+                run_id: run_id.to_string(),
+                backend: comm.backend().to_string(),
+                wire: comm.wire(),
+                world,
+                from,
+                to,
+                latency_us: m.latency_us,
+                bytes: bytes as u64,
+                one_way_gbps: m.one_way_gbps,
+                both_ways_gbps: m.both_ways_gbps,
+            });
+        }
+    }
+    Ok(Some(rows))
+}
+
+fn sum_f64<C: Communicator>(comm: &mut C, v: &[f64]) -> CommResult<Vec<f64>> {
+    let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+    let mut send = comm.alloc(bytes.len())?;
+    send.write_from_host(&bytes)?;
+    let mut recv = comm.alloc(bytes.len())?;
+    comm.all_reduce(
+        Io::OutOfPlace {
+            send: &send,
+            recv: &mut recv,
+        },
+        v.len(),
+        DType::F64,
+        ReduceOp::Sum,
+    )?;
+    comm.sync()?;
+    let mut out = vec![0u8; bytes.len()];
+    recv.read_to_host(&mut out)?;
+    Ok(out
+        .chunks_exact(8)
+        .map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+        .collect())
+}
+
+/// A rank x rank matrix of one figure (the diagonal is `-`).
+pub fn matrix(rows: &[LinkRow], title: &str, fig: impl Fn(&LinkRow) -> f64) -> Vec<String> {
+    let world = rows.first().map_or(0, |r| r.world);
+    let mut out = vec![format!("# {title} (row: from, column: to)")];
+    let mut head = format!("# {:>7}", "from\\to");
+    for t in 0..world {
+        head.push_str(&format!(" {t:>9}"));
+    }
+    out.push(head);
+    for f in 0..world {
+        let mut line = format!("  {f:>7}");
+        for t in 0..world {
+            match rows.iter().find(|r| r.from == f && r.to == t) {
+                Some(r) => line.push_str(&format!(" {:>9.3}", fig(r))),
+                None => line.push_str(&format!(" {:>9}", "-")),
+            }
+        }
+        out.push(line);
+    }
+    out
+}
+
+/// What rank 0 prints: the three matrices and the verdict.
+pub fn report_lines(rows: &[LinkRow]) -> Vec<String> {
+    let mut out = vec![format!(
+        "# parbench bench-collectives links: backend {}, wire {}, {} ranks, {} B per bandwidth message; pairs one at a time",
+        rows.first().map_or("-", |r| r.backend.as_str()),
+        rows.first().map_or("-", |r| r.wire.as_str()),
+        rows.first().map_or(0, |r| r.world),
+        rows.first().map_or(0, |r| r.bytes)
+    )];
+    out.extend(matrix(
+        rows,
+        "Latency, us: half the median 8-byte round trip",
+        |r| r.latency_us,
+    ));
+    out.extend(matrix(rows, "One-way bandwidth, GB/s", |r| r.one_way_gbps));
+    out.extend(matrix(
+        rows,
+        "Both directions at once, GB/s each way",
+        |r| r.both_ways_gbps,
+    ));
+    out.extend(verdict(rows).lines().into_iter().map(|l| format!("# {l}")));
+    out
+}
+
+fn finish(plan: &Plan, meta: &mut RunMeta, rows: Vec<LinkRow>) -> Result<Finished> {
+    for l in report_lines(&rows) {
+        parbench::outln!("{l}");
+    }
+    let v = verdict(&rows);
+    meta.backend = rows
+        .first()
+        .map_or_else(|| meta.backend.clone(), |r| r.backend.clone());
+    meta.extra.insert(
+        "links".into(),
+        serde_json::json!({
+            "bytes": rows.first().map(|r| r.bytes),
+            "median_one_way_gbps": v.median_gbps,
+            "slow_share": SLOW_SHARE,
+            "slow": v.slow.iter().map(|(f, t, s)| serde_json::json!({"from": f, "to": t, "share_of_median": s})).collect::<Vec<_>>(),
+            "culprit": v.culprit,
+            "pairs": rows,
+        }),
+    );
+    meta.finish();
+    let line = results::record_all(&plan.out, &rows, meta)
+        .with_context(|| format!("writing {}", plan.out.display()))?;
+    parbench::outln!("{line}");
+    Ok(Finished::Ran { wrong: 0 })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(from: usize, to: usize, gbps: f64) -> LinkRow {
+        LinkRow {
+            schema: 1,
+            run_id: "r".into(),
+            backend: "tcp".into(),
+            wire: "w".into(),
+            world: 5,
+            from,
+            to,
+            latency_us: 1.0,
+            bytes: 8,
+            one_way_gbps: gbps,
+            both_ways_gbps: gbps,
+        }
+    }
+
+    #[test]
+    fn the_rank_on_every_slow_pair_is_named() {
+        let mut rows = Vec::new();
+        for f in 0..5 {
+            for t in (0..5).filter(|&t| t != f) {
+                rows.push(row(f, t, if f == 2 || t == 2 { 0.25 } else { 1.0 }));
+            }
+        }
+        let v = verdict(&rows);
+        assert_eq!(v.slow.len(), 8);
+        assert_eq!(v.culprit, Some(2));
+        let text = report_lines(&rows).join("\n");
+        assert!(
+            text.contains("slow: rank 2 -> rank 0 at 0.25x the median pair"),
+            "{text}"
+        );
+        assert!(text.contains("Likely culprit: rank 2"), "{text}");
+    }
+
+    #[test]
+    fn no_slow_pair_and_no_single_culprit_are_said() {
+        let rows: Vec<LinkRow> = [(0, 1), (1, 0), (2, 3), (3, 2), (0, 2), (2, 0)]
+            .iter()
+            .map(|&(f, t)| {
+                row(
+                    f,
+                    t,
+                    if (f, t) == (0, 1) || (f, t) == (2, 3) {
+                        0.1
+                    } else {
+                        1.0
+                    },
+                )
+            })
+            .collect();
+        let v = verdict(&rows);
+        assert_eq!(v.slow.len(), 2);
+        assert_eq!(v.culprit, None);
+        let even: Vec<LinkRow> = rows
+            .iter()
+            .map(|r| LinkRow {
+                one_way_gbps: 1.0,
+                ..r.clone()
+            })
+            .collect();
+        assert!(verdict(&even).slow.is_empty());
+    }
+}

@@ -1,0 +1,320 @@
+//! `--format nccl-tests`: nccl-tests' (v2.19.6) table, column for column, so
+//! that a script written for `all_reduce_perf`'s output reads parbench's
+//! unchanged: its header lines, its five leading columns, `time algbw busbw
+//! #wrong` out of place then in place, its units row, and its two footers.
+//! One block per collective, each opened and closed as one nccl-tests binary
+//! would; rows are 118 characters wide.
+
+use parbench::comm::{Collective, ReduceOp};
+use parbench::results::CollectiveRow;
+
+/// The nccl-tests binary whose output a collective's block stands for.
+pub fn program_name(coll: Collective) -> &'static str {
+    match coll {
+        Collective::AllReduce => "all_reduce_perf",
+        Collective::AllGather => "all_gather_perf",
+        Collective::ReduceScatter => "reduce_scatter_perf",
+        Collective::Broadcast => "broadcast_perf",
+        Collective::Reduce => "reduce_perf",
+        Collective::AllToAll => "alltoall_perf",
+        Collective::SendRecv => "sendrecv_perf",
+    }
+}
+
+/// C's `%g` (six significant digits, trailing zeros dropped, an exponent
+/// of at least two digits): the footer's and `#wrong`'s number format.
+pub fn c_g(x: f64) -> String {
+    if !x.is_finite() {
+        return if x.is_nan() {
+            "nan".into()
+        } else if x > 0.0 {
+            "inf".into()
+        } else {
+            "-inf".into()
+        };
+    }
+    if x == 0.0 {
+        return "0".into();
+    }
+    const P: i32 = 6;
+    let sci = format!("{:.*e}", (P - 1) as usize, x);
+    let exp: i32 = sci
+        .rsplit('e')
+        .next()
+        .and_then(|e| e.parse().ok())
+        .unwrap_or(0);
+    if !(-4..P).contains(&exp) {
+        let (mant, _) = sci.split_once('e').unwrap_or((&sci, ""));
+        format!(
+            "{}e{}{:02}",
+            trim_zeros(mant),
+            if exp < 0 { '-' } else { '+' },
+            exp.abs()
+        )
+    } else {
+        trim_zeros(&format!("{:.*}", (P - 1 - exp) as usize, x)).to_string()
+    }
+}
+
+fn trim_zeros(s: &str) -> &str {
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.')
+    } else {
+        s
+    }
+}
+
+/// C's `%*.*e` (`1.5e+07`), right-aligned in `width`.
+fn c_e(x: f64, prec: usize, width: usize) -> String {
+    let sci = format!("{x:.prec$e}");
+    let (mant, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    let s = format!("{mant}e{}{:02}", if exp < 0 { '-' } else { '+' }, exp.abs());
+    format!("{s:>width$}")
+}
+
+/// A figure in `width` characters the way nccl-tests fits it: two
+/// decimals, else one, else none, else an exponent.
+pub fn fit_float(x: f64, width: usize) -> String {
+    for prec in [2usize, 1, 0] {
+        let s = format!("{x:>width$.prec$}");
+        if s.len() <= width {
+            return s;
+        }
+    }
+    c_e(x, if width >= 7 { 1 } else { 0 }, width)
+}
+
+/// What the run header says about the job.
+pub struct JobInfo<'a> {
+    pub backend: &'a str,
+    pub wire: &'a str,
+    pub world: usize,
+    /// Ranks this process runs (threads of the local backend, GPUs of nccl).
+    pub in_process: usize,
+    pub min_bytes: u64,
+    pub max_bytes: u64,
+    pub warmup: usize,
+    pub iters: usize,
+    pub check: usize,
+    pub graph: usize,
+    /// The matching published reference, or the words saying there is none.
+    pub reference: &'a str,
+}
+
+/// nccl-tests' header, up to its `# Using devices` list: one line per rank.
+pub fn run_header(j: &JobInfo<'_>) -> Vec<String> {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into());
+    let pid = std::process::id();
+    let mut out = vec![
+        format!(
+            "# nccl-tests version 2.19.6 layout, written by parbench bench-collectives {} (backend {}, wire {})",
+            env!("CARGO_PKG_VERSION"),
+            j.backend,
+            j.wire
+        ),
+        format!(
+            "# nThread {} nGpus 1 minBytes {} maxBytes {} step: 2(factor) warmup iters: {} iters: {} agg iters: 1 validation: {} graph: {} unalign: 0",
+            j.in_process, j.min_bytes, j.max_bytes, j.warmup, j.iters, j.check.min(1), j.graph
+        ),
+        format!("# Reference: {}", j.reference),
+        "#".to_string(),
+        "# Using devices".to_string(),
+    ];
+    for rank in 0..j.world {
+        // Ranks in other processes: their pid is not known to rank 0 (-1).
+        let pid = if j.in_process == j.world || rank == 0 {
+            pid as i64
+        } else {
+            -1
+        };
+        out.push(format!(
+            "#  Rank {rank:2} Group  0 Pid {pid:6} on {host:>10} device {rank:2} [0000:00:00] {}",
+            j.wire
+        ));
+    }
+    out
+}
+
+/// nccl-tests' three column-header lines.
+pub fn column_header() -> [String; 3] {
+    let e = "";
+    [
+        format!("#\n# {e:>10}  {e:>12}  {e:>8}  {e:>6}  {e:>6}           out-of-place                       in-place          "),
+        format!(
+            "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6} ",
+            "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong"
+        ),
+        format!(
+            "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6} ",
+            "(B)", "(elements)", e, e, e, "(us)", "(GB/s)", "(GB/s)", e, "(us)", "(GB/s)", "(GB/s)", e
+        ),
+    ]
+}
+
+/// One placement's four columns; `None` (not measured) is blank, as
+/// nccl-tests leaves a placement it did not run.
+fn placement(r: Option<&CollectiveRow>, checked: bool) -> String {
+    match r {
+        Some(r) => {
+            let wrong = if checked {
+                format!("{:>6}", c_g(r.wrong as f64))
+            } else {
+                "   N/A".to_string()
+            };
+            format!(
+                "  {}  {}  {}  {wrong}",
+                fit_float(r.time_us, 7),
+                fit_float(r.algbw_gbps, 6),
+                fit_float(r.busbw_gbps, 6)
+            )
+        }
+        None => " ".repeat(32),
+    }
+}
+
+/// One size's line: the leading columns, out of place, in place.
+pub fn row_line(
+    coll: Collective,
+    bytes: u64,
+    dtype: parbench::comm::DType,
+    op: Option<ReduceOp>,
+    root: usize,
+    measured: &[Option<CollectiveRow>; 2],
+    checked: bool,
+) -> String {
+    let root = if coll.rooted() { root as i64 } else { -1 };
+    let op = if coll.reduces() {
+        op.map_or("none", ReduceOp::name)
+    } else {
+        "none"
+    };
+    let count = bytes / dtype.size() as u64;
+    let mut line = format!(
+        "{bytes:>12}  {count:>12}  {:>8}  {op:>6}  {root:>6}",
+        dtype.name()
+    );
+    line.push_str(&placement(measured[0].as_ref(), checked));
+    if measured[1].is_some() {
+        line.push_str(&placement(measured[1].as_ref(), checked));
+    }
+    line
+}
+
+/// The two footers of a collective's block: wrong elements, and the mean
+/// busbw over every figure printed (both placements), as nccl-tests sums them.
+pub fn footer(wrong: u64, busbw: &[f64], program: &str) -> Vec<String> {
+    let avg = if busbw.is_empty() {
+        0.0
+    } else {
+        busbw.iter().sum::<f64>() / busbw.len() as f64
+    };
+    vec![
+        format!(
+            "# {:<20} : {} {}",
+            "Out of bounds values",
+            wrong,
+            if wrong == 0 { "OK" } else { "FAILED" }
+        ),
+        format!("# {:<20} : {} ", "Avg bus bandwidth", c_g(avg)),
+        "#".to_string(),
+        format!("# Collective test concluded: {program}"),
+    ]
+}
+
+/// The running state of one collective's block between its header and footers.
+#[derive(Debug)]
+pub struct Block {
+    program: &'static str,
+    wrong: u64,
+    busbw: Vec<f64>,
+}
+
+/// Prints nccl-tests' layout as rows come, closing each collective's block.
+#[derive(Debug, Default)]
+pub struct Table {
+    open: Option<Block>,
+}
+
+impl Table {
+    /// The lines that open a collective's block (closing the previous one).
+    pub fn start(&mut self, coll: Collective) -> Vec<String> {
+        let mut out = self.close();
+        out.push(format!(
+            "# Collective test starting: {}",
+            program_name(coll)
+        ));
+        out.extend(
+            column_header()
+                .iter()
+                .flat_map(|l| l.lines().map(str::to_string).collect::<Vec<_>>()),
+        );
+        self.open = Some(Block {
+            program: program_name(coll),
+            wrong: 0,
+            busbw: Vec::new(),
+        });
+        out
+    }
+
+    /// Takes a printed row's figures into the footers' sums.
+    pub fn add(&mut self, measured: &[Option<CollectiveRow>; 2]) {
+        if let Some(b) = &mut self.open {
+            for r in measured.iter().flatten() {
+                b.wrong += r.wrong;
+                b.busbw.push(r.busbw_gbps);
+            }
+        }
+    }
+
+    /// The footers of the open block, if one is open.
+    pub fn close(&mut self) -> Vec<String> {
+        match self.open.take() {
+            Some(b) => footer(b.wrong, &b.busbw, b.program),
+            None => Vec::new(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_are_formatted_as_c_formats_them() {
+        assert_eq!(c_g(0.0), "0");
+        assert_eq!(c_g(12.0), "12");
+        assert_eq!(c_g(0.123456789), "0.123457");
+        assert_eq!(c_g(123456.7), "123457");
+        assert_eq!(c_g(1234567.0), "1.23457e+06");
+        assert_eq!(c_g(0.00001234), "1.234e-05");
+        assert_eq!(fit_float(4.126, 7), "   4.13");
+        assert_eq!(fit_float(12345.678, 7), "12345.7");
+        assert_eq!(fit_float(1234567.8, 7), "1234568");
+        assert_eq!(fit_float(12345678.0, 7), "1.2e+07");
+        assert_eq!(fit_float(123456.0, 6), "123456");
+        assert_eq!(fit_float(1234567.0, 6), " 1e+06");
+    }
+
+    #[test]
+    fn the_header_lines_up_with_the_rows() {
+        let [_, names, units] = column_header();
+        let row = format!(
+            "{:>12}  {:>12}  {:>8}  {:>6}  {:>6}",
+            8, 2, "float", "sum", -1
+        );
+        // Each header name ends where its column ends.
+        assert_eq!(names.find("root").map(|i| i + 4), Some(row.len()));
+        assert_eq!(units.len(), names.len());
+        assert_eq!(
+            footer(0, &[1.0, 2.0], "x")[..2],
+            [
+                "# Out of bounds values : 0 OK".to_string(),
+                "# Avg bus bandwidth    : 1.5 ".to_string()
+            ]
+        );
+        assert_eq!(footer(3, &[], "x")[0], "# Out of bounds values : 3 FAILED");
+    }
+}

@@ -1,0 +1,92 @@
+//! What every binary's command line shares: standard output that a closed
+//! pipe cannot crash, and nccl-tests' `-np N` spelling.
+//!
+//! The library still parses no flags of its own; these two helpers live
+//! here only so that the four binaries do not each carry a copy.
+
+use std::ffi::OsString;
+use std::io::Write;
+
+/// Writes to standard output and ignores a failed write: after
+/// `| head -1` closes the pipe the run goes on, quietly, so that what it
+/// measured still reaches its records (`println!` would panic, exit 101).
+pub fn write_out(args: std::fmt::Arguments<'_>) {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_fmt(args);
+    let _ = out.flush();
+}
+
+/// `println!` that a closed standard output cannot turn into a panic.
+#[macro_export]
+macro_rules! outln {
+    () => {
+        $crate::term::write_out(format_args!("\n"))
+    };
+    ($($arg:tt)*) => {
+        $crate::term::write_out(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+/// `print!` that a closed standard output cannot turn into a panic.
+#[macro_export]
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::term::write_out(format_args!($($arg)*))
+    };
+}
+
+/// Rewrites nccl-tests' and mpirun's `-np N` (and `-np=N`) as `--nprocs N`:
+/// clap has no two-letter short flags, and `-np` would otherwise read as
+/// `-n p` (iterations).
+pub fn rewrite_np<I, S>(argv: I) -> Vec<OsString>
+where
+    I: IntoIterator<Item = S>,
+    S: Into<OsString>,
+{
+    argv.into_iter()
+        .map(|a| {
+            let a: OsString = a.into();
+            match a.to_str() {
+                Some("-np") => "--nprocs".into(),
+                Some(s) if s.starts_with("-np=") => format!("--nprocs={}", &s[4..]).into(),
+                _ => a,
+            }
+        })
+        .collect()
+}
+
+/// Runs `cmd` with its standard output a pipe whose read end is already
+/// closed: every write fails, as after `| head -1` has read its line, but
+/// from the first write on, whatever the timing. The binaries' tests check
+/// that the run then ends quietly (no panic, no exit 101).
+pub fn run_with_closed_stdout(
+    mut cmd: std::process::Command,
+) -> std::io::Result<std::process::Output> {
+    let (reader, writer) = std::io::pipe()?;
+    drop(reader);
+    cmd.stdout(writer).stderr(std::process::Stdio::piped());
+    cmd.output()
+}
+
+/// Whether a run ended quietly: exit 0, no panic (exit code 101, or
+/// "panicked" on standard error). The error says what it did instead.
+pub fn ended_quietly(out: &std::process::Output) -> Result<(), String> {
+    let err = String::from_utf8_lossy(&out.stderr);
+    if out.status.success() && !err.contains("panicked") {
+        Ok(())
+    } else {
+        Err(format!("{:?}: {err}", out.status))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn np_becomes_nprocs_and_nothing_else_changes() {
+        let v = rewrite_np(["bin", "-np", "4", "-n", "3", "-np=2", "-npx"]);
+        let v: Vec<&str> = v.iter().map(|s| s.to_str().unwrap()).collect();
+        assert_eq!(v, ["bin", "--nprocs", "4", "-n", "3", "--nprocs=2", "-npx"]);
+    }
+}
