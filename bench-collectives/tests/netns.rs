@@ -12,7 +12,7 @@
 //!
 //! Needs root (or CAP_NET_ADMIN), `ip` and `tc`; each test prints a SKIP line
 //! and passes where network namespaces cannot be made. The namespaces
-//! (`pbthost0`, `pbthost1`, `pbtswitch`: their own prefix, so a manual
+//! (`pbt<pid>host0`, `pbt<pid>host1`, `pbt<pid>switch`: their own prefix, so a manual
 //! netns.sh run is never torn down by a test) are removed pass or fail: the
 //! script's trap does it, and a guard here runs `netns.sh down` again.
 
@@ -24,8 +24,13 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Mutex;
 
-/// The namespaces' prefix for these tests.
-const PREFIX: &str = "pbt";
+/// The namespaces' prefix for these tests: `pbt` and this process's id, so
+/// that two test runs on one machine (two checkouts) never tear down each
+/// other's namespaces.
+fn prefix() -> &'static str {
+    static PREFIX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PREFIX.get_or_init(|| format!("pbt{:x}", std::process::id() % 0x10_0000))
+}
 /// 16 MiB, the size the issue sets.
 const BYTES: u64 = 16 << 20;
 /// How far the measured figure may sit from the shaped rate or the model.
@@ -53,7 +58,7 @@ fn netns_unavailable() -> Option<String> {
             return Some(format!("{tool} not found (apt-get install iproute2)"));
         }
     }
-    let probe = format!("{PREFIX}probe{}", std::process::id());
+    let probe = format!("{}probe", prefix());
     let add = Command::new("ip").args(["netns", "add", &probe]).output();
     let _ = Command::new("ip").args(["netns", "del", &probe]).output();
     match add {
@@ -73,7 +78,7 @@ impl Drop for Teardown {
     fn drop(&mut self) {
         let _ = Command::new(netns_sh())
             .arg("down")
-            .env("PARBENCH_NETNS_PREFIX", PREFIX)
+            .env("PARBENCH_NETNS_PREFIX", prefix())
             .output();
     }
 }
@@ -85,7 +90,9 @@ fn leftover_namespaces() -> Vec<String> {
     text.unwrap_or_default()
         .lines()
         .filter_map(|l| l.split_whitespace().next())
-        .filter(|n| n.starts_with(&format!("{PREFIX}host")) || *n == format!("{PREFIX}switch"))
+        .filter(|n| {
+            n.starts_with(&format!("{}host", prefix())) || *n == format!("{}switch", prefix())
+        })
         .map(str::to_string)
         .collect()
 }
@@ -109,7 +116,7 @@ fn run_in_namespaces(
         .args(bench_args)
         .arg("--out")
         .arg(dir)
-        .env("PARBENCH_NETNS_PREFIX", PREFIX)
+        .env("PARBENCH_NETNS_PREFIX", prefix())
         .output()
         .expect("netns.sh starts");
     drop(guard);
