@@ -8,7 +8,7 @@
 //! | N | a spawned rank failed with code N ([`Reported`]): the launcher already named it |
 //!
 //! A binary returns its errors as `anyhow::Error` (or any error) and ends
-//! with [`exit_code_of`]: the first [`UsageError`] or [`Reported`] in the
+//! with [`end_on_error`]: the first [`UsageError`] or [`Reported`] in the
 //! error's chain decides, anything else is a fault.
 
 /// Exit code of a fault while measuring (or wrong results).
@@ -36,10 +36,10 @@ pub struct Reported(pub i32);
 
 /// How an error ends the process: whether it is bad input, already
 /// reported, or a fault.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Ending {
-    /// Bad input: print the line, exit [`EXIT_USAGE`].
-    Usage,
+    /// Bad input: print this line, exit [`EXIT_USAGE`].
+    Usage(String),
     /// Named by the launcher: exit with this code, print nothing.
     Reported(i32),
     /// A fault: record the run as cut short, print the line, exit [`EXIT_FAULT`].
@@ -48,10 +48,10 @@ pub enum Ending {
 
 impl Ending {
     /// The exit code of this ending.
-    pub fn code(self) -> i32 {
+    pub fn code(&self) -> i32 {
         match self {
-            Ending::Usage => EXIT_USAGE,
-            Ending::Reported(c) => c,
+            Ending::Usage(_) => EXIT_USAGE,
+            Ending::Reported(c) => *c,
             Ending::Fault => EXIT_FAULT,
         }
     }
@@ -62,8 +62,8 @@ impl Ending {
 pub fn ending_of(err: &(dyn std::error::Error + 'static)) -> Ending {
     let mut at = Some(err);
     while let Some(e) = at {
-        if e.downcast_ref::<UsageError>().is_some() {
-            return Ending::Usage;
+        if let Some(UsageError(line)) = e.downcast_ref::<UsageError>() {
+            return Ending::Usage(line.clone());
         }
         if let Some(Reported(code)) = e.downcast_ref::<Reported>() {
             return Ending::Reported(*code);
@@ -71,6 +71,26 @@ pub fn ending_of(err: &(dyn std::error::Error + 'static)) -> Ending {
         at = e.source();
     }
     Ending::Fault
+}
+
+/// Ends a binary's run on `err` and returns the exit code: bad input is
+/// its one line on stderr (`program: line`), nothing else; a failure the
+/// launcher named, or a fault, records the run in progress as cut short
+/// (what was measured stays) and lets no other write start; a fault is
+/// then `program: line` on stderr. `line` is the whole error as one line
+/// (anyhow's `{:#}`).
+pub fn end_on_error(program: &str, err: &(dyn std::error::Error + 'static), line: &str) -> i32 {
+    let ending = ending_of(err);
+    if let Ending::Usage(msg) = &ending {
+        super::eprint_line(&format!("{program}: {msg}"));
+        return EXIT_USAGE;
+    }
+    let _ = crate::results::record_cut_short(line);
+    crate::results::finish_writes();
+    if ending == Ending::Fault {
+        super::eprint_line(&format!("{program}: {line}"));
+    }
+    ending.code()
 }
 
 /// The exit code `err` ends the process with (see the module table).
