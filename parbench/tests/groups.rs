@@ -123,7 +123,7 @@ fn check_rank<C: Communicator>(comm: &mut C) -> CommResult<Vec<String>> {
 #[test]
 fn local_ranks_split_into_groups_that_reduce_their_own_values() {
     for world in [2, 3, 4] {
-        let results = local::run(world, Algo::Auto, TIMEOUT, |c| check_rank(c));
+        let results = local::run(world, Algo::Auto, TIMEOUT, check_rank);
         for (rank, r) in results.into_iter().enumerate() {
             let wrong = r.unwrap_or_else(|e| panic!("world {world} rank {rank}: {e}"));
             assert!(wrong.is_empty(), "world {world}: {wrong:?}");
