@@ -42,7 +42,7 @@ pub fn run(plan: &Plan, run_id: &str, joined: Option<launch::RankInfo>) -> Resul
     // Started before the pairs run: run.json's times cover the measurement.
     let mut meta = RunMeta::start("links", run_id, backend, world);
     if gpus {
-        meta.gpus = gpu_names();
+        meta.gpus = crate::reference_line::gpu_names();
     }
     let body = Pairs { plan, run_id };
     let rows = match ranks::run(ranks, plan.algo, plan.sweep.timeout, &body)? {
@@ -100,16 +100,6 @@ fn nccl_ranks(plan: &Plan, joined: Option<launch::RankInfo>) -> Result<(Ranks, u
 #[cfg(not(feature = "cuda"))]
 fn nccl_ranks(_plan: &Plan, _joined: Option<launch::RankInfo>) -> Result<(Ranks, usize)> {
     Err(UsageError("--backend nccl needs a build with `--features cuda`".into()).into())
-}
-
-#[cfg(feature = "cuda")]
-fn gpu_names() -> Vec<String> {
-    parbench::gpu::device_names().unwrap_or_default()
-}
-
-#[cfg(not(feature = "cuda"))]
-fn gpu_names() -> Vec<String> {
-    Vec::new()
 }
 
 /// What one rank measured as the sender of a pair.
