@@ -4,6 +4,7 @@
 use anyhow::{anyhow, bail, Result};
 use clap::Parser;
 use parbench::comm::{Algo, Collective, DType, ReduceOp};
+use parbench::launch::flags;
 use parbench::measure::Average;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -177,16 +178,29 @@ pub enum Backend {
     Mpi,
 }
 
+impl From<flags::Backend> for Backend {
+    fn from(b: flags::Backend) -> Self {
+        match b {
+            flags::Backend::Local => Backend::Local,
+            flags::Backend::Tcp => Backend::Tcp,
+            flags::Backend::Nccl => Backend::Nccl,
+            flags::Backend::Mpi => Backend::Mpi,
+        }
+    }
+}
+
 impl std::str::FromStr for Backend {
     type Err = anyhow::Error;
+    /// `auto`, or one of the library's backends.
     fn from_str(s: &str) -> Result<Self> {
-        Ok(match s.to_ascii_lowercase().as_str() {
-            "auto" => Backend::Auto,
-            "local" => Backend::Local,
-            "tcp" => Backend::Tcp,
-            "nccl" => Backend::Nccl,
-            "mpi" => Backend::Mpi,
-            other => bail!("unknown backend '{other}' (expected auto, local, tcp, nccl or mpi)"),
+        if s.eq_ignore_ascii_case("auto") {
+            return Ok(Backend::Auto);
+        }
+        s.parse::<flags::Backend>().map(Backend::from).map_err(|_| {
+            anyhow!(
+                "unknown backend '{}' (expected auto, local, tcp, nccl or mpi)",
+                s.to_ascii_lowercase()
+            )
         })
     }
 }
@@ -235,30 +249,11 @@ pub struct Plan {
 
 /// Most sizes a sweep may have: a typo in `-i` must not start a million-row run.
 pub const MAX_SIZES: usize = 10_000;
-/// The largest message size: 1 TiB (the memory check refuses what the
-/// machine cannot hold; this keeps the buffer arithmetic far from overflow).
-pub const MAX_BYTES: u64 = 1 << 40;
-
-/// Parses `8`, `64K`, `1M`, `2G` (binary suffixes, case-insensitive, optional `B`/`iB`).
+/// Parses `8`, `64K`, `1M`, `2G` (the library's [`flags::ByteSize`]).
 pub fn parse_size(s: &str) -> Result<u64> {
-    let t = s.trim();
-    let lower = t.to_ascii_lowercase();
-    let stripped = lower
-        .strip_suffix("ib")
-        .or_else(|| lower.strip_suffix('b'))
-        .unwrap_or(&lower);
-    let (num, shift) = match stripped.chars().last() {
-        Some('k') => (&stripped[..stripped.len() - 1], 10),
-        Some('m') => (&stripped[..stripped.len() - 1], 20),
-        Some('g') => (&stripped[..stripped.len() - 1], 30),
-        _ => (stripped, 0),
-    };
-    let n: u64 = num.trim().parse().map_err(|_| {
-        anyhow!("bad size '{s}' (expected a number with an optional K, M or G suffix)")
-    })?;
-    n.checked_mul(1u64 << shift)
-        .filter(|&b| b <= MAX_BYTES)
-        .ok_or_else(|| anyhow!("size '{s}' is larger than the largest, 1T (1024G)"))
+    s.parse::<flags::ByteSize>()
+        .map(|b| b.0)
+        .map_err(|e| anyhow!(e))
 }
 
 /// nccl-tests' size steps from `min` to `max` inclusive: times `factor`, or plus `step`.
@@ -316,21 +311,8 @@ where
 
 /// Parses `RANK:MS`.
 pub fn parse_straggler(s: &str) -> Result<(usize, Duration)> {
-    let (rank, ms) = s
-        .split_once(':')
-        .ok_or_else(|| anyhow!("--straggler '{s}': expected RANK:MS, e.g. 1:5"))?;
-    let rank: usize = rank
-        .trim()
-        .parse()
-        .map_err(|_| anyhow!("--straggler '{s}': bad rank '{rank}'"))?;
-    let ms: f64 = ms
-        .trim()
-        .parse()
-        .map_err(|_| anyhow!("--straggler '{s}': bad milliseconds '{ms}'"))?;
-    if !(ms.is_finite() && (0.0..=60_000.0).contains(&ms)) {
-        bail!("--straggler milliseconds must be between 0 and 60000, got {ms}");
-    }
-    Ok((rank, Duration::from_secs_f64(ms / 1e3)))
+    let st: flags::Straggler = s.parse().map_err(|e| anyhow!("--straggler {e}"))?;
+    Ok((st.rank, st.delay))
 }
 
 impl Args {
@@ -432,10 +414,10 @@ impl SweepConfig {
                 self.root
             );
         }
-        if let Some((r, _)) = self.straggler {
-            if r >= world {
-                bail!("--straggler rank {r} is not a rank of a world of {world}");
-            }
+        if let Some((rank, delay)) = self.straggler {
+            flags::Straggler { rank, delay }
+                .check_world(world)
+                .map_err(|e| anyhow!("--straggler {e}"))?;
         }
         Ok(())
     }

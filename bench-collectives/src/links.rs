@@ -10,83 +10,81 @@ use crate::run::{Finished, UsageError};
 use anyhow::{Context, Result};
 use parbench::comm::{CommBuffer, CommResult, Communicator, DType, Io, ReduceOp};
 use parbench::launch;
+use parbench::launch::ranks::{self, Ended, RankBody, Ranks};
 use parbench::results::{self, verdict, LinkRow, RunMeta, SLOW_SHARE};
 use std::time::Instant;
 
 /// Runs the pair sweep on the chosen backend.
 pub fn run(plan: &Plan, run_id: &str, joined: Option<launch::RankInfo>) -> Result<Finished> {
-    match (plan.backend, joined) {
+    let (ranks, world) = match (plan.backend, joined) {
         (Backend::Auto | Backend::Local, None) => {
             let world = plan.nprocs.unwrap_or_else(crate::run::default_ranks);
-            let mut meta = RunMeta::start("links", run_id, "local", world);
-            let results = parbench::comm::local::run(world, plan.algo, plan.sweep.timeout, |c| {
-                measure_pairs(c, plan, run_id)
-            });
-            let mut rows = None;
-            for r in results {
-                if let Some(v) = r? {
-                    rows = Some(v);
-                }
-            }
-            finish(plan, &mut meta, rows.context("rank 0 returned no pairs")?)
+            (Ranks::Threads(world), world)
         }
-        (Backend::Nccl, j) => run_nccl(plan, run_id, j),
-        (Backend::Mpi, _) => run_mpi(plan, run_id),
+        (Backend::Nccl, j) => nccl_ranks(plan, j)?,
+        (Backend::Mpi, _) => (Ranks::Mpi, 0),
         (Backend::Tcp, None) => {
             let world = plan.nprocs.unwrap_or_else(crate::run::default_ranks);
-            match launch::spawn_local_ranks(world, &[]) {
-                Ok(s) | Err(launch::LaunchError::RankFailed { status: s, .. }) => {
-                    Ok(Finished::Launched {
-                        code: launch::exit_code(s),
-                    })
-                }
-                Err(e) => Err(e.into()),
-            }
+            (Ranks::Spawn(world), world)
         }
         (_, Some(info)) => {
-            let mut meta = RunMeta::start("links", run_id, "tcp", info.world);
-            let mut comm = parbench::comm::tcp::comm(&info, plan.algo, plan.sweep.timeout)
-                .with_context(|| format!("rank {} joining the tcp job", info.rank))?;
-            match measure_pairs(&mut comm, plan, run_id)
-                .with_context(|| format!("rank {}", info.rank))?
-            {
-                Some(rows) => finish(plan, &mut meta, rows),
-                None => Ok(Finished::Ran { wrong: 0 }),
-            }
+            let world = info.world;
+            (Ranks::Joined(info), world)
         }
+    };
+    let backend = match &ranks {
+        Ranks::Threads(_) => "local",
+        Ranks::Spawn(_) | Ranks::Joined(_) => "tcp",
+        Ranks::Mpi => "mpi",
+        Ranks::Gpus(_) | Ranks::NcclJoined(_) => "nccl",
+    };
+    let gpus = matches!(ranks, Ranks::Gpus(_));
+    // Started before the pairs run: run.json's times cover the measurement.
+    let mut meta = RunMeta::start("links", run_id, backend, world);
+    if gpus {
+        meta.gpus = crate::reference_line::gpu_names();
     }
+    let body = Pairs { plan, run_id };
+    let rows = match ranks::run(ranks, plan.algo, plan.sweep.timeout, &body)? {
+        Ended::Launched { code } => return Ok(Finished::Launched { code }),
+        Ended::Ran(rows) => rows.into_iter().flatten().next(),
+    };
+    // Rank 0 brings the rows; every other rank of a job has none.
+    let Some((rows, world_seen)) = rows else {
+        if matches!(backend, "local") || gpus {
+            anyhow::bail!("rank 0 returned no pairs");
+        }
+        return Ok(Finished::Ran { wrong: 0 });
+    };
+    // Under mpi the world is the library's, known once it started.
+    meta.world = world_seen;
+    finish(plan, &mut meta, rows)
 }
 
-#[cfg(feature = "mpi")]
-fn run_mpi(plan: &Plan, run_id: &str) -> Result<Finished> {
-    let mut comm = parbench::comm::mpi::MpiComm::init(plan.sweep.timeout)?;
-    let mut meta = RunMeta::start("links", run_id, "mpi", comm.world());
-    match measure_pairs(&mut comm, plan, run_id)? {
-        Some(rows) => finish(plan, &mut meta, rows),
-        None => Ok(Finished::Ran { wrong: 0 }),
-    }
+/// The pair sweep as the launcher runs it on each rank: rank 0 returns
+/// the rows and the world it measured.
+struct Pairs<'a> {
+    plan: &'a Plan,
+    run_id: &'a str,
 }
 
-#[cfg(not(feature = "mpi"))]
-fn run_mpi(_plan: &Plan, _run_id: &str) -> Result<Finished> {
-    Err(UsageError("--backend mpi needs a build with `--features mpi`".into()).into())
+impl RankBody for Pairs<'_> {
+    type Out = Option<(Vec<LinkRow>, usize)>;
+    fn run<C: Communicator>(&self, comm: &mut C) -> CommResult<Self::Out> {
+        let world = comm.world();
+        Ok(measure_pairs(comm, self.plan, self.run_id)?.map(|rows| (rows, world)))
+    }
 }
 
 /// Per GPU pair through NCCL's send/recv: one thread per visible GPU, or
 /// one process per GPU under a launcher.
 #[cfg(feature = "cuda")]
-fn run_nccl(plan: &Plan, run_id: &str, joined: Option<launch::RankInfo>) -> Result<Finished> {
-    use parbench::comm::nccl::NcclComm;
+fn nccl_ranks(plan: &Plan, joined: Option<launch::RankInfo>) -> Result<(Ranks, usize)> {
     use parbench::gpu::{self, Lib};
     gpu::require(&[Lib::Driver, Lib::Nccl]).map_err(|e| UsageError(e.to_string()))?;
-    let timeout = plan.sweep.timeout;
     if let Some(info) = joined {
-        let mut meta = RunMeta::start("links", run_id, "nccl", info.world);
-        let mut comm = NcclComm::join(&info, timeout)?;
-        return match measure_pairs(&mut comm, plan, run_id)? {
-            Some(rows) => finish(plan, &mut meta, rows),
-            None => Ok(Finished::Ran { wrong: 0 }),
-        };
+        let world = info.world;
+        return Ok((Ranks::NcclJoined(info), world));
     }
     let visible = gpu::device_count().map_err(|e| UsageError(e.to_string()))?;
     let world = plan.nprocs.or(plan.nccl_tests.ngpus).unwrap_or(visible);
@@ -96,36 +94,11 @@ fn run_nccl(plan: &Plan, run_id: &str, joined: Option<launch::RankInfo>) -> Resu
         ))
         .into());
     }
-    let mut meta = RunMeta::start("links", run_id, "nccl", world);
-    meta.gpus = gpu::device_names().unwrap_or_default();
-    let ordinals: Vec<usize> = (0..world).collect();
-    let comms = NcclComm::init_all(&ordinals, timeout)?;
-    let results: Vec<CommResult<Option<Vec<LinkRow>>>> = std::thread::scope(|s| {
-        let hs: Vec<_> = comms
-            .into_iter()
-            .map(|mut c| s.spawn(move || measure_pairs(&mut c, plan, run_id)))
-            .collect();
-        hs.into_iter()
-            .map(|h| {
-                h.join().unwrap_or_else(|_| {
-                    Err(parbench::comm::CommError::Device(
-                        "a rank's thread panicked".into(),
-                    ))
-                })
-            })
-            .collect()
-    });
-    let mut rows = None;
-    for r in results {
-        if let Some(v) = r? {
-            rows = Some(v);
-        }
-    }
-    finish(plan, &mut meta, rows.context("rank 0 returned no pairs")?)
+    Ok((Ranks::Gpus(world), world))
 }
 
 #[cfg(not(feature = "cuda"))]
-fn run_nccl(_plan: &Plan, _run_id: &str, _joined: Option<launch::RankInfo>) -> Result<Finished> {
+fn nccl_ranks(_plan: &Plan, _joined: Option<launch::RankInfo>) -> Result<(Ranks, usize)> {
     Err(UsageError("--backend nccl needs a build with `--features cuda`".into()).into())
 }
 

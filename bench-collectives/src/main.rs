@@ -24,7 +24,7 @@ mod summary;
 mod sweep;
 mod wire;
 
-use parbench::launch::{eprint_line, interrupt, report};
+use parbench::launch::{self, eprint_line, interrupt, report};
 use std::process::ExitCode;
 
 /// Prints one line (written whole, see [`eprint_line`]).
@@ -64,19 +64,11 @@ fn main() -> ExitCode {
             ));
             ExitCode::from(1)
         }
-        Err(e) => match e.downcast_ref::<run::UsageError>() {
-            Some(u) => {
-                say(u);
-                ExitCode::from(2)
-            }
-            None => {
-                let line = format!("{e:#}");
-                // The sizes measured before the fault are in the folder.
-                let _ = parbench::results::record_cut_short(&line);
-                parbench::results::finish_writes();
-                say(line);
-                ExitCode::from(1)
-            }
-        },
+        // Bad input is one line, exit 2; a fault keeps the sizes measured
+        // before it in the folder, exit 1.
+        Err(e) => {
+            let code = launch::end_on_error("bench-collectives", e.as_ref(), &format!("{e:#}"));
+            ExitCode::from(u8::try_from(code).unwrap_or(1))
+        }
     }
 }

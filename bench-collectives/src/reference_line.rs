@@ -114,12 +114,12 @@ pub fn record(meta: &mut RunMeta, reference: &Reference, rows: &[CollectiveRow])
 }
 
 #[cfg(feature = "cuda")]
-fn gpu_names() -> Vec<String> {
+pub(crate) fn gpu_names() -> Vec<String> {
     parbench::gpu::device_names().unwrap_or_default()
 }
 
 #[cfg(not(feature = "cuda"))]
-fn gpu_names() -> Vec<String> {
+pub(crate) fn gpu_names() -> Vec<String> {
     Vec::new()
 }
 

@@ -8,7 +8,8 @@ use crate::sweep::{self, Outcome, RunIds};
 use crate::wire::{self as wire_mod, WireFigures};
 use anyhow::{anyhow, Context, Result};
 use parbench::comm::{CommError, CommResult, Communicator};
-use parbench::launch::{self, report::rank_line};
+use parbench::launch;
+use parbench::launch::ranks::{self as ranks, Ended, RankBody, Ranks};
 use parbench::limits::MAX_LOCAL_RANKS;
 use parbench::measure::noise::{CpuSnapshot, ForeignCpu};
 use parbench::measure::placement::{self, BindRequest, Placement};
@@ -16,9 +17,7 @@ use parbench::results::{self, CollectiveRow, Record, RunMeta};
 use std::path::Path;
 
 /// A problem with what the user asked for, found after parsing (exit code 2).
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct UsageError(pub String);
+pub use parbench::launch::UsageError;
 
 /// How a run ended on this process.
 pub enum Finished {
@@ -50,15 +49,122 @@ pub fn run(plan: &Plan) -> Result<Finished> {
     if plan.links {
         return crate::links::run(plan, &run_id, joined);
     }
-    match plan.backend {
+    let start = start(plan, joined)?;
+    plan.sweep
+        .check_world(start.world)
+        .map_err(|e| UsageError(e.to_string()))?;
+    match start.ranks {
+        Ranks::Threads(world) => run_local(plan, &run_id, bind, world),
+        Ranks::Spawn(world) => run_spawn(plan, world),
+        Ranks::Joined(info) => run_tcp(plan, &run_id, info, bind),
+        Ranks::Mpi => run_mpi(plan, &run_id, start.mpi),
+        Ranks::Gpus(world) => run_nccl_gpus(plan, &run_id, world),
+        Ranks::NcclJoined(info) => run_nccl_joined(plan, &run_id, info),
+    }
+}
+
+/// The ranks of this run and its world, worked out once before anything
+/// runs (under mpi, the library's own world, so the communicator comes
+/// with it).
+struct Start {
+    ranks: Ranks,
+    world: usize,
+    mpi: Option<MpiStart>,
+}
+
+#[cfg(feature = "mpi")]
+type MpiStart = parbench::comm::mpi::MpiComm;
+#[cfg(not(feature = "mpi"))]
+type MpiStart = std::convert::Infallible;
+
+/// Which ranks the backend and the launcher variables ask for.
+fn start(plan: &Plan, joined: Option<launch::RankInfo>) -> Result<Start> {
+    let at = |ranks: Ranks, world: usize| Start {
+        ranks,
+        world,
+        mpi: None,
+    };
+    let asked = || plan.nprocs.unwrap_or_else(default_ranks);
+    Ok(match (plan.backend, joined) {
         // Under a launcher (torchrun, mpirun, srun, a spawning parent) every
         // process is one rank: that is the tcp backend.
-        Backend::Auto if joined.is_some() => run_tcp(plan, &run_id, joined, bind),
-        Backend::Auto | Backend::Local => run_local(plan, &run_id, bind),
-        Backend::Tcp => run_tcp(plan, &run_id, joined, bind),
-        Backend::Nccl => run_nccl(plan, &run_id, joined),
-        Backend::Mpi => run_mpi(plan, &run_id),
+        (Backend::Auto | Backend::Tcp, Some(info)) => {
+            let world = info.world;
+            at(Ranks::Joined(info), world)
+        }
+        (Backend::Auto, None) | (Backend::Local, _) => {
+            let world = asked();
+            if world > MAX_LOCAL_RANKS {
+                return Err(UsageError(format!(
+                    "--nprocs {world}: --backend local runs at most {MAX_LOCAL_RANKS} ranks (threads of one process); use --backend tcp"
+                ))
+                .into());
+            }
+            at(Ranks::Threads(world), world)
+        }
+        (Backend::Tcp, None) => at(Ranks::Spawn(asked()), asked()),
+        (Backend::Nccl, joined) => start_nccl(plan, joined)?,
+        (Backend::Mpi, _) => start_mpi(plan)?,
+    })
+}
+
+#[cfg(feature = "mpi")]
+fn start_mpi(plan: &Plan) -> Result<Start> {
+    let comm = parbench::comm::mpi::MpiComm::init(plan.sweep.timeout)?;
+    Ok(Start {
+        ranks: Ranks::Mpi,
+        world: comm.world(),
+        mpi: Some(comm),
+    })
+}
+
+#[cfg(not(feature = "mpi"))]
+fn start_mpi(_plan: &Plan) -> Result<Start> {
+    Err(UsageError(
+        "--backend mpi needs a build with `--features mpi` (and Open MPI or MPICH installed)"
+            .into(),
+    )
+    .into())
+}
+
+/// `--backend nccl`: under a launcher every process is one rank on one GPU
+/// (the unique id travels through the rendezvous store); otherwise this
+/// process drives `-np` GPUs (default: all visible), one thread each.
+#[cfg(feature = "cuda")]
+fn start_nccl(plan: &Plan, joined: Option<launch::RankInfo>) -> Result<Start> {
+    use parbench::gpu::{self, Lib};
+    // Before any CUDA call: no driver or no NCCL is one line and exit 2
+    // (the probe only looks the symbols up; it calls nothing).
+    gpu::require(&[Lib::Driver, Lib::Nccl]).map_err(|e| UsageError(e.to_string()))?;
+    let visible = gpu::device_count().map_err(|e| UsageError(e.to_string()))?;
+    if let Some(info) = joined {
+        let world = info.world;
+        return Ok(Start {
+            ranks: Ranks::NcclJoined(info),
+            world,
+            mpi: None,
+        });
     }
+    let world = plan.nprocs.or(plan.nccl_tests.ngpus).unwrap_or(visible);
+    if world == 0 || world > visible {
+        return Err(UsageError(format!(
+            "--backend nccl -np {world}: this machine has {visible} visible GPU(s)"
+        ))
+        .into());
+    }
+    Ok(Start {
+        ranks: Ranks::Gpus(world),
+        world,
+        mpi: None,
+    })
+}
+
+#[cfg(not(feature = "cuda"))]
+fn start_nccl(_plan: &Plan, _joined: Option<launch::RankInfo>) -> Result<Start> {
+    Err(UsageError(
+        "--backend nccl needs a build with `--features cuda` (the NCCL communicator)".into(),
+    )
+    .into())
 }
 
 /// Default number of ranks: the CPU cores, at least 2.
@@ -114,55 +220,40 @@ fn unbound(whose: &str) -> Placement {
     }
 }
 
-fn run_local(plan: &Plan, run_id: &str, bind: BindRequest) -> Result<Finished> {
-    let world = plan.nprocs.unwrap_or_else(default_ranks);
-    if world > MAX_LOCAL_RANKS {
-        return Err(UsageError(format!(
-            "--nprocs {world}: --backend local runs at most {MAX_LOCAL_RANKS} ranks (threads of one process); use --backend tcp"
-        ))
-        .into());
-    }
-    plan.sweep
-        .check_world(world)
-        .map_err(|e| UsageError(e.to_string()))?;
+fn run_local(plan: &Plan, run_id: &str, bind: BindRequest, world: usize) -> Result<Finished> {
     preflight(plan, world, world, true)?;
     let mut meta = begin(plan, run_id, "local", world);
-    let results = parbench::comm::local::run(world, plan.algo, plan.sweep.timeout, |comm| {
-        let at = placement::place(bind, comm.rank(), Some(world));
-        rank_main(comm, plan, run_id, Some(plan.out.as_path()), &at)
-    });
-    let report = first_report(results)?;
+    let body = Sweep {
+        plan,
+        run_id,
+        out: Some(plan.out.as_path()),
+        at: At::EachRank(bind, world),
+    };
+    let report = rank_zero(ranks::run(
+        Ranks::Threads(world),
+        plan.algo,
+        plan.sweep.timeout,
+        &body,
+    )?)?;
     finish(plan, &mut meta, report)
 }
 
-/// Joins the job the launcher variables describe, or spawns `-np` ranks of
-/// this binary on loopback (they join) and waits for them.
+/// Spawns `-np` ranks of this binary on loopback (they join) and waits for them.
+fn run_spawn(plan: &Plan, world: usize) -> Result<Finished> {
+    preflight(plan, world, world, true)?;
+    // A failed rank was already named on stderr by the launcher.
+    Ok(Finished::Launched {
+        code: ranks::spawn_ranks(world)?,
+    })
+}
+
+/// Joins the job the launcher variables describe.
 fn run_tcp(
     plan: &Plan,
     run_id: &str,
-    joined: Option<launch::RankInfo>,
+    info: launch::RankInfo,
     bind: BindRequest,
 ) -> Result<Finished> {
-    let Some(info) = joined else {
-        let world = plan.nprocs.unwrap_or_else(default_ranks);
-        plan.sweep
-            .check_world(world)
-            .map_err(|e| UsageError(e.to_string()))?;
-        preflight(plan, world, world, true)?;
-        return match launch::spawn_local_ranks(world, &[]) {
-            Ok(status) => Ok(Finished::Launched {
-                code: launch::exit_code(status),
-            }),
-            // Already named on stderr by the launcher.
-            Err(e @ launch::LaunchError::RankFailed { .. }) => Ok(Finished::Launched {
-                code: e.exit_code(),
-            }),
-            Err(e) => Err(e.into()),
-        };
-    };
-    plan.sweep
-        .check_world(info.world)
-        .map_err(|e| UsageError(e.to_string()))?;
     // A spawning launcher checked the memory of all its ranks before it
     // started them (here the first to allocate would shrink the others').
     let ranks_here = match info.source {
@@ -181,26 +272,23 @@ fn run_tcp(
     // Before connecting: the store's and the transport's threads inherit it.
     // Ranks this binary spawned all run here; others may not.
     let here = (info.source == launch::LaunchSource::Spawned).then_some(info.world);
-    let at = placement::place(bind, rank, here);
-    let mut comm = parbench::comm::tcp::comm(&info, plan.algo, plan.sweep.timeout)
-        .map_err(|e| anyhow!(rank_line(rank, &e.to_string())))?;
-    let out = (rank == 0).then_some(plan.out.as_path());
-    match rank_main(&mut comm, plan, run_id, out, &at)
-        .map_err(|e| anyhow!(rank_line(rank, &e.to_string())))?
-    {
-        Some(r) => finish(plan, &mut meta, r),
-        None => Ok(Finished::Ran { wrong: 0 }),
+    let body = Sweep {
+        plan,
+        run_id,
+        out: (rank == 0).then_some(plan.out.as_path()),
+        at: At::Fixed(placement::place(bind, rank, here)),
+    };
+    let ended = ranks::run(Ranks::Joined(info), plan.algo, plan.sweep.timeout, &body)?;
+    if rank != 0 {
+        return Ok(Finished::Ran { wrong: 0 });
     }
+    finish(plan, &mut meta, rank_zero(ended)?)
 }
 
 #[cfg(feature = "mpi")]
-fn run_mpi(plan: &Plan, run_id: &str) -> Result<Finished> {
-    let mut comm = parbench::comm::mpi::MpiComm::init(plan.sweep.timeout)?;
-    let world = comm.world();
-    let rank = comm.rank();
-    plan.sweep
-        .check_world(world)
-        .map_err(|e| UsageError(e.to_string()))?;
+fn run_mpi(plan: &Plan, run_id: &str, comm: Option<MpiStart>) -> Result<Finished> {
+    let mut comm = comm.context("the MPI communicator is started with the world")?;
+    let (world, rank) = (comm.world(), comm.rank());
     preflight(plan, world, local_ranks(), rank == 0)?;
     let mut meta = if rank == 0 {
         begin(plan, run_id, "mpi", world)
@@ -211,7 +299,7 @@ fn run_mpi(plan: &Plan, run_id: &str) -> Result<Finished> {
         .insert("mpi".into(), comm.library().to_string());
     let out = (rank == 0).then_some(plan.out.as_path());
     let report = rank_main(&mut comm, plan, run_id, out, &unbound("the MPI launcher"))
-        .map_err(|e| anyhow!(rank_line(rank, &e.to_string())))?;
+        .map_err(|e| anyhow!(launch::report::rank_line(rank, &e.to_string())))?;
     match report {
         Some(r) => finish(plan, &mut meta, r),
         None => Ok(Finished::Ran { wrong: 0 }),
@@ -219,127 +307,135 @@ fn run_mpi(plan: &Plan, run_id: &str) -> Result<Finished> {
 }
 
 #[cfg(not(feature = "mpi"))]
-fn run_mpi(_plan: &Plan, _run_id: &str) -> Result<Finished> {
-    Err(UsageError(
-        "--backend mpi needs a build with `--features mpi` (and Open MPI or MPICH installed)"
-            .into(),
-    )
-    .into())
+fn run_mpi(_plan: &Plan, _run_id: &str, comm: Option<MpiStart>) -> Result<Finished> {
+    match comm {
+        Some(never) => match never {},
+        None => Err(anyhow!("--backend mpi needs a build with `--features mpi`")),
+    }
 }
 
-/// `--backend nccl`: under a launcher every process is one rank on one GPU
-/// (the unique id travels through the rendezvous store); otherwise this
-/// process drives `-np` GPUs (default: all visible), one thread each.
+/// The run record of an nccl run, with the GPUs and the library versions.
 #[cfg(feature = "cuda")]
-fn run_nccl(plan: &Plan, run_id: &str, joined: Option<launch::RankInfo>) -> Result<Finished> {
-    use parbench::comm::nccl::{nccl_version, NcclComm};
-    use parbench::gpu::{self, Lib};
-    // Before any CUDA call: no driver or no NCCL is one line and exit 2
-    // (the probe only looks the symbols up; it calls nothing).
-    gpu::require(&[Lib::Driver, Lib::Nccl]).map_err(|e| UsageError(e.to_string()))?;
+fn nccl_meta(plan: &Plan, run_id: &str, world: usize, writes: bool) -> RunMeta {
+    use parbench::gpu;
+    let mut m = if writes {
+        begin(plan, run_id, "nccl", world)
+    } else {
+        RunMeta::start("collectives", run_id, "nccl", world)
+    };
+    m.gpus = gpu::device_names().unwrap_or_default();
+    if let Ok(v) = parbench::comm::nccl::nccl_version() {
+        m.versions.insert("nccl".into(), v);
+    }
+    if let Ok(v) = gpu::driver_version() {
+        m.versions.insert("cuda_driver".into(), v);
+    }
+    m
+}
+
+/// One process of an nccl job, on one GPU.
+#[cfg(feature = "cuda")]
+fn run_nccl_joined(plan: &Plan, run_id: &str, info: launch::RankInfo) -> Result<Finished> {
+    use parbench::comm::nccl::NcclComm;
     // Before NCCL's first call: its tuning log fills the algo column.
     parbench::comm::nccl_tuning::set_up_log(&plan.out, run_id);
-    let visible = gpu::device_count().map_err(|e| UsageError(e.to_string()))?;
-    let timeout = plan.sweep.timeout;
-    let meta = |world: usize, writes: bool| {
-        let mut m = if writes {
-            begin(plan, run_id, "nccl", world)
-        } else {
-            RunMeta::start("collectives", run_id, "nccl", world)
-        };
-        m.gpus = gpu::device_names().unwrap_or_default();
-        if let Ok(v) = nccl_version() {
-            m.versions.insert("nccl".into(), v);
-        }
-        if let Ok(v) = gpu::driver_version() {
-            m.versions.insert("cuda_driver".into(), v);
-        }
-        m
-    };
-    if let Some(info) = joined {
-        plan.sweep
-            .check_world(info.world)
-            .map_err(|e| UsageError(e.to_string()))?;
-        let rank = info.rank;
-        preflight(plan, info.world, local_ranks(), rank == 0)?;
-        memory::check_gpu(&plan.sweep, info.world, info.local_rank.unwrap_or(0))
-            .map_err(|e| UsageError(e.0))?;
-        let mut m = meta(info.world, rank == 0);
-        let mut comm = NcclComm::join(&info, timeout)
-            .map_err(|e| anyhow!(rank_line(rank, &format!("joining the nccl job: {e}"))))?;
-        let out = (rank == 0).then_some(plan.out.as_path());
-        return match rank_main(&mut comm, plan, run_id, out, &unbound("the launcher"))
-            .map_err(|e| anyhow!(rank_line(rank, &e.to_string())))?
-        {
-            Some(r) => finish(plan, &mut m, r),
-            None => Ok(Finished::Ran { wrong: 0 }),
-        };
-    }
-    let world = plan.nprocs.or(plan.nccl_tests.ngpus).unwrap_or(visible);
-    if world == 0 || world > visible {
-        return Err(UsageError(format!(
-            "--backend nccl -np {world}: this machine has {visible} visible GPU(s)"
+    let rank = info.rank;
+    preflight(plan, info.world, local_ranks(), rank == 0)?;
+    memory::check_gpu(&plan.sweep, info.world, info.local_rank.unwrap_or(0))
+        .map_err(|e| UsageError(e.0))?;
+    let mut m = nccl_meta(plan, run_id, info.world, rank == 0);
+    let mut comm = NcclComm::join(&info, plan.sweep.timeout).map_err(|e| {
+        anyhow!(launch::report::rank_line(
+            rank,
+            &format!("joining the nccl job: {e}")
         ))
-        .into());
+    })?;
+    let out = (rank == 0).then_some(plan.out.as_path());
+    match rank_main(&mut comm, plan, run_id, out, &unbound("the launcher"))
+        .map_err(|e| anyhow!(launch::report::rank_line(rank, &e.to_string())))?
+    {
+        Some(r) => finish(plan, &mut m, r),
+        None => Ok(Finished::Ran { wrong: 0 }),
     }
-    plan.sweep
-        .check_world(world)
-        .map_err(|e| UsageError(e.to_string()))?;
+}
+
+/// `-np` GPUs of this process, one thread each.
+#[cfg(feature = "cuda")]
+fn run_nccl_gpus(plan: &Plan, run_id: &str, world: usize) -> Result<Finished> {
+    parbench::comm::nccl_tuning::set_up_log(&plan.out, run_id);
     preflight(plan, world, world, true)?;
     memory::check_gpu(&plan.sweep, world, 0).map_err(|e| UsageError(e.0))?;
-    let mut m = meta(world, true);
-    let ordinals: Vec<usize> = (0..world).collect();
-    let comms = NcclComm::init_all(&ordinals, timeout)?;
-    let out = Some(plan.out.as_path());
-    let results: Vec<CommResult<Option<RankReport>>> = std::thread::scope(|s| {
-        let handles: Vec<_> = comms
-            .into_iter()
-            .map(|mut c| s.spawn(move || rank_main(&mut c, plan, run_id, out, &unbound("NCCL"))))
-            .collect();
-        handles
-            .into_iter()
-            .enumerate()
-            .map(|(rank, h)| {
-                h.join().unwrap_or_else(|_| {
-                    Err(parbench::comm::CommError::Device(format!(
-                        "rank {rank}: its thread panicked"
-                    )))
-                })
-            })
-            .collect()
-    });
-    let report = first_report(results)?;
+    let mut m = nccl_meta(plan, run_id, world, true);
+    let body = Sweep {
+        plan,
+        run_id,
+        out: Some(plan.out.as_path()),
+        at: At::Fixed(unbound("NCCL")),
+    };
+    let report = rank_zero(ranks::run(
+        Ranks::Gpus(world),
+        plan.algo,
+        plan.sweep.timeout,
+        &body,
+    )?)?;
     finish(plan, &mut m, report)
 }
 
 #[cfg(not(feature = "cuda"))]
-fn run_nccl(_plan: &Plan, _run_id: &str, _joined: Option<launch::RankInfo>) -> Result<Finished> {
-    Err(UsageError(
-        "--backend nccl needs a build with `--features cuda` (the NCCL communicator)".into(),
-    )
-    .into())
+fn run_nccl_joined(_: &Plan, _: &str, _: launch::RankInfo) -> Result<Finished> {
+    unreachable_without_cuda()
 }
 
-/// Rank 0's report, or the most telling error: a rank's own failure before
-/// the "lost peer" errors it caused on the others.
-fn first_report(results: Vec<CommResult<Option<RankReport>>>) -> Result<RankReport> {
-    let mut errors = Vec::new();
-    let mut report = None;
-    for r in results {
-        match r {
-            Ok(Some(rep)) => report = Some(rep),
-            Ok(None) => {}
-            Err(e) => errors.push(e),
-        }
+#[cfg(not(feature = "cuda"))]
+fn run_nccl_gpus(_: &Plan, _: &str, _: usize) -> Result<Finished> {
+    unreachable_without_cuda()
+}
+
+/// [`start_nccl`] refuses nccl in a build without CUDA, before any rank runs.
+#[cfg(not(feature = "cuda"))]
+fn unreachable_without_cuda() -> Result<Finished> {
+    Err(UsageError("--backend nccl needs a build with `--features cuda`".into()).into())
+}
+
+/// Where each rank of a sweep runs.
+enum At {
+    /// Threads of this process: rank r takes slot r of `world` ranks here.
+    EachRank(BindRequest, usize),
+    /// Where the binary or the backend's library already put it.
+    Fixed(Placement),
+}
+
+/// The sweep as the launcher runs it on each rank.
+struct Sweep<'a> {
+    plan: &'a Plan,
+    run_id: &'a str,
+    out: Option<&'a Path>,
+    at: At,
+}
+
+impl RankBody for Sweep<'_> {
+    type Out = Option<RankReport>;
+    fn run<C: Communicator>(&self, comm: &mut C) -> CommResult<Option<RankReport>> {
+        let at = match &self.at {
+            At::EachRank(bind, world) => placement::place(*bind, comm.rank(), Some(*world)),
+            At::Fixed(p) => p.clone(),
+        };
+        rank_main(comm, self.plan, self.run_id, self.out, &at)
     }
-    if let Some(pos) = errors
-        .iter()
-        .position(|e| !matches!(e, parbench::comm::CommError::PeerLost { .. }))
-        .or(if errors.is_empty() { None } else { Some(0) })
-    {
-        return Err(errors.swap_remove(pos).into());
+}
+
+/// Rank 0's report among what this process's ranks returned.
+fn rank_zero(ended: Ended<Option<RankReport>>) -> Result<RankReport> {
+    match ended {
+        Ended::Ran(reports) => reports
+            .into_iter()
+            .flatten()
+            .next()
+            .context("rank 0 returned no report"),
+        Ended::Launched { code } => Err(anyhow!(
+            "the ranks were launched, not run here (exit code {code})"
+        )),
     }
-    report.context("rank 0 returned no report")
 }
 
 /// Appends one size's rows to `out` as soon as they are measured.

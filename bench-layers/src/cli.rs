@@ -9,16 +9,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 /// A flag that cannot be used: printed as one line, exit code 2.
-#[derive(Debug)]
-pub struct UsageError(pub String);
-
-impl std::fmt::Display for UsageError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for UsageError {}
+pub use parbench::launch::UsageError;
 
 fn usage<T>(msg: impl Into<String>) -> Result<T, UsageError> {
     Err(UsageError(msg.into()))
@@ -117,24 +108,7 @@ pub struct Plan {
 }
 
 /// The communicator a run uses.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Backend {
-    Local,
-    Tcp,
-    Nccl,
-    Mpi,
-}
-
-impl Backend {
-    pub fn name(self) -> &'static str {
-        match self {
-            Backend::Local => "local",
-            Backend::Tcp => "tcp",
-            Backend::Nccl => "nccl",
-            Backend::Mpi => "mpi",
-        }
-    }
-}
+pub use parbench::launch::flags::Backend;
 
 /// Parses `1,2,4,8` into distinct positive degrees, in the given order.
 pub fn parse_tp_list(s: &str) -> Result<Vec<usize>, UsageError> {
@@ -156,42 +130,13 @@ pub fn parse_tp_list(s: &str) -> Result<Vec<usize>, UsageError> {
     Ok(out)
 }
 
-/// Parses `GBPS,US` into a link.
-pub fn parse_link(s: &str) -> Result<LinkParams, UsageError> {
-    let parts: Vec<&str> = s.split(',').map(str::trim).collect();
-    let [gbps, us] = parts.as_slice() else {
-        return usage(format!(
-            "--link: expected GBPS,US (bandwidth in GB/s, latency in us), got '{s}'"
-        ));
-    };
-    let num = |v: &str, what: &str| -> Result<f64, UsageError> {
-        match v.parse::<f64>() {
-            Ok(x) if x.is_finite() && x >= 0.0 => Ok(x),
-            _ => usage(format!("--link: {what} '{v}' is not a non-negative number")),
-        }
-    };
-    let (g, u) = (num(gbps, "bandwidth")?, num(us, "latency")?);
-    if g <= 0.0 {
-        return usage("--link: bandwidth must be above 0 GB/s");
-    }
-    Ok(LinkParams::from_gbps_us(g, u))
-}
-
 impl Cli {
     /// Resolves the flags against the presets and the ranks available
     /// (`default_ranks` when --nprocs is absent).
     pub fn plan(&self, default_ranks: usize) -> Result<Plan, UsageError> {
-        let backend = match self.backend.to_ascii_lowercase().as_str() {
-            "local" => Backend::Local,
-            "tcp" => Backend::Tcp,
-            "nccl" => Backend::Nccl,
-            "mpi" => Backend::Mpi,
-            other => {
-                return usage(format!(
-                    "--backend: unknown '{other}' (expected local, tcp, nccl or mpi)"
-                ))
-            }
-        };
+        let backend: Backend = self.backend.parse().map_err(|e| {
+            UsageError(format!("--backend: {e} (expected local, tcp, nccl or mpi)"))
+        })?;
         let preset = Preset::by_name(&self.preset).ok_or_else(|| {
             UsageError(format!(
                 "--preset: unknown '{}' (expected one of {})",
@@ -270,7 +215,14 @@ impl Cli {
             return usage("--iters 0: at least 1");
         }
         let timeout = parbench::limits::timeout(self.timeout).map_err(|e| UsageError(e.0))?;
-        let link = self.link.as_deref().map(parse_link).transpose()?;
+        let link = self
+            .link
+            .as_deref()
+            .map(|s| {
+                s.parse::<LinkParams>()
+                    .map_err(|e| UsageError(format!("--link: {e}")))
+            })
+            .transpose()?;
         Ok(Plan {
             backend,
             preset: if self.hidden.is_some() || self.heads.is_some() || self.ffn.is_some() {
@@ -360,7 +312,7 @@ mod tests {
         assert_eq!(p.block.shape.hidden, 64);
         assert_eq!(p.block.shape.seq, 16);
         assert_eq!(p.preset, "custom");
-        let l = parse_link("400,2.5").unwrap();
+        let l: LinkParams = "400,2.5".parse().unwrap();
         assert!((l.bandwidth_gbps() - 400.0).abs() < 1e-9);
     }
 }

@@ -33,27 +33,13 @@ use clap::Parser;
 use cli::{Backend, Cli, Plan, UsageError};
 use parbench::comm::{local, Algo, CommError};
 use parbench::compute::cpu::CpuCompute;
-use parbench::launch::{eprint_line, interrupt, report, LaunchError, LocalJob, RankInfo};
+use parbench::launch::{
+    self, eprint_line, interrupt, ranks, report, LaunchError, LocalJob, RankInfo, Reported,
+};
 use parbench::results::{self, append_rows, new_run_id, read_rows, LayerRow, RunMeta};
 use std::path::Path;
 use std::sync::Mutex;
 use sweep::{measure_tp, TpMeasurement};
-
-/// A failure the launcher already named on stderr: exit with its code.
-#[derive(Debug)]
-struct Reported(i32);
-
-impl std::fmt::Display for Reported {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "a rank failed (exit code {})", self.0)
-    }
-}
-
-impl std::error::Error for Reported {}
-
-fn say(msg: impl std::fmt::Display) {
-    eprint_line(&format!("bench-layers: {msg}"));
-}
 
 /// Set in a spawned rank: the one degree it runs.
 const ENV_TP: &str = "PARBENCH_LAYERS_TP";
@@ -81,23 +67,14 @@ fn main() {
             std::process::exit(2);
         }
     };
-    match run(&cli) {
-        Ok(()) => {}
-        Err(e) => {
-            if let Some(u) = e.downcast_ref::<UsageError>() {
-                say(u);
-                std::process::exit(2);
-            }
-            let line = format!("{e:#}");
-            // The degrees measured before the fault are in the folder.
-            let _ = results::record_cut_short(&line);
-            results::finish_writes();
-            if let Some(Reported(code)) = e.downcast_ref::<Reported>() {
-                std::process::exit(*code);
-            }
-            say(line);
-            std::process::exit(1);
-        }
+    // Bad input is one line, exit 2; after a fault the degrees measured
+    // before it are in the folder.
+    if let Err(e) = run(&cli) {
+        std::process::exit(launch::end_on_error(
+            "bench-layers",
+            e.as_ref(),
+            &format!("{e:#}"),
+        ));
     }
 }
 
@@ -301,11 +278,10 @@ fn root_cause(
     if let Some((rank, msg)) = own.into_iter().min_by_key(|e| e.0) {
         return anyhow!("rank {rank}: {msg}");
     }
-    let mut errs: Vec<CommError> = results.into_iter().filter_map(Result::err).collect();
-    errs.sort_by_key(|e| matches!(e, CommError::PeerLost { .. }));
-    errs.into_iter()
-        .next()
-        .map_or_else(|| anyhow!("no rank returned a result"), anyhow::Error::from)
+    match ranks::first_fault(results) {
+        Err(e) => e.into(),
+        Ok(_) => anyhow!("no rank returned a result"),
+    }
 }
 
 /// One degree on t threads of this process.
@@ -342,29 +318,19 @@ fn measure_nccl(plan: &Plan, t: usize) -> anyhow::Result<TpMeasurement> {
     use parbench::compute::cuda::CudaCompute;
     let ordinals: Vec<usize> = (0..t).collect();
     let comms = NcclComm::init_all(&ordinals, plan.timeout).with_context(|| format!("tp {t}"))?;
-    let results: Vec<Result<TpMeasurement, String>> = std::thread::scope(|s| {
-        let handles: Vec<_> = comms
-            .into_iter()
-            .map(|mut comm| {
-                s.spawn(move || {
-                    let mut dev = CudaCompute::on(comm.gpu().clone(), plan.dtype)
-                        .map_err(|e| e.to_string())?;
-                    dev.set_timeout(plan.timeout);
-                    measure_tp(&dev, &mut comm, plan, 0).map_err(|e| e.to_string())
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err("rank panicked".into())))
-            .collect()
+    let results = ranks::on_threads(comms, |comm| {
+        let device = |e: String| CommError::Device(e);
+        let mut dev =
+            CudaCompute::on(comm.gpu().clone(), plan.dtype).map_err(|e| device(e.to_string()))?;
+        dev.set_timeout(plan.timeout);
+        measure_tp(&dev, comm, plan, 0).map_err(|e| device(e.to_string()))
     });
     let mut first = None;
     for (rank, r) in results.into_iter().enumerate() {
         match r {
             Ok(m) if rank == 0 => first = Some(m),
             Ok(_) => {}
-            Err(e) => bail!("tp {t}: {}", report::rank_line(rank, &e)),
+            Err(e) => bail!("tp {t}: {}", report::rank_line(rank, &e.to_string())),
         }
     }
     first.ok_or_else(|| anyhow!("tp {t}: no result from rank 0"))

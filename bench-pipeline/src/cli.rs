@@ -1,6 +1,7 @@
 //! Flags, and the list of runs they ask for, each validated before anything runs.
 
 use clap::Parser;
+use parbench::launch::flags::Straggler;
 use parbench::pipeline::{MlpShape, PipelineConfig, Work};
 use parbench::schedule::{self, Schedule, ScheduleKind};
 use std::path::PathBuf;
@@ -122,25 +123,17 @@ where
     Ok(v)
 }
 
+/// `RANK:MS` through the library's one parser (one set of bounds for
+/// every binary), the rank one of the schedule's.
 fn straggler(s: &str, ranks: usize) -> Result<(usize, Duration), String> {
-    let (r, ms) = s
-        .split_once(':')
-        .ok_or_else(|| format!("--straggler '{s}': expected RANK:MS"))?;
-    let r: usize = r
-        .trim()
-        .parse()
-        .map_err(|_| format!("--straggler '{s}': bad rank"))?;
-    let ms: f64 = ms
-        .trim()
-        .parse()
-        .map_err(|_| format!("--straggler '{s}': bad milliseconds"))?;
-    if r >= ranks {
-        return Err(format!("--straggler: rank {r} but only {ranks} ranks"));
+    let st: Straggler = s.parse().map_err(|e| format!("--straggler {e}"))?;
+    if st.rank >= ranks {
+        return Err(format!(
+            "--straggler: rank {} but only {ranks} ranks",
+            st.rank
+        ));
     }
-    if !(ms.is_finite() && ms >= 0.0) {
-        return Err(format!("--straggler: '{ms}' is not a time"));
-    }
-    Ok((r, Duration::from_secs_f64(ms / 1000.0)))
+    Ok((st.rank, st.delay))
 }
 
 fn stage_layers(args: &Args, stages: usize) -> Result<Vec<usize>, String> {

@@ -6,37 +6,19 @@ use anyhow::{anyhow, bail, Result};
 use parbench::comm::{tcp, Algo, CommError, Communicator, DType};
 use parbench::compute::cpu::CpuCompute;
 use parbench::compute::Compute;
-use parbench::launch::{self, report::rank_line, LaunchError, RankInfo, Role};
+use parbench::launch::flags::Backend;
+use parbench::launch::{self, ranks, report::rank_line, LaunchError, RankInfo, Role};
 use parbench::limits::bytes_text;
 use parbench::measure::clock_sync::TimeBase;
 use parbench::pipeline::run_rank;
 use parbench::results::{self, PipelineRow};
 use std::sync::Mutex;
 
-/// Bad input found before anything runs (an unwritable --out, more memory
-/// than the machine has): one line, exit code 2.
-#[derive(Debug)]
-pub struct Refused(pub String);
-
-impl std::fmt::Display for Refused {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Refused {}
-
 /// A failure the launcher already named on stderr: exit with its code.
-#[derive(Debug)]
-pub struct Reported(pub i32);
-
-impl std::fmt::Display for Reported {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "a rank failed (exit code {})", self.0)
-    }
-}
-
-impl std::error::Error for Reported {}
+use parbench::launch::Reported;
+/// Bad input found before anything runs (an unwritable --out, more memory
+/// than the machine has, no GPU): one line, exit code 2.
+use parbench::launch::UsageError as Refused;
 
 /// Checks --out (when this process writes it) and the memory the largest
 /// run takes on this host, `host(per_rank)` bytes from each run's per-rank
@@ -72,11 +54,11 @@ fn all_ranks(per_rank: &[u128]) -> u128 {
 
 /// Runs every planned run on the backend `--backend` names.
 pub fn run(args: &Args, plan: &Plan) -> Result<()> {
-    match args.backend.as_str() {
-        "local" => run_local(args, plan),
-        "tcp" => run_tcp(args, plan),
-        "nccl" => run_nccl(args, plan),
-        other => bail!("unknown backend '{other}'"),
+    match args.backend.parse::<Backend>() {
+        Ok(Backend::Local) => run_local(args, plan),
+        Ok(Backend::Tcp) => run_tcp(args, plan),
+        Ok(Backend::Nccl) => run_nccl(args, plan),
+        _ => bail!("unknown backend '{}'", args.backend),
     }
 }
 
@@ -177,7 +159,7 @@ fn run_local(args: &Args, plan: &Plan) -> Result<()> {
         )
     });
     // The first rank at fault explains best; the others report losing it.
-    if let Some(e) = outcomes.into_iter().find_map(Result::err) {
+    if let Err(e) = ranks::first_fault(outcomes) {
         bail!("{e}");
     }
     recorder
@@ -300,33 +282,19 @@ fn run_nccl(args: &Args, plan: &Plan) -> Result<()> {
     let ordinals: Vec<usize> = (0..plan.ranks).collect();
     let comms = NcclComm::init_all(&ordinals, plan.timeout)?;
     let recorder = Mutex::new(Recorder::new(args, plan, "nccl", "cuda (cuBLASLt, f32)"));
-    let outcomes: Vec<Result<(), CommError>> = std::thread::scope(|s| {
-        let handles: Vec<_> = comms
-            .into_iter()
-            .map(|mut comm| {
-                let recorder = &recorder;
-                s.spawn(move || {
-                    let mut dev = CudaCompute::on(comm.gpu().clone(), DType::F32)
-                        .map_err(|e| CommError::Device(e.to_string()))?;
-                    dev.set_timeout(plan.timeout);
-                    rank_main(&mut comm, &dev, plan, TimeBase::Shared, |run, wire, rec| {
-                        let mut r = recorder
-                            .lock()
-                            .map_err(|_| anyhow!("the recorder was poisoned by a panic"))?;
-                        r.record(run, wire, rec)
-                    })
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(CommError::Device("a rank panicked".into())))
-            })
-            .collect()
+    let outcomes = ranks::on_threads(comms, |comm| {
+        let mut dev = CudaCompute::on(comm.gpu().clone(), DType::F32)
+            .map_err(|e| CommError::Device(e.to_string()))?;
+        dev.set_timeout(plan.timeout);
+        rank_main(comm, &dev, plan, TimeBase::Shared, |run, wire, rec| {
+            let mut r = recorder
+                .lock()
+                .map_err(|_| anyhow!("the recorder was poisoned by a panic"))?;
+            r.record(run, wire, rec)
+        })
     });
-    if let Some(e) = outcomes.into_iter().find_map(Result::err) {
+    // The first rank at fault explains best; the others report losing it.
+    if let Err(e) = ranks::first_fault(outcomes) {
         bail!("{e}");
     }
     recorder

@@ -52,36 +52,19 @@ fn main() {
     if let Err(e) = run(&args, plan) {
         // A machine without what the flags ask for (no GPU, too few GPUs,
         // too little memory) or an unwritable --out is bad input, as a bad
-        // flag is: exit 2, not a failed measurement.
-        if e.downcast_ref::<Unavailable>().is_some()
-            || e.downcast_ref::<launch::Refused>().is_some()
-        {
-            say(format!("{e:#}"));
-            std::process::exit(2);
-        }
-        let line = format!("{e:#}");
-        // The runs measured before the fault are in the folder.
-        let _ = parbench::results::record_cut_short(&line);
-        parbench::results::finish_writes();
-        if let Some(launch::Reported(code)) = e.downcast_ref::<launch::Reported>() {
-            std::process::exit(*code);
-        }
-        say(line);
-        std::process::exit(1);
+        // flag is: exit 2, not a failed measurement. After a fault the runs
+        // measured before it are in the folder.
+        std::process::exit(parbench::launch::end_on_error(
+            "bench-pipeline",
+            e.as_ref(),
+            &format!("{e:#}"),
+        ));
     }
 }
 
-/// The machine lacks what the command line asks for (a GPU, enough GPUs).
-#[derive(Debug)]
-pub struct Unavailable(pub String);
-
-impl std::fmt::Display for Unavailable {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Unavailable {}
+/// The machine lacks what the command line asks for (a GPU, enough GPUs):
+/// bad input, as a bad flag is.
+pub use parbench::launch::UsageError as Unavailable;
 
 fn run(args: &cli::Args, plan: cli::Plan) -> Result<()> {
     launch::run(args, &plan)

@@ -184,17 +184,9 @@ fn model_of(a: &PlanArgs) -> Result<Preset> {
     })
 }
 
-/// `GBPS,US` of `flag`.
+/// `GBPS,US` of `flag`, by the library's one parser.
 fn parse_link(flag: &str, s: &str) -> Result<LinkParams> {
-    let parts: Vec<&str> = s.split(',').map(str::trim).collect();
-    let [gbps, us] = parts.as_slice() else {
-        bail!("{flag} {s}: expected GBPS,US (bandwidth in GB/s, latency in microseconds)");
-    };
-    let num = |v: &str| v.parse::<f64>().ok().filter(|x| x.is_finite() && *x >= 0.0);
-    match (num(gbps), num(us)) {
-        (Some(g), Some(u)) if g > 0.0 => Ok(LinkParams::from_gbps_us(g, u)),
-        _ => bail!("{flag} {s}: bandwidth above 0 GB/s and a latency of 0 us or more"),
-    }
+    s.parse().map_err(|e| anyhow!("{flag} {s}: {e}"))
 }
 
 /// Whether a backend's all_reduce rows measure the wire inside a node.

@@ -27,6 +27,7 @@ mod buffer;
 pub mod conformance;
 mod dtype;
 mod error;
+pub mod group;
 mod host;
 pub mod local;
 #[cfg(feature = "mpi")]

@@ -26,15 +26,19 @@
 //! ([`RankInfo::prints`]). The same rule holds under every launcher.
 
 mod env;
+pub mod flags;
 pub mod interrupt;
+pub mod ranks;
 pub mod report;
 mod spawn;
 pub mod store;
+pub mod usage;
 
 pub use env::{LaunchSource, RankInfo, DEFAULT_MASTER_ADDR, DEFAULT_MASTER_PORT, DEFAULT_TOKEN};
 pub use report::{duration_text, eprint_line};
 pub use spawn::{exit_code, how_it_ended, new_token, spawn_local_ranks, LocalJob, STOP_GRACE};
 pub use store::Store;
+pub use usage::{end_on_error, exit_code_of, Reported, UsageError, EXIT_FAULT, EXIT_USAGE};
 
 use std::process::ExitStatus;
 use std::time::Duration;

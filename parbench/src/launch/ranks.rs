@@ -1,0 +1,296 @@
+//! Starting the ranks of a job and running one body on each: the one
+//! launcher every binary calls.
+//!
+//! A binary works out its world once ([`Ranks`]), checks it once, and
+//! calls [`run`] with a [`RankBody`]; where a binary must do something
+//! between start-up and the body that the launcher cannot (bind a core
+//! before the transport's threads start, read the MPI library's version),
+//! it uses the launcher's pieces: [`on_threads`] (one thread per
+//! communicator, one per GPU), [`spawn_ranks`] (spawn `-np` ranks of this
+//! binary and pass on their code) and [`first_fault`] (the root cause of a
+//! failed job, not the `PeerLost` it caused on the other ranks).
+
+use super::report::rank_line;
+use super::{LaunchError, RankInfo};
+use crate::comm::{Algo, CommError, CommResult, Communicator};
+use std::time::Duration;
+
+/// How the ranks of a job start, worked out once by the binary.
+#[derive(Debug)]
+pub enum Ranks {
+    /// `n` threads of this process over shared memory (`--backend local`).
+    Threads(usize),
+    /// Spawn `n` ranks of this binary on loopback (they join as [`Ranks::Joined`]).
+    Spawn(usize),
+    /// This process is one rank of a tcp job (spawned, torchrun, mpirun, srun).
+    Joined(RankInfo),
+    /// This process is one rank of an MPI job (feature `mpi`).
+    Mpi,
+    /// One thread and one NCCL communicator per GPU `0..n` of this process
+    /// (feature `cuda`).
+    Gpus(usize),
+    /// This process is one rank of an NCCL job on one GPU (feature `cuda`).
+    NcclJoined(RankInfo),
+}
+
+/// What every rank runs, over whichever communicator its backend gives.
+pub trait RankBody: Sync {
+    /// What one rank hands back.
+    type Out: Send;
+    /// Runs on one rank.
+    fn run<C: Communicator>(&self, comm: &mut C) -> CommResult<Self::Out>;
+}
+
+/// How a job ended on this process.
+#[derive(Debug)]
+pub enum Ended<T> {
+    /// This process ran ranks; what each returned, in rank order.
+    Ran(Vec<T>),
+    /// This process spawned the ranks and they ended: exit with this code
+    /// (0, or the first failed rank's, which the launcher already named).
+    Launched { code: i32 },
+}
+
+/// A job that failed: the fault to report.
+#[derive(Debug, thiserror::Error)]
+pub enum JobFault {
+    /// A rank of this process failed (the root cause, see [`first_fault`]).
+    #[error("{0}")]
+    Rank(#[from] CommError),
+    /// This process's one rank of a joined job failed, named once.
+    #[error("{}", rank_line(*.rank, &.error.to_string()))]
+    Joined { rank: usize, error: CommError },
+    /// Starting the ranks failed.
+    #[error("{0}")]
+    Launch(#[from] LaunchError),
+    /// The build lacks the backend (bad input: exit code 2).
+    #[error("{0}")]
+    Unavailable(#[source] super::UsageError),
+}
+
+/// Starts the ranks `ranks` describes, runs `body` on each, and returns
+/// what this process's ranks returned, or the first real fault.
+pub fn run<B: RankBody>(
+    ranks: Ranks,
+    algo: Algo,
+    timeout: Duration,
+    body: &B,
+) -> Result<Ended<B::Out>, JobFault> {
+    match ranks {
+        Ranks::Threads(world) => {
+            let results = crate::comm::local::run(world, algo, timeout, |c| body.run(c));
+            Ok(Ended::Ran(first_fault(results)?))
+        }
+        Ranks::Spawn(world) => Ok(Ended::Launched {
+            code: spawn_ranks(world)?,
+        }),
+        Ranks::Joined(info) => {
+            let rank = info.rank;
+            let joined = |error| JobFault::Joined { rank, error };
+            let mut comm = crate::comm::tcp::comm(&info, algo, timeout).map_err(joined)?;
+            Ok(Ended::Ran(vec![body.run(&mut comm).map_err(joined)?]))
+        }
+        Ranks::Mpi => run_mpi(timeout, body),
+        Ranks::Gpus(world) => run_gpus(world, timeout, body),
+        Ranks::NcclJoined(info) => run_nccl_joined(info, timeout, body),
+    }
+}
+
+#[cfg(feature = "mpi")]
+fn run_mpi<B: RankBody>(timeout: Duration, body: &B) -> Result<Ended<B::Out>, JobFault> {
+    let mut comm = crate::comm::mpi::MpiComm::init(timeout)?;
+    Ok(Ended::Ran(vec![body.run(&mut comm)?]))
+}
+
+#[cfg(not(feature = "mpi"))]
+fn run_mpi<B: RankBody>(_: Duration, _: &B) -> Result<Ended<B::Out>, JobFault> {
+    Err(JobFault::Unavailable(super::UsageError(
+        "--backend mpi needs a build with `--features mpi`".into(),
+    )))
+}
+
+#[cfg(feature = "cuda")]
+fn run_gpus<B: RankBody>(
+    world: usize,
+    timeout: Duration,
+    body: &B,
+) -> Result<Ended<B::Out>, JobFault> {
+    let ordinals: Vec<usize> = (0..world).collect();
+    let comms = crate::comm::nccl::NcclComm::init_all(&ordinals, timeout)?;
+    Ok(Ended::Ran(first_fault(on_threads(comms, |c| body.run(c)))?))
+}
+
+#[cfg(feature = "cuda")]
+fn run_nccl_joined<B: RankBody>(
+    info: RankInfo,
+    timeout: Duration,
+    body: &B,
+) -> Result<Ended<B::Out>, JobFault> {
+    let mut comm = crate::comm::nccl::NcclComm::join(&info, timeout)?;
+    Ok(Ended::Ran(vec![body.run(&mut comm)?]))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn no_cuda<T>() -> Result<T, JobFault> {
+    Err(JobFault::Unavailable(super::UsageError(
+        "--backend nccl needs a build with `--features cuda`".into(),
+    )))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn run_gpus<B: RankBody>(_: usize, _: Duration, _: &B) -> Result<Ended<B::Out>, JobFault> {
+    no_cuda()
+}
+
+#[cfg(not(feature = "cuda"))]
+fn run_nccl_joined<B: RankBody>(
+    _: RankInfo,
+    _: Duration,
+    _: &B,
+) -> Result<Ended<B::Out>, JobFault> {
+    no_cuda()
+}
+
+/// Spawns `world` ranks of this binary on loopback with the same arguments
+/// and waits for them: 0, or the exit code of the first rank that failed
+/// (the launcher already named it on stderr).
+pub fn spawn_ranks(world: usize) -> Result<i32, LaunchError> {
+    match super::spawn_local_ranks(world, &[]) {
+        Ok(status) => Ok(super::exit_code(status)),
+        Err(e @ LaunchError::RankFailed { .. }) => Ok(e.exit_code()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Runs `body` on one thread per communicator (one per GPU of this
+/// process); a thread that panics is that rank's error.
+pub fn on_threads<C, R, F>(comms: Vec<C>, body: F) -> Vec<CommResult<R>>
+where
+    C: Communicator,
+    R: Send,
+    F: Fn(&mut C) -> CommResult<R> + Sync,
+{
+    let body = &body;
+    std::thread::scope(|s| {
+        let handles: Vec<_> = comms
+            .into_iter()
+            .map(|mut c| s.spawn(move || body(&mut c)))
+            .collect();
+        handles
+            .into_iter()
+            .enumerate()
+            .map(|(rank, h)| {
+                h.join().unwrap_or_else(|_| {
+                    Err(CommError::Device(format!(
+                        "rank {rank}: its thread panicked"
+                    )))
+                })
+            })
+            .collect()
+    })
+}
+
+/// What every rank returned, in rank order, or the root cause of the
+/// failure: the lowest rank's error that is not a lost peer (the failing
+/// rank's own fault, not the `PeerLost` it caused on the others), or the
+/// first error when every error is a lost peer.
+pub fn first_fault<T>(results: Vec<CommResult<T>>) -> Result<Vec<T>, CommError> {
+    let mut outs = Vec::with_capacity(results.len());
+    let mut errors = Vec::new();
+    for r in results {
+        match r {
+            Ok(v) => outs.push(v),
+            Err(e) => errors.push(e),
+        }
+    }
+    if errors.is_empty() {
+        return Ok(outs);
+    }
+    let pos = errors
+        .iter()
+        .position(|e| !matches!(e, CommError::PeerLost { .. }))
+        .unwrap_or(0);
+    Err(errors.swap_remove(pos))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lost(rank: usize) -> CommError {
+        CommError::PeerLost {
+            rank,
+            peer: 1,
+            op: "all_reduce",
+            detail: "gone".into(),
+        }
+    }
+
+    #[test]
+    fn the_root_cause_wins_over_the_peers_it_lost() {
+        let results: Vec<CommResult<u8>> = vec![
+            Err(lost(0)),
+            Err(CommError::Device("rank 1: out of memory".into())),
+            Err(lost(2)),
+        ];
+        let e = first_fault(results).unwrap_err();
+        assert!(
+            matches!(e, CommError::Device(ref m) if m.contains("rank 1")),
+            "{e}"
+        );
+        let only_lost: Vec<CommResult<u8>> = vec![Ok(1), Err(lost(1)), Err(lost(2))];
+        assert!(matches!(
+            first_fault(only_lost).unwrap_err(),
+            CommError::PeerLost { rank: 1, .. }
+        ));
+        assert_eq!(first_fault::<u8>(vec![Ok(1), Ok(2)]).unwrap(), vec![1, 2]);
+    }
+
+    struct RankTimesTen;
+    impl RankBody for RankTimesTen {
+        type Out = usize;
+        fn run<C: Communicator>(&self, comm: &mut C) -> CommResult<usize> {
+            comm.barrier()?;
+            Ok(comm.rank() * 10)
+        }
+    }
+
+    struct FailsOnRank(usize);
+    impl RankBody for FailsOnRank {
+        type Out = ();
+        fn run<C: Communicator>(&self, comm: &mut C) -> CommResult<()> {
+            if comm.rank() == self.0 {
+                return Err(CommError::Device(format!("rank {}: injected", self.0)));
+            }
+            // The others wait for the failed rank and lose it.
+            comm.barrier()
+        }
+    }
+
+    #[test]
+    fn threads_run_the_body_and_report_the_failing_rank() {
+        let t = Duration::from_secs(20);
+        match run(Ranks::Threads(3), Algo::Auto, t, &RankTimesTen).unwrap() {
+            Ended::Ran(v) => assert_eq!(v, vec![0, 10, 20]),
+            other => panic!("{other:?}"),
+        }
+        let e = run(Ranks::Threads(4), Algo::Auto, t, &FailsOnRank(2)).unwrap_err();
+        assert!(e.to_string().contains("rank 2: injected"), "{e}");
+    }
+
+    #[test]
+    fn one_thread_per_communicator_and_a_panic_is_an_error() {
+        let comms: Vec<_> = crate::comm::local::LocalTransport::world(2)
+            .into_iter()
+            .map(|t| crate::comm::HostComm::new(t, Algo::Auto, Duration::from_secs(5)))
+            .collect();
+        let out = on_threads(comms, |c| {
+            if c.rank() == 1 {
+                panic!("injected");
+            }
+            Ok(c.rank())
+        });
+        assert_eq!(*out[0].as_ref().unwrap(), 0);
+        assert!(out[1].as_ref().unwrap_err().to_string().contains("rank 1"));
+    }
+}
