@@ -2,12 +2,23 @@
 
 use crate::cli::SweepConfig;
 use crate::summary::{FitLine, Fitted, Summary};
-use crate::sweep::Point;
 use crate::wire::WireFigures;
-use parbench::comm::{Collective, ReduceOp};
+use parbench::comm::{Collective, DType, ReduceOp};
 use parbench::model;
 use parbench::results::CollectiveRow;
 use std::io::Write;
+
+/// One size of one (collective, dtype, op), as the table and rows name it.
+pub struct Point {
+    pub dtype: DType,
+    pub op: Option<ReduceOp>,
+    /// Per-rank count (the communicator's).
+    pub count: usize,
+    /// nccl-tests' size.
+    pub bytes: u64,
+    /// The algorithm the communicator runs at this size.
+    pub algo: String,
+}
 
 /// Prints to stdout when enabled (rank 0); every other rank stays silent.
 pub struct Printer {
