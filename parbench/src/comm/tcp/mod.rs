@@ -252,7 +252,7 @@ impl TcpTransport {
                 self.rank
             )));
         };
-        deliver(self.rank, &msg, into)
+        into.deliver(self.rank, self.rank, &msg, "sent itself")
     }
 
     /// Moves `send` and `recv` until both are done, the deadline passes, or a peer fails.
@@ -549,7 +549,7 @@ impl Transport for TcpTransport {
         let me = self.rank;
         match (to == me, from == me) {
             // Straight across, without a copy through the queue when it is empty.
-            (true, true) if self.to_self.is_empty() => deliver(me, data, into),
+            (true, true) if self.to_self.is_empty() => into.deliver(me, me, data, "sent itself"),
             (true, true) => {
                 self.to_self.push_back(data.to_vec());
                 self.take_from_self(into, "exchange")
@@ -570,24 +570,6 @@ impl Transport for TcpTransport {
             ),
         }
     }
-}
-
-/// Puts a message into a receive, checking its length as a frame's would be.
-fn deliver(rank: usize, msg: &[u8], into: RecvInto<'_>) -> CommResult<()> {
-    if msg.len() != into.len() {
-        return Err(CommError::Protocol {
-            rank,
-            peer: rank,
-            detail: format!(
-                "sent itself {} bytes where {} were expected",
-                msg.len(),
-                into.len()
-            ),
-        });
-    }
-    let mut into = into;
-    into.absorb(0, msg);
-    Ok(())
 }
 
 #[cfg(test)]
