@@ -12,6 +12,7 @@
 //! - min, max, and the collectives that do not reduce: any exact value.
 
 use parbench::comm::{DType, Element, ReduceOp};
+use parbench::seed::splitmix64;
 
 /// The inputs of one sweep row: which values rank `r` puts at index `i`.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -35,13 +36,6 @@ fn exact_limit(dtype: DType) -> u64 {
         DType::I32 => i32::MAX as u64,
         DType::I64 => i64::MAX as u64,
     }
-}
-
-fn splitmix64(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
 }
 
 impl Inputs {

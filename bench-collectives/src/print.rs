@@ -2,12 +2,23 @@
 
 use crate::cli::SweepConfig;
 use crate::summary::{FitLine, Fitted, Summary};
-use crate::sweep::Point;
 use crate::wire::WireFigures;
-use parbench::comm::{Collective, ReduceOp};
+use parbench::comm::{Collective, DType, ReduceOp};
 use parbench::model;
 use parbench::results::CollectiveRow;
 use std::io::Write;
+
+/// One size of one (collective, dtype, op), as the table and rows name it.
+pub struct Point {
+    pub dtype: DType,
+    pub op: Option<ReduceOp>,
+    /// Per-rank count (the communicator's).
+    pub count: usize,
+    /// nccl-tests' size.
+    pub bytes: u64,
+    /// The algorithm the communicator runs at this size.
+    pub algo: String,
+}
 
 /// Prints to stdout when enabled (rank 0); every other rank stays silent.
 pub struct Printer {
@@ -144,10 +155,10 @@ pub fn header_lines(
             format!(
                 "# Wire ceiling: {peak:.2} GB/s in cache .. {:.2} GB/s at {} per rank{} (a ladder of {} working sets from {}; {}); each row is held against the ceiling at its own working set",
                 l.gbps,
-                human(l.working_set),
+                parbench::units::bytes(l.working_set as f64),
                 if l.gbps < 0.5 * peak { ", out of cache" } else { "" },
                 c.rungs.len(),
-                human(f.working_set),
+                parbench::units::bytes(f.working_set as f64),
                 c.method
             )
         }
@@ -242,16 +253,6 @@ fn placement_line(wire: &WireFigures) -> String {
         cpus.join(", "),
         wire.placement_why
     )
-}
-
-/// `8 KiB`, `64 MiB`: a working set in words.
-fn human(b: u64) -> String {
-    match b {
-        b if b >= 1 << 30 && b % (1 << 30) == 0 => format!("{} GiB", b >> 30),
-        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{} MiB", b >> 20),
-        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{} KiB", b >> 10),
-        b => format!("{b} B"),
-    }
 }
 
 fn block_header() -> String {
@@ -384,7 +385,7 @@ pub fn summary_lines(s: &Summary) -> Vec<String> {
         "#".to_string(),
         format!(
             "# Fits over the window of {} and up (--fit-from), per collective and algorithm (out-of-place rows; in-place when only those ran), of each row's p50:",
-            human(from)
+            parbench::units::bytes(from as f64)
         ),
         "#   structure `ladders`: t = L alpha + s x (the model's bytes term from the ladders at each row's working set): alpha the one measured before the sweep (a sliced ring's steps grow with its bytes), the scale s fitted,".to_string(),
         "#   busbw = what the fit implies at the window's first and last size; `single beta`: t = L alpha + F n beta. err = rms / max relative error.".to_string(),

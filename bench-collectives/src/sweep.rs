@@ -4,9 +4,9 @@
 use crate::cli::SweepConfig;
 use crate::data::Inputs;
 use crate::ops::{with_op, CollOp};
-use crate::print::Printer;
+use crate::print::{Point, Printer};
 use crate::wire::WireFigures;
-use parbench::comm::{Collective, CommBuffer, CommResult, Communicator, DType, Io, ReduceOp};
+use parbench::comm::{Collective, CommBuffer, CommResult, Communicator, Io, ReduceOp};
 use parbench::measure::noise::{CpuSnapshot, ForeignCpu};
 use parbench::measure::{time_loop, LoopSpec, LoopStats, StragglerTally, StragglerVerdict};
 use parbench::model;
@@ -138,18 +138,6 @@ fn sweep_collective<C: Communicator, O: CollOp>(
     let noise = ForeignCpu::across_ranks(comm, noise_start.as_ref())?;
     outcome.noise.push((O::COLL, noise));
     Ok(())
-}
-
-/// One size of one (collective, dtype, op), as the table and rows name it.
-pub struct Point {
-    pub dtype: DType,
-    pub op: Option<ReduceOp>,
-    /// Per-rank count (the communicator's).
-    pub count: usize,
-    /// nccl-tests' size.
-    pub bytes: u64,
-    /// The algorithm the communicator runs at this size.
-    pub algo: String,
 }
 
 /// Name of the environment variable that makes one rank corrupt one element

@@ -168,16 +168,6 @@ fn time_shape(dev: &CpuCompute, s: &Shape, samples: usize) -> Result<(Vec<f64>, 
     Ok((rates, calls))
 }
 
-/// The median of sorted samples.
-fn median(r: &[f64]) -> f64 {
-    let n = r.len();
-    if n % 2 == 1 {
-        r[n / 2]
-    } else {
-        (r[n / 2 - 1] + r[n / 2]) / 2.0
-    }
-}
-
 fn run(a: &Args) -> Result<(), String> {
     let mut shapes = Vec::new();
     for spec in &a.specs {
@@ -211,7 +201,7 @@ fn run(a: &Args) -> Result<(), String> {
             s.m,
             s.n,
             s.k,
-            median(&r),
+            parbench::stats::median(&mut r.clone()).unwrap_or(0.0),
             r[0],
             r[r.len() - 1],
             r.len()

@@ -19,4 +19,7 @@ pub mod pipeline;
 pub mod published;
 pub mod results;
 pub mod schedule;
+pub mod seed;
+pub mod stats;
 pub mod term;
+pub mod units;

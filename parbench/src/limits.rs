@@ -11,6 +11,8 @@
 
 use std::time::Duration;
 
+pub use crate::units::bytes_text;
+
 /// The longest `--timeout`: a day.
 pub const MAX_TIMEOUT_S: f64 = 86_400.0;
 /// Ranks as threads of one process (`--backend local`): every pair of
@@ -41,22 +43,6 @@ pub fn timeout(secs: f64) -> Result<Duration, LimitError> {
         Err(LimitError(format!(
             "--timeout {secs}: a number of seconds above 0 and at most {MAX_TIMEOUT_S}"
         )))
-    }
-}
-
-/// Bytes as people read them: `512 B`, `64.0 KiB`, `2.5 GiB`, `2.3 TiB`.
-pub fn bytes_text(b: u128) -> String {
-    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-    let mut v = b as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{b} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
     }
 }
 

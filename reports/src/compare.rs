@@ -350,13 +350,7 @@ impl Comparison {
 }
 
 fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let mid = v.len() / 2;
-    if v.len() % 2 == 1 {
-        v[mid]
-    } else {
-        (v[mid - 1] + v[mid]) / 2.0
-    }
+    parbench::stats::median(v).unwrap_or(f64::NAN)
 }
 
 /// One side of one figure: its rounds' values, median, noise and range.

@@ -14,6 +14,7 @@ use parbench::model::footprint::Recompute;
 use parbench::model::plan::{self, Costed, LossGroup, Plan, PlanInput, Wire, WireKind};
 use parbench::model::presets::Arch;
 use parbench::model::{is_selector, LinkParams, Preset};
+use parbench::stats::median_of_finite;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -234,7 +235,10 @@ fn fitted_wires(sources: &[Source]) -> (Option<Fitted>, Option<Fitted>) {
     let mut best: [Option<(usize, usize, Fitted)>; 2] = [None, None];
     for (k, sizes) in curves {
         let (label, backend, wire, algo, world, dtype, intra) = k;
-        let points: Vec<(u64, f64)> = sizes.into_iter().map(|(b, t)| (b, median(t))).collect();
+        let points: Vec<(u64, f64)> = sizes
+            .into_iter()
+            .map(|(b, t)| (b, median_of_finite(t)))
+            .collect();
         let Ok(fit) = predict::fit("all_reduce", algo, world, &points) else {
             continue;
         };
@@ -266,16 +270,6 @@ fn fitted_wires(sources: &[Source]) -> (Option<Fitted>, Option<Fitted>) {
     (a.map(|x| x.2), b.map(|x| x.2))
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.retain(|x| x.is_finite());
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
-}
-
 /// bench-layers' matrix-product rate, FLOP/s: the median GFLOP/s of the
 /// full-sequence rows (decode GEMMs are skinny) at the largest shape
 /// (batch x seq x hidden) and the smallest tensor-parallel degree measured
@@ -300,7 +294,7 @@ fn measured_flops(sources: &[Source]) -> Option<(f64, String)> {
         .iter()
         .filter(|(_, r)| work(r) == largest && r.tp == tp)
         .collect();
-    let gflops = median(at.iter().map(|(_, r)| r.compute_gflops).collect());
+    let gflops = median_of_finite(at.iter().map(|(_, r)| r.compute_gflops));
     let (s, r) = at.first()?;
     let tps: Vec<String> = at.iter().map(|(_, r)| r.tp.to_string()).collect();
     Some((

@@ -2,26 +2,7 @@
 //! nccl-tests users write them (8 B, 1 KiB, 64 MiB), times in the unit that
 //! keeps three significant figures.
 
-/// A byte count with a binary prefix: `8 B`, `1 KiB`, `1.5 MiB`, `64 MiB`.
-pub fn bytes(n: f64) -> String {
-    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-    if !n.is_finite() {
-        return "-".into();
-    }
-    let mut v = n;
-    let mut unit = 0;
-    while v.abs() >= 1024.0 && unit + 1 < UNITS.len() {
-        v /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 || (v.fract()).abs() < 1e-9 {
-        format!("{v:.0} {}", UNITS[unit])
-    } else if v.abs() < 10.0 {
-        format!("{v:.2} {}", UNITS[unit])
-    } else {
-        format!("{v:.1} {}", UNITS[unit])
-    }
-}
+pub use parbench::units::bytes;
 
 /// Microseconds shown in us, ms or s, whichever keeps the number readable.
 pub fn micros(us: f64) -> String {

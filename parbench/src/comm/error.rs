@@ -50,3 +50,24 @@ pub enum CommError {
 
 /// Result of every communicator call.
 pub type CommResult<T> = Result<T, CommError>;
+/// A GPU call that failed: a bad argument stays one, a missing library or
+/// device is a setup error, anything else a device error.
+#[cfg(feature = "cuda")]
+impl From<crate::gpu::GpuError> for CommError {
+    fn from(e: crate::gpu::GpuError) -> Self {
+        match e {
+            crate::gpu::GpuError::InvalidArgument(m) => CommError::InvalidArgument(m),
+            crate::gpu::GpuError::Missing { .. } | crate::gpu::GpuError::NoDevice(_) => {
+                CommError::Setup(e.to_string())
+            }
+            other => CommError::Device(other.to_string()),
+        }
+    }
+}
+
+/// A launch that went wrong is a setup error of the communicator.
+impl From<crate::launch::LaunchError> for CommError {
+    fn from(e: crate::launch::LaunchError) -> Self {
+        CommError::Setup(e.to_string())
+    }
+}

@@ -500,7 +500,7 @@ impl LocalTransport {
         pair.pending.fetch_sub(1, Ordering::AcqRel);
         match msg {
             Some(bytes) => {
-                let res = self.deliver(peer, &bytes, into);
+                let res = into.deliver(self.rank, peer, &bytes, "message of");
                 let mut pool = lock(&pair.pool);
                 if pool.len() < 64 {
                     pool.push(bytes);
@@ -548,7 +548,7 @@ impl LocalTransport {
         // DONE, which is stored only after the last read below, and its
         // retract waits while the state is TAKEN.
         let src = unsafe { std::slice::from_raw_parts(ptr as *const u8, len) };
-        let res = self.deliver(peer, src, into);
+        let res = into.deliver(self.rank, peer, src, "message of");
         slot.state.store(DONE, Ordering::SeqCst);
         self.shared.wake(peer);
         res
@@ -560,23 +560,6 @@ impl LocalTransport {
     fn fail(&self, peer: usize, e: CommError) -> CommError {
         self.shared.abort(peer, &format!("rank {}: {e}", self.rank));
         e
-    }
-
-    fn deliver(&self, peer: usize, src: &[u8], into: RecvInto<'_>) -> CommResult<()> {
-        if src.len() != into.len() {
-            return Err(CommError::Protocol {
-                rank: self.rank,
-                peer,
-                detail: format!(
-                    "message of {} bytes where {} were expected",
-                    src.len(),
-                    into.len()
-                ),
-            });
-        }
-        let mut into = into;
-        into.absorb(0, src);
-        Ok(())
     }
 }
 

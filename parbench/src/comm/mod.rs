@@ -395,6 +395,27 @@ pub enum RecvInto<'a> {
 }
 
 impl RecvInto<'_> {
+    /// Puts a whole message, already in memory, into this receive, checking
+    /// its length as a frame's would be: another length is a
+    /// [`CommError::Protocol`] of `rank` naming `peer`, its detail
+    /// "`what` N bytes where M were expected".
+    pub fn deliver(self, rank: usize, peer: usize, msg: &[u8], what: &str) -> CommResult<()> {
+        if msg.len() != self.len() {
+            return Err(CommError::Protocol {
+                rank,
+                peer,
+                detail: format!(
+                    "{what} {} bytes where {} were expected",
+                    msg.len(),
+                    self.len()
+                ),
+            });
+        }
+        let mut into = self;
+        into.absorb(0, msg);
+        Ok(())
+    }
+
     /// Number of bytes this receive expects.
     pub fn len(&self) -> usize {
         match self {

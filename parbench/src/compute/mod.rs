@@ -55,6 +55,18 @@ pub struct Gemm {
     pub stride_c: usize,
 }
 
+/// A GPU call that failed: a bad argument stays one, anything else is a
+/// device error.
+#[cfg(feature = "cuda")]
+impl From<crate::gpu::GpuError> for ComputeError {
+    fn from(e: crate::gpu::GpuError) -> Self {
+        match e {
+            crate::gpu::GpuError::InvalidArgument(m) => ComputeError::InvalidArgument(m),
+            other => ComputeError::Device(other.to_string()),
+        }
+    }
+}
+
 impl Gemm {
     /// A plain, dense, unbatched `C = A B` with no transposes.
     pub fn dense(m: usize, n: usize, k: usize) -> Self {

@@ -54,27 +54,6 @@ impl GpuError {
     }
 }
 
-impl From<GpuError> for crate::comm::CommError {
-    fn from(e: GpuError) -> Self {
-        match e {
-            GpuError::InvalidArgument(m) => crate::comm::CommError::InvalidArgument(m),
-            GpuError::Missing { .. } | GpuError::NoDevice(_) => {
-                crate::comm::CommError::Setup(e.to_string())
-            }
-            other => crate::comm::CommError::Device(other.to_string()),
-        }
-    }
-}
-
-impl From<GpuError> for crate::compute::ComputeError {
-    fn from(e: GpuError) -> Self {
-        match e {
-            GpuError::InvalidArgument(m) => crate::compute::ComputeError::InvalidArgument(m),
-            other => crate::compute::ComputeError::Device(other.to_string()),
-        }
-    }
-}
-
 /// Runs `f`, turning a panic inside cudarc into [`GpuError::Panic`].
 ///
 /// The last resort behind the probe: cudarc's dynamic loading panics when a

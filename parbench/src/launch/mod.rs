@@ -112,12 +112,6 @@ impl LaunchError {
     }
 }
 
-impl From<LaunchError> for crate::comm::CommError {
-    fn from(e: LaunchError) -> Self {
-        crate::comm::CommError::Setup(e.to_string())
-    }
-}
-
 /// Raises this process's soft limit on open files to its hard limit (at
 /// most 65,536), once: a rank that serves the store or a data port holds a
 /// descriptor per connection, and a crowd of strangers must not run it out

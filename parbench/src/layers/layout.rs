@@ -7,6 +7,7 @@
 //! rank's local index to the global one gathers results for the check.
 
 use super::{BlockConfig, LayerError, LayerResult};
+use crate::seed::splitmix64;
 
 /// How a tensor is split across the `t` ranks of a tensor-parallel group.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -141,14 +142,6 @@ impl TensorSpec {
         }
         Ok(out)
     }
-}
-
-/// SplitMix64's finaliser: a cheap, well-mixed hash of one word.
-fn splitmix64(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 /// The block's parameters, in a fixed order (weights, then their biases).

@@ -163,6 +163,30 @@ impl PingPong {
     }
 }
 
+/// One round trip of `count` elements of `dtype` in `buf` between ranks 0
+/// and 1 (rank 0 sends first; other ranks do nothing), finished on the
+/// device (`sync`) before it returns: on a backend that only queues its
+/// calls (nccl) a clock around it times the transfer, not its issue.
+pub fn round_trip<C: Communicator>(
+    comm: &mut C,
+    buf: &mut C::Buffer,
+    count: usize,
+    dtype: DType,
+) -> CommResult<()> {
+    match comm.rank() {
+        0 => {
+            comm.send(buf, count, dtype, 1)?;
+            comm.recv(buf, count, dtype, 1)?;
+        }
+        1 => {
+            comm.recv(buf, count, dtype, 0)?;
+            comm.send(buf, count, dtype, 0)?;
+        }
+        _ => {}
+    }
+    comm.sync()
+}
+
 /// Untimed round trips before the timed ones: at least this many, and at
 /// least [`PING_WARMUP_SECS`] of them, so that cores asleep (a machine
 /// that was idle) are awake when the clock starts.
@@ -179,20 +203,7 @@ pub fn ping_pong<C: Communicator>(comm: &mut C, iters: usize) -> CommResult<Opti
     }
     let iters = iters.max(50);
     let mut buf = comm.alloc(8)?;
-    let trip = |comm: &mut C, buf: &mut C::Buffer| -> CommResult<()> {
-        match comm.rank() {
-            0 => {
-                comm.send(buf, 8, DType::U8, 1)?;
-                comm.recv(buf, 8, DType::U8, 1)?;
-            }
-            1 => {
-                comm.recv(buf, 8, DType::U8, 0)?;
-                comm.send(buf, 8, DType::U8, 0)?;
-            }
-            _ => {}
-        }
-        comm.sync()
-    };
+    let trip = |comm: &mut C, buf: &mut C::Buffer| round_trip(comm, buf, 8, DType::U8);
     comm.barrier()?;
     // Rank 0 decides when the warm-up is over and tells rank 1 with the
     // first byte of the message (1 = one more warm-up trip).

@@ -81,6 +81,39 @@ pub fn gather_f64<C: Communicator>(comm: &mut C, values: &[f64]) -> CommResult<V
         .collect())
 }
 
+/// [`gather_f64`] for `values` of any length: every rank's length first,
+/// then each rank's values padded to the longest; one vector per rank, at
+/// its own length. A rank that announces more than `max_len` values is a
+/// [`CommError::Protocol`] (nothing is allocated from its length).
+pub fn gather_f64_any_len<C: Communicator>(
+    comm: &mut C,
+    values: &[f64],
+    max_len: usize,
+) -> CommResult<Vec<Vec<f64>>> {
+    let lens = gather_f64(comm, &[values.len() as f64])?;
+    let mut longest = 0;
+    let mut own_len = Vec::with_capacity(lens.len());
+    for (r, l) in lens.iter().enumerate() {
+        let n = l.first().copied().unwrap_or(0.0);
+        if !(0.0..=max_len as f64).contains(&n) {
+            return Err(CommError::Protocol {
+                rank: comm.rank(),
+                peer: r,
+                detail: format!("rank {r} announced {n} values"),
+            });
+        }
+        own_len.push(n as usize);
+        longest = longest.max(n as usize);
+    }
+    let mut padded = values.to_vec();
+    padded.resize(longest, 0.0);
+    let mut all = gather_f64(comm, &padded)?;
+    for (v, n) in all.iter_mut().zip(own_len) {
+        v.truncate(n);
+    }
+    Ok(all)
+}
+
 /// One loop's figures, the same on every rank.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LoopStats {

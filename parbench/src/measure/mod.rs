@@ -28,9 +28,11 @@ pub mod timing;
 
 pub use ceiling::{
     exchange_latency, memcpy_bandwidth, ping_pong, ping_pong_latency, reduce_throughput,
-    stream_throughput, Ceiling, PingPong,
+    round_trip, stream_throughput, Ceiling, PingPong,
 };
-pub use combine::{gather_f64, Average, LoopStats, StragglerTally, StragglerVerdict};
+pub use combine::{
+    gather_f64, gather_f64_any_len, Average, LoopStats, StragglerTally, StragglerVerdict,
+};
 pub use ladder::{
     copy_ladder, fresh_ladders, reduce_ladder, ring_step_ladder, stream_ladder, working_sets,
     FreshLadders, Ladder, Rung, StreamLadders,

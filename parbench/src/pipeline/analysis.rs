@@ -13,10 +13,11 @@
 //! simulator and the closed forms give, so the three can be put side by
 //! side.
 
-use super::{median, RunRecord};
+use super::RunRecord;
 use crate::model::bubble::{bubble_rate, BubbleSchedule, PassTimes};
 use crate::model::sim::{simulate, simulate_with, SimCosts, SimError, SimResult, StageCosts};
 use crate::schedule::{peak_in_flight, Action, ActionKind, Message, Schedule, ScheduleKind};
+use crate::stats::median;
 use std::collections::HashMap;
 
 /// What one run reports (times in microseconds).
@@ -123,7 +124,7 @@ pub fn summarize(schedule: &Schedule, rec: &RunRecord) -> Result<Summary, SimErr
             .collect()
     };
     Ok(Summary {
-        step_us: median(&mut steps.clone()),
+        step_us: median(&mut steps.clone()).unwrap_or(0.0),
         step_min_us: steps.iter().copied().fold(f64::INFINITY, f64::min),
         step_max_us: steps.iter().copied().fold(0.0, f64::max),
         median_step,
@@ -263,10 +264,10 @@ fn stage_costs(schedule: &Schedule, rec: &RunRecord) -> Vec<StageCosts> {
     samples
         .into_iter()
         .map(|mut k| StageCosts {
-            f: median(&mut k[ActionKind::F.index()]),
-            b: median(&mut k[ActionKind::B.index()]),
-            i: median(&mut k[ActionKind::I.index()]),
-            w: median(&mut k[ActionKind::W.index()]),
+            f: median(&mut k[ActionKind::F.index()]).unwrap_or(0.0),
+            b: median(&mut k[ActionKind::B.index()]).unwrap_or(0.0),
+            i: median(&mut k[ActionKind::I.index()]).unwrap_or(0.0),
+            w: median(&mut k[ActionKind::W.index()]).unwrap_or(0.0),
         })
         .collect()
 }

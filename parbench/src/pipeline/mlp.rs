@@ -14,6 +14,7 @@
 //! every activation that crossed a stage boundary.
 
 use crate::compute::{Compute, ComputeResult, Gemm};
+use crate::seed::splitmix64;
 
 /// Sizes of every layer and microbatch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,20 +32,13 @@ impl MlpShape {
     }
 }
 
-/// SplitMix64: a stateless hash, so values depend only on their index.
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
 /// `len` values uniform in `[-scale, scale)`, from (seed, tag, index).
 pub fn seeded(seed: u64, tag: u64, index: u64, len: usize, scale: f32) -> Vec<f32> {
-    let base = mix(seed ^ mix(tag.wrapping_mul(0x1000_0000_01B3) ^ mix(index)));
+    let base =
+        splitmix64(seed ^ splitmix64(tag.wrapping_mul(0x1000_0000_01B3) ^ splitmix64(index)));
     (0..len as u64)
         .map(|i| {
-            let u = (mix(base ^ i) >> 40) as f32 / (1u64 << 24) as f32;
+            let u = (splitmix64(base ^ i) >> 40) as f32 / (1u64 << 24) as f32;
             (2.0 * u - 1.0) * scale
         })
         .collect()

@@ -162,20 +162,6 @@ impl PipelineError {
     }
 }
 
-/// The median of `v` (sorted in place); 0 for an empty slice.
-pub(crate) fn median(v: &mut [f64]) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    v.sort_by(|a, b| a.total_cmp(b));
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -194,12 +180,5 @@ mod tests {
         for bad in ["sleep", "sleep:", "sleep:x", "sleep:0", "gpu"] {
             assert!(bad.parse::<Work>().is_err(), "{bad}");
         }
-    }
-
-    #[test]
-    fn medians() {
-        assert_eq!(median(&mut []), 0.0);
-        assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(&mut [4.0, 1.0, 2.0, 3.0]), 2.5);
     }
 }

@@ -53,12 +53,7 @@ pub struct Verdict {
 /// Judges the one-way bandwidths: pairs under [`SLOW_SHARE`] of the median.
 pub fn verdict(rows: &[LinkRow]) -> Verdict {
     let mut bws: Vec<f64> = rows.iter().map(|r| r.one_way_gbps).collect();
-    bws.sort_by(f64::total_cmp);
-    let median_gbps = match bws.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => bws[n / 2],
-        n => (bws[n / 2 - 1] + bws[n / 2]) / 2.0,
-    };
+    let median_gbps = crate::stats::median(&mut bws).unwrap_or(0.0);
     let mut slow: Vec<(usize, usize, f64)> = rows
         .iter()
         .filter(|r| median_gbps > 0.0 && r.one_way_gbps < SLOW_SHARE * median_gbps)

@@ -10,6 +10,7 @@ use crate::predict;
 use crate::units;
 use parbench::model::wire::{fit_on_wire, WireModel};
 use parbench::results::CollectiveRow;
+use parbench::stats::median_of_finite;
 use std::collections::BTreeMap;
 
 /// The rows of one measured curve, one per message size.
@@ -48,20 +49,6 @@ pub struct SizePoint {
 /// curves of their own; more become one "median of N runs" curve with
 /// their min..max band (a nightly folder of rounds).
 pub const MAX_RUN_CURVES: usize = 2;
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.retain(|x| x.is_finite());
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(f64::total_cmp);
-    let m = v.len() / 2;
-    if v.len() % 2 == 1 {
-        v[m]
-    } else {
-        (v[m - 1] + v[m]) / 2.0
-    }
-}
 
 fn range(v: impl Iterator<Item = f64>) -> (f64, f64) {
     v.filter(|x| x.is_finite())
@@ -120,7 +107,7 @@ fn make_curve<'a>(
     let by_size = sizes
         .into_iter()
         .map(|(bytes, rs)| {
-            let m = |f: fn(&CollectiveRow) -> f64| median(rs.iter().map(|r| f(r)).collect());
+            let m = |f: fn(&CollectiveRow) -> f64| median_of_finite(rs.iter().map(|r| f(r)));
             SizePoint {
                 bytes: bytes as f64,
                 busbw: m(|r| r.busbw_gbps),

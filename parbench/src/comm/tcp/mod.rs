@@ -35,11 +35,13 @@
 //!   [`Transport::link_stats`] reports what each connection uses and how
 //!   many segments the kernel retransmitted.
 
+mod fault;
 mod mesh;
 mod peer;
 
 use crate::comm::{Algo, CommError, CommResult, HostBuffer, HostComm, RecvInto, Transport};
 use crate::launch::{RankInfo, Store};
+use fault::{Failure, Fault};
 use peer::{Congestion, Peer, Step};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -87,14 +89,6 @@ pub fn connect(info: &RankInfo, timeout: Duration) -> CommResult<TcpTransport> {
 /// `timeout` is both the setup deadline and the deadline of every later wait.
 pub fn comm(info: &RankInfo, algo: Algo, timeout: Duration) -> CommResult<TcpComm> {
     Ok(HostComm::new(connect(info, timeout)?, algo, timeout))
-}
-
-/// Why the transport stopped working: every later call repeats it.
-#[derive(Clone, Debug)]
-struct Failure {
-    peer: usize,
-    timeout: bool,
-    detail: String,
 }
 
 /// The point-to-point core of the `tcp` backend (see the module docs).
@@ -172,24 +166,6 @@ impl<'a> RecvOp<'a> {
     fn done(&self) -> bool {
         self.checked && self.got == self.into.len() && self.tail == 0
     }
-}
-
-/// What went wrong with one peer during a call.
-enum Fault {
-    Lost {
-        peer: usize,
-        detail: String,
-    },
-    Protocol {
-        peer: usize,
-        detail: String,
-    },
-    /// `from` told us that `named` was lost or timed out.
-    Remote {
-        from: usize,
-        named: usize,
-        timeout: bool,
-    },
 }
 
 impl TcpTransport {
@@ -276,25 +252,7 @@ impl TcpTransport {
                 self.rank
             )));
         };
-        deliver(self.rank, &msg, into)
-    }
-
-    fn failure_error(&self, f: &Failure, op: &'static str, after: Duration) -> CommError {
-        if f.timeout {
-            CommError::Timeout {
-                rank: self.rank,
-                peer: f.peer,
-                op,
-                after,
-            }
-        } else {
-            CommError::PeerLost {
-                rank: self.rank,
-                peer: f.peer,
-                op,
-                detail: f.detail.clone(),
-            }
-        }
+        into.deliver(self.rank, self.rank, &msg, "sent itself")
     }
 
     /// Moves `send` and `recv` until both are done, the deadline passes, or a peer fails.
@@ -393,24 +351,6 @@ impl TcpTransport {
             };
             if let Err(f) = self.wait(sending, receiving, until) {
                 return Err(self.fail(f, send.as_mut(), recv.as_ref(), op, start));
-            }
-        }
-    }
-
-    fn follow_hints(&self, peer: usize) -> usize {
-        follow_hints(&self.hints, self.rank, peer)
-    }
-
-    /// Writes a control frame naming `named` to every other peer whose
-    /// outgoing stream is between frames (best effort, never blocks).
-    fn notify(&mut self, kind: u64, named: usize, pending: Option<&SendOp<'_>>) {
-        let msg = control(kind, named);
-        let mid_frame = pending.filter(|s| s.sent > 0 && !s.done()).map(|s| s.peer);
-        for (r, p) in self.peers.iter_mut().enumerate() {
-            if let Some(p) = p {
-                if r != named && Some(r) != mid_frame {
-                    p.try_write_whole(&msg);
-                }
             }
         }
     }
@@ -524,212 +464,6 @@ impl TcpTransport {
         }
         Ok(true)
     }
-
-    /// Sleeps until one of the call's sockets can move. Meanwhile it acts
-    /// on abort notices from idle peers and, while a send is blocked, drains
-    /// every other peer into its stash (the peer we send to may itself be
-    /// blocked sending to us).
-    fn wait(
-        &mut self,
-        sending: Option<usize>,
-        receiving: Option<usize>,
-        deadline: Instant,
-    ) -> Result<(), Fault> {
-        for r in 0..self.peers.len() {
-            // Every stream but the one being received is between frames.
-            if Some(r) == receiving {
-                continue;
-            }
-            let Some(p) = self.peers[r].as_mut() else {
-                continue;
-            };
-            while let Some(len) = p.peek_unseen_header() {
-                if len & CONTROL == 0 {
-                    break;
-                }
-                p.skip_header();
-                let (kind, named) = decode(len);
-                if kind == SUSPECT {
-                    self.hints[r] = Some(named);
-                    continue;
-                }
-                return Err(Fault::Remote {
-                    from: r,
-                    named,
-                    timeout: kind == ABORT_TIMEOUT,
-                });
-            }
-        }
-        self.pollfds.clear();
-        for (r, p) in self.peers.iter().enumerate() {
-            let Some(p) = p else { continue };
-            let mut ev: libc::c_short = 0;
-            if Some(r) == sending {
-                ev |= libc::POLLOUT;
-            }
-            let partner = Some(r) == receiving;
-            let drain = sending.is_some() && !p.drained_and_closed();
-            let watch = !p.drained_and_closed() && !p.head_is_data();
-            if partner || drain || watch {
-                ev |= libc::POLLIN;
-            }
-            if ev != 0 {
-                self.pollfds.push(libc::pollfd {
-                    fd: p.fd(),
-                    events: ev,
-                    revents: 0,
-                });
-            }
-        }
-        let left = deadline.saturating_duration_since(Instant::now());
-        let ms = left.as_millis().clamp(1, 1000) as libc::c_int;
-        // SAFETY: pollfds is a valid array of its length for the call.
-        let rc = unsafe {
-            libc::poll(
-                self.pollfds.as_mut_ptr(),
-                self.pollfds.len() as libc::nfds_t,
-                ms,
-            )
-        };
-        if rc <= 0 || sending.is_none() {
-            return Ok(());
-        }
-        for i in 0..self.pollfds.len() {
-            let pfd = self.pollfds[i];
-            if pfd.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) == 0 {
-                continue;
-            }
-            let r = self
-                .peers
-                .iter()
-                .position(|p| p.as_ref().is_some_and(|p| p.fd() == pfd.fd));
-            if let Some(r) = r.filter(|&r| Some(r) != receiving) {
-                // A close seen here surfaces when this peer is needed.
-                let _ = self.peer_mut(r).drain();
-            }
-        }
-        Ok(())
-    }
-
-    /// A peer that closed its connection may have told us why first: it
-    /// failed on another rank, sent us an abort notice and exited. Before
-    /// blaming it, read what it left in the socket and look for that notice
-    /// (beyond the rest of the frame being received from it, if any).
-    fn explain_loss(&mut self, f: Fault, recv: Option<&RecvOp<'_>>) -> Fault {
-        let Fault::Lost { peer, detail } = f else {
-            return f;
-        };
-        let skip = match recv.filter(|r| r.peer == peer) {
-            None => Some(0),
-            Some(r) if r.checked => Some(r.into.len() - r.got),
-            Some(r) if r.hdr_got == 0 => Some(0),
-            Some(_) => None, // stopped inside a header: no frame boundary to start from
-        };
-        let notice = skip.and_then(|skip| self.peer_mut(peer).find_control(skip));
-        match notice.map(decode) {
-            Some((kind, named)) => Fault::Remote {
-                from: peer,
-                named,
-                timeout: kind == ABORT_TIMEOUT,
-            },
-            None => Fault::Lost { peer, detail },
-        }
-    }
-
-    /// Turns a fault into the call's error, tells every other peer (so that
-    /// ranks waiting elsewhere fail at once naming the same rank), and marks
-    /// the transport failed.
-    fn fail(
-        &mut self,
-        f: Fault,
-        pending: Option<&mut SendOp<'_>>,
-        recv: Option<&RecvOp<'_>>,
-        op: &'static str,
-        start: Instant,
-    ) -> CommError {
-        let f = self.explain_loss(f, recv);
-        let (failure, err) = match f {
-            Fault::Lost { peer, detail } => {
-                let fl = Failure {
-                    peer,
-                    timeout: false,
-                    detail,
-                };
-                let e = self.failure_error(&fl, op, start.elapsed());
-                (fl, e)
-            }
-            Fault::Protocol { peer, detail } => {
-                let fl = Failure {
-                    peer,
-                    timeout: false,
-                    detail: format!("protocol error: {detail}"),
-                };
-                (
-                    fl,
-                    CommError::Protocol {
-                        rank: self.rank,
-                        peer,
-                        detail,
-                    },
-                )
-            }
-            Fault::Remote {
-                from,
-                named,
-                timeout,
-            } => {
-                let detail = if timeout {
-                    format!("rank {from} timed out waiting for it")
-                } else {
-                    format!("rank {from} lost it")
-                };
-                let fl = Failure {
-                    peer: named,
-                    timeout,
-                    detail,
-                };
-                let e = self.failure_error(&fl, op, start.elapsed());
-                (fl, e)
-            }
-        };
-        let skip = match &err {
-            CommError::Protocol { peer, .. } => Some(*peer),
-            _ => None,
-        };
-        self.abort_all(&failure, pending, skip);
-        self.failed = Some(failure);
-        err
-    }
-
-    /// Best effort: finishes the half-sent frame (briefly) so the stream
-    /// stays on a frame boundary, then writes an abort notice naming the
-    /// failed rank to every peer that can take it without blocking.
-    fn abort_all(&mut self, f: &Failure, pending: Option<&mut SendOp<'_>>, skip: Option<usize>) {
-        if let Some(s) = pending {
-            if !s.done() {
-                let until = Instant::now() + ABORT_GRACE;
-                while !s.done() && Instant::now() < until && s.peer != f.peer {
-                    match self.advance_send(s) {
-                        Ok(true) => {}
-                        Ok(false) => std::thread::sleep(Duration::from_micros(100)),
-                        Err(_) => break,
-                    }
-                }
-                if !s.done() {
-                    self.peer_mut(s.peer).out_dirty = true;
-                }
-            }
-        }
-        let kind = if f.timeout { ABORT_TIMEOUT } else { ABORT_LOST };
-        let notice = control(kind, f.peer);
-        for (r, p) in self.peers.iter_mut().enumerate() {
-            if let Some(p) = p {
-                if r != f.peer && Some(r) != skip {
-                    p.try_write_whole(&notice);
-                }
-            }
-        }
-    }
 }
 
 impl Drop for TcpTransport {
@@ -815,7 +549,7 @@ impl Transport for TcpTransport {
         let me = self.rank;
         match (to == me, from == me) {
             // Straight across, without a copy through the queue when it is empty.
-            (true, true) if self.to_self.is_empty() => deliver(me, data, into),
+            (true, true) if self.to_self.is_empty() => into.deliver(me, me, data, "sent itself"),
             (true, true) => {
                 self.to_self.push_back(data.to_vec());
                 self.take_from_self(into, "exchange")
@@ -838,37 +572,6 @@ impl Transport for TcpTransport {
     }
 }
 
-/// The end of the chain of hints from `peer`: whom it waits for, whom that
-/// one waits for, ... never `me`, and a cycle stops the walk.
-fn follow_hints(hints: &[Option<usize>], me: usize, peer: usize) -> usize {
-    let mut cur = peer;
-    for _ in 0..hints.len() {
-        match hints.get(cur).copied().flatten() {
-            Some(next) if next != me && next != cur => cur = next,
-            _ => break,
-        }
-    }
-    cur
-}
-
-/// Puts a message into a receive, checking its length as a frame's would be.
-fn deliver(rank: usize, msg: &[u8], into: RecvInto<'_>) -> CommResult<()> {
-    if msg.len() != into.len() {
-        return Err(CommError::Protocol {
-            rank,
-            peer: rank,
-            detail: format!(
-                "sent itself {} bytes where {} were expected",
-                msg.len(),
-                into.len()
-            ),
-        });
-    }
-    let mut into = into;
-    into.absorb(0, msg);
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -880,17 +583,6 @@ mod tests {
             assert!(h & CONTROL != 0);
             assert_eq!(decode(h), (kind, named));
         }
-    }
-
-    #[test]
-    fn hints_lead_to_the_rank_at_the_end_of_the_chain() {
-        // 3 waits for 2, 2 waits for 1, 1 said nothing.
-        let hints = [None, None, Some(1), Some(2)];
-        assert_eq!(follow_hints(&hints, 0, 3), 1);
-        assert_eq!(follow_hints(&hints, 0, 1), 1);
-        // A chain never ends at the rank asking, and a cycle stops.
-        assert_eq!(follow_hints(&[None, Some(0)], 0, 1), 1);
-        assert_eq!(follow_hints(&[None, Some(2), Some(1)], 0, 1), 2);
     }
 
     /// A loopback pair: the default rule gives it the loopback congestion

@@ -28,6 +28,12 @@ use crate::schedule::{Action, ActionKind, Message, Schedule};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+mod grad_check;
+mod records;
+
+use grad_check::check_grads;
+use records::gather_steps;
+
 /// When one action ran, in microseconds: on the rank's own clock while the
 /// run lasts, on the common base from its step's first work start in a
 /// [`RunRecord`].
@@ -96,39 +102,6 @@ impl ActionTiming {
         self.work_end_us = f(self.work_end_us);
         self.sent_us = self.sent_us.map(&f);
         self.end_us = f(self.end_us);
-    }
-
-    const FIELDS: usize = 10;
-
-    fn to_f64s(self, out: &mut Vec<f64>) {
-        let opt = |v: Option<f64>| v.unwrap_or(f64::NAN);
-        out.extend([
-            self.action.stage as f64,
-            self.action.kind.index() as f64,
-            self.action.mb as f64,
-            self.asked_us,
-            opt(self.arrived_us),
-            opt(self.input_sent_us),
-            self.start_us,
-            self.work_end_us,
-            opt(self.sent_us),
-            self.end_us,
-        ]);
-    }
-
-    fn from_f64s(v: &[f64]) -> Option<Self> {
-        let kind = *ActionKind::ALL.get(*v.get(1)? as usize)?;
-        let opt = |i: usize| v.get(i).copied().filter(|x| !x.is_nan());
-        Some(ActionTiming {
-            action: Action::new(*v.first()? as usize, kind, *v.get(2)? as usize),
-            asked_us: *v.get(3)?,
-            arrived_us: opt(4),
-            input_sent_us: opt(5),
-            start_us: *v.get(6)?,
-            work_end_us: *v.get(7)?,
-            sent_us: opt(8),
-            end_us: *v.get(9)?,
-        })
     }
 }
 
@@ -613,249 +586,17 @@ where
     let mut rtts = Vec::with_capacity(TRIPS);
     for _ in 0..TRIPS {
         let t = Instant::now();
-        if rank == 0 {
-            comm.send(&buf, count, dtype, 1)?;
-            comm.recv(&mut buf, count, dtype, 1)?;
-        } else {
-            comm.recv(&mut buf, count, dtype, 0)?;
-            comm.send(&buf, count, dtype, 0)?;
-        }
+        crate::measure::round_trip(comm, &mut buf, count, dtype)?;
         rtts.push(t.elapsed().as_secs_f64() * 1e6);
     }
     // The first trips pay for connection and page warm-up.
     let mut tail = rtts.split_off(2);
-    Ok(super::median(&mut tail) / 2.0)
-}
-
-fn send_f64s<Cm: Communicator>(
-    comm: &mut Cm,
-    data: &[f64],
-    to: usize,
-) -> Result<(), PipelineError> {
-    let mut head = comm.alloc(8)?;
-    head.write_from_host(&(data.len() as u64).to_le_bytes())?;
-    comm.send(&head, 1, DType::I64, to)?;
-    if !data.is_empty() {
-        let mut buf = comm.alloc(data.len() * 8)?;
-        let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
-        buf.write_from_host(&bytes)?;
-        comm.send(&buf, data.len(), DType::F64, to)?;
-    }
-    Ok(())
-}
-
-fn recv_f64s<Cm: Communicator>(comm: &mut Cm, from: usize) -> Result<Vec<f64>, PipelineError> {
-    let mut head = comm.alloc(8)?;
-    comm.recv(&mut head, 1, DType::I64, from)?;
-    let mut n = [0u8; 8];
-    head.read_to_host(&mut n)?;
-    let n = u64::from_le_bytes(n) as usize;
-    if n > (1 << 31) {
-        return Err(PipelineError::Protocol(format!(
-            "rank {from} announced {n} values"
-        )));
-    }
-    if n == 0 {
-        return Ok(Vec::new());
-    }
-    let mut buf = comm.alloc(n * 8)?;
-    comm.recv(&mut buf, n, DType::F64, from)?;
-    let mut bytes = vec![0u8; n * 8];
-    buf.read_to_host(&mut bytes)?;
-    Ok(bytes
-        .chunks_exact(8)
-        .map(|c| f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
-        .collect())
-}
-
-fn encode_steps(steps: &[RankStep]) -> Vec<f64> {
-    let mut v = vec![steps.len() as f64];
-    for st in steps {
-        v.extend([
-            st.actions.len() as f64,
-            st.peak_activations as f64,
-            st.peak_activation_bytes as f64,
-            st.device_uncertainty_us,
-        ]);
-        for a in &st.actions {
-            a.to_f64s(&mut v);
-        }
-    }
-    v
-}
-
-fn decode_steps(v: &[f64], from: usize) -> Result<Vec<RankStep>, PipelineError> {
-    let bad = || PipelineError::Protocol(format!("rank {from} sent a malformed timing record"));
-    let mut it = 0usize;
-    let mut next = |n: usize| -> Result<&[f64], PipelineError> {
-        let s = v.get(it..it + n).ok_or_else(bad)?;
-        it += n;
-        Ok(s)
-    };
-    let steps = next(1)?[0] as usize;
-    let mut out = Vec::with_capacity(steps.min(1 << 16));
-    for _ in 0..steps {
-        let h = next(4)?;
-        let (n, peak, bytes, device) = (h[0] as usize, h[1] as usize, h[2] as usize, h[3]);
-        let mut actions = Vec::with_capacity(n.min(1 << 20));
-        for _ in 0..n {
-            actions.push(ActionTiming::from_f64s(next(ActionTiming::FIELDS)?).ok_or_else(bad)?);
-        }
-        out.push(RankStep {
-            actions,
-            peak_activations: peak,
-            peak_activation_bytes: bytes,
-            device_uncertainty_us: device,
-        });
-    }
-    Ok(out)
-}
-
-/// Every rank's steps on rank 0, as `steps[i][rank]`.
-fn gather_steps<Cm: Communicator>(
-    comm: &mut Cm,
-    mine: &[RankStep],
-) -> Result<Option<Vec<Vec<RankStep>>>, PipelineError> {
-    if comm.rank() != 0 {
-        send_f64s(comm, &encode_steps(mine), 0)?;
-        return Ok(None);
-    }
-    let mut per_rank = vec![mine.to_vec()];
-    for r in 1..comm.world() {
-        let v = recv_f64s(comm, r)?;
-        per_rank.push(decode_steps(&v, r)?);
-    }
-    let steps = mine.len();
-    if per_rank.iter().any(|p| p.len() != steps) {
-        return Err(PipelineError::Protocol(
-            "ranks timed different numbers of steps".into(),
-        ));
-    }
-    Ok(Some(
-        (0..steps)
-            .map(|i| per_rank.iter().map(|p| p[i].clone()).collect())
-            .collect(),
-    ))
-}
-
-/// Gathers every stage's gradients on rank 0 and compares them with one
-/// device running the whole model on the same microbatches.
-fn check_grads<Cm, C>(
-    comm: &mut Cm,
-    compute: &C,
-    cfg: &PipelineConfig,
-    models: &HashMap<usize, StageModel<C::Buf>>,
-) -> Result<Option<f64>, PipelineError>
-where
-    Cm: Communicator,
-    C: Compute<Buf = Cm::Buffer>,
-{
-    let s = &cfg.schedule;
-    let rank = comm.rank();
-    if rank != 0 {
-        for st in s.stages_of(rank) {
-            let m = models
-                .get(&st)
-                .ok_or_else(|| PipelineError::Protocol(format!("stage {st} missing")))?;
-            let flat: Vec<f64> = m
-                .grads(compute)?
-                .into_iter()
-                .flatten()
-                .map(f64::from)
-                .collect();
-            send_f64s(comm, &flat, 0)?;
-        }
-        return Ok(None);
-    }
-    let mut got: Vec<Vec<f64>> = vec![Vec::new(); s.num_stages];
-    for (st, slot) in got.iter_mut().enumerate() {
-        let owner = s.rank_of(st).unwrap_or(0);
-        *slot = if owner == 0 {
-            let m = models
-                .get(&st)
-                .ok_or_else(|| PipelineError::Protocol(format!("stage {st} missing")))?;
-            m.grads(compute)?
-                .into_iter()
-                .flatten()
-                .map(f64::from)
-                .collect()
-        } else {
-            Vec::new()
-        };
-    }
-    // Receive in each peer's send order (its stages, increasing).
-    for r in 1..comm.world() {
-        for st in s.stages_of(r) {
-            got[st] = recv_f64s(comm, r)?;
-        }
-    }
-    let reference = mlp::reference_grads(
-        compute,
-        &cfg.stage_layers,
-        s.microbatches,
-        cfg.shape,
-        cfg.seed,
-    )?;
-    let mut max_ref = 0.0f64;
-    let mut max_diff = 0.0f64;
-    for (st, want) in reference.iter().enumerate() {
-        let want: Vec<f64> = want.iter().flatten().map(|&v| f64::from(v)).collect();
-        if want.len() != got[st].len() {
-            return Err(PipelineError::Protocol(format!(
-                "stage {st}: {} gradient values, expected {}",
-                got[st].len(),
-                want.len()
-            )));
-        }
-        for (a, b) in got[st].iter().zip(&want) {
-            max_ref = max_ref.max(b.abs());
-            max_diff = max_diff.max((a - b).abs());
-        }
-    }
-    Ok(Some(if max_ref > 0.0 {
-        max_diff / max_ref
-    } else {
-        max_diff
-    }))
+    Ok(crate::stats::median(&mut tail).unwrap_or(0.0) / 2.0)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn timing_records_round_trip() {
-        let steps = vec![RankStep {
-            actions: vec![
-                ActionTiming {
-                    action: Action::new(2, ActionKind::W, 5),
-                    asked_us: 1.0,
-                    arrived_us: None,
-                    input_sent_us: None,
-                    start_us: 2.0,
-                    work_end_us: 3.5,
-                    sent_us: None,
-                    end_us: 4.0,
-                },
-                ActionTiming {
-                    action: Action::new(1, ActionKind::I, 5),
-                    asked_us: 4.0,
-                    arrived_us: Some(4.5),
-                    input_sent_us: Some(4.2),
-                    start_us: 5.0,
-                    work_end_us: 6.0,
-                    sent_us: Some(6.1),
-                    end_us: 7.0,
-                },
-            ],
-            peak_activations: 3,
-            peak_activation_bytes: 4096,
-            device_uncertainty_us: 1.5,
-        }];
-        assert_eq!(decode_steps(&encode_steps(&steps), 1).unwrap(), steps);
-        assert!(decode_steps(&[1.0, 2.0], 1).is_err());
-    }
-
     use crate::comm::{local, Algo, CommResult};
     use crate::compute::cpu::CpuCompute;
     use crate::pipeline::{acausal, MlpShape, PipelineConfig, Work};

@@ -1,0 +1,422 @@
+//! The [`Communicator`] trait over NCCL.
+
+use super::transfer::{addr, nccl_op, nccl_type};
+use super::NcclComm;
+use crate::comm::{
+    Collective, CommError, CommResult, Communicator, DType, Io, ReduceOp, Replay, StreamClock,
+};
+use crate::gpu::timing::{CapturedLoop, EventTimer};
+use crate::gpu::{self, bandwidth, DeviceBuffer, Gpu, GpuError};
+use cudarc::driver::result as cu;
+use cudarc::nccl::sys;
+use std::ffi::c_void;
+use std::time::Duration;
+
+impl Communicator for NcclComm {
+    type Buffer = DeviceBuffer;
+
+    fn rank(&self) -> usize {
+        self.rank
+    }
+    fn world(&self) -> usize {
+        self.world
+    }
+    fn backend(&self) -> &'static str {
+        "nccl"
+    }
+    fn wire(&self) -> String {
+        self.wire.clone()
+    }
+    fn algo_for(&self, coll: Collective, bytes: usize) -> String {
+        // NCCL's own choice for this size, from its tuning log (written by
+        // rank 0 once a call of this size ran); `unknown` until it says.
+        match crate::comm::nccl_tuning::log_path() {
+            Some(p) => crate::comm::nccl_tuning::label_for(
+                &crate::comm::nccl_tuning::read_log(&p),
+                coll,
+                bytes as u64,
+                self.world,
+            ),
+            None => "unknown".into(),
+        }
+    }
+    fn set_timeout(&mut self, timeout: Duration) {
+        self.timeout = timeout;
+        self.gpu.set_timeout(timeout);
+    }
+    fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    fn alloc(&self, bytes: usize) -> CommResult<DeviceBuffer> {
+        Ok(self.gpu.alloc(bytes)?)
+    }
+
+    fn all_reduce(
+        &mut self,
+        io: Io<'_, DeviceBuffer>,
+        count: usize,
+        dtype: DType,
+        op: ReduceOp,
+    ) -> CommResult<()> {
+        self.flush()?;
+        let b = count * dtype.size();
+        let (s, r) = self.io_ptrs(&io, b, b, 0, 0)?;
+        let (comm, stream) = (self.comm, self.stream());
+        // SAFETY: pointers checked to hold `count` elements on this GPU.
+        self.call("ncclAllReduce", || unsafe {
+            sys::ncclAllReduce(s, r, count, nccl_type(dtype), nccl_op(op), comm, stream)
+        })
+    }
+
+    fn all_gather(
+        &mut self,
+        io: Io<'_, DeviceBuffer>,
+        count: usize,
+        dtype: DType,
+    ) -> CommResult<()> {
+        self.flush()?;
+        let b = count * dtype.size();
+        let (s, r) = self.io_ptrs(&io, b, b * self.world, self.rank * b, 0)?;
+        let (comm, stream) = (self.comm, self.stream());
+        // SAFETY: as in all_reduce.
+        self.call("ncclAllGather", || unsafe {
+            sys::ncclAllGather(s, r, count, nccl_type(dtype), comm, stream)
+        })
+    }
+
+    fn reduce_scatter(
+        &mut self,
+        io: Io<'_, DeviceBuffer>,
+        count: usize,
+        dtype: DType,
+        op: ReduceOp,
+    ) -> CommResult<()> {
+        self.flush()?;
+        let b = count * dtype.size();
+        let (s, r) = self.io_ptrs(&io, b * self.world, b, 0, self.rank * b)?;
+        let (comm, stream) = (self.comm, self.stream());
+        // SAFETY: as in all_reduce.
+        self.call("ncclReduceScatter", || unsafe {
+            sys::ncclReduceScatter(s, r, count, nccl_type(dtype), nccl_op(op), comm, stream)
+        })
+    }
+
+    fn broadcast(
+        &mut self,
+        io: Io<'_, DeviceBuffer>,
+        count: usize,
+        dtype: DType,
+        root: usize,
+    ) -> CommResult<()> {
+        self.check_root(root)?;
+        self.flush()?;
+        let b = count * dtype.size();
+        let (s, r) = self.io_ptrs(&io, b, b, 0, 0)?;
+        let (comm, stream) = (self.comm, self.stream());
+        // SAFETY: as in all_reduce.
+        self.call("ncclBroadcast", || unsafe {
+            sys::ncclBroadcast(s, r, count, nccl_type(dtype), root as i32, comm, stream)
+        })
+    }
+
+    fn reduce(
+        &mut self,
+        io: Io<'_, DeviceBuffer>,
+        count: usize,
+        dtype: DType,
+        op: ReduceOp,
+        root: usize,
+    ) -> CommResult<()> {
+        self.check_root(root)?;
+        self.flush()?;
+        let b = count * dtype.size();
+        let (s, r) = self.io_ptrs(&io, b, b, 0, 0)?;
+        let (comm, stream) = (self.comm, self.stream());
+        // SAFETY: as in all_reduce.
+        self.call("ncclReduce", || unsafe {
+            sys::ncclReduce(
+                s,
+                r,
+                count,
+                nccl_type(dtype),
+                nccl_op(op),
+                root as i32,
+                comm,
+                stream,
+            )
+        })
+    }
+
+    fn all_to_all(
+        &mut self,
+        io: Io<'_, DeviceBuffer>,
+        count: usize,
+        dtype: DType,
+    ) -> CommResult<()> {
+        self.flush()?;
+        let b = count * dtype.size();
+        let total = b * self.world;
+        let (s, r) = match io {
+            Io::InPlace(buf) => {
+                // Grouped sends and receives on one buffer would overwrite blocks
+                // not yet sent: send from a copy.
+                let r = self.ptr(buf, 0, total, "in-place")?;
+                Self::ensure(&self.gpu, &mut self.scratch, total)?;
+                let Some(scratch) = self.scratch.as_ref().map(|s| s.ptr()) else {
+                    return Err(CommError::Device("all_to_all scratch missing".into()));
+                };
+                if !self.sizing && total > 0 {
+                    self.gpu.bind()?;
+                    // SAFETY: both regions hold `total` bytes on this GPU.
+                    unsafe {
+                        cu::memcpy_dtod_async(scratch, r, total, self.gpu.stream().cu_stream())
+                    }
+                    .map_err(|e| GpuError::call("in-place all_to_all copy", e))?;
+                }
+                (scratch, r)
+            }
+            Io::OutOfPlace { send, recv } => (
+                self.ptr(send, 0, total, "send")?,
+                self.ptr(recv, 0, total, "recv")?,
+            ),
+        };
+        let (comm, stream, world, t) = (self.comm, self.stream(), self.world, nccl_type(dtype));
+        // SAFETY: block j of each buffer lies inside it (checked `total`); the group closes on every path.
+        self.call("all_to_all (grouped ncclSend/ncclRecv)", || unsafe {
+            let r0 = sys::ncclGroupStart();
+            if r0 != sys::ncclResult_t::ncclSuccess {
+                return r0;
+            }
+            let mut first = sys::ncclResult_t::ncclSuccess;
+            for j in 0..world {
+                // Device addresses by integer arithmetic: they point into no
+                // Rust allocation, so pointer offsets would be undefined.
+                let off = (j * b) as u64;
+                for r in [
+                    sys::ncclSend(addr(s + off), count, t, j as i32, comm, stream),
+                    sys::ncclRecv(addr(r + off), count, t, j as i32, comm, stream),
+                ] {
+                    if first == sys::ncclResult_t::ncclSuccess {
+                        first = r;
+                    }
+                }
+            }
+            let r = sys::ncclGroupEnd();
+            if first == sys::ncclResult_t::ncclSuccess {
+                r
+            } else {
+                first
+            }
+        })
+    }
+
+    fn send(
+        &mut self,
+        buf: &DeviceBuffer,
+        count: usize,
+        dtype: DType,
+        peer: usize,
+    ) -> CommResult<()> {
+        self.live()?;
+        self.check_peer(peer)?;
+        let b = count * dtype.size();
+        let src = self.ptr(buf, 0, b, "send")?;
+        // Staging buffers are reused round-robin once their send was issued
+        // (the capture's sizing pass allocates the ones a graph will use).
+        let idx = self.pending.len();
+        if self.staging.len() <= idx {
+            self.staging.push(self.gpu.alloc(b)?);
+        } else if self.staging[idx].len() < b {
+            self.staging[idx] = self.gpu.alloc(b)?;
+        }
+        if !self.sizing && b > 0 {
+            self.gpu.bind()?;
+            // SAFETY: both regions hold `b` bytes on this GPU; stream order keeps
+            // the copy after earlier uses of the staging buffer.
+            unsafe {
+                cu::memcpy_dtod_async(
+                    self.staging[idx].ptr(),
+                    src,
+                    b,
+                    self.gpu.stream().cu_stream(),
+                )
+            }
+            .map_err(|e| GpuError::call("staging a send", e))?;
+        }
+        self.pending.push((idx, count, dtype, peer));
+        Ok(())
+    }
+
+    fn recv(
+        &mut self,
+        buf: &mut DeviceBuffer,
+        count: usize,
+        dtype: DType,
+        peer: usize,
+    ) -> CommResult<()> {
+        self.check_peer(peer)?;
+        let r = addr(self.ptr(buf, 0, count * dtype.size(), "recv")?);
+        let t = nccl_type(dtype);
+        // SAFETY: `r` holds `count` elements on this GPU.
+        self.flush_with("ncclRecv", |comm, stream| unsafe {
+            sys::ncclRecv(r, count, t, peer as i32, comm, stream)
+        })
+    }
+
+    fn send_recv(
+        &mut self,
+        send: &DeviceBuffer,
+        to: usize,
+        recv: &mut DeviceBuffer,
+        from: usize,
+        count: usize,
+        dtype: DType,
+    ) -> CommResult<()> {
+        self.check_peer(to)?;
+        self.check_peer(from)?;
+        let b = count * dtype.size();
+        let s = addr(self.ptr(send, 0, b, "send")?) as *const c_void;
+        let r = addr(self.ptr(recv, 0, b, "recv")?);
+        let t = nccl_type(dtype);
+        // SAFETY: both hold `count` elements on this GPU; grouped with any pending sends.
+        self.flush_with("ncclSend/ncclRecv", |comm, stream| unsafe {
+            let a = sys::ncclSend(s, count, t, to as i32, comm, stream);
+            let b = sys::ncclRecv(r, count, t, from as i32, comm, stream);
+            if a == sys::ncclResult_t::ncclSuccess {
+                b
+            } else {
+                a
+            }
+        })
+    }
+
+    fn barrier(&mut self) -> CommResult<()> {
+        self.flush()?;
+        let Some(p) = self.token.as_ref().map(|t| addr(t.ptr())) else {
+            return Err(CommError::Device("the barrier's token is missing".into()));
+        };
+        let (comm, stream) = (self.comm, self.stream());
+        // SAFETY: the token holds one f32.
+        self.call("barrier (one-element ncclAllReduce)", || unsafe {
+            sys::ncclAllReduce(
+                p,
+                p,
+                1,
+                sys::ncclDataType_t::ncclFloat32,
+                sys::ncclRedOp_t::ncclSum,
+                comm,
+                stream,
+            )
+        })?;
+        self.wait("barrier")
+    }
+
+    fn sync(&mut self) -> CommResult<()> {
+        self.flush()?;
+        self.wait("sync")
+    }
+
+    fn stream_clock(&mut self, points: usize) -> CommResult<Option<Box<dyn StreamClock>>> {
+        self.flush()?;
+        Ok(Some(Box::new(EventClock {
+            timer: EventTimer::new(&self.gpu, points)?,
+            timeout: self.timeout,
+        })))
+    }
+
+    /// Captures `launches` calls of `op`. First `op` runs once in a sizing
+    /// pass that checks its arguments and allocates every staging buffer and
+    /// scratch it needs while issuing nothing, because nothing may be
+    /// allocated during the capture (see the module documentation).
+    fn capture(
+        &mut self,
+        launches: usize,
+        op: &mut dyn FnMut(&mut Self) -> CommResult<()>,
+    ) -> CommResult<Box<dyn Replay>> {
+        self.flush()?;
+        self.sizing = true;
+        let sized = op(self).and_then(|()| self.flush());
+        self.sizing = false;
+        self.pending.clear();
+        sized?;
+        let gpu = self.gpu.clone();
+        let graph = CapturedLoop::capture(&gpu, launches, || -> CommResult<()> {
+            op(self)?;
+            // Staged sends must be issued inside the capture, not after it.
+            self.flush()
+        });
+        // A failed capture may leave staged sends that were recorded, not run.
+        self.pending.clear();
+        Ok(Box::new(GraphReplay(graph?)))
+    }
+
+    /// One rank, or ranks on several hosts: this GPU's device-to-device copy
+    /// bandwidth. Ranks on one host: the peer copy bandwidth from this rank's
+    /// GPU to the next visible one (the NVLink figure). Each rank measures
+    /// its own; the sweep combines them as for host backends.
+    fn device_ceiling(&mut self) -> CommResult<Option<(String, f64)>> {
+        self.sync()?;
+        let bytes = 256 << 20;
+        if self.world == 1 || self.wire == "network" {
+            let gbps = bandwidth::device_copy_gbps(&self.gpu, bytes, self.timeout)?;
+            return Ok(Some((
+                format!(
+                    "device-to-device copy on GPU {}, 256 MiB",
+                    self.gpu.ordinal()
+                ),
+                gbps,
+            )));
+        }
+        let visible = gpu::device_count()?;
+        let next = (self.gpu.ordinal() + 1) % visible.max(1);
+        if next == self.gpu.ordinal() {
+            return Ok(None);
+        }
+        let peer = Gpu::open(next)?;
+        let copies = bandwidth::peer_copy_gbps(&[self.gpu.clone(), peer], bytes, self.timeout)?;
+        let out = copies.iter().find(|c| c.src == self.gpu.ordinal());
+        Ok(out.map(|c| {
+            (
+                format!(
+                    "peer copy GPU {} -> GPU {}, 256 MiB ({})",
+                    c.src,
+                    c.dst,
+                    if c.direct {
+                        "direct"
+                    } else {
+                        "staged through the host"
+                    }
+                ),
+                c.gbps,
+            )
+        }))
+    }
+}
+
+/// CUDA events on the communicator's stream.
+struct EventClock {
+    timer: EventTimer,
+    timeout: Duration,
+}
+
+impl StreamClock for EventClock {
+    fn mark(&mut self) -> CommResult<()> {
+        Ok(self.timer.mark()?)
+    }
+    fn intervals(&mut self) -> CommResult<Vec<f64>> {
+        Ok(self.timer.intervals(self.timeout)?)
+    }
+}
+
+/// A CUDA graph of captured NCCL calls.
+struct GraphReplay(CapturedLoop);
+
+impl Replay for GraphReplay {
+    fn replay(&mut self) -> CommResult<()> {
+        Ok(self.0.replay()?)
+    }
+    fn launches(&self) -> usize {
+        self.0.launches()
+    }
+}
