@@ -11,7 +11,7 @@ use crate::units;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use parbench::model::footprint::Recompute;
-use parbench::model::plan::{self, Costed, LossGroup, Plan, PlanInput, Wire, WireKind};
+use parbench::model::plan::{self, Costed, LayoutRanking, LossGroup, PlanInput, Wire, WireKind};
 use parbench::model::presets::Arch;
 use parbench::model::{is_selector, LinkParams, Preset};
 use std::collections::BTreeMap;
@@ -444,7 +444,7 @@ fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
 }
 
 /// The file with the plan's figures.
-fn finish(mut file: PlanFile, plan: &Plan, top: usize) -> PlanFile {
+fn finish(mut file: PlanFile, plan: &LayoutRanking, top: usize) -> PlanFile {
     file.enumerated = plan.ranked.len() + plan.rejected.len();
     file.fitting = plan.ranked.len();
     file.top = plan.ranked.iter().take(top).cloned().collect();
