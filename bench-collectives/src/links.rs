@@ -5,7 +5,7 @@
 //! pairs below 70% of the median pair are named, and so is the rank that is
 //! on every slow pair (the likely culprit). Records: `links.csv` and run.json.
 
-use crate::cli::{Backend, Plan};
+use crate::cli::{Backend, SweepJob};
 use crate::run::{Finished, UsageError};
 use anyhow::{Context, Result};
 use parbench::comm::{CommBuffer, CommResult, Communicator, DType, Io, ReduceOp};
@@ -14,7 +14,7 @@ use parbench::results::{self, verdict, LinkRow, RunMeta, SLOW_SHARE};
 use std::time::Instant;
 
 /// Runs the pair sweep on the chosen backend.
-pub fn run(plan: &Plan, run_id: &str, joined: Option<launch::RankInfo>) -> Result<Finished> {
+pub fn run(plan: &SweepJob, run_id: &str, joined: Option<launch::RankInfo>) -> Result<Finished> {
     match (plan.backend, joined) {
         (Backend::Auto | Backend::Local, None) => {
             let world = plan.nprocs.unwrap_or_else(crate::run::default_ranks);
@@ -58,7 +58,7 @@ pub fn run(plan: &Plan, run_id: &str, joined: Option<launch::RankInfo>) -> Resul
 }
 
 #[cfg(feature = "mpi")]
-fn run_mpi(plan: &Plan, run_id: &str) -> Result<Finished> {
+fn run_mpi(plan: &SweepJob, run_id: &str) -> Result<Finished> {
     let mut comm = parbench::comm::mpi::MpiComm::init(plan.sweep.timeout)?;
     let mut meta = RunMeta::start("links", run_id, "mpi", comm.world());
     match measure_pairs(&mut comm, plan, run_id)? {
@@ -68,14 +68,14 @@ fn run_mpi(plan: &Plan, run_id: &str) -> Result<Finished> {
 }
 
 #[cfg(not(feature = "mpi"))]
-fn run_mpi(_plan: &Plan, _run_id: &str) -> Result<Finished> {
+fn run_mpi(_plan: &SweepJob, _run_id: &str) -> Result<Finished> {
     Err(UsageError("--backend mpi needs a build with `--features mpi`".into()).into())
 }
 
 /// Per GPU pair through NCCL's send/recv: one thread per visible GPU, or
 /// one process per GPU under a launcher.
 #[cfg(feature = "cuda")]
-fn run_nccl(plan: &Plan, run_id: &str, joined: Option<launch::RankInfo>) -> Result<Finished> {
+fn run_nccl(plan: &SweepJob, run_id: &str, joined: Option<launch::RankInfo>) -> Result<Finished> {
     use parbench::comm::nccl::NcclComm;
     use parbench::gpu::{self, Lib};
     gpu::require(&[Lib::Driver, Lib::Nccl]).map_err(|e| UsageError(e.to_string()))?;
@@ -125,7 +125,11 @@ fn run_nccl(plan: &Plan, run_id: &str, joined: Option<launch::RankInfo>) -> Resu
 }
 
 #[cfg(not(feature = "cuda"))]
-fn run_nccl(_plan: &Plan, _run_id: &str, _joined: Option<launch::RankInfo>) -> Result<Finished> {
+fn run_nccl(
+    _plan: &SweepJob,
+    _run_id: &str,
+    _joined: Option<launch::RankInfo>,
+) -> Result<Finished> {
     Err(UsageError("--backend nccl needs a build with `--features cuda`".into()).into())
 }
 
@@ -141,7 +145,7 @@ struct Measured {
 /// between barriers, so that no other traffic shares the wire.
 fn measure_pairs<C: Communicator>(
     comm: &mut C,
-    plan: &Plan,
+    plan: &SweepJob,
     run_id: &str,
 ) -> CommResult<Option<Vec<LinkRow>>> {
     comm.set_timeout(plan.sweep.timeout);
@@ -328,7 +332,7 @@ pub fn report_lines(rows: &[LinkRow]) -> Vec<String> {
     out
 }
 
-fn finish(plan: &Plan, meta: &mut RunMeta, rows: Vec<LinkRow>) -> Result<Finished> {
+fn finish(plan: &SweepJob, meta: &mut RunMeta, rows: Vec<LinkRow>) -> Result<Finished> {
     for l in report_lines(&rows) {
         parbench::outln!("{l}");
     }

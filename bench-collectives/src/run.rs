@@ -1,7 +1,7 @@
 //! Starting or joining the ranks of each backend, running the sweep on every
 //! rank, and writing the records from rank 0.
 
-use crate::cli::{Backend, Plan};
+use crate::cli::{Backend, SweepJob};
 use crate::memory;
 use crate::summary::{self, Summary};
 use crate::sweep::{self, Outcome, RunIds};
@@ -42,7 +42,7 @@ pub struct RankReport {
 }
 
 /// Runs the plan on the chosen backend.
-pub fn run(plan: &Plan) -> Result<Finished> {
+pub fn run(plan: &SweepJob) -> Result<Finished> {
     let run_id = results::new_run_id("collectives");
     let bind = BindRequest::from_env().map_err(UsageError)?;
     let joined = launch::RankInfo::from_env().map_err(|e| UsageError(e.to_string()))?;
@@ -87,7 +87,7 @@ fn local_ranks() -> usize {
 /// What can be checked before anything is measured: the output folder
 /// (when this process writes it) and the memory `ranks_here` ranks of the
 /// sweep take on this host. Both are bad input (exit 2).
-fn preflight(plan: &Plan, world: usize, ranks_here: usize, writes: bool) -> Result<()> {
+fn preflight(plan: &SweepJob, world: usize, ranks_here: usize, writes: bool) -> Result<()> {
     if writes {
         results::prepare_out::<CollectiveRow>(&plan.out)
             .map_err(|e| UsageError(format!("--out {e}")))?;
@@ -98,7 +98,7 @@ fn preflight(plan: &Plan, world: usize, ranks_here: usize, writes: bool) -> Resu
 
 /// Starts the run record and notes it as begun: a fault or a signal from
 /// here on records it as cut short, with the rows appended so far.
-fn begin(plan: &Plan, run_id: &str, backend: &str, world: usize) -> RunMeta {
+fn begin(plan: &SweepJob, run_id: &str, backend: &str, world: usize) -> RunMeta {
     let meta = RunMeta::start("collectives", run_id, backend, world);
     results::begin_run(&plan.out, &meta);
     meta
@@ -114,7 +114,7 @@ fn unbound(whose: &str) -> Placement {
     }
 }
 
-fn run_local(plan: &Plan, run_id: &str, bind: BindRequest) -> Result<Finished> {
+fn run_local(plan: &SweepJob, run_id: &str, bind: BindRequest) -> Result<Finished> {
     let world = plan.nprocs.unwrap_or_else(default_ranks);
     if world > MAX_LOCAL_RANKS {
         return Err(UsageError(format!(
@@ -138,7 +138,7 @@ fn run_local(plan: &Plan, run_id: &str, bind: BindRequest) -> Result<Finished> {
 /// Joins the job the launcher variables describe, or spawns `-np` ranks of
 /// this binary on loopback (they join) and waits for them.
 fn run_tcp(
-    plan: &Plan,
+    plan: &SweepJob,
     run_id: &str,
     joined: Option<launch::RankInfo>,
     bind: BindRequest,
@@ -194,7 +194,7 @@ fn run_tcp(
 }
 
 #[cfg(feature = "mpi")]
-fn run_mpi(plan: &Plan, run_id: &str) -> Result<Finished> {
+fn run_mpi(plan: &SweepJob, run_id: &str) -> Result<Finished> {
     let mut comm = parbench::comm::mpi::MpiComm::init(plan.sweep.timeout)?;
     let world = comm.world();
     let rank = comm.rank();
@@ -219,7 +219,7 @@ fn run_mpi(plan: &Plan, run_id: &str) -> Result<Finished> {
 }
 
 #[cfg(not(feature = "mpi"))]
-fn run_mpi(_plan: &Plan, _run_id: &str) -> Result<Finished> {
+fn run_mpi(_plan: &SweepJob, _run_id: &str) -> Result<Finished> {
     Err(UsageError(
         "--backend mpi needs a build with `--features mpi` (and Open MPI or MPICH installed)"
             .into(),
@@ -231,7 +231,7 @@ fn run_mpi(_plan: &Plan, _run_id: &str) -> Result<Finished> {
 /// (the unique id travels through the rendezvous store); otherwise this
 /// process drives `-np` GPUs (default: all visible), one thread each.
 #[cfg(feature = "cuda")]
-fn run_nccl(plan: &Plan, run_id: &str, joined: Option<launch::RankInfo>) -> Result<Finished> {
+fn run_nccl(plan: &SweepJob, run_id: &str, joined: Option<launch::RankInfo>) -> Result<Finished> {
     use parbench::comm::nccl::{nccl_version, NcclComm};
     use parbench::gpu::{self, Lib};
     // Before any CUDA call: no driver or no NCCL is one line and exit 2
@@ -313,7 +313,11 @@ fn run_nccl(plan: &Plan, run_id: &str, joined: Option<launch::RankInfo>) -> Resu
 }
 
 #[cfg(not(feature = "cuda"))]
-fn run_nccl(_plan: &Plan, _run_id: &str, _joined: Option<launch::RankInfo>) -> Result<Finished> {
+fn run_nccl(
+    _plan: &SweepJob,
+    _run_id: &str,
+    _joined: Option<launch::RankInfo>,
+) -> Result<Finished> {
     Err(UsageError(
         "--backend nccl needs a build with `--features cuda` (the NCCL communicator)".into(),
     )
@@ -353,7 +357,7 @@ fn keep_rows(out: &Path, rows: &[CollectiveRow]) -> CommResult<()> {
 /// given `out`, appends each size's rows there as they are measured.
 fn rank_main<C: Communicator>(
     comm: &mut C,
-    plan: &Plan,
+    plan: &SweepJob,
     run_id: &str,
     out: Option<&Path>,
     placement: &Placement,
@@ -434,7 +438,7 @@ fn rank_main<C: Communicator>(
 }
 
 /// Writes rank 0's rows and run metadata; prints where they went.
-fn finish(plan: &Plan, meta: &mut RunMeta, r: RankReport) -> Result<Finished> {
+fn finish(plan: &SweepJob, meta: &mut RunMeta, r: RankReport) -> Result<Finished> {
     meta.backend = r.backend.clone();
     meta.world = r.world;
     let w = &r.wire;

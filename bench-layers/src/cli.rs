@@ -102,7 +102,7 @@ pub struct Cli {
 
 /// What the flags ask for, checked.
 #[derive(Clone, Debug)]
-pub struct Plan {
+pub struct LayerJob {
     pub backend: Backend,
     pub preset: String,
     pub block: BlockConfig,
@@ -180,7 +180,7 @@ pub fn parse_link(s: &str) -> Result<LinkParams, UsageError> {
 impl Cli {
     /// Resolves the flags against the presets and the ranks available
     /// (`default_ranks` when --nprocs is absent).
-    pub fn plan(&self, default_ranks: usize) -> Result<Plan, UsageError> {
+    pub fn plan(&self, default_ranks: usize) -> Result<LayerJob, UsageError> {
         let backend = match self.backend.to_ascii_lowercase().as_str() {
             "local" => Backend::Local,
             "tcp" => Backend::Tcp,
@@ -271,7 +271,7 @@ impl Cli {
         }
         let timeout = parbench::limits::timeout(self.timeout).map_err(|e| UsageError(e.0))?;
         let link = self.link.as_deref().map(parse_link).transpose()?;
-        Ok(Plan {
+        Ok(LayerJob {
             backend,
             preset: if self.hidden.is_some() || self.heads.is_some() || self.ffn.is_some() {
                 "custom".into()

@@ -2,7 +2,7 @@
 //! timed run and check, then the wire's samples and the prediction of the
 //! block's communication from their alpha-beta fit (or from --link).
 
-use crate::cli::Plan;
+use crate::cli::LayerJob;
 use parbench::comm::{Collective, Communicator};
 use parbench::compute::Compute;
 use parbench::layers::{run_tp, wire_samples, LayerResult, RunOptions, TpOutcome};
@@ -70,7 +70,7 @@ fn send_bytes(coll: Collective, bytes: u64, p: usize) -> usize {
 pub fn measure_tp<C, M>(
     dev: &C,
     comm: &mut M,
-    plan: &Plan,
+    plan: &LayerJob,
     threads: usize,
 ) -> LayerResult<TpMeasurement>
 where

@@ -83,6 +83,6 @@ impl std::fmt::Display for Unavailable {
 
 impl std::error::Error for Unavailable {}
 
-fn run(args: &cli::Args, plan: cli::Plan) -> Result<()> {
+fn run(args: &cli::Args, plan: cli::PipelineJob) -> Result<()> {
     launch::run(args, &plan)
 }

@@ -4,7 +4,7 @@
 //! or out of place, see the table in [`super`]), picks the algorithm and
 //! finishes `Avg`; the algorithms in [`super::algo`] only move bytes.
 
-use super::algo::{self, Plan, Scratch};
+use super::algo::{self, Algorithm, Scratch};
 use super::{
     finish_avg, nbytes, need, Algo, Collective, CommError, CommResult, Communicator, DType,
     HostBuffer, Io, RecvInto, ReduceOp, Transport,
@@ -43,8 +43,8 @@ impl<T: Transport> HostComm<T> {
         &self.transport
     }
 
-    fn plan(&self, coll: Collective, bytes: usize) -> Plan {
-        Plan::choose(coll, self.algo, self.transport.world(), bytes)
+    fn plan(&self, coll: Collective, bytes: usize) -> Algorithm {
+        Algorithm::choose(coll, self.algo, self.transport.world(), bytes)
     }
 
     fn check_rank(&self, what: &str, r: usize) -> CommResult<()> {
@@ -146,7 +146,7 @@ impl<T: Transport> Communicator for HostComm<T> {
                 need(send, bytes, "all_reduce send")?;
                 need(recv, bytes, "all_reduce recv")?;
                 let (s, r) = (&send.bytes()[..bytes], &mut recv.bytes_mut()[..bytes]);
-                if plan == Plan::Ring && world > 1 {
+                if plan == Algorithm::Ring && world > 1 {
                     (Some(s), r)
                 } else {
                     r.copy_from_slice(s);
@@ -158,9 +158,11 @@ impl<T: Transport> Communicator for HostComm<T> {
             return Ok(());
         }
         self.call("all_reduce", |t, scratch, deadline| match plan {
-            Plan::RecursiveDoubling => algo::rd::all_reduce(t, buf, dtype, op, scratch, deadline),
-            Plan::HalvingDoubling => algo::rhd::all_reduce(t, buf, dtype, op, deadline),
-            Plan::Tree => {
+            Algorithm::RecursiveDoubling => {
+                algo::rd::all_reduce(t, buf, dtype, op, scratch, deadline)
+            }
+            Algorithm::HalvingDoubling => algo::rhd::all_reduce(t, buf, dtype, op, deadline),
+            Algorithm::Tree => {
                 algo::tree::reduce(t, buf, dtype, op, 0, deadline)?;
                 algo::tree::broadcast(t, buf, 0, deadline)
             }
@@ -276,7 +278,7 @@ impl<T: Transport> Communicator for HostComm<T> {
         }
         let plan = self.plan(Collective::Broadcast, bytes);
         self.call("broadcast", |t, _, deadline| match plan {
-            Plan::Chain => algo::tree::chain_broadcast(t, buf, root, deadline),
+            Algorithm::Chain => algo::tree::chain_broadcast(t, buf, root, deadline),
             _ => algo::tree::broadcast(t, buf, root, deadline),
         })
     }
@@ -320,7 +322,7 @@ impl<T: Transport> Communicator for HostComm<T> {
         }
         let plan = self.plan(Collective::Reduce, bytes);
         let run = |t: &mut T, acc: &mut [u8], deadline| match plan {
-            Plan::Chain => algo::tree::chain_reduce(t, acc, dtype, op, root, deadline),
+            Algorithm::Chain => algo::tree::chain_reduce(t, acc, dtype, op, root, deadline),
             _ => algo::tree::reduce(t, acc, dtype, op, root, deadline),
         };
         self.call("reduce", |t, scratch, deadline| match out {
