@@ -213,21 +213,15 @@ impl Planner<'_> {
             return p;
         }
         let peak = match kind_of(&l.schedule) {
-            Some((ScheduleKind::Interleaved, _)) => {
+            Some(kind) if kind.chunked() => {
                 // Reached in the warm-up: a pipeline of 3S microbatches has it.
                 let m = l.microbatches.min(3 * l.pp);
-                generate(
-                    ScheduleKind::Interleaved,
-                    l.pp as usize,
-                    m as usize,
-                    l.chunks as usize,
-                )
-                .map(|s| peak_in_flight(&s).into_iter().max().unwrap_or(0) as u64)
-                .unwrap_or(l.microbatches * l.chunks)
+                generate(kind, l.pp as usize, m as usize, l.chunks as usize)
+                    .map(|s| peak_in_flight(&s).into_iter().max().unwrap_or(0) as u64)
+                    .unwrap_or(l.microbatches * l.chunks)
             }
-            Some((_, closed)) => {
-                peak_activations(closed, l.pp, l.microbatches).unwrap_or(l.microbatches)
-            }
+            Some(kind) => peak_activations(kind.closed_form(l.chunks), l.pp, l.microbatches)
+                .unwrap_or(l.microbatches),
             None => l.microbatches,
         };
         self.peaks.insert(key, peak);
@@ -351,7 +345,7 @@ impl Planner<'_> {
     }
 
     fn makespan(&mut self, l: &Layout, sim: &SimCosts) -> Option<(f64, bool)> {
-        let kind = kind_of(&l.schedule)?.0;
+        let kind = kind_of(&l.schedule)?;
         let (first, last) = (sim.stages.first()?, sim.stages.last()?);
         let bits = [
             first.f.to_bits(),

@@ -2,8 +2,7 @@
 //! there are for a cluster and which wire each group of ranks uses.
 
 use super::input::{PlanInput, WireKind};
-use crate::model::bubble::BubbleSchedule;
-use crate::schedule::ScheduleKind;
+use crate::schedule::{ScheduleKind, SCHEDULES};
 
 /// One layout.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -79,18 +78,19 @@ pub(super) fn wires_of(l: &Layout, per_node: u64) -> (WireKind, WireKind, WireKi
     (tp, dp, pp)
 }
 
-/// The schedule kind and closed-form name of a layout's schedule.
-pub(super) fn kind_of(schedule: &str) -> Option<(ScheduleKind, BubbleSchedule)> {
-    Some(match schedule {
-        "none" | "1f1b" => (ScheduleKind::OneFOneB, BubbleSchedule::OneFOneB),
-        "gpipe" => (ScheduleKind::GPipe, BubbleSchedule::GPipe),
-        "zb-h1" => (ScheduleKind::ZbH1, BubbleSchedule::ZbH1),
-        "interleaved" => (
-            ScheduleKind::Interleaved,
-            BubbleSchedule::Interleaved { chunks: 2 },
-        ),
-        _ => return None,
-    })
+/// The schedule of a one-stage layout: nothing to choose (costed as 1F1B,
+/// which on one stage is every schedule).
+pub(super) const NO_SCHEDULE: &str = "none";
+
+/// The registry's kind of a layout's schedule.
+pub(super) fn kind_of(schedule: &str) -> Option<ScheduleKind> {
+    if schedule == NO_SCHEDULE {
+        return Some(ScheduleKind::OneFOneB);
+    }
+    SCHEDULES
+        .iter()
+        .find(|e| e.name == schedule)
+        .map(|e| e.kind)
 }
 
 /// The schedules a pipeline of `pp` stages with `micro` microbatches can
@@ -100,13 +100,19 @@ pub(super) fn kind_of(schedule: &str) -> Option<(ScheduleKind, BubbleSchedule)> 
 /// microbatches a multiple of `pp`).
 pub(super) fn schedules(input: &PlanInput, pp: u64, micro: u64) -> Vec<(&'static str, u64)> {
     if pp == 1 {
-        return vec![("none", 1)];
+        return vec![(NO_SCHEDULE, 1)];
     }
-    let mut out = vec![("gpipe", 1), ("1f1b", 1), ("zb-h1", 1)];
+    let mut out: Vec<(&'static str, u64)> = SCHEDULES
+        .iter()
+        .filter(|e| !e.chunked)
+        .map(|e| (e.name, 1))
+        .collect();
     if micro.is_multiple_of(pp) {
-        for v in 2..=input.max_chunks {
-            if input.model.check_split(1, pp, v).is_ok() {
-                out.push(("interleaved", v));
+        for e in SCHEDULES.iter().filter(|e| e.chunked) {
+            for v in 2..=input.max_chunks {
+                if input.model.check_split(1, pp, v).is_ok() {
+                    out.push((e.name, v));
+                }
             }
         }
     }
