@@ -176,8 +176,9 @@ impl<T: Transport> Communicator for HostComm<T> {
 
     fn all_gather(&mut self, io: Io<'_, HostBuffer>, count: usize, dtype: DType) -> CommResult<()> {
         let (world, rank) = (self.world(), self.rank());
-        let block = nbytes(count, 1, dtype)?;
-        let total = nbytes(count, world, dtype)?;
+        let c = Collective::AllGather;
+        let block = nbytes(count, c.send_blocks(world), dtype)?;
+        let total = nbytes(count, c.recv_blocks(world), dtype)?;
         let (own, buf): (Option<&[u8]>, &mut [u8]) = match io {
             Io::InPlace(b) => {
                 need(b, total, "all_gather")?;
@@ -211,8 +212,9 @@ impl<T: Transport> Communicator for HostComm<T> {
         op: ReduceOp,
     ) -> CommResult<()> {
         let (world, rank) = (self.world(), self.rank());
-        let block = nbytes(count, 1, dtype)?;
-        let total = nbytes(count, world, dtype)?;
+        let c = Collective::ReduceScatter;
+        let block = nbytes(count, c.recv_blocks(world), dtype)?;
+        let total = nbytes(count, c.send_blocks(world), dtype)?;
         let mine = rank * block..(rank + 1) * block;
         match io {
             Io::InPlace(b) => {
@@ -344,7 +346,7 @@ impl<T: Transport> Communicator for HostComm<T> {
     fn all_to_all(&mut self, io: Io<'_, HostBuffer>, count: usize, dtype: DType) -> CommResult<()> {
         let world = self.world();
         let block = nbytes(count, 1, dtype)?;
-        let total = nbytes(count, world, dtype)?;
+        let total = nbytes(count, Collective::AllToAll.send_blocks(world), dtype)?;
         match io {
             Io::InPlace(b) => {
                 need(b, total, "all_to_all")?;
