@@ -599,7 +599,7 @@ pub fn read_plan(dir: &Path) -> Result<Option<PlanFile>> {
     if !path.exists() {
         return Ok(None);
     }
-    let text = crate::load::read_text(&path)?;
+    let text = crate::text_file::read_text(&path)?;
     let f: PlanFile = serde_json::from_str(&text).with_context(|| {
         format!(
             "{}: not a plan written by report plan --json",
