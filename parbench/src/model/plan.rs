@@ -46,10 +46,10 @@ mod input;
 mod layouts;
 mod rejections;
 
-pub use costs::{pipeline_makespan, Costed, Memory};
+pub use costs::{pipeline_makespan, Costed, Loss, Memory};
 pub use input::{PlanError, PlanInput, Wire, WireKind};
 pub use layouts::{divisors, group_wire, Layout};
-pub use rejections::{Loss, LossGroup, Rejected, Rejection};
+pub use rejections::{LossGroup, Rejected, Rejection};
 
 use costs::Planner;
 use input::check_input;

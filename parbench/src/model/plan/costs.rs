@@ -4,7 +4,6 @@
 
 use super::input::{PlanInput, Wire, WireKind};
 use super::layouts::{kind_of, wires_of, Layout};
-use super::rejections::Loss;
 use crate::comm::Collective;
 use crate::model::bubble::peak_activations;
 use crate::model::footprint::{
@@ -392,5 +391,30 @@ impl Planner<'_> {
                     .message_seconds(b * h * input.dtype_bytes as f64 / t)
         };
         compute + comm + hops
+    }
+}
+
+/// Why a layout is not the best one.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Loss {
+    /// Its pipeline bubble is its largest overhead.
+    Bubble,
+    /// Its tensor-parallel communication is.
+    TpComm,
+    /// Its data-parallel gradient all-reduce is.
+    DpComm,
+}
+
+impl Loss {
+    /// Words for tables.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Loss::Bubble => "bubble dominates",
+            Loss::TpComm => "communication dominates (tensor parallel)",
+            Loss::DpComm => "communication dominates (data-parallel gradients)",
+        }
     }
 }

@@ -1,35 +1,9 @@
-//! Why a layout is not the best one (what it loses to) or cannot run at all,
-//! and the grouped reasons of "why the others lose".
+//! Why a layout cannot run at all, and the grouped reasons of "why the
+//! others lose" (a costed layout's own [`Loss`] is in `costs`).
 
-use super::costs::Costed;
-use super::costs::Memory;
+use super::costs::{Costed, Loss, Memory};
 use super::layouts::Layout;
 use super::LayoutRanking;
-
-/// Why a layout is not the best one.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum Loss {
-    /// Its pipeline bubble is its largest overhead.
-    Bubble,
-    /// Its tensor-parallel communication is.
-    TpComm,
-    /// Its data-parallel gradient all-reduce is.
-    DpComm,
-}
-
-impl Loss {
-    /// Words for tables.
-    pub fn describe(self) -> &'static str {
-        match self {
-            Loss::Bubble => "bubble dominates",
-            Loss::TpComm => "communication dominates (tensor parallel)",
-            Loss::DpComm => "communication dominates (data-parallel gradients)",
-        }
-    }
-}
 
 /// Why a layout cannot run.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
