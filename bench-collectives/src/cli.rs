@@ -235,7 +235,7 @@ pub struct SweepConfig {
 
 /// The parsed command line: backend, ranks, algorithm, and the sweep.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Plan {
+pub struct SweepJob {
     pub backend: Backend,
     pub nprocs: Option<usize>,
     pub algo: Algo,
@@ -317,8 +317,8 @@ pub fn parse_straggler(s: &str) -> Result<(usize, Duration)> {
 
 impl Args {
     /// Checks every flag and builds the plan. Checks that need the world
-    /// size (root, straggler rank) are in [`Plan::check_world`].
-    pub fn plan(&self) -> Result<Plan> {
+    /// size (root, straggler rank) are in [`SweepJob::check_world`].
+    pub fn plan(&self) -> Result<SweepJob> {
         let mut collectives = Vec::new();
         let links = self
             .collectives
@@ -366,7 +366,7 @@ impl Args {
                 self.timeout
             );
         }
-        Ok(Plan {
+        Ok(SweepJob {
             backend: self.backend.parse()?,
             nprocs: self.nprocs,
             algo: self
@@ -427,7 +427,7 @@ impl SweepConfig {
 mod tests {
     use super::*;
 
-    fn plan(args: &[&str]) -> Result<Plan> {
+    fn plan(args: &[&str]) -> Result<SweepJob> {
         let mut v = vec!["bench-collectives"];
         v.extend_from_slice(args);
         parse_args(v)?.plan()

@@ -6,7 +6,7 @@
 //! and `average_bus_bandwidth`. parbench's own figures sit beside them under
 //! `parbench` keys, which nccl-tests' readers ignore.
 
-use crate::cli::Plan;
+use crate::cli::SweepJob;
 use crate::sweep::Outcome;
 use anyhow::{Context, Result};
 use parbench::results::{CollectiveRow, RunMeta};
@@ -52,7 +52,7 @@ fn placement(r: &CollectiveRow, checked: bool) -> Value {
 }
 
 /// The whole document (a pure function of the run, for tests).
-pub fn document(plan: &Plan, meta: &RunMeta, outcome: &Outcome) -> Value {
+pub fn document(plan: &SweepJob, meta: &RunMeta, outcome: &Outcome) -> Value {
     let sw = &plan.sweep;
     let checked = sw.check > 0;
     let world = meta.world;
@@ -206,7 +206,7 @@ pub fn nccl_version_code(v: &str) -> Option<u64> {
 }
 
 /// Writes the document atomically.
-pub fn write(path: &Path, plan: &Plan, meta: &RunMeta, outcome: &Outcome) -> Result<()> {
+pub fn write(path: &Path, plan: &SweepJob, meta: &RunMeta, outcome: &Outcome) -> Result<()> {
     let doc = document(plan, meta, outcome);
     let text = serde_json::to_vec_pretty(&doc).context("encoding the -J JSON")?;
     parbench::results::write_atomic(path, &text)

@@ -5,7 +5,7 @@
 //! pairs below 70% of the median pair are named, and so is the rank that is
 //! on every slow pair (the likely culprit). Records: `links.csv` and run.json.
 
-use crate::cli::{Backend, Plan};
+use crate::cli::{Backend, SweepJob};
 use crate::run::{Finished, UsageError};
 use anyhow::{Context, Result};
 use parbench::comm::{CommBuffer, CommResult, Communicator, DType, Io, ReduceOp};
@@ -15,7 +15,7 @@ use parbench::results::{self, verdict, LinkRow, RunMeta, SLOW_SHARE};
 use std::time::Instant;
 
 /// Runs the pair sweep on the chosen backend.
-pub fn run(plan: &Plan, run_id: &str, joined: Option<launch::RankInfo>) -> Result<Finished> {
+pub fn run(plan: &SweepJob, run_id: &str, joined: Option<launch::RankInfo>) -> Result<Finished> {
     let (ranks, world) = match (plan.backend, joined) {
         (Backend::Auto | Backend::Local, None) => {
             let world = plan.nprocs.unwrap_or_else(crate::run::default_ranks);
@@ -64,7 +64,7 @@ pub fn run(plan: &Plan, run_id: &str, joined: Option<launch::RankInfo>) -> Resul
 /// The pair sweep as the launcher runs it on each rank: rank 0 returns
 /// the rows and the world it measured.
 struct Pairs<'a> {
-    plan: &'a Plan,
+    plan: &'a SweepJob,
     run_id: &'a str,
 }
 
@@ -79,7 +79,7 @@ impl RankBody for Pairs<'_> {
 /// Per GPU pair through NCCL's send/recv: one thread per visible GPU, or
 /// one process per GPU under a launcher.
 #[cfg(feature = "cuda")]
-fn nccl_ranks(plan: &Plan, joined: Option<launch::RankInfo>) -> Result<(Ranks, usize)> {
+fn nccl_ranks(plan: &SweepJob, joined: Option<launch::RankInfo>) -> Result<(Ranks, usize)> {
     use parbench::gpu::{self, Lib};
     gpu::require(&[Lib::Driver, Lib::Nccl]).map_err(|e| UsageError(e.to_string()))?;
     if let Some(info) = joined {
@@ -98,7 +98,7 @@ fn nccl_ranks(plan: &Plan, joined: Option<launch::RankInfo>) -> Result<(Ranks, u
 }
 
 #[cfg(not(feature = "cuda"))]
-fn nccl_ranks(_plan: &Plan, _joined: Option<launch::RankInfo>) -> Result<(Ranks, usize)> {
+fn nccl_ranks(_plan: &SweepJob, _joined: Option<launch::RankInfo>) -> Result<(Ranks, usize)> {
     Err(UsageError("--backend nccl needs a build with `--features cuda`".into()).into())
 }
 
@@ -114,7 +114,7 @@ struct Measured {
 /// between barriers, so that no other traffic shares the wire.
 fn measure_pairs<C: Communicator>(
     comm: &mut C,
-    plan: &Plan,
+    plan: &SweepJob,
     run_id: &str,
 ) -> CommResult<Option<Vec<LinkRow>>> {
     comm.set_timeout(plan.sweep.timeout);
@@ -301,7 +301,7 @@ pub fn report_lines(rows: &[LinkRow]) -> Vec<String> {
     out
 }
 
-fn finish(plan: &Plan, meta: &mut RunMeta, rows: Vec<LinkRow>) -> Result<Finished> {
+fn finish(plan: &SweepJob, meta: &mut RunMeta, rows: Vec<LinkRow>) -> Result<Finished> {
     for l in report_lines(&rows) {
         parbench::outln!("{l}");
     }

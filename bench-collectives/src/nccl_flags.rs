@@ -2,7 +2,7 @@
 //! table layout, checked once the backend is known: a flag a backend cannot
 //! honour is refused with one line (exit 2), never silently ignored.
 
-use crate::cli::{Args, Backend, Plan};
+use crate::cli::{Args, Backend, SweepJob};
 use anyhow::{bail, Result};
 use std::path::PathBuf;
 
@@ -72,7 +72,7 @@ impl NcclTestsFlags {
 }
 
 /// Refuses, with one line, what the chosen backend cannot honour.
-pub fn check_backend(plan: &Plan, joined: bool) -> Result<(), String> {
+pub fn check_backend(plan: &SweepJob, joined: bool) -> Result<(), String> {
     let f = &plan.nccl_tests;
     let nccl = plan.backend == Backend::Nccl;
     if f.agg_iters != 1 {
@@ -110,7 +110,10 @@ pub fn check_backend(plan: &Plan, joined: bool) -> Result<(), String> {
 }
 
 /// Rank 0's printer in the layout `--format` asks for.
-pub fn printer<C: parbench::comm::Communicator>(comm: &C, plan: &Plan) -> crate::print::Printer {
+pub fn printer<C: parbench::comm::Communicator>(
+    comm: &C,
+    plan: &SweepJob,
+) -> crate::print::Printer {
     let rank0 = comm.rank() == 0;
     match plan.nccl_tests.format {
         TableFormat::Parbench => crate::print::Printer::new(rank0),
@@ -123,7 +126,7 @@ pub fn printer<C: parbench::comm::Communicator>(comm: &C, plan: &Plan) -> crate:
 pub fn print_run_header<C: parbench::comm::Communicator>(
     printer: &mut crate::print::Printer,
     comm: &C,
-    plan: &Plan,
+    plan: &SweepJob,
     wire: &crate::wire::WireFigures,
 ) {
     let world = comm.world();

@@ -1,7 +1,7 @@
 //! Starting or joining the ranks of each backend, running the sweep on every
 //! rank, and writing the records from rank 0.
 
-use crate::cli::{Backend, Plan};
+use crate::cli::{Backend, SweepJob};
 use crate::memory;
 use crate::summary::{self, Summary};
 use crate::sweep::{self, Outcome, RunIds};
@@ -41,7 +41,7 @@ pub struct RankReport {
 }
 
 /// Runs the plan on the chosen backend.
-pub fn run(plan: &Plan) -> Result<Finished> {
+pub fn run(plan: &SweepJob) -> Result<Finished> {
     let run_id = results::new_run_id("collectives");
     let bind = BindRequest::from_env().map_err(UsageError)?;
     let joined = launch::RankInfo::from_env().map_err(|e| UsageError(e.to_string()))?;
@@ -78,7 +78,7 @@ type MpiStart = parbench::comm::mpi::MpiComm;
 type MpiStart = std::convert::Infallible;
 
 /// Which ranks the backend and the launcher variables ask for.
-fn start(plan: &Plan, joined: Option<launch::RankInfo>) -> Result<Start> {
+fn start(plan: &SweepJob, joined: Option<launch::RankInfo>) -> Result<Start> {
     let at = |ranks: Ranks, world: usize| Start {
         ranks,
         world,
@@ -109,7 +109,7 @@ fn start(plan: &Plan, joined: Option<launch::RankInfo>) -> Result<Start> {
 }
 
 #[cfg(feature = "mpi")]
-fn start_mpi(plan: &Plan) -> Result<Start> {
+fn start_mpi(plan: &SweepJob) -> Result<Start> {
     let comm = parbench::comm::mpi::MpiComm::init(plan.sweep.timeout)?;
     Ok(Start {
         ranks: Ranks::Mpi,
@@ -119,7 +119,7 @@ fn start_mpi(plan: &Plan) -> Result<Start> {
 }
 
 #[cfg(not(feature = "mpi"))]
-fn start_mpi(_plan: &Plan) -> Result<Start> {
+fn start_mpi(_plan: &SweepJob) -> Result<Start> {
     Err(UsageError(
         "--backend mpi needs a build with `--features mpi` (and Open MPI or MPICH installed)"
             .into(),
@@ -131,7 +131,7 @@ fn start_mpi(_plan: &Plan) -> Result<Start> {
 /// (the unique id travels through the rendezvous store); otherwise this
 /// process drives `-np` GPUs (default: all visible), one thread each.
 #[cfg(feature = "cuda")]
-fn start_nccl(plan: &Plan, joined: Option<launch::RankInfo>) -> Result<Start> {
+fn start_nccl(plan: &SweepJob, joined: Option<launch::RankInfo>) -> Result<Start> {
     use parbench::gpu::{self, Lib};
     // Before any CUDA call: no driver or no NCCL is one line and exit 2
     // (the probe only looks the symbols up; it calls nothing).
@@ -160,7 +160,7 @@ fn start_nccl(plan: &Plan, joined: Option<launch::RankInfo>) -> Result<Start> {
 }
 
 #[cfg(not(feature = "cuda"))]
-fn start_nccl(_plan: &Plan, _joined: Option<launch::RankInfo>) -> Result<Start> {
+fn start_nccl(_plan: &SweepJob, _joined: Option<launch::RankInfo>) -> Result<Start> {
     Err(UsageError(
         "--backend nccl needs a build with `--features cuda` (the NCCL communicator)".into(),
     )
@@ -193,7 +193,7 @@ fn local_ranks() -> usize {
 /// What can be checked before anything is measured: the output folder
 /// (when this process writes it) and the memory `ranks_here` ranks of the
 /// sweep take on this host. Both are bad input (exit 2).
-fn preflight(plan: &Plan, world: usize, ranks_here: usize, writes: bool) -> Result<()> {
+fn preflight(plan: &SweepJob, world: usize, ranks_here: usize, writes: bool) -> Result<()> {
     if writes {
         results::prepare_out::<CollectiveRow>(&plan.out)
             .map_err(|e| UsageError(format!("--out {e}")))?;
@@ -204,7 +204,7 @@ fn preflight(plan: &Plan, world: usize, ranks_here: usize, writes: bool) -> Resu
 
 /// Starts the run record and notes it as begun: a fault or a signal from
 /// here on records it as cut short, with the rows appended so far.
-fn begin(plan: &Plan, run_id: &str, backend: &str, world: usize) -> RunMeta {
+fn begin(plan: &SweepJob, run_id: &str, backend: &str, world: usize) -> RunMeta {
     let meta = RunMeta::start("collectives", run_id, backend, world);
     results::begin_run(&plan.out, &meta);
     meta
@@ -220,7 +220,7 @@ fn unbound(whose: &str) -> Placement {
     }
 }
 
-fn run_local(plan: &Plan, run_id: &str, bind: BindRequest, world: usize) -> Result<Finished> {
+fn run_local(plan: &SweepJob, run_id: &str, bind: BindRequest, world: usize) -> Result<Finished> {
     preflight(plan, world, world, true)?;
     let mut meta = begin(plan, run_id, "local", world);
     let body = Sweep {
@@ -239,7 +239,7 @@ fn run_local(plan: &Plan, run_id: &str, bind: BindRequest, world: usize) -> Resu
 }
 
 /// Spawns `-np` ranks of this binary on loopback (they join) and waits for them.
-fn run_spawn(plan: &Plan, world: usize) -> Result<Finished> {
+fn run_spawn(plan: &SweepJob, world: usize) -> Result<Finished> {
     preflight(plan, world, world, true)?;
     // A failed rank was already named on stderr by the launcher.
     Ok(Finished::Launched {
@@ -249,7 +249,7 @@ fn run_spawn(plan: &Plan, world: usize) -> Result<Finished> {
 
 /// Joins the job the launcher variables describe.
 fn run_tcp(
-    plan: &Plan,
+    plan: &SweepJob,
     run_id: &str,
     info: launch::RankInfo,
     bind: BindRequest,
@@ -286,7 +286,7 @@ fn run_tcp(
 }
 
 #[cfg(feature = "mpi")]
-fn run_mpi(plan: &Plan, run_id: &str, comm: Option<MpiStart>) -> Result<Finished> {
+fn run_mpi(plan: &SweepJob, run_id: &str, comm: Option<MpiStart>) -> Result<Finished> {
     let mut comm = comm.context("the MPI communicator is started with the world")?;
     let (world, rank) = (comm.world(), comm.rank());
     preflight(plan, world, local_ranks(), rank == 0)?;
@@ -307,7 +307,7 @@ fn run_mpi(plan: &Plan, run_id: &str, comm: Option<MpiStart>) -> Result<Finished
 }
 
 #[cfg(not(feature = "mpi"))]
-fn run_mpi(_plan: &Plan, _run_id: &str, comm: Option<MpiStart>) -> Result<Finished> {
+fn run_mpi(_plan: &SweepJob, _run_id: &str, comm: Option<MpiStart>) -> Result<Finished> {
     match comm {
         Some(never) => match never {},
         None => Err(anyhow!("--backend mpi needs a build with `--features mpi`")),
@@ -316,7 +316,7 @@ fn run_mpi(_plan: &Plan, _run_id: &str, comm: Option<MpiStart>) -> Result<Finish
 
 /// The run record of an nccl run, with the GPUs and the library versions.
 #[cfg(feature = "cuda")]
-fn nccl_meta(plan: &Plan, run_id: &str, world: usize, writes: bool) -> RunMeta {
+fn nccl_meta(plan: &SweepJob, run_id: &str, world: usize, writes: bool) -> RunMeta {
     use parbench::gpu;
     let mut m = if writes {
         begin(plan, run_id, "nccl", world)
@@ -335,7 +335,7 @@ fn nccl_meta(plan: &Plan, run_id: &str, world: usize, writes: bool) -> RunMeta {
 
 /// One process of an nccl job, on one GPU.
 #[cfg(feature = "cuda")]
-fn run_nccl_joined(plan: &Plan, run_id: &str, info: launch::RankInfo) -> Result<Finished> {
+fn run_nccl_joined(plan: &SweepJob, run_id: &str, info: launch::RankInfo) -> Result<Finished> {
     use parbench::comm::nccl::NcclComm;
     // Before NCCL's first call: its tuning log fills the algo column.
     parbench::comm::nccl_tuning::set_up_log(&plan.out, run_id);
@@ -361,7 +361,7 @@ fn run_nccl_joined(plan: &Plan, run_id: &str, info: launch::RankInfo) -> Result<
 
 /// `-np` GPUs of this process, one thread each.
 #[cfg(feature = "cuda")]
-fn run_nccl_gpus(plan: &Plan, run_id: &str, world: usize) -> Result<Finished> {
+fn run_nccl_gpus(plan: &SweepJob, run_id: &str, world: usize) -> Result<Finished> {
     parbench::comm::nccl_tuning::set_up_log(&plan.out, run_id);
     preflight(plan, world, world, true)?;
     memory::check_gpu(&plan.sweep, world, 0).map_err(|e| UsageError(e.0))?;
@@ -382,12 +382,12 @@ fn run_nccl_gpus(plan: &Plan, run_id: &str, world: usize) -> Result<Finished> {
 }
 
 #[cfg(not(feature = "cuda"))]
-fn run_nccl_joined(_: &Plan, _: &str, _: launch::RankInfo) -> Result<Finished> {
+fn run_nccl_joined(_: &SweepJob, _: &str, _: launch::RankInfo) -> Result<Finished> {
     unreachable_without_cuda()
 }
 
 #[cfg(not(feature = "cuda"))]
-fn run_nccl_gpus(_: &Plan, _: &str, _: usize) -> Result<Finished> {
+fn run_nccl_gpus(_: &SweepJob, _: &str, _: usize) -> Result<Finished> {
     unreachable_without_cuda()
 }
 
@@ -407,7 +407,7 @@ enum At {
 
 /// The sweep as the launcher runs it on each rank.
 struct Sweep<'a> {
-    plan: &'a Plan,
+    plan: &'a SweepJob,
     run_id: &'a str,
     out: Option<&'a Path>,
     at: At,
@@ -449,7 +449,7 @@ fn keep_rows(out: &Path, rows: &[CollectiveRow]) -> CommResult<()> {
 /// given `out`, appends each size's rows there as they are measured.
 fn rank_main<C: Communicator>(
     comm: &mut C,
-    plan: &Plan,
+    plan: &SweepJob,
     run_id: &str,
     out: Option<&Path>,
     placement: &Placement,
@@ -530,7 +530,7 @@ fn rank_main<C: Communicator>(
 }
 
 /// Writes rank 0's rows and run metadata; prints where they went.
-fn finish(plan: &Plan, meta: &mut RunMeta, r: RankReport) -> Result<Finished> {
+fn finish(plan: &SweepJob, meta: &mut RunMeta, r: RankReport) -> Result<Finished> {
     meta.backend = r.backend.clone();
     meta.world = r.world;
     let w = &r.wire;

@@ -93,7 +93,7 @@ pub struct Cli {
 
 /// What the flags ask for, checked.
 #[derive(Clone, Debug)]
-pub struct Plan {
+pub struct LayerJob {
     pub backend: Backend,
     pub preset: String,
     pub block: BlockConfig,
@@ -133,7 +133,7 @@ pub fn parse_tp_list(s: &str) -> Result<Vec<usize>, UsageError> {
 impl Cli {
     /// Resolves the flags against the presets and the ranks available
     /// (`default_ranks` when --nprocs is absent).
-    pub fn plan(&self, default_ranks: usize) -> Result<Plan, UsageError> {
+    pub fn plan(&self, default_ranks: usize) -> Result<LayerJob, UsageError> {
         let backend: Backend = self.backend.parse().map_err(|e| {
             UsageError(format!("--backend: {e} (expected local, tcp, nccl or mpi)"))
         })?;
@@ -223,7 +223,7 @@ impl Cli {
                     .map_err(|e| UsageError(format!("--link: {e}")))
             })
             .transpose()?;
-        Ok(Plan {
+        Ok(LayerJob {
             backend,
             preset: if self.hidden.is_some() || self.heads.is_some() || self.ffn.is_some() {
                 "custom".into()

@@ -30,7 +30,7 @@ mod sweep;
 
 use anyhow::{anyhow, bail, Context};
 use clap::Parser;
-use cli::{Backend, Cli, Plan, UsageError};
+use cli::{Backend, Cli, LayerJob, UsageError};
 use parbench::comm::{local, Algo, CommError};
 use parbench::compute::cpu::CpuCompute;
 use parbench::launch::{
@@ -114,7 +114,7 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
 /// The rows of one run: kept in --out as each degree completes, then the
 /// table and run.json once the sweep is done.
 struct Records<'a> {
-    plan: &'a Plan,
+    plan: &'a LayerJob,
     meta: RunMeta,
     rows: Vec<LayerRow>,
 }
@@ -122,7 +122,7 @@ struct Records<'a> {
 impl<'a> Records<'a> {
     /// Starts the run record (noted as begun: a fault or a signal from here
     /// on records it as cut short).
-    fn begin(plan: &'a Plan, meta: RunMeta) -> Self {
+    fn begin(plan: &'a LayerJob, meta: RunMeta) -> Self {
         let mut meta = meta;
         meta.extra.insert("block".into(), output::block_json(plan));
         results::begin_run(&plan.out, &meta);
@@ -179,7 +179,11 @@ impl<'a> Records<'a> {
 
 /// Checks --out (where this process writes) and the memory the sweep's
 /// largest degree takes on this host: `ranks_here(t)` ranks of degree `t`.
-fn preflight(plan: &Plan, writes: bool, ranks_here: impl Fn(usize) -> usize) -> anyhow::Result<()> {
+fn preflight(
+    plan: &LayerJob,
+    writes: bool,
+    ranks_here: impl Fn(usize) -> usize,
+) -> anyhow::Result<()> {
     if writes {
         results::prepare_out::<LayerRow>(&plan.out)
             .map_err(|e| UsageError(format!("--out {e}")))?;
@@ -232,7 +236,7 @@ fn sweep_degrees<T>(
 /// A sweep on this process's threads or GPUs: every degree measured and
 /// kept in turn.
 fn sweep_here(
-    plan: &Plan,
+    plan: &LayerJob,
     measure: impl FnMut(usize) -> anyhow::Result<TpMeasurement>,
 ) -> anyhow::Result<()> {
     let backend = plan.backend.name();
@@ -263,7 +267,7 @@ fn visible_gpus() -> anyhow::Result<usize> {
     .into())
 }
 
-fn build_rows(plan: &Plan, backend: &str, ms: &[TpMeasurement]) -> Vec<LayerRow> {
+fn build_rows(plan: &LayerJob, backend: &str, ms: &[TpMeasurement]) -> Vec<LayerRow> {
     let id = std::env::var(ENV_RUN_ID).unwrap_or_else(|_| new_run_id("layers"));
     output::rows(plan, &id, backend, ms)
 }
@@ -285,7 +289,7 @@ fn root_cause(
 }
 
 /// One degree on t threads of this process.
-fn measure_local(plan: &Plan, t: usize) -> anyhow::Result<TpMeasurement> {
+fn measure_local(plan: &LayerJob, t: usize) -> anyhow::Result<TpMeasurement> {
     let threads = CpuCompute::threads_per_rank(t);
     let errors = Mutex::new(Vec::new());
     let results = local::run(t, Algo::Auto, plan.timeout, |comm| {
@@ -313,7 +317,7 @@ fn measure_local(plan: &Plan, t: usize) -> anyhow::Result<TpMeasurement> {
 /// communicator per GPU (nccl-tests' `-g` way), the block computing on the
 /// communicator's stream.
 #[cfg(feature = "cuda")]
-fn measure_nccl(plan: &Plan, t: usize) -> anyhow::Result<TpMeasurement> {
+fn measure_nccl(plan: &LayerJob, t: usize) -> anyhow::Result<TpMeasurement> {
     use parbench::comm::nccl::NcclComm;
     use parbench::compute::cuda::CudaCompute;
     let ordinals: Vec<usize> = (0..t).collect();
@@ -337,7 +341,7 @@ fn measure_nccl(plan: &Plan, t: usize) -> anyhow::Result<TpMeasurement> {
 }
 
 #[cfg(not(feature = "cuda"))]
-fn measure_nccl(_: &Plan, _: usize) -> anyhow::Result<TpMeasurement> {
+fn measure_nccl(_: &LayerJob, _: usize) -> anyhow::Result<TpMeasurement> {
     // visible_gpus refuses first; kept so the match in `run` is total.
     Err(visible_gpus()
         .err()
@@ -347,7 +351,7 @@ fn measure_nccl(_: &Plan, _: usize) -> anyhow::Result<TpMeasurement> {
 /// Each degree's block on one GPU must fit its memory (GPU 0's, as every
 /// degree uses GPUs 0..t); a GPU that cannot be asked passes.
 #[cfg(feature = "cuda")]
-fn check_gpus(plan: &Plan) -> anyhow::Result<()> {
+fn check_gpus(plan: &LayerJob) -> anyhow::Result<()> {
     let Ok(have) = parbench::gpu::device_memory(0) else {
         return Ok(());
     };
@@ -368,14 +372,14 @@ fn check_gpus(plan: &Plan) -> anyhow::Result<()> {
 }
 
 #[cfg(not(feature = "cuda"))]
-fn check_gpus(_: &Plan) -> anyhow::Result<()> {
+fn check_gpus(_: &LayerJob) -> anyhow::Result<()> {
     Ok(())
 }
 
 /// The launcher of `--backend tcp` without a launcher around it: one job of
 /// t local ranks per degree, each degree's row handed back through a file
 /// and kept in --out as soon as its job ends.
-fn tcp_launch(plan: &Plan) -> anyhow::Result<()> {
+fn tcp_launch(plan: &LayerJob) -> anyhow::Result<()> {
     preflight(plan, true, |t| t)?;
     let world = plan.tps.iter().copied().max().unwrap_or(1);
     let run_id = new_run_id("layers");
@@ -433,7 +437,7 @@ fn ranks_on_this_host(world: usize) -> usize {
 
 /// One rank of a tcp job: runs the job's degree; rank 0 writes the row to
 /// the launcher's folder, or records it itself under an external launcher.
-fn tcp_rank(plan: &Plan, info: &RankInfo) -> anyhow::Result<()> {
+fn tcp_rank(plan: &LayerJob, info: &RankInfo) -> anyhow::Result<()> {
     let t = info.world;
     let spawned = std::env::var_os(ENV_ROWS);
     if let Ok(want) = std::env::var(ENV_TP) {
@@ -498,7 +502,7 @@ fn mpi_local_ranks(world: usize) -> usize {
 /// One rank of an mpirun job: the job's world (as MPI reports it) is the one
 /// degree; rank 0 records the row, with the MPI library's version.
 #[cfg(feature = "mpi")]
-fn mpi_rank(plan: &Plan) -> anyhow::Result<()> {
+fn mpi_rank(plan: &LayerJob) -> anyhow::Result<()> {
     use parbench::comm::Communicator;
     let mut comm = parbench::comm::mpi::MpiComm::init(plan.timeout)?;
     let t = comm.world();
@@ -529,7 +533,7 @@ fn mpi_rank(plan: &Plan) -> anyhow::Result<()> {
 }
 
 #[cfg(not(feature = "mpi"))]
-fn mpi_rank(_: &Plan) -> anyhow::Result<()> {
+fn mpi_rank(_: &LayerJob) -> anyhow::Result<()> {
     Err(UsageError(
         "--backend mpi: this build has no MPI support (rebuild with --features mpi; needs libopenmpi-dev)"
             .into(),

@@ -1,6 +1,6 @@
 //! The terminal table and the layers.csv rows of a sweep.
 
-use crate::cli::Plan;
+use crate::cli::LayerJob;
 use crate::sweep::TpMeasurement;
 use parbench::compute::cpu::{CpuCompute, GemmKernels};
 use parbench::compute::GemmMath;
@@ -9,7 +9,7 @@ use parbench::results::{LayerRow, SCHEMA_VERSION};
 /// What the block's products compute in on the plan's device, and with
 /// which kernels: a bf16 table or record says whether bf16 was arithmetic
 /// or only storage.
-pub fn gemm_of(plan: &Plan) -> (GemmMath, String) {
+pub fn gemm_of(plan: &LayerJob) -> (GemmMath, String) {
     match plan.backend {
         #[cfg(feature = "cuda")]
         crate::cli::Backend::Nccl => (
@@ -43,7 +43,7 @@ pub fn fill_speedup(before: &[LayerRow], rows: &mut [LayerRow]) {
 }
 
 /// The block's configuration for run.json.
-pub fn block_json(plan: &Plan) -> serde_json::Value {
+pub fn block_json(plan: &LayerJob) -> serde_json::Value {
     let b = &plan.block;
     let s = &b.shape;
     serde_json::json!({
@@ -70,7 +70,7 @@ pub fn block_json(plan: &Plan) -> serde_json::Value {
 }
 
 /// One row per degree (speed-up and efficiency NaN until [`fill_speedup`]).
-pub fn rows(plan: &Plan, run_id: &str, backend: &str, ms: &[TpMeasurement]) -> Vec<LayerRow> {
+pub fn rows(plan: &LayerJob, run_id: &str, backend: &str, ms: &[TpMeasurement]) -> Vec<LayerRow> {
     let b = &plan.block;
     let s = &b.shape;
     let tokens = b.tokens() as f64;
@@ -152,7 +152,7 @@ fn bytes(b: u64) -> String {
 }
 
 /// The table, one line per degree, as nccl-tests prints its sweeps.
-pub fn table(plan: &Plan, rows: &[LayerRow]) -> String {
+pub fn table(plan: &LayerJob, rows: &[LayerRow]) -> String {
     let b = &plan.block;
     let s = &b.shape;
     let (math, kernels) = gemm_of(plan);

@@ -2,7 +2,7 @@
 //! timed run and check, then the wire's samples and the prediction of the
 //! block's communication from their alpha-beta fit (or from --link).
 
-use crate::cli::Plan;
+use crate::cli::LayerJob;
 use parbench::comm::{Collective, Communicator};
 use parbench::compute::Compute;
 use parbench::layers::{run_tp, wire_samples, LayerResult, RunOptions, TpOutcome};
@@ -55,22 +55,12 @@ fn coll_terms(coll: Collective, algo: &str, p: usize, bytes: u64) -> AlphaBetaTe
     terms(coll, algo, p, bytes).unwrap_or_else(|| per_call_terms(coll, p))
 }
 
-/// Per-rank send bytes of one call of `coll` whose nccl-tests size is `bytes`
-/// (what [`Communicator::algo_for`] takes).
-fn send_bytes(coll: Collective, bytes: u64, p: usize) -> usize {
-    let b = bytes as usize;
-    match coll {
-        Collective::AllGather => b / p.max(1),
-        _ => b,
-    }
-}
-
 /// Runs plan's block at t = `comm.world()`, then models its communication.
 /// Collective: every rank calls it.
 pub fn measure_tp<C, M>(
     dev: &C,
     comm: &mut M,
-    plan: &Plan,
+    plan: &LayerJob,
     threads: usize,
 ) -> LayerResult<TpMeasurement>
 where
@@ -90,7 +80,7 @@ where
     let calls = traffic.collectives();
     let algos: Vec<(Collective, String, u64)> = calls
         .iter()
-        .map(|&(c, n)| (c, comm.algo_for(c, send_bytes(c, bytes, tp)), n))
+        .map(|&(c, n)| (c, comm.algo_for(c, c.send_bytes(bytes, tp)), n))
         .collect();
     let (link, link_source) = if calls.is_empty() {
         (None, LinkSource::None)

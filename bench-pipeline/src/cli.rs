@@ -98,7 +98,7 @@ pub struct RunPlan {
 
 /// Every run, in order, and what they share.
 #[derive(Clone, Debug)]
-pub struct Plan {
+pub struct PipelineJob {
     pub runs: Vec<RunPlan>,
     pub ranks: usize,
     pub timeout: Duration,
@@ -158,7 +158,7 @@ fn stage_layers(args: &Args, stages: usize) -> Result<Vec<usize>, String> {
 
 /// Builds and validates every run; an error here is a bad flag, file or
 /// schedule (exit 2). A schedule error carries the marked grid.
-pub fn plan(args: &Args) -> Result<Plan, String> {
+pub fn plan(args: &Args) -> Result<PipelineJob, String> {
     let work: Work = args.work.parse()?;
     let timeout = parbench::limits::timeout(args.timeout).map_err(|e| e.0)?;
     for (flag, v) in [
@@ -294,7 +294,7 @@ pub fn plan(args: &Args) -> Result<Plan, String> {
             },
         });
     }
-    Ok(Plan {
+    Ok(PipelineJob {
         runs,
         ranks,
         timeout,

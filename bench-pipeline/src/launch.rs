@@ -1,6 +1,6 @@
 //! Starting the stage ranks on a backend, and what each rank runs.
 
-use crate::cli::{Args, Plan};
+use crate::cli::{Args, PipelineJob};
 use crate::output::Recorder;
 use anyhow::{anyhow, bail, Result};
 use parbench::comm::{tcp, Algo, CommError, Communicator, DType};
@@ -23,7 +23,12 @@ use parbench::launch::UsageError as Refused;
 /// Checks --out (when this process writes it) and the memory the largest
 /// run takes on this host, `host(per_rank)` bytes from each run's per-rank
 /// figures, before anything is allocated.
-fn preflight(args: &Args, plan: &Plan, writes: bool, host: impl Fn(&[u128]) -> u128) -> Result<()> {
+fn preflight(
+    args: &Args,
+    plan: &PipelineJob,
+    writes: bool,
+    host: impl Fn(&[u128]) -> u128,
+) -> Result<()> {
     if writes {
         results::prepare_out::<PipelineRow>(&args.out)
             .map_err(|e| Refused(format!("--out {e}")))?;
@@ -53,7 +58,7 @@ fn all_ranks(per_rank: &[u128]) -> u128 {
 }
 
 /// Runs every planned run on the backend `--backend` names.
-pub fn run(args: &Args, plan: &Plan) -> Result<()> {
+pub fn run(args: &Args, plan: &PipelineJob) -> Result<()> {
     match args.backend.parse::<Backend>() {
         Ok(Backend::Local) => run_local(args, plan),
         Ok(Backend::Tcp) => run_tcp(args, plan),
@@ -118,7 +123,7 @@ fn pin(rank: usize, ranks: usize, threads: usize, enabled: bool) {
 fn rank_main<Cm, C>(
     comm: &mut Cm,
     compute: &C,
-    plan: &Plan,
+    plan: &PipelineJob,
     base: TimeBase,
     mut record: impl FnMut(&crate::cli::RunPlan, &str, &parbench::pipeline::RunRecord) -> Result<()>,
 ) -> Result<(), CommError>
@@ -138,7 +143,7 @@ where
     Ok(())
 }
 
-fn run_local(args: &Args, plan: &Plan) -> Result<()> {
+fn run_local(args: &Args, plan: &PipelineJob) -> Result<()> {
     preflight(args, plan, true, all_ranks)?;
     let threads = threads(args, plan.ranks);
     let name = compute(threads)?.name();
@@ -170,7 +175,7 @@ fn run_local(args: &Args, plan: &Plan) -> Result<()> {
 
 /// One process per stage: `--nprocs N` (default S) spawns the ranks on this
 /// host; under torchrun, mpirun or srun their variables give the rank.
-fn run_tcp(args: &Args, plan: &Plan) -> Result<()> {
+fn run_tcp(args: &Args, plan: &PipelineJob) -> Result<()> {
     let nprocs = args.nprocs.unwrap_or(plan.ranks);
     let joined = RankInfo::from_env().map_err(|e| Refused(e.to_string()))?;
     match &joined {
@@ -247,7 +252,7 @@ fn run_tcp(args: &Args, plan: &Plan) -> Result<()> {
 /// One thread and one NCCL communicator per GPU of this process (GPUs
 /// 0..S), each stage computing with cuBLASLt on its own GPU in f32.
 #[cfg(feature = "cuda")]
-fn run_nccl(args: &Args, plan: &Plan) -> Result<()> {
+fn run_nccl(args: &Args, plan: &PipelineJob) -> Result<()> {
     use parbench::comm::nccl::NcclComm;
     use parbench::compute::cuda::CudaCompute;
     let gpus = parbench::gpu::device_count()
@@ -304,6 +309,6 @@ fn run_nccl(args: &Args, plan: &Plan) -> Result<()> {
 }
 
 #[cfg(not(feature = "cuda"))]
-fn run_nccl(_: &Args, _: &Plan) -> Result<()> {
+fn run_nccl(_: &Args, _: &PipelineJob) -> Result<()> {
     bail!("--backend nccl: this build has no CUDA support (rebuild with --features cuda)")
 }

@@ -66,6 +66,6 @@ fn main() {
 /// bad input, as a bad flag is.
 pub use parbench::launch::UsageError as Unavailable;
 
-fn run(args: &cli::Args, plan: cli::Plan) -> Result<()> {
+fn run(args: &cli::Args, plan: cli::PipelineJob) -> Result<()> {
     launch::run(args, &plan)
 }

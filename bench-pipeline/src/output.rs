@@ -1,6 +1,6 @@
 //! What rank 0 prints and records after each run.
 
-use crate::cli::{Args, Plan, RunPlan};
+use crate::cli::{Args, PipelineJob, RunPlan};
 use anyhow::{Context, Result};
 use parbench::measure::clock_sync::TimeBase;
 use parbench::pipeline::{self, RunRecord};
@@ -56,7 +56,7 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    pub fn new(args: &Args, plan: &Plan, backend: &str, compute: &str) -> Self {
+    pub fn new(args: &Args, plan: &PipelineJob, backend: &str, compute: &str) -> Self {
         let run_id = results::new_run_id("pipeline");
         let mut meta = RunMeta::start("pipeline", &run_id, backend, plan.ranks);
         meta.extra.insert("compute".into(), compute.into());

@@ -1,7 +1,7 @@
 //! Reading results folders. Every error names the file and, where the file
 //! has lines, the line: a report built on a half-read folder would mislead.
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, bail, Result};
 use parbench::results::{
     read_rows, read_runs, CollectiveRow, LayerRow, LinkRow, PipelineRow, Record, RunMeta,
     SCHEMA_VERSION,
@@ -220,11 +220,6 @@ fn unique_labels(dirs: &[PathBuf]) -> Vec<String> {
         .enumerate()
         .map(|(i, d)| format!("{} #{}", d.display(), i + 1))
         .collect()
-}
-
-/// Reads a file's text, naming it in the error.
-pub fn read_text(path: &Path) -> Result<String> {
-    std::fs::read_to_string(path).with_context(|| path.display().to_string())
 }
 
 #[cfg(test)]

@@ -15,6 +15,7 @@ mod model_cmd;
 mod plan;
 mod predict;
 mod table;
+mod text_file;
 mod timeline;
 mod units;
 

@@ -11,7 +11,7 @@ use crate::units;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use parbench::model::footprint::Recompute;
-use parbench::model::plan::{self, Costed, LossGroup, Plan, PlanInput, Wire, WireKind};
+use parbench::model::plan::{self, Costed, LayoutRanking, LossGroup, PlanInput, Wire, WireKind};
 use parbench::model::presets::Arch;
 use parbench::model::{is_selector, LinkParams, Preset};
 use parbench::stats::median_of_finite;
@@ -430,7 +430,7 @@ fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
 }
 
 /// The file with the plan's figures.
-fn finish(mut file: PlanFile, plan: &Plan, top: usize) -> PlanFile {
+fn finish(mut file: PlanFile, plan: &LayoutRanking, top: usize) -> PlanFile {
     file.enumerated = plan.ranked.len() + plan.rejected.len();
     file.fitting = plan.ranked.len();
     file.top = plan.ranked.iter().take(top).cloned().collect();
@@ -585,7 +585,7 @@ pub fn read_plan(dir: &Path) -> Result<Option<PlanFile>> {
     if !path.exists() {
         return Ok(None);
     }
-    let text = crate::load::read_text(&path)?;
+    let text = crate::text_file::read_text(&path)?;
     let f: PlanFile = serde_json::from_str(&text).with_context(|| {
         format!(
             "{}: not a plan written by report plan --json",

@@ -1,6 +1,12 @@
-//! The one place where `report` asks `parbench::model` for a figure: names
-//! from records and flags become the model's types here, and nothing in
-//! `report` computes a formula of its own.
+//! Where `report` asks `parbench::model` for the figures of `report model`
+//! and the capacity page: names from records and flags become the model's
+//! types here. Nothing in `report` computes a formula of its own, but this
+//! is not yet the only file that calls `model`: `plan.rs` builds the
+//! planner's input (and `html/plan.rs` draws its `Costed` layouts),
+//! `html/collectives.rs` fits measured curves (`model::fit`,
+//! `model::wire::fit_on_wire`), `load.rs` rebuilds a run's `WireModel` from
+//! run.json, and `model_cmd.rs` and `html/capacity.rs` name `TpMode`,
+//! `Preset` and `LinkParams` directly.
 
 use parbench::comm::{Collective, DType};
 use parbench::model::{self, LinkParams, RingFactor, TpMode, TpTraffic};

@@ -153,7 +153,7 @@ fn id_text(id: &Id) -> String {
 /// Reads a Chrome trace file. A file with no complete ("X") events, or an
 /// event without a time, is an error naming the file (and the event).
 pub fn read_timeline(path: &Path) -> Result<Timeline> {
-    let text = crate::load::read_text(path)?;
+    let text = crate::text_file::read_text(path)?;
     parse_timeline(&text, &path.display().to_string())
 }
 

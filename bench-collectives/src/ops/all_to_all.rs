@@ -10,19 +10,6 @@ pub struct AllToAll;
 impl CollOp for AllToAll {
     const COLL: Collective = Collective::AllToAll;
 
-    fn count_for(bytes: u64, dtype: DType, world: usize) -> usize {
-        usize::try_from(bytes / (dtype.size() * world.max(1)) as u64).unwrap_or(usize::MAX)
-    }
-    fn size_of(count: usize, dtype: DType, world: usize) -> u64 {
-        (count * dtype.size() * world) as u64
-    }
-    fn send_elems(count: usize, world: usize) -> usize {
-        count * world
-    }
-    fn recv_elems(count: usize, world: usize) -> usize {
-        count * world
-    }
-
     fn expected<T: Element>(
         inp: &Inputs,
         _: ReduceOp,

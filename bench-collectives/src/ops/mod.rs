@@ -24,29 +24,32 @@ pub trait CollOp {
     /// Whether the communicator offers an in-place form.
     const IN_PLACE: bool = true;
 
+    // The buffer rule is the collective's own (`Collective::send_blocks`
+    // and the rest): one rule for the benches, the communicators and the model.
+
     /// Per-rank count for a swept size of `bytes` (nccl-tests' meaning).
-    fn count_for(bytes: u64, dtype: DType, _world: usize) -> usize {
-        usize::try_from(bytes / dtype.size() as u64).unwrap_or(usize::MAX)
+    fn count_for(bytes: u64, dtype: DType, world: usize) -> usize {
+        Self::COLL.count_for(bytes, dtype.size(), world)
     }
     /// nccl-tests' size (bytes) of a call with per-rank `count`.
-    fn size_of(count: usize, dtype: DType, _world: usize) -> u64 {
-        (count * dtype.size()) as u64
+    fn size_of(count: usize, dtype: DType, world: usize) -> u64 {
+        Self::COLL.size_of(count, dtype.size(), world)
     }
     /// Elements of the send buffer.
-    fn send_elems(count: usize, _world: usize) -> usize {
-        count
+    fn send_elems(count: usize, world: usize) -> usize {
+        Self::COLL.send_elems(count, world)
     }
     /// Elements of the receive buffer (the output, whole).
-    fn recv_elems(count: usize, _world: usize) -> usize {
-        count
+    fn recv_elems(count: usize, world: usize) -> usize {
+        Self::COLL.recv_elems(count, world)
     }
     /// Where (elements) the input starts in the one in-place buffer.
-    fn in_place_input(_count: usize, _rank: usize) -> usize {
-        0
+    fn in_place_input(count: usize, rank: usize) -> usize {
+        Self::COLL.in_place_input(count, rank)
     }
     /// Where (elements) the output starts in the one in-place buffer.
-    fn in_place_output(_count: usize, _rank: usize) -> usize {
-        0
+    fn in_place_output(count: usize, rank: usize) -> usize {
+        Self::COLL.in_place_output(count, rank)
     }
     /// The output rank `rank` must hold (`recv_elems` elements), or `None`
     /// where the collective leaves it undefined.

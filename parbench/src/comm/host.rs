@@ -4,7 +4,7 @@
 //! or out of place, see the table in [`super`]), picks the algorithm and
 //! finishes `Avg`; the algorithms in [`super::algo`] only move bytes.
 
-use super::algo::{self, Plan, Scratch};
+use super::algo::{self, Algorithm, Scratch};
 use super::{
     finish_avg, nbytes, need, Algo, Collective, CommError, CommResult, Communicator, DType,
     HostBuffer, Io, RecvInto, ReduceOp, Transport,
@@ -43,8 +43,8 @@ impl<T: Transport> HostComm<T> {
         &self.transport
     }
 
-    fn plan(&self, coll: Collective, bytes: usize) -> Plan {
-        Plan::choose(coll, self.algo, self.transport.world(), bytes)
+    fn plan(&self, coll: Collective, bytes: usize) -> Algorithm {
+        Algorithm::choose(coll, self.algo, self.transport.world(), bytes)
     }
 
     fn check_rank(&self, what: &str, r: usize) -> CommResult<()> {
@@ -146,7 +146,7 @@ impl<T: Transport> Communicator for HostComm<T> {
                 need(send, bytes, "all_reduce send")?;
                 need(recv, bytes, "all_reduce recv")?;
                 let (s, r) = (&send.bytes()[..bytes], &mut recv.bytes_mut()[..bytes]);
-                if plan == Plan::Ring && world > 1 {
+                if plan == Algorithm::Ring && world > 1 {
                     (Some(s), r)
                 } else {
                     r.copy_from_slice(s);
@@ -158,9 +158,11 @@ impl<T: Transport> Communicator for HostComm<T> {
             return Ok(());
         }
         self.call("all_reduce", |t, scratch, deadline| match plan {
-            Plan::RecursiveDoubling => algo::rd::all_reduce(t, buf, dtype, op, scratch, deadline),
-            Plan::HalvingDoubling => algo::rhd::all_reduce(t, buf, dtype, op, deadline),
-            Plan::Tree => {
+            Algorithm::RecursiveDoubling => {
+                algo::rd::all_reduce(t, buf, dtype, op, scratch, deadline)
+            }
+            Algorithm::HalvingDoubling => algo::rhd::all_reduce(t, buf, dtype, op, deadline),
+            Algorithm::Tree => {
                 algo::tree::reduce(t, buf, dtype, op, 0, deadline)?;
                 algo::tree::broadcast(t, buf, 0, deadline)
             }
@@ -174,8 +176,9 @@ impl<T: Transport> Communicator for HostComm<T> {
 
     fn all_gather(&mut self, io: Io<'_, HostBuffer>, count: usize, dtype: DType) -> CommResult<()> {
         let (world, rank) = (self.world(), self.rank());
-        let block = nbytes(count, 1, dtype)?;
-        let total = nbytes(count, world, dtype)?;
+        let c = Collective::AllGather;
+        let block = nbytes(count, c.send_blocks(world), dtype)?;
+        let total = nbytes(count, c.recv_blocks(world), dtype)?;
         let (own, buf): (Option<&[u8]>, &mut [u8]) = match io {
             Io::InPlace(b) => {
                 need(b, total, "all_gather")?;
@@ -209,8 +212,9 @@ impl<T: Transport> Communicator for HostComm<T> {
         op: ReduceOp,
     ) -> CommResult<()> {
         let (world, rank) = (self.world(), self.rank());
-        let block = nbytes(count, 1, dtype)?;
-        let total = nbytes(count, world, dtype)?;
+        let c = Collective::ReduceScatter;
+        let block = nbytes(count, c.recv_blocks(world), dtype)?;
+        let total = nbytes(count, c.send_blocks(world), dtype)?;
         let mine = rank * block..(rank + 1) * block;
         match io {
             Io::InPlace(b) => {
@@ -276,7 +280,7 @@ impl<T: Transport> Communicator for HostComm<T> {
         }
         let plan = self.plan(Collective::Broadcast, bytes);
         self.call("broadcast", |t, _, deadline| match plan {
-            Plan::Chain => algo::tree::chain_broadcast(t, buf, root, deadline),
+            Algorithm::Chain => algo::tree::chain_broadcast(t, buf, root, deadline),
             _ => algo::tree::broadcast(t, buf, root, deadline),
         })
     }
@@ -320,7 +324,7 @@ impl<T: Transport> Communicator for HostComm<T> {
         }
         let plan = self.plan(Collective::Reduce, bytes);
         let run = |t: &mut T, acc: &mut [u8], deadline| match plan {
-            Plan::Chain => algo::tree::chain_reduce(t, acc, dtype, op, root, deadline),
+            Algorithm::Chain => algo::tree::chain_reduce(t, acc, dtype, op, root, deadline),
             _ => algo::tree::reduce(t, acc, dtype, op, root, deadline),
         };
         self.call("reduce", |t, scratch, deadline| match out {
@@ -342,7 +346,7 @@ impl<T: Transport> Communicator for HostComm<T> {
     fn all_to_all(&mut self, io: Io<'_, HostBuffer>, count: usize, dtype: DType) -> CommResult<()> {
         let world = self.world();
         let block = nbytes(count, 1, dtype)?;
-        let total = nbytes(count, world, dtype)?;
+        let total = nbytes(count, Collective::AllToAll.send_blocks(world), dtype)?;
         match io {
             Io::InPlace(b) => {
                 need(b, total, "all_to_all")?;

@@ -104,6 +104,78 @@ impl Collective {
     pub fn rooted(self) -> bool {
         matches!(self, Collective::Broadcast | Collective::Reduce)
     }
+
+    // The byte rule of each collective, once (the module table): every
+    // buffer is a whole number of per-rank blocks of `count` elements.
+
+    /// Blocks of `count` elements in each rank's send buffer.
+    pub fn send_blocks(self, world: usize) -> usize {
+        match self {
+            Collective::ReduceScatter | Collective::AllToAll => world,
+            _ => 1,
+        }
+    }
+
+    /// Blocks of `count` elements in each rank's receive buffer (the whole output).
+    pub fn recv_blocks(self, world: usize) -> usize {
+        match self {
+            Collective::AllGather | Collective::AllToAll => world,
+            _ => 1,
+        }
+    }
+
+    /// Blocks counted by nccl-tests' `size`: the larger buffer's.
+    pub fn size_blocks(self, world: usize) -> usize {
+        self.send_blocks(world).max(self.recv_blocks(world))
+    }
+
+    /// Elements of the send buffer of a call with per-rank `count`.
+    pub fn send_elems(self, count: usize, world: usize) -> usize {
+        count * self.send_blocks(world)
+    }
+
+    /// Elements of the receive buffer of a call with per-rank `count`.
+    pub fn recv_elems(self, count: usize, world: usize) -> usize {
+        count * self.recv_blocks(world)
+    }
+
+    /// Per-rank count of a call whose nccl-tests size is `size_bytes`.
+    pub fn count_for(self, size_bytes: u64, elem_bytes: usize, world: usize) -> usize {
+        let block = elem_bytes * self.size_blocks(world).max(1);
+        usize::try_from(size_bytes / block as u64).unwrap_or(usize::MAX)
+    }
+
+    /// nccl-tests' size (bytes) of a call with per-rank `count`.
+    pub fn size_of(self, count: usize, elem_bytes: usize, world: usize) -> u64 {
+        (count * elem_bytes * self.size_blocks(world)) as u64
+    }
+
+    /// Per-rank send bytes (what [`Communicator::algo_for`] takes) of a call
+    /// whose nccl-tests size is `size_bytes`.
+    pub fn send_bytes(self, size_bytes: u64, world: usize) -> usize {
+        let b = size_bytes as usize;
+        if self.recv_blocks(world) > self.send_blocks(world) {
+            b / self.recv_blocks(world)
+        } else {
+            b
+        }
+    }
+
+    /// Where (elements) the input starts in the one buffer of an in-place call.
+    pub fn in_place_input(self, count: usize, rank: usize) -> usize {
+        match self {
+            Collective::AllGather => rank * count,
+            _ => 0,
+        }
+    }
+
+    /// Where (elements) the output starts in the one buffer of an in-place call.
+    pub fn in_place_output(self, count: usize, rank: usize) -> usize {
+        match self {
+            Collective::ReduceScatter => rank * count,
+            _ => 0,
+        }
+    }
 }
 
 impl fmt::Display for Collective {

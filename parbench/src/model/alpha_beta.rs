@@ -638,15 +638,15 @@ mod tests {
 
     #[test]
     fn every_plan_the_cpu_backends_run_has_a_model() {
-        // Records carry Plan::name(); each one must have a structure here,
+        // Records carry Algorithm::name(); each one must have a structure here,
         // whatever the user asked for, the size and the world.
-        use crate::comm::algo::Plan;
+        use crate::comm::algo::Algorithm;
         use crate::comm::Algo;
         for coll in Collective::ALL {
             for algo in Algo::ALL {
                 for p in [1usize, 2, 3, 4, 5, 8] {
                     for bytes in [1u64, 8, 4096, 300 << 10, 2 << 20, 64 << 20] {
-                        let plan = Plan::choose(coll, algo, p, bytes as usize);
+                        let plan = Algorithm::choose(coll, algo, p, bytes as usize);
                         assert!(
                             terms(coll, plan.name(), p, bytes).is_some(),
                             "{coll} {algo} p={p} {bytes} B -> {}",

@@ -18,20 +18,7 @@
 //! bubble of unequal stages and of any concrete action list; these forms
 //! are what it must agree with on equal stages.
 
-/// The schedules that have a closed form.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum BubbleSchedule {
-    /// All forwards, then all backwards (Huang et al. 2019).
-    GPipe,
-    /// One forward, one backward (PipeDream-Flush).
-    OneFOneB,
-    /// 1F1B with `chunks` (`v`) model chunks per rank (Narayanan et al. SC21).
-    Interleaved { chunks: u64 },
-    /// Zero bubble, 1F1B's memory (Qi et al. 2024).
-    ZbH1,
-    /// Zero bubble, about twice 1F1B's memory (Qi et al. 2024).
-    ZbH2,
-}
+pub use crate::schedule::BubbleSchedule;
 
 /// Time of one microbatch's passes through one rank's stage, seconds (or
 /// any unit). `b` is the input-gradient pass and `w` the weight-gradient

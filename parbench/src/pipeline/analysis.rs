@@ -14,7 +14,7 @@
 //! side.
 
 use super::RunRecord;
-use crate::model::bubble::{bubble_rate, BubbleSchedule, PassTimes};
+use crate::model::bubble::{bubble_rate, PassTimes};
 use crate::model::sim::{simulate, simulate_with, SimCosts, SimError, SimResult, StageCosts};
 use crate::schedule::{peak_in_flight, Action, ActionKind, Message, Schedule, ScheduleKind};
 use crate::stats::median;
@@ -289,14 +289,7 @@ pub fn closed_form(
     } else {
         PassTimes { f, b, w: 0.0 }
     };
-    let which = match kind {
-        ScheduleKind::GPipe => BubbleSchedule::GPipe,
-        ScheduleKind::OneFOneB => BubbleSchedule::OneFOneB,
-        ScheduleKind::Interleaved => BubbleSchedule::Interleaved {
-            chunks: schedule.chunks() as u64,
-        },
-        ScheduleKind::ZbH1 => BubbleSchedule::ZbH1,
-    };
+    let which = kind.closed_form(schedule.chunks() as u64);
     bubble_rate(
         which,
         schedule.ranks() as u64,

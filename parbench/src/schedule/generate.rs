@@ -12,59 +12,8 @@
 //!   rank holds `S` microbatches in flight and the deferred `W`s fill the
 //!   drain bubble.
 
+use super::registry::ScheduleKind;
 use super::{Action, ActionKind, Schedule, ScheduleError};
-use std::fmt;
-use std::str::FromStr;
-
-/// The generated schedules (`--schedule`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ScheduleKind {
-    GPipe,
-    OneFOneB,
-    Interleaved,
-    ZbH1,
-}
-
-impl ScheduleKind {
-    /// Every generated schedule, in the order sweeps run them.
-    pub const ALL: [ScheduleKind; 4] = [
-        ScheduleKind::GPipe,
-        ScheduleKind::OneFOneB,
-        ScheduleKind::Interleaved,
-        ScheduleKind::ZbH1,
-    ];
-
-    /// The name on command lines and in records.
-    pub fn name(self) -> &'static str {
-        match self {
-            ScheduleKind::GPipe => "gpipe",
-            ScheduleKind::OneFOneB => "1f1b",
-            ScheduleKind::Interleaved => "interleaved",
-            ScheduleKind::ZbH1 => "zb-h1",
-        }
-    }
-}
-
-impl fmt::Display for ScheduleKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for ScheduleKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s.trim().to_ascii_lowercase().replace('_', "-").as_str() {
-            "gpipe" => Ok(ScheduleKind::GPipe),
-            "1f1b" => Ok(ScheduleKind::OneFOneB),
-            "interleaved" | "interleaved-1f1b" | "interleaved1f1b" => Ok(ScheduleKind::Interleaved),
-            "zb-h1" | "zbh1" | "zb1p" => Ok(ScheduleKind::ZbH1),
-            other => Err(format!(
-                "unknown schedule '{other}' (expected gpipe, 1f1b, interleaved or zb-h1)"
-            )),
-        }
-    }
-}
 
 /// Generates `kind` for `ranks` ranks, `microbatches` microbatches and
 /// `chunks` stages per rank (only interleaved takes `chunks` > 1).
@@ -87,7 +36,7 @@ pub fn generate(
     if chunks == 0 {
         return Err(fail("needs at least one chunk per rank".into()));
     }
-    if kind != ScheduleKind::Interleaved && chunks != 1 {
+    if !kind.chunked() && chunks != 1 {
         return Err(fail(format!(
             "takes one stage per rank; --chunks {chunks} applies to interleaved only"
         )));

@@ -15,10 +15,12 @@
 
 mod csv_file;
 mod generate;
+mod registry;
 mod validate;
 
 pub use csv_file::{load_csv, parse_csv, save_csv, to_csv};
-pub use generate::{generate, ScheduleKind};
+pub use generate::generate;
+pub use registry::{BubbleSchedule, ScheduleEntry, ScheduleKind, SCHEDULES};
 pub use validate::{peak_in_flight, render_grid, validate};
 
 use std::fmt;

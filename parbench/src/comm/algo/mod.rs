@@ -171,7 +171,7 @@ pub const AUTO_CHAIN_MIN_BYTES: usize = 256 * 1024;
 
 /// The concrete algorithm a collective runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Plan {
+pub enum Algorithm {
     /// [`ring`]: reduce-scatter / all-gather rings, sliced.
     Ring,
     /// [`tree`]: binomial trees (all_reduce = reduce to 0 + broadcast from 0).
@@ -188,17 +188,17 @@ pub enum Plan {
     PointToPoint,
 }
 
-impl Plan {
+impl Algorithm {
     /// The name recorded with each measurement.
     pub fn name(self) -> &'static str {
         match self {
-            Plan::Ring => "ring",
-            Plan::Tree => "tree",
-            Plan::RecursiveDoubling => "rd",
-            Plan::HalvingDoubling => "rhd",
-            Plan::Chain => "chain",
-            Plan::Pairwise => "pairwise",
-            Plan::PointToPoint => "p2p",
+            Algorithm::Ring => "ring",
+            Algorithm::Tree => "tree",
+            Algorithm::RecursiveDoubling => "rd",
+            Algorithm::HalvingDoubling => "rhd",
+            Algorithm::Chain => "chain",
+            Algorithm::Pairwise => "pairwise",
+            Algorithm::PointToPoint => "p2p",
         }
     }
 
@@ -206,36 +206,36 @@ impl Plan {
     /// when the user asked for `algo`. A request an operation has no such
     /// algorithm for falls back to the operation's usual one (the returned
     /// plan says which, so records stay honest).
-    pub fn choose(coll: Collective, algo: Algo, world: usize, bytes: usize) -> Plan {
+    pub fn choose(coll: Collective, algo: Algo, world: usize, bytes: usize) -> Algorithm {
         match coll {
             Collective::AllReduce => match algo {
-                Algo::Ring => Plan::Ring,
-                Algo::Tree => Plan::Tree,
-                Algo::RecursiveDoubling => Plan::RecursiveDoubling,
-                Algo::HalvingDoubling => Plan::HalvingDoubling,
+                Algo::Ring => Algorithm::Ring,
+                Algo::Tree => Algorithm::Tree,
+                Algo::RecursiveDoubling => Algorithm::RecursiveDoubling,
+                Algo::HalvingDoubling => Algorithm::HalvingDoubling,
                 Algo::Auto => {
                     if bytes <= AUTO_RD_MAX_BYTES {
-                        Plan::RecursiveDoubling
+                        Algorithm::RecursiveDoubling
                     } else if world > 2 && bytes <= AUTO_RHD_MAX_BYTES {
-                        Plan::HalvingDoubling
+                        Algorithm::HalvingDoubling
                     } else {
-                        Plan::Ring
+                        Algorithm::Ring
                     }
                 }
             },
-            Collective::AllGather | Collective::ReduceScatter => Plan::Ring,
+            Collective::AllGather | Collective::ReduceScatter => Algorithm::Ring,
             Collective::Broadcast => match algo {
-                Algo::Ring => Plan::Chain,
-                Algo::Auto if world > 2 && bytes >= AUTO_CHAIN_MIN_BYTES => Plan::Chain,
-                _ => Plan::Tree,
+                Algo::Ring => Algorithm::Chain,
+                Algo::Auto if world > 2 && bytes >= AUTO_CHAIN_MIN_BYTES => Algorithm::Chain,
+                _ => Algorithm::Tree,
             },
             Collective::Reduce => match algo {
-                Algo::Ring => Plan::Chain,
-                Algo::Auto if world > 2 && bytes >= AUTO_CHAIN_MIN_BYTES => Plan::Chain,
-                _ => Plan::Tree,
+                Algo::Ring => Algorithm::Chain,
+                Algo::Auto if world > 2 && bytes >= AUTO_CHAIN_MIN_BYTES => Algorithm::Chain,
+                _ => Algorithm::Tree,
             },
-            Collective::AllToAll => Plan::Pairwise,
-            Collective::SendRecv => Plan::PointToPoint,
+            Collective::AllToAll => Algorithm::Pairwise,
+            Collective::SendRecv => Algorithm::PointToPoint,
         }
     }
 }

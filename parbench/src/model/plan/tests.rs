@@ -1,7 +1,14 @@
 use super::*;
+use crate::model::alpha_beta::LinkParams;
+use crate::model::footprint::Recompute;
 use crate::model::presets::Arch;
+use crate::model::presets::Preset;
 use crate::model::sim::simulate;
+use crate::model::sim::{SimCosts, StageCosts};
+use crate::model::tensor_parallel::TpMode;
 use crate::model::tensor_parallel::{RingFactor, WORKED_EXAMPLE_LAYERS};
+use crate::schedule::{generate, ScheduleKind};
+use costs::Planner;
 
 const MIB: f64 = 1024.0 * 1024.0;
 const GIB: f64 = 1024.0 * MIB;
@@ -35,7 +42,15 @@ fn equal_stages(layers: u64) -> Preset {
     }
 }
 
-fn find<'a>(plan: &'a Plan, dp: u64, tp: u64, pp: u64, sched: &str, v: u64, b: u64) -> &'a Costed {
+fn find<'a>(
+    plan: &'a LayoutRanking,
+    dp: u64,
+    tp: u64,
+    pp: u64,
+    sched: &str,
+    v: u64,
+    b: u64,
+) -> &'a Costed {
     plan.ranked
         .iter()
         .find(|c| {

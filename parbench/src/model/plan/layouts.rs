@@ -1,0 +1,120 @@
+//! The layouts: `dp x tp x pp`, a schedule, a microbatch size; how many
+//! there are for a cluster and which wire each group of ranks uses.
+
+use super::input::{PlanInput, WireKind};
+use crate::schedule::{ScheduleKind, SCHEDULES};
+
+/// One layout.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct Layout {
+    /// Data-parallel degree.
+    pub dp: u64,
+    /// Tensor-parallel degree.
+    pub tp: u64,
+    /// Pipeline stages (ranks of one pipeline).
+    pub pp: u64,
+    /// `none` (one stage), `gpipe`, `1f1b`, `interleaved`, `zb-h1`.
+    pub schedule: String,
+    /// Chunks per pipeline rank (`v`; 1 but for interleaved).
+    pub chunks: u64,
+    /// Sequences per microbatch, `b`.
+    pub micro_batch: u64,
+    /// Microbatches per step per pipeline, `M`.
+    pub microbatches: u64,
+}
+
+impl std::fmt::Display for Layout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "dp={} tp={} pp={}", self.dp, self.tp, self.pp)?;
+        if self.schedule.is_empty() {
+            return Ok(());
+        }
+        write!(f, " {}", self.schedule)?;
+        if self.chunks > 1 {
+            write!(f, " v={}", self.chunks)?;
+        }
+        write!(f, " b={} M={}", self.micro_batch, self.microbatches)
+    }
+}
+
+/// The divisors of `n`, smallest first (`n` up to about 1e12 in well under a millisecond).
+pub fn divisors(n: u64) -> Vec<u64> {
+    let mut small = Vec::new();
+    let mut large = Vec::new();
+    let mut i = 1u64;
+    while i.saturating_mul(i) <= n {
+        if n.is_multiple_of(i) {
+            small.push(i);
+            if i != n / i {
+                large.push(n / i);
+            }
+        }
+        i += 1;
+    }
+    small.extend(large.into_iter().rev());
+    small
+}
+
+/// Which wire a group of `span` consecutive ranks uses on nodes of `per_node`.
+pub fn group_wire(group_size: u64, span: u64, per_node: u64) -> WireKind {
+    if group_size <= 1 {
+        WireKind::None
+    } else if span <= per_node && per_node.is_multiple_of(span) {
+        WireKind::Intra
+    } else {
+        WireKind::Inter
+    }
+}
+
+/// Megatron's order places tensor ranks innermost, then data, then pipeline.
+pub(super) fn wires_of(l: &Layout, per_node: u64) -> (WireKind, WireKind, WireKind) {
+    let tp = group_wire(l.tp, l.tp, per_node);
+    let dp = group_wire(l.dp, l.tp.saturating_mul(l.dp), per_node);
+    let pp = group_wire(
+        l.pp,
+        l.tp.saturating_mul(l.dp).saturating_mul(l.pp),
+        per_node,
+    );
+    (tp, dp, pp)
+}
+
+/// The schedule of a one-stage layout: nothing to choose (costed as 1F1B,
+/// which on one stage is every schedule).
+pub(super) const NO_SCHEDULE: &str = "none";
+
+/// The registry's kind of a layout's schedule.
+pub(super) fn kind_of(schedule: &str) -> Option<ScheduleKind> {
+    if schedule == NO_SCHEDULE {
+        return Some(ScheduleKind::OneFOneB);
+    }
+    SCHEDULES
+        .iter()
+        .find(|e| e.name == schedule)
+        .map(|e| e.kind)
+}
+
+/// The schedules a pipeline of `pp` stages with `micro` microbatches can
+/// run: one stage has no schedule to choose (`none`); otherwise GPipe,
+/// 1F1B, ZB-H1 and interleaved 1F1B with every `v` from 2 to
+/// `max_chunks` that Megatron accepts (layers divisible by `pp v`,
+/// microbatches a multiple of `pp`).
+pub(super) fn schedules(input: &PlanInput, pp: u64, micro: u64) -> Vec<(&'static str, u64)> {
+    if pp == 1 {
+        return vec![(NO_SCHEDULE, 1)];
+    }
+    let mut out: Vec<(&'static str, u64)> = SCHEDULES
+        .iter()
+        .filter(|e| !e.chunked)
+        .map(|e| (e.name, 1))
+        .collect();
+    if micro.is_multiple_of(pp) {
+        for e in SCHEDULES.iter().filter(|e| e.chunked) {
+            for v in 2..=input.max_chunks {
+                if input.model.check_split(1, pp, v).is_ok() {
+                    out.push((e.name, v));
+                }
+            }
+        }
+    }
+    out
+}

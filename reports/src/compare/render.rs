@@ -1,0 +1,156 @@
+//! `report compare`'s output: the changes as a text or Markdown table,
+//! regressions first. Judging lives in the parent module; this only prints.
+
+use super::{Change, CompareArgs, Comparison, Verdict, Worse};
+use crate::table::Table;
+use crate::units;
+use std::collections::BTreeSet;
+
+fn change_text(c: &Change, relative: f64) -> String {
+    match c.worse {
+        Worse::HigherFraction => format!("{:+.1} pt", relative * 100.0),
+        _ => format!("{:+.1}%", relative * 100.0),
+    }
+}
+
+fn changes_table(changes: &[&Change]) -> Table {
+    let mut t = Table::new([
+        "suite / key",
+        "figure",
+        "baseline",
+        "current",
+        "change",
+        "worse by",
+        "noise",
+        "rounds",
+        "time change / floor",
+    ]);
+    for c in changes {
+        let value = |v: f64| match c.worse {
+            Worse::HigherFraction => units::percent(v),
+            _ => units::sig3(v),
+        };
+        let raw = match c.worse {
+            Worse::HigherFraction => c.current - c.baseline,
+            _ => c.current / c.baseline - 1.0,
+        };
+        t.row([
+            format!("{} {}", c.suite, c.key),
+            c.figure.to_string(),
+            value(c.baseline),
+            value(c.current),
+            change_text(c, raw),
+            change_text(c, c.worse_by),
+            match c.worse {
+                Worse::HigherFraction => format!("{:.1} pt", c.noise * 100.0),
+                _ => format!("{:.1}%", c.noise * 100.0),
+            },
+            format!("{} / {}", c.rounds.0, c.rounds.1),
+            match c.time_change_us {
+                Some(d) => format!("{d:+.3} / {:.3} us", c.floor_us),
+                None => "-".into(),
+            },
+        ]);
+    }
+    t
+}
+
+/// The rule, in one paragraph, as the output states it.
+pub const RULE: &str = "A regression: rows of quiet runs only (other processes took at most 10% of the machine during the run and the row's table); the median over the rounds worse by more than the threshold and by more than the noise (the rounds' half-spread with 2+ rounds, else the row's spread below its median); with 2+ rounds on both sides, every current round worse than every baseline round; and a time change above the floor (clock resolution or latency jitter, the larger, from run.json).";
+
+/// The comparison as text or Markdown.
+pub fn render(cmp: &Comparison, args: &CompareArgs) -> String {
+    let regs = cmp.with(Verdict::Regression);
+    let imps = cmp.with(Verdict::Improvement);
+    let not_judged = cmp.with(Verdict::NotJudged);
+    let cannot = cmp.with(Verdict::CannotJudge);
+    let same = cmp.changes.len() - regs.len() - imps.len() - not_judged.len() - cannot.len();
+    let md = args.markdown;
+    let mut out = String::new();
+    let heading = |s: &str| {
+        if md {
+            format!("\n### {s}\n\n")
+        } else {
+            format!("\n{s}\n")
+        }
+    };
+    if md {
+        out.push_str("## parbench: current run against the baseline\n\n");
+    }
+    let rounds = |side: usize| {
+        let mut r: Vec<usize> = cmp
+            .changes
+            .iter()
+            .map(|c| if side == 0 { c.rounds.0 } else { c.rounds.1 })
+            .filter(|&n| n > 0)
+            .collect();
+        r.sort_unstable();
+        r.dedup();
+        r.iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("/")
+    };
+    out.push_str(&format!(
+        "{} figures compared ({} against {}, threshold {:.1}%, rounds {} against {}): {} regressions, {} improvements, {} unchanged, {} noisy: not judged, {} cannot be judged; {} keys only in the baseline, {} only in the current run.\n",
+        cmp.changes.len(),
+        args.current.display(),
+        args.baseline.display(),
+        args.threshold * 100.0,
+        rounds(1),
+        rounds(0),
+        regs.len(),
+        imps.len(),
+        same,
+        not_judged.len(),
+        cannot.len(),
+        cmp.only_baseline.len(),
+        cmp.only_current.len()
+    ));
+    out.push_str(&format!("Rule: {RULE}\n"));
+    if !cmp.noisy_runs.is_empty() {
+        out.push_str(&heading("Noisy runs left out (not judged)"));
+        let mut t = Table::new(["folder", "run", "machine taken by other processes"]);
+        for (side, id, f) in &cmp.noisy_runs {
+            t.row([side.to_string(), id.clone(), units::percent(*f)]);
+        }
+        out.push_str(&if md { t.markdown() } else { t.text() });
+    }
+    let table = |t: Table| if md { t.markdown() } else { t.text() };
+    if !regs.is_empty() {
+        out.push_str(&heading("Regressions"));
+        out.push_str(&table(changes_table(&regs)));
+    }
+    if !imps.is_empty() {
+        out.push_str(&heading("Improvements"));
+        out.push_str(&table(changes_table(&imps)));
+    }
+    if !not_judged.is_empty() {
+        out.push_str(&format!(
+            "\nnoisy: not judged: {} figures of {} keys (every row on one side came from a noisy run).\n",
+            not_judged.len(),
+            not_judged
+                .iter()
+                .map(|c| (&c.suite, &c.key))
+                .collect::<BTreeSet<_>>()
+                .len()
+        ));
+    }
+    for (title, keys) in [
+        (
+            "Only in the baseline (not measured now)",
+            &cmp.only_baseline,
+        ),
+        ("Only in the current run (new)", &cmp.only_current),
+    ] {
+        if !keys.is_empty() {
+            out.push_str(&heading(title));
+            let mut t = Table::new(["suite", "key"]);
+            for (s, k) in keys {
+                t.row([s.to_string(), k.clone()]);
+            }
+            out.push_str(&table(t));
+        }
+    }
+    out
+}
