@@ -1,5 +1,5 @@
 //! The binary end to end: bad flags exit 2 with one line; a tiny sweep
-//! writes layers.csv with exactly the columns the README documents.
+//! writes layers.csv with exactly the columns docs/records.md documents.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -40,9 +40,9 @@ fn bad_flags_exit_2_with_one_line() {
     }
 }
 
-/// The column names of the README's layers.csv table (up to the next heading).
+/// The column names of docs/records.md's layers.csv table (up to the next heading).
 fn documented_columns() -> Vec<String> {
-    let doc = Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md");
+    let doc = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/records.md");
     let text = std::fs::read_to_string(&doc).unwrap();
     let section = text.split("### layers.csv").nth(1).unwrap();
     let table = section.split("\n#").next().unwrap();

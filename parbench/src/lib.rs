@@ -2,9 +2,11 @@
 //! training and inference, and hold every measurement against the analytical
 //! model that predicts it.
 //!
-//! The library holds everything the binaries share; it never parses flags
-//! and never prints tables (binaries do). See `DESIGN.md` in the shared
-//! folder for the contracts between the parts.
+//! The library holds everything the binaries share; it never parses a
+//! command line and never prints tables (binaries do). The modules, which
+//! way their dependencies point, and the contracts between the parts are
+//! in the repository's `docs/architecture.md`; the records it writes in
+//! `docs/records.md`.
 
 pub mod comm;
 pub mod compute;

@@ -1,5 +1,5 @@
-//! The rows of each suite's CSV. Column names are the field names; the
-//! README documents each. Bump [`SCHEMA_VERSION`] when a column changes.
+//! The rows of each suite's CSV. Column names are the field names;
+//! docs/records.md documents each. Bump [`SCHEMA_VERSION`] when a column changes.
 
 use serde::{Deserialize, Serialize};
 
