@@ -543,7 +543,7 @@ fn finish(plan: &SweepJob, meta: &mut RunMeta, r: RankReport) -> Result<Finished
             "in_cache_gbps": w.ceiling.peak_gbps(),
             "out_of_cache_gbps": w.ceiling.rungs.last().map(|r| r.gbps),
             "ladder": w.ceiling,
-            "rows": "each row's ceiling_gbps is this ladder at the row's working set (README: bench-collectives, The wire's ceiling)",
+            "rows": "each row's ceiling_gbps is this ladder at the row's working set (docs/collectives.md, The wire's ceiling)",
         }),
     );
     extra.insert(

@@ -1,7 +1,7 @@
 //! `bench-layers`: Megatron tensor-parallel transformer blocks at TP 1, 2,
 //! 4, 8 on any backend: compute and communication time per block and per
 //! token, checked against the unsharded block, beside the alpha-beta model
-//! of the same wire. See the README's bench-layers section.
+//! of the same wire. See docs/layers.md.
 //!
 //! How each backend sweeps the degrees:
 //! - `local`: for each t, t threads of this process, one local communicator.
