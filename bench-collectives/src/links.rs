@@ -39,6 +39,16 @@ pub fn run(plan: &SweepJob, run_id: &str, joined: Option<launch::RankInfo>) -> R
         Ranks::Gpus(_) | Ranks::NcclJoined(_) => "nccl",
     };
     let gpus = matches!(ranks, Ranks::Gpus(_));
+    // The output folder is checked before anything is measured, by the
+    // process that writes it (under mpi rank 0 is known only once started).
+    let writes = match &ranks {
+        Ranks::Joined(info) | Ranks::NcclJoined(info) => info.rank == 0,
+        Ranks::Mpi => false,
+        _ => true,
+    };
+    if writes {
+        results::prepare_out::<LinkRow>(&plan.out).map_err(|e| UsageError(format!("--out {e}")))?;
+    }
     // Started before the pairs run: run.json's times cover the measurement.
     let mut meta = RunMeta::start("links", run_id, backend, world);
     if gpus {

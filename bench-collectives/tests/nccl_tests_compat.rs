@@ -263,6 +263,40 @@ fn flags_a_backend_cannot_honour_are_one_line_and_exit_two() {
     }
 }
 
+#[test]
+fn links_checks_its_output_folder_before_measuring() {
+    // Was: every pair measured (minutes at 64 MiB), then the write failed.
+    let dir = scratch("links-out-is-a-file");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("f");
+    std::fs::write(&file, "x").unwrap();
+    for backend in ["local", "tcp"] {
+        let out = file.join("x");
+        let o = run(
+            &[
+                "links",
+                "--backend",
+                backend,
+                "-np",
+                "2",
+                "-e",
+                "64K",
+                "--out",
+                out.to_str().unwrap(),
+            ],
+            &[],
+        );
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{backend}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{backend}: {err}");
+        assert!(err.contains("--out"), "{backend}: {err}");
+        assert!(
+            !stdout(&o).contains("One-way bandwidth"),
+            "{backend} measured"
+        );
+    }
+}
+
 /// Runs with standard output closed (as after `| head -1`) and checks
 /// that the run ends without a panic.
 fn ends_quietly_after_head_1(dir: &str, args: &[&str]) {
