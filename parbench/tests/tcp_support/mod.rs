@@ -47,6 +47,39 @@ pub fn wait_all(children: &mut [Child], secs: u64) -> Vec<Option<std::process::E
     out
 }
 
+/// Asserts that every rank ended with success.
+pub fn assert_all_succeeded(status: &[Option<std::process::ExitStatus>]) {
+    for (r, s) in status.iter().enumerate() {
+        assert!(s.is_some_and(|s| s.success()), "rank {r}: {status:?}");
+    }
+}
+
+/// Asserts that rank 1 died of SIGKILL (it kills itself: the fault under
+/// test) and that every other rank ended with success.
+pub fn assert_rank_1_killed_and_the_rest_succeeded(status: &[Option<std::process::ExitStatus>]) {
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        status[1].and_then(|s| s.signal()),
+        Some(libc::SIGKILL),
+        "{status:?}"
+    );
+    for r in (0..status.len()).filter(|&r| r != 1) {
+        assert!(
+            status[r].is_some_and(|s| s.success()),
+            "rank {r}: {status:?}"
+        );
+    }
+}
+
+/// A loopback port that was free a moment ago (the OS picked it).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 /// Whether process `pid` is gone (or a zombie nobody reaped yet).
 pub fn gone(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
