@@ -295,25 +295,16 @@ fn gpu_nccl_graph_replays_and_events_time() {
     let src = input(DType::F32, count, 0, 7);
     let send = upload(&c, &src, count * 4);
     let mut recv = c.alloc(count * 4).unwrap();
+    // The call run once before the capture and then captured.
+    let sum_into = |c: &mut NcclComm, recv: &mut <NcclComm as Communicator>::Buffer| {
+        c.all_reduce(out_of_place(&send, recv), count, DType::F32, ReduceOp::Sum)
+    };
     // Warm-up outside the capture (NCCL sets up its buffers on first use).
-    c.all_reduce(
-        out_of_place(&send, &mut recv),
-        count,
-        DType::F32,
-        ReduceOp::Sum,
-    )
-    .unwrap();
+    sum_into(&mut c, &mut recv).unwrap();
     c.sync().unwrap();
     let mut recv = c.alloc(count * 4).unwrap();
     let mut graph = c
-        .capture(4, &mut |c: &mut NcclComm| {
-            c.all_reduce(
-                out_of_place(&send, &mut recv),
-                count,
-                DType::F32,
-                ReduceOp::Sum,
-            )
-        })
+        .capture(4, &mut |c: &mut NcclComm| sum_into(c, &mut recv))
         .unwrap();
     assert_eq!(graph.launches(), 4);
     assert_eq!(
