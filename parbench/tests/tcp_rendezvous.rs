@@ -5,14 +5,14 @@
 mod tcp_support;
 
 use parbench::comm::tcp;
-use parbench::comm::{RecvInto, Transport};
+use parbench::comm::Transport;
 use parbench::launch::store::StoreClient;
 use parbench::launch::RankInfo;
 use parbench::launch::Store;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
-use tcp_support::{assert_all_succeeded, free_port, job, pattern, wait_all, worker};
+use tcp_support::{all_pairs, assert_all_succeeded, free_port, job, wait_all, worker};
 
 const TOKEN: &str = "the-right-token";
 
@@ -21,17 +21,9 @@ const TOKEN: &str = "the-right-token";
 /// "test/done" (the strangers are done with it).
 fn exchange_with_every_peer(info: &RankInfo) {
     let mut t = tcp::connect(info, Duration::from_secs(30)).unwrap();
-    let (rank, world) = (t.rank(), t.world());
     let deadline = Instant::now() + Duration::from_secs(30);
-    for to in (0..world).filter(|&p| p != rank) {
-        t.send(to, &pattern(rank, to, 1000), deadline).unwrap();
-    }
-    for from in (0..world).filter(|&p| p != rank) {
-        let mut got = vec![0u8; 1000];
-        t.recv(from, RecvInto::Copy(&mut got), deadline).unwrap();
-        assert_eq!(got, pattern(from, rank, 1000));
-    }
-    if rank == 0 {
+    all_pairs(&mut t, 1000, deadline);
+    if t.rank() == 0 {
         t.store().get("test/done", deadline).unwrap();
     }
 }

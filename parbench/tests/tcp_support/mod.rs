@@ -5,6 +5,7 @@
 
 use parbench::launch::{LocalJob, RankInfo};
 use std::process::Child;
+use std::time::Instant;
 
 /// The variable that makes a test process a worker of the named test.
 pub const ROLE: &str = "PARBENCH_TCP_TEST_ROLE";
@@ -45,6 +46,21 @@ pub fn wait_all(children: &mut [Child], secs: u64) -> Vec<Option<std::process::E
         let _ = c.wait();
     }
     out
+}
+
+/// Every rank sends a `len`-byte pattern to every other, then receives and
+/// checks theirs, each call by `deadline`.
+pub fn all_pairs(t: &mut parbench::comm::tcp::TcpTransport, len: usize, deadline: Instant) {
+    use parbench::comm::{RecvInto, Transport};
+    let (rank, world) = (t.rank(), t.world());
+    for to in (0..world).filter(|&p| p != rank) {
+        t.send(to, &pattern(rank, to, len), deadline).unwrap();
+    }
+    for from in (0..world).filter(|&p| p != rank) {
+        let mut got = vec![0u8; len];
+        t.recv(from, RecvInto::Copy(&mut got), deadline).unwrap();
+        assert_eq!(got, pattern(from, rank, len));
+    }
 }
 
 /// Asserts that every rank ended with success.
