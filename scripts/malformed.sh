@@ -41,17 +41,23 @@ printf '0F18446744073709551615\n' >"$TMP/s3.csv"
 printf 'F0,B0\n' >"$TMP/s4.csv"
 printf '\xff\xfe\n' >"$TMP/s5.csv"
 LONG=$(printf 'x%.0s' $(seq 5000))
+# The rules every binary shares (CMD...): an --out it cannot write (under
+# /proc, a file, a name past the limit) is refused, one that is not UTF-8
+# is used; a --timeout of zero or below is refused.
+every_binarys_rules() {
+  try 2 "$@" --out /proc/x
+  try 2 "$@" --out "$TMP/tiny.csv"
+  try 2 "$@" --out "/tmp/$LONG"
+  try 0 "$@" --out "$TMP/$(printf '\xff\xfe')"
+  try 2 "$@" --timeout 0
+  try 2 "$@" --timeout -5
+}
 CS=(--backend local -np 2 -n 2 -w 0 -e 64)
 # bench-collectives
 try 2 $C -b 64G -e 64G --backend local -np 2
 try 2 $C --backend local -np 100000 -e 1M
 try 2 $C --backend tcp -np 100000 -e 1M
-try 2 $C "${CS[@]}" --out /proc/x
-try 2 $C "${CS[@]}" --out "$TMP/tiny.csv"
-try 2 $C "${CS[@]}" --out "/tmp/$LONG"
-try 0 $C "${CS[@]}" --out "$TMP/$(printf '\xff\xfe')"
-try 2 $C "${CS[@]}" --timeout 0
-try 2 $C "${CS[@]}" --timeout -5
+every_binarys_rules $C "${CS[@]}"
 try 2 $C "${CS[@]}" -n 0
 try 2 $C "${CS[@]}" -n -1
 try 2 $C "${CS[@]}" -np 0
@@ -78,12 +84,7 @@ try 2 $C "${CS[@]}" --nonsense
 # bench-layers
 LS=(--backend local -n 2 --iters 1 --warmup 0)
 try 2 $L "${LS[@]}" --hidden 100000000 --ffn 400000000
-try 2 $L "${LS[@]}" --out /proc/x
-try 2 $L "${LS[@]}" --out "$TMP/tiny.csv"
-try 2 $L "${LS[@]}" --out "/tmp/$LONG"
-try 0 $L "${LS[@]}" --out "$TMP/$(printf '\xff\xfe')"
-try 2 $L "${LS[@]}" --timeout 0
-try 2 $L "${LS[@]}" --timeout -5
+every_binarys_rules $L "${LS[@]}"
 try 2 $L "${LS[@]}" --iters 0
 try 2 $L "${LS[@]}" --heads 0
 try 2 $L "${LS[@]}" --hidden 0
@@ -114,17 +115,12 @@ try 2 $P "${PS[@]}" --schedule-csv "$TMP/s3.csv"
 try 2 $P "${PS[@]}" --schedule-csv "$TMP/s4.csv"
 try 2 $P "${PS[@]}" --schedule-csv "$TMP/s5.csv"
 try 2 $P "${PS[@]}" --schedule-csv "$TMP/nope.csv"
-try 2 $P "${PS[@]}" --timeout 0
 try 2 $P "${PS[@]}" --threads 0
-try 2 $P "${PS[@]}" --timeout -5
 try 2 $P "${PS[@]}" --stages 0
 try 2 $P "${PS[@]}" --microbatches 0
 try 2 $P "${PS[@]}" --stages -2
 try 2 $P "${PS[@]}" --stages 2 --stages 3
-try 2 $P "${PS[@]}" --out /proc/x
-try 2 $P "${PS[@]}" --out "$TMP/tiny.csv"
-try 2 $P "${PS[@]}" --out "/tmp/$LONG"
-try 0 $P "${PS[@]}" --out "$TMP/$(printf '\xff\xfe')"
+every_binarys_rules $P "${PS[@]}"
 try 2 $P "${PS[@]}" --work nope
 try 2 $P "${PS[@]}" --work sleep:-1
 try 2 $P "${PS[@]}" --schedule nope

@@ -7,6 +7,10 @@ mod common;
 use common::*;
 use std::os::unix::ffi::OsStringExt;
 
+/// Two ranks on `local`, two sizes, two iterations, no warm-up: a run that
+/// ends in a moment.
+const TINY_SWEEP: &str = "--backend local -np 2 -b 8 -e 64 -n 2 -w 0 all_reduce";
+
 /// Exit 2, one line on stderr containing every string of `want`, nothing
 /// on stdout (no table header before the refusal) and no record written.
 fn refused(args: &[&str], want: &[&str]) {
@@ -19,12 +23,7 @@ fn refused(args: &[&str], want: &[&str]) {
         v.extend_from_slice(&["--out", dir.to_str().unwrap()]);
     }
     let o = run(&v, &[]);
-    let err = stderr(&o);
-    assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
-    assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err:?}");
-    for w in want {
-        assert!(err.contains(w), "{args:?}: {w:?} not in {err:?}");
-    }
+    assert_refused(&o, &format!("{args:?}"), want);
     assert!(o.stdout.is_empty(), "{args:?} printed: {}", stdout(&o));
     assert_eq!(rows_in(&dir), 0, "{args:?} wrote rows");
 }
@@ -78,26 +77,11 @@ fn a_non_utf8_out_is_used_not_a_panic() {
     let mut name = base.clone().into_os_string().into_vec();
     name.extend_from_slice(b"/r\xff\xfe");
     let out = std::ffi::OsString::from_vec(name);
-    let args: Vec<std::ffi::OsString> = [
-        "--backend",
-        "local",
-        "-np",
-        "2",
-        "-b",
-        "8",
-        "-e",
-        "64",
-        "-n",
-        "2",
-        "-w",
-        "0",
-        "all_reduce",
-        "--out",
-    ]
-    .iter()
-    .map(Into::into)
-    .chain([out.clone()])
-    .collect();
+    let args: Vec<std::ffi::OsString> = flags(TINY_SWEEP)
+        .into_iter()
+        .map(Into::into)
+        .chain(["--out".into(), out.clone()])
+        .collect();
     let o = run_os(&args);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(rows_in(std::path::Path::new(&out)) > 0);
@@ -136,23 +120,9 @@ fn a_lock_left_by_a_killed_writer_is_taken_over_at_once() {
     // Was: the next run waited 30 s for the dead PID's lock and failed.
     let dir = scratch("stale-lock");
     std::fs::write(dir.join(".parbench.lock"), "999999999\n").unwrap();
-    let child = start(&[
-        "--backend",
-        "local",
-        "-np",
-        "2",
-        "-b",
-        "8",
-        "-e",
-        "64",
-        "-n",
-        "2",
-        "-w",
-        "0",
-        "all_reduce",
-        "--out",
-        dir.to_str().unwrap(),
-    ]);
+    let mut args = flags(TINY_SWEEP);
+    args.extend(["--out", dir.to_str().unwrap()]);
+    let child = start(&args);
     let o = finish_within(child, 25);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(rows_in(&dir) > 0);
@@ -163,36 +133,13 @@ fn a_lock_left_by_a_killed_writer_is_taken_over_at_once() {
 /// are kept and run.json says the run was cut short.
 fn interrupted_sweep_keeps_its_sizes(backend: &str, sig: i32, name: &str, rows: usize) {
     let dir = scratch(name);
-    let child = start(&[
-        "--backend",
-        backend,
-        "-np",
-        "2",
-        "-b",
-        "8",
-        "-e",
-        "64K",
-        "-n",
-        "10",
-        "-w",
-        "0",
-        "--straggler",
-        "1:30",
-        "--timeout",
-        "30",
-        "all_reduce",
-        "--out",
-        dir.to_str().unwrap(),
-    ]);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    while rows_in(&dir) < rows {
-        assert!(std::time::Instant::now() < deadline, "no rows in 120 s");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    let before = rows_in(&dir);
-    // SAFETY: kill(2) of the child this test started.
-    unsafe { libc::kill(child.id() as i32, sig) };
-    let o = finish_within(child, 30);
+    let mut args = vec!["--backend", backend];
+    args.extend(flags(
+        "-np 2 -b 8 -e 64K -n 10 -w 0 --straggler 1:30 --timeout 30 all_reduce",
+    ));
+    args.extend(["--out", dir.to_str().unwrap()]);
+    let child = start(&args);
+    let (before, o) = signal_after_rows(child, &dir.join("collectives.csv"), rows, sig);
     assert_eq!(o.status.code(), Some(128 + sig), "{}", stderr(&o));
     let after = rows_in(&dir);
     assert!(

@@ -3,26 +3,8 @@
 mod common;
 use common::*;
 
-/// Flags that keep a run small: 2 ranks, a few sizes, few iterations.
-const SMALL: &[&str] = &[
-    "--backend",
-    "local",
-    "-np",
-    "2",
-    "-b",
-    "8",
-    "-e",
-    "4K",
-    "-f",
-    "8",
-    "-n",
-    "5",
-    "-w",
-    "1",
-];
-
 fn args<'a>(extra: &[&'a str], out: &'a str) -> Vec<&'a str> {
-    let mut v = with(SMALL, extra);
+    let mut v = with(&small_on("local"), extra);
     v.extend_from_slice(&["--out", out]);
     v
 }

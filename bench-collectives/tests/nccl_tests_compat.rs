@@ -70,30 +70,10 @@ fn close(printed: f64, record: &str) {
 fn nccl_tests_format_reads_by_field_position_and_matches_the_records() {
     let dir = scratch("nccl-format");
     let json = dir.join("run.nccl.json");
-    let o = run(
-        &[
-            "all_reduce",
-            "--backend",
-            "local",
-            "-np",
-            "2",
-            "-b",
-            "8",
-            "-e",
-            "64K",
-            "-n",
-            "3",
-            "-w",
-            "1",
-            "--format",
-            "nccl-tests",
-            "--out",
-            dir.to_str().unwrap(),
-            "-J",
-            json.to_str().unwrap(),
-        ],
-        &[],
-    );
+    let mut args =
+        flags("all_reduce --backend local -np 2 -b 8 -e 64K -n 3 -w 1 --format nccl-tests");
+    args.extend(["--out", dir.to_str().unwrap(), "-J", json.to_str().unwrap()]);
+    let o = run(&args, &[]);
     let text = stdout(&o);
     assert!(o.status.success(), "{text}\n{}", stderr(&o));
     // Rows and the column headers fit 132 columns (comment lines, as nccl-tests' own, may not).
@@ -193,24 +173,9 @@ fn nccl_tests_format_reads_by_field_position_and_matches_the_records() {
 #[test]
 fn links_names_every_ordered_pair_in_matrices_and_records() {
     let dir = scratch("links-local");
-    let o = run(
-        &[
-            "links",
-            "--backend",
-            "local",
-            "-np",
-            "3",
-            "-e",
-            "64K",
-            "-n",
-            "3",
-            "-w",
-            "1",
-            "--out",
-            dir.to_str().unwrap(),
-        ],
-        &[],
-    );
+    let mut args = flags("links --backend local -np 3 -e 64K -n 3 -w 1");
+    args.extend(["--out", dir.to_str().unwrap()]);
+    let o = run(&args, &[]);
     let text = stdout(&o);
     assert!(o.status.success(), "{text}\n{}", stderr(&o));
     for title in [
@@ -272,20 +237,8 @@ fn links_checks_its_output_folder_before_measuring() {
     std::fs::write(&file, "x").unwrap();
     for backend in ["local", "tcp"] {
         let out = file.join("x");
-        let o = run(
-            &[
-                "links",
-                "--backend",
-                backend,
-                "-np",
-                "2",
-                "-e",
-                "64K",
-                "--out",
-                out.to_str().unwrap(),
-            ],
-            &[],
-        );
+        let args = ["links", "--backend", backend, "-np", "2", "-e", "64K"];
+        let o = run(&with(&args, &["--out", out.to_str().unwrap()]), &[]);
         let err = stderr(&o);
         assert_eq!(o.status.code(), Some(2), "{backend}: {err}");
         assert_eq!(err.trim_end().lines().count(), 1, "{backend}: {err}");

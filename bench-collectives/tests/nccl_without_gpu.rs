@@ -2,6 +2,8 @@
 //! naming the missing library, nothing on stdout, exit code 2.
 #![cfg(feature = "cuda")]
 
+mod common;
+use common::assert_nccl_missing;
 use parbench::gpu::{probe, Lib};
 use std::process::Command;
 
@@ -27,18 +29,6 @@ fn nccl_backend_without_a_gpu_exits_2_with_one_line() {
         .arg(&out_dir)
         .output()
         .expect("bench-collectives runs");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "stderr: {stderr}");
-    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
-    assert!(
-        stderr.contains("libcuda") || stderr.contains("libnccl"),
-        "{stderr}"
-    );
-    assert!(stderr.contains("LD_LIBRARY_PATH"), "{stderr}");
-    assert!(
-        out.stdout.is_empty(),
-        "stdout: {}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    assert_nccl_missing(&out, "-np 1");
     assert!(!out_dir.exists(), "no records without a run");
 }

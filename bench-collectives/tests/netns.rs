@@ -215,24 +215,8 @@ fn all_reduce_over_a_200mbit_link_reaches_the_link_and_the_model() {
 fn the_tcp_wire_is_named_by_parbench_wire() {
     let dir = scratch("wire-name");
     let out = dir.to_str().unwrap_or_default();
-    let args = [
-        "--backend",
-        "tcp",
-        "-np",
-        "2",
-        "all_reduce",
-        "-b",
-        "8",
-        "-e",
-        "64",
-        "-n",
-        "2",
-        "-w",
-        "1",
-        "--outplace-only",
-        "--out",
-        out,
-    ];
+    let mut args = flags("--backend tcp -np 2 all_reduce -b 8 -e 64 -n 2 -w 1 --outplace-only");
+    args.extend(["--out", out]);
     let o = run(&args, &[("PARBENCH_WIRE", "tcp-test-wire")]);
     assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
     let (_, rows) = read_csv(&dir.join("collectives.csv"));

@@ -4,28 +4,11 @@
 mod common;
 use common::*;
 
-const SMALL: &[&str] = &[
-    "--backend",
-    "tcp",
-    "-np",
-    "2",
-    "-b",
-    "8",
-    "-e",
-    "4K",
-    "-f",
-    "8",
-    "-n",
-    "5",
-    "-w",
-    "1",
-];
-
 #[test]
 fn two_processes_sweep_exactly_and_rank_zero_records() {
     let dir = scratch("tcp");
     let out = dir.to_str().unwrap();
-    let mut args = SMALL.to_vec();
+    let mut args = small_on("tcp");
     args.extend_from_slice(&[
         "all_reduce",
         "all_gather",
@@ -70,7 +53,7 @@ fn two_processes_sweep_exactly_and_rank_zero_records() {
 fn a_wrong_element_on_another_process_makes_exit_code_one() {
     let dir = scratch("tcp-corrupt");
     let out = dir.to_str().unwrap();
-    let args = with(SMALL, &["all_reduce", "-e", "64", "--out", out]);
+    let args = with(&small_on("tcp"), &["all_reduce", "-e", "64", "--out", out]);
     let o = run(&args, &[("PARBENCH_SELFTEST_CORRUPT_RANK", "1")]);
     assert_eq!(o.status.code(), Some(1), "{}\n{}", stdout(&o), stderr(&o));
     let (_, rows) = read_csv(&dir.join("collectives.csv"));

@@ -1,6 +1,9 @@
 //! The binary end to end: bad flags exit 2 with one line; a tiny sweep
 //! writes layers.csv with exactly the columns docs/records.md documents.
 
+#[path = "../../test-support/binary.rs"]
+mod binary;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -12,6 +15,26 @@ fn scratch(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("bench-layers-test-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     d
+}
+
+/// Runs a tiny sweep with `args` into `out_dir`, asserts it succeeded, and
+/// returns its standard output.
+fn run_ok(args: &[&str], out_dir: &Path) -> String {
+    let out = bin()
+        .args(TINY)
+        .args(args)
+        .arg("--out")
+        .arg(out_dir)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        stdout,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
 }
 
 /// Small enough for a debug build on two cores.
@@ -57,45 +80,17 @@ fn documented_columns() -> Vec<String> {
 #[test]
 fn a_tiny_sweep_writes_the_documented_columns() {
     let out_dir = scratch("e2e");
-    let out = bin()
-        .args(TINY)
-        .args([
-            "--mode",
-            "train",
-            "--sequence-parallel",
-            "--tp",
-            "1,2",
-            "--out",
-        ])
-        .arg(&out_dir)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        stdout,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let csv = std::fs::read_to_string(out_dir.join("layers.csv")).unwrap();
-    let mut lines = csv.lines();
-    let header: Vec<String> = lines
-        .next()
-        .unwrap()
-        .split(',')
-        .map(str::to_string)
-        .collect();
+    let args = ["--mode", "train", "--sequence-parallel", "--tp", "1,2"];
+    let stdout = run_ok(&args, &out_dir);
+    let (header, rows) = binary::read_csv(&out_dir.join("layers.csv"));
     assert_eq!(header, documented_columns());
-    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
     assert_eq!(rows.len(), 2);
-    let col =
-        |r: &Vec<&str>, name: &str| r[header.iter().position(|h| h == name).unwrap()].to_string();
-    assert_eq!(col(&rows[1], "tp"), "2");
-    assert_eq!(col(&rows[1], "calls_per_block"), "8");
-    assert_eq!(col(&rows[1], "bytes_per_call"), (8 * 32 * 4).to_string());
-    let err: f64 = col(&rows[1], "check_max_err").parse().unwrap();
+    assert_eq!(rows[1]["tp"], "2");
+    assert_eq!(rows[1]["calls_per_block"], "8");
+    assert_eq!(rows[1]["bytes_per_call"], (8 * 32 * 4).to_string());
+    let err: f64 = rows[1]["check_max_err"].parse().unwrap();
     assert!(err < 1e-4, "{err}");
-    let speedup: f64 = col(&rows[0], "speedup").parse().unwrap();
+    let speedup: f64 = rows[0]["speedup"].parse().unwrap();
     assert_eq!(speedup, 1.0);
     assert!(std::fs::read_to_string(out_dir.join("run.json"))
         .unwrap()
@@ -107,9 +102,8 @@ fn a_tiny_sweep_writes_the_documented_columns() {
 #[test]
 fn tcp_spawns_each_degree_and_collects_its_row() {
     let out_dir = scratch("tcp");
-    let out = bin()
-        .args(TINY)
-        .args([
+    run_ok(
+        &[
             "--backend",
             "tcp",
             "--tp",
@@ -117,17 +111,8 @@ fn tcp_spawns_each_degree_and_collects_its_row() {
             "--decode",
             "--batch",
             "2",
-            "--out",
-        ])
-        .arg(&out_dir)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        stdout,
-        String::from_utf8_lossy(&out.stderr)
+        ],
+        &out_dir,
     );
     let csv = std::fs::read_to_string(out_dir.join("layers.csv")).unwrap();
     let lines: Vec<&str> = csv.lines().collect();
@@ -146,25 +131,12 @@ fn tcp_spawns_each_degree_and_collects_its_row() {
     let _ = std::fs::remove_dir_all(&out_dir);
 }
 
-/// Exit 2, one line containing every string of `want`, no layers.csv.
+/// Exit 2 within 30 s, one line containing every string of `want`, no
+/// layers.csv.
 fn refused_in_one_line(args: &[&str], want: &[&str]) {
-    // One folder per call: the tests run in parallel.
-    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-    let dir = scratch(&format!("refused-{n}"));
-    let mut v = vec!["--backend", "local"];
-    v.extend_from_slice(args);
-    if !args.contains(&"--out") {
-        v.extend_from_slice(&["--out", dir.to_str().unwrap()]);
-    }
-    let o = bin().args(&v).output().unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
-    assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err:?}");
-    for w in want {
-        assert!(err.contains(w), "{args:?}: {w:?} not in {err:?}");
-    }
-    assert!(!dir.join("layers.csv").exists(), "{args:?} measured");
+    let mut cmd = bin();
+    cmd.args(["--backend", "local"]);
+    binary::refused_in_one_line(cmd, args, want, "layers.csv");
 }
 
 #[test]
@@ -201,44 +173,21 @@ fn sigint_keeps_the_degrees_already_measured() {
     v.extend_from_slice(&["--iters", "400", "--warmup", "0", "--no-check"]);
     let tps = "1,2,1,2,1,2,1,2,1,2,1,2,1,2,1,2,1,2,1,2";
     v.extend_from_slice(&["--tp", tps, "--out", dir.to_str().unwrap()]);
-    let mut child = bin()
+    let child = bin()
         .args(&v)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let rows = |d: &Path| {
-        std::fs::read_to_string(d.join("layers.csv"))
-            .map(|t| t.lines().count().saturating_sub(1))
-            .unwrap_or(0)
-    };
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    while rows(&dir) < 1 {
-        if std::time::Instant::now() > deadline || child.try_wait().unwrap().is_some() {
-            let _ = child.kill();
-            panic!("no row within 120 s, or the run ended first");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    let before = rows(&dir);
-    // SAFETY: kill(2) of the child this test started.
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while child.try_wait().unwrap().is_none() {
-        assert!(
-            std::time::Instant::now() < until,
-            "still running 30 s after SIGINT"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    let o = child.wait_with_output().unwrap();
+    let layers_csv = dir.join("layers.csv");
+    let (before, o) = binary::signal_after_rows(child, &layers_csv, 1, libc::SIGINT);
     assert_eq!(
         o.status.code(),
         Some(130),
         "{}",
         String::from_utf8_lossy(&o.stderr)
     );
-    let after = rows(&dir);
+    let after = binary::data_rows(&layers_csv);
     assert!(after >= before && after < 20, "{before} rows, then {after}");
     let json = std::fs::read_to_string(dir.join("run.json")).unwrap();
     assert!(json.contains("interrupted by SIGINT"), "{json}");

@@ -1,8 +1,11 @@
 //! The binary end to end: refusals before anything runs, and small real runs
 //! whose records hold matching gradients. Timings are never asserted.
 
+#[path = "../../test-support/binary.rs"]
+mod binary;
+
 use parbench::results::{read_rows, read_runs, PipelineRow};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 fn bin() -> Command {
@@ -20,19 +23,44 @@ fn run(args: &[&str]) -> Output {
     bin().args(args).output().unwrap()
 }
 
-#[test]
-fn a_deadlocking_csv_schedule_is_refused_with_its_grid() {
-    let d = tmp("deadlock");
+/// A small model, one step, no warm-up: a run in a moment.
+const SMALL_STEP: &str = "--hidden 16 --microbatch-size 4 --steps 1 --warmup 0";
+
+/// Runs the binary with the words of `line`, then `extra`, then `--out d`;
+/// asserts it succeeded; returns its output and the rows it recorded.
+fn run_ok(line: &str, extra: &[&str], d: &Path) -> (Output, Vec<PipelineRow>) {
+    let mut args: Vec<&str> = line.split_whitespace().collect();
+    args.extend(extra);
+    args.extend(["--out", d.to_str().unwrap()]);
+    let out = run(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out, read_rows(&d.join("pipeline.csv")).unwrap())
+}
+
+/// Runs the schedule `text` (written to `d/bad.csv`) with `--out d`; its
+/// exit code and standard error.
+fn run_schedule(d: &Path, text: &str) -> (Option<i32>, String) {
     let csv = d.join("bad.csv");
-    std::fs::write(&csv, "0F0,0B0,0F1,0B1\n1F0,1F1,1B0,1B1\n").unwrap();
+    std::fs::write(&csv, text).unwrap();
     let out = run(&[
         "--schedule-csv",
         csv.to_str().unwrap(),
         "--out",
         d.to_str().unwrap(),
     ]);
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out.status.code(), err)
+}
+
+#[test]
+fn a_deadlocking_csv_schedule_is_refused_with_its_grid() {
+    let d = tmp("deadlock");
+    let (code, err) = run_schedule(&d, "0F0,0B0,0F1,0B1\n1F0,1F1,1B0,1B1\n");
+    assert_eq!(code, Some(2));
     assert!(err.contains("deadlocks"), "{err}");
     assert!(err.contains("[0B0]") && err.contains("[1F1]"), "{err}");
     assert!(!d.join("pipeline.csv").exists());
@@ -41,16 +69,8 @@ fn a_deadlocking_csv_schedule_is_refused_with_its_grid() {
 #[test]
 fn an_invalid_csv_schedule_is_refused_with_the_action_marked() {
     let d = tmp("invalid");
-    let csv = d.join("bad.csv");
-    std::fs::write(&csv, "0F0,0F1,0B0,0B1\n1B0,1F0,1F1,1B1\n").unwrap();
-    let out = run(&[
-        "--schedule-csv",
-        csv.to_str().unwrap(),
-        "--out",
-        d.to_str().unwrap(),
-    ]);
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let (code, err) = run_schedule(&d, "0F0,0F1,0B0,0B1\n1B0,1F0,1F1,1B1\n");
+    assert_eq!(code, Some(2));
     assert!(
         err.contains("1B0 runs before 1F0") && err.contains("[1B0]"),
         "{err}"
@@ -75,28 +95,8 @@ fn bad_flags_exit_2_with_one_line() {
 #[test]
 fn every_schedule_runs_and_records_matching_gradients() {
     let d = tmp("sweep");
-    let out = run(&[
-        "--stages",
-        "2",
-        "--microbatches",
-        "2,4",
-        "--hidden",
-        "16",
-        "--microbatch-size",
-        "4",
-        "--steps",
-        "1",
-        "--warmup",
-        "0",
-        "--out",
-        d.to_str().unwrap(),
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let rows: Vec<PipelineRow> = read_rows(&d.join("pipeline.csv")).unwrap();
+    let line = format!("--stages 2 --microbatches 2,4 {SMALL_STEP}");
+    let (out, rows) = run_ok(&line, &[], &d);
     assert_eq!(rows.len(), 8);
     for r in &rows {
         assert!(r.grad_max_err < 1e-5, "{}: {}", r.schedule, r.grad_max_err);
@@ -122,24 +122,8 @@ fn a_csv_schedule_runs_under_sleep_work() {
     let d = tmp("csv");
     let csv = d.join("mine.csv");
     std::fs::write(&csv, "0F0,0F1,,0B0,0B1\n1F0,1B0,1F1,1B1\n").unwrap();
-    let out = run(&[
-        "--schedule-csv",
-        csv.to_str().unwrap(),
-        "--work",
-        "sleep:200",
-        "--steps",
-        "2",
-        "--warmup",
-        "1",
-        "--out",
-        d.to_str().unwrap(),
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let rows: Vec<PipelineRow> = read_rows(&d.join("pipeline.csv")).unwrap();
+    let line = "--work sleep:200 --steps 2 --warmup 1";
+    let (_, rows) = run_ok(line, &["--schedule-csv", csv.to_str().unwrap()], &d);
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0].schedule, "csv:mine.csv");
     assert!(rows[0].grad_max_err.is_nan() && rows[0].bubble_formula.is_nan());
@@ -148,32 +132,9 @@ fn a_csv_schedule_runs_under_sleep_work() {
 #[test]
 fn tcp_ranks_as_processes_match_the_gradients_too() {
     let d = tmp("tcp");
-    let out = run(&[
-        "--backend",
-        "tcp",
-        "--stages",
-        "2",
-        "--microbatches",
-        "2",
-        "--schedule",
-        "1f1b,zb-h1",
-        "--hidden",
-        "16",
-        "--microbatch-size",
-        "4",
-        "--steps",
-        "1",
-        "--warmup",
-        "0",
-        "--out",
-        d.to_str().unwrap(),
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let rows: Vec<PipelineRow> = read_rows(&d.join("pipeline.csv")).unwrap();
+    let line =
+        format!("--backend tcp --stages 2 --microbatches 2 --schedule 1f1b,zb-h1 {SMALL_STEP}");
+    let (out, rows) = run_ok(&line, &[], &d);
     assert_eq!(rows.len(), 2);
     for r in &rows {
         assert_eq!(r.backend, "tcp");
@@ -255,36 +216,7 @@ fn check_time_base(meta: &parbench::results::RunMeta, base: &str, runs: usize) {
 /// Exit 2 within 30 s, one line containing every string of `want`, no
 /// pipeline.csv.
 fn refused_in_one_line(args: &[&str], want: &[&str]) {
-    // One folder per call: the tests run in parallel.
-    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-    let d = tmp(&format!("refused-{n}"));
-    let mut v = args.to_vec();
-    if !args.contains(&"--out") {
-        v.extend_from_slice(&["--out", d.to_str().unwrap()]);
-    }
-    let mut child = bin()
-        .args(&v)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while child.try_wait().unwrap().is_none() {
-        if std::time::Instant::now() > until {
-            let _ = child.kill();
-            panic!("{args:?}: still running after 30 s");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    let o = child.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
-    assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err:?}");
-    for w in want {
-        assert!(err.contains(w), "{args:?}: {w:?} not in {err:?}");
-    }
-    assert!(!d.join("pipeline.csv").exists(), "{args:?} measured");
+    binary::refused_in_one_line(bin(), args, want, "pipeline.csv");
 }
 
 #[test]
@@ -357,7 +289,7 @@ fn sigint_keeps_the_schedules_already_measured() {
     // Rows are appended as each schedule and microbatch count ends; a
     // signal records the run as cut short and loses none of them.
     let d = tmp("sigint");
-    let mut child = bin()
+    let child = bin()
         .args([
             "--backend",
             "local",
@@ -376,31 +308,7 @@ fn sigint_keeps_the_schedules_already_measured() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let rows = |d: &std::path::Path| {
-        std::fs::read_to_string(d.join("pipeline.csv"))
-            .map(|t| t.lines().count().saturating_sub(1))
-            .unwrap_or(0)
-    };
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    while rows(&d) < 1 {
-        if std::time::Instant::now() > deadline || child.try_wait().unwrap().is_some() {
-            let _ = child.kill();
-            panic!("no row within 120 s, or the run ended first");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    let before = rows(&d);
-    // SAFETY: kill(2) of the child this test started.
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while child.try_wait().unwrap().is_none() {
-        assert!(
-            std::time::Instant::now() < until,
-            "still running 30 s after SIGINT"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    let o = child.wait_with_output().unwrap();
+    let (before, o) = binary::signal_after_rows(child, &d.join("pipeline.csv"), 1, libc::SIGINT);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(130), "{err}");
     let kept: Vec<PipelineRow> = read_rows(&d.join("pipeline.csv")).unwrap();

@@ -2,6 +2,9 @@
 //! naming the missing library, nothing on stdout, exit code 2.
 #![cfg(feature = "cuda")]
 
+#[path = "../../test-support/binary.rs"]
+mod binary;
+use binary::assert_nccl_missing;
 use parbench::gpu::{probe, Lib};
 use std::process::Command;
 
@@ -23,18 +26,6 @@ fn nccl_backend_without_a_gpu_exits_2_with_one_line() {
             .arg(&out_dir)
             .output()
             .expect("bench-pipeline runs");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: stderr: {stderr}");
-        assert_eq!(stderr.lines().count(), 1, "{args:?}: one line: {stderr}");
-        assert!(
-            stderr.contains("libcuda") || stderr.contains("libnccl"),
-            "{stderr}"
-        );
-        assert!(stderr.contains("LD_LIBRARY_PATH"), "{stderr}");
-        assert!(
-            out.stdout.is_empty(),
-            "stdout: {}",
-            String::from_utf8_lossy(&out.stdout)
-        );
+        assert_nccl_missing(&out, &format!("{args:?}"));
     }
 }

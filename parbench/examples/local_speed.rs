@@ -7,7 +7,7 @@
 //! `cargo run --release -p parbench --example local_speed -- 2 auto`
 
 use parbench::comm::local::run;
-use parbench::comm::{Algo, CommResult, Communicator, DType, HostBuffer, Io, ReduceOp};
+use parbench::comm::{Algo, CommResult, Communicator, DType, HostBuffer, Io, LocalComm, ReduceOp};
 use std::time::{Duration, Instant};
 
 /// Seconds per call of `op` after `warm` untimed calls, timed over `iters`
@@ -17,8 +17,7 @@ fn time_per_call(
     algo: Algo,
     warm: usize,
     iters: usize,
-    op: impl Fn(&mut parbench::comm::LocalComm, &mut HostBuffer, &mut HostBuffer) -> CommResult<()>
-        + Sync,
+    op: impl Fn(&mut LocalComm, &mut HostBuffer, &mut HostBuffer) -> CommResult<()> + Sync,
     send_bytes: usize,
     recv_bytes: usize,
 ) -> f64 {
@@ -39,6 +38,31 @@ fn time_per_call(
     res.into_iter()
         .map(|r| r.expect("rank failed"))
         .fold(0.0, f64::max)
+}
+
+/// A collective on a rank's send and receive buffers.
+type Op<'a> =
+    &'a (dyn Fn(&mut LocalComm, &mut HostBuffer, &mut HostBuffer) -> CommResult<()> + Sync);
+
+/// Which buffer holds the whole vector: the one an in-place op runs on.
+#[derive(Clone, Copy)]
+enum Whole {
+    Send,
+    Recv,
+}
+
+/// The op's buffers: from `send` to `recv`, or `in_place` on `whole`.
+fn io<'a>(
+    in_place: bool,
+    whole: Whole,
+    send: &'a mut HostBuffer,
+    recv: &'a mut HostBuffer,
+) -> Io<'a, HostBuffer> {
+    match (in_place, whole) {
+        (false, _) => Io::OutOfPlace { send, recv },
+        (true, Whole::Send) => Io::InPlace(send),
+        (true, Whole::Recv) => Io::InPlace(recv),
+    }
 }
 
 /// GB/s of a plain 32 MiB memcpy per thread, `threads` threads at once:
@@ -119,12 +143,12 @@ fn main() {
             2000,
             20000,
             move |c, s, r| {
-                let io = if in_place {
-                    Io::InPlace(r)
-                } else {
-                    Io::OutOfPlace { send: s, recv: r }
-                };
-                c.all_reduce(io, count, DType::F32, ReduceOp::Sum)
+                c.all_reduce(
+                    io(in_place, Whole::Recv, s, r),
+                    count,
+                    DType::F32,
+                    ReduceOp::Sum,
+                )
             },
             count * 4,
             count * 4,
@@ -135,75 +159,49 @@ fn main() {
 
     let bytes = 64usize << 20;
     let count = bytes / 4;
+    let per_rank = count / world;
+    let total = per_rank * world * 4;
     for in_place in [true, false] {
         let place = if in_place { "in-place" } else { "out-of-place" };
-        let t = time_per_call(
-            world,
-            algo,
-            3,
-            10,
-            move |c, s, r| {
-                let io = if in_place {
-                    Io::InPlace(r)
-                } else {
-                    Io::OutOfPlace { send: s, recv: r }
-                };
-                c.all_reduce(io, count, DType::F32, ReduceOp::Sum)
-            },
-            bytes,
-            bytes,
-        );
-        let busbw = bytes as f64 / t * 2.0 * (p - 1.0) / p / 1e9;
-        println!(
-            "all_reduce   64 MiB {place:12} {:8.2} ms  busbw {busbw:6.2} GB/s",
-            t * 1e3
-        );
-
-        // nccl-tests: S = total gathered bytes, busbw = S/t x (p-1)/p.
-        let per_rank = count / world;
-        let total = per_rank * world * 4;
-        let t = time_per_call(
-            world,
-            algo,
-            3,
-            10,
-            move |c, s, r| {
-                let io = if in_place {
-                    Io::InPlace(r)
-                } else {
-                    Io::OutOfPlace { send: s, recv: r }
-                };
-                c.all_gather(io, per_rank, DType::F32)
-            },
-            per_rank * 4,
-            total,
-        );
-        let busbw = total as f64 / t * (p - 1.0) / p / 1e9;
-        println!(
-            "all_gather   64 MiB {place:12} {:8.2} ms  busbw {busbw:6.2} GB/s",
-            t * 1e3
-        );
-
-        let t = time_per_call(
-            world,
-            algo,
-            3,
-            10,
-            move |c, s, r| {
-                let io = if in_place {
-                    Io::InPlace(s)
-                } else {
-                    Io::OutOfPlace { send: s, recv: r }
-                };
-                c.reduce_scatter(io, per_rank, DType::F32, ReduceOp::Sum)
-            },
-            total,
-            per_rank * 4,
-        );
-        let busbw = total as f64 / t * (p - 1.0) / p / 1e9;
-        println!(
-            "reduce_scatter 64 MiB {place:12} {:8.2} ms  busbw {busbw:6.2} GB/s",
-            t * 1e3
-        );
+        // nccl-tests' bus bandwidth: S/t x factor, S the whole vector's
+        // bytes (all_gather's gathered, reduce_scatter's reduced ones).
+        let ops: [(&str, Op, usize, usize, f64); 3] = [
+            (
+                "all_reduce",
+                &move |c, s, r| {
+                    let io = io(in_place, Whole::Recv, s, r);
+                    c.all_reduce(io, count, DType::F32, ReduceOp::Sum)
+                },
+                bytes,
+                bytes,
+                2.0,
+            ),
+            (
+                "all_gather",
+                &move |c, s, r| c.all_gather(io(in_place, Whole::Recv, s, r), per_rank, DType::F32),
+                per_rank * 4,
+                total,
+                1.0,
+            ),
+            (
+                "reduce_scatter",
+                &move |c, s, r| {
+                    let io = io(in_place, Whole::Send, s, r);
+                    c.reduce_scatter(io, per_rank, DType::F32, ReduceOp::Sum)
+                },
+                total,
+                per_rank * 4,
+                1.0,
+            ),
+        ];
+        for (name, op, send_bytes, recv_bytes, factor) in ops {
+            let t = time_per_call(world, algo, 3, 10, op, send_bytes, recv_bytes);
+            let whole = send_bytes.max(recv_bytes);
+            let busbw = whole as f64 / t * factor * (p - 1.0) / p / 1e9;
+            println!(
+                "{name:12} 64 MiB {place:12} {:8.2} ms  busbw {busbw:6.2} GB/s",
+                t * 1e3
+            );
+        }
     }
 }

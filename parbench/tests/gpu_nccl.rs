@@ -5,6 +5,7 @@
 #![cfg(feature = "cuda")]
 
 mod common;
+mod tcp_support;
 
 use common::gpu_enabled;
 use parbench::comm::nccl::NcclComm;
@@ -16,6 +17,17 @@ use parbench::with_dtype;
 use std::time::Duration;
 
 const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A one-rank communicator on GPU 0 when GPU tests run (else `None`, the
+/// skip printed: see `gpu_enabled`).
+fn on_gpu_0(test: &str) -> Option<NcclComm> {
+    gpu_enabled(test).then(|| NcclComm::init_all(&[0], TIMEOUT).unwrap().pop().unwrap())
+}
+
+/// `send` to `recv`: the out-of-place form every collective here is also run in.
+fn out_of_place<'a, B>(send: &'a B, recv: &'a mut B) -> Io<'a, B> {
+    Io::OutOfPlace { send, recv }
+}
 
 /// Input of `rank`: small integers, so that sums, minima and maxima are exact
 /// in every type whatever order NCCL reduces in.
@@ -111,16 +123,8 @@ fn exercise(c: &mut NcclComm) {
             // all_reduce out of place and in place
             let send = upload(c, &op_input(dtype, count, rank, op, 0), b);
             let mut recv = c.alloc(b).unwrap();
-            c.all_reduce(
-                Io::OutOfPlace {
-                    send: &send,
-                    recv: &mut recv,
-                },
-                count,
-                dtype,
-                op,
-            )
-            .unwrap();
+            c.all_reduce(out_of_place(&send, &mut recv), count, dtype, op)
+                .unwrap();
             assert!(
                 same(dtype, op, &download(c, &recv, b), &want),
                 "all_reduce {dtype} {op}"
@@ -137,16 +141,8 @@ fn exercise(c: &mut NcclComm) {
             let mine = &full[rank * b..(rank + 1) * b];
             let send = upload(c, &op_input(dtype, count * world, rank, op, 1), b * world);
             let mut recv = c.alloc(b).unwrap();
-            c.reduce_scatter(
-                Io::OutOfPlace {
-                    send: &send,
-                    recv: &mut recv,
-                },
-                count,
-                dtype,
-                op,
-            )
-            .unwrap();
+            c.reduce_scatter(out_of_place(&send, &mut recv), count, dtype, op)
+                .unwrap();
             assert!(
                 same(dtype, op, &download(c, &recv, b), mine),
                 "reduce_scatter {dtype} {op}"
@@ -163,17 +159,8 @@ fn exercise(c: &mut NcclComm) {
             let root = world - 1;
             let send = upload(c, &op_input(dtype, count, rank, op, 0), b);
             let mut recv = c.alloc(b).unwrap();
-            c.reduce(
-                Io::OutOfPlace {
-                    send: &send,
-                    recv: &mut recv,
-                },
-                count,
-                dtype,
-                op,
-                root,
-            )
-            .unwrap();
+            c.reduce(out_of_place(&send, &mut recv), count, dtype, op, root)
+                .unwrap();
             let got = download(c, &recv, b);
             if rank == root {
                 assert!(same(dtype, op, &got, &want), "reduce {dtype} {op}");
@@ -183,15 +170,8 @@ fn exercise(c: &mut NcclComm) {
         let gathered: Vec<u8> = (0..world).flat_map(|r| input(dtype, count, r, 2)).collect();
         let send = upload(c, &input(dtype, count, rank, 2), b);
         let mut recv = c.alloc(b * world).unwrap();
-        c.all_gather(
-            Io::OutOfPlace {
-                send: &send,
-                recv: &mut recv,
-            },
-            count,
-            dtype,
-        )
-        .unwrap();
+        c.all_gather(out_of_place(&send, &mut recv), count, dtype)
+            .unwrap();
         assert_eq!(
             download(c, &recv, b * world),
             gathered,
@@ -222,15 +202,8 @@ fn exercise(c: &mut NcclComm) {
             .collect();
         let send = upload(c, &mine, b * world);
         let mut recv = c.alloc(b * world).unwrap();
-        c.all_to_all(
-            Io::OutOfPlace {
-                send: &send,
-                recv: &mut recv,
-            },
-            count,
-            dtype,
-        )
-        .unwrap();
+        c.all_to_all(out_of_place(&send, &mut recv), count, dtype)
+            .unwrap();
         assert_eq!(download(c, &recv, b * world), want, "all_to_all {dtype}");
         let mut buf = upload(c, &mine, b * world);
         c.all_to_all(Io::InPlace(&mut buf), count, dtype).unwrap();
@@ -264,11 +237,9 @@ fn exercise(c: &mut NcclComm) {
 
 #[test]
 fn gpu_nccl_one_rank_collectives() {
-    if !gpu_enabled("gpu_nccl_one_rank_collectives") {
+    let Some(mut c) = on_gpu_0("gpu_nccl_one_rank_collectives") else {
         return;
-    }
-    let mut comms = NcclComm::init_all(&[0], TIMEOUT).unwrap();
-    let mut c = comms.pop().unwrap();
+    };
     assert_eq!((c.rank(), c.world(), c.backend()), (0, 1, "nccl"));
     exercise(&mut c);
 }
@@ -317,39 +288,23 @@ fn gpu_copy_ceilings_are_measured() {
 
 #[test]
 fn gpu_nccl_graph_replays_and_events_time() {
-    if !gpu_enabled("gpu_nccl_graph_replays_and_events_time") {
+    let Some(mut c) = on_gpu_0("gpu_nccl_graph_replays_and_events_time") else {
         return;
-    }
-    let mut c = NcclComm::init_all(&[0], TIMEOUT).unwrap().pop().unwrap();
+    };
     let count = 4096;
     let src = input(DType::F32, count, 0, 7);
     let send = upload(&c, &src, count * 4);
     let mut recv = c.alloc(count * 4).unwrap();
+    // The call run once before the capture and then captured.
+    let sum_into = |c: &mut NcclComm, recv: &mut <NcclComm as Communicator>::Buffer| {
+        c.all_reduce(out_of_place(&send, recv), count, DType::F32, ReduceOp::Sum)
+    };
     // Warm-up outside the capture (NCCL sets up its buffers on first use).
-    c.all_reduce(
-        Io::OutOfPlace {
-            send: &send,
-            recv: &mut recv,
-        },
-        count,
-        DType::F32,
-        ReduceOp::Sum,
-    )
-    .unwrap();
+    sum_into(&mut c, &mut recv).unwrap();
     c.sync().unwrap();
     let mut recv = c.alloc(count * 4).unwrap();
     let mut graph = c
-        .capture(4, &mut |c: &mut NcclComm| {
-            c.all_reduce(
-                Io::OutOfPlace {
-                    send: &send,
-                    recv: &mut recv,
-                },
-                count,
-                DType::F32,
-                ReduceOp::Sum,
-            )
-        })
+        .capture(4, &mut |c: &mut NcclComm| sum_into(c, &mut recv))
         .unwrap();
     assert_eq!(graph.launches(), 4);
     assert_eq!(
@@ -378,11 +333,7 @@ fn gpu_nccl_join_through_the_store() {
     if !gpu_enabled("gpu_nccl_join_through_the_store") {
         return;
     }
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = tcp_support::free_port();
     let vars = [
         ("RANK", "0".to_string()),
         ("WORLD_SIZE", "1".to_string()),
@@ -406,10 +357,9 @@ fn gpu_nccl_join_through_the_store() {
 /// capture, none inside it.
 #[test]
 fn gpu_nccl_graph_allocates_before_capture_and_replays_twice() {
-    if !gpu_enabled("gpu_nccl_graph_allocates_before_capture_and_replays_twice") {
+    let Some(mut c) = on_gpu_0("gpu_nccl_graph_allocates_before_capture_and_replays_twice") else {
         return;
-    }
-    let mut c = NcclComm::init_all(&[0], TIMEOUT).unwrap().pop().unwrap();
+    };
     let count = 1024;
     let b = count * 4;
     let mut send = c.alloc(b).unwrap();

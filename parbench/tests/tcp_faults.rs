@@ -8,7 +8,7 @@ mod tcp_support;
 use parbench::comm::tcp;
 use parbench::comm::{CommError, RecvInto, Transport};
 use std::time::{Duration, Instant};
-use tcp_support::{job, wait_all, worker};
+use tcp_support::{assert_rank_1_killed_and_the_rest_succeeded, job, wait_all, worker};
 
 /// The step at which the victim stops.
 const FAULT_STEP: usize = 20;
@@ -66,18 +66,7 @@ fn killed_rank_is_named_by_every_other_rank_at_once() {
     // World 4: rank 3 is not next to rank 1 in the ring; it learns from the others.
     let mut children = job(name, 4).start().unwrap();
     let status = wait_all(&mut children, 60);
-    use std::os::unix::process::ExitStatusExt;
-    assert_eq!(
-        status[1].and_then(|s| s.signal()),
-        Some(libc::SIGKILL),
-        "{status:?}"
-    );
-    for r in [0, 2, 3] {
-        assert!(
-            status[r].is_some_and(|s| s.success()),
-            "rank {r}: {status:?}"
-        );
-    }
+    assert_rank_1_killed_and_the_rest_succeeded(&status);
 }
 
 #[test]

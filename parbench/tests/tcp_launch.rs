@@ -5,27 +5,12 @@
 mod tcp_support;
 
 use parbench::comm::tcp;
-use parbench::comm::{RecvInto, Transport};
 use parbench::launch::{self, LaunchSource, LocalJob, Role};
 use std::process::Command;
 use std::time::{Duration, Instant};
-use tcp_support::{gone, pattern, wait_all, ROLE};
+use tcp_support::{all_pairs, gone, wait_all, ROLE};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Every rank sends a small message to every other and checks what it gets.
-fn all_pairs(t: &mut tcp::TcpTransport) {
-    let (rank, world) = (t.rank(), t.world());
-    let deadline = Instant::now() + TIMEOUT;
-    for to in (0..world).filter(|&p| p != rank) {
-        t.send(to, &pattern(rank, to, 100), deadline).unwrap();
-    }
-    for from in (0..world).filter(|&p| p != rank) {
-        let mut got = vec![0u8; 100];
-        t.recv(from, RecvInto::Copy(&mut got), deadline).unwrap();
-        assert_eq!(got, pattern(from, rank, 100));
-    }
-}
 
 fn this_test(name: &str) -> Command {
     let mut c = Command::new(std::env::current_exe().unwrap());
@@ -50,7 +35,11 @@ fn join_or_spawn_runs_ranks_of_the_running_binary() {
             assert_eq!((info.world, info.source), (3, LaunchSource::Spawned));
             assert_eq!(info.local_rank, Some(info.rank));
             assert_eq!(info.token_from, "PARBENCH_JOB_TOKEN");
-            all_pairs(&mut tcp::connect(&info, TIMEOUT).unwrap());
+            all_pairs(
+                &mut tcp::connect(&info, TIMEOUT).unwrap(),
+                100,
+                Instant::now() + TIMEOUT,
+            );
         }
         Role::Single => panic!("--nprocs 3 must spawn"),
     }
@@ -72,7 +61,11 @@ fn every_launcher_family_forms_a_job() {
         let want = std::env::var("EXPECT_SOURCE").unwrap();
         assert_eq!(format!("{:?}", info.source), want);
         assert_eq!(info.local_rank, Some(info.rank));
-        all_pairs(&mut tcp::connect(&info, TIMEOUT).unwrap());
+        all_pairs(
+            &mut tcp::connect(&info, TIMEOUT).unwrap(),
+            100,
+            Instant::now() + TIMEOUT,
+        );
         return;
     }
     let families: [Family; 4] = [

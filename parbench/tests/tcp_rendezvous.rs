@@ -5,15 +5,28 @@
 mod tcp_support;
 
 use parbench::comm::tcp;
-use parbench::comm::{RecvInto, Transport};
+use parbench::comm::Transport;
 use parbench::launch::store::StoreClient;
+use parbench::launch::RankInfo;
 use parbench::launch::Store;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
-use tcp_support::{job, pattern, wait_all, worker};
+use tcp_support::{all_pairs, assert_all_succeeded, free_port, job, wait_all, worker};
 
 const TOKEN: &str = "the-right-token";
+
+/// A rank's part once the job formed: it sends every other rank a pattern
+/// and checks theirs; rank 0 keeps the store up until the test has put
+/// "test/done" (the strangers are done with it).
+fn exchange_with_every_peer(info: &RankInfo) {
+    let mut t = tcp::connect(info, Duration::from_secs(30)).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    all_pairs(&mut t, 1000, deadline);
+    if t.rank() == 0 {
+        t.store().get("test/done", deadline).unwrap();
+    }
+}
 
 /// Writes `junk` and expects the other side to close the connection.
 fn refused(addr: &str, junk: &[u8]) {
@@ -64,28 +77,10 @@ fn strangers_on_the_rendezvous_and_data_ports_do_not_stop_the_job() {
                 .get("test/go", Instant::now() + Duration::from_secs(30))
                 .unwrap();
         }
-        let mut t = tcp::connect(&info, Duration::from_secs(30)).unwrap();
-        let (rank, world) = (t.rank(), t.world());
-        let deadline = Instant::now() + Duration::from_secs(30);
-        for to in (0..world).filter(|&p| p != rank) {
-            t.send(to, &pattern(rank, to, 1000), deadline).unwrap();
-        }
-        for from in (0..world).filter(|&p| p != rank) {
-            let mut got = vec![0u8; 1000];
-            t.recv(from, RecvInto::Copy(&mut got), deadline).unwrap();
-            assert_eq!(got, pattern(from, rank, 1000));
-        }
-        if rank == 0 {
-            // Keep the store up until the strangers are done with it.
-            t.store().get("test/done", deadline).unwrap();
-        }
+        exchange_with_every_peer(&info);
         return;
     }
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let mut children = job(name, 3)
         .env("MASTER_PORT", port.to_string())
         .env("PARBENCH_JOB_TOKEN", TOKEN)
@@ -143,9 +138,7 @@ fn strangers_on_the_rendezvous_and_data_ports_do_not_stop_the_job() {
     client.put("test/done", b"", until).unwrap();
 
     let status = wait_all(&mut children, 40);
-    for (r, s) in status.iter().enumerate() {
-        assert!(s.is_some_and(|s| s.success()), "rank {r}: {status:?}");
-    }
+    assert_all_succeeded(&status);
 }
 
 #[test]
@@ -164,27 +157,10 @@ fn a_crowd_of_idle_connections_at_the_store_and_a_data_port_does_not_stop_the_jo
                 std::thread::sleep(Duration::from_millis(10));
             }
         }
-        let mut t = tcp::connect(&info, Duration::from_secs(30)).unwrap();
-        let (rank, world) = (t.rank(), t.world());
-        let deadline = Instant::now() + Duration::from_secs(30);
-        for to in (0..world).filter(|&p| p != rank) {
-            t.send(to, &pattern(rank, to, 1000), deadline).unwrap();
-        }
-        for from in (0..world).filter(|&p| p != rank) {
-            let mut got = vec![0u8; 1000];
-            t.recv(from, RecvInto::Copy(&mut got), deadline).unwrap();
-            assert_eq!(got, pattern(from, rank, 1000));
-        }
-        if rank == 0 {
-            t.store().get("test/done", deadline).unwrap();
-        }
+        exchange_with_every_peer(&info);
         return;
     }
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     // The ranks get the usual 1,024 descriptors (as on the machine where
     // the crowd killed the job); this process keeps enough for the crowd.
     let mut lim = libc::rlimit {
@@ -244,7 +220,5 @@ fn a_crowd_of_idle_connections_at_the_store_and_a_data_port_does_not_stop_the_jo
     let status = wait_all(&mut children, 60);
     drop(crowd);
     let _ = std::fs::remove_file(&marker);
-    for (r, s) in status.iter().enumerate() {
-        assert!(s.is_some_and(|s| s.success()), "rank {r}: {status:?}");
-    }
+    assert_all_succeeded(&status);
 }

@@ -14,30 +14,38 @@ use std::time::{Duration, Instant};
 /// M = 1, 2, 4, 8); capacity 1.
 const CHARTS: usize = 4 + 4 + 1 + 12 + 1;
 
-fn render(name: &str) -> (PathBuf, String) {
-    let out = scratch(name).join("report.html");
-    let dirs = [fixture("shm"), fixture("tcp"), fixture("escape")];
+/// The report's sections, by their element id.
+const SECTIONS: [&str; 6] = [
+    "summary",
+    "collectives",
+    "layers",
+    "pipeline",
+    "capacity",
+    "runs",
+];
+
+/// `report html DIRS -o out`: asserts it succeeded; the page it wrote.
+fn render_to(out: &Path, dirs: &[PathBuf]) -> String {
     let mut args = vec!["html".to_string()];
     args.extend(dirs.iter().map(|d| d.display().to_string()));
     args.extend(["-o".into(), out.display().to_string()]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let o = report(&args);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let html = std::fs::read_to_string(&out).unwrap();
+    std::fs::read_to_string(out).unwrap()
+}
+
+/// The shm, tcp and escape fixtures rendered into a scratch folder.
+fn render(name: &str) -> (PathBuf, String) {
+    let out = scratch(name).join("report.html");
+    let html = render_to(&out, &[fixture("shm"), fixture("tcp"), fixture("escape")]);
     (out, html)
 }
 
 #[test]
 fn every_section_and_chart_is_there() {
     let (_, html) = render("sections");
-    for id in [
-        "summary",
-        "collectives",
-        "layers",
-        "pipeline",
-        "capacity",
-        "runs",
-    ] {
+    for id in SECTIONS {
         assert!(
             html.contains(&format!("<section id=\"{id}\">")),
             "section {id}"
@@ -86,14 +94,7 @@ fn labels_from_records_are_escaped() {
 #[test]
 fn empty_sections_say_so() {
     let out = scratch("only-tcp").join("r.html");
-    let o = report(&[
-        "html",
-        fixture("tcp").to_str().unwrap(),
-        "-o",
-        out.to_str().unwrap(),
-    ]);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let html = std::fs::read_to_string(&out).unwrap();
+    let html = render_to(&out, &[fixture("tcp")]);
     assert!(html.contains("No tensor-parallel layer measurements"));
     assert!(html.contains("No pipeline measurements"));
     // busbw + latency for all_reduce, and the capacity chart.
@@ -105,16 +106,8 @@ fn an_existing_report_is_replaced_atomically() {
     let dir = scratch("overwrite");
     let out = dir.join("r.html");
     std::fs::write(&out, "old").unwrap();
-    let o = report(&[
-        "html",
-        fixture("tcp").to_str().unwrap(),
-        "-o",
-        out.to_str().unwrap(),
-    ]);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    assert!(std::fs::read_to_string(&out)
-        .unwrap()
-        .starts_with("<!DOCTYPE html>"));
+    let html = render_to(&out, &[fixture("tcp")]);
+    assert!(html.starts_with("<!DOCTYPE html>"));
     let names: Vec<String> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -193,14 +186,7 @@ fn renders_in_headless_chromium() {
         CHARTS,
         "charts in the browser's DOM"
     );
-    for id in [
-        "summary",
-        "collectives",
-        "layers",
-        "pipeline",
-        "capacity",
-        "runs",
-    ] {
+    for id in SECTIONS {
         assert!(
             dom.contains(&format!("id=\"{id}\"")),
             "section {id} in the DOM"
@@ -234,15 +220,7 @@ fn real_records_render() {
     // Records the real binaries wrote (fixtures/README.md): every chart
     // drawn, the collective and layer sections filled.
     let out = scratch("real").join("r.html");
-    let o = report(&[
-        "html",
-        fixture("real-cpu").to_str().unwrap(),
-        fixture("real-tcp").to_str().unwrap(),
-        "-o",
-        out.to_str().unwrap(),
-    ]);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let html = std::fs::read_to_string(&out).unwrap();
+    let html = render_to(&out, &[fixture("real-cpu"), fixture("real-tcp")]);
     assert!(!html.contains("Chart not drawn"), "every chart drawn");
     assert!(!html.contains("No collective measurements"));
     assert!(!html.contains("No tensor-parallel layer measurements"));
@@ -288,10 +266,7 @@ fn chart_text(html: &str, id: &str) -> String {
 }
 
 fn html_of(dir: &Path) -> String {
-    let out = dir.join("r.html");
-    let o = report(&["html", dir.to_str().unwrap(), "-o", out.to_str().unwrap()]);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    std::fs::read_to_string(&out).unwrap()
+    render_to(&dir.join("r.html"), &[dir.to_path_buf()])
 }
 
 #[test]

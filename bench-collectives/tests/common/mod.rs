@@ -1,6 +1,11 @@
-//! Running the built binary and reading what it wrote.
+//! Running the built binary and reading what it wrote (with the helpers
+//! every binary's tests share).
 
 #![allow(dead_code)]
+
+#[path = "../../../test-support/binary.rs"]
+mod binary;
+pub use binary::*;
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -16,14 +21,35 @@ pub fn scratch(name: &str) -> PathBuf {
     dir
 }
 
-/// Runs the binary with `args` (and `env`), with a deadline on every wait.
-pub fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
+/// The binary, without the self-test's fault injection a caller's
+/// environment might carry.
+fn binary() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_bench-collectives"));
-    cmd.args(args).env_remove("PARBENCH_SELFTEST_CORRUPT_RANK");
+    cmd.env_remove("PARBENCH_SELFTEST_CORRUPT_RANK");
+    cmd
+}
+
+/// Runs the binary with `args` (and `env`) to its end.
+pub fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = binary();
+    cmd.args(args);
     for (k, v) in env {
         cmd.env(k, v);
     }
     cmd.output().expect("the binary starts")
+}
+
+/// Flags that keep a run small on `backend`: 2 ranks, 8 B to 4 KiB by
+/// factors of 8, 5 iterations after 1 warm-up.
+pub fn small_on(backend: &str) -> Vec<&str> {
+    let mut v = vec!["--backend", backend];
+    v.extend(flags("-np 2 -b 8 -e 4K -f 8 -n 5 -w 1"));
+    v
+}
+
+/// A command line's words: `flags("-np 2 -b 8")` is `["-np", "2", "-b", "8"]`.
+pub fn flags(line: &str) -> Vec<&str> {
+    line.split_whitespace().collect()
 }
 
 pub fn stdout(o: &Output) -> String {
@@ -34,69 +60,19 @@ pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
-/// The CSV's header and rows as maps from column to value.
-pub fn read_csv(
-    path: &std::path::Path,
-) -> (Vec<String>, Vec<std::collections::HashMap<String, String>>) {
-    let text = std::fs::read_to_string(path).unwrap();
-    let mut lines = text.lines();
-    let header: Vec<String> = lines
-        .next()
-        .unwrap()
-        .split(',')
-        .map(str::to_string)
-        .collect();
-    let rows = lines
-        .map(|l| {
-            header
-                .iter()
-                .cloned()
-                .zip(l.split(',').map(str::to_string))
-                .collect()
-        })
-        .collect();
-    (header, rows)
-}
-
 /// Runs the binary with arguments that need not be UTF-8.
 pub fn run_os(args: &[std::ffi::OsString]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_bench-collectives"))
-        .args(args)
-        .env_remove("PARBENCH_SELFTEST_CORRUPT_RANK")
-        .output()
-        .expect("the binary starts")
+    binary().args(args).output().expect("the binary starts")
 }
 
 /// Starts the binary with `args`, its output captured, without waiting.
 pub fn start(args: &[&str]) -> std::process::Child {
-    Command::new(env!("CARGO_BIN_EXE_bench-collectives"))
+    binary()
         .args(args)
-        .env_remove("PARBENCH_SELFTEST_CORRUPT_RANK")
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("the binary starts")
-}
-
-/// Waits for `child` at most `secs` seconds (then kills it and fails the
-/// test): no test may hang.
-pub fn finish_within(mut child: std::process::Child, secs: u64) -> Output {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
-    loop {
-        if child.try_wait().expect("try_wait").is_some() {
-            return child.wait_with_output().expect("output");
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            let o = child.wait_with_output().expect("output");
-            panic!(
-                "still running after {secs} s: {}\n{}",
-                stdout(&o),
-                stderr(&o)
-            );
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
 }
 
 /// The rank (`RANK`) of each child process of `pid`, once `n` of them
@@ -140,9 +116,7 @@ pub fn ranks_of(pid: u32, n: usize, secs: u64) -> Vec<(usize, i32)> {
 
 /// Data rows in `dir/collectives.csv` so far (0 when there is no file).
 pub fn rows_in(dir: &std::path::Path) -> usize {
-    std::fs::read_to_string(dir.join("collectives.csv"))
-        .map(|t| t.lines().count().saturating_sub(1))
-        .unwrap_or(0)
+    data_rows(&dir.join("collectives.csv"))
 }
 
 /// `base` with the flags of `extra` set: a flag `base` has already takes

@@ -5,6 +5,7 @@
 
 use parbench::launch::{LocalJob, RankInfo};
 use std::process::Child;
+use std::time::Instant;
 
 /// The variable that makes a test process a worker of the named test.
 pub const ROLE: &str = "PARBENCH_TCP_TEST_ROLE";
@@ -45,6 +46,54 @@ pub fn wait_all(children: &mut [Child], secs: u64) -> Vec<Option<std::process::E
         let _ = c.wait();
     }
     out
+}
+
+/// Every rank sends a `len`-byte pattern to every other, then receives and
+/// checks theirs, each call by `deadline`.
+pub fn all_pairs(t: &mut parbench::comm::tcp::TcpTransport, len: usize, deadline: Instant) {
+    use parbench::comm::{RecvInto, Transport};
+    let (rank, world) = (t.rank(), t.world());
+    for to in (0..world).filter(|&p| p != rank) {
+        t.send(to, &pattern(rank, to, len), deadline).unwrap();
+    }
+    for from in (0..world).filter(|&p| p != rank) {
+        let mut got = vec![0u8; len];
+        t.recv(from, RecvInto::Copy(&mut got), deadline).unwrap();
+        assert_eq!(got, pattern(from, rank, len));
+    }
+}
+
+/// Asserts that every rank ended with success.
+pub fn assert_all_succeeded(status: &[Option<std::process::ExitStatus>]) {
+    for (r, s) in status.iter().enumerate() {
+        assert!(s.is_some_and(|s| s.success()), "rank {r}: {status:?}");
+    }
+}
+
+/// Asserts that rank 1 died of SIGKILL (it kills itself: the fault under
+/// test) and that every other rank ended with success.
+pub fn assert_rank_1_killed_and_the_rest_succeeded(status: &[Option<std::process::ExitStatus>]) {
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        status[1].and_then(|s| s.signal()),
+        Some(libc::SIGKILL),
+        "{status:?}"
+    );
+    for r in (0..status.len()).filter(|&r| r != 1) {
+        assert!(
+            status[r].is_some_and(|s| s.success()),
+            "rank {r}: {status:?}"
+        );
+    }
+}
+
+/// A loopback port that was free a moment ago (the OS picked it).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// Whether process `pid` is gone (or a zombie nobody reaped yet).

@@ -266,6 +266,28 @@ fn labels(curves: &[&Curve]) -> Vec<String> {
         .collect()
 }
 
+/// How a curve's typical figure is drawn (median time, the bus bandwidth of it).
+const MEDIAN: (LineStyle, Marker) = (LineStyle::Solid, Marker::Circle);
+/// How a curve's tail (p99) is drawn.
+const TAIL: (LineStyle, Marker) = (LineStyle::Dashed, Marker::Triangle);
+
+/// A curve's figure `y` at each size, drawn as `style`.
+fn per_size(
+    label: String,
+    color: usize,
+    (line, marker): (LineStyle, Marker),
+    c: &Curve,
+    y: fn(&SizePoint) -> f64,
+) -> Series {
+    Series {
+        label,
+        color,
+        line,
+        marker,
+        points: c.by_size.iter().map(|p| (p.bytes, y(p))).collect(),
+    }
+}
+
 /// The min..max band of a curve of several runs, per size.
 fn band(
     label: String,
@@ -300,13 +322,9 @@ fn busbw_chart(collective: &str, curves: &[&Curve], names: &[String]) -> LineCha
                 p.busbw_range
             }));
         }
-        series.push(Series {
-            label: format!("{name} measured"),
-            color: i,
-            line: LineStyle::Solid,
-            marker: Marker::Circle,
-            points: c.by_size.iter().map(|p| (p.bytes, p.busbw)).collect(),
-        });
+        series.push(per_size(format!("{name} measured"), i, MEDIAN, c, |p| {
+            p.busbw
+        }));
         let factor = predict::busbw_factor(&c.row.collective, c.row.world).unwrap_or(f64::NAN);
         let model: Vec<(f64, f64)> = c
             .by_size
@@ -400,20 +418,8 @@ fn latency_chart(collective: &str, curves: &[&Curve], names: &[String]) -> LineC
                 |p| p.p50_range,
             ));
         }
-        series.push(Series {
-            label: format!("{name} p50"),
-            color: i,
-            line: LineStyle::Solid,
-            marker: Marker::Circle,
-            points: c.by_size.iter().map(|p| (p.bytes, p.p50)).collect(),
-        });
-        series.push(Series {
-            label: format!("{name} p99"),
-            color: i,
-            line: LineStyle::Dashed,
-            marker: Marker::Triangle,
-            points: c.by_size.iter().map(|p| (p.bytes, p.p99)).collect(),
-        });
+        series.push(per_size(format!("{name} p50"), i, MEDIAN, c, |p| p.p50));
+        series.push(per_size(format!("{name} p99"), i, TAIL, c, |p| p.p99));
     }
     LineChart {
         title: format!("{collective}: time per operation, p50 and p99 of iterations"),

@@ -38,6 +38,21 @@ fn group_name(source: &str, r: &PipelineRow) -> String {
     )
 }
 
+/// The bubble's three curves per schedule, in the legend's order: the name,
+/// how it is drawn, and the row's figure.
+type BubbleCurve = (&'static str, LineStyle, Marker, fn(&PipelineRow) -> f64);
+const BUBBLES: [BubbleCurve; 3] = [
+    ("measured", LineStyle::Solid, Marker::Circle, |r| {
+        r.bubble_measured
+    }),
+    ("simulated", LineStyle::Dashed, Marker::Square, |r| {
+        r.bubble_simulated
+    }),
+    ("closed form", LineStyle::Dotted, Marker::None, |r| {
+        r.bubble_formula
+    }),
+];
+
 fn bubble_chart(rows: &[&PipelineRow]) -> LineChart {
     let mut by_schedule: BTreeMap<String, Vec<&PipelineRow>> = BTreeMap::new();
     for r in rows {
@@ -52,27 +67,15 @@ fn bubble_chart(rows: &[&PipelineRow]) -> LineChart {
                 .filter(|p| p.1.is_finite())
                 .collect()
         };
-        series.push(Series {
-            label: format!("{name} measured"),
-            color: i,
-            line: LineStyle::Solid,
-            marker: Marker::Circle,
-            points: pts(|r| r.bubble_measured),
-        });
-        series.push(Series {
-            label: format!("{name} simulated"),
-            color: i,
-            line: LineStyle::Dashed,
-            marker: Marker::Square,
-            points: pts(|r| r.bubble_simulated),
-        });
-        series.push(Series {
-            label: format!("{name} closed form"),
-            color: i,
-            line: LineStyle::Dotted,
-            marker: Marker::None,
-            points: pts(|r| r.bubble_formula),
-        });
+        for &(what, line, marker, bubble) in &BUBBLES {
+            series.push(Series {
+                label: format!("{name} {what}"),
+                color: i,
+                line,
+                marker,
+                points: pts(bubble),
+            });
+        }
     }
     LineChart {
         title: "bubble: idle share of the step against microbatches".into(),
