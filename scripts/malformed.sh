@@ -82,7 +82,7 @@ try 2 $C "${CS[@]}" --graph 4
 try any $C "${CS[@]}" --fit-from 0
 try 2 $C "${CS[@]}" --nonsense
 # bench-layers
-LS=(--backend local -n 2 --iters 1 --warmup 0)
+LS=(--backend local --iters 1 --warmup 0)
 try 2 $L "${LS[@]}" --hidden 100000000 --ffn 400000000
 every_binarys_rules $L "${LS[@]}"
 try 2 $L "${LS[@]}" --iters 0
