@@ -2,7 +2,10 @@
 //! launcher every binary calls.
 //!
 //! A binary works out its world once ([`Ranks`]), checks it once, and
-//! calls [`run`] with a [`RankBody`]; where a binary must do something
+//! calls [`run`] with a [`RankBody`]. A body that computes asks its
+//! communicator for the device beside it ([`RankComm::device`]: the CPU
+//! beside host buffers, the communicator's own GPU beside NCCL's), so one
+//! body runs on every backend. Where a binary must do something
 //! between start-up and the body that the launcher cannot (bind a core
 //! before the transport's threads start, read the MPI library's version),
 //! it uses the launcher's pieces: [`on_threads`] (one thread per
@@ -12,7 +15,9 @@
 
 use super::report::rank_line;
 use super::{LaunchError, RankInfo};
-use crate::comm::{Algo, CommError, CommResult, Communicator};
+use crate::comm::{Algo, CommError, CommResult, Communicator, DType, HostComm, Transport};
+use crate::compute::cpu::CpuCompute;
+use crate::compute::Compute;
 use std::time::Duration;
 
 /// How the ranks of a job start, worked out once by the binary.
@@ -37,8 +42,50 @@ pub enum Ranks {
 pub trait RankBody: Sync {
     /// What one rank hands back.
     type Out: Send;
-    /// Runs on one rank.
-    fn run<C: Communicator>(&self, comm: &mut C) -> CommResult<Self::Out>;
+    /// Runs on one rank (a body that does not compute may ask only for
+    /// `C: Communicator`).
+    fn run<C: RankComm>(&self, comm: &mut C) -> CommResult<Self::Out>;
+}
+
+/// A communicator the launcher starts, with the compute device a rank of
+/// it computes on: products and collectives then share one kind of buffer.
+pub trait RankComm: Communicator {
+    /// The device whose tensors this communicator's collectives take.
+    type Device: Compute<Buf = Self::Buffer>;
+    /// A device storing `dtype`; `threads` is a CPU's thread budget (a GPU
+    /// ignores it and waits as long as the communicator does).
+    fn device(&self, dtype: DType, threads: usize) -> CommResult<Self::Device>;
+}
+
+impl<T: Transport> RankComm for HostComm<T> {
+    type Device = CpuCompute;
+    fn device(&self, dtype: DType, threads: usize) -> CommResult<CpuCompute> {
+        cpu_device(dtype, threads)
+    }
+}
+
+#[cfg(feature = "mpi")]
+impl RankComm for crate::comm::mpi::MpiComm {
+    type Device = CpuCompute;
+    fn device(&self, dtype: DType, threads: usize) -> CommResult<CpuCompute> {
+        cpu_device(dtype, threads)
+    }
+}
+
+#[cfg(feature = "cuda")]
+impl RankComm for crate::comm::nccl::NcclComm {
+    type Device = crate::compute::cuda::CudaCompute;
+    fn device(&self, dtype: DType, _threads: usize) -> CommResult<Self::Device> {
+        let mut dev = crate::compute::cuda::CudaCompute::on(self.gpu().clone(), dtype)
+            .map_err(|e| CommError::Device(e.to_string()))?;
+        dev.set_timeout(self.timeout());
+        Ok(dev)
+    }
+}
+
+/// The CPU beside host buffers (local, tcp and mpi ranks).
+fn cpu_device(dtype: DType, threads: usize) -> CommResult<CpuCompute> {
+    CpuCompute::new(dtype, threads).map_err(|e| CommError::Device(e.to_string()))
 }
 
 /// How a job ended on this process.
@@ -249,7 +296,7 @@ mod tests {
     struct RankTimesTen;
     impl RankBody for RankTimesTen {
         type Out = usize;
-        fn run<C: Communicator>(&self, comm: &mut C) -> CommResult<usize> {
+        fn run<C: RankComm>(&self, comm: &mut C) -> CommResult<usize> {
             comm.barrier()?;
             Ok(comm.rank() * 10)
         }
