@@ -27,6 +27,12 @@ pub enum Ranks {
     Threads(usize),
     /// Spawn `n` ranks of this binary on loopback (they join as [`Ranks::Joined`]).
     Spawn(usize),
+    /// Spawn this job of ranks of this binary: a binary that runs one job
+    /// per configuration names each and hands it its own variables. Unlike
+    /// [`Ranks::Spawn`], a failed rank comes back as
+    /// `JobFault::Launch(LaunchError::RankFailed)`, so that the binary can
+    /// say which of its jobs it was (the launcher already named the rank).
+    Job(super::LocalJob),
     /// This process is one rank of a tcp job (spawned, torchrun, mpirun, srun).
     Joined(RankInfo),
     /// This process is one rank of an MPI job (feature `mpi`).
@@ -130,6 +136,9 @@ pub fn run<B: RankBody>(
         }
         Ranks::Spawn(world) => Ok(Ended::Launched {
             code: spawn_ranks(world)?,
+        }),
+        Ranks::Job(job) => Ok(Ended::Launched {
+            code: super::exit_code(job.run()?),
         }),
         Ranks::Joined(info) => {
             let rank = info.rank;
