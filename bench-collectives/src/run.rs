@@ -56,6 +56,8 @@ pub fn run(plan: &SweepJob) -> Result<Finished> {
     match start.ranks {
         Ranks::Threads(world) => run_local(plan, &run_id, bind, world),
         Ranks::Spawn(world) => run_spawn(plan, world),
+        // `start` spawns the -np ranks of one sweep, never a named job.
+        Ranks::Job(_) => Err(anyhow!("bench-collectives runs one job, not named jobs")),
         Ranks::Joined(info) => run_tcp(plan, &run_id, info, bind),
         Ranks::Mpi => run_mpi(plan, &run_id, start.mpi),
         Ranks::Gpus(world) => run_nccl_gpus(plan, &run_id, world),
@@ -336,7 +338,6 @@ fn nccl_meta(plan: &SweepJob, run_id: &str, world: usize, writes: bool) -> RunMe
 /// One process of an nccl job, on one GPU.
 #[cfg(feature = "cuda")]
 fn run_nccl_joined(plan: &SweepJob, run_id: &str, info: launch::RankInfo) -> Result<Finished> {
-    use parbench::comm::nccl::NcclComm;
     // Before NCCL's first call: its tuning log fills the algo column.
     parbench::comm::nccl_tuning::set_up_log(&plan.out, run_id);
     let rank = info.rank;
@@ -344,19 +345,22 @@ fn run_nccl_joined(plan: &SweepJob, run_id: &str, info: launch::RankInfo) -> Res
     memory::check_gpu(&plan.sweep, info.world, info.local_rank.unwrap_or(0))
         .map_err(|e| UsageError(e.0))?;
     let mut m = nccl_meta(plan, run_id, info.world, rank == 0);
-    let mut comm = NcclComm::join(&info, plan.sweep.timeout).map_err(|e| {
-        anyhow!(launch::report::rank_line(
-            rank,
-            &format!("joining the nccl job: {e}")
-        ))
-    })?;
-    let out = (rank == 0).then_some(plan.out.as_path());
-    match rank_main(&mut comm, plan, run_id, out, &unbound("the launcher"))
-        .map_err(|e| anyhow!(launch::report::rank_line(rank, &e.to_string())))?
-    {
-        Some(r) => finish(plan, &mut m, r),
-        None => Ok(Finished::Ran { wrong: 0 }),
+    let body = Sweep {
+        plan,
+        run_id,
+        out: (rank == 0).then_some(plan.out.as_path()),
+        at: At::Fixed(unbound("the launcher")),
+    };
+    let ended = ranks::run(
+        Ranks::NcclJoined(info),
+        plan.algo,
+        plan.sweep.timeout,
+        &body,
+    )?;
+    if rank != 0 {
+        return Ok(Finished::Ran { wrong: 0 });
     }
+    finish(plan, &mut m, rank_zero(ended)?)
 }
 
 /// `-np` GPUs of this process, one thread each.

@@ -113,6 +113,14 @@ pub enum JobFault {
     /// This process's one rank of a joined job failed, named once.
     #[error("{}", rank_line(*.rank, &.error.to_string()))]
     Joined { rank: usize, error: CommError },
+    /// This process's one rank could not join its `backend`'s job (a
+    /// library's communicator, whose own errors do not say so).
+    #[error("{}", rank_line(*.rank, &format!("joining the {} job: {}", .backend, .error)))]
+    JoinFailed {
+        rank: usize,
+        backend: &'static str,
+        error: CommError,
+    },
     /// Starting the ranks failed.
     #[error("{0}")]
     Launch(#[from] LaunchError),
@@ -182,8 +190,18 @@ fn run_nccl_joined<B: RankBody>(
     timeout: Duration,
     body: &B,
 ) -> Result<Ended<B::Out>, JobFault> {
-    let mut comm = crate::comm::nccl::NcclComm::join(&info, timeout)?;
-    Ok(Ended::Ran(vec![body.run(&mut comm)?]))
+    let rank = info.rank;
+    let mut comm = crate::comm::nccl::NcclComm::join(&info, timeout).map_err(|error| {
+        JobFault::JoinFailed {
+            rank,
+            backend: "nccl",
+            error,
+        }
+    })?;
+    let out = body
+        .run(&mut comm)
+        .map_err(|error| JobFault::Joined { rank, error })?;
+    Ok(Ended::Ran(vec![out]))
 }
 
 #[cfg(not(feature = "cuda"))]
