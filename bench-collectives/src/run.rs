@@ -50,41 +50,36 @@ pub fn run(plan: &SweepJob) -> Result<Finished> {
         return crate::links::run(plan, &run_id, joined);
     }
     let start = start(plan, joined)?;
-    plan.sweep
-        .check_world(start.world)
-        .map_err(|e| UsageError(e.to_string()))?;
+    // Under mpi the world is known once MPI has started: the rank checks it.
+    if let Some(world) = start.world {
+        plan.sweep
+            .check_world(world)
+            .map_err(|e| UsageError(e.to_string()))?;
+    }
     match start.ranks {
         Ranks::Threads(world) => run_local(plan, &run_id, bind, world),
         Ranks::Spawn(world) => run_spawn(plan, world),
         // `start` spawns the -np ranks of one sweep, never a named job.
         Ranks::Job(_) => Err(anyhow!("bench-collectives runs one job, not named jobs")),
         Ranks::Joined(info) => run_tcp(plan, &run_id, info, bind),
-        Ranks::Mpi => run_mpi(plan, &run_id, start.mpi),
+        Ranks::Mpi => run_mpi(plan, &run_id),
         Ranks::Gpus(world) => run_nccl_gpus(plan, &run_id, world),
         Ranks::NcclJoined(info) => run_nccl_joined(plan, &run_id, info),
     }
 }
 
 /// The ranks of this run and its world, worked out once before anything
-/// runs (under mpi, the library's own world, so the communicator comes
-/// with it).
+/// runs (under mpi the library's own world, known once MPI has started).
 struct Start {
     ranks: Ranks,
-    world: usize,
-    mpi: Option<MpiStart>,
+    world: Option<usize>,
 }
-
-#[cfg(feature = "mpi")]
-type MpiStart = parbench::comm::mpi::MpiComm;
-#[cfg(not(feature = "mpi"))]
-type MpiStart = std::convert::Infallible;
 
 /// Which ranks the backend and the launcher variables ask for.
 fn start(plan: &SweepJob, joined: Option<launch::RankInfo>) -> Result<Start> {
     let at = |ranks: Ranks, world: usize| Start {
         ranks,
-        world,
-        mpi: None,
+        world: Some(world),
     };
     let asked = || plan.nprocs.unwrap_or_else(default_ranks);
     Ok(match (plan.backend, joined) {
@@ -111,12 +106,10 @@ fn start(plan: &SweepJob, joined: Option<launch::RankInfo>) -> Result<Start> {
 }
 
 #[cfg(feature = "mpi")]
-fn start_mpi(plan: &SweepJob) -> Result<Start> {
-    let comm = parbench::comm::mpi::MpiComm::init(plan.sweep.timeout)?;
+fn start_mpi(_plan: &SweepJob) -> Result<Start> {
     Ok(Start {
         ranks: Ranks::Mpi,
-        world: comm.world(),
-        mpi: Some(comm),
+        world: None,
     })
 }
 
@@ -143,8 +136,7 @@ fn start_nccl(plan: &SweepJob, joined: Option<launch::RankInfo>) -> Result<Start
         let world = info.world;
         return Ok(Start {
             ranks: Ranks::NcclJoined(info),
-            world,
-            mpi: None,
+            world: Some(world),
         });
     }
     let world = plan.nprocs.or(plan.nccl_tests.ngpus).unwrap_or(visible);
@@ -156,8 +148,7 @@ fn start_nccl(plan: &SweepJob, joined: Option<launch::RankInfo>) -> Result<Start
     }
     Ok(Start {
         ranks: Ranks::Gpus(world),
-        world,
-        mpi: None,
+        world: Some(world),
     })
 }
 
@@ -287,32 +278,96 @@ fn run_tcp(
     finish(plan, &mut meta, rank_zero(ended)?)
 }
 
+/// One rank of an mpirun job: the launcher starts MPI, whose world is the
+/// library's; the rank checks it, --out and the memory before it measures
+/// ([`MpiSweep`]), and rank 0's run record takes the library's version.
 #[cfg(feature = "mpi")]
-fn run_mpi(plan: &SweepJob, run_id: &str, comm: Option<MpiStart>) -> Result<Finished> {
-    let mut comm = comm.context("the MPI communicator is started with the world")?;
-    let (world, rank) = (comm.world(), comm.rank());
-    preflight(plan, world, local_ranks(), rank == 0)?;
-    let mut meta = if rank == 0 {
-        begin(plan, run_id, "mpi", world)
-    } else {
-        RunMeta::start("collectives", run_id, "mpi", world)
+fn run_mpi(plan: &SweepJob, run_id: &str) -> Result<Finished> {
+    let body = MpiSweep {
+        plan,
+        run_id,
+        meta: std::sync::Mutex::new(None),
     };
-    meta.versions
-        .insert("mpi".into(), comm.library().to_string());
-    let out = (rank == 0).then_some(plan.out.as_path());
-    let report = rank_main(&mut comm, plan, run_id, out, &unbound("the MPI launcher"))
-        .map_err(|e| anyhow!(launch::report::rank_line(rank, &e.to_string())))?;
-    match report {
-        Some(r) => finish(plan, &mut meta, r),
-        None => Ok(Finished::Ran { wrong: 0 }),
-    }
+    let ended =
+        ranks::run(Ranks::Mpi, plan.algo, plan.sweep.timeout, &body).map_err(|f| match f {
+            // Starting MPI failed: the library's own error, as it gave it.
+            ranks::JobFault::Rank(e) => anyhow::Error::from(e),
+            other => other.into(),
+        })?;
+    let Ended::Ran(outcomes) = ended else {
+        return Err(anyhow!("an MPI rank is started by mpirun, not spawned"));
+    };
+    let outcome = outcomes
+        .into_iter()
+        .next()
+        .context("the MPI rank returned nothing")?;
+    let Some(report) = outcome? else {
+        return Ok(Finished::Ran { wrong: 0 });
+    };
+    let meta = body.meta.into_inner().ok().flatten();
+    let mut meta = meta.context("rank 0 started no run record")?;
+    finish(plan, &mut meta, report)
 }
 
 #[cfg(not(feature = "mpi"))]
-fn run_mpi(_plan: &SweepJob, _run_id: &str, comm: Option<MpiStart>) -> Result<Finished> {
-    match comm {
-        Some(never) => match never {},
-        None => Err(anyhow!("--backend mpi needs a build with `--features mpi`")),
+fn run_mpi(_plan: &SweepJob, _run_id: &str) -> Result<Finished> {
+    Err(anyhow!("--backend mpi needs a build with `--features mpi`"))
+}
+
+/// The sweep on one rank of an mpirun job: what the other backends check
+/// before their ranks start waits here for MPI's world. Bad input found
+/// then is the rank's outcome (exit code 2), not a fault of the transport.
+#[cfg(feature = "mpi")]
+struct MpiSweep<'a> {
+    plan: &'a SweepJob,
+    run_id: &'a str,
+    /// This rank's run record, begun once the world is known.
+    meta: std::sync::Mutex<Option<RunMeta>>,
+}
+
+#[cfg(feature = "mpi")]
+impl RankBody for MpiSweep<'_> {
+    type Out = Result<Option<RankReport>>;
+    fn run<C: ranks::RankComm>(&self, comm: &mut C) -> CommResult<Self::Out> {
+        let (world, rank) = (comm.world(), comm.rank());
+        if let Err(e) = self.started(world, rank, comm.library()) {
+            return Ok(Err(e));
+        }
+        let out = (rank == 0).then_some(self.plan.out.as_path());
+        rank_main(
+            comm,
+            self.plan,
+            self.run_id,
+            out,
+            &unbound("the MPI launcher"),
+        )
+        .map(Ok)
+    }
+}
+
+#[cfg(feature = "mpi")]
+impl MpiSweep<'_> {
+    /// Checks the world, --out (on rank 0) and this host's memory, then
+    /// begins the run record with the MPI library's version.
+    fn started(&self, world: usize, rank: usize, library: Option<String>) -> Result<()> {
+        let plan = self.plan;
+        plan.sweep
+            .check_world(world)
+            .map_err(|e| UsageError(e.to_string()))?;
+        preflight(plan, world, local_ranks(), rank == 0)?;
+        let mut meta = if rank == 0 {
+            begin(plan, self.run_id, "mpi", world)
+        } else {
+            RunMeta::start("collectives", self.run_id, "mpi", world)
+        };
+        meta.versions
+            .insert("mpi".into(), library.unwrap_or_default());
+        let mut kept = self
+            .meta
+            .lock()
+            .map_err(|_| anyhow!("the run record was poisoned by a panic"))?;
+        *kept = Some(meta);
+        Ok(())
     }
 }
 

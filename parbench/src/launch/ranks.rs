@@ -61,6 +61,11 @@ pub trait RankComm: Communicator {
     /// A device storing `dtype`; `threads` is a CPU's thread budget (a GPU
     /// ignores it and waits as long as the communicator does).
     fn device(&self, dtype: DType, threads: usize) -> CommResult<Self::Device>;
+    /// The version line of the library under this communicator, where it is
+    /// a library's (MPI's): run.json records it.
+    fn library(&self) -> Option<String> {
+        None
+    }
 }
 
 impl<T: Transport> RankComm for HostComm<T> {
@@ -75,6 +80,9 @@ impl RankComm for crate::comm::mpi::MpiComm {
     type Device = CpuCompute;
     fn device(&self, dtype: DType, threads: usize) -> CommResult<CpuCompute> {
         cpu_device(dtype, threads)
+    }
+    fn library(&self) -> Option<String> {
+        Some(crate::comm::mpi::MpiComm::library(self).to_string())
     }
 }
 
@@ -163,7 +171,11 @@ pub fn run<B: RankBody>(
 #[cfg(feature = "mpi")]
 fn run_mpi<B: RankBody>(timeout: Duration, body: &B) -> Result<Ended<B::Out>, JobFault> {
     let mut comm = crate::comm::mpi::MpiComm::init(timeout)?;
-    Ok(Ended::Ran(vec![body.run(&mut comm)?]))
+    let rank = comm.rank();
+    let out = body
+        .run(&mut comm)
+        .map_err(|error| JobFault::Joined { rank, error })?;
+    Ok(Ended::Ran(vec![out]))
 }
 
 #[cfg(not(feature = "mpi"))]
@@ -244,24 +256,11 @@ where
     R: Send,
     F: Fn(&mut C) -> CommResult<R> + Sync,
 {
-    let body = &body;
-    std::thread::scope(|s| {
-        let handles: Vec<_> = comms
-            .into_iter()
-            .map(|mut c| s.spawn(move || body(&mut c)))
-            .collect();
-        handles
-            .into_iter()
-            .enumerate()
-            .map(|(rank, h)| {
-                h.join().unwrap_or_else(|_| {
-                    Err(CommError::Device(format!(
-                        "rank {rank}: its thread panicked"
-                    )))
-                })
-            })
-            .collect()
-    })
+    crate::comm::local::thread_per_rank(
+        comms,
+        |mut c| body(&mut c),
+        |rank| CommError::Device(format!("rank {rank}: its thread panicked")),
+    )
 }
 
 /// What every rank returned, in rank order, or the root cause of the
