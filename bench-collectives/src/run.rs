@@ -58,7 +58,7 @@ pub fn run(plan: &SweepJob) -> Result<Finished> {
     }
     match start.ranks {
         Ranks::Threads(world) => run_local(plan, &run_id, bind, world),
-        Ranks::Spawn(world) => run_spawn(plan, world),
+        Ranks::Spawn(world) => run_spawn(plan, &run_id, world),
         // `start` spawns the -np ranks of one sweep, never a named job.
         Ranks::Job(_) => Err(anyhow!("bench-collectives runs one job, not named jobs")),
         Ranks::Joined(info) => run_tcp(plan, &run_id, info, bind),
@@ -232,12 +232,34 @@ fn run_local(plan: &SweepJob, run_id: &str, bind: BindRequest, world: usize) -> 
 }
 
 /// Spawns `-np` ranks of this binary on loopback (they join) and waits for them.
-fn run_spawn(plan: &SweepJob, world: usize) -> Result<Finished> {
+fn run_spawn(plan: &SweepJob, run_id: &str, world: usize) -> Result<Finished> {
     preflight(plan, world, world, true)?;
-    // A failed rank was already named on stderr by the launcher.
-    Ok(Finished::Launched {
-        code: ranks::spawn_ranks(world)?,
-    })
+    // The children run the sweep; this process only waits for them.
+    let body = Sweep {
+        plan,
+        run_id,
+        out: None,
+        at: At::Fixed(Placement {
+            cpu: None,
+            why: "spawned".into(),
+        }),
+    };
+    match ranks::run(Ranks::Spawn(world), plan.algo, plan.sweep.timeout, &body) {
+        // A failed rank was already named on stderr by the launcher.
+        Ok(Ended::Launched { code }) => Ok(Finished::Launched { code }),
+        Ok(Ended::Ran(_)) => Err(anyhow!("the spawned ranks ran in this process")),
+        Err(f) => Err(own_error(f)),
+    }
+}
+
+/// A job's fault as the error it wraps where it wraps one (starting the
+/// ranks, or MPI), so that the one-line report does not say it twice.
+fn own_error(fault: ranks::JobFault) -> anyhow::Error {
+    match fault {
+        ranks::JobFault::Launch(e) => e.into(),
+        ranks::JobFault::Rank(e) => e.into(),
+        other => other.into(),
+    }
 }
 
 /// Joins the job the launcher variables describe.
@@ -288,12 +310,8 @@ fn run_mpi(plan: &SweepJob, run_id: &str) -> Result<Finished> {
         run_id,
         meta: std::sync::Mutex::new(None),
     };
-    let ended =
-        ranks::run(Ranks::Mpi, plan.algo, plan.sweep.timeout, &body).map_err(|f| match f {
-            // Starting MPI failed: the library's own error, as it gave it.
-            ranks::JobFault::Rank(e) => anyhow::Error::from(e),
-            other => other.into(),
-        })?;
+    // Starting MPI failed: the library's own error, as it gave it.
+    let ended = ranks::run(Ranks::Mpi, plan.algo, plan.sweep.timeout, &body).map_err(own_error)?;
     let Ended::Ran(outcomes) = ended else {
         return Err(anyhow!("an MPI rank is started by mpirun, not spawned"));
     };
