@@ -340,6 +340,46 @@ mod tests {
         }
     }
 
+    /// Each rank uploads (rank, 1) to the device its communicator gives,
+    /// adds it to itself there, and all-reduces the device's buffer: the
+    /// device's tensors are the communicator's buffers.
+    struct SumsOnItsDevice;
+    impl RankBody for SumsOnItsDevice {
+        type Out = Vec<f32>;
+        fn run<C: RankComm>(&self, comm: &mut C) -> CommResult<Vec<f32>> {
+            let on_device = |e: crate::compute::ComputeError| CommError::Device(e.to_string());
+            let dev = comm.device(DType::F32, 1)?;
+            let mut x = dev.alloc(2).map_err(on_device)?;
+            let y = {
+                let mut y = dev.alloc(2).map_err(on_device)?;
+                dev.upload(&[comm.rank() as f32, 1.0], &mut y)
+                    .map_err(on_device)?;
+                y
+            };
+            dev.add(&mut x, &y, 2).map_err(on_device)?;
+            dev.add(&mut x, &y, 2).map_err(on_device)?;
+            comm.all_reduce(
+                crate::comm::Io::InPlace(&mut x),
+                2,
+                DType::F32,
+                crate::comm::ReduceOp::Sum,
+            )?;
+            let mut out = vec![0f32; 2];
+            dev.download(&x, &mut out).map_err(on_device)?;
+            Ok(out)
+        }
+    }
+
+    #[test]
+    fn a_body_computes_on_the_device_beside_its_communicator() {
+        let t = Duration::from_secs(20);
+        match run(Ranks::Threads(3), Algo::Auto, t, &SumsOnItsDevice).unwrap() {
+            // 2 x (0 + 1 + 2) and 2 x (1 + 1 + 1) on every rank.
+            Ended::Ran(v) => assert_eq!(v, vec![vec![6.0, 6.0]; 3]),
+            other => panic!("{other:?}"),
+        }
+    }
+
     #[test]
     fn threads_run_the_body_and_report_the_failing_rank() {
         let t = Duration::from_secs(20);
