@@ -34,7 +34,7 @@ pub fn run(plan: &SweepJob, run_id: &str, joined: Option<launch::RankInfo>) -> R
     };
     let backend = match &ranks {
         Ranks::Threads(_) => "local",
-        Ranks::Spawn(_) | Ranks::Joined(_) => "tcp",
+        Ranks::Spawn(_) | Ranks::Job(_) | Ranks::Joined(_) => "tcp",
         Ranks::Mpi => "mpi",
         Ranks::Gpus(_) | Ranks::NcclJoined(_) => "nccl",
     };

@@ -50,39 +50,36 @@ pub fn run(plan: &SweepJob) -> Result<Finished> {
         return crate::links::run(plan, &run_id, joined);
     }
     let start = start(plan, joined)?;
-    plan.sweep
-        .check_world(start.world)
-        .map_err(|e| UsageError(e.to_string()))?;
+    // Under mpi the world is known once MPI has started: the rank checks it.
+    if let Some(world) = start.world {
+        plan.sweep
+            .check_world(world)
+            .map_err(|e| UsageError(e.to_string()))?;
+    }
     match start.ranks {
         Ranks::Threads(world) => run_local(plan, &run_id, bind, world),
-        Ranks::Spawn(world) => run_spawn(plan, world),
+        Ranks::Spawn(world) => run_spawn(plan, &run_id, world),
+        // `start` spawns the -np ranks of one sweep, never a named job.
+        Ranks::Job(_) => Err(anyhow!("bench-collectives runs one job, not named jobs")),
         Ranks::Joined(info) => run_tcp(plan, &run_id, info, bind),
-        Ranks::Mpi => run_mpi(plan, &run_id, start.mpi),
+        Ranks::Mpi => run_mpi(plan, &run_id),
         Ranks::Gpus(world) => run_nccl_gpus(plan, &run_id, world),
         Ranks::NcclJoined(info) => run_nccl_joined(plan, &run_id, info),
     }
 }
 
 /// The ranks of this run and its world, worked out once before anything
-/// runs (under mpi, the library's own world, so the communicator comes
-/// with it).
+/// runs (under mpi the library's own world, known once MPI has started).
 struct Start {
     ranks: Ranks,
-    world: usize,
-    mpi: Option<MpiStart>,
+    world: Option<usize>,
 }
-
-#[cfg(feature = "mpi")]
-type MpiStart = parbench::comm::mpi::MpiComm;
-#[cfg(not(feature = "mpi"))]
-type MpiStart = std::convert::Infallible;
 
 /// Which ranks the backend and the launcher variables ask for.
 fn start(plan: &SweepJob, joined: Option<launch::RankInfo>) -> Result<Start> {
     let at = |ranks: Ranks, world: usize| Start {
         ranks,
-        world,
-        mpi: None,
+        world: Some(world),
     };
     let asked = || plan.nprocs.unwrap_or_else(default_ranks);
     Ok(match (plan.backend, joined) {
@@ -109,12 +106,10 @@ fn start(plan: &SweepJob, joined: Option<launch::RankInfo>) -> Result<Start> {
 }
 
 #[cfg(feature = "mpi")]
-fn start_mpi(plan: &SweepJob) -> Result<Start> {
-    let comm = parbench::comm::mpi::MpiComm::init(plan.sweep.timeout)?;
+fn start_mpi(_plan: &SweepJob) -> Result<Start> {
     Ok(Start {
         ranks: Ranks::Mpi,
-        world: comm.world(),
-        mpi: Some(comm),
+        world: None,
     })
 }
 
@@ -141,8 +136,7 @@ fn start_nccl(plan: &SweepJob, joined: Option<launch::RankInfo>) -> Result<Start
         let world = info.world;
         return Ok(Start {
             ranks: Ranks::NcclJoined(info),
-            world,
-            mpi: None,
+            world: Some(world),
         });
     }
     let world = plan.nprocs.or(plan.nccl_tests.ngpus).unwrap_or(visible);
@@ -154,8 +148,7 @@ fn start_nccl(plan: &SweepJob, joined: Option<launch::RankInfo>) -> Result<Start
     }
     Ok(Start {
         ranks: Ranks::Gpus(world),
-        world,
-        mpi: None,
+        world: Some(world),
     })
 }
 
@@ -239,12 +232,34 @@ fn run_local(plan: &SweepJob, run_id: &str, bind: BindRequest, world: usize) -> 
 }
 
 /// Spawns `-np` ranks of this binary on loopback (they join) and waits for them.
-fn run_spawn(plan: &SweepJob, world: usize) -> Result<Finished> {
+fn run_spawn(plan: &SweepJob, run_id: &str, world: usize) -> Result<Finished> {
     preflight(plan, world, world, true)?;
-    // A failed rank was already named on stderr by the launcher.
-    Ok(Finished::Launched {
-        code: ranks::spawn_ranks(world)?,
-    })
+    // The children run the sweep; this process only waits for them.
+    let body = Sweep {
+        plan,
+        run_id,
+        out: None,
+        at: At::Fixed(Placement {
+            cpu: None,
+            why: "spawned".into(),
+        }),
+    };
+    match ranks::run(Ranks::Spawn(world), plan.algo, plan.sweep.timeout, &body) {
+        // A failed rank was already named on stderr by the launcher.
+        Ok(Ended::Launched { code }) => Ok(Finished::Launched { code }),
+        Ok(Ended::Ran(_)) => Err(anyhow!("the spawned ranks ran in this process")),
+        Err(f) => Err(own_error(f)),
+    }
+}
+
+/// A job's fault as the error it wraps where it wraps one (starting the
+/// ranks, or MPI), so that the one-line report does not say it twice.
+fn own_error(fault: ranks::JobFault) -> anyhow::Error {
+    match fault {
+        ranks::JobFault::Launch(e) => e.into(),
+        ranks::JobFault::Rank(e) => e.into(),
+        other => other.into(),
+    }
 }
 
 /// Joins the job the launcher variables describe.
@@ -285,32 +300,92 @@ fn run_tcp(
     finish(plan, &mut meta, rank_zero(ended)?)
 }
 
+/// One rank of an mpirun job: the launcher starts MPI, whose world is the
+/// library's; the rank checks it, --out and the memory before it measures
+/// ([`MpiSweep`]), and rank 0's run record takes the library's version.
 #[cfg(feature = "mpi")]
-fn run_mpi(plan: &SweepJob, run_id: &str, comm: Option<MpiStart>) -> Result<Finished> {
-    let mut comm = comm.context("the MPI communicator is started with the world")?;
-    let (world, rank) = (comm.world(), comm.rank());
-    preflight(plan, world, local_ranks(), rank == 0)?;
-    let mut meta = if rank == 0 {
-        begin(plan, run_id, "mpi", world)
-    } else {
-        RunMeta::start("collectives", run_id, "mpi", world)
+fn run_mpi(plan: &SweepJob, run_id: &str) -> Result<Finished> {
+    let body = MpiSweep {
+        plan,
+        run_id,
+        meta: std::sync::Mutex::new(None),
     };
-    meta.versions
-        .insert("mpi".into(), comm.library().to_string());
-    let out = (rank == 0).then_some(plan.out.as_path());
-    let report = rank_main(&mut comm, plan, run_id, out, &unbound("the MPI launcher"))
-        .map_err(|e| anyhow!(launch::report::rank_line(rank, &e.to_string())))?;
-    match report {
-        Some(r) => finish(plan, &mut meta, r),
-        None => Ok(Finished::Ran { wrong: 0 }),
-    }
+    // Starting MPI failed: the library's own error, as it gave it.
+    let ended = ranks::run(Ranks::Mpi, plan.algo, plan.sweep.timeout, &body).map_err(own_error)?;
+    let Ended::Ran(outcomes) = ended else {
+        return Err(anyhow!("an MPI rank is started by mpirun, not spawned"));
+    };
+    let outcome = outcomes
+        .into_iter()
+        .next()
+        .context("the MPI rank returned nothing")?;
+    let Some(report) = outcome? else {
+        return Ok(Finished::Ran { wrong: 0 });
+    };
+    let meta = body.meta.into_inner().ok().flatten();
+    let mut meta = meta.context("rank 0 started no run record")?;
+    finish(plan, &mut meta, report)
 }
 
 #[cfg(not(feature = "mpi"))]
-fn run_mpi(_plan: &SweepJob, _run_id: &str, comm: Option<MpiStart>) -> Result<Finished> {
-    match comm {
-        Some(never) => match never {},
-        None => Err(anyhow!("--backend mpi needs a build with `--features mpi`")),
+fn run_mpi(_plan: &SweepJob, _run_id: &str) -> Result<Finished> {
+    Err(anyhow!("--backend mpi needs a build with `--features mpi`"))
+}
+
+/// The sweep on one rank of an mpirun job: what the other backends check
+/// before their ranks start waits here for MPI's world. Bad input found
+/// then is the rank's outcome (exit code 2), not a fault of the transport.
+#[cfg(feature = "mpi")]
+struct MpiSweep<'a> {
+    plan: &'a SweepJob,
+    run_id: &'a str,
+    /// This rank's run record, begun once the world is known.
+    meta: std::sync::Mutex<Option<RunMeta>>,
+}
+
+#[cfg(feature = "mpi")]
+impl RankBody for MpiSweep<'_> {
+    type Out = Result<Option<RankReport>>;
+    fn run<C: ranks::RankComm>(&self, comm: &mut C) -> CommResult<Self::Out> {
+        let (world, rank) = (comm.world(), comm.rank());
+        if let Err(e) = self.started(world, rank, comm.library()) {
+            return Ok(Err(e));
+        }
+        let out = (rank == 0).then_some(self.plan.out.as_path());
+        rank_main(
+            comm,
+            self.plan,
+            self.run_id,
+            out,
+            &unbound("the MPI launcher"),
+        )
+        .map(Ok)
+    }
+}
+
+#[cfg(feature = "mpi")]
+impl MpiSweep<'_> {
+    /// Checks the world, --out (on rank 0) and this host's memory, then
+    /// begins the run record with the MPI library's version.
+    fn started(&self, world: usize, rank: usize, library: Option<String>) -> Result<()> {
+        let plan = self.plan;
+        plan.sweep
+            .check_world(world)
+            .map_err(|e| UsageError(e.to_string()))?;
+        preflight(plan, world, local_ranks(), rank == 0)?;
+        let mut meta = if rank == 0 {
+            begin(plan, self.run_id, "mpi", world)
+        } else {
+            RunMeta::start("collectives", self.run_id, "mpi", world)
+        };
+        meta.versions
+            .insert("mpi".into(), library.unwrap_or_default());
+        let mut kept = self
+            .meta
+            .lock()
+            .map_err(|_| anyhow!("the run record was poisoned by a panic"))?;
+        *kept = Some(meta);
+        Ok(())
     }
 }
 
@@ -336,7 +411,6 @@ fn nccl_meta(plan: &SweepJob, run_id: &str, world: usize, writes: bool) -> RunMe
 /// One process of an nccl job, on one GPU.
 #[cfg(feature = "cuda")]
 fn run_nccl_joined(plan: &SweepJob, run_id: &str, info: launch::RankInfo) -> Result<Finished> {
-    use parbench::comm::nccl::NcclComm;
     // Before NCCL's first call: its tuning log fills the algo column.
     parbench::comm::nccl_tuning::set_up_log(&plan.out, run_id);
     let rank = info.rank;
@@ -344,19 +418,22 @@ fn run_nccl_joined(plan: &SweepJob, run_id: &str, info: launch::RankInfo) -> Res
     memory::check_gpu(&plan.sweep, info.world, info.local_rank.unwrap_or(0))
         .map_err(|e| UsageError(e.0))?;
     let mut m = nccl_meta(plan, run_id, info.world, rank == 0);
-    let mut comm = NcclComm::join(&info, plan.sweep.timeout).map_err(|e| {
-        anyhow!(launch::report::rank_line(
-            rank,
-            &format!("joining the nccl job: {e}")
-        ))
-    })?;
-    let out = (rank == 0).then_some(plan.out.as_path());
-    match rank_main(&mut comm, plan, run_id, out, &unbound("the launcher"))
-        .map_err(|e| anyhow!(launch::report::rank_line(rank, &e.to_string())))?
-    {
-        Some(r) => finish(plan, &mut m, r),
-        None => Ok(Finished::Ran { wrong: 0 }),
+    let body = Sweep {
+        plan,
+        run_id,
+        out: (rank == 0).then_some(plan.out.as_path()),
+        at: At::Fixed(unbound("the launcher")),
+    };
+    let ended = ranks::run(
+        Ranks::NcclJoined(info),
+        plan.algo,
+        plan.sweep.timeout,
+        &body,
+    )?;
+    if rank != 0 {
+        return Ok(Finished::Ran { wrong: 0 });
     }
+    finish(plan, &mut m, rank_zero(ended)?)
 }
 
 /// `-np` GPUs of this process, one thread each.

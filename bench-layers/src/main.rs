@@ -33,8 +33,9 @@ use clap::Parser;
 use cli::{Backend, Cli, LayerJob, UsageError};
 use parbench::comm::{local, Algo, CommError};
 use parbench::compute::cpu::CpuCompute;
+use parbench::launch::ranks::{self, Ended, JobFault, RankBody, RankComm, Ranks};
 use parbench::launch::{
-    self, eprint_line, interrupt, ranks, report, LaunchError, LocalJob, RankInfo, Reported,
+    self, eprint_line, interrupt, report, LaunchError, LocalJob, RankInfo, Reported,
 };
 use parbench::results::{self, append_rows, new_run_id, read_rows, LayerRow, RunMeta};
 use std::path::Path;
@@ -394,15 +395,21 @@ fn tcp_launch(plan: &LayerJob) -> anyhow::Result<()> {
             .env(ENV_TP, t.to_string())
             .env(ENV_ROWS, &rows_dir)
             .env(ENV_RUN_ID, &run_id);
-        match job.run() {
+        // The ranks run `Degree` in the children; this process only waits.
+        let body = Degree { plan, threads: 0 };
+        match ranks::run(Ranks::Job(job), Algo::Auto, plan.timeout, &body) {
             Ok(_) => {}
             // The launcher named the rank; its code is the run's.
-            Err(e @ LaunchError::RankFailed { .. }) => {
+            Err(JobFault::Launch(e @ LaunchError::RankFailed { .. })) => {
                 outcome = Err(anyhow!(Reported(e.exit_code())).context(format!("tp {t}: {e}")));
                 break;
             }
-            Err(e) => {
+            Err(JobFault::Launch(e)) => {
                 outcome = Err(anyhow!(e).context(format!("tp {t}")));
+                break;
+            }
+            Err(e) => {
+                outcome = Err(anyhow!("{e}").context(format!("tp {t}")));
                 break;
             }
         }
@@ -435,6 +442,26 @@ fn ranks_on_this_host(world: usize) -> usize {
     .unwrap_or(world)
 }
 
+/// One degree as the launcher runs it on each rank of a job: the block on
+/// the device beside the rank's communicator; rank 0 hands its measurement back.
+struct Degree<'a> {
+    plan: &'a LayerJob,
+    /// Compute threads of each rank (the host's cores split among its ranks).
+    threads: usize,
+}
+
+impl RankBody for Degree<'_> {
+    type Out = Option<TpMeasurement>;
+    fn run<C: RankComm>(&self, comm: &mut C) -> Result<Self::Out, CommError> {
+        let dev = comm.device(self.plan.dtype, self.threads)?;
+        let m = measure_tp(&dev, comm, self.plan, self.threads).map_err(|e| match e {
+            parbench::layers::LayerError::Comm(c) => c,
+            other => CommError::Device(other.to_string()),
+        })?;
+        Ok((parbench::comm::Communicator::rank(comm) == 0).then_some(m))
+    }
+}
+
 /// One rank of a tcp job: runs the job's degree; rank 0 writes the row to
 /// the launcher's folder, or records it itself under an external launcher.
 fn tcp_rank(plan: &LayerJob, info: &RankInfo) -> anyhow::Result<()> {
@@ -458,7 +485,6 @@ fn tcp_rank(plan: &LayerJob, info: &RankInfo) -> anyhow::Result<()> {
     }
     let threads = CpuCompute::threads_per_rank(local_ranks);
     let rank = info.rank;
-    let fail = |e: String| anyhow!(report::rank_line(rank, &e));
     let mut meta = None;
     if spawned.is_none() && rank == 0 {
         meta = Some(Records::begin(
@@ -466,13 +492,14 @@ fn tcp_rank(plan: &LayerJob, info: &RankInfo) -> anyhow::Result<()> {
             RunMeta::start("layers", &new_run_id("layers"), "tcp", t),
         ));
     }
-    let mut comm = parbench::comm::tcp::comm(info, Algo::Auto, plan.timeout)
-        .map_err(|e| fail(e.to_string()))?;
-    let dev = CpuCompute::new(plan.dtype, threads).map_err(|e| fail(e.to_string()))?;
-    let m = measure_tp(&dev, &mut comm, plan, threads).map_err(|e| fail(e.to_string()))?;
-    if rank != 0 {
+    let body = Degree { plan, threads };
+    let m = match ranks::run(Ranks::Joined(info.clone()), Algo::Auto, plan.timeout, &body)? {
+        Ended::Ran(ms) => ms.into_iter().flatten().next(),
+        Ended::Launched { .. } => None,
+    };
+    let Some(m) = m else {
         return Ok(());
-    }
+    };
     let rows = build_rows(plan, "tcp", &[m]);
     match (spawned, meta) {
         (Some(dir), _) => {

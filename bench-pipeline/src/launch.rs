@@ -3,11 +3,12 @@
 use crate::cli::{Args, PipelineJob};
 use crate::output::Recorder;
 use anyhow::{anyhow, bail, Result};
-use parbench::comm::{tcp, Algo, CommError, Communicator, DType};
+use parbench::comm::{Algo, CommError, Communicator, DType};
 use parbench::compute::cpu::CpuCompute;
 use parbench::compute::Compute;
 use parbench::launch::flags::Backend;
-use parbench::launch::{self, ranks, report::rank_line, LaunchError, RankInfo, Role};
+use parbench::launch::ranks::{self, Ended, JobFault, RankBody, RankComm, Ranks};
+use parbench::launch::{self, RankInfo};
 use parbench::limits::bytes_text;
 use parbench::measure::clock_sync::TimeBase;
 use parbench::pipeline::run_rank;
@@ -94,10 +95,6 @@ fn threads(args: &Args, ranks: usize) -> usize {
         .max(1)
 }
 
-fn compute(threads: usize) -> Result<CpuCompute, CommError> {
-    CpuCompute::new(DType::F32, threads).map_err(|e| CommError::Device(e.to_string()))
-}
-
 /// Pins the calling thread to core `rank` when every rank has a core of its
 /// own and computes on one thread; otherwise the scheduler shares the cores.
 fn pin(rank: usize, ranks: usize, threads: usize, enabled: bool) {
@@ -143,34 +140,88 @@ where
     Ok(())
 }
 
-fn run_local(args: &Args, plan: &PipelineJob) -> Result<()> {
-    preflight(args, plan, true, all_ranks)?;
-    let threads = threads(args, plan.ranks);
-    let name = compute(threads)?.name();
-    let recorder = Mutex::new(Recorder::new(args, plan, "local", &name));
-    let outcomes = parbench::comm::local::run(plan.ranks, Algo::Auto, plan.timeout, |comm| {
-        pin(comm.rank(), plan.ranks, threads, args.pin);
+/// The stage ranks as the launcher runs them: each computes on the device
+/// beside its communicator; rank 0 starts the records once its
+/// communicator is up (a failed start records nothing) and keeps each run.
+struct Stages<'a> {
+    args: &'a Args,
+    plan: &'a PipelineJob,
+    backend: &'static str,
+    /// The compute named in the records, when not the device's own name.
+    compute_label: Option<&'static str>,
+    threads: usize,
+    base: TimeBase,
+    /// Threads of this process pin themselves; a joined rank was pinned
+    /// before it connected (the transport's threads inherit its core).
+    pin_each: bool,
+    recorder: Mutex<Option<Recorder>>,
+}
+
+impl RankBody for Stages<'_> {
+    type Out = ();
+    fn run<C: RankComm>(&self, comm: &mut C) -> Result<(), CommError> {
+        let rank = comm.rank();
+        if self.pin_each {
+            pin(rank, self.plan.ranks, self.threads, self.args.pin);
+        }
+        let dev = comm.device(DType::F32, self.threads)?;
+        if rank == 0 {
+            let name = self
+                .compute_label
+                .map_or_else(|| dev.name(), str::to_string);
+            let started = Recorder::new(self.args, self.plan, self.backend, &name);
+            if let Ok(mut r) = self.recorder.lock() {
+                *r = Some(started);
+            }
+        }
         rank_main(
             comm,
-            &compute(threads)?,
-            plan,
-            TimeBase::Shared,
-            |run, wire, rec| {
-                let mut r = recorder
-                    .lock()
-                    .map_err(|_| anyhow!("the recorder was poisoned by a panic"))?;
-                r.record(run, wire, rec)
+            &dev,
+            self.plan,
+            self.base,
+            |run, wire, rec| match self.recorder.lock().map_err(|_| poisoned())?.as_mut() {
+                Some(r) => r.record(run, wire, rec),
+                None => Ok(()),
             },
         )
-    });
-    // The first rank at fault explains best; the others report losing it.
-    if let Err(e) = ranks::first_fault(outcomes) {
-        bail!("{e}");
     }
-    recorder
-        .into_inner()
-        .map_err(|_| anyhow!("the recorder was poisoned by a panic"))?
-        .finish()
+}
+
+fn poisoned() -> anyhow::Error {
+    anyhow!("the recorder was poisoned by a panic")
+}
+
+impl Stages<'_> {
+    /// Runs the stage ranks `ranks` describes, then writes rank 0's records
+    /// where this process holds them.
+    fn run_on(self, ranks: Ranks) -> Result<()> {
+        match ranks::run(ranks, Algo::Auto, self.plan.timeout, &self) {
+            Ok(Ended::Ran(_)) => {}
+            Ok(Ended::Launched { code: 0 }) => return Ok(()),
+            // The launcher named the rank; its code is the run's.
+            Ok(Ended::Launched { code }) => return Err(Reported(code).into()),
+            Err(JobFault::Launch(e)) => return Err(e.into()),
+            // The first rank at fault explains best; the others report losing it.
+            Err(e) => bail!("{e}"),
+        }
+        let recorder = self.recorder.into_inner().map_err(|_| poisoned())?;
+        recorder.map_or(Ok(()), Recorder::finish)
+    }
+}
+
+fn run_local(args: &Args, plan: &PipelineJob) -> Result<()> {
+    preflight(args, plan, true, all_ranks)?;
+    let stages = Stages {
+        args,
+        plan,
+        backend: "local",
+        compute_label: None,
+        threads: threads(args, plan.ranks),
+        base: TimeBase::Shared,
+        pin_each: true,
+        recorder: Mutex::new(None),
+    };
+    stages.run_on(Ranks::Threads(plan.ranks))
 }
 
 /// One process per stage: `--nprocs N` (default S) spawns the ranks on this
@@ -196,65 +247,44 @@ fn run_tcp(args: &Args, plan: &PipelineJob) -> Result<()> {
         }
         Some(_) => {}
     }
-    let info = match launch::join_or_spawn(Some(nprocs)) {
-        Ok(Role::Launcher(status)) => std::process::exit(launch::exit_code(status)),
-        Ok(Role::Rank(info)) => info,
-        Ok(Role::Single) => bail!("--backend tcp needs --nprocs or launcher variables"),
-        // The launcher named the rank; its code is the run's.
-        Err(e @ LaunchError::RankFailed { .. }) => return Err(Reported(e.exit_code()).into()),
-        Err(e) => return Err(e.into()),
-    };
-    if info.world != plan.ranks {
-        bail!(
-            "the job has {} ranks but the schedule has {} (set --stages or --nprocs to match)",
-            info.world,
-            plan.ranks
-        );
-    }
-    // Ranks on this host share its cores; without a local rank, assume all do.
     let threads = threads(args, plan.ranks);
-    pin(
-        info.local_rank.unwrap_or(info.rank),
-        plan.ranks,
-        threads,
-        args.pin,
-    );
-    let rank = info.rank;
-    let mut comm = tcp::comm(&info, Algo::Auto, plan.timeout)
-        .map_err(|e| anyhow!(rank_line(rank, &e.to_string())))?;
-    let mut recorder = info.prints().then(|| {
-        Recorder::new(
-            args,
-            plan,
-            "tcp",
-            &CpuCompute::new(DType::F32, threads)
-                .map(|c| c.name())
-                .unwrap_or_default(),
-        )
-    });
-    rank_main(
-        &mut comm,
-        &compute(threads)?,
+    let ranks = match joined {
+        None => Ranks::Spawn(nprocs),
+        Some(info) => {
+            if info.world != plan.ranks {
+                bail!(
+                    "the job has {} ranks but the schedule has {} (set --stages or --nprocs to match)",
+                    info.world,
+                    plan.ranks
+                );
+            }
+            // Ranks on this host share its cores; without a local rank, assume all do.
+            pin(
+                info.local_rank.unwrap_or(info.rank),
+                plan.ranks,
+                threads,
+                args.pin,
+            );
+            Ranks::Joined(info)
+        }
+    };
+    let stages = Stages {
+        args,
         plan,
-        TimeBase::Estimated,
-        |run, wire, rec| match recorder.as_mut() {
-            Some(r) => r.record(run, wire, rec),
-            None => Ok(()),
-        },
-    )
-    .map_err(|e| anyhow!(rank_line(rank, &e.to_string())))?;
-    if let Some(r) = recorder {
-        r.finish()?;
-    }
-    Ok(())
+        backend: "tcp",
+        compute_label: None,
+        threads,
+        base: TimeBase::Estimated,
+        pin_each: false,
+        recorder: Mutex::new(None),
+    };
+    stages.run_on(ranks)
 }
 
 /// One thread and one NCCL communicator per GPU of this process (GPUs
 /// 0..S), each stage computing with cuBLASLt on its own GPU in f32.
 #[cfg(feature = "cuda")]
 fn run_nccl(args: &Args, plan: &PipelineJob) -> Result<()> {
-    use parbench::comm::nccl::NcclComm;
-    use parbench::compute::cuda::CudaCompute;
     let gpus = parbench::gpu::device_count()
         .map_err(|e| crate::Unavailable(format!("--backend nccl: {e}")))?;
     if plan.ranks > gpus {
@@ -284,28 +314,17 @@ fn run_nccl(args: &Args, plan: &PipelineJob) -> Result<()> {
             .map_err(|e| Refused(e.0))?;
         }
     }
-    let ordinals: Vec<usize> = (0..plan.ranks).collect();
-    let comms = NcclComm::init_all(&ordinals, plan.timeout)?;
-    let recorder = Mutex::new(Recorder::new(args, plan, "nccl", "cuda (cuBLASLt, f32)"));
-    let outcomes = ranks::on_threads(comms, |comm| {
-        let mut dev = CudaCompute::on(comm.gpu().clone(), DType::F32)
-            .map_err(|e| CommError::Device(e.to_string()))?;
-        dev.set_timeout(plan.timeout);
-        rank_main(comm, &dev, plan, TimeBase::Shared, |run, wire, rec| {
-            let mut r = recorder
-                .lock()
-                .map_err(|_| anyhow!("the recorder was poisoned by a panic"))?;
-            r.record(run, wire, rec)
-        })
-    });
-    // The first rank at fault explains best; the others report losing it.
-    if let Err(e) = ranks::first_fault(outcomes) {
-        bail!("{e}");
-    }
-    recorder
-        .into_inner()
-        .map_err(|_| anyhow!("the recorder was poisoned by a panic"))?
-        .finish()
+    let stages = Stages {
+        args,
+        plan,
+        backend: "nccl",
+        compute_label: Some("cuda (cuBLASLt, f32)"),
+        threads: 0,
+        base: TimeBase::Shared,
+        pin_each: false,
+        recorder: Mutex::new(None),
+    };
+    stages.run_on(Ranks::Gpus(plan.ranks))
 }
 
 #[cfg(not(feature = "cuda"))]

@@ -48,57 +48,65 @@ where
     R: Send,
 {
     let transports = LocalTransport::world(world);
-    let f = &f;
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = transports
-            .into_iter()
-            .map(|t| {
-                scope.spawn(move || {
-                    let shared = Arc::clone(&t.shared);
-                    let rank = t.rank;
-                    let mut comm = HostComm::new(t, algo, timeout);
-                    let outcome =
-                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut comm)));
-                    match outcome {
-                        Ok(Ok(v)) => Ok(v),
-                        Ok(Err(e)) => {
-                            let culprit = match &e {
-                                CommError::Timeout { peer, .. }
-                                | CommError::PeerLost { peer, .. } => *peer,
-                                _ => rank,
-                            };
-                            shared.abort(culprit, &format!("rank {rank} failed: {e}"));
-                            Err(e)
-                        }
-                        Err(panic) => {
-                            let msg = panic_message(&panic);
-                            shared.abort(rank, &format!("rank {rank} panicked: {msg}"));
-                            Err(CommError::PeerLost {
-                                rank,
-                                peer: rank,
-                                op: "run",
-                                detail: format!("panicked: {msg}"),
-                            })
-                        }
-                    }
+    let run_rank = |t: LocalTransport| {
+        let shared = Arc::clone(&t.shared);
+        let rank = t.rank;
+        let mut comm = HostComm::new(t, algo, timeout);
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut comm)));
+        match outcome {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => {
+                let culprit = match &e {
+                    CommError::Timeout { peer, .. } | CommError::PeerLost { peer, .. } => *peer,
+                    _ => rank,
+                };
+                shared.abort(culprit, &format!("rank {rank} failed: {e}"));
+                Err(e)
+            }
+            Err(panic) => {
+                let msg = panic_message(&panic);
+                shared.abort(rank, &format!("rank {rank} panicked: {msg}"));
+                Err(CommError::PeerLost {
+                    rank,
+                    peer: rank,
+                    op: "run",
+                    detail: format!("panicked: {msg}"),
                 })
-            })
+            }
+        }
+    };
+    // The closure catches panics itself, so join fails only if catch_unwind
+    // could not (a panic while panicking aborts anyway).
+    thread_per_rank(transports, run_rank, |rank| CommError::PeerLost {
+        rank,
+        peer: rank,
+        op: "run",
+        detail: "thread could not be joined".into(),
+    })
+}
+
+/// Runs `body` on one scoped thread per item (item `r` is rank `r`) and
+/// returns what each returned, in rank order; a thread that cannot be
+/// joined (it panicked) is `unjoined(rank)`.
+pub(crate) fn thread_per_rank<I, R>(
+    items: Vec<I>,
+    body: impl Fn(I) -> CommResult<R> + Sync,
+    unjoined: impl Fn(usize) -> CommError,
+) -> Vec<CommResult<R>>
+where
+    I: Send,
+    R: Send,
+{
+    let body = &body;
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = items
+            .into_iter()
+            .map(|item| scope.spawn(move || body(item)))
             .collect();
         handles
             .into_iter()
             .enumerate()
-            .map(|(rank, h)| {
-                // The closure catches panics itself, so join fails only if
-                // catch_unwind could not (a panic while panicking aborts anyway).
-                h.join().unwrap_or_else(|_| {
-                    Err(CommError::PeerLost {
-                        rank,
-                        peer: rank,
-                        op: "run",
-                        detail: "thread could not be joined".into(),
-                    })
-                })
-            })
+            .map(|(rank, h)| h.join().unwrap_or_else(|_| Err(unjoined(rank))))
             .collect()
     })
 }

@@ -159,6 +159,13 @@ impl Gemm {
     }
 }
 
+/// The elements of the `rows` x `cols` matrix `op` works on (both devices
+/// check before they touch memory); a product past `usize` is bad input.
+pub(crate) fn matrix_len(op: &str, rows: usize, cols: usize) -> ComputeResult<usize> {
+    rows.checked_mul(cols)
+        .ok_or_else(|| ComputeError::InvalidArgument(format!("{op}: size overflows")))
+}
+
 /// One past the last element a `rows x cols` operand with leading dimension
 /// `ld` touches over `last + 1` batches `stride` apart, starting at `off`.
 ///

@@ -2,7 +2,10 @@
 //! launcher every binary calls.
 //!
 //! A binary works out its world once ([`Ranks`]), checks it once, and
-//! calls [`run`] with a [`RankBody`]; where a binary must do something
+//! calls [`run`] with a [`RankBody`]. A body that computes asks its
+//! communicator for the device beside it ([`RankComm::device`]: the CPU
+//! beside host buffers, the communicator's own GPU beside NCCL's), so one
+//! body runs on every backend. Where a binary must do something
 //! between start-up and the body that the launcher cannot (bind a core
 //! before the transport's threads start, read the MPI library's version),
 //! it uses the launcher's pieces: [`on_threads`] (one thread per
@@ -12,7 +15,9 @@
 
 use super::report::rank_line;
 use super::{LaunchError, RankInfo};
-use crate::comm::{Algo, CommError, CommResult, Communicator};
+use crate::comm::{Algo, CommError, CommResult, Communicator, DType, HostComm, Transport};
+use crate::compute::cpu::CpuCompute;
+use crate::compute::Compute;
 use std::time::Duration;
 
 /// How the ranks of a job start, worked out once by the binary.
@@ -22,6 +27,12 @@ pub enum Ranks {
     Threads(usize),
     /// Spawn `n` ranks of this binary on loopback (they join as [`Ranks::Joined`]).
     Spawn(usize),
+    /// Spawn this job of ranks of this binary: a binary that runs one job
+    /// per configuration names each and hands it its own variables. Unlike
+    /// [`Ranks::Spawn`], a failed rank comes back as
+    /// `JobFault::Launch(LaunchError::RankFailed)`, so that the binary can
+    /// say which of its jobs it was (the launcher already named the rank).
+    Job(super::LocalJob),
     /// This process is one rank of a tcp job (spawned, torchrun, mpirun, srun).
     Joined(RankInfo),
     /// This process is one rank of an MPI job (feature `mpi`).
@@ -37,8 +48,58 @@ pub enum Ranks {
 pub trait RankBody: Sync {
     /// What one rank hands back.
     type Out: Send;
-    /// Runs on one rank.
-    fn run<C: Communicator>(&self, comm: &mut C) -> CommResult<Self::Out>;
+    /// Runs on one rank (a body that does not compute may ask only for
+    /// `C: Communicator`).
+    fn run<C: RankComm>(&self, comm: &mut C) -> CommResult<Self::Out>;
+}
+
+/// A communicator the launcher starts, with the compute device a rank of
+/// it computes on: products and collectives then share one kind of buffer.
+pub trait RankComm: Communicator {
+    /// The device whose tensors this communicator's collectives take.
+    type Device: Compute<Buf = Self::Buffer>;
+    /// A device storing `dtype`; `threads` is a CPU's thread budget (a GPU
+    /// ignores it and waits as long as the communicator does).
+    fn device(&self, dtype: DType, threads: usize) -> CommResult<Self::Device>;
+    /// The version line of the library under this communicator, where it is
+    /// a library's (MPI's): run.json records it.
+    fn library(&self) -> Option<String> {
+        None
+    }
+}
+
+impl<T: Transport> RankComm for HostComm<T> {
+    type Device = CpuCompute;
+    fn device(&self, dtype: DType, threads: usize) -> CommResult<CpuCompute> {
+        cpu_device(dtype, threads)
+    }
+}
+
+#[cfg(feature = "mpi")]
+impl RankComm for crate::comm::mpi::MpiComm {
+    type Device = CpuCompute;
+    fn device(&self, dtype: DType, threads: usize) -> CommResult<CpuCompute> {
+        cpu_device(dtype, threads)
+    }
+    fn library(&self) -> Option<String> {
+        Some(crate::comm::mpi::MpiComm::library(self).to_string())
+    }
+}
+
+#[cfg(feature = "cuda")]
+impl RankComm for crate::comm::nccl::NcclComm {
+    type Device = crate::compute::cuda::CudaCompute;
+    fn device(&self, dtype: DType, _threads: usize) -> CommResult<Self::Device> {
+        let mut dev = crate::compute::cuda::CudaCompute::on(self.gpu().clone(), dtype)
+            .map_err(|e| CommError::Device(e.to_string()))?;
+        dev.set_timeout(self.timeout());
+        Ok(dev)
+    }
+}
+
+/// The CPU beside host buffers (local, tcp and mpi ranks).
+fn cpu_device(dtype: DType, threads: usize) -> CommResult<CpuCompute> {
+    CpuCompute::new(dtype, threads).map_err(|e| CommError::Device(e.to_string()))
 }
 
 /// How a job ended on this process.
@@ -60,6 +121,14 @@ pub enum JobFault {
     /// This process's one rank of a joined job failed, named once.
     #[error("{}", rank_line(*.rank, &.error.to_string()))]
     Joined { rank: usize, error: CommError },
+    /// This process's one rank could not join its `backend`'s job (a
+    /// library's communicator, whose own errors do not say so).
+    #[error("{}", rank_line(*.rank, &format!("joining the {} job: {}", .backend, .error)))]
+    JoinFailed {
+        rank: usize,
+        backend: &'static str,
+        error: CommError,
+    },
     /// Starting the ranks failed.
     #[error("{0}")]
     Launch(#[from] LaunchError),
@@ -84,6 +153,9 @@ pub fn run<B: RankBody>(
         Ranks::Spawn(world) => Ok(Ended::Launched {
             code: spawn_ranks(world)?,
         }),
+        Ranks::Job(job) => Ok(Ended::Launched {
+            code: super::exit_code(job.run()?),
+        }),
         Ranks::Joined(info) => {
             let rank = info.rank;
             let joined = |error| JobFault::Joined { rank, error };
@@ -99,7 +171,11 @@ pub fn run<B: RankBody>(
 #[cfg(feature = "mpi")]
 fn run_mpi<B: RankBody>(timeout: Duration, body: &B) -> Result<Ended<B::Out>, JobFault> {
     let mut comm = crate::comm::mpi::MpiComm::init(timeout)?;
-    Ok(Ended::Ran(vec![body.run(&mut comm)?]))
+    let rank = comm.rank();
+    let out = body
+        .run(&mut comm)
+        .map_err(|error| JobFault::Joined { rank, error })?;
+    Ok(Ended::Ran(vec![out]))
 }
 
 #[cfg(not(feature = "mpi"))]
@@ -126,8 +202,18 @@ fn run_nccl_joined<B: RankBody>(
     timeout: Duration,
     body: &B,
 ) -> Result<Ended<B::Out>, JobFault> {
-    let mut comm = crate::comm::nccl::NcclComm::join(&info, timeout)?;
-    Ok(Ended::Ran(vec![body.run(&mut comm)?]))
+    let rank = info.rank;
+    let mut comm = crate::comm::nccl::NcclComm::join(&info, timeout).map_err(|error| {
+        JobFault::JoinFailed {
+            rank,
+            backend: "nccl",
+            error,
+        }
+    })?;
+    let out = body
+        .run(&mut comm)
+        .map_err(|error| JobFault::Joined { rank, error })?;
+    Ok(Ended::Ran(vec![out]))
 }
 
 #[cfg(not(feature = "cuda"))]
@@ -170,24 +256,11 @@ where
     R: Send,
     F: Fn(&mut C) -> CommResult<R> + Sync,
 {
-    let body = &body;
-    std::thread::scope(|s| {
-        let handles: Vec<_> = comms
-            .into_iter()
-            .map(|mut c| s.spawn(move || body(&mut c)))
-            .collect();
-        handles
-            .into_iter()
-            .enumerate()
-            .map(|(rank, h)| {
-                h.join().unwrap_or_else(|_| {
-                    Err(CommError::Device(format!(
-                        "rank {rank}: its thread panicked"
-                    )))
-                })
-            })
-            .collect()
-    })
+    crate::comm::local::thread_per_rank(
+        comms,
+        |mut c| body(&mut c),
+        |rank| CommError::Device(format!("rank {rank}: its thread panicked")),
+    )
 }
 
 /// What every rank returned, in rank order, or the root cause of the
@@ -249,7 +322,7 @@ mod tests {
     struct RankTimesTen;
     impl RankBody for RankTimesTen {
         type Out = usize;
-        fn run<C: Communicator>(&self, comm: &mut C) -> CommResult<usize> {
+        fn run<C: RankComm>(&self, comm: &mut C) -> CommResult<usize> {
             comm.barrier()?;
             Ok(comm.rank() * 10)
         }
@@ -264,6 +337,46 @@ mod tests {
             }
             // The others wait for the failed rank and lose it.
             comm.barrier()
+        }
+    }
+
+    /// Each rank uploads (rank, 1) to the device its communicator gives,
+    /// adds it to itself there, and all-reduces the device's buffer: the
+    /// device's tensors are the communicator's buffers.
+    struct SumsOnItsDevice;
+    impl RankBody for SumsOnItsDevice {
+        type Out = Vec<f32>;
+        fn run<C: RankComm>(&self, comm: &mut C) -> CommResult<Vec<f32>> {
+            let on_device = |e: crate::compute::ComputeError| CommError::Device(e.to_string());
+            let dev = comm.device(DType::F32, 1)?;
+            let mut x = dev.alloc(2).map_err(on_device)?;
+            let y = {
+                let mut y = dev.alloc(2).map_err(on_device)?;
+                dev.upload(&[comm.rank() as f32, 1.0], &mut y)
+                    .map_err(on_device)?;
+                y
+            };
+            dev.add(&mut x, &y, 2).map_err(on_device)?;
+            dev.add(&mut x, &y, 2).map_err(on_device)?;
+            comm.all_reduce(
+                crate::comm::Io::InPlace(&mut x),
+                2,
+                DType::F32,
+                crate::comm::ReduceOp::Sum,
+            )?;
+            let mut out = vec![0f32; 2];
+            dev.download(&x, &mut out).map_err(on_device)?;
+            Ok(out)
+        }
+    }
+
+    #[test]
+    fn a_body_computes_on_the_device_beside_its_communicator() {
+        let t = Duration::from_secs(20);
+        match run(Ranks::Threads(3), Algo::Auto, t, &SumsOnItsDevice).unwrap() {
+            // 2 x (0 + 1 + 2) and 2 x (1 + 1 + 1) on every rank.
+            Ended::Ran(v) => assert_eq!(v, vec![vec![6.0, 6.0]; 3]),
+            other => panic!("{other:?}"),
         }
     }
 

@@ -29,6 +29,7 @@
 //! job is no secret: a process that uses it is taken for a rank.
 
 use super::{LaunchError, RankInfo};
+use crate::comm::tcp::pollfd;
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
@@ -133,21 +134,13 @@ impl Server {
         let mut fds: Vec<libc::pollfd> = Vec::new();
         while !stop.load(Ordering::SeqCst) {
             fds.clear();
-            fds.push(libc::pollfd {
-                fd: listener.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            });
+            fds.push(pollfd(listener.as_raw_fd(), libc::POLLIN));
             for c in &conns {
                 let mut events = libc::POLLIN;
                 if !c.out.is_empty() {
                     events |= libc::POLLOUT;
                 }
-                fds.push(libc::pollfd {
-                    fd: c.stream.as_raw_fd(),
-                    events,
-                    revents: 0,
-                });
+                fds.push(pollfd(c.stream.as_raw_fd(), events));
             }
             let now = Instant::now();
             let wait = conns

@@ -112,11 +112,7 @@ pub fn all_reduce<T: Transport + ?Sized>(
     scratch: &mut Scratch,
     deadline: Instant,
 ) -> CommResult<()> {
-    if t.world() < 2 || buf.is_empty() {
-        return Ok(());
-    }
-    let folded = fold_in(t, buf, dtype, op, deadline)?;
-    if let Some(nr) = folded.new_rank {
+    around_core(t, buf, dtype, op, deadline, |t, buf, folded, nr| {
         let mut mask = 1;
         while mask < folded.core {
             let partner = folded.real(nr ^ mask);
@@ -130,6 +126,28 @@ pub fn all_reduce<T: Transport + ?Sized>(
             t.exchange(partner, copy, partner, into, deadline)?;
             mask <<= 1;
         }
+        Ok(())
+    })
+}
+
+/// The frame of both recursive all-reduces: folds the extra ranks' data in
+/// ([`fold_in`]), runs `core` on the ranks of the power-of-two core (with
+/// this rank's number in it), and hands the result back out ([`fold_out`]).
+/// One rank or an empty buffer has nothing to do.
+pub fn around_core<T: Transport + ?Sized>(
+    t: &mut T,
+    buf: &mut [u8],
+    dtype: DType,
+    op: ReduceOp,
+    deadline: Instant,
+    core: impl FnOnce(&mut T, &mut [u8], &Folded, usize) -> CommResult<()>,
+) -> CommResult<()> {
+    if t.world() < 2 || buf.is_empty() {
+        return Ok(());
+    }
+    let folded = fold_in(t, buf, dtype, op, deadline)?;
+    if let Some(nr) = folded.new_rank {
+        core(t, buf, &folded, nr)?;
     }
     fold_out(t, buf, folded, deadline)
 }

@@ -14,7 +14,7 @@
 //!
 //! So 2 lg p steps moving 2(p-1)/p x n bytes for a power of two.
 
-use super::rd::{fold_in, fold_out};
+use super::rd::around_core;
 use super::{split_two, Blocks};
 use crate::comm::{CommResult, DType, RecvInto, ReduceOp, Transport};
 use std::time::Instant;
@@ -27,11 +27,7 @@ pub fn all_reduce<T: Transport + ?Sized>(
     op: ReduceOp,
     deadline: Instant,
 ) -> CommResult<()> {
-    if t.world() < 2 || buf.is_empty() {
-        return Ok(());
-    }
-    let folded = fold_in(t, buf, dtype, op, deadline)?;
-    if let Some(nr) = folded.new_rank {
+    around_core(t, buf, dtype, op, deadline, |t, buf, folded, nr| {
         let core = folded.core;
         let blocks = Blocks::new(buf.len() / dtype.size(), core, dtype.size());
         // Reduce-scatter: halve the window each step.
@@ -62,6 +58,6 @@ pub fn all_reduce<T: Transport + ?Sized>(
             t.exchange(partner, data, partner, RecvInto::Copy(dst), deadline)?;
             mask *= 2;
         }
-    }
-    fold_out(t, buf, folded, deadline)
+        Ok(())
+    })
 }

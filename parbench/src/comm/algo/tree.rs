@@ -103,16 +103,7 @@ pub fn chain_broadcast<T: Transport + ?Sized>(
     let chunks = n.div_ceil(CHUNK_BYTES);
     let chunk = |i: usize| i * CHUNK_BYTES..((i + 1) * CHUNK_BYTES).min(n);
     if v == 0 {
-        for i in 0..chunks {
-            t.exchange(
-                next,
-                &buf[chunk(i)],
-                next,
-                RecvInto::Copy(&mut []),
-                deadline,
-            )?;
-        }
-        return Ok(());
+        return send_acknowledged(t, next, buf, deadline);
     }
     let has_next = v + 1 < p;
     for i in 0..=chunks {
@@ -130,6 +121,21 @@ pub fn chain_broadcast<T: Transport + ?Sized>(
         if recvs && v == 1 {
             t.send(prev, &[], deadline)?;
         }
+    }
+    Ok(())
+}
+
+/// The end of a chain with nothing to receive: sends each chunk of `buf` to
+/// `to` and waits for `to`'s empty acknowledgement before the next, so
+/// that every hand-over is a rendezvous.
+fn send_acknowledged<T: Transport + ?Sized>(
+    t: &mut T,
+    to: usize,
+    buf: &[u8],
+    deadline: Instant,
+) -> CommResult<()> {
+    for part in buf.chunks(CHUNK_BYTES) {
+        t.exchange(to, part, to, RecvInto::Copy(&mut []), deadline)?;
     }
     Ok(())
 }
@@ -162,16 +168,7 @@ pub fn chain_reduce<T: Transport + ?Sized>(
     let chunks = n.div_ceil(CHUNK_BYTES);
     let chunk = |i: usize| i * CHUNK_BYTES..((i + 1) * CHUNK_BYTES).min(n);
     if v == p - 1 {
-        for i in 0..chunks {
-            t.exchange(
-                down,
-                &buf[chunk(i)],
-                down,
-                RecvInto::Copy(&mut []),
-                deadline,
-            )?;
-        }
-        return Ok(());
+        return send_acknowledged(t, down, buf, deadline);
     }
     let sends = v > 0;
     for i in 0..=chunks {

@@ -125,11 +125,7 @@ impl TcpTransport {
                 ev |= libc::POLLIN;
             }
             if ev != 0 {
-                self.pollfds.push(libc::pollfd {
-                    fd: p.fd(),
-                    events: ev,
-                    revents: 0,
-                });
+                self.pollfds.push(super::pollfd(p.fd(), ev));
             }
         }
         let left = deadline.saturating_duration_since(Instant::now());

@@ -265,16 +265,12 @@ fn accept_loop(
     let want = FIXED + token.len();
     while !stop.load(Ordering::SeqCst) {
         fds.clear();
-        fds.push(libc::pollfd {
-            fd: listener.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        });
-        fds.extend(pending.iter().map(|p| libc::pollfd {
-            fd: p.stream.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        }));
+        fds.push(super::pollfd(listener.as_raw_fd(), libc::POLLIN));
+        fds.extend(
+            pending
+                .iter()
+                .map(|p| super::pollfd(p.stream.as_raw_fd(), libc::POLLIN)),
+        );
         // SAFETY: `fds` is a valid array of fds.len() pollfds.
         unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 50) };
         let mut done: Vec<usize> = Vec::new();

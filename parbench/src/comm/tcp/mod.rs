@@ -91,6 +91,16 @@ pub fn comm(info: &RankInfo, algo: Algo, timeout: Duration) -> CommResult<TcpCom
     Ok(HostComm::new(connect(info, timeout)?, algo, timeout))
 }
 
+/// A `poll(2)` entry waiting for `events` on `fd` (the sockets of the
+/// transport, the mesh's listener and the rendezvous store all poll).
+pub(crate) fn pollfd(fd: std::os::fd::RawFd, events: libc::c_short) -> libc::pollfd {
+    libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    }
+}
+
 /// The point-to-point core of the `tcp` backend (see the module docs).
 pub struct TcpTransport {
     rank: usize,

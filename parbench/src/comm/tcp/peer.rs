@@ -142,23 +142,8 @@ impl Peer {
         if self.eof {
             return Step::Closed("connection closed by the peer".into());
         }
-        let mut iov = [
-            libc::iovec {
-                iov_base: a.as_mut_ptr().cast(),
-                iov_len: a.len(),
-            },
-            libc::iovec {
-                iov_base: b.as_mut_ptr().cast(),
-                iov_len: b.len(),
-            },
-        ];
-        let (ptr, cnt) = if a.is_empty() {
-            (iov[1..].as_mut_ptr(), 1)
-        } else if b.is_empty() {
-            (iov.as_mut_ptr(), 1)
-        } else {
-            (iov.as_mut_ptr(), 2)
-        };
+        let (mut iov, first, cnt) = two_iovecs(a.as_mut_ptr(), a.len(), b.as_mut_ptr(), b.len());
+        let ptr = iov[first..].as_mut_ptr();
         // SAFETY: the iovecs point into `a` and `b`, which outlive the call.
         let n = unsafe { libc::readv(self.fd, ptr, cnt) };
         match n {
@@ -174,23 +159,13 @@ impl Peer {
     /// Writes `a` then `b` (either may be empty, not both) without blocking
     /// and without raising SIGPIPE on a closed connection.
     pub(super) fn write_from(&mut self, a: &[u8], b: &[u8]) -> Step {
-        let mut iov = [
-            libc::iovec {
-                iov_base: a.as_ptr() as *mut _,
-                iov_len: a.len(),
-            },
-            libc::iovec {
-                iov_base: b.as_ptr() as *mut _,
-                iov_len: b.len(),
-            },
-        ];
-        let (ptr, cnt) = if a.is_empty() {
-            (iov[1..].as_mut_ptr(), 1)
-        } else if b.is_empty() {
-            (iov.as_mut_ptr(), 1)
-        } else {
-            (iov.as_mut_ptr(), 2)
-        };
+        let (mut iov, first, cnt) = two_iovecs(
+            a.as_ptr() as *mut u8,
+            a.len(),
+            b.as_ptr() as *mut u8,
+            b.len(),
+        );
+        let ptr = iov[first..].as_mut_ptr();
         // SAFETY: zeroed msghdr is valid; iov points into `a` and `b`, which
         // outlive the call and are only read.
         let n = unsafe {
@@ -450,6 +425,33 @@ fn set_congestion(fd: RawFd, name: &str) -> io::Result<()> {
     } else {
         Err(io::Error::last_os_error())
     }
+}
+
+/// `a` then `b` as the iovecs of one `readv`/`sendmsg`, with the index of
+/// the first to pass and how many: an empty `a` is skipped and an empty
+/// `b` left off (the kernel needs no zero-length entry).
+fn two_iovecs(
+    a: *mut u8,
+    a_len: usize,
+    b: *mut u8,
+    b_len: usize,
+) -> ([libc::iovec; 2], usize, libc::c_int) {
+    let iov = [
+        libc::iovec {
+            iov_base: a.cast(),
+            iov_len: a_len,
+        },
+        libc::iovec {
+            iov_base: b.cast(),
+            iov_len: b_len,
+        },
+    ];
+    let (first, cnt) = match (a_len, b_len) {
+        (0, _) => (1, 1),
+        (_, 0) => (0, 1),
+        _ => (0, 2),
+    };
+    (iov, first, cnt)
 }
 
 fn os_error_step() -> Step {

@@ -25,7 +25,7 @@
 //! must split its cores (see [`CpuCompute::threads_per_rank`]) or their GEMMs
 //! oversubscribe the cores and every rank slows down unevenly.
 
-use super::{Compute, ComputeError, ComputeResult, Gemm, GemmMath};
+use super::{matrix_len, Compute, ComputeError, ComputeResult, Gemm, GemmMath};
 use crate::comm::{DType, Element, HostBuffer};
 use gemm::Parallelism;
 use half::slice::HalfFloatSliceExt;
@@ -397,9 +397,7 @@ impl CpuCompute {
         let bv = self.elems::<T>(bias);
         let xv = x.as_mut_slice::<T>();
         check_range("add_bias bias", 0, cols, bv.len())?;
-        let n = rows
-            .checked_mul(cols)
-            .ok_or_else(|| ComputeError::InvalidArgument("add_bias: size overflows".into()))?;
+        let n = matrix_len("add_bias", rows, cols)?;
         check_range("add_bias x", 0, n, xv.len())?;
         if cols == 0 {
             return Ok(());
@@ -422,9 +420,7 @@ impl CpuCompute {
         let dyv = self.elems::<T>(dy);
         let dbv = db.as_mut_slice::<T>();
         check_range("bias_grad db", 0, cols, dbv.len())?;
-        let n = rows
-            .checked_mul(cols)
-            .ok_or_else(|| ComputeError::InvalidArgument("bias_grad: size overflows".into()))?;
+        let n = matrix_len("bias_grad", rows, cols)?;
         check_range("bias_grad dy", 0, n, dyv.len())?;
         let mut acc = vec![0f32; cols];
         if cols > 0 {
@@ -493,9 +489,7 @@ impl CpuCompute {
         causal: bool,
     ) -> ComputeResult<()> {
         let xv = x.as_mut_slice::<T>();
-        let n = rows
-            .checked_mul(cols)
-            .ok_or_else(|| ComputeError::InvalidArgument("softmax: size overflows".into()))?;
+        let n = matrix_len("softmax", rows, cols)?;
         check_range("softmax x", offset, n, xv.len())?;
         if cols == 0 {
             return Ok(());
@@ -534,9 +528,7 @@ impl CpuCompute {
     ) -> ComputeResult<()> {
         let yv = self.elems::<T>(y);
         let dyv = dy.as_mut_slice::<T>();
-        let n = rows.checked_mul(cols).ok_or_else(|| {
-            ComputeError::InvalidArgument("softmax_backward: size overflows".into())
-        })?;
+        let n = matrix_len("softmax_backward", rows, cols)?;
         check_range("softmax_backward y", offset, n, yv.len())?;
         check_range("softmax_backward dy", offset, n, dyv.len())?;
         if cols == 0 {
@@ -836,24 +828,18 @@ mod tests {
         }
     }
 
+    /// With transposes, offsets and batches: f32 on one thread and on two,
+    /// f16 within half precision, bf16 within bfloat precision.
     #[test]
-    fn gemm_f32_matches_naive_with_transposes_offsets_and_batches() {
-        check_gemm_against_naive(DType::F32, 1, 1e-5);
-    }
-
-    #[test]
-    fn gemm_f32_multithreaded_matches_naive() {
-        check_gemm_against_naive(DType::F32, 2, 1e-5);
-    }
-
-    #[test]
-    fn gemm_f16_matches_naive_within_half_precision() {
-        check_gemm_against_naive(DType::F16, 1, 8e-3);
-    }
-
-    #[test]
-    fn gemm_bf16_matches_naive_within_bfloat_precision() {
-        check_gemm_against_naive(DType::BF16, 1, 3e-2);
+    fn gemm_matches_naive_in_every_storage_type() {
+        for (dtype, threads, tol) in [
+            (DType::F32, 1, 1e-5),
+            (DType::F32, 2, 1e-5),
+            (DType::F16, 1, 8e-3),
+            (DType::BF16, 1, 3e-2),
+        ] {
+            check_gemm_against_naive(dtype, threads, tol);
+        }
     }
 
     /// f16 and bf16 are storage only: a product is the f32 product of the

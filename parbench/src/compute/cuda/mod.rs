@@ -11,7 +11,7 @@
 //! and m and n, and keeps each operand's transpose flag (see [`CudaCompute::gemm`]).
 //! f32 products use `CUBLAS_COMPUTE_32F` (no TF32), so tests can compare tightly.
 
-use super::{Compute, ComputeError, ComputeResult, Gemm, GemmMath};
+use super::{matrix_len, Compute, ComputeError, ComputeResult, Gemm, GemmMath};
 use crate::comm::{DType, DEFAULT_TIMEOUT};
 use crate::gpu::{self, DeviceBuffer, Gpu, GpuError, Lib};
 use cudarc::cublaslt::sys as lt;
@@ -120,6 +120,22 @@ impl CudaCompute {
 
     fn size(&self) -> usize {
         self.dtype.size()
+    }
+
+    /// Launches the element-wise `kernel(x, y, n)` over `n` elements of
+    /// `x` and `y` (GELU writes `y`, add writes `x`: the kernel decides).
+    fn launch_on_two(
+        &self,
+        kernel: &CudaFunction,
+        x: &DeviceBuffer,
+        y: &DeviceBuffer,
+        n: usize,
+    ) -> ComputeResult<()> {
+        let (px, py) = (self.at(x, 0, n, "x")?, self.at(y, 0, n, "y")?);
+        let n = n as u64;
+        self.launch(kernel, n, |l| {
+            l.arg(&px).arg(&py).arg(&n);
+        })
     }
 
     /// Device address of element `off` of `buf`, checked to hold `len` elements.
@@ -415,9 +431,7 @@ impl Compute for CudaCompute {
         rows: usize,
         cols: usize,
     ) -> ComputeResult<()> {
-        let n = rows
-            .checked_mul(cols)
-            .ok_or_else(|| ComputeError::InvalidArgument("rows x cols overflows".into()))?;
+        let n = matrix_len("add_bias", rows, cols)?;
         let px = self.at(x, 0, n, "x")?;
         let pb = self.at(bias, 0, cols, "bias")?;
         let (r, c) = (rows as u64, cols as u64);
@@ -433,9 +447,7 @@ impl Compute for CudaCompute {
         rows: usize,
         cols: usize,
     ) -> ComputeResult<()> {
-        let n = rows
-            .checked_mul(cols)
-            .ok_or_else(|| ComputeError::InvalidArgument("rows x cols overflows".into()))?;
+        let n = matrix_len("bias_grad", rows, cols)?;
         let pdy = self.at(dy, 0, n, "dy")?;
         let pdb = self.at(db, 0, cols, "db")?;
         let (r, c) = (rows as u64, cols as u64);
@@ -445,11 +457,7 @@ impl Compute for CudaCompute {
     }
 
     fn gelu(&self, x: &DeviceBuffer, y: &mut DeviceBuffer, n: usize) -> ComputeResult<()> {
-        let (px, py) = (self.at(x, 0, n, "x")?, self.at(y, 0, n, "y")?);
-        let n = n as u64;
-        self.launch(&self.kernels.gelu, n, |l| {
-            l.arg(&px).arg(&py).arg(&n);
-        })
+        self.launch_on_two(&self.kernels.gelu, x, y, n)
     }
 
     fn gelu_backward(
@@ -476,9 +484,7 @@ impl Compute for CudaCompute {
         cols: usize,
         causal: bool,
     ) -> ComputeResult<()> {
-        let n = rows
-            .checked_mul(cols)
-            .ok_or_else(|| ComputeError::InvalidArgument("rows x cols overflows".into()))?;
+        let n = matrix_len("softmax", rows, cols)?;
         let p = self.at(x, offset, n, "x")?;
         if n == 0 {
             return Ok(());
@@ -498,9 +504,7 @@ impl Compute for CudaCompute {
         rows: usize,
         cols: usize,
     ) -> ComputeResult<()> {
-        let n = rows
-            .checked_mul(cols)
-            .ok_or_else(|| ComputeError::InvalidArgument("rows x cols overflows".into()))?;
+        let n = matrix_len("softmax_backward", rows, cols)?;
         let py = self.at(y, offset, n, "y")?;
         let pdy = self.at(dy, offset, n, "dy")?;
         if n == 0 {
@@ -514,11 +518,7 @@ impl Compute for CudaCompute {
     }
 
     fn add(&self, x: &mut DeviceBuffer, y: &DeviceBuffer, n: usize) -> ComputeResult<()> {
-        let (px, py) = (self.at(x, 0, n, "x")?, self.at(y, 0, n, "y")?);
-        let n = n as u64;
-        self.launch(&self.kernels.add, n, |l| {
-            l.arg(&px).arg(&py).arg(&n);
-        })
+        self.launch_on_two(&self.kernels.add, x, y, n)
     }
 
     fn sync(&self) -> ComputeResult<()> {
