@@ -13,7 +13,7 @@ use clap::Args;
 use parbench::model::footprint::Recompute;
 use parbench::model::plan::{self, Costed, LayoutRanking, LossGroup, PlanInput, Wire, WireKind};
 use parbench::model::presets::Arch;
-use parbench::model::{is_selector, LinkParams, Preset};
+use parbench::model::{LinkParams, Preset};
 use parbench::stats::median_of_finite;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -239,17 +239,17 @@ fn fitted_wires(sources: &[Source]) -> (Option<Fitted>, Option<Fitted>) {
             .into_iter()
             .map(|(b, t)| (b, median_of_finite(t)))
             .collect();
-        let Ok(fit) = predict::fit("all_reduce", algo, world, &points) else {
+        let measured = predict::ModelAlgo::of(algo);
+        let Ok(fit) = predict::fit("all_reduce", &measured, world, &points) else {
             continue;
         };
         if fit.gbps.is_none() {
             continue;
         }
-        let projection = if is_selector(algo) { "ring" } else { algo };
         let f = Fitted {
             wire: Wire {
                 link: fit.link,
-                algo: projection.to_string(),
+                algo: predict::planner_algo(&measured),
             },
             from: format!(
                 "fit of all_reduce {backend}/{wire} {algo} np{world} {dtype} in {label} ({} sizes, rms error {})",
