@@ -55,6 +55,7 @@
 
 use super::algo::ModelAlgo;
 use crate::comm::algo::Algorithm;
+use crate::comm::collective::CostForm;
 use crate::comm::Collective;
 
 /// The cost of the wire: per-message latency, per-byte transfer time and
@@ -446,29 +447,21 @@ fn terms_with(
     n_bytes: u64,
     ring_chunk: u64,
 ) -> Option<AlphaBetaTerms> {
-    use Algorithm as A;
-    use Collective as C;
     if p == 0 {
         return None;
     }
-    let chain = |reduced| chain_terms(p, n_bytes, CHUNK_BYTES, reduced);
-    let ring = |all_reduce, reduced| sliced_ring(p, n_bytes, ring_chunk, all_reduce, reduced);
-    let t = match (coll, algo) {
-        (C::AllReduce, A::Ring) => ring(true, true),
-        (C::AllReduce, A::RecursiveDoubling) => rd_all_reduce(p),
-        (C::AllReduce, A::HalvingDoubling) => rhd_all_reduce(p),
-        (C::AllReduce, A::Tree) => tree_all_reduce(p),
-        (C::AllGather, A::Ring) => ring(false, false),
-        (C::AllGather, A::RecursiveDoubling) => rd_all_gather(p),
-        (C::ReduceScatter, A::Ring) => ring(false, true),
-        (C::ReduceScatter, A::HalvingDoubling) => rh_reduce_scatter(p),
-        (C::Broadcast, A::Tree) => binomial_tree(p, false),
-        (C::Broadcast, A::Ring | A::Chain) => chain(false),
-        (C::Reduce, A::Tree) => binomial_tree(p, true),
-        (C::Reduce, A::Ring | A::Chain) => chain(true),
-        (C::AllToAll, A::Pairwise | A::Ring) => pairwise_all_to_all(p),
-        (C::SendRecv, _) => sendrecv(p),
-        _ => return None,
+    let t = match coll.spec().form(algo)? {
+        CostForm::RingAllReduce => sliced_ring(p, n_bytes, ring_chunk, true, true),
+        CostForm::RingPass { reduced } => sliced_ring(p, n_bytes, ring_chunk, false, reduced),
+        CostForm::RecursiveDoublingAllReduce => rd_all_reduce(p),
+        CostForm::HalvingDoublingAllReduce => rhd_all_reduce(p),
+        CostForm::TreeAllReduce => tree_all_reduce(p),
+        CostForm::RecursiveDoublingAllGather => rd_all_gather(p),
+        CostForm::HalvingReduceScatter => rh_reduce_scatter(p),
+        CostForm::BinomialTree { reduced } => binomial_tree(p, reduced),
+        CostForm::Chain { reduced } => chain_terms(p, n_bytes, CHUNK_BYTES, reduced),
+        CostForm::Pairwise => pairwise_all_to_all(p),
+        CostForm::SendRecv => sendrecv(p),
     };
     Some(if n_bytes == 0 {
         AlphaBetaTerms::ZERO
@@ -479,15 +472,7 @@ fn terms_with(
 
 /// The algorithms modelled for `coll`: what `auto` chooses among.
 pub fn algos_for(coll: Collective) -> &'static [Algorithm] {
-    use Algorithm as A;
-    match coll {
-        Collective::AllReduce => &[A::Ring, A::Tree, A::RecursiveDoubling, A::HalvingDoubling],
-        Collective::AllGather => &[A::Ring, A::RecursiveDoubling],
-        Collective::ReduceScatter => &[A::Ring, A::HalvingDoubling],
-        Collective::Broadcast | Collective::Reduce => &[A::Tree, A::Chain],
-        Collective::AllToAll => &[A::Pairwise],
-        Collective::SendRecv => &[A::PointToPoint],
-    }
+    coll.spec().modelled()
 }
 
 /// Predicted time in seconds of one `coll` with algorithm `algo` on `p`
