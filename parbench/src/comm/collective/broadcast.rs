@@ -23,14 +23,9 @@ impl Spec for Broadcast {
         1.0
     }
     fn modelled(&self) -> &'static [Algorithm] {
-        &[Algorithm::Tree, Algorithm::Chain]
+        super::TREE_AND_CHAIN
     }
-    /// A ring broadcast is a chain (as NCCL and parbench run it).
     fn form(&self, algo: Algorithm) -> Option<CostForm> {
-        Some(match algo {
-            Algorithm::Tree => CostForm::BinomialTree { reduced: false },
-            Algorithm::Ring | Algorithm::Chain => CostForm::Chain { reduced: false },
-            _ => return None,
-        })
+        super::rooted_form(algo, false)
     }
 }

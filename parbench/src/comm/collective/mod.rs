@@ -123,6 +123,20 @@ pub fn others_share(world: usize) -> f64 {
     }
 }
 
+/// What broadcast and reduce (when `reduced`) are modelled with: a
+/// binomial tree and a pipelined chain. A ring is run as a chain (as NCCL
+/// and parbench run it).
+fn rooted_form(algo: Algorithm, reduced: bool) -> Option<CostForm> {
+    match algo {
+        Algorithm::Tree => Some(CostForm::BinomialTree { reduced }),
+        Algorithm::Ring | Algorithm::Chain => Some(CostForm::Chain { reduced }),
+        _ => None,
+    }
+}
+
+/// The algorithms [`rooted_form`] prices.
+const TREE_AND_CHAIN: &[Algorithm] = &[Algorithm::Tree, Algorithm::Chain];
+
 /// The registry: one line per collective, `Variant => file::Spec`, in the
 /// order sweeps run them. It makes the enum, `ALL` and the dispatch.
 macro_rules! registry {

@@ -26,14 +26,9 @@ impl Spec for Reduce {
         1.0
     }
     fn modelled(&self) -> &'static [Algorithm] {
-        &[Algorithm::Tree, Algorithm::Chain]
+        super::TREE_AND_CHAIN
     }
-    /// A ring reduce is a chain (as NCCL and parbench run it).
     fn form(&self, algo: Algorithm) -> Option<CostForm> {
-        Some(match algo {
-            Algorithm::Tree => CostForm::BinomialTree { reduced: true },
-            Algorithm::Ring | Algorithm::Chain => CostForm::Chain { reduced: true },
-            _ => return None,
-        })
+        super::rooted_form(algo, true)
     }
 }
