@@ -414,14 +414,10 @@ fn check_send_recv<C>(
 where
     C: Communicator<Buffer = HostBuffer>,
 {
-    let (world, rank) = (comm.world(), comm.rank());
-    let to = (rank + 1) % world;
-    let from = (rank + world - 1) % world;
-    let send = buffer(&input(rank, count, dtype, ReduceOp::Sum, salt));
+    let (to, from, send) = ring_pair(comm, count, dtype, salt);
     let mut recv = garbage(count * dtype.size());
     comm.send_recv(&send, to, &mut recv, from, count, dtype)?;
-    let want = input(from, count, dtype, ReduceOp::Sum, salt);
-    Ok(compare(recv.bytes(), &want, dtype))
+    Ok(check_from(from, &recv, count, dtype, salt))
 }
 
 /// Every rank sends to `rank + 1`, then receives from `rank - 1`: every send
@@ -436,13 +432,32 @@ fn check_send_then_recv<C>(
 where
     C: Communicator<Buffer = HostBuffer>,
 {
-    let (world, rank) = (comm.world(), comm.rank());
-    let to = (rank + 1) % world;
-    let from = (rank + world - 1) % world;
-    let send = buffer(&input(rank, count, dtype, ReduceOp::Sum, salt));
+    let (to, from, send) = ring_pair(comm, count, dtype, salt);
     comm.send(&send, count, dtype, to)?;
     let mut recv = garbage(count * dtype.size());
     comm.recv(&mut recv, count, dtype, from)?;
+    Ok(check_from(from, &recv, count, dtype, salt))
+}
+
+/// The ranks a point-to-point check sends to (`rank + 1`) and receives
+/// from (`rank - 1`), and this rank's input to send.
+fn ring_pair<C>(comm: &C, count: usize, dtype: DType, salt: usize) -> (usize, usize, HostBuffer)
+where
+    C: Communicator<Buffer = HostBuffer>,
+{
+    let (world, rank) = (comm.world(), comm.rank());
+    let send = buffer(&input(rank, count, dtype, ReduceOp::Sum, salt));
+    ((rank + 1) % world, (rank + world - 1) % world, send)
+}
+
+/// Whether `recv` holds rank `from`'s input: `None`, or what differs.
+fn check_from(
+    from: usize,
+    recv: &HostBuffer,
+    count: usize,
+    dtype: DType,
+    salt: usize,
+) -> Option<String> {
     let want = input(from, count, dtype, ReduceOp::Sum, salt);
-    Ok(compare(recv.bytes(), &want, dtype))
+    compare(recv.bytes(), &want, dtype)
 }

@@ -266,21 +266,35 @@ fn fold(p: usize) -> (usize, bool) {
     (p2, p2 != p)
 }
 
-/// Recursive doubling all_reduce: `lg p (alpha + n beta + n gamma)`
-/// (Thakur et al. 2005). Non-power-of-two: `lg p'` such steps plus the
-/// fold, `2 alpha + 2 n beta + n gamma`.
-pub fn rd_all_reduce(p: usize) -> AlphaBetaTerms {
+/// An algorithm of the fold: `core(p', lg p')` on the largest power of
+/// two `p' <= p`, plus the fold's `extra` when `p` is not one. One rank
+/// (or none) costs nothing.
+fn with_fold(
+    p: usize,
+    core: impl FnOnce(f64, f64) -> AlphaBetaTerms,
+    extra: AlphaBetaTerms,
+) -> AlphaBetaTerms {
     if p <= 1 {
         return AlphaBetaTerms::ZERO;
     }
     let (p2, folded) = fold(p);
-    let k = floor_log2(p2) as f64;
-    let core = AlphaBetaTerms::steps_of_whole(k, true);
+    let core = core(p2 as f64, floor_log2(p2) as f64);
     if folded {
-        core.plus(AlphaBetaTerms::new(2.0, 2.0, 1.0))
+        core.plus(extra)
     } else {
         core
     }
+}
+
+/// Recursive doubling all_reduce: `lg p (alpha + n beta + n gamma)`
+/// (Thakur et al. 2005). Non-power-of-two: `lg p'` such steps plus the
+/// fold, `2 alpha + 2 n beta + n gamma`.
+pub fn rd_all_reduce(p: usize) -> AlphaBetaTerms {
+    with_fold(
+        p,
+        |_, k| AlphaBetaTerms::steps_of_whole(k, true),
+        AlphaBetaTerms::new(2.0, 2.0, 1.0),
+    )
 }
 
 /// Recursive halving-doubling (Rabenseifner) all_reduce: recursive-halving
@@ -288,18 +302,14 @@ pub fn rd_all_reduce(p: usize) -> AlphaBetaTerms {
 /// `2 lg p alpha + 2(p-1)/p n beta + (p-1)/p n gamma` (Thakur et al. 2005).
 /// Non-power-of-two: that on `p'` ranks plus the fold, `2 alpha + 2 n beta + n gamma`.
 pub fn rhd_all_reduce(p: usize) -> AlphaBetaTerms {
-    if p <= 1 {
-        return AlphaBetaTerms::ZERO;
-    }
-    let (p2, folded) = fold(p);
-    let k = floor_log2(p2) as f64;
-    let f = (p2 as f64 - 1.0) / p2 as f64;
-    let core = AlphaBetaTerms::new(2.0 * k, 2.0 * f, f);
-    if folded {
-        core.plus(AlphaBetaTerms::new(2.0, 2.0, 1.0))
-    } else {
-        core
-    }
+    with_fold(
+        p,
+        |p2, k| {
+            let f = (p2 - 1.0) / p2;
+            AlphaBetaTerms::new(2.0 * k, 2.0 * f, f)
+        },
+        AlphaBetaTerms::new(2.0, 2.0, 1.0),
+    )
 }
 
 /// Recursive doubling all_gather: `lg p alpha + (p-1)/p n beta` (Thakur et
@@ -309,19 +319,13 @@ pub fn rhd_all_reduce(p: usize) -> AlphaBetaTerms {
 /// still lacks), and the partners send the extra ranks everything they lack
 /// (`alpha + (p-1)/p n beta`).
 pub fn rd_all_gather(p: usize) -> AlphaBetaTerms {
-    if p <= 1 {
-        return AlphaBetaTerms::ZERO;
-    }
-    let (p2, folded) = fold(p);
-    let k = floor_log2(p2) as f64;
     let pf = p as f64;
     let f = (pf - 1.0) / pf;
-    let core = AlphaBetaTerms::new(k, f, 0.0);
-    if folded {
-        core.plus(AlphaBetaTerms::new(2.0, 1.0 / pf + f, 0.0))
-    } else {
-        core
-    }
+    with_fold(
+        p,
+        |_, k| AlphaBetaTerms::new(k, f, 0.0),
+        AlphaBetaTerms::new(2.0, 1.0 / pf + f, 0.0),
+    )
 }
 
 /// Recursive halving reduce_scatter: `lg p alpha + (p-1)/p n (beta + gamma)`
@@ -330,18 +334,14 @@ pub fn rd_all_gather(p: usize) -> AlphaBetaTerms {
 /// the `p'` ranks halve (`lg p' alpha + (p'-1)/p' n (beta + gamma)`) and each
 /// partner sends its extra rank's block back (`alpha + n/p beta`).
 pub fn rh_reduce_scatter(p: usize) -> AlphaBetaTerms {
-    if p <= 1 {
-        return AlphaBetaTerms::ZERO;
-    }
-    let (p2, folded) = fold(p);
-    let k = floor_log2(p2) as f64;
-    let f2 = (p2 as f64 - 1.0) / p2 as f64;
-    let core = AlphaBetaTerms::new(k, f2, f2);
-    if folded {
-        core.plus(AlphaBetaTerms::new(2.0, 1.0 + 1.0 / p as f64, 1.0))
-    } else {
-        core
-    }
+    with_fold(
+        p,
+        |p2, k| {
+            let f2 = (p2 - 1.0) / p2;
+            AlphaBetaTerms::new(k, f2, f2)
+        },
+        AlphaBetaTerms::new(2.0, 1.0 + 1.0 / p as f64, 1.0),
+    )
 }
 
 /// Binomial-tree broadcast: `ceil(lg p) (alpha + n beta)`; binomial-tree
