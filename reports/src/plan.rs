@@ -11,7 +11,7 @@ use crate::units;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use parbench::model::footprint::Recompute;
-use parbench::model::plan::{self, Costed, LayoutRanking, LossGroup, PlanInput, Wire, WireKind};
+use parbench::model::plan::{Costed, LayoutRanking, LossGroup, PlanInput, Wire, WireKind};
 use parbench::model::presets::Arch;
 use parbench::model::{LinkParams, Preset};
 use parbench::stats::median_of_finite;
@@ -127,10 +127,17 @@ pub struct PlanFile {
     pub losses: Vec<LossGroup>,
 }
 
+/// The columns of a ranked layout that the text table and the page share,
+/// in order; each adds its token latency (and the text its wires).
+pub const LAYOUT_COLUMNS: [&str; 14] = [
+    "#", "dp", "tp", "pp", "schedule", "b", "M", "tokens/s", "step", "compute", "tp comm",
+    "bubble", "dp comm", "memory",
+];
+
 /// Runs `report plan`.
 pub fn run(a: &PlanArgs) -> Result<()> {
     let (input, file) = prepare(a)?;
-    let plan = plan::plan(&input).map_err(|e| anyhow!("{e}"))?;
+    let plan = predict::rank_layouts(&input).map_err(|e| anyhow!("{e}"))?;
     let file = finish(file, &plan, a.top);
     parbench::out!("{}", render(&file));
     if let Some(path) = &a.json {
@@ -509,24 +516,11 @@ pub fn render(f: &PlanFile) -> String {
             "Best layouts by tokens/s (of {} that fit)\n\n",
             f.fitting
         ));
-        let mut t = Table::new([
-            "#",
-            "dp",
-            "tp",
-            "pp",
-            "schedule",
-            "b",
-            "M",
-            "tokens/s",
-            "step",
-            "compute",
-            "tp comm",
-            "bubble",
-            "dp comm",
-            "memory",
-            "token lat",
-            "wires tp/dp/pp",
-        ]);
+        let mut t = Table::new(
+            LAYOUT_COLUMNS
+                .into_iter()
+                .chain(["token lat", "wires tp/dp/pp"]),
+        );
         for (i, c) in f.top.iter().enumerate() {
             let l = &c.layout;
             let share = |x: f64| format!("{} {}", ms(x), units::percent(x / c.step_s));

@@ -1,12 +1,15 @@
-//! Where `report` asks `parbench::model` for the figures of `report model`
-//! and the capacity page: names from records and flags become the model's
-//! types here. Nothing in `report` computes a formula of its own, but this
-//! is not yet the only file that calls `model`: `plan.rs` builds the
-//! planner's input (and `html/plan.rs` draws its `Costed` layouts),
-//! `html/collectives.rs` fits measured curves (`model::fit`,
-//! `model::wire::fit_on_wire`), `load.rs` rebuilds a run's `WireModel` from
-//! run.json, and `model_cmd.rs` and `html/capacity.rs` name `TpMode`,
-//! `Preset` and `LinkParams` directly.
+//! The one place where `report` asks `parbench::model` for a figure: every
+//! prediction, fit (`fit`, `wire_fit`), closed form and the planner's
+//! ranking (`rank_layouts`) goes through here, and nothing in `report`
+//! computes a formula of its own. Record names become the model's types
+//! here or just before the call (`ModelAlgo::of`, `Collective`'s
+//! `FromStr`).
+//!
+//! Other files only name `model`'s data types, which ask it nothing:
+//! `plan.rs` builds the planner's `PlanInput` and `Wire`s, `html/plan.rs`
+//! draws its `Costed` layouts, `load.rs` fills a run's `WireModel` from
+//! run.json, and `model_cmd.rs` and `html/capacity.rs` hold `TpMode`,
+//! `TpTraffic`, `Preset` and `LinkParams` values.
 
 use parbench::comm::algo::Algorithm;
 use parbench::comm::{Collective, DType};
@@ -62,6 +65,13 @@ pub fn fit(
         points: f.points,
         link: f.link(),
     })
+}
+
+/// The planner's layouts for `input`, best first (`model::plan`).
+pub fn rank_layouts(
+    input: &model::plan::PlanInput,
+) -> Result<model::plan::LayoutRanking, model::plan::PlanError> {
+    model::plan::plan(input)
 }
 
 /// A link with only a bandwidth (the reference wires of the worked example).
