@@ -924,12 +924,12 @@ mod tests {
             claim: l.clone(),
             both: l,
         };
+        let ring = ModelAlgo::Ran(Algorithm::Ring);
         let pts: Vec<(u64, f64)> = (18..=26)
             .map(|k| {
                 let n = 1u64 << k;
-                let m = moves(Collective::AllGather, &"ring".into(), 2, n, true).unwrap();
-                let (ws, slice) =
-                    working_sets_of(Collective::AllGather, &"ring".into(), 2, n, true);
+                let m = moves(Collective::AllGather, &ring, 2, n, true).unwrap();
+                let (ws, slice) = working_sets_of(Collective::AllGather, &ring, 2, n, true);
                 // Measured: 1.25x the model's bytes term, alpha 3 us.
                 (
                     n,
@@ -937,16 +937,7 @@ mod tests {
                 )
             })
             .collect();
-        let f = fit_on_wire(
-            Collective::AllGather,
-            &"ring".into(),
-            2,
-            true,
-            &wire,
-            &pts,
-            false,
-        )
-        .unwrap();
+        let f = fit_on_wire(Collective::AllGather, &ring, 2, true, &wire, &pts, false).unwrap();
         assert!(
             (f.alpha_s - 3e-6).abs() < 1e-12 && (f.scale - 1.25).abs() < 1e-9,
             "{f:?}"
@@ -960,16 +951,7 @@ mod tests {
         assert!((f.busbw_gbps.0 - 32.0).abs() < 1e-6, "{f:?}");
         // With alpha fixed at the wire's (2 us, below the 3 us behind the
         // points) only the scale moves: near 1.25, the residue in the error.
-        let f = fit_on_wire(
-            Collective::AllGather,
-            &"ring".into(),
-            2,
-            true,
-            &wire,
-            &pts,
-            true,
-        )
-        .unwrap();
+        let f = fit_on_wire(Collective::AllGather, &ring, 2, true, &wire, &pts, true).unwrap();
         assert_eq!(f.alpha_s, 2e-6);
         assert!((f.scale - 1.25).abs() < 0.1 && f.rms_rel_err > 0.0, "{f:?}");
     }
