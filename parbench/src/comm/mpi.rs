@@ -21,7 +21,8 @@
 //! and say so in [`Communicator::algo_for`].
 
 use super::{
-    nbytes, need, Collective, CommError, CommResult, Communicator, DType, HostBuffer, Io, ReduceOp,
+    collective, group, nbytes, need, Algo, CollArgs, Collective, CommError, CommResult,
+    Communicator, DType, HostBuffer, Io, ReduceOp,
 };
 use mpi::ffi;
 use mpi::traits::{AsRaw, Communicator as _};
@@ -212,6 +213,15 @@ fn reduce_op(dtype: DType, op: ReduceOp) -> CommResult<ffi::MPI_Op> {
     })
 }
 
+/// MPI's operator, the count and the block's bytes of a reducing call.
+fn reducing(args: &CollArgs) -> CommResult<(ffi::MPI_Op, c_int, usize)> {
+    Ok((
+        reduce_op(args.dtype, args.op)?,
+        count_i32(args.count)?,
+        nbytes(args.count, 1, args.dtype)?,
+    ))
+}
+
 fn count_i32(count: usize) -> CommResult<c_int> {
     c_int::try_from(count).map_err(|_| {
         CommError::InvalidArgument(format!(
@@ -235,7 +245,11 @@ impl Communicator for MpiComm {
     fn wire(&self) -> String {
         std::env::var("PARBENCH_WIRE").unwrap_or_else(|_| "mpi".into())
     }
-    fn algo_for(&self, _coll: Collective, _bytes: usize) -> String {
+    fn algo_for(&self, coll: Collective, bytes: usize) -> String {
+        if !MPI_CALLS.contains(&coll) {
+            // parbench's host algorithm over MPI's send and receive.
+            return coll.spec().choose(Algo::Auto, self.world, bytes).name().into();
+        }
         // MPI chooses its own algorithm (Open MPI's tuned component); we cannot see which.
         if self.in_place.is_null() {
             "mpi(staged-in-place)".into()
@@ -253,150 +267,27 @@ impl Communicator for MpiComm {
         Ok(HostBuffer::zeroed(bytes))
     }
 
-    fn all_reduce(
+    fn collective(
         &mut self,
+        coll: Collective,
         io: Io<'_, HostBuffer>,
-        count: usize,
-        dtype: DType,
-        op: ReduceOp,
+        args: CollArgs,
     ) -> CommResult<()> {
-        let mpi_op = reduce_op(dtype, op)?;
-        let n = count_i32(count)?;
-        let bytes = nbytes(count, 1, dtype)?;
-        let avg_target = if op == ReduceOp::Avg { Some(()) } else { None };
-        let (s, r) = self.io_ptrs(io, bytes, bytes, 0)?;
-        let comm = self.comm;
-        // SAFETY: both pointers cover `bytes` bytes (checked in io_ptrs).
-        self.call("MPI_Allreduce", || unsafe {
-            ffi::MPI_Allreduce(s, r, n, datatype(dtype), mpi_op, comm)
-        })?;
-        if avg_target.is_some() {
-            // SAFETY: r covers `bytes` bytes of the receive buffer, which is borrowed mutably.
-            let out = unsafe { std::slice::from_raw_parts_mut(r as *mut u8, bytes) };
-            super::finish_avg(out, dtype, self.world);
+        // MPI's own call for each collective it has (see `MPI_CALLS`).
+        match coll {
+            Collective::AllReduce => self.all_reduce_call(io, args),
+            Collective::AllGather => self.all_gather_call(io, args),
+            Collective::ReduceScatter => self.reduce_scatter_call(io, args),
+            Collective::Broadcast => self.broadcast_call(io, args),
+            Collective::Reduce => self.reduce_call(io, args),
+            Collective::AllToAll => self.all_to_all_call(io, args),
+            Collective::SendRecv => collective::sendrecv::over_send_recv(self, io, args),
+            // A collective registered without an MPI call: its host
+            // algorithm over MPI's send and receive. (Every collective
+            // registered today has one, so this arm serves new ones.)
+            #[allow(unreachable_patterns)]
+            other => group::run_over_point_to_point(self, other, io, args),
         }
-        Ok(())
-    }
-
-    fn all_gather(&mut self, io: Io<'_, HostBuffer>, count: usize, dtype: DType) -> CommResult<()> {
-        let n = count_i32(count)?;
-        let bytes = nbytes(count, 1, dtype)?;
-        let (s, r) = self.io_ptrs(io, bytes, bytes * self.world, bytes * self.rank)?;
-        let (comm, dt) = (self.comm, datatype(dtype));
-        // SAFETY: sizes checked in io_ptrs.
-        self.call("MPI_Allgather", || unsafe {
-            ffi::MPI_Allgather(s, n, dt, r, n, dt, comm)
-        })
-    }
-
-    fn reduce_scatter(
-        &mut self,
-        io: Io<'_, HostBuffer>,
-        count: usize,
-        dtype: DType,
-        op: ReduceOp,
-    ) -> CommResult<()> {
-        let mpi_op = reduce_op(dtype, op)?;
-        let n = count_i32(count)?;
-        let bytes = nbytes(count, 1, dtype)?;
-        let in_place = matches!(io, Io::InPlace(_));
-        let (s, r) = self.io_ptrs(io, bytes * self.world, bytes, 0)?;
-        let comm = self.comm;
-        // MPI's in-place reduce_scatter leaves the block at the start of the
-        // buffer; NCCL's convention (ours) wants it at rank x count.
-        let out_off = if in_place { bytes * self.rank } else { 0 };
-        // SAFETY: sizes checked in io_ptrs.
-        self.call("MPI_Reduce_scatter_block", || unsafe {
-            ffi::MPI_Reduce_scatter_block(s, r, n, datatype(dtype), mpi_op, comm)
-        })?;
-        // SAFETY: r covers world x bytes in place, bytes out of place.
-        unsafe {
-            if out_off != 0 {
-                std::ptr::copy(r as *const u8, (r as *mut u8).add(out_off), bytes);
-            }
-            if op == ReduceOp::Avg {
-                let out = std::slice::from_raw_parts_mut((r as *mut u8).add(out_off), bytes);
-                super::finish_avg(out, dtype, self.world);
-            }
-        }
-        Ok(())
-    }
-
-    fn broadcast(
-        &mut self,
-        io: Io<'_, HostBuffer>,
-        count: usize,
-        dtype: DType,
-        root: usize,
-    ) -> CommResult<()> {
-        self.check_rank("root", root)?;
-        let n = count_i32(count)?;
-        let bytes = nbytes(count, 1, dtype)?;
-        let buf = match io {
-            Io::InPlace(b) => {
-                need(b, bytes, "in-place")?;
-                b
-            }
-            Io::OutOfPlace { send, recv } => {
-                need(recv, bytes, "recv")?;
-                if self.rank == root {
-                    need(send, bytes, "send")?;
-                    recv.bytes_mut()[..bytes].copy_from_slice(&send.bytes()[..bytes]);
-                }
-                recv
-            }
-        };
-        let p = buf.bytes_mut().as_mut_ptr() as *mut c_void;
-        let comm = self.comm;
-        // SAFETY: p covers `bytes` bytes.
-        self.call("MPI_Bcast", || unsafe {
-            ffi::MPI_Bcast(p, n, datatype(dtype), root as c_int, comm)
-        })
-    }
-
-    fn reduce(
-        &mut self,
-        io: Io<'_, HostBuffer>,
-        count: usize,
-        dtype: DType,
-        op: ReduceOp,
-        root: usize,
-    ) -> CommResult<()> {
-        self.check_rank("root", root)?;
-        let mpi_op = reduce_op(dtype, op)?;
-        let n = count_i32(count)?;
-        let bytes = nbytes(count, 1, dtype)?;
-        let is_root = self.rank == root;
-        let (s, r) = match io {
-            // Only the root may pass MPI_IN_PLACE to MPI_Reduce.
-            Io::InPlace(b) if !is_root => {
-                need(b, bytes, "in-place")?;
-                (b.bytes().as_ptr() as *const c_void, std::ptr::null_mut())
-            }
-            io => self.io_ptrs(io, bytes, bytes, 0)?,
-        };
-        let comm = self.comm;
-        // SAFETY: sizes checked above.
-        self.call("MPI_Reduce", || unsafe {
-            ffi::MPI_Reduce(s, r, n, datatype(dtype), mpi_op, root as c_int, comm)
-        })?;
-        if is_root && op == ReduceOp::Avg {
-            // SAFETY: r covers `bytes` bytes on the root.
-            let out = unsafe { std::slice::from_raw_parts_mut(r as *mut u8, bytes) };
-            super::finish_avg(out, dtype, self.world);
-        }
-        Ok(())
-    }
-
-    fn all_to_all(&mut self, io: Io<'_, HostBuffer>, count: usize, dtype: DType) -> CommResult<()> {
-        let n = count_i32(count)?;
-        let bytes = nbytes(count, self.world, dtype)?;
-        let (s, r) = self.io_ptrs(io, bytes, bytes, 0)?;
-        let (comm, dt) = (self.comm, datatype(dtype));
-        // SAFETY: sizes checked in io_ptrs.
-        self.call("MPI_Alltoall", || unsafe {
-            ffi::MPI_Alltoall(s, n, dt, r, n, dt, comm)
-        })
     }
 
     fn send(
@@ -504,6 +395,144 @@ impl Communicator for MpiComm {
         // SAFETY: no buffers.
         self.call("MPI_Barrier", || unsafe { ffi::MPI_Barrier(comm) })
     }
+}
+
+/// The collectives MPI has a call for; the others run their host
+/// algorithm over MPI's point-to-point calls.
+const MPI_CALLS: [Collective; 7] = [
+    Collective::AllReduce,
+    Collective::AllGather,
+    Collective::ReduceScatter,
+    Collective::Broadcast,
+    Collective::Reduce,
+    Collective::AllToAll,
+    Collective::SendRecv,
+];
+
+/// MPI's call of each collective in [`MPI_CALLS`], with NCCL's buffer
+/// conventions.
+impl MpiComm {
+    fn all_reduce_call(&mut self, io: Io<'_, HostBuffer>, args: CollArgs) -> CommResult<()> {
+        let CollArgs { dtype, op, .. } = args;
+        let (mpi_op, n, bytes) = reducing(&args)?;
+        let avg_target = if op == ReduceOp::Avg { Some(()) } else { None };
+        let (s, r) = self.io_ptrs(io, bytes, bytes, 0)?;
+        let comm = self.comm;
+        // SAFETY: both pointers cover `bytes` bytes (checked in io_ptrs).
+        self.call("MPI_Allreduce", || unsafe {
+            ffi::MPI_Allreduce(s, r, n, datatype(dtype), mpi_op, comm)
+        })?;
+        if avg_target.is_some() {
+            // SAFETY: r covers `bytes` bytes of the receive buffer, which is borrowed mutably.
+            let out = unsafe { std::slice::from_raw_parts_mut(r as *mut u8, bytes) };
+            super::finish_avg(out, dtype, self.world);
+        }
+        Ok(())
+    }
+
+    fn all_gather_call(&mut self, io: Io<'_, HostBuffer>, args: CollArgs) -> CommResult<()> {
+        let CollArgs { count, dtype, .. } = args;
+        let n = count_i32(count)?;
+        let bytes = nbytes(count, 1, dtype)?;
+        let (s, r) = self.io_ptrs(io, bytes, bytes * self.world, bytes * self.rank)?;
+        let (comm, dt) = (self.comm, datatype(dtype));
+        // SAFETY: sizes checked in io_ptrs.
+        self.call("MPI_Allgather", || unsafe {
+            ffi::MPI_Allgather(s, n, dt, r, n, dt, comm)
+        })
+    }
+
+    fn reduce_scatter_call(&mut self, io: Io<'_, HostBuffer>, args: CollArgs) -> CommResult<()> {
+        let CollArgs { dtype, op, .. } = args;
+        let (mpi_op, n, bytes) = reducing(&args)?;
+        let in_place = matches!(io, Io::InPlace(_));
+        let (s, r) = self.io_ptrs(io, bytes * self.world, bytes, 0)?;
+        let comm = self.comm;
+        // MPI's in-place reduce_scatter leaves the block at the start of the
+        // buffer; NCCL's convention (ours) wants it at rank x count.
+        let out_off = if in_place { bytes * self.rank } else { 0 };
+        // SAFETY: sizes checked in io_ptrs.
+        self.call("MPI_Reduce_scatter_block", || unsafe {
+            ffi::MPI_Reduce_scatter_block(s, r, n, datatype(dtype), mpi_op, comm)
+        })?;
+        // SAFETY: r covers world x bytes in place, bytes out of place.
+        unsafe {
+            if out_off != 0 {
+                std::ptr::copy(r as *const u8, (r as *mut u8).add(out_off), bytes);
+            }
+            if op == ReduceOp::Avg {
+                let out = std::slice::from_raw_parts_mut((r as *mut u8).add(out_off), bytes);
+                super::finish_avg(out, dtype, self.world);
+            }
+        }
+        Ok(())
+    }
+
+    fn broadcast_call(&mut self, io: Io<'_, HostBuffer>, args: CollArgs) -> CommResult<()> {
+        let CollArgs { count, dtype, root, .. } = args;
+        self.check_rank("root", root)?;
+        let n = count_i32(count)?;
+        let bytes = nbytes(count, 1, dtype)?;
+        let buf = match io {
+            Io::InPlace(b) => {
+                need(b, bytes, "in-place")?;
+                b
+            }
+            Io::OutOfPlace { send, recv } => {
+                need(recv, bytes, "recv")?;
+                if self.rank == root {
+                    need(send, bytes, "send")?;
+                    recv.bytes_mut()[..bytes].copy_from_slice(&send.bytes()[..bytes]);
+                }
+                recv
+            }
+        };
+        let p = buf.bytes_mut().as_mut_ptr() as *mut c_void;
+        let comm = self.comm;
+        // SAFETY: p covers `bytes` bytes.
+        self.call("MPI_Bcast", || unsafe {
+            ffi::MPI_Bcast(p, n, datatype(dtype), root as c_int, comm)
+        })
+    }
+
+    fn reduce_call(&mut self, io: Io<'_, HostBuffer>, args: CollArgs) -> CommResult<()> {
+        let CollArgs { dtype, op, root, .. } = args;
+        self.check_rank("root", root)?;
+        let (mpi_op, n, bytes) = reducing(&args)?;
+        let is_root = self.rank == root;
+        let (s, r) = match io {
+            // Only the root may pass MPI_IN_PLACE to MPI_Reduce.
+            Io::InPlace(b) if !is_root => {
+                need(b, bytes, "in-place")?;
+                (b.bytes().as_ptr() as *const c_void, std::ptr::null_mut())
+            }
+            io => self.io_ptrs(io, bytes, bytes, 0)?,
+        };
+        let comm = self.comm;
+        // SAFETY: sizes checked above.
+        self.call("MPI_Reduce", || unsafe {
+            ffi::MPI_Reduce(s, r, n, datatype(dtype), mpi_op, root as c_int, comm)
+        })?;
+        if is_root && op == ReduceOp::Avg {
+            // SAFETY: r covers `bytes` bytes on the root.
+            let out = unsafe { std::slice::from_raw_parts_mut(r as *mut u8, bytes) };
+            super::finish_avg(out, dtype, self.world);
+        }
+        Ok(())
+    }
+
+    fn all_to_all_call(&mut self, io: Io<'_, HostBuffer>, args: CollArgs) -> CommResult<()> {
+        let CollArgs { count, dtype, .. } = args;
+        let n = count_i32(count)?;
+        let bytes = nbytes(count, self.world, dtype)?;
+        let (s, r) = self.io_ptrs(io, bytes, bytes, 0)?;
+        let (comm, dt) = (self.comm, datatype(dtype));
+        // SAFETY: sizes checked in io_ptrs.
+        self.call("MPI_Alltoall", || unsafe {
+            ffi::MPI_Alltoall(s, n, dt, r, n, dt, comm)
+        })
+    }
+
 }
 
 impl Drop for MpiComm {

@@ -2,8 +2,10 @@
 //! every rank in rank order; in place, a rank's input is its block of the
 //! output. nccl-tests' size is the gathered output.
 
-use super::{CostForm, Spec};
-use crate::comm::algo::Algorithm;
+use super::{CostForm, Expect, Spec};
+use crate::comm::algo::{self, Algorithm};
+use crate::comm::host::views;
+use crate::comm::{nbytes, reference, Algo, CollArgs, CommResult, HostBuffer, HostRun, Io, Transport};
 
 pub struct AllGather;
 
@@ -35,5 +37,34 @@ impl Spec for AllGather {
             Algorithm::RecursiveDoubling => CostForm::RecursiveDoublingAllGather,
             _ => return None,
         })
+    }
+    fn choose(&self, _algo: Algo, _world: usize, _bytes: usize) -> Algorithm {
+        Algorithm::Ring
+    }
+    /// Every rank's input, in rank order.
+    fn expected(&self, x: &Expect<'_>) -> Option<Vec<u8>> {
+        Some(reference::all_gather(&super::slices(&x.blocks(0))))
+    }
+    fn host<T: Transport>(
+        &self,
+        run: HostRun<'_, T>,
+        io: Io<'_, HostBuffer>,
+        args: CollArgs,
+    ) -> CommResult<()> {
+        let CollArgs { count, dtype, .. } = args;
+        let (world, rank) = (run.t.world(), run.t.rank());
+        let block = nbytes(count, self.send_blocks(world), dtype)?;
+        let total = nbytes(count, self.recv_blocks(world), dtype)?;
+        let (own, buf) = views(io, "all_gather", block, total)?;
+        if world == 1 {
+            if let Some(own) = own {
+                buf[rank * block..(rank + 1) * block].copy_from_slice(own);
+            }
+            return Ok(());
+        }
+        if count == 0 {
+            return Ok(());
+        }
+        algo::ring::all_gather(run.t, own, buf, count, dtype.size(), run.deadline)
     }
 }

@@ -1,8 +1,10 @@
 //! all_to_all: block j of `count` elements goes to rank j; block i of the
 //! output comes from rank i. nccl-tests' size is one rank's whole send buffer.
 
-use super::{CostForm, Spec};
-use crate::comm::algo::Algorithm;
+use super::{CostForm, Expect, Spec};
+use crate::comm::algo::{self, Algorithm};
+use crate::comm::host::views;
+use crate::comm::{nbytes, reference, Algo, CollArgs, CommResult, HostBuffer, HostRun, Io, Transport};
 
 pub struct AllToAll;
 
@@ -33,6 +35,48 @@ impl Spec for AllToAll {
         match algo {
             Algorithm::Pairwise | Algorithm::Ring => Some(CostForm::Pairwise),
             _ => None,
+        }
+    }
+    fn choose(&self, _algo: Algo, _world: usize, _bytes: usize) -> Algorithm {
+        Algorithm::Pairwise
+    }
+    /// Block `rank` of every rank's input, in rank order.
+    fn expected(&self, x: &Expect<'_>) -> Option<Vec<u8>> {
+        let blocks = x.blocks(x.rank);
+        let block_bytes = x.args.count * x.args.dtype.size();
+        Some(reference::all_to_all(&super::slices(&blocks), block_bytes, 0))
+    }
+    fn host<T: Transport>(
+        &self,
+        run: HostRun<'_, T>,
+        io: Io<'_, HostBuffer>,
+        args: CollArgs,
+    ) -> CommResult<()> {
+        let CollArgs { count, dtype, .. } = args;
+        let HostRun {
+            t,
+            scratch,
+            deadline,
+            ..
+        } = run;
+        let world = t.world();
+        let block = nbytes(count, 1, dtype)?;
+        let total = nbytes(count, self.send_blocks(world), dtype)?;
+        match views(io, "all_to_all", total, total)? {
+            (None, buf) => {
+                if count == 0 || world == 1 {
+                    return Ok(());
+                }
+                let send = scratch.bytes(total);
+                send.copy_from_slice(buf);
+                algo::alltoall::all_to_all(t, send, buf, block, deadline)
+            }
+            (Some(send), recv) => {
+                if count == 0 {
+                    return Ok(());
+                }
+                algo::alltoall::all_to_all(t, send, recv, block, deadline)
+            }
         }
     }
 }

@@ -1,8 +1,9 @@
 //! broadcast: the root's `count` elements out on every rank. nccl-tests'
 //! size is the buffer.
 
-use super::{CostForm, Spec};
-use crate::comm::algo::Algorithm;
+use super::{CostForm, Expect, Spec};
+use crate::comm::algo::{self, Algorithm};
+use crate::comm::{nbytes, need, Algo, CollArgs, CommResult, HostBuffer, HostRun, Io, Transport};
 
 pub struct Broadcast;
 
@@ -27,5 +28,50 @@ impl Spec for Broadcast {
     }
     fn form(&self, algo: Algorithm) -> Option<CostForm> {
         super::rooted_form(algo, false)
+    }
+    fn choose(&self, algo: Algo, world: usize, bytes: usize) -> Algorithm {
+        super::rooted_choice(algo, world, bytes)
+    }
+    /// Only the root's input is read.
+    fn reads_input(&self, rank: usize, root: usize) -> bool {
+        rank == root
+    }
+    /// The root's input.
+    fn expected(&self, x: &Expect<'_>) -> Option<Vec<u8>> {
+        Some(x.block(x.args.root, 0))
+    }
+    fn host<T: Transport>(
+        &self,
+        run: HostRun<'_, T>,
+        io: Io<'_, HostBuffer>,
+        args: CollArgs,
+    ) -> CommResult<()> {
+        let CollArgs {
+            count, dtype, root, ..
+        } = args;
+        let is_root = run.t.rank() == root;
+        let bytes = nbytes(count, 1, dtype)?;
+        let buf = match io {
+            Io::InPlace(b) => {
+                need(b, bytes, "broadcast")?;
+                &mut b.bytes_mut()[..bytes]
+            }
+            Io::OutOfPlace { send, recv } => {
+                need(recv, bytes, "broadcast recv")?;
+                let r = &mut recv.bytes_mut()[..bytes];
+                if is_root {
+                    need(send, bytes, "broadcast send")?;
+                    r.copy_from_slice(&send.bytes()[..bytes]);
+                }
+                r
+            }
+        };
+        if count == 0 || run.t.world() == 1 {
+            return Ok(());
+        }
+        match run.plan {
+            Algorithm::Chain => algo::tree::chain_broadcast(run.t, buf, root, run.deadline),
+            _ => algo::tree::broadcast(run.t, buf, root, run.deadline),
+        }
     }
 }

@@ -2,8 +2,12 @@
 //! the next rank and receives as many from the previous one, at once.
 //! nccl-tests' size is the message one rank sends.
 
-use super::{CostForm, Spec};
+use super::{CostForm, Expect, Spec};
 use crate::comm::algo::Algorithm;
+use crate::comm::{
+    nbytes, need, Algo, CollArgs, CommError, CommResult, Communicator, HostBuffer, HostRun, Io,
+    RecvInto, Transport,
+};
 
 pub struct SendRecv;
 
@@ -28,4 +32,50 @@ impl Spec for SendRecv {
     fn form(&self, _algo: Algorithm) -> Option<CostForm> {
         Some(CostForm::SendRecv)
     }
+    fn choose(&self, _algo: Algo, _world: usize, _bytes: usize) -> Algorithm {
+        Algorithm::PointToPoint
+    }
+    /// The previous rank's input.
+    fn expected(&self, x: &Expect<'_>) -> Option<Vec<u8>> {
+        let from = (x.rank + x.world - 1) % x.world.max(1);
+        Some(x.block(from, 0))
+    }
+    /// One exchange with the next and the previous rank; two buffers only.
+    fn host<T: Transport>(
+        &self,
+        run: HostRun<'_, T>,
+        io: Io<'_, HostBuffer>,
+        args: CollArgs,
+    ) -> CommResult<()> {
+        let Io::OutOfPlace { send, recv } = io else {
+            return Err(in_place_refused());
+        };
+        let bytes = nbytes(args.count, 1, args.dtype)?;
+        need(send, bytes, "sendrecv send")?;
+        need(recv, bytes, "sendrecv recv")?;
+        let (rank, world) = (run.t.rank(), run.t.world());
+        let (to, from) = ((rank + 1) % world, (rank + world - 1) % world);
+        let data = &send.bytes()[..bytes];
+        let into = RecvInto::Copy(&mut recv.bytes_mut()[..bytes]);
+        run.t.exchange(to, data, from, into, run.deadline)
+    }
+}
+
+/// sendrecv as a collective call on any communicator: its own `send_recv`
+/// to the next rank from the previous one (NCCL's and MPI's native path).
+pub fn over_send_recv<C: Communicator>(
+    comm: &mut C,
+    io: Io<'_, C::Buffer>,
+    args: CollArgs,
+) -> CommResult<()> {
+    let Io::OutOfPlace { send, recv } = io else {
+        return Err(in_place_refused());
+    };
+    let (rank, world) = (comm.rank(), comm.world());
+    let (to, from) = ((rank + 1) % world, (rank + world - 1) % world);
+    comm.send_recv(send, to, recv, from, args.count, args.dtype)
+}
+
+fn in_place_refused() -> CommError {
+    CommError::Unsupported("sendrecv has no in-place form".into())
 }

@@ -3,7 +3,8 @@
 use super::transfer::{addr, nccl_op, nccl_type};
 use super::NcclComm;
 use crate::comm::{
-    Collective, CommError, CommResult, Communicator, DType, Io, ReduceOp, Replay, StreamClock,
+    collective, group, Algo, CollArgs, Collective, CommError, CommResult, Communicator, DType, Io,
+    Replay, StreamClock,
 };
 use crate::gpu::timing::{CapturedLoop, EventTimer};
 use crate::gpu::{self, bandwidth, DeviceBuffer, Gpu, GpuError};
@@ -28,6 +29,10 @@ impl Communicator for NcclComm {
         self.wire.clone()
     }
     fn algo_for(&self, coll: Collective, bytes: usize) -> String {
+        if !NCCL_CALLS.contains(&coll) {
+            // parbench's host algorithm over NCCL's send and receive.
+            return coll.spec().choose(Algo::Auto, self.world, bytes).name().into();
+        }
         // NCCL's own choice for this size, from its tuning log (written by
         // rank 0 once a call of this size ran); `unknown` until it says.
         match crate::comm::nccl_tuning::log_path() {
@@ -52,163 +57,28 @@ impl Communicator for NcclComm {
         Ok(self.gpu.alloc(bytes)?)
     }
 
-    fn all_reduce(
+    fn collective(
         &mut self,
+        coll: Collective,
         io: Io<'_, DeviceBuffer>,
-        count: usize,
-        dtype: DType,
-        op: ReduceOp,
+        args: CollArgs,
     ) -> CommResult<()> {
-        self.flush()?;
-        let b = count * dtype.size();
-        let (s, r) = self.io_ptrs(&io, b, b, 0, 0)?;
-        let (comm, stream) = (self.comm, self.stream());
-        // SAFETY: pointers checked to hold `count` elements on this GPU.
-        self.call("ncclAllReduce", || unsafe {
-            sys::ncclAllReduce(s, r, count, nccl_type(dtype), nccl_op(op), comm, stream)
-        })
-    }
-
-    fn all_gather(
-        &mut self,
-        io: Io<'_, DeviceBuffer>,
-        count: usize,
-        dtype: DType,
-    ) -> CommResult<()> {
-        self.flush()?;
-        let b = count * dtype.size();
-        let (s, r) = self.io_ptrs(&io, b, b * self.world, self.rank * b, 0)?;
-        let (comm, stream) = (self.comm, self.stream());
-        // SAFETY: as in all_reduce.
-        self.call("ncclAllGather", || unsafe {
-            sys::ncclAllGather(s, r, count, nccl_type(dtype), comm, stream)
-        })
-    }
-
-    fn reduce_scatter(
-        &mut self,
-        io: Io<'_, DeviceBuffer>,
-        count: usize,
-        dtype: DType,
-        op: ReduceOp,
-    ) -> CommResult<()> {
-        self.flush()?;
-        let b = count * dtype.size();
-        let (s, r) = self.io_ptrs(&io, b * self.world, b, 0, self.rank * b)?;
-        let (comm, stream) = (self.comm, self.stream());
-        // SAFETY: as in all_reduce.
-        self.call("ncclReduceScatter", || unsafe {
-            sys::ncclReduceScatter(s, r, count, nccl_type(dtype), nccl_op(op), comm, stream)
-        })
-    }
-
-    fn broadcast(
-        &mut self,
-        io: Io<'_, DeviceBuffer>,
-        count: usize,
-        dtype: DType,
-        root: usize,
-    ) -> CommResult<()> {
-        self.check_root(root)?;
-        self.flush()?;
-        let b = count * dtype.size();
-        let (s, r) = self.io_ptrs(&io, b, b, 0, 0)?;
-        let (comm, stream) = (self.comm, self.stream());
-        // SAFETY: as in all_reduce.
-        self.call("ncclBroadcast", || unsafe {
-            sys::ncclBroadcast(s, r, count, nccl_type(dtype), root as i32, comm, stream)
-        })
-    }
-
-    fn reduce(
-        &mut self,
-        io: Io<'_, DeviceBuffer>,
-        count: usize,
-        dtype: DType,
-        op: ReduceOp,
-        root: usize,
-    ) -> CommResult<()> {
-        self.check_root(root)?;
-        self.flush()?;
-        let b = count * dtype.size();
-        let (s, r) = self.io_ptrs(&io, b, b, 0, 0)?;
-        let (comm, stream) = (self.comm, self.stream());
-        // SAFETY: as in all_reduce.
-        self.call("ncclReduce", || unsafe {
-            sys::ncclReduce(
-                s,
-                r,
-                count,
-                nccl_type(dtype),
-                nccl_op(op),
-                root as i32,
-                comm,
-                stream,
-            )
-        })
-    }
-
-    fn all_to_all(
-        &mut self,
-        io: Io<'_, DeviceBuffer>,
-        count: usize,
-        dtype: DType,
-    ) -> CommResult<()> {
-        self.flush()?;
-        let b = count * dtype.size();
-        let total = b * self.world;
-        let (s, r) = match io {
-            Io::InPlace(buf) => {
-                // Grouped sends and receives on one buffer would overwrite blocks
-                // not yet sent: send from a copy.
-                let r = self.ptr(buf, 0, total, "in-place")?;
-                Self::ensure(&self.gpu, &mut self.scratch, total)?;
-                let Some(scratch) = self.scratch.as_ref().map(|s| s.ptr()) else {
-                    return Err(CommError::Device("all_to_all scratch missing".into()));
-                };
-                if !self.sizing && total > 0 {
-                    self.gpu.bind()?;
-                    // SAFETY: both regions hold `total` bytes on this GPU.
-                    unsafe {
-                        cu::memcpy_dtod_async(scratch, r, total, self.gpu.stream().cu_stream())
-                    }
-                    .map_err(|e| GpuError::call("in-place all_to_all copy", e))?;
-                }
-                (scratch, r)
-            }
-            Io::OutOfPlace { send, recv } => (
-                self.ptr(send, 0, total, "send")?,
-                self.ptr(recv, 0, total, "recv")?,
-            ),
-        };
-        let (comm, stream, world, t) = (self.comm, self.stream(), self.world, nccl_type(dtype));
-        // SAFETY: block j of each buffer lies inside it (checked `total`); the group closes on every path.
-        self.call("all_to_all (grouped ncclSend/ncclRecv)", || unsafe {
-            let r0 = sys::ncclGroupStart();
-            if r0 != sys::ncclResult_t::ncclSuccess {
-                return r0;
-            }
-            let mut first = sys::ncclResult_t::ncclSuccess;
-            for j in 0..world {
-                // Device addresses by integer arithmetic: they point into no
-                // Rust allocation, so pointer offsets would be undefined.
-                let off = (j * b) as u64;
-                for r in [
-                    sys::ncclSend(addr(s + off), count, t, j as i32, comm, stream),
-                    sys::ncclRecv(addr(r + off), count, t, j as i32, comm, stream),
-                ] {
-                    if first == sys::ncclResult_t::ncclSuccess {
-                        first = r;
-                    }
-                }
-            }
-            let r = sys::ncclGroupEnd();
-            if first == sys::ncclResult_t::ncclSuccess {
-                r
-            } else {
-                first
-            }
-        })
+        // NCCL's own call for each collective it has (see `NCCL_CALLS`).
+        match coll {
+            Collective::AllReduce => self.all_reduce_call(io, args),
+            Collective::AllGather => self.all_gather_call(io, args),
+            Collective::ReduceScatter => self.reduce_scatter_call(io, args),
+            Collective::Broadcast => self.broadcast_call(io, args),
+            Collective::Reduce => self.reduce_call(io, args),
+            Collective::AllToAll => self.all_to_all_call(io, args),
+            Collective::SendRecv => collective::sendrecv::over_send_recv(self, io, args),
+            // A collective registered without an NCCL call: its host
+            // algorithm over NCCL's send and receive, staged through the
+            // host. (Every collective registered today has one, so this
+            // arm serves new ones.)
+            #[allow(unreachable_patterns)]
+            other => group::run_over_point_to_point(self, other, io, args),
+        }
     }
 
     fn send(
@@ -392,6 +262,153 @@ impl Communicator for NcclComm {
             )
         }))
     }
+}
+
+/// The collectives NCCL has a call for; the others run their host
+/// algorithm over NCCL's point-to-point calls.
+const NCCL_CALLS: [Collective; 7] = [
+    Collective::AllReduce,
+    Collective::AllGather,
+    Collective::ReduceScatter,
+    Collective::Broadcast,
+    Collective::Reduce,
+    Collective::AllToAll,
+    Collective::SendRecv,
+];
+
+/// NCCL's call of each collective in [`NCCL_CALLS`], with NCCL's buffer
+/// conventions.
+impl NcclComm {
+    fn all_reduce_call(&mut self, io: Io<'_, DeviceBuffer>, args: CollArgs) -> CommResult<()> {
+        let CollArgs { count, dtype, op, .. } = args;
+        self.flush()?;
+        let b = count * dtype.size();
+        let (s, r) = self.io_ptrs(&io, b, b, 0, 0)?;
+        let (comm, stream) = (self.comm, self.stream());
+        // SAFETY: pointers checked to hold `count` elements on this GPU.
+        self.call("ncclAllReduce", || unsafe {
+            sys::ncclAllReduce(s, r, count, nccl_type(dtype), nccl_op(op), comm, stream)
+        })
+    }
+
+    fn all_gather_call(&mut self, io: Io<'_, DeviceBuffer>, args: CollArgs) -> CommResult<()> {
+        let CollArgs { count, dtype, .. } = args;
+        self.flush()?;
+        let b = count * dtype.size();
+        let (s, r) = self.io_ptrs(&io, b, b * self.world, self.rank * b, 0)?;
+        let (comm, stream) = (self.comm, self.stream());
+        // SAFETY: as in all_reduce.
+        self.call("ncclAllGather", || unsafe {
+            sys::ncclAllGather(s, r, count, nccl_type(dtype), comm, stream)
+        })
+    }
+
+    fn reduce_scatter_call(&mut self, io: Io<'_, DeviceBuffer>, args: CollArgs) -> CommResult<()> {
+        let CollArgs { count, dtype, op, .. } = args;
+        self.flush()?;
+        let b = count * dtype.size();
+        let (s, r) = self.io_ptrs(&io, b * self.world, b, 0, self.rank * b)?;
+        let (comm, stream) = (self.comm, self.stream());
+        // SAFETY: as in all_reduce.
+        self.call("ncclReduceScatter", || unsafe {
+            sys::ncclReduceScatter(s, r, count, nccl_type(dtype), nccl_op(op), comm, stream)
+        })
+    }
+
+    fn broadcast_call(&mut self, io: Io<'_, DeviceBuffer>, args: CollArgs) -> CommResult<()> {
+        let CollArgs { count, dtype, root, .. } = args;
+        self.check_root(root)?;
+        self.flush()?;
+        let b = count * dtype.size();
+        let (s, r) = self.io_ptrs(&io, b, b, 0, 0)?;
+        let (comm, stream) = (self.comm, self.stream());
+        // SAFETY: as in all_reduce.
+        self.call("ncclBroadcast", || unsafe {
+            sys::ncclBroadcast(s, r, count, nccl_type(dtype), root as i32, comm, stream)
+        })
+    }
+
+    fn reduce_call(&mut self, io: Io<'_, DeviceBuffer>, args: CollArgs) -> CommResult<()> {
+        let CollArgs { count, dtype, op, root } = args;
+        self.check_root(root)?;
+        self.flush()?;
+        let b = count * dtype.size();
+        let (s, r) = self.io_ptrs(&io, b, b, 0, 0)?;
+        let (comm, stream) = (self.comm, self.stream());
+        // SAFETY: as in all_reduce.
+        self.call("ncclReduce", || unsafe {
+            sys::ncclReduce(
+                s,
+                r,
+                count,
+                nccl_type(dtype),
+                nccl_op(op),
+                root as i32,
+                comm,
+                stream,
+            )
+        })
+    }
+
+    fn all_to_all_call(&mut self, io: Io<'_, DeviceBuffer>, args: CollArgs) -> CommResult<()> {
+        let CollArgs { count, dtype, .. } = args;
+        self.flush()?;
+        let b = count * dtype.size();
+        let total = b * self.world;
+        let (s, r) = match io {
+            Io::InPlace(buf) => {
+                // Grouped sends and receives on one buffer would overwrite blocks
+                // not yet sent: send from a copy.
+                let r = self.ptr(buf, 0, total, "in-place")?;
+                Self::ensure(&self.gpu, &mut self.scratch, total)?;
+                let Some(scratch) = self.scratch.as_ref().map(|s| s.ptr()) else {
+                    return Err(CommError::Device("all_to_all scratch missing".into()));
+                };
+                if !self.sizing && total > 0 {
+                    self.gpu.bind()?;
+                    // SAFETY: both regions hold `total` bytes on this GPU.
+                    unsafe {
+                        cu::memcpy_dtod_async(scratch, r, total, self.gpu.stream().cu_stream())
+                    }
+                    .map_err(|e| GpuError::call("in-place all_to_all copy", e))?;
+                }
+                (scratch, r)
+            }
+            Io::OutOfPlace { send, recv } => (
+                self.ptr(send, 0, total, "send")?,
+                self.ptr(recv, 0, total, "recv")?,
+            ),
+        };
+        let (comm, stream, world, t) = (self.comm, self.stream(), self.world, nccl_type(dtype));
+        // SAFETY: block j of each buffer lies inside it (checked `total`); the group closes on every path.
+        self.call("all_to_all (grouped ncclSend/ncclRecv)", || unsafe {
+            let r0 = sys::ncclGroupStart();
+            if r0 != sys::ncclResult_t::ncclSuccess {
+                return r0;
+            }
+            let mut first = sys::ncclResult_t::ncclSuccess;
+            for j in 0..world {
+                // Device addresses by integer arithmetic: they point into no
+                // Rust allocation, so pointer offsets would be undefined.
+                let off = (j * b) as u64;
+                for r in [
+                    sys::ncclSend(addr(s + off), count, t, j as i32, comm, stream),
+                    sys::ncclRecv(addr(r + off), count, t, j as i32, comm, stream),
+                ] {
+                    if first == sys::ncclResult_t::ncclSuccess {
+                        first = r;
+                    }
+                }
+            }
+            let r = sys::ncclGroupEnd();
+            if first == sys::ncclResult_t::ncclSuccess {
+                r
+            } else {
+                first
+            }
+        })
+    }
+
 }
 
 /// CUDA events on the communicator's stream.
