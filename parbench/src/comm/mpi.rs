@@ -248,7 +248,11 @@ impl Communicator for MpiComm {
     fn algo_for(&self, coll: Collective, bytes: usize) -> String {
         if !MPI_CALLS.contains(&coll) {
             // parbench's host algorithm over MPI's send and receive.
-            return coll.spec().choose(Algo::Auto, self.world, bytes).name().into();
+            return coll
+                .spec()
+                .choose(Algo::Auto, self.world, bytes)
+                .name()
+                .into();
         }
         // MPI chooses its own algorithm (Open MPI's tuned component); we cannot see which.
         if self.in_place.is_null() {
@@ -469,7 +473,9 @@ impl MpiComm {
     }
 
     fn broadcast_call(&mut self, io: Io<'_, HostBuffer>, args: CollArgs) -> CommResult<()> {
-        let CollArgs { count, dtype, root, .. } = args;
+        let CollArgs {
+            count, dtype, root, ..
+        } = args;
         self.check_rank("root", root)?;
         let n = count_i32(count)?;
         let bytes = nbytes(count, 1, dtype)?;
@@ -496,7 +502,9 @@ impl MpiComm {
     }
 
     fn reduce_call(&mut self, io: Io<'_, HostBuffer>, args: CollArgs) -> CommResult<()> {
-        let CollArgs { dtype, op, root, .. } = args;
+        let CollArgs {
+            dtype, op, root, ..
+        } = args;
         self.check_rank("root", root)?;
         let (mpi_op, n, bytes) = reducing(&args)?;
         let is_root = self.rank == root;
@@ -532,7 +540,6 @@ impl MpiComm {
             ffi::MPI_Alltoall(s, n, dt, r, n, dt, comm)
         })
     }
-
 }
 
 impl Drop for MpiComm {

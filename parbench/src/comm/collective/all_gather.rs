@@ -5,7 +5,9 @@
 use super::{CostForm, Expect, Spec};
 use crate::comm::algo::{self, Algorithm};
 use crate::comm::host::views;
-use crate::comm::{nbytes, reference, Algo, CollArgs, CommResult, HostBuffer, HostRun, Io, Transport};
+use crate::comm::{
+    nbytes, reference, Algo, CollArgs, CommResult, HostBuffer, HostRun, Io, Transport,
+};
 
 pub struct AllGather;
 

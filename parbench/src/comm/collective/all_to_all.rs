@@ -4,7 +4,9 @@
 use super::{CostForm, Expect, Spec};
 use crate::comm::algo::{self, Algorithm};
 use crate::comm::host::views;
-use crate::comm::{nbytes, reference, Algo, CollArgs, CommResult, HostBuffer, HostRun, Io, Transport};
+use crate::comm::{
+    nbytes, reference, Algo, CollArgs, CommResult, HostBuffer, HostRun, Io, Transport,
+};
 
 pub struct AllToAll;
 
@@ -44,7 +46,11 @@ impl Spec for AllToAll {
     fn expected(&self, x: &Expect<'_>) -> Option<Vec<u8>> {
         let blocks = x.blocks(x.rank);
         let block_bytes = x.args.count * x.args.dtype.size();
-        Some(reference::all_to_all(&super::slices(&blocks), block_bytes, 0))
+        Some(reference::all_to_all(
+            &super::slices(&blocks),
+            block_bytes,
+            0,
+        ))
     }
     fn host<T: Transport>(
         &self,

@@ -79,3 +79,243 @@ impl Spec for Gather {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::comm::conformance::{run_suite, Matrix, Mismatch};
+    use crate::comm::{group, local, Collective, Communicator, DType};
+    use std::time::Duration;
+
+    const TIMEOUT: Duration = Duration::from_secs(60);
+    const ROLE: &str = "PARBENCH_GATHER_TEST_ROLE";
+
+    /// Every type at counts 0, 1, 7 (both roots), and one uneven large count.
+    fn matrix() -> Matrix {
+        Matrix {
+            collectives: vec![Collective::Gather],
+            large_counts: vec![100_003],
+            large_dtypes: vec![DType::F32, DType::BF16],
+            ..Matrix::small()
+        }
+    }
+
+    fn problems(results: Vec<CommResult<Vec<Mismatch>>>) -> Vec<String> {
+        let mut out = Vec::new();
+        for (rank, r) in results.into_iter().enumerate() {
+            match r {
+                Ok(m) => out.extend(m.iter().map(|m| m.to_string())),
+                Err(e) => out.push(format!("rank {rank} failed: {e}")),
+            }
+        }
+        out
+    }
+
+    /// A backend whose library has no gather (as NCCL and MPI have none):
+    /// every call is its parent's but the gather, which runs over its
+    /// point-to-point calls as theirs does, or (`skip`, to show the suite
+    /// catches a wrong gather) does nothing.
+    struct WithoutGather<'a, C> {
+        inner: &'a mut C,
+        skip: bool,
+    }
+
+    impl<C: Communicator> Communicator for WithoutGather<'_, C> {
+        type Buffer = C::Buffer;
+        fn rank(&self) -> usize {
+            self.inner.rank()
+        }
+        fn world(&self) -> usize {
+            self.inner.world()
+        }
+        fn backend(&self) -> &'static str {
+            self.inner.backend()
+        }
+        fn wire(&self) -> String {
+            self.inner.wire()
+        }
+        fn algo_for(&self, coll: Collective, bytes: usize) -> String {
+            self.inner.algo_for(coll, bytes)
+        }
+        fn set_timeout(&mut self, timeout: Duration) {
+            self.inner.set_timeout(timeout)
+        }
+        fn timeout(&self) -> Duration {
+            self.inner.timeout()
+        }
+        fn alloc(&self, bytes: usize) -> CommResult<C::Buffer> {
+            self.inner.alloc(bytes)
+        }
+        fn collective(
+            &mut self,
+            coll: Collective,
+            io: Io<'_, C::Buffer>,
+            args: CollArgs,
+        ) -> CommResult<()> {
+            match coll {
+                Collective::Gather if self.skip => Ok(()),
+                Collective::Gather => group::run_over_point_to_point(self, coll, io, args),
+                _ => self.inner.collective(coll, io, args),
+            }
+        }
+        fn send(
+            &mut self,
+            buf: &C::Buffer,
+            count: usize,
+            dtype: DType,
+            peer: usize,
+        ) -> CommResult<()> {
+            self.inner.send(buf, count, dtype, peer)
+        }
+        fn recv(
+            &mut self,
+            buf: &mut C::Buffer,
+            count: usize,
+            dtype: DType,
+            peer: usize,
+        ) -> CommResult<()> {
+            self.inner.recv(buf, count, dtype, peer)
+        }
+        fn send_recv(
+            &mut self,
+            send: &C::Buffer,
+            to: usize,
+            recv: &mut C::Buffer,
+            from: usize,
+            count: usize,
+            dtype: DType,
+        ) -> CommResult<()> {
+            self.inner.send_recv(send, to, recv, from, count, dtype)
+        }
+        fn barrier(&mut self) -> CommResult<()> {
+            self.inner.barrier()
+        }
+    }
+
+    /// The suite on `comm` directly, then over its point-to-point calls.
+    fn both_paths<C>(comm: &mut C) -> CommResult<Vec<Mismatch>>
+    where
+        C: Communicator<Buffer = HostBuffer>,
+    {
+        let mut wrong = run_suite(comm, &matrix())?;
+        let mut without = WithoutGather {
+            inner: comm,
+            skip: false,
+        };
+        wrong.extend(run_suite(&mut without, &matrix())?);
+        Ok(wrong)
+    }
+
+    #[test]
+    fn a_collective_is_its_file_and_its_registry_line() {
+        let g = Collective::Gather;
+        // Test-only: not among the collectives sweeps run and records name.
+        assert!(!Collective::ALL.contains(&g));
+        assert_eq!((g.name(), g.rooted(), g.reduces()), ("gather", true, false));
+        assert_eq!((g.send_elems(3, 4), g.recv_elems(3, 4)), (3, 12));
+        assert_eq!(g.in_place_input(3, 2), 6);
+        assert_eq!(
+            crate::comm::algo::Algorithm::choose(g, Algo::Ring, 4, 64).name(),
+            "p2p"
+        );
+        // The model knows it has no cost form: no prediction, no moves.
+        let p2p = crate::model::ModelAlgo::of("p2p");
+        assert_eq!(crate::model::alpha_beta::terms(g, &p2p, 4, 1024), None);
+        assert_eq!(crate::model::wire::moves(g, &p2p, 4, 1024, false), None);
+    }
+
+    #[test]
+    fn gather_passes_the_conformance_suite_on_local() {
+        for world in 1..=4 {
+            let p = problems(local::run(world, Algo::Auto, TIMEOUT, both_paths));
+            assert!(p.is_empty(), "world {world}:\n{}", p.join("\n"));
+        }
+    }
+
+    /// A gather that does nothing fails the suite on the root (whose
+    /// output it leaves as garbage): the suite is not vacuous for it.
+    #[test]
+    fn a_gather_that_does_nothing_fails_the_suite() {
+        let p = problems(local::run(3, Algo::Auto, TIMEOUT, |c| {
+            let mut skipping = WithoutGather {
+                inner: c,
+                skip: true,
+            };
+            run_suite(&mut skipping, &matrix())
+        }));
+        assert!(p.iter().any(|l| l.starts_with("rank 0: gather")), "{p:?}");
+        assert!(p.iter().all(|l| !l.contains("failed")), "{p:?}");
+    }
+
+    #[test]
+    fn gather_passes_the_conformance_suite_on_tcp() {
+        const NAME: &str =
+            "comm::collective::gather::tests::gather_passes_the_conformance_suite_on_tcp";
+        if std::env::var(ROLE).ok().as_deref() == Some("tcp") {
+            let info = crate::launch::RankInfo::from_env()
+                .expect("launch variables")
+                .expect("a rank");
+            let mut comm = crate::comm::tcp::comm(&info, Algo::Auto, TIMEOUT).expect("tcp ranks");
+            let wrong = both_paths(&mut comm).expect("suite ran");
+            assert!(wrong.is_empty(), "{wrong:?}");
+            return;
+        }
+        let exe = std::env::current_exe().expect("test binary");
+        for world in 1..=3 {
+            let status = crate::launch::LocalJob::new(
+                world,
+                &exe,
+                [NAME, "--exact", "--nocapture", "--test-threads=1"],
+            )
+            .env(ROLE, "tcp")
+            .run();
+            assert!(status.is_ok_and(|s| s.success()), "tcp world {world}");
+        }
+    }
+
+    /// MPI has no gather in parbench's table: `MpiComm` runs it over
+    /// MPI's send and receive (`group::run_over_point_to_point`).
+    #[cfg(feature = "mpi")]
+    #[test]
+    fn gather_passes_the_conformance_suite_on_mpi() {
+        const NAME: &str =
+            "comm::collective::gather::tests::gather_passes_the_conformance_suite_on_mpi";
+        if std::env::var(ROLE).ok().as_deref() == Some("mpi") {
+            let mut comm = crate::comm::mpi::MpiComm::init(TIMEOUT).expect("MPI init");
+            let wrong = run_suite(&mut comm, &matrix()).expect("suite ran");
+            assert!(wrong.is_empty(), "{wrong:?}");
+            return;
+        }
+        let found = std::process::Command::new("mpirun")
+            .arg("--version")
+            .output();
+        if !found.is_ok_and(|o| o.status.success()) {
+            eprintln!("SKIP {NAME}: mpirun not found (apt-get install openmpi-bin)");
+            return;
+        }
+        let exe = std::env::current_exe().expect("test binary");
+        for np in [1, 2, 3] {
+            let out = std::process::Command::new("mpirun")
+                .args([
+                    "--allow-run-as-root",
+                    "--oversubscribe",
+                    "-np",
+                    &np.to_string(),
+                ])
+                .args(["-x", ROLE])
+                .arg(&exe)
+                .args([NAME, "--exact", "--nocapture", "--test-threads=1"])
+                .env(ROLE, "mpi")
+                .env("OMPI_MCA_btl_tcp_if_include", "lo")
+                .env("OMPI_MCA_oob_tcp_if_include", "lo")
+                .output()
+                .expect("mpirun runs");
+            assert!(
+                out.status.success(),
+                "mpirun -np {np}: {}\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+}

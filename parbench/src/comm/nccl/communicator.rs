@@ -31,7 +31,11 @@ impl Communicator for NcclComm {
     fn algo_for(&self, coll: Collective, bytes: usize) -> String {
         if !NCCL_CALLS.contains(&coll) {
             // parbench's host algorithm over NCCL's send and receive.
-            return coll.spec().choose(Algo::Auto, self.world, bytes).name().into();
+            return coll
+                .spec()
+                .choose(Algo::Auto, self.world, bytes)
+                .name()
+                .into();
         }
         // NCCL's own choice for this size, from its tuning log (written by
         // rank 0 once a call of this size ran); `unknown` until it says.
@@ -280,7 +284,9 @@ const NCCL_CALLS: [Collective; 7] = [
 /// conventions.
 impl NcclComm {
     fn all_reduce_call(&mut self, io: Io<'_, DeviceBuffer>, args: CollArgs) -> CommResult<()> {
-        let CollArgs { count, dtype, op, .. } = args;
+        let CollArgs {
+            count, dtype, op, ..
+        } = args;
         self.flush()?;
         let b = count * dtype.size();
         let (s, r) = self.io_ptrs(&io, b, b, 0, 0)?;
@@ -304,7 +310,9 @@ impl NcclComm {
     }
 
     fn reduce_scatter_call(&mut self, io: Io<'_, DeviceBuffer>, args: CollArgs) -> CommResult<()> {
-        let CollArgs { count, dtype, op, .. } = args;
+        let CollArgs {
+            count, dtype, op, ..
+        } = args;
         self.flush()?;
         let b = count * dtype.size();
         let (s, r) = self.io_ptrs(&io, b * self.world, b, 0, self.rank * b)?;
@@ -316,7 +324,9 @@ impl NcclComm {
     }
 
     fn broadcast_call(&mut self, io: Io<'_, DeviceBuffer>, args: CollArgs) -> CommResult<()> {
-        let CollArgs { count, dtype, root, .. } = args;
+        let CollArgs {
+            count, dtype, root, ..
+        } = args;
         self.check_root(root)?;
         self.flush()?;
         let b = count * dtype.size();
@@ -329,7 +339,12 @@ impl NcclComm {
     }
 
     fn reduce_call(&mut self, io: Io<'_, DeviceBuffer>, args: CollArgs) -> CommResult<()> {
-        let CollArgs { count, dtype, op, root } = args;
+        let CollArgs {
+            count,
+            dtype,
+            op,
+            root,
+        } = args;
         self.check_root(root)?;
         self.flush()?;
         let b = count * dtype.size();
@@ -408,7 +423,6 @@ impl NcclComm {
             }
         })
     }
-
 }
 
 /// CUDA events on the communicator's stream.
