@@ -220,17 +220,8 @@ impl Case {
         C: Communicator<Buffer = HostBuffer>,
     {
         let (world, rank) = (comm.world(), comm.rank());
-        let Case {
-            coll,
-            args,
-            in_place,
-        } = *self;
-        let CollArgs {
-            count,
-            dtype,
-            op,
-            root,
-        } = args;
+        let (coll, args, in_place) = (self.coll, self.args, self.in_place);
+        let (count, dtype, op, root) = (args.count, args.dtype, args.op, args.root);
         let (spec, size) = (coll.spec(), dtype.size());
         let send_bytes = coll.send_elems(count, world) * size;
         let recv_bytes = coll.recv_elems(count, world) * size;

@@ -58,6 +58,22 @@ impl<T: Transport> HostComm<T> {
         Ok(())
     }
 
+    /// The bytes of a message of `count` elements to or from `peer`, after
+    /// checking the peer and that `buf` (the `what` buffer) holds them.
+    fn message(
+        &self,
+        buf: &HostBuffer,
+        count: usize,
+        dtype: DType,
+        peer: usize,
+        what: &str,
+    ) -> CommResult<usize> {
+        self.check_rank("peer", peer)?;
+        let bytes = nbytes(count, 1, dtype)?;
+        need(buf, bytes, what)?;
+        Ok(bytes)
+    }
+
     /// Runs `body` as operation `op` with this call's deadline, and names the
     /// operation and its real elapsed time in timeouts and lost peers.
     fn call<R>(
@@ -87,10 +103,12 @@ impl<T: Transport> HostComm<T> {
     }
 }
 
-/// What a collective's host algorithm (its file's `Spec::host`) runs
-/// with: the transport, reusable scratch, the call's deadline and the
-/// algorithm [`HostComm`] chose for it.
+/// One call of a collective's host algorithm (its file's `Spec::host`):
+/// the buffers and arguments, the transport, reusable scratch, the call's
+/// deadline and the algorithm [`HostComm`] chose for it.
 pub struct HostRun<'a, T> {
+    pub io: Io<'a, HostBuffer>,
+    pub args: CollArgs,
     pub t: &'a mut T,
     pub scratch: &'a mut Scratch,
     pub deadline: Instant,
@@ -173,13 +191,14 @@ impl<T: Transport> Communicator for HostComm<T> {
         // algorithm checks the count itself).
         let plan = self.plan(coll, args.count.saturating_mul(args.dtype.size()));
         self.call(coll.name(), |t, scratch, deadline| {
-            let run = HostRun {
+            coll.run_host(HostRun {
+                io,
+                args,
                 t,
                 scratch,
                 deadline,
                 plan,
-            };
-            coll.run_host(run, io, args)
+            })
         })
     }
 
@@ -190,9 +209,7 @@ impl<T: Transport> Communicator for HostComm<T> {
         dtype: DType,
         peer: usize,
     ) -> CommResult<()> {
-        self.check_rank("peer", peer)?;
-        let bytes = nbytes(count, 1, dtype)?;
-        need(buf, bytes, "send")?;
+        let bytes = self.message(buf, count, dtype, peer, "send")?;
         let data = &buf.bytes()[..bytes];
         self.call("send", |t, _, deadline| t.send(peer, data, deadline))
     }
@@ -204,9 +221,7 @@ impl<T: Transport> Communicator for HostComm<T> {
         dtype: DType,
         peer: usize,
     ) -> CommResult<()> {
-        self.check_rank("peer", peer)?;
-        let bytes = nbytes(count, 1, dtype)?;
-        need(buf, bytes, "recv")?;
+        let bytes = self.message(buf, count, dtype, peer, "recv")?;
         let into = RecvInto::Copy(&mut buf.bytes_mut()[..bytes]);
         self.call("recv", |t, _, deadline| t.recv(peer, into, deadline))
     }

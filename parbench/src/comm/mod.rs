@@ -31,6 +31,8 @@ mod dtype;
 mod error;
 pub mod group;
 mod host;
+#[cfg(any(feature = "cuda", feature = "mpi"))]
+mod library;
 pub mod local;
 #[cfg(feature = "mpi")]
 pub mod mpi;

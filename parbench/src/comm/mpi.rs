@@ -20,9 +20,10 @@
 //! implementation, in-place calls copy the input to a scratch buffer first
 //! and say so in [`Communicator::algo_for`].
 
+use super::library::{self, LibraryCalls};
 use super::{
-    collective, group, nbytes, need, Algo, CollArgs, Collective, CommError, CommResult,
-    Communicator, DType, HostBuffer, Io, ReduceOp,
+    nbytes, need, CollArgs, Collective, CommError, CommResult, Communicator, DType, HostBuffer, Io,
+    ReduceOp,
 };
 use mpi::ffi;
 use mpi::traits::{AsRaw, Communicator as _};
@@ -246,13 +247,8 @@ impl Communicator for MpiComm {
         std::env::var("PARBENCH_WIRE").unwrap_or_else(|_| "mpi".into())
     }
     fn algo_for(&self, coll: Collective, bytes: usize) -> String {
-        if !MPI_CALLS.contains(&coll) {
-            // parbench's host algorithm over MPI's send and receive.
-            return coll
-                .spec()
-                .choose(Algo::Auto, self.world, bytes)
-                .name()
-                .into();
+        if let Some(host) = library::host_algo_for(coll, self.world, bytes) {
+            return host;
         }
         // MPI chooses its own algorithm (Open MPI's tuned component); we cannot see which.
         if self.in_place.is_null() {
@@ -277,21 +273,7 @@ impl Communicator for MpiComm {
         io: Io<'_, HostBuffer>,
         args: CollArgs,
     ) -> CommResult<()> {
-        // MPI's own call for each collective it has (see `MPI_CALLS`).
-        match coll {
-            Collective::AllReduce => self.all_reduce_call(io, args),
-            Collective::AllGather => self.all_gather_call(io, args),
-            Collective::ReduceScatter => self.reduce_scatter_call(io, args),
-            Collective::Broadcast => self.broadcast_call(io, args),
-            Collective::Reduce => self.reduce_call(io, args),
-            Collective::AllToAll => self.all_to_all_call(io, args),
-            Collective::SendRecv => collective::sendrecv::over_send_recv(self, io, args),
-            // A collective registered without an MPI call: its host
-            // algorithm over MPI's send and receive. (Every collective
-            // registered today has one, so this arm serves new ones.)
-            #[allow(unreachable_patterns)]
-            other => group::run_over_point_to_point(self, other, io, args),
-        }
+        library::collective(self, coll, io, args)
     }
 
     fn send(
@@ -401,84 +383,87 @@ impl Communicator for MpiComm {
     }
 }
 
-/// The collectives MPI has a call for; the others run their host
-/// algorithm over MPI's point-to-point calls.
-const MPI_CALLS: [Collective; 7] = [
-    Collective::AllReduce,
-    Collective::AllGather,
-    Collective::ReduceScatter,
-    Collective::Broadcast,
-    Collective::Reduce,
-    Collective::AllToAll,
-    Collective::SendRecv,
-];
-
-/// MPI's call of each collective in [`MPI_CALLS`], with NCCL's buffer
-/// conventions.
 impl MpiComm {
-    fn all_reduce_call(&mut self, io: Io<'_, HostBuffer>, args: CollArgs) -> CommResult<()> {
-        let CollArgs { dtype, op, .. } = args;
-        let (mpi_op, n, bytes) = reducing(&args)?;
-        let avg_target = if op == ReduceOp::Avg { Some(()) } else { None };
-        let (s, r) = self.io_ptrs(io, bytes, bytes, 0)?;
-        let comm = self.comm;
+    /// The (send, recv) pointers of a call of `coll`, its buffers checked
+    /// against the collective's byte rule.
+    fn coll_ptrs(
+        &mut self,
+        coll: Collective,
+        io: Io<'_, HostBuffer>,
+        a: &CollArgs,
+    ) -> CommResult<(*const c_void, *mut c_void)> {
+        let send = nbytes(a.count, coll.send_blocks(self.world), a.dtype)?;
+        let recv = nbytes(a.count, coll.recv_blocks(self.world), a.dtype)?;
+        let input_at = coll.in_place_input(a.count, self.rank) * a.dtype.size();
+        self.io_ptrs(io, send, recv, input_at)
+    }
+
+    /// MPI's sum made NCCL's `Avg`: divides the `bytes` at `r` by the world.
+    ///
+    /// # Safety
+    /// `r` covers `bytes` bytes of a receive buffer borrowed mutably.
+    unsafe fn finish_avg_at(&self, r: *mut u8, bytes: usize, dtype: DType) {
+        let out = std::slice::from_raw_parts_mut(r, bytes);
+        super::finish_avg(out, dtype, self.world);
+    }
+}
+
+/// MPI's call of each collective it has, with NCCL's buffer conventions.
+impl LibraryCalls for MpiComm {
+    fn all_reduce_call(&mut self, io: Io<'_, HostBuffer>, a: CollArgs) -> CommResult<()> {
+        let (mpi_op, n, bytes) = reducing(&a)?;
+        let (s, r) = self.coll_ptrs(Collective::AllReduce, io, &a)?;
+        let (comm, dt) = (self.comm, datatype(a.dtype));
         // SAFETY: both pointers cover `bytes` bytes (checked in io_ptrs).
         self.call("MPI_Allreduce", || unsafe {
-            ffi::MPI_Allreduce(s, r, n, datatype(dtype), mpi_op, comm)
+            ffi::MPI_Allreduce(s, r, n, dt, mpi_op, comm)
         })?;
-        if avg_target.is_some() {
+        if a.op == ReduceOp::Avg {
             // SAFETY: r covers `bytes` bytes of the receive buffer, which is borrowed mutably.
-            let out = unsafe { std::slice::from_raw_parts_mut(r as *mut u8, bytes) };
-            super::finish_avg(out, dtype, self.world);
+            unsafe { self.finish_avg_at(r as *mut u8, bytes, a.dtype) };
         }
         Ok(())
     }
 
-    fn all_gather_call(&mut self, io: Io<'_, HostBuffer>, args: CollArgs) -> CommResult<()> {
-        let CollArgs { count, dtype, .. } = args;
-        let n = count_i32(count)?;
-        let bytes = nbytes(count, 1, dtype)?;
-        let (s, r) = self.io_ptrs(io, bytes, bytes * self.world, bytes * self.rank)?;
-        let (comm, dt) = (self.comm, datatype(dtype));
+    fn all_gather_call(&mut self, io: Io<'_, HostBuffer>, a: CollArgs) -> CommResult<()> {
+        let n = count_i32(a.count)?;
+        let (s, r) = self.coll_ptrs(Collective::AllGather, io, &a)?;
+        let (comm, dt) = (self.comm, datatype(a.dtype));
         // SAFETY: sizes checked in io_ptrs.
         self.call("MPI_Allgather", || unsafe {
             ffi::MPI_Allgather(s, n, dt, r, n, dt, comm)
         })
     }
 
-    fn reduce_scatter_call(&mut self, io: Io<'_, HostBuffer>, args: CollArgs) -> CommResult<()> {
-        let CollArgs { dtype, op, .. } = args;
-        let (mpi_op, n, bytes) = reducing(&args)?;
+    fn reduce_scatter_call(&mut self, io: Io<'_, HostBuffer>, a: CollArgs) -> CommResult<()> {
+        let (mpi_op, n, bytes) = reducing(&a)?;
         let in_place = matches!(io, Io::InPlace(_));
-        let (s, r) = self.io_ptrs(io, bytes * self.world, bytes, 0)?;
-        let comm = self.comm;
+        let (s, r) = self.coll_ptrs(Collective::ReduceScatter, io, &a)?;
+        let (comm, dt) = (self.comm, datatype(a.dtype));
         // MPI's in-place reduce_scatter leaves the block at the start of the
         // buffer; NCCL's convention (ours) wants it at rank x count.
         let out_off = if in_place { bytes * self.rank } else { 0 };
         // SAFETY: sizes checked in io_ptrs.
         self.call("MPI_Reduce_scatter_block", || unsafe {
-            ffi::MPI_Reduce_scatter_block(s, r, n, datatype(dtype), mpi_op, comm)
+            ffi::MPI_Reduce_scatter_block(s, r, n, dt, mpi_op, comm)
         })?;
         // SAFETY: r covers world x bytes in place, bytes out of place.
         unsafe {
+            let out = (r as *mut u8).add(out_off);
             if out_off != 0 {
-                std::ptr::copy(r as *const u8, (r as *mut u8).add(out_off), bytes);
+                std::ptr::copy(r as *const u8, out, bytes);
             }
-            if op == ReduceOp::Avg {
-                let out = std::slice::from_raw_parts_mut((r as *mut u8).add(out_off), bytes);
-                super::finish_avg(out, dtype, self.world);
+            if a.op == ReduceOp::Avg {
+                self.finish_avg_at(out, bytes, a.dtype);
             }
         }
         Ok(())
     }
 
-    fn broadcast_call(&mut self, io: Io<'_, HostBuffer>, args: CollArgs) -> CommResult<()> {
-        let CollArgs {
-            count, dtype, root, ..
-        } = args;
-        self.check_rank("root", root)?;
-        let n = count_i32(count)?;
-        let bytes = nbytes(count, 1, dtype)?;
+    fn broadcast_call(&mut self, io: Io<'_, HostBuffer>, a: CollArgs) -> CommResult<()> {
+        self.check_rank("root", a.root)?;
+        let n = count_i32(a.count)?;
+        let bytes = nbytes(a.count, 1, a.dtype)?;
         let buf = match io {
             Io::InPlace(b) => {
                 need(b, bytes, "in-place")?;
@@ -486,7 +471,7 @@ impl MpiComm {
             }
             Io::OutOfPlace { send, recv } => {
                 need(recv, bytes, "recv")?;
-                if self.rank == root {
+                if self.rank == a.root {
                     need(send, bytes, "send")?;
                     recv.bytes_mut()[..bytes].copy_from_slice(&send.bytes()[..bytes]);
                 }
@@ -494,47 +479,41 @@ impl MpiComm {
             }
         };
         let p = buf.bytes_mut().as_mut_ptr() as *mut c_void;
-        let comm = self.comm;
+        let (comm, dt, root) = (self.comm, datatype(a.dtype), a.root as c_int);
         // SAFETY: p covers `bytes` bytes.
         self.call("MPI_Bcast", || unsafe {
-            ffi::MPI_Bcast(p, n, datatype(dtype), root as c_int, comm)
+            ffi::MPI_Bcast(p, n, dt, root, comm)
         })
     }
 
-    fn reduce_call(&mut self, io: Io<'_, HostBuffer>, args: CollArgs) -> CommResult<()> {
-        let CollArgs {
-            dtype, op, root, ..
-        } = args;
-        self.check_rank("root", root)?;
-        let (mpi_op, n, bytes) = reducing(&args)?;
-        let is_root = self.rank == root;
+    fn reduce_call(&mut self, io: Io<'_, HostBuffer>, a: CollArgs) -> CommResult<()> {
+        self.check_rank("root", a.root)?;
+        let (mpi_op, n, bytes) = reducing(&a)?;
+        let is_root = self.rank == a.root;
         let (s, r) = match io {
             // Only the root may pass MPI_IN_PLACE to MPI_Reduce.
             Io::InPlace(b) if !is_root => {
                 need(b, bytes, "in-place")?;
                 (b.bytes().as_ptr() as *const c_void, std::ptr::null_mut())
             }
-            io => self.io_ptrs(io, bytes, bytes, 0)?,
+            io => self.coll_ptrs(Collective::Reduce, io, &a)?,
         };
-        let comm = self.comm;
+        let (comm, dt, root) = (self.comm, datatype(a.dtype), a.root as c_int);
         // SAFETY: sizes checked above.
         self.call("MPI_Reduce", || unsafe {
-            ffi::MPI_Reduce(s, r, n, datatype(dtype), mpi_op, root as c_int, comm)
+            ffi::MPI_Reduce(s, r, n, dt, mpi_op, root, comm)
         })?;
-        if is_root && op == ReduceOp::Avg {
+        if is_root && a.op == ReduceOp::Avg {
             // SAFETY: r covers `bytes` bytes on the root.
-            let out = unsafe { std::slice::from_raw_parts_mut(r as *mut u8, bytes) };
-            super::finish_avg(out, dtype, self.world);
+            unsafe { self.finish_avg_at(r as *mut u8, bytes, a.dtype) };
         }
         Ok(())
     }
 
-    fn all_to_all_call(&mut self, io: Io<'_, HostBuffer>, args: CollArgs) -> CommResult<()> {
-        let CollArgs { count, dtype, .. } = args;
-        let n = count_i32(count)?;
-        let bytes = nbytes(count, self.world, dtype)?;
-        let (s, r) = self.io_ptrs(io, bytes, bytes, 0)?;
-        let (comm, dt) = (self.comm, datatype(dtype));
+    fn all_to_all_call(&mut self, io: Io<'_, HostBuffer>, a: CollArgs) -> CommResult<()> {
+        let n = count_i32(a.count)?;
+        let (s, r) = self.coll_ptrs(Collective::AllToAll, io, &a)?;
+        let (comm, dt) = (self.comm, datatype(a.dtype));
         // SAFETY: sizes checked in io_ptrs.
         self.call("MPI_Alltoall", || unsafe {
             ffi::MPI_Alltoall(s, n, dt, r, n, dt, comm)

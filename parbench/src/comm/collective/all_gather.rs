@@ -2,12 +2,7 @@
 //! every rank in rank order; in place, a rank's input is its block of the
 //! output. nccl-tests' size is the gathered output.
 
-use super::{CostForm, Expect, Spec};
-use crate::comm::algo::{self, Algorithm};
-use crate::comm::host::views;
-use crate::comm::{
-    nbytes, reference, Algo, CollArgs, CommResult, HostBuffer, HostRun, Io, Transport,
-};
+use super::prelude::*;
 
 pub struct AllGather;
 
@@ -47,26 +42,21 @@ impl Spec for AllGather {
     fn expected(&self, x: &Expect<'_>) -> Option<Vec<u8>> {
         Some(reference::all_gather(&super::slices(&x.blocks(0))))
     }
-    fn host<T: Transport>(
-        &self,
-        run: HostRun<'_, T>,
-        io: Io<'_, HostBuffer>,
-        args: CollArgs,
-    ) -> CommResult<()> {
-        let CollArgs { count, dtype, .. } = args;
-        let (world, rank) = (run.t.world(), run.t.rank());
-        let block = nbytes(count, self.send_blocks(world), dtype)?;
-        let total = nbytes(count, self.recv_blocks(world), dtype)?;
-        let (own, buf) = views(io, "all_gather", block, total)?;
+    fn host<T: Transport>(&self, run: HostRun<'_, T>) -> CommResult<()> {
+        let (a, t) = (run.args, run.t);
+        let (world, rank) = (t.world(), t.rank());
+        let block = nbytes(a.count, self.send_blocks(world), a.dtype)?;
+        let total = nbytes(a.count, self.recv_blocks(world), a.dtype)?;
+        let (own, buf) = views(run.io, "all_gather", block, total)?;
         if world == 1 {
             if let Some(own) = own {
                 buf[rank * block..(rank + 1) * block].copy_from_slice(own);
             }
             return Ok(());
         }
-        if count == 0 {
+        if a.count == 0 {
             return Ok(());
         }
-        algo::ring::all_gather(run.t, own, buf, count, dtype.size(), run.deadline)
+        algo::ring::all_gather(t, own, buf, a.count, a.dtype.size(), run.deadline)
     }
 }

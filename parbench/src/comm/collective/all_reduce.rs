@@ -1,13 +1,8 @@
 //! all_reduce: `count` elements in, the same `count` reduced over all ranks
 //! out on every rank. nccl-tests' size is the buffer.
 
-use super::{CostForm, Expect, Spec};
-use crate::comm::algo::{self, Algorithm, AUTO_RD_MAX_BYTES, AUTO_RHD_MAX_BYTES};
-use crate::comm::host::views;
-use crate::comm::{
-    finish_avg, nbytes, reference, Algo, CollArgs, CommResult, HostBuffer, HostRun, Io, ReduceOp,
-    Transport,
-};
+use super::prelude::*;
+use crate::comm::algo::{AUTO_RD_MAX_BYTES, AUTO_RHD_MAX_BYTES};
 
 pub struct AllReduce;
 
@@ -71,45 +66,33 @@ impl Spec for AllReduce {
             x.args.op,
         ))
     }
-    fn host<T: Transport>(
-        &self,
-        run: HostRun<'_, T>,
-        io: Io<'_, HostBuffer>,
-        args: CollArgs,
-    ) -> CommResult<()> {
-        let CollArgs {
-            count, dtype, op, ..
-        } = args;
-        let HostRun {
-            t,
-            scratch,
-            deadline,
-            plan,
-        } = run;
-        let bytes = nbytes(count, 1, dtype)?;
+    fn host<T: Transport>(&self, run: HostRun<'_, T>) -> CommResult<()> {
+        let (a, t, plan) = (run.args, run.t, run.plan);
+        let bytes = nbytes(a.count, 1, a.dtype)?;
         let world = t.world();
         // The ring reads an out-of-place input where it needs it; the other
         // algorithms work in the output buffer, so they start from a copy.
-        let (src, buf) = match views(io, "all_reduce", bytes, bytes)? {
+        let (src, buf) = match views(run.io, "all_reduce", bytes, bytes)? {
             (Some(s), r) if !(plan == Algorithm::Ring && world > 1) => {
                 r.copy_from_slice(s);
                 (None, r)
             }
             v => v,
         };
-        if count == 0 || world == 1 {
+        if a.count == 0 || world == 1 {
             return Ok(());
         }
+        let (dtype, op, deadline) = (a.dtype, a.op, run.deadline);
         match plan {
             Algorithm::RecursiveDoubling => {
-                algo::rd::all_reduce(t, buf, dtype, op, scratch, deadline)
+                algo::rd::all_reduce(t, buf, dtype, op, run.scratch, deadline)
             }
             Algorithm::HalvingDoubling => algo::rhd::all_reduce(t, buf, dtype, op, deadline),
             Algorithm::Tree => {
                 algo::tree::reduce(t, buf, dtype, op, 0, deadline)?;
                 algo::tree::broadcast(t, buf, 0, deadline)
             }
-            _ => algo::ring::all_reduce(t, src, buf, dtype, op, scratch, deadline),
+            _ => algo::ring::all_reduce(t, src, buf, dtype, op, run.scratch, deadline),
         }?;
         if op == ReduceOp::Avg {
             finish_avg(buf, dtype, world);

@@ -1,12 +1,7 @@
 //! all_to_all: block j of `count` elements goes to rank j; block i of the
 //! output comes from rank i. nccl-tests' size is one rank's whole send buffer.
 
-use super::{CostForm, Expect, Spec};
-use crate::comm::algo::{self, Algorithm};
-use crate::comm::host::views;
-use crate::comm::{
-    nbytes, reference, Algo, CollArgs, CommResult, HostBuffer, HostRun, Io, Transport,
-};
+use super::prelude::*;
 
 pub struct AllToAll;
 
@@ -52,37 +47,21 @@ impl Spec for AllToAll {
             0,
         ))
     }
-    fn host<T: Transport>(
-        &self,
-        run: HostRun<'_, T>,
-        io: Io<'_, HostBuffer>,
-        args: CollArgs,
-    ) -> CommResult<()> {
-        let CollArgs { count, dtype, .. } = args;
-        let HostRun {
-            t,
-            scratch,
-            deadline,
-            ..
-        } = run;
+    fn host<T: Transport>(&self, run: HostRun<'_, T>) -> CommResult<()> {
+        let (a, t, deadline) = (run.args, run.t, run.deadline);
         let world = t.world();
-        let block = nbytes(count, 1, dtype)?;
-        let total = nbytes(count, self.send_blocks(world), dtype)?;
-        match views(io, "all_to_all", total, total)? {
-            (None, buf) => {
-                if count == 0 || world == 1 {
-                    return Ok(());
-                }
-                let send = scratch.bytes(total);
+        let block = nbytes(a.count, 1, a.dtype)?;
+        let total = nbytes(a.count, self.send_blocks(world), a.dtype)?;
+        let (send, recv) = match views(run.io, "all_to_all", total, total)? {
+            // In place: send from a copy.
+            (None, buf) if a.count > 0 && world > 1 => {
+                let send = run.scratch.bytes(total);
                 send.copy_from_slice(buf);
-                algo::alltoall::all_to_all(t, send, buf, block, deadline)
+                (&*send, buf)
             }
-            (Some(send), recv) => {
-                if count == 0 {
-                    return Ok(());
-                }
-                algo::alltoall::all_to_all(t, send, recv, block, deadline)
-            }
-        }
+            (Some(send), recv) if a.count > 0 => (send, recv),
+            _ => return Ok(()),
+        };
+        algo::alltoall::all_to_all(t, send, recv, block, deadline)
     }
 }

@@ -1,9 +1,7 @@
 //! broadcast: the root's `count` elements out on every rank. nccl-tests'
 //! size is the buffer.
 
-use super::{CostForm, Expect, Spec};
-use crate::comm::algo::{self, Algorithm};
-use crate::comm::{nbytes, need, Algo, CollArgs, CommResult, HostBuffer, HostRun, Io, Transport};
+use super::prelude::*;
 
 pub struct Broadcast;
 
@@ -40,18 +38,11 @@ impl Spec for Broadcast {
     fn expected(&self, x: &Expect<'_>) -> Option<Vec<u8>> {
         Some(x.block(x.args.root, 0))
     }
-    fn host<T: Transport>(
-        &self,
-        run: HostRun<'_, T>,
-        io: Io<'_, HostBuffer>,
-        args: CollArgs,
-    ) -> CommResult<()> {
-        let CollArgs {
-            count, dtype, root, ..
-        } = args;
-        let is_root = run.t.rank() == root;
-        let bytes = nbytes(count, 1, dtype)?;
-        let buf = match io {
+    fn host<T: Transport>(&self, run: HostRun<'_, T>) -> CommResult<()> {
+        let (a, t) = (run.args, run.t);
+        let is_root = t.rank() == a.root;
+        let bytes = nbytes(a.count, 1, a.dtype)?;
+        let buf = match run.io {
             Io::InPlace(b) => {
                 need(b, bytes, "broadcast")?;
                 &mut b.bytes_mut()[..bytes]
@@ -66,12 +57,12 @@ impl Spec for Broadcast {
                 r
             }
         };
-        if count == 0 || run.t.world() == 1 {
+        if a.count == 0 || t.world() == 1 {
             return Ok(());
         }
         match run.plan {
-            Algorithm::Chain => algo::tree::chain_broadcast(run.t, buf, root, run.deadline),
-            _ => algo::tree::broadcast(run.t, buf, root, run.deadline),
+            Algorithm::Chain => algo::tree::chain_broadcast(t, buf, a.root, run.deadline),
+            _ => algo::tree::broadcast(t, buf, a.root, run.deadline),
         }
     }
 }

@@ -6,12 +6,7 @@
 //! with it over their point-to-point calls), the conformance suite checks
 //! it and the model knows it has no cost form.
 
-use super::{CostForm, Expect, Spec};
-use crate::comm::algo::Algorithm;
-use crate::comm::host::views;
-use crate::comm::{
-    nbytes, reference, Algo, CollArgs, CommResult, HostBuffer, HostRun, Io, RecvInto, Transport,
-};
+use super::prelude::*;
 
 pub struct Gather;
 
@@ -54,27 +49,25 @@ impl Spec for Gather {
     }
     /// Every other rank sends its block to the root, which takes them in
     /// rank order.
-    fn host<T: Transport>(
-        &self,
-        run: HostRun<'_, T>,
-        io: Io<'_, HostBuffer>,
-        args: CollArgs,
-    ) -> CommResult<()> {
-        let (world, rank, root) = (run.t.world(), run.t.rank(), args.root);
-        let block = nbytes(args.count, 1, args.dtype)?;
-        let total = nbytes(args.count, world, args.dtype)?;
-        let (own, buf) = views(io, "gather", block, total)?;
+    /// Every other rank sends its block to the root, which takes them in
+    /// rank order.
+    fn host<T: Transport>(&self, run: HostRun<'_, T>) -> CommResult<()> {
+        let (a, t) = (run.args, run.t);
+        let (world, rank) = (t.world(), t.rank());
+        let block = nbytes(a.count, 1, a.dtype)?;
+        let total = nbytes(a.count, world, a.dtype)?;
+        let (own, buf) = views(run.io, "gather", block, total)?;
         let mine = rank * block..(rank + 1) * block;
-        if rank != root {
+        if rank != a.root {
             let data = own.unwrap_or(&buf[mine]);
-            return run.t.send(root, data, run.deadline);
+            return t.send(a.root, data, run.deadline);
         }
         if let Some(own) = own {
             buf[mine].copy_from_slice(own);
         }
-        for r in (0..world).filter(|&r| r != root) {
+        for r in (0..world).filter(|&r| r != a.root) {
             let into = RecvInto::Copy(&mut buf[r * block..(r + 1) * block]);
-            run.t.recv(r, into, run.deadline)?;
+            t.recv(r, into, run.deadline)?;
         }
         Ok(())
     }
@@ -84,7 +77,7 @@ impl Spec for Gather {
 mod tests {
     use super::*;
     use crate::comm::conformance::{run_suite, Matrix, Mismatch};
-    use crate::comm::{group, local, Collective, Communicator, DType};
+    use crate::comm::{group, local, Collective, Communicator, DType, HostBuffer};
     use std::time::Duration;
 
     const TIMEOUT: Duration = Duration::from_secs(60);

@@ -32,7 +32,7 @@ mod reduce_scatter;
 pub mod sendrecv;
 
 use super::algo::Algorithm;
-use super::{Algo, CollArgs, CommResult, HostBuffer, HostRun, Io, Transport};
+use super::{Algo, CollArgs, CommResult, HostRun, Transport};
 use std::fmt;
 use std::str::FromStr;
 
@@ -136,12 +136,7 @@ pub trait Spec: Sync {
     /// Its host algorithm: checks the buffers (NCCL's layouts, errors
     /// naming the collective and the buffer), moves the bytes over
     /// `run.t` with the algorithm `run.plan` and finishes `Avg`.
-    fn host<T: Transport>(
-        &self,
-        run: HostRun<'_, T>,
-        io: Io<'_, HostBuffer>,
-        args: CollArgs,
-    ) -> CommResult<()>
+    fn host<T: Transport>(&self, run: HostRun<'_, T>) -> CommResult<()>
     where
         Self: Sized;
 }
@@ -172,6 +167,17 @@ impl Expect<'_> {
 /// Borrows each of `v` as a slice (what `comm::reference` takes).
 pub fn slices(v: &[Vec<u8>]) -> Vec<&[u8]> {
     v.iter().map(|b| b.as_slice()).collect()
+}
+
+/// What the files use, in one line each.
+mod prelude {
+    pub(super) use super::{CostForm, Expect, Spec};
+    pub(super) use crate::comm::algo::{self, Algorithm};
+    pub(super) use crate::comm::host::views;
+    pub(super) use crate::comm::{
+        finish_avg, nbytes, need, reference, Algo, CollArgs, CommError, CommResult, Communicator,
+        HostRun, Io, RecvInto, ReduceOp, Transport,
+    };
 }
 
 /// `(n - 1) / n`, 0 for no rank: the share of the data a rank receives in
@@ -244,15 +250,10 @@ macro_rules! registry {
             }
 
             /// Runs this collective's host algorithm ([`Spec::host`]).
-            pub fn run_host<T: Transport>(
-                self,
-                run: HostRun<'_, T>,
-                io: Io<'_, HostBuffer>,
-                args: CollArgs,
-            ) -> CommResult<()> {
+            pub fn run_host<T: Transport>(self, run: HostRun<'_, T>) -> CommResult<()> {
                 match self {
-                    $(Collective::$variant => $file::$spec.host(run, io, args),)*
-                    $(#[cfg(test)] Collective::$t_variant => $t_file::$t_spec.host(run, io, args),)*
+                    $(Collective::$variant => $file::$spec.host(run),)*
+                    $(#[cfg(test)] Collective::$t_variant => $t_file::$t_spec.host(run),)*
                 }
             }
         }

@@ -1,12 +1,7 @@
 //! reduce: `count` elements reduced over all ranks, out on the root only
 //! (other ranks' output is undefined). nccl-tests' size is the buffer.
 
-use super::{CostForm, Expect, Spec};
-use crate::comm::algo::{self, Algorithm};
-use crate::comm::{
-    finish_avg, nbytes, need, reference, Algo, CollArgs, CommResult, HostBuffer, HostRun, Io,
-    ReduceOp, Transport,
-};
+use super::prelude::*;
 
 pub struct Reduce;
 
@@ -44,29 +39,14 @@ impl Spec for Reduce {
         let (dtype, op) = (x.args.dtype, x.args.op);
         (x.rank == x.args.root).then(|| reference::reduce(&super::slices(&inputs), dtype, op))
     }
-    fn host<T: Transport>(
-        &self,
-        run: HostRun<'_, T>,
-        io: Io<'_, HostBuffer>,
-        args: CollArgs,
-    ) -> CommResult<()> {
-        let CollArgs {
-            count,
-            dtype,
-            op,
-            root,
-        } = args;
-        let HostRun {
-            t,
-            scratch,
-            deadline,
-            plan,
-        } = run;
+    fn host<T: Transport>(&self, run: HostRun<'_, T>) -> CommResult<()> {
+        let (a, t, plan, deadline) = (run.args, run.t, run.plan, run.deadline);
+        let (dtype, op, root) = (a.dtype, a.op, a.root);
         let (world, is_root) = (t.world(), t.rank() == root);
-        let bytes = nbytes(count, 1, dtype)?;
+        let bytes = nbytes(a.count, 1, dtype)?;
         // The root accumulates in its result buffer; the others in scratch,
         // so that their buffers are left as they were.
-        let (input, out): (&[u8], Option<&mut [u8]>) = match io {
+        let (input, out): (&[u8], Option<&mut [u8]>) = match run.io {
             Io::InPlace(b) => {
                 need(b, bytes, "reduce")?;
                 if is_root {
@@ -87,25 +67,25 @@ impl Spec for Reduce {
                 }
             }
         };
-        if count == 0 || world == 1 {
+        if a.count == 0 || world == 1 {
             return Ok(());
         }
-        let run = |t: &mut T, acc: &mut [u8]| match plan {
+        let reduce = |t: &mut T, acc: &mut [u8]| match plan {
             Algorithm::Chain => algo::tree::chain_reduce(t, acc, dtype, op, root, deadline),
             _ => algo::tree::reduce(t, acc, dtype, op, root, deadline),
         };
         match out {
             Some(acc) => {
-                run(t, acc)?;
+                reduce(t, acc)?;
                 if op == ReduceOp::Avg {
                     finish_avg(acc, dtype, world);
                 }
                 Ok(())
             }
             None => {
-                let acc = scratch.bytes(bytes);
+                let acc = run.scratch.bytes(bytes);
                 acc.copy_from_slice(input);
-                run(t, acc)
+                reduce(t, acc)
             }
         }
     }

@@ -2,12 +2,7 @@
 //! reduction out on each rank; in place, the result sits at the rank's
 //! block. nccl-tests' size is the whole input.
 
-use super::{CostForm, Expect, Spec};
-use crate::comm::algo::{self, Algorithm};
-use crate::comm::{
-    finish_avg, nbytes, need, reference, Algo, CollArgs, CommResult, HostBuffer, HostRun, Io,
-    ReduceOp, Transport,
-};
+use super::prelude::*;
 
 pub struct ReduceScatter;
 
@@ -63,26 +58,14 @@ impl Spec for ReduceScatter {
             0,
         ))
     }
-    fn host<T: Transport>(
-        &self,
-        run: HostRun<'_, T>,
-        io: Io<'_, HostBuffer>,
-        args: CollArgs,
-    ) -> CommResult<()> {
-        let CollArgs {
-            count, dtype, op, ..
-        } = args;
-        let HostRun {
-            t,
-            scratch,
-            deadline,
-            ..
-        } = run;
+    fn host<T: Transport>(&self, run: HostRun<'_, T>) -> CommResult<()> {
+        let (a, t, deadline) = (run.args, run.t, run.deadline);
+        let (count, dtype, op) = (a.count, a.dtype, a.op);
         let (world, rank) = (t.world(), t.rank());
         let block = nbytes(count, self.recv_blocks(world), dtype)?;
         let total = nbytes(count, self.send_blocks(world), dtype)?;
         let mine = rank * block..(rank + 1) * block;
-        match io {
+        let out = match run.io {
             Io::InPlace(b) => {
                 need(b, total, "reduce_scatter")?;
                 let buf = &mut b.bytes_mut()[..total];
@@ -90,9 +73,7 @@ impl Spec for ReduceScatter {
                     return Ok(());
                 }
                 algo::ring::reduce_scatter(t, buf, count, dtype, op, deadline)?;
-                if op == ReduceOp::Avg {
-                    finish_avg(&mut buf[mine], dtype, world);
-                }
+                &mut buf[mine]
             }
             Io::OutOfPlace { send, recv } => {
                 need(send, total, "reduce_scatter send")?;
@@ -101,11 +82,13 @@ impl Spec for ReduceScatter {
                     return Ok(());
                 }
                 let (send, out) = (&send.bytes()[..total], &mut recv.bytes_mut()[..block]);
+                let scratch = run.scratch;
                 algo::ring::reduce_scatter_out(t, send, out, count, dtype, op, scratch, deadline)?;
-                if op == ReduceOp::Avg {
-                    finish_avg(out, dtype, world);
-                }
+                out
             }
+        };
+        if op == ReduceOp::Avg {
+            finish_avg(out, dtype, world);
         }
         Ok(())
     }

@@ -2,12 +2,7 @@
 //! the next rank and receives as many from the previous one, at once.
 //! nccl-tests' size is the message one rank sends.
 
-use super::{CostForm, Expect, Spec};
-use crate::comm::algo::Algorithm;
-use crate::comm::{
-    nbytes, need, Algo, CollArgs, CommError, CommResult, Communicator, HostBuffer, HostRun, Io,
-    RecvInto, Transport,
-};
+use super::prelude::*;
 
 pub struct SendRecv;
 
@@ -37,27 +32,20 @@ impl Spec for SendRecv {
     }
     /// The previous rank's input.
     fn expected(&self, x: &Expect<'_>) -> Option<Vec<u8>> {
-        let from = (x.rank + x.world - 1) % x.world.max(1);
-        Some(x.block(from, 0))
+        Some(x.block(neighbours(x.rank, x.world.max(1)).1, 0))
     }
     /// One exchange with the next and the previous rank; two buffers only.
-    fn host<T: Transport>(
-        &self,
-        run: HostRun<'_, T>,
-        io: Io<'_, HostBuffer>,
-        args: CollArgs,
-    ) -> CommResult<()> {
-        let Io::OutOfPlace { send, recv } = io else {
+    fn host<T: Transport>(&self, run: HostRun<'_, T>) -> CommResult<()> {
+        let Io::OutOfPlace { send, recv } = run.io else {
             return Err(in_place_refused());
         };
-        let bytes = nbytes(args.count, 1, args.dtype)?;
+        let bytes = nbytes(run.args.count, 1, run.args.dtype)?;
         need(send, bytes, "sendrecv send")?;
         need(recv, bytes, "sendrecv recv")?;
-        let (rank, world) = (run.t.rank(), run.t.world());
-        let (to, from) = ((rank + 1) % world, (rank + world - 1) % world);
-        let data = &send.bytes()[..bytes];
+        let (to, from) = neighbours(run.t.rank(), run.t.world());
         let into = RecvInto::Copy(&mut recv.bytes_mut()[..bytes]);
-        run.t.exchange(to, data, from, into, run.deadline)
+        run.t
+            .exchange(to, &send.bytes()[..bytes], from, into, run.deadline)
     }
 }
 
@@ -71,9 +59,13 @@ pub fn over_send_recv<C: Communicator>(
     let Io::OutOfPlace { send, recv } = io else {
         return Err(in_place_refused());
     };
-    let (rank, world) = (comm.rank(), comm.world());
-    let (to, from) = ((rank + 1) % world, (rank + world - 1) % world);
+    let (to, from) = neighbours(comm.rank(), comm.world());
     comm.send_recv(send, to, recv, from, args.count, args.dtype)
+}
+
+/// The rank `rank` sends to and the one it receives from.
+fn neighbours(rank: usize, world: usize) -> (usize, usize) {
+    ((rank + 1) % world, (rank + world - 1) % world)
 }
 
 fn in_place_refused() -> CommError {

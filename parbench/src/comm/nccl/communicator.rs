@@ -2,9 +2,9 @@
 
 use super::transfer::{addr, nccl_op, nccl_type};
 use super::NcclComm;
+use crate::comm::library::{self, LibraryCalls};
 use crate::comm::{
-    collective, group, Algo, CollArgs, Collective, CommError, CommResult, Communicator, DType, Io,
-    Replay, StreamClock,
+    CollArgs, Collective, CommError, CommResult, Communicator, DType, Io, Replay, StreamClock,
 };
 use crate::gpu::timing::{CapturedLoop, EventTimer};
 use crate::gpu::{self, bandwidth, DeviceBuffer, Gpu, GpuError};
@@ -29,13 +29,8 @@ impl Communicator for NcclComm {
         self.wire.clone()
     }
     fn algo_for(&self, coll: Collective, bytes: usize) -> String {
-        if !NCCL_CALLS.contains(&coll) {
-            // parbench's host algorithm over NCCL's send and receive.
-            return coll
-                .spec()
-                .choose(Algo::Auto, self.world, bytes)
-                .name()
-                .into();
+        if let Some(host) = library::host_algo_for(coll, self.world, bytes) {
+            return host;
         }
         // NCCL's own choice for this size, from its tuning log (written by
         // rank 0 once a call of this size ran); `unknown` until it says.
@@ -67,22 +62,7 @@ impl Communicator for NcclComm {
         io: Io<'_, DeviceBuffer>,
         args: CollArgs,
     ) -> CommResult<()> {
-        // NCCL's own call for each collective it has (see `NCCL_CALLS`).
-        match coll {
-            Collective::AllReduce => self.all_reduce_call(io, args),
-            Collective::AllGather => self.all_gather_call(io, args),
-            Collective::ReduceScatter => self.reduce_scatter_call(io, args),
-            Collective::Broadcast => self.broadcast_call(io, args),
-            Collective::Reduce => self.reduce_call(io, args),
-            Collective::AllToAll => self.all_to_all_call(io, args),
-            Collective::SendRecv => collective::sendrecv::over_send_recv(self, io, args),
-            // A collective registered without an NCCL call: its host
-            // algorithm over NCCL's send and receive, staged through the
-            // host. (Every collective registered today has one, so this
-            // arm serves new ones.)
-            #[allow(unreachable_patterns)]
-            other => group::run_over_point_to_point(self, other, io, args),
-        }
+        library::collective(self, coll, io, args)
     }
 
     fn send(
@@ -268,105 +248,83 @@ impl Communicator for NcclComm {
     }
 }
 
-/// The collectives NCCL has a call for; the others run their host
-/// algorithm over NCCL's point-to-point calls.
-const NCCL_CALLS: [Collective; 7] = [
-    Collective::AllReduce,
-    Collective::AllGather,
-    Collective::ReduceScatter,
-    Collective::Broadcast,
-    Collective::Reduce,
-    Collective::AllToAll,
-    Collective::SendRecv,
-];
-
-/// NCCL's call of each collective in [`NCCL_CALLS`], with NCCL's buffer
-/// conventions.
+/// NCCL's call of each collective it has, with NCCL's buffer conventions.
 impl NcclComm {
-    fn all_reduce_call(&mut self, io: Io<'_, DeviceBuffer>, args: CollArgs) -> CommResult<()> {
-        let CollArgs {
-            count, dtype, op, ..
-        } = args;
+    /// Flushes staged sends, then the (send, recv) device pointers of a
+    /// call of `coll`, checked against the collective's byte rule, with the
+    /// communicator and stream to issue it on.
+    fn coll_ptrs(
+        &mut self,
+        coll: Collective,
+        io: &Io<'_, DeviceBuffer>,
+        a: &CollArgs,
+    ) -> CommResult<(
+        *const c_void,
+        *mut c_void,
+        sys::ncclComm_t,
+        sys::cudaStream_t,
+    )> {
         self.flush()?;
-        let b = count * dtype.size();
-        let (s, r) = self.io_ptrs(&io, b, b, 0, 0)?;
-        let (comm, stream) = (self.comm, self.stream());
+        let (b, world) = (a.count * a.dtype.size(), self.world);
+        let (send, recv) = (b * coll.send_blocks(world), b * coll.recv_blocks(world));
+        let input_at = coll.in_place_input(a.count, self.rank) * a.dtype.size();
+        let output_at = coll.in_place_output(a.count, self.rank) * a.dtype.size();
+        let (s, r) = self.io_ptrs(io, send, recv, input_at, output_at)?;
+        Ok((s, r, self.comm, self.stream()))
+    }
+}
+
+/// NCCL's call of each collective it has, with NCCL's buffer conventions.
+impl LibraryCalls for NcclComm {
+    fn all_reduce_call(&mut self, io: Io<'_, DeviceBuffer>, a: CollArgs) -> CommResult<()> {
+        let (s, r, comm, stream) = self.coll_ptrs(Collective::AllReduce, &io, &a)?;
+        let (t, op) = (nccl_type(a.dtype), nccl_op(a.op));
         // SAFETY: pointers checked to hold `count` elements on this GPU.
         self.call("ncclAllReduce", || unsafe {
-            sys::ncclAllReduce(s, r, count, nccl_type(dtype), nccl_op(op), comm, stream)
+            sys::ncclAllReduce(s, r, a.count, t, op, comm, stream)
         })
     }
 
-    fn all_gather_call(&mut self, io: Io<'_, DeviceBuffer>, args: CollArgs) -> CommResult<()> {
-        let CollArgs { count, dtype, .. } = args;
-        self.flush()?;
-        let b = count * dtype.size();
-        let (s, r) = self.io_ptrs(&io, b, b * self.world, self.rank * b, 0)?;
-        let (comm, stream) = (self.comm, self.stream());
+    fn all_gather_call(&mut self, io: Io<'_, DeviceBuffer>, a: CollArgs) -> CommResult<()> {
+        let (s, r, comm, stream) = self.coll_ptrs(Collective::AllGather, &io, &a)?;
+        let t = nccl_type(a.dtype);
         // SAFETY: as in all_reduce.
         self.call("ncclAllGather", || unsafe {
-            sys::ncclAllGather(s, r, count, nccl_type(dtype), comm, stream)
+            sys::ncclAllGather(s, r, a.count, t, comm, stream)
         })
     }
 
-    fn reduce_scatter_call(&mut self, io: Io<'_, DeviceBuffer>, args: CollArgs) -> CommResult<()> {
-        let CollArgs {
-            count, dtype, op, ..
-        } = args;
-        self.flush()?;
-        let b = count * dtype.size();
-        let (s, r) = self.io_ptrs(&io, b * self.world, b, 0, self.rank * b)?;
-        let (comm, stream) = (self.comm, self.stream());
+    fn reduce_scatter_call(&mut self, io: Io<'_, DeviceBuffer>, a: CollArgs) -> CommResult<()> {
+        let (s, r, comm, stream) = self.coll_ptrs(Collective::ReduceScatter, &io, &a)?;
+        let (t, op) = (nccl_type(a.dtype), nccl_op(a.op));
         // SAFETY: as in all_reduce.
         self.call("ncclReduceScatter", || unsafe {
-            sys::ncclReduceScatter(s, r, count, nccl_type(dtype), nccl_op(op), comm, stream)
+            sys::ncclReduceScatter(s, r, a.count, t, op, comm, stream)
         })
     }
 
-    fn broadcast_call(&mut self, io: Io<'_, DeviceBuffer>, args: CollArgs) -> CommResult<()> {
-        let CollArgs {
-            count, dtype, root, ..
-        } = args;
-        self.check_root(root)?;
-        self.flush()?;
-        let b = count * dtype.size();
-        let (s, r) = self.io_ptrs(&io, b, b, 0, 0)?;
-        let (comm, stream) = (self.comm, self.stream());
+    fn broadcast_call(&mut self, io: Io<'_, DeviceBuffer>, a: CollArgs) -> CommResult<()> {
+        self.check_root(a.root)?;
+        let (s, r, comm, stream) = self.coll_ptrs(Collective::Broadcast, &io, &a)?;
+        let (t, root) = (nccl_type(a.dtype), a.root as i32);
         // SAFETY: as in all_reduce.
         self.call("ncclBroadcast", || unsafe {
-            sys::ncclBroadcast(s, r, count, nccl_type(dtype), root as i32, comm, stream)
+            sys::ncclBroadcast(s, r, a.count, t, root, comm, stream)
         })
     }
 
-    fn reduce_call(&mut self, io: Io<'_, DeviceBuffer>, args: CollArgs) -> CommResult<()> {
-        let CollArgs {
-            count,
-            dtype,
-            op,
-            root,
-        } = args;
-        self.check_root(root)?;
-        self.flush()?;
-        let b = count * dtype.size();
-        let (s, r) = self.io_ptrs(&io, b, b, 0, 0)?;
-        let (comm, stream) = (self.comm, self.stream());
+    fn reduce_call(&mut self, io: Io<'_, DeviceBuffer>, a: CollArgs) -> CommResult<()> {
+        self.check_root(a.root)?;
+        let (s, r, comm, stream) = self.coll_ptrs(Collective::Reduce, &io, &a)?;
+        let (t, op, root) = (nccl_type(a.dtype), nccl_op(a.op), a.root as i32);
         // SAFETY: as in all_reduce.
         self.call("ncclReduce", || unsafe {
-            sys::ncclReduce(
-                s,
-                r,
-                count,
-                nccl_type(dtype),
-                nccl_op(op),
-                root as i32,
-                comm,
-                stream,
-            )
+            sys::ncclReduce(s, r, a.count, t, op, root, comm, stream)
         })
     }
 
-    fn all_to_all_call(&mut self, io: Io<'_, DeviceBuffer>, args: CollArgs) -> CommResult<()> {
-        let CollArgs { count, dtype, .. } = args;
+    fn all_to_all_call(&mut self, io: Io<'_, DeviceBuffer>, a: CollArgs) -> CommResult<()> {
+        let (count, dtype) = (a.count, a.dtype);
         self.flush()?;
         let b = count * dtype.size();
         let total = b * self.world;
