@@ -225,6 +225,28 @@ pub enum Io<'a, B> {
     OutOfPlace { send: &'a B, recv: &'a mut B },
 }
 
+/// The per-collective calls of [`Communicator`]: each is the collective
+/// entry with its arguments (`count` elements of `dtype`, then the
+/// collective's own), so that callers keep their names and no backend
+/// implements them.
+macro_rules! per_collective {
+    ($(
+        $(#[$doc:meta])*
+        $name:ident($count:ident, $dtype:ident $(, $arg:ident: $ty:ty)*) => $coll:ident, $args:expr;
+    )*) => {$(
+        $(#[$doc])*
+        fn $name(
+            &mut self,
+            io: Io<'_, Self::Buffer>,
+            $count: usize,
+            $dtype: DType,
+            $($arg: $ty,)*
+        ) -> CommResult<()> {
+            self.collective(Collective::$coll, io, $args)
+        }
+    )*};
+}
+
 /// Collectives, point-to-point transfers and a barrier among `world()` ranks.
 ///
 /// Every call either completes on every rank or returns an error on every
@@ -268,68 +290,20 @@ pub trait Communicator: Send {
         args: CollArgs,
     ) -> CommResult<()>;
 
-    /// Reduces `count` elements across all ranks into every rank.
-    fn all_reduce(
-        &mut self,
-        io: Io<'_, Self::Buffer>,
-        count: usize,
-        dtype: DType,
-        op: ReduceOp,
-    ) -> CommResult<()> {
-        let args = CollArgs::new(count, dtype).op(op);
-        self.collective(Collective::AllReduce, io, args)
-    }
-    /// Gathers `count` elements from each rank into every rank, in rank order.
-    fn all_gather(
-        &mut self,
-        io: Io<'_, Self::Buffer>,
-        count: usize,
-        dtype: DType,
-    ) -> CommResult<()> {
-        self.collective(Collective::AllGather, io, CollArgs::new(count, dtype))
-    }
-    /// Reduces `count x world` elements and leaves block `rank` on each rank.
-    fn reduce_scatter(
-        &mut self,
-        io: Io<'_, Self::Buffer>,
-        count: usize,
-        dtype: DType,
-        op: ReduceOp,
-    ) -> CommResult<()> {
-        let args = CollArgs::new(count, dtype).op(op);
-        self.collective(Collective::ReduceScatter, io, args)
-    }
-    /// Copies `count` elements from `root` to every rank.
-    fn broadcast(
-        &mut self,
-        io: Io<'_, Self::Buffer>,
-        count: usize,
-        dtype: DType,
-        root: usize,
-    ) -> CommResult<()> {
-        let args = CollArgs::new(count, dtype).root(root);
-        self.collective(Collective::Broadcast, io, args)
-    }
-    /// Reduces `count` elements across all ranks into `root`.
-    fn reduce(
-        &mut self,
-        io: Io<'_, Self::Buffer>,
-        count: usize,
-        dtype: DType,
-        op: ReduceOp,
-        root: usize,
-    ) -> CommResult<()> {
-        let args = CollArgs::new(count, dtype).op(op).root(root);
-        self.collective(Collective::Reduce, io, args)
-    }
-    /// Sends block j of `count` elements to rank j, receiving block i from rank i.
-    fn all_to_all(
-        &mut self,
-        io: Io<'_, Self::Buffer>,
-        count: usize,
-        dtype: DType,
-    ) -> CommResult<()> {
-        self.collective(Collective::AllToAll, io, CollArgs::new(count, dtype))
+    per_collective! {
+        /// Reduces `count` elements across all ranks into every rank.
+        all_reduce(count, dtype, op: ReduceOp) => AllReduce, CollArgs::new(count, dtype).op(op);
+        /// Gathers `count` elements from each rank into every rank, in rank order.
+        all_gather(count, dtype) => AllGather, CollArgs::new(count, dtype);
+        /// Reduces `count x world` elements and leaves block `rank` on each rank.
+        reduce_scatter(count, dtype, op: ReduceOp) => ReduceScatter, CollArgs::new(count, dtype).op(op);
+        /// Copies `count` elements from `root` to every rank.
+        broadcast(count, dtype, root: usize) => Broadcast, CollArgs::new(count, dtype).root(root);
+        /// Reduces `count` elements across all ranks into `root`.
+        reduce(count, dtype, op: ReduceOp, root: usize) => Reduce,
+            CollArgs::new(count, dtype).op(op).root(root);
+        /// Sends block j of `count` elements to rank j, receiving block i from rank i.
+        all_to_all(count, dtype) => AllToAll, CollArgs::new(count, dtype);
     }
 
     /// Sends `count` elements to `peer`. Returns when `buf` may be reused; it

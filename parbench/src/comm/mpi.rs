@@ -32,6 +32,46 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// Runs this process's own binary as an `np`-rank job under `mpirun`
+/// (loopback only), each rank with `args` and the variable `role` set to
+/// `value` (and passed on by `-x`): how a test re-runs itself as the ranks
+/// of an MPI job. `None` when `mpirun` is not installed.
+pub fn rerun_under_mpirun(
+    np: usize,
+    args: &[&str],
+    (role, value): (&str, &str),
+) -> Option<std::io::Result<std::process::Output>> {
+    let probe = std::process::Command::new("mpirun")
+        .arg("--version")
+        .output();
+    if !probe.is_ok_and(|o| o.status.success()) {
+        return None;
+    }
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(e) => return Some(Err(e)),
+    };
+    let np = np.to_string();
+    Some(
+        std::process::Command::new("mpirun")
+            .args([
+                "--allow-run-as-root",
+                "--oversubscribe",
+                "-np",
+                &np,
+                "-x",
+                role,
+            ])
+            .arg(exe)
+            .args(args)
+            .env(role, value)
+            // Loopback only, no network interfaces probed beyond it.
+            .env("OMPI_MCA_btl_tcp_if_include", "lo")
+            .env("OMPI_MCA_oob_tcp_if_include", "lo")
+            .output(),
+    )
+}
+
 /// The MPI communicator: MPI_COMM_WORLD of this process.
 pub struct MpiComm {
     _universe: mpi::environment::Universe,
@@ -147,6 +187,24 @@ impl MpiComm {
         Ok(())
     }
 
+    /// MPI's count and the bytes of a message of `count` elements to or
+    /// from `peer`, after checking the peer and that `buf` (the `what`
+    /// buffer) holds them.
+    fn message(
+        &self,
+        buf: &HostBuffer,
+        count: usize,
+        dtype: DType,
+        peer: usize,
+        what: &str,
+    ) -> CommResult<(c_int, usize)> {
+        self.check_rank("peer", peer)?;
+        let n = count_i32(count)?;
+        let bytes = nbytes(count, 1, dtype)?;
+        need(buf, bytes, what)?;
+        Ok((n, bytes))
+    }
+
     /// (send pointer, recv pointer) for an operation whose in-place form keeps
     /// the input where MPI_IN_PLACE expects it. With an unknown MPI, the input is
     /// staged through `scratch` instead.
@@ -213,6 +271,21 @@ fn reduce_op(dtype: DType, op: ReduceOp) -> CommResult<ffi::MPI_Op> {
         }
     })
 }
+
+/// An MPI call that moves blocks (`MPI_Allgather`, `MPI_Alltoall`: one
+/// signature), with its name.
+struct BlockCall(
+    &'static str,
+    unsafe extern "C" fn(
+        *const c_void,
+        c_int,
+        ffi::MPI_Datatype,
+        *mut c_void,
+        c_int,
+        ffi::MPI_Datatype,
+        ffi::MPI_Comm,
+    ) -> c_int,
+);
 
 /// MPI's operator, the count and the block's bytes of a reducing call.
 fn reducing(args: &CollArgs) -> CommResult<(ffi::MPI_Op, c_int, usize)> {
@@ -283,10 +356,7 @@ impl Communicator for MpiComm {
         dtype: DType,
         peer: usize,
     ) -> CommResult<()> {
-        self.check_rank("peer", peer)?;
-        let n = count_i32(count)?;
-        let bytes = nbytes(count, 1, dtype)?;
-        need(buf, bytes, "send")?;
+        let (n, bytes) = self.message(buf, count, dtype, peer, "send")?;
         // The trait promises that two ranks sending to each other at once do
         // not deadlock, and MPI_Send of a large message waits for the receiver:
         // so the message is copied and sent with MPI_Isend, and completed later
@@ -317,9 +387,7 @@ impl Communicator for MpiComm {
         dtype: DType,
         peer: usize,
     ) -> CommResult<()> {
-        self.check_rank("peer", peer)?;
-        let n = count_i32(count)?;
-        need(buf, nbytes(count, 1, dtype)?, "recv")?;
+        let (n, _) = self.message(buf, count, dtype, peer, "recv")?;
         let p = buf.bytes_mut().as_mut_ptr() as *mut c_void;
         let comm = self.comm;
         // SAFETY: p covers the message.
@@ -398,6 +466,22 @@ impl MpiComm {
         self.io_ptrs(io, send, recv, input_at)
     }
 
+    /// A collective that moves `count`-element blocks with `call` (its
+    /// buffers checked against `coll`'s byte rule).
+    fn blocks_call(
+        &mut self,
+        coll: Collective,
+        io: Io<'_, HostBuffer>,
+        a: CollArgs,
+        call: BlockCall,
+    ) -> CommResult<()> {
+        let n = count_i32(a.count)?;
+        let (s, r) = self.coll_ptrs(coll, io, &a)?;
+        let (comm, dt) = (self.comm, datatype(a.dtype));
+        // SAFETY: sizes checked in io_ptrs.
+        self.call(call.0, || unsafe { (call.1)(s, n, dt, r, n, dt, comm) })
+    }
+
     /// MPI's sum made NCCL's `Avg`: divides the `bytes` at `r` by the world.
     ///
     /// # Safety
@@ -426,13 +510,8 @@ impl LibraryCalls for MpiComm {
     }
 
     fn all_gather_call(&mut self, io: Io<'_, HostBuffer>, a: CollArgs) -> CommResult<()> {
-        let n = count_i32(a.count)?;
-        let (s, r) = self.coll_ptrs(Collective::AllGather, io, &a)?;
-        let (comm, dt) = (self.comm, datatype(a.dtype));
-        // SAFETY: sizes checked in io_ptrs.
-        self.call("MPI_Allgather", || unsafe {
-            ffi::MPI_Allgather(s, n, dt, r, n, dt, comm)
-        })
+        let call = BlockCall("MPI_Allgather", ffi::MPI_Allgather);
+        self.blocks_call(Collective::AllGather, io, a, call)
     }
 
     fn reduce_scatter_call(&mut self, io: Io<'_, HostBuffer>, a: CollArgs) -> CommResult<()> {
@@ -511,13 +590,8 @@ impl LibraryCalls for MpiComm {
     }
 
     fn all_to_all_call(&mut self, io: Io<'_, HostBuffer>, a: CollArgs) -> CommResult<()> {
-        let n = count_i32(a.count)?;
-        let (s, r) = self.coll_ptrs(Collective::AllToAll, io, &a)?;
-        let (comm, dt) = (self.comm, datatype(a.dtype));
-        // SAFETY: sizes checked in io_ptrs.
-        self.call("MPI_Alltoall", || unsafe {
-            ffi::MPI_Alltoall(s, n, dt, r, n, dt, comm)
-        })
+        let call = BlockCall("MPI_Alltoall", ffi::MPI_Alltoall);
+        self.blocks_call(Collective::AllToAll, io, a, call)
     }
 }
 

@@ -104,101 +104,6 @@ mod tests {
         out
     }
 
-    /// A backend whose library has no gather (as NCCL and MPI have none):
-    /// every call is its parent's but the gather, which runs over its
-    /// point-to-point calls as theirs does, or (`skip`, to show the suite
-    /// catches a wrong gather) does nothing.
-    struct WithoutGather<'a, C> {
-        inner: &'a mut C,
-        skip: bool,
-    }
-
-    impl<C: Communicator> Communicator for WithoutGather<'_, C> {
-        type Buffer = C::Buffer;
-        fn rank(&self) -> usize {
-            self.inner.rank()
-        }
-        fn world(&self) -> usize {
-            self.inner.world()
-        }
-        fn backend(&self) -> &'static str {
-            self.inner.backend()
-        }
-        fn wire(&self) -> String {
-            self.inner.wire()
-        }
-        fn algo_for(&self, coll: Collective, bytes: usize) -> String {
-            self.inner.algo_for(coll, bytes)
-        }
-        fn set_timeout(&mut self, timeout: Duration) {
-            self.inner.set_timeout(timeout)
-        }
-        fn timeout(&self) -> Duration {
-            self.inner.timeout()
-        }
-        fn alloc(&self, bytes: usize) -> CommResult<C::Buffer> {
-            self.inner.alloc(bytes)
-        }
-        fn collective(
-            &mut self,
-            coll: Collective,
-            io: Io<'_, C::Buffer>,
-            args: CollArgs,
-        ) -> CommResult<()> {
-            match coll {
-                Collective::Gather if self.skip => Ok(()),
-                Collective::Gather => group::run_over_point_to_point(self, coll, io, args),
-                _ => self.inner.collective(coll, io, args),
-            }
-        }
-        fn send(
-            &mut self,
-            buf: &C::Buffer,
-            count: usize,
-            dtype: DType,
-            peer: usize,
-        ) -> CommResult<()> {
-            self.inner.send(buf, count, dtype, peer)
-        }
-        fn recv(
-            &mut self,
-            buf: &mut C::Buffer,
-            count: usize,
-            dtype: DType,
-            peer: usize,
-        ) -> CommResult<()> {
-            self.inner.recv(buf, count, dtype, peer)
-        }
-        fn send_recv(
-            &mut self,
-            send: &C::Buffer,
-            to: usize,
-            recv: &mut C::Buffer,
-            from: usize,
-            count: usize,
-            dtype: DType,
-        ) -> CommResult<()> {
-            self.inner.send_recv(send, to, recv, from, count, dtype)
-        }
-        fn barrier(&mut self) -> CommResult<()> {
-            self.inner.barrier()
-        }
-    }
-
-    /// The suite on `comm` directly, then over its point-to-point calls.
-    fn both_paths<C>(comm: &mut C) -> CommResult<Vec<Mismatch>>
-    where
-        C: Communicator<Buffer = HostBuffer>,
-    {
-        let mut wrong = run_suite(comm, &matrix())?;
-        let mut without = WithoutGather {
-            inner: comm,
-            skip: false,
-        };
-        wrong.extend(run_suite(&mut without, &matrix())?);
-        Ok(wrong)
-    }
-
     #[test]
     fn a_collective_is_its_file_and_its_registry_line() {
         let g = Collective::Gather;
@@ -220,24 +125,46 @@ mod tests {
     #[test]
     fn gather_passes_the_conformance_suite_on_local() {
         for world in 1..=4 {
-            let p = problems(local::run(world, Algo::Auto, TIMEOUT, both_paths));
+            let p = problems(local::run(world, Algo::Auto, TIMEOUT, |c| {
+                run_suite(c, &matrix())
+            }));
             assert!(p.is_empty(), "world {world}:\n{}", p.join("\n"));
         }
     }
 
-    /// A gather that does nothing fails the suite on the root (whose
-    /// output it leaves as garbage): the suite is not vacuous for it.
+    /// What NCCL and MPI run for a collective their library lacks (the
+    /// host algorithm over the backend's own send and receive, the buffers
+    /// staged), here over local's: the root gathers every rank's input, in
+    /// place and out of place.
     #[test]
-    fn a_gather_that_does_nothing_fails_the_suite() {
-        let p = problems(local::run(3, Algo::Auto, TIMEOUT, |c| {
-            let mut skipping = WithoutGather {
-                inner: c,
-                skip: true,
+    fn gather_runs_over_a_communicators_point_to_point() {
+        let (world, count, root) = (3, 5, 1);
+        let args = CollArgs::new(count, DType::I32).root(root);
+        let input = |r: usize| crate::comm::reference::input(r, count, DType::I32, args.op, 4);
+        let want: Vec<u8> = (0..world).flat_map(input).collect();
+        let results = local::run(world, Algo::Auto, TIMEOUT, |c| {
+            let rank = c.rank();
+            let send = HostBuffer::from_slice::<u8>(&input(rank));
+            let mut recv = HostBuffer::zeroed(want.len());
+            let io = Io::OutOfPlace {
+                send: &send,
+                recv: &mut recv,
             };
-            run_suite(&mut skipping, &matrix())
-        }));
-        assert!(p.iter().any(|l| l.starts_with("rank 0: gather")), "{p:?}");
-        assert!(p.iter().all(|l| !l.contains("failed")), "{p:?}");
+            group::run_over_point_to_point(c, Collective::Gather, io, args)?;
+            let mut one = HostBuffer::zeroed(want.len());
+            one.bytes_mut()[rank * 20..(rank + 1) * 20].copy_from_slice(&input(rank));
+            group::run_over_point_to_point(c, Collective::Gather, Io::InPlace(&mut one), args)?;
+            Ok((rank, recv.bytes().to_vec(), one.bytes().to_vec()))
+        });
+        for r in results {
+            let (rank, out, in_place) = r.expect("rank ran");
+            if rank == root {
+                assert_eq!((&out, &in_place), (&want, &want), "root");
+            } else {
+                // Other ranks' buffers are left as they were.
+                assert!(out.iter().all(|&b| b == 0), "rank {rank}");
+            }
+        }
     }
 
     #[test]
@@ -249,7 +176,7 @@ mod tests {
                 .expect("launch variables")
                 .expect("a rank");
             let mut comm = crate::comm::tcp::comm(&info, Algo::Auto, TIMEOUT).expect("tcp ranks");
-            let wrong = both_paths(&mut comm).expect("suite ran");
+            let wrong = run_suite(&mut comm, &matrix()).expect("suite ran");
             assert!(wrong.is_empty(), "{wrong:?}");
             return;
         }
@@ -279,30 +206,13 @@ mod tests {
             assert!(wrong.is_empty(), "{wrong:?}");
             return;
         }
-        let found = std::process::Command::new("mpirun")
-            .arg("--version")
-            .output();
-        if !found.is_ok_and(|o| o.status.success()) {
-            eprintln!("SKIP {NAME}: mpirun not found (apt-get install openmpi-bin)");
-            return;
-        }
-        let exe = std::env::current_exe().expect("test binary");
+        let args = [NAME, "--exact", "--nocapture", "--test-threads=1"];
         for np in [1, 2, 3] {
-            let out = std::process::Command::new("mpirun")
-                .args([
-                    "--allow-run-as-root",
-                    "--oversubscribe",
-                    "-np",
-                    &np.to_string(),
-                ])
-                .args(["-x", ROLE])
-                .arg(&exe)
-                .args([NAME, "--exact", "--nocapture", "--test-threads=1"])
-                .env(ROLE, "mpi")
-                .env("OMPI_MCA_btl_tcp_if_include", "lo")
-                .env("OMPI_MCA_oob_tcp_if_include", "lo")
-                .output()
-                .expect("mpirun runs");
+            let Some(out) = crate::comm::mpi::rerun_under_mpirun(np, &args, (ROLE, "mpi")) else {
+                eprintln!("SKIP {NAME}: mpirun not found (apt-get install openmpi-bin)");
+                return;
+            };
+            let out = out.expect("mpirun runs");
             assert!(
                 out.status.success(),
                 "mpirun -np {np}: {}\n{}",
