@@ -309,7 +309,8 @@ fn ring_scatter_parts(p: usize, b: f64, first_fresh: bool, last_claimed: bool) -
 
 /// [`Moves`] of `coll` run with `algo` (a name [`terms`] knows; not a
 /// selector) on `p` ranks, `n_bytes`, in or out of place, as parbench's CPU
-/// algorithms run it (`comm/host.rs`, `comm/algo/`). Rings are followed
+/// algorithms run it (`comm/collective/`, `comm/algo/`), by the cost form
+/// the collective's file names for `algo`. Rings are followed
 /// step by step (the default sweep's algorithms from 32 KiB); recursive
 /// doubling and halving, trees, chains and pairwise exchanges are counted
 /// from their textbook terms with the copies they make, sources as fresh
