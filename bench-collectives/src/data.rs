@@ -13,6 +13,7 @@
 
 use parbench::comm::{DType, Element, ReduceOp};
 use parbench::seed::splitmix64;
+use parbench::with_dtype;
 
 /// The inputs of one sweep row: which values rank `r` puts at index `i`.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -70,8 +71,15 @@ impl Inputs {
             .collect()
     }
 
+    /// Rank `rank`'s elements `start..start + len`, as the bytes a buffer holds.
+    pub fn bytes(&self, rank: usize, start: usize, len: usize) -> Vec<u8> {
+        with_dtype!(self.dtype, T => bytemuck::cast_slice(&self.range::<T>(rank, start, len)).to_vec())
+    }
+
     /// Elements `start..start + len` reduced over every rank with `op`
-    /// (`Avg` finished by the division), as any correct reduction gives them.
+    /// (`Avg` finished by the division), as any correct reduction gives
+    /// them: what the tests hold the library's meanings to.
+    #[cfg(test)]
     pub fn reduced<T: Element>(&self, op: ReduceOp, start: usize, len: usize) -> Vec<T> {
         let mut acc = self.range::<T>(0, start, len);
         for r in 1..self.world {

@@ -11,12 +11,12 @@
 
 mod cli;
 mod data;
+mod expected;
 mod json_nccl;
 mod links;
 mod memory;
 mod nccl_flags;
 mod nccl_tests_format;
-mod ops;
 mod print;
 mod reference_line;
 mod run;

@@ -1,14 +1,15 @@
 //! The memory a sweep's flags imply, checked before anything is allocated.
 //!
 //! At its largest size a rank holds, per collective: the send and receive
-//! buffers of the communicator, the host input and the expected output
-//! (each built once as typed values and once as bytes), the read-back
-//! copy and the check's sentinel: at most `3 x send + 4 x recv` bytes
-//! (in place the one buffer is the larger of the two). The host's share is
-//! that times the ranks on this host.
+//! buffers of the communicator, the host input (built once as typed values
+//! and once as bytes), the expected output and, while it is built, one
+//! slice of the collective's meaning (`crate::expected`: at most a send
+//! and a receive buffer), the read-back copy and the check's sentinel: at
+//! most `3 x send + 4 x recv` bytes (in place the one buffer is the larger
+//! of the two). The host's share is that times the ranks on this host.
 
 use crate::cli::SweepConfig;
-use crate::ops::{with_op, CollOp};
+use parbench::comm::{Collective, DType};
 use parbench::limits::{bytes_text, LimitError};
 
 /// Host buffers of one rank at the sweep's largest size, the worst
@@ -20,14 +21,7 @@ pub fn per_rank(cfg: &SweepConfig, world: usize) -> (u128, String) {
     let mut worst = (0u128, String::new());
     for &coll in &cfg.collectives {
         for &dtype in &cfg.dtypes {
-            let (send, recv) = with_op!(coll, O => {
-                let count = O::count_for(largest, dtype, world);
-                let elem = dtype.size() as u128;
-                (
-                    elems(O::send_elems(count.min(1), world), count) * elem,
-                    elems(O::recv_elems(count.min(1), world), count) * elem,
-                )
-            });
+            let (send, recv) = buffer_bytes(coll, largest, dtype, world);
             let need = 3 * send + 4 * recv;
             if need > worst.0 {
                 worst = (
@@ -43,6 +37,17 @@ pub fn per_rank(cfg: &SweepConfig, world: usize) -> (u128, String) {
         }
     }
     worst
+}
+
+/// Bytes of one rank's send and receive buffers of `coll` at nccl-tests
+/// size `size`.
+fn buffer_bytes(coll: Collective, size: u64, dtype: DType, world: usize) -> (u128, u128) {
+    let count = coll.count_for(size, dtype.size(), world);
+    let elem = dtype.size() as u128;
+    (
+        elems(coll.send_elems(count.min(1), world), count) * elem,
+        elems(coll.recv_elems(count.min(1), world), count) * elem,
+    )
 }
 
 /// `per_one` elements for a count of one, scaled to `count` in u128 (the
@@ -81,13 +86,8 @@ pub fn per_gpu(cfg: &SweepConfig, world: usize) -> u128 {
     let mut worst = 0u128;
     for &coll in &cfg.collectives {
         for &dtype in &cfg.dtypes {
-            let need = with_op!(coll, O => {
-                let count = O::count_for(largest, dtype, world);
-                let elem = dtype.size() as u128;
-                (elems(O::send_elems(count.min(1), world), count)
-                    + elems(O::recv_elems(count.min(1), world), count))
-                    * elem
-            });
+            let (send, recv) = buffer_bytes(coll, largest, dtype, world);
+            let need = send + recv;
             worst = worst.max(need);
         }
     }

@@ -3,7 +3,7 @@
 
 use crate::cli::SweepConfig;
 use crate::data::Inputs;
-use crate::ops::{with_op, CollOp};
+use crate::expected::expected;
 use crate::print::{Point, Printer};
 use crate::wire::WireFigures;
 use parbench::comm::{CollArgs, Collective, CommBuffer, CommResult, Communicator, Io, ReduceOp};
@@ -11,7 +11,6 @@ use parbench::measure::noise::{CpuSnapshot, ForeignCpu};
 use parbench::measure::{time_loop, LoopSpec, LoopStats, StragglerTally, StragglerVerdict};
 use parbench::model;
 use parbench::results::{CollectiveRow, SCHEMA_VERSION};
-use parbench::with_dtype;
 
 /// Where a run stands: what it measured and what it found.
 #[derive(Debug, Default)]
@@ -59,14 +58,15 @@ pub fn run_sweep<C: Communicator>(
     // -N: nccl-tests' repeated sweep; every cycle's rows are kept.
     for _cycle in 0..cfg.run_cycles {
         for &coll in &cfg.collectives {
-            with_op!(coll, O => sweep_collective::<C, O>(comm, cfg, ids, wire, printer, &mut outcome))?;
+            sweep_collective(comm, coll, cfg, ids, wire, printer, &mut outcome)?;
         }
     }
     Ok(outcome)
 }
 
-fn sweep_collective<C: Communicator, O: CollOp>(
+fn sweep_collective<C: Communicator>(
     comm: &mut C,
+    coll: Collective,
     cfg: &SweepConfig,
     ids: &RunIds<'_>,
     wire: &WireFigures,
@@ -74,25 +74,25 @@ fn sweep_collective<C: Communicator, O: CollOp>(
     outcome: &mut Outcome,
 ) -> CommResult<()> {
     let world = comm.world();
-    let ops: Vec<Option<ReduceOp>> = if O::COLL.reduces() {
+    let ops: Vec<Option<ReduceOp>> = if coll.reduces() {
         cfg.ops.iter().copied().map(Some).collect()
     } else {
         vec![None]
     };
-    printer.collective_header(O::COLL, world);
+    printer.collective_header(coll, world);
     let noise_start = CpuSnapshot::now();
     for &dtype in &cfg.dtypes {
         for &op in &ops {
             let mut last_count = None;
             for &size in &cfg.sizes {
-                let count = O::count_for(size, dtype, world);
+                let count = coll.count_for(size, dtype.size(), world);
                 // Sizes that round to the same per-rank count are one row.
                 if last_count == Some(count) {
                     continue;
                 }
                 last_count = Some(count);
-                let bytes = O::size_of(count, dtype, world);
-                let algo = comm.algo_for(O::COLL, O::send_elems(count, world) * dtype.size());
+                let bytes = coll.size_of(count, dtype.size(), world);
+                let algo = comm.algo_for(coll, coll.send_elems(count, world) * dtype.size());
                 let mut point = Point {
                     dtype,
                     op,
@@ -103,20 +103,20 @@ fn sweep_collective<C: Communicator, O: CollOp>(
                 let mut measured = [None, None];
                 for (slot, in_place) in [(0, false), (1, true)] {
                     let wanted = if in_place {
-                        cfg.in_place && O::IN_PLACE
+                        cfg.in_place && coll.spec().in_place_form()
                     } else {
                         cfg.out_of_place
                     };
                     if !wanted {
                         continue;
                     }
-                    let stats = measure_one::<C, O>(comm, cfg, &point, in_place)?;
+                    let stats = measure_one(comm, coll, cfg, &point, in_place)?;
                     // Asked again after the calls ran: NCCL's tuning log names its
                     // choice only once a call of this size went through.
-                    point.algo = comm.algo_for(O::COLL, O::send_elems(count, world) * dtype.size());
+                    point.algo = comm.algo_for(coll, coll.send_elems(count, world) * dtype.size());
                     outcome.tally.add(&stats);
                     outcome.wrong += stats.wrong;
-                    let row = make_row::<O>(ids, comm, cfg, wire, &point, in_place, &stats);
+                    let row = make_row(coll, ids, comm, cfg, wire, &point, in_place, &stats);
                     outcome.rows.push(row.clone());
                     outcome.iter_times_us.push(
                         stats
@@ -127,7 +127,7 @@ fn sweep_collective<C: Communicator, O: CollOp>(
                     );
                     measured[slot] = Some(row);
                 }
-                printer.row(O::COLL, &point, cfg.root, &measured, wire);
+                printer.row(coll, &point, cfg.root, &measured, wire);
                 if let Some(keep) = ids.keep {
                     let rows: Vec<CollectiveRow> = measured.iter().flatten().cloned().collect();
                     keep(&rows)?;
@@ -136,7 +136,7 @@ fn sweep_collective<C: Communicator, O: CollOp>(
         }
     }
     let noise = ForeignCpu::across_ranks(comm, noise_start.as_ref())?;
-    outcome.noise.push((O::COLL, noise));
+    outcome.noise.push((coll, noise));
     Ok(())
 }
 
@@ -149,8 +149,9 @@ fn corrupt_rank() -> Option<usize> {
     std::env::var(CORRUPT_ENV).ok()?.trim().parse().ok()
 }
 
-fn measure_one<C: Communicator, O: CollOp>(
+fn measure_one<C: Communicator>(
     comm: &mut C,
+    coll: Collective,
     cfg: &SweepConfig,
     p: &Point,
     in_place: bool,
@@ -164,35 +165,29 @@ fn measure_one<C: Communicator, O: CollOp>(
         op: p.op,
         world,
     };
-    let send_elems = O::send_elems(p.count, world);
-    let recv_elems = O::recv_elems(p.count, world);
-    let (input, expected): (Vec<u8>, Option<Vec<u8>>) = with_dtype!(p.dtype, T => {
-        let input = inputs.range::<T>(rank, 0, send_elems);
-        let expected = O::expected::<T>(&inputs, op, cfg.root, rank, p.count);
-        (
-            bytemuck::cast_slice(&input).to_vec(),
-            expected.map(|e| bytemuck::cast_slice(&e).to_vec()),
-        )
-    });
+    let send_elems = coll.send_elems(p.count, world);
+    let recv_elems = coll.recv_elems(p.count, world);
+    let args = CollArgs::new(p.count, p.dtype).op(op).root(cfg.root);
+    let input = inputs.bytes(rank, 0, send_elems);
+    let expected = expected(coll, &inputs, args, rank);
     let spec = LoopSpec {
         warmup: cfg.warmup,
         iters: cfg.iters,
         delay: cfg.straggler.filter(|(r, _)| *r == rank).map(|(_, d)| d),
         graph: cfg.graph,
     };
-    let args = CollArgs::new(p.count, p.dtype).op(op).root(cfg.root);
-    let call = |c: &mut C, io: Io<'_, C::Buffer>| O::call(c, io, args);
+    let call = |c: &mut C, io: Io<'_, C::Buffer>| c.collective(coll, io, args);
     let mut wrong = 0u64;
     let times = if in_place {
         // One buffer, the input at its place in it.
         let elems = send_elems.max(recv_elems);
         let mut image = vec![0u8; elems * size];
-        let at = O::in_place_input(p.count, rank) * size;
+        let at = coll.in_place_input(p.count, rank) * size;
         image[at..at + input.len()].copy_from_slice(&input);
         let mut buf = comm.alloc(image.len())?;
         buf.write_from_host(&image)?;
         let times = time_loop(comm, &spec, |c| call(c, Io::InPlace(&mut buf)))?;
-        let out_at = O::in_place_output(p.count, rank) * size;
+        let out_at = coll.in_place_output(p.count, rank) * size;
         let mut got = vec![0u8; image.len()];
         for _ in 0..cfg.check {
             buf.write_from_host(&image)?;
@@ -262,7 +257,11 @@ fn count_wrong(got: &mut [u8], expected: &[u8], elem: usize, rank: usize) -> u64
     (differing + missing) as u64
 }
 
-fn make_row<O: CollOp>(
+// A row has that many sources (the run, the rank, the flags, the model,
+// the point, the stats), each borrowed from elsewhere.
+#[allow(clippy::too_many_arguments)]
+fn make_row(
+    coll: Collective,
     ids: &RunIds<'_>,
     comm: &impl Communicator,
     cfg: &SweepConfig,
@@ -282,14 +281,10 @@ fn make_row<O: CollOp>(
         backend: comm.backend().to_string(),
         wire: comm.wire(),
         algo: p.algo.clone(),
-        collective: O::COLL.name().to_string(),
+        collective: coll.name().to_string(),
         dtype: p.dtype.name().to_string(),
         op: p.op.map_or("none", ReduceOp::name).to_string(),
-        root: if O::COLL.rooted() {
-            cfg.root as i64
-        } else {
-            -1
-        },
+        root: if coll.rooted() { cfg.root as i64 } else { -1 },
         world,
         bytes: p.bytes,
         count: p.count as u64,
@@ -301,10 +296,10 @@ fn make_row<O: CollOp>(
         p50_us: s.p50_us,
         p99_us: s.p99_us,
         algbw_gbps: algbw,
-        busbw_gbps: algbw * model::busbw_factor(O::COLL, world),
+        busbw_gbps: algbw * model::busbw_factor(coll, world),
         wrong: s.wrong,
-        model_us: wire.model_us(O::COLL, &algo, world, p.bytes, in_place),
-        ceiling_gbps: wire.ceiling_at(O::COLL, &algo, world, p.bytes, in_place),
+        model_us: wire.model_us(coll, &algo, world, p.bytes, in_place),
+        ceiling_gbps: wire.ceiling_at(coll, &algo, world, p.bytes, in_place),
     }
 }
 

@@ -104,6 +104,11 @@ pub trait Spec: Sync {
         let _ = (count, rank);
         0
     }
+    /// Whether it has an in-place form (one buffer holding the input and
+    /// the output); a collective of two buffers only says `false`.
+    fn in_place_form(&self) -> bool {
+        true
+    }
     /// NCCL's bytes (its tuning log's) of a call that sends `send_bytes` per rank.
     fn nccl_bytes(&self, send_bytes: u64, world: usize) -> u64 {
         let _ = world;

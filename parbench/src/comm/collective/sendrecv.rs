@@ -17,6 +17,10 @@ impl Spec for SendRecv {
     fn nccl_func(&self) -> Option<&'static str> {
         None
     }
+    /// Two buffers only (the communicator's send_recv).
+    fn in_place_form(&self) -> bool {
+        false
+    }
     fn busbw_factor(&self, _world: usize) -> f64 {
         1.0
     }
