@@ -360,6 +360,23 @@ impl<C: Compute> TpBlock<C> {
         self.grads.as_ref()
     }
 
+    /// Parameter gradient `i` ([`Params::all`]'s order), to write a
+    /// reduced gradient back.
+    pub fn param_grad_mut(&mut self, i: usize) -> Option<&mut C::Buf> {
+        let g = self.grads.as_mut()?;
+        Some(match i {
+            0 => &mut g.w_qkv,
+            1 => &mut g.b_qkv,
+            2 => &mut g.w_o,
+            3 => &mut g.b_o,
+            4 => &mut g.w_1,
+            5 => &mut g.b_1,
+            6 => &mut g.w_2,
+            7 => &mut g.b_2,
+            _ => return None,
+        })
+    }
+
     /// One forward pass: attention then MLP, each ending in its collective.
     pub fn forward<M>(&mut self, dev: &C, comm: &mut M, clock: &mut PhaseClock) -> LayerResult<()>
     where
@@ -452,6 +469,37 @@ impl<C: Compute> TpBlock<C> {
         st: &BlockState<C::Buf>,
     ) -> LayerResult<()> {
         weight_grad_pass(&self.dims, self.grads.as_mut(), dev, st, true)?;
+        clock.end_compute(dev)
+    }
+}
+
+impl<C: Compute> TpBlock<C> {
+    /// The collectives of one forward or input-gradient pass alone (two
+    /// gathers where sequence parallelism keeps them, two reductions), on
+    /// `st`'s buffers: what `--work sleep` keeps of a pass, since the
+    /// tensor-parallel traffic stays real when the compute is a sleep.
+    pub fn pass_collectives<M>(
+        &self,
+        dev: &C,
+        comm: &mut M,
+        clock: &mut PhaseClock,
+        st: &mut BlockState<C::Buf>,
+    ) -> LayerResult<()>
+    where
+        M: Communicator<Buffer = C::Buf>,
+    {
+        let Dims { n, nr, h, .. } = self.dims;
+        let io = Coll {
+            tp: self.tp,
+            dtype: self.dtype,
+            full: n * h,
+            local: nr * h,
+        };
+        let a = &mut st.acts;
+        io.gather(dev, comm, clock, &a.x, &mut a.x_g)?;
+        io.reduce(dev, comm, clock, &mut a.z, &mut a.z_s)?;
+        io.gather(dev, comm, clock, &a.y1, &mut a.y1_g)?;
+        io.reduce(dev, comm, clock, &mut a.z2, &mut a.z2_s)?;
         clock.end_compute(dev)
     }
 }
