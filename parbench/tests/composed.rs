@@ -164,7 +164,12 @@ fn every_layout_and_schedule_matches_one_rank_on_the_whole_batch() {
             let cfg = config(d, false, DpReduce::default());
             let out = run_local(shape, &s, &cfg, Work::Compute);
             let what = format!("{shape} {}", s.name);
-            assert_matches(&out, shape, &what, 1e-5);
+            for c in assert_matches(&out, shape, &what, 1e-5) {
+                eprintln!(
+                    "{what}: max rel err {:.2e}, {} of {} values differ",
+                    c.max_rel_err, c.differing, c.values
+                );
+            }
             for o in &out {
                 for st in &o.times {
                     assert!(st.compute_us > 0.0, "{what}");
@@ -250,6 +255,7 @@ fn sleep_work_keeps_tensor_and_data_parallel_traffic() {
     for o in &out {
         assert!(o.check.is_none());
         for st in &o.times {
+            eprintln!("sleep 2x2x2 1f1b: {st:?}");
             assert!(st.tp_comm_us > 0.0 && st.dp_comm_us > 0.0, "{st:?}");
             // 2 F and 2 B of 200 and 400 us each.
             assert!(st.compute_us >= 1200.0, "{st:?}");

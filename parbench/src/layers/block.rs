@@ -200,6 +200,19 @@ struct Ctx<'a, B> {
     params: &'a Params<B>,
 }
 
+impl<B> Ctx<'_, B> {
+    /// The block's collectives at these sizes.
+    fn coll(&self) -> Coll {
+        let Dims { n, nr, h, .. } = self.dims;
+        Coll {
+            tp: self.tp,
+            dtype: self.dtype,
+            full: n * h,
+            local: nr * h,
+        }
+    }
+}
+
 /// A seeded tensor's shard on the device.
 fn shard<C: Compute>(
     dev: &C,
@@ -488,13 +501,7 @@ impl<C: Compute> TpBlock<C> {
     where
         M: Communicator<Buffer = C::Buf>,
     {
-        let Dims { n, nr, h, .. } = self.dims;
-        let io = Coll {
-            tp: self.tp,
-            dtype: self.dtype,
-            full: n * h,
-            local: nr * h,
-        };
+        let io = self.ctx().coll();
         let a = &mut st.acts;
         io.gather(dev, comm, clock, &a.x, &mut a.x_g)?;
         io.reduce(dev, comm, clock, &mut a.z, &mut a.z_s)?;
@@ -644,12 +651,7 @@ where
     let Dims {
         n, nr, h, hl, fl, ..
     } = ctx.dims;
-    let io = Coll {
-        tp: ctx.tp,
-        dtype: ctx.dtype,
-        full: n * h,
-        local: nr * h,
-    };
+    let io = ctx.coll();
     let (a, p) = (&mut st.acts, ctx.params);
 
     io.gather(dev, comm, clock, &a.x, &mut a.x_g)?;
@@ -726,12 +728,7 @@ where
     let Dims {
         n, nr, h, hl, fl, ..
     } = ctx.dims;
-    let io = Coll {
-        tp: ctx.tp,
-        dtype: ctx.dtype,
-        full: n * h,
-        local: nr * h,
-    };
+    let io = ctx.coll();
     let (a, p) = (&st.acts, ctx.params);
     let ga = st.gacts.as_mut().ok_or_else(not_train)?;
 

@@ -326,45 +326,42 @@ fn split_backward_on_a_state_equals_the_combined_backward() {
                 dev.upload(&v, &mut b).unwrap();
                 b
             };
-            let x = upload(ds.x.shard_values(5, tp, rank));
-            let dy = upload(ds.dy.shard_values(5, tp, rank));
-            let mut st = split.new_state(&dev, x).unwrap();
-            split
-                .forward_state(&dev, comm, &mut clock, &mut st)
-                .unwrap();
-            let y = st.take_output(&dev).unwrap();
-            let mut yv = vec![0f32; y.count(DType::F32)];
-            dev.download(&y, &mut yv).unwrap();
-            let mut wy = vec![0f32; yv.len()];
-            dev.download(whole.output(), &mut wy).unwrap();
-            assert_eq!(yv, wy, "tp {tp}: forward output");
-            split
-                .backward_input_state(&dev, comm, &mut clock, &mut st, dy)
-                .unwrap();
-            let zero = grads_of_params(&dev, &split);
+            let download = |b: &crate::comm::HostBuffer| {
+                let mut v = vec![0f32; b.count(DType::F32)];
+                dev.download(b, &mut v).unwrap();
+                v
+            };
+            // One microbatch through the state API, as a stage runs it:
+            // its output, the parameter gradients between the passes, and
+            // its input gradient.
+            let mut microbatch = |split: &mut TpBlock<CpuCompute>| {
+                let x = upload(ds.x.shard_values(5, tp, rank));
+                let dy = upload(ds.dy.shard_values(5, tp, rank));
+                let mut st = split.new_state(&dev, x).unwrap();
+                split
+                    .forward_state(&dev, comm, &mut clock, &mut st)
+                    .unwrap();
+                let y = download(&st.take_output(&dev).unwrap());
+                split
+                    .backward_input_state(&dev, comm, &mut clock, &mut st, dy)
+                    .unwrap();
+                let between = grads_of_params(&dev, split);
+                let dx = download(&st.take_input_grad(&dev).unwrap());
+                split.backward_weight_state(&dev, &mut clock, &st).unwrap();
+                (y, between, dx)
+            };
+            let (y, between, dx) = microbatch(&mut split);
+            assert_eq!(&y, &download(whole.output()), "tp {tp}: forward output");
             assert!(
-                zero.iter().flatten().all(|&v| v == 0.0),
+                between.iter().flatten().all(|&v| v == 0.0),
                 "tp {tp}: the input pass touched a weight gradient"
             );
-            let dx = st.take_input_grad(&dev).unwrap();
-            split.backward_weight_state(&dev, &mut clock, &st).unwrap();
             let mut got = grads_of_params(&dev, &split);
-            let mut dxv = vec![0f32; dx.count(DType::F32)];
-            dev.download(&dx, &mut dxv).unwrap();
-            got.push(dxv);
+            got.push(dx);
             assert_eq!(got, want, "tp {tp} sp {seq_parallel}");
 
             // A second microbatch (the same one) accumulates: twice the gradients.
-            let x = upload(ds.x.shard_values(5, tp, rank));
-            let dy = upload(ds.dy.shard_values(5, tp, rank));
-            let mut st = split.new_state(&dev, x).unwrap();
-            split
-                .forward_state(&dev, comm, &mut clock, &mut st)
-                .unwrap();
-            split
-                .backward_input_state(&dev, comm, &mut clock, &mut st, dy)
-                .unwrap();
-            split.backward_weight_state(&dev, &mut clock, &st).unwrap();
+            microbatch(&mut split);
             let twice = grads_of_params(&dev, &split);
             for (t, w) in twice.iter().zip(&want) {
                 let doubled: Vec<f32> = w.iter().map(|v| 2.0 * v).collect();
