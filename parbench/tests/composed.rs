@@ -263,6 +263,26 @@ fn sleep_work_keeps_tensor_and_data_parallel_traffic() {
     }
 }
 
+/// Another rank order (pipeline inside, data outside) and a schedule read
+/// from PyTorch's compute-only CSV, with split I and W passes, run the
+/// same step.
+#[test]
+fn another_order_and_a_csv_schedule_run_the_same_step() {
+    let csv = "0F0,0F1,0I0,0I1,0W0,0W1\n1F0,1I0,1F1,1I1,1W1,1W0\n";
+    let s = parbench::schedule::parse_csv(csv, "test", "split").unwrap();
+    parbench::schedule::validate(&s).unwrap();
+    for order in ["tp-pp-dp", "pp-dp-tp"] {
+        let shape = MeshShape::new(2, 2, 2, order.parse().unwrap()).unwrap();
+        let out = run_local(
+            shape,
+            &s,
+            &config(2, false, DpReduce::default()),
+            Work::Compute,
+        );
+        assert_matches(&out, shape, &format!("{order} csv"), 1e-5);
+    }
+}
+
 #[test]
 fn a_data_group_of_another_size_is_refused() {
     let shape = MeshShape::new(2, 1, 1, Order::MEGATRON).unwrap();
