@@ -5,6 +5,7 @@
 //! generated schedule, on local threads, and dp 2 x tp 2 x pp 2 on tcp
 //! processes.
 
+mod mpi_support;
 mod tcp_support;
 
 use parbench::comm::mesh::{with_mesh, MeshShape, Order};
@@ -339,4 +340,42 @@ fn tcp_dp2_tp2_pp2_matches_one_rank() {
         status.is_ok_and(|s| s.success()),
         "a tcp rank failed the composed check"
     );
+}
+
+/// dp 2 x tp 2 x pp 2 as 8 MPI ranks (`mpirun`; skips without it).
+#[cfg(feature = "mpi")]
+#[test]
+fn mpi_dp2_tp2_pp2_matches_one_rank() {
+    let name = "mpi_dp2_tp2_pp2_matches_one_rank";
+    let shape = MeshShape::new(2, 2, 2, Order::MEGATRON).unwrap();
+    let s = generate(ScheduleKind::ZbH1, 2, 2, 1).unwrap();
+    let reduce = DpReduce {
+        bucket_bytes: 4096,
+        overlap: true,
+        dist_opt: true,
+    };
+    if mpi_support::is_rank(name) {
+        let mut comm = parbench::comm::mpi::MpiComm::init(TIMEOUT).expect("MPI init");
+        let cfg = config(2, false, reduce);
+        let out = run_rank(
+            &mut comm,
+            shape,
+            &s,
+            &cfg,
+            Work::Compute,
+            TimeBase::Estimated,
+        )
+        .unwrap();
+        if let Some(c) = out.check {
+            assert!(c.max_rel_err <= 1e-5, "{c:?}");
+            assert!(c.values > 0);
+        }
+        return;
+    }
+    if let Some(passed) = mpi_support::run(name, shape.world(), 120) {
+        assert!(
+            passed,
+            "an mpi rank failed the composed check (or passed the deadline)"
+        );
+    }
 }

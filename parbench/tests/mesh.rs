@@ -3,6 +3,7 @@
 //! once, and each group's all-reduce sums exactly its members' values,
 //! with calls on the three groups interleaved.
 
+mod mpi_support;
 mod tcp_support;
 
 use parbench::comm::mesh::{with_mesh, Axis, Mesh, MeshShape, Order};
@@ -108,4 +109,26 @@ fn tcp_mesh_of_eight_processes_reduces_within_each_group() {
         status.is_ok_and(|s| s.success()),
         "a tcp rank failed its mesh checks"
     );
+}
+
+/// The same checks over `MpiComm`: the test re-runs its own binary under
+/// `mpirun -np 8` (Open MPI), each rank splitting the MPI world into the
+/// 2 x 2 x 2 mesh. Skips with a plain message without `mpirun`.
+#[cfg(feature = "mpi")]
+#[test]
+fn mpi_mesh_of_eight_ranks_reduces_within_each_group() {
+    let name = "mpi_mesh_of_eight_ranks_reduces_within_each_group";
+    let shape = MeshShape::new(2, 2, 2, Order::MEGATRON).unwrap();
+    if mpi_support::is_rank(name) {
+        let mut comm = parbench::comm::mpi::MpiComm::init(TIMEOUT).expect("MPI init");
+        let wrong = check_rank(&mut comm, shape).unwrap();
+        assert!(wrong.is_empty(), "{wrong:?}");
+        return;
+    }
+    if let Some(passed) = mpi_support::run(name, shape.world(), 120) {
+        assert!(
+            passed,
+            "an mpi rank failed its mesh checks (or passed the deadline)"
+        );
+    }
 }
