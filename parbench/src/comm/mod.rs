@@ -30,6 +30,7 @@ mod error;
 pub mod group;
 mod host;
 pub mod local;
+pub mod mesh;
 #[cfg(feature = "mpi")]
 pub mod mpi;
 #[cfg(feature = "cuda")]

@@ -46,7 +46,7 @@ impl ActionTiming {
 /// gradients): a larger count is a malformed peer, not an allocation.
 pub(super) const MAX_RECORD_VALUES: usize = 1 << 31;
 
-pub(super) fn send_f64s<Cm: Communicator>(
+pub(crate) fn send_f64s<Cm: Communicator>(
     comm: &mut Cm,
     data: &[f64],
     to: usize,
@@ -63,7 +63,7 @@ pub(super) fn send_f64s<Cm: Communicator>(
     Ok(())
 }
 
-pub(super) fn recv_f64s<Cm: Communicator>(
+pub(crate) fn recv_f64s<Cm: Communicator>(
     comm: &mut Cm,
     from: usize,
 ) -> Result<Vec<f64>, PipelineError> {
