@@ -11,7 +11,8 @@ use parbench::launch::ranks::{self, Ended, JobFault, RankBody, RankComm, Ranks};
 use parbench::launch::{self, RankInfo};
 use parbench::limits::bytes_text;
 use parbench::measure::clock_sync::TimeBase;
-use parbench::pipeline::run_rank;
+use parbench::comm::mesh::MeshShape;
+use parbench::pipeline::{run_composed, run_rank, ComposedConfig, ComposedRecord};
 use parbench::results::{self, PipelineRow};
 use std::sync::Mutex;
 
@@ -35,8 +36,17 @@ fn preflight(
             .map_err(|e| Refused(format!("--out {e}")))?;
     }
     for run in &plan.runs {
-        let per_rank = run.cfg.memory_bytes_per_rank();
-        let need = host(&per_rank) + run.cfg.reference_bytes();
+        let (per_rank, reference) = match &plan.composed {
+            None => (run.cfg.memory_bytes_per_rank(), run.cfg.reference_bytes()),
+            // Every pipeline of the mesh holds the same shares.
+            Some(c) => {
+                let one = c.memory_bytes_per_rank(&run.cfg.schedule);
+                let replicas = c.dp * c.tp;
+                let all: Vec<u128> = (0..replicas).flat_map(|_| one.iter().copied()).collect();
+                (all, c.reference_bytes(&run.cfg.schedule))
+            }
+        };
+        let need = host(&per_rank) + reference;
         parbench::limits::check_host_memory(
             need,
             "--hidden/--microbatch-size/--microbatches/--layers-per-stage",
@@ -140,6 +150,41 @@ where
     Ok(())
 }
 
+/// What each rank of a composed run runs: every planned run in order, each
+/// a composed step over the world (its stages compute on the CPU: the
+/// mesh's groups move host buffers); world rank 0 hands each record to
+/// `record`.
+fn composed_main<Cm: Communicator>(
+    comm: &mut Cm,
+    threads: usize,
+    plan: &PipelineJob,
+    job: &crate::cli::ComposedJob,
+    base: TimeBase,
+    mut record: impl FnMut(&crate::cli::RunPlan, &str, &ComposedRecord) -> Result<()>,
+) -> Result<(), CommError> {
+    let rank = comm.rank();
+    let cpu = CpuCompute::new(DType::F32, threads)
+        .map_err(|e| CommError::Device(format!("rank {rank}: {e}")))?;
+    for run in &plan.runs {
+        let mesh = MeshShape::new(job.dp, job.tp, run.cfg.schedule.ranks(), job.order)
+            .map_err(CommError::InvalidArgument)?;
+        let cfg = ComposedConfig {
+            mesh,
+            stages: job.stages.clone(),
+            pipeline: run.cfg.clone(),
+            check: job.check,
+            algo: Algo::Auto,
+        };
+        let rec = run_composed(comm, &cpu, &cfg, base).map_err(|e| e.into_comm(rank))?;
+        if let Some(rec) = rec {
+            let wire = comm.wire();
+            record(run, &wire, &rec)
+                .map_err(|e| CommError::Setup(format!("rank {rank}: {e:#}")))?;
+        }
+    }
+    Ok(())
+}
+
 /// The stage ranks as the launcher runs them: each computes on the device
 /// beside its communicator; rank 0 starts the records once its
 /// communicator is up (a failed start records nothing) and keeps each run.
@@ -174,16 +219,26 @@ impl RankBody for Stages<'_> {
                 *r = Some(started);
             }
         }
-        rank_main(
-            comm,
-            &dev,
-            self.plan,
-            self.base,
-            |run, wire, rec| match self.recorder.lock().map_err(|_| poisoned())?.as_mut() {
-                Some(r) => r.record(run, wire, rec),
-                None => Ok(()),
-            },
-        )
+        let recorder = || self.recorder.lock().map_err(|_| poisoned());
+        match &self.plan.composed {
+            None => rank_main(comm, &dev, self.plan, self.base, |run, wire, rec| {
+                match recorder()?.as_mut() {
+                    Some(r) => r.record(run, wire, rec, None),
+                    None => Ok(()),
+                }
+            }),
+            Some(job) => composed_main(
+                comm,
+                self.threads,
+                self.plan,
+                job,
+                self.base,
+                |run, wire, rec| match recorder()?.as_mut() {
+                    Some(r) => r.record(run, wire, &rec.record, Some((job, rec))),
+                    None => Ok(()),
+                },
+            ),
+        }
     }
 }
 

@@ -7,6 +7,7 @@
 //! with the offending actions in brackets and exits with code 2.
 
 mod cli;
+mod composed_out;
 mod launch;
 mod output;
 

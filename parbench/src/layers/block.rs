@@ -15,12 +15,16 @@ use crate::comm::{Communicator, DType, Io, ReduceOp};
 use crate::compute::{Compute, Gemm};
 use std::time::{Duration, Instant};
 
-/// Splits the wall time of a block call into compute and communication.
-#[derive(Clone, Copy, Debug)]
+/// Splits the wall time of a block call into compute and communication,
+/// and keeps where each communication phase lay (for a trace).
+#[derive(Clone, Debug)]
 pub struct PhaseClock {
     compute: Duration,
     comm: Duration,
     mark: Instant,
+    born: Instant,
+    /// Each communication phase: (start, end) since the clock began.
+    spans: Vec<(Duration, Duration)>,
 }
 
 impl Default for PhaseClock {
@@ -32,11 +36,19 @@ impl Default for PhaseClock {
 impl PhaseClock {
     /// A clock that starts counting compute now.
     pub fn new() -> Self {
+        let now = Instant::now();
         PhaseClock {
             compute: Duration::ZERO,
             comm: Duration::ZERO,
-            mark: Instant::now(),
+            mark: now,
+            born: now,
+            spans: Vec::new(),
         }
+    }
+
+    /// Each communication phase, (start, end) since the clock began.
+    pub fn comm_spans(&self) -> &[(Duration, Duration)] {
+        &self.spans
     }
 
     /// Time charged to compute so far.
@@ -63,6 +75,8 @@ impl PhaseClock {
         comm.sync()?;
         let now = Instant::now();
         self.comm += now - self.mark;
+        self.spans
+            .push((self.mark - self.born, now - self.born));
         self.mark = now;
         Ok(())
     }

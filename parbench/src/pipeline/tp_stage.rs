@@ -161,6 +161,28 @@ impl StageStepTimes {
     }
 }
 
+/// Which group a communication span ran on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SpanGroup {
+    /// A tensor-parallel collective inside a pass.
+    Tp,
+    /// A data-parallel bucket's reduction.
+    Dp,
+}
+
+/// One communication phase of one step on one rank, placed against the
+/// action it ran in (or after, for a bucket): its start counted from that
+/// action's work start on the rank's own clock, so that a trace can put it
+/// on whatever base the action's times are moved to.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CommSpan {
+    pub group: SpanGroup,
+    /// The action's place in the rank's list for the step.
+    pub action: usize,
+    pub offset_us: f64,
+    pub dur_us: f64,
+}
+
 /// This rank's stages of the composed model, over its tensor group `tp`
 /// and data group `dp` (the pipeline group is the executor's).
 pub struct TpStages<'g, C: Compute, T, D> {
@@ -187,6 +209,11 @@ pub struct TpStages<'g, C: Compute, T, D> {
     step: StageStepTimes,
     /// Every step's times (warm-up steps first).
     pub times: Vec<StageStepTimes>,
+    /// Host time the current action's work began.
+    action_start_us: f64,
+    step_spans: Vec<CommSpan>,
+    /// Every step's communication spans (warm-up steps first).
+    pub spans: Vec<Vec<CommSpan>>,
 }
 
 /// One parameter gradient's place in a bucket.
@@ -254,7 +281,25 @@ where
             scratch,
             step: StageStepTimes::default(),
             times: Vec::new(),
+            action_start_us: host_now_us(),
+            step_spans: Vec::new(),
+            spans: Vec::new(),
         })
+    }
+
+    /// Adds one pass's compute and tensor-parallel time, and its
+    /// collectives' spans (`born`: host time the pass's clock began).
+    fn charge(&mut self, clock: &PhaseClock, born: f64) {
+        self.step.charge(clock);
+        let at = born - self.action_start_us;
+        let action = self.done;
+        self.step_spans
+            .extend(clock.comm_spans().iter().map(|&(a, b)| CommSpan {
+                group: SpanGroup::Tp,
+                action,
+                offset_us: at + a.as_secs_f64() * 1e6,
+                dur_us: (b - a).as_secs_f64() * 1e6,
+            }));
     }
 
     fn layers(&mut self, stage: usize) -> Result<&mut Vec<TpBlock<C>>, PipelineError> {
@@ -351,6 +396,12 @@ where
                 c.sync()?;
             }
             let took = host_now_us() - start;
+            self.step_spans.push(CommSpan {
+                group: SpanGroup::Dp,
+                action: self.done.saturating_sub(1),
+                offset_us: start - self.action_start_us,
+                dur_us: took,
+            });
             self.step.dp_comm_us += took;
             if exposed {
                 self.step.dp_exposed_us += took;
@@ -532,6 +583,7 @@ where
         self.weight_passes.clear();
         self.done = 0;
         self.step = StageStepTimes::default();
+        self.step_spans.clear();
         Ok(())
     }
 
@@ -542,11 +594,13 @@ where
         mb: usize,
         x: Option<C::Buf>,
     ) -> Result<(C::Buf, Self::Stash), PipelineError> {
+        self.action_start_us = host_now_us();
         let (t, r) = (self.tp.world(), self.tp.rank());
         let mut x = match x {
             Some(x) => x,
             None => seeded_act(c, &self.cfg, t, r, self.global_mb(mb), None)?,
         };
+        let born = host_now_us();
         let mut clock = PhaseClock::new();
         let tp = &mut *self.tp;
         let layers = self.blocks.get(&stage).ok_or_else(|| missing(stage))?;
@@ -558,7 +612,7 @@ where
             x = st.take_output(c).map_err(layer_err)?;
             stash.push(st);
         }
-        self.step.charge(&clock);
+        self.charge(&clock, born);
         Ok((x, stash))
     }
 
@@ -571,12 +625,14 @@ where
         dy: Option<C::Buf>,
         need_dx: bool,
     ) -> Result<Option<C::Buf>, PipelineError> {
+        self.action_start_us = host_now_us();
         let (t, r) = (self.tp.world(), self.tp.rank());
         let scale = 1.0 / self.microbatches as f32;
         let mut dy = match dy {
             Some(g) => g,
             None => seeded_act(c, &self.cfg, t, r, self.global_mb(mb), Some(scale))?,
         };
+        let born = host_now_us();
         let mut clock = PhaseClock::new();
         let tp = &mut *self.tp;
         let layers = self.blocks.get(&stage).ok_or_else(|| missing(stage))?;
@@ -585,7 +641,7 @@ where
                 .map_err(layer_err)?;
             dy = st.take_input_grad(c).map_err(layer_err)?;
         }
-        self.step.charge(&clock);
+        self.charge(&clock, born);
         Ok(need_dx.then_some(dy))
     }
 
@@ -595,13 +651,15 @@ where
         stage: usize,
         stash: Self::Stash,
     ) -> Result<(), PipelineError> {
+        self.action_start_us = host_now_us();
+        let born = host_now_us();
         let mut clock = PhaseClock::new();
         let layers = self.layers(stage)?;
         for (b, st) in layers.iter_mut().zip(&stash).rev() {
             b.backward_weight_state(c, &mut clock, st)
                 .map_err(layer_err)?;
         }
-        self.step.charge(&clock);
+        self.charge(&clock, born);
         Ok(())
     }
 
@@ -610,6 +668,7 @@ where
     }
 
     fn stand_in(&mut self, c: &C, a: Action, d: Duration) -> Result<(), PipelineError> {
+        self.action_start_us = host_now_us();
         let Some(layers) = self.blocks.get(&a.stage) else {
             return Err(missing(a.stage));
         };
@@ -619,6 +678,7 @@ where
             .ok_or_else(|| missing(a.stage))?;
         let per_layer = d / layers.len().max(1) as u32;
         let talks = !matches!(a.kind, ActionKind::W);
+        let born = host_now_us();
         let mut clock = PhaseClock::new();
         for b in layers {
             std::thread::sleep(per_layer);
@@ -628,7 +688,7 @@ where
                     .map_err(layer_err)?;
             }
         }
-        self.step.charge(&clock);
+        self.charge(&clock, born);
         Ok(())
     }
 
@@ -652,6 +712,7 @@ where
             self.reduce_stage(c, st, true)?;
         }
         self.times.push(self.step);
+        self.spans.push(std::mem::take(&mut self.step_spans));
         Ok(())
     }
 }

@@ -8,9 +8,9 @@ use crate::pipeline::PipelineError;
 use crate::schedule::{Action, ActionKind};
 
 impl ActionTiming {
-    pub(super) const FIELDS: usize = 10;
+    pub(crate) const FIELDS: usize = 10;
 
-    pub(super) fn to_f64s(self, out: &mut Vec<f64>) {
+    pub(crate) fn to_f64s(self, out: &mut Vec<f64>) {
         let opt = |v: Option<f64>| v.unwrap_or(f64::NAN);
         out.extend([
             self.action.stage as f64,
@@ -26,7 +26,7 @@ impl ActionTiming {
         ]);
     }
 
-    pub(super) fn from_f64s(v: &[f64]) -> Option<Self> {
+    pub(crate) fn from_f64s(v: &[f64]) -> Option<Self> {
         let kind = *ActionKind::ALL.get(*v.get(1)? as usize)?;
         let opt = |i: usize| v.get(i).copied().filter(|x| !x.is_nan());
         Some(ActionTiming {
