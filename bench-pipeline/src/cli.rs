@@ -1,8 +1,8 @@
 //! Flags, and the list of runs they ask for, each validated before anything runs.
 
 use clap::Parser;
-use parbench::launch::flags::Straggler;
 use parbench::comm::mesh::{MeshShape, Order};
+use parbench::launch::flags::Straggler;
 use parbench::layers::{BlockConfig, BlockShape, Mode};
 use parbench::pipeline::{DpReduce, MlpShape, PipelineConfig, TpStageConfig, Work};
 use parbench::schedule::{self, Schedule, ScheduleKind};
@@ -228,11 +228,9 @@ pub fn plan(args: &Args) -> Result<PipelineJob, String> {
     let hidden = args
         .hidden
         .unwrap_or(if composed { COMPOSED_HIDDEN } else { 256 });
-    let rows = args.microbatch_size.unwrap_or(if composed {
-        COMPOSED_SEQUENCES
-    } else {
-        32
-    });
+    let rows = args
+        .microbatch_size
+        .unwrap_or(if composed { COMPOSED_SEQUENCES } else { 32 });
     for (flag, v) in [
         ("--dp", args.dp),
         ("--tp", args.tp),
@@ -464,7 +462,8 @@ fn block_config(args: &Args, hidden: usize, sequences: usize) -> Result<BlockCon
             return Err(format!("{flag} 0: at least 1"));
         }
     }
-    b.validate(args.tp).map_err(|e| format!("--tp {}: {e}", args.tp))?;
+    b.validate(args.tp)
+        .map_err(|e| format!("--tp {}: {e}", args.tp))?;
     Ok(b)
 }
 

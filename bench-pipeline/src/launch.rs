@@ -3,6 +3,7 @@
 use crate::cli::{Args, PipelineJob};
 use crate::output::Recorder;
 use anyhow::{anyhow, bail, Result};
+use parbench::comm::mesh::MeshShape;
 use parbench::comm::{Algo, CommError, Communicator, DType};
 use parbench::compute::cpu::CpuCompute;
 use parbench::compute::Compute;
@@ -11,7 +12,6 @@ use parbench::launch::ranks::{self, Ended, JobFault, RankBody, RankComm, Ranks};
 use parbench::launch::{self, RankInfo};
 use parbench::limits::bytes_text;
 use parbench::measure::clock_sync::TimeBase;
-use parbench::comm::mesh::MeshShape;
 use parbench::pipeline::{run_composed, run_rank, ComposedConfig, ComposedRecord};
 use parbench::results::{self, PipelineRow};
 use std::sync::Mutex;
@@ -47,9 +47,14 @@ fn preflight(
             }
         };
         let need = host(&per_rank) + reference;
+        let flags = if plan.composed.is_some() {
+            "--dp/--tp/--hidden/--heads/--ffn/--seq/--microbatch-size/--microbatches/--layers-per-stage"
+        } else {
+            "--hidden/--microbatch-size/--microbatches/--layers-per-stage"
+        };
         parbench::limits::check_host_memory(
             need,
-            "--hidden/--microbatch-size/--microbatches/--layers-per-stage",
+            flags,
             &format!(
                 "{} S{} M{}: weights, kept activations and messages of the ranks on this host, {} at most per rank, and the gradient check's reference",
                 run.cfg.schedule.name,
@@ -221,12 +226,16 @@ impl RankBody for Stages<'_> {
         }
         let recorder = || self.recorder.lock().map_err(|_| poisoned());
         match &self.plan.composed {
-            None => rank_main(comm, &dev, self.plan, self.base, |run, wire, rec| {
-                match recorder()?.as_mut() {
+            None => rank_main(
+                comm,
+                &dev,
+                self.plan,
+                self.base,
+                |run, wire, rec| match recorder()?.as_mut() {
                     Some(r) => r.record(run, wire, rec, None),
                     None => Ok(()),
-                }
-            }),
+                },
+            ),
             Some(job) => composed_main(
                 comm,
                 self.threads,

@@ -373,10 +373,7 @@ impl Recorder {
         );
         // Recorded first: a failed check keeps what was measured.
         if !self.failed_checks.is_empty() {
-            anyhow::bail!(
-                "gradient check failed: {}",
-                self.failed_checks.join("; ")
-            );
+            anyhow::bail!("gradient check failed: {}", self.failed_checks.join("; "));
         }
         Ok(())
     }

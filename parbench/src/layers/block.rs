@@ -75,8 +75,7 @@ impl PhaseClock {
         comm.sync()?;
         let now = Instant::now();
         self.comm += now - self.mark;
-        self.spans
-            .push((self.mark - self.born, now - self.born));
+        self.spans.push((self.mark - self.born, now - self.born));
         self.mark = now;
         Ok(())
     }

@@ -352,7 +352,11 @@ where
             .map(|_| once(group))
             .collect::<Result<Vec<f64>, _>>()?;
         let us = median(&mut took).unwrap_or(0.0);
-        let bytes = (if coll == Collective::ReduceScatter { n / p } else { n } * dtype.size()) as u64;
+        let bytes = (if coll == Collective::ReduceScatter {
+            n / p
+        } else {
+            n
+        } * dtype.size()) as u64;
         points.push((bytes, us * 1e-6));
     }
     Ok(Some(WireProbe {

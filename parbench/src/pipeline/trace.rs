@@ -213,8 +213,7 @@ pub fn write_composed_trace(
     rec: &super::ComposedRecord,
     step: usize,
 ) -> Result<(), crate::results::ResultsError> {
-    let bytes =
-        serde_json::to_vec(&composed_trace(title, schedule, rec, step)).unwrap_or_default();
+    let bytes = serde_json::to_vec(&composed_trace(title, schedule, rec, step)).unwrap_or_default();
     crate::results::write_atomic(path, &bytes)
 }
 

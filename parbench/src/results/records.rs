@@ -302,6 +302,9 @@ mod tests {
         assert!(row.wait_us.is_nan() && row.transfer_us.is_nan());
         // Rows before the mesh's columns were plain pipelines.
         assert_eq!((row.dp, row.tp), (1, 1));
-        assert_eq!((row.tp_comm_us, row.dp_comm_us, row.dp_exposed_us), (0.0, 0.0, 0.0));
+        assert_eq!(
+            (row.tp_comm_us, row.dp_comm_us, row.dp_exposed_us),
+            (0.0, 0.0, 0.0)
+        );
     }
 }
