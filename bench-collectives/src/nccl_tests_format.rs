@@ -10,15 +10,7 @@ use parbench::results::CollectiveRow;
 
 /// The nccl-tests binary whose output a collective's block stands for.
 pub fn program_name(coll: Collective) -> &'static str {
-    match coll {
-        Collective::AllReduce => "all_reduce_perf",
-        Collective::AllGather => "all_gather_perf",
-        Collective::ReduceScatter => "reduce_scatter_perf",
-        Collective::Broadcast => "broadcast_perf",
-        Collective::Reduce => "reduce_perf",
-        Collective::AllToAll => "alltoall_perf",
-        Collective::SendRecv => "sendrecv_perf",
-    }
+    coll.spec().nccl_tests_binary()
 }
 
 /// C's `%g` (six significant digits, trailing zeros dropped, an exponent

@@ -114,10 +114,11 @@ fn fit_group(
     // The median iteration: one descheduled iteration moves a mean of 20 by
     // more than any regime does.
     let points: Vec<(u64, f64)> = window.iter().map(|r| (r.bytes, r.p50_us * 1e-6)).collect();
-    let fit = if wire.own_transport && !model::is_selector(&algo) {
+    let model_algo = model::ModelAlgo::of(&algo);
+    let fit = if wire.own_transport && !model_algo.is_selector() {
         fit_on_wire(
             collective,
-            &algo,
+            &model_algo,
             world,
             in_place,
             &wire.model,
@@ -128,9 +129,13 @@ fn fit_group(
         .map_err(|e| e.to_string())
     } else {
         let unit = model::LinkParams::from_gbps_us(1.0, 1.0);
-        let per_call = model::predict(collective, &algo, world, 1, &unit).is_none();
-        let fit_algo = if per_call { "auto" } else { algo.as_str() };
-        model::fit(collective, fit_algo, world, &points)
+        let per_call = model::predict(collective, &model_algo, world, 1, &unit).is_none();
+        let fit_algo = if per_call {
+            model::ModelAlgo::Selector("auto".into())
+        } else {
+            model_algo
+        };
+        model::fit(collective, &fit_algo, world, &points)
             .map(|fit| Fitted::Plain { fit, per_call })
             .map_err(|e| e.to_string())
     };

@@ -273,6 +273,8 @@ fn make_row<O: CollOp>(
     let world = comm.world();
     let secs = s.time_us * 1e-6;
     let algbw = model::busbw::algbw_gbps(p.bytes, secs);
+    // The record keeps the name; the model reads what it means.
+    let algo = model::ModelAlgo::of(&p.algo);
     CollectiveRow {
         schema: SCHEMA_VERSION,
         run_id: ids.run_id.to_string(),
@@ -300,8 +302,8 @@ fn make_row<O: CollOp>(
         algbw_gbps: algbw,
         busbw_gbps: algbw * model::busbw_factor(O::COLL, world),
         wrong: s.wrong,
-        model_us: wire.model_us(O::COLL, &p.algo, world, p.bytes, in_place),
-        ceiling_gbps: wire.ceiling_at(O::COLL, &p.algo, world, p.bytes, in_place),
+        model_us: wire.model_us(O::COLL, &algo, world, p.bytes, in_place),
+        ceiling_gbps: wire.ceiling_at(O::COLL, &algo, world, p.bytes, in_place),
     }
 }
 

@@ -11,7 +11,7 @@ use parbench::measure::placement::Placement;
 use parbench::measure::{self, Ladder, PingPong, Rung};
 use parbench::model::alpha_beta::RING_SLICE_BYTES;
 use parbench::model::wire::{ceiling_for, working_set_bytes, WireModel};
-use parbench::model::{self, LinkParams};
+use parbench::model::{self, LinkParams, ModelAlgo};
 use std::time::Instant;
 
 /// The smallest working set of the ladders: every row below it is held
@@ -77,12 +77,15 @@ impl WireFigures {
     pub fn ceiling_at(
         &self,
         coll: Collective,
-        algo: &str,
+        algo: &ModelAlgo,
         world: usize,
         bytes: u64,
         in_place: bool,
     ) -> f64 {
-        let algo = if self.own_transport { algo } else { "auto" };
+        // A library's own algorithms are not parbench's: a selector, whose
+        // ceiling is the ladder at the call's working set.
+        let library = ModelAlgo::Selector("auto".into());
+        let algo = if self.own_transport { algo } else { &library };
         ceiling_for(&self.ceiling, coll, algo, world, bytes, in_place).unwrap_or(0.0)
     }
 
@@ -90,12 +93,12 @@ impl WireFigures {
     pub fn model_us(
         &self,
         coll: Collective,
-        algo: &str,
+        algo: &ModelAlgo,
         world: usize,
         bytes: u64,
         in_place: bool,
     ) -> f64 {
-        let secs = if self.own_transport && !model::is_selector(algo) {
+        let secs = if self.own_transport && !algo.is_selector() {
             self.model.predict(coll, algo, world, bytes, in_place)
         } else {
             // A library's own algorithms: the textbook forms, with the

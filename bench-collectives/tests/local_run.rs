@@ -259,7 +259,7 @@ fn the_ceiling_ladder_covers_the_sweep_and_each_row_uses_its_working_set() {
         let want = ceiling_for(
             &ladder,
             coll,
-            &r["algo"],
+            &parbench::model::ModelAlgo::of(&r["algo"]),
             r["world"].parse().unwrap(),
             r["bytes"].parse().unwrap(),
             r["in_place"] == "true",

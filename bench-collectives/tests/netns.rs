@@ -19,7 +19,7 @@
 mod common;
 use common::*;
 use parbench::comm::Collective;
-use parbench::model::{predict, LinkParams};
+use parbench::model::{predict, LinkParams, ModelAlgo};
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Mutex;
@@ -184,8 +184,14 @@ fn shaped_all_reduce_reaches_the_link(rate: &str, gbps: f64) {
         BAND * 100.0
     );
     let link = LinkParams::from_gbps_us(gbps, ALPHA_US);
-    let model_us = predict(Collective::AllReduce, &row["algo"], 2, BYTES, &link)
-        .unwrap_or_else(|| panic!("no model for all_reduce algo {}", row["algo"]))
+    let model_us = predict(
+        Collective::AllReduce,
+        &ModelAlgo::of(&row["algo"]),
+        2,
+        BYTES,
+        &link,
+    )
+    .unwrap_or_else(|| panic!("no model for all_reduce algo {}", row["algo"]))
         * 1e6;
     assert!(
         (time_us / model_us - 1.0).abs() <= BAND,

@@ -7,7 +7,7 @@ use parbench::comm::{Collective, Communicator};
 use parbench::compute::Compute;
 use parbench::layers::{run_tp, wire_samples, LayerResult, RunOptions, TpOutcome};
 use parbench::model::fit::{fit_terms, per_call_terms};
-use parbench::model::{terms, AlphaBetaTerms, LinkParams};
+use parbench::model::{terms, AlphaBetaTerms, LinkParams, ModelAlgo};
 
 /// The seed of every weight and input, so runs compare across machines.
 pub const SEED: u64 = 0x5EED_1A7E;
@@ -51,7 +51,7 @@ pub struct TpMeasurement {
 /// The cost structure the model uses for `coll` with the communicator's
 /// algorithm: that algorithm's, or one latency and the busbw factor when the
 /// model does not know it (NCCL's own choice, `auto`).
-fn coll_terms(coll: Collective, algo: &str, p: usize, bytes: u64) -> AlphaBetaTerms {
+fn coll_terms(coll: Collective, algo: &ModelAlgo, p: usize, bytes: u64) -> AlphaBetaTerms {
     terms(coll, algo, p, bytes).unwrap_or_else(|| per_call_terms(coll, p))
 }
 
@@ -78,9 +78,15 @@ where
     let traffic = plan.block.tp_traffic(tp, plan.dtype);
     let bytes = traffic.bytes_per_call();
     let calls = traffic.collectives();
-    let algos: Vec<(Collective, String, u64)> = calls
+    let algos: Vec<(Collective, ModelAlgo, u64)> = calls
         .iter()
-        .map(|&(c, n)| (c, comm.algo_for(c, c.send_bytes(bytes, tp)), n))
+        .map(|&(c, n)| {
+            (
+                c,
+                ModelAlgo::of(&comm.algo_for(c, c.send_bytes(bytes, tp))),
+                n,
+            )
+        })
         .collect();
     let (link, link_source) = if calls.is_empty() {
         (None, LinkSource::None)

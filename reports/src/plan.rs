@@ -11,9 +11,9 @@ use crate::units;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use parbench::model::footprint::Recompute;
-use parbench::model::plan::{self, Costed, LayoutRanking, LossGroup, PlanInput, Wire, WireKind};
+use parbench::model::plan::{Costed, LayoutRanking, LossGroup, PlanInput, Wire, WireKind};
 use parbench::model::presets::Arch;
-use parbench::model::{is_selector, LinkParams, Preset};
+use parbench::model::{LinkParams, Preset};
 use parbench::stats::median_of_finite;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -127,10 +127,17 @@ pub struct PlanFile {
     pub losses: Vec<LossGroup>,
 }
 
+/// The columns of a ranked layout that the text table and the page share,
+/// in order; each adds its token latency (and the text its wires).
+pub const LAYOUT_COLUMNS: [&str; 14] = [
+    "#", "dp", "tp", "pp", "schedule", "b", "M", "tokens/s", "step", "compute", "tp comm",
+    "bubble", "dp comm", "memory",
+];
+
 /// Runs `report plan`.
 pub fn run(a: &PlanArgs) -> Result<()> {
     let (input, file) = prepare(a)?;
-    let plan = plan::plan(&input).map_err(|e| anyhow!("{e}"))?;
+    let plan = predict::rank_layouts(&input).map_err(|e| anyhow!("{e}"))?;
     let file = finish(file, &plan, a.top);
     parbench::out!("{}", render(&file));
     if let Some(path) = &a.json {
@@ -239,17 +246,17 @@ fn fitted_wires(sources: &[Source]) -> (Option<Fitted>, Option<Fitted>) {
             .into_iter()
             .map(|(b, t)| (b, median_of_finite(t)))
             .collect();
-        let Ok(fit) = predict::fit("all_reduce", algo, world, &points) else {
+        let measured = predict::ModelAlgo::of(algo);
+        let Ok(fit) = predict::fit("all_reduce", &measured, world, &points) else {
             continue;
         };
         if fit.gbps.is_none() {
             continue;
         }
-        let projection = if is_selector(algo) { "ring" } else { algo };
         let f = Fitted {
             wire: Wire {
                 link: fit.link,
-                algo: projection.to_string(),
+                algo: predict::planner_algo(&measured),
             },
             from: format!(
                 "fit of all_reduce {backend}/{wire} {algo} np{world} {dtype} in {label} ({} sizes, rms error {})",
@@ -509,24 +516,11 @@ pub fn render(f: &PlanFile) -> String {
             "Best layouts by tokens/s (of {} that fit)\n\n",
             f.fitting
         ));
-        let mut t = Table::new([
-            "#",
-            "dp",
-            "tp",
-            "pp",
-            "schedule",
-            "b",
-            "M",
-            "tokens/s",
-            "step",
-            "compute",
-            "tp comm",
-            "bubble",
-            "dp comm",
-            "memory",
-            "token lat",
-            "wires tp/dp/pp",
-        ]);
+        let mut t = Table::new(
+            LAYOUT_COLUMNS
+                .into_iter()
+                .chain(["token lat", "wires tp/dp/pp"]),
+        );
         for (i, c) in f.top.iter().enumerate() {
             let l = &c.layout;
             let share = |x: f64| format!("{} {}", ms(x), units::percent(x / c.step_s));

@@ -1,15 +1,22 @@
-//! Where `report` asks `parbench::model` for the figures of `report model`
-//! and the capacity page: names from records and flags become the model's
-//! types here. Nothing in `report` computes a formula of its own, but this
-//! is not yet the only file that calls `model`: `plan.rs` builds the
-//! planner's input (and `html/plan.rs` draws its `Costed` layouts),
-//! `html/collectives.rs` fits measured curves (`model::fit`,
-//! `model::wire::fit_on_wire`), `load.rs` rebuilds a run's `WireModel` from
-//! run.json, and `model_cmd.rs` and `html/capacity.rs` name `TpMode`,
-//! `Preset` and `LinkParams` directly.
+//! The one place where `report` asks `parbench::model` for a figure: every
+//! prediction, fit (`fit`, `wire_fit`), closed form and the planner's
+//! ranking (`rank_layouts`) goes through here, and nothing in `report`
+//! computes a formula of its own. Record names become the model's types
+//! here or just before the call (`ModelAlgo::of`, `Collective`'s
+//! `FromStr`).
+//!
+//! Other files only name `model`'s data types, which ask it nothing:
+//! `plan.rs` builds the planner's `PlanInput` and `Wire`s, `html/plan.rs`
+//! draws its `Costed` layouts, `load.rs` fills a run's `WireModel` from
+//! run.json, and `model_cmd.rs` and `html/capacity.rs` hold `TpMode`,
+//! `TpTraffic`, `Preset` and `LinkParams` values.
 
+use parbench::comm::algo::Algorithm;
 use parbench::comm::{Collective, DType};
+use parbench::model::wire::{fit_on_wire, WireFit, WireModel};
 use parbench::model::{self, LinkParams, RingFactor, TpMode, TpTraffic};
+
+pub use parbench::model::ModelAlgo;
 
 pub use parbench::model::presets::PRESETS;
 pub use parbench::model::{NETWORK_REFERENCE_GBPS, NVLINK_REFERENCE_GBPS};
@@ -33,6 +40,7 @@ pub struct Fit {
     /// Bandwidth per link, GB/s; `None` when the sizes were too small to show it.
     pub gbps: Option<f64>,
     pub rms_rel_err: f64,
+    pub max_rel_err: f64,
     pub points: usize,
     /// The fitted link, for predictions on other sizes and rank counts.
     pub link: LinkParams,
@@ -42,7 +50,7 @@ pub struct Fit {
 /// `world` ranks; the error says why no fit exists.
 pub fn fit(
     collective: &str,
-    algo: &str,
+    algo: &ModelAlgo,
     world: usize,
     points: &[(u64, f64)],
 ) -> Result<Fit, String> {
@@ -53,9 +61,17 @@ pub fn fit(
         alpha_us: f.alpha_us(),
         gbps: f.bandwidth_gbps(),
         rms_rel_err: f.rms_rel_err,
+        max_rel_err: f.max_rel_err,
         points: f.points,
         link: f.link(),
     })
+}
+
+/// The planner's layouts for `input`, best first (`model::plan`).
+pub fn rank_layouts(
+    input: &model::plan::PlanInput,
+) -> Result<model::plan::LayoutRanking, model::plan::PlanError> {
+    model::plan::plan(input)
 }
 
 /// A link with only a bandwidth (the reference wires of the worked example).
@@ -63,13 +79,36 @@ pub fn bandwidth_link(gbps: f64) -> LinkParams {
     LinkParams::from_gbps_us(gbps, 0.0)
 }
 
+/// The fit of `(bytes, seconds)` points of a curve of `coll` with `algo`
+/// in the calibrated model's structure on its run's wire (alpha fixed to
+/// the wire's own).
+pub fn wire_fit(
+    coll: Collective,
+    algo: &ModelAlgo,
+    world: usize,
+    in_place: bool,
+    wire: &WireModel,
+    points: &[(u64, f64)],
+) -> Result<WireFit, String> {
+    fit_on_wire(coll, algo, world, in_place, wire, points, true).map_err(|e| e.to_string())
+}
+
 /// The algorithm to project a fitted link with: the measured one, or ring
 /// when the curve was measured with `auto` (whose fit is per call).
-pub fn projection_algo(measured: &str) -> &str {
-    if measured.eq_ignore_ascii_case("auto") {
-        "ring"
+pub fn projection_algo(measured: &ModelAlgo) -> ModelAlgo {
+    match measured {
+        ModelAlgo::Selector(s) if s.eq_ignore_ascii_case("auto") => Algorithm::Ring.into(),
+        other => other.clone(),
+    }
+}
+
+/// The algorithm the planner costs a fitted wire with: the measured one,
+/// or ring for any selector (`auto`, `nccl`, `mpi`), whose fit is per call.
+pub fn planner_algo(measured: &ModelAlgo) -> ModelAlgo {
+    if measured.is_selector() {
+        Algorithm::Ring.into()
     } else {
-        measured
+        measured.clone()
     }
 }
 
@@ -104,7 +143,7 @@ pub fn worked_example() -> (TpTraffic, u64) {
 pub fn comm_us_per_step(
     traffic: &TpTraffic,
     layers: u64,
-    algo: &str,
+    algo: &ModelAlgo,
     link: &LinkParams,
 ) -> Option<f64> {
     traffic

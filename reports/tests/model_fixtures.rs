@@ -9,6 +9,7 @@ mod common;
 use common::*;
 use parbench::comm::Collective;
 use parbench::model::wire::{ceiling_for, fit_on_wire, Ladder, WireModel};
+use parbench::model::ModelAlgo;
 use parbench::results::{read_rows, read_runs, CollectiveRow};
 
 fn wire_of(name: &str) -> (WireModel, Ladder, Vec<CollectiveRow>) {
@@ -40,7 +41,7 @@ fn check(name: &str) -> (usize, usize) {
     for r in &rows {
         let c: Collective = r.collective.parse().unwrap();
         let t = wire
-            .predict(c, &r.algo, r.world, r.bytes, r.in_place)
+            .predict(c, &ModelAlgo::of(&r.algo), r.world, r.bytes, r.in_place)
             .unwrap()
             * 1e6;
         assert!(
@@ -50,7 +51,15 @@ fn check(name: &str) -> (usize, usize) {
             r.bytes,
             r.model_us
         );
-        let g = ceiling_for(&ceiling, c, &r.algo, r.world, r.bytes, r.in_place).unwrap();
+        let g = ceiling_for(
+            &ceiling,
+            c,
+            &ModelAlgo::of(&r.algo),
+            r.world,
+            r.bytes,
+            r.in_place,
+        )
+        .unwrap();
         assert!(
             (g - r.ceiling_gbps).abs() <= 1e-9 * g,
             "{name}: ceiling {g} vs {}",
@@ -75,7 +84,7 @@ fn fit_rms(name: &str) -> f64 {
             .map(|r| (r.bytes, r.p50_us * 1e-6))
             .collect();
         let c: Collective = coll.parse().unwrap();
-        let f = fit_on_wire(c, "ring", 2, false, &wire, &pts, true).unwrap();
+        let f = fit_on_wire(c, &ModelAlgo::of("ring"), 2, false, &wire, &pts, true).unwrap();
         worst = worst.max(f.rms_rel_err);
     }
     worst

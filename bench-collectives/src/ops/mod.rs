@@ -2,8 +2,45 @@
 //! nccl-tests does): how a swept size becomes a per-rank count, the buffer
 //! sizes, where the input and output sit in place, the expected output, and
 //! the call. Sweeping, timing, checking and printing live once, in
-//! `crate::sweep`. Adding an operation means adding a file here and a line
-//! to [`with_op!`].
+//! `crate::sweep`. Each file is one [`coll_op!`]. Adding an operation means
+//! adding a file here and a line to [`with_op!`] (see docs/architecture.md,
+//! "Checklist: add a collective", for the library's side).
+
+/// Writes one collective's [`CollOp`] from what differs: its type, its
+/// `Collective` variant (and `in_place = false` without an in-place form),
+/// the body of `expected` and the body of `call`, each after the names (or
+/// `_`) of its arguments in [`CollOp`]'s order. The signatures live here once.
+macro_rules! coll_op {
+    (
+        $ty:ident: $coll:ident $(, in_place = $in_place:expr)?;
+        expected<$t:ident>($inp:pat, $op:pat, $root:pat, $rank:pat, $count:pat) $expected:block
+        call($c:ident, $io:pat, $n:pat, $dtype:pat, $call_op:pat, $call_root:pat) $call:block
+    ) => {
+        pub struct $ty;
+
+        impl $crate::ops::CollOp for $ty {
+            const COLL: parbench::comm::Collective = parbench::comm::Collective::$coll;
+            $(const IN_PLACE: bool = $in_place;)?
+
+            fn expected<$t: parbench::comm::Element>(
+                $inp: &$crate::data::Inputs,
+                $op: parbench::comm::ReduceOp,
+                $root: usize,
+                $rank: usize,
+                $count: usize,
+            ) -> Option<Vec<$t>> $expected
+
+            fn call<C: parbench::comm::Communicator>(
+                $c: &mut C,
+                $io: parbench::comm::Io<'_, C::Buffer>,
+                $n: usize,
+                $dtype: parbench::comm::DType,
+                $call_op: parbench::comm::ReduceOp,
+                $call_root: usize,
+            ) -> parbench::comm::CommResult<()> $call
+        }
+    };
+}
 
 pub mod all_gather;
 pub mod all_reduce;

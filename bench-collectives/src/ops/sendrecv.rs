@@ -2,37 +2,15 @@
 //! next rank and receives as many from the previous one, at once. The
 //! communicator's send_recv takes two buffers, so there is no in-place form.
 
-use super::CollOp;
-use crate::data::Inputs;
-use parbench::comm::{
-    Collective, CommError, CommResult, Communicator, DType, Element, Io, ReduceOp,
-};
+use parbench::comm::{CommError, Io};
 
-pub struct SendRecv;
-
-impl CollOp for SendRecv {
-    const COLL: Collective = Collective::SendRecv;
-    const IN_PLACE: bool = false;
-
-    fn expected<T: Element>(
-        inp: &Inputs,
-        _: ReduceOp,
-        _: usize,
-        rank: usize,
-        count: usize,
-    ) -> Option<Vec<T>> {
+coll_op! {
+    SendRecv: SendRecv, in_place = false;
+    expected<T>(inp, _, _, rank, count) {
         let from = (rank + inp.world - 1) % inp.world.max(1);
         Some(inp.range(from, 0, count))
     }
-
-    fn call<C: Communicator>(
-        c: &mut C,
-        io: Io<'_, C::Buffer>,
-        count: usize,
-        dtype: DType,
-        _: ReduceOp,
-        _: usize,
-    ) -> CommResult<()> {
+    call(c, io, count, dtype, _, _) {
         let (rank, world) = (c.rank(), c.world());
         match io {
             Io::OutOfPlace { send, recv } => c.send_recv(

@@ -184,7 +184,7 @@ pub(crate) fn nbytes(count: usize, times: usize, dtype: DType) -> CommResult<usi
 }
 
 /// Fails unless `buf` holds at least `bytes` bytes.
-pub(crate) fn need(buf: &HostBuffer, bytes: usize, what: &str) -> CommResult<()> {
+pub(crate) fn need(buf: &HostBuffer, bytes: usize, what: impl std::fmt::Display) -> CommResult<()> {
     if buf.len_bytes() < bytes {
         return Err(CommError::InvalidArgument(format!(
             "{what} buffer holds {} bytes, the operation needs {bytes}",

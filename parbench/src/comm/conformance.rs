@@ -145,23 +145,16 @@ where
     };
     for &count in p2p_counts {
         for &dtype in &m.dtypes {
-            salt += 1;
-            let case = format!("send_recv {dtype} count={count}");
-            if let Some(detail) = check_send_recv(comm, count, dtype, salt)? {
-                out.push(Mismatch {
-                    rank: comm.rank(),
-                    case,
-                    detail,
-                });
-            }
-            salt += 1;
-            let case = format!("send then recv {dtype} count={count}");
-            if let Some(detail) = check_send_then_recv(comm, count, dtype, salt)? {
-                out.push(Mismatch {
-                    rank: comm.rank(),
-                    case,
-                    detail,
-                });
+            for (at_once, what) in [(true, "send_recv"), (false, "send then recv")] {
+                salt += 1;
+                let case = format!("{what} {dtype} count={count}");
+                if let Some(detail) = check_ring_transfer(comm, count, dtype, salt, at_once)? {
+                    out.push(Mismatch {
+                        rank: comm.rank(),
+                        case,
+                        detail,
+                    });
+                }
             }
         }
     }
@@ -404,45 +397,30 @@ fn element<T: super::Element>(bytes: &[u8], i: usize) -> f64 {
         .unwrap_or(f64::NAN)
 }
 
-/// Every rank sends to `rank + 1` and receives from `rank - 1` in one call.
-fn check_send_recv<C>(
+/// Every rank sends to `rank + 1` and receives from `rank - 1`: in one call
+/// (`send_recv`) when `at_once`, else a send and then a receive, so that
+/// every send is outstanding at once, which must not deadlock (two ranks
+/// sending to each other at once when the world is 2).
+fn check_ring_transfer<C>(
     comm: &mut C,
     count: usize,
     dtype: DType,
     salt: usize,
+    at_once: bool,
 ) -> CommResult<Option<String>>
 where
     C: Communicator<Buffer = HostBuffer>,
 {
     let (world, rank) = (comm.world(), comm.rank());
-    let to = (rank + 1) % world;
-    let from = (rank + world - 1) % world;
+    let (to, from) = ((rank + 1) % world, (rank + world - 1) % world);
     let send = buffer(&input(rank, count, dtype, ReduceOp::Sum, salt));
     let mut recv = garbage(count * dtype.size());
-    comm.send_recv(&send, to, &mut recv, from, count, dtype)?;
-    let want = input(from, count, dtype, ReduceOp::Sum, salt);
-    Ok(compare(recv.bytes(), &want, dtype))
-}
-
-/// Every rank sends to `rank + 1`, then receives from `rank - 1`: every send
-/// is outstanding at once, which must not deadlock (two ranks sending to
-/// each other at once when the world is 2).
-fn check_send_then_recv<C>(
-    comm: &mut C,
-    count: usize,
-    dtype: DType,
-    salt: usize,
-) -> CommResult<Option<String>>
-where
-    C: Communicator<Buffer = HostBuffer>,
-{
-    let (world, rank) = (comm.world(), comm.rank());
-    let to = (rank + 1) % world;
-    let from = (rank + world - 1) % world;
-    let send = buffer(&input(rank, count, dtype, ReduceOp::Sum, salt));
-    comm.send(&send, count, dtype, to)?;
-    let mut recv = garbage(count * dtype.size());
-    comm.recv(&mut recv, count, dtype, from)?;
+    if at_once {
+        comm.send_recv(&send, to, &mut recv, from, count, dtype)?;
+    } else {
+        comm.send(&send, count, dtype, to)?;
+        comm.recv(&mut recv, count, dtype, from)?;
+    }
     let want = input(from, count, dtype, ReduceOp::Sum, salt);
     Ok(compare(recv.bytes(), &want, dtype))
 }

@@ -86,6 +86,30 @@ impl<T: Transport> HostComm<T> {
     }
 }
 
+/// The bytes a call works on, checked: in place the one buffer's first
+/// `max(send, recv)` bytes (and no input view); out of place the send
+/// buffer's first `send` bytes and the receive buffer's first `recv`.
+/// Errors name the buffer (`all_gather`, `all_gather send`, `all_gather recv`).
+fn views<'a>(
+    io: Io<'a, HostBuffer>,
+    op: &str,
+    send: usize,
+    recv: usize,
+) -> CommResult<(Option<&'a [u8]>, &'a mut [u8])> {
+    match io {
+        Io::InPlace(b) => {
+            let bytes = send.max(recv);
+            need(b, bytes, op)?;
+            Ok((None, &mut b.bytes_mut()[..bytes]))
+        }
+        Io::OutOfPlace { send: s, recv: r } => {
+            need(s, send, format_args!("{op} send"))?;
+            need(r, recv, format_args!("{op} recv"))?;
+            Ok((Some(&s.bytes()[..send]), &mut r.bytes_mut()[..recv]))
+        }
+    }
+}
+
 impl<T: Transport> Communicator for HostComm<T> {
     type Buffer = HostBuffer;
 
@@ -137,22 +161,12 @@ impl<T: Transport> Communicator for HostComm<T> {
         let plan = self.plan(Collective::AllReduce, bytes);
         // The ring reads an out-of-place input where it needs it; the other
         // algorithms work in the output buffer, so they start from a copy.
-        let (src, buf): (Option<&[u8]>, &mut [u8]) = match io {
-            Io::InPlace(b) => {
-                need(b, bytes, "all_reduce")?;
-                (None, &mut b.bytes_mut()[..bytes])
+        let (src, buf) = match views(io, "all_reduce", bytes, bytes)? {
+            (Some(s), r) if !(plan == Algorithm::Ring && world > 1) => {
+                r.copy_from_slice(s);
+                (None, r)
             }
-            Io::OutOfPlace { send, recv } => {
-                need(send, bytes, "all_reduce send")?;
-                need(recv, bytes, "all_reduce recv")?;
-                let (s, r) = (&send.bytes()[..bytes], &mut recv.bytes_mut()[..bytes]);
-                if plan == Algorithm::Ring && world > 1 {
-                    (Some(s), r)
-                } else {
-                    r.copy_from_slice(s);
-                    (None, r)
-                }
-            }
+            v => v,
         };
         if count == 0 || world == 1 {
             return Ok(());
@@ -179,17 +193,7 @@ impl<T: Transport> Communicator for HostComm<T> {
         let c = Collective::AllGather;
         let block = nbytes(count, c.send_blocks(world), dtype)?;
         let total = nbytes(count, c.recv_blocks(world), dtype)?;
-        let (own, buf): (Option<&[u8]>, &mut [u8]) = match io {
-            Io::InPlace(b) => {
-                need(b, total, "all_gather")?;
-                (None, &mut b.bytes_mut()[..total])
-            }
-            Io::OutOfPlace { send, recv } => {
-                need(send, block, "all_gather send")?;
-                need(recv, total, "all_gather recv")?;
-                (Some(&send.bytes()[..block]), &mut recv.bytes_mut()[..total])
-            }
-        };
+        let (own, buf) = views(io, "all_gather", block, total)?;
         if world == 1 {
             if let Some(own) = own {
                 buf[rank * block..(rank + 1) * block].copy_from_slice(own);
@@ -347,23 +351,18 @@ impl<T: Transport> Communicator for HostComm<T> {
         let world = self.world();
         let block = nbytes(count, 1, dtype)?;
         let total = nbytes(count, Collective::AllToAll.send_blocks(world), dtype)?;
-        match io {
-            Io::InPlace(b) => {
-                need(b, total, "all_to_all")?;
+        match views(io, "all_to_all", total, total)? {
+            (None, buf) => {
                 if count == 0 || world == 1 {
                     return Ok(());
                 }
-                let buf = &mut b.bytes_mut()[..total];
                 self.call("all_to_all", |t, scratch, deadline| {
                     let send = scratch.bytes(total);
                     send.copy_from_slice(buf);
                     algo::alltoall::all_to_all(t, send, buf, block, deadline)
                 })
             }
-            Io::OutOfPlace { send, recv } => {
-                need(send, total, "all_to_all send")?;
-                need(recv, total, "all_to_all recv")?;
-                let (send, recv) = (&send.bytes()[..total], &mut recv.bytes_mut()[..total]);
+            (Some(send), recv) => {
                 if count == 0 {
                     return Ok(());
                 }

@@ -24,6 +24,7 @@
 
 pub mod algo;
 mod buffer;
+pub mod collective;
 pub mod conformance;
 mod dtype;
 mod error;
@@ -41,6 +42,7 @@ pub mod tcp;
 
 pub(crate) use buffer::{nbytes, need};
 pub use buffer::{CommBuffer, HostBuffer, HOST_BUFFER_OFFSET};
+pub use collective::Collective;
 pub use dtype::{finish_avg, reduce_bytes, reduce_typed, DType, Element, ReduceOp};
 pub use error::{CommError, CommResult};
 pub use host::HostComm;
@@ -53,76 +55,19 @@ use std::time::{Duration, Instant};
 /// The default deadline of every wait.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// The operations a communicator offers, as the benches and records name them.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum Collective {
-    AllReduce,
-    AllGather,
-    ReduceScatter,
-    Broadcast,
-    Reduce,
-    AllToAll,
-    SendRecv,
-}
-
 impl Collective {
-    /// Every collective, in the order sweeps run them.
-    pub const ALL: [Collective; 7] = [
-        Collective::AllReduce,
-        Collective::AllGather,
-        Collective::ReduceScatter,
-        Collective::Broadcast,
-        Collective::Reduce,
-        Collective::AllToAll,
-        Collective::SendRecv,
-    ];
-
-    /// The name used on command lines and in records (`all_reduce`, ...).
-    pub fn name(self) -> &'static str {
-        match self {
-            Collective::AllReduce => "all_reduce",
-            Collective::AllGather => "all_gather",
-            Collective::ReduceScatter => "reduce_scatter",
-            Collective::Broadcast => "broadcast",
-            Collective::Reduce => "reduce",
-            Collective::AllToAll => "all_to_all",
-            Collective::SendRecv => "sendrecv",
-        }
-    }
-
-    /// Whether the operation takes a reduction operator.
-    pub fn reduces(self) -> bool {
-        matches!(
-            self,
-            Collective::AllReduce | Collective::ReduceScatter | Collective::Reduce
-        )
-    }
-
-    /// Whether the operation takes a root.
-    pub fn rooted(self) -> bool {
-        matches!(self, Collective::Broadcast | Collective::Reduce)
-    }
-
-    // The byte rule of each collective, once (the module table): every
+    // The byte rule of each collective (the module table; each
+    // collective's own file in `collective/` says its blocks): every
     // buffer is a whole number of per-rank blocks of `count` elements.
 
     /// Blocks of `count` elements in each rank's send buffer.
     pub fn send_blocks(self, world: usize) -> usize {
-        match self {
-            Collective::ReduceScatter | Collective::AllToAll => world,
-            _ => 1,
-        }
+        self.spec().send_blocks(world)
     }
 
     /// Blocks of `count` elements in each rank's receive buffer (the whole output).
     pub fn recv_blocks(self, world: usize) -> usize {
-        match self {
-            Collective::AllGather | Collective::AllToAll => world,
-            _ => 1,
-        }
+        self.spec().recv_blocks(world)
     }
 
     /// Blocks counted by nccl-tests' `size`: the larger buffer's.
@@ -164,39 +109,12 @@ impl Collective {
 
     /// Where (elements) the input starts in the one buffer of an in-place call.
     pub fn in_place_input(self, count: usize, rank: usize) -> usize {
-        match self {
-            Collective::AllGather => rank * count,
-            _ => 0,
-        }
+        self.spec().in_place_input(count, rank)
     }
 
     /// Where (elements) the output starts in the one buffer of an in-place call.
     pub fn in_place_output(self, count: usize, rank: usize) -> usize {
-        match self {
-            Collective::ReduceScatter => rank * count,
-            _ => 0,
-        }
-    }
-}
-
-impl fmt::Display for Collective {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for Collective {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        let norm = s.to_ascii_lowercase().replace('-', "_");
-        Collective::ALL
-            .into_iter()
-            .find(|c| c.name() == norm || c.name().replace('_', "") == norm)
-            .ok_or_else(|| {
-                format!(
-                    "unknown collective '{s}' (expected all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all or sendrecv)"
-                )
-            })
+        self.spec().in_place_output(count, rank)
     }
 }
 

@@ -112,22 +112,12 @@ pub fn parse_log(text: &str) -> Vec<Choice> {
 /// NCCL's name of a collective; `None` for those NCCL builds from send/recv
 /// (all_to_all, sendrecv), which its tuning log does not report.
 pub fn nccl_func(coll: Collective) -> Option<&'static str> {
-    Some(match coll {
-        Collective::AllReduce => "AllReduce",
-        Collective::AllGather => "AllGather",
-        Collective::ReduceScatter => "ReduceScatter",
-        Collective::Broadcast => "Broadcast",
-        Collective::Reduce => "Reduce",
-        Collective::AllToAll | Collective::SendRecv => return None,
-    })
+    coll.spec().nccl_func()
 }
 
 /// NCCL's bytes for a call that sends `send_bytes` per rank.
 pub fn nccl_bytes(coll: Collective, send_bytes: u64, world: usize) -> u64 {
-    match coll {
-        Collective::ReduceScatter => send_bytes / world.max(1) as u64,
-        _ => send_bytes,
-    }
+    coll.spec().nccl_bytes(send_bytes, world)
 }
 
 /// The label of the last call of `coll` at `send_bytes` in `choices`, or

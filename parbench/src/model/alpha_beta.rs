@@ -53,6 +53,9 @@
 //! algorithm has one function here: the one place to change should an
 //! implementation change.
 
+use super::algo::ModelAlgo;
+use crate::comm::algo::Algorithm;
+use crate::comm::collective::CostForm;
 use crate::comm::Collective;
 
 /// The cost of the wire: per-message latency, per-byte transfer time and
@@ -263,21 +266,35 @@ fn fold(p: usize) -> (usize, bool) {
     (p2, p2 != p)
 }
 
-/// Recursive doubling all_reduce: `lg p (alpha + n beta + n gamma)`
-/// (Thakur et al. 2005). Non-power-of-two: `lg p'` such steps plus the
-/// fold, `2 alpha + 2 n beta + n gamma`.
-pub fn rd_all_reduce(p: usize) -> AlphaBetaTerms {
+/// An algorithm of the fold: `core(p', lg p')` on the largest power of
+/// two `p' <= p`, plus the fold's `extra` when `p` is not one. One rank
+/// (or none) costs nothing.
+fn with_fold(
+    p: usize,
+    core: impl FnOnce(f64, f64) -> AlphaBetaTerms,
+    extra: AlphaBetaTerms,
+) -> AlphaBetaTerms {
     if p <= 1 {
         return AlphaBetaTerms::ZERO;
     }
     let (p2, folded) = fold(p);
-    let k = floor_log2(p2) as f64;
-    let core = AlphaBetaTerms::steps_of_whole(k, true);
+    let core = core(p2 as f64, floor_log2(p2) as f64);
     if folded {
-        core.plus(AlphaBetaTerms::new(2.0, 2.0, 1.0))
+        core.plus(extra)
     } else {
         core
     }
+}
+
+/// Recursive doubling all_reduce: `lg p (alpha + n beta + n gamma)`
+/// (Thakur et al. 2005). Non-power-of-two: `lg p'` such steps plus the
+/// fold, `2 alpha + 2 n beta + n gamma`.
+pub fn rd_all_reduce(p: usize) -> AlphaBetaTerms {
+    with_fold(
+        p,
+        |_, k| AlphaBetaTerms::steps_of_whole(k, true),
+        AlphaBetaTerms::new(2.0, 2.0, 1.0),
+    )
 }
 
 /// Recursive halving-doubling (Rabenseifner) all_reduce: recursive-halving
@@ -285,18 +302,14 @@ pub fn rd_all_reduce(p: usize) -> AlphaBetaTerms {
 /// `2 lg p alpha + 2(p-1)/p n beta + (p-1)/p n gamma` (Thakur et al. 2005).
 /// Non-power-of-two: that on `p'` ranks plus the fold, `2 alpha + 2 n beta + n gamma`.
 pub fn rhd_all_reduce(p: usize) -> AlphaBetaTerms {
-    if p <= 1 {
-        return AlphaBetaTerms::ZERO;
-    }
-    let (p2, folded) = fold(p);
-    let k = floor_log2(p2) as f64;
-    let f = (p2 as f64 - 1.0) / p2 as f64;
-    let core = AlphaBetaTerms::new(2.0 * k, 2.0 * f, f);
-    if folded {
-        core.plus(AlphaBetaTerms::new(2.0, 2.0, 1.0))
-    } else {
-        core
-    }
+    with_fold(
+        p,
+        |p2, k| {
+            let f = (p2 - 1.0) / p2;
+            AlphaBetaTerms::new(2.0 * k, 2.0 * f, f)
+        },
+        AlphaBetaTerms::new(2.0, 2.0, 1.0),
+    )
 }
 
 /// Recursive doubling all_gather: `lg p alpha + (p-1)/p n beta` (Thakur et
@@ -306,19 +319,13 @@ pub fn rhd_all_reduce(p: usize) -> AlphaBetaTerms {
 /// still lacks), and the partners send the extra ranks everything they lack
 /// (`alpha + (p-1)/p n beta`).
 pub fn rd_all_gather(p: usize) -> AlphaBetaTerms {
-    if p <= 1 {
-        return AlphaBetaTerms::ZERO;
-    }
-    let (p2, folded) = fold(p);
-    let k = floor_log2(p2) as f64;
     let pf = p as f64;
     let f = (pf - 1.0) / pf;
-    let core = AlphaBetaTerms::new(k, f, 0.0);
-    if folded {
-        core.plus(AlphaBetaTerms::new(2.0, 1.0 / pf + f, 0.0))
-    } else {
-        core
-    }
+    with_fold(
+        p,
+        |_, k| AlphaBetaTerms::new(k, f, 0.0),
+        AlphaBetaTerms::new(2.0, 1.0 / pf + f, 0.0),
+    )
 }
 
 /// Recursive halving reduce_scatter: `lg p alpha + (p-1)/p n (beta + gamma)`
@@ -327,18 +334,14 @@ pub fn rd_all_gather(p: usize) -> AlphaBetaTerms {
 /// the `p'` ranks halve (`lg p' alpha + (p'-1)/p' n (beta + gamma)`) and each
 /// partner sends its extra rank's block back (`alpha + n/p beta`).
 pub fn rh_reduce_scatter(p: usize) -> AlphaBetaTerms {
-    if p <= 1 {
-        return AlphaBetaTerms::ZERO;
-    }
-    let (p2, folded) = fold(p);
-    let k = floor_log2(p2) as f64;
-    let f2 = (p2 as f64 - 1.0) / p2 as f64;
-    let core = AlphaBetaTerms::new(k, f2, f2);
-    if folded {
-        core.plus(AlphaBetaTerms::new(2.0, 1.0 + 1.0 / p as f64, 1.0))
-    } else {
-        core
-    }
+    with_fold(
+        p,
+        |p2, k| {
+            let f2 = (p2 - 1.0) / p2;
+            AlphaBetaTerms::new(k, f2, f2)
+        },
+        AlphaBetaTerms::new(2.0, 1.0 + 1.0 / p as f64, 1.0),
+    )
 }
 
 /// Binomial-tree broadcast: `ceil(lg p) (alpha + n beta)`; binomial-tree
@@ -398,17 +401,9 @@ pub fn barrier(p: usize) -> AlphaBetaTerms {
     AlphaBetaTerms::new(ceil_log2(p) as f64, 0.0, 0.0)
 }
 
-/// The algorithm names that have a model: `parbench::comm::Algo::name()`
-/// (what users ask for) and the plan names records carry (what ran:
-/// `chain` for a pipelined broadcast, `pairwise` for all_to_all, `p2p` for
-/// sendrecv).
-pub const ALGO_NAMES: [&str; 8] = [
-    "auto", "ring", "tree", "rd", "rhd", "chain", "pairwise", "p2p",
-];
-
-/// The cost structure of collective `coll` run with algorithm `algo`
-/// (case-insensitive) on `p` ranks for `n_bytes` (see the module's table for
-/// what `n` is), as parbench's CPU algorithms run it:
+/// The cost structure of collective `coll` run with algorithm `algo` on `p`
+/// ranks for `n_bytes` (see the module's table for what `n` is), as
+/// parbench's CPU algorithms run it:
 ///
 /// | collective | algorithms |
 /// |---|---|
@@ -418,16 +413,16 @@ pub const ALGO_NAMES: [&str; 8] = [
 /// | broadcast | `tree`, `chain` (also `ring`, which NCCL and parbench run as a chain) |
 /// | reduce | `tree`, `chain` (also `ring`) |
 /// | all_to_all | `pairwise` (also `ring`) |
-/// | sendrecv | `p2p` (also any other name but `auto`) |
+/// | sendrecv | `p2p` (also any other algorithm) |
 ///
 /// Ring slices are [`RING_SLICE_BYTES`], chain chunks [`CHUNK_BYTES`]. An empty buffer (`n_bytes = 0`)
 /// costs nothing, as NCCL and parbench's backends return at once without a
 /// message. `None` when the pair has no model
-/// (an unknown name; `auto`, which has no fixed structure: see [`predict`];
-/// an algorithm that does not apply to the collective) or `p` is 0. One rank
-/// costs nothing.
-pub fn terms(coll: Collective, algo: &str, p: usize, n_bytes: u64) -> Option<AlphaBetaTerms> {
-    terms_with(coll, algo, p, n_bytes, RING_SLICE_BYTES)
+/// (a selector such as `auto`, which has no fixed structure: see [`predict`];
+/// an unknown name; an algorithm that does not apply to the collective) or
+/// `p` is 0. One rank costs nothing.
+pub fn terms(coll: Collective, algo: &ModelAlgo, p: usize, n_bytes: u64) -> Option<AlphaBetaTerms> {
+    terms_with(coll, algo.ran()?, p, n_bytes, RING_SLICE_BYTES)
 }
 
 /// The literature's forms, for algorithms that parbench's CPU backends do
@@ -436,18 +431,18 @@ pub fn terms(coll: Collective, algo: &str, p: usize, n_bytes: u64) -> Option<Alp
 /// [`ring_gather_scatter`]).
 pub fn textbook_terms(
     coll: Collective,
-    algo: &str,
+    algo: &ModelAlgo,
     p: usize,
     n_bytes: u64,
 ) -> Option<AlphaBetaTerms> {
-    terms_with(coll, algo, p, n_bytes, u64::MAX)
+    terms_with(coll, algo.ran()?, p, n_bytes, u64::MAX)
 }
 
 /// [`terms`] with rings sliced at `ring_chunk` bytes per block (`u64::MAX`:
 /// never).
 fn terms_with(
     coll: Collective,
-    algo: &str,
+    algo: Algorithm,
     p: usize,
     n_bytes: u64,
     ring_chunk: u64,
@@ -455,25 +450,18 @@ fn terms_with(
     if p == 0 {
         return None;
     }
-    let algo = algo.to_ascii_lowercase();
-    let chain = |reduced| chain_terms(p, n_bytes, CHUNK_BYTES, reduced);
-    let ring = |all_reduce, reduced| sliced_ring(p, n_bytes, ring_chunk, all_reduce, reduced);
-    let t = match (coll, algo.as_str()) {
-        (Collective::AllReduce, "ring") => ring(true, true),
-        (Collective::AllReduce, "rd") => rd_all_reduce(p),
-        (Collective::AllReduce, "rhd") => rhd_all_reduce(p),
-        (Collective::AllReduce, "tree") => tree_all_reduce(p),
-        (Collective::AllGather, "ring") => ring(false, false),
-        (Collective::AllGather, "rd") => rd_all_gather(p),
-        (Collective::ReduceScatter, "ring") => ring(false, true),
-        (Collective::ReduceScatter, "rhd") => rh_reduce_scatter(p),
-        (Collective::Broadcast, "tree") => binomial_tree(p, false),
-        (Collective::Broadcast, "ring" | "chain") => chain(false),
-        (Collective::Reduce, "tree") => binomial_tree(p, true),
-        (Collective::Reduce, "ring" | "chain") => chain(true),
-        (Collective::AllToAll, "pairwise" | "ring") => pairwise_all_to_all(p),
-        (Collective::SendRecv, a) if a != "auto" && ALGO_NAMES.contains(&a) => sendrecv(p),
-        _ => return None,
+    let t = match coll.spec().form(algo)? {
+        CostForm::RingAllReduce => sliced_ring(p, n_bytes, ring_chunk, true, true),
+        CostForm::RingPass { reduced } => sliced_ring(p, n_bytes, ring_chunk, false, reduced),
+        CostForm::RecursiveDoublingAllReduce => rd_all_reduce(p),
+        CostForm::HalvingDoublingAllReduce => rhd_all_reduce(p),
+        CostForm::TreeAllReduce => tree_all_reduce(p),
+        CostForm::RecursiveDoublingAllGather => rd_all_gather(p),
+        CostForm::HalvingReduceScatter => rh_reduce_scatter(p),
+        CostForm::BinomialTree { reduced } => binomial_tree(p, reduced),
+        CostForm::Chain { reduced } => chain_terms(p, n_bytes, CHUNK_BYTES, reduced),
+        CostForm::Pairwise => pairwise_all_to_all(p),
+        CostForm::SendRecv => sendrecv(p),
     };
     Some(if n_bytes == 0 {
         AlphaBetaTerms::ZERO
@@ -483,32 +471,17 @@ fn terms_with(
 }
 
 /// The algorithms modelled for `coll`: what `auto` chooses among.
-pub fn algos_for(coll: Collective) -> &'static [&'static str] {
-    match coll {
-        Collective::AllReduce => &["ring", "tree", "rd", "rhd"],
-        Collective::AllGather => &["ring", "rd"],
-        Collective::ReduceScatter => &["ring", "rhd"],
-        Collective::Broadcast | Collective::Reduce => &["tree", "chain"],
-        Collective::AllToAll => &["pairwise"],
-        Collective::SendRecv => &["p2p"],
-    }
-}
-
-/// Whether `algo` names a choice made by someone else (the size-based
-/// `auto`, or a library that does not say what it ran: `nccl`, `mpi...`),
-/// rather than one algorithm.
-pub fn is_selector(algo: &str) -> bool {
-    let a = algo.to_ascii_lowercase();
-    a == "auto" || a == "nccl" || a.starts_with("mpi")
+pub fn algos_for(coll: Collective) -> &'static [Algorithm] {
+    coll.spec().modelled()
 }
 
 /// Predicted time in seconds of one `coll` with algorithm `algo` on `p`
 /// ranks and `n_bytes` (nccl-tests' size) over `link`: what
 /// bench-collectives writes as `model_us` (times 1e6).
 ///
-/// An algorithm name (`ring`, `tree`, `rd`, `rhd`, `chain`, `pairwise`,
+/// An algorithm (`ring`, `tree`, `rd`, `rhd`, `chain`, `pairwise`,
 /// `p2p`) is modelled as parbench's CPU backends run it ([`terms`]). A
-/// selector ([`is_selector`]: `auto`, `nccl`, `mpi`) predicts the fastest
+/// selector ([`ModelAlgo::Selector`]: `auto`, `nccl`, `mpi`) predicts the fastest
 /// of the textbook algorithms ([`textbook_terms`]) at that size: what an
 /// ideal selector achieves with those algorithms (a real one that switches
 /// at another size is above it near the crossover; NCCL's NVLS and
@@ -516,16 +489,16 @@ pub fn is_selector(algo: &str) -> bool {
 /// there is no model (see [`terms`]).
 pub fn predict(
     coll: Collective,
-    algo: &str,
+    algo: &ModelAlgo,
     p: usize,
     n_bytes: u64,
     link: &LinkParams,
 ) -> Option<f64> {
     let n = n_bytes as f64;
-    if is_selector(algo) {
+    if algo.is_selector() {
         return algos_for(coll)
             .iter()
-            .filter_map(|a| textbook_terms(coll, a, p, n_bytes))
+            .filter_map(|&a| terms_with(coll, a, p, n_bytes, u64::MAX))
             .map(|t| t.seconds(n, link))
             .min_by(f64::total_cmp);
     }
@@ -537,12 +510,12 @@ pub fn predict(
 /// its chunks instead of running parbench's slices one after another.
 pub fn predict_textbook(
     coll: Collective,
-    algo: &str,
+    algo: &ModelAlgo,
     p: usize,
     n_bytes: u64,
     link: &LinkParams,
 ) -> Option<f64> {
-    if is_selector(algo) {
+    if algo.is_selector() {
         return predict(coll, algo, p, n_bytes, link);
     }
     textbook_terms(coll, algo, p, n_bytes).map(|t| t.seconds(n_bytes as f64, link))
@@ -648,7 +621,7 @@ mod tests {
                     for bytes in [1u64, 8, 4096, 300 << 10, 2 << 20, 64 << 20] {
                         let plan = Algorithm::choose(coll, algo, p, bytes as usize);
                         assert!(
-                            terms(coll, plan.name(), p, bytes).is_some(),
+                            terms(coll, &plan.into(), p, bytes).is_some(),
                             "{coll} {algo} p={p} {bytes} B -> {}",
                             plan.name()
                         );
@@ -677,11 +650,11 @@ mod tests {
         // terms() models parbench's ring with RING_SLICE_BYTES.
         let big = 1u64 << 30;
         assert_eq!(
-            terms(Collective::AllReduce, "ring", 8, big),
+            terms(Collective::AllReduce, &"ring".into(), 8, big),
             Some(sliced_ring(8, big, RING_SLICE_BYTES, true, true))
         );
         assert_eq!(
-            terms(Collective::ReduceScatter, "ring", 8, big),
+            terms(Collective::ReduceScatter, &"ring".into(), 8, big),
             Some(sliced_ring(8, big, RING_SLICE_BYTES, false, true))
         );
     }
@@ -707,27 +680,30 @@ mod tests {
             Algo::HalvingDoubling,
         ] {
             assert!(
-                terms(Collective::AllReduce, a.name(), 8, n).is_some(),
+                terms(Collective::AllReduce, &a.name().into(), 8, n).is_some(),
                 "{a}"
             );
         }
         assert_eq!(
-            terms(Collective::AllReduce, "RING", 8, n),
+            terms(Collective::AllReduce, &"RING".into(), 8, n),
             Some(ring_all_reduce(8))
         );
-        assert_eq!(terms(Collective::AllReduce, "auto", 8, n), None);
-        assert_eq!(terms(Collective::AllReduce, "nonsense", 8, n), None);
-        assert_eq!(terms(Collective::AllToAll, "tree", 8, n), None);
-        assert_eq!(terms(Collective::AllReduce, "ring", 0, n), None);
+        assert_eq!(terms(Collective::AllReduce, &"auto".into(), 8, n), None);
+        assert_eq!(terms(Collective::AllReduce, &"nonsense".into(), 8, n), None);
+        assert_eq!(terms(Collective::AllToAll, &"tree".into(), 8, n), None);
+        assert_eq!(terms(Collective::AllReduce, &"ring".into(), 0, n), None);
         assert_eq!(
-            terms(Collective::Broadcast, "ring", 4, 2 * CHUNK_BYTES),
+            terms(Collective::Broadcast, &"ring".into(), 4, 2 * CHUNK_BYTES),
             Some(chain_terms(4, 2 * CHUNK_BYTES, CHUNK_BYTES, false))
         );
-        assert_eq!(terms(Collective::SendRecv, "ring", 2, n), Some(sendrecv(2)));
-        assert_eq!(terms(Collective::SendRecv, "bogus", 2, n), None);
+        assert_eq!(
+            terms(Collective::SendRecv, &"ring".into(), 2, n),
+            Some(sendrecv(2))
+        );
+        assert_eq!(terms(Collective::SendRecv, &"bogus".into(), 2, n), None);
         for c in Collective::ALL {
             for a in algos_for(c) {
-                assert!(terms(c, a, 4, n).is_some(), "{c} {a}");
+                assert!(terms(c, &(*a).into(), 4, n).is_some(), "{c} {a:?}");
             }
         }
     }
@@ -738,12 +714,12 @@ mod tests {
         // one slice (1e6 <= 8 x 512 KiB): 14 x 5 us + 1.75 x 1e6 / 100e9 s
         // = 70 us + 17.5 us.
         let link = LinkParams::from_gbps_us(100.0, 5.0);
-        let t = predict(Collective::AllReduce, "ring", 8, 1_000_000, &link).unwrap();
+        let t = predict(Collective::AllReduce, &"ring".into(), 8, 1_000_000, &link).unwrap();
         assert!(close(t, 70e-6 + 17.5e-6), "{t}");
         // With gamma at 50 GB/s: + 0.875 x 1e6 / 50e9 = 17.5 us more.
         let t = predict(
             Collective::AllReduce,
-            "ring",
+            &"ring".into(),
             8,
             1_000_000,
             &link.with_reduce_gbps(50.0),
@@ -751,21 +727,34 @@ mod tests {
         .unwrap();
         assert!(close(t, 70e-6 + 35e-6), "{t}");
         // 1 GB: ceil(1e9 / 4 MiB) = 239 slices of 14 steps.
-        let t = predict(Collective::AllReduce, "ring", 8, 1_000_000_000, &link).unwrap();
+        let t = predict(
+            Collective::AllReduce,
+            &"ring".into(),
+            8,
+            1_000_000_000,
+            &link,
+        )
+        .unwrap();
         assert!(close(t, 239.0 * 14.0 * 5e-6 + 17.5e-3), "{t}");
         // One byte: latency of 3 steps, plus 3 bytes at 100 GB/s.
-        let t = predict(Collective::AllReduce, "rd", 8, 1, &link).unwrap();
+        let t = predict(Collective::AllReduce, &"rd".into(), 8, 1, &link).unwrap();
         assert!(close(t, 15e-6 + 3.0 / 100e9));
         // An empty buffer sends no message: free, but still modelled.
-        assert_eq!(predict(Collective::AllReduce, "rd", 8, 0, &link), Some(0.0));
         assert_eq!(
-            predict(Collective::AllReduce, "auto", 8, 0, &link),
+            predict(Collective::AllReduce, &"rd".into(), 8, 0, &link),
             Some(0.0)
         );
-        assert_eq!(predict(Collective::AllReduce, "bogus", 8, 0, &link), None);
+        assert_eq!(
+            predict(Collective::AllReduce, &"auto".into(), 8, 0, &link),
+            Some(0.0)
+        );
+        assert_eq!(
+            predict(Collective::AllReduce, &"bogus".into(), 8, 0, &link),
+            None
+        );
         // sendrecv 1 MB at 10 GB/s, 1 us: 1 us + 100 us.
         let l10 = LinkParams::from_gbps_us(10.0, 1.0);
-        let t = predict(Collective::SendRecv, "p2p", 2, 1_000_000, &l10).unwrap();
+        let t = predict(Collective::SendRecv, &"p2p".into(), 2, 1_000_000, &l10).unwrap();
         assert!(close(t, 101e-6));
     }
 
@@ -773,48 +762,51 @@ mod tests {
     fn auto_is_the_best_modelled_algorithm() {
         let link = LinkParams::from_gbps_us(100.0, 5.0);
         // Small: recursive doubling (3 steps) beats ring (14 steps).
-        let small = predict(Collective::AllReduce, "auto", 8, 8, &link).unwrap();
-        let rd = predict(Collective::AllReduce, "rd", 8, 8, &link).unwrap();
+        let small = predict(Collective::AllReduce, &"auto".into(), 8, 8, &link).unwrap();
+        let rd = predict(Collective::AllReduce, &"rd".into(), 8, 8, &link).unwrap();
         assert_eq!(small, rd);
         // Large: ring and rhd tie on bandwidth; rhd has fewer steps.
-        let big = predict(Collective::AllReduce, "auto", 8, 1 << 30, &link).unwrap();
-        let rhd = predict(Collective::AllReduce, "rhd", 8, 1 << 30, &link).unwrap();
+        let big = predict(Collective::AllReduce, &"auto".into(), 8, 1 << 30, &link).unwrap();
+        let rhd = predict(Collective::AllReduce, &"rhd".into(), 8, 1 << 30, &link).unwrap();
         assert_eq!(big, rhd);
-        assert_eq!(predict(Collective::AllReduce, "bogus", 8, 8, &link), None);
+        assert_eq!(
+            predict(Collective::AllReduce, &"bogus".into(), 8, 8, &link),
+            None
+        );
     }
 
     #[test]
     fn selectors_and_textbook_forms() {
         let link = LinkParams::from_gbps_us(100.0, 5.0);
         for sel in ["auto", "nccl", "NCCL", "mpi", "mpi(staged-in-place)"] {
-            assert!(is_selector(sel), "{sel}");
+            assert!(ModelAlgo::of(sel).is_selector(), "{sel}");
         }
         for alg in [
             "ring", "tree", "rd", "rhd", "chain", "pairwise", "p2p", "Ring",
         ] {
-            assert!(!is_selector(alg), "{alg}");
+            assert!(!ModelAlgo::of(alg).is_selector(), "{alg}");
         }
         // A large message: parbench's sliced ring has 256 x 14 latency
         // steps; the textbook ring 14; a selector gets rhd's 6.
         let n = 1u64 << 30;
-        let sliced = predict(Collective::AllReduce, "ring", 8, n, &link).unwrap();
-        let book = predict_textbook(Collective::AllReduce, "ring", 8, n, &link).unwrap();
+        let sliced = predict(Collective::AllReduce, &"ring".into(), 8, n, &link).unwrap();
+        let book = predict_textbook(Collective::AllReduce, &"ring".into(), 8, n, &link).unwrap();
         let bw = 1.75 * n as f64 / 100e9;
         assert!(close(sliced, 256.0 * 14.0 * 5e-6 + bw), "{sliced}");
         assert!(close(book, 14.0 * 5e-6 + bw), "{book}");
-        let nccl = predict(Collective::AllReduce, "nccl", 8, n, &link).unwrap();
+        let nccl = predict(Collective::AllReduce, &"nccl".into(), 8, n, &link).unwrap();
         assert!(close(nccl, 6.0 * 5e-6 + bw), "{nccl}");
         assert_eq!(
-            textbook_terms(Collective::AllGather, "ring", 8, n),
+            textbook_terms(Collective::AllGather, &"ring".into(), 8, n),
             Some(ring_gather_scatter(8, false))
         );
         // Algorithms without slices are the same either way.
         assert_eq!(
-            textbook_terms(Collective::Broadcast, "tree", 8, n),
-            terms(Collective::Broadcast, "tree", 8, n)
+            textbook_terms(Collective::Broadcast, &"tree".into(), 8, n),
+            terms(Collective::Broadcast, &"tree".into(), 8, n)
         );
         assert_eq!(
-            predict_textbook(Collective::AllReduce, "nvls", 8, n, &link),
+            predict_textbook(Collective::AllReduce, &"nvls".into(), 8, n, &link),
             None
         );
     }

@@ -15,13 +15,7 @@ use crate::comm::Collective;
 /// `(n-1)/n`; broadcast, reduce and sendrecv 1. One rank (or none) gives
 /// 0 for the `(n-1)/n` collectives, as nccl-tests prints.
 pub fn busbw_factor(coll: Collective, world: usize) -> f64 {
-    let n = world as f64;
-    let frac = if world == 0 { 0.0 } else { (n - 1.0) / n };
-    match coll {
-        Collective::AllReduce => 2.0 * frac,
-        Collective::AllGather | Collective::ReduceScatter | Collective::AllToAll => frac,
-        Collective::Broadcast | Collective::Reduce | Collective::SendRecv => 1.0,
-    }
+    coll.spec().busbw_factor(world)
 }
 
 /// Algorithm bandwidth in GB/s (1e9 bytes per second): `bytes / seconds`.

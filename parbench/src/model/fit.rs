@@ -21,7 +21,8 @@
 //! fit on either axis), so a fit never reports a negative latency or
 //! bandwidth.
 
-use super::alpha_beta::{is_selector, terms, AlphaBetaTerms, LinkParams};
+use super::algo::ModelAlgo;
+use super::alpha_beta::{terms, AlphaBetaTerms, LinkParams};
 use super::busbw::busbw_factor;
 use crate::comm::Collective;
 
@@ -114,16 +115,16 @@ pub fn per_call_terms(coll: Collective, p: usize) -> AlphaBetaTerms {
 }
 
 /// Fit the points `(bytes, seconds)` of `coll` run with `algo` on `p`
-/// ranks. `algo` is any name [`terms`] knows (parbench's algorithms, as
-/// they run), or a selector such as `auto` or `nccl`
-/// ([`super::alpha_beta::is_selector`]), fitted with [`per_call_terms`].
+/// ranks. `algo` is one of parbench's algorithms (as they run, see
+/// [`terms`]), or a selector such as `auto` or `nccl`
+/// ([`ModelAlgo::Selector`]), fitted with [`per_call_terms`].
 pub fn fit(
     coll: Collective,
-    algo: &str,
+    algo: &ModelAlgo,
     p: usize,
     points: &[(u64, f64)],
 ) -> Result<AlphaBetaFit, FitError> {
-    let auto = is_selector(algo);
+    let auto = algo.is_selector();
     let mut rows = Vec::with_capacity(points.len());
     for &(bytes, seconds) in points {
         let t = if auto && p > 0 {
@@ -256,7 +257,7 @@ mod tests {
         (0..=30).step_by(2).map(|k| 1u64 << k).collect()
     }
 
-    fn synth(coll: Collective, algo: &str, p: usize, link: &LinkParams) -> Vec<(u64, f64)> {
+    fn synth(coll: Collective, algo: &ModelAlgo, p: usize, link: &LinkParams) -> Vec<(u64, f64)> {
         sizes()
             .into_iter()
             .map(|n| (n, predict(coll, algo, p, n, link).unwrap()))
@@ -281,6 +282,7 @@ mod tests {
             (Collective::SendRecv, "p2p", 2),
             (Collective::ReduceScatter, "ring", 4),
         ] {
+            let algo = &ModelAlgo::of(algo);
             let f = fit(coll, algo, p, &synth(coll, algo, p, &link)).unwrap();
             assert!(rel(f.alpha_us(), 3.5) < 1e-6, "{coll} {algo}: {f:?}");
             assert!(
@@ -301,7 +303,7 @@ mod tests {
             .into_iter()
             .map(|n| (n, ring.seconds(n as f64, &link)))
             .collect();
-        let f = fit(Collective::AllReduce, "auto", 8, &pts).unwrap();
+        let f = fit(Collective::AllReduce, &"auto".into(), 8, &pts).unwrap();
         assert!(rel(f.alpha_us(), 28.0) < 1e-6, "{f:?}");
         assert!(rel(f.bandwidth_gbps().unwrap(), 100.0) < 1e-6);
         assert!(rel(f.zero_byte_s, 28e-6) < 1e-6);
@@ -312,7 +314,7 @@ mod tests {
         // +-5% deterministic noise (a small LCG): parameters within 10%.
         let link = LinkParams::from_gbps_us(25.0, 10.0);
         let mut state: u64 = 0x9E3779B97F4A7C15;
-        let pts: Vec<(u64, f64)> = synth(Collective::AllReduce, "ring", 4, &link)
+        let pts: Vec<(u64, f64)> = synth(Collective::AllReduce, &"ring".into(), 4, &link)
             .into_iter()
             .map(|(n, t)| {
                 state = state
@@ -322,7 +324,7 @@ mod tests {
                 (n, t * (1.0 + 0.1 * (u - 0.5)))
             })
             .collect();
-        let f = fit(Collective::AllReduce, "ring", 4, &pts).unwrap();
+        let f = fit(Collective::AllReduce, &"ring".into(), 4, &pts).unwrap();
         assert!(rel(f.alpha_us(), 10.0) < 0.1, "{f:?}");
         assert!(rel(f.bandwidth_gbps().unwrap(), 25.0) < 0.1, "{f:?}");
         assert!(f.max_rel_err <= 0.1 && f.rms_rel_err > 0.0);
@@ -331,23 +333,23 @@ mod tests {
     #[test]
     fn zero_byte_points_are_left_out_and_two_sizes_suffice() {
         let link = LinkParams::from_gbps_us(10.0, 1.0);
-        let t1 = predict(Collective::AllReduce, "ring", 2, 8, &link).unwrap();
-        let t2 = predict(Collective::AllReduce, "ring", 2, 1 << 20, &link).unwrap();
+        let t1 = predict(Collective::AllReduce, &"ring".into(), 2, 8, &link).unwrap();
+        let t2 = predict(Collective::AllReduce, &"ring".into(), 2, 1 << 20, &link).unwrap();
         // A zero-byte point timed at 50 us of harness overhead changes nothing.
         let pts = [(0, 50e-6), (8, t1), (1 << 20, t2)];
-        let f = fit(Collective::AllReduce, "ring", 2, &pts).unwrap();
+        let f = fit(Collective::AllReduce, &"ring".into(), 2, &pts).unwrap();
         assert!(rel(f.alpha_us(), 1.0) < 1e-9, "{f:?}");
         assert!(rel(f.bandwidth_gbps().unwrap(), 10.0) < 1e-9);
         assert_eq!(f.points, 2);
         assert!(f.max_rel_err < 1e-9);
         // A zero-byte point timed at 0 (below the clock) is no error either.
         let pts = [(0, 0.0), (8, t1), (1 << 20, t2)];
-        assert!(fit(Collective::AllReduce, "ring", 2, &pts).is_ok());
+        assert!(fit(Collective::AllReduce, &"ring".into(), 2, &pts).is_ok());
         // Zero-byte points alone are no fit.
         assert!(matches!(
             fit(
                 Collective::AllReduce,
-                "ring",
+                &"ring".into(),
                 2,
                 &[(0, 1e-6), (0, 2e-6), (8, t1)]
             ),
@@ -363,13 +365,13 @@ mod tests {
         // Times that fall with size would need beta < 0: beta is clamped to
         // 0 and the bandwidth reported as absent, never negative.
         let pts = [(1024, 2e-5), (1 << 20, 1e-5)];
-        let f = fit(Collective::AllReduce, "ring", 2, &pts).unwrap();
+        let f = fit(Collective::AllReduce, &"ring".into(), 2, &pts).unwrap();
         assert!(f.alpha_s > 0.0 && f.beta_s_per_byte == 0.0);
         assert_eq!(f.bandwidth_gbps(), None);
         // Times that grow faster than linearly would want alpha < 0:
         // alpha is clamped to 0.
         let pts = [(1000, 1e-6), (1_000_000, 2e-3)];
-        let f = fit(Collective::SendRecv, "p2p", 2, &pts).unwrap();
+        let f = fit(Collective::SendRecv, &"p2p".into(), 2, &pts).unwrap();
         assert!(f.alpha_s == 0.0 && f.beta_s_per_byte > 0.0, "{f:?}");
     }
 
@@ -377,20 +379,20 @@ mod tests {
     fn degenerate_inputs_are_errors() {
         let c = Collective::AllReduce;
         assert!(matches!(
-            fit(c, "ring", 8, &[]),
+            fit(c, &"ring".into(), 8, &[]),
             Err(FitError::TooFewPoints { .. })
         ));
         assert!(matches!(
-            fit(c, "ring", 8, &[(8, 1e-5)]),
+            fit(c, &"ring".into(), 8, &[(8, 1e-5)]),
             Err(FitError::TooFewPoints { .. })
         ));
         assert!(matches!(
-            fit(c, "ring", 8, &[(8, 1e-5), (8, 2e-5)]),
+            fit(c, &"ring".into(), 8, &[(8, 1e-5), (8, 2e-5)]),
             Err(FitError::TooFewPoints { sizes: 1, .. })
         ));
         for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
             assert!(matches!(
-                fit(c, "ring", 8, &[(8, 1e-5), (16, bad)]),
+                fit(c, &"ring".into(), 8, &[(8, 1e-5), (16, bad)]),
                 Err(FitError::BadPoint { index: 1, .. })
             ));
         }
@@ -409,15 +411,15 @@ mod tests {
             Err(FitError::BadStructure { .. })
         ));
         assert!(matches!(
-            fit(c, "bogus", 8, &[(8, 1e-5), (16, 2e-5)]),
+            fit(c, &"bogus".into(), 8, &[(8, 1e-5), (16, 2e-5)]),
             Err(FitError::NoModel { .. })
         ));
         assert!(matches!(
-            fit(c, "ring", 1, &[(8, 1e-5), (16, 2e-5)]),
+            fit(c, &"ring".into(), 1, &[(8, 1e-5), (16, 2e-5)]),
             Err(FitError::NothingToFit)
         ));
         assert!(matches!(
-            fit(c, "auto", 0, &[(8, 1e-5), (16, 2e-5)]),
+            fit(c, &"auto".into(), 0, &[(8, 1e-5), (16, 2e-5)]),
             Err(FitError::NoModel { .. })
         ));
     }

@@ -6,6 +6,7 @@
 //! measurements, and the planner composes them. Every formula names its
 //! source; `docs/model.md` lists them all with their units.
 //!
+//! - [`algo`]: [`ModelAlgo`], an algorithm name as the model reads it.
 //! - [`alpha_beta`]: the cost of each collective algorithm, [`predict`].
 //! - [`busbw`]: nccl-tests' algbw and busbw.
 //! - [`mod@fit`]: the least-squares alpha-beta fit of measured times.
@@ -24,7 +25,8 @@
 //!
 //! // A bench row: predicted time and bus bandwidth of a ring all-reduce.
 //! let link = LinkParams::from_gbps_us(46.0, 3.5);
-//! let t = model::predict(Collective::AllReduce, "ring", 8, 1 << 20, &link).unwrap();
+//! let ring = model::ModelAlgo::of("ring");
+//! let t = model::predict(Collective::AllReduce, &ring, 8, 1 << 20, &link).unwrap();
 //! let busbw = model::busbw_gbps(Collective::AllReduce, 8, 1 << 20, t);
 //! assert!(busbw > 0.0 && busbw < 46.0);
 //!
@@ -38,6 +40,7 @@
 //! assert_eq!(model::microbatches_for_utilisation(8, 1, 0.9), Some(63));
 //! ```
 
+pub mod algo;
 pub mod alpha_beta;
 pub mod bubble;
 pub mod busbw;
@@ -49,8 +52,9 @@ pub mod sim;
 pub mod tensor_parallel;
 pub mod wire;
 
+pub use algo::ModelAlgo;
 pub use alpha_beta::{
-    is_selector, predict, predict_textbook, terms, textbook_terms, AlphaBetaTerms, LinkParams,
+    predict, predict_textbook, terms, textbook_terms, AlphaBetaTerms, LinkParams,
 };
 pub use bubble::{
     bubble_fraction_of_ideal, bubble_fraction_of_step, microbatches_for_utilisation,

@@ -30,6 +30,7 @@
 //! field's worked example calls "per token" (the latency of one generated
 //! token). [`TpTraffic::tokens_per_step`] divides throughput figures.
 
+use super::algo::ModelAlgo;
 use super::alpha_beta::{predict, LinkParams};
 use crate::comm::Collective;
 
@@ -199,7 +200,7 @@ impl TpTraffic {
     /// The alpha-beta time of one layer's collectives per step with
     /// algorithm `algo` over `link`, seconds; `None` when the algorithm has
     /// no model for one of them.
-    pub fn comm_seconds_per_block(&self, algo: &str, link: &LinkParams) -> Option<f64> {
+    pub fn comm_seconds_per_block(&self, algo: &ModelAlgo, link: &LinkParams) -> Option<f64> {
         let p = usize::try_from(self.tp).ok()?;
         self.collectives()
             .iter()
@@ -327,7 +328,7 @@ mod tests {
         assert_eq!(one.calls_per_block(), 0);
         assert_eq!(one.wire_bytes_per_block(RingFactor::Exact), 0.0);
         let link = LinkParams::from_gbps_us(100.0, 5.0);
-        assert_eq!(one.comm_seconds_per_block("ring", &link), Some(0.0));
+        assert_eq!(one.comm_seconds_per_block(&"ring".into(), &link), Some(0.0));
     }
 
     #[test]
@@ -336,20 +337,20 @@ mod tests {
         // 0.5 MiB on 8 ranks = 2 x 1.75 x 524288 / 400e9 s per layer.
         let w = TpTraffic::worked_example();
         let link = LinkParams::from_gbps_us(400.0, 0.0);
-        let t = w.comm_seconds_per_block("ring", &link).unwrap();
+        let t = w.comm_seconds_per_block(&"ring".into(), &link).unwrap();
         assert!(close(t, 2.0 * 917_504.0 / 400e9), "{t}");
         // With 5 us per step: + 2 x 14 x 5 us.
         let link = LinkParams::from_gbps_us(400.0, 5.0);
-        let t = w.comm_seconds_per_block("ring", &link).unwrap();
+        let t = w.comm_seconds_per_block(&"ring".into(), &link).unwrap();
         assert!(close(t, 2.0 * 917_504.0 / 400e9 + 140e-6), "{t}");
-        assert_eq!(w.comm_seconds_per_block("bogus", &link), None);
+        assert_eq!(w.comm_seconds_per_block(&"bogus".into(), &link), None);
         // Sequence parallel with rings: the same time, 2 all-gathers and 2
         // reduce-scatters of 7 steps and 0.875 n each = 2 all-reduces.
         let sp = TpTraffic {
             sequence_parallel: true,
             ..w
         };
-        let t = sp.comm_seconds_per_block("ring", &link).unwrap();
+        let t = sp.comm_seconds_per_block(&"ring".into(), &link).unwrap();
         assert!(close(t, 2.0 * 917_504.0 / 400e9 + 140e-6), "{t}");
     }
 }

@@ -32,9 +32,11 @@
 //! Every coefficient is measured before the sweep: nothing here is fitted
 //! to the sweep's own times. [`fit_on_wire`] is the fit that does that.
 
+use super::algo::ModelAlgo;
 use super::alpha_beta::{terms, AlphaBetaTerms, RING_SLICE_BYTES};
 use super::busbw::busbw_factor;
 use super::fit::{fit_terms, FitError};
+use crate::comm::algo::Algorithm;
 use crate::comm::Collective;
 
 /// One working set of a [`Ladder`].
@@ -171,13 +173,13 @@ pub fn working_set_bytes(coll: Collective, p: usize, n_bytes: u64, in_place: boo
 /// algorithms are one slice.
 pub fn working_sets_of(
     coll: Collective,
-    algo: &str,
+    algo: &ModelAlgo,
     p: usize,
     n_bytes: u64,
     in_place: bool,
 ) -> (u64, u64) {
     let ws = working_set_bytes(coll, p, n_bytes, in_place);
-    let slice = if algo.eq_ignore_ascii_case("ring") {
+    let slice = if algo.ran() == Some(Algorithm::Ring) {
         n_bytes.min((p.max(1) as u64).saturating_mul(RING_SLICE_BYTES))
     } else {
         n_bytes
@@ -311,14 +313,15 @@ fn ring_scatter_parts(p: usize, b: f64, first_fresh: bool, last_claimed: bool) -
 /// where the algorithm forwards what it received.
 pub fn moves(
     coll: Collective,
-    algo: &str,
+    algo: &ModelAlgo,
     p: usize,
     n_bytes: u64,
     in_place: bool,
 ) -> Option<Moves> {
     let t: AlphaBetaTerms = terms(coll, algo, p, n_bytes)?;
-    let algo = algo.to_ascii_lowercase();
-    let duplex = !matches!(algo.as_str(), "tree" | "chain")
+    // terms() is Some only for an algorithm that ran.
+    let algo = algo.ran()?;
+    let duplex = !matches!(algo, Algorithm::Tree | Algorithm::Chain)
         && !matches!(coll, Collective::Broadcast | Collective::Reduce);
     let done = |parts: Vec<Part>| {
         Some(Moves {
@@ -335,16 +338,16 @@ pub fn moves(
     let out = !in_place;
     let received = (t.bytes_factor - t.reduce_factor).max(0.0);
     let reduced = t.reduce_factor;
-    let parts = match (coll, algo.as_str()) {
-        (Collective::AllReduce, "ring") => {
+    let parts = match (coll, algo) {
+        (Collective::AllReduce, Algorithm::Ring) => {
             // Out of place the first step reduces the peer's send buffer
             // where it lies; in place the buffer holds the last call's result.
             let mut v = ring_scatter_parts(p, b, in_place, true);
             v.extend(ring_gather_parts(p, b, true, in_place));
             v
         }
-        (Collective::ReduceScatter, "ring") => ring_scatter_parts(p, b, false, false),
-        (Collective::AllGather, "ring") => {
+        (Collective::ReduceScatter, Algorithm::Ring) => ring_scatter_parts(p, b, false, false),
+        (Collective::AllGather, Algorithm::Ring) => {
             // Out of place each rank copies its own block into the receive
             // buffer (which the right neighbour read last call), then sends it.
             let mut v = if out {
@@ -355,7 +358,7 @@ pub fn moves(
             v.extend(ring_gather_parts(p, b, out, false));
             v
         }
-        (Collective::AllReduce, "rd") => {
+        (Collective::AllReduce, Algorithm::RecursiveDoubling) => {
             // Each step copies the running result (read by the partner) and
             // reduces the partner's copy into the buffer.
             let steps = t.latency_steps;
@@ -386,7 +389,7 @@ pub fn moves(
             let mut v = vec![part(
                 Op::Receive,
                 received,
-                out || algo != "tree" || p > 2,
+                out || algo != Algorithm::Tree || p > 2,
                 p > 2,
             )];
             if out {
@@ -512,7 +515,7 @@ impl WireModel {
     pub fn predict(
         &self,
         coll: Collective,
-        algo: &str,
+        algo: &ModelAlgo,
         p: usize,
         n_bytes: u64,
         in_place: bool,
@@ -545,7 +548,7 @@ impl WireModel {
 pub fn ceiling_for(
     ceiling: &Ladder,
     coll: Collective,
-    algo: &str,
+    algo: &ModelAlgo,
     p: usize,
     n_bytes: u64,
     in_place: bool,
@@ -599,7 +602,7 @@ pub struct WireFit {
 /// `p` ranks, in or out of place, on `wire`.
 pub fn fit_on_wire(
     coll: Collective,
-    algo: &str,
+    algo: &ModelAlgo,
     p: usize,
     in_place: bool,
     wire: &WireModel,
@@ -753,21 +756,21 @@ mod tests {
         let n = 64u64 << 20;
         // In place, half of an all_reduce (the all-gather of blocks just
         // reduced) comes out of a 1 MiB slice: 2 / (1/8 + 1/40).
-        let g = ceiling_for(&c, Collective::AllReduce, "ring", 2, n, true).unwrap();
+        let g = ceiling_for(&c, Collective::AllReduce, &"ring".into(), 2, n, true).unwrap();
         assert!((g - 2.0 / (1.0 / 8.0 + 1.0 / 40.0)).abs() < 1e-9, "{g}");
         // In-place all_gather reads the peer's untouched input: the whole working set.
-        let g = ceiling_for(&c, Collective::AllGather, "ring", 2, n, true).unwrap();
+        let g = ceiling_for(&c, Collective::AllGather, &"ring".into(), 2, n, true).unwrap();
         assert!((g - 8.0).abs() < 1e-9, "{g}");
         // A selector: the ladder at the call's working set.
         assert_eq!(
-            ceiling_for(&c, Collective::AllReduce, "nccl", 2, n, true),
+            ceiling_for(&c, Collective::AllReduce, &"nccl".into(), 2, n, true),
             Some(8.0)
         );
         assert_eq!(
             ceiling_for(
                 &Ladder::default(),
                 Collective::AllReduce,
-                "ring",
+                &"ring".into(),
                 2,
                 n,
                 true
@@ -803,7 +806,7 @@ mod tests {
         // reduces the peer's untouched input into the block the peer reads
         // next; the all-gather step pulls the peer's fresh block into one
         // nobody reads.
-        let m = moves(Collective::AllReduce, "ring", 2, n, false).unwrap();
+        let m = moves(Collective::AllReduce, &"ring".into(), 2, n, false).unwrap();
         assert_eq!(m.bytes(Op::Receive), 0.5);
         assert_eq!(m.bytes(Op::Reduce), 0.5);
         assert!(m.duplex && m.latency_steps == 2.0);
@@ -812,7 +815,7 @@ mod tests {
             [(Op::Reduce, false, true), (Op::Receive, true, false)]
         );
         // In place every byte is fresh and every destination claimed.
-        let m = moves(Collective::AllReduce, "ring", 2, n, true).unwrap();
+        let m = moves(Collective::AllReduce, &"ring".into(), 2, n, true).unwrap();
         assert_eq!(
             states(&m),
             [(Op::Reduce, true, true), (Op::Receive, true, true)]
@@ -820,15 +823,15 @@ mod tests {
         // Out-of-place all_gather copies its own block in first (a block the
         // peer reads), then pulls the peer's fresh copy; in place it reads
         // the peer's untouched block.
-        let m = moves(Collective::AllGather, "ring", 2, n, false).unwrap();
+        let m = moves(Collective::AllGather, &"ring".into(), 2, n, false).unwrap();
         assert_eq!(
             states(&m),
             [(Op::Copy, false, true), (Op::Receive, true, false)]
         );
-        let m = moves(Collective::AllGather, "ring", 2, n, true).unwrap();
+        let m = moves(Collective::AllGather, &"ring".into(), 2, n, true).unwrap();
         assert_eq!(states(&m), [(Op::Receive, false, false)]);
         // Four ranks: three steps, forwarded blocks fresh and claimed but the last.
-        let m = moves(Collective::AllGather, "ring", 4, n, true).unwrap();
+        let m = moves(Collective::AllGather, &"ring".into(), 4, n, true).unwrap();
         assert_eq!(m.bytes(Op::Receive), 0.75);
         assert_eq!(
             states(&m),
@@ -839,12 +842,15 @@ mod tests {
             ]
         );
         // Recursive doubling on 2 ranks: one step, reduced, one copy of the result.
-        let m = moves(Collective::AllReduce, "rd", 2, 1024, true).unwrap();
+        let m = moves(Collective::AllReduce, &"rd".into(), 2, 1024, true).unwrap();
         assert_eq!((m.bytes(Op::Reduce), m.bytes(Op::Copy)), (1.0, 1.0));
-        let m = moves(Collective::Broadcast, "tree", 2, 1024, false).unwrap();
+        let m = moves(Collective::Broadcast, &"tree".into(), 2, 1024, false).unwrap();
         assert!(!m.duplex && m.bytes(Op::Copy) == 1.0);
-        assert_eq!(moves(Collective::AllReduce, "auto", 2, 8, true), None);
-        assert!(moves(Collective::AllReduce, "ring", 2, 0, true)
+        assert_eq!(
+            moves(Collective::AllReduce, &"auto".into(), 2, 8, true),
+            None
+        );
+        assert!(moves(Collective::AllReduce, &"ring".into(), 2, 0, true)
             .unwrap()
             .parts
             .is_empty());
@@ -873,7 +879,7 @@ mod tests {
         // 10 GB/s, half received (10) and reduced (5).
         let want = 1e-6 + h / 10e9 + h / 10e9 + h / 5e9;
         let t = wire
-            .predict(Collective::AllReduce, "ring", 2, n, false)
+            .predict(Collective::AllReduce, &"ring".into(), 2, n, false)
             .unwrap();
         assert!((t - want).abs() < 1e-15, "{t} {want}");
         // Shared memory: the reduction into a claimed block at the claim
@@ -883,22 +889,22 @@ mod tests {
         wire.both = flat(1.0);
         let want = 1e-6 + h / 2e9 + h / 5e9 + h / 4e9;
         let t = wire
-            .predict(Collective::AllReduce, "ring", 2, n, false)
+            .predict(Collective::AllReduce, &"ring".into(), 2, n, false)
             .unwrap();
         assert!((t - want).abs() < 1e-15, "{t} {want}");
         // In place: both steps at the `both` rate.
         let want = 1e-6 + h / 1e9 + h / 5e9 + h / 1e9;
         let t = wire
-            .predict(Collective::AllReduce, "ring", 2, n, true)
+            .predict(Collective::AllReduce, &"ring".into(), 2, n, true)
             .unwrap();
         assert!((t - want).abs() < 1e-15, "{t} {want}");
         // In-place all_gather reads a line its cache holds: the duplex rate.
         let t = wire
-            .predict(Collective::AllGather, "ring", 2, n, true)
+            .predict(Collective::AllGather, &"ring".into(), 2, n, true)
             .unwrap();
         assert!((t - (0.5e-6 + h / 10e9)).abs() < 1e-15, "{t}");
         assert_eq!(
-            WireModel::default().predict(Collective::AllReduce, "ring", 2, n, false),
+            WireModel::default().predict(Collective::AllReduce, &"ring".into(), 2, n, false),
             None
         );
     }
@@ -918,11 +924,12 @@ mod tests {
             claim: l.clone(),
             both: l,
         };
+        let ring = ModelAlgo::Ran(Algorithm::Ring);
         let pts: Vec<(u64, f64)> = (18..=26)
             .map(|k| {
                 let n = 1u64 << k;
-                let m = moves(Collective::AllGather, "ring", 2, n, true).unwrap();
-                let (ws, slice) = working_sets_of(Collective::AllGather, "ring", 2, n, true);
+                let m = moves(Collective::AllGather, &ring, 2, n, true).unwrap();
+                let (ws, slice) = working_sets_of(Collective::AllGather, &ring, 2, n, true);
                 // Measured: 1.25x the model's bytes term, alpha 3 us.
                 (
                     n,
@@ -930,7 +937,7 @@ mod tests {
                 )
             })
             .collect();
-        let f = fit_on_wire(Collective::AllGather, "ring", 2, true, &wire, &pts, false).unwrap();
+        let f = fit_on_wire(Collective::AllGather, &ring, 2, true, &wire, &pts, false).unwrap();
         assert!(
             (f.alpha_s - 3e-6).abs() < 1e-12 && (f.scale - 1.25).abs() < 1e-9,
             "{f:?}"
@@ -944,7 +951,7 @@ mod tests {
         assert!((f.busbw_gbps.0 - 32.0).abs() < 1e-6, "{f:?}");
         // With alpha fixed at the wire's (2 us, below the 3 us behind the
         // points) only the scale moves: near 1.25, the residue in the error.
-        let f = fit_on_wire(Collective::AllGather, "ring", 2, true, &wire, &pts, true).unwrap();
+        let f = fit_on_wire(Collective::AllGather, &ring, 2, true, &wire, &pts, true).unwrap();
         assert_eq!(f.alpha_s, 2e-6);
         assert!((f.scale - 1.25).abs() < 0.1 && f.rms_rel_err > 0.0, "{f:?}");
     }

@@ -19,7 +19,7 @@ struct Wire {
     name: String,
     link: LinkParams,
     /// The algorithm to project the link with.
-    algo: String,
+    algo: predict::ModelAlgo,
     measured: bool,
 }
 
@@ -35,7 +35,7 @@ fn wires(sources: &[Source]) -> Vec<Wire> {
                     c.source, c.row.backend, c.row.wire, c.row.algo, c.row.world, c.row.dtype
                 ),
                 link: fit.link,
-                algo: predict::projection_algo(&c.row.algo).to_string(),
+                algo: predict::projection_algo(&predict::ModelAlgo::of(&c.row.algo)),
                 measured: true,
             })
         })
@@ -47,7 +47,7 @@ fn wires(sources: &[Source]) -> Vec<Wire> {
         out.push(Wire {
             name: format!("{name} {} GB/s", units::short(gbps)),
             link: predict::bandwidth_link(gbps),
-            algo: "ring".into(),
+            algo: parbench::comm::algo::Algorithm::Ring.into(),
             measured: false,
         });
     }

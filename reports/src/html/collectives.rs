@@ -8,7 +8,7 @@ use crate::charts::{self, band_points, Axis, LineChart, LineStyle, Marker, Serie
 use crate::load::{wire_model, Source};
 use crate::predict;
 use crate::units;
-use parbench::model::wire::{fit_on_wire, WireModel};
+use parbench::model::wire::WireModel;
 use parbench::results::CollectiveRow;
 use parbench::stats::median_of_finite;
 use std::collections::BTreeMap;
@@ -437,7 +437,8 @@ fn latency_chart(collective: &str, curves: &[&Curve], names: &[String]) -> LineC
 /// projects to other sizes and degrees.
 pub fn curve_fit(c: &Curve) -> Result<predict::Fit, String> {
     let pts: Vec<(u64, f64)> = c.by_size.iter().map(|p| (p.bytes as u64, p.p50)).collect();
-    predict::fit(&c.row.collective, &c.row.algo, c.row.world, &pts)
+    let algo = predict::ModelAlgo::of(&c.row.algo);
+    predict::fit(&c.row.collective, &algo, c.row.world, &pts)
 }
 
 /// The fits' window: from this size up (bench-collectives' default `--fit-from`).
@@ -464,16 +465,9 @@ fn window_fit(c: &Curve) -> Result<WindowFit, String> {
         .map(|p| (p.bytes as u64, p.p50 * 1e-6))
         .collect();
     let coll: parbench::comm::Collective = c.row.collective.parse()?;
+    let algo = predict::ModelAlgo::of(&c.row.algo);
     if let Some(w) = &c.wire {
-        if let Ok(f) = fit_on_wire(
-            coll,
-            &c.row.algo,
-            c.row.world,
-            c.row.in_place,
-            w,
-            &pts,
-            true,
-        ) {
+        if let Ok(f) = predict::wire_fit(coll, &algo, c.row.world, c.row.in_place, w, &pts) {
             return Ok(WindowFit {
                 structure: "ladders",
                 alpha_us: f.alpha_s * 1e6,
@@ -490,11 +484,8 @@ fn window_fit(c: &Curve) -> Result<WindowFit, String> {
         }
     }
     let us: Vec<(u64, f64)> = pts.iter().map(|&(n, s)| (n, s * 1e6)).collect();
-    let f = predict::fit(&c.row.collective, &c.row.algo, c.row.world, &us)?;
-    let secs: Vec<(u64, f64)> = pts.clone();
-    let max = parbench::model::fit(coll, &c.row.algo, c.row.world, &secs)
-        .map(|f| f.max_rel_err)
-        .unwrap_or(f64::NAN);
+    let f = predict::fit(&c.row.collective, &algo, c.row.world, &us)?;
+    let max = f.max_rel_err;
     Ok(WindowFit {
         structure: "single beta",
         alpha_us: f.alpha_us,

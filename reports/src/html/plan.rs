@@ -103,26 +103,11 @@ fn one_plan(label: &str, f: &PlanFile) -> String {
                 ]
             })
             .collect();
-        out.push_str(&page::table(
-            &[
-                "#",
-                "dp",
-                "tp",
-                "pp",
-                "schedule",
-                "b",
-                "M",
-                "tokens/s",
-                "step",
-                "compute",
-                "tp comm",
-                "bubble",
-                "dp comm",
-                "memory",
-                "token latency",
-            ],
-            &rows,
-        ));
+        let header: Vec<&str> = crate::plan::LAYOUT_COLUMNS
+            .into_iter()
+            .chain(["token latency"])
+            .collect();
+        out.push_str(&page::table(&header, &rows));
         let shown: Vec<_> = f.top.iter().take(CHART_LAYOUTS).collect();
         let stack =
             |label: &str, color: usize, part: fn(&parbench::model::plan::Costed) -> f64| BarStack {

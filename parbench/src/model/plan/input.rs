@@ -1,17 +1,19 @@
 //! What the planner is given: the model, the cluster, its wires and the
 //! user's choices; checked before any layout is tried.
 
+use crate::comm::algo::Algorithm;
 use crate::comm::Collective;
+use crate::model::algo::ModelAlgo;
 use crate::model::alpha_beta::{predict_textbook, LinkParams};
 use crate::model::footprint::Recompute;
 use crate::model::presets::Preset;
 
 /// A wire between devices: its alpha-beta parameters and the algorithm to
-/// cost collectives with (`ring`, or any name [`predict_textbook`] knows).
+/// cost collectives with (`ring`, or any algorithm [`predict_textbook`] knows).
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Wire {
     pub link: LinkParams,
-    pub algo: String,
+    pub algo: ModelAlgo,
 }
 
 impl Wire {
@@ -19,7 +21,7 @@ impl Wire {
     pub fn ring(link: LinkParams) -> Self {
         Wire {
             link,
-            algo: "ring".into(),
+            algo: ModelAlgo::Ran(Algorithm::Ring),
         }
     }
 
@@ -32,7 +34,7 @@ impl Wire {
         }
         let p = usize::try_from(p).unwrap_or(usize::MAX);
         predict_textbook(coll, &self.algo, p, bytes, &self.link)
-            .or_else(|| predict_textbook(coll, "ring", p, bytes, &self.link))
+            .or_else(|| predict_textbook(coll, &Algorithm::Ring.into(), p, bytes, &self.link))
             .unwrap_or(f64::INFINITY)
     }
 
