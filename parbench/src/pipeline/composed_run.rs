@@ -24,6 +24,7 @@ use crate::comm::{Algo, Collective, Communicator, DType, HostBuffer, Io, ReduceO
 use crate::compute::Compute;
 use crate::layers::layout::ParamSpecs;
 use crate::measure::clock_sync::{host_now_us, TimeBase};
+use crate::model::algo::ModelAlgo;
 use crate::model::fit::{fit, AlphaBetaFit};
 use crate::stats::median;
 
@@ -362,7 +363,7 @@ where
     Ok(Some(WireProbe {
         collective: coll,
         ranks: p,
-        fit: fit(coll, "auto", p, &points).ok(),
+        fit: fit(coll, &ModelAlgo::Selector("auto".into()), p, &points).ok(),
         points,
     }))
 }
