@@ -330,6 +330,7 @@ pub fn json(
         "calibration": {
             "gemm": {
                 "flops_per_rank_step": f.flops_per_rank_step,
+                "block_forward_flops": b.flops() / 3.0,
                 "compute_us": compute_us,
                 "flop_per_s": if compute_us > 0.0 { f.flops_per_rank_step / (compute_us * 1e-6) } else { 0.0 },
                 "nominal_flop_per_s": nominal,
@@ -337,6 +338,7 @@ pub fn json(
             },
             "tp_calls": {
                 "per_rank_step": TP_CALLS_PER_BLOCK * job.stages.layers_per_stage * per_rank_stages * s.microbatches,
+                "per_block_pass": TP_CALLS_PER_BLOCK / 2,
                 "collective": "all_reduce",
                 "bytes": b.tokens() * b.shape.hidden * 4,
             },
