@@ -213,14 +213,27 @@ pub fn parts_most(rows: &[CheckRow]) -> Option<&CheckRow> {
     })
 }
 
-/// Every composed section of `dir`'s run.json: (run id, section).
-fn composed_sections(dir: &Path) -> Result<Vec<(String, Value)>> {
+/// A composed run whose ranks computed on fewer cores than ranks: the
+/// planner gives each rank its own device, so a collective that waits for
+/// a partner off its core is time it does not model. `None` otherwise.
+fn shared_cores(c: &Value, cores: usize) -> Option<String> {
+    let world = c["mesh"]["world"].as_u64()? as usize;
+    let computes = c["work"].as_str()? == "compute";
+    (computes && cores > 0 && world > cores).then(|| {
+        format!(
+            "note: {world} ranks computed on {cores} cores: the planner gives every rank its own device, so a collective's wait for a partner that had no core (in tp_comm and dp_comm) is outside its model"
+        )
+    })
+}
+
+/// Every composed section of `dir`'s run.json: (run id, section, the host's cores).
+fn composed_sections(dir: &Path) -> Result<Vec<(String, Value, usize)>> {
     let runs = parbench::results::read_runs(dir)
         .with_context(|| format!("{}: reading run.json", dir.display()))?;
     let mut out = Vec::new();
     for r in runs {
         match r.extra.get("composed").and_then(Value::as_array) {
-            Some(list) => out.extend(list.iter().map(|c| (r.run_id.clone(), c.clone()))),
+            Some(list) => out.extend(list.iter().map(|c| (r.run_id.clone(), c.clone(), r.cores))),
             None => eprintln!(
                 "report: {} ({}): no composed section, skipped",
                 r.run_id, r.suite
@@ -242,7 +255,7 @@ pub fn run(dir: &Path) -> Result<()> {
         );
     }
     let mut all = Vec::new();
-    for (run_id, c) in &sections {
+    for (run_id, c, cores) in &sections {
         let rows = match check_rows(run_id, c) {
             Ok(r) => r,
             Err(e) => {
@@ -280,6 +293,9 @@ pub fn run(dir: &Path) -> Result<()> {
                 w.predicted_us,
                 w.predicted_us - w.measured_us
             );
+        }
+        if let Some(note) = shared_cores(c, *cores) {
+            parbench::outln!("{note}");
         }
         parbench::outln!("");
         all.extend(rows);
