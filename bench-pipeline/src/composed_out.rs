@@ -121,7 +121,7 @@ pub fn print(job: &ComposedJob, rec: &ComposedRecord, f: &Figures) {
             b.idle_us
         );
     }
-    parbench::outln!("    (us per rank per step, mean over the timed steps)");
+    parbench::outln!("    (us per rank per step, median over the timed steps)");
     for (name, w) in [("tp", &rec.tp_wire), ("dp", &rec.dp_wire)] {
         if let Some(line) = w.as_ref().map(wire_line) {
             parbench::outln!("    {name} wire (probed after the steps): {line}");

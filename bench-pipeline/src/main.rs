@@ -25,6 +25,7 @@ fn main() {
     // The noise guard's window starts here: run.json records the CPU time
     // other processes took while the whole run measured.
     parbench::measure::noise::mark_start();
+    output::note_cores();
     // `-np N` is ranks (mpirun's spelling), not `-n p` (iterations).
     let mut args = match cli::Args::try_parse_from(parbench::term::rewrite_np(std::env::args_os()))
     {

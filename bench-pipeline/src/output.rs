@@ -40,6 +40,17 @@ fn clock_line(rec: &RunRecord) -> String {
     format!("{what}: {}", ranks.join(", "))
 }
 
+/// The cores this process may use, read before any rank pins itself to
+/// one (run.json's `cores`, which `report plan --check` compares with the
+/// ranks that computed on them).
+static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+
+/// Reads the cores while no thread is pinned yet (call at the start of main).
+pub fn note_cores() {
+    let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let _ = CORES.set(n);
+}
+
 /// Prints each run's table row and writes its records.
 pub struct Recorder {
     run_id: String,
@@ -64,6 +75,9 @@ impl Recorder {
     pub fn new(args: &Args, plan: &PipelineJob, backend: &str, compute: &str) -> Self {
         let run_id = results::new_run_id("pipeline");
         let mut meta = RunMeta::start("pipeline", &run_id, backend, plan.ranks);
+        if let Some(&n) = CORES.get() {
+            meta.cores = n;
+        }
         meta.extra.insert("compute".into(), compute.into());
         // A fault or a signal from here on records the run as cut short.
         results::begin_run(&args.out, &meta);

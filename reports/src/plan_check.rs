@@ -28,12 +28,10 @@ pub struct CheckRow {
     pub ratio: f64,
 }
 
-/// The terms, in the order they are printed, and what each measures.
+/// The terms, in the order they are printed, and what each measures (each
+/// per rank: the median over the timed steps, averaged over the ranks).
 const TERMS: [(&str, &str); 6] = [
-    (
-        "compute",
-        "the blocks' compute, per rank per step (mean over ranks)",
-    ),
+    ("compute", "the blocks' compute, per rank per step"),
     (
         "tp_comm",
         "the tensor-parallel collectives, per rank per step",

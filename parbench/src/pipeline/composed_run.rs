@@ -93,7 +93,8 @@ pub struct ComposedRecord {
     pub dp_wire: Option<WireProbe>,
 }
 
-/// One rank's breakdown of a step, mean over the timed steps, microseconds.
+/// One rank's breakdown of a step, each figure the median over the timed
+/// steps, microseconds.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct RankBreakdown {
     pub rank: usize,
@@ -158,24 +159,16 @@ impl ComposedRecord {
         (m, i)
     }
 
-    /// Every rank's breakdown, mean over the timed steps.
+    /// Every rank's breakdown: each figure the median over the timed
+    /// steps (as the step is), so that one preempted step on a shared
+    /// machine does not move it.
     pub fn breakdown(&self) -> Vec<RankBreakdown> {
         let steps = self.step_us();
         self.ranks
             .iter()
             .map(|r| {
-                let n = r.times.len().max(1) as f64;
-                let mut b = RankBreakdown {
-                    rank: r.rank,
-                    coords: r.coords,
-                    ..Default::default()
-                };
+                let mut per: [Vec<f64>; 9] = Default::default();
                 for (i, t) in r.times.iter().enumerate() {
-                    b.compute_us += t.compute_us / n;
-                    b.tp_comm_us += t.tp_comm_us / n;
-                    b.dp_comm_us += t.dp_comm_us / n;
-                    b.dp_exposed_us += t.dp_exposed_us / n;
-                    b.dp_hidden_us += t.dp_hidden_us() / n;
                     let acts = self
                         .pipeline_of(r.rank)
                         .and_then(|p| p.steps.get(i)?.get(r.coords.pp))
@@ -183,13 +176,36 @@ impl ComposedRecord {
                         .unwrap_or(&[]);
                     let sum = |f: fn(&ActionTiming) -> f64| acts.iter().map(f).sum::<f64>();
                     let busy = sum(ActionTiming::busy_us);
-                    b.busy_us += busy / n;
-                    b.wait_us += sum(ActionTiming::waiting_us) / n;
-                    b.transfer_us += sum(ActionTiming::transfer_us) / n;
                     let step = steps.get(i).copied().unwrap_or(0.0);
-                    b.idle_us += (step - busy - t.dp_comm_us).max(0.0) / n;
+                    for (v, x) in per.iter_mut().zip([
+                        t.compute_us,
+                        t.tp_comm_us,
+                        busy,
+                        sum(ActionTiming::waiting_us),
+                        sum(ActionTiming::transfer_us),
+                        t.dp_comm_us,
+                        t.dp_exposed_us,
+                        t.dp_hidden_us(),
+                        (step - busy - t.dp_comm_us).max(0.0),
+                    ]) {
+                        v.push(x);
+                    }
                 }
-                b
+                let [compute, tp, busy, wait, transfer, dp, exposed, hidden, idle] =
+                    per.map(|mut v| median(&mut v).unwrap_or(0.0));
+                RankBreakdown {
+                    rank: r.rank,
+                    coords: r.coords,
+                    compute_us: compute,
+                    tp_comm_us: tp,
+                    busy_us: busy,
+                    wait_us: wait,
+                    transfer_us: transfer,
+                    dp_comm_us: dp,
+                    dp_exposed_us: exposed,
+                    dp_hidden_us: hidden,
+                    idle_us: idle,
+                }
             })
             .collect()
     }

@@ -216,7 +216,7 @@ pub struct PipelineRow {
     pub dp: usize,
     #[serde(default = "one")]
     pub tp: usize,
-    /// Per rank per step, mean over ranks and timed steps: the
+    /// Per rank per step (median over the timed steps, mean over ranks): the
     /// tensor-parallel collectives, the data-parallel reduction, and its
     /// part after the rank's last action (0 for the plain pipeline), us.
     #[serde(default)]
