@@ -187,7 +187,8 @@ pub fn check_failure(rec: &ComposedRecord) -> Option<String> {
     let bad: Vec<String> = rec
         .checks
         .iter()
-        .filter(|(_, g)| !(g.max_rel_err <= CHECK_TOLERANCE))
+        // A NaN error fails too.
+        .filter(|(_, g)| g.max_rel_err.is_nan() || g.max_rel_err > CHECK_TOLERANCE)
         .map(|(d, g)| {
             format!(
                 "replica {d}: max rel err {:.3e} over {CHECK_TOLERANCE:.0e}, {} of {} values differ",
