@@ -3,26 +3,17 @@
 //! once, and each group's all-reduce sums exactly its members' values,
 //! with calls on the three groups interleaved.
 
+mod group_support;
 mod mpi_support;
 mod tcp_support;
 
+use group_support::sum;
 use parbench::comm::mesh::{with_mesh, Axis, Mesh, MeshShape, Order};
-use parbench::comm::{local, tcp, Algo, CommBuffer, CommResult, Communicator, DType, Io, ReduceOp};
+use parbench::comm::{local, tcp, Algo, CommResult, Communicator};
 use std::time::Duration;
 use tcp_support::{job, worker};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
-
-/// all_reduce (sum) of `value` over `comm`, as f64.
-fn sum<C: Communicator>(comm: &mut C, value: f64) -> CommResult<f64> {
-    let mut buf = comm.alloc(8)?;
-    buf.write_from_host(&value.to_le_bytes())?;
-    comm.all_reduce(Io::InPlace(&mut buf), 1, DType::F64, ReduceOp::Sum)?;
-    comm.sync()?;
-    let mut out = [0u8; 8];
-    buf.read_to_host(&mut out)?;
-    Ok(f64::from_le_bytes(out))
-}
 
 /// A value only rank `r` gives in round `round`: sums of them name the
 /// ranks that took part.
