@@ -16,7 +16,7 @@
 //! (the CPU) whatever the world's backend.
 
 use super::composed::{check_composed, GradCheck};
-use super::exec::{recv_f64s, send_f64s};
+use super::exec::{decode_steps, encode_steps, recv_f64s, send_f64s};
 use super::tp_stage::{CommSpan, SpanGroup, StageStepTimes, TpStageConfig, TpStages};
 use super::{run_stages, ActionTiming, PipelineConfig, PipelineError, RankStep, RunRecord, Work};
 use crate::comm::mesh::{with_mesh, Coords, MeshShape};
@@ -492,8 +492,8 @@ fn decode_check(from: usize, v: &[f64]) -> Result<Option<GradCheck>, PipelineErr
 }
 
 /// A pipeline's first rank sends its steps: `[1, ranks, uncertainty per
-/// rank, steps, per step per rank: actions, peak, peak bytes, device
-/// uncertainty, the actions' fields]`; any other rank `[0]`.
+/// rank, then per rank the length and the executor's encoding of its
+/// timed steps]`; any other rank `[0]`.
 fn encode_pipeline(rec: Option<&RunRecord>) -> Vec<f64> {
     let Some(rec) = rec else {
         return vec![0.0];
@@ -501,19 +501,11 @@ fn encode_pipeline(rec: Option<&RunRecord>) -> Vec<f64> {
     let ranks = rec.steps.first().map_or(0, Vec::len);
     let mut v = vec![1.0, ranks as f64];
     v.extend((0..ranks).map(|r| rec.uncertainty_us(r)));
-    v.push(rec.steps.len() as f64);
-    for step in &rec.steps {
-        for rs in step {
-            v.extend([
-                rs.actions.len() as f64,
-                rs.peak_activations as f64,
-                rs.peak_activation_bytes as f64,
-                rs.device_uncertainty_us,
-            ]);
-            for a in &rs.actions {
-                a.to_f64s(&mut v);
-            }
-        }
+    for r in 0..ranks {
+        let mine: Vec<RankStep> = rec.steps.iter().filter_map(|s| s.get(r).cloned()).collect();
+        let enc = encode_steps(&mine);
+        v.push(enc.len() as f64);
+        v.extend(enc);
     }
     v
 }
@@ -526,30 +518,21 @@ fn decode_pipeline(from: usize, v: &[f64]) -> Result<Option<PipelineSteps>, Pipe
     let ranks = count(from, v.get(1), v.len(), "pipeline record")?;
     let unc = v.get(2..2 + ranks).ok_or_else(bad)?.to_vec();
     let mut at = 2 + ranks;
-    let n = count(from, v.get(at), v.len(), "pipeline record")?;
-    at += 1;
-    let mut steps = Vec::with_capacity(n);
-    for _ in 0..n {
-        let mut step = Vec::with_capacity(ranks);
-        for _ in 0..ranks {
-            let head = v.get(at..at + 4).ok_or_else(bad)?;
-            let k = count(from, head.first(), v.len(), "pipeline record")?;
-            let mut rs = RankStep {
-                actions: Vec::with_capacity(k),
-                peak_activations: head[1].max(0.0) as usize,
-                peak_activation_bytes: head[2].max(0.0) as usize,
-                device_uncertainty_us: head[3],
-            };
-            at += 4;
-            for _ in 0..k {
-                let f = v.get(at..at + ActionTiming::FIELDS).ok_or_else(bad)?;
-                rs.actions.push(ActionTiming::from_f64s(f).ok_or_else(bad)?);
-                at += ActionTiming::FIELDS;
-            }
-            step.push(rs);
-        }
-        steps.push(step);
+    // Per rank its steps; then turned round into steps of ranks.
+    let mut per_rank = Vec::with_capacity(ranks);
+    for _ in 0..ranks {
+        let n = count(from, v.get(at), v.len(), "pipeline record")?;
+        at += 1;
+        per_rank.push(decode_steps(v.get(at..at + n).ok_or_else(bad)?, from)?);
+        at += n;
     }
+    let steps = per_rank.first().map_or(0, Vec::len);
+    if per_rank.iter().any(|r| r.len() != steps) {
+        return Err(bad());
+    }
+    let steps = (0..steps)
+        .map(|i| per_rank.iter().map(|r| r[i].clone()).collect())
+        .collect();
     Ok(Some(PipelineSteps {
         head: from,
         steps,
@@ -591,6 +574,32 @@ mod tests {
         assert_eq!(decode_check(1, &encode_check(Some(g))).unwrap(), Some(g));
         assert_eq!(decode_check(1, &encode_check(None)).unwrap(), None);
         assert!(decode_figures(5, &mesh, &[3.0, 1.0]).is_err());
+        let step = |t: f64| RankStep {
+            actions: vec![ActionTiming {
+                action: crate::schedule::Action::new(0, crate::schedule::ActionKind::F, 1),
+                asked_us: t,
+                arrived_us: None,
+                input_sent_us: Some(t + 1.0),
+                start_us: t + 2.0,
+                work_end_us: t + 3.0,
+                sent_us: None,
+                end_us: t + 4.0,
+            }],
+            peak_activations: 1,
+            peak_activation_bytes: 64,
+            device_uncertainty_us: 0.0,
+        };
+        let rec = RunRecord {
+            steps: vec![vec![step(0.0), step(10.0)], vec![step(20.0), step(30.0)]],
+            grad_max_err: None,
+            message_us: 1.0,
+            clocks: Vec::new(),
+        };
+        let p = decode_pipeline(4, &encode_pipeline(Some(&rec)))
+            .unwrap()
+            .unwrap();
+        assert_eq!((p.head, &p.steps), (4, &rec.steps));
+        assert_eq!(decode_pipeline(4, &encode_pipeline(None)).unwrap(), None);
         assert!(decode_pipeline(1, &[1.0, 9.0]).is_err());
     }
 }

@@ -34,7 +34,7 @@ mod records;
 
 use grad_check::check_grads;
 use records::gather_steps;
-pub(crate) use records::{recv_f64s, send_f64s};
+pub(crate) use records::{decode_steps, encode_steps, recv_f64s, send_f64s};
 
 /// When one action ran, in microseconds: on the rank's own clock while the
 /// run lasts, on the common base from its step's first work start in a

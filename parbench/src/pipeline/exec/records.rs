@@ -90,7 +90,7 @@ pub(crate) fn recv_f64s<Cm: Communicator>(
         .collect())
 }
 
-pub(super) fn encode_steps(steps: &[RankStep]) -> Vec<f64> {
+pub(crate) fn encode_steps(steps: &[RankStep]) -> Vec<f64> {
     let mut v = vec![steps.len() as f64];
     for st in steps {
         v.extend([
@@ -106,7 +106,7 @@ pub(super) fn encode_steps(steps: &[RankStep]) -> Vec<f64> {
     v
 }
 
-pub(super) fn decode_steps(v: &[f64], from: usize) -> Result<Vec<RankStep>, PipelineError> {
+pub(crate) fn decode_steps(v: &[f64], from: usize) -> Result<Vec<RankStep>, PipelineError> {
     let bad = || PipelineError::Protocol(format!("rank {from} sent a malformed timing record"));
     let mut it = 0usize;
     let mut next = |n: usize| -> Result<&[f64], PipelineError> {
