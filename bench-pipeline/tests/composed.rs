@@ -244,3 +244,29 @@ fn bad_combinations_are_refused_in_one_line() {
         &["--ffn/--seq", "but this machine has"],
     );
 }
+
+/// Another rank order, the distributed optimizer's reduce-scatter in
+/// small buckets, and a schedule read from a compute-only CSV with split
+/// I and W passes run the same step, the check passing.
+#[test]
+fn another_order_the_reduce_scatter_and_a_csv_schedule_match_one_rank() {
+    let d = tmp("csv");
+    let csv = d.join("zb.csv");
+    std::fs::write(&csv, "0F0,0I0,0F1,0I1,0W0,0W1\n1F0,1I0,1W0,1F1,1I1,1W1\n").unwrap();
+    let (out, rows, composed) = run_ok(
+        &format!(
+            "--dp 2 --tp 2 --schedule-csv {} --order pp-dp-tp --dist-opt --bucket-mib 0.002 --hidden 16 --heads 2 --seq 8 --layers-per-stage 1 --steps 1 --warmup 0",
+            csv.display()
+        ),
+        &d,
+    );
+    assert!(out.contains("order pp-dp-tp") && out.contains("reduce-scatter"), "{out}");
+    assert_eq!(rows.len(), 1);
+    let c = &composed[0];
+    assert_eq!(c["mesh"]["order"], "pp-dp-tp");
+    assert_eq!(c["reduce"]["dist_opt"], true);
+    assert_eq!(c["calibration"]["dp_wire"]["collective"], "reduce_scatter");
+    let got = checks(c);
+    assert_eq!(got.len(), 2, "{c}");
+    assert!(got.iter().all(|&(err, _)| err <= 1e-5), "{c}");
+}
