@@ -302,6 +302,8 @@ pub fn json(
         "microbatches": s.microbatches,
         "global_batch": job.dp * s.microbatches * b.shape.batch,
         "schedule": s.name, "chunks": s.chunks(), "stages": s.num_stages,
+        // The actions run, so that a planner can simulate any schedule.
+        "schedule_csv": parbench::schedule::to_csv(s),
         "work": run.cfg.work.to_string(),
         "dtype": "f32",
         "reduce": {

@@ -260,7 +260,10 @@ fn another_order_the_reduce_scatter_and_a_csv_schedule_match_one_rank() {
         ),
         &d,
     );
-    assert!(out.contains("order pp-dp-tp") && out.contains("reduce-scatter"), "{out}");
+    assert!(
+        out.contains("order pp-dp-tp") && out.contains("reduce-scatter"),
+        "{out}"
+    );
     assert_eq!(rows.len(), 1);
     let c = &composed[0];
     assert_eq!(c["mesh"]["order"], "pp-dp-tp");

@@ -10,7 +10,7 @@ use crate::table::Table;
 use anyhow::{bail, Context, Result};
 use parbench::comm::Collective;
 use parbench::model::plan::{cost_given, Calibration, CallFit, GivenCost, GivenLayout};
-use parbench::schedule::ScheduleKind;
+use parbench::schedule::{generate, parse_csv, ScheduleKind};
 use serde_json::Value;
 use std::path::Path;
 
@@ -92,9 +92,17 @@ fn call_fit(c: &Value, key: &str) -> Result<Option<CallFit>, String> {
 /// The layout and calibration of one composed section.
 fn given_of(c: &Value) -> Result<(GivenLayout, Calibration), String> {
     let name = c["schedule"].as_str().unwrap_or("");
-    let schedule: ScheduleKind = name.parse().map_err(|_| {
-        format!("schedule '{name}' is not generated (a CSV schedule has no planner form)")
-    })?;
+    // The actions the run ran, or (a section without them) its generator.
+    let schedule = match c["schedule_csv"].as_str() {
+        Some(text) => parse_csv(text, "run.json", name).map_err(|e| e.to_string())?,
+        None => {
+            let kind: ScheduleKind = name.parse().map_err(|_| {
+                format!("schedule '{name}' is not generated and the section has no schedule_csv")
+            })?;
+            let (pp, m) = (count(c, &["mesh", "pp"])?, count(c, &["microbatches"])?);
+            generate(kind, pp, m, count(c, &["chunks"])?).map_err(|e| e.to_string())?
+        }
+    };
     let sleep = c["work"].as_str().unwrap_or("").starts_with("sleep:");
     // Under --work sleep the compute stands for the rate the sleeps imply.
     let rate = if sleep {
@@ -106,10 +114,7 @@ fn given_of(c: &Value) -> Result<(GivenLayout, Calibration), String> {
     let layout = GivenLayout {
         dp: count(c, &["mesh", "dp"])?,
         tp: count(c, &["mesh", "tp"])?,
-        pp: count(c, &["mesh", "pp"])?,
         schedule,
-        microbatches: count(c, &["microbatches"])?,
-        chunks: count(c, &["chunks"])?,
         layers_per_stage: count(c, &["layers_per_stage"])?,
         block_forward_flops: num(c, &["calibration", "gemm", "block_forward_flops"])?,
         tp_calls_per_pass: count(c, &["calibration", "tp_calls", "per_block_pass"])?,

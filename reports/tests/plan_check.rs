@@ -123,3 +123,39 @@ fn a_folder_without_a_composed_run_is_one_line() {
     assert!(err.contains("no composed dp x tp x pp run"), "{err}");
     assert!(!d.join("plan-check.csv").exists());
 }
+
+/// A section that carries its actions (`schedule_csv`, what bench-pipeline
+/// writes, so a CSV schedule is costed too) gives the rows its generator gives.
+#[test]
+fn a_schedule_given_as_its_actions_is_costed_as_the_generated_one() {
+    let rows_of = |d: &std::path::Path| -> Vec<(String, String, f64, f64, f64)> {
+        let o = report(&["plan", "--check", d.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        let mut rd = csv::Reader::from_path(d.join("plan-check.csv")).unwrap();
+        rd.deserialize().map(|r| r.unwrap()).collect()
+    };
+    let generated = rows_of(&copy_fixture("composed", "plan-check-gen"));
+    let d = copy_fixture("composed", "plan-check-csv");
+    let mut runs: Value =
+        serde_json::from_slice(&std::fs::read(d.join("run.json")).unwrap()).unwrap();
+    for r in runs.as_array_mut().unwrap() {
+        for c in r["extra"]["composed"].as_array_mut().into_iter().flatten() {
+            let kind = c["schedule"].as_str().unwrap().parse().unwrap();
+            let (pp, m, v) = (
+                c["mesh"]["pp"].as_u64().unwrap() as usize,
+                c["microbatches"].as_u64().unwrap() as usize,
+                c["chunks"].as_u64().unwrap() as usize,
+            );
+            let s = parbench::schedule::generate(kind, pp, m, v).unwrap();
+            c["schedule_csv"] = Value::from(parbench::schedule::to_csv(&s));
+            c["schedule"] = Value::from("csv:mine.csv");
+        }
+    }
+    std::fs::write(d.join("run.json"), serde_json::to_vec(&runs).unwrap()).unwrap();
+    let given = rows_of(&d);
+    assert_eq!(generated.len(), given.len());
+    for (a, b) in generated.iter().zip(&given) {
+        assert_eq!((&a.1, a.2, a.3), (&b.1, b.2, b.3), "{a:?} {b:?}");
+        assert!(b.0.contains("csv:mine.csv"), "{b:?}");
+    }
+}

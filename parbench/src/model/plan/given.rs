@@ -1,5 +1,6 @@
 //! One given layout costed, not searched: a `dp x tp x pp` step of
-//! `layers_per_stage` blocks per stage with a given schedule and `M`,
+//! `layers_per_stage` blocks per stage with a given schedule (generated or
+//! a CSV's actions) and `M`,
 //! from given calibration figures (a GEMM rate, the tensor and data
 //! groups' fitted wires, the pipeline's one-way message time). This is
 //! what `report plan --check` holds against a measured composed step, so
@@ -25,7 +26,7 @@
 use crate::comm::Collective;
 use crate::model::fit::per_call_terms;
 use crate::model::sim::{simulate, SimCosts, StageCosts};
-use crate::schedule::{generate, ScheduleKind};
+use crate::schedule::Schedule;
 
 /// A collective's time per call, fitted with the `auto` structure (one
 /// latency per call, nccl-tests' bus factor on the bytes:
@@ -52,11 +53,9 @@ impl CallFit {
 pub struct GivenLayout {
     pub dp: usize,
     pub tp: usize,
-    pub pp: usize,
-    pub schedule: ScheduleKind,
-    pub microbatches: usize,
-    /// Stages per pipeline rank (interleaved's v; 1 otherwise).
-    pub chunks: usize,
+    /// The schedule the run ran (its ranks are the pipeline's, `pp`;
+    /// generated, or a CSV's actions).
+    pub schedule: Schedule,
     pub layers_per_stage: usize,
     /// One block's forward on one microbatch, all tensor ranks together, FLOP.
     pub block_forward_flops: f64,
@@ -110,10 +109,10 @@ pub fn cost_given(l: &GivenLayout, cal: &Calibration) -> Result<GivenCost, Strin
     let tp_call = call(cal.tp, l.tp, "tensor-parallel", l.tp_call_bytes)?;
     let pass = l.layers_per_stage as f64 * l.block_forward_flops / l.tp as f64 / cal.flop_per_s;
     let pass_tp = l.layers_per_stage as f64 * l.tp_calls_per_pass as f64 * tp_call;
-    let s = generate(l.schedule, l.pp, l.microbatches, l.chunks).map_err(|e| e.to_string())?;
+    let s = &l.schedule;
     let stages = vec![StageCosts::split(pass + pass_tp, pass + pass_tp, pass); s.num_stages];
     let sim = simulate(
-        &s,
+        s,
         &SimCosts {
             stages,
             latency: cal.message_s,
@@ -122,7 +121,12 @@ pub fn cost_given(l: &GivenLayout, cal: &Calibration) -> Result<GivenCost, Strin
         },
     )
     .map_err(|e| e.to_string())?;
-    let per_rank = (l.microbatches * l.chunks) as f64;
+    // The busiest rank's (stage, microbatch) pairs: the most stages on one rank.
+    let per_rank = ((0..s.ranks())
+        .map(|r| s.stages_of(r).len())
+        .max()
+        .unwrap_or(0)
+        * s.microbatches) as f64;
     let compute = per_rank * 3.0 * pass;
     let tp_comm = per_rank * 2.0 * pass_tp;
     let busy = sim.busy.iter().copied().fold(0.0, f64::max);
@@ -157,10 +161,8 @@ mod tests {
         GivenLayout {
             dp: 2,
             tp: 2,
-            pp: 2,
-            schedule: ScheduleKind::OneFOneB,
-            microbatches: 4,
-            chunks: 1,
+            schedule: crate::schedule::generate(crate::schedule::ScheduleKind::OneFOneB, 2, 4, 1)
+                .unwrap(),
             layers_per_stage: 2,
             block_forward_flops: 2e6,
             tp_calls_per_pass: 2,
