@@ -257,7 +257,7 @@ fn run_spawn(plan: &SweepJob, run_id: &str, world: usize) -> Result<Finished> {
 fn own_error(fault: ranks::JobFault) -> anyhow::Error {
     match fault {
         ranks::JobFault::Launch(e) => e.into(),
-        ranks::JobFault::Rank(e) => e.into(),
+        ranks::JobFault::Start(e) => e.into(),
         other => other.into(),
     }
 }

@@ -6,7 +6,7 @@ use crate::data::Inputs;
 use crate::ops::{with_op, CollOp};
 use crate::print::{Point, Printer};
 use crate::wire::WireFigures;
-use parbench::comm::{Collective, CommBuffer, CommResult, Communicator, Io, ReduceOp};
+use parbench::comm::{CollArgs, Collective, CommBuffer, CommResult, Communicator, Io, ReduceOp};
 use parbench::measure::noise::{CpuSnapshot, ForeignCpu};
 use parbench::measure::{time_loop, LoopSpec, LoopStats, StragglerTally, StragglerVerdict};
 use parbench::model;
@@ -180,7 +180,8 @@ fn measure_one<C: Communicator, O: CollOp>(
         delay: cfg.straggler.filter(|(r, _)| *r == rank).map(|(_, d)| d),
         graph: cfg.graph,
     };
-    let call = |c: &mut C, io: Io<'_, C::Buffer>| O::call(c, io, p.count, p.dtype, op, cfg.root);
+    let args = CollArgs::new(p.count, p.dtype).op(op).root(cfg.root);
+    let call = |c: &mut C, io: Io<'_, C::Buffer>| O::call(c, io, args);
     let mut wrong = 0u64;
     let times = if in_place {
         // One buffer, the input at its place in it.

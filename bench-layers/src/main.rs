@@ -3,7 +3,8 @@
 //! token, checked against the unsharded block, beside the alpha-beta model
 //! of the same wire. See docs/layers.md.
 //!
-//! How each backend sweeps the degrees:
+//! How each backend sweeps the degrees (each degree's ranks start through
+//! `launch::ranks::run`, and every rank runs the one [`Degree`] body):
 //! - `local`: for each t, t threads of this process, one local communicator.
 //! - `tcp`: this process is the launcher: for each t it spawns t ranks of
 //!   itself on this host (`PARBENCH_LAYERS_TP=t`), each rank runs that one
@@ -31,7 +32,7 @@ mod sweep;
 use anyhow::{anyhow, bail, Context};
 use clap::Parser;
 use cli::{Backend, Cli, LayerJob, UsageError};
-use parbench::comm::{local, Algo, CommError};
+use parbench::comm::{Algo, CommError};
 use parbench::compute::cpu::CpuCompute;
 use parbench::launch::ranks::{self, Ended, JobFault, RankBody, RankComm, Ranks};
 use parbench::launch::{
@@ -92,7 +93,9 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
     match (plan.backend, rank) {
         (Backend::Local, _) => {
             preflight(&plan, true, |t| t)?;
-            sweep_here(&plan, |t| measure_local(&plan, t))
+            sweep_here(&plan, |t| {
+                measure_here(&plan, t, Ranks::Threads(t), CpuCompute::threads_per_rank(t))
+            })
         }
         (Backend::Tcp, Some(info)) => tcp_rank(&plan, &info),
         (Backend::Tcp, None) => tcp_launch(&plan),
@@ -106,7 +109,9 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
             // The host holds little: the blocks live on the GPUs.
             preflight(&plan, true, |_| 0)?;
             check_gpus(&plan)?;
-            sweep_here(&plan, |t| measure_nccl(&plan, t))
+            // One thread and one NCCL communicator per GPU 0..t (nccl-tests'
+            // `-g` way), the block computing on the communicator's stream.
+            sweep_here(&plan, |t| measure_here(&plan, t, Ranks::Gpus(t), 0))
         }
         (Backend::Mpi, _) => mpi_rank(&plan),
     }
@@ -273,80 +278,40 @@ fn build_rows(plan: &LayerJob, backend: &str, ms: &[TpMeasurement]) -> Vec<Layer
     output::rows(plan, &id, backend, ms)
 }
 
-/// The first error of a failed local run: the rank that caused it, not the
-/// ranks that lost it.
-fn root_cause(
-    errors: &Mutex<Vec<(usize, String)>>,
-    results: Vec<Result<TpMeasurement, CommError>>,
-) -> anyhow::Error {
-    let own = errors.lock().map(|e| e.clone()).unwrap_or_default();
-    if let Some((rank, msg)) = own.into_iter().min_by_key(|e| e.0) {
-        return anyhow!("rank {rank}: {msg}");
-    }
-    match ranks::first_fault(results) {
-        Err(e) => e.into(),
-        Ok(_) => anyhow!("no rank returned a result"),
+/// One degree on this process's ranks (`Ranks::Threads(t)` or
+/// `Ranks::Gpus(t)`), each computing with `threads` threads: rank 0's
+/// measurement, or the root cause of the degree's failure.
+fn measure_here(
+    plan: &LayerJob,
+    t: usize,
+    ranks: Ranks,
+    threads: usize,
+) -> anyhow::Result<TpMeasurement> {
+    let body = Degree { plan, threads };
+    match ranks::run(ranks, Algo::Auto, plan.timeout, &body) {
+        Ok(Ended::Ran(ms)) => ms
+            .into_iter()
+            .flatten()
+            .next()
+            .ok_or_else(|| anyhow!("tp {t}: no result from rank 0")),
+        Ok(Ended::Launched { .. }) => bail!("tp {t}: the ranks were launched, not run here"),
+        Err(e) => Err(degree_fault(t, e)),
     }
 }
 
-/// One degree on t threads of this process.
-fn measure_local(plan: &LayerJob, t: usize) -> anyhow::Result<TpMeasurement> {
-    let threads = CpuCompute::threads_per_rank(t);
-    let errors = Mutex::new(Vec::new());
-    let results = local::run(t, Algo::Auto, plan.timeout, |comm| {
-        let rank = parbench::comm::Communicator::rank(comm);
-        let fail = |e: String| {
-            if let Ok(mut v) = errors.lock() {
-                v.push((rank, e.clone()));
-            }
-            CommError::Device(e)
-        };
-        let dev = CpuCompute::new(plan.dtype, threads).map_err(|e| fail(e.to_string()))?;
-        measure_tp(&dev, comm, plan, threads).map_err(|e| match e {
-            parbench::layers::LayerError::Comm(c) => c,
-            other => fail(other.to_string()),
-        })
-    });
-    if results.iter().any(Result::is_err) {
-        return Err(root_cause(&errors, results).context(format!("tp {t}")));
-    }
-    let first = results.into_iter().next().and_then(Result::ok);
-    first.ok_or_else(|| anyhow!("tp {t}: no result from rank 0"))
-}
-
-/// One degree on GPUs 0..t of this process, one thread and one NCCL
-/// communicator per GPU (nccl-tests' `-g` way), the block computing on the
-/// communicator's stream.
-#[cfg(feature = "cuda")]
-fn measure_nccl(plan: &LayerJob, t: usize) -> anyhow::Result<TpMeasurement> {
-    use parbench::comm::nccl::NcclComm;
-    use parbench::compute::cuda::CudaCompute;
-    let ordinals: Vec<usize> = (0..t).collect();
-    let comms = NcclComm::init_all(&ordinals, plan.timeout).with_context(|| format!("tp {t}"))?;
-    let results = ranks::on_threads(comms, |comm| {
-        let device = |e: String| CommError::Device(e);
-        let mut dev =
-            CudaCompute::on(comm.gpu().clone(), plan.dtype).map_err(|e| device(e.to_string()))?;
-        dev.set_timeout(plan.timeout);
-        measure_tp(&dev, comm, plan, 0).map_err(|e| device(e.to_string()))
-    });
-    let mut first = None;
-    for (rank, r) in results.into_iter().enumerate() {
-        match r {
-            Ok(m) if rank == 0 => first = Some(m),
-            Ok(_) => {}
-            Err(e) => bail!("tp {t}: {}", report::rank_line(rank, &e.to_string())),
+/// A degree's fault as the run's error, in one line after `tp t: `: a
+/// rank the launcher already named passes on its code; bad input stays
+/// bad input (exit code 2).
+fn degree_fault(t: usize, fault: JobFault) -> anyhow::Error {
+    let e = match fault {
+        JobFault::Launch(e @ LaunchError::RankFailed { .. }) => {
+            return anyhow!(Reported(e.exit_code())).context(format!("tp {t}: {e}"));
         }
-    }
-    first.ok_or_else(|| anyhow!("tp {t}: no result from rank 0"))
-}
-
-#[cfg(not(feature = "cuda"))]
-fn measure_nccl(_: &LayerJob, _: usize) -> anyhow::Result<TpMeasurement> {
-    // visible_gpus refuses first; kept so the match in `run` is total.
-    Err(visible_gpus()
-        .err()
-        .unwrap_or_else(|| anyhow!("no CUDA support")))
+        JobFault::Launch(e) => anyhow!(e),
+        JobFault::Unavailable(e) => anyhow!(e),
+        other => anyhow!("{other}"),
+    };
+    e.context(format!("tp {t}"))
 }
 
 /// Each degree's block on one GPU must fit its memory (GPU 0's, as every
@@ -397,21 +362,9 @@ fn tcp_launch(plan: &LayerJob) -> anyhow::Result<()> {
             .env(ENV_RUN_ID, &run_id);
         // The ranks run `Degree` in the children; this process only waits.
         let body = Degree { plan, threads: 0 };
-        match ranks::run(Ranks::Job(job), Algo::Auto, plan.timeout, &body) {
-            Ok(_) => {}
-            // The launcher named the rank; its code is the run's.
-            Err(JobFault::Launch(e @ LaunchError::RankFailed { .. })) => {
-                outcome = Err(anyhow!(Reported(e.exit_code())).context(format!("tp {t}: {e}")));
-                break;
-            }
-            Err(JobFault::Launch(e)) => {
-                outcome = Err(anyhow!(e).context(format!("tp {t}")));
-                break;
-            }
-            Err(e) => {
-                outcome = Err(anyhow!("{e}").context(format!("tp {t}")));
-                break;
-            }
+        if let Err(e) = ranks::run(Ranks::Job(job), Algo::Auto, plan.timeout, &body) {
+            outcome = Err(degree_fault(t, e));
+            break;
         }
         let kept = read_rows::<LayerRow>(&rows_dir.join("layers.csv"))
             .map_err(|e| anyhow!(e).context(format!("tp {t}: reading rank 0's row")))
@@ -517,7 +470,6 @@ fn tcp_rank(plan: &LayerJob, info: &RankInfo) -> anyhow::Result<()> {
 /// The local ranks an MPI launcher started on this host (Open MPI, then
 /// MPICH/Hydra), so that the ranks split this host's cores; the job's world
 /// when neither says.
-#[cfg(feature = "mpi")]
 fn mpi_local_ranks(world: usize) -> usize {
     ["OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"]
         .iter()
@@ -526,46 +478,83 @@ fn mpi_local_ranks(world: usize) -> usize {
         .unwrap_or(world)
 }
 
-/// One rank of an mpirun job: the job's world (as MPI reports it) is the one
-/// degree; rank 0 records the row, with the MPI library's version.
-#[cfg(feature = "mpi")]
+/// One rank of an mpirun job: the launcher starts MPI, whose world (as MPI
+/// itself reports it) is the one degree; the rank checks it, --out and the
+/// memory before it measures ([`MpiDegree`]); rank 0 records the row, with
+/// the MPI library's version.
 fn mpi_rank(plan: &LayerJob) -> anyhow::Result<()> {
-    use parbench::comm::Communicator;
-    let mut comm = parbench::comm::mpi::MpiComm::init(plan.timeout)?;
-    let t = comm.world();
-    let rank = comm.rank();
-    if !plan.tps.contains(&t) {
-        return Err(UsageError(format!(
-            "--tp: under mpirun the sweep runs the job's world ({t}), which --tp does not list"
-        ))
-        .into());
+    let body = MpiDegree {
+        plan,
+        records: Mutex::new(None),
+    };
+    let Ended::Ran(outcomes) = ranks::run(Ranks::Mpi, Algo::Auto, plan.timeout, &body)? else {
+        bail!("an MPI rank is started by mpirun, not spawned");
+    };
+    let outcome = outcomes
+        .into_iter()
+        .next()
+        .context("the MPI rank returned nothing")?;
+    let records = body.records.into_inner().ok().flatten();
+    match (outcome?, records) {
+        (Some(m), Some(mut records)) => {
+            records.keep(build_rows(plan, "mpi", &[m]))?;
+            records.finish()
+        }
+        _ => Ok(()),
     }
-    let local_ranks = mpi_local_ranks(t);
-    preflight(plan, rank == 0, |_| local_ranks)?;
-    let mut records = (rank == 0).then(|| {
-        let mut meta = RunMeta::start("layers", &new_run_id("layers"), "mpi", t);
-        meta.versions
-            .insert("mpi".into(), comm.library().to_string());
-        Records::begin(plan, meta)
-    });
-    let threads = CpuCompute::threads_per_rank(local_ranks);
-    let dev = CpuCompute::new(plan.dtype, threads)?;
-    let m = measure_tp(&dev, &mut comm, plan, threads)
-        .map_err(|e| anyhow!(report::rank_line(rank, &e.to_string())))?;
-    match records.as_mut() {
-        Some(r) => r.keep(build_rows(plan, "mpi", &[m]))?,
-        None => return Ok(()),
-    }
-    records.map_or(Ok(()), Records::finish)
 }
 
-#[cfg(not(feature = "mpi"))]
-fn mpi_rank(_: &LayerJob) -> anyhow::Result<()> {
-    Err(UsageError(
-        "--backend mpi: this build has no MPI support (rebuild with --features mpi; needs libopenmpi-dev)"
-            .into(),
-    )
-    .into())
+/// The degree on one rank of an mpirun job: what the other backends check
+/// before their ranks start waits here for MPI's world. Bad input found
+/// then is the rank's outcome (exit code 2), not a fault of the transport.
+struct MpiDegree<'a> {
+    plan: &'a LayerJob,
+    /// Rank 0's run record, begun once the world is known.
+    records: Mutex<Option<Records<'a>>>,
+}
+
+impl RankBody for MpiDegree<'_> {
+    type Out = anyhow::Result<Option<TpMeasurement>>;
+    fn run<C: RankComm>(&self, comm: &mut C) -> Result<Self::Out, CommError> {
+        let (t, rank) = (comm.world(), comm.rank());
+        let local_ranks = match self.started(t, rank, comm.library()) {
+            Ok(n) => n,
+            Err(e) => return Ok(Err(e)),
+        };
+        let degree = Degree {
+            plan: self.plan,
+            threads: CpuCompute::threads_per_rank(local_ranks),
+        };
+        degree.run(comm).map(Ok)
+    }
+}
+
+impl MpiDegree<'_> {
+    /// Checks the world (--tp must list it), --out (on rank 0) and this
+    /// host's memory, and begins rank 0's run record with the MPI library's
+    /// version; the ranks on this host.
+    fn started(&self, t: usize, rank: usize, library: Option<String>) -> anyhow::Result<usize> {
+        let plan = self.plan;
+        if !plan.tps.contains(&t) {
+            return Err(UsageError(format!(
+                "--tp: under mpirun the sweep runs the job's world ({t}), which --tp does not list"
+            ))
+            .into());
+        }
+        let local_ranks = mpi_local_ranks(t);
+        preflight(plan, rank == 0, |_| local_ranks)?;
+        if rank == 0 {
+            let mut meta = RunMeta::start("layers", &new_run_id("layers"), "mpi", t);
+            meta.versions
+                .insert("mpi".into(), library.unwrap_or_default());
+            let mut kept = self
+                .records
+                .lock()
+                .map_err(|_| anyhow!("the run record was poisoned by a panic"))?;
+            *kept = Some(Records::begin(plan, meta));
+        }
+        Ok(local_ranks)
+    }
 }
 
 #[cfg(test)]

@@ -4,9 +4,8 @@
 #![cfg(feature = "mpi")]
 
 use parbench::comm::conformance::{run_suite, Matrix};
-use parbench::comm::mpi::MpiComm;
+use parbench::comm::mpi::{rerun_under_mpirun, MpiComm};
 use parbench::comm::{Collective, DType, ReduceOp};
-use std::process::Command;
 use std::time::Duration;
 
 const ROLE: &str = "PARBENCH_MPI_TEST_ROLE";
@@ -42,14 +41,6 @@ fn matrices() -> [Matrix; 2] {
     [reducing, moving]
 }
 
-fn mpirun() -> Option<String> {
-    let found = Command::new("mpirun").arg("--version").output();
-    match found {
-        Ok(o) if o.status.success() => Some("mpirun".into()),
-        _ => None,
-    }
-}
-
 #[test]
 fn mpi_backend_passes_the_conformance_suite() {
     if std::env::var(ROLE).is_ok() {
@@ -65,32 +56,14 @@ fn mpi_backend_passes_the_conformance_suite() {
         assert!(wrong.is_empty(), "{} mismatches", wrong.len());
         return;
     }
-    let Some(mpirun) = mpirun() else {
-        eprintln!("SKIP mpi_backend_passes_the_conformance_suite: mpirun not found (apt-get install openmpi-bin)");
-        return;
-    };
-    let exe = std::env::current_exe().expect("test binary");
+    let test = "mpi_backend_passes_the_conformance_suite";
     for np in [1, 2, 3, 4] {
-        let out = Command::new(&mpirun)
-            .args([
-                "--allow-run-as-root",
-                "--oversubscribe",
-                "-np",
-                &np.to_string(),
-            ])
-            .args(["-x", ROLE])
-            .arg(&exe)
-            .args([
-                "mpi_backend_passes_the_conformance_suite",
-                "--exact",
-                "--nocapture",
-            ])
-            .env(ROLE, "1")
-            // Loopback only, no network interfaces probed beyond it.
-            .env("OMPI_MCA_btl_tcp_if_include", "lo")
-            .env("OMPI_MCA_oob_tcp_if_include", "lo")
-            .output()
-            .expect("mpirun runs");
+        let Some(out) = rerun_under_mpirun(np, &[test, "--exact", "--nocapture"], (ROLE, "1"))
+        else {
+            eprintln!("SKIP {test}: mpirun not found (apt-get install openmpi-bin)");
+            return;
+        };
+        let out = out.expect("mpirun runs");
         assert!(
             out.status.success(),
             "mpirun -np {np} failed ({}):\n{}\n{}",

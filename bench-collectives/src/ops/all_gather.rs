@@ -10,7 +10,4 @@ coll_op! {
                 .collect(),
         )
     }
-    call(c, io, count, dtype, _, _) {
-        c.all_gather(io, count, dtype)
-    }
 }

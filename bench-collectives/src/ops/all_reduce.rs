@@ -5,7 +5,4 @@ coll_op! {
     expected<T>(inp, op, _, _, count) {
         Some(inp.reduced(op, 0, count))
     }
-    call(c, io, count, dtype, op, _) {
-        c.all_reduce(io, count, dtype, op)
-    }
 }

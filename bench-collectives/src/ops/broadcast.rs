@@ -5,7 +5,4 @@ coll_op! {
     expected<T>(inp, _, root, _, count) {
         Some(inp.range(root, 0, count))
     }
-    call(c, io, count, dtype, _, root) {
-        c.broadcast(io, count, dtype, root)
-    }
 }

@@ -8,13 +8,14 @@
 
 /// Writes one collective's [`CollOp`] from what differs: its type, its
 /// `Collective` variant (and `in_place = false` without an in-place form),
-/// the body of `expected` and the body of `call`, each after the names (or
-/// `_`) of its arguments in [`CollOp`]'s order. The signatures live here once.
+/// the body of `expected` and, where the call is not the communicator's
+/// one collective entry, the body of `call`, each after the names (or `_`)
+/// of its arguments in [`CollOp`]'s order. The signatures live here once.
 macro_rules! coll_op {
     (
         $ty:ident: $coll:ident $(, in_place = $in_place:expr)?;
         expected<$t:ident>($inp:pat, $op:pat, $root:pat, $rank:pat, $count:pat) $expected:block
-        call($c:ident, $io:pat, $n:pat, $dtype:pat, $call_op:pat, $call_root:pat) $call:block
+        $(call($c:ident, $io:pat, $args:pat) $call:block)?
     ) => {
         pub struct $ty;
 
@@ -30,14 +31,11 @@ macro_rules! coll_op {
                 $count: usize,
             ) -> Option<Vec<$t>> $expected
 
-            fn call<C: parbench::comm::Communicator>(
+            $(fn call<C: parbench::comm::Communicator>(
                 $c: &mut C,
                 $io: parbench::comm::Io<'_, C::Buffer>,
-                $n: usize,
-                $dtype: parbench::comm::DType,
-                $call_op: parbench::comm::ReduceOp,
-                $call_root: usize,
-            ) -> parbench::comm::CommResult<()> $call
+                $args: parbench::comm::CollArgs,
+            ) -> parbench::comm::CommResult<()> $call)?
         }
     };
 }
@@ -51,7 +49,7 @@ pub mod reduce_scatter;
 pub mod sendrecv;
 
 use crate::data::Inputs;
-use parbench::comm::{CommResult, Communicator, DType, Element, Io, ReduceOp};
+use parbench::comm::{CollArgs, CommResult, Communicator, DType, Element, Io, ReduceOp};
 
 /// What one collective's benchmark says about itself. Counts are per rank
 /// (the communicator's convention); sizes are nccl-tests' `size` column.
@@ -97,15 +95,14 @@ pub trait CollOp {
         rank: usize,
         count: usize,
     ) -> Option<Vec<T>>;
-    /// The call.
+    /// The call: the communicator's collective entry.
     fn call<C: Communicator>(
         comm: &mut C,
         io: Io<'_, C::Buffer>,
-        count: usize,
-        dtype: DType,
-        op: ReduceOp,
-        root: usize,
-    ) -> CommResult<()>;
+        args: CollArgs,
+    ) -> CommResult<()> {
+        comm.collective(Self::COLL, io, args)
+    }
 }
 
 /// Runs `$body` with `$O` bound to the [`CollOp`] of collective `$coll`.

@@ -6,7 +6,4 @@ coll_op! {
     expected<T>(inp, op, root, rank, count) {
         (rank == root).then(|| inp.reduced(op, 0, count))
     }
-    call(c, io, count, dtype, op, root) {
-        c.reduce(io, count, dtype, op, root)
-    }
 }

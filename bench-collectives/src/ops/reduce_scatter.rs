@@ -6,7 +6,4 @@ coll_op! {
     expected<T>(inp, op, _, rank, count) {
         Some(inp.reduced(op, rank * count, count))
     }
-    call(c, io, count, dtype, op, _) {
-        c.reduce_scatter(io, count, dtype, op)
-    }
 }

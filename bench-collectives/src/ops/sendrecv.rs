@@ -1,8 +1,6 @@
 //! sendrecv (nccl-tests' SendRecv): every rank sends `count` elements to the
-//! next rank and receives as many from the previous one, at once. The
-//! communicator's send_recv takes two buffers, so there is no in-place form.
-
-use parbench::comm::{CommError, Io};
+//! next rank and receives as many from the previous one, at once. It is the
+//! communicator's send_recv, which takes two buffers: no in-place form.
 
 coll_op! {
     SendRecv: SendRecv, in_place = false;
@@ -10,20 +8,8 @@ coll_op! {
         let from = (rank + inp.world - 1) % inp.world.max(1);
         Some(inp.range(from, 0, count))
     }
-    call(c, io, count, dtype, _, _) {
-        let (rank, world) = (c.rank(), c.world());
-        match io {
-            Io::OutOfPlace { send, recv } => c.send_recv(
-                send,
-                (rank + 1) % world,
-                recv,
-                (rank + world - 1) % world,
-                count,
-                dtype,
-            ),
-            Io::InPlace(_) => Err(CommError::Unsupported(
-                "sendrecv has no in-place form".into(),
-            )),
-        }
+    call(c, io, args) {
+        // The communicator's send_recv to the next rank from the previous.
+        parbench::comm::collective::sendrecv::over_send_recv(c, io, args)
     }
 }

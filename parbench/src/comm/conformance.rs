@@ -7,8 +7,11 @@
 //! result without any extra communication and checks its own output. The
 //! same suite thus runs over threads (`local`) and processes (`tcp`).
 
-use super::reference::{self, input, input_at};
-use super::{Collective, CommError, CommResult, Communicator, DType, HostBuffer, Io, ReduceOp};
+use super::collective::Expect;
+use super::reference::{input, input_at};
+use super::{
+    CollArgs, Collective, CommError, CommResult, Communicator, DType, HostBuffer, Io, ReduceOp,
+};
 use std::fmt;
 
 /// Which cases to run.
@@ -100,13 +103,11 @@ where
                     };
                     for &op in &ops {
                         for &root in &case_roots {
+                            let args = CollArgs::new(count, dtype).op(op).root(root);
                             cases.push(Case {
                                 coll,
-                                dtype,
-                                op,
-                                count,
+                                args,
                                 in_place,
-                                root,
                             });
                         }
                     }
@@ -116,13 +117,11 @@ where
         for &count in &m.large_counts {
             for &dtype in &m.large_dtypes {
                 for in_place in [false, true] {
+                    let args = CollArgs::new(count, dtype).root(world.saturating_sub(1));
                     cases.push(Case {
                         coll,
-                        dtype,
-                        op: ReduceOp::Sum,
-                        count,
+                        args,
                         in_place,
-                        root: world.saturating_sub(1),
                     });
                 }
             }
@@ -173,28 +172,26 @@ fn name_case(e: CommError, case: &Case) -> CommError {
 #[derive(Clone, Copy, Debug)]
 struct Case {
     coll: Collective,
-    dtype: DType,
-    op: ReduceOp,
-    count: usize,
+    args: CollArgs,
     in_place: bool,
-    root: usize,
 }
 
 impl fmt::Display for Case {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {}", self.coll, self.dtype)?;
+        let a = &self.args;
+        write!(f, "{} {}", self.coll, a.dtype)?;
         if self.coll.reduces() {
-            write!(f, " {}", self.op)?;
+            write!(f, " {}", a.op)?;
         }
         if self.coll.rooted() {
-            write!(f, " root={}", self.root)?;
+            write!(f, " root={}", a.root)?;
         }
         let place = if self.in_place {
             "in-place"
         } else {
             "out-of-place"
         };
-        write!(f, " count={} {place}", self.count)
+        write!(f, " count={} {place}", a.count)
     }
 }
 
@@ -214,145 +211,59 @@ fn garbage(n: usize) -> HostBuffer {
 }
 
 impl Case {
-    /// Runs the case; `Some(detail)` when the output differs.
+    /// Runs the case; `Some(detail)` when the output differs. Everything
+    /// about the collective comes from its file: the byte rule (buffers,
+    /// where the input and output sit in place), which ranks' inputs are
+    /// read, and the expected output.
     fn run<C>(&self, comm: &mut C, salt: usize) -> CommResult<Option<String>>
     where
         C: Communicator<Buffer = HostBuffer>,
     {
         let (world, rank) = (comm.world(), comm.rank());
-        let Case {
-            coll,
-            dtype,
-            op,
-            count,
-            in_place,
-            root,
-        } = *self;
-        let block = count * dtype.size();
-        // This rank's input: `count` elements, or `count x world` for the
-        // operations whose send buffer holds a block per rank.
-        let per_rank = match coll {
-            Collective::ReduceScatter | Collective::AllToAll => count * world,
-            _ => count,
+        let (coll, args, in_place) = (self.coll, self.args, self.in_place);
+        let (count, dtype, op, root) = (args.count, args.dtype, args.op, args.root);
+        let (spec, size) = (coll.spec(), dtype.size());
+        let send_bytes = coll.send_elems(count, world) * size;
+        let recv_bytes = coll.recv_elems(count, world) * size;
+        // This rank's input, or garbage where the collective does not read it.
+        let mine = if spec.reads_input(rank, root) {
+            input(rank, coll.send_elems(count, world), dtype, op, salt)
+        } else {
+            garbage(send_bytes).bytes().to_vec()
         };
-        // What the expected output depends on: every rank's whole input, or
-        // (reduce_scatter, all_to_all) every rank's block `rank`, or
-        // (broadcast) the root's input.
-        let needed: Vec<Vec<u8>> = match coll {
-            Collective::ReduceScatter | Collective::AllToAll => (0..world)
-                .map(|r| input_at(r, rank * count, count, dtype, op, salt))
-                .collect(),
-            Collective::Broadcast => vec![input(root, count, dtype, op, salt)],
-            _ => (0..world)
-                .map(|r| input(r, count, dtype, op, salt))
-                .collect(),
-        };
-        let refs: Vec<&[u8]> = needed.iter().map(|v| v.as_slice()).collect();
-        let mine_owned = input(rank, per_rank, dtype, op, salt);
-        let mine = &mine_owned;
-        let (want, got, send_after): (Option<Vec<u8>>, Vec<u8>, Option<Vec<u8>>) = match coll {
-            Collective::AllReduce => {
-                let want = reference::all_reduce(&refs, dtype, op);
-                let (got, send) = run_io(in_place, mine, mine.len(), |io| {
-                    comm.all_reduce(io, count, dtype, op)
-                })?;
-                (Some(want), got, send)
-            }
-            Collective::AllGather => {
-                let want = reference::all_gather(&refs);
-                let (got, send) = if in_place {
-                    let mut full = garbage(block * world).bytes().to_vec();
-                    full[rank * block..(rank + 1) * block].copy_from_slice(mine);
-                    let mut b = buffer(&full);
-                    comm.all_gather(Io::InPlace(&mut b), count, dtype)?;
-                    (b.bytes().to_vec(), None)
-                } else {
-                    run_io(false, mine, block * world, |io| {
-                        comm.all_gather(io, count, dtype)
-                    })?
-                };
-                (Some(want), got, send)
-            }
-            Collective::ReduceScatter => {
-                // Every rank's block `rank`, reduced (reduce_scatter with one block each).
-                let want = reference::reduce_scatter(&refs, block, dtype, op, 0);
-                let (got, send) = run_io(in_place, mine, block, |io| {
-                    comm.reduce_scatter(io, count, dtype, op)
-                })?;
-                let got = if in_place {
-                    got[rank * block..(rank + 1) * block].to_vec()
-                } else {
-                    got
-                };
-                (Some(want), got, send)
-            }
-            Collective::Broadcast => {
-                let want = reference::broadcast(&refs, 0);
-                let input = if rank == root {
-                    mine.clone()
-                } else {
-                    garbage(block).bytes().to_vec()
-                };
-                let (got, send) = run_io(in_place, &input, block, |io| {
-                    comm.broadcast(io, count, dtype, root)
-                })?;
-                (Some(want), got, send)
-            }
-            Collective::Reduce => {
-                let want = reference::reduce(&refs, dtype, op);
-                let (got, send) = run_io(in_place, mine, block, |io| {
-                    comm.reduce(io, count, dtype, op, root)
-                })?;
-                // The result is defined on the root only.
-                (Some(want).filter(|_| rank == root), got, send)
-            }
-            Collective::AllToAll => {
-                // Block `rank` of every rank, in rank order.
-                let want = reference::all_to_all(&refs, block, 0);
-                let (got, send) = run_io(in_place, mine, block * world, |io| {
-                    comm.all_to_all(io, count, dtype)
-                })?;
-                (Some(want), got, send)
-            }
-            Collective::SendRecv => (None, Vec::new(), None),
+        let want = spec.expected(&Expect {
+            world,
+            rank,
+            args,
+            input: &|r, first, n| input_at(r, first, n, dtype, op, salt),
+        });
+        let (got, send_after) = if in_place {
+            // One buffer: garbage around the input, where the file puts it.
+            let mut b = garbage(send_bytes.max(recv_bytes));
+            let at = coll.in_place_input(count, rank) * size;
+            b.bytes_mut()[at..at + send_bytes].copy_from_slice(&mine);
+            comm.collective(coll, Io::InPlace(&mut b), args)?;
+            let out = coll.in_place_output(count, rank) * size;
+            (b.bytes()[out..out + recv_bytes].to_vec(), None)
+        } else {
+            let send = buffer(&mine);
+            let mut recv = garbage(recv_bytes);
+            comm.collective(
+                coll,
+                Io::OutOfPlace {
+                    send: &send,
+                    recv: &mut recv,
+                },
+                args,
+            )?;
+            (recv.bytes().to_vec(), Some(send.bytes().to_vec()))
         };
         if let Some(send) = send_after {
-            let original = if coll == Collective::Broadcast && rank != root {
-                garbage(block).bytes().to_vec()
-            } else {
-                mine.clone()
-            };
-            if let Some(d) = compare(&send, &original, dtype) {
+            if let Some(d) = compare(&send, &mine, dtype) {
                 return Ok(Some(format!("send buffer changed: {d}")));
             }
         }
         Ok(want.and_then(|w| compare(&got, &w, dtype)))
-    }
-}
-
-/// Calls `call` in place (one buffer holding `input`; the output is the
-/// whole buffer afterwards) or out of place (send holding `input`, recv of
-/// `out_bytes` garbage; the output is recv). Returns the output and, out of
-/// place, the send buffer's bytes afterwards.
-fn run_io(
-    in_place: bool,
-    input: &[u8],
-    out_bytes: usize,
-    call: impl FnOnce(Io<'_, HostBuffer>) -> CommResult<()>,
-) -> CommResult<(Vec<u8>, Option<Vec<u8>>)> {
-    if in_place {
-        let mut b = buffer(input);
-        call(Io::InPlace(&mut b))?;
-        Ok((b.bytes().to_vec(), None))
-    } else {
-        let send = buffer(input);
-        let mut recv = garbage(out_bytes);
-        call(Io::OutOfPlace {
-            send: &send,
-            recv: &mut recv,
-        })?;
-        let out = recv.bytes().to_vec();
-        Ok((out, Some(send.bytes().to_vec())))
     }
 }
 

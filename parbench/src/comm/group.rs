@@ -17,8 +17,8 @@
 //! the peers' parent ranks (the ranks the user sees in the job).
 
 use super::{
-    Algo, CommBuffer, CommError, CommResult, Communicator, DType, HostComm, Io, LinkStats,
-    RecvInto, Transport,
+    nbytes, Algo, CollArgs, Collective, CommBuffer, CommError, CommResult, Communicator, DType,
+    HostBuffer, HostComm, Io, LinkStats, RecvInto, Transport,
 };
 use std::time::{Duration, Instant};
 
@@ -63,6 +63,11 @@ pub fn split<C: Communicator>(
     let Some(members) = Members::of(&choices, parent.rank()) else {
         return Ok(None);
     };
+    Ok(Some(group_of(parent, members, algo)))
+}
+
+/// The group of `members` over `parent`, waiting as long as the parent.
+fn group_of<C: Communicator>(parent: &mut C, members: Members, algo: Algo) -> Group<'_, C> {
     let timeout = parent.timeout();
     let subset = Subset {
         parent,
@@ -71,7 +76,55 @@ pub fn split<C: Communicator>(
         send_stage: None,
         recv_stage: None,
     };
-    Ok(Some(HostComm::new(subset, algo, timeout)))
+    HostComm::new(subset, algo, timeout)
+}
+
+/// Runs `coll` on `comm` with the collective's host algorithm (its file's
+/// `Spec::host`, chosen by `auto`) over `comm`'s own point-to-point calls:
+/// a [`Subset`] of every rank, the buffers staged through host memory. How
+/// NCCL and MPI run a collective their library has no call for; every
+/// rank calls it. Errors are the host algorithm's (naming the buffer).
+pub fn run_over_point_to_point<C: Communicator>(
+    comm: &mut C,
+    coll: Collective,
+    io: Io<'_, C::Buffer>,
+    args: CollArgs,
+) -> CommResult<()> {
+    let world = comm.world();
+    let send_bytes = nbytes(args.count, coll.send_blocks(world), args.dtype)?;
+    let recv_bytes = nbytes(args.count, coll.recv_blocks(world), args.dtype)?;
+    let members = Members {
+        ranks: (0..world).collect(),
+        me: comm.rank(),
+    };
+    // Device work on the buffers finishes before their bytes are read.
+    comm.sync()?;
+    match io {
+        Io::InPlace(b) => {
+            let mut host = to_host(b, send_bytes.max(recv_bytes))?;
+            group_of(comm, members, Algo::Auto).collective(coll, Io::InPlace(&mut host), args)?;
+            b.write_from_host(host.bytes())
+        }
+        Io::OutOfPlace { send, recv } => {
+            let send = to_host(send, send_bytes)?;
+            let mut host = to_host(recv, recv_bytes)?;
+            let io = Io::OutOfPlace {
+                send: &send,
+                recv: &mut host,
+            };
+            group_of(comm, members, Algo::Auto).collective(coll, io, args)?;
+            recv.write_from_host(host.bytes())
+        }
+    }
+}
+
+/// A host copy of `b`'s first `bytes` bytes (fewer when `b` is shorter:
+/// the host algorithm then rejects it with its own message), so that the
+/// bytes the call does not write go back as they were.
+fn to_host<B: CommBuffer>(b: &B, bytes: usize) -> CommResult<HostBuffer> {
+    let mut host = HostBuffer::zeroed(bytes.min(b.len_bytes()));
+    b.read_to_host(host.bytes_mut())?;
+    Ok(host)
 }
 
 /// Every parent rank's `(colour, key)`, by an all-gather over the parent.

@@ -8,7 +8,8 @@
 //!   written once over a [`Transport`].
 //! - [`HostComm`]: a [`Communicator`] made of a transport and the algorithms.
 //! - NCCL (feature `cuda`) and MPI (feature `mpi`) implement [`Communicator`]
-//!   directly with their own calls.
+//!   with their own calls, and run a collective their library lacks with
+//!   its host algorithm over their own point-to-point calls.
 //!
 //! Buffer conventions follow NCCL's, so that the sweep code and the byte
 //! counts are the same on every backend (`count` is always per rank):
@@ -30,6 +31,8 @@ mod dtype;
 mod error;
 pub mod group;
 mod host;
+#[cfg(any(feature = "cuda", feature = "mpi"))]
+mod library;
 pub mod local;
 pub mod mesh;
 #[cfg(feature = "mpi")]
@@ -45,7 +48,7 @@ pub use buffer::{CommBuffer, HostBuffer, HOST_BUFFER_OFFSET};
 pub use collective::Collective;
 pub use dtype::{finish_avg, reduce_bytes, reduce_typed, DType, Element, ReduceOp};
 pub use error::{CommError, CommResult};
-pub use host::HostComm;
+pub use host::{HostComm, HostRun};
 pub use local::{LocalComm, LocalTransport};
 
 use std::fmt;
@@ -182,12 +185,67 @@ impl FromStr for Algo {
     }
 }
 
+/// What a collective call takes besides its buffers. `op` is read by the
+/// collectives that reduce, `root` by the rooted ones (others ignore them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CollArgs {
+    /// Elements per rank (the module table says what a buffer holds).
+    pub count: usize,
+    pub dtype: DType,
+    pub op: ReduceOp,
+    pub root: usize,
+}
+
+impl CollArgs {
+    /// `count` elements of `dtype`, `Sum`, root 0.
+    pub fn new(count: usize, dtype: DType) -> Self {
+        CollArgs {
+            count,
+            dtype,
+            op: ReduceOp::Sum,
+            root: 0,
+        }
+    }
+
+    /// With the reduction operator `op`.
+    pub fn op(self, op: ReduceOp) -> Self {
+        CollArgs { op, ..self }
+    }
+
+    /// With the root `root`.
+    pub fn root(self, root: usize) -> Self {
+        CollArgs { root, ..self }
+    }
+}
+
 /// Input and output of a collective: one buffer (in place) or two.
 pub enum Io<'a, B> {
     /// The operation reads and writes one buffer (see the module table for offsets).
     InPlace(&'a mut B),
     /// The operation reads `send` and writes `recv`.
     OutOfPlace { send: &'a B, recv: &'a mut B },
+}
+
+/// The per-collective calls of [`Communicator`]: each is the collective
+/// entry with its arguments (`count` elements of `dtype`, then the
+/// collective's own), so that callers keep their names and no backend
+/// implements them.
+macro_rules! per_collective {
+    ($(
+        $(#[$doc:meta])*
+        $name:ident($count:ident, $dtype:ident $(, $arg:ident: $ty:ty)*) => $coll:ident, $args:expr;
+    )*) => {$(
+        $(#[$doc])*
+        fn $name(
+            &mut self,
+            io: Io<'_, Self::Buffer>,
+            $count: usize,
+            $dtype: DType,
+            $($arg: $ty,)*
+        ) -> CommResult<()> {
+            self.collective(Collective::$coll, io, $args)
+        }
+    )*};
 }
 
 /// Collectives, point-to-point transfers and a barrier among `world()` ranks.
@@ -220,53 +278,34 @@ pub trait Communicator: Send {
     /// A zeroed buffer of `bytes` bytes where this backend's collectives run.
     fn alloc(&self, bytes: usize) -> CommResult<Self::Buffer>;
 
-    /// Reduces `count` elements across all ranks into every rank.
-    fn all_reduce(
+    /// Runs collective `coll` (its byte rule and meaning are its file's in
+    /// [`collective`]): the one entry every backend implements. Host
+    /// backends run the file's host algorithm; NCCL and MPI call their
+    /// library where it has the collective, and otherwise run the host
+    /// algorithm over their own point-to-point calls
+    /// ([`group::run_over_point_to_point`]).
+    fn collective(
         &mut self,
+        coll: Collective,
         io: Io<'_, Self::Buffer>,
-        count: usize,
-        dtype: DType,
-        op: ReduceOp,
+        args: CollArgs,
     ) -> CommResult<()>;
-    /// Gathers `count` elements from each rank into every rank, in rank order.
-    fn all_gather(
-        &mut self,
-        io: Io<'_, Self::Buffer>,
-        count: usize,
-        dtype: DType,
-    ) -> CommResult<()>;
-    /// Reduces `count x world` elements and leaves block `rank` on each rank.
-    fn reduce_scatter(
-        &mut self,
-        io: Io<'_, Self::Buffer>,
-        count: usize,
-        dtype: DType,
-        op: ReduceOp,
-    ) -> CommResult<()>;
-    /// Copies `count` elements from `root` to every rank.
-    fn broadcast(
-        &mut self,
-        io: Io<'_, Self::Buffer>,
-        count: usize,
-        dtype: DType,
-        root: usize,
-    ) -> CommResult<()>;
-    /// Reduces `count` elements across all ranks into `root`.
-    fn reduce(
-        &mut self,
-        io: Io<'_, Self::Buffer>,
-        count: usize,
-        dtype: DType,
-        op: ReduceOp,
-        root: usize,
-    ) -> CommResult<()>;
-    /// Sends block j of `count` elements to rank j, receiving block i from rank i.
-    fn all_to_all(
-        &mut self,
-        io: Io<'_, Self::Buffer>,
-        count: usize,
-        dtype: DType,
-    ) -> CommResult<()>;
+
+    per_collective! {
+        /// Reduces `count` elements across all ranks into every rank.
+        all_reduce(count, dtype, op: ReduceOp) => AllReduce, CollArgs::new(count, dtype).op(op);
+        /// Gathers `count` elements from each rank into every rank, in rank order.
+        all_gather(count, dtype) => AllGather, CollArgs::new(count, dtype);
+        /// Reduces `count x world` elements and leaves block `rank` on each rank.
+        reduce_scatter(count, dtype, op: ReduceOp) => ReduceScatter, CollArgs::new(count, dtype).op(op);
+        /// Copies `count` elements from `root` to every rank.
+        broadcast(count, dtype, root: usize) => Broadcast, CollArgs::new(count, dtype).root(root);
+        /// Reduces `count` elements across all ranks into `root`.
+        reduce(count, dtype, op: ReduceOp, root: usize) => Reduce,
+            CollArgs::new(count, dtype).op(op).root(root);
+        /// Sends block j of `count` elements to rank j, receiving block i from rank i.
+        all_to_all(count, dtype) => AllToAll, CollArgs::new(count, dtype);
+    }
 
     /// Sends `count` elements to `peer`. Returns when `buf` may be reused; it
     /// never waits for the peer to post its receive beyond what the backend

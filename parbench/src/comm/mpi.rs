@@ -20,8 +20,10 @@
 //! implementation, in-place calls copy the input to a scratch buffer first
 //! and say so in [`Communicator::algo_for`].
 
+use super::library::{self, LibraryCalls};
 use super::{
-    nbytes, need, Collective, CommError, CommResult, Communicator, DType, HostBuffer, Io, ReduceOp,
+    nbytes, need, CollArgs, Collective, CommError, CommResult, Communicator, DType, HostBuffer, Io,
+    ReduceOp,
 };
 use mpi::ffi;
 use mpi::traits::{AsRaw, Communicator as _};
@@ -29,6 +31,46 @@ use std::os::raw::{c_int, c_void};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// Runs this process's own binary as an `np`-rank job under `mpirun`
+/// (loopback only), each rank with `args` and the variable `role` set to
+/// `value` (and passed on by `-x`): how a test re-runs itself as the ranks
+/// of an MPI job. `None` when `mpirun` is not installed.
+pub fn rerun_under_mpirun(
+    np: usize,
+    args: &[&str],
+    (role, value): (&str, &str),
+) -> Option<std::io::Result<std::process::Output>> {
+    let probe = std::process::Command::new("mpirun")
+        .arg("--version")
+        .output();
+    if !probe.is_ok_and(|o| o.status.success()) {
+        return None;
+    }
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(e) => return Some(Err(e)),
+    };
+    let np = np.to_string();
+    Some(
+        std::process::Command::new("mpirun")
+            .args([
+                "--allow-run-as-root",
+                "--oversubscribe",
+                "-np",
+                &np,
+                "-x",
+                role,
+            ])
+            .arg(exe)
+            .args(args)
+            .env(role, value)
+            // Loopback only, no network interfaces probed beyond it.
+            .env("OMPI_MCA_btl_tcp_if_include", "lo")
+            .env("OMPI_MCA_oob_tcp_if_include", "lo")
+            .output(),
+    )
+}
 
 /// The MPI communicator: MPI_COMM_WORLD of this process.
 pub struct MpiComm {
@@ -145,6 +187,24 @@ impl MpiComm {
         Ok(())
     }
 
+    /// MPI's count and the bytes of a message of `count` elements to or
+    /// from `peer`, after checking the peer and that `buf` (the `what`
+    /// buffer) holds them.
+    fn message(
+        &self,
+        buf: &HostBuffer,
+        count: usize,
+        dtype: DType,
+        peer: usize,
+        what: &str,
+    ) -> CommResult<(c_int, usize)> {
+        self.check_rank("peer", peer)?;
+        let n = count_i32(count)?;
+        let bytes = nbytes(count, 1, dtype)?;
+        need(buf, bytes, what)?;
+        Ok((n, bytes))
+    }
+
     /// (send pointer, recv pointer) for an operation whose in-place form keeps
     /// the input where MPI_IN_PLACE expects it. With an unknown MPI, the input is
     /// staged through `scratch` instead.
@@ -212,6 +272,30 @@ fn reduce_op(dtype: DType, op: ReduceOp) -> CommResult<ffi::MPI_Op> {
     })
 }
 
+/// An MPI call that moves blocks (`MPI_Allgather`, `MPI_Alltoall`: one
+/// signature), with its name.
+struct BlockCall(
+    &'static str,
+    unsafe extern "C" fn(
+        *const c_void,
+        c_int,
+        ffi::MPI_Datatype,
+        *mut c_void,
+        c_int,
+        ffi::MPI_Datatype,
+        ffi::MPI_Comm,
+    ) -> c_int,
+);
+
+/// MPI's operator, the count and the block's bytes of a reducing call.
+fn reducing(args: &CollArgs) -> CommResult<(ffi::MPI_Op, c_int, usize)> {
+    Ok((
+        reduce_op(args.dtype, args.op)?,
+        count_i32(args.count)?,
+        nbytes(args.count, 1, args.dtype)?,
+    ))
+}
+
 fn count_i32(count: usize) -> CommResult<c_int> {
     c_int::try_from(count).map_err(|_| {
         CommError::InvalidArgument(format!(
@@ -235,7 +319,10 @@ impl Communicator for MpiComm {
     fn wire(&self) -> String {
         std::env::var("PARBENCH_WIRE").unwrap_or_else(|_| "mpi".into())
     }
-    fn algo_for(&self, _coll: Collective, _bytes: usize) -> String {
+    fn algo_for(&self, coll: Collective, bytes: usize) -> String {
+        if let Some(host) = library::host_algo_for(coll, self.world, bytes) {
+            return host;
+        }
         // MPI chooses its own algorithm (Open MPI's tuned component); we cannot see which.
         if self.in_place.is_null() {
             "mpi(staged-in-place)".into()
@@ -253,150 +340,13 @@ impl Communicator for MpiComm {
         Ok(HostBuffer::zeroed(bytes))
     }
 
-    fn all_reduce(
+    fn collective(
         &mut self,
+        coll: Collective,
         io: Io<'_, HostBuffer>,
-        count: usize,
-        dtype: DType,
-        op: ReduceOp,
+        args: CollArgs,
     ) -> CommResult<()> {
-        let mpi_op = reduce_op(dtype, op)?;
-        let n = count_i32(count)?;
-        let bytes = nbytes(count, 1, dtype)?;
-        let avg_target = if op == ReduceOp::Avg { Some(()) } else { None };
-        let (s, r) = self.io_ptrs(io, bytes, bytes, 0)?;
-        let comm = self.comm;
-        // SAFETY: both pointers cover `bytes` bytes (checked in io_ptrs).
-        self.call("MPI_Allreduce", || unsafe {
-            ffi::MPI_Allreduce(s, r, n, datatype(dtype), mpi_op, comm)
-        })?;
-        if avg_target.is_some() {
-            // SAFETY: r covers `bytes` bytes of the receive buffer, which is borrowed mutably.
-            let out = unsafe { std::slice::from_raw_parts_mut(r as *mut u8, bytes) };
-            super::finish_avg(out, dtype, self.world);
-        }
-        Ok(())
-    }
-
-    fn all_gather(&mut self, io: Io<'_, HostBuffer>, count: usize, dtype: DType) -> CommResult<()> {
-        let n = count_i32(count)?;
-        let bytes = nbytes(count, 1, dtype)?;
-        let (s, r) = self.io_ptrs(io, bytes, bytes * self.world, bytes * self.rank)?;
-        let (comm, dt) = (self.comm, datatype(dtype));
-        // SAFETY: sizes checked in io_ptrs.
-        self.call("MPI_Allgather", || unsafe {
-            ffi::MPI_Allgather(s, n, dt, r, n, dt, comm)
-        })
-    }
-
-    fn reduce_scatter(
-        &mut self,
-        io: Io<'_, HostBuffer>,
-        count: usize,
-        dtype: DType,
-        op: ReduceOp,
-    ) -> CommResult<()> {
-        let mpi_op = reduce_op(dtype, op)?;
-        let n = count_i32(count)?;
-        let bytes = nbytes(count, 1, dtype)?;
-        let in_place = matches!(io, Io::InPlace(_));
-        let (s, r) = self.io_ptrs(io, bytes * self.world, bytes, 0)?;
-        let comm = self.comm;
-        // MPI's in-place reduce_scatter leaves the block at the start of the
-        // buffer; NCCL's convention (ours) wants it at rank x count.
-        let out_off = if in_place { bytes * self.rank } else { 0 };
-        // SAFETY: sizes checked in io_ptrs.
-        self.call("MPI_Reduce_scatter_block", || unsafe {
-            ffi::MPI_Reduce_scatter_block(s, r, n, datatype(dtype), mpi_op, comm)
-        })?;
-        // SAFETY: r covers world x bytes in place, bytes out of place.
-        unsafe {
-            if out_off != 0 {
-                std::ptr::copy(r as *const u8, (r as *mut u8).add(out_off), bytes);
-            }
-            if op == ReduceOp::Avg {
-                let out = std::slice::from_raw_parts_mut((r as *mut u8).add(out_off), bytes);
-                super::finish_avg(out, dtype, self.world);
-            }
-        }
-        Ok(())
-    }
-
-    fn broadcast(
-        &mut self,
-        io: Io<'_, HostBuffer>,
-        count: usize,
-        dtype: DType,
-        root: usize,
-    ) -> CommResult<()> {
-        self.check_rank("root", root)?;
-        let n = count_i32(count)?;
-        let bytes = nbytes(count, 1, dtype)?;
-        let buf = match io {
-            Io::InPlace(b) => {
-                need(b, bytes, "in-place")?;
-                b
-            }
-            Io::OutOfPlace { send, recv } => {
-                need(recv, bytes, "recv")?;
-                if self.rank == root {
-                    need(send, bytes, "send")?;
-                    recv.bytes_mut()[..bytes].copy_from_slice(&send.bytes()[..bytes]);
-                }
-                recv
-            }
-        };
-        let p = buf.bytes_mut().as_mut_ptr() as *mut c_void;
-        let comm = self.comm;
-        // SAFETY: p covers `bytes` bytes.
-        self.call("MPI_Bcast", || unsafe {
-            ffi::MPI_Bcast(p, n, datatype(dtype), root as c_int, comm)
-        })
-    }
-
-    fn reduce(
-        &mut self,
-        io: Io<'_, HostBuffer>,
-        count: usize,
-        dtype: DType,
-        op: ReduceOp,
-        root: usize,
-    ) -> CommResult<()> {
-        self.check_rank("root", root)?;
-        let mpi_op = reduce_op(dtype, op)?;
-        let n = count_i32(count)?;
-        let bytes = nbytes(count, 1, dtype)?;
-        let is_root = self.rank == root;
-        let (s, r) = match io {
-            // Only the root may pass MPI_IN_PLACE to MPI_Reduce.
-            Io::InPlace(b) if !is_root => {
-                need(b, bytes, "in-place")?;
-                (b.bytes().as_ptr() as *const c_void, std::ptr::null_mut())
-            }
-            io => self.io_ptrs(io, bytes, bytes, 0)?,
-        };
-        let comm = self.comm;
-        // SAFETY: sizes checked above.
-        self.call("MPI_Reduce", || unsafe {
-            ffi::MPI_Reduce(s, r, n, datatype(dtype), mpi_op, root as c_int, comm)
-        })?;
-        if is_root && op == ReduceOp::Avg {
-            // SAFETY: r covers `bytes` bytes on the root.
-            let out = unsafe { std::slice::from_raw_parts_mut(r as *mut u8, bytes) };
-            super::finish_avg(out, dtype, self.world);
-        }
-        Ok(())
-    }
-
-    fn all_to_all(&mut self, io: Io<'_, HostBuffer>, count: usize, dtype: DType) -> CommResult<()> {
-        let n = count_i32(count)?;
-        let bytes = nbytes(count, self.world, dtype)?;
-        let (s, r) = self.io_ptrs(io, bytes, bytes, 0)?;
-        let (comm, dt) = (self.comm, datatype(dtype));
-        // SAFETY: sizes checked in io_ptrs.
-        self.call("MPI_Alltoall", || unsafe {
-            ffi::MPI_Alltoall(s, n, dt, r, n, dt, comm)
-        })
+        library::collective(self, coll, io, args)
     }
 
     fn send(
@@ -406,10 +356,7 @@ impl Communicator for MpiComm {
         dtype: DType,
         peer: usize,
     ) -> CommResult<()> {
-        self.check_rank("peer", peer)?;
-        let n = count_i32(count)?;
-        let bytes = nbytes(count, 1, dtype)?;
-        need(buf, bytes, "send")?;
+        let (n, bytes) = self.message(buf, count, dtype, peer, "send")?;
         // The trait promises that two ranks sending to each other at once do
         // not deadlock, and MPI_Send of a large message waits for the receiver:
         // so the message is copied and sent with MPI_Isend, and completed later
@@ -440,9 +387,7 @@ impl Communicator for MpiComm {
         dtype: DType,
         peer: usize,
     ) -> CommResult<()> {
-        self.check_rank("peer", peer)?;
-        let n = count_i32(count)?;
-        need(buf, nbytes(count, 1, dtype)?, "recv")?;
+        let (n, _) = self.message(buf, count, dtype, peer, "recv")?;
         let p = buf.bytes_mut().as_mut_ptr() as *mut c_void;
         let comm = self.comm;
         // SAFETY: p covers the message.
@@ -503,6 +448,150 @@ impl Communicator for MpiComm {
         let comm = self.comm;
         // SAFETY: no buffers.
         self.call("MPI_Barrier", || unsafe { ffi::MPI_Barrier(comm) })
+    }
+}
+
+impl MpiComm {
+    /// The (send, recv) pointers of a call of `coll`, its buffers checked
+    /// against the collective's byte rule.
+    fn coll_ptrs(
+        &mut self,
+        coll: Collective,
+        io: Io<'_, HostBuffer>,
+        a: &CollArgs,
+    ) -> CommResult<(*const c_void, *mut c_void)> {
+        let send = nbytes(a.count, coll.send_blocks(self.world), a.dtype)?;
+        let recv = nbytes(a.count, coll.recv_blocks(self.world), a.dtype)?;
+        let input_at = coll.in_place_input(a.count, self.rank) * a.dtype.size();
+        self.io_ptrs(io, send, recv, input_at)
+    }
+
+    /// A collective that moves `count`-element blocks with `call` (its
+    /// buffers checked against `coll`'s byte rule).
+    fn blocks_call(
+        &mut self,
+        coll: Collective,
+        io: Io<'_, HostBuffer>,
+        a: CollArgs,
+        call: BlockCall,
+    ) -> CommResult<()> {
+        let n = count_i32(a.count)?;
+        let (s, r) = self.coll_ptrs(coll, io, &a)?;
+        let (comm, dt) = (self.comm, datatype(a.dtype));
+        // SAFETY: sizes checked in io_ptrs.
+        self.call(call.0, || unsafe { (call.1)(s, n, dt, r, n, dt, comm) })
+    }
+
+    /// MPI's sum made NCCL's `Avg`: divides the `bytes` at `r` by the world.
+    ///
+    /// # Safety
+    /// `r` covers `bytes` bytes of a receive buffer borrowed mutably.
+    unsafe fn finish_avg_at(&self, r: *mut u8, bytes: usize, dtype: DType) {
+        let out = std::slice::from_raw_parts_mut(r, bytes);
+        super::finish_avg(out, dtype, self.world);
+    }
+}
+
+/// MPI's call of each collective it has, with NCCL's buffer conventions.
+impl LibraryCalls for MpiComm {
+    fn all_reduce_call(&mut self, io: Io<'_, HostBuffer>, a: CollArgs) -> CommResult<()> {
+        let (mpi_op, n, bytes) = reducing(&a)?;
+        let (s, r) = self.coll_ptrs(Collective::AllReduce, io, &a)?;
+        let (comm, dt) = (self.comm, datatype(a.dtype));
+        // SAFETY: both pointers cover `bytes` bytes (checked in io_ptrs).
+        self.call("MPI_Allreduce", || unsafe {
+            ffi::MPI_Allreduce(s, r, n, dt, mpi_op, comm)
+        })?;
+        if a.op == ReduceOp::Avg {
+            // SAFETY: r covers `bytes` bytes of the receive buffer, which is borrowed mutably.
+            unsafe { self.finish_avg_at(r as *mut u8, bytes, a.dtype) };
+        }
+        Ok(())
+    }
+
+    fn all_gather_call(&mut self, io: Io<'_, HostBuffer>, a: CollArgs) -> CommResult<()> {
+        let call = BlockCall("MPI_Allgather", ffi::MPI_Allgather);
+        self.blocks_call(Collective::AllGather, io, a, call)
+    }
+
+    fn reduce_scatter_call(&mut self, io: Io<'_, HostBuffer>, a: CollArgs) -> CommResult<()> {
+        let (mpi_op, n, bytes) = reducing(&a)?;
+        let in_place = matches!(io, Io::InPlace(_));
+        let (s, r) = self.coll_ptrs(Collective::ReduceScatter, io, &a)?;
+        let (comm, dt) = (self.comm, datatype(a.dtype));
+        // MPI's in-place reduce_scatter leaves the block at the start of the
+        // buffer; NCCL's convention (ours) wants it at rank x count.
+        let out_off = if in_place { bytes * self.rank } else { 0 };
+        // SAFETY: sizes checked in io_ptrs.
+        self.call("MPI_Reduce_scatter_block", || unsafe {
+            ffi::MPI_Reduce_scatter_block(s, r, n, dt, mpi_op, comm)
+        })?;
+        // SAFETY: r covers world x bytes in place, bytes out of place.
+        unsafe {
+            let out = (r as *mut u8).add(out_off);
+            if out_off != 0 {
+                std::ptr::copy(r as *const u8, out, bytes);
+            }
+            if a.op == ReduceOp::Avg {
+                self.finish_avg_at(out, bytes, a.dtype);
+            }
+        }
+        Ok(())
+    }
+
+    fn broadcast_call(&mut self, io: Io<'_, HostBuffer>, a: CollArgs) -> CommResult<()> {
+        self.check_rank("root", a.root)?;
+        let n = count_i32(a.count)?;
+        let bytes = nbytes(a.count, 1, a.dtype)?;
+        let buf = match io {
+            Io::InPlace(b) => {
+                need(b, bytes, "in-place")?;
+                b
+            }
+            Io::OutOfPlace { send, recv } => {
+                need(recv, bytes, "recv")?;
+                if self.rank == a.root {
+                    need(send, bytes, "send")?;
+                    recv.bytes_mut()[..bytes].copy_from_slice(&send.bytes()[..bytes]);
+                }
+                recv
+            }
+        };
+        let p = buf.bytes_mut().as_mut_ptr() as *mut c_void;
+        let (comm, dt, root) = (self.comm, datatype(a.dtype), a.root as c_int);
+        // SAFETY: p covers `bytes` bytes.
+        self.call("MPI_Bcast", || unsafe {
+            ffi::MPI_Bcast(p, n, dt, root, comm)
+        })
+    }
+
+    fn reduce_call(&mut self, io: Io<'_, HostBuffer>, a: CollArgs) -> CommResult<()> {
+        self.check_rank("root", a.root)?;
+        let (mpi_op, n, bytes) = reducing(&a)?;
+        let is_root = self.rank == a.root;
+        let (s, r) = match io {
+            // Only the root may pass MPI_IN_PLACE to MPI_Reduce.
+            Io::InPlace(b) if !is_root => {
+                need(b, bytes, "in-place")?;
+                (b.bytes().as_ptr() as *const c_void, std::ptr::null_mut())
+            }
+            io => self.coll_ptrs(Collective::Reduce, io, &a)?,
+        };
+        let (comm, dt, root) = (self.comm, datatype(a.dtype), a.root as c_int);
+        // SAFETY: sizes checked above.
+        self.call("MPI_Reduce", || unsafe {
+            ffi::MPI_Reduce(s, r, n, dt, mpi_op, root, comm)
+        })?;
+        if is_root && a.op == ReduceOp::Avg {
+            // SAFETY: r covers `bytes` bytes on the root.
+            unsafe { self.finish_avg_at(r as *mut u8, bytes, a.dtype) };
+        }
+        Ok(())
+    }
+
+    fn all_to_all_call(&mut self, io: Io<'_, HostBuffer>, a: CollArgs) -> CommResult<()> {
+        let call = BlockCall("MPI_Alltoall", ffi::MPI_Alltoall);
+        self.blocks_call(Collective::AllToAll, io, a, call)
     }
 }
 

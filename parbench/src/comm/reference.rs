@@ -1,7 +1,7 @@
-//! The plain sequential meaning of every collective, given every rank's
-//! input: what each rank must hold afterwards.
-//!
-//! Tests on every backend compare against these, and bench code can use them
+//! The plain sequential meanings collectives are built from, given every
+//! rank's input: what each rank must hold afterwards. Each collective's
+//! file says its own meaning with these (`Spec::expected`), which the
+//! conformance suite checks every backend against; bench code can use them
 //! to check results. Inputs and outputs are raw bytes of whole `dtype`
 //! elements with NCCL's layouts (see the table in [`super`]); reductions go
 //! in rank order through the same element kernels the backends use, so with

@@ -1,17 +1,17 @@
 //! Starting the ranks of a job and running one body on each: the one
-//! launcher every binary calls.
+//! launcher every binary calls, on every backend.
 //!
 //! A binary works out its world once ([`Ranks`]), checks it once, and
 //! calls [`run`] with a [`RankBody`]. A body that computes asks its
 //! communicator for the device beside it ([`RankComm::device`]: the CPU
 //! beside host buffers, the communicator's own GPU beside NCCL's), so one
-//! body runs on every backend. Where a binary must do something
-//! between start-up and the body that the launcher cannot (bind a core
-//! before the transport's threads start, read the MPI library's version),
-//! it uses the launcher's pieces: [`on_threads`] (one thread per
-//! communicator, one per GPU), [`spawn_ranks`] (spawn `-np` ranks of this
-//! binary and pass on their code) and [`first_fault`] (the root cause of a
-//! failed job, not the `PeerLost` it caused on the other ranks).
+//! body runs on every backend. What can only be known once a library has
+//! started (MPI's world) the body checks first.
+//!
+//! A failed job reports one rank's error, named once (`rank N: ...`), by
+//! one rule on every backend (`first_fault`): a rank's own fault before
+//! the communication errors it caused on the others (their waits that
+//! passed a deadline, then their lost peers), the lowest rank first.
 
 use super::report::rank_line;
 use super::{LaunchError, RankInfo};
@@ -115,12 +115,10 @@ pub enum Ended<T> {
 /// A job that failed: the fault to report.
 #[derive(Debug, thiserror::Error)]
 pub enum JobFault {
-    /// A rank of this process failed (the root cause, see [`first_fault`]).
-    #[error("{0}")]
-    Rank(#[from] CommError),
-    /// This process's one rank of a joined job failed, named once.
+    /// A rank of this process failed, named once: the root cause among
+    /// this process's ranks (see `first_fault`), or its one rank's error.
     #[error("{}", rank_line(*.rank, &.error.to_string()))]
-    Joined { rank: usize, error: CommError },
+    Rank { rank: usize, error: CommError },
     /// This process's one rank could not join its `backend`'s job (a
     /// library's communicator, whose own errors do not say so).
     #[error("{}", rank_line(*.rank, &format!("joining the {} job: {}", .backend, .error)))]
@@ -132,6 +130,12 @@ pub enum JobFault {
     /// Starting the ranks failed.
     #[error("{0}")]
     Launch(#[from] LaunchError),
+    /// Starting the communicators of this process's ranks failed, before
+    /// any rank ran (MPI's start, NCCL's for every GPU at once): the
+    /// library's own message (as the error itself, so that a report of its
+    /// chain does not print it twice).
+    #[error(transparent)]
+    Start(#[from] CommError),
     /// The build lacks the backend (bad input: exit code 2).
     #[error("{0}")]
     Unavailable(#[source] super::UsageError),
@@ -158,7 +162,7 @@ pub fn run<B: RankBody>(
         }),
         Ranks::Joined(info) => {
             let rank = info.rank;
-            let joined = |error| JobFault::Joined { rank, error };
+            let joined = |error| JobFault::Rank { rank, error };
             let mut comm = crate::comm::tcp::comm(&info, algo, timeout).map_err(joined)?;
             Ok(Ended::Ran(vec![body.run(&mut comm).map_err(joined)?]))
         }
@@ -174,14 +178,15 @@ fn run_mpi<B: RankBody>(timeout: Duration, body: &B) -> Result<Ended<B::Out>, Jo
     let rank = comm.rank();
     let out = body
         .run(&mut comm)
-        .map_err(|error| JobFault::Joined { rank, error })?;
+        .map_err(|error| JobFault::Rank { rank, error })?;
     Ok(Ended::Ran(vec![out]))
 }
 
 #[cfg(not(feature = "mpi"))]
 fn run_mpi<B: RankBody>(_: Duration, _: &B) -> Result<Ended<B::Out>, JobFault> {
     Err(JobFault::Unavailable(super::UsageError(
-        "--backend mpi needs a build with `--features mpi`".into(),
+        "--backend mpi: this build has no MPI support (rebuild with --features mpi; needs libopenmpi-dev)"
+            .into(),
     )))
 }
 
@@ -212,7 +217,7 @@ fn run_nccl_joined<B: RankBody>(
     })?;
     let out = body
         .run(&mut comm)
-        .map_err(|error| JobFault::Joined { rank, error })?;
+        .map_err(|error| JobFault::Rank { rank, error })?;
     Ok(Ended::Ran(vec![out]))
 }
 
@@ -240,7 +245,7 @@ fn run_nccl_joined<B: RankBody>(
 /// Spawns `world` ranks of this binary on loopback with the same arguments
 /// and waits for them: 0, or the exit code of the first rank that failed
 /// (the launcher already named it on stderr).
-pub fn spawn_ranks(world: usize) -> Result<i32, LaunchError> {
+fn spawn_ranks(world: usize) -> Result<i32, LaunchError> {
     match super::spawn_local_ranks(world, &[]) {
         Ok(status) => Ok(super::exit_code(status)),
         Err(e @ LaunchError::RankFailed { .. }) => Ok(e.exit_code()),
@@ -250,7 +255,8 @@ pub fn spawn_ranks(world: usize) -> Result<i32, LaunchError> {
 
 /// Runs `body` on one thread per communicator (one per GPU of this
 /// process); a thread that panics is that rank's error.
-pub fn on_threads<C, R, F>(comms: Vec<C>, body: F) -> Vec<CommResult<R>>
+#[cfg(any(feature = "cuda", test))]
+fn on_threads<C, R, F>(comms: Vec<C>, body: F) -> Vec<CommResult<R>>
 where
     C: Communicator,
     R: Send,
@@ -263,27 +269,53 @@ where
     )
 }
 
-/// What every rank returned, in rank order, or the root cause of the
-/// failure: the lowest rank's error that is not a lost peer (the failing
-/// rank's own fault, not the `PeerLost` it caused on the others), or the
-/// first error when every error is a lost peer.
-pub fn first_fault<T>(results: Vec<CommResult<T>>) -> Result<Vec<T>, CommError> {
+/// What every rank returned, in rank order (`results[r]` is rank r's),
+/// or the root cause of the failure: the lowest rank whose error is its own
+/// (see [`blame`]), else the lowest rank whose wait passed its deadline or
+/// whose peer broke the protocol, else the lowest rank that lost a peer.
+fn first_fault<T>(results: Vec<CommResult<T>>) -> Result<Vec<T>, JobFault> {
     let mut outs = Vec::with_capacity(results.len());
-    let mut errors = Vec::new();
-    for r in results {
+    let mut fault: Option<(Blame, usize, CommError)> = None;
+    for (rank, r) in results.into_iter().enumerate() {
         match r {
             Ok(v) => outs.push(v),
-            Err(e) => errors.push(e),
+            Err(error) => {
+                let b = blame(&error, rank);
+                // Strictly less: among equals, the lowest rank stays.
+                if fault.as_ref().is_none_or(|(was, ..)| b < *was) {
+                    fault = Some((b, rank, error));
+                }
+            }
         }
     }
-    if errors.is_empty() {
-        return Ok(outs);
+    match fault {
+        None => Ok(outs),
+        Some((_, rank, error)) => Err(JobFault::Rank { rank, error }),
     }
-    let pos = errors
-        .iter()
-        .position(|e| !matches!(e, CommError::PeerLost { .. }))
-        .unwrap_or(0);
-    Err(errors.swap_remove(pos))
+}
+
+/// How well a rank's error explains a failed job, best first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Blame {
+    /// Its own fault (a device, a check, bad arguments, its own set-up):
+    /// the others' errors follow from it.
+    Own,
+    /// It waited for a peer past the deadline, or a peer sent it something
+    /// that breaks the protocol: about another rank, which may have failed.
+    Peer,
+    /// It lost a peer: the loss another rank's fault (or death) caused.
+    Lost,
+}
+
+/// Which [`Blame`] `rank`'s `error` earns: the errors that name a peer
+/// other than this rank are about that peer.
+fn blame(error: &CommError, rank: usize) -> Blame {
+    match error {
+        CommError::PeerLost { .. } => Blame::Lost,
+        CommError::Timeout { .. } => Blame::Peer,
+        CommError::Protocol { peer, .. } if *peer != rank => Blame::Peer,
+        _ => Blame::Own,
+    }
 }
 
 #[cfg(test)]
@@ -299,24 +331,67 @@ mod tests {
         }
     }
 
+    fn timed_out(rank: usize) -> CommError {
+        CommError::Timeout {
+            rank,
+            peer: 2,
+            op: "all_reduce",
+            after: Duration::from_secs(1),
+        }
+    }
+
+    /// The rank and the line of the fault `results` report.
+    fn fault_of(results: Vec<CommResult<u8>>) -> (usize, String) {
+        match first_fault(results).unwrap_err() {
+            e @ JobFault::Rank { rank, .. } => (rank, e.to_string()),
+            other => panic!("{other:?}"),
+        }
+    }
+
     #[test]
     fn the_root_cause_wins_over_the_peers_it_lost() {
-        let results: Vec<CommResult<u8>> = vec![
+        let (rank, line) = fault_of(vec![
             Err(lost(0)),
             Err(CommError::Device("rank 1: out of memory".into())),
             Err(lost(2)),
-        ];
-        let e = first_fault(results).unwrap_err();
-        assert!(
-            matches!(e, CommError::Device(ref m) if m.contains("rank 1")),
-            "{e}"
-        );
-        let only_lost: Vec<CommResult<u8>> = vec![Ok(1), Err(lost(1)), Err(lost(2))];
-        assert!(matches!(
-            first_fault(only_lost).unwrap_err(),
-            CommError::PeerLost { rank: 1, .. }
-        ));
+        ]);
+        assert_eq!((rank, line.as_str()), (1, "rank 1: out of memory"));
+        // Only losses: the lowest rank's.
+        let (rank, line) = fault_of(vec![Ok(1), Err(lost(1)), Err(lost(2))]);
+        assert_eq!(rank, 1, "{line}");
+        assert!(line.starts_with("rank 1: lost rank 1"), "{line}");
         assert_eq!(first_fault::<u8>(vec![Ok(1), Ok(2)]).unwrap(), vec![1, 2]);
+    }
+
+    #[test]
+    fn a_ranks_own_fault_wins_over_the_waits_it_caused_and_is_named_once() {
+        // Rank 2's check failed; rank 0 waited for it past the deadline and
+        // rank 1 lost it: rank 2's own error is the cause, its rank added once.
+        let (rank, line) = fault_of(vec![
+            Err(timed_out(0)),
+            Err(lost(1)),
+            Err(CommError::Device("the block differs".into())),
+        ]);
+        assert_eq!((rank, line.as_str()), (2, "rank 2: the block differs"));
+        // A wait past its deadline explains more than a lost peer.
+        let (rank, _) = fault_of(vec![Err(lost(0)), Ok(1), Err(timed_out(2))]);
+        assert_eq!(rank, 2);
+        // A protocol error a rank found in its own work is its own fault;
+        // one a peer caused is about that peer.
+        let own = CommError::Protocol {
+            rank: 1,
+            peer: 1,
+            detail: "schedule".into(),
+        };
+        let (rank, _) = fault_of(vec![Err(timed_out(0)), Err(own)]);
+        assert_eq!(rank, 1);
+        let from_peer = CommError::Protocol {
+            rank: 0,
+            peer: 1,
+            detail: "short message".into(),
+        };
+        let (rank, _) = fault_of(vec![Err(from_peer), Err(timed_out(1))]);
+        assert_eq!(rank, 0, "equals: the lowest rank");
     }
 
     struct RankTimesTen;

@@ -136,6 +136,14 @@ impl<M: Communicator> Communicator for Counting<'_, M> {
     fn alloc(&self, bytes: usize) -> crate::comm::CommResult<M::Buffer> {
         self.inner.alloc(bytes)
     }
+    fn collective(
+        &mut self,
+        coll: crate::comm::Collective,
+        io: crate::comm::Io<'_, M::Buffer>,
+        args: crate::comm::CollArgs,
+    ) -> crate::comm::CommResult<()> {
+        self.inner.collective(coll, io, args)
+    }
     fn all_reduce(
         &mut self,
         io: crate::comm::Io<'_, M::Buffer>,

@@ -37,6 +37,7 @@ use super::alpha_beta::{terms, AlphaBetaTerms, RING_SLICE_BYTES};
 use super::busbw::busbw_factor;
 use super::fit::{fit_terms, FitError};
 use crate::comm::algo::Algorithm;
+use crate::comm::collective::CostForm;
 use crate::comm::Collective;
 
 /// One working set of a [`Ladder`].
@@ -161,10 +162,12 @@ pub fn working_set_bytes(coll: Collective, p: usize, n_bytes: u64, in_place: boo
     if in_place {
         return n_bytes;
     }
-    match coll {
-        Collective::AllGather | Collective::ReduceScatter => n_bytes + n_bytes / p.max(1) as u64,
-        _ => 2 * n_bytes,
-    }
+    // The larger buffer is `n`; the other holds as many of its blocks as
+    // the byte rule gives it (all_gather's send and reduce_scatter's
+    // receive: one of p).
+    let p = p.max(1);
+    let (send, recv) = (coll.send_blocks(p) as u64, coll.recv_blocks(p) as u64);
+    n_bytes + n_bytes * send.min(recv) / send.max(recv).max(1)
 }
 
 /// A call's working set per rank and its slice's: a ring runs a message of
@@ -306,7 +309,8 @@ fn ring_scatter_parts(p: usize, b: f64, first_fresh: bool, last_claimed: bool) -
 
 /// [`Moves`] of `coll` run with `algo` (a name [`terms`] knows; not a
 /// selector) on `p` ranks, `n_bytes`, in or out of place, as parbench's CPU
-/// algorithms run it (`comm/host.rs`, `comm/algo/`). Rings are followed
+/// algorithms run it (`comm/collective/`, `comm/algo/`), by the cost form
+/// the collective's file names for `algo`. Rings are followed
 /// step by step (the default sweep's algorithms from 32 KiB); recursive
 /// doubling and halving, trees, chains and pairwise exchanges are counted
 /// from their textbook terms with the copies they make, sources as fresh
@@ -321,8 +325,12 @@ pub fn moves(
     let t: AlphaBetaTerms = terms(coll, algo, p, n_bytes)?;
     // terms() is Some only for an algorithm that ran.
     let algo = algo.ran()?;
-    let duplex = !matches!(algo, Algorithm::Tree | Algorithm::Chain)
-        && !matches!(coll, Collective::Broadcast | Collective::Reduce);
+    // The cost form says the structure (the collective's file names it).
+    let form = coll.spec().form(algo)?;
+    let duplex = !matches!(
+        form,
+        CostForm::TreeAllReduce | CostForm::BinomialTree { .. } | CostForm::Chain { .. }
+    );
     let done = |parts: Vec<Part>| {
         Some(Moves {
             latency_steps: t.latency_steps,
@@ -338,16 +346,16 @@ pub fn moves(
     let out = !in_place;
     let received = (t.bytes_factor - t.reduce_factor).max(0.0);
     let reduced = t.reduce_factor;
-    let parts = match (coll, algo) {
-        (Collective::AllReduce, Algorithm::Ring) => {
+    let parts = match form {
+        CostForm::RingAllReduce => {
             // Out of place the first step reduces the peer's send buffer
             // where it lies; in place the buffer holds the last call's result.
             let mut v = ring_scatter_parts(p, b, in_place, true);
             v.extend(ring_gather_parts(p, b, true, in_place));
             v
         }
-        (Collective::ReduceScatter, Algorithm::Ring) => ring_scatter_parts(p, b, false, false),
-        (Collective::AllGather, Algorithm::Ring) => {
+        CostForm::RingPass { reduced: true } => ring_scatter_parts(p, b, false, false),
+        CostForm::RingPass { reduced: false } => {
             // Out of place each rank copies its own block into the receive
             // buffer (which the right neighbour read last call), then sends it.
             let mut v = if out {
@@ -358,7 +366,7 @@ pub fn moves(
             v.extend(ring_gather_parts(p, b, out, false));
             v
         }
-        (Collective::AllReduce, Algorithm::RecursiveDoubling) => {
+        CostForm::RecursiveDoublingAllReduce => {
             // Each step copies the running result (read by the partner) and
             // reduces the partner's copy into the buffer.
             let steps = t.latency_steps;
@@ -371,7 +379,7 @@ pub fn moves(
             }
             v
         }
-        (Collective::AllReduce, _) => {
+        CostForm::HalvingDoublingAllReduce | CostForm::TreeAllReduce => {
             let mut v = vec![
                 part(Op::Reduce, reduced, true, true),
                 part(Op::Receive, received, true, true),
@@ -381,15 +389,15 @@ pub fn moves(
             }
             v
         }
-        (Collective::AllGather, _) | (Collective::ReduceScatter, _) => vec![
+        CostForm::RecursiveDoublingAllGather | CostForm::HalvingReduceScatter => vec![
             part(Op::Receive, received, true, true),
             part(Op::Reduce, reduced, true, true),
         ],
-        (Collective::Broadcast, _) => {
+        CostForm::BinomialTree { reduced: false } | CostForm::Chain { reduced: false } => {
             let mut v = vec![part(
                 Op::Receive,
                 received,
-                out || algo != Algorithm::Tree || p > 2,
+                out || !matches!(form, CostForm::BinomialTree { .. }) || p > 2,
                 p > 2,
             )];
             if out {
@@ -397,15 +405,15 @@ pub fn moves(
             }
             v
         }
-        (Collective::Reduce, _) => vec![
+        CostForm::BinomialTree { reduced: true } | CostForm::Chain { reduced: true } => vec![
             part(Op::Copy, 1.0, false, true),
             part(Op::Reduce, reduced, true, false),
         ],
-        (Collective::AllToAll, _) => vec![
+        CostForm::Pairwise => vec![
             part(Op::Copy, if out { b } else { 1.0 }, false, false),
             part(Op::Receive, received, in_place, false),
         ],
-        (Collective::SendRecv, _) => vec![part(Op::Receive, received, false, false)],
+        CostForm::SendRecv => vec![part(Op::Receive, received, false, false)],
     };
     done(parts.into_iter().filter(|p| p.bytes > 0.0).collect())
 }

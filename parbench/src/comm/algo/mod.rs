@@ -203,40 +203,10 @@ impl Algorithm {
     }
 
     /// What runs for `coll` of `bytes` per-rank send bytes on `world` ranks
-    /// when the user asked for `algo`. A request an operation has no such
-    /// algorithm for falls back to the operation's usual one (the returned
-    /// plan says which, so records stay honest).
+    /// when the user asked for `algo`: the collective's own choice (its
+    /// file's `Spec::choose`).
     pub fn choose(coll: Collective, algo: Algo, world: usize, bytes: usize) -> Algorithm {
-        match coll {
-            Collective::AllReduce => match algo {
-                Algo::Ring => Algorithm::Ring,
-                Algo::Tree => Algorithm::Tree,
-                Algo::RecursiveDoubling => Algorithm::RecursiveDoubling,
-                Algo::HalvingDoubling => Algorithm::HalvingDoubling,
-                Algo::Auto => {
-                    if bytes <= AUTO_RD_MAX_BYTES {
-                        Algorithm::RecursiveDoubling
-                    } else if world > 2 && bytes <= AUTO_RHD_MAX_BYTES {
-                        Algorithm::HalvingDoubling
-                    } else {
-                        Algorithm::Ring
-                    }
-                }
-            },
-            Collective::AllGather | Collective::ReduceScatter => Algorithm::Ring,
-            Collective::Broadcast => match algo {
-                Algo::Ring => Algorithm::Chain,
-                Algo::Auto if world > 2 && bytes >= AUTO_CHAIN_MIN_BYTES => Algorithm::Chain,
-                _ => Algorithm::Tree,
-            },
-            Collective::Reduce => match algo {
-                Algo::Ring => Algorithm::Chain,
-                Algo::Auto if world > 2 && bytes >= AUTO_CHAIN_MIN_BYTES => Algorithm::Chain,
-                _ => Algorithm::Tree,
-            },
-            Collective::AllToAll => Algorithm::Pairwise,
-            Collective::SendRecv => Algorithm::PointToPoint,
-        }
+        coll.spec().choose(algo, world, bytes)
     }
 }
 

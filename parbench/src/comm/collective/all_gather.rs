@@ -2,8 +2,7 @@
 //! every rank in rank order; in place, a rank's input is its block of the
 //! output. nccl-tests' size is the gathered output.
 
-use super::{CostForm, Spec};
-use crate::comm::algo::Algorithm;
+use super::prelude::*;
 
 pub struct AllGather;
 
@@ -35,5 +34,29 @@ impl Spec for AllGather {
             Algorithm::RecursiveDoubling => CostForm::RecursiveDoublingAllGather,
             _ => return None,
         })
+    }
+    fn choose(&self, _algo: Algo, _world: usize, _bytes: usize) -> Algorithm {
+        Algorithm::Ring
+    }
+    /// Every rank's input, in rank order.
+    fn expected(&self, x: &Expect<'_>) -> Option<Vec<u8>> {
+        Some(reference::all_gather(&super::slices(&x.blocks(0))))
+    }
+    fn host<T: Transport>(&self, run: HostRun<'_, T>) -> CommResult<()> {
+        let (a, t) = (run.args, run.t);
+        let (world, rank) = (t.world(), t.rank());
+        let block = nbytes(a.count, self.send_blocks(world), a.dtype)?;
+        let total = nbytes(a.count, self.recv_blocks(world), a.dtype)?;
+        let (own, buf) = views(run.io, "all_gather", block, total)?;
+        if world == 1 {
+            if let Some(own) = own {
+                buf[rank * block..(rank + 1) * block].copy_from_slice(own);
+            }
+            return Ok(());
+        }
+        if a.count == 0 {
+            return Ok(());
+        }
+        algo::ring::all_gather(t, own, buf, a.count, a.dtype.size(), run.deadline)
     }
 }

@@ -1,8 +1,7 @@
 //! all_to_all: block j of `count` elements goes to rank j; block i of the
 //! output comes from rank i. nccl-tests' size is one rank's whole send buffer.
 
-use super::{CostForm, Spec};
-use crate::comm::algo::Algorithm;
+use super::prelude::*;
 
 pub struct AllToAll;
 
@@ -34,5 +33,35 @@ impl Spec for AllToAll {
             Algorithm::Pairwise | Algorithm::Ring => Some(CostForm::Pairwise),
             _ => None,
         }
+    }
+    fn choose(&self, _algo: Algo, _world: usize, _bytes: usize) -> Algorithm {
+        Algorithm::Pairwise
+    }
+    /// Block `rank` of every rank's input, in rank order.
+    fn expected(&self, x: &Expect<'_>) -> Option<Vec<u8>> {
+        let blocks = x.blocks(x.rank);
+        let block_bytes = x.args.count * x.args.dtype.size();
+        Some(reference::all_to_all(
+            &super::slices(&blocks),
+            block_bytes,
+            0,
+        ))
+    }
+    fn host<T: Transport>(&self, run: HostRun<'_, T>) -> CommResult<()> {
+        let (a, t, deadline) = (run.args, run.t, run.deadline);
+        let world = t.world();
+        let block = nbytes(a.count, 1, a.dtype)?;
+        let total = nbytes(a.count, self.send_blocks(world), a.dtype)?;
+        let (send, recv) = match views(run.io, "all_to_all", total, total)? {
+            // In place: send from a copy.
+            (None, buf) if a.count > 0 && world > 1 => {
+                let send = run.scratch.bytes(total);
+                send.copy_from_slice(buf);
+                (&*send, buf)
+            }
+            (Some(send), recv) if a.count > 0 => (send, recv),
+            _ => return Ok(()),
+        };
+        algo::alltoall::all_to_all(t, send, recv, block, deadline)
     }
 }

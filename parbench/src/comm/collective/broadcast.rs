@@ -1,8 +1,7 @@
 //! broadcast: the root's `count` elements out on every rank. nccl-tests'
 //! size is the buffer.
 
-use super::{CostForm, Spec};
-use crate::comm::algo::Algorithm;
+use super::prelude::*;
 
 pub struct Broadcast;
 
@@ -27,5 +26,43 @@ impl Spec for Broadcast {
     }
     fn form(&self, algo: Algorithm) -> Option<CostForm> {
         super::rooted_form(algo, false)
+    }
+    fn choose(&self, algo: Algo, world: usize, bytes: usize) -> Algorithm {
+        super::rooted_choice(algo, world, bytes)
+    }
+    /// Only the root's input is read.
+    fn reads_input(&self, rank: usize, root: usize) -> bool {
+        rank == root
+    }
+    /// The root's input.
+    fn expected(&self, x: &Expect<'_>) -> Option<Vec<u8>> {
+        Some(x.block(x.args.root, 0))
+    }
+    fn host<T: Transport>(&self, run: HostRun<'_, T>) -> CommResult<()> {
+        let (a, t) = (run.args, run.t);
+        let is_root = t.rank() == a.root;
+        let bytes = nbytes(a.count, 1, a.dtype)?;
+        let buf = match run.io {
+            Io::InPlace(b) => {
+                need(b, bytes, "broadcast")?;
+                &mut b.bytes_mut()[..bytes]
+            }
+            Io::OutOfPlace { send, recv } => {
+                need(recv, bytes, "broadcast recv")?;
+                let r = &mut recv.bytes_mut()[..bytes];
+                if is_root {
+                    need(send, bytes, "broadcast send")?;
+                    r.copy_from_slice(&send.bytes()[..bytes]);
+                }
+                r
+            }
+        };
+        if a.count == 0 || t.world() == 1 {
+            return Ok(());
+        }
+        match run.plan {
+            Algorithm::Chain => algo::tree::chain_broadcast(t, buf, a.root, run.deadline),
+            _ => algo::tree::broadcast(t, buf, a.root, run.deadline),
+        }
     }
 }

@@ -12,21 +12,27 @@
 //! each ([`CostForm`]; `model::alpha_beta` turns a form into alpha-beta
 //! terms, so this module needs nothing from `model`).
 //!
-//! What stays per backend, because a backend implements it: the
-//! `Communicator` method (host backends run `comm/algo/` over their
-//! transport, NCCL and MPI call their library), its sequential meaning in
-//! `comm/reference.rs` and its conformance row. See docs/architecture.md,
-//! "Checklist: add a collective".
+//! A file also says how parbench runs it and what it means: which
+//! algorithm it runs for a user's `--algo` ([`Spec::choose`]), its host
+//! algorithm over a [`Transport`] ([`Spec::host`]: what `HostComm` runs,
+//! and what NCCL and MPI run for a collective their library lacks, over
+//! their own point-to-point calls), and its sequential meaning
+//! ([`Spec::expected`], which the conformance suite checks every backend
+//! against). Backends keep their own native calls (a table per backend).
+//! See docs/architecture.md, "Checklist: add a collective".
 
 mod all_gather;
 mod all_reduce;
 mod all_to_all;
 mod broadcast;
+#[cfg(test)]
+mod gather;
 mod reduce;
 mod reduce_scatter;
-mod sendrecv;
+pub mod sendrecv;
 
 use super::algo::Algorithm;
+use super::{Algo, CollArgs, CommResult, HostRun, Transport};
 use std::fmt;
 use std::str::FromStr;
 
@@ -111,6 +117,67 @@ pub trait Spec: Sync {
     /// The cost form of `algo` for it, as parbench's CPU backends run it;
     /// `None` for an algorithm it has no form for.
     fn form(&self, algo: Algorithm) -> Option<CostForm>;
+    /// What parbench's host algorithms run for it when the user asked for
+    /// `algo`, on `world` ranks with `bytes` per-rank block bytes. A request
+    /// it has no such algorithm for falls back to its usual one (the
+    /// returned plan says which, so records stay honest).
+    fn choose(&self, algo: Algo, world: usize, bytes: usize) -> Algorithm;
+    /// Whether rank `rank`'s input is read when the root is `root`
+    /// (broadcast reads the root's only); the conformance suite hands the
+    /// others garbage.
+    fn reads_input(&self, rank: usize, root: usize) -> bool {
+        let _ = (rank, root);
+        true
+    }
+    /// Its sequential meaning: the whole receive buffer rank `x.rank`
+    /// holds afterwards, given every rank's input, or `None` where the
+    /// collective leaves it undefined.
+    fn expected(&self, x: &Expect<'_>) -> Option<Vec<u8>>;
+    /// Its host algorithm: checks the buffers (NCCL's layouts, errors
+    /// naming the collective and the buffer), moves the bytes over
+    /// `run.t` with the algorithm `run.plan` and finishes `Avg`.
+    fn host<T: Transport>(&self, run: HostRun<'_, T>) -> CommResult<()>
+    where
+        Self: Sized;
+}
+
+/// Every rank's input to one call, as [`Spec::expected`] reads it: built
+/// on demand, so that a meaning reads only the blocks it needs.
+pub struct Expect<'a> {
+    pub world: usize,
+    /// The rank whose output is wanted.
+    pub rank: usize,
+    pub args: CollArgs,
+    /// Elements `first..first + n` of rank `r`'s input, as bytes: `(r, first, n)`.
+    pub input: &'a dyn Fn(usize, usize, usize) -> Vec<u8>,
+}
+
+impl Expect<'_> {
+    /// Block `j` (`count` elements) of rank `r`'s input.
+    pub fn block(&self, r: usize, j: usize) -> Vec<u8> {
+        (self.input)(r, j * self.args.count, self.args.count)
+    }
+
+    /// Block `j` of every rank's input, in rank order.
+    pub fn blocks(&self, j: usize) -> Vec<Vec<u8>> {
+        (0..self.world).map(|r| self.block(r, j)).collect()
+    }
+}
+
+/// Borrows each of `v` as a slice (what `comm::reference` takes).
+pub fn slices(v: &[Vec<u8>]) -> Vec<&[u8]> {
+    v.iter().map(|b| b.as_slice()).collect()
+}
+
+/// What the files use, in one line each.
+mod prelude {
+    pub(super) use super::{CostForm, Expect, Spec};
+    pub(super) use crate::comm::algo::{self, Algorithm};
+    pub(super) use crate::comm::host::views;
+    pub(super) use crate::comm::{
+        finish_avg, nbytes, need, reference, Algo, CollArgs, CommError, CommResult, Communicator,
+        HostRun, Io, RecvInto, ReduceOp, Transport,
+    };
 }
 
 /// `(n - 1) / n`, 0 for no rank: the share of the data a rank receives in
@@ -134,13 +201,30 @@ fn rooted_form(algo: Algorithm, reduced: bool) -> Option<CostForm> {
     }
 }
 
+/// What broadcast and reduce run: a ring request is the chain (as NCCL
+/// runs it), `auto` pipelines a large message down a chain on three or
+/// more ranks, anything else is the binomial tree.
+fn rooted_choice(algo: Algo, world: usize, bytes: usize) -> Algorithm {
+    match algo {
+        Algo::Ring => Algorithm::Chain,
+        Algo::Auto if world > 2 && bytes >= super::algo::AUTO_CHAIN_MIN_BYTES => Algorithm::Chain,
+        _ => Algorithm::Tree,
+    }
+}
+
 /// The algorithms [`rooted_form`] prices.
 const TREE_AND_CHAIN: &[Algorithm] = &[Algorithm::Tree, Algorithm::Chain];
 
 /// The registry: one line per collective, `Variant => file::Spec`, in the
-/// order sweeps run them. It makes the enum, `ALL` and the dispatch.
+/// order sweeps run them. It makes the enum, `ALL` and the dispatch. Lines
+/// after `; test:` exist in this crate's unit tests only and are left out of
+/// `ALL` (so sweeps, names and records are the real ones): they show a
+/// collective made of its file and its line alone.
 macro_rules! registry {
-    ($($variant:ident => $file:ident::$spec:ident,)*) => {
+    (
+        $($variant:ident => $file:ident::$spec:ident,)*
+        ; test: $($t_variant:ident => $t_file:ident::$t_spec:ident,)*
+    ) => {
         /// The operations a communicator offers, as the benches and records name them.
         #[derive(
             Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize,
@@ -149,6 +233,7 @@ macro_rules! registry {
         #[serde(rename_all = "snake_case")]
         pub enum Collective {
             $($variant,)*
+            $(#[cfg(test)] $t_variant,)*
         }
 
         impl Collective {
@@ -160,6 +245,15 @@ macro_rules! registry {
             pub fn spec(self) -> &'static dyn Spec {
                 match self {
                     $(Collective::$variant => &$file::$spec,)*
+                    $(#[cfg(test)] Collective::$t_variant => &$t_file::$t_spec,)*
+                }
+            }
+
+            /// Runs this collective's host algorithm ([`Spec::host`]).
+            pub fn run_host<T: Transport>(self, run: HostRun<'_, T>) -> CommResult<()> {
+                match self {
+                    $(Collective::$variant => $file::$spec.host(run),)*
+                    $(#[cfg(test)] Collective::$t_variant => $t_file::$t_spec.host(run),)*
                 }
             }
         }
@@ -174,6 +268,8 @@ registry! {
     Reduce => reduce::Reduce,
     AllToAll => all_to_all::AllToAll,
     SendRecv => sendrecv::SendRecv,
+    ; test:
+    Gather => gather::Gather,
 }
 
 impl Collective {

@@ -2,8 +2,7 @@
 //! the next rank and receives as many from the previous one, at once.
 //! nccl-tests' size is the message one rank sends.
 
-use super::{CostForm, Spec};
-use crate::comm::algo::Algorithm;
+use super::prelude::*;
 
 pub struct SendRecv;
 
@@ -28,4 +27,47 @@ impl Spec for SendRecv {
     fn form(&self, _algo: Algorithm) -> Option<CostForm> {
         Some(CostForm::SendRecv)
     }
+    fn choose(&self, _algo: Algo, _world: usize, _bytes: usize) -> Algorithm {
+        Algorithm::PointToPoint
+    }
+    /// The previous rank's input.
+    fn expected(&self, x: &Expect<'_>) -> Option<Vec<u8>> {
+        Some(x.block(neighbours(x.rank, x.world.max(1)).1, 0))
+    }
+    /// One exchange with the next and the previous rank; two buffers only.
+    fn host<T: Transport>(&self, run: HostRun<'_, T>) -> CommResult<()> {
+        let Io::OutOfPlace { send, recv } = run.io else {
+            return Err(in_place_refused());
+        };
+        let bytes = nbytes(run.args.count, 1, run.args.dtype)?;
+        need(send, bytes, "sendrecv send")?;
+        need(recv, bytes, "sendrecv recv")?;
+        let (to, from) = neighbours(run.t.rank(), run.t.world());
+        let into = RecvInto::Copy(&mut recv.bytes_mut()[..bytes]);
+        run.t
+            .exchange(to, &send.bytes()[..bytes], from, into, run.deadline)
+    }
+}
+
+/// sendrecv as a collective call on any communicator: its own `send_recv`
+/// to the next rank from the previous one (NCCL's and MPI's native path).
+pub fn over_send_recv<C: Communicator>(
+    comm: &mut C,
+    io: Io<'_, C::Buffer>,
+    args: CollArgs,
+) -> CommResult<()> {
+    let Io::OutOfPlace { send, recv } = io else {
+        return Err(in_place_refused());
+    };
+    let (to, from) = neighbours(comm.rank(), comm.world());
+    comm.send_recv(send, to, recv, from, args.count, args.dtype)
+}
+
+/// The rank `rank` sends to and the one it receives from.
+fn neighbours(rank: usize, world: usize) -> (usize, usize) {
+    ((rank + 1) % world, (rank + world - 1) % world)
+}
+
+fn in_place_refused() -> CommError {
+    CommError::Unsupported("sendrecv has no in-place form".into())
 }

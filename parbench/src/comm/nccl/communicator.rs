@@ -2,8 +2,9 @@
 
 use super::transfer::{addr, nccl_op, nccl_type};
 use super::NcclComm;
+use crate::comm::library::{self, LibraryCalls};
 use crate::comm::{
-    Collective, CommError, CommResult, Communicator, DType, Io, ReduceOp, Replay, StreamClock,
+    CollArgs, Collective, CommError, CommResult, Communicator, DType, Io, Replay, StreamClock,
 };
 use crate::gpu::timing::{CapturedLoop, EventTimer};
 use crate::gpu::{self, bandwidth, DeviceBuffer, Gpu, GpuError};
@@ -28,6 +29,9 @@ impl Communicator for NcclComm {
         self.wire.clone()
     }
     fn algo_for(&self, coll: Collective, bytes: usize) -> String {
+        if let Some(host) = library::host_algo_for(coll, self.world, bytes) {
+            return host;
+        }
         // NCCL's own choice for this size, from its tuning log (written by
         // rank 0 once a call of this size ran); `unknown` until it says.
         match crate::comm::nccl_tuning::log_path() {
@@ -52,163 +56,13 @@ impl Communicator for NcclComm {
         Ok(self.gpu.alloc(bytes)?)
     }
 
-    fn all_reduce(
+    fn collective(
         &mut self,
+        coll: Collective,
         io: Io<'_, DeviceBuffer>,
-        count: usize,
-        dtype: DType,
-        op: ReduceOp,
+        args: CollArgs,
     ) -> CommResult<()> {
-        self.flush()?;
-        let b = count * dtype.size();
-        let (s, r) = self.io_ptrs(&io, b, b, 0, 0)?;
-        let (comm, stream) = (self.comm, self.stream());
-        // SAFETY: pointers checked to hold `count` elements on this GPU.
-        self.call("ncclAllReduce", || unsafe {
-            sys::ncclAllReduce(s, r, count, nccl_type(dtype), nccl_op(op), comm, stream)
-        })
-    }
-
-    fn all_gather(
-        &mut self,
-        io: Io<'_, DeviceBuffer>,
-        count: usize,
-        dtype: DType,
-    ) -> CommResult<()> {
-        self.flush()?;
-        let b = count * dtype.size();
-        let (s, r) = self.io_ptrs(&io, b, b * self.world, self.rank * b, 0)?;
-        let (comm, stream) = (self.comm, self.stream());
-        // SAFETY: as in all_reduce.
-        self.call("ncclAllGather", || unsafe {
-            sys::ncclAllGather(s, r, count, nccl_type(dtype), comm, stream)
-        })
-    }
-
-    fn reduce_scatter(
-        &mut self,
-        io: Io<'_, DeviceBuffer>,
-        count: usize,
-        dtype: DType,
-        op: ReduceOp,
-    ) -> CommResult<()> {
-        self.flush()?;
-        let b = count * dtype.size();
-        let (s, r) = self.io_ptrs(&io, b * self.world, b, 0, self.rank * b)?;
-        let (comm, stream) = (self.comm, self.stream());
-        // SAFETY: as in all_reduce.
-        self.call("ncclReduceScatter", || unsafe {
-            sys::ncclReduceScatter(s, r, count, nccl_type(dtype), nccl_op(op), comm, stream)
-        })
-    }
-
-    fn broadcast(
-        &mut self,
-        io: Io<'_, DeviceBuffer>,
-        count: usize,
-        dtype: DType,
-        root: usize,
-    ) -> CommResult<()> {
-        self.check_root(root)?;
-        self.flush()?;
-        let b = count * dtype.size();
-        let (s, r) = self.io_ptrs(&io, b, b, 0, 0)?;
-        let (comm, stream) = (self.comm, self.stream());
-        // SAFETY: as in all_reduce.
-        self.call("ncclBroadcast", || unsafe {
-            sys::ncclBroadcast(s, r, count, nccl_type(dtype), root as i32, comm, stream)
-        })
-    }
-
-    fn reduce(
-        &mut self,
-        io: Io<'_, DeviceBuffer>,
-        count: usize,
-        dtype: DType,
-        op: ReduceOp,
-        root: usize,
-    ) -> CommResult<()> {
-        self.check_root(root)?;
-        self.flush()?;
-        let b = count * dtype.size();
-        let (s, r) = self.io_ptrs(&io, b, b, 0, 0)?;
-        let (comm, stream) = (self.comm, self.stream());
-        // SAFETY: as in all_reduce.
-        self.call("ncclReduce", || unsafe {
-            sys::ncclReduce(
-                s,
-                r,
-                count,
-                nccl_type(dtype),
-                nccl_op(op),
-                root as i32,
-                comm,
-                stream,
-            )
-        })
-    }
-
-    fn all_to_all(
-        &mut self,
-        io: Io<'_, DeviceBuffer>,
-        count: usize,
-        dtype: DType,
-    ) -> CommResult<()> {
-        self.flush()?;
-        let b = count * dtype.size();
-        let total = b * self.world;
-        let (s, r) = match io {
-            Io::InPlace(buf) => {
-                // Grouped sends and receives on one buffer would overwrite blocks
-                // not yet sent: send from a copy.
-                let r = self.ptr(buf, 0, total, "in-place")?;
-                Self::ensure(&self.gpu, &mut self.scratch, total)?;
-                let Some(scratch) = self.scratch.as_ref().map(|s| s.ptr()) else {
-                    return Err(CommError::Device("all_to_all scratch missing".into()));
-                };
-                if !self.sizing && total > 0 {
-                    self.gpu.bind()?;
-                    // SAFETY: both regions hold `total` bytes on this GPU.
-                    unsafe {
-                        cu::memcpy_dtod_async(scratch, r, total, self.gpu.stream().cu_stream())
-                    }
-                    .map_err(|e| GpuError::call("in-place all_to_all copy", e))?;
-                }
-                (scratch, r)
-            }
-            Io::OutOfPlace { send, recv } => (
-                self.ptr(send, 0, total, "send")?,
-                self.ptr(recv, 0, total, "recv")?,
-            ),
-        };
-        let (comm, stream, world, t) = (self.comm, self.stream(), self.world, nccl_type(dtype));
-        // SAFETY: block j of each buffer lies inside it (checked `total`); the group closes on every path.
-        self.call("all_to_all (grouped ncclSend/ncclRecv)", || unsafe {
-            let r0 = sys::ncclGroupStart();
-            if r0 != sys::ncclResult_t::ncclSuccess {
-                return r0;
-            }
-            let mut first = sys::ncclResult_t::ncclSuccess;
-            for j in 0..world {
-                // Device addresses by integer arithmetic: they point into no
-                // Rust allocation, so pointer offsets would be undefined.
-                let off = (j * b) as u64;
-                for r in [
-                    sys::ncclSend(addr(s + off), count, t, j as i32, comm, stream),
-                    sys::ncclRecv(addr(r + off), count, t, j as i32, comm, stream),
-                ] {
-                    if first == sys::ncclResult_t::ncclSuccess {
-                        first = r;
-                    }
-                }
-            }
-            let r = sys::ncclGroupEnd();
-            if first == sys::ncclResult_t::ncclSuccess {
-                r
-            } else {
-                first
-            }
-        })
+        library::collective(self, coll, io, args)
     }
 
     fn send(
@@ -391,6 +245,141 @@ impl Communicator for NcclComm {
                 c.gbps,
             )
         }))
+    }
+}
+
+/// NCCL's call of each collective it has, with NCCL's buffer conventions.
+impl NcclComm {
+    /// Flushes staged sends, then the (send, recv) device pointers of a
+    /// call of `coll`, checked against the collective's byte rule, with the
+    /// communicator and stream to issue it on.
+    fn coll_ptrs(
+        &mut self,
+        coll: Collective,
+        io: &Io<'_, DeviceBuffer>,
+        a: &CollArgs,
+    ) -> CommResult<(
+        *const c_void,
+        *mut c_void,
+        sys::ncclComm_t,
+        sys::cudaStream_t,
+    )> {
+        self.flush()?;
+        let (b, world) = (a.count * a.dtype.size(), self.world);
+        let (send, recv) = (b * coll.send_blocks(world), b * coll.recv_blocks(world));
+        let input_at = coll.in_place_input(a.count, self.rank) * a.dtype.size();
+        let output_at = coll.in_place_output(a.count, self.rank) * a.dtype.size();
+        let (s, r) = self.io_ptrs(io, send, recv, input_at, output_at)?;
+        Ok((s, r, self.comm, self.stream()))
+    }
+}
+
+/// NCCL's call of each collective it has, with NCCL's buffer conventions.
+impl LibraryCalls for NcclComm {
+    fn all_reduce_call(&mut self, io: Io<'_, DeviceBuffer>, a: CollArgs) -> CommResult<()> {
+        let (s, r, comm, stream) = self.coll_ptrs(Collective::AllReduce, &io, &a)?;
+        let (t, op) = (nccl_type(a.dtype), nccl_op(a.op));
+        // SAFETY: pointers checked to hold `count` elements on this GPU.
+        self.call("ncclAllReduce", || unsafe {
+            sys::ncclAllReduce(s, r, a.count, t, op, comm, stream)
+        })
+    }
+
+    fn all_gather_call(&mut self, io: Io<'_, DeviceBuffer>, a: CollArgs) -> CommResult<()> {
+        let (s, r, comm, stream) = self.coll_ptrs(Collective::AllGather, &io, &a)?;
+        let t = nccl_type(a.dtype);
+        // SAFETY: as in all_reduce.
+        self.call("ncclAllGather", || unsafe {
+            sys::ncclAllGather(s, r, a.count, t, comm, stream)
+        })
+    }
+
+    fn reduce_scatter_call(&mut self, io: Io<'_, DeviceBuffer>, a: CollArgs) -> CommResult<()> {
+        let (s, r, comm, stream) = self.coll_ptrs(Collective::ReduceScatter, &io, &a)?;
+        let (t, op) = (nccl_type(a.dtype), nccl_op(a.op));
+        // SAFETY: as in all_reduce.
+        self.call("ncclReduceScatter", || unsafe {
+            sys::ncclReduceScatter(s, r, a.count, t, op, comm, stream)
+        })
+    }
+
+    fn broadcast_call(&mut self, io: Io<'_, DeviceBuffer>, a: CollArgs) -> CommResult<()> {
+        self.check_root(a.root)?;
+        let (s, r, comm, stream) = self.coll_ptrs(Collective::Broadcast, &io, &a)?;
+        let (t, root) = (nccl_type(a.dtype), a.root as i32);
+        // SAFETY: as in all_reduce.
+        self.call("ncclBroadcast", || unsafe {
+            sys::ncclBroadcast(s, r, a.count, t, root, comm, stream)
+        })
+    }
+
+    fn reduce_call(&mut self, io: Io<'_, DeviceBuffer>, a: CollArgs) -> CommResult<()> {
+        self.check_root(a.root)?;
+        let (s, r, comm, stream) = self.coll_ptrs(Collective::Reduce, &io, &a)?;
+        let (t, op, root) = (nccl_type(a.dtype), nccl_op(a.op), a.root as i32);
+        // SAFETY: as in all_reduce.
+        self.call("ncclReduce", || unsafe {
+            sys::ncclReduce(s, r, a.count, t, op, root, comm, stream)
+        })
+    }
+
+    fn all_to_all_call(&mut self, io: Io<'_, DeviceBuffer>, a: CollArgs) -> CommResult<()> {
+        let (count, dtype) = (a.count, a.dtype);
+        self.flush()?;
+        let b = count * dtype.size();
+        let total = b * self.world;
+        let (s, r) = match io {
+            Io::InPlace(buf) => {
+                // Grouped sends and receives on one buffer would overwrite blocks
+                // not yet sent: send from a copy.
+                let r = self.ptr(buf, 0, total, "in-place")?;
+                Self::ensure(&self.gpu, &mut self.scratch, total)?;
+                let Some(scratch) = self.scratch.as_ref().map(|s| s.ptr()) else {
+                    return Err(CommError::Device("all_to_all scratch missing".into()));
+                };
+                if !self.sizing && total > 0 {
+                    self.gpu.bind()?;
+                    // SAFETY: both regions hold `total` bytes on this GPU.
+                    unsafe {
+                        cu::memcpy_dtod_async(scratch, r, total, self.gpu.stream().cu_stream())
+                    }
+                    .map_err(|e| GpuError::call("in-place all_to_all copy", e))?;
+                }
+                (scratch, r)
+            }
+            Io::OutOfPlace { send, recv } => (
+                self.ptr(send, 0, total, "send")?,
+                self.ptr(recv, 0, total, "recv")?,
+            ),
+        };
+        let (comm, stream, world, t) = (self.comm, self.stream(), self.world, nccl_type(dtype));
+        // SAFETY: block j of each buffer lies inside it (checked `total`); the group closes on every path.
+        self.call("all_to_all (grouped ncclSend/ncclRecv)", || unsafe {
+            let r0 = sys::ncclGroupStart();
+            if r0 != sys::ncclResult_t::ncclSuccess {
+                return r0;
+            }
+            let mut first = sys::ncclResult_t::ncclSuccess;
+            for j in 0..world {
+                // Device addresses by integer arithmetic: they point into no
+                // Rust allocation, so pointer offsets would be undefined.
+                let off = (j * b) as u64;
+                for r in [
+                    sys::ncclSend(addr(s + off), count, t, j as i32, comm, stream),
+                    sys::ncclRecv(addr(r + off), count, t, j as i32, comm, stream),
+                ] {
+                    if first == sys::ncclResult_t::ncclSuccess {
+                        first = r;
+                    }
+                }
+            }
+            let r = sys::ncclGroupEnd();
+            if first == sys::ncclResult_t::ncclSuccess {
+                r
+            } else {
+                first
+            }
+        })
     }
 }
 
