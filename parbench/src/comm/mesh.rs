@@ -16,9 +16,7 @@
 //! algorithms need.
 
 use super::group::{split, Group};
-use super::{
-    Algo, CommError, CommResult, Communicator, DType, Io, LinkStats, ReduceOp, StreamClock,
-};
+use super::{Algo, CommError, CommResult, Communicator, DType, Io, LinkStats, StreamClock};
 use std::fmt;
 use std::str::FromStr;
 use std::sync::{Mutex, MutexGuard};
@@ -302,58 +300,13 @@ impl<C: Communicator> Communicator for SharedComm<'_, '_, C> {
     fn alloc(&self, bytes: usize) -> CommResult<Self::Buffer> {
         self.get()?.alloc(bytes)
     }
-    fn all_reduce(
+    fn collective(
         &mut self,
+        coll: super::Collective,
         io: Io<'_, Self::Buffer>,
-        count: usize,
-        dtype: DType,
-        op: ReduceOp,
+        args: super::CollArgs,
     ) -> CommResult<()> {
-        self.get()?.all_reduce(io, count, dtype, op)
-    }
-    fn all_gather(
-        &mut self,
-        io: Io<'_, Self::Buffer>,
-        count: usize,
-        dtype: DType,
-    ) -> CommResult<()> {
-        self.get()?.all_gather(io, count, dtype)
-    }
-    fn reduce_scatter(
-        &mut self,
-        io: Io<'_, Self::Buffer>,
-        count: usize,
-        dtype: DType,
-        op: ReduceOp,
-    ) -> CommResult<()> {
-        self.get()?.reduce_scatter(io, count, dtype, op)
-    }
-    fn broadcast(
-        &mut self,
-        io: Io<'_, Self::Buffer>,
-        count: usize,
-        dtype: DType,
-        root: usize,
-    ) -> CommResult<()> {
-        self.get()?.broadcast(io, count, dtype, root)
-    }
-    fn reduce(
-        &mut self,
-        io: Io<'_, Self::Buffer>,
-        count: usize,
-        dtype: DType,
-        op: ReduceOp,
-        root: usize,
-    ) -> CommResult<()> {
-        self.get()?.reduce(io, count, dtype, op, root)
-    }
-    fn all_to_all(
-        &mut self,
-        io: Io<'_, Self::Buffer>,
-        count: usize,
-        dtype: DType,
-    ) -> CommResult<()> {
-        self.get()?.all_to_all(io, count, dtype)
+        self.get()?.collective(coll, io, args)
     }
     fn send(
         &mut self,
