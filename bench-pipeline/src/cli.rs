@@ -1,8 +1,10 @@
 //! Flags, and the list of runs they ask for, each validated before anything runs.
 
 use clap::Parser;
+use parbench::comm::mesh::{MeshShape, Order};
 use parbench::launch::flags::Straggler;
-use parbench::pipeline::{MlpShape, PipelineConfig, Work};
+use parbench::layers::{BlockConfig, BlockShape, Mode};
+use parbench::pipeline::{DpReduce, MlpShape, PipelineConfig, TpStageConfig, Work};
 use parbench::schedule::{self, Schedule, ScheduleKind};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -31,18 +33,48 @@ pub struct Args {
     /// Stages per rank v of the interleaved schedule.
     #[arg(long, default_value_t = 2)]
     pub chunks: usize,
-    /// MLP layers of every stage.
+    /// Layers of every stage: MLP layers, or with --dp/--tp Megatron blocks.
     #[arg(long, default_value_t = 2)]
     pub layers_per_stage: usize,
     /// MLP layers of each stage, comma-separated (unbalanced stages), e.g. 2,2,4,2.
     #[arg(long, conflicts_with = "layers_per_stage")]
     pub stage_layers: Option<String>,
-    /// Width of every layer.
-    #[arg(long, default_value_t = 256)]
-    pub hidden: usize,
-    /// Rows of one microbatch.
-    #[arg(long, default_value_t = 32)]
-    pub microbatch_size: usize,
+    /// Width of every layer (default 256; with --dp/--tp the block's width, default 64).
+    #[arg(long)]
+    pub hidden: Option<usize>,
+    /// Rows of one microbatch (default 32; with --dp/--tp its sequences b, default 1).
+    #[arg(long, visible_alias = "micro-batch")]
+    pub microbatch_size: Option<usize>,
+    /// Data-parallel degree D: the world is D x T x S ranks.
+    #[arg(long, default_value_t = 1)]
+    pub dp: usize,
+    /// Tensor-parallel degree T of every stage's blocks.
+    #[arg(long, default_value_t = 1)]
+    pub tp: usize,
+    /// With --dp/--tp: the block's attention heads (default 4).
+    #[arg(long)]
+    pub heads: Option<usize>,
+    /// With --dp/--tp: the block's MLP width (default 4 x hidden).
+    #[arg(long)]
+    pub ffn: Option<usize>,
+    /// With --dp/--tp: tokens per sequence (default 32).
+    #[arg(long)]
+    pub seq: Option<usize>,
+    /// With --dp: most MiB in one gradient bucket (default 25, DDP's).
+    #[arg(long)]
+    pub bucket_mib: Option<f64>,
+    /// With --dp: start a stage's buckets as soon as its gradients are final.
+    #[arg(long)]
+    pub overlap: bool,
+    /// With --dp: reduce-scatter the buckets (the distributed optimizer's).
+    #[arg(long)]
+    pub dist_opt: bool,
+    /// With --dp/--tp: the mesh's rank order, fastest axis first (default tp-dp-pp, Megatron's).
+    #[arg(long)]
+    pub order: Option<String>,
+    /// With --dp/--tp: skip the gradient check (on by default for shapes whose reference is small).
+    #[arg(long)]
+    pub no_check: bool,
     /// Run a hand-written schedule: PyTorch's compute-only CSV (one row per rank).
     #[arg(long)]
     pub schedule_csv: Option<PathBuf>,
@@ -96,11 +128,39 @@ pub struct RunPlan {
     pub cfg: PipelineConfig,
 }
 
+/// The composed step's part of the job (`--dp`/`--tp` above 1): the
+/// mesh and the stages of Megatron blocks, the same for every run.
+#[derive(Clone, Debug)]
+pub struct ComposedJob {
+    pub dp: usize,
+    pub tp: usize,
+    pub order: Order,
+    /// The blocks, the batch and the reduction (`dp`, buckets, overlap).
+    pub stages: TpStageConfig,
+    /// Run the gradient check (compute mode, small enough reference).
+    pub check: bool,
+    /// Why the check is off, when it is.
+    pub no_check_reason: Option<String>,
+}
+
+/// Floating-point operations the check's reference may take (one rank
+/// running the whole model on the whole batch): a few seconds of one core.
+const CHECK_REFERENCE_FLOPS: f64 = 2e10;
+
+/// Default block of the composed step: small enough for 8 ranks on 2 cores.
+const COMPOSED_HIDDEN: usize = 64;
+const COMPOSED_HEADS: usize = 4;
+const COMPOSED_SEQ: usize = 32;
+const COMPOSED_SEQUENCES: usize = 1;
+
 /// Every run, in order, and what they share.
 #[derive(Clone, Debug)]
 pub struct PipelineJob {
     pub runs: Vec<RunPlan>,
+    /// Ranks of the world: the schedule's, times D x T when composed.
     pub ranks: usize,
+    /// `Some` with `--dp` or `--tp` above 1.
+    pub composed: Option<ComposedJob>,
     pub timeout: Duration,
     /// Sweep points left out (interleaved needs M a multiple of S), for rank 0 to print.
     pub skipped: Vec<String>,
@@ -161,9 +221,21 @@ fn stage_layers(args: &Args, stages: usize) -> Result<Vec<usize>, String> {
 pub fn plan(args: &Args) -> Result<PipelineJob, String> {
     let work: Work = args.work.parse()?;
     let timeout = parbench::limits::timeout(args.timeout).map_err(|e| e.0)?;
+    let composed = args.dp > 1 || args.tp > 1;
+    if !composed {
+        refuse_composed_flags(args)?;
+    }
+    let hidden = args
+        .hidden
+        .unwrap_or(if composed { COMPOSED_HIDDEN } else { 256 });
+    let rows = args
+        .microbatch_size
+        .unwrap_or(if composed { COMPOSED_SEQUENCES } else { 32 });
     for (flag, v) in [
-        ("--hidden", args.hidden),
-        ("--microbatch-size", args.microbatch_size),
+        ("--dp", args.dp),
+        ("--tp", args.tp),
+        ("--hidden", hidden),
+        ("--microbatch-size", rows),
         ("--steps", args.steps),
         ("--chunks", args.chunks),
         ("--threads", args.threads.unwrap_or(1)),
@@ -184,9 +256,16 @@ pub fn plan(args: &Args) -> Result<PipelineJob, String> {
             "--backend nccl: this build has no CUDA support (rebuild with --features cuda)".into(),
         );
     }
+    if composed {
+        refuse_with_composed(args)?;
+    }
+    let block = composed
+        .then(|| block_config(args, hidden, rows))
+        .transpose()?;
+    // The executor's messages: one microbatch's activation, all its rows.
     let shape = MlpShape {
-        hidden: args.hidden,
-        rows: args.microbatch_size,
+        hidden,
+        rows: block.map_or(rows, |b| b.tokens()),
     };
     let mut schedules: Vec<(Option<ScheduleKind>, Schedule)> = Vec::new();
     let mut skipped = Vec::new();
@@ -226,10 +305,18 @@ pub fn plan(args: &Args) -> Result<PipelineJob, String> {
             skipped.first().map(String::as_str).unwrap_or("empty sweep")
         ));
     }
-    let ranks = schedules.first().map(|(_, s)| s.ranks()).unwrap_or(1);
+    let stage_ranks = schedules.first().map(|(_, s)| s.ranks()).unwrap_or(1);
+    let ranks = stage_ranks * args.dp * args.tp;
     if let Some(n) = args.nprocs {
         if n != ranks {
-            return Err(format!("--nprocs {n} but the schedule has {ranks} ranks"));
+            return Err(if composed {
+                format!(
+                    "--nprocs {n} but the world is dp {} x tp {} x {stage_ranks} stage ranks = {ranks}",
+                    args.dp, args.tp
+                )
+            } else {
+                format!("--nprocs {n} but the schedule has {ranks} ranks")
+            });
         }
         if args.backend != "tcp" {
             return Err("--nprocs applies to --backend tcp".into());
@@ -294,12 +381,188 @@ pub fn plan(args: &Args) -> Result<PipelineJob, String> {
             },
         });
     }
+    let composed = match block {
+        Some(block) => Some(composed_job(args, block, work, stage_ranks, &runs)?),
+        None => None,
+    };
     Ok(PipelineJob {
         runs,
         ranks,
+        composed,
         timeout,
         skipped,
     })
+}
+
+/// The flags that shape the composed step, refused without it.
+fn refuse_composed_flags(args: &Args) -> Result<(), String> {
+    let given = [
+        ("--heads", args.heads.is_some()),
+        ("--ffn", args.ffn.is_some()),
+        ("--seq", args.seq.is_some()),
+        ("--bucket-mib", args.bucket_mib.is_some()),
+        ("--overlap", args.overlap),
+        ("--dist-opt", args.dist_opt),
+        ("--order", args.order.is_some()),
+        ("--no-check", args.no_check),
+    ];
+    match given.iter().find(|(_, g)| *g) {
+        Some((flag, _)) => Err(format!(
+            "{flag} applies to the composed step: give --dp or --tp above 1"
+        )),
+        None => Ok(()),
+    }
+}
+
+/// What the plain pipeline has and the composed step does not.
+fn refuse_with_composed(args: &Args) -> Result<(), String> {
+    if args.backend == "nccl" {
+        return Err("--dp/--tp: the mesh's groups move host buffers; the composed step runs on --backend local or tcp".into());
+    }
+    for (flag, given) in [
+        ("--stage-layers", args.stage_layers.is_some()),
+        ("--straggler", args.straggler.is_some()),
+    ] {
+        if given {
+            return Err(format!(
+                "{flag} applies to the plain pipeline, not with --dp/--tp (every stage holds --layers-per-stage blocks)"
+            ));
+        }
+    }
+    if args.dp == 1 && (args.overlap || args.dist_opt || args.bucket_mib.is_some()) {
+        return Err(
+            "--bucket-mib/--overlap/--dist-opt shape the data-parallel reduction: give --dp above 1"
+                .into(),
+        );
+    }
+    Ok(())
+}
+
+/// The block of the composed step from the flags; one line when a size
+/// does not divide.
+fn block_config(args: &Args, hidden: usize, sequences: usize) -> Result<BlockConfig, String> {
+    let b = BlockConfig {
+        shape: BlockShape {
+            hidden,
+            heads: args.heads.unwrap_or(COMPOSED_HEADS),
+            ffn: args.ffn.unwrap_or(4 * hidden),
+            seq: args.seq.unwrap_or(COMPOSED_SEQ),
+            batch: sequences,
+        },
+        mode: Mode::Train,
+        decode: false,
+        seq_parallel: false,
+    };
+    for (flag, v) in [
+        ("--heads", b.shape.heads),
+        ("--ffn", b.shape.ffn),
+        ("--seq", b.shape.seq),
+    ] {
+        if v == 0 {
+            return Err(format!("{flag} 0: at least 1"));
+        }
+    }
+    b.validate(args.tp)
+        .map_err(|e| format!("--tp {}: {e}", args.tp))?;
+    Ok(b)
+}
+
+/// The mesh, the stages and the check of the composed step, checked.
+fn composed_job(
+    args: &Args,
+    block: BlockConfig,
+    work: Work,
+    stage_ranks: usize,
+    runs: &[RunPlan],
+) -> Result<ComposedJob, String> {
+    let order: Order = match &args.order {
+        Some(o) => o.parse().map_err(|e| format!("--order {e}"))?,
+        None => Order::MEGATRON,
+    };
+    MeshShape::new(args.dp, args.tp, stage_ranks, order)?;
+    let mib = args.bucket_mib.unwrap_or(25.0);
+    if !(mib.is_finite() && mib > 0.0 && mib <= 1024.0 * 1024.0) {
+        return Err(format!(
+            "--bucket-mib {mib}: a positive size in MiB (at most 1 TiB)"
+        ));
+    }
+    let stages = TpStageConfig {
+        block,
+        layers_per_stage: args.layers_per_stage,
+        seed: args.seed,
+        dp: args.dp,
+        reduce: DpReduce {
+            bucket_bytes: ((mib * 1048576.0) as usize).max(4),
+            overlap: args.overlap,
+            dist_opt: args.dist_opt,
+        },
+    };
+    stages.validate(args.tp).map_err(|e| e.to_string())?;
+    // The reference runs every block of the whole model at tp 1 on every
+    // microbatch of the global batch, on one rank.
+    let reference = runs
+        .iter()
+        .map(|r| {
+            let s = &r.cfg.schedule;
+            BlockConfig {
+                seq_parallel: false,
+                ..block
+            }
+            .flops()
+                * (s.num_stages * args.layers_per_stage * args.dp * s.microbatches) as f64
+        })
+        .fold(0.0, f64::max);
+    let no_check_reason = if args.no_check {
+        Some("--no-check".to_string())
+    } else if work != Work::Compute {
+        Some(format!("--work {work}: no gradients are computed"))
+    } else if reference > CHECK_REFERENCE_FLOPS {
+        Some(format!(
+            "the reference (one rank, the whole model on the whole batch) would take {:.1e} FLOP, more than {CHECK_REFERENCE_FLOPS:.0e}",
+            reference
+        ))
+    } else {
+        None
+    };
+    Ok(ComposedJob {
+        dp: args.dp,
+        tp: args.tp,
+        order,
+        stages,
+        check: no_check_reason.is_none(),
+        no_check_reason,
+    })
+}
+
+impl ComposedJob {
+    /// Bytes one rank of `s`'s pipeline holds (upper bound): per block it
+    /// holds, its weights, gradients and one microbatch's activations
+    /// ([`BlockConfig::memory_bytes`]), once for each microbatch the
+    /// schedule keeps in flight there.
+    pub fn memory_bytes_per_rank(&self, s: &Schedule) -> Vec<u128> {
+        let (one, _) = self.stages.block.memory_bytes(self.tp, 4, false);
+        let held = schedule::peak_in_flight(s);
+        (0..s.ranks())
+            .map(|r| {
+                let blocks = (s.stages_of(r).len() * self.stages.layers_per_stage) as u128;
+                blocks * one * held.get(r).copied().unwrap_or(1).max(1) as u128
+            })
+            .collect()
+    }
+
+    /// What the check's reference adds on its rank: the whole model at
+    /// tp 1 with one microbatch's activations per block.
+    pub fn reference_bytes(&self, s: &Schedule) -> u128 {
+        if !self.check {
+            return 0;
+        }
+        let (one, _) = BlockConfig {
+            seq_parallel: false,
+            ..self.stages.block
+        }
+        .memory_bytes(1, 4, false);
+        (s.num_stages * self.stages.layers_per_stage) as u128 * one
+    }
 }
 
 #[cfg(test)]

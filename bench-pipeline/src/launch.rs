@@ -3,6 +3,7 @@
 use crate::cli::{Args, PipelineJob};
 use crate::output::Recorder;
 use anyhow::{anyhow, bail, Result};
+use parbench::comm::mesh::MeshShape;
 use parbench::comm::{Algo, CommError, Communicator, DType};
 use parbench::compute::cpu::CpuCompute;
 use parbench::compute::Compute;
@@ -11,7 +12,7 @@ use parbench::launch::ranks::{self, Ended, JobFault, RankBody, RankComm, Ranks};
 use parbench::launch::{self, RankInfo};
 use parbench::limits::bytes_text;
 use parbench::measure::clock_sync::TimeBase;
-use parbench::pipeline::run_rank;
+use parbench::pipeline::{run_composed, run_rank, ComposedConfig, ComposedRecord};
 use parbench::results::{self, PipelineRow};
 use std::sync::Mutex;
 
@@ -35,11 +36,25 @@ fn preflight(
             .map_err(|e| Refused(format!("--out {e}")))?;
     }
     for run in &plan.runs {
-        let per_rank = run.cfg.memory_bytes_per_rank();
-        let need = host(&per_rank) + run.cfg.reference_bytes();
+        let (per_rank, reference) = match &plan.composed {
+            None => (run.cfg.memory_bytes_per_rank(), run.cfg.reference_bytes()),
+            // Every pipeline of the mesh holds the same shares.
+            Some(c) => {
+                let one = c.memory_bytes_per_rank(&run.cfg.schedule);
+                let replicas = c.dp * c.tp;
+                let all: Vec<u128> = (0..replicas).flat_map(|_| one.iter().copied()).collect();
+                (all, c.reference_bytes(&run.cfg.schedule))
+            }
+        };
+        let need = host(&per_rank) + reference;
+        let flags = if plan.composed.is_some() {
+            "--dp/--tp/--hidden/--heads/--ffn/--seq/--microbatch-size/--microbatches/--layers-per-stage"
+        } else {
+            "--hidden/--microbatch-size/--microbatches/--layers-per-stage"
+        };
         parbench::limits::check_host_memory(
             need,
-            "--hidden/--microbatch-size/--microbatches/--layers-per-stage",
+            flags,
             &format!(
                 "{} S{} M{}: weights, kept activations and messages of the ranks on this host, {} at most per rank, and the gradient check's reference",
                 run.cfg.schedule.name,
@@ -140,6 +155,41 @@ where
     Ok(())
 }
 
+/// What each rank of a composed run runs: every planned run in order, each
+/// a composed step over the world (its stages compute on the CPU: the
+/// mesh's groups move host buffers); world rank 0 hands each record to
+/// `record`.
+fn composed_main<Cm: Communicator>(
+    comm: &mut Cm,
+    threads: usize,
+    plan: &PipelineJob,
+    job: &crate::cli::ComposedJob,
+    base: TimeBase,
+    mut record: impl FnMut(&crate::cli::RunPlan, &str, &ComposedRecord) -> Result<()>,
+) -> Result<(), CommError> {
+    let rank = comm.rank();
+    let cpu = CpuCompute::new(DType::F32, threads)
+        .map_err(|e| CommError::Device(format!("rank {rank}: {e}")))?;
+    for run in &plan.runs {
+        let mesh = MeshShape::new(job.dp, job.tp, run.cfg.schedule.ranks(), job.order)
+            .map_err(CommError::InvalidArgument)?;
+        let cfg = ComposedConfig {
+            mesh,
+            stages: job.stages.clone(),
+            pipeline: run.cfg.clone(),
+            check: job.check,
+            algo: Algo::Auto,
+        };
+        let rec = run_composed(comm, &cpu, &cfg, base).map_err(|e| e.into_comm(rank))?;
+        if let Some(rec) = rec {
+            let wire = comm.wire();
+            record(run, &wire, &rec)
+                .map_err(|e| CommError::Setup(format!("rank {rank}: {e:#}")))?;
+        }
+    }
+    Ok(())
+}
+
 /// The stage ranks as the launcher runs them: each computes on the device
 /// beside its communicator; rank 0 starts the records once its
 /// communicator is up (a failed start records nothing) and keeps each run.
@@ -174,16 +224,30 @@ impl RankBody for Stages<'_> {
                 *r = Some(started);
             }
         }
-        rank_main(
-            comm,
-            &dev,
-            self.plan,
-            self.base,
-            |run, wire, rec| match self.recorder.lock().map_err(|_| poisoned())?.as_mut() {
-                Some(r) => r.record(run, wire, rec),
-                None => Ok(()),
-            },
-        )
+        let recorder = || self.recorder.lock().map_err(|_| poisoned());
+        match &self.plan.composed {
+            None => rank_main(
+                comm,
+                &dev,
+                self.plan,
+                self.base,
+                |run, wire, rec| match recorder()?.as_mut() {
+                    Some(r) => r.record(run, wire, rec, None),
+                    None => Ok(()),
+                },
+            ),
+            Some(job) => composed_main(
+                comm,
+                self.threads,
+                self.plan,
+                job,
+                self.base,
+                |run, wire, rec| match recorder()?.as_mut() {
+                    Some(r) => r.record(run, wire, &rec.record, Some((job, rec))),
+                    None => Ok(()),
+                },
+            ),
+        }
     }
 }
 

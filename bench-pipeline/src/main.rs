@@ -7,6 +7,7 @@
 //! with the offending actions in brackets and exits with code 2.
 
 mod cli;
+mod composed_out;
 mod launch;
 mod output;
 
@@ -24,6 +25,7 @@ fn main() {
     // The noise guard's window starts here: run.json records the CPU time
     // other processes took while the whole run measured.
     parbench::measure::noise::mark_start();
+    output::note_cores();
     // `-np N` is ranks (mpirun's spelling), not `-n p` (iterations).
     let mut args = match cli::Args::try_parse_from(parbench::term::rewrite_np(std::env::args_os()))
     {

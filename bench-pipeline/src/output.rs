@@ -1,9 +1,10 @@
 //! What rank 0 prints and records after each run.
 
-use crate::cli::{Args, PipelineJob, RunPlan};
+use crate::cli::{Args, ComposedJob, PipelineJob, RunPlan};
+use crate::composed_out;
 use anyhow::{Context, Result};
 use parbench::measure::clock_sync::TimeBase;
-use parbench::pipeline::{self, RunRecord};
+use parbench::pipeline::{self, ComposedRecord, RunRecord};
 use parbench::results::{self, PipelineRow, RunMeta, SCHEMA_VERSION};
 use std::path::PathBuf;
 
@@ -39,6 +40,17 @@ fn clock_line(rec: &RunRecord) -> String {
     format!("{what}: {}", ranks.join(", "))
 }
 
+/// The cores this process may use, read before any rank pins itself to
+/// one (run.json's `cores`, which `report plan --check` compares with the
+/// ranks that computed on them).
+static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+
+/// Reads the cores while no thread is pinned yet (call at the start of main).
+pub fn note_cores() {
+    let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let _ = CORES.set(n);
+}
+
 /// Prints each run's table row and writes its records.
 pub struct Recorder {
     run_id: String,
@@ -53,19 +65,36 @@ pub struct Recorder {
     /// Each run's clocks, for run.json, and how they share a base.
     clocks: Vec<serde_json::Value>,
     base: Option<TimeBase>,
+    /// Each composed run's section of run.json.
+    composed: Vec<serde_json::Value>,
+    /// Each composed run whose gradient check failed: what differed.
+    failed_checks: Vec<String>,
 }
 
 impl Recorder {
     pub fn new(args: &Args, plan: &PipelineJob, backend: &str, compute: &str) -> Self {
         let run_id = results::new_run_id("pipeline");
         let mut meta = RunMeta::start("pipeline", &run_id, backend, plan.ranks);
+        if let Some(&n) = CORES.get() {
+            meta.cores = n;
+        }
         meta.extra.insert("compute".into(), compute.into());
         // A fault or a signal from here on records the run as cut short.
         results::begin_run(&args.out, &meta);
-        parbench::outln!(
-            "# bench-pipeline {run_id}: backend {backend}, {} stage ranks, hidden {}, microbatch {} rows, work {}, {} per stage, {} timed steps after {} warm-up",
-            plan.ranks, args.hidden, args.microbatch_size, args.work, compute, args.steps, args.warmup
-        );
+        let shape = plan.runs.first().map(|r| r.cfg.shape);
+        match &plan.composed {
+            None => parbench::outln!(
+                "# bench-pipeline {run_id}: backend {backend}, {} stage ranks, hidden {}, microbatch {} rows, work {}, {} per stage, {} timed steps after {} warm-up",
+                plan.ranks,
+                shape.map_or(0, |s| s.hidden),
+                shape.map_or(0, |s| s.rows),
+                args.work,
+                compute,
+                args.steps,
+                args.warmup
+            ),
+            Some(c) => composed_out::header(&run_id, backend, plan, c, args, compute),
+        }
         for s in &plan.skipped {
             parbench::outln!("# skipped: {s}");
         }
@@ -84,11 +113,20 @@ impl Recorder {
             header_printed: false,
             clocks: Vec::new(),
             base: None,
+            composed: Vec::new(),
+            failed_checks: Vec::new(),
         }
     }
 
-    /// Prints and records one run.
-    pub fn record(&mut self, run: &RunPlan, wire: &str, rec: &RunRecord) -> Result<()> {
+    /// Prints and records one run; `composed` when it was a composed step
+    /// (`rec` is then world rank 0's pipeline).
+    pub fn record(
+        &mut self,
+        run: &RunPlan,
+        wire: &str,
+        rec: &RunRecord,
+        composed: Option<(&ComposedJob, &ComposedRecord)>,
+    ) -> Result<()> {
         self.wire = wire.to_string();
         let s = &run.cfg.schedule;
         let sum = pipeline::summarize(s, rec).context("simulating the measured costs")?;
@@ -229,14 +267,41 @@ impl Recorder {
             s.chunks()
         );
         let trace_name = format!("timeline-{label}.json");
-        pipeline::write_chrome_trace(&self.out.join(&trace_name), &label, s, rec, sum.median_step)?;
+        let composed = composed.map(|(job, crec)| {
+            let figures = composed_out::Figures::of(job, run, crec);
+            (job, crec, figures)
+        });
+        match &composed {
+            None => pipeline::write_chrome_trace(
+                &self.out.join(&trace_name),
+                &label,
+                s,
+                rec,
+                sum.median_step,
+            )?,
+            Some((job, crec, f)) => {
+                composed_out::print(job, crec, f);
+                if let Some(failed) = composed_out::check_failure(crec) {
+                    self.failed_checks.push(format!("{label}: {failed}"));
+                }
+                pipeline::write_composed_trace(
+                    &self.out.join(&trace_name),
+                    &label,
+                    s,
+                    crec,
+                    f.median_index,
+                )?;
+                self.composed
+                    .push(composed_out::json(job, run, crec, f, &sum, &trace_name));
+            }
+        }
         self.base = rec.clocks.first().map(|c| c.base);
         self.clocks.push(serde_json::json!({
             "timeline": trace_name,
             "ranks": pipeline::clocks_json(rec),
         }));
         let n = s.ranks().max(1) as f64;
-        let row = PipelineRow {
+        let mut row = PipelineRow {
             schema: SCHEMA_VERSION,
             run_id: self.run_id.clone(),
             backend: self.backend.clone(),
@@ -279,7 +344,15 @@ impl Recorder {
             clock_uncertainty_us: (0..s.ranks())
                 .map(|r| rec.uncertainty_us(r))
                 .fold(0.0, f64::max),
+            dp: 1,
+            tp: 1,
+            tp_comm_us: 0.0,
+            dp_comm_us: 0.0,
+            dp_exposed_us: 0.0,
         };
+        if let Some((job, crec, f)) = &composed {
+            composed_out::fill_row(&mut row, job, crec, f);
+        }
         results::append_rows(&self.out, &[row])?;
         Ok(())
     }
@@ -300,12 +373,22 @@ impl Recorder {
                 "runs": std::mem::take(&mut self.clocks),
             }),
         );
+        if !self.composed.is_empty() {
+            self.meta.extra.insert(
+                "composed".into(),
+                serde_json::Value::Array(std::mem::take(&mut self.composed)),
+            );
+        }
         results::record_run(&self.out, &self.meta)?;
         parbench::outln!(
             "# wrote {}/pipeline.csv, run.json and timeline-{}-*.json",
             self.out.display(),
             self.run_id
         );
+        // Recorded first: a failed check keeps what was measured.
+        if !self.failed_checks.is_empty() {
+            anyhow::bail!("gradient check failed: {}", self.failed_checks.join("; "));
+        }
         Ok(())
     }
 }

@@ -3,25 +3,16 @@
 //! of a 2 x 2 mesh; a rank that stays out), runs collectives in its group,
 //! and checks the values against what its group's members hold.
 
+mod group_support;
 mod tcp_support;
 
+use group_support::sum;
 use parbench::comm::group::split;
-use parbench::comm::{local, tcp, Algo, CommBuffer, CommResult, Communicator, DType, Io, ReduceOp};
+use parbench::comm::{local, tcp, Algo, CommBuffer, CommResult, Communicator, DType, Io};
 use std::time::Duration;
 use tcp_support::{job, worker};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
-
-/// all_reduce (sum) of `value` over `comm`, in place, as f64.
-fn sum<C: Communicator>(comm: &mut C, value: f64) -> CommResult<f64> {
-    let mut buf = comm.alloc(8)?;
-    buf.write_from_host(&value.to_le_bytes())?;
-    comm.all_reduce(Io::InPlace(&mut buf), 1, DType::F64, ReduceOp::Sum)?;
-    comm.sync()?;
-    let mut out = [0u8; 8];
-    buf.read_to_host(&mut out)?;
-    Ok(f64::from_le_bytes(out))
-}
 
 /// Every check of one rank: returns a description of each wrong value.
 fn check_rank<C: Communicator>(comm: &mut C) -> CommResult<Vec<String>> {

@@ -13,6 +13,7 @@ mod html;
 mod load;
 mod model_cmd;
 mod plan;
+mod plan_check;
 mod predict;
 mod table;
 mod text_file;

@@ -53,11 +53,14 @@ pub struct PlanArgs {
     #[arg(long)]
     pub vocab: Option<u64>,
     /// Sequences per training step (the global batch, B = dp x M x b).
-    #[arg(long)]
-    pub global_batch: u64,
+    #[arg(long, required_unless_present = "check")]
+    pub global_batch: Option<u64>,
     /// Devices in all.
-    #[arg(long)]
-    pub gpus: u64,
+    #[arg(long, required_unless_present = "check")]
+    pub gpus: Option<u64>,
+    /// Instead of a search: for each composed dp x tp x pp run in this results folder (bench-pipeline --dp/--tp), that layout costed from the run's own calibration, beside the measurement term by term; writes DIR/plan-check.csv.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["model", "from", "json"])]
+    pub check: Option<PathBuf>,
     /// Devices per node (the tensor-parallel group stays inside one).
     #[arg(long, default_value_t = 8)]
     pub gpus_per_node: u64,
@@ -136,6 +139,9 @@ pub const LAYOUT_COLUMNS: [&str; 14] = [
 
 /// Runs `report plan`.
 pub fn run(a: &PlanArgs) -> Result<()> {
+    if let Some(dir) = &a.check {
+        return crate::plan_check::run(dir);
+    }
     let (input, file) = prepare(a)?;
     let plan = predict::rank_layouts(&input).map_err(|e| anyhow!("{e}"))?;
     let file = finish(file, &plan, a.top);
@@ -324,6 +330,10 @@ fn measured_flops(sources: &[Source]) -> Option<(f64, String)> {
 /// The plan's input from the flags and folders, and the file's header.
 fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
     let model = model_of(a)?;
+    // clap asks for both unless --check is given, which never reaches here.
+    let (Some(global_batch), Some(gpus)) = (a.global_batch, a.gpus) else {
+        bail!("--global-batch and --gpus are required (or --check DIR)");
+    };
     let recompute = match a.recompute.as_str() {
         "none" => Recompute::None,
         "selective" => Recompute::Selective,
@@ -341,11 +351,10 @@ fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
         }
     }
     // Before asking for an inter-node wire: the node count must make sense.
-    if a.gpus_per_node == 0 || (a.gpus > a.gpus_per_node && !a.gpus.is_multiple_of(a.gpus_per_node))
-    {
+    if a.gpus_per_node == 0 || (gpus > a.gpus_per_node && !gpus.is_multiple_of(a.gpus_per_node)) {
         bail!(
             "--gpus {} --gpus-per-node {}: not a whole number of nodes",
-            a.gpus,
+            gpus,
             a.gpus_per_node
         );
     }
@@ -371,11 +380,11 @@ fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
     let intra = wire("--intra", &a.intra, fit_intra)?.ok_or_else(|| {
         anyhow!("no intra-node wire: give --intra GBPS,US or --from a results folder with all_reduce rows of the local (or nccl) backend")
     })?;
-    let multi_node = a.gpus > a.gpus_per_node;
+    let multi_node = gpus > a.gpus_per_node;
     let inter = match wire("--inter", &a.inter, fit_inter)? {
         Some(w) => w,
         None if !multi_node => (intra.0.clone(), "unused (one node): the intra-node wire".into()),
-        None => bail!("{} devices span {} nodes: give --inter GBPS,US or --from a results folder with all_reduce rows of the tcp (or mpi) backend", a.gpus, a.gpus.div_ceil(a.gpus_per_node.max(1))),
+        None => bail!("{} devices span {} nodes: give --inter GBPS,US or --from a results folder with all_reduce rows of the tcp (or mpi) backend", gpus, gpus.div_ceil(a.gpus_per_node.max(1))),
     };
     let compute = match (a.compute_tflops, measured_flops(&sources)) {
         (Some(t), _) => (t * 1e12, format!("--compute-tflops {t}")),
@@ -384,8 +393,8 @@ fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
     };
     let mut input = PlanInput::new(
         model,
-        a.global_batch,
-        a.gpus,
+        global_batch,
+        gpus,
         a.gpus_per_node,
         compute.0,
         intra.0.clone(),
@@ -412,8 +421,8 @@ fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
             m.vocab,
             count(m.params() as f64)
         ),
-        global_batch: a.global_batch,
-        gpus: a.gpus,
+        global_batch,
+        gpus,
         gpus_per_node: a.gpus_per_node,
         memory_gib: a.memory,
         compute: Sourced {

@@ -34,6 +34,7 @@ mod host;
 #[cfg(any(feature = "cuda", feature = "mpi"))]
 mod library;
 pub mod local;
+pub mod mesh;
 #[cfg(feature = "mpi")]
 pub mod mpi;
 #[cfg(feature = "cuda")]

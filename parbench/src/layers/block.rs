@@ -15,12 +15,16 @@ use crate::comm::{Communicator, DType, Io, ReduceOp};
 use crate::compute::{Compute, Gemm};
 use std::time::{Duration, Instant};
 
-/// Splits the wall time of a block call into compute and communication.
-#[derive(Clone, Copy, Debug)]
+/// Splits the wall time of a block call into compute and communication,
+/// and keeps where each communication phase lay (for a trace).
+#[derive(Clone, Debug)]
 pub struct PhaseClock {
     compute: Duration,
     comm: Duration,
     mark: Instant,
+    born: Instant,
+    /// Each communication phase: (start, end) since the clock began.
+    spans: Vec<(Duration, Duration)>,
 }
 
 impl Default for PhaseClock {
@@ -32,11 +36,19 @@ impl Default for PhaseClock {
 impl PhaseClock {
     /// A clock that starts counting compute now.
     pub fn new() -> Self {
+        let now = Instant::now();
         PhaseClock {
             compute: Duration::ZERO,
             comm: Duration::ZERO,
-            mark: Instant::now(),
+            mark: now,
+            born: now,
+            spans: Vec::new(),
         }
+    }
+
+    /// Each communication phase, (start, end) since the clock began.
+    pub fn comm_spans(&self) -> &[(Duration, Duration)] {
+        &self.spans
     }
 
     /// Time charged to compute so far.
@@ -63,6 +75,7 @@ impl PhaseClock {
         comm.sync()?;
         let now = Instant::now();
         self.comm += now - self.mark;
+        self.spans.push((self.mark - self.born, now - self.born));
         self.mark = now;
         Ok(())
     }
@@ -161,6 +174,24 @@ struct GradActs<B> {
     dx: B,
 }
 
+/// What one microbatch leaves in the block between its passes: the
+/// forward's activations and (train mode) the backward's. A pipeline stage
+/// holds one per microbatch in flight; the block's own single-shot calls
+/// ([`TpBlock::forward`], [`TpBlock::backward`]) use the block's own.
+pub struct BlockState<B> {
+    acts: Acts<B>,
+    gacts: Option<GradActs<B>>,
+    /// Elements held (for the pipeline's peak-activation count).
+    elems: usize,
+}
+
+impl<B> BlockState<B> {
+    /// Elements this state holds on the device.
+    pub fn elems(&self) -> usize {
+        self.elems
+    }
+}
+
 /// Rank `rank`'s shard of a tensor-parallel transformer block on device `C`.
 pub struct TpBlock<C: Compute> {
     cfg: BlockConfig,
@@ -170,8 +201,29 @@ pub struct TpBlock<C: Compute> {
     dtype: DType,
     params: Params<C::Buf>,
     grads: Option<Params<C::Buf>>,
-    acts: Acts<C::Buf>,
-    gacts: Option<GradActs<C::Buf>>,
+    st: BlockState<C::Buf>,
+}
+
+/// What the passes read of a block besides a microbatch's state.
+struct Ctx<'a, B> {
+    tp: usize,
+    dims: Dims,
+    dtype: DType,
+    decode: bool,
+    params: &'a Params<B>,
+}
+
+impl<B> Ctx<'_, B> {
+    /// The block's collectives at these sizes.
+    fn coll(&self) -> Coll {
+        let Dims { n, nr, h, .. } = self.dims;
+        Coll {
+            tp: self.tp,
+            dtype: self.dtype,
+            full: n * h,
+            local: nr * h,
+        }
+    }
 }
 
 /// A seeded tensor's shard on the device.
@@ -185,11 +237,6 @@ fn shard<C: Compute>(
     let mut b = dev.alloc(spec.local_len(tp))?;
     dev.upload(&spec.shard_values(seed, tp, rank), &mut b)?;
     Ok(b)
-}
-
-/// A zeroed tensor of `len` elements, present only when `cond`.
-fn alloc_if<C: Compute>(dev: &C, cond: bool, len: usize) -> LayerResult<Option<C::Buf>> {
-    cond.then(|| dev.alloc(len)).transpose().map_err(Into::into)
 }
 
 /// The whole-token view of an activation: the gathered copy if there is one.
@@ -234,50 +281,10 @@ impl<C: Compute> TpBlock<C> {
             w_2: load(&ps.w_2)?,
             b_2: load(&ps.b_2)?,
         };
-        let Dims {
-            n,
-            nr,
-            h,
-            hl,
-            al,
-            fl,
-            batch,
-            lq,
-            l,
-            ..
-        } = dims;
-        let probs_len = batch * al * lq * l;
-        let a = |len| dev.alloc(len);
-        let acts = Acts {
-            x: load(&ds.x)?,
-            x_g: alloc_if(dev, split, n * h)?,
-            qkv: a(n * 3 * hl)?,
-            probs: a(probs_len)?,
-            ctx: a(n * hl)?,
-            k_cache: if cfg.decode {
-                Some(load(&ds.k_cache)?)
-            } else {
-                None
-            },
-            v_cache: if cfg.decode {
-                Some(load(&ds.v_cache)?)
-            } else {
-                None
-            },
-            z: a(n * h)?,
-            z_s: alloc_if(dev, split, nr * h)?,
-            y1: a(nr * h)?,
-            y1_g: alloc_if(dev, split, n * h)?,
-            h1: a(n * fl)?,
-            a1: a(n * fl)?,
-            z2: a(n * h)?,
-            z2_s: alloc_if(dev, split, nr * h)?,
-            y: a(nr * h)?,
-        };
         let train = cfg.mode == Mode::Train;
-        let (grads, gacts) = if train {
+        let grads = if train {
             let g = |spec: &TensorSpec| dev.alloc(spec.local_len(tp));
-            let grads = Params {
+            Some(Params {
                 w_qkv: g(&ps.w_qkv)?,
                 b_qkv: g(&ps.b_qkv)?,
                 w_o: g(&ps.w_o)?,
@@ -286,27 +293,17 @@ impl<C: Compute> TpBlock<C> {
                 b_1: g(&ps.b_1)?,
                 w_2: g(&ps.w_2)?,
                 b_2: g(&ps.b_2)?,
-            };
-            let gacts = GradActs {
-                dy: load(&ds.dy)?,
-                dy_g: alloc_if(dev, split, n * h)?,
-                da: a(n * fl)?,
-                dh: a(n * fl)?,
-                dy1p: a(n * h)?,
-                dy1p_s: alloc_if(dev, split, nr * h)?,
-                dy1: a(nr * h)?,
-                dy1_g: alloc_if(dev, split, n * h)?,
-                dctx: a(n * hl)?,
-                dprobs: a(probs_len)?,
-                dqkv: a(n * 3 * hl)?,
-                dxp: a(n * h)?,
-                dxp_s: alloc_if(dev, split, nr * h)?,
-                dx: a(nr * h)?,
-            };
-            (Some(grads), Some(gacts))
+            })
         } else {
-            (None, None)
+            None
         };
+        let caches = if cfg.decode {
+            Some((load(&ds.k_cache)?, load(&ds.v_cache)?))
+        } else {
+            None
+        };
+        let dy = if train { Some(load(&ds.dy)?) } else { None };
+        let st = alloc_state(dev, cfg, &dims, load(&ds.x)?, dy, caches)?;
         Ok(TpBlock {
             cfg: *cfg,
             tp,
@@ -315,9 +312,53 @@ impl<C: Compute> TpBlock<C> {
             dtype: dev.dtype(),
             params,
             grads,
-            acts,
-            gacts,
+            st,
         })
+    }
+
+    /// A fresh microbatch state with input `x` (this rank's rows of the
+    /// block's input), for a pipeline stage that holds several microbatches
+    /// at once. Train mode, prefill only.
+    pub fn new_state(&self, dev: &C, x: C::Buf) -> LayerResult<BlockState<C::Buf>> {
+        if self.cfg.mode != Mode::Train || self.cfg.decode {
+            return Err(LayerError::Config(
+                "a microbatch state is for training a prefill block".into(),
+            ));
+        }
+        let (n, h) = (self.dims.nr, self.dims.h);
+        let dy = dev.alloc(n * h)?;
+        alloc_state(dev, &self.cfg, &self.dims, x, Some(dy), None)
+    }
+
+    fn ctx(&self) -> Ctx<'_, C::Buf> {
+        Ctx {
+            tp: self.tp,
+            dims: self.dims,
+            dtype: self.dtype,
+            decode: self.cfg.decode,
+            params: &self.params,
+        }
+    }
+
+    /// Sets every parameter gradient to zero (before a step that accumulates).
+    pub fn zero_grads(&mut self, dev: &C) -> LayerResult<()> {
+        let tp = self.tp;
+        if let Some(g) = self.grads.as_mut() {
+            let ps = ParamSpecs::new(&self.cfg);
+            for (buf, spec) in [
+                (&mut g.w_qkv, &ps.w_qkv),
+                (&mut g.b_qkv, &ps.b_qkv),
+                (&mut g.w_o, &ps.w_o),
+                (&mut g.b_o, &ps.b_o),
+                (&mut g.w_1, &ps.w_1),
+                (&mut g.b_1, &ps.b_1),
+                (&mut g.w_2, &ps.w_2),
+                (&mut g.b_2, &ps.b_2),
+            ] {
+                *buf = dev.alloc(spec.local_len(tp))?;
+            }
+        }
+        Ok(())
     }
 
     /// The configuration this block runs.
@@ -332,12 +373,12 @@ impl<C: Compute> TpBlock<C> {
 
     /// The block's output `y` on this rank (its token rows under sequence parallelism).
     pub fn output(&self) -> &C::Buf {
-        &self.acts.y
+        &self.st.acts.y
     }
 
     /// The gradient of the block's input on this rank, after [`TpBlock::backward`].
     pub fn input_grad(&self) -> Option<&C::Buf> {
-        self.gacts.as_ref().map(|g| &g.dx)
+        self.st.gacts.as_ref().map(|g| &g.dx)
     }
 
     /// This rank's parameter gradients, after [`TpBlock::backward`].
@@ -345,132 +386,447 @@ impl<C: Compute> TpBlock<C> {
         self.grads.as_ref()
     }
 
+    /// Parameter gradient `i` ([`Params::all`]'s order), to write a
+    /// reduced gradient back.
+    pub fn param_grad_mut(&mut self, i: usize) -> Option<&mut C::Buf> {
+        let g = self.grads.as_mut()?;
+        Some(match i {
+            0 => &mut g.w_qkv,
+            1 => &mut g.b_qkv,
+            2 => &mut g.w_o,
+            3 => &mut g.b_o,
+            4 => &mut g.w_1,
+            5 => &mut g.b_1,
+            6 => &mut g.w_2,
+            7 => &mut g.b_2,
+            _ => return None,
+        })
+    }
+
     /// One forward pass: attention then MLP, each ending in its collective.
     pub fn forward<M>(&mut self, dev: &C, comm: &mut M, clock: &mut PhaseClock) -> LayerResult<()>
     where
         M: Communicator<Buffer = C::Buf>,
     {
-        let Dims {
-            n, nr, h, hl, fl, ..
-        } = self.dims;
-        let io = Coll {
-            tp: self.tp,
-            dtype: self.dtype,
-            full: n * h,
-            local: nr * h,
-        };
-        let (a, p) = (&mut self.acts, &self.params);
-
-        io.gather(dev, comm, clock, &a.x, &mut a.x_g)?;
-        let x = full(&a.x, &a.x_g);
-        dev.gemm(&Gemm::dense(n, 3 * hl, h), x, &p.w_qkv, &mut a.qkv)?;
-        dev.add_bias(&mut a.qkv, &p.b_qkv, n, 3 * hl)?;
-        if let (Some(kc), Some(vc)) = (a.k_cache.as_mut(), a.v_cache.as_mut()) {
-            // The new token's K and V join the cache in its last slot.
-            let d = &self.dims;
-            for b in 0..d.batch {
-                let slot = (b * d.l + d.seq) * hl;
-                dev.copy(&a.qkv, b * 3 * hl + hl, kc, slot, hl)?;
-                dev.copy(&a.qkv, b * 3 * hl + 2 * hl, vc, slot, hl)?;
-            }
-        }
-        attention_forward(dev, &self.dims, self.cfg.decode, a)?;
-        dev.gemm(&Gemm::dense(n, h, hl), &a.ctx, &p.w_o, &mut a.z)?;
-        io.reduce(dev, comm, clock, &mut a.z, &mut a.z_s)?;
-
-        dev.copy(&a.x, 0, &mut a.y1, 0, nr * h)?;
-        dev.add(&mut a.y1, full(&a.z, &a.z_s), nr * h)?;
-        dev.add_bias(&mut a.y1, &p.b_o, nr, h)?;
-
-        io.gather(dev, comm, clock, &a.y1, &mut a.y1_g)?;
-        let y1 = full(&a.y1, &a.y1_g);
-        dev.gemm(&Gemm::dense(n, fl, h), y1, &p.w_1, &mut a.h1)?;
-        dev.add_bias(&mut a.h1, &p.b_1, n, fl)?;
-        dev.gelu(&a.h1, &mut a.a1, n * fl)?;
-        dev.gemm(&Gemm::dense(n, h, fl), &a.a1, &p.w_2, &mut a.z2)?;
-        io.reduce(dev, comm, clock, &mut a.z2, &mut a.z2_s)?;
-
-        dev.copy(&a.y1, 0, &mut a.y, 0, nr * h)?;
-        dev.add(&mut a.y, full(&a.z2, &a.z2_s), nr * h)?;
-        dev.add_bias(&mut a.y, &p.b_2, nr, h)?;
-        clock.end_compute(dev)
+        let mut st = std::mem::replace(&mut self.st, empty_state(dev)?);
+        let r = forward_pass(&self.ctx(), dev, comm, clock, &mut st);
+        self.st = st;
+        r
     }
 
     /// One backward pass from the seeded output gradient `dy`, after
-    /// [`TpBlock::forward`]: every parameter's gradient and the input's.
+    /// [`TpBlock::forward`]: every parameter's gradient and the input's
+    /// (the input-gradient pass, then the weight-gradient pass).
     pub fn backward<M>(&mut self, dev: &C, comm: &mut M, clock: &mut PhaseClock) -> LayerResult<()>
     where
         M: Communicator<Buffer = C::Buf>,
     {
-        let (Some(g), Some(ga)) = (self.grads.as_mut(), self.gacts.as_mut()) else {
-            return Err(LayerError::Config(
-                "backward needs a block built in train mode".into(),
-            ));
-        };
-        let Dims {
-            n, nr, h, hl, fl, ..
-        } = self.dims;
-        let io = Coll {
-            tp: self.tp,
-            dtype: self.dtype,
-            full: n * h,
-            local: nr * h,
-        };
-        let (a, p) = (&self.acts, &self.params);
-        let tn = |m, nn, k, lda, ldb| Gemm {
-            trans_a: true,
-            lda,
-            ldb,
-            ..Gemm::dense(m, nn, k)
-        };
-        let nt = |m, nn, k, lda, ldb| Gemm {
-            trans_b: true,
-            lda,
-            ldb,
-            ..Gemm::dense(m, nn, k)
-        };
+        self.backward_input(dev, comm, clock)?;
+        self.backward_weight(dev, clock)
+    }
 
-        // MLP: the output gradient reaches every rank's columns (all-gather
-        // with sequence parallelism; replicated otherwise).
-        io.gather(dev, comm, clock, &ga.dy, &mut ga.dy_g)?;
-        let dy = full(&ga.dy, &ga.dy_g);
-        dev.bias_grad(&ga.dy, &mut g.b_2, nr, h)?;
-        dev.gemm(&tn(fl, h, n, fl, h), &a.a1, dy, &mut g.w_2)?;
-        dev.gemm(&nt(n, fl, h, h, h), dy, &p.w_2, &mut ga.da)?;
-        dev.gelu_backward(&a.h1, &ga.da, &mut ga.dh, n * fl)?;
-        dev.bias_grad(&ga.dh, &mut g.b_1, n, fl)?;
-        dev.gemm(
-            &tn(h, fl, n, h, fl),
-            full(&a.y1, &a.y1_g),
-            &ga.dh,
-            &mut g.w_1,
-        )?;
-        dev.gemm(&nt(n, h, fl, fl, fl), &ga.dh, &p.w_1, &mut ga.dy1p)?;
-        io.reduce(dev, comm, clock, &mut ga.dy1p, &mut ga.dy1p_s)?;
-        dev.copy(&ga.dy, 0, &mut ga.dy1, 0, nr * h)?;
-        dev.add(&mut ga.dy1, full(&ga.dy1p, &ga.dy1p_s), nr * h)?;
+    /// The input-gradient half of [`TpBlock::backward`] (zero-bubble's
+    /// `I`): the gradient of the block's input, with the block's two
+    /// collectives; no parameter gradient is touched.
+    pub fn backward_input<M>(
+        &mut self,
+        dev: &C,
+        comm: &mut M,
+        clock: &mut PhaseClock,
+    ) -> LayerResult<()>
+    where
+        M: Communicator<Buffer = C::Buf>,
+    {
+        let mut st = std::mem::replace(&mut self.st, empty_state(dev)?);
+        let r = input_grad_pass(&self.ctx(), dev, comm, clock, &mut st);
+        self.st = st;
+        r
+    }
 
-        // Attention.
-        io.gather(dev, comm, clock, &ga.dy1, &mut ga.dy1_g)?;
-        let dy1 = full(&ga.dy1, &ga.dy1_g);
-        dev.bias_grad(&ga.dy1, &mut g.b_o, nr, h)?;
-        dev.gemm(&tn(hl, h, n, hl, h), &a.ctx, dy1, &mut g.w_o)?;
-        dev.gemm(&nt(n, hl, h, h, h), dy1, &p.w_o, &mut ga.dctx)?;
-        attention_backward(dev, &self.dims, a, ga)?;
-        dev.bias_grad(&ga.dqkv, &mut g.b_qkv, n, 3 * hl)?;
-        let x = full(&a.x, &a.x_g);
-        dev.gemm(&tn(h, 3 * hl, n, h, 3 * hl), x, &ga.dqkv, &mut g.w_qkv)?;
-        dev.gemm(
-            &nt(n, h, 3 * hl, 3 * hl, 3 * hl),
-            &ga.dqkv,
-            &p.w_qkv,
-            &mut ga.dxp,
-        )?;
-        io.reduce(dev, comm, clock, &mut ga.dxp, &mut ga.dxp_s)?;
-        dev.copy(&ga.dy1, 0, &mut ga.dx, 0, nr * h)?;
-        dev.add(&mut ga.dx, full(&ga.dxp, &ga.dxp_s), nr * h)?;
+    /// The weight-gradient half of [`TpBlock::backward`] (zero-bubble's
+    /// `W`): every parameter's gradient from what the input-gradient pass
+    /// left, overwriting the previous ones. No communication.
+    pub fn backward_weight(&mut self, dev: &C, clock: &mut PhaseClock) -> LayerResult<()> {
+        let TpBlock {
+            dims, grads, st, ..
+        } = self;
+        weight_grad_pass(dims, grads.as_mut(), dev, st, false)?;
         clock.end_compute(dev)
     }
+
+    /// [`TpBlock::forward`] on a microbatch's own state.
+    pub fn forward_state<M>(
+        &self,
+        dev: &C,
+        comm: &mut M,
+        clock: &mut PhaseClock,
+        st: &mut BlockState<C::Buf>,
+    ) -> LayerResult<()>
+    where
+        M: Communicator<Buffer = C::Buf>,
+    {
+        forward_pass(&self.ctx(), dev, comm, clock, st)
+    }
+
+    /// [`TpBlock::backward_input`] on a microbatch's own state, from the
+    /// gradient `dy` at the block's output (this rank's rows).
+    pub fn backward_input_state<M>(
+        &self,
+        dev: &C,
+        comm: &mut M,
+        clock: &mut PhaseClock,
+        st: &mut BlockState<C::Buf>,
+        dy: C::Buf,
+    ) -> LayerResult<()>
+    where
+        M: Communicator<Buffer = C::Buf>,
+    {
+        let ga = st.gacts.as_mut().ok_or_else(not_train)?;
+        ga.dy = dy;
+        input_grad_pass(&self.ctx(), dev, comm, clock, st)
+    }
+
+    /// [`TpBlock::backward_weight`] on a microbatch's state, adding to the
+    /// gradients (a step's microbatches accumulate, as Megatron's do).
+    pub fn backward_weight_state(
+        &mut self,
+        dev: &C,
+        clock: &mut PhaseClock,
+        st: &BlockState<C::Buf>,
+    ) -> LayerResult<()> {
+        weight_grad_pass(&self.dims, self.grads.as_mut(), dev, st, true)?;
+        clock.end_compute(dev)
+    }
+}
+
+impl<C: Compute> TpBlock<C> {
+    /// The collectives of one forward or input-gradient pass alone (two
+    /// gathers where sequence parallelism keeps them, two reductions), on
+    /// `st`'s buffers: what `--work sleep` keeps of a pass, since the
+    /// tensor-parallel traffic stays real when the compute is a sleep.
+    pub fn pass_collectives<M>(
+        &self,
+        dev: &C,
+        comm: &mut M,
+        clock: &mut PhaseClock,
+        st: &mut BlockState<C::Buf>,
+    ) -> LayerResult<()>
+    where
+        M: Communicator<Buffer = C::Buf>,
+    {
+        let io = self.ctx().coll();
+        let a = &mut st.acts;
+        io.gather(dev, comm, clock, &a.x, &mut a.x_g)?;
+        io.reduce(dev, comm, clock, &mut a.z, &mut a.z_s)?;
+        io.gather(dev, comm, clock, &a.y1, &mut a.y1_g)?;
+        io.reduce(dev, comm, clock, &mut a.z2, &mut a.z2_s)?;
+        clock.end_compute(dev)
+    }
+}
+
+impl<B> BlockState<B> {
+    /// Takes the block's output `y` (this rank's rows) out of the state,
+    /// leaving an empty buffer: the backward does not read it.
+    pub fn take_output<C: Compute<Buf = B>>(&mut self, dev: &C) -> LayerResult<B> {
+        Ok(std::mem::replace(&mut self.acts.y, dev.alloc(0)?))
+    }
+
+    /// Takes the gradient of the block's input (this rank's rows) after
+    /// the input-gradient pass; the weight pass does not read it.
+    pub fn take_input_grad<C: Compute<Buf = B>>(&mut self, dev: &C) -> LayerResult<B> {
+        let ga = self.gacts.as_mut().ok_or_else(not_train)?;
+        Ok(std::mem::replace(&mut ga.dx, dev.alloc(0)?))
+    }
+}
+
+fn not_train() -> LayerError {
+    LayerError::Config("backward needs a block built in train mode".into())
+}
+
+/// A state of no buffers, standing in while the block's own is lent out.
+fn empty_state<C: Compute>(dev: &C) -> LayerResult<BlockState<C::Buf>> {
+    let e = || dev.alloc(0);
+    Ok(BlockState {
+        acts: Acts {
+            x: e()?,
+            x_g: None,
+            qkv: e()?,
+            probs: e()?,
+            ctx: e()?,
+            k_cache: None,
+            v_cache: None,
+            z: e()?,
+            z_s: None,
+            y1: e()?,
+            y1_g: None,
+            h1: e()?,
+            a1: e()?,
+            z2: e()?,
+            z2_s: None,
+            y: e()?,
+        },
+        gacts: None,
+        elems: 0,
+    })
+}
+
+/// Every activation buffer of one microbatch, with input `x`, output
+/// gradient `dy` (train mode) and the KV caches (decode).
+fn alloc_state<C: Compute>(
+    dev: &C,
+    cfg: &BlockConfig,
+    dims: &Dims,
+    x: C::Buf,
+    dy: Option<C::Buf>,
+    caches: Option<(C::Buf, C::Buf)>,
+) -> LayerResult<BlockState<C::Buf>> {
+    let Dims {
+        n,
+        nr,
+        h,
+        hl,
+        al,
+        fl,
+        batch,
+        lq,
+        l,
+        ..
+    } = *dims;
+    let split = nr != n;
+    let probs_len = batch * al * lq * l;
+    let mut elems = 0usize;
+    let mut a = |len: usize| {
+        elems += len;
+        dev.alloc(len)
+    };
+    let (k_cache, v_cache) = match caches {
+        Some((k, v)) => (Some(k), Some(v)),
+        None => (None, None),
+    };
+    let opt = |cond: bool, len: usize, a: &mut dyn FnMut(usize) -> _| -> LayerResult<_> {
+        cond.then(|| a(len)).transpose().map_err(LayerError::from)
+    };
+    let acts = Acts {
+        x,
+        x_g: opt(split, n * h, &mut a)?,
+        qkv: a(n * 3 * hl)?,
+        probs: a(probs_len)?,
+        ctx: a(n * hl)?,
+        k_cache,
+        v_cache,
+        z: a(n * h)?,
+        z_s: opt(split, nr * h, &mut a)?,
+        y1: a(nr * h)?,
+        y1_g: opt(split, n * h, &mut a)?,
+        h1: a(n * fl)?,
+        a1: a(n * fl)?,
+        z2: a(n * h)?,
+        z2_s: opt(split, nr * h, &mut a)?,
+        y: a(nr * h)?,
+    };
+    let gacts = match dy {
+        Some(dy) if cfg.mode == Mode::Train => Some(GradActs {
+            dy,
+            dy_g: opt(split, n * h, &mut a)?,
+            da: a(n * fl)?,
+            dh: a(n * fl)?,
+            dy1p: a(n * h)?,
+            dy1p_s: opt(split, nr * h, &mut a)?,
+            dy1: a(nr * h)?,
+            dy1_g: opt(split, n * h, &mut a)?,
+            dctx: a(n * hl)?,
+            dprobs: a(probs_len)?,
+            dqkv: a(n * 3 * hl)?,
+            dxp: a(n * h)?,
+            dxp_s: opt(split, nr * h, &mut a)?,
+            dx: a(nr * h)?,
+        }),
+        _ => None,
+    };
+    // The input and output gradient count too.
+    let elems = elems + nr * h * (1 + usize::from(gacts.is_some()));
+    Ok(BlockState { acts, gacts, elems })
+}
+
+/// The forward of one microbatch: attention then MLP, each ending in its
+/// collective.
+fn forward_pass<C, M>(
+    ctx: &Ctx<'_, C::Buf>,
+    dev: &C,
+    comm: &mut M,
+    clock: &mut PhaseClock,
+    st: &mut BlockState<C::Buf>,
+) -> LayerResult<()>
+where
+    C: Compute,
+    M: Communicator<Buffer = C::Buf>,
+{
+    let Dims {
+        n, nr, h, hl, fl, ..
+    } = ctx.dims;
+    let io = ctx.coll();
+    let (a, p) = (&mut st.acts, ctx.params);
+
+    io.gather(dev, comm, clock, &a.x, &mut a.x_g)?;
+    let x = full(&a.x, &a.x_g);
+    dev.gemm(&Gemm::dense(n, 3 * hl, h), x, &p.w_qkv, &mut a.qkv)?;
+    dev.add_bias(&mut a.qkv, &p.b_qkv, n, 3 * hl)?;
+    if let (Some(kc), Some(vc)) = (a.k_cache.as_mut(), a.v_cache.as_mut()) {
+        // The new token's K and V join the cache in its last slot.
+        let d = &ctx.dims;
+        for b in 0..d.batch {
+            let slot = (b * d.l + d.seq) * hl;
+            dev.copy(&a.qkv, b * 3 * hl + hl, kc, slot, hl)?;
+            dev.copy(&a.qkv, b * 3 * hl + 2 * hl, vc, slot, hl)?;
+        }
+    }
+    attention_forward(dev, &ctx.dims, ctx.decode, a)?;
+    dev.gemm(&Gemm::dense(n, h, hl), &a.ctx, &p.w_o, &mut a.z)?;
+    io.reduce(dev, comm, clock, &mut a.z, &mut a.z_s)?;
+
+    dev.copy(&a.x, 0, &mut a.y1, 0, nr * h)?;
+    dev.add(&mut a.y1, full(&a.z, &a.z_s), nr * h)?;
+    dev.add_bias(&mut a.y1, &p.b_o, nr, h)?;
+
+    io.gather(dev, comm, clock, &a.y1, &mut a.y1_g)?;
+    let y1 = full(&a.y1, &a.y1_g);
+    dev.gemm(&Gemm::dense(n, fl, h), y1, &p.w_1, &mut a.h1)?;
+    dev.add_bias(&mut a.h1, &p.b_1, n, fl)?;
+    dev.gelu(&a.h1, &mut a.a1, n * fl)?;
+    dev.gemm(&Gemm::dense(n, h, fl), &a.a1, &p.w_2, &mut a.z2)?;
+    io.reduce(dev, comm, clock, &mut a.z2, &mut a.z2_s)?;
+
+    dev.copy(&a.y1, 0, &mut a.y, 0, nr * h)?;
+    dev.add(&mut a.y, full(&a.z2, &a.z2_s), nr * h)?;
+    dev.add_bias(&mut a.y, &p.b_2, nr, h)?;
+    clock.end_compute(dev)
+}
+
+/// A `Gemm` with the first operand transposed (`A^T B`), writing `C`
+/// with `beta` (1 accumulates).
+fn tn(m: usize, n: usize, k: usize, lda: usize, ldb: usize, beta: f32) -> Gemm {
+    Gemm {
+        trans_a: true,
+        lda,
+        ldb,
+        beta,
+        ..Gemm::dense(m, n, k)
+    }
+}
+
+/// A `Gemm` with the second operand transposed (`A B^T`).
+fn nt(m: usize, n: usize, k: usize, lda: usize, ldb: usize) -> Gemm {
+    Gemm {
+        trans_b: true,
+        lda,
+        ldb,
+        ..Gemm::dense(m, n, k)
+    }
+}
+
+/// The input-gradient pass of one microbatch (zero-bubble's `I`): from
+/// `dy` at the output to `dx` at the input, through both sub-blocks' input
+/// gradients and collectives, keeping what the weight pass reads.
+fn input_grad_pass<C, M>(
+    ctx: &Ctx<'_, C::Buf>,
+    dev: &C,
+    comm: &mut M,
+    clock: &mut PhaseClock,
+    st: &mut BlockState<C::Buf>,
+) -> LayerResult<()>
+where
+    C: Compute,
+    M: Communicator<Buffer = C::Buf>,
+{
+    let Dims {
+        n, nr, h, hl, fl, ..
+    } = ctx.dims;
+    let io = ctx.coll();
+    let (a, p) = (&st.acts, ctx.params);
+    let ga = st.gacts.as_mut().ok_or_else(not_train)?;
+
+    // MLP: the output gradient reaches every rank's columns (all-gather
+    // with sequence parallelism; replicated otherwise).
+    io.gather(dev, comm, clock, &ga.dy, &mut ga.dy_g)?;
+    let dy = full(&ga.dy, &ga.dy_g);
+    dev.gemm(&nt(n, fl, h, h, h), dy, &p.w_2, &mut ga.da)?;
+    dev.gelu_backward(&a.h1, &ga.da, &mut ga.dh, n * fl)?;
+    dev.gemm(&nt(n, h, fl, fl, fl), &ga.dh, &p.w_1, &mut ga.dy1p)?;
+    io.reduce(dev, comm, clock, &mut ga.dy1p, &mut ga.dy1p_s)?;
+    dev.copy(&ga.dy, 0, &mut ga.dy1, 0, nr * h)?;
+    dev.add(&mut ga.dy1, full(&ga.dy1p, &ga.dy1p_s), nr * h)?;
+
+    // Attention.
+    io.gather(dev, comm, clock, &ga.dy1, &mut ga.dy1_g)?;
+    let dy1 = full(&ga.dy1, &ga.dy1_g);
+    dev.gemm(&nt(n, hl, h, h, h), dy1, &p.w_o, &mut ga.dctx)?;
+    attention_backward(dev, &ctx.dims, a, ga)?;
+    dev.gemm(
+        &nt(n, h, 3 * hl, 3 * hl, 3 * hl),
+        &ga.dqkv,
+        &p.w_qkv,
+        &mut ga.dxp,
+    )?;
+    io.reduce(dev, comm, clock, &mut ga.dxp, &mut ga.dxp_s)?;
+    dev.copy(&ga.dy1, 0, &mut ga.dx, 0, nr * h)?;
+    dev.add(&mut ga.dx, full(&ga.dxp, &ga.dxp_s), nr * h)?;
+    clock.end_compute(dev)
+}
+
+/// The weight-gradient pass of one microbatch (zero-bubble's `W`): every
+/// parameter's gradient from the activations and the input-gradient
+/// pass's intermediate gradients; `accumulate` adds to the gradients
+/// instead of overwriting them. Needs no communication: the gathered
+/// copies it reads were made by the input pass.
+fn weight_grad_pass<C: Compute>(
+    dims: &Dims,
+    grads: Option<&mut Params<C::Buf>>,
+    dev: &C,
+    st: &BlockState<C::Buf>,
+    accumulate: bool,
+) -> LayerResult<()> {
+    let Dims {
+        n, nr, h, hl, fl, ..
+    } = *dims;
+    let (Some(g), Some(ga)) = (grads, st.gacts.as_ref()) else {
+        return Err(not_train());
+    };
+    let a = &st.acts;
+    let beta = if accumulate { 1.0 } else { 0.0 };
+    // A bias gradient overwrites its output: accumulating goes through a
+    // scratch buffer.
+    let bias = |src: &C::Buf, dst: &mut C::Buf, rows: usize, cols: usize| -> LayerResult<()> {
+        if accumulate {
+            let mut part = dev.alloc(cols)?;
+            dev.bias_grad(src, &mut part, rows, cols)?;
+            dev.add(dst, &part, cols)?;
+        } else {
+            dev.bias_grad(src, dst, rows, cols)?;
+        }
+        Ok(())
+    };
+    let dy = full(&ga.dy, &ga.dy_g);
+    bias(&ga.dy, &mut g.b_2, nr, h)?;
+    dev.gemm(&tn(fl, h, n, fl, h, beta), &a.a1, dy, &mut g.w_2)?;
+    bias(&ga.dh, &mut g.b_1, n, fl)?;
+    dev.gemm(
+        &tn(h, fl, n, h, fl, beta),
+        full(&a.y1, &a.y1_g),
+        &ga.dh,
+        &mut g.w_1,
+    )?;
+    let dy1 = full(&ga.dy1, &ga.dy1_g);
+    bias(&ga.dy1, &mut g.b_o, nr, h)?;
+    dev.gemm(&tn(hl, h, n, hl, h, beta), &a.ctx, dy1, &mut g.w_o)?;
+    bias(&ga.dqkv, &mut g.b_qkv, n, 3 * hl)?;
+    let x = full(&a.x, &a.x_g);
+    dev.gemm(
+        &tn(h, 3 * hl, n, h, 3 * hl, beta),
+        x,
+        &ga.dqkv,
+        &mut g.w_qkv,
+    )?;
+    Ok(())
 }
 
 /// The block's two collectives, or nothing at t = 1.
@@ -775,11 +1131,11 @@ mod tests {
             let mut clock = PhaseClock::new();
             blk.forward(&dev, comm, &mut clock).unwrap();
             blk.backward(&dev, comm, &mut clock).unwrap();
-            let dy = host(&dev, &blk.gacts.as_ref().unwrap().dy);
+            let dy = host(&dev, &blk.st.gacts.as_ref().unwrap().dy);
             let loss =
                 |blk: &mut TpBlock<CpuCompute>, comm: &mut crate::comm::local::LocalComm| -> f64 {
                     blk.forward(&dev, comm, &mut PhaseClock::new()).unwrap();
-                    let y = host(&dev, &blk.acts.y);
+                    let y = host(&dev, &blk.st.acts.y);
                     y.iter().zip(&dy).map(|(a, b)| *a as f64 * *b as f64).sum()
                 };
             let h = 1e-2f32;
@@ -788,7 +1144,7 @@ mod tests {
                 let analytic = if which < 8 {
                     host(&dev, blk.grads.as_ref().unwrap().all()[which])
                 } else {
-                    host(&dev, &blk.gacts.as_ref().unwrap().dx)
+                    host(&dev, &blk.st.gacts.as_ref().unwrap().dx)
                 };
                 let n = analytic.len();
                 for i in (0..n).step_by((n / 9).max(1)) {
@@ -797,7 +1153,7 @@ mod tests {
                         let buf = if which < 8 {
                             blk.param_mut(which)
                         } else {
-                            &mut blk.acts.x
+                            &mut blk.st.acts.x
                         };
                         let mut v = host(&dev, buf);
                         let orig = v[i];
@@ -807,7 +1163,7 @@ mod tests {
                         let buf = if which < 8 {
                             blk.param_mut(which)
                         } else {
-                            &mut blk.acts.x
+                            &mut blk.st.acts.x
                         };
                         v[i] = orig;
                         set(&dev, buf, &v);
@@ -834,9 +1190,9 @@ mod tests {
             let mut pre = TpBlock::new(&dev, &cfg(Mode::Forward, false, s + 1), 1, 0, 4).unwrap();
             pre.forward(&dev, comm, &mut PhaseClock::new()).unwrap();
             let (qkv, x, y) = (
-                host(&dev, &pre.acts.qkv),
-                host(&dev, &pre.acts.x),
-                host(&dev, &pre.acts.y),
+                host(&dev, &pre.st.acts.qkv),
+                host(&dev, &pre.st.acts.x),
+                host(&dev, &pre.st.acts.y),
             );
             let mut dec = TpBlock::new(&dev, &cfg(Mode::Forward, true, s), 1, 0, 4).unwrap();
             let h = 8;
@@ -852,11 +1208,11 @@ mod tests {
                     vc[slot..slot + h].copy_from_slice(&qkv[row + 2 * h..row + 3 * h]);
                 }
             }
-            set(&dev, &mut dec.acts.x, &xd);
-            set(&dev, dec.acts.k_cache.as_mut().unwrap(), &kc);
-            set(&dev, dec.acts.v_cache.as_mut().unwrap(), &vc);
+            set(&dev, &mut dec.st.acts.x, &xd);
+            set(&dev, dec.st.acts.k_cache.as_mut().unwrap(), &kc);
+            set(&dev, dec.st.acts.v_cache.as_mut().unwrap(), &vc);
             dec.forward(&dev, comm, &mut PhaseClock::new()).unwrap();
-            let yd = host(&dev, &dec.acts.y);
+            let yd = host(&dev, &dec.st.acts.y);
             for b in 0..2 {
                 let last = b * (s + 1) + s;
                 for j in 0..h {

@@ -34,7 +34,7 @@ pub mod check;
 pub mod layout;
 pub mod run;
 
-pub use block::{PhaseClock, TpBlock};
+pub use block::{BlockState, PhaseClock, TpBlock};
 pub use check::{check_block, CheckReport};
 pub use run::{run_tp, wire_samples, RunOptions, TpOutcome, TpTiming, WireSample};
 

@@ -3,6 +3,7 @@
 use super::*;
 use crate::comm::{Communicator, DType};
 use crate::compute::cpu::CpuCompute;
+use crate::compute::Compute;
 
 fn shape(heads: usize) -> BlockShape {
     BlockShape {
@@ -290,4 +291,104 @@ fn the_block_calls_the_collectives_the_model_counts() {
             );
         }
     }
+}
+
+/// Every parameter gradient and the input gradient of `block`, on the host.
+fn grads_of(dev: &CpuCompute, block: &TpBlock<CpuCompute>) -> Vec<Vec<f32>> {
+    let mut out = grads_of_params(dev, block);
+    let dx = block.input_grad().unwrap();
+    let mut v = vec![0f32; dx.count(dev.dtype())];
+    dev.download(dx, &mut v).unwrap();
+    out.push(v);
+    out
+}
+
+/// The backward split into its input-gradient and weight-gradient passes,
+/// run on a microbatch's own state as a pipeline stage runs it, gives the
+/// combined backward's gradients bit for bit, at t = 1 and 2, with and
+/// without sequence parallelism; the input pass alone leaves every
+/// parameter gradient at zero, and a second microbatch adds to them.
+#[test]
+fn split_backward_on_a_state_equals_the_combined_backward() {
+    for (tp, seq_parallel) in [(1, false), (2, false), (2, true)] {
+        let cfg = BlockConfig {
+            shape: shape(2),
+            mode: Mode::Train,
+            decode: false,
+            seq_parallel,
+        };
+        super::on_local_ranks(tp, |comm| {
+            let dev = CpuCompute::new(DType::F32, 1).unwrap();
+            let rank = comm.rank();
+            let mut whole = TpBlock::new(&dev, &cfg, tp, rank, 5).unwrap();
+            let mut clock = PhaseClock::new();
+            whole.forward(&dev, comm, &mut clock).unwrap();
+            whole.backward(&dev, comm, &mut clock).unwrap();
+            let want = grads_of(&dev, &whole);
+
+            let mut split = TpBlock::new(&dev, &cfg, tp, rank, 5).unwrap();
+            split.zero_grads(&dev).unwrap();
+            let ds = layout::DataSpecs::new(&cfg, tp);
+            let upload = |v: Vec<f32>| {
+                let mut b = dev.alloc(v.len()).unwrap();
+                dev.upload(&v, &mut b).unwrap();
+                b
+            };
+            let download = |b: &crate::comm::HostBuffer| {
+                let mut v = vec![0f32; b.count(DType::F32)];
+                dev.download(b, &mut v).unwrap();
+                v
+            };
+            // One microbatch through the state API, as a stage runs it:
+            // its output, the parameter gradients between the passes, and
+            // its input gradient.
+            let mut microbatch = |split: &mut TpBlock<CpuCompute>| {
+                let x = upload(ds.x.shard_values(5, tp, rank));
+                let dy = upload(ds.dy.shard_values(5, tp, rank));
+                let mut st = split.new_state(&dev, x).unwrap();
+                split
+                    .forward_state(&dev, comm, &mut clock, &mut st)
+                    .unwrap();
+                let y = download(&st.take_output(&dev).unwrap());
+                split
+                    .backward_input_state(&dev, comm, &mut clock, &mut st, dy)
+                    .unwrap();
+                let between = grads_of_params(&dev, split);
+                let dx = download(&st.take_input_grad(&dev).unwrap());
+                split.backward_weight_state(&dev, &mut clock, &st).unwrap();
+                (y, between, dx)
+            };
+            let (y, between, dx) = microbatch(&mut split);
+            assert_eq!(&y, &download(whole.output()), "tp {tp}: forward output");
+            assert!(
+                between.iter().flatten().all(|&v| v == 0.0),
+                "tp {tp}: the input pass touched a weight gradient"
+            );
+            let mut got = grads_of_params(&dev, &split);
+            got.push(dx);
+            assert_eq!(got, want, "tp {tp} sp {seq_parallel}");
+
+            // A second microbatch (the same one) accumulates: twice the gradients.
+            microbatch(&mut split);
+            let twice = grads_of_params(&dev, &split);
+            for (t, w) in twice.iter().zip(&want) {
+                let doubled: Vec<f32> = w.iter().map(|v| 2.0 * v).collect();
+                assert_eq!(t, &doubled, "tp {tp}: accumulation");
+            }
+        });
+    }
+}
+
+fn grads_of_params(dev: &CpuCompute, block: &TpBlock<CpuCompute>) -> Vec<Vec<f32>> {
+    block
+        .param_grads()
+        .unwrap()
+        .all()
+        .iter()
+        .map(|b| {
+            let mut v = vec![0f32; b.count(dev.dtype())];
+            dev.download(b, &mut v).unwrap();
+            v
+        })
+        .collect()
 }

@@ -38,15 +38,21 @@
 //! generated schedule) times Korthikanti et al.'s per-layer bytes
 //! ([`activation_bytes_per_layer`], a GPT block's form).
 //!
+//! One given layout with a given schedule and `M` (no search), costed
+//! the same way from one run's own calibration: [`cost_given`], which
+//! `report plan --check` holds against a measured composed step.
+//!
 //! Nothing here measures or prints: the `report plan` binary loads the
 //! measured figures and draws the table.
 
 mod costs;
+mod given;
 mod input;
 mod layouts;
 mod rejections;
 
 pub use costs::{pipeline_makespan, Costed, Loss, Memory};
+pub use given::{cost_given, Calibration, CallFit, GivenCost, GivenLayout};
 pub use input::{PlanError, PlanInput, Wire, WireKind};
 pub use layouts::{divisors, group_wire, Layout};
 pub use rejections::{LossGroup, Rejected, Rejection};

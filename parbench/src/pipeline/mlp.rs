@@ -13,8 +13,11 @@
 //! the last stage needs no extra kernel, and every gradient still depends on
 //! every activation that crossed a stage boundary.
 
+use super::stage::StageWork;
+use super::{PipelineConfig, PipelineError, Work};
 use crate::compute::{Compute, ComputeResult, Gemm};
 use crate::seed::splitmix64;
+use std::collections::HashMap;
 
 /// Sizes of every layer and microbatch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -253,6 +256,105 @@ impl<B: Send> StageModel<B> {
             out.push(db);
         }
         Ok(out)
+    }
+}
+
+/// The MLP stages of one rank, as the executor runs them.
+pub struct MlpStages<B> {
+    /// Each stage this rank holds (none under `--work sleep`).
+    pub models: HashMap<usize, StageModel<B>>,
+    seed: u64,
+    shape: MlpShape,
+}
+
+impl<B: Send> MlpStages<B> {
+    /// Rank `rank`'s stages of `cfg`'s model (their layers numbered
+    /// across the whole model); none under `--work sleep`.
+    pub fn new<C: Compute<Buf = B>>(
+        c: &C,
+        cfg: &PipelineConfig,
+        rank: usize,
+    ) -> ComputeResult<Self> {
+        let firsts = super::exec::first_layers(&cfg.stage_layers);
+        let mut models = HashMap::new();
+        if cfg.work == Work::Compute {
+            for st in cfg.schedule.stages_of(rank) {
+                let (first, layers) = (firsts[st], cfg.stage_layers[st]);
+                models.insert(
+                    st,
+                    StageModel::new(c, st, first, layers, cfg.shape, cfg.seed)?,
+                );
+            }
+        }
+        Ok(MlpStages {
+            models,
+            seed: cfg.seed,
+            shape: cfg.shape,
+        })
+    }
+
+    fn model(&mut self, stage: usize) -> Result<&mut StageModel<B>, PipelineError> {
+        self.models
+            .get_mut(&stage)
+            .ok_or_else(|| PipelineError::Protocol(format!("stage {stage} is not on this rank")))
+    }
+}
+
+impl<C: Compute> StageWork<C> for MlpStages<C::Buf> {
+    type Stash = Stash<C::Buf>;
+
+    fn message_len(&self) -> usize {
+        self.shape.act_len()
+    }
+
+    fn zero_grads(&mut self, c: &C) -> Result<(), PipelineError> {
+        for m in self.models.values_mut() {
+            m.zero_grads(c)?;
+        }
+        Ok(())
+    }
+
+    fn forward(
+        &mut self,
+        c: &C,
+        stage: usize,
+        mb: usize,
+        x: Option<C::Buf>,
+    ) -> Result<(C::Buf, Self::Stash), PipelineError> {
+        let x = match x {
+            Some(x) => x,
+            None => input(c, self.seed, mb, self.shape)?,
+        };
+        Ok(self.model(stage)?.forward(c, x)?)
+    }
+
+    fn backward_input(
+        &mut self,
+        c: &C,
+        stage: usize,
+        mb: usize,
+        stash: &mut Self::Stash,
+        dy: Option<C::Buf>,
+        need_dx: bool,
+    ) -> Result<Option<C::Buf>, PipelineError> {
+        let dy = match dy {
+            Some(g) => g,
+            None => loss_grad(c, self.seed, mb, self.shape)?,
+        };
+        Ok(self.model(stage)?.backward_input(c, stash, dy, need_dx)?)
+    }
+
+    fn backward_weight(
+        &mut self,
+        c: &C,
+        stage: usize,
+        stash: Self::Stash,
+    ) -> Result<(), PipelineError> {
+        Ok(self.model(stage)?.backward_weight(c, stash)?)
+    }
+
+    fn stash_bytes(&self, stash: &Self::Stash) -> usize {
+        stash.bytes()
     }
 }
 

@@ -17,14 +17,28 @@
 
 mod align;
 pub mod analysis;
+pub mod composed;
+pub mod composed_run;
 pub mod exec;
 pub mod mlp;
+pub mod stage;
+pub mod tp_stage;
 pub mod trace;
 
 pub use analysis::{acausal, closed_form, summarize, Acausal, IdleSplit, Summary};
-pub use exec::{run_rank, ActionTiming, RankStep, RunRecord};
-pub use mlp::MlpShape;
-pub use trace::{chrome_trace, clocks_json, terminal_timeline, write_chrome_trace};
+pub use composed::{check_composed, GradCheck};
+pub use composed_run::{
+    run_composed, ComposedConfig, ComposedRecord, PipelineSteps, RankBreakdown, RankFigures,
+    WireProbe,
+};
+pub use exec::{run_rank, run_stages, ActionTiming, RankStep, RunRecord};
+pub use mlp::{MlpShape, MlpStages};
+pub use stage::StageWork;
+pub use tp_stage::{CommSpan, DpReduce, SpanGroup, StageStepTimes, TpStageConfig, TpStages};
+pub use trace::{
+    chrome_trace, clocks_json, composed_trace, terminal_timeline, write_chrome_trace,
+    write_composed_trace,
+};
 
 use crate::schedule::Schedule;
 use std::fmt;

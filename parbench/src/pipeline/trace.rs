@@ -24,71 +24,12 @@ pub fn chrome_trace(title: &str, schedule: &Schedule, rec: &RunRecord, step: usi
         "args": { "name": title }
     })];
     // One flow id per message of the step.
-    let mut flow_ids: HashMap<Message, usize> = HashMap::new();
-    let mut flow_id = |m: Message| {
-        let next = flow_ids.len();
-        *flow_ids.entry(m).or_insert(next)
-    };
+    let mut flows = Flows::default();
     for (r, rs) in ranks.iter().enumerate() {
         let unc = rec.uncertainty_us(r);
-        events.push(json!({
-            "name": "thread_name", "ph": "M", "pid": 0, "tid": r,
-            "args": { "name": format!("rank {r} (clock +/- {unc:.1} us)") }
-        }));
-        events.push(json!({
-            "name": "thread_sort_index", "ph": "M", "pid": 0, "tid": r,
-            "args": { "sort_index": r }
-        }));
-        for a in &rs.actions {
-            if let Some(sent) = a.input_sent_us {
-                let wait = a.waiting_us();
-                if wait >= MIN_SLICE_US {
-                    events.push(json!({
-                        "name": format!("wait {}", a.action), "cat": "wait", "ph": "X",
-                        "pid": 0, "tid": r, "ts": a.asked_us, "dur": wait,
-                        "cname": "grey"
-                    }));
-                }
-                let transfer = a.transfer_us();
-                if transfer >= MIN_SLICE_US {
-                    events.push(json!({
-                        "name": format!("transfer {}", a.action), "cat": "transfer", "ph": "X",
-                        "pid": 0, "tid": r, "ts": sent.max(a.asked_us), "dur": transfer,
-                        "cname": "yellow"
-                    }));
-                }
-                if let Some((m, _)) = schedule.input_of(a.action) {
-                    events.push(json!({
-                        "name": "message", "cat": "message", "ph": "f", "bp": "e",
-                        "id": flow_id(m), "pid": 0, "tid": r, "ts": a.start_us
-                    }));
-                }
-            }
-            if let (Some(sent), Some((m, _))) = (a.sent_us, schedule.output_of(a.action)) {
-                events.push(json!({
-                    "name": "message", "cat": "message", "ph": "s",
-                    "id": flow_id(m), "pid": 0, "tid": r, "ts": sent
-                }));
-            }
-            let kind = match a.action.kind {
-                ActionKind::F => "forward",
-                ActionKind::B => "backward",
-                ActionKind::I => "input-grad",
-                ActionKind::W => "weight-grad",
-            };
-            events.push(json!({
-                "name": a.action.to_string(), "cat": kind, "ph": "X",
-                "pid": 0, "tid": r, "ts": a.start_us, "dur": a.end_us - a.start_us,
-                "args": {
-                    "stage": a.action.stage, "microbatch": a.action.mb,
-                    "work_us": a.work_end_us - a.start_us,
-                    "send_us": a.end_us - a.work_end_us,
-                    "recv_us": a.recv_us(),
-                    "wait_us": a.waiting_us(),
-                    "transfer_us": a.transfer_us(),
-                }
-            }));
-        }
+        let name = format!("rank {r} (clock +/- {unc:.1} us)");
+        thread_events(&mut events, 0, r, &name);
+        action_events(&mut events, &mut flows, (0, r, 0), schedule, rs);
     }
     let base = rec
         .clocks
@@ -104,6 +45,176 @@ pub fn chrome_trace(title: &str, schedule: &Schedule, rec: &RunRecord, step: usi
             "clock": clocks_json(rec),
         }
     })
+}
+
+/// Flow ids of a trace: one per (pipeline, message).
+#[derive(Default)]
+struct Flows(HashMap<(usize, Message), usize>);
+
+impl Flows {
+    fn id(&mut self, pipeline: usize, m: Message) -> usize {
+        let next = self.0.len();
+        *self.0.entry((pipeline, m)).or_insert(next)
+    }
+}
+
+/// A track's name and place.
+fn thread_events(events: &mut Vec<Value>, pid: usize, tid: usize, name: &str) {
+    events.push(json!({
+        "name": "thread_name", "ph": "M", "pid": pid, "tid": tid,
+        "args": { "name": name }
+    }));
+    events.push(json!({
+        "name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid,
+        "args": { "sort_index": tid }
+    }));
+}
+
+/// One rank's actions on track (`pid`, `tid`): per action its slice, the
+/// waiting and transfer before it, and the flow arrows of its messages
+/// (ids per `pipeline`, so that two pipelines' messages never join).
+fn action_events(
+    events: &mut Vec<Value>,
+    flows: &mut Flows,
+    (pid, tid, pipeline): (usize, usize, usize),
+    schedule: &Schedule,
+    rs: &RankStep,
+) {
+    for a in &rs.actions {
+        if let Some(sent) = a.input_sent_us {
+            let wait = a.waiting_us();
+            if wait >= MIN_SLICE_US {
+                events.push(json!({
+                    "name": format!("wait {}", a.action), "cat": "wait", "ph": "X",
+                    "pid": pid, "tid": tid, "ts": a.asked_us, "dur": wait,
+                    "cname": "grey"
+                }));
+            }
+            let transfer = a.transfer_us();
+            if transfer >= MIN_SLICE_US {
+                events.push(json!({
+                    "name": format!("transfer {}", a.action), "cat": "transfer", "ph": "X",
+                    "pid": pid, "tid": tid, "ts": sent.max(a.asked_us), "dur": transfer,
+                    "cname": "yellow"
+                }));
+            }
+            if let Some((m, _)) = schedule.input_of(a.action) {
+                events.push(json!({
+                    "name": "message", "cat": "message", "ph": "f", "bp": "e",
+                    "id": flows.id(pipeline, m), "pid": pid, "tid": tid, "ts": a.start_us
+                }));
+            }
+        }
+        if let (Some(sent), Some((m, _))) = (a.sent_us, schedule.output_of(a.action)) {
+            events.push(json!({
+                "name": "message", "cat": "message", "ph": "s",
+                "id": flows.id(pipeline, m), "pid": pid, "tid": tid, "ts": sent
+            }));
+        }
+        let kind = match a.action.kind {
+            ActionKind::F => "forward",
+            ActionKind::B => "backward",
+            ActionKind::I => "input-grad",
+            ActionKind::W => "weight-grad",
+        };
+        events.push(json!({
+            "name": a.action.to_string(), "cat": kind, "ph": "X",
+            "pid": pid, "tid": tid, "ts": a.start_us, "dur": a.end_us - a.start_us,
+            "args": {
+                "stage": a.action.stage, "microbatch": a.action.mb,
+                "work_us": a.work_end_us - a.start_us,
+                "send_us": a.end_us - a.work_end_us,
+                "recv_us": a.recv_us(),
+                "wait_us": a.waiting_us(),
+                "transfer_us": a.transfer_us(),
+            }
+        }));
+    }
+}
+
+/// The Chrome trace of step `step` of a composed run: one process per
+/// pipeline stage rank, one track per world rank in it, named with its
+/// mesh coordinate (`rank 5 (d 0, t 1, p 1)`); each track holds its
+/// actions (as [`chrome_trace`]), and inside them the tensor-parallel
+/// collectives (`tp comm`) and after them the data-parallel buckets
+/// (`dp bucket`), each placed from its action's work start. Each pipeline
+/// is on its own first rank's clock from its step's first work start
+/// (`otherData`).
+pub fn composed_trace(
+    title: &str,
+    schedule: &Schedule,
+    rec: &super::ComposedRecord,
+    step: usize,
+) -> Value {
+    use super::SpanGroup;
+    let mut events = Vec::new();
+    for p in 0..rec.mesh.pp {
+        events.push(json!({
+            "name": "process_name", "ph": "M", "pid": p, "tid": 0,
+            "args": { "name": format!("{title}: pipeline rank {p}") }
+        }));
+        events.push(json!({
+            "name": "process_sort_index", "ph": "M", "pid": p, "tid": 0,
+            "args": { "sort_index": p }
+        }));
+    }
+    let mut flows = Flows::default();
+    for r in &rec.ranks {
+        let c = r.coords;
+        let Some((pi, pipe)) = rec.pipelines.iter().enumerate().find(|(_, p)| {
+            rec.ranks
+                .get(p.head)
+                .is_some_and(|h| h.coords.dp == c.dp && h.coords.tp == c.tp)
+        }) else {
+            continue;
+        };
+        let Some(rs) = pipe.steps.get(step).and_then(|s| s.get(c.pp)) else {
+            continue;
+        };
+        let unc = pipe.uncertainty_us.get(c.pp).copied().unwrap_or(0.0);
+        let name = format!(
+            "rank {} (d {}, t {}, p {}; clock +/- {unc:.1} us)",
+            r.rank, c.dp, c.tp, c.pp
+        );
+        thread_events(&mut events, c.pp, r.rank, &name);
+        action_events(&mut events, &mut flows, (c.pp, r.rank, pi), schedule, rs);
+        for s in r.spans.get(step).map(Vec::as_slice).unwrap_or(&[]) {
+            let Some(a) = rs.actions.get(s.action) else {
+                continue;
+            };
+            let (name, colour) = match s.group {
+                SpanGroup::Tp => ("tp comm", "olive"),
+                SpanGroup::Dp => ("dp bucket", "rail_response"),
+            };
+            events.push(json!({
+                "name": name, "cat": name, "ph": "X", "pid": c.pp, "tid": r.rank,
+                "ts": a.start_us + s.offset_us, "dur": s.dur_us, "cname": colour,
+                "args": { "action": a.action.to_string() }
+            }));
+        }
+    }
+    json!({
+        "traceEvents": events,
+        "displayTimeUnit": "ms",
+        "otherData": {
+            "time_base": rec.record.clocks.first().map(|c| c.base.name()).unwrap_or("unknown"),
+            "time_origin": "each pipeline's step's first work start, on that pipeline's first rank's clock",
+            "mesh": rec.mesh.to_string(),
+            "clock": clocks_json(&rec.record),
+        }
+    })
+}
+
+/// Writes [`composed_trace`] to `path` atomically.
+pub fn write_composed_trace(
+    path: &Path,
+    title: &str,
+    schedule: &Schedule,
+    rec: &super::ComposedRecord,
+    step: usize,
+) -> Result<(), crate::results::ResultsError> {
+    let bytes = serde_json::to_vec(&composed_trace(title, schedule, rec, step)).unwrap_or_default();
+    crate::results::write_atomic(path, &bytes)
 }
 
 /// Each rank's clock as traces and run.json record it: the offset to rank 0

@@ -210,10 +210,29 @@ pub struct PipelineRow {
     /// (clock offset bound plus a device stream's anchor; 0 on one clock), us.
     #[serde(default = "not_measured")]
     pub clock_uncertainty_us: f64,
+    /// Data-parallel and tensor-parallel degrees (`--dp`, `--tp`): the
+    /// world is `dp x tp x stages`; 1 and 1 for the plain pipeline.
+    #[serde(default = "one")]
+    pub dp: usize,
+    #[serde(default = "one")]
+    pub tp: usize,
+    /// Per rank per step (median over the timed steps, mean over ranks): the
+    /// tensor-parallel collectives, the data-parallel reduction, and its
+    /// part after the rank's last action (0 for the plain pipeline), us.
+    #[serde(default)]
+    pub tp_comm_us: f64,
+    #[serde(default)]
+    pub dp_comm_us: f64,
+    #[serde(default)]
+    pub dp_exposed_us: f64,
 }
 
 fn not_measured() -> f64 {
     f64::NAN
+}
+
+fn one() -> usize {
+    1
 }
 
 impl Record for PipelineRow {
@@ -230,7 +249,7 @@ impl Record for PipelineRow {
     ];
     fn key(&self) -> String {
         format!(
-            "{}/{}/{}/S{}/M{}/v{}/{}/{}/h{}/mb{}{}{}",
+            "{}/{}/{}/S{}/M{}/v{}/{}/{}/h{}/mb{}{}{}{}",
             self.backend,
             self.wire,
             self.schedule,
@@ -246,7 +265,13 @@ impl Record for PipelineRow {
             } else {
                 "/straggler"
             },
-            self.straggler
+            self.straggler,
+            // The plain pipeline keeps the key it had before the mesh.
+            if (self.dp, self.tp) == (1, 1) {
+                String::new()
+            } else {
+                format!("/dp{}/tp{}", self.dp, self.tp)
+            }
         )
     }
     fn run_id(&self) -> &str {
@@ -275,5 +300,11 @@ mod tests {
         let row: PipelineRow = rd.deserialize().next().unwrap().unwrap();
         assert_eq!(row.bubble_replayed, 0.21);
         assert!(row.wait_us.is_nan() && row.transfer_us.is_nan());
+        // Rows before the mesh's columns were plain pipelines.
+        assert_eq!((row.dp, row.tp), (1, 1));
+        assert_eq!(
+            (row.tp_comm_us, row.dp_comm_us, row.dp_exposed_us),
+            (0.0, 0.0, 0.0)
+        );
     }
 }

@@ -2,7 +2,9 @@
 //! (written by `report plan --json DIR/plan.json`), the ranking of the
 //! best layouts, a chart of each one's step split into compute,
 //! tensor-parallel communication, bubble and data-parallel communication,
-//! and why the other layouts lose.
+//! and why the other layouts lose; and for every folder with a
+//! `plan-check.csv` (`report plan --check DIR`), each composed run's
+//! measured terms beside the planner's prediction of that layout.
 
 use super::page::{self, num, text, Cell, CHART_H, CHART_W};
 use crate::charts::{self, BarStack, Bars};
@@ -34,7 +36,56 @@ pub fn section(sources: &[Source]) -> String {
             "No plan in these results folders. Write one with report plan --from DIR ... --json DIR/{PLAN_FILE}."
         )));
     }
+    for s in sources {
+        match crate::plan_check::read_rows(&s.dir) {
+            Ok(rows) if !rows.is_empty() => body.push_str(&plan_check(&s.label, &rows)),
+            Ok(_) => {}
+            Err(e) => body.push_str(&page::empty(&format!("{e:#}"))),
+        }
+    }
     page::section("plan", "Planning", &body)
+}
+
+/// One folder's plan-check rows: a table per layout and the term that parts most.
+fn plan_check(label: &str, rows: &[crate::plan_check::CheckRow]) -> String {
+    let mut out = page::h3(&format!(
+        "{label}: the planner against measured composed steps ({})",
+        crate::plan_check::PLAN_CHECK_FILE
+    ));
+    let mut layouts: Vec<&str> = rows.iter().map(|r| r.layout.as_str()).collect();
+    layouts.dedup();
+    for l in layouts {
+        let mine: Vec<_> = rows.iter().filter(|r| r.layout == l).cloned().collect();
+        out.push_str(&page::note(l));
+        let cells: Vec<Vec<Cell>> = mine
+            .iter()
+            .map(|r| {
+                vec![
+                    text(r.term.clone()),
+                    num(units::micros(r.measured_us)),
+                    num(units::micros(r.predicted_us)),
+                    num(if r.ratio.is_finite() {
+                        format!("{:.2}", r.ratio)
+                    } else {
+                        "-".into()
+                    }),
+                ]
+            })
+            .collect();
+        out.push_str(&page::table(
+            &["term", "measured", "predicted", "predicted / measured"],
+            &cells,
+        ));
+        if let Some(w) = crate::plan_check::parts_most(&mine) {
+            out.push_str(&page::note(&format!(
+                "Parts most: {} (measured {}, predicted {}).",
+                w.term,
+                units::micros(w.measured_us),
+                units::micros(w.predicted_us)
+            )));
+        }
+    }
+    out
 }
 
 /// Reads every folder's plan file, so that a bad one stops `report html`
@@ -42,6 +93,7 @@ pub fn section(sources: &[Source]) -> String {
 pub fn check(sources: &[Source]) -> anyhow::Result<()> {
     for s in sources {
         read_plan(&s.dir)?;
+        crate::plan_check::read_rows(&s.dir)?;
     }
     Ok(())
 }

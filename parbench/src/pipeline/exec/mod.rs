@@ -17,7 +17,8 @@
 //! from events on the stream, put on the host clock by an anchor event
 //! ([`clock_sync::StreamAnchor`]).
 
-use super::mlp::{self, MlpShape, StageModel, Stash};
+use super::mlp::MlpStages;
+use super::stage::StageWork;
 use super::{align, PipelineConfig, PipelineError, Work};
 use crate::comm::{CommBuffer, Communicator, DType, StreamClock};
 use crate::compute::Compute;
@@ -33,6 +34,7 @@ mod records;
 
 use grad_check::check_grads;
 use records::gather_steps;
+pub(crate) use records::{decode_steps, encode_steps, recv_f64s, send_f64s};
 
 /// When one action ran, in microseconds: on the rank's own clock while the
 /// run lasts, on the common base from its step's first work start in a
@@ -151,7 +153,7 @@ impl RunRecord {
 }
 
 /// Where each stage's layers start in the whole model.
-fn first_layers(stage_layers: &[usize]) -> Vec<usize> {
+pub(super) fn first_layers(stage_layers: &[usize]) -> Vec<usize> {
     stage_layers
         .iter()
         .scan(0, |acc, &l| {
@@ -259,8 +261,45 @@ where
     Cm: Communicator,
     C: Compute<Buf = Cm::Buffer>,
 {
-    let s = &cfg.schedule;
+    check_run(comm, cfg)?;
     let rank = comm.rank();
+    let mut stages = MlpStages::new(compute, cfg, rank)?;
+    let out = run_stages_with(comm, compute, cfg, base, &mut stages, stream_clock)?;
+    let grad_max_err = if cfg.work == Work::Compute {
+        check_grads(comm, compute, cfg, &stages.models)?
+    } else {
+        None
+    };
+    Ok(out.map(|rec| RunRecord {
+        grad_max_err,
+        ..rec
+    }))
+}
+
+/// Runs the benchmark on this rank as [`run_rank`] does, with `stages`
+/// as this rank's stages (any [`StageWork`]); no gradient check (the
+/// caller checks its own model's gradients: `grad_max_err` is `None`).
+pub fn run_stages<Cm, C, S>(
+    comm: &mut Cm,
+    compute: &C,
+    cfg: &PipelineConfig,
+    base: TimeBase,
+    stages: &mut S,
+) -> Result<Option<RunRecord>, PipelineError>
+where
+    Cm: Communicator,
+    C: Compute<Buf = Cm::Buffer>,
+    S: StageWork<C>,
+{
+    check_run(comm, cfg)?;
+    run_stages_with(comm, compute, cfg, base, stages, |comm, points| {
+        comm.stream_clock(points)
+    })
+}
+
+/// The schedule fits the job and the layer counts the stages.
+fn check_run<Cm: Communicator>(comm: &Cm, cfg: &PipelineConfig) -> Result<(), PipelineError> {
+    let s = &cfg.schedule;
     if comm.world() != s.ranks() {
         return Err(PipelineError::Invalid(format!(
             "the schedule has {} ranks but the job has {}",
@@ -275,56 +314,53 @@ where
             s.num_stages
         )));
     }
-    let firsts = first_layers(&cfg.stage_layers);
-    let mut models: HashMap<usize, StageModel<C::Buf>> = HashMap::new();
-    if cfg.work == Work::Compute {
-        for st in s.stages_of(rank) {
-            let m = StageModel::new(
-                compute,
-                st,
-                firsts[st],
-                cfg.stage_layers[st],
-                cfg.shape,
-                cfg.seed,
-            )?;
-            models.insert(st, m);
-        }
-    }
-    let message_us = probe_link(comm, compute, cfg.shape)?;
+    Ok(())
+}
+
+/// Warm-up, clocks, timed steps, clocks again and the gathers, over any stages.
+fn run_stages_with<Cm, C, S>(
+    comm: &mut Cm,
+    compute: &C,
+    cfg: &PipelineConfig,
+    base: TimeBase,
+    stages: &mut S,
+    stream_clock: impl Fn(&mut Cm, usize) -> crate::comm::CommResult<Option<Box<dyn StreamClock>>>,
+) -> Result<Option<RunRecord>, PipelineError>
+where
+    Cm: Communicator,
+    C: Compute<Buf = Cm::Buffer>,
+    S: StageWork<C>,
+{
+    let s = &cfg.schedule;
+    let rank = comm.rank();
+    let message_us = probe_link(comm, compute, stages.message_len())?;
     let actions = s.compute_actions(rank).len();
-    let step = |comm: &mut Cm, models: &mut HashMap<usize, StageModel<C::Buf>>| {
-        for m in models.values_mut() {
-            m.zero_grads(compute)?;
-        }
+    let step = |comm: &mut Cm, stages: &mut S| {
+        stages.zero_grads(compute)?;
         // Events made and anchored before the barrier, off the step's time.
         let device = DeviceMarks::start(comm, &stream_clock, cfg, actions)?;
         comm.barrier()?;
-        run_step(comm, compute, cfg, models, device)
+        run_step(comm, compute, cfg, stages, device)
     };
     for _ in 0..cfg.warmup {
-        step(comm, &mut models)?;
+        step(comm, stages)?;
     }
     comm.barrier()?;
     let before = estimate_offsets(comm, clock_sync::EXCHANGES)?;
     let mut steps = Vec::with_capacity(cfg.steps);
     for _ in 0..cfg.steps {
-        steps.push(step(comm, &mut models)?);
+        steps.push(step(comm, stages)?);
     }
     comm.barrier()?;
     let after = estimate_offsets(comm, clock_sync::EXCHANGES)?;
     let gathered = gather_steps(comm, &steps)?;
-    let grad_max_err = if cfg.work == Work::Compute {
-        check_grads(comm, compute, cfg, &models)?
-    } else {
-        None
-    };
     let (Some(gathered), Some(before), Some(after)) = (gathered, before, after) else {
         return Ok(None);
     };
     let clocks = clock_sync::rank_clocks(base, &before, &after);
     Ok(Some(RunRecord {
         steps: align::onto_base(s, gathered, &clocks)?,
-        grad_max_err,
+        grad_max_err: None,
         message_us,
         clocks,
     }))
@@ -390,25 +426,26 @@ impl DeviceMarks {
 }
 
 /// One step of this rank's actions, stamped on this rank's clock.
-fn run_step<Cm, C>(
+fn run_step<Cm, C, S>(
     comm: &mut Cm,
     compute: &C,
     cfg: &PipelineConfig,
-    models: &mut HashMap<usize, StageModel<C::Buf>>,
+    stages: &mut S,
     mut device: Option<DeviceMarks>,
 ) -> Result<RankStep, PipelineError>
 where
     Cm: Communicator,
     C: Compute<Buf = Cm::Buffer>,
+    S: StageWork<C>,
 {
     let s = &cfg.schedule;
     let rank = comm.rank();
-    let count = cfg.shape.act_len();
+    let count = stages.message_len();
     let dtype = compute.dtype();
     let mut mailbox = Mailbox::new(s, rank);
     // Messages between stages of this same rank: no wire.
     let mut local: HashMap<Message, C::Buf> = HashMap::new();
-    let mut stashes: HashMap<(usize, usize), Stash<C::Buf>> = HashMap::new();
+    let mut stashes: HashMap<(usize, usize), S::Stash> = HashMap::new();
     let mut held = 0usize;
     let mut out = RankStep::default();
     let extra = match cfg.straggler {
@@ -455,7 +492,8 @@ where
                         crate::launch::duration_text(comm.timeout())
                     )));
                 }
-                std::thread::sleep(base + extra);
+                stages.stand_in(compute, a, base)?;
+                std::thread::sleep(extra);
                 match s.output_of(a) {
                     Some(_) => Some(compute.alloc(count)?),
                     None => None,
@@ -465,7 +503,7 @@ where
                 if let Some(d) = device.as_mut() {
                     d.clock.mark()?;
                 }
-                let out = compute_action(compute, cfg, models, &mut stashes, a, input)?;
+                let out = compute_action(compute, cfg, stages, &mut stashes, a, input)?;
                 if let Some(d) = device.as_mut() {
                     d.clock.mark()?;
                 }
@@ -492,7 +530,7 @@ where
             Work::Sleep(_) => held,
         };
         out.peak_activations = out.peak_activations.max(live);
-        let bytes: usize = stashes.values().map(Stash::bytes).sum();
+        let bytes: usize = stashes.values().map(|st| stages.stash_bytes(st)).sum();
         out.peak_activation_bytes = out.peak_activation_bytes.max(bytes);
         let mut sent = None;
         if let (Some((m, to_stage)), Some(buf)) = (s.output_of(a), output) {
@@ -506,6 +544,7 @@ where
             }
         }
         let end = host_now_us();
+        stages.after_action(compute, a)?;
         out.actions.push(ActionTiming {
             action: a,
             asked_us: asked,
@@ -518,6 +557,7 @@ where
         });
     }
     comm.sync()?;
+    stages.after_step(compute)?;
     if let Some(d) = device {
         d.apply(&mut out, &after_work)?;
     }
@@ -525,38 +565,27 @@ where
 }
 
 /// The real work of one action; returns the message it sends, if any.
-fn compute_action<C: Compute>(
+fn compute_action<C: Compute, S: StageWork<C>>(
     c: &C,
     cfg: &PipelineConfig,
-    models: &mut HashMap<usize, StageModel<C::Buf>>,
-    stashes: &mut HashMap<(usize, usize), Stash<C::Buf>>,
+    stages: &mut S,
+    stashes: &mut HashMap<(usize, usize), S::Stash>,
     a: Action,
     input: Option<C::Buf>,
 ) -> Result<Option<C::Buf>, PipelineError> {
     let s = &cfg.schedule;
-    let model = models.get_mut(&a.stage).ok_or_else(|| {
-        PipelineError::Protocol(format!("{a}: stage {} is not on this rank", a.stage))
-    })?;
     let missing = || PipelineError::Protocol(format!("{a}: its forward has not run"));
     match a.kind {
         ActionKind::F => {
-            let x = match input {
-                Some(x) => x,
-                None => mlp::input(c, cfg.seed, a.mb, cfg.shape)?,
-            };
-            let (y, stash) = model.forward(c, x)?;
+            let (y, stash) = stages.forward(c, a.stage, a.mb, input)?;
             stashes.insert((a.stage, a.mb), stash);
             Ok((!s.is_last(a.stage)).then_some(y))
         }
         ActionKind::B | ActionKind::I => {
-            let dy = match input {
-                Some(g) => g,
-                None => mlp::loss_grad(c, cfg.seed, a.mb, cfg.shape)?,
-            };
             let mut stash = stashes.remove(&(a.stage, a.mb)).ok_or_else(missing)?;
-            let dx = model.backward_input(c, &mut stash, dy, a.stage > 0)?;
+            let dx = stages.backward_input(c, a.stage, a.mb, &mut stash, input, a.stage > 0)?;
             if a.kind == ActionKind::B {
-                model.backward_weight(c, stash)?;
+                stages.backward_weight(c, a.stage, stash)?;
             } else {
                 stashes.insert((a.stage, a.mb), stash);
             }
@@ -564,14 +593,14 @@ fn compute_action<C: Compute>(
         }
         ActionKind::W => {
             let stash = stashes.remove(&(a.stage, a.mb)).ok_or_else(missing)?;
-            model.backward_weight(c, stash)?;
+            stages.backward_weight(c, a.stage, stash)?;
             Ok(None)
         }
     }
 }
 
 /// Half the median round trip of one activation-sized message between ranks 0 and 1.
-fn probe_link<Cm, C>(comm: &mut Cm, compute: &C, shape: MlpShape) -> Result<f64, PipelineError>
+fn probe_link<Cm, C>(comm: &mut Cm, compute: &C, count: usize) -> Result<f64, PipelineError>
 where
     Cm: Communicator,
     C: Compute<Buf = Cm::Buffer>,
@@ -581,7 +610,7 @@ where
     if comm.world() < 2 || rank > 1 {
         return Ok(0.0);
     }
-    let (count, dtype) = (shape.act_len(), compute.dtype());
+    let dtype = compute.dtype();
     let mut buf = compute.alloc(count)?;
     let mut rtts = Vec::with_capacity(TRIPS);
     for _ in 0..TRIPS {

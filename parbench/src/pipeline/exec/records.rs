@@ -8,9 +8,9 @@ use crate::pipeline::PipelineError;
 use crate::schedule::{Action, ActionKind};
 
 impl ActionTiming {
-    pub(super) const FIELDS: usize = 10;
+    pub(crate) const FIELDS: usize = 10;
 
-    pub(super) fn to_f64s(self, out: &mut Vec<f64>) {
+    pub(crate) fn to_f64s(self, out: &mut Vec<f64>) {
         let opt = |v: Option<f64>| v.unwrap_or(f64::NAN);
         out.extend([
             self.action.stage as f64,
@@ -26,7 +26,7 @@ impl ActionTiming {
         ]);
     }
 
-    pub(super) fn from_f64s(v: &[f64]) -> Option<Self> {
+    pub(crate) fn from_f64s(v: &[f64]) -> Option<Self> {
         let kind = *ActionKind::ALL.get(*v.get(1)? as usize)?;
         let opt = |i: usize| v.get(i).copied().filter(|x| !x.is_nan());
         Some(ActionTiming {
@@ -46,7 +46,7 @@ impl ActionTiming {
 /// gradients): a larger count is a malformed peer, not an allocation.
 pub(super) const MAX_RECORD_VALUES: usize = 1 << 31;
 
-pub(super) fn send_f64s<Cm: Communicator>(
+pub(crate) fn send_f64s<Cm: Communicator>(
     comm: &mut Cm,
     data: &[f64],
     to: usize,
@@ -63,7 +63,7 @@ pub(super) fn send_f64s<Cm: Communicator>(
     Ok(())
 }
 
-pub(super) fn recv_f64s<Cm: Communicator>(
+pub(crate) fn recv_f64s<Cm: Communicator>(
     comm: &mut Cm,
     from: usize,
 ) -> Result<Vec<f64>, PipelineError> {
@@ -90,7 +90,7 @@ pub(super) fn recv_f64s<Cm: Communicator>(
         .collect())
 }
 
-pub(super) fn encode_steps(steps: &[RankStep]) -> Vec<f64> {
+pub(crate) fn encode_steps(steps: &[RankStep]) -> Vec<f64> {
     let mut v = vec![steps.len() as f64];
     for st in steps {
         v.extend([
@@ -106,7 +106,7 @@ pub(super) fn encode_steps(steps: &[RankStep]) -> Vec<f64> {
     v
 }
 
-pub(super) fn decode_steps(v: &[f64], from: usize) -> Result<Vec<RankStep>, PipelineError> {
+pub(crate) fn decode_steps(v: &[f64], from: usize) -> Result<Vec<RankStep>, PipelineError> {
     let bad = || PipelineError::Protocol(format!("rank {from} sent a malformed timing record"));
     let mut it = 0usize;
     let mut next = |n: usize| -> Result<&[f64], PipelineError> {

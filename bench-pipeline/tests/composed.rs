@@ -1,0 +1,275 @@
+//! The composed dp x tp x pp step end to end (`--dp --tp --stages`): 8
+//! ranks on local threads and on tcp processes with the gradient check
+//! passing, its records (pipeline.csv's mesh columns, run.json's
+//! `composed` section, a trace with a track per rank named by its mesh
+//! coordinate), data parallel alone bit for bit, and the combinations
+//! refused in one line before anything runs. Timings are never asserted.
+
+#[path = "../../test-support/binary.rs"]
+mod binary;
+
+use parbench::results::{read_rows, PipelineRow};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_bench-pipeline"))
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!(
+        "bench-pipeline-composed-{name}-{}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// A small block, two microbatches, one step: 8 ranks in a few seconds.
+const SMALL: &str =
+    "--hidden 16 --heads 2 --seq 8 --layers-per-stage 1 --microbatches 2 --steps 1 --warmup 0";
+
+/// Runs the binary with `line` and `--out d` (60 s at most); asserts it
+/// succeeded; its standard output, rows and run.json's composed sections.
+fn run_ok(line: &str, d: &Path) -> (String, Vec<PipelineRow>, Vec<Value>) {
+    let mut cmd = bin();
+    cmd.args(line.split_whitespace())
+        .arg("--out")
+        .arg(d)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let o = binary::finish_within(cmd.spawn().unwrap(), 120);
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        o.status.success(),
+        "{line}: {out}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let rows = read_rows(&d.join("pipeline.csv")).unwrap();
+    let runs: Value = serde_json::from_slice(&std::fs::read(d.join("run.json")).unwrap()).unwrap();
+    let composed = runs
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| {
+            r["extra"]["composed"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .collect();
+    (out, rows, composed)
+}
+
+/// Every replica's check in a composed section: (max rel err, values differing).
+fn checks(c: &Value) -> Vec<(f64, u64)> {
+    c["check"]["replicas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["max_rel_err"].as_f64().unwrap(),
+                r["differing"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// What every 8-rank run must hold: one row per schedule with the mesh,
+/// both groups' traffic, a check per replica within the tolerance, every
+/// rank's breakdown, the calibration, and the trace's tracks.
+fn assert_eight_ranks(out: &str, rows: &[PipelineRow], composed: &[Value], d: &Path, check: bool) {
+    assert!(out.contains("dp 2 x tp 2 x pp 2"), "{out}");
+    assert!(!rows.is_empty());
+    for r in rows {
+        assert_eq!((r.dp, r.tp, r.stages), (2, 2, 2), "{r:?}");
+        assert!(r.tp_comm_us > 0.0 && r.dp_comm_us > 0.0, "{r:?}");
+        assert!(r.dp_exposed_us <= r.dp_comm_us + 1e-9, "{r:?}");
+        assert!(r.step_us > 0.0);
+    }
+    assert_eq!(composed.len(), rows.len());
+    for c in composed {
+        assert_eq!(c["mesh"]["world"], 8);
+        assert_eq!(
+            c["global_batch"].as_u64().unwrap(),
+            2 * c["microbatches"].as_u64().unwrap() * c["microbatch_size"].as_u64().unwrap()
+        );
+        let ranks = c["measured"]["ranks"].as_array().unwrap();
+        assert_eq!(ranks.len(), 8);
+        for r in ranks {
+            assert!(r["compute_us"].as_f64().unwrap() > 0.0, "{r}");
+            assert!(r["tp_comm_us"].as_f64().unwrap() > 0.0, "{r}");
+            assert!(r["dp_comm_us"].as_f64().unwrap() > 0.0, "{r}");
+        }
+        let cal = &c["calibration"];
+        assert!(cal["gemm"]["flop_per_s"].as_f64().unwrap() > 0.0, "{cal}");
+        assert_eq!(cal["tp_wire"]["ranks"], 2, "{cal}");
+        assert_eq!(
+            cal["dp_wire"]["points"].as_array().unwrap().len(),
+            3,
+            "{cal}"
+        );
+        assert!(cal["pipeline_link"]["message_us"].as_f64().unwrap() > 0.0);
+        let got = checks(c);
+        if check {
+            assert_eq!(got.len(), 2, "one check per replica: {c}");
+            for (err, _) in got {
+                assert!(err <= 1e-5, "{c}");
+            }
+        } else {
+            assert!(got.is_empty());
+        }
+        // The trace: a track per world rank named by its coordinate, and
+        // both groups' communication inside.
+        let trace: Value = serde_json::from_slice(
+            &std::fs::read(d.join(c["timeline"].as_str().unwrap())).unwrap(),
+        )
+        .unwrap();
+        let events = trace["traceEvents"].as_array().unwrap();
+        let names: Vec<&str> = events
+            .iter()
+            .filter(|e| e["name"] == "thread_name")
+            .filter_map(|e| e["args"]["name"].as_str())
+            .collect();
+        assert_eq!(names.len(), 8, "{names:?}");
+        assert!(
+            names.iter().any(|n| n.starts_with("rank 7 (d 1, t 1, p 1")),
+            "{names:?}"
+        );
+        for slice in ["tp comm", "dp bucket"] {
+            assert!(
+                events.iter().any(|e| e["name"] == slice),
+                "no {slice} slice"
+            );
+        }
+    }
+    assert_eq!(out.contains("check: passed"), check, "{out}");
+}
+
+#[test]
+fn dp2_tp2_pp2_on_local_threads_matches_one_rank() {
+    let d = tmp("local");
+    let (out, rows, composed) = run_ok(
+        &format!("--dp 2 --tp 2 --stages 2 --schedule 1f1b,zb-h1 {SMALL}"),
+        &d,
+    );
+    assert_eight_ranks(&out, &rows, &composed, &d, true);
+    assert!(rows.iter().all(|r| r.grad_max_err <= 1e-5), "{rows:?}");
+}
+
+#[test]
+fn dp2_tp2_pp2_on_tcp_processes_matches_one_rank() {
+    let d = tmp("tcp");
+    let (out, rows, composed) = run_ok(
+        &format!("--dp 2 --tp 2 --stages 2 --schedule 1f1b --backend tcp --overlap --bucket-mib 0.004 {SMALL}"),
+        &d,
+    );
+    assert_eight_ranks(&out, &rows, &composed, &d, true);
+    assert!(rows.iter().all(|r| r.backend == "tcp"));
+    // 4 KiB buckets split each stage's gradients.
+    let buckets = composed[0]["reduce"]["buckets_per_rank"].as_u64().unwrap();
+    assert!(buckets > 1, "{buckets}");
+}
+
+#[test]
+fn dp2_tp2_pp2_in_sleep_mode_keeps_both_groups_traffic() {
+    let d = tmp("sleep");
+    let (out, rows, composed) = run_ok(
+        &format!("--dp 2 --tp 2 --stages 2 --schedule 1f1b --work sleep:500 {SMALL}"),
+        &d,
+    );
+    assert_eight_ranks(&out, &rows, &composed, &d, false);
+    assert!(out.contains("check: not run (--work sleep:500"), "{out}");
+    let nominal = composed[0]["calibration"]["gemm"]["nominal_flop_per_s"]
+        .as_f64()
+        .unwrap();
+    assert!(nominal > 0.0);
+}
+
+/// Data parallel alone with one microbatch per replica: the reduction is
+/// a + b, the reference adds the same two microbatches in that order.
+#[test]
+fn dp2_alone_matches_one_device_bit_for_bit() {
+    let d = tmp("dp2");
+    let (_, rows, composed) = run_ok(
+        "--dp 2 --stages 1 --schedule 1f1b,zb-h1 --hidden 16 --heads 2 --seq 8 --microbatches 1 --steps 1 --warmup 0",
+        &d,
+    );
+    assert_eq!(rows.len(), 2);
+    for c in &composed {
+        let got = checks(c);
+        assert_eq!(got.len(), 2, "{c}");
+        assert!(
+            got.iter()
+                .all(|&(err, differing)| err == 0.0 && differing == 0),
+            "{c}"
+        );
+    }
+}
+
+#[test]
+fn bad_combinations_are_refused_in_one_line() {
+    let refused = |args: &[&str], want: &[&str]| {
+        binary::refused_in_one_line(bin(), args, want, "pipeline.csv")
+    };
+    refused(&["--dp", "0"], &["--dp 0"]);
+    refused(&["--overlap"], &["--overlap", "--dp or --tp"]);
+    refused(&["--tp", "2", "--overlap"], &["--dp above 1"]);
+    refused(&["--tp", "2", "--heads", "3"], &["--tp 2"]);
+    refused(
+        &["--dp", "2", "--stage-layers", "1,1,1,1"],
+        &["--stage-layers"],
+    );
+    refused(&["--dp", "2", "--order", "tp-tp-pp"], &["--order"]);
+    refused(&["--dp", "2", "--bucket-mib", "-1"], &["--bucket-mib"]);
+    refused(
+        &[
+            "--dp",
+            "2",
+            "--stages",
+            "2",
+            "--backend",
+            "tcp",
+            "--nprocs",
+            "2",
+        ],
+        &["--nprocs 2", "= 4"],
+    );
+    refused(&["--dp", "2", "--backend", "nccl"], &["--backend"]);
+    refused(
+        &["--tp", "2", "--hidden", "1000000", "--seq", "100000"],
+        &["--ffn/--seq", "but this machine has"],
+    );
+}
+
+/// Another rank order, the distributed optimizer's reduce-scatter in
+/// small buckets, and a schedule read from a compute-only CSV with split
+/// I and W passes run the same step, the check passing.
+#[test]
+fn another_order_the_reduce_scatter_and_a_csv_schedule_match_one_rank() {
+    let d = tmp("csv");
+    let csv = d.join("zb.csv");
+    std::fs::write(&csv, "0F0,0I0,0F1,0I1,0W0,0W1\n1F0,1I0,1W0,1F1,1I1,1W1\n").unwrap();
+    let (out, rows, composed) = run_ok(
+        &format!(
+            "--dp 2 --tp 2 --schedule-csv {} --order pp-dp-tp --dist-opt --bucket-mib 0.002 --hidden 16 --heads 2 --seq 8 --layers-per-stage 1 --steps 1 --warmup 0",
+            csv.display()
+        ),
+        &d,
+    );
+    assert!(
+        out.contains("order pp-dp-tp") && out.contains("reduce-scatter"),
+        "{out}"
+    );
+    assert_eq!(rows.len(), 1);
+    let c = &composed[0];
+    assert_eq!(c["mesh"]["order"], "pp-dp-tp");
+    assert_eq!(c["reduce"]["dist_opt"], true);
+    assert_eq!(c["calibration"]["dp_wire"]["collective"], "reduce_scatter");
+    let got = checks(c);
+    assert_eq!(got.len(), 2, "{c}");
+    assert!(got.iter().all(|&(err, _)| err <= 1e-5), "{c}");
+}

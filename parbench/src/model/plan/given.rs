@@ -1,0 +1,224 @@
+//! One given layout costed, not searched: a `dp x tp x pp` step of
+//! `layers_per_stage` blocks per stage with a given schedule (generated or
+//! a CSV's actions) and `M`,
+//! from given calibration figures (a GEMM rate, the tensor and data
+//! groups' fitted wires, the pipeline's one-way message time). This is
+//! what `report plan --check` holds against a measured composed step, so
+//! it costs the step the way the planner's search does
+//! ([`super::costs`]), with the block of that run instead of a preset:
+//!
+//! - compute: per block and microbatch the forward's FLOP over `t` at the
+//!   rate, the input-gradient pass the same, the weight-gradient pass the
+//!   same (backward = twice the forward);
+//! - tensor-parallel communication, exposed: each pass's collectives
+//!   (the forward's and the input-gradient pass's; the weight-gradient
+//!   pass has none) at the tensor group's fitted per-call time;
+//! - the bubble: the schedule simulator over those stage costs and the
+//!   message time, less the busiest rank's busy time;
+//! - the data-parallel reduction, exposed (no overlap: an upper bound, as
+//!   the search assumes), in buckets of at most `bucket_bytes`, each at
+//!   the data group's fitted per-call time.
+//!
+//! What it leaves out, by design: the executor's own time between actions
+//! and the sends' host time, skew between the ranks of a tensor group (a
+//! collective waits for its slowest member), and ranks sharing cores.
+
+use crate::comm::Collective;
+use crate::model::fit::per_call_terms;
+use crate::model::sim::{simulate, SimCosts, StageCosts};
+use crate::schedule::Schedule;
+
+/// A collective's time per call, fitted with the `auto` structure (one
+/// latency per call, nccl-tests' bus factor on the bytes:
+/// [`crate::model::fit::per_call_terms`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CallFit {
+    pub collective: Collective,
+    /// Ranks of the group.
+    pub ranks: usize,
+    pub alpha_s: f64,
+    pub beta_s_per_byte: f64,
+}
+
+impl CallFit {
+    /// Seconds of one call moving `bytes` (the probe's size convention).
+    pub fn seconds(&self, bytes: f64) -> f64 {
+        let t = per_call_terms(self.collective, self.ranks);
+        t.latency_steps * self.alpha_s + t.bytes_factor * bytes * self.beta_s_per_byte
+    }
+}
+
+/// The layout, as the run ran it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GivenLayout {
+    pub dp: usize,
+    pub tp: usize,
+    /// The schedule the run ran (its ranks are the pipeline's, `pp`;
+    /// generated, or a CSV's actions).
+    pub schedule: Schedule,
+    pub layers_per_stage: usize,
+    /// One block's forward on one microbatch, all tensor ranks together, FLOP.
+    pub block_forward_flops: f64,
+    /// Tensor-parallel collectives of one block's pass, and the bytes of each.
+    pub tp_calls_per_pass: usize,
+    pub tp_call_bytes: f64,
+    /// One rank's gradient bytes (all its stages) and the bucket cap.
+    pub grad_bytes: f64,
+    pub bucket_bytes: f64,
+    /// Buckets reduce-scattered (the probe's bytes are then one share).
+    pub dist_opt: bool,
+}
+
+/// What the layout is costed from.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Calibration {
+    /// Matrix-product rate of one rank, FLOP/s.
+    pub flop_per_s: f64,
+    /// `None` for a group of one rank (it sends nothing).
+    pub tp: Option<CallFit>,
+    pub dp: Option<CallFit>,
+    /// One-way time of one activation message between pipeline ranks, s.
+    pub message_s: f64,
+}
+
+/// The layout's step and its parts, seconds, for the busiest rank.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GivenCost {
+    pub compute_s: f64,
+    pub tp_comm_s: f64,
+    pub bubble_s: f64,
+    pub dp_comm_s: f64,
+    pub step_s: f64,
+    /// Buckets of one rank's reduction.
+    pub buckets: usize,
+}
+
+/// Costs `l` from `cal`; a line when it cannot (a schedule that does not
+/// generate, a rate that is not positive, a group without its wire).
+pub fn cost_given(l: &GivenLayout, cal: &Calibration) -> Result<GivenCost, String> {
+    if !(cal.flop_per_s.is_finite() && cal.flop_per_s > 0.0) {
+        return Err(format!("GEMM rate {} FLOP/s: not positive", cal.flop_per_s));
+    }
+    let call = |fit: Option<CallFit>, ranks: usize, what: &str, bytes: f64| match fit {
+        _ if ranks < 2 => Ok(0.0),
+        Some(f) => Ok(f.seconds(bytes)),
+        None => Err(format!(
+            "no fitted {what} wire for a group of {ranks} ranks"
+        )),
+    };
+    let tp_call = call(cal.tp, l.tp, "tensor-parallel", l.tp_call_bytes)?;
+    let pass = l.layers_per_stage as f64 * l.block_forward_flops / l.tp as f64 / cal.flop_per_s;
+    let pass_tp = l.layers_per_stage as f64 * l.tp_calls_per_pass as f64 * tp_call;
+    let s = &l.schedule;
+    let stages = vec![StageCosts::split(pass + pass_tp, pass + pass_tp, pass); s.num_stages];
+    let sim = simulate(
+        s,
+        &SimCosts {
+            stages,
+            latency: cal.message_s,
+            bandwidth: f64::INFINITY,
+            message_bytes: 0.0,
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    // The busiest rank's (stage, microbatch) pairs: the most stages on one rank.
+    let per_rank = ((0..s.ranks())
+        .map(|r| s.stages_of(r).len())
+        .max()
+        .unwrap_or(0)
+        * s.microbatches) as f64;
+    let compute = per_rank * 3.0 * pass;
+    let tp_comm = per_rank * 2.0 * pass_tp;
+    let busy = sim.busy.iter().copied().fold(0.0, f64::max);
+    let bubble = (sim.makespan - busy).max(0.0);
+    let (buckets, dp_comm) = if l.dp < 2 || l.grad_bytes <= 0.0 {
+        (0, 0.0)
+    } else {
+        let n = (l.grad_bytes / l.bucket_bytes.max(1.0)).ceil().max(1.0);
+        let bytes = l.grad_bytes / n;
+        let bytes = if l.dist_opt {
+            bytes / l.dp as f64
+        } else {
+            bytes
+        };
+        (n as usize, n * call(cal.dp, l.dp, "data-parallel", bytes)?)
+    };
+    Ok(GivenCost {
+        compute_s: compute,
+        tp_comm_s: tp_comm,
+        bubble_s: bubble,
+        dp_comm_s: dp_comm,
+        step_s: sim.makespan.max(busy) + dp_comm,
+        buckets,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout() -> GivenLayout {
+        GivenLayout {
+            dp: 2,
+            tp: 2,
+            schedule: crate::schedule::generate(crate::schedule::ScheduleKind::OneFOneB, 2, 4, 1)
+                .unwrap(),
+            layers_per_stage: 2,
+            block_forward_flops: 2e6,
+            tp_calls_per_pass: 2,
+            tp_call_bytes: 8192.0,
+            grad_bytes: 1e6,
+            bucket_bytes: 25.0 * 1048576.0,
+            dist_opt: false,
+        }
+    }
+
+    /// By hand: a pass is 2 blocks x 1e6 FLOP at 1e9 FLOP/s = 2 ms; the
+    /// tensor all-reduce over 2 ranks costs 10 us + 8192 B x 1 ns per call,
+    /// 2 per block and pass. 1F1B on 2 ranks with 4 microbatches and free
+    /// messages: rank 1 waits one forward, rank 0 ends with one backward
+    /// after rank 1's: (M + S - 1) (F + B) = 5 (F + B).
+    #[test]
+    fn the_parts_add_up_to_the_step_and_match_the_hand_figures() {
+        let fit = |coll| CallFit {
+            collective: coll,
+            ranks: 2,
+            alpha_s: 10e-6,
+            beta_s_per_byte: 1e-9,
+        };
+        let cal = Calibration {
+            flop_per_s: 1e9,
+            tp: Some(fit(Collective::AllReduce)),
+            dp: Some(fit(Collective::AllReduce)),
+            message_s: 0.0,
+        };
+        let c = cost_given(&layout(), &cal).unwrap();
+        // All-reduce's bus factor over 2 ranks is 2 (p-1)/p = 1.
+        let call = 10e-6 + 8192.0 * 1e-9;
+        assert!((c.compute_s - 4.0 * 3.0 * 2e-3).abs() < 1e-12, "{c:?}");
+        assert!(
+            (c.tp_comm_s - 4.0 * 2.0 * 2.0 * 2.0 * call).abs() < 1e-12,
+            "{c:?}"
+        );
+        let (f, b) = (2e-3 + 4.0 * call, 2.0 * 2e-3 + 4.0 * call);
+        let makespan = 5.0 * (f + b);
+        assert!(
+            (c.step_s - c.dp_comm_s - makespan).abs() < 1e-9,
+            "{c:?} {makespan}"
+        );
+        assert!((c.compute_s + c.tp_comm_s + c.bubble_s - makespan).abs() < 1e-9);
+        assert_eq!(c.buckets, 1);
+        assert!((c.dp_comm_s - (10e-6 + 1e6 * 1e-9)).abs() < 1e-12);
+        // Smaller buckets: more calls, more latency.
+        let small = GivenLayout {
+            bucket_bytes: 1e5,
+            ..layout()
+        };
+        let c2 = cost_given(&small, &cal).unwrap();
+        assert_eq!(c2.buckets, 10);
+        assert!((c2.dp_comm_s - 10.0 * (10e-6 + 1e5 * 1e-9)).abs() < 1e-12);
+        // A group of two without its wire cannot be costed.
+        let e = cost_given(&layout(), &Calibration { tp: None, ..cal }).unwrap_err();
+        assert!(e.contains("tensor-parallel"), "{e}");
+    }
+}

@@ -1,0 +1,605 @@
+//! One composed `dp x tp x pp` run on one rank of the world, end to end:
+//! the mesh, this rank's [`TpStages`], the schedule's steps
+//! ([`super::run_stages`]), the gradient check ([`check_composed`]), short
+//! probes of the tensor and data groups' wires at the sizes the step uses,
+//! and every rank's figures gathered on world rank 0 (each wait held to
+//! the communicator's deadline).
+//!
+//! What world rank 0 gets back ([`ComposedRecord`]) is what a binary
+//! prints and records: its own pipeline's full record (the common clock
+//! of the pipeline issue), every pipeline's steps (each on its own first
+//! rank's clock, from its step's first work start), every rank's
+//! [`StageStepTimes`] and communication spans, every replica's check.
+//!
+//! The mesh's groups are host algorithms over the world's point-to-point
+//! calls ([`crate::comm::group`]), so the stages compute on host buffers
+//! (the CPU) whatever the world's backend.
+
+use super::composed::{check_composed, GradCheck};
+use super::exec::{decode_steps, encode_steps, recv_f64s, send_f64s};
+use super::tp_stage::{CommSpan, SpanGroup, StageStepTimes, TpStageConfig, TpStages};
+use super::{run_stages, ActionTiming, PipelineConfig, PipelineError, RankStep, RunRecord, Work};
+use crate::comm::mesh::{with_mesh, Coords, MeshShape};
+use crate::comm::{Algo, Collective, Communicator, DType, HostBuffer, Io, ReduceOp};
+use crate::compute::Compute;
+use crate::layers::layout::ParamSpecs;
+use crate::measure::clock_sync::{host_now_us, TimeBase};
+use crate::model::algo::ModelAlgo;
+use crate::model::fit::{fit, AlphaBetaFit};
+use crate::stats::median;
+
+/// Everything one composed run needs; the same on every rank.
+#[derive(Clone, Debug)]
+pub struct ComposedConfig {
+    pub mesh: MeshShape,
+    pub stages: TpStageConfig,
+    /// The schedule, steps, warm-up and work (`stage_layers` is
+    /// `layers_per_stage` for every stage).
+    pub pipeline: PipelineConfig,
+    /// Run the gradient check (under `--work compute` only).
+    pub check: bool,
+    /// The groups' collectives' algorithm.
+    pub algo: Algo,
+}
+
+/// One group's wire as this run probed it: the median time of one call
+/// at each size, and the alpha-beta fit of those points (one latency per
+/// call, nccl-tests' bus factor on the bytes: [`crate::model::fit`] with
+/// the `auto` structure, since the group's algorithm is chosen by size).
+#[derive(Clone, Debug, PartialEq)]
+pub struct WireProbe {
+    pub collective: Collective,
+    /// Ranks of the group.
+    pub ranks: usize,
+    /// (bytes, median seconds of one call).
+    pub points: Vec<(u64, f64)>,
+    pub fit: Option<AlphaBetaFit>,
+}
+
+/// One rank's figures over the timed steps.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RankFigures {
+    pub rank: usize,
+    pub coords: Coords,
+    pub times: Vec<StageStepTimes>,
+    pub spans: Vec<Vec<CommSpan>>,
+}
+
+/// One (data, tensor) pipeline's timed steps, on its first rank's clock.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PipelineSteps {
+    /// World rank of the pipeline's stage rank 0.
+    pub head: usize,
+    /// `steps[i][pp_rank]`.
+    pub steps: Vec<Vec<RankStep>>,
+    /// Per pipeline rank: how far its times may be off the base.
+    pub uncertainty_us: Vec<f64>,
+}
+
+/// What world rank 0 gathered.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ComposedRecord {
+    pub mesh: MeshShape,
+    /// World rank 0's pipeline (data 0, tensor 0): the full record.
+    pub record: RunRecord,
+    /// Every pipeline, in the order of their first ranks.
+    pub pipelines: Vec<PipelineSteps>,
+    /// Every world rank, in rank order.
+    pub ranks: Vec<RankFigures>,
+    /// (data rank, its replica's check).
+    pub checks: Vec<(usize, GradCheck)>,
+    /// World rank 0's tensor group and data group, probed after the steps.
+    pub tp_wire: Option<WireProbe>,
+    pub dp_wire: Option<WireProbe>,
+}
+
+/// One rank's breakdown of a step, each figure the median over the timed
+/// steps, microseconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct RankBreakdown {
+    pub rank: usize,
+    pub coords: Coords,
+    /// The blocks' compute and the tensor-parallel collectives.
+    pub compute_us: f64,
+    pub tp_comm_us: f64,
+    /// The actions' time in all (work and sends: compute, tp comm, the
+    /// stage's own sends and the executor around them).
+    pub busy_us: f64,
+    /// Waiting for a pipeline peer that had not sent, and transfers.
+    pub wait_us: f64,
+    pub transfer_us: f64,
+    /// The data-parallel reduction, its part after the rank's last
+    /// action, and the part before (in the pipeline's idle time).
+    pub dp_comm_us: f64,
+    pub dp_exposed_us: f64,
+    pub dp_hidden_us: f64,
+    /// The step less busy time and the data-parallel reduction.
+    pub idle_us: f64,
+}
+
+impl ComposedRecord {
+    fn pipeline_of(&self, rank: usize) -> Option<&PipelineSteps> {
+        let c = self.ranks.get(rank)?.coords;
+        self.pipelines.iter().find(|p| {
+            self.ranks
+                .get(p.head)
+                .is_some_and(|h| h.coords.dp == c.dp && h.coords.tp == c.tp)
+        })
+    }
+
+    /// Each timed step of the whole world: from the first work start to
+    /// the end of the last rank's data-parallel reduction (its last
+    /// action's end plus its exposed reduction), the largest over the
+    /// pipelines, each on its own clock from its step's first work start.
+    pub fn step_us(&self) -> Vec<f64> {
+        let n = self.record.steps.len();
+        (0..n)
+            .map(|i| {
+                self.ranks
+                    .iter()
+                    .filter_map(|r| {
+                        let p = self.pipeline_of(r.rank)?;
+                        let last = p.steps.get(i)?.get(r.coords.pp)?.actions.last()?.end_us;
+                        Some(last + r.times.get(i).map_or(0.0, |t| t.dp_exposed_us))
+                    })
+                    .fold(0.0, f64::max)
+            })
+            .collect()
+    }
+
+    /// The median step, and the index of the step closest to it.
+    pub fn median_step(&self) -> (f64, usize) {
+        let steps = self.step_us();
+        let m = median(&mut steps.clone()).unwrap_or(0.0);
+        let i = steps
+            .iter()
+            .enumerate()
+            .min_by(|a, b| (a.1 - m).abs().total_cmp(&(b.1 - m).abs()))
+            .map_or(0, |(i, _)| i);
+        (m, i)
+    }
+
+    /// Every rank's breakdown: each figure the median over the timed
+    /// steps (as the step is), so that one preempted step on a shared
+    /// machine does not move it.
+    pub fn breakdown(&self) -> Vec<RankBreakdown> {
+        let steps = self.step_us();
+        self.ranks
+            .iter()
+            .map(|r| {
+                let mut per: [Vec<f64>; 9] = Default::default();
+                for (i, t) in r.times.iter().enumerate() {
+                    let acts = self
+                        .pipeline_of(r.rank)
+                        .and_then(|p| p.steps.get(i)?.get(r.coords.pp))
+                        .map(|rs| rs.actions.as_slice())
+                        .unwrap_or(&[]);
+                    let sum = |f: fn(&ActionTiming) -> f64| acts.iter().map(f).sum::<f64>();
+                    let busy = sum(ActionTiming::busy_us);
+                    let step = steps.get(i).copied().unwrap_or(0.0);
+                    for (v, x) in per.iter_mut().zip([
+                        t.compute_us,
+                        t.tp_comm_us,
+                        busy,
+                        sum(ActionTiming::waiting_us),
+                        sum(ActionTiming::transfer_us),
+                        t.dp_comm_us,
+                        t.dp_exposed_us,
+                        t.dp_hidden_us(),
+                        (step - busy - t.dp_comm_us).max(0.0),
+                    ]) {
+                        v.push(x);
+                    }
+                }
+                let [compute, tp, busy, wait, transfer, dp, exposed, hidden, idle] =
+                    per.map(|mut v| median(&mut v).unwrap_or(0.0));
+                RankBreakdown {
+                    rank: r.rank,
+                    coords: r.coords,
+                    compute_us: compute,
+                    tp_comm_us: tp,
+                    busy_us: busy,
+                    wait_us: wait,
+                    transfer_us: transfer,
+                    dp_comm_us: dp,
+                    dp_exposed_us: exposed,
+                    dp_hidden_us: hidden,
+                    idle_us: idle,
+                }
+            })
+            .collect()
+    }
+}
+
+/// Runs the composed step on this rank of `world` (a collective of the
+/// whole world). World rank 0 returns the gathered record; the others `None`.
+pub fn run_composed<W, C>(
+    world: &mut W,
+    c: &C,
+    cfg: &ComposedConfig,
+    base: TimeBase,
+) -> Result<Option<ComposedRecord>, PipelineError>
+where
+    W: Communicator,
+    C: Compute<Buf = HostBuffer>,
+{
+    let rank = world.rank();
+    let warmup = cfg.pipeline.warmup;
+    let mine = with_mesh(world, &cfg.mesh, cfg.algo, |mesh| {
+        let coords = mesh.coords;
+        let mut body = || -> Result<_, PipelineError> {
+            let s = &cfg.pipeline.schedule;
+            let work = cfg.pipeline.work;
+            let mut stages = TpStages::new(
+                c,
+                &cfg.stages,
+                s,
+                mesh.pp.rank(),
+                work,
+                &mut mesh.tp,
+                &mut mesh.dp,
+            )?;
+            let rec = run_stages(&mut mesh.pp, c, &cfg.pipeline, base, &mut stages)?;
+            let check = if cfg.check && work == Work::Compute {
+                check_composed(c, &mut stages, &mut mesh.pp, s, &cfg.stages)?
+            } else {
+                None
+            };
+            let times = stages.times.get(warmup..).unwrap_or(&[]).to_vec();
+            let spans = stages.spans.get(warmup..).unwrap_or(&[]).to_vec();
+            drop(stages);
+            let t = mesh.tp.world();
+            let tp_n = cfg.stages.block.tokens() * cfg.stages.block.shape.hidden;
+            let tp_wire = probe(c, &mut mesh.tp, Collective::AllReduce, &around(tp_n))?;
+            let grads: usize = ParamSpecs::new(&cfg.stages.block)
+                .all()
+                .iter()
+                .map(|p| p.local_len(t))
+                .sum::<usize>()
+                * cfg.stages.layers_per_stage;
+            let cap = (cfg.stages.reduce.bucket_bytes / c.dtype().size()).max(1);
+            let bucket = grads.min(cap).max(1);
+            let coll = if cfg.stages.reduce.dist_opt {
+                Collective::ReduceScatter
+            } else {
+                Collective::AllReduce
+            };
+            let dp_wire = probe(c, &mut mesh.dp, coll, &[bucket / 4, bucket / 2, bucket])?;
+            Ok((rec, check, times, spans, tp_wire, dp_wire))
+        };
+        let out = body().map_err(|e| e.into_comm(rank))?;
+        Ok((coords, out))
+    })?;
+    let (coords, (rec, check, times, spans, tp_wire, dp_wire)) = mine;
+    let figures = RankFigures {
+        rank,
+        coords,
+        times,
+        spans,
+    };
+    if rank != 0 {
+        send_f64s(world, &encode_figures(&figures), 0)?;
+        send_f64s(world, &encode_check(check), 0)?;
+        send_f64s(world, &encode_pipeline(rec.as_ref()), 0)?;
+        return Ok(None);
+    }
+    let record = rec.ok_or_else(|| {
+        PipelineError::Protocol("world rank 0 is not its pipeline's first rank".into())
+    })?;
+    let mut ranks = vec![figures];
+    let mut checks: Vec<(usize, GradCheck)> = check.map(|g| (coords.dp, g)).into_iter().collect();
+    let mut pipelines = vec![PipelineSteps {
+        head: 0,
+        steps: record.steps.clone(),
+        uncertainty_us: (0..cfg.mesh.pp).map(|r| record.uncertainty_us(r)).collect(),
+    }];
+    for from in 1..world.world() {
+        let f = decode_figures(from, &cfg.mesh, &recv_f64s(world, from)?)?;
+        if let Some(g) = decode_check(from, &recv_f64s(world, from)?)? {
+            checks.push((f.coords.dp, g));
+        }
+        if let Some(p) = decode_pipeline(from, &recv_f64s(world, from)?)? {
+            pipelines.push(p);
+        }
+        ranks.push(f);
+    }
+    Ok(Some(ComposedRecord {
+        mesh: cfg.mesh,
+        record,
+        pipelines,
+        ranks,
+        checks,
+        tp_wire,
+        dp_wire,
+    }))
+}
+
+/// A quarter, one and four times `n` elements: the block's message and
+/// two sizes around it, for a fit.
+fn around(n: usize) -> [usize; 3] {
+    [(n / 4).max(1), n.max(1), n.max(1) * 4]
+}
+
+/// Calls of one probed size: the median of these is the point.
+const PROBE_CALLS: usize = 7;
+
+/// Times `coll` over `group` at each count of elements (a collective of
+/// the group); `None` on a group of one rank, which sends nothing.
+fn probe<M, C>(
+    c: &C,
+    group: &mut M,
+    coll: Collective,
+    counts: &[usize],
+) -> Result<Option<WireProbe>, PipelineError>
+where
+    M: Communicator,
+    C: Compute<Buf = M::Buffer>,
+{
+    let p = group.world();
+    if p < 2 {
+        return Ok(None);
+    }
+    let dtype = DType::F32;
+    let mut points = Vec::new();
+    for &n in counts {
+        // A reduce-scatter needs whole shares of each rank.
+        let n = n.div_ceil(p).max(1) * p;
+        let mut buf = c.alloc(n)?;
+        let mut share = c.alloc(n / p)?;
+        let mut once = |g: &mut M| -> Result<f64, PipelineError> {
+            let start = host_now_us();
+            match coll {
+                Collective::ReduceScatter => g.reduce_scatter(
+                    Io::OutOfPlace {
+                        send: &buf,
+                        recv: &mut share,
+                    },
+                    n / p,
+                    dtype,
+                    ReduceOp::Sum,
+                )?,
+                _ => g.all_reduce(Io::InPlace(&mut buf), n, dtype, ReduceOp::Sum)?,
+            }
+            g.sync()?;
+            Ok(host_now_us() - start)
+        };
+        group.barrier()?;
+        once(group)?;
+        let mut took = (0..PROBE_CALLS)
+            .map(|_| once(group))
+            .collect::<Result<Vec<f64>, _>>()?;
+        let us = median(&mut took).unwrap_or(0.0);
+        let bytes = (if coll == Collective::ReduceScatter {
+            n / p
+        } else {
+            n
+        } * dtype.size()) as u64;
+        points.push((bytes, us * 1e-6));
+    }
+    Ok(Some(WireProbe {
+        collective: coll,
+        ranks: p,
+        fit: fit(coll, &ModelAlgo::Selector("auto".into()), p, &points).ok(),
+        points,
+    }))
+}
+
+const TIMES_FIELDS: usize = 5;
+const SPAN_FIELDS: usize = 4;
+
+fn encode_figures(f: &RankFigures) -> Vec<f64> {
+    let mut v = vec![f.times.len() as f64];
+    for t in &f.times {
+        v.extend([
+            t.compute_us,
+            t.tp_comm_us,
+            t.dp_comm_us,
+            t.dp_exposed_us,
+            t.buckets as f64,
+        ]);
+    }
+    for step in &f.spans {
+        v.push(step.len() as f64);
+        for s in step {
+            v.extend([
+                f64::from(u8::from(s.group == SpanGroup::Dp)),
+                s.action as f64,
+                s.offset_us,
+                s.dur_us,
+            ]);
+        }
+    }
+    v
+}
+
+fn malformed(from: usize, what: &str) -> PipelineError {
+    PipelineError::Protocol(format!("rank {from} sent a malformed {what}"))
+}
+
+/// A count read from a record: a whole number no larger than what is left.
+fn count(from: usize, v: Option<&f64>, left: usize, what: &str) -> Result<usize, PipelineError> {
+    match v {
+        Some(&x) if x >= 0.0 && x.fract() == 0.0 && x <= left as f64 => Ok(x as usize),
+        _ => Err(malformed(from, what)),
+    }
+}
+
+fn decode_figures(from: usize, mesh: &MeshShape, v: &[f64]) -> Result<RankFigures, PipelineError> {
+    let n = count(from, v.first(), v.len(), "figures")?;
+    let mut at = 1;
+    let mut times = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = v
+            .get(at..at + TIMES_FIELDS)
+            .ok_or_else(|| malformed(from, "figures"))?;
+        times.push(StageStepTimes {
+            compute_us: t[0],
+            tp_comm_us: t[1],
+            dp_comm_us: t[2],
+            dp_exposed_us: t[3],
+            buckets: t[4].max(0.0) as usize,
+        });
+        at += TIMES_FIELDS;
+    }
+    let mut spans = Vec::with_capacity(n);
+    for _ in 0..n {
+        let k = count(from, v.get(at), v.len(), "spans")?;
+        at += 1;
+        let raw = v
+            .get(at..at + k * SPAN_FIELDS)
+            .ok_or_else(|| malformed(from, "spans"))?;
+        spans.push(
+            raw.chunks_exact(SPAN_FIELDS)
+                .map(|s| CommSpan {
+                    group: if s[0] > 0.5 {
+                        SpanGroup::Dp
+                    } else {
+                        SpanGroup::Tp
+                    },
+                    action: s[1].max(0.0) as usize,
+                    offset_us: s[2],
+                    dur_us: s[3],
+                })
+                .collect(),
+        );
+        at += k * SPAN_FIELDS;
+    }
+    Ok(RankFigures {
+        rank: from,
+        coords: mesh.coords(from),
+        times,
+        spans,
+    })
+}
+
+fn encode_check(c: Option<GradCheck>) -> Vec<f64> {
+    match c {
+        None => vec![0.0],
+        Some(g) => vec![1.0, g.max_rel_err, g.differing as f64, g.values as f64],
+    }
+}
+
+fn decode_check(from: usize, v: &[f64]) -> Result<Option<GradCheck>, PipelineError> {
+    match v {
+        [flag] if *flag == 0.0 => Ok(None),
+        [_, err, differing, values] => Ok(Some(GradCheck {
+            max_rel_err: *err,
+            differing: differing.max(0.0) as usize,
+            values: values.max(0.0) as usize,
+        })),
+        _ => Err(malformed(from, "check")),
+    }
+}
+
+/// A pipeline's first rank sends its steps: `[1, ranks, uncertainty per
+/// rank, then per rank the length and the executor's encoding of its
+/// timed steps]`; any other rank `[0]`.
+fn encode_pipeline(rec: Option<&RunRecord>) -> Vec<f64> {
+    let Some(rec) = rec else {
+        return vec![0.0];
+    };
+    let ranks = rec.steps.first().map_or(0, Vec::len);
+    let mut v = vec![1.0, ranks as f64];
+    v.extend((0..ranks).map(|r| rec.uncertainty_us(r)));
+    for r in 0..ranks {
+        let mine: Vec<RankStep> = rec.steps.iter().filter_map(|s| s.get(r).cloned()).collect();
+        let enc = encode_steps(&mine);
+        v.push(enc.len() as f64);
+        v.extend(enc);
+    }
+    v
+}
+
+fn decode_pipeline(from: usize, v: &[f64]) -> Result<Option<PipelineSteps>, PipelineError> {
+    if v.first() == Some(&0.0) && v.len() == 1 {
+        return Ok(None);
+    }
+    let bad = || malformed(from, "pipeline record");
+    let ranks = count(from, v.get(1), v.len(), "pipeline record")?;
+    let unc = v.get(2..2 + ranks).ok_or_else(bad)?.to_vec();
+    let mut at = 2 + ranks;
+    // Per rank its steps; then turned round into steps of ranks.
+    let mut per_rank = Vec::with_capacity(ranks);
+    for _ in 0..ranks {
+        let n = count(from, v.get(at), v.len(), "pipeline record")?;
+        at += 1;
+        per_rank.push(decode_steps(v.get(at..at + n).ok_or_else(bad)?, from)?);
+        at += n;
+    }
+    let steps = per_rank.first().map_or(0, Vec::len);
+    if per_rank.iter().any(|r| r.len() != steps) {
+        return Err(bad());
+    }
+    let steps = (0..steps)
+        .map(|i| per_rank.iter().map(|r| r[i].clone()).collect())
+        .collect();
+    Ok(Some(PipelineSteps {
+        head: from,
+        steps,
+        uncertainty_us: unc,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::comm::mesh::Order;
+
+    #[test]
+    fn figures_and_checks_cross_the_wire_unchanged() {
+        let mesh = MeshShape::new(2, 2, 2, Order::MEGATRON).unwrap();
+        let f = RankFigures {
+            rank: 5,
+            coords: mesh.coords(5),
+            times: vec![StageStepTimes {
+                compute_us: 1.5,
+                tp_comm_us: 2.0,
+                dp_comm_us: 3.0,
+                dp_exposed_us: 1.0,
+                buckets: 2,
+            }],
+            spans: vec![vec![CommSpan {
+                group: SpanGroup::Dp,
+                action: 3,
+                offset_us: 10.0,
+                dur_us: 4.0,
+            }]],
+        };
+        assert_eq!(decode_figures(5, &mesh, &encode_figures(&f)).unwrap(), f);
+        let g = GradCheck {
+            max_rel_err: 1e-7,
+            differing: 3,
+            values: 10,
+        };
+        assert_eq!(decode_check(1, &encode_check(Some(g))).unwrap(), Some(g));
+        assert_eq!(decode_check(1, &encode_check(None)).unwrap(), None);
+        assert!(decode_figures(5, &mesh, &[3.0, 1.0]).is_err());
+        let step = |t: f64| RankStep {
+            actions: vec![ActionTiming {
+                action: crate::schedule::Action::new(0, crate::schedule::ActionKind::F, 1),
+                asked_us: t,
+                arrived_us: None,
+                input_sent_us: Some(t + 1.0),
+                start_us: t + 2.0,
+                work_end_us: t + 3.0,
+                sent_us: None,
+                end_us: t + 4.0,
+            }],
+            peak_activations: 1,
+            peak_activation_bytes: 64,
+            device_uncertainty_us: 0.0,
+        };
+        let rec = RunRecord {
+            steps: vec![vec![step(0.0), step(10.0)], vec![step(20.0), step(30.0)]],
+            grad_max_err: None,
+            message_us: 1.0,
+            clocks: Vec::new(),
+        };
+        let p = decode_pipeline(4, &encode_pipeline(Some(&rec)))
+            .unwrap()
+            .unwrap();
+        assert_eq!((p.head, &p.steps), (4, &rec.steps));
+        assert_eq!(decode_pipeline(4, &encode_pipeline(None)).unwrap(), None);
+        assert!(decode_pipeline(1, &[1.0, 9.0]).is_err());
+    }
+}

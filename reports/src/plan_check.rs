@@ -1,0 +1,340 @@
+//! `report plan --check DIR`: for each composed `dp x tp x pp` run in DIR
+//! (run.json's `composed` sections, written by `bench-pipeline --dp/--tp`),
+//! the planner's cost of that one layout ([`parbench::model::plan::cost_given`])
+//! from the figures the same run calibrated (its GEMM rate, its tensor and
+//! data groups' fitted wires, its pipeline link), beside the measurement
+//! term by term, and the term that parts most. Written to
+//! `DIR/plan-check.csv`, which `report html` draws.
+
+use crate::table::Table;
+use anyhow::{bail, Context, Result};
+use parbench::comm::Collective;
+use parbench::model::plan::{cost_given, Calibration, CallFit, GivenCost, GivenLayout};
+use parbench::schedule::{generate, parse_csv, ScheduleKind};
+use serde_json::Value;
+use std::path::Path;
+
+/// The file `report plan --check` writes and `report html` reads.
+pub const PLAN_CHECK_FILE: &str = "plan-check.csv";
+
+/// One term of one layout: measured beside predicted.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct CheckRow {
+    pub layout: String,
+    pub term: String,
+    pub measured_us: f64,
+    pub predicted_us: f64,
+    /// predicted / measured.
+    pub ratio: f64,
+}
+
+/// The terms, in the order they are printed, and what each measures (each
+/// per rank: the median over the timed steps, averaged over the ranks).
+const TERMS: [(&str, &str); 6] = [
+    ("compute", "the blocks' compute, per rank per step"),
+    (
+        "tp_comm",
+        "the tensor-parallel collectives, per rank per step",
+    ),
+    (
+        "bubble",
+        "idle in the pipeline: the step less busy time and the reduction",
+    ),
+    ("dp_comm", "the data-parallel reduction, per rank per step"),
+    (
+        "other",
+        "sends and the executor between actions (the planner has none)",
+    ),
+    ("step", "the step"),
+];
+
+/// The number at `path` in `v`, or a line naming what is missing.
+fn num(v: &Value, path: &[&str]) -> Result<f64, String> {
+    let mut at = v;
+    for p in path {
+        at = &at[*p];
+    }
+    at.as_f64()
+        .ok_or_else(|| format!("no number at {}", path.join(".")))
+}
+
+fn count(v: &Value, path: &[&str]) -> Result<usize, String> {
+    let x = num(v, path)?;
+    if x >= 0.0 && x.fract() == 0.0 {
+        Ok(x as usize)
+    } else {
+        Err(format!("{} {x}: not a count", path.join(".")))
+    }
+}
+
+/// A group's fitted wire in a composed section, `None` for a group of one.
+fn call_fit(c: &Value, key: &str) -> Result<Option<CallFit>, String> {
+    let w = &c["calibration"][key];
+    if w.is_null() {
+        return Ok(None);
+    }
+    let coll: Collective = w["collective"]
+        .as_str()
+        .ok_or_else(|| format!("{key}: no collective"))?
+        .parse()
+        .map_err(|e| format!("{key}: {e}"))?;
+    if w["fit"].is_null() {
+        return Err(format!("{key}: the probe's points gave no fit"));
+    }
+    Ok(Some(CallFit {
+        collective: coll,
+        ranks: count(w, &["ranks"])?,
+        alpha_s: num(w, &["fit", "alpha_us"])? * 1e-6,
+        beta_s_per_byte: num(w, &["fit", "beta_us_per_byte"])? * 1e-6,
+    }))
+}
+
+/// The layout and calibration of one composed section.
+fn given_of(c: &Value) -> Result<(GivenLayout, Calibration), String> {
+    let name = c["schedule"].as_str().unwrap_or("");
+    // The actions the run ran, or (a section without them) its generator.
+    let schedule = match c["schedule_csv"].as_str() {
+        Some(text) => parse_csv(text, "run.json", name).map_err(|e| e.to_string())?,
+        None => {
+            let kind: ScheduleKind = name.parse().map_err(|_| {
+                format!("schedule '{name}' is not generated and the section has no schedule_csv")
+            })?;
+            let (pp, m) = (count(c, &["mesh", "pp"])?, count(c, &["microbatches"])?);
+            generate(kind, pp, m, count(c, &["chunks"])?).map_err(|e| e.to_string())?
+        }
+    };
+    let sleep = c["work"].as_str().unwrap_or("").starts_with("sleep:");
+    // Under --work sleep the compute stands for the rate the sleeps imply.
+    let rate = if sleep {
+        num(c, &["calibration", "gemm", "nominal_flop_per_s"])?
+    } else {
+        num(c, &["calibration", "gemm", "flop_per_s"])?
+    };
+    let dist_opt = c["reduce"]["dist_opt"].as_bool().unwrap_or(false);
+    let layout = GivenLayout {
+        dp: count(c, &["mesh", "dp"])?,
+        tp: count(c, &["mesh", "tp"])?,
+        schedule,
+        layers_per_stage: count(c, &["layers_per_stage"])?,
+        block_forward_flops: num(c, &["calibration", "gemm", "block_forward_flops"])?,
+        tp_calls_per_pass: count(c, &["calibration", "tp_calls", "per_block_pass"])?,
+        tp_call_bytes: num(c, &["calibration", "tp_calls", "bytes"])?,
+        grad_bytes: num(c, &["reduce", "grad_bytes_per_rank"])?,
+        bucket_bytes: num(c, &["reduce", "bucket_bytes"])?,
+        dist_opt,
+    };
+    let cal = Calibration {
+        flop_per_s: rate,
+        tp: call_fit(c, "tp_wire")?,
+        dp: call_fit(c, "dp_wire")?,
+        message_s: num(c, &["calibration", "pipeline_link", "message_us"])? * 1e-6,
+    };
+    Ok((layout, cal))
+}
+
+/// The measured terms of a composed section, microseconds, in [`TERMS`]' order.
+fn measured(c: &Value) -> Result<[f64; 6], String> {
+    let ranks = c["measured"]["ranks"]
+        .as_array()
+        .filter(|r| !r.is_empty())
+        .ok_or("no ranks measured")?;
+    let mean = |k: &str| -> Result<f64, String> {
+        let mut s = 0.0;
+        for r in ranks {
+            s += num(r, &[k])?;
+        }
+        Ok(s / ranks.len() as f64)
+    };
+    let (compute, tp, busy) = (mean("compute_us")?, mean("tp_comm_us")?, mean("busy_us")?);
+    Ok([
+        compute,
+        tp,
+        mean("idle_us")?,
+        mean("dp_comm_us")?,
+        (busy - compute - tp).max(0.0),
+        num(c, &["measured", "step_us"])?,
+    ])
+}
+
+fn predicted(p: &GivenCost) -> [f64; 6] {
+    [
+        p.compute_s * 1e6,
+        p.tp_comm_s * 1e6,
+        p.bubble_s * 1e6,
+        p.dp_comm_s * 1e6,
+        0.0,
+        p.step_s * 1e6,
+    ]
+}
+
+/// A composed section's name in tables: its layout and run.
+fn layout_name(run_id: &str, c: &Value) -> String {
+    format!(
+        "dp{}xtp{}xpp{} {} M{} v{} {} {}",
+        c["mesh"]["dp"],
+        c["mesh"]["tp"],
+        c["mesh"]["pp"],
+        c["schedule"].as_str().unwrap_or("?"),
+        c["microbatches"],
+        c["chunks"],
+        c["work"].as_str().unwrap_or("?"),
+        run_id
+    )
+}
+
+/// The rows of one composed section.
+pub fn check_rows(run_id: &str, c: &Value) -> Result<Vec<CheckRow>, String> {
+    let (layout, cal) = given_of(c)?;
+    let cost = cost_given(&layout, &cal)?;
+    let name = layout_name(run_id, c);
+    let m = measured(c)?;
+    let p = predicted(&cost);
+    Ok(TERMS
+        .iter()
+        .zip(m.iter().zip(p))
+        .map(|((term, _), (&measured_us, predicted_us))| CheckRow {
+            layout: name.clone(),
+            term: term.to_string(),
+            measured_us,
+            predicted_us,
+            ratio: if measured_us > 0.0 {
+                predicted_us / measured_us
+            } else {
+                f64::NAN
+            },
+        })
+        .collect())
+}
+
+/// The term (not the step) whose prediction is furthest from its
+/// measurement, in microseconds.
+pub fn parts_most(rows: &[CheckRow]) -> Option<&CheckRow> {
+    rows.iter().filter(|r| r.term != "step").max_by(|a, b| {
+        (a.predicted_us - a.measured_us)
+            .abs()
+            .total_cmp(&(b.predicted_us - b.measured_us).abs())
+    })
+}
+
+/// A composed run whose ranks computed on fewer cores than ranks: the
+/// planner gives each rank its own device, so a collective that waits for
+/// a partner off its core is time it does not model. `None` otherwise.
+fn shared_cores(c: &Value, cores: usize) -> Option<String> {
+    let world = c["mesh"]["world"].as_u64()? as usize;
+    let computes = c["work"].as_str()? == "compute";
+    (computes && cores > 0 && world > cores).then(|| {
+        format!(
+            "note: {world} ranks computed on {cores} cores: the planner gives every rank its own device, so a collective's wait for a partner that had no core (in tp_comm and dp_comm) is outside its model"
+        )
+    })
+}
+
+/// Every composed section of `dir`'s run.json: (run id, section, the host's cores).
+fn composed_sections(dir: &Path) -> Result<Vec<(String, Value, usize)>> {
+    let runs = parbench::results::read_runs(dir)
+        .with_context(|| format!("{}: reading run.json", dir.display()))?;
+    let mut out = Vec::new();
+    for r in runs {
+        match r.extra.get("composed").and_then(Value::as_array) {
+            Some(list) => out.extend(list.iter().map(|c| (r.run_id.clone(), c.clone(), r.cores))),
+            None => eprintln!(
+                "report: {} ({}): no composed section, skipped",
+                r.run_id, r.suite
+            ),
+        }
+    }
+    Ok(out)
+}
+
+pub fn run(dir: &Path) -> Result<()> {
+    if !dir.is_dir() {
+        bail!("--check {}: not a folder", dir.display());
+    }
+    let sections = composed_sections(dir)?;
+    if sections.is_empty() {
+        bail!(
+            "--check {}: no composed dp x tp x pp run in run.json (bench-pipeline --dp/--tp writes them)",
+            dir.display()
+        );
+    }
+    let mut all = Vec::new();
+    for (run_id, c, cores) in &sections {
+        let rows = match check_rows(run_id, c) {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("report: {}: skipped: {e}", layout_name(run_id, c));
+                continue;
+            }
+        };
+        let mut t = Table::new(["term", "measured_us", "predicted_us", "ratio", "what"]);
+        for (r, (_, what)) in rows.iter().zip(TERMS) {
+            t.row([
+                r.term.clone(),
+                format!("{:.0}", r.measured_us),
+                format!("{:.0}", r.predicted_us),
+                if r.ratio.is_finite() {
+                    format!("{:.2}", r.ratio)
+                } else {
+                    "-".into()
+                },
+                what.to_string(),
+            ]);
+        }
+        parbench::outln!("{}", rows[0].layout);
+        parbench::out!("{}", t.text());
+        if let Some(step) = rows.iter().find(|r| r.term == "step") {
+            parbench::outln!(
+                "step predicted within {:.0}% of the measurement",
+                100.0 * (step.ratio - 1.0).abs()
+            );
+        }
+        if let Some(w) = parts_most(&rows) {
+            parbench::outln!(
+                "parts most: {} (measured {:.0} us, predicted {:.0} us, {:+.0} us)",
+                w.term,
+                w.measured_us,
+                w.predicted_us,
+                w.predicted_us - w.measured_us
+            );
+        }
+        if let Some(note) = shared_cores(c, *cores) {
+            parbench::outln!("{note}");
+        }
+        parbench::outln!("");
+        all.extend(rows);
+    }
+    if all.is_empty() {
+        bail!(
+            "--check {}: no composed run could be costed (each skipped above)",
+            dir.display()
+        );
+    }
+    let path = dir.join(PLAN_CHECK_FILE);
+    write_rows(&path, &all)?;
+    eprintln!("report: wrote {}", path.display());
+    Ok(())
+}
+
+fn write_rows(path: &Path, rows: &[CheckRow]) -> Result<()> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    for r in rows {
+        w.serialize(r)?;
+    }
+    let bytes = w.into_inner().map_err(|e| anyhow::anyhow!("{e}"))?;
+    parbench::results::write_atomic(path, &bytes)
+        .with_context(|| format!("{}: cannot write", path.display()))?;
+    Ok(())
+}
+
+/// `dir`'s plan-check.csv, or none; a file that does not parse is one line.
+pub fn read_rows(dir: &Path) -> Result<Vec<CheckRow>> {
+    let path = dir.join(PLAN_CHECK_FILE);
+    if !path.exists() {
+        return Ok(Vec::new());
+    }
+    let mut rd = csv::Reader::from_path(&path)
+        .with_context(|| format!("{}: cannot read", path.display()))?;
+    rd.deserialize()
+        .map(|r| r.with_context(|| format!("{}: not a plan-check file", path.display())))
+        .collect()
+}

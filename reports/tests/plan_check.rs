@@ -1,0 +1,161 @@
+//! `report plan --check DIR`: each composed run of a recorded folder
+//! (`fixtures/composed`: real bench-pipeline runs, see the fixtures'
+//! README) costed from its own calibration beside its measurement, the
+//! rows written to plan-check.csv and drawn by `report html`; a run
+//! without a composed section skipped with a line; no composed run at
+//! all one line, exit 2. No timing of this machine is asserted: the
+//! fixture's figures are given.
+
+mod common;
+use common::*;
+use serde_json::Value;
+
+/// The fixture's composed sections, in order.
+fn sections(dir: &std::path::Path) -> Vec<Value> {
+    let runs: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("run.json")).unwrap()).unwrap();
+    runs.as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| {
+            r["extra"]["composed"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+fn mean(c: &Value, key: &str) -> f64 {
+    let r = c["measured"]["ranks"].as_array().unwrap();
+    r.iter().map(|x| x[key].as_f64().unwrap()).sum::<f64>() / r.len() as f64
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-6 * a.abs().max(b.abs()).max(1.0)
+}
+
+#[test]
+fn every_composed_run_gets_its_terms_beside_the_prediction() {
+    let d = copy_fixture("composed", "plan-check");
+    let o = report(&["plan", "--check", d.to_str().unwrap()]);
+    let (out, err) = (stdout(&o), stderr(&o));
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(err.contains("no composed section, skipped"), "{err}");
+    let mut rd = csv::Reader::from_path(d.join("plan-check.csv")).unwrap();
+    assert_eq!(
+        rd.headers().unwrap().iter().collect::<Vec<_>>(),
+        ["layout", "term", "measured_us", "predicted_us", "ratio"]
+    );
+    let rows: Vec<(String, String, f64, f64, f64)> = rd.deserialize().map(|r| r.unwrap()).collect();
+    let cs = sections(&d);
+    assert_eq!(cs.len(), 2, "a sleep run and a compute run");
+    assert_eq!(rows.len(), 6 * cs.len());
+    for (c, rows) in cs.iter().zip(rows.chunks(6)) {
+        let terms: Vec<&str> = rows.iter().map(|r| r.1.as_str()).collect();
+        assert_eq!(
+            terms,
+            ["compute", "tp_comm", "bubble", "dp_comm", "other", "step"]
+        );
+        let get = |t: &str| rows.iter().find(|r| r.1 == t).unwrap();
+        // Measured: the section's own figures.
+        assert!(close(get("compute").2, mean(c, "compute_us")));
+        assert!(close(get("tp_comm").2, mean(c, "tp_comm_us")));
+        assert!(close(get("bubble").2, mean(c, "idle_us")));
+        assert!(close(get("dp_comm").2, mean(c, "dp_comm_us")));
+        assert!(close(
+            get("step").2,
+            c["measured"]["step_us"].as_f64().unwrap()
+        ));
+        // Predicted: the parts add up to the step; ratios are predicted / measured.
+        let parts: f64 = ["compute", "tp_comm", "bubble", "dp_comm"]
+            .iter()
+            .map(|t| get(t).3)
+            .sum();
+        assert!(close(parts, get("step").3), "{rows:?}");
+        for r in rows.iter().filter(|r| r.2 > 0.0) {
+            assert!(close(r.4, r.3 / r.2), "{r:?}");
+        }
+        let (m, mb) = (
+            c["microbatches"].as_f64().unwrap(),
+            c["work"].as_str().unwrap(),
+        );
+        match mb.strip_prefix("sleep:") {
+            // Every (stage, microbatch) sleeps 3 US: F, I and W, or F and B.
+            Some(us) => assert!(close(
+                get("compute").3,
+                3.0 * us.parse::<f64>().unwrap() * m
+            )),
+            // The rate came from this compute time: it gives it back.
+            None => assert!(close(get("compute").3, get("compute").2)),
+        }
+        // One bucket per rank at 25 MiB: one call at the data group's fit.
+        let fit = &c["calibration"]["dp_wire"]["fit"];
+        let bytes = c["reduce"]["grad_bytes_per_rank"].as_f64().unwrap();
+        let one =
+            fit["alpha_us"].as_f64().unwrap() + bytes * fit["beta_us_per_byte"].as_f64().unwrap();
+        assert!(
+            close(get("dp_comm").3, one),
+            "{} vs {one}",
+            get("dp_comm").3
+        );
+    }
+    assert_eq!(out.matches("parts most: ").count(), 2, "{out}");
+    assert_eq!(out.matches("step predicted within").count(), 2, "{out}");
+    // report html draws the rows.
+    let html = d.join("r.html");
+    let o = report(&["html", d.to_str().unwrap(), "-o", html.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(
+        page.contains("plan-check.csv") && page.contains("Parts most: "),
+        "no plan-check section"
+    );
+}
+
+#[test]
+fn a_folder_without_a_composed_run_is_one_line() {
+    let d = scratch("plan-check-none");
+    let o = report(&["plan", "--check", d.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = stderr(&o);
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains("no composed dp x tp x pp run"), "{err}");
+    assert!(!d.join("plan-check.csv").exists());
+}
+
+/// A section that carries its actions (`schedule_csv`, what bench-pipeline
+/// writes, so a CSV schedule is costed too) gives the rows its generator gives.
+#[test]
+fn a_schedule_given_as_its_actions_is_costed_as_the_generated_one() {
+    let rows_of = |d: &std::path::Path| -> Vec<(String, String, f64, f64, f64)> {
+        let o = report(&["plan", "--check", d.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        let mut rd = csv::Reader::from_path(d.join("plan-check.csv")).unwrap();
+        rd.deserialize().map(|r| r.unwrap()).collect()
+    };
+    let generated = rows_of(&copy_fixture("composed", "plan-check-gen"));
+    let d = copy_fixture("composed", "plan-check-csv");
+    let mut runs: Value =
+        serde_json::from_slice(&std::fs::read(d.join("run.json")).unwrap()).unwrap();
+    for r in runs.as_array_mut().unwrap() {
+        for c in r["extra"]["composed"].as_array_mut().into_iter().flatten() {
+            let kind = c["schedule"].as_str().unwrap().parse().unwrap();
+            let (pp, m, v) = (
+                c["mesh"]["pp"].as_u64().unwrap() as usize,
+                c["microbatches"].as_u64().unwrap() as usize,
+                c["chunks"].as_u64().unwrap() as usize,
+            );
+            let s = parbench::schedule::generate(kind, pp, m, v).unwrap();
+            c["schedule_csv"] = Value::from(parbench::schedule::to_csv(&s));
+            c["schedule"] = Value::from("csv:mine.csv");
+        }
+    }
+    std::fs::write(d.join("run.json"), serde_json::to_vec(&runs).unwrap()).unwrap();
+    let given = rows_of(&d);
+    assert_eq!(generated.len(), given.len());
+    for (a, b) in generated.iter().zip(&given) {
+        assert_eq!((&a.1, a.2, a.3), (&b.1, b.2, b.3), "{a:?} {b:?}");
+        assert!(b.0.contains("csv:mine.csv"), "{b:?}");
+    }
+}
