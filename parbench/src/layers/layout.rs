@@ -144,18 +144,53 @@ impl TensorSpec {
     }
 }
 
-/// The block's parameters, in a fixed order (weights, then their biases).
+/// The block's eight parameters, as anything one holds per parameter: their
+/// specs ([`ParamSpecs`]), their shards or gradients on a device; in a fixed
+/// order, weights then their biases.
 #[derive(Clone, Debug, PartialEq)]
-pub struct ParamSpecs {
-    pub w_qkv: TensorSpec,
-    pub b_qkv: TensorSpec,
-    pub w_o: TensorSpec,
-    pub b_o: TensorSpec,
-    pub w_1: TensorSpec,
-    pub b_1: TensorSpec,
-    pub w_2: TensorSpec,
-    pub b_2: TensorSpec,
+pub struct Params<B> {
+    pub w_qkv: B,
+    pub b_qkv: B,
+    pub w_o: B,
+    pub b_o: B,
+    pub w_1: B,
+    pub b_1: B,
+    pub w_2: B,
+    pub b_2: B,
 }
+
+impl<B> Params<B> {
+    /// Every tensor, in order.
+    pub fn all(&self) -> [&B; 8] {
+        [
+            &self.w_qkv,
+            &self.b_qkv,
+            &self.w_o,
+            &self.b_o,
+            &self.w_1,
+            &self.b_1,
+            &self.w_2,
+            &self.b_2,
+        ]
+    }
+
+    /// One `T` per parameter from this one's, stopping at the first error.
+    pub fn try_map<T, E>(&self, mut f: impl FnMut(&B) -> Result<T, E>) -> Result<Params<T>, E> {
+        Ok(Params {
+            w_qkv: f(&self.w_qkv)?,
+            b_qkv: f(&self.b_qkv)?,
+            w_o: f(&self.w_o)?,
+            b_o: f(&self.b_o)?,
+            w_1: f(&self.w_1)?,
+            b_1: f(&self.b_1)?,
+            w_2: f(&self.w_2)?,
+            b_2: f(&self.b_2)?,
+        })
+    }
+}
+
+/// The block's parameters: each one's shape, split and seeded values.
+pub type ParamSpecs = Params<TensorSpec>;
 
 impl ParamSpecs {
     /// The parameters of `cfg`'s block. Weights are scaled by
@@ -188,20 +223,6 @@ impl ParamSpecs {
             w_2: w("w_2", 7, f, h, Split::Rows),
             b_2: b("b_2", 8, h, Split::Whole),
         }
-    }
-
-    /// Every parameter, in order.
-    pub fn all(&self) -> [&TensorSpec; 8] {
-        [
-            &self.w_qkv,
-            &self.b_qkv,
-            &self.w_o,
-            &self.b_o,
-            &self.w_1,
-            &self.b_1,
-            &self.w_2,
-            &self.b_2,
-        ]
     }
 
     /// How the gradients are split: like the parameters, except that the

@@ -1,0 +1,193 @@
+//! Scaled-dot-product attention of a rank's heads and its backward.
+
+use super::super::LayerResult;
+use super::state::{Acts, GradActs};
+use super::Dims;
+use crate::compute::{Compute, Gemm};
+
+/// Where a sequence's keys and values live: the fused QKV rows (prefill) or
+/// the KV cache (decode); offsets of head 0 and the row stride.
+struct KvView<'a, B> {
+    k: &'a B,
+    k_off: usize,
+    v: &'a B,
+    v_off: usize,
+    ld: usize,
+}
+
+fn kv_view<'a, B>(
+    dims: &Dims,
+    qkv: &'a B,
+    cache: (&'a Option<B>, &'a Option<B>),
+    b: usize,
+) -> KvView<'a, B> {
+    let Dims { hl, l, lq, .. } = *dims;
+    match (cache.0.as_ref(), cache.1.as_ref()) {
+        (Some(k), Some(v)) => KvView {
+            k,
+            k_off: b * l * hl,
+            v,
+            v_off: b * l * hl,
+            ld: hl,
+        },
+        _ => {
+            let row = b * lq * 3 * hl;
+            KvView {
+                k: qkv,
+                k_off: row + hl,
+                v: qkv,
+                v_off: row + 2 * hl,
+                ld: 3 * hl,
+            }
+        }
+    }
+}
+
+/// A product batched over this rank's heads (head i adds `i d` to the offset
+/// of every operand that is a head's column slice).
+fn per_head(
+    dims: &Dims,
+    (m, n, k): (usize, usize, usize),
+    (trans_a, a_offset, lda, stride_a): (bool, usize, usize, usize),
+    (trans_b, b_offset, ldb, stride_b): (bool, usize, usize, usize),
+    (c_offset, ldc, stride_c): (usize, usize, usize),
+    alpha: f32,
+) -> Gemm {
+    Gemm {
+        m,
+        n,
+        k,
+        trans_a,
+        trans_b,
+        a_offset,
+        lda,
+        b_offset,
+        ldb,
+        c_offset,
+        ldc,
+        alpha,
+        beta: 0.0,
+        batch: dims.al,
+        stride_a,
+        stride_b,
+        stride_c,
+    }
+}
+
+/// Scaled-dot-product attention of this rank's heads:
+/// `ctx = softmax(Q K^T / sqrt(d)) V`, causal in prefill.
+pub(super) fn attention_forward<C: Compute>(
+    dev: &C,
+    dims: &Dims,
+    decode: bool,
+    a: &mut Acts<C::Buf>,
+) -> LayerResult<()> {
+    let Dims {
+        hl,
+        al,
+        d,
+        batch,
+        lq,
+        l,
+        ..
+    } = *dims;
+    let scale = 1.0 / (d as f32).sqrt();
+    let sq = lq * l;
+    for b in 0..batch {
+        let kv = kv_view(dims, &a.qkv, (&a.k_cache, &a.v_cache), b);
+        let g = per_head(
+            dims,
+            (lq, l, d),
+            (false, b * lq * 3 * hl, 3 * hl, d),
+            (true, kv.k_off, kv.ld, d),
+            (b * al * sq, l, sq),
+            scale,
+        );
+        dev.gemm(&g, &a.qkv, kv.k, &mut a.probs)?;
+    }
+    dev.softmax(&mut a.probs, 0, batch * al * lq, l, !decode)?;
+    for b in 0..batch {
+        let kv = kv_view(dims, &a.qkv, (&a.k_cache, &a.v_cache), b);
+        let g = per_head(
+            dims,
+            (lq, d, l),
+            (false, b * al * sq, l, sq),
+            (false, kv.v_off, kv.ld, d),
+            (b * lq * hl, hl, d),
+            1.0,
+        );
+        dev.gemm(&g, &a.probs, kv.v, &mut a.ctx)?;
+    }
+    Ok(())
+}
+
+/// Backward of [`attention_forward`] in prefill: `dqkv` from `dctx`.
+pub(super) fn attention_backward<C: Compute>(
+    dev: &C,
+    dims: &Dims,
+    a: &Acts<C::Buf>,
+    ga: &mut GradActs<C::Buf>,
+) -> LayerResult<()> {
+    let Dims {
+        hl,
+        al,
+        d,
+        batch,
+        lq,
+        l,
+        ..
+    } = *dims;
+    let scale = 1.0 / (d as f32).sqrt();
+    let sq = lq * l;
+    for b in 0..batch {
+        let (q_off, o_off, p_off) = (b * lq * 3 * hl, b * lq * hl, b * al * sq);
+        let v_off = q_off + 2 * hl;
+        // dP = dO V^T
+        let g = per_head(
+            dims,
+            (lq, l, d),
+            (false, o_off, hl, d),
+            (true, v_off, 3 * hl, d),
+            (p_off, l, sq),
+            1.0,
+        );
+        dev.gemm(&g, &ga.dctx, &a.qkv, &mut ga.dprobs)?;
+        // dV = P^T dO
+        let g = per_head(
+            dims,
+            (l, d, lq),
+            (true, p_off, l, sq),
+            (false, o_off, hl, d),
+            (v_off, 3 * hl, d),
+            1.0,
+        );
+        dev.gemm(&g, &a.probs, &ga.dctx, &mut ga.dqkv)?;
+    }
+    // dS = softmax'(P) dP, in place; then the scale of S = scale Q K^T.
+    dev.softmax_backward(&a.probs, &mut ga.dprobs, 0, batch * al * lq, l)?;
+    for b in 0..batch {
+        let (q_off, p_off) = (b * lq * 3 * hl, b * al * sq);
+        let k_off = q_off + hl;
+        // dQ = scale dS K
+        let g = per_head(
+            dims,
+            (lq, d, l),
+            (false, p_off, l, sq),
+            (false, k_off, 3 * hl, d),
+            (q_off, 3 * hl, d),
+            scale,
+        );
+        dev.gemm(&g, &ga.dprobs, &a.qkv, &mut ga.dqkv)?;
+        // dK = scale dS^T Q
+        let g = per_head(
+            dims,
+            (l, d, lq),
+            (true, p_off, l, sq),
+            (false, q_off, 3 * hl, d),
+            (k_off, 3 * hl, d),
+            scale,
+        );
+        dev.gemm(&g, &ga.dprobs, &a.qkv, &mut ga.dqkv)?;
+    }
+    Ok(())
+}
