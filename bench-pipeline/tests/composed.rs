@@ -7,6 +7,8 @@
 
 #[path = "../../test-support/binary.rs"]
 mod binary;
+#[path = "../../test-support/run_json.rs"]
+mod run_json;
 
 use parbench::results::{read_rows, PipelineRow};
 use serde_json::Value;
@@ -48,19 +50,7 @@ fn run_ok(line: &str, d: &Path) -> (String, Vec<PipelineRow>, Vec<Value>) {
         String::from_utf8_lossy(&o.stderr)
     );
     let rows = read_rows(&d.join("pipeline.csv")).unwrap();
-    let runs: Value = serde_json::from_slice(&std::fs::read(d.join("run.json")).unwrap()).unwrap();
-    let composed = runs
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|r| {
-            r["extra"]["composed"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default()
-        })
-        .collect();
-    (out, rows, composed)
+    (out, rows, run_json::composed_sections(d))
 }
 
 /// Every replica's check in a composed section: (max rel err, values differing).

@@ -132,6 +132,22 @@ fn run_local(shape: MeshShape, s: &Schedule, cfg: &TpStageConfig, work: Work) ->
     .collect()
 }
 
+/// One rank of a multi-process world runs the composed step; where it
+/// holds a replica's check (pipeline rank 0 of the replica), the check
+/// compared values and holds 1e-5.
+fn assert_rank_matches<C: Communicator<Buffer = parbench::comm::HostBuffer>>(
+    comm: &mut C,
+    shape: MeshShape,
+    s: &Schedule,
+    cfg: &TpStageConfig,
+) {
+    let out = run_rank(comm, shape, s, cfg, Work::Compute, TimeBase::Estimated).unwrap();
+    if let Some(c) = out.check {
+        assert!(c.max_rel_err <= 1e-5, "{c:?}");
+        assert!(c.values > 0);
+    }
+}
+
 /// The checks of every replica (one per data rank) hold `tol`.
 fn assert_matches(out: &[RankOut], shape: MeshShape, what: &str, tol: f64) -> Vec<GradCheck> {
     let checks: Vec<GradCheck> = out.iter().filter_map(|o| o.check).collect();
@@ -320,19 +336,7 @@ fn tcp_dp2_tp2_pp2_matches_one_rank() {
     );
     if let Some(info) = worker(name) {
         let mut comm = tcp::comm(&info, Algo::Auto, TIMEOUT).unwrap();
-        let out = run_rank(
-            &mut comm,
-            shape,
-            &s,
-            &cfg,
-            Work::Compute,
-            TimeBase::Estimated,
-        )
-        .unwrap();
-        if let Some(c) = out.check {
-            assert!(c.max_rel_err <= 1e-5, "{c:?}");
-            assert!(c.values > 0);
-        }
+        assert_rank_matches(&mut comm, shape, &s, &cfg);
         return;
     }
     let status = job(name, shape.world()).run();
@@ -357,19 +361,7 @@ fn mpi_dp2_tp2_pp2_matches_one_rank() {
     if mpi_support::is_rank(name) {
         let mut comm = parbench::comm::mpi::MpiComm::init(TIMEOUT).expect("MPI init");
         let cfg = config(2, false, reduce);
-        let out = run_rank(
-            &mut comm,
-            shape,
-            &s,
-            &cfg,
-            Work::Compute,
-            TimeBase::Estimated,
-        )
-        .unwrap();
-        if let Some(c) = out.check {
-            assert!(c.max_rel_err <= 1e-5, "{c:?}");
-            assert!(c.values > 0);
-        }
+        assert_rank_matches(&mut comm, shape, &s, &cfg);
         return;
     }
     if let Some(passed) = mpi_support::run(name, shape.world(), 120) {

@@ -7,24 +7,11 @@
 //! fixture's figures are given.
 
 mod common;
+#[path = "../../test-support/run_json.rs"]
+mod run_json;
 use common::*;
+use run_json::composed_sections;
 use serde_json::Value;
-
-/// The fixture's composed sections, in order.
-fn sections(dir: &std::path::Path) -> Vec<Value> {
-    let runs: Value =
-        serde_json::from_slice(&std::fs::read(dir.join("run.json")).unwrap()).unwrap();
-    runs.as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|r| {
-            r["extra"]["composed"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default()
-        })
-        .collect()
-}
 
 fn mean(c: &Value, key: &str) -> f64 {
     let r = c["measured"]["ranks"].as_array().unwrap();
@@ -48,7 +35,7 @@ fn every_composed_run_gets_its_terms_beside_the_prediction() {
         ["layout", "term", "measured_us", "predicted_us", "ratio"]
     );
     let rows: Vec<(String, String, f64, f64, f64)> = rd.deserialize().map(|r| r.unwrap()).collect();
-    let cs = sections(&d);
+    let cs = composed_sections(&d);
     assert_eq!(cs.len(), 2, "a sleep run and a compute run");
     assert_eq!(rows.len(), 6 * cs.len());
     for (c, rows) in cs.iter().zip(rows.chunks(6)) {

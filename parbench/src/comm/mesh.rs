@@ -85,11 +85,12 @@ impl FromStr for Order {
         };
         let axes: Vec<Axis> = s
             .split(['-', ','])
-            .map(|a| match a.trim().to_ascii_lowercase().as_str() {
-                "tp" => Ok(Axis::Tp),
-                "dp" => Ok(Axis::Dp),
-                "pp" => Ok(Axis::Pp),
-                _ => Err(bad()),
+            .map(|a| {
+                let a = a.trim().to_ascii_lowercase();
+                Axis::ALL
+                    .into_iter()
+                    .find(|axis| axis.name() == a)
+                    .ok_or_else(bad)
             })
             .collect::<Result<_, _>>()?;
         let [a, b, c] = axes[..] else {

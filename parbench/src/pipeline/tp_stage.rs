@@ -450,18 +450,7 @@ where
                             "bucket {bi} of stage {st} was not reduced"
                         ))
                     })?;
-                    let n = *n;
-                    let mut all = c.alloc(n * d)?;
-                    self.dp.all_gather(
-                        Io::OutOfPlace {
-                            send: share,
-                            recv: &mut all,
-                        },
-                        n,
-                        dtype,
-                    )?;
-                    self.dp.sync()?;
-                    let flat = download_n(c, &all, n * d)?;
+                    let flat = gather_to_host(c, &mut *self.dp, share, *n, dtype)?;
                     for s in &bucket {
                         per[s.layer][s.param] = flat[s.offset..s.offset + s.len].to_vec();
                     }
@@ -496,17 +485,7 @@ where
                     let n = shard.len();
                     let mut send = c.alloc(n)?;
                     c.upload(&shard, &mut send)?;
-                    let mut all = c.alloc(n * t)?;
-                    self.tp.all_gather(
-                        Io::OutOfPlace {
-                            send: &send,
-                            recv: &mut all,
-                        },
-                        n,
-                        self.dtype,
-                    )?;
-                    self.tp.sync()?;
-                    let flat = download_n(c, &all, n * t)?;
+                    let flat = gather_to_host(c, &mut *self.tp, &send, n, self.dtype)?;
                     flat.chunks(n.max(1)).take(t).map(<[f32]>::to_vec).collect()
                 };
                 whole.push(spec.assemble(t, &shards).map_err(layer_err)?);
@@ -556,6 +535,33 @@ fn download_n<C: Compute>(c: &C, buf: &C::Buf, n: usize) -> Result<Vec<f32>, Pip
     let mut v = vec![0f32; n];
     c.download(buf, &mut v)?;
     Ok(v)
+}
+
+/// All-gathers `n` elements of `send` from every rank of `group` and
+/// downloads the `n * world` of them, rank by rank.
+fn gather_to_host<C, G>(
+    c: &C,
+    group: &mut G,
+    send: &C::Buf,
+    n: usize,
+    dtype: DType,
+) -> Result<Vec<f32>, PipelineError>
+where
+    C: Compute,
+    G: Communicator<Buffer = C::Buf> + ?Sized,
+{
+    let total = n * group.world();
+    let mut all = c.alloc(total)?;
+    group.all_gather(
+        Io::OutOfPlace {
+            send,
+            recv: &mut all,
+        },
+        n,
+        dtype,
+    )?;
+    group.sync()?;
+    download_n(c, &all, total)
 }
 
 impl<'g, C, T, D> StageWork<C> for TpStages<'g, C, T, D>
