@@ -68,21 +68,11 @@ impl Printer {
         }
     }
 
-    /// What runs, and the wire's figures measured before the sweep.
-    pub fn run_header(
-        &mut self,
-        backend: &str,
-        wire_name: &str,
-        world: usize,
-        algo: &str,
-        cfg: &SweepConfig,
-        wire: &WireFigures,
-    ) {
-        if self.is_nccl_tests() {
-            return;
-        }
-        for l in header_lines(backend, wire_name, world, algo, cfg, wire) {
-            self.line(&l);
+    /// What runs, and the wire's figures measured before the sweep
+    /// ([`header_lines`]); nccl-tests' format prints its own.
+    pub fn run_header(&mut self, lines: &[String]) {
+        if !self.is_nccl_tests() {
+            self.lines(lines);
         }
     }
 

@@ -541,14 +541,14 @@ fn rank_main<C: Communicator>(
     } else {
         plan.algo.name().to_string()
     };
-    printer.run_header(
+    printer.run_header(&crate::print::header_lines(
         comm.backend(),
         &comm.wire(),
         comm.world(),
         &algo,
         &plan.sweep,
         &wire,
-    );
+    ));
     crate::nccl_flags::print_run_header(&mut printer, comm, plan, &wire);
     let keep = |rows: &[CollectiveRow]| match out {
         Some(dir) => keep_rows(dir, rows),

@@ -275,6 +275,7 @@ fn make_row(
     let algbw = model::busbw::algbw_gbps(p.bytes, secs);
     // The record keeps the name; the model reads what it means.
     let algo = model::ModelAlgo::of(&p.algo);
+    let (model_us, ceiling_gbps) = wire.row_references(coll, &algo, world, p.bytes, in_place);
     CollectiveRow {
         schema: SCHEMA_VERSION,
         run_id: ids.run_id.to_string(),
@@ -298,8 +299,8 @@ fn make_row(
         algbw_gbps: algbw,
         busbw_gbps: algbw * model::busbw_factor(coll, world),
         wrong: s.wrong,
-        model_us: wire.model_us(coll, &algo, world, p.bytes, in_place),
-        ceiling_gbps: wire.ceiling_at(coll, &algo, world, p.bytes, in_place),
+        model_us,
+        ceiling_gbps,
     }
 }
 

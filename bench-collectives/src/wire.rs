@@ -73,31 +73,17 @@ impl WireFigures {
             .max(jitter(&self.exchange))
     }
 
-    /// The ceiling at a row's working set, GB/s (0 when none was measured).
-    pub fn ceiling_at(
+    /// A row's two references: the model's time, us (NaN when there is no
+    /// model), and the ceiling at its working set, GB/s (0 when none was
+    /// measured).
+    pub fn row_references(
         &self,
         coll: Collective,
         algo: &ModelAlgo,
         world: usize,
         bytes: u64,
         in_place: bool,
-    ) -> f64 {
-        // A library's own algorithms are not parbench's: a selector, whose
-        // ceiling is the ladder at the call's working set.
-        let library = ModelAlgo::Selector("auto".into());
-        let algo = if self.own_transport { algo } else { &library };
-        ceiling_for(&self.ceiling, coll, algo, world, bytes, in_place).unwrap_or(0.0)
-    }
-
-    /// The model's time of one row, us (NaN when there is no model).
-    pub fn model_us(
-        &self,
-        coll: Collective,
-        algo: &ModelAlgo,
-        world: usize,
-        bytes: u64,
-        in_place: bool,
-    ) -> f64 {
+    ) -> (f64, f64) {
         let secs = if self.own_transport && !algo.is_selector() {
             self.model.predict(coll, algo, world, bytes, in_place)
         } else {
@@ -111,7 +97,12 @@ impl WireFigures {
             }
             model::predict_textbook(coll, algo, world, bytes, &link)
         };
-        secs.map_or(f64::NAN, |s| s * 1e6)
+        // A library's own algorithms are not parbench's: a selector, whose
+        // ceiling is the ladder at the call's working set.
+        let library = ModelAlgo::Selector("auto".into());
+        let ceiling_algo = if self.own_transport { algo } else { &library };
+        let ceiling = ceiling_for(&self.ceiling, coll, ceiling_algo, world, bytes, in_place);
+        (secs.map_or(f64::NAN, |s| s * 1e6), ceiling.unwrap_or(0.0))
     }
 }
 

@@ -105,7 +105,7 @@ fn check(a: &ModelArgs) -> Result<parbench::model::TpTraffic> {
     if !(a.busy > 0.0 && a.busy < 1.0) {
         bail!("--busy {}: a fraction between 0 and 1", a.busy);
     }
-    Ok(predict::tp_traffic(
+    Ok(parbench::model::TpTraffic::new(
         a.tp,
         a.batch,
         seq,

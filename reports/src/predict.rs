@@ -112,27 +112,6 @@ pub fn planner_algo(measured: &ModelAlgo) -> ModelAlgo {
     }
 }
 
-/// The traffic of one layer of a model of hidden size `hidden`.
-pub fn tp_traffic(
-    tp: u64,
-    batch: u64,
-    seq: u64,
-    hidden: u64,
-    dtype_bytes: u64,
-    mode: TpMode,
-    sequence_parallel: bool,
-) -> TpTraffic {
-    TpTraffic {
-        tp,
-        batch,
-        seq,
-        hidden,
-        dtype_bytes,
-        mode,
-        sequence_parallel,
-    }
-}
-
 /// The worked example's traffic (TP 8, batch 32, hidden 8192, fp16, decode) and its layers (80).
 pub fn worked_example() -> (TpTraffic, u64) {
     (TpTraffic::worked_example(), model::WORKED_EXAMPLE_LAYERS)

@@ -230,15 +230,15 @@ impl Preset {
         mode: TpMode,
         sequence_parallel: bool,
     ) -> TpTraffic {
-        TpTraffic {
+        TpTraffic::new(
             tp,
             batch,
-            seq: self.seq,
-            hidden: self.hidden,
+            self.seq,
+            self.hidden,
             dtype_bytes,
             mode,
             sequence_parallel,
-        }
+        )
     }
 }
 

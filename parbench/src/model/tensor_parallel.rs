@@ -87,6 +87,28 @@ pub const NVLINK_REFERENCE_GBPS: f64 = 400.0;
 pub const NETWORK_REFERENCE_GBPS: f64 = 25.0;
 
 impl TpTraffic {
+    /// The traffic of one layer at degree `tp`, microbatch `batch`, `seq`
+    /// tokens per sequence, hidden size `hidden`, `dtype_bytes` per element.
+    pub fn new(
+        tp: u64,
+        batch: u64,
+        seq: u64,
+        hidden: u64,
+        dtype_bytes: u64,
+        mode: TpMode,
+        sequence_parallel: bool,
+    ) -> Self {
+        TpTraffic {
+            tp,
+            batch,
+            seq,
+            hidden,
+            dtype_bytes,
+            mode,
+            sequence_parallel,
+        }
+    }
+
     /// The worked example: TP = 8, batch 32, hidden 8192, fp16, decode
     /// (one token per sequence), no sequence parallelism. With
     /// [`WORKED_EXAMPLE_LAYERS`] layers it gives 0.5 MiB per all-reduce,

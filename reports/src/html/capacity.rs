@@ -8,7 +8,7 @@ use crate::charts::{self, Axis, LineChart, LineStyle, Marker, Series};
 use crate::load::Source;
 use crate::predict;
 use crate::units;
-use parbench::model::{LinkParams, Preset, TpMode};
+use parbench::model::{LinkParams, Preset, TpMode, TpTraffic};
 
 /// The decode step of the worked example: 32 sequences, one token each, fp16.
 const BATCH: u64 = 32;
@@ -57,7 +57,7 @@ fn wires(sources: &[Source]) -> Vec<Wire> {
 /// Communication per decode step of `preset` at degree `tp` over `wire`, microseconds.
 fn per_token_us(preset: &Preset, wire: &Wire, tp: u64) -> f64 {
     let bytes = predict::dtype_bytes(DTYPE).unwrap_or(2);
-    let tr = predict::tp_traffic(tp, BATCH, 1, preset.hidden, bytes, TpMode::Decode, false);
+    let tr = TpTraffic::new(tp, BATCH, 1, preset.hidden, bytes, TpMode::Decode, false);
     predict::comm_us_per_step(&tr, preset.layers, &wire.algo, &wire.link).unwrap_or(f64::NAN)
 }
 

@@ -82,15 +82,7 @@ pub(super) fn attention_forward<C: Compute>(
     decode: bool,
     a: &mut Acts<C::Buf>,
 ) -> LayerResult<()> {
-    let Dims {
-        hl,
-        al,
-        d,
-        batch,
-        lq,
-        l,
-        ..
-    } = *dims;
+    let (hl, al, d, batch, lq, l) = dims.attention_shape();
     let scale = 1.0 / (d as f32).sqrt();
     let sq = lq * l;
     for b in 0..batch {
@@ -128,15 +120,7 @@ pub(super) fn attention_backward<C: Compute>(
     a: &Acts<C::Buf>,
     ga: &mut GradActs<C::Buf>,
 ) -> LayerResult<()> {
-    let Dims {
-        hl,
-        al,
-        d,
-        batch,
-        lq,
-        l,
-        ..
-    } = *dims;
+    let (hl, al, d, batch, lq, l) = dims.attention_shape();
     let scale = 1.0 / (d as f32).sqrt();
     let sq = lq * l;
     for b in 0..batch {

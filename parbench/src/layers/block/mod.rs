@@ -55,6 +55,14 @@ pub(super) struct Dims {
     pub(super) seq: usize,
 }
 
+impl Dims {
+    /// What attention reads of the shape: (Q columns of this rank, its
+    /// heads, head width, sequences, query rows, key rows).
+    pub(super) fn attention_shape(&self) -> (usize, usize, usize, usize, usize, usize) {
+        (self.hl, self.al, self.d, self.batch, self.lq, self.l)
+    }
+}
+
 /// Rank `rank`'s shard of a tensor-parallel transformer block on device `C`.
 pub struct TpBlock<C: Compute> {
     cfg: BlockConfig,
