@@ -48,6 +48,15 @@ const TERMS: [(&str, &str); 6] = [
     ("step", "the step"),
 ];
 
+/// Said under a compute-mode run's table: its compute term is not a
+/// prediction, so a ratio of 1.00 there is no evidence for the model.
+const CALIBRATED_COMPUTE: &str = "note: compute is costed at the GEMM rate this run measured, so it agrees by construction; the other terms are the check";
+
+/// Whether the section's stage compute was a sleep (`--work sleep:US`).
+fn is_sleep(c: &Value) -> bool {
+    c["work"].as_str().unwrap_or("").starts_with("sleep:")
+}
+
 /// The number at `path` in `v`, or a line naming what is missing.
 fn num(v: &Value, path: &[&str]) -> Result<f64, String> {
     let mut at = v;
@@ -103,7 +112,7 @@ fn given_of(c: &Value) -> Result<(GivenLayout, Calibration), String> {
             generate(kind, pp, m, count(c, &["chunks"])?).map_err(|e| e.to_string())?
         }
     };
-    let sleep = c["work"].as_str().unwrap_or("").starts_with("sleep:");
+    let sleep = is_sleep(c);
     // Under --work sleep the compute stands for the rate the sleeps imply.
     let rate = if sleep {
         num(c, &["calibration", "gemm", "nominal_flop_per_s"])?
@@ -296,6 +305,9 @@ pub fn run(dir: &Path) -> Result<()> {
                 w.predicted_us,
                 w.predicted_us - w.measured_us
             );
+        }
+        if !is_sleep(c) {
+            parbench::outln!("{CALIBRATED_COMPUTE}");
         }
         if let Some(note) = shared_cores(c, *cores) {
             parbench::outln!("{note}");

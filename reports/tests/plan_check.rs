@@ -89,6 +89,8 @@ fn every_composed_run_gets_its_terms_beside_the_prediction() {
     }
     assert_eq!(out.matches("parts most: ").count(), 2, "{out}");
     assert_eq!(out.matches("step predicted within").count(), 2, "{out}");
+    // Only the compute run's compute is its own measurement costed back.
+    assert_eq!(out.matches("agrees by construction").count(), 1, "{out}");
     // report html draws the rows.
     let html = d.join("r.html");
     let o = report(&["html", d.to_str().unwrap(), "-o", html.to_str().unwrap()]);
