@@ -69,6 +69,67 @@ pub struct Summary {
     pub noise_per_collective: Vec<(Collective, Option<ForeignCpu>)>,
     /// Sockets: segments every rank's kernel retransmitted over the whole run.
     pub link: Option<parbench::comm::LinkStats>,
+    /// How far the ceilings measured at the rows sat from the pre-sweep one.
+    pub ceiling_drift: Option<CeilingDrift>,
+}
+
+/// The ceiling measured again at each row against the pre-sweep ladder at
+/// the row's working set: its ratio's range over the rows.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CeilingDrift {
+    pub rows: usize,
+    pub min: f64,
+    pub median: f64,
+    pub max: f64,
+}
+
+/// A spread of the ratio beyond which the machine is said to have changed
+/// state during the run: the model's ladders, taken before the sweep, then
+/// price some rows in another state than the one they ran in.
+pub const DRIFT_WARN: f64 = 1.5;
+
+impl CeilingDrift {
+    /// The range of `ratios` (here / before), `None` for none.
+    pub fn of(ratios: &[f64]) -> Option<CeilingDrift> {
+        let mut v: Vec<f64> = ratios
+            .iter()
+            .copied()
+            .filter(|r| r.is_finite() && *r > 0.0)
+            .collect();
+        if v.is_empty() {
+            return None;
+        }
+        v.sort_by(f64::total_cmp);
+        Some(CeilingDrift {
+            rows: v.len(),
+            min: v[0],
+            median: parbench::stats::median(&mut v.clone())?,
+            max: v[v.len() - 1],
+        })
+    }
+
+    /// Whether the ceiling moved by more than [`DRIFT_WARN`] either way.
+    pub fn moved(&self) -> bool {
+        self.max > DRIFT_WARN || self.min < 1.0 / DRIFT_WARN
+    }
+
+    /// The summary's line.
+    pub fn line(&self) -> String {
+        let mut line = format!(
+            "# Ceiling measured again at each row (shared memory): x{:.2}..x{:.2} (median x{:.2}) of the pre-sweep ladder at the row's working set, over {} rows",
+            self.min, self.max, self.median, self.rows
+        );
+        if self.moved() {
+            line.push_str(&format!(
+                "; WARNING: the machine's memory speed moved by more than x{DRIFT_WARN} during the run, so the model (priced from the ladders measured before the sweep) can miss a row by that much: rerun on a quieter machine before trusting the model column"
+            ));
+        }
+        line
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::json!({"rows": self.rows, "min": self.min, "median": self.median, "max": self.max, "moved": self.moved(), "warn_beyond": DRIFT_WARN})
+    }
 }
 
 /// Fits and peaks per (collective, algorithm), over out-of-place rows (or
@@ -312,5 +373,22 @@ impl Summary {
                 })
                 .collect(),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_drift_line_warns_only_past_its_threshold_either_way() {
+        assert_eq!(CeilingDrift::of(&[]), None);
+        let d = CeilingDrift::of(&[1.1, 0.9, 1.0, f64::NAN]).unwrap();
+        assert_eq!((d.rows, d.min, d.max), (3, 0.9, 1.1));
+        assert!(!d.moved() && !d.line().contains("WARNING"), "{}", d.line());
+        for moved in [[1.0, 1.6], [1.0, 0.6]] {
+            let d = CeilingDrift::of(&moved).unwrap();
+            assert!(d.moved() && d.line().contains("WARNING"), "{}", d.line());
+        }
     }
 }
