@@ -595,7 +595,7 @@ fn rank_main<C: Communicator>(
             &outcome
                 .ceiling_drift
                 .iter()
-                .map(|(_, d)| d.ratio())
+                .map(|(_, d)| (d.working_set, d.ratio()))
                 .collect::<Vec<_>>(),
         ),
     };
