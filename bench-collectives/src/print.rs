@@ -409,6 +409,9 @@ pub fn summary_lines(s: &Summary) -> Vec<String> {
     } else {
         out.push("# Rows above their ceiling by more than its noise: none".to_string());
     }
+    if let Some(d) = &s.ceiling_drift {
+        out.push(d.line());
+    }
     out.push(match &s.straggler {
         Some(v) => format!(
             "# Straggler: rank {} arrived last, by a median {:.1} us, in {:.0}% of {} timed iterations: the others wait for it.",

@@ -591,6 +591,13 @@ fn rank_main<C: Communicator>(
         noise,
         noise_per_collective: outcome.noise.clone(),
         link,
+        ceiling_drift: summary::CeilingDrift::of(
+            &outcome
+                .ceiling_drift
+                .iter()
+                .map(|(_, d)| (d.working_set, d.ratio()))
+                .collect::<Vec<_>>(),
+        ),
     };
     printer.summary(&summary);
     if comm.rank() != 0 {
@@ -620,7 +627,13 @@ fn finish(plan: &SweepJob, meta: &mut RunMeta, r: RankReport) -> Result<Finished
             "in_cache_gbps": w.ceiling.peak_gbps(),
             "out_of_cache_gbps": w.ceiling.rungs.last().map(|r| r.gbps),
             "ladder": w.ceiling,
-            "rows": "each row's ceiling_gbps is this ladder at the row's working set (docs/collectives.md, The wire's ceiling)",
+            "rows": if w.ceilings_per_row() {
+                "each row's ceiling_gbps is this ladder at the row's working set, each rung there the better of this one and the same ladder measured again just before the row (shared memory; docs/collectives.md, The wire's ceiling)"
+            } else {
+                "each row's ceiling_gbps is this ladder at the row's working set (docs/collectives.md, The wire's ceiling)"
+            },
+            "row_drift": r.summary.ceiling_drift.as_ref().map(summary::CeilingDrift::json),
+            "rows_measured_again": r.outcome.ceiling_drift.iter().map(|(row, d)| serde_json::json!({"row": row, "working_set": d.working_set, "copy_gbps_before_sweep": d.before_gbps, "copy_gbps_at_row": d.here_gbps, "rungs": d.rungs})).collect::<Vec<_>>(),
         }),
     );
     extra.insert(

@@ -69,6 +69,96 @@ pub struct Summary {
     pub noise_per_collective: Vec<(Collective, Option<ForeignCpu>)>,
     /// Sockets: segments every rank's kernel retransmitted over the whole run.
     pub link: Option<parbench::comm::LinkStats>,
+    /// How far the ceilings measured at the rows sat from the pre-sweep one.
+    pub ceiling_drift: Option<CeilingDrift>,
+}
+
+/// The ceiling measured again at each row against the pre-sweep ladder at
+/// the row's working set: its ratio's range over the rows.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CeilingDrift {
+    pub rows: usize,
+    pub min: f64,
+    pub median: f64,
+    pub max: f64,
+    /// Rows of [`DRIFT_FROM`] and up, and of them those that moved by more
+    /// than [`DRIFT_WARN`] either way.
+    pub judged: usize,
+    pub moved_rows: usize,
+}
+
+/// A ratio beyond which a row's copy rate is said to have moved (either
+/// way) from the pre-sweep ladder.
+pub const DRIFT_WARN: f64 = 1.5;
+/// The share of rows of [`DRIFT_FROM`] bytes of working set and up that must
+/// have moved for the footer to warn. One row at a cache boundary moves by
+/// x2 in a run whose model agrees elsewhere (measured: 0-5 of 45 such rows
+/// moved in runs whose model was within 25% on 32-34 of 44 rows), so a
+/// warning on any one row would be raised on nearly every run.
+pub const DRIFT_WARN_SHARE: f64 = 0.25;
+/// Rows whose working set is this small are left out of the warning: the
+/// model is judged from 64 KiB up, and the first rungs of a run are taken
+/// while the machine is still waking up.
+pub const DRIFT_FROM: u64 = 64 << 10;
+
+impl CeilingDrift {
+    /// The range of the rows' ratios (here / before), each with its working
+    /// set; `None` for none.
+    pub fn of(rows: &[(u64, f64)]) -> Option<CeilingDrift> {
+        let rows: Vec<(u64, f64)> = rows
+            .iter()
+            .copied()
+            .filter(|(_, r)| r.is_finite() && *r > 0.0)
+            .collect();
+        let mut v: Vec<f64> = rows.iter().map(|&(_, r)| r).collect();
+        let median = parbench::stats::median(&mut v)?;
+        let judged: Vec<f64> = rows
+            .iter()
+            .filter(|&&(ws, _)| ws >= DRIFT_FROM)
+            .map(|&(_, r)| r)
+            .collect();
+        Some(CeilingDrift {
+            rows: v.len(),
+            min: v[0],
+            median,
+            max: v[v.len() - 1],
+            judged: judged.len(),
+            moved_rows: judged
+                .iter()
+                .filter(|&&r| !(1.0 / DRIFT_WARN..=DRIFT_WARN).contains(&r))
+                .count(),
+        })
+    }
+
+    /// Whether more than [`DRIFT_WARN_SHARE`] of the judged rows moved.
+    pub fn moved(&self) -> bool {
+        self.judged > 0 && self.moved_rows as f64 > DRIFT_WARN_SHARE * self.judged as f64
+    }
+
+    /// The summary's line.
+    pub fn line(&self) -> String {
+        let mut line = format!(
+            "# Ceiling measured again at each row (shared memory): x{:.2}..x{:.2} (median x{:.2}) of the pre-sweep ladder at the row's working set, over {} rows; beyond x{DRIFT_WARN} either way: {} of the {} rows from {}",
+            self.min,
+            self.max,
+            self.median,
+            self.rows,
+            self.moved_rows,
+            self.judged,
+            parbench::units::bytes(DRIFT_FROM as f64)
+        );
+        if self.moved() {
+            line.push_str(&format!(
+                "; WARNING: more than {:.0}% of them moved, so the machine's memory speed changed during the run and the model (priced from the ladders measured before the sweep) can miss such rows by as much: rerun on a quieter machine before trusting the model column",
+                100.0 * DRIFT_WARN_SHARE
+            ));
+        }
+        line
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::json!({"rows": self.rows, "min": self.min, "median": self.median, "max": self.max, "judged_from_working_set": DRIFT_FROM, "judged": self.judged, "moved_rows": self.moved_rows, "moved": self.moved(), "moved_beyond": DRIFT_WARN, "warn_share": DRIFT_WARN_SHARE})
+    }
 }
 
 /// Fits and peaks per (collective, algorithm), over out-of-place rows (or
@@ -312,5 +402,30 @@ impl Summary {
                 })
                 .collect(),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_drift_line_warns_only_when_many_rows_moved_either_way() {
+        const BIG: u64 = DRIFT_FROM;
+        assert_eq!(CeilingDrift::of(&[]), None);
+        let d = CeilingDrift::of(&[(BIG, 1.1), (BIG, 0.9), (BIG, 1.0), (BIG, f64::NAN)]).unwrap();
+        assert_eq!((d.rows, d.min, d.max, d.judged), (3, 0.9, 1.1, 3));
+        assert!(!d.moved() && !d.line().contains("WARNING"), "{}", d.line());
+        // One row of four at a cache boundary: said, not warned.
+        let one = CeilingDrift::of(&[(BIG, 2.0), (BIG, 1.0), (BIG, 1.0), (BIG, 1.0)]).unwrap();
+        assert_eq!(one.moved_rows, 1);
+        assert!(!one.moved(), "{}", one.line());
+        for moved in [2.0, 0.5] {
+            let d = CeilingDrift::of(&[(BIG, moved), (BIG, moved), (BIG, 1.0)]).unwrap();
+            assert!(d.moved() && d.line().contains("WARNING"), "{}", d.line());
+        }
+        // Small working sets are shown in the range, never judged.
+        let small = CeilingDrift::of(&[(4 << 10, 3.0), (4 << 10, 3.0), (BIG, 1.0)]).unwrap();
+        assert_eq!((small.max, small.judged, small.moved()), (3.0, 1, false));
     }
 }

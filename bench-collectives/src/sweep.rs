@@ -5,10 +5,10 @@ use crate::cli::SweepConfig;
 use crate::data::Inputs;
 use crate::expected::expected;
 use crate::print::{Point, Printer};
-use crate::wire::WireFigures;
+use crate::wire::{Drift, WireFigures};
 use parbench::comm::{CollArgs, Collective, CommBuffer, CommResult, Communicator, Io, ReduceOp};
 use parbench::measure::noise::{CpuSnapshot, ForeignCpu};
-use parbench::measure::{time_loop, LoopSpec, LoopStats, StragglerTally, StragglerVerdict};
+use parbench::measure::{time_loop, Ladder, LoopSpec, LoopStats, StragglerTally, StragglerVerdict};
 use parbench::model;
 use parbench::results::{CollectiveRow, SCHEMA_VERSION};
 
@@ -26,6 +26,9 @@ pub struct Outcome {
     /// Per row (same order as `rows`): each timed iteration's time, the
     /// slowest rank's, us (what `-J` writes as nccl-tests' `times_us`).
     pub iter_times_us: Vec<Vec<f64>>,
+    /// Per row whose ceiling was measured again at the row: the row and the
+    /// copy rate at its working set before the sweep and at the row.
+    pub ceiling_drift: Vec<(String, Drift)>,
 }
 
 impl Outcome {
@@ -110,13 +113,29 @@ fn sweep_collective<C: Communicator>(
                     if !wanted {
                         continue;
                     }
+                    let model_algo = model::ModelAlgo::of(&point.algo);
+                    let ceiling = wire.ceiling_at_row(comm, coll, &model_algo, bytes, in_place)?;
                     let stats = measure_one(comm, coll, cfg, &point, in_place)?;
                     // Asked again after the calls ran: NCCL's tuning log names its
                     // choice only once a call of this size went through.
                     point.algo = comm.algo_for(coll, coll.send_elems(count, world) * dtype.size());
                     outcome.tally.add(&stats);
                     outcome.wrong += stats.wrong;
-                    let row = make_row(coll, ids, comm, cfg, wire, &point, in_place, &stats);
+                    let row = make_row(
+                        coll,
+                        ids,
+                        comm,
+                        cfg,
+                        (wire, &ceiling.ladder),
+                        &point,
+                        in_place,
+                        &stats,
+                    );
+                    if let Some(d) = ceiling.drift {
+                        let place = if in_place { "in" } else { "out" };
+                        let row = format!("{} {bytes} B {place}", coll.name());
+                        outcome.ceiling_drift.push((row, d));
+                    }
                     outcome.rows.push(row.clone());
                     outcome.iter_times_us.push(
                         stats
@@ -265,7 +284,7 @@ fn make_row(
     ids: &RunIds<'_>,
     comm: &impl Communicator,
     cfg: &SweepConfig,
-    wire: &WireFigures,
+    (wire, ceiling): (&WireFigures, &Ladder),
     p: &Point,
     in_place: bool,
     s: &LoopStats,
@@ -275,7 +294,8 @@ fn make_row(
     let algbw = model::busbw::algbw_gbps(p.bytes, secs);
     // The record keeps the name; the model reads what it means.
     let algo = model::ModelAlgo::of(&p.algo);
-    let (model_us, ceiling_gbps) = wire.row_references(coll, &algo, world, p.bytes, in_place);
+    let (model_us, ceiling_gbps) =
+        wire.row_references(coll, &algo, world, p.bytes, in_place, ceiling);
     CollectiveRow {
         schema: SCHEMA_VERSION,
         run_id: ids.run_id.to_string(),

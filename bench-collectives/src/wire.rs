@@ -10,7 +10,7 @@ use parbench::measure::noise::{CpuSnapshot, ForeignCpu};
 use parbench::measure::placement::Placement;
 use parbench::measure::{self, Ladder, PingPong, Rung};
 use parbench::model::alpha_beta::RING_SLICE_BYTES;
-use parbench::model::wire::{ceiling_for, working_set_bytes, WireModel};
+use parbench::model::wire::{ceiling_for, working_set_bytes, working_sets_of, WireModel};
 use parbench::model::{self, LinkParams, ModelAlgo};
 use std::time::Instant;
 
@@ -83,6 +83,7 @@ impl WireFigures {
         world: usize,
         bytes: u64,
         in_place: bool,
+        ceiling: &Ladder,
     ) -> (f64, f64) {
         let secs = if self.own_transport && !algo.is_selector() {
             self.model.predict(coll, algo, world, bytes, in_place)
@@ -101,8 +102,98 @@ impl WireFigures {
         // ceiling is the ladder at the call's working set.
         let library = ModelAlgo::Selector("auto".into());
         let ceiling_algo = if self.own_transport { algo } else { &library };
-        let ceiling = ceiling_for(&self.ceiling, coll, ceiling_algo, world, bytes, in_place);
+        let ceiling = ceiling_for(ceiling, coll, ceiling_algo, world, bytes, in_place);
         (secs.map_or(f64::NAN, |s| s * 1e6), ceiling.unwrap_or(0.0))
+    }
+
+    /// Whether each row's ceiling is measured again just before the row:
+    /// on shared memory, where the ceiling is the memory system's and the
+    /// machine's state moves it (see [`Self::ceiling_at_row`]).
+    pub fn ceilings_per_row(&self) -> bool {
+        self.own_transport && self.model.cache_states()
+    }
+
+    /// The ladder a row is held against: the pre-sweep ceiling, with its
+    /// rungs at the row's working sets (the call's and its ring slice's)
+    /// measured again just before the row, each the better of the two.
+    ///
+    /// Why: on a shared virtual machine the speed of memory moves between
+    /// states lasting from milliseconds to seconds (measured on the 2-core
+    /// EPYC with a 32 MiB L3: the same row's p50 at 4-13 us or 23-46 us
+    /// from one run to the next, the cache-state ladders 4x apart between
+    /// runs a minute apart). A ceiling taken seconds before the row can sit
+    /// in the slow state while the row runs in the fast one, and the row
+    /// then "beats" it. Measured next to the row, the ceiling sees the
+    /// state the row sees. Only on shared memory ([`Self::ceilings_per_row`]):
+    /// elsewhere the pre-sweep ladder, unchanged. Every rank calls it.
+    pub fn ceiling_at_row<C: Communicator>(
+        &self,
+        comm: &mut C,
+        coll: Collective,
+        algo: &ModelAlgo,
+        bytes: u64,
+        in_place: bool,
+    ) -> CommResult<RowCeiling> {
+        if !self.ceilings_per_row() || comm.world() < 2 || bytes == 0 {
+            return Ok(RowCeiling::before_the_sweep(&self.ceiling));
+        }
+        let (ws, slice_ws) = working_sets_of(coll, algo, comm.world(), bytes, in_place);
+        let mut sets = vec![ws.max(SMALLEST_SET)];
+        if slice_ws.max(SMALLEST_SET) != sets[0] {
+            sets.push(slice_ws.max(SMALLEST_SET));
+        }
+        // The copy ladder alone: the clean-exchange ladder takes an 8 B
+        // exchange's time off each of its samples, which on small working
+        // sets can leave next to nothing (a rung of thousands of GB/s), and
+        // the state that moves is the memory system's, which a copy sees.
+        let copy = measure::copy_ladder(comm, &sets)?;
+        let before = self.model.copy.at(sets[0]).unwrap_or(0.0);
+        let now = copy.at(sets[0]).unwrap_or(0.0);
+        Ok(RowCeiling {
+            ladder: self.ceiling.with_rungs_from(&copy),
+            drift: (before > 0.0 && now > 0.0).then_some(Drift {
+                working_set: sets[0],
+                before_gbps: before,
+                here_gbps: now,
+                rungs: copy.rungs.clone(),
+            }),
+        })
+    }
+}
+
+/// The ceiling a row is held against, and the copy rate measured at the
+/// row beside the pre-sweep one at the row's working set (`None` when it
+/// was not measured again).
+#[derive(Clone, Debug)]
+pub struct RowCeiling {
+    pub ladder: Ladder,
+    pub drift: Option<Drift>,
+}
+
+/// The copy ladder's rung at a row's working set, before the sweep and
+/// just before the row.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Drift {
+    pub working_set: u64,
+    pub before_gbps: f64,
+    pub here_gbps: f64,
+    /// The rungs measured at the row (the call's working set and its
+    /// ring slice's), as [`Ladder::with_rungs_from`] puts them in.
+    pub rungs: Vec<Rung>,
+}
+
+impl Drift {
+    pub fn ratio(&self) -> f64 {
+        self.here_gbps / self.before_gbps
+    }
+}
+
+impl RowCeiling {
+    fn before_the_sweep(ceiling: &Ladder) -> RowCeiling {
+        RowCeiling {
+            ladder: ceiling.clone(),
+            drift: None,
+        }
     }
 }
 

@@ -256,8 +256,37 @@ fn the_ceiling_ladder_covers_the_sweep_and_each_row_uses_its_working_set() {
             r["in_place"] == "true",
         );
         largest = largest.max(ws);
-        let want = ceiling_for(
+        // On shared memory each row's ceiling is the pre-sweep ladder with
+        // the rungs measured again just before the row put in.
+        let label = format!(
+            "{} {} B {}",
+            r["collective"],
+            r["bytes"],
+            if r["in_place"] == "true" { "in" } else { "out" }
+        );
+        let again = extra["ceiling"]["rows_measured_again"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["row"] == label.as_str())
+            .unwrap_or_else(|| panic!("{label} not measured again: {extra}"));
+        let here = Ladder {
+            method: String::new(),
+            rungs: serde_json::from_value(again["rungs"].clone()).unwrap(),
+        };
+        assert!(!here.rungs.is_empty(), "{label}");
+        let at_row = ladder.with_rungs_from(&here);
+        let before = ceiling_for(
             &ladder,
+            coll,
+            &parbench::model::ModelAlgo::of(&r["algo"]),
+            r["world"].parse().unwrap(),
+            r["bytes"].parse().unwrap(),
+            r["in_place"] == "true",
+        )
+        .unwrap();
+        let want = ceiling_for(
+            &at_row,
             coll,
             &parbench::model::ModelAlgo::of(&r["algo"]),
             r["world"].parse().unwrap(),
@@ -269,6 +298,10 @@ fn the_ceiling_ladder_covers_the_sweep_and_each_row_uses_its_working_set() {
         assert!(
             (got - want).abs() <= 1e-9 * want,
             "{r:?}: ceiling {got}, ladder {want}"
+        );
+        assert!(
+            got >= before * (1.0 - 1e-9),
+            "{r:?}: ceiling {got} below the pre-sweep one {before}"
         );
         let model: f64 = r["model_us"].parse().unwrap();
         assert!(model.is_finite() && model > 0.0, "{r:?}");

@@ -131,6 +131,46 @@ impl Ladder {
             .is_some_and(|r| r.working_set >= working_set)
     }
 
+    /// This ladder with `here`'s rungs put in: at a working set this ladder
+    /// has, the better of the two figures; between its rungs, `here`'s rung
+    /// goes in at its place (or this ladder's figure there, when better).
+    /// How a row's ceiling measured again at the row joins the pre-sweep
+    /// one (bench-collectives on shared memory).
+    pub fn with_rungs_from(&self, here: &Ladder) -> Ladder {
+        let mut out = self.clone();
+        for h in &here.rungs {
+            match out
+                .rungs
+                .iter_mut()
+                .find(|r| r.working_set == h.working_set)
+            {
+                Some(r) if h.gbps > r.gbps => *r = h.clone(),
+                Some(_) => {}
+                None => {
+                    let at = out
+                        .rungs
+                        .iter()
+                        .position(|r| r.working_set > h.working_set)
+                        .unwrap_or(out.rungs.len());
+                    let rung = match self.at(h.working_set) {
+                        Some(b) if b > h.gbps => Rung {
+                            gbps: b,
+                            median_gbps: b,
+                            ..h.clone()
+                        },
+                        _ => h.clone(),
+                    };
+                    out.rungs.insert(at, rung);
+                }
+            }
+        }
+        out.method = format!(
+            "{}; at each row's working sets the better of that and the same ladder measured again just before the row",
+            self.method
+        );
+        out
+    }
+
     /// The rung-wise larger of two ladders over the same working sets (one
     /// stream, and both directions at once: the best either gives).
     pub fn best_of(&self, other: &Ladder) -> Ladder {
@@ -756,6 +796,26 @@ mod tests {
         let b = ladder(&[(1, 2.0), (2, 4.0)]);
         let g: Vec<f64> = a.best_of(&b).rungs.iter().map(|r| r.gbps).collect();
         assert_eq!(g, [2.0, 5.0]);
+    }
+
+    #[test]
+    fn rungs_measured_at_a_row_join_the_ladder_as_the_better_figure() {
+        let base = ladder(&[(1 << 10, 40.0), (4 << 10, 10.0), (16 << 10, 5.0)]);
+        // At a rung the ladder has: the better of the two.
+        let up = base.with_rungs_from(&ladder(&[(4 << 10, 30.0)]));
+        let down = base.with_rungs_from(&ladder(&[(4 << 10, 2.0)]));
+        let near = |l: &Ladder, ws: u64, want: f64| (l.at(ws).unwrap() - want).abs() < 1e-9;
+        assert!(near(&up, 4 << 10, 30.0) && near(&down, 4 << 10, 10.0));
+        // Between rungs: put in at its place, so the ladder stays ordered.
+        let between = base.with_rungs_from(&ladder(&[(8 << 10, 9.0)]));
+        let sets: Vec<u64> = between.rungs.iter().map(|r| r.working_set).collect();
+        assert_eq!(sets, [1 << 10, 4 << 10, 8 << 10, 16 << 10]);
+        assert!(near(&between, 8 << 10, 9.0));
+        // A slower figure between rungs keeps the ladder's own there.
+        let slow = base.with_rungs_from(&ladder(&[(8 << 10, 1.0)]));
+        assert!(near(&slow, 8 << 10, base.at(8 << 10).unwrap()));
+        // Nothing measured again: the same figures.
+        assert_eq!(base.with_rungs_from(&Ladder::default()).rungs, base.rungs);
     }
 
     #[test]
