@@ -114,7 +114,7 @@ pub struct RankBreakdown {
     pub dp_comm_us: f64,
     pub dp_exposed_us: f64,
     pub dp_hidden_us: f64,
-    /// The step less busy time and the data-parallel reduction.
+    /// The step less busy time and the exposed data-parallel reduction.
     pub idle_us: f64,
 }
 
@@ -187,7 +187,9 @@ impl ComposedRecord {
                         t.dp_comm_us,
                         t.dp_exposed_us,
                         t.dp_hidden_us(),
-                        (step - busy - t.dp_comm_us).max(0.0),
+                        // Idle: neither in an action nor waiting for
+                        // the reduction (its hidden part ran meanwhile).
+                        (step - busy - t.dp_exposed_us).max(0.0),
                     ]) {
                         v.push(x);
                     }
