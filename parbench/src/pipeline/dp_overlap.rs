@@ -262,3 +262,119 @@ fn reduce<G: Communicator<Buffer = HostBuffer>>(
         Ok((job.buf, job.len))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::comm::local;
+    use crate::comm::mesh::Order;
+    use std::time::Instant;
+
+    fn shape() -> MeshShape {
+        MeshShape::new(2, 1, 1, Order::MEGATRON).unwrap()
+    }
+
+    /// Rank `r` hands over one bucket of `r + 1`s and takes it back.
+    fn one_bucket(r: &mut Reducer<HostBuffer>, rank: usize) -> Result<Vec<f32>, PipelineError> {
+        let vals = vec![(rank + 1) as f32; 8];
+        let mut buf = HostBuffer::zeroed(8 * 4);
+        buf.bytes_mut().copy_from_slice(bytemuck::cast_slice(&vals));
+        r.submit(buf, 8, DType::F32)?;
+        let back = r.next()?;
+        Ok(bytemuck::cast_slice(&back.buf.bytes()[..back.len * 4]).to_vec())
+    }
+
+    /// Buckets come back averaged over the data group, on a duplicate of
+    /// the world while the world itself carries other traffic.
+    #[test]
+    fn a_bucket_comes_back_averaged_while_the_world_is_busy() {
+        let out = local::run(2, Algo::Auto, Duration::from_secs(20), |w| {
+            let rank = w.rank();
+            let dup = overlap_comm(w, &shape(), true).map_err(|e| e.into_comm(rank))?;
+            with_overlap(dup, &shape(), Algo::Auto, false, |r| {
+                let r = r.ok_or_else(|| PipelineError::Protocol("no reducer".into()))?;
+                // The world's own all-reduce meanwhile, on the compute thread.
+                let mut x = HostBuffer::zeroed(4 * 4);
+                w.all_reduce(Io::InPlace(&mut x), 4, DType::F32, ReduceOp::Sum)?;
+                one_bucket(r, rank)
+            })
+            .map_err(|e| e.into_comm(rank))
+        });
+        for o in out {
+            assert_eq!(o.unwrap(), vec![1.5f32; 8]);
+        }
+    }
+
+    /// A rank that fails while its peer's bucket is in flight: the peer's
+    /// reduction thread stops at once with the failed rank named, and the
+    /// peer's rank returns that error (no panic, no wait to the deadline).
+    #[test]
+    fn a_peer_failing_mid_reduction_is_the_ranks_error_naming_it() {
+        let start = Instant::now();
+        let out = local::run(2, Algo::Auto, Duration::from_secs(30), |w| {
+            let rank = w.rank();
+            let dup = overlap_comm(w, &shape(), true).map_err(|e| e.into_comm(rank))?;
+            with_overlap(dup, &shape(), Algo::Auto, false, |r| {
+                let r = r.ok_or_else(|| PipelineError::Protocol("no reducer".into()))?;
+                if rank == 1 {
+                    std::thread::sleep(Duration::from_millis(200));
+                    return Err(PipelineError::Invalid("stopped on purpose".into()));
+                }
+                one_bucket(r, rank)
+            })
+            .map_err(|e| e.into_comm(rank))
+        });
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "{:?}",
+            start.elapsed()
+        );
+        let e = out[0]
+            .as_ref()
+            .expect_err("rank 0 cannot finish its bucket");
+        assert!(
+            matches!(
+                e,
+                CommError::PeerLost {
+                    rank: 0,
+                    peer: 1,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(out[1].is_err());
+    }
+
+    /// A peer whose thread never takes part: the bucket's collective gives
+    /// up at the communicator's deadline, naming the peer.
+    #[test]
+    fn a_silent_peer_is_a_timeout_naming_it() {
+        let out = local::run(2, Algo::Auto, Duration::from_millis(500), |w| {
+            let rank = w.rank();
+            let dup = overlap_comm(w, &shape(), true).map_err(|e| e.into_comm(rank))?;
+            with_overlap(dup, &shape(), Algo::Auto, false, |r| {
+                let r = r.ok_or_else(|| PipelineError::Protocol("no reducer".into()))?;
+                if rank == 1 {
+                    // Hands nothing over, and stays until rank 0 gave up.
+                    std::thread::sleep(Duration::from_millis(1500));
+                    return Ok(Vec::new());
+                }
+                one_bucket(r, rank)
+            })
+            .map_err(|e| e.into_comm(rank))
+        });
+        let e = out[0].as_ref().expect_err("rank 0 waits in vain");
+        assert!(
+            matches!(
+                e,
+                CommError::Timeout {
+                    rank: 0,
+                    peer: 1,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+    }
+}
