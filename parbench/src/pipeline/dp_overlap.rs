@@ -13,7 +13,7 @@
 //! ([`Reducer::submit`]: a copy of the bucket's gradients, packed on the
 //! compute thread as DDP's hooks copy into the bucket on the compute
 //! stream) and takes the reduced buckets back at the end of the step
-//! ([`Reducer::next`], first in, first out).
+//! ([`Reducer::take_back`], first in, first out).
 //!
 //! Waits: every collective on the thread has the communicator's deadline;
 //! the compute thread waits for a bucket at most that deadline and a
@@ -94,7 +94,7 @@ impl<B> Reducer<B> {
 
     /// The oldest bucket still in flight, reduced; waits at most the
     /// communicator's deadline and a margin.
-    pub fn next(&mut self) -> Result<Reduced<B>, PipelineError> {
+    pub fn take_back(&mut self) -> Result<Reduced<B>, PipelineError> {
         if self.in_flight == 0 {
             return Err(PipelineError::Protocol(
                 "asked for a reduced bucket with none in flight".into(),
@@ -280,7 +280,7 @@ mod tests {
         let mut buf = HostBuffer::zeroed(8 * 4);
         buf.bytes_mut().copy_from_slice(bytemuck::cast_slice(&vals));
         r.submit(buf, 8, DType::F32)?;
-        let back = r.next()?;
+        let back = r.take_back()?;
         Ok(bytemuck::cast_slice(&back.buf.bytes()[..back.len * 4]).to_vec())
     }
 

@@ -459,7 +459,7 @@ where
         let mut prev_end = f64::NEG_INFINITY;
         let mut stream_us = 0.0;
         for l in &self.launched {
-            let r = reducer.next()?;
+            let r = reducer.take_back()?;
             let from = l.ready_us.max(prev_end);
             let dur = (r.end_us - from).max(0.0);
             stream_us += dur;

@@ -175,8 +175,7 @@ pub fn cost_given(l: &GivenLayout, cal: &Calibration) -> Result<GivenCost, Strin
                 let Some(last_w) = slices
                     .iter()
                     .filter(|x| x.action.stage == st)
-                    .filter(|x| matches!(x.action.kind, ActionKind::B | ActionKind::W))
-                    .last()
+                    .rfind(|x| matches!(x.action.kind, ActionKind::B | ActionKind::W))
                 else {
                     continue;
                 };
