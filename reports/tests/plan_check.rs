@@ -32,6 +32,14 @@ const TERMS: [&str; 7] = [
 /// Rows of plan-check.csv: (layout, term, measured, predicted, ratio).
 type Rows = Vec<(String, String, f64, f64, f64)>;
 
+/// `report plan --check d` (it must pass) and the rows it wrote.
+fn rows_of(d: &std::path::Path) -> Rows {
+    let o = report(&["plan", "--check", d.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let mut rd = csv::Reader::from_path(d.join("plan-check.csv")).unwrap();
+    rd.deserialize().map(|r| r.unwrap()).collect()
+}
+
 fn close(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-6 * a.abs().max(b.abs()).max(1.0)
 }
@@ -131,12 +139,6 @@ fn a_folder_without_a_composed_run_is_one_line() {
 /// writes, so a CSV schedule is costed too) gives the rows its generator gives.
 #[test]
 fn a_schedule_given_as_its_actions_is_costed_as_the_generated_one() {
-    let rows_of = |d: &std::path::Path| -> Rows {
-        let o = report(&["plan", "--check", d.to_str().unwrap()]);
-        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-        let mut rd = csv::Reader::from_path(d.join("plan-check.csv")).unwrap();
-        rd.deserialize().map(|r| r.unwrap()).collect()
-    };
     let generated = rows_of(&copy_fixture("composed", "plan-check-gen"));
     let d = copy_fixture("composed", "plan-check-csv");
     let mut runs: Value =
@@ -169,12 +171,6 @@ fn a_schedule_given_as_its_actions_is_costed_as_the_generated_one() {
 /// step is the pipeline's plus that part.
 #[test]
 fn an_overlapped_run_is_predicted_to_expose_only_what_outlasts_the_backward() {
-    let rows_of = |d: &std::path::Path| -> Rows {
-        let o = report(&["plan", "--check", d.to_str().unwrap()]);
-        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-        let mut rd = csv::Reader::from_path(d.join("plan-check.csv")).unwrap();
-        rd.deserialize().map(|r| r.unwrap()).collect()
-    };
     let with = |overlap: bool, name: &str| -> Rows {
         let d = copy_fixture("composed", name);
         let mut runs: Value =
