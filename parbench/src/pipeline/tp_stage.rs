@@ -388,11 +388,116 @@ where
         Ok(())
     }
 
+    /// The loss gradient of microbatch `mb` on the last stage (scaled by
+    /// `1 / M`), or the gradient the next stage sent.
+    fn output_grad(&self, c: &C, mb: usize, dy: Option<C::Buf>) -> Result<C::Buf, PipelineError> {
+        let (t, r) = (self.tp.world(), self.tp.rank());
+        let scale = 1.0 / self.microbatches as f32;
+        match dy {
+            Some(g) => Ok(g),
+            None => seeded_act(c, &self.cfg, t, r, self.global_mb(mb), Some(scale)),
+        }
+    }
+
+    /// The input-gradient pass over `stage`'s blocks from the top: the
+    /// gradient at the stage's input.
+    fn input_pass(
+        &mut self,
+        c: &C,
+        stage: usize,
+        mb: usize,
+        stash: &mut [BlockState<C::Buf>],
+        dy: Option<C::Buf>,
+    ) -> Result<C::Buf, PipelineError> {
+        let mut dy = self.output_grad(c, mb, dy)?;
+        let born = host_now_us();
+        let mut clock = PhaseClock::new();
+        let tp = &mut *self.tp;
+        let layers = self.blocks.get(&stage).ok_or_else(|| missing(stage))?;
+        for (b, st) in layers.iter().zip(stash.iter_mut()).rev() {
+            b.backward_input_state(c, tp, &mut clock, st, dy)
+                .map_err(layer_err)?;
+            dy = st.take_input_grad(c).map_err(layer_err)?;
+        }
+        self.charge(&clock, born);
+        Ok(dy)
+    }
+
+    /// The weight-gradient pass over `stage`'s blocks from the top; in the
+    /// stage's last pass with overlap each layer's buckets start as it ends.
+    fn weight_pass(
+        &mut self,
+        c: &C,
+        stage: usize,
+        stash: &[BlockState<C::Buf>],
+    ) -> Result<(), PipelineError> {
+        let last = self.final_overlapped_pass(stage);
+        let mut born = host_now_us();
+        let mut clock = PhaseClock::new();
+        for (layer, st) in stash.iter().enumerate().rev() {
+            let b = self
+                .layers(stage)?
+                .get_mut(layer)
+                .ok_or_else(|| missing(stage))?;
+            b.backward_weight_state(c, &mut clock, st)
+                .map_err(layer_err)?;
+            if last {
+                // The layer's gradients are final: its buckets start now,
+                // on the reduction thread, off the compute's clock.
+                self.charge(&clock, born);
+                self.launch_ready(c, stage, layer)?;
+                clock = PhaseClock::new();
+                born = host_now_us();
+            }
+        }
+        self.charge(&clock, born);
+        Ok(())
+    }
+
+    /// A full backward layer by layer from the top (with overlap): each
+    /// layer's input gradients, then its weight gradients; in the stage's
+    /// last pass each layer's buckets start as it ends.
+    fn layered_backward(
+        &mut self,
+        c: &C,
+        stage: usize,
+        mb: usize,
+        stash: &mut [BlockState<C::Buf>],
+        dy: Option<C::Buf>,
+    ) -> Result<C::Buf, PipelineError> {
+        let last = self.final_overlapped_pass(stage);
+        let mut dy = self.output_grad(c, mb, dy)?;
+        let mut born = host_now_us();
+        let mut clock = PhaseClock::new();
+        for layer in (0..stash.len()).rev() {
+            let st = &mut stash[layer];
+            let tp = &mut *self.tp;
+            let b = self
+                .blocks
+                .get_mut(&stage)
+                .and_then(|l| l.get_mut(layer))
+                .ok_or_else(|| missing(stage))?;
+            b.backward_input_state(c, tp, &mut clock, st, dy)
+                .map_err(layer_err)?;
+            dy = st.take_input_grad(c).map_err(layer_err)?;
+            b.backward_weight_state(c, &mut clock, st)
+                .map_err(layer_err)?;
+            if last {
+                self.charge(&clock, born);
+                self.launch_ready(c, stage, layer)?;
+                clock = PhaseClock::new();
+                born = host_now_us();
+            }
+        }
+        self.charge(&clock, born);
+        Ok(dy)
+    }
+
     /// Under `--work sleep`, a stage's last weight-gradient pass with
-    /// overlap: a `B` first sleeps its input-gradient half layer by layer
-    /// with the tensor-parallel collectives (as the compute runs `I`, then
-    /// `W`); then the weight pass sleeps its share layer by layer from the
-    /// top, each layer's buckets starting as it ends.
+    /// overlap, layer by layer from the top as the compute runs it: for a
+    /// `B` the layer's input-gradient half with its tensor-parallel
+    /// collectives, then (for `B` and `W`) its weight share, after which
+    /// the layer's buckets start.
     fn stand_in_last_weight_pass(
         &mut self,
         c: &C,
@@ -407,20 +512,22 @@ where
         let per_layer = |half: Duration| half / n.max(1) as u32;
         let mut born = host_now_us();
         let mut clock = PhaseClock::new();
-        if a.kind == ActionKind::B {
-            let layers = self.blocks.get(&a.stage).ok_or_else(|| missing(a.stage))?;
-            let st = self
-                .scratch
-                .get_mut(&a.stage)
-                .ok_or_else(|| missing(a.stage))?;
-            for b in layers {
+        for layer in (0..n).rev() {
+            if a.kind == ActionKind::B {
+                let b = self
+                    .blocks
+                    .get(&a.stage)
+                    .and_then(|l| l.get(layer))
+                    .ok_or_else(|| missing(a.stage))?;
+                let st = self
+                    .scratch
+                    .get_mut(&a.stage)
+                    .ok_or_else(|| missing(a.stage))?;
                 std::thread::sleep(per_layer(input_half));
                 clock.end_compute(c).map_err(layer_err)?;
                 b.pass_collectives(c, &mut *self.tp, &mut clock, st)
                     .map_err(layer_err)?;
             }
-        }
-        for layer in (0..n).rev() {
             std::thread::sleep(per_layer(weight_half));
             clock.end_compute(c).map_err(layer_err)?;
             self.charge(&clock, born);
@@ -852,23 +959,8 @@ where
         need_dx: bool,
     ) -> Result<Option<C::Buf>, PipelineError> {
         self.action_start_us = host_now_us();
-        let (t, r) = (self.tp.world(), self.tp.rank());
-        let scale = 1.0 / self.microbatches as f32;
-        let mut dy = match dy {
-            Some(g) => g,
-            None => seeded_act(c, &self.cfg, t, r, self.global_mb(mb), Some(scale))?,
-        };
-        let born = host_now_us();
-        let mut clock = PhaseClock::new();
-        let tp = &mut *self.tp;
-        let layers = self.blocks.get(&stage).ok_or_else(|| missing(stage))?;
-        for (b, st) in layers.iter().zip(stash.iter_mut()).rev() {
-            b.backward_input_state(c, tp, &mut clock, st, dy)
-                .map_err(layer_err)?;
-            dy = st.take_input_grad(c).map_err(layer_err)?;
-        }
-        self.charge(&clock, born);
-        Ok(need_dx.then_some(dy))
+        let dx = self.input_pass(c, stage, mb, stash, dy)?;
+        Ok(need_dx.then_some(dx))
     }
 
     fn backward_weight(
@@ -878,27 +970,31 @@ where
         stash: Self::Stash,
     ) -> Result<(), PipelineError> {
         self.action_start_us = host_now_us();
-        let last = self.final_overlapped_pass(stage);
-        let mut born = host_now_us();
-        let mut clock = PhaseClock::new();
-        for (layer, st) in stash.iter().enumerate().rev() {
-            let b = self
-                .layers(stage)?
-                .get_mut(layer)
-                .ok_or_else(|| missing(stage))?;
-            b.backward_weight_state(c, &mut clock, st)
-                .map_err(layer_err)?;
-            if last {
-                // The layer's gradients are final: its buckets start now,
-                // on the reduction thread, off the compute's clock.
-                self.charge(&clock, born);
-                self.launch_ready(c, stage, layer)?;
-                clock = PhaseClock::new();
-                born = host_now_us();
-            }
-        }
-        self.charge(&clock, born);
-        Ok(())
+        self.weight_pass(c, stage, &stash)
+    }
+
+    /// Without overlap the input-gradient pass, then the weight pass, as
+    /// before; with overlap layer by layer from the top (each layer's
+    /// input gradients, then its weight gradients: autograd's order), so
+    /// that a bucket starts as soon as its layers are done.
+    fn backward(
+        &mut self,
+        c: &C,
+        stage: usize,
+        mb: usize,
+        mut stash: Self::Stash,
+        dy: Option<C::Buf>,
+        need_dx: bool,
+    ) -> Result<Option<C::Buf>, PipelineError> {
+        self.action_start_us = host_now_us();
+        let dx = if self.reducer.is_some() {
+            self.layered_backward(c, stage, mb, &mut stash, dy)?
+        } else {
+            let dx = self.input_pass(c, stage, mb, &mut stash, dy)?;
+            self.weight_pass(c, stage, &stash)?;
+            dx
+        };
+        Ok(need_dx.then_some(dx))
     }
 
     fn stash_bytes(&self, stash: &Self::Stash) -> usize {

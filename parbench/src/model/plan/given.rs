@@ -20,7 +20,8 @@
 //!   all exposed, after the rank's last action (an upper bound, as the
 //!   search assumes). With overlap ([`GivenLayout::overlap`], DDP's) each
 //!   bucket starts when it is ready, in the stage's last weight-gradient
-//!   pass after the lowest layer it holds, and the buckets run one after
+//!   pass (a `W`, or a `B` run layer by layer as autograd runs it) after
+//!   the lowest layer it holds, and the buckets run one after
 //!   another on the reduction's own stream: on each rank the exposed part
 //!   is `max(0, max_k (R_k - C_k))`, where `R_k` is the reduction time of
 //!   bucket `k` and of every bucket after it and `C_k` the rank's time
@@ -179,7 +180,10 @@ pub fn cost_given(l: &GivenLayout, cal: &Calibration) -> Result<GivenCost, Strin
                 else {
                     continue;
                 };
-                let times = bucket_ready_times(last_w.end, pass, l.layers_per_stage, per_stage);
+                // A W pass, or a whole B run layer by layer (each layer's
+                // input, then weight gradients): either way from the top.
+                let w = last_w.end - last_w.start;
+                let times = bucket_ready_times(last_w.end, w, l.layers_per_stage, per_stage);
                 ready.extend(times.into_iter().map(|t| (t, bucket_s)));
             }
             let last_end = slices.last().map_or(0.0, |x| x.end);
@@ -201,8 +205,9 @@ pub fn cost_given(l: &GivenLayout, cal: &Calibration) -> Result<GivenCost, Strin
 }
 
 /// When each of a stage's `n` buckets is ready in its last weight-gradient
-/// pass, which ends at `pass_end` and takes `w_pass` over `layers` layers
-/// from the top down: the stage's gradients are split evenly into the
+/// pass (a `W`, or a whole `B` done layer by layer), which ends at
+/// `pass_end` and takes `w_pass` over `layers` layers from the top down:
+/// the stage's gradients are split evenly into the
 /// buckets from the top layer (the planner knows bytes, not tensors), and
 /// bucket `k` is ready once the pass has done every layer it touches.
 pub fn bucket_ready_times(pass_end: f64, w_pass: f64, layers: usize, n: usize) -> Vec<f64> {
