@@ -442,15 +442,28 @@ where
             b.backward_weight_state(c, &mut clock, st)
                 .map_err(layer_err)?;
             if last {
-                // The layer's gradients are final: its buckets start now,
-                // on the reduction thread, off the compute's clock.
-                self.charge(&clock, born);
-                self.launch_ready(c, stage, layer)?;
-                clock = PhaseClock::new();
-                born = host_now_us();
+                self.layer_final(c, stage, layer, &mut clock, &mut born)?;
             }
         }
         self.charge(&clock, born);
+        Ok(())
+    }
+
+    /// Layer `layer` of `stage` has its final gradients: charges what the
+    /// pass's clock counted so far, hands the buckets now complete to the
+    /// reduction thread (off the compute's clock) and restarts the clock.
+    fn layer_final(
+        &mut self,
+        c: &C,
+        stage: usize,
+        layer: usize,
+        clock: &mut PhaseClock,
+        born: &mut f64,
+    ) -> Result<(), PipelineError> {
+        self.charge(clock, *born);
+        self.launch_ready(c, stage, layer)?;
+        *clock = PhaseClock::new();
+        *born = host_now_us();
         Ok(())
     }
 
@@ -483,10 +496,7 @@ where
             b.backward_weight_state(c, &mut clock, st)
                 .map_err(layer_err)?;
             if last {
-                self.charge(&clock, born);
-                self.launch_ready(c, stage, layer)?;
-                clock = PhaseClock::new();
-                born = host_now_us();
+                self.layer_final(c, stage, layer, &mut clock, &mut born)?;
             }
         }
         self.charge(&clock, born);
@@ -530,10 +540,7 @@ where
             }
             std::thread::sleep(per_layer(weight_half));
             clock.end_compute(c).map_err(layer_err)?;
-            self.charge(&clock, born);
-            self.launch_ready(c, a.stage, layer)?;
-            clock = PhaseClock::new();
-            born = host_now_us();
+            self.layer_final(c, a.stage, layer, &mut clock, &mut born)?;
         }
         self.charge(&clock, born);
         Ok(())
