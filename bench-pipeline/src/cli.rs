@@ -63,7 +63,9 @@ pub struct Args {
     /// With --dp: most MiB in one gradient bucket (default 25, DDP's).
     #[arg(long)]
     pub bucket_mib: Option<f64>,
-    /// With --dp: start a stage's buckets as soon as its gradients are final.
+    /// With --dp: reduce each bucket on a thread and communicator of its
+    /// own as soon as its gradients are final, concurrently with the rest
+    /// of the backward (DDP's overlap; local and tcp).
     #[arg(long)]
     pub overlap: bool,
     /// With --dp: reduce-scatter the buckets (the distributed optimizer's).

@@ -124,10 +124,24 @@ fn assert_eight_ranks(out: &str, rows: &[PipelineRow], composed: &[Value], d: &P
             .filter(|e| e["name"] == "thread_name")
             .filter_map(|e| e["args"]["name"].as_str())
             .collect();
-        assert_eq!(names.len(), 8, "{names:?}");
+        // One track per world rank, and with --overlap one per rank's
+        // reduction thread, holding that rank's buckets.
+        let overlap = c["reduce"]["overlap"].as_bool().unwrap();
+        let threads = names.iter().filter(|n| n.ends_with("dp reduction thread"));
+        assert_eq!(names.len(), 8 + threads.count(), "{names:?}");
+        assert_eq!(names.len(), if overlap { 16 } else { 8 }, "{names:?}");
         assert!(
             names.iter().any(|n| n.starts_with("rank 7 (d 1, t 1, p 1")),
             "{names:?}"
+        );
+        let bucket_tracks: Vec<u64> = events
+            .iter()
+            .filter(|e| e["name"] == "dp bucket")
+            .filter_map(|e| e["tid"].as_u64())
+            .collect();
+        assert!(
+            bucket_tracks.iter().all(|&t| (t >= 8) == overlap),
+            "{bucket_tracks:?}"
         );
         for slice in ["tp comm", "dp bucket"] {
             assert!(

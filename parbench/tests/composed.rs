@@ -14,8 +14,8 @@ use parbench::compute::cpu::CpuCompute;
 use parbench::layers::{BlockConfig, BlockShape, Mode};
 use parbench::measure::clock_sync::TimeBase;
 use parbench::pipeline::{
-    check_composed, run_stages, DpReduce, GradCheck, MlpShape, PipelineConfig, StageStepTimes,
-    TpStageConfig, TpStages, Work,
+    check_composed, overlap_comm, run_stages, with_overlap, CommSpan, DpReduce, GradCheck,
+    MlpShape, PipelineConfig, SpanGroup, StageStepTimes, TpStageConfig, TpStages, Work,
 };
 use parbench::schedule::{generate, Schedule, ScheduleKind};
 use std::time::Duration;
@@ -41,22 +41,26 @@ fn block(seq_parallel: bool) -> BlockConfig {
 /// What one rank of a composed run gives back.
 struct RankOut {
     check: Option<GradCheck>,
-    /// The timed steps' times.
+    /// The timed steps' times and communication spans.
     times: Vec<StageStepTimes>,
+    spans: Vec<Vec<CommSpan>>,
     /// Pipeline rank 0 of a replica: the executor's record was made.
     recorded: bool,
 }
 
-/// One composed run on this rank of `world`.
+/// One composed run on this rank of `world`; `early`: hand each bucket to
+/// the overlapped reduction that many layers before its gradients are
+/// final (a deliberate bug, 0 in every correct run).
 fn run_rank<C: Communicator<Buffer = parbench::comm::HostBuffer>>(
     world: &mut C,
     shape: MeshShape,
     schedule: &Schedule,
     cfg: &TpStageConfig,
-    work: Work,
+    (work, early): (Work, usize),
     base: TimeBase,
 ) -> Result<RankOut, CommError> {
     let rank = world.rank();
+    let mut dup = overlap_comm(world, &shape, cfg.reduce.overlap).map_err(|e| e.into_comm(rank))?;
     with_mesh(world, &shape, Algo::Auto, |mesh| {
         let c = CpuCompute::new(DType::F32, 1).map_err(|e| CommError::Device(e.to_string()))?;
         let pcfg = PipelineConfig {
@@ -73,9 +77,14 @@ fn run_rank<C: Communicator<Buffer = parbench::comm::HostBuffer>>(
             steps: 2,
         };
         let pp_rank = mesh.pp.rank();
-        let out = (|| {
+        let dist_opt = cfg.reduce.dist_opt;
+        let out = with_overlap(dup.take(), &shape, Algo::Auto, dist_opt, |reducer| {
             let mut stages =
                 TpStages::new(&c, cfg, schedule, pp_rank, work, &mut mesh.tp, &mut mesh.dp)?;
+            if let Some(r) = reducer {
+                stages.overlap_on(r);
+            }
+            stages.launch_buckets_early_for_test(early);
             let rec = run_stages(&mut mesh.pp, &c, &pcfg, base, &mut stages)?;
             let check = if work == Work::Compute {
                 check_composed(&c, &mut stages, &mut mesh.pp, schedule, cfg)?
@@ -83,12 +92,14 @@ fn run_rank<C: Communicator<Buffer = parbench::comm::HostBuffer>>(
                 None
             };
             let times = stages.times[pcfg.warmup..].to_vec();
+            let spans = stages.spans[pcfg.warmup..].to_vec();
             Ok(RankOut {
                 check,
                 times,
+                spans,
                 recorded: rec.is_some(),
             })
-        })();
+        });
         out.map_err(|e: parbench::pipeline::PipelineError| e.into_comm(rank))
     })
 }
@@ -123,8 +134,19 @@ fn config(dp: usize, seq_parallel: bool, reduce: DpReduce) -> TpStageConfig {
 
 /// Runs on local threads; every rank's result.
 fn run_local(shape: MeshShape, s: &Schedule, cfg: &TpStageConfig, work: Work) -> Vec<RankOut> {
+    run_local_early(shape, s, cfg, work, 0)
+}
+
+/// [`run_local`], each bucket handed over `early` layers early.
+fn run_local_early(
+    shape: MeshShape,
+    s: &Schedule,
+    cfg: &TpStageConfig,
+    work: Work,
+    early: usize,
+) -> Vec<RankOut> {
     local::run(shape.world(), Algo::Auto, TIMEOUT, |c| {
-        run_rank(c, shape, s, cfg, work, TimeBase::Shared)
+        run_rank(c, shape, s, cfg, (work, early), TimeBase::Shared)
     })
     .into_iter()
     .enumerate()
@@ -141,7 +163,7 @@ fn assert_rank_matches<C: Communicator<Buffer = parbench::comm::HostBuffer>>(
     s: &Schedule,
     cfg: &TpStageConfig,
 ) {
-    let out = run_rank(comm, shape, s, cfg, Work::Compute, TimeBase::Estimated).unwrap();
+    let out = run_rank(comm, shape, s, cfg, (Work::Compute, 0), TimeBase::Estimated).unwrap();
     if let Some(c) = out.check {
         assert!(c.max_rel_err <= 1e-5, "{c:?}");
         assert!(c.values > 0);
@@ -177,16 +199,33 @@ fn every_layout_and_schedule_matches_one_rank_on_the_whole_batch() {
         (2, 2, 2),
     ] {
         let shape = MeshShape::new(d, t, p, Order::MEGATRON).unwrap();
-        for s in schedules(p, 2) {
-            let cfg = config(d, false, DpReduce::default());
-            let out = run_local(shape, &s, &cfg, Work::Compute);
-            let what = format!("{shape} {}", s.name);
-            for c in assert_matches(&out, shape, &what, 1e-5) {
+        // With data parallelism, also overlapped (the reduction's thread).
+        let overlaps: &[bool] = if d > 1 { &[false, true] } else { &[false] };
+        let mut without_overlap = None;
+        for (s, &overlap) in schedules(p, 2)
+            .iter()
+            .flat_map(|s| overlaps.iter().map(move |o| (s, o)))
+        {
+            let reduce = DpReduce {
+                overlap,
+                ..DpReduce::default()
+            };
+            let cfg = config(d, false, reduce);
+            let out = run_local(shape, s, &cfg, Work::Compute);
+            let what = format!("{shape} {} overlap {overlap}", s.name);
+            let checks = assert_matches(&out, shape, &what, 1e-5);
+            for c in &checks {
                 eprintln!(
                     "{what}: max rel err {:.2e}, {} of {} values differ",
                     c.max_rel_err, c.differing, c.values
                 );
             }
+            // The same buckets reduced the same way on another thread: the
+            // same gradients to the last bit as without overlap.
+            if overlap {
+                assert_eq!(Some(&checks), without_overlap.as_ref(), "{what}");
+            }
+            without_overlap = Some(checks);
             for o in &out {
                 for st in &o.times {
                     assert!(st.compute_us > 0.0, "{what}");
@@ -245,14 +284,55 @@ fn buckets_overlap_and_the_distributed_optimizer_keep_the_gradients() {
             let what = format!("{kind} overlap {overlap} dist-opt {dist_opt} sp {sp}");
             assert_matches(&out, shape, &what, 1e-5);
             for o in &out {
-                for st in &o.times {
+                for (st, spans) in o.times.iter().zip(&o.spans) {
                     assert!(st.buckets > 1, "{what}: {st:?}");
                     assert!(st.dp_exposed_us <= st.dp_comm_us + 1e-9, "{what}");
                     if !overlap {
                         assert_eq!(st.dp_exposed_us, st.dp_comm_us, "{what}");
                     }
+                    // Overlapped buckets ran on the reduction thread, the
+                    // others on the rank's own: one span each.
+                    let on = |g: SpanGroup| spans.iter().filter(|s| s.group == g).count();
+                    let (mine, thread) = (on(SpanGroup::Dp), on(SpanGroup::DpThread));
+                    assert_eq!(
+                        (mine, thread),
+                        if overlap {
+                            (0, st.buckets)
+                        } else {
+                            (st.buckets, 0)
+                        },
+                        "{what}"
+                    );
                 }
             }
+        }
+    }
+}
+
+/// A bucket handed to the overlapped reduction one layer before its
+/// gradients are final (a deliberate bug, through the test-only path)
+/// reduces gradients that miss the last microbatch's contribution: the
+/// check must catch it, while the same runs started on time pass. So the
+/// check above holds the overlap to starting each bucket only once every
+/// gradient in it is final.
+#[test]
+fn a_bucket_reduced_before_its_gradients_are_final_fails_the_check() {
+    let shape = MeshShape::new(2, 1, 2, Order::MEGATRON).unwrap();
+    for kind in [ScheduleKind::OneFOneB, ScheduleKind::ZbH1] {
+        let s = generate(kind, 2, 2, 1).unwrap();
+        let reduce = DpReduce {
+            bucket_bytes: 1024,
+            overlap: true,
+            dist_opt: false,
+        };
+        let cfg = config(2, false, reduce);
+        let on_time = run_local_early(shape, &s, &cfg, Work::Compute, 0);
+        assert_matches(&on_time, shape, &format!("{kind} on time"), 1e-5);
+        let early = run_local_early(shape, &s, &cfg, Work::Compute, 1);
+        let checks: Vec<GradCheck> = early.iter().filter_map(|o| o.check).collect();
+        assert_eq!(checks.len(), shape.dp, "{kind}");
+        for c in checks {
+            assert!(c.max_rel_err > 1e-3, "{kind}: started early, yet {c:?}");
         }
     }
 }
@@ -310,7 +390,7 @@ fn a_data_group_of_another_size_is_refused() {
             shape,
             &s,
             &config(3, false, DpReduce::default()),
-            Work::Compute,
+            (Work::Compute, 0),
             TimeBase::Shared,
         )
     });
@@ -346,20 +426,32 @@ fn tcp_dp2_tp2_pp2_matches_one_rank() {
     );
 }
 
-/// dp 2 x tp 2 x pp 2 as 8 MPI ranks (`mpirun`; skips without it).
+/// dp 2 x tp 2 x pp 2 as 8 MPI ranks (`mpirun`; skips without it), and
+/// `--overlap` refused there.
 #[cfg(feature = "mpi")]
 #[test]
 fn mpi_dp2_tp2_pp2_matches_one_rank() {
     let name = "mpi_dp2_tp2_pp2_matches_one_rank";
     let shape = MeshShape::new(2, 2, 2, Order::MEGATRON).unwrap();
     let s = generate(ScheduleKind::ZbH1, 2, 2, 1).unwrap();
+    // MPI runs funneled (one thread calls it), so the overlapped
+    // reduction's thread is refused in one line; the rest runs.
     let reduce = DpReduce {
         bucket_bytes: 4096,
-        overlap: true,
+        overlap: false,
         dist_opt: true,
     };
     if mpi_support::is_rank(name) {
         let mut comm = parbench::comm::mpi::MpiComm::init(TIMEOUT).expect("MPI init");
+        let refused = overlap_comm(&mut comm, &shape, true)
+            .err()
+            .map(|e| e.to_string());
+        assert!(
+            refused
+                .as_deref()
+                .is_some_and(|e| e.contains("mpi backend cannot")),
+            "{refused:?}"
+        );
         let cfg = config(2, false, reduce);
         assert_rank_matches(&mut comm, shape, &s, &cfg);
         return;

@@ -24,7 +24,10 @@ fn exchange_with_every_peer(info: &RankInfo) {
     let deadline = Instant::now() + Duration::from_secs(30);
     all_pairs(&mut t, 1000, deadline);
     if t.rank() == 0 {
-        t.store().get("test/done", deadline).unwrap();
+        t.store()
+            .expect("the transport holds the store")
+            .get("test/done", deadline)
+            .unwrap();
     }
 }
 

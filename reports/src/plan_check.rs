@@ -30,7 +30,7 @@ pub struct CheckRow {
 
 /// The terms, in the order they are printed, and what each measures (each
 /// per rank: the median over the timed steps, averaged over the ranks).
-const TERMS: [(&str, &str); 6] = [
+const TERMS: [(&str, &str); 7] = [
     ("compute", "the blocks' compute, per rank per step"),
     (
         "tp_comm",
@@ -38,9 +38,13 @@ const TERMS: [(&str, &str); 6] = [
     ),
     (
         "bubble",
-        "idle in the pipeline: the step less busy time and the reduction",
+        "idle in the pipeline: the step less busy time and the exposed reduction",
     ),
     ("dp_comm", "the data-parallel reduction, per rank per step"),
+    (
+        "dp_exposed",
+        "the part of it the step waited for at its end (all of it without --overlap)",
+    ),
     (
         "other",
         "sends and the executor between actions (the planner has none)",
@@ -131,6 +135,7 @@ fn given_of(c: &Value) -> Result<(GivenLayout, Calibration), String> {
         grad_bytes: num(c, &["reduce", "grad_bytes_per_rank"])?,
         bucket_bytes: num(c, &["reduce", "bucket_bytes"])?,
         dist_opt,
+        overlap: c["reduce"]["overlap"].as_bool().unwrap_or(false),
     };
     let cal = Calibration {
         flop_per_s: rate,
@@ -142,7 +147,7 @@ fn given_of(c: &Value) -> Result<(GivenLayout, Calibration), String> {
 }
 
 /// The measured terms of a composed section, microseconds, in [`TERMS`]' order.
-fn measured(c: &Value) -> Result<[f64; 6], String> {
+fn measured(c: &Value) -> Result<[f64; 7], String> {
     let ranks = c["measured"]["ranks"]
         .as_array()
         .filter(|r| !r.is_empty())
@@ -160,17 +165,19 @@ fn measured(c: &Value) -> Result<[f64; 6], String> {
         tp,
         mean("idle_us")?,
         mean("dp_comm_us")?,
+        mean("dp_exposed_us")?,
         (busy - compute - tp).max(0.0),
         num(c, &["measured", "step_us"])?,
     ])
 }
 
-fn predicted(p: &GivenCost) -> [f64; 6] {
+fn predicted(p: &GivenCost) -> [f64; 7] {
     [
         p.compute_s * 1e6,
         p.tp_comm_s * 1e6,
         p.bubble_s * 1e6,
         p.dp_comm_s * 1e6,
+        p.dp_exposed_s * 1e6,
         0.0,
         p.step_s * 1e6,
     ]

@@ -18,6 +18,28 @@ fn mean(c: &Value, key: &str) -> f64 {
     r.iter().map(|x| x[key].as_f64().unwrap()).sum::<f64>() / r.len() as f64
 }
 
+/// The terms of `plan --check`, in their order.
+const TERMS: [&str; 7] = [
+    "compute",
+    "tp_comm",
+    "bubble",
+    "dp_comm",
+    "dp_exposed",
+    "other",
+    "step",
+];
+
+/// Rows of plan-check.csv: (layout, term, measured, predicted, ratio).
+type Rows = Vec<(String, String, f64, f64, f64)>;
+
+/// `report plan --check d` (it must pass) and the rows it wrote.
+fn rows_of(d: &std::path::Path) -> Rows {
+    let o = report(&["plan", "--check", d.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let mut rd = csv::Reader::from_path(d.join("plan-check.csv")).unwrap();
+    rd.deserialize().map(|r| r.unwrap()).collect()
+}
+
 fn close(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-6 * a.abs().max(b.abs()).max(1.0)
 }
@@ -34,28 +56,26 @@ fn every_composed_run_gets_its_terms_beside_the_prediction() {
         rd.headers().unwrap().iter().collect::<Vec<_>>(),
         ["layout", "term", "measured_us", "predicted_us", "ratio"]
     );
-    let rows: Vec<(String, String, f64, f64, f64)> = rd.deserialize().map(|r| r.unwrap()).collect();
+    let rows: Rows = rd.deserialize().map(|r| r.unwrap()).collect();
     let cs = composed_sections(&d);
     assert_eq!(cs.len(), 2, "a sleep run and a compute run");
-    assert_eq!(rows.len(), 6 * cs.len());
-    for (c, rows) in cs.iter().zip(rows.chunks(6)) {
+    assert_eq!(rows.len(), TERMS.len() * cs.len());
+    for (c, rows) in cs.iter().zip(rows.chunks(TERMS.len())) {
         let terms: Vec<&str> = rows.iter().map(|r| r.1.as_str()).collect();
-        assert_eq!(
-            terms,
-            ["compute", "tp_comm", "bubble", "dp_comm", "other", "step"]
-        );
+        assert_eq!(terms, TERMS);
         let get = |t: &str| rows.iter().find(|r| r.1 == t).unwrap();
         // Measured: the section's own figures.
         assert!(close(get("compute").2, mean(c, "compute_us")));
         assert!(close(get("tp_comm").2, mean(c, "tp_comm_us")));
         assert!(close(get("bubble").2, mean(c, "idle_us")));
         assert!(close(get("dp_comm").2, mean(c, "dp_comm_us")));
+        assert!(close(get("dp_exposed").2, mean(c, "dp_exposed_us")));
         assert!(close(
             get("step").2,
             c["measured"]["step_us"].as_f64().unwrap()
         ));
         // Predicted: the parts add up to the step; ratios are predicted / measured.
-        let parts: f64 = ["compute", "tp_comm", "bubble", "dp_comm"]
+        let parts: f64 = ["compute", "tp_comm", "bubble", "dp_exposed"]
             .iter()
             .map(|t| get(t).3)
             .sum();
@@ -86,6 +106,8 @@ fn every_composed_run_gets_its_terms_beside_the_prediction() {
             "{} vs {one}",
             get("dp_comm").3
         );
+        // Not overlapped: all of it exposed.
+        assert!(close(get("dp_exposed").3, one));
     }
     assert_eq!(out.matches("parts most: ").count(), 2, "{out}");
     assert_eq!(out.matches("step predicted within").count(), 2, "{out}");
@@ -117,12 +139,6 @@ fn a_folder_without_a_composed_run_is_one_line() {
 /// writes, so a CSV schedule is costed too) gives the rows its generator gives.
 #[test]
 fn a_schedule_given_as_its_actions_is_costed_as_the_generated_one() {
-    let rows_of = |d: &std::path::Path| -> Vec<(String, String, f64, f64, f64)> {
-        let o = report(&["plan", "--check", d.to_str().unwrap()]);
-        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-        let mut rd = csv::Reader::from_path(d.join("plan-check.csv")).unwrap();
-        rd.deserialize().map(|r| r.unwrap()).collect()
-    };
     let generated = rows_of(&copy_fixture("composed", "plan-check-gen"));
     let d = copy_fixture("composed", "plan-check-csv");
     let mut runs: Value =
@@ -146,5 +162,49 @@ fn a_schedule_given_as_its_actions_is_costed_as_the_generated_one() {
     for (a, b) in generated.iter().zip(&given) {
         assert_eq!((&a.1, a.2, a.3), (&b.1, b.2, b.3), "{a:?} {b:?}");
         assert!(b.0.contains("csv:mine.csv"), "{b:?}");
+    }
+}
+
+/// The same runs recorded as overlapped (`--overlap`) with small buckets:
+/// the predicted reduction is the same calls, and only what outlasts the
+/// rank's remaining work after each bucket is ready is exposed, so the
+/// step is the pipeline's plus that part.
+#[test]
+fn an_overlapped_run_is_predicted_to_expose_only_what_outlasts_the_backward() {
+    let with = |overlap: bool, name: &str| -> Rows {
+        let d = copy_fixture("composed", name);
+        let mut runs: Value =
+            serde_json::from_slice(&std::fs::read(d.join("run.json")).unwrap()).unwrap();
+        for r in runs.as_array_mut().unwrap() {
+            for c in r["extra"]["composed"].as_array_mut().into_iter().flatten() {
+                let grads = c["reduce"]["grad_bytes_per_rank"].as_f64().unwrap();
+                c["reduce"]["overlap"] = Value::from(overlap);
+                c["reduce"]["bucket_bytes"] = Value::from((grads / 8.0).ceil());
+            }
+        }
+        std::fs::write(d.join("run.json"), serde_json::to_vec(&runs).unwrap()).unwrap();
+        rows_of(&d)
+    };
+    let plain = with(false, "plan-check-plain");
+    let overlapped = with(true, "plan-check-overlap");
+    assert_eq!(plain.len(), overlapped.len());
+    for (p, o) in plain
+        .chunks(TERMS.len())
+        .zip(overlapped.chunks(TERMS.len()))
+    {
+        let get = |rows: &[(String, String, f64, f64, f64)], t: &str| {
+            rows.iter().find(|r| r.1 == t).unwrap().3
+        };
+        // The same buckets, the same calls.
+        assert!(close(get(p, "dp_comm"), get(o, "dp_comm")), "{o:?}");
+        assert!(close(get(p, "dp_exposed"), get(p, "dp_comm")));
+        // Half of each stage's buckets are ready a layer before its pass ends.
+        assert!(get(o, "dp_exposed") < get(o, "dp_comm"), "{o:?}");
+        let parts: f64 = ["compute", "tp_comm", "bubble", "dp_exposed"]
+            .iter()
+            .map(|t| get(o, t))
+            .sum();
+        assert!(close(parts, get(o, "step")), "{o:?}");
+        assert!(get(o, "step") <= get(p, "step") + 1e-6, "{o:?} {p:?}");
     }
 }

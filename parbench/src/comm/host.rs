@@ -162,6 +162,15 @@ impl<T: Transport> Communicator for HostComm<T> {
         self.transport.link_stats()
     }
 
+    fn duplicate_host(&mut self) -> CommResult<Option<super::DupComm>> {
+        let deadline = Instant::now() + self.timeout;
+        let (algo, timeout) = (self.algo, self.timeout);
+        Ok(self
+            .transport
+            .duplicate(deadline)?
+            .map(|t| HostComm::new(t, algo, timeout)))
+    }
+
     fn algo_for(&self, coll: Collective, bytes: usize) -> String {
         self.plan(coll, bytes).name().to_string()
     }

@@ -29,7 +29,7 @@
 use super::{Algo, CommError, CommResult, HostComm, RecvInto, Transport};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 /// The communicator of the `local` backend.
@@ -194,6 +194,12 @@ struct Shared {
     /// latency is this path); with more ranks than cores, spinning only
     /// delays the peer, so waits yield almost at once.
     spin_budget: Duration,
+    /// The worlds duplicated from this one ([`Transport::duplicate`]), the
+    /// n-th duplicate of every rank at index n.
+    duplicates: Mutex<Vec<Arc<Shared>>>,
+    /// The world this one duplicates: its abort ends this world's waits
+    /// too (weak: the parent holds its duplicates).
+    parent: Option<Weak<Shared>>,
 }
 
 /// See [`Shared::spin_budget`].
@@ -213,6 +219,36 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Shared {
+    fn new(world: usize, parent: Option<Weak<Shared>>) -> Shared {
+        Shared {
+            world,
+            pairs: (0..world * world).map(|_| Pair::default()).collect(),
+            slots: (0..world).map(|_| Padded::default()).collect(),
+            sleepers: (0..world).map(|_| Padded::default()).collect(),
+            blocked_on: (0..world)
+                .map(|_| Padded(AtomicUsize::new(NO_ABORT)))
+                .collect(),
+            aborted: Padded(AtomicUsize::new(NO_ABORT)),
+            abort_detail: Mutex::new(String::new()),
+            spin_budget: spin_budget(world),
+            duplicates: Mutex::new(Vec::new()),
+            parent,
+        }
+    }
+
+    /// The `n`-th world duplicated from this one, made by the first rank
+    /// that asks for it.
+    fn duplicate(self: &Arc<Self>, n: usize) -> Arc<Shared> {
+        let mut dups = lock(&self.duplicates);
+        while dups.len() <= n {
+            dups.push(Arc::new(Shared::new(
+                self.world,
+                Some(Arc::downgrade(self)),
+            )));
+        }
+        Arc::clone(&dups[n])
+    }
+
     fn pair(&self, src: usize, dst: usize) -> &Pair {
         &self.pairs[src * self.world + dst]
     }
@@ -263,7 +299,12 @@ impl Shared {
     fn abort_error(&self, rank: usize, op: &'static str) -> Option<CommError> {
         let culprit = self.aborted.load(Ordering::Acquire);
         if culprit == NO_ABORT {
-            return None;
+            // A duplicate fails with the world it was made from.
+            return self
+                .parent
+                .as_ref()
+                .and_then(Weak::upgrade)
+                .and_then(|p| p.abort_error(rank, op));
         }
         Some(CommError::PeerLost {
             rank,
@@ -278,6 +319,8 @@ impl Shared {
 pub struct LocalTransport {
     rank: usize,
     shared: Arc<Shared>,
+    /// Duplicates this rank made so far: the next is world number this.
+    duplicated: usize,
 }
 
 impl LocalTransport {
@@ -287,22 +330,12 @@ impl LocalTransport {
     /// A rank whose thread fails should call [`LocalTransport::abort`] so the
     /// others stop waiting for it.
     pub fn world(world: usize) -> Vec<LocalTransport> {
-        let shared = Arc::new(Shared {
-            world,
-            pairs: (0..world * world).map(|_| Pair::default()).collect(),
-            slots: (0..world).map(|_| Padded::default()).collect(),
-            sleepers: (0..world).map(|_| Padded::default()).collect(),
-            blocked_on: (0..world)
-                .map(|_| Padded(AtomicUsize::new(NO_ABORT)))
-                .collect(),
-            aborted: Padded(AtomicUsize::new(NO_ABORT)),
-            abort_detail: Mutex::new(String::new()),
-            spin_budget: spin_budget(world),
-        });
+        let shared = Arc::new(Shared::new(world, None));
         (0..world)
             .map(|rank| LocalTransport {
                 rank,
                 shared: Arc::clone(&shared),
+                duplicated: 0,
             })
             .collect()
     }
@@ -586,6 +619,19 @@ impl Transport for LocalTransport {
 
     fn wire(&self) -> String {
         "shm".into()
+    }
+
+    /// Threads share the world's memory, so a duplicate is a new world of
+    /// channels that every rank's n-th duplicate joins; nothing crosses.
+    fn duplicate(&mut self, _deadline: Instant) -> CommResult<Option<Box<dyn Transport>>> {
+        self.check_abort("duplicate")?;
+        let shared = self.shared.duplicate(self.duplicated);
+        self.duplicated += 1;
+        Ok(Some(Box::new(LocalTransport {
+            rank: self.rank,
+            shared,
+            duplicated: 0,
+        })))
     }
 
     fn send(&mut self, peer: usize, data: &[u8], _deadline: Instant) -> CommResult<()> {

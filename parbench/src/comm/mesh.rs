@@ -400,19 +400,9 @@ where
         SharedComm::new(&cell)?,
     ];
     let [h_tp, h_dp, h_pp] = &mut handles;
-    // One split per axis: the colour names the group (its first rank), the
-    // key orders it by the axis' coordinate.
-    let group = |h, axis: Axis| -> CommResult<_> {
-        let colour = shape.group_of(rank, axis)[0];
-        let colour = u32::try_from(colour)
-            .map_err(|_| CommError::InvalidArgument(format!("rank {colour} out of range")))?;
-        let key = coords.get(axis) as u32;
-        split(h, Some(colour), key, algo)?
-            .ok_or_else(|| CommError::Setup(format!("rank {rank} left out of its {axis} group")))
-    };
-    let tp = group(h_tp, Axis::Tp)?;
-    let dp = group(h_dp, Axis::Dp)?;
-    let pp = group(h_pp, Axis::Pp)?;
+    let tp = axis_group(h_tp, shape, Axis::Tp, algo)?;
+    let dp = axis_group(h_dp, shape, Axis::Dp, algo)?;
+    let pp = axis_group(h_pp, shape, Axis::Pp, algo)?;
     let mut mesh = Mesh {
         shape: *shape,
         coords,
@@ -421,6 +411,34 @@ where
         pp,
     };
     body(&mut mesh)
+}
+
+/// This rank's group along `axis`, split from `comm`, a communicator over
+/// the whole world of `shape` (a collective of it): each of
+/// [`with_mesh`]'s groups, and the data-parallel reduction's group of its
+/// own over a duplicate of the world ([`Communicator::duplicate_host`]).
+/// The colour names the group (its first rank), the key orders it by the
+/// axis' coordinate.
+pub fn axis_group<'c, C: Communicator>(
+    comm: &'c mut C,
+    shape: &MeshShape,
+    axis: Axis,
+    algo: Algo,
+) -> CommResult<Group<'c, C>> {
+    let rank = comm.rank();
+    if comm.world() != shape.world() {
+        return Err(CommError::InvalidArgument(format!(
+            "the mesh {shape} needs {} ranks, the communicator has {}",
+            shape.world(),
+            comm.world()
+        )));
+    }
+    let colour = shape.group_of(rank, axis)[0];
+    let colour = u32::try_from(colour)
+        .map_err(|_| CommError::InvalidArgument(format!("rank {colour} out of range")))?;
+    let key = shape.coords(rank).get(axis) as u32;
+    split(comm, Some(colour), key, algo)?
+        .ok_or_else(|| CommError::Setup(format!("rank {rank} left out of its {axis} group")))
 }
 
 #[cfg(test)]

@@ -382,6 +382,16 @@ pub trait Communicator: Send {
     fn device_ceiling(&mut self) -> CommResult<Option<(String, f64)>> {
         Ok(None)
     }
+
+    /// A second communicator over the same ranks, on host buffers, with
+    /// channels of its own ([`Transport::duplicate`]): another thread may
+    /// run collectives on it while this one is in use (the data-parallel
+    /// reduction overlapped with the backward). A collective of every
+    /// rank. `None` where the backend cannot make one: its buffers are
+    /// not host memory, or its library is called from one thread only.
+    fn duplicate_host(&mut self) -> CommResult<Option<DupComm>> {
+        Ok(None)
+    }
 }
 
 /// Marks recorded on a device's stream between asynchronous calls, read
@@ -533,7 +543,57 @@ pub trait Transport: Send {
     fn link_stats(&self) -> Option<LinkStats> {
         None
     }
+    /// A second transport over the same ranks with channels of its own
+    /// (as `MPI_Comm_dup` makes): its messages never meet this one's, so
+    /// another thread may use it while this one is in use. A collective:
+    /// every rank calls it, in the same order, before `deadline`. `None`
+    /// where the backend cannot make one.
+    fn duplicate(&mut self, deadline: Instant) -> CommResult<Option<Box<dyn Transport>>> {
+        let _ = deadline;
+        Ok(None)
+    }
 }
+
+/// A duplicated transport ([`Transport::duplicate`]) is a transport.
+impl Transport for Box<dyn Transport> {
+    fn rank(&self) -> usize {
+        (**self).rank()
+    }
+    fn world(&self) -> usize {
+        (**self).world()
+    }
+    fn backend(&self) -> &'static str {
+        (**self).backend()
+    }
+    fn wire(&self) -> String {
+        (**self).wire()
+    }
+    fn send(&mut self, peer: usize, data: &[u8], deadline: Instant) -> CommResult<()> {
+        (**self).send(peer, data, deadline)
+    }
+    fn recv(&mut self, peer: usize, into: RecvInto<'_>, deadline: Instant) -> CommResult<()> {
+        (**self).recv(peer, into, deadline)
+    }
+    fn exchange(
+        &mut self,
+        to: usize,
+        data: &[u8],
+        from: usize,
+        into: RecvInto<'_>,
+        deadline: Instant,
+    ) -> CommResult<()> {
+        (**self).exchange(to, data, from, into, deadline)
+    }
+    fn link_stats(&self) -> Option<LinkStats> {
+        (**self).link_stats()
+    }
+    fn duplicate(&mut self, deadline: Instant) -> CommResult<Option<Box<dyn Transport>>> {
+        (**self).duplicate(deadline)
+    }
+}
+
+/// The communicator over a duplicated transport ([`Communicator::duplicate_host`]).
+pub type DupComm = HostComm<Box<dyn Transport>>;
 
 /// The state of one rank's socket connections, as the kernel reports it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

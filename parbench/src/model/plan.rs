@@ -52,7 +52,10 @@ mod layouts;
 mod rejections;
 
 pub use costs::{pipeline_makespan, Costed, Loss, Memory};
-pub use given::{cost_given, Calibration, CallFit, GivenCost, GivenLayout};
+pub use given::{
+    bucket_ready_times, cost_given, overlapped_exposure, Calibration, CallFit, GivenCost,
+    GivenLayout,
+};
 pub use input::{PlanError, PlanInput, Wire, WireKind};
 pub use layouts::{divisors, group_wire, Layout};
 pub use rejections::{LossGroup, Rejected, Rejection};

@@ -16,6 +16,7 @@
 //! (the CPU) whatever the world's backend.
 
 use super::composed::{check_composed, GradCheck};
+use super::dp_overlap::{overlap_comm, with_overlap};
 use super::exec::{decode_steps, encode_steps, recv_f64s, send_f64s};
 use super::tp_stage::{CommSpan, SpanGroup, StageStepTimes, TpStageConfig, TpStages};
 use super::{run_stages, ActionTiming, PipelineConfig, PipelineError, RankStep, RunRecord, Work};
@@ -113,7 +114,7 @@ pub struct RankBreakdown {
     pub dp_comm_us: f64,
     pub dp_exposed_us: f64,
     pub dp_hidden_us: f64,
-    /// The step less busy time and the data-parallel reduction.
+    /// The step less busy time and the exposed data-parallel reduction.
     pub idle_us: f64,
 }
 
@@ -186,7 +187,9 @@ impl ComposedRecord {
                         t.dp_comm_us,
                         t.dp_exposed_us,
                         t.dp_hidden_us(),
-                        (step - busy - t.dp_comm_us).max(0.0),
+                        // Idle: neither in an action nor waiting for
+                        // the reduction (its hidden part ran meanwhile).
+                        (step - busy - t.dp_exposed_us).max(0.0),
                     ]) {
                         v.push(x);
                     }
@@ -225,29 +228,45 @@ where
 {
     let rank = world.rank();
     let warmup = cfg.pipeline.warmup;
+    let reduce = cfg.stages.reduce;
+    // The overlapped reduction's own communicator, made before the mesh
+    // borrows the world.
+    let mut dup = overlap_comm(world, &cfg.mesh, reduce.overlap).map_err(|e| e.into_comm(rank))?;
     let mine = with_mesh(world, &cfg.mesh, cfg.algo, |mesh| {
         let coords = mesh.coords;
         let mut body = || -> Result<_, PipelineError> {
             let s = &cfg.pipeline.schedule;
             let work = cfg.pipeline.work;
-            let mut stages = TpStages::new(
-                c,
-                &cfg.stages,
-                s,
-                mesh.pp.rank(),
-                work,
-                &mut mesh.tp,
-                &mut mesh.dp,
+            let ran = with_overlap(
+                dup.take(),
+                &cfg.mesh,
+                cfg.algo,
+                reduce.dist_opt,
+                |reducer| {
+                    let mut stages = TpStages::new(
+                        c,
+                        &cfg.stages,
+                        s,
+                        mesh.pp.rank(),
+                        work,
+                        &mut mesh.tp,
+                        &mut mesh.dp,
+                    )?;
+                    if let Some(r) = reducer {
+                        stages.overlap_on(r);
+                    }
+                    let rec = run_stages(&mut mesh.pp, c, &cfg.pipeline, base, &mut stages)?;
+                    let check = if cfg.check && work == Work::Compute {
+                        check_composed(c, &mut stages, &mut mesh.pp, s, &cfg.stages)?
+                    } else {
+                        None
+                    };
+                    let times = stages.times.get(warmup..).unwrap_or(&[]).to_vec();
+                    let spans = stages.spans.get(warmup..).unwrap_or(&[]).to_vec();
+                    Ok((rec, check, times, spans))
+                },
             )?;
-            let rec = run_stages(&mut mesh.pp, c, &cfg.pipeline, base, &mut stages)?;
-            let check = if cfg.check && work == Work::Compute {
-                check_composed(c, &mut stages, &mut mesh.pp, s, &cfg.stages)?
-            } else {
-                None
-            };
-            let times = stages.times.get(warmup..).unwrap_or(&[]).to_vec();
-            let spans = stages.spans.get(warmup..).unwrap_or(&[]).to_vec();
-            drop(stages);
+            let (rec, check, times, spans) = ran;
             let t = mesh.tp.world();
             let tp_n = cfg.stages.block.tokens() * cfg.stages.block.shape.hidden;
             let tp_wire = probe(c, &mut mesh.tp, Collective::AllReduce, &around(tp_n))?;
@@ -401,15 +420,27 @@ fn encode_figures(f: &RankFigures) -> Vec<f64> {
     for step in &f.spans {
         v.push(step.len() as f64);
         for s in step {
-            v.extend([
-                f64::from(u8::from(s.group == SpanGroup::Dp)),
-                s.action as f64,
-                s.offset_us,
-                s.dur_us,
-            ]);
+            v.extend([span_code(s.group), s.action as f64, s.offset_us, s.dur_us]);
         }
     }
     v
+}
+
+/// A span's group as a number on the wire, and back.
+fn span_code(g: SpanGroup) -> f64 {
+    match g {
+        SpanGroup::Tp => 0.0,
+        SpanGroup::Dp => 1.0,
+        SpanGroup::DpThread => 2.0,
+    }
+}
+
+fn span_group(code: f64) -> SpanGroup {
+    match code {
+        c if c > 1.5 => SpanGroup::DpThread,
+        c if c > 0.5 => SpanGroup::Dp,
+        _ => SpanGroup::Tp,
+    }
 }
 
 fn malformed(from: usize, what: &str) -> PipelineError {
@@ -451,11 +482,7 @@ fn decode_figures(from: usize, mesh: &MeshShape, v: &[f64]) -> Result<RankFigure
         spans.push(
             raw.chunks_exact(SPAN_FIELDS)
                 .map(|s| CommSpan {
-                    group: if s[0] > 0.5 {
-                        SpanGroup::Dp
-                    } else {
-                        SpanGroup::Tp
-                    },
+                    group: span_group(s[0]),
                     action: s[1].max(0.0) as usize,
                     offset_us: s[2],
                     dur_us: s[3],

@@ -19,6 +19,7 @@ mod align;
 pub mod analysis;
 pub mod composed;
 pub mod composed_run;
+pub mod dp_overlap;
 pub mod exec;
 pub mod mlp;
 pub mod stage;
@@ -31,6 +32,7 @@ pub use composed_run::{
     run_composed, ComposedConfig, ComposedRecord, PipelineSteps, RankBreakdown, RankFigures,
     WireProbe,
 };
+pub use dp_overlap::{overlap_comm, with_overlap, Reducer};
 pub use exec::{run_rank, run_stages, ActionTiming, RankStep, RunRecord};
 pub use mlp::{MlpShape, MlpStages};
 pub use stage::StageWork;

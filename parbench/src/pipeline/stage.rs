@@ -54,6 +54,24 @@ pub trait StageWork<C: Compute> {
         stash: Self::Stash,
     ) -> Result<(), PipelineError>;
 
+    /// A full backward (`B`): the input-gradient pass, then the
+    /// weight-gradient pass. A stage may run the two layer by layer
+    /// instead, as autograd orders them, where what it does between
+    /// layers depends on it (the overlapped data-parallel reduction).
+    fn backward(
+        &mut self,
+        c: &C,
+        stage: usize,
+        mb: usize,
+        mut stash: Self::Stash,
+        dy: Option<C::Buf>,
+        need_dx: bool,
+    ) -> Result<Option<C::Buf>, PipelineError> {
+        let dx = self.backward_input(c, stage, mb, &mut stash, dy, need_dx)?;
+        self.backward_weight(c, stage, stash)?;
+        Ok(dx)
+    }
+
     /// Bytes a stash holds on the device.
     fn stash_bytes(&self, stash: &Self::Stash) -> usize;
 

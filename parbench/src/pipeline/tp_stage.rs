@@ -18,13 +18,16 @@
 //!   `bucket_bytes`, in reverse layer order (the order a backward makes
 //!   them final, as DDP's buckets); all-reduce, or with the distributed
 //!   optimizer reduce-scatter (each data rank keeps its share of each
-//!   bucket). With `overlap` a stage's buckets start right after the
-//!   action that made its gradients final (its last weight-gradient
-//!   pass), between that rank's actions; otherwise after the rank's last
-//!   action. The reduction runs in the rank's own thread, so an
-//!   overlapped bucket fills time the rank would spend waiting on the
-//!   pipeline, not time it computes.
+//!   bucket). Without `overlap` every bucket is reduced on the rank's own
+//!   thread after its last action. With `overlap` (DDP's and Megatron's
+//!   `overlap_grad_reduce`) a bucket is handed to the reduction thread of
+//!   [`super::dp_overlap`] as soon as every gradient in it is final: in
+//!   the stage's last weight-gradient pass (its `M`-th), right after the
+//!   lowest layer the bucket holds; it then runs concurrently with the
+//!   rest of that pass and the rank's later actions, and the step waits
+//!   at its end only for what is still running.
 
+use super::dp_overlap::Reducer;
 use super::stage::StageWork;
 use super::{PipelineError, Work};
 use crate::comm::{Communicator, DType, Io, ReduceOp};
@@ -42,7 +45,9 @@ use std::time::Duration;
 pub struct DpReduce {
     /// Most bytes in one bucket (DDP's `bucket_cap_mb`, 25 MiB by default).
     pub bucket_bytes: usize,
-    /// Start a stage's buckets as soon as its gradients are final.
+    /// Reduce each bucket on a thread of its own as soon as its gradients
+    /// are final, concurrently with the rest of the backward (needs a
+    /// [`super::dp_overlap::Reducer`]: [`TpStages::overlap_on`]).
     pub overlap: bool,
     /// Reduce-scatter instead of all-reduce: each data rank keeps its
     /// share of each bucket (the distributed optimizer's, ZeRO-1).
@@ -140,8 +145,9 @@ pub struct StageStepTimes {
     pub tp_comm_us: f64,
     /// Every data-parallel bucket's reduction.
     pub dp_comm_us: f64,
-    /// The part of `dp_comm_us` after the rank's last action's work
-    /// (nothing of the pipeline left to hide it).
+    /// The part of `dp_comm_us` the step waited for after the rank's last
+    /// action: without overlap all of it; with overlap the wait for the
+    /// buckets still running and their copies back.
     pub dp_exposed_us: f64,
     /// Buckets reduced.
     pub buckets: usize,
@@ -154,8 +160,8 @@ impl StageStepTimes {
         self.tp_comm_us += clock.comm().as_secs_f64() * 1e6;
     }
 
-    /// The part of the data-parallel reduction before the rank's last
-    /// action ended: overlapped with the pipeline.
+    /// The part of the data-parallel reduction the step did not wait for:
+    /// it ran while the rank computed or waited on the pipeline.
     pub fn dp_hidden_us(&self) -> f64 {
         (self.dp_comm_us - self.dp_exposed_us).max(0.0)
     }
@@ -166,8 +172,11 @@ impl StageStepTimes {
 pub enum SpanGroup {
     /// A tensor-parallel collective inside a pass.
     Tp,
-    /// A data-parallel bucket's reduction.
+    /// A data-parallel bucket's reduction on the rank's own thread.
     Dp,
+    /// A data-parallel bucket's reduction on the reduction thread
+    /// (`overlap`): a track of its own beside the rank's.
+    DpThread,
 }
 
 /// One communication phase of one step on one rank, placed against the
@@ -194,8 +203,7 @@ pub struct TpStages<'g, C: Compute, T, D> {
     dp: &'g mut D,
     /// Microbatches per data rank.
     microbatches: usize,
-    /// Actions this rank runs per step, and how many ran in this step.
-    actions: usize,
+    /// Actions run so far in this step.
     done: usize,
     /// Per stage: weight-gradient passes run this step.
     weight_passes: HashMap<usize, usize>,
@@ -214,6 +222,31 @@ pub struct TpStages<'g, C: Compute, T, D> {
     step_spans: Vec<CommSpan>,
     /// Every step's communication spans (warm-up steps first).
     pub spans: Vec<Vec<CommSpan>>,
+    /// The overlapped reduction's thread, when `reduce.overlap`.
+    reducer: Option<&'g mut Reducer<C::Buf>>,
+    /// This step's buckets handed to it, in order.
+    launched: Vec<Launched>,
+    /// Test only: start each bucket this many layers before its gradients
+    /// are final (see [`TpStages::launch_buckets_early_for_test`]).
+    launch_early: usize,
+}
+
+/// A bucket handed to the reduction thread this step.
+struct Launched {
+    stage: usize,
+    bucket: usize,
+    /// Host time it was packed and handed over.
+    ready_us: f64,
+    /// The action it was handed over in, and that action's work start.
+    action: usize,
+    action_start_us: f64,
+}
+
+/// The layer after whose last weight-gradient pass every gradient in
+/// `bucket` is final: its lowest, since the pass runs from the top layer
+/// down (the order DDP's buckets follow).
+fn ready_after(bucket: &[Slot]) -> usize {
+    bucket.iter().map(|s| s.layer).min().unwrap_or(0)
 }
 
 /// One parameter gradient's place in a bucket.
@@ -273,7 +306,6 @@ where
             tp,
             dp,
             microbatches: schedule.microbatches,
-            actions: schedule.compute_actions(pp_rank).len(),
             done: 0,
             weight_passes: HashMap::new(),
             reduced: Vec::new(),
@@ -284,7 +316,305 @@ where
             action_start_us: host_now_us(),
             step_spans: Vec::new(),
             spans: Vec::new(),
+            reducer: None,
+            launched: Vec::new(),
+            launch_early: 0,
         })
+    }
+
+    /// Reduces the buckets on `reducer`'s thread as their gradients become
+    /// final (with `reduce.overlap`; see [`super::dp_overlap::with_overlap`]).
+    pub fn overlap_on(&mut self, reducer: &'g mut Reducer<C::Buf>) {
+        self.reducer = Some(reducer);
+    }
+
+    /// For tests of the check only: hands each bucket to the reduction
+    /// thread `layers` layers before its gradients are final, which a
+    /// correct step never does; the gradient check must then fail.
+    #[doc(hidden)]
+    pub fn launch_buckets_early_for_test(&mut self, layers: usize) {
+        self.launch_early = layers;
+    }
+
+    /// This weight-gradient pass on `stage` is its last of the step (its
+    /// `M`-th) and its buckets go to the reduction thread as they become final.
+    fn final_overlapped_pass(&self, stage: usize) -> bool {
+        self.reducer.is_some()
+            && self.weight_passes.get(&stage).copied().unwrap_or(0) + 1 == self.microbatches
+    }
+
+    /// After layer `layer`'s last weight-gradient pass on `stage`: packs
+    /// every bucket of the stage whose gradients are now all final and
+    /// hands it to the reduction thread, in bucket order.
+    fn launch_ready(&mut self, c: &C, stage: usize, layer: usize) -> Result<(), PipelineError> {
+        let d = self.cfg.dp;
+        let early = self.launch_early;
+        let ready: Vec<(usize, Vec<Slot>)> = self
+            .buckets(stage)
+            .into_iter()
+            .enumerate()
+            .filter(|(bi, b)| {
+                ready_after(b) + early >= layer
+                    && !self
+                        .launched
+                        .iter()
+                        .any(|l| l.stage == stage && l.bucket == *bi)
+            })
+            .collect();
+        for (bi, bucket) in ready {
+            let used: usize = bucket.iter().map(|s| s.len).sum();
+            // A reduce-scatter needs whole shares: the bucket is padded.
+            let len = used.div_ceil(d) * d;
+            let mut buf = c.alloc(len)?;
+            let blocks = self.blocks.get(&stage).ok_or_else(|| missing(stage))?;
+            for s in &bucket {
+                c.copy(grad(blocks, s)?, 0, &mut buf, s.offset, s.len)?;
+            }
+            c.sync()?;
+            let ready_us = host_now_us();
+            let dtype = self.dtype;
+            self.reducer
+                .as_deref_mut()
+                .ok_or_else(|| PipelineError::Protocol("no reduction thread".into()))?
+                .submit(buf, len, dtype)?;
+            self.launched.push(Launched {
+                stage,
+                bucket: bi,
+                ready_us,
+                action: self.done,
+                action_start_us: self.action_start_us,
+            });
+        }
+        Ok(())
+    }
+
+    /// The loss gradient of microbatch `mb` on the last stage (scaled by
+    /// `1 / M`), or the gradient the next stage sent.
+    fn output_grad(&self, c: &C, mb: usize, dy: Option<C::Buf>) -> Result<C::Buf, PipelineError> {
+        let (t, r) = (self.tp.world(), self.tp.rank());
+        let scale = 1.0 / self.microbatches as f32;
+        match dy {
+            Some(g) => Ok(g),
+            None => seeded_act(c, &self.cfg, t, r, self.global_mb(mb), Some(scale)),
+        }
+    }
+
+    /// The input-gradient pass over `stage`'s blocks from the top: the
+    /// gradient at the stage's input.
+    fn input_pass(
+        &mut self,
+        c: &C,
+        stage: usize,
+        mb: usize,
+        stash: &mut [BlockState<C::Buf>],
+        dy: Option<C::Buf>,
+    ) -> Result<C::Buf, PipelineError> {
+        let mut dy = self.output_grad(c, mb, dy)?;
+        let born = host_now_us();
+        let mut clock = PhaseClock::new();
+        let tp = &mut *self.tp;
+        let layers = self.blocks.get(&stage).ok_or_else(|| missing(stage))?;
+        for (b, st) in layers.iter().zip(stash.iter_mut()).rev() {
+            b.backward_input_state(c, tp, &mut clock, st, dy)
+                .map_err(layer_err)?;
+            dy = st.take_input_grad(c).map_err(layer_err)?;
+        }
+        self.charge(&clock, born);
+        Ok(dy)
+    }
+
+    /// The weight-gradient pass over `stage`'s blocks from the top; in the
+    /// stage's last pass with overlap each layer's buckets start as it ends.
+    fn weight_pass(
+        &mut self,
+        c: &C,
+        stage: usize,
+        stash: &[BlockState<C::Buf>],
+    ) -> Result<(), PipelineError> {
+        let last = self.final_overlapped_pass(stage);
+        let mut born = host_now_us();
+        let mut clock = PhaseClock::new();
+        for (layer, st) in stash.iter().enumerate().rev() {
+            let b = self
+                .layers(stage)?
+                .get_mut(layer)
+                .ok_or_else(|| missing(stage))?;
+            b.backward_weight_state(c, &mut clock, st)
+                .map_err(layer_err)?;
+            if last {
+                self.layer_final(c, stage, layer, &mut clock, &mut born)?;
+            }
+        }
+        self.charge(&clock, born);
+        Ok(())
+    }
+
+    /// Layer `layer` of `stage` has its final gradients: charges what the
+    /// pass's clock counted so far, hands the buckets now complete to the
+    /// reduction thread (off the compute's clock) and restarts the clock.
+    fn layer_final(
+        &mut self,
+        c: &C,
+        stage: usize,
+        layer: usize,
+        clock: &mut PhaseClock,
+        born: &mut f64,
+    ) -> Result<(), PipelineError> {
+        self.charge(clock, *born);
+        self.launch_ready(c, stage, layer)?;
+        *clock = PhaseClock::new();
+        *born = host_now_us();
+        Ok(())
+    }
+
+    /// A full backward layer by layer from the top (with overlap): each
+    /// layer's input gradients, then its weight gradients; in the stage's
+    /// last pass each layer's buckets start as it ends.
+    fn layered_backward(
+        &mut self,
+        c: &C,
+        stage: usize,
+        mb: usize,
+        stash: &mut [BlockState<C::Buf>],
+        dy: Option<C::Buf>,
+    ) -> Result<C::Buf, PipelineError> {
+        let last = self.final_overlapped_pass(stage);
+        let mut dy = self.output_grad(c, mb, dy)?;
+        let mut born = host_now_us();
+        let mut clock = PhaseClock::new();
+        for layer in (0..stash.len()).rev() {
+            let st = &mut stash[layer];
+            let tp = &mut *self.tp;
+            let b = self
+                .blocks
+                .get_mut(&stage)
+                .and_then(|l| l.get_mut(layer))
+                .ok_or_else(|| missing(stage))?;
+            b.backward_input_state(c, tp, &mut clock, st, dy)
+                .map_err(layer_err)?;
+            dy = st.take_input_grad(c).map_err(layer_err)?;
+            b.backward_weight_state(c, &mut clock, st)
+                .map_err(layer_err)?;
+            if last {
+                self.layer_final(c, stage, layer, &mut clock, &mut born)?;
+            }
+        }
+        self.charge(&clock, born);
+        Ok(dy)
+    }
+
+    /// Under `--work sleep`, a stage's last weight-gradient pass with
+    /// overlap, layer by layer from the top as the compute runs it: for a
+    /// `B` the layer's input-gradient half with its tensor-parallel
+    /// collectives, then (for `B` and `W`) its weight share, after which
+    /// the layer's buckets start.
+    fn stand_in_last_weight_pass(
+        &mut self,
+        c: &C,
+        a: Action,
+        d: Duration,
+    ) -> Result<(), PipelineError> {
+        let n = self.blocks.get(&a.stage).map_or(0, Vec::len);
+        let (input_half, weight_half) = match a.kind {
+            ActionKind::B => (d / 2, d - d / 2),
+            _ => (Duration::ZERO, d),
+        };
+        let per_layer = |half: Duration| half / n.max(1) as u32;
+        let mut born = host_now_us();
+        let mut clock = PhaseClock::new();
+        for layer in (0..n).rev() {
+            if a.kind == ActionKind::B {
+                let b = self
+                    .blocks
+                    .get(&a.stage)
+                    .and_then(|l| l.get(layer))
+                    .ok_or_else(|| missing(a.stage))?;
+                let st = self
+                    .scratch
+                    .get_mut(&a.stage)
+                    .ok_or_else(|| missing(a.stage))?;
+                std::thread::sleep(per_layer(input_half));
+                clock.end_compute(c).map_err(layer_err)?;
+                b.pass_collectives(c, &mut *self.tp, &mut clock, st)
+                    .map_err(layer_err)?;
+            }
+            std::thread::sleep(per_layer(weight_half));
+            clock.end_compute(c).map_err(layer_err)?;
+            self.layer_final(c, a.stage, layer, &mut clock, &mut born)?;
+        }
+        self.charge(&clock, born);
+        Ok(())
+    }
+
+    /// At the step's end: takes every bucket back from the reduction
+    /// thread (in the order handed over) and copies it into the gradients
+    /// (or keeps this rank's share). The step's reduction is each bucket's
+    /// time on the thread, from when it was ready and the thread free to
+    /// its end, plus the hand-back and the copies; its exposed part is
+    /// what the step waited here.
+    fn collect_overlapped(&mut self, c: &C) -> Result<(), PipelineError> {
+        let mut stages: Vec<usize> = self.blocks.keys().copied().collect();
+        stages.sort_unstable();
+        for &st in &stages {
+            let n = self.launched.iter().filter(|l| l.stage == st).count();
+            if n != self.buckets(st).len() {
+                return Err(PipelineError::Protocol(format!(
+                    "stage {st}: {n} of {} buckets were handed to the reduction thread",
+                    self.buckets(st).len()
+                )));
+            }
+        }
+        let start = host_now_us();
+        let reducer = self
+            .reducer
+            .as_deref_mut()
+            .ok_or_else(|| PipelineError::Protocol("no reduction thread".into()))?;
+        let mut back = Vec::with_capacity(self.launched.len());
+        let mut prev_end = f64::NEG_INFINITY;
+        let mut stream_us = 0.0;
+        for l in &self.launched {
+            let r = reducer.take_back()?;
+            let from = l.ready_us.max(prev_end);
+            let dur = (r.end_us - from).max(0.0);
+            stream_us += dur;
+            prev_end = r.end_us;
+            self.step_spans.push(CommSpan {
+                group: SpanGroup::DpThread,
+                action: l.action,
+                offset_us: from - l.action_start_us,
+                dur_us: dur,
+            });
+            back.push(r);
+        }
+        let received = host_now_us();
+        // Waking the compute thread after the last bucket is the reduction's too.
+        let handoff = (received - prev_end.max(start)).max(0.0);
+        let launched = std::mem::take(&mut self.launched);
+        for (l, r) in launched.iter().zip(back) {
+            if self.cfg.reduce.dist_opt {
+                self.shares.insert((l.stage, l.bucket), (r.buf, r.len));
+            } else {
+                let bucket = self
+                    .buckets(l.stage)
+                    .into_iter()
+                    .nth(l.bucket)
+                    .ok_or_else(|| missing(l.stage))?;
+                let blocks = self
+                    .blocks
+                    .get_mut(&l.stage)
+                    .ok_or_else(|| missing(l.stage))?;
+                for s in &bucket {
+                    let g = grad_mut(blocks, s)?;
+                    c.copy(&r.buf, s.offset, g, 0, s.len)?;
+                }
+            }
+        }
+        c.sync()?;
+        let end = host_now_us();
+        self.step.dp_comm_us += stream_us + handoff + (end - received);
+        self.step.dp_exposed_us += end - start;
+        self.step.buckets += launched.len();
+        Ok(())
     }
 
     /// Adds one pass's compute and tensor-parallel time, and its
@@ -347,9 +677,9 @@ where
     /// Reduces `stage`'s gradients over the data group, bucket by bucket:
     /// each bucket's gradients copied into one buffer, averaged across
     /// the group (all-reduce, or reduce-scatter keeping this rank's share),
-    /// and copied back. Times go to this step's `dp_comm_us`, and to its
-    /// exposed part when `exposed`.
-    fn reduce_stage(&mut self, c: &C, stage: usize, exposed: bool) -> Result<(), PipelineError> {
+    /// and copied back, on this thread after the rank's last action: all
+    /// of its time is this step's `dp_comm_us` and exposed.
+    fn reduce_stage(&mut self, c: &C, stage: usize) -> Result<(), PipelineError> {
         if self.reduced.contains(&stage) {
             return Ok(());
         }
@@ -403,9 +733,7 @@ where
                 dur_us: took,
             });
             self.step.dp_comm_us += took;
-            if exposed {
-                self.step.dp_exposed_us += took;
-            }
+            self.step.dp_exposed_us += took;
             self.step.buckets += 1;
         }
         Ok(())
@@ -584,8 +912,14 @@ where
                 b.zero_grads(c).map_err(layer_err)?;
             }
         }
+        if self.cfg.reduce.overlap && self.cfg.dp > 1 && self.reducer.is_none() {
+            return Err(PipelineError::Invalid(
+                "overlap needs the reduction thread (TpStages::overlap_on)".into(),
+            ));
+        }
         self.shares.clear();
         self.reduced.clear();
+        self.launched.clear();
         self.weight_passes.clear();
         self.done = 0;
         self.step = StageStepTimes::default();
@@ -632,23 +966,8 @@ where
         need_dx: bool,
     ) -> Result<Option<C::Buf>, PipelineError> {
         self.action_start_us = host_now_us();
-        let (t, r) = (self.tp.world(), self.tp.rank());
-        let scale = 1.0 / self.microbatches as f32;
-        let mut dy = match dy {
-            Some(g) => g,
-            None => seeded_act(c, &self.cfg, t, r, self.global_mb(mb), Some(scale))?,
-        };
-        let born = host_now_us();
-        let mut clock = PhaseClock::new();
-        let tp = &mut *self.tp;
-        let layers = self.blocks.get(&stage).ok_or_else(|| missing(stage))?;
-        for (b, st) in layers.iter().zip(stash.iter_mut()).rev() {
-            b.backward_input_state(c, tp, &mut clock, st, dy)
-                .map_err(layer_err)?;
-            dy = st.take_input_grad(c).map_err(layer_err)?;
-        }
-        self.charge(&clock, born);
-        Ok(need_dx.then_some(dy))
+        let dx = self.input_pass(c, stage, mb, stash, dy)?;
+        Ok(need_dx.then_some(dx))
     }
 
     fn backward_weight(
@@ -658,15 +977,31 @@ where
         stash: Self::Stash,
     ) -> Result<(), PipelineError> {
         self.action_start_us = host_now_us();
-        let born = host_now_us();
-        let mut clock = PhaseClock::new();
-        let layers = self.layers(stage)?;
-        for (b, st) in layers.iter_mut().zip(&stash).rev() {
-            b.backward_weight_state(c, &mut clock, st)
-                .map_err(layer_err)?;
-        }
-        self.charge(&clock, born);
-        Ok(())
+        self.weight_pass(c, stage, &stash)
+    }
+
+    /// Without overlap the input-gradient pass, then the weight pass, as
+    /// before; with overlap layer by layer from the top (each layer's
+    /// input gradients, then its weight gradients: autograd's order), so
+    /// that a bucket starts as soon as its layers are done.
+    fn backward(
+        &mut self,
+        c: &C,
+        stage: usize,
+        mb: usize,
+        mut stash: Self::Stash,
+        dy: Option<C::Buf>,
+        need_dx: bool,
+    ) -> Result<Option<C::Buf>, PipelineError> {
+        self.action_start_us = host_now_us();
+        let dx = if self.reducer.is_some() {
+            self.layered_backward(c, stage, mb, &mut stash, dy)?
+        } else {
+            let dx = self.input_pass(c, stage, mb, &mut stash, dy)?;
+            self.weight_pass(c, stage, &stash)?;
+            dx
+        };
+        Ok(need_dx.then_some(dx))
     }
 
     fn stash_bytes(&self, stash: &Self::Stash) -> usize {
@@ -675,6 +1010,9 @@ where
 
     fn stand_in(&mut self, c: &C, a: Action, d: Duration) -> Result<(), PipelineError> {
         self.action_start_us = host_now_us();
+        if matches!(a.kind, ActionKind::B | ActionKind::W) && self.final_overlapped_pass(a.stage) {
+            return self.stand_in_last_weight_pass(c, a, d);
+        }
         let Some(layers) = self.blocks.get(&a.stage) else {
             return Err(missing(a.stage));
         };
@@ -698,24 +1036,23 @@ where
         Ok(())
     }
 
-    fn after_action(&mut self, c: &C, a: Action) -> Result<(), PipelineError> {
+    fn after_action(&mut self, _c: &C, a: Action) -> Result<(), PipelineError> {
         self.done += 1;
-        let last = self.done == self.actions;
         if matches!(a.kind, ActionKind::B | ActionKind::W) {
-            let n = self.weight_passes.entry(a.stage).or_insert(0);
-            *n += 1;
-            if *n == self.microbatches && self.cfg.reduce.overlap {
-                self.reduce_stage(c, a.stage, last)?;
-            }
+            *self.weight_passes.entry(a.stage).or_insert(0) += 1;
         }
         Ok(())
     }
 
     fn after_step(&mut self, c: &C) -> Result<(), PipelineError> {
-        let mut stages: Vec<usize> = self.blocks.keys().copied().collect();
-        stages.sort_unstable();
-        for st in stages {
-            self.reduce_stage(c, st, true)?;
+        if self.reducer.is_some() {
+            self.collect_overlapped(c)?;
+        } else {
+            let mut stages: Vec<usize> = self.blocks.keys().copied().collect();
+            stages.sort_unstable();
+            for st in stages {
+                self.reduce_stage(c, st)?;
+            }
         }
         self.times.push(self.step);
         self.spans.push(std::mem::take(&mut self.step_spans));

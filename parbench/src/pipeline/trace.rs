@@ -137,7 +137,8 @@ fn action_events(
 /// mesh coordinate (`rank 5 (d 0, t 1, p 1)`); each track holds its
 /// actions (as [`chrome_trace`]), and inside them the tensor-parallel
 /// collectives (`tp comm`) and after them the data-parallel buckets
-/// (`dp bucket`), each placed from its action's work start. Each pipeline
+/// (`dp bucket`; with overlap on a track of their own, the rank's
+/// reduction thread), each placed from its action's work start. Each pipeline
 /// is on its own first rank's clock from its step's first work start
 /// (`otherData`).
 pub fn composed_trace(
@@ -178,16 +179,24 @@ pub fn composed_trace(
         );
         thread_events(&mut events, c.pp, r.rank, &name);
         action_events(&mut events, &mut flows, (c.pp, r.rank, pi), schedule, rs);
-        for s in r.spans.get(step).map(Vec::as_slice).unwrap_or(&[]) {
+        let spans = r.spans.get(step).map(Vec::as_slice).unwrap_or(&[]);
+        // The overlapped reduction's thread: a track of its own, after the ranks'.
+        let reduction_tid = rec.mesh.world() + r.rank;
+        if spans.iter().any(|s| s.group == SpanGroup::DpThread) {
+            let name = format!("rank {} dp reduction thread", r.rank);
+            thread_events(&mut events, c.pp, reduction_tid, &name);
+        }
+        for s in spans {
             let Some(a) = rs.actions.get(s.action) else {
                 continue;
             };
-            let (name, colour) = match s.group {
-                SpanGroup::Tp => ("tp comm", "olive"),
-                SpanGroup::Dp => ("dp bucket", "rail_response"),
+            let (name, colour, tid) = match s.group {
+                SpanGroup::Tp => ("tp comm", "olive", r.rank),
+                SpanGroup::Dp => ("dp bucket", "rail_response", r.rank),
+                SpanGroup::DpThread => ("dp bucket", "rail_response", reduction_tid),
             };
             events.push(json!({
-                "name": name, "cat": name, "ph": "X", "pid": c.pp, "tid": r.rank,
+                "name": name, "cat": name, "ph": "X", "pid": c.pp, "tid": tid,
                 "ts": a.start_us + s.offset_us, "dur": s.dur_us, "cname": colour,
                 "args": { "action": a.action.to_string() }
             }));

@@ -32,16 +32,22 @@ pub const HELLO_WINDOW: Duration = Duration::from_secs(3);
 /// Connections waiting to present their handshake at once (see the module docs).
 pub const MAX_PENDING: usize = 256;
 
-/// The store key under which `rank` publishes its data address.
-fn addr_key(rank: usize) -> String {
-    format!("parbench/tcp/addr/{rank}")
+/// The store key under which `rank` publishes the data address of mesh
+/// number `mesh` (0: the transport's own; n: its n-th duplicate).
+fn addr_key(mesh: usize, rank: usize) -> String {
+    match mesh {
+        0 => format!("parbench/tcp/addr/{rank}"),
+        n => format!("parbench/tcp/dup{n}/addr/{rank}"),
+    }
 }
 
-/// Connects this rank to every other; `streams[r]` is the connection to
-/// rank `r` (`None` for this rank).
+/// Connects this rank to every other (mesh number `mesh`, see
+/// [`addr_key`]); `streams[r]` is the connection to rank `r` (`None` for
+/// this rank).
 pub(super) fn build(
     info: &RankInfo,
     store: &mut Store,
+    mesh: usize,
     deadline: Instant,
 ) -> CommResult<Vec<Option<TcpStream>>> {
     let (rank, world) = (info.rank, info.world);
@@ -52,7 +58,11 @@ pub(super) fn build(
         .map_err(|e| CommError::Setup(format!("rank {rank}: cannot listen on {ip}: {e}")))?;
     crate::launch::deepen_backlog(&listener);
     let local = listener.local_addr()?;
-    store.put(&addr_key(rank), local.to_string().as_bytes(), deadline)?;
+    store.put(
+        &addr_key(mesh, rank),
+        local.to_string().as_bytes(),
+        deadline,
+    )?;
 
     let stop = Arc::new(AtomicBool::new(false));
     let (tx, rx) = mpsc::channel::<(usize, TcpStream)>();
@@ -65,7 +75,7 @@ pub(super) fn build(
     let result = (|| {
         let mut streams: Vec<Option<TcpStream>> = (0..world).map(|_| None).collect();
         for (peer, slot) in streams.iter_mut().enumerate().skip(rank + 1) {
-            let raw = store.get(&addr_key(peer), deadline)?;
+            let raw = store.get(&addr_key(mesh, peer), deadline)?;
             let addr = std::str::from_utf8(&raw)
                 .ok()
                 .and_then(|s| SocketAddr::from_str(s).ok())

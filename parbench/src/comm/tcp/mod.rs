@@ -120,12 +120,54 @@ pub struct TcpTransport {
     /// Messages this rank sent to itself (nccl-tests' sendrecv on one rank,
     /// an all-to-all's own block), oldest first.
     to_self: VecDeque<Vec<u8>>,
-    /// Rank 0 serves the store for the transport's lifetime; others hold a client.
-    store: Store,
+    /// Rank 0 serves the store for the transport's lifetime; others hold a
+    /// client. A duplicate holds none (see [`TcpTransport::store`]).
+    store: Option<Store>,
     /// The congestion-control rule the connections were set up with, and
     /// whether every one of them is a loopback connection.
     congestion: Congestion,
     loopback: bool,
+    /// How this rank joined and the settings it read: a duplicate connects
+    /// the same way.
+    info: RankInfo,
+    settings: Settings,
+    /// Duplicates made so far: the next one's mesh is number this + 1.
+    duplicated: usize,
+}
+
+/// What the environment sets for the connections (read once, at connect).
+#[derive(Clone, Debug)]
+struct Settings {
+    /// `PARBENCH_TCP_BUF_BYTES`: socket buffer sizes.
+    buf: Option<usize>,
+    /// `PARBENCH_TCP_SPIN_US`: how long a call spins before it polls.
+    spin: Duration,
+    congestion: Congestion,
+}
+
+impl Settings {
+    fn from_env() -> CommResult<Settings> {
+        let set = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+        let buf = match set("PARBENCH_TCP_BUF_BYTES") {
+            Some(v) => Some(v.trim().parse::<usize>().map_err(|_| {
+                CommError::Setup(format!("PARBENCH_TCP_BUF_BYTES={v:?} is not a byte count"))
+            })?),
+            None => None,
+        };
+        let spin_us = match set("PARBENCH_TCP_SPIN_US") {
+            Some(v) => v.trim().parse::<u64>().map_err(|_| {
+                CommError::Setup(format!(
+                    "PARBENCH_TCP_SPIN_US={v:?} is not a number of microseconds"
+                ))
+            })?,
+            None => 50,
+        };
+        Ok(Settings {
+            buf,
+            spin: Duration::from_micros(spin_us),
+            congestion: Congestion::parse(set("PARBENCH_TCP_CONGESTION").as_deref()),
+        })
+    }
 }
 
 struct SendOp<'a> {
@@ -184,35 +226,30 @@ impl TcpTransport {
         let deadline = Instant::now() + timeout;
         let mut store = Store::join(info, timeout)?;
         let streams = if info.world > 1 {
-            mesh::build(info, &mut store, deadline)?
+            mesh::build(info, &mut store, 0, deadline)?
         } else {
             vec![None]
         };
-        let set = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
-        let buf = match set("PARBENCH_TCP_BUF_BYTES") {
-            Some(v) => Some(v.trim().parse::<usize>().map_err(|_| {
-                CommError::Setup(format!("PARBENCH_TCP_BUF_BYTES={v:?} is not a byte count"))
-            })?),
-            None => None,
-        };
-        let spin_us = match set("PARBENCH_TCP_SPIN_US") {
-            Some(v) => v.trim().parse::<u64>().map_err(|_| {
-                CommError::Setup(format!(
-                    "PARBENCH_TCP_SPIN_US={v:?} is not a number of microseconds"
-                ))
-            })?,
-            None => 50,
-        };
-        let congestion = Congestion::parse(set("PARBENCH_TCP_CONGESTION").as_deref());
+        let settings = Settings::from_env()?;
+        Self::over(info, Some(store), streams, settings)
+    }
+
+    /// The transport over one connected stream per peer.
+    fn over(
+        info: &RankInfo,
+        store: Option<Store>,
+        streams: Vec<Option<std::net::TcpStream>>,
+        settings: Settings,
+    ) -> CommResult<TcpTransport> {
         let mut peers = Vec::with_capacity(info.world);
         let mut loopback = true;
         for s in streams {
             peers.push(match s {
                 Some(s) => {
                     loopback &= s.peer_addr().is_ok_and(|a| a.ip().is_loopback());
-                    let p =
-                        Peer::new(s, &congestion).map_err(|e| CommError::Setup(e.to_string()))?;
-                    if let Some(b) = buf {
+                    let p = Peer::new(s, &settings.congestion)
+                        .map_err(|e| CommError::Setup(e.to_string()))?;
+                    if let Some(b) = settings.buf {
                         p.set_buffers(b)?;
                     }
                     Some(p)
@@ -226,19 +263,24 @@ impl TcpTransport {
             peers,
             scratch: HostBuffer::zeroed(SCRATCH_BYTES),
             pollfds: Vec::with_capacity(info.world + 1),
-            spin: Duration::from_micros(spin_us),
+            spin: settings.spin,
             failed: None,
             hints: vec![None; info.world],
             to_self: VecDeque::new(),
             store,
-            congestion,
+            congestion: settings.congestion.clone(),
             loopback,
+            info: info.clone(),
+            settings,
+            duplicated: 0,
         })
     }
 
-    /// The job's rendezvous store (for small blobs such as the NCCL unique id).
-    pub fn store(&mut self) -> &mut Store {
-        &mut self.store
+    /// The job's rendezvous store (for small blobs such as the NCCL unique
+    /// id); `None` on a duplicate ([`Transport::duplicate`]), which met its
+    /// peers through its parent's.
+    pub fn store(&mut self) -> Option<&mut Store> {
+        self.store.as_mut()
     }
 
     fn check_peer(&self, peer: usize, op: &'static str) -> CommResult<()> {
@@ -502,6 +544,26 @@ impl Transport for TcpTransport {
             .ok()
             .filter(|w| !w.trim().is_empty())
             .unwrap_or_else(|| "tcp".into())
+    }
+
+    /// A second full mesh of sockets, met through the job's store under
+    /// keys of its own (rank 0's parent transport serves the store); only
+    /// a transport that holds the store can make one.
+    fn duplicate(&mut self, deadline: Instant) -> CommResult<Option<Box<dyn Transport>>> {
+        if let Some(f) = &self.failed {
+            return Err(self.failure_error(f, "duplicate", Duration::ZERO));
+        }
+        let Some(store) = self.store.as_mut() else {
+            return Ok(None);
+        };
+        self.duplicated += 1;
+        let streams = if self.world > 1 {
+            mesh::build(&self.info, store, self.duplicated, deadline)?
+        } else {
+            vec![None]
+        };
+        let dup = Self::over(&self.info, None, streams, self.settings.clone())?;
+        Ok(Some(Box::new(dup)))
     }
 
     fn link_stats(&self) -> Option<crate::comm::LinkStats> {

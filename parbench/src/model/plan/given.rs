@@ -15,9 +15,18 @@
 //!   pass has none) at the tensor group's fitted per-call time;
 //! - the bubble: the schedule simulator over those stage costs and the
 //!   message time, less the busiest rank's busy time;
-//! - the data-parallel reduction, exposed (no overlap: an upper bound, as
-//!   the search assumes), in buckets of at most `bucket_bytes`, each at
-//!   the data group's fitted per-call time.
+//! - the data-parallel reduction, in buckets of at most `bucket_bytes`,
+//!   each at the data group's fitted per-call time. Without overlap it is
+//!   all exposed, after the rank's last action (an upper bound, as the
+//!   search assumes). With overlap ([`GivenLayout::overlap`], DDP's) each
+//!   bucket starts when it is ready, in the stage's last weight-gradient
+//!   pass (a `W`, or a `B` run layer by layer as autograd runs it) after
+//!   the lowest layer it holds, and the buckets run one after
+//!   another on the reduction's own stream: on each rank the exposed part
+//!   is `max(0, max_k (R_k - C_k))`, where `R_k` is the reduction time of
+//!   bucket `k` and of every bucket after it and `C_k` the rank's time
+//!   left (its backward compute and the pipeline's idle) from bucket `k`
+//!   being ready to its last action's end ([`overlapped_exposure`]).
 //!
 //! What it leaves out, by design: the executor's own time between actions
 //! and the sends' host time, skew between the ranks of a tensor group (a
@@ -26,7 +35,7 @@
 use crate::comm::Collective;
 use crate::model::fit::per_call_terms;
 use crate::model::sim::{simulate, SimCosts, StageCosts};
-use crate::schedule::Schedule;
+use crate::schedule::{ActionKind, Schedule};
 
 /// A collective's time per call, fitted with the `auto` structure (one
 /// latency per call, nccl-tests' bus factor on the bytes:
@@ -67,6 +76,8 @@ pub struct GivenLayout {
     pub bucket_bytes: f64,
     /// Buckets reduce-scattered (the probe's bytes are then one share).
     pub dist_opt: bool,
+    /// Buckets reduced concurrently with the rest of the backward.
+    pub overlap: bool,
 }
 
 /// What the layout is costed from.
@@ -88,6 +99,9 @@ pub struct GivenCost {
     pub tp_comm_s: f64,
     pub bubble_s: f64,
     pub dp_comm_s: f64,
+    /// The part of `dp_comm_s` the step waits for after the pipeline's
+    /// last action (all of it without overlap): the step less the makespan.
+    pub dp_exposed_s: f64,
     pub step_s: f64,
     /// Buckets of one rank's reduction.
     pub buckets: usize,
@@ -131,26 +145,98 @@ pub fn cost_given(l: &GivenLayout, cal: &Calibration) -> Result<GivenCost, Strin
     let tp_comm = per_rank * 2.0 * pass_tp;
     let busy = sim.busy.iter().copied().fold(0.0, f64::max);
     let bubble = (sim.makespan - busy).max(0.0);
-    let (buckets, dp_comm) = if l.dp < 2 || l.grad_bytes <= 0.0 {
+    // Buckets per stage, as the run fills them: a stage's gradients (the
+    // rank's split evenly over its stages) in buckets of at most the cap.
+    let stages_per_rank = (0..s.ranks())
+        .map(|r| s.stages_of(r).len())
+        .max()
+        .unwrap_or(1)
+        .max(1);
+    let (per_stage, bucket_s) = if l.dp < 2 || l.grad_bytes <= 0.0 {
         (0, 0.0)
     } else {
-        let n = (l.grad_bytes / l.bucket_bytes.max(1.0)).ceil().max(1.0);
-        let bytes = l.grad_bytes / n;
+        let stage_bytes = l.grad_bytes / stages_per_rank as f64;
+        let n = (stage_bytes / l.bucket_bytes.max(1.0)).ceil().max(1.0);
+        let bytes = stage_bytes / n;
         let bytes = if l.dist_opt {
             bytes / l.dp as f64
         } else {
             bytes
         };
-        (n as usize, n * call(cal.dp, l.dp, "data-parallel", bytes)?)
+        (n as usize, call(cal.dp, l.dp, "data-parallel", bytes)?)
+    };
+    let buckets = per_stage * stages_per_rank;
+    let dp_comm = buckets as f64 * bucket_s;
+    let (dp_exposed, step) = if l.overlap && buckets > 0 {
+        let mut step = sim.makespan.max(busy);
+        for (r, slices) in sim.timeline.iter().enumerate() {
+            let mut ready = Vec::new();
+            for st in s.stages_of(r) {
+                // The stage's last weight-gradient pass (its M-th, in the rank's order).
+                let Some(last_w) = slices
+                    .iter()
+                    .filter(|x| x.action.stage == st)
+                    .rfind(|x| matches!(x.action.kind, ActionKind::B | ActionKind::W))
+                else {
+                    continue;
+                };
+                // A W pass, or a whole B run layer by layer (each layer's
+                // input, then weight gradients): either way from the top.
+                let w = last_w.end - last_w.start;
+                let times = bucket_ready_times(last_w.end, w, l.layers_per_stage, per_stage);
+                ready.extend(times.into_iter().map(|t| (t, bucket_s)));
+            }
+            let last_end = slices.last().map_or(0.0, |x| x.end);
+            step = step.max(last_end + overlapped_exposure(&ready, last_end));
+        }
+        (step - sim.makespan.max(busy), step)
+    } else {
+        (dp_comm, sim.makespan.max(busy) + dp_comm)
     };
     Ok(GivenCost {
         compute_s: compute,
         tp_comm_s: tp_comm,
         bubble_s: bubble,
         dp_comm_s: dp_comm,
-        step_s: sim.makespan.max(busy) + dp_comm,
+        dp_exposed_s: dp_exposed,
+        step_s: step,
         buckets,
     })
+}
+
+/// When each of a stage's `n` buckets is ready in its last weight-gradient
+/// pass (a `W`, or a whole `B` done layer by layer), which ends at
+/// `pass_end` and takes `w_pass` over `layers` layers from the top down:
+/// the stage's gradients are split evenly into the
+/// buckets from the top layer (the planner knows bytes, not tensors), and
+/// bucket `k` is ready once the pass has done every layer it touches.
+pub fn bucket_ready_times(pass_end: f64, w_pass: f64, layers: usize, n: usize) -> Vec<f64> {
+    let (layers, n) = (layers.max(1), n.max(1));
+    let per_layer = w_pass / layers as f64;
+    (0..n)
+        .map(|k| {
+            // Layers from the top that bucket k's last byte reaches into.
+            let done = ((k + 1) * layers).div_ceil(n);
+            pass_end - w_pass + done as f64 * per_layer
+        })
+        .collect()
+}
+
+/// The part of an overlapped reduction the step waits for: buckets
+/// `(ready, seconds)` run one after another on the reduction's stream,
+/// each from the later of its readiness and the previous one's end; the
+/// step waits from `last_end` (the rank's last action's end) for the last
+/// one. Equal to `max(0, max_k (sum_{j >= k} seconds_j - (last_end -
+/// ready_k)))` for buckets in order of readiness.
+pub fn overlapped_exposure(buckets: &[(f64, f64)], last_end: f64) -> f64 {
+    let mut order: Vec<(f64, f64)> = buckets.to_vec();
+    order.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let finish = order
+        .iter()
+        .fold(f64::NEG_INFINITY, |free, &(ready, secs)| {
+            ready.max(free) + secs
+        });
+    (finish - last_end).max(0.0)
 }
 
 #[cfg(test)]
@@ -170,6 +256,7 @@ mod tests {
             grad_bytes: 1e6,
             bucket_bytes: 25.0 * 1048576.0,
             dist_opt: false,
+            overlap: false,
         }
     }
 
@@ -217,8 +304,84 @@ mod tests {
         let c2 = cost_given(&small, &cal).unwrap();
         assert_eq!(c2.buckets, 10);
         assert!((c2.dp_comm_s - 10.0 * (10e-6 + 1e5 * 1e-9)).abs() < 1e-12);
+        assert_eq!(c.dp_exposed_s, c.dp_comm_s);
         // A group of two without its wire cannot be costed.
         let e = cost_given(&layout(), &Calibration { tp: None, ..cal }).unwrap_err();
         assert!(e.contains("tensor-parallel"), "{e}");
+    }
+
+    /// By hand: the stream runs each bucket from the later of its
+    /// readiness and the previous end; the step waits for what ends past
+    /// the last action.
+    #[test]
+    fn overlapped_buckets_expose_only_what_outlasts_the_compute_left() {
+        // Ready at 1, 2 and 3 s, 1 s each, last action ends at 4 s: the
+        // stream ends at 4 s, nothing exposed.
+        assert_eq!(
+            overlapped_exposure(&[(1.0, 1.0), (2.0, 1.0), (3.0, 1.0)], 4.0),
+            0.0
+        );
+        // 2 s each: 1-3, 3-5, 5-7: 3 s past the end, = max_k (R_k - C_k)
+        // = max(6 - 3, 4 - 2, 2 - 1).
+        assert_eq!(
+            overlapped_exposure(&[(3.0, 2.0), (1.0, 2.0), (2.0, 2.0)], 4.0),
+            3.0
+        );
+        // All ready at the end: the whole reduction.
+        assert_eq!(overlapped_exposure(&[(4.0, 1.5), (4.0, 0.5)], 4.0), 2.0);
+        // A pass of 4 layers over 1 s ending at 10 s: one bucket is ready
+        // at its end; two after 2 and 4 layers; three after 2, 3 and 4.
+        assert_eq!(bucket_ready_times(10.0, 1.0, 4, 1), vec![10.0]);
+        assert_eq!(bucket_ready_times(10.0, 1.0, 4, 2), vec![9.5, 10.0]);
+        assert_eq!(bucket_ready_times(10.0, 1.0, 4, 3), vec![9.5, 9.75, 10.0]);
+    }
+
+    /// With one bucket per rank and one stage per rank under 1F1B, the
+    /// bucket is ready at the rank's last action's end: overlap hides
+    /// nothing, as in the run; with many buckets some of it hides.
+    #[test]
+    fn overlap_hides_only_behind_work_left() {
+        let fit = CallFit {
+            collective: Collective::AllReduce,
+            ranks: 2,
+            alpha_s: 10e-6,
+            beta_s_per_byte: 1e-9,
+        };
+        let cal = Calibration {
+            flop_per_s: 1e9,
+            tp: Some(fit),
+            dp: Some(fit),
+            message_s: 0.0,
+        };
+        let plain = cost_given(&layout(), &cal).unwrap();
+        let one = cost_given(
+            &GivenLayout {
+                overlap: true,
+                ..layout()
+            },
+            &cal,
+        )
+        .unwrap();
+        assert!((one.dp_exposed_s - one.dp_comm_s).abs() < 1e-12, "{one:?}");
+        assert!(
+            (one.step_s - plain.step_s).abs() < 1e-9,
+            "{one:?} {plain:?}"
+        );
+        let many = cost_given(
+            &GivenLayout {
+                overlap: true,
+                bucket_bytes: 1e5,
+                ..layout()
+            },
+            &cal,
+        )
+        .unwrap();
+        assert!(many.dp_exposed_s < many.dp_comm_s, "{many:?}");
+        // The pipeline's makespan plus only the exposed part.
+        let makespan = plain.step_s - plain.dp_comm_s;
+        assert!(
+            (many.step_s - makespan - many.dp_exposed_s).abs() < 1e-9,
+            "{many:?}"
+        );
     }
 }

@@ -581,14 +581,14 @@ fn compute_action<C: Compute, S: StageWork<C>>(
             stashes.insert((a.stage, a.mb), stash);
             Ok((!s.is_last(a.stage)).then_some(y))
         }
-        ActionKind::B | ActionKind::I => {
+        ActionKind::B => {
+            let stash = stashes.remove(&(a.stage, a.mb)).ok_or_else(missing)?;
+            stages.backward(c, a.stage, a.mb, stash, input, a.stage > 0)
+        }
+        ActionKind::I => {
             let mut stash = stashes.remove(&(a.stage, a.mb)).ok_or_else(missing)?;
             let dx = stages.backward_input(c, a.stage, a.mb, &mut stash, input, a.stage > 0)?;
-            if a.kind == ActionKind::B {
-                stages.backward_weight(c, a.stage, stash)?;
-            } else {
-                stashes.insert((a.stage, a.mb), stash);
-            }
+            stashes.insert((a.stage, a.mb), stash);
             Ok(dx)
         }
         ActionKind::W => {

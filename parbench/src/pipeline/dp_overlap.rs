@@ -1,0 +1,380 @@
+//! The data-parallel reduction overlapped with the backward, as PyTorch
+//! DDP and Megatron-LM's `overlap_grad_reduce` run it: a bucket's
+//! all-reduce (or the distributed optimizer's reduce-scatter) starts as
+//! soon as every gradient in it is final and runs while the rank computes
+//! the rest of its backward.
+//!
+//! The reduction runs on a thread of its own ([`with_overlap`]) over a
+//! data-parallel group of its own: the group is split from a duplicate of
+//! the world ([`Communicator::duplicate_host`], channels of its own on
+//! local threads and tcp processes), so its messages never meet the
+//! tensor- and pipeline-parallel traffic the compute thread sends at the
+//! same time. The compute thread hands it each bucket when it is ready
+//! ([`Reducer::submit`]: a copy of the bucket's gradients, packed on the
+//! compute thread as DDP's hooks copy into the bucket on the compute
+//! stream) and takes the reduced buckets back at the end of the step
+//! ([`Reducer::take_back`], first in, first out).
+//!
+//! Waits: every collective on the thread has the communicator's deadline;
+//! the compute thread waits for a bucket at most that deadline and a
+//! margin, then fails naming its rank. The thread's wait for the next
+//! bucket ends when the compute thread drops its [`Reducer`], which it
+//! does when the body returns, with a result or an error. An error on the
+//! thread (a peer that timed out, a lost peer) comes back as that bucket's
+//! result and becomes the rank's error; a panic there is an error too.
+
+use super::PipelineError;
+use crate::comm::mesh::{axis_group, Axis, MeshShape};
+use crate::comm::{Algo, CommError, Communicator, DType, DupComm, HostBuffer, Io, ReduceOp};
+use crate::measure::clock_sync::host_now_us;
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// How long past the communicator's deadline the compute thread still
+/// waits for a bucket: the thread's own collective fails at the deadline
+/// and reports it, which is the better error.
+const MARGIN: Duration = Duration::from_secs(5);
+
+/// A bucket handed to the reduction thread.
+struct Job<B> {
+    /// Elements in the bucket (a multiple of the group's size).
+    len: usize,
+    dtype: DType,
+    buf: B,
+}
+
+/// A bucket back from the reduction thread: the bucket reduced in place
+/// (all-reduce) or this rank's share of it (reduce-scatter), and when the
+/// thread took it up and finished it (host clock, microseconds).
+pub struct Reduced<B> {
+    pub buf: B,
+    /// Elements of `buf` that hold the result.
+    pub len: usize,
+    pub taken_us: f64,
+    pub end_us: f64,
+}
+
+/// The compute thread's end of the reduction thread.
+pub struct Reducer<B> {
+    jobs: Option<mpsc::Sender<Job<B>>>,
+    done: mpsc::Receiver<Result<Reduced<B>, PipelineError>>,
+    rank: usize,
+    /// The data group's size.
+    group: usize,
+    patience: Duration,
+    in_flight: usize,
+}
+
+impl<B> Reducer<B> {
+    /// Ranks of the data-parallel group the thread reduces over.
+    pub fn group_size(&self) -> usize {
+        self.group
+    }
+
+    /// Buckets handed over and not yet taken back.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight
+    }
+
+    /// Hands a packed bucket of `len` elements of `dtype` (a multiple of
+    /// the group's size) to the thread, which starts it once the buckets
+    /// before it are done.
+    pub fn submit(&mut self, buf: B, len: usize, dtype: DType) -> Result<(), PipelineError> {
+        let sent = self
+            .jobs
+            .as_ref()
+            .is_some_and(|tx| tx.send(Job { len, dtype, buf }).is_ok());
+        if !sent {
+            // The thread ended: its error is waiting in the results.
+            return Err(self.ended_early());
+        }
+        self.in_flight += 1;
+        Ok(())
+    }
+
+    /// The oldest bucket still in flight, reduced; waits at most the
+    /// communicator's deadline and a margin.
+    pub fn take_back(&mut self) -> Result<Reduced<B>, PipelineError> {
+        if self.in_flight == 0 {
+            return Err(PipelineError::Protocol(
+                "asked for a reduced bucket with none in flight".into(),
+            ));
+        }
+        match self.done.recv_timeout(self.patience) {
+            Ok(Ok(r)) => {
+                self.in_flight -= 1;
+                Ok(r)
+            }
+            Ok(Err(e)) => Err(e),
+            Err(mpsc::RecvTimeoutError::Timeout) => Err(PipelineError::Comm(CommError::Timeout {
+                rank: self.rank,
+                peer: self.rank,
+                op: "the overlapped data-parallel reduction",
+                after: self.patience,
+            })),
+            Err(mpsc::RecvTimeoutError::Disconnected) => Err(self.ended_early()),
+        }
+    }
+
+    /// The thread's own error if it sent one, else that it ended.
+    fn ended_early(&self) -> PipelineError {
+        match self.done.try_recv() {
+            Ok(Err(e)) => e,
+            _ => PipelineError::Protocol(format!(
+                "rank {}: the data-parallel reduction thread ended before its buckets",
+                self.rank
+            )),
+        }
+    }
+}
+
+/// A duplicate of `world` for the overlapped reduction when `overlap` is
+/// asked with more than one data rank (a collective of the world: call it
+/// on every rank, before the mesh borrows the world), `None` otherwise;
+/// one line when the backend cannot make one.
+pub fn overlap_comm<W: Communicator>(
+    world: &mut W,
+    shape: &MeshShape,
+    overlap: bool,
+) -> Result<Option<DupComm>, PipelineError> {
+    if !overlap || shape.dp < 2 {
+        return Ok(None);
+    }
+    let backend = world.backend();
+    world.duplicate_host()?.map(Some).ok_or_else(|| {
+        PipelineError::Invalid(format!(
+            "--overlap runs the data-parallel reduction on a thread and communicator of its own, \
+             which the {backend} backend cannot make (local and tcp can); run without --overlap"
+        ))
+    })
+}
+
+/// Runs `body` with a reducer whose thread reduces over the data group
+/// of `shape` split from `dup` (see [`overlap_comm`]); with no `dup`,
+/// `body` gets `None` and no thread starts. `dist_opt`: reduce-scatter
+/// each bucket (this rank keeps its share) instead of all-reducing it.
+/// Every rank's threads split their group together, so call it on every
+/// rank with the same `dup`-or-not.
+pub fn with_overlap<R>(
+    dup: Option<DupComm>,
+    shape: &MeshShape,
+    algo: Algo,
+    dist_opt: bool,
+    body: impl FnOnce(Option<&mut Reducer<HostBuffer>>) -> Result<R, PipelineError>,
+) -> Result<R, PipelineError> {
+    let Some(dup) = dup else {
+        return body(None);
+    };
+    let rank = dup.rank();
+    let patience = dup.timeout() + MARGIN;
+    let (jobs, rx_jobs) = mpsc::channel();
+    let (tx_done, done) = mpsc::channel();
+    let mut reducer = Reducer {
+        jobs: Some(jobs),
+        done,
+        rank,
+        group: shape.dp,
+        patience,
+        in_flight: 0,
+    };
+    let shape = *shape;
+    std::thread::scope(|scope| {
+        let thread = std::thread::Builder::new()
+            .name(format!("parbench-dp-reduce-{rank}"))
+            .spawn_scoped(scope, move || {
+                serve(dup, &shape, algo, dist_opt, &rx_jobs, &tx_done);
+            })
+            .map_err(|e| {
+                PipelineError::Comm(CommError::Setup(format!(
+                    "rank {rank}: cannot start the data-parallel reduction thread: {e}"
+                )))
+            })?;
+        let out = body(Some(&mut reducer));
+        // Ends the thread's wait for the next bucket.
+        reducer.jobs = None;
+        let joined = thread.join();
+        match (out, joined) {
+            (Err(e), _) => Err(e),
+            (Ok(_), Err(_)) => Err(PipelineError::Protocol(format!(
+                "rank {rank}: the data-parallel reduction thread panicked"
+            ))),
+            (Ok(v), Ok(())) => Ok(v),
+        }
+    })
+}
+
+/// The reduction thread: its data group, then each bucket in turn until
+/// the compute thread hangs up; an error ends it, sent as the result.
+fn serve(
+    mut dup: DupComm,
+    shape: &MeshShape,
+    algo: Algo,
+    dist_opt: bool,
+    jobs: &mpsc::Receiver<Job<HostBuffer>>,
+    done: &mpsc::Sender<Result<Reduced<HostBuffer>, PipelineError>>,
+) {
+    let mut run = || -> Result<(), PipelineError> {
+        let mut dp = axis_group(&mut dup, shape, Axis::Dp, algo)?;
+        while let Ok(job) = jobs.recv() {
+            let taken_us = host_now_us();
+            let out = reduce(&mut dp, job, dist_opt)?;
+            let r = Reduced {
+                buf: out.0,
+                len: out.1,
+                taken_us,
+                end_us: host_now_us(),
+            };
+            if done.send(Ok(r)).is_err() {
+                break;
+            }
+        }
+        Ok(())
+    };
+    if let Err(e) = run() {
+        let _ = done.send(Err(e));
+    }
+}
+
+/// One bucket averaged over `dp`: in place, or this rank's share.
+fn reduce<G: Communicator<Buffer = HostBuffer>>(
+    dp: &mut G,
+    mut job: Job<HostBuffer>,
+    dist_opt: bool,
+) -> Result<(HostBuffer, usize), PipelineError> {
+    let (d, dtype) = (dp.world(), job.dtype);
+    if dist_opt {
+        let n = job.len / d;
+        let mut share = dp.alloc(n * dtype.size())?;
+        dp.reduce_scatter(
+            Io::OutOfPlace {
+                send: &job.buf,
+                recv: &mut share,
+            },
+            n,
+            dtype,
+            ReduceOp::Avg,
+        )?;
+        dp.sync()?;
+        Ok((share, n))
+    } else {
+        dp.all_reduce(Io::InPlace(&mut job.buf), job.len, dtype, ReduceOp::Avg)?;
+        dp.sync()?;
+        Ok((job.buf, job.len))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::comm::local;
+    use crate::comm::mesh::Order;
+    use std::time::Instant;
+
+    fn shape() -> MeshShape {
+        MeshShape::new(2, 1, 1, Order::MEGATRON).unwrap()
+    }
+
+    /// Rank `r` hands over one bucket of `r + 1`s and takes it back.
+    fn one_bucket(r: &mut Reducer<HostBuffer>, rank: usize) -> Result<Vec<f32>, PipelineError> {
+        let vals = vec![(rank + 1) as f32; 8];
+        let mut buf = HostBuffer::zeroed(8 * 4);
+        buf.bytes_mut().copy_from_slice(bytemuck::cast_slice(&vals));
+        r.submit(buf, 8, DType::F32)?;
+        let back = r.take_back()?;
+        Ok(bytemuck::cast_slice(&back.buf.bytes()[..back.len * 4]).to_vec())
+    }
+
+    /// Buckets come back averaged over the data group, on a duplicate of
+    /// the world while the world itself carries other traffic.
+    #[test]
+    fn a_bucket_comes_back_averaged_while_the_world_is_busy() {
+        let out = local::run(2, Algo::Auto, Duration::from_secs(20), |w| {
+            let rank = w.rank();
+            let dup = overlap_comm(w, &shape(), true).map_err(|e| e.into_comm(rank))?;
+            with_overlap(dup, &shape(), Algo::Auto, false, |r| {
+                let r = r.ok_or_else(|| PipelineError::Protocol("no reducer".into()))?;
+                // The world's own all-reduce meanwhile, on the compute thread.
+                let mut x = HostBuffer::zeroed(4 * 4);
+                w.all_reduce(Io::InPlace(&mut x), 4, DType::F32, ReduceOp::Sum)?;
+                one_bucket(r, rank)
+            })
+            .map_err(|e| e.into_comm(rank))
+        });
+        for o in out {
+            assert_eq!(o.unwrap(), vec![1.5f32; 8]);
+        }
+    }
+
+    /// A rank that fails while its peer's bucket is in flight: the peer's
+    /// reduction thread stops at once with the failed rank named, and the
+    /// peer's rank returns that error (no panic, no wait to the deadline).
+    #[test]
+    fn a_peer_failing_mid_reduction_is_the_ranks_error_naming_it() {
+        let start = Instant::now();
+        let out = local::run(2, Algo::Auto, Duration::from_secs(30), |w| {
+            let rank = w.rank();
+            let dup = overlap_comm(w, &shape(), true).map_err(|e| e.into_comm(rank))?;
+            with_overlap(dup, &shape(), Algo::Auto, false, |r| {
+                let r = r.ok_or_else(|| PipelineError::Protocol("no reducer".into()))?;
+                if rank == 1 {
+                    std::thread::sleep(Duration::from_millis(200));
+                    return Err(PipelineError::Invalid("stopped on purpose".into()));
+                }
+                one_bucket(r, rank)
+            })
+            .map_err(|e| e.into_comm(rank))
+        });
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "{:?}",
+            start.elapsed()
+        );
+        let e = out[0]
+            .as_ref()
+            .expect_err("rank 0 cannot finish its bucket");
+        assert!(
+            matches!(
+                e,
+                CommError::PeerLost {
+                    rank: 0,
+                    peer: 1,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(out[1].is_err());
+    }
+
+    /// A peer whose thread never takes part: the bucket's collective gives
+    /// up at the communicator's deadline, naming the peer.
+    #[test]
+    fn a_silent_peer_is_a_timeout_naming_it() {
+        let out = local::run(2, Algo::Auto, Duration::from_millis(500), |w| {
+            let rank = w.rank();
+            let dup = overlap_comm(w, &shape(), true).map_err(|e| e.into_comm(rank))?;
+            with_overlap(dup, &shape(), Algo::Auto, false, |r| {
+                let r = r.ok_or_else(|| PipelineError::Protocol("no reducer".into()))?;
+                if rank == 1 {
+                    // Hands nothing over, and stays until rank 0 gave up.
+                    std::thread::sleep(Duration::from_millis(1500));
+                    return Ok(Vec::new());
+                }
+                one_bucket(r, rank)
+            })
+            .map_err(|e| e.into_comm(rank))
+        });
+        let e = out[0].as_ref().expect_err("rank 0 waits in vain");
+        assert!(
+            matches!(
+                e,
+                CommError::Timeout {
+                    rank: 0,
+                    peer: 1,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+    }
+}
