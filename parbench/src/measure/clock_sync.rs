@@ -38,7 +38,7 @@ pub fn host_now_us() -> f64 {
         // SAFETY: ts is a valid timespec; CLOCK_MONOTONIC exists on every
         // Unix this builds for, so the call cannot fail.
         unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-        ts.tv_sec as f64 * 1e6 + ts.tv_nsec as f64 * 1e-3
+        ts.tv_sec as f64 * 1e6 + ts.tv_nsec as f64 * 1e-3 + test_skew_us()
     }
     #[cfg(not(unix))]
     {
@@ -50,7 +50,32 @@ pub fn host_now_us() -> f64 {
             .elapsed()
             .as_secs_f64()
             * 1e6
+            + test_skew_us()
     }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Unit tests only: added to every stamp this thread takes, so that
+    /// threads of one process can stand for hosts whose clocks differ.
+    static TEST_SKEW_US: std::cell::Cell<f64> = const { std::cell::Cell::new(0.0) };
+}
+
+/// Unit tests only: this thread's clock runs `us` microseconds ahead.
+#[cfg(test)]
+pub(crate) fn skew_this_threads_clock(us: f64) {
+    TEST_SKEW_US.with(|c| c.set(us));
+}
+
+#[cfg(test)]
+fn test_skew_us() -> f64 {
+    TEST_SKEW_US.with(std::cell::Cell::get)
+}
+
+#[cfg(not(test))]
+#[inline(always)]
+fn test_skew_us() -> f64 {
+    0.0
 }
 
 /// How the ranks of a run share a clock.

@@ -7,9 +7,10 @@
 //!
 //! What world rank 0 gets back ([`ComposedRecord`]) is what a binary
 //! prints and records: its own pipeline's full record (the common clock
-//! of the pipeline issue), every pipeline's steps (each on its own first
-//! rank's clock, from its step's first work start), every rank's
-//! [`StageStepTimes`] and communication spans, every replica's check.
+//! of the pipeline issue), every pipeline's steps (all on world rank 0's
+//! clock, each step from the world's first work start:
+//! [`super::world_base`]), every rank's [`StageStepTimes`] and
+//! communication spans, every replica's check.
 //!
 //! The mesh's groups are host algorithms over the world's point-to-point
 //! calls ([`crate::comm::group`]), so the stages compute on host buffers
@@ -18,12 +19,13 @@
 use super::composed::{check_composed, GradCheck};
 use super::exec::{decode_steps, encode_steps, recv_f64s, send_f64s};
 use super::tp_stage::{CommSpan, SpanGroup, StageStepTimes, TpStageConfig, TpStages};
+use super::world_base::onto_world_base;
 use super::{run_stages, ActionTiming, PipelineConfig, PipelineError, RankStep, RunRecord, Work};
 use crate::comm::mesh::{with_mesh, Coords, MeshShape};
 use crate::comm::{Algo, Collective, Communicator, DType, HostBuffer, Io, ReduceOp};
 use crate::compute::Compute;
 use crate::layers::layout::ParamSpecs;
-use crate::measure::clock_sync::{host_now_us, TimeBase};
+use crate::measure::clock_sync::{self, estimate_offsets, host_now_us, RankClock, TimeBase};
 use crate::model::algo::ModelAlgo;
 use crate::model::fit::{fit, AlphaBetaFit};
 use crate::stats::median;
@@ -65,15 +67,20 @@ pub struct RankFigures {
     pub spans: Vec<Vec<CommSpan>>,
 }
 
-/// One (data, tensor) pipeline's timed steps, on its first rank's clock.
+/// One (data, tensor) pipeline's timed steps: in a [`ComposedRecord`], on
+/// world rank 0's clock, each step from the world's first work start.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PipelineSteps {
     /// World rank of the pipeline's stage rank 0.
     pub head: usize,
     /// `steps[i][pp_rank]`.
     pub steps: Vec<Vec<RankStep>>,
-    /// Per pipeline rank: how far its times may be off the base.
+    /// Per pipeline rank: how far its times may be off the base (its
+    /// offset's bound to its head, plus the head's to world rank 0).
     pub uncertainty_us: Vec<f64>,
+    /// Each step's first work start in this pipeline, on its head's own
+    /// clock (what put it on the world's base).
+    pub origins_us: Vec<f64>,
 }
 
 /// What world rank 0 gathered.
@@ -91,6 +98,9 @@ pub struct ComposedRecord {
     /// World rank 0's tensor group and data group, probed after the steps.
     pub tp_wire: Option<WireProbe>,
     pub dp_wire: Option<WireProbe>,
+    /// Every world rank's clock against world rank 0's (estimated before
+    /// and after the run; zero offsets on a shared clock).
+    pub world_clocks: Vec<RankClock>,
 }
 
 /// One rank's breakdown of a step, each figure the median over the timed
@@ -127,10 +137,10 @@ impl ComposedRecord {
         })
     }
 
-    /// Each timed step of the whole world: from the first work start to
-    /// the end of the last rank's data-parallel reduction (its last
-    /// action's end plus its exposed reduction), the largest over the
-    /// pipelines, each on its own clock from its step's first work start.
+    /// Each timed step of the whole world: from the first work start on
+    /// any rank to the end of the last rank's data-parallel reduction (its
+    /// last action's end plus its exposed reduction), on world rank 0's
+    /// clock.
     pub fn step_us(&self) -> Vec<f64> {
         let n = self.record.steps.len();
         (0..n)
@@ -225,6 +235,10 @@ where
 {
     let rank = world.rank();
     let warmup = cfg.pipeline.warmup;
+    // Every world rank's clock against world rank 0's, before and after
+    // the run: the pipelines' heads' offsets put them on one base.
+    world.barrier()?;
+    let clocks_before = estimate_offsets(world, clock_sync::EXCHANGES)?;
     let mine = with_mesh(world, &cfg.mesh, cfg.algo, |mesh| {
         let coords = mesh.coords;
         let mut body = || -> Result<_, PipelineError> {
@@ -271,6 +285,8 @@ where
         Ok((coords, out))
     })?;
     let (coords, (rec, check, times, spans, tp_wire, dp_wire)) = mine;
+    world.barrier()?;
+    let clocks_after = estimate_offsets(world, clock_sync::EXCHANGES)?;
     let figures = RankFigures {
         rank,
         coords,
@@ -292,6 +308,7 @@ where
         head: 0,
         steps: record.steps.clone(),
         uncertainty_us: (0..cfg.mesh.pp).map(|r| record.uncertainty_us(r)).collect(),
+        origins_us: record.origins_us.clone(),
     }];
     for from in 1..world.world() {
         let f = decode_figures(from, &cfg.mesh, &recv_f64s(world, from)?)?;
@@ -303,6 +320,13 @@ where
         }
         ranks.push(f);
     }
+    let (Some(before), Some(after)) = (clocks_before, clocks_after) else {
+        return Err(PipelineError::Protocol(
+            "world rank 0 holds no clock estimates".into(),
+        ));
+    };
+    let world_clocks = clock_sync::rank_clocks(base, &before, &after);
+    onto_world_base(&mut pipelines, &world_clocks)?;
     Ok(Some(ComposedRecord {
         mesh: cfg.mesh,
         record,
@@ -311,6 +335,7 @@ where
         checks,
         tp_wire,
         dp_wire,
+        world_clocks,
     }))
 }
 
@@ -492,8 +517,8 @@ fn decode_check(from: usize, v: &[f64]) -> Result<Option<GradCheck>, PipelineErr
 }
 
 /// A pipeline's first rank sends its steps: `[1, ranks, uncertainty per
-/// rank, then per rank the length and the executor's encoding of its
-/// timed steps]`; any other rank `[0]`.
+/// rank, steps, each step's origin, then per rank the length and the
+/// executor's encoding of its timed steps]`; any other rank `[0]`.
 fn encode_pipeline(rec: Option<&RunRecord>) -> Vec<f64> {
     let Some(rec) = rec else {
         return vec![0.0];
@@ -501,6 +526,8 @@ fn encode_pipeline(rec: Option<&RunRecord>) -> Vec<f64> {
     let ranks = rec.steps.first().map_or(0, Vec::len);
     let mut v = vec![1.0, ranks as f64];
     v.extend((0..ranks).map(|r| rec.uncertainty_us(r)));
+    v.push(rec.origins_us.len() as f64);
+    v.extend(&rec.origins_us);
     for r in 0..ranks {
         let mine: Vec<RankStep> = rec.steps.iter().filter_map(|s| s.get(r).cloned()).collect();
         let enc = encode_steps(&mine);
@@ -518,6 +545,9 @@ fn decode_pipeline(from: usize, v: &[f64]) -> Result<Option<PipelineSteps>, Pipe
     let ranks = count(from, v.get(1), v.len(), "pipeline record")?;
     let unc = v.get(2..2 + ranks).ok_or_else(bad)?.to_vec();
     let mut at = 2 + ranks;
+    let n = count(from, v.get(at), v.len(), "pipeline record")?;
+    let origins = v.get(at + 1..at + 1 + n).ok_or_else(bad)?.to_vec();
+    at += 1 + n;
     // Per rank its steps; then turned round into steps of ranks.
     let mut per_rank = Vec::with_capacity(ranks);
     for _ in 0..ranks {
@@ -537,6 +567,7 @@ fn decode_pipeline(from: usize, v: &[f64]) -> Result<Option<PipelineSteps>, Pipe
         head: from,
         steps,
         uncertainty_us: unc,
+        origins_us: origins,
     }))
 }
 
@@ -594,11 +625,13 @@ mod tests {
             grad_max_err: None,
             message_us: 1.0,
             clocks: Vec::new(),
+            origins_us: vec![100.0, 200.0],
         };
         let p = decode_pipeline(4, &encode_pipeline(Some(&rec)))
             .unwrap()
             .unwrap();
         assert_eq!((p.head, &p.steps), (4, &rec.steps));
+        assert_eq!(p.origins_us, rec.origins_us);
         assert_eq!(decode_pipeline(4, &encode_pipeline(None)).unwrap(), None);
         assert!(decode_pipeline(1, &[1.0, 9.0]).is_err());
     }

@@ -209,8 +209,12 @@ pub struct TpStages<'g, C: Compute, T, D> {
     step: StageStepTimes,
     /// Every step's times (warm-up steps first).
     pub times: Vec<StageStepTimes>,
-    /// Host time the current action's work began.
+    /// Host time the current action's work began: spans are placed from
+    /// it, as the executor's record places the action.
     action_start_us: f64,
+    /// The current action has begun a pass (a `B` runs two, the input-
+    /// and the weight-gradient pass: its start is the first one's).
+    in_action: bool,
     step_spans: Vec<CommSpan>,
     /// Every step's communication spans (warm-up steps first).
     pub spans: Vec<Vec<CommSpan>>,
@@ -282,6 +286,7 @@ where
             step: StageStepTimes::default(),
             times: Vec::new(),
             action_start_us: host_now_us(),
+            in_action: false,
             step_spans: Vec::new(),
             spans: Vec::new(),
         })
@@ -300,6 +305,15 @@ where
                 offset_us: at + a.as_secs_f64() * 1e6,
                 dur_us: (b - a).as_secs_f64() * 1e6,
             }));
+    }
+
+    /// Stamps the current action's start, once per action (a `B`'s weight
+    /// pass continues the action its input pass began).
+    fn begin_action(&mut self) {
+        if !self.in_action {
+            self.action_start_us = host_now_us();
+            self.in_action = true;
+        }
     }
 
     fn layers(&mut self, stage: usize) -> Result<&mut Vec<TpBlock<C>>, PipelineError> {
@@ -600,7 +614,7 @@ where
         mb: usize,
         x: Option<C::Buf>,
     ) -> Result<(C::Buf, Self::Stash), PipelineError> {
-        self.action_start_us = host_now_us();
+        self.begin_action();
         let (t, r) = (self.tp.world(), self.tp.rank());
         let mut x = match x {
             Some(x) => x,
@@ -631,7 +645,7 @@ where
         dy: Option<C::Buf>,
         need_dx: bool,
     ) -> Result<Option<C::Buf>, PipelineError> {
-        self.action_start_us = host_now_us();
+        self.begin_action();
         let (t, r) = (self.tp.world(), self.tp.rank());
         let scale = 1.0 / self.microbatches as f32;
         let mut dy = match dy {
@@ -657,7 +671,7 @@ where
         stage: usize,
         stash: Self::Stash,
     ) -> Result<(), PipelineError> {
-        self.action_start_us = host_now_us();
+        self.begin_action();
         let born = host_now_us();
         let mut clock = PhaseClock::new();
         let layers = self.layers(stage)?;
@@ -674,7 +688,7 @@ where
     }
 
     fn stand_in(&mut self, c: &C, a: Action, d: Duration) -> Result<(), PipelineError> {
-        self.action_start_us = host_now_us();
+        self.begin_action();
         let Some(layers) = self.blocks.get(&a.stage) else {
             return Err(missing(a.stage));
         };
@@ -699,6 +713,7 @@ where
     }
 
     fn after_action(&mut self, c: &C, a: Action) -> Result<(), PipelineError> {
+        self.in_action = false;
         self.done += 1;
         let last = self.done == self.actions;
         if matches!(a.kind, ActionKind::B | ActionKind::W) {
