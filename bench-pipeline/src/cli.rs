@@ -16,8 +16,9 @@ use std::time::Duration;
 // every parbench binary); a negative number reaches the flag's own check.
 #[command(name = "bench-pipeline", version, allow_negative_numbers = true)]
 pub struct Args {
-    /// Backend: local (one thread per stage), tcp (one process per stage) or
-    /// nccl (one GPU per stage; needs --features cuda).
+    /// Backend: local (one thread per stage), tcp (one process per stage),
+    /// nccl (one GPU per stage; needs --features cuda) or mpi (one process
+    /// per rank under mpirun; needs --features mpi).
     #[arg(long, default_value = "local")]
     pub backend: String,
     /// Number of stage ranks S (default 4; with --backend nccl, one per
@@ -245,15 +246,21 @@ pub fn plan(args: &Args) -> Result<PipelineJob, String> {
             return Err(format!("{flag} 0: at least 1"));
         }
     }
-    if !matches!(args.backend.as_str(), "local" | "tcp" | "nccl") {
+    if !matches!(args.backend.as_str(), "local" | "tcp" | "nccl" | "mpi") {
         return Err(format!(
-            "--backend '{}': expected local, tcp or nccl",
+            "--backend '{}': expected local, tcp, nccl or mpi",
             args.backend
         ));
     }
     if args.backend == "nccl" && !cfg!(feature = "cuda") {
         return Err(
             "--backend nccl: this build has no CUDA support (rebuild with --features cuda)".into(),
+        );
+    }
+    if args.backend == "mpi" && !cfg!(feature = "mpi") {
+        return Err(
+            "--backend mpi needs a build with `--features mpi` (and Open MPI or MPICH installed)"
+                .into(),
         );
     }
     if composed {
@@ -417,7 +424,7 @@ fn refuse_composed_flags(args: &Args) -> Result<(), String> {
 /// What the plain pipeline has and the composed step does not.
 fn refuse_with_composed(args: &Args) -> Result<(), String> {
     if args.backend == "nccl" {
-        return Err("--dp/--tp: the mesh's groups move host buffers; the composed step runs on --backend local or tcp".into());
+        return Err("--dp/--tp: the mesh's groups move host buffers; the composed step runs on --backend local, tcp or mpi".into());
     }
     for (flag, given) in [
         ("--stage-layers", args.stage_layers.is_some()),
