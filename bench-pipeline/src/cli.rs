@@ -142,7 +142,16 @@ pub struct ComposedJob {
     pub check: bool,
     /// Why the check is off, when it is.
     pub no_check_reason: Option<String>,
+    /// Tests only ([`CORRUPT_GRAD_VAR`]): the world rank whose gradients
+    /// are changed after the reduction, so that the check must fail.
+    pub corrupt_grad_rank: Option<usize>,
 }
+
+/// Tests only: `PARBENCH_TEST_CORRUPT_GRAD=RANK` changes one value of
+/// world rank RANK's reduced gradients before the check, so that a test
+/// can see the check fail, name that rank's replica and exit 1 with the
+/// records written. Not a flag: no run a user means to measure sets it.
+pub const CORRUPT_GRAD_VAR: &str = "PARBENCH_TEST_CORRUPT_GRAD";
 
 /// Floating-point operations the check's reference may take (one rank
 /// running the whole model on the whole batch): a few seconds of one core.
@@ -531,6 +540,18 @@ fn composed_job(
     } else {
         None
     };
+    let world = args.dp * args.tp * runs.first().map_or(1, |r| r.cfg.schedule.ranks());
+    let corrupt_grad_rank = match std::env::var(CORRUPT_GRAD_VAR) {
+        Err(_) => None,
+        Ok(v) => match v.trim().parse::<usize>() {
+            Ok(r) if r < world => Some(r),
+            _ => {
+                return Err(format!(
+                    "{CORRUPT_GRAD_VAR}={v}: expected a world rank below {world}"
+                ))
+            }
+        },
+    };
     Ok(ComposedJob {
         dp: args.dp,
         tp: args.tp,
@@ -538,6 +559,7 @@ fn composed_job(
         stages,
         check: no_check_reason.is_none(),
         no_check_reason,
+        corrupt_grad_rank,
     })
 }
 

@@ -180,6 +180,7 @@ fn composed_main<Cm: Communicator>(
             pipeline: run.cfg.clone(),
             check: job.check,
             algo: Algo::Auto,
+            corrupt_grad_rank: job.corrupt_grad_rank,
         };
         let rec = run_composed(comm, &cpu, &cfg, base).map_err(|e| e.into_comm(rank))?;
         if let Some(rec) = rec {

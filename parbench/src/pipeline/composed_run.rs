@@ -42,6 +42,9 @@ pub struct ComposedConfig {
     pub check: bool,
     /// The groups' collectives' algorithm.
     pub algo: Algo,
+    /// Tests only: this world rank's reduced gradients are changed before
+    /// the check ([`TpStages::corrupt_for_test`]), which must then fail.
+    pub corrupt_grad_rank: Option<usize>,
 }
 
 /// One group's wire as this run probed it: the median time of one call
@@ -254,6 +257,9 @@ where
                 &mut mesh.dp,
             )?;
             let rec = run_stages(&mut mesh.pp, c, &cfg.pipeline, base, &mut stages)?;
+            if cfg.corrupt_grad_rank == Some(rank) {
+                stages.corrupt_for_test();
+            }
             let check = if cfg.check && work == Work::Compute {
                 check_composed(c, &mut stages, &mut mesh.pp, s, &cfg.stages)?
             } else {

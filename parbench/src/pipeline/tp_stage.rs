@@ -215,6 +215,8 @@ pub struct TpStages<'g, C: Compute, T, D> {
     /// The current action has begun a pass (a `B` runs two, the input-
     /// and the weight-gradient pass: its start is the first one's).
     in_action: bool,
+    /// Tests only: [`Self::whole_grads`] changes one value.
+    corrupt: bool,
     step_spans: Vec<CommSpan>,
     /// Every step's communication spans (warm-up steps first).
     pub spans: Vec<Vec<CommSpan>>,
@@ -287,6 +289,7 @@ where
             times: Vec::new(),
             action_start_us: host_now_us(),
             in_action: false,
+            corrupt: false,
             step_spans: Vec::new(),
             spans: Vec::new(),
         })
@@ -485,7 +488,13 @@ where
     /// [`TpStages::reduced_grads`] with each tensor gathered across the
     /// tensor group and assembled whole (a collective of both groups).
     pub fn whole_grads(&mut self, c: &C) -> Result<Vec<Vec<Vec<f32>>>, PipelineError> {
-        let local = self.reduced_grads(c)?;
+        let mut local = self.reduced_grads(c)?;
+        if self.corrupt {
+            // Far beyond any rounding: a check that passes this is broken.
+            if let Some(v) = local.iter_mut().flatten().flatten().next() {
+                *v += 1.0 + v.abs();
+            }
+        }
         let t = self.tp.world();
         let specs = ParamSpecs::new(&self.cfg.block).grads(self.cfg.block.sequence_split(t));
         let mut out = Vec::with_capacity(local.len());
@@ -507,6 +516,13 @@ where
             out.push(whole);
         }
         Ok(out)
+    }
+
+    /// Tests only: this rank's reduced gradients, as [`Self::whole_grads`]
+    /// gathers them for the check, get one value changed, so that a test
+    /// can see the check fail.
+    pub fn corrupt_for_test(&mut self) {
+        self.corrupt = true;
     }
 
     /// This rank's place: (tensor rank, data rank).

@@ -227,6 +227,7 @@ mod tests {
             },
             check: false,
             algo: Algo::Auto,
+            corrupt_grad_rank: None,
         };
         let out = local::run(8, Algo::Auto, std::time::Duration::from_secs(60), |w| {
             let rank = w.rank();
