@@ -15,8 +15,15 @@ use serde_json::Value;
 
 fn mean(c: &Value, key: &str) -> f64 {
     let r = c["measured"]["ranks"].as_array().unwrap();
-    r.iter().map(|x| x[key].as_f64().unwrap()).sum::<f64>() / r.len() as f64
+    r.iter()
+        .map(|x| x[key].as_f64().unwrap_or(0.0))
+        .sum::<f64>()
+        / r.len() as f64
 }
+
+const TERMS: [&str; 7] = [
+    "compute", "tp_comm", "bubble", "dp_comm", "dp_wait", "other", "step",
+];
 
 fn close(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-6 * a.abs().max(b.abs()).max(1.0)
@@ -37,19 +44,18 @@ fn every_composed_run_gets_its_terms_beside_the_prediction() {
     let rows: Vec<(String, String, f64, f64, f64)> = rd.deserialize().map(|r| r.unwrap()).collect();
     let cs = composed_sections(&d);
     assert_eq!(cs.len(), 2, "a sleep run and a compute run");
-    assert_eq!(rows.len(), 6 * cs.len());
-    for (c, rows) in cs.iter().zip(rows.chunks(6)) {
+    assert_eq!(rows.len(), TERMS.len() * cs.len());
+    for (c, rows) in cs.iter().zip(rows.chunks(TERMS.len())) {
         let terms: Vec<&str> = rows.iter().map(|r| r.1.as_str()).collect();
-        assert_eq!(
-            terms,
-            ["compute", "tp_comm", "bubble", "dp_comm", "other", "step"]
-        );
+        assert_eq!(terms, TERMS);
         let get = |t: &str| rows.iter().find(|r| r.1 == t).unwrap();
         // Measured: the section's own figures.
         assert!(close(get("compute").2, mean(c, "compute_us")));
         assert!(close(get("tp_comm").2, mean(c, "tp_comm_us")));
         assert!(close(get("bubble").2, mean(c, "idle_us")));
+        // The fixture's runs predate dp_wait_us: no wait split off.
         assert!(close(get("dp_comm").2, mean(c, "dp_comm_us")));
+        assert_eq!((get("dp_wait").2, get("dp_wait").3), (0.0, 0.0));
         assert!(close(
             get("step").2,
             c["measured"]["step_us"].as_f64().unwrap()
@@ -102,6 +108,59 @@ fn every_composed_run_gets_its_terms_beside_the_prediction() {
     );
 }
 
+/// A run that recorded each rank's reduction less its wait for the
+/// slowest replica (`dp_after_wait_us`, here set by the test to two
+/// thirds of each rank's reduction) gets the wait as its own measured
+/// term, predicted 0, and the dp_comm term keeps the rest: the wire's
+/// share, which the planner predicts. The step and the other terms do
+/// not move.
+#[test]
+fn the_wait_for_the_slowest_replica_is_its_own_term() {
+    let base = rows_of_dir(&copy_fixture("composed", "plan-check-nowait"));
+    let d = copy_fixture("composed", "plan-check-wait");
+    let mut runs: Value =
+        serde_json::from_slice(&std::fs::read(d.join("run.json")).unwrap()).unwrap();
+    for r in runs.as_array_mut().unwrap() {
+        for c in r["extra"]["composed"].as_array_mut().into_iter().flatten() {
+            for rank in c["measured"]["ranks"].as_array_mut().unwrap() {
+                let dp = rank["dp_comm_us"].as_f64().unwrap();
+                rank["dp_after_wait_us"] = Value::from(dp * 2.0 / 3.0);
+            }
+        }
+    }
+    std::fs::write(d.join("run.json"), serde_json::to_vec(&runs).unwrap()).unwrap();
+    let rows = rows_of_dir(&d);
+    let cs = composed_sections(&d);
+    assert_eq!(rows.len(), base.len());
+    for ((c, rows), before) in cs
+        .iter()
+        .zip(rows.chunks(TERMS.len()))
+        .zip(base.chunks(TERMS.len()))
+    {
+        let get = |rows: &[(String, String, f64, f64, f64)], t: &str| {
+            rows.iter().find(|r| r.1 == t).unwrap().clone()
+        };
+        let (wait, dp) = (get(rows, "dp_wait"), get(rows, "dp_comm"));
+        assert!(close(wait.2, mean(c, "dp_comm_us") / 3.0), "{wait:?}");
+        assert_eq!(wait.3, 0.0);
+        assert!(close(dp.2, mean(c, "dp_comm_us") * 2.0 / 3.0), "{dp:?}");
+        assert!(
+            close(dp.3, get(before, "dp_comm").3),
+            "the prediction stays the wire's"
+        );
+        for t in ["compute", "tp_comm", "bubble", "other", "step"] {
+            assert_eq!(get(rows, t), get(before, t), "{t}");
+        }
+    }
+}
+
+fn rows_of_dir(d: &std::path::Path) -> Vec<(String, String, f64, f64, f64)> {
+    let o = report(&["plan", "--check", d.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let mut rd = csv::Reader::from_path(d.join("plan-check.csv")).unwrap();
+    rd.deserialize().map(|r| r.unwrap()).collect()
+}
+
 #[test]
 fn a_folder_without_a_composed_run_is_one_line() {
     let d = scratch("plan-check-none");
@@ -117,12 +176,7 @@ fn a_folder_without_a_composed_run_is_one_line() {
 /// writes, so a CSV schedule is costed too) gives the rows its generator gives.
 #[test]
 fn a_schedule_given_as_its_actions_is_costed_as_the_generated_one() {
-    let rows_of = |d: &std::path::Path| -> Vec<(String, String, f64, f64, f64)> {
-        let o = report(&["plan", "--check", d.to_str().unwrap()]);
-        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-        let mut rd = csv::Reader::from_path(d.join("plan-check.csv")).unwrap();
-        rd.deserialize().map(|r| r.unwrap()).collect()
-    };
+    let rows_of = rows_of_dir;
     let generated = rows_of(&copy_fixture("composed", "plan-check-gen"));
     let d = copy_fixture("composed", "plan-check-csv");
     let mut runs: Value =

@@ -124,6 +124,13 @@ pub struct RankBreakdown {
     /// The data-parallel reduction, its part after the rank's last
     /// action, and the part before (in the pipeline's idle time).
     pub dp_comm_us: f64,
+    /// The part of `dp_comm_us` spent waiting for the group's slowest
+    /// replica to begin each bucket ([`super::world_base::dp_wait_us`]),
+    /// and the rest, each the median over the steps on its own (in one
+    /// step one replica waits, in the next the other: the median of the
+    /// rest is not the median reduction less the median wait).
+    pub dp_wait_us: f64,
+    pub dp_after_wait_us: f64,
     pub dp_exposed_us: f64,
     pub dp_hidden_us: f64,
     /// The step less busy time and the data-parallel reduction.
@@ -131,7 +138,7 @@ pub struct RankBreakdown {
 }
 
 impl ComposedRecord {
-    fn pipeline_of(&self, rank: usize) -> Option<&PipelineSteps> {
+    pub(super) fn pipeline_of(&self, rank: usize) -> Option<&PipelineSteps> {
         let c = self.ranks.get(rank)?.coords;
         self.pipelines.iter().find(|p| {
             self.ranks
@@ -177,10 +184,12 @@ impl ComposedRecord {
     /// machine does not move it.
     pub fn breakdown(&self) -> Vec<RankBreakdown> {
         let steps = self.step_us();
+        let waits = super::world_base::dp_wait_us(self);
         self.ranks
             .iter()
-            .map(|r| {
-                let mut per: [Vec<f64>; 9] = Default::default();
+            .zip(&waits)
+            .map(|(r, wait)| {
+                let mut per: [Vec<f64>; 11] = Default::default();
                 for (i, t) in r.times.iter().enumerate() {
                     let acts = self
                         .pipeline_of(r.rank)
@@ -200,11 +209,13 @@ impl ComposedRecord {
                         t.dp_exposed_us,
                         t.dp_hidden_us(),
                         (step - busy - t.dp_comm_us).max(0.0),
+                        wait.get(i).copied().unwrap_or(0.0),
+                        t.dp_comm_us - wait.get(i).copied().unwrap_or(0.0),
                     ]) {
                         v.push(x);
                     }
                 }
-                let [compute, tp, busy, wait, transfer, dp, exposed, hidden, idle] =
+                let [compute, tp, busy, wait, transfer, dp, exposed, hidden, idle, dp_wait, dp_rest] =
                     per.map(|mut v| median(&mut v).unwrap_or(0.0));
                 RankBreakdown {
                     rank: r.rank,
@@ -215,6 +226,8 @@ impl ComposedRecord {
                     wait_us: wait,
                     transfer_us: transfer,
                     dp_comm_us: dp,
+                    dp_wait_us: dp_wait,
+                    dp_after_wait_us: dp_rest,
                     dp_exposed_us: exposed,
                     dp_hidden_us: hidden,
                     idle_us: idle,

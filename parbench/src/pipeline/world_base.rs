@@ -11,8 +11,8 @@
 //! all-reduce then ends on every rank of its group after it began on every
 //! other, and so does each data-parallel bucket, within the clocks' bounds.
 
-use super::composed_run::PipelineSteps;
-use super::PipelineError;
+use super::composed_run::{ComposedRecord, PipelineSteps};
+use super::{PipelineError, SpanGroup};
 use crate::measure::clock_sync::RankClock;
 
 /// Moves every pipeline's steps onto world rank 0's clock (`world[r]`: world
@@ -61,6 +61,75 @@ pub(super) fn onto_world_base(
         }
     }
     Ok(())
+}
+
+/// Per world rank, per timed step: how long its data-parallel buckets
+/// waited for the last replica of its data group to begin them, on the
+/// world's base. The k-th bucket of a group is one collective: it cannot
+/// end before every rank of the group has begun it, so the time from this
+/// rank's start of it to the latest start in the group is waiting for the
+/// slowest replica (skew between the replicas' backward passes), not the
+/// wire; the rest of the bucket's time is the reduction itself. Each wait
+/// is at most its bucket's time; ranks whose group's bucket counts differ
+/// (not one collective each) count none.
+pub fn dp_wait_us(rec: &ComposedRecord) -> Vec<Vec<f64>> {
+    // Per rank, per step: (start, duration) of each bucket, in order.
+    let buckets: Vec<Vec<Vec<(f64, f64)>>> = rec
+        .ranks
+        .iter()
+        .map(|r| {
+            let pipe = rec.pipeline_of(r.rank);
+            r.spans
+                .iter()
+                .enumerate()
+                .map(|(i, spans)| {
+                    let actions = pipe
+                        .and_then(|p| p.steps.get(i)?.get(r.coords.pp))
+                        .map(|rs| rs.actions.as_slice())
+                        .unwrap_or(&[]);
+                    spans
+                        .iter()
+                        .filter(|s| s.group == SpanGroup::Dp)
+                        .filter_map(|s| {
+                            let a = actions.get(s.action)?;
+                            Some((a.start_us + s.offset_us, s.dur_us))
+                        })
+                        .collect()
+                })
+                .collect()
+        })
+        .collect();
+    rec.ranks
+        .iter()
+        .map(|r| {
+            let group: Vec<usize> = rec
+                .ranks
+                .iter()
+                .filter(|o| o.coords.tp == r.coords.tp && o.coords.pp == r.coords.pp)
+                .map(|o| o.rank)
+                .collect();
+            (0..r.spans.len())
+                .map(|i| {
+                    let of = |rank: usize| buckets.get(rank).and_then(|b| b.get(i));
+                    let Some(mine) = of(r.rank) else {
+                        return 0.0;
+                    };
+                    let peers: Vec<&Vec<(f64, f64)>> =
+                        group.iter().filter_map(|&g| of(g)).collect();
+                    if peers.len() != group.len() || peers.iter().any(|p| p.len() != mine.len()) {
+                        return 0.0;
+                    }
+                    mine.iter()
+                        .enumerate()
+                        .map(|(k, &(start, dur))| {
+                            let last = peers.iter().map(|p| p[k].0).fold(start, f64::max);
+                            (last - start).clamp(0.0, dur)
+                        })
+                        .sum()
+                })
+                .collect()
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -122,6 +191,58 @@ mod tests {
         // A pipeline without its origins is a protocol error, not a guess.
         p[1].origins_us.clear();
         assert!(onto_world_base(&mut p, &world).is_err());
+    }
+
+    /// Two replicas of one stage: rank 0 begins its bucket at 100 us (50
+    /// us long), rank 1 at 130 (20 us): rank 0 waited 30 us of its 50 for
+    /// rank 1, which waited none; and the breakdown keeps the rest apart.
+    #[test]
+    fn a_bucket_begun_first_waits_for_the_last_replica() {
+        use crate::comm::mesh::{MeshShape, Order};
+        use crate::pipeline::{CommSpan, ComposedRecord, RankFigures, RunRecord, StageStepTimes};
+        let mesh = MeshShape::new(2, 1, 1, Order::MEGATRON).unwrap();
+        let figures = |rank: usize, offset_us: f64, dur_us: f64| RankFigures {
+            rank,
+            coords: mesh.coords(rank),
+            times: vec![StageStepTimes {
+                dp_comm_us: dur_us,
+                dp_exposed_us: dur_us,
+                buckets: 1,
+                ..Default::default()
+            }],
+            spans: vec![vec![CommSpan {
+                group: SpanGroup::Dp,
+                action: 0,
+                offset_us,
+                dur_us,
+            }]],
+        };
+        let pipe = |head| PipelineSteps {
+            head,
+            steps: vec![vec![one_action(0.0)]],
+            uncertainty_us: vec![0.0],
+            origins_us: vec![0.0],
+        };
+        let rec = ComposedRecord {
+            mesh,
+            record: RunRecord {
+                steps: vec![vec![one_action(0.0)]],
+                grad_max_err: None,
+                message_us: 0.0,
+                clocks: Vec::new(),
+                origins_us: vec![0.0],
+            },
+            pipelines: vec![pipe(0), pipe(1)],
+            ranks: vec![figures(0, 100.0, 50.0), figures(1, 130.0, 20.0)],
+            checks: Vec::new(),
+            tp_wire: None,
+            dp_wire: None,
+            world_clocks: Vec::new(),
+        };
+        assert_eq!(dp_wait_us(&rec), [vec![30.0], vec![0.0]]);
+        let b = rec.breakdown();
+        assert_eq!((b[0].dp_wait_us, b[0].dp_after_wait_us), (30.0, 20.0));
+        assert_eq!((b[1].dp_wait_us, b[1].dp_after_wait_us), (0.0, 20.0));
     }
 
     /// World rank r's clock runs r x this ahead (threads standing for hosts).
