@@ -275,9 +275,9 @@ mod tests {
             for &a in g {
                 assert_eq!(per_rank[a].len(), n, "{what}: ranks {g:?}");
                 for &b in g {
-                    for k in 0..n {
-                        let (_, end_a, ua) = per_rank[a][k];
-                        let (start_b, _, ub) = per_rank[b][k];
+                    for (k, (&(_, end_a, ua), &(start_b, _, ub))) in
+                        per_rank[a].iter().zip(&per_rank[b]).enumerate()
+                    {
                         assert!(
                             end_a + ua + ub >= start_b,
                             "{what} {k}: ends on rank {a} at {end_a:.1} us, before it began on rank {b} at {start_b:.1} us (bounds {ua:.1} + {ub:.1} us)"
