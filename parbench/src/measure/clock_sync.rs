@@ -238,6 +238,25 @@ impl RankClock {
     }
 }
 
+#[cfg(test)]
+impl RankClock {
+    /// Unit tests only: a rank whose offset held still over the run,
+    /// estimated within `uncertainty_us`.
+    pub(crate) fn steady(rank: usize, offset_us: f64, uncertainty_us: f64) -> Self {
+        let e = OffsetEstimate {
+            offset_us,
+            uncertainty_us,
+            at_us: 0.0,
+        };
+        RankClock {
+            rank,
+            base: TimeBase::Estimated,
+            before: e,
+            after: e,
+        }
+    }
+}
+
 /// Pairs the estimates before and after a run into each rank's clock.
 pub fn rank_clocks(
     base: TimeBase,

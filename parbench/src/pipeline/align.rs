@@ -82,21 +82,10 @@ fn match_sends(s: &Schedule, step: &mut [RankStep]) -> Result<(), PipelineError>
 mod tests {
     use super::super::ActionTiming;
     use super::*;
-    use crate::measure::clock_sync::{OffsetEstimate, TimeBase};
     use crate::schedule::{generate, Action, ActionKind, ScheduleKind};
 
     fn clock(rank: usize, offset_us: f64) -> RankClock {
-        let e = OffsetEstimate {
-            offset_us,
-            uncertainty_us: 1.0,
-            at_us: 0.0,
-        };
-        RankClock {
-            rank,
-            base: TimeBase::Estimated,
-            before: e,
-            after: e,
-        }
+        RankClock::steady(rank, offset_us, 1.0)
     }
 
     fn act(

@@ -136,7 +136,7 @@ pub fn dp_wait_us(rec: &ComposedRecord) -> Vec<Vec<f64>> {
 mod tests {
     use super::*;
     use crate::comm::Communicator;
-    use crate::measure::clock_sync::{OffsetEstimate, TimeBase};
+    use crate::measure::clock_sync::TimeBase;
     use crate::pipeline::{ActionTiming, RankStep};
     use crate::schedule::{Action, ActionKind};
 
@@ -157,17 +157,7 @@ mod tests {
     }
 
     fn clock(rank: usize, offset_us: f64) -> RankClock {
-        let e = OffsetEstimate {
-            offset_us,
-            uncertainty_us: 2.0,
-            at_us: 0.0,
-        };
-        RankClock {
-            rank,
-            base: TimeBase::Estimated,
-            before: e,
-            after: e,
-        }
+        RankClock::steady(rank, offset_us, 2.0)
     }
 
     /// Two pipelines, each from its own first work (0): the second's head
