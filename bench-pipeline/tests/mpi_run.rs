@@ -153,3 +153,33 @@ fn a_job_of_another_size_is_refused_before_measuring() {
     );
     assert!(!dir.join("pipeline.csv").exists(), "measured: {err}");
 }
+
+/// The plain pipeline on two MPI ranks: one row from rank 0, the
+/// gradient check against one rank running the whole model, and the
+/// offsets estimated as for processes.
+#[cfg(feature = "mpi")]
+#[test]
+fn the_plain_pipeline_runs_on_two_mpi_ranks() {
+    let dir = scratch("plain");
+    let line = "--stages 2 --schedule 1f1b --microbatches 2 --hidden 32 --microbatch-size 4 --steps 1 --warmup 0 --timeout 60";
+    let Some(o) = mpirun("the_plain_pipeline_runs_on_two_mpi_ranks", 2, line, &dir) else {
+        return;
+    };
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        out.contains("offsets to rank 0 estimated and applied"),
+        "{out}"
+    );
+    let rows =
+        parbench::results::read_rows::<parbench::results::PipelineRow>(&dir.join("pipeline.csv"))
+            .unwrap();
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!((rows[0].backend.as_str(), rows[0].stages), ("mpi", 2));
+    assert!(rows[0].grad_max_err <= 1e-5, "{:?}", rows[0]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
