@@ -16,8 +16,9 @@ use std::time::Duration;
 // every parbench binary); a negative number reaches the flag's own check.
 #[command(name = "bench-pipeline", version, allow_negative_numbers = true)]
 pub struct Args {
-    /// Backend: local (one thread per stage), tcp (one process per stage) or
-    /// nccl (one GPU per stage; needs --features cuda).
+    /// Backend: local (one thread per stage), tcp (one process per stage),
+    /// nccl (one GPU per stage; needs --features cuda) or mpi (one process
+    /// per rank under mpirun; needs --features mpi).
     #[arg(long, default_value = "local")]
     pub backend: String,
     /// Number of stage ranks S (default 4; with --backend nccl, one per
@@ -143,7 +144,16 @@ pub struct ComposedJob {
     pub check: bool,
     /// Why the check is off, when it is.
     pub no_check_reason: Option<String>,
+    /// Tests only ([`CORRUPT_GRAD_VAR`]): the world rank whose gradients
+    /// are changed after the reduction, so that the check must fail.
+    pub corrupt_grad_rank: Option<usize>,
 }
+
+/// Tests only: `PARBENCH_TEST_CORRUPT_GRAD=RANK` changes one value of
+/// world rank RANK's reduced gradients before the check, so that a test
+/// can see the check fail, name that rank's replica and exit 1 with the
+/// records written. Not a flag: no run a user means to measure sets it.
+pub const CORRUPT_GRAD_VAR: &str = "PARBENCH_TEST_CORRUPT_GRAD";
 
 /// Floating-point operations the check's reference may take (one rank
 /// running the whole model on the whole batch): a few seconds of one core.
@@ -247,15 +257,21 @@ pub fn plan(args: &Args) -> Result<PipelineJob, String> {
             return Err(format!("{flag} 0: at least 1"));
         }
     }
-    if !matches!(args.backend.as_str(), "local" | "tcp" | "nccl") {
+    if !matches!(args.backend.as_str(), "local" | "tcp" | "nccl" | "mpi") {
         return Err(format!(
-            "--backend '{}': expected local, tcp or nccl",
+            "--backend '{}': expected local, tcp, nccl or mpi",
             args.backend
         ));
     }
     if args.backend == "nccl" && !cfg!(feature = "cuda") {
         return Err(
             "--backend nccl: this build has no CUDA support (rebuild with --features cuda)".into(),
+        );
+    }
+    if args.backend == "mpi" && !cfg!(feature = "mpi") {
+        return Err(
+            "--backend mpi needs a build with `--features mpi` (and Open MPI or MPICH installed)"
+                .into(),
         );
     }
     if composed {
@@ -419,7 +435,7 @@ fn refuse_composed_flags(args: &Args) -> Result<(), String> {
 /// What the plain pipeline has and the composed step does not.
 fn refuse_with_composed(args: &Args) -> Result<(), String> {
     if args.backend == "nccl" {
-        return Err("--dp/--tp: the mesh's groups move host buffers; the composed step runs on --backend local or tcp".into());
+        return Err("--dp/--tp: the mesh's groups move host buffers; the composed step runs on --backend local, tcp or mpi".into());
     }
     for (flag, given) in [
         ("--stage-layers", args.stage_layers.is_some()),
@@ -526,6 +542,18 @@ fn composed_job(
     } else {
         None
     };
+    let world = args.dp * args.tp * runs.first().map_or(1, |r| r.cfg.schedule.ranks());
+    let corrupt_grad_rank = match std::env::var(CORRUPT_GRAD_VAR) {
+        Err(_) => None,
+        Ok(v) => match v.trim().parse::<usize>() {
+            Ok(r) if r < world => Some(r),
+            _ => {
+                return Err(format!(
+                    "{CORRUPT_GRAD_VAR}={v}: expected a world rank below {world}"
+                ))
+            }
+        },
+    };
     Ok(ComposedJob {
         dp: args.dp,
         tp: args.tp,
@@ -533,6 +561,7 @@ fn composed_job(
         stages,
         check: no_check_reason.is_none(),
         no_check_reason,
+        corrupt_grad_rank,
     })
 }
 

@@ -94,7 +94,7 @@ pub fn print(job: &ComposedJob, rec: &ComposedRecord, f: &Figures) {
         f.step_max_us
     );
     parbench::outln!(
-        "    {:>5} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
+        "    {:>5} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
         "rank",
         "(d,t,p)",
         "compute",
@@ -102,13 +102,14 @@ pub fn print(job: &ComposedJob, rec: &ComposedRecord, f: &Figures) {
         "pp_wait",
         "transfer",
         "dp_comm",
+        "dp_wait",
         "dp_exposed",
         "dp_hidden",
         "idle"
     );
     for b in &f.breakdown {
         parbench::outln!(
-            "    {:>5} {:>9} {:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>10.0}",
+            "    {:>5} {:>9} {:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>10.0}",
             b.rank,
             format!("({},{},{})", b.coords.dp, b.coords.tp, b.coords.pp),
             b.compute_us,
@@ -116,12 +117,13 @@ pub fn print(job: &ComposedJob, rec: &ComposedRecord, f: &Figures) {
             b.wait_us,
             b.transfer_us,
             b.dp_comm_us,
+            b.dp_wait_us,
             b.dp_exposed_us,
             b.dp_hidden_us,
             b.idle_us
         );
     }
-    parbench::outln!("    (us per rank per step, median over the timed steps)");
+    parbench::outln!("    (us per rank per step, median over the timed steps; dp_wait: the part of dp_comm that waited for the data group's slowest replica to begin each bucket, on the world's one clock)");
     for (name, w) in [("tp", &rec.tp_wire), ("dp", &rec.dp_wire)] {
         if let Some(line) = w.as_ref().map(wire_line) {
             parbench::outln!("    {name} wire (probed after the steps): {line}");
@@ -270,7 +272,8 @@ pub fn json(
                 "rank": r.rank, "d": r.coords.dp, "t": r.coords.tp, "p": r.coords.pp,
                 "compute_us": r.compute_us, "tp_comm_us": r.tp_comm_us,
                 "busy_us": r.busy_us, "pipeline_wait_us": r.wait_us, "transfer_us": r.transfer_us,
-                "dp_comm_us": r.dp_comm_us, "dp_exposed_us": r.dp_exposed_us,
+                "dp_comm_us": r.dp_comm_us, "dp_wait_us": r.dp_wait_us,
+                "dp_after_wait_us": r.dp_after_wait_us, "dp_exposed_us": r.dp_exposed_us,
                 "dp_hidden_us": r.dp_hidden_us, "idle_us": r.idle_us,
             })
         })

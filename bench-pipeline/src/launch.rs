@@ -4,7 +4,7 @@ use crate::cli::{Args, PipelineJob};
 use crate::output::Recorder;
 use anyhow::{anyhow, bail, Result};
 use parbench::comm::mesh::MeshShape;
-use parbench::comm::{Algo, CommError, Communicator, DType};
+use parbench::comm::{Algo, CommBuffer, CommError, Communicator, DType, Io, ReduceOp};
 use parbench::compute::cpu::CpuCompute;
 use parbench::compute::Compute;
 use parbench::launch::flags::Backend;
@@ -79,6 +79,7 @@ pub fn run(args: &Args, plan: &PipelineJob) -> Result<()> {
         Ok(Backend::Local) => run_local(args, plan),
         Ok(Backend::Tcp) => run_tcp(args, plan),
         Ok(Backend::Nccl) => run_nccl(args, plan),
+        Ok(Backend::Mpi) => run_mpi(args, plan),
         _ => bail!("unknown backend '{}'", args.backend),
     }
 }
@@ -179,6 +180,7 @@ fn composed_main<Cm: Communicator>(
             pipeline: run.cfg.clone(),
             check: job.check,
             algo: Algo::Auto,
+            corrupt_grad_rank: job.corrupt_grad_rank,
         };
         let rec = run_composed(comm, &cpu, &cfg, base).map_err(|e| e.into_comm(rank))?;
         if let Some(rec) = rec {
@@ -204,13 +206,23 @@ struct Stages<'a> {
     /// Threads of this process pin themselves; a joined rank was pinned
     /// before it connected (the transport's threads inherit its core).
     pin_each: bool,
+    /// Under mpirun the world is known once MPI has started: each rank
+    /// checks it, --out and this host's memory first ([`Stages::joined`]),
+    /// with this many ranks on this host.
+    check_in_body: Option<u128>,
     recorder: Mutex<Option<Recorder>>,
 }
 
 impl RankBody for Stages<'_> {
-    type Out = ();
-    fn run<C: RankComm>(&self, comm: &mut C) -> Result<(), CommError> {
+    /// Bad input found once the world was known (exit code 2).
+    type Out = Option<anyhow::Error>;
+    fn run<C: RankComm>(&self, comm: &mut C) -> Result<Self::Out, CommError> {
         let rank = comm.rank();
+        if let Some(here) = self.check_in_body {
+            if let Some(refused) = self.joined(comm, here)? {
+                return Ok(Some(refused));
+            }
+        }
         if self.pin_each {
             pin(rank, self.plan.ranks, self.threads, self.args.pin);
         }
@@ -219,13 +231,16 @@ impl RankBody for Stages<'_> {
             let name = self
                 .compute_label
                 .map_or_else(|| dev.name(), str::to_string);
-            let started = Recorder::new(self.args, self.plan, self.backend, &name);
+            let mut started = Recorder::new(self.args, self.plan, self.backend, &name);
+            if let Some(library) = comm.library() {
+                started.note_library(&library);
+            }
             if let Ok(mut r) = self.recorder.lock() {
                 *r = Some(started);
             }
         }
         let recorder = || self.recorder.lock().map_err(|_| poisoned());
-        match &self.plan.composed {
+        let ran = match &self.plan.composed {
             None => rank_main(
                 comm,
                 &dev,
@@ -247,8 +262,72 @@ impl RankBody for Stages<'_> {
                     None => Ok(()),
                 },
             ),
-        }
+        };
+        ran.map(|()| None)
     }
+}
+
+impl Stages<'_> {
+    /// What the other backends check before their ranks start, on a rank
+    /// that learnt its world from MPI: the world is the schedule's (`here`
+    /// ranks on this host), --out (rank 0) and this host's memory. The
+    /// ranks agree before any measures, so that one rank's refusal ends
+    /// the job at once: the lowest refusing rank names it, and every rank
+    /// ends with exit code 2.
+    fn joined<C: Communicator>(
+        &self,
+        comm: &mut C,
+        here: u128,
+    ) -> Result<Option<anyhow::Error>, CommError> {
+        let (rank, world) = (comm.rank(), comm.world());
+        let mine = if world != self.plan.ranks {
+            let ranks = self.plan.ranks;
+            Err(Refused(match &self.plan.composed {
+                Some(c) => format!(
+                    "--backend mpi: the job has {world} ranks but the world is dp {} x tp {} x {} stage ranks = {ranks} (start it with mpirun -np {ranks})",
+                    c.dp,
+                    c.tp,
+                    ranks / (c.dp * c.tp).max(1)
+                ),
+                None => format!(
+                    "--backend mpi: the job has {world} ranks but the schedule has {ranks} (start it with mpirun -np {ranks})"
+                ),
+            })
+            .into())
+        } else {
+            preflight(self.args, self.plan, rank == 0, |p| {
+                p.iter().copied().max().unwrap_or(0) * here
+            })
+        };
+        let Some(first) = first_refusing(comm, mine.is_err())? else {
+            return Ok(None);
+        };
+        if let (Err(e), true) = (&mine, first == rank) {
+            crate::say(e);
+        }
+        // mpirun ends the job on the first rank's exit: the line is out
+        // before any rank leaves.
+        comm.barrier()?;
+        Ok(Some(Reported(parbench::launch::EXIT_USAGE).into()))
+    }
+}
+
+/// The lowest rank of `comm` that says `refused`, if any (a collective of
+/// the world).
+fn first_refusing<C: Communicator>(
+    comm: &mut C,
+    refused: bool,
+) -> Result<Option<usize>, CommError> {
+    let (rank, world) = (comm.rank(), comm.world());
+    let mut v = comm.alloc(8)?;
+    let mine = if refused { rank } else { world } as f64;
+    v.write_from_host(&mine.to_le_bytes())?;
+    comm.all_reduce(Io::InPlace(&mut v), 1, DType::F64, ReduceOp::Min)?;
+    comm.sync()?;
+    let mut b = [0u8; 8];
+    v.read_to_host(&mut b)?;
+    let first = f64::from_le_bytes(b);
+    Ok((first < world as f64).then_some(first as usize))
 }
 
 fn poisoned() -> anyhow::Error {
@@ -260,7 +339,11 @@ impl Stages<'_> {
     /// where this process holds them.
     fn run_on(self, ranks: Ranks) -> Result<()> {
         match ranks::run(ranks, Algo::Auto, self.plan.timeout, &self) {
-            Ok(Ended::Ran(_)) => {}
+            Ok(Ended::Ran(outs)) => {
+                if let Some(refused) = outs.into_iter().flatten().next() {
+                    return Err(refused);
+                }
+            }
             Ok(Ended::Launched { code: 0 }) => return Ok(()),
             // The launcher named the rank; its code is the run's.
             Ok(Ended::Launched { code }) => return Err(Reported(code).into()),
@@ -283,6 +366,7 @@ fn run_local(args: &Args, plan: &PipelineJob) -> Result<()> {
         threads: threads(args, plan.ranks),
         base: TimeBase::Shared,
         pin_each: true,
+        check_in_body: None,
         recorder: Mutex::new(None),
     };
     stages.run_on(Ranks::Threads(plan.ranks))
@@ -340,6 +424,7 @@ fn run_tcp(args: &Args, plan: &PipelineJob) -> Result<()> {
         threads,
         base: TimeBase::Estimated,
         pin_each: false,
+        check_in_body: None,
         recorder: Mutex::new(None),
     };
     stages.run_on(ranks)
@@ -386,6 +471,7 @@ fn run_nccl(args: &Args, plan: &PipelineJob) -> Result<()> {
         threads: 0,
         base: TimeBase::Shared,
         pin_each: false,
+        check_in_body: None,
         recorder: Mutex::new(None),
     };
     stages.run_on(Ranks::Gpus(plan.ranks))
@@ -394,4 +480,38 @@ fn run_nccl(args: &Args, plan: &PipelineJob) -> Result<()> {
 #[cfg(not(feature = "cuda"))]
 fn run_nccl(_: &Args, _: &PipelineJob) -> Result<()> {
     bail!("--backend nccl: this build has no CUDA support (rebuild with --features cuda)")
+}
+
+/// One rank of an mpirun job (`--features mpi`): MPI gives the world, which
+/// each rank checks before it measures ([`Stages::joined`]); processes are
+/// treated as on separate hosts (offsets estimated). The ranks on this
+/// host (Open MPI's or MPICH's count, else the whole job) split its cores.
+#[cfg(feature = "mpi")]
+fn run_mpi(args: &Args, plan: &PipelineJob) -> Result<()> {
+    let here = ["OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"]
+        .iter()
+        .find_map(|k| std::env::var(k).ok()?.trim().parse::<usize>().ok())
+        .filter(|&n| n >= 1)
+        .unwrap_or(plan.ranks);
+    let stages = Stages {
+        args,
+        plan,
+        backend: "mpi",
+        compute_label: None,
+        threads: threads(args, here),
+        base: TimeBase::Estimated,
+        pin_each: false,
+        check_in_body: Some(here as u128),
+        recorder: Mutex::new(None),
+    };
+    stages.run_on(Ranks::Mpi)
+}
+
+#[cfg(not(feature = "mpi"))]
+fn run_mpi(_: &Args, _: &PipelineJob) -> Result<()> {
+    Err(Refused(
+        "--backend mpi needs a build with `--features mpi` (and Open MPI or MPICH installed)"
+            .into(),
+    )
+    .into())
 }

@@ -15,7 +15,7 @@ use anyhow::Result;
 use clap::Parser;
 use parbench::launch::{eprint_line, interrupt, report};
 
-fn say(msg: impl std::fmt::Display) {
+pub(crate) fn say(msg: impl std::fmt::Display) {
     eprint_line(&format!("bench-pipeline: {msg}"));
 }
 

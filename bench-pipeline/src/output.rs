@@ -72,6 +72,12 @@ pub struct Recorder {
 }
 
 impl Recorder {
+    /// Records the version line of the library under the communicator
+    /// (MPI's) in run.json's `versions`.
+    pub fn note_library(&mut self, library: &str) {
+        self.meta.versions.insert("mpi".into(), library.into());
+    }
+
     pub fn new(args: &Args, plan: &PipelineJob, backend: &str, compute: &str) -> Self {
         let run_id = results::new_run_id("pipeline");
         let mut meta = RunMeta::start("pipeline", &run_id, backend, plan.ranks);

@@ -277,3 +277,61 @@ fn another_order_the_reduce_scatter_and_a_csv_schedule_match_one_rank() {
     assert_eq!(got.len(), 2, "{c}");
     assert!(got.iter().all(|&(err, _)| err <= 1e-5), "{c}");
 }
+
+/// The check can fail: one value of world rank 6's reduced gradients
+/// (d 1, t 0, p 1 in Megatron's order) changed after the reduction, by
+/// the test-only variable, fails replica 1's check and only its; the run
+/// exits 1 naming it, with the rows, run.json and the trace written.
+/// Without the variable the same run passes (the test above).
+#[test]
+fn a_corrupted_gradient_fails_the_check_naming_its_replica() {
+    let d = tmp("corrupt");
+    let line = format!("--dp 2 --tp 2 --stages 2 --schedule 1f1b {SMALL}");
+    let mut cmd = bin();
+    cmd.args(line.split_whitespace())
+        .arg("--out")
+        .arg(&d)
+        .env("PARBENCH_TEST_CORRUPT_GRAD", "6")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let o = binary::finish_within(cmd.spawn().unwrap(), 120);
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert_eq!(o.status.code(), Some(1), "{out}\n{err}");
+    assert!(out.contains("check: FAILED"), "{out}");
+    let failure = err
+        .lines()
+        .find(|l| l.contains("gradient check failed"))
+        .unwrap_or_else(|| panic!("no failure line: {err}"));
+    assert!(
+        failure.contains("replica 1:") && !failure.contains("replica 0:"),
+        "{failure}"
+    );
+    let rows = read_rows::<PipelineRow>(&d.join("pipeline.csv")).unwrap();
+    assert_eq!(rows.len(), 1);
+    assert!(rows[0].grad_max_err > 1e-5, "{:?}", rows[0]);
+    let composed = run_json::composed_sections(&d);
+    let got = checks(&composed[0]);
+    let bad: Vec<bool> = got.iter().map(|&(e, _)| e > 1e-5).collect();
+    let replicas: Vec<u64> = composed[0]["check"]["replicas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["d"].as_u64().unwrap())
+        .collect();
+    for (d_rank, bad) in replicas.iter().zip(&bad) {
+        assert_eq!(*bad, *d_rank == 1, "{}", composed[0]["check"]);
+    }
+    assert!(d.join(composed[0]["timeline"].as_str().unwrap()).exists());
+    // A value that names no world rank is one line, exit 2.
+    let mut refused = bin();
+    refused.env("PARBENCH_TEST_CORRUPT_GRAD", "8");
+    binary::refused_in_one_line(
+        refused,
+        &line.split_whitespace().collect::<Vec<_>>(),
+        &["PARBENCH_TEST_CORRUPT_GRAD=8"],
+        "pipeline.csv",
+    );
+}

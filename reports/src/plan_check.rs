@@ -30,7 +30,7 @@ pub struct CheckRow {
 
 /// The terms, in the order they are printed, and what each measures (each
 /// per rank: the median over the timed steps, averaged over the ranks).
-const TERMS: [(&str, &str); 7] = [
+const TERMS: [(&str, &str); 8] = [
     ("compute", "the blocks' compute, per rank per step"),
     (
         "tp_comm",
@@ -40,7 +40,14 @@ const TERMS: [(&str, &str); 7] = [
         "bubble",
         "idle in the pipeline: the step less busy time and the exposed reduction",
     ),
-    ("dp_comm", "the data-parallel reduction, per rank per step"),
+    (
+        "dp_comm",
+        "the data-parallel reduction less its dp_wait, per rank per step",
+    ),
+    (
+        "dp_wait",
+        "in the reduction, waiting for the slowest replica (the planner has none)",
+    ),
     (
         "dp_exposed",
         "the part of it the step waited for at its end (all of it without --overlap)",
@@ -147,7 +154,14 @@ fn given_of(c: &Value) -> Result<(GivenLayout, Calibration), String> {
 }
 
 /// The measured terms of a composed section, microseconds, in [`TERMS`]' order.
-fn measured(c: &Value) -> Result<[f64; 7], String> {
+/// The reduction's wait for the slowest replica is its own term: the
+/// planner's data-parallel term is the wire's, with every replica in step.
+/// `dp_comm` is the ranks' median reduction less its wait
+/// (`dp_after_wait_us`), `dp_wait` the rest of the median reduction, so the
+/// terms still add up to the step; a section from before these were
+/// recorded has no wait. `dp_exposed` is the part of the whole reduction
+/// the step waited for at its end.
+fn measured(c: &Value) -> Result<[f64; 8], String> {
     let ranks = c["measured"]["ranks"]
         .as_array()
         .filter(|r| !r.is_empty())
@@ -160,23 +174,31 @@ fn measured(c: &Value) -> Result<[f64; 7], String> {
         Ok(s / ranks.len() as f64)
     };
     let (compute, tp, busy) = (mean("compute_us")?, mean("tp_comm_us")?, mean("busy_us")?);
+    let dp = mean("dp_comm_us")?;
+    let dp_wire = if ranks.iter().all(|r| r["dp_after_wait_us"].is_number()) {
+        mean("dp_after_wait_us")?.clamp(0.0, dp)
+    } else {
+        dp
+    };
     Ok([
         compute,
         tp,
         mean("idle_us")?,
-        mean("dp_comm_us")?,
+        dp_wire,
+        dp - dp_wire,
         mean("dp_exposed_us")?,
         (busy - compute - tp).max(0.0),
         num(c, &["measured", "step_us"])?,
     ])
 }
 
-fn predicted(p: &GivenCost) -> [f64; 7] {
+fn predicted(p: &GivenCost) -> [f64; 8] {
     [
         p.compute_s * 1e6,
         p.tp_comm_s * 1e6,
         p.bubble_s * 1e6,
         p.dp_comm_s * 1e6,
+        0.0,
         p.dp_exposed_s * 1e6,
         0.0,
         p.step_s * 1e6,

@@ -15,15 +15,19 @@ use serde_json::Value;
 
 fn mean(c: &Value, key: &str) -> f64 {
     let r = c["measured"]["ranks"].as_array().unwrap();
-    r.iter().map(|x| x[key].as_f64().unwrap()).sum::<f64>() / r.len() as f64
+    r.iter()
+        .map(|x| x[key].as_f64().unwrap_or(0.0))
+        .sum::<f64>()
+        / r.len() as f64
 }
 
 /// The terms of `plan --check`, in their order.
-const TERMS: [&str; 7] = [
+const TERMS: [&str; 8] = [
     "compute",
     "tp_comm",
     "bubble",
     "dp_comm",
+    "dp_wait",
     "dp_exposed",
     "other",
     "step",
@@ -68,8 +72,10 @@ fn every_composed_run_gets_its_terms_beside_the_prediction() {
         assert!(close(get("compute").2, mean(c, "compute_us")));
         assert!(close(get("tp_comm").2, mean(c, "tp_comm_us")));
         assert!(close(get("bubble").2, mean(c, "idle_us")));
+        // The fixture's runs predate dp_wait_us: no wait split off.
         assert!(close(get("dp_comm").2, mean(c, "dp_comm_us")));
         assert!(close(get("dp_exposed").2, mean(c, "dp_exposed_us")));
+        assert_eq!((get("dp_wait").2, get("dp_wait").3), (0.0, 0.0));
         assert!(close(
             get("step").2,
             c["measured"]["step_us"].as_f64().unwrap()
@@ -122,6 +128,52 @@ fn every_composed_run_gets_its_terms_beside_the_prediction() {
         page.contains("plan-check.csv") && page.contains("Parts most: "),
         "no plan-check section"
     );
+}
+
+/// A run that recorded each rank's reduction less its wait for the
+/// slowest replica (`dp_after_wait_us`, here set by the test to two
+/// thirds of each rank's reduction) gets the wait as its own measured
+/// term, predicted 0, and the dp_comm term keeps the rest: the wire's
+/// share, which the planner predicts. The step and the other terms do
+/// not move.
+#[test]
+fn the_wait_for_the_slowest_replica_is_its_own_term() {
+    let base = rows_of(&copy_fixture("composed", "plan-check-nowait"));
+    let d = copy_fixture("composed", "plan-check-wait");
+    let mut runs: Value =
+        serde_json::from_slice(&std::fs::read(d.join("run.json")).unwrap()).unwrap();
+    for r in runs.as_array_mut().unwrap() {
+        for c in r["extra"]["composed"].as_array_mut().into_iter().flatten() {
+            for rank in c["measured"]["ranks"].as_array_mut().unwrap() {
+                let dp = rank["dp_comm_us"].as_f64().unwrap();
+                rank["dp_after_wait_us"] = Value::from(dp * 2.0 / 3.0);
+            }
+        }
+    }
+    std::fs::write(d.join("run.json"), serde_json::to_vec(&runs).unwrap()).unwrap();
+    let rows = rows_of(&d);
+    let cs = composed_sections(&d);
+    assert_eq!(rows.len(), base.len());
+    for ((c, rows), before) in cs
+        .iter()
+        .zip(rows.chunks(TERMS.len()))
+        .zip(base.chunks(TERMS.len()))
+    {
+        let get = |rows: &[(String, String, f64, f64, f64)], t: &str| {
+            rows.iter().find(|r| r.1 == t).unwrap().clone()
+        };
+        let (wait, dp) = (get(rows, "dp_wait"), get(rows, "dp_comm"));
+        assert!(close(wait.2, mean(c, "dp_comm_us") / 3.0), "{wait:?}");
+        assert_eq!(wait.3, 0.0);
+        assert!(close(dp.2, mean(c, "dp_comm_us") * 2.0 / 3.0), "{dp:?}");
+        assert!(
+            close(dp.3, get(before, "dp_comm").3),
+            "the prediction stays the wire's"
+        );
+        for t in ["compute", "tp_comm", "bubble", "other", "step"] {
+            assert_eq!(get(rows, t), get(before, t), "{t}");
+        }
+    }
 }
 
 #[test]

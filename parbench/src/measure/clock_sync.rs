@@ -38,7 +38,7 @@ pub fn host_now_us() -> f64 {
         // SAFETY: ts is a valid timespec; CLOCK_MONOTONIC exists on every
         // Unix this builds for, so the call cannot fail.
         unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-        ts.tv_sec as f64 * 1e6 + ts.tv_nsec as f64 * 1e-3
+        ts.tv_sec as f64 * 1e6 + ts.tv_nsec as f64 * 1e-3 + test_skew_us()
     }
     #[cfg(not(unix))]
     {
@@ -50,7 +50,32 @@ pub fn host_now_us() -> f64 {
             .elapsed()
             .as_secs_f64()
             * 1e6
+            + test_skew_us()
     }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Unit tests only: added to every stamp this thread takes, so that
+    /// threads of one process can stand for hosts whose clocks differ.
+    static TEST_SKEW_US: std::cell::Cell<f64> = const { std::cell::Cell::new(0.0) };
+}
+
+/// Unit tests only: this thread's clock runs `us` microseconds ahead.
+#[cfg(test)]
+pub(crate) fn skew_this_threads_clock(us: f64) {
+    TEST_SKEW_US.with(|c| c.set(us));
+}
+
+#[cfg(test)]
+fn test_skew_us() -> f64 {
+    TEST_SKEW_US.with(std::cell::Cell::get)
+}
+
+#[cfg(not(test))]
+#[inline(always)]
+fn test_skew_us() -> f64 {
+    0.0
 }
 
 /// How the ranks of a run share a clock.
@@ -210,6 +235,25 @@ impl RankClock {
     /// How much the offset moved during the run (after minus before).
     pub fn drift_us(&self) -> f64 {
         self.after.offset_us - self.before.offset_us
+    }
+}
+
+#[cfg(test)]
+impl RankClock {
+    /// Unit tests only: a rank whose offset held still over the run,
+    /// estimated within `uncertainty_us`.
+    pub(crate) fn steady(rank: usize, offset_us: f64, uncertainty_us: f64) -> Self {
+        let e = OffsetEstimate {
+            offset_us,
+            uncertainty_us,
+            at_us: 0.0,
+        };
+        RankClock {
+            rank,
+            base: TimeBase::Estimated,
+            before: e,
+            after: e,
+        }
     }
 }
 

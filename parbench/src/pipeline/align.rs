@@ -10,6 +10,9 @@ use std::collections::HashMap;
 
 /// `steps[i][rank]` on each rank's clock to the same on rank 0's, each step
 /// from its first work start; fills every wire input's `input_sent_us`.
+/// Also returns each step's origin (that first work start on rank 0's
+/// clock), so that a caller holding several such records (the composed
+/// step's pipelines) can put them on one base with each other.
 ///
 /// A rank that asked for its input before the step's first work began (it
 /// left the barrier first) is counted as asking at the step's start: the
@@ -18,7 +21,7 @@ pub(crate) fn onto_base(
     s: &Schedule,
     steps: Vec<Vec<RankStep>>,
     clocks: &[RankClock],
-) -> Result<Vec<Vec<RankStep>>, PipelineError> {
+) -> Result<(Vec<Vec<RankStep>>, Vec<f64>), PipelineError> {
     if clocks.len() != s.ranks() {
         return Err(PipelineError::Protocol(format!(
             "{} clock estimates for {} ranks",
@@ -26,7 +29,8 @@ pub(crate) fn onto_base(
             s.ranks()
         )));
     }
-    steps
+    let mut origins = Vec::with_capacity(steps.len());
+    let steps = steps
         .into_iter()
         .map(|mut step| {
             for (rs, clock) in step.iter_mut().zip(clocks) {
@@ -46,9 +50,11 @@ pub(crate) fn onto_base(
                 }
             }
             match_sends(s, &mut step)?;
+            origins.push(origin);
             Ok(step)
         })
-        .collect()
+        .collect::<Result<_, PipelineError>>()?;
+    Ok((steps, origins))
 }
 
 /// Sets each wire input's `input_sent_us` to when its producer posted the send.
@@ -76,21 +82,10 @@ fn match_sends(s: &Schedule, step: &mut [RankStep]) -> Result<(), PipelineError>
 mod tests {
     use super::super::ActionTiming;
     use super::*;
-    use crate::measure::clock_sync::{OffsetEstimate, TimeBase};
     use crate::schedule::{generate, Action, ActionKind, ScheduleKind};
 
     fn clock(rank: usize, offset_us: f64) -> RankClock {
-        let e = OffsetEstimate {
-            offset_us,
-            uncertainty_us: 1.0,
-            at_us: 0.0,
-        };
-        RankClock {
-            rank,
-            base: TimeBase::Estimated,
-            before: e,
-            after: e,
-        }
+        RankClock::steady(rank, offset_us, 1.0)
     }
 
     fn act(
@@ -163,7 +158,8 @@ mod tests {
             ..Default::default()
         };
         let clocks = [clock(0, 0.0), clock(1, 5000.0)];
-        let out = onto_base(&s, vec![vec![r0, r1]], &clocks).unwrap();
+        let (out, origins) = onto_base(&s, vec![vec![r0, r1]], &clocks).unwrap();
+        assert_eq!(origins, [1000.0], "rank 0's first work, on its clock");
         let (r0, r1) = (&out[0][0].actions, &out[0][1].actions);
         assert_eq!(r0[0].start_us, 0.0, "the step starts at the first work");
         let f1 = r1[0];

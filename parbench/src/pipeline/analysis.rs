@@ -332,6 +332,7 @@ mod tests {
             grad_max_err: None,
             message_us: 0.0,
             clocks: Vec::new(),
+            origins_us: Vec::new(),
         }
     }
 
@@ -402,6 +403,7 @@ mod tests {
             grad_max_err: None,
             message_us: 0.0,
             clocks: Vec::new(),
+            origins_us: Vec::new(),
         };
         let sum = summarize(&s, &rec).unwrap();
         assert_eq!(sum.step_us, 40.0);

@@ -7,9 +7,10 @@
 //!
 //! What world rank 0 gets back ([`ComposedRecord`]) is what a binary
 //! prints and records: its own pipeline's full record (the common clock
-//! of the pipeline issue), every pipeline's steps (each on its own first
-//! rank's clock, from its step's first work start), every rank's
-//! [`StageStepTimes`] and communication spans, every replica's check.
+//! of the pipeline issue), every pipeline's steps (all on world rank 0's
+//! clock, each step from the world's first work start:
+//! [`super::world_base`]), every rank's [`StageStepTimes`] and
+//! communication spans, every replica's check.
 //!
 //! The mesh's groups are host algorithms over the world's point-to-point
 //! calls ([`crate::comm::group`]), so the stages compute on host buffers
@@ -19,12 +20,13 @@ use super::composed::{check_composed, GradCheck};
 use super::dp_overlap::{overlap_comm, with_overlap};
 use super::exec::{decode_steps, encode_steps, recv_f64s, send_f64s};
 use super::tp_stage::{CommSpan, SpanGroup, StageStepTimes, TpStageConfig, TpStages};
+use super::world_base::onto_world_base;
 use super::{run_stages, ActionTiming, PipelineConfig, PipelineError, RankStep, RunRecord, Work};
 use crate::comm::mesh::{with_mesh, Coords, MeshShape};
 use crate::comm::{Algo, Collective, Communicator, DType, HostBuffer, Io, ReduceOp};
 use crate::compute::Compute;
 use crate::layers::layout::ParamSpecs;
-use crate::measure::clock_sync::{host_now_us, TimeBase};
+use crate::measure::clock_sync::{self, estimate_offsets, host_now_us, RankClock, TimeBase};
 use crate::model::algo::ModelAlgo;
 use crate::model::fit::{fit, AlphaBetaFit};
 use crate::stats::median;
@@ -41,6 +43,9 @@ pub struct ComposedConfig {
     pub check: bool,
     /// The groups' collectives' algorithm.
     pub algo: Algo,
+    /// Tests only: this world rank's reduced gradients are changed before
+    /// the check ([`TpStages::corrupt_for_test`]), which must then fail.
+    pub corrupt_grad_rank: Option<usize>,
 }
 
 /// One group's wire as this run probed it: the median time of one call
@@ -66,15 +71,20 @@ pub struct RankFigures {
     pub spans: Vec<Vec<CommSpan>>,
 }
 
-/// One (data, tensor) pipeline's timed steps, on its first rank's clock.
+/// One (data, tensor) pipeline's timed steps: in a [`ComposedRecord`], on
+/// world rank 0's clock, each step from the world's first work start.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PipelineSteps {
     /// World rank of the pipeline's stage rank 0.
     pub head: usize,
     /// `steps[i][pp_rank]`.
     pub steps: Vec<Vec<RankStep>>,
-    /// Per pipeline rank: how far its times may be off the base.
+    /// Per pipeline rank: how far its times may be off the base (its
+    /// offset's bound to its head, plus the head's to world rank 0).
     pub uncertainty_us: Vec<f64>,
+    /// Each step's first work start in this pipeline, on its head's own
+    /// clock (what put it on the world's base).
+    pub origins_us: Vec<f64>,
 }
 
 /// What world rank 0 gathered.
@@ -92,6 +102,9 @@ pub struct ComposedRecord {
     /// World rank 0's tensor group and data group, probed after the steps.
     pub tp_wire: Option<WireProbe>,
     pub dp_wire: Option<WireProbe>,
+    /// Every world rank's clock against world rank 0's (estimated before
+    /// and after the run; zero offsets on a shared clock).
+    pub world_clocks: Vec<RankClock>,
 }
 
 /// One rank's breakdown of a step, each figure the median over the timed
@@ -112,6 +125,13 @@ pub struct RankBreakdown {
     /// The data-parallel reduction, its part after the rank's last
     /// action, and the part before (in the pipeline's idle time).
     pub dp_comm_us: f64,
+    /// The part of `dp_comm_us` spent waiting for the group's slowest
+    /// replica to begin each bucket ([`super::world_base::dp_wait_us`]),
+    /// and the rest, each the median over the steps on its own (in one
+    /// step one replica waits, in the next the other: the median of the
+    /// rest is not the median reduction less the median wait).
+    pub dp_wait_us: f64,
+    pub dp_after_wait_us: f64,
     pub dp_exposed_us: f64,
     pub dp_hidden_us: f64,
     /// The step less busy time and the exposed data-parallel reduction.
@@ -119,7 +139,7 @@ pub struct RankBreakdown {
 }
 
 impl ComposedRecord {
-    fn pipeline_of(&self, rank: usize) -> Option<&PipelineSteps> {
+    pub(super) fn pipeline_of(&self, rank: usize) -> Option<&PipelineSteps> {
         let c = self.ranks.get(rank)?.coords;
         self.pipelines.iter().find(|p| {
             self.ranks
@@ -128,10 +148,10 @@ impl ComposedRecord {
         })
     }
 
-    /// Each timed step of the whole world: from the first work start to
-    /// the end of the last rank's data-parallel reduction (its last
-    /// action's end plus its exposed reduction), the largest over the
-    /// pipelines, each on its own clock from its step's first work start.
+    /// Each timed step of the whole world: from the first work start on
+    /// any rank to the end of the last rank's data-parallel reduction (its
+    /// last action's end plus its exposed reduction), on world rank 0's
+    /// clock.
     pub fn step_us(&self) -> Vec<f64> {
         let n = self.record.steps.len();
         (0..n)
@@ -165,10 +185,12 @@ impl ComposedRecord {
     /// machine does not move it.
     pub fn breakdown(&self) -> Vec<RankBreakdown> {
         let steps = self.step_us();
+        let waits = super::world_base::dp_wait_us(self);
         self.ranks
             .iter()
-            .map(|r| {
-                let mut per: [Vec<f64>; 9] = Default::default();
+            .zip(&waits)
+            .map(|(r, wait)| {
+                let mut per: [Vec<f64>; 11] = Default::default();
                 for (i, t) in r.times.iter().enumerate() {
                     let acts = self
                         .pipeline_of(r.rank)
@@ -190,11 +212,13 @@ impl ComposedRecord {
                         // Idle: neither in an action nor waiting for
                         // the reduction (its hidden part ran meanwhile).
                         (step - busy - t.dp_exposed_us).max(0.0),
+                        wait.get(i).copied().unwrap_or(0.0),
+                        t.dp_comm_us - wait.get(i).copied().unwrap_or(0.0),
                     ]) {
                         v.push(x);
                     }
                 }
-                let [compute, tp, busy, wait, transfer, dp, exposed, hidden, idle] =
+                let [compute, tp, busy, wait, transfer, dp, exposed, hidden, idle, dp_wait, dp_rest] =
                     per.map(|mut v| median(&mut v).unwrap_or(0.0));
                 RankBreakdown {
                     rank: r.rank,
@@ -205,6 +229,8 @@ impl ComposedRecord {
                     wait_us: wait,
                     transfer_us: transfer,
                     dp_comm_us: dp,
+                    dp_wait_us: dp_wait,
+                    dp_after_wait_us: dp_rest,
                     dp_exposed_us: exposed,
                     dp_hidden_us: hidden,
                     idle_us: idle,
@@ -232,6 +258,10 @@ where
     // The overlapped reduction's own communicator, made before the mesh
     // borrows the world.
     let mut dup = overlap_comm(world, &cfg.mesh, reduce.overlap).map_err(|e| e.into_comm(rank))?;
+    // Every world rank's clock against world rank 0's, before and after
+    // the run: the pipelines' heads' offsets put them on one base.
+    world.barrier()?;
+    let clocks_before = estimate_offsets(world, clock_sync::EXCHANGES)?;
     let mine = with_mesh(world, &cfg.mesh, cfg.algo, |mesh| {
         let coords = mesh.coords;
         let mut body = || -> Result<_, PipelineError> {
@@ -256,6 +286,9 @@ where
                         stages.overlap_on(r);
                     }
                     let rec = run_stages(&mut mesh.pp, c, &cfg.pipeline, base, &mut stages)?;
+                    if cfg.corrupt_grad_rank == Some(rank) {
+                        stages.corrupt_for_test();
+                    }
                     let check = if cfg.check && work == Work::Compute {
                         check_composed(c, &mut stages, &mut mesh.pp, s, &cfg.stages)?
                     } else {
@@ -290,6 +323,8 @@ where
         Ok((coords, out))
     })?;
     let (coords, (rec, check, times, spans, tp_wire, dp_wire)) = mine;
+    world.barrier()?;
+    let clocks_after = estimate_offsets(world, clock_sync::EXCHANGES)?;
     let figures = RankFigures {
         rank,
         coords,
@@ -311,6 +346,7 @@ where
         head: 0,
         steps: record.steps.clone(),
         uncertainty_us: (0..cfg.mesh.pp).map(|r| record.uncertainty_us(r)).collect(),
+        origins_us: record.origins_us.clone(),
     }];
     for from in 1..world.world() {
         let f = decode_figures(from, &cfg.mesh, &recv_f64s(world, from)?)?;
@@ -322,6 +358,13 @@ where
         }
         ranks.push(f);
     }
+    let (Some(before), Some(after)) = (clocks_before, clocks_after) else {
+        return Err(PipelineError::Protocol(
+            "world rank 0 holds no clock estimates".into(),
+        ));
+    };
+    let world_clocks = clock_sync::rank_clocks(base, &before, &after);
+    onto_world_base(&mut pipelines, &world_clocks)?;
     Ok(Some(ComposedRecord {
         mesh: cfg.mesh,
         record,
@@ -330,6 +373,7 @@ where
         checks,
         tp_wire,
         dp_wire,
+        world_clocks,
     }))
 }
 
@@ -519,8 +563,8 @@ fn decode_check(from: usize, v: &[f64]) -> Result<Option<GradCheck>, PipelineErr
 }
 
 /// A pipeline's first rank sends its steps: `[1, ranks, uncertainty per
-/// rank, then per rank the length and the executor's encoding of its
-/// timed steps]`; any other rank `[0]`.
+/// rank, steps, each step's origin, then per rank the length and the
+/// executor's encoding of its timed steps]`; any other rank `[0]`.
 fn encode_pipeline(rec: Option<&RunRecord>) -> Vec<f64> {
     let Some(rec) = rec else {
         return vec![0.0];
@@ -528,6 +572,8 @@ fn encode_pipeline(rec: Option<&RunRecord>) -> Vec<f64> {
     let ranks = rec.steps.first().map_or(0, Vec::len);
     let mut v = vec![1.0, ranks as f64];
     v.extend((0..ranks).map(|r| rec.uncertainty_us(r)));
+    v.push(rec.origins_us.len() as f64);
+    v.extend(&rec.origins_us);
     for r in 0..ranks {
         let mine: Vec<RankStep> = rec.steps.iter().filter_map(|s| s.get(r).cloned()).collect();
         let enc = encode_steps(&mine);
@@ -545,6 +591,9 @@ fn decode_pipeline(from: usize, v: &[f64]) -> Result<Option<PipelineSteps>, Pipe
     let ranks = count(from, v.get(1), v.len(), "pipeline record")?;
     let unc = v.get(2..2 + ranks).ok_or_else(bad)?.to_vec();
     let mut at = 2 + ranks;
+    let n = count(from, v.get(at), v.len(), "pipeline record")?;
+    let origins = v.get(at + 1..at + 1 + n).ok_or_else(bad)?.to_vec();
+    at += 1 + n;
     // Per rank its steps; then turned round into steps of ranks.
     let mut per_rank = Vec::with_capacity(ranks);
     for _ in 0..ranks {
@@ -564,6 +613,7 @@ fn decode_pipeline(from: usize, v: &[f64]) -> Result<Option<PipelineSteps>, Pipe
         head: from,
         steps,
         uncertainty_us: unc,
+        origins_us: origins,
     }))
 }
 
@@ -621,11 +671,13 @@ mod tests {
             grad_max_err: None,
             message_us: 1.0,
             clocks: Vec::new(),
+            origins_us: vec![100.0, 200.0],
         };
         let p = decode_pipeline(4, &encode_pipeline(Some(&rec)))
             .unwrap()
             .unwrap();
         assert_eq!((p.head, &p.steps), (4, &rec.steps));
+        assert_eq!(p.origins_us, rec.origins_us);
         assert_eq!(decode_pipeline(4, &encode_pipeline(None)).unwrap(), None);
         assert!(decode_pipeline(1, &[1.0, 9.0]).is_err());
     }

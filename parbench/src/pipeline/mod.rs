@@ -25,6 +25,7 @@ pub mod mlp;
 pub mod stage;
 pub mod tp_stage;
 pub mod trace;
+mod world_base;
 
 pub use analysis::{acausal, closed_form, summarize, Acausal, IdleSplit, Summary};
 pub use composed::{check_composed, GradCheck};

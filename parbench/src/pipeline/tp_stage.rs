@@ -217,8 +217,11 @@ pub struct TpStages<'g, C: Compute, T, D> {
     step: StageStepTimes,
     /// Every step's times (warm-up steps first).
     pub times: Vec<StageStepTimes>,
-    /// Host time the current action's work began.
+    /// Host time the current action's work began: spans are placed from
+    /// it, as the executor's record places the action.
     action_start_us: f64,
+    /// Tests only: [`Self::whole_grads`] changes one value.
+    corrupt: bool,
     step_spans: Vec<CommSpan>,
     /// Every step's communication spans (warm-up steps first).
     pub spans: Vec<Vec<CommSpan>>,
@@ -314,6 +317,7 @@ where
             step: StageStepTimes::default(),
             times: Vec::new(),
             action_start_us: host_now_us(),
+            corrupt: false,
             step_spans: Vec::new(),
             spans: Vec::new(),
             reducer: None,
@@ -799,7 +803,13 @@ where
     /// [`TpStages::reduced_grads`] with each tensor gathered across the
     /// tensor group and assembled whole (a collective of both groups).
     pub fn whole_grads(&mut self, c: &C) -> Result<Vec<Vec<Vec<f32>>>, PipelineError> {
-        let local = self.reduced_grads(c)?;
+        let mut local = self.reduced_grads(c)?;
+        if self.corrupt {
+            // Far beyond any rounding: a check that passes this is broken.
+            if let Some(v) = local.iter_mut().flatten().flatten().next() {
+                *v += 1.0 + v.abs();
+            }
+        }
         let t = self.tp.world();
         let specs = ParamSpecs::new(&self.cfg.block).grads(self.cfg.block.sequence_split(t));
         let mut out = Vec::with_capacity(local.len());
@@ -821,6 +831,13 @@ where
             out.push(whole);
         }
         Ok(out)
+    }
+
+    /// Tests only: this rank's reduced gradients, as [`Self::whole_grads`]
+    /// gathers them for the check, get one value changed, so that a test
+    /// can see the check fail.
+    pub fn corrupt_for_test(&mut self) {
+        self.corrupt = true;
     }
 
     /// This rank's place: (tensor rank, data rank).

@@ -138,9 +138,9 @@ fn action_events(
 /// actions (as [`chrome_trace`]), and inside them the tensor-parallel
 /// collectives (`tp comm`) and after them the data-parallel buckets
 /// (`dp bucket`; with overlap on a track of their own, the rank's
-/// reduction thread), each placed from its action's work start. Each pipeline
-/// is on its own first rank's clock from its step's first work start
-/// (`otherData`).
+/// reduction thread), each placed from its action's work start. Every track
+/// is on world rank 0's clock, from the world's first work start in the
+/// step (`otherData`), so a group's collective lines up across pipelines.
 pub fn composed_trace(
     title: &str,
     schedule: &Schedule,
@@ -207,9 +207,10 @@ pub fn composed_trace(
         "displayTimeUnit": "ms",
         "otherData": {
             "time_base": rec.record.clocks.first().map(|c| c.base.name()).unwrap_or("unknown"),
-            "time_origin": "each pipeline's step's first work start, on that pipeline's first rank's clock",
+            "time_origin": "the step's first work start on any rank of the world, on world rank 0's clock",
             "mesh": rec.mesh.to_string(),
             "clock": clocks_json(&rec.record),
+            "world_clock": rec.world_clocks.iter().map(|c| clock_json(c, c.uncertainty_us())).collect::<Vec<_>>(),
         }
     })
 }
@@ -233,18 +234,21 @@ pub fn write_composed_trace(
 pub fn clocks_json(rec: &RunRecord) -> Vec<Value> {
     rec.clocks
         .iter()
-        .map(|c| {
-            json!({
-                "rank": c.rank,
-                "offset_us": c.before.offset_us,
-                "uncertainty_us": c.before.uncertainty_us,
-                "offset_after_us": c.after.offset_us,
-                "uncertainty_after_us": c.after.uncertainty_us,
-                "drift_us": c.drift_us(),
-                "applied_uncertainty_us": rec.uncertainty_us(c.rank),
-            })
-        })
+        .map(|c| clock_json(c, rec.uncertainty_us(c.rank)))
         .collect()
+}
+
+/// One rank's clock, with the bound applied to its times.
+fn clock_json(c: &crate::measure::clock_sync::RankClock, applied_us: f64) -> Value {
+    json!({
+        "rank": c.rank,
+        "offset_us": c.before.offset_us,
+        "uncertainty_us": c.before.uncertainty_us,
+        "offset_after_us": c.after.offset_us,
+        "uncertainty_after_us": c.after.uncertainty_us,
+        "drift_us": c.drift_us(),
+        "applied_uncertainty_us": applied_us,
+    })
 }
 
 /// Writes [`chrome_trace`] to `path` atomically.
@@ -381,6 +385,7 @@ mod tests {
                     after: e(4.0),
                 },
             ],
+            origins_us: vec![0.0],
         }
     }
 

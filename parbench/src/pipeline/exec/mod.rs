@@ -135,6 +135,10 @@ pub struct RunRecord {
     /// Each rank's clock against rank 0's (estimated before and after the
     /// timed steps).
     pub clocks: Vec<RankClock>,
+    /// Each timed step's origin: its first work start, on rank 0's own
+    /// clock (the raw stamp), so that records of pipelines that ran at once
+    /// (the composed step's) can be put on one base with each other.
+    pub origins_us: Vec<f64>,
 }
 
 impl RunRecord {
@@ -358,11 +362,13 @@ where
         return Ok(None);
     };
     let clocks = clock_sync::rank_clocks(base, &before, &after);
+    let (steps, origins_us) = align::onto_base(s, gathered, &clocks)?;
     Ok(Some(RunRecord {
-        steps: align::onto_base(s, gathered, &clocks)?,
+        steps,
         grad_max_err: None,
         message_us,
         clocks,
+        origins_us,
     }))
 }
 
