@@ -319,7 +319,7 @@ pub fn json(
         "measured": {
             "step_us": f.step_us, "step_min_us": f.step_min_us, "step_max_us": f.step_max_us,
             "steps_us": rec.step_us(),
-            "step_definition": "first work start to the last rank's data-parallel reduction end, the largest over the pipelines",
+            "step_definition": "first work start on any rank to the last rank's data-parallel reduction end, every rank on world rank 0's clock",
             "bubble": sum.bubble_measured,
             "bubble_of": "world rank 0's pipeline (d 0, t 0)",
             "pipeline_step_us": sum.step_us,
