@@ -276,24 +276,18 @@ fn the_ceiling_ladder_covers_the_sweep_and_each_row_uses_its_working_set() {
         };
         assert!(!here.rungs.is_empty(), "{label}");
         let at_row = ladder.with_rungs_from(&here);
-        let before = ceiling_for(
-            &ladder,
-            coll,
-            &parbench::model::ModelAlgo::of(&r["algo"]),
-            r["world"].parse().unwrap(),
-            r["bytes"].parse().unwrap(),
-            r["in_place"] == "true",
-        )
-        .unwrap();
-        let want = ceiling_for(
-            &at_row,
-            coll,
-            &parbench::model::ModelAlgo::of(&r["algo"]),
-            r["world"].parse().unwrap(),
-            r["bytes"].parse().unwrap(),
-            r["in_place"] == "true",
-        )
-        .unwrap();
+        let row_ceiling = |l: &Ladder| {
+            ceiling_for(
+                l,
+                coll,
+                &parbench::model::ModelAlgo::of(&r["algo"]),
+                r["world"].parse().unwrap(),
+                r["bytes"].parse().unwrap(),
+                r["in_place"] == "true",
+            )
+            .unwrap()
+        };
+        let (before, want) = (row_ceiling(&ladder), row_ceiling(&at_row));
         let got: f64 = r["ceiling_gbps"].parse().unwrap();
         assert!(
             (got - want).abs() <= 1e-9 * want,
