@@ -95,7 +95,10 @@ where
             let used: usize = bucket.iter().map(|s| s.len).sum();
             // A reduce-scatter needs whole shares: the bucket is padded.
             let len = used.div_ceil(d) * d;
-            let mut buf = c.alloc(len)?;
+            let mut buf = match self.bucket_bufs.remove(&(stage, bi)) {
+                Some(b) => b,
+                None => c.alloc(len)?,
+            };
             let blocks = self.blocks.get(&stage).ok_or_else(|| missing(stage))?;
             for s in &bucket {
                 c.copy(grad(blocks, s)?, 0, &mut buf, s.offset, s.len)?;
@@ -179,6 +182,7 @@ where
                     let g = grad_mut(blocks, s)?;
                     c.copy(&r.buf, s.offset, g, 0, s.len)?;
                 }
+                self.bucket_bufs.insert((l.stage, l.bucket), r.buf);
             }
         }
         c.sync()?;
@@ -240,7 +244,10 @@ where
             // A reduce-scatter needs whole shares: the bucket is padded.
             let len = used.div_ceil(d) * d;
             let start = host_now_us();
-            let mut buf = c.alloc(len)?;
+            let mut buf = match self.bucket_bufs.remove(&(stage, bi)) {
+                Some(b) => b,
+                None => c.alloc(len)?,
+            };
             let blocks = self.blocks.get(&stage).ok_or_else(|| missing(stage))?;
             for s in &bucket {
                 let g = grad(blocks, s)?;
@@ -271,6 +278,7 @@ where
                 }
                 c.sync()?;
             }
+            self.bucket_bufs.insert((stage, bi), buf);
             let took = host_now_us() - start;
             self.step_spans.push(CommSpan {
                 group: SpanGroup::Dp,
