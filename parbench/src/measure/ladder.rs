@@ -136,7 +136,7 @@ pub fn copy_ladder<C: Communicator>(comm: &mut C, sets: &[u64]) -> CommResult<La
     let world = comm.world();
     Ok(Ladder {
         method: format!(
-            "memory copy, {world} rank(s) copying at once, working set = source + destination per rank, best of {SAMPLES} ({BIG_SAMPLES} from {} MiB per transfer), mean per rank",
+            "memory copy, {world} rank(s) copying at once, working set = source + destination per rank, after {WARM_PASSES} untimed passes, best of {SAMPLES} ({BIG_SAMPLES} from {} MiB per transfer), mean per rank",
             SAMPLE_BYTES >> 20
         ),
         rungs: rungs_of(sets, |ws| ws / 2, &figures),
@@ -182,7 +182,7 @@ pub fn reduce_ladder<C: Communicator>(
     let figures = mean_over_ranks(comm, &mine)?;
     Ok(Ladder {
         method: format!(
-            "{} {} reduction acc op= src, {} rank(s) at once, working set = acc + src per rank, GB/s of acc, best of {SAMPLES} ({BIG_SAMPLES} from {} MiB per transfer), mean per rank",
+            "{} {} reduction acc op= src, {} rank(s) at once, working set = acc + src per rank, GB/s of acc, after {WARM_PASSES} untimed passes, best of {SAMPLES} ({BIG_SAMPLES} from {} MiB per transfer), mean per rank",
             dtype.name(),
             op.name(),
             comm.world(),
@@ -367,7 +367,7 @@ pub fn fresh_ladders<C: Communicator>(
     let ladder = |what: &str, figures: &[(f64, f64)]| {
         Ladder {
         method: format!(
-            "{what}, every rank at once through send_recv, working set = two buffers per rank, exchanges less an 8 B one ({:.2} us), best of {SAMPLES} ({BIG_SAMPLES} from {} MiB per transfer), mean per rank",
+            "{what}, every rank at once through send_recv, working set = two buffers per rank, exchanges less an 8 B one ({:.2} us), after {WARM_PASSES} untimed passes, best of {SAMPLES} ({BIG_SAMPLES} from {} MiB per transfer), mean per rank",
             empty0 * 1e6,
             SAMPLE_BYTES >> 20
         ),
