@@ -14,6 +14,12 @@ pub trait CommBuffer: Send {
     fn write_from_host(&mut self, src: &[u8]) -> CommResult<()>;
     /// Copies the start of the buffer into `dst`.
     fn read_to_host(&self, dst: &mut [u8]) -> CommResult<()>;
+    /// Copies the start of `src` (a buffer of the same communicator) into
+    /// the start of this one, as far as the shorter reaches: a copy between
+    /// two buffers placed alike, as a collective's own copies run.
+    fn copy_from(&mut self, src: &Self) -> CommResult<()>
+    where
+        Self: Sized;
 }
 
 /// Host memory, sized in bytes, that starts [`HOST_BUFFER_OFFSET`] bytes
@@ -167,6 +173,11 @@ impl CommBuffer for HostBuffer {
     fn read_to_host(&self, dst: &mut [u8]) -> CommResult<()> {
         let n = dst.len().min(self.len);
         dst[..n].copy_from_slice(&self.bytes()[..n]);
+        Ok(())
+    }
+    fn copy_from(&mut self, src: &Self) -> CommResult<()> {
+        let n = src.len.min(self.len);
+        self.bytes_mut()[..n].copy_from_slice(&src.bytes()[..n]);
         Ok(())
     }
 }

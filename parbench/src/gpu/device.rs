@@ -277,6 +277,25 @@ impl DeviceBuffer {
             .and_then(|_| self.gpu.stream.synchronize())
             .map_err(|e| GpuError::call("copying device to host", e))
     }
+
+    /// Copies the start of `src` into the start of this buffer and waits
+    /// (draining the stream first, with the deadline, as
+    /// [`DeviceBuffer::upload_at`] does).
+    pub fn copy_from_device(&mut self, src: &DeviceBuffer) -> Result<(), GpuError> {
+        let n = src.len.min(self.len);
+        if n == 0 {
+            return Ok(());
+        }
+        self.gpu.wait(
+            "work queued before a device-to-device copy",
+            self.gpu.timeout(),
+        )?;
+        // SAFETY: both allocations hold at least `n` bytes on this context's
+        // device; the copy is waited for before returning.
+        unsafe { cu::memcpy_dtod_async(self.ptr, src.ptr, n, self.gpu.stream.cu_stream()) }
+            .and_then(|_| self.gpu.stream.synchronize())
+            .map_err(|e| GpuError::call("copying device to device", e))
+    }
 }
 
 impl Drop for DeviceBuffer {
@@ -311,5 +330,8 @@ impl CommBuffer for DeviceBuffer {
     fn read_to_host(&self, dst: &mut [u8]) -> CommResult<()> {
         let n = dst.len().min(self.len);
         Ok(self.download_at(0, &mut dst[..n])?)
+    }
+    fn copy_from(&mut self, src: &Self) -> CommResult<()> {
+        Ok(self.copy_from_device(src)?)
     }
 }
