@@ -1,9 +1,10 @@
 //! The calibrated model on records of real runs (fixtures/README.md): its
-//! `model_us` is a function of the figures the run recorded before its
-//! sweep (recomputed here from run.json, nothing else), and on those records
-//! it predicts the rows of 64 KiB and up within 25% as often as it did when
-//! they were recorded; the fits from 1 MiB up stay within their recorded
-//! error. A change to `parbench::model::wire` that makes it worse fails here.
+//! time is a function of the figures the run recorded before its sweep
+//! (recomputed here from run.json, nothing else), and on those records it
+//! predicts the rows of 64 KiB and up within 25% at least as often as the
+//! model that recorded them did (their `model_us` column) and as often as
+//! stated; the fits from 1 MiB up stay within their stated error. A change
+//! to `parbench::model::wire` that makes it worse fails here.
 
 mod common;
 use common::*;
@@ -34,23 +35,19 @@ fn wire_of(name: &str) -> (WireModel, Ladder, Vec<CollectiveRow>) {
     (wire, ceiling, rows)
 }
 
-/// (rows of 64 KiB and up, of which within 25% of the p50).
+/// (rows of 64 KiB and up, of which within 25% of the p50), after checking
+/// that the model now does so at least as often as the recorded `model_us`.
 fn check(name: &str) -> (usize, usize) {
     let (wire, ceiling, rows) = wire_of(name);
-    let (mut n, mut within) = (0, 0);
+    let (mut n, mut within, mut within_recorded) = (0, 0, 0);
+    let near = |t: f64, p50: f64| usize::from((t / p50 - 1.0).abs() <= 0.25);
     for r in &rows {
         let c: Collective = r.collective.parse().unwrap();
         let t = wire
             .predict(c, &ModelAlgo::of(&r.algo), r.world, r.bytes, r.in_place)
             .unwrap()
             * 1e6;
-        assert!(
-            (t - r.model_us).abs() <= 1e-6 * t,
-            "{name}: {} {} B: recomputed {t}, recorded {}",
-            r.collective,
-            r.bytes,
-            r.model_us
-        );
+        assert!(t.is_finite() && t > 0.0, "{name}: {r:?}");
         let g = ceiling_for(
             &ceiling,
             c,
@@ -67,9 +64,14 @@ fn check(name: &str) -> (usize, usize) {
         );
         if r.bytes >= 64 << 10 {
             n += 1;
-            within += usize::from((t / r.p50_us - 1.0).abs() <= 0.25);
+            within += near(t, r.p50_us);
+            within_recorded += near(r.model_us, r.p50_us);
         }
     }
+    assert!(
+        within >= within_recorded,
+        "{name}: {within} of {n} rows within 25%, the recorded model {within_recorded}"
+    );
     (n, within)
 }
 
@@ -94,18 +96,21 @@ fn fit_rms(name: &str) -> f64 {
 fn local_shared_memory() {
     let (n, within) = check("real-14-local");
     assert_eq!(n, 44);
-    assert!(within >= 41, "{within} of {n} rows within 25%");
-    assert!(fit_rms("real-14-local") <= 0.20);
+    assert!(within >= 42, "{within} of {n} rows within 25%");
+    assert!(fit_rms("real-14-local") <= 0.16);
 }
 
 #[test]
 fn tcp_loopback() {
     // Where the model is weakest (README, docs/model.md): a ring step over
     // loopback runs up to 2x slower than the same exchange in the ladder.
+    // Pricing a part written within the slice half at the call's working
+    // set (its destination) took this record from 29 to 31 rows within
+    // 25% and its fit's rms from 9.5% to 10.9%.
     let (n, within) = check("real-14-tcp");
     assert_eq!(n, 44);
-    assert!(within >= 28, "{within} of {n} rows within 25%");
-    assert!(fit_rms("real-14-tcp") <= 0.10);
+    assert!(within >= 31, "{within} of {n} rows within 25%");
+    assert!(fit_rms("real-14-tcp") <= 0.11);
 }
 
 #[test]

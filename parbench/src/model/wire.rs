@@ -171,6 +171,23 @@ impl Ladder {
         out
     }
 
+    /// This ladder with `more`'s rungs put in at their working sets (in
+    /// place of a rung at the same working set): a ladder measured at more
+    /// working sets after its first pass.
+    pub fn merged(&self, more: &Ladder) -> Ladder {
+        let mut out = self.clone();
+        for m in &more.rungs {
+            out.rungs.retain(|r| r.working_set != m.working_set);
+            let at = out
+                .rungs
+                .iter()
+                .position(|r| r.working_set > m.working_set)
+                .unwrap_or(out.rungs.len());
+            out.rungs.insert(at, m.clone());
+        }
+        out
+    }
+
     /// The rung-wise larger of two ladders over the same working sets (one
     /// stream, and both directions at once: the best either gives).
     pub fn best_of(&self, other: &Ladder) -> Ladder {
@@ -228,6 +245,46 @@ pub fn working_sets_of(
         n_bytes
     };
     (ws, working_set_bytes(coll, p, slice, in_place))
+}
+
+/// The working sets the model reads a call's ladders at, per rank.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CallSets {
+    /// The call's ([`working_set_bytes`]).
+    pub ws: u64,
+    /// Its ring slice's ([`working_sets_of`]).
+    pub slice_ws: u64,
+    /// A call that runs as one slice: the working set of a ladder whose
+    /// transfer is one of its blocks (`2 n / p`: the ladders' working set
+    /// is two buffers of one transfer each), where its cache-state figures
+    /// are read when that is below `ws`. What a peer's cache holds of a
+    /// block is the block it has just read or written, not the send
+    /// buffer beside it: on the EPYC VM (512 KiB L2 per core) claiming a
+    /// block of 512 KiB cost as the claim ladder's 1 MiB rung (13-14 GB/s)
+    /// in an out-of-place all_gather or all_reduce of 1 MiB (working sets
+    /// 1.5 and 2 MiB, where the ladder reads 25-40 GB/s). `None` for a
+    /// sliced ring, whose blocks' lines a whole call of traffic has pushed
+    /// out of the peer's private cache before they are claimed again.
+    pub block_ws: Option<u64>,
+}
+
+/// The [`CallSets`] of `coll` with `algo` on `p` ranks, `n_bytes`, in or
+/// out of place.
+pub fn call_sets(
+    coll: Collective,
+    algo: &ModelAlgo,
+    p: usize,
+    n_bytes: u64,
+    in_place: bool,
+) -> CallSets {
+    let (ws, slice_ws) = working_sets_of(coll, algo, p, n_bytes, in_place);
+    let p = p.max(1) as u64;
+    let one_slice = n_bytes <= p.saturating_mul(RING_SLICE_BYTES);
+    CallSets {
+        ws,
+        slice_ws,
+        block_ws: one_slice.then(|| 2 * (n_bytes / p)),
+    }
 }
 
 /// What a part of a call does with its bytes.
@@ -517,23 +574,27 @@ impl WireModel {
     ///   over both operands);
     /// - a copy within the rank: `copy`, or `claim` into a claimed buffer.
     pub fn part_seconds_per_byte(&self, part: &Part, duplex: bool, ws: u64) -> f64 {
+        self.part_seconds_at(part, duplex, ws, ws)
+    }
+
+    fn part_seconds_at(&self, part: &Part, duplex: bool, ws: u64, state_ws: u64) -> f64 {
         let wire = if duplex { &self.duplex } else { &self.one_way };
         let states = self.cache_states();
         let move_cost = |fresh: bool, claimed: bool| -> f64 {
-            let l = match (states, fresh, claimed) {
-                (false, _, _) | (true, false, false) => wire,
-                (true, true, false) => &self.pull,
-                (true, false, true) => &self.claim,
-                (true, true, true) => &self.both,
+            let (l, at) = match (states, fresh, claimed) {
+                (false, _, _) | (true, false, false) => (wire, ws),
+                (true, true, false) => (&self.pull, state_ws),
+                (true, false, true) => (&self.claim, state_ws),
+                (true, true, true) => (&self.both, state_ws),
             };
-            secs_per_byte(l, ws)
+            secs_per_byte(l, at)
         };
         match part.op {
             Op::Receive => move_cost(part.fresh, part.claimed),
             Op::Reduce => move_cost(part.fresh, part.claimed) + secs_per_byte(&self.reduce, ws),
             Op::Copy => {
                 if states && part.claimed {
-                    secs_per_byte(&self.claim, ws)
+                    secs_per_byte(&self.claim, state_ws)
                 } else {
                     secs_per_byte(&self.copy, ws)
                 }
@@ -542,24 +603,39 @@ impl WireModel {
     }
 
     /// The bytes-dependent part of a call's cost, seconds: what `m` costs
-    /// on this wire for `n_bytes`, each part at the call's working set `ws`
-    /// or (a [`Part::near`] one) the slice's, `slice_ws`.
-    pub fn bytes_seconds(&self, m: &Moves, n_bytes: u64, ws: u64, slice_ws: u64) -> f64 {
+    /// on this wire for `n_bytes`, at the call's working sets `at`
+    /// ([`call_sets`]):
+    /// - a part at the call's working set, or (a [`Part::near`] one) half
+    ///   at the slice's and half at the call's: its source was written
+    ///   within the slice and still sits in cache, while its destination is
+    ///   the call's buffer, as far away as the call's working set puts it
+    ///   (measured on the EPYC VM, 32 MiB L3: out-of-place all_gather from
+    ///   8 MiB ran 1.4-1.8x slower than a model pricing the whole part at
+    ///   the slice's working set);
+    /// - the cache-state figures of a call that runs as one slice at most
+    ///   at [`CallSets::block_ws`].
+    pub fn bytes_seconds(&self, m: &Moves, n_bytes: u64, at: &CallSets) -> f64 {
         let n = n_bytes as f64;
+        let state_at = |ws: u64| at.block_ws.map_or(ws, |b| ws.min(b));
+        let cost = |p: &Part, ws: u64| self.part_seconds_at(p, m.duplex, ws, state_at(ws));
         m.parts
             .iter()
             .map(|p| {
-                let at = if p.near { slice_ws } else { ws };
-                p.bytes * n * self.part_seconds_per_byte(p, m.duplex, at)
+                let secs = if p.near {
+                    0.5 * cost(p, at.slice_ws) + 0.5 * cost(p, at.ws)
+                } else {
+                    cost(p, at.ws)
+                };
+                p.bytes * n * secs
             })
             .sum()
     }
 
     /// Predicted seconds of one `coll` with `algo` on `p` ranks, `n_bytes`
     /// (nccl-tests' size), in or out of place: `L alpha` plus
-    /// [`Self::bytes_seconds`] at the call's [`working_set_bytes`]. `None`
-    /// for a selector or an algorithm without a model, or when a ladder the
-    /// call needs is empty.
+    /// [`Self::bytes_seconds`] at the call's [`call_sets`]. `None` for a
+    /// selector or an algorithm without a model, or when a ladder the call
+    /// needs is empty.
     pub fn predict(
         &self,
         coll: Collective,
@@ -569,9 +645,8 @@ impl WireModel {
         in_place: bool,
     ) -> Option<f64> {
         let m = moves(coll, algo, p, n_bytes, in_place)?;
-        let (ws, slice_ws) = working_sets_of(coll, algo, p, n_bytes, in_place);
-        let t =
-            m.latency_steps * self.alpha_for(&m) + self.bytes_seconds(&m, n_bytes, ws, slice_ws);
+        let at = call_sets(coll, algo, p, n_bytes, in_place);
+        let t = m.latency_steps * self.alpha_for(&m) + self.bytes_seconds(&m, n_bytes, &at);
         t.is_finite().then_some(t)
     }
 
@@ -667,8 +742,7 @@ pub fn fit_on_wire(
             world: p,
         };
         let m = moves(coll, algo, p, bytes, in_place).ok_or_else(no_model)?;
-        let (ws, slice_ws) = working_sets_of(coll, algo, p, bytes, in_place);
-        let b = wire.bytes_seconds(&m, bytes, ws, slice_ws);
+        let b = wire.bytes_seconds(&m, bytes, &call_sets(coll, algo, p, bytes, in_place));
         if !b.is_finite() {
             return Err(no_model());
         }
@@ -978,6 +1052,80 @@ mod tests {
     }
 
     #[test]
+    fn a_near_part_pays_half_at_the_slice_and_half_at_the_call() {
+        // pull: 40 GB/s up to 2 MiB, 10 from 8 MiB; the rest flat.
+        let pull = ladder(&[(2 << 20, 40.0), (8 << 20, 10.0)]);
+        let wire = WireModel {
+            duplex: flat(10.0),
+            one_way: flat(10.0),
+            copy: flat(20.0),
+            reduce: flat(5.0),
+            pull: pull.clone(),
+            claim: flat(2.0),
+            both: flat(1.0),
+            ..WireModel::default()
+        };
+        let ring = ModelAlgo::Ran(Algorithm::Ring);
+        // Out-of-place all_gather of 16 MiB on 2 ranks: the own block
+        // copied into a claimed buffer, the peer's block (written in the
+        // slice) received: half at the slice's working set, half at the call's.
+        let n = 16u64 << 20;
+        let at = call_sets(Collective::AllGather, &ring, 2, n, false);
+        assert_eq!((at.ws, at.slice_ws, at.block_ws), (24 << 20, 3 << 19, None));
+        let h = 0.5 * n as f64;
+        let pull_s = 0.5 / (pull.at(at.slice_ws).unwrap() * 1e9) + 0.5 / (10.0 * 1e9);
+        let want = h / 2e9 + h * pull_s;
+        let t = wire.bytes_seconds(
+            &moves(Collective::AllGather, &ring, 2, n, false).unwrap(),
+            n,
+            &at,
+        );
+        assert!((t - want).abs() < 1e-12, "{t} {want}");
+    }
+
+    #[test]
+    fn a_call_of_one_slice_reads_its_cache_states_at_its_blocks() {
+        // claim: 10 GB/s at 1 MiB, 40 at 2 MiB (a peer's private cache
+        // spilling into the shared one between the two).
+        let claim = ladder(&[(1 << 20, 10.0), (2 << 20, 40.0)]);
+        let wire = WireModel {
+            duplex: flat(50.0),
+            one_way: flat(50.0),
+            copy: flat(50.0),
+            reduce: flat(50.0),
+            pull: flat(50.0),
+            claim: claim.clone(),
+            both: flat(50.0),
+            ..WireModel::default()
+        };
+        let ring = ModelAlgo::Ran(Algorithm::Ring);
+        // 1 MiB out of place on 2 ranks: one slice, blocks of 512 KiB, the
+        // call's working set 1.5 MiB; the claimed copy at the 1 MiB rung.
+        let n = 1u64 << 20;
+        let at = call_sets(Collective::AllGather, &ring, 2, n, false);
+        assert_eq!((at.ws, at.block_ws), (3 << 19, Some(1 << 20)));
+        let m = moves(Collective::AllGather, &ring, 2, n, false).unwrap();
+        let h = 0.5 * n as f64;
+        let want = h / 10e9 + h / 50e9;
+        let t = wire.bytes_seconds(&m, n, &at);
+        assert!((t - want).abs() < 1e-12, "{t} {want}");
+        // Read at the call's working set it would have been 2x faster.
+        assert!(claim.at(at.ws).unwrap() > 19.0);
+        // A sliced ring (4 MiB: two slices) reads them at its working sets.
+        let at = call_sets(Collective::AllGather, &ring, 2, 4 << 20, false);
+        assert_eq!(at.block_ws, None);
+    }
+
+    #[test]
+    fn merged_rungs_go_in_at_their_places() {
+        let l = ladder(&[(1 << 20, 10.0), (4 << 20, 40.0)]);
+        let more = ladder(&[(2 << 20, 5.0), (4 << 20, 30.0)]);
+        let m = l.merged(&more);
+        let got: Vec<(u64, f64)> = m.rungs.iter().map(|r| (r.working_set, r.gbps)).collect();
+        assert_eq!(got, vec![(1 << 20, 10.0), (2 << 20, 5.0), (4 << 20, 30.0)]);
+    }
+
+    #[test]
     fn a_wire_fit_recovers_alpha_and_a_scale_across_regimes() {
         // A wire 4x slower out of cache: one beta cannot fit it, the ladder can.
         let l = ladder(&[(1 << 20, 40.0), (8 << 20, 10.0)]);
@@ -997,11 +1145,11 @@ mod tests {
             .map(|k| {
                 let n = 1u64 << k;
                 let m = moves(Collective::AllGather, &ring, 2, n, true).unwrap();
-                let (ws, slice) = working_sets_of(Collective::AllGather, &ring, 2, n, true);
+                let at = call_sets(Collective::AllGather, &ring, 2, n, true);
                 // Measured: 1.25x the model's bytes term, alpha 3 us.
                 (
                     n,
-                    m.latency_steps * 3e-6 + 1.25 * wire.bytes_seconds(&m, n, ws, slice),
+                    m.latency_steps * 3e-6 + 1.25 * wire.bytes_seconds(&m, n, &at),
                 )
             })
             .collect();
