@@ -10,6 +10,7 @@
 //! with 128 + signal, the sizes measured so far kept.
 
 mod cli;
+mod core_state;
 mod data;
 mod expected;
 mod json_nccl;

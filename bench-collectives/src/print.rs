@@ -99,7 +99,7 @@ impl Printer {
         p: &Point,
         root: usize,
         measured: &[Option<CollectiveRow>; 2],
-        wire: &WireFigures,
+        (wire, marked): (&WireFigures, [bool; 2]),
     ) {
         if let Some((t, checked)) = &mut self.nccl_tests {
             t.add(measured);
@@ -108,7 +108,7 @@ impl Printer {
             );
             return self.line(&line);
         }
-        self.line(&format_row(coll, p, root, measured, wire));
+        self.line(&format_row(coll, p, root, measured, (wire, marked)));
     }
 
     /// The figures after the sweep.
@@ -310,7 +310,9 @@ pub fn above_ceiling(r: &CollectiveRow, wire: &WireFigures) -> bool {
     r.ceiling_gbps > 0.0 && r.busbw_gbps > r.ceiling_gbps * (1.0 + ceiling_tolerance(r, wire))
 }
 
-fn format_block(r: Option<&CollectiveRow>, wire: &WireFigures) -> String {
+/// `marked`: the row ran with the cores elsewhere than where the wire was
+/// measured (its model is marked `~`: [`crate::core_state`]).
+fn format_block(r: Option<&CollectiveRow>, wire: &WireFigures, marked: bool) -> String {
     match r {
         Some(r) => {
             let pct = if r.ceiling_gbps > 0.0 {
@@ -319,7 +321,9 @@ fn format_block(r: Option<&CollectiveRow>, wire: &WireFigures) -> String {
                 f64::NAN
             };
             let mark = if above_ceiling(r, wire) { "!" } else { " " };
-            let model = if r.model_us.is_finite() {
+            let model = if r.model_us.is_finite() && marked {
+                format!("{:>8.2}~", r.model_us)
+            } else if r.model_us.is_finite() {
                 format!("{:>9.2}", r.model_us)
             } else {
                 format!("{:>9}", "-")
@@ -342,7 +346,7 @@ pub fn format_row(
     p: &Point,
     root: usize,
     measured: &[Option<CollectiveRow>; 2],
-    wire: &WireFigures,
+    (wire, marked): (&WireFigures, [bool; 2]),
 ) -> String {
     let root = if coll.rooted() {
         root.to_string()
@@ -362,8 +366,8 @@ pub fn format_row(
         op,
         root,
         p.algo,
-        format_block(measured[0].as_ref(), wire),
-        format_block(measured[1].as_ref(), wire),
+        format_block(measured[0].as_ref(), wire, marked[0]),
+        format_block(measured[1].as_ref(), wire, marked[1]),
     )
 }
 
@@ -411,6 +415,9 @@ pub fn summary_lines(s: &Summary) -> Vec<String> {
     }
     if let Some(d) = &s.ceiling_drift {
         out.push(d.line());
+    }
+    if let Some(st) = &s.states {
+        out.extend(st.lines());
     }
     out.push(match &s.straggler {
         Some(v) => format!(

@@ -534,7 +534,7 @@ fn rank_main<C: Communicator>(
     comm.set_timeout(plan.sweep.timeout);
     let run_start = CpuSnapshot::now();
     let link_start = comm.link_stats();
-    let wire = wire_mod::measure_wire(comm, &plan.sweep, placement)?;
+    let wire = wire_mod::measure_wire_in_one_state(comm, &plan.sweep, placement)?;
     let mut printer = crate::nccl_flags::printer(comm, plan);
     let algo = if plan.algo == parbench::comm::Algo::Auto {
         "auto (per size: see the algo column)".to_string()
@@ -577,8 +577,18 @@ fn rank_main<C: Communicator>(
             )
         })
         .collect();
+    // The fits hold rows against the wire: only rows timed in its state.
+    let states = crate::core_state::StatesSummary::of(&wire, &outcome.states);
+    let in_state: Vec<CollectiveRow> = outcome
+        .rows
+        .iter()
+        .zip(&outcome.states)
+        .filter(|(_, s)| states.as_ref().is_none_or(|st| st.comparable(s)))
+        .map(|(r, _)| r.clone())
+        .collect();
     let summary = Summary {
-        fits: summary::fits(&outcome.rows, &wire, plan.sweep.fit_from),
+        fits: summary::fits(&in_state, &wire, plan.sweep.fit_from),
+        states,
         above_ceiling,
         straggler: outcome.straggler(),
         iterations: outcome.tally.iterations(),
@@ -613,6 +623,27 @@ fn rank_main<C: Communicator>(
     }))
 }
 
+/// A wire set's model as run.json records it.
+fn model_link_json(w: &WireFigures) -> serde_json::Value {
+    serde_json::json!({
+        "source": "measured before the sweep, not fitted: alpha = median of timed 8 B exchanges (every rank at once) for exchange steps, of ping-pong half trips 0<->1 for one-way steps, each after a warm-up; beta, gamma and copies from the ladders at each row's working set",
+        "alpha_us": w.alpha_us(),
+        "alpha_exchange_us": w.model.alpha_exchange_s * 1e6,
+        "ping_pong": w.ping,
+        "exchange": w.exchange,
+        "own_transport_model": w.own_transport,
+        "state": w.state,
+        "rungs_off_state": w.rungs_off_state,
+        "duplex": w.model.duplex,
+        "pull": w.model.pull,
+        "claim": w.model.claim,
+        "both": w.model.both,
+        "one_way": w.model.one_way,
+        "copy": w.model.copy,
+        "reduce": w.model.reduce,
+    })
+}
+
 /// Writes rank 0's rows and run metadata; prints where they went.
 fn finish(plan: &SweepJob, meta: &mut RunMeta, r: RankReport) -> Result<Finished> {
     meta.backend = r.backend.clone();
@@ -636,24 +667,10 @@ fn finish(plan: &SweepJob, meta: &mut RunMeta, r: RankReport) -> Result<Finished
             "rows_measured_again": r.outcome.ceiling_drift.iter().map(|(row, d)| serde_json::json!({"row": row, "working_set": d.working_set, "copy_gbps_before_sweep": d.before_gbps, "copy_gbps_at_row": d.here_gbps, "rungs": d.rungs})).collect::<Vec<_>>(),
         }),
     );
-    extra.insert(
-        "model_link".into(),
-        serde_json::json!({
-            "source": "measured before the sweep, not fitted: alpha = median of timed 8 B exchanges (every rank at once) for exchange steps, of ping-pong half trips 0<->1 for one-way steps, each after a warm-up; beta, gamma and copies from the ladders at each row's working set",
-            "alpha_us": w.alpha_us(),
-            "alpha_exchange_us": w.model.alpha_exchange_s * 1e6,
-            "ping_pong": w.ping,
-            "exchange": w.exchange,
-            "own_transport_model": w.own_transport,
-            "duplex": w.model.duplex,
-            "pull": w.model.pull,
-            "claim": w.model.claim,
-            "both": w.model.both,
-            "one_way": w.model.one_way,
-            "copy": w.model.copy,
-            "reduce": w.model.reduce,
-        }),
-    );
+    if let Some(st) = &r.summary.states {
+        extra.insert("core_state".into(), st.json(&r.outcome.states));
+    }
+    extra.insert("model_link".into(), model_link_json(w));
     extra.insert(
         "floor".into(),
         serde_json::json!({

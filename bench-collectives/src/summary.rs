@@ -71,6 +71,8 @@ pub struct Summary {
     pub link: Option<parbench::comm::LinkStats>,
     /// How far the ceilings measured at the rows sat from the pre-sweep one.
     pub ceiling_drift: Option<CeilingDrift>,
+    /// The cores' state row by row (`None` where it is not tracked).
+    pub states: Option<crate::core_state::StatesSummary>,
 }
 
 /// The ceiling measured again at each row against the pre-sweep ladder at

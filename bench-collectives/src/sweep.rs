@@ -2,6 +2,7 @@
 //! backend: fill, warm up, time, check, combine across ranks, print (rank 0).
 
 use crate::cli::SweepConfig;
+use crate::core_state::{state_probe, wait_for_state, RowState};
 use crate::data::Inputs;
 use crate::expected::expected;
 use crate::print::{Point, Printer};
@@ -29,6 +30,9 @@ pub struct Outcome {
     /// Per row whose ceiling was measured again at the row: the row and the
     /// copy rate at its working set before the sweep and at the row.
     pub ceiling_drift: Vec<(String, Drift)>,
+    /// Per row (same order as `rows`): the cores' state around it
+    /// ([`crate::core_state`]).
+    pub states: Vec<RowState>,
 }
 
 impl Outcome {
@@ -104,6 +108,7 @@ fn sweep_collective<C: Communicator>(
                     algo,
                 };
                 let mut measured = [None, None];
+                let mut marked = [false, false];
                 for (slot, in_place) in [(0, false), (1, true)] {
                     let wanted = if in_place {
                         cfg.in_place && coll.spec().in_place_form()
@@ -114,8 +119,10 @@ fn sweep_collective<C: Communicator>(
                         continue;
                     }
                     let model_algo = model::ModelAlgo::of(&point.algo);
+                    let before = wait_for_state(comm, wire.state.as_ref())?;
                     let ceiling = wire.ceiling_at_row(comm, coll, &model_algo, bytes, in_place)?;
                     let stats = measure_one(comm, coll, cfg, &point, in_place)?;
+                    let after = state_probe(comm)?;
                     // Asked again after the calls ran: NCCL's tuning log names its
                     // choice only once a call of this size went through.
                     point.algo = comm.algo_for(coll, coll.send_elems(count, world) * dtype.size());
@@ -131,10 +138,13 @@ fn sweep_collective<C: Communicator>(
                         in_place,
                         &stats,
                     );
+                    let place = if in_place { "in" } else { "out" };
+                    let label = format!("{} {bytes} B {place}", coll.name());
+                    let state = RowState::new(label.clone(), wire, before, after);
+                    marked[slot] = !state.in_state || wire.rungs_off_state > 0;
+                    outcome.states.push(state);
                     if let Some(d) = ceiling.drift {
-                        let place = if in_place { "in" } else { "out" };
-                        let row = format!("{} {bytes} B {place}", coll.name());
-                        outcome.ceiling_drift.push((row, d));
+                        outcome.ceiling_drift.push((label, d));
                     }
                     outcome.rows.push(row.clone());
                     outcome.iter_times_us.push(
@@ -146,7 +156,7 @@ fn sweep_collective<C: Communicator>(
                     );
                     measured[slot] = Some(row);
                 }
-                printer.row(coll, &point, cfg.root, &measured, wire);
+                printer.row(coll, &point, cfg.root, &measured, (wire, marked));
                 if let Some(keep) = ids.keep {
                     let rows: Vec<CollectiveRow> = measured.iter().flatten().cloned().collect();
                     keep(&rows)?;

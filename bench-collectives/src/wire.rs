@@ -4,11 +4,12 @@
 //! and the noise of the measurement window.
 
 use crate::cli::SweepConfig;
+use crate::core_state::{same_state, state_probe, wait_for_state};
 use parbench::comm::{Collective, CommResult, Communicator, DType, LinkStats, ReduceOp};
 use parbench::measure::clock::IterClock;
 use parbench::measure::noise::{CpuSnapshot, ForeignCpu};
 use parbench::measure::placement::Placement;
-use parbench::measure::{self, Ladder, PingPong, Rung};
+use parbench::measure::{self, CoreState, Ladder, PingPong, Rung};
 use parbench::model::alpha_beta::RING_SLICE_BYTES;
 use parbench::model::wire::{ceiling_for, working_set_bytes, working_sets_of, WireModel};
 use parbench::model::{self, LinkParams, ModelAlgo};
@@ -55,6 +56,13 @@ pub struct WireFigures {
     /// Rank 0's sockets (`None` without sockets) and the segments every
     /// rank's kernel retransmitted while the wire was measured.
     pub link: Option<LinkStats>,
+    /// The cores' state these figures were measured in
+    /// ([`measure::core_state_probe`]; `None` where it is not tracked:
+    /// [`crate::core_state::tracks_state`]).
+    pub state: Option<CoreState>,
+    /// Shared memory's rungs that stayed out of that state through every
+    /// try ([`ladders_in_state`]).
+    pub rungs_off_state: usize,
 }
 
 impl WireFigures {
@@ -207,6 +215,176 @@ fn largest_set(cfg: &SweepConfig, world: usize) -> u64 {
         .unwrap_or(top)
 }
 
+/// The working sets (the call's and its ring slice's, per rank) of every
+/// row `cfg` sweeps, sorted, each once.
+fn row_working_sets<C: Communicator>(comm: &C, cfg: &SweepConfig) -> Vec<u64> {
+    let world = comm.world();
+    let mut out = Vec::new();
+    for &coll in &cfg.collectives {
+        for &dtype in &cfg.dtypes {
+            for &size in &cfg.sizes {
+                let count = coll.count_for(size, dtype.size(), world);
+                let bytes = coll.size_of(count, dtype.size(), world);
+                let algo = ModelAlgo::of(
+                    &comm.algo_for(coll, coll.send_elems(count, world) * dtype.size()),
+                );
+                for in_place in [false, true] {
+                    let (ws, slice) = working_sets_of(coll, &algo, world, bytes, in_place);
+                    out.extend([ws, slice]);
+                }
+            }
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// How far apart two neighbouring rungs of a ladder may lie before a row's
+/// working set between them is measured as a rung of its own.
+const STEEP: f64 = 1.5;
+/// Rungs added between the doubling ones at most.
+const MOST_ADDED_RUNGS: usize = 16;
+
+/// The rows' working sets that lie between two neighbouring rungs of any
+/// of `ladders` whose figures are more than [`STEEP`]x apart: where the
+/// memory system changes regime (a peer's private cache spilling into the
+/// shared one, the shared one into memory) between two doublings, and a
+/// rung interpolated in between can be 2-3x off (the EPYC VM's claim
+/// ladder: 13 GB/s at 1 MiB, 42 at 2 MiB, while an out-of-place
+/// all_gather of 1 MiB, working set 1.5 MiB, ran as the 1 MiB rung).
+/// Those are measured too, the largest steps first, at most
+/// [`MOST_ADDED_RUNGS`].
+fn steep_sets(ladders: &[&Ladder], rows: &[u64]) -> Vec<u64> {
+    let mut wanted: Vec<(f64, u64)> = Vec::new();
+    for &ws in rows {
+        let step = ladders
+            .iter()
+            .filter_map(|l| {
+                let hi = l.rungs.iter().position(|r| r.working_set >= ws)?;
+                let (a, b) = (l.rungs.get(hi.checked_sub(1)?)?, &l.rungs[hi]);
+                (b.working_set != ws && a.gbps > 0.0 && b.gbps > 0.0)
+                    .then(|| (a.gbps / b.gbps).max(b.gbps / a.gbps))
+            })
+            .fold(0.0, f64::max);
+        if step > STEEP {
+            wanted.push((step, ws));
+        }
+    }
+    wanted.sort_by(|a, b| b.0.total_cmp(&a.0));
+    let mut sets: Vec<u64> = wanted
+        .into_iter()
+        .take(MOST_ADDED_RUNGS)
+        .map(|(_, ws)| ws)
+        .collect();
+    sets.sort_unstable();
+    sets
+}
+
+/// Shared memory's ladders, measured rung by rung in one state of the cores.
+struct StateLadders {
+    copy: Ladder,
+    reduce: Ladder,
+    fresh: measure::FreshLadders,
+    /// Rungs whose probes never both matched the state.
+    off_state: usize,
+}
+
+impl StateLadders {
+    fn all(&self) -> [&Ladder; 6] {
+        let f = &self.fresh;
+        [
+            &self.copy,
+            &self.reduce,
+            &f.clean,
+            &f.pull,
+            &f.claim,
+            &f.both,
+        ]
+    }
+
+    fn merged(self, more: &StateLadders) -> StateLadders {
+        let (f, m) = (&self.fresh, &more.fresh);
+        StateLadders {
+            copy: self.copy.merged(&more.copy),
+            reduce: self.reduce.merged(&more.reduce),
+            fresh: measure::FreshLadders {
+                clean: f.clean.merged(&m.clean),
+                pull: f.pull.merged(&m.pull),
+                claim: f.claim.merged(&m.claim),
+                both: f.both.merged(&m.both),
+            },
+            off_state: self.off_state + more.off_state,
+        }
+    }
+}
+
+/// Tries per rung at most.
+const RUNG_TRIES: usize = 3;
+
+/// The copy, reduction and cache-state ladders at `sets`, each working set
+/// measured once the cores are in `state` ([`wait_for_state`]) and again
+/// (at most [`RUNG_TRIES`] times) while the core-state probes before and
+/// after it do not both find `state`; a rung still out of it is kept and
+/// counted. While no rung has been kept, a wait that ends in another state
+/// makes that state `state`: the one probe before the measurement may
+/// have caught a passing one. On the 2-core EPYC VM the host moved the
+/// cores during a wire measurement of 2 s in about a third of the runs:
+/// the copy ladder came out in one state and the cache-state ladders in
+/// another (shared lines at 25-29 GB/s where the probes after them moved
+/// them at 6-8), and every row's model was 2-3x off.
+fn ladders_in_state<C: Communicator>(
+    comm: &mut C,
+    sets: &[u64],
+    state: &mut Option<CoreState>,
+) -> CommResult<StateLadders> {
+    let world = comm.world();
+    let mut out: Option<StateLadders> = None;
+    for &ws in sets {
+        let mut tries = 0;
+        let rung = loop {
+            tries += 1;
+            let (before, _) = wait_for_state(comm, state.as_ref())?;
+            if out.is_none() && !same_state(state.as_ref(), before.as_ref()) {
+                *state = before;
+            }
+            let one = [ws];
+            let rung = StateLadders {
+                copy: measure::copy_ladder(comm, &one)?,
+                reduce: measure::reduce_ladder(comm, &one, DType::F32, ReduceOp::Sum)?,
+                fresh: if world > 1 {
+                    measure::fresh_ladders(comm, &one, true)?
+                } else {
+                    measure::FreshLadders::default()
+                },
+                off_state: 0,
+            };
+            let after = state_probe(comm)?;
+            if same_state(state.as_ref(), before.as_ref())
+                && same_state(state.as_ref(), after.as_ref())
+            {
+                break rung;
+            }
+            if tries >= RUNG_TRIES {
+                break StateLadders {
+                    off_state: 1,
+                    ..rung
+                };
+            }
+        };
+        out = Some(match out {
+            None => rung,
+            Some(o) => o.merged(&rung),
+        });
+    }
+    Ok(out.unwrap_or(StateLadders {
+        copy: Ladder::default(),
+        reduce: Ladder::default(),
+        fresh: measure::FreshLadders::default(),
+        off_state: 0,
+    }))
+}
+
 /// How much faster than the wire memory must copy at a working set before
 /// larger working sets cannot make the wire faster: the ladder stops there.
 const LINK_BOUND: f64 = 10.0;
@@ -312,6 +490,7 @@ pub fn measure_wire<C: Communicator>(
     comm: &mut C,
     cfg: &SweepConfig,
     placement: &Placement,
+    mut state: Option<CoreState>,
 ) -> CommResult<WireFigures> {
     let t = Instant::now();
     let link_start = comm.link_stats();
@@ -319,8 +498,16 @@ pub fn measure_wire<C: Communicator>(
     let world = comm.world();
     let sets = measure::working_sets(SMALLEST_SET, largest_set(cfg, world).max(SMALLEST_SET));
     let device = comm.device_ceiling()?;
-    let copy = measure::copy_ladder(comm, &sets)?;
-    let reduce = measure::reduce_ladder(comm, &sets, DType::F32, ReduceOp::Sum)?;
+    let local = device.is_none() && (comm.backend() == "local" || world < 2);
+    let (copy, reduce) = if local {
+        (Ladder::default(), Ladder::default())
+    } else {
+        (
+            measure::copy_ladder(comm, &sets)?,
+            measure::reduce_ladder(comm, &sets, DType::F32, ReduceOp::Sum)?,
+        )
+    };
+    let mut rungs_off_state = 0;
     let (ceiling, model, own_transport) = if let Some((method, gbps)) = device {
         let gbps = mean_over_ranks(comm, gbps)?;
         let rung = Ladder {
@@ -340,13 +527,18 @@ pub fn measure_wire<C: Communicator>(
             ..WireModel::default()
         };
         (rung, model, false)
-    } else if comm.backend() == "local" || world < 2 {
+    } else if local {
         // Shared memory: where a byte's cache line was decides its cost.
-        let fresh = if world > 1 {
-            measure::fresh_ladders(comm, &sets, true)?
+        // Shared memory: every rung in one state of the cores.
+        let first = ladders_in_state(comm, &sets, &mut state)?;
+        let added = steep_sets(&first.all(), &row_working_sets(comm, cfg));
+        let lad = if added.is_empty() {
+            first
         } else {
-            measure::FreshLadders::default()
+            first.merged(&ladders_in_state(comm, &added, &mut state)?)
         };
+        rungs_off_state = lad.off_state;
+        let (copy, reduce, fresh) = (lad.copy, lad.reduce, lad.fresh);
         // A received byte whose line the receiver can read where it is
         // (the sender's untouched input) moves at the clean-exchange rate;
         // the ceiling is the better of that and a copy within each rank.
@@ -416,7 +608,21 @@ pub fn measure_wire<C: Communicator>(
         cpus,
         placement_why: placement.why.clone(),
         link,
+        state,
+        rungs_off_state,
     })
+}
+
+/// [`measure_wire`] in the state of the cores a probe finds now (where it
+/// is tracked), each shared-memory rung measured in it
+/// ([`ladders_in_state`]).
+pub fn measure_wire_in_one_state<C: Communicator>(
+    comm: &mut C,
+    cfg: &SweepConfig,
+    placement: &Placement,
+) -> CommResult<WireFigures> {
+    let now = state_probe(comm)?;
+    measure_wire(comm, cfg, placement, now)
 }
 
 /// Rank 0's socket figures with the segments every rank's kernel
@@ -467,6 +673,32 @@ mod tests {
     /// Figures as recorded here: a 1 Gbit/s shaped link (0.12 GB/s against
     /// a 6 GB/s copy out of cache) is link-bound; tcp loopback (2.7 against
     /// 6) is not; nothing measured says nothing.
+    #[test]
+    fn working_sets_between_rungs_far_apart_are_measured_too() {
+        let l = |rungs: &[(u64, f64)]| Ladder {
+            method: String::new(),
+            rungs: rungs
+                .iter()
+                .map(|&(working_set, gbps)| Rung {
+                    working_set,
+                    bytes: working_set / 2,
+                    gbps,
+                    median_gbps: gbps,
+                })
+                .collect(),
+        };
+        // claim: a step of 3x between 1 and 2 MiB, a gentle one between 2
+        // and 4; copy flat.
+        let claim = l(&[(1 << 20, 13.0), (2 << 20, 40.0), (4 << 20, 45.0)]);
+        let copy = l(&[(1 << 20, 50.0), (2 << 20, 48.0), (4 << 20, 47.0)]);
+        let rows = [1 << 20, 3 << 19, 3 << 20, 4 << 20];
+        // 1.5 MiB lies in the step; 1 and 4 MiB are rungs; 3 MiB in a gentle stretch.
+        assert_eq!(steep_sets(&[&copy, &claim], &rows), vec![3 << 19]);
+        assert!(steep_sets(&[&copy], &rows).is_empty());
+        // Beyond the ends nothing is between two rungs.
+        assert!(steep_sets(&[&claim], &[1 << 10, 1 << 30]).is_empty());
+    }
+
     #[test]
     fn a_link_is_told_apart_from_memory_by_its_ladders() {
         let copy = ladder(&[100.0, 40.0, 6.2]);

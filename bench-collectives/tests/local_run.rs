@@ -241,10 +241,15 @@ fn the_ceiling_ladder_covers_the_sweep_and_each_row_uses_its_working_set() {
     let text = stdout(&o);
     assert!(o.status.success(), "{text}{}", stderr(&o));
     assert!(text.contains("GB/s in cache .."), "{text}");
+    assert!(text.contains("# Cores' state (8 B exchange;"), "{text}");
     let runs: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap();
     let extra = &runs[0]["extra"];
     let ladder: Ladder = serde_json::from_value(extra["ceiling"]["ladder"].clone()).unwrap();
+    let state_rows = extra["core_state"]["rows"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     let (_, rows) = read_csv(&dir.join("collectives.csv"));
     let mut largest = 0;
     for r in &rows {
@@ -263,6 +268,20 @@ fn the_ceiling_ladder_covers_the_sweep_and_each_row_uses_its_working_set() {
             r["collective"],
             r["bytes"],
             if r["in_place"] == "true" { "in" } else { "out" }
+        );
+        // Each row was probed before and after it was timed.
+        let state = state_rows
+            .iter()
+            .find(|x| x["row"] == label.as_str())
+            .unwrap_or_else(|| panic!("{label} has no core state: {extra}"));
+        assert!(
+            state["before"]["exchange_us"]
+                .as_f64()
+                .is_some_and(|x| x > 0.0)
+                && state["after"]["exchange_us"]
+                    .as_f64()
+                    .is_some_and(|x| x > 0.0),
+            "{state}"
         );
         let again = extra["ceiling"]["rows_measured_again"]
             .as_array()

@@ -288,6 +288,126 @@ pub fn exchange_latency<C: Communicator>(
     PingPong::of_rank0(comm, times, most)
 }
 
+/// Samples a [`core_state_probe`] takes of each figure (after as many
+/// untimed ones).
+const PROBE_SAMPLES: usize = 16;
+/// Bytes per transfer of the probe's exchange of just-written lines (its
+/// working set: two of them per rank).
+const PROBE_SHARED_BYTES: usize = 32 << 10;
+/// Bytes per copy of the probe's copy within each rank (working set: two).
+const PROBE_COPY_BYTES: usize = 8 << 10;
+
+/// Where the host has put the ranks' cores, as three cheap figures: on a
+/// virtual machine the host moves the vCPUs, and every shared-memory
+/// figure moves with them. Measured on the 2-core EPYC VM (whose host
+/// switches every few seconds) in three states:
+/// - two cores of one cache complex: exchange 0.14-0.20 us, a just-written
+///   64 KiB moved between the ranks at 7-9 GB/s, a 16 KiB copy at 90-110;
+/// - two hyper-threads of one core: exchange about the same, the shared
+///   lines at 17-28 GB/s (the two share their L1 and L2), the copy at
+///   about 55 (the two share one core's load and store units);
+/// - two cache complexes apart: exchange 0.31-0.37 us (a cache line took
+///   150 ns between the two instead of 30).
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct CoreState {
+    /// Median 8-byte exchange, every rank at once, us.
+    pub exchange_us: f64,
+    /// Median rate of exchanging buffers the peer has just written into
+    /// buffers the peer has just read (the `both` ladder's pattern), GB/s.
+    pub shared_gbps: f64,
+    /// Median rate of a copy within each rank, every rank at once, GB/s.
+    pub copy_gbps: f64,
+}
+
+impl CoreState {
+    /// Whether `other` is the same state: every figure within `ratio`.
+    pub fn same_as(&self, other: &CoreState, ratio: f64) -> bool {
+        let near = |a: f64, b: f64| a > 0.0 && b > 0.0 && (a / b).max(b / a) <= ratio;
+        near(self.exchange_us, other.exchange_us)
+            && near(self.shared_gbps, other.shared_gbps)
+            && near(self.copy_gbps, other.copy_gbps)
+    }
+
+    /// The largest ratio between the two states' figures.
+    pub fn distance(&self, other: &CoreState) -> f64 {
+        let r = |a: f64, b: f64| {
+            if a > 0.0 && b > 0.0 {
+                (a / b).max(b / a)
+            } else {
+                f64::INFINITY
+            }
+        };
+        r(self.exchange_us, other.exchange_us)
+            .max(r(self.shared_gbps, other.shared_gbps))
+            .max(r(self.copy_gbps, other.copy_gbps))
+    }
+}
+
+fn median_of(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// The cores' [`CoreState`], rank 0's figures on every rank, `None` with
+/// one rank: about a millisecond, cheap enough to take beside every row.
+/// Every rank must call it.
+pub fn core_state_probe<C: Communicator>(comm: &mut C) -> CommResult<Option<CoreState>> {
+    let (rank, world) = (comm.rank(), comm.world());
+    if world < 2 {
+        return Ok(None);
+    }
+    let (right, left) = ((rank + 1) % world, (rank + world - 1) % world);
+    let send = comm.alloc(8)?;
+    let mut recv = comm.alloc(8)?;
+    comm.barrier()?;
+    let mut exchange = Vec::with_capacity(PROBE_SAMPLES);
+    for i in 0..2 * PROBE_SAMPLES {
+        let t = Instant::now();
+        comm.send_recv(&send, right, &mut recv, left, 8, DType::U8)?;
+        comm.sync()?;
+        if i >= PROBE_SAMPLES {
+            exchange.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+    }
+    // Two buffers swap roles each exchange: each receives what the peer
+    // has just written into what the peer has just read.
+    let mut a = comm.alloc(PROBE_SHARED_BYTES)?;
+    let mut b = comm.alloc(PROBE_SHARED_BYTES)?;
+    let mut shared = Vec::with_capacity(PROBE_SAMPLES);
+    for i in 0..2 * PROBE_SAMPLES {
+        let t = Instant::now();
+        if i % 2 == 0 {
+            comm.send_recv(&a, right, &mut b, left, PROBE_SHARED_BYTES, DType::U8)?;
+        } else {
+            comm.send_recv(&b, right, &mut a, left, PROBE_SHARED_BYTES, DType::U8)?;
+        }
+        comm.sync()?;
+        if i >= PROBE_SAMPLES {
+            shared.push(gbps(PROBE_SHARED_BYTES, t.elapsed().as_secs_f64()));
+        }
+    }
+    let src = comm.alloc(PROBE_COPY_BYTES)?;
+    let mut dst = comm.alloc(PROBE_COPY_BYTES)?;
+    comm.barrier()?;
+    let mut copy = Vec::with_capacity(PROBE_SAMPLES);
+    for i in 0..2 * PROBE_SAMPLES {
+        let t = Instant::now();
+        for _ in 0..8 {
+            dst.copy_from(&src)?;
+        }
+        if i >= PROBE_SAMPLES {
+            copy.push(gbps(8 * PROBE_COPY_BYTES, t.elapsed().as_secs_f64()));
+        }
+    }
+    let mine = [median_of(exchange), median_of(shared), median_of(copy)];
+    let all = gather_f64(comm, &mine)?;
+    Ok(all.first().filter(|v| v.len() == 3).map(|v| CoreState {
+        exchange_us: v[0],
+        shared_gbps: v[1],
+        copy_gbps: v[2],
+    }))
+}
+
 /// Half the round trip of an 8-byte message between ranks 0 and 1, in us:
 /// the median of [`ping_pong`]. Every rank must call it; every rank gets
 /// rank 0's figure, or `None` with one rank.

@@ -27,8 +27,8 @@ pub mod placement;
 pub mod timing;
 
 pub use ceiling::{
-    exchange_latency, memcpy_bandwidth, ping_pong, ping_pong_latency, reduce_throughput,
-    round_trip, stream_throughput, Ceiling, PingPong,
+    core_state_probe, exchange_latency, memcpy_bandwidth, ping_pong, ping_pong_latency,
+    reduce_throughput, round_trip, stream_throughput, Ceiling, CoreState, PingPong,
 };
 pub use combine::{
     gather_f64, gather_f64_any_len, Average, LoopStats, StragglerTally, StragglerVerdict,

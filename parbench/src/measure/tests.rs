@@ -109,3 +109,46 @@ fn latencies_agree_on_every_rank_and_leave_the_ranks_in_step() {
         assert!(x.median_us > 0.0 && x.jitter_us() >= 0.0, "{x:?}");
     }
 }
+
+#[test]
+fn the_core_state_probe_gives_every_rank_rank_0s_figures_and_none_alone() {
+    let got = local::run(2, Algo::Auto, TIMEOUT, core_state_probe);
+    let states: Vec<CoreState> = got.into_iter().map(|g| g.unwrap().unwrap()).collect();
+    assert_eq!(states[0], states[1]);
+    let s = states[0];
+    assert!(
+        s.exchange_us > 0.0 && s.shared_gbps > 0.0 && s.copy_gbps > 0.0,
+        "{s:?}"
+    );
+    assert!(s.same_as(&s, 1.0));
+    let alone = local::run(1, Algo::Auto, TIMEOUT, core_state_probe);
+    assert_eq!(alone.into_iter().next().unwrap().unwrap(), None);
+}
+
+#[test]
+fn core_states_differ_when_any_figure_moves_beyond_the_ratio() {
+    let apart = CoreState {
+        exchange_us: 0.15,
+        shared_gbps: 7.0,
+        copy_gbps: 95.0,
+    };
+    // Two hyper-threads of one core: the exchange about the same, the
+    // shared lines 3.5x faster, the copy slower.
+    let siblings = CoreState {
+        exchange_us: 0.14,
+        shared_gbps: 25.0,
+        copy_gbps: 52.0,
+    };
+    let near = CoreState {
+        exchange_us: 0.19,
+        ..apart
+    };
+    assert!(apart.same_as(&near, 1.5));
+    assert!(!apart.same_as(&siblings, 1.5));
+    assert!((apart.distance(&siblings) - 25.0 / 7.0).abs() < 1e-12);
+    let broken = CoreState {
+        copy_gbps: 0.0,
+        ..apart
+    };
+    assert!(!broken.same_as(&apart, 1.5));
+}

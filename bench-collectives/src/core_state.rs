@@ -1,0 +1,350 @@
+//! Where the host put the ranks' cores, and every row timed in the state
+//! the wire was measured in.
+//!
+//! On a virtual machine the host moves the vCPUs between physical cores:
+//! on the 2-core EPYC VM this project measures on, a cache line moved
+//! between the two ranks' cores in 30 ns or in 150 ns, the host switching
+//! between the two every second or so (a two-thread line ping-pong sampled
+//! every 0.5 s: 11 of 40 samples at 145-160 ns, and as many with one
+//! thread spinning throughout), and two vCPUs were at times hyper-threads
+//! of one core. Every shared-memory figure moved with it: an out-of-place
+//! all_gather of 64 KiB-1 MiB ran 3-5x slower in the slow state, and
+//! ladders measured in one state put the model 3-12x off rows timed in
+//! another. A model and a row measured on two different machines cannot
+//! agree, and a ceiling from another machine is no ceiling. So the wire is
+//! measured in one state (each rung waiting for it,
+//! `wire::ladders_in_state`), each row waits for the cores to be in that
+//! state before it is timed ([`wait_for_state`], at most [`MOST_WAIT`])
+//! and is probed again after: a row that found another state or saw the
+//! cores move is marked (its model `~`) and left out of the fits, and the
+//! footer says how many and how long the run waited.
+
+use crate::wire::WireFigures;
+use parbench::comm::{CommResult, Communicator};
+use parbench::measure::{self, CoreState};
+use std::time::Instant;
+
+/// How far apart each figure of two [`CoreState`]s may lie and still be
+/// one state of the cores: the states of the 2-core EPYC VM lie 1.7-3.5x
+/// apart in at least one figure, a state's own spread within 1.4x.
+pub const STATE_RATIO: f64 = 1.5;
+
+/// The longest a row (or a rung of the wire) waits for the cores to come
+/// back to the wire's state, seconds: the VM's states lasted 0.5-3 s.
+pub const MOST_WAIT: f64 = 2.0;
+
+/// Whether two core-state probes saw the same state (`None`: nothing to
+/// tell apart, the state not tracked).
+pub fn same_state(a: Option<&CoreState>, b: Option<&CoreState>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => a.same_as(b, STATE_RATIO),
+        _ => true,
+    }
+}
+
+/// Whether the cores' state is tracked: on shared memory, whose figures
+/// move with where the host puts the ranks' cores. Not through sockets:
+/// there the probe's exchange and 32 KiB transfer go through the kernel,
+/// whose own jitter (8 B exchanges of 7.6 or 10.6 us, 32 KiB at 1 or
+/// 2 GB/s on tcp loopback, minutes apart) the probe would take for moves.
+pub fn tracks_state<C: Communicator>(comm: &C) -> bool {
+    comm.world() > 1 && comm.backend() == "local"
+}
+
+/// The core-state probe where it is tracked ([`tracks_state`]), else `None`.
+pub fn state_probe<C: Communicator>(comm: &mut C) -> CommResult<Option<CoreState>> {
+    if tracks_state(comm) {
+        measure::core_state_probe(comm)
+    } else {
+        Ok(None)
+    }
+}
+
+/// Probes until the cores are in `state` or [`MOST_WAIT`] has passed
+/// (rank 0's clock decides, through the probe's figures every rank
+/// shares): the last probe and the seconds waited. Every rank must call it.
+pub fn wait_for_state<C: Communicator>(
+    comm: &mut C,
+    state: Option<&CoreState>,
+) -> CommResult<(Option<CoreState>, f64)> {
+    if !tracks_state(comm) {
+        return Ok((None, 0.0));
+    }
+    let start = Instant::now();
+    loop {
+        let now = state_probe(comm)?;
+        let waited = start.elapsed().as_secs_f64();
+        // Every rank gets rank 0's figures, so all take the same turn here;
+        // the deadline is rank 0's clock, shared by a last gather.
+        let late = measure::gather_f64(comm, &[waited])?
+            .first()
+            .and_then(|v| v.first().copied())
+            .unwrap_or(0.0)
+            > MOST_WAIT;
+        if same_state(state, now.as_ref()) || late {
+            return Ok((now, waited));
+        }
+    }
+}
+
+/// A row's core-state probes: before (after the wait) and after its timing.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct RowState {
+    pub row: String,
+    pub before: Option<CoreState>,
+    pub after: Option<CoreState>,
+    /// Seconds the row waited for the wire's state.
+    pub waited_s: f64,
+    /// Whether both probes found the wire's state.
+    pub in_state: bool,
+}
+
+impl RowState {
+    /// A row timed after waiting for `wire`'s state.
+    pub fn new(
+        row: String,
+        wire: &WireFigures,
+        (before, waited_s): (Option<CoreState>, f64),
+        after: Option<CoreState>,
+    ) -> RowState {
+        let at = wire.state.as_ref();
+        let in_state = same_state(at, before.as_ref()) && same_state(at, after.as_ref());
+        RowState {
+            row,
+            before,
+            after,
+            waited_s,
+            in_state,
+        }
+    }
+
+    /// Whether the cores moved while the row was timed.
+    pub fn moved(&self) -> bool {
+        !same_state(self.before.as_ref(), self.after.as_ref())
+    }
+}
+
+/// What the footer and run.json say of the cores' states.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StatesSummary {
+    /// The state the wire was measured in, and its rungs kept out of it.
+    pub state: Option<CoreState>,
+    pub rungs_off_state: usize,
+    /// Rows that found another state after the wait.
+    pub elsewhere: Vec<String>,
+    /// Rows timed while the cores moved.
+    pub moved: Vec<String>,
+    /// Rows that waited, and the seconds waited in all.
+    pub waited_rows: usize,
+    pub waited_s: f64,
+    pub rows: usize,
+}
+
+/// Rows not comparable beyond which the footer warns.
+const WARN_SHARE: f64 = 0.25;
+
+impl StatesSummary {
+    /// `None` where the state is not tracked.
+    pub fn of(wire: &WireFigures, rows: &[RowState]) -> Option<StatesSummary> {
+        wire.state?;
+        let names = |f: &dyn Fn(&RowState) -> bool| -> Vec<String> {
+            rows.iter()
+                .filter(|r| f(r))
+                .map(|r| r.row.clone())
+                .collect()
+        };
+        Some(StatesSummary {
+            state: wire.state,
+            rungs_off_state: wire.rungs_off_state,
+            elsewhere: names(&|r| !r.in_state && !r.moved()),
+            moved: names(&|r| r.moved()),
+            waited_rows: rows.iter().filter(|r| r.waited_s > 0.01).count(),
+            waited_s: rows.iter().map(|r| r.waited_s).sum(),
+            rows: rows.len(),
+        })
+    }
+
+    /// Whether a row's model and ceiling describe the machine it ran on.
+    pub fn comparable(&self, r: &RowState) -> bool {
+        r.in_state && self.rungs_off_state == 0
+    }
+
+    fn not_comparable(&self) -> usize {
+        if self.rungs_off_state > 0 {
+            self.rows
+        } else {
+            self.elsewhere.len() + self.moved.len()
+        }
+    }
+
+    /// Whether more than a quarter of the rows are not comparable.
+    pub fn warns(&self) -> bool {
+        self.not_comparable() as f64 > WARN_SHARE * self.rows as f64
+    }
+
+    /// The footer's lines.
+    pub fn lines(&self) -> Vec<String> {
+        let state = self.state.map_or("-".to_string(), |s| {
+            format!(
+                "{:.2} us, {:.0} GB/s shared, {:.0} GB/s copy",
+                s.exchange_us, s.shared_gbps, s.copy_gbps
+            )
+        });
+        let mut out = vec![format!(
+            "# Cores' state (8 B exchange; 64 KiB of just-written lines between ranks; 16 KiB copy in each; a host moving the ranks' cores moves every figure): the wire measured at {state}; each row timed once the cores were there (waiting at most {MOST_WAIT:.0} s): {} of {} rows waited, {:.1} s in all",
+            self.waited_rows, self.rows, self.waited_s
+        )];
+        let listed = |rows: &[String]| {
+            let shown: Vec<&str> = rows.iter().take(6).map(String::as_str).collect();
+            let more = rows.len().saturating_sub(shown.len());
+            let more = if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            };
+            format!("{}{more}", shown.join(", "))
+        };
+        if self.rungs_off_state > 0 {
+            out.push(format!(
+                "#   {} rungs of the wire stayed out of its state through every try: every row's model is marked ~ and the fits are left out",
+                self.rungs_off_state
+            ));
+        }
+        if !self.elsewhere.is_empty() {
+            out.push(format!(
+                "#   {} rows found the cores elsewhere after the wait (model marked ~, left out of the fits): {}",
+                self.elsewhere.len(),
+                listed(&self.elsewhere)
+            ));
+        }
+        if !self.moved.is_empty() {
+            out.push(format!(
+                "#   {} rows timed while the cores moved (model marked ~, left out of the fits): {}",
+                self.moved.len(),
+                listed(&self.moved)
+            ));
+        }
+        if self.warns() {
+            out.push("# WARNING: more than a quarter of the rows ran with the cores elsewhere than where the wire was measured: the model and the ceilings are not to be trusted; rerun on a quieter machine".to_string());
+        }
+        out
+    }
+
+    pub fn json(&self, rows: &[RowState]) -> serde_json::Value {
+        serde_json::json!({
+            "probe": "parbench::measure::core_state_probe: medians of 16 timed 8 B exchanges, of 16 exchanges of 32 KiB just-written buffers, of 16 samples of 8 KiB copies, every rank at once, rank 0's",
+            "same_state_within": STATE_RATIO,
+            "most_wait_s": MOST_WAIT,
+            "state": self.state,
+            "rungs_out_of_state": self.rungs_off_state,
+            "rows_elsewhere": self.elsewhere,
+            "rows_moved": self.moved,
+            "waited_rows": self.waited_rows,
+            "waited_s": self.waited_s,
+            "rows": rows,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(exchange_us: f64) -> CoreState {
+        CoreState {
+            exchange_us,
+            shared_gbps: 8.0,
+            copy_gbps: 95.0,
+        }
+    }
+
+    fn row(before: f64, after: f64) -> RowState {
+        RowState {
+            row: format!("all_reduce {before} {after}"),
+            before: Some(state(before)),
+            after: Some(state(after)),
+            waited_s: 0.0,
+            in_state: true,
+        }
+    }
+
+    fn summary(rows: usize) -> StatesSummary {
+        StatesSummary {
+            state: Some(state(0.15)),
+            rungs_off_state: 0,
+            elsewhere: Vec::new(),
+            moved: Vec::new(),
+            waited_rows: 0,
+            waited_s: 0.0,
+            rows,
+        }
+    }
+
+    #[test]
+    fn a_row_moved_only_when_its_probes_part_beyond_the_ratio() {
+        assert!(!row(0.15, 0.19).moved());
+        assert!(row(0.15, 0.34).moved());
+        assert!(row(0.34, 0.15).moved());
+        let none = RowState {
+            before: None,
+            after: None,
+            ..row(1.0, 1.0)
+        };
+        assert!(!none.moved());
+        // Hyper-threads of one core: the same exchange, shared lines 3x faster.
+        let siblings = RowState {
+            after: Some(CoreState {
+                shared_gbps: 25.0,
+                copy_gbps: 55.0,
+                ..state(0.15)
+            }),
+            ..row(0.15, 0.15)
+        };
+        assert!(siblings.moved());
+    }
+
+    #[test]
+    fn a_row_is_comparable_only_in_the_wires_state_and_with_a_steady_wire() {
+        let s = summary(4);
+        assert!(s.comparable(&row(0.15, 0.16)));
+        let elsewhere = RowState {
+            in_state: false,
+            ..row(0.34, 0.34)
+        };
+        assert!(!s.comparable(&elsewhere));
+        let unsteady = StatesSummary {
+            rungs_off_state: 1,
+            ..summary(4)
+        };
+        assert!(!unsteady.comparable(&row(0.15, 0.16)));
+        assert!(unsteady.warns());
+    }
+
+    #[test]
+    fn the_footer_counts_rows_elsewhere_and_moved_and_warns_past_a_quarter() {
+        let s = StatesSummary {
+            elsewhere: vec!["all_gather 65536 B out".into()],
+            waited_rows: 3,
+            waited_s: 1.25,
+            ..summary(8)
+        };
+        assert!(!s.warns());
+        let lines = s.lines().join("\n");
+        assert!(
+            lines.contains("the wire measured at 0.15 us, 8 GB/s shared, 95 GB/s copy"),
+            "{lines}"
+        );
+        assert!(
+            lines.contains("3 of 8 rows waited, 1.2 s in all"),
+            "{lines}"
+        );
+        assert!(lines.contains("1 rows found the cores elsewhere after the wait (model marked ~, left out of the fits): all_gather 65536 B out"), "{lines}");
+        assert!(!lines.contains("WARNING"), "{lines}");
+        let many = StatesSummary {
+            moved: vec!["a".into(), "b".into()],
+            ..s
+        };
+        assert!(many.warns());
+        assert!(many.lines().join("\n").contains("WARNING"));
+    }
+}
