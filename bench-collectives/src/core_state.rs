@@ -19,7 +19,6 @@
 //! cores move is marked (its model `~`) and left out of the fits, and the
 //! footer says how many and how long the run waited.
 
-use crate::wire::WireFigures;
 use parbench::comm::{CommResult, Communicator};
 use parbench::measure::{self, CoreState};
 use std::time::Instant;
@@ -100,14 +99,13 @@ pub struct RowState {
 }
 
 impl RowState {
-    /// A row timed after waiting for `wire`'s state.
+    /// A row timed after waiting for the wire's state `at`.
     pub fn new(
         row: String,
-        wire: &WireFigures,
+        at: Option<&CoreState>,
         (before, waited_s): (Option<CoreState>, f64),
         after: Option<CoreState>,
     ) -> RowState {
-        let at = wire.state.as_ref();
         let in_state = same_state(at, before.as_ref()) && same_state(at, after.as_ref());
         RowState {
             row,
@@ -144,9 +142,13 @@ pub struct StatesSummary {
 const WARN_SHARE: f64 = 0.25;
 
 impl StatesSummary {
-    /// `None` where the state is not tracked.
-    pub fn of(wire: &WireFigures, rows: &[RowState]) -> Option<StatesSummary> {
-        wire.state?;
+    /// The rows against a wire measured in `state` with `rungs_off_state`
+    /// rungs out of it; `None` where the state is not tracked.
+    pub fn of(
+        (state, rungs_off_state): (Option<CoreState>, usize),
+        rows: &[RowState],
+    ) -> Option<StatesSummary> {
+        state?;
         let names = |f: &dyn Fn(&RowState) -> bool| -> Vec<String> {
             rows.iter()
                 .filter(|r| f(r))
@@ -154,8 +156,8 @@ impl StatesSummary {
                 .collect()
         };
         Some(StatesSummary {
-            state: wire.state,
-            rungs_off_state: wire.rungs_off_state,
+            state,
+            rungs_off_state,
             elsewhere: names(&|r| !r.in_state && !r.moved()),
             moved: names(&|r| r.moved()),
             waited_rows: rows.iter().filter(|r| r.waited_s > 0.01).count(),

@@ -578,7 +578,8 @@ fn rank_main<C: Communicator>(
         })
         .collect();
     // The fits hold rows against the wire: only rows timed in its state.
-    let states = crate::core_state::StatesSummary::of(&wire, &outcome.states);
+    let states =
+        crate::core_state::StatesSummary::of((wire.state, wire.rungs_off_state), &outcome.states);
     let in_state: Vec<CollectiveRow> = outcome
         .rows
         .iter()

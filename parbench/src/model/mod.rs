@@ -18,6 +18,7 @@
 //! - [`plan`]: the capacity planner, which composes all of the above.
 //! - [`wire`]: the calibrated model of parbench's CPU transports: per-regime
 //!   bandwidths from ladders of working sets, and what each algorithm moves.
+//! - [`ladder`]: [`ladder::Ladder`], a bandwidth at a ladder of working sets.
 //!
 //! ```
 //! use parbench::comm::Collective;
@@ -46,6 +47,7 @@ pub mod bubble;
 pub mod busbw;
 pub mod fit;
 pub mod footprint;
+pub mod ladder;
 pub mod plan;
 pub mod presets;
 pub mod sim;

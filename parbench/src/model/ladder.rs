@@ -1,0 +1,175 @@
+//! A bandwidth at a ladder of working sets: the calibrated model's
+//! coefficients ([`super::wire`]) and the ceiling a row is held against.
+//!
+//! A CPU's memory is not one wire: a copy whose buffers stay in L1 runs
+//! several times faster than one out of the last-level cache, so each
+//! figure is measured at working sets from inside the caches to past the
+//! largest swept size (`crate::measure::ladder`) and read at a row's own.
+
+/// One working set of a [`Ladder`].
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Rung {
+    /// Bytes each rank touches per transfer (source + destination of a
+    /// copy; the message buffer of a stream).
+    pub working_set: u64,
+    /// Bytes moved per transfer (a copy's length, a message's length).
+    pub bytes: u64,
+    /// Best sample, GB/s per rank (1e9 B/s), mean over the ranks measured.
+    pub gbps: f64,
+    /// Median sample, GB/s: `1 - median / best` is the rung's noise.
+    pub median_gbps: f64,
+}
+
+impl Rung {
+    /// Relative spread of the rung's samples: `1 - median / best` (0 when unknown).
+    pub fn noise(&self) -> f64 {
+        let n = 1.0 - self.median_gbps / self.gbps;
+        if n.is_finite() && n > 0.0 {
+            n
+        } else {
+            0.0
+        }
+    }
+}
+
+/// Bandwidth at a ladder of working sets, by increasing working set, and
+/// how it was measured.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Ladder {
+    /// How each rung was measured, in words.
+    pub method: String,
+    pub rungs: Vec<Rung>,
+}
+
+impl Ladder {
+    /// Bandwidth at `working_set` bytes per rank, GB/s: log-log
+    /// interpolation between the two rungs around it, the end rung's figure
+    /// beyond the ends; `None` for an empty ladder.
+    pub fn at(&self, working_set: u64) -> Option<f64> {
+        self.interpolate(working_set, |r| r.gbps)
+    }
+
+    /// The noise (see [`Rung::noise`]) at `working_set`, interpolated as [`Self::at`].
+    pub fn noise_at(&self, working_set: u64) -> f64 {
+        self.interpolate(working_set, Rung::noise).unwrap_or(0.0)
+    }
+
+    fn interpolate(&self, working_set: u64, f: impl Fn(&Rung) -> f64) -> Option<f64> {
+        let rungs: Vec<&Rung> = self
+            .rungs
+            .iter()
+            .filter(|r| r.gbps.is_finite() && r.gbps > 0.0 && r.working_set > 0)
+            .collect();
+        let (first, last) = (rungs.first()?, rungs.last()?);
+        let ws = working_set.max(1);
+        if ws <= first.working_set {
+            return Some(f(first));
+        }
+        if ws >= last.working_set {
+            return Some(f(last));
+        }
+        let hi = rungs.iter().position(|r| r.working_set >= ws)?;
+        let (a, b) = (rungs[hi - 1], rungs[hi]);
+        let t = ((ws as f64).ln() - (a.working_set as f64).ln())
+            / ((b.working_set as f64).ln() - (a.working_set as f64).ln());
+        let (fa, fb) = (f(a), f(b));
+        Some(if fa > 0.0 && fb > 0.0 {
+            (fa.ln() + t * (fb.ln() - fa.ln())).exp()
+        } else {
+            fa + t * (fb - fa)
+        })
+    }
+
+    /// The fastest rung, GB/s (in cache).
+    pub fn peak_gbps(&self) -> Option<f64> {
+        self.rungs.iter().map(|r| r.gbps).reduce(f64::max)
+    }
+
+    /// The slowest rung, GB/s (out of cache, when the ladder reaches it).
+    pub fn floor_gbps(&self) -> Option<f64> {
+        self.rungs.iter().map(|r| r.gbps).reduce(f64::min)
+    }
+
+    /// Whether the ladder reaches `working_set` (its last rung is at least that large).
+    pub fn covers(&self, working_set: u64) -> bool {
+        self.rungs
+            .last()
+            .is_some_and(|r| r.working_set >= working_set)
+    }
+
+    /// This ladder with `here`'s rungs put in: at a working set this ladder
+    /// has, the better of the two figures; between its rungs, `here`'s rung
+    /// goes in at its place (or this ladder's figure there, when better).
+    /// How a row's ceiling measured again at the row joins the pre-sweep
+    /// one (bench-collectives on shared memory).
+    pub fn with_rungs_from(&self, here: &Ladder) -> Ladder {
+        let mut out = self.clone();
+        for h in &here.rungs {
+            match out
+                .rungs
+                .iter_mut()
+                .find(|r| r.working_set == h.working_set)
+            {
+                Some(r) if h.gbps > r.gbps => *r = h.clone(),
+                Some(_) => {}
+                None => {
+                    let at = out
+                        .rungs
+                        .iter()
+                        .position(|r| r.working_set > h.working_set)
+                        .unwrap_or(out.rungs.len());
+                    let rung = match self.at(h.working_set) {
+                        Some(b) if b > h.gbps => Rung {
+                            gbps: b,
+                            median_gbps: b,
+                            ..h.clone()
+                        },
+                        _ => h.clone(),
+                    };
+                    out.rungs.insert(at, rung);
+                }
+            }
+        }
+        out.method = format!(
+            "{}; at each row's working sets the better of that and the same ladder measured again just before the row",
+            self.method
+        );
+        out
+    }
+
+    /// This ladder with `more`'s rungs put in at their working sets (in
+    /// place of a rung at the same working set): a ladder measured at more
+    /// working sets after its first pass.
+    pub fn merged(&self, more: &Ladder) -> Ladder {
+        let mut out = self.clone();
+        for m in &more.rungs {
+            out.rungs.retain(|r| r.working_set != m.working_set);
+            let at = out
+                .rungs
+                .iter()
+                .position(|r| r.working_set > m.working_set)
+                .unwrap_or(out.rungs.len());
+            out.rungs.insert(at, m.clone());
+        }
+        out
+    }
+
+    /// The rung-wise larger of two ladders over the same working sets (one
+    /// stream, and both directions at once: the best either gives).
+    pub fn best_of(&self, other: &Ladder) -> Ladder {
+        let rungs = self
+            .rungs
+            .iter()
+            .map(
+                |r| match other.rungs.iter().find(|o| o.working_set == r.working_set) {
+                    Some(o) if o.gbps > r.gbps => o.clone(),
+                    _ => r.clone(),
+                },
+            )
+            .collect();
+        Ladder {
+            method: format!("the better of ({}) and ({})", self.method, other.method),
+            rungs,
+        }
+    }
+}
