@@ -128,6 +128,8 @@ pub struct StatesSummary {
     /// The state the wire was measured in, and its rungs kept out of it.
     pub state: Option<CoreState>,
     pub rungs_off_state: usize,
+    /// The wire's rungs (per ladder).
+    pub rungs: usize,
     /// Rows that found another state after the wait.
     pub elsewhere: Vec<String>,
     /// Rows timed while the cores moved.
@@ -143,9 +145,9 @@ const WARN_SHARE: f64 = 0.25;
 
 impl StatesSummary {
     /// The rows against a wire measured in `state` with `rungs_off_state`
-    /// rungs out of it; `None` where the state is not tracked.
+    /// of its `rungs` out of it; `None` where the state is not tracked.
     pub fn of(
-        (state, rungs_off_state): (Option<CoreState>, usize),
+        (state, rungs_off_state, rungs): (Option<CoreState>, usize, usize),
         rows: &[RowState],
     ) -> Option<StatesSummary> {
         state?;
@@ -158,6 +160,7 @@ impl StatesSummary {
         Some(StatesSummary {
             state,
             rungs_off_state,
+            rungs,
             elsewhere: names(&|r| !r.in_state && !r.moved()),
             moved: names(&|r| r.moved()),
             waited_rows: rows.iter().filter(|r| r.waited_s > 0.01).count(),
@@ -166,22 +169,20 @@ impl StatesSummary {
         })
     }
 
-    /// Whether a row's model and ceiling describe the machine it ran on.
+    /// Whether a row's model and ceiling describe the machine it ran on:
+    /// it was timed in the wire's state. (A rung of the wire kept out of
+    /// that state is said in the footer; it moves the model only near its
+    /// working set.)
     pub fn comparable(&self, r: &RowState) -> bool {
-        r.in_state && self.rungs_off_state == 0
+        r.in_state
     }
 
-    fn not_comparable(&self) -> usize {
-        if self.rungs_off_state > 0 {
-            self.rows
-        } else {
-            self.elsewhere.len() + self.moved.len()
-        }
-    }
-
-    /// Whether more than a quarter of the rows are not comparable.
+    /// Whether more than a quarter of the rows are not comparable, or more
+    /// than a quarter of the wire's rungs stayed out of its state.
     pub fn warns(&self) -> bool {
-        self.not_comparable() as f64 > WARN_SHARE * self.rows as f64
+        let quarter = |n: usize| WARN_SHARE * n as f64;
+        (self.elsewhere.len() + self.moved.len()) as f64 > quarter(self.rows)
+            || self.rungs_off_state as f64 > quarter(self.rungs)
     }
 
     /// The footer's lines.
@@ -208,8 +209,8 @@ impl StatesSummary {
         };
         if self.rungs_off_state > 0 {
             out.push(format!(
-                "#   {} rungs of the wire stayed out of its state through every try: every row's model is marked ~ and the fits are left out",
-                self.rungs_off_state
+                "#   {} of the wire's {} rungs stayed out of its state through every try: the model near their working sets may be off by the states' difference",
+                self.rungs_off_state, self.rungs
             ));
         }
         if !self.elsewhere.is_empty() {
@@ -227,7 +228,7 @@ impl StatesSummary {
             ));
         }
         if self.warns() {
-            out.push("# WARNING: more than a quarter of the rows ran with the cores elsewhere than where the wire was measured: the model and the ceilings are not to be trusted; rerun on a quieter machine".to_string());
+            out.push("# WARNING: more than a quarter of the rows, or of the wire's rungs, ran with the cores elsewhere than where the wire was measured: the model and the ceilings are not to be trusted; rerun on a quieter machine".to_string());
         }
         out
     }
@@ -239,6 +240,7 @@ impl StatesSummary {
             "most_wait_s": MOST_WAIT,
             "state": self.state,
             "rungs_out_of_state": self.rungs_off_state,
+            "rungs": self.rungs,
             "rows_elsewhere": self.elsewhere,
             "rows_moved": self.moved,
             "waited_rows": self.waited_rows,
@@ -274,6 +276,7 @@ mod tests {
         StatesSummary {
             state: Some(state(0.15)),
             rungs_off_state: 0,
+            rungs: 20,
             elsewhere: Vec::new(),
             moved: Vec::new(),
             waited_rows: 0,
@@ -306,7 +309,7 @@ mod tests {
     }
 
     #[test]
-    fn a_row_is_comparable_only_in_the_wires_state_and_with_a_steady_wire() {
+    fn a_row_is_comparable_only_in_the_wires_state_and_many_rungs_out_warn() {
         let s = summary(4);
         assert!(s.comparable(&row(0.15, 0.16)));
         let elsewhere = RowState {
@@ -314,12 +317,21 @@ mod tests {
             ..row(0.34, 0.34)
         };
         assert!(!s.comparable(&elsewhere));
-        let unsteady = StatesSummary {
+        let one_off = StatesSummary {
             rungs_off_state: 1,
             ..summary(4)
         };
-        assert!(!unsteady.comparable(&row(0.15, 0.16)));
-        assert!(unsteady.warns());
+        assert!(one_off.comparable(&row(0.15, 0.16)));
+        assert!(!one_off.warns());
+        assert!(one_off
+            .lines()
+            .join("\n")
+            .contains("1 of the wire's 20 rungs stayed out"));
+        let many_off = StatesSummary {
+            rungs_off_state: 6,
+            ..summary(4)
+        };
+        assert!(many_off.warns());
     }
 
     #[test]

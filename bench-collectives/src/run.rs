@@ -578,8 +578,14 @@ fn rank_main<C: Communicator>(
         })
         .collect();
     // The fits hold rows against the wire: only rows timed in its state.
-    let states =
-        crate::core_state::StatesSummary::of((wire.state, wire.rungs_off_state), &outcome.states);
+    let states = crate::core_state::StatesSummary::of(
+        (
+            wire.state,
+            wire.rungs_off_state,
+            wire.model.copy.rungs.len(),
+        ),
+        &outcome.states,
+    );
     let in_state: Vec<CollectiveRow> = outcome
         .rows
         .iter()

@@ -141,7 +141,7 @@ fn sweep_collective<C: Communicator>(
                     let place = if in_place { "in" } else { "out" };
                     let label = format!("{} {bytes} B {place}", coll.name());
                     let state = RowState::new(label.clone(), wire.state.as_ref(), before, after);
-                    marked[slot] = !state.in_state || wire.rungs_off_state > 0;
+                    marked[slot] = !state.in_state;
                     outcome.states.push(state);
                     if let Some(d) = ceiling.drift {
                         outcome.ceiling_drift.push((label, d));

@@ -343,16 +343,48 @@ fn the_ceiling_ladder_covers_the_sweep_and_each_row_uses_its_working_set() {
         "noise recorded"
     );
     let fits = extra["fits"].as_array().unwrap();
-    assert!(!fits.is_empty(), "{extra}");
+    // Rows timed with the cores elsewhere than where the wire was measured
+    // are left out of the fits; a fit needs two rows in its window.
+    let in_window_in_state = state_rows
+        .iter()
+        .filter(|x| x["in_state"] == true && !x["row"].as_str().unwrap().ends_with(" in"))
+        .filter(|x| {
+            let b: u64 = x["row"]
+                .as_str()
+                .unwrap()
+                .split(' ')
+                .nth(1)
+                .unwrap()
+                .parse()
+                .unwrap();
+            b >= 16 << 10
+        })
+        .count();
+    assert!(!fits.is_empty() || in_window_in_state < 4, "{extra}");
     for f in fits {
         assert_eq!(f["window_from_bytes"], 16384, "{f}");
     }
     // The ring (16 KiB and up) is fitted in the ladders' structure; an
     // algorithm with one size in the window says why it has no fit.
-    let ring = fits.iter().find(|f| f["algo"] == "ring").unwrap();
-    assert_eq!(
-        ring["structure"], "t = L alpha + s x (the ladders' bytes term)",
-        "{ring}"
-    );
-    assert!(ring["rms_rel_err"].as_f64().is_some(), "{ring}");
+    // Rows left out (the cores elsewhere) can leave it one size: it says so.
+    match fits
+        .iter()
+        .find(|f| f["algo"] == "ring" && f["sizes"].as_u64() >= Some(2))
+    {
+        Some(ring) => {
+            assert_eq!(
+                ring["structure"], "t = L alpha + s x (the ladders' bytes term)",
+                "{ring}"
+            );
+            assert!(ring["rms_rel_err"].as_f64().is_some(), "{ring}");
+        }
+        None => assert!(
+            in_window_in_state < 4
+                && fits
+                    .iter()
+                    .filter(|f| f["algo"] == "ring")
+                    .all(|f| f["error"].is_string()),
+            "no ring fit: {extra}"
+        ),
+    }
 }
