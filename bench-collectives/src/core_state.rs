@@ -14,7 +14,8 @@
 //! agree, and a ceiling from another machine is no ceiling. So the wire is
 //! measured in one state (each rung waiting for it,
 //! `wire::ladders_in_state`), each row waits for the cores to be in that
-//! state before it is timed ([`wait_for_state`], at most [`MOST_WAIT`])
+//! state before it is timed ([`wait_for_state`], at most [`MOST_WAIT`],
+//! and [`WAIT_BUDGET`] in all)
 //! and is probed again after: a row that found another state or saw the
 //! cores move is marked (its model `~`) and left out of the fits, and the
 //! footer says how many and how long the run waited.
@@ -59,28 +60,45 @@ pub fn state_probe<C: Communicator>(comm: &mut C) -> CommResult<Option<CoreState
     }
 }
 
-/// Probes until the cores are in `state` or [`MOST_WAIT`] has passed
-/// (rank 0's clock decides, through the probe's figures every rank
-/// shares): the last probe and the seconds waited. Every rank must call it.
+/// Seconds a run's rows may wait in all, and as many its wire's rungs: on
+/// a loaded machine (or among concurrent tests) the probe finds another
+/// state at every row, and 2 s per row would make a sweep of 200 rows
+/// wait 400 s. Once spent, rows are timed at once and marked if elsewhere.
+pub const WAIT_BUDGET: f64 = 10.0;
+
+/// What is left of a [`WAIT_BUDGET`], seconds: the same on every rank
+/// (it counts down by rank 0's waits).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct WaitBudget(pub f64);
+
+impl Default for WaitBudget {
+    fn default() -> Self {
+        WaitBudget(WAIT_BUDGET)
+    }
+}
+
+/// Probes until the cores are in `state`, or [`MOST_WAIT`] or what is left
+/// of `budget` has passed (rank 0's clock decides, through a gather, so
+/// every rank takes the same turn): the last probe and rank 0's seconds
+/// waited, taken off `budget`. Every rank must call it.
 pub fn wait_for_state<C: Communicator>(
     comm: &mut C,
     state: Option<&CoreState>,
+    budget: &mut WaitBudget,
 ) -> CommResult<(Option<CoreState>, f64)> {
     if !tracks_state(comm) {
         return Ok((None, 0.0));
     }
+    let most = MOST_WAIT.min(budget.0.max(0.0));
     let start = Instant::now();
     loop {
         let now = state_probe(comm)?;
-        let waited = start.elapsed().as_secs_f64();
-        // Every rank gets rank 0's figures, so all take the same turn here;
-        // the deadline is rank 0's clock, shared by a last gather.
-        let late = measure::gather_f64(comm, &[waited])?
+        let waited = measure::gather_f64(comm, &[start.elapsed().as_secs_f64()])?
             .first()
             .and_then(|v| v.first().copied())
-            .unwrap_or(0.0)
-            > MOST_WAIT;
-        if same_state(state, now.as_ref()) || late {
+            .unwrap_or(0.0);
+        if same_state(state, now.as_ref()) || waited >= most {
+            budget.0 -= waited;
             return Ok((now, waited));
         }
     }
@@ -207,6 +225,11 @@ impl StatesSummary {
             };
             format!("{}{more}", shown.join(", "))
         };
+        if self.waited_s >= WAIT_BUDGET - 0.01 {
+            out.push(format!(
+                "#   the rows' waiting time ({WAIT_BUDGET:.0} s in all) ran out: later rows were timed at once"
+            ));
+        }
         if self.rungs_off_state > 0 {
             out.push(format!(
                 "#   {} of the wire's {} rungs stayed out of its state through every try: the model near their working sets may be off by the states' difference",
@@ -238,6 +261,7 @@ impl StatesSummary {
             "probe": "parbench::measure::core_state_probe: medians of 16 timed 8 B exchanges, of 16 exchanges of 32 KiB just-written buffers, of 16 samples of 8 KiB copies, every rank at once, rank 0's",
             "same_state_within": STATE_RATIO,
             "most_wait_s": MOST_WAIT,
+            "wait_budget_s": WAIT_BUDGET,
             "state": self.state,
             "rungs_out_of_state": self.rungs_off_state,
             "rungs": self.rungs,

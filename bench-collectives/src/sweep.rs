@@ -2,7 +2,7 @@
 //! backend: fill, warm up, time, check, combine across ranks, print (rank 0).
 
 use crate::cli::SweepConfig;
-use crate::core_state::{state_probe, wait_for_state, RowState};
+use crate::core_state::{state_probe, wait_for_state, RowState, WaitBudget};
 use crate::data::Inputs;
 use crate::expected::expected;
 use crate::print::{Point, Printer};
@@ -33,6 +33,8 @@ pub struct Outcome {
     /// Per row (same order as `rows`): the cores' state around it
     /// ([`crate::core_state`]).
     pub states: Vec<RowState>,
+    /// What is left of the rows' waiting time.
+    pub wait_budget: WaitBudget,
 }
 
 impl Outcome {
@@ -119,7 +121,8 @@ fn sweep_collective<C: Communicator>(
                         continue;
                     }
                     let model_algo = model::ModelAlgo::of(&point.algo);
-                    let before = wait_for_state(comm, wire.state.as_ref())?;
+                    let before =
+                        wait_for_state(comm, wire.state.as_ref(), &mut outcome.wait_budget)?;
                     let ceiling = wire.ceiling_at_row(comm, coll, &model_algo, bytes, in_place)?;
                     let stats = measure_one(comm, coll, cfg, &point, in_place)?;
                     let after = state_probe(comm)?;

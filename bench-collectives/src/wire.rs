@@ -4,7 +4,7 @@
 //! and the noise of the measurement window.
 
 use crate::cli::SweepConfig;
-use crate::core_state::{same_state, state_probe, wait_for_state};
+use crate::core_state::{same_state, state_probe, wait_for_state, WaitBudget};
 use parbench::comm::{Collective, CommResult, Communicator, DType, LinkStats, ReduceOp};
 use parbench::measure::clock::IterClock;
 use parbench::measure::noise::{CpuSnapshot, ForeignCpu};
@@ -337,6 +337,7 @@ fn ladders_in_state<C: Communicator>(
     comm: &mut C,
     sets: &[u64],
     state: &mut Option<CoreState>,
+    budget: &mut WaitBudget,
 ) -> CommResult<StateLadders> {
     let world = comm.world();
     let mut out: Option<StateLadders> = None;
@@ -344,7 +345,7 @@ fn ladders_in_state<C: Communicator>(
         let mut tries = 0;
         let rung = loop {
             tries += 1;
-            let (before, _) = wait_for_state(comm, state.as_ref())?;
+            let (before, _) = wait_for_state(comm, state.as_ref(), budget)?;
             if out.is_none() && !same_state(state.as_ref(), before.as_ref()) {
                 *state = before;
             }
@@ -530,12 +531,13 @@ pub fn measure_wire<C: Communicator>(
     } else if local {
         // Shared memory: where a byte's cache line was decides its cost.
         // Shared memory: every rung in one state of the cores.
-        let first = ladders_in_state(comm, &sets, &mut state)?;
+        let mut budget = WaitBudget::default();
+        let first = ladders_in_state(comm, &sets, &mut state, &mut budget)?;
         let added = steep_sets(&first.all(), &row_working_sets(comm, cfg));
         let lad = if added.is_empty() {
             first
         } else {
-            first.merged(&ladders_in_state(comm, &added, &mut state)?)
+            first.merged(&ladders_in_state(comm, &added, &mut state, &mut budget)?)
         };
         rungs_off_state = lad.off_state;
         let (copy, reduce, fresh) = (lad.copy, lad.reduce, lad.fresh);
