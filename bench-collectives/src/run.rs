@@ -590,7 +590,7 @@ fn rank_main<C: Communicator>(
         .rows
         .iter()
         .zip(&outcome.states)
-        .filter(|(_, s)| states.as_ref().is_none_or(|st| st.comparable(s)))
+        .filter(|(_, s)| s.in_state)
         .map(|(r, _)| r.clone())
         .collect();
     let summary = Summary {

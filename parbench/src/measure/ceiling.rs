@@ -299,15 +299,15 @@ const PROBE_COPY_BYTES: usize = 8 << 10;
 
 /// Where the host has put the ranks' cores, as three cheap figures: on a
 /// virtual machine the host moves the vCPUs, and every shared-memory
-/// figure moves with them. Measured on the 2-core EPYC VM (whose host
-/// switches every few seconds) in three states:
-/// - two cores of one cache complex: exchange 0.14-0.20 us, a just-written
-///   64 KiB moved between the ranks at 7-9 GB/s, a 16 KiB copy at 90-110;
-/// - two hyper-threads of one core: exchange about the same, the shared
-///   lines at 17-28 GB/s (the two share their L1 and L2), the copy at
-///   about 55 (the two share one core's load and store units);
-/// - two cache complexes apart: exchange 0.31-0.37 us (a cache line took
-///   150 ns between the two instead of 30).
+/// figure moves with them. The probes of the 2-core EPYC VM (whose host
+/// switched every second or so) fell into three states:
+/// - exchange 0.14-0.19 us, just-written 32 KiB buffers between the ranks
+///   at 6-8 GB/s, a 16 KiB copy at 68-102 (most of the time);
+/// - exchange 0.14-0.15 us, the shared buffers at 25 GB/s, the copy at
+///   51-52: two hyper-threads of one core, as it reads (sharing their L1
+///   and L2, and one core's load and store units);
+/// - exchange 0.32-0.45 us, the shared buffers at 2 GB/s: two cores far
+///   apart (a cache line took 150 ns between them instead of 30).
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct CoreState {
     /// Median 8-byte exchange, every rank at once, us.
@@ -327,25 +327,6 @@ impl CoreState {
             && near(self.shared_gbps, other.shared_gbps)
             && near(self.copy_gbps, other.copy_gbps)
     }
-
-    /// The largest ratio between the two states' figures.
-    pub fn distance(&self, other: &CoreState) -> f64 {
-        let r = |a: f64, b: f64| {
-            if a > 0.0 && b > 0.0 {
-                (a / b).max(b / a)
-            } else {
-                f64::INFINITY
-            }
-        };
-        r(self.exchange_us, other.exchange_us)
-            .max(r(self.shared_gbps, other.shared_gbps))
-            .max(r(self.copy_gbps, other.copy_gbps))
-    }
-}
-
-fn median_of(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
 /// The cores' [`CoreState`], rank 0's figures on every rank, `None` with
@@ -399,7 +380,7 @@ pub fn core_state_probe<C: Communicator>(comm: &mut C) -> CommResult<Option<Core
             copy.push(gbps(8 * PROBE_COPY_BYTES, t.elapsed().as_secs_f64()));
         }
     }
-    let mine = [median_of(exchange), median_of(shared), median_of(copy)];
+    let mine = [exchange, shared, copy].map(crate::stats::median_of_finite);
     let all = gather_f64(comm, &mine)?;
     Ok(all.first().filter(|v| v.len() == 3).map(|v| CoreState {
         exchange_us: v[0],

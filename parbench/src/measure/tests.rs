@@ -145,7 +145,6 @@ fn core_states_differ_when_any_figure_moves_beyond_the_ratio() {
     };
     assert!(apart.same_as(&near, 1.5));
     assert!(!apart.same_as(&siblings, 1.5));
-    assert!((apart.distance(&siblings) - 25.0 / 7.0).abs() < 1e-12);
     let broken = CoreState {
         copy_gbps: 0.0,
         ..apart
