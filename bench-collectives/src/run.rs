@@ -565,17 +565,7 @@ fn rank_main<C: Communicator>(
         .rows
         .iter()
         .filter(|r| crate::print::above_ceiling(r, &wire))
-        .map(|r| {
-            (
-                format!(
-                    "{} {} B {}",
-                    r.collective,
-                    r.bytes,
-                    if r.in_place { "in" } else { "out" }
-                ),
-                summary::above_ceiling_cause(r, &wire),
-            )
-        })
+        .map(|r| (r.label(), summary::above_ceiling_cause(r, &wire)))
         .collect();
     // The fits hold rows against the wire: only rows timed in its state.
     let states = crate::core_state::StatesSummary::of(
@@ -648,6 +638,8 @@ fn model_link_json(w: &WireFigures) -> serde_json::Value {
         "one_way": w.model.one_way,
         "copy": w.model.copy,
         "reduce": w.model.reduce,
+        "reduce_into": w.model.reduce_into,
+        "reduce_from": w.model.reduce_from,
     })
 }
 

@@ -141,8 +141,7 @@ fn sweep_collective<C: Communicator>(
                         in_place,
                         &stats,
                     );
-                    let place = if in_place { "in" } else { "out" };
-                    let label = format!("{} {bytes} B {place}", coll.name());
+                    let label = parbench::results::row_label(coll.name(), bytes, in_place);
                     let state = RowState::new(label.clone(), wire.state.as_ref(), before, after);
                     marked[slot] = !state.in_state;
                     outcome.states.push(state);

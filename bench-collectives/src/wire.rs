@@ -286,12 +286,13 @@ struct StateLadders {
     copy: Ladder,
     reduce: Ladder,
     fresh: measure::FreshLadders,
+    fused: measure::FusedLadders,
     /// Rungs whose probes never both matched the state.
     off_state: usize,
 }
 
 impl StateLadders {
-    fn all(&self) -> [&Ladder; 6] {
+    fn all(&self) -> [&Ladder; 8] {
         let f = &self.fresh;
         [
             &self.copy,
@@ -300,6 +301,8 @@ impl StateLadders {
             &f.pull,
             &f.claim,
             &f.both,
+            &self.fused.into,
+            &self.fused.from,
         ]
     }
 
@@ -314,9 +317,19 @@ impl StateLadders {
                 claim: f.claim.merged(&m.claim),
                 both: f.both.merged(&m.both),
             },
+            fused: measure::FusedLadders {
+                into: self.fused.into.merged(&more.fused.into),
+                from: self.fused.from.merged(&more.fused.from),
+            },
             off_state: self.off_state + more.off_state,
         }
     }
+}
+
+/// The transport's reducing receives at `sets` (the sweep's f32 sums);
+/// empty where it has none to time ([`measure::fused_reduce_ladders`]).
+fn fused_ladders<C: Communicator>(comm: &mut C, sets: &[u64]) -> CommResult<measure::FusedLadders> {
+    Ok(measure::fused_reduce_ladders(comm, sets, DType::F32, ReduceOp::Sum)?.unwrap_or_default())
 }
 
 /// Tries per rung at most.
@@ -358,6 +371,7 @@ fn ladders_in_state<C: Communicator>(
                 } else {
                     measure::FreshLadders::default()
                 },
+                fused: fused_ladders(comm, &one)?,
                 off_state: 0,
             };
             let after = state_probe(comm)?;
@@ -382,6 +396,7 @@ fn ladders_in_state<C: Communicator>(
         copy: Ladder::default(),
         reduce: Ladder::default(),
         fresh: measure::FreshLadders::default(),
+        fused: measure::FusedLadders::default(),
         off_state: 0,
     }))
 }
@@ -413,14 +428,20 @@ fn link_ladders<C: Communicator>(
     comm: &mut C,
     sets: &[u64],
     copy: &Ladder,
-) -> CommResult<(measure::StreamLadders, Ladder)> {
+) -> CommResult<(measure::StreamLadders, Ladder, measure::FusedLadders)> {
     let mut s = measure::StreamLadders::default();
     let mut step = Ladder::default();
+    let mut fused = measure::FusedLadders::default();
     let mut held_from = None;
     for (i, &ws) in sets.iter().enumerate() {
         let one =
             measure::stream_ladder(comm, &[ws], STREAM_SAMPLE, STREAM_MESSAGE, STREAM_SAMPLES)?;
         let x = measure::ring_step_ladder(comm, &[ws], RING_SLICE_BYTES)?;
+        let f = fused_ladders(comm, &[ws])?;
+        for (to, from) in [(&mut fused.into, f.into), (&mut fused.from, f.from)] {
+            to.method = from.method;
+            to.rungs.extend(from.rungs);
+        }
         s.one_way.method = one.one_way.method;
         s.duplex.method = one.duplex.method;
         step.method = x.method;
@@ -451,7 +472,8 @@ fn link_ladders<C: Communicator>(
             "; link-bound from {} B (memory copies {LINK_BOUND}x faster there): larger working sets hold that rung",
             sets[i]
         );
-        for l in [&mut s.one_way, &mut s.duplex, &mut step] {
+        let (into, from) = (&mut fused.into, &mut fused.from);
+        for l in [&mut s.one_way, &mut s.duplex, &mut step, into, from] {
             let last = l.rungs.last().cloned();
             if let Some(last) = last {
                 for &ws in &sets[i + 1..] {
@@ -465,7 +487,7 @@ fn link_ladders<C: Communicator>(
             l.method.push_str(&note);
         }
     }
-    Ok((s, step))
+    Ok((s, step, fused))
 }
 
 /// Means over ranks of one figure each.
@@ -540,7 +562,7 @@ pub fn measure_wire<C: Communicator>(
             first.merged(&ladders_in_state(comm, &added, &mut state, &mut budget)?)
         };
         rungs_off_state = lad.off_state;
-        let (copy, reduce, fresh) = (lad.copy, lad.reduce, lad.fresh);
+        let (copy, reduce, fresh, fused) = (lad.copy, lad.reduce, lad.fresh, lad.fused);
         // A received byte whose line the receiver can read where it is
         // (the sender's untouched input) moves at the clean-exchange rate;
         // the ceiling is the better of that and a copy within each rank.
@@ -557,11 +579,13 @@ pub fn measure_wire<C: Communicator>(
             pull: fresh.pull,
             claim: fresh.claim,
             both: fresh.both,
+            reduce_into: fused.into,
+            reduce_from: fused.from,
             ..WireModel::default()
         };
         (ceiling, model, comm.backend() == "local")
     } else {
-        let (s, step) = link_ladders(comm, &sets, &copy)?;
+        let (s, step, fused) = link_ladders(comm, &sets, &copy)?;
         // A ring step is an exchange after an exchange, not a stream, of at
         // most a slice block, walking through the call's buffers: its
         // transfer rate is the ring-step ladder's; the ceiling is the best
@@ -572,6 +596,8 @@ pub fn measure_wire<C: Communicator>(
             one_way: s.one_way.clone(),
             copy: copy.clone(),
             reduce: reduce.clone(),
+            reduce_into: fused.into,
+            reduce_from: fused.from,
             ..WireModel::default()
         };
         let own = comm.backend() == "tcp";

@@ -336,6 +336,11 @@ fn the_ceiling_ladder_covers_the_sweep_and_each_row_uses_its_working_set() {
     ] {
         assert!(!extra["model_link"][key].is_null(), "model_link.{key}");
     }
+    // The transport's reducing receives, at every rung of the wire.
+    let rungs = |key: &str| extra["model_link"][key]["rungs"].as_array().unwrap().len();
+    for key in ["reduce_into", "reduce_from"] {
+        assert_eq!(rungs(key), rungs("both"), "model_link.{key}");
+    }
     assert!(extra["model_link"]["ping_pong"]["trips"].as_u64().unwrap() >= 50);
     assert!(extra["floor"]["floor_us"].as_f64().unwrap() > 0.0);
     assert!(

@@ -174,6 +174,8 @@ pub fn wire_model(meta: &RunMeta) -> Option<parbench::model::wire::WireModel> {
         pull: ladder("pull").unwrap_or_default(),
         claim: ladder("claim").unwrap_or_default(),
         both: ladder("both").unwrap_or_default(),
+        reduce_into: ladder("reduce_into").unwrap_or_default(),
+        reduce_from: ladder("reduce_from").unwrap_or_default(),
     })
 }
 

@@ -13,9 +13,19 @@ use parbench::model::wire::{ceiling_for, fit_on_wire, Ladder, WireModel};
 use parbench::model::ModelAlgo;
 use parbench::results::{read_rows, read_runs, CollectiveRow};
 
-fn wire_of(name: &str) -> (WireModel, Ladder, Vec<CollectiveRow>) {
+/// The fixture's wire, ceiling ladder and rows, less the rows its cores'
+/// state probe found elsewhere than the wire's state or moving (the run
+/// left them out of its fits; the model is not held to them).
+fn wire_of(name: &str) -> (WireModel, Ladder, Vec<CollectiveRow>, bool) {
     let dir = fixture(name);
     let runs = read_runs(&dir).unwrap();
+    let state = runs[0].extra.get("core_state");
+    let elsewhere: Vec<&str> = ["rows_elsewhere", "rows_moved"]
+        .iter()
+        .filter_map(|k| state?.get(k)?.as_array())
+        .flatten()
+        .filter_map(|v| v.as_str())
+        .collect();
     let m = &runs[0].extra["model_link"];
     let ladder = |k: &str| -> Ladder { serde_json::from_value(m[k].clone()).unwrap_or_default() };
     let wire = WireModel {
@@ -28,17 +38,28 @@ fn wire_of(name: &str) -> (WireModel, Ladder, Vec<CollectiveRow>) {
         pull: ladder("pull"),
         claim: ladder("claim"),
         both: ladder("both"),
+        reduce_into: ladder("reduce_into"),
+        reduce_from: ladder("reduce_from"),
     };
     let ceiling: Ladder =
         serde_json::from_value(runs[0].extra["ceiling"]["ladder"].clone()).unwrap();
     let rows: Vec<CollectiveRow> = read_rows(&dir.join("collectives.csv")).unwrap();
-    (wire, ceiling, rows)
+    let rows = rows
+        .into_iter()
+        .filter(|r| !elsewhere.contains(&r.label().as_str()))
+        .collect();
+    // Runs that measured each row's ceiling again at the row hold it
+    // against the better of that and the pre-sweep ladder.
+    let again = runs[0].extra["ceiling"]
+        .get("rows_measured_again")
+        .is_some();
+    (wire, ceiling, rows, again)
 }
 
 /// (rows of 64 KiB and up, of which within 25% of the p50), after checking
 /// that the model now does so at least as often as the recorded `model_us`.
 fn check(name: &str) -> (usize, usize) {
-    let (wire, ceiling, rows) = wire_of(name);
+    let (wire, ceiling, rows, again) = wire_of(name);
     let (mut n, mut within, mut within_recorded) = (0, 0, 0);
     let near = |t: f64, p50: f64| usize::from((t / p50 - 1.0).abs() <= 0.25);
     for r in &rows {
@@ -57,11 +78,12 @@ fn check(name: &str) -> (usize, usize) {
             r.in_place,
         )
         .unwrap();
-        assert!(
-            (g - r.ceiling_gbps).abs() <= 1e-9 * g,
-            "{name}: ceiling {g} vs {}",
-            r.ceiling_gbps
-        );
+        let held = if again {
+            r.ceiling_gbps >= g * (1.0 - 1e-9)
+        } else {
+            (g - r.ceiling_gbps).abs() <= 1e-9 * g
+        };
+        assert!(held, "{name}: ceiling {g} vs {}", r.ceiling_gbps);
         if r.bytes >= 64 << 10 {
             n += 1;
             within += near(t, r.p50_us);
@@ -77,7 +99,7 @@ fn check(name: &str) -> (usize, usize) {
 
 /// The largest rms error of the fits from 1 MiB up, per collective, out of place.
 fn fit_rms(name: &str) -> f64 {
-    let (wire, _, rows) = wire_of(name);
+    let (wire, _, rows, _) = wire_of(name);
     let mut worst: f64 = 0.0;
     for coll in ["all_reduce", "all_gather"] {
         let pts: Vec<(u64, f64)> = rows
@@ -106,10 +128,14 @@ fn tcp_loopback() {
     // loopback runs up to 2x slower than the same exchange in the ladder.
     // Pricing a part written within the slice half at the call's working
     // set (its destination) took this record from 29 to 31 rows within
-    // 25% and its fit's rms from 9.5% to 10.9%.
+    // 25% and its fit's rms from 9.5% to 10.9%. Pricing an in-place
+    // all_reduce's all-gather wholly at the slice's working set (its
+    // destination is the block the reduce-scatter has just sent) took it
+    // to 30 (the 4 MiB in-place row at 0.73), and 11 recorded tcp runs
+    // from 346 to 356 of 460 rows.
     let (n, within) = check("real-14-tcp");
     assert_eq!(n, 44);
-    assert!(within >= 31, "{within} of {n} rows within 25%");
+    assert!(within >= 30, "{within} of {n} rows within 25%");
     assert!(fit_rms("real-14-tcp") <= 0.11);
 }
 
@@ -119,4 +145,25 @@ fn a_1_gbit_shaped_link() {
     assert_eq!(n, 44);
     assert!(within >= 42, "{within} of {n} rows within 25%");
     assert!(fit_rms("real-14-1gbit") <= 0.02);
+}
+
+#[test]
+fn local_shared_memory_with_the_transports_reducing_receive() {
+    // Recorded with the fused ladders (`reduce_into`, `reduce_from`) and
+    // the cores' state: 3 rows found the cores elsewhere and are not
+    // judged. Its fits' rms (22% and 19%) are the run's, not within 10%:
+    // the out-of-place rows at 4-8 MiB (a 32 MiB L3 shared with the VM's
+    // neighbours) moved 1.5x between runs.
+    let (n, within) = check("real-14-fused-local");
+    assert_eq!(n, 41);
+    assert!(within >= 38, "{within} of {n} rows within 25%");
+    assert!(fit_rms("real-14-fused-local") <= 0.22);
+}
+
+#[test]
+fn tcp_loopback_with_the_transports_reducing_receive() {
+    let (n, within) = check("real-14-fused-tcp");
+    assert_eq!(n, 44);
+    assert!(within >= 42, "{within} of {n} rows within 25%");
+    assert!(fit_rms("real-14-fused-tcp") <= 0.13);
 }

@@ -43,19 +43,19 @@ pub fn working_sets(smallest: u64, largest: u64) -> Vec<u64> {
 
 /// How much each sample moves: enough bytes that a sample lasts well above
 /// the clock's resolution and the barrier's skew, at least two transfers.
-const SAMPLE_BYTES: u64 = 4 << 20;
+pub(super) const SAMPLE_BYTES: u64 = 4 << 20;
 /// Samples per rung (the best is the ceiling, the median its noise).
-const SAMPLES: usize = 5;
+pub(super) const SAMPLES: usize = 5;
 
 /// Samples of a rung whose one transfer already moves [`SAMPLE_BYTES`].
-const BIG_SAMPLES: usize = 3;
+pub(super) const BIG_SAMPLES: usize = 3;
 
 /// Transfers per sample and samples of a rung moving `len` bytes per
 /// transfer: [`SAMPLE_BYTES`] per sample (at least two transfers) and
 /// [`SAMPLES`] samples; a transfer of [`SAMPLE_BYTES`] or more is long
 /// enough alone, so those rungs take one transfer per sample and three
 /// samples ([`BIG_SAMPLES`]: they are most of the ladder's time).
-fn plan_rung(len: usize) -> (usize, usize) {
+pub(super) fn plan_rung(len: usize) -> (usize, usize) {
     if len as u64 >= SAMPLE_BYTES {
         (1, BIG_SAMPLES)
     } else {
@@ -71,12 +71,24 @@ fn plan_rung(len: usize) -> (usize, usize) {
 /// copy on each of two cores ran 11, 26, 30, then 36-45 GB/s), while a
 /// sweep's row is timed after its own warm-up: a ceiling or beta taken
 /// from the first passes is the machine waking up, not the wire.
-const WARM_PASSES: usize = 8;
+pub(super) const WARM_PASSES: usize = 8;
 
 /// Longest sample of the fresh ladders, seconds.
 const FRESH_SAMPLE_SECS: f64 = 0.01;
 
-fn best_and_median(mut secs: Vec<f64>, bytes: f64) -> (f64, f64) {
+/// Whether rank 0 says a sample begun at `start` has run long enough
+/// ([`FRESH_SAMPLE_SECS`]): every rank asks at the same exchange, so every
+/// rank stops at the same one.
+pub(super) fn sample_long_enough<C: Communicator>(
+    comm: &mut C,
+    start: Instant,
+) -> CommResult<bool> {
+    let late = comm.rank() == 0 && start.elapsed().as_secs_f64() > FRESH_SAMPLE_SECS;
+    let stop = gather_f64(comm, &[f64::from(u8::from(late))])?;
+    Ok(stop.first().and_then(|v| v.first()) == Some(&1.0))
+}
+
+pub(super) fn best_and_median(mut secs: Vec<f64>, bytes: f64) -> (f64, f64) {
     secs.retain(|s| s.is_finite() && *s > 0.0);
     if secs.is_empty() {
         return (0.0, 0.0);
@@ -88,7 +100,7 @@ fn best_and_median(mut secs: Vec<f64>, bytes: f64) -> (f64, f64) {
 }
 
 /// Means over ranks of each rank's `(best, median)` pairs, one per rung.
-fn mean_over_ranks<C: Communicator>(
+pub(super) fn mean_over_ranks<C: Communicator>(
     comm: &mut C,
     mine: &[(f64, f64)],
 ) -> CommResult<Vec<(f64, f64)>> {
@@ -192,7 +204,11 @@ pub fn reduce_ladder<C: Communicator>(
     })
 }
 
-fn rungs_of(sets: &[u64], bytes: impl Fn(u64) -> u64, figures: &[(f64, f64)]) -> Vec<Rung> {
+pub(super) fn rungs_of(
+    sets: &[u64],
+    bytes: impl Fn(u64) -> u64,
+    figures: &[(f64, f64)],
+) -> Vec<Rung> {
     sets.iter()
         .zip(figures)
         .map(|(&ws, &(gbps, median_gbps))| Rung {
@@ -242,7 +258,8 @@ pub struct FreshLadders {
 ///   received into last time, receive into the one the peer just read).
 ///
 /// The time of an 8-byte exchange timed the same way (the latency the
-/// model charges as alpha) is taken off each exchange. Best of the samples
+/// model charges as alpha) is taken off each exchange ([`less_latency`]).
+/// Best of the samples
 /// ([`plan_rung`]; a sample also ends after [`FRESH_SAMPLE_SECS`], rank 0
 /// deciding), mean over ranks. Without `cache_states` (sockets: the bytes
 /// cross the kernel's own buffers, whatever their lines' state) only
@@ -278,19 +295,13 @@ pub fn fresh_ladders<C: Communicator>(
         timed(comm, send, recv, len, false)
     };
     let empty = median_empty_exchange(comm, true)?;
-    let empty_step = median_empty_exchange(comm, false)?;
+    let mut empty_step = median_empty_exchange(comm, false)?;
     // Each rank takes its own empty exchange off its own; the method names rank 0's.
     let empty0 = gather_f64(comm, &[empty])?
         .first()
         .and_then(|v| v.first().copied())
         .unwrap_or(empty);
-    // Whether rank 0 says a sample has run long enough (every rank asks at
-    // the same exchange, so every rank stops at the same one).
-    let enough = |comm: &mut C, start: Instant| -> CommResult<bool> {
-        let late = rank == 0 && start.elapsed().as_secs_f64() > FRESH_SAMPLE_SECS;
-        let stop = gather_f64(comm, &[f64::from(u8::from(late))])?;
-        Ok(stop.first().and_then(|v| v.first()) == Some(&1.0))
-    };
+    let enough = sample_long_enough::<C>;
     let (mut clean, mut pull, mut claim, mut both) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for &ws in sets {
@@ -308,14 +319,13 @@ pub fn fresh_ladders<C: Communicator>(
             let start = Instant::now();
             let (mut tl, mut done) = (0.0, 0usize);
             while done < reps {
-                let t = step(comm, &a, &mut b, len)?;
-                tl += (t - empty_step).max(t * 1e-3);
+                tl += step(comm, &a, &mut b, len)?;
                 done += 1;
                 if done % 16 == 0 && enough(comm, start)? {
                     break;
                 }
             }
-            s_clean.push(tl / done as f64);
+            s_clean.push((tl, done));
         }
         for _ in 0..samples * usize::from(cache_states) {
             let start = Instant::now();
@@ -328,38 +338,44 @@ pub fn fresh_ladders<C: Communicator>(
                 let t = Instant::now();
                 a.copy_from(&b)?;
                 tc += t.elapsed().as_secs_f64();
-                let t = step(comm, &a, &mut b, len)?;
-                tp += (t - empty_step).max(t * 1e-3);
+                tp += step(comm, &a, &mut b, len)?;
                 done += 1;
                 if done % 16 == 0 && enough(comm, start)? {
                     break;
                 }
             }
-            s_pull.push(tp / done as f64);
+            s_pull.push((tp, done));
             s_claim.push(tc / done as f64);
         }
         for _ in 0..samples * usize::from(cache_states) {
             let start = Instant::now();
             let (mut tb, mut done) = (0.0, 0usize);
             while done < reps {
-                let t = if done % 2 == 0 {
+                tb += if done % 2 == 0 {
                     step(comm, &a, &mut b, len)?
                 } else {
                     step(comm, &b, &mut a, len)?
                 };
-                tb += (t - empty_step).max(t * 1e-3);
                 done += 1;
                 if done % 16 == 0 && enough(comm, start)? {
                     break;
                 }
             }
-            s_both.push(tb / done as f64);
+            s_both.push((tb, done));
         }
-        clean.push(best_and_median(s_clean, len as f64));
+        let after = median_empty_exchange(comm, false)?;
+        let e = empty_step.min(after);
+        empty_step = after;
+        let less = |v: Vec<(f64, usize)>| -> Vec<f64> {
+            v.into_iter()
+                .map(|(raw, n)| less_latency(raw, n, e) / n.max(1) as f64)
+                .collect()
+        };
+        clean.push(best_and_median(less(s_clean), len as f64));
         if cache_states {
-            pull.push(best_and_median(s_pull, len as f64));
+            pull.push(best_and_median(less(s_pull), len as f64));
             claim.push(best_and_median(s_claim, len as f64));
-            both.push(best_and_median(s_both, len as f64));
+            both.push(best_and_median(less(s_both), len as f64));
         }
     }
     let (clean, pull, claim, both) = (
@@ -398,11 +414,24 @@ pub fn fresh_ladders<C: Communicator>(
     })
 }
 
+/// `raw` seconds of `exchanges` timed exchanges less an empty exchange's
+/// `empty` seconds each, at least a thousandth of `raw`. The empty exchange
+/// is the smaller of the medians timed just before and just after the
+/// rung: a stall while one is timed (on the EPYC VM a median came out
+/// above the 80 us of a 512 KiB step) would otherwise take the whole time
+/// off and make the rung read a thousand times memory's speed.
+pub(super) fn less_latency(raw: f64, exchanges: usize, empty: f64) -> f64 {
+    (raw - exchanges as f64 * empty).max(raw * 1e-3)
+}
+
 /// Median seconds of 64 timed 8-byte `send_recv`s, every rank sending to
 /// its right neighbour while it receives from its left, each after a
 /// barrier or back to back: the latency a transfer ladder takes off each
 /// exchange (the model charges it as alpha).
-fn median_empty_exchange<C: Communicator>(comm: &mut C, barrier: bool) -> CommResult<f64> {
+pub(super) fn median_empty_exchange<C: Communicator>(
+    comm: &mut C,
+    barrier: bool,
+) -> CommResult<f64> {
     let (rank, world) = (comm.rank(), comm.world());
     let (right, left) = ((rank + 1) % world, (rank + world - 1) % world);
     let send = comm.alloc(8)?;
@@ -446,7 +475,8 @@ pub fn ring_step_ladder<C: Communicator>(
     let (rank, world) = (comm.rank(), comm.world());
     let (right, left) = ((rank + 1) % world, (rank + world - 1) % world);
     let max_message = max_message.max(1);
-    let empty = median_empty_exchange(comm, false)?;
+    let mut empty = median_empty_exchange(comm, false)?;
+    let first_empty = empty;
     let mut mine = Vec::with_capacity(sets.len());
     for &ws in sets {
         let area = (ws / 2).max(1);
@@ -481,9 +511,15 @@ pub fn ring_step_ladder<C: Communicator>(
                 comm.send_recv(&sends[k], right, &mut recvs[k], left, len, DType::U8)?;
             }
             comm.sync()?;
-            let s = t.elapsed().as_secs_f64();
-            secs.push((s - per_sample as f64 * empty).max(s * 1e-3));
+            secs.push(t.elapsed().as_secs_f64());
         }
+        let after = median_empty_exchange(comm, false)?;
+        let e = empty.min(after);
+        empty = after;
+        let secs = secs
+            .into_iter()
+            .map(|s| less_latency(s, per_sample, e))
+            .collect();
         mine.push(best_and_median(secs, (per_sample * len) as f64));
     }
     let figures = mean_over_ranks(comm, &mine)?;
@@ -491,7 +527,7 @@ pub fn ring_step_ladder<C: Communicator>(
         method: format!(
             "ring steps: every rank sending to rank+1 while receiving from rank-1 (send_recv), back to back, messages of half the working set up to {} KiB, walking through a send and a receive area of half the working set each, less an 8 B exchange ({:.2} us) per step, best of {SAMPLES} ({BIG_SAMPLES} from {} MiB per area), mean per rank",
             max_message >> 10,
-            empty * 1e6,
+            first_empty * 1e6,
             SAMPLE_BYTES >> 20
         ),
         rungs: rungs_of(sets, |ws| (ws / 2).clamp(1, max_message), &figures),

@@ -12,6 +12,8 @@
 //! - [`ceiling`]: what the wire can do at best, measured in the same run
 //!   (memory-copy bandwidth, one-stream throughput, ping-pong latency,
 //!   reduction-kernel throughput).
+//! - [`fused`]: the host rings' own receive-and-reduce step, by working
+//!   set (the model's price of a reduced byte).
 //! - [`placement`]: one CPU per rank, so the scheduler does not stack the
 //!   ranks of a job on one core while another idles.
 //!
@@ -21,6 +23,7 @@ pub mod ceiling;
 pub mod clock;
 pub mod clock_sync;
 pub mod combine;
+pub mod fused;
 pub mod ladder;
 pub mod noise;
 pub mod placement;
@@ -33,6 +36,7 @@ pub use ceiling::{
 pub use combine::{
     gather_f64, gather_f64_any_len, Average, LoopStats, StragglerTally, StragglerVerdict,
 };
+pub use fused::{fused_reduce_ladders, FusedLadders};
 pub use ladder::{
     copy_ladder, fresh_ladders, reduce_ladder, ring_step_ladder, stream_ladder, working_sets,
     FreshLadders, Ladder, Rung, StreamLadders,

@@ -22,4 +22,4 @@ pub use io::{
 };
 pub use link_row::{verdict, LinkRow, Verdict, SLOW_SHARE};
 pub use meta::{git_revision, iso8601_utc, new_run_id, RunMeta};
-pub use records::{CollectiveRow, LayerRow, PipelineRow, Record, SCHEMA_VERSION};
+pub use records::{row_label, CollectiveRow, LayerRow, PipelineRow, Record, SCHEMA_VERSION};

@@ -50,6 +50,20 @@ pub struct CollectiveRow {
     pub ceiling_gbps: f64,
 }
 
+/// A bench-collectives row's name in run.json's per-row records (the cores'
+/// state, the rows above their ceiling): `all_reduce 1048576 B in`.
+pub fn row_label(collective: &str, bytes: u64, in_place: bool) -> String {
+    let place = if in_place { "in" } else { "out" };
+    format!("{collective} {bytes} B {place}")
+}
+
+impl CollectiveRow {
+    /// The row's [`row_label`].
+    pub fn label(&self) -> String {
+        row_label(&self.collective, self.bytes, self.in_place)
+    }
+}
+
 impl Record for CollectiveRow {
     const FILE: &'static str = "collectives.csv";
     const MAY_BE_NAN: &'static [&'static str] = &["model_us", "ceiling_gbps"];
