@@ -9,7 +9,10 @@
 //!    than 10% of the machine: `extra.noise` in run.json, or, for a
 //!    collective's rows, that collective's table: `extra.noise_per_collective`);
 //!    rows of noisy runs are left out, and a figure with no quiet row left
-//!    on a side is "noisy: not judged";
+//!    on a side is "noisy: not judged"; so are the rows a run timed with
+//!    the cores elsewhere than where its wire was measured, or moving
+//!    (bench-collectives' cores' state: `extra.core_state`): a host that
+//!    moves the ranks' cores moves every shared-memory figure 1.5-10x;
 //! 2. its median over the rounds got worse by more than `--threshold`;
 //! 3. and by more than the noise: with two or more rounds on a side, the
 //!    half-spread of that side's rounds; with one round, the row's own
@@ -97,6 +100,10 @@ pub trait Compared: Record {
     fn noise_scope(&self) -> Option<&str> {
         None
     }
+    /// The row's name in its run's per-row records of the cores' state.
+    fn state_label(&self) -> Option<String> {
+        None
+    }
 }
 
 /// `(value - low) / value`, or 0 when the spread is not recorded.
@@ -146,6 +153,9 @@ impl Compared for CollectiveRow {
     }
     fn noise_scope(&self) -> Option<&str> {
         Some(&self.collective)
+    }
+    fn state_label(&self) -> Option<String> {
+        Some(self.label())
     }
     fn key_parts(&self) -> Vec<(&'static str, String)> {
         vec![
@@ -269,6 +279,9 @@ pub struct RunInfo {
     pub per_scope: BTreeMap<String, f64>,
     /// The compare floor, us (0 when not recorded).
     pub floor_us: f64,
+    /// Rows ([`parbench::results::row_label`]) timed with the cores
+    /// elsewhere than the wire's state, or while they moved.
+    pub cores_elsewhere: BTreeSet<String>,
 }
 
 impl RunInfo {
@@ -278,13 +291,17 @@ impl RunInfo {
             .is_some_and(|f| f > parbench::measure::noise::NOISY_FRACTION)
     }
 
-    /// Whether a row of the run is too noisy to judge: the run, or the part
-    /// of it the row was measured in.
-    pub fn noisy_for(&self, scope: Option<&str>) -> bool {
+    /// Whether a row of the run is too noisy to judge: the run, the part
+    /// of it the row was measured in, or the row's cores' state.
+    pub fn noisy_for<R: Compared>(&self, row: &R) -> bool {
         self.noisy()
-            || scope
+            || row
+                .noise_scope()
                 .and_then(|s| self.per_scope.get(s))
                 .is_some_and(|&f| f > parbench::measure::noise::NOISY_FRACTION)
+            || row
+                .state_label()
+                .is_some_and(|l| self.cores_elsewhere.contains(&l))
     }
 }
 
@@ -309,12 +326,20 @@ pub fn run_infos(src: &Source) -> BTreeMap<String, RunInfo> {
                         .collect()
                 })
                 .unwrap_or_default();
+            let state = r.extra.get("core_state");
+            let cores_elsewhere = ["rows_elsewhere", "rows_moved"]
+                .iter()
+                .filter_map(|k| state?.get(k)?.as_array())
+                .flatten()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect();
             (
                 r.run_id.clone(),
                 RunInfo {
                     foreign: r.noise().map(|n| n.fraction),
                     per_scope,
                     floor_us,
+                    cores_elsewhere,
                 },
             )
         })
@@ -330,6 +355,9 @@ pub struct Comparison {
     pub only_current: Vec<(&'static str, String)>,
     /// Noisy runs left out: (folder side, run id, share of the machine taken).
     pub noisy_runs: Vec<(&'static str, String, f64)>,
+    /// Runs with rows left out for their cores' state: (folder side, run
+    /// id, rows).
+    pub cores_moved: Vec<(&'static str, String, usize)>,
     /// Suites present on both sides whose keys matched nothing, with why.
     pub unmatched: Vec<String>,
     /// Runs of the current folder that were cut short: (run id, why).
@@ -498,7 +526,7 @@ pub fn compare_rows<R: Compared>(
             (0..n)
                 .map(|i| {
                     rows.iter()
-                        .filter(|r| !info(runs, r.run_id()).noisy_for(r.noise_scope()))
+                        .filter(|r| !info(runs, r.run_id()).noisy_for(**r))
                         .filter_map(|r| Some((r.run_id().to_string(), r.figures().get(i)?.clone())))
                         .collect()
                 })
@@ -596,6 +624,10 @@ pub fn compare_sources(base: &Source, cur: &Source, threshold: f64) -> Compariso
         .collect();
     for (side, infos) in [("baseline", &bi), ("current", &ci)] {
         for (id, i) in infos {
+            if !i.cores_elsewhere.is_empty() {
+                out.cores_moved
+                    .push((side, id.clone(), i.cores_elsewhere.len()));
+            }
             if i.noisy() {
                 out.noisy_runs
                     .push((side, id.clone(), i.foreign.unwrap_or(0.0)));

@@ -216,6 +216,38 @@ fn a_noisy_run_is_not_judged_and_exits_3() {
 }
 
 #[test]
+fn a_row_timed_with_the_cores_elsewhere_is_not_judged() {
+    // The 20% slowdown of one row, in a run whose probes found that row's
+    // cores elsewhere than the wire's state: not a regression, not a pass.
+    let cur = copy_fixture("shm", "cores-moved");
+    edit_collectives(&cur, |r| {
+        if is_target(r) {
+            slow_down(r, 1.2)
+        }
+    });
+    let p = cur.join("run.json");
+    let mut runs: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+    for run in runs.as_array_mut().unwrap() {
+        run["extra"]["core_state"] = serde_json::json!({
+            "rows_elsewhere": [parbench::results::row_label("all_reduce", TARGET, false)],
+            "rows_moved": [],
+        });
+    }
+    std::fs::write(&p, runs.to_string()).unwrap();
+    let base = fixture("shm");
+    let o = report(&["compare", base.to_str().unwrap(), cur.to_str().unwrap()]);
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(3), "{out}{}", stderr(&o));
+    assert!(out.contains(": 0 regressions"), "{out}");
+    assert!(
+        out.contains("Rows timed with the cores elsewhere")
+            && out.contains("noisy: not judged: 2 figures of 1 keys"),
+        "{out}"
+    );
+}
+
+#[test]
 fn a_compare_that_matches_nothing_exits_2_saying_why() {
     let base = fixture("shm");
     let cur = copy_fixture("shm", "renamed");

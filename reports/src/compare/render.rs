@@ -116,6 +116,16 @@ pub fn render(cmp: &Comparison, args: &CompareArgs) -> String {
         }
         out.push_str(&if md { t.markdown() } else { t.text() });
     }
+    if !cmp.cores_moved.is_empty() {
+        out.push_str(&heading(
+            "Rows timed with the cores elsewhere than the run's wire, or moving (not judged)",
+        ));
+        let mut t = Table::new(["folder", "run", "rows left out"]);
+        for (side, id, n) in &cmp.cores_moved {
+            t.row([side.to_string(), id.clone(), n.to_string()]);
+        }
+        out.push_str(&if md { t.markdown() } else { t.text() });
+    }
     let table = |t: Table| if md { t.markdown() } else { t.text() };
     if !regs.is_empty() {
         out.push_str(&heading("Regressions"));
@@ -127,7 +137,7 @@ pub fn render(cmp: &Comparison, args: &CompareArgs) -> String {
     }
     if !not_judged.is_empty() {
         out.push_str(&format!(
-            "\nnoisy: not judged: {} figures of {} keys (every row on one side came from a noisy run).\n",
+            "\nnoisy: not judged: {} figures of {} keys (every row on one side came from a noisy run, or was timed with the cores elsewhere).\n",
             not_judged.len(),
             not_judged
                 .iter()
