@@ -19,6 +19,7 @@ mod memory;
 mod nccl_flags;
 mod nccl_tests_format;
 mod print;
+mod recheck;
 mod reference_line;
 mod run;
 mod summary;

@@ -413,6 +413,9 @@ pub fn summary_lines(s: &Summary) -> Vec<String> {
     } else {
         out.push("# Rows above their ceiling by more than its noise: none".to_string());
     }
+    if let Some(c) = &s.recheck {
+        out.extend(c.lines());
+    }
     if let Some(d) = &s.ceiling_drift {
         out.push(d.line());
     }

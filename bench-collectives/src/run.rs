@@ -560,12 +560,17 @@ fn rank_main<C: Communicator>(
     };
     let outcome = sweep::run_sweep(comm, &plan.sweep, &ids, &wire, &mut printer)?;
     let noise = ForeignCpu::across_ranks(comm, run_start.as_ref())?;
+    let largest = wire_mod::largest_set(&plan.sweep, comm.world());
+    let recheck = crate::recheck::recheck_wire(comm, &wire, largest)?;
     let link = wire_mod::retransmits_since(comm, link_start)?;
     let above_ceiling = outcome
         .rows
         .iter()
         .filter(|r| crate::print::above_ceiling(r, &wire))
-        .map(|r| (r.label(), summary::above_ceiling_cause(r, &wire)))
+        .map(|r| {
+            let why = summary::above_ceiling_cause(r, &wire, recheck.as_ref());
+            (r.label(), why)
+        })
         .collect();
     // The fits hold rows against the wire: only rows timed in its state.
     let states = crate::core_state::StatesSummary::of(
@@ -586,6 +591,7 @@ fn rank_main<C: Communicator>(
     let summary = Summary {
         fits: summary::fits(&in_state, &wire, plan.sweep.fit_from),
         states,
+        recheck,
         above_ceiling,
         straggler: outcome.straggler(),
         iterations: outcome.tally.iterations(),
@@ -663,6 +669,7 @@ fn finish(plan: &SweepJob, meta: &mut RunMeta, r: RankReport) -> Result<Finished
                 "each row's ceiling_gbps is this ladder at the row's working set (docs/collectives.md, The wire's ceiling)"
             },
             "row_drift": r.summary.ceiling_drift.as_ref().map(summary::CeilingDrift::json),
+            "after_sweep": r.summary.recheck.as_ref().map(crate::recheck::WireRecheck::json),
             "rows_measured_again": r.outcome.ceiling_drift.iter().map(|(row, d)| serde_json::json!({"row": row, "working_set": d.working_set, "copy_gbps_before_sweep": d.before_gbps, "copy_gbps_at_row": d.here_gbps, "rungs": d.rungs})).collect::<Vec<_>>(),
         }),
     );

@@ -73,6 +73,8 @@ pub struct Summary {
     pub ceiling_drift: Option<CeilingDrift>,
     /// The cores' state row by row (`None` where it is not tracked).
     pub states: Option<crate::core_state::StatesSummary>,
+    /// A socket wire's ceiling measured again after the sweep.
+    pub recheck: Option<crate::recheck::WireRecheck>,
 }
 
 /// The ceiling measured again at each row against the pre-sweep ladder at
@@ -329,7 +331,20 @@ pub fn fit_words(
 }
 
 /// Why a row beats its ceiling, in one line.
-pub fn above_ceiling_cause(r: &CollectiveRow, wire: &WireFigures) -> String {
+pub fn above_ceiling_cause(
+    r: &CollectiveRow,
+    wire: &WireFigures,
+    recheck: Option<&crate::recheck::WireRecheck>,
+) -> String {
+    // A wire that moved during the run explains every row, and makes a
+    // slow ladder look like a shaped link.
+    if let Some(m) = recheck.and_then(|c| c.moved()) {
+        return format!(
+            "the wire's ceiling moved x{:.2} between before and after the sweep (at {} of working set): the rows ran in another state of the machine than the ladder",
+            m.ratio(),
+            parbench::units::bytes(m.working_set as f64)
+        );
+    }
     let coll = r.collective.parse::<Collective>().ok();
     let ws = coll.map_or(r.bytes, |c| {
         working_set_bytes(c, r.world, r.bytes, r.in_place)

@@ -20,12 +20,12 @@ use std::time::Instant;
 const SMALLEST_SET: u64 = 4 << 10;
 /// Bytes each stream sample moves at least (the wire's own buffers, a
 /// token bucket's burst, are then a small part of it).
-const STREAM_SAMPLE: u64 = 4 << 20;
+pub(crate) const STREAM_SAMPLE: u64 = 4 << 20;
 /// The longest message of the stream ladders: longer ones outran loopback's
 /// socket buffers and were retransmitted (see [`measure::stream_ladder`]).
-const STREAM_MESSAGE: u64 = 1 << 20;
+pub(crate) const STREAM_MESSAGE: u64 = 1 << 20;
 /// Samples per stream rung (each direction).
-const STREAM_SAMPLES: usize = 3;
+pub(crate) const STREAM_SAMPLES: usize = 3;
 /// Timed ping-pongs behind alpha (after the warm-up).
 const PING_TRIPS: usize = 200;
 
@@ -206,7 +206,7 @@ impl RowCeiling {
 }
 
 /// The largest working set any row of the sweep touches, bytes per rank.
-fn largest_set(cfg: &SweepConfig, world: usize) -> u64 {
+pub(crate) fn largest_set(cfg: &SweepConfig, world: usize) -> u64 {
     let top = cfg.sizes.last().copied().unwrap_or(0);
     cfg.collectives
         .iter()

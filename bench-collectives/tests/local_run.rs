@@ -246,6 +246,8 @@ fn the_ceiling_ladder_covers_the_sweep_and_each_row_uses_its_working_set() {
         serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap();
     let extra = &runs[0]["extra"];
     let ladder: Ladder = serde_json::from_value(extra["ceiling"]["ladder"].clone()).unwrap();
+    // Shared memory measures each row's ceiling at the row, not after the sweep.
+    assert!(extra["ceiling"]["after_sweep"].is_null());
     let state_rows = extra["core_state"]["rows"]
         .as_array()
         .cloned()

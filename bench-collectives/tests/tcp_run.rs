@@ -46,6 +46,24 @@ fn two_processes_sweep_exactly_and_rank_zero_records() {
         .iter()
         .filter(|r| r["collective"] == "broadcast")
         .all(|r| r["root"] == "1"));
+    // The ceiling measured again after the sweep, within the sweep's
+    // working sets (at most 8 KiB: all_reduce of 4 KiB out of place).
+    assert!(
+        text.contains("# Wire measured again after the sweep"),
+        "{text}"
+    );
+    let runs: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap();
+    let again = &runs[0]["extra"]["ceiling"]["after_sweep"];
+    let rungs = again["rungs"].as_array().unwrap();
+    assert!(!rungs.is_empty(), "{again}");
+    for r in rungs {
+        assert!(r["working_set"].as_u64().unwrap() <= 8 << 10, "{r}");
+        for k in ["before_gbps", "after_gbps"] {
+            assert!(r[k].as_f64().is_some_and(|g| g > 0.0), "{r}");
+        }
+    }
+    assert!(again["moved"].is_boolean(), "{again}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -1,0 +1,226 @@
+//! A socket wire's ceiling measured again after the sweep, at a few of its
+//! rungs, against the ladder measured before it.
+//!
+//! Shared memory holds each row against its ceiling measured again just
+//! before the row, in the cores' state the wire was measured in; sockets
+//! hold every row against the ladder measured before the sweep. On the
+//! 2-core EPYC VM one default tcp run measured that ladder while loopback
+//! ran at 1.95 GB/s and its rows at up to 5.2: 34 rows above their
+//! ceiling, 265% at the peak, explained as a shaped link's token bucket
+//! (a wire that slow looked link-bound). The same ladder a few seconds
+//! later says which figure moved.
+
+use crate::wire::WireFigures;
+use parbench::comm::{CommResult, Communicator};
+use parbench::measure::{self, Ladder};
+use parbench::model::alpha_beta::RING_SLICE_BYTES;
+
+/// The working sets measured again (those of the ladder's rungs nearest
+/// to them, up to the sweep's largest).
+const SETS: [u64; 3] = [64 << 10, 1 << 20, 4 << 20];
+/// How far after and before may sit apart, either way, before the wire
+/// counts as moved (the cores' state's ratio).
+pub const MOVED: f64 = 1.5;
+
+/// One working set measured again: GB/s before and after the sweep.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Recheck {
+    pub working_set: u64,
+    pub before_gbps: f64,
+    pub after_gbps: f64,
+}
+
+impl Recheck {
+    /// after / before.
+    pub fn ratio(&self) -> f64 {
+        self.after_gbps / self.before_gbps
+    }
+
+    fn moved(&self) -> bool {
+        let r = self.ratio();
+        !(r.is_finite() && (1.0 / MOVED..=MOVED).contains(&r))
+    }
+}
+
+/// The rechecked working sets of a run.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct WireRecheck {
+    pub rungs: Vec<Recheck>,
+}
+
+impl WireRecheck {
+    /// The rung that moved most, when one moved beyond [`MOVED`].
+    pub fn moved(&self) -> Option<&Recheck> {
+        self.rungs.iter().filter(|r| r.moved()).max_by(|a, b| {
+            let far = |r: &Recheck| r.ratio().max(1.0 / r.ratio());
+            far(a).total_cmp(&far(b))
+        })
+    }
+
+    /// The footer's lines.
+    pub fn lines(&self) -> Vec<String> {
+        let each: Vec<String> = self
+            .rungs
+            .iter()
+            .map(|r| {
+                format!(
+                    "{}: {:.2} GB/s, x{:.2}",
+                    parbench::units::bytes(r.working_set as f64),
+                    r.after_gbps,
+                    r.ratio()
+                )
+            })
+            .collect();
+        let mut out = vec![format!(
+            "# Wire measured again after the sweep (the ceiling's ladders at a few working sets; x = after / before): {}",
+            each.join("; ")
+        )];
+        if let Some(r) = self.moved() {
+            out.push(format!(
+                "# WARNING: the wire's ceiling moved x{:.2} at {} between the ladder before the sweep ({:.2} GB/s) and after it ({:.2}): the machine's state changed during the run; the ceilings, %ceil and the model come from the ladder before the sweep and are not to be trusted; rerun on a quieter machine",
+                r.ratio(),
+                parbench::units::bytes(r.working_set as f64),
+                r.before_gbps,
+                r.after_gbps
+            ));
+        }
+        out
+    }
+
+    /// run.json's `extra.ceiling.after_sweep`.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "moved_beyond": MOVED,
+            "moved": self.moved().is_some(),
+            "rungs": self.rungs.iter().map(|r| serde_json::json!({
+                "working_set": r.working_set,
+                "before_gbps": r.before_gbps,
+                "after_gbps": r.after_gbps,
+            })).collect::<Vec<_>>(),
+        })
+    }
+}
+
+/// The ceiling ladder's rungs nearest to [`SETS`], at most `largest`, each once.
+fn sets_of(ceiling: &Ladder, largest: u64) -> Vec<u64> {
+    let mut out: Vec<u64> = SETS
+        .iter()
+        .filter_map(|&want| {
+            ceiling
+                .rungs
+                .iter()
+                .map(|r| r.working_set)
+                .filter(|&ws| ws <= largest)
+                .min_by_key(|&ws| ws.abs_diff(want))
+        })
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// Measures a socket wire's ceiling again at a few of its rungs, as
+/// `wire::measure_wire` measured it (the best of one stream, both ways at
+/// once, and ring steps); `None` on shared memory (its rows' ceilings are
+/// measured at the rows, in the cores' state) and on device backends.
+/// Every rank must call it.
+pub fn recheck_wire<C: Communicator>(
+    comm: &mut C,
+    wire: &WireFigures,
+    largest: u64,
+) -> CommResult<Option<WireRecheck>> {
+    if wire.ceilings_per_row() || comm.world() < 2 || comm.device_ceiling()?.is_some() {
+        return Ok(None);
+    }
+    let sets = sets_of(&wire.ceiling, largest);
+    if sets.is_empty() {
+        return Ok(None);
+    }
+    let s = measure::stream_ladder(
+        comm,
+        &sets,
+        crate::wire::STREAM_SAMPLE,
+        crate::wire::STREAM_MESSAGE,
+        crate::wire::STREAM_SAMPLES,
+    )?;
+    let step = measure::ring_step_ladder(comm, &sets, RING_SLICE_BYTES)?;
+    let after = s.one_way.best_of(&s.duplex).best_of(&step);
+    let rungs = sets
+        .iter()
+        .filter_map(|&ws| {
+            Some(Recheck {
+                working_set: ws,
+                before_gbps: wire.ceiling.at(ws)?,
+                after_gbps: after.at(ws)?,
+            })
+        })
+        .collect();
+    Ok(Some(WireRecheck { rungs }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use parbench::measure::Rung;
+
+    fn ladder(sets: &[u64]) -> Ladder {
+        Ladder {
+            method: String::new(),
+            rungs: sets
+                .iter()
+                .map(|&ws| Rung {
+                    working_set: ws,
+                    bytes: ws / 2,
+                    gbps: 1.0,
+                    median_gbps: 1.0,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn rechecks_the_rungs_nearest_to_its_sets_within_the_sweep() {
+        let l = ladder(&[
+            4 << 10,
+            64 << 10,
+            128 << 10,
+            1 << 20,
+            2 << 20,
+            4 << 20,
+            8 << 20,
+        ]);
+        assert_eq!(sets_of(&l, 64 << 20), vec![64 << 10, 1 << 20, 4 << 20]);
+        // A sweep up to 1 MiB of working set checks nothing above it.
+        assert_eq!(sets_of(&l, 1 << 20), vec![64 << 10, 1 << 20]);
+        assert_eq!(sets_of(&l, 16 << 10), vec![4 << 10]);
+    }
+
+    #[test]
+    fn a_wire_that_moved_either_way_beyond_the_ratio_is_warned() {
+        let at = |ws: u64, before: f64, after: f64| Recheck {
+            working_set: ws,
+            before_gbps: before,
+            after_gbps: after,
+        };
+        let quiet = WireRecheck {
+            rungs: vec![at(64 << 10, 2.0, 2.4), at(1 << 20, 4.0, 3.0)],
+        };
+        assert!(quiet.moved().is_none());
+        assert_eq!(quiet.lines().len(), 1);
+        // t1 of issue 14: loopback at 1.95 GB/s before, rows at 5.
+        let moved = WireRecheck {
+            rungs: vec![at(64 << 10, 1.9, 2.0), at(1 << 20, 1.95, 5.1)],
+        };
+        assert_eq!(moved.moved().map(|r| r.working_set), Some(1 << 20));
+        let lines = moved.lines();
+        assert!(
+            lines[1].starts_with("# WARNING: the wire's ceiling moved x2.62 at 1 MiB"),
+            "{lines:?}"
+        );
+        let slower = WireRecheck {
+            rungs: vec![at(1 << 20, 6.0, 3.0)],
+        };
+        assert!(slower.moved().is_some());
+        assert_eq!(moved.json()["moved"], true);
+    }
+}
