@@ -576,7 +576,7 @@ fn rank_main<C: Communicator>(
     let states = crate::core_state::StatesSummary::of(
         (
             wire.state,
-            wire.rungs_off_state,
+            wire.rungs_off_state.len(),
             wire.model.copy.rungs.len(),
         ),
         &outcome.states,
@@ -636,7 +636,8 @@ fn model_link_json(w: &WireFigures) -> serde_json::Value {
         "exchange": w.exchange,
         "own_transport_model": w.own_transport,
         "state": w.state,
-        "rungs_off_state": w.rungs_off_state,
+        "rungs_off_state": w.rungs_off_state.len(),
+        "rungs_off_state_sets": w.rungs_off_state,
         "duplex": w.model.duplex,
         "pull": w.model.pull,
         "claim": w.model.claim,

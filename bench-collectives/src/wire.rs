@@ -60,9 +60,9 @@ pub struct WireFigures {
     /// ([`measure::core_state_probe`]; `None` where it is not tracked:
     /// [`crate::core_state::tracks_state`]).
     pub state: Option<CoreState>,
-    /// Shared memory's rungs that stayed out of that state through every
-    /// try ([`ladders_in_state`]).
-    pub rungs_off_state: usize,
+    /// The working sets of shared memory's rungs that stayed out of that
+    /// state through every try ([`ladders_in_state`]).
+    pub rungs_off_state: Vec<u64>,
 }
 
 impl WireFigures {
@@ -287,8 +287,8 @@ struct StateLadders {
     reduce: Ladder,
     fresh: measure::FreshLadders,
     fused: measure::FusedLadders,
-    /// Rungs whose probes never both matched the state.
-    off_state: usize,
+    /// The working sets of the rungs whose probes never both matched the state.
+    off_state: Vec<u64>,
 }
 
 impl StateLadders {
@@ -321,7 +321,12 @@ impl StateLadders {
                 into: self.fused.into.merged(&more.fused.into),
                 from: self.fused.from.merged(&more.fused.from),
             },
-            off_state: self.off_state + more.off_state,
+            off_state: {
+                let mut v = self.off_state;
+                v.extend(&more.off_state);
+                v.sort_unstable();
+                v
+            },
         }
     }
 }
@@ -372,7 +377,7 @@ fn ladders_in_state<C: Communicator>(
                     measure::FreshLadders::default()
                 },
                 fused: fused_ladders(comm, &one)?,
-                off_state: 0,
+                off_state: Vec::new(),
             };
             let after = state_probe(comm)?;
             if same_state(state.as_ref(), before.as_ref())
@@ -382,7 +387,7 @@ fn ladders_in_state<C: Communicator>(
             }
             if tries >= RUNG_TRIES {
                 break StateLadders {
-                    off_state: 1,
+                    off_state: vec![ws],
                     ..rung
                 };
             }
@@ -397,7 +402,7 @@ fn ladders_in_state<C: Communicator>(
         reduce: Ladder::default(),
         fresh: measure::FreshLadders::default(),
         fused: measure::FusedLadders::default(),
-        off_state: 0,
+        off_state: Vec::new(),
     }))
 }
 
@@ -530,7 +535,7 @@ pub fn measure_wire<C: Communicator>(
             measure::reduce_ladder(comm, &sets, DType::F32, ReduceOp::Sum)?,
         )
     };
-    let mut rungs_off_state = 0;
+    let mut rungs_off_state = Vec::new();
     let (ceiling, model, own_transport) = if let Some((method, gbps)) = device {
         let gbps = mean_over_ranks(comm, gbps)?;
         let rung = Ladder {

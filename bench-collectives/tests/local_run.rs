@@ -343,6 +343,19 @@ fn the_ceiling_ladder_covers_the_sweep_and_each_row_uses_its_working_set() {
     for key in ["reduce_into", "reduce_from"] {
         assert_eq!(rungs(key), rungs("both"), "model_link.{key}");
     }
+    // The rungs kept out of the cores' state, by working set: rungs of the ladder.
+    let off = extra["model_link"]["rungs_off_state_sets"]
+        .as_array()
+        .unwrap();
+    assert_eq!(
+        off.len() as u64,
+        extra["model_link"]["rungs_off_state"].as_u64().unwrap()
+    );
+    let sets: Vec<u64> = ladder.rungs.iter().map(|r| r.working_set).collect();
+    assert!(
+        off.iter().all(|w| sets.contains(&w.as_u64().unwrap())),
+        "{off:?}"
+    );
     assert!(extra["model_link"]["ping_pong"]["trips"].as_u64().unwrap() >= 50);
     assert!(extra["floor"]["floor_us"].as_f64().unwrap() > 0.0);
     assert!(
