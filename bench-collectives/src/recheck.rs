@@ -10,10 +10,10 @@
 //! (a wire that slow looked link-bound). The same ladder a few seconds
 //! later says which figure moved.
 
-use crate::wire::WireFigures;
+use crate::wire::{socket_ceiling, socket_ladders, WireFigures};
 use parbench::comm::{CommResult, Communicator};
-use parbench::measure::{self, Ladder};
-use parbench::model::alpha_beta::RING_SLICE_BYTES;
+use parbench::measure::Ladder;
+use std::time::Instant;
 
 /// The working sets measured again (those of the ladder's rungs nearest
 /// to them, up to the sweep's largest).
@@ -46,6 +46,8 @@ impl Recheck {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct WireRecheck {
     pub rungs: Vec<Recheck>,
+    /// Wall time of the measurement, seconds (rank 0's clock).
+    pub cost_s: f64,
 }
 
 impl WireRecheck {
@@ -108,6 +110,7 @@ impl WireRecheck {
         serde_json::json!({
             "moved_beyond": MOVED,
             "moved": self.moved().is_some(),
+            "cost_s": self.cost_s,
             "rungs": self.rungs.iter().map(|r| serde_json::json!({
                 "working_set": r.working_set,
                 "before_gbps": r.before_gbps,
@@ -136,31 +139,25 @@ fn sets_of(ceiling: &Ladder, largest: u64) -> Vec<u64> {
 }
 
 /// Measures a socket wire's ceiling again at a few of its rungs, as
-/// `wire::measure_wire` measured it (the best of one stream, both ways at
-/// once, and ring steps); `None` on shared memory (its rows' ceilings are
-/// measured at the rows, in the cores' state) and on device backends.
-/// Every rank must call it.
+/// `wire::measure_wire` measured it ([`socket_ladders`]); `None` on shared
+/// memory (its rows' ceilings are measured at the rows, in the cores'
+/// state) and on device backends. Every rank must call it.
 pub fn recheck_wire<C: Communicator>(
     comm: &mut C,
     wire: &WireFigures,
     largest: u64,
 ) -> CommResult<Option<WireRecheck>> {
-    if wire.ceilings_per_row() || comm.world() < 2 || comm.device_ceiling()?.is_some() {
+    if !wire.socket || comm.world() < 2 {
         return Ok(None);
     }
     let sets = sets_of(&wire.ceiling, largest);
     if sets.is_empty() {
         return Ok(None);
     }
-    let s = measure::stream_ladder(
-        comm,
-        &sets,
-        crate::wire::STREAM_SAMPLE,
-        crate::wire::STREAM_MESSAGE,
-        crate::wire::STREAM_SAMPLES,
-    )?;
-    let step = measure::ring_step_ladder(comm, &sets, RING_SLICE_BYTES)?;
-    let after = s.one_way.best_of(&s.duplex).best_of(&step);
+    let t = Instant::now();
+    let (s, step) = socket_ladders(comm, &sets)?;
+    let after = socket_ceiling(&s, &step);
+    let cost_s = t.elapsed().as_secs_f64();
     let rungs = sets
         .iter()
         .filter_map(|&ws| {
@@ -171,7 +168,7 @@ pub fn recheck_wire<C: Communicator>(
             })
         })
         .collect();
-    Ok(Some(WireRecheck { rungs }))
+    Ok(Some(WireRecheck { rungs, cost_s }))
 }
 
 #[cfg(test)]
@@ -218,29 +215,22 @@ mod tests {
             before_gbps: before,
             after_gbps: after,
         };
-        let quiet = WireRecheck {
-            rungs: vec![at(64 << 10, 2.0, 2.4), at(1 << 20, 4.0, 3.0)],
-        };
+        let recheck = |rungs: Vec<Recheck>| WireRecheck { rungs, cost_s: 0.0 };
+        let quiet = recheck(vec![at(64 << 10, 2.0, 2.4), at(1 << 20, 4.0, 3.0)]);
         assert!(quiet.moved().is_none());
         assert_eq!(quiet.lines().len(), 1);
         // One rung's jitter, the others within: not a move.
-        let jitter = WireRecheck {
-            rungs: vec![
-                at(64 << 10, 5.15, 9.43),
-                at(1 << 20, 7.57, 9.08),
-                at(4 << 20, 9.48, 6.54),
-            ],
-        };
+        let jitter = recheck(vec![
+            at(64 << 10, 5.15, 9.43),
+            at(1 << 20, 7.57, 9.08),
+            at(4 << 20, 9.48, 6.54),
+        ]);
         assert!(jitter.moved().is_none());
         // Two rungs beyond, but opposite ways: not one move either.
-        let split = WireRecheck {
-            rungs: vec![at(64 << 10, 2.0, 4.0), at(1 << 20, 4.0, 2.0)],
-        };
+        let split = recheck(vec![at(64 << 10, 2.0, 4.0), at(1 << 20, 4.0, 2.0)]);
         assert!(split.moved().is_none());
         // t1 of issue 14: loopback at 1.95 GB/s before, rows at 5.
-        let moved = WireRecheck {
-            rungs: vec![at(64 << 10, 1.2, 2.0), at(1 << 20, 1.95, 5.1)],
-        };
+        let moved = recheck(vec![at(64 << 10, 1.2, 2.0), at(1 << 20, 1.95, 5.1)]);
         assert_eq!(moved.moved().map(|r| r.working_set), Some(1 << 20));
         let lines = moved.lines();
         assert!(
@@ -248,9 +238,7 @@ mod tests {
             "{lines:?}"
         );
         // A sweep small enough for one rung: that one decides.
-        let slower = WireRecheck {
-            rungs: vec![at(1 << 20, 6.0, 3.0)],
-        };
+        let slower = recheck(vec![at(1 << 20, 6.0, 3.0)]);
         assert!(slower.moved().is_some());
         assert_eq!(moved.json()["moved"], true);
     }

@@ -20,12 +20,12 @@ use std::time::Instant;
 const SMALLEST_SET: u64 = 4 << 10;
 /// Bytes each stream sample moves at least (the wire's own buffers, a
 /// token bucket's burst, are then a small part of it).
-pub(crate) const STREAM_SAMPLE: u64 = 4 << 20;
+const STREAM_SAMPLE: u64 = 4 << 20;
 /// The longest message of the stream ladders: longer ones outran loopback's
 /// socket buffers and were retransmitted (see [`measure::stream_ladder`]).
-pub(crate) const STREAM_MESSAGE: u64 = 1 << 20;
+const STREAM_MESSAGE: u64 = 1 << 20;
 /// Samples per stream rung (each direction).
-pub(crate) const STREAM_SAMPLES: usize = 3;
+const STREAM_SAMPLES: usize = 3;
 /// Timed ping-pongs behind alpha (after the warm-up).
 const PING_TRIPS: usize = 200;
 
@@ -63,6 +63,9 @@ pub struct WireFigures {
     /// The working sets of shared memory's rungs that stayed out of that
     /// state through every try ([`ladders_in_state`]).
     pub rungs_off_state: Vec<u64>,
+    /// Whether the ceiling is a socket-like wire's ([`socket_ladders`]:
+    /// not shared memory, not a device's copy figure).
+    pub socket: bool,
 }
 
 impl WireFigures {
@@ -439,9 +442,7 @@ fn link_ladders<C: Communicator>(
     let mut fused = measure::FusedLadders::default();
     let mut held_from = None;
     for (i, &ws) in sets.iter().enumerate() {
-        let one =
-            measure::stream_ladder(comm, &[ws], STREAM_SAMPLE, STREAM_MESSAGE, STREAM_SAMPLES)?;
-        let x = measure::ring_step_ladder(comm, &[ws], RING_SLICE_BYTES)?;
+        let (one, x) = socket_ladders(comm, &[ws])?;
         let f = fused_ladders(comm, &[ws])?;
         for (to, from) in [(&mut fused.into, f.into), (&mut fused.from, f.from)] {
             to.method = from.method;
@@ -495,6 +496,24 @@ fn link_ladders<C: Communicator>(
     Ok((s, step, fused))
 }
 
+/// A socket-like wire's stream ladders (one way, both ways) and ring-step
+/// ladder at `sets`, as its ceiling and model measure them. Every rank
+/// must call it.
+pub(crate) fn socket_ladders<C: Communicator>(
+    comm: &mut C,
+    sets: &[u64],
+) -> CommResult<(measure::StreamLadders, Ladder)> {
+    let s = measure::stream_ladder(comm, sets, STREAM_SAMPLE, STREAM_MESSAGE, STREAM_SAMPLES)?;
+    let step = measure::ring_step_ladder(comm, sets, RING_SLICE_BYTES)?;
+    Ok((s, step))
+}
+
+/// A socket-like wire's ceiling: the best of its three ladders at each
+/// working set.
+pub(crate) fn socket_ceiling(s: &measure::StreamLadders, step: &Ladder) -> Ladder {
+    s.one_way.best_of(&s.duplex).best_of(step)
+}
+
 /// Means over ranks of one figure each.
 fn mean_over_ranks<C: Communicator>(comm: &mut C, v: f64) -> CommResult<f64> {
     let world = comm.world().max(1) as f64;
@@ -536,6 +555,7 @@ pub fn measure_wire<C: Communicator>(
         )
     };
     let mut rungs_off_state = Vec::new();
+    let socket = device.is_none() && !local;
     let (ceiling, model, own_transport) = if let Some((method, gbps)) = device {
         let gbps = mean_over_ranks(comm, gbps)?;
         let rung = Ladder {
@@ -595,7 +615,7 @@ pub fn measure_wire<C: Communicator>(
         // most a slice block, walking through the call's buffers: its
         // transfer rate is the ring-step ladder's; the ceiling is the best
         // of the three.
-        let ceiling = s.one_way.best_of(&s.duplex).best_of(&step);
+        let ceiling = socket_ceiling(&s, &step);
         let model = WireModel {
             duplex: step,
             one_way: s.one_way.clone(),
@@ -643,6 +663,7 @@ pub fn measure_wire<C: Communicator>(
         link,
         state,
         rungs_off_state,
+        socket,
     })
 }
 

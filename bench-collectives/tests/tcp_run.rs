@@ -64,6 +64,7 @@ fn two_processes_sweep_exactly_and_rank_zero_records() {
         }
     }
     assert!(again["moved"].is_boolean(), "{again}");
+    assert!(again["cost_s"].as_f64().is_some_and(|s| s > 0.0), "{again}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -55,6 +55,11 @@ impl Kind {
             Kind::From => 4,
         }
     }
+
+    /// Bytes of one transfer at working set `ws`: whole elements of `elem` bytes, at least one.
+    fn transfer(self, ws: u64, elem: u64) -> u64 {
+        (ws / self.buffers() / elem).max(1) * elem
+    }
 }
 
 /// A rung's buffers, each `len` bytes: `Into` uses `x` (acc) and `y`;
@@ -216,7 +221,7 @@ pub fn fused_reduce_ladders<C: Communicator>(
     let mut ladder = |kind: Kind| -> CommResult<Vec<(f64, f64)>> {
         let mut figures = Vec::with_capacity(sets.len());
         for &ws in sets {
-            let len = ((ws / kind.buffers() / elem).max(1) * elem) as usize;
+            let len = kind.transfer(ws, elem) as usize;
             let samples = rung_samples(comm, kind, len, dtype, op)?;
             let after = median_empty_exchange(comm, false)?;
             let e = empty.min(after);
@@ -246,13 +251,8 @@ pub fn fused_reduce_ladders<C: Communicator>(
             SAMPLE_BYTES >> 20
         )
     };
-    let rungs = |kind: Kind, figures: &[(f64, f64)]| {
-        rungs_of(
-            sets,
-            |ws| (ws / kind.buffers() / elem).max(1) * elem,
-            figures,
-        )
-    };
+    let rungs =
+        |kind: Kind, figures: &[(f64, f64)]| rungs_of(sets, |ws| kind.transfer(ws, elem), figures);
     Ok(Some(FusedLadders {
         into: Ladder {
             method: method(
