@@ -154,6 +154,28 @@ impl Ladder {
         out
     }
 
+    /// This ladder with each rung held at most at `cap`'s figure at its
+    /// working set (both its best and its median), `note` added to the
+    /// method where a rung was held: a transfer that does more than
+    /// another over the same path cannot outrun it.
+    pub fn capped_by(&self, cap: &Ladder, note: &str) -> Ladder {
+        let mut out = self.clone();
+        let mut held = false;
+        for r in &mut out.rungs {
+            if let Some(c) = cap.at(r.working_set) {
+                if r.gbps > c {
+                    r.gbps = c;
+                    r.median_gbps = r.median_gbps.min(c);
+                    held = true;
+                }
+            }
+        }
+        if held {
+            out.method.push_str(note);
+        }
+        out
+    }
+
     /// The rung-wise larger of two ladders over the same working sets (one
     /// stream, and both directions at once: the best either gives).
     pub fn best_of(&self, other: &Ladder) -> Ladder {

@@ -1098,6 +1098,21 @@ mod tests {
         assert_eq!(at.block_ws, None);
     }
 
+    /// A rung above the cap at its working set is held at the cap (best
+    /// and median), one below it is left as measured, and only a ladder
+    /// that was held says so.
+    #[test]
+    fn a_capped_ladder_never_outruns_its_cap() {
+        let fused = ladder(&[(1 << 20, 2.37), (4 << 20, 0.1)]);
+        let step = ladder(&[(1 << 20, 0.126), (4 << 20, 0.126)]);
+        let c = fused.capped_by(&step, "; held");
+        let got: Vec<(f64, f64)> = c.rungs.iter().map(|r| (r.gbps, r.median_gbps)).collect();
+        assert_eq!(got, vec![(0.126, 0.126), (0.1, 0.1 * 0.9)]);
+        assert_eq!(c.method, "test; held");
+        let under = ladder(&[(1 << 20, 0.1)]).capped_by(&step, "; held");
+        assert_eq!(under.method, "test");
+    }
+
     #[test]
     fn merged_rungs_go_in_at_their_places() {
         let l = ladder(&[(1 << 20, 10.0), (4 << 20, 40.0)]);
