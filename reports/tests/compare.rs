@@ -58,6 +58,11 @@ fn a_20_percent_slowdown_is_flagged() {
         "{out}"
     );
     assert!(out.contains("+20.0%"), "{out}");
+    assert!(
+        out.contains("One round on a side for ")
+            && out.contains("run-to-run noise was not measured"),
+        "a single round says what it cannot tell: {out}"
+    );
 
     let md = report(&[
         "compare",
@@ -213,6 +218,11 @@ fn a_noisy_run_is_not_judged_and_exits_3() {
     let o = report(&["compare", base3.to_str().unwrap(), cur.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
     assert!(stdout(&o).contains("Noisy runs left out"), "{}", stdout(&o));
+    assert!(
+        !stdout(&o).contains("One round on a side"),
+        "three rounds a side: {}",
+        stdout(&o)
+    );
 }
 
 #[test]

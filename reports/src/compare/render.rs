@@ -56,6 +56,13 @@ fn changes_table(changes: &[&Change]) -> Table {
 }
 
 /// The rule, in one paragraph, as the output states it.
+/// What a comparison of single rounds can and cannot tell, for `n` figures.
+pub fn one_round_note(n: usize) -> String {
+    format!(
+        "One round on a side for {n} figures: their run-to-run noise was not measured (the row's own spread below its median stands in for it, and two runs of one build on a shared host can differ beyond it); for a gate, compare several rounds a side (scripts/nightly.sh --rounds, default 7)."
+    )
+}
+
 pub const RULE: &str = "A regression: rows of quiet runs only (other processes took at most 10% of the machine during the run and the row's table); the median over the rounds worse by more than the threshold and by more than the noise (the rounds' half-spread with 2+ rounds, else the row's spread below its median); with 2+ rounds on both sides, every current round worse than every baseline round; and a time change above the floor (clock resolution or latency jitter, the larger, from run.json).";
 
 /// The comparison as text or Markdown.
@@ -108,6 +115,14 @@ pub fn render(cmp: &Comparison, args: &CompareArgs) -> String {
         cmp.only_current.len()
     ));
     out.push_str(&format!("Rule: {RULE}\n"));
+    let single = cmp
+        .changes
+        .iter()
+        .filter(|c| c.rounds.0 == 1 || c.rounds.1 == 1)
+        .count();
+    if single > 0 {
+        out.push_str(&format!("{}\n", one_round_note(single)));
+    }
     if !cmp.noisy_runs.is_empty() {
         out.push_str(&heading("Noisy runs left out (not judged)"));
         let mut t = Table::new(["folder", "run", "machine taken by other processes"]);
