@@ -16,6 +16,7 @@ mod expected;
 mod json_nccl;
 mod links;
 mod memory;
+mod model_check;
 mod nccl_flags;
 mod nccl_tests_format;
 mod print;
@@ -24,6 +25,8 @@ mod reference_line;
 mod run;
 mod summary;
 mod sweep;
+#[cfg(test)]
+mod test_rows;
 mod wire;
 
 use parbench::launch::{self, eprint_line, interrupt, report};

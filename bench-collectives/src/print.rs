@@ -395,6 +395,9 @@ pub fn summary_lines(s: &Summary) -> Vec<String> {
             out.push(format!("#   {} {}: {w}", f.collective.name(), f.algo));
         }
     }
+    if let Some(c) = &s.model_check {
+        out.extend(c.lines());
+    }
     if !s.above_ceiling.is_empty() {
         out.push(format!(
             "# Rows above their ceiling by more than its noise (marked !): {}",

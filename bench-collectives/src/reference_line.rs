@@ -147,16 +147,13 @@ mod tests {
     use super::*;
 
     fn row(coll: &str, busbw: f64, ceiling: f64) -> CollectiveRow {
-        let mut r: CollectiveRow = serde_json::from_value(serde_json::json!({
-            "schema": 1, "run_id": "r", "backend": "local", "wire": "shm", "algo": "ring",
-            "collective": coll, "dtype": "float", "op": "sum", "root": -1, "world": 2,
-            "bytes": 1024, "count": 256, "in_place": false, "iters": 1, "time_us": 1.0,
-            "time_min_us": 1.0, "time_max_us": 1.0, "p50_us": 1.0, "p99_us": 1.0,
-            "algbw_gbps": busbw, "busbw_gbps": busbw, "wrong": 0, "model_us": 1.0, "ceiling_gbps": ceiling
-        }))
-        .unwrap();
-        r.busbw_gbps = busbw;
-        r
+        CollectiveRow {
+            collective: coll.into(),
+            algbw_gbps: busbw,
+            busbw_gbps: busbw,
+            ceiling_gbps: ceiling,
+            ..crate::test_rows::row()
+        }
     }
 
     #[test]

@@ -590,6 +590,7 @@ fn rank_main<C: Communicator>(
         .collect();
     let summary = Summary {
         fits: summary::fits(&in_state, &wire, plan.sweep.fit_from),
+        model_check: crate::model_check::ModelCheck::of(&in_state),
         states,
         recheck,
         above_ceiling,
@@ -733,6 +734,9 @@ fn finish(plan: &SweepJob, meta: &mut RunMeta, r: RankReport) -> Result<Finished
             .collect::<Vec<_>>()),
     );
     extra.insert("fits".into(), r.summary.fits_json());
+    if let Some(c) = &r.summary.model_check {
+        extra.insert("model_check".into(), c.json());
+    }
     extra.insert(
         "straggler".into(),
         match &r.summary.straggler {

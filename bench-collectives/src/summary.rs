@@ -75,6 +75,8 @@ pub struct Summary {
     pub states: Option<crate::core_state::StatesSummary>,
     /// A socket wire's ceiling measured again after the sweep.
     pub recheck: Option<crate::recheck::WireRecheck>,
+    /// The model column against the rows timed in the wire's state.
+    pub model_check: Option<crate::model_check::ModelCheck>,
 }
 
 /// The ceiling measured again at each row against the pre-sweep ladder at
