@@ -648,6 +648,7 @@ fn model_link_json(w: &WireFigures) -> serde_json::Value {
         "reduce": w.model.reduce,
         "reduce_into": w.model.reduce_into,
         "reduce_from": w.model.reduce_from,
+        "both_far": w.model.both_far,
     })
 }
 

@@ -290,12 +290,20 @@ struct StateLadders {
     reduce: Ladder,
     fresh: measure::FreshLadders,
     fused: measure::FusedLadders,
+    /// From [`FAR_FROM`] up: a sliced in-place ring's all-gather step
+    /// ([`measure::far_both_ladder`]; empty below, and with one rank).
+    far: Ladder,
     /// The working sets of the rungs whose probes never both matched the state.
     off_state: Vec<u64>,
 }
 
+/// The smallest working set the far-destination ladder is measured at: a
+/// ring of 2 ranks slices a message from 1 MiB up, and the model reads the
+/// ladder only for sliced calls.
+const FAR_FROM: u64 = 1 << 20;
+
 impl StateLadders {
-    fn all(&self) -> [&Ladder; 8] {
+    fn all(&self) -> [&Ladder; 9] {
         let f = &self.fresh;
         [
             &self.copy,
@@ -306,6 +314,7 @@ impl StateLadders {
             &f.both,
             &self.fused.into,
             &self.fused.from,
+            &self.far,
         ]
     }
 
@@ -324,6 +333,7 @@ impl StateLadders {
                 into: self.fused.into.merged(&more.fused.into),
                 from: self.fused.from.merged(&more.fused.from),
             },
+            far: self.far.merged(&more.far),
             off_state: {
                 let mut v = self.off_state;
                 v.extend(&more.off_state);
@@ -380,6 +390,11 @@ fn ladders_in_state<C: Communicator>(
                     measure::FreshLadders::default()
                 },
                 fused: fused_ladders(comm, &one)?,
+                far: if world > 1 && ws >= FAR_FROM {
+                    measure::far_both_ladder(comm, &one)?.unwrap_or_default()
+                } else {
+                    Ladder::default()
+                },
                 off_state: Vec::new(),
             };
             let after = state_probe(comm)?;
@@ -405,6 +420,7 @@ fn ladders_in_state<C: Communicator>(
         reduce: Ladder::default(),
         fresh: measure::FreshLadders::default(),
         fused: measure::FusedLadders::default(),
+        far: Ladder::default(),
         off_state: Vec::new(),
     }))
 }
@@ -596,7 +612,8 @@ pub fn measure_wire<C: Communicator>(
             first.merged(&ladders_in_state(comm, &added, &mut state, &mut budget)?)
         };
         rungs_off_state = lad.off_state;
-        let (copy, reduce, fresh, fused) = (lad.copy, lad.reduce, lad.fresh, lad.fused);
+        let (copy, reduce, fresh, fused, far) =
+            (lad.copy, lad.reduce, lad.fresh, lad.fused, lad.far);
         // A received byte whose line the receiver can read where it is
         // (the sender's untouched input) moves at the clean-exchange rate;
         // the ceiling is the better of that and a copy within each rank.
@@ -615,6 +632,7 @@ pub fn measure_wire<C: Communicator>(
             both: fresh.both,
             reduce_into: fused.into,
             reduce_from: fused.from,
+            both_far: far,
             ..WireModel::default()
         };
         (ceiling, model, comm.backend() == "local")

@@ -23,6 +23,7 @@ pub mod ceiling;
 pub mod clock;
 pub mod clock_sync;
 pub mod combine;
+pub mod far;
 pub mod fused;
 pub mod ladder;
 pub mod noise;
@@ -36,6 +37,7 @@ pub use ceiling::{
 pub use combine::{
     gather_f64, gather_f64_any_len, Average, LoopStats, StragglerTally, StragglerVerdict,
 };
+pub use far::far_both_ladder;
 pub use fused::{fused_reduce_ladders, FusedLadders};
 pub use ladder::{
     copy_ladder, fresh_ladders, reduce_ladder, ring_step_ladder, stream_ladder, working_sets,

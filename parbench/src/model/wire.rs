@@ -411,6 +411,14 @@ pub struct WireModel {
     pub reduce_into: Ladder,
     #[serde(default)]
     pub reduce_from: Ladder,
+    /// Shared memory: a fresh byte received into a block this rank last
+    /// wrote a call ago and the peer has just read, by the destination's
+    /// bytes (`crate::measure::far_both_ladder`): the all-gather steps of
+    /// a sliced in-place ring, whose destination lines have left the
+    /// rank's cache. Empty (sockets, records from before it): those steps
+    /// cost `both` at the slice's working set.
+    #[serde(default)]
+    pub both_far: Ladder,
 }
 
 /// Seconds per byte of a ladder at a working set (infinite when unknown).
@@ -506,7 +514,12 @@ impl WireModel {
     ///   8 MiB ran 1.4-1.8x slower than a model pricing the whole part at
     ///   the slice's working set);
     /// - the cache-state figures of a call that runs as one slice at most
-    ///   at [`CallSets::block_ws`].
+    ///   at [`CallSets::block_ws`];
+    /// - a sliced in-place ring's all-gather steps ([`Part::dest_near`]) at
+    ///   [`Self::both_far`] where it was measured: their destination
+    ///   blocks were written a call ago and have left the rank's cache
+    ///   (on the Intel Xeon VM those steps ran at 10-11 GB/s where `both`
+    ///   at the slice read 15).
     pub fn bytes_seconds(&self, m: &Moves, n_bytes: u64, at: &CallSets) -> f64 {
         let n = n_bytes as f64;
         let state_at = |ws: u64| at.block_ws.map_or(ws, |b| ws.min(b));
@@ -514,13 +527,18 @@ impl WireModel {
         m.parts
             .iter()
             .map(|p| {
-                let secs = if p.dest_near {
-                    cost(p, at.slice_ws)
-                } else if p.near {
-                    0.5 * cost(p, at.slice_ws) + 0.5 * cost(p, at.ws)
-                } else {
-                    cost(p, at.ws)
-                };
+                let secs =
+                    if p.dest_near && at.block_ws.is_none() && !self.both_far.rungs.is_empty() {
+                        // In place the destination is the call's buffer: the
+                        // ladder's area is its working set.
+                        secs_per_byte(&self.both_far, at.ws)
+                    } else if p.dest_near {
+                        cost(p, at.slice_ws)
+                    } else if p.near {
+                        0.5 * cost(p, at.slice_ws) + 0.5 * cost(p, at.ws)
+                    } else {
+                        cost(p, at.ws)
+                    };
                 p.bytes * n * secs
             })
             .sum()
@@ -1031,6 +1049,28 @@ mod tests {
         // peer read in the slice: half at the slice's, half at the call's.
         let m = moves(Collective::AllReduce, &ring, 2, n, false).unwrap();
         assert!(m.parts.iter().all(|p| !p.dest_near));
+
+        // Where the far-destination ladder was measured, the sliced call's
+        // all-gather costs it at the call's buffer (8 MiB: 5 GB/s); a call
+        // of one slice (1 MiB) still costs `both`.
+        let far = WireModel {
+            both_far: ladder(&[(1 << 20, 8.0), (8 << 20, 5.0)]),
+            ..wire.clone()
+        };
+        let m = moves(Collective::AllReduce, &ring, 2, n, true).unwrap();
+        let want = h / 20e9 + h / 5e9;
+        let t = far.bytes_seconds(&m, n, &at);
+        assert!((t - want).abs() < 1e-12, "{t} {want}");
+        let one = 1u64 << 20;
+        let (m1, at1) = (
+            moves(Collective::AllReduce, &ring, 2, one, true).unwrap(),
+            call_sets(Collective::AllReduce, &ring, 2, one, true),
+        );
+        assert!(at1.block_ws.is_some());
+        assert_eq!(
+            far.bytes_seconds(&m1, one, &at1),
+            wire.bytes_seconds(&m1, one, &at1)
+        );
     }
 
     #[test]

@@ -1,0 +1,219 @@
+//! Receiving into a destination this rank last wrote a whole call ago and
+//! its peer has just read, by the destination's size: the all-gather steps
+//! of a sliced in-place ring.
+//!
+//! The cache-state ladders (`pull`, `both`) receive into one buffer again
+//! and again, so the destination's lines are still in the receiving core's
+//! cache when it writes them. A ring that runs a message as slices writes
+//! each destination block once per call: by then a whole call of traffic
+//! has passed through the core's cache, the lines are gone from it, and
+//! each one is fetched before it is written (and, where the peer read the
+//! block this slice, taken from the peer's cache). Timed step by step on
+//! the Intel Xeon VM (2 MiB L2 per core): the all-gather steps of an
+//! in-place all_reduce of 2-16 MiB moved 10.2-11.0 GB/s where `both` read
+//! 14.6-15.7 and this ladder 10.7-11.2. (Out of place the same steps moved
+//! 10.2-11.6 GB/s, and a ladder like this one into a block nobody read
+//! 14.3-14.5: the far destination alone does not explain those.)
+
+use super::combine::gather_f64;
+use super::ladder::{
+    best_and_median, less_latency, mean_over_ranks, median_empty_exchange, rungs_of,
+    sample_long_enough, BIG_SAMPLES, SAMPLES, SAMPLE_BYTES,
+};
+use crate::comm::algo::RING_SLICE_BYTES;
+use crate::comm::{CommError, CommResult, Communicator, HostBuffer, RecvInto, Transport};
+use crate::model::wire::Ladder;
+use std::time::Instant;
+
+/// Untimed walks through a rung's destination before its samples (one
+/// from [`SAMPLE_BYTES`] up: those walks are most of the ladder's time).
+const WARM_WALKS: usize = 2;
+
+/// The block a rung's destination area is walked in: a ring's slice block,
+/// at most half the area.
+fn block_of(area: usize) -> usize {
+    RING_SLICE_BYTES.min(area / 2).max(1)
+}
+
+/// A rung's buffers: the destination area and the block each rank sends
+/// (just written by the untimed step before each timed one).
+struct Area {
+    dest: HostBuffer,
+    send: HostBuffer,
+}
+
+/// One walk through the area, block by block: the untimed step (sending
+/// this rank's destination block, which the peer reads, while receiving
+/// the peer's into `send`: `send` is then just written on every rank),
+/// then the timed one (sending `send`, receiving into the destination
+/// block), as a slice's reduce-scatter and all-gather steps follow each
+/// other. Returns the timed seconds and steps.
+fn walk(
+    t: &mut dyn Transport,
+    a: &mut Area,
+    block: usize,
+    deadline: Instant,
+) -> CommResult<(f64, usize)> {
+    let (p, r) = (t.world(), t.rank());
+    let (right, left) = ((r + 1) % p, (r + p - 1) % p);
+    let (mut secs, mut steps) = (0.0, 0);
+    let len = a.dest.bytes().len();
+    for start in (0..len).step_by(block) {
+        let k = start..(start + block).min(len);
+        let n = k.len();
+        let into = RecvInto::Copy(&mut a.send.bytes_mut()[..n]);
+        t.exchange(right, &a.dest.bytes()[k.clone()], left, into, deadline)?;
+        let t0 = Instant::now();
+        let into = RecvInto::Copy(&mut a.dest.bytes_mut()[k]);
+        t.exchange(right, &a.send.bytes()[..n], left, into, deadline)?;
+        secs += t0.elapsed().as_secs_f64();
+        steps += 1;
+    }
+    Ok((secs, steps))
+}
+
+/// Seconds per received byte of each sample of one rung (an area of
+/// `area` bytes, a sample walking it until [`SAMPLE_BYTES`] have moved),
+/// the 8-byte exchange's `empty` seconds taken off each timed step, after
+/// [`WARM_WALKS`] untimed walks; [`SAMPLES`] samples ([`BIG_SAMPLES`]
+/// from [`SAMPLE_BYTES`] up).
+fn rung<C: Communicator>(comm: &mut C, area: usize, empty: f64) -> CommResult<Vec<f64>> {
+    let backend = comm.backend();
+    let no_transport = move || {
+        CommError::Unsupported(format!(
+            "backend {backend} has no host transport to time a far receive on"
+        ))
+    };
+    let block = block_of(area);
+    let written = |len: usize, v: u8| {
+        let mut h = HostBuffer::zeroed(len);
+        h.bytes_mut().fill(v);
+        h
+    };
+    // Written, not left zeroed: a page never written reads the kernel's
+    // one zero page, in cache whatever the area.
+    let mut a = Area {
+        dest: written(area, 0x5a),
+        send: written(block, 0xa5),
+    };
+    let timeout = comm.timeout();
+    let mut one = |comm: &mut C| -> CommResult<(f64, usize)> {
+        let deadline = Instant::now() + timeout;
+        let t = comm.host_transport().ok_or_else(no_transport)?;
+        walk(t, &mut a, block, deadline)
+    };
+    let big = area as u64 >= SAMPLE_BYTES;
+    for _ in 0..if big { 1 } else { WARM_WALKS } {
+        one(comm)?;
+    }
+    let walks = SAMPLE_BYTES.div_ceil(area as u64).max(1) as usize;
+    let samples = if big { BIG_SAMPLES } else { SAMPLES };
+    let mut out = Vec::with_capacity(samples);
+    for _ in 0..samples {
+        comm.barrier()?;
+        let start = Instant::now();
+        let (mut secs, mut steps, mut done) = (0.0, 0, 0);
+        while done < walks {
+            let (s, n) = one(comm)?;
+            secs += s;
+            steps += n;
+            done += 1;
+            if sample_long_enough(comm, start)? {
+                break;
+            }
+        }
+        out.push(less_latency(secs, steps, empty) / (done * area) as f64);
+    }
+    Ok(out)
+}
+
+/// The far-destination ladder at `areas` (each a rung's destination
+/// bytes per rank; the rung also holds one block of at most a slice
+/// block): every rank sending to its right neighbour while it receives
+/// from its left, walking its destination area block by block, each timed
+/// receive after an untimed step in which the peer reads the destination
+/// block and the sender's block is written. Best of [`SAMPLES`], mean over
+/// ranks. `None` with one rank or where some rank has no host transport.
+/// Every rank must call it with the same `areas`.
+pub fn far_both_ladder<C: Communicator>(comm: &mut C, areas: &[u64]) -> CommResult<Option<Ladder>> {
+    let mine = f64::from(u8::from(comm.host_transport().is_some()));
+    let every = gather_f64(comm, &[mine])?
+        .iter()
+        .all(|v| v.first() == Some(&1.0));
+    if comm.world() < 2 || !every {
+        return Ok(None);
+    }
+    let mut empty = median_empty_exchange(comm, false)?;
+    let mut figures = Vec::with_capacity(areas.len());
+    for &area in areas {
+        let secs = rung(comm, area.max(2) as usize, empty)?;
+        let after = median_empty_exchange(comm, false)?;
+        empty = empty.min(after);
+        figures.push(best_and_median(secs, 1.0));
+    }
+    let figures = mean_over_ranks(comm, &figures)?;
+    Ok(Some(Ladder {
+        method: format!(
+            "receiving bytes the sender has just written into a block this rank last wrote a walk ago and the peer has just read (an in-place sliced ring's all-gather step), every rank at once through the host transport, walking a destination area of the rung's bytes per rank in blocks of at most {} KiB, less an 8 B exchange per block, after {WARM_WALKS} untimed walks (1 from {} MiB), best of {SAMPLES} ({BIG_SAMPLES} from {} MiB), mean per rank",
+            RING_SLICE_BYTES >> 10,
+            SAMPLE_BYTES >> 20,
+            SAMPLE_BYTES >> 20
+        ),
+        rungs: rungs_of(areas, |a| a, &figures),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::comm::{local, Algo};
+    use std::time::Duration;
+
+    const TIMEOUT: Duration = Duration::from_secs(20);
+
+    /// A walk leaves in every destination block what went two ranks round
+    /// the ring: the untimed step hands on the destination block, the timed
+    /// one passes what came in on. Three
+    /// ranks, so that no byte comes back to where it started.
+    #[test]
+    fn a_walk_receives_into_every_block_what_the_ring_passed_on() {
+        let area = 3 * RING_SLICE_BYTES;
+        let got = local::run(3, Algo::Auto, TIMEOUT, |c| {
+            let r = c.rank() as u8;
+            let mut out = Vec::new();
+            let block = block_of(area);
+            let mut a = Area {
+                dest: HostBuffer::zeroed(area),
+                send: HostBuffer::zeroed(block),
+            };
+            a.dest.bytes_mut().fill(10 + r);
+            let t = c.host_transport().expect("a host transport");
+            let (secs, steps) = walk(t, &mut a, block, Instant::now() + TIMEOUT)?;
+            assert!(secs > 0.0 && secs.is_finite());
+            out.push((steps, a.dest.bytes().to_vec()));
+            Ok(out)
+        });
+        for (rank, g) in got.into_iter().enumerate() {
+            let two_left = ((rank + 1) % 3) as u8;
+            for (steps, dest) in g.unwrap() {
+                assert_eq!(steps, 3);
+                assert!(dest.iter().all(|&v| v == 10 + two_left), "rank {rank}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_ladder_covers_its_areas_on_every_rank_and_needs_a_peer() {
+        let areas = [64 << 10, 1 << 20];
+        let got = local::run(2, Algo::Auto, TIMEOUT, |c| far_both_ladder(c, &areas));
+        let got: Vec<Ladder> = got.into_iter().map(|g| g.unwrap().unwrap()).collect();
+        assert_eq!(got[0], got[1], "the mean over ranks, on every rank");
+        let ws: Vec<u64> = got[0].rungs.iter().map(|r| r.working_set).collect();
+        assert_eq!(ws, areas);
+        for r in &got[0].rungs {
+            assert!(r.gbps.is_finite() && r.gbps > 0.0 && r.median_gbps <= r.gbps);
+        }
+        let alone = local::run(1, Algo::Auto, TIMEOUT, |c| far_both_ladder(c, &areas));
+        assert!(alone.into_iter().all(|g| g.unwrap().is_none()));
+    }
+}
