@@ -12,8 +12,10 @@
 //! the Intel Xeon VM (2 MiB L2 per core): the all-gather steps of an
 //! in-place all_reduce of 2-16 MiB moved 10.2-11.0 GB/s where `both` read
 //! 14.6-15.7 and this ladder 10.7-11.2. (Out of place the same steps moved
-//! 10.2-11.6 GB/s, and a ladder like this one into a block nobody read
-//! 14.3-14.5: the far destination alone does not explain those.)
+//! 12.0-12.8 GB/s: 14.5 at 16 MiB with no reduce-scatter step between
+//! them, as a ladder like this one into a block nobody read gives, 14.3;
+//! the reduce-scatter's own traffic in between costs the rest, and no
+//! ladder here prices it.)
 
 use super::combine::gather_f64;
 use super::ladder::{
