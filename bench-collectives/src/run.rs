@@ -649,6 +649,7 @@ fn model_link_json(w: &WireFigures) -> serde_json::Value {
         "reduce_into": w.model.reduce_into,
         "reduce_from": w.model.reduce_from,
         "both_far": w.model.both_far,
+        "pull_far": w.model.pull_far,
     })
 }
 

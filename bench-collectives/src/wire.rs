@@ -290,9 +290,9 @@ struct StateLadders {
     reduce: Ladder,
     fresh: measure::FreshLadders,
     fused: measure::FusedLadders,
-    /// From [`FAR_FROM`] up: a sliced in-place ring's all-gather step
-    /// ([`measure::far_both_ladder`]; empty below, and with one rank).
-    far: Ladder,
+    /// From [`FAR_FROM`] up: a sliced ring's all-gather steps
+    /// ([`measure::far_ladders`]; empty below, and with one rank).
+    far: measure::FarLadders,
     /// The working sets of the rungs whose probes never both matched the state.
     off_state: Vec<u64>,
 }
@@ -303,7 +303,7 @@ struct StateLadders {
 const FAR_FROM: u64 = 1 << 20;
 
 impl StateLadders {
-    fn all(&self) -> [&Ladder; 9] {
+    fn all(&self) -> [&Ladder; 10] {
         let f = &self.fresh;
         [
             &self.copy,
@@ -314,7 +314,8 @@ impl StateLadders {
             &f.both,
             &self.fused.into,
             &self.fused.from,
-            &self.far,
+            &self.far.both,
+            &self.far.pull,
         ]
     }
 
@@ -333,7 +334,10 @@ impl StateLadders {
                 into: self.fused.into.merged(&more.fused.into),
                 from: self.fused.from.merged(&more.fused.from),
             },
-            far: self.far.merged(&more.far),
+            far: measure::FarLadders {
+                both: self.far.both.merged(&more.far.both),
+                pull: self.far.pull.merged(&more.far.pull),
+            },
             off_state: {
                 let mut v = self.off_state;
                 v.extend(&more.off_state);
@@ -391,9 +395,9 @@ fn ladders_in_state<C: Communicator>(
                 },
                 fused: fused_ladders(comm, &one)?,
                 far: if world > 1 && ws >= FAR_FROM {
-                    measure::far_both_ladder(comm, &one)?.unwrap_or_default()
+                    measure::far_ladders(comm, &one)?.unwrap_or_default()
                 } else {
-                    Ladder::default()
+                    measure::FarLadders::default()
                 },
                 off_state: Vec::new(),
             };
@@ -420,7 +424,7 @@ fn ladders_in_state<C: Communicator>(
         reduce: Ladder::default(),
         fresh: measure::FreshLadders::default(),
         fused: measure::FusedLadders::default(),
-        far: Ladder::default(),
+        far: measure::FarLadders::default(),
         off_state: Vec::new(),
     }))
 }
@@ -632,7 +636,8 @@ pub fn measure_wire<C: Communicator>(
             both: fresh.both,
             reduce_into: fused.into,
             reduce_from: fused.from,
-            both_far: far,
+            both_far: far.both,
+            pull_far: far.pull,
             ..WireModel::default()
         };
         (ceiling, model, comm.backend() == "local")

@@ -177,6 +177,7 @@ pub fn wire_model(meta: &RunMeta) -> Option<parbench::model::wire::WireModel> {
         reduce_into: ladder("reduce_into").unwrap_or_default(),
         reduce_from: ladder("reduce_from").unwrap_or_default(),
         both_far: ladder("both_far").unwrap_or_default(),
+        pull_far: ladder("pull_far").unwrap_or_default(),
     })
 }
 

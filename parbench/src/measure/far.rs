@@ -1,6 +1,5 @@
-//! Receiving into a destination this rank last wrote a whole call ago and
-//! its peer has just read, by the destination's size: the all-gather steps
-//! of a sliced in-place ring.
+//! Receiving into a destination this rank last wrote a whole call ago, by
+//! the destination's size: the all-gather steps of sliced rings.
 //!
 //! The cache-state ladders (`pull`, `both`) receive into one buffer again
 //! and again, so the destination's lines are still in the receiving core's
@@ -9,13 +8,13 @@
 //! has passed through the core's cache, the lines are gone from it, and
 //! each one is fetched before it is written (and, where the peer read the
 //! block this slice, taken from the peer's cache). Timed step by step on
-//! the Intel Xeon VM (2 MiB L2 per core): the all-gather steps of an
-//! in-place all_reduce of 2-16 MiB moved 10.2-11.0 GB/s where `both` read
-//! 14.6-15.7 and this ladder 10.7-11.2. (Out of place the same steps moved
-//! 12.0-12.8 GB/s: 14.5 at 16 MiB with no reduce-scatter step between
-//! them, as a ladder like this one into a block nobody read gives, 14.3;
-//! the reduce-scatter's own traffic in between costs the rest, and no
-//! ladder here prices it.)
+//! the Intel Xeon VM (2 MiB L2 per core), 2 ranks: the all-gather steps of
+//! an in-place all_reduce of 2-16 MiB moved 10.2-11.0 GB/s where `both`
+//! read 14.6-15.7 and the in-place pattern here 10.7-11.2; out of place
+//! 12.0-12.8 GB/s where `pull` near the slice read 15-17, and 14.5 (16
+//! MiB) with no reduce-scatter step between them: the step that fills the
+//! block beside the destination is part of the pattern, and the
+//! out-of-place one here has it (12.1-13.2 GB/s at 2-16 MiB).
 
 use super::combine::gather_f64;
 use super::ladder::{
@@ -37,37 +36,73 @@ fn block_of(area: usize) -> usize {
     RING_SLICE_BYTES.min(area / 2).max(1)
 }
 
-/// A rung's buffers: the destination area and the block each rank sends
-/// (just written by the untimed step before each timed one).
+/// Which sliced ring's all-gather step a ladder times.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Pattern {
+    /// In place: the untimed step sends the destination block (the peer
+    /// reads it) and receives the peer's into `send`; the timed one sends
+    /// `send` and receives into the destination block.
+    InPlace,
+    /// Out of place: per pair of destination blocks, the untimed step
+    /// sends the source area's block (an input never rewritten) and
+    /// receives the peer's into the pair's first block; the timed one
+    /// sends that block, just written, and receives into the second, which
+    /// nobody read.
+    OutOfPlace,
+}
+
+/// A rung's buffers: the destination area, the block each rank sends in
+/// place (just written by the untimed step) and, out of place, a source
+/// area as large as the destination.
 struct Area {
     dest: HostBuffer,
     send: HostBuffer,
+    src: HostBuffer,
 }
 
-/// One walk through the area, block by block: the untimed step (sending
-/// this rank's destination block, which the peer reads, while receiving
-/// the peer's into `send`: `send` is then just written on every rank),
-/// then the timed one (sending `send`, receiving into the destination
-/// block), as a slice's reduce-scatter and all-gather steps follow each
-/// other. Returns the timed seconds and steps.
+/// One walk through the area, block by block, in `pattern`'s steps.
+/// Returns the timed seconds and steps.
 fn walk(
     t: &mut dyn Transport,
     a: &mut Area,
     block: usize,
+    pattern: Pattern,
     deadline: Instant,
 ) -> CommResult<(f64, usize)> {
     let (p, r) = (t.world(), t.rank());
     let (right, left) = ((r + 1) % p, (r + p - 1) % p);
     let (mut secs, mut steps) = (0.0, 0);
     let len = a.dest.bytes().len();
-    for start in (0..len).step_by(block) {
+    let stride = match pattern {
+        Pattern::InPlace => block,
+        Pattern::OutOfPlace => 2 * block,
+    };
+    for start in (0..len).step_by(stride) {
         let k = start..(start + block).min(len);
         let n = k.len();
-        let into = RecvInto::Copy(&mut a.send.bytes_mut()[..n]);
-        t.exchange(right, &a.dest.bytes()[k.clone()], left, into, deadline)?;
-        let t0 = Instant::now();
-        let into = RecvInto::Copy(&mut a.dest.bytes_mut()[k]);
-        t.exchange(right, &a.send.bytes()[..n], left, into, deadline)?;
+        let t0 = match pattern {
+            Pattern::InPlace => {
+                let into = RecvInto::Copy(&mut a.send.bytes_mut()[..n]);
+                t.exchange(right, &a.dest.bytes()[k.clone()], left, into, deadline)?;
+                let t0 = Instant::now();
+                let into = RecvInto::Copy(&mut a.dest.bytes_mut()[k]);
+                t.exchange(right, &a.send.bytes()[..n], left, into, deadline)?;
+                t0
+            }
+            Pattern::OutOfPlace => {
+                let second = k.end..(k.end + n).min(len);
+                if second.len() != n {
+                    break;
+                }
+                let into = RecvInto::Copy(&mut a.dest.bytes_mut()[k.clone()]);
+                t.exchange(right, &a.src.bytes()[k.clone()], left, into, deadline)?;
+                let t0 = Instant::now();
+                let (first, rest) = a.dest.bytes_mut().split_at_mut(k.end);
+                let into = RecvInto::Copy(&mut rest[..n]);
+                t.exchange(right, &first[k], left, into, deadline)?;
+                t0
+            }
+        };
         secs += t0.elapsed().as_secs_f64();
         steps += 1;
     }
@@ -79,7 +114,12 @@ fn walk(
 /// the 8-byte exchange's `empty` seconds taken off each timed step, after
 /// [`WARM_WALKS`] untimed walks; [`SAMPLES`] samples ([`BIG_SAMPLES`]
 /// from [`SAMPLE_BYTES`] up).
-fn rung<C: Communicator>(comm: &mut C, area: usize, empty: f64) -> CommResult<Vec<f64>> {
+fn rung<C: Communicator>(
+    comm: &mut C,
+    area: usize,
+    pattern: Pattern,
+    empty: f64,
+) -> CommResult<Vec<f64>> {
     let backend = comm.backend();
     let no_transport = move || {
         CommError::Unsupported(format!(
@@ -97,12 +137,20 @@ fn rung<C: Communicator>(comm: &mut C, area: usize, empty: f64) -> CommResult<Ve
     let mut a = Area {
         dest: written(area, 0x5a),
         send: written(block, 0xa5),
+        src: written(
+            if pattern == Pattern::OutOfPlace {
+                area
+            } else {
+                0
+            },
+            0x3c,
+        ),
     };
     let timeout = comm.timeout();
     let mut one = |comm: &mut C| -> CommResult<(f64, usize)> {
         let deadline = Instant::now() + timeout;
         let t = comm.host_transport().ok_or_else(no_transport)?;
-        walk(t, &mut a, block, deadline)
+        walk(t, &mut a, block, pattern, deadline)
     };
     let big = area as u64 >= SAMPLE_BYTES;
     for _ in 0..if big { 1 } else { WARM_WALKS } {
@@ -124,20 +172,37 @@ fn rung<C: Communicator>(comm: &mut C, area: usize, empty: f64) -> CommResult<Ve
                 break;
             }
         }
-        out.push(less_latency(secs, steps, empty) / (done * area) as f64);
+        let timed_bytes = match pattern {
+            Pattern::InPlace => done * area,
+            Pattern::OutOfPlace => steps * block,
+        };
+        out.push(less_latency(secs, steps, empty) / timed_bytes.max(1) as f64);
     }
     Ok(out)
 }
 
-/// The far-destination ladder at `areas` (each a rung's destination
-/// bytes per rank; the rung also holds one block of at most a slice
-/// block): every rank sending to its right neighbour while it receives
-/// from its left, walking its destination area block by block, each timed
-/// receive after an untimed step in which the peer reads the destination
-/// block and the sender's block is written. Best of [`SAMPLES`], mean over
-/// ranks. `None` with one rank or where some rank has no host transport.
-/// Every rank must call it with the same `areas`.
-pub fn far_both_ladder<C: Communicator>(comm: &mut C, areas: &[u64]) -> CommResult<Option<Ladder>> {
+/// The two far-destination receives, each a [`Ladder`] by the
+/// destination's bytes per rank (the call's receive buffer), GB/s of
+/// received bytes per rank.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct FarLadders {
+    /// A sliced in-place ring's all-gather step: into a block the peer has
+    /// just read.
+    pub both: Ladder,
+    /// A sliced out-of-place ring's: into a block nobody read, each after
+    /// a step that received the peer's input into the block beside it (the
+    /// source area is as large as the destination).
+    pub pull: Ladder,
+}
+
+/// The [`FarLadders`] at `areas` (each a rung's destination bytes per
+/// rank): every rank sending to its right neighbour while it receives from
+/// its left, walking its destination area in blocks of at most a slice
+/// block, each timed receive after an untimed step as the ring's
+/// reduce-scatter leaves the lines ([`Pattern`]). Best of [`SAMPLES`],
+/// mean over ranks. `None` with one rank or where some rank has no host
+/// transport. Every rank must call it with the same `areas`.
+pub fn far_ladders<C: Communicator>(comm: &mut C, areas: &[u64]) -> CommResult<Option<FarLadders>> {
     let mine = f64::from(u8::from(comm.host_transport().is_some()));
     let every = gather_f64(comm, &[mine])?
         .iter()
@@ -146,22 +211,34 @@ pub fn far_both_ladder<C: Communicator>(comm: &mut C, areas: &[u64]) -> CommResu
         return Ok(None);
     }
     let mut empty = median_empty_exchange(comm, false)?;
-    let mut figures = Vec::with_capacity(areas.len());
-    for &area in areas {
-        let secs = rung(comm, area.max(2) as usize, empty)?;
-        let after = median_empty_exchange(comm, false)?;
-        empty = empty.min(after);
-        figures.push(best_and_median(secs, 1.0));
-    }
-    let figures = mean_over_ranks(comm, &figures)?;
-    Ok(Some(Ladder {
-        method: format!(
-            "receiving bytes the sender has just written into a block this rank last wrote a walk ago and the peer has just read (an in-place sliced ring's all-gather step), every rank at once through the host transport, walking a destination area of the rung's bytes per rank in blocks of at most {} KiB, less an 8 B exchange per block, after {WARM_WALKS} untimed walks (1 from {} MiB), best of {SAMPLES} ({BIG_SAMPLES} from {} MiB), mean per rank",
+    let mut ladder = |pattern: Pattern| -> CommResult<Vec<(f64, f64)>> {
+        let mut figures = Vec::with_capacity(areas.len());
+        for &area in areas {
+            let secs = rung(comm, area.max(4) as usize, pattern, empty)?;
+            let after = median_empty_exchange(comm, false)?;
+            empty = empty.min(after);
+            figures.push(best_and_median(secs, 1.0));
+        }
+        mean_over_ranks(comm, &figures)
+    };
+    let (both, pull) = (ladder(Pattern::InPlace)?, ladder(Pattern::OutOfPlace)?);
+    let method = |what: &str| {
+        format!(
+            "{what}, every rank at once through the host transport, walking a destination area of the rung's bytes per rank in blocks of at most {} KiB, less an 8 B exchange per timed block, after {WARM_WALKS} untimed walks (1 from {} MiB), best of {SAMPLES} ({BIG_SAMPLES} from {} MiB), mean per rank",
             RING_SLICE_BYTES >> 10,
             SAMPLE_BYTES >> 20,
             SAMPLE_BYTES >> 20
-        ),
-        rungs: rungs_of(areas, |a| a, &figures),
+        )
+    };
+    Ok(Some(FarLadders {
+        both: Ladder {
+            method: method("receiving bytes the sender has just written into a block this rank last wrote a walk ago and the peer has just read (a sliced in-place ring's all-gather step)"),
+            rungs: rungs_of(areas, |a| a, &both),
+        },
+        pull: Ladder {
+            method: method("receiving bytes the sender has just written into a block this rank last wrote a walk ago, after a step that received the peer's input into the block beside it (a sliced out-of-place ring's all-gather step; a source area as large as the destination)"),
+            rungs: rungs_of(areas, |a| a, &pull),
+        },
     }))
 }
 
@@ -173,49 +250,68 @@ mod tests {
 
     const TIMEOUT: Duration = Duration::from_secs(20);
 
-    /// A walk leaves in every destination block what went two ranks round
-    /// the ring: the untimed step hands on the destination block, the timed
-    /// one passes what came in on. Three
-    /// ranks, so that no byte comes back to where it started.
+    /// In place a walk leaves in every destination block what went two
+    /// ranks round the ring (the untimed step hands on the destination
+    /// block, the timed one passes what came in on); out of place the
+    /// pair's first block holds the left neighbour's input and the second
+    /// what the left neighbour received from its own left. Three ranks, so
+    /// that no byte comes back to where it started.
     #[test]
     fn a_walk_receives_into_every_block_what_the_ring_passed_on() {
-        let area = 3 * RING_SLICE_BYTES;
+        let area = 4 * RING_SLICE_BYTES;
         let got = local::run(3, Algo::Auto, TIMEOUT, |c| {
             let r = c.rank() as u8;
             let mut out = Vec::new();
-            let block = block_of(area);
-            let mut a = Area {
-                dest: HostBuffer::zeroed(area),
-                send: HostBuffer::zeroed(block),
-            };
-            a.dest.bytes_mut().fill(10 + r);
-            let t = c.host_transport().expect("a host transport");
-            let (secs, steps) = walk(t, &mut a, block, Instant::now() + TIMEOUT)?;
-            assert!(secs > 0.0 && secs.is_finite());
-            out.push((steps, a.dest.bytes().to_vec()));
+            for pattern in [Pattern::InPlace, Pattern::OutOfPlace] {
+                let block = block_of(area);
+                let mut a = Area {
+                    dest: HostBuffer::zeroed(area),
+                    send: HostBuffer::zeroed(block),
+                    src: HostBuffer::zeroed(area),
+                };
+                a.dest.bytes_mut().fill(10 + r);
+                a.src.bytes_mut().fill(20 + r);
+                let t = c.host_transport().expect("a host transport");
+                let (secs, steps) = walk(t, &mut a, block, pattern, Instant::now() + TIMEOUT)?;
+                assert!(secs > 0.0 && secs.is_finite());
+                out.push((pattern, steps, block, a.dest.bytes().to_vec()));
+            }
             Ok(out)
         });
         for (rank, g) in got.into_iter().enumerate() {
-            let two_left = ((rank + 1) % 3) as u8;
-            for (steps, dest) in g.unwrap() {
-                assert_eq!(steps, 3);
-                assert!(dest.iter().all(|&v| v == 10 + two_left), "rank {rank}");
+            let (left, two_left) = (((rank + 2) % 3) as u8, ((rank + 1) % 3) as u8);
+            for (pattern, steps, block, dest) in g.unwrap() {
+                match pattern {
+                    Pattern::InPlace => {
+                        assert_eq!(steps, 4);
+                        assert!(dest.iter().all(|&v| v == 10 + two_left), "rank {rank}");
+                    }
+                    Pattern::OutOfPlace => {
+                        assert_eq!(steps, 2);
+                        for (i, b) in dest.chunks(block).enumerate() {
+                            let want = if i % 2 == 0 { 20 + left } else { 20 + two_left };
+                            assert!(b.iter().all(|&v| v == want), "rank {rank} block {i}");
+                        }
+                    }
+                }
             }
         }
     }
 
     #[test]
-    fn the_ladder_covers_its_areas_on_every_rank_and_needs_a_peer() {
+    fn the_ladders_cover_their_areas_on_every_rank_and_need_a_peer() {
         let areas = [64 << 10, 1 << 20];
-        let got = local::run(2, Algo::Auto, TIMEOUT, |c| far_both_ladder(c, &areas));
-        let got: Vec<Ladder> = got.into_iter().map(|g| g.unwrap().unwrap()).collect();
+        let got = local::run(2, Algo::Auto, TIMEOUT, |c| far_ladders(c, &areas));
+        let got: Vec<FarLadders> = got.into_iter().map(|g| g.unwrap().unwrap()).collect();
         assert_eq!(got[0], got[1], "the mean over ranks, on every rank");
-        let ws: Vec<u64> = got[0].rungs.iter().map(|r| r.working_set).collect();
-        assert_eq!(ws, areas);
-        for r in &got[0].rungs {
-            assert!(r.gbps.is_finite() && r.gbps > 0.0 && r.median_gbps <= r.gbps);
+        for l in [&got[0].both, &got[0].pull] {
+            let ws: Vec<u64> = l.rungs.iter().map(|r| r.working_set).collect();
+            assert_eq!(ws, areas);
+            for r in &l.rungs {
+                assert!(r.gbps.is_finite() && r.gbps > 0.0 && r.median_gbps <= r.gbps);
+            }
         }
-        let alone = local::run(1, Algo::Auto, TIMEOUT, |c| far_both_ladder(c, &areas));
+        let alone = local::run(1, Algo::Auto, TIMEOUT, |c| far_ladders(c, &areas));
         assert!(alone.into_iter().all(|g| g.unwrap().is_none()));
     }
 }

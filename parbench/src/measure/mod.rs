@@ -37,7 +37,7 @@ pub use ceiling::{
 pub use combine::{
     gather_f64, gather_f64_any_len, Average, LoopStats, StragglerTally, StragglerVerdict,
 };
-pub use far::far_both_ladder;
+pub use far::{far_ladders, FarLadders};
 pub use fused::{fused_reduce_ladders, FusedLadders};
 pub use ladder::{
     copy_ladder, fresh_ladders, reduce_ladder, ring_step_ladder, stream_ladder, working_sets,

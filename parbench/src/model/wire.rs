@@ -419,6 +419,13 @@ pub struct WireModel {
     /// cost `both` at the slice's working set.
     #[serde(default)]
     pub both_far: Ladder,
+    /// Shared memory: a fresh byte received into a block this rank last
+    /// wrote a call ago and nobody read, after a step that received the
+    /// peer's input into the block beside it (`crate::measure::far_ladders`):
+    /// the all-gather steps of a sliced out-of-place ring. Empty: those
+    /// steps cost `pull`, half at the slice's working set, half at the call's.
+    #[serde(default)]
+    pub pull_far: Ladder,
 }
 
 /// Seconds per byte of a ladder at a working set (infinite when unknown).
@@ -515,11 +522,13 @@ impl WireModel {
     ///   the slice's working set);
     /// - the cache-state figures of a call that runs as one slice at most
     ///   at [`CallSets::block_ws`];
-    /// - a sliced in-place ring's all-gather steps ([`Part::dest_near`]) at
-    ///   [`Self::both_far`] where it was measured: their destination
-    ///   blocks were written a call ago and have left the rank's cache
-    ///   (on the Intel Xeon VM those steps ran at 10-11 GB/s where `both`
-    ///   at the slice read 15).
+    /// - a sliced ring's all-gather steps at the far ladders where they
+    ///   were measured, at the call's receive buffer: in place
+    ///   ([`Part::dest_near`]) [`Self::both_far`], out of place (a fresh
+    ///   byte into a block nobody read) [`Self::pull_far`]; their
+    ///   destination blocks were written a call ago and have left the
+    ///   rank's cache (on the Intel Xeon VM those steps ran at 10-11 and
+    ///   12-13 GB/s where `both` and `pull` near the slice read 15-17).
     pub fn bytes_seconds(&self, m: &Moves, n_bytes: u64, at: &CallSets) -> f64 {
         let n = n_bytes as f64;
         let state_at = |ws: u64| at.block_ws.map_or(ws, |b| ws.min(b));
@@ -527,18 +536,21 @@ impl WireModel {
         m.parts
             .iter()
             .map(|p| {
-                let secs =
-                    if p.dest_near && at.block_ws.is_none() && !self.both_far.rungs.is_empty() {
-                        // In place the destination is the call's buffer: the
-                        // ladder's area is its working set.
-                        secs_per_byte(&self.both_far, at.ws)
-                    } else if p.dest_near {
-                        cost(p, at.slice_ws)
-                    } else if p.near {
-                        0.5 * cost(p, at.slice_ws) + 0.5 * cost(p, at.ws)
-                    } else {
-                        cost(p, at.ws)
-                    };
+                let sliced = at.block_ws.is_none();
+                let far_pull = p.op == Op::Receive && p.fresh && !p.claimed;
+                // The far ladders are read at the call's receive buffer,
+                // n bytes for the rings that slice (all_reduce, all_gather).
+                let secs = if p.dest_near && sliced && !self.both_far.rungs.is_empty() {
+                    secs_per_byte(&self.both_far, n_bytes)
+                } else if far_pull && sliced && !self.pull_far.rungs.is_empty() {
+                    secs_per_byte(&self.pull_far, n_bytes)
+                } else if p.dest_near {
+                    cost(p, at.slice_ws)
+                } else if p.near {
+                    0.5 * cost(p, at.slice_ws) + 0.5 * cost(p, at.ws)
+                } else {
+                    cost(p, at.ws)
+                };
                 p.bytes * n * secs
             })
             .sum()
@@ -1071,6 +1083,35 @@ mod tests {
             far.bytes_seconds(&m1, one, &at1),
             wire.bytes_seconds(&m1, one, &at1)
         );
+
+        // Out of place the all-gather's fresh byte into a block nobody read
+        // costs `pull_far` at the call's receive buffer (8 MiB: 4 GB/s)
+        // where measured; the reduce-scatter part is untouched.
+        let out = WireModel {
+            pull_far: ladder(&[(1 << 20, 8.0), (8 << 20, 4.0)]),
+            ..far.clone()
+        };
+        let m = moves(Collective::AllReduce, &ring, 2, n, false).unwrap();
+        let at = call_sets(Collective::AllReduce, &ring, 2, n, false);
+        let fresh_private = |p: &Part| p.op == Op::Receive && p.fresh && !p.claimed;
+        assert_eq!(m.parts.iter().filter(|p| fresh_private(p)).count(), 1);
+        let rest: f64 = m
+            .parts
+            .iter()
+            .filter(|p| !fresh_private(p))
+            .map(|p| {
+                wire.bytes_seconds(
+                    &Moves {
+                        parts: vec![*p],
+                        ..m.clone()
+                    },
+                    n,
+                    &at,
+                )
+            })
+            .sum();
+        let t = out.bytes_seconds(&m, n, &at);
+        assert!((t - (rest + h / 4e9)).abs() < 1e-12, "{t}");
     }
 
     #[test]
