@@ -16,7 +16,7 @@
 //! block beside the destination is part of the pattern, and the
 //! out-of-place one here has it (12.1-13.2 GB/s at 2-16 MiB).
 
-use super::combine::gather_f64;
+use super::fused::every_rank_has_transport;
 use super::ladder::{
     best_and_median, less_latency, mean_over_ranks, median_empty_exchange, rungs_of,
     sample_long_enough, BIG_SAMPLES, SAMPLES, SAMPLE_BYTES,
@@ -109,17 +109,15 @@ fn walk(
     Ok((secs, steps))
 }
 
-/// Seconds per received byte of each sample of one rung (an area of
-/// `area` bytes, a sample walking it until [`SAMPLE_BYTES`] have moved),
-/// the 8-byte exchange's `empty` seconds taken off each timed step, after
-/// [`WARM_WALKS`] untimed walks; [`SAMPLES`] samples ([`BIG_SAMPLES`]
-/// from [`SAMPLE_BYTES`] up).
+/// Each sample of one rung (an area of `area` bytes, a sample walking it
+/// until [`SAMPLE_BYTES`] have moved) as its timed seconds, timed steps
+/// and received bytes, after [`WARM_WALKS`] untimed walks; [`SAMPLES`]
+/// samples ([`BIG_SAMPLES`] from [`SAMPLE_BYTES`] up).
 fn rung<C: Communicator>(
     comm: &mut C,
     area: usize,
     pattern: Pattern,
-    empty: f64,
-) -> CommResult<Vec<f64>> {
+) -> CommResult<Vec<(f64, usize, usize)>> {
     let backend = comm.backend();
     let no_transport = move || {
         CommError::Unsupported(format!(
@@ -176,7 +174,7 @@ fn rung<C: Communicator>(
             Pattern::InPlace => done * area,
             Pattern::OutOfPlace => steps * block,
         };
-        out.push(less_latency(secs, steps, empty) / timed_bytes.max(1) as f64);
+        out.push((secs, steps, timed_bytes));
     }
     Ok(out)
 }
@@ -203,20 +201,23 @@ pub struct FarLadders {
 /// mean over ranks. `None` with one rank or where some rank has no host
 /// transport. Every rank must call it with the same `areas`.
 pub fn far_ladders<C: Communicator>(comm: &mut C, areas: &[u64]) -> CommResult<Option<FarLadders>> {
-    let mine = f64::from(u8::from(comm.host_transport().is_some()));
-    let every = gather_f64(comm, &[mine])?
-        .iter()
-        .all(|v| v.first() == Some(&1.0));
-    if comm.world() < 2 || !every {
+    if comm.world() < 2 || !every_rank_has_transport(comm)? {
         return Ok(None);
     }
     let mut empty = median_empty_exchange(comm, false)?;
     let mut ladder = |pattern: Pattern| -> CommResult<Vec<(f64, f64)>> {
         let mut figures = Vec::with_capacity(areas.len());
         for &area in areas {
-            let secs = rung(comm, area.max(4) as usize, pattern, empty)?;
+            let samples = rung(comm, area.max(4) as usize, pattern)?;
+            // The smaller of the empty exchanges timed just before and
+            // just after the rung, as the other ladders take it.
             let after = median_empty_exchange(comm, false)?;
-            empty = empty.min(after);
+            let e = empty.min(after);
+            empty = after;
+            let secs = samples
+                .into_iter()
+                .map(|(raw, steps, bytes)| less_latency(raw, steps, e) / bytes.max(1) as f64)
+                .collect();
             figures.push(best_and_median(secs, 1.0));
         }
         mean_over_ranks(comm, &figures)

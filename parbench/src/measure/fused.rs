@@ -192,7 +192,7 @@ fn rung_samples<C: Communicator>(
 
 /// Whether every rank's communicator has a host transport (a collective:
 /// every rank must call it).
-fn every_rank_has_transport<C: Communicator>(comm: &mut C) -> CommResult<bool> {
+pub(super) fn every_rank_has_transport<C: Communicator>(comm: &mut C) -> CommResult<bool> {
     let mine = f64::from(u8::from(comm.host_transport().is_some()));
     let all = gather_f64(comm, &[mine])?;
     Ok(all.iter().all(|v| v.first() == Some(&1.0)))

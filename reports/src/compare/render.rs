@@ -55,7 +55,6 @@ fn changes_table(changes: &[&Change]) -> Table {
     t
 }
 
-/// The rule, in one paragraph, as the output states it.
 /// What a comparison of single rounds can and cannot tell, for `n` figures.
 pub fn one_round_note(n: usize) -> String {
     format!(
@@ -63,6 +62,7 @@ pub fn one_round_note(n: usize) -> String {
     )
 }
 
+/// The rule, in one paragraph, as the output states it.
 pub const RULE: &str = "A regression: rows of quiet runs only (other processes took at most 10% of the machine during the run and the row's table); the median over the rounds worse by more than the threshold and by more than the noise (the rounds' half-spread with 2+ rounds, else the row's spread below its median); with 2+ rounds on both sides, every current round worse than every baseline round; and a time change above the floor (clock resolution or latency jitter, the larger, from run.json).";
 
 /// The comparison as text or Markdown.
