@@ -38,6 +38,7 @@ use parbench::launch::ranks::{self, Ended, JobFault, RankBody, RankComm, Ranks};
 use parbench::launch::{
     self, eprint_line, interrupt, report, LaunchError, LocalJob, RankInfo, Reported,
 };
+use parbench::measure::ComputeReference;
 use parbench::results::{self, append_rows, new_run_id, read_rows, LayerRow, RunMeta};
 use std::path::Path;
 use std::sync::Mutex;
@@ -123,6 +124,10 @@ struct Records<'a> {
     plan: &'a LayerJob,
     meta: RunMeta,
     rows: Vec<LayerRow>,
+    /// The machine's compute speed, sampled when the run begins and after
+    /// each degree (CPU backends; `None` on GPUs, where the CPU's speed
+    /// says nothing of the block's).
+    reference: Option<ComputeReference>,
 }
 
 impl<'a> Records<'a> {
@@ -131,12 +136,27 @@ impl<'a> Records<'a> {
     fn begin(plan: &'a LayerJob, meta: RunMeta) -> Self {
         let mut meta = meta;
         meta.extra.insert("block".into(), output::block_json(plan));
-        results::begin_run(&plan.out, &meta);
-        Records {
+        let mut records = Records {
             plan,
             meta,
             rows: Vec::new(),
+            reference: (plan.backend != Backend::Nccl).then(ComputeReference::on_allowed_cpus),
+        };
+        records.sample_reference();
+        records
+    }
+
+    /// Times the compute reference once more and puts it in the record
+    /// (so that a run cut short keeps it too).
+    fn sample_reference(&mut self) {
+        if let Some(r) = &mut self.reference {
+            r.sample();
         }
+        self.meta.extra.insert(
+            "compute_reference".into(),
+            output::reference_json(self.reference.as_ref()),
+        );
+        results::begin_run(&self.plan.out, &self.meta);
     }
 
     /// Appends one degree's rows, with the run's id and the speed-up over
@@ -149,6 +169,7 @@ impl<'a> Records<'a> {
         append_rows(&self.plan.out, &rows)
             .with_context(|| format!("writing {}", self.plan.out.display()))?;
         self.rows.extend(rows);
+        self.sample_reference();
         Ok(())
     }
 
@@ -156,6 +177,10 @@ impl<'a> Records<'a> {
     fn print_table(&self) {
         if !self.rows.is_empty() {
             parbench::out!("{}", output::table(self.plan, &self.rows));
+            parbench::outln!(
+                "{}",
+                output::reference_line(self.reference.as_ref(), &self.rows)
+            );
         }
     }
 

@@ -4,6 +4,7 @@ use crate::cli::LayerJob;
 use crate::sweep::TpMeasurement;
 use parbench::compute::cpu::{CpuCompute, GemmKernels};
 use parbench::compute::GemmMath;
+use parbench::measure::ComputeReference;
 use parbench::results::{LayerRow, SCHEMA_VERSION};
 
 /// What the block's products compute in on the plan's device, and with
@@ -222,4 +223,54 @@ pub fn table(plan: &LayerJob, rows: &[LayerRow]) -> String {
         ));
     }
     out
+}
+
+/// The compute reference's record for run.json: what [`ComputeReference`]
+/// writes, or why there is none.
+pub fn reference_json(r: Option<&ComputeReference>) -> serde_json::Value {
+    match r {
+        Some(r) => r.to_json(),
+        None => serde_json::json!({ "none": NO_GPU_REFERENCE }),
+    }
+}
+
+const NO_GPU_REFERENCE: &str =
+    "not measured on GPUs: the CPU's product says nothing of the GPU's compute speed";
+
+/// The line under the table: the machine's compute speed in this run, and
+/// the block's compute rate beside it.
+pub fn reference_line(r: Option<&ComputeReference>, rows: &[LayerRow]) -> String {
+    let Some(r) = r else {
+        return format!("# compute reference: {NO_GPU_REFERENCE}");
+    };
+    let (Some(us), Some(gf)) = (r.median_us(), r.gflops_per_cpu()) else {
+        return "# compute reference: no sample taken".into();
+    };
+    let rates: Vec<String> = rows
+        .iter()
+        .filter(|row| row.compute_gflops.is_finite() && row.threads > 0)
+        .map(|row| {
+            format!(
+                "tp {} {:.2}",
+                row.tp,
+                row.compute_gflops / row.threads as f64 / gf
+            )
+        })
+        .collect();
+    format!(
+        "# compute reference: {}: {:.0} us median of {} samples (spread {:.1}%), {:.1} GFLOP/s a CPU{}",
+        r.kernel,
+        us,
+        r.samples_us.len(),
+        r.spread().unwrap_or(0.0) * 100.0,
+        gf,
+        if rates.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; the block's compute rate a thread, over it: {}",
+                rates.join(", ")
+            )
+        }
+    )
 }

@@ -92,10 +92,26 @@ fn a_tiny_sweep_writes_the_documented_columns() {
     assert!(err < 1e-4, "{err}");
     let speedup: f64 = rows[0]["speedup"].parse().unwrap();
     assert_eq!(speedup, 1.0);
-    assert!(std::fs::read_to_string(out_dir.join("run.json"))
+    let runs: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.join("run.json")).unwrap()).unwrap();
+    // The machine's compute speed, timed when the run began and after each
+    // of its two degrees.
+    let reference = &runs[0]["extra"]["compute_reference"];
+    let samples = reference["samples_us"].as_array().unwrap();
+    assert_eq!(samples.len(), 3, "{reference}");
+    assert!(
+        samples.iter().all(|s| s.as_f64().unwrap() > 0.0),
+        "{reference}"
+    );
+    assert!(reference["kernel"]
+        .as_str()
         .unwrap()
-        .contains("\"suite\""));
+        .contains("512x512x512"));
     assert!(stdout.contains("compute_us"));
+    assert!(
+        stdout.contains("# compute reference: gemm crate f32"),
+        "{stdout}"
+    );
     let _ = std::fs::remove_dir_all(&out_dir);
 }
 
@@ -128,6 +144,7 @@ fn tcp_spawns_each_degree_and_collects_its_row() {
         1,
         "one run recorded by the launcher: {runs}"
     );
+    assert!(runs.contains("\"compute_reference\""), "{runs}");
     let _ = std::fs::remove_dir_all(&out_dir);
 }
 

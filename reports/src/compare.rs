@@ -20,11 +20,17 @@
 //!    iteration only ever lengthens the slow tail, so it says nothing about
 //!    the median); the larger side counts;
 //! 4. with two or more rounds on both sides, every current round is worse
-//!    than every baseline round (the ranges do not overlap);
+//!    than every baseline round (the ranges do not overlap); a side that
+//!    ran two or more rounds of a row but kept fewer than two quiet ones
+//!    is not judged: its noise is not measured;
 //! 5. for a figure that is a time (or derived from one), the time changed
 //!    by more than the floor: the larger of both runs' clock resolution and
 //!    latency jitter (p90 - p10 of the ping-pong half trips), recorded in
 //!    run.json's `extra.floor`.
+//!
+//! Layers' compute times are first put on the baseline's machine speed by
+//! the fixed product every run times beside its block ([`compute_basis`]):
+//! a slower machine is not a slower block.
 //!
 //! An improvement is the mirror image. A suite present on both sides whose
 //! rows match nothing (a renamed wire, another host, another world size) is
@@ -38,7 +44,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+mod compute_basis;
 mod render;
+pub use compute_basis::ComputeBasis;
 pub use render::render;
 
 /// Exit code of a comparison that found no regression but could not judge
@@ -362,6 +370,9 @@ pub struct Comparison {
     pub unmatched: Vec<String>,
     /// Runs of the current folder that were cut short: (run id, why).
     pub cut_short: Vec<(String, String)>,
+    /// The machine speed the layers' compute times were judged at, when
+    /// both sides have layers rows.
+    pub compute_basis: Option<ComputeBasis>,
 }
 
 impl Comparison {
@@ -490,6 +501,14 @@ fn judge(
     (by, noise, dt, verdict)
 }
 
+/// The rounds (runs) among `rows`.
+fn rounds<R: Compared>(rows: &[&R]) -> usize {
+    rows.iter()
+        .map(|r| r.run_id())
+        .collect::<BTreeSet<_>>()
+        .len()
+}
+
 fn group<R: Compared>(rows: &[R]) -> BTreeMap<String, Vec<&R>> {
     let mut map: BTreeMap<String, Vec<&R>> = BTreeMap::new();
     for r in rows {
@@ -559,7 +578,13 @@ pub fn compare_rows<R: Compared>(
                 change.verdict = Verdict::CannotJudge;
             }
             if let (Some(bs), Some(cs)) = (bs, cs) {
-                let (by, noise, dt, verdict) = judge(fig.worse, &bs, &cs, threshold, floor_us);
+                let (by, noise, dt, mut verdict) = judge(fig.worse, &bs, &cs, threshold, floor_us);
+                // A side that ran several rounds but kept one quiet round
+                // has no measured noise, and its one round is the one the
+                // host let through: not judged.
+                if (rounds(brows) >= 2 && bs.rounds < 2) || (rounds(crows) >= 2 && cs.rounds < 2) {
+                    verdict = Verdict::NotJudged;
+                }
                 change = Change {
                     baseline: bs.median,
                     current: cs.median,
@@ -648,7 +673,13 @@ pub fn compare_sources(base: &Source, cur: &Source, threshold: f64) -> Compariso
         threshold,
         &mut out,
     );
-    compare_rows(&base.layers, &cur.layers, (&bi, &ci), threshold, &mut out);
+    match compute_basis::at_one_speed(base, cur) {
+        Some((bl, cl, basis)) => {
+            compare_rows(&bl, &cl, (&bi, &ci), threshold, &mut out);
+            out.compute_basis = Some(basis);
+        }
+        None => compare_rows(&base.layers, &cur.layers, (&bi, &ci), threshold, &mut out),
+    }
     compare_rows(
         &base.pipeline,
         &cur.pipeline,

@@ -409,3 +409,187 @@ fn a_current_run_cut_short_is_never_a_pass() {
     assert_eq!(o.status.code(), Some(2), "{}{err}", stdout(&o));
     assert!(err.contains("cut short") && err.contains("SIGINT"), "{err}");
 }
+
+/// A folder of `rounds` bench-layers runs of the shm fixture's layers rows:
+/// run i's compute times are the fixture's times `compute(i, row)`, its
+/// communication as recorded, and its run.json entry records a compute
+/// reference of `reference_us(i)` (none when `None`).
+fn layer_rounds(
+    name: &str,
+    rounds: usize,
+    compute: impl Fn(usize, usize) -> f64,
+    reference_us: impl Fn(usize) -> Option<f64>,
+) -> std::path::PathBuf {
+    use parbench::results::LayerRow;
+    let dir = scratch(name);
+    let src: Vec<LayerRow> = read_rows(&fixture("shm").join("layers.csv")).unwrap();
+    let meta: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("shm").join("run.json")).unwrap())
+            .unwrap();
+    let layers_meta = meta
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["suite"] == "layers")
+        .unwrap();
+    let (mut runs, mut rows) = (Vec::new(), Vec::new());
+    for i in 0..rounds {
+        let id = format!("layers-20261130T0{i}0000Z-{i}");
+        for (j, r) in src.iter().enumerate() {
+            let f = compute(i, j);
+            let d = r.compute_us * (f - 1.0);
+            rows.push(LayerRow {
+                run_id: id.clone(),
+                compute_us: r.compute_us * f,
+                total_us: r.total_us + d,
+                total_min_us: r.total_min_us + d,
+                total_max_us: r.total_max_us + d,
+                per_token_us: r.per_token_us * (r.total_us + d) / r.total_us,
+                ..r.clone()
+            });
+        }
+        let mut m = layers_meta.clone();
+        m["run_id"] = id.into();
+        m["extra"]["floor"] = serde_json::json!({"floor_us": 0.05});
+        if let Some(us) = reference_us(i) {
+            m["extra"]["compute_reference"] = serde_json::json!({
+                "kernel": "gemm crate f32 512x512x512, avx2+fma, one product per CPU on 2 CPU(s) at once",
+                "threads": 2,
+                "samples_us": [us * 0.99, us, us * 1.01],
+            });
+        }
+        runs.push(m);
+    }
+    append_rows(&dir, &rows).unwrap();
+    std::fs::write(
+        dir.join("run.json"),
+        serde_json::to_string_pretty(&runs).unwrap(),
+    )
+    .unwrap();
+    dir
+}
+
+/// The first signed percentage in `text` ("+10.7%" -> 10.7).
+fn first_percent(text: &str) -> f64 {
+    text.split(|c: char| c.is_whitespace() || c == '(' || c == ')')
+        .find_map(|w| {
+            w.strip_prefix('+')
+                .and_then(|w| w.strip_suffix('%'))?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no percentage in {text}"))
+}
+
+fn compare_code(base: &Path, cur: &Path) -> (Option<i32>, String) {
+    let o = report(&["compare", base.to_str().unwrap(), cur.to_str().unwrap()]);
+    (o.status.code(), stdout(&o) + &stderr(&o))
+}
+
+#[test]
+fn a_slower_machine_is_not_a_slower_block() {
+    let tight = |i, j| jitter(i, j, 5, 0.01);
+    let base = layer_rounds("l-base", 5, tight, |i| Some(3000.0 * jitter(i, 0, 6, 0.01)));
+    // The machine 10% slower: the reference and every compute time with it.
+    let drift = layer_rounds(
+        "l-drift",
+        5,
+        |i, j| 1.10 * jitter(i, j, 7, 0.01),
+        |i| Some(3300.0 * jitter(i, 0, 8, 0.01)),
+    );
+    let (code, out) = compare_code(&base, &drift);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains(": 0 regressions"), "{out}");
+    let basis = out
+        .lines()
+        .find(|l| l.contains("compute times judged at the baseline's machine speed"))
+        .unwrap_or_else(|| panic!("no basis line: {out}"));
+    let drift = first_percent(basis.split("took").nth(1).unwrap_or(""));
+    assert!((9.0..12.0).contains(&drift), "{basis}");
+
+    // The same times with no reference on the current side: judged as
+    // measured, the drift is called.
+    let unreferenced = layer_rounds(
+        "l-drift-raw",
+        5,
+        |i, j| 1.10 * jitter(i, j, 7, 0.01),
+        |_| None,
+    );
+    let (code, out) = compare_code(&base, &unreferenced);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("compute times judged as measured (the current run's run layers-"),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_slower_block_is_called_on_a_steady_or_a_slower_machine() {
+    let base = layer_rounds(
+        "lb-base",
+        5,
+        |i, j| jitter(i, j, 5, 0.01),
+        |i| Some(3000.0 * jitter(i, 0, 6, 0.01)),
+    );
+    // The block 10% slower, the machine as fast.
+    let slow = layer_rounds(
+        "lb-slow",
+        5,
+        |i, j| 1.10 * jitter(i, j, 9, 0.01),
+        |i| Some(3000.0 * jitter(i, 0, 10, 0.01)),
+    );
+    let (code, out) = compare_code(&base, &slow);
+    assert_eq!(code, Some(1), "{out}");
+    for tp in ["tp1", "tp2"] {
+        let line = out
+            .lines()
+            .find(|l| l.contains(tp) && l.contains("compute_us"))
+            .unwrap_or_else(|| panic!("no {tp} compute_us regression: {out}"));
+        assert!((8.0..12.0).contains(&first_percent(line)), "{line}");
+    }
+    // The block 10% slower on a machine 10% slower: 21% as measured, 10%
+    // once the machine's share is taken out, and still called.
+    let both = layer_rounds(
+        "lb-both",
+        5,
+        |i, j| 1.21 * jitter(i, j, 11, 0.01),
+        |i| Some(3300.0 * jitter(i, 0, 12, 0.01)),
+    );
+    let (code, out) = compare_code(&base, &both);
+    assert_eq!(code, Some(1), "{out}");
+    let line = out
+        .lines()
+        .find(|l| l.contains("tp1") && l.contains("compute_us"))
+        .unwrap_or_else(|| panic!("no tp1 compute_us regression: {out}"));
+    assert!(
+        line.contains("+10.") || line.contains("+9.") || line.contains("+11."),
+        "{line}"
+    );
+}
+
+#[test]
+fn one_quiet_round_left_of_several_is_not_judged() {
+    let quiet = |_| 0.0;
+    let base = rounds_folder("q-base", 3, |i, j| jitter(i, j, 13, 0.02), quiet);
+    // Two of the three current rounds noisy, and the one left 20% slower
+    // at every size: its noise is not measured, so nothing is called.
+    let cur = rounds_folder(
+        "q-cur",
+        3,
+        |i, j| jitter(i, j, 14, 0.02) * if i == 2 { 1.2 } else { 1.0 },
+        |i| if i < 2 { 0.3 } else { 0.0 },
+    );
+    let (code, out) = compare_code(&base, &cur);
+    assert_eq!(code, Some(3), "{out}");
+    assert!(out.contains(": 0 regressions"), "{out}");
+    assert!(out.contains("all but one of the rounds it ran"), "{out}");
+    // With two quiet rounds left, both slower, the change is called.
+    let cur2 = rounds_folder(
+        "q-cur2",
+        3,
+        |i, j| jitter(i, j, 14, 0.02) * if i >= 1 { 1.2 } else { 1.0 },
+        |i| if i < 1 { 0.3 } else { 0.0 },
+    );
+    let (code, out) = compare_code(&base, &cur2);
+    assert_eq!(code, Some(1), "{out}");
+}

@@ -14,6 +14,9 @@
 //!   reduction-kernel throughput).
 //! - [`fused`]: the host rings' own receive-and-reduce step, by working
 //!   set (the model's price of a reduced byte).
+//! - [`compute_reference`]: the machine's compute speed in the same run
+//!   (one fixed matrix product on every CPU at once), beside the figures
+//!   of a suite whose times are compute.
 //! - [`placement`]: one CPU per rank, so the scheduler does not stack the
 //!   ranks of a job on one core while another idles.
 //!
@@ -23,6 +26,7 @@ pub mod ceiling;
 pub mod clock;
 pub mod clock_sync;
 pub mod combine;
+pub mod compute_reference;
 pub mod far;
 pub mod fused;
 pub mod ladder;
@@ -37,6 +41,7 @@ pub use ceiling::{
 pub use combine::{
     gather_f64, gather_f64_any_len, Average, LoopStats, StragglerTally, StragglerVerdict,
 };
+pub use compute_reference::ComputeReference;
 pub use far::{far_ladders, FarLadders};
 pub use fused::{fused_reduce_ladders, FusedLadders};
 pub use ladder::{

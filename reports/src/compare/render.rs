@@ -115,6 +115,9 @@ pub fn render(cmp: &Comparison, args: &CompareArgs) -> String {
         cmp.only_current.len()
     ));
     out.push_str(&format!("Rule: {RULE}\n"));
+    if let Some(basis) = &cmp.compute_basis {
+        out.push_str(&format!("{}\n", basis.describe()));
+    }
     let single = cmp
         .changes
         .iter()
@@ -152,7 +155,7 @@ pub fn render(cmp: &Comparison, args: &CompareArgs) -> String {
     }
     if !not_judged.is_empty() {
         out.push_str(&format!(
-            "\nnoisy: not judged: {} figures of {} keys (every row on one side came from a noisy run, or was timed with the cores elsewhere).\n",
+            "\nnoisy: not judged: {} figures of {} keys (every row on one side, or all but one of the rounds it ran, came from a noisy run or was timed with the cores elsewhere).\n",
             not_judged.len(),
             not_judged
                 .iter()
