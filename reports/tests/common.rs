@@ -92,11 +92,20 @@ pub fn rounds_folder(
         m["extra"]["floor"] = serde_json::json!({"floor_us": 0.05});
         runs.push(m);
     }
-    append_rows(&dir, &rows).unwrap();
+    write_folder(&dir, &rows, &runs);
+    dir
+}
+
+/// Writes `rows` and the run.json entries `runs` into `dir`.
+pub fn write_folder<R: parbench::results::Record>(
+    dir: &Path,
+    rows: &[R],
+    runs: &[serde_json::Value],
+) {
+    append_rows(dir, rows).unwrap();
     std::fs::write(
         dir.join("run.json"),
-        serde_json::to_string_pretty(&runs).unwrap(),
+        serde_json::to_string_pretty(runs).unwrap(),
     )
     .unwrap();
-    dir
 }

@@ -460,12 +460,7 @@ fn layer_rounds(
         }
         runs.push(m);
     }
-    append_rows(&dir, &rows).unwrap();
-    std::fs::write(
-        dir.join("run.json"),
-        serde_json::to_string_pretty(&runs).unwrap(),
-    )
-    .unwrap();
+    write_folder(&dir, &rows, &runs);
     dir
 }
 
