@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
 # Nightly regression run: a fixed small suite of the three bench binaries on
 # the default backend, run ROUNDS times interleaved into results/<date>/,
-# compared with results/baseline/ (made from the first run), and an HTML
-# report beside the records.
+# compared with results/baseline/, and an HTML report beside the records.
+# The baseline is the first NIGHTS clean nights (results/baseline/<night>/),
+# pooled: the noise a night is held against is then measured across nights
+# (a machine's speed moves more from one night to the next than between
+# the rounds of one night). The nights that make the baseline are kept, not
+# judged (exit 0). A baseline folder that holds records itself (the layout
+# before --baseline-nights) is used as it is, as one night.
 #
 # Exit: 0 fine; 1 a figure regressed (report compare); 2 a bench or the
 # report failed, or nothing could be compared (the other benches still run
 # and the report is still written); 3 no regression, but noisy runs (other
 # processes took more than 10% of the machine) left figures unjudged.
 #
-# Usage: scripts/nightly.sh [--results DIR] [--threshold 0.05] [--rounds 7] [--no-build]
+# Usage: scripts/nightly.sh [--results DIR] [--threshold 0.05] [--rounds 7]
+#                           [--baseline-nights 3] [--no-build]
 # Paths (--results, PARBENCH_BIN, CARGO_TARGET_DIR) are taken relative to
 # the directory it is called from.
 # Environment: PARBENCH_BIN (folder of the binaries, default
@@ -25,6 +31,7 @@ from_caller() { case "$1" in /*) printf '%s' "$1" ;; *) printf '%s' "$caller/$1"
 results=results
 threshold=0.05
 rounds=7
+baseline_nights=3
 build=1
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -32,12 +39,14 @@ while [ $# -gt 0 ]; do
         --threshold) threshold=${2:?--threshold needs a fraction}; shift ;;
         --rounds) rounds=${2:?--rounds needs a count}; shift ;;
         --no-build) build=0 ;;
-        -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+        --baseline-nights) baseline_nights=${2:?--baseline-nights needs a count}; shift ;;
+        -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
         *) echo "nightly.sh: unknown flag $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
 done
 [[ $rounds =~ ^[1-9][0-9]?$ ]] || { echo "nightly.sh: --rounds must be 1..99, got '$rounds'" >&2; exit 2; }
+[[ $baseline_nights =~ ^[1-9][0-9]?$ ]] || { echo "nightly.sh: --baseline-nights must be 1..99, got '$baseline_nights'" >&2; exit 2; }
 results=$(from_caller "$results")
 if [ -n "${CARGO_TARGET_DIR:-}" ]; then
     CARGO_TARGET_DIR=$(from_caller "$CARGO_TARGET_DIR")
@@ -92,18 +101,32 @@ for ((round = 1; round <= rounds; round++)); do
     run "$bin/bench-pipeline" --stages 4 --schedule gpipe,1f1b,interleaved,zb-h1 --microbatches 1,4,8 --chunks 2 --work sleep:1000 --out "$out"
 done
 
+# The baseline's nights, oldest first.
+nights=()
+if ls "$baseline"/*.csv >/dev/null 2>&1; then
+    nights=("$baseline")
+    echo "nightly: $baseline holds records itself: it is the baseline, as one night"
+elif [ -d "$baseline" ]; then
+    for d in "$baseline"/*/; do
+        [ -d "$d" ] && nights+=("${d%/}")
+    done
+fi
+
 status=0
-if [ ! -d "$baseline" ]; then
+if [ "${nights[*]}" != "$baseline" ] && [ ${#nights[@]} -lt "$baseline_nights" ]; then
     if [ "$failed" = 0 ]; then
-        cp -r "$out" "$baseline"
-        echo "nightly: no baseline yet: $out becomes $baseline"
+        mkdir -p "$baseline"
+        kept="$baseline/$(basename "$out")"
+        cp -r "$out" "$kept"
+        nights+=("$kept")
+        echo "nightly: baseline night ${#nights[@]} of $baseline_nights: $out kept as $kept (not judged; the gate judges each night once the baseline has $baseline_nights)"
     else
-        echo "nightly: no baseline made from a run with failures" >&2
+        echo "nightly: a night with failures is not kept in the baseline" >&2
     fi
 else
-    "$bin/report" compare "$baseline" "$out" --threshold "$threshold"
+    "$bin/report" compare "${nights[@]}" "$out" --threshold "$threshold"
     status=$?
-    "$bin/report" compare "$baseline" "$out" --threshold "$threshold" --markdown > "$out/compare.md"
+    "$bin/report" compare "${nights[@]}" "$out" --threshold "$threshold" --markdown > "$out/compare.md"
     if [ -n "${GITHUB_STEP_SUMMARY:-}" ]; then
         cat "$out/compare.md" >> "$GITHUB_STEP_SUMMARY"
     fi
@@ -112,15 +135,16 @@ else
     fi
 fi
 
-# The report shows the baseline beside tonight's run (each folder that has records).
+# The report shows the baseline's nights beside tonight's run (each folder
+# that has records; tonight's own copy in the baseline is not shown twice).
 report_dirs=()
-for d in "$baseline" "$out"; do
-    if ls "$d"/*.csv >/dev/null 2>&1; then
+for d in "${nights[@]}"; do
+    if [ "$(basename "$d")" != "$(basename "$out")" ] && ls "$d"/*.csv >/dev/null 2>&1; then
         report_dirs+=("$d")
     fi
 done
-if [ "$(cd "$baseline" 2>/dev/null && pwd)" = "$(cd "$out" && pwd)" ]; then
-    report_dirs=("$out")
+if ls "$out"/*.csv >/dev/null 2>&1; then
+    report_dirs+=("$out")
 fi
 if [ ${#report_dirs[@]} -gt 0 ]; then
     "$bin/report" html "${report_dirs[@]}" -o "$out/report.html" --title "parbench nightly $date_name" || failed=1

@@ -15,7 +15,9 @@
 //!    moves the ranks' cores moves every shared-memory figure 1.5-10x;
 //! 2. its median over the rounds got worse by more than `--threshold`;
 //! 3. and by more than the noise: with two or more rounds on a side, the
-//!    half-spread of that side's rounds; with one round, the row's own
+//!    spread of that side's rounds (max - min over the median: rounds of
+//!    one night, minutes apart, agree more closely than nights do, and half
+//!    the spread called unchanged nights apart); with one round, the row's own
 //!    spread below its median (`(p50 - fastest) / p50`: a descheduled
 //!    iteration only ever lengthens the slow tail, so it says nothing about
 //!    the median); the larger side counts;
@@ -28,6 +30,10 @@
 //!    latency jitter (p90 - p10 of the ping-pong half trips), recorded in
 //!    run.json's `extra.floor`.
 //!
+//! A baseline may be several folders (nights): their runs are pooled, so
+//! that the noise a night is held against is measured across nights, not
+//! within one.
+//!
 //! Layers' compute times are first put on the baseline's machine speed by
 //! the fixed product every run times beside its block ([`compute_basis`]):
 //! a slower machine is not a slower block.
@@ -36,12 +42,12 @@
 //! rows match nothing (a renamed wire, another host, another world size) is
 //! an error: a gate that compares nothing must not pass.
 
-use crate::load::{load_source, Source};
+use crate::load::{load_pooled, load_source, Source};
 use anyhow::{bail, Result};
 use clap::Args;
 use parbench::results::{CollectiveRow, LayerRow, PipelineRow, Record};
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 mod compute_basis;
@@ -57,10 +63,11 @@ pub const EXIT_NOISY: u8 = 3;
 #[derive(Args, Debug)]
 #[command(allow_negative_numbers = true)]
 pub struct CompareArgs {
-    /// The reference results folder.
-    pub baseline: PathBuf,
-    /// The results folder to judge.
-    pub current: PathBuf,
+    /// The baseline's results folder(s), then the folder to judge (last).
+    /// Several baseline folders (nights) are pooled: each of their runs is
+    /// a round, and the noise spans the nights.
+    #[arg(num_args = 2.., required = true, value_name = "FOLDER")]
+    pub folders: Vec<PathBuf>,
     /// Smallest relative change that counts (0.05 = 5%; for the bubble
     /// fraction, 0.05 = 5 percentage points).
     #[arg(long, default_value_t = 0.05)]
@@ -68,6 +75,31 @@ pub struct CompareArgs {
     /// Print a GitHub-flavoured Markdown summary (for a CI job summary).
     #[arg(long)]
     pub markdown: bool,
+}
+
+impl CompareArgs {
+    /// The baseline folders: every folder but the last.
+    pub fn baselines(&self) -> &[PathBuf] {
+        &self.folders[..self.folders.len().saturating_sub(1)]
+    }
+
+    /// The folder judged: the last.
+    pub fn current(&self) -> &Path {
+        self.folders.last().map_or(Path::new(""), PathBuf::as_path)
+    }
+
+    /// The baseline folders in words.
+    pub fn baseline_label(&self) -> String {
+        let names: Vec<String> = self
+            .baselines()
+            .iter()
+            .map(|d| d.display().to_string())
+            .collect();
+        match names.len() {
+            1 => names[0].clone(),
+            n => format!("{n} baseline folders pooled ({})", names.join(", ")),
+        }
+    }
 }
 
 /// Which direction of a figure is worse.
@@ -124,9 +156,9 @@ fn spread_below(low: f64, value: f64) -> f64 {
     }
 }
 
-/// Half of (max - min) over `value`, or 0 when unknown.
-fn half_spread(min: f64, max: f64, value: f64) -> f64 {
-    let n = (max - min) / (2.0 * value.abs());
+/// (max - min) over `value`, or 0 when unknown.
+fn spread(min: f64, max: f64, value: f64) -> f64 {
+    let n = (max - min) / value.abs();
     if n.is_finite() && n > 0.0 {
         n
     } else {
@@ -435,8 +467,8 @@ fn side(figs: &[(String, Figure)]) -> Option<Side> {
         });
     let noise = if rounds >= 2 {
         match first {
-            Worse::HigherFraction => (high - low) / 2.0,
-            _ => half_spread(low, high, med),
+            Worse::HigherFraction => high - low,
+            _ => spread(low, high, med),
         }
     } else {
         own
@@ -714,14 +746,14 @@ pub fn run(args: &CompareArgs) -> Result<ExitCode> {
             args.threshold
         );
     }
-    let base = load_source(&args.baseline, false)?;
-    let cur = load_source(&args.current, false)?;
+    let base = load_pooled(args.baselines())?;
+    let cur = load_source(args.current(), false)?;
     let cmp = compare_sources(&base, &cur, args.threshold);
     if let Some(why) = cmp.unmatched.first() {
         bail!(
             "nothing compared between {} and {}: {why}",
-            args.baseline.display(),
-            args.current.display()
+            args.baseline_label(),
+            args.current().display()
         );
     }
     parbench::out!("{}", render(&cmp, args));
@@ -732,7 +764,7 @@ pub fn run(args: &CompareArgs) -> Result<ExitCode> {
             bail!(
                 "{} figure(s) of {} cannot be judged (no finite change: a zero figure?), first {} {} {}: baseline {}, current {}",
                 cmp.with(Verdict::CannotJudge).len(),
-                args.current.display(),
+                args.current().display(),
                 c.suite,
                 c.key,
                 c.figure,
@@ -743,7 +775,7 @@ pub fn run(args: &CompareArgs) -> Result<ExitCode> {
         if let Some((id, why)) = cmp.cut_short.first() {
             bail!(
                 "{}: run {id} was cut short ({why}): the sizes it did not reach were not judged",
-                args.current.display()
+                args.current().display()
             );
         }
     }
@@ -782,7 +814,7 @@ mod tests {
     fn rounds_give_the_noise_one_round_its_own_spread() {
         let s = side(&rounds(&[100.0, 110.0, 90.0], 0.01)).unwrap();
         assert_eq!((s.median, s.rounds, s.low, s.high), (100.0, 3, 90.0, 110.0));
-        assert!((s.noise - 0.1).abs() < 1e-12, "{s:?}");
+        assert!((s.noise - 0.2).abs() < 1e-12, "{s:?}");
         let one = side(&rounds(&[100.0], 0.03)).unwrap();
         assert_eq!((one.rounds, one.noise), (1, 0.03));
         // Two rows of one run are one round.
@@ -802,7 +834,7 @@ mod tests {
         let v = judge(Worse::Higher, &base, &s(&[110.0, 111.0, 100.5]), 0.05, 0.0).3;
         assert_eq!(v, Verdict::Unchanged);
         // Beyond threshold, no overlap, but within the rounds' own spread
-        // (current: 103..130 about 110, +-12%): not called.
+        // (current: 103..130 about 110, 25%): not called.
         let v = judge(Worse::Higher, &base, &s(&[103.0, 110.0, 130.0]), 0.05, 0.0).3;
         assert_eq!(v, Verdict::Unchanged);
         // Below the floor (11 us change, floor 20 us): not called.
@@ -825,7 +857,7 @@ mod tests {
     fn spreads() {
         assert_eq!(spread_below(9.0, 10.0), 0.1);
         assert_eq!(spread_below(11.0, 10.0), 0.0);
-        assert_eq!(half_spread(9.0, 11.0, 10.0), 0.1);
-        assert_eq!(half_spread(1.0, 2.0, 0.0), 0.0);
+        assert_eq!(spread(9.0, 11.0, 10.0), 0.2);
+        assert_eq!(spread(1.0, 2.0, 0.0), 0.0);
     }
 }

@@ -181,6 +181,24 @@ pub fn wire_model(meta: &RunMeta) -> Option<parbench::model::wire::WireModel> {
     })
 }
 
+/// The folders of one side of a comparison as one source: their rows and
+/// runs pooled (each run a round), named by the first folder.
+pub fn load_pooled(dirs: &[PathBuf]) -> Result<Source> {
+    let (first, rest) = dirs
+        .split_first()
+        .ok_or_else(|| anyhow!("no results folder given"))?;
+    let mut pooled = load_source(first, false)?;
+    for dir in rest {
+        let s = load_source(dir, false)?;
+        pooled.collectives.extend(s.collectives);
+        pooled.layers.extend(s.layers);
+        pooled.pipeline.extend(s.pipeline);
+        pooled.runs.extend(s.runs);
+        pooled.links.extend(s.links);
+    }
+    Ok(pooled)
+}
+
 /// Loads every folder and gives each a short label: its last path component,
 /// made unique by adding parents where two folders share a name.
 pub fn load_sources(dirs: &[PathBuf], with_timelines: bool) -> Result<Vec<Source>> {

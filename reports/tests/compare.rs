@@ -3,7 +3,7 @@
 mod common;
 use common::*;
 use parbench::results::{append_rows, read_rows, CollectiveRow, PipelineRow};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Rewrites `dir/collectives.csv` with `edit` applied to each row.
 fn edit_collectives(dir: &Path, edit: impl Fn(&mut CollectiveRow)) {
@@ -157,6 +157,63 @@ fn rounds_with_injected_noise_are_not_called_a_10_percent_change_is() {
     assert!(
         out.contains(": 4 regressions"),
         "two rows, two figures each: {out}"
+    );
+}
+
+/// `dir`'s runs renamed as another night's (run ids are unique per run).
+fn as_night(dir: &Path, night: u32) -> PathBuf {
+    for file in ["collectives.csv", "run.json"] {
+        let path = dir.join(file);
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(
+            &path,
+            text.replace("20261129T", &format!("202612{night:02}T")),
+        )
+        .unwrap();
+    }
+    dir.to_path_buf()
+}
+
+/// A baseline of several nights pools their rounds: a night 10% slower
+/// than one baseline night, but inside the spread the nights showed, is
+/// not called; beyond every night it is.
+#[test]
+fn a_baseline_of_several_nights_holds_a_night_against_their_spread() {
+    let quiet = |_| 0.0;
+    let night = |name: &str, n: u32, factor: f64| {
+        let dir = rounds_folder(
+            name,
+            3,
+            |i, j| jitter(i, j, u64::from(n), 0.01) * factor,
+            quiet,
+        );
+        as_night(&dir, n)
+    };
+    let first = night("nights-1", 1, 1.0);
+    let second = night("nights-2", 2, 1.12);
+    let tonight = night("nights-3", 3, 1.10);
+    let (code, out) = compare_code(&first, &tonight);
+    assert_eq!(
+        code,
+        Some(1),
+        "against one night, 10% slower is called: {out}"
+    );
+
+    let arg = |p: &Path| p.to_str().unwrap().to_string();
+    let o = report(&["compare", &arg(&first), &arg(&second), &arg(&tonight)]);
+    let out = stdout(&o) + &stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    assert!(out.contains("2 baseline folders pooled"), "{out}");
+    assert!(out.contains("rounds 3 against 6"), "{out}");
+    assert!(out.contains(": 0 regressions"), "{out}");
+
+    let slower = night("nights-4", 4, 1.30);
+    let o = report(&["compare", &arg(&first), &arg(&second), &arg(&slower)]);
+    let out = stdout(&o) + &stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "beyond both nights: {out}");
+    assert!(
+        out.contains("2097152B/out") && out.contains("p50_us"),
+        "{out}"
     );
 }
 

@@ -1,6 +1,6 @@
 //! scripts/nightly.sh with stand-in bench binaries that copy fixture
-//! records: the first run makes the baseline, a later run is compared with
-//! it, a slowdown fails the night, a failing bench fails it too.
+//! records: the first nights make the baseline, a later night is compared
+//! with them, a slowdown fails the night, a failing bench fails it too.
 
 mod common;
 use common::*;
@@ -35,10 +35,15 @@ fn stub_bin(dir: &Path) -> PathBuf {
 }
 
 fn nightly(dir: &Path, src: &Path, date: &str, fail: &str) -> (i32, String) {
+    nightly_with(dir, src, date, fail, &[])
+}
+
+fn nightly_with(dir: &Path, src: &Path, date: &str, fail: &str, flags: &[&str]) -> (i32, String) {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/nightly.sh");
     let o = Command::new("bash")
         .arg(&script)
         .args(["--results", dir.join("results").to_str().unwrap()])
+        .args(flags)
         .env("PARBENCH_BIN", dir.join("bin"))
         .env("PARBENCH_DATE", date)
         .env("STUB_SRC", src)
@@ -59,14 +64,21 @@ fn baseline_then_compare_then_regression() {
     stub_bin(&dir);
     let good = fixture("shm");
 
-    let (code, out) = nightly(&dir, &good, "2026-11-28", "");
-    assert_eq!(code, 0, "{out}");
-    assert!(
-        out.contains("becomes"),
-        "first run makes the baseline: {out}"
-    );
+    // The first three nights make the baseline, unjudged.
+    for (k, date) in ["2026-11-26", "2026-11-27", "2026-11-28"]
+        .iter()
+        .enumerate()
+    {
+        let (code, out) = nightly(&dir, &good, date, "");
+        assert_eq!(code, 0, "{out}");
+        assert!(
+            out.contains(&format!("baseline night {} of 3", k + 1))
+                && !out.contains("figures compared"),
+            "night {k} is kept in the baseline, not judged: {out}"
+        );
+    }
     let results = dir.join("results");
-    assert!(results.join("baseline/collectives.csv").exists());
+    assert!(results.join("baseline/2026-11-28/collectives.csv").exists());
     assert!(results.join("2026-11-28/report.html").exists());
     let log = std::fs::read_to_string(dir.join("log")).unwrap();
     assert!(
@@ -81,11 +93,13 @@ fn baseline_then_compare_then_regression() {
     let (code, out) = nightly(&dir, &good, "2026-11-29", "");
     assert_eq!(code, 0, "{out}");
     assert!(out.contains(": 0 regressions"), "{out}");
+    assert!(out.contains("3 baseline folders pooled"), "{out}");
+    assert!(!results.join("baseline/2026-11-29").exists(), "{out}");
     assert!(results.join("2026-11-29/compare.md").exists());
     let html = std::fs::read_to_string(results.join("2026-11-29/report.html")).unwrap();
     assert!(
-        html.contains("baseline") && html.contains("2026-11-29"),
-        "both folders in the report"
+        html.contains("2026-11-26") && html.contains("2026-11-29"),
+        "the baseline's nights and tonight in the report"
     );
 
     // Tonight all_reduce is 20% slower.
@@ -119,7 +133,44 @@ fn baseline_then_compare_then_regression() {
     let (code, out) = nightly(&dir, &good, "2026-11-30", "bench-layers");
     assert_eq!(code, 2, "a failing bench fails the night: {out}");
     let runs = std::fs::read_dir(&results).unwrap().count();
-    assert_eq!(runs, 5, "baseline + 4 nights");
+    assert_eq!(runs, 7, "baseline + 6 nights");
+}
+
+/// A baseline folder holding records itself (made before the baseline had
+/// nights) is the baseline as it is; `--baseline-nights 1` judges the
+/// second night.
+#[test]
+fn a_baseline_of_one_night_old_or_asked_for() {
+    let dir = scratch("nightly-one");
+    stub_bin(&dir);
+    let good = fixture("shm");
+    let one = ["--baseline-nights", "1"];
+    let (code, out) = nightly_with(&dir, &good, "2026-12-01", "", &one);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("baseline night 1 of 1"), "{out}");
+    let (code, out) = nightly_with(&dir, &good, "2026-12-02", "", &one);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains(": 0 regressions"), "{out}");
+
+    let results = dir.join("results");
+    std::fs::remove_dir_all(results.join("baseline")).unwrap();
+    copy_dir(&results.join("2026-12-01"), &results.join("baseline"));
+    let (code, out) = nightly(&dir, &good, "2026-12-03", "");
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("it is the baseline, as one night"), "{out}");
+    assert!(out.contains(": 0 regressions"), "{out}");
+
+    let (code, out) = nightly_with(&dir, &good, "2026-12-04", "", &["--baseline-nights", "0"]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("--baseline-nights must be 1..99"), "{out}");
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+    }
 }
 
 /// Relative paths are the caller's: `--results res` and
@@ -177,7 +228,8 @@ fn paths_are_the_callers_and_rounds_interleave() {
 fn a_night_that_compares_nothing_fails() {
     let dir = scratch("nightly-nothing");
     stub_bin(&dir);
-    let (code, out) = nightly(&dir, &fixture("shm"), "2026-12-01", "");
+    let one = ["--baseline-nights", "1"];
+    let (code, out) = nightly_with(&dir, &fixture("shm"), "2026-12-01", "", &one);
     assert_eq!(code, 0, "{out}");
     let renamed = copy_fixture("shm", "nightly-renamed");
     let path = renamed.join("collectives.csv");
@@ -185,7 +237,7 @@ fn a_night_that_compares_nothing_fails() {
     rows.iter_mut().for_each(|r| r.wire = "tcp-1gbit".into());
     std::fs::remove_file(&path).unwrap();
     append_rows(&renamed, &rows).unwrap();
-    let (code, out) = nightly(&dir, &renamed, "2026-12-02", "");
+    let (code, out) = nightly_with(&dir, &renamed, "2026-12-02", "", &one);
     assert_eq!(code, 2, "{out}");
     assert!(out.contains("nothing compared"), "{out}");
 }

@@ -63,7 +63,7 @@ pub fn one_round_note(n: usize) -> String {
 }
 
 /// The rule, in one paragraph, as the output states it.
-pub const RULE: &str = "A regression: rows of quiet runs only (other processes took at most 10% of the machine during the run and the row's table); the median over the rounds worse by more than the threshold and by more than the noise (the rounds' half-spread with 2+ rounds, else the row's spread below its median); with 2+ rounds on both sides, every current round worse than every baseline round; and a time change above the floor (clock resolution or latency jitter, the larger, from run.json).";
+pub const RULE: &str = "A regression: rows of quiet runs only (other processes took at most 10% of the machine during the run and the row's table); the median over the rounds worse by more than the threshold and by more than the noise (the rounds' spread, max - min over the median, with 2+ rounds, else the row's spread below its median); with 2+ rounds on both sides, every current round worse than every baseline round; and a time change above the floor (clock resolution or latency jitter, the larger, from run.json).";
 
 /// The comparison as text or Markdown.
 pub fn render(cmp: &Comparison, args: &CompareArgs) -> String {
@@ -101,8 +101,8 @@ pub fn render(cmp: &Comparison, args: &CompareArgs) -> String {
     out.push_str(&format!(
         "{} figures compared ({} against {}, threshold {:.1}%, rounds {} against {}): {} regressions, {} improvements, {} unchanged, {} noisy: not judged, {} cannot be judged; {} keys only in the baseline, {} only in the current run.\n",
         cmp.changes.len(),
-        args.current.display(),
-        args.baseline.display(),
+        args.current().display(),
+        args.baseline_label(),
         args.threshold * 100.0,
         rounds(1),
         rounds(0),
