@@ -13,6 +13,10 @@
 //!    the cores elsewhere than where its wire was measured, or moving
 //!    (bench-collectives' cores' state: `extra.core_state`): a host that
 //!    moves the ranks' cores moves every shared-memory figure 1.5-10x;
+//!    where both sides have enough rounds of a shared-memory row timed
+//!    in one state of the cores, the figure is judged on those rounds as
+//!    well as on every round, and a call from either counts
+//!    ([`core_states`]: rows move 1.5-5x between states);
 //! 2. its median over the rounds got worse by more than `--threshold`;
 //! 3. and by more than the noise: with two or more rounds on a side, the
 //!    spread of that side's rounds (max - min over the median: rounds of
@@ -51,9 +55,13 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 mod compute_basis;
+mod core_states;
 mod render;
+mod rule;
 pub use compute_basis::ComputeBasis;
+pub use core_states::RunState;
 pub use render::render;
+use rule::{judge, side, spread_below, Judged};
 
 /// Exit code of a comparison that found no regression but could not judge
 /// some figures because their runs were noisy.
@@ -143,26 +151,6 @@ pub trait Compared: Record {
     /// The row's name in its run's per-row records of the cores' state.
     fn state_label(&self) -> Option<String> {
         None
-    }
-}
-
-/// `(value - low) / value`, or 0 when the spread is not recorded.
-fn spread_below(low: f64, value: f64) -> f64 {
-    let n = (value - low) / value.abs();
-    if n.is_finite() && n > 0.0 {
-        n
-    } else {
-        0.0
-    }
-}
-
-/// (max - min) over `value`, or 0 when unknown.
-fn spread(min: f64, max: f64, value: f64) -> f64 {
-    let n = (max - min) / value.abs();
-    if n.is_finite() && n > 0.0 {
-        n
-    } else {
-        0.0
     }
 }
 
@@ -308,6 +296,9 @@ pub struct Change {
     /// The change of the time behind the figure, and the floor it met, us.
     pub time_change_us: Option<f64>,
     pub floor_us: f64,
+    /// The cores' state the figure was judged within ([`core_states`]),
+    /// or `None`: across every round.
+    pub state: Option<RunState>,
 }
 
 /// What the runs of a folder say about themselves, by run id.
@@ -322,6 +313,8 @@ pub struct RunInfo {
     /// Rows ([`parbench::results::row_label`]) timed with the cores
     /// elsewhere than the wire's state, or while they moved.
     pub cores_elsewhere: BTreeSet<String>,
+    /// The cores' state the run measured its wire in, when recorded.
+    pub state: Option<RunState>,
 }
 
 impl RunInfo {
@@ -380,6 +373,7 @@ pub fn run_infos(src: &Source) -> BTreeMap<String, RunInfo> {
                     per_scope,
                     floor_us,
                     cores_elsewhere,
+                    state: RunState::from_extra(&r.extra),
                 },
             )
         })
@@ -405,6 +399,9 @@ pub struct Comparison {
     /// The machine speed the layers' compute times were judged at, when
     /// both sides have layers rows.
     pub compute_basis: Option<ComputeBasis>,
+    /// Runs by the cores' state they measured their wire in: (state,
+    /// baseline runs, current runs).
+    pub state_census: Vec<(RunState, usize, usize)>,
 }
 
 impl Comparison {
@@ -419,118 +416,6 @@ impl Comparison {
         });
         out
     }
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    parbench::stats::median(v).unwrap_or(f64::NAN)
-}
-
-/// One side of one figure: its rounds' values, median, noise and range.
-#[derive(Clone, Debug)]
-struct Side {
-    rounds: usize,
-    median: f64,
-    noise: f64,
-    low: f64,
-    high: f64,
-    time_us: Option<f64>,
-}
-
-/// Aggregates the figures of one key on one side, one entry per (run, figure).
-fn side(figs: &[(String, Figure)]) -> Option<Side> {
-    let mut by_run: BTreeMap<&str, Vec<&Figure>> = BTreeMap::new();
-    for (run, f) in figs.iter().filter(|(_, f)| f.value.is_finite()) {
-        by_run.entry(run.as_str()).or_default().push(f);
-    }
-    if by_run.is_empty() {
-        return None;
-    }
-    let first = by_run.values().next()?.first()?.worse;
-    let mut values: Vec<f64> = Vec::new();
-    let mut times: Vec<f64> = Vec::new();
-    let mut own: f64 = 0.0;
-    for fs in by_run.values() {
-        let mut v: Vec<f64> = fs.iter().map(|f| f.value).collect();
-        values.push(median(&mut v));
-        own = own.max(fs.iter().map(|f| f.noise).fold(0.0, f64::max));
-        let mut t: Vec<f64> = fs.iter().filter_map(|f| f.time_us).collect();
-        if !t.is_empty() {
-            times.push(median(&mut t));
-        }
-    }
-    let rounds = values.len();
-    let med = median(&mut values.clone());
-    let (low, high) = values
-        .iter()
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &v| {
-            (a.min(v), b.max(v))
-        });
-    let noise = if rounds >= 2 {
-        match first {
-            Worse::HigherFraction => high - low,
-            _ => spread(low, high, med),
-        }
-    } else {
-        own
-    };
-    Some(Side {
-        rounds,
-        median: med,
-        noise,
-        low,
-        high,
-        time_us: (!times.is_empty()).then(|| median(&mut times)),
-    })
-}
-
-/// How much worse `cur` is than `base` (negative: better). Equal figures
-/// (two zero communication times at TP = 1) have not changed; a ratio to
-/// a zero baseline is not finite, and [`judge`] cannot judge it.
-fn worse_by(worse: Worse, base: f64, cur: f64) -> f64 {
-    if base == cur {
-        return 0.0;
-    }
-    match worse {
-        Worse::Higher => cur / base - 1.0,
-        Worse::Lower => 1.0 - cur / base,
-        Worse::HigherFraction => cur - base,
-    }
-}
-
-/// Whether every round of `a` is worse than every round of `b`.
-fn all_worse(worse: Worse, a: &Side, b: &Side) -> bool {
-    match worse {
-        Worse::Higher | Worse::HigherFraction => a.low > b.high,
-        Worse::Lower => a.high < b.low,
-    }
-}
-
-/// The verdict of one figure under the module's rule.
-fn judge(
-    worse: Worse,
-    b: &Side,
-    c: &Side,
-    threshold: f64,
-    floor_us: f64,
-) -> (f64, f64, Option<f64>, Verdict) {
-    let by = worse_by(worse, b.median, c.median);
-    let noise = b.noise.max(c.noise);
-    let dt = match (b.time_us, c.time_us) {
-        (Some(x), Some(y)) => Some(y - x),
-        _ => None,
-    };
-    let above_floor = dt.is_none_or(|d| d.abs() > floor_us);
-    let rounds = b.rounds >= 2 && c.rounds >= 2;
-    let verdict = if !by.is_finite() {
-        Verdict::CannotJudge
-    } else if by > threshold && by > noise && above_floor && (!rounds || all_worse(worse, c, b)) {
-        Verdict::Regression
-    } else if -by > threshold && -by > noise && above_floor && (!rounds || all_worse(worse, b, c)) {
-        Verdict::Improvement
-    } else {
-        Verdict::Unchanged
-    };
-    (by, noise, dt, verdict)
 }
 
 /// The rounds (runs) among `rows`.
@@ -584,12 +469,55 @@ pub fn compare_rows<R: Compared>(
                 .collect()
         };
         let (bq, cq) = (quiet(brows, runs.0), quiet(crows, runs.1));
+        let states = |q: &[Vec<(String, Figure)>], runs: &BTreeMap<String, RunInfo>| {
+            q.iter()
+                .flatten()
+                .map(|(id, _)| id.clone())
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .map(|id| {
+                    let s = info(runs, &id).state;
+                    (id, s)
+                })
+                .collect::<Vec<_>>()
+        };
+        let in_state = core_states::matched(&states(&bq, runs.0), &states(&cq, runs.1));
+        let keep =
+            |q: &[Vec<(String, Figure)>], ids: &BTreeSet<String>| -> Vec<Vec<(String, Figure)>> {
+                q.iter()
+                    .map(|f| {
+                        f.iter()
+                            .filter(|(id, _)| ids.contains(id))
+                            .cloned()
+                            .collect()
+                    })
+                    .collect()
+            };
+        let one_state = in_state
+            .as_ref()
+            .map(|m| (keep(&bq, &m.baseline), keep(&cq, &m.current)));
+        let (brounds, crounds) = (rounds(brows), rounds(crows));
+        // Figure `i` judged on these rounds: both sides, and the verdict.
+        let on = |bq: &[Vec<(String, Figure)>],
+                  cq: &[Vec<(String, Figure)>],
+                  i: usize,
+                  worse|
+         -> Option<Judged> {
+            let (bs, cs) = (
+                bq.get(i).and_then(|f| side(f))?,
+                cq.get(i).and_then(|f| side(f))?,
+            );
+            let (by, noise, dt, mut verdict) = judge(worse, &bs, &cs, threshold, floor_us);
+            // A side that ran several rounds but kept one quiet round
+            // has no measured noise, and its one round is the one the
+            // host let through: not judged.
+            if (brounds >= 2 && bs.rounds < 2) || (crounds >= 2 && cs.rounds < 2) {
+                verdict = Verdict::NotJudged;
+            }
+            Some((bs, cs, by, noise, dt, verdict))
+        };
         let all_figs = brows.first().map(|r| r.figures()).unwrap_or_default();
         for (i, fig) in all_figs.iter().enumerate() {
-            let (bs, cs) = (
-                bq.get(i).and_then(|f| side(f)),
-                cq.get(i).and_then(|f| side(f)),
-            );
             let mut change = Change {
                 suite: R::SUITE,
                 key: key.clone(),
@@ -603,20 +531,36 @@ pub fn compare_rows<R: Compared>(
                 rounds: (0, 0),
                 time_change_us: None,
                 floor_us,
+                state: None,
             };
             // Quiet rows on both sides whose figure is no finite number.
             let has = |q: &Vec<Vec<(String, Figure)>>| q.get(i).is_some_and(|f| !f.is_empty());
-            if (bs.is_none() && has(&bq)) || (cs.is_none() && has(&cq)) {
+            let unjudgeable =
+                |q: &Vec<Vec<(String, Figure)>>| has(q) && q.get(i).and_then(|f| side(f)).is_none();
+            if unjudgeable(&bq) || unjudgeable(&cq) {
                 change.verdict = Verdict::CannotJudge;
             }
-            if let (Some(bs), Some(cs)) = (bs, cs) {
-                let (by, noise, dt, mut verdict) = judge(fig.worse, &bs, &cs, threshold, floor_us);
-                // A side that ran several rounds but kept one quiet round
-                // has no measured noise, and its one round is the one the
-                // host let through: not judged.
-                if (rounds(brows) >= 2 && bs.rounds < 2) || (rounds(crows) >= 2 && cs.rounds < 2) {
-                    verdict = Verdict::NotJudged;
-                }
+            // Within the cores' state when both sides have enough rounds
+            // in one; across every round too, so that a change the pooled
+            // rounds show is never hidden by the choice of state.
+            let across = on(&bq, &cq, i, fig.worse);
+            let within = one_state.as_ref().and_then(|(b, c)| on(b, c, i, fig.worse));
+            let called = |j: &Option<Judged>| {
+                j.as_ref()
+                    .is_some_and(|j| matches!(j.5, Verdict::Regression | Verdict::Improvement))
+            };
+            let regressed =
+                |j: &Option<Judged>| j.as_ref().is_some_and(|j| j.5 == Verdict::Regression);
+            let pick = if regressed(&within) || (called(&within) && !regressed(&across)) {
+                within.map(|j| (j, true))
+            } else if called(&across) {
+                across.map(|j| (j, false))
+            } else if within.is_some() {
+                within.map(|j| (j, true))
+            } else {
+                across.map(|j| (j, false))
+            };
+            if let Some(((bs, cs, by, noise, dt, verdict), is_within)) = pick {
                 change = Change {
                     baseline: bs.median,
                     current: cs.median,
@@ -625,6 +569,11 @@ pub fn compare_rows<R: Compared>(
                     verdict,
                     rounds: (bs.rounds, cs.rounds),
                     time_change_us: dt,
+                    state: if is_within {
+                        in_state.as_ref().map(|m| m.state)
+                    } else {
+                        None
+                    },
                     ..change
                 };
             }
@@ -698,6 +647,13 @@ pub fn compare_sources(base: &Source, cur: &Source, threshold: f64) -> Compariso
             }
         }
     }
+    let with_state = |infos: &BTreeMap<String, RunInfo>| {
+        infos
+            .iter()
+            .filter_map(|(id, i)| Some((id.clone(), i.state?)))
+            .collect::<Vec<_>>()
+    };
+    out.state_census = core_states::census(with_state(&bi), with_state(&ci));
     compare_rows(
         &base.collectives,
         &cur.collectives,
@@ -786,78 +742,4 @@ pub fn run(args: &CompareArgs) -> Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn fig(value: f64, noise: f64) -> Figure {
-        Figure {
-            name: "time_us",
-            value,
-            worse: Worse::Higher,
-            noise,
-            time_us: Some(value),
-        }
-    }
-
-    fn rounds(values: &[f64], noise: f64) -> Vec<(String, Figure)> {
-        values
-            .iter()
-            .enumerate()
-            .map(|(i, &v)| (format!("run{i}"), fig(v, noise)))
-            .collect()
-    }
-
-    #[test]
-    fn rounds_give_the_noise_one_round_its_own_spread() {
-        let s = side(&rounds(&[100.0, 110.0, 90.0], 0.01)).unwrap();
-        assert_eq!((s.median, s.rounds, s.low, s.high), (100.0, 3, 90.0, 110.0));
-        assert!((s.noise - 0.2).abs() < 1e-12, "{s:?}");
-        let one = side(&rounds(&[100.0], 0.03)).unwrap();
-        assert_eq!((one.rounds, one.noise), (1, 0.03));
-        // Two rows of one run are one round.
-        let mut two = rounds(&[100.0, 104.0], 0.0);
-        two[1].0 = "run0".into();
-        assert_eq!(side(&two).unwrap().rounds, 1);
-    }
-
-    #[test]
-    fn the_rule_needs_threshold_noise_separation_and_floor() {
-        let s = |v: &[f64]| side(&rounds(v, 0.0)).unwrap();
-        let base = s(&[100.0, 101.0, 99.0]);
-        // 10% slower in every round: called.
-        let v = judge(Worse::Higher, &base, &s(&[110.0, 111.0, 109.5]), 0.05, 0.0).3;
-        assert_eq!(v, Verdict::Regression);
-        // Median 10% slower but one round overlaps the baseline's: not called.
-        let v = judge(Worse::Higher, &base, &s(&[110.0, 111.0, 100.5]), 0.05, 0.0).3;
-        assert_eq!(v, Verdict::Unchanged);
-        // Beyond threshold, no overlap, but within the rounds' own spread
-        // (current: 103..130 about 110, 25%): not called.
-        let v = judge(Worse::Higher, &base, &s(&[103.0, 110.0, 130.0]), 0.05, 0.0).3;
-        assert_eq!(v, Verdict::Unchanged);
-        // Below the floor (11 us change, floor 20 us): not called.
-        let v = judge(Worse::Higher, &base, &s(&[110.0, 111.0, 109.5]), 0.05, 20.0).3;
-        assert_eq!(v, Verdict::Unchanged);
-        // The mirror image is an improvement.
-        let v = judge(Worse::Higher, &base, &s(&[90.0, 89.0, 90.5]), 0.05, 0.0).3;
-        assert_eq!(v, Verdict::Improvement);
-    }
-
-    #[test]
-    fn directions() {
-        assert!((worse_by(Worse::Higher, 100.0, 120.0) - 0.2).abs() < 1e-12);
-        assert!((worse_by(Worse::Lower, 10.0, 8.0) - 0.2).abs() < 1e-12);
-        assert!((worse_by(Worse::HigherFraction, 0.10, 0.16) - 0.06).abs() < 1e-12);
-        assert!(worse_by(Worse::Lower, 10.0, 12.0) < 0.0);
-    }
-
-    #[test]
-    fn spreads() {
-        assert_eq!(spread_below(9.0, 10.0), 0.1);
-        assert_eq!(spread_below(11.0, 10.0), 0.0);
-        assert_eq!(spread(9.0, 11.0, 10.0), 0.2);
-        assert_eq!(spread(1.0, 2.0, 0.0), 0.0);
-    }
 }

@@ -217,6 +217,70 @@ fn a_baseline_of_several_nights_holds_a_night_against_their_spread() {
     );
 }
 
+/// Gives round `i` of `dir` (rounds_folder's run ids) the cores' state
+/// `states[i]` (8 B exchange us, shared buffers GB/s), or none.
+fn with_states(dir: &Path, states: &[Option<(f64, f64)>]) -> PathBuf {
+    let path = dir.join("run.json");
+    let mut runs: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    for (run, state) in runs.iter_mut().zip(states) {
+        if let Some((exchange_us, shared_gbps)) = state {
+            run["extra"]["core_state"] = serde_json::json!({
+                "state": {"exchange_us": exchange_us, "shared_gbps": shared_gbps, "copy_gbps": 90.0},
+                "same_state_within": 1.5, "rows_elsewhere": [], "rows_moved": []
+            });
+        }
+    }
+    std::fs::write(&path, serde_json::to_string(&runs).unwrap()).unwrap();
+    dir.to_path_buf()
+}
+
+/// A row three times slower whenever the host put the cores far apart
+/// spreads its rounds 3x; held within one state, 10% slower is called.
+/// Without recorded states the same rounds are judged across them, and
+/// the 10% is inside their spread.
+#[test]
+fn a_row_is_judged_within_the_cores_state_both_sides_share() {
+    let quiet = |_| 0.0;
+    let near = Some((0.20, 25.0));
+    let far = Some((0.42, 11.0));
+    let states = [near, near, near, far, far];
+    let night = |name: &str, n: u32, factor: f64, states: &[Option<(f64, f64)>]| {
+        let slow = |i: usize| if i >= 3 { 3.0 } else { 1.0 };
+        let dir = rounds_folder(
+            name,
+            5,
+            |i, j| jitter(i, j, u64::from(n), 0.01) * slow(i) * factor,
+            quiet,
+        );
+        with_states(&as_night(&dir, n), states)
+    };
+    let base = night("states-base", 1, 1.0, &states);
+    let cur = night("states-cur", 2, 1.10, &states);
+    let (code, out) = compare_code(&base, &cur);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("in one state") && out.contains("2097152B/out"),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "judged among the rounds whose run measured its wire with the cores in one state"
+        ),
+        "{out}"
+    );
+
+    let none = [None; 5];
+    let base = night("states-base-none", 1, 1.0, &none);
+    let cur = night("states-cur-none", 2, 1.10, &none);
+    let (code, out) = compare_code(&base, &cur);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        out.contains(": 0 regressions") && !out.contains("in one state"),
+        "{out}"
+    );
+}
+
 #[test]
 fn changes_below_the_floor_are_never_called() {
     // The floor (0.05 us here) against a sub-microsecond row: +50% of 0.02 us is 0.01 us.
