@@ -56,7 +56,7 @@ enum Command {
     },
     /// Plan a training cluster: every data x tensor x pipeline layout, microbatching and schedule, costed with measured figures and ranked by tokens/s.
     Plan(Box<plan::PlanArgs>),
-    /// Compare CURRENT against BASELINE: exit 1 when a figure regressed beyond the threshold, the runs' noise and the floor; 2 when nothing matched; 3 when noisy runs were not judged.
+    /// Compare the last folder against the baseline folder(s) before it (pooled): exit 1 when a figure regressed beyond the threshold, the runs' noise and the floor; 2 when nothing matched; 3 when noisy runs were not judged.
     Compare(compare::CompareArgs),
 }
 
