@@ -545,17 +545,22 @@ pub fn compare_rows<R: Compared>(
             // rounds show is never hidden by the choice of state.
             let across = on(&bq, &cq, i, fig.worse);
             let within = one_state.as_ref().and_then(|(b, c)| on(b, c, i, fig.worse));
-            let called = |j: &Option<Judged>| {
-                j.as_ref()
-                    .is_some_and(|j| matches!(j.5, Verdict::Regression | Verdict::Improvement))
-            };
-            let regressed =
-                |j: &Option<Judged>| j.as_ref().is_some_and(|j| j.5 == Verdict::Regression);
-            let pick = if regressed(&within) || (called(&within) && !regressed(&across)) {
-                within.map(|j| (j, true))
-            } else if called(&across) {
-                across.map(|j| (j, false))
-            } else if within.is_some() {
+            // A regression from either judgement, else an improvement
+            // from either, else the within-state one where there is one.
+            let verdict = |j: &Option<Judged>| j.as_ref().map(|j| j.5);
+            let use_within = [Verdict::Regression, Verdict::Improvement]
+                .into_iter()
+                .find_map(|v| {
+                    if verdict(&within) == Some(v) {
+                        Some(true)
+                    } else if verdict(&across) == Some(v) {
+                        Some(false)
+                    } else {
+                        None
+                    }
+                })
+                .unwrap_or(within.is_some());
+            let pick = if use_within {
                 within.map(|j| (j, true))
             } else {
                 across.map(|j| (j, false))

@@ -116,7 +116,7 @@ fn classes(
         } else {
             &mut c.baseline
         }
-        .insert(id.to_string());
+        .insert(id);
     }
     classes
 }

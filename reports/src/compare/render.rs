@@ -124,7 +124,7 @@ pub fn render(cmp: &Comparison, args: &CompareArgs) -> String {
     let in_state = cmp.changes.iter().filter(|c| c.state.is_some()).count();
     if in_state > 0 {
         out.push_str(&format!(
-            "Cores' state: {in_state} of {} collectives figures judged among the rounds whose run measured its wire with the cores in one state ({}+ a side; rows move 1.5-5x between states), the others across every round.\n",
+            "Cores' state: {in_state} of {} collectives figures judged among the rounds whose run measured its wire with the cores in one state ({}+ a side), the others across every round.\n",
             cmp.changes.iter().filter(|c| c.suite == "collectives").count(),
             super::core_states::MIN_ROUNDS
         ));
