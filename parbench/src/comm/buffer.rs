@@ -1,6 +1,7 @@
 //! Buffers that collectives read and write.
 
 use super::{CommError, CommResult, DType, Element};
+use crate::comm::copy_bytes;
 use std::alloc::Layout;
 use std::ptr::NonNull;
 
@@ -72,7 +73,7 @@ impl Default for HostBuffer {
 impl Clone for HostBuffer {
     fn clone(&self) -> Self {
         let mut b = Self::zeroed(self.len);
-        b.bytes_mut().copy_from_slice(self.bytes());
+        copy_bytes(b.bytes_mut(), self.bytes());
         b
     }
 }
@@ -126,7 +127,7 @@ impl HostBuffer {
     pub fn from_slice<T: Element>(data: &[T]) -> Self {
         let bytes: &[u8] = bytemuck::cast_slice(data);
         let mut b = Self::zeroed(bytes.len());
-        b.bytes_mut().copy_from_slice(bytes);
+        copy_bytes(b.bytes_mut(), bytes);
         b
     }
 
@@ -167,17 +168,17 @@ impl CommBuffer for HostBuffer {
     }
     fn write_from_host(&mut self, src: &[u8]) -> CommResult<()> {
         let n = src.len().min(self.len);
-        self.bytes_mut()[..n].copy_from_slice(&src[..n]);
+        copy_bytes(&mut self.bytes_mut()[..n], &src[..n]);
         Ok(())
     }
     fn read_to_host(&self, dst: &mut [u8]) -> CommResult<()> {
         let n = dst.len().min(self.len);
-        dst[..n].copy_from_slice(&self.bytes()[..n]);
+        copy_bytes(&mut dst[..n], &self.bytes()[..n]);
         Ok(())
     }
     fn copy_from(&mut self, src: &Self) -> CommResult<()> {
         let n = src.len.min(self.len);
-        self.bytes_mut()[..n].copy_from_slice(&src.bytes()[..n]);
+        copy_bytes(&mut self.bytes_mut()[..n], &src.bytes()[..n]);
         Ok(())
     }
 }

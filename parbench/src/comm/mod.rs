@@ -27,6 +27,7 @@ pub mod algo;
 mod buffer;
 pub mod collective;
 pub mod conformance;
+mod copy;
 mod dtype;
 mod error;
 pub mod group;
@@ -46,6 +47,7 @@ pub mod tcp;
 pub(crate) use buffer::{nbytes, need};
 pub use buffer::{CommBuffer, HostBuffer, HOST_BUFFER_OFFSET};
 pub use collective::Collective;
+pub use copy::{copy_bytes, COPY_PIECE_BYTES};
 pub use dtype::{finish_avg, reduce_bytes, reduce_typed, DType, Element, ReduceOp};
 pub use error::{CommError, CommResult};
 pub use host::{HostComm, HostRun};
@@ -489,7 +491,7 @@ impl RecvInto<'_> {
     pub fn absorb(&mut self, at: usize, piece: &[u8]) {
         let range = at..at + piece.len();
         match self {
-            RecvInto::Copy(dst) => dst[range].copy_from_slice(piece),
+            RecvInto::Copy(dst) => copy_bytes(&mut dst[range], piece),
             RecvInto::Reduce { acc, dtype, op } => {
                 reduce_bytes(&mut acc[range], piece, *dtype, *op)
             }

@@ -22,8 +22,8 @@
 
 use super::library::{self, LibraryCalls};
 use super::{
-    nbytes, need, CollArgs, Collective, CommError, CommResult, Communicator, DType, HostBuffer, Io,
-    ReduceOp,
+    copy_bytes, nbytes, need, CollArgs, Collective, CommError, CommResult, Communicator, DType,
+    HostBuffer, Io, ReduceOp,
 };
 use mpi::ffi;
 use mpi::traits::{AsRaw, Communicator as _};
@@ -552,7 +552,7 @@ impl LibraryCalls for MpiComm {
                 need(recv, bytes, "recv")?;
                 if self.rank == a.root {
                     need(send, bytes, "send")?;
-                    recv.bytes_mut()[..bytes].copy_from_slice(&send.bytes()[..bytes]);
+                    copy_bytes(&mut recv.bytes_mut()[..bytes], &send.bytes()[..bytes]);
                 }
                 recv
             }

@@ -10,7 +10,9 @@
 //! - Reduction: bytes per second of `acc op= src` on one core ([`reduce_throughput`]).
 
 use super::combine::gather_f64;
-use crate::comm::{reduce_bytes, CommBuffer, CommResult, Communicator, DType, ReduceOp};
+use crate::comm::{
+    copy_bytes, reduce_bytes, CommBuffer, CommResult, Communicator, DType, ReduceOp,
+};
 use std::time::Instant;
 
 /// The wire's ceiling as measured in this run.
@@ -32,11 +34,11 @@ pub fn memcpy_bandwidth(bytes: usize, reps: usize) -> f64 {
     // Non-zero, so that no page is the shared zero page.
     let src = vec![0x5au8; bytes];
     let mut dst = vec![0u8; bytes];
-    dst.copy_from_slice(&src);
+    copy_bytes(&mut dst, &src);
     let mut best = f64::INFINITY;
     for _ in 0..reps.max(1) {
         let t = Instant::now();
-        dst.copy_from_slice(std::hint::black_box(&src));
+        copy_bytes(&mut dst, std::hint::black_box(&src));
         std::hint::black_box(&mut dst);
         best = best.min(t.elapsed().as_secs_f64());
     }

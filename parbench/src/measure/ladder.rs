@@ -23,7 +23,7 @@
 
 use super::combine::gather_f64;
 use crate::comm::{
-    reduce_bytes, CommBuffer, CommResult, Communicator, DType, HostBuffer, ReduceOp,
+    copy_bytes, reduce_bytes, CommBuffer, CommResult, Communicator, DType, HostBuffer, ReduceOp,
 };
 pub use crate::model::wire::{Ladder, Rung};
 use std::time::Instant;
@@ -129,15 +129,14 @@ pub fn copy_ladder<C: Communicator>(comm: &mut C, sets: &[u64]) -> CommResult<La
         let (reps, samples) = plan_rung(len);
         // Untimed passes fault the pages in and reach the steady state.
         for _ in 0..WARM_PASSES {
-            dst.bytes_mut().copy_from_slice(src.bytes());
+            copy_bytes(dst.bytes_mut(), src.bytes());
         }
         let mut secs = Vec::with_capacity(samples);
         for _ in 0..samples {
             comm.barrier()?;
             let t = Instant::now();
             for _ in 0..reps {
-                dst.bytes_mut()
-                    .copy_from_slice(std::hint::black_box(src.bytes()));
+                copy_bytes(dst.bytes_mut(), std::hint::black_box(src.bytes()));
                 std::hint::black_box(dst.bytes_mut());
             }
             secs.push(t.elapsed().as_secs_f64());

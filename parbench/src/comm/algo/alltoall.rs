@@ -4,6 +4,7 @@
 //! steps: at step s (1..p) a rank sends its block for `rank + s` to that rank
 //! while receiving the block from `rank - s`, n/p bytes each way.
 
+use crate::comm::copy_bytes;
 use crate::comm::{CommError, CommResult, RecvInto, Transport};
 use std::time::Instant;
 
@@ -27,7 +28,7 @@ pub fn all_to_all<T: Transport + ?Sized>(
             recv.len()
         )));
     }
-    recv[range(r)].copy_from_slice(&send[range(r)]);
+    copy_bytes(&mut recv[range(r)], &send[range(r)]);
     for s in 1..p {
         let to = (r + s) % p;
         let from = (r + p - s) % p;

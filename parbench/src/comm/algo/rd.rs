@@ -12,6 +12,7 @@
 //! So lg p steps of n bytes for a power of two, lg p' + 2 otherwise.
 
 use super::{pow2_floor, pull, push, Scratch};
+use crate::comm::copy_bytes;
 use crate::comm::{CommResult, DType, RecvInto, ReduceOp, Transport};
 use std::time::Instant;
 
@@ -117,7 +118,7 @@ pub fn all_reduce<T: Transport + ?Sized>(
         while mask < folded.core {
             let partner = folded.real(nr ^ mask);
             let copy = scratch.bytes(buf.len());
-            copy.copy_from_slice(buf);
+            copy_bytes(copy, buf);
             let into = RecvInto::Reduce {
                 acc: &mut *buf,
                 dtype,

@@ -10,6 +10,7 @@
 //! `s = ceil(n / (p x RING_SLICE_BYTES))` slices of 2(p - 1) steps each (all_reduce).
 
 use super::{split_two, Blocks, Scratch, RING_SLICE_BYTES};
+use crate::comm::copy_bytes;
 use crate::comm::{CommError, CommResult, DType, RecvInto, ReduceOp, Transport};
 use std::ops::Range;
 use std::time::Instant;
@@ -77,7 +78,7 @@ pub fn reduce_scatter_blocks_out<T: Transport + ?Sized>(
         })
     };
     if p < 2 {
-        out.copy_from_slice(block_of(r)?);
+        copy_bytes(out, block_of(r)?);
         return Ok(());
     }
     let mut cur_len = 0;
@@ -171,7 +172,7 @@ pub fn all_reduce<T: Transport + ?Sized>(
             )));
         }
         if p < 2 {
-            buf.copy_from_slice(src);
+            copy_bytes(buf, src);
             return Ok(());
         }
     }
@@ -288,7 +289,7 @@ pub fn all_gather<T: Transport + ?Sized>(
             let base = rank * count * elem;
             let from = mine.start - base..mine.end - base;
             match (buf.get_mut(mine), own.get(from)) {
-                (Some(dst), Some(src)) => dst.copy_from_slice(src),
+                (Some(dst), Some(src)) => copy_bytes(dst, src),
                 _ => {
                     return Err(CommError::InvalidArgument(
                         "all_gather buffers too small".into(),

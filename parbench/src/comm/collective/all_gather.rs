@@ -50,7 +50,7 @@ impl Spec for AllGather {
         let (own, buf) = views(run.io, "all_gather", block, total)?;
         if world == 1 {
             if let Some(own) = own {
-                buf[rank * block..(rank + 1) * block].copy_from_slice(own);
+                copy_bytes(&mut buf[rank * block..(rank + 1) * block], own);
             }
             return Ok(());
         }

@@ -74,7 +74,7 @@ impl Spec for AllReduce {
         // algorithms work in the output buffer, so they start from a copy.
         let (src, buf) = match views(run.io, "all_reduce", bytes, bytes)? {
             (Some(s), r) if !(plan == Algorithm::Ring && world > 1) => {
-                r.copy_from_slice(s);
+                copy_bytes(r, s);
                 (None, r)
             }
             v => v,

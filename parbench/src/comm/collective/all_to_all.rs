@@ -56,7 +56,7 @@ impl Spec for AllToAll {
             // In place: send from a copy.
             (None, buf) if a.count > 0 && world > 1 => {
                 let send = run.scratch.bytes(total);
-                send.copy_from_slice(buf);
+                copy_bytes(send, buf);
                 (&*send, buf)
             }
             (Some(send), recv) if a.count > 0 => (send, recv),

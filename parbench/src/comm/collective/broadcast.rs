@@ -52,7 +52,7 @@ impl Spec for Broadcast {
                 let r = &mut recv.bytes_mut()[..bytes];
                 if is_root {
                     need(send, bytes, "broadcast send")?;
-                    r.copy_from_slice(&send.bytes()[..bytes]);
+                    copy_bytes(r, &send.bytes()[..bytes]);
                 }
                 r
             }

@@ -63,7 +63,7 @@ impl Spec for Gather {
             return t.send(a.root, data, run.deadline);
         }
         if let Some(own) = own {
-            buf[mine].copy_from_slice(own);
+            copy_bytes(&mut buf[mine], own);
         }
         for r in (0..world).filter(|&r| r != a.root) {
             let into = RecvInto::Copy(&mut buf[r * block..(r + 1) * block]);

@@ -60,7 +60,7 @@ impl Spec for Reduce {
                 if is_root {
                     need(recv, bytes, "reduce recv")?;
                     let r = &mut recv.bytes_mut()[..bytes];
-                    r.copy_from_slice(&send.bytes()[..bytes]);
+                    copy_bytes(r, &send.bytes()[..bytes]);
                     (&[], Some(r))
                 } else {
                     (&send.bytes()[..bytes], None)
@@ -84,7 +84,7 @@ impl Spec for Reduce {
             }
             None => {
                 let acc = run.scratch.bytes(bytes);
-                acc.copy_from_slice(input);
+                copy_bytes(acc, input);
                 reduce(t, acc)
             }
         }

@@ -2,6 +2,7 @@
 //! a stash for bytes read ahead of their receive (to keep two ranks that
 //! send to each other at once from deadlocking on full socket buffers).
 
+use crate::comm::copy_bytes;
 use std::io;
 use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};
@@ -128,9 +129,9 @@ impl Peer {
         if self.has_stash() {
             let src = &self.stash[self.stash_pos..];
             let na = a.len().min(src.len());
-            a[..na].copy_from_slice(&src[..na]);
+            copy_bytes(&mut a[..na], &src[..na]);
             let nb = b.len().min(src.len() - na);
-            b[..nb].copy_from_slice(&src[na..na + nb]);
+            copy_bytes(&mut b[..nb], &src[na..na + nb]);
             self.stash_pos += na + nb;
             if self.stash_pos == self.stash.len() {
                 // Keep the capacity: the next drain reuses it.
