@@ -566,9 +566,10 @@ fn rank_main<C: Communicator>(
     let above_ceiling = outcome
         .rows
         .iter()
-        .filter(|r| crate::print::above_ceiling(r, &wire))
-        .map(|r| {
-            let why = summary::above_ceiling_cause(r, &wire, recheck.as_ref());
+        .zip(&outcome.states)
+        .filter(|(r, _)| crate::print::above_ceiling(r, &wire))
+        .map(|(r, s)| {
+            let why = summary::above_ceiling_cause(r, &wire, recheck.as_ref(), s.in_state);
             (r.label(), why)
         })
         .collect();

@@ -329,6 +329,7 @@ impl StateLadders {
                 pull: f.pull.merged(&m.pull),
                 claim: f.claim.merged(&m.claim),
                 both: f.both.merged(&m.both),
+                latency_taken_off_s: f.latency_taken_off_s.max(m.latency_taken_off_s),
             },
             fused: measure::FusedLadders {
                 into: self.fused.into.merged(&more.fused.into),
@@ -622,7 +623,8 @@ pub fn measure_wire<C: Communicator>(
         // (the sender's untouched input) moves at the clean-exchange rate;
         // the ceiling is the better of that and a copy within each rank.
         let (duplex, ceiling) = if world > 1 {
-            (fresh.clean.clone(), copy.best_of(&fresh.clean))
+            let clean = fresh.clean.where_bytes_outlast(fresh.latency_taken_off_s);
+            (fresh.clean.clone(), copy.best_of(&clean))
         } else {
             (copy.clone(), copy.clone())
         };

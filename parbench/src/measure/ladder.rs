@@ -238,6 +238,11 @@ pub struct FreshLadders {
     /// a buffer the peer read since this rank last wrote it (every step of
     /// an in-place ring).
     pub both: Ladder,
+    /// The most latency (an 8-byte exchange's, per exchange) any rank took
+    /// off a rung's exchanges, seconds: below it a rung is mostly that
+    /// subtraction's remainder ([`Ladder::where_bytes_outlast`]).
+    #[serde(default)]
+    pub latency_taken_off_s: f64,
 }
 
 /// The four [`FreshLadders`], through the communicator's own `send_recv`,
@@ -301,6 +306,7 @@ pub fn fresh_ladders<C: Communicator>(
         .and_then(|v| v.first().copied())
         .unwrap_or(empty);
     let enough = sample_long_enough::<C>;
+    let mut taken_off = 0.0f64;
     let (mut clean, mut pull, mut claim, mut both) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for &ws in sets {
@@ -365,6 +371,7 @@ pub fn fresh_ladders<C: Communicator>(
         let after = median_empty_exchange(comm, false)?;
         let e = empty_step.min(after);
         empty_step = after;
+        taken_off = taken_off.max(e);
         let less = |v: Vec<(f64, usize)>| -> Vec<f64> {
             v.into_iter()
                 .map(|(raw, n)| less_latency(raw, n, e) / n.max(1) as f64)
@@ -393,7 +400,12 @@ pub fn fresh_ladders<C: Communicator>(
         rungs: rungs_of(sets, |ws| ws / 2, figures),
     }
     };
+    let taken_off = gather_f64(comm, &[taken_off])?
+        .iter()
+        .filter_map(|v| v.first().copied())
+        .fold(0.0, f64::max);
     Ok(FreshLadders {
+        latency_taken_off_s: taken_off,
         clean: ladder(
             "receiving bytes the sender left as they were into a private buffer",
             &clean,
