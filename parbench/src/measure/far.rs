@@ -14,7 +14,11 @@
 //! 12.0-12.8 GB/s where `pull` near the slice read 15-17, and 14.5 (16
 //! MiB) with no reduce-scatter step between them: the step that fills the
 //! block beside the destination is part of the pattern, and the
-//! out-of-place one here has it (12.1-13.2 GB/s at 2-16 MiB).
+//! out-of-place one here has it (12.1-13.2 GB/s at 2-16 MiB). The same
+//! holds in place past the last-level cache: on the EPYC VM (32 MiB L3)
+//! the in-place ring's all-gather steps of 16-64 MiB moved 34-21 GB/s
+//! where this pattern with a copy as its untimed step read 44-41, so the
+//! untimed step is now the ring's reduce-scatter step (docs/model.md).
 
 use super::fused::every_rank_has_transport;
 use super::ladder::{
@@ -22,7 +26,9 @@ use super::ladder::{
     sample_long_enough, BIG_SAMPLES, SAMPLES, SAMPLE_BYTES,
 };
 use crate::comm::algo::RING_SLICE_BYTES;
-use crate::comm::{CommError, CommResult, Communicator, HostBuffer, RecvInto, Transport};
+use crate::comm::{
+    CommError, CommResult, Communicator, DType, HostBuffer, RecvInto, ReduceOp, Transport,
+};
 use crate::model::wire::Ladder;
 use std::time::Instant;
 
@@ -39,9 +45,11 @@ fn block_of(area: usize) -> usize {
 /// Which sliced ring's all-gather step a ladder times.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Pattern {
-    /// In place: the untimed step sends the destination block (the peer
-    /// reads it) and receives the peer's into `send`; the timed one sends
-    /// `send` and receives into the destination block.
+    /// In place: per pair of destination blocks, the untimed step is the
+    /// ring's reduce-scatter step (sends the pair's first block, which the
+    /// peer reads, and reduces the peer's into the second); the timed one
+    /// sends the second, just reduced, and receives the peer's into the
+    /// first.
     InPlace,
     /// Out of place: per pair of destination blocks, the untimed step
     /// sends the source area's block (an input never rewritten) and
@@ -51,12 +59,10 @@ enum Pattern {
     OutOfPlace,
 }
 
-/// A rung's buffers: the destination area, the block each rank sends in
-/// place (just written by the untimed step) and, out of place, a source
+/// A rung's buffers: the destination area and, out of place, a source
 /// area as large as the destination.
 struct Area {
     dest: HostBuffer,
-    send: HostBuffer,
     src: HostBuffer,
 }
 
@@ -73,27 +79,29 @@ fn walk(
     let (right, left) = ((r + 1) % p, (r + p - 1) % p);
     let (mut secs, mut steps) = (0.0, 0);
     let len = a.dest.bytes().len();
-    let stride = match pattern {
-        Pattern::InPlace => block,
-        Pattern::OutOfPlace => 2 * block,
-    };
-    for start in (0..len).step_by(stride) {
+    for start in (0..len).step_by(2 * block) {
         let k = start..(start + block).min(len);
         let n = k.len();
+        let second = k.end..(k.end + n).min(len);
+        if second.len() != n {
+            break;
+        }
         let t0 = match pattern {
             Pattern::InPlace => {
-                let into = RecvInto::Copy(&mut a.send.bytes_mut()[..n]);
-                t.exchange(right, &a.dest.bytes()[k.clone()], left, into, deadline)?;
+                let (first, rest) = a.dest.bytes_mut().split_at_mut(k.end);
+                let into = RecvInto::Reduce {
+                    acc: &mut rest[..n],
+                    dtype: DType::F32,
+                    op: ReduceOp::Max,
+                };
+                t.exchange(right, &first[k.clone()], left, into, deadline)?;
                 let t0 = Instant::now();
-                let into = RecvInto::Copy(&mut a.dest.bytes_mut()[k]);
-                t.exchange(right, &a.send.bytes()[..n], left, into, deadline)?;
+                let (first, rest) = a.dest.bytes_mut().split_at_mut(k.end);
+                let into = RecvInto::Copy(&mut first[k]);
+                t.exchange(right, &rest[..n], left, into, deadline)?;
                 t0
             }
             Pattern::OutOfPlace => {
-                let second = k.end..(k.end + n).min(len);
-                if second.len() != n {
-                    break;
-                }
                 let into = RecvInto::Copy(&mut a.dest.bytes_mut()[k.clone()]);
                 t.exchange(right, &a.src.bytes()[k.clone()], left, into, deadline)?;
                 let t0 = Instant::now();
@@ -134,7 +142,6 @@ fn rung<C: Communicator>(
     // one zero page, in cache whatever the area.
     let mut a = Area {
         dest: written(area, 0x5a),
-        send: written(block, 0xa5),
         src: written(
             if pattern == Pattern::OutOfPlace {
                 area
@@ -170,11 +177,7 @@ fn rung<C: Communicator>(
                 break;
             }
         }
-        let timed_bytes = match pattern {
-            Pattern::InPlace => done * area,
-            Pattern::OutOfPlace => steps * block,
-        };
-        out.push((secs, steps, timed_bytes));
+        out.push((secs, steps, steps * block));
     }
     Ok(out)
 }
@@ -233,7 +236,7 @@ pub fn far_ladders<C: Communicator>(comm: &mut C, areas: &[u64]) -> CommResult<O
     };
     Ok(Some(FarLadders {
         both: Ladder {
-            method: method("receiving bytes the sender has just written into a block this rank last wrote a walk ago and the peer has just read (a sliced in-place ring's all-gather step)"),
+            method: method("receiving bytes the sender has just reduced into a block this rank last wrote a walk ago and the peer has just read as its reduction's source, each after the reduce-scatter step that reduces the peer's block into the block beside it (a sliced in-place ring's all-gather step)"),
             rungs: rungs_of(areas, |a| a, &both),
         },
         pull: Ladder {
@@ -251,12 +254,13 @@ mod tests {
 
     const TIMEOUT: Duration = Duration::from_secs(20);
 
-    /// In place a walk leaves in every destination block what went two
-    /// ranks round the ring (the untimed step hands on the destination
-    /// block, the timed one passes what came in on); out of place the
-    /// pair's first block holds the left neighbour's input and the second
-    /// what the left neighbour received from its own left. Three ranks, so
-    /// that no byte comes back to where it started.
+    /// In place a walk leaves in each pair's second block the larger of
+    /// this rank's and the left neighbour's (the untimed step reduces with
+    /// max), and in the first what the left neighbour left in its second;
+    /// out of place the pair's first block holds the left neighbour's input
+    /// and the second what the left neighbour received from its own left.
+    /// Three ranks, so that no byte comes back to where it started; every
+    /// byte of a rank's fill alike, so that max on f32 is max on the byte.
     #[test]
     fn a_walk_receives_into_every_block_what_the_ring_passed_on() {
         let area = 4 * RING_SLICE_BYTES;
@@ -267,7 +271,6 @@ mod tests {
                 let block = block_of(area);
                 let mut a = Area {
                     dest: HostBuffer::zeroed(area),
-                    send: HostBuffer::zeroed(block),
                     src: HostBuffer::zeroed(area),
                 };
                 a.dest.bytes_mut().fill(10 + r);
@@ -281,11 +284,19 @@ mod tests {
         });
         for (rank, g) in got.into_iter().enumerate() {
             let (left, two_left) = (((rank + 2) % 3) as u8, ((rank + 1) % 3) as u8);
+            let max = |a: usize, b: u8| (10 + a as u8).max(10 + b);
             for (pattern, steps, block, dest) in g.unwrap() {
                 match pattern {
                     Pattern::InPlace => {
-                        assert_eq!(steps, 4);
-                        assert!(dest.iter().all(|&v| v == 10 + two_left), "rank {rank}");
+                        assert_eq!(steps, 2);
+                        for (i, b) in dest.chunks(block).enumerate() {
+                            let want = if i % 2 == 0 {
+                                max(left as usize, two_left)
+                            } else {
+                                max(rank, left)
+                            };
+                            assert!(b.iter().all(|&v| v == want), "rank {rank} block {i}");
+                        }
                     }
                     Pattern::OutOfPlace => {
                         assert_eq!(steps, 2);

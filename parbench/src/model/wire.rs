@@ -412,10 +412,10 @@ pub struct WireModel {
     #[serde(default)]
     pub reduce_from: Ladder,
     /// Shared memory: a fresh byte received into a block this rank last
-    /// wrote a call ago and the peer has just read, by the destination's
-    /// bytes (`crate::measure::far_ladders`): the all-gather steps of
-    /// a sliced in-place ring, whose destination lines have left the
-    /// rank's cache. Empty (sockets, records from before it): those steps
+    /// wrote a call ago and the peer has just read, after a reduce-scatter
+    /// step, by the destination's bytes (`crate::measure::far_ladders`):
+    /// the all-gather steps of a sliced in-place ring, whose destination
+    /// lines have left the rank's cache. Empty (sockets, records from before it): those steps
     /// cost `both` at the slice's working set.
     #[serde(default)]
     pub both_far: Ladder,
