@@ -178,10 +178,11 @@ pub fn header_lines(
         }
     ));
     out.push(format!(
-        "# Ladders, latencies and clock took {:.2} s; floor of the compare gate {:.3} us (the larger of the clock resolution, {:.3} us, and the latency jitter p90-p10)",
+        "# Ladders, latencies and clock took {:.2} s; floor of the compare gate {:.3} us (the larger of the clock resolution, {:.3} us, and the latency jitter p90-p10){}",
         wire.cost_s,
         wire.floor_us(),
-        wire.clock_us
+        wire.clock_us,
+        dipped_note(&wire.rungs_dipped)
     ));
     out.push(placement_line(wire));
     if let Some(l) = &wire.link {
@@ -533,4 +534,20 @@ fn format_fit(f: &FitLine) -> String {
             "-", "-", "-", "-", "-"
         ),
     }
+}
+
+/// The header's words for the working sets measured again because a rung
+/// there dipped below both its neighbours (empty when none).
+fn dipped_note(sets: &[u64]) -> String {
+    if sets.is_empty() {
+        return String::new();
+    }
+    let names: Vec<String> = sets
+        .iter()
+        .map(|&ws| parbench::units::bytes(ws as f64))
+        .collect();
+    format!(
+        "; measured again at {} (a rung there lay below 2/3 of both its neighbours: a stall during its samples; each ladder keeps its better rung)",
+        names.join(", ")
+    )
 }

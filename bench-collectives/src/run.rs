@@ -640,6 +640,7 @@ fn model_link_json(w: &WireFigures) -> serde_json::Value {
         "state": w.state,
         "rungs_off_state": w.rungs_off_state.len(),
         "rungs_off_state_sets": w.rungs_off_state,
+        "rungs_measured_again_sets": w.rungs_dipped,
         "duplex": w.model.duplex,
         "pull": w.model.pull,
         "claim": w.model.claim,

@@ -464,6 +464,7 @@ mod tests {
             link: None,
             state: None,
             rungs_off_state: Vec::new(),
+            rungs_dipped: Vec::new(),
             socket: false,
         }
     }

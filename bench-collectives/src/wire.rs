@@ -4,7 +4,7 @@
 //! and the noise of the measurement window.
 
 use crate::cli::SweepConfig;
-use crate::core_state::{same_state, state_probe, wait_for_state, WaitBudget};
+use crate::core_state::{same_state, state_probe, wait_for_state, WaitBudget, STATE_RATIO};
 use parbench::comm::{Collective, CommResult, Communicator, DType, LinkStats, ReduceOp};
 use parbench::measure::clock::IterClock;
 use parbench::measure::noise::{CpuSnapshot, ForeignCpu};
@@ -63,6 +63,9 @@ pub struct WireFigures {
     /// The working sets of shared memory's rungs that stayed out of that
     /// state through every try ([`ladders_in_state`]).
     pub rungs_off_state: Vec<u64>,
+    /// The working sets measured again because a rung there lay far below
+    /// both its neighbours ([`again_where_dipped`]).
+    pub rungs_dipped: Vec<u64>,
     /// Whether the ceiling is a socket-like wire's ([`socket_ladders`]:
     /// not shared memory, not a device's copy figure).
     pub socket: bool,
@@ -319,34 +322,101 @@ impl StateLadders {
         ]
     }
 
-    fn merged(self, more: &StateLadders) -> StateLadders {
+    /// Each ladder joined with `more`'s by `join` (the off-state sets of both).
+    fn joined(self, more: &StateLadders, join: fn(&Ladder, &Ladder) -> Ladder) -> StateLadders {
         let (f, m) = (&self.fresh, &more.fresh);
         StateLadders {
-            copy: self.copy.merged(&more.copy),
-            reduce: self.reduce.merged(&more.reduce),
+            copy: join(&self.copy, &more.copy),
+            reduce: join(&self.reduce, &more.reduce),
             fresh: measure::FreshLadders {
-                clean: f.clean.merged(&m.clean),
-                pull: f.pull.merged(&m.pull),
-                claim: f.claim.merged(&m.claim),
-                both: f.both.merged(&m.both),
+                clean: join(&f.clean, &m.clean),
+                pull: join(&f.pull, &m.pull),
+                claim: join(&f.claim, &m.claim),
+                both: join(&f.both, &m.both),
                 latency_taken_off_s: f.latency_taken_off_s.max(m.latency_taken_off_s),
             },
-            fused: measure::FusedLadders {
-                into: self.fused.into.merged(&more.fused.into),
-                from: self.fused.from.merged(&more.fused.from),
-            },
+            fused: join_fused(&self.fused, &more.fused, join),
             far: measure::FarLadders {
-                both: self.far.both.merged(&more.far.both),
-                pull: self.far.pull.merged(&more.far.pull),
+                both: join(&self.far.both, &more.far.both),
+                pull: join(&self.far.pull, &more.far.pull),
             },
             off_state: {
                 let mut v = self.off_state;
                 v.extend(&more.off_state);
                 v.sort_unstable();
+                v.dedup();
                 v
             },
         }
     }
+
+    /// These ladders with `more`'s rungs put in at their working sets.
+    fn merged(self, more: &StateLadders) -> StateLadders {
+        self.joined(more, Ladder::merged)
+    }
+}
+
+impl RungSet for StateLadders {
+    fn ladders(&self) -> Vec<&Ladder> {
+        self.all().to_vec()
+    }
+    fn better_rungs(self, again: &Self) -> Self {
+        self.joined(again, Ladder::better_rungs)
+    }
+}
+
+fn join_fused(
+    a: &measure::FusedLadders,
+    b: &measure::FusedLadders,
+    join: fn(&Ladder, &Ladder) -> Ladder,
+) -> measure::FusedLadders {
+    measure::FusedLadders {
+        into: join(&a.into, &b.into),
+        from: join(&a.from, &b.from),
+    }
+}
+
+/// Ladders measured together at each working set, whose rungs can be
+/// measured again ([`again_where_dipped`]).
+trait RungSet: Sized {
+    fn ladders(&self) -> Vec<&Ladder>;
+    /// At each working set `again` measured, each ladder's better rung.
+    fn better_rungs(self, again: &Self) -> Self;
+}
+
+/// How far below both neighbours a rung must lie to be measured again
+/// ([`Ladder::dipped_sets`]): as far as two states of the cores lie apart.
+const DIP_SHARE: f64 = 1.0 / STATE_RATIO;
+
+/// `got` with the working sets where any ladder dipped below both its
+/// neighbours measured again by `measure` (all its ladders there, while a
+/// dip remains, at most [`RUNG_TRIES`] tries in all), each ladder keeping
+/// the better rung; and those working sets. A dip that is real stays: it
+/// comes back each time. Every rank must call it with the same ladders
+/// (they are means over ranks), so every rank measures the same sets.
+fn again_where_dipped<L: RungSet>(
+    mut got: L,
+    mut measure: impl FnMut(&[u64]) -> CommResult<L>,
+) -> CommResult<(L, Vec<u64>)> {
+    let mut again: Vec<u64> = Vec::new();
+    for _ in 1..RUNG_TRIES {
+        let mut dips: Vec<u64> = got
+            .ladders()
+            .iter()
+            .flat_map(|l| l.dipped_sets(DIP_SHARE))
+            .collect();
+        dips.sort_unstable();
+        dips.dedup();
+        if dips.is_empty() {
+            break;
+        }
+        let more = measure(&dips)?;
+        got = got.better_rungs(&more);
+        again.extend(dips);
+    }
+    again.sort_unstable();
+    again.dedup();
+    Ok((got, again))
 }
 
 /// The transport's reducing receives at `sets` (the sweep's f32 sums);
@@ -457,24 +527,23 @@ fn link_ladders<C: Communicator>(
     comm: &mut C,
     sets: &[u64],
     copy: &Ladder,
-) -> CommResult<(measure::StreamLadders, Ladder, measure::FusedLadders)> {
+) -> CommResult<(SocketLadders, Vec<u64>)> {
     let mut s = measure::StreamLadders::default();
     let mut step = Ladder::default();
     let mut fused = measure::FusedLadders::default();
     let mut held_from = None;
     for (i, &ws) in sets.iter().enumerate() {
-        let (one, x) = socket_ladders(comm, &[ws])?;
-        let f = fused_ladders(comm, &[ws])?;
-        for (to, from) in [(&mut fused.into, f.into), (&mut fused.from, f.from)] {
+        let one = socket_rungs(comm, &[ws])?;
+        for (to, from) in [
+            (&mut s.one_way, one.stream.one_way),
+            (&mut s.duplex, one.stream.duplex),
+            (&mut step, one.step),
+            (&mut fused.into, one.fused.into),
+            (&mut fused.from, one.fused.from),
+        ] {
             to.method = from.method;
             to.rungs.extend(from.rungs);
         }
-        s.one_way.method = one.one_way.method;
-        s.duplex.method = one.duplex.method;
-        step.method = x.method;
-        s.one_way.rungs.extend(one.one_way.rungs);
-        s.duplex.rungs.extend(one.duplex.rungs);
-        step.rungs.extend(x.rungs);
         let flat = |l: &Ladder| match l.rungs.as_slice() {
             [.., a, b] => (a.gbps - b.gbps).abs() <= 0.15 * a.gbps.max(b.gbps),
             _ => false,
@@ -494,6 +563,17 @@ fn link_ladders<C: Communicator>(
             break;
         }
     }
+    let measured = SocketLadders {
+        stream: s,
+        step,
+        fused,
+    };
+    let (measured, again) = again_where_dipped(measured, |sets| socket_rungs(comm, sets))?;
+    let SocketLadders {
+        stream: mut s,
+        mut step,
+        mut fused,
+    } = measured;
     if let Some(i) = held_from {
         let note = format!(
             "; link-bound from {} B (memory copies {LINK_BOUND}x faster there): larger working sets hold that rung",
@@ -523,7 +603,53 @@ fn link_ladders<C: Communicator>(
     let note = "; held at most at the ring-step ladder's figure (a reducing receive crosses the same socket)";
     fused.into = fused.into.capped_by(&step, note);
     fused.from = fused.from.capped_by(&step, note);
-    Ok((s, step, fused))
+    Ok((
+        SocketLadders {
+            stream: s,
+            step,
+            fused,
+        },
+        again,
+    ))
+}
+
+/// A socket wire's ladders, measured together at each working set.
+struct SocketLadders {
+    stream: measure::StreamLadders,
+    step: Ladder,
+    fused: measure::FusedLadders,
+}
+
+impl RungSet for SocketLadders {
+    fn ladders(&self) -> Vec<&Ladder> {
+        vec![
+            &self.stream.one_way,
+            &self.stream.duplex,
+            &self.step,
+            &self.fused.into,
+            &self.fused.from,
+        ]
+    }
+    fn better_rungs(self, again: &Self) -> Self {
+        SocketLadders {
+            stream: measure::StreamLadders {
+                one_way: self.stream.one_way.better_rungs(&again.stream.one_way),
+                duplex: self.stream.duplex.better_rungs(&again.stream.duplex),
+            },
+            step: self.step.better_rungs(&again.step),
+            fused: join_fused(&self.fused, &again.fused, Ladder::better_rungs),
+        }
+    }
+}
+
+/// Every ladder of a socket wire at `sets`.
+fn socket_rungs<C: Communicator>(comm: &mut C, sets: &[u64]) -> CommResult<SocketLadders> {
+    let (stream, step) = socket_ladders(comm, sets)?;
+    Ok(SocketLadders {
+        stream,
+        step,
+        fused: fused_ladders(comm, sets)?,
+    })
 }
 
 /// A socket-like wire's stream ladders (one way, both ways) and ring-step
@@ -585,6 +711,7 @@ pub fn measure_wire<C: Communicator>(
         )
     };
     let mut rungs_off_state = Vec::new();
+    let mut rungs_dipped = Vec::new();
     let socket = device.is_none() && !local;
     let (ceiling, model, own_transport) = if let Some((method, gbps)) = device {
         let gbps = mean_over_ranks(comm, gbps)?;
@@ -610,11 +737,20 @@ pub fn measure_wire<C: Communicator>(
         // Shared memory: every rung in one state of the cores.
         let mut budget = WaitBudget::default();
         let first = ladders_in_state(comm, &sets, &mut state, &mut budget)?;
+        let (first, again) = again_where_dipped(first, |sets| {
+            ladders_in_state(comm, sets, &mut state, &mut budget)
+        })?;
+        rungs_dipped = again;
         let added = steep_sets(&first.all(), &row_working_sets(comm, cfg));
         let lad = if added.is_empty() {
             first
         } else {
-            first.merged(&ladders_in_state(comm, &added, &mut state, &mut budget)?)
+            let merged = first.merged(&ladders_in_state(comm, &added, &mut state, &mut budget)?);
+            let (lad, again) = again_where_dipped(merged, |sets| {
+                ladders_in_state(comm, sets, &mut state, &mut budget)
+            })?;
+            rungs_dipped.extend(again);
+            lad
         };
         rungs_off_state = lad.off_state;
         let (copy, reduce, fresh, fused, far) =
@@ -644,7 +780,15 @@ pub fn measure_wire<C: Communicator>(
         };
         (ceiling, model, comm.backend() == "local")
     } else {
-        let (s, step, fused) = link_ladders(comm, &sets, &copy)?;
+        let (
+            SocketLadders {
+                stream: s,
+                step,
+                fused,
+            },
+            again,
+        ) = link_ladders(comm, &sets, &copy)?;
+        rungs_dipped = again;
         // A ring step is an exchange after an exchange, not a stream, of at
         // most a slice block, walking through the call's buffers: its
         // transfer rate is the ring-step ladder's; the ceiling is the best
@@ -697,6 +841,11 @@ pub fn measure_wire<C: Communicator>(
         link,
         state,
         rungs_off_state,
+        rungs_dipped: {
+            rungs_dipped.sort_unstable();
+            rungs_dipped.dedup();
+            rungs_dipped
+        },
         socket,
     })
 }
@@ -756,6 +905,68 @@ mod tests {
                 })
                 .collect(),
         }
+    }
+
+    /// One ladder measured at a time, for [`again_where_dipped`].
+    struct One(Ladder);
+
+    impl RungSet for One {
+        fn ladders(&self) -> Vec<&Ladder> {
+            vec![&self.0]
+        }
+        fn better_rungs(self, again: &Self) -> Self {
+            One(self.0.better_rungs(&again.0))
+        }
+    }
+
+    /// The rung of `full` at each of `sets`, as a measurement of those alone.
+    fn at_sets(full: &Ladder, sets: &[u64]) -> One {
+        One(Ladder {
+            method: full.method.clone(),
+            rungs: full
+                .rungs
+                .iter()
+                .filter(|r| sets.contains(&r.working_set))
+                .cloned()
+                .collect(),
+        })
+    }
+
+    /// A stall during one rung's samples (as recorded on the EPYC VM: the
+    /// 2 MiB rung of a far-destination ladder at 2.0 GB/s between 13.8 and
+    /// 12.5) is measured again and the better rung kept; a dip that comes
+    /// back every time is the wire's and stays; a ladder without a dip is
+    /// not measured again.
+    #[test]
+    fn a_rung_far_below_both_neighbours_is_measured_again() {
+        let stalled = ladder(&[13.8, 2.0, 12.5, 13.0]);
+        let steady = ladder(&[13.8, 13.1, 12.5, 13.0]);
+        let mut asked = Vec::new();
+        let (got, again) = again_where_dipped(One(stalled.clone()), |sets| {
+            asked.push(sets.to_vec());
+            Ok(at_sets(&steady, sets))
+        })
+        .unwrap();
+        assert_eq!(asked, vec![vec![8192]]);
+        assert_eq!(again, vec![8192]);
+        assert_eq!(got.0, steady);
+
+        let mut tries = 0;
+        let (got, again) = again_where_dipped(One(stalled.clone()), |sets| {
+            tries += 1;
+            Ok(at_sets(&stalled, sets))
+        })
+        .unwrap();
+        assert_eq!(tries, RUNG_TRIES - 1);
+        assert_eq!(again, vec![8192]);
+        assert_eq!(got.0, stalled);
+
+        let (got, again) = again_where_dipped(One(steady.clone()), |_| -> CommResult<One> {
+            panic!("a ladder without a dip was measured again")
+        })
+        .unwrap();
+        assert!(again.is_empty());
+        assert_eq!(got.0, steady);
     }
 
     /// Figures as recorded here: a 1 Gbit/s shaped link (0.12 GB/s against

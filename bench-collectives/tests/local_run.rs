@@ -356,6 +356,14 @@ fn the_ceiling_ladder_covers_the_sweep_and_each_row_uses_its_working_set() {
         off.iter().all(|w| sets.contains(&w.as_u64().unwrap())),
         "{off:?}"
     );
+    // The rungs measured again for a dip below both neighbours: rungs of the ladder.
+    let again = extra["model_link"]["rungs_measured_again_sets"]
+        .as_array()
+        .unwrap();
+    assert!(
+        again.iter().all(|w| sets.contains(&w.as_u64().unwrap())),
+        "{again:?}"
+    );
     assert!(extra["model_link"]["ping_pong"]["trips"].as_u64().unwrap() >= 50);
     assert!(extra["floor"]["floor_us"].as_f64().unwrap() > 0.0);
     assert!(
