@@ -18,10 +18,11 @@
 //! and [`WAIT_BUDGET`] in all)
 //! and is probed again after: a row that found another state or saw the
 //! cores move is marked (its model `~`) and left out of the fits, and the
-//! footer says how many and how long the run waited.
+//! footer says how many and how long the run waited. parbench's sockets
+//! are tracked the same way, by a probe of their own ([`tracks_state`]).
 
 use parbench::comm::{CommResult, Communicator};
-use parbench::measure::{self, CoreState};
+use parbench::measure::{self, CoreState, StateFigures};
 use std::time::Instant;
 
 /// How far apart each figure of two [`CoreState`]s may lie and still be
@@ -42,21 +43,38 @@ pub fn same_state(a: Option<&CoreState>, b: Option<&CoreState>) -> bool {
     }
 }
 
-/// Whether the cores' state is tracked: on shared memory, whose figures
-/// move with where the host puts the ranks' cores. Not through sockets:
-/// there the probe's exchange and 32 KiB transfer go through the kernel,
-/// whose own jitter (8 B exchanges of 7.6 or 10.6 us, 32 KiB at 1 or
-/// 2 GB/s on tcp loopback, minutes apart) the probe would take for moves.
+/// Whether the wire's state is tracked: on shared memory, whose figures
+/// move with where the host puts the ranks' cores, and on parbench's own
+/// sockets, whose loopback moved between two modes on the EPYC VM
+/// (all_reduce rows of 2-16 MiB at 1.1-1.3 GB/s busbw for seconds at a
+/// time, then 3.5-5.5 again, in 4 of 7 default tcp runs), while their
+/// ladders were measured in the other. Sockets are probed with
+/// [`SOCKET_PROBE_BYTES`] per exchange: the kernel's own jitter moves a
+/// small exchange as much as a mode does (8 B exchanges of 7.6 or 10.6 us,
+/// 32 KiB at 1 or 2 GB/s, minutes apart).
 pub fn tracks_state<C: Communicator>(comm: &C) -> bool {
-    comm.world() > 1 && comm.backend() == "local"
+    comm.world() > 1 && matches!(comm.backend(), "local" | "tcp")
+}
+
+/// Bytes per transfer of the socket probe's exchange of just-written
+/// buffers: long enough (tens of microseconds) that a mode, not the
+/// kernel's wake-up jitter, sets its rate.
+pub const SOCKET_PROBE_BYTES: usize = 256 << 10;
+
+/// The probe's exchange size on `comm`'s wire: shared memory's own, or
+/// [`SOCKET_PROBE_BYTES`] through sockets.
+fn probe_bytes<C: Communicator>(comm: &C) -> Option<usize> {
+    (comm.backend() == "tcp").then_some(SOCKET_PROBE_BYTES)
 }
 
 /// The core-state probe where it is tracked ([`tracks_state`]), else `None`.
 pub fn state_probe<C: Communicator>(comm: &mut C) -> CommResult<Option<CoreState>> {
-    if tracks_state(comm) {
-        measure::core_state_probe(comm)
-    } else {
-        Ok(None)
+    if !tracks_state(comm) {
+        return Ok(None);
+    }
+    match probe_bytes(comm) {
+        Some(bytes) => measure::core_state_probe_with(comm, bytes, StateFigures::Transfer),
+        None => measure::core_state_probe(comm),
     }
 }
 
@@ -195,18 +213,38 @@ impl StatesSummary {
             || self.rungs_off_state as f64 > quarter(self.rungs)
     }
 
+    /// Whether the state is a socket wire's (told apart by its transfers alone).
+    fn sockets(&self) -> bool {
+        self.state
+            .is_some_and(|s| s.judged_by == StateFigures::Transfer)
+    }
+
+    /// What moves between states, as the footer names it.
+    fn subject(&self) -> &'static str {
+        if self.sockets() {
+            "the wire"
+        } else {
+            "the cores"
+        }
+    }
+
     /// The footer's lines.
     pub fn lines(&self) -> Vec<String> {
-        let state = self.state.map_or("-".to_string(), |s| {
-            format!(
-                "{:.2} us, {:.0} GB/s shared, {:.0} GB/s copy",
-                s.exchange_us, s.shared_gbps, s.copy_gbps
-            )
-        });
-        let mut out = vec![format!(
-            "# Cores' state (8 B exchange; 64 KiB of just-written lines between ranks; 16 KiB copy in each; a host moving the ranks' cores moves every figure): the wire measured at {state}; each row timed once the cores were there (waiting at most {MOST_WAIT:.0} s): {} of {} rows waited, {:.1} s in all",
-            self.waited_rows, self.rows, self.waited_s
-        )];
+        let who = self.subject();
+        let mut out = vec![match self.state {
+            Some(s) if self.sockets() => format!(
+                "# Wire's state (256 KiB exchanged between ranks through the sockets, every rank at once: on a VM the loopback moves between modes, and every row with it): the wire measured at {:.2} GB/s; each row timed once the wire was there (waiting at most {MOST_WAIT:.0} s): {} of {} rows waited, {:.1} s in all",
+                s.shared_gbps, self.waited_rows, self.rows, self.waited_s
+            ),
+            s => format!(
+                "# Cores' state (8 B exchange; 64 KiB of just-written lines between ranks; 16 KiB copy in each; a host moving the ranks' cores moves every figure): the wire measured at {}; each row timed once the cores were there (waiting at most {MOST_WAIT:.0} s): {} of {} rows waited, {:.1} s in all",
+                s.map_or("-".to_string(), |s| format!(
+                    "{:.2} us, {:.0} GB/s shared, {:.0} GB/s copy",
+                    s.exchange_us, s.shared_gbps, s.copy_gbps
+                )),
+                self.waited_rows, self.rows, self.waited_s
+            ),
+        }];
         let listed = |rows: &[String]| {
             let shown: Vec<&str> = rows.iter().take(6).map(String::as_str).collect();
             let more = rows.len().saturating_sub(shown.len());
@@ -230,27 +268,31 @@ impl StatesSummary {
         }
         if !self.elsewhere.is_empty() {
             out.push(format!(
-                "#   {} rows found the cores elsewhere after the wait (model marked ~, left out of the fits): {}",
+                "#   {} rows found {who} elsewhere after the wait (model marked ~, left out of the fits): {}",
                 self.elsewhere.len(),
                 listed(&self.elsewhere)
             ));
         }
         if !self.moved.is_empty() {
             out.push(format!(
-                "#   {} rows timed while the cores moved (model marked ~, left out of the fits): {}",
+                "#   {} rows timed while {who} moved (model marked ~, left out of the fits): {}",
                 self.moved.len(),
                 listed(&self.moved)
             ));
         }
         if self.warns() {
-            out.push("# WARNING: more than a quarter of the rows, or of the wire's rungs, ran with the cores elsewhere than where the wire was measured: the model and the ceilings are not to be trusted; rerun on a quieter machine".to_string());
+            out.push(format!("# WARNING: more than a quarter of the rows, or of the wire's rungs, ran with {who} elsewhere than where the wire was measured: the model and the ceilings are not to be trusted; rerun on a quieter machine"));
         }
         out
     }
 
     pub fn json(&self, rows: &[RowState]) -> serde_json::Value {
         serde_json::json!({
-            "probe": "parbench::measure::core_state_probe: medians of 16 timed 8 B exchanges, of 16 exchanges of 32 KiB just-written buffers, of 16 samples of 8 KiB copies, every rank at once, rank 0's",
+            "probe": if self.sockets() {
+                "parbench::measure::core_state_probe_with: medians of 16 timed 8 B exchanges, of 16 exchanges of 256 KiB just-written buffers, of 16 samples of 8 KiB copies, every rank at once, rank 0's; states told apart by the 256 KiB exchanges alone"
+            } else {
+                "parbench::measure::core_state_probe: medians of 16 timed 8 B exchanges, of 16 exchanges of 32 KiB just-written buffers, of 16 samples of 8 KiB copies, every rank at once, rank 0's"
+            },
             "same_state_within": STATE_RATIO,
             "most_wait_s": MOST_WAIT,
             "wait_budget_s": WAIT_BUDGET,
@@ -275,6 +317,7 @@ mod tests {
             exchange_us,
             shared_gbps: 8.0,
             copy_gbps: 95.0,
+            judged_by: StateFigures::All,
         }
     }
 

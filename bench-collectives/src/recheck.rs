@@ -8,11 +8,14 @@
 //! ran at 1.95 GB/s and its rows at up to 5.2: 34 rows above their
 //! ceiling, 265% at the peak, explained as a shaped link's token bucket
 //! (a wire that slow looked link-bound). The same ladder a few seconds
-//! later says which figure moved.
+//! later says which figure moved. It waits for the wire's state first, as
+//! the rows do; one that ran in another state says so instead of warning:
+//! the rows timed in that state are marked already.
 
+use crate::core_state::{same_state, state_probe, wait_for_state, WaitBudget, MOST_WAIT};
 use crate::wire::{socket_ceiling, socket_ladders, WireFigures};
 use parbench::comm::{CommResult, Communicator};
-use parbench::measure::Ladder;
+use parbench::measure::{CoreState, Ladder};
 use std::time::Instant;
 
 /// The working sets measured again (those of the ladder's rungs nearest
@@ -48,6 +51,11 @@ pub struct WireRecheck {
     pub rungs: Vec<Recheck>,
     /// Wall time of the measurement, seconds (rank 0's clock).
     pub cost_s: f64,
+    /// The state probes before and after the recheck, where the wire's
+    /// state is tracked ([`crate::core_state::tracks_state`]), and whether
+    /// both found the state the wire was measured in.
+    pub probes: Option<(CoreState, CoreState)>,
+    pub in_state: bool,
 }
 
 impl WireRecheck {
@@ -93,7 +101,20 @@ impl WireRecheck {
             "# Wire measured again after the sweep (the ceiling's ladders at a few working sets; x = after / before): {}",
             each.join("; ")
         )];
-        if let Some(r) = self.moved() {
+        let moved = self.moved();
+        if let (Some(r), false) = (moved, self.in_state) {
+            let probes = self.probes.map_or(String::new(), |(b, a)| {
+                format!(
+                    " (its state probes read {:.2} and {:.2} GB/s)",
+                    b.shared_gbps, a.shared_gbps
+                )
+            });
+            out.push(format!(
+                "#   the ceiling read x{:.2} at {} after the sweep with the wire in another state than it was measured in{probes}: that state's figure, not a change of the wire's; the rows timed in it are marked ~",
+                r.ratio(),
+                parbench::units::bytes(r.working_set as f64),
+            ));
+        } else if let Some(r) = moved {
             out.push(format!(
                 "# WARNING: the wire's ceiling moved x{:.2} at {} between the ladder before the sweep ({:.2} GB/s) and after it ({:.2}): the machine's state changed during the run; the ceilings, %ceil and the model come from the ladder before the sweep and are not to be trusted; rerun on a quieter machine",
                 r.ratio(),
@@ -110,6 +131,8 @@ impl WireRecheck {
         serde_json::json!({
             "moved_beyond": MOVED,
             "moved": self.moved().is_some(),
+            "in_state": self.in_state,
+            "probes": self.probes,
             "cost_s": self.cost_s,
             "rungs": self.rungs.iter().map(|r| serde_json::json!({
                 "working_set": r.working_set,
@@ -155,9 +178,14 @@ pub fn recheck_wire<C: Communicator>(
         return Ok(None);
     }
     let t = Instant::now();
+    let mut budget = WaitBudget(MOST_WAIT);
+    let (before, _) = wait_for_state(comm, wire.state.as_ref(), &mut budget)?;
     let (s, step) = socket_ladders(comm, &sets)?;
+    let probe_after = state_probe(comm)?;
     let after = socket_ceiling(&s, &step);
     let cost_s = t.elapsed().as_secs_f64();
+    let in_state = same_state(wire.state.as_ref(), before.as_ref())
+        && same_state(wire.state.as_ref(), probe_after.as_ref());
     let rungs = sets
         .iter()
         .filter_map(|&ws| {
@@ -168,7 +196,12 @@ pub fn recheck_wire<C: Communicator>(
             })
         })
         .collect();
-    Ok(Some(WireRecheck { rungs, cost_s }))
+    Ok(Some(WireRecheck {
+        rungs,
+        cost_s,
+        probes: before.zip(probe_after),
+        in_state,
+    }))
 }
 
 #[cfg(test)]
@@ -215,7 +248,12 @@ mod tests {
             before_gbps: before,
             after_gbps: after,
         };
-        let recheck = |rungs: Vec<Recheck>| WireRecheck { rungs, cost_s: 0.0 };
+        let recheck = |rungs: Vec<Recheck>| WireRecheck {
+            rungs,
+            cost_s: 0.0,
+            probes: None,
+            in_state: true,
+        };
         let quiet = recheck(vec![at(64 << 10, 2.0, 2.4), at(1 << 20, 4.0, 3.0)]);
         assert!(quiet.moved().is_none());
         assert_eq!(quiet.lines().len(), 1);
@@ -241,5 +279,24 @@ mod tests {
         let slower = recheck(vec![at(1 << 20, 6.0, 3.0)]);
         assert!(slower.moved().is_some());
         assert_eq!(moved.json()["moved"], true);
+        // The same figures measured again with the wire in another state
+        // (the probes saw the loopback's other mode): said, not warned.
+        let probe = |shared_gbps: f64| parbench::measure::CoreState {
+            exchange_us: 7.6,
+            shared_gbps,
+            copy_gbps: 70.0,
+            judged_by: parbench::measure::StateFigures::Transfer,
+        };
+        let elsewhere = WireRecheck {
+            probes: Some((probe(4.6), probe(4.5))),
+            in_state: false,
+            ..moved.clone()
+        };
+        let lines = elsewhere.lines();
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert!(!lines[1].contains("WARNING"), "{lines:?}");
+        assert!(lines[1].contains("another state"), "{lines:?}");
+        assert!(lines[1].contains("4.60 and 4.50 GB/s"), "{lines:?}");
+        assert_eq!(elsewhere.json()["in_state"], false);
     }
 }

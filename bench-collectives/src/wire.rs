@@ -448,15 +448,9 @@ fn ladders_in_state<C: Communicator>(
     let world = comm.world();
     let mut out: Option<StateLadders> = None;
     for &ws in sets {
-        let mut tries = 0;
-        let rung = loop {
-            tries += 1;
-            let (before, _) = wait_for_state(comm, state.as_ref(), budget)?;
-            if out.is_none() && !same_state(state.as_ref(), before.as_ref()) {
-                *state = before;
-            }
+        let (rung, in_state) = rung_in_state(comm, state, budget, out.is_none(), |comm| {
             let one = [ws];
-            let rung = StateLadders {
+            Ok(StateLadders {
                 copy: measure::copy_ladder(comm, &one)?,
                 reduce: measure::reduce_ladder(comm, &one, DType::F32, ReduceOp::Sum)?,
                 fresh: if world > 1 {
@@ -471,18 +465,14 @@ fn ladders_in_state<C: Communicator>(
                     measure::FarLadders::default()
                 },
                 off_state: Vec::new(),
-            };
-            let after = state_probe(comm)?;
-            if same_state(state.as_ref(), before.as_ref())
-                && same_state(state.as_ref(), after.as_ref())
-            {
-                break rung;
-            }
-            if tries >= RUNG_TRIES {
-                break StateLadders {
-                    off_state: vec![ws],
-                    ..rung
-                };
+            })
+        })?;
+        let rung = if in_state {
+            rung
+        } else {
+            StateLadders {
+                off_state: vec![ws],
+                ..rung
             }
         };
         out = Some(match out {
@@ -498,6 +488,36 @@ fn ladders_in_state<C: Communicator>(
         far: measure::FarLadders::default(),
         off_state: Vec::new(),
     }))
+}
+
+/// One rung measured by `measure` once the wire is in `state`
+/// ([`wait_for_state`]) and again (at most [`RUNG_TRIES`] times) while the
+/// probes before and after it do not both find `state`; and whether the
+/// last try did. With `may_adopt` (no rung kept yet), a wait that ends in
+/// another state makes that state `state`. Where the state is not tracked
+/// it measures once.
+fn rung_in_state<C: Communicator, L>(
+    comm: &mut C,
+    state: &mut Option<CoreState>,
+    budget: &mut WaitBudget,
+    may_adopt: bool,
+    mut measure: impl FnMut(&mut C) -> CommResult<L>,
+) -> CommResult<(L, bool)> {
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let (before, _) = wait_for_state(comm, state.as_ref(), budget)?;
+        if may_adopt && !same_state(state.as_ref(), before.as_ref()) {
+            *state = before;
+        }
+        let rung = measure(comm)?;
+        let after = state_probe(comm)?;
+        let in_state = same_state(state.as_ref(), before.as_ref())
+            && same_state(state.as_ref(), after.as_ref());
+        if in_state || tries >= RUNG_TRIES {
+            return Ok((rung, in_state));
+        }
+    }
 }
 
 /// How much faster than the wire memory must copy at a working set before
@@ -527,13 +547,21 @@ fn link_ladders<C: Communicator>(
     comm: &mut C,
     sets: &[u64],
     copy: &Ladder,
+    state: &mut Option<CoreState>,
+    off_state: &mut Vec<u64>,
 ) -> CommResult<(SocketLadders, Vec<u64>)> {
     let mut s = measure::StreamLadders::default();
     let mut step = Ladder::default();
     let mut fused = measure::FusedLadders::default();
     let mut held_from = None;
+    let mut budget = WaitBudget::default();
     for (i, &ws) in sets.iter().enumerate() {
-        let one = socket_rungs(comm, &[ws])?;
+        let (one, in_state) = rung_in_state(comm, state, &mut budget, i == 0, |comm| {
+            socket_rungs(comm, &[ws])
+        })?;
+        if !in_state {
+            off_state.push(ws);
+        }
         for (to, from) in [
             (&mut s.one_way, one.stream.one_way),
             (&mut s.duplex, one.stream.duplex),
@@ -568,7 +596,19 @@ fn link_ladders<C: Communicator>(
         step,
         fused,
     };
-    let (measured, again) = again_where_dipped(measured, |sets| socket_rungs(comm, sets))?;
+    let (measured, again) = again_where_dipped(measured, |sets| {
+        let mut got: Option<SocketLadders> = None;
+        for &ws in sets {
+            let (one, _) = rung_in_state(comm, state, &mut budget, false, |comm| {
+                socket_rungs(comm, &[ws])
+            })?;
+            got = Some(match got {
+                None => one,
+                Some(g) => g.joined(&one, Ladder::merged),
+            });
+        }
+        Ok(got.unwrap_or_default())
+    })?;
     let SocketLadders {
         stream: mut s,
         mut step,
@@ -614,6 +654,7 @@ fn link_ladders<C: Communicator>(
 }
 
 /// A socket wire's ladders, measured together at each working set.
+#[derive(Default)]
 struct SocketLadders {
     stream: measure::StreamLadders,
     step: Ladder,
@@ -631,13 +672,20 @@ impl RungSet for SocketLadders {
         ]
     }
     fn better_rungs(self, again: &Self) -> Self {
+        self.joined(again, Ladder::better_rungs)
+    }
+}
+
+impl SocketLadders {
+    /// Each ladder joined with `more`'s by `join`.
+    fn joined(&self, more: &SocketLadders, join: fn(&Ladder, &Ladder) -> Ladder) -> SocketLadders {
         SocketLadders {
             stream: measure::StreamLadders {
-                one_way: self.stream.one_way.better_rungs(&again.stream.one_way),
-                duplex: self.stream.duplex.better_rungs(&again.stream.duplex),
+                one_way: join(&self.stream.one_way, &more.stream.one_way),
+                duplex: join(&self.stream.duplex, &more.stream.duplex),
             },
-            step: self.step.better_rungs(&again.step),
-            fused: join_fused(&self.fused, &again.fused, Ladder::better_rungs),
+            step: join(&self.step, &more.step),
+            fused: join_fused(&self.fused, &more.fused, join),
         }
     }
 }
@@ -787,7 +835,7 @@ pub fn measure_wire<C: Communicator>(
                 fused,
             },
             again,
-        ) = link_ladders(comm, &sets, &copy)?;
+        ) = link_ladders(comm, &sets, &copy, &mut state, &mut rungs_off_state)?;
         rungs_dipped = again;
         // A ring step is an exchange after an exchange, not a stream, of at
         // most a slice block, walking through the call's buffers: its

@@ -252,6 +252,12 @@ fn the_ceiling_ladder_covers_the_sweep_and_each_row_uses_its_working_set() {
         .as_array()
         .cloned()
         .unwrap_or_default();
+    // Shared memory's states are told apart by every figure of the probe.
+    assert_eq!(
+        extra["core_state"]["state"]["judged_by"], "all",
+        "{}",
+        extra["core_state"]
+    );
     let (_, rows) = read_csv(&dir.join("collectives.csv"));
     let mut largest = 0;
     for r in &rows {

@@ -65,6 +65,24 @@ fn two_processes_sweep_exactly_and_rank_zero_records() {
     }
     assert!(again["moved"].is_boolean(), "{again}");
     assert!(again["cost_s"].as_f64().is_some_and(|s| s > 0.0), "{again}");
+    assert!(again["in_state"].is_boolean(), "{again}");
+    // The sockets' state: probed by their 256 KiB exchanges, told apart by
+    // those alone, every row probed before and after.
+    assert!(text.contains("# Wire's state (256 KiB exchanged"), "{text}");
+    let cs = &runs[0]["extra"]["core_state"];
+    assert_eq!(cs["state"]["judged_by"], "transfer", "{cs}");
+    assert!(
+        cs["state"]["shared_gbps"].as_f64().is_some_and(|g| g > 0.0),
+        "{cs}"
+    );
+    let probed = cs["rows"].as_array().unwrap();
+    assert_eq!(probed.len(), rows.len(), "{cs}");
+    assert!(
+        probed
+            .iter()
+            .all(|r| r["before"]["judged_by"] == "transfer"),
+        "{cs}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -35,8 +35,9 @@ pub mod placement;
 pub mod timing;
 
 pub use ceiling::{
-    core_state_probe, exchange_latency, memcpy_bandwidth, ping_pong, ping_pong_latency,
-    reduce_throughput, round_trip, stream_throughput, Ceiling, CoreState, PingPong,
+    core_state_probe, core_state_probe_with, exchange_latency, memcpy_bandwidth, ping_pong,
+    ping_pong_latency, reduce_throughput, round_trip, stream_throughput, Ceiling, CoreState,
+    PingPong, StateFigures,
 };
 pub use combine::{
     gather_f64, gather_f64_any_len, Average, LoopStats, StragglerTally, StragglerVerdict,

@@ -1,5 +1,6 @@
-//! Like against like: a shared-memory row is judged among the rounds whose
-//! run measured its wire with the cores in one state.
+//! Like against like: a row is judged among the rounds whose run measured
+//! its wire in one state (the cores' on shared memory, the loopback's mode
+//! through parbench's sockets: bench-collectives' `core_state`).
 //!
 //! On a VM the host moves the ranks' vCPUs, and bench-collectives records
 //! the state each run measured its wire in (`extra.core_state.state`: the
@@ -28,7 +29,7 @@
 //! ([`census`]), so a night that drew only states the baseline rarely saw
 //! shows as one.
 
-use parbench::measure::CoreState;
+use parbench::measure::{CoreState, StateFigures};
 use serde_json::{Map, Value};
 use std::collections::BTreeSet;
 
@@ -65,6 +66,12 @@ impl RunState {
 
     /// The state in words.
     pub fn describe(&self) -> String {
+        if self.state.judged_by == StateFigures::Transfer {
+            return format!(
+                "256 KiB exchanges through the sockets {:.2} GB/s",
+                self.state.shared_gbps
+            );
+        }
         format!(
             "8 B exchange {:.2} us, shared buffers {:.0} GB/s, copy {:.0} GB/s",
             self.state.exchange_us, self.state.shared_gbps, self.state.copy_gbps
@@ -169,6 +176,7 @@ mod tests {
                 exchange_us,
                 shared_gbps,
                 copy_gbps: 90.0,
+                judged_by: StateFigures::All,
             },
             within: 1.5,
         })
