@@ -246,4 +246,29 @@ mod tests {
         );
         assert_eq!(RunState::from_extra(&serde_json::Map::new()), None);
     }
+
+    /// A tcp run's state (bench-collectives' socket probe): two runs whose
+    /// 256 KiB exchanges agree are one state, whatever their 8 B exchange
+    /// and copy read; the loopback's slow mode is another.
+    #[test]
+    fn a_socket_state_is_read_and_told_apart_by_its_transfer() {
+        let run = |exchange_us: f64, shared_gbps: f64, copy_gbps: f64| {
+            let extra = serde_json::json!({"core_state": {
+                "state": {"exchange_us": exchange_us, "shared_gbps": shared_gbps,
+                          "copy_gbps": copy_gbps, "judged_by": "transfer"},
+                "same_state_within": 1.5}});
+            RunState::from_extra(extra.as_object().unwrap()).unwrap()
+        };
+        let (a, jitter, slow) = (
+            run(7.6, 3.9, 68.0),
+            run(16.7, 4.5, 49.0),
+            run(7.6, 1.2, 68.0),
+        );
+        assert!(a.same_as(&jitter));
+        assert!(!a.same_as(&slow));
+        assert_eq!(
+            a.describe(),
+            "256 KiB exchanges through the sockets 3.90 GB/s"
+        );
+    }
 }

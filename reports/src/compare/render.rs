@@ -66,7 +66,7 @@ pub fn one_round_note(n: usize) -> String {
 }
 
 /// The rule, in one paragraph, as the output states it.
-pub const RULE: &str = "A regression: rows of quiet runs only (other processes took at most 10% of the machine during the run and the row's table); on shared memory, judged both among the rounds timed in the cores' state most current rounds share (when each side has 3 or more there) and across every round, a call from either counting; the median over the rounds worse by more than the threshold and by more than the noise (the rounds' spread, max - min over the median, with 2+ rounds, else the row's spread below its median); with 2+ rounds on both sides, every current round worse than every baseline round; and a time change above the floor (clock resolution or latency jitter, the larger, from run.json).";
+pub const RULE: &str = "A regression: rows of quiet runs only (other processes took at most 10% of the machine during the run and the row's table); on shared memory and tcp, judged both among the rounds timed in the wire's state (the cores', the sockets' mode) most current rounds share (when each side has 3 or more there) and across every round, a call from either counting; the median over the rounds worse by more than the threshold and by more than the noise (the rounds' spread, max - min over the median, with 2+ rounds, else the row's spread below its median); with 2+ rounds on both sides, every current round worse than every baseline round; and a time change above the floor (clock resolution or latency jitter, the larger, from run.json).";
 
 /// The comparison as text or Markdown.
 pub fn render(cmp: &Comparison, args: &CompareArgs) -> String {
