@@ -340,21 +340,27 @@ pub fn above_ceiling_cause(
     recheck: Option<&crate::recheck::WireRecheck>,
     in_state: bool,
 ) -> String {
-    // A wire that moved during the run explains every row, and makes a
-    // slow ladder look like a shaped link.
-    if let Some(m) = recheck.and_then(|c| c.moved()) {
+    // A row timed in another state of the cores (or of the sockets) than
+    // the ladders' ran on another machine, in effect (on the EPYC VM an
+    // in-place all_gather of 32 MiB so timed took 574 us where its runs in
+    // the wire's state take 1100-1600; tcp rows of the loopback's fast mode
+    // ran 3-4x above a ceiling measured in its slow one).
+    if !in_state {
+        let what = if wire.socket {
+            "the sockets in another mode"
+        } else {
+            "the cores in another state"
+        };
+        return format!("timed with {what} than the one its ceiling was measured in (model marked ~): the machine ran faster during the row than during the ladder");
+    }
+    // A wire that moved during the run, measured again in its own state,
+    // explains every row, and makes a slow ladder look like a shaped link.
+    if let Some(m) = recheck.filter(|c| c.in_state).and_then(|c| c.moved()) {
         return format!(
             "the wire's ceiling moved x{:.2} between before and after the sweep (at {} of working set): the rows ran in another state of the machine than the ladder",
             m.ratio(),
             parbench::units::bytes(m.working_set as f64)
         );
-    }
-    // A row timed in another state of the cores than the ladders' ran on
-    // another machine, in effect (on the EPYC VM an in-place all_gather of
-    // 32 MiB so timed took 574 us where its runs in the wire's state take
-    // 1100-1600).
-    if !in_state {
-        return "timed with the cores in another state than the one its ceiling was measured in (model marked ~): the machine ran faster during the row than during the ladder".into();
     }
     let coll = r.collective.parse::<Collective>().ok();
     let ws = coll.map_or(r.bytes, |c| {
@@ -482,6 +488,32 @@ mod tests {
         assert!(boundary.contains("cache boundary"), "{boundary}");
         let unexplained = above_ceiling_cause(&r, &flat, None, true);
         assert!(unexplained.contains("a bug to report"), "{unexplained}");
+        // Sockets: the row's mode first; a recheck that moved explains the
+        // rows only when it ran in the wire's state itself.
+        let sockets = WireFigures {
+            socket: true,
+            ..flat.clone()
+        };
+        let mode = above_ceiling_cause(&r, &sockets, None, false);
+        assert!(mode.contains("sockets in another mode"), "{mode}");
+        let moved = crate::recheck::WireRecheck {
+            rungs: vec![crate::recheck::Recheck {
+                working_set: 1 << 20,
+                before_gbps: 1.95,
+                after_gbps: 7.05,
+            }],
+            cost_s: 0.0,
+            probes: None,
+            in_state: true,
+        };
+        let by_move = above_ceiling_cause(&r, &sockets, Some(&moved), true);
+        assert!(by_move.contains("ceiling moved x3.62"), "{by_move}");
+        let elsewhere = crate::recheck::WireRecheck {
+            in_state: false,
+            ..moved
+        };
+        let not_by_move = above_ceiling_cause(&r, &sockets, Some(&elsewhere), true);
+        assert!(!not_by_move.contains("ceiling moved"), "{not_by_move}");
     }
 
     #[test]
