@@ -47,8 +47,8 @@ pub fn same_state(a: Option<&CoreState>, b: Option<&CoreState>) -> bool {
 /// move with where the host puts the ranks' cores, and on parbench's own
 /// sockets, whose loopback moved between two modes on the EPYC VM
 /// (all_reduce rows of 2-16 MiB at 1.1-1.3 GB/s busbw for seconds at a
-/// time, then 3.5-5.5 again, in 4 of 7 default tcp runs), while their
-/// ladders were measured in the other. Sockets are probed with
+/// time, then 3.5-5.5 again: in 4 of 5 default tcp runs the ladders were
+/// measured in one mode and rows timed in the other). Sockets are probed with
 /// [`SOCKET_PROBE_BYTES`] per exchange: the kernel's own jitter moves a
 /// small exchange as much as a mode does (8 B exchanges of 7.6 or 10.6 us,
 /// 32 KiB at 1 or 2 GB/s, minutes apart).
@@ -61,20 +61,15 @@ pub fn tracks_state<C: Communicator>(comm: &C) -> bool {
 /// kernel's wake-up jitter, sets its rate.
 pub const SOCKET_PROBE_BYTES: usize = 256 << 10;
 
-/// The probe's exchange size on `comm`'s wire: shared memory's own, or
-/// [`SOCKET_PROBE_BYTES`] through sockets.
-fn probe_bytes<C: Communicator>(comm: &C) -> Option<usize> {
-    (comm.backend() == "tcp").then_some(SOCKET_PROBE_BYTES)
-}
-
 /// The core-state probe where it is tracked ([`tracks_state`]), else `None`.
 pub fn state_probe<C: Communicator>(comm: &mut C) -> CommResult<Option<CoreState>> {
     if !tracks_state(comm) {
         return Ok(None);
     }
-    match probe_bytes(comm) {
-        Some(bytes) => measure::core_state_probe_with(comm, bytes, StateFigures::Transfer),
-        None => measure::core_state_probe(comm),
+    if comm.backend() == "tcp" {
+        measure::core_state_probe_with(comm, SOCKET_PROBE_BYTES, StateFigures::Transfer)
+    } else {
+        measure::core_state_probe(comm)
     }
 }
 
@@ -237,8 +232,12 @@ impl StatesSummary {
         let who = self.subject();
         let mut out = vec![match self.state {
             Some(s) if self.sockets() => format!(
-                "# Wire's state (256 KiB exchanged between ranks through the sockets, every rank at once: on a VM the loopback moves between modes, and every row with it): the wire measured at {:.2} GB/s; each row timed once the wire was there (waiting at most {MOST_WAIT:.0} s): {} of {} rows waited, {:.1} s in all",
-                s.shared_gbps, self.waited_rows, self.rows, self.waited_s
+                "# Wire's state ({} exchanged between ranks through the sockets, every rank at once: on a VM the loopback moves between modes, and every row with it): the wire measured at {:.2} GB/s; each row timed once the wire was there (waiting at most {MOST_WAIT:.0} s): {} of {} rows waited, {:.1} s in all",
+                parbench::units::bytes(SOCKET_PROBE_BYTES as f64),
+                s.shared_gbps,
+                self.waited_rows,
+                self.rows,
+                self.waited_s
             ),
             s => format!(
                 "# Cores' state (8 B exchange; 64 KiB of just-written lines between ranks; 16 KiB copy in each; a host moving the ranks' cores moves every figure): the wire measured at {}; each row timed once the cores were there (waiting at most {MOST_WAIT:.0} s): {} of {} rows waited, {:.1} s in all",
@@ -293,9 +292,12 @@ impl StatesSummary {
     pub fn json(&self, rows: &[RowState]) -> serde_json::Value {
         serde_json::json!({
             "probe": if self.sockets() {
-                "parbench::measure::core_state_probe_with: medians of 16 timed 8 B exchanges, of 16 exchanges of 256 KiB just-written buffers, of 16 samples of 8 KiB copies, every rank at once, rank 0's; states told apart by the 256 KiB exchanges alone"
+                format!(
+                    "parbench::measure::core_state_probe_with: medians of 16 timed 8 B exchanges, of 16 exchanges of {0} just-written buffers, of 16 samples of 8 KiB copies, every rank at once, rank 0's; states told apart by the {0} exchanges alone",
+                    parbench::units::bytes(SOCKET_PROBE_BYTES as f64)
+                )
             } else {
-                "parbench::measure::core_state_probe: medians of 16 timed 8 B exchanges, of 16 exchanges of 32 KiB just-written buffers, of 16 samples of 8 KiB copies, every rank at once, rank 0's"
+                "parbench::measure::core_state_probe: medians of 16 timed 8 B exchanges, of 16 exchanges of 32 KiB just-written buffers, of 16 samples of 8 KiB copies, every rank at once, rank 0's".to_string()
             },
             "same_state_within": STATE_RATIO,
             "most_wait_s": MOST_WAIT,

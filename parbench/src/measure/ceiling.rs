@@ -333,9 +333,9 @@ pub enum StateFigures {
     All,
     /// The exchange of just-written buffers alone: through sockets the 8 B
     /// exchange moves with the kernel's wake-ups (its median over 16 read
-    /// 6.1-16.7 us within one quiet run on the EPYC VM) and the copy within
-    /// a rank between its own two states (49-50 or 68-98 GB/s) while the
-    /// rows did not; the 256 KiB exchange read 3.2-4.8 GB/s, or 1.2-1.3 in
+    /// 5.3-16.7 us within one quiet run on the EPYC VM) and the copy within
+    /// a rank between its own two states (46-99 GB/s) while the rows did
+    /// not; the 256 KiB exchange read 3.2-4.9 GB/s, or 1.2-1.3 in
     /// the mode where the rows ran 3-4x slower.
     Transfer,
 }
