@@ -14,6 +14,7 @@ mod load;
 mod model_cmd;
 mod plan;
 mod plan_check;
+mod plan_layout;
 mod predict;
 mod table;
 mod text_file;

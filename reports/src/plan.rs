@@ -11,6 +11,7 @@ use crate::units;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use parbench::model::footprint::Recompute;
+use parbench::model::opcost::{Attention, GradAccumulation, OpModel};
 use parbench::model::plan::{Costed, LayoutRanking, LossGroup, PlanInput, Wire, WireKind};
 use parbench::model::presets::Arch;
 use parbench::model::{LinkParams, Preset};
@@ -52,6 +53,30 @@ pub struct PlanArgs {
     /// Vocabulary (custom shape; default GPT-2's 50257).
     #[arg(long)]
     pub vocab: Option<u64>,
+    /// Block family of a custom shape: gpt (biases, LayerNorm, a GELU MLP of two matrices, tied embedding) or llama (no biases, RMSNorm, a SwiGLU MLP of three matrices, untied output layer).
+    #[arg(long, default_value = "gpt")]
+    pub arch: String,
+    /// A device description: a preset (a100-sxm4-80gb, h100-sxm5-80gb, h200). Costs compute by operation (GEMMs at their shapes, attention, memory-bound work at HBM bandwidth, the optimizer), the wires from NVLink and the NICs, and memory from HBM; --compute-tflops, --intra, --inter, --memory and --from's measured figures override its figures.
+    #[arg(long, value_name = "NAME", conflicts_with = "device_file")]
+    pub device: Option<String>,
+    /// A device description of your own: a JSON file with the fields of the presets (docs/report.md, "Device descriptions").
+    #[arg(long, value_name = "FILE")]
+    pub device_file: Option<PathBuf>,
+    /// Cost one layout instead of searching: dp=D,tp=T,pp=P with optional vpp=V (interleaved chunks), mbs=B (microbatch size), schedule=NAME, first=F,last=L (layers of the first and last stages); what is not given is searched within the split. Prints each term, and how it compares with the search's best.
+    #[arg(long, value_name = "SPEC")]
+    pub layout: Option<String>,
+    /// Attention with a device: flash (FlashAttention: scores on chip) or unfused (batched GEMMs and softmax through HBM, as Megatron-LM ran before FlashAttention).
+    #[arg(long, default_value = "flash")]
+    pub attention: String,
+    /// Gradient accumulation with a device: fused (inside the weight-gradient GEMM) or unfused (a pass per microbatch, as Megatron-LM's code of 2021).
+    #[arg(long, default_value = "fused")]
+    pub grad_accumulation: String,
+    /// The data-parallel reduction overlapped with the backward in buckets: on or off (default: on with a device, off without).
+    #[arg(long)]
+    pub dp_overlap: Option<String>,
+    /// Only these pipeline schedules (comma-separated registry names, e.g. 1f1b,interleaved).
+    #[arg(long, value_delimiter = ',')]
+    pub schedules: Vec<String>,
     /// Sequences per training step (the global batch, B = dp x M x b).
     #[arg(long, required_unless_present = "check")]
     pub global_batch: Option<u64>,
@@ -59,11 +84,11 @@ pub struct PlanArgs {
     #[arg(long, required_unless_present = "check")]
     pub gpus: Option<u64>,
     /// Instead of a search: for each composed dp x tp x pp run in this results folder (bench-pipeline --dp/--tp), that layout costed from the run's own calibration, beside the measurement term by term; writes DIR/plan-check.csv.
-    #[arg(long, value_name = "DIR", conflicts_with_all = ["model", "from", "json"])]
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["model", "from", "json", "device", "layout"])]
     pub check: Option<PathBuf>,
-    /// Devices per node (the tensor-parallel group stays inside one).
-    #[arg(long, default_value_t = 8)]
-    pub gpus_per_node: u64,
+    /// Devices per node (the tensor-parallel group stays inside one; default: the device's, or 8).
+    #[arg(long)]
+    pub gpus_per_node: Option<u64>,
     /// Results folders to take the measured figures from: all_reduce rows of collectives.csv (local/nccl: the intra-node wire; tcp/mpi: the inter-node wire), GEMM GFLOP/s of layers.csv.
     #[arg(long = "from", num_args = 1..)]
     pub from: Vec<PathBuf>,
@@ -121,6 +146,17 @@ pub struct PlanFile {
     pub compute: Sourced<f64>,
     pub intra: Sourced<LinkParams>,
     pub inter: Sourced<LinkParams>,
+    /// The device the plan is costed on, with its sources; `None`: a flat GEMM rate.
+    #[serde(default)]
+    pub device: Option<Sourced<String>>,
+    /// How the step runs, in words (attention, accumulation, overlap).
+    #[serde(default)]
+    pub software: String,
+    /// With --layout: the layout asked for, its best costing (first in `top`), and the search's best.
+    #[serde(default)]
+    pub layout_query: Option<String>,
+    #[serde(default)]
+    pub search_best: Option<Costed>,
     /// Layouts enumerated, fitting and rejected.
     pub enumerated: usize,
     pub fitting: usize,
@@ -142,9 +178,24 @@ pub fn run(a: &PlanArgs) -> Result<()> {
     if let Some(dir) = &a.check {
         return crate::plan_check::run(dir);
     }
-    let (input, file) = prepare(a)?;
+    let (input, mut file) = prepare(a)?;
     let plan = predict::rank_layouts(&input).map_err(|e| anyhow!("{e}"))?;
-    let file = finish(file, &plan, a.top);
+    let file = match &a.layout {
+        None => finish(file, &plan, a.top),
+        Some(spec) => {
+            let q = crate::plan_layout::parse_layout(spec)?;
+            let named = parbench::model::plan::plan_layout(&input, &q)
+                .map_err(|e| anyhow!("--layout {spec}: {e}"))?;
+            if named.ranked.is_empty() {
+                let why = closest_rejection(&named)
+                    .unwrap_or_else(|| "no schedule or microbatch size of it runs".into());
+                bail!("--layout {spec}: does not fit: {why}");
+            }
+            file.layout_query = Some(spec.clone());
+            file.search_best = plan.ranked.first().cloned();
+            finish(file, &named, a.top)
+        }
+    };
     parbench::out!("{}", render(&file));
     if let Some(path) = &a.json {
         let json = serde_json::to_string_pretty(&file)?;
@@ -154,6 +205,34 @@ pub fn run(a: &PlanArgs) -> Result<()> {
     }
     Ok(())
 }
+
+/// The rejection that comes closest to running (the smallest memory
+/// overshoot, else the first structural rule), in words.
+fn closest_rejection(r: &LayoutRanking) -> Option<String> {
+    use parbench::model::plan::Rejection;
+    let memory = r
+        .rejected
+        .iter()
+        .filter_map(|x| match x.reason {
+            Rejection::Memory {
+                needs_bytes,
+                have_bytes,
+            } => Some((needs_bytes / have_bytes, x)),
+            _ => None,
+        })
+        .min_by(|a, b| a.0.total_cmp(&b.0));
+    match memory {
+        Some((_, x)) => Some(format!("{} needs more memory: {}", x.layout, x.reason)),
+        None => r.rejected.first().map(|x| x.reason.to_string()),
+    }
+}
+
+/// Limits on a custom shape and cluster: beyond them a figure means
+/// nothing (a typo), and products of them must stay far from overflow.
+const MAX_LAYERS: u64 = 100_000;
+const MAX_DIMENSION: u64 = 10_000_000;
+const MAX_DEVICES: u64 = 100_000_000;
+const MAX_NODE_DEVICES: u64 = 4096;
 
 /// The model of the flags.
 fn model_of(a: &PlanArgs) -> Result<Preset> {
@@ -184,10 +263,15 @@ fn model_of(a: &PlanArgs) -> Result<Preset> {
             bail!("--kv-heads {kv} must divide --heads {heads} (each key/value head serves a whole number of query heads)");
         }
     }
+    let arch = match a.arch.as_str() {
+        "gpt" => Arch::Gpt,
+        "llama" => Arch::Llama,
+        other => bail!("--arch {other}: expected gpt or llama"),
+    };
     Ok(Preset {
         name: "custom",
         source: "flags",
-        arch: Arch::Gpt,
+        arch,
         layers: need(a.layers, "--layers")?,
         hidden: need(a.hidden, "--hidden")?,
         heads,
@@ -334,6 +418,37 @@ fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
     let (Some(global_batch), Some(gpus)) = (a.global_batch, a.gpus) else {
         bail!("--global-batch and --gpus are required (or --check DIR)");
     };
+    for (flag, v, max) in [
+        ("--layers", model.layers, MAX_LAYERS),
+        ("--hidden", model.hidden, MAX_DIMENSION),
+        ("--heads", model.heads, MAX_DIMENSION),
+        ("--ffn", model.ffn, MAX_DIMENSION),
+        ("--seq", model.seq, MAX_DIMENSION),
+        ("--vocab", model.vocab, MAX_DIMENSION),
+        ("--global-batch", global_batch, MAX_DEVICES),
+        ("--gpus", gpus, MAX_DEVICES),
+    ] {
+        if v > max {
+            bail!("{flag} {v}: above {max}, the most a plan takes");
+        }
+    }
+    if model.heads > model.hidden {
+        bail!(
+            "--heads {} is more than --hidden {}: a head needs at least one dimension",
+            model.heads,
+            model.hidden
+        );
+    }
+    let device = crate::plan_layout::resolve_device(a.device.as_deref(), a.device_file.as_deref())?;
+    let gpus_per_node = a
+        .gpus_per_node
+        .or(device.as_ref().map(|d| d.gpus_per_node))
+        .unwrap_or(8);
+    // Fewer devices than a node holds is a part of one node (half a DGX);
+    // more must be whole nodes (checked below).
+    if gpus_per_node > MAX_NODE_DEVICES {
+        bail!("--gpus-per-node {gpus_per_node}: above {MAX_NODE_DEVICES}, more than any NVLink domain (NVL576)");
+    }
     let recompute = match a.recompute.as_str() {
         "none" => Recompute::None,
         "selective" => Recompute::Selective,
@@ -351,11 +466,11 @@ fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
         }
     }
     // Before asking for an inter-node wire: the node count must make sense.
-    if a.gpus_per_node == 0 || (gpus > a.gpus_per_node && !gpus.is_multiple_of(a.gpus_per_node)) {
+    if gpus_per_node == 0 || (gpus > gpus_per_node && !gpus.is_multiple_of(gpus_per_node)) {
         bail!(
             "--gpus {} --gpus-per-node {}: not a whole number of nodes",
             gpus,
-            a.gpus_per_node
+            gpus_per_node
         );
     }
     if a.top == 0 {
@@ -369,38 +484,130 @@ fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
     let (fit_intra, fit_inter) = fitted_wires(&sources);
     let wire = |flag: &str,
                 given: &Option<String>,
-                fitted: Option<Fitted>|
+                fitted: Option<Fitted>,
+                datasheet: Option<(LinkParams, String)>|
      -> Result<Option<(Wire, String)>> {
-        Ok(match (given, fitted) {
-            (Some(s), _) => Some((Wire::ring(parse_link(flag, s)?), format!("{flag} {s}"))),
-            (None, Some(f)) => Some((f.wire, f.from)),
-            (None, None) => None,
+        Ok(match (given, fitted, datasheet) {
+            (Some(s), _, _) => Some((Wire::ring(parse_link(flag, s)?), format!("{flag} {s}"))),
+            (None, Some(f), _) => Some((f.wire, f.from)),
+            (None, None, Some((l, from))) => Some((Wire::ring(l), from)),
+            (None, None, None) => None,
         })
     };
-    let intra = wire("--intra", &a.intra, fit_intra)?.ok_or_else(|| {
-        anyhow!("no intra-node wire: give --intra GBPS,US or --from a results folder with all_reduce rows of the local (or nccl) backend")
+    let sheet = |link: LinkParams, what: String| device.as_ref().map(|_| (link, what));
+    let intra_sheet = device.as_ref().and_then(|d| {
+        sheet(
+            d.intra_link(),
+            format!(
+                "{}: NVLink {} GB/s a direction x {} (NCCL's ring share), {} us a ring step",
+                d.name,
+                units::sig3(d.nvlink_gbps),
+                parbench::model::device::NVLINK_FRACTION,
+                parbench::model::device::NVLINK_STEP_US
+            ),
+        )
+    });
+    let inter_sheet = device.as_ref().and_then(|d| {
+        sheet(
+            d.inter_link(),
+            format!(
+                "{}: {} NICs of {} GB/s per {} devices, one rail each, x {} (NCCL's share), {} us a ring step (assumed)",
+                d.name,
+                d.nics_per_node,
+                units::sig3(d.nic_gbps),
+                d.gpus_per_node,
+                parbench::model::device::NIC_FRACTION,
+                parbench::model::device::NIC_STEP_US
+            ),
+        )
+    });
+    let intra = wire("--intra", &a.intra, fit_intra, intra_sheet)?.ok_or_else(|| {
+        anyhow!("no intra-node wire: give --device NAME, --intra GBPS,US or --from a results folder with all_reduce rows of the local (or nccl) backend")
     })?;
-    let multi_node = gpus > a.gpus_per_node;
-    let inter = match wire("--inter", &a.inter, fit_inter)? {
+    let multi_node = gpus > gpus_per_node;
+    let inter = match wire("--inter", &a.inter, fit_inter, inter_sheet)? {
         Some(w) => w,
         None if !multi_node => (intra.0.clone(), "unused (one node): the intra-node wire".into()),
-        None => bail!("{} devices span {} nodes: give --inter GBPS,US or --from a results folder with all_reduce rows of the tcp (or mpi) backend", gpus, gpus.div_ceil(a.gpus_per_node.max(1))),
+        None => bail!("{} devices span {} nodes: give --device NAME, --inter GBPS,US or --from a results folder with all_reduce rows of the tcp (or mpi) backend", gpus, gpus.div_ceil(gpus_per_node.max(1))),
     };
-    let compute = match (a.compute_tflops, measured_flops(&sources)) {
-        (Some(t), _) => (t * 1e12, format!("--compute-tflops {t}")),
-        (None, Some(m)) => m,
-        (None, None) => bail!("no compute rate: give --compute-tflops X or --from a results folder with bench-layers rows (layers.csv)"),
+    let measured = measured_flops(&sources);
+    let attention = match a.attention.as_str() {
+        "flash" => Attention::Flash,
+        "unfused" => Attention::Unfused,
+        other => bail!("--attention {other}: expected flash or unfused"),
+    };
+    let accumulation = match a.grad_accumulation.as_str() {
+        "fused" => GradAccumulation::Fused,
+        "unfused" => GradAccumulation::Unfused,
+        other => bail!("--grad-accumulation {other}: expected fused or unfused"),
+    };
+    let dp_overlap = match a.dp_overlap.as_deref() {
+        None => device.is_some(),
+        Some("on") => true,
+        Some("off") => false,
+        Some(other) => bail!("--dp-overlap {other}: expected on or off"),
+    };
+    for s in &a.schedules {
+        if !parbench::schedule::SCHEDULES.iter().any(|e| e.name == s) {
+            bail!(
+                "--schedules {s}: unknown schedule (known: {})",
+                parbench::schedule::SCHEDULES
+                    .iter()
+                    .map(|e| e.name)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+    }
+    // With a device, the GEMM rate is the device's unless measured or given.
+    let (compute, ops) = match &device {
+        Some(d) => {
+            let (tflops, from) = match (a.compute_tflops, &measured) {
+                (Some(t), _) => (t, format!("--compute-tflops {t}")),
+                (None, Some((f, from))) => (f / 1e12, from.clone()),
+                (None, None) => (d.gemm_tflops, format!("{}'s datasheet GEMM rate", d.name)),
+            };
+            let ops = OpModel::of_device(d, Some(tflops), attention, accumulation);
+            (
+                (
+                    ops.gemm_flops,
+                    format!(
+                        "{from}: {} TFLOP/s x {} in a step; GEMMs by shape on {} SMs, memory-bound work at {} GB/s x {}",
+                        units::sig3(tflops),
+                        parbench::model::device::IN_STEP_GEMM_SHARE,
+                        d.sms,
+                        units::sig3(d.hbm_gbps),
+                        parbench::model::device::MEMORY_FRACTION
+                    ),
+                ),
+                Some(ops),
+            )
+        }
+        None => {
+            let c = match (a.compute_tflops, measured) {
+                (Some(t), _) => (t * 1e12, format!("--compute-tflops {t}")),
+                (None, Some(m)) => m,
+                (None, None) => bail!("no compute rate: give --device NAME, --compute-tflops X or --from a results folder with bench-layers rows (layers.csv)"),
+            };
+            (c, None)
+        }
     };
     let mut input = PlanInput::new(
         model,
         global_batch,
         gpus,
-        a.gpus_per_node,
+        gpus_per_node,
         compute.0,
         intra.0.clone(),
         inter.0.clone(),
     );
-    input.memory_bytes = a.memory.map(|g| g * 1024.0 * 1024.0 * 1024.0);
+    let memory_gib = a.memory.or(device.as_ref().map(|d| d.hbm_gib));
+    input.memory_bytes = memory_gib.map(|g| g * 1024.0 * 1024.0 * 1024.0);
+    input.ops = ops;
+    input.peak_flops = device.as_ref().map(|d| d.peak_tflops * 1e12);
+    input.rails = device.is_some();
+    input.dp_overlap = dp_overlap;
+    input.schedules = (!a.schedules.is_empty()).then(|| a.schedules.clone());
     input.allow_tp_across_nodes = a.allow_tp_across_nodes;
     input.sequence_parallel = a.sequence_parallel;
     input.recompute = recompute;
@@ -423,8 +630,8 @@ fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
         ),
         global_batch,
         gpus,
-        gpus_per_node: a.gpus_per_node,
-        memory_gib: a.memory,
+        gpus_per_node,
+        memory_gib,
         compute: Sourced {
             value: compute.0,
             from: compute.1,
@@ -437,12 +644,45 @@ fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
             value: inter.0.link,
             from: inter.1,
         },
+        device: device.as_ref().map(|d| Sourced {
+            value: d.name.clone(),
+            from: d.source.clone(),
+        }),
+        software: software_words(&input),
+        layout_query: None,
+        search_best: None,
         enumerated: 0,
         fitting: 0,
         top: Vec::new(),
         losses: Vec::new(),
     };
     Ok((input, file))
+}
+
+/// How the step runs, in words.
+fn software_words(input: &PlanInput) -> String {
+    let mut parts = Vec::new();
+    if let Some(ops) = &input.ops {
+        parts.push(match ops.attention {
+            Attention::Flash => "flash attention",
+            Attention::Unfused => "unfused attention (scores through HBM)",
+        });
+        parts.push(match ops.accumulation {
+            GradAccumulation::Fused => "gradient accumulation fused",
+            GradAccumulation::Unfused => "gradient accumulation unfused",
+        });
+    }
+    parts.push(if input.dp_overlap {
+        "data-parallel reduction overlapped with the backward"
+    } else {
+        "data-parallel reduction after the backward"
+    });
+    parts.push(match input.recompute {
+        Recompute::None => "no recomputation",
+        Recompute::Selective => "selective recomputation",
+        Recompute::Full => "full recomputation",
+    });
+    parts.join(", ")
 }
 
 /// The file with the plan's figures.
@@ -499,11 +739,17 @@ pub fn render(f: &PlanFile) -> String {
                 units::short(m)
             ))
     ));
+    if let Some(d) = &f.device {
+        out.push_str(&format!("  device:     {} ({})\n", d.value, d.from));
+    }
     out.push_str(&format!(
         "  compute:    {} TFLOP/s per device, from {}\n",
         units::sig3(f.compute.value / 1e12),
         f.compute.from
     ));
+    if !f.software.is_empty() {
+        out.push_str(&format!("  the step:   {}\n", f.software));
+    }
     out.push_str(&format!(
         "  intra-node: {}, from {}\n",
         wire_words(&f.intra.value),
@@ -518,6 +764,14 @@ pub fn render(f: &PlanFile) -> String {
         "  {} layouts enumerated, {} fit\n\n",
         f.enumerated, f.fitting
     ));
+    if let (Some(spec), Some(named)) = (&f.layout_query, f.top.first()) {
+        out.push_str(&format!("Layout {spec}: {}\n", named.layout));
+        out.push_str(&crate::plan_layout::render_terms(named, f.gpus));
+        if let Some(best) = &f.search_best {
+            out.push_str(&crate::plan_layout::why_loses(named, best));
+        }
+        out.push('\n');
+    }
     if f.top.is_empty() {
         out.push_str("No layout fits.\n");
     } else {
@@ -525,11 +779,12 @@ pub fn render(f: &PlanFile) -> String {
             "Best layouts by tokens/s (of {} that fit)\n\n",
             f.fitting
         ));
-        let mut t = Table::new(
-            LAYOUT_COLUMNS
-                .into_iter()
-                .chain(["token lat", "wires tp/dp/pp"]),
-        );
+        let mut t =
+            Table::new(
+                LAYOUT_COLUMNS
+                    .into_iter()
+                    .chain(["MFU", "token lat", "wires tp/dp/pp"]),
+            );
         for (i, c) in f.top.iter().enumerate() {
             let l = &c.layout;
             let share = |x: f64| format!("{} {}", ms(x), units::percent(x / c.step_s));
@@ -552,6 +807,7 @@ pub fn render(f: &PlanFile) -> String {
                 share(c.bubble_s),
                 share(c.dp_comm_s),
                 units::bytes(c.memory.total()),
+                c.mfu.map_or("-".into(), units::percent),
                 ms(c.token_latency_s),
                 format!(
                     "{}/{}/{}",
@@ -562,7 +818,7 @@ pub fn render(f: &PlanFile) -> String {
             ]);
         }
         out.push_str(&t.text());
-        out.push_str("step = compute + tp comm + bubble + dp comm (the busiest pipeline rank; the bubble includes waits for point-to-point messages; communication is not overlapped). token lat: one decode step (b new tokens) through the layout, compute-bound.\n");
+        out.push_str("step = compute + tp comm + bubble + dp comm + optimizer (the busiest pipeline rank; the bubble includes waits for point-to-point messages; tensor-parallel communication is not overlapped; dp comm is the part of the data-parallel reduction the step waits for). b: sequences per microbatch; M: microbatches per step per pipeline. MFU: model FLOPs per second over the devices' peak (needs --device). token lat: one decode step (b new tokens) through the layout, compute-bound.\n");
     }
     if !f.losses.is_empty() {
         out.push_str("\nWhy the others lose\n\n");

@@ -261,3 +261,207 @@ fn a_thousand_devices_plan() {
     let tp: u64 = first.split_whitespace().nth(2).unwrap().parse().unwrap();
     assert!(tp <= 8, "{first}");
 }
+
+/// With a device: compute by operation, the datasheet wires and memory,
+/// MFU in the table; Llama 3 405B counted as 405.85B, from the preset and
+/// from a custom llama shape alike.
+#[test]
+fn a_described_device_plans_and_counts_gated_mlps() {
+    let o = report(&[
+        "plan",
+        "--model",
+        "llama3-405b",
+        "--global-batch",
+        "2048",
+        "--gpus",
+        "16384",
+        "--device",
+        "h100-sxm5-80gb",
+        "--distributed-optimizer",
+        "--sequence-parallel",
+        "--top",
+        "3",
+    ]);
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(out.contains("406B parameters"), "{out}");
+    assert!(out.contains("device:     h100-sxm5-80gb"), "{out}");
+    assert!(out.contains("from h100-sxm5-80gb: NVLink"), "{out}");
+    assert!(out.contains("MFU"), "{out}");
+    let custom = report(&[
+        "plan",
+        "--layers",
+        "126",
+        "--hidden",
+        "16384",
+        "--heads",
+        "128",
+        "--kv-heads",
+        "8",
+        "--ffn",
+        "53248",
+        "--seq",
+        "8192",
+        "--vocab",
+        "128256",
+        "--arch",
+        "llama",
+        "--global-batch",
+        "2048",
+        "--gpus",
+        "16384",
+        "--device",
+        "h100-sxm5-80gb",
+        "--memory",
+        "100",
+        "--distributed-optimizer",
+        "--sequence-parallel",
+        "--layout",
+        "dp=128,tp=8,pp=16,mbs=1",
+    ]);
+    let out = stdout(&custom);
+    assert_eq!(custom.status.code(), Some(0), "{}", stderr(&custom));
+    assert!(out.contains("406B parameters"), "{out}");
+    // The published layout, 126 layers unevenly on 16 stages, costed term by term.
+    assert!(
+        out.contains("Layout dp=128,tp=8,pp=16,mbs=1: dp=128 tp=8 pp=16"),
+        "{out}"
+    );
+    for term in [
+        "  step ",
+        "  compute ",
+        "  tp comm ",
+        "  bubble ",
+        "  dp comm ",
+        "MFU",
+        "HFU",
+    ] {
+        assert!(out.contains(term), "{term}: {out}");
+    }
+    assert!(
+        out.contains("search's best"),
+        "the comparison with the search: {out}"
+    );
+}
+
+/// A layout that does not fit is one line saying by how much; device and
+/// layout flags that make no sense are one line and exit 2; absurd shapes
+/// and node sizes are refused before anything is costed.
+#[test]
+fn device_and_layout_errors_are_one_line() {
+    let base = [
+        "plan",
+        "--model",
+        "gpt3-175b",
+        "--global-batch",
+        "64",
+        "--gpus",
+        "64",
+    ];
+    let dir = scratch("plan-device-files");
+    let bad_json = dir.join("bad.json");
+    std::fs::write(&bad_json, "{\"name\": \"x\"}").unwrap();
+    let big = dir.join("big.json");
+    std::fs::write(&big, vec![b' '; 70 * 1024]).unwrap();
+    let (bad_json, big, folder) = (
+        bad_json.display().to_string(),
+        big.display().to_string(),
+        dir.display().to_string(),
+    );
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["--device", "tpu-v9"], "unknown device"),
+        (vec!["--device-file", &bad_json], "--device-file"),
+        (vec!["--device-file", &big], "larger than"),
+        (vec!["--device-file", &folder], "not a regular file"),
+        (
+            vec!["--device", "a100-sxm4-80gb", "--layout", "dp=8,tp=8,pp=1"],
+            "does not fit",
+        ),
+        (
+            vec!["--device", "a100-sxm4-80gb", "--layout", "dp=2,tp=8,pp=8"],
+            "is not the 64 devices",
+        ),
+        (
+            vec!["--device", "a100-sxm4-80gb", "--layout", "dp=1,tp=8"],
+            "give dp=, tp= and pp=",
+        ),
+        (
+            vec!["--device", "a100-sxm4-80gb", "--attention", "sparse"],
+            "--attention",
+        ),
+        (
+            vec!["--device", "a100-sxm4-80gb", "--schedules", "gpipe,bogus"],
+            "--schedules bogus",
+        ),
+    ];
+    for (extra, want) in cases {
+        let mut args: Vec<&str> = base.to_vec();
+        args.extend(&extra);
+        let o = report(&args);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{extra:?}: {err}");
+        assert!(err.contains(want), "{extra:?}: {want:?} not in {err}");
+    }
+    // 8 layers of gpt3-175b need 2 TiB on one device: by how much is said.
+    let o = report(&[
+        "plan",
+        "--model",
+        "gpt3-175b",
+        "--global-batch",
+        "8",
+        "--gpus",
+        "8",
+        "--device",
+        "a100-sxm4-80gb",
+        "--layout",
+        "dp=1,tp=8,pp=1",
+    ]);
+    assert!(stderr(&o).contains("GiB of 80.00 GiB (+"), "{}", stderr(&o));
+    // Absurd shapes and clusters (issue 33, item 7).
+    let huge = [
+        "plan",
+        "--layers",
+        "4294967295",
+        "--hidden",
+        "4294967295",
+        "--heads",
+        "1",
+        "--ffn",
+        "1",
+        "--seq",
+        "1",
+        "--global-batch",
+        "1",
+        "--gpus",
+        "1",
+        "--compute-tflops",
+        "1",
+        "--intra",
+        "1,1",
+    ];
+    let o = report(&huge);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--layers 4294967295: above"));
+    let o = report(&[
+        "plan",
+        "--model",
+        "tiny",
+        "--global-batch",
+        "8",
+        "--gpus",
+        "4",
+        "--gpus-per-node",
+        "100000",
+        "--compute-tflops",
+        "1",
+        "--intra",
+        "1,1",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--gpus-per-node 100000: above"),
+        "{}",
+        stderr(&o)
+    );
+}

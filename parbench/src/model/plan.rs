@@ -51,13 +51,13 @@ mod input;
 mod layouts;
 mod rejections;
 
-pub use costs::{pipeline_makespan, Costed, Loss, Memory};
+pub use costs::{hardware_flops, pipeline_makespan, ComputeParts, Costed, Loss, Memory};
 pub use given::{
     bucket_ready_times, cost_given, overlapped_exposure, Calibration, CallFit, GivenCost,
     GivenLayout,
 };
-pub use input::{PlanError, PlanInput, Wire, WireKind};
-pub use layouts::{divisors, group_wire, Layout};
+pub use input::{PlanError, PlanInput, Wire, WireKind, DDP_BUCKET_BYTES};
+pub use layouts::{divisors, group_wire, uneven_split, Layout};
 pub use rejections::{LossGroup, Rejected, Rejection};
 
 use costs::Planner;
@@ -74,6 +74,21 @@ pub struct LayoutRanking {
     pub rejected: Vec<Rejected>,
 }
 
+/// What `report plan --layout` fixes: the split, and optionally the
+/// schedule, `v`, `b` and an uneven split's first and last stages; what is
+/// not fixed is searched within the split.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LayoutQuery {
+    pub dp: u64,
+    pub tp: u64,
+    pub pp: u64,
+    pub schedule: Option<String>,
+    pub chunks: Option<u64>,
+    pub micro_batch: Option<u64>,
+    /// Layers of the first and last stages.
+    pub first_last: Option<(u64, u64)>,
+}
+
 /// Plans: enumerates every layout, rejects those that cannot run, costs the
 /// others and ranks them by tokens per second.
 pub fn plan(input: &PlanInput) -> Result<LayoutRanking, PlanError> {
@@ -83,83 +98,191 @@ pub fn plan(input: &PlanInput) -> Result<LayoutRanking, PlanError> {
         peaks: HashMap::new(),
         makespans: HashMap::new(),
     };
-    let mut ranked = Vec::new();
-    let mut rejected = Vec::new();
+    let mut out = LayoutRanking {
+        ranked: Vec::new(),
+        rejected: Vec::new(),
+    };
     let n = input.gpus;
-    let g = input.gpus_per_node;
-    let m = &input.model;
     for tp in divisors(n) {
         for pp in divisors(n / tp) {
-            let dp = n / (tp * pp);
-            let split = Layout {
-                dp,
-                tp,
-                pp,
-                schedule: String::new(),
-                chunks: 1,
-                micro_batch: 0,
-                microbatches: 0,
-            };
-            let reject = |reason| Rejected {
-                layout: split.clone(),
-                reason,
-                memory: None,
-            };
-            if !input.allow_tp_across_nodes && (tp > g || !g.is_multiple_of(tp)) {
-                rejected.push(reject(Rejection::TpAcrossNodes {
-                    tp,
-                    gpus_per_node: g,
-                }));
-                continue;
-            }
-            if let Err(e) = m.check_split(tp, pp, 1) {
-                rejected.push(reject(Rejection::InvalidSplit {
-                    rule: e.to_string(),
-                }));
-                continue;
-            }
-            if !input.global_batch.is_multiple_of(dp) {
-                rejected.push(reject(Rejection::Batch {
-                    global_batch: input.global_batch,
-                    dp,
-                }));
-                continue;
-            }
-            let per_replica = input.global_batch / dp;
-            for b in divisors(per_replica) {
-                let micro = per_replica / b;
-                for (schedule, chunks) in schedules(input, pp, micro) {
-                    let layout = Layout {
-                        dp,
-                        tp,
-                        pp,
-                        schedule: schedule.into(),
-                        chunks,
-                        micro_batch: b,
-                        microbatches: micro,
-                    };
-                    let memory = planner.memory(&layout);
-                    match input.memory_bytes {
-                        Some(have) if memory.total() > have => rejected.push(Rejected {
-                            layout,
-                            reason: Rejection::Memory {
-                                needs_bytes: memory.total(),
-                                have_bytes: have,
-                            },
-                            memory: Some(memory),
-                        }),
-                        _ => ranked.push(planner.cost(layout, memory)),
-                    }
-                }
-            }
+            plan_split(&mut planner, &mut out, n / (tp * pp), tp, pp, None);
         }
     }
-    ranked.sort_by(|a, b| {
+    rank(&mut out);
+    Ok(out)
+}
+
+/// Costs the layouts `q` allows (one, when it fixes everything), ranked.
+pub fn plan_layout(input: &PlanInput, q: &LayoutQuery) -> Result<LayoutRanking, PlanError> {
+    check_input(input)?;
+    let world = q.dp.checked_mul(q.tp).and_then(|x| x.checked_mul(q.pp));
+    if world != Some(input.gpus) {
+        return Err(PlanError::LayoutWorld {
+            dp: q.dp,
+            tp: q.tp,
+            pp: q.pp,
+            gpus: input.gpus,
+        });
+    }
+    let mut planner = Planner {
+        input,
+        peaks: HashMap::new(),
+        makespans: HashMap::new(),
+    };
+    let mut out = LayoutRanking {
+        ranked: Vec::new(),
+        rejected: Vec::new(),
+    };
+    plan_split(&mut planner, &mut out, q.dp, q.tp, q.pp, Some(q));
+    rank(&mut out);
+    Ok(out)
+}
+
+fn rank(out: &mut LayoutRanking) {
+    out.ranked.sort_by(|a, b| {
         b.tokens_per_s
             .total_cmp(&a.tokens_per_s)
             .then(a.memory.total().total_cmp(&b.memory.total()))
     });
-    Ok(LayoutRanking { ranked, rejected })
+}
+
+/// The layers of the first and last of `stages` stages (pipeline stages
+/// times chunks): 0 and 0 for an even split, Megatron's uneven split
+/// otherwise (or the query's), or the rule the split breaks.
+fn stage_split(
+    m: &crate::model::Preset,
+    pp: u64,
+    chunks: u64,
+    q: Option<&LayoutQuery>,
+) -> Result<(u64, u64), String> {
+    let stages = pp.saturating_mul(chunks);
+    if let Some((first, last)) = q.and_then(|q| q.first_last) {
+        let middle = stages.saturating_sub(2);
+        let rest = m.layers.checked_sub(first.saturating_add(last));
+        let ok = stages >= 2
+            && first >= 1
+            && last >= 1
+            && rest.is_some_and(|r| {
+                if middle == 0 {
+                    r == 0
+                } else {
+                    r.is_multiple_of(middle) && r > 0
+                }
+            });
+        if !ok {
+            return Err(format!(
+                "first stage {first} and last stage {last} layers leave {} layers for {} middle stages: not a whole number each",
+                rest.map_or("no".to_string(), |r| r.to_string()),
+                middle
+            ));
+        }
+        return Ok((first, last));
+    }
+    match m.check_split(1, pp, chunks) {
+        Ok(()) => Ok((0, 0)),
+        Err(e) => layouts::uneven_split(m.layers, stages).ok_or_else(|| e.to_string()),
+    }
+}
+
+/// Every layout of one `dp x tp x pp` split (those `q` allows), costed or
+/// rejected into `out`.
+fn plan_split(
+    planner: &mut Planner,
+    out: &mut LayoutRanking,
+    dp: u64,
+    tp: u64,
+    pp: u64,
+    q: Option<&LayoutQuery>,
+) {
+    let input = planner.input;
+    let g = input.gpus_per_node;
+    let m = &input.model;
+    let split = Layout {
+        dp,
+        tp,
+        pp,
+        schedule: String::new(),
+        chunks: 1,
+        micro_batch: 0,
+        microbatches: 0,
+        first_stage_layers: 0,
+        last_stage_layers: 0,
+    };
+    let reject = |reason| Rejected {
+        layout: split.clone(),
+        reason,
+        memory: None,
+    };
+    if !input.allow_tp_across_nodes && (tp > g || !g.is_multiple_of(tp)) {
+        out.rejected.push(reject(Rejection::TpAcrossNodes {
+            tp,
+            gpus_per_node: g,
+        }));
+        return;
+    }
+    if let Err(e) = m.check_split(tp, 1, 1) {
+        out.rejected.push(reject(Rejection::InvalidSplit {
+            rule: e.to_string(),
+        }));
+        return;
+    }
+    // Without chunks the layers must split (evenly or Megatron's way);
+    // each chunk count is checked again below.
+    if let Err(rule) = stage_split(m, pp, 1, q) {
+        if q.is_none_or(|q| q.chunks.is_none_or(|v| v <= 1)) {
+            out.rejected.push(reject(Rejection::InvalidSplit { rule }));
+            return;
+        }
+    }
+    if !input.global_batch.is_multiple_of(dp) {
+        out.rejected.push(reject(Rejection::Batch {
+            global_batch: input.global_batch,
+            dp,
+        }));
+        return;
+    }
+    let per_replica = input.global_batch / dp;
+    for b in divisors(per_replica) {
+        if q.and_then(|q| q.micro_batch).is_some_and(|want| want != b) {
+            continue;
+        }
+        let micro = per_replica / b;
+        for (schedule, chunks) in schedules(input, pp, micro) {
+            let wanted = q.is_none_or(|q| {
+                q.schedule.as_deref().is_none_or(|s| s == schedule)
+                    && q.chunks.is_none_or(|v| v == chunks)
+            });
+            if !wanted {
+                continue;
+            }
+            let Ok((first, last)) = stage_split(m, pp, chunks, q) else {
+                continue;
+            };
+            let layout = Layout {
+                dp,
+                tp,
+                pp,
+                schedule: schedule.into(),
+                chunks,
+                micro_batch: b,
+                microbatches: micro,
+                first_stage_layers: first,
+                last_stage_layers: last,
+            };
+            let memory = planner.memory(&layout);
+            match input.memory_bytes {
+                Some(have) if memory.total() > have => out.rejected.push(Rejected {
+                    layout,
+                    reason: Rejection::Memory {
+                        needs_bytes: memory.total(),
+                        have_bytes: have,
+                    },
+                    memory: Some(memory),
+                }),
+                _ => out.ranked.push(planner.cost(layout, memory)),
+            }
+        }
+    }
 }
 
 #[cfg(test)]

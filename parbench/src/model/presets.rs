@@ -44,8 +44,8 @@ pub struct Preset {
     pub vocab: u64,
 }
 
-/// Every preset, smallest first.
-pub const PRESETS: [Preset; 4] = [
+/// Every preset.
+pub const PRESETS: [Preset; 7] = [
     Preset {
         name: "tiny",
         source: "parbench's own test shape (not a published model): small enough for CPU runs and tests",
@@ -81,6 +81,42 @@ pub const PRESETS: [Preset; 4] = [
         ffn: 28672,
         seq: 4096,
         vocab: 32000,
+    },
+    Preset {
+        name: "llama3-8b",
+        source: "Llama 3 8B, Dubey et al. 2024 (The Llama 3 Herd of Models), Table 3, and its released config: 32 layers, hidden 4096, 32 heads, 8 KV heads, FFN 14336, vocabulary 128256, pre-training context 8192",
+        arch: Arch::Llama,
+        layers: 32,
+        hidden: 4096,
+        heads: 32,
+        kv_heads: 8,
+        ffn: 14336,
+        seq: 8192,
+        vocab: 128256,
+    },
+    Preset {
+        name: "llama3-70b",
+        source: "Llama 3 70B, Dubey et al. 2024, Table 3, and its released config: 80 layers, hidden 8192, 64 heads, 8 KV heads, FFN 28672, vocabulary 128256, context 8192",
+        arch: Arch::Llama,
+        layers: 80,
+        hidden: 8192,
+        heads: 64,
+        kv_heads: 8,
+        ffn: 28672,
+        seq: 8192,
+        vocab: 128256,
+    },
+    Preset {
+        name: "llama3-405b",
+        source: "Llama 3 405B, Dubey et al. 2024, Table 3, and its released config: 126 layers, hidden 16384, 128 heads, 8 KV heads, FFN 53248, vocabulary 128256, context 8192",
+        arch: Arch::Llama,
+        layers: 126,
+        hidden: 16384,
+        heads: 128,
+        kv_heads: 8,
+        ffn: 53248,
+        seq: 8192,
+        vocab: 128256,
     },
     Preset {
         name: "gpt3-175b",
@@ -281,7 +317,15 @@ mod tests {
     fn lookup_and_names() {
         assert_eq!(
             Preset::names(),
-            ["tiny", "gpt3-1.3b", "llama2-70b", "gpt3-175b"]
+            [
+                "tiny",
+                "gpt3-1.3b",
+                "llama2-70b",
+                "llama3-8b",
+                "llama3-70b",
+                "llama3-405b",
+                "gpt3-175b"
+            ]
         );
         assert_eq!(Preset::by_name("GPT3-175B").unwrap().layers, 96);
         assert!(Preset::by_name("gpt5").is_none());
@@ -328,6 +372,18 @@ mod tests {
         assert_eq!(
             Preset::by_name("llama2-70b").unwrap().params(),
             68_976_648_192
+        );
+        // Llama 3: a SwiGLU MLP of three matrices and grouped-query
+        // attention; 405B counts as 405.85e9 with its untied output layer.
+        let l3 = Preset::by_name("llama3-405b").unwrap();
+        assert_eq!(l3.params(), 405_853_388_800);
+        assert_eq!(
+            Preset::by_name("llama3-8b").unwrap().params(),
+            8_030_261_248
+        );
+        assert_eq!(
+            Preset::by_name("llama3-70b").unwrap().params(),
+            70_553_706_496
         );
         // tiny: 2 x (12 x 512^2 + 13 x 512) + (1024 + 128) x 512 + 1024.
         let t = Preset::by_name("tiny").unwrap();

@@ -2,9 +2,11 @@
 //! (compute, tensor-parallel collectives, the simulated pipeline bubble,
 //! the data-parallel all-reduce) and decode step.
 
+use super::given::{bucket_ready_times, overlapped_exposure};
 use super::input::{PlanInput, Wire, WireKind};
 use super::layouts::{kind_of, wires_of, Layout};
 use crate::comm::Collective;
+use crate::model::alpha_beta::LinkParams;
 use crate::model::bubble::peak_activations;
 use crate::model::footprint::{
     activation_bytes_per_layer, Recompute, MIXED_PRECISION_ADAM_BYTES_PER_PARAM,
@@ -48,8 +50,15 @@ pub struct Costed {
     /// The busiest rank's idle time in the pipeline (bubble and the waits
     /// for point-to-point messages).
     pub bubble_s: f64,
-    /// The data-parallel gradient all-reduce.
+    /// The data-parallel gradient reduction the step waits for (all of it
+    /// without overlap).
     pub dp_comm_s: f64,
+    /// The whole data-parallel reduction, hidden or not.
+    #[serde(default)]
+    pub dp_comm_total_s: f64,
+    /// The optimizer step (with a device: Adam's reads and writes).
+    #[serde(default)]
+    pub optimizer_s: f64,
     /// Tokens of the global batch per second.
     pub tokens_per_s: f64,
     /// One decode step through this layout (one new token for each of `b`
@@ -64,6 +73,23 @@ pub struct Costed {
     /// Whether the bubble came from a simulation at fewer microbatches,
     /// extended linearly (see [`pipeline_makespan`]).
     pub extrapolated: bool,
+    /// FLOPs of the model in one step (forward and backward, no
+    /// recomputation): what MFU counts.
+    #[serde(default)]
+    pub model_flops: f64,
+    /// FLOPs the hardware computes ([`hardware_flops`]): what HFU counts.
+    #[serde(default)]
+    pub hardware_flops: f64,
+    /// Model FLOPs per second over the devices' peak (PaLM's MFU); `None`
+    /// without a device.
+    #[serde(default)]
+    pub mfu: Option<f64>,
+    /// Hardware FLOPs per second over the peak.
+    #[serde(default)]
+    pub hfu: Option<f64>,
+    /// The busiest rank's compute by kind, per step (with a device).
+    #[serde(default)]
+    pub compute_parts: Option<ComputeParts>,
 }
 
 impl Costed {
@@ -119,22 +145,73 @@ pub fn pipeline_makespan(
     Some((t2 + slope * (micro - m2) as f64, true))
 }
 
-/// Per-layer, per-microbatch costs of a layout, seconds.
-pub(super) struct LayerCosts {
-    /// Forward matrix products.
-    compute_f: f64,
-    /// Extra forward work the backward repeats (recomputation).
-    recompute: f64,
-    /// Forward tensor-parallel collectives (2 all-reduces).
-    tp_f: f64,
-    /// Backward tensor-parallel collectives (2, plus the forward's again
-    /// with full recomputation).
-    tp_b: f64,
+/// One stage's work on one microbatch, seconds: compute by pass and its
+/// tensor-parallel communication (exposed: Megatron's collectives sit on
+/// the critical path).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(super) struct StageWork {
+    /// Forward compute.
+    f: f64,
+    /// Input-gradient compute, with what recomputation repeats.
+    i: f64,
+    /// Weight-gradient compute.
+    w: f64,
+    /// Forward communication (with the recomputed forward's, when it is
+    /// repeated, counted in `comm_b`).
+    comm_f: f64,
+    comm_b: f64,
+    /// Of the compute: by kind, for the breakdown.
+    parts: ComputeParts,
 }
 
-/// Every input of one simulation: schedule, S, M, v and the bits of the
-/// first and last stage's costs and of the link (the middle stages equal the first).
-pub(super) type SimKey = (String, u64, u64, u64, [u64; 7]);
+impl StageWork {
+    fn compute(&self) -> f64 {
+        self.f + self.i + self.w
+    }
+
+    fn comm(&self) -> f64 {
+        self.comm_f + self.comm_b
+    }
+
+    fn sim(&self) -> StageCosts {
+        StageCosts::split(self.f + self.comm_f, self.i + self.comm_b, self.w)
+    }
+
+    fn add(&mut self, o: &StageWork) {
+        self.f += o.f;
+        self.i += o.i;
+        self.w += o.w;
+        self.comm_f += o.comm_f;
+        self.comm_b += o.comm_b;
+        self.parts.add(&o.parts, 1.0);
+    }
+}
+
+/// Compute seconds of the busiest rank by kind (per step in a [`Costed`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ComputeParts {
+    /// The projections' and MLP's GEMMs.
+    pub gemm_s: f64,
+    /// The attention core.
+    pub attention_s: f64,
+    /// Norms, activations, residual adds, dropout, accumulation.
+    pub memory_s: f64,
+    /// The output layer and loss (last stage), the embedding (first).
+    pub logits_s: f64,
+}
+
+impl ComputeParts {
+    fn add(&mut self, o: &ComputeParts, k: f64) {
+        self.gemm_s += k * o.gemm_s;
+        self.attention_s += k * o.attention_s;
+        self.memory_s += k * o.memory_s;
+        self.logits_s += k * o.logits_s;
+    }
+}
+
+/// Every input of one simulation: schedule, S, M, v and the bits of every
+/// stage's costs and of the link.
+pub(super) type SimKey = (String, u64, u64, u64, Vec<u64>);
 
 pub(super) struct Planner<'a> {
     pub(super) input: &'a PlanInput,
@@ -165,6 +242,24 @@ impl Planner<'_> {
         }
     }
 
+    /// The data-parallel group's wire. Across nodes with rails, NCCL's
+    /// rings run one per NIC: a group with `k` members in each node
+    /// crosses over `k` NICs at once, so its bus bandwidth is `k` times a
+    /// rail's, up to NVLink's.
+    fn dp_wire(&self, l: &Layout, kind: WireKind) -> Wire {
+        let input = self.input;
+        if kind != WireKind::Inter || !input.rails {
+            return self.wire(kind).clone();
+        }
+        let per_node = (input.gpus_per_node / l.tp.max(1)).clamp(1, l.dp.max(1));
+        let rails = input.inter.link.bandwidth_gbps() * per_node as f64;
+        let gbps = rails.min(input.intra.link.bandwidth_gbps());
+        Wire {
+            link: LinkParams::from_gbps_us(gbps, input.inter.link.alpha_us()),
+            algo: input.inter.algo.clone(),
+        }
+    }
+
     /// Seconds of one layer's tensor-parallel collectives in one pass.
     fn tp_pass_seconds(&self, traffic: &TpTraffic, wire: &Wire) -> f64 {
         // The forward of `traffic.mode` (2 calls per pass, or 2 + 2 with
@@ -176,36 +271,137 @@ impl Planner<'_> {
             .sum()
     }
 
-    fn layer_costs(&self, l: &Layout, tp_wire: WireKind) -> LayerCosts {
-        let m = &self.input.model;
-        let flops = self.input.flops_per_s;
+    /// One layer on one microbatch.
+    fn layer_work(&self, l: &Layout, tp_wire: WireKind) -> StageWork {
+        let input = self.input;
+        let m = &input.model;
+        let one_pass = self.tp_pass_seconds(&self.traffic(l, TpMode::Prefill), self.wire(tp_wire));
+        let comm_recompute = if input.recompute == Recompute::Full {
+            one_pass
+        } else {
+            0.0
+        };
+        if let Some(ops) = &input.ops {
+            let blk = ops.block(
+                m,
+                l.micro_batch,
+                m.seq,
+                l.tp,
+                input.sequence_parallel,
+                input.recompute,
+            );
+            return StageWork {
+                f: blk.forward,
+                i: blk.input_grad + blk.recompute,
+                w: blk.weight_grad,
+                comm_f: one_pass,
+                comm_b: one_pass + comm_recompute,
+                parts: ComputeParts {
+                    gemm_s: blk.gemm,
+                    attention_s: blk.attention,
+                    memory_s: blk.memory,
+                    logits_s: 0.0,
+                },
+            };
+        }
+        let flops = input.flops_per_s;
         let t = l.tp as f64;
         let compute_f = m.forward_flops_per_layer(l.micro_batch, m.seq) / t / flops;
-        let one_pass = self.tp_pass_seconds(&self.traffic(l, TpMode::Prefill), self.wire(tp_wire));
-        let (recompute, tp_extra) = match self.input.recompute {
-            Recompute::None => (0.0, 0.0),
+        let recompute = match input.recompute {
+            Recompute::None => 0.0,
             // The attention scores and their weighted sum: 4 b s^2 h.
             Recompute::Selective => {
                 let (b, s, h) = (l.micro_batch as f64, m.seq as f64, m.hidden as f64);
-                (4.0 * b * s * s * h / t / flops, 0.0)
+                4.0 * b * s * s * h / t / flops
             }
-            Recompute::Full => (compute_f, one_pass),
+            Recompute::Full => compute_f,
         };
-        LayerCosts {
-            compute_f,
-            recompute,
-            tp_f: one_pass,
-            tp_b: one_pass + tp_extra,
+        StageWork {
+            f: compute_f,
+            i: compute_f + recompute,
+            w: compute_f,
+            comm_f: one_pass,
+            comm_b: one_pass + comm_recompute,
+            parts: ComputeParts {
+                gemm_s: 3.0 * compute_f + recompute,
+                ..ComputeParts::default()
+            },
         }
+    }
+
+    /// What the first stage (the embedding) and the last (the output layer
+    /// and loss) add to a microbatch. With a device, the vocabulary-parallel
+    /// embedding's output and the output layer's input gradient are each
+    /// all-reduced over the tensor group, as Megatron-LM does.
+    fn ends_work(&self, l: &Layout, tp_wire: WireKind) -> (StageWork, StageWork) {
+        let input = self.input;
+        let m = &input.model;
+        let Some(ops) = &input.ops else {
+            // The logits split over t as Megatron splits the vocabulary,
+            // backward twice the forward.
+            let lf = m.logit_flops(l.micro_batch, m.seq) / l.tp as f64 / input.flops_per_s;
+            let last = StageWork {
+                f: lf,
+                i: lf,
+                w: lf,
+                parts: ComputeParts {
+                    logits_s: 3.0 * lf,
+                    ..ComputeParts::default()
+                },
+                ..StageWork::default()
+            };
+            return (StageWork::default(), last);
+        };
+        let call = |l: &Layout| {
+            let t = self.traffic(l, TpMode::Prefill);
+            self.wire(tp_wire)
+                .seconds(Collective::AllReduce, t.tp, t.bytes_per_call())
+        };
+        let reduce = call(l);
+        let (ef, eb) = ops.embedding(m, l.micro_batch, m.seq);
+        let (lf, lb) = ops.logits(m, l.micro_batch, m.seq, l.tp);
+        let first = StageWork {
+            f: ef,
+            i: eb,
+            comm_f: reduce,
+            parts: ComputeParts {
+                logits_s: ef + eb,
+                ..ComputeParts::default()
+            },
+            ..StageWork::default()
+        };
+        let last = StageWork {
+            f: lf,
+            i: lb,
+            comm_b: reduce,
+            parts: ComputeParts {
+                logits_s: lf + lb,
+                ..ComputeParts::default()
+            },
+            ..StageWork::default()
+        };
+        (first, last)
+    }
+
+    /// The layers held by each rank (all its chunks), most first.
+    fn busiest_rank_layers(&self, l: &Layout) -> u64 {
+        let per_stage = l.stage_layers(self.input.model.layers);
+        (0..l.pp)
+            .map(|r| {
+                (0..l.chunks)
+                    .filter_map(|c| per_stage.get((c * l.pp + r) as usize))
+                    .sum::<u64>()
+            })
+            .max()
+            .unwrap_or(0)
     }
 
     /// Parameters on the busiest device.
     fn params_per_device(&self, l: &Layout) -> f64 {
         let m = &self.input.model;
-        let layers = (m.layers / l.pp.max(1)) as f64;
+        let layers = self.busiest_rank_layers(l) as f64;
         (layers * m.params_per_layer() as f64 + m.embedding_params() as f64) / l.tp as f64
     }
-
     fn peak(&mut self, l: &Layout) -> u64 {
         let key = (l.schedule.clone(), l.pp, l.microbatches, l.chunks);
         if let Some(&p) = self.peaks.get(&key) {
@@ -239,7 +435,16 @@ impl Planner<'_> {
             MIXED_PRECISION_ADAM_BYTES_PER_PARAM as f64
         };
         let in_flight = self.peak(l);
-        let layers_per_chunk = (m.layers / (l.pp * l.chunks).max(1)) as f64;
+        let layers_per_chunk = l.stage_layers(m.layers).into_iter().max().unwrap_or(0) as f64;
+        // Flash attention keeps no score tensor: what selective
+        // recomputation keeps (Korthikanti et al.'s `5 a s / h` term gone).
+        let flash = input
+            .ops
+            .is_some_and(|o| o.attention == crate::model::opcost::Attention::Flash);
+        let kept = match input.recompute {
+            Recompute::None if flash => Recompute::Selective,
+            r => r,
+        };
         let per_layer = activation_bytes_per_layer(
             m.seq,
             l.micro_batch,
@@ -247,7 +452,7 @@ impl Planner<'_> {
             m.heads,
             l.tp,
             input.sequence_parallel,
-            input.recompute,
+            kept,
         )
         .unwrap_or(f64::INFINITY);
         Memory {
@@ -258,80 +463,127 @@ impl Planner<'_> {
         }
     }
 
+    /// One pipeline hop of a microbatch's activations (`b s h` elements).
+    /// Across nodes with `t > 1`, Megatron's scatter/gather: each tensor
+    /// rank sends `1/t` of it over its own NIC, and the receivers
+    /// all-gather it inside the node.
+    fn hop_seconds(&self, l: &Layout, pp_wire: WireKind) -> f64 {
+        let input = self.input;
+        let m = &input.model;
+        let bytes =
+            l.micro_batch as f64 * m.seq as f64 * m.hidden as f64 * input.dtype_bytes as f64;
+        match pp_wire {
+            WireKind::None => 0.0,
+            WireKind::Intra => self.input.intra.message_seconds(bytes / l.tp as f64),
+            WireKind::Inter if input.ops.is_some() && l.tp > 1 => {
+                input.inter.message_seconds(bytes / l.tp as f64)
+                    + input
+                        .intra
+                        .seconds(Collective::AllGather, l.tp, bytes as u64)
+            }
+            WireKind::Inter => input.inter.message_seconds(bytes / l.tp as f64),
+        }
+    }
+
     pub(super) fn cost(&mut self, l: Layout, memory: Memory) -> Costed {
         let input = self.input;
         let m = &input.model;
         let (tp_wire, dp_wire, pp_wire) = wires_of(&l, input.gpus_per_node);
-        let lc = self.layer_costs(&l, tp_wire);
-        let t = l.tp as f64;
-        let stages = l.pp * l.chunks;
-        let per_stage = (m.layers / stages.max(1)) as f64;
-        // The logits (and their backward) on the last stage, split over t
-        // as Megatron splits the vocabulary.
-        let logits_f = m.logit_flops(l.micro_batch, m.seq) / t / input.flops_per_s;
-        let mut costs: Vec<StageCosts> = (0..stages)
-            .map(|_| {
-                StageCosts::split(
-                    per_stage * (lc.compute_f + lc.tp_f),
-                    per_stage * (lc.compute_f + lc.recompute + lc.tp_b),
-                    per_stage * lc.compute_f,
-                )
+        let layer = self.layer_work(&l, tp_wire);
+        let (first_extra, last_extra) = self.ends_work(&l, tp_wire);
+        let per_stage = l.stage_layers(m.layers);
+        let stages = per_stage.len();
+        let works: Vec<StageWork> = per_stage
+            .iter()
+            .enumerate()
+            .map(|(s, &n)| {
+                let k = n as f64;
+                let mut w = StageWork {
+                    f: k * layer.f,
+                    i: k * layer.i,
+                    w: k * layer.w,
+                    comm_f: k * layer.comm_f,
+                    comm_b: k * layer.comm_b,
+                    parts: ComputeParts::default(),
+                };
+                w.parts.add(&layer.parts, k);
+                if s == 0 {
+                    w.add(&first_extra);
+                }
+                if s + 1 == stages {
+                    w.add(&last_extra);
+                }
+                w
             })
             .collect();
-        if let Some(last) = costs.last_mut() {
-            *last = StageCosts::split(last.f + logits_f, last.i + logits_f, last.w + logits_f);
-        }
-        // Per rank, per microbatch: compute and tensor-parallel parts of its stages.
-        let rank_parts = |r: u64| -> (f64, f64) {
-            let mut compute = 0.0;
-            let mut comm = 0.0;
+        // The busiest rank: the most work per microbatch over its stages.
+        let rank_work = |r: u64| -> StageWork {
+            let mut sum = StageWork::default();
             for c in 0..l.chunks {
-                let s = c * l.pp + r;
-                let logits = if s + 1 == stages { 3.0 * logits_f } else { 0.0 };
-                compute += per_stage * (3.0 * lc.compute_f + lc.recompute) + logits;
-                comm += per_stage * (lc.tp_f + lc.tp_b);
+                if let Some(w) = works.get((c * l.pp + r) as usize) {
+                    sum.add(w);
+                }
             }
-            (compute, comm)
+            sum
         };
-        let (compute_mb, comm_mb) = (0..l.pp)
-            .map(rank_parts)
-            .max_by(|a, b| (a.0 + a.1).total_cmp(&(b.0 + b.1)))
-            .unwrap_or((0.0, 0.0));
+        let busiest = (0..l.pp)
+            .map(rank_work)
+            .max_by(|a, b| (a.compute() + a.comm()).total_cmp(&(b.compute() + b.comm())))
+            .unwrap_or_default();
         let micro = l.microbatches as f64;
-        let busy = micro * (compute_mb + comm_mb);
-        let pp_link = self.wire(pp_wire).link;
-        // In floats: absurd flags must not overflow into a panic.
-        let message =
-            l.micro_batch as f64 * m.seq as f64 * m.hidden as f64 * input.dtype_bytes as f64 / t;
+        let busy = micro * (busiest.compute() + busiest.comm());
         let sim = SimCosts {
-            stages: costs,
-            latency: if pp_wire == WireKind::None {
-                0.0
-            } else {
-                pp_link.alpha_s
-            },
-            bandwidth: if pp_wire == WireKind::None || pp_link.beta_s_per_byte <= 0.0 {
-                f64::INFINITY
-            } else {
-                1.0 / pp_link.beta_s_per_byte
-            },
-            message_bytes: message,
+            stages: works.iter().map(StageWork::sim).collect(),
+            latency: self.hop_seconds(&l, pp_wire),
+            bandwidth: f64::INFINITY,
+            message_bytes: 0.0,
         };
         let (makespan, extrapolated) = self.makespan(&l, &sim).unwrap_or((busy, false));
-        let bubble = (makespan - busy).max(0.0);
-        let grad_bytes = (memory.params * input.dtype_bytes as f64) as u64;
-        let dp_comm = self
-            .wire(dp_wire)
-            .seconds(Collective::AllReduce, l.dp, grad_bytes);
-        let step = makespan.max(busy) + dp_comm;
+        let pipeline = makespan.max(busy);
+        let bubble = (pipeline - busy).max(0.0);
+        // The data-parallel reduction of the rank's gradients (with the
+        // distributed optimizer a reduce-scatter and an all-gather of the
+        // same bytes: the all-reduce's cost).
+        let grad_bytes = memory.params * input.dtype_bytes as f64;
+        let wire = self.dp_wire(&l, dp_wire);
+        let dp_total = wire.seconds(Collective::AllReduce, l.dp, grad_bytes as u64);
+        let dp_exposed = if input.dp_overlap && l.dp > 1 && grad_bytes > 0.0 {
+            // The buckets fill in the rank's last backward, top layer first.
+            let n = (grad_bytes / input.bucket_bytes.max(1.0)).ceil().max(1.0);
+            let bucket_s = wire.seconds(Collective::AllReduce, l.dp, (grad_bytes / n) as u64);
+            let backward = busiest.i + busiest.w + busiest.comm_b;
+            let layers = self.busiest_rank_layers(&l) as usize;
+            let ready = bucket_ready_times(pipeline, backward, layers, n as usize);
+            let buckets: Vec<(f64, f64)> = ready.into_iter().map(|t| (t, bucket_s)).collect();
+            overlapped_exposure(&buckets, pipeline)
+        } else {
+            dp_total
+        };
+        let shards = if input.distributed_optimizer { l.dp } else { 1 };
+        let optimizer = input
+            .ops
+            .as_ref()
+            .map_or(0.0, |ops| ops.optimizer_step(memory.params, shards));
+        let step = pipeline + dp_exposed + optimizer;
         let tokens = input.global_batch as f64 * m.seq as f64;
         let token_latency = self.token_latency(&l, tp_wire, pp_wire);
+        let model_flops = m.train_flops(input.global_batch, m.seq, false);
+        let hardware_flops = hardware_flops(m, input.global_batch, input.recompute);
+        let share = |flops: f64| {
+            input
+                .peak_flops
+                .map(|p| flops / (step * input.gpus as f64 * p))
+        };
+        let mut parts = ComputeParts::default();
+        parts.add(&busiest.parts, micro);
         Costed {
             step_s: step,
-            compute_s: micro * compute_mb,
-            tp_comm_s: micro * comm_mb,
+            compute_s: micro * busiest.compute(),
+            tp_comm_s: micro * busiest.comm(),
             bubble_s: bubble,
-            dp_comm_s: dp_comm,
+            dp_comm_s: dp_exposed,
+            dp_comm_total_s: dp_total,
+            optimizer_s: optimizer,
             tokens_per_s: tokens / step,
             token_latency_s: token_latency,
             memory,
@@ -339,22 +591,27 @@ impl Planner<'_> {
             dp_wire,
             pp_wire,
             extrapolated,
+            model_flops,
+            hardware_flops,
+            mfu: share(model_flops),
+            hfu: share(hardware_flops),
+            compute_parts: input.ops.is_some().then_some(parts),
             layout: l,
         }
     }
 
     fn makespan(&mut self, l: &Layout, sim: &SimCosts) -> Option<(f64, bool)> {
         let kind = kind_of(&l.schedule)?;
-        let (first, last) = (sim.stages.first()?, sim.stages.last()?);
-        let bits = [
-            first.f.to_bits(),
-            first.i.to_bits(),
-            first.w.to_bits(),
-            last.f.to_bits(),
+        let mut bits: Vec<u64> = sim
+            .stages
+            .iter()
+            .flat_map(|s| [s.f.to_bits(), s.i.to_bits(), s.w.to_bits()])
+            .collect();
+        bits.extend([
             sim.latency.to_bits(),
             sim.bandwidth.to_bits(),
             sim.message_bytes.to_bits(),
-        ];
+        ]);
         let key = (l.schedule.clone(), l.pp, l.microbatches, l.chunks, bits);
         if let Some(r) = self.makespans.get(&key) {
             return *r;
@@ -391,6 +648,21 @@ impl Planner<'_> {
                     .message_seconds(b * h * input.dtype_bytes as f64 / t)
         };
         compute + comm + hops
+    }
+}
+
+/// FLOPs a step's hardware computes: the model's, and what recomputation
+/// repeats (the whole forward of every layer, or with selective
+/// recomputation the attention's `4 b s^2 h`). Megatron-LM SC21's
+/// "TFLOP/s per GPU" is this over the step and the GPUs (its eq. 3).
+pub fn hardware_flops(m: &crate::model::Preset, batch: u64, recompute: Recompute) -> f64 {
+    match recompute {
+        Recompute::None => m.train_flops(batch, m.seq, false),
+        Recompute::Full => m.train_flops(batch, m.seq, true),
+        Recompute::Selective => {
+            let (b, s, h) = (batch as f64, m.seq as f64, m.hidden as f64);
+            m.train_flops(batch, m.seq, false) + m.layers as f64 * 4.0 * b * s * s * h
+        }
     }
 }
 

@@ -6,6 +6,7 @@ use crate::comm::Collective;
 use crate::model::algo::ModelAlgo;
 use crate::model::alpha_beta::{predict_textbook, LinkParams};
 use crate::model::footprint::Recompute;
+use crate::model::opcost::OpModel;
 use crate::model::presets::Preset;
 
 /// A wire between devices: its alpha-beta parameters and the algorithm to
@@ -43,6 +44,9 @@ impl Wire {
         self.link.alpha_s + bytes * self.link.beta_s_per_byte
     }
 }
+
+/// PyTorch DDP's default bucket, 25 MiB (`bucket_cap_mb`).
+pub const DDP_BUCKET_BYTES: f64 = 25.0 * 1024.0 * 1024.0;
 
 /// Which wire a group of ranks uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -87,6 +91,22 @@ pub struct PlanInput {
     pub distributed_optimizer: bool,
     /// Largest `v` tried for interleaved 1F1B.
     pub max_chunks: u64,
+    /// The compute by operation on a described device; `None`: every
+    /// FLOP at `flops_per_s` (a measured rate, no memory-bound work).
+    pub ops: Option<OpModel>,
+    /// The device's dense 16-bit peak, FLOP/s, for MFU and HFU.
+    pub peak_flops: Option<f64>,
+    /// Each GPU has its own NIC (a rail, as on DGX/HGX nodes): a
+    /// data-parallel group with `k` members in a node crosses nodes over
+    /// `k` NICs at once.
+    pub rails: bool,
+    /// The data-parallel reduction overlaps the backward in buckets
+    /// (DDP's and Megatron-LM's `--overlap-grad-reduce`).
+    pub dp_overlap: bool,
+    /// Gradient bytes per bucket of the overlapped reduction.
+    pub bucket_bytes: f64,
+    /// Only these schedules (registry names); `None`: every one.
+    pub schedules: Option<Vec<String>>,
 }
 
 impl PlanInput {
@@ -115,6 +135,12 @@ impl PlanInput {
             recompute: Recompute::None,
             distributed_optimizer: false,
             max_chunks: 8,
+            ops: None,
+            peak_flops: None,
+            rails: false,
+            dp_overlap: false,
+            bucket_bytes: DDP_BUCKET_BYTES,
+            schedules: None,
         }
     }
 }
@@ -130,6 +156,13 @@ pub enum PlanError {
     BadMemory(f64),
     #[error("{which} wire: bandwidth and latency must be finite, bandwidth above 0")]
     BadWire { which: &'static str },
+    #[error("dp={dp} x tp={tp} x pp={pp} is not the {gpus} devices planned for")]
+    LayoutWorld {
+        dp: u64,
+        tp: u64,
+        pp: u64,
+        gpus: u64,
+    },
     #[error("{gpus} devices is not a whole number of {per_node}-device nodes")]
     PartialNode { gpus: u64, per_node: u64 },
 }

@@ -21,6 +21,49 @@ pub struct Layout {
     pub micro_batch: u64,
     /// Microbatches per step per pipeline, `M`.
     pub microbatches: u64,
+    /// Layers of the first and last pipeline stages when the layers do not
+    /// divide evenly (Megatron-LM's `--decoder-first-pipeline-num-layers`
+    /// and `--decoder-last-pipeline-num-layers`); 0: an even split.
+    #[serde(default)]
+    pub first_stage_layers: u64,
+    #[serde(default)]
+    pub last_stage_layers: u64,
+}
+
+impl Layout {
+    /// The layers of each of the `pp x chunks` stages, in pipeline order.
+    pub fn stage_layers(&self, layers: u64) -> Vec<u64> {
+        let stages = self.pp.saturating_mul(self.chunks).max(1);
+        if self.first_stage_layers == 0 || stages < 2 {
+            return vec![layers / stages; stages as usize];
+        }
+        let (first, last) = (self.first_stage_layers, self.last_stage_layers);
+        let middle = stages - 2;
+        let mid = layers
+            .saturating_sub(first + last)
+            .checked_div(middle)
+            .unwrap_or(0);
+        let mut v = vec![first];
+        v.extend(std::iter::repeat_n(mid, middle as usize));
+        v.push(last);
+        v
+    }
+}
+
+/// Megatron-LM's uneven split of `layers` over `stages` (pipeline stages
+/// times chunks) when they do not divide: every middle stage takes
+/// `ceil(layers / stages)`, and the first and last stages (which also hold
+/// the embedding and the output layer) share what is left, the first the
+/// larger half. `None` when that leaves the last stage nothing or the
+/// first more than a middle one.
+pub fn uneven_split(layers: u64, stages: u64) -> Option<(u64, u64)> {
+    if stages < 2 || layers.is_multiple_of(stages) {
+        return None;
+    }
+    let mid = layers.div_ceil(stages);
+    let rest = layers.checked_sub((stages - 2).checked_mul(mid)?)?;
+    let (first, last) = (rest.div_ceil(2), rest / 2);
+    (last >= 1 && first <= mid).then_some((first, last))
 }
 
 impl std::fmt::Display for Layout {
@@ -33,7 +76,15 @@ impl std::fmt::Display for Layout {
         if self.chunks > 1 {
             write!(f, " v={}", self.chunks)?;
         }
-        write!(f, " b={} M={}", self.micro_batch, self.microbatches)
+        write!(f, " b={} M={}", self.micro_batch, self.microbatches)?;
+        if self.first_stage_layers > 0 {
+            write!(
+                f,
+                " layers first={} last={}",
+                self.first_stage_layers, self.last_stage_layers
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -102,15 +153,23 @@ pub(super) fn schedules(input: &PlanInput, pp: u64, micro: u64) -> Vec<(&'static
     if pp == 1 {
         return vec![(NO_SCHEDULE, 1)];
     }
+    let allowed = |name: &str| {
+        input
+            .schedules
+            .as_ref()
+            .is_none_or(|list| list.iter().any(|s| s == name))
+    };
     let mut out: Vec<(&'static str, u64)> = SCHEDULES
         .iter()
-        .filter(|e| !e.chunked)
+        .filter(|e| !e.chunked && allowed(e.name))
         .map(|e| (e.name, 1))
         .collect();
+    // The chunks' layers are checked by the caller (evenly, or Megatron's
+    // uneven first and last stages).
     if micro.is_multiple_of(pp) {
-        for e in SCHEDULES.iter().filter(|e| e.chunked) {
+        for e in SCHEDULES.iter().filter(|e| e.chunked && allowed(e.name)) {
             for v in 2..=input.max_chunks {
-                if input.model.check_split(1, pp, v).is_ok() {
+                if input.model.layers >= pp.saturating_mul(v) {
                     out.push((e.name, v));
                 }
             }

@@ -359,3 +359,162 @@ fn bad_inputs_are_errors() {
     x.memory_bytes = Some(-1.0);
     assert!(matches!(plan(&x), Err(PlanError::BadMemory(_))));
 }
+
+/// A plan on a described device (A100 presets), costed by operation.
+fn on_device(model: Preset, batch: u64, gpus: u64) -> PlanInput {
+    use crate::model::device::Device;
+    use crate::model::opcost::{Attention, GradAccumulation, OpModel};
+    let d = Device::by_name("a100-sxm4-80gb").unwrap();
+    let ops = OpModel::of_device(&d, None, Attention::Flash, GradAccumulation::Fused);
+    let mut input = PlanInput::new(
+        model,
+        batch,
+        gpus,
+        d.gpus_per_node,
+        ops.gemm_flops,
+        Wire::ring(d.intra_link()),
+        Wire::ring(d.inter_link()),
+    );
+    input.ops = Some(ops);
+    input.peak_flops = Some(d.peak_tflops * 1e12);
+    input.rails = true;
+    input.memory_bytes = Some(d.memory_bytes());
+    input
+}
+
+/// Megatron's uneven split: Llama 3 405B's 126 layers on 16 stages are
+/// 7, 8 x 14, 7; a split that leaves the last stage nothing is none.
+#[test]
+fn layers_that_do_not_divide_split_megatrons_way() {
+    assert_eq!(uneven_split(126, 16), Some((7, 7)));
+    assert_eq!(uneven_split(80, 3), Some((27, 26)));
+    assert_eq!(uneven_split(96, 16), None, "96 divides by 16");
+    assert_eq!(uneven_split(5, 8), None, "fewer layers than stages");
+    let l = Layout {
+        dp: 1,
+        tp: 8,
+        pp: 16,
+        schedule: "1f1b".into(),
+        chunks: 1,
+        micro_batch: 1,
+        microbatches: 32,
+        first_stage_layers: 7,
+        last_stage_layers: 7,
+    };
+    let stages = l.stage_layers(126);
+    assert_eq!(stages.len(), 16);
+    assert_eq!(stages.iter().sum::<u64>(), 126);
+    assert_eq!((stages[0], stages[1], stages[15]), (7, 8, 7));
+}
+
+/// `--layout`: the query's split only, costed with its uneven split;
+/// a world that is not the cluster is an error; on a device every part
+/// adds up to the step and MFU is below HFU with full recomputation.
+#[test]
+fn a_named_layout_is_costed_and_its_parts_add_up() {
+    let mut input = on_device(preset("llama3-405b"), 2048, 16384);
+    input.memory_bytes = None;
+    input.sequence_parallel = true;
+    input.distributed_optimizer = true;
+    input.dp_overlap = true;
+    let q = LayoutQuery {
+        dp: 128,
+        tp: 8,
+        pp: 16,
+        schedule: Some("1f1b".into()),
+        micro_batch: Some(1),
+        ..LayoutQuery::default()
+    };
+    let r = plan_layout(&input, &q).unwrap();
+    assert_eq!(r.ranked.len(), 1, "{:?}", r.rejected);
+    let c = &r.ranked[0];
+    assert_eq!(
+        (c.layout.first_stage_layers, c.layout.last_stage_layers),
+        (7, 7)
+    );
+    let parts = c.compute_s + c.tp_comm_s + c.bubble_s + c.dp_comm_s + c.optimizer_s;
+    assert!(close(parts, c.step_s, 1e-9), "{parts} {c:?}");
+    assert!(c.dp_comm_s <= c.dp_comm_total_s + 1e-12);
+    let p = c.compute_parts.unwrap();
+    assert!(close(
+        p.gemm_s + p.attention_s + p.memory_s + p.logits_s,
+        c.compute_s,
+        1e-9
+    ));
+    let mfu = c.mfu.unwrap();
+    assert!(mfu > 0.0 && mfu < 1.0 && close(mfu, c.hfu.unwrap(), 1e-12));
+    let wrong = LayoutQuery {
+        dp: 64,
+        ..q.clone()
+    };
+    assert!(matches!(
+        plan_layout(&input, &wrong),
+        Err(PlanError::LayoutWorld { .. })
+    ));
+    input.recompute = Recompute::Full;
+    let full = &plan_layout(&input, &q).unwrap().ranked[0];
+    assert!(full.hfu.unwrap() > full.mfu.unwrap());
+}
+
+/// Across nodes with a rail per GPU, a data-parallel group with 8 members
+/// in each node reduces over 8 NICs at once: its reduction is the 1-member
+/// group's over 8 (bandwidth terms), and overlapping it never costs more.
+#[test]
+fn a_data_parallel_group_crosses_nodes_over_every_rail_it_has() {
+    let mut input = on_device(preset("gpt3-1.3b"), 512, 64);
+    input.memory_bytes = None;
+    let cost = |input: &PlanInput, tp| {
+        let q = LayoutQuery {
+            dp: 64 / tp,
+            tp,
+            pp: 1,
+            micro_batch: Some(1),
+            ..LayoutQuery::default()
+        };
+        plan_layout(input, &q).unwrap().ranked[0].clone()
+    };
+    // tp 1: 8 members per node; tp 8: one. Per GPU the tp-8 rank holds an
+    // eighth of the gradients, the tp-1 rank all of them over 8 rails.
+    let wide = cost(&input, 1);
+    let narrow = cost(&input, 8);
+    assert_eq!(wide.dp_wire, WireKind::Inter);
+    let per_byte = |c: &Costed| c.dp_comm_total_s / (c.memory.params * 2.0);
+    assert!(
+        per_byte(&wide) < per_byte(&narrow) / 4.0,
+        "{} {}",
+        per_byte(&wide),
+        per_byte(&narrow)
+    );
+    // Without rails the 8 members share one wire's bandwidth.
+    input.rails = false;
+    assert!(cost(&input, 1).dp_comm_total_s > 4.0 * wide.dp_comm_total_s);
+    input.rails = true;
+    input.dp_overlap = true;
+    let over = cost(&input, 1);
+    assert!(over.dp_comm_s <= over.dp_comm_total_s);
+    assert!(over.step_s <= wide.step_s + 1e-12);
+}
+
+/// Flash attention keeps no score tensor: less activation memory than
+/// the same layout without it.
+#[test]
+fn flash_attention_stores_no_scores() {
+    use crate::model::opcost::Attention;
+    let mut input = on_device(preset("gpt3-175b"), 64, 64);
+    input.memory_bytes = None;
+    let q = LayoutQuery {
+        dp: 1,
+        tp: 8,
+        pp: 8,
+        schedule: Some("1f1b".into()),
+        micro_batch: Some(1),
+        ..LayoutQuery::default()
+    };
+    let flash = plan_layout(&input, &q).unwrap().ranked[0].memory;
+    if let Some(ops) = input.ops.as_mut() {
+        ops.attention = Attention::Unfused;
+    }
+    let unfused = plan_layout(&input, &q).unwrap().ranked[0].memory;
+    assert!(flash.activation_bytes < 0.8 * unfused.activation_bytes);
+    assert_eq!(flash.states_bytes, unfused.states_bytes);
+}

@@ -1,0 +1,385 @@
+//! The compute of a training step by operation, on one device: every GEMM
+//! of a transformer block at its own shape after tensor-parallel sharding,
+//! the attention core, the memory-bound work (norms, activations, residual
+//! adds, dropout, softmax where it is not fused), the logits with their
+//! cross-entropy, the embedding, gradient accumulation and the optimizer
+//! step. The planner ([`super::plan`]) adds communication and the pipeline.
+//!
+//! - A GEMM `m x n x k` (batch `g`) runs in waves of output tiles,
+//!   [`GEMM_TILE_LONG`] x [`GEMM_TILE_SHORT`] (the long side along the
+//!   longer of `m` and `n`), one tile per SM per wave: its rate is the
+//!   sustained GEMM rate times the share of the tiles' area that is real
+//!   work (tile and wave quantization), unless its bytes (`2 (mk + kn +
+//!   mn) g`) at the HBM rate take longer (the roofline).
+//! - Flash attention computes `4 b s^2 h / t` FLOPs forward, half of it
+//!   under a causal mask, and 2.5 times that backward (it recomputes the
+//!   scores), at [`FLASH_SHARE`] of the GEMM rate. Without it (Megatron-LM
+//!   before FlashAttention) the scores are two batched GEMMs per head with
+//!   `d = h / a` inner size, and softmax and dropout stream the `b (a/t) s^2`
+//!   scores through HBM ([`UNFUSED_SCORE_BYTES`]).
+//! - Memory-bound work streams its bytes at [`super::device::MEMORY_FRACTION`]
+//!   of the HBM bandwidth; the counts per element are in
+//!   [`STREAM_BYTES`] and docs/report.md.
+//!
+//! Every constant is the same for every device; a device brings only its
+//! GEMM rate, SM count and HBM bandwidth.
+
+use super::device::{Device, IN_STEP_GEMM_SHARE, MEMORY_FRACTION};
+use super::footprint::Recompute;
+use super::presets::{Arch, Preset};
+
+/// A GEMM output tile, long side (cuBLAS's large-problem tiles on Ampere
+/// and Hopper are 256 x 128).
+pub const GEMM_TILE_LONG: u64 = 256;
+/// A GEMM output tile, short side.
+pub const GEMM_TILE_SHORT: u64 = 128;
+
+/// Flash attention's rate as a share of the GEMM rate: FlashAttention-2
+/// (Dao 2023) reaches about 225 TFLOP/s forward and backward on an A100
+/// (head size 128), where cuBLAS's large GEMMs sustain about 260.
+pub const FLASH_SHARE: f64 = 0.85;
+
+/// Bytes moved per element of the score tensor `b (a/t) s^2` without
+/// flash attention, forward and backward: softmax reads and writes it
+/// (4), dropout reads it and writes it and its mask (5); backward, dropout
+/// reads the gradient and mask and writes the gradient (5), softmax reads
+/// the gradient and its output and writes the gradient (6).
+pub const UNFUSED_SCORE_BYTES: (f64, f64) = (9.0, 11.0);
+
+/// Bytes moved per activation element of 16 bits, forward and backward.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StreamBytes {
+    /// Per element of the `b s h` activation: two norms (read and write,
+    /// 4 each), two residual adds (read two, write one: 6 each); GPT adds
+    /// the two dropout masks (1 each).
+    pub hidden: (f64, f64),
+    /// GPT's dropout masks: added to `hidden` for GPT blocks.
+    pub dropout: (f64, f64),
+    /// Per element of the MLP's inner activation `b s ffn / t`: GELU reads
+    /// and writes it (4; backward reads input and gradient, writes the
+    /// gradient: 6); SwiGLU reads two and writes one (6; backward reads
+    /// three, writes two: 10).
+    pub gelu: (f64, f64),
+    pub swiglu: (f64, f64),
+    /// Per logit element `b s V / t`: the cross-entropy reads the 16-bit
+    /// logits and writes and reads fp32 exponentials (10), and backward
+    /// reads them and writes the 16-bit gradient (6).
+    pub logit: (f64, f64),
+}
+
+/// The counts [`OpModel`] uses. Backward of the hidden work: two norms
+/// read input and gradient and write the gradient (6 each), two residual
+/// branches add gradients (6 each).
+pub const STREAM_BYTES: StreamBytes = StreamBytes {
+    hidden: (20.0, 24.0),
+    dropout: (2.0, 2.0),
+    gelu: (4.0, 6.0),
+    swiglu: (6.0, 10.0),
+    logit: (10.0, 6.0),
+};
+
+/// Bytes per parameter of one Adam step in mixed precision: read the fp32
+/// gradient, master weight and two moments (16), write the master weight
+/// and moments (12) and the 16-bit weight (2); the gradient norm reads the
+/// gradient (4) and the next step's zeroing writes it (4).
+pub const OPTIMIZER_BYTES_PER_PARAM: f64 = 38.0;
+
+/// Bytes per parameter and microbatch of gradient accumulation done as its
+/// own pass (read the 16-bit gradient and the fp32 sum, write the sum).
+pub const UNFUSED_ACCUMULATION_BYTES: f64 = 10.0;
+
+/// How attention is computed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Attention {
+    /// FlashAttention: the scores stay on chip; causal blocks skipped.
+    Flash,
+    /// Two batched GEMMs and a fused softmax through HBM (Megatron-LM
+    /// before FlashAttention, 2021-2022).
+    Unfused,
+}
+
+/// How each microbatch's weight gradients join the step's sum.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GradAccumulation {
+    /// Inside the weight-gradient GEMM (Megatron-LM's
+    /// `--gradient-accumulation-fusion`, later than its SC21 code).
+    Fused,
+    /// A pass of its own per microbatch ([`UNFUSED_ACCUMULATION_BYTES`]).
+    Unfused,
+}
+
+/// What one device computes with.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct OpModel {
+    /// Large GEMMs' rate inside a training step, FLOP/s.
+    pub gemm_flops: f64,
+    /// Streaming multiprocessors.
+    pub sms: u64,
+    /// What a streaming kernel moves per second, bytes.
+    pub stream_bytes_per_s: f64,
+    pub attention: Attention,
+    pub accumulation: GradAccumulation,
+}
+
+/// One block's compute on one microbatch, one rank, seconds (no
+/// communication).
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct BlockSeconds {
+    /// Forward: GEMMs, attention core, memory-bound work.
+    pub forward: f64,
+    /// Input-gradient pass: data-gradient GEMMs, attention backward,
+    /// memory-bound backward.
+    pub input_grad: f64,
+    /// Weight-gradient GEMMs (and accumulation, where unfused).
+    pub weight_grad: f64,
+    /// What the backward repeats of the forward (recomputation).
+    pub recompute: f64,
+    /// Of the above: the GEMMs of the projections and MLP.
+    pub gemm: f64,
+    /// Of the above: the attention core (scores, softmax, weighted sum).
+    pub attention: f64,
+    /// Of the above: norms, activations, residual adds, dropout, accumulation.
+    pub memory: f64,
+}
+
+impl BlockSeconds {
+    /// Everything a training step spends on the block per microbatch.
+    pub fn total(&self) -> f64 {
+        self.forward + self.input_grad + self.weight_grad + self.recompute
+    }
+}
+
+impl OpModel {
+    /// From a device's figures: its GEMM rate (or `gemm_tflops`, a
+    /// measured one) at [`IN_STEP_GEMM_SHARE`], its HBM at [`MEMORY_FRACTION`].
+    pub fn of_device(
+        d: &Device,
+        gemm_tflops: Option<f64>,
+        attention: Attention,
+        accumulation: GradAccumulation,
+    ) -> Self {
+        OpModel {
+            gemm_flops: gemm_tflops.unwrap_or(d.gemm_tflops) * 1e12 * IN_STEP_GEMM_SHARE,
+            sms: d.sms,
+            stream_bytes_per_s: d.hbm_gbps * 1e9 * MEMORY_FRACTION,
+            attention,
+            accumulation,
+        }
+    }
+
+    /// Seconds of streaming `bytes` through HBM.
+    pub fn stream(&self, bytes: f64) -> f64 {
+        bytes.max(0.0) / self.stream_bytes_per_s
+    }
+
+    /// Seconds of `g` GEMMs of `m x n x k` in 16 bits.
+    pub fn gemm(&self, m: u64, n: u64, k: u64, g: u64) -> f64 {
+        if m == 0 || n == 0 || k == 0 || g == 0 {
+            return 0.0;
+        }
+        let (mf, nf, kf, gf) = (m as f64, n as f64, k as f64, g as f64);
+        let (tm, tn) = if m >= n {
+            (GEMM_TILE_LONG, GEMM_TILE_SHORT)
+        } else {
+            (GEMM_TILE_SHORT, GEMM_TILE_LONG)
+        };
+        let tiles = (m.div_ceil(tm) as f64) * (n.div_ceil(tn) as f64) * gf;
+        let sms = self.sms.max(1) as f64;
+        let waves = (tiles / sms).ceil();
+        let used = (mf * nf * gf) / (waves * sms * (tm * tn) as f64);
+        let flops = 2.0 * mf * nf * kf * gf;
+        let compute = flops / (self.gemm_flops * used.min(1.0));
+        let bytes = 2.0 * (mf * kf + kf * nf + mf * nf) * gf;
+        compute.max(self.stream(bytes))
+    }
+
+    /// A GEMM's forward, its data-gradient and its weight-gradient GEMMs.
+    fn gemm_passes(&self, m: u64, n: u64, k: u64) -> (f64, f64, f64) {
+        (
+            self.gemm(m, n, k, 1),
+            self.gemm(m, k, n, 1),
+            self.gemm(k, n, m, 1),
+        )
+    }
+
+    /// One block of `model` on a microbatch of `b` sequences of `s` tokens,
+    /// on one of `t` tensor-parallel ranks.
+    pub fn block(
+        &self,
+        model: &Preset,
+        b: u64,
+        s: u64,
+        t: u64,
+        sequence_parallel: bool,
+        recompute: Recompute,
+    ) -> BlockSeconds {
+        let t = t.max(1);
+        let tokens = b.saturating_mul(s);
+        let h = model.hidden;
+        let d = model.head_dim();
+        let kv = model.kv_heads.saturating_mul(d);
+        let ffn_t = model.ffn / t;
+        let gated = model.arch == Arch::Llama;
+        let up = if gated { 2 * ffn_t } else { ffn_t };
+        let shapes = [
+            (tokens, (h + 2 * kv) / t, h),
+            (tokens, h, h / t),
+            (tokens, up, h),
+            (tokens, h, ffn_t),
+        ];
+        let (mut gf, mut gi, mut gw) = (0.0, 0.0, 0.0);
+        for (m, n, k) in shapes {
+            let (f, i, w) = self.gemm_passes(m, n, k);
+            gf += f;
+            gi += i;
+            gw += w;
+        }
+        // The attention core.
+        let heads_t = (model.heads / t).max(1);
+        let (bf, sf, hf) = (b as f64, s as f64, h as f64);
+        let (af, ab, a_recompute) = match self.attention {
+            Attention::Flash => {
+                let flops = 4.0 * bf * sf * sf * hf / t as f64 * 0.5;
+                let f = flops / (self.gemm_flops * FLASH_SHARE);
+                (f, 2.5 * f, 0.0)
+            }
+            Attention::Unfused => {
+                let g = b.saturating_mul(heads_t);
+                let scores = (g as f64) * sf * sf;
+                let mm = self.gemm(s, s, d, g) + self.gemm(s, d, s, g);
+                let f = mm + self.stream(scores * UNFUSED_SCORE_BYTES.0);
+                let back = 2.0 * mm + self.stream(scores * UNFUSED_SCORE_BYTES.1);
+                (f, back, f)
+            }
+        };
+        // Memory-bound work on the hidden activation (split by t only
+        // under sequence parallelism) and the MLP's inner one.
+        let hidden_elems = tokens as f64 * hf / if sequence_parallel { t as f64 } else { 1.0 };
+        let inner_elems = tokens as f64 * ffn_t as f64;
+        let sb = STREAM_BYTES;
+        let (act, per_hidden) = if gated {
+            (sb.swiglu, sb.hidden)
+        } else {
+            (
+                sb.gelu,
+                (sb.hidden.0 + sb.dropout.0, sb.hidden.1 + sb.dropout.1),
+            )
+        };
+        let mem_f = self.stream(hidden_elems * per_hidden.0 + inner_elems * act.0);
+        let mem_b = self.stream(hidden_elems * per_hidden.1 + inner_elems * act.1);
+        let accumulate = match self.accumulation {
+            GradAccumulation::Fused => 0.0,
+            GradAccumulation::Unfused => self.stream(
+                model.matmul_params_per_layer() as f64 / t as f64 * UNFUSED_ACCUMULATION_BYTES,
+            ),
+        };
+        // What the backward repeats, by part: (GEMMs, attention, memory-bound).
+        let again = match recompute {
+            Recompute::None => (0.0, 0.0, 0.0),
+            Recompute::Selective => (0.0, a_recompute, 0.0),
+            Recompute::Full => (gf, af, mem_f),
+        };
+        BlockSeconds {
+            forward: gf + af + mem_f,
+            input_grad: gi + ab + mem_b,
+            weight_grad: gw + accumulate,
+            recompute: again.0 + again.1 + again.2,
+            gemm: gf + gi + gw + again.0,
+            attention: af + ab + again.1,
+            memory: mem_f + mem_b + accumulate + again.2,
+        }
+    }
+
+    /// The output layer and cross-entropy on a microbatch (the last
+    /// stage): forward, and backward (its two GEMMs and the loss's gradient).
+    pub fn logits(&self, model: &Preset, b: u64, s: u64, t: u64) -> (f64, f64) {
+        let t = t.max(1);
+        let tokens = b.saturating_mul(s);
+        let v = model.vocab.div_ceil(t);
+        let (f, i, w) = self.gemm_passes(tokens, v, model.hidden);
+        let elems = tokens as f64 * v as f64;
+        (
+            f + self.stream(elems * STREAM_BYTES.logit.0),
+            i + w + self.stream(elems * STREAM_BYTES.logit.1),
+        )
+    }
+
+    /// The token embedding on a microbatch (the first stage): a gather of
+    /// `b s h` (read and write, 4 bytes each element) and its backward, a
+    /// scatter-add into the fp32 gradient (read 2 and 4, write 4).
+    pub fn embedding(&self, model: &Preset, b: u64, s: u64) -> (f64, f64) {
+        let elems = b as f64 * s as f64 * model.hidden as f64;
+        (self.stream(4.0 * elems), self.stream(10.0 * elems))
+    }
+
+    /// One optimizer step over `params` parameters held by the rank, the
+    /// Adam part sharded `shards` ways (the distributed optimizer).
+    pub fn optimizer_step(&self, params: f64, shards: u64) -> f64 {
+        self.stream(params * OPTIMIZER_BYTES_PER_PARAM / shards.max(1) as f64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::device::Device;
+
+    fn a100() -> OpModel {
+        OpModel::of_device(
+            &Device::by_name("a100-sxm4-80gb").unwrap(),
+            None,
+            Attention::Unfused,
+            GradAccumulation::Fused,
+        )
+    }
+
+    /// A large square GEMM runs at the sustained rate; one that needs 109
+    /// tiles on 108 SMs takes two waves for the work of one; a thin one
+    /// (k = 8) is bound by its bytes.
+    #[test]
+    fn gemms_pay_for_quantization_and_for_bytes() {
+        let m = a100();
+        let big = m.gemm(8192, 8192, 8192, 1);
+        let ideal = 2.0 * 8192f64.powi(3) / m.gemm_flops;
+        assert!((big / ideal - 1.0).abs() < 0.01, "{big} {ideal}");
+        // 6 x 18 tiles of 128 x 256 fill the 108 SMs once; one more row
+        // of tiles takes a second wave.
+        let one_wave = m.gemm(1536, 2304, 8192, 1);
+        let two_waves = m.gemm(1537, 2304, 8192, 1);
+        assert!(
+            (two_waves / one_wave - 2.0).abs() < 0.05,
+            "{one_wave} {two_waves}"
+        );
+        let thin = m.gemm(8192, 8192, 8, 1);
+        let bytes = 2.0 * (8192.0 * 8.0 * 2.0 + 8192.0 * 8192.0);
+        assert!((thin - bytes / m.stream_bytes_per_s).abs() < 1e-12);
+        assert_eq!(m.gemm(0, 8, 8, 1), 0.0);
+    }
+
+    /// Full recomputation repeats the forward; the parts add up to the total.
+    #[test]
+    fn a_block_adds_up_and_recomputes_its_forward() {
+        let m = a100();
+        let g = Preset::by_name("gpt3-175b").unwrap();
+        let full = m.block(&g, 1, 2048, 8, false, Recompute::Full);
+        assert_eq!(full.recompute, full.forward);
+        let parts = full.gemm + full.attention + full.memory;
+        assert!(
+            (parts - full.total()).abs() < 1e-12 * full.total().max(1.0),
+            "{full:?}"
+        );
+        let none = m.block(&g, 1, 2048, 8, false, Recompute::None);
+        assert_eq!(none.recompute, 0.0);
+        assert!(none.total() < full.total());
+        // Backward GEMMs are twice the forward's (the same shapes transposed).
+        assert!(full.input_grad + full.weight_grad > 1.8 * full.forward);
+        // Flash attention moves no score tensor: a shorter block.
+        let flash = OpModel {
+            attention: Attention::Flash,
+            ..m
+        };
+        assert!(flash.block(&g, 1, 2048, 8, false, Recompute::Full).total() < full.total());
+    }
+}

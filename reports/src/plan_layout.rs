@@ -1,0 +1,254 @@
+//! `report plan`'s device and `--layout`: the device description a plan
+//! is costed on, the one layout a user names, its terms one by one, and
+//! what it loses against the search's best.
+
+use crate::units;
+use anyhow::{anyhow, bail, Context, Result};
+use parbench::model::device::{Device, DEVICE_FILE_MAX_BYTES};
+use parbench::model::plan::{Costed, LayoutQuery};
+use std::io::Read;
+use std::path::Path;
+
+/// The device of `--device NAME` or `--device-file FILE`, and where it came from.
+pub fn resolve_device(name: Option<&str>, file: Option<&Path>) -> Result<Option<Device>> {
+    if let Some(n) = name {
+        return Device::by_name(n).map(Some).ok_or_else(|| {
+            anyhow!(
+                "--device {n}: unknown device (known: {}; or --device-file FILE)",
+                Device::names().join(", ")
+            )
+        });
+    }
+    let Some(path) = file else {
+        return Ok(None);
+    };
+    let text = read_small_regular_file(path, DEVICE_FILE_MAX_BYTES)
+        .with_context(|| format!("--device-file {}", path.display()))?;
+    let mut d =
+        Device::from_json(&text).map_err(|e| anyhow!("--device-file {}: {e}", path.display()))?;
+    if d.source.is_empty() {
+        d.source = format!("{} (no source given)", path.display());
+    }
+    Ok(Some(d))
+}
+
+/// A regular file's text, refused when larger than `max` bytes (a device
+/// description is a few hundred): never a FIFO, a device or a huge file.
+fn read_small_regular_file(path: &Path, max: u64) -> Result<String> {
+    let meta = std::fs::metadata(path)?;
+    if !meta.is_file() {
+        bail!("not a regular file");
+    }
+    let mut text = String::new();
+    std::fs::File::open(path)?
+        .take(max + 1)
+        .read_to_string(&mut text)?;
+    if text.len() as u64 > max {
+        bail!("larger than {max} bytes: not a device description");
+    }
+    Ok(text)
+}
+
+/// `dp=D,tp=T,pp=P[,vpp=V][,mbs=B][,schedule=S][,first=F,last=L]`.
+pub fn parse_layout(spec: &str) -> Result<LayoutQuery> {
+    let mut q = LayoutQuery::default();
+    let (mut first, mut last) = (None, None);
+    for part in spec.split(',') {
+        let (k, v) = part
+            .split_once('=')
+            .ok_or_else(|| anyhow!("--layout {spec}: '{part}' is not KEY=VALUE"))?;
+        let k = k.trim();
+        let v = v.trim();
+        let number = || -> Result<u64> {
+            match v.parse::<u64>() {
+                Ok(n) if (1..=1_000_000_000).contains(&n) => Ok(n),
+                _ => bail!("--layout {spec}: {k}={v}: a whole number from 1 to 1e9"),
+            }
+        };
+        match k {
+            "dp" => q.dp = number()?,
+            "tp" => q.tp = number()?,
+            "pp" => q.pp = number()?,
+            "vpp" | "v" => q.chunks = Some(number()?),
+            "mbs" | "b" => q.micro_batch = Some(number()?),
+            "first" => first = Some(number()?),
+            "last" => last = Some(number()?),
+            "schedule" => {
+                let known = parbench::schedule::SCHEDULES.iter().any(|e| e.name == v);
+                if !known && v != "none" {
+                    bail!(
+                        "--layout {spec}: schedule {v} unknown (known: none, {})",
+                        parbench::schedule::SCHEDULES
+                            .iter()
+                            .map(|e| e.name)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    );
+                }
+                q.schedule = Some(v.to_string());
+            }
+            _ => bail!(
+                "--layout {spec}: unknown key {k} (dp, tp, pp, vpp, mbs, schedule, first, last)"
+            ),
+        }
+    }
+    if q.dp == 0 || q.tp == 0 || q.pp == 0 {
+        bail!("--layout {spec}: give dp=, tp= and pp=");
+    }
+    q.first_last = match (first, last) {
+        (None, None) => None,
+        (Some(f), Some(l)) => Some((f, l)),
+        _ => bail!("--layout {spec}: give first= and last= together"),
+    };
+    Ok(q)
+}
+
+fn secs(s: f64) -> String {
+    units::micros(s * 1e6)
+}
+
+fn pct(x: f64, of: f64) -> String {
+    units::percent(x / of)
+}
+
+/// One layout's terms, one per line.
+pub fn render_terms(c: &Costed, gpus: u64) -> String {
+    let mut out = String::new();
+    let step = c.step_s;
+    let per_gpu = |flops: f64| flops / step / gpus.max(1) as f64 / 1e12;
+    out.push_str(&format!(
+        "  step          {}   {} tokens/s; TFLOP/s per device: model {}, hardware {}",
+        secs(step),
+        units::sig3(c.tokens_per_s),
+        units::sig3(per_gpu(c.model_flops)),
+        units::sig3(per_gpu(c.hardware_flops))
+    ));
+    if let (Some(m), Some(h)) = (c.mfu, c.hfu) {
+        out.push_str(&format!(
+            "; MFU {}, HFU {}",
+            units::percent(m),
+            units::percent(h)
+        ));
+    }
+    out.push('\n');
+    out.push_str(&format!(
+        "  compute       {}   {} of the step",
+        secs(c.compute_s),
+        pct(c.compute_s, step)
+    ));
+    if let Some(p) = &c.compute_parts {
+        out.push_str(&format!(
+            " (GEMMs {}, attention {}, memory-bound {}, embedding and logits {})",
+            secs(p.gemm_s),
+            secs(p.attention_s),
+            secs(p.memory_s),
+            secs(p.logits_s)
+        ));
+    }
+    out.push('\n');
+    out.push_str(&format!(
+        "  tp comm       {}   {}\n",
+        secs(c.tp_comm_s),
+        pct(c.tp_comm_s, step)
+    ));
+    out.push_str(&format!(
+        "  bubble        {}   {} (idle of the busiest pipeline rank, with the hops' waits)\n",
+        secs(c.bubble_s),
+        pct(c.bubble_s, step)
+    ));
+    out.push_str(&format!(
+        "  dp comm       {}   {} exposed, of {} in all\n",
+        secs(c.dp_comm_s),
+        pct(c.dp_comm_s, step),
+        secs(c.dp_comm_total_s.max(c.dp_comm_s))
+    ));
+    if c.optimizer_s > 0.0 {
+        out.push_str(&format!(
+            "  optimizer     {}   {}\n",
+            secs(c.optimizer_s),
+            pct(c.optimizer_s, step)
+        ));
+    }
+    out.push_str(&format!(
+        "  memory        {} per device (weights, gradients, optimizer {}; activations {} of {} microbatch-chunks in flight)\n",
+        units::bytes(c.memory.total()),
+        units::bytes(c.memory.states_bytes),
+        units::bytes(c.memory.activation_bytes),
+        c.memory.in_flight
+    ));
+    out
+}
+
+/// Why `named` loses to `best`, term by term, largest loss first.
+pub fn why_loses(named: &Costed, best: &Costed) -> String {
+    if named.layout == best.layout {
+        return "It is the search's best layout.\n".into();
+    }
+    let behind = 1.0 - named.tokens_per_s / best.tokens_per_s;
+    let terms = [
+        ("compute", named.compute_s - best.compute_s),
+        ("tp comm", named.tp_comm_s - best.tp_comm_s),
+        ("bubble", named.bubble_s - best.bubble_s),
+        ("dp comm", named.dp_comm_s - best.dp_comm_s),
+        ("optimizer", named.optimizer_s - best.optimizer_s),
+    ];
+    let mut worse: Vec<_> = terms.iter().filter(|t| t.1 > 0.0).collect();
+    worse.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let mut better: Vec<_> = terms.iter().filter(|t| t.1 < 0.0).collect();
+    better.sort_by(|a, b| a.1.total_cmp(&b.1));
+    let list = |v: &[&(&str, f64)]| {
+        v.iter()
+            .map(|(n, d)| format!("{n} {}{}", if *d > 0.0 { "+" } else { "-" }, secs(d.abs())))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut out = if behind >= 0.0 {
+        format!(
+            "Against the search's best, {} ({} tokens/s), this layout gives {} fewer tokens/s.",
+            best.layout,
+            units::sig3(best.tokens_per_s),
+            units::percent(behind)
+        )
+    } else {
+        format!(
+            "This layout gives {} more tokens/s than the search's best, {} (the search does not try it).",
+            units::percent(-behind),
+            best.layout
+        )
+    };
+    if !worse.is_empty() {
+        out.push_str(&format!(" Its step is longer in {}", list(&worse)));
+        if !better.is_empty() {
+            out.push_str(&format!("; shorter in {}", list(&better)));
+        }
+        out.push('.');
+    }
+    out.push('\n');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_layout_spec_is_read_and_bad_ones_refused() {
+        let q = parse_layout("dp=6,tp=8,pp=64,vpp=2,mbs=1").unwrap();
+        assert_eq!(
+            (q.dp, q.tp, q.pp, q.chunks, q.micro_batch),
+            (6, 8, 64, Some(2), Some(1))
+        );
+        let q = parse_layout("dp=64, tp=8, pp=16, first=7, last=7").unwrap();
+        assert_eq!(q.first_last, Some((7, 7)));
+        for bad in [
+            "dp=1,tp=1",
+            "dp=0,tp=1,pp=1",
+            "dp=1,tp=1,pp=1,zz=2",
+            "dp=x,tp=1,pp=1",
+            "dp=1,tp=1,pp=2,first=1",
+            "dp=1,tp=1,pp=2,schedule=nope",
+        ] {
+            assert!(parse_layout(bad).is_err(), "{bad}");
+        }
+    }
+}
