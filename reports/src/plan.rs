@@ -12,7 +12,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use parbench::model::footprint::Recompute;
 use parbench::model::opcost::{Attention, GradAccumulation, OpModel};
-use parbench::model::plan::{Costed, LayoutRanking, LossGroup, PlanInput, Wire, WireKind};
+use parbench::model::plan::{Costed, LayoutRanking, LossGroup, PlanInput, Shard, Wire, WireKind};
 use parbench::model::presets::Arch;
 use parbench::model::{LinkParams, Preset};
 use parbench::stats::median_of_finite;
@@ -74,6 +74,12 @@ pub struct PlanArgs {
     /// The data-parallel reduction overlapped with the backward in buckets: on or off (default: on with a device, off without).
     #[arg(long)]
     pub dp_overlap: Option<String>,
+    /// Data-parallel sharding modes to search (comma-separated: none, zero1, zero2, zero3; default none, or zero1 with --distributed-optimizer).
+    #[arg(long, value_delimiter = ',')]
+    pub shard: Vec<String>,
+    /// Also search ZeRO-2/3 sharded inside a node and replicated across nodes (HSDP).
+    #[arg(long)]
+    pub hybrid_shard: bool,
     /// Only these pipeline schedules (comma-separated registry names, e.g. 1f1b,interleaved).
     #[arg(long, value_delimiter = ',')]
     pub schedules: Vec<String>,
@@ -157,6 +163,10 @@ pub struct PlanFile {
     pub layout_query: Option<String>,
     #[serde(default)]
     pub search_best: Option<Costed>,
+    /// The ways to split (data, sharded data, tensor, pipeline parallel):
+    /// each one's best layout or why none fits.
+    #[serde(default)]
+    pub families: Vec<crate::plan_layout::Family>,
     /// Layouts enumerated, fitting and rejected.
     pub enumerated: usize,
     pub fitting: usize,
@@ -181,7 +191,10 @@ pub fn run(a: &PlanArgs) -> Result<()> {
     let (input, mut file) = prepare(a)?;
     let plan = predict::rank_layouts(&input).map_err(|e| anyhow!("{e}"))?;
     let file = match &a.layout {
-        None => finish(file, &plan, a.top),
+        None => {
+            file.families = crate::plan_layout::families(&plan);
+            finish(file, &plan, a.top)
+        }
         Some(spec) => {
             let q = crate::plan_layout::parse_layout(spec)?;
             let named = parbench::model::plan::plan_layout(&input, &q)
@@ -193,6 +206,7 @@ pub fn run(a: &PlanArgs) -> Result<()> {
             }
             file.layout_query = Some(spec.clone());
             file.search_best = plan.ranked.first().cloned();
+            file.families = crate::plan_layout::families(&plan);
             finish(file, &named, a.top)
         }
     };
@@ -608,6 +622,15 @@ fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
     input.rails = device.is_some();
     input.dp_overlap = dp_overlap;
     input.schedules = (!a.schedules.is_empty()).then(|| a.schedules.clone());
+    input.shard_modes = a
+        .shard
+        .iter()
+        .map(|n| {
+            Shard::by_name(n)
+                .ok_or_else(|| anyhow!("--shard {n}: expected none, zero1, zero2 or zero3"))
+        })
+        .collect::<Result<_>>()?;
+    input.hybrid = a.hybrid_shard;
     input.allow_tp_across_nodes = a.allow_tp_across_nodes;
     input.sequence_parallel = a.sequence_parallel;
     input.recompute = recompute;
@@ -651,6 +674,7 @@ fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
         software: software_words(&input),
         layout_query: None,
         search_best: None,
+        families: Vec::new(),
         enumerated: 0,
         fitting: 0,
         top: Vec::new(),
@@ -724,6 +748,28 @@ fn ms(s: f64) -> String {
     units::micros(s * 1e6)
 }
 
+/// A layout's schedule column: the schedule, its chunks, an uneven
+/// split and the data-parallel sharding.
+pub fn schedule_cell(l: &parbench::model::plan::Layout) -> String {
+    let mut cell = l.schedule.clone();
+    if l.chunks > 1 {
+        cell.push_str(&format!(" v={}", l.chunks));
+    }
+    if l.first_stage_layers > 0 {
+        cell.push_str(&format!(
+            " {}/../{}",
+            l.first_stage_layers, l.last_stage_layers
+        ));
+    }
+    if l.shard != Shard::None {
+        cell.push_str(&format!(" {}", l.shard.name()));
+        if l.shard_group > 1 && l.shard_group < l.dp {
+            cell.push_str(&format!("/{}", l.shard_group));
+        }
+    }
+    cell
+}
+
 /// The printed plan.
 pub fn render(f: &PlanFile) -> String {
     let mut out = String::new();
@@ -764,6 +810,10 @@ pub fn render(f: &PlanFile) -> String {
         "  {} layouts enumerated, {} fit\n\n",
         f.enumerated, f.fitting
     ));
+    if !f.families.is_empty() {
+        out.push_str(&crate::plan_layout::render_families(&f.families));
+        out.push('\n');
+    }
     if let (Some(spec), Some(named)) = (&f.layout_query, f.top.first()) {
         out.push_str(&format!("Layout {spec}: {}\n", named.layout));
         out.push_str(&crate::plan_layout::render_terms(named, f.gpus));
@@ -793,11 +843,7 @@ pub fn render(f: &PlanFile) -> String {
                 l.dp.to_string(),
                 l.tp.to_string(),
                 l.pp.to_string(),
-                if l.chunks > 1 {
-                    format!("{} v={}", l.schedule, l.chunks)
-                } else {
-                    l.schedule.clone()
-                },
+                schedule_cell(l),
                 l.micro_batch.to_string(),
                 l.microbatches.to_string(),
                 units::sig3(c.tokens_per_s),

@@ -5,7 +5,7 @@
 use crate::units;
 use anyhow::{anyhow, bail, Context, Result};
 use parbench::model::device::{Device, DEVICE_FILE_MAX_BYTES};
-use parbench::model::plan::{Costed, LayoutQuery};
+use parbench::model::plan::{Costed, LayoutQuery, LayoutRanking, Rejection, Shard};
 use std::io::Read;
 use std::path::Path;
 
@@ -72,6 +72,12 @@ pub fn parse_layout(spec: &str) -> Result<LayoutQuery> {
             "vpp" | "v" => q.chunks = Some(number()?),
             "mbs" | "b" => q.micro_batch = Some(number()?),
             "first" => first = Some(number()?),
+            "shard" => {
+                q.shard = Some(Shard::by_name(v).ok_or_else(|| {
+                    anyhow!("--layout {spec}: shard={v}: expected none, zero1, zero2 or zero3")
+                })?)
+            }
+            "hsdp" | "shard-group" => q.shard_group = Some(number()?),
             "last" => last = Some(number()?),
             "schedule" => {
                 let known = parbench::schedule::SCHEDULES.iter().any(|e| e.name == v);
@@ -224,6 +230,106 @@ pub fn why_loses(named: &Costed, best: &Costed) -> String {
         out.push('.');
     }
     out.push('\n');
+    out
+}
+
+/// One way to split training, as the seeds' rule names them: its best
+/// layout, or why none of it runs.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct Family {
+    pub name: String,
+    /// The best layout of the family and its tokens/s.
+    pub best: Option<(String, f64)>,
+    /// Why none runs (the closest memory miss), when none does.
+    pub why_not: Option<String>,
+}
+
+/// The four ways the rule "fits on one GPU: data parallel; doesn't: FSDP,
+/// tensor or pipeline parallel" chooses between, each with its best
+/// layout of the plan or the reason none of it fits.
+pub fn families(plan: &LayoutRanking) -> Vec<Family> {
+    type Member = fn(u64, u64, Shard) -> bool;
+    let defs: [(&str, Member); 4] = [
+        ("data parallel (replicated)", |tp, pp, s| {
+            tp == 1 && pp == 1 && s == Shard::None
+        }),
+        ("sharded data parallel (ZeRO / FSDP)", |tp, pp, s| {
+            tp == 1 && pp == 1 && s != Shard::None
+        }),
+        ("with tensor parallel", |tp, pp, _| tp > 1 && pp == 1),
+        ("with pipeline parallel", |_, pp, _| pp > 1),
+    ];
+    defs.iter()
+        .map(|(name, member)| {
+            let best = plan
+                .ranked
+                .iter()
+                .find(|c| member(c.layout.tp, c.layout.pp, c.layout.shard))
+                .map(|c| (c.layout.to_string(), c.tokens_per_s));
+            let why_not = if best.is_some() {
+                None
+            } else {
+                let closest = plan
+                    .rejected
+                    .iter()
+                    .filter(|r| member(r.layout.tp, r.layout.pp, r.layout.shard))
+                    .filter_map(|r| match r.reason {
+                        Rejection::Memory {
+                            needs_bytes,
+                            have_bytes,
+                        } => Some((needs_bytes / have_bytes, r)),
+                        _ => None,
+                    })
+                    .min_by(|a, b| a.0.total_cmp(&b.0));
+                // A split that breaks a rule is rejected once, for every
+                // sharding mode: its reason stands for the family.
+                let rule = || {
+                    plan.rejected
+                        .iter()
+                        .find(|r| {
+                            member(r.layout.tp, r.layout.pp, Shard::Zero1)
+                                || member(r.layout.tp, r.layout.pp, Shard::None)
+                        })
+                        .filter(|r| !matches!(r.reason, Rejection::Memory { .. }))
+                        .map(|r| format!("none runs: {} ({})", r.reason, r.layout))
+                };
+                Some(match closest {
+                    Some((_, r)) => format!("does not fit: {} {}", r.layout, r.reason),
+                    None => rule().unwrap_or_else(|| {
+                        "not searched (add its modes with --shard none,zero1,zero2,zero3)".into()
+                    }),
+                })
+            };
+            Family {
+                name: (*name).into(),
+                best,
+                why_not,
+            }
+        })
+        .collect()
+}
+
+/// The families in words, the winner last.
+pub fn render_families(fams: &[Family]) -> String {
+    let mut out = String::from("Which way to split (the rule: fits on one device, data parallel; does not, sharded data, tensor or pipeline parallel)\n");
+    for f in fams {
+        match (&f.best, &f.why_not) {
+            (Some((layout, tps)), _) => out.push_str(&format!(
+                "  {:<38} fits: best {} tokens/s, {layout}\n",
+                f.name,
+                units::sig3(*tps)
+            )),
+            (None, Some(why)) => out.push_str(&format!("  {:<38} {why}\n", f.name)),
+            (None, None) => {}
+        }
+    }
+    if let Some(w) = fams
+        .iter()
+        .filter_map(|f| f.best.as_ref().map(|b| (f, b.1)))
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+    {
+        out.push_str(&format!("  wins: {}\n", w.0.name));
+    }
     out
 }
 

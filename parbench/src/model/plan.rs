@@ -57,7 +57,7 @@ pub use given::{
     GivenLayout,
 };
 pub use input::{PlanError, PlanInput, Wire, WireKind, DDP_BUCKET_BYTES};
-pub use layouts::{divisors, group_wire, uneven_split, Layout};
+pub use layouts::{divisors, group_wire, uneven_split, Layout, Shard};
 pub use rejections::{LossGroup, Rejected, Rejection};
 
 use costs::Planner;
@@ -87,6 +87,9 @@ pub struct LayoutQuery {
     pub micro_batch: Option<u64>,
     /// Layers of the first and last stages.
     pub first_last: Option<(u64, u64)>,
+    /// The data-parallel sharding, and its group (hybrid below `dp`).
+    pub shard: Option<Shard>,
+    pub shard_group: Option<u64>,
 }
 
 /// Plans: enumerates every layout, rejects those that cannot run, costs the
@@ -184,6 +187,45 @@ fn stage_split(
     }
 }
 
+/// The data-parallel sharding modes a `dp x tp` layout is tried with, each
+/// with its sharding group: the input's modes (or the query's), ZeRO-2
+/// and ZeRO-3 also hybrid (sharded over the data ranks of one node,
+/// replicated across nodes) when `input.hybrid` and a node holds more than
+/// one data rank but not all of them. One data rank shards nothing.
+fn shard_modes(input: &PlanInput, dp: u64, tp: u64, q: Option<&LayoutQuery>) -> Vec<(Shard, u64)> {
+    if dp < 2 {
+        return vec![(Shard::None, 1)];
+    }
+    let modes: Vec<Shard> = match q.and_then(|q| q.shard) {
+        Some(s) => vec![s],
+        None if !input.shard_modes.is_empty() => input.shard_modes.clone(),
+        None if input.distributed_optimizer => vec![Shard::Zero1],
+        None => vec![Shard::None],
+    };
+    let in_node = (input.gpus_per_node / tp.max(1)).max(1);
+    let mut out = Vec::new();
+    for s in modes {
+        if s == Shard::None {
+            out.push((s, 1));
+            continue;
+        }
+        let wanted = q.and_then(|q| q.shard_group);
+        if wanted.is_none_or(|g| g == dp) {
+            out.push((s, dp));
+        }
+        let hybrid = matches!(s, Shard::Zero2 | Shard::Zero3)
+            && in_node > 1
+            && in_node < dp
+            && dp.is_multiple_of(in_node);
+        match wanted {
+            Some(g) if g > 1 && g < dp && dp.is_multiple_of(g) => out.push((s, g)),
+            None if hybrid && input.hybrid => out.push((s, in_node)),
+            _ => {}
+        }
+    }
+    out
+}
+
 /// Every layout of one `dp x tp x pp` split (those `q` allows), costed or
 /// rejected into `out`.
 fn plan_split(
@@ -207,6 +249,8 @@ fn plan_split(
         microbatches: 0,
         first_stage_layers: 0,
         last_stage_layers: 0,
+        shard: Shard::None,
+        shard_group: 1,
     };
     let reject = |reason| Rejected {
         layout: split.clone(),
@@ -258,28 +302,32 @@ fn plan_split(
             let Ok((first, last)) = stage_split(m, pp, chunks, q) else {
                 continue;
             };
-            let layout = Layout {
-                dp,
-                tp,
-                pp,
-                schedule: schedule.into(),
-                chunks,
-                micro_batch: b,
-                microbatches: micro,
-                first_stage_layers: first,
-                last_stage_layers: last,
-            };
-            let memory = planner.memory(&layout);
-            match input.memory_bytes {
-                Some(have) if memory.total() > have => out.rejected.push(Rejected {
-                    layout,
-                    reason: Rejection::Memory {
-                        needs_bytes: memory.total(),
-                        have_bytes: have,
-                    },
-                    memory: Some(memory),
-                }),
-                _ => out.ranked.push(planner.cost(layout, memory)),
+            for (shard, group) in shard_modes(input, dp, tp, q) {
+                let layout = Layout {
+                    dp,
+                    tp,
+                    pp,
+                    schedule: schedule.into(),
+                    chunks,
+                    micro_batch: b,
+                    microbatches: micro,
+                    first_stage_layers: first,
+                    last_stage_layers: last,
+                    shard,
+                    shard_group: group,
+                };
+                let memory = planner.memory(&layout);
+                match input.memory_bytes {
+                    Some(have) if memory.total() > have => out.rejected.push(Rejected {
+                        layout,
+                        reason: Rejection::Memory {
+                            needs_bytes: memory.total(),
+                            have_bytes: have,
+                        },
+                        memory: Some(memory),
+                    }),
+                    _ => out.ranked.push(planner.cost(layout, memory)),
+                }
             }
         }
     }

@@ -137,11 +137,7 @@ fn one_plan(label: &str, f: &PlanFile) -> String {
                     num(l.dp.to_string()),
                     num(l.tp.to_string()),
                     num(l.pp.to_string()),
-                    text(if l.chunks > 1 {
-                        format!("{} v={}", l.schedule, l.chunks)
-                    } else {
-                        l.schedule.clone()
-                    }),
+                    text(crate::plan::schedule_cell(l)),
                     num(l.micro_batch.to_string()),
                     num(l.microbatches.to_string()),
                     num(units::sig3(c.tokens_per_s)),

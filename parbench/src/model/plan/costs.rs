@@ -4,7 +4,7 @@
 
 use super::given::{bucket_ready_times, overlapped_exposure};
 use super::input::{PlanInput, Wire, WireKind};
-use super::layouts::{kind_of, wires_of, Layout};
+use super::layouts::{group_wire, kind_of, wires_of, Layout, Shard};
 use crate::comm::Collective;
 use crate::model::alpha_beta::LinkParams;
 use crate::model::bubble::peak_activations;
@@ -160,6 +160,11 @@ pub(super) struct StageWork {
     /// repeated, counted in `comm_b`).
     comm_f: f64,
     comm_b: f64,
+    /// Sharded data-parallel collectives the passes wait for (ZeRO-2/3),
+    /// forward and backward, and their whole time, hidden or not.
+    dp_f: f64,
+    dp_b: f64,
+    dp_all: f64,
     /// Of the compute: by kind, for the breakdown.
     parts: ComputeParts,
 }
@@ -174,7 +179,11 @@ impl StageWork {
     }
 
     fn sim(&self) -> StageCosts {
-        StageCosts::split(self.f + self.comm_f, self.i + self.comm_b, self.w)
+        StageCosts::split(
+            self.f + self.comm_f + self.dp_f,
+            self.i + self.comm_b + self.dp_b,
+            self.w,
+        )
     }
 
     fn add(&mut self, o: &StageWork) {
@@ -183,6 +192,9 @@ impl StageWork {
         self.w += o.w;
         self.comm_f += o.comm_f;
         self.comm_b += o.comm_b;
+        self.dp_f += o.dp_f;
+        self.dp_b += o.dp_b;
+        self.dp_all += o.dp_all;
         self.parts.add(&o.parts, 1.0);
     }
 }
@@ -242,21 +254,69 @@ impl Planner<'_> {
         }
     }
 
-    /// The data-parallel group's wire. Across nodes with rails, NCCL's
-    /// rings run one per NIC: a group with `k` members in each node
-    /// crosses over `k` NICs at once, so its bus bandwidth is `k` times a
-    /// rail's, up to NVLink's.
-    fn dp_wire(&self, l: &Layout, kind: WireKind) -> Wire {
+    /// The wire of a group of `size` ranks `stride` apart (a data-parallel
+    /// group: `tp` apart). Across nodes with rails, NCCL's rings run one
+    /// per NIC: a group with `k` members in each node crosses over `k`
+    /// NICs at once, so its bus bandwidth is `k` times a rail's, up to
+    /// NVLink's.
+    fn group_link(&self, size: u64, stride: u64) -> Wire {
         let input = self.input;
+        let per_node = input.gpus_per_node;
+        let kind = group_wire(size, size.saturating_mul(stride), per_node);
         if kind != WireKind::Inter || !input.rails {
             return self.wire(kind).clone();
         }
-        let per_node = (input.gpus_per_node / l.tp.max(1)).clamp(1, l.dp.max(1));
-        let rails = input.inter.link.bandwidth_gbps() * per_node as f64;
+        let k = (per_node / stride.max(1)).clamp(1, size.max(1));
+        let rails = input.inter.link.bandwidth_gbps() * k as f64;
         let gbps = rails.min(input.intra.link.bandwidth_gbps());
         Wire {
             link: LinkParams::from_gbps_us(gbps, input.inter.link.alpha_us()),
             algo: input.inter.algo.clone(),
+        }
+    }
+
+    /// One layer's sharded data-parallel collectives on one microbatch
+    /// (ZeRO-2: the reduce-scatter of its gradients; ZeRO-3: also the
+    /// all-gathers of its parameters before its forward and its
+    /// backward), each hidden behind a layer's compute where it can be:
+    /// the next layer's gather runs during the current layer's forward or
+    /// backward, a layer's reduce-scatter during the next layer's backward.
+    /// Returns (exposed in the forward, exposed in the backward, the
+    /// collectives' whole time), per layer; [`Self::pass_edges`] adds what
+    /// no layer hides at a pass's ends.
+    fn shard_layer(&self, l: &Layout, layer: &StageWork) -> (f64, f64, f64) {
+        let (ag, rs) = self.shard_calls(l);
+        let fwd = layer.f + layer.comm_f;
+        let bwd = layer.i + layer.w + layer.comm_b;
+        match l.shard {
+            Shard::Zero3 => ((ag - fwd).max(0.0), (ag + rs - bwd).max(0.0), 2.0 * ag + rs),
+            Shard::Zero2 => (0.0, (rs - bwd).max(0.0), rs),
+            Shard::None | Shard::Zero1 => (0.0, 0.0, 0.0),
+        }
+    }
+
+    /// One layer's all-gather and reduce-scatter over the sharding group.
+    fn shard_calls(&self, l: &Layout) -> (f64, f64) {
+        let m = &self.input.model;
+        let group = l.shard_group.max(1);
+        let bytes =
+            (m.params_per_layer() as f64 / l.tp as f64 * self.input.dtype_bytes as f64) as u64;
+        let w = self.group_link(group, l.tp);
+        (
+            w.seconds(Collective::AllGather, group, bytes),
+            w.seconds(Collective::ReduceScatter, group, bytes),
+        )
+    }
+
+    /// What a pass over a stage exposes at its ends: the first layer's
+    /// gather (nothing earlier to hide behind) and the last layer's
+    /// reduce-scatter (nothing later); forward and backward.
+    fn pass_edges(&self, l: &Layout) -> (f64, f64) {
+        let (ag, rs) = self.shard_calls(l);
+        match l.shard {
+            Shard::Zero3 => (ag, ag + rs),
+            Shard::Zero2 => (0.0, rs),
+            Shard::None | Shard::Zero1 => (0.0, 0.0),
         }
     }
 
@@ -302,6 +362,7 @@ impl Planner<'_> {
                     memory_s: blk.memory,
                     logits_s: 0.0,
                 },
+                ..StageWork::default()
             };
         }
         let flops = input.flops_per_s;
@@ -326,6 +387,7 @@ impl Planner<'_> {
                 gemm_s: 3.0 * compute_f + recompute,
                 ..ComputeParts::default()
             },
+            ..StageWork::default()
         }
     }
 
@@ -427,12 +489,24 @@ impl Planner<'_> {
         let input = self.input;
         let m = &input.model;
         let params = self.params_per_device(l);
-        let per_param = if input.distributed_optimizer {
-            // fp16 weights and gradients kept; the 12 bytes of fp32 master
-            // weights and Adam moments sharded over the data-parallel ranks.
-            4.0 + 12.0 / l.dp as f64
-        } else {
-            MIXED_PRECISION_ADAM_BYTES_PER_PARAM as f64
+        // 16-bit weights (2) and gradients (2), fp32 master weights and
+        // Adam moments (12): what each mode shards over its group.
+        let group = l.shard_group.max(1) as f64;
+        let per_param = match l.shard {
+            Shard::None => MIXED_PRECISION_ADAM_BYTES_PER_PARAM as f64,
+            Shard::Zero1 => 4.0 + 12.0 / group,
+            Shard::Zero2 => 2.0 + 14.0 / group,
+            Shard::Zero3 => 16.0 / group,
+        };
+        // What a sharded step holds whole for a moment: one layer's
+        // gradients before their reduce-scatter; with ZeRO-3 also two
+        // layers' gathered parameters (the current and the prefetched).
+        let layer_params = m.params_per_layer() as f64 / l.tp as f64;
+        let dtype = input.dtype_bytes as f64;
+        let transient = match l.shard {
+            Shard::Zero2 => dtype * layer_params,
+            Shard::Zero3 => 3.0 * dtype * layer_params,
+            Shard::None | Shard::Zero1 => 0.0,
         };
         let in_flight = self.peak(l);
         let layers_per_chunk = l.stage_layers(m.layers).into_iter().max().unwrap_or(0) as f64;
@@ -457,7 +531,7 @@ impl Planner<'_> {
         .unwrap_or(f64::INFINITY);
         Memory {
             params,
-            states_bytes: params * per_param,
+            states_bytes: params * per_param + transient,
             activation_bytes: in_flight as f64 * layers_per_chunk * per_layer,
             in_flight,
         }
@@ -489,7 +563,12 @@ impl Planner<'_> {
         let input = self.input;
         let m = &input.model;
         let (tp_wire, dp_wire, pp_wire) = wires_of(&l, input.gpus_per_node);
-        let layer = self.layer_work(&l, tp_wire);
+        let mut layer = self.layer_work(&l, tp_wire);
+        let (dp_f, dp_b, dp_all) = self.shard_layer(&l, &layer);
+        layer.dp_f = dp_f;
+        layer.dp_b = dp_b;
+        layer.dp_all = dp_all;
+        let (edge_f, edge_b) = self.pass_edges(&l);
         let (first_extra, last_extra) = self.ends_work(&l, tp_wire);
         let per_stage = l.stage_layers(m.layers);
         let stages = per_stage.len();
@@ -504,6 +583,9 @@ impl Planner<'_> {
                     w: k * layer.w,
                     comm_f: k * layer.comm_f,
                     comm_b: k * layer.comm_b,
+                    dp_f: k * layer.dp_f + edge_f,
+                    dp_b: k * layer.dp_b + edge_b,
+                    dp_all: k * layer.dp_all,
                     parts: ComputeParts::default(),
                 };
                 w.parts.add(&layer.parts, k);
@@ -526,12 +608,13 @@ impl Planner<'_> {
             }
             sum
         };
+        let load = |w: &StageWork| w.compute() + w.comm() + w.dp_f + w.dp_b;
         let busiest = (0..l.pp)
             .map(rank_work)
-            .max_by(|a, b| (a.compute() + a.comm()).total_cmp(&(b.compute() + b.comm())))
+            .max_by(|a, b| load(a).total_cmp(&load(b)))
             .unwrap_or_default();
         let micro = l.microbatches as f64;
-        let busy = micro * (busiest.compute() + busiest.comm());
+        let busy = micro * load(&busiest);
         let sim = SimCosts {
             stages: works.iter().map(StageWork::sim).collect(),
             latency: self.hop_seconds(&l, pp_wire),
@@ -541,30 +624,66 @@ impl Planner<'_> {
         let (makespan, extrapolated) = self.makespan(&l, &sim).unwrap_or((busy, false));
         let pipeline = makespan.max(busy);
         let bubble = (pipeline - busy).max(0.0);
-        // The data-parallel reduction of the rank's gradients (with the
-        // distributed optimizer a reduce-scatter and an all-gather of the
-        // same bytes: the all-reduce's cost).
+        // The data-parallel work once a step: DDP's all-reduce and ZeRO-1's
+        // reduce-scatter in buckets as the backward ends (overlapped or
+        // not), ZeRO-1's and ZeRO-2's all-gather of the updated
+        // parameters, and with hybrid sharding the all-reduce of each
+        // shard across the replicas.
         let grad_bytes = memory.params * input.dtype_bytes as f64;
-        let wire = self.dp_wire(&l, dp_wire);
-        let dp_total = wire.seconds(Collective::AllReduce, l.dp, grad_bytes as u64);
-        let dp_exposed = if input.dp_overlap && l.dp > 1 && grad_bytes > 0.0 {
-            // The buckets fill in the rank's last backward, top layer first.
-            let n = (grad_bytes / input.bucket_bytes.max(1.0)).ceil().max(1.0);
-            let bucket_s = wire.seconds(Collective::AllReduce, l.dp, (grad_bytes / n) as u64);
-            let backward = busiest.i + busiest.w + busiest.comm_b;
-            let layers = self.busiest_rank_layers(&l) as usize;
-            let ready = bucket_ready_times(pipeline, backward, layers, n as usize);
-            let buckets: Vec<(f64, f64)> = ready.into_iter().map(|t| (t, bucket_s)).collect();
-            overlapped_exposure(&buckets, pipeline)
-        } else {
-            dp_total
+        let group = l.shard_group.max(1);
+        let wire = self.group_link(l.dp, l.tp);
+        let shard_wire = self.group_link(group, l.tp);
+        let bucketed = match l.shard {
+            Shard::None => Some(Collective::AllReduce),
+            Shard::Zero1 => Some(Collective::ReduceScatter),
+            Shard::Zero2 | Shard::Zero3 => None,
         };
-        let shards = if input.distributed_optimizer { l.dp } else { 1 };
+        let mut dp_total = 0.0;
+        let mut dp_exposed = 0.0;
+        if let Some(coll) = bucketed {
+            let whole = wire.seconds(coll, l.dp, grad_bytes as u64);
+            dp_total += whole;
+            dp_exposed += if input.dp_overlap && l.dp > 1 && grad_bytes > 0.0 {
+                // The buckets fill in the rank's last backward, top layer first.
+                let n = (grad_bytes / input.bucket_bytes.max(1.0)).ceil().max(1.0);
+                let bucket_s = wire.seconds(coll, l.dp, (grad_bytes / n) as u64);
+                let backward = busiest.i + busiest.w + busiest.comm_b;
+                let layers = self.busiest_rank_layers(&l) as usize;
+                let ready = bucket_ready_times(pipeline, backward, layers, n as usize);
+                let buckets: Vec<(f64, f64)> = ready.into_iter().map(|t| (t, bucket_s)).collect();
+                overlapped_exposure(&buckets, pipeline)
+            } else {
+                whole
+            };
+        }
+        if matches!(l.shard, Shard::Zero1 | Shard::Zero2) {
+            let gather = shard_wire.seconds(Collective::AllGather, group, grad_bytes as u64);
+            dp_total += gather;
+            dp_exposed += gather;
+        }
+        if l.shard != Shard::None && group < l.dp {
+            let replicas = l.dp / group;
+            let across = self
+                .group_link(replicas, l.tp.saturating_mul(group))
+                .seconds(
+                    Collective::AllReduce,
+                    replicas,
+                    (grad_bytes / group as f64) as u64,
+                );
+            dp_total += across;
+            dp_exposed += across;
+        }
+        dp_total += micro * busiest.dp_all;
+        dp_exposed += micro * (busiest.dp_f + busiest.dp_b);
+        let shards = if l.shard == Shard::None { 1 } else { group };
         let optimizer = input
             .ops
             .as_ref()
             .map_or(0.0, |ops| ops.optimizer_step(memory.params, shards));
-        let step = pipeline + dp_exposed + optimizer;
+        let pipeline_comm = micro * (busiest.dp_f + busiest.dp_b);
+        // The sharded collectives the passes wait for are inside the
+        // pipeline's time already.
+        let step = pipeline + (dp_exposed - pipeline_comm) + optimizer;
         let tokens = input.global_batch as f64 * m.seq as f64;
         let token_latency = self.token_latency(&l, tp_wire, pp_wire);
         let model_flops = m.train_flops(input.global_batch, m.seq, false);

@@ -107,6 +107,11 @@ pub struct PlanInput {
     pub bucket_bytes: f64,
     /// Only these schedules (registry names); `None`: every one.
     pub schedules: Option<Vec<String>>,
+    /// The data-parallel sharding modes to try; empty: ZeRO-1 with
+    /// `distributed_optimizer`, else none.
+    pub shard_modes: Vec<super::layouts::Shard>,
+    /// Also try ZeRO-2/3 sharded inside a node and replicated across (HSDP).
+    pub hybrid: bool,
 }
 
 impl PlanInput {
@@ -141,6 +146,8 @@ impl PlanInput {
             dp_overlap: false,
             bucket_bytes: DDP_BUCKET_BYTES,
             schedules: None,
+            shard_modes: Vec::new(),
+            hybrid: false,
         }
     }
 }

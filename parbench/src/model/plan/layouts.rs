@@ -28,6 +28,60 @@ pub struct Layout {
     pub first_stage_layers: u64,
     #[serde(default)]
     pub last_stage_layers: u64,
+    /// How the data-parallel ranks hold the training state.
+    #[serde(default)]
+    pub shard: Shard,
+    /// Ranks one copy of the state is sharded over: `dp`, or fewer for
+    /// hybrid sharding (HSDP: sharded in groups, replicated across them);
+    /// 0 or 1 without sharding.
+    #[serde(default)]
+    pub shard_group: u64,
+}
+
+/// How the data-parallel dimension holds weights, gradients and the
+/// optimizer state (Rajbhandari et al., ZeRO, SC20; PyTorch FSDP).
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Shard {
+    /// Replicated (DDP): the gradients all-reduced.
+    #[default]
+    None,
+    /// The optimizer state sharded (ZeRO-1, Megatron's distributed
+    /// optimizer): gradients reduce-scattered, parameters all-gathered
+    /// after the step.
+    Zero1,
+    /// Gradients sharded too (ZeRO-2, FSDP's SHARD_GRAD_OP): each layer's
+    /// gradients reduce-scattered as each microbatch's backward makes them.
+    Zero2,
+    /// Parameters sharded too (ZeRO-3, FSDP's FULL_SHARD): each layer's
+    /// parameters all-gathered before its forward and again before its
+    /// backward, the next layer's prefetched during the current one.
+    Zero3,
+}
+
+impl Shard {
+    /// Every mode, by name.
+    pub const ALL: [(&'static str, Shard); 4] = [
+        ("none", Shard::None),
+        ("zero1", Shard::Zero1),
+        ("zero2", Shard::Zero2),
+        ("zero3", Shard::Zero3),
+    ];
+
+    /// The name flags use.
+    pub fn name(self) -> &'static str {
+        Shard::ALL
+            .iter()
+            .find(|(_, s)| *s == self)
+            .map_or("none", |(n, _)| n)
+    }
+
+    /// The mode called `name`.
+    pub fn by_name(name: &str) -> Option<Shard> {
+        Shard::ALL.iter().find(|(n, _)| *n == name).map(|(_, s)| *s)
+    }
 }
 
 impl Layout {
@@ -83,6 +137,12 @@ impl std::fmt::Display for Layout {
                 " layers first={} last={}",
                 self.first_stage_layers, self.last_stage_layers
             )?;
+        }
+        if self.shard != Shard::None {
+            write!(f, " shard={}", self.shard.name())?;
+            if self.shard_group > 1 && self.shard_group < self.dp {
+                write!(f, " hsdp={}", self.shard_group)?;
+            }
         }
         Ok(())
     }

@@ -400,6 +400,8 @@ fn layers_that_do_not_divide_split_megatrons_way() {
         microbatches: 32,
         first_stage_layers: 7,
         last_stage_layers: 7,
+        shard: Shard::None,
+        shard_group: 1,
     };
     let stages = l.stage_layers(126);
     assert_eq!(stages.len(), 16);
@@ -517,4 +519,92 @@ fn flash_attention_stores_no_scores() {
     let unfused = plan_layout(&input, &q).unwrap().ranked[0].memory;
     assert!(flash.activation_bytes < 0.8 * unfused.activation_bytes);
     assert_eq!(flash.states_bytes, unfused.states_bytes);
+}
+
+/// Sharded data parallel: each mode holds what ZeRO's paper says per
+/// parameter (16, 4 + 12/D, 2 + 14/D, 16/D bytes, plus what a step holds
+/// whole for a moment), ZeRO-3 moves the most, hybrid sharding shards over
+/// the node and adds the replicas' all-reduce, and the parts add up.
+#[test]
+fn sharded_data_parallel_holds_and_moves_what_zero_says() {
+    let mut input = on_device(preset("gpt3-1.3b"), 512, 64);
+    input.memory_bytes = None;
+    input.dp_overlap = true;
+    let cost = |input: &PlanInput, shard, group: Option<u64>| {
+        let q = LayoutQuery {
+            dp: 64,
+            tp: 1,
+            pp: 1,
+            micro_batch: Some(8),
+            shard: Some(shard),
+            shard_group: group,
+            ..LayoutQuery::default()
+        };
+        let r = plan_layout(input, &q).unwrap();
+        r.ranked
+            .into_iter()
+            .find(|c| group.is_none_or(|g| c.layout.shard_group == g))
+            .unwrap()
+    };
+    let none = cost(&input, Shard::None, None);
+    let z1 = cost(&input, Shard::Zero1, None);
+    let z2 = cost(&input, Shard::Zero2, None);
+    let z3 = cost(&input, Shard::Zero3, None);
+    let p = none.memory.params;
+    let m = preset("gpt3-1.3b");
+    let layer = m.params_per_layer() as f64;
+    assert!(close(none.memory.states_bytes, 16.0 * p, 1e-12));
+    assert!(close(
+        z1.memory.states_bytes,
+        (4.0 + 12.0 / 64.0) * p,
+        1e-12
+    ));
+    assert!(close(
+        z2.memory.states_bytes,
+        (2.0 + 14.0 / 64.0) * p + 2.0 * layer,
+        1e-12
+    ));
+    assert!(close(
+        z3.memory.states_bytes,
+        16.0 / 64.0 * p + 6.0 * layer,
+        1e-12
+    ));
+    // ZeRO-3 gathers every layer twice a microbatch beside its scatter;
+    // ZeRO-2 scatters and gathers the updated weights once: with one
+    // microbatch, 2 AG + RS against AG + RS.
+    assert!(
+        z3.dp_comm_total_s > 1.5 * z2.dp_comm_total_s,
+        "{z3:?} {z2:?}"
+    );
+    for c in [&none, &z1, &z2, &z3] {
+        let parts = c.compute_s + c.tp_comm_s + c.bubble_s + c.dp_comm_s + c.optimizer_s;
+        assert!(close(parts, c.step_s, 1e-9), "{:?}", c.layout);
+        assert!(c.dp_comm_s <= c.dp_comm_total_s + 1e-12, "{:?}", c.layout);
+    }
+    // The optimizer step shrinks with its shard.
+    assert!(z1.optimizer_s < none.optimizer_s / 32.0);
+    // Hybrid: sharded over the 8 data ranks of a node, replicated across.
+    let h = cost(&input, Shard::Zero3, Some(8));
+    assert_eq!((h.layout.shard_group, h.layout.dp), (8, 64));
+    assert!(close(
+        h.memory.states_bytes,
+        16.0 / 8.0 * p + 6.0 * layer,
+        1e-12
+    ));
+    // Its gathers stay on NVLink: less exposed than sharding across nodes
+    // over the same rails, though it adds the replicas' all-reduce.
+    assert!(h.dp_comm_total_s < z3.dp_comm_total_s, "{h:?} {z3:?}");
+    // The search tries hybrid groups only when asked.
+    input.shard_modes = vec![Shard::Zero3];
+    let plain = plan(&input).unwrap();
+    assert!(plain
+        .ranked
+        .iter()
+        .all(|c| c.layout.shard_group == c.layout.dp || c.layout.dp == 1));
+    input.hybrid = true;
+    let hybrid = plan(&input).unwrap();
+    assert!(hybrid
+        .ranked
+        .iter()
+        .any(|c| c.layout.shard_group > 1 && c.layout.shard_group < c.layout.dp));
 }
