@@ -122,6 +122,44 @@ fn one_plan(label: &str, f: &PlanFile) -> String {
         f.fitting,
         f.command
     )));
+    if let Some(d) = &f.device {
+        out.push_str(&page::note(&format!(
+            "Device {}: {}. The step: {}.",
+            d.value, d.from, f.software
+        )));
+    }
+    if !f.families.is_empty() {
+        let rows: Vec<Vec<Cell>> = f
+            .families
+            .iter()
+            .map(|fam| {
+                vec![
+                    text(fam.name.clone()),
+                    text(match (&fam.best, &fam.why_not) {
+                        (Some((layout, tps)), _) => {
+                            format!("fits: {} tokens/s, {layout}", units::sig3(*tps))
+                        }
+                        (None, Some(why)) => why.clone(),
+                        (None, None) => String::new(),
+                    }),
+                ]
+            })
+            .collect();
+        out.push_str(&page::table(
+            &["way to split", "best layout, or why none runs"],
+            &rows,
+        ));
+    }
+    if let (Some(spec), Some(named)) = (&f.layout_query, f.top.first()) {
+        out.push_str(&page::note(&format!(
+            "Layout {spec}: {}. {}",
+            named.layout,
+            f.search_best
+                .as_ref()
+                .map(|b| crate::plan_layout::why_loses(named, b))
+                .unwrap_or_default()
+        )));
+    }
     if f.top.is_empty() {
         out.push_str(&page::empty("No layout fits in the devices' memory."));
     } else {
