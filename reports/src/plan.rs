@@ -200,7 +200,7 @@ pub fn run(a: &PlanArgs) -> Result<()> {
             let named = parbench::model::plan::plan_layout(&input, &q)
                 .map_err(|e| anyhow!("--layout {spec}: {e}"))?;
             if named.ranked.is_empty() {
-                let why = closest_rejection(&named)
+                let why = crate::plan_layout::closest_rejection(&named, |_| true)
                     .unwrap_or_else(|| "no schedule or microbatch size of it runs".into());
                 bail!("--layout {spec}: does not fit: {why}");
             }
@@ -218,27 +218,6 @@ pub fn run(a: &PlanArgs) -> Result<()> {
         eprintln!("report: wrote {}", path.display());
     }
     Ok(())
-}
-
-/// The rejection that comes closest to running (the smallest memory
-/// overshoot, else the first structural rule), in words.
-fn closest_rejection(r: &LayoutRanking) -> Option<String> {
-    use parbench::model::plan::Rejection;
-    let memory = r
-        .rejected
-        .iter()
-        .filter_map(|x| match x.reason {
-            Rejection::Memory {
-                needs_bytes,
-                have_bytes,
-            } => Some((needs_bytes / have_bytes, x)),
-            _ => None,
-        })
-        .min_by(|a, b| a.0.total_cmp(&b.0));
-    match memory {
-        Some((_, x)) => Some(format!("{} needs more memory: {}", x.layout, x.reason)),
-        None => r.rejected.first().map(|x| x.reason.to_string()),
-    }
 }
 
 /// Limits on a custom shape and cluster: beyond them a figure means

@@ -5,7 +5,7 @@
 use crate::units;
 use anyhow::{anyhow, bail, Context, Result};
 use parbench::model::device::{Device, DEVICE_FILE_MAX_BYTES};
-use parbench::model::plan::{Costed, LayoutQuery, LayoutRanking, Rejection, Shard};
+use parbench::model::plan::{Costed, LayoutQuery, LayoutRanking, Rejected, Rejection, Shard};
 use std::io::Read;
 use std::path::Path;
 
@@ -233,6 +233,36 @@ pub fn why_loses(named: &Costed, best: &Costed) -> String {
     out
 }
 
+/// The rejection of those `keep` picks that comes closest to fitting in
+/// memory (the smallest overshoot).
+fn closest_memory(plan: &LayoutRanking, keep: impl Fn(&Rejected) -> bool) -> Option<&Rejected> {
+    plan.rejected
+        .iter()
+        .filter(|r| keep(r))
+        .filter_map(|r| match r.reason {
+            Rejection::Memory {
+                needs_bytes,
+                have_bytes,
+            } => Some((needs_bytes / have_bytes, r)),
+            _ => None,
+        })
+        .min_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, r)| r)
+}
+
+/// Why nothing of `plan` (of those `keep` picks) runs: the closest memory
+/// miss, else the first rule broken.
+pub fn closest_rejection(plan: &LayoutRanking, keep: impl Fn(&Rejected) -> bool) -> Option<String> {
+    match closest_memory(plan, &keep) {
+        Some(r) => Some(format!("{} needs more memory: {}", r.layout, r.reason)),
+        None => plan
+            .rejected
+            .iter()
+            .find(|r| keep(r))
+            .map(|r| r.reason.to_string()),
+    }
+}
+
 /// One way to split training, as the seeds' rule names them: its best
 /// layout, or why none of it runs.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
@@ -269,18 +299,6 @@ pub fn families(plan: &LayoutRanking) -> Vec<Family> {
             let why_not = if best.is_some() {
                 None
             } else {
-                let closest = plan
-                    .rejected
-                    .iter()
-                    .filter(|r| member(r.layout.tp, r.layout.pp, r.layout.shard))
-                    .filter_map(|r| match r.reason {
-                        Rejection::Memory {
-                            needs_bytes,
-                            have_bytes,
-                        } => Some((needs_bytes / have_bytes, r)),
-                        _ => None,
-                    })
-                    .min_by(|a, b| a.0.total_cmp(&b.0));
                 // A split that breaks a rule is rejected once, for every
                 // sharding mode: its reason stands for the family.
                 let rule = || {
@@ -293,8 +311,9 @@ pub fn families(plan: &LayoutRanking) -> Vec<Family> {
                         .filter(|r| !matches!(r.reason, Rejection::Memory { .. }))
                         .map(|r| format!("none runs: {} ({})", r.reason, r.layout))
                 };
-                Some(match closest {
-                    Some((_, r)) => format!("does not fit: {} {}", r.layout, r.reason),
+                let member_of = |r: &Rejected| member(r.layout.tp, r.layout.pp, r.layout.shard);
+                Some(match closest_memory(plan, member_of) {
+                    Some(r) => format!("does not fit: {} {}", r.layout, r.reason),
                     None => rule().unwrap_or_else(|| {
                         "not searched (add its modes with --shard none,zero1,zero2,zero3)".into()
                     }),

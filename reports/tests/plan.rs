@@ -163,6 +163,19 @@ fn no_plan_file_says_so() {
     assert!(html.contains("No plan in these results folders"));
 }
 
+/// Each case's flags after `base`: exit 2, one line on stderr holding its text.
+fn each_one_line_exit_2(base: &[&str], cases: Vec<(Vec<&str>, &str)>) {
+    for (extra, want) in cases {
+        let mut args: Vec<&str> = base.to_vec();
+        args.extend(&extra);
+        let o = report(&args);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{extra:?}: {err}");
+        assert!(err.contains(want), "{extra:?}: {want:?} not in {err}");
+    }
+}
+
 #[test]
 fn bad_flags_and_files_are_one_line_and_exit_2() {
     let shape = [
@@ -200,15 +213,7 @@ fn bad_flags_and_files_are_one_line_and_exit_2() {
         ),
         (vec!["--model", "tiny", "--gpus-per-node", "4"], "--inter"),
     ];
-    for (extra, want) in cases {
-        let mut args: Vec<&str> = shape.to_vec();
-        args.extend(&extra);
-        let o = report(&args);
-        let err = stderr(&o);
-        assert_eq!(o.status.code(), Some(2), "{extra:?}: {err}");
-        assert_eq!(err.trim().lines().count(), 1, "{extra:?}: {err}");
-        assert!(err.contains(want), "{extra:?}: {want:?} not in {err}");
-    }
+    each_one_line_exit_2(&shape, cases);
     // No compute figure at all.
     let o = report(&[
         "plan",
@@ -394,15 +399,7 @@ fn device_and_layout_errors_are_one_line() {
             "--schedules bogus",
         ),
     ];
-    for (extra, want) in cases {
-        let mut args: Vec<&str> = base.to_vec();
-        args.extend(&extra);
-        let o = report(&args);
-        let err = stderr(&o);
-        assert_eq!(o.status.code(), Some(2), "{extra:?}: {err}");
-        assert_eq!(err.trim().lines().count(), 1, "{extra:?}: {err}");
-        assert!(err.contains(want), "{extra:?}: {want:?} not in {err}");
-    }
+    each_one_line_exit_2(&base, cases);
     // 8 layers of gpt3-175b need 2 TiB on one device: by how much is said.
     let o = report(&[
         "plan",

@@ -96,15 +96,7 @@ pub struct LayoutQuery {
 /// others and ranks them by tokens per second.
 pub fn plan(input: &PlanInput) -> Result<LayoutRanking, PlanError> {
     check_input(input)?;
-    let mut planner = Planner {
-        input,
-        peaks: HashMap::new(),
-        makespans: HashMap::new(),
-    };
-    let mut out = LayoutRanking {
-        ranked: Vec::new(),
-        rejected: Vec::new(),
-    };
+    let (mut planner, mut out) = start(input);
     let n = input.gpus;
     for tp in divisors(n) {
         for pp in divisors(n / tp) {
@@ -127,18 +119,25 @@ pub fn plan_layout(input: &PlanInput, q: &LayoutQuery) -> Result<LayoutRanking, 
             gpus: input.gpus,
         });
     }
-    let mut planner = Planner {
-        input,
-        peaks: HashMap::new(),
-        makespans: HashMap::new(),
-    };
-    let mut out = LayoutRanking {
-        ranked: Vec::new(),
-        rejected: Vec::new(),
-    };
+    let (mut planner, mut out) = start(input);
     plan_split(&mut planner, &mut out, q.dp, q.tp, q.pp, Some(q));
     rank(&mut out);
     Ok(out)
+}
+
+/// A planner with empty caches, and an empty outcome.
+fn start(input: &PlanInput) -> (Planner<'_>, LayoutRanking) {
+    (
+        Planner {
+            input,
+            peaks: HashMap::new(),
+            makespans: HashMap::new(),
+        },
+        LayoutRanking {
+            ranked: Vec::new(),
+            rejected: Vec::new(),
+        },
+    )
 }
 
 fn rank(out: &mut LayoutRanking) {
