@@ -295,13 +295,29 @@ struct Fitted {
 /// (intra: local/nccl; inter: tcp/mpi): the curve with the most ranks, then
 /// the most sizes; out-of-place rows, median time per size.
 fn fitted_wires(sources: &[Source]) -> (Option<Fitted>, Option<Fitted>) {
-    type Key<'a> = (&'a str, &'a str, &'a str, &'a str, usize, &'a str, bool);
+    // The last field: whether the run's noise guard said noisy.
+    type Key<'a> = (
+        &'a str,
+        &'a str,
+        &'a str,
+        &'a str,
+        usize,
+        &'a str,
+        bool,
+        bool,
+    );
     let mut curves: BTreeMap<Key, BTreeMap<u64, Vec<f64>>> = BTreeMap::new();
     for s in sources {
         let oop = s
             .collectives
             .iter()
             .any(|r| r.collective == "all_reduce" && !r.in_place);
+        let noisy: Vec<&str> = s
+            .runs
+            .iter()
+            .filter(|r| r.noise().is_some_and(|n| n.noisy()))
+            .map(|r| r.run_id.as_str())
+            .collect();
         for r in &s.collectives {
             if r.collective != "all_reduce" || r.in_place == oop || r.bytes == 0 {
                 continue;
@@ -315,6 +331,7 @@ fn fitted_wires(sources: &[Source]) -> (Option<Fitted>, Option<Fitted>) {
                     r.world,
                     &r.dtype,
                     is_intra(&r.backend),
+                    noisy.contains(&r.run_id.as_str()),
                 ))
                 .or_default()
                 .entry(r.bytes)
@@ -322,9 +339,10 @@ fn fitted_wires(sources: &[Source]) -> (Option<Fitted>, Option<Fitted>) {
                 .push(r.time_us);
         }
     }
-    let mut best: [Option<(usize, usize, Fitted)>; 2] = [None, None];
+    // Best: a quiet run before a noisy one, then the most ranks, then the most sizes.
+    let mut best: [Option<((bool, usize, usize), Fitted)>; 2] = [None, None];
     for (k, sizes) in curves {
-        let (label, backend, wire, algo, world, dtype, intra) = k;
+        let (label, backend, wire, algo, world, dtype, intra, noisy) = k;
         let points: Vec<(u64, f64)> = sizes
             .into_iter()
             .map(|(b, t)| (b, median_of_finite(t)))
@@ -342,22 +360,29 @@ fn fitted_wires(sources: &[Source]) -> (Option<Fitted>, Option<Fitted>) {
                 algo: predict::planner_algo(&measured),
             },
             from: format!(
-                "fit of all_reduce {backend}/{wire} {algo} np{world} {dtype} in {label} ({} sizes, rms error {})",
+                "fit of all_reduce {backend}/{wire} {algo} np{world} {dtype} in {label} ({} sizes, rms error {}){}{}",
                 fit.points,
-                units::percent(fit.rms_rel_err)
+                units::percent(fit.rms_rel_err),
+                if noisy {
+                    "; NOISY: the run's noise guard marked it, measure again"
+                } else {
+                    ""
+                },
+                if intra {
+                    ""
+                } else {
+                    "; ranks on the hosts this ran on stand in for the network between nodes"
+                }
             ),
         };
         let slot = &mut best[usize::from(!intra)];
-        let better = match slot {
-            None => true,
-            Some((w, n, _)) => (world, points.len()) > (*w, *n),
-        };
-        if better {
-            *slot = Some((world, points.len(), f));
+        let rank = (!noisy, world, points.len());
+        if slot.as_ref().is_none_or(|(r, _)| rank > *r) {
+            *slot = Some((rank, f));
         }
     }
     let [a, b] = best;
-    (a.map(|x| x.2), b.map(|x| x.2))
+    (a.map(|x| x.1), b.map(|x| x.1))
 }
 
 /// bench-layers' matrix-product rate, FLOP/s: the median GFLOP/s of the

@@ -462,3 +462,43 @@ fn device_and_layout_errors_are_one_line() {
         stderr(&o)
     );
 }
+
+/// A wire fitted from a run its noise guard marked noisy says so; a fit
+/// of a socket backend says it stands in for the network between nodes.
+#[test]
+fn a_fit_from_a_noisy_run_says_so() {
+    let quiet = copy_fixture("real-14-xeon-tcp", "plan-quiet-tcp");
+    let noisy = copy_fixture("real-14-xeon-tcp", "plan-noisy-tcp");
+    let path = noisy.join("run.json");
+    let mut runs: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    runs[0]["extra"]["noise"]["fraction"] = serde_json::json!(0.3);
+    std::fs::write(&path, serde_json::to_string(&runs).unwrap()).unwrap();
+    let plan = |dir: &std::path::Path| {
+        let d = dir.display().to_string();
+        let o = report(&[
+            "plan",
+            "--model",
+            "tiny",
+            "--global-batch",
+            "8",
+            "--gpus",
+            "16",
+            "--gpus-per-node",
+            "8",
+            "--compute-tflops",
+            "1",
+            "--intra",
+            "100,1",
+            "--from",
+            &d,
+        ]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        stdout(&o)
+    };
+    let q = plan(&quiet);
+    assert!(!q.contains("NOISY"), "{q}");
+    assert!(q.contains("stand in for the network between nodes"), "{q}");
+    let n = plan(&noisy);
+    assert!(n.contains("NOISY: the run's noise guard marked it"), "{n}");
+}

@@ -803,9 +803,9 @@ impl Loss {
     /// Words for tables.
     pub fn describe(self) -> &'static str {
         match self {
-            Loss::Bubble => "bubble dominates",
-            Loss::TpComm => "communication dominates (tensor parallel)",
-            Loss::DpComm => "communication dominates (data-parallel gradients)",
+            Loss::Bubble => "largest overhead: the bubble",
+            Loss::TpComm => "largest overhead: tensor-parallel communication",
+            Loss::DpComm => "largest overhead: data-parallel communication",
         }
     }
 }
