@@ -30,7 +30,16 @@ fail() {
     exit 2
 }
 
-if [ "$(cat "$dir/installed" 2>/dev/null)" != "$want" ]; then
+# The stamp alone is not enough: a cache restored in part keeps it.
+installed() {
+    [ "$(cat "$dir/installed" 2>/dev/null)" = "$want" ] &&
+        [ -x "$dir/venv/bin/python" ] &&
+        compgen -G "$dir/venv/lib/python3*/site-packages/nvidia/cuda_nvrtc/lib/libnvrtc.so.12" >/dev/null &&
+        compgen -G "$dir/venv/lib/python3*/site-packages/nvidia/nccl/lib/libnccl.so.2" >/dev/null &&
+        [ -e "$dir/nccl-$NCCL_OLDEST/nvidia/nccl/lib/libnccl.so.2" ]
+}
+
+if ! installed; then
     command -v python3 >/dev/null 2>&1 || fail "python3 not found (apt-get install python3 python3-venv)"
     rm -rf "$dir/venv" "$dir/nccl-$NCCL_OLDEST" "$dir/installed" "$dir/env.sh"
     if ! python3 -m venv "$dir/venv" >/dev/null 2>&1; then
