@@ -228,6 +228,13 @@ fi
 
 : >"$summary"
 : >"$steps_tsv"
+# Without a GPU nothing below can run: one line, before the bundle and the
+# libraries are looked at. nvidia-smi hangs on some broken drivers, hence
+# the timeout.
+if [ "$mode" = run ] && ! timeout 15 nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+    say "FAIL: no GPU on this machine (nvidia-smi $(command -v nvidia-smi >/dev/null && echo 'lists none' || echo 'not found')): nothing measured (--dry-run shows the plan)"
+    exit 2
+fi
 if [ ! -d "$bundle/tests" ] || [ ! -d "$bundle/bin" ]; then
     say "FAIL: no bundle at $bundle: build it where Rust is with scripts/gpu-bundle.sh and carry it here"
     exit 2

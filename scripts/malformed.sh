@@ -29,7 +29,7 @@ try() { # try WANT_CODE CMD...   WANT_CODE: 2, or "any" (not a panic/abort/hang)
     multiline=$((multiline + 1)); why="not one line"
   fi
   if [ -n "$why" ]; then
-    bad=$((bad + 1)); echo "FAIL [$why] ${*#$BIN/}" | cut -c1-200; head -c 300 "$out/stderr"; echo
+    bad=$((bad + 1)); echo "FAIL [$why] ${*#"$BIN"/}" | cut -c1-200; head -c 300 "$out/stderr"; echo
   fi
 }
 printf 'a,b\n' >"$TMP/tiny.csv"
@@ -54,103 +54,103 @@ every_binarys_rules() {
 }
 CS=(--backend local -np 2 -n 2 -w 0 -e 64)
 # bench-collectives
-try 2 $C -b 64G -e 64G --backend local -np 2
-try 2 $C --backend local -np 100000 -e 1M
-try 2 $C --backend tcp -np 100000 -e 1M
-every_binarys_rules $C "${CS[@]}"
-try 2 $C "${CS[@]}" -n 0
-try 2 $C "${CS[@]}" -n -1
-try 2 $C "${CS[@]}" -np 0
-try 2 $C "${CS[@]}" -e 1M -e 2M
-try 2 $C "${CS[@]}" --backend tcp
-try 2 $C "${CS[@]}" -b 1K -e 8
-try 2 $C "${CS[@]}" -f 1
-try 2 $C "${CS[@]}" -f 0
-try 2 $C "${CS[@]}" -i 0 -b 8 -e 64
-try 2 $C "${CS[@]}" -b 99999999999999999999999
-try 2 $C "${CS[@]}" -b 1Q
-try 2 $C "${CS[@]}" -r 7
-try 2 $C "${CS[@]}" -a 9
-try 2 $C "${CS[@]}" --straggler 9:5
-try 2 $C "${CS[@]}" --straggler x
-try 2 $C "${CS[@]}" no_such_collective
-try 2 $C "${CS[@]}" -d nope
-try 2 $C "${CS[@]}" -o nope
-try 2 $C "${CS[@]}" --algo nope
-try 2 $C "${CS[@]}" --inplace-only --outplace-only
-try 2 $C "${CS[@]}" --graph 4
-try any $C "${CS[@]}" --fit-from 0
-try 2 $C "${CS[@]}" --nonsense
+try 2 "$C" -b 64G -e 64G --backend local -np 2
+try 2 "$C" --backend local -np 100000 -e 1M
+try 2 "$C" --backend tcp -np 100000 -e 1M
+every_binarys_rules "$C" "${CS[@]}"
+try 2 "$C" "${CS[@]}" -n 0
+try 2 "$C" "${CS[@]}" -n -1
+try 2 "$C" "${CS[@]}" -np 0
+try 2 "$C" "${CS[@]}" -e 1M -e 2M
+try 2 "$C" "${CS[@]}" --backend tcp
+try 2 "$C" "${CS[@]}" -b 1K -e 8
+try 2 "$C" "${CS[@]}" -f 1
+try 2 "$C" "${CS[@]}" -f 0
+try 2 "$C" "${CS[@]}" -i 0 -b 8 -e 64
+try 2 "$C" "${CS[@]}" -b 99999999999999999999999
+try 2 "$C" "${CS[@]}" -b 1Q
+try 2 "$C" "${CS[@]}" -r 7
+try 2 "$C" "${CS[@]}" -a 9
+try 2 "$C" "${CS[@]}" --straggler 9:5
+try 2 "$C" "${CS[@]}" --straggler x
+try 2 "$C" "${CS[@]}" no_such_collective
+try 2 "$C" "${CS[@]}" -d nope
+try 2 "$C" "${CS[@]}" -o nope
+try 2 "$C" "${CS[@]}" --algo nope
+try 2 "$C" "${CS[@]}" --inplace-only --outplace-only
+try 2 "$C" "${CS[@]}" --graph 4
+try any "$C" "${CS[@]}" --fit-from 0
+try 2 "$C" "${CS[@]}" --nonsense
 # bench-layers
 LS=(--backend local --iters 1 --warmup 0)
-try 2 $L "${LS[@]}" --hidden 100000000 --ffn 400000000
-every_binarys_rules $L "${LS[@]}"
-try 2 $L "${LS[@]}" --iters 0
-try 2 $L "${LS[@]}" --heads 0
-try 2 $L "${LS[@]}" --hidden 0
-try 2 $L "${LS[@]}" --hidden -3
-try 2 $L "${LS[@]}" --hidden 64 --heads 3
-try 2 $L "${LS[@]}" --tp 3
-try 2 $L "${LS[@]}" --tp 0
-try 2 $L "${LS[@]}" --tp 64
-try 2 $L "${LS[@]}" --iters 2 --iters 3
-try 2 $L "${LS[@]}" --preset nope
-try 2 $L "${LS[@]}" --link x
-try 2 $L "${LS[@]}" --link -1,2
-try 2 $L "${LS[@]}" --decode --mode train
-try 2 $L "${LS[@]}" --seq 0
-try 2 $L "${LS[@]}" --batch 0
-try 2 $L "${LS[@]}" --batch 100000000 --seq 100000000
-try 2 $L --backend tcp -n 100000 --tp 100000
+try 2 "$L" "${LS[@]}" --hidden 100000000 --ffn 400000000
+every_binarys_rules "$L" "${LS[@]}"
+try 2 "$L" "${LS[@]}" --iters 0
+try 2 "$L" "${LS[@]}" --heads 0
+try 2 "$L" "${LS[@]}" --hidden 0
+try 2 "$L" "${LS[@]}" --hidden -3
+try 2 "$L" "${LS[@]}" --hidden 64 --heads 3
+try 2 "$L" "${LS[@]}" --tp 3
+try 2 "$L" "${LS[@]}" --tp 0
+try 2 "$L" "${LS[@]}" --tp 64
+try 2 "$L" "${LS[@]}" --iters 2 --iters 3
+try 2 "$L" "${LS[@]}" --preset nope
+try 2 "$L" "${LS[@]}" --link x
+try 2 "$L" "${LS[@]}" --link -1,2
+try 2 "$L" "${LS[@]}" --decode --mode train
+try 2 "$L" "${LS[@]}" --seq 0
+try 2 "$L" "${LS[@]}" --batch 0
+try 2 "$L" "${LS[@]}" --batch 100000000 --seq 100000000
+try 2 "$L" --backend tcp -n 100000 --tp 100000
 # bench-pipeline
 PS=(--backend local --stages 2 --microbatches 4 --steps 1 --warmup 0)
-try 2 $P "${PS[@]}" --microbatches 10000000
-try 2 $P --backend local --stages 100000 --microbatches 4 --steps 1
-try 2 $P "${PS[@]}" --work sleep:999999999999999 --timeout 5
-try any $P "${PS[@]}" --work sleep:10000 --timeout 5
-try 2 $P --backend tcp --stages 2 --microbatches 4 --steps 1 --work sleep:999999999999999 --timeout 5
-try 2 $P "${PS[@]}" --schedule-csv "$TMP/s1.csv"
-try 2 $P "${PS[@]}" --schedule-csv "$TMP/s2.csv"
-try 2 $P "${PS[@]}" --schedule-csv "$TMP/s3.csv"
-try 2 $P "${PS[@]}" --schedule-csv "$TMP/s4.csv"
-try 2 $P "${PS[@]}" --schedule-csv "$TMP/s5.csv"
-try 2 $P "${PS[@]}" --schedule-csv "$TMP/nope.csv"
-try 2 $P "${PS[@]}" --threads 0
-try 2 $P "${PS[@]}" --stages 0
-try 2 $P "${PS[@]}" --microbatches 0
-try 2 $P "${PS[@]}" --stages -2
-try 2 $P "${PS[@]}" --stages 2 --stages 3
-every_binarys_rules $P "${PS[@]}"
-try 2 $P "${PS[@]}" --work nope
-try 2 $P "${PS[@]}" --work sleep:-1
-try 2 $P "${PS[@]}" --schedule nope
-try 2 $P "${PS[@]}" --chunks 0
-try 2 $P "${PS[@]}" --hidden 0
-try 2 $P "${PS[@]}" --hidden 100000000 --microbatch-size 100000000
-try 2 $P "${PS[@]}" --straggler 9:5
-try 2 $P "${PS[@]}" --stage-layers 1,x
+try 2 "$P" "${PS[@]}" --microbatches 10000000
+try 2 "$P" --backend local --stages 100000 --microbatches 4 --steps 1
+try 2 "$P" "${PS[@]}" --work sleep:999999999999999 --timeout 5
+try any "$P" "${PS[@]}" --work sleep:10000 --timeout 5
+try 2 "$P" --backend tcp --stages 2 --microbatches 4 --steps 1 --work sleep:999999999999999 --timeout 5
+try 2 "$P" "${PS[@]}" --schedule-csv "$TMP/s1.csv"
+try 2 "$P" "${PS[@]}" --schedule-csv "$TMP/s2.csv"
+try 2 "$P" "${PS[@]}" --schedule-csv "$TMP/s3.csv"
+try 2 "$P" "${PS[@]}" --schedule-csv "$TMP/s4.csv"
+try 2 "$P" "${PS[@]}" --schedule-csv "$TMP/s5.csv"
+try 2 "$P" "${PS[@]}" --schedule-csv "$TMP/nope.csv"
+try 2 "$P" "${PS[@]}" --threads 0
+try 2 "$P" "${PS[@]}" --stages 0
+try 2 "$P" "${PS[@]}" --microbatches 0
+try 2 "$P" "${PS[@]}" --stages -2
+try 2 "$P" "${PS[@]}" --stages 2 --stages 3
+every_binarys_rules "$P" "${PS[@]}"
+try 2 "$P" "${PS[@]}" --work nope
+try 2 "$P" "${PS[@]}" --work sleep:-1
+try 2 "$P" "${PS[@]}" --schedule nope
+try 2 "$P" "${PS[@]}" --chunks 0
+try 2 "$P" "${PS[@]}" --hidden 0
+try 2 "$P" "${PS[@]}" --hidden 100000000 --microbatch-size 100000000
+try 2 "$P" "${PS[@]}" --straggler 9:5
+try 2 "$P" "${PS[@]}" --stage-layers 1,x
 # report
-try 2 $R html "$TMP/garbage" --out "$TMP/r.html"
-try 2 $R compare "$TMP/garbage" "$TMP/garbage"
-try 2 $R plan --heads 4 --kv-heads 3
-try 2 $R plan --heads 0
-try 2 $R html "$TMP/nope" --out "$TMP/r.html"
-try 2 $R compare "$TMP/nope" "$TMP/nope"
-try 2 $R model --hidden -1
+try 2 "$R" html "$TMP/garbage" --out "$TMP/r.html"
+try 2 "$R" compare "$TMP/garbage" "$TMP/garbage"
+try 2 "$R" plan --heads 4 --kv-heads 3
+try 2 "$R" plan --heads 0
+try 2 "$R" html "$TMP/nope" --out "$TMP/r.html"
+try 2 "$R" compare "$TMP/nope" "$TMP/nope"
+try 2 "$R" model --hidden -1
 # bad records: NaN figures, non-UTF-8, a timeline outside the folder
 FX=$(dirname "$BIN")/../reports/tests/fixtures/shm
 [ -d "$FX" ] || FX=$(realpath "$(dirname "$0")/../reports/tests/fixtures/shm")
 for v in NaN inf -1; do
   d="$TMP/fig$v"; cp -r "$FX" "$d"
   awk -F, -v OFS=, -v v="$v" 'NR==1{for(i=1;i<=NF;i++) if($i=="p50_us") c=i} NR>1{$c=v} 1' "$FX/collectives.csv" >"$d/collectives.csv"
-  try 2 $R compare "$FX" "$d"
-  try 2 $R html "$d" --out "$d/r.html"
+  try 2 "$R" compare "$FX" "$d"
+  try 2 "$R" html "$d" --out "$d/r.html"
 done
 d="$TMP/utf"; cp -r "$FX" "$d"; printf '\xff\xfe\n' >>"$d/collectives.csv"
-try 2 $R compare "$d" "$d"
+try 2 "$R" compare "$d" "$d"
 d="$TMP/esc"; cp -r "$FX" "$d"; sed -i 's|timeline-pipeline-[^,]*gpipe-M1.json|../../../../etc/hostname|' "$d/pipeline.csv"
-try 2 $R html "$d" --out "$d/r.html"
+try 2 "$R" html "$d" --out "$d/r.html"
 d="$TMP/lock"; mkdir -p "$d"; echo 999999999 >"$d/.parbench.lock"
-try 0 $C "${CS[@]}" all_reduce --out "$d"
+try 0 "$C" "${CS[@]}" all_reduce --out "$d"
 echo "malformed invocations: $total; failures: $bad (of them not one line: $multiline)"
 [ "$bad" -eq 0 ]

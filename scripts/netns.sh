@@ -101,7 +101,7 @@ burst_of() { # rate
 
 up() {
     local n=$1 rate=$2 burst=$3 i
-    [[ $n =~ ^[0-9]+$ ]] && ((n >= 1 && n <= 250)) || die "N must be 1..250, got '$n'"
+    if ! [[ $n =~ ^[0-9]+$ ]] || ((n < 1 || n > 250)); then die "N must be 1..250, got '$n'"; fi
     [ -n "$rate" ] || die "--rate is required (e.g. --rate 1gbit)"
     rate_bytes "$rate" >/dev/null
     local spec
@@ -158,8 +158,8 @@ run() {
         else
             bind=off
         fi
-        ip netns exec "$PREFIX$i" env RANK=$i WORLD_SIZE=$n LOCAL_RANK=0 \
-            MASTER_ADDR=$SUBNET.1 MASTER_PORT=$PORT PARBENCH_JOB_TOKEN=$token \
+        ip netns exec "$PREFIX$i" env RANK="$i" WORLD_SIZE="$n" LOCAL_RANK=0 \
+            MASTER_ADDR="$SUBNET.1" MASTER_PORT="$PORT" PARBENCH_JOB_TOKEN="$token" \
             PARBENCH_WIRE="$wire" PARBENCH_BIND="$bind" "$@" &
         pids+=($!)
     done

@@ -53,7 +53,7 @@ if [ -n "${CARGO_TARGET_DIR:-}" ]; then
     export CARGO_TARGET_DIR
 fi
 target=${CARGO_TARGET_DIR:-$here/target}
-cd "$here"
+cd "$here" || exit 2
 
 if [ -n "${PARBENCH_BIN:-}" ]; then
     bin=$(from_caller "$PARBENCH_BIN")

@@ -19,7 +19,7 @@
 # build without `mpi`) is skipped with a line saying why; exit 1 when a run
 # that was attempted failed, 0 otherwise.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 
 OUT=${1:-results/wires-$(date -u +%Y%m%dT%H%M%SZ)}
 MAX=${MAX:-16M}

@@ -1,13 +1,19 @@
 //! NCCL's own choice of algorithm, protocol and channels per call, read
 //! from its tuning log (`NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING`, one line
-//! per call on rank 0, written by NCCL 2.20 and later):
+//! per call on rank 0). The line's format by release (NCCL's
+//! `src/enqueue.cc` at each tag):
 //!
-//! `host:pid:tid [0] NCCL INFO AllReduce: 4194304 Bytes -> Algo RING proto SIMPLE channel{Lo..Hi}={0..15}`
+//! - 2.18, 2.19: at TRACE only, so absent from a release build's log;
+//! - 2.20 - 2.22: `... NCCL INFO 262144 Bytes -> Algo 0 proto 1 time 54.707825`
+//!   (indices into NCCL's algorithm and protocol lists, no function);
+//! - 2.23: `... NCCL INFO AllReduce: 262144 Bytes -> Algo 0 proto 1 time 54.7`
+//!   (the same, after the function's name);
+//! - 2.24 and later: `... NCCL INFO AllReduce: 4194304 Bytes -> Algo RING proto SIMPLE channel{Lo..Hi}={0..15}`.
 //!
-//! (possibly followed by ` comm 0x...` or ` cgaClusterSize N`). The bytes
-//! are NCCL's: its count times the type's size (all_gather's and
+//! The bytes are NCCL's: its count times the type's size (all_gather's and
 //! reduce_scatter's per-rank count). A size the log says nothing about is
-//! `unknown`, never a guess.
+//! `unknown`, never a guess. `tests/fixtures/nccl_real_lines.log` holds
+//! lines from public reports, each with its source.
 
 use super::Collective;
 use std::path::{Path, PathBuf};
@@ -39,8 +45,9 @@ impl Choice {
     }
 }
 
-/// NCCL's algorithm and protocol names by index (its `nccl_common.h`
-/// order), for the numeric lines of NCCL 2.19 and before.
+/// NCCL's algorithm and protocol names by index (the order of its
+/// `nccl_common.h`, later `plugin/nccl_tuner.h`: the same from 2.20 to
+/// 2.29), for the numeric lines of NCCL 2.20 to 2.23.
 const ALGOS: [&str; 7] = [
     "TREE",
     "RING",
@@ -52,55 +59,54 @@ const ALGOS: [&str; 7] = [
 ];
 const PROTOS: [&str; 3] = ["LL", "LL128", "SIMPLE"];
 
-/// The numeric line of NCCL 2.19 and before (`262144 Bytes -> Algo 1
-/// proto 2 time 54.7`): no function and no channels, so `func` and
-/// `channels` are empty and 0.
-fn parse_numeric(rest: &str) -> Option<Choice> {
-    let (bytes, rest) = rest.split_once(" Bytes -> Algo ")?;
-    let mut w = rest.split_whitespace();
-    let algo = ALGOS.get(w.next()?.parse::<usize>().ok()?)?;
-    if w.next()? != "proto" {
-        return None;
-    }
-    let proto = PROTOS.get(w.next()?.parse::<usize>().ok()?)?;
-    Some(Choice {
-        func: String::new(),
-        bytes: bytes.trim().parse().ok()?,
-        algo: algo.to_string(),
-        proto: proto.to_string(),
-        channels: 0,
-    })
-}
-
 /// Parses one line; `None` for any other line of NCCL's log.
 pub fn parse_line(line: &str) -> Option<Choice> {
     let (_, rest) = line.split_once("NCCL INFO ")?;
-    if rest.starts_with(|c: char| c.is_ascii_digit()) {
-        return parse_numeric(rest);
-    }
-    let (func, rest) = rest.split_once(": ")?;
-    if func.is_empty() || !func.chars().all(|c| c.is_ascii_alphanumeric()) {
-        return None;
-    }
+    // 2.20 - 2.22 name no function: the line starts with the bytes.
+    let (func, rest) = if rest.starts_with(|c: char| c.is_ascii_digit()) {
+        ("", rest)
+    } else {
+        let (func, rest) = rest.split_once(": ")?;
+        if func.is_empty() || !func.chars().all(|c| c.is_ascii_alphanumeric()) {
+            return None;
+        }
+        (func, rest)
+    };
     let (bytes, rest) = rest.split_once(" Bytes -> Algo ")?;
+    let bytes: u64 = bytes.trim().parse().ok()?;
     let mut words = rest.split_whitespace();
-    let algo = words.next()?.to_string();
+    let algo = words.next()?;
     if words.next()? != "proto" {
         return None;
     }
-    let proto = words.next()?.to_string();
-    let chan = words
-        .next()?
-        .strip_prefix("channel{Lo..Hi}={")?
-        .strip_suffix('}')?;
-    let (lo, hi) = chan.split_once("..")?;
-    let (lo, hi): (u32, u32) = (lo.parse().ok()?, hi.parse().ok()?);
+    let proto = words.next()?;
+    let next = words.next()?;
+    let (algo, proto, channels) = if next == "time" {
+        // The numeric line (2.20 - 2.23): indices, then NCCL's time estimate.
+        words.next()?.parse::<f64>().ok()?;
+        let algo = ALGOS.get(algo.parse::<usize>().ok()?)?;
+        let proto = PROTOS.get(proto.parse::<usize>().ok()?)?;
+        (algo.to_string(), proto.to_string(), 0)
+    } else {
+        let chan = next.strip_prefix("channel{Lo..Hi}={")?.strip_suffix('}')?;
+        let (lo, hi) = chan.split_once("..")?;
+        let (lo, hi): (u32, u32) = (lo.parse().ok()?, hi.parse().ok()?);
+        let named = |w: &str| {
+            !w.is_empty()
+                && w.chars()
+                    .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+        };
+        if !named(algo) || !named(proto) {
+            return None;
+        }
+        (algo.to_string(), proto.to_string(), hi.checked_sub(lo)? + 1)
+    };
     Some(Choice {
         func: func.to_string(),
-        bytes: bytes.trim().parse().ok()?,
+        bytes,
         algo,
         proto,
-        channels: hi.checked_sub(lo)? + 1,
+        channels,
     })
 }
 
@@ -121,9 +127,10 @@ pub fn nccl_bytes(coll: Collective, send_bytes: u64, world: usize) -> u64 {
 }
 
 /// The label of the last call of `coll` at `send_bytes` in `choices`, or
-/// `unknown` when the log has none. A numeric line (no function named)
-/// counts when it is the log's last line of those bytes: parbench asks
-/// right after measuring a size, so the latest line of a size is its own.
+/// `unknown` when the log has none. A line that names no function (2.20 -
+/// 2.22) counts when it is the log's last line of those bytes: parbench
+/// asks right after measuring a size, so the latest line of a size is its
+/// own.
 pub fn label_for(choices: &[Choice], coll: Collective, send_bytes: u64, world: usize) -> String {
     let want = nccl_bytes(coll, send_bytes, world);
     nccl_func(coll)
@@ -180,14 +187,15 @@ pub fn read_log(path: &Path) -> Vec<Choice> {
 mod tests {
     use super::*;
 
-    /// A tuning log in NCCL 2.2x's format (8 GPUs, all_reduce, all_gather
-    /// and reduce_scatter sweeps), with the other INFO lines it interleaves.
+    /// The tuning line in each of NCCL's formats, written from its format
+    /// strings (the fixture's header says which), among real INIT and COLL
+    /// lines.
     const FIXTURE: &str = include_str!("../../tests/fixtures/nccl_tuning.log");
 
     #[test]
     fn the_fixture_log_gives_each_size_its_choice() {
         let c = parse_log(FIXTURE);
-        assert!(c.len() >= 6, "{c:?}");
+        assert_eq!(c.len(), 9, "{c:?}");
         assert_eq!(label_for(&c, Collective::AllReduce, 8, 8), "RING/LL/1ch");
         assert_eq!(
             label_for(&c, Collective::AllReduce, 268435456, 8),
@@ -197,6 +205,10 @@ mod tests {
             label_for(&c, Collective::AllGather, 131072, 8),
             "RING/LL128/8ch"
         );
+        assert_eq!(
+            label_for(&c, Collective::AllGather, 16777216, 8),
+            "PAT/SIMPLE/24ch"
+        );
         // reduce_scatter: NCCL logs the per-rank receive count's bytes.
         assert_eq!(
             label_for(&c, Collective::ReduceScatter, 8 * 1048576, 8),
@@ -204,10 +216,17 @@ mod tests {
         );
         assert_eq!(label_for(&c, Collective::AllReduce, 12345, 8), "unknown");
         assert_eq!(label_for(&c, Collective::AllToAll, 8, 8), "unknown");
-        // NCCL 2.19's numeric line: algorithm 1 is RING, protocol 2 SIMPLE.
+        // 2.23's numeric line names its function (so it is no all_gather's
+        // of the same bytes): algorithm 5 is NVLS_TREE.
+        assert_eq!(
+            label_for(&c, Collective::AllReduce, 4194304, 8),
+            "NVLS_TREE/SIMPLE"
+        );
+        assert_eq!(label_for(&c, Collective::AllGather, 4194304, 8), "unknown");
+        // 2.20 - 2.22's names none: algorithm 0 is TREE, protocol 1 LL128.
         assert_eq!(
             label_for(&c, Collective::AllReduce, 262144, 8),
-            "RING/SIMPLE"
+            "TREE/LL128"
         );
     }
 
@@ -216,12 +235,21 @@ mod tests {
         for l in [
             "vm:1:2 [0] NCCL INFO Channel 00/24 : 0 1 2 3 4 5 6 7",
             "vm:1:2 [0] NCCL INFO AllReduce: opCount 0 sendbuff 0x1 recvbuff 0x2 count 2 datatype 7 op 0 root 0 comm 0x3 [nranks=8] stream 0x4",
+            // Hi below Lo, an index past NCCL's lists, a name in lower case,
+            // a time that is not a number, a line cut short.
             "vm:1:2 [0] NCCL INFO AllReduce: 8 Bytes -> Algo RING proto LL channel{Lo..Hi}={3..1}",
+            "vm:1:2 [0] NCCL INFO 8 Bytes -> Algo 7 proto 0 time 1.0",
+            "vm:1:2 [0] NCCL INFO 8 Bytes -> Algo 0 proto 3 time 1.0",
+            "vm:1:2 [0] NCCL INFO AllReduce: 8 Bytes -> Algo ring proto LL channel{Lo..Hi}={0..1}",
+            "vm:1:2 [0] NCCL INFO AllReduce: 8 Bytes -> Algo 1 proto 2 time x",
+            "vm:1:2 [0] NCCL INFO AllReduce: 8 Bytes -> Algo 1 proto 2",
+            "vm:1:2 [0] NCCL INFO AllReduce: 18446744073709551616 Bytes -> Algo RING proto LL channel{Lo..Hi}={0..1}",
             "",
         ] {
             assert_eq!(parse_line(l), None, "{l}");
         }
-        let c = parse_line("h:9:9 [3] NCCL INFO Broadcast: 64 Bytes -> Algo RING proto LL channel{Lo..Hi}={0..1} cgaClusterSize 4").unwrap();
+        // Words after the channels (none in NCCL 2.24 - 2.29) are ignored.
+        let c = parse_line("h:9:9 [3] NCCL INFO Broadcast: 64 Bytes -> Algo RING proto LL channel{Lo..Hi}={0..1} more").unwrap();
         assert_eq!((c.func.as_str(), c.bytes, c.channels), ("Broadcast", 64, 2));
     }
 }

@@ -63,7 +63,7 @@ impl Lib {
     /// symbol lazily and panics when it is absent, so all are checked here).
     /// `cuEventElapsedTime_v2` is not listed: [`super::timing`] falls back to
     /// `cuEventElapsedTime` on drivers older than CUDA 12.8.
-    fn symbols(self) -> &'static [&'static str] {
+    pub fn symbols(self) -> &'static [&'static str] {
         match self {
             Lib::Driver => &[
                 "cuInit",
