@@ -339,6 +339,15 @@ fn a_noisy_run_is_not_judged_and_exits_3() {
     let o = report(&["compare", base3.to_str().unwrap(), cur.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
     assert!(stdout(&o).contains("Noisy runs left out"), "{}", stdout(&o));
+    // One count, one meaning: the summary says the noisy runs' rounds were
+    // left out and no figure went unjudged for it.
+    assert!(
+        stdout(&o).contains("0 noisy: not judged")
+            && stdout(&o)
+                .contains("1 noisy runs' rounds left out, every figure judged on the other rounds"),
+        "{}",
+        stdout(&o)
+    );
     assert!(
         !stdout(&o).contains("One round on a side"),
         "three rounds a side: {}",

@@ -102,7 +102,7 @@ pub fn render(cmp: &Comparison, args: &CompareArgs) -> String {
             .join("/")
     };
     out.push_str(&format!(
-        "{} figures compared ({} against {}, threshold {:.1}%, rounds {} against {}): {} regressions, {} improvements, {} unchanged, {} noisy: not judged, {} cannot be judged; {} keys only in the baseline, {} only in the current run.\n",
+        "{} figures compared ({} against {}, threshold {:.1}%, rounds {} against {}): {} regressions, {} improvements, {} unchanged, {} noisy: not judged, {} cannot be judged; {} keys only in the baseline, {} only in the current run{}.\n",
         cmp.changes.len(),
         args.current().display(),
         args.baseline_label(),
@@ -115,7 +115,15 @@ pub fn render(cmp: &Comparison, args: &CompareArgs) -> String {
         not_judged.len(),
         cannot.len(),
         cmp.only_baseline.len(),
-        cmp.only_current.len()
+        cmp.only_current.len(),
+        if cmp.noisy_runs.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; {} noisy runs' rounds left out, every figure judged on the other rounds where enough remain",
+                cmp.noisy_runs.len()
+            )
+        }
     ));
     out.push_str(&format!("Rule: {RULE}\n"));
     if let Some(basis) = &cmp.compute_basis {
@@ -147,7 +155,9 @@ pub fn render(cmp: &Comparison, args: &CompareArgs) -> String {
         out.push_str(&format!("{}\n", one_round_note(single)));
     }
     if !cmp.noisy_runs.is_empty() {
-        out.push_str(&heading("Noisy runs left out (not judged)"));
+        out.push_str(&heading(
+            "Noisy runs left out (their rounds; a figure is 'noisy: not judged' only when too few quiet rounds remain)",
+        ));
         let mut t = Table::new(["folder", "run", "machine taken by other processes"]);
         for (side, id, f) in &cmp.noisy_runs {
             t.row([side.to_string(), id.clone(), units::percent(*f)]);
