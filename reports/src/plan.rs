@@ -340,7 +340,8 @@ fn fitted_wires(sources: &[Source]) -> (Option<Fitted>, Option<Fitted>) {
         }
     }
     // Best: a quiet run before a noisy one, then the most ranks, then the most sizes.
-    let mut best: [Option<((bool, usize, usize), Fitted)>; 2] = [None, None];
+    type Rank = (bool, usize, usize);
+    let mut best: [Option<(Rank, Fitted)>; 2] = [None, None];
     for (k, sizes) in curves {
         let (label, backend, wire, algo, world, dtype, intra, noisy) = k;
         let points: Vec<(u64, f64)> = sizes
