@@ -2,7 +2,8 @@
 # Nightly regression run: a fixed small suite of the three bench binaries on
 # the default backend, run ROUNDS times interleaved into results/<date>/,
 # compared with results/baseline/, and an HTML report beside the records.
-# The baseline is the first NIGHTS clean nights (results/baseline/<night>/),
+# The baseline is the first NIGHTS clean nights (results/baseline/<night>/:
+# no bench failed, no run's noise guard said noisy, one night per date),
 # pooled: the noise a night is held against is then measured across nights
 # (a machine's speed moves more from one night to the next than between
 # the rounds of one night). The nights that make the baseline are kept, not
@@ -112,16 +113,28 @@ elif [ -d "$baseline" ]; then
     done
 fi
 
+# Whether the baseline already has a night of this date (a second run the
+# same day is told apart: it does not count as another night).
+same_day=0
+for d in "${nights[@]}"; do
+    case "$(basename "$d")" in "$date_name"|"$date_name"-*) same_day=1 ;; esac
+done
+
 status=0
 if [ "${nights[*]}" != "$baseline" ] && [ ${#nights[@]} -lt "$baseline_nights" ]; then
-    if [ "$failed" = 0 ]; then
+    if [ "$failed" != 0 ]; then
+        echo "nightly: a night with failures is not kept in the baseline" >&2
+    elif [ "$same_day" = 1 ]; then
+        echo "nightly: the baseline already has a night of $date_name: this second run of the day is not kept as another baseline night (not judged)"
+    elif ! "$bin/report" quiet "$out"; then
+        echo "nightly: noisy: not kept in the baseline (other processes took more than 10% of the machine in a run; the baseline takes clean nights only)" >&2
+        status=3
+    else
         mkdir -p "$baseline"
         kept="$baseline/$(basename "$out")"
         cp -r "$out" "$kept"
         nights+=("$kept")
         echo "nightly: baseline night ${#nights[@]} of $baseline_nights: $out kept as $kept (not judged; the gate judges each night once the baseline has $baseline_nights)"
-    else
-        echo "nightly: a night with failures is not kept in the baseline" >&2
     fi
 else
     "$bin/report" compare "${nights[@]}" "$out" --threshold "$threshold"
@@ -162,7 +175,7 @@ if [ "$status" = 1 ]; then
     exit 1
 fi
 if [ "$status" = 3 ]; then
-    echo "nightly: noisy: not judged (other processes took more than 10% of the machine in some runs; see above)" >&2
+    echo "nightly: noisy: not judged or not kept (other processes took more than 10% of the machine in some runs; see above)" >&2
     exit 3
 fi
 echo "nightly: no regression; report at $out/report.html"

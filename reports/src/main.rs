@@ -59,6 +59,35 @@ enum Command {
     Plan(Box<plan::PlanArgs>),
     /// Compare the last folder against the baseline folder(s) before it (pooled): exit 1 when a figure regressed beyond the threshold, the runs' noise and the floor; 2 when nothing matched; 3 when noisy runs were not judged.
     Compare(compare::CompareArgs),
+    /// Whether every run in the folders was quiet: exit 0 when no run's noise guard marked it noisy, 3 naming each one that did (scripts/nightly.sh keeps only quiet nights in its baseline).
+    Quiet {
+        #[arg(required = true)]
+        dirs: Vec<PathBuf>,
+    },
+}
+
+/// `report quiet`: the noisy runs of `dirs`, one line each on stderr.
+fn quiet(dirs: &[PathBuf]) -> anyhow::Result<ExitCode> {
+    let sources = load::load_sources(dirs, false)?;
+    let mut noisy = 0;
+    for s in &sources {
+        for r in &s.runs {
+            if let Some(n) = r.noise().filter(|n| n.noisy()) {
+                noisy += 1;
+                eprintln!(
+                    "report: {}: run {} noisy: other processes took {} of the machine",
+                    s.dir.display(),
+                    r.run_id,
+                    units::percent(n.fraction)
+                );
+            }
+        }
+    }
+    Ok(if noisy == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(3)
+    })
 }
 
 fn main() -> ExitCode {
@@ -86,6 +115,7 @@ fn main() -> ExitCode {
         } => html::run(&dirs, &output, &title).map(|()| ExitCode::SUCCESS),
         Command::Plan(args) => plan::run(&args).map(|()| ExitCode::SUCCESS),
         Command::Compare(args) => compare::run(&args),
+        Command::Quiet { dirs } => quiet(&dirs),
     };
     match result {
         Ok(code) => code,

@@ -241,3 +241,43 @@ fn a_night_that_compares_nothing_fails() {
     assert_eq!(code, 2, "{out}");
     assert!(out.contains("nothing compared"), "{out}");
 }
+
+/// Only clean nights make the baseline: a night whose noise guard said
+/// noisy is not kept (exit 3), and a second run on a date the baseline
+/// already has does not count as another night.
+#[test]
+fn only_clean_nights_of_distinct_dates_make_the_baseline() {
+    let dir = scratch("nightly-clean");
+    stub_bin(&dir);
+    let good = fixture("shm");
+    let noisy = copy_fixture("shm", "nightly-noisy-src");
+    let path = noisy.join("run.json");
+    let mut runs: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    for r in runs.as_array_mut().unwrap() {
+        r["extra"]["noise"] = serde_json::json!({
+            "cpus": 2, "foreign_s": 6.0, "fraction": 0.3, "host_s": 20.0,
+            "method": "test", "own_s": 14.0, "resolution": 0.001,
+            "steal_s": 0.0, "wall_s": 10.0
+        });
+    }
+    std::fs::write(&path, serde_json::to_string(&runs).unwrap()).unwrap();
+
+    let (code, out) = nightly(&dir, &noisy, "2026-12-01", "");
+    assert_eq!(code, 3, "{out}");
+    assert!(out.contains("noisy: not kept in the baseline"), "{out}");
+    let baseline = dir.join("results/baseline");
+    assert!(!baseline.join("2026-12-01").exists(), "{out}");
+
+    let (code, out) = nightly(&dir, &good, "2026-12-02", "");
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("baseline night 1 of 3"), "{out}");
+    // The same date again: told apart, not a second baseline night.
+    let (code, out) = nightly(&dir, &good, "2026-12-02", "");
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("already has a night of 2026-12-02"), "{out}");
+    let kept = std::fs::read_dir(&baseline).unwrap().count();
+    assert_eq!(kept, 1, "{out}");
+    let (_, out) = nightly(&dir, &good, "2026-12-03", "");
+    assert!(out.contains("baseline night 2 of 3"), "{out}");
+}
