@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Nightly regression run: a fixed small suite of the three bench binaries on
 # the default backend, run ROUNDS times interleaved into results/<date>/,
-# compared with results/baseline/, and an HTML report beside the records.
+# compared with results/baseline/, and an HTML report beside the records;
+# results/trend.html draws every night's key figures against the baseline.
 # The baseline is the first NIGHTS clean nights (results/baseline/<night>/:
 # no bench failed, no run's noise guard said noisy, one night per date),
 # pooled: the noise a night is held against is then measured across nights
@@ -165,6 +166,8 @@ else
     echo "nightly: no records at all: no report" >&2
     failed=1
 fi
+# Every night so far, figure by figure, against the baseline's band.
+"$bin/report" trend "$results" -o "$results/trend.html" || failed=1
 
 if [ "$failed" = 1 ]; then
     echo "nightly: a bench or the report failed (see above)" >&2

@@ -19,6 +19,7 @@ mod predict;
 mod table;
 mod text_file;
 mod timeline;
+mod trend;
 mod units;
 
 use clap::{Parser, Subcommand};
@@ -59,6 +60,14 @@ enum Command {
     Plan(Box<plan::PlanArgs>),
     /// Compare the last folder against the baseline folder(s) before it (pooled): exit 1 when a figure regressed beyond the threshold, the runs' noise and the floor; 2 when nothing matched; 3 when noisy runs were not judged.
     Compare(compare::CompareArgs),
+    /// Draw a nightly results folder's key figures night by night against the baseline's band (busbw at the largest size, bench-layers' step, each schedule's bubble), the nights the gate called marked.
+    Trend {
+        /// The folder scripts/nightly.sh writes into (its --results).
+        dir: PathBuf,
+        /// Output file.
+        #[arg(short, long, default_value = "trend.html")]
+        output: PathBuf,
+    },
     /// Whether every run in the folders was quiet: exit 0 when no run's noise guard marked it noisy, 3 naming each one that did (scripts/nightly.sh keeps only quiet nights in its baseline).
     Quiet {
         #[arg(required = true)]
@@ -116,6 +125,7 @@ fn main() -> ExitCode {
         Command::Plan(args) => plan::run(&args).map(|()| ExitCode::SUCCESS),
         Command::Compare(args) => compare::run(&args),
         Command::Quiet { dirs } => quiet(&dirs),
+        Command::Trend { dir, output } => trend::run(&dir, &output).map(|()| ExitCode::SUCCESS),
     };
     match result {
         Ok(code) => code,

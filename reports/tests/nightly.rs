@@ -128,11 +128,24 @@ fn baseline_then_compare_then_regression() {
         results.join("2026-11-30/report.html").exists(),
         "report written even on a regression"
     );
+    // The trend: every night so far, the regression night marked.
+    let trend = std::fs::read_to_string(results.join("trend.html")).unwrap();
+    assert!(
+        trend.contains("the gate called a regression on 2026-11-30")
+            && trend.contains("2026-11-26")
+            && trend.contains("all_reduce busbw at")
+            && trend.contains("baseline: 3 nights"),
+        "{trend}"
+    );
+    assert!(trend.matches("<svg").count() >= 2, "a chart per figure");
 
     // The same date again gets its own folder, never the old one.
     let (code, out) = nightly(&dir, &good, "2026-11-30", "bench-layers");
     assert_eq!(code, 2, "a failing bench fails the night: {out}");
-    let runs = std::fs::read_dir(&results).unwrap().count();
+    let runs = std::fs::read_dir(&results)
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().path().is_dir())
+        .count();
     assert_eq!(runs, 7, "baseline + 6 nights");
 }
 

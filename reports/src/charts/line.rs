@@ -17,9 +17,7 @@ pub enum Axis {
     /// A positive number on a log10 scale (bandwidths spanning decades:
     /// from a latency-bound 8 B to an in-cache ceiling), labelled 0.1, 1, 10...
     Log10,
-    /// A plain number from zero (no section draws one at present: kept for
-    /// the charts of every section, as the bars' and bubble's axes are).
-    #[allow(dead_code)]
+    /// A plain number from zero (`report trend`'s nights and figures).
     Linear,
     /// A fraction from zero, labelled in percent.
     Fraction,

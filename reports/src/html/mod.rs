@@ -6,7 +6,7 @@ mod collectives;
 pub mod escape;
 mod layers;
 mod links;
-mod page;
+pub mod page;
 mod pipeline;
 mod plan;
 mod runs;
