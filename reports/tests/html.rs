@@ -226,6 +226,9 @@ fn real_records_render() {
     assert!(!html.contains("No tensor-parallel layer measurements"));
     assert!(html.contains("id=\"busbw-all-reduce-float-sum\""));
     assert!(html.contains("id=\"layers-comm-0\""));
+    // A real run's extra: many lines, a few in view and the rest folded.
+    assert_lines_fold(&html);
+    assert!(html.contains("<details><summary>"), "the rest folded");
     // Two wires with all_reduce fits, plus the two references.
     assert!(
         html.contains("real-tcp: tcp/tcp"),
@@ -265,6 +268,15 @@ fn chart_text(html: &str, id: &str) -> String {
     words.join(" ")
 }
 
+/// No lines cell shows more than six lines before the rest fold away.
+fn assert_lines_fold(html: &str) {
+    for cell in html.split("<td class=\"lines\">").skip(1) {
+        let cell = &cell[..cell.find("</td>").unwrap()];
+        let shown = cell.split("<details>").next().unwrap_or("");
+        assert!(shown.matches("<div>").count() <= 6, "{cell}");
+    }
+}
+
 fn html_of(dir: &Path) -> String {
     render_to(&dir.join("r.html"), &[dir.to_path_buf()])
 }
@@ -283,8 +295,10 @@ fn two_runs_of_one_key_are_two_curves_never_their_mean() {
     // The second run is marked noisy: in the legend and the runs table.
     assert!(chart.contains("NOISY"), "noisy curve marked");
     assert!(html.contains("<td class=\"bad\">NOISY: other processes took 30.0%"));
-    // extra as key/value lines, not raw JSON.
+    // extra as key/value lines, not raw JSON; a few in view, the rest
+    // folded, so that no run's row is taller than a screen.
     assert!(html.contains("<td class=\"lines\"><div>"), "extra as lines");
+    assert_lines_fold(&html);
     assert!(!html.contains("{&quot;"), "no raw JSON object in the page");
     // Wide tables wrap on paper.
     assert!(html.contains("@media print") && html.contains(".scroll { overflow: visible; }"));

@@ -50,11 +50,20 @@ pub fn timeline_chart(t: &TimelineChart, width: u32) -> Result<String, String> {
         root.fill(&WHITE).map_err(err)?;
         let (plot, legend) = root.split_horizontally(width.saturating_sub(LEGEND_W));
         let lane_keys: Vec<f64> = (0..n).map(|i| i as f64 + 0.5).collect();
+        // Room for the longest lane name at the label font (about 8 px a
+        // character): "rank 0 (clock +/- 0.0 us)" was cut to its tail.
+        let longest = t
+            .lanes
+            .iter()
+            .map(|l| l.name.chars().count())
+            .max()
+            .unwrap_or(0);
+        let label_px = (8 * longest as u32 + 16).clamp(72, 360);
         let mut c = ChartBuilder::on(&plot)
             .caption(&t.title, (FONT, 20).into_font())
             .margin(10)
             .x_label_area_size(40)
-            .y_label_area_size(72)
+            .y_label_area_size(label_px)
             .build_cartesian_2d(0.0..span_ms, super::Keyed::new(0.0, n as f64, lane_keys))
             .map_err(err)?;
         let names: Vec<String> = t.lanes.iter().map(|l| l.name.clone()).collect();
@@ -77,7 +86,7 @@ pub fn timeline_chart(t: &TimelineChart, width: u32) -> Result<String, String> {
             .disable_y_mesh()
             .draw()
             .map_err(err)?;
-        let plot_px = (width.saturating_sub(LEGEND_W) as f64 - 100.0).max(100.0);
+        let plot_px = (width.saturating_sub(LEGEND_W) as f64 - label_px as f64 - 28.0).max(100.0);
         for (i, lane) in t.lanes.iter().enumerate() {
             let y = (n - 1 - i) as f64;
             for s in &lane.slices {

@@ -250,7 +250,8 @@ fn labels(curves: &[&Curve]) -> Vec<String> {
     let varies: Vec<bool> = (0..7)
         .map(|i| all.iter().any(|f| f[i] != all[0][i]))
         .collect();
-    all.iter()
+    let names: Vec<String> = all
+        .iter()
         .map(|f| {
             let parts: Vec<&str> = f
                 .iter()
@@ -263,7 +264,30 @@ fn labels(curves: &[&Curve]) -> Vec<String> {
                 .collect();
             parts.join(" ")
         })
-        .collect()
+        .collect();
+    unique_labels(names, |i| {
+        let c = curves[i];
+        format!("root {}, {}", c.row.root, c.runs.join(" "))
+    })
+}
+
+/// Labels that two curves share get what tells them apart (`detail`), and
+/// if that is shared too, their place: every legend entry names one curve.
+pub fn unique_labels(mut names: Vec<String>, detail: impl Fn(usize) -> String) -> Vec<String> {
+    let shared = |names: &[String], i: usize| names.iter().filter(|n| **n == names[i]).count() > 1;
+    let first: Vec<bool> = (0..names.len()).map(|i| shared(&names, i)).collect();
+    for (i, dup) in first.into_iter().enumerate() {
+        if dup {
+            names[i] = format!("{} ({})", names[i], detail(i));
+        }
+    }
+    let second: Vec<bool> = (0..names.len()).map(|i| shared(&names, i)).collect();
+    for (i, dup) in second.into_iter().enumerate() {
+        if dup {
+            names[i] = format!("{} #{}", names[i], i + 1);
+        }
+    }
+    names
 }
 
 /// How a curve's typical figure is drawn (median time, the bus bandwidth of it).
@@ -632,4 +656,35 @@ pub fn section(sources: &[Source]) -> String {
         &fits,
     ));
     page::section("collectives", "Collectives", &body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unique_labels;
+
+    #[test]
+    fn legend_entries_that_collide_are_told_apart() {
+        let names = vec![
+            "a".to_string(),
+            "a".into(),
+            "b".into(),
+            "c".into(),
+            "c".into(),
+        ];
+        let out = unique_labels(names, |i| {
+            if i < 2 {
+                format!("run {i}")
+            } else {
+                "same".into()
+            }
+        });
+        assert_eq!(
+            out,
+            ["a (run 0)", "a (run 1)", "b", "c (same) #4", "c (same) #5"]
+        );
+        let mut sorted = out.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(sorted.len(), out.len(), "every entry names one curve");
+    }
 }

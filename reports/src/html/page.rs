@@ -133,6 +133,9 @@ pub enum Cell {
 }
 
 /// A table from a header and rows of cells.
+/// Lines of a [`Cell::Lines`] shown before the rest fold away.
+const LINES_SHOWN: usize = 6;
+
 pub fn table(header: &[&str], rows: &[Vec<Cell>]) -> String {
     let mut s = String::from("<div class=\"scroll\"><table>\n<thead><tr>");
     for h in header {
@@ -147,9 +150,22 @@ pub fn table(header: &[&str], rows: &[Vec<Cell>]) -> String {
                 Cell::Text(t) => s.push_str(&format!("<td class=\"text\">{}</td>", esc(t))),
                 Cell::Bad(t) => s.push_str(&format!("<td class=\"bad\">{}</td>", esc(t))),
                 Cell::Lines(ls) => {
+                    // A few lines in view; the rest one click away, so
+                    // that a run's many figures do not make a row taller
+                    // than a screen.
                     s.push_str("<td class=\"lines\">");
-                    for l in ls {
+                    for l in ls.iter().take(LINES_SHOWN) {
                         s.push_str(&format!("<div>{}</div>", esc(l)));
+                    }
+                    if ls.len() > LINES_SHOWN {
+                        s.push_str(&format!(
+                            "<details><summary>{} more</summary>",
+                            ls.len() - LINES_SHOWN
+                        ));
+                        for l in &ls[LINES_SHOWN..] {
+                            s.push_str(&format!("<div>{}</div>", esc(l)));
+                        }
+                        s.push_str("</details>");
                     }
                     s.push_str("</td>");
                 }

@@ -174,12 +174,48 @@ fn run_table(rows: &[&PipelineRow]) -> String {
     )
 }
 
+/// A name cut into text and numbers, so that `M4` sorts before `M16`.
+fn natural_key(name: &str) -> Vec<(String, u64)> {
+    let mut out = Vec::new();
+    let mut text = String::new();
+    let mut digits = String::new();
+    for ch in name.chars() {
+        if ch.is_ascii_digit() {
+            digits.push(ch);
+        } else {
+            if !digits.is_empty() {
+                out.push((
+                    std::mem::take(&mut text),
+                    digits.parse().unwrap_or(u64::MAX),
+                ));
+                digits.clear();
+            }
+            text.push(ch);
+        }
+    }
+    out.push((text, digits.parse().unwrap_or(0)));
+    out
+}
+
 fn timelines(sources: &[Source]) -> String {
     let mut out = String::new();
     let mut drawn = 0;
     let mut total = 0;
     for s in sources {
-        for (file, tl) in &s.timelines {
+        // By schedule, then stages and microbatches as numbers (M=1, 4,
+        // 16; not the file names' M1, M16, M4), then the file's name.
+        let mut files: Vec<_> = s.timelines.iter().collect();
+        files.sort_by_key(|(file, _)| {
+            let row = s
+                .pipeline
+                .iter()
+                .find(|r| r.timeline.trim() == file.as_str());
+            (
+                row.map(|r| (r.schedule.clone(), r.stages, r.microbatches, r.chunks)),
+                natural_key(file),
+            )
+        });
+        for (file, tl) in files {
             let rows: Vec<&PipelineRow> = s
                 .pipeline
                 .iter()
@@ -260,4 +296,27 @@ pub fn section(sources: &[Source]) -> String {
     body.push_str(&page::h3("Timelines"));
     body.push_str(&timelines(sources));
     page::section("pipeline", "Pipeline schedules", &body)
+}
+
+#[cfg(test)]
+mod natural_order_tests {
+    use super::natural_key;
+
+    #[test]
+    fn microbatch_counts_sort_as_numbers() {
+        let mut files = vec![
+            "tl-1f1b-S2-M16-v1.json",
+            "tl-1f1b-S2-M1-v1.json",
+            "tl-1f1b-S2-M4-v1.json",
+        ];
+        files.sort_by_key(|f| natural_key(f));
+        assert_eq!(
+            files,
+            [
+                "tl-1f1b-S2-M1-v1.json",
+                "tl-1f1b-S2-M4-v1.json",
+                "tl-1f1b-S2-M16-v1.json"
+            ]
+        );
+    }
 }
