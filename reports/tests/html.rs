@@ -226,6 +226,12 @@ fn real_records_render() {
     assert!(!html.contains("No tensor-parallel layer measurements"));
     assert!(html.contains("id=\"busbw-all-reduce-float-sum\""));
     assert!(html.contains("id=\"layers-comm-0\""));
+    // What to conclude, and the caveat of 2-rank fits projected to TP 8.
+    assert!(html.contains("Conclude (collectives): farthest below its ceiling"));
+    assert!(
+        html.contains("Caveat: ")
+            && html.contains("measured fewer ranks than the degrees projected")
+    );
     // A real run's extra: many lines, a few in view and the rest folded.
     assert_lines_fold(&html);
     assert!(html.contains("<details><summary>"), "the rest folded");
@@ -316,4 +322,24 @@ fn more_runs_become_one_median_curve_with_its_band() {
         "labelled as a median: {chart}"
     );
     assert_eq!(chart.matches("measured").count(), 1);
+}
+
+/// A measured bubble that parts from its simulation is said to part, with
+/// its likely cause when the pipeline had more ranks than the run's cores.
+#[test]
+fn a_bubble_that_parts_from_its_simulation_is_named() {
+    let dir = copy_fixture("shm", "html-bubble-parts");
+    let path = dir.join("pipeline.csv");
+    let mut rows: Vec<parbench::results::PipelineRow> =
+        parbench::results::read_rows(&path).unwrap();
+    rows[0].bubble_measured = (rows[0].bubble_simulated + 0.3).min(0.99);
+    std::fs::remove_file(&path).unwrap();
+    parbench::results::append_rows(&dir, &rows).unwrap();
+    let html = html_of(&dir);
+    assert!(
+        html.contains("the measured bubble PARTS from the simulation by up to")
+            && html.contains("4 compute ranks on 2 cores"),
+        "{html}"
+    );
+    assert!(html.contains("Conclude (pipeline): the most bubble is"));
 }

@@ -17,6 +17,8 @@ const TP_DEGREES: [u64; 3] = [2, 4, 8];
 
 struct Wire {
     name: String,
+    /// Ranks the wire was measured with (0 for a reference).
+    world: usize,
     link: LinkParams,
     /// The algorithm to project the link with.
     algo: predict::ModelAlgo,
@@ -35,6 +37,7 @@ fn wires(sources: &[Source]) -> Vec<Wire> {
                     c.source, c.row.backend, c.row.wire, c.row.algo, c.row.world, c.row.dtype
                 ),
                 link: fit.link,
+                world: c.row.world,
                 algo: predict::projection_algo(&predict::ModelAlgo::of(&c.row.algo)),
                 measured: true,
             })
@@ -47,6 +50,7 @@ fn wires(sources: &[Source]) -> Vec<Wire> {
         out.push(Wire {
             name: format!("{name} {} GB/s", units::short(gbps)),
             link: predict::bandwidth_link(gbps),
+            world: 0,
             algo: parbench::comm::algo::Algorithm::Ring.into(),
             measured: false,
         });
@@ -87,6 +91,18 @@ pub fn section(sources: &[Source]) -> String {
         body.push_str(&page::empty(
             "No all_reduce measurement in these results folders: only the reference wires are shown. Run bench-collectives all_reduce --out DIR to plan on your own wire.",
         ));
+    }
+    let projected: Vec<String> = wires
+        .iter()
+        .filter(|w| w.measured && (w.world as u64) < TP_DEGREES[TP_DEGREES.len() - 1])
+        .map(|w| w.name.clone())
+        .collect();
+    if !projected.is_empty() {
+        body.push_str(&page::note(&format!(
+            "Caveat: {} measured fewer ranks than the degrees projected here (up to TP={}). Their columns assume every added rank's link behaves as the measured ones; on one host (shared memory, loopback) a real TP=8 group would share the same cores and memory, so read them as a what-if of the wire's alpha and beta, not a prediction of that host.",
+            projected.join("; "),
+            TP_DEGREES[TP_DEGREES.len() - 1]
+        )));
     }
     let mut header = vec!["wire".to_string(), "alpha".into(), "link GB/s".into()];
     header.extend(

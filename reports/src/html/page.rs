@@ -29,7 +29,7 @@ figure.chart svg { display: block; max-width: 100%; height: auto; border: 1px so
 figure.chart figcaption { font-size: 13px; color: #4a5263; margin-top: 4px; max-width: 1100px; }
 table { border-collapse: collapse; font-size: 13px; margin: 8px 0 14px; }
 th, td { padding: 4px 10px; border-bottom: 1px solid #e7eaf0; text-align: right; white-space: nowrap; }
-th { background: #f0f2f6; font-weight: 600; }
+th { background: #f0f2f6; font-weight: 600; white-space: normal; max-width: 9em; vertical-align: bottom; }
 th:first-child, td:first-child { text-align: left; }
 tbody tr:nth-child(even) { background: #fafbfc; }
 td.text { text-align: left; white-space: normal; min-width: 140px; max-width: 420px; word-break: break-word; }
