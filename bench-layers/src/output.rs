@@ -213,16 +213,44 @@ pub fn table(plan: &LayerJob, rows: &[LayerRow]) -> String {
         ));
     }
     for r in rows.iter().filter(|r| r.tp > 1) {
+        let source = match r.link_source.as_str() {
+            "fit" => "fit of this run's collectives at the block's call size, 1/16 to 2x, timed on this wire before the block",
+            "flag" => "given with --link",
+            _ => "none",
+        };
         out.push_str(&format!(
-            "# tp {}: {} | link {} alpha {} us, {} GB/s\n",
+            "# tp {}: {} | link {} alpha {} us, {} GB/s ({source})\n",
             r.tp,
             r.comm_algo,
             r.link_source,
             num(r.link_alpha_us, 2),
             num(r.link_gbps, 2)
         ));
+        if let Some(line) = model_miss(r.comm_us, r.comm_model_us) {
+            out.push_str(&format!("# tp {}: {line}\n", r.tp));
+        }
     }
     out
+}
+
+/// How far the model may part from a measured communication time before
+/// the table says so (bench-collectives' margin).
+pub const MODEL_MARGIN: f64 = 0.25;
+
+/// A WARNING when the model's communication time parts from the measured
+/// one by more than [`MODEL_MARGIN`].
+pub fn model_miss(measured_us: f64, model_us: f64) -> Option<String> {
+    let ratio = model_us / measured_us;
+    if !(ratio.is_finite() && measured_us > 0.0) || (ratio - 1.0).abs() <= MODEL_MARGIN {
+        return None;
+    }
+    Some(format!(
+        "WARNING: the model's communication {} us is x{:.2} the measured {} us (beyond {:.0}%): the collectives inside the block ran slower or faster than the same collectives alone (ranks sharing cores with compute, or a wire that changed between the fit and the block)",
+        num(model_us, 1),
+        ratio,
+        num(measured_us, 1),
+        100.0 * MODEL_MARGIN
+    ))
 }
 
 /// The compute reference's record for run.json: what [`ComputeReference`]
@@ -273,4 +301,20 @@ pub fn reference_line(r: Option<&ComputeReference>, rows: &[LayerRow]) -> String
             )
         }
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_model_beyond_a_quarter_of_the_measurement_is_flagged() {
+        assert!(model_miss(100.0, 120.0).is_none());
+        assert!(model_miss(100.0, 80.0).is_none());
+        let miss = model_miss(2659.8, 482.6).unwrap();
+        assert!(miss.contains("x0.18") && miss.contains("WARNING"), "{miss}");
+        assert!(model_miss(100.0, 130.0).unwrap().contains("x1.30"));
+        assert!(model_miss(0.0, 10.0).is_none());
+        assert!(model_miss(10.0, f64::NAN).is_none());
+    }
 }

@@ -69,6 +69,35 @@ pub struct Recorder {
     composed: Vec<serde_json::Value>,
     /// Each composed run whose gradient check failed: what differed.
     failed_checks: Vec<String>,
+    /// Each run whose measured bubble parted from its simulation.
+    parted: Vec<serde_json::Value>,
+}
+
+/// Points of the step by which a measured bubble may differ from its
+/// simulation before the run says so.
+pub const BUBBLE_PARTS: f64 = 0.10;
+
+/// Why a measured bubble parts from its simulation by more than
+/// [`BUBBLE_PARTS`], in words, or `None` when it does not: more compute
+/// ranks than cores first (ranks wait for a core, which the simulator,
+/// fed each action's own time, does not see), then sleeps that wake late.
+pub fn bubble_parts(
+    measured: f64,
+    simulated: f64,
+    ranks: usize,
+    cores: usize,
+    sleep_work: bool,
+) -> Option<String> {
+    if !((measured - simulated).abs() > BUBBLE_PARTS) {
+        return None;
+    }
+    Some(if cores > 0 && ranks > cores && !sleep_work {
+        format!("likely cause: {ranks} compute ranks on {cores} cores, so ranks waited for a core, not for the pipeline (run fewer stages, or --work sleep:US)")
+    } else if sleep_work {
+        "likely cause: sleeps waking late or the host's scheduler (see the noise guard's figure in run.json)".into()
+    } else {
+        "likely cause: other processes on the host (see the noise guard's figure in run.json) or the executor's own time between actions".into()
+    })
 }
 
 impl Recorder {
@@ -121,6 +150,7 @@ impl Recorder {
             base: None,
             composed: Vec::new(),
             failed_checks: Vec::new(),
+            parted: Vec::new(),
         }
     }
 
@@ -219,6 +249,30 @@ impl Recorder {
             );
         }
         parbench::outln!("    clocks: {}", clock_line(rec));
+        let ranks = composed.map_or(s.ranks(), |(job, _)| s.ranks() * job.dp * job.tp);
+        if let Some(why) = bubble_parts(
+            sum.bubble_measured,
+            sum.sim.bubble,
+            ranks,
+            CORES.get().copied().unwrap_or(0),
+            self.work.starts_with("sleep"),
+        ) {
+            parbench::outln!(
+                "    WARNING: measured bubble {} parts from the simulated {} by {:.1} points (margin {:.0}): {why}",
+                pct(sum.bubble_measured),
+                pct(sum.sim.bubble),
+                100.0 * (sum.bubble_measured - sum.sim.bubble).abs(),
+                100.0 * BUBBLE_PARTS
+            );
+            self.parted.push(serde_json::json!({
+                "schedule": s.name,
+                "stages": s.ranks(),
+                "microbatches": s.microbatches,
+                "measured": sum.bubble_measured,
+                "simulated": sum.sim.bubble,
+                "likely_cause": why,
+            }));
+        }
         let acausal = pipeline::acausal(s, rec);
         if let Some(worst) = acausal.iter().max_by(|a, b| {
             (a.early_us - a.uncertainty_us).total_cmp(&(b.early_us - b.uncertainty_us))
@@ -379,6 +433,22 @@ impl Recorder {
                 "runs": std::mem::take(&mut self.clocks),
             }),
         );
+        if !self.parted.is_empty() {
+            let noise = self
+                .meta
+                .noise()
+                .map(|n| format!("; the noise guard: {}", n.describe()))
+                .unwrap_or_default();
+            parbench::outln!(
+                "# WARNING: {} runs' measured bubble parted from the simulation by more than {:.0} points{noise}",
+                self.parted.len(),
+                100.0 * BUBBLE_PARTS
+            );
+            self.meta.extra.insert(
+                "bubble_parts".into(),
+                serde_json::Value::Array(std::mem::take(&mut self.parted)),
+            );
+        }
         if !self.composed.is_empty() {
             self.meta.extra.insert(
                 "composed".into(),
@@ -396,5 +466,22 @@ impl Recorder {
             anyhow::bail!("gradient check failed: {}", self.failed_checks.join("; "));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bubble_that_parts_names_its_likely_cause() {
+        assert_eq!(bubble_parts(0.20, 0.15, 4, 2, false), None);
+        let crowded = bubble_parts(0.80, 0.15, 4, 2, false).unwrap();
+        assert!(crowded.contains("4 compute ranks on 2 cores"), "{crowded}");
+        let sleepy = bubble_parts(0.40, 0.15, 4, 2, true).unwrap();
+        assert!(sleepy.contains("sleeps waking late"), "{sleepy}");
+        let other = bubble_parts(0.40, 0.15, 2, 8, false).unwrap();
+        assert!(other.contains("other processes"), "{other}");
+        assert!(bubble_parts(f64::NAN, 0.1, 2, 2, false).is_none());
     }
 }
