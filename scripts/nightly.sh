@@ -80,14 +80,19 @@ mkdir -p "$out"
 echo "nightly: results into $out"
 
 failed=0
+# The benches' own output (about 250 lines a round) goes to the night's
+# log; the terminal gets a line a round and what failed.
+log="$out/nightly.log"
 run() {
-    echo "nightly: $*"
-    "$@"
+    echo "nightly: $*" >> "$log"
+    "$@" >> "$log" 2>&1
     local rc=$?
     if [ "$rc" != 0 ]; then
-        echo "nightly: FAILED (exit $rc): $*" >&2
+        echo "nightly: FAILED (exit $rc): $* (its output: $log)" >&2
+        tail -n 5 "$log" >&2
         failed=1
     fi
+    return "$rc"
 }
 
 # The fixed suite: small enough for a 2-core runner, large enough to cover
@@ -97,11 +102,14 @@ run() {
 # round is its own run in run.json and the compare takes the rounds' median
 # and their spread as the noise.
 for ((round = 1; round <= rounds; round++)); do
-    echo "nightly: round $round of $rounds"
-    run "$bin/bench-collectives" all_reduce all_gather -b 8 -e 16M -f 4 -n 20 -w 5 --out "$out"
-    run "$bin/bench-layers" --tp 1,2 --mode forward --hidden 512 --heads 8 --ffn 2048 --seq 64 --batch 2 --iters 5 --warmup 2 --out "$out"
-    run "$bin/bench-pipeline" --stages 4 --schedule gpipe,1f1b,interleaved,zb-h1 --microbatches 1,4,8 --chunks 2 --work sleep:1000 --out "$out"
+    started=$SECONDS
+    states=()
+    run "$bin/bench-collectives" all_reduce all_gather -b 8 -e 16M -f 4 -n 20 -w 5 --out "$out" && states+=(collectives) || states+=(collectives:FAILED)
+    run "$bin/bench-layers" --tp 1,2 --mode forward --hidden 512 --heads 8 --ffn 2048 --seq 64 --batch 2 --iters 5 --warmup 2 --out "$out" && states+=(layers) || states+=(layers:FAILED)
+    run "$bin/bench-pipeline" --stages 4 --schedule gpipe,1f1b,interleaved,zb-h1 --microbatches 1,4,8 --chunks 2 --work sleep:1000 --out "$out" && states+=(pipeline) || states+=(pipeline:FAILED)
+    echo "nightly: round $round of $rounds: ${states[*]} ($((SECONDS - started)) s)"
 done
+echo "nightly: the benches' output is in $log"
 
 # The baseline's nights, oldest first.
 nights=()

@@ -79,6 +79,18 @@ fn baseline_then_compare_then_regression() {
     }
     let results = dir.join("results");
     assert!(results.join("baseline/2026-11-28/collectives.csv").exists());
+    // A line a round on the terminal; the benches' output in the night's log.
+    let (_, out) = nightly(&dir, &good, "2026-11-28", "");
+    assert!(
+        out.contains("nightly: round 1 of 7: collectives layers pipeline"),
+        "{out}"
+    );
+    assert!(!out.contains("nightly: /"), "no bench command lines: {out}");
+    assert!(std::fs::read_dir(&results).unwrap().any(|e| e
+        .unwrap()
+        .path()
+        .join("nightly.log")
+        .is_file()));
     assert!(results.join("2026-11-28/report.html").exists());
     let log = std::fs::read_to_string(dir.join("log")).unwrap();
     assert!(
@@ -146,7 +158,10 @@ fn baseline_then_compare_then_regression() {
         .unwrap()
         .filter(|e| e.as_ref().unwrap().path().is_dir())
         .count();
-    assert_eq!(runs, 7, "baseline + 6 nights");
+    assert_eq!(
+        runs, 8,
+        "baseline + 7 nights (two of them second runs of a date)"
+    );
 }
 
 /// A baseline folder holding records itself (made before the baseline had
