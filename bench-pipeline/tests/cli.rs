@@ -271,6 +271,28 @@ fn schedule_csv_indices_past_the_limits_name_file_line_and_cell() {
 }
 
 #[test]
+fn schedule_files_are_regular_and_bounded_before_they_are_read() {
+    // Was: /dev/zero grew to 3 GB in 6 s; a FIFO blocked; a 50 MB file was
+    // read whole before it was refused.
+    let d = tmp("csv-files");
+    let fifo = d.join("fifo.csv");
+    binary::mkfifo(&fifo);
+    let big = d.join("big.csv");
+    std::fs::File::create(&big)
+        .unwrap()
+        .set_len(50 << 20)
+        .unwrap();
+    for (name, says) in [
+        ("/dev/zero", "a device"),
+        ("/dev/urandom", "a device"),
+        (fifo.to_str().unwrap(), "a FIFO"),
+        (big.to_str().unwrap(), "larger than the 16.0 MiB"),
+    ] {
+        refused_in_one_line(&["--schedule-csv", name], &[name, says]);
+    }
+}
+
+#[test]
 fn one_rule_per_flag() {
     // Was: --timeout 0 and --threads 0 silently became 1.
     refused_in_one_line(&["--timeout", "0"], &["--timeout 0"]);

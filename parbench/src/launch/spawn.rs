@@ -13,7 +13,6 @@
 use super::report::{duration_text, eprint_line, signal_name};
 use super::LaunchError;
 use std::ffi::{OsStr, OsString};
-use std::io::Read;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus};
@@ -175,18 +174,7 @@ pub fn exit_code(status: ExitStatus) -> i32 {
 
 /// A fresh random job token (128 bits from the OS, hex).
 pub fn new_token() -> String {
-    let mut bytes = [0u8; 16];
-    let from_os = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes));
-    if from_os.is_err() {
-        // No /dev/urandom (a bare chroot): time and pid still separate jobs.
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0);
-        let mix = t ^ ((std::process::id() as u128) << 64);
-        bytes = mix.to_le_bytes();
-    }
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    crate::results::random_hex(16)
 }
 
 /// A port that was free on 127.0.0.1 a moment ago (rank 0 binds it next; a
