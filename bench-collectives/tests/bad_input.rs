@@ -43,3 +43,18 @@ fn bad_input_is_one_line_and_exit_code_two() {
         assert_usage_error(&["--backend", "mpi"], "mpi");
     }
 }
+
+#[test]
+fn counts_past_their_limits_are_refused_before_anything_is_allocated() {
+    // Was: -n 99999999999 aborted both tcp ranks ("memory allocation of
+    // 799999999992 bytes failed", rc 134), -n of u64::MAX panicked
+    // ("capacity overflow"), and -w, -N, -c ran until killed.
+    for n in ["99999999999", "18446744073709551615"] {
+        for flag in ["-n", "-w", "-c", "-N"] {
+            let args = ["--backend", "local", "-np", "2", "-e", "64", flag, n];
+            assert_usage_error(&args, "at most");
+        }
+        assert_usage_error(&["links", "--backend", "local", "-np", "2", "-n", n], n);
+        assert_usage_error(&["--backend", "tcp", "-np", "2", "-e", "64", "-n", n], n);
+    }
+}

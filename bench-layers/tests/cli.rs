@@ -168,10 +168,13 @@ fn hostile_input_is_refused_before_anything_runs() {
     std::fs::create_dir_all(&d).unwrap();
     let file = d.join("f");
     std::fs::write(&file, "x").unwrap();
-    for out in ["/proc/x", file.to_str().unwrap()] {
+    for (out, says) in [
+        ("/proc/x", "os error"),
+        (file.to_str().unwrap(), "not a folder"),
+    ] {
         let mut v: Vec<&str> = TINY.to_vec();
         v.extend_from_slice(&["--out", out]);
-        refused_in_one_line(&v, &["--out", "os error"]);
+        refused_in_one_line(&v, &["--out", says]);
     }
     // One rule per flag: zero, negative, twice.
     refused_in_one_line(&["--timeout", "0"], &["--timeout 0"]);
@@ -179,6 +182,9 @@ fn hostile_input_is_refused_before_anything_runs() {
     refused_in_one_line(&["--iters", "2", "--iters", "3"], &["--iters", "multiple"]);
     refused_in_one_line(&["--nprocs", "0"], &["--nprocs 0"]);
     refused_in_one_line(&["--iters", "0"], &["--iters 0"]);
+    // Was: accepted, and run until killed.
+    refused_in_one_line(&["-n", "99999999999"], &["99999999999", "at most 1000000"]);
+    refused_in_one_line(&["-w", "99999999999"], &["99999999999", "at most 1000000"]);
 }
 
 #[test]

@@ -224,6 +224,15 @@ fn counts_past_their_stated_limits_are_refused() {
     // Was unbounded; 100000 stages ran 30 s with no output.
     refused_in_one_line(&["--microbatches", "10000000"], &["10000000", "at most"]);
     refused_in_one_line(&["--stages", "100000"], &["100000", "at most"]);
+    // Was: an allocator's abort (rc 134), and a capacity-overflow panic.
+    for n in ["99999999999", "18446744073709551615"] {
+        refused_in_one_line(&["--steps", n], &[n, "at most 1000000"]);
+        refused_in_one_line(&["--warmup", n], &[n, "at most 1000000"]);
+        refused_in_one_line(
+            &["--backend", "tcp", "-np", "2", "--steps", n],
+            &[n, "at most"],
+        );
+    }
 }
 
 #[test]

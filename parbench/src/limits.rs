@@ -30,6 +30,27 @@ pub const MAX_MICROBATCHES: usize = 65_536;
 /// Actions of one schedule over all ranks (idle steps included).
 pub const MAX_ACTIONS: usize = 1 << 20;
 
+/// Iterations of one measurement, every binary's count flags: timed
+/// (`-n`, `--iters`, `--steps`), warm-up (`-w`, `--warmup`) and check
+/// (`-c`). A timed iteration keeps an 8-byte time per rank (8 MB per rank
+/// at the limit), and a million of the fastest calls (a few microseconds
+/// each) already take seconds to minutes per size; nccl-tests' default is 20.
+pub const MAX_ITERATIONS: usize = 1_000_000;
+/// Repeats of a whole sweep (`-N`, nccl-tests' run cycles).
+pub const MAX_RUN_CYCLES: usize = 1_000;
+
+/// A count flag held to its limit: `n` itself, or one line naming the flag,
+/// the value and the limit.
+pub fn count(flag: &str, n: usize, max: usize) -> Result<usize, LimitError> {
+    if n <= max {
+        Ok(n)
+    } else {
+        Err(LimitError(format!(
+            "{flag} {n}: at most {max} (the limit every binary holds this count to)"
+        )))
+    }
+}
+
 /// A flag that asks for more than the limits or the machine allow.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{0}")]
