@@ -489,11 +489,15 @@ pub fn read_rows<R: Record>(path: &Path) -> Result<Vec<R>, ResultsError> {
             Ok(false) => break,
             Ok(true) => {}
             Err(e) => {
-                let line = e.position().map_or(rows.len() as u64 + 2, |p| p.line());
+                let line = e
+                    .position()
+                    .map_or(rows.len() as u64 + 2, |p| line_at(&bytes, p));
                 return Err(parse(line, csv_detail(&e)));
             }
         }
-        let line = rec.position().map_or(rows.len() as u64 + 2, |p| p.line());
+        let line = rec
+            .position()
+            .map_or(rows.len() as u64 + 2, |p| line_at(&bytes, p));
         let text = match csv::StringRecord::from_byte_record(rec.clone()) {
             Ok(t) => t,
             Err(e) => {
@@ -524,6 +528,18 @@ pub fn read_rows<R: Record>(path: &Path) -> Result<Vec<R>, ResultsError> {
         ));
     }
     Ok(rows)
+}
+
+/// The line of the file a record starts on, counted from its byte offset:
+/// the reader's own line count misses the blank lines it skips and counts
+/// a CRLF file's second row as line 1 (its offset can point at the line
+/// endings before the record, so those are passed first).
+fn line_at(bytes: &[u8], at: &csv::Position) -> u64 {
+    let mut start = (at.byte() as usize).min(bytes.len());
+    while matches!(bytes.get(start), Some(b'\r' | b'\n')) {
+        start += 1;
+    }
+    bytes[..start].iter().filter(|&&b| b == b'\n').count() as u64 + 1
 }
 
 /// A CSV reader's error in words (no debug dump).
@@ -664,6 +680,33 @@ mod tests {
         .unwrap();
         let err = read_rows::<CollectiveRow>(&path).unwrap_err().to_string();
         assert!(err.contains(":2"), "{err}");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_line_named_is_the_file_s_line_whatever_its_endings() {
+        // Was: a bad row on line 2 of a CRLF file named line 1, and one
+        // after a blank line named the line before it.
+        let dir = tempdir("lines");
+        let path = append_rows(&dir, &[row("a", 8)]).unwrap();
+        let text = fs::read_to_string(&path).unwrap();
+        let header = text.lines().next().unwrap();
+        let bad = text.lines().nth(1).unwrap().replace(",1.5,", ",NaN,");
+        for (body, line) in [
+            (format!("{header}\r\n{bad}\r\n"), 2),
+            (format!("{header}\n\n{bad}\n"), 3),
+            (
+                format!("{header}\n{}\n{bad}", text.lines().nth(1).unwrap()),
+                3,
+            ),
+        ] {
+            fs::write(&path, body).unwrap();
+            let err = read_rows::<CollectiveRow>(&path).unwrap_err().to_string();
+            assert!(
+                err.contains(&format!("collectives.csv:{line}: column time_us")),
+                "{err}"
+            );
+        }
         fs::remove_dir_all(&dir).unwrap();
     }
 
