@@ -302,6 +302,31 @@ fn schedule_files_are_regular_and_bounded_before_they_are_read() {
 }
 
 #[test]
+fn echoed_cells_and_arguments_are_escaped_and_cut() {
+    // Was: a cell's escape sequences and NUL echoed raw in "invalid action
+    // '...'", and a 100 KB argument echoed as one 100 KB line.
+    let d = tmp("csv-escapes");
+    let csv = d.join("esc.csv");
+    std::fs::write(&csv, b"0F0,\x1b[2J\x1b]0;pwned\x07\0\n").unwrap();
+    let o = run(&[
+        "--schedule-csv",
+        csv.to_str().unwrap(),
+        "--out",
+        d.to_str().unwrap(),
+    ]);
+    binary::assert_refused(&o, "escape cell", &["invalid action", "\\u{1b}[2J"]);
+    assert!(
+        !o.stderr.iter().any(|&b| b < 0x20 && b != b'\n'),
+        "{:?}",
+        o.stderr
+    );
+    let long = "7".repeat(100_000);
+    let o = run(&["--stages", &long]);
+    binary::assert_refused(&o, "100 KB argument", &["more characters"]);
+    assert!(o.stderr.len() < 1000, "{} bytes", o.stderr.len());
+}
+
+#[test]
 fn one_rule_per_flag() {
     // Was: --timeout 0 and --threads 0 silently became 1.
     refused_in_one_line(&["--timeout", "0"], &["--timeout 0"]);
