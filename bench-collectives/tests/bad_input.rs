@@ -58,3 +58,40 @@ fn counts_past_their_limits_are_refused_before_anything_is_allocated() {
         assert_usage_error(&["--backend", "tcp", "-np", "2", "-e", "64", "-n", n], n);
     }
 }
+
+#[test]
+fn settings_from_the_environment_are_checked_before_anything_starts() {
+    // Was: rc 1 and two or three lines from the ranks (for -5 the last
+    // said "interrupted by SIGTERM"); PARBENCH_TCP_BUF_BYTES=4096 stalled
+    // 80 s past a 10 s --timeout. Only PARBENCH_BIND gave one line, exit 2.
+    for (k, v) in [
+        ("PARBENCH_TCP_SPIN_US", "abc"),
+        ("PARBENCH_TCP_BUF_BYTES", "-5"),
+        ("PARBENCH_TCP_BUF_BYTES", "1T"),
+        ("PARBENCH_TCP_BUF_BYTES", "4096"),
+        ("PARBENCH_TCP_CONGESTION", "nosuchcc"),
+        ("PARBENCH_IFADDR", "not-an-ip"),
+        ("PARBENCH_BIND", "abc"),
+    ] {
+        let o = run(
+            &[
+                "--backend",
+                "tcp",
+                "-np",
+                "2",
+                "-e",
+                "64",
+                "-n",
+                "1",
+                "-T",
+                "10",
+            ],
+            &[(k, v)],
+        );
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{k}={v}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{k}={v}: {err:?}");
+        assert!(err.contains(k), "{k}={v}: {err:?}");
+        assert!(o.stdout.is_empty(), "{k}={v} measured");
+    }
+}

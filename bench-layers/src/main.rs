@@ -91,6 +91,7 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
         rank.as_ref().map_or(cores, |r| r.world)
     };
     let plan = cli.plan(default_ranks)?;
+    parbench::launch::check_env_settings()?;
     match (plan.backend, rank) {
         (Backend::Local, _) => {
             preflight(&plan, true, |t| t)?;

@@ -28,6 +28,15 @@ impl From<crate::limits::LimitError> for UsageError {
     }
 }
 
+/// Checks the settings every binary reads from the environment
+/// (`PARBENCH_BIND`, and the tcp backend's `PARBENCH_TCP_*` and
+/// `PARBENCH_IFADDR`) before anything starts: a bad value is bad input,
+/// one line and exit 2, not a setup error in every rank.
+pub fn check_env_settings() -> Result<(), UsageError> {
+    crate::measure::placement::BindRequest::from_env().map_err(UsageError)?;
+    crate::comm::tcp::check_env().map_err(UsageError)
+}
+
 /// A failure a spawning launcher already named on stderr: exit with its
 /// code, print nothing more.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
