@@ -95,3 +95,36 @@ fn settings_from_the_environment_are_checked_before_anything_starts() {
         assert!(o.stdout.is_empty(), "{k}={v} measured");
     }
 }
+
+#[test]
+fn a_file_limit_too_small_for_the_job_is_refused_before_it_starts() {
+    // Was: 20 s, then "rank 34: setup failed: ... lost the store (rank 0):
+    // Connection reset by peer", with no word of file descriptors.
+    let out = scratch("fd-limit");
+    let script = "ulimit -S -n 32 && ulimit -H -n 32 && exec \"$@\"";
+    let o = std::process::Command::new("sh")
+        .args(["-c", script, "sh", env!("CARGO_BIN_EXE_bench-collectives")])
+        .args([
+            "--backend",
+            "tcp",
+            "-np",
+            "40",
+            "-e",
+            "64",
+            "-n",
+            "1",
+            "-T",
+            "20",
+        ])
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err:?}");
+    assert!(
+        err.contains("open files") && err.contains("ulimit -n"),
+        "{err}"
+    );
+}

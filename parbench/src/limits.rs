@@ -51,6 +51,47 @@ pub fn count(flag: &str, n: usize, max: usize) -> Result<usize, LimitError> {
     }
 }
 
+/// Open files one process of a job of `world` ranks over sockets may hold
+/// at once: a data connection to every other rank and, on rank 0, the
+/// store's connection from every rank (each twice over, for a duplicated
+/// communicator's mesh), plus what any process holds (standard streams,
+/// listeners, the results folder's files, the launcher's pipes).
+pub fn open_files_needed(world: usize) -> u64 {
+    4 * world as u64 + 64
+}
+
+/// Makes sure this process may open the files a job of `world` ranks over
+/// sockets takes ([`open_files_needed`]): raises its soft limit (`ulimit
+/// -n`) up to the hard one when that is enough (the ranks it starts inherit
+/// it), and refuses in one line when the hard limit is lower. Checked
+/// before any rank starts: past the limit a rank dies in its set-up with
+/// "Connection reset by peer", which names no file descriptors.
+pub fn check_open_files(world: usize) -> Result<(), LimitError> {
+    let need = open_files_needed(world);
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: a valid rlimit to fill.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 || lim.rlim_cur >= need {
+        return Ok(());
+    }
+    if lim.rlim_max >= need {
+        let raised = libc::rlimit {
+            rlim_cur: need,
+            rlim_max: lim.rlim_max,
+        };
+        // SAFETY: a valid rlimit; raising the soft limit up to the hard one is always allowed.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            return Ok(());
+        }
+    }
+    Err(LimitError(format!(
+        "a job of {world} ranks over sockets needs about {need} open files per process; this one may open {} (ulimit -n, hard limit {}): raise it, or run fewer ranks",
+        lim.rlim_cur, lim.rlim_max
+    )))
+}
+
 /// A flag that asks for more than the limits or the machine allow.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{0}")]

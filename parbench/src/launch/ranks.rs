@@ -154,13 +154,20 @@ pub fn run<B: RankBody>(
             let results = crate::comm::local::run(world, algo, timeout, |c| body.run(c));
             Ok(Ended::Ran(first_fault(results)?))
         }
-        Ranks::Spawn(world) => Ok(Ended::Launched {
-            code: spawn_ranks(world)?,
-        }),
-        Ranks::Job(job) => Ok(Ended::Launched {
-            code: super::exit_code(job.run()?),
-        }),
+        Ranks::Spawn(world) => {
+            open_files(world)?;
+            Ok(Ended::Launched {
+                code: spawn_ranks(world)?,
+            })
+        }
+        Ranks::Job(job) => {
+            open_files(job.ranks())?;
+            Ok(Ended::Launched {
+                code: super::exit_code(job.run()?),
+            })
+        }
         Ranks::Joined(info) => {
+            open_files(info.world)?;
             let rank = info.rank;
             let joined = |error| JobFault::Rank { rank, error };
             let mut comm = crate::comm::tcp::comm(&info, algo, timeout).map_err(joined)?;
@@ -170,6 +177,11 @@ pub fn run<B: RankBody>(
         Ranks::Gpus(world) => run_gpus(world, timeout, body),
         Ranks::NcclJoined(info) => run_nccl_joined(info, timeout, body),
     }
+}
+
+/// [`crate::limits::check_open_files`] as a job's refusal (exit 2).
+fn open_files(world: usize) -> Result<(), JobFault> {
+    crate::limits::check_open_files(world).map_err(|e| JobFault::Unavailable(e.into()))
 }
 
 #[cfg(feature = "mpi")]

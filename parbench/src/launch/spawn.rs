@@ -41,6 +41,11 @@ pub struct LocalJob {
 }
 
 impl LocalJob {
+    /// How many ranks the job starts.
+    pub fn ranks(&self) -> usize {
+        self.ranks
+    }
+
     /// `ranks` copies of `program` with `args`.
     pub fn new(
         ranks: usize,
