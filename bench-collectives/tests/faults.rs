@@ -136,8 +136,13 @@ fn a_lock_left_by_a_killed_writer_is_taken_over_at_once() {
 
 /// Starts a slow sweep (a straggler delays every timed iteration), waits
 /// for `rows` rows in collectives.csv, sends `sig`, and checks the rows
-/// are kept and run.json says the run was cut short.
-fn interrupted_sweep_keeps_its_sizes(backend: &str, sig: i32, name: &str, rows: usize) {
+/// are kept and run.json says the run was cut short. Returns the folder.
+fn interrupted_sweep_keeps_its_sizes(
+    backend: &str,
+    sig: i32,
+    name: &str,
+    rows: usize,
+) -> std::path::PathBuf {
     let dir = scratch(name);
     let mut args = vec!["--backend", backend];
     args.extend(flags(
@@ -163,6 +168,7 @@ fn interrupted_sweep_keeps_its_sizes(backend: &str, sig: i32, name: &str, rows: 
     // Every kept row is whole: the file still reads as a results file.
     let (header, kept) = read_csv(&dir.join("collectives.csv"));
     assert!(kept.iter().all(|r| r.len() == header.len()));
+    dir
 }
 
 #[test]
@@ -174,4 +180,49 @@ fn sigint_keeps_the_sizes_already_measured_on_local() {
 #[test]
 fn sigterm_keeps_the_sizes_already_measured_on_tcp() {
     interrupted_sweep_keeps_its_sizes("tcp", libc::SIGTERM, "sigterm-tcp", 2);
+}
+
+#[test]
+fn every_signal_a_process_can_catch_records_the_run() {
+    // Was: SIGUSR1, SIGALRM, SIGXCPU and SIGQUIT ended the run with no
+    // run.json at all.
+    let dir = interrupted_sweep_keeps_its_sizes("local", libc::SIGUSR1, "sigusr1-local", 2);
+    let json = std::fs::read_to_string(dir.join("run.json")).unwrap();
+    assert!(json.contains("interrupted by SIGUSR1"), "{json}");
+}
+
+#[test]
+fn a_launcher_killed_outright_leaves_its_run_in_run_json() {
+    // Was: kill -9 of the launcher (its ranks die with it, by the parent-
+    // death signal) kept 22 rows and no run.json.
+    let dir = scratch("sigkill-launcher");
+    let mut args = vec!["--backend", "tcp"];
+    args.extend(flags(
+        "-np 2 -b 8 -e 64K -n 10 -w 0 --straggler 1:30 --timeout 30 all_reduce",
+    ));
+    args.extend(["--out", dir.to_str().unwrap()]);
+    let child = start(&args);
+    let launcher = child.id();
+    let ranks = ranks_of(launcher, 2, 30);
+    let (_, o) = signal_after_rows(child, &dir.join("collectives.csv"), 2, libc::SIGKILL);
+    assert_eq!(o.status.code(), None, "killed");
+    // The ranks follow their launcher; wait until none is left.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while ranks
+        .iter()
+        .any(|(_, pid)| std::path::Path::new(&format!("/proc/{pid}")).exists())
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "ranks outlived their launcher"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let runs = parbench::results::read_runs(&dir).unwrap();
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(
+        runs[0].cut_short.as_deref(),
+        Some(parbench::results::NOT_ENDED)
+    );
+    assert!(rows_in(&dir) >= 2);
 }

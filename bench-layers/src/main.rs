@@ -52,7 +52,7 @@ const ENV_ROWS: &str = "PARBENCH_LAYERS_ROWS";
 const ENV_RUN_ID: &str = "PARBENCH_LAYERS_RUN_ID";
 
 fn main() {
-    // Before any thread starts: SIGINT/SIGTERM keep the degrees measured.
+    // Before any thread starts: a signal it can catch keeps the degrees measured.
     let _ = interrupt::install("bench-layers");
     // The noise guard's window starts here: run.json records the CPU time
     // other processes took while the whole run measured.

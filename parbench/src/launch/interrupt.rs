@@ -1,7 +1,9 @@
-//! SIGINT, SIGTERM and SIGHUP: what a bench does when it is stopped.
+//! SIGINT, SIGTERM, SIGHUP and every other signal a process can catch
+//! whose default would end it ([`SIGNALS`]): what a bench does when it is
+//! stopped.
 //!
 //! [`install`] (first thing in `main`, before any thread starts) blocks the
-//! three signals in every thread and leaves them to one watcher thread
+//! signals in every thread and leaves them to one watcher thread
 //! that waits for them with `sigwait`, so that what happens next is plain
 //! code, not a signal handler: the hooks registered with [`on_interrupt`]
 //! run (a launcher passes the signal on to its ranks and waits for them),
@@ -24,8 +26,25 @@ static NEXT_HOOK: AtomicU64 = AtomicU64::new(0);
 static HOOKS: Mutex<Vec<(u64, Hook)>> = Mutex::new(Vec::new());
 static PROGRAM: OnceLock<String> = OnceLock::new();
 
-/// The signals a bench winds down on.
-const SIGNALS: [i32; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+/// The signals a bench winds down on: each one that ends a process by
+/// default and that a process can catch (sent by a user, `timeout -s`, a
+/// batch system's time or CPU limit, `alarm`). SIGKILL and SIGSTOP cannot be
+/// caught: run.json's entry from the run's start stays for those
+/// ([`crate::results::NOT_ENDED`]). SIGPIPE stays ignored (a closed pipe
+/// ends a write, see `term`), and SIGXFSZ goes to the writing thread,
+/// whose write then fails as an error.
+pub const SIGNALS: [i32; 10] = [
+    libc::SIGINT,
+    libc::SIGTERM,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGALRM,
+    libc::SIGXCPU,
+    libc::SIGVTALRM,
+    libc::SIGPROF,
+];
 
 fn signal_set() -> libc::sigset_t {
     // SAFETY: sigset_t is plain data; sigemptyset initialises it and
@@ -40,7 +59,7 @@ fn signal_set() -> libc::sigset_t {
     }
 }
 
-/// Blocks SIGINT, SIGTERM and SIGHUP in the calling thread (and so in every
+/// Blocks [`SIGNALS`] in the calling thread (and so in every
 /// thread it starts later) and starts the watcher. `program` prefixes the
 /// line printed when a signal arrives. Call it once, before any other
 /// thread starts; later calls do nothing.
