@@ -77,10 +77,12 @@ pub fn install(program: &str) -> std::io::Result<()> {
         .name("parbench-signals".into())
         .stack_size(256 * 1024)
         .spawn(move || loop {
-            let mut sig: libc::c_int = 0;
+            // SAFETY: siginfo_t is plain data that sigwaitinfo fills.
+            let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
             // SAFETY: the set is valid and blocked in every thread.
-            if unsafe { libc::sigwait(&set, &mut sig) } == 0 {
-                wind_down(sig);
+            let sig = unsafe { libc::sigwaitinfo(&set, &mut info) };
+            if sig > 0 {
+                wind_down(sig, launcher_cause(&info));
             }
         })?;
     Ok(())
@@ -115,7 +117,78 @@ pub fn on_interrupt(hook: impl Fn(i32) + Send + Sync + 'static) -> HookGuard {
     HookGuard(id)
 }
 
-fn wind_down(sig: i32) -> ! {
+/// What a launcher's stop signal carries (see [`stop_value`]): the rank
+/// that failed first, and its exit code or the signal that killed it.
+pub fn stop_value(rank: usize, code: Option<i32>, signal: Option<i32>) -> i32 {
+    let how = match (code, signal) {
+        (_, Some(sig)) => 0x100 | (sig & 0xff),
+        (Some(c), None) => c & 0xff,
+        (None, None) => 0xff,
+    };
+    (((rank as i32) + 1) << 9) | how
+}
+
+/// The cause a stop signal from this process's launcher carries, in the
+/// launcher's own words (`rank 1 was killed by signal 9 (SIGKILL)`): the
+/// rank that failed first is the run's cause, not the signal that stopped
+/// this one. `None` for any other signal (a user's, forwarded or not).
+fn launcher_cause(info: &libc::siginfo_t) -> Option<String> {
+    // SAFETY: getppid cannot fail; the union's fields are read only for a
+    // signal sent with sigqueue, which fills them.
+    let (from_parent, value) = unsafe {
+        if info.si_code != libc::SI_QUEUE {
+            return None;
+        }
+        (
+            info.si_pid() == libc::getppid(),
+            info.si_value().sival_ptr as usize as i32,
+        )
+    };
+    let rank = (value >> 9) - 1;
+    if !from_parent || rank < 0 {
+        return None;
+    }
+    let how = value & 0x1ff;
+    let ended = if how & 0x100 != 0 {
+        let sig = how & 0xff;
+        format!("was killed by signal {sig} ({})", signal_name(sig))
+    } else {
+        format!("exited with code {}", how & 0xff)
+    };
+    Some(format!(
+        "rank {rank} {ended}; its launcher stopped the others"
+    ))
+}
+
+/// Whether one of [`SIGNALS`] has arrived (being handled, or pending): a
+/// fault seen now (a peer that the same signal stopped) is its effect, and
+/// the run's cause is the signal's.
+pub fn arrived() -> Option<i32> {
+    if let Some(s) = received() {
+        return Some(s);
+    }
+    // SAFETY: sigset_t is plain data that sigpending fills.
+    let mut pending: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid set to fill.
+    if unsafe { libc::sigpending(&mut pending) } != 0 {
+        return None;
+    }
+    // SAFETY: a set sigpending filled, and valid signal numbers.
+    SIGNALS
+        .into_iter()
+        .find(|&s| unsafe { libc::sigismember(&pending, s) } == 1)
+}
+
+/// Waits at most `limit` for the signal watcher to end the process (it
+/// exits when its wind-down is done); returns if it has not by then.
+pub fn await_wind_down(limit: std::time::Duration) {
+    let until = std::time::Instant::now() + limit;
+    while std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+fn wind_down(sig: i32, cause: Option<String>) -> ! {
     RECEIVED.store(sig, Ordering::SeqCst);
     if let Ok(hooks) = HOOKS.lock() {
         for (_, h) in hooks.iter() {
@@ -124,6 +197,12 @@ fn wind_down(sig: i32) -> ! {
     }
     let program = PROGRAM.get().map_or("parbench", String::as_str);
     let name = signal_name(sig);
+    if let Some(cause) = cause {
+        // The launcher named the cause on its own line: record it, quietly.
+        let _ = crate::results::record_cut_short(&cause);
+        crate::results::finish_writes();
+        std::process::exit(128 + sig)
+    }
     match crate::results::record_cut_short(&format!("interrupted by {name}")) {
         Some(Ok(path)) => eprint_line(&format!(
             "{program}: interrupted by {name}: the rows measured so far are kept; {} records the run as cut short",

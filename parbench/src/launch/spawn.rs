@@ -205,9 +205,25 @@ fn signal_all(pids: &Pids, sig: i32) {
 }
 
 /// Stops every rank still running: `first` (SIGTERM), and after
-/// [`STOP_GRACE`] SIGKILL for those that have not ended.
-fn stop_gently(pids: &Pids, exited: &[AtomicBool], first: i32) {
-    signal_all(pids, first);
+/// [`STOP_GRACE`] SIGKILL for those that have not ended. With `why` (a rank
+/// that failed first, and how), `first` carries it
+/// ([`super::interrupt::stop_value`]), so that each rank records that as
+/// its run's cause rather than the signal.
+fn stop_gently(pids: &Pids, exited: &[AtomicBool], first: i32, why: Option<(usize, ExitStatus)>) {
+    match why.map(|(rank, st)| super::interrupt::stop_value(rank, st.code(), st.signal())) {
+        Some(value) => {
+            if let Ok(p) = pids.lock() {
+                for pid in p.iter().flatten() {
+                    let val = libc::sigval {
+                        sival_ptr: value as usize as *mut libc::c_void,
+                    };
+                    // SAFETY: a child of this process that has not been reaped.
+                    unsafe { libc::sigqueue(*pid, first, val) };
+                }
+            }
+        }
+        None => signal_all(pids, first),
+    }
     let until = Instant::now() + STOP_GRACE;
     while Instant::now() < until && !exited.iter().all(|e| e.load(Ordering::SeqCst)) {
         std::thread::sleep(Duration::from_millis(5));
@@ -347,7 +363,7 @@ fn supervise(
         match spawned {
             Ok(h) => waiters.push(h),
             Err(source) => {
-                stop_gently(&pids, &exited, libc::SIGKILL);
+                stop_gently(&pids, &exited, libc::SIGKILL, None);
                 reap_all(&mut children, &pids);
                 return Err(LaunchError::Spawn { rank, source });
             }
@@ -358,7 +374,7 @@ fn supervise(
     // installed the watcher; otherwise the hook never runs).
     let hook = {
         let (pids, exited) = (pids.clone(), exited.clone());
-        super::interrupt::on_interrupt(move |sig| stop_gently(&pids, &exited, sig))
+        super::interrupt::on_interrupt(move |sig| stop_gently(&pids, &exited, sig, None))
     };
     let mut statuses: Vec<Option<ExitStatus>> = vec![None; n];
     let mut failure = None;
@@ -416,7 +432,7 @@ fn supervise(
             ));
         }
         failure = Some((rank, status, at));
-        stop_gently(&pids, &exited, libc::SIGTERM);
+        stop_gently(&pids, &exited, libc::SIGTERM, Some((rank, status)));
         break;
     }
     drop(hook);

@@ -94,6 +94,12 @@ pub fn end_on_error(program: &str, err: &(dyn std::error::Error + 'static), line
         super::eprint_line(&format!("{program}: {msg}"));
         return EXIT_USAGE;
     }
+    // A signal that arrived first is the cause, and the fault its effect (a
+    // peer the same signal stopped): its watcher records the run with the
+    // cause it carries and ends the process; this waits for that, a while.
+    if super::interrupt::arrived().is_some() {
+        super::interrupt::await_wind_down(std::time::Duration::from_secs(5));
+    }
     let _ = crate::results::record_cut_short(line);
     crate::results::finish_writes();
     if ending == Ending::Fault {
