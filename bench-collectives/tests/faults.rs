@@ -259,3 +259,33 @@ fn the_recorded_cause_is_the_rank_that_failed_first() {
         assert!(data_rows(&csv) >= 2);
     }
 }
+
+#[test]
+fn a_frozen_rank_is_blamed_not_the_rank_that_left_first() {
+    // Was: "rank 1 exited with code 1 ...; stopping the other rank" when
+    // rank 2 was frozen (SIGSTOP): the launcher blamed the first to leave.
+    let dir = scratch("frozen");
+    let mut args = vec!["--backend", "tcp"];
+    args.extend(flags(
+        "-np 3 -b 8 -e 64K -n 10 -w 0 --straggler 1:30 --timeout 3 all_reduce",
+    ));
+    args.extend(["--out", dir.to_str().unwrap()]);
+    let child = start(&args);
+    let ranks = ranks_of(child.id(), 3, 30);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while rows_in(&dir) < 2 {
+        assert!(std::time::Instant::now() < deadline, "no rows");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let frozen = ranks.iter().find(|(r, _)| *r == 2).unwrap().1;
+    // SAFETY: kill(2) of a rank of the job this test started.
+    unsafe { libc::kill(frozen, libc::SIGSTOP) };
+    let o = finish_within(child, 60);
+    let err = stderr(&o);
+    assert_ne!(o.status.code(), Some(0), "{err}");
+    let last = err.trim_end().lines().last().unwrap_or_default();
+    assert!(last.contains("rank 2") && last.contains("SIGSTOP"), "{err}");
+    let runs = parbench::results::read_runs(&dir).unwrap();
+    let why = runs[0].cut_short.clone().unwrap_or_default();
+    assert!(why.contains("rank 2"), "{why}");
+}

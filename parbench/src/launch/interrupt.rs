@@ -117,15 +117,17 @@ pub fn on_interrupt(hook: impl Fn(i32) + Send + Sync + 'static) -> HookGuard {
     HookGuard(id)
 }
 
-/// What a launcher's stop signal carries (see [`stop_value`]): the rank
-/// that failed first, and its exit code or the signal that killed it.
-pub fn stop_value(rank: usize, code: Option<i32>, signal: Option<i32>) -> i32 {
-    let how = match (code, signal) {
-        (_, Some(sig)) => 0x100 | (sig & 0xff),
-        (Some(c), None) => c & 0xff,
-        (None, None) => 0xff,
+/// What a launcher's stop signal carries (read by `launcher_cause`): the
+/// rank that failed first, and how it ended.
+pub fn stop_value(rank: usize, status: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    let how = match (status.code(), status.signal(), status.stopped_signal()) {
+        (_, Some(sig), _) => 0x100 | (sig & 0xff),
+        (_, _, Some(sig)) => 0x200 | (sig & 0xff),
+        (Some(c), None, None) => c & 0xff,
+        (None, None, None) => 0xff,
     };
-    (((rank as i32) + 1) << 9) | how
+    (((rank as i32) + 1) << 10) | how
 }
 
 /// The cause a stop signal from this process's launcher carries, in the
@@ -133,6 +135,7 @@ pub fn stop_value(rank: usize, code: Option<i32>, signal: Option<i32>) -> i32 {
 /// rank that failed first is the run's cause, not the signal that stopped
 /// this one. `None` for any other signal (a user's, forwarded or not).
 fn launcher_cause(info: &libc::siginfo_t) -> Option<String> {
+    use std::os::unix::process::ExitStatusExt;
     // SAFETY: getppid cannot fail; the union's fields are read only for a
     // signal sent with sigqueue, which fills them.
     let (from_parent, value) = unsafe {
@@ -144,17 +147,18 @@ fn launcher_cause(info: &libc::siginfo_t) -> Option<String> {
             info.si_value().sival_ptr as usize as i32,
         )
     };
-    let rank = (value >> 9) - 1;
+    let rank = (value >> 10) - 1;
     if !from_parent || rank < 0 {
         return None;
     }
-    let how = value & 0x1ff;
-    let ended = if how & 0x100 != 0 {
-        let sig = how & 0xff;
-        format!("was killed by signal {sig} ({})", signal_name(sig))
-    } else {
-        format!("exited with code {}", how & 0xff)
+    // Back to a wait(2) status word, for the launcher's own words.
+    let sig = value & 0xff;
+    let raw = match value & 0x300 {
+        0x100 => sig,
+        0x200 => 0x7f | (sig << 8),
+        _ => sig << 8,
     };
+    let ended = super::how_it_ended(std::process::ExitStatus::from_raw(raw));
     Some(format!(
         "rank {rank} {ended}; its launcher stopped the others"
     ))

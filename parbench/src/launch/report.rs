@@ -138,6 +138,12 @@ pub fn signal_name(sig: i32) -> String {
         libc::SIGTERM => "SIGTERM",
         libc::SIGXCPU => "SIGXCPU",
         libc::SIGXFSZ => "SIGXFSZ",
+        libc::SIGSTOP => "SIGSTOP",
+        libc::SIGTSTP => "SIGTSTP",
+        libc::SIGTTIN => "SIGTTIN",
+        libc::SIGTTOU => "SIGTTOU",
+        libc::SIGVTALRM => "SIGVTALRM",
+        libc::SIGPROF => "SIGPROF",
         _ => return format!("signal {sig}"),
     };
     name.to_string()

@@ -210,7 +210,7 @@ fn signal_all(pids: &Pids, sig: i32) {
 /// ([`super::interrupt::stop_value`]), so that each rank records that as
 /// its run's cause rather than the signal.
 fn stop_gently(pids: &Pids, exited: &[AtomicBool], first: i32, why: Option<(usize, ExitStatus)>) {
-    match why.map(|(rank, st)| super::interrupt::stop_value(rank, st.code(), st.signal())) {
+    match why.map(|(rank, st)| super::interrupt::stop_value(rank, st)) {
         Some(value) => {
             if let Ok(p) = pids.lock() {
                 for pid in p.iter().flatten() {
@@ -287,6 +287,21 @@ fn settle(pending: &[(usize, libc::pid_t)]) -> Vec<(usize, ExitStatus)> {
     }
 }
 
+/// The first rank still running (`running(rank)`) that is stopped by a
+/// signal, and a status that says so.
+fn stopped_rank(
+    children: &[Child],
+    running: impl Fn(usize) -> bool,
+) -> Option<(usize, ExitStatus)> {
+    children.iter().enumerate().find_map(|(r, c)| {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", c.id())).ok()?;
+        let state = stat.rsplit(')').next()?.trim_start().chars().next()?;
+        // A wait(2) status word of a stopped process: 0x7f, the signal above.
+        (running(r) && matches!(state, 'T' | 't'))
+            .then(|| (r, ExitStatus::from_raw(0x7f | (libc::SIGSTOP << 8))))
+    })
+}
+
 /// Whether process `pid` is on its way out: its leader thread already a
 /// zombie, or a SIGKILL pending for it.
 fn dying(pid: libc::pid_t) -> bool {
@@ -331,7 +346,13 @@ pub fn how_it_ended(status: ExitStatus) -> String {
     match (status.code(), status.signal()) {
         (Some(c), _) => format!("exited with code {c}"),
         (None, Some(sig)) => format!("was killed by signal {sig} ({})", signal_name(sig)),
-        (None, None) => format!("ended ({status})"),
+        (None, None) => match status.stopped_signal() {
+            Some(sig) => format!(
+                "was stopped by signal {sig} ({}) and answered no one",
+                signal_name(sig)
+            ),
+            None => format!("ended ({status})"),
+        },
     }
 }
 
@@ -399,15 +420,23 @@ fn supervise(
             .collect();
         let mut ended: Vec<(usize, ExitStatus)> = vec![(rank, status)];
         ended.extend(settle(&pending));
-        let culprit = ended
-            .iter()
-            .position(|(_, st)| st.signal().is_some())
-            .unwrap_or(0);
-        let (rank, status) = ended[culprit];
+        let killed = ended.iter().position(|(_, st)| st.signal().is_some());
+        // A rank that exited on its own error while another is stopped
+        // (SIGSTOP: frozen, answering no one) exited because of it: the
+        // stopped one is the cause, not the first to leave.
+        let frozen = killed.is_none().then(|| {
+            let done: Vec<usize> = ended.iter().map(|(r, _)| *r).collect();
+            stopped_rank(&children, |r| statuses[r].is_none() && !done.contains(&r))
+        });
+        let (culprit, rank, status) = match (killed, frozen.flatten()) {
+            (Some(i), _) => (Some(i), ended[i].0, ended[i].1),
+            (None, Some((r, st))) => (None, r, st),
+            (None, None) => (Some(0), ended[0].0, ended[0].1),
+        };
         let also: Vec<String> = ended
             .iter()
             .enumerate()
-            .filter(|(i, (_, st))| *i != culprit && !st.success())
+            .filter(|(i, (_, st))| Some(*i) != culprit && !st.success())
             .map(|(_, (r, st))| format!("rank {r} {}", how_it_ended(*st)))
             .collect();
         for (r, _) in &ended {

@@ -287,10 +287,14 @@ pub fn begin_run(dir: &Path, meta: &RunMeta) {
 /// and the time it ended; its rows are already in the folder. `None` when
 /// no run is pending (none begun, or already recorded).
 pub fn record_cut_short(why: &str) -> Option<Result<PathBuf, ResultsError>> {
+    // Held from taking the run to writing it: a thread that ends the
+    // process meanwhile ([`finish_writes`]) waits for this record, instead
+    // of finding no run pending and ending before it is written.
+    let _writing = WRITING.lock();
     let (dir, mut meta) = PENDING.lock().ok()?.take()?;
     meta.cut_short = Some(why.to_string());
     meta.finish();
-    Some(record_run(&dir, &meta))
+    Some(write_run_entry_held(&dir, &meta))
 }
 
 /// Appends `rows` to their CSV and `meta` to run.json, and says where in
@@ -324,9 +328,14 @@ pub fn record_run(dir: &Path, meta: &RunMeta) -> Result<PathBuf, ResultsError> {
 /// Puts `meta` in `dir/run.json`, in place of the entry of the same run
 /// when there is one.
 fn write_run_entry(dir: &Path, meta: &RunMeta) -> Result<PathBuf, ResultsError> {
+    let _writing = WRITING.lock();
+    write_run_entry_held(dir, meta)
+}
+
+/// [`write_run_entry`] by a caller that holds [`WRITING`].
+fn write_run_entry_held(dir: &Path, meta: &RunMeta) -> Result<PathBuf, ResultsError> {
     fs::create_dir_all(dir).map_err(io_err(dir))?;
     let path = dir.join("run.json");
-    let _writing = WRITING.lock();
     let _lock = DirLock::acquire(dir)?;
     let mut runs = match fs::symlink_metadata(&path) {
         Ok(_) => read_runs_file(&path)?,
