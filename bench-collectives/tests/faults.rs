@@ -289,3 +289,33 @@ fn a_frozen_rank_is_blamed_not_the_rank_that_left_first() {
     let why = runs[0].cut_short.clone().unwrap_or_default();
     assert!(why.contains("rank 2"), "{why}");
 }
+
+#[test]
+fn a_folder_that_fills_keeps_whole_rows_and_its_run() {
+    // Was: the CSV kept its rows but run.json was lost, and the error was
+    // printed twice. Needs a small tmpfs (root); skips without one.
+    let dir = scratch("full");
+    let mount = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=16k", "tmpfs"])
+        .arg(&dir)
+        .stderr(std::process::Stdio::null())
+        .status();
+    if !mount.is_ok_and(|s| s.success()) {
+        eprintln!("skipped: cannot mount a small tmpfs here (needs root)");
+        return;
+    }
+    let out = dir.join("out");
+    let mut args = flags("--backend local -np 2 -b 8 -e 64K -n 2 -w 0 all");
+    args.extend(["--out", out.to_str().unwrap()]);
+    let o = finish_within(start(&args), 120);
+    let err = stderr(&o);
+    let runs = parbench::results::read_runs(&out);
+    let rows = parbench::results::read_rows::<parbench::results::CollectiveRow>(
+        &out.join("collectives.csv"),
+    );
+    let _ = std::process::Command::new("umount").arg(&dir).status();
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert_eq!(err.matches("No space left").count(), 1, "once: {err}");
+    assert_eq!(runs.unwrap().len(), 1, "run.json kept");
+    assert!(!rows.unwrap().is_empty(), "whole rows only");
+}

@@ -242,8 +242,13 @@ fn append_in_place(path: &Path, header: &[u8], body: &[u8]) -> Result<(), Result
     }
     bytes.extend_from_slice(body);
     let mut f = &file;
-    f.write_all(&bytes).map_err(io_err(path))?;
-    file.sync_data().map_err(io_err(path))
+    let written = f.write_all(&bytes).and_then(|()| file.sync_data());
+    if written.is_err() {
+        // A full disk took part of the batch: cut it off, so the file
+        // keeps whole rows only (the old ones).
+        let _ = file.set_len(len);
+    }
+    written.map_err(io_err(path))
 }
 
 /// Held by this process while it replaces a results file: a process that
