@@ -152,5 +152,27 @@ d="$TMP/esc"; cp -r "$FX" "$d"; sed -i 's|timeline-pipeline-[^,]*gpipe-M1.json|.
 try 2 $R html "$d" --out "$d/r.html"
 d="$TMP/lock"; mkdir -p "$d"; echo 999999999 >"$d/.parbench.lock"
 try 0 $C "${CS[@]}" all_reduce --out "$d"
+# issue 33: files that are not regular, counts past their limits, bad settings
+d="$TMP/fifo"; mkdir -p "$d"; mkfifo "$d/run.json"
+try 2 $C "${CS[@]}" --out "$d"
+d="$TMP/zero"; mkdir -p "$d"; ln -s /dev/zero "$d/run.json"
+try 2 $C "${CS[@]}" --out "$d"
+try 2 $C "${CS[@]}" --out /dev/full
+try 2 $C "${CS[@]}" -J /dev/full
+try 2 $C "${CS[@]}" -J /sys/kernel/x.json
+for n in 99999999999 18446744073709551615; do
+  try 2 $C "${CS[@]}" -n $n
+  try 2 $C "${CS[@]}" -w $n
+  try 2 $C "${CS[@]}" -N $n
+  try 2 $C "${CS[@]}" links -n $n
+  try 2 $L "${LS[@]}" -n $n
+  try 2 $P "${PS[@]}" --steps $n
+done
+try 2 $P "${PS[@]}" --schedule-csv /dev/zero
+try 2 env PARBENCH_TCP_SPIN_US=abc $C --backend tcp -np 2 -e 64 -n 1
+try 2 env PARBENCH_TCP_BUF_BYTES=4096 $C --backend tcp -np 2 -e 64 -n 1
+try 2 $R html "$FX" -o /dev/full
+d="$TMP/rec"; cp -r "$FX" "$d"
+try 2 $R html "$d" -o "$d/collectives.csv"
 echo "malformed invocations: $total; failures: $bad (of them not one line: $multiline)"
 [ "$bad" -eq 0 ]
