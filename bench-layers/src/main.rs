@@ -119,6 +119,10 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
     }
 }
 
+/// The table of the degrees measured so far, printed if a signal stops the
+/// run before its end prints it.
+static SIGNAL_TABLE: Mutex<Option<String>> = Mutex::new(None);
+
 /// The rows of one run: kept in --out as each degree completes, then the
 /// table and run.json once the sweep is done.
 struct Records<'a> {
@@ -167,15 +171,49 @@ impl<'a> Records<'a> {
             r.run_id = self.meta.run_id.clone();
         }
         output::fill_speedup(&self.rows, &mut rows);
-        append_rows(&self.plan.out, &rows)
-            .with_context(|| format!("writing {}", self.plan.out.display()))?;
-        self.rows.extend(rows);
+        let before = self.rows.len();
+        self.rows.extend(rows.iter().cloned());
+        // The table a signal prints holds these rows from before they are
+        // appended: a signal during the append waits for it to finish.
+        self.table_for_a_signal();
+        if let Err(e) = append_rows(&self.plan.out, &rows) {
+            self.rows.truncate(before);
+            self.table_for_a_signal();
+            return Err(e).with_context(|| format!("writing {}", self.plan.out.display()));
+        }
         self.sample_reference();
         Ok(())
     }
 
+    /// Keeps the table of the degrees kept so far where a signal that
+    /// stops the run finds it ([`SIGNAL_TABLE`]): a run stopped between two
+    /// degrees still prints what it measured.
+    fn table_for_a_signal(&self) {
+        let text = (!self.rows.is_empty()).then(|| {
+            format!(
+                "{}{}\n",
+                output::table(self.plan, &self.rows),
+                output::reference_line(self.reference.as_ref(), &self.rows)
+            )
+        });
+        if let Ok(mut t) = SIGNAL_TABLE.lock() {
+            *t = text;
+        }
+        static HOOK: std::sync::OnceLock<interrupt::HookGuard> = std::sync::OnceLock::new();
+        HOOK.get_or_init(|| {
+            interrupt::on_interrupt(|_| {
+                if let Some(t) = SIGNAL_TABLE.lock().ok().and_then(|mut t| t.take()) {
+                    parbench::out!("{t}");
+                }
+            })
+        });
+    }
+
     /// Prints the table of the degrees kept.
     fn print_table(&self) {
+        if let Ok(mut t) = SIGNAL_TABLE.lock() {
+            *t = None;
+        }
         if !self.rows.is_empty() {
             parbench::out!("{}", output::table(self.plan, &self.rows));
             parbench::outln!(

@@ -202,12 +202,16 @@ fn sigint_keeps_the_degrees_already_measured() {
     v.extend_from_slice(&["--tp", tps, "--out", dir.to_str().unwrap()]);
     let child = bin()
         .args(&v)
-        .stdout(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     let layers_csv = dir.join("layers.csv");
     let (before, o) = binary::signal_after_rows(child, &layers_csv, 1, libc::SIGINT);
+    // Was: the table was printed only after the last degree, so a signal
+    // left stdout (a file, a pipe) without it.
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("# tp  compute_us"), "no table: {out}");
     assert_eq!(
         o.status.code(),
         Some(130),
