@@ -152,5 +152,31 @@ d="$TMP/esc"; cp -r "$FX" "$d"; sed -i 's|timeline-pipeline-[^,]*gpipe-M1.json|.
 try 2 "$R" html "$d" --out "$d/r.html"
 d="$TMP/lock"; mkdir -p "$d"; echo 999999999 >"$d/.parbench.lock"
 try 0 "$C" "${CS[@]}" all_reduce --out "$d"
+# issue 33: files that are not regular, counts past their limits, bad settings
+d="$TMP/fifo"; mkdir -p "$d"; mkfifo "$d/run.json"
+try 2 "$C" "${CS[@]}" --out "$d"
+d="$TMP/zero"; mkdir -p "$d"; ln -s /dev/zero "$d/run.json"
+try 2 "$C" "${CS[@]}" --out "$d"
+try 2 "$C" "${CS[@]}" --out /dev/full
+try 2 "$C" "${CS[@]}" -J /dev/full
+try 2 "$C" "${CS[@]}" -J /sys/kernel/x.json
+for n in 99999999999 18446744073709551615; do
+  try 2 "$C" "${CS[@]}" -n "$n"
+  try 2 "$C" "${CS[@]}" -w "$n"
+  try 2 "$C" "${CS[@]}" -N "$n"
+  try 2 "$C" "${CS[@]}" links -n "$n"
+  try 2 "$L" "${LS[@]}" -n "$n"
+  try 2 "$P" "${PS[@]}" --steps "$n"
+done
+try 2 "$P" "${PS[@]}" --schedule-csv /dev/zero
+try 2 env PARBENCH_TCP_SPIN_US=abc "$C" --backend tcp -np 2 -e 64 -n 1
+try 2 env PARBENCH_TCP_BUF_BYTES=4096 "$C" --backend tcp -np 2 -e 64 -n 1
+try 2 "$R" html "$FX" -o /dev/full
+d="$TMP/rec"; cp -r "$FX" "$d"
+try 2 "$R" html "$d" -o "$d/collectives.csv"
+# issue 33, item 7: absurd plan shapes and node sizes
+try 2 "$R" plan --layers 4294967295 --hidden 4294967295 --heads 1 --ffn 1 --seq 1 --global-batch 1 --gpus 1 --compute-tflops 1 --intra 1,1
+try 2 "$R" plan --model tiny --global-batch 8 --gpus 4 --gpus-per-node 100000 --compute-tflops 1 --intra 1,1
+try 2 "$R" plan --model tiny --global-batch 8 --gpus 8 --device-file /dev/zero
 echo "malformed invocations: $total; failures: $bad (of them not one line: $multiline)"
 [ "$bad" -eq 0 ]

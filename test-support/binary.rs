@@ -141,3 +141,10 @@ pub fn signal_after_rows(
     unsafe { libc::kill(child.id() as i32, signal) };
     (before, finish_within(child, 30))
 }
+
+/// Makes a FIFO at `path` (what a hostile user plants in place of a file).
+pub fn mkfifo(path: &Path) {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a valid C string for the call's duration.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0, "mkfifo");
+}

@@ -352,6 +352,11 @@ impl Args {
         if self.iters == 0 {
             bail!("-n/--iters 0: at least 1");
         }
+        use parbench::limits::{count, MAX_ITERATIONS, MAX_RUN_CYCLES};
+        count("-n/--iters", self.iters, MAX_ITERATIONS)?;
+        count("-w/--warmup", self.warmup, MAX_ITERATIONS)?;
+        count("-c/--check", self.check, MAX_ITERATIONS)?;
+        count("-N/--run-cycles", self.run_cycles, MAX_RUN_CYCLES)?;
         if self.nprocs == Some(0) {
             bail!("--nprocs 0: at least 1");
         }

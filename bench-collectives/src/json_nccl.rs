@@ -209,8 +209,7 @@ pub fn nccl_version_code(v: &str) -> Option<u64> {
 pub fn write(path: &Path, plan: &SweepJob, meta: &RunMeta, outcome: &Outcome) -> Result<()> {
     let doc = document(plan, meta, outcome);
     let text = serde_json::to_vec_pretty(&doc).context("encoding the -J JSON")?;
-    parbench::results::write_atomic(path, &text)
-        .with_context(|| format!("writing -J {}", path.display()))?;
+    parbench::results::write_atomic(path, &text).map_err(|e| anyhow::anyhow!("-J {e}"))?;
     parbench::outln!("# Writing JSON output to {}", path.display());
     Ok(())
 }

@@ -6,7 +6,7 @@
 //! Exit codes: 0 all checks exact; 1 a wrong element or a failed run; 2 a
 //! bad flag, an unsupported backend, an unwritable --out or more memory
 //! than the machine has; a launcher passes on the exit code of the first
-//! rank that failed (128 + signal for a killed one); SIGINT/SIGTERM end
+//! rank that failed (128 + signal for a killed one); a signal it can catch ends it
 //! with 128 + signal, the sizes measured so far kept.
 
 mod cli;
@@ -38,7 +38,7 @@ fn say(msg: impl std::fmt::Display) {
 }
 
 fn main() -> ExitCode {
-    // Before any thread starts: SIGINT/SIGTERM keep what was measured.
+    // Before any thread starts: a signal it can catch keeps what was measured.
     let _ = interrupt::install("bench-collectives");
     let args = match cli::parse_args(std::env::args_os()) {
         Ok(a) => a,

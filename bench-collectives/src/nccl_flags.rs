@@ -52,14 +52,9 @@ impl NcclTestsFlags {
             if p.as_os_str().is_empty() {
                 bail!("-J: the file name is empty");
             }
-            // Checked before measuring: a run must not end unable to write it.
-            match p.parent().filter(|d| !d.as_os_str().is_empty()) {
-                Some(d) if !d.is_dir() => {
-                    bail!("-J {}: folder {} does not exist", p.display(), d.display())
-                }
-                _ if p.is_dir() => bail!("-J {}: is a folder, not a file", p.display()),
-                _ => {}
-            }
+            // Checked before measuring: a run must not end unable to write
+            // it, nor write it through a symlink, a FIFO or over a record.
+            parbench::results::check_output(p, None).map_err(|e| anyhow::anyhow!("-J {e}"))?;
         }
         Ok(NcclTestsFlags {
             agg_iters: a.agg_iters,

@@ -43,6 +43,7 @@ pub struct RankReport {
 /// Runs the plan on the chosen backend.
 pub fn run(plan: &SweepJob) -> Result<Finished> {
     let run_id = results::new_run_id("collectives");
+    launch::check_env_settings()?;
     let bind = BindRequest::from_env().map_err(UsageError)?;
     let joined = launch::RankInfo::from_env().map_err(|e| UsageError(e.to_string()))?;
     crate::nccl_flags::check_backend(plan, joined.is_some()).map_err(UsageError)?;

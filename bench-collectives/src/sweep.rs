@@ -158,11 +158,13 @@ fn sweep_collective<C: Communicator>(
                     );
                     measured[slot] = Some(row);
                 }
-                printer.row(coll, &point, cfg.root, &measured, (wire, marked));
+                // On disk before on screen: a signal between the two leaves
+                // no printed row that the records lack.
                 if let Some(keep) = ids.keep {
                     let rows: Vec<CollectiveRow> = measured.iter().flatten().cloned().collect();
                     keep(&rows)?;
                 }
+                printer.row(coll, &point, cfg.root, &measured, (wire, marked));
             }
         }
     }

@@ -43,3 +43,88 @@ fn bad_input_is_one_line_and_exit_code_two() {
         assert_usage_error(&["--backend", "mpi"], "mpi");
     }
 }
+
+#[test]
+fn counts_past_their_limits_are_refused_before_anything_is_allocated() {
+    // Was: -n 99999999999 aborted both tcp ranks ("memory allocation of
+    // 799999999992 bytes failed", rc 134), -n of u64::MAX panicked
+    // ("capacity overflow"), and -w, -N, -c ran until killed.
+    for n in ["99999999999", "18446744073709551615"] {
+        for flag in ["-n", "-w", "-c", "-N"] {
+            let args = ["--backend", "local", "-np", "2", "-e", "64", flag, n];
+            assert_usage_error(&args, "at most");
+        }
+        assert_usage_error(&["links", "--backend", "local", "-np", "2", "-n", n], n);
+        assert_usage_error(&["--backend", "tcp", "-np", "2", "-e", "64", "-n", n], n);
+    }
+}
+
+#[test]
+fn settings_from_the_environment_are_checked_before_anything_starts() {
+    // Was: rc 1 and two or three lines from the ranks (for -5 the last
+    // said "interrupted by SIGTERM"); PARBENCH_TCP_BUF_BYTES=4096 stalled
+    // 80 s past a 10 s --timeout. Only PARBENCH_BIND gave one line, exit 2.
+    for (k, v) in [
+        ("PARBENCH_TCP_SPIN_US", "abc"),
+        ("PARBENCH_TCP_BUF_BYTES", "-5"),
+        ("PARBENCH_TCP_BUF_BYTES", "1T"),
+        ("PARBENCH_TCP_BUF_BYTES", "4096"),
+        ("PARBENCH_TCP_CONGESTION", "nosuchcc"),
+        ("PARBENCH_IFADDR", "not-an-ip"),
+        ("PARBENCH_BIND", "abc"),
+    ] {
+        let o = run(
+            &[
+                "--backend",
+                "tcp",
+                "-np",
+                "2",
+                "-e",
+                "64",
+                "-n",
+                "1",
+                "-T",
+                "10",
+            ],
+            &[(k, v)],
+        );
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{k}={v}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{k}={v}: {err:?}");
+        assert!(err.contains(k), "{k}={v}: {err:?}");
+        assert!(o.stdout.is_empty(), "{k}={v} measured");
+    }
+}
+
+#[test]
+fn a_file_limit_too_small_for_the_job_is_refused_before_it_starts() {
+    // Was: 20 s, then "rank 34: setup failed: ... lost the store (rank 0):
+    // Connection reset by peer", with no word of file descriptors.
+    let out = scratch("fd-limit");
+    let script = "ulimit -S -n 32 && ulimit -H -n 32 && exec \"$@\"";
+    let o = std::process::Command::new("sh")
+        .args(["-c", script, "sh", env!("CARGO_BIN_EXE_bench-collectives")])
+        .args([
+            "--backend",
+            "tcp",
+            "-np",
+            "40",
+            "-e",
+            "64",
+            "-n",
+            "1",
+            "-T",
+            "20",
+        ])
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err:?}");
+    assert!(
+        err.contains("open files") && err.contains("ulimit -n"),
+        "{err}"
+    );
+}

@@ -252,3 +252,34 @@ fn the_spawner_gives_each_job_its_own_random_token() {
     }
     assert_ne!(tokens[0], tokens[1], "a fresh token per job");
 }
+
+#[test]
+fn a_job_started_by_hand_without_a_token_is_refused() {
+    // Was: it joined with the public default token, so any local user
+    // could register as rank 1, receive rank 0's handshake and stop it.
+    let dir = scratch("no-token");
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_bench-collectives"));
+    for var in [
+        "PARBENCH_JOB_TOKEN",
+        "TORCHELASTIC_RUN_ID",
+        "PMIX_NAMESPACE",
+        "OMPI_MCA_ess_base_jobid",
+        "PMI_KVSNAME",
+        "SLURM_JOB_ID",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd.args(["--backend", "tcp", "-e", "8", "--timeout", "5", "--out"])
+        .arg(&dir)
+        .envs([
+            ("RANK", "0"),
+            ("WORLD_SIZE", "2"),
+            ("MASTER_ADDR", "127.0.0.1"),
+            ("MASTER_PORT", "1"),
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    let o = finish_within(cmd.spawn().unwrap(), 30);
+    assert_refused(&o, "no token", &["PARBENCH_JOB_TOKEN", "rank 0"]);
+    assert!(!dir.join("collectives.csv").exists(), "measured");
+}

@@ -214,6 +214,9 @@ impl Cli {
         if self.iters == 0 {
             return usage("--iters 0: at least 1");
         }
+        use parbench::limits::{count, MAX_ITERATIONS};
+        count("-n/--iters", self.iters, MAX_ITERATIONS)?;
+        count("-w/--warmup", self.warmup, MAX_ITERATIONS)?;
         let timeout = parbench::limits::timeout(self.timeout).map_err(|e| UsageError(e.0))?;
         let link = self
             .link

@@ -52,7 +52,7 @@ const ENV_ROWS: &str = "PARBENCH_LAYERS_ROWS";
 const ENV_RUN_ID: &str = "PARBENCH_LAYERS_RUN_ID";
 
 fn main() {
-    // Before any thread starts: SIGINT/SIGTERM keep the degrees measured.
+    // Before any thread starts: a signal it can catch keeps the degrees measured.
     let _ = interrupt::install("bench-layers");
     // The noise guard's window starts here: run.json records the CPU time
     // other processes took while the whole run measured.
@@ -91,6 +91,7 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
         rank.as_ref().map_or(cores, |r| r.world)
     };
     let plan = cli.plan(default_ranks)?;
+    parbench::launch::check_env_settings()?;
     match (plan.backend, rank) {
         (Backend::Local, _) => {
             preflight(&plan, true, |t| t)?;
@@ -117,6 +118,10 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
         (Backend::Mpi, _) => mpi_rank(&plan),
     }
 }
+
+/// The table of the degrees measured so far, printed if a signal stops the
+/// run before its end prints it.
+static SIGNAL_TABLE: Mutex<Option<String>> = Mutex::new(None);
 
 /// The rows of one run: kept in --out as each degree completes, then the
 /// table and run.json once the sweep is done.
@@ -166,15 +171,49 @@ impl<'a> Records<'a> {
             r.run_id = self.meta.run_id.clone();
         }
         output::fill_speedup(&self.rows, &mut rows);
-        append_rows(&self.plan.out, &rows)
-            .with_context(|| format!("writing {}", self.plan.out.display()))?;
-        self.rows.extend(rows);
+        let before = self.rows.len();
+        self.rows.extend(rows.iter().cloned());
+        // The table a signal prints holds these rows from before they are
+        // appended: a signal during the append waits for it to finish.
+        self.table_for_a_signal();
+        if let Err(e) = append_rows(&self.plan.out, &rows) {
+            self.rows.truncate(before);
+            self.table_for_a_signal();
+            return Err(e).with_context(|| format!("writing {}", self.plan.out.display()));
+        }
         self.sample_reference();
         Ok(())
     }
 
+    /// Keeps the table of the degrees kept so far where a signal that
+    /// stops the run finds it ([`SIGNAL_TABLE`]): a run stopped between two
+    /// degrees still prints what it measured.
+    fn table_for_a_signal(&self) {
+        let text = (!self.rows.is_empty()).then(|| {
+            format!(
+                "{}{}\n",
+                output::table(self.plan, &self.rows),
+                output::reference_line(self.reference.as_ref(), &self.rows)
+            )
+        });
+        if let Ok(mut t) = SIGNAL_TABLE.lock() {
+            *t = text;
+        }
+        static HOOK: std::sync::OnceLock<interrupt::HookGuard> = std::sync::OnceLock::new();
+        HOOK.get_or_init(|| {
+            interrupt::on_interrupt(|_| {
+                if let Some(t) = SIGNAL_TABLE.lock().ok().and_then(|mut t| t.take()) {
+                    parbench::out!("{t}");
+                }
+            })
+        });
+    }
+
     /// Prints the table of the degrees kept.
     fn print_table(&self) {
+        if let Ok(mut t) = SIGNAL_TABLE.lock() {
+            *t = None;
+        }
         if !self.rows.is_empty() {
             parbench::out!("{}", output::table(self.plan, &self.rows));
             parbench::outln!(

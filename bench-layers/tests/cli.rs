@@ -168,10 +168,13 @@ fn hostile_input_is_refused_before_anything_runs() {
     std::fs::create_dir_all(&d).unwrap();
     let file = d.join("f");
     std::fs::write(&file, "x").unwrap();
-    for out in ["/proc/x", file.to_str().unwrap()] {
+    for (out, says) in [
+        ("/proc/x", "os error"),
+        (file.to_str().unwrap(), "not a folder"),
+    ] {
         let mut v: Vec<&str> = TINY.to_vec();
         v.extend_from_slice(&["--out", out]);
-        refused_in_one_line(&v, &["--out", "os error"]);
+        refused_in_one_line(&v, &["--out", says]);
     }
     // One rule per flag: zero, negative, twice.
     refused_in_one_line(&["--timeout", "0"], &["--timeout 0"]);
@@ -179,6 +182,9 @@ fn hostile_input_is_refused_before_anything_runs() {
     refused_in_one_line(&["--iters", "2", "--iters", "3"], &["--iters", "multiple"]);
     refused_in_one_line(&["--nprocs", "0"], &["--nprocs 0"]);
     refused_in_one_line(&["--iters", "0"], &["--iters 0"]);
+    // Was: accepted, and run until killed.
+    refused_in_one_line(&["-n", "99999999999"], &["99999999999", "at most 1000000"]);
+    refused_in_one_line(&["-w", "99999999999"], &["99999999999", "at most 1000000"]);
 }
 
 #[test]
@@ -196,12 +202,16 @@ fn sigint_keeps_the_degrees_already_measured() {
     v.extend_from_slice(&["--tp", tps, "--out", dir.to_str().unwrap()]);
     let child = bin()
         .args(&v)
-        .stdout(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     let layers_csv = dir.join("layers.csv");
     let (before, o) = binary::signal_after_rows(child, &layers_csv, 1, libc::SIGINT);
+    // Was: the table was printed only after the last degree, so a signal
+    // left stdout (a file, a pipe) without it.
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("# tp  compute_us"), "no table: {out}");
     assert_eq!(
         o.status.code(),
         Some(130),

@@ -257,6 +257,9 @@ pub fn plan(args: &Args) -> Result<PipelineJob, String> {
             return Err(format!("{flag} 0: at least 1"));
         }
     }
+    use parbench::limits::{count, MAX_ITERATIONS};
+    count("--steps", args.steps, MAX_ITERATIONS).map_err(|e| e.0)?;
+    count("--warmup", args.warmup, MAX_ITERATIONS).map_err(|e| e.0)?;
     if !matches!(args.backend.as_str(), "local" | "tcp" | "nccl" | "mpi") {
         return Err(format!(
             "--backend '{}': expected local, tcp, nccl or mpi",
@@ -480,6 +483,9 @@ fn block_config(args: &Args, hidden: usize, sequences: usize) -> Result<BlockCon
             return Err(format!("{flag} 0: at least 1"));
         }
     }
+    use parbench::limits::{count, MAX_ITERATIONS};
+    count("--steps", args.steps, MAX_ITERATIONS).map_err(|e| e.0)?;
+    count("--warmup", args.warmup, MAX_ITERATIONS).map_err(|e| e.0)?;
     b.validate(args.tp)
         .map_err(|e| format!("--tp {}: {e}", args.tp))?;
     Ok(b)

@@ -75,6 +75,7 @@ fn all_ranks(per_rank: &[u128]) -> u128 {
 
 /// Runs every planned run on the backend `--backend` names.
 pub fn run(args: &Args, plan: &PipelineJob) -> Result<()> {
+    parbench::launch::check_env_settings()?;
     match args.backend.parse::<Backend>() {
         Ok(Backend::Local) => run_local(args, plan),
         Ok(Backend::Tcp) => run_tcp(args, plan),

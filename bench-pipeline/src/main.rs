@@ -20,7 +20,7 @@ pub(crate) fn say(msg: impl std::fmt::Display) {
 }
 
 fn main() {
-    // Before any thread starts: SIGINT/SIGTERM keep the runs measured.
+    // Before any thread starts: a signal it can catch keeps the runs measured.
     let _ = interrupt::install("bench-pipeline");
     // The noise guard's window starts here: run.json records the CPU time
     // other processes took while the whole run measured.

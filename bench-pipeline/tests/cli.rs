@@ -224,6 +224,15 @@ fn counts_past_their_stated_limits_are_refused() {
     // Was unbounded; 100000 stages ran 30 s with no output.
     refused_in_one_line(&["--microbatches", "10000000"], &["10000000", "at most"]);
     refused_in_one_line(&["--stages", "100000"], &["100000", "at most"]);
+    // Was: an allocator's abort (rc 134), and a capacity-overflow panic.
+    for n in ["99999999999", "18446744073709551615"] {
+        refused_in_one_line(&["--steps", n], &[n, "at most 1000000"]);
+        refused_in_one_line(&["--warmup", n], &[n, "at most 1000000"]);
+        refused_in_one_line(
+            &["--backend", "tcp", "-np", "2", "--steps", n],
+            &[n, "at most"],
+        );
+    }
 }
 
 #[test]
@@ -268,6 +277,53 @@ fn schedule_csv_indices_past_the_limits_name_file_line_and_cell() {
         &["--schedule-csv", name],
         &[name, "line 257", "at most 256"],
     );
+}
+
+#[test]
+fn schedule_files_are_regular_and_bounded_before_they_are_read() {
+    // Was: /dev/zero grew to 3 GB in 6 s; a FIFO blocked; a 50 MB file was
+    // read whole before it was refused.
+    let d = tmp("csv-files");
+    let fifo = d.join("fifo.csv");
+    binary::mkfifo(&fifo);
+    let big = d.join("big.csv");
+    std::fs::File::create(&big)
+        .unwrap()
+        .set_len(50 << 20)
+        .unwrap();
+    for (name, says) in [
+        ("/dev/zero", "a device"),
+        ("/dev/urandom", "a device"),
+        (fifo.to_str().unwrap(), "a FIFO"),
+        (big.to_str().unwrap(), "larger than the 16.0 MiB"),
+    ] {
+        refused_in_one_line(&["--schedule-csv", name], &[name, says]);
+    }
+}
+
+#[test]
+fn echoed_cells_and_arguments_are_escaped_and_cut() {
+    // Was: a cell's escape sequences and NUL echoed raw in "invalid action
+    // '...'", and a 100 KB argument echoed as one 100 KB line.
+    let d = tmp("csv-escapes");
+    let csv = d.join("esc.csv");
+    std::fs::write(&csv, b"0F0,\x1b[2J\x1b]0;pwned\x07\0\n").unwrap();
+    let o = run(&[
+        "--schedule-csv",
+        csv.to_str().unwrap(),
+        "--out",
+        d.to_str().unwrap(),
+    ]);
+    binary::assert_refused(&o, "escape cell", &["invalid action", "\\u{1b}[2J"]);
+    assert!(
+        !o.stderr.iter().any(|&b| b < 0x20 && b != b'\n'),
+        "{:?}",
+        o.stderr
+    );
+    let long = "7".repeat(100_000);
+    let o = run(&["--stages", &long]);
+    binary::assert_refused(&o, "100 KB argument", &["more characters"]);
+    assert!(o.stderr.len() < 1000, "{} bytes", o.stderr.len());
 }
 
 #[test]

@@ -30,6 +30,68 @@ pub const MAX_MICROBATCHES: usize = 65_536;
 /// Actions of one schedule over all ranks (idle steps included).
 pub const MAX_ACTIONS: usize = 1 << 20;
 
+/// Iterations of one measurement, every binary's count flags: timed
+/// (`-n`, `--iters`, `--steps`), warm-up (`-w`, `--warmup`) and check
+/// (`-c`). A timed iteration keeps an 8-byte time per rank (8 MB per rank
+/// at the limit), and a million of the fastest calls (a few microseconds
+/// each) already take seconds to minutes per size; nccl-tests' default is 20.
+pub const MAX_ITERATIONS: usize = 1_000_000;
+/// Repeats of a whole sweep (`-N`, nccl-tests' run cycles).
+pub const MAX_RUN_CYCLES: usize = 1_000;
+
+/// A count flag held to its limit: `n` itself, or one line naming the flag,
+/// the value and the limit.
+pub fn count(flag: &str, n: usize, max: usize) -> Result<usize, LimitError> {
+    if n <= max {
+        Ok(n)
+    } else {
+        Err(LimitError(format!(
+            "{flag} {n}: at most {max} (the limit every binary holds this count to)"
+        )))
+    }
+}
+
+/// Open files one process of a job of `world` ranks over sockets may hold
+/// at once: a data connection to every other rank and, on rank 0, the
+/// store's connection from every rank (each twice over, for a duplicated
+/// communicator's mesh), plus what any process holds (standard streams,
+/// listeners, the results folder's files, the launcher's pipes).
+pub fn open_files_needed(world: usize) -> u64 {
+    4 * world as u64 + 64
+}
+
+/// Makes sure this process may open the files a job of `world` ranks over
+/// sockets takes ([`open_files_needed`]): raises its soft limit (`ulimit
+/// -n`) up to the hard one when that is enough (the ranks it starts inherit
+/// it), and refuses in one line when the hard limit is lower. Checked
+/// before any rank starts: past the limit a rank dies in its set-up with
+/// "Connection reset by peer", which names no file descriptors.
+pub fn check_open_files(world: usize) -> Result<(), LimitError> {
+    let need = open_files_needed(world);
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: a valid rlimit to fill.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 || lim.rlim_cur >= need {
+        return Ok(());
+    }
+    if lim.rlim_max >= need {
+        let raised = libc::rlimit {
+            rlim_cur: need,
+            rlim_max: lim.rlim_max,
+        };
+        // SAFETY: a valid rlimit; raising the soft limit up to the hard one is always allowed.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            return Ok(());
+        }
+    }
+    Err(LimitError(format!(
+        "a job of {world} ranks over sockets needs about {need} open files per process; this one may open {} (ulimit -n, hard limit {}): raise it, or run fewer ranks",
+        lim.rlim_cur, lim.rlim_max
+    )))
+}
+
 /// A flag that asks for more than the limits or the machine allow.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{0}")]

@@ -188,6 +188,11 @@ pub fn run(a: &PlanArgs) -> Result<()> {
     if let Some(dir) = &a.check {
         return crate::plan_check::run(dir);
     }
+    // The output is checked before anything is costed (a device, a FIFO,
+    // a symlink or a record of another kind is refused).
+    if let Some(path) = &a.json {
+        parbench::results::check_output(path, Some(b"{")).map_err(|e| anyhow!("--json: {e}"))?;
+    }
     let (input, mut file) = prepare(a)?;
     let plan = predict::rank_layouts(&input).map_err(|e| anyhow!("{e}"))?;
     let file = match &a.layout {
@@ -214,7 +219,7 @@ pub fn run(a: &PlanArgs) -> Result<()> {
     if let Some(path) = &a.json {
         let json = serde_json::to_string_pretty(&file)?;
         parbench::results::write_atomic(path, json.as_bytes())
-            .with_context(|| format!("{}: cannot write the plan", path.display()))?;
+            .map_err(|e| anyhow!("--json: cannot write the plan: {e}"))?;
         eprintln!("report: wrote {}", path.display());
     }
     Ok(())

@@ -3,10 +3,9 @@
 //! what it loses against the search's best.
 
 use crate::units;
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, bail, Result};
 use parbench::model::device::{Device, DEVICE_FILE_MAX_BYTES};
 use parbench::model::plan::{Costed, LayoutQuery, LayoutRanking, Rejected, Rejection, Shard};
-use std::io::Read;
 use std::path::Path;
 
 /// The device of `--device NAME` or `--device-file FILE`, and where it came from.
@@ -22,31 +21,16 @@ pub fn resolve_device(name: Option<&str>, file: Option<&Path>) -> Result<Option<
     let Some(path) = file else {
         return Ok(None);
     };
-    let text = read_small_regular_file(path, DEVICE_FILE_MAX_BYTES)
-        .with_context(|| format!("--device-file {}", path.display()))?;
+    let bytes = parbench::results::read_regular(path, DEVICE_FILE_MAX_BYTES)
+        .map_err(|e| anyhow!("--device-file: {e}"))?;
+    let text = String::from_utf8(bytes)
+        .map_err(|_| anyhow!("--device-file {}: not UTF-8 text", path.display()))?;
     let mut d =
         Device::from_json(&text).map_err(|e| anyhow!("--device-file {}: {e}", path.display()))?;
     if d.source.is_empty() {
         d.source = format!("{} (no source given)", path.display());
     }
     Ok(Some(d))
-}
-
-/// A regular file's text, refused when larger than `max` bytes (a device
-/// description is a few hundred): never a FIFO, a device or a huge file.
-fn read_small_regular_file(path: &Path, max: u64) -> Result<String> {
-    let meta = std::fs::metadata(path)?;
-    if !meta.is_file() {
-        bail!("not a regular file");
-    }
-    let mut text = String::new();
-    std::fs::File::open(path)?
-        .take(max + 1)
-        .read_to_string(&mut text)?;
-    if text.len() as u64 > max {
-        bail!("larger than {max} bytes: not a device description");
-    }
-    Ok(text)
 }
 
 /// `dp=D,tp=T,pp=P[,vpp=V][,mbs=B][,schedule=S][,first=F,last=L]`.

@@ -8,8 +8,9 @@ pub const DEFAULT_MASTER_ADDR: &str = "127.0.0.1";
 /// `MASTER_PORT` when none is set: torchrun's default.
 pub const DEFAULT_MASTER_PORT: u16 = 29500;
 /// The job token when neither `PARBENCH_JOB_TOKEN` nor a launcher job id is
-/// set. It keeps strangers' garbage out, not an attacker: set
-/// `PARBENCH_JOB_TOKEN` to a secret where that matters.
+/// set: public, so no rank joins a job over the store with it (the launcher
+/// refuses, see `launch::ranks`); it stays for the backends that never
+/// meet there (mpi).
 pub const DEFAULT_TOKEN: &str = "parbench-default-token";
 
 /// The largest world size accepted from the environment: far beyond any job

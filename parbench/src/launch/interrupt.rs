@@ -1,7 +1,9 @@
-//! SIGINT, SIGTERM and SIGHUP: what a bench does when it is stopped.
+//! SIGINT, SIGTERM, SIGHUP and every other signal a process can catch
+//! whose default would end it ([`SIGNALS`]): what a bench does when it is
+//! stopped.
 //!
 //! [`install`] (first thing in `main`, before any thread starts) blocks the
-//! three signals in every thread and leaves them to one watcher thread
+//! signals in every thread and leaves them to one watcher thread
 //! that waits for them with `sigwait`, so that what happens next is plain
 //! code, not a signal handler: the hooks registered with [`on_interrupt`]
 //! run (a launcher passes the signal on to its ranks and waits for them),
@@ -24,8 +26,25 @@ static NEXT_HOOK: AtomicU64 = AtomicU64::new(0);
 static HOOKS: Mutex<Vec<(u64, Hook)>> = Mutex::new(Vec::new());
 static PROGRAM: OnceLock<String> = OnceLock::new();
 
-/// The signals a bench winds down on.
-const SIGNALS: [i32; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+/// The signals a bench winds down on: each one that ends a process by
+/// default and that a process can catch (sent by a user, `timeout -s`, a
+/// batch system's time or CPU limit, `alarm`). SIGKILL and SIGSTOP cannot be
+/// caught: run.json's entry from the run's start stays for those
+/// ([`crate::results::NOT_ENDED`]). SIGPIPE stays ignored (a closed pipe
+/// ends a write, see `term`), and SIGXFSZ goes to the writing thread,
+/// whose write then fails as an error.
+pub const SIGNALS: [i32; 10] = [
+    libc::SIGINT,
+    libc::SIGTERM,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGALRM,
+    libc::SIGXCPU,
+    libc::SIGVTALRM,
+    libc::SIGPROF,
+];
 
 fn signal_set() -> libc::sigset_t {
     // SAFETY: sigset_t is plain data; sigemptyset initialises it and
@@ -40,7 +59,7 @@ fn signal_set() -> libc::sigset_t {
     }
 }
 
-/// Blocks SIGINT, SIGTERM and SIGHUP in the calling thread (and so in every
+/// Blocks [`SIGNALS`] in the calling thread (and so in every
 /// thread it starts later) and starts the watcher. `program` prefixes the
 /// line printed when a signal arrives. Call it once, before any other
 /// thread starts; later calls do nothing.
@@ -58,10 +77,12 @@ pub fn install(program: &str) -> std::io::Result<()> {
         .name("parbench-signals".into())
         .stack_size(256 * 1024)
         .spawn(move || loop {
-            let mut sig: libc::c_int = 0;
+            // SAFETY: siginfo_t is plain data that sigwaitinfo fills.
+            let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
             // SAFETY: the set is valid and blocked in every thread.
-            if unsafe { libc::sigwait(&set, &mut sig) } == 0 {
-                wind_down(sig);
+            let sig = unsafe { libc::sigwaitinfo(&set, &mut info) };
+            if sig > 0 {
+                wind_down(sig, launcher_cause(&info));
             }
         })?;
     Ok(())
@@ -96,7 +117,82 @@ pub fn on_interrupt(hook: impl Fn(i32) + Send + Sync + 'static) -> HookGuard {
     HookGuard(id)
 }
 
-fn wind_down(sig: i32) -> ! {
+/// What a launcher's stop signal carries (read by `launcher_cause`): the
+/// rank that failed first, and how it ended.
+pub fn stop_value(rank: usize, status: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    let how = match (status.code(), status.signal(), status.stopped_signal()) {
+        (_, Some(sig), _) => 0x100 | (sig & 0xff),
+        (_, _, Some(sig)) => 0x200 | (sig & 0xff),
+        (Some(c), None, None) => c & 0xff,
+        (None, None, None) => 0xff,
+    };
+    (((rank as i32) + 1) << 10) | how
+}
+
+/// The cause a stop signal from this process's launcher carries, in the
+/// launcher's own words (`rank 1 was killed by signal 9 (SIGKILL)`): the
+/// rank that failed first is the run's cause, not the signal that stopped
+/// this one. `None` for any other signal (a user's, forwarded or not).
+fn launcher_cause(info: &libc::siginfo_t) -> Option<String> {
+    use std::os::unix::process::ExitStatusExt;
+    // SAFETY: getppid cannot fail; the union's fields are read only for a
+    // signal sent with sigqueue, which fills them.
+    let (from_parent, value) = unsafe {
+        if info.si_code != libc::SI_QUEUE {
+            return None;
+        }
+        (
+            info.si_pid() == libc::getppid(),
+            info.si_value().sival_ptr as usize as i32,
+        )
+    };
+    let rank = (value >> 10) - 1;
+    if !from_parent || rank < 0 {
+        return None;
+    }
+    // Back to a wait(2) status word, for the launcher's own words.
+    let sig = value & 0xff;
+    let raw = match value & 0x300 {
+        0x100 => sig,
+        0x200 => 0x7f | (sig << 8),
+        _ => sig << 8,
+    };
+    let ended = super::how_it_ended(std::process::ExitStatus::from_raw(raw));
+    Some(format!(
+        "rank {rank} {ended}; its launcher stopped the others"
+    ))
+}
+
+/// Whether one of [`SIGNALS`] has arrived (being handled, or pending): a
+/// fault seen now (a peer that the same signal stopped) is its effect, and
+/// the run's cause is the signal's.
+pub fn arrived() -> Option<i32> {
+    if let Some(s) = received() {
+        return Some(s);
+    }
+    // SAFETY: sigset_t is plain data that sigpending fills.
+    let mut pending: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid set to fill.
+    if unsafe { libc::sigpending(&mut pending) } != 0 {
+        return None;
+    }
+    // SAFETY: a set sigpending filled, and valid signal numbers.
+    SIGNALS
+        .into_iter()
+        .find(|&s| unsafe { libc::sigismember(&pending, s) } == 1)
+}
+
+/// Waits at most `limit` for the signal watcher to end the process (it
+/// exits when its wind-down is done); returns if it has not by then.
+pub fn await_wind_down(limit: std::time::Duration) {
+    let until = std::time::Instant::now() + limit;
+    while std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+fn wind_down(sig: i32, cause: Option<String>) -> ! {
     RECEIVED.store(sig, Ordering::SeqCst);
     if let Ok(hooks) = HOOKS.lock() {
         for (_, h) in hooks.iter() {
@@ -105,6 +201,12 @@ fn wind_down(sig: i32) -> ! {
     }
     let program = PROGRAM.get().map_or("parbench", String::as_str);
     let name = signal_name(sig);
+    if let Some(cause) = cause {
+        // The launcher named the cause on its own line: record it, quietly.
+        let _ = crate::results::record_cut_short(&cause);
+        crate::results::finish_writes();
+        std::process::exit(128 + sig)
+    }
     match crate::results::record_cut_short(&format!("interrupted by {name}")) {
         Some(Ok(path)) => eprint_line(&format!(
             "{program}: interrupted by {name}: the rows measured so far are kept; {} records the run as cut short",

@@ -38,7 +38,9 @@ pub use env::{LaunchSource, RankInfo, DEFAULT_MASTER_ADDR, DEFAULT_MASTER_PORT, 
 pub use report::{duration_text, eprint_line};
 pub use spawn::{exit_code, how_it_ended, new_token, spawn_local_ranks, LocalJob, STOP_GRACE};
 pub use store::Store;
-pub use usage::{end_on_error, exit_code_of, Reported, UsageError, EXIT_FAULT, EXIT_USAGE};
+pub use usage::{
+    check_env_settings, end_on_error, exit_code_of, Reported, UsageError, EXIT_FAULT, EXIT_USAGE,
+};
 
 use std::process::ExitStatus;
 use std::time::Duration;

@@ -154,13 +154,21 @@ pub fn run<B: RankBody>(
             let results = crate::comm::local::run(world, algo, timeout, |c| body.run(c));
             Ok(Ended::Ran(first_fault(results)?))
         }
-        Ranks::Spawn(world) => Ok(Ended::Launched {
-            code: spawn_ranks(world)?,
-        }),
-        Ranks::Job(job) => Ok(Ended::Launched {
-            code: super::exit_code(job.run()?),
-        }),
+        Ranks::Spawn(world) => {
+            open_files(world)?;
+            Ok(Ended::Launched {
+                code: spawn_ranks(world)?,
+            })
+        }
+        Ranks::Job(job) => {
+            open_files(job.ranks())?;
+            Ok(Ended::Launched {
+                code: super::exit_code(job.run()?),
+            })
+        }
         Ranks::Joined(info) => {
+            open_files(info.world)?;
+            with_token(&info)?;
             let rank = info.rank;
             let joined = |error| JobFault::Rank { rank, error };
             let mut comm = crate::comm::tcp::comm(&info, algo, timeout).map_err(joined)?;
@@ -168,8 +176,31 @@ pub fn run<B: RankBody>(
         }
         Ranks::Mpi => run_mpi(timeout, body),
         Ranks::Gpus(world) => run_gpus(world, timeout, body),
-        Ranks::NcclJoined(info) => run_nccl_joined(info, timeout, body),
+        Ranks::NcclJoined(info) => {
+            with_token(&info)?;
+            run_nccl_joined(info, timeout, body)
+        }
     }
+}
+
+/// Refuses to join a job over the rendezvous store with the fixed, public
+/// default token (a job started by hand: no launcher's job id, no
+/// `PARBENCH_JOB_TOKEN`): any local user could register as one of its
+/// ranks, receive rank 0's handshake and stop the job. `--nprocs` jobs and
+/// launchers' jobs have a token of their own; a hand-started job names one.
+fn with_token(info: &RankInfo) -> Result<(), JobFault> {
+    if info.token_from != "default" {
+        return Ok(());
+    }
+    Err(JobFault::Unavailable(super::UsageError(format!(
+        "rank {}: a job started by hand ({} variables, no launcher's job id) needs PARBENCH_JOB_TOKEN set to one secret its ranks share: without one, any local user could join it as a rank",
+        info.rank, info.source
+    ))))
+}
+
+/// [`crate::limits::check_open_files`] as a job's refusal (exit 2).
+fn open_files(world: usize) -> Result<(), JobFault> {
+    crate::limits::check_open_files(world).map_err(|e| JobFault::Unavailable(e.into()))
 }
 
 #[cfg(feature = "mpi")]

@@ -15,6 +15,7 @@ use std::time::Duration;
 /// takes at once) is finished with further writes. Errors are ignored: a
 /// closed stderr must not turn one fault into another.
 pub fn eprint_line(line: &str) {
+    let line = printable(line);
     let mut bytes = Vec::with_capacity(line.len() + 1);
     bytes.extend_from_slice(line.as_bytes());
     if bytes.last() != Some(&b'\n') {
@@ -34,6 +35,42 @@ pub fn eprint_line(line: &str) {
             return;
         }
     }
+}
+
+/// The longest word (a run without spaces) an error line echoes whole.
+const MAX_WORD_CHARS: usize = 200;
+
+/// `line` as it may reach a terminal: every control character (an escape
+/// sequence, a NUL, a bell, a newline inside the line) written as an escape
+/// (`\u{1b}`), so input echoed in an error can neither drive the terminal
+/// nor break the one line into several; and every word longer than
+/// [`MAX_WORD_CHARS`] (a 100 KB argument) cut to its start and how much
+/// was left out. Every one-line error goes through it ([`eprint_line`]).
+pub fn printable(line: &str) -> String {
+    let line = line.strip_suffix('\n').unwrap_or(line);
+    let mut out = String::with_capacity(line.len().min(4096));
+    for (i, word) in line.split(' ').enumerate() {
+        if i > 0 {
+            out.push(' ');
+        }
+        let chars = word.chars().count();
+        let (kept, cut) = if chars > MAX_WORD_CHARS {
+            (MAX_WORD_CHARS / 2, chars - MAX_WORD_CHARS / 2)
+        } else {
+            (chars, 0)
+        };
+        for c in word.chars().take(kept) {
+            if c.is_control() {
+                out.extend(c.escape_default());
+            } else {
+                out.push(c);
+            }
+        }
+        if cut > 0 {
+            out.push_str(&format!("...[{cut} more characters]"));
+        }
+    }
+    out
 }
 
 /// A rank's error as one line with one prefix: `rank N: ` at the front,
@@ -101,6 +138,12 @@ pub fn signal_name(sig: i32) -> String {
         libc::SIGTERM => "SIGTERM",
         libc::SIGXCPU => "SIGXCPU",
         libc::SIGXFSZ => "SIGXFSZ",
+        libc::SIGSTOP => "SIGSTOP",
+        libc::SIGTSTP => "SIGTSTP",
+        libc::SIGTTIN => "SIGTTIN",
+        libc::SIGTTOU => "SIGTTOU",
+        libc::SIGVTALRM => "SIGVTALRM",
+        libc::SIGPROF => "SIGPROF",
         _ => return format!("signal {sig}"),
     };
     name.to_string()
@@ -116,6 +159,18 @@ mod tests {
         assert_eq!(duration_text(Duration::from_millis(35)), "35.0 ms");
         assert_eq!(duration_text(Duration::from_nanos(2035)), "2 us");
         assert_eq!(duration_text(Duration::ZERO), "0 us");
+    }
+
+    #[test]
+    fn echoed_input_cannot_drive_the_terminal_nor_flood_it() {
+        let line = printable("invalid action '\u{1b}[2J\u{1b}]0;pwned\u{7}\0x\ny'\n");
+        assert!(!line.chars().any(char::is_control), "{line:?}");
+        assert!(line.contains("\\u{1b}[2J"), "{line}");
+        let long = format!("-b '{}' at most", "9".repeat(100_000));
+        let line = printable(&long);
+        assert!(line.len() < 300, "{}", line.len());
+        assert!(line.ends_with("more characters] at most"), "{line}");
+        assert_eq!(printable("plain words: kept"), "plain words: kept");
     }
 
     #[test]

@@ -13,7 +13,6 @@
 use super::report::{duration_text, eprint_line, signal_name};
 use super::LaunchError;
 use std::ffi::{OsStr, OsString};
-use std::io::Read;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus};
@@ -42,6 +41,11 @@ pub struct LocalJob {
 }
 
 impl LocalJob {
+    /// How many ranks the job starts.
+    pub fn ranks(&self) -> usize {
+        self.ranks
+    }
+
     /// `ranks` copies of `program` with `args`.
     pub fn new(
         ranks: usize,
@@ -175,18 +179,7 @@ pub fn exit_code(status: ExitStatus) -> i32 {
 
 /// A fresh random job token (128 bits from the OS, hex).
 pub fn new_token() -> String {
-    let mut bytes = [0u8; 16];
-    let from_os = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes));
-    if from_os.is_err() {
-        // No /dev/urandom (a bare chroot): time and pid still separate jobs.
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0);
-        let mix = t ^ ((std::process::id() as u128) << 64);
-        bytes = mix.to_le_bytes();
-    }
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    crate::results::random_hex(16)
 }
 
 /// A port that was free on 127.0.0.1 a moment ago (rank 0 binds it next; a
@@ -212,9 +205,25 @@ fn signal_all(pids: &Pids, sig: i32) {
 }
 
 /// Stops every rank still running: `first` (SIGTERM), and after
-/// [`STOP_GRACE`] SIGKILL for those that have not ended.
-fn stop_gently(pids: &Pids, exited: &[AtomicBool], first: i32) {
-    signal_all(pids, first);
+/// [`STOP_GRACE`] SIGKILL for those that have not ended. With `why` (a rank
+/// that failed first, and how), `first` carries it
+/// ([`super::interrupt::stop_value`]), so that each rank records that as
+/// its run's cause rather than the signal.
+fn stop_gently(pids: &Pids, exited: &[AtomicBool], first: i32, why: Option<(usize, ExitStatus)>) {
+    match why.map(|(rank, st)| super::interrupt::stop_value(rank, st)) {
+        Some(value) => {
+            if let Ok(p) = pids.lock() {
+                for pid in p.iter().flatten() {
+                    let val = libc::sigval {
+                        sival_ptr: value as usize as *mut libc::c_void,
+                    };
+                    // SAFETY: a child of this process that has not been reaped.
+                    unsafe { libc::sigqueue(*pid, first, val) };
+                }
+            }
+        }
+        None => signal_all(pids, first),
+    }
     let until = Instant::now() + STOP_GRACE;
     while Instant::now() < until && !exited.iter().all(|e| e.load(Ordering::SeqCst)) {
         std::thread::sleep(Duration::from_millis(5));
@@ -278,6 +287,21 @@ fn settle(pending: &[(usize, libc::pid_t)]) -> Vec<(usize, ExitStatus)> {
     }
 }
 
+/// The first rank still running (`running(rank)`) that is stopped by a
+/// signal, and a status that says so.
+fn stopped_rank(
+    children: &[Child],
+    running: impl Fn(usize) -> bool,
+) -> Option<(usize, ExitStatus)> {
+    children.iter().enumerate().find_map(|(r, c)| {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", c.id())).ok()?;
+        let state = stat.rsplit(')').next()?.trim_start().chars().next()?;
+        // A wait(2) status word of a stopped process: 0x7f, the signal above.
+        (running(r) && matches!(state, 'T' | 't'))
+            .then(|| (r, ExitStatus::from_raw(0x7f | (libc::SIGSTOP << 8))))
+    })
+}
+
 /// Whether process `pid` is on its way out: its leader thread already a
 /// zombie, or a SIGKILL pending for it.
 fn dying(pid: libc::pid_t) -> bool {
@@ -322,7 +346,13 @@ pub fn how_it_ended(status: ExitStatus) -> String {
     match (status.code(), status.signal()) {
         (Some(c), _) => format!("exited with code {c}"),
         (None, Some(sig)) => format!("was killed by signal {sig} ({})", signal_name(sig)),
-        (None, None) => format!("ended ({status})"),
+        (None, None) => match status.stopped_signal() {
+            Some(sig) => format!(
+                "was stopped by signal {sig} ({}) and answered no one",
+                signal_name(sig)
+            ),
+            None => format!("ended ({status})"),
+        },
     }
 }
 
@@ -354,7 +384,7 @@ fn supervise(
         match spawned {
             Ok(h) => waiters.push(h),
             Err(source) => {
-                stop_gently(&pids, &exited, libc::SIGKILL);
+                stop_gently(&pids, &exited, libc::SIGKILL, None);
                 reap_all(&mut children, &pids);
                 return Err(LaunchError::Spawn { rank, source });
             }
@@ -365,7 +395,7 @@ fn supervise(
     // installed the watcher; otherwise the hook never runs).
     let hook = {
         let (pids, exited) = (pids.clone(), exited.clone());
-        super::interrupt::on_interrupt(move |sig| stop_gently(&pids, &exited, sig))
+        super::interrupt::on_interrupt(move |sig| stop_gently(&pids, &exited, sig, None))
     };
     let mut statuses: Vec<Option<ExitStatus>> = vec![None; n];
     let mut failure = None;
@@ -390,15 +420,23 @@ fn supervise(
             .collect();
         let mut ended: Vec<(usize, ExitStatus)> = vec![(rank, status)];
         ended.extend(settle(&pending));
-        let culprit = ended
-            .iter()
-            .position(|(_, st)| st.signal().is_some())
-            .unwrap_or(0);
-        let (rank, status) = ended[culprit];
+        let killed = ended.iter().position(|(_, st)| st.signal().is_some());
+        // A rank that exited on its own error while another is stopped
+        // (SIGSTOP: frozen, answering no one) exited because of it: the
+        // stopped one is the cause, not the first to leave.
+        let frozen = killed.is_none().then(|| {
+            let done: Vec<usize> = ended.iter().map(|(r, _)| *r).collect();
+            stopped_rank(&children, |r| statuses[r].is_none() && !done.contains(&r))
+        });
+        let (culprit, rank, status) = match (killed, frozen.flatten()) {
+            (Some(i), _) => (Some(i), ended[i].0, ended[i].1),
+            (None, Some((r, st))) => (None, r, st),
+            (None, None) => (Some(0), ended[0].0, ended[0].1),
+        };
         let also: Vec<String> = ended
             .iter()
             .enumerate()
-            .filter(|(i, (_, st))| *i != culprit && !st.success())
+            .filter(|(i, (_, st))| Some(*i) != culprit && !st.success())
             .map(|(_, (r, st))| format!("rank {r} {}", how_it_ended(*st)))
             .collect();
         for (r, _) in &ended {
@@ -423,7 +461,7 @@ fn supervise(
             ));
         }
         failure = Some((rank, status, at));
-        stop_gently(&pids, &exited, libc::SIGTERM);
+        stop_gently(&pids, &exited, libc::SIGTERM, Some((rank, status)));
         break;
     }
     drop(hook);

@@ -25,8 +25,9 @@
 //!   capped at [`MAX_STORED`] bytes.
 //!
 //! The token keeps out processes that do not know it; under `--nprocs` it
-//! is random per job. The fixed [`super::DEFAULT_TOKEN`] of a hand-started
-//! job is no secret: a process that uses it is taken for a rank.
+//! is random per job. The fixed [`super::DEFAULT_TOKEN`] is no secret (a
+//! process that used it would be taken for a rank), so `launch::ranks`
+//! refuses to join a job by hand with it.
 
 use super::{LaunchError, RankInfo};
 use crate::comm::tcp::pollfd;

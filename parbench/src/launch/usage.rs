@@ -28,6 +28,15 @@ impl From<crate::limits::LimitError> for UsageError {
     }
 }
 
+/// Checks the settings every binary reads from the environment
+/// (`PARBENCH_BIND`, and the tcp backend's `PARBENCH_TCP_*` and
+/// `PARBENCH_IFADDR`) before anything starts: a bad value is bad input,
+/// one line and exit 2, not a setup error in every rank.
+pub fn check_env_settings() -> Result<(), UsageError> {
+    crate::measure::placement::BindRequest::from_env().map_err(UsageError)?;
+    crate::comm::tcp::check_env().map_err(UsageError)
+}
+
 /// A failure a spawning launcher already named on stderr: exit with its
 /// code, print nothing more.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -84,6 +93,12 @@ pub fn end_on_error(program: &str, err: &(dyn std::error::Error + 'static), line
     if let Ending::Usage(msg) = &ending {
         super::eprint_line(&format!("{program}: {msg}"));
         return EXIT_USAGE;
+    }
+    // A signal that arrived first is the cause, and the fault its effect (a
+    // peer the same signal stopped): its watcher records the run with the
+    // cause it carries and ends the process; this waits for that, a while.
+    if super::interrupt::arrived().is_some() {
+        super::interrupt::await_wind_down(std::time::Duration::from_secs(5));
     }
     let _ = crate::results::record_cut_short(line);
     crate::results::finish_writes();

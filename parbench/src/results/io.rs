@@ -1,11 +1,15 @@
 //! Reading and writing results folders.
 
+use super::file::{
+    create_new, not_regular, not_regular_or, read_head, read_regular, write_atomic,
+    MAX_RECORD_BYTES,
+};
 use super::{Record, RunMeta};
 use serde::Deserialize;
 use std::fs;
-use std::io::Read;
 use std::io::Write;
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -56,12 +60,20 @@ struct DirLock {
 impl DirLock {
     fn acquire(dir: &Path) -> Result<Self, ResultsError> {
         let path = dir.join(LOCK_FILE);
+        // Never through a symlink, and never blocked on a FIFO planted
+        // under the lock's name: either is refused in one line.
         let file = fs::OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
+            .mode(0o644)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
             .open(&path)
-            .map_err(io_err(&path))?;
+            .map_err(|e| not_regular_or(&path, e))?;
+        let meta = file.metadata().map_err(io_err(&path))?;
+        if !meta.is_file() {
+            return Err(not_regular(&path, meta.file_type()));
+        }
         let deadline = Instant::now() + LOCK_WAIT;
         loop {
             // SAFETY: a valid open descriptor for the call's duration.
@@ -80,33 +92,6 @@ impl DirLock {
     }
 }
 
-/// Writes `bytes` to `path` through a temporary file in the same folder and a
-/// rename, so that a reader sees the old file or the new one, never a part.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ResultsError> {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "results".into());
-    let tmp = path.with_file_name(format!(".{name}.tmp.{}", std::process::id()));
-    let result = (|| {
-        let mut f = fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        fs::rename(&tmp, path)?;
-        // The rename itself reaches the disk with the folder's entry.
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            if let Ok(d) = fs::File::open(dir) {
-                let _ = d.sync_all();
-            }
-        }
-        Ok(())
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result.map_err(io_err(path))
-}
-
 /// The header line this version writes for `R`, newline included.
 pub fn header_line<R: Record>() -> String {
     let mut h = columns::<R>().join(",");
@@ -120,38 +105,43 @@ pub fn header_line<R: Record>() -> String {
 /// holds (a file of another header or a run.json that does not parse
 /// would otherwise refuse the records only after the whole run).
 pub fn prepare_out<R: Record>(dir: &Path) -> Result<(), ResultsError> {
+    let not_a_folder = || ResultsError::Invalid {
+        path: dir.to_path_buf(),
+        detail: "not a folder".into(),
+    };
+    if dir.exists() && !dir.is_dir() {
+        return Err(not_a_folder());
+    }
     fs::create_dir_all(dir).map_err(io_err(dir))?;
     if !dir.is_dir() {
-        return Err(ResultsError::Invalid {
-            path: dir.to_path_buf(),
-            detail: "not a folder".into(),
-        });
+        return Err(not_a_folder());
     }
-    let probe = dir.join(format!(".parbench-probe.{}", std::process::id()));
+    // What the run will write must be regular files (or absent): a FIFO
+    // would block it forever, a symlink would send its rows elsewhere.
+    for name in [LOCK_FILE, R::FILE, "run.json"] {
+        let path = dir.join(name);
+        match fs::symlink_metadata(&path) {
+            Ok(m) if !m.is_file() => return Err(not_regular(&path, m.file_type())),
+            _ => {}
+        }
+    }
+    let (probe, probe_path) = create_new(dir, "parbench-probe").map_err(io_err(dir))?;
     let written = (|| {
-        let mut f = fs::File::create(&probe)?;
+        let mut f = probe;
         f.write_all(b"parbench")?;
         f.sync_all()
     })();
-    let _ = fs::remove_file(&probe);
+    let _ = fs::remove_file(&probe_path);
     written.map_err(io_err(dir))?;
     drop(DirLock::acquire(dir)?);
     let path = dir.join(R::FILE);
-    match fs::File::open(&path) {
-        Ok(f) => {
-            let mut first = Vec::new();
-            std::io::Read::take(f, 64 * 1024)
-                .read_to_end(&mut first)
-                .map_err(io_err(&path))?;
-            if !first.is_empty() && !first.starts_with(header_line::<R>().as_bytes()) {
-                return Err(ResultsError::Invalid {
-                    path,
-                    detail: "the file there has another header (another schema version, or not a parbench file); write to another --out".into(),
-                });
-            }
+    if let Some(first) = read_head(&path, 64 * 1024)? {
+        if !first.is_empty() && !first.starts_with(header_line::<R>().as_bytes()) {
+            return Err(ResultsError::Invalid {
+                path,
+                detail: "the file there has another header (another schema version, or not a parbench file); write to another --out".into(),
+            });
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(io_err(&path)(e)),
     }
     let runs = dir.join("run.json");
     if runs.exists() {
@@ -198,27 +188,67 @@ pub fn append_rows<R: Record>(dir: &Path, rows: &[R]) -> Result<PathBuf, Results
 
     let _writing = WRITING.lock();
     let _lock = DirLock::acquire(dir)?;
-    let mut bytes = match fs::read(&path) {
-        Ok(old) if !old.is_empty() => {
-            if !old.starts_with(&header) {
-                return Err(ResultsError::Invalid {
-                    path,
-                    detail: "existing file has another header (another schema version?); write to another --out".into(),
-                });
-            }
-            let mut old = old;
-            if old.last() != Some(&b'\n') {
-                old.push(b'\n');
-            }
-            old
-        }
-        Ok(_) => header.clone(),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => header.clone(),
-        Err(e) => return Err(io_err(&path)(e)),
-    };
-    bytes.extend_from_slice(&body);
-    write_atomic(&path, &bytes)?;
+    append_in_place(&path, &header, &body)?;
     Ok(path)
+}
+
+/// Adds `body` at the end of the CSV `path` (made new, with `header`, when
+/// absent), in one write, synced: the rows already there are neither read
+/// nor written again, so a batch costs its own bytes whatever the file's
+/// size. Called under the folder's lock and [`WRITING`], so no other
+/// writer interleaves and a signal waits for the write; a writer killed
+/// by SIGKILL inside the write can leave part of its last row, which the
+/// next append starts a new line after (and a reader names by its line).
+fn append_in_place(path: &Path, header: &[u8], body: &[u8]) -> Result<(), ResultsError> {
+    let file = match fs::OpenOptions::new()
+        .read(true)
+        .append(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let mut bytes = header.to_vec();
+            bytes.extend_from_slice(body);
+            return write_atomic(path, &bytes);
+        }
+        Err(e) => return Err(not_regular_or(path, e)),
+    };
+    let meta = file.metadata().map_err(io_err(path))?;
+    if !meta.is_file() {
+        return Err(not_regular(path, meta.file_type()));
+    }
+    let len = meta.len();
+    let mut bytes = Vec::with_capacity(header.len() + body.len() + 1);
+    if len == 0 {
+        bytes.extend_from_slice(header);
+    } else {
+        let mut first = vec![0u8; header.len()];
+        let same = len >= header.len() as u64
+            && file.read_exact_at(&mut first, 0).is_ok()
+            && first == header;
+        if !same {
+            return Err(ResultsError::Invalid {
+                path: path.to_path_buf(),
+                detail: "existing file has another header (another schema version?); write to another --out".into(),
+            });
+        }
+        let mut last = [0u8];
+        file.read_exact_at(&mut last, len - 1)
+            .map_err(io_err(path))?;
+        if last[0] != b'\n' {
+            bytes.push(b'\n');
+        }
+    }
+    bytes.extend_from_slice(body);
+    let mut f = &file;
+    let written = f.write_all(&bytes).and_then(|()| file.sync_data());
+    if written.is_err() {
+        // A full disk took part of the batch: cut it off, so the file
+        // keeps whole rows only (the old ones).
+        let _ = file.set_len(len);
+    }
+    written.map_err(io_err(path))
 }
 
 /// Held by this process while it replaces a results file: a process that
@@ -235,23 +265,41 @@ pub fn finish_writes() {
 /// The run a writer has begun and not yet recorded: where, and its record.
 static PENDING: Mutex<Option<(PathBuf, RunMeta)>> = Mutex::new(None);
 
+/// What run.json says of a run that has begun and not yet recorded its
+/// end: what a reader finds while it runs, and what stays when the
+/// process could not record its end.
+pub const NOT_ENDED: &str = "not recorded as ended: still running, or killed by a signal no process can catch (SIGKILL), or its folder could not be written";
+
 /// Notes that the run `meta` has begun writing rows to `dir`: if the
 /// process is stopped (a signal, a fault) before [`record_run`] records
-/// it, [`record_cut_short`] records it as cut short.
+/// it, [`record_cut_short`] records it as cut short. Its entry is in
+/// run.json from now on, as [`NOT_ENDED`], so that a process killed
+/// outright (SIGKILL, a full disk at the end) still leaves it beside its
+/// rows; calling this again (with what the run has learnt since) rewrites
+/// that entry.
 pub fn begin_run(dir: &Path, meta: &RunMeta) {
     if let Ok(mut p) = PENDING.lock() {
         *p = Some((dir.to_path_buf(), meta.clone()));
     }
+    let mut early = meta.clone();
+    early.cut_short = Some(NOT_ENDED.into());
+    // A folder that cannot take it now fails the run's own writes later,
+    // with their error.
+    let _ = write_run_entry(dir, &early);
 }
 
 /// Records the begun run (see [`begin_run`]) as cut short, with `why`
 /// and the time it ended; its rows are already in the folder. `None` when
 /// no run is pending (none begun, or already recorded).
 pub fn record_cut_short(why: &str) -> Option<Result<PathBuf, ResultsError>> {
+    // Held from taking the run to writing it: a thread that ends the
+    // process meanwhile ([`finish_writes`]) waits for this record, instead
+    // of finding no run pending and ending before it is written.
+    let _writing = WRITING.lock();
     let (dir, mut meta) = PENDING.lock().ok()?.take()?;
     meta.cut_short = Some(why.to_string());
     meta.finish();
-    Some(record_run(&dir, &meta))
+    Some(write_run_entry_held(&dir, &meta))
 }
 
 /// Appends `rows` to their CSV and `meta` to run.json, and says where in
@@ -279,16 +327,31 @@ pub fn record_run(dir: &Path, meta: &RunMeta) -> Result<PathBuf, ResultsError> {
             *p = None;
         }
     }
+    write_run_entry(dir, meta)
+}
+
+/// Puts `meta` in `dir/run.json`, in place of the entry of the same run
+/// when there is one.
+fn write_run_entry(dir: &Path, meta: &RunMeta) -> Result<PathBuf, ResultsError> {
+    let _writing = WRITING.lock();
+    write_run_entry_held(dir, meta)
+}
+
+/// [`write_run_entry`] by a caller that holds [`WRITING`].
+fn write_run_entry_held(dir: &Path, meta: &RunMeta) -> Result<PathBuf, ResultsError> {
     fs::create_dir_all(dir).map_err(io_err(dir))?;
     let path = dir.join("run.json");
-    let _writing = WRITING.lock();
     let _lock = DirLock::acquire(dir)?;
-    let mut runs = match fs::read(&path) {
+    let mut runs = match fs::symlink_metadata(&path) {
         Ok(_) => read_runs_file(&path)?,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
         Err(e) => return Err(io_err(&path)(e)),
     };
-    runs.push(meta.clone());
+    // An entry written when the run began (see [`begin_run`]) is replaced.
+    match runs.iter_mut().find(|r| r.run_id == meta.run_id) {
+        Some(r) => *r = meta.clone(),
+        None => runs.push(meta.clone()),
+    }
     let json = serde_json::to_vec_pretty(&runs).map_err(|e| ResultsError::Invalid {
         path: path.clone(),
         detail: e.to_string(),
@@ -298,7 +361,7 @@ pub fn record_run(dir: &Path, meta: &RunMeta) -> Result<PathBuf, ResultsError> {
 }
 
 fn read_runs_file(path: &Path) -> Result<Vec<RunMeta>, ResultsError> {
-    let bytes = fs::read(path).map_err(io_err(path))?;
+    let bytes = read_regular(path, MAX_RECORD_BYTES)?;
     serde_json::from_slice(&bytes).map_err(|e| ResultsError::Parse {
         path: path.to_path_buf(),
         line: e.line() as u64,
@@ -309,7 +372,7 @@ fn read_runs_file(path: &Path) -> Result<Vec<RunMeta>, ResultsError> {
 /// Every run recorded in `dir/run.json` (empty if the folder has none).
 pub fn read_runs(dir: &Path) -> Result<Vec<RunMeta>, ResultsError> {
     let path = dir.join("run.json");
-    if !path.exists() {
+    if fs::symlink_metadata(&path).is_err() {
         return Ok(Vec::new());
     }
     read_runs_file(&path)
@@ -396,7 +459,7 @@ pub fn columns<R: for<'de> Deserialize<'de>>() -> &'static [&'static str] {
 /// rows, text that is not UTF-8, a value that does not parse, or a figure
 /// that breaks [`check_figures`].
 pub fn read_rows<R: Record>(path: &Path) -> Result<Vec<R>, ResultsError> {
-    let bytes = fs::read(path).map_err(io_err(path))?;
+    let bytes = read_regular(path, MAX_RECORD_BYTES)?;
     let parse = |line: u64, detail: String| ResultsError::Parse {
         path: path.to_path_buf(),
         line,
@@ -440,11 +503,15 @@ pub fn read_rows<R: Record>(path: &Path) -> Result<Vec<R>, ResultsError> {
             Ok(false) => break,
             Ok(true) => {}
             Err(e) => {
-                let line = e.position().map_or(rows.len() as u64 + 2, |p| p.line());
+                let line = e
+                    .position()
+                    .map_or(rows.len() as u64 + 2, |p| line_at(&bytes, p));
                 return Err(parse(line, csv_detail(&e)));
             }
         }
-        let line = rec.position().map_or(rows.len() as u64 + 2, |p| p.line());
+        let line = rec
+            .position()
+            .map_or(rows.len() as u64 + 2, |p| line_at(&bytes, p));
         let text = match csv::StringRecord::from_byte_record(rec.clone()) {
             Ok(t) => t,
             Err(e) => {
@@ -475,6 +542,18 @@ pub fn read_rows<R: Record>(path: &Path) -> Result<Vec<R>, ResultsError> {
         ));
     }
     Ok(rows)
+}
+
+/// The line of the file a record starts on, counted from its byte offset:
+/// the reader's own line count misses the blank lines it skips and counts
+/// a CRLF file's second row as line 1 (its offset can point at the line
+/// endings before the record, so those are passed first).
+fn line_at(bytes: &[u8], at: &csv::Position) -> u64 {
+    let mut start = (at.byte() as usize).min(bytes.len());
+    while matches!(bytes.get(start), Some(b'\r' | b'\n')) {
+        start += 1;
+    }
+    bytes[..start].iter().filter(|&&b| b == b'\n').count() as u64 + 1
 }
 
 /// A CSV reader's error in words (no debug dump).
@@ -548,6 +627,42 @@ mod tests {
     }
 
     #[test]
+    fn an_append_adds_its_rows_without_rewriting_the_file() {
+        // Was: each batch rewrote and synced the whole file (13.8 s for
+        // batches onto 100k rows): the file was replaced, a new inode each time.
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempdir("inplace");
+        let path = append_rows(&dir, &[row("a", 8)]).unwrap();
+        let inode = fs::metadata(&path).unwrap().ino();
+        append_rows(&dir, &[row("b", 8), row("b", 16)]).unwrap();
+        assert_eq!(
+            fs::metadata(&path).unwrap().ino(),
+            inode,
+            "appended in place"
+        );
+        let rows: Vec<CollectiveRow> = read_rows(&path).unwrap();
+        assert_eq!(rows.len(), 3);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_begun_run_is_in_run_json_until_it_records_its_end() {
+        // Was: a launcher killed by SIGKILL, or a folder full at the end,
+        // left rows and no run.json.
+        let dir = tempdir("begun");
+        let mut m = RunMeta::start("collectives", "begun-1", "local", 2);
+        begin_run(&dir, &m);
+        let runs = read_runs(&dir).unwrap();
+        assert_eq!(runs.len(), 1);
+        assert_eq!(runs[0].cut_short.as_deref(), Some(NOT_ENDED));
+        m.finish();
+        record_run(&dir, &m).unwrap();
+        let runs = read_runs(&dir).unwrap();
+        assert_eq!(runs, vec![m], "the same entry, now whole");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn run_json_lists_every_run() {
         let dir = tempdir("runs");
         let mut a = RunMeta::start("collectives", "a", "local", 2);
@@ -579,6 +694,33 @@ mod tests {
         .unwrap();
         let err = read_rows::<CollectiveRow>(&path).unwrap_err().to_string();
         assert!(err.contains(":2"), "{err}");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_line_named_is_the_file_s_line_whatever_its_endings() {
+        // Was: a bad row on line 2 of a CRLF file named line 1, and one
+        // after a blank line named the line before it.
+        let dir = tempdir("lines");
+        let path = append_rows(&dir, &[row("a", 8)]).unwrap();
+        let text = fs::read_to_string(&path).unwrap();
+        let header = text.lines().next().unwrap();
+        let bad = text.lines().nth(1).unwrap().replace(",1.5,", ",NaN,");
+        for (body, line) in [
+            (format!("{header}\r\n{bad}\r\n"), 2),
+            (format!("{header}\n\n{bad}\n"), 3),
+            (
+                format!("{header}\n{}\n{bad}", text.lines().nth(1).unwrap()),
+                3,
+            ),
+        ] {
+            fs::write(&path, body).unwrap();
+            let err = read_rows::<CollectiveRow>(&path).unwrap_err().to_string();
+            assert!(
+                err.contains(&format!("collectives.csv:{line}: column time_us")),
+                "{err}"
+            );
+        }
         fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -10,15 +10,19 @@
 //! and a run stopped early is recorded in run.json as cut short
 //! ([`begin_run`], [`record_cut_short`]).
 
+mod file;
 mod io;
 mod link_row;
 mod meta;
 mod records;
 
+pub use file::{
+    check_output, is_record_name, random_hex, read_regular, write_atomic, MAX_RECORD_BYTES,
+};
 pub use io::{
     append_rows, begin_run, check_figures, columns, finish_writes, header_line, prepare_out,
-    read_rows, read_runs, record_all, record_cut_short, record_run, write_atomic, ResultsError,
-    LOCK_FILE,
+    read_rows, read_runs, record_all, record_cut_short, record_run, ResultsError, LOCK_FILE,
+    NOT_ENDED,
 };
 pub use link_row::{verdict, LinkRow, Verdict, SLOW_SHARE};
 pub use meta::{git_revision, iso8601_utc, new_run_id, RunMeta};

@@ -12,8 +12,9 @@ use super::{Action, Schedule, ScheduleError};
 use crate::limits::{MAX_ACTIONS, MAX_MICROBATCHES, MAX_PIPELINE_RANKS, MAX_STAGES};
 use std::path::Path;
 
-/// The largest schedule file read: far more than [`MAX_ACTIONS`] cells take.
-const MAX_FILE_BYTES: u64 = 64 << 20;
+/// The largest schedule file read: [`MAX_ACTIONS`] cells of 16 bytes, far
+/// more than the longest action (`4095I65535,`) takes.
+const MAX_FILE_BYTES: u64 = (MAX_ACTIONS as u64) * 16;
 
 /// Reads a compute-only CSV schedule from `path`.
 pub fn load_csv(path: &Path) -> Result<Schedule, ScheduleError> {
@@ -22,16 +23,16 @@ pub fn load_csv(path: &Path) -> Result<Schedule, ScheduleError> {
         path: shown.clone(),
         source,
     };
-    let len = std::fs::metadata(path).map_err(io)?.len();
-    if len > MAX_FILE_BYTES {
-        return Err(ScheduleError::Parse {
-            path: shown,
-            detail: format!(
-                "{len} bytes: larger than any schedule of at most {MAX_ACTIONS} actions"
-            ),
-        });
-    }
-    let bytes = std::fs::read(path).map_err(io)?;
+    let bytes = crate::results::read_regular(path, MAX_FILE_BYTES).map_err(|e| match e {
+        crate::results::ResultsError::Io { source, .. } => io(source),
+        other => ScheduleError::Parse {
+            path: shown.clone(),
+            detail: match other {
+                crate::results::ResultsError::Invalid { detail, .. } => detail,
+                e => e.to_string(),
+            },
+        },
+    })?;
     let text = String::from_utf8(bytes).map_err(|e| {
         let at = e.utf8_error().valid_up_to();
         let line = e.as_bytes()[..at].iter().filter(|&&b| b == b'\n').count() + 1;

@@ -14,7 +14,6 @@ mod summary;
 
 use crate::load::{load_sources, Source};
 use anyhow::{Context, Result};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// The sections, in page order: (id, navigation name).
@@ -65,36 +64,14 @@ pub fn render(sources: &[Source], title: &str) -> String {
     html
 }
 
-/// Writes `bytes` to `path` through a temporary file beside it and a rename,
-/// so a reader never sees half a report.
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "report.html".into());
-    let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
-    let result = (|| -> std::io::Result<()> {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result.with_context(|| format!("{}: cannot write the report", path.display()))
-}
-
 /// Runs `report html`.
 pub fn run(dirs: &[PathBuf], output: &Path, title: &str) -> Result<()> {
     let sources = load_sources(dirs, true)?;
     plan::check(&sources)?;
     let html = render(&sources, title);
-    write_atomic(output, html.as_bytes())?;
+    parbench::results::write_atomic(output, html.as_bytes())
+        .map_err(|e| anyhow::anyhow!("{e}"))
+        .context("cannot write the report")?;
     eprintln!(
         "report: wrote {} ({} KiB)",
         output.display(),

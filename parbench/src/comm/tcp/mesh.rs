@@ -113,16 +113,25 @@ pub(super) fn build(
     result
 }
 
+/// `PARBENCH_IFADDR`, when set: an IP address, or one line saying it is not.
+pub(super) fn ifaddr_from_env() -> Result<Option<IpAddr>, String> {
+    match std::env::var("PARBENCH_IFADDR")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+    {
+        Some(v) => IpAddr::from_str(v.trim())
+            .map(Some)
+            .map_err(|_| format!("PARBENCH_IFADDR={v:?} is not an IP address")),
+        None => Ok(None),
+    }
+}
+
 /// The address this rank's data listener binds: `PARBENCH_IFADDR` if set;
 /// loopback when `MASTER_ADDR` is loopback; else the local address of the
 /// route to `MASTER_ADDR` (the interface the other hosts can reach).
 fn data_ip(info: &RankInfo) -> CommResult<IpAddr> {
-    if let Some(v) = std::env::var("PARBENCH_IFADDR")
-        .ok()
-        .filter(|v| !v.trim().is_empty())
-    {
-        return IpAddr::from_str(v.trim())
-            .map_err(|_| CommError::Setup(format!("PARBENCH_IFADDR={v:?} is not an IP address")));
+    if let Some(ip) = ifaddr_from_env().map_err(CommError::Setup)? {
+        return Ok(ip);
     }
     let master = (info.master_addr.as_str(), info.master_port)
         .to_socket_addrs()

@@ -145,21 +145,47 @@ struct Settings {
     congestion: Congestion,
 }
 
+/// The smallest `PARBENCH_TCP_BUF_BYTES`: a few kilobytes per socket left
+/// ranks waiting on one another's full queues far past `--timeout`.
+pub const MIN_TCP_BUF_BYTES: usize = 64 << 10;
+/// The largest `PARBENCH_TCP_BUF_BYTES` (the kernel caps it lower still).
+pub const MAX_TCP_BUF_BYTES: usize = 1 << 30;
+/// The longest `PARBENCH_TCP_SPIN_US`: a second.
+pub const MAX_TCP_SPIN_US: u64 = 1_000_000;
+
 impl Settings {
     fn from_env() -> CommResult<Settings> {
+        Self::read().map_err(CommError::Setup)
+    }
+
+    /// The settings, or one line naming the variable and what it takes.
+    fn read() -> Result<Settings, String> {
         let set = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
         let buf = match set("PARBENCH_TCP_BUF_BYTES") {
-            Some(v) => Some(v.trim().parse::<usize>().map_err(|_| {
-                CommError::Setup(format!("PARBENCH_TCP_BUF_BYTES={v:?} is not a byte count"))
-            })?),
+            Some(v) => Some(
+                v.trim()
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|b| (MIN_TCP_BUF_BYTES..=MAX_TCP_BUF_BYTES).contains(b))
+                    .ok_or_else(|| {
+                        format!(
+                            "PARBENCH_TCP_BUF_BYTES={v:?}: a byte count from {MIN_TCP_BUF_BYTES} to {MAX_TCP_BUF_BYTES}"
+                        )
+                    })?,
+            ),
             None => None,
         };
         let spin_us = match set("PARBENCH_TCP_SPIN_US") {
-            Some(v) => v.trim().parse::<u64>().map_err(|_| {
-                CommError::Setup(format!(
-                    "PARBENCH_TCP_SPIN_US={v:?} is not a number of microseconds"
-                ))
-            })?,
+            Some(v) => v
+                .trim()
+                .parse::<u64>()
+                .ok()
+                .filter(|&us| us <= MAX_TCP_SPIN_US)
+                .ok_or_else(|| {
+                    format!(
+                        "PARBENCH_TCP_SPIN_US={v:?}: a number of microseconds from 0 to {MAX_TCP_SPIN_US}"
+                    )
+                })?,
             None => 50,
         };
         Ok(Settings {
@@ -168,6 +194,25 @@ impl Settings {
             congestion: Congestion::parse(set("PARBENCH_TCP_CONGESTION").as_deref()),
         })
     }
+}
+
+/// Checks every variable the tcp backend reads (`PARBENCH_TCP_BUF_BYTES`,
+/// `PARBENCH_TCP_SPIN_US`, `PARBENCH_TCP_CONGESTION`, `PARBENCH_IFADDR`)
+/// before anything starts: a bad value is one line naming it, for the
+/// binaries' exit 2, rather than a setup error in every rank. A named
+/// congestion control is tried on a socket of its own (no connection),
+/// the one test that says what the kernel will take.
+pub fn check_env() -> Result<(), String> {
+    let settings = Settings::read()?;
+    if let Congestion::Named(name) = &settings.congestion {
+        use std::os::fd::AsRawFd;
+        let socket = std::net::TcpListener::bind(("127.0.0.1", 0))
+            .map_err(|e| format!("PARBENCH_TCP_CONGESTION: no socket to try it on: {e}"))?;
+        peer::try_congestion(socket.as_raw_fd(), name)
+            .map_err(|e| format!("PARBENCH_TCP_CONGESTION={name:?}: the kernel refused it: {e}"))?;
+    }
+    mesh::ifaddr_from_env()?;
+    Ok(())
 }
 
 struct SendOp<'a> {

@@ -410,6 +410,11 @@ impl Peer {
     }
 }
 
+/// Sets `name` on the socket `fd`: what [`super::check_env`] tries first.
+pub(super) fn try_congestion(fd: RawFd, name: &str) -> io::Result<()> {
+    set_congestion(fd, name)
+}
+
 fn set_congestion(fd: RawFd, name: &str) -> io::Result<()> {
     // SAFETY: a valid fd and `name.len()` readable bytes.
     let rc = unsafe {
