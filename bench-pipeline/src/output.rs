@@ -88,7 +88,8 @@ pub fn bubble_parts(
     cores: usize,
     sleep_work: bool,
 ) -> Option<String> {
-    if !((measured - simulated).abs() > BUBBLE_PARTS) {
+    let gap = (measured - simulated).abs();
+    if gap.is_nan() || gap <= BUBBLE_PARTS {
         return None;
     }
     Some(if cores > 0 && ranks > cores && !sleep_work {

@@ -191,7 +191,10 @@ pub fn run(a: &PlanArgs) -> Result<()> {
     // The output is checked before anything is costed (a device, a FIFO,
     // a symlink or a record of another kind is refused).
     if let Some(path) = &a.json {
-        parbench::results::check_output(path, Some(b"{")).map_err(|e| anyhow!("--json: {e}"))?;
+        // What the plan file begins with (serde's pretty form of PlanFile),
+        // so that a plan may replace the plan it wrote before.
+        parbench::results::check_output(path, Some(b"{\n  \"schema\": "))
+            .map_err(|e| anyhow!("--json: {e}"))?;
     }
     let (input, mut file) = prepare(a)?;
     let plan = predict::rank_layouts(&input).map_err(|e| anyhow!("{e}"))?;
