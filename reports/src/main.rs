@@ -11,6 +11,7 @@ mod charts;
 mod compare;
 mod html;
 mod load;
+mod model_check;
 mod model_cmd;
 mod plan;
 mod plan_check;
@@ -67,6 +68,11 @@ enum Command {
         /// Output file.
         #[arg(short, long, default_value = "trend.html")]
         output: PathBuf,
+    },
+    /// Hold the collective model to several bench-collectives runs at once (scripts/model-check.sh): per wire, the median share of rows from 64 KiB within 25% of the model, the rows that missed in every run, the fits from 1 MiB; noisy runs not judged. Exit 0 met, 1 not met, 3 nothing judged.
+    ModelCheck {
+        #[arg(required = true)]
+        dirs: Vec<PathBuf>,
     },
     /// Whether every run in the folders was quiet: exit 0 when no run's noise guard marked it noisy, 3 naming each one that did (scripts/nightly.sh keeps only quiet nights in its baseline).
     Quiet {
@@ -125,6 +131,7 @@ fn main() -> ExitCode {
         Command::Plan(args) => plan::run(&args).map(|()| ExitCode::SUCCESS),
         Command::Compare(args) => compare::run(&args),
         Command::Quiet { dirs } => quiet(&dirs),
+        Command::ModelCheck { dirs } => model_check::run(&dirs),
         Command::Trend { dir, output } => trend::run(&dir, &output).map(|()| ExitCode::SUCCESS),
     };
     match result {
