@@ -1,6 +1,7 @@
 //! Command line: nccl-tests' flags with their meanings, plus parbench's
 //! backend, algorithm, deadline, output folder and straggler injection.
 
+use crate::nccl_tests_format::Step;
 use anyhow::{anyhow, bail, Result};
 use clap::Parser;
 use parbench::comm::{Algo, Collective, DType, ReduceOp};
@@ -51,7 +52,9 @@ pub struct Args {
     pub max_bytes: String,
 
     /// Multiply the size by this factor at each step.
-    #[arg(short = 'f', long = "step-factor", conflicts_with = "step_bytes")]
+    /// nccl-tests' reading: a factor of 1 (or 0) steps by -i bytes instead
+    /// (1M when -i is not given), and a factor above 1 wins over -i.
+    #[arg(short = 'f', long = "step-factor")]
     pub step_factor: Option<u64>,
 
     /// Add this many bytes at each step instead (K, M, G suffixes).
@@ -132,7 +135,8 @@ pub struct Args {
     )]
     pub blocking: u8,
 
-    /// Run the whole sweep this many times (nccl-tests' -N).
+    /// Run each table's sizes this many times, in one table (nccl-tests'
+    /// -N; 0 runs until interrupted).
     #[arg(
         short = 'N',
         long = "run-cycles",
@@ -229,8 +233,12 @@ pub struct SweepConfig {
     pub seed: u64,
     /// Smallest size (nccl-tests' bytes) of the fits' window.
     pub fit_from: u64,
-    /// `-N`: times the whole sweep runs.
+    /// `-N`: times each table's sizes run (0: until interrupted).
     pub run_cycles: usize,
+    /// `--format nccl-tests`: the rows nccl-tests would print (every size,
+    /// even one that rounds to the count of the size before; sendrecv once
+    /// per operator).
+    pub nccl_tests_rows: bool,
 }
 
 /// The parsed command line: backend, ranks, algorithm, and the sweep.
@@ -339,13 +347,23 @@ impl Args {
         }
         let min = parse_size(&self.min_bytes).map_err(|e| anyhow!("-b/--min-bytes: {e}"))?;
         let max = parse_size(&self.max_bytes).map_err(|e| anyhow!("-e/--max-bytes: {e}"))?;
-        let step = self
+        let step_bytes = self
             .step_bytes
             .as_deref()
             .map(parse_size)
             .transpose()
             .map_err(|e| anyhow!("-i/--step-bytes: {e}"))?;
-        let sizes = size_steps(min, max, self.step_factor, step)?;
+        let step = match (self.step_factor, step_bytes) {
+            (Some(f), _) if f > 1 => Step::Factor(f),
+            // nccl-tests' default -i.
+            (Some(_), None) => Step::Bytes(1 << 20),
+            (_, Some(b)) => Step::Bytes(b),
+            (None, None) => Step::Factor(2),
+        };
+        let sizes = match step {
+            Step::Factor(f) => size_steps(min, max, Some(f), None)?,
+            Step::Bytes(b) => size_steps(min, max, None, Some(b))?,
+        };
         let average = Average::from_code(self.average)
             .ok_or_else(|| anyhow!("bad -a/--average {} (expected 0, 1, 2 or 3)", self.average))?;
         let timeout = parbench::limits::timeout(self.timeout)?;
@@ -374,7 +392,8 @@ impl Args {
                 .parse()
                 .map_err(|e: String| anyhow!("--algo: {e}"))?,
             out: self.out.clone(),
-            nccl_tests: crate::nccl_flags::NcclTestsFlags::from_args(self)?,
+            nccl_tests: crate::nccl_flags::NcclTestsFlags::from_args(self)?
+                .with_sizes(min, max, step),
             links,
             sweep: SweepConfig {
                 collectives,
@@ -396,10 +415,9 @@ impl Args {
                 },
                 seed: 0x5eed,
                 fit_from: parse_size(&self.fit_from).map_err(|e| anyhow!("--fit-from: {e}"))?,
-                run_cycles: match self.run_cycles {
-                    0 => bail!("-N/--run-cycles must be at least 1"),
-                    n => n,
-                },
+                run_cycles: self.run_cycles,
+                nccl_tests_rows: crate::nccl_flags::NcclTestsFlags::from_args(self)?.format
+                    == crate::nccl_flags::TableFormat::NcclTests,
             },
         })
     }
@@ -455,6 +473,14 @@ mod tests {
         assert_eq!(size_steps(5, 5, None, None).unwrap(), vec![5]);
         assert!(size_steps(9, 8, None, None).is_err());
         assert!(size_steps(8, 16, Some(1), None).is_err());
+        // nccl-tests' -f 1 steps by -i (1M unless given); a factor above 1 wins.
+        let p = plan(&["-b", "1M", "-e", "3M", "-f", "1"]).unwrap();
+        assert_eq!(p.sweep.sizes, vec![1 << 20, 2 << 20, 3 << 20]);
+        assert_eq!(p.nccl_tests.step, Step::Bytes(1 << 20));
+        let p = plan(&["-b", "8", "-e", "64", "-f", "4", "-i", "8"]).unwrap();
+        assert_eq!(p.sweep.sizes, vec![8, 32]);
+        assert_eq!(p.nccl_tests.step, Step::Factor(4));
+        assert_eq!((p.nccl_tests.min_bytes, p.nccl_tests.max_bytes), (8, 64));
         assert!(size_steps(0, 1 << 40, None, Some(1)).is_err());
     }
 
@@ -548,7 +574,6 @@ mod tests {
             &["-a", "4"],
             &["-n", "0"],
             &["--inplace-only", "--outplace-only"],
-            &["-f", "2", "-i", "8"],
             &["--timeout", "0"],
             &["--straggler", "1"],
             &["--straggler", "x:3"],

@@ -20,8 +20,15 @@ pub enum TableFormat {
 pub struct NcclTestsFlags {
     /// `-m`: operations per timed iteration (only 1 is measured).
     pub agg_iters: usize,
-    /// `-z`: 1 waits for each operation before the next.
+    /// `-z`: other than 0, wait for each operation before the next.
     pub blocking: bool,
+    /// `-z` as given (nccl-tests' modes 0-3), for its header line.
+    pub blocking_mode: u8,
+    /// `-b`, `-e` and the step as given, which nccl-tests' header and JSON
+    /// name (not the sizes swept).
+    pub min_bytes: u64,
+    pub max_bytes: u64,
+    pub step: crate::nccl_tests_format::Step,
     /// `-g`: GPUs this process drives (nccl only).
     pub ngpus: Option<usize>,
     pub format: TableFormat,
@@ -37,10 +44,14 @@ impl NcclTestsFlags {
             "nccl-tests" | "nccl_tests" => TableFormat::NcclTests,
             other => bail!("--format {other}: expected parbench or nccl-tests"),
         };
+        // nccl-tests' -z 1-3 differ in where a barrier goes between the
+        // waits; every one waits for each operation before the next.
         let blocking = match a.blocking {
             0 => false,
-            1 => true,
-            z => bail!("-z {z}: expected 0 (the backend's own way) or 1 (blocking)"),
+            1..=3 => true,
+            z => bail!(
+                "-z {z}: expected 0 (the backend's own way) or 1-3 (nccl-tests' blocking modes)"
+            ),
         };
         if a.agg_iters == 0 {
             bail!("-m/--agg-iters must be at least 1");
@@ -64,10 +75,26 @@ impl NcclTestsFlags {
         Ok(NcclTestsFlags {
             agg_iters: a.agg_iters,
             blocking,
+            blocking_mode: a.blocking,
+            min_bytes: 0,
+            max_bytes: 0,
+            step: crate::nccl_tests_format::Step::Factor(2),
             ngpus: a.ngpus,
             format,
             json_file: a.json_file.clone(),
         })
+    }
+}
+
+impl NcclTestsFlags {
+    /// The sizes' flags as given.
+    pub fn with_sizes(self, min: u64, max: u64, step: crate::nccl_tests_format::Step) -> Self {
+        NcclTestsFlags {
+            min_bytes: min,
+            max_bytes: max,
+            step,
+            ..self
+        }
     }
 }
 
@@ -82,7 +109,7 @@ pub fn check_backend(plan: &SweepJob, joined: bool) -> Result<(), String> {
         ));
     }
     if f.blocking && nccl {
-        return Err("-z 1: the nccl backend enqueues operations on its stream without waiting for each; blocking mode is not implemented there".into());
+        return Err(format!("-z {}: the nccl backend enqueues operations on its stream without waiting for each; blocking mode is not implemented there", f.blocking_mode));
     }
     if plan.sweep.graph.is_some() && !nccl {
         return Err("-G/--graph captures CUDA graphs: it needs --backend nccl".into());
@@ -122,7 +149,8 @@ pub fn printer<C: parbench::comm::Communicator>(
 }
 
 /// The reference line of the header (item "is my busbw normal?"), and in
-/// nccl-tests' layout its whole run header around it.
+/// nccl-tests' layout its whole run header: the `-J` file's line first,
+/// then each block's header; parbench's own lines wait for the end.
 pub fn print_run_header<C: parbench::comm::Communicator>(
     printer: &mut crate::print::Printer,
     comm: &C,
@@ -131,29 +159,55 @@ pub fn print_run_header<C: parbench::comm::Communicator>(
 ) {
     let world = comm.world();
     let reference = crate::reference_line::describe(comm.backend(), &comm.wire(), world, wire).line;
+    let json = match (&plan.nccl_tests.json_file, comm.rank()) {
+        (Some(p), 0) => crate::json_nccl::reserve(p),
+        _ => None,
+    };
     if !printer.is_nccl_tests() {
         printer.lines(&[format!("# Reference: {reference}")]);
         return;
+    }
+    if let Some(line) = json {
+        printer.lines(&[line]);
     }
     let in_process = match std::env::var_os("WORLD_SIZE") {
         Some(_) => 1,
         None if comm.backend() == "mpi" || comm.backend() == "tcp" => 1,
         None => world,
     };
+    let f = &plan.nccl_tests;
     let job = crate::nccl_tests_format::JobInfo {
         backend: comm.backend(),
         wire: &comm.wire(),
         world,
         in_process,
-        min_bytes: plan.sweep.sizes.first().copied().unwrap_or(0),
-        max_bytes: plan.sweep.sizes.last().copied().unwrap_or(0),
+        min_bytes: f.min_bytes,
+        max_bytes: f.max_bytes,
+        step: f.step,
         warmup: plan.sweep.warmup,
         iters: plan.sweep.iters,
         check: plan.sweep.check,
         graph: plan.sweep.graph.unwrap_or(0),
-        reference: &reference,
+        blocking: f.blocking_mode,
+        nccl_version: nccl_version_code(comm.backend()),
     };
-    printer.lines(&crate::nccl_tests_format::run_header(&job));
+    let trailer = vec![
+        crate::nccl_tests_format::parbench_line(&job),
+        format!("# Reference: {reference}"),
+    ];
+    printer.set_nccl_tests_job(&job, trailer);
+}
+
+/// NCCL's version code where this run's collectives are NCCL's, else 0.
+pub fn nccl_version_code(backend: &str) -> u64 {
+    #[cfg(feature = "cuda")]
+    if backend == "nccl" {
+        if let Ok(v) = parbench::comm::nccl::nccl_version() {
+            return crate::json_nccl::nccl_version_code(&v).unwrap_or(0);
+        }
+    }
+    let _ = backend;
+    0
 }
 
 #[cfg(test)]
@@ -204,9 +258,8 @@ mod tests {
         for bad in [
             &["-J", "/no/such/folder/x.json"][..],
             &["-J", "/tmp"],
-            &["-z", "3"],
+            &["-z", "4"],
             &["-m", "0"],
-            &["-N", "0"],
             &["--format", "csv"],
         ] {
             assert!(check(bad).is_err(), "{bad:?}");

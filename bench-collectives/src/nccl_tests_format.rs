@@ -77,6 +77,15 @@ pub fn fit_float(x: f64, width: usize) -> String {
     c_e(x, if width >= 7 { 1 } else { 0 }, width)
 }
 
+/// How the sizes step, as nccl-tests' nThread line and JSON name it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// `-f N` (N > 1): multiply.
+    Factor(u64),
+    /// `-i N` (or `-f 1`): add.
+    Bytes(u64),
+}
+
 /// What the run header says about the job.
 pub struct JobInfo<'a> {
     pub backend: &'a str,
@@ -84,37 +93,66 @@ pub struct JobInfo<'a> {
     pub world: usize,
     /// Ranks this process runs (threads of the local backend, GPUs of nccl).
     pub in_process: usize,
+    /// `-b` and `-e` as given (nccl-tests prints the flags, not the sizes swept).
     pub min_bytes: u64,
     pub max_bytes: u64,
+    pub step: Step,
     pub warmup: usize,
     pub iters: usize,
     pub check: usize,
     pub graph: usize,
-    /// The matching published reference, or the words saying there is none.
-    pub reference: &'a str,
+    /// `-z` as given: nccl-tests names a blocking mode in its header.
+    pub blocking: u8,
+    /// NCCL's version code where NCCL ran, else 0.
+    pub nccl_version: u64,
 }
 
-/// nccl-tests' header, up to its `# Using devices` list: one line per rank.
-pub fn run_header(j: &JobInfo<'_>) -> Vec<String> {
+/// nccl-tests' first line. Without NCCL there are no headers or library to
+/// name: 0, and the parbench line after the closing lines says why.
+pub fn version_line(nccl_version: u64) -> String {
+    format!("# nccl-tests version 2.19.6 nccl-headers={nccl_version} nccl-library={nccl_version}")
+}
+
+/// parbench's own line, kept after nccl-tests' closing lines so that a
+/// reader of nccl-tests' header finds its lines where it expects them.
+pub fn parbench_line(j: &JobInfo<'_>) -> String {
+    let nccl = if j.nccl_version == 0 {
+        "no NCCL ran, so nccl-headers and nccl-library read 0".to_string()
+    } else {
+        format!("NCCL {}", j.nccl_version)
+    };
+    format!(
+        "# parbench bench-collectives {} wrote the blocks above in nccl-tests 2.19.6's layout (backend {}, wire {}; {nccl})",
+        env!("CARGO_PKG_VERSION"),
+        j.backend,
+        j.wire
+    )
+}
+
+/// nccl-tests' header from its nThread line to its `# Using devices` list
+/// (one line per rank), as each block repeats it after its starting line.
+pub fn device_report(j: &JobInfo<'_>) -> Vec<String> {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
         .unwrap_or_else(|_| "localhost".into());
     let pid = std::process::id();
-    let mut out = vec![
-        format!(
-            "# nccl-tests version 2.19.6 layout, written by parbench bench-collectives {} (backend {}, wire {})",
-            env!("CARGO_PKG_VERSION"),
-            j.backend,
-            j.wire
-        ),
-        format!(
-            "# nThread {} nGpus 1 minBytes {} maxBytes {} step: 2(factor) warmup iters: {} iters: {} agg iters: 1 validation: {} graph: {} unalign: 0",
-            j.in_process, j.min_bytes, j.max_bytes, j.warmup, j.iters, j.check.min(1), j.graph
-        ),
-        format!("# Reference: {}", j.reference),
-        "#".to_string(),
-        "# Using devices".to_string(),
-    ];
+    let (step, unit) = match j.step {
+        Step::Factor(f) => (f, "factor"),
+        Step::Bytes(b) => (b, "bytes"),
+    };
+    let mut out = vec![format!(
+        "# nThread {} nGpus 1 minBytes {} maxBytes {} step: {step}({unit}) warmup iters: {} iters: {} agg iters: 1 validation: {} graph: {} unalign: 0",
+        j.in_process, j.min_bytes, j.max_bytes, j.warmup, j.iters, j.check, j.graph
+    )];
+    // nccl-tests' own words for each -z mode, trailing space included.
+    match j.blocking {
+        1 => out.push("# Blocking Enabled: wait and barrier after each inner iteration (-m) ".into()),
+        2 => out.push("# Blocking Enabled: wait after each inner iteration (-m), no barrier ".into()),
+        3 => out.push("# Blocking Enabled: wait and barrier after each outer iteration (-n); time excludes barrier ".into()),
+        _ => {}
+    }
+    out.push("#".into());
+    out.push("# Using devices".into());
     for rank in 0..j.world {
         // Ranks in other processes: their pid is not known to rank 0 (-1).
         let pid = if j.in_process == j.world || rank == 0 {
@@ -151,13 +189,15 @@ pub fn column_header() -> [String; 3] {
 fn placement(r: Option<&CollectiveRow>, checked: bool) -> String {
     match r {
         Some(r) => {
+            // nccl-tests: "  %6g" when checked, "    N/A" (one column
+            // narrower) when not.
             let wrong = if checked {
-                format!("{:>6}", c_g(r.wrong as f64))
+                format!("  {:>6}", c_g(r.wrong as f64))
             } else {
-                "   N/A".to_string()
+                "    N/A".to_string()
             };
             format!(
-                "  {}  {}  {}  {wrong}",
+                "  {}  {}  {}{wrong}",
                 fit_float(r.time_us, 7),
                 fit_float(r.algbw_gbps, 6),
                 fit_float(r.busbw_gbps, 6)
@@ -167,10 +207,11 @@ fn placement(r: Option<&CollectiveRow>, checked: bool) -> String {
     }
 }
 
-/// One size's line: the leading columns, out of place, in place.
+/// One size's line: the leading columns, out of place, in place. `count`
+/// is per rank, as nccl-tests prints it (and the records hold it).
 pub fn row_line(
     coll: Collective,
-    bytes: u64,
+    (bytes, count): (u64, usize),
     dtype: parbench::comm::DType,
     op: Option<ReduceOp>,
     root: usize,
@@ -178,12 +219,7 @@ pub fn row_line(
     checked: bool,
 ) -> String {
     let root = if coll.rooted() { root as i64 } else { -1 };
-    let op = if coll.reduces() {
-        op.map_or("none", ReduceOp::name)
-    } else {
-        "none"
-    };
-    let count = bytes / dtype.size() as u64;
+    let op = op.map_or("none", ReduceOp::name);
     let mut line = format!(
         "{bytes:>12}  {count:>12}  {:>8}  {op:>6}  {root:>6}",
         dtype.name()
@@ -195,24 +231,58 @@ pub fn row_line(
     line
 }
 
-/// The two footers of a collective's block: wrong elements, and the mean
-/// busbw over every figure printed (both placements), as nccl-tests sums them.
-pub fn footer(wrong: u64, busbw: &[f64], program: &str) -> Vec<String> {
-    let avg = if busbw.is_empty() {
-        0.0
-    } else {
-        busbw.iter().sum::<f64>() / busbw.len() as f64
+/// nccl-tests' average bus bandwidth: the plain mean of every busbw printed
+/// (both placements). NaN for none, as nccl-tests' 0/0.
+pub fn mean_busbw(busbw: &[f64]) -> f64 {
+    busbw.iter().sum::<f64>() / busbw.len() as f64
+}
+
+/// `NCCL_TESTS_MIN_BW`, read as nccl-tests reads it (`atof`: a value that
+/// is not a number is 0). nccl-tests fails a run whose average is below
+/// 90% of it.
+pub fn min_bw_from_env() -> Option<f64> {
+    let v = std::env::var("NCCL_TESTS_MIN_BW").ok()?;
+    Some(atof(&v))
+}
+
+/// C's `atof`: the longest leading number, 0 when there is none.
+fn atof(s: &str) -> f64 {
+    let s = s.trim_start();
+    (1..=s.len())
+        .rev()
+        .filter(|&i| s.is_char_boundary(i))
+        .find_map(|i| s[..i].parse::<f64>().ok().filter(|x| !x.is_nan()))
+        .unwrap_or(0.0)
+}
+
+/// Whether an average passes `NCCL_TESTS_MIN_BW` (`None`: not checked).
+pub fn min_bw_ok(avg: f64, min_bw: Option<f64>) -> Option<bool> {
+    min_bw.map(|m| !(avg < m * 0.9))
+}
+
+/// The closing lines of a collective's block: the placements that found
+/// wrong elements, the mean busbw over every figure printed (checked
+/// against `NCCL_TESTS_MIN_BW`), the concluding line, and nccl-tests'
+/// final `#` and blank line.
+pub fn footer(errors: u64, busbw: &[f64], program: &str, min_bw: Option<f64>) -> Vec<String> {
+    let avg = mean_busbw(busbw);
+    let verdict = match min_bw_ok(avg, min_bw) {
+        None => "",
+        Some(true) => "OK",
+        Some(false) => "FAILED",
     };
     vec![
         format!(
             "# {:<20} : {} {}",
             "Out of bounds values",
-            wrong,
-            if wrong == 0 { "OK" } else { "FAILED" }
+            errors,
+            if errors == 0 { "OK" } else { "FAILED" }
         ),
-        format!("# {:<20} : {} ", "Avg bus bandwidth", c_g(avg)),
+        format!("# {:<20} : {} {verdict}", "Avg bus bandwidth", c_g(avg)),
         "#".to_string(),
         format!("# Collective test concluded: {program}"),
+        "#".to_string(),
+        String::new(),
     ]
 }
 
@@ -220,7 +290,8 @@ pub fn footer(wrong: u64, busbw: &[f64], program: &str) -> Vec<String> {
 #[derive(Debug)]
 pub struct Block {
     program: &'static str,
-    wrong: u64,
+    /// Placements that found a wrong element (nccl-tests' "out of bounds").
+    errors: u64,
     busbw: Vec<f64>,
 }
 
@@ -228,16 +299,30 @@ pub struct Block {
 #[derive(Debug, Default)]
 pub struct Table {
     open: Option<Block>,
+    /// The version line and the device report, repeated by every block as
+    /// one `*_perf` binary would print them.
+    version: String,
+    devices: Vec<String>,
+    min_bw: Option<f64>,
 }
 
 impl Table {
+    /// Keeps the header every block repeats.
+    pub fn set_job(&mut self, j: &JobInfo<'_>) {
+        self.version = version_line(j.nccl_version);
+        self.devices = device_report(j);
+        self.min_bw = min_bw_from_env();
+    }
+
     /// The lines that open a collective's block (closing the previous one).
     pub fn start(&mut self, coll: Collective) -> Vec<String> {
         let mut out = self.close();
+        out.push(self.version.clone());
         out.push(format!(
             "# Collective test starting: {}",
             program_name(coll)
         ));
+        out.extend(self.devices.iter().cloned());
         out.extend(
             column_header()
                 .iter()
@@ -245,7 +330,7 @@ impl Table {
         );
         self.open = Some(Block {
             program: program_name(coll),
-            wrong: 0,
+            errors: 0,
             busbw: Vec::new(),
         });
         out
@@ -255,7 +340,7 @@ impl Table {
     pub fn add(&mut self, measured: &[Option<CollectiveRow>; 2]) {
         if let Some(b) = &mut self.open {
             for r in measured.iter().flatten() {
-                b.wrong += r.wrong;
+                b.errors += u64::from(r.wrong > 0);
                 b.busbw.push(r.busbw_gbps);
             }
         }
@@ -264,10 +349,33 @@ impl Table {
     /// The footers of the open block, if one is open.
     pub fn close(&mut self) -> Vec<String> {
         match self.open.take() {
-            Some(b) => footer(b.wrong, &b.busbw, b.program),
+            Some(b) => footer(b.errors, &b.busbw, b.program, self.min_bw),
             None => Vec::new(),
         }
     }
+}
+
+/// The collectives whose average busbw falls below `NCCL_TESTS_MIN_BW`
+/// (by nccl-tests' rule), with that average: what fails the run.
+pub fn below_min_bw(rows: &[CollectiveRow], min_bw: Option<f64>) -> Vec<(String, f64)> {
+    let mut names: Vec<&str> = Vec::new();
+    for r in rows {
+        if !names.contains(&r.collective.as_str()) {
+            names.push(&r.collective);
+        }
+    }
+    names
+        .into_iter()
+        .filter_map(|c| {
+            let bw: Vec<f64> = rows
+                .iter()
+                .filter(|r| r.collective == c)
+                .map(|r| r.busbw_gbps)
+                .collect();
+            let avg = mean_busbw(&bw);
+            (min_bw_ok(avg, min_bw) == Some(false)).then(|| (c.to_string(), avg))
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -301,12 +409,36 @@ mod tests {
         assert_eq!(names.find("root").map(|i| i + 4), Some(row.len()));
         assert_eq!(units.len(), names.len());
         assert_eq!(
-            footer(0, &[1.0, 2.0], "x")[..2],
+            footer(0, &[1.0, 2.0], "x", None)[..2],
             [
                 "# Out of bounds values : 0 OK".to_string(),
                 "# Avg bus bandwidth    : 1.5 ".to_string()
             ]
         );
-        assert_eq!(footer(3, &[], "x")[0], "# Out of bounds values : 3 FAILED");
+        assert_eq!(
+            footer(3, &[1.0], "x", None)[0],
+            "# Out of bounds values : 3 FAILED"
+        );
+        // NCCL_TESTS_MIN_BW: FAILED below 90% of it, OK from there.
+        assert_eq!(
+            footer(0, &[8.9], "x", Some(10.0))[1],
+            "# Avg bus bandwidth    : 8.9 FAILED"
+        );
+        assert_eq!(
+            footer(0, &[9.0], "x", Some(10.0))[1],
+            "# Avg bus bandwidth    : 9 OK"
+        );
+        assert_eq!(
+            footer(0, &[1.0], "x", None)[4..],
+            ["#".to_string(), String::new()]
+        );
+    }
+
+    #[test]
+    fn min_bw_reads_as_atof_does() {
+        assert_eq!(atof("12.5"), 12.5);
+        assert_eq!(atof(" 7GB"), 7.0);
+        assert_eq!(atof("abc"), 0.0);
+        assert_eq!(atof(""), 0.0);
     }
 }

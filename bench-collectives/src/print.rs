@@ -25,6 +25,9 @@ pub struct Printer {
     enabled: bool,
     /// `--format nccl-tests`: its table instead of parbench's (and whether #wrong was checked).
     nccl_tests: Option<(crate::nccl_tests_format::Table, bool)>,
+    /// parbench's own lines in nccl-tests' layout, printed after its
+    /// closing lines.
+    trailer: Vec<String>,
 }
 
 /// Width of one placement's block of columns.
@@ -36,6 +39,7 @@ impl Printer {
         Printer {
             enabled,
             nccl_tests: None,
+            trailer: Vec::new(),
         }
     }
 
@@ -44,12 +48,26 @@ impl Printer {
         Printer {
             enabled,
             nccl_tests: Some((Default::default(), checked)),
+            trailer: Vec::new(),
         }
     }
 
     /// Whether this printer writes nccl-tests' layout.
     pub fn is_nccl_tests(&self) -> bool {
         self.nccl_tests.is_some()
+    }
+
+    /// In nccl-tests' layout: the job every block's header names, and
+    /// parbench's own lines for after the last block.
+    pub fn set_nccl_tests_job(
+        &mut self,
+        job: &crate::nccl_tests_format::JobInfo<'_>,
+        trailer: Vec<String>,
+    ) {
+        if let Some((t, _)) = &mut self.nccl_tests {
+            t.set_job(job);
+            self.trailer = trailer;
+        }
     }
 
     /// Prints lines as they are.
@@ -104,7 +122,13 @@ impl Printer {
         if let Some((t, checked)) = &mut self.nccl_tests {
             t.add(measured);
             let line = crate::nccl_tests_format::row_line(
-                coll, p.bytes, p.dtype, p.op, root, measured, *checked,
+                coll,
+                (p.bytes, p.count),
+                p.dtype,
+                p.op,
+                root,
+                measured,
+                *checked,
             );
             return self.line(&line);
         }
@@ -116,7 +140,8 @@ impl Printer {
         if let Some((t, _)) = &mut self.nccl_tests {
             // nccl-tests' footers close the last block; parbench's summary stays
             // in run.json, out of the way of scripts that read nccl-tests' lines.
-            let lines = t.close();
+            let mut lines = t.close();
+            lines.append(&mut self.trailer);
             return self.lines(&lines);
         }
         for l in summary_lines(s) {

@@ -24,6 +24,8 @@ pub enum Finished {
     /// This process ran a rank (or all ranks): wrong elements summed over
     /// ranks, as rank 0 saw them (0 on the other processes).
     Ran { wrong: u64 },
+    /// Rank 0 ran, exact, but below `NCCL_TESTS_MIN_BW`: what fell below.
+    BelowMinBw { why: String },
     /// This process spawned the ranks (`--backend tcp -np N`): pass on the
     /// exit code of the first rank that failed (in time), or 0. The
     /// launcher already named it.
@@ -770,6 +772,21 @@ fn finish(plan: &SweepJob, meta: &mut RunMeta, r: RankReport) -> Result<Finished
     );
     if let Some(path) = &plan.nccl_tests.json_file {
         crate::json_nccl::write(path, plan, meta, &r.outcome)?;
+    }
+    let min_bw = crate::nccl_tests_format::min_bw_from_env();
+    let below = crate::nccl_tests_format::below_min_bw(&r.outcome.rows, min_bw);
+    if r.summary.wrong == 0 && !below.is_empty() {
+        let each: Vec<String> = below
+            .iter()
+            .map(|(c, bw)| format!("{c} {}", crate::nccl_tests_format::c_g(*bw)))
+            .collect();
+        return Ok(Finished::BelowMinBw {
+            why: format!(
+                "average bus bandwidth below 90% of NCCL_TESTS_MIN_BW={} GB/s (nccl-tests' rule): {}",
+                min_bw.map_or(String::new(), crate::nccl_tests_format::c_g),
+                each.join(", ")
+            ),
+        });
     }
     Ok(Finished::Ran {
         wrong: r.summary.wrong,

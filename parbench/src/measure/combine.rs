@@ -134,6 +134,9 @@ pub struct LoopStats {
     /// Per iteration: the rank that arrived last (waited least inside the
     /// call), how much later than the first (ns), and the iteration's time (ns).
     pub last_arrivals: Vec<LastArrival>,
+    /// Per rank, each timed iteration's time on that rank, us (what
+    /// nccl-tests' `-J` writes as `per_process_max_times_us`).
+    pub rank_iter_us: Vec<Vec<f64>>,
 }
 
 /// Who arrived last at one iteration, and by how much.
@@ -214,6 +217,10 @@ impl LoopStats {
             p99_us,
             wrong,
             last_arrivals,
+            rank_iter_us: all
+                .iter()
+                .map(|p| p[3..3 + n].iter().map(|t| t / 1e3).collect())
+                .collect(),
         }
     }
 }

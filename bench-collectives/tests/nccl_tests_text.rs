@@ -1,0 +1,474 @@
+//! `--format nccl-tests`, byte for byte: every line of each block is
+//! recomputed here with nccl-tests' own printf formats (v2.19.6,
+//! src/util.cu and src/common.cu), through the C library's `snprintf`,
+//! from the records the run wrote (`collectives.csv`) and the flags it was
+//! given, then compared with what the binary printed. One run per set of
+//! flags, together covering every collective, dtype and operator, `-c 0`,
+//! `-c 2`, `-N 2`, `-i`, `-f 4`, `-f 1`, a root, both placements, the tcp
+//! backend's ranks in other processes, and `NCCL_TESTS_MIN_BW`.
+
+mod common;
+use common::*;
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::os::raw::{c_char, c_int};
+
+/// `snprintf` into a buffer of `cap` bytes: what C writes, and the length
+/// it would have written.
+fn c_fmt(cap: usize, f: impl FnOnce(*mut c_char, usize) -> c_int) -> (String, usize) {
+    let mut buf = vec![0u8; cap.max(1)];
+    let n = f(buf.as_mut_ptr().cast(), buf.len());
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    (
+        String::from_utf8_lossy(&buf[..end]).into_owned(),
+        n as usize,
+    )
+}
+
+fn cs(s: &str) -> CString {
+    CString::new(s).unwrap()
+}
+
+/// nccl-tests' getFloatStr: `%*.2f`, `%*.1f`, `%*.0f`, then an exponent.
+fn get_float_str(value: f64, width: usize) -> String {
+    let w = width as c_int;
+    for fmt in ["%*.2f", "%*.1f", "%*.0f"] {
+        let f = cs(fmt);
+        let (s, n) = c_fmt(width + 1, |b, l| unsafe {
+            libc::snprintf(b, l, f.as_ptr(), w, value)
+        });
+        if n <= width {
+            return s;
+        }
+    }
+    let f = cs(if width >= 7 { "%*.1e" } else { "%*.0e" });
+    c_fmt(width + 1, |b, l| unsafe {
+        libc::snprintf(b, l, f.as_ptr(), w, value)
+    })
+    .0
+}
+
+/// writeBenchmarkLinePreamble: `%12li  %12li  %8s  %6s  %6s` with the root
+/// as `%6i` text.
+fn preamble(size: i64, count: i64, dtype: &str, op: &str, root: c_int) -> String {
+    let rf = cs("%6i");
+    let (root, _) = c_fmt(100, |b, l| unsafe {
+        libc::snprintf(b, l, rf.as_ptr(), root)
+    });
+    let (f, t, o, r) = (
+        cs("%12li  %12li  %8s  %6s  %6s"),
+        cs(dtype),
+        cs(op),
+        cs(&root),
+    );
+    c_fmt(512, |b, l| unsafe {
+        libc::snprintf(
+            b,
+            l,
+            f.as_ptr(),
+            size as libc::c_long,
+            count as libc::c_long,
+            t.as_ptr(),
+            o.as_ptr(),
+            r.as_ptr(),
+        )
+    })
+    .0
+}
+
+/// writeBenchmarkLineBody.
+fn body(time: f64, algbw: f64, busbw: f64, checked: bool, wrong: i64) -> String {
+    let (t, a, bb) = (
+        cs(&get_float_str(time, 7)),
+        cs(&get_float_str(algbw, 6)),
+        cs(&get_float_str(busbw, 6)),
+    );
+    if checked {
+        let f = cs("  %7s  %6s  %6s  %6g");
+        c_fmt(256, |b, l| unsafe {
+            libc::snprintf(
+                b,
+                l,
+                f.as_ptr(),
+                t.as_ptr(),
+                a.as_ptr(),
+                bb.as_ptr(),
+                wrong as f64,
+            )
+        })
+        .0
+    } else {
+        let f = cs("  %7s  %6s  %6s    N/A");
+        c_fmt(256, |b, l| unsafe {
+            libc::snprintf(b, l, f.as_ptr(), t.as_ptr(), a.as_ptr(), bb.as_ptr())
+        })
+        .0
+    }
+}
+
+/// writeResultHeader's three lines (no per-iteration or timestamp columns).
+fn result_header() -> Vec<String> {
+    let e = cs("");
+    let f1 = cs("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          ");
+    let l1 = c_fmt(512, |b, l| unsafe {
+        libc::snprintf(
+            b,
+            l,
+            f1.as_ptr(),
+            e.as_ptr(),
+            e.as_ptr(),
+            e.as_ptr(),
+            e.as_ptr(),
+            e.as_ptr(),
+        )
+    })
+    .0;
+    let f = cs("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %*s");
+    let line = |w: [&str; 13]| {
+        let c: Vec<CString> = w.iter().map(|s| cs(s)).collect();
+        c_fmt(512, |b, l| unsafe {
+            libc::snprintf(
+                b,
+                l,
+                f.as_ptr(),
+                c[0].as_ptr(),
+                c[1].as_ptr(),
+                c[2].as_ptr(),
+                c[3].as_ptr(),
+                c[4].as_ptr(),
+                c[5].as_ptr(),
+                c[6].as_ptr(),
+                c[7].as_ptr(),
+                c[8].as_ptr(),
+                c[9].as_ptr(),
+                c[10].as_ptr(),
+                c[11].as_ptr(),
+                c[12].as_ptr(),
+                0 as c_int,
+                e.as_ptr(),
+            )
+        })
+        .0
+    };
+    vec![
+        "#".into(),
+        l1,
+        line([
+            "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time",
+            "algbw", "busbw", "#wrong",
+        ]),
+        line([
+            "(B)",
+            "(elements)",
+            "",
+            "",
+            "",
+            "(us)",
+            "(GB/s)",
+            "(GB/s)",
+            "",
+            "(us)",
+            "(GB/s)",
+            "(GB/s)",
+            "",
+        ]),
+    ]
+}
+
+/// writeResultFooter, finalizeFooter and writeErrors' blank line.
+fn footer(errors: c_int, avg: f64, min_bw: Option<f64>, program: &str) -> Vec<String> {
+    let (f1, f2) = (cs("# %-20s : %d %s"), cs("# %-20s : %g %s"));
+    let (oob, abb) = (cs("Out of bounds values"), cs("Avg bus bandwidth"));
+    let verdict1 = cs(if errors != 0 { "FAILED" } else { "OK" });
+    let verdict2 = cs(match min_bw {
+        None => "",
+        Some(m) if avg < m * 0.9 => "FAILED",
+        Some(_) => "OK",
+    });
+    vec![
+        c_fmt(256, |b, l| unsafe {
+            libc::snprintf(b, l, f1.as_ptr(), oob.as_ptr(), errors, verdict1.as_ptr())
+        })
+        .0,
+        c_fmt(256, |b, l| unsafe {
+            libc::snprintf(b, l, f2.as_ptr(), abb.as_ptr(), avg, verdict2.as_ptr())
+        })
+        .0,
+        "#".into(),
+        format!("# Collective test concluded: {program}"),
+        "#".into(),
+        String::new(),
+    ]
+}
+
+/// writeDeviceReport's nThread line.
+fn nthread_line(
+    nthread: c_int,
+    min: u64,
+    max: u64,
+    step: (u64, &str),
+    counts: [c_int; 3],
+) -> String {
+    let f = cs("# nThread %d nGpus %d minBytes %ld maxBytes %ld step: %ld(%s) warmup iters: %d iters: %d agg iters: %d validation: %d graph: %d unalign: %d");
+    let unit = cs(step.1);
+    c_fmt(512, |b, l| unsafe {
+        libc::snprintf(
+            b,
+            l,
+            f.as_ptr(),
+            nthread,
+            1 as c_int,
+            min as libc::c_long,
+            max as libc::c_long,
+            step.0 as libc::c_long,
+            unit.as_ptr(),
+            counts[0],
+            counts[1],
+            1 as c_int,
+            counts[2],
+            0 as c_int,
+            0 as c_int,
+        )
+    })
+    .0
+}
+
+/// One run and what nccl-tests would print for its records.
+struct Case {
+    name: &'static str,
+    backend: &'static str,
+    ranks: usize,
+    flags: &'static str,
+    min_bw: Option<&'static str>,
+    /// minBytes, maxBytes, step as nccl-tests' header names them.
+    sizes: (u64, u64, (u64, &'static str)),
+    /// warm-up, iterations, check.
+    counts: [c_int; 3],
+    exit: i32,
+}
+
+fn program(coll: &str) -> String {
+    match coll {
+        "all_to_all" => "alltoall_perf".into(),
+        c => format!("{c}_perf"),
+    }
+}
+
+fn check_case(c: &Case) {
+    let dir = scratch(&format!("nccl-text-{}", c.name));
+    let np = c.ranks.to_string();
+    let mut args = vec!["--backend", c.backend, "-np", &np, "--format", "nccl-tests"];
+    args.extend(flags(c.flags));
+    args.extend(["--out", dir.to_str().unwrap()]);
+    let env: Vec<(&str, &str)> = c.min_bw.iter().map(|v| ("NCCL_TESTS_MIN_BW", *v)).collect();
+    let o = run(&args, &env);
+    let text = stdout(&o);
+    assert_eq!(
+        o.status.code(),
+        Some(c.exit),
+        "{}: {text}\n{}",
+        c.name,
+        stderr(&o)
+    );
+    let (_, recs) = read_csv(&dir.join("collectives.csv"));
+    let min_bw = c.min_bw.map(|v| v.parse::<f64>().unwrap());
+    let checked = c.counts[2] > 0;
+    let nthread = if c.backend == "local" { c.ranks } else { 1 } as c_int;
+
+    // Expected output, block by block, from the records in their order.
+    let mut want: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < recs.len() {
+        let coll = recs[i]["collective"].clone();
+        want.push("# nccl-tests version 2.19.6 nccl-headers=0 nccl-library=0".into());
+        want.push(format!("# Collective test starting: {}", program(&coll)));
+        want.push(nthread_line(
+            nthread, c.sizes.0, c.sizes.1, c.sizes.2, c.counts,
+        ));
+        want.push("#".into());
+        want.push("# Using devices".into());
+        want.push("RANKS".into());
+        want.extend(result_header());
+        let (mut errors, mut sum, mut n) = (0, 0.0, 0usize);
+        while i < recs.len() && recs[i]["collective"] == coll {
+            let (r, ip) = (&recs[i], &recs[i + 1]);
+            assert_eq!(
+                (r["in_place"].as_str(), ip["in_place"].as_str()),
+                ("false", "true")
+            );
+            let num = |m: &HashMap<String, String>, k: &str| m[k].parse::<f64>().unwrap();
+            let mut line = preamble(
+                r["bytes"].parse().unwrap(),
+                r["count"].parse().unwrap(),
+                &r["dtype"],
+                &r["op"],
+                r["root"].parse().unwrap(),
+            );
+            for m in [r, ip] {
+                let wrong: i64 = m["wrong"].parse().unwrap();
+                line.push_str(&body(
+                    num(m, "time_us"),
+                    num(m, "algbw_gbps"),
+                    num(m, "busbw_gbps"),
+                    checked,
+                    wrong,
+                ));
+                errors += c_int::from(wrong > 0);
+                sum += num(m, "busbw_gbps");
+                n += 1;
+            }
+            want.push(line);
+            i += 2;
+        }
+        want.extend(footer(errors, sum / n as f64, min_bw, &program(&coll)));
+    }
+
+    // The printed lines, up to parbench's own after the last block.
+    let got: Vec<&str> = text
+        .lines()
+        .take_while(|l| !l.starts_with("# parbench "))
+        .collect();
+    let mut g = got.iter();
+    for w in &want {
+        if w == "RANKS" {
+            // One line per rank: its pid and host are the run's own.
+            for rank in 0..c.ranks {
+                let line = g
+                    .next()
+                    .unwrap_or_else(|| panic!("{}: ran out at rank {rank}", c.name));
+                let f: Vec<&str> = line.split_whitespace().collect();
+                let (pid, host, wire) = (f[6].parse::<c_int>().unwrap(), f[8], f[12..].join(" "));
+                let fmt =
+                    cs("#  Rank %2d Group %2d Pid %6d on %10s device %2d [%04x:%02x:%02x] %s");
+                let (h, w) = (cs(host), cs(&wire));
+                let exp = c_fmt(512, |b, l| unsafe {
+                    libc::snprintf(
+                        b,
+                        l,
+                        fmt.as_ptr(),
+                        rank as c_int,
+                        0 as c_int,
+                        pid,
+                        h.as_ptr(),
+                        rank as c_int,
+                        0 as c_int,
+                        0 as c_int,
+                        0 as c_int,
+                        w.as_ptr(),
+                    )
+                })
+                .0;
+                assert_eq!(*line, exp, "{}", c.name);
+            }
+            continue;
+        }
+        let line = g
+            .next()
+            .unwrap_or_else(|| panic!("{}: ran out before {w:?}\n{text}", c.name));
+        assert_eq!(line, w, "{}:\n{text}", c.name);
+    }
+    assert_eq!(
+        g.next(),
+        None,
+        "{}: lines past the last block\n{text}",
+        c.name
+    );
+    assert!(text.contains("# parbench bench-collectives"), "{text}");
+}
+
+#[test]
+fn every_collective_dtype_and_operator_prints_as_nccl_tests_would() {
+    check_case(&Case {
+        name: "all",
+        backend: "local",
+        ranks: 3,
+        flags: "all -d all -o all -b 8 -e 64 -n 1 -w 0",
+        min_bw: None,
+        sizes: (8, 64, (2, "factor")),
+        counts: [0, 1, 1],
+        exit: 0,
+    });
+}
+
+#[test]
+fn no_check_cycles_and_byte_steps_print_as_nccl_tests_would() {
+    // -c 0: N/A one column narrower; -N 2: one table, the sizes twice, one
+    // footer; -i: steps in bytes; sendrecv once per operator, in place too.
+    check_case(&Case {
+        name: "c0-n2-i",
+        backend: "local",
+        ranks: 2,
+        flags: "all_reduce all_gather reduce_scatter sendrecv -o sum,min -c 0 -N 2 -i 24 -b 8 -e 64 -n 1 -w 0",
+        min_bw: Some("0.000001"),
+        sizes: (8, 64, (24, "bytes")),
+        counts: [0, 1, 0],
+        exit: 0,
+    });
+    // -f 1 steps by nccl-tests' default 1 MiB.
+    check_case(&Case {
+        name: "f1",
+        backend: "local",
+        ranks: 2,
+        flags: "all_reduce -f 1 -b 1K -e 1025K -n 1 -w 0",
+        min_bw: None,
+        sizes: (1024, 1025 * 1024, (1 << 20, "bytes")),
+        counts: [0, 1, 1],
+        exit: 0,
+    });
+}
+
+#[test]
+fn factors_roots_and_repeated_checks_print_as_nccl_tests_would() {
+    check_case(&Case {
+        name: "f4-root",
+        backend: "local",
+        ranks: 2,
+        flags: "broadcast reduce all_to_all -f 4 -b 16 -e 1K -c 2 -d half,int64 -r 1 -n 2 -w 1",
+        min_bw: None,
+        sizes: (16, 1024, (4, "factor")),
+        counts: [1, 2, 2],
+        exit: 0,
+    });
+}
+
+#[test]
+fn ranks_in_other_processes_and_a_failed_min_bw_print_as_nccl_tests_would() {
+    // Below 90% of NCCL_TESTS_MIN_BW: FAILED on the average line and
+    // nccl-tests' exit code 7.
+    check_case(&Case {
+        name: "tcp-minbw",
+        backend: "tcp",
+        ranks: 2,
+        flags: "all_reduce sendrecv -b 8 -e 64 -n 1 -w 0",
+        min_bw: Some("1000000"),
+        sizes: (8, 64, (2, "factor")),
+        counts: [0, 1, 1],
+        exit: 7,
+    });
+}
+
+#[test]
+fn per_rank_counts_round_down_to_16_bytes() {
+    // nccl-tests: count = (size / ranks / elem) rounded down to 16 bytes,
+    // size = count x ranks x elem, for all_gather, reduce_scatter and alltoall.
+    let dir = scratch("nccl-text-counts");
+    let mut args = flags("--backend local -np 3 -b 8 -e 256 -n 1 -w 0 -d int64,uint8 all_gather reduce_scatter all_to_all");
+    args.extend(["--format", "nccl-tests", "--out", dir.to_str().unwrap()]);
+    let o = run(&args, &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (_, recs) = read_csv(&dir.join("collectives.csv"));
+    for r in &recs {
+        let elem: u64 = if r["dtype"] == "int64" { 8 } else { 1 };
+        let count: u64 = r["count"].parse().unwrap();
+        assert_eq!(count * elem % 16, 0, "{r:?}");
+        assert_eq!(
+            r["bytes"].parse::<u64>().unwrap(),
+            count * 3 * elem,
+            "{r:?}"
+        );
+    }
+    // 256 B of uint8 on 3 ranks: 85 per rank, 80 after rounding, 240 B.
+    assert!(recs
+        .iter()
+        .any(|r| r["dtype"] == "uint8" && r["count"] == "80" && r["bytes"] == "240"));
+}
