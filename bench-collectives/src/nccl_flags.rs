@@ -115,10 +115,12 @@ pub fn check_backend(plan: &SweepJob, joined: bool) -> Result<(), String> {
         return Err("-G/--graph captures CUDA graphs: it needs --backend nccl".into());
     }
     match f.ngpus {
-        Some(_) if !nccl => {
-            return Err(
-                "-g counts GPUs per process: it needs --backend nccl (use -np for ranks)".into(),
-            )
+        // -g 1 is the one device each CPU rank is.
+        Some(1) if !nccl => {}
+        Some(g) if !nccl => {
+            return Err(format!(
+                "-g {g} counts GPUs per process: it needs --backend nccl; a CPU rank is one device (-g 1; use -np for ranks)"
+            ))
         }
         Some(g) if g > 1 && joined => {
             return Err(format!(
@@ -132,6 +134,95 @@ pub fn check_backend(plan: &SweepJob, joined: bool) -> Result<(), String> {
             ))
         }
         _ => {}
+    }
+    Ok(())
+}
+
+/// nccl-tests' flags with no counterpart here: the short flag, its long
+/// name, the value that asks for nothing (`None`: any value is accepted
+/// and ignored, as nccl-tests ignores it), and what it does in nccl-tests
+/// and why not here.
+pub const OTHER_FLAGS: &[(&str, &str, Option<&str>, &str)] = &[
+    ("-C", "--report_cputime", Some("0"), "reports the CPU time of the launches instead of the time to completion; parbench's time is one clock around the whole loop and its completion, on every backend"),
+    ("-S", "--report_timestamps", Some("0"), "prints a timestamp column; not implemented here (run.json records each run's start and end)"),
+    ("-R", "--local_register", Some("0"), "registers the buffers with NCCL (1 local, 2 symmetric); parbench registers no buffers"),
+    ("-M", "--memory", Some("0"), "reports the GPU memory NCCL and the buffers took; not implemented here (the memory check before the sweep says what the buffers take)"),
+    ("-u", "--unalign", Some("0"), "misaligns the buffers by N elements; parbench places its buffers itself and does not misalign them"),
+    ("-p", "--parallel_init", Some("0"), "initialises NCCL from every thread at once; parbench sets up each backend its own way"),
+    ("-y", "--stream_null", Some("0"), "runs on CUDA's default stream; parbench's nccl backend runs on its own stream and the CPU backends have none"),
+    ("-x", "--cta_policy", None, ""),
+    ("-D", "--device_implementation", Some("0"), "runs nccl-tests' own kernels over NCCL's device API (NCCL 2.28+); parbench has none"),
+    // Its CTA count matters only with -D, and nccl-tests ignores it without.
+    ("-V", "--device_cta_count", None, ""),
+    ("-K", "--per_iter_skip", Some("0"), "leaves the first N iterations out of -I's summary columns, which this layout does not print"),
+];
+
+fn other_flag_values(a: &Args) -> [&Option<String>; 11] {
+    [
+        &a.report_cputime,
+        &a.report_timestamps,
+        &a.local_register,
+        &a.memory,
+        &a.unalign,
+        &a.parallel_init,
+        &a.stream_null,
+        &a.cta_policy,
+        &a.device_implementation,
+        &a.device_cta_count,
+        &a.per_iter_skip,
+    ]
+}
+
+/// Refuses, in one line, what nccl-tests' other flags ask for and parbench
+/// cannot do; accepts what asks for nothing.
+pub fn check_other_flags(a: &Args) -> Result<()> {
+    for ((short, long, neutral, what), value) in OTHER_FLAGS.iter().zip(other_flag_values(a)) {
+        let Some(v) = value else { continue };
+        let number = v.trim().parse::<i64>();
+        match (neutral, &number) {
+            (_, Err(_)) => bail!("{short}/{long} {v}: expected a number"),
+            (None, Ok(_)) => {}
+            (Some(n), Ok(x)) if x.to_string() == *n => {}
+            (Some(_), Ok(_)) => bail!("{short} {v}: in nccl-tests it {what}"),
+        }
+    }
+    if let Some(x) = &a.cta_policy {
+        // Accepted above only as a number: nccl-tests passes it to NCCL's config.
+        bail!("-x {x}: in nccl-tests it sets NCCL's CTA policy (NCCL 2.27+); parbench's nccl backend does not set one");
+    }
+    match a.per_iter_timing.as_deref().map(str::trim) {
+        None | Some("0") => {}
+        // parbench times every iteration and -J writes the statistics.
+        Some("1") if a.format.eq_ignore_ascii_case("parbench") => {}
+        Some("1") => bail!("-I 1: in nccl-tests it adds per-iteration columns (i_min i_max i_p99 i_cv%) to the table; this layout does not print them (-J writes the per-iteration statistics of every run)"),
+        Some(v) => bail!("-I {v}: expected 0 or 1"),
+    }
+    match a.nthreads {
+        None | Some(1) => Ok(()),
+        Some(t) => bail!("-t {t}: in nccl-tests the threads of one process, each a rank; here --backend local runs its ranks as threads: use -np {t}"),
+    }
+}
+
+/// nccl-tests' types that parbench's backends cannot reduce: one line
+/// naming each, not "unknown type".
+pub fn refuse_other_types(list: &str) -> Result<()> {
+    for t in list.split(',').map(str::trim) {
+        if ["int8", "uint32", "uint64", "f8e4m3", "f8e5m2"]
+            .contains(&t.to_ascii_lowercase().as_str())
+        {
+            bail!("-d {t}: an nccl-tests type that parbench's backends have no kernels for (types here: float double half bfloat16 int32 int64 uint8)");
+        }
+    }
+    Ok(())
+}
+
+/// nccl-tests' `mulsum` (NCCL's PreMulSum: each input scaled, then
+/// summed), which no backend here runs.
+pub fn refuse_other_ops(list: &str) -> Result<()> {
+    for o in list.split(',').map(str::trim) {
+        if o.eq_ignore_ascii_case("mulsum") {
+            bail!("-o {o}: nccl-tests' PreMulSum (each input scaled by a factor, then summed); parbench's reductions have no scaled sum (ops here: sum prod min max avg)");
+        }
     }
     Ok(())
 }
@@ -248,18 +339,95 @@ mod tests {
             (&["--backend", "nccl", "-z", "1"], "-z 1"),
             (&["--backend", "tcp", "-G", "2"], "CUDA graphs"),
             (&["--backend", "local", "-g", "2"], "GPUs per process"),
+            (&["--backend", "local", "-g", "2"], "-g 2"),
             (&["--backend", "nccl", "-g", "2", "-np", "4"], "must agree"),
         ] {
             let e = check(args).unwrap_err();
             assert!(e.contains(says) && !e.contains('\n'), "{args:?}: {e}");
         }
         assert!(check(&["--backend", "local", "-z", "1", "-N", "2"]).is_ok());
+        // What Azure's, FlagPerf's and superbench's scripts pass.
+        assert!(check(&["--backend", "local", "-g", "1", "-t", "1", "-G", "0"]).is_ok());
+        assert!(check(&[
+            "--backend",
+            "tcp",
+            "-C",
+            "0",
+            "-R",
+            "0",
+            "-S",
+            "0",
+            "-M",
+            "0",
+            "-u",
+            "0",
+            "-p",
+            "0",
+            "-y",
+            "0",
+            "-D",
+            "0",
+            "-V",
+            "16",
+            "-I",
+            "0",
+            "-K",
+            "0",
+            "-N",
+            "0",
+            "-T",
+            "0",
+            "-r",
+            "-1"
+        ])
+        .is_ok());
+        assert!(check(&[
+            "--minbytes",
+            "8",
+            "--maxbytes",
+            "1.5K",
+            "--stepfactor",
+            "2",
+            "--iters",
+            "2",
+            "--warmup_iters",
+            "1",
+            "--check",
+            "1",
+            "--op",
+            "sum",
+            "--datatype",
+            "float",
+            "--root",
+            "0",
+            "--blocking",
+            "0",
+            "--cudagraph",
+            "0",
+            "--run_cycles",
+            "1",
+            "--agg_iters",
+            "1",
+            "--nthreads",
+            "1",
+            "--ngpus",
+            "1"
+        ])
+        .is_ok());
         assert!(check(&["--backend", "nccl", "-g", "2", "-G", "1"]).is_ok());
         for bad in [
             &["-J", "/no/such/folder/x.json"][..],
             &["-J", "/tmp"],
             &["-z", "4"],
             &["-m", "0"],
+            &["-C", "1"],
+            &["-R", "2"],
+            &["-x", "1"],
+            &["-I", "1", "--format", "nccl-tests"],
+            &["-t", "2"],
+            &["-d", "int8"],
+            &["-o", "mulsum"],
+            &["-S", "yes"],
             &["--format", "csv"],
         ] {
             assert!(check(bad).is_err(), "{bad:?}");

@@ -12,6 +12,8 @@ use std::io::Write;
 pub struct Point {
     pub dtype: DType,
     pub op: Option<ReduceOp>,
+    /// The root of a rooted collective (else unused).
+    pub root: usize,
     /// Per-rank count (the communicator's).
     pub count: usize,
     /// nccl-tests' size.
@@ -115,7 +117,6 @@ impl Printer {
         &mut self,
         coll: Collective,
         p: &Point,
-        root: usize,
         measured: &[Option<CollectiveRow>; 2],
         (wire, marked): (&WireFigures, [bool; 2]),
     ) {
@@ -126,13 +127,13 @@ impl Printer {
                 (p.bytes, p.count),
                 p.dtype,
                 p.op,
-                root,
+                p.root,
                 measured,
                 *checked,
             );
             return self.line(&line);
         }
-        self.line(&format_row(coll, p, root, measured, (wire, marked)));
+        self.line(&format_row(coll, p, measured, (wire, marked)));
     }
 
     /// The figures after the sweep.
@@ -370,12 +371,11 @@ fn format_block(r: Option<&CollectiveRow>, wire: &WireFigures, marked: bool) -> 
 pub fn format_row(
     coll: Collective,
     p: &Point,
-    root: usize,
     measured: &[Option<CollectiveRow>; 2],
     (wire, marked): (&WireFigures, [bool; 2]),
 ) -> String {
     let root = if coll.rooted() {
-        root.to_string()
+        p.root.to_string()
     } else {
         "-1".to_string()
     };

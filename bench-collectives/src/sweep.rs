@@ -106,15 +106,23 @@ fn sweep_collective<C: Communicator>(
         } else {
             vec![None]
         };
+    // -r -1: nccl-tests runs a rooted collective from every root in turn.
+    let roots: Vec<usize> = match cfg.root {
+        None if coll.rooted() => (0..world).collect(),
+        r => vec![r.unwrap_or(0)],
+    };
     printer.collective_header(coll, world);
     let noise_start = CpuSnapshot::now();
     for &dtype in &cfg.dtypes {
         for &op in &ops {
-            // -N: nccl-tests repeats the sizes within one table (0: until interrupted).
-            let mut cycle = 0;
-            while cfg.run_cycles == 0 || cycle < cfg.run_cycles {
-                cycle += 1;
-                sweep_sizes(comm, coll, (dtype, op), cfg, ids, wire, printer, outcome)?;
+            for &root in &roots {
+                // -N: nccl-tests repeats the sizes within one table (0: until interrupted).
+                let mut cycle = 0;
+                while cfg.run_cycles == 0 || cycle < cfg.run_cycles {
+                    cycle += 1;
+                    let what = (dtype, op, root);
+                    sweep_sizes(comm, coll, what, cfg, ids, wire, printer, outcome)?;
+                }
             }
         }
     }
@@ -129,7 +137,7 @@ fn sweep_collective<C: Communicator>(
 fn sweep_sizes<C: Communicator>(
     comm: &mut C,
     coll: Collective,
-    (dtype, op): (DType, Option<ReduceOp>),
+    (dtype, op, root): (DType, Option<ReduceOp>, usize),
     cfg: &SweepConfig,
     ids: &RunIds<'_>,
     wire: &WireFigures,
@@ -151,6 +159,7 @@ fn sweep_sizes<C: Communicator>(
         let mut point = Point {
             dtype,
             op,
+            root,
             count,
             bytes,
             algo,
@@ -204,7 +213,7 @@ fn sweep_sizes<C: Communicator>(
             );
             measured[slot] = Some(row);
         }
-        printer.row(coll, &point, cfg.root, &measured, (wire, marked));
+        printer.row(coll, &point, &measured, (wire, marked));
         if let Some(keep) = ids.keep {
             let rows: Vec<CollectiveRow> = measured.iter().flatten().cloned().collect();
             keep(&rows)?;
@@ -240,7 +249,7 @@ fn measure_one<C: Communicator>(
     };
     let send_elems = coll.send_elems(p.count, world);
     let recv_elems = coll.recv_elems(p.count, world);
-    let args = CollArgs::new(p.count, p.dtype).op(op).root(cfg.root);
+    let args = CollArgs::new(p.count, p.dtype).op(op).root(p.root);
     let input = inputs.bytes(rank, 0, send_elems);
     let expected = expected(coll, &inputs, args, rank);
     let spec = LoopSpec {
@@ -359,7 +368,7 @@ fn make_row(
         collective: coll.name().to_string(),
         dtype: p.dtype.name().to_string(),
         op: p.op.map_or("none", ReduceOp::name).to_string(),
-        root: if coll.rooted() { cfg.root as i64 } else { -1 },
+        root: if coll.rooted() { p.root as i64 } else { -1 },
         world,
         bytes: p.bytes,
         count: p.count as u64,
