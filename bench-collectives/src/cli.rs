@@ -496,8 +496,13 @@ impl Args {
             links,
             sweep: SweepConfig {
                 collectives,
-                dtypes: crate::nccl_flags::refuse_other_types(&self.dtype)
-                    .and_then(|_| parse_list(&self.dtype, &DType::ALL, "dtype"))?,
+                dtypes: crate::nccl_flags::refuse_other_types(&self.dtype).and_then(|_| {
+                    parse_list(
+                        &self.dtype,
+                        crate::nccl_flags::all_types(&self.format),
+                        "dtype",
+                    )
+                })?,
                 ops: crate::nccl_flags::refuse_other_ops(&self.op)
                     .and_then(|_| parse_list(&self.op, &ReduceOp::ALL, "op"))?,
                 sizes,
@@ -665,6 +670,13 @@ mod tests {
         assert_eq!((p.sweep.iters, p.sweep.warmup, p.sweep.check), (7, 2, 3));
         assert_eq!(p.sweep.ops.len(), 5);
         assert_eq!(p.sweep.dtypes, vec![DType::F16, DType::I32]);
+        // nccl-tests' layout runs `-d all` in nccl-tests' order.
+        let all = plan(&["-d", "all", "--format", "nccl-tests"]).unwrap();
+        let names: Vec<&str> = all.sweep.dtypes.iter().map(|d| d.name()).collect();
+        assert_eq!(
+            names,
+            ["uint8", "int32", "int64", "half", "float", "double", "bfloat16"]
+        );
         assert_eq!((p.sweep.root, p.sweep.average), (Some(2), Average::Max));
         assert!(!p.sweep.in_place && p.sweep.out_of_place);
         assert_eq!(p.sweep.timeout, Duration::from_secs(5));

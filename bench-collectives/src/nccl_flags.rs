@@ -203,6 +203,27 @@ pub fn check_other_flags(a: &Args) -> Result<()> {
     }
 }
 
+/// The types `-d all` runs: in nccl-tests' layout, in nccl-tests' order
+/// (int8 uint8 int32 uint32 int64 uint64 half float double bfloat16, less
+/// those no backend here runs).
+pub fn all_types(format: &str) -> &'static [parbench::comm::DType] {
+    use parbench::comm::DType;
+    const NCCL_TESTS_ORDER: [DType; 7] = [
+        DType::U8,
+        DType::I32,
+        DType::I64,
+        DType::F16,
+        DType::F32,
+        DType::F64,
+        DType::BF16,
+    ];
+    if format.eq_ignore_ascii_case("parbench") {
+        &DType::ALL
+    } else {
+        &NCCL_TESTS_ORDER
+    }
+}
+
 /// nccl-tests' types that parbench's backends cannot reduce: one line
 /// naming each, not "unknown type".
 pub fn refuse_other_types(list: &str) -> Result<()> {
