@@ -294,7 +294,12 @@ pub fn write(path: &Path, plan: &SweepJob, meta: &RunMeta, outcome: &Outcome) ->
         .lock()
         .map_err(|_| anyhow::anyhow!("-J: poisoned by a panic"))?;
     let Some((name, file)) = kept.as_mut() else {
-        anyhow::bail!("-J {}: could not be created", path.display());
+        // Not creatable (nccl-tests' "# skipping json output; ... not
+        // accessible"): the run's records stand without it.
+        if let Some(line) = late {
+            parbench::outln!("{line}");
+        }
+        return Ok(());
     };
     file.write_all(&text)
         .and_then(|_| file.sync_all())
