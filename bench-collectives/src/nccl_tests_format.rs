@@ -356,6 +356,25 @@ impl Table {
     }
 }
 
+/// Why the run fails `NCCL_TESTS_MIN_BW`, if it does: the collectives
+/// whose average busbw is below 90% of it, each with its average.
+pub fn min_bw_failure(rows: &[CollectiveRow]) -> Option<String> {
+    let min_bw = min_bw_from_env()?;
+    let below = below_min_bw(rows, Some(min_bw));
+    if below.is_empty() {
+        return None;
+    }
+    let each: Vec<String> = below
+        .iter()
+        .map(|(c, bw)| format!("{c} {}", c_g(*bw)))
+        .collect();
+    Some(format!(
+        "average bus bandwidth below 90% of NCCL_TESTS_MIN_BW={} GB/s (nccl-tests' rule): {}",
+        c_g(min_bw),
+        each.join(", ")
+    ))
+}
+
 /// The collectives whose average busbw falls below `NCCL_TESTS_MIN_BW`
 /// (by nccl-tests' rule), with that average: what fails the run.
 pub fn below_min_bw(rows: &[CollectiveRow], min_bw: Option<f64>) -> Vec<(String, f64)> {

@@ -773,22 +773,10 @@ fn finish(plan: &SweepJob, meta: &mut RunMeta, r: RankReport) -> Result<Finished
     if let Some(path) = &plan.nccl_tests.json_file {
         crate::json_nccl::write(path, plan, meta, &r.outcome)?;
     }
-    let min_bw = crate::nccl_tests_format::min_bw_from_env();
-    let below = crate::nccl_tests_format::below_min_bw(&r.outcome.rows, min_bw);
-    if r.summary.wrong == 0 && !below.is_empty() {
-        let each: Vec<String> = below
-            .iter()
-            .map(|(c, bw)| format!("{c} {}", crate::nccl_tests_format::c_g(*bw)))
-            .collect();
-        return Ok(Finished::BelowMinBw {
-            why: format!(
-                "average bus bandwidth below 90% of NCCL_TESTS_MIN_BW={} GB/s (nccl-tests' rule): {}",
-                min_bw.map_or(String::new(), crate::nccl_tests_format::c_g),
-                each.join(", ")
-            ),
-        });
+    match crate::nccl_tests_format::min_bw_failure(&r.outcome.rows) {
+        Some(why) if r.summary.wrong == 0 => Ok(Finished::BelowMinBw { why }),
+        _ => Ok(Finished::Ran {
+            wrong: r.summary.wrong,
+        }),
     }
-    Ok(Finished::Ran {
-        wrong: r.summary.wrong,
-    })
 }
