@@ -21,27 +21,59 @@ use std::sync::Mutex;
 pub const FILE_VERSION: u32 = 3;
 
 /// Per-iteration statistics as nccl-tests computes them (population
-/// stdev; p95/p99 at index min(n-1, ceil(n p / 100) - 1) of the sorted times).
-pub fn per_iter(times_us: &[f64], per_rank_us: &[Vec<f64>]) -> Value {
-    if times_us.is_empty() {
-        return Value::Null;
+/// stdev; p95/p99 at index min(n-1, ceil(n p / 100) - 1) of the sorted
+/// times): what `-J` writes and `-I 1`'s columns print.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct IterStats {
+    pub min: f64,
+    pub max: f64,
+    pub avg: f64,
+    pub p50: f64,
+    pub p95: f64,
+    pub p99: f64,
+    pub stdev: f64,
+    /// stdev / avg x 100 (0 for a zero average).
+    pub cv_pct: f64,
+}
+
+impl IterStats {
+    /// `None` for no iterations.
+    pub fn of(times_us: &[f64]) -> Option<IterStats> {
+        let mut s = times_us.to_vec();
+        s.sort_by(f64::total_cmp);
+        let n = s.len();
+        let last = n.checked_sub(1)?;
+        let pct = |p: usize| s[last.min((n * p).div_ceil(100).saturating_sub(1))];
+        let avg = s.iter().sum::<f64>() / n as f64;
+        let stdev = (s.iter().map(|t| (t - avg).powi(2)).sum::<f64>() / n as f64).sqrt();
+        Some(IterStats {
+            min: s[0],
+            max: s[last],
+            avg,
+            p50: s[n / 2],
+            p95: pct(95),
+            p99: pct(99),
+            stdev,
+            cv_pct: if avg > 0.0 { stdev / avg * 100.0 } else { 0.0 },
+        })
     }
-    let mut s = times_us.to_vec();
-    s.sort_by(f64::total_cmp);
-    let n = s.len();
-    let pct = |p: usize| s[(n - 1).min((n * p).div_ceil(100).saturating_sub(1))];
-    let avg = s.iter().sum::<f64>() / n as f64;
-    let stdev = (s.iter().map(|t| (t - avg).powi(2)).sum::<f64>() / n as f64).sqrt();
+}
+
+/// A placement's `*_per_iter` object.
+pub fn per_iter(times_us: &[f64], per_rank_us: &[Vec<f64>]) -> Value {
+    let Some(st) = IterStats::of(times_us) else {
+        return Value::Null;
+    };
     let mut v = json!({
         "skipped_iterations": 0,
-        "min_us": s[0],
-        "max_us": s[n - 1],
-        "avg_us": avg,
-        "p50_us": s[n / 2],
-        "p95_us": pct(95),
-        "p99_us": pct(99),
-        "stdev_us": stdev,
-        "cv_pct": if avg > 0.0 { stdev / avg * 100.0 } else { 0.0 },
+        "min_us": st.min,
+        "max_us": st.max,
+        "avg_us": st.avg,
+        "p50_us": st.p50,
+        "p95_us": st.p95,
+        "p99_us": st.p99,
+        "stdev_us": st.stdev,
+        "cv_pct": st.cv_pct,
         "times_us": times_us,
     });
     // nccl-tests writes it only with more than one process row; every

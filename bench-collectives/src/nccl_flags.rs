@@ -34,6 +34,8 @@ pub struct NcclTestsFlags {
     pub format: TableFormat,
     /// `-J FILE`: nccl-tests' JSON.
     pub json_file: Option<PathBuf>,
+    /// `-I 1`: nccl-tests' per-iteration columns in its layout.
+    pub per_iter: bool,
 }
 
 impl NcclTestsFlags {
@@ -82,6 +84,7 @@ impl NcclTestsFlags {
             ngpus: a.ngpus,
             format,
             json_file: a.json_file.clone(),
+            per_iter: a.per_iter_timing.as_deref().map(str::trim) == Some("1"),
         })
     }
 }
@@ -154,7 +157,7 @@ pub const OTHER_FLAGS: &[(&str, &str, Option<&str>, &str)] = &[
     ("-D", "--device_implementation", Some("0"), "runs nccl-tests' own kernels over NCCL's device API (NCCL 2.28+); parbench has none"),
     // Its CTA count matters only with -D, and nccl-tests ignores it without.
     ("-V", "--device_cta_count", None, ""),
-    ("-K", "--per_iter_skip", Some("0"), "leaves the first N iterations out of -I's summary columns, which this layout does not print"),
+    ("-K", "--per_iter_skip", Some("0"), "leaves the first N iterations out of -I's summary columns; not implemented here (every iteration counts)"),
 ];
 
 fn other_flag_values(a: &Args) -> [&Option<String>; 11] {
@@ -190,11 +193,10 @@ pub fn check_other_flags(a: &Args) -> Result<()> {
         // Accepted above only as a number: nccl-tests passes it to NCCL's config.
         bail!("-x {x}: in nccl-tests it sets NCCL's CTA policy (NCCL 2.27+); parbench's nccl backend does not set one");
     }
+    // parbench times every iteration: -I 1 adds nccl-tests' columns to its
+    // layout (parbench's own has p50 and p99 already).
     match a.per_iter_timing.as_deref().map(str::trim) {
-        None | Some("0") => {}
-        // parbench times every iteration and -J writes the statistics.
-        Some("1") if a.format.eq_ignore_ascii_case("parbench") => {}
-        Some("1") => bail!("-I 1: in nccl-tests it adds per-iteration columns (i_min i_max i_p99 i_cv%) to the table; this layout does not print them (-J writes the per-iteration statistics of every run)"),
+        None | Some("0") | Some("1") => {}
         Some(v) => bail!("-I {v}: expected 0 or 1"),
     }
     match a.nthreads {
@@ -302,6 +304,7 @@ pub fn print_run_header<C: parbench::comm::Communicator>(
         graph: plan.sweep.graph.unwrap_or(0),
         blocking: f.blocking_mode,
         nccl_version: nccl_version_code(comm.backend()),
+        per_iter: f.per_iter,
     };
     let trailer = vec![
         crate::nccl_tests_format::parbench_line(&job),
@@ -444,7 +447,7 @@ mod tests {
             &["-C", "1"],
             &["-R", "2"],
             &["-x", "1"],
-            &["-I", "1", "--format", "nccl-tests"],
+            &["-I", "2"],
             &["-t", "2"],
             &["-d", "int8"],
             &["-o", "mulsum"],

@@ -105,6 +105,8 @@ pub struct JobInfo<'a> {
     pub blocking: u8,
     /// NCCL's version code where NCCL ran, else 0.
     pub nccl_version: u64,
+    /// `-I 1`: nccl-tests' per-iteration columns.
+    pub per_iter: bool,
 }
 
 /// nccl-tests' first line. Without NCCL there are no headers or library to
@@ -151,6 +153,18 @@ pub fn device_report(j: &JobInfo<'_>) -> Vec<String> {
         3 => out.push("# Blocking Enabled: wait and barrier after each outer iteration (-n); time excludes barrier ".into()),
         _ => {}
     }
+    if j.per_iter {
+        // nccl-tests times iterations with CUDA events; parbench's CPU
+        // backends with the host's clock, and the line says which.
+        let clock = if j.backend == "nccl" {
+            "CUDA event"
+        } else {
+            "host clock"
+        };
+        out.push(format!(
+            "# Per-Iteration Report: {clock} timing; i_* uses max over process rows "
+        ));
+    }
     out.push("#".into());
     out.push("# Using devices".into());
     for rank in 0..j.world {
@@ -168,9 +182,34 @@ pub fn device_report(j: &JobInfo<'_>) -> Vec<String> {
     out
 }
 
-/// nccl-tests' three column-header lines.
-pub fn column_header() -> [String; 3] {
+/// nccl-tests' three column-header lines (with `-I 1`'s columns when `per_iter`).
+pub fn column_header(per_iter: bool) -> [String; 3] {
     let e = "";
+    if per_iter {
+        let side = |w: [&str; 8]| {
+            format!(
+                "  {:>7}  {:>6}  {:>6}  {:>6}  {:>7}  {:>7}  {:>7}  {:>7}",
+                w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]
+            )
+        };
+        let names = [
+            "time", "algbw", "busbw", "#wrong", "i_min", "i_max", "i_p99", "i_cv%",
+        ];
+        let units = [
+            "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(us)", "(us)", "(%)",
+        ];
+        return [
+            format!("#\n# {e:>10}  {e:>12}  {e:>8}  {e:>6}  {e:>6}              out-of-place (+ per-iteration)                                in-place (+ per-iteration)"),
+            format!(
+                "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}{}{} ",
+                "size", "count", "type", "redop", "root", side(names), side(names)
+            ),
+            format!(
+                "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}{}{} ",
+                "(B)", "(elements)", e, e, e, side(units), side(units)
+            ),
+        ];
+    }
     [
         format!("#\n# {e:>10}  {e:>12}  {e:>8}  {e:>6}  {e:>6}           out-of-place                       in-place          "),
         format!(
@@ -184,11 +223,22 @@ pub fn column_header() -> [String; 3] {
     ]
 }
 
-/// One placement's four columns; `None` (not measured) is blank, as
-/// nccl-tests leaves a placement it did not run.
-fn placement(r: Option<&CollectiveRow>, checked: bool) -> String {
+/// One placement's four columns, and with `-I 1` its per-iteration
+/// statistics' four; `None` (not measured) is blank, as nccl-tests leaves
+/// a placement it did not run.
+fn placement(r: Option<&CollectiveRow>, checked: bool, per_iter: Option<&[f64]>) -> String {
     match r {
         Some(r) => {
+            let iters = match per_iter.map(crate::json_nccl::IterStats::of) {
+                Some(Some(st)) => format!(
+                    "  {}  {}  {}  {}",
+                    fit_float(st.min, 7),
+                    fit_float(st.max, 7),
+                    fit_float(st.p99, 7),
+                    fit_float(st.cv_pct, 7)
+                ),
+                _ => String::new(),
+            };
             // nccl-tests: "  %6g" when checked, "    N/A" (one column
             // narrower) when not.
             let wrong = if checked {
@@ -197,7 +247,7 @@ fn placement(r: Option<&CollectiveRow>, checked: bool) -> String {
                 "    N/A".to_string()
             };
             format!(
-                "  {}  {}  {}{wrong}",
+                "  {}  {}  {}{wrong}{iters}",
                 fit_float(r.time_us, 7),
                 fit_float(r.algbw_gbps, 6),
                 fit_float(r.busbw_gbps, 6)
@@ -208,7 +258,10 @@ fn placement(r: Option<&CollectiveRow>, checked: bool) -> String {
 }
 
 /// One size's line: the leading columns, out of place, in place. `count`
-/// is per rank, as nccl-tests prints it (and the records hold it).
+/// is per rank, as nccl-tests prints it (and the records hold it);
+/// `per_iter`, with `-I 1`, each placement's per-iteration times.
+// A row's line has as many parts as nccl-tests' preamble and bodies.
+#[allow(clippy::too_many_arguments)]
 pub fn row_line(
     coll: Collective,
     (bytes, count): (u64, usize),
@@ -217,6 +270,7 @@ pub fn row_line(
     root: usize,
     measured: &[Option<CollectiveRow>; 2],
     checked: bool,
+    per_iter: Option<[&[f64]; 2]>,
 ) -> String {
     let root = if coll.rooted() { root as i64 } else { -1 };
     let op = op.map_or("none", ReduceOp::name);
@@ -224,9 +278,10 @@ pub fn row_line(
         "{bytes:>12}  {count:>12}  {:>8}  {op:>6}  {root:>6}",
         dtype.name()
     );
-    line.push_str(&placement(measured[0].as_ref(), checked));
+    let times = |k: usize| per_iter.map(|t| t[k]);
+    line.push_str(&placement(measured[0].as_ref(), checked, times(0)));
     if measured[1].is_some() {
-        line.push_str(&placement(measured[1].as_ref(), checked));
+        line.push_str(&placement(measured[1].as_ref(), checked, times(1)));
     }
     line
 }
@@ -305,6 +360,8 @@ pub struct Table {
     version: String,
     devices: Vec<String>,
     min_bw: Option<f64>,
+    /// `-I 1`: the per-iteration columns.
+    pub per_iter: bool,
 }
 
 impl Table {
@@ -313,6 +370,7 @@ impl Table {
         self.version = version_line(j.nccl_version);
         self.devices = device_report(j);
         self.min_bw = min_bw_from_env();
+        self.per_iter = j.per_iter;
     }
 
     /// The lines that open a collective's block (closing the previous one).
@@ -325,7 +383,7 @@ impl Table {
         ));
         out.extend(self.devices.iter().cloned());
         out.extend(
-            column_header()
+            column_header(self.per_iter)
                 .iter()
                 .flat_map(|l| l.lines().map(str::to_string).collect::<Vec<_>>()),
         );
@@ -420,7 +478,7 @@ mod tests {
 
     #[test]
     fn the_header_lines_up_with_the_rows() {
-        let [_, names, units] = column_header();
+        let [_, names, units] = column_header(false);
         let row = format!(
             "{:>12}  {:>12}  {:>8}  {:>6}  {:>6}",
             8, 2, "float", "sum", -1
@@ -451,6 +509,33 @@ mod tests {
         assert_eq!(
             footer(0, &[1.0], "x", None)[4..],
             ["#".to_string(), String::new()]
+        );
+    }
+
+    #[test]
+    fn per_iteration_columns_line_up_with_their_header() {
+        let [_, names, units] = column_header(true);
+        assert_eq!(names.len(), units.len());
+        // nccl-tests' names, each ending where its column ends.
+        assert!(
+            names.ends_with("  i_min    i_max    i_p99    i_cv% "),
+            "{names:?}"
+        );
+        let row = crate::test_rows::row();
+        let line = row_line(
+            Collective::AllReduce,
+            (8, 2),
+            parbench::comm::DType::F32,
+            Some(ReduceOp::Sum),
+            0,
+            &[Some(row.clone()), Some(row)],
+            true,
+            Some([&[1.0, 3.0], &[2.0, 2.0]]),
+        );
+        assert_eq!(line.len() + 1, names.len(), "{line:?}\n{names:?}");
+        assert!(
+            line.ends_with("     2.00     2.00     2.00     0.00"),
+            "{line:?}"
         );
     }
 

@@ -112,12 +112,14 @@ impl Printer {
         }
     }
 
-    /// One size: out-of-place and in-place side by side.
+    /// One size: out-of-place and in-place side by side (`iter_us`: each
+    /// placement's per-iteration times, for `-I 1`'s columns).
     pub fn row(
         &mut self,
         coll: Collective,
         p: &Point,
         measured: &[Option<CollectiveRow>; 2],
+        iter_us: [&[f64]; 2],
         (wire, marked): (&WireFigures, [bool; 2]),
     ) {
         if let Some((t, checked)) = &mut self.nccl_tests {
@@ -130,6 +132,7 @@ impl Printer {
                 p.root,
                 measured,
                 *checked,
+                t.per_iter.then_some(iter_us),
             );
             return self.line(&line);
         }

@@ -166,6 +166,7 @@ fn sweep_sizes<C: Communicator>(
         };
         let mut measured = [None, None];
         let mut marked = [false, false];
+        let mut iter_us: [Vec<f64>; 2] = Default::default();
         for (slot, in_place) in [(0, false), (1, true)] {
             let wanted = if in_place {
                 cfg.in_place && coll.spec().in_place_form()
@@ -204,16 +205,16 @@ fn sweep_sizes<C: Communicator>(
             }
             outcome.rows.push(row.clone());
             outcome.rank_iter_us.push(stats.rank_iter_us.clone());
-            outcome.iter_times_us.push(
-                stats
-                    .last_arrivals
-                    .iter()
-                    .map(|a| a.iter_ns / 1e3)
-                    .collect(),
-            );
+            iter_us[slot] = stats
+                .last_arrivals
+                .iter()
+                .map(|a| a.iter_ns / 1e3)
+                .collect();
+            outcome.iter_times_us.push(iter_us[slot].clone());
             measured[slot] = Some(row);
         }
-        printer.row(coll, &point, &measured, (wire, marked));
+        let iters = [iter_us[0].as_slice(), iter_us[1].as_slice()];
+        printer.row(coll, &point, &measured, iters, (wire, marked));
         if let Some(keep) = ids.keep {
             let rows: Vec<CollectiveRow> = measured.iter().flatten().cloned().collect();
             keep(&rows)?;

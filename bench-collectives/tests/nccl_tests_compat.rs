@@ -341,10 +341,7 @@ fn nccl_tests_flags_that_cannot_apply_are_refused_in_one_line() {
         (&["-x", "0"], "CTA policy"),
         (&["-D", "1"], "device API"),
         (&["-K", "2"], "first N iterations"),
-        (
-            &["-I", "1", "--format", "nccl-tests"],
-            "per-iteration columns",
-        ),
+        (&["-I", "2"], "expected 0 or 1"),
         (&["-t", "2"], "-np 2"),
         (&["-g", "2"], "-g 2"),
         (&["-d", "int8"], "int8"),

@@ -106,8 +106,12 @@ fn body(time: f64, algbw: f64, busbw: f64, checked: bool, wrong: i64) -> String 
     }
 }
 
-/// writeResultHeader's three lines (no per-iteration or timestamp columns).
-fn result_header() -> Vec<String> {
+/// writeResultHeader's three lines (no timestamp columns; the
+/// per-iteration ones with `-I 1`).
+fn result_header(per_iter: bool) -> Vec<String> {
+    if per_iter {
+        return result_header_per_iter();
+    }
     let e = cs("");
     let f1 = cs("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          ");
     let l1 = c_fmt(512, |b, l| unsafe {
@@ -173,6 +177,111 @@ fn result_header() -> Vec<String> {
             "",
         ]),
     ]
+}
+
+/// writeResultHeader's lines with `-I 1`.
+fn result_header_per_iter() -> Vec<String> {
+    let e = cs("");
+    let f1 = cs("# %10s  %12s  %8s  %6s  %6s              out-of-place (+ per-iteration)                                in-place (+ per-iteration)");
+    let l1 = c_fmt(512, |b, l| unsafe {
+        libc::snprintf(
+            b,
+            l,
+            f1.as_ptr(),
+            e.as_ptr(),
+            e.as_ptr(),
+            e.as_ptr(),
+            e.as_ptr(),
+            e.as_ptr(),
+        )
+    })
+    .0;
+    let f = cs("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %7s  %7s  %7s  %7s  %6s  %6s  %6s  %7s  %7s  %7s  %7s %*s");
+    let line = |w: [&str; 21]| {
+        let c: Vec<CString> = w.iter().map(|s| cs(s)).collect();
+        c_fmt(1024, |b, l| unsafe {
+            libc::snprintf(
+                b,
+                l,
+                f.as_ptr(),
+                c[0].as_ptr(),
+                c[1].as_ptr(),
+                c[2].as_ptr(),
+                c[3].as_ptr(),
+                c[4].as_ptr(),
+                c[5].as_ptr(),
+                c[6].as_ptr(),
+                c[7].as_ptr(),
+                c[8].as_ptr(),
+                c[9].as_ptr(),
+                c[10].as_ptr(),
+                c[11].as_ptr(),
+                c[12].as_ptr(),
+                c[13].as_ptr(),
+                c[14].as_ptr(),
+                c[15].as_ptr(),
+                c[16].as_ptr(),
+                c[17].as_ptr(),
+                c[18].as_ptr(),
+                c[19].as_ptr(),
+                c[20].as_ptr(),
+                0 as c_int,
+                e.as_ptr(),
+            )
+        })
+        .0
+    };
+    vec![
+        "#".into(),
+        l1,
+        line([
+            "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "i_min",
+            "i_max", "i_p99", "i_cv%", "time", "algbw", "busbw", "#wrong", "i_min", "i_max",
+            "i_p99", "i_cv%",
+        ]),
+        line([
+            "(B)",
+            "(elements)",
+            "",
+            "",
+            "",
+            "(us)",
+            "(GB/s)",
+            "(GB/s)",
+            "",
+            "(us)",
+            "(us)",
+            "(us)",
+            "(%)",
+            "(us)",
+            "(GB/s)",
+            "(GB/s)",
+            "",
+            "(us)",
+            "(us)",
+            "(us)",
+            "(%)",
+        ]),
+    ]
+}
+
+/// writePerIterReport's columns, from the `-J` file's statistics.
+fn per_iter_body(per: &serde_json::Value) -> String {
+    let v = |k: &str| cs(&get_float_str(per[k].as_f64().unwrap(), 7));
+    let (a, b, c, d) = (v("min_us"), v("max_us"), v("p99_us"), v("cv_pct"));
+    let f = cs("  %7s  %7s  %7s  %7s");
+    c_fmt(256, |buf, l| unsafe {
+        libc::snprintf(
+            buf,
+            l,
+            f.as_ptr(),
+            a.as_ptr(),
+            b.as_ptr(),
+            c.as_ptr(),
+            d.as_ptr(),
+        )
+    })
+    .0
 }
 
 /// writeResultFooter, finalizeFooter and writeErrors' blank line.
@@ -260,6 +369,11 @@ fn check_case(c: &Case) {
     let mut args = vec!["--backend", c.backend, "-np", &np, "--format", "nccl-tests"];
     args.extend(flags(c.flags));
     args.extend(["--out", dir.to_str().unwrap()]);
+    let per_iter = c.flags.contains("-I 1");
+    let json = dir.join("run.json-J.json");
+    if per_iter {
+        args.extend(["-J", json.to_str().unwrap()]);
+    }
     let env: Vec<(&str, &str)> = c.min_bw.iter().map(|v| ("NCCL_TESTS_MIN_BW", *v)).collect();
     let o = run(&args, &env);
     let text = stdout(&o);
@@ -274,9 +388,21 @@ fn check_case(c: &Case) {
     let min_bw = c.min_bw.map(|v| v.parse::<f64>().unwrap());
     let checked = c.counts[2] > 0;
     let nthread = if c.backend == "local" { c.ranks } else { 1 } as c_int;
+    let results: Vec<serde_json::Value> = if per_iter {
+        let doc: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        doc["results"].as_array().unwrap().clone()
+    } else {
+        Vec::new()
+    };
+    let mut result = results.iter();
 
     // Expected output, block by block, from the records in their order.
     let mut want: Vec<String> = Vec::new();
+    if per_iter {
+        // nccl-tests names its -J file before anything else.
+        want.push(format!("# Writing JSON output to {}", json.display()));
+    }
     let mut i = 0;
     while i < recs.len() {
         let coll = recs[i]["collective"].clone();
@@ -285,10 +411,17 @@ fn check_case(c: &Case) {
         want.push(nthread_line(
             nthread, c.sizes.0, c.sizes.1, c.sizes.2, c.counts,
         ));
+        if per_iter {
+            // nccl-tests says "CUDA event timing"; parbench's CPU backends
+            // time with the host's clock and say so.
+            want.push(
+                "# Per-Iteration Report: host clock timing; i_* uses max over process rows ".into(),
+            );
+        }
         want.push("#".into());
         want.push("# Using devices".into());
         want.push("RANKS".into());
-        want.extend(result_header());
+        want.extend(result_header(per_iter));
         let (mut errors, mut sum, mut n) = (0, 0.0, 0usize);
         while i < recs.len() && recs[i]["collective"] == coll {
             let (r, ip) = (&recs[i], &recs[i + 1]);
@@ -304,7 +437,8 @@ fn check_case(c: &Case) {
                 &r["op"],
                 r["root"].parse().unwrap(),
             );
-            for m in [r, ip] {
+            let res = if per_iter { result.next() } else { None };
+            for (m, key) in [(r, "out_of_place_per_iter"), (ip, "in_place_per_iter")] {
                 let wrong: i64 = m["wrong"].parse().unwrap();
                 line.push_str(&body(
                     num(m, "time_us"),
@@ -313,6 +447,10 @@ fn check_case(c: &Case) {
                     checked,
                     wrong,
                 ));
+                if let Some(res) = res {
+                    assert_eq!(res["size"].to_string(), r["bytes"]);
+                    line.push_str(&per_iter_body(&res[key]));
+                }
                 errors += c_int::from(wrong > 0);
                 sum += num(m, "busbw_gbps");
                 n += 1;
@@ -413,6 +551,21 @@ fn no_check_cycles_and_byte_steps_print_as_nccl_tests_would() {
         min_bw: None,
         sizes: (1024, 1025 * 1024, (1 << 20, "bytes")),
         counts: [0, 1, 1],
+        exit: 0,
+    });
+}
+
+#[test]
+fn per_iteration_columns_print_as_nccl_tests_would() {
+    // -I 1: nccl-tests' i_min i_max i_p99 i_cv% after each placement.
+    check_case(&Case {
+        name: "per-iter",
+        backend: "local",
+        ranks: 2,
+        flags: "all_reduce all_gather -I 1 -b 8 -e 64 -n 5 -w 1",
+        min_bw: None,
+        sizes: (8, 64, (2, "factor")),
+        counts: [1, 5, 1],
         exit: 0,
     });
 }
