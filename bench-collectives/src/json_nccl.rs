@@ -177,8 +177,8 @@ pub fn document(plan: &SweepJob, meta: &RunMeta, outcome: &Outcome) -> Value {
                     e.insert(key.into(), placement(row, checked));
                     e.insert(format!("{key}_per_iter"), times(k));
                     busbw.push(row.busbw_gbps);
-                    // nccl-tests counts the placements that found any.
-                    wrong += u64::from(row.wrong > 0);
+                    // nccl-tests counts, per placement, the ranks that found any.
+                    wrong += outcome.ranks_wrong.get(k).copied().unwrap_or(0);
                 }
                 None => {
                     e.insert(key.into(), Value::Null);

@@ -346,7 +346,8 @@ pub fn footer(errors: u64, busbw: &[f64], program: &str, min_bw: Option<f64>) ->
 #[derive(Debug)]
 pub struct Block {
     program: &'static str,
-    /// Placements that found a wrong element (nccl-tests' "out of bounds").
+    /// Ranks that found a wrong element, summed over placements (nccl-tests'
+    /// "out of bounds": each rank counts each failing placement).
     errors: u64,
     busbw: Vec<f64>,
 }
@@ -395,12 +396,16 @@ impl Table {
         out
     }
 
-    /// Takes a printed row's figures into the footers' sums.
-    pub fn add(&mut self, measured: &[Option<CollectiveRow>; 2]) {
+    /// Takes a printed row's figures into the footers' sums: busbw, and
+    /// for nccl-tests' out-of-bounds count the ranks that found a wrong
+    /// element in each placement.
+    pub fn add(&mut self, measured: &[Option<CollectiveRow>; 2], ranks_wrong: [u64; 2]) {
         if let Some(b) = &mut self.open {
-            for r in measured.iter().flatten() {
-                b.errors += u64::from(r.wrong > 0);
-                b.busbw.push(r.busbw_gbps);
+            for (r, ranks) in measured.iter().zip(ranks_wrong) {
+                if let Some(r) = r {
+                    b.errors += ranks;
+                    b.busbw.push(r.busbw_gbps);
+                }
             }
         }
     }

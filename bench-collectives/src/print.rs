@@ -22,6 +22,14 @@ pub struct Point {
     pub algo: String,
 }
 
+/// What a size's two placements found beyond their rows, for nccl-tests'
+/// layout: each one's per-iteration times (`-I 1`'s columns) and the
+/// ranks that found a wrong element (its out-of-bounds count).
+pub struct PerPlacement<'a> {
+    pub iter_us: [&'a [f64]; 2],
+    pub ranks_wrong: [u64; 2],
+}
+
 /// Prints to stdout when enabled (rank 0); every other rank stays silent.
 pub struct Printer {
     enabled: bool,
@@ -112,18 +120,17 @@ impl Printer {
         }
     }
 
-    /// One size: out-of-place and in-place side by side (`iter_us`: each
-    /// placement's per-iteration times, for `-I 1`'s columns).
+    /// One size: out-of-place and in-place side by side.
     pub fn row(
         &mut self,
         coll: Collective,
         p: &Point,
         measured: &[Option<CollectiveRow>; 2],
-        iter_us: [&[f64]; 2],
+        each: PerPlacement<'_>,
         (wire, marked): (&WireFigures, [bool; 2]),
     ) {
         if let Some((t, checked)) = &mut self.nccl_tests {
-            t.add(measured);
+            t.add(measured, each.ranks_wrong);
             let line = crate::nccl_tests_format::row_line(
                 coll,
                 (p.bytes, p.count),
@@ -132,7 +139,7 @@ impl Printer {
                 p.root,
                 measured,
                 *checked,
-                t.per_iter.then_some(iter_us),
+                t.per_iter.then_some(each.iter_us),
             );
             return self.line(&line);
         }

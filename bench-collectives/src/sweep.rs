@@ -32,6 +32,8 @@ pub struct Outcome {
     /// Per row (same order as `rows`): per rank, each timed iteration's
     /// time on that rank, us (nccl-tests' `per_process_max_times_us`).
     pub rank_iter_us: Vec<Vec<Vec<f64>>>,
+    /// Per row (same order as `rows`): the ranks that found a wrong element.
+    pub ranks_wrong: Vec<u64>,
     /// Per row whose ceiling was measured again at the row: the row and the
     /// copy rate at its working set before the sweep and at the row.
     pub ceiling_drift: Vec<(String, Drift)>,
@@ -167,6 +169,7 @@ fn sweep_sizes<C: Communicator>(
         let mut measured = [None, None];
         let mut marked = [false, false];
         let mut iter_us: [Vec<f64>; 2] = Default::default();
+        let mut ranks_wrong = [0u64; 2];
         for (slot, in_place) in [(0, false), (1, true)] {
             let wanted = if in_place {
                 cfg.in_place && coll.spec().in_place_form()
@@ -205,6 +208,8 @@ fn sweep_sizes<C: Communicator>(
             }
             outcome.rows.push(row.clone());
             outcome.rank_iter_us.push(stats.rank_iter_us.clone());
+            outcome.ranks_wrong.push(stats.ranks_wrong);
+            ranks_wrong[slot] = stats.ranks_wrong;
             iter_us[slot] = stats
                 .last_arrivals
                 .iter()
@@ -213,8 +218,11 @@ fn sweep_sizes<C: Communicator>(
             outcome.iter_times_us.push(iter_us[slot].clone());
             measured[slot] = Some(row);
         }
-        let iters = [iter_us[0].as_slice(), iter_us[1].as_slice()];
-        printer.row(coll, &point, &measured, iters, (wire, marked));
+        let per_placement = crate::print::PerPlacement {
+            iter_us: [iter_us[0].as_slice(), iter_us[1].as_slice()],
+            ranks_wrong,
+        };
+        printer.row(coll, &point, &measured, per_placement, (wire, marked));
         if let Some(keep) = ids.keep {
             let rows: Vec<CollectiveRow> = measured.iter().flatten().cloned().collect();
             keep(&rows)?;
@@ -223,13 +231,17 @@ fn sweep_sizes<C: Communicator>(
     Ok(())
 }
 
-/// Name of the environment variable that makes one rank corrupt one element
-/// of every checked output: a self-test of the checker (the run must then
+/// Name of the environment variable that makes a rank (or each of a comma
+/// list) corrupt one element of every checked output: a self-test of the checker (the run must then
 /// report wrong elements and exit 7).
 pub const CORRUPT_ENV: &str = "PARBENCH_SELFTEST_CORRUPT_RANK";
 
-fn corrupt_rank() -> Option<usize> {
-    std::env::var(CORRUPT_ENV).ok()?.trim().parse().ok()
+/// Whether `rank` corrupts: the variable names a rank, or a comma list.
+fn corrupts(rank: usize) -> bool {
+    std::env::var(CORRUPT_ENV).is_ok_and(|v| {
+        v.split(',')
+            .any(|r| r.trim().parse::<usize>().ok() == Some(rank))
+    })
 }
 
 fn measure_one<C: Communicator>(
@@ -324,7 +336,7 @@ fn measure_one<C: Communicator>(
 
 /// Elements of `got` that differ bitwise from `expected` (missing ones count as wrong).
 fn count_wrong(got: &mut [u8], expected: &[u8], elem: usize, rank: usize) -> u64 {
-    if corrupt_rank() == Some(rank) {
+    if corrupts(rank) {
         if let Some(b) = got.first_mut() {
             *b = !*b;
         }

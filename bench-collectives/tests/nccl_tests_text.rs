@@ -354,6 +354,10 @@ struct Case {
     /// warm-up, iterations, check.
     counts: [c_int; 3],
     exit: i32,
+    /// PARBENCH_SELFTEST_CORRUPT_RANK and how many ranks it names: each
+    /// of them finds a wrong element in every checked placement that has
+    /// one, and nccl-tests counts each such rank once per placement.
+    corrupt: Option<(&'static str, c_int)>,
 }
 
 fn program(coll: &str) -> String {
@@ -374,7 +378,10 @@ fn check_case(c: &Case) {
     if per_iter {
         args.extend(["-J", json.to_str().unwrap()]);
     }
-    let env: Vec<(&str, &str)> = c.min_bw.iter().map(|v| ("NCCL_TESTS_MIN_BW", *v)).collect();
+    let mut env: Vec<(&str, &str)> = c.min_bw.iter().map(|v| ("NCCL_TESTS_MIN_BW", *v)).collect();
+    if let Some((ranks, _)) = c.corrupt {
+        env.push(("PARBENCH_SELFTEST_CORRUPT_RANK", ranks));
+    }
     let o = run(&args, &env);
     let text = stdout(&o);
     assert_eq!(
@@ -451,7 +458,11 @@ fn check_case(c: &Case) {
                     assert_eq!(res["size"].to_string(), r["bytes"]);
                     line.push_str(&per_iter_body(&res[key]));
                 }
-                errors += c_int::from(wrong > 0);
+                errors += if wrong > 0 {
+                    c.corrupt.map_or(1, |(_, k)| k)
+                } else {
+                    0
+                };
                 sum += num(m, "busbw_gbps");
                 n += 1;
             }
@@ -525,6 +536,7 @@ fn every_collective_dtype_and_operator_prints_as_nccl_tests_would() {
         sizes: (8, 64, (2, "factor")),
         counts: [0, 1, 1],
         exit: 0,
+        corrupt: None,
     });
 }
 
@@ -541,6 +553,7 @@ fn no_check_cycles_and_byte_steps_print_as_nccl_tests_would() {
         sizes: (8, 64, (24, "bytes")),
         counts: [0, 1, 0],
         exit: 0,
+        corrupt: None,
     });
     // -f 1 steps by nccl-tests' default 1 MiB.
     check_case(&Case {
@@ -552,6 +565,24 @@ fn no_check_cycles_and_byte_steps_print_as_nccl_tests_would() {
         sizes: (1024, 1025 * 1024, (1 << 20, "bytes")),
         counts: [0, 1, 1],
         exit: 0,
+        corrupt: None,
+    });
+}
+
+#[test]
+fn wrong_elements_on_two_ranks_print_as_nccl_tests_would() {
+    // Out of bounds: each rank that found a wrong element counts once per
+    // placement (nccl-tests' errors[0], summed over ranks), and exit 7.
+    check_case(&Case {
+        name: "corrupt",
+        backend: "local",
+        ranks: 3,
+        flags: "all_reduce all_gather -b 64 -e 256 -n 1 -w 0",
+        min_bw: None,
+        sizes: (64, 256, (2, "factor")),
+        counts: [0, 1, 1],
+        exit: 7,
+        corrupt: Some(("0,2", 2)),
     });
 }
 
@@ -567,6 +598,7 @@ fn per_iteration_columns_print_as_nccl_tests_would() {
         sizes: (8, 64, (2, "factor")),
         counts: [1, 5, 1],
         exit: 0,
+        corrupt: None,
     });
 }
 
@@ -581,6 +613,7 @@ fn factors_roots_and_repeated_checks_print_as_nccl_tests_would() {
         sizes: (16, 1024, (4, "factor")),
         counts: [1, 2, 2],
         exit: 0,
+        corrupt: None,
     });
 }
 
@@ -597,6 +630,7 @@ fn ranks_in_other_processes_and_a_failed_min_bw_print_as_nccl_tests_would() {
         sizes: (8, 64, (2, "factor")),
         counts: [0, 1, 1],
         exit: 7,
+        corrupt: None,
     });
 }
 
