@@ -483,6 +483,8 @@ impl Args {
                 self.timeout
             );
         }
+        let nccl_tests = crate::nccl_flags::NcclTestsFlags::from_args(self, (min, max, step))?;
+        let nccl_tests_rows = nccl_tests.format == crate::nccl_flags::TableFormat::NcclTests;
         Ok(SweepJob {
             backend: self.backend.parse()?,
             nprocs: self.nprocs,
@@ -491,8 +493,7 @@ impl Args {
                 .parse()
                 .map_err(|e: String| anyhow!("--algo: {e}"))?,
             out: self.out.clone(),
-            nccl_tests: crate::nccl_flags::NcclTestsFlags::from_args(self)?
-                .with_sizes(min, max, step),
+            nccl_tests,
             links,
             sweep: SweepConfig {
                 collectives,
@@ -526,8 +527,7 @@ impl Args {
                 seed: 0x5eed,
                 fit_from: parse_size(&self.fit_from).map_err(|e| anyhow!("--fit-from: {e}"))?,
                 run_cycles: self.run_cycles,
-                nccl_tests_rows: crate::nccl_flags::NcclTestsFlags::from_args(self)?.format
-                    == crate::nccl_flags::TableFormat::NcclTests,
+                nccl_tests_rows,
             },
         })
     }

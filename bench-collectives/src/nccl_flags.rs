@@ -39,8 +39,12 @@ pub struct NcclTestsFlags {
 }
 
 impl NcclTestsFlags {
-    /// Parses what needs no backend; [`check_backend`] does the rest.
-    pub fn from_args(a: &Args) -> Result<Self> {
+    /// Parses what needs no backend, given `-b`, `-e` and the step as
+    /// read; [`check_backend`] does the rest.
+    pub fn from_args(
+        a: &Args,
+        (min_bytes, max_bytes, step): (u64, u64, crate::nccl_tests_format::Step),
+    ) -> Result<Self> {
         let format = match a.format.to_ascii_lowercase().as_str() {
             "parbench" => TableFormat::Parbench,
             "nccl-tests" | "nccl_tests" => TableFormat::NcclTests,
@@ -78,26 +82,14 @@ impl NcclTestsFlags {
             agg_iters: a.agg_iters,
             blocking,
             blocking_mode: a.blocking,
-            min_bytes: 0,
-            max_bytes: 0,
-            step: crate::nccl_tests_format::Step::Factor(2),
+            min_bytes,
+            max_bytes,
+            step,
             ngpus: a.ngpus,
             format,
             json_file: a.json_file.clone(),
             per_iter: a.per_iter_timing.as_deref().map(str::trim) == Some("1"),
         })
-    }
-}
-
-impl NcclTestsFlags {
-    /// The sizes' flags as given.
-    pub fn with_sizes(self, min: u64, max: u64, step: crate::nccl_tests_format::Step) -> Self {
-        NcclTestsFlags {
-            min_bytes: min,
-            max_bytes: max,
-            step,
-            ..self
-        }
     }
 }
 
