@@ -49,7 +49,8 @@ every_binarys_rules() {
   try 2 "$@" --out "$TMP/tiny.csv"
   try 2 "$@" --out "/tmp/$LONG"
   try 0 "$@" --out "$TMP/$(printf '\xff\xfe')"
-  try 2 "$@" --timeout 0
+  # bench-collectives reads -T 0 as nccl-tests does (no timeout: its longest).
+  try "${TIMEOUT_0:-2}" "$@" --timeout 0
   try 2 "$@" --timeout -5
 }
 CS=(--backend local -np 2 -n 2 -w 0 -e 64)
@@ -57,15 +58,21 @@ CS=(--backend local -np 2 -n 2 -w 0 -e 64)
 try 2 "$C" -b 64G -e 64G --backend local -np 2
 try 2 "$C" --backend local -np 100000 -e 1M
 try 2 "$C" --backend tcp -np 100000 -e 1M
-every_binarys_rules "$C" "${CS[@]}"
+TIMEOUT_0=0 every_binarys_rules "$C" "${CS[@]}"
 try 2 "$C" "${CS[@]}" -n 0
 try 2 "$C" "${CS[@]}" -n -1
 try 2 "$C" "${CS[@]}" -np 0
-try 2 "$C" "${CS[@]}" -e 1M -e 2M
-try 2 "$C" "${CS[@]}" --backend tcp
+# nccl-tests' rule for bench-collectives: the last of a repeated flag wins.
+try 0 "$C" "${CS[@]}" -e 1M -e 256K
+try 0 "$C" "${CS[@]}" --backend tcp
 try 2 "$C" "${CS[@]}" -b 1K -e 8
-try 2 "$C" "${CS[@]}" -f 1
-try 2 "$C" "${CS[@]}" -f 0
+# nccl-tests' -f 1 (and 0): step by -i bytes.
+try 0 "$C" "${CS[@]}" -f 1
+try 0 "$C" "${CS[@]}" -f 0
+try 2 "$C" "${CS[@]}" -r -2
+try 2 "$C" "${CS[@]}" -C 1
+try 2 "$C" "${CS[@]}" -d int8
+try 2 "$C" "${CS[@]}" -o mulsum
 try 2 "$C" "${CS[@]}" -i 0 -b 8 -e 64
 try 2 "$C" "${CS[@]}" -b 99999999999999999999999
 try 2 "$C" "${CS[@]}" -b 1Q

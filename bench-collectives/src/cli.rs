@@ -1,6 +1,7 @@
 //! Command line: nccl-tests' flags with their meanings, plus parbench's
 //! backend, algorithm, deadline, output folder and straggler injection.
 
+use crate::nccl_tests_format::Step;
 use anyhow::{anyhow, bail, Result};
 use clap::Parser;
 use parbench::comm::{Algo, Collective, DType, ReduceOp};
@@ -13,16 +14,23 @@ use std::time::Duration;
 /// per-iteration percentiles, the alpha-beta model's prediction, and busbw as
 /// a share of the wire's ceiling measured in the same run.
 #[derive(Parser, Debug, Clone)]
-// A flag given twice is refused (as by every parbench binary), and a
+// A flag given twice: the last one wins, as in nccl-tests (getopt). A
 // negative number is taken as a flag's value, so that its own check
-// names the flag ("-n -5" is not "unexpected argument '-5'").
+// names the flag ("-n -5" is not "unexpected argument '-5'"). -V is
+// nccl-tests' CTA count, so the version is --version alone.
 #[command(
     name = "bench-collectives",
     version,
     about,
-    allow_negative_numbers = true
+    allow_negative_numbers = true,
+    args_override_self = true,
+    disable_version_flag = true
 )]
 pub struct Args {
+    /// Print the version.
+    #[arg(long, action = clap::ArgAction::Version)]
+    pub version: Option<bool>,
+
     /// Collectives to run: all_reduce, all_gather, reduce_scatter, broadcast,
     /// reduce, all_to_all, sendrecv, or all; or `links` alone: every ordered
     /// pair of ranks, one at a time (latency, one-way and both-way bandwidth).
@@ -43,19 +51,31 @@ pub struct Args {
     pub algo: String,
 
     /// Smallest size in bytes (K, M, G: binary suffixes).
-    #[arg(short = 'b', long = "min-bytes", default_value = "8")]
+    #[arg(
+        short = 'b',
+        long = "min-bytes",
+        alias = "minbytes",
+        default_value = "8"
+    )]
     pub min_bytes: String,
 
     /// Largest size in bytes (K, M, G: binary suffixes).
-    #[arg(short = 'e', long = "max-bytes", default_value = "64M")]
+    #[arg(
+        short = 'e',
+        long = "max-bytes",
+        alias = "maxbytes",
+        default_value = "64M"
+    )]
     pub max_bytes: String,
 
     /// Multiply the size by this factor at each step.
-    #[arg(short = 'f', long = "step-factor", conflicts_with = "step_bytes")]
+    /// nccl-tests' reading: a factor of 1 (or 0) steps by -i bytes instead
+    /// (1M when -i is not given), and a factor above 1 wins over -i.
+    #[arg(short = 'f', long = "step-factor", alias = "stepfactor")]
     pub step_factor: Option<u64>,
 
     /// Add this many bytes at each step instead (K, M, G suffixes).
-    #[arg(short = 'i', long = "step-bytes")]
+    #[arg(short = 'i', long = "step-bytes", alias = "stepbytes")]
     pub step_bytes: Option<String>,
 
     /// Timed iterations per size.
@@ -63,7 +83,12 @@ pub struct Args {
     pub iters: usize,
 
     /// Untimed warm-up iterations per size.
-    #[arg(short = 'w', long = "warmup", default_value_t = 5)]
+    #[arg(
+        short = 'w',
+        long = "warmup",
+        alias = "warmup_iters",
+        default_value_t = 5
+    )]
     pub warmup: usize,
 
     /// Check iterations after the timed loop (0 = no check).
@@ -75,12 +100,17 @@ pub struct Args {
     pub op: String,
 
     /// Element type: float, double, half, bfloat16, int32, int64, uint8, or all.
-    #[arg(short = 'd', long = "dtype", default_value = "float")]
+    #[arg(
+        short = 'd',
+        long = "dtype",
+        alias = "datatype",
+        default_value = "float"
+    )]
     pub dtype: String,
 
-    /// Root rank of broadcast and reduce.
+    /// Root rank of broadcast and reduce; -1: every rank in turn.
     #[arg(short = 'r', long = "root", default_value_t = 0)]
-    pub root: usize,
+    pub root: i64,
 
     /// How per-rank times combine: 0 rank 0, 1 mean, 2 min, 3 max.
     #[arg(short = 'a', long = "average", default_value_t = 1)]
@@ -95,7 +125,7 @@ pub struct Args {
     pub outplace_only: bool,
 
     /// Deadline of every wait, in seconds (nccl-tests' -T): a dead or hung
-    /// rank becomes an error naming it.
+    /// rank becomes an error naming it. 0: the longest deadline, a day.
     #[arg(short = 'T', long, default_value_t = 60.0)]
     pub timeout: f64,
 
@@ -114,12 +144,18 @@ pub struct Args {
 
     /// Capture N calls as one CUDA graph and time its replays (nccl-tests'
     /// -G; --backend nccl only): the time per call without the host's launch cost.
-    #[arg(short = 'G', long, value_name = "N")]
+    #[arg(short = 'G', long, alias = "cudagraph", value_name = "N")]
     pub graph: Option<usize>,
 
     /// Operations aggregated per timed iteration (nccl-tests' -m): parbench
     /// times one operation per iteration, so only 1 is accepted.
-    #[arg(short = 'm', long = "agg-iters", value_name = "N", default_value_t = 1)]
+    #[arg(
+        short = 'm',
+        long = "agg-iters",
+        alias = "agg_iters",
+        value_name = "N",
+        default_value_t = 1
+    )]
     pub agg_iters: usize,
 
     /// Blocking collectives (nccl-tests' -z): 0 the backend's own way, 1 wait
@@ -132,10 +168,12 @@ pub struct Args {
     )]
     pub blocking: u8,
 
-    /// Run the whole sweep this many times (nccl-tests' -N).
+    /// Run each table's sizes this many times, in one table (nccl-tests'
+    /// -N; 0 runs until interrupted).
     #[arg(
         short = 'N',
         long = "run-cycles",
+        alias = "run_cycles",
         value_name = "N",
         default_value_t = 1
     )]
@@ -154,8 +192,46 @@ pub struct Args {
 
     /// Also write the results as nccl-tests' -J JSON (its field names and
     /// layout, parbench's extras beside them) to FILE.
-    #[arg(short = 'J', long = "output-file", value_name = "FILE")]
+    #[arg(
+        short = 'J',
+        long = "output-file",
+        alias = "output_file",
+        value_name = "FILE"
+    )]
     pub json_file: Option<PathBuf>,
+
+    /// Threads per process (nccl-tests' -t): 1, one rank per thread
+    /// (--backend local runs its ranks as threads: -np N).
+    #[arg(short = 't', long = "nthreads", value_name = "N")]
+    pub nthreads: Option<i64>,
+
+    /// nccl-tests' flags with no counterpart here, accepted at the value
+    /// that asks for nothing and otherwise refused in one line that says
+    /// what they do in nccl-tests ([`crate::nccl_flags::OTHER_FLAGS`]).
+    #[arg(short = 'C', long = "report_cputime", value_name = "0|1")]
+    pub report_cputime: Option<String>,
+    #[arg(short = 'S', long = "report_timestamps", value_name = "0|1")]
+    pub report_timestamps: Option<String>,
+    #[arg(short = 'R', long = "local_register", value_name = "0|1|2")]
+    pub local_register: Option<String>,
+    #[arg(short = 'M', long = "memory", value_name = "0|1")]
+    pub memory: Option<String>,
+    #[arg(short = 'u', long = "unalign", value_name = "N")]
+    pub unalign: Option<String>,
+    #[arg(short = 'p', long = "parallel_init", value_name = "0|1")]
+    pub parallel_init: Option<String>,
+    #[arg(short = 'y', long = "stream_null", value_name = "0|1")]
+    pub stream_null: Option<String>,
+    #[arg(short = 'x', long = "cta_policy", value_name = "N")]
+    pub cta_policy: Option<String>,
+    #[arg(short = 'D', long = "device_implementation", value_name = "N")]
+    pub device_implementation: Option<String>,
+    #[arg(short = 'V', long = "device_cta_count", value_name = "N")]
+    pub device_cta_count: Option<String>,
+    #[arg(short = 'I', long = "per_iter_timing", value_name = "0|1")]
+    pub per_iter_timing: Option<String>,
+    #[arg(short = 'K', long = "per_iter_skip", value_name = "N")]
+    pub per_iter_skip: Option<String>,
 }
 
 /// Parses a command line, accepting nccl-tests' and mpirun's `-np N` (clap
@@ -216,7 +292,8 @@ pub struct SweepConfig {
     pub iters: usize,
     pub warmup: usize,
     pub check: usize,
-    pub root: usize,
+    /// `None`: every rank in turn (`-r -1`).
+    pub root: Option<usize>,
     pub average: Average,
     pub out_of_place: bool,
     pub in_place: bool,
@@ -229,8 +306,12 @@ pub struct SweepConfig {
     pub seed: u64,
     /// Smallest size (nccl-tests' bytes) of the fits' window.
     pub fit_from: u64,
-    /// `-N`: times the whole sweep runs.
+    /// `-N`: times each table's sizes run (0: until interrupted).
     pub run_cycles: usize,
+    /// `--format nccl-tests`: the rows nccl-tests would print (every size,
+    /// even one that rounds to the count of the size before; sendrecv once
+    /// per operator).
+    pub nccl_tests_rows: bool,
 }
 
 /// The parsed command line: backend, ranks, algorithm, and the sweep.
@@ -249,11 +330,30 @@ pub struct SweepJob {
 
 /// Most sizes a sweep may have: a typo in `-i` must not start a million-row run.
 pub const MAX_SIZES: usize = 10_000;
-/// Parses `8`, `64K`, `1M`, `2G` (the library's [`flags::ByteSize`]).
+/// Parses `8`, `64K`, `1M`, `2G` (the library's [`flags::ByteSize`]),
+/// and nccl-tests' decimal sizes (`1.5K` is 1536, the bytes rounded down).
 pub fn parse_size(s: &str) -> Result<u64> {
     s.parse::<flags::ByteSize>()
         .map(|b| b.0)
+        .or_else(|e| decimal_size(s).ok_or(e))
         .map_err(|e| anyhow!(e))
+}
+
+/// nccl-tests' `parsesize`: a number, then at most one of K, M, G.
+fn decimal_size(s: &str) -> Option<u64> {
+    let t = s.trim();
+    let (num, unit) = match t.chars().last()?.to_ascii_lowercase() {
+        'k' => (&t[..t.len() - 1], 1u64 << 10),
+        'm' => (&t[..t.len() - 1], 1 << 20),
+        'g' => (&t[..t.len() - 1], 1 << 30),
+        _ => (t, 1),
+    };
+    let x: f64 = num.trim().parse().ok()?;
+    let bytes = x * unit as f64;
+    // Whole through ByteSize's bound: the largest size parbench takes.
+    (x.is_finite() && x >= 0.0 && !num.contains(['e', 'E', 'i', 'n', 'I', 'N']))
+        .then(|| bytes.floor() as u64)
+        .filter(|&b| format!("{b}").parse::<flags::ByteSize>().is_ok())
 }
 
 /// nccl-tests' size steps from `min` to `max` inclusive: times `factor`, or plus `step`.
@@ -339,16 +439,32 @@ impl Args {
         }
         let min = parse_size(&self.min_bytes).map_err(|e| anyhow!("-b/--min-bytes: {e}"))?;
         let max = parse_size(&self.max_bytes).map_err(|e| anyhow!("-e/--max-bytes: {e}"))?;
-        let step = self
+        let step_bytes = self
             .step_bytes
             .as_deref()
             .map(parse_size)
             .transpose()
             .map_err(|e| anyhow!("-i/--step-bytes: {e}"))?;
-        let sizes = size_steps(min, max, self.step_factor, step)?;
+        let step = match (self.step_factor, step_bytes) {
+            (Some(f), _) if f > 1 => Step::Factor(f),
+            // nccl-tests' default -i.
+            (Some(_), None) => Step::Bytes(1 << 20),
+            (_, Some(b)) => Step::Bytes(b),
+            (None, None) => Step::Factor(2),
+        };
+        let sizes = match step {
+            Step::Factor(f) => size_steps(min, max, Some(f), None)?,
+            Step::Bytes(b) => size_steps(min, max, None, Some(b))?,
+        };
         let average = Average::from_code(self.average)
             .ok_or_else(|| anyhow!("bad -a/--average {} (expected 0, 1, 2 or 3)", self.average))?;
-        let timeout = parbench::limits::timeout(self.timeout)?;
+        // nccl-tests' -T 0 is no timeout; parbench keeps a deadline on
+        // every wait, so 0 is the longest it takes.
+        let timeout = if self.timeout == 0.0 {
+            Duration::from_secs_f64(parbench::limits::MAX_TIMEOUT_S)
+        } else {
+            parbench::limits::timeout(self.timeout)?
+        };
         if self.iters == 0 {
             bail!("-n/--iters 0: at least 1");
         }
@@ -364,6 +480,7 @@ impl Args {
         // A delay the others cannot wait out is a stuck rank by design: on
         // the threads of --backend local it would keep the process past
         // --timeout (a sleeping thread is not interrupted).
+        crate::nccl_flags::check_other_flags(self)?;
         if let Some((r, d)) = straggler.filter(|(_, d)| *d >= timeout) {
             bail!(
                 "--straggler {r}:{}: the delay is not less than --timeout {}",
@@ -371,6 +488,8 @@ impl Args {
                 self.timeout
             );
         }
+        let nccl_tests = crate::nccl_flags::NcclTestsFlags::from_args(self, (min, max, step))?;
+        let nccl_tests_rows = nccl_tests.format == crate::nccl_flags::TableFormat::NcclTests;
         Ok(SweepJob {
             backend: self.backend.parse()?,
             nprocs: self.nprocs,
@@ -379,32 +498,41 @@ impl Args {
                 .parse()
                 .map_err(|e: String| anyhow!("--algo: {e}"))?,
             out: self.out.clone(),
-            nccl_tests: crate::nccl_flags::NcclTestsFlags::from_args(self)?,
+            nccl_tests,
             links,
             sweep: SweepConfig {
                 collectives,
-                dtypes: parse_list(&self.dtype, &DType::ALL, "dtype")?,
-                ops: parse_list(&self.op, &ReduceOp::ALL, "op")?,
+                dtypes: crate::nccl_flags::refuse_other_types(&self.dtype).and_then(|_| {
+                    parse_list(
+                        &self.dtype,
+                        crate::nccl_flags::all_types(&self.format),
+                        "dtype",
+                    )
+                })?,
+                ops: crate::nccl_flags::refuse_other_ops(&self.op)
+                    .and_then(|_| parse_list(&self.op, &ReduceOp::ALL, "op"))?,
                 sizes,
                 iters: self.iters,
                 warmup: self.warmup,
                 check: self.check,
-                root: self.root,
+                root: match self.root {
+                    -1 => None,
+                    r => Some(
+                        usize::try_from(r)
+                            .map_err(|_| anyhow!("-r/--root {r}: a rank, or -1 for every rank"))?,
+                    ),
+                },
                 average,
                 out_of_place: !self.inplace_only,
                 in_place: !self.outplace_only,
                 timeout,
                 straggler,
-                graph: match self.graph {
-                    Some(0) => bail!("--graph must capture at least one call"),
-                    g => g,
-                },
+                // nccl-tests' -G 0: no graphs.
+                graph: self.graph.filter(|&g| g > 0),
                 seed: 0x5eed,
                 fit_from: parse_size(&self.fit_from).map_err(|e| anyhow!("--fit-from: {e}"))?,
-                run_cycles: match self.run_cycles {
-                    0 => bail!("-N/--run-cycles must be at least 1"),
-                    n => n,
-                },
+                run_cycles: self.run_cycles,
+                nccl_tests_rows,
             },
         })
     }
@@ -413,11 +541,8 @@ impl Args {
 impl SweepConfig {
     /// Checks what needs the world size: the root and the straggler rank.
     pub fn check_world(&self, world: usize) -> Result<()> {
-        if self.root >= world {
-            bail!(
-                "-r/--root {} is not a rank of a world of {world}",
-                self.root
-            );
+        if let Some(root) = self.root.filter(|&r| r >= world) {
+            bail!("-r/--root {root} is not a rank of a world of {world}");
         }
         if let Some((rank, delay)) = self.straggler {
             flags::Straggler { rank, delay }
@@ -446,7 +571,20 @@ mod tests {
         assert_eq!(parse_size("2G").unwrap(), 2 << 30);
         assert_eq!(parse_size("4KiB").unwrap(), 4096);
         assert_eq!(parse_size("16B").unwrap(), 16);
-        for bad in ["", "K", "1.5M", "-1", "12X", "99999999999999G"] {
+        // nccl-tests' decimal sizes.
+        assert_eq!(parse_size("1.5K").unwrap(), 1536);
+        assert_eq!(parse_size("0.5m").unwrap(), 1 << 19);
+        for bad in [
+            "",
+            "K",
+            "-1",
+            "12X",
+            "99999999999999G",
+            "1e3",
+            "nan",
+            "inf",
+            "1.5T",
+        ] {
             assert!(parse_size(bad).is_err(), "{bad}");
         }
     }
@@ -460,6 +598,14 @@ mod tests {
         assert_eq!(size_steps(5, 5, None, None).unwrap(), vec![5]);
         assert!(size_steps(9, 8, None, None).is_err());
         assert!(size_steps(8, 16, Some(1), None).is_err());
+        // nccl-tests' -f 1 steps by -i (1M unless given); a factor above 1 wins.
+        let p = plan(&["-b", "1M", "-e", "3M", "-f", "1"]).unwrap();
+        assert_eq!(p.sweep.sizes, vec![1 << 20, 2 << 20, 3 << 20]);
+        assert_eq!(p.nccl_tests.step, Step::Bytes(1 << 20));
+        let p = plan(&["-b", "8", "-e", "64", "-f", "4", "-i", "8"]).unwrap();
+        assert_eq!(p.sweep.sizes, vec![8, 32]);
+        assert_eq!(p.nccl_tests.step, Step::Factor(4));
+        assert_eq!((p.nccl_tests.min_bytes, p.nccl_tests.max_bytes), (8, 64));
         assert!(size_steps(0, 1 << 40, None, Some(1)).is_err());
     }
 
@@ -529,7 +675,14 @@ mod tests {
         assert_eq!((p.sweep.iters, p.sweep.warmup, p.sweep.check), (7, 2, 3));
         assert_eq!(p.sweep.ops.len(), 5);
         assert_eq!(p.sweep.dtypes, vec![DType::F16, DType::I32]);
-        assert_eq!((p.sweep.root, p.sweep.average), (2, Average::Max));
+        // nccl-tests' layout runs `-d all` in nccl-tests' order.
+        let all = plan(&["-d", "all", "--format", "nccl-tests"]).unwrap();
+        let names: Vec<&str> = all.sweep.dtypes.iter().map(|d| d.name()).collect();
+        assert_eq!(
+            names,
+            ["uint8", "int32", "int64", "half", "float", "double", "bfloat16"]
+        );
+        assert_eq!((p.sweep.root, p.sweep.average), (Some(2), Average::Max));
         assert!(!p.sweep.in_place && p.sweep.out_of_place);
         assert_eq!(p.sweep.timeout, Duration::from_secs(5));
         assert_eq!(p.out, PathBuf::from("x"));
@@ -553,8 +706,8 @@ mod tests {
             &["-a", "4"],
             &["-n", "0"],
             &["--inplace-only", "--outplace-only"],
-            &["-f", "2", "-i", "8"],
-            &["--timeout", "0"],
+            &["--timeout", "-1"],
+            &["-r", "-2"],
             &["--straggler", "1"],
             &["--straggler", "x:3"],
             &["-np", "0"],

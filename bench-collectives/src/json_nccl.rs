@@ -7,39 +7,81 @@
 //! `parbench` keys, which nccl-tests' readers ignore.
 
 use crate::cli::SweepJob;
+use crate::nccl_tests_format::Step;
 use crate::sweep::Outcome;
 use anyhow::{Context, Result};
 use parbench::results::{CollectiveRow, RunMeta};
 use serde_json::{json, Map, Value};
-use std::path::Path;
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 /// nccl-tests' JSON_FILE_VERSION of v2.19.6.
 pub const FILE_VERSION: u32 = 3;
 
 /// Per-iteration statistics as nccl-tests computes them (population
-/// stdev; p95/p99 at index min(n-1, ceil(n p / 100) - 1) of the sorted times).
-pub fn per_iter(times_us: &[f64]) -> Value {
-    if times_us.is_empty() {
-        return Value::Null;
+/// stdev; p95/p99 at index min(n-1, ceil(n p / 100) - 1) of the sorted
+/// times): what `-J` writes and `-I 1`'s columns print.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct IterStats {
+    pub min: f64,
+    pub max: f64,
+    pub avg: f64,
+    pub p50: f64,
+    pub p95: f64,
+    pub p99: f64,
+    pub stdev: f64,
+    /// stdev / avg x 100 (0 for a zero average).
+    pub cv_pct: f64,
+}
+
+impl IterStats {
+    /// `None` for no iterations.
+    pub fn of(times_us: &[f64]) -> Option<IterStats> {
+        let mut s = times_us.to_vec();
+        s.sort_by(f64::total_cmp);
+        let n = s.len();
+        let last = n.checked_sub(1)?;
+        let pct = |p: usize| s[last.min((n * p).div_ceil(100).saturating_sub(1))];
+        let avg = s.iter().sum::<f64>() / n as f64;
+        let stdev = (s.iter().map(|t| (t - avg).powi(2)).sum::<f64>() / n as f64).sqrt();
+        Some(IterStats {
+            min: s[0],
+            max: s[last],
+            avg,
+            p50: s[n / 2],
+            p95: pct(95),
+            p99: pct(99),
+            stdev,
+            cv_pct: if avg > 0.0 { stdev / avg * 100.0 } else { 0.0 },
+        })
     }
-    let mut s = times_us.to_vec();
-    s.sort_by(f64::total_cmp);
-    let n = s.len();
-    let pct = |p: usize| s[(n - 1).min((n * p).div_ceil(100).saturating_sub(1))];
-    let avg = s.iter().sum::<f64>() / n as f64;
-    let stdev = (s.iter().map(|t| (t - avg).powi(2)).sum::<f64>() / n as f64).sqrt();
-    json!({
+}
+
+/// A placement's `*_per_iter` object.
+pub fn per_iter(times_us: &[f64], per_rank_us: &[Vec<f64>]) -> Value {
+    let Some(st) = IterStats::of(times_us) else {
+        return Value::Null;
+    };
+    let mut v = json!({
         "skipped_iterations": 0,
-        "min_us": s[0],
-        "max_us": s[n - 1],
-        "avg_us": avg,
-        "p50_us": s[n / 2],
-        "p95_us": pct(95),
-        "p99_us": pct(99),
-        "stdev_us": stdev,
-        "cv_pct": if avg > 0.0 { stdev / avg * 100.0 } else { 0.0 },
+        "min_us": st.min,
+        "max_us": st.max,
+        "avg_us": st.avg,
+        "p50_us": st.p50,
+        "p95_us": st.p95,
+        "p99_us": st.p99,
+        "stdev_us": st.stdev,
+        "cv_pct": st.cv_pct,
         "times_us": times_us,
-    })
+    });
+    // nccl-tests writes it only with more than one process row; every
+    // rank is one here.
+    if per_rank_us.len() > 1 {
+        v["per_process_max_times_us"] = json!(per_rank_us);
+    }
+    v
 }
 
 fn placement(r: &CollectiveRow, checked: bool) -> Value {
@@ -73,22 +115,20 @@ pub fn document(plan: &SweepJob, meta: &RunMeta, outcome: &Outcome) -> Value {
         json!(if meta.backend == "local" { world } else { 1 }),
     );
     config.insert("ngpus".into(), json!(1));
-    config.insert(
-        "minimum_bytes".into(),
-        json!(sw.sizes.first().copied().unwrap_or(0)),
-    );
-    config.insert(
-        "maximum_bytes".into(),
-        json!(sw.sizes.last().copied().unwrap_or(0)),
-    );
-    config.insert("step_factor".into(), json!(2));
+    let f = &plan.nccl_tests;
+    config.insert("minimum_bytes".into(), json!(f.min_bytes));
+    config.insert("maximum_bytes".into(), json!(f.max_bytes));
+    match f.step {
+        Step::Factor(x) => config.insert("step_factor".into(), json!(x)),
+        Step::Bytes(x) => config.insert("step_bytes".into(), json!(x)),
+    };
     config.insert("warmup_iters".into(), json!(sw.warmup));
     config.insert("iterations".into(), json!(sw.iters));
     config.insert(
         "aggregated_iterations".into(),
         json!(plan.nccl_tests.agg_iters),
     );
-    config.insert("validation".into(), json!(sw.check.min(1)));
+    config.insert("validation".into(), json!(sw.check));
     config.insert("graph".into(), json!(sw.graph.unwrap_or(0)));
     config.insert("blocking_collectives".into(), b(plan.nccl_tests.blocking));
     config.insert("per_iter_timing".into(), b(true));
@@ -114,11 +154,10 @@ pub fn document(plan: &SweepJob, meta: &RunMeta, outcome: &Outcome) -> Value {
                 && n.op == r.op
         });
         let times = |k: usize| {
-            outcome
-                .iter_times_us
-                .get(k)
-                .map(Vec::as_slice)
-                .unwrap_or(&[])
+            per_iter(
+                outcome.iter_times_us.get(k).map_or(&[], Vec::as_slice),
+                outcome.rank_iter_us.get(k).map_or(&[], Vec::as_slice),
+            )
         };
         let mut e = Map::new();
         e.insert("size".into(), json!(r.bytes));
@@ -136,9 +175,10 @@ pub fn document(plan: &SweepJob, meta: &RunMeta, outcome: &Outcome) -> Value {
             match slot {
                 Some((row, k)) => {
                     e.insert(key.into(), placement(row, checked));
-                    e.insert(format!("{key}_per_iter"), per_iter(times(k)));
+                    e.insert(format!("{key}_per_iter"), times(k));
                     busbw.push(row.busbw_gbps);
-                    wrong += row.wrong;
+                    // nccl-tests counts, per placement, the ranks that found any.
+                    wrong += outcome.ranks_wrong.get(k).copied().unwrap_or(0);
                 }
                 None => {
                     e.insert(key.into(), Value::Null);
@@ -169,26 +209,39 @@ pub fn document(plan: &SweepJob, meta: &RunMeta, outcome: &Outcome) -> Value {
             ["NCCL_", "PARBENCH_", "CUDA_", "OMPI_COMM_WORLD_"]
                 .iter()
                 .any(|p| k.starts_with(p))
+                && !SECRET_ENV.contains(&k.as_str())
         })
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
+    let nccl_version = meta.versions.get("nccl").and_then(|v| nccl_version_code(v));
     json!({
         "version": FILE_VERSION,
-        "start_time": meta.start,
+        "start_time": nccl_tests_time(&meta.start),
         "args": std::env::args().collect::<Vec<_>>(),
         "env": env,
-        "nccl_version": meta.versions.get("nccl").and_then(|v| nccl_version_code(v)),
+        "nccl_version": nccl_version.unwrap_or(0),
         "config": Value::Object(config),
         "results": results,
         "out_of_bounds": {"count": wrong, "okay": b(wrong == 0)},
         "average_bus_bandwidth": {"bandwidth": avg, "okay": "unchecked"},
-        "end_time": meta.end,
+        "errors": [],
+        "end_time": nccl_tests_time(&meta.end),
         "parbench": {
             "run_id": meta.run_id, "backend": meta.backend, "world": world,
             "records": "collectives.csv and run.json in the --out folder",
-            "env_note": "env lists only NCCL_*, PARBENCH_*, CUDA_* and OMPI_COMM_WORLD_* variables (nccl-tests writes them all)",
+            "env_note": "env lists only NCCL_*, PARBENCH_*, CUDA_* and OMPI_COMM_WORLD_* variables (nccl-tests writes them all), never the job's token",
+            "nccl_version_note": if nccl_version.is_some() { "the NCCL library's version code" } else { "0: no NCCL ran (a CPU backend)" },
+            "time_note": "start_time and end_time in nccl-tests' %Y-%m-%d %H:%M:%S, UTC (nccl-tests writes local time)",
         },
     })
+}
+
+/// Variables whose value is a secret: never written into a record.
+const SECRET_ENV: &[&str] = &["PARBENCH_JOB_TOKEN"];
+
+/// run.json's `2026-12-03T22:54:23Z` as nccl-tests' `%Y-%m-%d %H:%M:%S`.
+pub fn nccl_tests_time(iso: &str) -> String {
+    iso.get(..19).unwrap_or(iso).replacen('T', " ", 1)
 }
 
 /// NCCL's version code (2.28.3 is 22803), the integer nccl-tests writes.
@@ -205,13 +258,94 @@ pub fn nccl_version_code(v: &str) -> Option<u64> {
     Some(a * 10_000 + b * 100 + c)
 }
 
-/// Writes the document atomically.
+/// The `-J` file this process reserved, and its name.
+static RESERVED: Mutex<Option<(PathBuf, File)>> = Mutex::new(None);
+
+/// nccl-tests' rule for `-J`: a name whose extension is `json` (any case)
+/// gets JSON; any other name gets nothing.
+pub fn is_json_name(path: &Path) -> bool {
+    path.extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| e.eq_ignore_ascii_case("json"))
+}
+
+/// Creates the `-J` file as nccl-tests does before it measures: FILE, or
+/// where that exists FILE.0, FILE.1, ... (created exclusively, so nothing
+/// is overwritten and no link is followed). Returns the line that names
+/// it, or `None` for a name nccl-tests writes nothing to.
+pub fn reserve(path: &Path) -> Option<String> {
+    let mut kept = RESERVED.lock().ok()?;
+    if let Some((p, _)) = kept.as_ref() {
+        return Some(format!("# Writing JSON output to {}", p.display()));
+    }
+    if !is_json_name(path) {
+        return None;
+    }
+    let mut name = path.to_path_buf();
+    for n in 0..=MAX_SUFFIX {
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&name)
+        {
+            Ok(f) => {
+                let line = format!("# Writing JSON output to {}", name.display());
+                *kept = Some((name, f));
+                return Some(line);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                let mut s = path.as_os_str().to_owned();
+                s.push(format!(".{n}"));
+                name = PathBuf::from(s);
+            }
+            Err(_) => break,
+        }
+    }
+    Some(format!(
+        "# skipping json output; {} not accessible",
+        name.display()
+    ))
+}
+
+/// Most `.N` names tried before giving up (nccl-tests tries without end).
+const MAX_SUFFIX: u32 = 9999;
+
+/// Writes the document into the file [`reserve`] created.
 pub fn write(path: &Path, plan: &SweepJob, meta: &RunMeta, outcome: &Outcome) -> Result<()> {
+    if !is_json_name(path) {
+        eprintln!(
+            "-J {}: nccl-tests writes JSON only to a name ending in .json; nothing written",
+            path.display()
+        );
+        return Ok(());
+    }
+    let late = reserve(path);
     let doc = document(plan, meta, outcome);
     let text = serde_json::to_vec_pretty(&doc).context("encoding the -J JSON")?;
-    parbench::results::write_atomic(path, &text).map_err(|e| anyhow::anyhow!("-J {e}"))?;
-    parbench::outln!("# Writing JSON output to {}", path.display());
+    let mut kept = RESERVED
+        .lock()
+        .map_err(|_| anyhow::anyhow!("-J: poisoned by a panic"))?;
+    let Some((name, file)) = kept.as_mut() else {
+        // Not creatable (nccl-tests' "# skipping json output; ... not
+        // accessible"): the run's records stand without it.
+        if let Some(line) = late {
+            parbench::outln!("{line}");
+        }
+        return Ok(());
+    };
+    file.write_all(&text)
+        .and_then(|_| file.sync_all())
+        .with_context(|| format!("writing -J {}", name.display()))?;
+    // parbench's layout names the file at the end, beside its records.
+    if let Some(line) = late.filter(|_| !plan_prints_early(plan)) {
+        parbench::outln!("{line}");
+    }
     Ok(())
+}
+
+/// Whether the `-J` line was printed before the header (nccl-tests' layout).
+fn plan_prints_early(plan: &SweepJob) -> bool {
+    plan.nccl_tests.format == crate::nccl_flags::TableFormat::NcclTests
 }
 
 #[cfg(test)]
@@ -220,7 +354,10 @@ mod tests {
 
     #[test]
     fn per_iteration_statistics_follow_nccl_tests() {
-        let v = per_iter(&[4.0, 1.0, 3.0, 2.0]);
+        let v = per_iter(
+            &[4.0, 1.0, 3.0, 2.0],
+            &[vec![4.0, 1.0, 3.0, 2.0], vec![1.0; 4]],
+        );
         assert_eq!(v["min_us"], 1.0);
         assert_eq!(v["max_us"], 4.0);
         assert_eq!(v["avg_us"], 2.5);
@@ -229,6 +366,15 @@ mod tests {
         let sd = (1.25f64).sqrt();
         assert!((v["stdev_us"].as_f64().unwrap() - sd).abs() < 1e-12);
         assert_eq!(v["times_us"].as_array().unwrap().len(), 4);
-        assert_eq!(per_iter(&[]), Value::Null);
+        assert_eq!(v["per_process_max_times_us"][1][0], 1.0);
+        assert_eq!(per_iter(&[], &[]), Value::Null);
+        assert!(per_iter(&[1.0], &[vec![1.0]])
+            .get("per_process_max_times_us")
+            .is_none());
+        assert_eq!(
+            nccl_tests_time("2026-12-03T22:54:23Z"),
+            "2026-12-03 22:54:23"
+        );
+        assert!(is_json_name(Path::new("a/b.JSON")) && !is_json_name(Path::new("a.json/b")));
     }
 }

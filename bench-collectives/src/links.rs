@@ -118,6 +118,40 @@ struct Measured {
     latency_us: f64,
     one_way_gbps: f64,
     both_ways_gbps: f64,
+    /// The pair's bandwidth message ([`pair_bytes`]).
+    bytes: usize,
+}
+
+/// The longest a pair's bandwidth may take, one way and again both ways:
+/// the other ranks wait at a barrier meanwhile, under the run's deadline.
+pub const PAIR_BUDGET_S: f64 = 1.0;
+
+/// The first exchange of a pair: small enough to cross a 10 Mbit/s link
+/// in a fifth of a second.
+const PROBE_BYTES: usize = 256 << 10;
+
+/// A probe shorter than this is doubled and sent again before its rate
+/// sets the message size.
+const PROBE_S: f64 = 0.05;
+
+/// Marks a probe size sent to the receiver as "probe again" rather than
+/// the pair's message size.
+const AGAIN: u64 = 1 << 63;
+
+/// The smallest bandwidth message a slow pair is cut down to.
+const MIN_PAIR_BYTES: usize = 4 << 10;
+
+/// A pair's bandwidth message: `-e` bytes, or, where `iters` of them would
+/// take longer than [`PAIR_BUDGET_S`] at the rate one `probe`-byte message
+/// crossed in `probe_s` (acknowledged), the largest power of two that fits.
+pub fn pair_bytes(max: usize, probe: usize, probe_s: f64, iters: usize) -> usize {
+    let rate = probe as f64 / probe_s.max(1e-9);
+    let fits = rate * PAIR_BUDGET_S / iters.max(1) as f64;
+    if fits >= max as f64 {
+        return max;
+    }
+    let pow2 = 1usize << (fits.max(1.0).log2().floor() as u32).min(62);
+    pow2.clamp(MIN_PAIR_BYTES.min(max), max)
 }
 
 /// Every rank runs this; rank 0 returns the rows. Pairs run one at a time,
@@ -133,11 +167,12 @@ fn measure_pairs<C: Communicator>(
     let iters = plan.sweep.iters.max(1);
     let warmup = plan.sweep.warmup;
     let small = comm.alloc(8)?;
+    let mut small_out = comm.alloc(8)?;
     let mut small_in = comm.alloc(8)?;
     let mut big = comm.alloc(bytes)?;
     big.write_from_host(&vec![0x5a; bytes])?;
     let mut big_in = comm.alloc(bytes)?;
-    let mut mine = vec![0f64; world * world * 3];
+    let mut mine = vec![0f64; world * world * 4];
     for from in 0..world {
         for to in 0..world {
             if from == to {
@@ -177,6 +212,7 @@ fn measure_pairs<C: Communicator>(
                            big: &mut C::Buffer,
                            big_in: &mut C::Buffer,
                            small_in: &mut C::Buffer,
+                           bytes: usize,
                            n: usize|
              -> CommResult<f64> {
                 let t = Instant::now();
@@ -194,19 +230,56 @@ fn measure_pairs<C: Communicator>(
                 c.sync()?;
                 Ok(t.elapsed().as_secs_f64())
             };
-            one_way(comm, &mut big, &mut big_in, &mut small_in, 1.min(warmup))?;
-            let secs = one_way(comm, &mut big, &mut big_in, &mut small_in, iters)?;
-            let one_way_gbps = (iters * bytes) as f64 / secs / 1e9;
-            // Both ways at once: each sends `bytes` and receives `bytes`.
+            // The message size from first exchanges: a pair's bandwidth
+            // takes at most PAIR_BUDGET_S each way, so that every other
+            // rank's wait at the barrier is bounded on the slow link too.
+            // The probe doubles until it takes PROBE_S: a shaped link's
+            // token bucket lets its first few hundred KiB through at once.
+            let mut probe = bytes.min(PROBE_BYTES);
+            let n_bytes = loop {
+                let t = one_way(comm, &mut big, &mut big_in, &mut small_in, probe, 1)?;
+                let mut word = [0u8; 8];
+                if sender {
+                    let next = if t < PROBE_S && probe < bytes {
+                        AGAIN | (probe * 2).min(bytes) as u64
+                    } else {
+                        pair_bytes(bytes, probe, t, iters) as u64
+                    };
+                    word = next.to_le_bytes();
+                    small_out.write_from_host(&word)?;
+                    comm.send(&small_out, 8, DType::U8, peer)?;
+                } else {
+                    comm.recv(&mut small_in, 8, DType::U8, peer)?;
+                    small_in.read_to_host(&mut word)?;
+                }
+                let word = u64::from_le_bytes(word);
+                let size = usize::try_from(word & !AGAIN).unwrap_or(bytes).min(bytes);
+                if word & AGAIN == 0 {
+                    break size;
+                }
+                probe = size;
+            };
+            one_way(
+                comm,
+                &mut big,
+                &mut big_in,
+                &mut small_in,
+                n_bytes,
+                1.min(warmup),
+            )?;
+            let secs = one_way(comm, &mut big, &mut big_in, &mut small_in, n_bytes, iters)?;
+            let one_way_gbps = (iters * n_bytes) as f64 / secs / 1e9;
+            // Both ways at once: each sends `n_bytes` and receives `n_bytes`.
             let t = Instant::now();
             for _ in 0..iters {
-                comm.send_recv(&big, peer, &mut big_in, peer, bytes, DType::U8)?;
+                comm.send_recv(&big, peer, &mut big_in, peer, n_bytes, DType::U8)?;
             }
             comm.sync()?;
-            let both = (iters * bytes) as f64 / t.elapsed().as_secs_f64() / 1e9;
+            let both = (iters * n_bytes) as f64 / t.elapsed().as_secs_f64() / 1e9;
             if sender {
-                let at = (from * world + to) * 3;
-                mine[at..at + 3].copy_from_slice(&[latency_us, one_way_gbps, both]);
+                let at = (from * world + to) * 4;
+                let cell = [latency_us, one_way_gbps, both, n_bytes as f64];
+                mine[at..at + 4].copy_from_slice(&cell);
             }
         }
     }
@@ -218,11 +291,12 @@ fn measure_pairs<C: Communicator>(
     let mut rows = Vec::new();
     for from in 0..world {
         for to in (0..world).filter(|&t| t != from) {
-            let at = (from * world + to) * 3;
+            let at = (from * world + to) * 4;
             let m = Measured {
                 latency_us: all[at],
                 one_way_gbps: all[at + 1],
                 both_ways_gbps: all[at + 2],
+                bytes: all[at + 3] as usize,
             };
             rows.push(LinkRow {
                 schema: results::SCHEMA_VERSION,
@@ -233,7 +307,7 @@ fn measure_pairs<C: Communicator>(
                 from,
                 to,
                 latency_us: m.latency_us,
-                bytes: bytes as u64,
+                bytes: m.bytes as u64,
                 one_way_gbps: m.one_way_gbps,
                 both_ways_gbps: m.both_ways_gbps,
             });
@@ -290,11 +364,17 @@ pub fn matrix(rows: &[LinkRow], title: &str, fig: impl Fn(&LinkRow) -> f64) -> V
 /// What rank 0 prints: the three matrices and the verdict.
 pub fn report_lines(rows: &[LinkRow]) -> Vec<String> {
     let mut out = vec![format!(
-        "# parbench bench-collectives links: backend {}, wire {}, {} ranks, {} B per bandwidth message; pairs one at a time",
+        "# parbench bench-collectives links: backend {}, wire {}, {} ranks, {} B per bandwidth message ({}); pairs one at a time",
         rows.first().map_or("-", |r| r.backend.as_str()),
         rows.first().map_or("-", |r| r.wire.as_str()),
         rows.first().map_or(0, |r| r.world),
-        rows.first().map_or(0, |r| r.bytes)
+        rows.iter().map(|r| r.bytes).max().unwrap_or(0),
+        match rows.iter().map(|r| r.bytes).min() {
+            Some(least) if rows.iter().any(|r| r.bytes != least) => format!(
+                "down to {least} B on a pair whose -n messages would take over {PAIR_BUDGET_S} s; links.csv has each pair's"
+            ),
+            _ => format!("each pair's bandwidth bounded to {PAIR_BUDGET_S} s each way"),
+        }
     )];
     out.extend(matrix(
         rows,
@@ -355,6 +435,27 @@ mod tests {
             one_way_gbps: gbps,
             both_ways_gbps: gbps,
         }
+    }
+
+    #[test]
+    fn one_pair_of_ranks_is_not_judged() {
+        // Was: 2 ranks on one loopback, 0 -> 1 at 0.28x "the median pair".
+        let rows = vec![row(0, 1, 0.28), row(1, 0, 1.0)];
+        let v = verdict(&rows);
+        assert!(v.slow.is_empty() && v.culprit.is_none());
+        let text = report_lines(&rows).join("\n");
+        assert!(text.contains("Slow pairs: not judged (1 pair(s)"), "{text}");
+    }
+
+    #[test]
+    fn a_pair_measures_at_most_its_budget() {
+        // 1 MiB/s: 20 messages of 32 KiB take 0.6 s, of 64 KiB 1.3 s.
+        assert_eq!(pair_bytes(64 << 20, 1 << 20, 1.0, 20), 32 << 10);
+        // A fast pair keeps -e.
+        assert_eq!(pair_bytes(64 << 20, 256 << 10, 1e-4, 20), 64 << 20);
+        // A stalled probe still gives a message, and never more than -e.
+        assert_eq!(pair_bytes(64 << 20, 256 << 10, 1e6, 20), MIN_PAIR_BYTES);
+        assert_eq!(pair_bytes(1024, 1024, 1e6, 20), 1024);
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! against the wire's ceiling measured in the same run, fits, a straggler
 //! line, and records in `--out`.
 //!
-//! Exit codes: 0 all checks exact; 1 a wrong element or a failed run; 2 a
+//! Exit codes: 0 all checks exact; 7 (nccl-tests' code) a wrong element or
+//! an average busbw below `NCCL_TESTS_MIN_BW`; 1 a failed run; 2 a
 //! bad flag, an unsupported backend, an unwritable --out or more memory
 //! than the machine has; a launcher passes on the exit code of the first
 //! rank that failed (128 + signal for a killed one); a signal it can catch ends it
@@ -37,6 +38,10 @@ fn say(msg: impl std::fmt::Display) {
     eprint_line(&format!("bench-collectives: {msg}"));
 }
 
+/// nccl-tests' exit code for wrong results or a bandwidth below
+/// `NCCL_TESTS_MIN_BW` (its `testNumResults`): health checks test for it.
+const EXIT_NUM_RESULTS: u8 = 7;
+
 fn main() -> ExitCode {
     // Before any thread starts: a signal it can catch keeps what was measured.
     let _ = interrupt::install("bench-collectives");
@@ -67,7 +72,11 @@ fn main() -> ExitCode {
             say(format!(
                 "{wrong} wrong elements (summed over ranks): results are not exact"
             ));
-            ExitCode::from(1)
+            ExitCode::from(EXIT_NUM_RESULTS)
+        }
+        Ok(run::Finished::BelowMinBw { why }) => {
+            say(why);
+            ExitCode::from(EXIT_NUM_RESULTS)
         }
         // Bad input is one line, exit 2; a fault keeps the sizes measured
         // before it in the folder, exit 1.

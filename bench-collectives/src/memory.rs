@@ -42,7 +42,7 @@ pub fn per_rank(cfg: &SweepConfig, world: usize) -> (u128, String) {
 /// Bytes of one rank's send and receive buffers of `coll` at nccl-tests
 /// size `size`.
 fn buffer_bytes(coll: Collective, size: u64, dtype: DType, world: usize) -> (u128, u128) {
-    let count = coll.count_for(size, dtype.size(), world);
+    let count = crate::sweep::row_count(coll, size, dtype, world);
     let elem = dtype.size() as u128;
     (
         elems(coll.send_elems(count.min(1), world), count) * elem,

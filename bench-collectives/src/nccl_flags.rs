@@ -20,27 +20,44 @@ pub enum TableFormat {
 pub struct NcclTestsFlags {
     /// `-m`: operations per timed iteration (only 1 is measured).
     pub agg_iters: usize,
-    /// `-z`: 1 waits for each operation before the next.
+    /// `-z`: other than 0, wait for each operation before the next.
     pub blocking: bool,
+    /// `-z` as given (nccl-tests' modes 0-3), for its header line.
+    pub blocking_mode: u8,
+    /// `-b`, `-e` and the step as given, which nccl-tests' header and JSON
+    /// name (not the sizes swept).
+    pub min_bytes: u64,
+    pub max_bytes: u64,
+    pub step: crate::nccl_tests_format::Step,
     /// `-g`: GPUs this process drives (nccl only).
     pub ngpus: Option<usize>,
     pub format: TableFormat,
     /// `-J FILE`: nccl-tests' JSON.
     pub json_file: Option<PathBuf>,
+    /// `-I 1`: nccl-tests' per-iteration columns in its layout.
+    pub per_iter: bool,
 }
 
 impl NcclTestsFlags {
-    /// Parses what needs no backend; [`check_backend`] does the rest.
-    pub fn from_args(a: &Args) -> Result<Self> {
+    /// Parses what needs no backend, given `-b`, `-e` and the step as
+    /// read; [`check_backend`] does the rest.
+    pub fn from_args(
+        a: &Args,
+        (min_bytes, max_bytes, step): (u64, u64, crate::nccl_tests_format::Step),
+    ) -> Result<Self> {
         let format = match a.format.to_ascii_lowercase().as_str() {
             "parbench" => TableFormat::Parbench,
             "nccl-tests" | "nccl_tests" => TableFormat::NcclTests,
             other => bail!("--format {other}: expected parbench or nccl-tests"),
         };
+        // nccl-tests' -z 1-3 differ in where a barrier goes between the
+        // waits; every one waits for each operation before the next.
         let blocking = match a.blocking {
             0 => false,
-            1 => true,
-            z => bail!("-z {z}: expected 0 (the backend's own way) or 1 (blocking)"),
+            1..=3 => true,
+            z => bail!(
+                "-z {z}: expected 0 (the backend's own way) or 1-3 (nccl-tests' blocking modes)"
+            ),
         };
         if a.agg_iters == 0 {
             bail!("-m/--agg-iters must be at least 1");
@@ -59,9 +76,14 @@ impl NcclTestsFlags {
         Ok(NcclTestsFlags {
             agg_iters: a.agg_iters,
             blocking,
+            blocking_mode: a.blocking,
+            min_bytes,
+            max_bytes,
+            step,
             ngpus: a.ngpus,
             format,
             json_file: a.json_file.clone(),
+            per_iter: a.per_iter_timing.as_deref().map(str::trim) == Some("1"),
         })
     }
 }
@@ -77,16 +99,18 @@ pub fn check_backend(plan: &SweepJob, joined: bool) -> Result<(), String> {
         ));
     }
     if f.blocking && nccl {
-        return Err("-z 1: the nccl backend enqueues operations on its stream without waiting for each; blocking mode is not implemented there".into());
+        return Err(format!("-z {}: the nccl backend enqueues operations on its stream without waiting for each; blocking mode is not implemented there", f.blocking_mode));
     }
     if plan.sweep.graph.is_some() && !nccl {
         return Err("-G/--graph captures CUDA graphs: it needs --backend nccl".into());
     }
     match f.ngpus {
-        Some(_) if !nccl => {
-            return Err(
-                "-g counts GPUs per process: it needs --backend nccl (use -np for ranks)".into(),
-            )
+        // -g 1 is the one device each CPU rank is.
+        Some(1) if !nccl => {}
+        Some(g) if !nccl => {
+            return Err(format!(
+                "-g {g} counts GPUs per process: it needs --backend nccl; a CPU rank is one device (-g 1; use -np for ranks)"
+            ))
         }
         Some(g) if g > 1 && joined => {
             return Err(format!(
@@ -104,6 +128,115 @@ pub fn check_backend(plan: &SweepJob, joined: bool) -> Result<(), String> {
     Ok(())
 }
 
+/// nccl-tests' flags with no counterpart here: the short flag, its long
+/// name, the value that asks for nothing (`None`: any value is accepted
+/// and ignored, as nccl-tests ignores it), and what it does in nccl-tests
+/// and why not here.
+pub const OTHER_FLAGS: &[(&str, &str, Option<&str>, &str)] = &[
+    ("-C", "--report_cputime", Some("0"), "reports the CPU time of the launches instead of the time to completion; parbench's time is one clock around the whole loop and its completion, on every backend"),
+    ("-S", "--report_timestamps", Some("0"), "prints a timestamp column; not implemented here (run.json records each run's start and end)"),
+    ("-R", "--local_register", Some("0"), "registers the buffers with NCCL (1 local, 2 symmetric); parbench registers no buffers"),
+    ("-M", "--memory", Some("0"), "reports the GPU memory NCCL and the buffers took; not implemented here (the memory check before the sweep says what the buffers take)"),
+    ("-u", "--unalign", Some("0"), "misaligns the buffers by N elements; parbench places its buffers itself and does not misalign them"),
+    ("-p", "--parallel_init", Some("0"), "initialises NCCL from every thread at once; parbench sets up each backend its own way"),
+    ("-y", "--stream_null", Some("0"), "runs on CUDA's default stream; parbench's nccl backend runs on its own stream and the CPU backends have none"),
+    ("-x", "--cta_policy", None, ""),
+    ("-D", "--device_implementation", Some("0"), "runs nccl-tests' own kernels over NCCL's device API (NCCL 2.28+); parbench has none"),
+    // Its CTA count matters only with -D, and nccl-tests ignores it without.
+    ("-V", "--device_cta_count", None, ""),
+    ("-K", "--per_iter_skip", Some("0"), "leaves the first N iterations out of -I's summary columns; not implemented here (every iteration counts)"),
+];
+
+fn other_flag_values(a: &Args) -> [&Option<String>; 11] {
+    [
+        &a.report_cputime,
+        &a.report_timestamps,
+        &a.local_register,
+        &a.memory,
+        &a.unalign,
+        &a.parallel_init,
+        &a.stream_null,
+        &a.cta_policy,
+        &a.device_implementation,
+        &a.device_cta_count,
+        &a.per_iter_skip,
+    ]
+}
+
+/// Refuses, in one line, what nccl-tests' other flags ask for and parbench
+/// cannot do; accepts what asks for nothing.
+pub fn check_other_flags(a: &Args) -> Result<()> {
+    for ((short, long, neutral, what), value) in OTHER_FLAGS.iter().zip(other_flag_values(a)) {
+        let Some(v) = value else { continue };
+        let number = v.trim().parse::<i64>();
+        match (neutral, &number) {
+            (_, Err(_)) => bail!("{short}/{long} {v}: expected a number"),
+            (None, Ok(_)) => {}
+            (Some(n), Ok(x)) if x.to_string() == *n => {}
+            (Some(_), Ok(_)) => bail!("{short} {v}: in nccl-tests it {what}"),
+        }
+    }
+    if let Some(x) = &a.cta_policy {
+        // Accepted above only as a number: nccl-tests passes it to NCCL's config.
+        bail!("-x {x}: in nccl-tests it sets NCCL's CTA policy (NCCL 2.27+); parbench's nccl backend does not set one");
+    }
+    // parbench times every iteration: -I 1 adds nccl-tests' columns to its
+    // layout (parbench's own has p50 and p99 already).
+    match a.per_iter_timing.as_deref().map(str::trim) {
+        None | Some("0") | Some("1") => {}
+        Some(v) => bail!("-I {v}: expected 0 or 1"),
+    }
+    match a.nthreads {
+        None | Some(1) => Ok(()),
+        Some(t) => bail!("-t {t}: in nccl-tests the threads of one process, each a rank; here --backend local runs its ranks as threads: use -np {t}"),
+    }
+}
+
+/// The types `-d all` runs: in nccl-tests' layout, in nccl-tests' order
+/// (int8 uint8 int32 uint32 int64 uint64 half float double bfloat16, less
+/// those no backend here runs).
+pub fn all_types(format: &str) -> &'static [parbench::comm::DType] {
+    use parbench::comm::DType;
+    const NCCL_TESTS_ORDER: [DType; 7] = [
+        DType::U8,
+        DType::I32,
+        DType::I64,
+        DType::F16,
+        DType::F32,
+        DType::F64,
+        DType::BF16,
+    ];
+    if format.eq_ignore_ascii_case("parbench") {
+        &DType::ALL
+    } else {
+        &NCCL_TESTS_ORDER
+    }
+}
+
+/// nccl-tests' types that parbench's backends cannot reduce: one line
+/// naming each, not "unknown type".
+pub fn refuse_other_types(list: &str) -> Result<()> {
+    for t in list.split(',').map(str::trim) {
+        if ["int8", "uint32", "uint64", "f8e4m3", "f8e5m2"]
+            .contains(&t.to_ascii_lowercase().as_str())
+        {
+            bail!("-d {t}: an nccl-tests type that parbench's backends have no kernels for (types here: float double half bfloat16 int32 int64 uint8)");
+        }
+    }
+    Ok(())
+}
+
+/// nccl-tests' `mulsum` (NCCL's PreMulSum: each input scaled, then
+/// summed), which no backend here runs.
+pub fn refuse_other_ops(list: &str) -> Result<()> {
+    for o in list.split(',').map(str::trim) {
+        if o.eq_ignore_ascii_case("mulsum") {
+            bail!("-o {o}: nccl-tests' PreMulSum (each input scaled by a factor, then summed); parbench's reductions have no scaled sum (ops here: sum prod min max avg)");
+        }
+    }
+    Ok(())
+}
+
 /// Rank 0's printer in the layout `--format` asks for.
 pub fn printer<C: parbench::comm::Communicator>(
     comm: &C,
@@ -117,7 +250,8 @@ pub fn printer<C: parbench::comm::Communicator>(
 }
 
 /// The reference line of the header (item "is my busbw normal?"), and in
-/// nccl-tests' layout its whole run header around it.
+/// nccl-tests' layout its whole run header: the `-J` file's line first,
+/// then each block's header; parbench's own lines wait for the end.
 pub fn print_run_header<C: parbench::comm::Communicator>(
     printer: &mut crate::print::Printer,
     comm: &C,
@@ -126,29 +260,56 @@ pub fn print_run_header<C: parbench::comm::Communicator>(
 ) {
     let world = comm.world();
     let reference = crate::reference_line::describe(comm.backend(), &comm.wire(), world, wire).line;
+    let json = match (&plan.nccl_tests.json_file, comm.rank()) {
+        (Some(p), 0) => crate::json_nccl::reserve(p),
+        _ => None,
+    };
     if !printer.is_nccl_tests() {
         printer.lines(&[format!("# Reference: {reference}")]);
         return;
+    }
+    if let Some(line) = json {
+        printer.lines(&[line]);
     }
     let in_process = match std::env::var_os("WORLD_SIZE") {
         Some(_) => 1,
         None if comm.backend() == "mpi" || comm.backend() == "tcp" => 1,
         None => world,
     };
+    let f = &plan.nccl_tests;
     let job = crate::nccl_tests_format::JobInfo {
         backend: comm.backend(),
         wire: &comm.wire(),
         world,
         in_process,
-        min_bytes: plan.sweep.sizes.first().copied().unwrap_or(0),
-        max_bytes: plan.sweep.sizes.last().copied().unwrap_or(0),
+        min_bytes: f.min_bytes,
+        max_bytes: f.max_bytes,
+        step: f.step,
         warmup: plan.sweep.warmup,
         iters: plan.sweep.iters,
         check: plan.sweep.check,
         graph: plan.sweep.graph.unwrap_or(0),
-        reference: &reference,
+        blocking: f.blocking_mode,
+        nccl_version: nccl_version_code(comm.backend()),
+        per_iter: f.per_iter,
     };
-    printer.lines(&crate::nccl_tests_format::run_header(&job));
+    let trailer = vec![
+        crate::nccl_tests_format::parbench_line(&job),
+        format!("# Reference: {reference}"),
+    ];
+    printer.set_nccl_tests_job(&job, trailer);
+}
+
+/// NCCL's version code where this run's collectives are NCCL's, else 0.
+pub fn nccl_version_code(backend: &str) -> u64 {
+    #[cfg(feature = "cuda")]
+    if backend == "nccl" {
+        if let Ok(v) = parbench::comm::nccl::nccl_version() {
+            return crate::json_nccl::nccl_version_code(&v).unwrap_or(0);
+        }
+    }
+    let _ = backend;
+    0
 }
 
 #[cfg(test)]
@@ -189,19 +350,95 @@ mod tests {
             (&["--backend", "nccl", "-z", "1"], "-z 1"),
             (&["--backend", "tcp", "-G", "2"], "CUDA graphs"),
             (&["--backend", "local", "-g", "2"], "GPUs per process"),
+            (&["--backend", "local", "-g", "2"], "-g 2"),
             (&["--backend", "nccl", "-g", "2", "-np", "4"], "must agree"),
         ] {
             let e = check(args).unwrap_err();
             assert!(e.contains(says) && !e.contains('\n'), "{args:?}: {e}");
         }
         assert!(check(&["--backend", "local", "-z", "1", "-N", "2"]).is_ok());
+        // What Azure's, FlagPerf's and superbench's scripts pass.
+        assert!(check(&["--backend", "local", "-g", "1", "-t", "1", "-G", "0"]).is_ok());
+        assert!(check(&[
+            "--backend",
+            "tcp",
+            "-C",
+            "0",
+            "-R",
+            "0",
+            "-S",
+            "0",
+            "-M",
+            "0",
+            "-u",
+            "0",
+            "-p",
+            "0",
+            "-y",
+            "0",
+            "-D",
+            "0",
+            "-V",
+            "16",
+            "-I",
+            "0",
+            "-K",
+            "0",
+            "-N",
+            "0",
+            "-T",
+            "0",
+            "-r",
+            "-1"
+        ])
+        .is_ok());
+        assert!(check(&[
+            "--minbytes",
+            "8",
+            "--maxbytes",
+            "1.5K",
+            "--stepfactor",
+            "2",
+            "--iters",
+            "2",
+            "--warmup_iters",
+            "1",
+            "--check",
+            "1",
+            "--op",
+            "sum",
+            "--datatype",
+            "float",
+            "--root",
+            "0",
+            "--blocking",
+            "0",
+            "--cudagraph",
+            "0",
+            "--run_cycles",
+            "1",
+            "--agg_iters",
+            "1",
+            "--nthreads",
+            "1",
+            "--ngpus",
+            "1"
+        ])
+        .is_ok());
         assert!(check(&["--backend", "nccl", "-g", "2", "-G", "1"]).is_ok());
         for bad in [
             &["-J", "/no/such/folder/x.json"][..],
             &["-J", "/tmp"],
-            &["-z", "3"],
+            &["-z", "4"],
             &["-m", "0"],
-            &["-N", "0"],
+            &["-C", "1"],
+            &["-R", "2"],
+            &["-x", "1"],
+            &["-I", "2"],
+            &["-t", "2"],
+            &["-d", "int8"],
+            &["-o", "mulsum"],
+            &["-S", "yes"],
             &["--format", "csv"],
         ] {
             assert!(check(bad).is_err(), "{bad:?}");

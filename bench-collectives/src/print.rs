@@ -12,6 +12,8 @@ use std::io::Write;
 pub struct Point {
     pub dtype: DType,
     pub op: Option<ReduceOp>,
+    /// The root of a rooted collective (else unused).
+    pub root: usize,
     /// Per-rank count (the communicator's).
     pub count: usize,
     /// nccl-tests' size.
@@ -20,11 +22,22 @@ pub struct Point {
     pub algo: String,
 }
 
+/// What a size's two placements found beyond their rows, for nccl-tests'
+/// layout: each one's per-iteration times (`-I 1`'s columns) and the
+/// ranks that found a wrong element (its out-of-bounds count).
+pub struct PerPlacement<'a> {
+    pub iter_us: [&'a [f64]; 2],
+    pub ranks_wrong: [u64; 2],
+}
+
 /// Prints to stdout when enabled (rank 0); every other rank stays silent.
 pub struct Printer {
     enabled: bool,
     /// `--format nccl-tests`: its table instead of parbench's (and whether #wrong was checked).
     nccl_tests: Option<(crate::nccl_tests_format::Table, bool)>,
+    /// parbench's own lines in nccl-tests' layout, printed after its
+    /// closing lines.
+    trailer: Vec<String>,
 }
 
 /// Width of one placement's block of columns.
@@ -36,6 +49,7 @@ impl Printer {
         Printer {
             enabled,
             nccl_tests: None,
+            trailer: Vec::new(),
         }
     }
 
@@ -44,12 +58,26 @@ impl Printer {
         Printer {
             enabled,
             nccl_tests: Some((Default::default(), checked)),
+            trailer: Vec::new(),
         }
     }
 
     /// Whether this printer writes nccl-tests' layout.
     pub fn is_nccl_tests(&self) -> bool {
         self.nccl_tests.is_some()
+    }
+
+    /// In nccl-tests' layout: the job every block's header names, and
+    /// parbench's own lines for after the last block.
+    pub fn set_nccl_tests_job(
+        &mut self,
+        job: &crate::nccl_tests_format::JobInfo<'_>,
+        trailer: Vec<String>,
+    ) {
+        if let Some((t, _)) = &mut self.nccl_tests {
+            t.set_job(job);
+            self.trailer = trailer;
+        }
     }
 
     /// Prints lines as they are.
@@ -97,18 +125,25 @@ impl Printer {
         &mut self,
         coll: Collective,
         p: &Point,
-        root: usize,
         measured: &[Option<CollectiveRow>; 2],
+        each: PerPlacement<'_>,
         (wire, marked): (&WireFigures, [bool; 2]),
     ) {
         if let Some((t, checked)) = &mut self.nccl_tests {
-            t.add(measured);
+            t.add(measured, each.ranks_wrong);
             let line = crate::nccl_tests_format::row_line(
-                coll, p.bytes, p.dtype, p.op, root, measured, *checked,
+                coll,
+                (p.bytes, p.count),
+                p.dtype,
+                p.op,
+                p.root,
+                measured,
+                *checked,
+                t.per_iter.then_some(each.iter_us),
             );
             return self.line(&line);
         }
-        self.line(&format_row(coll, p, root, measured, (wire, marked)));
+        self.line(&format_row(coll, p, measured, (wire, marked)));
     }
 
     /// The figures after the sweep.
@@ -116,7 +151,8 @@ impl Printer {
         if let Some((t, _)) = &mut self.nccl_tests {
             // nccl-tests' footers close the last block; parbench's summary stays
             // in run.json, out of the way of scripts that read nccl-tests' lines.
-            let lines = t.close();
+            let mut lines = t.close();
+            lines.append(&mut self.trailer);
             return self.lines(&lines);
         }
         for l in summary_lines(s) {
@@ -345,12 +381,11 @@ fn format_block(r: Option<&CollectiveRow>, wire: &WireFigures, marked: bool) -> 
 pub fn format_row(
     coll: Collective,
     p: &Point,
-    root: usize,
     measured: &[Option<CollectiveRow>; 2],
     (wire, marked): (&WireFigures, [bool; 2]),
 ) -> String {
     let root = if coll.rooted() {
-        root.to_string()
+        p.root.to_string()
     } else {
         "-1".to_string()
     };

@@ -24,6 +24,8 @@ pub enum Finished {
     /// This process ran a rank (or all ranks): wrong elements summed over
     /// ranks, as rank 0 saw them (0 on the other processes).
     Ran { wrong: u64 },
+    /// Rank 0 ran, exact, but below `NCCL_TESTS_MIN_BW`: what fell below.
+    BelowMinBw { why: String },
     /// This process spawned the ranks (`--backend tcp -np N`): pass on the
     /// exit code of the first rank that failed (in time), or 0. The
     /// launcher already named it.
@@ -772,7 +774,10 @@ fn finish(plan: &SweepJob, meta: &mut RunMeta, r: RankReport) -> Result<Finished
     if let Some(path) = &plan.nccl_tests.json_file {
         crate::json_nccl::write(path, plan, meta, &r.outcome)?;
     }
-    Ok(Finished::Ran {
-        wrong: r.summary.wrong,
-    })
+    match crate::nccl_tests_format::min_bw_failure(&r.outcome.rows) {
+        Some(why) if r.summary.wrong == 0 => Ok(Finished::BelowMinBw { why }),
+        _ => Ok(Finished::Ran {
+            wrong: r.summary.wrong,
+        }),
+    }
 }

@@ -7,7 +7,9 @@ use crate::data::Inputs;
 use crate::expected::expected;
 use crate::print::{Point, Printer};
 use crate::wire::{Drift, WireFigures};
-use parbench::comm::{CollArgs, Collective, CommBuffer, CommResult, Communicator, Io, ReduceOp};
+use parbench::comm::{
+    CollArgs, Collective, CommBuffer, CommResult, Communicator, DType, Io, ReduceOp,
+};
 use parbench::measure::noise::{CpuSnapshot, ForeignCpu};
 use parbench::measure::{time_loop, Ladder, LoopSpec, LoopStats, StragglerTally, StragglerVerdict};
 use parbench::model;
@@ -27,6 +29,11 @@ pub struct Outcome {
     /// Per row (same order as `rows`): each timed iteration's time, the
     /// slowest rank's, us (what `-J` writes as nccl-tests' `times_us`).
     pub iter_times_us: Vec<Vec<f64>>,
+    /// Per row (same order as `rows`): per rank, each timed iteration's
+    /// time on that rank, us (nccl-tests' `per_process_max_times_us`).
+    pub rank_iter_us: Vec<Vec<Vec<f64>>>,
+    /// Per row (same order as `rows`): the ranks that found a wrong element.
+    pub ranks_wrong: Vec<u64>,
     /// Per row whose ceiling was measured again at the row: the row and the
     /// copy rate at its working set before the sweep and at the row.
     pub ceiling_drift: Vec<(String, Drift)>,
@@ -64,13 +71,24 @@ pub fn run_sweep<C: Communicator>(
     printer: &mut Printer,
 ) -> CommResult<Outcome> {
     let mut outcome = Outcome::default();
-    // -N: nccl-tests' repeated sweep; every cycle's rows are kept.
-    for _cycle in 0..cfg.run_cycles {
-        for &coll in &cfg.collectives {
-            sweep_collective(comm, coll, cfg, ids, wire, printer, &mut outcome)?;
-        }
+    for &coll in &cfg.collectives {
+        sweep_collective(comm, coll, cfg, ids, wire, printer, &mut outcome)?;
     }
     Ok(outcome)
+}
+
+/// The per-rank count of a row of nccl-tests' size `size`: what the byte
+/// rule gives, and for a collective whose buffers hold a block per rank
+/// (all_gather, reduce_scatter, all_to_all), rounded down to a whole
+/// number of 16 bytes, as nccl-tests sizes those blocks.
+pub fn row_count(coll: Collective, size: u64, dtype: DType, world: usize) -> usize {
+    let count = coll.count_for(size, dtype.size(), world);
+    if coll.size_blocks(world) > 1 {
+        let per_16 = (16 / dtype.size()).max(1);
+        count - count % per_16
+    } else {
+        count
+    }
 }
 
 fn sweep_collective<C: Communicator>(
@@ -83,88 +101,30 @@ fn sweep_collective<C: Communicator>(
     outcome: &mut Outcome,
 ) -> CommResult<()> {
     let world = comm.world();
-    let ops: Vec<Option<ReduceOp>> = if coll.reduces() {
-        cfg.ops.iter().copied().map(Some).collect()
-    } else {
-        vec![None]
+    // nccl-tests runs sendrecv once per operator and prints its name.
+    let ops: Vec<Option<ReduceOp>> =
+        if coll.reduces() || (cfg.nccl_tests_rows && coll == Collective::SendRecv) {
+            cfg.ops.iter().copied().map(Some).collect()
+        } else {
+            vec![None]
+        };
+    // -r -1: nccl-tests runs a rooted collective from every root in turn.
+    let roots: Vec<usize> = match cfg.root {
+        None if coll.rooted() => (0..world).collect(),
+        r => vec![r.unwrap_or(0)],
     };
     printer.collective_header(coll, world);
     let noise_start = CpuSnapshot::now();
     for &dtype in &cfg.dtypes {
         for &op in &ops {
-            let mut last_count = None;
-            for &size in &cfg.sizes {
-                let count = coll.count_for(size, dtype.size(), world);
-                // Sizes that round to the same per-rank count are one row.
-                if last_count == Some(count) {
-                    continue;
+            for &root in &roots {
+                // -N: nccl-tests repeats the sizes within one table (0: until interrupted).
+                let mut cycle = 0;
+                while cfg.run_cycles == 0 || cycle < cfg.run_cycles {
+                    cycle += 1;
+                    let what = (dtype, op, root);
+                    sweep_sizes(comm, coll, what, cfg, ids, wire, printer, outcome)?;
                 }
-                last_count = Some(count);
-                let bytes = coll.size_of(count, dtype.size(), world);
-                let algo = comm.algo_for(coll, coll.send_elems(count, world) * dtype.size());
-                let mut point = Point {
-                    dtype,
-                    op,
-                    count,
-                    bytes,
-                    algo,
-                };
-                let mut measured = [None, None];
-                let mut marked = [false, false];
-                for (slot, in_place) in [(0, false), (1, true)] {
-                    let wanted = if in_place {
-                        cfg.in_place && coll.spec().in_place_form()
-                    } else {
-                        cfg.out_of_place
-                    };
-                    if !wanted {
-                        continue;
-                    }
-                    let model_algo = model::ModelAlgo::of(&point.algo);
-                    let before =
-                        wait_for_state(comm, wire.state.as_ref(), &mut outcome.wait_budget)?;
-                    let ceiling = wire.ceiling_at_row(comm, coll, &model_algo, bytes, in_place)?;
-                    let stats = measure_one(comm, coll, cfg, &point, in_place)?;
-                    let after = state_probe(comm)?;
-                    // Asked again after the calls ran: NCCL's tuning log names its
-                    // choice only once a call of this size went through.
-                    point.algo = comm.algo_for(coll, coll.send_elems(count, world) * dtype.size());
-                    outcome.tally.add(&stats);
-                    outcome.wrong += stats.wrong;
-                    let row = make_row(
-                        coll,
-                        ids,
-                        comm,
-                        cfg,
-                        (wire, &ceiling.ladder),
-                        &point,
-                        in_place,
-                        &stats,
-                    );
-                    let label = parbench::results::row_label(coll.name(), bytes, in_place);
-                    let state = RowState::new(label.clone(), wire.state.as_ref(), before, after);
-                    marked[slot] = !state.in_state;
-                    outcome.states.push(state);
-                    if let Some(d) = ceiling.drift {
-                        outcome.ceiling_drift.push((label, d));
-                    }
-                    outcome.rows.push(row.clone());
-                    outcome.iter_times_us.push(
-                        stats
-                            .last_arrivals
-                            .iter()
-                            .map(|a| a.iter_ns / 1e3)
-                            .collect(),
-                    );
-                    measured[slot] = Some(row);
-                }
-                // On disk before on screen: a signal between the two leaves
-                // no printed row that the records lack.
-                if let Some(keep) = ids.keep {
-                    let rows: Vec<CollectiveRow> = measured.iter().flatten().cloned().collect();
-                    keep(&rows)?;
-                }
-                printer.row(coll, &point, cfg.root, &measured, (wire, marked));
             }
         }
     }
@@ -173,13 +133,117 @@ fn sweep_collective<C: Communicator>(
     Ok(())
 }
 
-/// Name of the environment variable that makes one rank corrupt one element
-/// of every checked output: a self-test of the checker (the run must then
-/// report wrong elements and exit 1).
+// One table's sizes need the run's every part (communicator, flags,
+// records, wire, printer, outcome), each borrowed from the caller.
+#[allow(clippy::too_many_arguments)]
+fn sweep_sizes<C: Communicator>(
+    comm: &mut C,
+    coll: Collective,
+    (dtype, op, root): (DType, Option<ReduceOp>, usize),
+    cfg: &SweepConfig,
+    ids: &RunIds<'_>,
+    wire: &WireFigures,
+    printer: &mut Printer,
+    outcome: &mut Outcome,
+) -> CommResult<()> {
+    let world = comm.world();
+    let mut last_count = None;
+    for &size in &cfg.sizes {
+        let count = row_count(coll, size, dtype, world);
+        // Sizes that round to the same per-rank count are one row
+        // (nccl-tests' layout keeps every size, as nccl-tests does).
+        if last_count == Some(count) && !cfg.nccl_tests_rows {
+            continue;
+        }
+        last_count = Some(count);
+        let bytes = coll.size_of(count, dtype.size(), world);
+        let algo = comm.algo_for(coll, coll.send_elems(count, world) * dtype.size());
+        let mut point = Point {
+            dtype,
+            op,
+            root,
+            count,
+            bytes,
+            algo,
+        };
+        let mut measured = [None, None];
+        let mut marked = [false, false];
+        let mut iter_us: [Vec<f64>; 2] = Default::default();
+        let mut ranks_wrong = [0u64; 2];
+        for (slot, in_place) in [(0, false), (1, true)] {
+            let wanted = if in_place {
+                cfg.in_place && coll.spec().in_place_form()
+            } else {
+                cfg.out_of_place
+            };
+            if !wanted {
+                continue;
+            }
+            let model_algo = model::ModelAlgo::of(&point.algo);
+            let before = wait_for_state(comm, wire.state.as_ref(), &mut outcome.wait_budget)?;
+            let ceiling = wire.ceiling_at_row(comm, coll, &model_algo, bytes, in_place)?;
+            let stats = measure_one(comm, coll, cfg, &point, in_place)?;
+            let after = state_probe(comm)?;
+            // Asked again after the calls ran: NCCL's tuning log names its
+            // choice only once a call of this size went through.
+            point.algo = comm.algo_for(coll, coll.send_elems(count, world) * dtype.size());
+            outcome.tally.add(&stats);
+            outcome.wrong += stats.wrong;
+            let row = make_row(
+                coll,
+                ids,
+                comm,
+                cfg,
+                (wire, &ceiling.ladder),
+                &point,
+                in_place,
+                &stats,
+            );
+            let label = parbench::results::row_label(coll.name(), bytes, in_place);
+            let state = RowState::new(label.clone(), wire.state.as_ref(), before, after);
+            marked[slot] = !state.in_state;
+            outcome.states.push(state);
+            if let Some(d) = ceiling.drift {
+                outcome.ceiling_drift.push((label, d));
+            }
+            outcome.rows.push(row.clone());
+            outcome.rank_iter_us.push(stats.rank_iter_us.clone());
+            outcome.ranks_wrong.push(stats.ranks_wrong);
+            ranks_wrong[slot] = stats.ranks_wrong;
+            iter_us[slot] = stats
+                .last_arrivals
+                .iter()
+                .map(|a| a.iter_ns / 1e3)
+                .collect();
+            outcome.iter_times_us.push(iter_us[slot].clone());
+            measured[slot] = Some(row);
+        }
+        let per_placement = crate::print::PerPlacement {
+            iter_us: [iter_us[0].as_slice(), iter_us[1].as_slice()],
+            ranks_wrong,
+        };
+        // On disk before on screen: a signal between the two leaves no
+        // printed row that the records lack.
+        if let Some(keep) = ids.keep {
+            let rows: Vec<CollectiveRow> = measured.iter().flatten().cloned().collect();
+            keep(&rows)?;
+        }
+        printer.row(coll, &point, &measured, per_placement, (wire, marked));
+    }
+    Ok(())
+}
+
+/// Name of the environment variable that makes a rank (or each of a comma
+/// list) corrupt one element of every checked output: a self-test of the checker (the run must then
+/// report wrong elements and exit 7).
 pub const CORRUPT_ENV: &str = "PARBENCH_SELFTEST_CORRUPT_RANK";
 
-fn corrupt_rank() -> Option<usize> {
-    std::env::var(CORRUPT_ENV).ok()?.trim().parse().ok()
+/// Whether `rank` corrupts: the variable names a rank, or a comma list.
+fn corrupts(rank: usize) -> bool {
+    std::env::var(CORRUPT_ENV).is_ok_and(|v| {
+        v.split(',')
+            .any(|r| r.trim().parse::<usize>().ok() == Some(rank))
+    })
 }
 
 fn measure_one<C: Communicator>(
@@ -200,7 +264,7 @@ fn measure_one<C: Communicator>(
     };
     let send_elems = coll.send_elems(p.count, world);
     let recv_elems = coll.recv_elems(p.count, world);
-    let args = CollArgs::new(p.count, p.dtype).op(op).root(cfg.root);
+    let args = CollArgs::new(p.count, p.dtype).op(op).root(p.root);
     let input = inputs.bytes(rank, 0, send_elems);
     let expected = expected(coll, &inputs, args, rank);
     let spec = LoopSpec {
@@ -274,7 +338,7 @@ fn measure_one<C: Communicator>(
 
 /// Elements of `got` that differ bitwise from `expected` (missing ones count as wrong).
 fn count_wrong(got: &mut [u8], expected: &[u8], elem: usize, rank: usize) -> u64 {
-    if corrupt_rank() == Some(rank) {
+    if corrupts(rank) {
         if let Some(b) = got.first_mut() {
             *b = !*b;
         }
@@ -319,7 +383,7 @@ fn make_row(
         collective: coll.name().to_string(),
         dtype: p.dtype.name().to_string(),
         op: p.op.map_or("none", ReduceOp::name).to_string(),
-        root: if coll.rooted() { cfg.root as i64 } else { -1 },
+        root: if coll.rooted() { p.root as i64 } else { -1 },
         world,
         bytes: p.bytes,
         count: p.count as u64,

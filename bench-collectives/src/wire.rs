@@ -229,7 +229,7 @@ fn row_working_sets<C: Communicator>(comm: &C, cfg: &SweepConfig) -> Vec<u64> {
     for &coll in &cfg.collectives {
         for &dtype in &cfg.dtypes {
             for &size in &cfg.sizes {
-                let count = coll.count_for(size, dtype.size(), world);
+                let count = crate::sweep::row_count(coll, size, dtype, world);
                 let bytes = coll.size_of(count, dtype.size(), world);
                 let algo = ModelAlgo::of(
                     &comm.algo_for(coll, coll.send_elems(count, world) * dtype.size()),

@@ -79,8 +79,8 @@ fn prints_the_table_and_writes_exact_rows_then_appends() {
             "no column {col} in {header:?}"
         );
     }
-    // all_reduce and all_gather in and out of place, sendrecv out of place only.
-    assert_eq!(rows.len(), 4 * 2 + 4 * 2 + 4);
+    // Every collective in and out of place (sendrecv in place as nccl-tests runs it).
+    assert_eq!(rows.len(), 4 * 2 + 4 * 2 + 4 * 2);
     for r in &rows {
         assert_eq!(r["wrong"], "0", "{r:?}");
         assert_eq!(r["backend"], "local");
@@ -139,7 +139,8 @@ fn a_wrong_element_makes_exit_code_one() {
         &args(&["all_reduce", "-e", "64"], out),
         &[("PARBENCH_SELFTEST_CORRUPT_RANK", "1")],
     );
-    assert_eq!(o.status.code(), Some(1), "{}\n{}", stdout(&o), stderr(&o));
+    // nccl-tests' exit code for wrong results.
+    assert_eq!(o.status.code(), Some(7), "{}\n{}", stdout(&o), stderr(&o));
     assert!(stdout(&o).contains("WRONG elements"), "{}", stdout(&o));
     let (_, rows) = read_csv(&dir.join("collectives.csv"));
     assert!(rows.iter().all(|r| r["wrong"] == "1"), "{rows:?}");

@@ -283,3 +283,81 @@ fn a_closed_pipe_ends_the_run_quietly() {
     // The records survive the closed pipe.
     assert!(dir.join("collectives.csv").exists() && dir.join("links.csv").exists());
 }
+
+#[test]
+fn nccl_tests_flags_from_users_scripts_run_with_their_meaning() {
+    // Azure's and FlagPerf's -g 1 (and -t 1), superbench's -G 0, -T 0,
+    // -r -1 (every root), a decimal size, nccl-tests' long options, and
+    // a flag given twice (the last wins).
+    let dir = scratch("nccl-flags-run");
+    let mut args = flags(
+        "broadcast reduce --backend local -np 2 -g 1 -t 1 -G 0 -T 0 -r -1 -b 1.5K -n 1 -n 2 -w 0 --maxbytes 1.5K --datatype float --op sum --check 1 --format nccl-tests",
+    );
+    args.extend(["--out", dir.to_str().unwrap()]);
+    let o = run(&args, &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (_, recs) = read_csv(&dir.join("collectives.csv"));
+    let roots: Vec<(&str, &str)> = recs
+        .iter()
+        .filter(|r| r["in_place"] == "false")
+        .map(|r| (r["collective"].as_str(), r["root"].as_str()))
+        .collect();
+    assert_eq!(
+        roots,
+        [
+            ("broadcast", "0"),
+            ("broadcast", "1"),
+            ("reduce", "0"),
+            ("reduce", "1")
+        ]
+    );
+    assert!(recs
+        .iter()
+        .all(|r| r["bytes"] == "1536" && r["iters"] == "2"));
+}
+
+#[test]
+fn run_cycles_zero_runs_until_interrupted() {
+    let dir = scratch("nccl-flags-n0");
+    let mut args = flags("all_reduce --backend local -np 2 -b 8 -e 16 -n 1 -w 0 -N 0");
+    args.extend(["--out", dir.to_str().unwrap()]);
+    let child = start(&args);
+    // Two sizes a cycle: 12 rows are three cycles.
+    let (before, o) = signal_after_rows(child, &dir.join("collectives.csv"), 12, libc::SIGINT);
+    assert!(before >= 12);
+    assert_eq!(o.status.code(), Some(130), "{}", stderr(&o));
+}
+
+#[test]
+fn nccl_tests_flags_that_cannot_apply_are_refused_in_one_line() {
+    for (args, says) in [
+        (&["-C", "1"][..], "CPU time"),
+        (&["-R", "1"], "register"),
+        (&["-S", "1"], "timestamp"),
+        (&["-M", "1"], "memory"),
+        (&["-u", "1"], "misaligns"),
+        (&["-p", "1"], "every thread"),
+        (&["-y", "1"], "default stream"),
+        (&["-x", "0"], "CTA policy"),
+        (&["-D", "1"], "device API"),
+        (&["-K", "2"], "first N iterations"),
+        (&["-I", "2"], "expected 0 or 1"),
+        (&["-t", "2"], "-np 2"),
+        (&["-g", "2"], "-g 2"),
+        (&["-d", "int8"], "int8"),
+        (&["-d", "uint32"], "uint32"),
+        (&["-d", "f8e4m3"], "f8e4m3"),
+        (&["-o", "mulsum"], "PreMulSum"),
+        (&["-z", "4"], "-z 4"),
+    ] {
+        let o = run(
+            &with(&["--backend", "local", "-np", "2", "-e", "64"], args),
+            &[],
+        );
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert!(o.stdout.is_empty(), "{args:?} measured");
+    }
+}

@@ -294,3 +294,40 @@ fn links_names_the_one_slow_host() {
     assert_eq!(rows.len(), 20);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The case `links` exists for, with its default flags (64 MiB messages,
+/// 20 of them): four hosts, host 2 behind 250 Mbit/s. Was: after about 2
+/// minutes, "rank 3: barrier timed out after 62.0 s waiting for rank 2"
+/// (a slow pair's 64 MiB messages outlasting the others' deadline). Each
+/// pair's bandwidth now takes at most 2 s each way, so rank 2 is named
+/// well within the deadline.
+#[test]
+fn links_with_default_flags_names_the_slow_host_in_bounded_time() {
+    let _one_at_a_time = NAMESPACES.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(why) = netns_unavailable() {
+        eprintln!("SKIP links with default flags: {why}");
+        return;
+    }
+    let dir = scratch("netns-links-defaults");
+    let t = std::time::Instant::now();
+    let o = run_in_namespaces(
+        &["4", "--rate", "1gbit", "--host-rate", "2=250mbit"],
+        &["links", "--backend", "tcp"],
+        &dir,
+    );
+    let text = stdout(&o);
+    assert!(o.status.success(), "{text}\n{}", stderr(&o));
+    eprintln!("{text}\n(took {:?})", t.elapsed());
+    assert!(
+        text.contains("# Likely culprit: rank 2 (on every slow pair)"),
+        "{text}"
+    );
+    let (_, rows) = read_csv(&dir.join("links.csv"));
+    assert_eq!(rows.len(), 12);
+    // The slow pairs' messages were cut to their budget, the fast ones' too
+    // (20 x 64 MiB at 1 Gbit/s is 11 s).
+    assert!(rows
+        .iter()
+        .all(|r| r["bytes"].parse::<u64>().unwrap() < 64 << 20));
+    let _ = std::fs::remove_dir_all(&dir);
+}

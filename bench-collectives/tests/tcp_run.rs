@@ -87,12 +87,12 @@ fn two_processes_sweep_exactly_and_rank_zero_records() {
 }
 
 #[test]
-fn a_wrong_element_on_another_process_makes_exit_code_one() {
+fn a_wrong_element_on_another_process_makes_exit_code_seven() {
     let dir = scratch("tcp-corrupt");
     let out = dir.to_str().unwrap();
     let args = with(&small_on("tcp"), &["all_reduce", "-e", "64", "--out", out]);
     let o = run(&args, &[("PARBENCH_SELFTEST_CORRUPT_RANK", "1")]);
-    assert_eq!(o.status.code(), Some(1), "{}\n{}", stdout(&o), stderr(&o));
+    assert_eq!(o.status.code(), Some(7), "{}\n{}", stdout(&o), stderr(&o));
     let (_, rows) = read_csv(&dir.join("collectives.csv"));
     assert!(
         !rows.is_empty() && rows.iter().all(|r| r["wrong"] == "1"),

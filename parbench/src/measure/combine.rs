@@ -131,9 +131,15 @@ pub struct LoopStats {
     pub iter_max_us: f64,
     /// Wrong elements summed over ranks.
     pub wrong: u64,
+    /// Ranks that found any wrong element (what nccl-tests' "out of
+    /// bounds" count adds up).
+    pub ranks_wrong: u64,
     /// Per iteration: the rank that arrived last (waited least inside the
     /// call), how much later than the first (ns), and the iteration's time (ns).
     pub last_arrivals: Vec<LastArrival>,
+    /// Per rank, each timed iteration's time on that rank, us (what
+    /// nccl-tests' `-J` writes as `per_process_max_times_us`).
+    pub rank_iter_us: Vec<Vec<f64>>,
 }
 
 /// Who arrived last at one iteration, and by how much.
@@ -181,6 +187,7 @@ impl LoopStats {
         let per_iter_ns = n.max(1) as f64 * 1e3;
         let rank_time_us: Vec<f64> = all.iter().map(|p| p[0] / per_iter_ns).collect();
         let wrong = all.iter().map(|p| p[1] as u64).sum();
+        let ranks_wrong = all.iter().filter(|p| p[1] > 0.0).count() as u64;
         let mut slowest = vec![0f64; n];
         let mut last_arrivals = Vec::with_capacity(n);
         for (i, slot) in slowest.iter_mut().enumerate() {
@@ -213,7 +220,12 @@ impl LoopStats {
             p50_us,
             p99_us,
             wrong,
+            ranks_wrong,
             last_arrivals,
+            rank_iter_us: all
+                .iter()
+                .map(|p| p[3..3 + n].iter().map(|t| t / 1e3).collect())
+                .collect(),
         }
     }
 }

@@ -48,15 +48,31 @@ pub struct Verdict {
     pub slow: Vec<(usize, usize, f64)>,
     /// The rank on every slow pair, when exactly one is.
     pub culprit: Option<usize>,
+    /// Pairs of ranks (either direction) judged: fewer than
+    /// [`MIN_JUDGED_PAIRS`] and none is judged.
+    pub pairs: usize,
 }
+
+/// With fewer pairs of ranks than this, no pair is judged: with one pair
+/// the median is that pair's own two directions, and a difference between
+/// them (on 2-rank loopback runs, 0.28-0.61x) is the measurement's noise,
+/// not a slow link; with two, the median lies between them.
+pub const MIN_JUDGED_PAIRS: usize = 3;
 
 /// Judges the one-way bandwidths: pairs under [`SLOW_SHARE`] of the median.
 pub fn verdict(rows: &[LinkRow]) -> Verdict {
     let mut bws: Vec<f64> = rows.iter().map(|r| r.one_way_gbps).collect();
     let median_gbps = crate::stats::median(&mut bws).unwrap_or(0.0);
+    let mut pairs: Vec<(usize, usize)> = rows
+        .iter()
+        .map(|r| (r.from.min(r.to), r.from.max(r.to)))
+        .collect();
+    pairs.sort_unstable();
+    pairs.dedup();
+    let judged = pairs.len() >= MIN_JUDGED_PAIRS;
     let mut slow: Vec<(usize, usize, f64)> = rows
         .iter()
-        .filter(|r| median_gbps > 0.0 && r.one_way_gbps < SLOW_SHARE * median_gbps)
+        .filter(|r| judged && median_gbps > 0.0 && r.one_way_gbps < SLOW_SHARE * median_gbps)
         .map(|r| (r.from, r.to, r.one_way_gbps / median_gbps))
         .collect();
     slow.sort_by(|a, b| a.2.total_cmp(&b.2));
@@ -72,6 +88,7 @@ pub fn verdict(rows: &[LinkRow]) -> Verdict {
         } else {
             None
         },
+        pairs: pairs.len(),
     }
 }
 
@@ -84,7 +101,12 @@ impl Verdict {
             self.median_gbps,
             SLOW_SHARE * 100.0
         )];
-        if self.slow.is_empty() {
+        if self.pairs < MIN_JUDGED_PAIRS {
+            out.push(format!(
+                "Slow pairs: not judged ({} pair(s) of ranks; at least {MIN_JUDGED_PAIRS} are needed for a median that a slow pair stands apart from)",
+                self.pairs
+            ));
+        } else if self.slow.is_empty() {
             out.push("Slow pairs: none".into());
         }
         for (f, t, share) in &self.slow {

@@ -180,8 +180,8 @@ mod prelude {
     pub(super) use crate::comm::algo::{self, Algorithm};
     pub(super) use crate::comm::host::views;
     pub(super) use crate::comm::{
-        copy_bytes, finish_avg, nbytes, need, reference, Algo, CollArgs, CommError, CommResult,
-        Communicator, HostRun, Io, RecvInto, ReduceOp, Transport,
+        copy_bytes, finish_avg, nbytes, need, reference, Algo, CollArgs, CommResult, Communicator,
+        HostRun, Io, RecvInto, ReduceOp, Transport,
     };
 }
 

@@ -14,6 +14,10 @@ pub(super) struct Failure {
     pub(super) peer: usize,
     pub(super) timeout: bool,
     pub(super) detail: String,
+    /// How long this rank itself waited, when the timeout was its own
+    /// deadline; `None` when another rank timed out and said so (this
+    /// rank's call then did not time out, whatever it had waited).
+    pub(super) waited: Option<Duration>,
 }
 
 /// What went wrong with one peer during a call.
@@ -35,13 +39,10 @@ pub(super) enum Fault {
 }
 
 impl TcpTransport {
-    pub(super) fn failure_error(
-        &self,
-        f: &Failure,
-        op: &'static str,
-        after: Duration,
-    ) -> CommError {
-        if f.timeout {
+    /// The error a call reports for a failure: a timeout only with the
+    /// time this rank's own wait took, every later call repeating it.
+    pub(super) fn failure_error(&self, f: &Failure, op: &'static str) -> CommError {
+        if let (true, Some(after)) = (f.timeout, f.waited) {
             CommError::Timeout {
                 rank: self.rank,
                 peer: f.peer,
@@ -192,7 +193,6 @@ impl TcpTransport {
         pending: Option<&mut SendOp<'_>>,
         recv: Option<&RecvOp<'_>>,
         op: &'static str,
-        start: Instant,
     ) -> CommError {
         let f = self.explain_loss(f, recv);
         let (failure, err) = match f {
@@ -201,8 +201,9 @@ impl TcpTransport {
                     peer,
                     timeout: false,
                     detail,
+                    waited: None,
                 };
-                let e = self.failure_error(&fl, op, start.elapsed());
+                let e = self.failure_error(&fl, op);
                 (fl, e)
             }
             Fault::Protocol { peer, detail } => {
@@ -210,6 +211,7 @@ impl TcpTransport {
                     peer,
                     timeout: false,
                     detail: format!("protocol error: {detail}"),
+                    waited: None,
                 };
                 (
                     fl,
@@ -234,8 +236,9 @@ impl TcpTransport {
                     peer: named,
                     timeout,
                     detail,
+                    waited: None,
                 };
-                let e = self.failure_error(&fl, op, start.elapsed());
+                let e = self.failure_error(&fl, op);
                 (fl, e)
             }
         };

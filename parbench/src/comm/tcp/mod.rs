@@ -336,7 +336,7 @@ impl TcpTransport {
             )));
         }
         if let Some(f) = &self.failed {
-            return Err(self.failure_error(f, op, Duration::ZERO));
+            return Err(self.failure_error(f, op));
         }
         Ok(())
     }
@@ -392,7 +392,7 @@ impl TcpTransport {
                 }
             }
             if let Some(f) = fault {
-                return Err(self.fail(f, send.as_mut(), recv.as_ref(), op, start));
+                return Err(self.fail(f, send.as_mut(), recv.as_ref(), op));
             }
             let send_done = send.as_ref().is_none_or(SendOp::done);
             let recv_done = recv.as_ref().is_none_or(RecvOp::done);
@@ -421,9 +421,10 @@ impl TcpTransport {
                         peer: self.follow_hints(waiting_on),
                         timeout: true,
                         detail: String::new(),
+                        waited: Some(start.elapsed()),
                     };
                     self.abort_all(&f, send.as_mut(), None);
-                    let err = self.failure_error(&f, op, start.elapsed());
+                    let err = self.failure_error(&f, op);
                     self.failed = Some(f);
                     return Err(err);
                 }
@@ -447,7 +448,7 @@ impl TcpTransport {
                 deadline
             };
             if let Err(f) = self.wait(sending, receiving, until) {
-                return Err(self.fail(f, send.as_mut(), recv.as_ref(), op, start));
+                return Err(self.fail(f, send.as_mut(), recv.as_ref(), op));
             }
         }
     }
@@ -596,7 +597,7 @@ impl Transport for TcpTransport {
     /// a transport that holds the store can make one.
     fn duplicate(&mut self, deadline: Instant) -> CommResult<Option<Box<dyn Transport>>> {
         if let Some(f) = &self.failed {
-            return Err(self.failure_error(f, "duplicate", Duration::ZERO));
+            return Err(self.failure_error(f, "duplicate"));
         }
         let Some(store) = self.store.as_mut() else {
             return Ok(None);
