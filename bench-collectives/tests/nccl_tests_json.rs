@@ -67,7 +67,9 @@ const TOKEN: &str = "tok-34-never-in-a-record";
 fn json_has_nccl_tests_keys_and_types_and_its_file_naming() {
     let dir = scratch("nccl-json");
     let out = dir.join("out");
-    let json = dir.join("run.json");
+    // Not one of parbench's record names (run.json, collectives.csv): -J
+    // refuses to stand beside those (issue 33); any other name gets FILE.0.
+    let json = dir.join("perf.json");
     // nccl-tests never overwrites: an existing FILE leaves FILE.0 to write.
     std::fs::write(&json, "keep").unwrap();
     let mut args =
@@ -77,7 +79,7 @@ fn json_has_nccl_tests_keys_and_types_and_its_file_naming() {
     let text = stdout(&o);
     assert!(o.status.success(), "{text}\n{}", stderr(&o));
     assert_eq!(std::fs::read_to_string(&json).unwrap(), "keep");
-    let written = dir.join("run.json.0");
+    let written = dir.join("perf.json.0");
     // Named before anything else, as nccl-tests does.
     assert_eq!(
         text.lines().next(),
@@ -132,7 +134,7 @@ fn json_has_nccl_tests_keys_and_types_and_its_file_naming() {
     // A second run with FILE and FILE.0 in place writes FILE.1.
     let o = run(&args, &[]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(dir.join("run.json.1").exists());
+    assert!(dir.join("perf.json.1").exists());
 
     // nccl-tests' analyzer, when this machine has it (NCCL_TESTS_ANALYZE: its path).
     if let Ok(script) = std::env::var("NCCL_TESTS_ANALYZE") {

@@ -51,6 +51,11 @@ pub struct Verdict {
     /// Pairs of ranks (either direction) judged: fewer than
     /// [`MIN_JUDGED_PAIRS`] and none is judged.
     pub pairs: usize,
+    /// The measurement's own noise: the median gap between the two
+    /// directions of the pairs that are not slow, as a share of the faster
+    /// (one link measured twice). When it reaches the shortfall a slow pair
+    /// is flagged for (`1 - SLOW_SHARE`), no pair is judged.
+    pub noise: f64,
 }
 
 /// With fewer pairs of ranks than this, no pair is judged: with one pair
@@ -69,10 +74,26 @@ pub fn verdict(rows: &[LinkRow]) -> Verdict {
         .collect();
     pairs.sort_unstable();
     pairs.dedup();
-    let judged = pairs.len() >= MIN_JUDGED_PAIRS;
+    let is_slow = |r: &LinkRow| median_gbps > 0.0 && r.one_way_gbps < SLOW_SHARE * median_gbps;
+    // One link measured both ways: how far its directions differ is the
+    // measurement's noise, read on the pairs that are not slow.
+    let mut gaps: Vec<f64> = pairs
+        .iter()
+        .filter_map(|&(a, b)| {
+            let ab = rows.iter().find(|r| r.from == a && r.to == b)?;
+            let ba = rows.iter().find(|r| r.from == b && r.to == a)?;
+            if is_slow(ab) || is_slow(ba) {
+                return None;
+            }
+            let hi = ab.one_way_gbps.max(ba.one_way_gbps);
+            (hi > 0.0).then(|| (ab.one_way_gbps - ba.one_way_gbps).abs() / hi)
+        })
+        .collect();
+    let noise = crate::stats::median(&mut gaps).unwrap_or(0.0);
+    let judged = pairs.len() >= MIN_JUDGED_PAIRS && noise < 1.0 - SLOW_SHARE;
     let mut slow: Vec<(usize, usize, f64)> = rows
         .iter()
-        .filter(|r| judged && median_gbps > 0.0 && r.one_way_gbps < SLOW_SHARE * median_gbps)
+        .filter(|r| judged && is_slow(r))
         .map(|r| (r.from, r.to, r.one_way_gbps / median_gbps))
         .collect();
     slow.sort_by(|a, b| a.2.total_cmp(&b.2));
@@ -89,6 +110,7 @@ pub fn verdict(rows: &[LinkRow]) -> Verdict {
             None
         },
         pairs: pairs.len(),
+        noise,
     }
 }
 
@@ -106,6 +128,12 @@ impl Verdict {
                 "Slow pairs: not judged ({} pair(s) of ranks; at least {MIN_JUDGED_PAIRS} are needed for a median that a slow pair stands apart from)",
                 self.pairs
             ));
+        } else if self.noise >= 1.0 - SLOW_SHARE {
+            out.push(format!(
+                "Slow pairs: not judged (the two directions of one link differ by {:.0}% at the median pair: as much as a slow pair falls short, {:.0}%; measure again on a quieter machine)",
+                100.0 * self.noise,
+                100.0 * (1.0 - SLOW_SHARE)
+            ));
         } else if self.slow.is_empty() {
             out.push("Slow pairs: none".into());
         }
@@ -122,5 +150,56 @@ impl Verdict {
             None => {}
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod noise_tests {
+    use super::*;
+
+    fn row(from: usize, to: usize, gbps: f64) -> LinkRow {
+        LinkRow {
+            schema: 1,
+            run_id: "r".into(),
+            backend: "tcp".into(),
+            wire: "tcp".into(),
+            world: 4,
+            from,
+            to,
+            latency_us: 10.0,
+            bytes: 1 << 20,
+            one_way_gbps: gbps,
+            both_ways_gbps: gbps,
+        }
+    }
+
+    /// Four ranks: one pair at 0.6x the median, flagged while the links'
+    /// two directions agree; not judged when they differ by as much.
+    #[test]
+    fn a_pair_within_the_measurements_own_noise_is_not_flagged() {
+        let mut quiet = Vec::new();
+        let mut noisy = Vec::new();
+        for a in 0..4 {
+            for b in 0..4 {
+                if a == b {
+                    continue;
+                }
+                let slow = (a, b) == (0, 1);
+                quiet.push(row(a, b, if slow { 6.0 } else { 10.0 }));
+                // Each link's reverse direction 40% below its forward one.
+                let base = if a < b { 10.0 } else { 6.5 };
+                noisy.push(row(a, b, if slow { 3.0 } else { base }));
+            }
+        }
+        let q = verdict(&quiet);
+        assert_eq!(q.slow.len(), 1, "{q:?}");
+        assert!(q.noise < 0.01);
+        let n = verdict(&noisy);
+        assert!(n.slow.is_empty(), "{n:?}");
+        assert!(n.noise >= 0.3, "{n:?}");
+        assert!(n
+            .lines()
+            .iter()
+            .any(|l| l.contains("two directions of one link differ")));
     }
 }
