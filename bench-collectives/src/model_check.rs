@@ -6,12 +6,7 @@
 
 use parbench::results::CollectiveRow;
 
-/// A row is priced well when model / measured p50 lies within this share
-/// of 1 either way.
-pub const WITHIN: f64 = 0.25;
-/// Rows of this many bytes and up are held to [`WITHIN`]: below, a row is a
-/// handful of microseconds and the model's latency term, not its ladders.
-pub const FROM_BYTES: u64 = 64 << 10;
+pub use parbench::model::priced::{priced_well, FROM_BYTES, WITHIN};
 /// The share of held rows that must miss for the footer to warn.
 pub const WARN_SHARE: f64 = 0.25;
 /// The misses the footer names, worst first.
@@ -135,10 +130,6 @@ impl ModelCheck {
             "misses": self.misses.iter().map(|(row, x)| serde_json::json!({"row": row, "model_over_measured": x})).collect::<Vec<_>>(),
         })
     }
-}
-
-fn priced_well(ratio: f64) -> bool {
-    (ratio - 1.0).abs() <= WITHIN
 }
 
 /// How far a ratio lies from 1, the same either way (x0.5 as far as x2).

@@ -233,15 +233,12 @@ pub fn table(plan: &LayerJob, rows: &[LayerRow]) -> String {
     out
 }
 
-/// How far the model may part from a measured communication time before
-/// the table says so (bench-collectives' margin).
-pub const MODEL_MARGIN: f64 = 0.25;
-
 /// A WARNING when the model's communication time parts from the measured
-/// one by more than [`MODEL_MARGIN`].
+/// one beyond the shared margin (`parbench::model::priced`).
 pub fn model_miss(measured_us: f64, model_us: f64) -> Option<String> {
+    use parbench::model::priced::{priced_well, WITHIN};
     let ratio = model_us / measured_us;
-    if !(ratio.is_finite() && measured_us > 0.0) || (ratio - 1.0).abs() <= MODEL_MARGIN {
+    if !(ratio.is_finite() && measured_us > 0.0) || priced_well(ratio) {
         return None;
     }
     Some(format!(
@@ -249,7 +246,7 @@ pub fn model_miss(measured_us: f64, model_us: f64) -> Option<String> {
         num(model_us, 1),
         ratio,
         num(measured_us, 1),
-        100.0 * MODEL_MARGIN
+        100.0 * WITHIN
     ))
 }
 

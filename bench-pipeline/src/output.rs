@@ -4,6 +4,7 @@ use crate::cli::{Args, ComposedJob, PipelineJob, RunPlan};
 use crate::composed_out;
 use anyhow::{Context, Result};
 use parbench::measure::clock_sync::TimeBase;
+use parbench::pipeline::analysis::{bubble_parts, BUBBLE_PARTS};
 use parbench::pipeline::{self, ComposedRecord, RunRecord};
 use parbench::results::{self, PipelineRow, RunMeta, SCHEMA_VERSION};
 use std::path::PathBuf;
@@ -71,34 +72,6 @@ pub struct Recorder {
     failed_checks: Vec<String>,
     /// Each run whose measured bubble parted from its simulation.
     parted: Vec<serde_json::Value>,
-}
-
-/// Points of the step by which a measured bubble may differ from its
-/// simulation before the run says so.
-pub const BUBBLE_PARTS: f64 = 0.10;
-
-/// Why a measured bubble parts from its simulation by more than
-/// [`BUBBLE_PARTS`], in words, or `None` when it does not: more compute
-/// ranks than cores first (ranks wait for a core, which the simulator,
-/// fed each action's own time, does not see), then sleeps that wake late.
-pub fn bubble_parts(
-    measured: f64,
-    simulated: f64,
-    ranks: usize,
-    cores: usize,
-    sleep_work: bool,
-) -> Option<String> {
-    let gap = (measured - simulated).abs();
-    if gap.is_nan() || gap <= BUBBLE_PARTS {
-        return None;
-    }
-    Some(if cores > 0 && ranks > cores && !sleep_work {
-        format!("likely cause: {ranks} compute ranks on {cores} cores, so ranks waited for a core, not for the pipeline (run fewer stages, or --work sleep:US)")
-    } else if sleep_work {
-        "likely cause: sleeps waking late or the host's scheduler (see the noise guard's figure in run.json)".into()
-    } else {
-        "likely cause: other processes on the host (see the noise guard's figure in run.json) or the executor's own time between actions".into()
-    })
 }
 
 impl Recorder {
@@ -467,22 +440,5 @@ impl Recorder {
             anyhow::bail!("gradient check failed: {}", self.failed_checks.join("; "));
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_bubble_that_parts_names_its_likely_cause() {
-        assert_eq!(bubble_parts(0.20, 0.15, 4, 2, false), None);
-        let crowded = bubble_parts(0.80, 0.15, 4, 2, false).unwrap();
-        assert!(crowded.contains("4 compute ranks on 2 cores"), "{crowded}");
-        let sleepy = bubble_parts(0.40, 0.15, 4, 2, true).unwrap();
-        assert!(sleepy.contains("sleeps waking late"), "{sleepy}");
-        let other = bubble_parts(0.40, 0.15, 2, 8, false).unwrap();
-        assert!(other.contains("other processes"), "{other}");
-        assert!(bubble_parts(f64::NAN, 0.1, 2, 2, false).is_none());
     }
 }

@@ -16,10 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// A row is priced well within this share of its p50 either way.
-pub const WITHIN: f64 = 0.25;
-/// Rows of this many bytes and up are held to [`WITHIN`].
-pub const FROM_BYTES: u64 = 64 << 10;
+use parbench::model::priced::{priced_well, FROM_BYTES, WITHIN};
 /// A fit is good within this rms relative error.
 pub const FIT_RMS: f64 = 0.10;
 
@@ -70,9 +67,8 @@ fn judge(
         if elsewhere.contains(&label) {
             continue;
         }
-        let ratio = r.model_us / r.p50_us;
         held.insert(label.clone());
-        if (ratio - 1.0).abs() > WITHIN {
+        if !priced_well(r.model_us / r.p50_us) {
             misses.insert(label);
         }
     }

@@ -333,6 +333,8 @@ fn a_bubble_that_parts_from_its_simulation_is_named() {
     let mut rows: Vec<parbench::results::PipelineRow> =
         parbench::results::read_rows(&path).unwrap();
     rows[0].bubble_measured = (rows[0].bubble_simulated + 0.3).min(0.99);
+    // Real work (not sleeps): four stage ranks need four cores.
+    rows[0].work = "compute".into();
     std::fs::remove_file(&path).unwrap();
     parbench::results::append_rows(&dir, &rows).unwrap();
     let html = html_of(&dir);

@@ -52,6 +52,7 @@ pub mod ladder;
 pub mod opcost;
 pub mod plan;
 pub mod presets;
+pub mod priced;
 pub mod sim;
 pub mod tensor_parallel;
 pub mod wire;

@@ -104,7 +104,8 @@ pub enum Attention {
 #[serde(rename_all = "snake_case")]
 pub enum GradAccumulation {
     /// Inside the weight-gradient GEMM (Megatron-LM's
-    /// `--gradient-accumulation-fusion`, later than its SC21 code).
+    /// `--gradient-accumulation-fusion`, from commit 83b1e42f30 of
+    /// 2022-02-13: later than its SC21 runs).
     Fused,
     /// A pass of its own per microbatch ([`UNFUSED_ACCUMULATION_BYTES`]).
     Unfused,

@@ -298,6 +298,34 @@ pub fn closed_form(
     )
 }
 
+/// Points of the step by which a measured bubble may differ from its
+/// simulation before the run says so.
+pub const BUBBLE_PARTS: f64 = 0.10;
+
+/// Why a measured bubble parts from its simulation by more than
+/// [`BUBBLE_PARTS`], in words, or `None` when it does not: more compute
+/// ranks than cores first (ranks wait for a core, which the simulator,
+/// fed each action's own time, does not see), then sleeps that wake late.
+pub fn bubble_parts(
+    measured: f64,
+    simulated: f64,
+    ranks: usize,
+    cores: usize,
+    sleep_work: bool,
+) -> Option<String> {
+    let gap = (measured - simulated).abs();
+    if gap.is_nan() || gap <= BUBBLE_PARTS {
+        return None;
+    }
+    Some(if cores > 0 && ranks > cores && !sleep_work {
+        format!("likely cause: {ranks} compute ranks on {cores} cores, so ranks waited for a core, not for the pipeline (run fewer stages, or --work sleep:US)")
+    } else if sleep_work {
+        "likely cause: sleeps waking late or the host's scheduler (see the noise guard's figure in run.json)".into()
+    } else {
+        "likely cause: other processes on the host (see the noise guard's figure in run.json) or the executor's own time between actions".into()
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::{ActionTiming, RankStep};
@@ -434,5 +462,22 @@ mod tests {
     fn hand_written_schedules_have_no_closed_form() {
         let s = generate(ScheduleKind::GPipe, 2, 2, 1).unwrap();
         assert_eq!(closed_form(None, &s, &[]), None);
+    }
+}
+
+#[cfg(test)]
+mod bubble_parts_tests {
+    use super::*;
+
+    #[test]
+    fn a_bubble_that_parts_names_its_likely_cause() {
+        assert_eq!(bubble_parts(0.20, 0.15, 4, 2, false), None);
+        let crowded = bubble_parts(0.80, 0.15, 4, 2, false).unwrap();
+        assert!(crowded.contains("4 compute ranks on 2 cores"), "{crowded}");
+        let sleepy = bubble_parts(0.40, 0.15, 4, 2, true).unwrap();
+        assert!(sleepy.contains("sleeps waking late"), "{sleepy}");
+        let other = bubble_parts(0.40, 0.15, 2, 8, false).unwrap();
+        assert!(other.contains("other processes"), "{other}");
+        assert!(bubble_parts(f64::NAN, 0.1, 2, 2, false).is_none());
     }
 }

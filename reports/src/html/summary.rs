@@ -6,23 +6,17 @@ use super::collectives::{curve_fit, curves};
 use super::page;
 use crate::load::Source;
 use crate::units;
+use parbench::pipeline::analysis::bubble_parts;
 
-/// Points of the step within which a measured bubble agrees with its
-/// simulation (the pipeline section's tolerance).
-const BUBBLE_AGREES: f64 = 0.10;
-
-/// "More compute ranks than cores" when the pipeline's ranks outnumber
-/// the cores its run recorded.
-fn crowded_cores(sources: &[Source], ranks: usize) -> Option<String> {
-    let cores = sources
+/// The cores a folder's pipeline run recorded (0 when none did).
+fn pipeline_cores(sources: &[Source]) -> usize {
+    sources
         .iter()
         .flat_map(|s| &s.runs)
         .filter(|r| r.suite == "pipeline" && r.cores > 0)
         .map(|r| r.cores)
-        .min()?;
-    (ranks > cores).then(|| {
-        format!("; likely cause: {ranks} compute ranks on {cores} cores, so ranks waited for a core, not for the pipeline")
-    })
+        .min()
+        .unwrap_or(0)
 }
 
 /// One line per section that says what to conclude: the collective
@@ -189,24 +183,29 @@ pub fn section(sources: &[Source], capacity: &[(String, f64)]) -> String {
             .total_cmp(&(b.bubble_measured - b.bubble_simulated).abs())
     }) {
         let gap = (worst.bubble_measured - worst.bubble_simulated).abs();
-        items.push(if gap <= BUBBLE_AGREES {
-            format!(
+        // The rule bench-pipeline warns by, read on the recorded row.
+        let why = bubble_parts(
+            worst.bubble_measured,
+            worst.bubble_simulated,
+            worst.stages * worst.dp.max(1) * worst.tp.max(1),
+            pipeline_cores(sources),
+            worst.work.starts_with("sleep"),
+        );
+        items.push(match why {
+            None => format!(
                 "Pipeline: over {} runs the measured bubble agrees with the simulation within {:.1} points.",
                 pipe.len(),
                 gap * 100.0
-            )
-        } else {
-            format!(
-                "Pipeline: the measured bubble PARTS from the simulation by up to {:.1} points ({} S={} M={}: measured {} against {}){}.",
+            ),
+            Some(why) => format!(
+                "Pipeline: the measured bubble PARTS from the simulation by up to {:.1} points ({} S={} M={}: measured {} against {}); {why}.",
                 gap * 100.0,
                 worst.schedule,
                 worst.stages,
                 worst.microbatches,
                 units::percent(worst.bubble_measured),
                 units::percent(worst.bubble_simulated),
-                crowded_cores(sources, worst.stages * worst.dp.max(1) * worst.tp.max(1))
-                    .unwrap_or_else(|| "; likely causes: noise the guard measured, or sleeps waking late".into())
-            )
+            ),
         });
     }
     items.extend(conclusions(sources, &all, &pipe));
