@@ -4,6 +4,7 @@ use clap::Parser;
 use parbench::comm::mesh::{MeshShape, Order};
 use parbench::launch::flags::Straggler;
 use parbench::layers::{BlockConfig, BlockShape, Mode};
+use parbench::model::plan::Shard;
 use parbench::pipeline::{DpReduce, MlpShape, PipelineConfig, TpStageConfig, Work};
 use parbench::schedule::{self, Schedule, ScheduleKind};
 use std::path::PathBuf;
@@ -69,9 +70,19 @@ pub struct Args {
     /// of the backward (DDP's overlap; local and tcp).
     #[arg(long)]
     pub overlap: bool,
-    /// With --dp: reduce-scatter the buckets (the distributed optimizer's).
+    /// With --dp: reduce-scatter the buckets (the distributed optimizer's): --shard zero1.
     #[arg(long)]
     pub dist_opt: bool,
+    /// With --dp: sharded data parallel, ending each step in Adam over what
+    /// the mode shards: none (replicated, DDP), zero1 (optimizer state),
+    /// zero2 (and gradients, reduce-scattered per layer), zero3 (and
+    /// weights, all-gathered per layer: FSDP's FULL_SHARD).
+    #[arg(long, value_name = "MODE")]
+    pub shard: Option<String>,
+    /// With --shard zero1/zero2/zero3: shard inside groups of G consecutive
+    /// data ranks and replicate across them (HSDP; G divides --dp).
+    #[arg(long, value_name = "G")]
+    pub shard_group: Option<usize>,
     /// With --dp/--tp: the mesh's rank order, fastest axis first (default tp-dp-pp, Megatron's).
     #[arg(long)]
     pub order: Option<String>,
@@ -424,6 +435,8 @@ fn refuse_composed_flags(args: &Args) -> Result<(), String> {
         ("--bucket-mib", args.bucket_mib.is_some()),
         ("--overlap", args.overlap),
         ("--dist-opt", args.dist_opt),
+        ("--shard", args.shard.is_some()),
+        ("--shard-group", args.shard_group.is_some()),
         ("--order", args.order.is_some()),
         ("--no-check", args.no_check),
     ];
@@ -450,13 +463,52 @@ fn refuse_with_composed(args: &Args) -> Result<(), String> {
             ));
         }
     }
-    if args.dp == 1 && (args.overlap || args.dist_opt || args.bucket_mib.is_some()) {
+    if args.dp == 1
+        && (args.overlap
+            || args.dist_opt
+            || args.bucket_mib.is_some()
+            || args.shard.is_some()
+            || args.shard_group.is_some())
+    {
         return Err(
-            "--bucket-mib/--overlap/--dist-opt shape the data-parallel reduction: give --dp above 1"
+            "--bucket-mib/--overlap/--dist-opt/--shard shape the data-parallel reduction: give --dp above 1"
                 .into(),
         );
     }
     Ok(())
+}
+
+/// `--shard` (or `--dist-opt`, ZeRO-1) as a mode; `None` without either.
+fn shard_mode(args: &Args) -> Result<Option<Shard>, String> {
+    let named = match args.shard.as_deref() {
+        None => None,
+        Some(n) => Some(
+            Shard::by_name(n)
+                .ok_or_else(|| format!("--shard {n}: expected none, zero1, zero2 or zero3"))?,
+        ),
+    };
+    let mode = match (named, args.dist_opt) {
+        (Some(s), true) if s != Shard::Zero1 => {
+            return Err(format!(
+                "--dist-opt is --shard zero1; it does not go with --shard {}",
+                s.name()
+            ))
+        }
+        (None, true) => Some(Shard::Zero1),
+        (m, _) => m,
+    };
+    if let Some(g) = args.shard_group {
+        if !matches!(mode, Some(Shard::Zero1 | Shard::Zero2 | Shard::Zero3)) {
+            return Err("--shard-group G shards inside groups of G data ranks: give --shard zero1, zero2 or zero3".into());
+        }
+        if g < 1 || !args.dp.is_multiple_of(g) {
+            return Err(format!("--shard-group {g}: a divisor of --dp {}", args.dp));
+        }
+    }
+    if args.overlap && matches!(mode, Some(Shard::Zero2 | Shard::Zero3)) {
+        return Err("--overlap overlaps replicated and ZeRO-1 buckets; zero2 and zero3 reduce-scatter each layer as it is done".into());
+    }
+    Ok(mode)
 }
 
 /// The block of the composed step from the flags; one line when a size
@@ -518,7 +570,8 @@ fn composed_job(
         reduce: DpReduce {
             bucket_bytes: ((mib * 1048576.0) as usize).max(4),
             overlap: args.overlap,
-            dist_opt: args.dist_opt,
+            shard: shard_mode(args)?,
+            shard_group: args.shard_group.unwrap_or(0),
         },
     };
     stages.validate(args.tp).map_err(|e| e.to_string())?;

@@ -4,6 +4,8 @@
 //! predict this layout, all measured in the same run.
 
 use crate::cli::{Args, ComposedJob, PipelineJob, RunPlan};
+use parbench::model::plan::Shard;
+use parbench::pipeline::tp_stage::bytes_per_param;
 use parbench::pipeline::{ComposedRecord, RankBreakdown, Summary, WireProbe, Work};
 use parbench::results::PipelineRow;
 use serde_json::{json, Value};
@@ -29,6 +31,8 @@ pub struct Figures {
     pub median_index: usize,
     /// Block work of one rank in one step (matrix products), FLOP.
     pub flops_per_rank_step: f64,
+    /// Blocks one rank holds (its stages').
+    pub blocks_per_rank: usize,
 }
 
 impl Figures {
@@ -45,6 +49,7 @@ impl Figures {
             median_index,
             flops_per_rank_step: job.stages.block.flops() / job.tp as f64
                 * (blocks * s.microbatches) as f64,
+            blocks_per_rank: blocks,
         }
     }
 
@@ -65,7 +70,7 @@ pub fn header(
     let b = &c.stages.block.shape;
     let stages = plan.ranks / (c.dp * c.tp).max(1);
     parbench::outln!(
-        "# bench-pipeline {run_id}: backend {backend}, {} ranks = dp {} x tp {} x pp {stages} (order {}), {} Megatron blocks per stage (hidden {}, heads {}, ffn {}, seq {}, b {} sequences), buckets {} B{}{}, work {}, {compute}, {} timed steps after {} warm-up",
+        "# bench-pipeline {run_id}: backend {backend}, {} ranks = dp {} x tp {} x pp {stages} (order {}), {} Megatron blocks per stage (hidden {}, heads {}, ffn {}, seq {}, b {} sequences), buckets {} B{}{}{}, work {}, {compute}, {} timed steps after {} warm-up",
         plan.ranks,
         c.dp,
         c.tp,
@@ -78,7 +83,8 @@ pub fn header(
         b.batch,
         c.stages.reduce.bucket_bytes,
         if c.stages.reduce.overlap { ", overlap" } else { "" },
-        if c.stages.reduce.dist_opt { ", reduce-scatter" } else { "" },
+        if c.stages.reduce.dist_opt() { ", reduce-scatter" } else { "" },
+        shard_words(c),
         args.work,
         args.steps,
         args.warmup
@@ -129,7 +135,89 @@ pub fn print(job: &ComposedJob, rec: &ComposedRecord, f: &Figures) {
             parbench::outln!("    {name} wire (probed after the steps): {line}");
         }
     }
+    print_sharded(job, rec, f);
     parbench::outln!("    check: {}", check_line(job, rec));
+}
+
+/// The header's words for `--shard`: the mode, its group, the optimizer.
+fn shard_words(c: &ComposedJob) -> String {
+    let r = &c.stages.reduce;
+    match r.shard {
+        None => String::new(),
+        Some(s) => {
+            let g = r.group_of(c.dp);
+            let hybrid = if g < c.dp {
+                format!(" hybrid: shard groups of {g}, {} replicas", c.dp / g)
+            } else {
+                String::new()
+            };
+            format!(", shard {}{hybrid}, Adam at learning rate 0", s.name())
+        }
+    }
+}
+
+/// Bytes per parameter the ZeRO paper's split gives this run, and the
+/// parameters one rank holds (its stages' blocks, its tensor shard).
+fn shard_formula(job: &ComposedJob, f: &Figures, s: Shard) -> (f64, f64) {
+    let params: usize = parbench::layers::layout::ParamSpecs::new(&job.stages.block)
+        .all()
+        .iter()
+        .map(|p| p.local_len(job.tp))
+        .sum::<usize>()
+        * f.blocks_per_rank;
+    let g = job.stages.reduce.group_of(job.dp);
+    (bytes_per_param(s, 4, g), params as f64)
+}
+
+/// With `--shard`: per rank the sharded collectives, the optimizer and
+/// the bytes held beside the ZeRO paper's split.
+fn print_sharded(job: &ComposedJob, rec: &ComposedRecord, f: &Figures) {
+    let Some(s) = job.stages.reduce.shard else {
+        return;
+    };
+    let (per_param, params) = shard_formula(job, f, s);
+    let want = per_param * params;
+    parbench::outln!(
+        "    sharded data parallel ({}): {:.1} B per parameter x {params:.0} parameters per rank = {} (the ZeRO paper's split: weights 4, gradients 4, Adam 8 B, over the shard group as {} shards them{})",
+        s.name(),
+        per_param,
+        parbench::units::bytes(want),
+        s.name(),
+        if s == Shard::None { "; DDP's bucket copy of the gradients besides" } else { "" }
+    );
+    parbench::outln!(
+        "    {:>5} {:>10} {:>10} {:>10} {:>10} {:>12} {:>12} {:>12} {:>12} {:>8} {:>12}",
+        "rank",
+        "gather",
+        "scatter",
+        "exposed",
+        "adam",
+        "weights",
+        "grads",
+        "adam_state",
+        "buffers",
+        "vs_model",
+        "peak"
+    );
+    for r in rec.sharded() {
+        let h = r.held_end;
+        let held = h.total();
+        parbench::outln!(
+            "    {:>5} {:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>12.0} {:>12.0} {:>12.0} {:>12.0} {:>7.1}% {:>12.0}",
+            r.rank,
+            r.gather_us,
+            r.scatter_us,
+            r.exposed_us,
+            r.optimizer_us,
+            h.params,
+            h.grads,
+            h.optimizer,
+            h.buffers,
+            100.0 * (held - want) / want.max(1.0),
+            r.held_peak_total
+        );
+    }
+    parbench::outln!("    (us per rank per step, median over the timed steps: the per-layer all-gathers and reduce-scatters, the part the compute waited for (all: they run on its thread), Adam; bytes held at the last step's end by kind, counted from the buffers, against the split above; peak: the most held at once during the step)");
 }
 
 fn wire_line(w: &WireProbe) -> String {
@@ -167,8 +255,16 @@ fn check_line(job: &ComposedJob, rec: &ComposedRecord) -> String {
     let per: Vec<String> = checks
         .iter()
         .map(|(d, g)| {
+            let weights = if g.weights_compared > 0 {
+                format!(
+                    ", {} of {} gathered weights differ from the seeded ones",
+                    g.weights_differing, g.weights_compared
+                )
+            } else {
+                String::new()
+            };
             format!(
-                "replica {d}: max rel err {:.2e}, {} of {} values differ",
+                "replica {d}: max rel err {:.2e}, {} of {} values differ{weights}",
                 g.max_rel_err, g.differing, g.values
             )
         })
@@ -190,10 +286,20 @@ pub fn check_failure(rec: &ComposedRecord) -> Option<String> {
         .checks
         .iter()
         // A NaN error fails too.
-        .filter(|(_, g)| g.max_rel_err.is_nan() || g.max_rel_err > CHECK_TOLERANCE)
+        .filter(|(_, g)| {
+            g.max_rel_err.is_nan() || g.max_rel_err > CHECK_TOLERANCE || g.weights_differing > 0
+        })
         .map(|(d, g)| {
+            let weights = if g.weights_differing > 0 {
+                format!(
+                    ", {} of {} gathered weights differ from the seeded ones",
+                    g.weights_differing, g.weights_compared
+                )
+            } else {
+                String::new()
+            };
             format!(
-                "replica {d}: max rel err {:.3e} over {CHECK_TOLERANCE:.0e}, {} of {} values differ",
+                "replica {d}: max rel err {:.3e} over {CHECK_TOLERANCE:.0e}, {} of {} values differ{weights}",
                 g.max_rel_err, g.differing, g.values
             )
         })
@@ -312,7 +418,9 @@ pub fn json(
         "reduce": {
             "bucket_bytes": job.stages.reduce.bucket_bytes,
             "overlap": job.stages.reduce.overlap,
-            "dist_opt": job.stages.reduce.dist_opt,
+            "dist_opt": job.stages.reduce.dist_opt(),
+            "shard": job.stages.reduce.shard.map(Shard::name),
+            "shard_group": job.stages.reduce.group_of(job.dp),
             "buckets_per_rank": buckets,
             "grad_bytes_per_rank": grad_elems * 4,
         },
@@ -325,12 +433,14 @@ pub fn json(
             "pipeline_step_us": sum.step_us,
             "ranks": ranks,
         },
+        "sharded": sharded_json(job, rec, f),
         "check": {
             "ran": job.check,
             "reason_not_run": job.no_check_reason,
             "tolerance": CHECK_TOLERANCE,
             "replicas": rec.checks.iter().map(|(d, g)| json!({
                 "d": d, "max_rel_err": g.max_rel_err, "differing": g.differing, "values": g.values,
+                "weights_differing": g.weights_differing, "weights_compared": g.weights_compared,
             })).collect::<Vec<_>>(),
         },
         "calibration": {
@@ -356,5 +466,36 @@ pub fn json(
                 "what": "one-way time of one activation between pipeline ranks 0 and 1 (half the probe's round trip)",
             },
         },
+    })
+}
+
+/// run.json's `sharded` section: null without `--shard`.
+fn sharded_json(job: &ComposedJob, rec: &ComposedRecord, f: &Figures) -> Value {
+    let Some(s) = job.stages.reduce.shard else {
+        return Value::Null;
+    };
+    let (per_param, params) = shard_formula(job, f, s);
+    let ranks: Vec<Value> = rec
+        .sharded()
+        .iter()
+        .map(|r| {
+            let h = r.held_end;
+            json!({
+                "rank": r.rank, "gather_us": r.gather_us, "scatter_us": r.scatter_us,
+                "exposed_us": r.exposed_us, "optimizer_us": r.optimizer_us, "calls": r.calls,
+                "held_bytes": {"weights": h.params, "grads": h.grads, "optimizer": h.optimizer, "buffers": h.buffers, "total": h.total()},
+                "held_peak_bytes": r.held_peak_total,
+            })
+        })
+        .collect();
+    json!({
+        "mode": s.name(),
+        "group": job.stages.reduce.group_of(job.dp),
+        "replicas": job.dp / job.stages.reduce.group_of(job.dp).max(1),
+        "optimizer": "Adam, fp32 moments, learning rate 0 (the weights stay the seeded ones the check starts from)",
+        "formula_bytes_per_param": per_param,
+        "params_per_rank": params,
+        "formula_bytes": per_param * params,
+        "ranks": ranks,
     })
 }

@@ -243,6 +243,22 @@ fn bad_combinations_are_refused_in_one_line() {
         &["--nprocs 2", "= 4"],
     );
     refused(&["--dp", "2", "--backend", "nccl"], &["--backend"]);
+    refused(&["--dp", "2", "--shard", "zero9"], &["--shard zero9"]);
+    refused(&["--shard", "zero3"], &["--shard", "--dp or --tp"]);
+    refused(&["--tp", "2", "--shard", "zero3"], &["--dp above 1"]);
+    refused(&["--dp", "4", "--shard-group", "2"], &["--shard-group"]);
+    refused(
+        &["--dp", "4", "--shard", "zero3", "--shard-group", "3"],
+        &["--shard-group 3", "divisor"],
+    );
+    refused(
+        &["--dp", "2", "--shard", "zero2", "--overlap"],
+        &["--overlap", "zero2"],
+    );
+    refused(
+        &["--dp", "2", "--shard", "zero3", "--dist-opt"],
+        &["--dist-opt", "zero1"],
+    );
     refused(
         &["--tp", "2", "--hidden", "1000000", "--seq", "100000"],
         &["--ffn/--seq", "but this machine has"],
@@ -334,4 +350,46 @@ fn a_corrupted_gradient_fails_the_check_naming_its_replica() {
         &["PARBENCH_TEST_CORRUPT_GRAD=8"],
         "pipeline.csv",
     );
+}
+
+/// `--shard zero3` with hybrid groups runs, the check passing with the
+/// gathered weights compared; run.json's `sharded` section holds each
+/// rank's bytes by kind beside the ZeRO paper's split (within 10%), and
+/// the trace draws the gathers and scatters on their own track.
+#[test]
+fn sharded_data_parallel_records_its_memory_and_collectives() {
+    let d = tmp("sharded");
+    let (out, _, composed) = run_ok(
+        &format!("--dp 4 --stages 1 --shard zero3 --shard-group 2 {SMALL}"),
+        &d,
+    );
+    assert!(
+        out.contains("shard zero3 hybrid: shard groups of 2, 2 replicas"),
+        "{out}"
+    );
+    assert!(out.contains("check: passed"), "{out}");
+    let c = &composed[0];
+    for r in c["check"]["replicas"].as_array().unwrap() {
+        assert_eq!(r["weights_differing"], 0, "{r}");
+        assert!(r["weights_compared"].as_u64().unwrap() > 0, "{r}");
+    }
+    let sh = &c["sharded"];
+    assert_eq!(sh["mode"], "zero3");
+    assert_eq!(sh["group"], 2);
+    let want = sh["formula_bytes"].as_f64().unwrap();
+    let ranks = sh["ranks"].as_array().unwrap();
+    assert_eq!(ranks.len(), 4);
+    for r in ranks {
+        let held = r["held_bytes"]["total"].as_f64().unwrap();
+        assert!((held - want).abs() <= 0.1 * want, "{held} vs {want}");
+        assert!(r["calls"].as_u64().unwrap() > 0);
+    }
+    let trace = std::fs::read_dir(&d)
+        .unwrap()
+        .filter_map(Result::ok)
+        .find(|e| e.file_name().to_string_lossy().starts_with("timeline-"))
+        .map(|e| std::fs::read_to_string(e.path()).unwrap())
+        .unwrap();
+    assert!(trace.contains("sharded data parallel"), "no shard track");
+    assert!(trace.contains("shard all-gather") && trace.contains("shard reduce-scatter"));
 }

@@ -13,6 +13,7 @@ use parbench::comm::{local, tcp, Algo, CommError, Communicator, DType};
 use parbench::compute::cpu::CpuCompute;
 use parbench::layers::{BlockConfig, BlockShape, Mode};
 use parbench::measure::clock_sync::TimeBase;
+use parbench::model::plan::Shard;
 use parbench::pipeline::{
     check_composed, overlap_comm, run_stages, with_overlap, CommSpan, DpReduce, GradCheck,
     MlpShape, PipelineConfig, SpanGroup, StageStepTimes, TpStageConfig, TpStages, Work,
@@ -77,7 +78,7 @@ fn run_rank<C: Communicator<Buffer = parbench::comm::HostBuffer>>(
             steps: 2,
         };
         let pp_rank = mesh.pp.rank();
-        let dist_opt = cfg.reduce.dist_opt;
+        let dist_opt = cfg.reduce.dist_opt();
         let out = with_overlap(dup.take(), &shape, Algo::Auto, dist_opt, |reducer| {
             let mut stages =
                 TpStages::new(&c, cfg, schedule, pp_rank, work, &mut mesh.tp, &mut mesh.dp)?;
@@ -252,7 +253,8 @@ fn data_parallel_alone_matches_to_the_last_bit() {
             DpReduce {
                 bucket_bytes: 1024,
                 overlap: true,
-                dist_opt: true,
+                shard: Some(Shard::Zero1),
+                shard_group: 0,
             },
         ] {
             let out = run_local(shape, &s, &config(2, false, reduce), Work::Compute);
@@ -278,7 +280,8 @@ fn buckets_overlap_and_the_distributed_optimizer_keep_the_gradients() {
             let reduce = DpReduce {
                 bucket_bytes: 2048,
                 overlap,
-                dist_opt,
+                shard: dist_opt.then_some(Shard::Zero1),
+                shard_group: 0,
             };
             let out = run_local(shape, &s, &config(2, sp, reduce), Work::Compute);
             let what = format!("{kind} overlap {overlap} dist-opt {dist_opt} sp {sp}");
@@ -323,7 +326,8 @@ fn a_bucket_reduced_before_its_gradients_are_final_fails_the_check() {
         let reduce = DpReduce {
             bucket_bytes: 1024,
             overlap: true,
-            dist_opt: false,
+            shard: None,
+            shard_group: 0,
         };
         let cfg = config(2, false, reduce);
         let on_time = run_local_early(shape, &s, &cfg, Work::Compute, 0);
@@ -411,7 +415,8 @@ fn tcp_dp2_tp2_pp2_matches_one_rank() {
         DpReduce {
             bucket_bytes: 4096,
             overlap: true,
-            dist_opt: false,
+            shard: None,
+            shard_group: 0,
         },
     );
     if let Some(info) = worker(name) {
@@ -439,7 +444,8 @@ fn mpi_dp2_tp2_pp2_matches_one_rank() {
     let reduce = DpReduce {
         bucket_bytes: 4096,
         overlap: false,
-        dist_opt: true,
+        shard: Some(Shard::Zero1),
+        shard_group: 0,
     };
     if mpi_support::is_rank(name) {
         let mut comm = parbench::comm::mpi::MpiComm::init(TIMEOUT).expect("MPI init");

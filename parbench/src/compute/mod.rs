@@ -249,7 +249,7 @@ impl std::fmt::Display for GemmMath {
 /// computes and all-reduces without staging through the host.
 pub trait Compute: Send {
     /// Device memory holding elements of [`Compute::dtype`].
-    type Buf: Send;
+    type Buf: crate::comm::CommBuffer;
 
     /// Human-readable device name (`cpu (gemm avx512f kernels, 2 threads)`, `NVIDIA H200`).
     fn name(&self) -> String;

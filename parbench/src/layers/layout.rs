@@ -174,6 +174,21 @@ impl<B> Params<B> {
         ]
     }
 
+    /// Tensor `i` in [`Params::all`]'s order.
+    pub fn get_mut(&mut self, i: usize) -> Option<&mut B> {
+        Some(match i {
+            0 => &mut self.w_qkv,
+            1 => &mut self.b_qkv,
+            2 => &mut self.w_o,
+            3 => &mut self.b_o,
+            4 => &mut self.w_1,
+            5 => &mut self.b_1,
+            6 => &mut self.w_2,
+            7 => &mut self.b_2,
+            _ => return None,
+        })
+    }
+
     /// One `T` per parameter from this one's, stopping at the first error.
     pub fn try_map<T, E>(&self, mut f: impl FnMut(&B) -> Result<T, E>) -> Result<Params<T>, E> {
         Ok(Params {

@@ -20,6 +20,11 @@ pub struct GradCheck {
     pub differing: usize,
     /// Values compared.
     pub values: usize,
+    /// ZeRO-3: values of the weights, gathered from the shares after the
+    /// run, that differ from the seeded ones (any difference is a broken
+    /// gather or shard), and the values compared; 0 and 0 otherwise.
+    pub weights_differing: usize,
+    pub weights_compared: usize,
 }
 
 /// Gathers the step's gradients (a collective of the three groups: every
@@ -40,6 +45,8 @@ where
     D: Communicator<Buffer = C::Buf>,
     P: Communicator<Buffer = C::Buf>,
 {
+    let (differ, compared) = stages.gathered_params_vs_seed(c)?;
+    let (mut w_differ, mut w_compared) = stages.sum_over_tensor_group(differ, compared)?;
     let whole = stages.whole_grads(c)?;
     let (t_rank, _) = stages.place();
     if t_rank != 0 {
@@ -53,6 +60,7 @@ where
         for stage in &whole {
             send_f64s(pp, &flat(stage), 0)?;
         }
+        send_f64s(pp, &[w_differ as f64, w_compared as f64], 0)?;
         return Ok(None);
     }
     let mut got: Vec<Vec<f64>> = vec![Vec::new(); schedule.num_stages];
@@ -62,6 +70,10 @@ where
     for r in 1..pp.world() {
         for st in schedule.stages_of(r) {
             got[st] = recv_f64s(pp, r)?;
+        }
+        if let [d, n] = recv_f64s(pp, r)?[..] {
+            w_differ += d as usize;
+            w_compared += n as usize;
         }
     }
     let want = reference_grads(c, pp, cfg, schedule.num_stages, schedule.microbatches)?;
@@ -94,5 +106,7 @@ where
         },
         differing,
         values,
+        weights_differing: w_differ,
+        weights_compared: w_compared,
     }))
 }

@@ -19,10 +19,11 @@
 use super::composed::{check_composed, GradCheck};
 use super::dp_overlap::{overlap_comm, with_overlap};
 use super::exec::{decode_steps, encode_steps, recv_f64s, send_f64s};
-use super::tp_stage::{CommSpan, SpanGroup, StageStepTimes, TpStageConfig, TpStages};
+use super::tp_stage::{CommSpan, HeldBytes, SpanGroup, StageStepTimes, TpStageConfig, TpStages};
 use super::world_base::onto_world_base;
 use super::{run_stages, ActionTiming, PipelineConfig, PipelineError, RankStep, RunRecord, Work};
-use crate::comm::mesh::{with_mesh, Coords, MeshShape};
+use crate::comm::group::split;
+use crate::comm::mesh::{with_mesh, Coords, MeshShape, SharedComm};
 use crate::comm::{Algo, Collective, Communicator, DType, HostBuffer, Io, ReduceOp};
 use crate::compute::Compute;
 use crate::layers::layout::ParamSpecs;
@@ -85,6 +86,24 @@ pub struct PipelineSteps {
     /// Each step's first work start in this pipeline, on its head's own
     /// clock (what put it on the world's base).
     pub origins_us: Vec<f64>,
+}
+
+/// One rank's sharded data-parallel figures ([`ComposedRecord::sharded`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ShardFigures {
+    pub rank: usize,
+    /// ZeRO-3's per-layer all-gathers, ZeRO-2's and -3's reduce-scatters,
+    /// the part the compute waited for (all of both: they run on the
+    /// compute's own thread), microseconds per step.
+    pub gather_us: f64,
+    pub scatter_us: f64,
+    pub exposed_us: f64,
+    /// Adam's update at the step's end.
+    pub optimizer_us: f64,
+    /// Per-layer sharded collectives in a step.
+    pub calls: usize,
+    pub held_end: HeldBytes,
+    pub held_peak_total: f64,
 }
 
 /// What world rank 0 gathered.
@@ -161,7 +180,11 @@ impl ComposedRecord {
                     .filter_map(|r| {
                         let p = self.pipeline_of(r.rank)?;
                         let last = p.steps.get(i)?.get(r.coords.pp)?.actions.last()?.end_us;
-                        Some(last + r.times.get(i).map_or(0.0, |t| t.dp_exposed_us))
+                        let end = r
+                            .times
+                            .get(i)
+                            .map_or(0.0, |t| t.dp_exposed_us + t.optimizer_us);
+                        Some(last + end)
                     })
                     .fold(0.0, f64::max)
             })
@@ -178,6 +201,34 @@ impl ComposedRecord {
             .min_by(|a, b| (a.1 - m).abs().total_cmp(&(b.1 - m).abs()))
             .map_or(0, |(i, _)| i);
         (m, i)
+    }
+
+    /// Every rank's sharded data-parallel figures (with `--shard`): the
+    /// per-layer collectives and the optimizer, each the median over the
+    /// timed steps; what it held at the last step's end and its peak.
+    pub fn sharded(&self) -> Vec<ShardFigures> {
+        self.ranks
+            .iter()
+            .map(|r| {
+                let med = |f: fn(&StageStepTimes) -> f64| {
+                    median(&mut r.times.iter().map(f).collect::<Vec<_>>()).unwrap_or(0.0)
+                };
+                ShardFigures {
+                    rank: r.rank,
+                    gather_us: med(|t| t.shard_gather_us),
+                    scatter_us: med(|t| t.shard_scatter_us),
+                    exposed_us: med(|t| t.shard_exposed_us),
+                    optimizer_us: med(|t| t.optimizer_us),
+                    calls: r.times.last().map_or(0, |t| t.shard_calls),
+                    held_end: r.times.last().map(|t| t.held_end).unwrap_or_default(),
+                    held_peak_total: r
+                        .times
+                        .iter()
+                        .map(|t| t.held_peak_total)
+                        .fold(0.0, f64::max),
+                }
+            })
+            .collect()
     }
 
     /// Every rank's breakdown: each figure the median over the timed
@@ -253,7 +304,6 @@ where
     C: Compute<Buf = HostBuffer>,
 {
     let rank = world.rank();
-    let warmup = cfg.pipeline.warmup;
     let reduce = cfg.stages.reduce;
     // The overlapped reduction's own communicator, made before the mesh
     // borrows the world.
@@ -265,38 +315,48 @@ where
     let mine = with_mesh(world, &cfg.mesh, cfg.algo, |mesh| {
         let coords = mesh.coords;
         let mut body = || -> Result<_, PipelineError> {
-            let s = &cfg.pipeline.schedule;
-            let work = cfg.pipeline.work;
+            let group = reduce.group_of(cfg.mesh.dp);
             let ran = with_overlap(
                 dup.take(),
                 &cfg.mesh,
                 cfg.algo,
-                reduce.dist_opt,
+                reduce.dist_opt(),
                 |reducer| {
-                    let mut stages = TpStages::new(
-                        c,
-                        &cfg.stages,
-                        s,
-                        mesh.pp.rank(),
-                        work,
+                    let run = RankRun { c, cfg, base, rank };
+                    if group == cfg.mesh.dp {
+                        return run.go(&mut mesh.tp, &mut mesh.dp, None, &mut mesh.pp, reducer);
+                    }
+                    // Hybrid sharding: the data group split in two, each
+                    // link of it in one of them (shard groups hold
+                    // consecutive data ranks, replica groups one of each).
+                    let d = mesh.dp.rank();
+                    let cell = std::sync::Mutex::new(&mut mesh.dp);
+                    let (mut h_shard, mut h_across) =
+                        (SharedComm::new(&cell)?, SharedComm::new(&cell)?);
+                    let colour = |v: usize| u32::try_from(v).unwrap_or(u32::MAX);
+                    let mut shard = split(
+                        &mut h_shard,
+                        Some(colour(d / group)),
+                        colour(d % group),
+                        cfg.algo,
+                    )?
+                    .ok_or_else(|| PipelineError::Protocol("left out of its shard group".into()))?;
+                    let mut across = split(
+                        &mut h_across,
+                        Some(colour(d % group)),
+                        colour(d / group),
+                        cfg.algo,
+                    )?
+                    .ok_or_else(|| {
+                        PipelineError::Protocol("left out of its replica group".into())
+                    })?;
+                    run.go(
                         &mut mesh.tp,
-                        &mut mesh.dp,
-                    )?;
-                    if let Some(r) = reducer {
-                        stages.overlap_on(r);
-                    }
-                    let rec = run_stages(&mut mesh.pp, c, &cfg.pipeline, base, &mut stages)?;
-                    if cfg.corrupt_grad_rank == Some(rank) {
-                        stages.corrupt_for_test();
-                    }
-                    let check = if cfg.check && work == Work::Compute {
-                        check_composed(c, &mut stages, &mut mesh.pp, s, &cfg.stages)?
-                    } else {
-                        None
-                    };
-                    let times = stages.times.get(warmup..).unwrap_or(&[]).to_vec();
-                    let spans = stages.spans.get(warmup..).unwrap_or(&[]).to_vec();
-                    Ok((rec, check, times, spans))
+                        &mut shard,
+                        Some(&mut across),
+                        &mut mesh.pp,
+                        reducer,
+                    )
                 },
             )?;
             let (rec, check, times, spans) = ran;
@@ -311,7 +371,7 @@ where
                 * cfg.stages.layers_per_stage;
             let cap = (cfg.stages.reduce.bucket_bytes / c.dtype().size()).max(1);
             let bucket = grads.min(cap).max(1);
-            let coll = if cfg.stages.reduce.dist_opt {
+            let coll = if cfg.stages.reduce.dist_opt() {
                 Collective::ReduceScatter
             } else {
                 Collective::AllReduce
@@ -375,6 +435,66 @@ where
         dp_wire,
         world_clocks,
     }))
+}
+
+/// One rank's part of the run, whatever its groups' types.
+struct RankRun<'a, C> {
+    c: &'a C,
+    cfg: &'a ComposedConfig,
+    base: TimeBase,
+    rank: usize,
+}
+
+/// What a rank's run gives back: its pipeline's record (on its first
+/// rank), its replica's check, its timed steps and their spans.
+type RankOut = (
+    Option<RunRecord>,
+    Option<GradCheck>,
+    Vec<StageStepTimes>,
+    Vec<Vec<CommSpan>>,
+);
+
+impl<C: Compute<Buf = HostBuffer>> RankRun<'_, C> {
+    /// Builds the rank's stages over its tensor group, its shard group
+    /// `dp` (and with hybrid sharding its replica group), runs the steps
+    /// over `pp` and checks the gradients.
+    fn go<T, D, P>(
+        &self,
+        tp: &mut T,
+        dp: &mut D,
+        replicas: Option<&mut D>,
+        pp: &mut P,
+        reducer: Option<&mut super::dp_overlap::Reducer<HostBuffer>>,
+    ) -> Result<RankOut, PipelineError>
+    where
+        T: Communicator<Buffer = HostBuffer>,
+        D: Communicator<Buffer = HostBuffer>,
+        P: Communicator<Buffer = HostBuffer>,
+    {
+        let (c, cfg) = (self.c, self.cfg);
+        let s = &cfg.pipeline.schedule;
+        let work = cfg.pipeline.work;
+        let warmup = cfg.pipeline.warmup;
+        let mut stages = TpStages::new(c, &cfg.stages, s, pp.rank(), work, tp, dp)?;
+        if let Some(r) = replicas {
+            stages.with_replicas(r)?;
+        }
+        if let Some(r) = reducer {
+            stages.overlap_on(r);
+        }
+        let rec = run_stages(pp, c, &cfg.pipeline, self.base, &mut stages)?;
+        if cfg.corrupt_grad_rank == Some(self.rank) {
+            stages.corrupt_for_test();
+        }
+        let check = if cfg.check && work == Work::Compute {
+            check_composed(c, &mut stages, pp, s, &cfg.stages)?
+        } else {
+            None
+        };
+        let times = stages.times.get(warmup..).unwrap_or(&[]).to_vec();
+        let spans = stages.spans.get(warmup..).unwrap_or(&[]).to_vec();
+        Ok((rec, check, times, spans))
+    }
 }
 
 /// A quarter, one and four times `n` elements: the block's message and
@@ -447,7 +567,7 @@ where
     }))
 }
 
-const TIMES_FIELDS: usize = 5;
+const TIMES_FIELDS: usize = 5 + 5 + 4 + 4 + 1;
 const SPAN_FIELDS: usize = 4;
 
 fn encode_figures(f: &RankFigures) -> Vec<f64> {
@@ -459,7 +579,15 @@ fn encode_figures(f: &RankFigures) -> Vec<f64> {
             t.dp_comm_us,
             t.dp_exposed_us,
             t.buckets as f64,
+            t.shard_gather_us,
+            t.shard_scatter_us,
+            t.shard_exposed_us,
+            t.shard_calls as f64,
+            t.optimizer_us,
         ]);
+        v.extend(held_fields(&t.held_end));
+        v.extend(held_fields(&t.held_peak));
+        v.push(t.held_peak_total);
     }
     for step in &f.spans {
         v.push(step.len() as f64);
@@ -476,11 +604,28 @@ fn span_code(g: SpanGroup) -> f64 {
         SpanGroup::Tp => 0.0,
         SpanGroup::Dp => 1.0,
         SpanGroup::DpThread => 2.0,
+        SpanGroup::ShardGather => 3.0,
+        SpanGroup::ShardScatter => 4.0,
+    }
+}
+
+fn held_fields(h: &HeldBytes) -> [f64; 4] {
+    [h.params, h.grads, h.optimizer, h.buffers]
+}
+
+fn held_of(v: &[f64]) -> HeldBytes {
+    HeldBytes {
+        params: v[0],
+        grads: v[1],
+        optimizer: v[2],
+        buffers: v[3],
     }
 }
 
 fn span_group(code: f64) -> SpanGroup {
     match code {
+        c if c > 3.5 => SpanGroup::ShardScatter,
+        c if c > 2.5 => SpanGroup::ShardGather,
         c if c > 1.5 => SpanGroup::DpThread,
         c if c > 0.5 => SpanGroup::Dp,
         _ => SpanGroup::Tp,
@@ -513,6 +658,14 @@ fn decode_figures(from: usize, mesh: &MeshShape, v: &[f64]) -> Result<RankFigure
             dp_comm_us: t[2],
             dp_exposed_us: t[3],
             buckets: t[4].max(0.0) as usize,
+            shard_gather_us: t[5],
+            shard_scatter_us: t[6],
+            shard_exposed_us: t[7],
+            shard_calls: t[8].max(0.0) as usize,
+            optimizer_us: t[9],
+            held_end: held_of(&t[10..14]),
+            held_peak: held_of(&t[14..18]),
+            held_peak_total: t[18],
         });
         at += TIMES_FIELDS;
     }
@@ -546,17 +699,26 @@ fn decode_figures(from: usize, mesh: &MeshShape, v: &[f64]) -> Result<RankFigure
 fn encode_check(c: Option<GradCheck>) -> Vec<f64> {
     match c {
         None => vec![0.0],
-        Some(g) => vec![1.0, g.max_rel_err, g.differing as f64, g.values as f64],
+        Some(g) => vec![
+            1.0,
+            g.max_rel_err,
+            g.differing as f64,
+            g.values as f64,
+            g.weights_differing as f64,
+            g.weights_compared as f64,
+        ],
     }
 }
 
 fn decode_check(from: usize, v: &[f64]) -> Result<Option<GradCheck>, PipelineError> {
     match v {
         [flag] if *flag == 0.0 => Ok(None),
-        [_, err, differing, values] => Ok(Some(GradCheck {
+        [_, err, differing, values, w_differing, w_compared] => Ok(Some(GradCheck {
             max_rel_err: *err,
             differing: differing.max(0.0) as usize,
             values: values.max(0.0) as usize,
+            weights_differing: w_differing.max(0.0) as usize,
+            weights_compared: w_compared.max(0.0) as usize,
         })),
         _ => Err(malformed(from, "check")),
     }
@@ -634,6 +796,19 @@ mod tests {
                 dp_comm_us: 3.0,
                 dp_exposed_us: 1.0,
                 buckets: 2,
+                shard_gather_us: 4.0,
+                shard_scatter_us: 5.0,
+                shard_exposed_us: 6.0,
+                shard_calls: 7,
+                optimizer_us: 8.0,
+                held_end: HeldBytes {
+                    params: 1.0,
+                    grads: 2.0,
+                    optimizer: 3.0,
+                    buffers: 4.0,
+                },
+                held_peak: HeldBytes::default(),
+                held_peak_total: 11.0,
             }],
             spans: vec![vec![CommSpan {
                 group: SpanGroup::Dp,
@@ -647,6 +822,8 @@ mod tests {
             max_rel_err: 1e-7,
             differing: 3,
             values: 10,
+            weights_differing: 1,
+            weights_compared: 4,
         };
         assert_eq!(decode_check(1, &encode_check(Some(g))).unwrap(), Some(g));
         assert_eq!(decode_check(1, &encode_check(None)).unwrap(), None);

@@ -31,7 +31,7 @@ pub use analysis::{acausal, closed_form, summarize, Acausal, IdleSplit, Summary}
 pub use composed::{check_composed, GradCheck};
 pub use composed_run::{
     run_composed, ComposedConfig, ComposedRecord, PipelineSteps, RankBreakdown, RankFigures,
-    WireProbe,
+    ShardFigures, WireProbe,
 };
 pub use dp_overlap::{overlap_comm, with_overlap, Reducer};
 pub use exec::{run_rank, run_stages, ActionTiming, RankStep, RunRecord};

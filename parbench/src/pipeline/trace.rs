@@ -186,6 +186,15 @@ pub fn composed_trace(
             let name = format!("rank {} dp reduction thread", r.rank);
             thread_events(&mut events, c.pp, reduction_tid, &name);
         }
+        // Sharded data parallel's gathers and scatters: a track of their own.
+        let shard_tid = 2 * rec.mesh.world() + r.rank;
+        if spans
+            .iter()
+            .any(|s| matches!(s.group, SpanGroup::ShardGather | SpanGroup::ShardScatter))
+        {
+            let name = format!("rank {} sharded data parallel", r.rank);
+            thread_events(&mut events, c.pp, shard_tid, &name);
+        }
         for s in spans {
             let Some(a) = rs.actions.get(s.action) else {
                 continue;
@@ -194,6 +203,8 @@ pub fn composed_trace(
                 SpanGroup::Tp => ("tp comm", "olive", r.rank),
                 SpanGroup::Dp => ("dp bucket", "rail_response", r.rank),
                 SpanGroup::DpThread => ("dp bucket", "rail_response", reduction_tid),
+                SpanGroup::ShardGather => ("shard all-gather", "thread_state_iowait", shard_tid),
+                SpanGroup::ShardScatter => ("shard reduce-scatter", "rail_load", shard_tid),
             };
             events.push(json!({
                 "name": name, "cat": name, "ph": "X", "pid": c.pp, "tid": tid,

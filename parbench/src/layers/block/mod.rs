@@ -201,6 +201,35 @@ impl<C: Compute> TpBlock<C> {
         Ok(())
     }
 
+    /// This rank's parameters (the tensor-parallel shard of each).
+    pub fn params(&self) -> &Params<C::Buf> {
+        &self.params
+    }
+
+    /// Hands the parameters over, leaving empty buffers until
+    /// [`TpBlock::put_params`] (ZeRO-3 frees a layer's gathered weights
+    /// between its uses). A pass run meanwhile fails on its buffer sizes.
+    pub fn take_params(&mut self, dev: &C) -> LayerResult<Params<C::Buf>> {
+        let empty = self.params.try_map(|_| dev.alloc(0))?;
+        Ok(std::mem::replace(&mut self.params, empty))
+    }
+
+    /// Puts parameters back (each of its tensor's local length).
+    pub fn put_params(&mut self, p: Params<C::Buf>) {
+        self.params = p;
+    }
+
+    /// Hands the gradients over, leaving empty buffers (ZeRO-2 and -3 keep
+    /// only a share after each layer's reduce-scatter); [`TpBlock::zero_grads`]
+    /// makes them whole again. `None` outside training.
+    pub fn take_grads(&mut self, dev: &C) -> LayerResult<Option<Params<C::Buf>>> {
+        let Some(g) = self.grads.as_ref() else {
+            return Ok(None);
+        };
+        let empty = g.try_map(|_| dev.alloc(0))?;
+        Ok(self.grads.replace(empty))
+    }
+
     /// The configuration this block runs.
     pub fn config(&self) -> &BlockConfig {
         &self.cfg
@@ -229,18 +258,12 @@ impl<C: Compute> TpBlock<C> {
     /// Parameter gradient `i` ([`Params::all`]'s order), to write a
     /// reduced gradient back.
     pub fn param_grad_mut(&mut self, i: usize) -> Option<&mut C::Buf> {
-        let g = self.grads.as_mut()?;
-        Some(match i {
-            0 => &mut g.w_qkv,
-            1 => &mut g.b_qkv,
-            2 => &mut g.w_o,
-            3 => &mut g.b_o,
-            4 => &mut g.w_1,
-            5 => &mut g.b_1,
-            6 => &mut g.w_2,
-            7 => &mut g.b_2,
-            _ => return None,
-        })
+        self.grads.as_mut()?.get_mut(i)
+    }
+
+    /// Parameter `i` ([`Params::all`]'s order), to write updated weights.
+    pub fn param_mut(&mut self, i: usize) -> Option<&mut C::Buf> {
+        self.params.get_mut(i)
     }
 
     /// One forward pass: attention then MLP, each ending in its collective.
@@ -399,22 +422,6 @@ mod tests {
         dev.upload(v, b).unwrap();
     }
 
-    impl<C: Compute> TpBlock<C> {
-        fn param_mut(&mut self, i: usize) -> &mut C::Buf {
-            let p = &mut self.params;
-            match i {
-                0 => &mut p.w_qkv,
-                1 => &mut p.b_qkv,
-                2 => &mut p.w_o,
-                3 => &mut p.b_o,
-                4 => &mut p.w_1,
-                5 => &mut p.b_1,
-                6 => &mut p.w_2,
-                _ => &mut p.b_2,
-            }
-        }
-    }
-
     /// The analytic gradients of loss = sum(dy * y) against central differences.
     #[test]
     fn backward_matches_finite_differences() {
@@ -445,7 +452,7 @@ mod tests {
                     let mut fd = 0f64;
                     for sign in [1f32, -1.0] {
                         let buf = if which < 8 {
-                            blk.param_mut(which)
+                            blk.param_mut(which).unwrap()
                         } else {
                             &mut blk.st.acts.x
                         };
@@ -455,7 +462,7 @@ mod tests {
                         set(&dev, buf, &v);
                         fd += sign as f64 * loss(&mut blk, comm);
                         let buf = if which < 8 {
-                            blk.param_mut(which)
+                            blk.param_mut(which).unwrap()
                         } else {
                             &mut blk.st.acts.x
                         };

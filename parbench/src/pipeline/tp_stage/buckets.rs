@@ -4,6 +4,7 @@
 //! as they become final and taken back at the step's end.
 
 use super::*;
+use crate::comm::CommBuffer;
 
 /// A bucket handed to the reduction thread this step.
 pub(super) struct Launched {
@@ -25,10 +26,10 @@ pub(super) fn ready_after(bucket: &[Slot]) -> usize {
 
 /// One parameter gradient's place in a bucket.
 pub(super) struct Slot {
-    layer: usize,
-    param: usize,
-    offset: usize,
-    len: usize,
+    pub(super) layer: usize,
+    pub(super) param: usize,
+    pub(super) offset: usize,
+    pub(super) len: usize,
 }
 
 pub(super) fn grad<'a, C: Compute>(
@@ -166,7 +167,7 @@ where
         let handoff = (received - prev_end.max(start)).max(0.0);
         let launched = std::mem::take(&mut self.launched);
         for (l, r) in launched.iter().zip(back) {
-            if self.cfg.reduce.dist_opt {
+            if self.cfg.reduce.dist_opt() {
                 self.shares.insert((l.stage, l.bucket), (r.buf, r.len));
             } else {
                 let bucket = self
@@ -254,7 +255,7 @@ where
                 c.copy(g, 0, &mut buf, s.offset, s.len)?;
             }
             c.sync()?;
-            if self.cfg.reduce.dist_opt {
+            if self.cfg.reduce.dist_opt() {
                 let mut share = c.alloc(len / d)?;
                 self.dp.reduce_scatter(
                     Io::OutOfPlace {
@@ -278,7 +279,14 @@ where
                 }
                 c.sync()?;
             }
-            self.bucket_bufs.insert((stage, bi), buf);
+            self.transient = buf.len_bytes() as f64;
+            self.note_held();
+            self.transient = 0.0;
+            // ZeRO-1 keeps no bucket copy between steps (Megatron reduces
+            // in its one gradient buffer); DDP keeps its buckets.
+            if !self.cfg.reduce.dist_opt() {
+                self.bucket_bufs.insert((stage, bi), buf);
+            }
             let took = host_now_us() - start;
             self.step_spans.push(CommSpan {
                 group: SpanGroup::Dp,
@@ -302,10 +310,9 @@ where
     pub fn reduced_grads(&mut self, c: &C) -> Result<Vec<Vec<Vec<f32>>>, PipelineError> {
         let mut stages: Vec<usize> = self.blocks.keys().copied().collect();
         stages.sort_unstable();
-        let d = self.dp.world();
-        let dtype = self.dtype;
         let t = self.tp.world();
         let specs = ParamSpecs::new(&self.cfg.block);
+        let per_layer = self.cfg.reduce.per_layer();
         let mut out = Vec::new();
         for st in stages {
             let blocks = self.blocks.get(&st).ok_or_else(|| missing(st))?;
@@ -313,6 +320,10 @@ where
             for (layer, _) in blocks.iter().enumerate() {
                 let params = (0..8)
                     .map(|param| {
+                        if per_layer {
+                            // Freed after each scatter: the shares hold them.
+                            return Ok(Vec::new());
+                        }
                         let len = specs.all()[param].local_len(t);
                         let s = Slot {
                             layer,
@@ -325,19 +336,7 @@ where
                     .collect::<Result<Vec<_>, PipelineError>>()?;
                 per.push(params);
             }
-            if self.cfg.reduce.dist_opt && d > 1 {
-                for (bi, bucket) in self.buckets(st).into_iter().enumerate() {
-                    let (share, n) = self.shares.get(&(st, bi)).ok_or_else(|| {
-                        PipelineError::Protocol(format!(
-                            "bucket {bi} of stage {st} was not reduced"
-                        ))
-                    })?;
-                    let flat = gather_to_host(c, &mut *self.dp, share, *n, dtype)?;
-                    for s in &bucket {
-                        per[s.layer][s.param] = flat[s.offset..s.offset + s.len].to_vec();
-                    }
-                }
-            }
+            self.gathered_grad_shares(c, st, &mut per)?;
             out.push(per.into_iter().flatten().collect());
         }
         Ok(out)

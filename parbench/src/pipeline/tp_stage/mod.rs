@@ -29,10 +29,12 @@
 
 mod buckets;
 mod reference;
+mod shard;
 mod work;
 
 use buckets::{download_n, Launched};
 pub use reference::reference_grads;
+pub use shard::{bytes_per_param, HeldBytes};
 
 use super::dp_overlap::Reducer;
 use super::stage::StageWork;
@@ -42,6 +44,7 @@ use crate::compute::Compute;
 use crate::layers::layout::{DataSpecs, ParamSpecs};
 use crate::layers::{BlockConfig, BlockState, Mode, PhaseClock, TpBlock};
 use crate::measure::clock_sync::host_now_us;
+use crate::model::plan::Shard;
 use crate::schedule::{Action, ActionKind, Schedule};
 use crate::seed::splitmix64;
 use std::collections::HashMap;
@@ -56,9 +59,39 @@ pub struct DpReduce {
     /// are final, concurrently with the rest of the backward (needs a
     /// [`super::dp_overlap::Reducer`]: [`TpStages::overlap_on`]).
     pub overlap: bool,
-    /// Reduce-scatter instead of all-reduce: each data rank keeps its
-    /// share of each bucket (the distributed optimizer's, ZeRO-1).
-    pub dist_opt: bool,
+    /// Sharded data parallel ([`shard`]'s module notes): `None` reduces
+    /// the gradients and stops (no optimizer); `Some(mode)` ends each
+    /// step in Adam over what `mode` shards (`Shard::None`: replicated,
+    /// DDP; `Zero1`: the distributed optimizer's reduce-scatter).
+    pub shard: Option<Shard>,
+    /// Data ranks one shard spans (hybrid sharding, HSDP: shards inside
+    /// groups of this many consecutive data ranks, replicated across the
+    /// groups); 0: the whole data group.
+    pub shard_group: usize,
+}
+
+impl DpReduce {
+    /// Each bucket reduce-scattered, each data rank keeping its share
+    /// (the distributed optimizer's, ZeRO-1).
+    pub fn dist_opt(&self) -> bool {
+        self.shard == Some(Shard::Zero1)
+    }
+
+    /// ZeRO-2 or -3: each layer's gradients reduce-scattered as each
+    /// microbatch's backward makes them (no buckets).
+    pub fn per_layer(&self) -> bool {
+        matches!(self.shard, Some(Shard::Zero2 | Shard::Zero3))
+    }
+
+    /// Ranks a shard spans out of `dp` data ranks.
+    pub fn group_of(&self, dp: usize) -> usize {
+        // Replicated data parallel has nothing to shard: one group.
+        if self.shard_group == 0 || matches!(self.shard, None | Some(Shard::None)) {
+            dp
+        } else {
+            self.shard_group
+        }
+    }
 }
 
 impl Default for DpReduce {
@@ -66,7 +99,8 @@ impl Default for DpReduce {
         DpReduce {
             bucket_bytes: 25 << 20,
             overlap: false,
-            dist_opt: false,
+            shard: None,
+            shard_group: 0,
         }
     }
 }
@@ -98,6 +132,18 @@ impl TpStageConfig {
         }
         if self.reduce.bucket_bytes == 0 {
             return invalid("the bucket size must be positive".into());
+        }
+        let g = self.reduce.group_of(self.dp);
+        if g == 0 || !self.dp.is_multiple_of(g) {
+            return invalid(format!(
+                "a shard group of {g} data ranks does not divide the {} data ranks",
+                self.dp
+            ));
+        }
+        if self.reduce.per_layer() && self.reduce.overlap {
+            return invalid(
+                "--overlap overlaps the buckets of replicated and ZeRO-1 data parallel; zero2 and zero3 reduce-scatter each layer as it is done".into(),
+            );
         }
         self.block
             .validate(tp)
@@ -158,6 +204,21 @@ pub struct StageStepTimes {
     pub dp_exposed_us: f64,
     /// Buckets reduced.
     pub buckets: usize,
+    /// ZeRO-3's per-layer parameter all-gathers, ZeRO-2's and -3's
+    /// per-layer gradient reduce-scatters, and the part of both the
+    /// compute thread waited for (in the actions; not in `dp_comm_us`).
+    pub shard_gather_us: f64,
+    pub shard_scatter_us: f64,
+    pub shard_exposed_us: f64,
+    /// Per-layer sharded collectives run.
+    pub shard_calls: usize,
+    /// Adam's update at the step's end (with `--shard`).
+    pub optimizer_us: f64,
+    /// What the rank held at the step's end, and the peak of each kind
+    /// and of the total during the step ([`HeldBytes`]).
+    pub held_end: HeldBytes,
+    pub held_peak: HeldBytes,
+    pub held_peak_total: f64,
 }
 
 impl StageStepTimes {
@@ -184,6 +245,11 @@ pub enum SpanGroup {
     /// A data-parallel bucket's reduction on the reduction thread
     /// (`overlap`): a track of its own beside the rank's.
     DpThread,
+    /// A sharded layer's parameter all-gather (ZeRO-3), and its
+    /// gradients' reduce-scatter (ZeRO-2 and -3): a track of their own
+    /// beside the rank's.
+    ShardGather,
+    ShardScatter,
 }
 
 /// One communication phase of one step on one rank, placed against the
@@ -207,7 +273,22 @@ pub struct TpStages<'g, C: Compute, T, D> {
     /// Stage -> its blocks, first to last.
     blocks: HashMap<usize, Vec<TpBlock<C>>>,
     tp: &'g mut T,
+    /// The shard group: the whole data group unless sharding is hybrid.
     dp: &'g mut D,
+    /// Hybrid sharding: the replica group (the data ranks holding the
+    /// same share), across which the shares are averaged.
+    replicas: Option<&'g mut D>,
+    /// This rank's data-parallel rank (its microbatches' place).
+    data_rank: usize,
+    /// ZeRO-3: per (stage, layer) this rank's share of the weights.
+    param_shares: HashMap<(usize, usize), C::Buf>,
+    /// ZeRO-2 and -3: per (stage, layer) this rank's share of the
+    /// reduced gradients, accumulated over the microbatches.
+    grad_shares: HashMap<(usize, usize), C::Buf>,
+    /// Per (stage, unit) Adam's state for this rank's share.
+    adam: HashMap<(usize, usize), shard::AdamState>,
+    /// Bytes of a communication copy held at the moment (for [`HeldBytes`]).
+    transient: f64,
     /// Microbatches per data rank.
     microbatches: usize,
     /// Actions run so far in this step.
@@ -265,10 +346,15 @@ where
         dp: &'g mut D,
     ) -> Result<Self, PipelineError> {
         cfg.validate(tp.world())?;
-        if dp.world() != cfg.dp {
+        let group = cfg.reduce.group_of(cfg.dp);
+        if dp.world() != group {
+            let per = if group < cfg.dp {
+                " per shard group"
+            } else {
+                ""
+            };
             return Err(PipelineError::Invalid(format!(
-                "{} data ranks configured, the data group has {}",
-                cfg.dp,
+                "{group} data ranks configured{per}, the data group has {}",
                 dp.world()
             )));
         }
@@ -288,12 +374,19 @@ where
             }
             blocks.insert(st, layers);
         }
-        Ok(TpStages {
+        let data_rank = dp.rank();
+        let mut stages = TpStages {
             cfg: cfg.clone(),
             dtype: c.dtype(),
             blocks,
             tp,
             dp,
+            replicas: None,
+            data_rank,
+            param_shares: HashMap::new(),
+            grad_shares: HashMap::new(),
+            adam: HashMap::new(),
+            transient: 0.0,
             microbatches: schedule.microbatches,
             done: 0,
             weight_passes: HashMap::new(),
@@ -310,7 +403,26 @@ where
             reducer: None,
             launched: Vec::new(),
             launch_early: 0,
-        })
+        };
+        stages.shard_params_at_start(c)?;
+        Ok(stages)
+    }
+
+    /// Hybrid sharding: `replicas` is this rank's replica group (the data
+    /// ranks with its share, ordered by shard group), the shard group
+    /// the one `new` was given; data rank `replica * group + shard rank`.
+    pub fn with_replicas(&mut self, replicas: &'g mut D) -> Result<(), PipelineError> {
+        let g = self.dp.world();
+        if replicas.world() * g != self.cfg.dp {
+            return Err(PipelineError::Invalid(format!(
+                "{} replicas of {g} data ranks are not the {} data ranks",
+                replicas.world(),
+                self.cfg.dp
+            )));
+        }
+        self.data_rank = replicas.rank() * g + self.dp.rank();
+        self.replicas = Some(replicas);
+        Ok(())
     }
 
     /// Reduces the buckets on `reducer`'s thread as their gradients become
@@ -356,14 +468,21 @@ where
         dy: Option<C::Buf>,
     ) -> Result<C::Buf, PipelineError> {
         let mut dy = self.output_grad(c, mb, dy)?;
-        let born = host_now_us();
+        let mut born = host_now_us();
         let mut clock = PhaseClock::new();
-        let tp = &mut *self.tp;
-        let layers = self.blocks.get(&stage).ok_or_else(|| missing(stage))?;
-        for (b, st) in layers.iter().zip(stash.iter_mut()).rev() {
+        for layer in (0..stash.len()).rev() {
+            self.sharded_op(&mut clock, &mut born, |s| s.gather_layer(c, stage, layer))?;
+            let tp = &mut *self.tp;
+            let b = self
+                .blocks
+                .get(&stage)
+                .and_then(|l| l.get(layer))
+                .ok_or_else(|| missing(stage))?;
+            let st = &mut stash[layer];
             b.backward_input_state(c, tp, &mut clock, st, dy)
                 .map_err(layer_err)?;
             dy = st.take_input_grad(c).map_err(layer_err)?;
+            self.release_layer(c, stage, layer)?;
         }
         self.charge(&clock, born);
         Ok(dy)
@@ -381,12 +500,16 @@ where
         let mut born = host_now_us();
         let mut clock = PhaseClock::new();
         for (layer, st) in stash.iter().enumerate().rev() {
+            self.grads_for_pass(c, stage, layer)?;
             let b = self
                 .layers(stage)?
                 .get_mut(layer)
                 .ok_or_else(|| missing(stage))?;
             b.backward_weight_state(c, &mut clock, st)
                 .map_err(layer_err)?;
+            self.sharded_op(&mut clock, &mut born, |s| {
+                s.scatter_layer_grads(c, stage, layer)
+            })?;
             if last {
                 self.layer_final(c, stage, layer, &mut clock, &mut born)?;
             }
@@ -429,6 +552,7 @@ where
         let mut born = host_now_us();
         let mut clock = PhaseClock::new();
         for layer in (0..stash.len()).rev() {
+            self.sharded_op(&mut clock, &mut born, |s| s.gather_layer(c, stage, layer))?;
             let st = &mut stash[layer];
             let tp = &mut *self.tp;
             let b = self
@@ -439,8 +563,18 @@ where
             b.backward_input_state(c, tp, &mut clock, st, dy)
                 .map_err(layer_err)?;
             dy = st.take_input_grad(c).map_err(layer_err)?;
-            b.backward_weight_state(c, &mut clock, st)
+            self.release_layer(c, stage, layer)?;
+            self.grads_for_pass(c, stage, layer)?;
+            let b = self
+                .blocks
+                .get_mut(&stage)
+                .and_then(|l| l.get_mut(layer))
+                .ok_or_else(|| missing(stage))?;
+            b.backward_weight_state(c, &mut clock, &stash[layer])
                 .map_err(layer_err)?;
+            self.sharded_op(&mut clock, &mut born, |s| {
+                s.scatter_layer_grads(c, stage, layer)
+            })?;
             if last {
                 self.layer_final(c, stage, layer, &mut clock, &mut born)?;
             }
@@ -507,6 +641,25 @@ where
             }));
     }
 
+    /// A sharded layer collective inside a pass (ZeRO-2 and -3): the
+    /// pass's clock is charged up to here, the collective times itself,
+    /// and the clock restarts after it.
+    fn sharded_op(
+        &mut self,
+        clock: &mut PhaseClock,
+        born: &mut f64,
+        op: impl FnOnce(&mut Self) -> Result<(), PipelineError>,
+    ) -> Result<(), PipelineError> {
+        if !self.cfg.reduce.per_layer() {
+            return Ok(());
+        }
+        self.charge(clock, *born);
+        op(self)?;
+        *clock = PhaseClock::new();
+        *born = host_now_us();
+        Ok(())
+    }
+
     fn layers(&mut self, stage: usize) -> Result<&mut Vec<TpBlock<C>>, PipelineError> {
         self.blocks
             .get_mut(&stage)
@@ -515,7 +668,7 @@ where
 
     /// Global index of this data rank's microbatch `mb`.
     fn global_mb(&self, mb: usize) -> usize {
-        self.dp.rank() * self.microbatches + mb
+        self.data_rank * self.microbatches + mb
     }
 }
 
@@ -567,7 +720,7 @@ where
 
     /// This rank's place: (tensor rank, data rank).
     pub fn place(&self) -> (usize, usize) {
-        (self.tp.rank(), self.dp.rank())
+        (self.tp.rank(), self.data_rank)
     }
 }
 

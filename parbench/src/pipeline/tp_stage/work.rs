@@ -18,11 +18,18 @@ where
     }
 
     fn zero_grads(&mut self, c: &C) -> Result<(), PipelineError> {
+        let per_layer = self.cfg.reduce.per_layer();
         for layers in self.blocks.values_mut() {
             for b in layers {
-                b.zero_grads(c).map_err(layer_err)?;
+                if per_layer {
+                    // Made whole for each weight pass, freed after its scatter.
+                    drop(b.take_grads(c).map_err(layer_err)?);
+                } else {
+                    b.zero_grads(c).map_err(layer_err)?;
+                }
             }
         }
+        self.grad_shares.clear();
         if self.cfg.reduce.overlap && self.cfg.dp > 1 && self.reducer.is_none() {
             return Err(PipelineError::Invalid(
                 "overlap needs the reduction thread (TpStages::overlap_on)".into(),
@@ -51,17 +58,24 @@ where
             Some(x) => x,
             None => seeded_act(c, &self.cfg, t, r, self.global_mb(mb), None)?,
         };
-        let born = host_now_us();
+        let mut born = host_now_us();
         let mut clock = PhaseClock::new();
-        let tp = &mut *self.tp;
-        let layers = self.blocks.get(&stage).ok_or_else(|| missing(stage))?;
-        let mut stash = Vec::with_capacity(layers.len());
-        for b in layers {
+        let n = self.blocks.get(&stage).ok_or_else(|| missing(stage))?.len();
+        let mut stash = Vec::with_capacity(n);
+        for layer in 0..n {
+            self.sharded_op(&mut clock, &mut born, |s| s.gather_layer(c, stage, layer))?;
+            let tp = &mut *self.tp;
+            let b = self
+                .blocks
+                .get(&stage)
+                .and_then(|l| l.get(layer))
+                .ok_or_else(|| missing(stage))?;
             let mut st = b.new_state(c, x).map_err(layer_err)?;
             b.forward_state(c, tp, &mut clock, &mut st)
                 .map_err(layer_err)?;
             x = st.take_output(c).map_err(layer_err)?;
             stash.push(st);
+            self.release_layer(c, stage, layer)?;
         }
         self.charge(&clock, born);
         Ok((x, stash))
@@ -124,6 +138,9 @@ where
         if matches!(a.kind, ActionKind::B | ActionKind::W) && self.final_overlapped_pass(a.stage) {
             return self.stand_in_last_weight_pass(c, a, d);
         }
+        if self.cfg.reduce.per_layer() {
+            return self.stand_in_sharded(c, a, d);
+        }
         let Some(layers) = self.blocks.get(&a.stage) else {
             return Err(missing(a.stage));
         };
@@ -158,15 +175,74 @@ where
     fn after_step(&mut self, c: &C) -> Result<(), PipelineError> {
         if self.reducer.is_some() {
             self.collect_overlapped(c)?;
-        } else {
+        } else if !self.cfg.reduce.per_layer() {
             let mut stages: Vec<usize> = self.blocks.keys().copied().collect();
             stages.sort_unstable();
             for st in stages {
                 self.reduce_stage(c, st)?;
             }
         }
+        self.finish_sharded_step(c)?;
         self.times.push(self.step);
         self.spans.push(std::mem::take(&mut self.step_spans));
+        Ok(())
+    }
+}
+
+impl<'g, C, T, D> TpStages<'g, C, T, D>
+where
+    C: Compute,
+    T: Communicator<Buffer = C::Buf>,
+    D: Communicator<Buffer = C::Buf>,
+{
+    /// Under `--work sleep` with ZeRO-2 or -3: layer by layer in the
+    /// order the compute runs them, each layer's gather before the sleep
+    /// that stands for a pass reading its weights (ZeRO-3), its
+    /// tensor-parallel collectives, and its reduce-scatter after the sleep
+    /// that stands for its weight gradients: the sharded traffic is real.
+    fn stand_in_sharded(&mut self, c: &C, a: Action, d: Duration) -> Result<(), PipelineError> {
+        let n = self.blocks.get(&a.stage).map_or(0, Vec::len);
+        let (reads, grads) = match a.kind {
+            ActionKind::F | ActionKind::I => (d, Duration::ZERO),
+            ActionKind::W => (Duration::ZERO, d),
+            ActionKind::B => (d / 2, d - d / 2),
+        };
+        let per_layer = |part: Duration| part / n.max(1) as u32;
+        let order: Vec<usize> = if a.kind == ActionKind::F {
+            (0..n).collect()
+        } else {
+            (0..n).rev().collect()
+        };
+        let mut born = host_now_us();
+        let mut clock = PhaseClock::new();
+        for layer in order {
+            if a.kind != ActionKind::W {
+                self.sharded_op(&mut clock, &mut born, |s| s.gather_layer(c, a.stage, layer))?;
+                std::thread::sleep(per_layer(reads));
+                clock.end_compute(c).map_err(layer_err)?;
+                let b = self
+                    .blocks
+                    .get(&a.stage)
+                    .and_then(|l| l.get(layer))
+                    .ok_or_else(|| missing(a.stage))?;
+                let st = self
+                    .scratch
+                    .get_mut(&a.stage)
+                    .ok_or_else(|| missing(a.stage))?;
+                b.pass_collectives(c, &mut *self.tp, &mut clock, st)
+                    .map_err(layer_err)?;
+                self.release_layer(c, a.stage, layer)?;
+            }
+            if matches!(a.kind, ActionKind::B | ActionKind::W) {
+                self.grads_for_pass(c, a.stage, layer)?;
+                std::thread::sleep(per_layer(grads));
+                clock.end_compute(c).map_err(layer_err)?;
+                self.sharded_op(&mut clock, &mut born, |s| {
+                    s.scatter_layer_grads(c, a.stage, layer)
+                })?;
+            }
+        }
+        self.charge(&clock, born);
         Ok(())
     }
 }
