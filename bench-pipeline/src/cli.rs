@@ -83,6 +83,11 @@ pub struct Args {
     /// data ranks and replicate across them (HSDP; G divides --dp).
     #[arg(long, value_name = "G")]
     pub shard_group: Option<usize>,
+    /// With --shard zero3: all-gather each layer's weights on a thread and
+    /// communicator of their own while the layer before it computes
+    /// (FSDP's prefetch; local and tcp).
+    #[arg(long)]
+    pub prefetch: bool,
     /// With --dp/--tp: the mesh's rank order, fastest axis first (default tp-dp-pp, Megatron's).
     #[arg(long)]
     pub order: Option<String>,
@@ -437,6 +442,7 @@ fn refuse_composed_flags(args: &Args) -> Result<(), String> {
         ("--dist-opt", args.dist_opt),
         ("--shard", args.shard.is_some()),
         ("--shard-group", args.shard_group.is_some()),
+        ("--prefetch", args.prefetch),
         ("--order", args.order.is_some()),
         ("--no-check", args.no_check),
     ];
@@ -468,7 +474,8 @@ fn refuse_with_composed(args: &Args) -> Result<(), String> {
             || args.dist_opt
             || args.bucket_mib.is_some()
             || args.shard.is_some()
-            || args.shard_group.is_some())
+            || args.shard_group.is_some()
+            || args.prefetch)
     {
         return Err(
             "--bucket-mib/--overlap/--dist-opt/--shard shape the data-parallel reduction: give --dp above 1"
@@ -504,6 +511,9 @@ fn shard_mode(args: &Args) -> Result<Option<Shard>, String> {
         if g < 1 || !args.dp.is_multiple_of(g) {
             return Err(format!("--shard-group {g}: a divisor of --dp {}", args.dp));
         }
+    }
+    if args.prefetch && mode != Some(Shard::Zero3) {
+        return Err("--prefetch gathers ZeRO-3's weights ahead: give --shard zero3".into());
     }
     if args.overlap && matches!(mode, Some(Shard::Zero2 | Shard::Zero3)) {
         return Err("--overlap overlaps replicated and ZeRO-1 buckets; zero2 and zero3 reduce-scatter each layer as it is done".into());
@@ -572,6 +582,7 @@ fn composed_job(
             overlap: args.overlap,
             shard: shard_mode(args)?,
             shard_group: args.shard_group.unwrap_or(0),
+            prefetch: args.prefetch,
         },
     };
     stages.validate(args.tp).map_err(|e| e.to_string())?;

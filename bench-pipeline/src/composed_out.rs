@@ -130,7 +130,13 @@ pub fn print(job: &ComposedJob, rec: &ComposedRecord, f: &Figures) {
         );
     }
     parbench::outln!("    (us per rank per step, median over the timed steps; dp_wait: the part of dp_comm that waited for the data group's slowest replica to begin each bucket, on the world's one clock)");
-    for (name, w) in [("tp", &rec.tp_wire), ("dp", &rec.dp_wire)] {
+    for (name, w) in [
+        ("tp", &rec.tp_wire),
+        ("dp", &rec.dp_wire),
+        ("shard gather", &rec.shard_wires.gather),
+        ("shard scatter", &rec.shard_wires.scatter),
+        ("replica", &rec.shard_wires.replicas),
+    ] {
         if let Some(line) = w.as_ref().map(wire_line) {
             parbench::outln!("    {name} wire (probed after the steps): {line}");
         }
@@ -151,7 +157,11 @@ fn shard_words(c: &ComposedJob) -> String {
             } else {
                 String::new()
             };
-            format!(", shard {}{hybrid}, Adam at learning rate 0", s.name())
+            let prefetch = if r.prefetch { ", prefetch" } else { "" };
+            format!(
+                ", shard {}{hybrid}{prefetch}, Adam at learning rate 0",
+                s.name()
+            )
         }
     }
 }
@@ -186,11 +196,12 @@ fn print_sharded(job: &ComposedJob, rec: &ComposedRecord, f: &Figures) {
         if s == Shard::None { "; DDP's bucket copy of the gradients besides" } else { "" }
     );
     parbench::outln!(
-        "    {:>5} {:>10} {:>10} {:>10} {:>10} {:>12} {:>12} {:>12} {:>12} {:>8} {:>12}",
+        "    {:>5} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12} {:>12} {:>12} {:>12} {:>8} {:>12}",
         "rank",
         "gather",
         "scatter",
         "exposed",
+        "hidden",
         "adam",
         "weights",
         "grads",
@@ -203,11 +214,12 @@ fn print_sharded(job: &ComposedJob, rec: &ComposedRecord, f: &Figures) {
         let h = r.held_end;
         let held = h.total();
         parbench::outln!(
-            "    {:>5} {:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>12.0} {:>12.0} {:>12.0} {:>12.0} {:>7.1}% {:>12.0}",
+            "    {:>5} {:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>12.0} {:>12.0} {:>12.0} {:>12.0} {:>7.1}% {:>12.0}",
             r.rank,
             r.gather_us,
             r.scatter_us,
             r.exposed_us,
+            r.hidden_us(),
             r.optimizer_us,
             h.params,
             h.grads,
@@ -217,7 +229,7 @@ fn print_sharded(job: &ComposedJob, rec: &ComposedRecord, f: &Figures) {
             r.held_peak_total
         );
     }
-    parbench::outln!("    (us per rank per step, median over the timed steps: the per-layer all-gathers and reduce-scatters, the part the compute waited for (all: they run on its thread), Adam; bytes held at the last step's end by kind, counted from the buffers, against the split above; peak: the most held at once during the step)");
+    parbench::outln!("    (us per rank per step, median over the timed steps: the per-layer all-gathers (on the data group's thread with --prefetch, else on the compute's) and reduce-scatters (on the compute's), the part the compute waited for, the rest (hidden: ran while the compute did), Adam; bytes held at the last step's end by kind, counted from the buffers, against the split above; peak: the most held at once during the step)");
 }
 
 fn wire_line(w: &WireProbe) -> String {
@@ -421,6 +433,7 @@ pub fn json(
             "dist_opt": job.stages.reduce.dist_opt(),
             "shard": job.stages.reduce.shard.map(Shard::name),
             "shard_group": job.stages.reduce.group_of(job.dp),
+            "prefetch": job.stages.reduce.prefetch,
             "buckets_per_rank": buckets,
             "grad_bytes_per_rank": grad_elems * 4,
         },
@@ -460,6 +473,10 @@ pub fn json(
             },
             "tp_wire": wire_json(&rec.tp_wire),
             "dp_wire": wire_json(&rec.dp_wire),
+            "shard_gather_wire": wire_json(&rec.shard_wires.gather),
+            "shard_scatter_wire": wire_json(&rec.shard_wires.scatter),
+            "replica_wire": wire_json(&rec.shard_wires.replicas),
+            "shard_layer_bytes": rec.shard_wires.layer_bytes,
             "pipeline_link": {
                 "message_us": rec.record.message_us,
                 "message_bytes": b.tokens() * b.shape.hidden * 4,
@@ -482,7 +499,7 @@ fn sharded_json(job: &ComposedJob, rec: &ComposedRecord, f: &Figures) -> Value {
             let h = r.held_end;
             json!({
                 "rank": r.rank, "gather_us": r.gather_us, "scatter_us": r.scatter_us,
-                "exposed_us": r.exposed_us, "optimizer_us": r.optimizer_us, "calls": r.calls,
+                "exposed_us": r.exposed_us, "hidden_us": r.hidden_us(), "optimizer_us": r.optimizer_us, "calls": r.calls,
                 "held_bytes": {"weights": h.params, "grads": h.grads, "optimizer": h.optimizer, "buffers": h.buffers, "total": h.total()},
                 "held_peak_bytes": r.held_peak_total,
             })

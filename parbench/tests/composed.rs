@@ -61,7 +61,8 @@ fn run_rank<C: Communicator<Buffer = parbench::comm::HostBuffer>>(
     base: TimeBase,
 ) -> Result<RankOut, CommError> {
     let rank = world.rank();
-    let mut dup = overlap_comm(world, &shape, cfg.reduce.overlap).map_err(|e| e.into_comm(rank))?;
+    let mut dup =
+        overlap_comm(world, &shape, cfg.reduce.thread_flag()).map_err(|e| e.into_comm(rank))?;
     with_mesh(world, &shape, Algo::Auto, |mesh| {
         let c = CpuCompute::new(DType::F32, 1).map_err(|e| CommError::Device(e.to_string()))?;
         let pcfg = PipelineConfig {
@@ -78,8 +79,7 @@ fn run_rank<C: Communicator<Buffer = parbench::comm::HostBuffer>>(
             steps: 2,
         };
         let pp_rank = mesh.pp.rank();
-        let dist_opt = cfg.reduce.dist_opt();
-        let out = with_overlap(dup.take(), &shape, Algo::Auto, dist_opt, |reducer| {
+        let out = with_overlap(dup.take(), &shape, Algo::Auto, 0, |reducer| {
             let mut stages =
                 TpStages::new(&c, cfg, schedule, pp_rank, work, &mut mesh.tp, &mut mesh.dp)?;
             if let Some(r) = reducer {
@@ -255,6 +255,7 @@ fn data_parallel_alone_matches_to_the_last_bit() {
                 overlap: true,
                 shard: Some(Shard::Zero1),
                 shard_group: 0,
+                prefetch: false,
             },
         ] {
             let out = run_local(shape, &s, &config(2, false, reduce), Work::Compute);
@@ -282,6 +283,7 @@ fn buckets_overlap_and_the_distributed_optimizer_keep_the_gradients() {
                 overlap,
                 shard: dist_opt.then_some(Shard::Zero1),
                 shard_group: 0,
+                prefetch: false,
             };
             let out = run_local(shape, &s, &config(2, sp, reduce), Work::Compute);
             let what = format!("{kind} overlap {overlap} dist-opt {dist_opt} sp {sp}");
@@ -328,6 +330,7 @@ fn a_bucket_reduced_before_its_gradients_are_final_fails_the_check() {
             overlap: true,
             shard: None,
             shard_group: 0,
+            prefetch: false,
         };
         let cfg = config(2, false, reduce);
         let on_time = run_local_early(shape, &s, &cfg, Work::Compute, 0);
@@ -417,6 +420,7 @@ fn tcp_dp2_tp2_pp2_matches_one_rank() {
             overlap: true,
             shard: None,
             shard_group: 0,
+            prefetch: false,
         },
     );
     if let Some(info) = worker(name) {
@@ -446,10 +450,11 @@ fn mpi_dp2_tp2_pp2_matches_one_rank() {
         overlap: false,
         shard: Some(Shard::Zero1),
         shard_group: 0,
+        prefetch: false,
     };
     if mpi_support::is_rank(name) {
         let mut comm = parbench::comm::mpi::MpiComm::init(TIMEOUT).expect("MPI init");
-        let refused = overlap_comm(&mut comm, &shape, true)
+        let refused = overlap_comm(&mut comm, &shape, Some("--overlap"))
             .err()
             .map(|e| e.to_string());
         assert!(

@@ -55,6 +55,7 @@ fn config(
             overlap: false,
             shard: Some(shard),
             shard_group: group,
+            prefetch: false,
         },
     };
     ComposedConfig {
@@ -211,7 +212,35 @@ fn sleep_mode_keeps_the_sharded_traffic() {
     }
 }
 
-/// A shard group that does not divide the data group is one line.
+/// ZeRO-3 with each layer's gather handed to the data group's thread
+/// ahead of its use (prefetch): the same gradients and gathered weights,
+/// every gather timed on the thread, and the bytes in flight counted.
+#[test]
+fn zero3_prefetch_keeps_the_gradients() {
+    for (layout, kind, group) in [
+        ((2, 1, 1), ScheduleKind::OneFOneB, 0),
+        ((4, 1, 1), ScheduleKind::GPipe, 2),
+        ((2, 2, 2), ScheduleKind::ZbH1, 0),
+    ] {
+        let mut cfg = config(layout, kind, Shard::Zero3, group, Work::Compute);
+        cfg.stages.reduce.prefetch = true;
+        let what = format!("{} {kind} prefetch group {group}", cfg.mesh);
+        let rec = run_local(&cfg);
+        assert_checks(&rec, Shard::Zero3, &what);
+        for r in &rec.ranks {
+            for t in &r.times {
+                assert!(
+                    t.shard_gather_us > 0.0 && t.shard_calls > 0,
+                    "{what}: {t:?}"
+                );
+                assert!(t.held_peak.buffers > 0.0, "{what}: {t:?}");
+            }
+        }
+    }
+}
+
+/// A shard group that does not divide the data group is one line, and
+/// prefetch without ZeRO-3 too.
 #[test]
 fn a_shard_group_that_does_not_divide_is_refused() {
     let mut cfg = config(
@@ -224,18 +253,34 @@ fn a_shard_group_that_does_not_divide_is_refused() {
     cfg.stages.reduce.shard_group = 3;
     let e = cfg.stages.validate(1).unwrap_err().to_string();
     assert!(e.contains("does not divide"), "{e}");
+    let mut cfg = config(
+        (2, 1, 1),
+        ScheduleKind::OneFOneB,
+        Shard::Zero2,
+        0,
+        Work::Compute,
+    );
+    cfg.stages.reduce.prefetch = true;
+    let e = cfg.stages.validate(1).unwrap_err().to_string();
+    assert!(e.contains("--shard zero3"), "{e}");
 }
 
-/// ZeRO-3, and hybrid ZeRO-2, as tcp processes: the same check.
+/// ZeRO-3, hybrid ZeRO-2 and hybrid ZeRO-3 with prefetch, as tcp
+/// processes: the same check.
 #[test]
-fn tcp_zero3_and_hybrid_zero2_match_one_rank() {
-    let name = "tcp_zero3_and_hybrid_zero2_match_one_rank";
-    let cases = [((2, 2, 1), Shard::Zero3, 0), ((4, 1, 1), Shard::Zero2, 2)];
+fn tcp_sharded_modes_match_one_rank() {
+    let name = "tcp_sharded_modes_match_one_rank";
+    let cases = [
+        ((2, 2, 1), Shard::Zero3, 0, false),
+        ((4, 1, 1), Shard::Zero2, 2, false),
+        ((4, 1, 1), Shard::Zero3, 2, true),
+    ];
     if let Some(info) = worker(name) {
         let mut comm = tcp::comm(&info, Algo::Auto, TIMEOUT).unwrap();
         let c = CpuCompute::new(DType::F32, 1).unwrap();
-        for (layout, shard, group) in cases {
-            let cfg = config(layout, ScheduleKind::OneFOneB, shard, group, Work::Compute);
+        for (layout, shard, group, prefetch) in cases {
+            let mut cfg = config(layout, ScheduleKind::OneFOneB, shard, group, Work::Compute);
+            cfg.stages.reduce.prefetch = prefetch;
             let rec = run_composed(&mut comm, &c, &cfg, TimeBase::Estimated).unwrap();
             if let Some(rec) = rec {
                 assert_checks(&rec, shard, &format!("tcp {} {}", cfg.mesh, shard.name()));

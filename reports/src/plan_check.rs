@@ -9,7 +9,9 @@
 use crate::table::Table;
 use anyhow::{bail, Context, Result};
 use parbench::comm::Collective;
-use parbench::model::plan::{cost_given, Calibration, CallFit, GivenCost, GivenLayout};
+use parbench::model::plan::{
+    cost_given, Calibration, CallFit, GivenCost, GivenLayout, GivenShard, Shard,
+};
 use parbench::schedule::{generate, parse_csv, ScheduleKind};
 use serde_json::Value;
 use std::path::Path;
@@ -58,6 +60,27 @@ const TERMS: [(&str, &str); 8] = [
     ),
     ("step", "the step"),
 ];
+
+/// A `--shard` run's terms besides [`TERMS`].
+const SHARD_TERMS: [(&str, &str); 2] = [
+    (
+        "shard",
+        "the per-layer all-gathers and reduce-scatters the compute waited for, per rank per step",
+    ),
+    (
+        "optimizer",
+        "Adam's update after the step (the planner has none)",
+    ),
+];
+
+/// The terms of a section, sharded or not.
+fn terms(c: &Value) -> Vec<(&'static str, &'static str)> {
+    let mut t = TERMS.to_vec();
+    if !c["sharded"].is_null() {
+        t.extend(SHARD_TERMS);
+    }
+    t
+}
 
 /// Said under a compute-mode run's table: its compute term is not a
 /// prediction, so a ratio of 1.00 there is no evidence for the model.
@@ -109,15 +132,28 @@ fn call_fit(c: &Value, key: &str) -> Result<Option<CallFit>, String> {
     }))
 }
 
+/// A `--shard` run's mode and its shard and replica groups' fits; `None`
+/// for a run without it.
+fn sharded_of(c: &Value) -> Result<Option<GivenShard>, String> {
+    let Some(mode) = c["reduce"]["shard"].as_str() else {
+        return Ok(None);
+    };
+    let shard = Shard::by_name(mode).ok_or_else(|| format!("reduce.shard {mode}: not a mode"))?;
+    Ok(Some(GivenShard {
+        shard,
+        group: count(c, &["reduce", "shard_group"])?,
+        prefetch: c["reduce"]["prefetch"].as_bool().unwrap_or(false),
+        layer_bytes: c["calibration"]["shard_layer_bytes"]
+            .as_f64()
+            .unwrap_or(0.0),
+        gather: call_fit(c, "shard_gather_wire")?,
+        scatter: call_fit(c, "shard_scatter_wire")?,
+        replicas: call_fit(c, "replica_wire")?,
+    }))
+}
+
 /// The layout and calibration of one composed section.
 fn given_of(c: &Value) -> Result<(GivenLayout, Calibration), String> {
-    if let Some(mode) = c["reduce"]["shard"].as_str() {
-        // Not yet costed: the per-layer gathers and scatters, the
-        // optimizer's step and the weights' all-gather after it.
-        return Err(format!(
-            "a --shard {mode} run: plan --check does not cost sharded data parallel's per-layer collectives and optimizer step yet"
-        ));
-    }
     let name = c["schedule"].as_str().unwrap_or("");
     // The actions the run ran, or (a section without them) its generator.
     let schedule = match c["schedule_csv"].as_str() {
@@ -150,6 +186,7 @@ fn given_of(c: &Value) -> Result<(GivenLayout, Calibration), String> {
         bucket_bytes: num(c, &["reduce", "bucket_bytes"])?,
         dist_opt,
         overlap: c["reduce"]["overlap"].as_bool().unwrap_or(false),
+        sharded: sharded_of(c)?,
     };
     let cal = Calibration {
         flop_per_s: rate,
@@ -168,7 +205,7 @@ fn given_of(c: &Value) -> Result<(GivenLayout, Calibration), String> {
 /// terms still add up to the step; a section from before these were
 /// recorded has no wait. `dp_exposed` is the part of the whole reduction
 /// the step waited for at its end.
-fn measured(c: &Value) -> Result<[f64; 8], String> {
+fn measured(c: &Value) -> Result<Vec<f64>, String> {
     let ranks = c["measured"]["ranks"]
         .as_array()
         .filter(|r| !r.is_empty())
@@ -187,19 +224,37 @@ fn measured(c: &Value) -> Result<[f64; 8], String> {
     } else {
         dp
     };
-    Ok([
+    // A sharded run's per-layer collectives ran inside the actions.
+    let (shard, optimizer) = match c["sharded"]["ranks"].as_array() {
+        Some(rs) if !rs.is_empty() => {
+            let mean_of = |k: &str| -> Result<f64, String> {
+                let mut s = 0.0;
+                for r in rs {
+                    s += num(r, &[k])?;
+                }
+                Ok(s / rs.len() as f64)
+            };
+            (Some(mean_of("exposed_us")?), Some(mean_of("optimizer_us")?))
+        }
+        _ => (None, None),
+    };
+    let mut out = vec![
         compute,
         tp,
         mean("idle_us")?,
         dp_wire,
         dp - dp_wire,
         mean("dp_exposed_us")?,
-        (busy - compute - tp).max(0.0),
+        (busy - compute - tp - shard.unwrap_or(0.0)).max(0.0),
         num(c, &["measured", "step_us"])?,
-    ])
+    ];
+    if let (Some(s), Some(o)) = (shard, optimizer) {
+        out.extend([s, o]);
+    }
+    Ok(out)
 }
 
-fn predicted(p: &GivenCost) -> [f64; 8] {
+fn predicted(p: &GivenCost) -> [f64; 10] {
     [
         p.compute_s * 1e6,
         p.tp_comm_s * 1e6,
@@ -209,6 +264,8 @@ fn predicted(p: &GivenCost) -> [f64; 8] {
         p.dp_exposed_s * 1e6,
         0.0,
         p.step_s * 1e6,
+        p.shard_exposed_s * 1e6,
+        0.0,
     ]
 }
 
@@ -234,7 +291,7 @@ pub fn check_rows(run_id: &str, c: &Value) -> Result<Vec<CheckRow>, String> {
     let name = layout_name(run_id, c);
     let m = measured(c)?;
     let p = predicted(&cost);
-    Ok(TERMS
+    Ok(terms(c)
         .iter()
         .zip(m.iter().zip(p))
         .map(|((term, _), (&measured_us, predicted_us))| CheckRow {
@@ -312,7 +369,7 @@ pub fn run(dir: &Path) -> Result<()> {
             }
         };
         let mut t = Table::new(["term", "measured_us", "predicted_us", "ratio", "what"]);
-        for (r, (_, what)) in rows.iter().zip(TERMS) {
+        for (r, (_, what)) in rows.iter().zip(terms(c)) {
             t.row([
                 r.term.clone(),
                 format!("{:.0}", r.measured_us),

@@ -260,3 +260,43 @@ fn an_overlapped_run_is_predicted_to_expose_only_what_outlasts_the_backward() {
         assert!(get(o, "step") <= get(p, "step") + 1e-6, "{o:?} {p:?}");
     }
 }
+
+/// Sharded runs (ZeRO-1, -2, -3, with prefetch, hybrid; real sleep-mode
+/// runs): each gets the two sharded terms besides the others, the
+/// per-layer collectives priced where the mode has them, and the step
+/// within 25% of the measurement on the recorded figures.
+#[test]
+fn sharded_runs_are_costed_with_their_per_layer_collectives() {
+    let d = copy_fixture("composed-sharded", "plan-check-sharded");
+    let rows = rows_of(&d);
+    let sections = composed_sections(&d);
+    assert_eq!(sections.len(), 5);
+    let layouts: Vec<&String> = {
+        let mut v: Vec<&String> = rows.iter().map(|r| &r.0).collect();
+        v.dedup();
+        v
+    };
+    assert_eq!(layouts.len(), 5, "{layouts:?}");
+    for (layout, c) in layouts.iter().zip(&sections) {
+        let mine: Vec<_> = rows.iter().filter(|r| &&r.0 == layout).collect();
+        let terms: Vec<&str> = mine.iter().map(|r| r.1.as_str()).collect();
+        assert_eq!(
+            terms,
+            [TERMS.as_slice(), &["shard", "optimizer"]].concat(),
+            "{layout}"
+        );
+        let term = |t: &str| mine.iter().find(|r| r.1 == t).unwrap();
+        let mode = c["sharded"]["mode"].as_str().unwrap();
+        let per_layer = mode == "zero2" || mode == "zero3";
+        assert_eq!(term("shard").3 > 0.0, per_layer, "{layout} {mode}");
+        assert_eq!(term("shard").2 > 0.0, per_layer, "{layout} {mode}");
+        assert!(term("optimizer").2 > 0.0, "{layout}");
+        let step = term("step");
+        assert!(
+            (step.3 - step.2).abs() <= 0.25 * step.2,
+            "{layout}: predicted {} us, measured {} us",
+            step.3,
+            step.2
+        );
+    }
+}

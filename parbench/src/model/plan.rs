@@ -54,7 +54,7 @@ mod rejections;
 pub use costs::{hardware_flops, pipeline_makespan, ComputeParts, Costed, Loss, Memory};
 pub use given::{
     bucket_ready_times, cost_given, overlapped_exposure, Calibration, CallFit, GivenCost,
-    GivenLayout,
+    GivenLayout, GivenShard,
 };
 pub use input::{PlanError, PlanInput, Wire, WireKind, DDP_BUCKET_BYTES};
 pub use layouts::{divisors, group_wire, uneven_split, Layout, Shard};

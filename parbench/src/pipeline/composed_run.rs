@@ -30,6 +30,7 @@ use crate::layers::layout::ParamSpecs;
 use crate::measure::clock_sync::{self, estimate_offsets, host_now_us, RankClock, TimeBase};
 use crate::model::algo::ModelAlgo;
 use crate::model::fit::{fit, AlphaBetaFit};
+use crate::model::plan::Shard;
 use crate::stats::median;
 
 /// Everything one composed run needs; the same on every rank.
@@ -93,8 +94,9 @@ pub struct PipelineSteps {
 pub struct ShardFigures {
     pub rank: usize,
     /// ZeRO-3's per-layer all-gathers, ZeRO-2's and -3's reduce-scatters,
-    /// the part the compute waited for (all of both: they run on the
-    /// compute's own thread), microseconds per step.
+    /// and the part the compute waited for (all of them, unless the
+    /// gathers were prefetched on the data group's thread), microseconds
+    /// per step.
     pub gather_us: f64,
     pub scatter_us: f64,
     pub exposed_us: f64,
@@ -104,6 +106,13 @@ pub struct ShardFigures {
     pub calls: usize,
     pub held_end: HeldBytes,
     pub held_peak_total: f64,
+}
+
+impl ShardFigures {
+    /// The per-layer collectives' time the compute did not wait for.
+    pub fn hidden_us(&self) -> f64 {
+        (self.gather_us + self.scatter_us - self.exposed_us).max(0.0)
+    }
 }
 
 /// What world rank 0 gathered.
@@ -121,6 +130,8 @@ pub struct ComposedRecord {
     /// World rank 0's tensor group and data group, probed after the steps.
     pub tp_wire: Option<WireProbe>,
     pub dp_wire: Option<WireProbe>,
+    /// World rank 0's shard and replica groups, probed after the steps.
+    pub shard_wires: ShardWires,
     /// Every world rank's clock against world rank 0's (estimated before
     /// and after the run; zero offsets on a shared clock).
     pub world_clocks: Vec<RankClock>,
@@ -262,7 +273,7 @@ impl ComposedRecord {
                         t.dp_hidden_us(),
                         // Idle: neither in an action nor waiting for
                         // the reduction (its hidden part ran meanwhile).
-                        (step - busy - t.dp_exposed_us).max(0.0),
+                        (step - busy - t.dp_exposed_us - t.optimizer_us).max(0.0),
                         wait.get(i).copied().unwrap_or(0.0),
                         t.dp_comm_us - wait.get(i).copied().unwrap_or(0.0),
                     ]) {
@@ -307,7 +318,8 @@ where
     let reduce = cfg.stages.reduce;
     // The overlapped reduction's own communicator, made before the mesh
     // borrows the world.
-    let mut dup = overlap_comm(world, &cfg.mesh, reduce.overlap).map_err(|e| e.into_comm(rank))?;
+    let mut dup =
+        overlap_comm(world, &cfg.mesh, reduce.thread_flag()).map_err(|e| e.into_comm(rank))?;
     // Every world rank's clock against world rank 0's, before and after
     // the run: the pipelines' heads' offsets put them on one base.
     world.barrier()?;
@@ -320,7 +332,7 @@ where
                 dup.take(),
                 &cfg.mesh,
                 cfg.algo,
-                reduce.dist_opt(),
+                if group < cfg.mesh.dp { group } else { 0 },
                 |reducer| {
                     let run = RankRun { c, cfg, base, rank };
                     if group == cfg.mesh.dp {
@@ -359,7 +371,7 @@ where
                     )
                 },
             )?;
-            let (rec, check, times, spans) = ran;
+            let (rec, check, times, spans, shard_wires) = ran;
             let t = mesh.tp.world();
             let tp_n = cfg.stages.block.tokens() * cfg.stages.block.shape.hidden;
             let tp_wire = probe(c, &mut mesh.tp, Collective::AllReduce, &around(tp_n))?;
@@ -377,12 +389,12 @@ where
                 Collective::AllReduce
             };
             let dp_wire = probe(c, &mut mesh.dp, coll, &[bucket / 4, bucket / 2, bucket])?;
-            Ok((rec, check, times, spans, tp_wire, dp_wire))
+            Ok((rec, check, times, spans, tp_wire, dp_wire, shard_wires))
         };
         let out = body().map_err(|e| e.into_comm(rank))?;
         Ok((coords, out))
     })?;
-    let (coords, (rec, check, times, spans, tp_wire, dp_wire)) = mine;
+    let (coords, (rec, check, times, spans, tp_wire, dp_wire, shard_wires)) = mine;
     world.barrier()?;
     let clocks_after = estimate_offsets(world, clock_sync::EXCHANGES)?;
     let figures = RankFigures {
@@ -433,6 +445,7 @@ where
         checks,
         tp_wire,
         dp_wire,
+        shard_wires,
         world_clocks,
     }))
 }
@@ -452,7 +465,21 @@ type RankOut = (
     Option<GradCheck>,
     Vec<StageStepTimes>,
     Vec<Vec<CommSpan>>,
+    ShardWires,
 );
+
+/// The sharded collectives' wires, probed after the steps at the sizes
+/// the step used (one layer's weights): the shard group's all-gather and
+/// reduce-scatter, and with hybrid sharding the replica group's
+/// all-reduce of one share. Empty without `--shard` zero1, zero2 or zero3.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ShardWires {
+    pub gather: Option<WireProbe>,
+    pub scatter: Option<WireProbe>,
+    pub replicas: Option<WireProbe>,
+    /// One layer's weights on one rank, padded to whole shares, bytes.
+    pub layer_bytes: f64,
+}
 
 impl<C: Compute<Buf = HostBuffer>> RankRun<'_, C> {
     /// Builds the rank's stages over its tensor group, its shard group
@@ -475,8 +502,9 @@ impl<C: Compute<Buf = HostBuffer>> RankRun<'_, C> {
         let s = &cfg.pipeline.schedule;
         let work = cfg.pipeline.work;
         let warmup = cfg.pipeline.warmup;
-        let mut stages = TpStages::new(c, &cfg.stages, s, pp.rank(), work, tp, dp)?;
-        if let Some(r) = replicas {
+        let mut replicas = replicas;
+        let mut stages = TpStages::new(c, &cfg.stages, s, pp.rank(), work, tp, &mut *dp)?;
+        if let Some(r) = replicas.as_deref_mut() {
             stages.with_replicas(r)?;
         }
         if let Some(r) = reducer {
@@ -493,7 +521,48 @@ impl<C: Compute<Buf = HostBuffer>> RankRun<'_, C> {
         };
         let times = stages.times.get(warmup..).unwrap_or(&[]).to_vec();
         let spans = stages.spans.get(warmup..).unwrap_or(&[]).to_vec();
-        Ok((rec, check, times, spans))
+        let layer_share = stages.layer_share_elems();
+        drop(stages);
+        let layer_elems = layer_share * dp.world();
+        let wires = self.shard_wires(dp, replicas, layer_elems)?;
+        Ok((rec, check, times, spans, wires))
+    }
+
+    /// The sharded collectives' wires at one layer's size (a collective
+    /// of the shard and replica groups).
+    fn shard_wires<D: Communicator<Buffer = HostBuffer>>(
+        &self,
+        dp: &mut D,
+        replicas: Option<&mut D>,
+        layer_elems: usize,
+    ) -> Result<ShardWires, PipelineError> {
+        let reduce = &self.cfg.stages.reduce;
+        if !matches!(
+            reduce.shard,
+            Some(Shard::Zero1 | Shard::Zero2 | Shard::Zero3)
+        ) {
+            return Ok(ShardWires::default());
+        }
+        let c = self.c;
+        let counts = [layer_elems / 4, layer_elems / 2, layer_elems];
+        let gather = probe(c, dp, Collective::AllGather, &counts)?;
+        let scatter = probe(c, dp, Collective::ReduceScatter, &counts)?;
+        let g = dp.world().max(1);
+        let replicas = match replicas {
+            Some(r) => probe(
+                c,
+                r,
+                Collective::AllReduce,
+                &[layer_elems / g / 4, layer_elems / g / 2, layer_elems / g],
+            )?,
+            None => None,
+        };
+        Ok(ShardWires {
+            gather,
+            scatter,
+            replicas,
+            layer_bytes: (layer_elems * c.dtype().size()) as f64,
+        })
     }
 }
 
@@ -541,6 +610,14 @@ where
                     dtype,
                     ReduceOp::Sum,
                 )?,
+                Collective::AllGather => g.all_gather(
+                    Io::OutOfPlace {
+                        send: &share,
+                        recv: &mut buf,
+                    },
+                    n / p,
+                    dtype,
+                )?,
                 _ => g.all_reduce(Io::InPlace(&mut buf), n, dtype, ReduceOp::Sum)?,
             }
             g.sync()?;
@@ -552,7 +629,8 @@ where
             .map(|_| once(group))
             .collect::<Result<Vec<f64>, _>>()?;
         let us = median(&mut took).unwrap_or(0.0);
-        let bytes = (if coll == Collective::ReduceScatter {
+        // One rank's share for the sharded collectives, the buffer for an all-reduce.
+        let bytes = (if matches!(coll, Collective::ReduceScatter | Collective::AllGather) {
             n / p
         } else {
             n

@@ -24,6 +24,7 @@
 //! result and becomes the rank's error; a panic there is an error too.
 
 use super::PipelineError;
+use crate::comm::group::split;
 use crate::comm::mesh::{axis_group, Axis, MeshShape};
 use crate::comm::{Algo, CommError, Communicator, DType, DupComm, HostBuffer, Io, ReduceOp};
 use crate::measure::clock_sync::host_now_us;
@@ -35,12 +36,25 @@ use std::time::Duration;
 /// and reports it, which is the better error.
 const MARGIN: Duration = Duration::from_secs(5);
 
-/// A bucket handed to the reduction thread.
+/// What the thread does with a buffer handed to it, over its group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JobKind {
+    /// Averaged in place (DDP's bucket).
+    AllReduce,
+    /// Averaged, this rank keeping its share (the distributed optimizer's bucket).
+    ReduceScatter,
+    /// Every rank's share gathered whole (ZeRO-3's prefetched weights).
+    AllGather,
+}
+
+/// A buffer handed to the thread.
 struct Job<B> {
-    /// Elements in the bucket (a multiple of the group's size).
+    /// Elements in the buffer (for a reduce-scatter a multiple of the
+    /// group's size; for an all-gather one rank's share).
     len: usize,
     dtype: DType,
     buf: B,
+    kind: JobKind,
 }
 
 /// A bucket back from the reduction thread: the bucket reduced in place
@@ -76,14 +90,22 @@ impl<B> Reducer<B> {
         self.in_flight
     }
 
-    /// Hands a packed bucket of `len` elements of `dtype` (a multiple of
-    /// the group's size) to the thread, which starts it once the buckets
-    /// before it are done.
-    pub fn submit(&mut self, buf: B, len: usize, dtype: DType) -> Result<(), PipelineError> {
-        let sent = self
-            .jobs
-            .as_ref()
-            .is_some_and(|tx| tx.send(Job { len, dtype, buf }).is_ok());
+    /// Hands a buffer of `len` elements of `dtype` to the thread, which
+    /// runs `kind` on it once the jobs before it are done.
+    pub fn submit(
+        &mut self,
+        buf: B,
+        len: usize,
+        dtype: DType,
+        kind: JobKind,
+    ) -> Result<(), PipelineError> {
+        let job = Job {
+            len,
+            dtype,
+            buf,
+            kind,
+        };
+        let sent = self.jobs.as_ref().is_some_and(|tx| tx.send(job).is_ok());
         if !sent {
             // The thread ended: its error is waiting in the results.
             return Err(self.ended_early());
@@ -128,38 +150,42 @@ impl<B> Reducer<B> {
     }
 }
 
-/// A duplicate of `world` for the overlapped reduction when `overlap` is
-/// asked with more than one data rank (a collective of the world: call it
-/// on every rank, before the mesh borrows the world), `None` otherwise;
-/// one line when the backend cannot make one.
+/// A duplicate of `world` for the data group's thread when `flag` (the
+/// option that asks for it: `--overlap`, `--prefetch`) is given with more
+/// than one data rank (a collective of the world: call it on every rank,
+/// before the mesh borrows the world), `None` otherwise; one line when
+/// the backend cannot make one.
 pub fn overlap_comm<W: Communicator>(
     world: &mut W,
     shape: &MeshShape,
-    overlap: bool,
+    flag: Option<&str>,
 ) -> Result<Option<DupComm>, PipelineError> {
-    if !overlap || shape.dp < 2 {
+    let Some(flag) = flag else {
+        return Ok(None);
+    };
+    if shape.dp < 2 {
         return Ok(None);
     }
     let backend = world.backend();
     world.duplicate_host()?.map(Some).ok_or_else(|| {
         PipelineError::Invalid(format!(
-            "--overlap runs the data-parallel reduction on a thread and communicator of its own, \
-             which the {backend} backend cannot make (local and tcp can); run without --overlap"
+            "{flag} runs data-parallel collectives on a thread and communicator of their own, \
+             which the {backend} backend cannot make (local and tcp can); run without {flag}"
         ))
     })
 }
 
-/// Runs `body` with a reducer whose thread reduces over the data group
-/// of `shape` split from `dup` (see [`overlap_comm`]); with no `dup`,
-/// `body` gets `None` and no thread starts. `dist_opt`: reduce-scatter
-/// each bucket (this rank keeps its share) instead of all-reducing it.
-/// Every rank's threads split their group together, so call it on every
-/// rank with the same `dup`-or-not.
+/// Runs `body` with a reducer whose thread works over the data group of
+/// `shape` split from `dup` (see [`overlap_comm`]), or with hybrid
+/// sharding (`shard_group` below the data group's size, 0 for all of it)
+/// over this rank's shard group of it; with no `dup`, `body` gets `None`
+/// and no thread starts. Every rank's threads split their groups
+/// together, so call it on every rank with the same `dup`-or-not.
 pub fn with_overlap<R>(
     dup: Option<DupComm>,
     shape: &MeshShape,
     algo: Algo,
-    dist_opt: bool,
+    shard_group: usize,
     body: impl FnOnce(Option<&mut Reducer<HostBuffer>>) -> Result<R, PipelineError>,
 ) -> Result<R, PipelineError> {
     let Some(dup) = dup else {
@@ -182,7 +208,7 @@ pub fn with_overlap<R>(
         let thread = std::thread::Builder::new()
             .name(format!("parbench-dp-reduce-{rank}"))
             .spawn_scoped(scope, move || {
-                serve(dup, &shape, algo, dist_opt, &rx_jobs, &tx_done);
+                serve(dup, &shape, algo, shard_group, &rx_jobs, &tx_done);
             })
             .map_err(|e| {
                 PipelineError::Comm(CommError::Setup(format!(
@@ -203,64 +229,102 @@ pub fn with_overlap<R>(
     })
 }
 
-/// The reduction thread: its data group, then each bucket in turn until
-/// the compute thread hangs up; an error ends it, sent as the result.
+/// The reduction thread: its data group (or shard group), then each job
+/// in turn until the compute thread hangs up; an error ends it, sent as
+/// the result.
 fn serve(
     mut dup: DupComm,
     shape: &MeshShape,
     algo: Algo,
-    dist_opt: bool,
+    shard_group: usize,
     jobs: &mpsc::Receiver<Job<HostBuffer>>,
     done: &mpsc::Sender<Result<Reduced<HostBuffer>, PipelineError>>,
 ) {
     let mut run = || -> Result<(), PipelineError> {
         let mut dp = axis_group(&mut dup, shape, Axis::Dp, algo)?;
-        while let Ok(job) = jobs.recv() {
-            let taken_us = host_now_us();
-            let out = reduce(&mut dp, job, dist_opt)?;
-            let r = Reduced {
-                buf: out.0,
-                len: out.1,
-                taken_us,
-                end_us: host_now_us(),
-            };
-            if done.send(Ok(r)).is_err() {
-                break;
-            }
+        if shard_group > 0 && shard_group < dp.world() {
+            // The same split as the compute thread's shard groups.
+            let d = dp.rank();
+            let colour = |v: usize| u32::try_from(v).unwrap_or(u32::MAX);
+            let mut shard = split(
+                &mut dp,
+                Some(colour(d / shard_group)),
+                colour(d % shard_group),
+                algo,
+            )?
+            .ok_or_else(|| PipelineError::Protocol("left out of its shard group".into()))?;
+            return serve_jobs(&mut shard, jobs, done);
         }
-        Ok(())
+        serve_jobs(&mut dp, jobs, done)
     };
     if let Err(e) = run() {
         let _ = done.send(Err(e));
     }
 }
 
-/// One bucket averaged over `dp`: in place, or this rank's share.
-fn reduce<G: Communicator<Buffer = HostBuffer>>(
-    dp: &mut G,
-    mut job: Job<HostBuffer>,
-    dist_opt: bool,
-) -> Result<(HostBuffer, usize), PipelineError> {
-    let (d, dtype) = (dp.world(), job.dtype);
-    if dist_opt {
-        let n = job.len / d;
-        let mut share = dp.alloc(n * dtype.size())?;
-        dp.reduce_scatter(
-            Io::OutOfPlace {
-                send: &job.buf,
-                recv: &mut share,
-            },
-            n,
-            dtype,
-            ReduceOp::Avg,
-        )?;
-        dp.sync()?;
-        Ok((share, n))
-    } else {
-        dp.all_reduce(Io::InPlace(&mut job.buf), job.len, dtype, ReduceOp::Avg)?;
-        dp.sync()?;
-        Ok((job.buf, job.len))
+/// Runs each job on `group` until the compute thread hangs up.
+fn serve_jobs<G: Communicator<Buffer = HostBuffer>>(
+    group: &mut G,
+    jobs: &mpsc::Receiver<Job<HostBuffer>>,
+    done: &mpsc::Sender<Result<Reduced<HostBuffer>, PipelineError>>,
+) -> Result<(), PipelineError> {
+    while let Ok(job) = jobs.recv() {
+        let taken_us = host_now_us();
+        let (buf, len) = run_job(group, job)?;
+        let r = Reduced {
+            buf,
+            len,
+            taken_us,
+            end_us: host_now_us(),
+        };
+        if done.send(Ok(r)).is_err() {
+            break;
+        }
     }
+    Ok(())
+}
+
+/// One job over `group`: a bucket averaged in place or to this rank's
+/// share, or a share gathered whole. Returns the result and its elements.
+fn run_job<G: Communicator<Buffer = HostBuffer>>(
+    group: &mut G,
+    mut job: Job<HostBuffer>,
+) -> Result<(HostBuffer, usize), PipelineError> {
+    let (g, dtype) = (group.world(), job.dtype);
+    let out = match job.kind {
+        JobKind::ReduceScatter => {
+            let n = job.len / g;
+            let mut share = group.alloc(n * dtype.size())?;
+            group.reduce_scatter(
+                Io::OutOfPlace {
+                    send: &job.buf,
+                    recv: &mut share,
+                },
+                n,
+                dtype,
+                ReduceOp::Avg,
+            )?;
+            (share, n)
+        }
+        JobKind::AllReduce => {
+            group.all_reduce(Io::InPlace(&mut job.buf), job.len, dtype, ReduceOp::Avg)?;
+            (job.buf, job.len)
+        }
+        JobKind::AllGather => {
+            let mut whole = group.alloc(job.len * g * dtype.size())?;
+            group.all_gather(
+                Io::OutOfPlace {
+                    send: &job.buf,
+                    recv: &mut whole,
+                },
+                job.len,
+                dtype,
+            )?;
+            (whole, job.len * g)
+        }
+    };
+    group.sync()?;
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -279,7 +343,7 @@ mod tests {
         let vals = vec![(rank + 1) as f32; 8];
         let mut buf = HostBuffer::zeroed(8 * 4);
         buf.bytes_mut().copy_from_slice(bytemuck::cast_slice(&vals));
-        r.submit(buf, 8, DType::F32)?;
+        r.submit(buf, 8, DType::F32, JobKind::AllReduce)?;
         let back = r.take_back()?;
         Ok(bytemuck::cast_slice(&back.buf.bytes()[..back.len * 4]).to_vec())
     }
@@ -290,8 +354,9 @@ mod tests {
     fn a_bucket_comes_back_averaged_while_the_world_is_busy() {
         let out = local::run(2, Algo::Auto, Duration::from_secs(20), |w| {
             let rank = w.rank();
-            let dup = overlap_comm(w, &shape(), true).map_err(|e| e.into_comm(rank))?;
-            with_overlap(dup, &shape(), Algo::Auto, false, |r| {
+            let dup =
+                overlap_comm(w, &shape(), Some("--overlap")).map_err(|e| e.into_comm(rank))?;
+            with_overlap(dup, &shape(), Algo::Auto, 0, |r| {
                 let r = r.ok_or_else(|| PipelineError::Protocol("no reducer".into()))?;
                 // The world's own all-reduce meanwhile, on the compute thread.
                 let mut x = HostBuffer::zeroed(4 * 4);
@@ -313,8 +378,9 @@ mod tests {
         let start = Instant::now();
         let out = local::run(2, Algo::Auto, Duration::from_secs(30), |w| {
             let rank = w.rank();
-            let dup = overlap_comm(w, &shape(), true).map_err(|e| e.into_comm(rank))?;
-            with_overlap(dup, &shape(), Algo::Auto, false, |r| {
+            let dup =
+                overlap_comm(w, &shape(), Some("--overlap")).map_err(|e| e.into_comm(rank))?;
+            with_overlap(dup, &shape(), Algo::Auto, 0, |r| {
                 let r = r.ok_or_else(|| PipelineError::Protocol("no reducer".into()))?;
                 if rank == 1 {
                     std::thread::sleep(Duration::from_millis(200));
@@ -352,8 +418,9 @@ mod tests {
     fn a_silent_peer_is_a_timeout_naming_it() {
         let out = local::run(2, Algo::Auto, Duration::from_millis(500), |w| {
             let rank = w.rank();
-            let dup = overlap_comm(w, &shape(), true).map_err(|e| e.into_comm(rank))?;
-            with_overlap(dup, &shape(), Algo::Auto, false, |r| {
+            let dup =
+                overlap_comm(w, &shape(), Some("--overlap")).map_err(|e| e.into_comm(rank))?;
+            with_overlap(dup, &shape(), Algo::Auto, 0, |r| {
                 let r = r.ok_or_else(|| PipelineError::Protocol("no reducer".into()))?;
                 if rank == 1 {
                     // Hands nothing over, and stays until rank 0 gave up.

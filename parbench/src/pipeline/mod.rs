@@ -31,9 +31,9 @@ pub use analysis::{acausal, closed_form, summarize, Acausal, IdleSplit, Summary}
 pub use composed::{check_composed, GradCheck};
 pub use composed_run::{
     run_composed, ComposedConfig, ComposedRecord, PipelineSteps, RankBreakdown, RankFigures,
-    ShardFigures, WireProbe,
+    ShardFigures, ShardWires, WireProbe,
 };
-pub use dp_overlap::{overlap_comm, with_overlap, Reducer};
+pub use dp_overlap::{overlap_comm, with_overlap, JobKind, Reducer};
 pub use exec::{run_rank, run_stages, ActionTiming, RankStep, RunRecord};
 pub use mlp::{MlpShape, MlpStages};
 pub use stage::StageWork;

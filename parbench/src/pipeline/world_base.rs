@@ -227,6 +227,7 @@ mod tests {
             checks: Vec::new(),
             tp_wire: None,
             dp_wire: None,
+            shard_wires: Default::default(),
             world_clocks: Vec::new(),
         };
         assert_eq!(dp_wait_us(&rec), [vec![30.0], vec![0.0]]);

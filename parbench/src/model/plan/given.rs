@@ -32,6 +32,7 @@
 //! and the sends' host time, skew between the ranks of a tensor group (a
 //! collective waits for its slowest member), and ranks sharing cores.
 
+use super::layouts::Shard;
 use crate::comm::Collective;
 use crate::model::fit::per_call_terms;
 use crate::model::sim::{simulate, SimCosts, StageCosts};
@@ -78,6 +79,26 @@ pub struct GivenLayout {
     pub dist_opt: bool,
     /// Buckets reduced concurrently with the rest of the backward.
     pub overlap: bool,
+    /// Sharded data parallel as the run ran it (`--shard`), with the
+    /// wires it probed; `None` for a run without it.
+    pub sharded: Option<GivenShard>,
+}
+
+/// A sharded run's mode and the fits of its shard and replica groups.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GivenShard {
+    pub shard: Shard,
+    /// Ranks of a shard group (the data group's size unless hybrid).
+    pub group: usize,
+    /// ZeRO-3's gathers prefetched on the data group's thread.
+    pub prefetch: bool,
+    /// One layer's weights on one rank padded to whole shares, bytes.
+    pub layer_bytes: f64,
+    /// The shard group's all-gather and reduce-scatter (one share's bytes
+    /// per call), the replica group's all-reduce of one share.
+    pub gather: Option<CallFit>,
+    pub scatter: Option<CallFit>,
+    pub replicas: Option<CallFit>,
 }
 
 /// What the layout is costed from.
@@ -105,6 +126,10 @@ pub struct GivenCost {
     pub step_s: f64,
     /// Buckets of one rank's reduction.
     pub buckets: usize,
+    /// Sharded data parallel's per-layer gathers and scatters in the
+    /// busiest rank's actions, and the part of them its compute waits for.
+    pub shard_comm_s: f64,
+    pub shard_exposed_s: f64,
 }
 
 /// Costs `l` from `cal`; a line when it cannot (a schedule that does not
@@ -124,7 +149,37 @@ pub fn cost_given(l: &GivenLayout, cal: &Calibration) -> Result<GivenCost, Strin
     let pass = l.layers_per_stage as f64 * l.block_forward_flops / l.tp as f64 / cal.flop_per_s;
     let pass_tp = l.layers_per_stage as f64 * l.tp_calls_per_pass as f64 * tp_call;
     let s = &l.schedule;
-    let stages = vec![StageCosts::split(pass + pass_tp, pass + pass_tp, pass); s.num_stages];
+    let layers = l.layers_per_stage;
+    // Sharded data parallel's per-layer collectives, inside the actions:
+    // (F, I, W) exposed per action and all of them per (stage, microbatch).
+    let (shard_f, shard_i, shard_w, shard_all) = match &l.sharded {
+        Some(sh) if matches!(sh.shard, Shard::Zero2 | Shard::Zero3) => {
+            let share = sh.layer_bytes / sh.group.max(1) as f64;
+            let rs = call(sh.scatter, sh.group, "shard reduce-scatter", share)?;
+            let ag = if sh.shard == Shard::Zero3 {
+                call(sh.gather, sh.group, "shard all-gather", share)?
+            } else {
+                0.0
+            };
+            let per_layer = (pass + pass_tp) / layers.max(1) as f64;
+            let gathers = if sh.prefetch {
+                prefetched_wait(layers, ag, per_layer)
+            } else {
+                layers as f64 * ag
+            };
+            let scatters = layers as f64 * rs;
+            (gathers, gathers, scatters, layers as f64 * (2.0 * ag + rs))
+        }
+        _ => (0.0, 0.0, 0.0, 0.0),
+    };
+    let stages = vec![
+        StageCosts::split(
+            pass + pass_tp + shard_f,
+            pass + pass_tp + shard_i,
+            pass + shard_w
+        );
+        s.num_stages
+    ];
     let sim = simulate(
         s,
         &SimCosts {
@@ -152,21 +207,32 @@ pub fn cost_given(l: &GivenLayout, cal: &Calibration) -> Result<GivenCost, Strin
         .max()
         .unwrap_or(1)
         .max(1);
-    let (per_stage, bucket_s) = if l.dp < 2 || l.grad_bytes <= 0.0 {
-        (0, 0.0)
+    let per_layer_shards = l
+        .sharded
+        .is_some_and(|sh| matches!(sh.shard, Shard::Zero2 | Shard::Zero3));
+    let (per_stage, bucket_s, bucket_bytes) = if l.dp < 2 || l.grad_bytes <= 0.0 || per_layer_shards
+    {
+        (0, 0.0, 0.0)
     } else {
         let stage_bytes = l.grad_bytes / stages_per_rank as f64;
         let n = (stage_bytes / l.bucket_bytes.max(1.0)).ceil().max(1.0);
         let bytes = stage_bytes / n;
-        let bytes = if l.dist_opt {
-            bytes / l.dp as f64
-        } else {
-            bytes
+        let secs = match &l.sharded {
+            // Hybrid ZeRO-1 scatters over its shard group.
+            Some(sh) if sh.shard == Shard::Zero1 && sh.group < l.dp => call(
+                sh.scatter,
+                sh.group,
+                "shard reduce-scatter",
+                bytes / sh.group as f64,
+            )?,
+            _ if l.dist_opt => call(cal.dp, l.dp, "data-parallel", bytes / l.dp as f64)?,
+            _ => call(cal.dp, l.dp, "data-parallel", bytes)?,
         };
-        (n as usize, call(cal.dp, l.dp, "data-parallel", bytes)?)
+        (n as usize, secs, bytes)
     };
     let buckets = per_stage * stages_per_rank;
-    let dp_comm = buckets as f64 * bucket_s;
+    let dp_comm =
+        buckets as f64 * bucket_s + after_step_shards(l, stages_per_rank, bucket_bytes, buckets)?;
     let (dp_exposed, step) = if l.overlap && buckets > 0 {
         let mut step = sim.makespan.max(busy);
         for (r, slices) in sim.timeline.iter().enumerate() {
@@ -193,6 +259,9 @@ pub fn cost_given(l: &GivenLayout, cal: &Calibration) -> Result<GivenCost, Strin
     } else {
         (dp_comm, sim.makespan.max(busy) + dp_comm)
     };
+    let pairs = per_rank;
+    let shard_comm = pairs * shard_all;
+    let shard_exposed = pairs * (shard_f + shard_i + shard_w);
     Ok(GivenCost {
         compute_s: compute,
         tp_comm_s: tp_comm,
@@ -201,7 +270,67 @@ pub fn cost_given(l: &GivenLayout, cal: &Calibration) -> Result<GivenCost, Strin
         dp_exposed_s: dp_exposed,
         step_s: step,
         buckets,
+        shard_comm_s: shard_comm,
+        shard_exposed_s: shard_exposed,
     })
+}
+
+/// How long a pass over `layers` layers waits for their gathers when each
+/// is handed to the data group's thread one layer ahead (the first at the
+/// pass's start), each taking `ag`, each layer computing `c`: the pass's
+/// time less its compute.
+pub fn prefetched_wait(layers: usize, ag: f64, c: f64) -> f64 {
+    if layers == 0 {
+        return 0.0;
+    }
+    let mut ends = vec![0.0; layers];
+    let (mut now, mut thread_free) = (0.0f64, 0.0f64);
+    ends[0] = ag;
+    thread_free = thread_free.max(ends[0]);
+    for k in 0..layers {
+        if k + 1 < layers {
+            ends[k + 1] = now.max(thread_free) + ag;
+            thread_free = ends[k + 1];
+        }
+        now = now.max(ends[k]) + c;
+    }
+    now - layers as f64 * c
+}
+
+/// What a sharded step does on the data group after its last action, in
+/// seconds, all exposed: each unit's gradient share averaged across the
+/// replicas (hybrid), and ZeRO-1's and -2's updated weights all-gathered
+/// over the shard group. Units are ZeRO-1's buckets (`buckets` of
+/// `bucket_bytes`) or the layers.
+fn after_step_shards(
+    l: &GivenLayout,
+    stages_per_rank: usize,
+    bucket_bytes: f64,
+    buckets: usize,
+) -> Result<f64, String> {
+    let Some(sh) = &l.sharded else {
+        return Ok(0.0);
+    };
+    let g = sh.group.max(1);
+    let (units, unit_bytes) = match sh.shard {
+        Shard::None => return Ok(0.0),
+        Shard::Zero1 => (buckets, bucket_bytes),
+        Shard::Zero2 | Shard::Zero3 => (l.layers_per_stage * stages_per_rank, sh.layer_bytes),
+    };
+    let share = unit_bytes / g as f64;
+    let fit = |f: Option<CallFit>, ranks: usize, what: &str| match f {
+        _ if ranks < 2 => Ok(0.0),
+        Some(f) => Ok(f.seconds(share)),
+        None => Err(format!(
+            "no fitted {what} wire for a group of {ranks} ranks"
+        )),
+    };
+    let replicas = l.dp / g;
+    let mut per_unit = fit(sh.replicas, replicas, "replica all-reduce")?;
+    if matches!(sh.shard, Shard::Zero1 | Shard::Zero2) {
+        per_unit += fit(sh.gather, g, "shard all-gather")?;
+    }
+    Ok(units as f64 * per_unit)
 }
 
 /// When each of a stage's `n` buckets is ready in its last weight-gradient
@@ -257,7 +386,69 @@ mod tests {
             bucket_bytes: 25.0 * 1048576.0,
             dist_opt: false,
             overlap: false,
+            sharded: None,
         }
+    }
+
+    /// Prefetched gathers: with no compute to hide behind every gather is
+    /// waited for; with a layer's compute longer than a gather only the
+    /// first is; in between, what outlasts the compute.
+    #[test]
+    fn prefetch_hides_each_gather_behind_the_layer_before() {
+        assert_eq!(prefetched_wait(4, 1.0, 0.0), 4.0);
+        assert_eq!(prefetched_wait(4, 1.0, 5.0), 1.0);
+        // ag 3, c 1: the thread is the bottleneck: the pass takes 4 ag + c.
+        assert_eq!(prefetched_wait(4, 3.0, 1.0), 4.0 * 3.0 + 1.0 - 4.0);
+        assert_eq!(prefetched_wait(0, 1.0, 1.0), 0.0);
+    }
+
+    /// ZeRO-3 by hand on one stage: each layer's gather before its forward
+    /// and its input pass, its scatter after its weight pass, all exposed
+    /// without prefetch; the replica all-reduce after the step.
+    #[test]
+    fn zero3_adds_its_per_layer_collectives_to_the_actions() {
+        let fit = |coll, alpha| CallFit {
+            collective: coll,
+            ranks: 2,
+            alpha_s: alpha,
+            beta_s_per_byte: 0.0,
+        };
+        let mut l = layout();
+        l.tp = 1;
+        l.dp = 4;
+        l.schedule =
+            crate::schedule::generate(crate::schedule::ScheduleKind::GPipe, 1, 2, 1).unwrap();
+        let cal = Calibration {
+            flop_per_s: 1e9,
+            tp: None,
+            dp: Some(CallFit {
+                ranks: 4,
+                ..fit(Collective::AllReduce, 1e-2)
+            }),
+            message_s: 0.0,
+        };
+        let plain = cost_given(&l, &cal).unwrap();
+        l.sharded = Some(GivenShard {
+            shard: Shard::Zero3,
+            group: 2,
+            prefetch: false,
+            layer_bytes: 1000.0,
+            gather: Some(fit(Collective::AllGather, 1e-3)),
+            scatter: Some(fit(Collective::ReduceScatter, 2e-3)),
+            replicas: Some(fit(Collective::AllReduce, 5e-3)),
+        });
+        let z3 = cost_given(&l, &cal).unwrap();
+        // 2 microbatches x 2 layers x (gather F + gather I + scatter W).
+        let per_layer_shards = 2.0 * 2.0 * (1e-3 + 1e-3 + 2e-3);
+        assert!(
+            (z3.shard_exposed_s - per_layer_shards).abs() < 1e-12,
+            "{z3:?}"
+        );
+        assert!((z3.shard_comm_s - per_layer_shards).abs() < 1e-12);
+        // After the step: 2 layers' shares across the 2 replicas.
+        assert!((z3.dp_comm_s - 2.0 * 5e-3).abs() < 1e-12, "{z3:?}");
+        let want = plain.step_s - plain.dp_comm_s + per_layer_shards + 2.0 * 5e-3;
+        assert!((z3.step_s - want).abs() < 1e-9, "{} vs {want}", z3.step_s);
     }
 
     /// By hand: a pass is 2 blocks x 1e6 FLOP at 1e9 FLOP/s = 2 ms; the

@@ -5,6 +5,7 @@
 
 use super::*;
 use crate::comm::CommBuffer;
+use crate::pipeline::dp_overlap::JobKind;
 
 /// A bucket handed to the reduction thread this step.
 pub(super) struct Launched {
@@ -15,6 +16,16 @@ pub(super) struct Launched {
     /// The action it was handed over in, and that action's work start.
     action: usize,
     action_start_us: f64,
+}
+
+/// What the reduction thread does with a bucket: reduce-scatter it for
+/// the distributed optimizer, else all-reduce it.
+fn bucket_job(dist_opt: bool) -> JobKind {
+    if dist_opt {
+        JobKind::ReduceScatter
+    } else {
+        JobKind::AllReduce
+    }
 }
 
 /// The layer after whose last weight-gradient pass every gradient in
@@ -110,7 +121,7 @@ where
             self.reducer
                 .as_deref_mut()
                 .ok_or_else(|| PipelineError::Protocol("no reduction thread".into()))?
-                .submit(buf, len, dtype)?;
+                .submit(buf, len, dtype, bucket_job(self.cfg.reduce.dist_opt()))?;
             self.launched.push(Launched {
                 stage,
                 bucket: bi,

@@ -68,6 +68,10 @@ pub struct DpReduce {
     /// groups of this many consecutive data ranks, replicated across the
     /// groups); 0: the whole data group.
     pub shard_group: usize,
+    /// ZeRO-3: each layer's weights all-gathered on the data group's
+    /// thread while the layer before it computes (FSDP's prefetch), so
+    /// the compute waits only for what the thread has not finished.
+    pub prefetch: bool,
 }
 
 impl DpReduce {
@@ -81,6 +85,18 @@ impl DpReduce {
     /// microbatch's backward makes them (no buckets).
     pub fn per_layer(&self) -> bool {
         matches!(self.shard, Some(Shard::Zero2 | Shard::Zero3))
+    }
+
+    /// The flag that asks for the data group's own thread and
+    /// communicator, when one does.
+    pub fn thread_flag(&self) -> Option<&'static str> {
+        if self.overlap {
+            Some("--overlap")
+        } else if self.prefetch {
+            Some("--prefetch")
+        } else {
+            None
+        }
     }
 
     /// Ranks a shard spans out of `dp` data ranks.
@@ -101,6 +117,7 @@ impl Default for DpReduce {
             overlap: false,
             shard: None,
             shard_group: 0,
+            prefetch: false,
         }
     }
 }
@@ -139,6 +156,9 @@ impl TpStageConfig {
                 "a shard group of {g} data ranks does not divide the {} data ranks",
                 self.dp
             ));
+        }
+        if self.reduce.prefetch && self.reduce.shard != Some(Shard::Zero3) {
+            return invalid("--prefetch gathers ZeRO-3's weights ahead: give --shard zero3".into());
         }
         if self.reduce.per_layer() && self.reduce.overlap {
             return invalid(
@@ -289,6 +309,11 @@ pub struct TpStages<'g, C: Compute, T, D> {
     adam: HashMap<(usize, usize), shard::AdamState>,
     /// Bytes of a communication copy held at the moment (for [`HeldBytes`]).
     transient: f64,
+    /// ZeRO-3 with prefetch: the gathers handed to the thread, in order,
+    /// the bytes they will hold, and when the thread's previous one ended.
+    prefetched: std::collections::VecDeque<shard::Prefetch>,
+    in_flight_bytes: f64,
+    last_gather_end_us: f64,
     /// Microbatches per data rank.
     microbatches: usize,
     /// Actions run so far in this step.
@@ -387,6 +412,9 @@ where
             grad_shares: HashMap::new(),
             adam: HashMap::new(),
             transient: 0.0,
+            prefetched: std::collections::VecDeque::new(),
+            in_flight_bytes: 0.0,
+            last_gather_end_us: f64::NEG_INFINITY,
             microbatches: schedule.microbatches,
             done: 0,
             weight_passes: HashMap::new(),
@@ -431,6 +459,12 @@ where
         self.reducer = Some(reducer);
     }
 
+    /// The buckets go to the reduction thread as they become final (with
+    /// `--overlap`; the thread may also be there for ZeRO-3's prefetch).
+    fn buckets_overlapped(&self) -> bool {
+        self.cfg.reduce.overlap && self.reducer.is_some()
+    }
+
     /// For tests of the check only: hands each bucket to the reduction
     /// thread `layers` layers before its gradients are final, which a
     /// correct step never does; the gradient check must then fail.
@@ -442,7 +476,7 @@ where
     /// This weight-gradient pass on `stage` is its last of the step (its
     /// `M`-th) and its buckets go to the reduction thread as they become final.
     fn final_overlapped_pass(&self, stage: usize) -> bool {
-        self.reducer.is_some()
+        self.buckets_overlapped()
             && self.weight_passes.get(&stage).copied().unwrap_or(0) + 1 == self.microbatches
     }
 
@@ -471,7 +505,9 @@ where
         let mut born = host_now_us();
         let mut clock = PhaseClock::new();
         for layer in (0..stash.len()).rev() {
-            self.sharded_op(&mut clock, &mut born, |s| s.gather_layer(c, stage, layer))?;
+            self.sharded_op(&mut clock, &mut born, |s| {
+                s.gather_layer(c, stage, layer, layer.checked_sub(1))
+            })?;
             let tp = &mut *self.tp;
             let b = self
                 .blocks
@@ -552,7 +588,9 @@ where
         let mut born = host_now_us();
         let mut clock = PhaseClock::new();
         for layer in (0..stash.len()).rev() {
-            self.sharded_op(&mut clock, &mut born, |s| s.gather_layer(c, stage, layer))?;
+            self.sharded_op(&mut clock, &mut born, |s| {
+                s.gather_layer(c, stage, layer, layer.checked_sub(1))
+            })?;
             let st = &mut stash[layer];
             let tp = &mut *self.tp;
             let b = self

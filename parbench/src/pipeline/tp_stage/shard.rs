@@ -33,6 +33,16 @@ use super::buckets::{download_n, Slot};
 use super::*;
 use crate::comm::CommBuffer;
 use crate::model::plan::Shard;
+use crate::pipeline::dp_overlap::JobKind;
+
+/// A gather handed to the data group's thread ahead of its layer.
+pub(super) struct Prefetch {
+    stage: usize,
+    layer: usize,
+    submitted_us: f64,
+    /// What it holds until taken back: the share's copy and the whole.
+    bytes: f64,
+}
 
 /// Adam's first and second moment decay and epsilon (PyTorch's defaults).
 const BETA1: f32 = 0.9;
@@ -279,6 +289,13 @@ where
             .collect()
     }
 
+    /// One layer's weights on this rank padded to whole shares, over the
+    /// shard group: one rank's share, elements.
+    pub fn layer_share_elems(&self) -> usize {
+        let g = self.group();
+        padded(&layer_slots(&self.cfg.block, self.tp.world(), 0), g) / g
+    }
+
     /// ZeRO-3, once when the stages are built: every layer keeps only this
     /// rank's share of its weights.
     pub(super) fn shard_params_at_start(&mut self, c: &C) -> Result<(), PipelineError> {
@@ -304,69 +321,164 @@ where
         Ok(())
     }
 
-    /// ZeRO-3: all-gathers `layer`'s weights into its block before a pass
-    /// that reads them (timed on its own; the wait is exposed).
+    /// ZeRO-3: `layer`'s weights gathered into its block before a pass
+    /// that reads them, `next` the layer the pass reads after it. With
+    /// prefetch the gathers run on the data group's thread: `next`'s is
+    /// handed over before this one's is waited for, so it runs while this
+    /// layer computes. Without, the gather runs here and all of it is
+    /// exposed.
     pub(super) fn gather_layer(
         &mut self,
         c: &C,
         stage: usize,
         layer: usize,
+        next: Option<usize>,
     ) -> Result<(), PipelineError> {
         if self.shard() != Some(Shard::Zero3) {
             return Ok(());
         }
         let start = host_now_us();
-        let g = self.group();
+        let flat = if self.cfg.reduce.prefetch && self.reducer.is_some() {
+            self.gathered_on_thread(c, stage, layer, next)?
+        } else {
+            let g = self.group();
+            let len = padded(&layer_slots(&self.cfg.block, self.tp.world(), layer), g);
+            let share = self
+                .param_shares
+                .get(&(stage, layer))
+                .ok_or_else(|| missing(stage))?;
+            let mut flat = c.alloc(len)?;
+            self.dp.all_gather(
+                Io::OutOfPlace {
+                    send: share,
+                    recv: &mut flat,
+                },
+                len / g,
+                self.dtype,
+            )?;
+            self.dp.sync()?;
+            let took = host_now_us() - start;
+            self.shard_span(SpanGroup::ShardGather, start, took);
+            self.step.shard_gather_us += took;
+            flat
+        };
+        self.install_gathered(c, stage, layer, &flat)?;
+        self.transient = bytes_of(&flat);
+        self.note_held();
+        drop(flat);
+        self.transient = 0.0;
+        self.step.shard_exposed_us += host_now_us() - start;
+        self.step.shard_calls += 1;
+        Ok(())
+    }
+
+    /// `flat` (a layer's weights, whole) copied into its block's tensors.
+    fn install_gathered(
+        &mut self,
+        c: &C,
+        stage: usize,
+        layer: usize,
+        flat: &C::Buf,
+    ) -> Result<(), PipelineError> {
         let slots = layer_slots(&self.cfg.block, self.tp.world(), layer);
-        let len = padded(&slots, g);
+        let mut tensors = Vec::with_capacity(slots.len());
+        for s in &slots {
+            let mut buf = c.alloc(s.len)?;
+            c.copy(flat, s.offset, &mut buf, 0, s.len)?;
+            tensors.push(buf);
+        }
+        let mut it = tensors.into_iter();
+        let mut take = || it.next().ok_or_else(|| missing(stage));
+        let params = crate::layers::layout::Params {
+            w_qkv: take()?,
+            b_qkv: take()?,
+            w_o: take()?,
+            b_o: take()?,
+            w_1: take()?,
+            b_1: take()?,
+            w_2: take()?,
+            b_2: take()?,
+        };
+        c.sync()?;
+        let b = self
+            .blocks
+            .get_mut(&stage)
+            .and_then(|l| l.get_mut(layer))
+            .ok_or_else(|| missing(stage))?;
+        b.put_params(params);
+        Ok(())
+    }
+
+    /// Hands `layer`'s gather to the data group's thread (a copy of this
+    /// rank's share goes; the share stays for the optimizer).
+    fn submit_gather(&mut self, c: &C, stage: usize, layer: usize) -> Result<(), PipelineError> {
+        let g = self.group();
+        let len = padded(&layer_slots(&self.cfg.block, self.tp.world(), layer), g);
         let share = self
             .param_shares
             .get(&(stage, layer))
             .ok_or_else(|| missing(stage))?;
-        let mut flat = c.alloc(len)?;
-        self.dp.all_gather(
-            Io::OutOfPlace {
-                send: share,
-                recv: &mut flat,
-            },
-            len / g,
-            self.dtype,
-        )?;
-        self.dp.sync()?;
-        self.transient = bytes_of(&flat);
-        let blocks = self.blocks.get_mut(&stage).ok_or_else(|| missing(stage))?;
-        let b = blocks.get_mut(layer).ok_or_else(|| missing(stage))?;
-        let specs = ParamSpecs::new(&self.cfg.block);
-        let t = self.tp.world();
-        let mut i = 0;
-        let whole = specs.all().map(|spec| {
-            let s = &slots[i];
-            i += 1;
-            let mut buf = c.alloc(spec.local_len(t))?;
-            c.copy(&flat, s.offset, &mut buf, 0, s.len)?;
-            Ok::<_, PipelineError>(buf)
-        });
-        let [w_qkv, b_qkv, w_o, b_o, w_1, b_1, w_2, b_2] = whole;
-        b.put_params(crate::layers::layout::Params {
-            w_qkv: w_qkv?,
-            b_qkv: b_qkv?,
-            w_o: w_o?,
-            b_o: b_o?,
-            w_1: w_1?,
-            b_1: b_1?,
-            w_2: w_2?,
-            b_2: b_2?,
-        });
+        let mut copy = c.alloc(len / g)?;
+        c.copy(share, 0, &mut copy, 0, len / g)?;
         c.sync()?;
-        self.note_held();
-        drop(flat);
-        self.transient = 0.0;
-        let took = host_now_us() - start;
-        self.shard_span(SpanGroup::ShardGather, start, took);
-        self.step.shard_gather_us += took;
-        self.step.shard_exposed_us += took;
-        self.step.shard_calls += 1;
+        let dtype = self.dtype;
+        self.reducer
+            .as_deref_mut()
+            .ok_or_else(|| PipelineError::Protocol("no thread for the prefetch".into()))?
+            .submit(copy, len / g, dtype, JobKind::AllGather)?;
+        self.in_flight_bytes += ((len + len / g) * dtype.size()) as f64;
+        self.prefetched.push_back(Prefetch {
+            stage,
+            layer,
+            submitted_us: host_now_us(),
+            bytes: ((len + len / g) * dtype.size()) as f64,
+        });
         Ok(())
+    }
+
+    /// With prefetch: `layer`'s gather (handed over now if no earlier
+    /// layer prefetched it), `next`'s handed over behind it, then this
+    /// one's result taken back. Each gather's time is its span on the
+    /// thread, from when it was handed over and the thread free to its end.
+    fn gathered_on_thread(
+        &mut self,
+        c: &C,
+        stage: usize,
+        layer: usize,
+        next: Option<usize>,
+    ) -> Result<C::Buf, PipelineError> {
+        let queued = |s: &Self, l: usize| {
+            s.prefetched
+                .iter()
+                .any(|p| p.stage == stage && p.layer == l)
+        };
+        if !queued(self, layer) {
+            self.submit_gather(c, stage, layer)?;
+        }
+        if let Some(n) = next {
+            if !queued(self, n) {
+                self.submit_gather(c, stage, n)?;
+            }
+        }
+        loop {
+            let p = self.prefetched.pop_front().ok_or_else(|| {
+                PipelineError::Protocol("a prefetched gather went missing".into())
+            })?;
+            let r = self
+                .reducer
+                .as_deref_mut()
+                .ok_or_else(|| PipelineError::Protocol("no thread for the prefetch".into()))?
+                .take_back()?;
+            self.in_flight_bytes -= p.bytes;
+            let from = p.submitted_us.max(self.last_gather_end_us);
+            self.last_gather_end_us = r.end_us;
+            let took = (r.end_us - from).max(0.0);
+            self.shard_span(SpanGroup::ShardGather, from, took);
+            self.step.shard_gather_us += took;
+            if p.stage == stage && p.layer == layer {
+                return Ok(r.buf);
+            }
+        }
     }
 
     /// ZeRO-3: frees `layer`'s gathered weights after the pass that read them.
@@ -605,7 +717,9 @@ where
         h.grads += self.grad_shares.values().map(bytes_of).sum::<f64>();
         h.grads += self.shares.values().map(|(b, _)| bytes_of(b)).sum::<f64>();
         h.optimizer = self.adam.values().map(|a| a.bytes() as f64).sum();
-        h.buffers = self.bucket_bufs.values().map(bytes_of).sum::<f64>() + self.transient;
+        h.buffers = self.bucket_bufs.values().map(bytes_of).sum::<f64>()
+            + self.transient
+            + self.in_flight_bytes;
         self.step.held_end = h;
         self.step.held_peak = self.step.held_peak.max(h);
         let total = h.total();

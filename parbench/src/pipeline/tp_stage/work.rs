@@ -30,7 +30,9 @@ where
             }
         }
         self.grad_shares.clear();
-        if self.cfg.reduce.overlap && self.cfg.dp > 1 && self.reducer.is_none() {
+        self.prefetched.clear();
+        self.last_gather_end_us = f64::NEG_INFINITY;
+        if self.cfg.reduce.thread_flag().is_some() && self.cfg.dp > 1 && self.reducer.is_none() {
             return Err(PipelineError::Invalid(
                 "overlap needs the reduction thread (TpStages::overlap_on)".into(),
             ));
@@ -63,7 +65,9 @@ where
         let n = self.blocks.get(&stage).ok_or_else(|| missing(stage))?.len();
         let mut stash = Vec::with_capacity(n);
         for layer in 0..n {
-            self.sharded_op(&mut clock, &mut born, |s| s.gather_layer(c, stage, layer))?;
+            self.sharded_op(&mut clock, &mut born, |s| {
+                s.gather_layer(c, stage, layer, (layer + 1 < n).then_some(layer + 1))
+            })?;
             let tp = &mut *self.tp;
             let b = self
                 .blocks
@@ -119,7 +123,7 @@ where
         need_dx: bool,
     ) -> Result<Option<C::Buf>, PipelineError> {
         self.action_start_us = host_now_us();
-        let dx = if self.reducer.is_some() {
+        let dx = if self.buckets_overlapped() {
             self.layered_backward(c, stage, mb, &mut stash, dy)?
         } else {
             let dx = self.input_pass(c, stage, mb, &mut stash, dy)?;
@@ -173,7 +177,7 @@ where
     }
 
     fn after_step(&mut self, c: &C) -> Result<(), PipelineError> {
-        if self.reducer.is_some() {
+        if self.buckets_overlapped() {
             self.collect_overlapped(c)?;
         } else if !self.cfg.reduce.per_layer() {
             let mut stages: Vec<usize> = self.blocks.keys().copied().collect();
@@ -217,7 +221,14 @@ where
         let mut clock = PhaseClock::new();
         for layer in order {
             if a.kind != ActionKind::W {
-                self.sharded_op(&mut clock, &mut born, |s| s.gather_layer(c, a.stage, layer))?;
+                let next = if a.kind == ActionKind::F {
+                    (layer + 1 < n).then_some(layer + 1)
+                } else {
+                    layer.checked_sub(1)
+                };
+                self.sharded_op(&mut clock, &mut born, |s| {
+                    s.gather_layer(c, a.stage, layer, next)
+                })?;
                 std::thread::sleep(per_layer(reads));
                 clock.end_compute(c).map_err(layer_err)?;
                 let b = self
