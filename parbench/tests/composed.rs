@@ -107,11 +107,7 @@ fn run_rank<C: Communicator<Buffer = parbench::comm::HostBuffer>>(
 fn schedules(p: usize, m: usize) -> Vec<Schedule> {
     let mut out = Vec::new();
     for kind in ScheduleKind::ALL {
-        let v = if kind == ScheduleKind::Interleaved {
-            2
-        } else {
-            1
-        };
+        let v = if kind.chunked() { 2 } else { 1 };
         match generate(kind, p, m, v) {
             Ok(s) => out.push(s),
             // Interleaving needs M a multiple of the ranks; it does not apply otherwise.
