@@ -169,9 +169,12 @@ fn every_schedule(backend: &str, work: &str) {
         &name,
         backend,
         work,
-        &["--stages", "3", "--microbatches", "3"],
+        // Six microbatches on three ranks: a shape every schedule takes
+        // (DualPipeV needs M >= 2R, interleaved M a multiple of R).
+        &["--schedule", "all", "--stages", "3", "--microbatches", "6"],
     );
-    assert_eq!(check_dir(&d, &name), 4, "{name}: one trace per schedule");
+    // The registry's eight schedules, PyTorch's seven and ZB-H1.
+    assert_eq!(check_dir(&d, &name), 8, "{name}: one trace per schedule");
     let csv = d.join("mine.csv");
     std::fs::write(&csv, CSV).unwrap();
     let d = run(
