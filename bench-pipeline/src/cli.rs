@@ -639,15 +639,26 @@ mod tests {
     #[test]
     fn all_runs_every_schedule_the_shape_allows() {
         let p = plan(&args(&["--schedule", "all", "--microbatches", "8"])).unwrap();
-        let names: Vec<&str> = p.runs.iter().map(|r| r.cfg.schedule.name.as_str()).collect();
+        let names: Vec<&str> = p
+            .runs
+            .iter()
+            .map(|r| r.cfg.schedule.name.as_str())
+            .collect();
         let every: Vec<&str> = ScheduleKind::ALL.iter().map(|k| k.name()).collect();
         assert_eq!(names, every);
         // DualPipeV needs M >= 2S, interleaved M a multiple of S: skipped with a note.
         let p = plan(&args(&["--schedule", "ALL", "--microbatches", "6"])).unwrap();
         assert_eq!(p.runs.len(), ScheduleKind::ALL.len() - 2);
-        assert!(p.skipped.iter().any(|s| s.contains("dualpipev")), "{:?}", p.skipped);
+        assert!(
+            p.skipped.iter().any(|s| s.contains("dualpipev")),
+            "{:?}",
+            p.skipped
+        );
         let zbv = plan(&args(&["--schedule", "zb-v", "--chunks", "3"])).unwrap();
-        assert_eq!(zbv.runs[0].cfg.schedule.stage_to_rank, [0, 1, 2, 3, 3, 2, 1, 0]);
+        assert_eq!(
+            zbv.runs[0].cfg.schedule.stage_to_rank,
+            [0, 1, 2, 3, 3, 2, 1, 0]
+        );
         let e = plan(&args(&["--schedule", "dualpipev", "--microbatches", "4"])).unwrap_err();
         assert!(e.contains("M = 4 < 2R = 8") && !e.contains('\n'), "{e}");
     }

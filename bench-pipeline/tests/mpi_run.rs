@@ -179,7 +179,11 @@ fn the_plain_pipeline_runs_on_two_mpi_ranks() {
     let rows =
         parbench::results::read_rows::<parbench::results::PipelineRow>(&dir.join("pipeline.csv"))
             .unwrap();
-    assert_eq!(rows.len(), parbench::schedule::ScheduleKind::ALL.len(), "{rows:?}");
+    assert_eq!(
+        rows.len(),
+        parbench::schedule::ScheduleKind::ALL.len(),
+        "{rows:?}"
+    );
     for row in &rows {
         assert_eq!((row.backend.as_str(), row.stages), ("mpi", 2));
         assert!(row.grad_max_err <= 1e-5, "{row:?}");

@@ -5,7 +5,9 @@
 //! in the same order (idle steps aside), the same stage-to-rank map, and
 //! the same sizes refused.
 
-use parbench::schedule::{generate, load_csv, validate, Action, ActionKind, Schedule, ScheduleKind};
+use parbench::schedule::{
+    generate, load_csv, validate, Action, ActionKind, Schedule, ScheduleKind,
+};
 use std::path::{Path, PathBuf};
 
 fn fixtures() -> PathBuf {
@@ -39,7 +41,12 @@ fn cases() -> (String, Vec<Case>) {
                 Some(why) => Err(why.as_str().unwrap().to_string()),
                 None => Ok((
                     f["file"].as_str().unwrap().to_string(),
-                    f["stage_to_rank"].as_array().unwrap().iter().map(n).collect(),
+                    f["stage_to_rank"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(n)
+                        .collect(),
                 )),
             },
         })
@@ -52,7 +59,10 @@ fn rows(s: &Schedule) -> Vec<Vec<Action>> {
 }
 
 fn text(row: &[Action]) -> String {
-    row.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(" ")
+    row.iter()
+        .map(|a| a.to_string())
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// What PyTorch's `Schedule1F1B._get_pipeline_order` writes for the last

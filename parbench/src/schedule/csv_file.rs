@@ -162,7 +162,9 @@ fn cell_actions(cell: &str) -> Result<Vec<Action>, String> {
         .map(str::parse)
         .collect::<Result<Vec<Action>, String>>()?;
     if subs.is_empty() || subs.len() > 2 {
-        return Err(format!("invalid overlapped pair '{cell}': expected (F;B)OVERLAP_F_B"));
+        return Err(format!(
+            "invalid overlapped pair '{cell}': expected (F;B)OVERLAP_F_B"
+        ));
     }
     Ok(subs)
 }
@@ -222,12 +224,27 @@ mod tests {
         // Both stages on one rank: the pair is a forward of stage 0 and a backward of stage 1.
         let text = "0F0,1F0,(0F1;1B0)OVERLAP_F_B,0B0,1F1,1B1,0B1\r\n";
         let s = parse_csv(text, "mem", "t").unwrap();
-        let row: Vec<String> = s.actions[0].iter().flatten().map(|a| a.to_string()).collect();
-        assert_eq!(row, ["0F0", "1F0", "0F1", "1B0", "0B0", "1F1", "1B1", "0B1"]);
+        let row: Vec<String> = s.actions[0]
+            .iter()
+            .flatten()
+            .map(|a| a.to_string())
+            .collect();
+        assert_eq!(
+            row,
+            ["0F0", "1F0", "0F1", "1B0", "0B0", "1F1", "1B1", "0B1"]
+        );
         validate(&s).unwrap();
-        for bad in ["()OVERLAP_F_B", "(0F0;1B0;2B0)OVERLAP_F_B", "(0F0;x)OVERLAP_F_B", "(0F0)OVERLAP"] {
+        for bad in [
+            "()OVERLAP_F_B",
+            "(0F0;1B0;2B0)OVERLAP_F_B",
+            "(0F0;x)OVERLAP_F_B",
+            "(0F0)OVERLAP",
+        ] {
             let e = parse_csv(bad, "f.csv", "t").unwrap_err().to_string();
-            assert!(e.starts_with("f.csv: line 1, cell 1: invalid"), "{bad}: {e}");
+            assert!(
+                e.starts_with("f.csv: line 1, cell 1: invalid"),
+                "{bad}: {e}"
+            );
         }
     }
 

@@ -264,10 +264,16 @@ mod tests {
     #[test]
     fn peak_activations_match_their_closed_forms() {
         use crate::model::bubble::peak_activations;
-        for kind in [ScheduleKind::LoopedBfs, ScheduleKind::ZbV, ScheduleKind::DualPipeV] {
+        for kind in [
+            ScheduleKind::LoopedBfs,
+            ScheduleKind::ZbV,
+            ScheduleKind::DualPipeV,
+        ] {
             for r in 1..=6 {
                 for m in 1..=14 {
-                    let Ok(s) = generate(kind, r, m, 2) else { continue };
+                    let Ok(s) = generate(kind, r, m, 2) else {
+                        continue;
+                    };
                     let counted = peak_in_flight(&s).into_iter().max().unwrap() as u64;
                     let form = peak_activations(kind.closed_form(2), r as u64, m as u64);
                     assert_eq!(form, Some(counted), "{kind} R={r} M={m}");
@@ -286,7 +292,13 @@ mod tests {
     fn sizes_the_generators_refuse_say_why_in_one_line() {
         for (kind, r, m, v, want) in [
             (ScheduleKind::DualPipeV, 4, 6, 2, "M = 6 < 2R = 8"),
-            (ScheduleKind::InterleavedZb, 2, 7, 2, "M = 7 is not a multiple of 3"),
+            (
+                ScheduleKind::InterleavedZb,
+                2,
+                7,
+                2,
+                "M = 7 is not a multiple of 3",
+            ),
             (ScheduleKind::Interleaved, 4, 6, 2, "multiple of 4"),
             (ScheduleKind::ZbV, 4, 8, 0, "at least one chunk"),
         ] {

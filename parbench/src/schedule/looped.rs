@@ -21,10 +21,11 @@ pub(super) fn looped_bfs(r: usize, m: usize, v: usize) -> Vec<Vec<Action>> {
         let forwards = stages
             .iter()
             .flat_map(|&s| (0..m).map(move |mb| Action::new(s, ActionKind::F, mb)));
-        let backwards = stages
-            .iter()
-            .rev()
-            .flat_map(|&s| (0..m).rev().map(move |mb| Action::new(s, ActionKind::B, mb)));
+        let backwards = stages.iter().rev().flat_map(|&s| {
+            (0..m)
+                .rev()
+                .map(move |mb| Action::new(s, ActionKind::B, mb))
+        });
         forwards.chain(backwards).collect()
     })
 }

@@ -199,8 +199,9 @@ impl DualPipeRow {
         // The last backwards: the second half of them split (zero bubble),
         // odd ranks switching one backward earlier than even ones.
         let mut split = false;
-        let half = (rank + 1) / 2;
-        for i in 0..rank + 1 {
+        let last_backwards = rank + 1;
+        let half = last_backwards / 2;
+        for i in 0..last_backwards {
             if i == half && rank % 2 == 1 {
                 split = true;
             }

@@ -221,7 +221,11 @@ pub(super) fn schedules(input: &PlanInput, pp: u64, micro: u64) -> Vec<(&'static
             .is_none_or(|list| list.iter().any(|s| s == name))
     };
     let takes = |e: &ScheduleEntry, v: u64| {
-        let (Ok(p), Ok(m), Ok(v)) = (usize::try_from(pp), usize::try_from(micro), usize::try_from(v)) else {
+        let (Ok(p), Ok(m), Ok(v)) = (
+            usize::try_from(pp),
+            usize::try_from(micro),
+            usize::try_from(v),
+        ) else {
             return false;
         };
         e.kind.accepts(p, m, v).is_ok()
@@ -234,7 +238,10 @@ pub(super) fn schedules(input: &PlanInput, pp: u64, micro: u64) -> Vec<(&'static
     // The chunks' layers are checked by the caller (evenly, or Megatron's
     // uneven first and last stages).
     if micro.is_multiple_of(pp) {
-        for e in SCHEDULES.iter().filter(|e| e.placement == Placement::Looped && allowed(e.name)) {
+        for e in SCHEDULES
+            .iter()
+            .filter(|e| e.placement == Placement::Looped && allowed(e.name))
+        {
             for v in 2..=input.max_chunks {
                 if input.model.layers >= pp.saturating_mul(v) && takes(e, v) {
                     out.push((e.name, v));

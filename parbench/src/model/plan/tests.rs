@@ -164,7 +164,10 @@ fn pytorchs_other_schedules_are_planned_with_their_memory() {
     // DualPipeV 2S + 1, looped BFS every forward (v M).
     assert_eq!(zbv.memory.in_flight, 8);
     assert_eq!(dpv.memory.in_flight, 9);
-    assert_eq!(find(&plan, 1, 1, 4, "looped-bfs", 2, 1).memory.in_flight, 32);
+    assert_eq!(
+        find(&plan, 1, 1, 4, "looped-bfs", 2, 1).memory.in_flight,
+        32
+    );
     find(&plan, 1, 1, 4, "interleaved-zb", 2, 1);
     // Both V stages of rank 0 hold its parameters: two stages' layers.
     let one = find(&plan, 1, 1, 4, "1f1b", 1, 1);
