@@ -22,68 +22,61 @@ pub(super) fn zb_v(r: usize, m: usize, _: usize) -> Vec<Vec<Action>> {
     per_rank(r, |rank| zb_v_row(rank, r, m))
 }
 
+/// Appends `stage`'s `kind` of microbatch `*next`, and counts it.
+fn push(out: &mut Vec<Action>, stage: usize, kind: ActionKind, next: &mut usize) {
+    out.push(Action::new(stage, kind, *next));
+    *next += 1;
+}
+
 /// One rank's row of PyTorch's ZB-V. It is built for at least `2R - 1`
 /// microbatches and the actions of microbatches past `M` are dropped, as
 /// PyTorch does.
 fn zb_v_row(rank: usize, r: usize, m: usize) -> Vec<Action> {
+    use ActionKind::{F, I, W};
     let n = m.max(2 * r - 1);
     let (s0, s1) = (rank, 2 * r - 1 - rank);
     let mut out = Vec::new();
+    // Next forward and next backward of each leg.
     let (mut f0, mut f1, mut b0, mut b1) = (0, 0, 0, 0);
-    let act = |stage, kind, mb| Action::new(stage, kind, mb);
-    let split_backward = |out: &mut Vec<Action>, stage, mb| {
-        out.push(act(stage, ActionKind::I, mb));
-        out.push(act(stage, ActionKind::W, mb));
+    // A backward whole: its input and weight halves together.
+    let split_backward = |out: &mut Vec<Action>, stage, next: &mut usize| {
+        out.push(Action::new(stage, I, *next));
+        push(out, stage, W, next);
     };
     // Warm-up: forwards down the first leg, then both legs in turn, then
     // the second leg's first backwards.
     for _ in 0..2 * (r - rank) - 1 {
-        out.push(act(s0, ActionKind::F, f0));
-        f0 += 1;
+        push(&mut out, s0, F, &mut f0);
     }
     for _ in 0..rank {
-        out.push(act(s1, ActionKind::F, f1));
-        f1 += 1;
-        out.push(act(s0, ActionKind::F, f0));
-        f0 += 1;
+        push(&mut out, s1, F, &mut f1);
+        push(&mut out, s0, F, &mut f0);
     }
     for _ in 0..r - rank {
-        out.push(act(s1, ActionKind::F, f1));
-        f1 += 1;
-        split_backward(&mut out, s1, b1);
-        b1 += 1;
+        push(&mut out, s1, F, &mut f1);
+        split_backward(&mut out, s1, &mut b1);
     }
-    // Steady state: one forward and one whole split backward on each leg.
+    // Steady state: one forward and one whole backward on each leg.
     while f1 < f0 || f0 < n {
         if f0 < n {
-            out.push(act(s0, ActionKind::F, f0));
-            f0 += 1;
+            push(&mut out, s0, F, &mut f0);
         }
-        split_backward(&mut out, s0, b0);
-        b0 += 1;
-        out.push(act(s1, ActionKind::F, f1));
-        f1 += 1;
-        split_backward(&mut out, s1, b1);
-        b1 += 1;
+        split_backward(&mut out, s0, &mut b0);
+        push(&mut out, s1, F, &mut f1);
+        split_backward(&mut out, s1, &mut b1);
     }
     // Cool-down: input gradients first, the weight passes they leave after.
-    let (mut w0, mut w1) = (b0, b1);
+    let (mut w0, w1) = (b0, b1);
     for _ in 0..rank {
-        out.push(act(s0, ActionKind::I, b0));
-        b0 += 1;
-        out.push(act(s1, ActionKind::I, b1));
-        b1 += 1;
+        push(&mut out, s0, I, &mut b0);
+        push(&mut out, s1, I, &mut b1);
     }
     for _ in 0..r - rank {
-        out.push(act(s0, ActionKind::I, b0));
-        b0 += 1;
-        out.push(act(s0, ActionKind::W, w0));
-        w0 += 1;
+        push(&mut out, s0, I, &mut b0);
+        push(&mut out, s0, W, &mut w0);
     }
-    out.extend((w1..b1).map(|mb| act(s1, ActionKind::W, mb)));
-    w1 = b1;
-    out.extend((w0..b0).map(|mb| act(s0, ActionKind::W, mb)));
-    debug_assert!(w1 == f1 && b0 == f0);
+    out.extend((w1..b1).map(|mb| Action::new(s1, W, mb)));
+    out.extend((w0..b0).map(|mb| Action::new(s0, W, mb)));
     out.retain(|a| a.mb < m);
     out
 }
