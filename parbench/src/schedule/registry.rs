@@ -77,7 +77,8 @@ pub enum BubbleSchedule {
     /// "Breadth-First Pipeline Parallelism").
     LoopedBfs { chunks: u64 },
     /// PyTorch's interleaved zero bubble (ZB1P with `chunks` stages per
-    /// rank): no paper gives its bubble; the simulator prices it.
+    /// rank): no paper states its bubble; ZB-H1's over `v`, to which the
+    /// simulator holds PyTorch's order.
     InterleavedZb { chunks: u64 },
     /// ZB-V, two stages per rank in a V (Qi et al. 2024, section 6).
     ZbV,
