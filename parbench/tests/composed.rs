@@ -110,7 +110,11 @@ fn schedules(p: usize, m: usize) -> Vec<Schedule> {
     let mut out = Vec::new();
     for kind in ScheduleKind::ALL {
         let v = if kind.chunked() { 2 } else { 1 };
-        let m = if kind == ScheduleKind::DualPipeV { m.max(2 * p) } else { m };
+        let m = if kind == ScheduleKind::DualPipeV {
+            m.max(2 * p)
+        } else {
+            m
+        };
         match generate(kind, p, m, v) {
             Ok(s) => out.push(s),
             // Interleaving needs M a multiple of the ranks; it does not apply otherwise.
