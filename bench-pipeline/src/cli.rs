@@ -26,13 +26,15 @@ pub struct Args {
     /// visible GPU).
     #[arg(long)]
     pub stages: Option<usize>,
-    /// Schedules to run, comma-separated: gpipe, 1f1b, interleaved, zb-h1.
+    /// Schedules to run, comma-separated: gpipe, 1f1b, interleaved, zb-h1,
+    /// looped-bfs, interleaved-zb, zb-v, dualpipev; or all (every one that
+    /// can be generated for the given stages and microbatches).
     #[arg(long, default_value = "gpipe,1f1b,interleaved,zb-h1")]
     pub schedule: String,
     /// Microbatches per step, comma-separated (a sweep): 1,2,4,8,16,32.
     #[arg(long, default_value = "8")]
     pub microbatches: String,
-    /// Stages per rank v of the interleaved schedule.
+    /// Stages per rank v of the looped schedules (interleaved, looped-bfs, interleaved-zb).
     #[arg(long, default_value_t = 2)]
     pub chunks: usize,
     /// Layers of every stage: MLP layers, or with --dp/--tp Megatron blocks.
@@ -314,23 +316,22 @@ pub fn plan(args: &Args) -> Result<PipelineJob, String> {
         if stages == 0 {
             return Err("--stages must be at least 1".into());
         }
-        let kinds: Vec<ScheduleKind> = list("--schedule", &args.schedule)?;
+        let all = args.schedule.trim().eq_ignore_ascii_case("all");
+        let kinds: Vec<ScheduleKind> = if all {
+            ScheduleKind::ALL.to_vec()
+        } else {
+            list("--schedule", &args.schedule)?
+        };
         let ms: Vec<usize> = list("--microbatches", &args.microbatches)?;
         let sweep = ms.len() * kinds.len();
         for kind in kinds {
             for &m in &ms {
-                let v = if kind == ScheduleKind::Interleaved {
-                    args.chunks
-                } else {
-                    1
-                };
+                let v = if kind.chunked() { args.chunks } else { 1 };
                 match schedule::generate(kind, stages, m, v) {
                     Ok(s) => schedules.push((Some(kind), s)),
-                    // In a sweep, interleaved skips the M it cannot run;
-                    // alone, its error is the answer.
-                    Err(e) if kind == ScheduleKind::Interleaved && sweep > 1 => {
-                        skipped.push(e.to_string())
-                    }
+                    // In a sweep, a schedule skips the shape it cannot
+                    // run; alone, its error is the answer.
+                    Err(e) if sweep > 1 => skipped.push(e.to_string()),
                     Err(e) => return Err(e.to_string()),
                 }
             }
@@ -697,6 +698,33 @@ mod tests {
         assert_eq!(p.ranks, 4);
         assert_eq!(p.runs[2].cfg.schedule.num_stages, 8);
         assert_eq!(p.runs[2].cfg.stage_layers, vec![2; 8]);
+    }
+
+    #[test]
+    fn all_runs_every_schedule_the_shape_allows() {
+        let p = plan(&args(&["--schedule", "all", "--microbatches", "8"])).unwrap();
+        let names: Vec<&str> = p
+            .runs
+            .iter()
+            .map(|r| r.cfg.schedule.name.as_str())
+            .collect();
+        let every: Vec<&str> = ScheduleKind::ALL.iter().map(|k| k.name()).collect();
+        assert_eq!(names, every);
+        // DualPipeV needs M >= 2S, interleaved M a multiple of S: skipped with a note.
+        let p = plan(&args(&["--schedule", "ALL", "--microbatches", "6"])).unwrap();
+        assert_eq!(p.runs.len(), ScheduleKind::ALL.len() - 2);
+        assert!(
+            p.skipped.iter().any(|s| s.contains("dualpipev")),
+            "{:?}",
+            p.skipped
+        );
+        let zbv = plan(&args(&["--schedule", "zb-v", "--chunks", "3"])).unwrap();
+        assert_eq!(
+            zbv.runs[0].cfg.schedule.stage_to_rank,
+            [0, 1, 2, 3, 3, 2, 1, 0]
+        );
+        let e = plan(&args(&["--schedule", "dualpipev", "--microbatches", "4"])).unwrap_err();
+        assert!(e.contains("M = 4 < 2R = 8") && !e.contains('\n'), "{e}");
     }
 
     #[test]

@@ -163,15 +163,39 @@ fn check_dir(dir: &Path, what: &str) -> usize {
     traces
 }
 
+/// Every row of `dir`'s pipeline.csv has its gradients within 1e-5 of one
+/// rank running the whole model; there are `rows` of them.
+fn assert_gradients_match(dir: &Path, rows: usize) {
+    let text = std::fs::read_to_string(dir.join("pipeline.csv")).unwrap();
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    let (schedule, err) = (col("schedule"), col("grad_max_err"));
+    let mut seen = 0;
+    for line in lines {
+        let cells: Vec<&str> = line.split(',').collect();
+        let e: f64 = cells[err].parse().unwrap();
+        assert!(e <= 1e-5, "{}: gradient error {e}", cells[schedule]);
+        seen += 1;
+    }
+    assert_eq!(seen, rows, "{}", dir.display());
+}
+
 fn every_schedule(backend: &str, work: &str) {
     let name = format!("{backend}-{}", work.replace(':', "_"));
     let d = run(
         &name,
         backend,
         work,
-        &["--stages", "3", "--microbatches", "3"],
+        // Six microbatches on three ranks: a shape every schedule takes
+        // (DualPipeV needs M >= 2R, interleaved M a multiple of R).
+        &["--schedule", "all", "--stages", "3", "--microbatches", "6"],
     );
-    assert_eq!(check_dir(&d, &name), 4, "{name}: one trace per schedule");
+    // The registry's eight schedules, PyTorch's seven and ZB-H1.
+    assert_eq!(check_dir(&d, &name), 8, "{name}: one trace per schedule");
+    if work == "compute" {
+        assert_gradients_match(&d, 8);
+    }
     let csv = d.join("mine.csv");
     std::fs::write(&csv, CSV).unwrap();
     let d = run(

@@ -105,13 +105,16 @@ fn run_rank<C: Communicator<Buffer = parbench::comm::HostBuffer>>(
     })
 }
 
+/// Every schedule at P ranks and M microbatches; DualPipeV, which needs
+/// `M >= 2P`, at `2P` when M is fewer.
 fn schedules(p: usize, m: usize) -> Vec<Schedule> {
     let mut out = Vec::new();
     for kind in ScheduleKind::ALL {
-        let v = if kind == ScheduleKind::Interleaved {
-            2
+        let v = if kind.chunked() { 2 } else { 1 };
+        let m = if kind == ScheduleKind::DualPipeV {
+            m.max(2 * p)
         } else {
-            1
+            m
         };
         match generate(kind, p, m, v) {
             Ok(s) => out.push(s),
@@ -247,7 +250,8 @@ fn every_layout_and_schedule_matches_one_rank_on_the_whole_batch() {
 #[test]
 fn data_parallel_alone_matches_to_the_last_bit() {
     let shape = MeshShape::new(2, 1, 1, Order::MEGATRON).unwrap();
-    for s in schedules(1, 1) {
+    // DualPipeV needs two microbatches even on one rank: not one per replica.
+    for s in schedules(1, 1).into_iter().filter(|s| s.microbatches == 1) {
         for reduce in [
             DpReduce::default(),
             DpReduce {

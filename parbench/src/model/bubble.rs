@@ -7,11 +7,20 @@
 //! `(S-1)/(S+M-1)` of the step, or `(S-1)/M` of the ideal (bubble-free)
 //! time (Narayanan et al. SC21, section 2.2.1). Interleaved 1F1B with `v`
 //! model chunks per rank (SC21, section 2.2.2): bubble `(S-1)(t_f+t_b)/v`,
-//! `(1/v)(S-1)/M` of the ideal time. Zero bubble (Qi et al., "Zero Bubble
-//! Pipeline Parallelism", ICLR 2024): with the backward split
+//! `(1/v)(S-1)/M` of the ideal time. Looped BFS (Lamy-Poirier 2023,
+//! "Breadth-First Pipeline Parallelism"): the same `(S-1)(t_f+t_b)/v` once
+//! `M >= S`. Zero bubble (Qi et al., "Zero Bubble Pipeline Parallelism",
+//! ICLR 2024): with the backward split
 //! into `B` (input gradient) and `W` (weight gradient), 1F1B's bubble is
 //! `(S-1)(T_F+T_B+T_W)`, ZB-H1's `(S-1)(T_F+T_B-T_W)`, ZB-H2's
-//! `(S-1)(T_F+T_B-2T_W)`.
+//! `(S-1)(T_F+T_B-2T_W)`. PyTorch's interleaved zero bubble: ZB-H1's form
+//! over `v` (no paper states the product; the simulator holds PyTorch's
+//! order to it). ZB-V (Qi et al., section 6) and DualPipeV (the DualPipe
+//! repository's README) have no bubble after the start when `T_F = T_B =
+//! T_W` (their stated condition); a step then idles only while the first
+//! leg of the V fills, `(S-1)` chunk forwards, `(S-1) T_F / 2` with `T_F` a
+//! rank's two chunks. That is a lower bound at other times (the last rank
+//! cannot start sooner, nor do less); the simulator gives the rest.
 //!
 //! Every function returns `None` for zero stages or microbatches rather
 //! than dividing by zero. The schedule simulator (`model::sim`) gives the
@@ -76,10 +85,13 @@ pub fn interleaved_bubble_fraction_of_step(stages: u64, micro: u64, v: u64) -> O
 
 /// Bubble time of one step, in the unit of `passes` (Qi et al. 2024 for
 /// the zero-bubble forms; Narayanan et al. SC21 for interleaved):
-/// GPipe and 1F1B `(S-1)(T_F+T_B+T_W)`; interleaved `(S-1)(T_F+T_B+T_W)/v`;
-/// ZB-H1 `(S-1)(T_F+T_B-T_W)`; ZB-H2 `(S-1)(T_F+T_B-2T_W)`, both floored at 0
+/// GPipe and 1F1B `(S-1)(T_F+T_B+T_W)`; interleaved and looped BFS
+/// `(S-1)(T_F+T_B+T_W)/v`; ZB-H1 `(S-1)(T_F+T_B-T_W)` and interleaved zero
+/// bubble that over `v`; ZB-H2 `(S-1)(T_F+T_B-2T_W)`, all floored at 0
 /// (a W pass longer than the formula allows does not give negative idle time;
-/// the paper's forms assume `T_W` no larger than that).
+/// the paper's forms assume `T_W` no larger than that); ZB-V and DualPipeV
+/// `(S-1) T_F / 2`, the V's first leg (exact at `T_F = T_B = T_W`, a lower
+/// bound otherwise).
 pub fn bubble_time(schedule: BubbleSchedule, stages: u64, passes: &PassTimes) -> Option<f64> {
     if stages == 0 {
         return None;
@@ -92,6 +104,12 @@ pub fn bubble_time(schedule: BubbleSchedule, stages: u64, passes: &PassTimes) ->
         BubbleSchedule::Interleaved { chunks } => idle * (f + b + w) / chunks as f64,
         BubbleSchedule::ZbH1 => idle * (f + b - w),
         BubbleSchedule::ZbH2 => idle * (f + b - 2.0 * w),
+        BubbleSchedule::LoopedBfs { chunks: 0 } | BubbleSchedule::InterleavedZb { chunks: 0 } => {
+            return None
+        }
+        BubbleSchedule::LoopedBfs { chunks } => idle * (f + b + w) / chunks as f64,
+        BubbleSchedule::InterleavedZb { chunks } => idle * (f + b - w) / chunks as f64,
+        BubbleSchedule::ZbV | BubbleSchedule::DualPipeV => idle * f / 2.0,
     };
     Some(t.max(0.0))
 }
@@ -106,6 +124,10 @@ pub fn bubble_rate(
     passes: &PassTimes,
 ) -> Option<f64> {
     if micro == 0 {
+        return None;
+    }
+    // Looped BFS waits for its next loop when the first cannot fill the pipeline.
+    if matches!(schedule, BubbleSchedule::LoopedBfs { .. }) && micro < stages {
         return None;
     }
     let bubble = bubble_time(schedule, stages, passes)?;
@@ -154,10 +176,14 @@ pub fn peak_activations_1f1b(stages: u64, micro: u64, rank: u64) -> Option<u64> 
 }
 
 /// Peak in-flight microbatch activations on the busiest rank (stage 0), in
-/// units of one microbatch's activations of one stage (`M_B` in Qi et al.):
-/// GPipe `M`; 1F1B and ZB-H1 `min(S, M)`; ZB-H2 `min(2S-1, M)`.
-/// `None` for interleaved (its memory depends on the chunk order: the
-/// simulator counts it) and for zero stages or microbatches.
+/// units of one microbatch's activations of one stage (`M_B` in Qi et al.;
+/// with chunks, of one chunk): GPipe `M`; 1F1B and ZB-H1 `min(S, M)`; ZB-H2
+/// `min(2S-1, M)`; looped BFS `v M` (every forward before any backward);
+/// ZB-V `2 min(S, M)` chunks, 1F1B's memory (Qi et al. section 6); DualPipeV
+/// `2S + 1` chunks (the DualPipe README's `PP + 1`, `PP = 2S` stages; it
+/// needs `M >= 2S`). `None` for interleaved and interleaved zero bubble
+/// (their memory depends on the chunk order: `schedule::peak_in_flight`
+/// counts it) and for zero stages or microbatches.
 pub fn peak_activations(schedule: BubbleSchedule, stages: u64, micro: u64) -> Option<u64> {
     if stages == 0 || micro == 0 {
         return None;
@@ -166,7 +192,10 @@ pub fn peak_activations(schedule: BubbleSchedule, stages: u64, micro: u64) -> Op
         BubbleSchedule::GPipe => Some(micro),
         BubbleSchedule::OneFOneB | BubbleSchedule::ZbH1 => peak_activations_1f1b(stages, micro, 0),
         BubbleSchedule::ZbH2 => Some((2 * stages - 1).min(micro)),
-        BubbleSchedule::Interleaved { .. } => None,
+        BubbleSchedule::LoopedBfs { chunks } => micro.checked_mul(chunks),
+        BubbleSchedule::ZbV => Some(2 * stages.min(micro)),
+        BubbleSchedule::DualPipeV => (micro >= 2 * stages).then_some(2 * stages + 1),
+        BubbleSchedule::Interleaved { .. } | BubbleSchedule::InterleavedZb { .. } => None,
     }
 }
 

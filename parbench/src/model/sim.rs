@@ -318,6 +318,107 @@ mod tests {
         }
     }
 
+    /// The bubble time of `kind` at chunk costs `(f, i, w)` on `s` ranks
+    /// with `v` stages each, and the closed form fed each rank's passes
+    /// (its `v` chunks'): (simulated, formula).
+    fn against_form(
+        kind: ScheduleKind,
+        s: usize,
+        m: usize,
+        v: usize,
+        (f, i, w): (f64, f64, f64),
+    ) -> (f64, f64) {
+        let sch = generate(kind, s, m, v).unwrap();
+        let per_rank = sch.num_stages / s;
+        let r = simulate(
+            &sch,
+            &SimCosts::uniform(sch.num_stages, StageCosts::split(f, i, w)),
+        )
+        .unwrap();
+        let k = per_rank as f64;
+        let passes = PassTimes {
+            f: k * f,
+            b: k * i,
+            w: k * w,
+        };
+        let form = bubble_time(kind.closed_form(per_rank as u64), s as u64, &passes).unwrap();
+        (r.makespan - m as f64 * k * (f + i + w), form)
+    }
+
+    #[test]
+    fn looped_bfs_bubble_is_interleavings_once_m_reaches_s() {
+        for (f, i, w) in [(1.0, 1.0, 1.0), (1.0, 2.0, 1.0), (2.0, 1.0, 0.5)] {
+            for s in 2..=6 {
+                for v in 1..=3 {
+                    for m in [s, s + 1, 2 * s, 3 * s + 1] {
+                        let (sim, form) = against_form(ScheduleKind::LoopedBfs, s, m, v, (f, i, w));
+                        assert!(close(sim, form), "S={s} v={v} M={m}: {sim} vs {form}");
+                    }
+                }
+            }
+        }
+        // Below S microbatches the second loop waits: no closed form.
+        let p = PassTimes {
+            f: 1.0,
+            b: 1.0,
+            w: 1.0,
+        };
+        assert_eq!(
+            crate::model::bubble::bubble_rate(BubbleSchedule::LoopedBfs { chunks: 2 }, 4, 3, &p),
+            None
+        );
+    }
+
+    #[test]
+    fn interleaved_zero_bubble_is_zb_h1_over_v() {
+        // ZB-H1's condition, T_W <= min(T_F, T_B); M in whole rounds of S.
+        for (f, i, w) in [
+            (1.0, 1.0, 1.0),
+            (1.0, 2.0, 1.0),
+            (1.0, 1.0, 0.5),
+            (2.0, 1.0, 1.0),
+            (1.0, 1.5, 0.5),
+        ] {
+            for s in 2..=6 {
+                for v in 1..=3 {
+                    for m in [s, 2 * s, 3 * s] {
+                        let (sim, form) =
+                            against_form(ScheduleKind::InterleavedZb, s, m, v, (f, i, w));
+                        assert!(
+                            close(sim, form),
+                            "F={f} I={i} W={w} S={s} v={v} M={m}: {sim} vs {form}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn zb_v_and_dualpipev_idle_only_while_the_v_fills_at_equal_passes() {
+        for kind in [ScheduleKind::ZbV, ScheduleKind::DualPipeV] {
+            for s in 2..=8 {
+                for m in [2 * s, 2 * s + 3, 4 * s] {
+                    let (sim, form) = against_form(kind, s, m, 2, (1.0, 1.0, 1.0));
+                    assert!(close(sim, form), "{kind} S={s} M={m}: {sim} vs {form}");
+                    // At other times the form is a floor.
+                    for t in [
+                        (1.0, 2.0, 1.0),
+                        (2.0, 1.0, 1.0),
+                        (1.0, 1.0, 0.5),
+                        (1.0, 1.5, 0.5),
+                    ] {
+                        let (sim, form) = against_form(kind, s, m, 2, t);
+                        assert!(
+                            sim >= form - 1e-9,
+                            "{kind} S={s} M={m} {t:?}: {sim} < {form}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn zb_h1_beyond_its_condition_keeps_a_larger_bubble() {
         // With T_W > min(T_F, T_B) a deferred W no longer fits in the wait it

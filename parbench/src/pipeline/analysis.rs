@@ -367,11 +367,7 @@ mod tests {
     #[test]
     fn a_run_that_matches_the_simulation_measures_its_bubble() {
         for kind in ScheduleKind::ALL {
-            let v = if kind == ScheduleKind::Interleaved {
-                2
-            } else {
-                1
-            };
+            let v = if kind.chunked() { 2 } else { 1 };
             let s = generate(kind, 4, 8, v).unwrap();
             let c = StageCosts::split(10.0, 10.0, 10.0);
             let sum = summarize(&s, &record_from_sim(&s, c)).unwrap();

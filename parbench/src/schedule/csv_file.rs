@@ -2,7 +2,9 @@
 //! actions in order, one action per cell in the text form (`0F0`, `1I3`).
 //! An empty cell (what Python's csv writer makes of `None`) is an idle
 //! step; a cell reading `None` is taken the same way. Rows may differ in
-//! length.
+//! length. PyTorch's overlapped pair (`(0F3;7B0)OVERLAP_F_B`, as its
+//! DualPipeV writes) is read as its two actions in order, as PyTorch's
+//! runtime runs it.
 //!
 //! The file carries no stage-to-rank map: as PyTorch does, it is inferred
 //! from which rank runs each stage's actions, and the number of stages and
@@ -85,20 +87,21 @@ pub fn parse_csv(text: &str, origin: &str, name: &str) -> Result<Schedule, Sched
             }
             let at =
                 |what: String| parse_err(format!("line {}, cell {}: {what}", line + 1, col + 1));
-            let a: Action = cell.parse().map_err(at)?;
-            if a.stage >= MAX_STAGES {
-                return Err(at(format!(
-                    "{cell} names stage {}: at most {MAX_STAGES} stages",
-                    a.stage
-                )));
+            for a in cell_actions(cell).map_err(at)? {
+                if a.stage >= MAX_STAGES {
+                    return Err(at(format!(
+                        "{cell} names stage {}: at most {MAX_STAGES} stages",
+                        a.stage
+                    )));
+                }
+                if a.mb >= MAX_MICROBATCHES {
+                    return Err(at(format!(
+                        "{cell} names microbatch {}: at most {MAX_MICROBATCHES} microbatches",
+                        a.mb
+                    )));
+                }
+                row.push(Some(a));
             }
-            if a.mb >= MAX_MICROBATCHES {
-                return Err(at(format!(
-                    "{cell} names microbatch {}: at most {MAX_MICROBATCHES} microbatches",
-                    a.mb
-                )));
-            }
-            row.push(Some(a));
         }
         actions.push(row);
     }
@@ -144,6 +147,28 @@ pub fn parse_csv(text: &str, origin: &str, name: &str) -> Result<Schedule, Sched
     })
 }
 
+/// The actions of one cell: one action, or PyTorch's overlapped pair
+/// (`(0F3;7B0)OVERLAP_F_B`, DualPipeV's), which PyTorch's runtime runs as
+/// its sub-actions in order and so is read as those actions in turn.
+fn cell_actions(cell: &str) -> Result<Vec<Action>, String> {
+    let Some(inner) = cell
+        .strip_prefix('(')
+        .and_then(|c| c.strip_suffix(")OVERLAP_F_B"))
+    else {
+        return Ok(vec![cell.parse()?]);
+    };
+    let subs = inner
+        .split(';')
+        .map(str::parse)
+        .collect::<Result<Vec<Action>, String>>()?;
+    if subs.is_empty() || subs.len() > 2 {
+        return Err(format!(
+            "invalid overlapped pair '{cell}': expected (F;B)OVERLAP_F_B"
+        ));
+    }
+    Ok(subs)
+}
+
 /// The compute-only CSV text of a schedule (idle steps as empty cells).
 pub fn to_csv(s: &Schedule) -> String {
     let mut out = String::new();
@@ -174,11 +199,7 @@ mod tests {
     #[test]
     fn generated_schedules_round_trip() {
         for kind in ScheduleKind::ALL {
-            let v = if kind == ScheduleKind::Interleaved {
-                2
-            } else {
-                1
-            };
+            let v = if kind.chunked() { 2 } else { 1 };
             let s = generate(kind, 3, 6, v).unwrap();
             let back = parse_csv(&to_csv(&s), "mem", &s.name).unwrap();
             assert_eq!(back, s, "{kind}");
@@ -196,6 +217,35 @@ mod tests {
         assert_eq!(s.actions[0][2], None);
         assert_eq!(s.actions[1][1], None);
         validate(&s).unwrap();
+    }
+
+    #[test]
+    fn overlapped_pairs_are_their_actions_in_order() {
+        // Both stages on one rank: the pair is a forward of stage 0 and a backward of stage 1.
+        let text = "0F0,1F0,(0F1;1B0)OVERLAP_F_B,0B0,1F1,1B1,0B1\r\n";
+        let s = parse_csv(text, "mem", "t").unwrap();
+        let row: Vec<String> = s.actions[0]
+            .iter()
+            .flatten()
+            .map(|a| a.to_string())
+            .collect();
+        assert_eq!(
+            row,
+            ["0F0", "1F0", "0F1", "1B0", "0B0", "1F1", "1B1", "0B1"]
+        );
+        validate(&s).unwrap();
+        for bad in [
+            "()OVERLAP_F_B",
+            "(0F0;1B0;2B0)OVERLAP_F_B",
+            "(0F0;x)OVERLAP_F_B",
+            "(0F0)OVERLAP",
+        ] {
+            let e = parse_csv(bad, "f.csv", "t").unwrap_err().to_string();
+            assert!(
+                e.starts_with("f.csv: line 1, cell 1: invalid"),
+                "{bad}: {e}"
+            );
+        }
     }
 
     #[test]

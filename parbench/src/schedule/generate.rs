@@ -16,7 +16,9 @@ use super::registry::ScheduleKind;
 use super::{Action, ActionKind, Schedule, ScheduleError};
 
 /// Generates `kind` for `ranks` ranks, `microbatches` microbatches and
-/// `chunks` stages per rank (only interleaved takes `chunks` > 1).
+/// `chunks` stages per rank: the user's `v` for the looped schedules
+/// (interleaved, looped-bfs, interleaved-zb); the V schedules take their
+/// two whatever `chunks` says, the others one.
 pub fn generate(
     kind: ScheduleKind,
     ranks: usize,
@@ -36,41 +38,29 @@ pub fn generate(
     if chunks == 0 {
         return Err(fail("needs at least one chunk per rank".into()));
     }
-    if !kind.chunked() && chunks != 1 {
+    if kind.placement() == super::Placement::One && chunks != 1 {
         return Err(fail(format!(
-            "takes one stage per rank; --chunks {chunks} applies to interleaved only"
+            "takes one stage per rank; --chunks {chunks} applies to the looped schedules only"
         )));
     }
+    let per_rank = kind.stages_per_rank(chunks);
     // Forward and backward (three actions with a split backward) of every
     // microbatch on every stage, in u128: checked before anything is built.
-    let stages = (ranks as u128) * (chunks as u128);
+    let stages = (ranks as u128) * (per_rank as u128);
     let actions = stages * (microbatches as u128) * 3;
     let clamp = |v: u128| usize::try_from(v).unwrap_or(usize::MAX);
     super::check_limits(ranks, clamp(stages), microbatches, clamp(actions)).map_err(fail)?;
-    let rows: Vec<Vec<Action>> = match kind {
-        ScheduleKind::GPipe => (0..ranks).map(|r| gpipe(r, microbatches)).collect(),
-        ScheduleKind::OneFOneB => (0..ranks)
-            .map(|r| one_f_one_b(r, ranks, microbatches))
-            .collect(),
-        ScheduleKind::ZbH1 => (0..ranks).map(|r| zb_h1(r, ranks, microbatches)).collect(),
-        ScheduleKind::Interleaved => {
-            if !microbatches.is_multiple_of(ranks) {
-                return Err(fail(format!(
-                    "Megatron's interleaved schedule runs microbatches in groups of S = {ranks}: \
-                     M = {microbatches} must be a multiple of {ranks}"
-                )));
-            }
-            (0..ranks)
-                .map(|r| interleaved(r, ranks, microbatches, chunks))
-                .collect()
-        }
-    };
-    let num_stages = ranks * chunks;
+    (kind.entry().accepts)(ranks, microbatches, per_rank).map_err(fail)?;
+    let rows = (kind.entry().generate)(ranks, microbatches, per_rank);
+    let num_stages = ranks * per_rank;
+    let placement = kind.placement();
     Ok(Schedule {
         name: kind.name().to_string(),
         num_stages,
         microbatches,
-        stage_to_rank: (0..num_stages).map(|s| s % ranks).collect(),
+        stage_to_rank: (0..num_stages)
+            .map(|s| placement.rank_of(s, ranks, per_rank).unwrap_or(0))
+            .collect(),
         actions: rows
             .into_iter()
             .map(|row| row.into_iter().map(Some).collect())
@@ -78,26 +68,39 @@ pub fn generate(
     })
 }
 
-fn gpipe(rank: usize, m: usize) -> Vec<Action> {
-    let f = (0..m).map(|i| Action::new(rank, ActionKind::F, i));
-    let b = (0..m).map(|i| Action::new(rank, ActionKind::B, i));
-    f.chain(b).collect()
+/// Each rank's row from a function of the rank.
+pub(super) fn per_rank(ranks: usize, row: impl Fn(usize) -> Vec<Action>) -> Vec<Vec<Action>> {
+    (0..ranks).map(row).collect()
 }
 
-fn one_f_one_b(rank: usize, s: usize, m: usize) -> Vec<Action> {
-    let warmup = (s - 1 - rank).min(m);
-    let mut out: Vec<Action> = (0..warmup)
-        .map(|i| Action::new(rank, ActionKind::F, i))
-        .collect();
-    for k in 0..m - warmup {
-        out.push(Action::new(rank, ActionKind::F, warmup + k));
-        out.push(Action::new(rank, ActionKind::B, k));
-    }
-    out.extend((m - warmup..m).map(|k| Action::new(rank, ActionKind::B, k)));
-    out
+pub(super) fn gpipe(ranks: usize, m: usize, _: usize) -> Vec<Vec<Action>> {
+    per_rank(ranks, |rank| {
+        let f = (0..m).map(|i| Action::new(rank, ActionKind::F, i));
+        let b = (0..m).map(|i| Action::new(rank, ActionKind::B, i));
+        f.chain(b).collect()
+    })
 }
 
-fn zb_h1(rank: usize, s: usize, m: usize) -> Vec<Action> {
+pub(super) fn one_f_one_b(s: usize, m: usize, _: usize) -> Vec<Vec<Action>> {
+    per_rank(s, |rank| {
+        let warmup = (s - 1 - rank).min(m);
+        let mut out: Vec<Action> = (0..warmup)
+            .map(|i| Action::new(rank, ActionKind::F, i))
+            .collect();
+        for k in 0..m - warmup {
+            out.push(Action::new(rank, ActionKind::F, warmup + k));
+            out.push(Action::new(rank, ActionKind::B, k));
+        }
+        out.extend((m - warmup..m).map(|k| Action::new(rank, ActionKind::B, k)));
+        out
+    })
+}
+
+pub(super) fn zb_h1(s: usize, m: usize, _: usize) -> Vec<Vec<Action>> {
+    per_rank(s, |rank| zb_h1_row(rank, s, m))
+}
+
+fn zb_h1_row(rank: usize, s: usize, m: usize) -> Vec<Action> {
     let warmup = (s - 1 - rank).min(m);
     // Rank r defers its first r weight-gradient passes: with the warm-up
     // forwards that keeps S microbatches in flight on every rank.
@@ -127,7 +130,21 @@ fn zb_h1(rank: usize, s: usize, m: usize) -> Vec<Action> {
     out
 }
 
-fn interleaved(rank: usize, s: usize, m: usize, v: usize) -> Vec<Action> {
+pub(super) fn interleaved_accepts(s: usize, m: usize, _: usize) -> Result<(), String> {
+    if !m.is_multiple_of(s) {
+        return Err(format!(
+            "Megatron's interleaved schedule runs microbatches in groups of S = {s}: \
+             M = {m} must be a multiple of {s}"
+        ));
+    }
+    Ok(())
+}
+
+pub(super) fn interleaved(s: usize, m: usize, v: usize) -> Vec<Vec<Action>> {
+    per_rank(s, |rank| interleaved_row(rank, s, m, v))
+}
+
+fn interleaved_row(rank: usize, s: usize, m: usize, v: usize) -> Vec<Action> {
     let total = m * v;
     let warmup = if m == s {
         total
@@ -242,6 +259,54 @@ mod tests {
         assert_eq!(peak_in_flight(&o), vec![4, 3, 2, 1]);
         let z = generate(ScheduleKind::ZbH1, st, m, 1).unwrap();
         assert_eq!(peak_in_flight(&z), vec![st; st]);
+    }
+
+    #[test]
+    fn peak_activations_match_their_closed_forms() {
+        use crate::model::bubble::peak_activations;
+        for kind in [
+            ScheduleKind::LoopedBfs,
+            ScheduleKind::ZbV,
+            ScheduleKind::DualPipeV,
+        ] {
+            for r in 1..=6 {
+                for m in 1..=14 {
+                    let Ok(s) = generate(kind, r, m, 2) else {
+                        continue;
+                    };
+                    let counted = peak_in_flight(&s).into_iter().max().unwrap() as u64;
+                    let form = peak_activations(kind.closed_form(2), r as u64, m as u64);
+                    assert_eq!(form, Some(counted), "{kind} R={r} M={m}");
+                }
+            }
+        }
+        // The sources' figures at R = 4, M = 8: ZB-V 1F1B's memory (2R chunks,
+        // Qi et al.), DualPipeV PP + 1 with PP = 2R stages (DualPipe's README).
+        let zbv = generate(ScheduleKind::ZbV, 4, 8, 2).unwrap();
+        assert_eq!(peak_in_flight(&zbv), vec![8; 4]);
+        let dpv = generate(ScheduleKind::DualPipeV, 4, 8, 2).unwrap();
+        assert_eq!(peak_in_flight(&dpv), vec![9; 4]);
+    }
+
+    #[test]
+    fn sizes_the_generators_refuse_say_why_in_one_line() {
+        for (kind, r, m, v, want) in [
+            (ScheduleKind::DualPipeV, 4, 6, 2, "M = 6 < 2R = 8"),
+            (
+                ScheduleKind::InterleavedZb,
+                2,
+                7,
+                2,
+                "M = 7 is not a multiple of 3",
+            ),
+            (ScheduleKind::Interleaved, 4, 6, 2, "multiple of 4"),
+            (ScheduleKind::ZbV, 4, 8, 0, "at least one chunk"),
+        ] {
+            let e = generate(kind, r, m, v).unwrap_err().to_string();
+            assert!(e.contains(want) && !e.contains('\n'), "{kind}: {e}");
+        }
+        // The V schedules take two stages per rank whatever --chunks says.
+        assert_eq!(generate(ScheduleKind::ZbV, 4, 8, 3).unwrap().num_stages, 8);
     }
 
     #[test]

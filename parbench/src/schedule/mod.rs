@@ -15,12 +15,16 @@
 
 mod csv_file;
 mod generate;
+mod looped;
 mod registry;
+mod v_shape;
 mod validate;
 
 pub use csv_file::{load_csv, parse_csv, save_csv, to_csv};
 pub use generate::generate;
-pub use registry::{BubbleSchedule, ScheduleEntry, ScheduleKind, SCHEDULES};
+pub use registry::{
+    Accepts, BubbleSchedule, Generator, Placement, ScheduleEntry, ScheduleKind, SCHEDULES,
+};
 pub use validate::{peak_in_flight, render_grid, validate};
 
 use std::fmt;
@@ -170,7 +174,7 @@ pub enum Message {
 /// files; executors and the simulator skip them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Schedule {
-    /// Name as recorded (`gpipe`, `1f1b`, `interleaved`, `zb-h1`, or `csv:<file>`).
+    /// Name as recorded (a registry name such as `1f1b` or `zb-v`, or `csv:<file>`).
     pub name: String,
     /// Number of stages (S x v for interleaved schedules).
     pub num_stages: usize,

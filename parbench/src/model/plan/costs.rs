@@ -13,7 +13,7 @@ use crate::model::footprint::{
 };
 use crate::model::sim::{simulate, SimCosts, StageCosts};
 use crate::model::tensor_parallel::{TpMode, TpTraffic};
-use crate::schedule::{generate, peak_in_flight, ScheduleKind};
+use crate::schedule::{generate, peak_in_flight, Placement, ScheduleKind};
 use std::collections::HashMap;
 
 /// Memory of one device, bytes.
@@ -106,6 +106,15 @@ impl Costed {
             .max_by(|a, b| a.1.total_cmp(&b.1))
             .map_or(Loss::Bubble, |p| p.0)
     }
+}
+
+/// The stages rank `r` of layout `l` holds, by its schedule's placement
+/// (looped: `r`, `r + pp`, ...; V: `r` and `2 pp - 1 - r`).
+fn stages_of(l: &Layout, r: u64) -> impl Iterator<Item = usize> {
+    let placement = kind_of(&l.schedule).map_or(Placement::Looped, |k| k.placement());
+    let (pp, per_rank) = (l.pp as usize, l.chunks as usize);
+    (0..pp.saturating_mul(per_rank))
+        .filter(move |&s| placement.rank_of(s, pp, per_rank) == Some(r as usize))
 }
 
 /// Pipelines longer than this many microbatches are simulated at two
@@ -450,8 +459,8 @@ impl Planner<'_> {
         let per_stage = l.stage_layers(self.input.model.layers);
         (0..l.pp)
             .map(|r| {
-                (0..l.chunks)
-                    .filter_map(|c| per_stage.get((c * l.pp + r) as usize))
+                stages_of(l, r)
+                    .filter_map(|s| per_stage.get(s))
                     .sum::<u64>()
             })
             .max()
@@ -470,15 +479,15 @@ impl Planner<'_> {
             return p;
         }
         let peak = match kind_of(&l.schedule) {
-            Some(kind) if kind.chunked() => {
-                // Reached in the warm-up: a pipeline of 3S microbatches has it.
-                let m = l.microbatches.min(3 * l.pp);
-                generate(kind, l.pp as usize, m as usize, l.chunks as usize)
-                    .map(|s| peak_in_flight(&s).into_iter().max().unwrap_or(0) as u64)
-                    .unwrap_or(l.microbatches * l.chunks)
-            }
             Some(kind) => peak_activations(kind.closed_form(l.chunks), l.pp, l.microbatches)
-                .unwrap_or(l.microbatches),
+                .unwrap_or_else(|| {
+                    // Counted on the schedule; reached in the warm-up, so a
+                    // pipeline of 3S microbatches has it.
+                    let m = l.microbatches.min(3 * l.pp);
+                    generate(kind, l.pp as usize, m as usize, l.chunks as usize)
+                        .map(|s| peak_in_flight(&s).into_iter().max().unwrap_or(0) as u64)
+                        .unwrap_or(l.microbatches * l.chunks)
+                }),
             None => l.microbatches,
         };
         self.peaks.insert(key, peak);
@@ -601,8 +610,8 @@ impl Planner<'_> {
         // The busiest rank: the most work per microbatch over its stages.
         let rank_work = |r: u64| -> StageWork {
             let mut sum = StageWork::default();
-            for c in 0..l.chunks {
-                if let Some(w) = works.get((c * l.pp + r) as usize) {
+            for s in stages_of(&l, r) {
+                if let Some(w) = works.get(s) {
                     sum.add(w);
                 }
             }

@@ -2,7 +2,7 @@
 //! there are for a cluster and which wire each group of ranks uses.
 
 use super::input::{PlanInput, WireKind};
-use crate::schedule::{ScheduleKind, SCHEDULES};
+use crate::schedule::{Placement, ScheduleEntry, ScheduleKind, SCHEDULES};
 
 /// One layout.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -205,10 +205,11 @@ pub(super) fn kind_of(schedule: &str) -> Option<ScheduleKind> {
 }
 
 /// The schedules a pipeline of `pp` stages with `micro` microbatches can
-/// run: one stage has no schedule to choose (`none`); otherwise GPipe,
-/// 1F1B, ZB-H1 and interleaved 1F1B with every `v` from 2 to
-/// `max_chunks` that Megatron accepts (layers divisible by `pp v`,
-/// microbatches a multiple of `pp`).
+/// run: one stage has no schedule to choose (`none`); otherwise every
+/// schedule of the registry whose shape rules take `pp` and `micro`: those
+/// of one stage per rank, the V schedules (two stages per rank), and the
+/// looped ones with every `v` from 2 to `max_chunks` (layers at least
+/// `pp v`, microbatches a multiple of `pp`, Megatron's rule, for all of them).
 pub(super) fn schedules(input: &PlanInput, pp: u64, micro: u64) -> Vec<(&'static str, u64)> {
     if pp == 1 {
         return vec![(NO_SCHEDULE, 1)];
@@ -219,17 +220,30 @@ pub(super) fn schedules(input: &PlanInput, pp: u64, micro: u64) -> Vec<(&'static
             .as_ref()
             .is_none_or(|list| list.iter().any(|s| s == name))
     };
+    let takes = |e: &ScheduleEntry, v: u64| {
+        let (Ok(p), Ok(m), Ok(v)) = (
+            usize::try_from(pp),
+            usize::try_from(micro),
+            usize::try_from(v),
+        ) else {
+            return false;
+        };
+        e.kind.accepts(p, m, v).is_ok()
+    };
     let mut out: Vec<(&'static str, u64)> = SCHEDULES
         .iter()
-        .filter(|e| !e.chunked && allowed(e.name))
-        .map(|e| (e.name, 1))
+        .filter(|e| e.placement != Placement::Looped && allowed(e.name) && takes(e, 1))
+        .map(|e| (e.name, e.placement.stages_per_rank(1) as u64))
         .collect();
     // The chunks' layers are checked by the caller (evenly, or Megatron's
     // uneven first and last stages).
     if micro.is_multiple_of(pp) {
-        for e in SCHEDULES.iter().filter(|e| e.chunked && allowed(e.name)) {
+        for e in SCHEDULES
+            .iter()
+            .filter(|e| e.placement == Placement::Looped && allowed(e.name))
+        {
             for v in 2..=input.max_chunks {
-                if input.model.layers >= pp.saturating_mul(v) {
+                if input.model.layers >= pp.saturating_mul(v) && takes(e, v) {
                     out.push((e.name, v));
                 }
             }
