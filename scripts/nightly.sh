@@ -169,13 +169,13 @@ if ls "$out"/*.csv >/dev/null 2>&1; then
     report_dirs+=("$out")
 fi
 if [ ${#report_dirs[@]} -gt 0 ]; then
-    "$bin/report" html "${report_dirs[@]}" -o "$out/report.html" --title "parbench nightly $date_name" || failed=1
+    "$bin/report" html "${report_dirs[@]}" --output-file "$out/report.html" --title "parbench nightly $date_name" || failed=1
 else
     echo "nightly: no records at all: no report" >&2
     failed=1
 fi
 # Every night so far, figure by figure, against the baseline's band.
-"$bin/report" trend "$results" -o "$results/trend.html" || failed=1
+"$bin/report" trend "$results" --output-file "$results/trend.html" || failed=1
 
 if [ "$failed" = 1 ]; then
     echo "nightly: a bench or the report failed (see above)" >&2

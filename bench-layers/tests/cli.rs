@@ -177,7 +177,7 @@ fn hostile_input_is_refused_before_anything_runs() {
         refused_in_one_line(&v, &["--out", says]);
     }
     // One rule per flag: zero, negative, twice.
-    refused_in_one_line(&["--timeout", "0"], &["--timeout 0"]);
+    refused_in_one_line(&["--timeout", "-1"], &["--timeout -1"]);
     refused_in_one_line(&["--hidden", "-3"], &["--hidden", "-3"]);
     refused_in_one_line(&["--iters", "2", "--iters", "3"], &["--iters", "multiple"]);
     refused_in_one_line(&["--nprocs", "0"], &["--nprocs 0"]);

@@ -26,9 +26,12 @@ fn main() {
     // other processes took while the whole run measured.
     parbench::measure::noise::mark_start();
     output::note_cores();
-    // `-np N` is ranks (mpirun's spelling), not `-n p` (iterations).
-    let mut args = match cli::Args::try_parse_from(parbench::term::rewrite_np(std::env::args_os()))
-    {
+    // `-np N` is ranks (mpirun's spelling), not `-n p` (iterations); the
+    // last release's spellings become today's, each with its notice.
+    let (argv, notices) =
+        parbench::vocab::rewrite::modernize(parbench::vocab::Tool::Pipeline, std::env::args_os());
+    parbench::vocab::rewrite::print_notices(&notices);
+    let mut args = match cli::Args::try_parse_from(argv) {
         Ok(a) => a,
         Err(e) => {
             // Help and version are not errors; everything else is one line, exit 2.

@@ -25,3 +25,4 @@ pub mod seed;
 pub mod stats;
 pub mod term;
 pub mod units;
+pub mod vocab;
