@@ -83,10 +83,17 @@ failed=0
 # The benches' own output (about 250 lines a round) goes to the night's
 # log; the terminal gets a line a round and what failed.
 log="$out/nightly.log"
+# A live line on a terminal, what runs now (erased by the next line); in a
+# CI log, nothing.
+live() {
+    if [ -t 1 ]; then printf '\r\033[2K%s' "$*"; fi
+}
 run() {
+    live "nightly: round $round of $rounds: ${1##*/} (${#states[@]} of 3 done this round, $((SECONDS - started)) s)"
     echo "nightly: $*" >> "$log"
     "$@" >> "$log" 2>&1
     local rc=$?
+    live ""
     if [ "$rc" != 0 ]; then
         echo "nightly: FAILED (exit $rc): $* (its output: $log)" >&2
         tail -n 5 "$log" >&2

@@ -21,6 +21,7 @@ mod model_check;
 mod nccl_flags;
 mod nccl_tests_format;
 mod print;
+mod progress_lines;
 mod recheck;
 mod reference_line;
 mod run;

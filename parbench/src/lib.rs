@@ -18,6 +18,7 @@ pub mod limits;
 pub mod measure;
 pub mod model;
 pub mod pipeline;
+pub mod progress;
 pub mod published;
 pub mod results;
 pub mod schedule;
