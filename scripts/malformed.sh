@@ -104,7 +104,7 @@ try 2 "$L" "${LS[@]}" --iters 2 --iters 3
 try 2 "$L" "${LS[@]}" --preset nope
 try 2 "$L" "${LS[@]}" --link x
 try 2 "$L" "${LS[@]}" --link -1,2
-try 2 "$L" "${LS[@]}" --decode --mode train
+try 2 "$L" "${LS[@]}" --mode decode --mode train
 try 2 "$L" "${LS[@]}" --seq 0
 try 2 "$L" "${LS[@]}" --batch 0
 try 2 "$L" "${LS[@]}" --batch 100000000 --seq 100000000

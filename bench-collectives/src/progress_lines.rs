@@ -24,7 +24,10 @@ fn last_wire_seconds(out: &Path, backend: &str, world: usize) -> Option<f64> {
 pub fn wire_starts(out: &Path, backend: &str, world: usize) -> progress::Ticker {
     if progress::enabled() {
         let how_long = match last_wire_seconds(out, backend, world) {
-            Some(s) => format!("about {s:.0} s, as the last run on this wire in {} took", out.display()),
+            Some(s) => format!(
+                "about {s:.0} s, as the last run on this wire in {} took",
+                out.display()
+            ),
             None => "no earlier run on this wire in the results folder to say how long".to_string(),
         };
         progress::note(&format!(
@@ -54,7 +57,8 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         assert_eq!(last_wire_seconds(&dir, "local", 2), None, "no run.json");
         let run = |backend: &str, world: usize, s: f64| {
-            let mut m = parbench::results::RunMeta::start("collectives", &format!("r{s}"), backend, world);
+            let mut m =
+                parbench::results::RunMeta::start("collectives", &format!("r{s}"), backend, world);
             m.extra.insert("wire_measure_s".into(), s.into());
             parbench::results::record_run(&dir, &m).unwrap();
         };

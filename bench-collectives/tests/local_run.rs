@@ -435,7 +435,10 @@ fn progress_on_a_terminal_only() {
     let piped = run(&args(&["all_reduce"], out), &[]);
     assert!(piped.status.success(), "{}", stderr(&piped));
     for text in [stdout(&piped), stderr(&piped)] {
-        assert!(!text.contains('\x1b') && !text.contains("bench-collectives: measuring the"), "{text}");
+        assert!(
+            !text.contains('\x1b') && !text.contains("bench-collectives: measuring the"),
+            "{text}"
+        );
     }
     let line = std::iter::once(env!("CARGO_BIN_EXE_bench-collectives"))
         .chain(args(&["all_reduce"], out))
@@ -459,7 +462,10 @@ fn progress_on_a_terminal_only() {
             && text.contains("as the last run on this wire in"),
         "{text}"
     );
-    assert!(text.contains("all_reduce float sum: size 1 of 4 (8 B)"), "{text}");
+    assert!(
+        text.contains("all_reduce float sum: size 1 of 4 (8 B)"),
+        "{text}"
+    );
     // Each live line is erased before the row after it prints.
     assert!(text.contains("(8 B)\r\x1b[2K"), "{text}");
 }

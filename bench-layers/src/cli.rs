@@ -39,12 +39,8 @@ pub struct Cli {
     /// to the ranks available).
     #[arg(long = vocab::tp::LONG, value_name = vocab::tp::VALUE)]
     pub tp: Option<String>,
-    /// forward (inference) or train (forward and backward).
-    #[arg(long, default_value = "forward")]
+    #[arg(long = vocab::mode::LONG, value_name = vocab::mode::VALUE, help = vocab::mode::HELP, default_value = "prefill")]
     pub mode: String,
-    /// One new token per sequence against a KV cache of --seq tokens (forward only).
-    #[arg(long)]
-    pub decode: bool,
     /// Sequence parallelism: all-gather and reduce-scatter instead of all-reduce.
     #[arg(long)]
     pub sequence_parallel: bool,
@@ -144,7 +140,12 @@ impl Cli {
                 Preset::names().join(", ")
             ))
         })?;
-        let mode: Mode = self.mode.parse().map_err(UsageError)?;
+        let (mode, decode) = match self.mode.to_ascii_lowercase().as_str() {
+            "prefill" => (Mode::Forward, false),
+            "decode" => (Mode::Forward, true),
+            "train" => (Mode::Train, false),
+            other => return usage(format!("--mode {other}: expected prefill, decode or train")),
+        };
         let dtype: DType = match &self.dtype {
             Some(d) => d.parse().map_err(UsageError)?,
             None if backend == Backend::Nccl => DType::BF16,
@@ -184,7 +185,7 @@ impl Cli {
         let block = BlockConfig {
             shape,
             mode,
-            decode: self.decode,
+            decode,
             seq_parallel: self.sequence_parallel,
         };
         let ranks = match self.nprocs {
@@ -292,7 +293,7 @@ mod tests {
                 "ffn 2047",
             ),
             (&["--mode", "sideways"][..], "mode"),
-            (&["--decode", "--mode", "train"][..], "decode"),
+            (&["--mode", "forward"][..], "--mode forward"),
             (&["--preset", "gpt5"][..], "--preset"),
             (&["--link", "100"][..], "--link"),
             (&["--link", "0,5"][..], "--link"),

@@ -47,7 +47,7 @@ fn bad_flags_exit_2_with_one_line() {
     for args in [
         &["--tp", "3", "--heads", "4"][..],
         &["--mode", "sideways"][..],
-        &["--decode", "--mode", "train"][..],
+        &["--mode", "decode", "--mode", "train"][..],
         &["--preset", "nope"][..],
         &["--link", "fast"][..],
         &["--no-such-flag"][..],
@@ -124,7 +124,8 @@ fn tcp_spawns_each_degree_and_collects_its_row() {
             "tcp",
             "--tp",
             "1,2",
-            "--decode",
+            "--mode",
+            "decode",
             "--batch",
             "2",
         ],

@@ -297,7 +297,12 @@ pub fn plan(args: &Args) -> Result<PipelineJob, String> {
         let s = schedule::load_csv(path).map_err(|e| e.to_string())?;
         schedules.push((None, s));
     } else {
-        let stages = args.stages.unwrap_or(DEFAULT_STAGES);
+        // -np N is the world's ranks, as in every binary: without
+        // --stages, the stage ranks they leave after --dp x --tp.
+        let stages = args
+            .stages
+            .or_else(|| args.nprocs.map(|n| n / (args.dp * args.tp).max(1)))
+            .unwrap_or(DEFAULT_STAGES);
         if stages == 0 {
             return Err("--stages must be at least 1".into());
         }
@@ -339,11 +344,14 @@ pub fn plan(args: &Args) -> Result<PipelineJob, String> {
                     args.dp, args.tp
                 )
             } else {
-                format!("--nprocs {n} but the schedule has {ranks} ranks")
+                format!("--nprocs {n} but the schedule runs on {ranks} stage ranks (--stages, or the CSV's rows): give one of the two, or both alike")
             });
         }
-        if args.backend != "tcp" {
-            return Err("--nprocs applies to --backend tcp".into());
+        if !matches!(args.backend.as_str(), "tcp" | "local") {
+            return Err(format!(
+                "--nprocs: --backend {} takes its ranks from its launcher (mpirun -np) or the GPUs",
+                args.backend
+            ));
         }
     }
     let straggler = args
@@ -639,6 +647,27 @@ mod tests {
             "2",
         ]));
         assert_eq!((a.steps, a.warmup, a.nprocs), (3, 1, Some(2)));
+    }
+
+    #[test]
+    fn np_is_the_worlds_ranks() {
+        // Without --stages, -np N runs N stage ranks (was: refused as 4).
+        let p = plan(&args(&["--nprocs", "2", "--schedule", "1f1b"])).unwrap();
+        assert_eq!((p.ranks, p.runs[0].cfg.schedule.num_stages), (2, 2));
+        let p = plan(&args(&[
+            "--nprocs",
+            "8",
+            "--dp",
+            "2",
+            "--schedule",
+            "1f1b",
+            "--microbatches",
+            "4",
+        ]))
+        .unwrap();
+        assert_eq!(p.ranks, 8);
+        let e = plan(&args(&["--nprocs", "2", "--stages", "4"])).unwrap_err();
+        assert!(e.contains("give one of the two"), "{e}");
     }
 
     #[test]

@@ -115,7 +115,10 @@ mod tests {
         }
         assert!(!enabled());
         show("x");
-        assert!(!SHOWN.load(Ordering::SeqCst), "nothing drawn off a terminal");
+        assert!(
+            !SHOWN.load(Ordering::SeqCst),
+            "nothing drawn off a terminal"
+        );
         let t = Ticker::start("y");
         assert!(t.thread.is_none(), "no thread off a terminal");
     }

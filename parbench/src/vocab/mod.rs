@@ -118,6 +118,9 @@ flag!(chunks, "stages per rank of the interleaved schedule",
 flag!(schedule, "pipeline schedules by name",
     long "schedule", short None, value Some("NAME[,NAME...]"),
     help "Pipeline schedules, comma-separated registry names (gpipe, 1f1b, interleaved, zb-h1)");
+flag!(mode, "which passes a step runs",
+    long "mode", short None, value Some("MODE"),
+    help "Which passes a step runs: prefill (forward over --seq tokens), decode (one new token per sequence against a KV cache of --seq tokens) or train (forward and backward)");
 flag!(no_check, "skip the correctness check",
     long "no-check", short None, value None,
     help "Skip the correctness check (bench-collectives: as -c 0)");
@@ -154,6 +157,7 @@ pub const SHARED: &[Flag] = &[
     microbatches::FLAG,
     chunks::FLAG,
     schedule::FLAG,
+    mode::FLAG,
     no_check::FLAG,
     link::FLAG,
     intra::FLAG,

@@ -19,6 +19,13 @@ pub struct Renamed {
 
 /// Every flag renamed by issue 35's one vocabulary.
 pub const RENAMED: &[Renamed] = &[
+    // One --mode of three passes, as report model's.
+    Renamed {
+        tool: Tool::Layers,
+        scope: None,
+        old: "--decode",
+        new: "--mode=decode",
+    },
     // nccl-tests' -V is the CTA count: no other tool reads it as the version.
     Renamed {
         tool: Tool::Layers,
@@ -134,6 +141,13 @@ pub const OLD_VALUES: &[OldValue] = &[
         why: "types take nccl-tests' names",
     },
     OldValue {
+        tool: Tool::Layers,
+        scope: None,
+        spellings: &["--mode"],
+        rewrite: forward_is_prefill,
+        why: "--mode is prefill, decode or train, as report model's",
+    },
+    OldValue {
         tool: Tool::Report,
         scope: Some("model"),
         spellings: &["-d", "--dtype"],
@@ -162,6 +176,12 @@ fn dtype_names(v: &str) -> Option<String> {
         .collect();
     let new = parts.join(",");
     (new != v && new.to_ascii_lowercase() != v.to_ascii_lowercase()).then_some(new)
+}
+
+/// `forward` -> `prefill`: bench-layers' forward pass over whole sequences.
+fn forward_is_prefill(v: &str) -> Option<String> {
+    v.eq_ignore_ascii_case("forward")
+        .then(|| "prefill".to_string())
 }
 
 /// `900` -> `900,0`: a bandwidth alone, the latency 0 it was read with.
@@ -415,6 +435,12 @@ mod tests {
             ["bench-collectives", "-d", "bfloat16,float", "-d", "half"]
         );
         assert_eq!(n.len(), 1);
+        let (argv, n) = run(
+            Tool::Layers,
+            &["bench-layers", "--mode", "forward", "--decode"],
+        );
+        assert_eq!(argv[1..], ["--mode", "prefill", "--mode", "decode"]);
+        assert_eq!(n.len(), 2, "{n:?}");
         // An unknown type reaches the flag's own error as written.
         let (argv, n) = run(Tool::Layers, &["bench-layers", "--dtype", "complex"]);
         assert_eq!(argv[2], "complex");
