@@ -185,7 +185,7 @@ mod tests {
             short: Some('V'),
             ..ArgDef::default()
         };
-        assert!(!problems(Tool::Layers, None, &[version.clone()]).is_empty());
+        assert!(!problems(Tool::Layers, None, &[version]).is_empty());
         assert!(problems(Tool::Collectives, None, &[arg("op", Some('o'), &["OP"])]).is_empty());
     }
 }

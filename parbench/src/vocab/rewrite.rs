@@ -175,7 +175,7 @@ fn dtype_names(v: &str) -> Option<String> {
         })
         .collect();
     let new = parts.join(",");
-    (new != v && new.to_ascii_lowercase() != v.to_ascii_lowercase()).then_some(new)
+    (!new.eq_ignore_ascii_case(v)).then_some(new)
 }
 
 /// `forward` -> `prefill`: bench-layers' forward pass over whole sequences.
