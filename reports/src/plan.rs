@@ -76,7 +76,7 @@ pub struct PlanArgs {
     #[arg(long)]
     pub dp_overlap: Option<String>,
     /// Data-parallel sharding modes to search (comma-separated: none, zero1, zero2, zero3; default none, or zero1 with --distributed-optimizer).
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long = vocab::shard::LONG, value_name = vocab::shard::VALUE, value_delimiter = ',')]
     pub shard: Vec<String>,
     /// Also search ZeRO-2/3 sharded inside a node and replicated across nodes (HSDP).
     #[arg(long)]

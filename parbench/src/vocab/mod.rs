@@ -117,7 +117,10 @@ flag!(chunks, "stages per rank of the interleaved schedule",
     help "Stages per rank v of the interleaved schedule");
 flag!(schedule, "pipeline schedules by name",
     long "schedule", short None, value Some("NAME[,NAME...]"),
-    help "Pipeline schedules, comma-separated registry names (gpipe, 1f1b, interleaved, zb-h1)");
+    help "Pipeline schedules by their registry names, comma-separated");
+flag!(shard, "data-parallel sharding modes (ZeRO)",
+    long "shard", short None, value Some("MODE[,MODE...]"),
+    help "Data-parallel sharding: none, zero1, zero2, zero3; a comma list where the tool searches several (report plan), one elsewhere");
 flag!(mode, "which passes a step runs",
     long "mode", short None, value Some("MODE"),
     help "Which passes a step runs: prefill (forward over --seq tokens), decode (one new token per sequence against a KV cache of --seq tokens) or train (forward and backward)");
@@ -157,6 +160,7 @@ pub const SHARED: &[Flag] = &[
     microbatches::FLAG,
     chunks::FLAG,
     schedule::FLAG,
+    shard::FLAG,
     mode::FLAG,
     no_check::FLAG,
     link::FLAG,
