@@ -38,11 +38,7 @@ pub struct Args {
     #[arg(value_name = "COLLECTIVE", default_values_t = ["all_reduce".to_string(), "all_gather".to_string()])]
     pub collectives: Vec<String>,
 
-    /// Communicator: auto (tcp under a launcher: torchrun, mpirun, srun, a
-    /// spawning parent; local otherwise), local (threads, shared memory),
-    /// tcp (processes, sockets), nccl (GPUs; --features cuda), mpi (under
-    /// mpirun; --features mpi).
-    #[arg(long = vocab::backend::LONG, value_name = vocab::backend::VALUE, default_value = "auto")]
+    #[arg(long = vocab::backend::LONG, value_name = vocab::backend::VALUE, help = vocab::backend::HELP, default_value = "auto")]
     pub backend: String,
 
     // Default: the CPU cores, at least 2.

@@ -62,7 +62,7 @@ fn main() {
     let (argv, notices) =
         parbench::vocab::rewrite::modernize(parbench::vocab::Tool::Layers, std::env::args_os());
     parbench::vocab::rewrite::print_notices(&notices);
-    let cli = match Cli::try_parse_from(argv) {
+    let mut cli = match Cli::try_parse_from(argv) {
         Ok(c) => c,
         Err(e) => {
             // Help and version are not errors; everything else is one line, exit 2.
@@ -74,6 +74,11 @@ fn main() {
             std::process::exit(2);
         }
     };
+    // `--backend auto`, as every binary reads it.
+    if let Err(e) = parbench::launch::flags::resolve_auto(&mut cli.backend) {
+        eprint_line(&format!("bench-layers: {e}"));
+        std::process::exit(2);
+    }
     // Bad input is one line, exit 2; after a fault the degrees measured
     // before it are in the folder.
     if let Err(e) = run(&cli) {

@@ -43,6 +43,11 @@ fn main() {
             std::process::exit(2);
         }
     };
+    // `--backend auto`, as every binary reads it.
+    if let Err(e) = parbench::launch::flags::resolve_auto(&mut args.backend) {
+        eprint_line(&format!("bench-pipeline: {e}"));
+        std::process::exit(2);
+    }
     if let Err(e) = launch::default_stages(&mut args) {
         say(e);
         std::process::exit(2);

@@ -87,7 +87,7 @@ flag!(timeout, "deadline of every wait, seconds",
     help "Deadline of every wait, in seconds: a dead or hung rank becomes an error naming it; 0: the longest, a day (nccl-tests' -T 0)");
 flag!(backend, "the communicator",
     long "backend", short None, value Some("NAME"),
-    help "Communicator: local (threads, shared memory), tcp (processes, sockets), nccl (GPUs; --features cuda), mpi (under mpirun; --features mpi)");
+    help "Communicator: auto (tcp under a launcher: torchrun, mpirun, srun, a spawning parent; local otherwise), local (threads, shared memory), tcp (processes, sockets), nccl (GPUs; --features cuda), mpi (under mpirun; --features mpi)");
 flag!(out, "results folder (CSV rows and run.json appended)",
     long "out", short None, value Some("DIR"),
     help "Results folder: the suite's CSV and run.json are appended to it, never overwritten");
