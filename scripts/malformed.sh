@@ -43,14 +43,14 @@ printf '\xff\xfe\n' >"$TMP/s5.csv"
 LONG=$(printf 'x%.0s' $(seq 5000))
 # The rules every binary shares (CMD...): an --out it cannot write (under
 # /proc, a file, a name past the limit) is refused, one that is not UTF-8
-# is used; a --timeout of zero or below is refused.
+# is used; a --timeout below zero is refused, and 0 is nccl-tests' "no
+# timeout" (the longest, a day) in every binary.
 every_binarys_rules() {
   try 2 "$@" --out /proc/x
   try 2 "$@" --out "$TMP/tiny.csv"
   try 2 "$@" --out "/tmp/$LONG"
   try 0 "$@" --out "$TMP/$(printf '\xff\xfe')"
-  # bench-collectives reads -T 0 as nccl-tests does (no timeout: its longest).
-  try "${TIMEOUT_0:-2}" "$@" --timeout 0
+  try 0 "$@" --timeout 0
   try 2 "$@" --timeout -5
 }
 CS=(--backend local -np 2 -n 2 -w 0 -e 64)
@@ -58,7 +58,7 @@ CS=(--backend local -np 2 -n 2 -w 0 -e 64)
 try 2 "$C" -b 64G -e 64G --backend local -np 2
 try 2 "$C" --backend local -np 100000 -e 1M
 try 2 "$C" --backend tcp -np 100000 -e 1M
-TIMEOUT_0=0 every_binarys_rules "$C" "${CS[@]}"
+every_binarys_rules "$C" "${CS[@]}"
 try 2 "$C" "${CS[@]}" -n 0
 try 2 "$C" "${CS[@]}" -n -1
 try 2 "$C" "${CS[@]}" -np 0
@@ -104,18 +104,18 @@ try 2 "$L" "${LS[@]}" --iters 2 --iters 3
 try 2 "$L" "${LS[@]}" --preset nope
 try 2 "$L" "${LS[@]}" --link x
 try 2 "$L" "${LS[@]}" --link -1,2
-try 2 "$L" "${LS[@]}" --decode --mode train
+try 2 "$L" "${LS[@]}" --mode decode --mode train
 try 2 "$L" "${LS[@]}" --seq 0
 try 2 "$L" "${LS[@]}" --batch 0
 try 2 "$L" "${LS[@]}" --batch 100000000 --seq 100000000
 try 2 "$L" --backend tcp -n 100000 --tp 100000
 # bench-pipeline
-PS=(--backend local --stages 2 --microbatches 4 --steps 1 --warmup 0)
+PS=(--backend local --stages 2 --microbatches 4 --iters 1 --warmup 0)
 try 2 "$P" "${PS[@]}" --microbatches 10000000
-try 2 "$P" --backend local --stages 100000 --microbatches 4 --steps 1
+try 2 "$P" --backend local --stages 100000 --microbatches 4 --iters 1
 try 2 "$P" "${PS[@]}" --work sleep:999999999999999 --timeout 5
 try any "$P" "${PS[@]}" --work sleep:10000 --timeout 5
-try 2 "$P" --backend tcp --stages 2 --microbatches 4 --steps 1 --work sleep:999999999999999 --timeout 5
+try 2 "$P" --backend tcp --stages 2 --microbatches 4 --iters 1 --work sleep:999999999999999 --timeout 5
 try 2 "$P" "${PS[@]}" --schedule-csv "$TMP/s1.csv"
 try 2 "$P" "${PS[@]}" --schedule-csv "$TMP/s2.csv"
 try 2 "$P" "${PS[@]}" --schedule-csv "$TMP/s3.csv"
@@ -134,7 +134,7 @@ try 2 "$P" "${PS[@]}" --schedule nope
 try 2 "$P" "${PS[@]}" --chunks 0
 try 2 "$P" "${PS[@]}" --hidden 0
 try 2 "$P" "${PS[@]}" --hidden 100000000 --microbatch-size 100000000
-try 2 "$P" "${PS[@]}" --straggler 9:5
+try 2 "$P" "${PS[@]}" --slow-rank 9:5
 try 2 "$P" "${PS[@]}" --stage-layers 1,x
 # report
 try 2 "$R" html "$TMP/garbage" --out "$TMP/r.html"
@@ -173,14 +173,14 @@ for n in 99999999999 18446744073709551615; do
   try 2 "$C" "${CS[@]}" -N "$n"
   try 2 "$C" "${CS[@]}" links -n "$n"
   try 2 "$L" "${LS[@]}" -n "$n"
-  try 2 "$P" "${PS[@]}" --steps "$n"
+  try 2 "$P" "${PS[@]}" --iters "$n"
 done
 try 2 "$P" "${PS[@]}" --schedule-csv /dev/zero
 try 2 env PARBENCH_TCP_SPIN_US=abc "$C" --backend tcp -np 2 -e 64 -n 1
 try 2 env PARBENCH_TCP_BUF_BYTES=4096 "$C" --backend tcp -np 2 -e 64 -n 1
-try 2 "$R" html "$FX" -o /dev/full
+try 2 "$R" html "$FX" --output-file /dev/full
 d="$TMP/rec"; cp -r "$FX" "$d"
-try 2 "$R" html "$d" -o "$d/collectives.csv"
+try 2 "$R" html "$d" --output-file "$d/collectives.csv"
 # issue 33, item 7: absurd plan shapes and node sizes
 try 2 "$R" plan --layers 4294967295 --hidden 4294967295 --heads 1 --ffn 1 --seq 1 --global-batch 1 --gpus 1 --compute-tflops 1 --intra 1,1
 try 2 "$R" plan --model tiny --global-batch 8 --gpus 4 --gpus-per-node 100000 --compute-tflops 1 --intra 1,1

@@ -83,10 +83,17 @@ failed=0
 # The benches' own output (about 250 lines a round) goes to the night's
 # log; the terminal gets a line a round and what failed.
 log="$out/nightly.log"
+# A live line on a terminal, what runs now (erased by the next line); in a
+# CI log, nothing.
+live() {
+    if [ -t 1 ]; then printf '\r\033[2K%s' "$*"; fi
+}
 run() {
+    live "nightly: round $round of $rounds: ${1##*/} (${#states[@]} of 3 done this round, $((SECONDS - started)) s)"
     echo "nightly: $*" >> "$log"
     "$@" >> "$log" 2>&1
     local rc=$?
+    live ""
     if [ "$rc" != 0 ]; then
         echo "nightly: FAILED (exit $rc): $* (its output: $log)" >&2
         tail -n 5 "$log" >&2
@@ -105,7 +112,7 @@ for ((round = 1; round <= rounds; round++)); do
     started=$SECONDS
     states=()
     run "$bin/bench-collectives" all_reduce all_gather -b 8 -e 16M -f 4 -n 20 -w 5 --out "$out" && states+=(collectives) || states+=(collectives:FAILED)
-    run "$bin/bench-layers" --tp 1,2 --mode forward --hidden 512 --heads 8 --ffn 2048 --seq 64 --batch 2 --iters 5 --warmup 2 --out "$out" && states+=(layers) || states+=(layers:FAILED)
+    run "$bin/bench-layers" --tp 1,2 --mode prefill --hidden 512 --heads 8 --ffn 2048 --seq 64 --batch 2 --iters 5 --warmup 2 --out "$out" && states+=(layers) || states+=(layers:FAILED)
     run "$bin/bench-pipeline" --stages 4 --schedule gpipe,1f1b,interleaved,zb-h1 --microbatches 1,4,8 --chunks 2 --work sleep:1000 --out "$out" && states+=(pipeline) || states+=(pipeline:FAILED)
     echo "nightly: round $round of $rounds: ${states[*]} ($((SECONDS - started)) s)"
 done
@@ -169,13 +176,13 @@ if ls "$out"/*.csv >/dev/null 2>&1; then
     report_dirs+=("$out")
 fi
 if [ ${#report_dirs[@]} -gt 0 ]; then
-    "$bin/report" html "${report_dirs[@]}" -o "$out/report.html" --title "parbench nightly $date_name" || failed=1
+    "$bin/report" html "${report_dirs[@]}" --output-file "$out/report.html" --title "parbench nightly $date_name" || failed=1
 else
     echo "nightly: no records at all: no report" >&2
     failed=1
 fi
 # Every night so far, figure by figure, against the baseline's band.
-"$bin/report" trend "$results" -o "$results/trend.html" || failed=1
+"$bin/report" trend "$results" --output-file "$results/trend.html" || failed=1
 
 if [ "$failed" = 1 ]; then
     echo "nightly: a bench or the report failed (see above)" >&2

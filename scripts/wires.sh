@@ -89,7 +89,7 @@ else
 fi
 
 [ ${#dirs[@]} -gt 0 ] || { echo "wires.sh: no wire ran" >&2; exit 1; }
-"$BIN/report" html --title "parbench: the wire decides (all_reduce, 2 ranks)" -o "$OUT/report.html" "${dirs[@]}" || failed=1
+"$BIN/report" html --title "parbench: the wire decides (all_reduce, 2 ranks)" --output-file "$OUT/report.html" "${dirs[@]}" || failed=1
 
 # Per wire, from the records themselves: the 8-byte p50 latency, the peak
 # busbw (and its size), and the busbw at the largest size. On a shaped link

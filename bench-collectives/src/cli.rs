@@ -7,6 +7,7 @@ use clap::Parser;
 use parbench::comm::{Algo, Collective, DType, ReduceOp};
 use parbench::launch::flags;
 use parbench::measure::Average;
+use parbench::vocab;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -37,13 +38,11 @@ pub struct Args {
     #[arg(value_name = "COLLECTIVE", default_values_t = ["all_reduce".to_string(), "all_gather".to_string()])]
     pub collectives: Vec<String>,
 
-    /// Backend: auto (nccl when built with cuda and a GPU is found, else
-    /// local), local (threads), tcp (processes and sockets), nccl, mpi.
-    #[arg(long, default_value = "auto")]
+    #[arg(long = vocab::backend::LONG, value_name = vocab::backend::VALUE, help = vocab::backend::HELP, default_value = "auto")]
     pub backend: String,
 
-    /// Number of ranks (default: the CPU cores, at least 2).
-    #[arg(long = "nprocs", visible_alias = "np", value_name = "N")]
+    // Default: the CPU cores, at least 2.
+    #[arg(long = vocab::nprocs::LONG, visible_alias = "np", value_name = vocab::nprocs::VALUE, help = vocab::nprocs::HELP)]
     pub nprocs: Option<usize>,
 
     /// Algorithm of the CPU backends: auto, ring, tree, rd, rhd.
@@ -78,32 +77,37 @@ pub struct Args {
     #[arg(short = 'i', long = "step-bytes", alias = "stepbytes")]
     pub step_bytes: Option<String>,
 
-    /// Timed iterations per size.
-    #[arg(short = 'n', long = "iters", default_value_t = 20)]
+    #[arg(short = 'n', long = vocab::iters::LONG, value_name = vocab::iters::VALUE, help = vocab::iters::HELP, default_value_t = 20)]
     pub iters: usize,
 
-    /// Untimed warm-up iterations per size.
     #[arg(
         short = 'w',
-        long = "warmup",
+        long = vocab::warmup::LONG,
         alias = "warmup_iters",
+        value_name = vocab::warmup::VALUE,
+        help = vocab::warmup::HELP,
         default_value_t = 5
     )]
     pub warmup: usize,
 
     /// Check iterations after the timed loop (0 = no check).
-    #[arg(short = 'c', long = "check", default_value_t = 1)]
+    #[arg(short = 'c', long = "check", value_name = "N", default_value_t = 1)]
     pub check: usize,
+
+    #[arg(long = vocab::no_check::LONG, help = vocab::no_check::HELP)]
+    pub no_check: bool,
 
     /// Reduction operator: sum, prod, min, max, avg, or all.
     #[arg(short = 'o', long = "op", default_value = "sum")]
     pub op: String,
 
-    /// Element type: float, double, half, bfloat16, int32, int64, uint8, or all.
+    /// Element types, comma-separated, or all: nccl-tests' names (float,
+    /// double, half, bfloat16, int32, int64, uint8).
     #[arg(
         short = 'd',
-        long = "dtype",
+        long = vocab::dtype::LONG,
         alias = "datatype",
+        value_name = vocab::dtype::VALUE,
         default_value = "float"
     )]
     pub dtype: String,
@@ -124,17 +128,13 @@ pub struct Args {
     #[arg(long = "outplace-only")]
     pub outplace_only: bool,
 
-    /// Deadline of every wait, in seconds (nccl-tests' -T): a dead or hung
-    /// rank becomes an error naming it. 0: the longest deadline, a day.
-    #[arg(short = 'T', long, default_value_t = 60.0)]
+    #[arg(short = 'T', long = vocab::timeout::LONG, value_name = vocab::timeout::VALUE, help = vocab::timeout::HELP, default_value_t = 60.0)]
     pub timeout: f64,
 
-    /// Folder for collectives.csv and run.json (appended, never overwritten).
-    #[arg(long, default_value = "results")]
+    #[arg(long = vocab::out::LONG, value_name = vocab::out::VALUE, help = vocab::out::HELP, default_value = "results")]
     pub out: PathBuf,
 
-    /// Delay rank RANK by MS milliseconds before each timed iteration.
-    #[arg(long, value_name = "RANK:MS")]
+    #[arg(long = vocab::straggler::LONG, value_name = vocab::straggler::VALUE, help = vocab::straggler::HELP)]
     pub straggler: Option<String>,
 
     /// Smallest size the fits after the sweep use (K, M, G suffixes): the
@@ -194,9 +194,9 @@ pub struct Args {
     /// layout, parbench's extras beside them) to FILE.
     #[arg(
         short = 'J',
-        long = "output-file",
+        long = vocab::output_file::LONG,
         alias = "output_file",
-        value_name = "FILE"
+        value_name = vocab::output_file::VALUE
     )]
     pub json_file: Option<PathBuf>,
 
@@ -234,14 +234,26 @@ pub struct Args {
     pub per_iter_skip: Option<String>,
 }
 
-/// Parses a command line, accepting nccl-tests' and mpirun's `-np N` (clap
-/// has no two-letter short flags, so `-np` is read as `--nprocs`).
+/// Parses a command line in today's spellings (`-np N` and the last
+/// release's spellings rewritten first, [`vocab::rewrite`]); the notices
+/// of the old spellings it met come back beside it, for `main` to print.
+pub fn parse_command_line<I, S>(argv: I) -> (Result<Args, clap::Error>, Vec<String>)
+where
+    I: IntoIterator<Item = S>,
+    S: Into<std::ffi::OsString>,
+{
+    let (argv, notices) = vocab::rewrite::modernize(vocab::Tool::Collectives, argv);
+    (Args::try_parse_from(argv), notices)
+}
+
+/// [`parse_command_line`] without its notices (the tests' way in).
+#[cfg(test)]
 pub fn parse_args<I, S>(argv: I) -> Result<Args, clap::Error>
 where
     I: IntoIterator<Item = S>,
     S: Into<std::ffi::OsString>,
 {
-    Args::try_parse_from(parbench::term::rewrite_np(argv))
+    parse_command_line(argv).0
 }
 
 /// The backend chosen on the command line.
@@ -458,13 +470,7 @@ impl Args {
         };
         let average = Average::from_code(self.average)
             .ok_or_else(|| anyhow!("bad -a/--average {} (expected 0, 1, 2 or 3)", self.average))?;
-        // nccl-tests' -T 0 is no timeout; parbench keeps a deadline on
-        // every wait, so 0 is the longest it takes.
-        let timeout = if self.timeout == 0.0 {
-            Duration::from_secs_f64(parbench::limits::MAX_TIMEOUT_S)
-        } else {
-            parbench::limits::timeout(self.timeout)?
-        };
+        let timeout = parbench::limits::timeout(self.timeout)?;
         if self.iters == 0 {
             bail!("-n/--iters 0: at least 1");
         }
@@ -514,7 +520,7 @@ impl Args {
                 sizes,
                 iters: self.iters,
                 warmup: self.warmup,
-                check: self.check,
+                check: if self.no_check { 0 } else { self.check },
                 root: match self.root {
                     -1 => None,
                     r => Some(
@@ -552,6 +558,10 @@ impl SweepConfig {
         Ok(())
     }
 }
+
+#[cfg(test)]
+#[path = "../../test-support/vocab.rs"]
+mod vocab_check;
 
 #[cfg(test)]
 mod tests {
@@ -692,6 +702,20 @@ mod tests {
         let p = plan(&["-np=4", "-i", "1K", "-b", "0", "-e", "2K"]).unwrap();
         assert_eq!(p.nprocs, Some(4));
         assert_eq!(p.sweep.sizes, vec![0, 1024, 2048]);
+    }
+
+    #[test]
+    fn flags_are_the_shared_vocabulary() {
+        use clap::CommandFactory;
+        vocab_check::assert_shared_vocabulary(vocab::Tool::Collectives, Args::command());
+        // --no-check is -c 0; -T 0 the longest deadline, as in nccl-tests.
+        assert_eq!(plan(&["--no-check", "-c", "3"]).unwrap().sweep.check, 0);
+        let longest = Duration::from_secs_f64(parbench::limits::MAX_TIMEOUT_S);
+        assert_eq!(plan(&["-T", "0"]).unwrap().sweep.timeout, longest);
+        // Another spelling of a type is read, with a notice naming nccl-tests'.
+        let (args, notices) = parse_command_line(["b", "-d", "fp16"]);
+        assert_eq!(args.unwrap().plan().unwrap().sweep.dtypes, vec![DType::F16]);
+        assert!(notices[0].contains("-d fp16 is now -d half"), "{notices:?}");
     }
 
     #[test]

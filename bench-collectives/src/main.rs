@@ -21,6 +21,7 @@ mod model_check;
 mod nccl_flags;
 mod nccl_tests_format;
 mod print;
+mod progress_lines;
 mod recheck;
 mod reference_line;
 mod run;
@@ -45,7 +46,9 @@ const EXIT_NUM_RESULTS: u8 = 7;
 fn main() -> ExitCode {
     // Before any thread starts: a signal it can catch keeps what was measured.
     let _ = interrupt::install("bench-collectives");
-    let args = match cli::parse_args(std::env::args_os()) {
+    let (args, notices) = cli::parse_command_line(std::env::args_os());
+    parbench::vocab::rewrite::print_notices(&notices);
+    let args = match args {
         Ok(a) => a,
         Err(e) => {
             use clap::error::ErrorKind;

@@ -6,7 +6,6 @@ use crate::wire::WireFigures;
 use parbench::comm::{Collective, DType, ReduceOp};
 use parbench::model;
 use parbench::results::CollectiveRow;
-use std::io::Write;
 
 /// One size of one (collective, dtype, op), as the table and rows name it.
 pub struct Point {
@@ -89,10 +88,9 @@ impl Printer {
 
     fn line(&mut self, s: &str) {
         if self.enabled {
-            let mut out = std::io::stdout().lock();
-            // A closed stdout (a pipe into `head`) must not stop the run or its records.
-            let _ = writeln!(out, "{s}");
-            let _ = out.flush();
+            // A closed stdout (a pipe into `head`) must not stop the run or
+            // its records; a live progress line goes first.
+            parbench::outln!("{s}");
         }
     }
 

@@ -537,7 +537,11 @@ fn rank_main<C: Communicator>(
     comm.set_timeout(plan.sweep.timeout);
     let run_start = CpuSnapshot::now();
     let link_start = comm.link_stats();
+    // Seconds without a word otherwise: say what runs, on a terminal.
+    let ticker = (comm.rank() == 0)
+        .then(|| crate::progress_lines::wire_starts(&plan.out, comm.backend(), comm.world()));
     let wire = wire_mod::measure_wire_in_one_state(comm, &plan.sweep, placement)?;
+    drop(ticker);
     let mut printer = crate::nccl_flags::printer(comm, plan);
     let algo = if plan.algo == parbench::comm::Algo::Auto {
         "auto (per size: see the algo column)".to_string()

@@ -148,7 +148,11 @@ fn sweep_sizes<C: Communicator>(
 ) -> CommResult<()> {
     let world = comm.world();
     let mut last_count = None;
-    for &size in &cfg.sizes {
+    let table = match op {
+        Some(op) => format!("{} {} {}", coll.name(), dtype.name(), op.name()),
+        None => format!("{} {}", coll.name(), dtype.name()),
+    };
+    for (index, &size) in cfg.sizes.iter().enumerate() {
         let count = row_count(coll, size, dtype, world);
         // Sizes that round to the same per-rank count are one row
         // (nccl-tests' layout keeps every size, as nccl-tests does).
@@ -166,6 +170,9 @@ fn sweep_sizes<C: Communicator>(
             bytes,
             algo,
         };
+        if comm.rank() == 0 {
+            crate::progress_lines::row_starts(&table, size, index, cfg.sizes.len());
+        }
         let mut measured = [None, None];
         let mut marked = [false, false];
         let mut iter_us: [Vec<f64>; 2] = Default::default();

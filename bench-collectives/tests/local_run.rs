@@ -423,3 +423,49 @@ fn the_ceiling_ladder_covers_the_sweep_and_each_row_uses_its_working_set() {
         ),
     }
 }
+
+/// On a terminal (util-linux `script` gives the run one), a line says what
+/// the silent seconds before the sweep measure, a counter names each row
+/// as it starts and is erased before the row prints; off a terminal (the
+/// other tests' pipes) none of it is written.
+#[test]
+fn progress_on_a_terminal_only() {
+    let dir = scratch("progress");
+    let out = dir.to_str().unwrap();
+    let piped = run(&args(&["all_reduce"], out), &[]);
+    assert!(piped.status.success(), "{}", stderr(&piped));
+    for text in [stdout(&piped), stderr(&piped)] {
+        assert!(
+            !text.contains('\x1b') && !text.contains("bench-collectives: measuring the"),
+            "{text}"
+        );
+    }
+    let line = std::iter::once(env!("CARGO_BIN_EXE_bench-collectives"))
+        .chain(args(&["all_reduce"], out))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let tty = std::process::Command::new("script")
+        .args(["-qec", &line, "/dev/null"])
+        .env("TERM", "xterm")
+        .env_remove("PARBENCH_SELFTEST_CORRUPT_RANK")
+        .stdin(std::process::Stdio::null())
+        .output();
+    let Ok(tty) = tty else {
+        eprintln!("SKIP: util-linux `script` is not installed (it gives the run a terminal)");
+        return;
+    };
+    let text = stdout(&tty);
+    assert!(tty.status.success(), "{text}");
+    // The run before wrote run.json here: the estimate is its time.
+    assert!(
+        text.contains("bench-collectives: measuring the local wire on 2 ranks before the sweep")
+            && text.contains("as the last run on this wire in"),
+        "{text}"
+    );
+    assert!(
+        text.contains("all_reduce float sum: size 1 of 4 (8 B)"),
+        "{text}"
+    );
+    // Each live line is erased before the row after it prints.
+    assert!(text.contains("(8 B)\r\x1b[2K"), "{text}");
+}

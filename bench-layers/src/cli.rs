@@ -5,6 +5,7 @@ use clap::Parser;
 use parbench::comm::DType;
 use parbench::layers::{BlockConfig, BlockShape, Mode};
 use parbench::model::{LinkParams, Preset};
+use parbench::vocab;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -21,23 +22,25 @@ fn usage<T>(msg: impl Into<String>) -> Result<T, UsageError> {
 #[derive(Parser, Debug, Clone)]
 // A flag given twice is refused (clap's default for single values, as in
 // every parbench binary); a negative number reaches the flag's own check.
-#[command(name = "bench-layers", version, allow_negative_numbers = true)]
+// -V is nccl-tests' CTA count: the version is --version alone.
+#[command(
+    name = "bench-layers",
+    version,
+    allow_negative_numbers = true,
+    disable_version_flag = true
+)]
 pub struct Cli {
-    /// Communicator: local (threads, shared memory), tcp (processes,
-    /// sockets), nccl (GPUs; needs --features cuda), mpi (under mpirun;
-    /// needs --features mpi).
-    #[arg(long, default_value = "local")]
+    /// Print the version.
+    #[arg(long, action = clap::ArgAction::Version)]
+    pub version: Option<bool>,
+    #[arg(long = vocab::backend::LONG, value_name = vocab::backend::VALUE, help = vocab::backend::HELP, default_value = "local")]
     pub backend: String,
     /// Tensor-parallel degrees to sweep, comma-separated (default 1,2,4,8 up
     /// to the ranks available).
-    #[arg(long)]
+    #[arg(long = vocab::tp::LONG, value_name = vocab::tp::VALUE)]
     pub tp: Option<String>,
-    /// forward (inference) or train (forward and backward).
-    #[arg(long, default_value = "forward")]
+    #[arg(long = vocab::mode::LONG, value_name = vocab::mode::VALUE, help = vocab::mode::HELP, default_value = "prefill")]
     pub mode: String,
-    /// One new token per sequence against a KV cache of --seq tokens (forward only).
-    #[arg(long)]
-    pub decode: bool,
     /// Sequence parallelism: all-gather and reduce-scatter instead of all-reduce.
     #[arg(long)]
     pub sequence_parallel: bool,
@@ -63,31 +66,24 @@ pub struct Cli {
     pub batch: usize,
     /// Storage type: float, half or bfloat16 (default float on the CPU,
     /// bfloat16 on GPUs).
-    #[arg(long)]
+    #[arg(short = 'd', long = vocab::dtype::LONG, value_name = vocab::dtype::VALUE)]
     pub dtype: Option<String>,
-    /// Timed block calls per degree (iterations; nccl-tests' -n).
-    #[arg(short = 'n', long, default_value_t = 10)]
+    #[arg(short = 'n', long = vocab::iters::LONG, value_name = vocab::iters::VALUE, help = vocab::iters::HELP, default_value_t = 10)]
     pub iters: usize,
-    /// Untimed block calls before timing (warm-up; nccl-tests' -w).
-    #[arg(short = 'w', long, default_value_t = 2)]
+    #[arg(short = 'w', long = vocab::warmup::LONG, value_name = vocab::warmup::VALUE, help = vocab::warmup::HELP, default_value_t = 2)]
     pub warmup: usize,
     /// The wire as GBPS,US (bandwidth in GB/s, latency in microseconds) for
     /// the communication model, instead of fitting it in this run.
-    #[arg(long)]
+    #[arg(long = vocab::link::LONG, value_name = vocab::link::VALUE)]
     pub link: Option<String>,
-    /// Skip the comparison with the unsharded block.
-    #[arg(long)]
+    #[arg(long = vocab::no_check::LONG, help = vocab::no_check::HELP)]
     pub no_check: bool,
-    /// Results folder: layers.csv and run.json are added to it.
-    #[arg(long, default_value = "results")]
+    #[arg(long = vocab::out::LONG, value_name = vocab::out::VALUE, help = vocab::out::HELP, default_value = "results")]
     pub out: PathBuf,
-    /// Ranks available (tcp: processes to spawn on this host; local:
-    /// threads; default: this machine's cores, or the launcher's world).
-    /// `-np N` is accepted as in mpirun and the other binaries.
-    #[arg(long = "nprocs", visible_alias = "np")]
+    // Default: this machine's cores, or the launcher's world.
+    #[arg(long = vocab::nprocs::LONG, visible_alias = "np", value_name = vocab::nprocs::VALUE, help = vocab::nprocs::HELP)]
     pub nprocs: Option<usize>,
-    /// Seconds any wait may last before the rank it waits for is reported.
-    #[arg(long, default_value_t = 60.0)]
+    #[arg(short = 'T', long = vocab::timeout::LONG, value_name = vocab::timeout::VALUE, help = vocab::timeout::HELP, default_value_t = 60.0)]
     pub timeout: f64,
 }
 
@@ -144,7 +140,12 @@ impl Cli {
                 Preset::names().join(", ")
             ))
         })?;
-        let mode: Mode = self.mode.parse().map_err(UsageError)?;
+        let (mode, decode) = match self.mode.to_ascii_lowercase().as_str() {
+            "prefill" => (Mode::Forward, false),
+            "decode" => (Mode::Forward, true),
+            "train" => (Mode::Train, false),
+            other => return usage(format!("--mode {other}: expected prefill, decode or train")),
+        };
         let dtype: DType = match &self.dtype {
             Some(d) => d.parse().map_err(UsageError)?,
             None if backend == Backend::Nccl => DType::BF16,
@@ -184,7 +185,7 @@ impl Cli {
         let block = BlockConfig {
             shape,
             mode,
-            decode: self.decode,
+            decode,
             seq_parallel: self.sequence_parallel,
         };
         let ranks = match self.nprocs {
@@ -247,8 +248,18 @@ impl Cli {
 }
 
 #[cfg(test)]
+#[path = "../../test-support/vocab.rs"]
+mod vocab_check;
+
+#[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn flags_are_the_shared_vocabulary() {
+        use clap::CommandFactory;
+        vocab_check::assert_shared_vocabulary(vocab::Tool::Layers, Cli::command());
+    }
 
     fn cli(args: &[&str]) -> Cli {
         Cli::try_parse_from(std::iter::once("bench-layers").chain(args.iter().copied())).unwrap()
@@ -282,7 +293,7 @@ mod tests {
                 "ffn 2047",
             ),
             (&["--mode", "sideways"][..], "mode"),
-            (&["--decode", "--mode", "train"][..], "decode"),
+            (&["--mode", "forward"][..], "--mode forward"),
             (&["--preset", "gpt5"][..], "--preset"),
             (&["--link", "100"][..], "--link"),
             (&["--link", "0,5"][..], "--link"),

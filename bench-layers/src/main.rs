@@ -57,8 +57,12 @@ fn main() {
     // The noise guard's window starts here: run.json records the CPU time
     // other processes took while the whole run measured.
     parbench::measure::noise::mark_start();
-    // mpirun's spelling `-np N` is one flag here, not `-n p` (iterations).
-    let cli = match Cli::try_parse_from(parbench::term::rewrite_np(std::env::args_os())) {
+    // mpirun's spelling `-np N` is one flag here, not `-n p` (iterations),
+    // and the last release's spellings today's, each with its notice.
+    let (argv, notices) =
+        parbench::vocab::rewrite::modernize(parbench::vocab::Tool::Layers, std::env::args_os());
+    parbench::vocab::rewrite::print_notices(&notices);
+    let mut cli = match Cli::try_parse_from(argv) {
         Ok(c) => c,
         Err(e) => {
             // Help and version are not errors; everything else is one line, exit 2.
@@ -70,6 +74,11 @@ fn main() {
             std::process::exit(2);
         }
     };
+    // `--backend auto`, as every binary reads it.
+    if let Err(e) = parbench::launch::flags::resolve_auto(&mut cli.backend) {
+        eprint_line(&format!("bench-layers: {e}"));
+        std::process::exit(2);
+    }
     // Bad input is one line, exit 2; after a fault the degrees measured
     // before it are in the folder.
     if let Err(e) = run(&cli) {

@@ -47,7 +47,7 @@ fn bad_flags_exit_2_with_one_line() {
     for args in [
         &["--tp", "3", "--heads", "4"][..],
         &["--mode", "sideways"][..],
-        &["--decode", "--mode", "train"][..],
+        &["--mode", "decode", "--mode", "train"][..],
         &["--preset", "nope"][..],
         &["--link", "fast"][..],
         &["--no-such-flag"][..],
@@ -124,7 +124,8 @@ fn tcp_spawns_each_degree_and_collects_its_row() {
             "tcp",
             "--tp",
             "1,2",
-            "--decode",
+            "--mode",
+            "decode",
             "--batch",
             "2",
         ],
@@ -177,7 +178,7 @@ fn hostile_input_is_refused_before_anything_runs() {
         refused_in_one_line(&v, &["--out", says]);
     }
     // One rule per flag: zero, negative, twice.
-    refused_in_one_line(&["--timeout", "0"], &["--timeout 0"]);
+    refused_in_one_line(&["--timeout", "-1"], &["--timeout -1"]);
     refused_in_one_line(&["--hidden", "-3"], &["--hidden", "-3"]);
     refused_in_one_line(&["--iters", "2", "--iters", "3"], &["--iters", "multiple"]);
     refused_in_one_line(&["--nprocs", "0"], &["--nprocs 0"]);

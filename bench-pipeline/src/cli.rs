@@ -7,6 +7,7 @@ use parbench::layers::{BlockConfig, BlockShape, Mode};
 use parbench::model::plan::Shard;
 use parbench::pipeline::{DpReduce, MlpShape, PipelineConfig, TpStageConfig, Work};
 use parbench::schedule::{self, Schedule, ScheduleKind};
+use parbench::vocab;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -15,27 +16,32 @@ use std::time::Duration;
 #[derive(Parser, Debug, Clone)]
 // A flag given twice is refused (clap's default for single values, as in
 // every parbench binary); a negative number reaches the flag's own check.
-#[command(name = "bench-pipeline", version, allow_negative_numbers = true)]
+// -V is nccl-tests' CTA count: the version is --version alone.
+#[command(
+    name = "bench-pipeline",
+    version,
+    allow_negative_numbers = true,
+    disable_version_flag = true
+)]
 pub struct Args {
-    /// Backend: local (one thread per stage), tcp (one process per stage),
-    /// nccl (one GPU per stage; needs --features cuda) or mpi (one process
-    /// per rank under mpirun; needs --features mpi).
-    #[arg(long, default_value = "local")]
+    /// Print the version.
+    #[arg(long, action = clap::ArgAction::Version)]
+    pub version: Option<bool>,
+    #[arg(long = vocab::backend::LONG, value_name = vocab::backend::VALUE, help = vocab::backend::HELP, default_value = "local")]
     pub backend: String,
-    /// Number of stage ranks S (default 4; with --backend nccl, one per
+    /// Number of stage ranks S, one (default 4; with --backend nccl, one per
     /// visible GPU).
-    #[arg(long)]
+    #[arg(long = vocab::stages::LONG, value_name = vocab::stages::VALUE, value_parser = vocab::one_count::<usize>)]
     pub stages: Option<usize>,
     /// Schedules to run, comma-separated: gpipe, 1f1b, interleaved, zb-h1,
     /// looped-bfs, interleaved-zb, zb-v, dualpipev; or all (every one that
     /// can be generated for the given stages and microbatches).
-    #[arg(long, default_value = "gpipe,1f1b,interleaved,zb-h1")]
+    #[arg(long = vocab::schedule::LONG, value_name = vocab::schedule::VALUE, default_value = "gpipe,1f1b,interleaved,zb-h1")]
     pub schedule: String,
     /// Microbatches per step, comma-separated (a sweep): 1,2,4,8,16,32.
-    #[arg(long, default_value = "8")]
+    #[arg(long = vocab::microbatches::LONG, value_name = vocab::microbatches::VALUE, default_value = "8")]
     pub microbatches: String,
-    /// Stages per rank v of the looped schedules (interleaved, looped-bfs, interleaved-zb).
-    #[arg(long, default_value_t = 2)]
+    #[arg(long = vocab::chunks::LONG, value_name = vocab::chunks::VALUE, help = vocab::chunks::HELP, default_value_t = 2)]
     pub chunks: usize,
     /// Layers of every stage: MLP layers, or with --dp/--tp Megatron blocks.
     #[arg(long, default_value_t = 2)]
@@ -52,8 +58,8 @@ pub struct Args {
     /// Data-parallel degree D: the world is D x T x S ranks.
     #[arg(long, default_value_t = 1)]
     pub dp: usize,
-    /// Tensor-parallel degree T of every stage's blocks.
-    #[arg(long, default_value_t = 1)]
+    /// Tensor-parallel degree T of every stage's blocks, one.
+    #[arg(long = vocab::tp::LONG, value_name = vocab::tp::VALUE, value_parser = vocab::one_count::<usize>, default_value = "1")]
     pub tp: usize,
     /// With --dp/--tp: the block's attention heads (default 4).
     #[arg(long)]
@@ -72,14 +78,14 @@ pub struct Args {
     /// of the backward (DDP's overlap; local and tcp).
     #[arg(long)]
     pub overlap: bool,
-    /// With --dp: reduce-scatter the buckets (the distributed optimizer's): --shard zero1.
-    #[arg(long)]
+    /// With --dp: reduce-scatter the buckets (Megatron's distributed optimizer): --shard zero1.
+    #[arg(long = vocab::distributed_optimizer::LONG)]
     pub dist_opt: bool,
     /// With --dp: sharded data parallel, ending each step in Adam over what
     /// the mode shards: none (replicated, DDP), zero1 (optimizer state),
     /// zero2 (and gradients, reduce-scattered per layer), zero3 (and
     /// weights, all-gathered per layer: FSDP's FULL_SHARD).
-    #[arg(long, value_name = "MODE")]
+    #[arg(long = vocab::shard::LONG, value_name = vocab::shard::VALUE)]
     pub shard: Option<String>,
     /// With --shard zero1/zero2/zero3: shard inside groups of G consecutive
     /// data ranks and replicate across them (HSDP; G divides --dp).
@@ -99,23 +105,20 @@ pub struct Args {
     /// Run a hand-written schedule: PyTorch's compute-only CSV (one row per rank).
     #[arg(long)]
     pub schedule_csv: Option<PathBuf>,
-    /// Slow one rank down: RANK:MS adds MS milliseconds to each of its actions.
-    #[arg(long)]
+    #[arg(long = vocab::slow_rank::LONG, value_name = vocab::slow_rank::VALUE, help = vocab::slow_rank::HELP)]
     pub straggler: Option<String>,
     /// Results folder (pipeline.csv, run.json, timeline-*.json).
-    #[arg(long, default_value = "results")]
+    #[arg(long = vocab::out::LONG, value_name = vocab::out::VALUE, default_value = "results")]
     pub out: PathBuf,
     /// What each action does: compute (real MLP passes) or sleep:US.
     #[arg(long, default_value = "compute")]
     pub work: String,
-    /// Timed steps per run (iterations; nccl-tests' -n).
-    #[arg(short = 'n', long, alias = "iters", default_value_t = 5)]
+    #[arg(short = 'n', long = vocab::iters::LONG, value_name = vocab::iters::VALUE, help = vocab::iters::HELP, default_value_t = 5)]
     pub steps: usize,
-    /// Untimed steps first (warm-up; nccl-tests' -w).
-    #[arg(short = 'w', long, default_value_t = 2)]
+    #[arg(short = 'w', long = vocab::warmup::LONG, value_name = vocab::warmup::VALUE, help = vocab::warmup::HELP, default_value_t = 2)]
     pub warmup: usize,
-    /// Seconds any wait (and any one action) may last before it fails naming the peer.
-    #[arg(long, default_value_t = 60.0)]
+    /// Deadline of every wait and every action, in seconds; 0: the longest, a day.
+    #[arg(short = 'T', long = vocab::timeout::LONG, value_name = vocab::timeout::VALUE, default_value_t = 60.0)]
     pub timeout: f64,
     /// Compute threads of each stage rank (default: the cores divided among the stages).
     #[arg(long)]
@@ -133,8 +136,8 @@ pub struct Args {
     #[arg(long)]
     pub dump_schedules: Option<PathBuf>,
     /// With --backend tcp: spawn this many local ranks of this binary
-    /// (default: --stages); `-np N` as in mpirun and the other binaries.
-    #[arg(long, visible_alias = "np")]
+    /// (default: the world, --stages x --dp x --tp); `-np N` as in mpirun.
+    #[arg(long = vocab::nprocs::LONG, visible_alias = "np", value_name = vocab::nprocs::VALUE)]
     pub nprocs: Option<usize>,
 }
 
@@ -216,10 +219,10 @@ where
 /// `RANK:MS` through the library's one parser (one set of bounds for
 /// every binary), the rank one of the schedule's.
 fn straggler(s: &str, ranks: usize) -> Result<(usize, Duration), String> {
-    let st: Straggler = s.parse().map_err(|e| format!("--straggler {e}"))?;
+    let st: Straggler = s.parse().map_err(|e| format!("--slow-rank {e}"))?;
     if st.rank >= ranks {
         return Err(format!(
-            "--straggler: rank {} but only {ranks} ranks",
+            "--slow-rank: rank {} but only {ranks} ranks",
             st.rank
         ));
     }
@@ -266,7 +269,7 @@ pub fn plan(args: &Args) -> Result<PipelineJob, String> {
         ("--tp", args.tp),
         ("--hidden", hidden),
         ("--microbatch-size", rows),
-        ("--steps", args.steps),
+        ("-n/--iters", args.steps),
         ("--chunks", args.chunks),
         ("--threads", args.threads.unwrap_or(1)),
         ("--nprocs", args.nprocs.unwrap_or(1)),
@@ -276,8 +279,8 @@ pub fn plan(args: &Args) -> Result<PipelineJob, String> {
         }
     }
     use parbench::limits::{count, MAX_ITERATIONS};
-    count("--steps", args.steps, MAX_ITERATIONS).map_err(|e| e.0)?;
-    count("--warmup", args.warmup, MAX_ITERATIONS).map_err(|e| e.0)?;
+    count("-n/--iters", args.steps, MAX_ITERATIONS).map_err(|e| e.0)?;
+    count("-w/--warmup", args.warmup, MAX_ITERATIONS).map_err(|e| e.0)?;
     if !matches!(args.backend.as_str(), "local" | "tcp" | "nccl" | "mpi") {
         return Err(format!(
             "--backend '{}': expected local, tcp, nccl or mpi",
@@ -312,7 +315,12 @@ pub fn plan(args: &Args) -> Result<PipelineJob, String> {
         let s = schedule::load_csv(path).map_err(|e| e.to_string())?;
         schedules.push((None, s));
     } else {
-        let stages = args.stages.unwrap_or(DEFAULT_STAGES);
+        // -np N is the world's ranks, as in every binary: without
+        // --stages, the stage ranks they leave after --dp x --tp.
+        let stages = args
+            .stages
+            .or_else(|| args.nprocs.map(|n| n / (args.dp * args.tp).max(1)))
+            .unwrap_or(DEFAULT_STAGES);
         if stages == 0 {
             return Err("--stages must be at least 1".into());
         }
@@ -353,11 +361,14 @@ pub fn plan(args: &Args) -> Result<PipelineJob, String> {
                     args.dp, args.tp
                 )
             } else {
-                format!("--nprocs {n} but the schedule has {ranks} ranks")
+                format!("--nprocs {n} but the schedule runs on {ranks} stage ranks (--stages, or the CSV's rows): give one of the two, or both alike")
             });
         }
-        if args.backend != "tcp" {
-            return Err("--nprocs applies to --backend tcp".into());
+        if !matches!(args.backend.as_str(), "tcp" | "local") {
+            return Err(format!(
+                "--nprocs: --backend {} takes its ranks from its launcher (mpirun -np) or the GPUs",
+                args.backend
+            ));
         }
     }
     let straggler = args
@@ -378,14 +389,14 @@ pub fn plan(args: &Args) -> Result<PipelineJob, String> {
                 if extra.is_zero() {
                     ""
                 } else {
-                    ", with the straggler's delay"
+                    ", with the slow rank's delay"
                 },
                 args.timeout
             ));
         }
     } else if extra >= timeout {
         return Err(format!(
-            "--straggler {}: the delay is not less than --timeout {}",
+            "--slow-rank {}: the delay is not less than --timeout {}",
             args.straggler.as_deref().unwrap_or(""),
             args.timeout
         ));
@@ -440,7 +451,7 @@ fn refuse_composed_flags(args: &Args) -> Result<(), String> {
         ("--seq", args.seq.is_some()),
         ("--bucket-mib", args.bucket_mib.is_some()),
         ("--overlap", args.overlap),
-        ("--dist-opt", args.dist_opt),
+        ("--distributed-optimizer", args.dist_opt),
         ("--shard", args.shard.is_some()),
         ("--shard-group", args.shard_group.is_some()),
         ("--prefetch", args.prefetch),
@@ -462,7 +473,7 @@ fn refuse_with_composed(args: &Args) -> Result<(), String> {
     }
     for (flag, given) in [
         ("--stage-layers", args.stage_layers.is_some()),
-        ("--straggler", args.straggler.is_some()),
+        ("--slow-rank", args.straggler.is_some()),
     ] {
         if given {
             return Err(format!(
@@ -479,26 +490,26 @@ fn refuse_with_composed(args: &Args) -> Result<(), String> {
             || args.prefetch)
     {
         return Err(
-            "--bucket-mib/--overlap/--dist-opt/--shard shape the data-parallel reduction: give --dp above 1"
+            "--bucket-mib/--overlap/--distributed-optimizer/--shard shape the data-parallel reduction: give --dp above 1"
                 .into(),
         );
     }
     Ok(())
 }
 
-/// `--shard` (or `--dist-opt`, ZeRO-1) as a mode; `None` without either.
+/// `--shard` (or `--distributed-optimizer`, ZeRO-1) as a mode; `None` without either.
 fn shard_mode(args: &Args) -> Result<Option<Shard>, String> {
-    let named = match args.shard.as_deref() {
-        None => None,
-        Some(n) => Some(
-            Shard::by_name(n)
-                .ok_or_else(|| format!("--shard {n}: expected none, zero1, zero2 or zero3"))?,
-        ),
-    };
+    let named =
+        match args.shard.as_deref() {
+            None => None,
+            Some(n) => Some(Shard::by_name(n).ok_or_else(|| {
+                format!("--shard {n}: one mode here: none, zero1, zero2 or zero3")
+            })?),
+        };
     let mode = match (named, args.dist_opt) {
         (Some(s), true) if s != Shard::Zero1 => {
             return Err(format!(
-                "--dist-opt is --shard zero1; it does not go with --shard {}",
+                "--distributed-optimizer is --shard zero1; it does not go with --shard {}",
                 s.name()
             ))
         }
@@ -547,8 +558,8 @@ fn block_config(args: &Args, hidden: usize, sequences: usize) -> Result<BlockCon
         }
     }
     use parbench::limits::{count, MAX_ITERATIONS};
-    count("--steps", args.steps, MAX_ITERATIONS).map_err(|e| e.0)?;
-    count("--warmup", args.warmup, MAX_ITERATIONS).map_err(|e| e.0)?;
+    count("-n/--iters", args.steps, MAX_ITERATIONS).map_err(|e| e.0)?;
+    count("-w/--warmup", args.warmup, MAX_ITERATIONS).map_err(|e| e.0)?;
     b.validate(args.tp)
         .map_err(|e| format!("--tp {}: {e}", args.tp))?;
     Ok(b)
@@ -668,8 +679,20 @@ impl ComposedJob {
 }
 
 #[cfg(test)]
+#[path = "../../test-support/vocab.rs"]
+mod vocab_check;
+
+#[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn flags_are_the_shared_vocabulary() {
+        use clap::CommandFactory;
+        vocab_check::assert_shared_vocabulary(vocab::Tool::Pipeline, Args::command());
+        let e = Args::try_parse_from(["bench-pipeline", "--tp", "2,4"]).unwrap_err();
+        assert!(e.to_string().contains("one value"), "{e}");
+    }
 
     fn args(extra: &[&str]) -> Args {
         let mut v = vec!["bench-pipeline"];
@@ -689,6 +712,27 @@ mod tests {
             "2",
         ]));
         assert_eq!((a.steps, a.warmup, a.nprocs), (3, 1, Some(2)));
+    }
+
+    #[test]
+    fn np_is_the_worlds_ranks() {
+        // Without --stages, -np N runs N stage ranks (was: refused as 4).
+        let p = plan(&args(&["--nprocs", "2", "--schedule", "1f1b"])).unwrap();
+        assert_eq!((p.ranks, p.runs[0].cfg.schedule.num_stages), (2, 2));
+        let p = plan(&args(&[
+            "--nprocs",
+            "8",
+            "--dp",
+            "2",
+            "--schedule",
+            "1f1b",
+            "--microbatches",
+            "4",
+        ]))
+        .unwrap();
+        assert_eq!(p.ranks, 8);
+        let e = plan(&args(&["--nprocs", "2", "--stages", "4"])).unwrap_err();
+        assert!(e.contains("give one of the two"), "{e}");
     }
 
     #[test]
@@ -733,7 +777,7 @@ mod tests {
         assert!(e.contains("unknown schedule 'pipedream'"), "{e}");
         let e = plan(&args(&["--stage-layers", "2,2"])).unwrap_err();
         assert!(e.contains("2 entries for 4 stages"), "{e}");
-        let e = plan(&args(&["--straggler", "9:5"])).unwrap_err();
+        let e = plan(&args(&["--slow-rank", "9:5"])).unwrap_err();
         assert!(e.contains("rank 9"), "{e}");
         let e = plan(&args(&["--schedule", "interleaved", "--microbatches", "6"])).unwrap_err();
         assert!(e.contains("multiple of 4"), "{e}");
@@ -743,7 +787,7 @@ mod tests {
         let e = plan(&args(&["--work", "sleep:x"])).unwrap_err();
         assert!(e.contains("microseconds"), "{e}");
         for (a, want) in [
-            (&["--timeout", "0"][..], "--timeout 0"),
+            (&["--timeout", "-1"][..], "--timeout -1"),
             (&["--threads", "0"][..], "--threads 0"),
             (
                 &["--work", "sleep:3000000", "--timeout", "5"][..],

@@ -26,9 +26,12 @@ fn main() {
     // other processes took while the whole run measured.
     parbench::measure::noise::mark_start();
     output::note_cores();
-    // `-np N` is ranks (mpirun's spelling), not `-n p` (iterations).
-    let mut args = match cli::Args::try_parse_from(parbench::term::rewrite_np(std::env::args_os()))
-    {
+    // `-np N` is ranks (mpirun's spelling), not `-n p` (iterations); the
+    // last release's spellings become today's, each with its notice.
+    let (argv, notices) =
+        parbench::vocab::rewrite::modernize(parbench::vocab::Tool::Pipeline, std::env::args_os());
+    parbench::vocab::rewrite::print_notices(&notices);
+    let mut args = match cli::Args::try_parse_from(argv) {
         Ok(a) => a,
         Err(e) => {
             // Help and version are not errors; everything else is one line, exit 2.
@@ -40,6 +43,11 @@ fn main() {
             std::process::exit(2);
         }
     };
+    // `--backend auto`, as every binary reads it.
+    if let Err(e) = parbench::launch::flags::resolve_auto(&mut args.backend) {
+        eprint_line(&format!("bench-pipeline: {e}"));
+        std::process::exit(2);
+    }
     if let Err(e) = launch::default_stages(&mut args) {
         say(e);
         std::process::exit(2);

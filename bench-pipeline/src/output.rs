@@ -42,7 +42,7 @@ fn clock_line(rec: &RunRecord) -> String {
 }
 
 /// The cores this process may use, read before any rank pins itself to
-/// one (run.json's `cores`, which `report plan --check` compares with the
+/// one (run.json's `cores`, which `report plan --against` compares with the
 /// ranks that computed on them).
 static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
 

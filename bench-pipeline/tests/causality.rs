@@ -39,7 +39,7 @@ fn run(name: &str, backend: &str, work: &str, extra: &[&str]) -> PathBuf {
             "16",
             "--microbatch-size",
             "4",
-            "--steps",
+            "--iters",
             "2",
             "--warmup",
             "1",

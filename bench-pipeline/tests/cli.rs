@@ -24,7 +24,7 @@ fn run(args: &[&str]) -> Output {
 }
 
 /// A small model, one step, no warm-up: a run in a moment.
-const SMALL_STEP: &str = "--hidden 16 --microbatch-size 4 --steps 1 --warmup 0";
+const SMALL_STEP: &str = "--hidden 16 --microbatch-size 4 --iters 1 --warmup 0";
 
 /// Runs the binary with the words of `line`, then `extra`, then `--out d`;
 /// asserts it succeeded; returns its output and the rows it recorded.
@@ -82,7 +82,7 @@ fn bad_flags_exit_2_with_one_line() {
     for args in [
         &["--schedule", "pipedream"][..],
         &["--microbatches", "4,x"],
-        &["--straggler", "1"],
+        &["--slow-rank", "1"],
         &["--schedule", "interleaved", "--microbatches", "6"],
     ] {
         let out = run(args);
@@ -122,7 +122,7 @@ fn a_csv_schedule_runs_under_sleep_work() {
     let d = tmp("csv");
     let csv = d.join("mine.csv");
     std::fs::write(&csv, "0F0,0F1,,0B0,0B1\n1F0,1B0,1F1,1B1\n").unwrap();
-    let line = "--work sleep:200 --steps 2 --warmup 1";
+    let line = "--work sleep:200 --iters 2 --warmup 1";
     let (_, rows) = run_ok(line, &["--schedule-csv", csv.to_str().unwrap()], &d);
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0].schedule, "csv:mine.csv");
@@ -226,10 +226,10 @@ fn counts_past_their_stated_limits_are_refused() {
     refused_in_one_line(&["--stages", "100000"], &["100000", "at most"]);
     // Was: an allocator's abort (rc 134), and a capacity-overflow panic.
     for n in ["99999999999", "18446744073709551615"] {
-        refused_in_one_line(&["--steps", n], &[n, "at most 1000000"]);
+        refused_in_one_line(&["--iters", n], &[n, "at most 1000000"]);
         refused_in_one_line(&["--warmup", n], &[n, "at most 1000000"]);
         refused_in_one_line(
-            &["--backend", "tcp", "-np", "2", "--steps", n],
+            &["--backend", "tcp", "-np", "2", "--iters", n],
             &[n, "at most"],
         );
     }
@@ -328,8 +328,8 @@ fn echoed_cells_and_arguments_are_escaped_and_cut() {
 
 #[test]
 fn one_rule_per_flag() {
-    // Was: --timeout 0 and --threads 0 silently became 1.
-    refused_in_one_line(&["--timeout", "0"], &["--timeout 0"]);
+    // Was: --threads 0 silently became 1 (--timeout 0 is the longest now, as in nccl-tests).
+    refused_in_one_line(&["--timeout", "-1"], &["--timeout -1"]);
     refused_in_one_line(&["--threads", "0"], &["--threads 0"]);
     // Was "unexpected argument '-2' found", without the flag.
     refused_in_one_line(&["--stages", "-2"], &["--stages", "-2"]);
@@ -353,7 +353,7 @@ fn sigint_keeps_the_schedules_already_measured() {
             "sleep:2000",
             "--microbatches",
             "1,2,4,8,16,32",
-            "--steps",
+            "--iters",
             "3",
             "--warmup",
             "0",

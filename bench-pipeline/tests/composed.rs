@@ -31,7 +31,7 @@ fn tmp(name: &str) -> PathBuf {
 
 /// A small block, two microbatches, one step: 8 ranks in a few seconds.
 const SMALL: &str =
-    "--hidden 16 --heads 2 --seq 8 --layers-per-stage 1 --microbatches 2 --steps 1 --warmup 0";
+    "--hidden 16 --heads 2 --seq 8 --layers-per-stage 1 --microbatches 2 --iters 1 --warmup 0";
 
 /// Runs the binary with `line` and `--out d` (60 s at most); asserts it
 /// succeeded; its standard output, rows and run.json's composed sections.
@@ -199,7 +199,7 @@ fn dp2_tp2_pp2_in_sleep_mode_keeps_both_groups_traffic() {
 fn dp2_alone_matches_one_device_bit_for_bit() {
     let d = tmp("dp2");
     let (_, rows, composed) = run_ok(
-        "--dp 2 --stages 1 --schedule 1f1b,zb-h1 --hidden 16 --heads 2 --seq 8 --microbatches 1 --steps 1 --warmup 0",
+        "--dp 2 --stages 1 --schedule 1f1b,zb-h1 --hidden 16 --heads 2 --seq 8 --microbatches 1 --iters 1 --warmup 0",
         &d,
     );
     assert_eq!(rows.len(), 2);
@@ -256,8 +256,8 @@ fn bad_combinations_are_refused_in_one_line() {
         &["--overlap", "zero2"],
     );
     refused(
-        &["--dp", "2", "--shard", "zero3", "--dist-opt"],
-        &["--dist-opt", "zero1"],
+        &["--dp", "2", "--shard", "zero3", "--distributed-optimizer"],
+        &["--distributed-optimizer", "zero1"],
     );
     refused(
         &["--tp", "2", "--hidden", "1000000", "--seq", "100000"],
@@ -275,7 +275,7 @@ fn another_order_the_reduce_scatter_and_a_csv_schedule_match_one_rank() {
     std::fs::write(&csv, "0F0,0I0,0F1,0I1,0W0,0W1\n1F0,1I0,1W0,1F1,1I1,1W1\n").unwrap();
     let (out, rows, composed) = run_ok(
         &format!(
-            "--dp 2 --tp 2 --schedule-csv {} --order pp-dp-tp --dist-opt --bucket-mib 0.002 --hidden 16 --heads 2 --seq 8 --layers-per-stage 1 --steps 1 --warmup 0",
+            "--dp 2 --tp 2 --schedule-csv {} --order pp-dp-tp --distributed-optimizer --bucket-mib 0.002 --hidden 16 --heads 2 --seq 8 --layers-per-stage 1 --iters 1 --warmup 0",
             csv.display()
         ),
         &d,

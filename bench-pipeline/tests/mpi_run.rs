@@ -19,7 +19,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_bench-pipeline");
 
 /// A small block, two microbatches, one step: 8 ranks in a few seconds.
 #[cfg(feature = "mpi")]
-const SMALL: &str = "--dp 2 --tp 2 --stages 2 --schedule 1f1b --hidden 16 --heads 2 --seq 8 --layers-per-stage 1 --microbatches 2 --steps 1 --warmup 0 --timeout 60";
+const SMALL: &str = "--dp 2 --tp 2 --stages 2 --schedule 1f1b --hidden 16 --heads 2 --seq 8 --layers-per-stage 1 --microbatches 2 --iters 1 --warmup 0 --timeout 60";
 
 #[cfg(not(feature = "mpi"))]
 #[test]
@@ -162,7 +162,7 @@ fn a_job_of_another_size_is_refused_before_measuring() {
 fn the_plain_pipeline_runs_on_two_mpi_ranks() {
     let dir = scratch("plain");
     // Every schedule of the registry (M = 4: DualPipeV needs 2R).
-    let line = "--stages 2 --schedule all --microbatches 4 --hidden 32 --microbatch-size 4 --steps 1 --warmup 0 --timeout 60";
+    let line = "--stages 2 --schedule all --microbatches 4 --hidden 32 --microbatch-size 4 --iters 1 --warmup 0 --timeout 60";
     let Some(o) = mpirun("the_plain_pipeline_runs_on_two_mpi_ranks", 2, line, &dir) else {
         return;
     };

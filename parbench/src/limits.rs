@@ -97,13 +97,18 @@ pub fn check_open_files(world: usize) -> Result<(), LimitError> {
 #[error("{0}")]
 pub struct LimitError(pub String);
 
-/// `--timeout SECONDS` as every binary takes it: more than 0, at most a day.
+/// `-T/--timeout SECONDS` as every binary takes it: more than 0, at most
+/// a day; 0 is nccl-tests' "no timeout", which parbench, keeping a
+/// deadline on every wait, reads as the longest it takes.
 pub fn timeout(secs: f64) -> Result<Duration, LimitError> {
+    if secs == 0.0 {
+        return Ok(Duration::from_secs_f64(MAX_TIMEOUT_S));
+    }
     if secs.is_finite() && secs > 0.0 && secs <= MAX_TIMEOUT_S {
         Ok(Duration::from_secs_f64(secs))
     } else {
         Err(LimitError(format!(
-            "--timeout {secs}: a number of seconds above 0 and at most {MAX_TIMEOUT_S}"
+            "--timeout {secs}: a number of seconds above 0 and at most {MAX_TIMEOUT_S} (0: the longest)"
         )))
     }
 }
@@ -172,7 +177,8 @@ mod tests {
     #[test]
     fn timeouts_above_zero_up_to_a_day() {
         assert_eq!(timeout(2.5).unwrap(), Duration::from_millis(2500));
-        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY, 86_401.0] {
+        assert_eq!(timeout(0.0).unwrap(), Duration::from_secs(86_400));
+        for bad in [-1.0, f64::NAN, f64::INFINITY, 86_401.0] {
             let e = timeout(bad).unwrap_err().0;
             assert!(e.starts_with("--timeout"), "{e}");
         }

@@ -11,6 +11,8 @@ use std::io::Write;
 /// `| head -1` closes the pipe the run goes on, quietly, so that what it
 /// measured still reaches its records (`println!` would panic, exit 101).
 pub fn write_out(args: std::fmt::Arguments<'_>) {
+    // A live progress line on the same terminal goes first.
+    crate::progress::clear();
     let mut out = std::io::stdout().lock();
     let _ = out.write_fmt(args);
     let _ = out.flush();

@@ -24,6 +24,7 @@ mod trend;
 mod units;
 
 use clap::{Parser, Subcommand};
+use parbench::vocab;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -34,9 +35,14 @@ use std::process::ExitCode;
     allow_negative_numbers = true,
     name = "report",
     version,
+    // -V is nccl-tests' CTA count: the version is --version alone.
+    disable_version_flag = true,
     about = "Reports on parbench results: the model's tables, an HTML report, and baseline comparison"
 )]
 struct Cli {
+    /// Print the version.
+    #[arg(long, action = clap::ArgAction::Version)]
+    version: Option<bool>,
     #[command(subcommand)]
     command: Command,
 }
@@ -50,9 +56,8 @@ enum Command {
         /// Results folders (each with collectives.csv, layers.csv, pipeline.csv, run.json); several are shown side by side.
         #[arg(required = true)]
         dirs: Vec<PathBuf>,
-        /// Output file (written atomically; an existing report is replaced).
-        #[arg(short, long, default_value = "report.html")]
-        output: PathBuf,
+        #[arg(long = vocab::output_file::LONG, value_name = vocab::output_file::VALUE, help = vocab::output_file::HELP, default_value = "report.html")]
+        output_file: PathBuf,
         /// Report title.
         #[arg(long, default_value = "parbench report")]
         title: String,
@@ -65,9 +70,8 @@ enum Command {
     Trend {
         /// The folder scripts/nightly.sh writes into (its --results).
         dir: PathBuf,
-        /// Output file.
-        #[arg(short, long, default_value = "trend.html")]
-        output: PathBuf,
+        #[arg(long = vocab::output_file::LONG, value_name = vocab::output_file::VALUE, help = vocab::output_file::HELP, default_value = "trend.html")]
+        output_file: PathBuf,
     },
     /// Hold the collective model to several bench-collectives runs at once (scripts/model-check.sh): per wire, the median share of rows from 64 KiB within 25% of the model, the rows that missed in every run, the fits from 1 MiB; noisy runs not judged. Exit 0 met, 1 not met, 3 nothing judged.
     ModelCheck {
@@ -106,7 +110,10 @@ fn quiet(dirs: &[PathBuf]) -> anyhow::Result<ExitCode> {
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    // The last release's spellings become today's, each with its notice.
+    let (argv, notices) = vocab::rewrite::modernize(vocab::Tool::Report, std::env::args_os());
+    vocab::rewrite::print_notices(&notices);
+    let cli = match Cli::try_parse_from(argv) {
         Ok(cli) => cli,
         Err(e) => {
             // Help and version are not errors; everything else is one line, exit 2.
@@ -125,14 +132,16 @@ fn main() -> ExitCode {
         Command::Model(args) => model_cmd::run(&args).map(|()| ExitCode::SUCCESS),
         Command::Html {
             dirs,
-            output,
+            output_file,
             title,
-        } => html::run(&dirs, &output, &title).map(|()| ExitCode::SUCCESS),
+        } => html::run(&dirs, &output_file, &title).map(|()| ExitCode::SUCCESS),
         Command::Plan(args) => plan::run(&args).map(|()| ExitCode::SUCCESS),
         Command::Compare(args) => compare::run(&args),
         Command::Quiet { dirs } => quiet(&dirs),
         Command::ModelCheck { dirs } => model_check::run(&dirs),
-        Command::Trend { dir, output } => trend::run(&dir, &output).map(|()| ExitCode::SUCCESS),
+        Command::Trend { dir, output_file } => {
+            trend::run(&dir, &output_file).map(|()| ExitCode::SUCCESS)
+        }
     };
     match result {
         Ok(code) => code,
@@ -140,5 +149,21 @@ fn main() -> ExitCode {
             parbench::launch::eprint_line(&format!("report: {e:#}"));
             ExitCode::from(2)
         }
+    }
+}
+
+#[cfg(test)]
+#[path = "../../test-support/vocab.rs"]
+mod vocab_check;
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn flags_are_the_shared_vocabulary() {
+        use clap::CommandFactory;
+        super::vocab_check::assert_shared_vocabulary(
+            super::vocab::Tool::Report,
+            super::Cli::command(),
+        );
     }
 }

@@ -7,6 +7,8 @@ use crate::table::Table;
 use crate::units;
 use anyhow::{anyhow, bail, Result};
 use clap::Args;
+use parbench::model::LinkParams;
+use parbench::vocab;
 
 /// Flags of `report model`.
 #[derive(Args, Debug)]
@@ -29,29 +31,28 @@ pub struct ModelArgs {
     /// Transformer layers.
     #[arg(long, default_value_t = 80)]
     pub layers: u64,
-    /// Tensor-parallel degree.
-    #[arg(long, default_value_t = 8)]
+    /// Tensor-parallel degree, one.
+    #[arg(long = vocab::tp::LONG, value_name = vocab::tp::VALUE, value_parser = vocab::one_count::<u64>, default_value = "8")]
     pub tp: u64,
     /// Sequence parallelism: all-gather + reduce-scatter instead of all-reduce.
     #[arg(long)]
     pub sequence_parallel: bool,
-    /// Element type of the activations (fp16, bf16, fp32, ...).
-    #[arg(long, default_value = "fp16")]
+    /// Element type of the activations, nccl-tests' names (half, bfloat16, float, double, ...).
+    #[arg(short = 'd', long = vocab::dtype::LONG, value_name = vocab::dtype::VALUE, default_value = "half")]
     pub dtype: String,
-    /// Bandwidth of the fast wire inside a node (NVLink), GB/s.
-    #[arg(long, default_value_t = predict::NVLINK_REFERENCE_GBPS)]
-    pub intra: f64,
-    /// Bandwidth of the network between nodes, GB/s.
-    #[arg(long, default_value_t = predict::NETWORK_REFERENCE_GBPS)]
-    pub inter: f64,
+    /// The fast wire inside a node (NVLink) as GBPS,US; the latency is paid once per collective call.
+    #[arg(long = vocab::intra::LONG, value_name = vocab::intra::VALUE, default_value_t = format!("{},0", predict::NVLINK_REFERENCE_GBPS))]
+    pub intra: String,
+    /// The network between nodes as GBPS,US; the latency is paid once per collective call.
+    #[arg(long = vocab::inter::LONG, value_name = vocab::inter::VALUE, default_value_t = format!("{},0", predict::NETWORK_REFERENCE_GBPS))]
+    pub inter: String,
     /// Pipeline stages of the bubble table (comma-separated).
-    #[arg(long, value_delimiter = ',', default_value = "4")]
+    #[arg(long = vocab::stages::LONG, value_name = vocab::stages::VALUE, value_delimiter = ',', default_value = "4")]
     pub stages: Vec<usize>,
     /// Microbatch counts of the bubble table.
-    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16,32,64")]
+    #[arg(long = vocab::microbatches::LONG, value_name = vocab::microbatches::VALUE, value_delimiter = ',', default_value = "1,2,4,8,16,32,64")]
     pub microbatches: Vec<usize>,
-    /// Chunks per rank for the interleaved 1F1B column.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long = vocab::chunks::LONG, value_name = vocab::chunks::VALUE, help = vocab::chunks::HELP, default_value_t = 2)]
     pub chunks: usize,
     /// Target busy fraction for the microbatches-needed table.
     #[arg(long, default_value_t = 0.9)]
@@ -67,11 +68,21 @@ pub fn run(a: &ModelArgs) -> Result<()> {
     Ok(())
 }
 
+/// The two wires' bandwidths in GB/s, from their `GBPS,US`.
+fn wires(a: &ModelArgs) -> Result<(f64, f64)> {
+    let gbps = |flag: &str, v: &str| {
+        v.parse::<LinkParams>()
+            .map(|l| l.bandwidth_gbps())
+            .map_err(|e| anyhow!("{flag}: {e}"))
+    };
+    Ok((gbps("--intra", &a.intra)?, gbps("--inter", &a.inter)?))
+}
+
 /// The validated shape: its traffic and the element size.
 fn check(a: &ModelArgs) -> Result<parbench::model::TpTraffic> {
     let dtype = predict::dtype_bytes(&a.dtype).ok_or_else(|| {
         anyhow!(
-            "--dtype {}: unknown type (fp16, bf16, fp32, fp64, ...)",
+            "--dtype {}: unknown type (half, bfloat16, float, double, ...)",
             a.dtype
         )
     })?;
@@ -91,11 +102,7 @@ fn check(a: &ModelArgs) -> Result<parbench::model::TpTraffic> {
     if a.tp < 2 {
         bail!("--tp {}: tensor parallelism needs at least 2 devices", a.tp);
     }
-    for (name, v) in [("--intra", a.intra), ("--inter", a.inter)] {
-        if !(v.is_finite() && v > 0.0) {
-            bail!("{name} {v}: a bandwidth in GB/s above zero");
-        }
-    }
+    wires(a)?;
     if a.stages.iter().chain(&a.plan_stages).any(|&s| s < 2) {
         bail!("--stages and --plan-stages: a pipeline has at least 2 stages");
     }
@@ -119,6 +126,7 @@ fn check(a: &ModelArgs) -> Result<parbench::model::TpTraffic> {
 /// The tables as text.
 pub fn render(a: &ModelArgs) -> Result<String> {
     let tr = check(a)?;
+    let (intra, inter) = wires(a)?;
     let mut out = String::new();
     out.push_str(&format!(
         "Tensor-parallel traffic, {}: batch {} x seq {} x hidden {}, {} ({} B), {} layers, TP={}{}\n\n",
@@ -180,26 +188,23 @@ pub fn render(a: &ModelArgs) -> Result<String> {
     ]);
     let ms = |us: f64| format!("{:.3} ms", us / 1e3);
     let (intra_a, intra_e) = (
-        predict::transfer_us(approx, a.intra),
-        predict::transfer_us(exact_bytes, a.intra),
+        predict::transfer_us(approx, intra),
+        predict::transfer_us(exact_bytes, intra),
     );
     let (inter_a, inter_e) = (
-        predict::transfer_us(approx, a.inter),
-        predict::transfer_us(exact_bytes, a.inter),
+        predict::transfer_us(approx, inter),
+        predict::transfer_us(exact_bytes, inter),
     );
     t.row([
         format!(
             "time per {step} at {} GB/s (intra-node)",
-            units::short(a.intra)
+            units::short(intra)
         ),
         ms(intra_a),
         ms(intra_e),
     ]);
     t.row([
-        format!(
-            "time per {step} at {} GB/s (network)",
-            units::short(a.inter)
-        ),
+        format!("time per {step} at {} GB/s (network)", units::short(inter)),
         ms(inter_a),
         ms(inter_e),
     ]);
@@ -209,7 +214,7 @@ pub fn render(a: &ModelArgs) -> Result<String> {
         format!("{}x", units::sig3(inter_e / intra_e)),
     ]);
     out.push_str(&t.text());
-    out.push_str("Bandwidth terms only (alpha = 0). A decode step adds one token to each sequence: its time is the latency each generated token pays.\n\n");
+    out.push_str("Bandwidth terms only (alpha = 0: the latency US of --intra/--inter is not in these times). A decode step adds one token to each sequence: its time is the latency each generated token pays.\n\n");
 
     let pct = |f: Option<f64>| units::percent(f.unwrap_or(f64::NAN));
     for &s in &a.stages {

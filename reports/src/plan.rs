@@ -16,6 +16,7 @@ use parbench::model::plan::{Costed, LayoutRanking, LossGroup, PlanInput, Shard, 
 use parbench::model::presets::Arch;
 use parbench::model::{LinkParams, Preset};
 use parbench::stats::median_of_finite;
+use parbench::vocab;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -75,23 +76,22 @@ pub struct PlanArgs {
     #[arg(long)]
     pub dp_overlap: Option<String>,
     /// Data-parallel sharding modes to search (comma-separated: none, zero1, zero2, zero3; default none, or zero1 with --distributed-optimizer).
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long = vocab::shard::LONG, value_name = vocab::shard::VALUE, value_delimiter = ',')]
     pub shard: Vec<String>,
     /// Also search ZeRO-2/3 sharded inside a node and replicated across nodes (HSDP).
     #[arg(long)]
     pub hybrid_shard: bool,
     /// Only these pipeline schedules (comma-separated registry names, e.g. 1f1b,interleaved).
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long = vocab::schedule::LONG, value_name = vocab::schedule::VALUE, value_delimiter = ',')]
     pub schedules: Vec<String>,
     /// Sequences per training step (the global batch, B = dp x M x b).
-    #[arg(long, required_unless_present = "check")]
+    #[arg(long, required_unless_present = "against")]
     pub global_batch: Option<u64>,
     /// Devices in all.
-    #[arg(long, required_unless_present = "check")]
+    #[arg(long, required_unless_present = "against")]
     pub gpus: Option<u64>,
-    /// Instead of a search: for each composed dp x tp x pp run in this results folder (bench-pipeline --dp/--tp), that layout costed from the run's own calibration, beside the measurement term by term; writes DIR/plan-check.csv.
-    #[arg(long, value_name = "DIR", conflicts_with_all = ["model", "from", "json", "device", "layout"])]
-    pub check: Option<PathBuf>,
+    #[arg(long = vocab::against::LONG, value_name = vocab::against::VALUE, help = vocab::against::HELP, conflicts_with_all = ["model", "from", "output_file", "device", "layout"])]
+    pub against: Option<PathBuf>,
     /// Devices per node (the tensor-parallel group stays inside one; default: the device's, or 8).
     #[arg(long)]
     pub gpus_per_node: Option<u64>,
@@ -99,10 +99,10 @@ pub struct PlanArgs {
     #[arg(long = "from", num_args = 1..)]
     pub from: Vec<PathBuf>,
     /// The intra-node wire as GBPS,US (instead of the measured fit).
-    #[arg(long)]
+    #[arg(long = vocab::intra::LONG, value_name = vocab::intra::VALUE)]
     pub intra: Option<String>,
     /// The inter-node wire as GBPS,US (instead of the measured fit).
-    #[arg(long)]
+    #[arg(long = vocab::inter::LONG, value_name = vocab::inter::VALUE)]
     pub inter: Option<String>,
     /// Memory per device, GiB (default: no limit).
     #[arg(long)]
@@ -120,14 +120,14 @@ pub struct PlanArgs {
     #[arg(long, default_value = "none")]
     pub recompute: String,
     /// Adam state sharded over the data-parallel ranks (Megatron's distributed optimizer).
-    #[arg(long)]
+    #[arg(long = vocab::distributed_optimizer::LONG)]
     pub distributed_optimizer: bool,
     /// Layouts to print.
     #[arg(long, default_value_t = 10)]
     pub top: usize,
     /// Also write the plan as JSON (put it in a results folder as plan.json for `report html`).
-    #[arg(long)]
-    pub json: Option<PathBuf>,
+    #[arg(long = vocab::output_file::LONG, value_name = vocab::output_file::VALUE)]
+    pub output_file: Option<PathBuf>,
 }
 
 /// Where a figure came from, in words.
@@ -137,7 +137,7 @@ pub struct Sourced<T> {
     pub from: String,
 }
 
-/// What `--json` writes and `report html` reads.
+/// What `--output-file` writes and `report html` reads.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct PlanFile {
     pub schema: u32,
@@ -185,16 +185,16 @@ pub const LAYOUT_COLUMNS: [&str; 14] = [
 
 /// Runs `report plan`.
 pub fn run(a: &PlanArgs) -> Result<()> {
-    if let Some(dir) = &a.check {
+    if let Some(dir) = &a.against {
         return crate::plan_check::run(dir);
     }
     // The output is checked before anything is costed (a device, a FIFO,
     // a symlink or a record of another kind is refused).
-    if let Some(path) = &a.json {
+    if let Some(path) = &a.output_file {
         // What the plan file begins with (serde's pretty form of PlanFile),
         // so that a plan may replace the plan it wrote before.
         parbench::results::check_output(path, Some(b"{\n  \"schema\": "))
-            .map_err(|e| anyhow!("--json: {e}"))?;
+            .map_err(|e| anyhow!("--output-file: {e}"))?;
     }
     let (input, mut file) = prepare(a)?;
     let plan = predict::rank_layouts(&input).map_err(|e| anyhow!("{e}"))?;
@@ -219,10 +219,10 @@ pub fn run(a: &PlanArgs) -> Result<()> {
         }
     };
     parbench::out!("{}", render(&file));
-    if let Some(path) = &a.json {
+    if let Some(path) = &a.output_file {
         let json = serde_json::to_string_pretty(&file)?;
         parbench::results::write_atomic(path, json.as_bytes())
-            .map_err(|e| anyhow!("--json: cannot write the plan: {e}"))?;
+            .map_err(|e| anyhow!("--output-file: cannot write the plan: {e}"))?;
         eprintln!("report: wrote {}", path.display());
     }
     Ok(())
@@ -443,7 +443,7 @@ fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
     let model = model_of(a)?;
     // clap asks for both unless --check is given, which never reaches here.
     let (Some(global_batch), Some(gpus)) = (a.global_batch, a.gpus) else {
-        bail!("--global-batch and --gpus are required (or --check DIR)");
+        bail!("--global-batch and --gpus are required (or --against DIR)");
     };
     for (flag, v, max) in [
         ("--layers", model.layers, MAX_LAYERS),
@@ -577,7 +577,7 @@ fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
     for s in &a.schedules {
         if !parbench::schedule::SCHEDULES.iter().any(|e| e.name == s) {
             bail!(
-                "--schedules {s}: unknown schedule (known: {})",
+                "--schedule {s}: unknown schedule (known: {})",
                 parbench::schedule::SCHEDULES
                     .iter()
                     .map(|e| e.name)
@@ -906,7 +906,7 @@ pub fn read_plan(dir: &Path) -> Result<Option<PlanFile>> {
     let text = crate::text_file::read_text(&path)?;
     let f: PlanFile = serde_json::from_str(&text).with_context(|| {
         format!(
-            "{}: not a plan written by report plan --json",
+            "{}: not a plan written by report plan --output-file",
             path.display()
         )
     })?;

@@ -1,4 +1,4 @@
-//! `report plan --check DIR`: for each composed `dp x tp x pp` run in DIR
+//! `report plan --against DIR`: for each composed `dp x tp x pp` run in DIR
 //! (run.json's `composed` sections, written by `bench-pipeline --dp/--tp`),
 //! the planner's cost of that one layout ([`parbench::model::plan::cost_given`])
 //! from the figures the same run calibrated (its GEMM rate, its tensor and
@@ -16,7 +16,7 @@ use parbench::schedule::{generate, parse_csv, ScheduleKind};
 use serde_json::Value;
 use std::path::Path;
 
-/// The file `report plan --check` writes and `report html` reads.
+/// The file `report plan --against` writes and `report html` reads.
 pub const PLAN_CHECK_FILE: &str = "plan-check.csv";
 
 /// One term of one layout: measured beside predicted.

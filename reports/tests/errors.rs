@@ -14,7 +14,10 @@ fn refused(dir: &Path, want: &[&str], timeline: bool) {
         .map_or("x".into(), |n| n.to_string_lossy().into_owned());
     let out = scratch(&format!("err-out-{tag}")).join("r.html");
     let good = fixture("shm");
-    let mut runs = vec![("html", report(&["html", d, "-o", out.to_str().unwrap()]))];
+    let mut runs = vec![(
+        "html",
+        report(&["html", d, "--output-file", out.to_str().unwrap()]),
+    )];
     if !timeline {
         runs.push((
             "compare as current",
@@ -142,7 +145,7 @@ fn unwritable_output_is_one_line() {
     let o = report(&[
         "html",
         fixture("shm").to_str().unwrap(),
-        "-o",
+        "--output-file",
         "/nonexistent-dir/r.html",
     ]);
     assert_eq!(o.status.code(), Some(2));

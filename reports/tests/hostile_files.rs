@@ -1,5 +1,5 @@
 //! Outputs and inputs a hostile user names (issue 33): `report html -o`
-//! and `report plan --json` never write through a device, FIFO or symlink
+//! and `report plan --output-file` never write through a device, FIFO or symlink
 //! nor over a record of another kind, and a record that is a FIFO or a
 //! link to /dev/zero is refused in one line without blocking or growing.
 
@@ -72,7 +72,7 @@ fn outputs_are_regular_files_and_never_replace_a_record() {
         "100",
         "--from",
         b,
-        "--json",
+        "--output-file",
     ];
     for (out, says) in [
         (Path::new("/dev/full"), "a device"),
@@ -82,13 +82,17 @@ fn outputs_are_regular_files_and_never_replace_a_record() {
     ] {
         let o = out.to_str().unwrap();
         refused(
-            &report_within(&["html", b, "-o", o]),
-            &format!("html -o {o}"),
+            &report_within(&["html", b, "--output-file", o]),
+            &format!("html --output-file {o}"),
             &[says],
         );
         let mut args = plan.to_vec();
         args.push(o);
-        refused(&report_within(&args), &format!("plan --json {o}"), &[says]);
+        refused(
+            &report_within(&args),
+            &format!("plan --output-file {o}"),
+            &[says],
+        );
     }
     assert!(!Path::new("/dev/full").metadata().unwrap().is_file());
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
@@ -123,7 +127,7 @@ fn records_that_are_fifos_or_endless_are_refused() {
         refused(&report_within(&["compare", g, d]), d, &[says]);
         let out = scratch("hostile-out").join("r.html");
         refused(
-            &report_within(&["html", d, "-o", out.to_str().unwrap()]),
+            &report_within(&["html", d, "--output-file", out.to_str().unwrap()]),
             d,
             &[says],
         );

@@ -28,7 +28,7 @@ const SECTIONS: [&str; 6] = [
 fn render_to(out: &Path, dirs: &[PathBuf]) -> String {
     let mut args = vec!["html".to_string()];
     args.extend(dirs.iter().map(|d| d.display().to_string()));
-    args.extend(["-o".into(), out.display().to_string()]);
+    args.extend(["--output-file".into(), out.display().to_string()]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let o = report(&args);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));

@@ -15,7 +15,7 @@ fn the_heat_map_marks_the_slow_host_and_the_reference_is_named() {
         "html",
         links.to_str().unwrap(),
         reference.to_str().unwrap(),
-        "-o",
+        "--output-file",
         out.to_str().unwrap(),
     ]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));

@@ -41,9 +41,11 @@ fn defaults_reproduce_the_worked_example() {
 #[test]
 fn flags_change_the_figures() {
     let o = report(&[
-        "model", "--tp", "4", "--layers", "40", "--intra", "100", "--inter", "10", "--stages", "8",
+        "model", "--tp", "4", "--layers", "40", "--intra", "100,2", "--inter", "10,5", "--stages",
+        "8",
     ]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stderr(&o).is_empty(), "{}", stderr(&o));
     let out = stdout(&o);
     assert!(out.contains("2(t-1)/t = 1.50"), "{out}");
     assert!(out.contains("2 x 40 layers"), "{out}");
@@ -52,11 +54,34 @@ fn flags_change_the_figures() {
 }
 
 #[test]
+fn the_last_releases_spellings_still_run_with_a_notice_each() {
+    // A bare bandwidth was --intra's syntax, fp16 its default type's name.
+    let old = report(&[
+        "model", "--intra", "100", "--inter", "10", "--dtype", "fp16",
+    ]);
+    let new = report(&[
+        "model", "--intra", "100,0", "--inter", "10,0", "--dtype", "half",
+    ]);
+    assert_eq!(old.status.code(), Some(0), "{}", stderr(&old));
+    assert_eq!(stdout(&old), stdout(&new));
+    let notices = stderr(&old);
+    for want in [
+        "--intra 100 is now --intra 100,0",
+        "--inter 10 is now --inter 10,0",
+        "--dtype fp16 is now --dtype half",
+    ] {
+        assert!(notices.contains(want), "missing {want:?} in\n{notices}");
+    }
+    assert_eq!(notices.lines().count(), 3, "{notices}");
+}
+
+#[test]
 fn bad_flags_exit_2_with_one_line() {
     for args in [
         &["model", "--dtype", "fp7"][..],
         &["model", "--tp", "1"],
-        &["model", "--inter", "0"],
+        &["model", "--inter", "0,5"],
+        &["model", "--intra", "fast"],
         &["model", "--stages", "1"],
         &["model", "--busy", "1.5"],
         &["model", "--batch", "x"],

@@ -129,14 +129,14 @@ fn a_plan_file_becomes_an_html_section() {
         "1",
         "--from",
         &d,
-        "--json",
+        "--output-file",
         json.to_str().unwrap(),
     ]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let text = std::fs::read_to_string(&json).unwrap();
     assert!(text.contains("\"schema\": 1"), "{text}");
     let out = dir.join("r.html");
-    let o = report(&["html", &d, "-o", out.to_str().unwrap()]);
+    let o = report(&["html", &d, "--output-file", out.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let html = std::fs::read_to_string(&out).unwrap();
     assert!(html.contains("<section id=\"plan\">"));
@@ -147,7 +147,7 @@ fn a_plan_file_becomes_an_html_section() {
 
     // A plan file that does not parse stops the report, naming it.
     std::fs::write(&json, "{ not json").unwrap();
-    let o = report(&["html", &d, "-o", out.to_str().unwrap()]);
+    let o = report(&["html", &d, "--output-file", out.to_str().unwrap()]);
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "{err}");
@@ -157,7 +157,7 @@ fn a_plan_file_becomes_an_html_section() {
 #[test]
 fn no_plan_file_says_so() {
     let out = scratch("plan-none").join("r.html");
-    let o = report(&["html", &fx("tcp"), "-o", out.to_str().unwrap()]);
+    let o = report(&["html", &fx("tcp"), "--output-file", out.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let html = std::fs::read_to_string(&out).unwrap();
     assert!(html.contains("No plan in these results folders"));
@@ -395,8 +395,8 @@ fn device_and_layout_errors_are_one_line() {
             "--attention",
         ),
         (
-            vec!["--device", "a100-sxm4-80gb", "--schedules", "gpipe,bogus"],
-            "--schedules bogus",
+            vec!["--device", "a100-sxm4-80gb", "--schedule", "gpipe,bogus"],
+            "--schedule bogus",
         ),
     ];
     each_one_line_exit_2(&base, cases);

@@ -1,4 +1,4 @@
-//! `report plan --check DIR`: each composed run of a recorded folder
+//! `report plan --against DIR`: each composed run of a recorded folder
 //! (`fixtures/composed`: real bench-pipeline runs, see the fixtures'
 //! README) costed from its own calibration beside its measurement, the
 //! rows written to plan-check.csv and drawn by `report html`; a run
@@ -21,7 +21,7 @@ fn mean(c: &Value, key: &str) -> f64 {
         / r.len() as f64
 }
 
-/// The terms of `plan --check`, in their order.
+/// The terms of `plan --against`, in their order.
 const TERMS: [&str; 8] = [
     "compute",
     "tp_comm",
@@ -36,9 +36,9 @@ const TERMS: [&str; 8] = [
 /// Rows of plan-check.csv: (layout, term, measured, predicted, ratio).
 type Rows = Vec<(String, String, f64, f64, f64)>;
 
-/// `report plan --check d` (it must pass) and the rows it wrote.
+/// `report plan --against d` (it must pass) and the rows it wrote.
 fn rows_of(d: &std::path::Path) -> Rows {
-    let o = report(&["plan", "--check", d.to_str().unwrap()]);
+    let o = report(&["plan", "--against", d.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let mut rd = csv::Reader::from_path(d.join("plan-check.csv")).unwrap();
     rd.deserialize().map(|r| r.unwrap()).collect()
@@ -51,7 +51,7 @@ fn close(a: f64, b: f64) -> bool {
 #[test]
 fn every_composed_run_gets_its_terms_beside_the_prediction() {
     let d = copy_fixture("composed", "plan-check");
-    let o = report(&["plan", "--check", d.to_str().unwrap()]);
+    let o = report(&["plan", "--against", d.to_str().unwrap()]);
     let (out, err) = (stdout(&o), stderr(&o));
     assert_eq!(o.status.code(), Some(0), "{err}");
     assert!(err.contains("no composed section, skipped"), "{err}");
@@ -121,7 +121,12 @@ fn every_composed_run_gets_its_terms_beside_the_prediction() {
     assert_eq!(out.matches("agrees by construction").count(), 1, "{out}");
     // report html draws the rows.
     let html = d.join("r.html");
-    let o = report(&["html", d.to_str().unwrap(), "-o", html.to_str().unwrap()]);
+    let o = report(&[
+        "html",
+        d.to_str().unwrap(),
+        "--output-file",
+        html.to_str().unwrap(),
+    ]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let page = std::fs::read_to_string(&html).unwrap();
     assert!(
@@ -179,7 +184,7 @@ fn the_wait_for_the_slowest_replica_is_its_own_term() {
 #[test]
 fn a_folder_without_a_composed_run_is_one_line() {
     let d = scratch("plan-check-none");
-    let o = report(&["plan", "--check", d.to_str().unwrap()]);
+    let o = report(&["plan", "--against", d.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2));
     let err = stderr(&o);
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");

@@ -71,7 +71,7 @@ fn cost(r: &Row, layout: &str, software: &[&str], dir: &Path) -> (f64, f64) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_report"));
     cmd.args(["plan", "--device", "a100-sxm4-80gb", "--recompute", "full"])
         .args(["--seq", "2048", "--vocab", "51200"])
-        .args(["--schedules", "1f1b,interleaved", "--top", "1"])
+        .args(["--schedule", "1f1b,interleaved", "--top", "1"])
         .arg("--layers")
         .arg(r.layers.to_string())
         .arg("--hidden")
@@ -87,7 +87,7 @@ fn cost(r: &Row, layout: &str, software: &[&str], dir: &Path) -> (f64, f64) {
         .arg("--layout")
         .arg(layout)
         .args(software)
-        .arg("--json")
+        .arg("--output-file")
         .arg(&json);
     let out = cmd.output().expect("report runs");
     assert!(

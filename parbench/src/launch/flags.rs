@@ -56,6 +56,18 @@ impl FromStr for Backend {
     }
 }
 
+/// `--backend auto` as every binary reads it: `tcp` under a launcher (its
+/// variables set: torchrun, mpirun, srun, a spawning parent), `local`
+/// otherwise. Any other name is left as it is, for the binary's own parse.
+pub fn resolve_auto(name: &mut String) -> Result<(), super::LaunchError> {
+    if name.eq_ignore_ascii_case("auto") {
+        let joined = super::RankInfo::from_env()?.is_some();
+        let backend = if joined { Backend::Tcp } else { Backend::Local };
+        *name = backend.name().to_string();
+    }
+    Ok(())
+}
+
 /// `GBPS,US`: a link's bandwidth in GB/s (above 0) and latency in
 /// microseconds (0 or more).
 impl FromStr for LinkParams {

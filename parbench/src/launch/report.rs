@@ -15,6 +15,7 @@ use std::time::Duration;
 /// takes at once) is finished with further writes. Errors are ignored: a
 /// closed stderr must not turn one fault into another.
 pub fn eprint_line(line: &str) {
+    crate::progress::clear();
     let line = printable(line);
     let mut bytes = Vec::with_capacity(line.len() + 1);
     bytes.extend_from_slice(line.as_bytes());

@@ -40,7 +40,7 @@
 //!
 //! One given layout with a given schedule and `M` (no search), costed
 //! the same way from one run's own calibration: [`cost_given`], which
-//! `report plan --check` holds against a measured composed step.
+//! `report plan --against` holds against a measured composed step.
 //!
 //! Nothing here measures or prints: the `report plan` binary loads the
 //! measured figures and draws the table.

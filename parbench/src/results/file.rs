@@ -7,7 +7,7 @@
 //! regular file or absent: a symlink, FIFO, device or folder given as an
 //! output is refused (a rename would replace it, a write would go through
 //! it), and so is one of the suite's own record files about to be replaced
-//! by another kind of content (`report html -o results/collectives.csv`).
+//! by another kind of content (`report html --output-file results/collectives.csv`).
 //!
 //! Reading: only regular files (a FIFO would block, `/dev/zero` never
 //! ends), opened without blocking, and at most a stated number of bytes.

@@ -200,7 +200,7 @@ pub struct PipelineRow {
     pub timeline: String,
     // Columns added after the first layout: files written before them still
     // read (empty straggler, NaN for the figures they did not measure).
-    /// `RANK:MS` of `--straggler`, empty without one.
+    /// `RANK:MS` of `--slow-rank`, empty without one.
     #[serde(default)]
     pub straggler: String,
     /// The simulated step from this run's measured per-action costs, us.

@@ -1,9 +1,9 @@
 //! The planning section: for every results folder that holds a `plan.json`
-//! (written by `report plan --json DIR/plan.json`), the ranking of the
+//! (written by `report plan --output-file DIR/plan.json`), the ranking of the
 //! best layouts, a chart of each one's step split into compute,
 //! tensor-parallel communication, bubble and data-parallel communication,
 //! and why the other layouts lose; and for every folder with a
-//! `plan-check.csv` (`report plan --check DIR`), each composed run's
+//! `plan-check.csv` (`report plan --against DIR`), each composed run's
 //! measured terms beside the planner's prediction of that layout.
 
 use super::page::{self, num, text, Cell, CHART_H, CHART_W};
@@ -33,7 +33,7 @@ pub fn section(sources: &[Source]) -> String {
     }
     if !any {
         body.push_str(&page::empty(&format!(
-            "No plan in these results folders. Write one with report plan --from DIR ... --json DIR/{PLAN_FILE}."
+            "No plan in these results folders. Write one with report plan --from DIR ... --output-file DIR/{PLAN_FILE}."
         )));
     }
     for s in sources {

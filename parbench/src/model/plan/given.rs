@@ -3,7 +3,7 @@
 //! a CSV's actions) and `M`,
 //! from given calibration figures (a GEMM rate, the tensor and data
 //! groups' fitted wires, the pipeline's one-way message time). This is
-//! what `report plan --check` holds against a measured composed step, so
+//! what `report plan --against` holds against a measured composed step, so
 //! it costs the step the way the planner's search does
 //! ([`super::costs`]), with the block of that run instead of a preset:
 //!
