@@ -367,7 +367,9 @@ fn program(coll: &str) -> String {
     }
 }
 
-fn check_case(c: &Case) {
+/// Runs the case, compares its text with nccl-tests' formats of its
+/// records, and gives the records back.
+fn check_case(c: &Case) -> Vec<HashMap<String, String>> {
     let dir = scratch(&format!("nccl-text-{}", c.name));
     let np = c.ranks.to_string();
     let mut args = vec!["--backend", c.backend, "-np", &np, "--format", "nccl-tests"];
@@ -523,11 +525,12 @@ fn check_case(c: &Case) {
         c.name
     );
     assert!(text.contains("# parbench bench-collectives"), "{text}");
+    recs
 }
 
 #[test]
 fn every_collective_dtype_and_operator_prints_as_nccl_tests_would() {
-    check_case(&Case {
+    let recs = check_case(&Case {
         name: "all",
         backend: "local",
         ranks: 3,
@@ -538,6 +541,25 @@ fn every_collective_dtype_and_operator_prints_as_nccl_tests_would() {
         exit: 0,
         corrupt: None,
     });
+    // Every type and operator of nccl-tests, in its order (`test_types`,
+    // `test_opnames`), each a block of sizes: what the comparison covered.
+    const TYPES: [&str; 12] = [
+        "int8", "uint8", "int32", "uint32", "int64", "uint64", "half", "float", "double",
+        "bfloat16", "f8e4m3", "f8e5m2",
+    ];
+    const OPS: [&str; 6] = ["sum", "prod", "max", "min", "avg", "mulsum"];
+    let mut seen: Vec<(String, String)> = Vec::new();
+    for r in recs.iter().filter(|r| r["collective"] == "all_reduce") {
+        let key = (r["dtype"].clone(), r["op"].clone());
+        if seen.last() != Some(&key) {
+            seen.push(key);
+        }
+    }
+    let want: Vec<(String, String)> = TYPES
+        .iter()
+        .flat_map(|t| OPS.iter().map(move |o| (t.to_string(), o.to_string())))
+        .collect();
+    assert_eq!(seen, want);
 }
 
 #[test]
