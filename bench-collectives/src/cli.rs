@@ -680,7 +680,7 @@ mod tests {
             vec![1024, 4096, 16384, 65536, 262144, 1 << 20]
         );
         assert_eq!((p.sweep.iters, p.sweep.warmup, p.sweep.check), (7, 2, 3));
-        assert_eq!(p.sweep.ops.len(), 5);
+        assert_eq!(p.sweep.ops.len(), 6);
         assert_eq!(p.sweep.dtypes, vec![DType::F16, DType::I32]);
         // nccl-tests' layout runs `-d all` in nccl-tests' order.
         let all = plan(&["-d", "all", "--format", "nccl-tests"]).unwrap();

@@ -84,7 +84,7 @@ fn block(b: &[u8], j: usize, block_bytes: usize) -> &[u8] {
 /// integer only up to 8 (E5M2) or 16 (E4M3), so for them a sum's element is
 /// non-zero on one rank in four (at most two of 8 ranks, each at most 4
 /// after mulsum's scalar: partial sums stay within 8), and a product has
-/// at most three factors of 2 (8, exact in both). `salt` varies the
+/// at most two factors of 2 (4, exact in both). `salt` varies the
 /// pattern between calls.
 pub fn input(rank: usize, count: usize, dtype: DType, op: ReduceOp, salt: usize) -> Vec<u8> {
     input_at(rank, 0, count, dtype, op, salt)
