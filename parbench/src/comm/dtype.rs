@@ -277,6 +277,9 @@ float_element!(f32, DType::F32, |v: f64| v as f32, |x: f32| x as f64);
 float_element!(f64, DType::F64, |v: f64| v, |x: f64| x);
 float_element!(f16, DType::F16, f16::from_f64, |x: f16| x.to_f64());
 float_element!(bf16, DType::BF16, bf16::from_f64, |x: bf16| x.to_f64());
+// The 8-bit floats add and multiply exactly in f64 and round once (`fp8`).
+float_element!(F8E4M3, DType::F8E4M3, F8E4M3::from_f64, F8E4M3::to_f64);
+float_element!(F8E5M2, DType::F8E5M2, F8E5M2::from_f64, F8E5M2::to_f64);
 
 macro_rules! int_element {
     ($t:ty, $tag:expr) => {
@@ -314,50 +317,6 @@ int_element!(u8, DType::U8);
 int_element!(i8, DType::I8);
 int_element!(u32, DType::U32);
 int_element!(u64, DType::U64);
-
-macro_rules! fp8_element {
-    ($t:ty, $tag:expr) => {
-        impl Element for $t {
-            const DTYPE: DType = $tag;
-            #[inline(always)]
-            fn combine(a: Self, b: Self, op: ReduceOp) -> Self {
-                // In f64 the sum or product of two 8-bit floats is exact, so
-                // one rounding gives the correctly rounded result (`fp8`).
-                let (x, y) = (a.to_f64(), b.to_f64());
-                match op {
-                    ReduceOp::Sum | ReduceOp::Avg | ReduceOp::MulSum => Self::from_f64(x + y),
-                    ReduceOp::Prod => Self::from_f64(x * y),
-                    ReduceOp::Min => {
-                        if y < x {
-                            b
-                        } else {
-                            a
-                        }
-                    }
-                    ReduceOp::Max => {
-                        if y > x {
-                            b
-                        } else {
-                            a
-                        }
-                    }
-                }
-            }
-            fn div_world(self, world: usize) -> Self {
-                Self::from_f64(self.to_f64() / world as f64)
-            }
-            fn from_f64(v: f64) -> Self {
-                <$t>::from_f64(v)
-            }
-            fn to_f64(self) -> f64 {
-                <$t>::to_f64(self)
-            }
-        }
-    };
-}
-
-fp8_element!(F8E4M3, DType::F8E4M3);
-fp8_element!(F8E5M2, DType::F8E5M2);
 
 /// Calls `$body` with `$T` bound to the Rust type of `$dtype`.
 #[macro_export]

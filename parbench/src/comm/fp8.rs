@@ -126,9 +126,39 @@ fn pow2(e: i32) -> f64 {
 macro_rules! fp8_type {
     ($(#[$doc:meta])* $name:ident, $format:expr) => {
         $(#[$doc])*
-        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+        #[derive(Clone, Copy, Debug, Default, bytemuck::Pod, bytemuck::Zeroable)]
         #[repr(transparent)]
         pub struct $name(pub u8);
+
+        // Compared and combined by value, as `half`'s types are (so -0 equals
+        // +0 and NaN nothing), which lets the one float `Element` serve them.
+        impl PartialEq for $name {
+            fn eq(&self, other: &Self) -> bool {
+                self.to_f64() == other.to_f64()
+            }
+        }
+
+        impl PartialOrd for $name {
+            fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+                self.to_f64().partial_cmp(&other.to_f64())
+            }
+        }
+
+        /// Exact in f64, then rounded once (see the module's note).
+        impl std::ops::Add for $name {
+            type Output = Self;
+            fn add(self, other: Self) -> Self {
+                Self::from_f64(self.to_f64() + other.to_f64())
+            }
+        }
+
+        /// Exact in f64, then rounded once.
+        impl std::ops::Mul for $name {
+            type Output = Self;
+            fn mul(self, other: Self) -> Self {
+                Self::from_f64(self.to_f64() * other.to_f64())
+            }
+        }
 
         impl $name {
             /// `v` rounded to nearest-even, saturating to the largest finite value.
