@@ -71,8 +71,10 @@ try 0 "$C" "${CS[@]}" -f 1
 try 0 "$C" "${CS[@]}" -f 0
 try 2 "$C" "${CS[@]}" -r -2
 try 2 "$C" "${CS[@]}" -C 1
-try 2 "$C" "${CS[@]}" -d int8
-try 2 "$C" "${CS[@]}" -o mulsum
+# nccl-tests' types and ops, every one of them, run and check here.
+try 0 "$C" "${CS[@]}" -d int8,uint32,uint64,f8e4m3,f8e5m2 -o mulsum
+try 2 "$C" "${CS[@]}" -d float8
+try 2 "$C" "${CS[@]}" -o premul
 try 2 "$C" "${CS[@]}" -i 0 -b 8 -e 64
 try 2 "$C" "${CS[@]}" -b 99999999999999999999999
 try 2 "$C" "${CS[@]}" -b 1Q

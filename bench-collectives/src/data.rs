@@ -7,8 +7,11 @@
 //!   every partial sum, the values being non-negative) stays exact;
 //! - avg: as sum, and for floats multiples of the world size, so that the
 //!   average is an integer whether it is taken after the sum or before;
-//! - prod: 1 or 2 (powers of two multiply exactly, and overflow to infinity
-//!   happens in every order alike; integers wrap, which is associative);
+//! - mulsum: as sum, with room for the odd ranks' scalar 2 (nccl-tests'
+//!   `ncclVerifiablePremulScalar`): `0..=m` with twice the world's sum exact;
+//! - prod: 1 or 2, a 2 only on as many ranks as the type has exact
+//!   doublings (the product is a power of two the type holds; integers
+//!   wrap, which is associative);
 //! - min, max, and the collectives that do not reduce: any exact value.
 
 use parbench::comm::{DType, Element, ReduceOp};
@@ -36,6 +39,11 @@ fn exact_limit(dtype: DType) -> u64 {
         DType::U8 => u8::MAX as u64,
         DType::I32 => i32::MAX as u64,
         DType::I64 => i64::MAX as u64,
+        DType::I8 => i8::MAX as u64,
+        DType::U32 => u32::MAX as u64,
+        DType::U64 => u64::MAX,
+        DType::F8E4M3 => 16,
+        DType::F8E5M2 => 8,
     }
 }
 
@@ -47,20 +55,21 @@ impl Inputs {
         let limit = exact_limit(self.dtype);
         let small = |m: u64| (h % (m + 1)) as f64;
         match self.op {
-            None => (h % 251) as f64,
+            None => small(limit.min(250)),
             Some(ReduceOp::Sum) => small((limit / world).min(8)),
             Some(ReduceOp::Avg) if self.dtype.is_float() => {
                 (world * (h % ((limit / (world * world)).min(8) + 1))) as f64
             }
             Some(ReduceOp::Avg) => small((limit / world).min(8)),
+            Some(ReduceOp::MulSum) => small((limit / (2 * world)).min(8)),
             Some(ReduceOp::Prod) => {
-                if h.is_multiple_of(4) {
+                if (rank as u64) < limit.ilog2() as u64 && h.is_multiple_of(4) {
                     2.0
                 } else {
                     1.0
                 }
             }
-            Some(ReduceOp::Min | ReduceOp::Max) => (h % 101) as f64,
+            Some(ReduceOp::Min | ReduceOp::Max) => small(limit.min(100)),
         }
     }
 
@@ -81,10 +90,12 @@ impl Inputs {
     /// them: what the tests hold the library's meanings to.
     #[cfg(test)]
     pub fn reduced<T: Element>(&self, op: ReduceOp, start: usize, len: usize) -> Vec<T> {
-        let mut acc = self.range::<T>(0, start, len);
+        let mut acc: Vec<T> = (start..start + len)
+            .map(|i| self.contribution(op, 0, i))
+            .collect();
         for r in 1..self.world {
             for (i, a) in acc.iter_mut().enumerate() {
-                *a = T::combine(*a, T::from_f64(self.value(r, start + i)), op);
+                *a = T::combine(*a, self.contribution(op, r, start + i), op);
             }
         }
         if op == ReduceOp::Avg {
@@ -94,12 +105,25 @@ impl Inputs {
         }
         acc
     }
+
+    /// Rank `rank`'s value at `index` as it enters the reduction: times
+    /// the rank's scalar under `MulSum`.
+    #[cfg(test)]
+    fn contribution<T: Element>(&self, op: ReduceOp, rank: usize, index: usize) -> T {
+        let scalar = if op == ReduceOp::MulSum {
+            ReduceOp::mulsum_scalar(rank)
+        } else {
+            1.0
+        };
+        T::from_f64(self.value(rank, index) * scalar)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use half::{bf16, f16};
+    use parbench::comm::{F8E4M3, F8E5M2};
 
     /// Reduces in a scrambled order (reversed ranks, pairwise) and compares bits.
     fn order_independent<T: Element>(dtype: DType, op: ReduceOp, world: usize) {
@@ -113,7 +137,7 @@ mod tests {
         for (i, want) in forward.iter().enumerate() {
             let vals: Vec<T> = (0..world)
                 .rev()
-                .map(|r| T::from_f64(inp.value(r, i)))
+                .map(|r| inp.contribution(op, r, i))
                 .collect();
             let mut level = vals;
             while level.len() > 1 {
@@ -153,6 +177,11 @@ mod tests {
                 order_independent::<i32>(DType::I32, op, world);
                 order_independent::<i64>(DType::I64, op, world);
                 order_independent::<u8>(DType::U8, op, world);
+                order_independent::<i8>(DType::I8, op, world);
+                order_independent::<u32>(DType::U32, op, world);
+                order_independent::<u64>(DType::U64, op, world);
+                order_independent::<F8E4M3>(DType::F8E4M3, op, world);
+                order_independent::<F8E5M2>(DType::F8E5M2, op, world);
             }
         }
     }

@@ -100,7 +100,13 @@ mod tests {
     #[test]
     fn every_collective_means_the_same_a_slice_at_a_time() {
         for coll in Collective::ALL {
-            for dtype in [DType::F32, DType::BF16, DType::U8, DType::I64] {
+            for dtype in [
+                DType::F32,
+                DType::BF16,
+                DType::U8,
+                DType::I64,
+                DType::F8E5M2,
+            ] {
                 let ops: Vec<Option<ReduceOp>> = if coll.reduces() {
                     ReduceOp::ALL.into_iter().map(Some).collect()
                 } else {
@@ -162,6 +168,24 @@ mod tests {
         typed::<i32>(DType::I32);
         typed::<i64>(DType::I64);
         typed::<u8>(DType::U8);
+        typed::<i8>(DType::I8);
+        typed::<u32>(DType::U32);
+        typed::<u64>(DType::U64);
+        typed::<parbench::comm::F8E4M3>(DType::F8E4M3);
+        typed::<parbench::comm::F8E5M2>(DType::F8E5M2);
+    }
+
+    /// A backend that summed without mulsum's scalar would be caught: the
+    /// meanings differ wherever an odd rank holds a non-zero element.
+    #[test]
+    fn mulsum_means_more_than_sum() {
+        for dtype in [DType::F32, DType::I8, DType::F8E4M3] {
+            let args = CollArgs::new(64, dtype);
+            let mulsum = inputs(dtype, Some(ReduceOp::MulSum), 3);
+            let want = expected(Collective::AllReduce, &mulsum, args.op(ReduceOp::MulSum), 0);
+            let unscaled = expected(Collective::AllReduce, &mulsum, args.op(ReduceOp::Sum), 0);
+            assert_ne!(want, unscaled, "{dtype}");
+        }
     }
 
     #[test]

@@ -6,10 +6,13 @@
 //! slice of the collective's meaning (`crate::expected`: at most a send
 //! and a receive buffer), the read-back copy and the check's sentinel: at
 //! most `3 x send + 4 x recv` bytes (in place the one buffer is the larger
-//! of the two). The host's share is that times the ranks on this host.
+//! of the two), and with `-o mulsum` on a reducing collective one send
+//! buffer more (an odd rank's scaled copy of its input,
+//! `parbench::comm::collective::premul`). The host's share is that times
+//! the ranks on this host.
 
 use crate::cli::SweepConfig;
-use parbench::comm::{Collective, DType};
+use parbench::comm::{Collective, DType, ReduceOp};
 use parbench::limits::{bytes_text, LimitError};
 
 /// Host buffers of one rank at the sweep's largest size, the worst
@@ -22,7 +25,12 @@ pub fn per_rank(cfg: &SweepConfig, world: usize) -> (u128, String) {
     for &coll in &cfg.collectives {
         for &dtype in &cfg.dtypes {
             let (send, recv) = buffer_bytes(coll, largest, dtype, world);
-            let need = 3 * send + 4 * recv;
+            let scaled_copy = if coll.reduces() && cfg.ops.contains(&ReduceOp::MulSum) {
+                send
+            } else {
+                0
+            };
+            let need = 3 * send + 4 * recv + scaled_copy;
             if need > worst.0 {
                 worst = (
                     need,
@@ -139,5 +147,18 @@ mod tests {
             e.starts_with("-e/--max-bytes 64.0 GiB: the run needs about"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn mulsum_counts_the_scaled_copy_of_the_input() {
+        let need = |op: &str| {
+            let p = parse_args(["b", "reduce_scatter", "-e", "64M", "-o", op])
+                .unwrap()
+                .plan()
+                .unwrap();
+            per_rank(&p.sweep, 4).0
+        };
+        // reduce_scatter's input is the swept size.
+        assert_eq!(need("sum,mulsum") - need("sum"), 64 << 20);
     }
 }

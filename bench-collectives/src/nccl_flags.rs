@@ -193,48 +193,15 @@ pub fn check_other_flags(a: &Args) -> Result<()> {
 }
 
 /// The types `-d all` runs: in nccl-tests' layout, in nccl-tests' order
-/// (int8 uint8 int32 uint32 int64 uint64 half float double bfloat16, less
-/// those no backend here runs).
+/// (its `test_types`: int8 uint8 int32 uint32 int64 uint64 half float
+/// double bfloat16 f8e4m3 f8e5m2).
 pub fn all_types(format: &str) -> &'static [parbench::comm::DType] {
     use parbench::comm::DType;
-    const NCCL_TESTS_ORDER: [DType; 7] = [
-        DType::U8,
-        DType::I32,
-        DType::I64,
-        DType::F16,
-        DType::F32,
-        DType::F64,
-        DType::BF16,
-    ];
     if format.eq_ignore_ascii_case("parbench") {
         &DType::ALL
     } else {
-        &NCCL_TESTS_ORDER
+        &DType::NCCL_TESTS_ORDER
     }
-}
-
-/// nccl-tests' types that parbench's backends cannot reduce: one line
-/// naming each, not "unknown type".
-pub fn refuse_other_types(list: &str) -> Result<()> {
-    for t in list.split(',').map(str::trim) {
-        if ["int8", "uint32", "uint64", "f8e4m3", "f8e5m2"]
-            .contains(&t.to_ascii_lowercase().as_str())
-        {
-            bail!("-d {t}: an nccl-tests type that parbench's backends have no kernels for (types here: float double half bfloat16 int32 int64 uint8)");
-        }
-    }
-    Ok(())
-}
-
-/// nccl-tests' `mulsum` (NCCL's PreMulSum: each input scaled, then
-/// summed), which no backend here runs.
-pub fn refuse_other_ops(list: &str) -> Result<()> {
-    for o in list.split(',').map(str::trim) {
-        if o.eq_ignore_ascii_case("mulsum") {
-            bail!("-o {o}: nccl-tests' PreMulSum (each input scaled by a factor, then summed); parbench's reductions have no scaled sum (ops here: sum prod min max avg)");
-        }
-    }
-    Ok(())
 }
 
 /// Rank 0's printer in the layout `--format` asks for.
@@ -436,8 +403,8 @@ mod tests {
             &["-x", "1"],
             &["-I", "2"],
             &["-t", "2"],
-            &["-d", "int8"],
-            &["-o", "mulsum"],
+            &["-d", "float8"],
+            &["-o", "premul"],
             &["-S", "yes"],
             &["--format", "csv"],
         ] {

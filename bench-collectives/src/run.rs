@@ -535,6 +535,7 @@ fn rank_main<C: Communicator>(
     placement: &Placement,
 ) -> CommResult<Option<RankReport>> {
     comm.set_timeout(plan.sweep.timeout);
+    sweep::refuse_types_named(comm, &plan.sweep)?;
     let run_start = CpuSnapshot::now();
     let link_start = comm.link_stats();
     // Seconds without a word otherwise: say what runs, on a terminal.

@@ -8,7 +8,7 @@ use crate::expected::expected;
 use crate::print::{Point, Printer};
 use crate::wire::{Drift, WireFigures};
 use parbench::comm::{
-    CollArgs, Collective, CommBuffer, CommResult, Communicator, DType, Io, ReduceOp,
+    CollArgs, Collective, CommBuffer, CommError, CommResult, Communicator, DType, Io, ReduceOp,
 };
 use parbench::measure::noise::{CpuSnapshot, ForeignCpu};
 use parbench::measure::{time_loop, Ladder, LoopSpec, LoopStats, StragglerTally, StragglerVerdict};
@@ -77,6 +77,30 @@ pub fn run_sweep<C: Communicator>(
     Ok(outcome)
 }
 
+/// Before anything is measured (the wire included): a type the user named
+/// that the backend cannot run for some collective of the sweep is
+/// refused, with the backend's reason (`-d all` leaves such types out
+/// instead, as nccl-tests does; [`runnable`]).
+pub fn refuse_types_named<C: Communicator>(comm: &C, cfg: &SweepConfig) -> CommResult<()> {
+    if cfg.dtypes_all {
+        return Ok(());
+    }
+    for &coll in &cfg.collectives {
+        for &dtype in &cfg.dtypes {
+            if let Some(why) = comm.cannot_run(dtype, coll.reduces()) {
+                return Err(CommError::Unsupported(format!("{coll}: {why}")));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether `coll` runs `dtype` in this sweep: always, but for a type
+/// `-d all` brought that the backend cannot run (refused earlier when named).
+fn runnable<C: Communicator>(comm: &C, coll: Collective, dtype: DType) -> bool {
+    comm.cannot_run(dtype, coll.reduces()).is_none()
+}
+
 /// The per-rank count of a row of nccl-tests' size `size`: what the byte
 /// rule gives, and for a collective whose buffers hold a block per rank
 /// (all_gather, reduce_scatter, all_to_all), rounded down to a whole
@@ -115,7 +139,10 @@ fn sweep_collective<C: Communicator>(
     };
     printer.collective_header(coll, world);
     let noise_start = CpuSnapshot::now();
-    for &dtype in &cfg.dtypes {
+    let dtypes: Vec<DType> = (cfg.dtypes.iter().copied())
+        .filter(|&d| runnable(comm, coll, d))
+        .collect();
+    for dtype in dtypes {
         for &op in &ops {
             for &root in &roots {
                 // -N: nccl-tests repeats the sizes within one table (0: until interrupted).

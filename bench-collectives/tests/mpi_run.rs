@@ -80,3 +80,50 @@ fn two_mpi_ranks_sweep_all_reduce_exactly_and_record_the_library() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// bench-collectives on two MPI ranks with `args`, recording into `dir`;
+/// `None` when mpirun is missing.
+fn two_ranks(args: &[&str], dir: &std::path::Path) -> Option<std::process::Output> {
+    let mut cmd = mpirun()?;
+    let o = cmd
+        .args(["-np", "2", env!("CARGO_BIN_EXE_bench-collectives")])
+        .args(["--backend", "mpi", "-n", "1", "-w", "0", "--timeout", "60"])
+        .args(args)
+        .arg("--out")
+        .arg(dir)
+        .output()
+        .expect("mpirun starts");
+    Some(o)
+}
+
+#[test]
+fn mpi_runs_nccl_tests_newer_integer_types_and_mulsum_and_refuses_fp8_reductions() {
+    let dir = scratch("mpi-types");
+    let newer = "all_reduce reduce_scatter -b 8 -e 4K -f 8 -d int8,uint32,uint64 -o all";
+    let Some(o) = two_ranks(&newer.split(' ').collect::<Vec<_>>(), &dir) else {
+        eprintln!("SKIP mpi newer types: mpirun not found (apt-get install openmpi-bin)");
+        return;
+    };
+    let text = stdout(&o);
+    assert!(o.status.success(), "{text}\n{}", stderr(&o));
+    let (_, rows) = read_csv(&dir.join("collectives.csv"));
+    assert!(rows
+        .iter()
+        .any(|r| r["op"] == "mulsum" && r["dtype"] == "int8"));
+    assert!(rows.iter().all(|r| r["wrong"] == "0"), "{rows:?}");
+
+    // MPI has no 8-bit float type: its reductions are refused by name
+    // before anything is measured; moving the bytes still runs.
+    let o = two_ranks(&["all_reduce", "-e", "64", "-d", "f8e4m3"], &dir).unwrap();
+    let err = stderr(&o);
+    assert!(!o.status.success());
+    assert!(err.contains("MPI has no f8e4m3 type"), "{err}");
+    assert!(
+        !stdout(&o).contains("# Wire ceiling"),
+        "measured: {}",
+        stdout(&o)
+    );
+    let o = two_ranks(&["all_gather", "-e", "64", "-d", "f8e5m2"], &dir).unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -367,7 +367,9 @@ fn program(coll: &str) -> String {
     }
 }
 
-fn check_case(c: &Case) {
+/// Runs the case, compares its text with nccl-tests' formats of its
+/// records, and gives the records back.
+fn check_case(c: &Case) -> Vec<HashMap<String, String>> {
     let dir = scratch(&format!("nccl-text-{}", c.name));
     let np = c.ranks.to_string();
     let mut args = vec!["--backend", c.backend, "-np", &np, "--format", "nccl-tests"];
@@ -523,11 +525,12 @@ fn check_case(c: &Case) {
         c.name
     );
     assert!(text.contains("# parbench bench-collectives"), "{text}");
+    recs
 }
 
 #[test]
 fn every_collective_dtype_and_operator_prints_as_nccl_tests_would() {
-    check_case(&Case {
+    let recs = check_case(&Case {
         name: "all",
         backend: "local",
         ranks: 3,
@@ -538,6 +541,25 @@ fn every_collective_dtype_and_operator_prints_as_nccl_tests_would() {
         exit: 0,
         corrupt: None,
     });
+    // Every type and operator of nccl-tests, in its order (`test_types`,
+    // `test_opnames`), each a block of sizes: what the comparison covered.
+    const TYPES: [&str; 12] = [
+        "int8", "uint8", "int32", "uint32", "int64", "uint64", "half", "float", "double",
+        "bfloat16", "f8e4m3", "f8e5m2",
+    ];
+    const OPS: [&str; 6] = ["sum", "prod", "max", "min", "avg", "mulsum"];
+    let mut seen: Vec<(String, String)> = Vec::new();
+    for r in recs.iter().filter(|r| r["collective"] == "all_reduce") {
+        let key = (r["dtype"].clone(), r["op"].clone());
+        if seen.last() != Some(&key) {
+            seen.push(key);
+        }
+    }
+    let want: Vec<(String, String)> = TYPES
+        .iter()
+        .flat_map(|t| OPS.iter().map(move |o| (t.to_string(), o.to_string())))
+        .collect();
+    assert_eq!(seen, want);
 }
 
 #[test]
@@ -548,7 +570,7 @@ fn no_check_cycles_and_byte_steps_print_as_nccl_tests_would() {
         name: "c0-n2-i",
         backend: "local",
         ranks: 2,
-        flags: "all_reduce all_gather reduce_scatter sendrecv -o sum,min -c 0 -N 2 -i 24 -b 8 -e 64 -n 1 -w 0",
+        flags: "all_reduce all_gather reduce_scatter sendrecv -o sum,mulsum -d float,f8e5m2 -c 0 -N 2 -i 24 -b 8 -e 64 -n 1 -w 0",
         min_bw: Some("0.000001"),
         sizes: (8, 64, (24, "bytes")),
         counts: [0, 1, 0],
@@ -608,7 +630,7 @@ fn factors_roots_and_repeated_checks_print_as_nccl_tests_would() {
         name: "f4-root",
         backend: "local",
         ranks: 2,
-        flags: "broadcast reduce all_to_all -f 4 -b 16 -e 1K -c 2 -d half,int64 -r 1 -n 2 -w 1",
+        flags: "broadcast reduce all_to_all -f 4 -b 16 -e 1K -c 2 -d half,int64,uint32,f8e4m3 -o prod,mulsum -r 1 -n 2 -w 1",
         min_bw: None,
         sizes: (16, 1024, (4, "factor")),
         counts: [1, 2, 2],
@@ -625,7 +647,7 @@ fn ranks_in_other_processes_and_a_failed_min_bw_print_as_nccl_tests_would() {
         name: "tcp-minbw",
         backend: "tcp",
         ranks: 2,
-        flags: "all_reduce sendrecv -b 8 -e 64 -n 1 -w 0",
+        flags: "all_reduce sendrecv -b 8 -e 64 -n 1 -w 0 -d int8,uint64 -o mulsum",
         min_bw: Some("1000000"),
         sizes: (8, 64, (2, "factor")),
         counts: [0, 1, 1],

@@ -4,6 +4,7 @@
 //! do), so that one sweep can cover every type; the reductions dispatch once
 //! per call to a typed, vectorisable loop.
 
+use super::fp8::{F8E4M3, F8E5M2};
 use half::{bf16, f16};
 use std::fmt;
 use std::str::FromStr;
@@ -21,11 +22,19 @@ pub enum DType {
     I32,
     I64,
     U8,
+    I8,
+    U32,
+    U64,
+    /// OCP E4M3 (NCCL's `ncclFloat8e4m3`, since NCCL 2.24).
+    F8E4M3,
+    /// OCP E5M2 (NCCL's `ncclFloat8e5m2`, since NCCL 2.24).
+    F8E5M2,
 }
 
 impl DType {
-    /// Every type, in the order sweeps run them.
-    pub const ALL: [DType; 7] = [
+    /// Every type, in the order parbench's own sweeps run them (the types
+    /// it had first, then those nccl-tests added).
+    pub const ALL: [DType; 12] = [
         DType::F32,
         DType::F64,
         DType::F16,
@@ -33,15 +42,38 @@ impl DType {
         DType::I32,
         DType::I64,
         DType::U8,
+        DType::I8,
+        DType::U32,
+        DType::U64,
+        DType::F8E4M3,
+        DType::F8E5M2,
+    ];
+
+    /// Every type in nccl-tests' order (its `test_types`, which `-d all`
+    /// runs): int8 uint8 int32 uint32 int64 uint64 half float double
+    /// bfloat16 f8e4m3 f8e5m2.
+    pub const NCCL_TESTS_ORDER: [DType; 12] = [
+        DType::I8,
+        DType::U8,
+        DType::I32,
+        DType::U32,
+        DType::I64,
+        DType::U64,
+        DType::F16,
+        DType::F32,
+        DType::F64,
+        DType::BF16,
+        DType::F8E4M3,
+        DType::F8E5M2,
     ];
 
     /// Bytes per element.
     pub fn size(self) -> usize {
         match self {
-            DType::U8 => 1,
+            DType::U8 | DType::I8 | DType::F8E4M3 | DType::F8E5M2 => 1,
             DType::F16 | DType::BF16 => 2,
-            DType::F32 | DType::I32 => 4,
-            DType::F64 | DType::I64 => 8,
+            DType::F32 | DType::I32 | DType::U32 => 4,
+            DType::F64 | DType::I64 | DType::U64 => 8,
         }
     }
 
@@ -55,12 +87,27 @@ impl DType {
             DType::I32 => "int32",
             DType::I64 => "int64",
             DType::U8 => "uint8",
+            DType::I8 => "int8",
+            DType::U32 => "uint32",
+            DType::U64 => "uint64",
+            DType::F8E4M3 => "f8e4m3",
+            DType::F8E5M2 => "f8e5m2",
         }
     }
 
     /// Whether the type is a floating-point type.
     pub fn is_float(self) -> bool {
-        matches!(self, DType::F32 | DType::F64 | DType::F16 | DType::BF16)
+        matches!(
+            self,
+            DType::F32 | DType::F64 | DType::F16 | DType::BF16 | DType::F8E4M3 | DType::F8E5M2
+        )
+    }
+
+    /// Whether the type is one of the 8-bit floats, which NCCL reduces only
+    /// from 2.24 and (as nccl-tests runs them) on compute capability 9.0
+    /// or newer.
+    pub fn is_fp8(self) -> bool {
+        matches!(self, DType::F8E4M3 | DType::F8E5M2)
     }
 }
 
@@ -81,9 +128,14 @@ impl FromStr for DType {
             "int32" | "i32" | "int" => DType::I32,
             "int64" | "i64" => DType::I64,
             "uint8" | "u8" => DType::U8,
+            "int8" | "i8" | "char" => DType::I8,
+            "uint32" | "u32" => DType::U32,
+            "uint64" | "u64" => DType::U64,
+            "f8e4m3" | "fp8e4m3" | "float8e4m3" | "e4m3" => DType::F8E4M3,
+            "f8e5m2" | "fp8e5m2" | "float8e5m2" | "e5m2" => DType::F8E5M2,
             other => {
                 return Err(format!(
-                    "unknown dtype '{other}' (expected float, double, half, bfloat16, int32, int64 or uint8)"
+                    "unknown dtype '{other}' (expected int8, uint8, int32, uint32, int64, uint64, half, float, double, bfloat16, f8e4m3 or f8e5m2)"
                 ))
             }
         })
@@ -91,7 +143,10 @@ impl FromStr for DType {
 }
 
 /// Reduction operators. `Avg` reduces as a sum and divides by the world size
-/// at the end, as NCCL's `ncclAvg` does.
+/// at the end, as NCCL's `ncclAvg` does. `MulSum` is nccl-tests' `mulsum`,
+/// NCCL's PreMulSum: each rank's input multiplied by that rank's scalar,
+/// then summed; the scalar is nccl-tests' (`ncclVerifiablePremulScalar`:
+/// 1 on even ranks, 2 on odd ones, [`ReduceOp::mulsum_scalar`]).
 #[derive(
     Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
 )]
@@ -102,17 +157,30 @@ pub enum ReduceOp {
     Min,
     Max,
     Avg,
+    MulSum,
 }
 
 impl ReduceOp {
-    /// Every operator, in the order sweeps run them.
-    pub const ALL: [ReduceOp; 5] = [
+    /// Every operator, in the order sweeps run them (nccl-tests' order).
+    pub const ALL: [ReduceOp; 6] = [
         ReduceOp::Sum,
         ReduceOp::Prod,
         ReduceOp::Max,
         ReduceOp::Min,
         ReduceOp::Avg,
+        ReduceOp::MulSum,
     ];
+
+    /// The scalar rank `rank` multiplies its input by under `MulSum`:
+    /// nccl-tests' `ncclVerifiablePremulScalar`, 1 on even ranks and 2 on
+    /// odd ones (exact in every type, so the check stays bit-exact).
+    pub fn mulsum_scalar(rank: usize) -> f64 {
+        if rank.is_multiple_of(2) {
+            1.0
+        } else {
+            2.0
+        }
+    }
 
     /// nccl-tests' name for the operator.
     pub fn name(self) -> &'static str {
@@ -122,6 +190,7 @@ impl ReduceOp {
             ReduceOp::Min => "min",
             ReduceOp::Max => "max",
             ReduceOp::Avg => "avg",
+            ReduceOp::MulSum => "mulsum",
         }
     }
 }
@@ -141,9 +210,10 @@ impl FromStr for ReduceOp {
             "min" => ReduceOp::Min,
             "max" => ReduceOp::Max,
             "avg" => ReduceOp::Avg,
+            "mulsum" | "premulsum" => ReduceOp::MulSum,
             other => {
                 return Err(format!(
-                    "unknown op '{other}' (expected sum, prod, min, max or avg)"
+                    "unknown op '{other}' (expected sum, prod, min, max, avg or mulsum)"
                 ))
             }
         })
@@ -154,7 +224,8 @@ impl FromStr for ReduceOp {
 pub trait Element: bytemuck::Pod + PartialEq + fmt::Debug + Send + Sync + 'static {
     /// The runtime tag of this type.
     const DTYPE: DType;
-    /// `a op b` for one element (`Avg` combines as `Sum`).
+    /// `a op b` for one element (`Avg` and `MulSum` combine as `Sum`; their
+    /// division and multiplication happen around the reduction).
     fn combine(a: Self, b: Self, op: ReduceOp) -> Self;
     /// Divides by the world size, for `Avg`.
     fn div_world(self, world: usize) -> Self;
@@ -171,7 +242,7 @@ macro_rules! float_element {
             #[inline(always)]
             fn combine(a: Self, b: Self, op: ReduceOp) -> Self {
                 match op {
-                    ReduceOp::Sum | ReduceOp::Avg => a + b,
+                    ReduceOp::Sum | ReduceOp::Avg | ReduceOp::MulSum => a + b,
                     ReduceOp::Prod => a * b,
                     ReduceOp::Min => {
                         if b < a {
@@ -206,6 +277,9 @@ float_element!(f32, DType::F32, |v: f64| v as f32, |x: f32| x as f64);
 float_element!(f64, DType::F64, |v: f64| v, |x: f64| x);
 float_element!(f16, DType::F16, f16::from_f64, |x: f16| x.to_f64());
 float_element!(bf16, DType::BF16, bf16::from_f64, |x: bf16| x.to_f64());
+// The 8-bit floats add and multiply exactly in f64 and round once (`fp8`).
+float_element!(F8E4M3, DType::F8E4M3, F8E4M3::from_f64, F8E4M3::to_f64);
+float_element!(F8E5M2, DType::F8E5M2, F8E5M2::from_f64, F8E5M2::to_f64);
 
 macro_rules! int_element {
     ($t:ty, $tag:expr) => {
@@ -216,14 +290,16 @@ macro_rules! int_element {
                 // Wrapping arithmetic: integer collectives are exact modulo 2^bits,
                 // as NCCL's are, so no input can make a reduction panic.
                 match op {
-                    ReduceOp::Sum | ReduceOp::Avg => a.wrapping_add(b),
+                    ReduceOp::Sum | ReduceOp::Avg | ReduceOp::MulSum => a.wrapping_add(b),
                     ReduceOp::Prod => a.wrapping_mul(b),
                     ReduceOp::Min => a.min(b),
                     ReduceOp::Max => a.max(b),
                 }
             }
             fn div_world(self, world: usize) -> Self {
-                self / (world as $t)
+                // Wide enough that no world (256 ranks of u8, 128 of i8)
+                // becomes a zero or negative divisor.
+                ((self as i128) / (world.max(1) as i128)) as $t
             }
             fn from_f64(v: f64) -> Self {
                 v as $t
@@ -238,6 +314,9 @@ macro_rules! int_element {
 int_element!(i32, DType::I32);
 int_element!(i64, DType::I64);
 int_element!(u8, DType::U8);
+int_element!(i8, DType::I8);
+int_element!(u32, DType::U32);
+int_element!(u64, DType::U64);
 
 /// Calls `$body` with `$T` bound to the Rust type of `$dtype`.
 #[macro_export]
@@ -272,6 +351,26 @@ macro_rules! with_dtype {
                 type $T = u8;
                 $body
             }
+            $crate::comm::DType::I8 => {
+                type $T = i8;
+                $body
+            }
+            $crate::comm::DType::U32 => {
+                type $T = u32;
+                $body
+            }
+            $crate::comm::DType::U64 => {
+                type $T = u64;
+                $body
+            }
+            $crate::comm::DType::F8E4M3 => {
+                type $T = $crate::comm::F8E4M3;
+                $body
+            }
+            $crate::comm::DType::F8E5M2 => {
+                type $T = $crate::comm::F8E5M2;
+                $body
+            }
         }
     };
 }
@@ -287,18 +386,19 @@ macro_rules! with_dtype {
 pub fn reduce_typed<T: Element>(acc: &mut [T], src: &[T], op: ReduceOp) {
     let n = acc.len().min(src.len());
     let (acc, src) = (&mut acc[..n], &src[..n]);
-    if matches!(op, ReduceOp::Sum | ReduceOp::Avg) {
+    let sum = matches!(op, ReduceOp::Sum | ReduceOp::Avg | ReduceOp::MulSum);
+    if sum {
         if let (Some(a), Some(s)) = (as_mut::<T, f32>(acc), as_ref::<T, f32>(src)) {
             return kernels::sum_f32(a, s);
         }
     }
-    if matches!(op, ReduceOp::Sum | ReduceOp::Avg) {
+    if sum {
         if let (Some(a), Some(s)) = (as_mut::<T, bf16>(acc), as_ref::<T, bf16>(src)) {
             return kernels::sum_bf16(bytemuck::cast_slice_mut(a), bytemuck::cast_slice(s));
         }
     }
     match op {
-        ReduceOp::Sum | ReduceOp::Avg => {
+        ReduceOp::Sum | ReduceOp::Avg | ReduceOp::MulSum => {
             zip_apply(acc, src, |a, b| T::combine(a, b, ReduceOp::Sum))
         }
         ReduceOp::Prod => zip_apply(acc, src, |a, b| T::combine(a, b, ReduceOp::Prod)),
@@ -418,6 +518,22 @@ fn reduce_cast<T: Element>(acc: &mut [u8], src: &[u8], op: ReduceOp) {
     }
 }
 
+/// Multiplies every element by `scalar` in its own type (wrapping for
+/// integers), as PreMulSum does to each rank's input before the sum.
+pub fn premultiply(buf: &mut [u8], dtype: DType, scalar: f64) {
+    if scalar == 1.0 {
+        return;
+    }
+    with_dtype!(dtype, T => {
+        let s = T::from_f64(scalar);
+        let size = std::mem::size_of::<T>();
+        for e in buf.chunks_exact_mut(size) {
+            let x: T = bytemuck::pod_read_unaligned(e);
+            e.copy_from_slice(bytemuck::bytes_of(&T::combine(x, s, ReduceOp::Prod)));
+        }
+    })
+}
+
 /// Divides every element by `world`, finishing an `Avg` reduction.
 pub fn finish_avg(buf: &mut [u8], dtype: DType, world: usize) {
     with_dtype!(dtype, T => {
@@ -507,6 +623,17 @@ mod tests {
                 assert_eq!(acc[i], f32::combine(a[i], b[i], op), "{op} at {i}");
             }
         }
+    }
+
+    /// Avg over more ranks than a narrow type counts divides by the world,
+    /// never by a wrapped (zero or negative) divisor.
+    #[test]
+    fn integer_averages_divide_by_any_world() {
+        assert_eq!(200u8.div_world(256), 0);
+        assert_eq!((-128i8).div_world(128), -1);
+        assert_eq!(100i8.div_world(300), 0);
+        assert_eq!(u64::MAX.div_world(1), u64::MAX);
+        assert_eq!(9u32.div_world(0), 9);
     }
 
     #[test]

@@ -30,6 +30,7 @@ pub mod conformance;
 mod copy;
 mod dtype;
 mod error;
+mod fp8;
 pub mod group;
 mod host;
 #[cfg(any(feature = "cuda", feature = "mpi"))]
@@ -48,8 +49,9 @@ pub(crate) use buffer::{nbytes, need};
 pub use buffer::{CommBuffer, HostBuffer, HOST_BUFFER_OFFSET};
 pub use collective::Collective;
 pub use copy::{copy_bytes, COPY_PIECE_BYTES};
-pub use dtype::{finish_avg, reduce_bytes, reduce_typed, DType, Element, ReduceOp};
+pub use dtype::{finish_avg, premultiply, reduce_bytes, reduce_typed, DType, Element, ReduceOp};
 pub use error::{CommError, CommResult};
+pub use fp8::{F8E4M3, F8E5M2};
 pub use host::{HostComm, HostRun};
 pub use local::{LocalComm, LocalTransport};
 
@@ -279,6 +281,15 @@ pub trait Communicator: Send {
 
     /// A zeroed buffer of `bytes` bytes where this backend's collectives run.
     fn alloc(&self, bytes: usize) -> CommResult<Self::Buffer>;
+
+    /// Why this communicator cannot run collectives of `dtype` (those that
+    /// reduce when `reduces`), or `None` when it can: every host backend
+    /// runs every type; NCCL's 8-bit floats need NCCL 2.24 and compute
+    /// capability 9.0, as nccl-tests runs them; MPI has no 16- or 8-bit
+    /// float type to reduce.
+    fn cannot_run(&self, _dtype: DType, _reduces: bool) -> Option<String> {
+        None
+    }
 
     /// Runs collective `coll` (its byte rule and meaning are its file's in
     /// [`collective`]): the one entry every backend implements. Host

@@ -20,6 +20,7 @@
 //! implementation, in-place calls copy the input to a scratch buffer first
 //! and say so in [`Communicator::algo_for`].
 
+use super::collective::premul::premultiplied;
 use super::library::{self, LibraryCalls};
 use super::{
     copy_bytes, nbytes, need, CollArgs, Collective, CommError, CommResult, Communicator, DType,
@@ -83,6 +84,9 @@ pub struct MpiComm {
     library: String,
     watchdog: Watchdog,
     scratch: Vec<u8>,
+    /// The scaled copy of an out-of-place input that `mulsum` sums
+    /// (`collective::premul`), kept between calls.
+    premul: HostBuffer,
     /// Sends in flight, with the copies they read from.
     pending: Vec<(ffi::MPI_Request, Vec<u8>)>,
 }
@@ -126,6 +130,7 @@ impl MpiComm {
             library,
             watchdog: Watchdog::start(rank),
             scratch: Vec::new(),
+            premul: HostBuffer::default(),
             pending: Vec::new(),
         })
     }
@@ -249,22 +254,38 @@ fn datatype(dtype: DType) -> ffi::MPI_Datatype {
             DType::I32 => ffi::RSMPI_INT32_T,
             DType::I64 => ffi::RSMPI_INT64_T,
             DType::U8 => ffi::RSMPI_UINT8_T,
-            // Moved as 16-bit words; reductions on them are refused before this.
+            DType::I8 => ffi::RSMPI_INT8_T,
+            DType::U32 => ffi::RSMPI_UINT32_T,
+            DType::U64 => ffi::RSMPI_UINT64_T,
+            // Moved as words of their size; reductions on them are refused before this.
             DType::F16 | DType::BF16 => ffi::RSMPI_UINT16_T,
+            DType::F8E4M3 | DType::F8E5M2 => ffi::RSMPI_UINT8_T,
         }
     }
 }
 
-fn reduce_op(dtype: DType, op: ReduceOp) -> CommResult<ffi::MPI_Op> {
-    if matches!(dtype, DType::F16 | DType::BF16) {
-        return Err(CommError::Unsupported(format!(
+/// Why MPI cannot reduce `dtype`: it has no 16- or 8-bit float type.
+fn cannot_reduce(dtype: DType) -> Option<String> {
+    matches!(
+        dtype,
+        DType::F16 | DType::BF16 | DType::F8E4M3 | DType::F8E5M2
+    )
+    .then(|| {
+        format!(
             "MPI has no {dtype} type, so the mpi backend cannot reduce it (data movement works)"
-        )));
+        )
+    })
+}
+
+fn reduce_op(dtype: DType, op: ReduceOp) -> CommResult<ffi::MPI_Op> {
+    if let Some(why) = cannot_reduce(dtype) {
+        return Err(CommError::Unsupported(why));
     }
     // SAFETY: reading constants that mpi-sys initialises at load time.
     Ok(unsafe {
         match op {
-            ReduceOp::Sum | ReduceOp::Avg => ffi::RSMPI_SUM,
+            // MulSum's inputs arrive scaled (`MpiComm::collective`).
+            ReduceOp::Sum | ReduceOp::Avg | ReduceOp::MulSum => ffi::RSMPI_SUM,
             ReduceOp::Prod => ffi::RSMPI_PROD,
             ReduceOp::Min => ffi::RSMPI_MIN,
             ReduceOp::Max => ffi::RSMPI_MAX,
@@ -346,7 +367,18 @@ impl Communicator for MpiComm {
         io: Io<'_, HostBuffer>,
         args: CollArgs,
     ) -> CommResult<()> {
-        library::collective(self, coll, io, args)
+        // MPI has no PreMulSum: `mulsum` sums inputs scaled beforehand.
+        let mut args = args;
+        let mut copy = std::mem::take(&mut self.premul);
+        let (rank, world) = (self.rank, self.world);
+        let io = premultiplied(coll, io, &mut args, rank, world, &mut copy)?;
+        let result = library::collective(self, coll, io, args);
+        self.premul = copy;
+        result
+    }
+
+    fn cannot_run(&self, dtype: DType, reduces: bool) -> Option<String> {
+        cannot_reduce(dtype).filter(|_| reduces)
     }
 
     fn send(

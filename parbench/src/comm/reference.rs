@@ -8,15 +8,23 @@
 //! inputs whose reductions are exact in any order (small integers, see
 //! [`input`]) the comparison can be exact.
 
-use super::{finish_avg, reduce_bytes, DType, Element, ReduceOp};
+use super::{finish_avg, premultiply, reduce_bytes, DType, Element, ReduceOp};
 
 /// The reduction of every rank's `inputs[r]` (all the same length), as
 /// all_reduce leaves on every rank and reduce leaves on the root; `Avg`
-/// divides by the number of inputs.
+/// divides by the number of inputs, and `MulSum` multiplies input `r` by
+/// rank `r`'s scalar ([`ReduceOp::mulsum_scalar`]) before summing.
 pub fn all_reduce(inputs: &[&[u8]], dtype: DType, op: ReduceOp) -> Vec<u8> {
-    let mut acc = inputs.first().map(|b| b.to_vec()).unwrap_or_default();
-    for src in inputs.iter().skip(1) {
-        reduce_bytes(&mut acc, src, dtype, op);
+    let scaled = |r: usize, b: &[u8]| {
+        let mut v = b.to_vec();
+        if op == ReduceOp::MulSum {
+            premultiply(&mut v, dtype, ReduceOp::mulsum_scalar(r));
+        }
+        v
+    };
+    let mut acc = inputs.first().map(|b| scaled(0, b)).unwrap_or_default();
+    for (r, src) in inputs.iter().enumerate().skip(1) {
+        reduce_bytes(&mut acc, &scaled(r, src), dtype, op);
     }
     if op == ReduceOp::Avg {
         finish_avg(&mut acc, dtype, inputs.len());
@@ -70,9 +78,14 @@ fn block(b: &[u8], j: usize, block_bytes: usize) -> &[u8] {
 
 /// A deterministic input of `count` elements for `rank`, whose reductions by
 /// `op` over up to 8 ranks are exact in every type and any order: small
-/// integers (-2..=2, or 0..=4 for u8) for sum, avg, min and max; 1 and 2 for
-/// prod (at most 2^8 = 256, exact in f16 and bf16 and wrapping in u8 as the
-/// reference does). `salt` varies the pattern between calls.
+/// integers (-2..=2, or 0..=4 for unsigned types) for sum, avg, mulsum, min
+/// and max; 1 and 2 for prod (at most 2^8 = 256, exact in f16 and bf16 and
+/// wrapping in u8 as the reference does). The 8-bit floats hold every
+/// integer only up to 8 (E5M2) or 16 (E4M3), so for them a sum's element is
+/// non-zero on one rank in four (at most two of 8 ranks, each at most 4
+/// after mulsum's scalar: partial sums stay within 8), and a product has
+/// at most two factors of 2 (4, exact in both). `salt` varies the
+/// pattern between calls.
 pub fn input(rank: usize, count: usize, dtype: DType, op: ReduceOp, salt: usize) -> Vec<u8> {
     input_at(rank, 0, count, dtype, op, salt)
 }
@@ -98,7 +111,8 @@ fn typed_input<T: Element>(
     op: ReduceOp,
     salt: usize,
 ) -> Vec<u8> {
-    let offset = if T::DTYPE == DType::U8 { 0.0 } else { 2.0 };
+    let unsigned = matches!(T::DTYPE, DType::U8 | DType::U32 | DType::U64);
+    let offset = if unsigned { 0.0 } else { 2.0 };
     // Five small values (or 1 and 2 for prod) in a cycle that shifts with
     // rank and salt, converted once: the loop only indexes the table.
     let table: Vec<T> = (0..15)
@@ -110,8 +124,23 @@ fn typed_input<T: Element>(
         })
         .collect();
     let start = rank.wrapping_mul(7).wrapping_add(salt) % 15;
+    let sparse = T::DTYPE.is_fp8() && !matches!(op, ReduceOp::Min | ReduceOp::Max);
+    let one = T::from_f64(1.0);
     let values: Vec<T> = (first..first + count)
-        .map(|i| table[(start + i % 15) % 15])
+        .map(|i| {
+            let v = table[(start + i % 15) % 15];
+            // Zero (or 1 for prod) where the element is not one of this
+            // rank's: rank + i + salt picks one rank in four per element.
+            if sparse && !(rank + i + salt).is_multiple_of(4) {
+                if op == ReduceOp::Prod {
+                    one
+                } else {
+                    T::from_f64(0.0)
+                }
+            } else {
+                v
+            }
+        })
         .collect();
     bytemuck::cast_slice(&values).to_vec()
 }
@@ -119,6 +148,7 @@ fn typed_input<T: Element>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::comm::F8E4M3;
 
     #[test]
     fn references_follow_nccl_layouts() {
@@ -135,6 +165,59 @@ mod tests {
         assert_eq!(bytemuck::cast_slice::<u8, i32>(&a2a0), &[1, 2, 10, 20]);
         assert_eq!(all_gather(&ins).len(), 32);
         assert_eq!(broadcast(&ins, 1), b);
+    }
+
+    #[test]
+    fn mulsum_scales_odd_ranks_by_two_before_the_sum() {
+        let ins: Vec<Vec<u8>> = [[1i32, -3], [10, 20], [100, 200], [5, 7]]
+            .iter()
+            .map(|v| bytemuck::cast_slice(v).to_vec())
+            .collect();
+        let refs: Vec<&[u8]> = ins.iter().map(|v| v.as_slice()).collect();
+        let got = all_reduce(&refs, DType::I32, ReduceOp::MulSum);
+        // nccl-tests' scalars: 1, 2, 1, 2.
+        assert_eq!(
+            bytemuck::cast_slice::<u8, i32>(&got),
+            &[1 + 20 + 100 + 10, -3 + 40 + 200 + 14]
+        );
+        let e4m3: Vec<u8> = [1.5f64, 3.0].map(|v| F8E4M3::from_f64(v).0).to_vec();
+        let got = all_reduce(&[&e4m3, &e4m3], DType::F8E4M3, ReduceOp::MulSum);
+        let want: Vec<u8> = [4.5f64, 9.0].map(|v| F8E4M3::from_f64(v).0).to_vec();
+        assert_eq!(got, want);
+    }
+
+    /// The inputs' promise, for the types whose exact range is smallest:
+    /// every reduction of every world up to 8 gives the same bits in rank
+    /// order and in reverse.
+    #[test]
+    fn fp8_inputs_reduce_exactly_in_any_order() {
+        for dtype in [DType::F8E4M3, DType::F8E5M2, DType::I8] {
+            for op in ReduceOp::ALL {
+                for world in 1..=8 {
+                    let ins: Vec<Vec<u8>> =
+                        (0..world).map(|r| input(r, 60, dtype, op, 3)).collect();
+                    let fwd: Vec<&[u8]> = ins.iter().map(|v| v.as_slice()).collect();
+                    let want = all_reduce(&fwd, dtype, op);
+                    // Reverse order, each input scaled by its own rank's scalar.
+                    let mut acc: Option<Vec<u8>> = None;
+                    for r in (0..world).rev() {
+                        let mut x = ins[r].clone();
+                        if op == ReduceOp::MulSum {
+                            premultiply(&mut x, dtype, ReduceOp::mulsum_scalar(r));
+                        }
+                        match acc.as_mut() {
+                            None => acc = Some(x),
+                            Some(a) => reduce_bytes(a, &x, dtype, op),
+                        }
+                    }
+                    let mut got = acc.unwrap_or_default();
+                    if op == ReduceOp::Avg {
+                        finish_avg(&mut got, dtype, world);
+                    }
+                    assert_eq!(got, want, "{dtype} {op} world {world}");
+                }
+            }
+        }
     }
 
     #[test]

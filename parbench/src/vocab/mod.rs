@@ -96,7 +96,7 @@ flag!(output_file, "the one file a command writes",
     help "File to write (atomically; an existing one of the same kind is replaced)");
 flag!(dtype, "element type, nccl-tests' names",
     long "dtype", short Some('d'), value Some("TYPE"),
-    help "Element type, nccl-tests' names: float, double, half, bfloat16, int32, int64, uint8");
+    help "Element type, nccl-tests' names: int8, uint8, int32, uint32, int64, uint64, half, float, double, bfloat16, f8e4m3, f8e5m2 (each tool runs those it has kernels for)");
 flag!(straggler, "one rank late before each timed iteration",
     long "straggler", short None, value Some("RANK:MS"),
     help "Delay rank RANK by MS milliseconds before each timed iteration (it arrives late at every collective)");

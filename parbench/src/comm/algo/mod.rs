@@ -43,6 +43,10 @@ pub const RING_SLICE_BYTES: usize = 512 * 1024;
 #[derive(Default)]
 pub struct Scratch {
     buf: HostBuffer,
+    /// The scaled copy of an out-of-place input that `MulSum` reduces
+    /// (`comm::collective::premul`), kept apart from `buf`, which the
+    /// algorithm uses during the same call.
+    pub(crate) premul: HostBuffer,
 }
 
 impl Scratch {

@@ -175,6 +175,8 @@ pub fn slices(v: &[Vec<u8>]) -> Vec<&[u8]> {
 }
 
 /// What the files use, in one line each.
+pub(crate) mod premul;
+
 mod prelude {
     pub(super) use super::{CostForm, Expect, Spec};
     pub(super) use crate::comm::algo::{self, Algorithm};
@@ -254,8 +256,14 @@ macro_rules! registry {
                 }
             }
 
-            /// Runs this collective's host algorithm ([`Spec::host`]).
+            /// Runs this collective's host algorithm ([`Spec::host`]),
+            /// `MulSum`'s pre-multiplication first ([`premul`]).
             pub fn run_host<T: Transport>(self, run: HostRun<'_, T>) -> CommResult<()> {
+                premul::run(self, run)
+            }
+
+            /// The file's own host algorithm, given an op it reduces by.
+            fn run_spec_host<T: Transport>(self, run: HostRun<'_, T>) -> CommResult<()> {
                 match self {
                     $(Collective::$variant => $file::$spec.host(run),)*
                     $(#[cfg(test)] Collective::$t_variant => $t_file::$t_spec.host(run),)*

@@ -1,6 +1,6 @@
 //! The [`Communicator`] trait over NCCL.
 
-use super::transfer::{addr, nccl_op, nccl_type};
+use super::transfer::{addr, nccl_type};
 use super::NcclComm;
 use crate::comm::library::{self, LibraryCalls};
 use crate::comm::{
@@ -54,6 +54,10 @@ impl Communicator for NcclComm {
 
     fn alloc(&self, bytes: usize) -> CommResult<DeviceBuffer> {
         Ok(self.gpu.alloc(bytes)?)
+    }
+
+    fn cannot_run(&self, dtype: DType, _reduces: bool) -> Option<String> {
+        self.type_refusal(dtype)
     }
 
     fn collective(
@@ -278,7 +282,7 @@ impl NcclComm {
 impl LibraryCalls for NcclComm {
     fn all_reduce_call(&mut self, io: Io<'_, DeviceBuffer>, a: CollArgs) -> CommResult<()> {
         let (s, r, comm, stream) = self.coll_ptrs(Collective::AllReduce, &io, &a)?;
-        let (t, op) = (nccl_type(a.dtype), nccl_op(a.op));
+        let (t, op) = (nccl_type(a.dtype), self.red_op(&a)?);
         // SAFETY: pointers checked to hold `count` elements on this GPU.
         self.call("ncclAllReduce", || unsafe {
             sys::ncclAllReduce(s, r, a.count, t, op, comm, stream)
@@ -296,7 +300,7 @@ impl LibraryCalls for NcclComm {
 
     fn reduce_scatter_call(&mut self, io: Io<'_, DeviceBuffer>, a: CollArgs) -> CommResult<()> {
         let (s, r, comm, stream) = self.coll_ptrs(Collective::ReduceScatter, &io, &a)?;
-        let (t, op) = (nccl_type(a.dtype), nccl_op(a.op));
+        let (t, op) = (nccl_type(a.dtype), self.red_op(&a)?);
         // SAFETY: as in all_reduce.
         self.call("ncclReduceScatter", || unsafe {
             sys::ncclReduceScatter(s, r, a.count, t, op, comm, stream)
@@ -316,7 +320,7 @@ impl LibraryCalls for NcclComm {
     fn reduce_call(&mut self, io: Io<'_, DeviceBuffer>, a: CollArgs) -> CommResult<()> {
         self.check_root(a.root)?;
         let (s, r, comm, stream) = self.coll_ptrs(Collective::Reduce, &io, &a)?;
-        let (t, op, root) = (nccl_type(a.dtype), nccl_op(a.op), a.root as i32);
+        let (t, op, root) = (nccl_type(a.dtype), self.red_op(&a)?, a.root as i32);
         // SAFETY: as in all_reduce.
         self.call("ncclReduce", || unsafe {
             sys::ncclReduce(s, r, a.count, t, op, root, comm, stream)

@@ -95,6 +95,9 @@ pub struct NcclComm {
     /// Set during [`Communicator::capture`]'s sizing pass: calls check their
     /// arguments and allocate what they need, and issue nothing.
     sizing: bool,
+    /// The type of the PreMulSum operator `mulsum` created and keeps (one at
+    /// a time, so NCCL names it `ncclNumOps`; see `redop`).
+    premul: Option<DType>,
     /// The rendezvous store of a multi-process job (rank 0 serves it), kept
     /// for the communicator's lifetime as the store asks.
     _store: Option<Store>,
@@ -105,6 +108,7 @@ pub struct NcclComm {
 unsafe impl Send for NcclComm {}
 
 mod communicator;
+mod redop;
 mod setup;
 mod transfer;
 mod wait;

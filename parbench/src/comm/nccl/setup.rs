@@ -183,6 +183,7 @@ impl NcclComm {
             scratch: None,
             token: None,
             sizing: false,
+            premul: None,
             _store: None,
         }
     }

@@ -2,7 +2,7 @@
 //! and the groups that flush them.
 
 use super::{nccl_text, NcclComm};
-use crate::comm::{CommError, CommResult, DType, Io, ReduceOp};
+use crate::comm::{CommError, CommResult, DType, Io};
 use crate::gpu::{DeviceBuffer, Gpu};
 use cudarc::driver::sys as cusys;
 use cudarc::nccl::sys;
@@ -214,17 +214,11 @@ pub(super) fn nccl_type(d: DType) -> sys::ncclDataType_t {
         DType::I32 => T::ncclInt32,
         DType::I64 => T::ncclInt64,
         DType::U8 => T::ncclUint8,
-    }
-}
-
-pub(super) fn nccl_op(op: ReduceOp) -> sys::ncclRedOp_t {
-    use sys::ncclRedOp_t as O;
-    match op {
-        ReduceOp::Sum => O::ncclSum,
-        ReduceOp::Prod => O::ncclProd,
-        ReduceOp::Min => O::ncclMin,
-        ReduceOp::Max => O::ncclMax,
-        ReduceOp::Avg => O::ncclAvg,
+        DType::I8 => T::ncclInt8,
+        DType::U32 => T::ncclUint32,
+        DType::U64 => T::ncclUint64,
+        DType::F8E4M3 => T::ncclFloat8e4m3,
+        DType::F8E5M2 => T::ncclFloat8e5m2,
     }
 }
 

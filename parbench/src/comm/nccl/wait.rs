@@ -108,6 +108,7 @@ impl Drop for NcclComm {
         match drop_action(self.comm.is_null(), flushed && finished) {
             DropAction::Nothing => {}
             DropAction::Destroy => {
+                self.release_premul();
                 // SAFETY: live communicator, destroyed once.
                 unsafe {
                     let _ = sys::ncclCommDestroy(self.comm);
