@@ -432,12 +432,11 @@ impl LocalTransport {
                 continue;
             }
             let me = &self.shared.sleepers[self.rank];
-            {
-                let mut t = lock(&me.thread);
-                if t.is_none() {
-                    *t = Some(std::thread::current());
-                }
-            }
+            // The thread waiting now: a rank's communicator may move between
+            // threads (a duplicate made on the compute thread, then used by
+            // the data group's thread), and unparking the one that first
+            // waited would leave this one to its nap's end.
+            *lock(&me.thread) = Some(std::thread::current());
             me.parked.store(true, Ordering::SeqCst);
             if !ready() && self.shared.aborted.load(Ordering::SeqCst) == NO_ABORT {
                 let nap = deadline
