@@ -422,6 +422,8 @@ where
         c.copy(share, 0, &mut copy, 0, len / g)?;
         c.sync()?;
         let dtype = self.dtype;
+        // Before the hand-over: the thread may finish a small gather first.
+        let submitted_us = host_now_us();
         self.reducer
             .as_deref_mut()
             .ok_or_else(|| PipelineError::Protocol("no thread for the prefetch".into()))?
@@ -430,7 +432,7 @@ where
         self.prefetched.push_back(Prefetch {
             stage,
             layer,
-            submitted_us: host_now_us(),
+            submitted_us,
             bytes: ((len + len / g) * dtype.size()) as f64,
         });
         Ok(())
