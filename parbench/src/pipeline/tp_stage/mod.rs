@@ -642,19 +642,9 @@ where
         let mut clock = PhaseClock::new();
         for layer in (0..n).rev() {
             if a.kind == ActionKind::B {
-                let b = self
-                    .blocks
-                    .get(&a.stage)
-                    .and_then(|l| l.get(layer))
-                    .ok_or_else(|| missing(a.stage))?;
-                let st = self
-                    .scratch
-                    .get_mut(&a.stage)
-                    .ok_or_else(|| missing(a.stage))?;
                 std::thread::sleep(per_layer(input_half));
                 clock.end_compute(c).map_err(layer_err)?;
-                b.pass_collectives(c, &mut *self.tp, &mut clock, st)
-                    .map_err(layer_err)?;
+                self.stand_in_collectives(c, a.stage, layer, &mut clock)?;
             }
             std::thread::sleep(per_layer(weight_half));
             clock.end_compute(c).map_err(layer_err)?;
@@ -662,6 +652,25 @@ where
         }
         self.charge(&clock, born);
         Ok(())
+    }
+
+    /// Under `--work sleep`: layer `layer`'s tensor-parallel collectives
+    /// of one pass on its stage's scratch state.
+    fn stand_in_collectives(
+        &mut self,
+        c: &C,
+        stage: usize,
+        layer: usize,
+        clock: &mut PhaseClock,
+    ) -> Result<(), PipelineError> {
+        let b = self
+            .blocks
+            .get(&stage)
+            .and_then(|l| l.get(layer))
+            .ok_or_else(|| missing(stage))?;
+        let st = self.scratch.get_mut(&stage).ok_or_else(|| missing(stage))?;
+        b.pass_collectives(c, &mut *self.tp, clock, st)
+            .map_err(layer_err)
     }
 
     /// Adds one pass's compute and tensor-parallel time, and its

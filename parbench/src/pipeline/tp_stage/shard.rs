@@ -816,14 +816,7 @@ where
         }
         Ok((differing, values))
     }
-}
 
-impl<'g, C, T, D> TpStages<'g, C, T, D>
-where
-    C: Compute,
-    T: Communicator<Buffer = C::Buf>,
-    D: Communicator<Buffer = C::Buf>,
-{
     /// Two counts summed over the tensor group onto its rank 0 (a
     /// collective of the group; the other ranks get their own back).
     pub fn sum_over_tensor_group(

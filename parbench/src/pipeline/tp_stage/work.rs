@@ -231,17 +231,7 @@ where
                 })?;
                 std::thread::sleep(per_layer(reads));
                 clock.end_compute(c).map_err(layer_err)?;
-                let b = self
-                    .blocks
-                    .get(&a.stage)
-                    .and_then(|l| l.get(layer))
-                    .ok_or_else(|| missing(a.stage))?;
-                let st = self
-                    .scratch
-                    .get_mut(&a.stage)
-                    .ok_or_else(|| missing(a.stage))?;
-                b.pass_collectives(c, &mut *self.tp, &mut clock, st)
-                    .map_err(layer_err)?;
+                self.stand_in_collectives(c, a.stage, layer, &mut clock)?;
                 self.release_layer(c, a.stage, layer)?;
             }
             if matches!(a.kind, ActionKind::B | ActionKind::W) {
