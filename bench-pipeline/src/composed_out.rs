@@ -196,9 +196,10 @@ fn print_sharded(job: &ComposedJob, rec: &ComposedRecord, f: &Figures) {
         if s == Shard::None { "; DDP's bucket copy of the gradients besides" } else { "" }
     );
     parbench::outln!(
-        "    {:>5} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12} {:>12} {:>12} {:>12} {:>8} {:>12}",
+        "    {:>5} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12} {:>12} {:>12} {:>12} {:>8} {:>12}",
         "rank",
         "gather",
+        "handover",
         "scatter",
         "exposed",
         "hidden",
@@ -214,9 +215,10 @@ fn print_sharded(job: &ComposedJob, rec: &ComposedRecord, f: &Figures) {
         let h = r.held_end;
         let held = h.total();
         parbench::outln!(
-            "    {:>5} {:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>12.0} {:>12.0} {:>12.0} {:>12.0} {:>7.1}% {:>12.0}",
+            "    {:>5} {:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>12.0} {:>12.0} {:>12.0} {:>12.0} {:>7.1}% {:>12.0}",
             r.rank,
             r.gather_us,
+            r.handover_us,
             r.scatter_us,
             r.exposed_us,
             r.hidden_us(),
@@ -229,7 +231,7 @@ fn print_sharded(job: &ComposedJob, rec: &ComposedRecord, f: &Figures) {
             r.held_peak_total
         );
     }
-    parbench::outln!("    (us per rank per step, median over the timed steps: the per-layer all-gathers (on the data group's thread with --prefetch, else on the compute's) and reduce-scatters (on the compute's), the part the compute waited for, the rest (hidden: ran while the compute did), Adam; bytes held at the last step's end by kind, counted from the buffers, against the split above; peak: the most held at once during the step)");
+    parbench::outln!("    (us per rank per step, median over the timed steps: the per-layer all-gathers (on the data group's thread with --prefetch, else on the compute's; handover: the part of them the thread took to take each up once it was free to start, its wake-up) and reduce-scatters (on the compute's), the part the compute waited for, the rest (hidden: ran while the compute did), Adam; bytes held at the last step's end by kind, counted from the buffers, against the split above; peak: the most held at once during the step)");
 }
 
 fn wire_line(w: &WireProbe) -> String {
@@ -499,7 +501,7 @@ fn sharded_json(job: &ComposedJob, rec: &ComposedRecord, f: &Figures) -> Value {
             let h = r.held_end;
             json!({
                 "rank": r.rank, "gather_us": r.gather_us, "scatter_us": r.scatter_us,
-                "exposed_us": r.exposed_us, "hidden_us": r.hidden_us(), "optimizer_us": r.optimizer_us, "calls": r.calls,
+                "exposed_us": r.exposed_us, "hidden_us": r.hidden_us(), "handover_us": r.handover_us, "optimizer_us": r.optimizer_us, "calls": r.calls,
                 "held_bytes": {"weights": h.params, "grads": h.grads, "optimizer": h.optimizer, "buffers": h.buffers, "total": h.total()},
                 "held_peak_bytes": r.held_peak_total,
             })

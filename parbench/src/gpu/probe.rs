@@ -127,6 +127,9 @@ impl Lib {
                 "ncclGroupEnd",
                 "ncclGetErrorString",
                 "ncclCommGetAsyncError",
+                // mulsum (NCCL 2.11 and later).
+                "ncclRedOpCreatePreMulSum",
+                "ncclRedOpDestroy",
             ],
             Lib::CublasLt => &[
                 "cublasLtCreate",

@@ -100,6 +100,9 @@ pub struct ShardFigures {
     pub gather_us: f64,
     pub scatter_us: f64,
     pub exposed_us: f64,
+    /// With `--prefetch`: the part of `gather_us` the thread took to take
+    /// each gather up once it was free to start (its wake-up).
+    pub handover_us: f64,
     /// Adam's update at the step's end.
     pub optimizer_us: f64,
     /// Per-layer sharded collectives in a step.
@@ -229,6 +232,7 @@ impl ComposedRecord {
                     gather_us: med(|t| t.shard_gather_us),
                     scatter_us: med(|t| t.shard_scatter_us),
                     exposed_us: med(|t| t.shard_exposed_us),
+                    handover_us: med(|t| t.shard_handover_us),
                     optimizer_us: med(|t| t.optimizer_us),
                     calls: r.times.last().map_or(0, |t| t.shard_calls),
                     held_end: r.times.last().map(|t| t.held_end).unwrap_or_default(),
@@ -645,7 +649,7 @@ where
     }))
 }
 
-const TIMES_FIELDS: usize = 5 + 5 + 4 + 4 + 1;
+const TIMES_FIELDS: usize = 5 + 6 + 4 + 4 + 1;
 const SPAN_FIELDS: usize = 4;
 
 fn encode_figures(f: &RankFigures) -> Vec<f64> {
@@ -661,6 +665,7 @@ fn encode_figures(f: &RankFigures) -> Vec<f64> {
             t.shard_scatter_us,
             t.shard_exposed_us,
             t.shard_calls as f64,
+            t.shard_handover_us,
             t.optimizer_us,
         ]);
         v.extend(held_fields(&t.held_end));
@@ -740,10 +745,11 @@ fn decode_figures(from: usize, mesh: &MeshShape, v: &[f64]) -> Result<RankFigure
             shard_scatter_us: t[6],
             shard_exposed_us: t[7],
             shard_calls: t[8].max(0.0) as usize,
-            optimizer_us: t[9],
-            held_end: held_of(&t[10..14]),
-            held_peak: held_of(&t[14..18]),
-            held_peak_total: t[18],
+            shard_handover_us: t[9],
+            optimizer_us: t[10],
+            held_end: held_of(&t[11..15]),
+            held_peak: held_of(&t[15..19]),
+            held_peak_total: t[19],
         });
         at += TIMES_FIELDS;
     }
@@ -878,6 +884,7 @@ mod tests {
                 shard_scatter_us: 5.0,
                 shard_exposed_us: 6.0,
                 shard_calls: 7,
+                shard_handover_us: 7.5,
                 optimizer_us: 8.0,
                 held_end: HeldBytes {
                     params: 1.0,

@@ -232,6 +232,10 @@ pub struct StageStepTimes {
     pub shard_exposed_us: f64,
     /// Per-layer sharded collectives run.
     pub shard_calls: usize,
+    /// With `--prefetch`: of `shard_gather_us`, the time from each gather
+    /// being free to start (handed over, the thread's previous job done)
+    /// to the thread taking it up (its wake-up).
+    pub shard_handover_us: f64,
     /// Adam's update at the step's end (with `--shard`).
     pub optimizer_us: f64,
     /// What the rank held at the step's end, and the peak of each kind

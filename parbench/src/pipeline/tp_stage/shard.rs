@@ -477,6 +477,7 @@ where
             let took = (r.end_us - from).max(0.0);
             self.shard_span(SpanGroup::ShardGather, from, took);
             self.step.shard_gather_us += took;
+            self.step.shard_handover_us += (r.taken_us - from).clamp(0.0, took);
             if p.stage == stage && p.layer == layer {
                 return Ok(r.buf);
             }
