@@ -8,9 +8,7 @@ use super::layouts::{group_wire, kind_of, wires_of, Layout, Shard};
 use crate::comm::Collective;
 use crate::model::alpha_beta::LinkParams;
 use crate::model::bubble::peak_activations;
-use crate::model::footprint::{
-    activation_bytes_per_layer, Recompute, MIXED_PRECISION_ADAM_BYTES_PER_PARAM,
-};
+use crate::model::footprint::{activation_bytes_per_layer, Recompute};
 use crate::model::sim::{simulate, SimCosts, StageCosts};
 use crate::model::tensor_parallel::{TpMode, TpTraffic};
 use crate::schedule::{generate, peak_in_flight, Placement, ScheduleKind};
@@ -500,13 +498,7 @@ impl Planner<'_> {
         let params = self.params_per_device(l);
         // 16-bit weights (2) and gradients (2), fp32 master weights and
         // Adam moments (12): what each mode shards over its group.
-        let group = l.shard_group.max(1) as f64;
-        let per_param = match l.shard {
-            Shard::None => MIXED_PRECISION_ADAM_BYTES_PER_PARAM as f64,
-            Shard::Zero1 => 4.0 + 12.0 / group,
-            Shard::Zero2 => 2.0 + 14.0 / group,
-            Shard::Zero3 => 16.0 / group,
-        };
+        let per_param = l.shard.bytes_per_param(2, l.shard_group);
         // What a sharded step holds whole for a moment: one layer's
         // gradients before their reduce-scatter; with ZeRO-3 also two
         // layers' gathered parameters (the current and the prefetched).

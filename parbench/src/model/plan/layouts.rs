@@ -82,6 +82,24 @@ impl Shard {
     pub fn by_name(name: &str) -> Option<Shard> {
         Shard::ALL.iter().find(|(n, _)| *n == name).map(|(_, s)| *s)
     }
+
+    /// Bytes per parameter a rank holds under this mode, by the ZeRO
+    /// paper's split (Rajbhandari et al. 2020, section 5): weights and
+    /// gradients `weight_bytes` each, and Adam's `K` (8 for the fp32
+    /// moments, 4 more for fp32 master weights under narrower weights),
+    /// over the sharding group `group` as the mode shards them. Mixed
+    /// precision (`weight_bytes` 2): 16, 4 + 12/g, 2 + 14/g, 16/g.
+    pub fn bytes_per_param(self, weight_bytes: usize, group: u64) -> f64 {
+        let w = weight_bytes as f64;
+        let k = 8.0 + if weight_bytes < 4 { 4.0 } else { 0.0 };
+        let g = group.max(1) as f64;
+        match self {
+            Shard::None => w + w + k,
+            Shard::Zero1 => w + w + k / g,
+            Shard::Zero2 => w + (w + k) / g,
+            Shard::Zero3 => (w + w + k) / g,
+        }
+    }
 }
 
 impl Layout {

@@ -513,11 +513,7 @@ where
                 s.gather_layer(c, stage, layer, layer.checked_sub(1))
             })?;
             let tp = &mut *self.tp;
-            let b = self
-                .blocks
-                .get(&stage)
-                .and_then(|l| l.get(layer))
-                .ok_or_else(|| missing(stage))?;
+            let b = block(&self.blocks, stage, layer)?;
             let st = &mut stash[layer];
             b.backward_input_state(c, tp, &mut clock, st, dy)
                 .map_err(layer_err)?;
@@ -597,21 +593,13 @@ where
             })?;
             let st = &mut stash[layer];
             let tp = &mut *self.tp;
-            let b = self
-                .blocks
-                .get_mut(&stage)
-                .and_then(|l| l.get_mut(layer))
-                .ok_or_else(|| missing(stage))?;
+            let b = block_mut(&mut self.blocks, stage, layer)?;
             b.backward_input_state(c, tp, &mut clock, st, dy)
                 .map_err(layer_err)?;
             dy = st.take_input_grad(c).map_err(layer_err)?;
             self.release_layer(c, stage, layer)?;
             self.grads_for_pass(c, stage, layer)?;
-            let b = self
-                .blocks
-                .get_mut(&stage)
-                .and_then(|l| l.get_mut(layer))
-                .ok_or_else(|| missing(stage))?;
+            let b = block_mut(&mut self.blocks, stage, layer)?;
             b.backward_weight_state(c, &mut clock, &stash[layer])
                 .map_err(layer_err)?;
             self.sharded_op(&mut clock, &mut born, |s| {
@@ -667,11 +655,7 @@ where
         layer: usize,
         clock: &mut PhaseClock,
     ) -> Result<(), PipelineError> {
-        let b = self
-            .blocks
-            .get(&stage)
-            .and_then(|l| l.get(layer))
-            .ok_or_else(|| missing(stage))?;
+        let b = block(&self.blocks, stage, layer)?;
         let st = self.scratch.get_mut(&stage).ok_or_else(|| missing(stage))?;
         b.pass_collectives(c, &mut *self.tp, clock, st)
             .map_err(layer_err)
@@ -781,6 +765,30 @@ fn layer_err(e: crate::layers::LayerError) -> PipelineError {
         crate::layers::LayerError::Compute(e) => PipelineError::Compute(e),
         crate::layers::LayerError::Config(m) => PipelineError::Invalid(m),
     }
+}
+
+/// Block `layer` of `stage` (borrowing only the blocks, so that a
+/// caller can hold the groups beside it).
+fn block<C: Compute>(
+    blocks: &HashMap<usize, Vec<TpBlock<C>>>,
+    stage: usize,
+    layer: usize,
+) -> Result<&TpBlock<C>, PipelineError> {
+    blocks
+        .get(&stage)
+        .and_then(|l| l.get(layer))
+        .ok_or_else(|| missing(stage))
+}
+
+fn block_mut<C: Compute>(
+    blocks: &mut HashMap<usize, Vec<TpBlock<C>>>,
+    stage: usize,
+    layer: usize,
+) -> Result<&mut TpBlock<C>, PipelineError> {
+    blocks
+        .get_mut(&stage)
+        .and_then(|l| l.get_mut(layer))
+        .ok_or_else(|| missing(stage))
 }
 
 fn missing(stage: usize) -> PipelineError {

@@ -128,23 +128,17 @@ impl HeldBytes {
     }
 }
 
-/// Bytes per parameter each mode holds once a step is done, by the ZeRO
-/// paper's split (Rajbhandari et al. 2020, section 5): weights `w`,
-/// gradients `w`, and the optimizer's `k` (Adam: 8 for the moments, 4
-/// more for fp32 master weights under 16-bit ones), over the sharding
-/// group `g` as each mode shards them; replicated data parallel holds
-/// DDP's bucket copy of the gradients besides (as PyTorch's DDP does
-/// without `gradient_as_bucket_view`).
+/// Bytes per parameter this step holds once it is done: the ZeRO paper's
+/// split ([`Shard::bytes_per_param`], the planner's too), and with
+/// replicated data parallel DDP's bucket copy of the gradients besides
+/// (as PyTorch's DDP holds without `gradient_as_bucket_view`).
 pub fn bytes_per_param(shard: Shard, weight_bytes: usize, group: usize) -> f64 {
-    let w = weight_bytes as f64;
-    let k = 8.0 + if weight_bytes < 4 { 4.0 } else { 0.0 };
-    let g = group.max(1) as f64;
-    match shard {
-        Shard::None => w + w + w + k,
-        Shard::Zero1 => w + w + k / g,
-        Shard::Zero2 => w + (w + k) / g,
-        Shard::Zero3 => (w + w + k) / g,
-    }
+    let buckets = if shard == Shard::None {
+        weight_bytes as f64
+    } else {
+        0.0
+    };
+    shard.bytes_per_param(weight_bytes, group as u64) + buckets
 }
 
 /// Rank `r`'s share of a unit of `len` elements over `g` ranks: (start, elements).
@@ -400,11 +394,7 @@ where
             b_2: take()?,
         };
         c.sync()?;
-        let b = self
-            .blocks
-            .get_mut(&stage)
-            .and_then(|l| l.get_mut(layer))
-            .ok_or_else(|| missing(stage))?;
+        let b = block_mut(&mut self.blocks, stage, layer)?;
         b.put_params(params);
         Ok(())
     }
@@ -494,8 +484,7 @@ where
         if self.shard() != Some(Shard::Zero3) {
             return Ok(());
         }
-        let blocks = self.blocks.get_mut(&stage).ok_or_else(|| missing(stage))?;
-        let b = blocks.get_mut(layer).ok_or_else(|| missing(stage))?;
+        let b = block_mut(&mut self.blocks, stage, layer)?;
         drop(b.take_params(c).map_err(layer_err)?);
         Ok(())
     }
@@ -508,11 +497,10 @@ where
         stage: usize,
         layer: usize,
     ) -> Result<(), PipelineError> {
-        if !matches!(self.shard(), Some(Shard::Zero2 | Shard::Zero3)) {
+        if !self.cfg.reduce.per_layer() {
             return Ok(());
         }
-        let blocks = self.blocks.get_mut(&stage).ok_or_else(|| missing(stage))?;
-        let b = blocks.get_mut(layer).ok_or_else(|| missing(stage))?;
+        let b = block_mut(&mut self.blocks, stage, layer)?;
         b.zero_grads(c).map_err(layer_err)
     }
 
@@ -525,7 +513,7 @@ where
         stage: usize,
         layer: usize,
     ) -> Result<(), PipelineError> {
-        if !matches!(self.shard(), Some(Shard::Zero2 | Shard::Zero3)) {
+        if !self.cfg.reduce.per_layer() {
             return Ok(());
         }
         let start = host_now_us();
@@ -555,8 +543,7 @@ where
                 self.grad_shares.insert((stage, layer), part);
             }
         }
-        let blocks = self.blocks.get_mut(&stage).ok_or_else(|| missing(stage))?;
-        let b = blocks.get_mut(layer).ok_or_else(|| missing(stage))?;
+        let b = block_mut(&mut self.blocks, stage, layer)?;
         drop(b.take_grads(c).map_err(layer_err)?);
         c.sync()?;
         self.transient = 0.0;

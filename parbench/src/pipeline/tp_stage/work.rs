@@ -69,11 +69,7 @@ where
                 s.gather_layer(c, stage, layer, (layer + 1 < n).then_some(layer + 1))
             })?;
             let tp = &mut *self.tp;
-            let b = self
-                .blocks
-                .get(&stage)
-                .and_then(|l| l.get(layer))
-                .ok_or_else(|| missing(stage))?;
+            let b = block(&self.blocks, stage, layer)?;
             let mut st = b.new_state(c, x).map_err(layer_err)?;
             b.forward_state(c, tp, &mut clock, &mut st)
                 .map_err(layer_err)?;
