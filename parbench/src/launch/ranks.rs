@@ -13,11 +13,11 @@
 //! the communication errors it caused on the others (their waits that
 //! passed a deadline, then their lost peers), the lowest rank first.
 
-use super::report::rank_line;
 use super::{LaunchError, RankInfo};
 use crate::comm::{Algo, CommError, CommResult, Communicator, DType, HostComm, Transport};
 use crate::compute::cpu::CpuCompute;
 use crate::compute::Compute;
+use crate::error_line::rank_line;
 use std::time::Duration;
 
 /// How the ranks of a job start, worked out once by the binary.
