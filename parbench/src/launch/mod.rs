@@ -27,6 +27,7 @@
 //! print nothing on stdout and only their errors on stderr
 //! ([`RankInfo::prints`]). The same rule holds under every launcher.
 
+mod choose;
 pub mod flags;
 pub mod interrupt;
 pub mod ranks;
