@@ -257,41 +257,17 @@ where
     parse_command_line(argv).0
 }
 
-/// The backend chosen on the command line.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Backend {
-    Auto,
-    Local,
-    Tcp,
-    Nccl,
-    Mpi,
-}
+/// The backend chosen on the command line: `auto`, or one of the library's.
+pub use parbench::launch::flags::Backend;
 
-impl From<flags::Backend> for Backend {
-    fn from(b: flags::Backend) -> Self {
-        match b {
-            flags::Backend::Local => Backend::Local,
-            flags::Backend::Tcp => Backend::Tcp,
-            flags::Backend::Nccl => Backend::Nccl,
-            flags::Backend::Mpi => Backend::Mpi,
-        }
-    }
-}
-
-impl std::str::FromStr for Backend {
-    type Err = anyhow::Error;
-    /// `auto`, or one of the library's backends.
-    fn from_str(s: &str) -> Result<Self> {
-        if s.eq_ignore_ascii_case("auto") {
-            return Ok(Backend::Auto);
-        }
-        s.parse::<flags::Backend>().map(Backend::from).map_err(|_| {
-            anyhow!(
-                "unknown backend '{}' (expected auto, local, tcp, nccl or mpi)",
-                s.to_ascii_lowercase()
-            )
-        })
-    }
+/// `--backend`'s value, with the one line that lists what it takes.
+fn parse_backend(s: &str) -> Result<Backend> {
+    s.parse::<Backend>().map_err(|_| {
+        anyhow!(
+            "unknown backend '{}' (expected auto, local, tcp, nccl or mpi)",
+            s.to_ascii_lowercase()
+        )
+    })
 }
 
 /// Everything the sweep needs, checked: what every rank runs.
@@ -502,7 +478,7 @@ impl Args {
         let nccl_tests = crate::nccl_flags::NcclTestsFlags::from_args(self, (min, max, step))?;
         let nccl_tests_rows = nccl_tests.format == crate::nccl_flags::TableFormat::NcclTests;
         Ok(SweepJob {
-            backend: self.backend.parse()?,
+            backend: parse_backend(&self.backend)?,
             nprocs: self.nprocs,
             algo: self
                 .algo

@@ -5,45 +5,26 @@
 //! pairs below 70% of the median pair are named, and so is the rank that is
 //! on every slow pair (the likely culprit). Records: `links.csv` and run.json.
 
-use crate::cli::{Backend, SweepJob};
-use crate::run::{Finished, UsageError};
+use crate::cli::SweepJob;
+use crate::start::Finished;
 use anyhow::{Context, Result};
 use parbench::comm::{CommBuffer, CommResult, Communicator, DType, Io, ReduceOp};
-use parbench::launch;
 use parbench::launch::ranks::{self, Ended, RankBody, Ranks};
+use parbench::launch::UsageError;
 use parbench::results::{self, verdict, LinkRow, RunMeta, SLOW_SHARE};
 use std::time::Instant;
 
-/// Runs the pair sweep on the chosen backend.
-pub fn run(plan: &SweepJob, run_id: &str, joined: Option<launch::RankInfo>) -> Result<Finished> {
-    let (ranks, world) = match (plan.backend, joined) {
-        (Backend::Auto | Backend::Local, None) => {
-            let world = plan.nprocs.unwrap_or_else(crate::run::default_ranks);
-            (Ranks::Threads(world), world)
-        }
-        (Backend::Nccl, j) => nccl_ranks(plan, j)?,
-        (Backend::Mpi, _) => (Ranks::Mpi, 0),
-        (Backend::Tcp, None) => {
-            let world = plan.nprocs.unwrap_or_else(crate::run::default_ranks);
-            (Ranks::Spawn(world), world)
-        }
-        (_, Some(info)) => {
-            let world = info.world;
-            (Ranks::Joined(info), world)
-        }
-    };
-    let backend = match &ranks {
-        Ranks::Threads(_) => "local",
-        Ranks::Spawn(_) | Ranks::Job(_) | Ranks::Joined(_) => "tcp",
-        Ranks::Mpi => "mpi",
-        Ranks::Gpus(_) | Ranks::NcclJoined(_) => "nccl",
-    };
+/// Runs the pair sweep on the ranks the launcher chose for the backend.
+pub fn run(plan: &SweepJob, run_id: &str, ranks: Ranks) -> Result<Finished> {
+    let backend = ranks.backend().name();
+    // Under mpi the world is the library's, known once it started.
+    let world = ranks.world().unwrap_or(0);
     let gpus = matches!(ranks, Ranks::Gpus(_));
     // The output folder is checked before anything is measured, by the
     // process that writes it (under mpi rank 0 is known only once started).
-    let writes = match &ranks {
-        Ranks::Joined(info) | Ranks::NcclJoined(info) => info.rank == 0,
-        Ranks::Mpi => false,
+    let writes = match (&ranks, ranks.joined()) {
+        (_, Some(info)) => info.rank == 0,
+        (Ranks::Mpi, None) => false,
         _ => true,
     };
     if writes {
@@ -84,32 +65,6 @@ impl RankBody for Pairs<'_> {
         let world = comm.world();
         Ok(measure_pairs(comm, self.plan, self.run_id)?.map(|rows| (rows, world)))
     }
-}
-
-/// Per GPU pair through NCCL's send/recv: one thread per visible GPU, or
-/// one process per GPU under a launcher.
-#[cfg(feature = "cuda")]
-fn nccl_ranks(plan: &SweepJob, joined: Option<launch::RankInfo>) -> Result<(Ranks, usize)> {
-    use parbench::gpu::{self, Lib};
-    gpu::require(&[Lib::Driver, Lib::Nccl]).map_err(|e| UsageError(e.to_string()))?;
-    if let Some(info) = joined {
-        let world = info.world;
-        return Ok((Ranks::NcclJoined(info), world));
-    }
-    let visible = gpu::device_count().map_err(|e| UsageError(e.to_string()))?;
-    let world = plan.nprocs.or(plan.nccl_tests.ngpus).unwrap_or(visible);
-    if world == 0 || world > visible {
-        return Err(UsageError(format!(
-            "links -np {world}: this machine has {visible} visible GPU(s)"
-        ))
-        .into());
-    }
-    Ok((Ranks::Gpus(world), world))
-}
-
-#[cfg(not(feature = "cuda"))]
-fn nccl_ranks(_plan: &SweepJob, _joined: Option<launch::RankInfo>) -> Result<(Ranks, usize)> {
-    Err(UsageError("--backend nccl needs a build with `--features cuda`".into()).into())
 }
 
 /// What one rank measured as the sender of a pair.

@@ -25,6 +25,7 @@ mod progress_lines;
 mod recheck;
 mod reference_line;
 mod run;
+mod start;
 mod summary;
 mod sweep;
 #[cfg(test)]
@@ -69,15 +70,15 @@ fn main() -> ExitCode {
         }
     };
     match run::run(&plan) {
-        Ok(run::Finished::Launched { code }) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
-        Ok(run::Finished::Ran { wrong: 0 }) => ExitCode::SUCCESS,
-        Ok(run::Finished::Ran { wrong }) => {
+        Ok(start::Finished::Launched { code }) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
+        Ok(start::Finished::Ran { wrong: 0 }) => ExitCode::SUCCESS,
+        Ok(start::Finished::Ran { wrong }) => {
             say(format!(
                 "{wrong} wrong elements (summed over ranks): results are not exact"
             ));
             ExitCode::from(EXIT_NUM_RESULTS)
         }
-        Ok(run::Finished::BelowMinBw { why }) => {
+        Ok(start::Finished::BelowMinBw { why }) => {
             say(why);
             ExitCode::from(EXIT_NUM_RESULTS)
         }

@@ -86,7 +86,6 @@ pub fn check_host(cfg: &SweepConfig, world: usize, ranks_here: usize) -> Result<
 /// Device memory of one rank at the sweep's largest size: its send and
 /// receive buffers (the larger of the two in place), the worst collective
 /// and type.
-#[cfg(feature = "cuda")]
 pub fn per_gpu(cfg: &SweepConfig, world: usize) -> u128 {
     let Some(&largest) = cfg.sizes.last() else {
         return 0;
@@ -105,9 +104,8 @@ pub fn per_gpu(cfg: &SweepConfig, world: usize) -> u128 {
 /// Refuses a sweep whose device buffers do not fit GPU `ordinal`'s memory
 /// (one rank per GPU under NCCL). A GPU that cannot be asked
 /// passes (the device call will say what is wrong).
-#[cfg(feature = "cuda")]
 pub fn check_gpu(cfg: &SweepConfig, world: usize, ordinal: usize) -> Result<(), LimitError> {
-    let Ok(have) = parbench::gpu::device_memory(ordinal) else {
+    let Some(have) = parbench::launch::ranks::gpu_memory(ordinal) else {
         return Ok(());
     };
     let need = per_gpu(cfg, world);

@@ -113,14 +113,8 @@ pub fn record(meta: &mut RunMeta, reference: &Reference, rows: &[CollectiveRow])
     );
 }
 
-#[cfg(feature = "cuda")]
 pub(crate) fn gpu_names() -> Vec<String> {
-    parbench::gpu::device_names().unwrap_or_default()
-}
-
-#[cfg(not(feature = "cuda"))]
-pub(crate) fn gpu_names() -> Vec<String> {
-    Vec::new()
+    parbench::launch::ranks::gpu_facts().names
 }
 
 /// `nvlink` when `nvidia-smi nvlink --status` lists links with a speed,

@@ -1,8 +1,9 @@
 //! Starting or joining the ranks of each backend, running the sweep on every
 //! rank, and writing the records from rank 0.
 
-use crate::cli::{Backend, SweepJob};
+use crate::cli::SweepJob;
 use crate::memory;
+use crate::start::Finished;
 use crate::summary::{self, Summary};
 use crate::sweep::{self, Outcome, RunIds};
 use crate::wire::{self as wire_mod, WireFigures};
@@ -18,19 +19,6 @@ use std::path::Path;
 
 /// A problem with what the user asked for, found after parsing (exit code 2).
 pub use parbench::launch::UsageError;
-
-/// How a run ended on this process.
-pub enum Finished {
-    /// This process ran a rank (or all ranks): wrong elements summed over
-    /// ranks, as rank 0 saw them (0 on the other processes).
-    Ran { wrong: u64 },
-    /// Rank 0 ran, exact, but below `NCCL_TESTS_MIN_BW`: what fell below.
-    BelowMinBw { why: String },
-    /// This process spawned the ranks (`--backend tcp -np N`): pass on the
-    /// exit code of the first rank that failed (in time), or 0. The
-    /// launcher already named it.
-    Launched { code: i32 },
-}
 
 /// What rank 0 brings back from its sweep.
 pub struct RankReport {
@@ -50,16 +38,25 @@ pub fn run(plan: &SweepJob) -> Result<Finished> {
     let joined = launch::RankInfo::from_env().map_err(|e| UsageError(e.to_string()))?;
     crate::nccl_flags::check_backend(plan, joined.is_some()).map_err(UsageError)?;
     if plan.links {
-        return crate::links::run(plan, &run_id, joined);
+        let ranks = crate::start::ranks(plan, joined, "links -np")?;
+        return crate::links::run(plan, &run_id, ranks);
     }
-    let start = start(plan, joined)?;
+    let ranks = crate::start::ranks(plan, joined, "--backend nccl -np")?;
+    if let Ranks::Threads(world) = ranks {
+        if world > MAX_LOCAL_RANKS {
+            return Err(UsageError(format!(
+                "--nprocs {world}: --backend local runs at most {MAX_LOCAL_RANKS} ranks (threads of one process); use --backend tcp"
+            ))
+            .into());
+        }
+    }
     // Under mpi the world is known once MPI has started: the rank checks it.
-    if let Some(world) = start.world {
+    if let Some(world) = ranks.world() {
         plan.sweep
             .check_world(world)
             .map_err(|e| UsageError(e.to_string()))?;
     }
-    match start.ranks {
+    match ranks {
         Ranks::Threads(world) => run_local(plan, &run_id, bind, world),
         Ranks::Spawn(world) => run_spawn(plan, &run_id, world),
         // `start` spawns the -np ranks of one sweep, never a named job.
@@ -69,121 +66,6 @@ pub fn run(plan: &SweepJob) -> Result<Finished> {
         Ranks::Gpus(world) => run_nccl_gpus(plan, &run_id, world),
         Ranks::NcclJoined(info) => run_nccl_joined(plan, &run_id, info),
     }
-}
-
-/// The ranks of this run and its world, worked out once before anything
-/// runs (under mpi the library's own world, known once MPI has started).
-struct Start {
-    ranks: Ranks,
-    world: Option<usize>,
-}
-
-/// Which ranks the backend and the launcher variables ask for.
-fn start(plan: &SweepJob, joined: Option<launch::RankInfo>) -> Result<Start> {
-    let at = |ranks: Ranks, world: usize| Start {
-        ranks,
-        world: Some(world),
-    };
-    let asked = || plan.nprocs.unwrap_or_else(default_ranks);
-    Ok(match (plan.backend, joined) {
-        // Under a launcher (torchrun, mpirun, srun, a spawning parent) every
-        // process is one rank: that is the tcp backend.
-        (Backend::Auto | Backend::Tcp, Some(info)) => {
-            let world = info.world;
-            at(Ranks::Joined(info), world)
-        }
-        (Backend::Auto, None) | (Backend::Local, _) => {
-            let world = asked();
-            if world > MAX_LOCAL_RANKS {
-                return Err(UsageError(format!(
-                    "--nprocs {world}: --backend local runs at most {MAX_LOCAL_RANKS} ranks (threads of one process); use --backend tcp"
-                ))
-                .into());
-            }
-            at(Ranks::Threads(world), world)
-        }
-        (Backend::Tcp, None) => at(Ranks::Spawn(asked()), asked()),
-        (Backend::Nccl, joined) => start_nccl(plan, joined)?,
-        (Backend::Mpi, _) => start_mpi(plan)?,
-    })
-}
-
-#[cfg(feature = "mpi")]
-fn start_mpi(_plan: &SweepJob) -> Result<Start> {
-    Ok(Start {
-        ranks: Ranks::Mpi,
-        world: None,
-    })
-}
-
-#[cfg(not(feature = "mpi"))]
-fn start_mpi(_plan: &SweepJob) -> Result<Start> {
-    Err(UsageError(
-        "--backend mpi needs a build with `--features mpi` (and Open MPI or MPICH installed)"
-            .into(),
-    )
-    .into())
-}
-
-/// `--backend nccl`: under a launcher every process is one rank on one GPU
-/// (the unique id travels through the rendezvous store); otherwise this
-/// process drives `-np` GPUs (default: all visible), one thread each.
-#[cfg(feature = "cuda")]
-fn start_nccl(plan: &SweepJob, joined: Option<launch::RankInfo>) -> Result<Start> {
-    use parbench::gpu::{self, Lib};
-    // Before any CUDA call: no driver or no NCCL is one line and exit 2
-    // (the probe only looks the symbols up; it calls nothing).
-    gpu::require(&[Lib::Driver, Lib::Nccl]).map_err(|e| UsageError(e.to_string()))?;
-    let visible = gpu::device_count().map_err(|e| UsageError(e.to_string()))?;
-    if let Some(info) = joined {
-        let world = info.world;
-        return Ok(Start {
-            ranks: Ranks::NcclJoined(info),
-            world: Some(world),
-        });
-    }
-    let world = plan.nprocs.or(plan.nccl_tests.ngpus).unwrap_or(visible);
-    if world == 0 || world > visible {
-        return Err(UsageError(format!(
-            "--backend nccl -np {world}: this machine has {visible} visible GPU(s)"
-        ))
-        .into());
-    }
-    Ok(Start {
-        ranks: Ranks::Gpus(world),
-        world: Some(world),
-    })
-}
-
-#[cfg(not(feature = "cuda"))]
-fn start_nccl(_plan: &SweepJob, _joined: Option<launch::RankInfo>) -> Result<Start> {
-    Err(UsageError(
-        "--backend nccl needs a build with `--features cuda` (the NCCL communicator)".into(),
-    )
-    .into())
-}
-
-/// Default number of ranks: the CPU cores, at least 2.
-pub fn default_ranks() -> usize {
-    std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(2)
-        .max(2)
-}
-
-/// The ranks a launcher put on this host (torchrun, Open MPI, MPICH,
-/// Slurm), or 1 when none says.
-fn local_ranks() -> usize {
-    [
-        "LOCAL_WORLD_SIZE",
-        "OMPI_COMM_WORLD_LOCAL_SIZE",
-        "MPI_LOCALNRANKS",
-        "SLURM_NTASKS_PER_NODE",
-    ]
-    .iter()
-    .find_map(|k| std::env::var(k).ok()?.trim().parse().ok())
-    .filter(|&n: &usize| n >= 1)
-    .unwrap_or(1)
 }
 
 /// What can be checked before anything is measured: the output folder
@@ -208,7 +90,6 @@ fn begin(plan: &SweepJob, run_id: &str, backend: &str, world: usize) -> RunMeta 
 
 /// Where a rank of a library's communicator runs: where its launcher or
 /// library put it.
-#[cfg(any(feature = "mpi", feature = "cuda"))]
 fn unbound(whose: &str) -> Placement {
     Placement {
         cpu: None,
@@ -276,7 +157,7 @@ fn run_tcp(
     // started them (here the first to allocate would shrink the others').
     let ranks_here = match info.source {
         launch::LaunchSource::Spawned => 0,
-        _ => local_ranks(),
+        _ => launch::ranks_on_this_host(info.world),
     };
     if ranks_here > 0 || info.rank == 0 {
         preflight(plan, info.world, ranks_here, info.rank == 0)?;
@@ -306,7 +187,6 @@ fn run_tcp(
 /// One rank of an mpirun job: the launcher starts MPI, whose world is the
 /// library's; the rank checks it, --out and the memory before it measures
 /// ([`MpiSweep`]), and rank 0's run record takes the library's version.
-#[cfg(feature = "mpi")]
 fn run_mpi(plan: &SweepJob, run_id: &str) -> Result<Finished> {
     let body = MpiSweep {
         plan,
@@ -330,15 +210,9 @@ fn run_mpi(plan: &SweepJob, run_id: &str) -> Result<Finished> {
     finish(plan, &mut meta, report)
 }
 
-#[cfg(not(feature = "mpi"))]
-fn run_mpi(_plan: &SweepJob, _run_id: &str) -> Result<Finished> {
-    Err(anyhow!("--backend mpi needs a build with `--features mpi`"))
-}
-
 /// The sweep on one rank of an mpirun job: what the other backends check
 /// before their ranks start waits here for MPI's world. Bad input found
 /// then is the rank's outcome (exit code 2), not a fault of the transport.
-#[cfg(feature = "mpi")]
 struct MpiSweep<'a> {
     plan: &'a SweepJob,
     run_id: &'a str,
@@ -346,7 +220,6 @@ struct MpiSweep<'a> {
     meta: std::sync::Mutex<Option<RunMeta>>,
 }
 
-#[cfg(feature = "mpi")]
 impl RankBody for MpiSweep<'_> {
     type Out = Result<Option<RankReport>>;
     fn run<C: ranks::RankComm>(&self, comm: &mut C) -> CommResult<Self::Out> {
@@ -366,7 +239,6 @@ impl RankBody for MpiSweep<'_> {
     }
 }
 
-#[cfg(feature = "mpi")]
 impl MpiSweep<'_> {
     /// Checks the world, --out (on rank 0) and this host's memory, then
     /// begins the run record with the MPI library's version.
@@ -375,7 +247,7 @@ impl MpiSweep<'_> {
         plan.sweep
             .check_world(world)
             .map_err(|e| UsageError(e.to_string()))?;
-        preflight(plan, world, local_ranks(), rank == 0)?;
+        preflight(plan, world, launch::ranks_on_this_host(world), rank == 0)?;
         let mut meta = if rank == 0 {
             begin(plan, self.run_id, "mpi", world)
         } else {
@@ -393,31 +265,34 @@ impl MpiSweep<'_> {
 }
 
 /// The run record of an nccl run, with the GPUs and the library versions.
-#[cfg(feature = "cuda")]
 fn nccl_meta(plan: &SweepJob, run_id: &str, world: usize, writes: bool) -> RunMeta {
-    use parbench::gpu;
     let mut m = if writes {
         begin(plan, run_id, "nccl", world)
     } else {
         RunMeta::start("collectives", run_id, "nccl", world)
     };
-    m.gpus = gpu::device_names().unwrap_or_default();
-    if let Ok(v) = parbench::comm::nccl::nccl_version() {
+    let facts = ranks::gpu_facts();
+    m.gpus = facts.names;
+    if let Some(v) = facts.nccl {
         m.versions.insert("nccl".into(), v);
     }
-    if let Ok(v) = gpu::driver_version() {
+    if let Some(v) = facts.cuda_driver {
         m.versions.insert("cuda_driver".into(), v);
     }
     m
 }
 
 /// One process of an nccl job, on one GPU.
-#[cfg(feature = "cuda")]
 fn run_nccl_joined(plan: &SweepJob, run_id: &str, info: launch::RankInfo) -> Result<Finished> {
     // Before NCCL's first call: its tuning log fills the algo column.
     parbench::comm::nccl_tuning::set_up_log(&plan.out, run_id);
     let rank = info.rank;
-    preflight(plan, info.world, local_ranks(), rank == 0)?;
+    preflight(
+        plan,
+        info.world,
+        launch::ranks_on_this_host(info.world),
+        rank == 0,
+    )?;
     memory::check_gpu(&plan.sweep, info.world, info.local_rank.unwrap_or(0))
         .map_err(|e| UsageError(e.0))?;
     let mut m = nccl_meta(plan, run_id, info.world, rank == 0);
@@ -440,7 +315,6 @@ fn run_nccl_joined(plan: &SweepJob, run_id: &str, info: launch::RankInfo) -> Res
 }
 
 /// `-np` GPUs of this process, one thread each.
-#[cfg(feature = "cuda")]
 fn run_nccl_gpus(plan: &SweepJob, run_id: &str, world: usize) -> Result<Finished> {
     parbench::comm::nccl_tuning::set_up_log(&plan.out, run_id);
     preflight(plan, world, world, true)?;
@@ -459,22 +333,6 @@ fn run_nccl_gpus(plan: &SweepJob, run_id: &str, world: usize) -> Result<Finished
         &body,
     )?)?;
     finish(plan, &mut m, report)
-}
-
-#[cfg(not(feature = "cuda"))]
-fn run_nccl_joined(_: &SweepJob, _: &str, _: launch::RankInfo) -> Result<Finished> {
-    unreachable_without_cuda()
-}
-
-#[cfg(not(feature = "cuda"))]
-fn run_nccl_gpus(_: &SweepJob, _: &str, _: usize) -> Result<Finished> {
-    unreachable_without_cuda()
-}
-
-/// [`start_nccl`] refuses nccl in a build without CUDA, before any rank runs.
-#[cfg(not(feature = "cuda"))]
-fn unreachable_without_cuda() -> Result<Finished> {
-    Err(UsageError("--backend nccl needs a build with `--features cuda`".into()).into())
 }
 
 /// Where each rank of a sweep runs.

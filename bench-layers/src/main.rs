@@ -34,7 +34,7 @@ use clap::Parser;
 use cli::{Backend, Cli, LayerJob, UsageError};
 use parbench::comm::{Algo, CommError};
 use parbench::compute::cpu::CpuCompute;
-use parbench::launch::ranks::{self, Ended, JobFault, RankBody, RankComm, Ranks};
+use parbench::launch::ranks::{self, Ended, JobFault, RankBody, RankComm, Ranks, Wanted};
 use parbench::launch::{
     self, eprint_line, interrupt, report, LaunchError, LocalJob, RankInfo, Reported,
 };
@@ -93,39 +93,65 @@ fn main() {
 fn run(cli: &Cli) -> anyhow::Result<()> {
     let rank = RankInfo::from_env().map_err(|e| UsageError(e.to_string()))?;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    // On GPUs the ranks available are the visible GPUs, not the cores.
-    let default_ranks = if cli.backend.eq_ignore_ascii_case("nccl") {
-        visible_gpus()?
-    } else {
-        rank.as_ref().map_or(cores, |r| r.world)
-    };
+    // The backend's own parse (and its error) is the plan's.
+    let named = cli.backend.parse::<Backend>().unwrap_or(Backend::Local);
+    let default_ranks = ranks::default_ranks(named, rank.as_ref(), cores)?;
     let plan = cli.plan(default_ranks)?;
     parbench::launch::check_env_settings()?;
-    match (plan.backend, rank) {
-        (Backend::Local, _) => {
+    // Every degree's ranks, chosen before any runs: a degree this machine
+    // cannot start is refused first.
+    let mut chosen = Vec::with_capacity(plan.tps.len());
+    for &t in &plan.tps {
+        chosen.push(ranks_of(&plan, rank.clone(), t, None)?);
+    }
+    match chosen.first() {
+        Some(Ranks::Threads(_)) => {
             preflight(&plan, true, |t| t)?;
             sweep_here(&plan, |t| {
-                measure_here(&plan, t, Ranks::Threads(t), CpuCompute::threads_per_rank(t))
+                let ranks = ranks_of(&plan, None, t, None)?;
+                measure_here(&plan, t, ranks, CpuCompute::threads_per_rank(t))
             })
         }
-        (Backend::Tcp, Some(info)) => tcp_rank(&plan, &info),
-        (Backend::Tcp, None) => tcp_launch(&plan),
-        (Backend::Nccl, _) => {
-            if let Some(&t) = plan.tps.iter().find(|&&t| t > default_ranks) {
-                return Err(UsageError(format!(
-                    "--tp {t}: this machine has {default_ranks} visible GPU(s)"
-                ))
-                .into());
-            }
+        Some(Ranks::Gpus(_)) => {
             // The host holds little: the blocks live on the GPUs.
             preflight(&plan, true, |_| 0)?;
             check_gpus(&plan)?;
             // One thread and one NCCL communicator per GPU 0..t (nccl-tests'
             // `-g` way), the block computing on the communicator's stream.
-            sweep_here(&plan, |t| measure_here(&plan, t, Ranks::Gpus(t), 0))
+            sweep_here(&plan, |t| {
+                let ranks = ranks_of(&plan, None, t, None)?;
+                measure_here(&plan, t, ranks, 0)
+            })
         }
-        (Backend::Mpi, _) => mpi_rank(&plan),
+        Some(Ranks::Spawn(_) | Ranks::Job(_)) => tcp_launch(&plan),
+        Some(Ranks::Joined(_) | Ranks::NcclJoined(_)) => {
+            let ranks = chosen.swap_remove(0);
+            tcp_rank(&plan, ranks)
+        }
+        Some(Ranks::Mpi) => mpi_rank(&plan),
+        None => Ok(()),
     }
+}
+
+/// The ranks of degree `t` on the plan's backend, as the launcher chooses
+/// them (`joined`: this process's rank under a launcher); a spawned degree
+/// runs `job`.
+fn ranks_of(
+    plan: &LayerJob,
+    joined: Option<RankInfo>,
+    t: usize,
+    job: Option<LocalJob>,
+) -> anyhow::Result<Ranks> {
+    let too_many_gpus =
+        |t: usize, visible: usize| format!("--tp {t}: this machine has {visible} visible GPU(s)");
+    let wanted = Wanted {
+        ranks: Some(t),
+        gpus: Some(t),
+        default: t,
+        job,
+        too_many_gpus: &too_many_gpus,
+    };
+    Ok(Ranks::choose(plan.backend, joined, wanted)?)
 }
 
 /// The table of the degrees measured so far, printed if a signal stops the
@@ -331,21 +357,6 @@ fn sweep_here(
     }
 }
 
-/// The GPUs this process sees, for `--backend nccl`'s default degrees; no
-/// driver (or a build without CUDA) is one line, exit code 2.
-#[cfg(feature = "cuda")]
-fn visible_gpus() -> anyhow::Result<usize> {
-    parbench::gpu::device_count().map_err(|e| UsageError(format!("--backend nccl: {e}")).into())
-}
-
-#[cfg(not(feature = "cuda"))]
-fn visible_gpus() -> anyhow::Result<usize> {
-    Err(UsageError(
-        "--backend nccl: this build has no CUDA support (rebuild with --features cuda)".into(),
-    )
-    .into())
-}
-
 fn build_rows(plan: &LayerJob, backend: &str, ms: &[TpMeasurement]) -> Vec<LayerRow> {
     let id = std::env::var(ENV_RUN_ID).unwrap_or_else(|_| new_run_id("layers"));
     output::rows(plan, &id, backend, ms)
@@ -389,9 +400,8 @@ fn degree_fault(t: usize, fault: JobFault) -> anyhow::Error {
 
 /// Each degree's block on one GPU must fit its memory (GPU 0's, as every
 /// degree uses GPUs 0..t); a GPU that cannot be asked passes.
-#[cfg(feature = "cuda")]
 fn check_gpus(plan: &LayerJob) -> anyhow::Result<()> {
-    let Ok(have) = parbench::gpu::device_memory(0) else {
+    let Some(have) = ranks::gpu_memory(0) else {
         return Ok(());
     };
     for &t in &plan.tps {
@@ -407,11 +417,6 @@ fn check_gpus(plan: &LayerJob) -> anyhow::Result<()> {
         )
         .map_err(|e| UsageError(e.0))?;
     }
-    Ok(())
-}
-
-#[cfg(not(feature = "cuda"))]
-fn check_gpus(_: &LayerJob) -> anyhow::Result<()> {
     Ok(())
 }
 
@@ -435,7 +440,8 @@ fn tcp_launch(plan: &LayerJob) -> anyhow::Result<()> {
             .env(ENV_RUN_ID, &run_id);
         // The ranks run `Degree` in the children; this process only waits.
         let body = Degree { plan, threads: 0 };
-        if let Err(e) = ranks::run(Ranks::Job(job), Algo::Auto, plan.timeout, &body) {
+        let ranks = ranks_of(plan, None, t, Some(job))?;
+        if let Err(e) = ranks::run(ranks, Algo::Auto, plan.timeout, &body) {
             outcome = Err(degree_fault(t, e));
             break;
         }
@@ -452,20 +458,6 @@ fn tcp_launch(plan: &LayerJob) -> anyhow::Result<()> {
         Ok(()) => records.finish(),
         Err(e) => records.stopped(e),
     }
-}
-
-/// The ranks a launcher put on this host (torchrun, Open MPI, MPICH), or
-/// the job's world when none says.
-fn ranks_on_this_host(world: usize) -> usize {
-    [
-        "LOCAL_WORLD_SIZE",
-        "OMPI_COMM_WORLD_LOCAL_SIZE",
-        "MPI_LOCALNRANKS",
-    ]
-    .iter()
-    .find_map(|k| std::env::var(k).ok()?.trim().parse().ok())
-    .filter(|&n: &usize| n >= 1)
-    .unwrap_or(world)
 }
 
 /// One degree as the launcher runs it on each rank of a job: the block on
@@ -488,9 +480,14 @@ impl RankBody for Degree<'_> {
     }
 }
 
-/// One rank of a tcp job: runs the job's degree; rank 0 writes the row to
-/// the launcher's folder, or records it itself under an external launcher.
-fn tcp_rank(plan: &LayerJob, info: &RankInfo) -> anyhow::Result<()> {
+/// One rank of a job a launcher started (tcp, or nccl on one GPU): runs
+/// the job's degree; rank 0 writes the row to the spawning launcher's
+/// folder, or records it itself under an external launcher.
+fn tcp_rank(plan: &LayerJob, ranks: Ranks) -> anyhow::Result<()> {
+    let Some(info) = ranks.joined().cloned() else {
+        bail!("a joined rank without its launcher's variables");
+    };
+    let backend = ranks.backend().name();
     let t = info.world;
     let spawned = std::env::var_os(ENV_ROWS);
     if let Ok(want) = std::env::var(ENV_TP) {
@@ -503,7 +500,7 @@ fn tcp_rank(plan: &LayerJob, info: &RankInfo) -> anyhow::Result<()> {
         ))
         .into());
     }
-    let local_ranks = ranks_on_this_host(t);
+    let local_ranks = launch::ranks_on_this_host(t);
     // Under an external launcher rank 0 writes --out; every rank checks the
     // host's memory before any allocates (the spawning launcher did both).
     if spawned.is_none() {
@@ -515,18 +512,18 @@ fn tcp_rank(plan: &LayerJob, info: &RankInfo) -> anyhow::Result<()> {
     if spawned.is_none() && rank == 0 {
         meta = Some(Records::begin(
             plan,
-            RunMeta::start("layers", &new_run_id("layers"), "tcp", t),
+            RunMeta::start("layers", &new_run_id("layers"), backend, t),
         ));
     }
     let body = Degree { plan, threads };
-    let m = match ranks::run(Ranks::Joined(info.clone()), Algo::Auto, plan.timeout, &body)? {
+    let m = match ranks::run(ranks, Algo::Auto, plan.timeout, &body)? {
         Ended::Ran(ms) => ms.into_iter().flatten().next(),
         Ended::Launched { .. } => None,
     };
     let Some(m) = m else {
         return Ok(());
     };
-    let rows = build_rows(plan, "tcp", &[m]);
+    let rows = build_rows(plan, backend, &[m]);
     match (spawned, meta) {
         (Some(dir), _) => {
             append_rows(Path::new(&dir), &rows)?;
@@ -538,17 +535,6 @@ fn tcp_rank(plan: &LayerJob, info: &RankInfo) -> anyhow::Result<()> {
         }
         (None, None) => Ok(()),
     }
-}
-
-/// The local ranks an MPI launcher started on this host (Open MPI, then
-/// MPICH/Hydra), so that the ranks split this host's cores; the job's world
-/// when neither says.
-fn mpi_local_ranks(world: usize) -> usize {
-    ["OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"]
-        .iter()
-        .find_map(|k| std::env::var(k).ok()?.trim().parse().ok())
-        .filter(|&n: &usize| n >= 1)
-        .unwrap_or(world)
 }
 
 /// One rank of an mpirun job: the launcher starts MPI, whose world (as MPI
@@ -614,7 +600,7 @@ impl MpiDegree<'_> {
             ))
             .into());
         }
-        let local_ranks = mpi_local_ranks(t);
+        let local_ranks = launch::ranks_on_this_host(t);
         preflight(plan, rank == 0, |_| local_ranks)?;
         if rank == 0 {
             let mut meta = RunMeta::start("layers", &new_run_id("layers"), "mpi", t);

@@ -287,16 +287,8 @@ pub fn plan(args: &Args) -> Result<PipelineJob, String> {
             args.backend
         ));
     }
-    if args.backend == "nccl" && !cfg!(feature = "cuda") {
-        return Err(
-            "--backend nccl: this build has no CUDA support (rebuild with --features cuda)".into(),
-        );
-    }
-    if args.backend == "mpi" && !cfg!(feature = "mpi") {
-        return Err(
-            "--backend mpi needs a build with `--features mpi` (and Open MPI or MPICH installed)"
-                .into(),
-        );
+    if let Ok(backend) = args.backend.parse::<parbench::launch::flags::Backend>() {
+        backend.require_built().map_err(|e| e.0)?;
     }
     if composed {
         refuse_with_composed(args)?;

@@ -8,7 +8,7 @@ use parbench::comm::{Algo, CommBuffer, CommError, Communicator, DType, Io, Reduc
 use parbench::compute::cpu::CpuCompute;
 use parbench::compute::Compute;
 use parbench::launch::flags::Backend;
-use parbench::launch::ranks::{self, Ended, JobFault, RankBody, RankComm, Ranks};
+use parbench::launch::ranks::{self, Ended, JobFault, RankBody, RankComm, Ranks, Wanted};
 use parbench::launch::{self, RankInfo};
 use parbench::limits::bytes_text;
 use parbench::measure::clock_sync::TimeBase;
@@ -73,33 +73,46 @@ fn all_ranks(per_rank: &[u128]) -> u128 {
     per_rank.iter().sum()
 }
 
-/// Runs every planned run on the backend `--backend` names.
+/// Runs every planned run on the ranks the launcher starts for the
+/// backend `--backend` names: one per stage rank.
 pub fn run(args: &Args, plan: &PipelineJob) -> Result<()> {
     parbench::launch::check_env_settings()?;
-    match args.backend.parse::<Backend>() {
-        Ok(Backend::Local) => run_local(args, plan),
-        Ok(Backend::Tcp) => run_tcp(args, plan),
-        Ok(Backend::Nccl) => run_nccl(args, plan),
-        Ok(Backend::Mpi) => run_mpi(args, plan),
-        _ => bail!("unknown backend '{}'", args.backend),
+    let backend: Backend = args
+        .backend
+        .parse()
+        .map_err(|_| anyhow!("unknown backend '{}'", args.backend))?;
+    let joined = RankInfo::from_env().map_err(|e| Refused(e.to_string()))?;
+    let too_many_gpus =
+        |stages: usize, gpus: usize| format!("--backend nccl: {stages} stages but {gpus} GPU(s)");
+    let wanted = Wanted {
+        ranks: Some(args.nprocs.unwrap_or(plan.ranks)),
+        gpus: Some(plan.ranks),
+        default: plan.ranks,
+        job: None,
+        too_many_gpus: &too_many_gpus,
+    };
+    match Ranks::choose(backend, joined, wanted)? {
+        Ranks::Threads(_) => run_local(args, plan),
+        ranks @ (Ranks::Spawn(_) | Ranks::Job(_) | Ranks::Joined(_)) => run_tcp(args, plan, ranks),
+        ranks @ (Ranks::Gpus(_) | Ranks::NcclJoined(_)) => run_nccl(args, plan, ranks),
+        Ranks::Mpi => run_mpi(args, plan),
     }
 }
 
-/// Under `--backend nccl` without `--stages`: one stage per visible GPU
-/// (a machine without a driver is one line, exit code 2). Other backends,
-/// and builds without CUDA (which `cli::plan` refuses), keep the default.
+/// Without `--stages` on GPUs: one stage per visible GPU (a machine
+/// without a driver is one line, exit code 2; a build without CUDA the
+/// backend's refusal). Other backends keep the default.
 pub fn default_stages(args: &mut Args) -> Result<(), String> {
-    if args.backend != "nccl" || args.stages.is_some() || args.schedule_csv.is_some() {
+    let on_gpus = args.backend.parse::<Backend>() == Ok(Backend::Nccl);
+    if !on_gpus || args.stages.is_some() || args.schedule_csv.is_some() {
         return Ok(());
     }
-    #[cfg(feature = "cuda")]
-    {
-        let gpus = parbench::gpu::device_count().map_err(|e| format!("--backend nccl: {e}"))?;
-        if gpus == 0 {
-            return Err("--backend nccl: no visible GPU".into());
-        }
-        args.stages = Some(gpus);
+    Backend::Nccl.require_built().map_err(|e| e.0)?;
+    let gpus = ranks::visible_gpus().map_err(|e| format!("--backend nccl: {e}"))?;
+    if gpus == 0 {
+        return Err("--backend nccl: no visible GPU".into());
     }
+    args.stages = Some(gpus);
     Ok(())
 }
 
@@ -375,21 +388,12 @@ fn run_local(args: &Args, plan: &PipelineJob) -> Result<()> {
 
 /// One process per stage: `--nprocs N` (default S) spawns the ranks on this
 /// host; under torchrun, mpirun or srun their variables give the rank.
-fn run_tcp(args: &Args, plan: &PipelineJob) -> Result<()> {
-    let nprocs = args.nprocs.unwrap_or(plan.ranks);
-    let joined = RankInfo::from_env().map_err(|e| Refused(e.to_string()))?;
-    match &joined {
+fn run_tcp(args: &Args, plan: &PipelineJob, ranks: Ranks) -> Result<()> {
+    match ranks.joined() {
         // The spawning launcher checks for all its ranks, before they start.
         None => preflight(args, plan, true, all_ranks)?,
         Some(i) if i.source != launch::LaunchSource::Spawned => {
-            let here = [
-                "LOCAL_WORLD_SIZE",
-                "OMPI_COMM_WORLD_LOCAL_SIZE",
-                "MPI_LOCALNRANKS",
-            ]
-            .iter()
-            .find_map(|k| std::env::var(k).ok()?.trim().parse::<u128>().ok())
-            .unwrap_or(1);
+            let here = launch::ranks_on_this_host(i.world) as u128;
             preflight(args, plan, i.prints(), |p| {
                 p.iter().copied().max().unwrap_or(0) * here
             })?
@@ -397,26 +401,16 @@ fn run_tcp(args: &Args, plan: &PipelineJob) -> Result<()> {
         Some(_) => {}
     }
     let threads = threads(args, plan.ranks);
-    let ranks = match joined {
-        None => Ranks::Spawn(nprocs),
-        Some(info) => {
-            if info.world != plan.ranks {
-                bail!(
-                    "the job has {} ranks but the schedule has {} (set --stages or --nprocs to match)",
-                    info.world,
-                    plan.ranks
-                );
-            }
-            // Ranks on this host share its cores; without a local rank, assume all do.
-            pin(
-                info.local_rank.unwrap_or(info.rank),
-                plan.ranks,
-                threads,
-                args.pin,
-            );
-            Ranks::Joined(info)
-        }
-    };
+    if let Some(info) = ranks.joined() {
+        check_joined_world(info, plan)?;
+        // Ranks on this host share its cores; without a local rank, assume all do.
+        pin(
+            info.local_rank.unwrap_or(info.rank),
+            plan.ranks,
+            threads,
+            args.pin,
+        );
+    }
     let stages = Stages {
         args,
         plan,
@@ -431,21 +425,29 @@ fn run_tcp(args: &Args, plan: &PipelineJob) -> Result<()> {
     stages.run_on(ranks)
 }
 
-/// One thread and one NCCL communicator per GPU of this process (GPUs
-/// 0..S), each stage computing with cuBLASLt on its own GPU in f32.
-#[cfg(feature = "cuda")]
-fn run_nccl(args: &Args, plan: &PipelineJob) -> Result<()> {
-    let gpus = parbench::gpu::device_count()
-        .map_err(|e| crate::Unavailable(format!("--backend nccl: {e}")))?;
-    if plan.ranks > gpus {
-        return Err(crate::Unavailable(format!(
-            "--backend nccl: {} stages but {gpus} GPU(s)",
+/// The world a launcher started must be the schedule's.
+fn check_joined_world(info: &RankInfo, plan: &PipelineJob) -> Result<()> {
+    if info.world != plan.ranks {
+        bail!(
+            "the job has {} ranks but the schedule has {} (set --stages or --nprocs to match)",
+            info.world,
             plan.ranks
-        ))
-        .into());
+        );
     }
-    preflight(args, plan, true, |_| 0)?;
-    if let Ok(have) = parbench::gpu::device_memory(0) {
+    Ok(())
+}
+
+/// One thread and one NCCL communicator per GPU of this process (GPUs
+/// 0..S), each stage computing with cuBLASLt on its own GPU in f32; under
+/// a launcher, this process's one stage rank on its GPU.
+fn run_nccl(args: &Args, plan: &PipelineJob, ranks: Ranks) -> Result<()> {
+    if let Some(info) = ranks.joined() {
+        check_joined_world(info, plan)?;
+    }
+    let writes = ranks.joined().is_none_or(RankInfo::prints);
+    preflight(args, plan, writes, |_| 0)?;
+    let gpu = ranks.joined().map_or(0, |i| i.local_rank.unwrap_or(0));
+    if let Some(have) = ranks::gpu_memory(gpu) {
         for run in &plan.runs {
             let per_gpu = run
                 .cfg
@@ -470,30 +472,24 @@ fn run_nccl(args: &Args, plan: &PipelineJob) -> Result<()> {
         backend: "nccl",
         compute_label: Some("cuda (cuBLASLt, f32)"),
         threads: 0,
-        base: TimeBase::Shared,
+        // Threads of one process share a clock; processes estimate offsets.
+        base: match ranks.joined() {
+            None => TimeBase::Shared,
+            Some(_) => TimeBase::Estimated,
+        },
         pin_each: false,
         check_in_body: None,
         recorder: Mutex::new(None),
     };
-    stages.run_on(Ranks::Gpus(plan.ranks))
-}
-
-#[cfg(not(feature = "cuda"))]
-fn run_nccl(_: &Args, _: &PipelineJob) -> Result<()> {
-    bail!("--backend nccl: this build has no CUDA support (rebuild with --features cuda)")
+    stages.run_on(ranks)
 }
 
 /// One rank of an mpirun job (`--features mpi`): MPI gives the world, which
 /// each rank checks before it measures ([`Stages::joined`]); processes are
 /// treated as on separate hosts (offsets estimated). The ranks on this
-/// host (Open MPI's or MPICH's count, else the whole job) split its cores.
-#[cfg(feature = "mpi")]
+/// host (the launcher's count, else the whole job) split its cores.
 fn run_mpi(args: &Args, plan: &PipelineJob) -> Result<()> {
-    let here = ["OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"]
-        .iter()
-        .find_map(|k| std::env::var(k).ok()?.trim().parse::<usize>().ok())
-        .filter(|&n| n >= 1)
-        .unwrap_or(plan.ranks);
+    let here = launch::ranks_on_this_host(plan.ranks);
     let stages = Stages {
         args,
         plan,
@@ -506,13 +502,4 @@ fn run_mpi(args: &Args, plan: &PipelineJob) -> Result<()> {
         recorder: Mutex::new(None),
     };
     stages.run_on(Ranks::Mpi)
-}
-
-#[cfg(not(feature = "mpi"))]
-fn run_mpi(_: &Args, _: &PipelineJob) -> Result<()> {
-    Err(Refused(
-        "--backend mpi needs a build with `--features mpi` (and Open MPI or MPICH installed)"
-            .into(),
-    )
-    .into())
 }

@@ -10,6 +10,8 @@
 
 pub mod comm;
 pub mod compute;
+pub mod error_line;
+pub mod files;
 #[cfg(feature = "cuda")]
 pub mod gpu;
 pub mod launch;
@@ -20,6 +22,7 @@ pub mod model;
 pub mod pipeline;
 pub mod progress;
 pub mod published;
+pub mod rendezvous;
 pub mod results;
 pub mod schedule;
 pub mod seed;

@@ -15,6 +15,9 @@ pub use crate::units::bytes_text;
 
 /// The longest `--timeout`: a day.
 pub const MAX_TIMEOUT_S: f64 = 86_400.0;
+
+/// The default deadline of every wait: a communicator's, a GPU's stream's.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 /// Ranks as threads of one process (`--backend local`): every pair of
 /// ranks shares a mailbox, so memory grows with the square of the ranks.
 pub const MAX_LOCAL_RANKS: usize = 1024;

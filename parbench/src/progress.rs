@@ -5,7 +5,7 @@
 //!
 //! The line is redrawn in place (`\r`, erase line) and erased before any
 //! other output: [`crate::term::write_out`] and
-//! [`crate::launch::eprint_line`] call [`clear`] first, so a table row or
+//! [`crate::error_line::eprint_line`] call [`clear`] first, so a table row or
 //! an error never lands in the middle of it. A small own line rather than
 //! indicatif: the binaries need one line that the one stdout writer can
 //! erase, not bars, styles or a drawing thread of their own.

@@ -9,7 +9,7 @@ use std::time::Duration;
 #[derive(Debug, thiserror::Error)]
 pub enum CommError {
     /// A wait passed its deadline.
-    #[error("rank {rank}: {op} timed out after {} waiting for rank {peer}", crate::launch::duration_text(*.after))]
+    #[error("rank {rank}: {op} timed out after {} waiting for rank {peer}", crate::error_line::duration_text(*.after))]
     Timeout {
         rank: usize,
         peer: usize,
@@ -65,9 +65,9 @@ impl From<crate::gpu::GpuError> for CommError {
     }
 }
 
-/// A launch that went wrong is a setup error of the communicator.
-impl From<crate::launch::LaunchError> for CommError {
-    fn from(e: crate::launch::LaunchError) -> Self {
+/// A rendezvous that went wrong is a setup error of the communicator.
+impl From<crate::rendezvous::RendezvousError> for CommError {
+    fn from(e: crate::rendezvous::RendezvousError) -> Self {
         CommError::Setup(e.to_string())
     }
 }

@@ -59,8 +59,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
-/// The default deadline of every wait.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+pub use crate::limits::DEFAULT_TIMEOUT;
 
 impl Collective {
     // The byte rule of each collective (the module table; each

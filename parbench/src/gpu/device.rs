@@ -1,7 +1,6 @@
 //! One CUDA device with one stream, and the buffers that live on it.
 
 use super::{guarded, GpuError};
-use crate::comm::{CommBuffer, CommResult};
 use cudarc::driver::{result as cu, sys, CudaContext, CudaStream};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -40,7 +39,7 @@ impl Gpu {
             let stream = ctx
                 .new_stream()
                 .map_err(|e| GpuError::call(format!("GPU {ordinal}: creating a stream"), e))?;
-            let ms = crate::comm::DEFAULT_TIMEOUT.as_millis() as u64;
+            let ms = crate::limits::DEFAULT_TIMEOUT.as_millis() as u64;
             Ok(Gpu {
                 ctx,
                 stream,
@@ -316,22 +315,5 @@ impl Drop for DeviceBuffer {
             // wait), freed once, no work of the stream uses it any more.
             let _ = unsafe { cu::free_sync(self.ptr) };
         }
-    }
-}
-
-impl CommBuffer for DeviceBuffer {
-    fn len_bytes(&self) -> usize {
-        self.len
-    }
-    fn write_from_host(&mut self, src: &[u8]) -> CommResult<()> {
-        let n = src.len().min(self.len);
-        Ok(self.upload_at(0, &src[..n])?)
-    }
-    fn read_to_host(&self, dst: &mut [u8]) -> CommResult<()> {
-        let n = dst.len().min(self.len);
-        Ok(self.download_at(0, &mut dst[..n])?)
-    }
-    fn copy_from(&mut self, src: &Self) -> CommResult<()> {
-        Ok(self.copy_from_device(src)?)
     }
 }

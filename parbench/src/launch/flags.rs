@@ -4,14 +4,18 @@
 //! puts its flag in front (`--link: ...`), so that one rule reads the
 //! same under every binary.
 
+use super::UsageError;
 use crate::model::LinkParams;
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-/// The communicator a run uses.
+/// The communicator a run uses, as `--backend` names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Backend {
+    /// `auto`: tcp under a launcher, local otherwise ([`Backend::resolve`]);
+    /// never the backend a run records.
+    Auto,
     /// Threads of one process over shared memory.
     Local,
     /// Processes over sockets.
@@ -23,12 +27,13 @@ pub enum Backend {
 }
 
 impl Backend {
-    /// Every backend, in the order the help lists them.
+    /// Every backend a run can record, in the order the help lists them.
     pub const ALL: [Backend; 4] = [Backend::Local, Backend::Tcp, Backend::Nccl, Backend::Mpi];
 
     /// Its name on the command line and in the records.
     pub fn name(self) -> &'static str {
         match self {
+            Backend::Auto => "auto",
             Backend::Local => "local",
             Backend::Tcp => "tcp",
             Backend::Nccl => "nccl",
@@ -45,25 +50,52 @@ impl fmt::Display for Backend {
 
 impl FromStr for Backend {
     type Err = String;
-    /// Case-insensitive; the error is the bare name (`unknown 'ib'`): each
-    /// binary lists what it accepts (bench-collectives adds `auto`).
+    /// Case-insensitive, `auto` among them; the error is the bare name
+    /// (`unknown 'ib'`): each binary lists what it accepts.
     fn from_str(s: &str) -> Result<Self, String> {
         let lower = s.to_ascii_lowercase();
-        Backend::ALL
-            .into_iter()
+        std::iter::once(Backend::Auto)
+            .chain(Backend::ALL)
             .find(|b| b.name() == lower)
             .ok_or_else(|| format!("unknown '{lower}'"))
     }
 }
 
-/// `--backend auto` as every binary reads it: `tcp` under a launcher (its
-/// variables set: torchrun, mpirun, srun, a spawning parent), `local`
-/// otherwise. Any other name is left as it is, for the binary's own parse.
+impl Backend {
+    /// `auto` as every binary reads it: `tcp` under a launcher (`joined`:
+    /// its variables set: torchrun, mpirun, srun, a spawning parent),
+    /// `local` otherwise; any other backend is itself.
+    pub fn resolve(self, joined: bool) -> Backend {
+        match self {
+            Backend::Auto if joined => Backend::Tcp,
+            Backend::Auto => Backend::Local,
+            b => b,
+        }
+    }
+
+    /// The one refusal of a backend this build lacks (bad input: one line,
+    /// exit code 2).
+    pub fn require_built(self) -> Result<(), UsageError> {
+        match self {
+            Backend::Nccl if !cfg!(feature = "cuda") => Err(UsageError(
+                "--backend nccl: this build has no CUDA support (rebuild with --features cuda)"
+                    .into(),
+            )),
+            Backend::Mpi if !cfg!(feature = "mpi") => Err(UsageError(
+                "--backend mpi needs a build with `--features mpi` (and Open MPI or MPICH installed)"
+                    .into(),
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// `--backend auto` as every binary reads it ([`Backend::resolve`]) on the
+/// flag's text. Any other name is left as it is, for the binary's own parse.
 pub fn resolve_auto(name: &mut String) -> Result<(), super::LaunchError> {
     if name.eq_ignore_ascii_case("auto") {
         let joined = super::RankInfo::from_env()?.is_some();
-        let backend = if joined { Backend::Tcp } else { Backend::Local };
-        *name = backend.name().to_string();
+        *name = Backend::Auto.resolve(joined).name().to_string();
     }
     Ok(())
 }

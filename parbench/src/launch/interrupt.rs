@@ -15,7 +15,7 @@
 //! Spawned processes start with no signal blocked (the standard library
 //! clears the mask before `exec`).
 
-use super::report::{eprint_line, signal_name};
+use crate::error_line::{eprint_line, signal_name};
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 

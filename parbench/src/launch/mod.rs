@@ -1,6 +1,8 @@
-//! How a process learns its rank: launcher variables (torchrun, mpirun,
-//! PMI, srun), self-spawn of N local ranks (`--nprocs N`), and the
-//! rendezvous store that ranks meet at.
+//! Starting the ranks of a job: self-spawn of N local ranks (`--nprocs N`),
+//! signals, the exit-code convention, the flag values every binary shares,
+//! and [`ranks`], the one launcher of every backend. How a process learns
+//! its rank (launcher variables) and the store ranks meet at are
+//! [`crate::rendezvous`]'s, below `comm`; they are re-exported here.
 //!
 //! A binary does, before anything else:
 //!
@@ -25,19 +27,22 @@
 //! print nothing on stdout and only their errors on stderr
 //! ([`RankInfo::prints`]). The same rule holds under every launcher.
 
-mod env;
+mod choose;
 pub mod flags;
 pub mod interrupt;
 pub mod ranks;
-pub mod report;
 mod spawn;
-pub mod store;
 pub mod usage;
 
-pub use env::{LaunchSource, RankInfo, DEFAULT_MASTER_ADDR, DEFAULT_MASTER_PORT, DEFAULT_TOKEN};
-pub use report::{duration_text, eprint_line};
+// What a rank finds before any communicator exists lives below `comm` (the
+// tcp and nccl backends meet there); the launcher's users find it here too.
+pub use crate::error_line as report;
+pub use crate::error_line::{duration_text, eprint_line};
+pub use crate::rendezvous::{
+    ranks_on_this_host, store, LaunchSource, RankInfo, RendezvousError, Store, DEFAULT_MASTER_ADDR,
+    DEFAULT_MASTER_PORT, DEFAULT_TOKEN,
+};
 pub use spawn::{exit_code, how_it_ended, new_token, spawn_local_ranks, LocalJob, STOP_GRACE};
-pub use store::Store;
 pub use usage::{
     check_env_settings, end_on_error, exit_code_of, Reported, UsageError, EXIT_FAULT, EXIT_USAGE,
 };
@@ -48,28 +53,9 @@ use std::time::Duration;
 /// What can go wrong while finding, spawning or joining the ranks of a job.
 #[derive(Debug, thiserror::Error)]
 pub enum LaunchError {
-    /// One variable of a launcher family is set and its partner is not.
-    #[error("{set} is set but {missing} is not ({family} launch variables must come together)")]
-    HalfSet {
-        family: &'static str,
-        set: &'static str,
-        missing: &'static str,
-    },
-    /// A launch variable holds something that is not what it must be.
-    #[error("bad launch variable {var}={value:?}: {why}")]
-    BadVar {
-        var: &'static str,
-        value: String,
-        why: String,
-    },
-    /// Rank and world size contradict each other.
-    #[error("{rank_var}={rank} is not below {world_var}={world}")]
-    RankOutOfRange {
-        rank_var: &'static str,
-        rank: usize,
-        world_var: &'static str,
-        world: usize,
-    },
+    /// The launcher's variables or the rendezvous store.
+    #[error(transparent)]
+    Rendezvous(#[from] RendezvousError),
     /// `--nprocs` was asked for something that cannot run.
     #[error("invalid launch request: {0}")]
     Invalid(String),
@@ -85,17 +71,6 @@ pub enum LaunchError {
         /// When it ended, from the launch.
         after: Duration,
     },
-    /// The rendezvous store could not be reached or served.
-    #[error("rendezvous store at {addr}: {detail}")]
-    Store { addr: String, detail: String },
-    /// A rendezvous wait passed its deadline.
-    #[error("rank {rank}: rendezvous wait for {what} timed out after {} (store at {addr})", duration_text(*.after))]
-    StoreTimeout {
-        rank: usize,
-        what: String,
-        addr: String,
-        after: Duration,
-    },
 }
 
 impl LaunchError {
@@ -105,43 +80,11 @@ impl LaunchError {
     pub fn exit_code(&self) -> i32 {
         match self {
             LaunchError::RankFailed { status, .. } => exit_code(*status),
-            LaunchError::HalfSet { .. }
-            | LaunchError::BadVar { .. }
-            | LaunchError::RankOutOfRange { .. }
-            | LaunchError::Invalid(_) => 2,
-            _ => 1,
+            LaunchError::Invalid(_) => 2,
+            LaunchError::Rendezvous(e) => e.exit_code(),
+            LaunchError::Spawn { .. } => 1,
         }
     }
-}
-
-/// Raises this process's soft limit on open files to its hard limit (at
-/// most 65,536), once: a rank that serves the store or a data port holds a
-/// descriptor per connection, and a crowd of strangers must not run it out
-/// of them before the job's own ranks are in.
-pub(crate) fn raise_fd_limit() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        // SAFETY: rlimit is plain data; getrlimit fills it, setrlimit reads it.
-        unsafe {
-            let mut l: libc::rlimit = std::mem::zeroed();
-            if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) == 0 {
-                let want = l.rlim_max.min(65_536);
-                if l.rlim_cur < want {
-                    l.rlim_cur = want;
-                    let _ = libc::setrlimit(libc::RLIMIT_NOFILE, &l);
-                }
-            }
-        }
-    });
-}
-
-/// Lets `listener` queue more connections than the standard library's
-/// 128 (the kernel caps it at `net.core.somaxconn`), so that a burst of
-/// connections does not refuse a rank before the accept loop takes them.
-pub(crate) fn deepen_backlog(listener: &std::net::TcpListener) {
-    use std::os::fd::AsRawFd;
-    // SAFETY: listen(2) on a listening socket only changes its backlog.
-    unsafe { libc::listen(listener.as_raw_fd(), 4096) };
 }
 
 /// What this process is in a job (see the module example).

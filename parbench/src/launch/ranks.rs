@@ -13,12 +13,14 @@
 //! the communication errors it caused on the others (their waits that
 //! passed a deadline, then their lost peers), the lowest rank first.
 
-use super::report::rank_line;
 use super::{LaunchError, RankInfo};
 use crate::comm::{Algo, CommError, CommResult, Communicator, DType, HostComm, Transport};
 use crate::compute::cpu::CpuCompute;
 use crate::compute::Compute;
+use crate::error_line::rank_line;
 use std::time::Duration;
+
+pub use super::choose::{default_ranks, gpu_facts, gpu_memory, visible_gpus, GpuFacts, Wanted};
 
 /// How the ranks of a job start, worked out once by the binary.
 #[derive(Debug)]
@@ -215,10 +217,7 @@ fn run_mpi<B: RankBody>(timeout: Duration, body: &B) -> Result<Ended<B::Out>, Jo
 
 #[cfg(not(feature = "mpi"))]
 fn run_mpi<B: RankBody>(_: Duration, _: &B) -> Result<Ended<B::Out>, JobFault> {
-    Err(JobFault::Unavailable(super::UsageError(
-        "--backend mpi: this build has no MPI support (rebuild with --features mpi; needs libopenmpi-dev)"
-            .into(),
-    )))
+    unavailable(super::flags::Backend::Mpi)
 }
 
 #[cfg(feature = "cuda")]
@@ -252,16 +251,16 @@ fn run_nccl_joined<B: RankBody>(
     Ok(Ended::Ran(vec![out]))
 }
 
-#[cfg(not(feature = "cuda"))]
-fn no_cuda<T>() -> Result<T, JobFault> {
-    Err(JobFault::Unavailable(super::UsageError(
-        "--backend nccl needs a build with `--features cuda`".into(),
-    )))
+/// `backend`, which this build lacks, refused
+/// ([`super::flags::Backend::require_built`]).
+#[cfg(not(all(feature = "cuda", feature = "mpi")))]
+fn unavailable<T>(backend: super::flags::Backend) -> Result<T, JobFault> {
+    Err(JobFault::Unavailable(super::choose::not_built(backend)))
 }
 
 #[cfg(not(feature = "cuda"))]
 fn run_gpus<B: RankBody>(_: usize, _: Duration, _: &B) -> Result<Ended<B::Out>, JobFault> {
-    no_cuda()
+    unavailable(super::flags::Backend::Nccl)
 }
 
 #[cfg(not(feature = "cuda"))]
@@ -270,7 +269,7 @@ fn run_nccl_joined<B: RankBody>(
     _: Duration,
     _: &B,
 ) -> Result<Ended<B::Out>, JobFault> {
-    no_cuda()
+    unavailable(super::flags::Backend::Nccl)
 }
 
 /// Spawns `world` ranks of this binary on loopback with the same arguments

@@ -10,8 +10,8 @@
 //! one that names it. A signal to the launcher (SIGINT, SIGTERM) is passed
 //! on to the ranks the same way when [`super::interrupt`] is installed.
 
-use super::report::{duration_text, eprint_line, signal_name};
 use super::LaunchError;
+use crate::error_line::{duration_text, eprint_line, signal_name};
 use std::ffi::{OsStr, OsString};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
@@ -179,7 +179,7 @@ pub fn exit_code(status: ExitStatus) -> i32 {
 
 /// A fresh random job token (128 bits from the OS, hex).
 pub fn new_token() -> String {
-    crate::results::random_hex(16)
+    crate::files::random_hex(16)
 }
 
 /// A port that was free on 127.0.0.1 a moment ago (rank 0 binds it next; a

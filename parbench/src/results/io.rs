@@ -1,10 +1,10 @@
 //! Reading and writing results folders.
 
-use super::file::{
-    create_new, not_regular, not_regular_or, read_head, read_regular, write_atomic,
-    MAX_RECORD_BYTES,
-};
 use super::{Record, RunMeta};
+use crate::files::{
+    create_new, not_regular, not_regular_or, read_head, read_regular, write_atomic, FileError,
+    LOCK_FILE, MAX_RECORD_BYTES,
+};
 use serde::Deserialize;
 use std::fs;
 use std::io::Write;
@@ -34,15 +34,23 @@ pub enum ResultsError {
     Locked { path: PathBuf },
 }
 
+/// A file the suite could not open, read or write: the same line as a
+/// results error.
+impl From<FileError> for ResultsError {
+    fn from(e: FileError) -> Self {
+        match e {
+            FileError::Io { path, source } => ResultsError::Io { path, source },
+            FileError::Invalid { path, detail } => ResultsError::Invalid { path, detail },
+        }
+    }
+}
+
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> ResultsError + '_ {
     move |source| ResultsError::Io {
         path: path.to_path_buf(),
         source,
     }
 }
-
-/// The lock file of a results folder.
-pub const LOCK_FILE: &str = ".parbench.lock";
 
 /// How long a writer waits for another live writer (one holds the lock for
 /// a read, an append and a rename: milliseconds).
@@ -72,7 +80,7 @@ impl DirLock {
             .map_err(|e| not_regular_or(&path, e))?;
         let meta = file.metadata().map_err(io_err(&path))?;
         if !meta.is_file() {
-            return Err(not_regular(&path, meta.file_type()));
+            return Err(not_regular(&path, meta.file_type()).into());
         }
         let deadline = Instant::now() + LOCK_WAIT;
         loop {
@@ -121,7 +129,7 @@ pub fn prepare_out<R: Record>(dir: &Path) -> Result<(), ResultsError> {
     for name in [LOCK_FILE, R::FILE, "run.json"] {
         let path = dir.join(name);
         match fs::symlink_metadata(&path) {
-            Ok(m) if !m.is_file() => return Err(not_regular(&path, m.file_type())),
+            Ok(m) if !m.is_file() => return Err(not_regular(&path, m.file_type()).into()),
             _ => {}
         }
     }
@@ -210,13 +218,13 @@ fn append_in_place(path: &Path, header: &[u8], body: &[u8]) -> Result<(), Result
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let mut bytes = header.to_vec();
             bytes.extend_from_slice(body);
-            return write_atomic(path, &bytes);
+            return Ok(write_atomic(path, &bytes)?);
         }
-        Err(e) => return Err(not_regular_or(path, e)),
+        Err(e) => return Err(not_regular_or(path, e).into()),
     };
     let meta = file.metadata().map_err(io_err(path))?;
     if !meta.is_file() {
-        return Err(not_regular(path, meta.file_type()));
+        return Err(not_regular(path, meta.file_type()).into());
     }
     let len = meta.len();
     let mut bytes = Vec::with_capacity(header.len() + body.len() + 1);

@@ -10,20 +10,33 @@
 //! and a run stopped early is recorded in run.json as cut short
 //! ([`begin_run`], [`record_cut_short`]).
 
-mod file;
 mod io;
 mod link_row;
 mod meta;
 mod records;
 
-pub use file::{
-    check_output, is_record_name, random_hex, read_regular, write_atomic, MAX_RECORD_BYTES,
-};
+pub use crate::files::{is_record_name, random_hex, LOCK_FILE, MAX_RECORD_BYTES};
 pub use io::{
     append_rows, begin_run, check_figures, columns, finish_writes, header_line, prepare_out,
-    read_rows, read_runs, record_all, record_cut_short, record_run, ResultsError, LOCK_FILE,
-    NOT_ENDED,
+    read_rows, read_runs, record_all, record_cut_short, record_run, ResultsError, NOT_ENDED,
 };
 pub use link_row::{verdict, LinkRow, Verdict, SLOW_SHARE};
 pub use meta::{git_revision, iso8601_utc, new_run_id, RunMeta};
 pub use records::{row_label, CollectiveRow, LayerRow, PipelineRow, Record, SCHEMA_VERSION};
+
+use std::path::Path;
+
+/// [`crate::files::check_output`], its refusal a results error.
+pub fn check_output(path: &Path, next: Option<&[u8]>) -> Result<(), ResultsError> {
+    Ok(crate::files::check_output(path, next)?)
+}
+
+/// [`crate::files::read_regular`], its refusal a results error.
+pub fn read_regular(path: &Path, max: u64) -> Result<Vec<u8>, ResultsError> {
+    Ok(crate::files::read_regular(path, max)?)
+}
+
+/// [`crate::files::write_atomic`], its refusal a results error.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ResultsError> {
+    Ok(crate::files::write_atomic(path, bytes)?)
+}

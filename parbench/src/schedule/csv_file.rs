@@ -25,12 +25,12 @@ pub fn load_csv(path: &Path) -> Result<Schedule, ScheduleError> {
         path: shown.clone(),
         source,
     };
-    let bytes = crate::results::read_regular(path, MAX_FILE_BYTES).map_err(|e| match e {
-        crate::results::ResultsError::Io { source, .. } => io(source),
+    let bytes = crate::files::read_regular(path, MAX_FILE_BYTES).map_err(|e| match e {
+        crate::files::FileError::Io { source, .. } => io(source),
         other => ScheduleError::Parse {
             path: shown.clone(),
             detail: match other {
-                crate::results::ResultsError::Invalid { detail, .. } => detail,
+                crate::files::FileError::Invalid { detail, .. } => detail,
                 e => e.to_string(),
             },
         },
@@ -185,7 +185,7 @@ pub fn to_csv(s: &Schedule) -> String {
 
 /// Writes the schedule to `path` as compute-only CSV, atomically.
 pub fn save_csv(s: &Schedule, path: &Path) -> Result<(), ScheduleError> {
-    crate::results::write_atomic(path, to_csv(s).as_bytes()).map_err(|e| ScheduleError::Io {
+    crate::files::write_atomic(path, to_csv(s).as_bytes()).map_err(|e| ScheduleError::Io {
         path: path.display().to_string(),
         source: std::io::Error::other(e.to_string()),
     })

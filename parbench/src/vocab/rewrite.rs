@@ -332,7 +332,7 @@ pub fn print_notices(notices: &[String]) {
         return;
     }
     for n in notices {
-        crate::launch::eprint_line(n);
+        crate::error_line::eprint_line(n);
     }
 }
 

@@ -172,7 +172,7 @@ mod tests {
         const NAME: &str =
             "comm::collective::gather::tests::gather_passes_the_conformance_suite_on_tcp";
         if std::env::var(ROLE).ok().as_deref() == Some("tcp") {
-            let info = crate::launch::RankInfo::from_env()
+            let info = crate::rendezvous::RankInfo::from_env()
                 .expect("launch variables")
                 .expect("a rank");
             let mut comm = crate::comm::tcp::comm(&info, Algo::Auto, TIMEOUT).expect("tcp ranks");

@@ -47,7 +47,7 @@
 
 use crate::comm::{CommResult, DType};
 use crate::gpu::{self, DeviceBuffer, Gpu, GpuError, Lib};
-use crate::launch::Store;
+use crate::rendezvous::Store;
 use cudarc::nccl::sys;
 use std::time::Duration;
 
@@ -108,6 +108,7 @@ pub struct NcclComm {
 unsafe impl Send for NcclComm {}
 
 mod communicator;
+mod device_buffer;
 mod redop;
 mod setup;
 mod transfer;

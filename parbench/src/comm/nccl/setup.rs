@@ -5,7 +5,7 @@ use super::wire::local_wire;
 use super::{nccl_err, unique_id, NcclComm, UniqueId};
 use crate::comm::{CommError, CommResult, Communicator};
 use crate::gpu::{self, Gpu, Lib};
-use crate::launch::{RankInfo, Store};
+use crate::rendezvous::{RankInfo, Store};
 use cudarc::nccl::sys;
 use std::time::{Duration, Instant};
 

@@ -11,7 +11,7 @@
 //! until the deadline.
 
 use crate::comm::{CommError, CommResult};
-use crate::launch::{RankInfo, Store};
+use crate::rendezvous::{RankInfo, Store};
 use std::io::{self, Read, Write};
 use std::net::{
     IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs, UdpSocket,
@@ -53,10 +53,10 @@ pub(super) fn build(
     let (rank, world) = (info.rank, info.world);
     let start = Instant::now();
     let ip = data_ip(info)?;
-    crate::launch::raise_fd_limit();
+    crate::rendezvous::raise_fd_limit();
     let listener = TcpListener::bind(SocketAddr::new(ip, 0))
         .map_err(|e| CommError::Setup(format!("rank {rank}: cannot listen on {ip}: {e}")))?;
-    crate::launch::deepen_backlog(&listener);
+    crate::rendezvous::deepen_backlog(&listener);
     let local = listener.local_addr()?;
     store.put(
         &addr_key(mesh, rank),
@@ -206,7 +206,7 @@ fn connect_to(
                         op: "connect",
                         detail: format!(
                             "{detail} (for {})",
-                            crate::launch::duration_text(start.elapsed())
+                            crate::error_line::duration_text(start.elapsed())
                         ),
                     });
                 }

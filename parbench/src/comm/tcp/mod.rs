@@ -2,7 +2,7 @@
 //! mesh), on one host or across hosts.
 //!
 //! - Setup ([`connect`]): rank 0 serves the rendezvous store at
-//!   `MASTER_ADDR:MASTER_PORT` ([`crate::launch::Store`]); every rank
+//!   `MASTER_ADDR:MASTER_PORT` ([`crate::rendezvous::Store`]); every rank
 //!   publishes its data address there, then connects to the ranks above it
 //!   with a handshake carrying the job token (see `mesh`).
 //! - Frames: an 8-byte little-endian length, then the payload. The receiver
@@ -40,7 +40,7 @@ mod mesh;
 mod peer;
 
 use crate::comm::{Algo, CommError, CommResult, HostBuffer, HostComm, RecvInto, Transport};
-use crate::launch::{RankInfo, Store};
+use crate::rendezvous::{pollfd, RankInfo, Store};
 use fault::{Failure, Fault};
 use peer::{Congestion, Peer, Step};
 use std::collections::VecDeque;
@@ -89,16 +89,6 @@ pub fn connect(info: &RankInfo, timeout: Duration) -> CommResult<TcpTransport> {
 /// `timeout` is both the setup deadline and the deadline of every later wait.
 pub fn comm(info: &RankInfo, algo: Algo, timeout: Duration) -> CommResult<TcpComm> {
     Ok(HostComm::new(connect(info, timeout)?, algo, timeout))
-}
-
-/// A `poll(2)` entry waiting for `events` on `fd` (the sockets of the
-/// transport, the mesh's listener and the rendezvous store all poll).
-pub(crate) fn pollfd(fd: std::os::fd::RawFd, events: libc::c_short) -> libc::pollfd {
-    libc::pollfd {
-        fd,
-        events,
-        revents: 0,
-    }
 }
 
 /// The point-to-point core of the `tcp` backend (see the module docs).

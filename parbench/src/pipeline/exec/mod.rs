@@ -494,8 +494,8 @@ where
                 if base.saturating_add(extra) >= comm.timeout() {
                     return Err(PipelineError::Invalid(format!(
                         "{a} would sleep {} (--work sleep, straggler included), not less than the {} deadline",
-                        crate::launch::duration_text(base + extra),
-                        crate::launch::duration_text(comm.timeout())
+                        crate::error_line::duration_text(base + extra),
+                        crate::error_line::duration_text(comm.timeout())
                     )));
                 }
                 stages.stand_in(compute, a, base)?;

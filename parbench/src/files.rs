@@ -12,11 +12,26 @@
 //! Reading: only regular files (a FIFO would block, `/dev/zero` never
 //! ends), opened without blocking, and at most a stated number of bytes.
 
-use super::ResultsError;
 use std::fs;
 use std::io::{Read, Write};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+
+/// A file that could not be opened, read or written as the suite opens
+/// files; `results` and `schedule` turn it into their own errors.
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {detail}")]
+    Invalid { path: PathBuf, detail: String },
+}
+
+/// The lock file of a results folder.
+pub const LOCK_FILE: &str = ".parbench.lock";
 
 /// The most any record file (a CSV, run.json, plan.json, a timeline) is
 /// read whole: far beyond a million rows, and well inside the memory of
@@ -62,7 +77,7 @@ fn kind_words(ft: fs::FileType) -> &'static str {
 }
 
 /// A file that is not a regular one, refused: what it is, in one line.
-pub(crate) fn not_regular(path: &Path, ft: fs::FileType) -> ResultsError {
+pub(crate) fn not_regular(path: &Path, ft: fs::FileType) -> FileError {
     invalid(
         path,
         format!(
@@ -74,22 +89,22 @@ pub(crate) fn not_regular(path: &Path, ft: fs::FileType) -> ResultsError {
 
 /// An error opening `path` without following a symlink or blocking on a
 /// FIFO, named by what is there when that is why it failed.
-pub(crate) fn not_regular_or(path: &Path, e: std::io::Error) -> ResultsError {
+pub(crate) fn not_regular_or(path: &Path, e: std::io::Error) -> FileError {
     match fs::symlink_metadata(path) {
         Ok(m) if !m.is_file() => not_regular(path, m.file_type()),
         _ => io_err(path, e),
     }
 }
 
-fn invalid(path: &Path, detail: String) -> ResultsError {
-    ResultsError::Invalid {
+fn invalid(path: &Path, detail: String) -> FileError {
+    FileError::Invalid {
         path: path.to_path_buf(),
         detail,
     }
 }
 
-fn io_err(path: &Path, source: std::io::Error) -> ResultsError {
-    ResultsError::Io {
+fn io_err(path: &Path, source: std::io::Error) -> FileError {
+    FileError::Io {
         path: path.to_path_buf(),
         source,
     }
@@ -98,7 +113,7 @@ fn io_err(path: &Path, source: std::io::Error) -> ResultsError {
 /// Opens `path` for reading when it is a regular file (a symlink to one
 /// is followed: the reader chose it), without blocking on a FIFO. `None`
 /// when there is no such file.
-fn open_regular(path: &Path) -> Result<Option<(fs::File, u64)>, ResultsError> {
+fn open_regular(path: &Path) -> Result<Option<(fs::File, u64)>, FileError> {
     let file = match fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
@@ -124,7 +139,7 @@ fn open_regular(path: &Path) -> Result<Option<(fs::File, u64)>, ResultsError> {
 /// The whole of the regular file `path`, at most `max` bytes (a larger
 /// file is refused before it is read, one that grows while read when it
 /// passes `max`). A FIFO, device or folder is refused without waiting.
-pub fn read_regular(path: &Path, max: u64) -> Result<Vec<u8>, ResultsError> {
+pub fn read_regular(path: &Path, max: u64) -> Result<Vec<u8>, FileError> {
     let (file, len) = open_regular(path)?.ok_or_else(|| {
         io_err(
             path,
@@ -155,7 +170,7 @@ pub fn read_regular(path: &Path, max: u64) -> Result<Vec<u8>, ResultsError> {
 
 /// The first `n` bytes (or fewer) of the regular file `path`, `None` when
 /// there is none.
-pub fn read_head(path: &Path, n: u64) -> Result<Option<Vec<u8>>, ResultsError> {
+pub fn read_head(path: &Path, n: u64) -> Result<Option<Vec<u8>>, FileError> {
     let Some((file, _)) = open_regular(path)? else {
         return Ok(None);
     };
@@ -177,7 +192,7 @@ pub fn is_record_name(name: &str) -> bool {
         "run.json",
         "plan.json",
         "plan-check.csv",
-        super::LOCK_FILE,
+        LOCK_FILE,
     ];
     NAMES.contains(&name)
         || (name.starts_with("timeline-") && name.ends_with(".json"))
@@ -218,7 +233,7 @@ fn content_kind(bytes: &[u8]) -> Vec<u8> {
 /// when the writer makes no record), in a folder this process can create
 /// files in. A symlink, FIFO, device or folder is refused: parbench
 /// neither writes through one nor replaces it.
-pub fn check_output(path: &Path, next: Option<&[u8]>) -> Result<(), ResultsError> {
+pub fn check_output(path: &Path, next: Option<&[u8]>) -> Result<(), FileError> {
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -290,7 +305,7 @@ pub(crate) fn create_new(dir: &Path, name: &str) -> std::io::Result<(fs::File, P
 /// Writes `bytes` to `path` through a new file in the same folder and a
 /// rename, so that a reader sees the old file or the new one, never a
 /// part; what [`check_output`] refuses is refused here too.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ResultsError> {
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), FileError> {
     check_output(path, Some(bytes))?;
     let name = path
         .file_name()

@@ -29,8 +29,7 @@
 //! process that used it would be taken for a rank), so `launch::ranks`
 //! refuses to join a job by hand with it.
 
-use super::{LaunchError, RankInfo};
-use crate::comm::tcp::pollfd;
+use super::{pollfd, RankInfo, RendezvousError};
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
@@ -491,8 +490,8 @@ impl StoreClient {
         token: &str,
         rank: usize,
         deadline: Instant,
-    ) -> Result<StoreClient, LaunchError> {
-        let err = |detail: String| LaunchError::Store {
+    ) -> Result<StoreClient, RendezvousError> {
+        let err = |detail: String| RendezvousError::Store {
             addr: addr.to_string(),
             detail,
         };
@@ -529,7 +528,7 @@ impl StoreClient {
                 Err(e) => e,
             };
             if Instant::now() >= deadline {
-                return Err(LaunchError::StoreTimeout {
+                return Err(RendezvousError::StoreTimeout {
                     rank,
                     what: format!("rank 0's store ({last})"),
                     addr: addr.to_string(),
@@ -542,7 +541,12 @@ impl StoreClient {
 
     /// Sets `key` to `value` (at most 64 KiB) for every rank to read. Every
     /// key is set once; a key ending in `/N` only by rank N.
-    pub fn put(&mut self, key: &str, value: &[u8], deadline: Instant) -> Result<(), LaunchError> {
+    pub fn put(
+        &mut self,
+        key: &str,
+        value: &[u8],
+        deadline: Instant,
+    ) -> Result<(), RendezvousError> {
         let req = request(b'P', key, value).map_err(|d| self.err(d))?;
         let reply = self.call(&req, deadline, key, Instant::now())?;
         if reply != b"OK" {
@@ -552,7 +556,7 @@ impl StoreClient {
     }
 
     /// Waits until `key` is set (by any rank), then returns its value.
-    pub fn get(&mut self, key: &str, deadline: Instant) -> Result<Vec<u8>, LaunchError> {
+    pub fn get(&mut self, key: &str, deadline: Instant) -> Result<Vec<u8>, RendezvousError> {
         let req = request(b'G', key, &[]).map_err(|d| self.err(d))?;
         let start = Instant::now();
         let mut pause = Duration::from_micros(200);
@@ -571,8 +575,8 @@ impl StoreClient {
         }
     }
 
-    fn timeout(&self, what: &str, since: Instant) -> LaunchError {
-        LaunchError::StoreTimeout {
+    fn timeout(&self, what: &str, since: Instant) -> RendezvousError {
+        RendezvousError::StoreTimeout {
             rank: self.rank,
             what: what.to_string(),
             addr: self.addr.clone(),
@@ -602,7 +606,7 @@ impl StoreClient {
         deadline: Instant,
         what: &str,
         since: Instant,
-    ) -> Result<Vec<u8>, LaunchError> {
+    ) -> Result<Vec<u8>, RendezvousError> {
         match self.exchange(body, deadline) {
             Ok(Some(reply)) => Ok(reply),
             Ok(None) => {
@@ -613,8 +617,8 @@ impl StoreClient {
         }
     }
 
-    fn err(&self, detail: String) -> LaunchError {
-        LaunchError::Store {
+    fn err(&self, detail: String) -> RendezvousError {
+        RendezvousError::Store {
             addr: self.addr.clone(),
             detail,
         }
@@ -664,7 +668,7 @@ pub struct Store {
 impl Store {
     /// Joins the store of the job `info` describes; rank 0 starts it on
     /// `MASTER_ADDR:MASTER_PORT` (that address only). Gives up after `timeout`.
-    pub fn join(info: &RankInfo, timeout: Duration) -> Result<Store, LaunchError> {
+    pub fn join(info: &RankInfo, timeout: Duration) -> Result<Store, RendezvousError> {
         let deadline = Instant::now() + timeout;
         let addr = format!("{}:{}", bracket_v6(&info.master_addr), info.master_port);
         let server = if info.rank == 0 {
@@ -684,12 +688,17 @@ impl Store {
     }
 
     /// Sets `key` to `value` (at most 64 KiB) for every rank to read.
-    pub fn put(&mut self, key: &str, value: &[u8], deadline: Instant) -> Result<(), LaunchError> {
+    pub fn put(
+        &mut self,
+        key: &str,
+        value: &[u8],
+        deadline: Instant,
+    ) -> Result<(), RendezvousError> {
         self.client.put(key, value, deadline)
     }
 
     /// Waits until `key` is set, then returns its value.
-    pub fn get(&mut self, key: &str, deadline: Instant) -> Result<Vec<u8>, LaunchError> {
+    pub fn get(&mut self, key: &str, deadline: Instant) -> Result<Vec<u8>, RendezvousError> {
         self.client.get(key, deadline)
     }
 
@@ -707,8 +716,8 @@ fn bracket_v6(host: &str) -> String {
     }
 }
 
-fn bind_first(addr: &str, token: &str) -> Result<StoreServer, LaunchError> {
-    let err = |detail: String| LaunchError::Store {
+fn bind_first(addr: &str, token: &str) -> Result<StoreServer, RendezvousError> {
+    let err = |detail: String| RendezvousError::Store {
         addr: addr.to_string(),
         detail,
     };
@@ -753,7 +762,7 @@ mod tests {
             .get("never", Instant::now() + Duration::from_millis(300))
             .unwrap_err();
         assert!(
-            matches!(missing, LaunchError::StoreTimeout { rank: 1, after, .. } if after >= Duration::from_millis(250)),
+            matches!(missing, RendezvousError::StoreTimeout { rank: 1, after, .. } if after >= Duration::from_millis(250)),
             "{missing}"
         );
         // The whole wait, not the last poll's: "after 300.x ms".

@@ -1,6 +1,6 @@
 //! Rank discovery from the variables each launcher sets.
 
-use super::LaunchError;
+use super::RendezvousError;
 use std::fmt;
 
 /// `MASTER_ADDR` when a launcher family sets none (mpirun, PMI, srun): one host.
@@ -20,7 +20,7 @@ const MAX_WORLD: usize = 65_536;
 /// Which launcher's variables gave the rank.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LaunchSource {
-    /// `--nprocs` (this crate's [`super::spawn_local_ranks`]); sets torchrun's variables too.
+    /// `--nprocs` (this crate's `launch::spawn_local_ranks`); sets torchrun's variables too.
     Spawned,
     /// torchrun / torch.distributed: `RANK`, `WORLD_SIZE`.
     Torchrun,
@@ -70,7 +70,7 @@ impl RankInfo {
     /// Reads the rank from this process's environment; `Ok(None)` when no
     /// launcher variables are set (a single process). Half-set or
     /// inconsistent variables are an error naming them.
-    pub fn from_env() -> Result<Option<RankInfo>, LaunchError> {
+    pub fn from_env() -> Result<Option<RankInfo>, RendezvousError> {
         Self::from_vars(|k| std::env::var(k).ok())
     }
 
@@ -82,7 +82,7 @@ impl RankInfo {
     /// `SLURM_PROCID`/`SLURM_NTASKS` (`SLURM_STEP_NUM_TASKS` when set).
     pub fn from_vars(
         get: impl Fn(&str) -> Option<String>,
-    ) -> Result<Option<RankInfo>, LaunchError> {
+    ) -> Result<Option<RankInfo>, RendezvousError> {
         let get = |k: &str| get(k).filter(|v| !v.trim().is_empty());
         let slurm_world = if get("SLURM_STEP_NUM_TASKS").is_some() {
             "SLURM_STEP_NUM_TASKS"
@@ -130,7 +130,7 @@ impl RankInfo {
             let (rank_s, world_s) = match (rank_s, world_s) {
                 (None, None) => continue,
                 (Some(_), None) => {
-                    return Err(LaunchError::HalfSet {
+                    return Err(RendezvousError::HalfSet {
                         family,
                         set: rank_var,
                         missing: world_var,
@@ -138,7 +138,7 @@ impl RankInfo {
                 }
                 (None, Some(_)) if source == LaunchSource::Slurm => continue, // an allocation, not a step
                 (None, Some(_)) => {
-                    return Err(LaunchError::HalfSet {
+                    return Err(RendezvousError::HalfSet {
                         family,
                         set: world_var,
                         missing: rank_var,
@@ -149,14 +149,14 @@ impl RankInfo {
             let rank = parse_num(rank_var, &rank_s)?;
             let world = parse_num(world_var, &world_s)?;
             if world == 0 || world > MAX_WORLD {
-                return Err(LaunchError::BadVar {
+                return Err(RendezvousError::BadVar {
                     var: world_var,
                     value: world_s,
                     why: format!("must be between 1 and {MAX_WORLD}"),
                 });
             }
             if rank >= world {
-                return Err(LaunchError::RankOutOfRange {
+                return Err(RendezvousError::RankOutOfRange {
                     rank_var,
                     rank,
                     world_var,
@@ -172,7 +172,7 @@ impl RankInfo {
                 Some(v) => match v.trim().parse::<u16>() {
                     Ok(p) if p > 0 => p,
                     _ => {
-                        return Err(LaunchError::BadVar {
+                        return Err(RendezvousError::BadVar {
                             var: "MASTER_PORT",
                             value: v,
                             why: "not a port number (1-65535)".into(),
@@ -205,6 +205,33 @@ impl RankInfo {
     }
 }
 
+/// The variables that say how many ranks a launcher put on this host, in
+/// the order [`RankInfo::from_vars`] tries the launchers (the nearest one
+/// wins): torchrun's, Open MPI's, MPICH/Hydra's, then Slurm's (set only
+/// with `--ntasks-per-node`).
+pub const LOCAL_SIZE_VARS: [&str; 4] = [
+    "LOCAL_WORLD_SIZE",
+    "OMPI_COMM_WORLD_LOCAL_SIZE",
+    "MPI_LOCALNRANKS",
+    "SLURM_NTASKS_PER_NODE",
+];
+
+/// How many ranks of a job of `world` ranks run on this host: the first
+/// of [`LOCAL_SIZE_VARS`] that holds a count of 1 or more, else `world`
+/// (a launcher that says nothing may have put every rank here, and the
+/// memory check and the cores' split must hold then too).
+pub fn ranks_on_this_host(world: usize) -> usize {
+    ranks_on_this_host_from(|k| std::env::var(k).ok(), world)
+}
+
+/// [`ranks_on_this_host`] over any variable lookup (tests pass a map).
+pub fn ranks_on_this_host_from(get: impl Fn(&str) -> Option<String>, world: usize) -> usize {
+    LOCAL_SIZE_VARS
+        .iter()
+        .find_map(|k| get(k)?.trim().parse::<usize>().ok().filter(|&n| n >= 1))
+        .unwrap_or(world)
+}
+
 /// The job token: `PARBENCH_JOB_TOKEN`, else an id the launcher gives every
 /// process of one job, else [`DEFAULT_TOKEN`].
 fn job_token(get: &impl Fn(&str) -> Option<String>) -> (String, &'static str) {
@@ -229,11 +256,11 @@ fn job_token(get: &impl Fn(&str) -> Option<String>) -> (String, &'static str) {
     (DEFAULT_TOKEN.to_string(), "default")
 }
 
-fn parse_num(var: &'static str, value: &str) -> Result<usize, LaunchError> {
+fn parse_num(var: &'static str, value: &str) -> Result<usize, RendezvousError> {
     value
         .trim()
         .parse::<usize>()
-        .map_err(|_| LaunchError::BadVar {
+        .map_err(|_| RendezvousError::BadVar {
             var,
             value: value.to_string(),
             why: "not a non-negative integer".into(),
@@ -353,12 +380,44 @@ mod tests {
     }
 
     #[test]
+    fn ranks_on_this_host_nearest_launcher_first_else_the_world() {
+        let here = |pairs: &[(&str, &str)]| ranks_on_this_host_from(vars(pairs), 8);
+        assert_eq!(here(&[]), 8);
+        assert_eq!(here(&[("SLURM_NTASKS_PER_NODE", "4")]), 4);
+        assert_eq!(
+            here(&[("MPI_LOCALNRANKS", "3"), ("SLURM_NTASKS_PER_NODE", "4")]),
+            3
+        );
+        assert_eq!(
+            here(&[
+                ("OMPI_COMM_WORLD_LOCAL_SIZE", "2"),
+                ("MPI_LOCALNRANKS", "3"),
+                ("SLURM_NTASKS_PER_NODE", "4"),
+            ]),
+            2
+        );
+        assert_eq!(
+            here(&[
+                ("LOCAL_WORLD_SIZE", "1"),
+                ("OMPI_COMM_WORLD_LOCAL_SIZE", "2")
+            ]),
+            1
+        );
+        // A count that is not one passes to the next launcher's.
+        assert_eq!(
+            here(&[("LOCAL_WORLD_SIZE", "0"), ("MPI_LOCALNRANKS", " 5 ")]),
+            5
+        );
+        assert_eq!(here(&[("LOCAL_WORLD_SIZE", "many")]), 8);
+    }
+
+    #[test]
     fn bad_variables_are_errors_naming_them() {
         let half = RankInfo::from_vars(vars(&[("RANK", "0")])).unwrap_err();
         assert!(
             matches!(
                 half,
-                LaunchError::HalfSet {
+                RendezvousError::HalfSet {
                     missing: "WORLD_SIZE",
                     ..
                 }
@@ -368,7 +427,7 @@ mod tests {
         let half = RankInfo::from_vars(vars(&[("OMPI_COMM_WORLD_SIZE", "2")])).unwrap_err();
         assert!(matches!(
             half,
-            LaunchError::HalfSet {
+            RendezvousError::HalfSet {
                 missing: "OMPI_COMM_WORLD_RANK",
                 ..
             }
@@ -377,7 +436,7 @@ mod tests {
         assert!(
             matches!(
                 range,
-                LaunchError::RankOutOfRange {
+                RendezvousError::RankOutOfRange {
                     rank: 2,
                     world: 2,
                     ..
@@ -390,7 +449,7 @@ mod tests {
         let zero = RankInfo::from_vars(vars(&[("RANK", "0"), ("WORLD_SIZE", "0")])).unwrap_err();
         assert!(matches!(
             zero,
-            LaunchError::BadVar {
+            RendezvousError::BadVar {
                 var: "WORLD_SIZE",
                 ..
             }
@@ -403,7 +462,7 @@ mod tests {
         .unwrap_err();
         assert!(matches!(
             port,
-            LaunchError::BadVar {
+            RendezvousError::BadVar {
                 var: "MASTER_PORT",
                 ..
             }
@@ -416,7 +475,7 @@ mod tests {
         .unwrap_err();
         assert!(matches!(
             local,
-            LaunchError::BadVar {
+            RendezvousError::BadVar {
                 var: "LOCAL_RANK",
                 ..
             }

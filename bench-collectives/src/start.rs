@@ -1,0 +1,47 @@
+//! What the sweep and `links` share about starting their ranks: the job
+//! as the launcher is told it (its ranks from `-np` or `-g`), and how a
+//! run ends on this process. The launcher decides, from the backend,
+//! which ranks start (`launch::ranks::Ranks::choose`).
+
+use crate::cli::SweepJob;
+use anyhow::Result;
+use parbench::launch::ranks::{Ranks, Wanted};
+use parbench::launch::RankInfo;
+
+/// How a run ended on this process.
+pub enum Finished {
+    /// This process ran a rank (or all ranks): wrong elements summed over
+    /// ranks, as rank 0 saw them (0 on the other processes).
+    Ran { wrong: u64 },
+    /// Rank 0 ran, exact, but below `NCCL_TESTS_MIN_BW`: what fell below.
+    BelowMinBw { why: String },
+    /// This process spawned the ranks (`--backend tcp -np N`): pass on the
+    /// exit code of the first rank that failed (in time), or 0. The
+    /// launcher already named it.
+    Launched { code: i32 },
+}
+
+/// Default number of ranks: the CPU cores, at least 2.
+pub fn default_ranks() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2)
+        .max(2)
+}
+
+/// The ranks `plan`'s backend starts: `-np` ranks (default: the cores),
+/// on GPUs `-np` or `-g` of them (default: every visible one); too many
+/// GPUs is refused with `gpus_flag` (`links -np`) in front.
+pub fn ranks(plan: &SweepJob, joined: Option<RankInfo>, gpus_flag: &str) -> Result<Ranks> {
+    let too_many_gpus = |world: usize, visible: usize| {
+        format!("{gpus_flag} {world}: this machine has {visible} visible GPU(s)")
+    };
+    let wanted = Wanted {
+        ranks: plan.nprocs,
+        gpus: plan.nprocs.or(plan.nccl_tests.ngpus),
+        default: default_ranks(),
+        job: None,
+        too_many_gpus: &too_many_gpus,
+    };
+    Ok(Ranks::choose(plan.backend, joined, wanted)?)
+}
