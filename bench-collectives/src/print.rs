@@ -1,9 +1,10 @@
 //! The table and the summary, printed by rank 0 only, as rows complete.
 
-use crate::cli::SweepConfig;
+use crate::config::SweepConfig;
+use crate::recheck::RecheckLines;
 use crate::summary::{FitLine, Fitted, Summary};
-use crate::wire::WireFigures;
 use parbench::comm::{Collective, DType, ReduceOp};
+use parbench::measure::wire::WireFigures;
 use parbench::model;
 use parbench::results::CollectiveRow;
 

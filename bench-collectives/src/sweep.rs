@@ -1,16 +1,16 @@
 //! The sweep every rank runs, written once for every collective and every
 //! backend: fill, warm up, time, check, combine across ranks, print (rank 0).
 
-use crate::cli::SweepConfig;
-use crate::core_state::{state_probe, wait_for_state, RowState, WaitBudget};
+use crate::config::SweepConfig;
 use crate::data::Inputs;
 use crate::expected::expected;
 use crate::print::{Point, Printer};
-use crate::wire::{Drift, WireFigures};
 use parbench::comm::{
     CollArgs, Collective, CommBuffer, CommError, CommResult, Communicator, DType, Io, ReduceOp,
 };
+use parbench::measure::core_state::{state_probe, wait_for_state, RowState, WaitBudget};
 use parbench::measure::noise::{CpuSnapshot, ForeignCpu};
+use parbench::measure::wire::{row_count, Drift, WireFigures};
 use parbench::measure::{time_loop, Ladder, LoopSpec, LoopStats, StragglerTally, StragglerVerdict};
 use parbench::model;
 use parbench::results::{CollectiveRow, SCHEMA_VERSION};
@@ -99,20 +99,6 @@ pub fn refuse_types_named<C: Communicator>(comm: &C, cfg: &SweepConfig) -> CommR
 /// `-d all` brought that the backend cannot run (refused earlier when named).
 fn runnable<C: Communicator>(comm: &C, coll: Collective, dtype: DType) -> bool {
     comm.cannot_run(dtype, coll.reduces()).is_none()
-}
-
-/// The per-rank count of a row of nccl-tests' size `size`: what the byte
-/// rule gives, and for a collective whose buffers hold a block per rank
-/// (all_gather, reduce_scatter, all_to_all), rounded down to a whole
-/// number of 16 bytes, as nccl-tests sizes those blocks.
-pub fn row_count(coll: Collective, size: u64, dtype: DType, world: usize) -> usize {
-    let count = coll.count_for(size, dtype.size(), world);
-    if coll.size_blocks(world) > 1 {
-        let per_16 = (16 / dtype.size()).max(1);
-        count - count % per_16
-    } else {
-        count
-    }
 }
 
 fn sweep_collective<C: Communicator>(
