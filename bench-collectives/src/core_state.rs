@@ -167,18 +167,12 @@ impl StatesSummary {
 mod tests {
     use super::*;
 
-    fn state(exchange_us: f64) -> CoreState {
-        CoreState {
-            exchange_us,
-            shared_gbps: 8.0,
-            copy_gbps: 95.0,
-            judged_by: StateFigures::All,
-        }
-    }
-
+    /// A footer of `rows` rows against a wire measured in the state of a
+    /// record (0.15 us, 8 GB/s shared, 95 GB/s copy).
     fn summary(rows: usize) -> StatesSummary {
+        let state = r#"{"exchange_us": 0.15, "shared_gbps": 8.0, "copy_gbps": 95.0}"#;
         StatesSummary {
-            state: Some(state(0.15)),
+            state: Some(serde_json::from_str(state).unwrap()),
             rungs_off_state: 0,
             rungs: 20,
             elsewhere: Vec::new(),
