@@ -347,7 +347,7 @@ pub fn above_ceiling(r: &CollectiveRow, wire: &WireFigures) -> bool {
 }
 
 /// `marked`: the row ran with the cores elsewhere than where the wire was
-/// measured (its model is marked `~`: [`crate::core_state`]).
+/// measured (its model is marked `~`: [`parbench::measure::core_state`]).
 fn format_block(r: Option<&CollectiveRow>, wire: &WireFigures, marked: bool) -> String {
     match r {
         Some(r) => {

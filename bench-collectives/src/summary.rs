@@ -5,7 +5,7 @@ use crate::core_state::StatesSummary;
 use crate::model_check::ModelCheck;
 use parbench::comm::Collective;
 use parbench::measure::noise::ForeignCpu;
-use parbench::measure::wire::recheck::WireRecheck;
+use parbench::measure::wire::recheck::{Recheck, WireRecheck};
 use parbench::measure::wire::{link_bound, WireFigures};
 use parbench::measure::StragglerVerdict;
 use parbench::model::wire::{fit_on_wire, working_set_bytes, WireFit};
@@ -336,7 +336,7 @@ pub fn fit_words(
 }
 
 /// Why a row beats its ceiling, in one line. `in_state`: the row was timed
-/// with the cores where the wire was measured ([`crate::core_state`]).
+/// with the cores where the wire was measured ([`parbench::measure::core_state`]).
 pub fn above_ceiling_cause(
     r: &CollectiveRow,
     wire: &WireFigures,
@@ -500,7 +500,7 @@ mod tests {
         let mode = above_ceiling_cause(&r, &sockets, None, false);
         assert!(mode.contains("sockets in another mode"), "{mode}");
         let moved = WireRecheck {
-            rungs: vec![parbench::measure::wire::recheck::Recheck {
+            rungs: vec![Recheck {
                 working_set: 1 << 20,
                 before_gbps: 1.95,
                 after_gbps: 7.05,

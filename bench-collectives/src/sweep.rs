@@ -38,7 +38,7 @@ pub struct Outcome {
     /// copy rate at its working set before the sweep and at the row.
     pub ceiling_drift: Vec<(String, Drift)>,
     /// Per row (same order as `rows`): the cores' state around it
-    /// ([`crate::core_state`]).
+    /// ([`parbench::measure::core_state`]).
     pub states: Vec<RowState>,
     /// What is left of the rows' waiting time.
     pub wait_budget: WaitBudget,
