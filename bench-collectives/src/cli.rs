@@ -1,12 +1,11 @@
 //! Command line: nccl-tests' flags with their meanings, plus parbench's
 //! backend, algorithm, deadline, output folder and straggler injection.
 
-use crate::nccl_tests_format::Step;
+use crate::config::{NcclTestsFlags, SweepConfig};
 use anyhow::{anyhow, bail, Result};
 use clap::Parser;
-use parbench::comm::{Algo, Collective, DType, ReduceOp};
+use parbench::comm::Algo;
 use parbench::launch::flags;
-use parbench::measure::Average;
 use parbench::vocab;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -261,50 +260,13 @@ where
 pub use parbench::launch::flags::Backend;
 
 /// `--backend`'s value, with the one line that lists what it takes.
-fn parse_backend(s: &str) -> Result<Backend> {
+pub(crate) fn parse_backend(s: &str) -> Result<Backend> {
     s.parse::<Backend>().map_err(|_| {
         anyhow!(
             "unknown backend '{}' (expected auto, local, tcp, nccl or mpi)",
             s.to_ascii_lowercase()
         )
     })
-}
-
-/// Everything the sweep needs, checked: what every rank runs.
-#[derive(Clone, Debug, PartialEq)]
-pub struct SweepConfig {
-    pub collectives: Vec<Collective>,
-    pub dtypes: Vec<DType>,
-    /// `-d all`: a type the backend cannot run is left out, as nccl-tests
-    /// leaves the 8-bit floats out below compute capability 9.0; a type
-    /// named is refused instead.
-    pub dtypes_all: bool,
-    pub ops: Vec<ReduceOp>,
-    /// Sizes in bytes, nccl-tests' meaning (see each op), ascending.
-    pub sizes: Vec<u64>,
-    pub iters: usize,
-    pub warmup: usize,
-    pub check: usize,
-    /// `None`: every rank in turn (`-r -1`).
-    pub root: Option<usize>,
-    pub average: Average,
-    pub out_of_place: bool,
-    pub in_place: bool,
-    pub timeout: Duration,
-    /// `(rank, delay)` injected before each timed iteration.
-    pub straggler: Option<(usize, Duration)>,
-    /// `--graph N`: calls captured per CUDA graph (device backends only).
-    pub graph: Option<usize>,
-    /// Seed of the inputs (with rank and index).
-    pub seed: u64,
-    /// Smallest size (nccl-tests' bytes) of the fits' window.
-    pub fit_from: u64,
-    /// `-N`: times each table's sizes run (0: until interrupted).
-    pub run_cycles: usize,
-    /// `--format nccl-tests`: the rows nccl-tests would print (every size,
-    /// even one that rounds to the count of the size before; sendrecv once
-    /// per operator).
-    pub nccl_tests_rows: bool,
 }
 
 /// The parsed command line: backend, ranks, algorithm, and the sweep.
@@ -316,7 +278,7 @@ pub struct SweepJob {
     pub out: PathBuf,
     pub sweep: SweepConfig,
     /// nccl-tests' flags beyond the sweep, and the output layouts.
-    pub nccl_tests: crate::nccl_flags::NcclTestsFlags,
+    pub nccl_tests: NcclTestsFlags,
     /// `bench-collectives links`: the pair matrix instead of the sweep.
     pub links: bool,
 }
@@ -382,7 +344,7 @@ pub fn size_steps(min: u64, max: u64, factor: Option<u64>, step: Option<u64>) ->
     Ok(sizes)
 }
 
-fn parse_list<T>(s: &str, all: &[T], what: &str) -> Result<Vec<T>>
+pub fn parse_list<T>(s: &str, all: &[T], what: &str) -> Result<Vec<T>>
 where
     T: std::str::FromStr<Err = String> + Copy + PartialEq,
 {
@@ -408,139 +370,6 @@ pub fn parse_straggler(s: &str) -> Result<(usize, Duration)> {
     Ok((st.rank, st.delay))
 }
 
-impl Args {
-    /// Checks every flag and builds the plan. Checks that need the world
-    /// size (root, straggler rank) are in [`SweepJob::check_world`].
-    pub fn plan(&self) -> Result<SweepJob> {
-        let mut collectives = Vec::new();
-        let links = self
-            .collectives
-            .iter()
-            .any(|c| c.eq_ignore_ascii_case("links"));
-        if links && self.collectives.len() > 1 {
-            bail!("`links` runs alone: it measures every pair of ranks, not collectives");
-        }
-        for c in self.collectives.iter().filter(|_| !links) {
-            if c.eq_ignore_ascii_case("all") {
-                collectives = Collective::ALL.to_vec();
-                break;
-            }
-            let c: Collective = c.parse().map_err(|e: String| anyhow!(e))?;
-            if !collectives.contains(&c) {
-                collectives.push(c);
-            }
-        }
-        let min = parse_size(&self.min_bytes).map_err(|e| anyhow!("-b/--min-bytes: {e}"))?;
-        let max = parse_size(&self.max_bytes).map_err(|e| anyhow!("-e/--max-bytes: {e}"))?;
-        let step_bytes = self
-            .step_bytes
-            .as_deref()
-            .map(parse_size)
-            .transpose()
-            .map_err(|e| anyhow!("-i/--step-bytes: {e}"))?;
-        let step = match (self.step_factor, step_bytes) {
-            (Some(f), _) if f > 1 => Step::Factor(f),
-            // nccl-tests' default -i.
-            (Some(_), None) => Step::Bytes(1 << 20),
-            (_, Some(b)) => Step::Bytes(b),
-            (None, None) => Step::Factor(2),
-        };
-        let sizes = match step {
-            Step::Factor(f) => size_steps(min, max, Some(f), None)?,
-            Step::Bytes(b) => size_steps(min, max, None, Some(b))?,
-        };
-        let average = Average::from_code(self.average)
-            .ok_or_else(|| anyhow!("bad -a/--average {} (expected 0, 1, 2 or 3)", self.average))?;
-        let timeout = parbench::limits::timeout(self.timeout)?;
-        if self.iters == 0 {
-            bail!("-n/--iters 0: at least 1");
-        }
-        use parbench::limits::{count, MAX_ITERATIONS, MAX_RUN_CYCLES};
-        count("-n/--iters", self.iters, MAX_ITERATIONS)?;
-        count("-w/--warmup", self.warmup, MAX_ITERATIONS)?;
-        count("-c/--check", self.check, MAX_ITERATIONS)?;
-        count("-N/--run-cycles", self.run_cycles, MAX_RUN_CYCLES)?;
-        if self.nprocs == Some(0) {
-            bail!("--nprocs 0: at least 1");
-        }
-        let straggler = self.straggler.as_deref().map(parse_straggler).transpose()?;
-        // A delay the others cannot wait out is a stuck rank by design: on
-        // the threads of --backend local it would keep the process past
-        // --timeout (a sleeping thread is not interrupted).
-        crate::nccl_flags::check_other_flags(self)?;
-        if let Some((r, d)) = straggler.filter(|(_, d)| *d >= timeout) {
-            bail!(
-                "--straggler {r}:{}: the delay is not less than --timeout {}",
-                d.as_millis(),
-                self.timeout
-            );
-        }
-        let nccl_tests = crate::nccl_flags::NcclTestsFlags::from_args(self, (min, max, step))?;
-        let nccl_tests_rows = nccl_tests.format == crate::nccl_flags::TableFormat::NcclTests;
-        Ok(SweepJob {
-            backend: parse_backend(&self.backend)?,
-            nprocs: self.nprocs,
-            algo: self
-                .algo
-                .parse()
-                .map_err(|e: String| anyhow!("--algo: {e}"))?,
-            out: self.out.clone(),
-            nccl_tests,
-            links,
-            sweep: SweepConfig {
-                collectives,
-                dtypes: parse_list(
-                    &self.dtype,
-                    crate::nccl_flags::all_types(&self.format),
-                    "dtype",
-                )?,
-                dtypes_all: self
-                    .dtype
-                    .split(',')
-                    .any(|t| t.trim().eq_ignore_ascii_case("all")),
-                ops: parse_list(&self.op, &ReduceOp::ALL, "op")?,
-                sizes,
-                iters: self.iters,
-                warmup: self.warmup,
-                check: if self.no_check { 0 } else { self.check },
-                root: match self.root {
-                    -1 => None,
-                    r => Some(
-                        usize::try_from(r)
-                            .map_err(|_| anyhow!("-r/--root {r}: a rank, or -1 for every rank"))?,
-                    ),
-                },
-                average,
-                out_of_place: !self.inplace_only,
-                in_place: !self.outplace_only,
-                timeout,
-                straggler,
-                // nccl-tests' -G 0: no graphs.
-                graph: self.graph.filter(|&g| g > 0),
-                seed: 0x5eed,
-                fit_from: parse_size(&self.fit_from).map_err(|e| anyhow!("--fit-from: {e}"))?,
-                run_cycles: self.run_cycles,
-                nccl_tests_rows,
-            },
-        })
-    }
-}
-
-impl SweepConfig {
-    /// Checks what needs the world size: the root and the straggler rank.
-    pub fn check_world(&self, world: usize) -> Result<()> {
-        if let Some(root) = self.root.filter(|&r| r >= world) {
-            bail!("-r/--root {root} is not a rank of a world of {world}");
-        }
-        if let Some((rank, delay)) = self.straggler {
-            flags::Straggler { rank, delay }
-                .check_world(world)
-                .map_err(|e| anyhow!("--straggler {e}"))?;
-        }
-        Ok(())
-    }
-}
-
 #[cfg(test)]
 #[path = "../../test-support/vocab.rs"]
 mod vocab_check;
@@ -548,6 +377,9 @@ mod vocab_check;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Step;
+    use parbench::comm::{Collective, DType, ReduceOp};
+    use parbench::measure::Average;
 
     fn plan(args: &[&str]) -> Result<SweepJob> {
         let mut v = vec!["bench-collectives"];

@@ -7,7 +7,8 @@
 //! `parbench` keys, which nccl-tests' readers ignore.
 
 use crate::cli::SweepJob;
-use crate::nccl_tests_format::Step;
+use crate::config::{Step, TableFormat};
+use crate::nccl_tests_format::IterStats;
 use crate::sweep::Outcome;
 use anyhow::{Context, Result};
 use parbench::results::{CollectiveRow, RunMeta};
@@ -19,45 +20,6 @@ use std::sync::Mutex;
 
 /// nccl-tests' JSON_FILE_VERSION of v2.19.6.
 pub const FILE_VERSION: u32 = 3;
-
-/// Per-iteration statistics as nccl-tests computes them (population
-/// stdev; p95/p99 at index min(n-1, ceil(n p / 100) - 1) of the sorted
-/// times): what `-J` writes and `-I 1`'s columns print.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct IterStats {
-    pub min: f64,
-    pub max: f64,
-    pub avg: f64,
-    pub p50: f64,
-    pub p95: f64,
-    pub p99: f64,
-    pub stdev: f64,
-    /// stdev / avg x 100 (0 for a zero average).
-    pub cv_pct: f64,
-}
-
-impl IterStats {
-    /// `None` for no iterations.
-    pub fn of(times_us: &[f64]) -> Option<IterStats> {
-        let mut s = times_us.to_vec();
-        s.sort_by(f64::total_cmp);
-        let n = s.len();
-        let last = n.checked_sub(1)?;
-        let pct = |p: usize| s[last.min((n * p).div_ceil(100).saturating_sub(1))];
-        let avg = s.iter().sum::<f64>() / n as f64;
-        let stdev = (s.iter().map(|t| (t - avg).powi(2)).sum::<f64>() / n as f64).sqrt();
-        Some(IterStats {
-            min: s[0],
-            max: s[last],
-            avg,
-            p50: s[n / 2],
-            p95: pct(95),
-            p99: pct(99),
-            stdev,
-            cv_pct: if avg > 0.0 { stdev / avg * 100.0 } else { 0.0 },
-        })
-    }
-}
 
 /// A placement's `*_per_iter` object.
 pub fn per_iter(times_us: &[f64], per_rank_us: &[Vec<f64>]) -> Value {
@@ -345,7 +307,7 @@ pub fn write(path: &Path, plan: &SweepJob, meta: &RunMeta, outcome: &Outcome) ->
 
 /// Whether the `-J` line was printed before the header (nccl-tests' layout).
 fn plan_prints_early(plan: &SweepJob) -> bool {
-    plan.nccl_tests.format == crate::nccl_flags::TableFormat::NcclTests
+    plan.nccl_tests.format == TableFormat::NcclTests
 }
 
 #[cfg(test)]

@@ -11,9 +11,11 @@
 //! with 128 + signal, the sizes measured so far kept.
 
 mod cli;
+mod config;
 mod core_state;
 mod data;
 mod expected;
+mod job;
 mod json_nccl;
 mod links;
 mod memory;
@@ -25,6 +27,7 @@ mod progress_lines;
 mod recheck;
 mod reference_line;
 mod run;
+mod run_header;
 mod start;
 mod summary;
 mod sweep;

@@ -11,7 +11,7 @@
 //! `parbench::comm::collective::premul`). The host's share is that times
 //! the ranks on this host.
 
-use crate::cli::SweepConfig;
+use crate::config::SweepConfig;
 use parbench::comm::{Collective, DType, ReduceOp};
 use parbench::limits::{bytes_text, LimitError};
 
@@ -50,7 +50,7 @@ pub fn per_rank(cfg: &SweepConfig, world: usize) -> (u128, String) {
 /// Bytes of one rank's send and receive buffers of `coll` at nccl-tests
 /// size `size`.
 fn buffer_bytes(coll: Collective, size: u64, dtype: DType, world: usize) -> (u128, u128) {
-    let count = crate::sweep::row_count(coll, size, dtype, world);
+    let count = parbench::measure::wire::row_count(coll, size, dtype, world);
     let elem = dtype.size() as u128;
     (
         elems(coll.send_elems(count.min(1), world), count) * elem,

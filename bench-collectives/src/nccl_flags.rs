@@ -1,50 +1,20 @@
 //! nccl-tests' flags beyond the sweep (`-m`, `-z`, `-g`, `-J`) and the
 //! table layout, checked once the backend is known: a flag a backend cannot
-//! honour is refused with one line (exit 2), never silently ignored.
+//! honour is refused with one line (exit 2), never silently ignored. The
+//! printers these flags choose are built in [`crate::run_header`].
 
 use crate::cli::{Args, Backend, SweepJob};
+use crate::config::{NcclTestsFlags, Step, TableFormat};
 use anyhow::{bail, Result};
-use std::path::PathBuf;
 
-/// Which table rank 0 prints.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TableFormat {
-    /// parbench's table: nccl-tests' columns plus percentiles, algo, model, ceiling.
-    Parbench,
-    /// Exactly nccl-tests' columns, units row and footers.
-    NcclTests,
-}
-
-/// The flags, parsed; [`check_backend`] says whether the backend honours them.
-#[derive(Clone, Debug, PartialEq)]
-pub struct NcclTestsFlags {
-    /// `-m`: operations per timed iteration (only 1 is measured).
-    pub agg_iters: usize,
-    /// `-z`: other than 0, wait for each operation before the next.
-    pub blocking: bool,
-    /// `-z` as given (nccl-tests' modes 0-3), for its header line.
-    pub blocking_mode: u8,
-    /// `-b`, `-e` and the step as given, which nccl-tests' header and JSON
-    /// name (not the sizes swept).
-    pub min_bytes: u64,
-    pub max_bytes: u64,
-    pub step: crate::nccl_tests_format::Step,
-    /// `-g`: GPUs this process drives (nccl only).
-    pub ngpus: Option<usize>,
-    pub format: TableFormat,
-    /// `-J FILE`: nccl-tests' JSON.
-    pub json_file: Option<PathBuf>,
-    /// `-I 1`: nccl-tests' per-iteration columns in its layout.
-    pub per_iter: bool,
-}
+// run.rs reaches the printers by this path: kept, so that moving them
+// out of this file needed no change there.
+pub use crate::run_header::{print_run_header, printer};
 
 impl NcclTestsFlags {
     /// Parses what needs no backend, given `-b`, `-e` and the step as
     /// read; [`check_backend`] does the rest.
-    pub fn from_args(
-        a: &Args,
-        (min_bytes, max_bytes, step): (u64, u64, crate::nccl_tests_format::Step),
-    ) -> Result<Self> {
+    pub fn from_args(a: &Args, (min_bytes, max_bytes, step): (u64, u64, Step)) -> Result<Self> {
         let format = match a.format.to_ascii_lowercase().as_str() {
             "parbench" => TableFormat::Parbench,
             "nccl-tests" | "nccl_tests" => TableFormat::NcclTests,
@@ -202,81 +172,6 @@ pub fn all_types(format: &str) -> &'static [parbench::comm::DType] {
     } else {
         &DType::NCCL_TESTS_ORDER
     }
-}
-
-/// Rank 0's printer in the layout `--format` asks for.
-pub fn printer<C: parbench::comm::Communicator>(
-    comm: &C,
-    plan: &SweepJob,
-) -> crate::print::Printer {
-    let rank0 = comm.rank() == 0;
-    match plan.nccl_tests.format {
-        TableFormat::Parbench => crate::print::Printer::new(rank0),
-        TableFormat::NcclTests => crate::print::Printer::nccl_tests(rank0, plan.sweep.check > 0),
-    }
-}
-
-/// The reference line of the header (item "is my busbw normal?"), and in
-/// nccl-tests' layout its whole run header: the `-J` file's line first,
-/// then each block's header; parbench's own lines wait for the end.
-pub fn print_run_header<C: parbench::comm::Communicator>(
-    printer: &mut crate::print::Printer,
-    comm: &C,
-    plan: &SweepJob,
-    wire: &crate::wire::WireFigures,
-) {
-    let world = comm.world();
-    let reference = crate::reference_line::describe(comm.backend(), &comm.wire(), world, wire).line;
-    let json = match (&plan.nccl_tests.json_file, comm.rank()) {
-        (Some(p), 0) => crate::json_nccl::reserve(p),
-        _ => None,
-    };
-    if !printer.is_nccl_tests() {
-        printer.lines(&[format!("# Reference: {reference}")]);
-        return;
-    }
-    if let Some(line) = json {
-        printer.lines(&[line]);
-    }
-    let in_process = match std::env::var_os("WORLD_SIZE") {
-        Some(_) => 1,
-        None if comm.backend() == "mpi" || comm.backend() == "tcp" => 1,
-        None => world,
-    };
-    let f = &plan.nccl_tests;
-    let job = crate::nccl_tests_format::JobInfo {
-        backend: comm.backend(),
-        wire: &comm.wire(),
-        world,
-        in_process,
-        min_bytes: f.min_bytes,
-        max_bytes: f.max_bytes,
-        step: f.step,
-        warmup: plan.sweep.warmup,
-        iters: plan.sweep.iters,
-        check: plan.sweep.check,
-        graph: plan.sweep.graph.unwrap_or(0),
-        blocking: f.blocking_mode,
-        nccl_version: nccl_version_code(comm.backend()),
-        per_iter: f.per_iter,
-    };
-    let trailer = vec![
-        crate::nccl_tests_format::parbench_line(&job),
-        format!("# Reference: {reference}"),
-    ];
-    printer.set_nccl_tests_job(&job, trailer);
-}
-
-/// NCCL's version code where this run's collectives are NCCL's, else 0.
-pub fn nccl_version_code(backend: &str) -> u64 {
-    #[cfg(feature = "cuda")]
-    if backend == "nccl" {
-        if let Ok(v) = parbench::comm::nccl::nccl_version() {
-            return crate::json_nccl::nccl_version_code(&v).unwrap_or(0);
-        }
-    }
-    let _ = backend;
-    0
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 //! One block per collective, each opened and closed as one nccl-tests binary
 //! would; rows are 118 characters wide.
 
+use crate::config::Step;
 use parbench::comm::{Collective, ReduceOp};
 use parbench::results::CollectiveRow;
 
@@ -77,13 +78,43 @@ pub fn fit_float(x: f64, width: usize) -> String {
     c_e(x, if width >= 7 { 1 } else { 0 }, width)
 }
 
-/// How the sizes step, as nccl-tests' nThread line and JSON name it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Step {
-    /// `-f N` (N > 1): multiply.
-    Factor(u64),
-    /// `-i N` (or `-f 1`): add.
-    Bytes(u64),
+/// Per-iteration statistics as nccl-tests computes them (population
+/// stdev; p95/p99 at index min(n-1, ceil(n p / 100) - 1) of the sorted
+/// times): what `-J` writes and `-I 1`'s columns print.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct IterStats {
+    pub min: f64,
+    pub max: f64,
+    pub avg: f64,
+    pub p50: f64,
+    pub p95: f64,
+    pub p99: f64,
+    pub stdev: f64,
+    /// stdev / avg x 100 (0 for a zero average).
+    pub cv_pct: f64,
+}
+
+impl IterStats {
+    /// `None` for no iterations.
+    pub fn of(times_us: &[f64]) -> Option<IterStats> {
+        let mut s = times_us.to_vec();
+        s.sort_by(f64::total_cmp);
+        let n = s.len();
+        let last = n.checked_sub(1)?;
+        let pct = |p: usize| s[last.min((n * p).div_ceil(100).saturating_sub(1))];
+        let avg = s.iter().sum::<f64>() / n as f64;
+        let stdev = (s.iter().map(|t| (t - avg).powi(2)).sum::<f64>() / n as f64).sqrt();
+        Some(IterStats {
+            min: s[0],
+            max: s[last],
+            avg,
+            p50: s[n / 2],
+            p95: pct(95),
+            p99: pct(99),
+            stdev,
+            cv_pct: if avg > 0.0 { stdev / avg * 100.0 } else { 0.0 },
+        })
+    }
 }
 
 /// What the run header says about the job.
@@ -229,7 +260,7 @@ pub fn column_header(per_iter: bool) -> [String; 3] {
 fn placement(r: Option<&CollectiveRow>, checked: bool, per_iter: Option<&[f64]>) -> String {
     match r {
         Some(r) => {
-            let iters = match per_iter.map(crate::json_nccl::IterStats::of) {
+            let iters = match per_iter.map(IterStats::of) {
                 Some(Some(st)) => format!(
                     "  {}  {}  {}  {}",
                     fit_float(st.min, 7),

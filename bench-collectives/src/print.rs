@@ -1,9 +1,10 @@
 //! The table and the summary, printed by rank 0 only, as rows complete.
 
-use crate::cli::SweepConfig;
+use crate::config::SweepConfig;
+use crate::recheck::RecheckLines;
 use crate::summary::{FitLine, Fitted, Summary};
-use crate::wire::WireFigures;
 use parbench::comm::{Collective, DType, ReduceOp};
+use parbench::measure::wire::WireFigures;
 use parbench::model;
 use parbench::results::CollectiveRow;
 
@@ -346,7 +347,7 @@ pub fn above_ceiling(r: &CollectiveRow, wire: &WireFigures) -> bool {
 }
 
 /// `marked`: the row ran with the cores elsewhere than where the wire was
-/// measured (its model is marked `~`: [`crate::core_state`]).
+/// measured (its model is marked `~`: [`parbench::measure::core_state`]).
 fn format_block(r: Option<&CollectiveRow>, wire: &WireFigures, marked: bool) -> String {
     match r {
         Some(r) => {

@@ -5,7 +5,7 @@
 //! the reference. Rank 0 prints it in the header, and after the sweep the
 //! measured peak beside it as a share; run.json keeps both for the report.
 
-use crate::wire::WireFigures;
+use parbench::measure::wire::WireFigures;
 use parbench::published::{self, System};
 use parbench::results::{CollectiveRow, RunMeta};
 

@@ -1,9 +1,12 @@
 //! What a run found, from its rows: fits over a stated window, peaks, rows
 //! above their ceiling, straggler, correctness, noise.
 
-use crate::wire::WireFigures;
+use crate::core_state::StatesSummary;
+use crate::model_check::ModelCheck;
 use parbench::comm::Collective;
 use parbench::measure::noise::ForeignCpu;
+use parbench::measure::wire::recheck::{Recheck, WireRecheck};
+use parbench::measure::wire::{link_bound, WireFigures};
 use parbench::measure::StragglerVerdict;
 use parbench::model::wire::{fit_on_wire, working_set_bytes, WireFit};
 use parbench::model::{self, AlphaBetaFit};
@@ -72,11 +75,11 @@ pub struct Summary {
     /// How far the ceilings measured at the rows sat from the pre-sweep one.
     pub ceiling_drift: Option<CeilingDrift>,
     /// The cores' state row by row (`None` where it is not tracked).
-    pub states: Option<crate::core_state::StatesSummary>,
+    pub states: Option<StatesSummary>,
     /// A socket wire's ceiling measured again after the sweep.
-    pub recheck: Option<crate::recheck::WireRecheck>,
+    pub recheck: Option<WireRecheck>,
     /// The model column against the rows timed in the wire's state.
-    pub model_check: Option<crate::model_check::ModelCheck>,
+    pub model_check: Option<ModelCheck>,
 }
 
 /// The ceiling measured again at each row against the pre-sweep ladder at
@@ -333,11 +336,11 @@ pub fn fit_words(
 }
 
 /// Why a row beats its ceiling, in one line. `in_state`: the row was timed
-/// with the cores where the wire was measured ([`crate::core_state`]).
+/// with the cores where the wire was measured ([`parbench::measure::core_state`]).
 pub fn above_ceiling_cause(
     r: &CollectiveRow,
     wire: &WireFigures,
-    recheck: Option<&crate::recheck::WireRecheck>,
+    recheck: Option<&WireRecheck>,
     in_state: bool,
 ) -> String {
     // A row timed in another state of the cores (or of the sockets) than
@@ -370,7 +373,7 @@ pub fn above_ceiling_cause(
     // PARBENCH_WIRE names it, so the ladders say it too): its token bucket,
     // not a cache, explains a small message beating it.
     let shaped = r.wire.starts_with("tcp-")
-        || (r.backend == "tcp" && crate::wire::link_bound(&wire.ceiling, &wire.model.copy));
+        || (r.backend == "tcp" && link_bound(&wire.ceiling, &wire.model.copy));
     if shaped && r.bytes < (1 << 20) {
         return "a shaped link's token bucket refills while the link idles and lets a message under its burst through at memory speed".into();
     }
@@ -496,8 +499,8 @@ mod tests {
         };
         let mode = above_ceiling_cause(&r, &sockets, None, false);
         assert!(mode.contains("sockets in another mode"), "{mode}");
-        let moved = crate::recheck::WireRecheck {
-            rungs: vec![crate::recheck::Recheck {
+        let moved = WireRecheck {
+            rungs: vec![Recheck {
                 working_set: 1 << 20,
                 before_gbps: 1.95,
                 after_gbps: 7.05,
@@ -508,7 +511,7 @@ mod tests {
         };
         let by_move = above_ceiling_cause(&r, &sockets, Some(&moved), true);
         assert!(by_move.contains("ceiling moved x3.62"), "{by_move}");
-        let elsewhere = crate::recheck::WireRecheck {
+        let elsewhere = WireRecheck {
             in_state: false,
             ..moved
         };

@@ -1,16 +1,16 @@
 //! The sweep every rank runs, written once for every collective and every
 //! backend: fill, warm up, time, check, combine across ranks, print (rank 0).
 
-use crate::cli::SweepConfig;
-use crate::core_state::{state_probe, wait_for_state, RowState, WaitBudget};
+use crate::config::SweepConfig;
 use crate::data::Inputs;
 use crate::expected::expected;
 use crate::print::{Point, Printer};
-use crate::wire::{Drift, WireFigures};
 use parbench::comm::{
     CollArgs, Collective, CommBuffer, CommError, CommResult, Communicator, DType, Io, ReduceOp,
 };
+use parbench::measure::core_state::{state_probe, wait_for_state, RowState, WaitBudget};
 use parbench::measure::noise::{CpuSnapshot, ForeignCpu};
+use parbench::measure::wire::{row_count, Drift, WireFigures};
 use parbench::measure::{time_loop, Ladder, LoopSpec, LoopStats, StragglerTally, StragglerVerdict};
 use parbench::model;
 use parbench::results::{CollectiveRow, SCHEMA_VERSION};
@@ -38,7 +38,7 @@ pub struct Outcome {
     /// copy rate at its working set before the sweep and at the row.
     pub ceiling_drift: Vec<(String, Drift)>,
     /// Per row (same order as `rows`): the cores' state around it
-    /// ([`crate::core_state`]).
+    /// ([`parbench::measure::core_state`]).
     pub states: Vec<RowState>,
     /// What is left of the rows' waiting time.
     pub wait_budget: WaitBudget,
@@ -70,11 +70,27 @@ pub fn run_sweep<C: Communicator>(
     wire: &WireFigures,
     printer: &mut Printer,
 ) -> CommResult<Outcome> {
-    let mut outcome = Outcome::default();
+    let mut run = Sweep {
+        cfg,
+        ids,
+        wire,
+        printer,
+        outcome: Outcome::default(),
+    };
     for &coll in &cfg.collectives {
-        sweep_collective(comm, coll, cfg, ids, wire, printer, &mut outcome)?;
+        sweep_collective(comm, coll, &mut run)?;
     }
-    Ok(outcome)
+    Ok(run.outcome)
+}
+
+/// What every table of a sweep shares: the flags, the records, the wire,
+/// the printer, and what the tables before found.
+struct Sweep<'a, 'r> {
+    cfg: &'a SweepConfig,
+    ids: &'a RunIds<'r>,
+    wire: &'a WireFigures,
+    printer: &'a mut Printer,
+    outcome: Outcome,
 }
 
 /// Before anything is measured (the wire included): a type the user named
@@ -101,30 +117,12 @@ fn runnable<C: Communicator>(comm: &C, coll: Collective, dtype: DType) -> bool {
     comm.cannot_run(dtype, coll.reduces()).is_none()
 }
 
-/// The per-rank count of a row of nccl-tests' size `size`: what the byte
-/// rule gives, and for a collective whose buffers hold a block per rank
-/// (all_gather, reduce_scatter, all_to_all), rounded down to a whole
-/// number of 16 bytes, as nccl-tests sizes those blocks.
-pub fn row_count(coll: Collective, size: u64, dtype: DType, world: usize) -> usize {
-    let count = coll.count_for(size, dtype.size(), world);
-    if coll.size_blocks(world) > 1 {
-        let per_16 = (16 / dtype.size()).max(1);
-        count - count % per_16
-    } else {
-        count
-    }
-}
-
 fn sweep_collective<C: Communicator>(
     comm: &mut C,
     coll: Collective,
-    cfg: &SweepConfig,
-    ids: &RunIds<'_>,
-    wire: &WireFigures,
-    printer: &mut Printer,
-    outcome: &mut Outcome,
+    run: &mut Sweep<'_, '_>,
 ) -> CommResult<()> {
-    let world = comm.world();
+    let (cfg, world) = (run.cfg, comm.world());
     // nccl-tests runs sendrecv once per operator and prints its name.
     let ops: Vec<Option<ReduceOp>> =
         if coll.reduces() || (cfg.nccl_tests_rows && coll == Collective::SendRecv) {
@@ -137,7 +135,7 @@ fn sweep_collective<C: Communicator>(
         None if coll.rooted() => (0..world).collect(),
         r => vec![r.unwrap_or(0)],
     };
-    printer.collective_header(coll, world);
+    run.printer.collective_header(coll, world);
     let noise_start = CpuSnapshot::now();
     let dtypes: Vec<DType> = (cfg.dtypes.iter().copied())
         .filter(|&d| runnable(comm, coll, d))
@@ -150,29 +148,24 @@ fn sweep_collective<C: Communicator>(
                 while cfg.run_cycles == 0 || cycle < cfg.run_cycles {
                     cycle += 1;
                     let what = (dtype, op, root);
-                    sweep_sizes(comm, coll, what, cfg, ids, wire, printer, outcome)?;
+                    sweep_sizes(comm, coll, what, run)?;
                 }
             }
         }
     }
     let noise = ForeignCpu::across_ranks(comm, noise_start.as_ref())?;
-    outcome.noise.push((coll, noise));
+    run.outcome.noise.push((coll, noise));
     Ok(())
 }
 
-// One table's sizes need the run's every part (communicator, flags,
-// records, wire, printer, outcome), each borrowed from the caller.
-#[allow(clippy::too_many_arguments)]
 fn sweep_sizes<C: Communicator>(
     comm: &mut C,
     coll: Collective,
     (dtype, op, root): (DType, Option<ReduceOp>, usize),
-    cfg: &SweepConfig,
-    ids: &RunIds<'_>,
-    wire: &WireFigures,
-    printer: &mut Printer,
-    outcome: &mut Outcome,
+    run: &mut Sweep<'_, '_>,
 ) -> CommResult<()> {
+    let (cfg, ids, wire) = (run.cfg, run.ids, run.wire);
+    let outcome = &mut run.outcome;
     let world = comm.world();
     let mut last_count = None;
     let table = match op {
@@ -262,7 +255,8 @@ fn sweep_sizes<C: Communicator>(
             let rows: Vec<CollectiveRow> = measured.iter().flatten().cloned().collect();
             keep(&rows)?;
         }
-        printer.row(coll, &point, &measured, per_placement, (wire, marked));
+        run.printer
+            .row(coll, &point, &measured, per_placement, (wire, marked));
     }
     Ok(())
 }

@@ -19,6 +19,11 @@
 //!   of a suite whose times are compute.
 //! - [`placement`]: one CPU per rank, so the scheduler does not stack the
 //!   ranks of a job on one core while another idles.
+//! - [`core_state`]: the state of the cores (or of a socket wire) a
+//!   measurement runs in, and waiting for it.
+//! - [`wire`]: the wire's figures a sweep's rows are held against, measured
+//!   before it in one state (the ceiling ladders per working set, the
+//!   calibrated model's link), at each row, and again after it.
 //!
 //! Nothing here prints: binaries do.
 
@@ -27,12 +32,14 @@ pub mod clock;
 pub mod clock_sync;
 pub mod combine;
 pub mod compute_reference;
+pub mod core_state;
 pub mod far;
 pub mod fused;
 pub mod ladder;
 pub mod noise;
 pub mod placement;
 pub mod timing;
+pub mod wire;
 
 pub use ceiling::{
     core_state_probe, core_state_probe_with, exchange_latency, memcpy_bandwidth, ping_pong,

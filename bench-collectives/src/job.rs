@@ -1,0 +1,123 @@
+//! The command line checked into the job every rank runs: the last step
+//! of parsing, above the flags' own checks ([`crate::nccl_flags`]).
+
+use crate::cli::{parse_list, parse_size, parse_straggler, size_steps, Args, SweepJob};
+use crate::config::{NcclTestsFlags, Step, SweepConfig, TableFormat};
+use crate::nccl_flags::{all_types, check_other_flags};
+use anyhow::{anyhow, bail, Result};
+use parbench::comm::{Collective, ReduceOp};
+use parbench::measure::Average;
+
+impl Args {
+    /// Checks every flag and builds the plan. Checks that need the world
+    /// size (root, straggler rank) are in [`SweepJob::check_world`].
+    pub fn plan(&self) -> Result<SweepJob> {
+        let mut collectives = Vec::new();
+        let links = self
+            .collectives
+            .iter()
+            .any(|c| c.eq_ignore_ascii_case("links"));
+        if links && self.collectives.len() > 1 {
+            bail!("`links` runs alone: it measures every pair of ranks, not collectives");
+        }
+        for c in self.collectives.iter().filter(|_| !links) {
+            if c.eq_ignore_ascii_case("all") {
+                collectives = Collective::ALL.to_vec();
+                break;
+            }
+            let c: Collective = c.parse().map_err(|e: String| anyhow!(e))?;
+            if !collectives.contains(&c) {
+                collectives.push(c);
+            }
+        }
+        let min = parse_size(&self.min_bytes).map_err(|e| anyhow!("-b/--min-bytes: {e}"))?;
+        let max = parse_size(&self.max_bytes).map_err(|e| anyhow!("-e/--max-bytes: {e}"))?;
+        let step_bytes = self
+            .step_bytes
+            .as_deref()
+            .map(parse_size)
+            .transpose()
+            .map_err(|e| anyhow!("-i/--step-bytes: {e}"))?;
+        let step = match (self.step_factor, step_bytes) {
+            (Some(f), _) if f > 1 => Step::Factor(f),
+            // nccl-tests' default -i.
+            (Some(_), None) => Step::Bytes(1 << 20),
+            (_, Some(b)) => Step::Bytes(b),
+            (None, None) => Step::Factor(2),
+        };
+        let sizes = match step {
+            Step::Factor(f) => size_steps(min, max, Some(f), None)?,
+            Step::Bytes(b) => size_steps(min, max, None, Some(b))?,
+        };
+        let average = Average::from_code(self.average)
+            .ok_or_else(|| anyhow!("bad -a/--average {} (expected 0, 1, 2 or 3)", self.average))?;
+        let timeout = parbench::limits::timeout(self.timeout)?;
+        if self.iters == 0 {
+            bail!("-n/--iters 0: at least 1");
+        }
+        use parbench::limits::{count, MAX_ITERATIONS, MAX_RUN_CYCLES};
+        count("-n/--iters", self.iters, MAX_ITERATIONS)?;
+        count("-w/--warmup", self.warmup, MAX_ITERATIONS)?;
+        count("-c/--check", self.check, MAX_ITERATIONS)?;
+        count("-N/--run-cycles", self.run_cycles, MAX_RUN_CYCLES)?;
+        if self.nprocs == Some(0) {
+            bail!("--nprocs 0: at least 1");
+        }
+        let straggler = self.straggler.as_deref().map(parse_straggler).transpose()?;
+        // A delay the others cannot wait out is a stuck rank by design: on
+        // the threads of --backend local it would keep the process past
+        // --timeout (a sleeping thread is not interrupted).
+        check_other_flags(self)?;
+        if let Some((r, d)) = straggler.filter(|(_, d)| *d >= timeout) {
+            bail!(
+                "--straggler {r}:{}: the delay is not less than --timeout {}",
+                d.as_millis(),
+                self.timeout
+            );
+        }
+        let nccl_tests = NcclTestsFlags::from_args(self, (min, max, step))?;
+        let nccl_tests_rows = nccl_tests.format == TableFormat::NcclTests;
+        Ok(SweepJob {
+            backend: crate::cli::parse_backend(&self.backend)?,
+            nprocs: self.nprocs,
+            algo: self
+                .algo
+                .parse()
+                .map_err(|e: String| anyhow!("--algo: {e}"))?,
+            out: self.out.clone(),
+            nccl_tests,
+            links,
+            sweep: SweepConfig {
+                collectives,
+                dtypes: parse_list(&self.dtype, all_types(&self.format), "dtype")?,
+                dtypes_all: self
+                    .dtype
+                    .split(',')
+                    .any(|t| t.trim().eq_ignore_ascii_case("all")),
+                ops: parse_list(&self.op, &ReduceOp::ALL, "op")?,
+                sizes,
+                iters: self.iters,
+                warmup: self.warmup,
+                check: if self.no_check { 0 } else { self.check },
+                root: match self.root {
+                    -1 => None,
+                    r => Some(
+                        usize::try_from(r)
+                            .map_err(|_| anyhow!("-r/--root {r}: a rank, or -1 for every rank"))?,
+                    ),
+                },
+                average,
+                out_of_place: !self.inplace_only,
+                in_place: !self.outplace_only,
+                timeout,
+                straggler,
+                // nccl-tests' -G 0: no graphs.
+                graph: self.graph.filter(|&g| g > 0),
+                seed: 0x5eed,
+                fit_from: parse_size(&self.fit_from).map_err(|e| anyhow!("--fit-from: {e}"))?,
+                run_cycles: self.run_cycles,
+                nccl_tests_rows,
+            },
+        })
+    }
+}
