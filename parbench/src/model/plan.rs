@@ -50,6 +50,7 @@ mod given;
 mod input;
 mod layouts;
 mod rejections;
+mod shard;
 
 pub use costs::{hardware_flops, pipeline_makespan, ComputeParts, Costed, Loss, Memory};
 pub use given::{
@@ -57,8 +58,9 @@ pub use given::{
     GivenLayout, GivenShard,
 };
 pub use input::{PlanError, PlanInput, Wire, WireKind, DDP_BUCKET_BYTES};
-pub use layouts::{divisors, group_wire, uneven_split, Layout, Shard};
+pub use layouts::{divisors, group_wire, uneven_split, Layout};
 pub use rejections::{LossGroup, Rejected, Rejection};
+pub use shard::Shard;
 
 use costs::Planner;
 use input::check_input;

@@ -4,7 +4,8 @@
 
 use super::given::{bucket_ready_times, overlapped_exposure};
 use super::input::{PlanInput, Wire, WireKind};
-use super::layouts::{group_wire, kind_of, wires_of, Layout, Shard};
+use super::layouts::{group_wire, kind_of, wires_of, Layout};
+use super::shard::Shard;
 use crate::comm::Collective;
 use crate::model::alpha_beta::LinkParams;
 use crate::model::bubble::peak_activations;
