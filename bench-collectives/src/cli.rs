@@ -433,9 +433,9 @@ pub fn parse_straggler(s: &str) -> Result<(usize, Duration)> {
 }
 
 impl Args {
-    /// Checks every flag and builds the plan. Checks that need the world
+    /// Checks every flag and builds the job. Checks that need the world
     /// size (root, straggler rank) are in [`SweepJob::check_world`].
-    pub fn plan(&self) -> Result<SweepJob> {
+    pub fn job(&self) -> Result<SweepJob> {
         let mut collectives = Vec::new();
         let links = self
             .collectives
@@ -576,7 +576,7 @@ mod tests {
     fn plan(args: &[&str]) -> Result<SweepJob> {
         let mut v = vec!["bench-collectives"];
         v.extend_from_slice(args);
-        parse_args(v)?.plan()
+        parse_args(v)?.job()
     }
 
     #[test]
@@ -727,7 +727,7 @@ mod tests {
         assert_eq!(plan(&["-T", "0"]).unwrap().sweep.timeout, longest);
         // Another spelling of a type is read, with a notice naming nccl-tests'.
         let (args, notices) = parse_command_line(["b", "-d", "fp16"]);
-        assert_eq!(args.unwrap().plan().unwrap().sweep.dtypes, vec![DType::F16]);
+        assert_eq!(args.unwrap().job().unwrap().sweep.dtypes, vec![DType::F16]);
         assert!(notices[0].contains("-d fp16 is now -d half"), "{notices:?}");
     }
 

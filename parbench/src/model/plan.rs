@@ -45,6 +45,7 @@
 //! Nothing here measures or prints: the `report plan` binary loads the
 //! measured figures and draws the table.
 
+mod costed;
 mod costs;
 mod given;
 mod input;
@@ -52,7 +53,8 @@ mod layouts;
 mod rejections;
 mod shard;
 
-pub use costs::{hardware_flops, pipeline_makespan, ComputeParts, Costed, Loss, Memory};
+pub use costed::{ComputeParts, Costed, Loss, Memory};
+pub use costs::{hardware_flops, pipeline_makespan};
 pub use given::{
     bucket_ready_times, cost_given, overlapped_exposure, Calibration, CallFit, GivenCost,
     GivenLayout, GivenShard,
