@@ -5,7 +5,7 @@
 //! [`crate::model::bubble`]). [`super::generate()`] builds a schedule from
 //! a line; the simulator's checks, the planner and bench-pipeline's analysis
 //! all look a schedule up here. A new schedule is its generator and its
-//! line in [`schedules!`], which makes its [`ScheduleKind`] variant and its
+//! line in `schedules!` (below), which makes its [`ScheduleKind`] variant and its
 //! place in `ScheduleKind::ALL` (docs/architecture.md, "Checklist: add a
 //! schedule").
 
