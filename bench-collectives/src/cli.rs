@@ -381,10 +381,10 @@ mod tests {
     use parbench::comm::{Collective, DType, ReduceOp};
     use parbench::measure::Average;
 
-    fn plan(args: &[&str]) -> Result<SweepJob> {
+    fn job(args: &[&str]) -> Result<SweepJob> {
         let mut v = vec!["bench-collectives"];
         v.extend_from_slice(args);
-        parse_args(v)?.plan()
+        parse_args(v)?.job()
     }
 
     #[test]
@@ -423,10 +423,10 @@ mod tests {
         assert!(size_steps(9, 8, None, None).is_err());
         assert!(size_steps(8, 16, Some(1), None).is_err());
         // nccl-tests' -f 1 steps by -i (1M unless given); a factor above 1 wins.
-        let p = plan(&["-b", "1M", "-e", "3M", "-f", "1"]).unwrap();
+        let p = job(&["-b", "1M", "-e", "3M", "-f", "1"]).unwrap();
         assert_eq!(p.sweep.sizes, vec![1 << 20, 2 << 20, 3 << 20]);
         assert_eq!(p.nccl_tests.step, Step::Bytes(1 << 20));
-        let p = plan(&["-b", "8", "-e", "64", "-f", "4", "-i", "8"]).unwrap();
+        let p = job(&["-b", "8", "-e", "64", "-f", "4", "-i", "8"]).unwrap();
         assert_eq!(p.sweep.sizes, vec![8, 32]);
         assert_eq!(p.nccl_tests.step, Step::Factor(4));
         assert_eq!((p.nccl_tests.min_bytes, p.nccl_tests.max_bytes), (8, 64));
@@ -435,7 +435,7 @@ mod tests {
 
     #[test]
     fn defaults_run_all_reduce_and_all_gather() {
-        let p = plan(&[]).unwrap();
+        let p = job(&[]).unwrap();
         assert_eq!(
             p.sweep.collectives,
             vec![Collective::AllReduce, Collective::AllGather]
@@ -451,7 +451,7 @@ mod tests {
 
     #[test]
     fn parses_nccl_tests_flags() {
-        let p = plan(&[
+        let p = job(&[
             "all",
             "--backend",
             "tcp",
@@ -500,7 +500,7 @@ mod tests {
         assert_eq!(p.sweep.ops.len(), 6);
         assert_eq!(p.sweep.dtypes, vec![DType::F16, DType::I32]);
         // nccl-tests' layout runs `-d all` in nccl-tests' order.
-        let all = plan(&["-d", "all", "--format", "nccl-tests"]).unwrap();
+        let all = job(&["-d", "all", "--format", "nccl-tests"]).unwrap();
         let names: Vec<&str> = all.sweep.dtypes.iter().map(|d| d.name()).collect();
         assert_eq!(
             names,
@@ -510,7 +510,7 @@ mod tests {
             ]
         );
         assert!(all.sweep.dtypes_all && !p.sweep.dtypes_all);
-        let ops = plan(&["-o", "all"]).unwrap();
+        let ops = job(&["-o", "all"]).unwrap();
         let names: Vec<&str> = ops.sweep.ops.iter().map(|o| o.name()).collect();
         assert_eq!(names, ["sum", "prod", "max", "min", "avg", "mulsum"]);
         assert_eq!((p.sweep.root, p.sweep.average), (Some(2), Average::Max));
@@ -520,7 +520,7 @@ mod tests {
         assert_eq!(p.sweep.straggler, Some((1, Duration::from_micros(2500))));
         assert!(p.sweep.check_world(3).is_ok());
         assert!(p.sweep.check_world(2).is_err(), "root 2 of 2 ranks");
-        let p = plan(&["-np=4", "-i", "1K", "-b", "0", "-e", "2K"]).unwrap();
+        let p = job(&["-np=4", "-i", "1K", "-b", "0", "-e", "2K"]).unwrap();
         assert_eq!(p.nprocs, Some(4));
         assert_eq!(p.sweep.sizes, vec![0, 1024, 2048]);
     }
@@ -530,12 +530,12 @@ mod tests {
         use clap::CommandFactory;
         vocab_check::assert_shared_vocabulary(vocab::Tool::Collectives, Args::command());
         // --no-check is -c 0; -T 0 the longest deadline, as in nccl-tests.
-        assert_eq!(plan(&["--no-check", "-c", "3"]).unwrap().sweep.check, 0);
+        assert_eq!(job(&["--no-check", "-c", "3"]).unwrap().sweep.check, 0);
         let longest = Duration::from_secs_f64(parbench::limits::MAX_TIMEOUT_S);
-        assert_eq!(plan(&["-T", "0"]).unwrap().sweep.timeout, longest);
+        assert_eq!(job(&["-T", "0"]).unwrap().sweep.timeout, longest);
         // Another spelling of a type is read, with a notice naming nccl-tests'.
         let (args, notices) = parse_command_line(["b", "-d", "fp16"]);
-        assert_eq!(args.unwrap().plan().unwrap().sweep.dtypes, vec![DType::F16]);
+        assert_eq!(args.unwrap().job().unwrap().sweep.dtypes, vec![DType::F16]);
         assert!(notices[0].contains("-d fp16 is now -d half"), "{notices:?}");
     }
 
@@ -557,9 +557,9 @@ mod tests {
             &["--straggler", "x:3"],
             &["-np", "0"],
         ] {
-            assert!(plan(bad).is_err(), "{bad:?}");
+            assert!(job(bad).is_err(), "{bad:?}");
         }
-        let p = plan(&["--straggler", "5:1"]).unwrap();
+        let p = job(&["--straggler", "5:1"]).unwrap();
         assert!(p.sweep.check_world(4).is_err());
     }
 }

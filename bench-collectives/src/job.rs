@@ -9,9 +9,9 @@ use parbench::comm::{Collective, ReduceOp};
 use parbench::measure::Average;
 
 impl Args {
-    /// Checks every flag and builds the plan. Checks that need the world
+    /// Checks every flag and builds the job. Checks that need the world
     /// size (root, straggler rank) are in [`SweepJob::check_world`].
-    pub fn plan(&self) -> Result<SweepJob> {
+    pub fn job(&self) -> Result<SweepJob> {
         let mut collectives = Vec::new();
         let links = self
             .collectives

@@ -65,7 +65,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let plan = match args.plan() {
+    let plan = match args.job() {
         Ok(p) => p,
         Err(e) => {
             say(e);

@@ -130,7 +130,7 @@ mod tests {
     fn the_largest_size_sets_the_need() {
         let p = parse_args(["b", "all_gather", "-b", "1M", "-e", "64M"])
             .unwrap()
-            .plan()
+            .job()
             .unwrap();
         let (n, what) = per_rank(&p.sweep, 4);
         // all_gather's output is the swept size, its input a quarter of it.
@@ -138,7 +138,7 @@ mod tests {
         assert!(what.starts_with("all_gather"), "{what}");
         let huge = parse_args(["b", "-b", "64G", "-e", "64G"])
             .unwrap()
-            .plan()
+            .job()
             .unwrap();
         let e = check_host(&huge.sweep, 4, 4).unwrap_err().0;
         assert!(
@@ -152,7 +152,7 @@ mod tests {
         let need = |op: &str| {
             let p = parse_args(["b", "reduce_scatter", "-e", "64M", "-o", op])
                 .unwrap()
-                .plan()
+                .job()
                 .unwrap();
             per_rank(&p.sweep, 4).0
         };

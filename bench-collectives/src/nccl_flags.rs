@@ -184,7 +184,7 @@ mod tests {
         v.extend_from_slice(args);
         let plan = parse_args(v)
             .map_err(|e| e.to_string())?
-            .plan()
+            .job()
             .map_err(|e| e.to_string())?;
         check_backend(&plan, false)
     }
@@ -195,7 +195,7 @@ mod tests {
             "b", "-G", "4", "-T", "9", "-m", "1", "-z", "1", "-N", "3", "-g", "2",
         ])
         .unwrap()
-        .plan()
+        .job()
         .unwrap();
         assert_eq!(p.sweep.graph, Some(4));
         assert_eq!(p.sweep.timeout, std::time::Duration::from_secs(9));

@@ -6,7 +6,7 @@
 use crate::cli::{Args, ComposedJob, PipelineJob, RunPlan};
 use parbench::model::plan::Shard;
 use parbench::pipeline::tp_stage::bytes_per_param;
-use parbench::pipeline::{ComposedRecord, RankBreakdown, Summary, WireProbe, Work};
+use parbench::pipeline::{ComposedRecord, GradCheck, RankBreakdown, Summary, WireProbe, Work};
 use parbench::results::PipelineRow;
 use serde_json::{json, Value};
 
@@ -269,14 +269,7 @@ fn check_line(job: &ComposedJob, rec: &ComposedRecord) -> String {
     let per: Vec<String> = checks
         .iter()
         .map(|(d, g)| {
-            let weights = if g.weights_compared > 0 {
-                format!(
-                    ", {} of {} gathered weights differ from the seeded ones",
-                    g.weights_differing, g.weights_compared
-                )
-            } else {
-                String::new()
-            };
+            let weights = weights_words(g, g.weights_compared > 0);
             format!(
                 "replica {d}: max rel err {:.2e}, {} of {} values differ{weights}",
                 g.max_rel_err, g.differing, g.values
@@ -304,14 +297,7 @@ pub fn check_failure(rec: &ComposedRecord) -> Option<String> {
             g.max_rel_err.is_nan() || g.max_rel_err > CHECK_TOLERANCE || g.weights_differing > 0
         })
         .map(|(d, g)| {
-            let weights = if g.weights_differing > 0 {
-                format!(
-                    ", {} of {} gathered weights differ from the seeded ones",
-                    g.weights_differing, g.weights_compared
-                )
-            } else {
-                String::new()
-            };
+            let weights = weights_words(g, g.weights_differing > 0);
             format!(
                 "replica {d}: max rel err {:.3e} over {CHECK_TOLERANCE:.0e}, {} of {} values differ{weights}",
                 g.max_rel_err, g.differing, g.values
@@ -319,6 +305,19 @@ pub fn check_failure(rec: &ComposedRecord) -> Option<String> {
         })
         .collect();
     (!bad.is_empty()).then(|| bad.join("; "))
+}
+
+/// A replica's clause on its gathered weights (ZeRO-3's, against the
+/// seeded ones), when `said`; empty otherwise.
+fn weights_words(g: &GradCheck, said: bool) -> String {
+    if said {
+        format!(
+            ", {} of {} gathered weights differ from the seeded ones",
+            g.weights_differing, g.weights_compared
+        )
+    } else {
+        String::new()
+    }
 }
 
 /// pipeline.csv's composed figures: the world's step, the means over the

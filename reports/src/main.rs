@@ -13,9 +13,7 @@ mod html;
 mod load;
 mod model_check;
 mod model_cmd;
-mod plan;
-mod plan_check;
-mod plan_layout;
+mod plan_cmd;
 mod predict;
 mod table;
 mod text_file;
@@ -63,7 +61,7 @@ enum Command {
         title: String,
     },
     /// Plan a training cluster: every data x tensor x pipeline layout, microbatching and schedule, costed with measured figures and ranked by tokens/s.
-    Plan(Box<plan::PlanArgs>),
+    Plan(Box<plan_cmd::PlanArgs>),
     /// Compare the last folder against the baseline folder(s) before it (pooled): exit 1 when a figure regressed beyond the threshold, the runs' noise and the floor; 2 when nothing matched; 3 when noisy runs were not judged.
     Compare(compare::CompareArgs),
     /// Draw a nightly results folder's key figures night by night against the baseline's band (busbw at the largest size, bench-layers' step, each schedule's bubble), the nights the gate called marked.
@@ -135,7 +133,7 @@ fn main() -> ExitCode {
             output_file,
             title,
         } => html::run(&dirs, &output_file, &title).map(|()| ExitCode::SUCCESS),
-        Command::Plan(args) => plan::run(&args).map(|()| ExitCode::SUCCESS),
+        Command::Plan(args) => plan_cmd::run(&args).map(|()| ExitCode::SUCCESS),
         Command::Compare(args) => compare::run(&args),
         Command::Quiet { dirs } => quiet(&dirs),
         Command::ModelCheck { dirs } => model_check::run(&dirs),

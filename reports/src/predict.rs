@@ -6,7 +6,7 @@
 //! `FromStr`).
 //!
 //! Other files only name `model`'s data types, which ask it nothing:
-//! `plan.rs` builds the planner's `PlanInput` and `Wire`s, `html/plan.rs`
+//! `plan_cmd/input.rs` builds the planner's `PlanInput` and `Wire`s, `html/plan.rs`
 //! draws its `Costed` layouts, `load.rs` fills a run's `WireModel` from
 //! run.json, and `model_cmd.rs` and `html/capacity.rs` hold `TpMode`,
 //! `TpTraffic`, `Preset` and `LinkParams` values.

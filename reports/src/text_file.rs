@@ -1,6 +1,6 @@
 //! Reading a file's text, the one way every loader does it: the error names
 //! the file. A leaf of its own so that the loaders (`load`, `timeline`,
-//! `plan`) never import one another for it.
+//! `plan_cmd`) never import one another for it.
 
 use anyhow::{Context, Result};
 use std::path::Path;

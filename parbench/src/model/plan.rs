@@ -45,20 +45,24 @@
 //! Nothing here measures or prints: the `report plan` binary loads the
 //! measured figures and draws the table.
 
+mod costed;
 mod costs;
 mod given;
 mod input;
 mod layouts;
 mod rejections;
+mod shard;
 
-pub use costs::{hardware_flops, pipeline_makespan, ComputeParts, Costed, Loss, Memory};
+pub use costed::{ComputeParts, Costed, Loss, Memory};
+pub use costs::{hardware_flops, pipeline_makespan};
 pub use given::{
     bucket_ready_times, cost_given, overlapped_exposure, Calibration, CallFit, GivenCost,
     GivenLayout, GivenShard,
 };
 pub use input::{PlanError, PlanInput, Wire, WireKind, DDP_BUCKET_BYTES};
-pub use layouts::{divisors, group_wire, uneven_split, Layout, Shard};
+pub use layouts::{divisors, group_wire, uneven_split, Layout};
 pub use rejections::{LossGroup, Rejected, Rejection};
+pub use shard::Shard;
 
 use costs::Planner;
 use input::check_input;

@@ -338,6 +338,25 @@ mod tests {
         MeshShape::new(2, 1, 1, Order::MEGATRON).unwrap()
     }
 
+    /// Runs `body` on each of two local ranks, given the world, the rank's
+    /// reducer on a duplicate of it (`--overlap`'s) and the rank.
+    fn on_two_ranks<R: Send>(
+        deadline: Duration,
+        body: impl Fn(&mut local::LocalComm, &mut Reducer<HostBuffer>, usize) -> Result<R, PipelineError>
+            + Sync,
+    ) -> Vec<crate::comm::CommResult<R>> {
+        local::run(2, Algo::Auto, deadline, |w| {
+            let rank = w.rank();
+            let dup =
+                overlap_comm(w, &shape(), Some("--overlap")).map_err(|e| e.into_comm(rank))?;
+            with_overlap(dup, &shape(), Algo::Auto, 0, |r| {
+                let r = r.ok_or_else(|| PipelineError::Protocol("no reducer".into()))?;
+                body(w, r, rank)
+            })
+            .map_err(|e| e.into_comm(rank))
+        })
+    }
+
     /// Rank `r` hands over one bucket of `r + 1`s and takes it back.
     fn one_bucket(r: &mut Reducer<HostBuffer>, rank: usize) -> Result<Vec<f32>, PipelineError> {
         let vals = vec![(rank + 1) as f32; 8];
@@ -352,18 +371,11 @@ mod tests {
     /// the world while the world itself carries other traffic.
     #[test]
     fn a_bucket_comes_back_averaged_while_the_world_is_busy() {
-        let out = local::run(2, Algo::Auto, Duration::from_secs(20), |w| {
-            let rank = w.rank();
-            let dup =
-                overlap_comm(w, &shape(), Some("--overlap")).map_err(|e| e.into_comm(rank))?;
-            with_overlap(dup, &shape(), Algo::Auto, 0, |r| {
-                let r = r.ok_or_else(|| PipelineError::Protocol("no reducer".into()))?;
-                // The world's own all-reduce meanwhile, on the compute thread.
-                let mut x = HostBuffer::zeroed(4 * 4);
-                w.all_reduce(Io::InPlace(&mut x), 4, DType::F32, ReduceOp::Sum)?;
-                one_bucket(r, rank)
-            })
-            .map_err(|e| e.into_comm(rank))
+        let out = on_two_ranks(Duration::from_secs(20), |w, r, rank| {
+            // The world's own all-reduce meanwhile, on the compute thread.
+            let mut x = HostBuffer::zeroed(4 * 4);
+            w.all_reduce(Io::InPlace(&mut x), 4, DType::F32, ReduceOp::Sum)?;
+            one_bucket(r, rank)
         });
         for o in out {
             assert_eq!(o.unwrap(), vec![1.5f32; 8]);
@@ -376,19 +388,12 @@ mod tests {
     #[test]
     fn a_peer_failing_mid_reduction_is_the_ranks_error_naming_it() {
         let start = Instant::now();
-        let out = local::run(2, Algo::Auto, Duration::from_secs(30), |w| {
-            let rank = w.rank();
-            let dup =
-                overlap_comm(w, &shape(), Some("--overlap")).map_err(|e| e.into_comm(rank))?;
-            with_overlap(dup, &shape(), Algo::Auto, 0, |r| {
-                let r = r.ok_or_else(|| PipelineError::Protocol("no reducer".into()))?;
-                if rank == 1 {
-                    std::thread::sleep(Duration::from_millis(200));
-                    return Err(PipelineError::Invalid("stopped on purpose".into()));
-                }
-                one_bucket(r, rank)
-            })
-            .map_err(|e| e.into_comm(rank))
+        let out = on_two_ranks(Duration::from_secs(30), |_, r, rank| {
+            if rank == 1 {
+                std::thread::sleep(Duration::from_millis(200));
+                return Err(PipelineError::Invalid("stopped on purpose".into()));
+            }
+            one_bucket(r, rank)
         });
         assert!(
             start.elapsed() < Duration::from_secs(20),
@@ -416,20 +421,13 @@ mod tests {
     /// up at the communicator's deadline, naming the peer.
     #[test]
     fn a_silent_peer_is_a_timeout_naming_it() {
-        let out = local::run(2, Algo::Auto, Duration::from_millis(500), |w| {
-            let rank = w.rank();
-            let dup =
-                overlap_comm(w, &shape(), Some("--overlap")).map_err(|e| e.into_comm(rank))?;
-            with_overlap(dup, &shape(), Algo::Auto, 0, |r| {
-                let r = r.ok_or_else(|| PipelineError::Protocol("no reducer".into()))?;
-                if rank == 1 {
-                    // Hands nothing over, and stays until rank 0 gave up.
-                    std::thread::sleep(Duration::from_millis(1500));
-                    return Ok(Vec::new());
-                }
-                one_bucket(r, rank)
-            })
-            .map_err(|e| e.into_comm(rank))
+        let out = on_two_ranks(Duration::from_millis(500), |_, r, rank| {
+            if rank == 1 {
+                // Hands nothing over, and stays until rank 0 gave up.
+                std::thread::sleep(Duration::from_millis(1500));
+                return Ok(Vec::new());
+            }
+            one_bucket(r, rank)
         });
         let e = out[0].as_ref().expect_err("rank 0 waits in vain");
         assert!(

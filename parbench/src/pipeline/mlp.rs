@@ -275,7 +275,7 @@ impl<B: Send> MlpStages<B> {
         cfg: &PipelineConfig,
         rank: usize,
     ) -> ComputeResult<Self> {
-        let firsts = super::exec::first_layers(&cfg.stage_layers);
+        let firsts = first_layers(&cfg.stage_layers);
         let mut models = HashMap::new();
         if cfg.work == Work::Compute {
             for st in cfg.schedule.stages_of(rank) {
@@ -358,6 +358,18 @@ impl<C: Compute> StageWork<C> for MlpStages<C::Buf> {
     }
 }
 
+/// Where each stage's layers start in the whole model.
+pub(super) fn first_layers(stage_layers: &[usize]) -> Vec<usize> {
+    stage_layers
+        .iter()
+        .scan(0, |acc, &l| {
+            let first = *acc;
+            *acc += l;
+            Some(first)
+        })
+        .collect()
+}
+
 /// Runs the whole model (every stage in order) over `microbatches`
 /// microbatches on one device, as one rank without a pipeline would, and
 /// returns every stage's gradients ([`StageModel::grads`] order).
@@ -368,11 +380,10 @@ pub fn reference_grads<C: Compute>(
     shape: MlpShape,
     seed: u64,
 ) -> ComputeResult<Vec<Vec<Vec<f32>>>> {
-    let mut first = 0;
+    let firsts = first_layers(stage_layers);
     let mut stages = Vec::with_capacity(stage_layers.len());
-    for (s, &l) in stage_layers.iter().enumerate() {
+    for (s, (&first, &l)) in firsts.iter().zip(stage_layers).enumerate() {
         stages.push(StageModel::new(c, s, first, l, shape, seed)?);
-        first += l;
     }
     for mb in 0..microbatches {
         let mut x = input(c, seed, mb, shape)?;
@@ -427,6 +438,11 @@ mod tests {
             x = y;
         }
         x.iter().zip(t).map(|(a, b)| *a as f64 * *b as f64).sum()
+    }
+
+    #[test]
+    fn layers_are_numbered_across_stages() {
+        assert_eq!(first_layers(&[2, 2, 4, 2]), vec![0, 2, 4, 8]);
     }
 
     #[test]

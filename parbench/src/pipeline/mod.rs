@@ -18,6 +18,8 @@
 mod align;
 pub mod analysis;
 pub mod composed;
+mod composed_gather;
+pub mod composed_record;
 pub mod composed_run;
 pub mod dp_overlap;
 pub mod exec;
@@ -29,10 +31,10 @@ mod world_base;
 
 pub use analysis::{acausal, closed_form, summarize, Acausal, IdleSplit, Summary};
 pub use composed::{check_composed, GradCheck};
-pub use composed_run::{
-    run_composed, ComposedConfig, ComposedRecord, PipelineSteps, RankBreakdown, RankFigures,
-    ShardFigures, ShardWires, WireProbe,
+pub use composed_record::{
+    ComposedRecord, PipelineSteps, RankBreakdown, RankFigures, ShardFigures, ShardWires, WireProbe,
 };
+pub use composed_run::{run_composed, ComposedConfig};
 pub use dp_overlap::{overlap_comm, with_overlap, JobKind, Reducer};
 pub use exec::{run_rank, run_stages, ActionTiming, RankStep, RunRecord};
 pub use mlp::{MlpShape, MlpStages};

@@ -11,8 +11,8 @@
 //! all-reduce then ends on every rank of its group after it began on every
 //! other, and so does each data-parallel bucket, within the clocks' bounds.
 
-use super::composed_run::{ComposedRecord, PipelineSteps};
-use super::{PipelineError, SpanGroup};
+use super::composed_record::PipelineSteps;
+use super::PipelineError;
 use crate::measure::clock_sync::RankClock;
 
 /// Moves every pipeline's steps onto world rank 0's clock (`world[r]`: world
@@ -63,80 +63,13 @@ pub(super) fn onto_world_base(
     Ok(())
 }
 
-/// Per world rank, per timed step: how long its data-parallel buckets
-/// waited for the last replica of its data group to begin them, on the
-/// world's base. The k-th bucket of a group is one collective: it cannot
-/// end before every rank of the group has begun it, so the time from this
-/// rank's start of it to the latest start in the group is waiting for the
-/// slowest replica (skew between the replicas' backward passes), not the
-/// wire; the rest of the bucket's time is the reduction itself. Each wait
-/// is at most its bucket's time; ranks whose group's bucket counts differ
-/// (not one collective each) count none.
-pub fn dp_wait_us(rec: &ComposedRecord) -> Vec<Vec<f64>> {
-    // Per rank, per step: (start, duration) of each bucket, in order.
-    let buckets: Vec<Vec<Vec<(f64, f64)>>> = rec
-        .ranks
-        .iter()
-        .map(|r| {
-            let pipe = rec.pipeline_of(r.rank);
-            r.spans
-                .iter()
-                .enumerate()
-                .map(|(i, spans)| {
-                    let actions = pipe
-                        .and_then(|p| p.steps.get(i)?.get(r.coords.pp))
-                        .map(|rs| rs.actions.as_slice())
-                        .unwrap_or(&[]);
-                    spans
-                        .iter()
-                        .filter(|s| matches!(s.group, SpanGroup::Dp | SpanGroup::DpThread))
-                        .filter_map(|s| {
-                            let a = actions.get(s.action)?;
-                            Some((a.start_us + s.offset_us, s.dur_us))
-                        })
-                        .collect()
-                })
-                .collect()
-        })
-        .collect();
-    rec.ranks
-        .iter()
-        .map(|r| {
-            let group: Vec<usize> = rec
-                .ranks
-                .iter()
-                .filter(|o| o.coords.tp == r.coords.tp && o.coords.pp == r.coords.pp)
-                .map(|o| o.rank)
-                .collect();
-            (0..r.spans.len())
-                .map(|i| {
-                    let of = |rank: usize| buckets.get(rank).and_then(|b| b.get(i));
-                    let Some(mine) = of(r.rank) else {
-                        return 0.0;
-                    };
-                    let peers: Vec<&Vec<(f64, f64)>> =
-                        group.iter().filter_map(|&g| of(g)).collect();
-                    if peers.len() != group.len() || peers.iter().any(|p| p.len() != mine.len()) {
-                        return 0.0;
-                    }
-                    mine.iter()
-                        .enumerate()
-                        .map(|(k, &(start, dur))| {
-                            let last = peers.iter().map(|p| p[k].0).fold(start, f64::max);
-                            (last - start).clamp(0.0, dur)
-                        })
-                        .sum()
-                })
-                .collect()
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::comm::Communicator;
     use crate::measure::clock_sync::TimeBase;
+    use crate::pipeline::composed_record::dp_wait_us;
+    use crate::pipeline::SpanGroup;
     use crate::pipeline::{ActionTiming, RankStep};
     use crate::schedule::{Action, ActionKind};
 

@@ -12,61 +12,7 @@
 //!   rank holds `S` microbatches in flight and the deferred `W`s fill the
 //!   drain bubble.
 
-use super::registry::ScheduleKind;
-use super::{Action, ActionKind, Schedule, ScheduleError};
-
-/// Generates `kind` for `ranks` ranks, `microbatches` microbatches and
-/// `chunks` stages per rank: the user's `v` for the looped schedules
-/// (interleaved, looped-bfs, interleaved-zb); the V schedules take their
-/// two whatever `chunks` says, the others one.
-pub fn generate(
-    kind: ScheduleKind,
-    ranks: usize,
-    microbatches: usize,
-    chunks: usize,
-) -> Result<Schedule, ScheduleError> {
-    let fail = |reason: String| ScheduleError::Generate {
-        schedule: kind.name(),
-        reason,
-    };
-    if ranks == 0 {
-        return Err(fail("needs at least one stage".into()));
-    }
-    if microbatches == 0 {
-        return Err(fail("needs at least one microbatch".into()));
-    }
-    if chunks == 0 {
-        return Err(fail("needs at least one chunk per rank".into()));
-    }
-    if kind.placement() == super::Placement::One && chunks != 1 {
-        return Err(fail(format!(
-            "takes one stage per rank; --chunks {chunks} applies to the looped schedules only"
-        )));
-    }
-    let per_rank = kind.stages_per_rank(chunks);
-    // Forward and backward (three actions with a split backward) of every
-    // microbatch on every stage, in u128: checked before anything is built.
-    let stages = (ranks as u128) * (per_rank as u128);
-    let actions = stages * (microbatches as u128) * 3;
-    let clamp = |v: u128| usize::try_from(v).unwrap_or(usize::MAX);
-    super::check_limits(ranks, clamp(stages), microbatches, clamp(actions)).map_err(fail)?;
-    (kind.entry().accepts)(ranks, microbatches, per_rank).map_err(fail)?;
-    let rows = (kind.entry().generate)(ranks, microbatches, per_rank);
-    let num_stages = ranks * per_rank;
-    let placement = kind.placement();
-    Ok(Schedule {
-        name: kind.name().to_string(),
-        num_stages,
-        microbatches,
-        stage_to_rank: (0..num_stages)
-            .map(|s| placement.rank_of(s, ranks, per_rank).unwrap_or(0))
-            .collect(),
-        actions: rows
-            .into_iter()
-            .map(|row| row.into_iter().map(Some).collect())
-            .collect(),
-    })
-}
+use super::{Action, ActionKind};
 
 /// Each rank's row from a function of the rank.
 pub(super) fn per_rank(ranks: usize, row: impl Fn(usize) -> Vec<Action>) -> Vec<Vec<Action>> {
@@ -178,8 +124,7 @@ fn interleaved_row(rank: usize, s: usize, m: usize, v: usize) -> Vec<Action> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{peak_in_flight, validate};
-    use super::*;
+    use super::super::{generate, peak_in_flight, validate, Schedule, ScheduleKind};
 
     fn row(s: &Schedule, r: usize) -> String {
         s.compute_actions(r)

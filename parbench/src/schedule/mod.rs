@@ -21,7 +21,6 @@ mod v_shape;
 mod validate;
 
 pub use csv_file::{load_csv, parse_csv, save_csv, to_csv};
-pub use generate::generate;
 pub use registry::{
     Accepts, BubbleSchedule, Generator, Placement, ScheduleEntry, ScheduleKind, SCHEDULES,
 };
@@ -324,6 +323,59 @@ pub enum ScheduleError {
         reason: String,
         grid: String,
     },
+}
+
+/// Generates `kind` for `ranks` ranks, `microbatches` microbatches and
+/// `chunks` stages per rank: the user's `v` for the looped schedules
+/// (interleaved, looped-bfs, interleaved-zb); the V schedules take their
+/// two whatever `chunks` says, the others one.
+pub fn generate(
+    kind: ScheduleKind,
+    ranks: usize,
+    microbatches: usize,
+    chunks: usize,
+) -> Result<Schedule, ScheduleError> {
+    let fail = |reason: String| ScheduleError::Generate {
+        schedule: kind.name(),
+        reason,
+    };
+    if ranks == 0 {
+        return Err(fail("needs at least one stage".into()));
+    }
+    if microbatches == 0 {
+        return Err(fail("needs at least one microbatch".into()));
+    }
+    if chunks == 0 {
+        return Err(fail("needs at least one chunk per rank".into()));
+    }
+    if kind.placement() == registry::Placement::One && chunks != 1 {
+        return Err(fail(format!(
+            "takes one stage per rank; --chunks {chunks} applies to the looped schedules only"
+        )));
+    }
+    let per_rank = kind.stages_per_rank(chunks);
+    // Forward and backward (three actions with a split backward) of every
+    // microbatch on every stage, in u128: checked before anything is built.
+    let stages = (ranks as u128) * (per_rank as u128);
+    let actions = stages * (microbatches as u128) * 3;
+    let clamp = |v: u128| usize::try_from(v).unwrap_or(usize::MAX);
+    check_limits(ranks, clamp(stages), microbatches, clamp(actions)).map_err(fail)?;
+    (kind.entry().accepts)(ranks, microbatches, per_rank).map_err(fail)?;
+    let rows = (kind.entry().generate)(ranks, microbatches, per_rank);
+    let num_stages = ranks * per_rank;
+    let placement = kind.placement();
+    Ok(Schedule {
+        name: kind.name().to_string(),
+        num_stages,
+        microbatches,
+        stage_to_rank: (0..num_stages)
+            .map(|s| placement.rank_of(s, ranks, per_rank).unwrap_or(0))
+            .collect(),
+        actions: rows
+            .into_iter()
+            .map(|row| row.into_iter().map(Some).collect())
+            .collect(),
+    })
 }
 
 #[cfg(test)]

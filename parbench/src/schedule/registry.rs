@@ -1,27 +1,17 @@
 //! The one list of pipeline schedules: each schedule's name (command lines,
-//! records, the planner's layouts), its generator ([`ScheduleKind`], built by
-//! [`super::generate`]), and its closed form ([`BubbleSchedule`], priced by
-//! [`crate::model::bubble`]). The generators, the simulator's checks, the
-//! planner and bench-pipeline's analysis all look a schedule up here, so a
-//! new schedule is its [`ScheduleKind`] variant, one line of [`SCHEDULES`]
-//! and its generator function.
+//! records, the planner's layouts), its placement, the shapes it takes, its
+//! generator (a function of [`super::generate`], [`super::looped`] or
+//! [`super::v_shape`]), and its closed form ([`BubbleSchedule`], priced by
+//! [`crate::model::bubble`]). [`super::generate()`] builds a schedule from
+//! a line; the simulator's checks, the planner and bench-pipeline's analysis
+//! all look a schedule up here. A new schedule is its generator and its
+//! line in `schedules!` (below), which makes its [`ScheduleKind`] variant and its
+//! place in `ScheduleKind::ALL` (docs/architecture.md, "Checklist: add a
+//! schedule").
 
 use super::{generate, looped, v_shape, Action};
 use std::fmt;
 use std::str::FromStr;
-
-/// The generated schedules (`--schedule`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ScheduleKind {
-    GPipe,
-    OneFOneB,
-    Interleaved,
-    ZbH1,
-    LoopedBfs,
-    InterleavedZb,
-    ZbV,
-    DualPipeV,
-}
 
 /// How a schedule places its stages on ranks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -104,6 +94,7 @@ fn any_shape(_: usize, _: usize, _: usize) -> Result<(), String> {
 /// One schedule: what it is called, what generates it, how its bubble is priced.
 #[derive(Clone, Copy, Debug)]
 pub struct ScheduleEntry {
+    /// The kind its registry line names.
     pub kind: ScheduleKind,
     /// The name on command lines, in records and in the planner's layouts.
     pub name: &'static str,
@@ -121,101 +112,74 @@ pub struct ScheduleEntry {
     pub closed_form: fn(chunks: u64) -> BubbleSchedule,
 }
 
-/// Every generated schedule, in the order sweeps run them.
-pub const SCHEDULES: [ScheduleEntry; 8] = [
-    ScheduleEntry {
-        kind: ScheduleKind::GPipe,
-        name: "gpipe",
-        aliases: &[],
-        placement: Placement::One,
-        accepts: any_shape,
-        generate: generate::gpipe,
-        closed_form: |_| BubbleSchedule::GPipe,
+/// Makes [`ScheduleKind`] (a variant per line), [`SCHEDULES`] (the lines'
+/// entries, in order) and `ScheduleKind::ALL` from one line per schedule,
+/// so that no list of kinds can miss a line.
+macro_rules! schedules {
+    ($($kind:ident => { $($field:ident: $value:expr),* $(,)? },)*) => {
+        /// The generated schedules (`--schedule`).
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum ScheduleKind {
+            $($kind,)*
+        }
+
+        /// Every generated schedule, in the order sweeps run them.
+        pub const SCHEDULES: [ScheduleEntry; [$(stringify!($kind),)*].len()] = [
+            $(ScheduleEntry { kind: ScheduleKind::$kind, $($field: $value,)* },)*
+        ];
+
+        impl ScheduleKind {
+            /// Every generated schedule, in the order sweeps run them ([`SCHEDULES`]' order).
+            pub const ALL: [ScheduleKind; SCHEDULES.len()] = [$(ScheduleKind::$kind,)*];
+        }
+    };
+}
+
+schedules! {
+    GPipe => {
+        name: "gpipe", aliases: &[], placement: Placement::One, accepts: any_shape,
+        generate: generate::gpipe, closed_form: |_| BubbleSchedule::GPipe,
     },
-    ScheduleEntry {
-        kind: ScheduleKind::OneFOneB,
-        name: "1f1b",
-        aliases: &[],
-        placement: Placement::One,
-        accepts: any_shape,
-        generate: generate::one_f_one_b,
-        closed_form: |_| BubbleSchedule::OneFOneB,
+    OneFOneB => {
+        name: "1f1b", aliases: &[], placement: Placement::One, accepts: any_shape,
+        generate: generate::one_f_one_b, closed_form: |_| BubbleSchedule::OneFOneB,
     },
-    ScheduleEntry {
-        kind: ScheduleKind::Interleaved,
-        name: "interleaved",
-        aliases: &["interleaved-1f1b", "interleaved1f1b"],
-        placement: Placement::Looped,
-        accepts: generate::interleaved_accepts,
-        generate: generate::interleaved,
-        closed_form: |chunks| BubbleSchedule::Interleaved { chunks },
+    Interleaved => {
+        name: "interleaved", aliases: &["interleaved-1f1b", "interleaved1f1b"],
+        placement: Placement::Looped, accepts: generate::interleaved_accepts,
+        generate: generate::interleaved, closed_form: |chunks| BubbleSchedule::Interleaved { chunks },
     },
-    ScheduleEntry {
-        kind: ScheduleKind::ZbH1,
-        name: "zb-h1",
-        aliases: &["zbh1"],
-        placement: Placement::One,
-        accepts: any_shape,
-        generate: generate::zb_h1,
-        closed_form: |_| BubbleSchedule::ZbH1,
+    ZbH1 => {
+        name: "zb-h1", aliases: &["zbh1"], placement: Placement::One, accepts: any_shape,
+        generate: generate::zb_h1, closed_form: |_| BubbleSchedule::ZbH1,
     },
-    ScheduleEntry {
-        kind: ScheduleKind::LoopedBfs,
-        name: "looped-bfs",
-        aliases: &["loopedbfs", "bfs"],
-        placement: Placement::Looped,
-        accepts: any_shape,
-        generate: looped::looped_bfs,
+    LoopedBfs => {
+        name: "looped-bfs", aliases: &["loopedbfs", "bfs"], placement: Placement::Looped,
+        accepts: any_shape, generate: looped::looped_bfs,
         closed_form: |chunks| BubbleSchedule::LoopedBfs { chunks },
     },
-    ScheduleEntry {
-        kind: ScheduleKind::InterleavedZb,
+    InterleavedZb => {
         name: "interleaved-zb",
         aliases: &["interleavedzerobubble", "interleaved-zero-bubble", "zb1p"],
-        placement: Placement::Looped,
-        accepts: looped::interleaved_zb_accepts,
-        generate: looped::interleaved_zb,
-        closed_form: |chunks| BubbleSchedule::InterleavedZb { chunks },
+        placement: Placement::Looped, accepts: looped::interleaved_zb_accepts,
+        generate: looped::interleaved_zb, closed_form: |chunks| BubbleSchedule::InterleavedZb { chunks },
     },
-    ScheduleEntry {
-        kind: ScheduleKind::ZbV,
-        name: "zb-v",
-        aliases: &["zbv", "zbvzerobubble"],
-        placement: Placement::V,
-        accepts: any_shape,
-        generate: v_shape::zb_v,
-        closed_form: |_| BubbleSchedule::ZbV,
+    ZbV => {
+        name: "zb-v", aliases: &["zbv", "zbvzerobubble"], placement: Placement::V,
+        accepts: any_shape, generate: v_shape::zb_v, closed_form: |_| BubbleSchedule::ZbV,
     },
-    ScheduleEntry {
-        kind: ScheduleKind::DualPipeV,
-        name: "dualpipev",
-        aliases: &["dualpipe-v", "dual-pipe-v"],
-        placement: Placement::V,
-        accepts: v_shape::dualpipe_v_accepts,
-        generate: v_shape::dualpipe_v,
+    DualPipeV => {
+        name: "dualpipev", aliases: &["dualpipe-v", "dual-pipe-v"], placement: Placement::V,
+        accepts: v_shape::dualpipe_v_accepts, generate: v_shape::dualpipe_v,
         closed_form: |_| BubbleSchedule::DualPipeV,
     },
-];
+}
 
 impl ScheduleKind {
-    /// Every generated schedule, in the order sweeps run them ([`SCHEDULES`]' order).
-    pub const ALL: [ScheduleKind; SCHEDULES.len()] = {
-        let mut all = [ScheduleKind::GPipe; SCHEDULES.len()];
-        let mut i = 0;
-        while i < SCHEDULES.len() {
-            all[i] = SCHEDULES[i].kind;
-            i += 1;
-        }
-        all
-    };
-
     /// Its line of [`SCHEDULES`].
     pub fn entry(self) -> &'static ScheduleEntry {
-        // Every kind has its line (a unit test holds the registry to it).
-        SCHEDULES
-            .iter()
-            .find(|e| e.kind == self)
-            .unwrap_or(&SCHEDULES[0])
+        // The macro numbers the variants in the lines' order.
+        &SCHEDULES[self as usize]
     }
 
     /// The name on command lines and in records.

@@ -9,7 +9,7 @@
 use super::page::{self, num, text, Cell, CHART_H, CHART_W};
 use crate::charts::{self, BarStack, Bars};
 use crate::load::Source;
-use crate::plan::{read_plan, PlanFile, PLAN_FILE};
+use crate::plan_cmd::{read_plan, PlanFile, PLAN_FILE};
 use crate::units;
 
 /// Layouts drawn in the chart (the table lists every one of the file).
@@ -37,7 +37,7 @@ pub fn section(sources: &[Source]) -> String {
         )));
     }
     for s in sources {
-        match crate::plan_check::read_rows(&s.dir) {
+        match crate::plan_cmd::check::read_rows(&s.dir) {
             Ok(rows) if !rows.is_empty() => body.push_str(&plan_check(&s.label, &rows)),
             Ok(_) => {}
             Err(e) => body.push_str(&page::empty(&format!("{e:#}"))),
@@ -47,10 +47,10 @@ pub fn section(sources: &[Source]) -> String {
 }
 
 /// One folder's plan-check rows: a table per layout and the term that parts most.
-fn plan_check(label: &str, rows: &[crate::plan_check::CheckRow]) -> String {
+fn plan_check(label: &str, rows: &[crate::plan_cmd::check::CheckRow]) -> String {
     let mut out = page::h3(&format!(
         "{label}: the planner against measured composed steps ({})",
-        crate::plan_check::PLAN_CHECK_FILE
+        crate::plan_cmd::check::PLAN_CHECK_FILE
     ));
     let mut layouts: Vec<&str> = rows.iter().map(|r| r.layout.as_str()).collect();
     layouts.dedup();
@@ -76,7 +76,7 @@ fn plan_check(label: &str, rows: &[crate::plan_check::CheckRow]) -> String {
             &["term", "measured", "predicted", "predicted / measured"],
             &cells,
         ));
-        if let Some(w) = crate::plan_check::parts_most(&mine) {
+        if let Some(w) = crate::plan_cmd::check::parts_most(&mine) {
             out.push_str(&page::note(&format!(
                 "Parts most: {} (measured {}, predicted {}).",
                 w.term,
@@ -93,7 +93,7 @@ fn plan_check(label: &str, rows: &[crate::plan_check::CheckRow]) -> String {
 pub fn check(sources: &[Source]) -> anyhow::Result<()> {
     for s in sources {
         read_plan(&s.dir)?;
-        crate::plan_check::read_rows(&s.dir)?;
+        crate::plan_cmd::check::read_rows(&s.dir)?;
     }
     Ok(())
 }
@@ -156,7 +156,7 @@ fn one_plan(label: &str, f: &PlanFile) -> String {
             named.layout,
             f.search_best
                 .as_ref()
-                .map(|b| crate::plan_layout::why_loses(named, b))
+                .map(|b| crate::plan_cmd::layout::why_loses(named, b))
                 .unwrap_or_default()
         )));
     }
@@ -175,7 +175,7 @@ fn one_plan(label: &str, f: &PlanFile) -> String {
                     num(l.dp.to_string()),
                     num(l.tp.to_string()),
                     num(l.pp.to_string()),
-                    text(crate::plan::schedule_cell(l)),
+                    text(crate::plan_cmd::schedule_cell(l)),
                     num(l.micro_batch.to_string()),
                     num(l.microbatches.to_string()),
                     num(units::sig3(c.tokens_per_s)),
@@ -189,7 +189,7 @@ fn one_plan(label: &str, f: &PlanFile) -> String {
                 ]
             })
             .collect();
-        let header: Vec<&str> = crate::plan::LAYOUT_COLUMNS
+        let header: Vec<&str> = crate::plan_cmd::LAYOUT_COLUMNS
             .into_iter()
             .chain(["token latency"])
             .collect();

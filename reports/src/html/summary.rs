@@ -59,7 +59,7 @@ fn conclusions(
         ));
     }
     for s in sources {
-        if let Ok(Some(plan)) = crate::plan::read_plan(&s.dir) {
+        if let Ok(Some(plan)) = crate::plan_cmd::read_plan(&s.dir) {
             if let Some(best) = plan.top.first() {
                 out.push(format!(
                     "Conclude (plan, {}): the best layout is {} at {} tokens/s; its largest overhead is {} ({} of the step).",

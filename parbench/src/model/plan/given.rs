@@ -32,7 +32,7 @@
 //! and the sends' host time, skew between the ranks of a tensor group (a
 //! collective waits for its slowest member), and ranks sharing cores.
 
-use super::layouts::Shard;
+use super::shard::Shard;
 use crate::comm::Collective;
 use crate::model::fit::per_call_terms;
 use crate::model::sim::{simulate, SimCosts, StageCosts};

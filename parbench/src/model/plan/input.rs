@@ -1,6 +1,7 @@
 //! What the planner is given: the model, the cluster, its wires and the
 //! user's choices; checked before any layout is tried.
 
+use super::shard::Shard;
 use crate::comm::algo::Algorithm;
 use crate::comm::Collective;
 use crate::model::algo::ModelAlgo;
@@ -109,7 +110,7 @@ pub struct PlanInput {
     pub schedules: Option<Vec<String>>,
     /// The data-parallel sharding modes to try; empty: ZeRO-1 with
     /// `distributed_optimizer`, else none.
-    pub shard_modes: Vec<super::layouts::Shard>,
+    pub shard_modes: Vec<Shard>,
     /// Also try ZeRO-2/3 sharded inside a node and replicated across (HSDP).
     pub hybrid: bool,
 }

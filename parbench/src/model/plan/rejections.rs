@@ -1,7 +1,7 @@
 //! Why a layout cannot run at all, and the grouped reasons of "why the
 //! others lose" (a costed layout's own [`Loss`] is in `costs`).
 
-use super::costs::{Costed, Loss, Memory};
+use super::costed::{Costed, Loss, Memory};
 use super::layouts::Layout;
 use super::LayoutRanking;
 

@@ -156,18 +156,6 @@ impl RunRecord {
     }
 }
 
-/// Where each stage's layers start in the whole model.
-pub(super) fn first_layers(stage_layers: &[usize]) -> Vec<usize> {
-    stage_layers
-        .iter()
-        .scan(0, |acc, &l| {
-            let first = *acc;
-            *acc += l;
-            Some(first)
-        })
-        .collect()
-}
-
 /// Receives in link order, keeping messages that arrive before they are needed.
 struct Mailbox<B> {
     /// Per peer: the messages it sends this rank, in order, and how many arrived.
@@ -866,10 +854,5 @@ mod tests {
         fn intervals(&mut self) -> CommResult<Vec<f64>> {
             Ok(self.0.windows(2).map(|w| (w[1] - w[0]) * 1e-6).collect())
         }
-    }
-
-    #[test]
-    fn layers_are_numbered_across_stages() {
-        assert_eq!(first_layers(&[2, 2, 4, 2]), vec![0, 2, 4, 8]);
     }
 }

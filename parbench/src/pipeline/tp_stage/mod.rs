@@ -27,14 +27,20 @@
 //!   rest of that pass and the rank's later actions, and the step waits
 //!   at its end only for what is still running.
 
+mod adam;
 mod buckets;
+mod config;
 mod reference;
 mod shard;
+mod shares;
+mod step_times;
 mod work;
 
 use buckets::{download_n, Launched};
+pub use config::{DpReduce, TpStageConfig};
 pub use reference::reference_grads;
-pub use shard::{bytes_per_param, HeldBytes};
+pub use shard::bytes_per_param;
+pub use step_times::{CommSpan, HeldBytes, SpanGroup, StageStepTimes};
 
 use super::dp_overlap::Reducer;
 use super::stage::StageWork;
@@ -42,134 +48,12 @@ use super::{PipelineError, Work};
 use crate::comm::{Communicator, DType, Io, ReduceOp};
 use crate::compute::Compute;
 use crate::layers::layout::{DataSpecs, ParamSpecs};
-use crate::layers::{BlockConfig, BlockState, Mode, PhaseClock, TpBlock};
+use crate::layers::{BlockConfig, BlockState, PhaseClock, TpBlock};
 use crate::measure::clock_sync::host_now_us;
-use crate::model::plan::Shard;
 use crate::schedule::{Action, ActionKind, Schedule};
 use crate::seed::splitmix64;
 use std::collections::HashMap;
 use std::time::Duration;
-
-/// How the data-parallel group reduces the gradients after the step.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DpReduce {
-    /// Most bytes in one bucket (DDP's `bucket_cap_mb`, 25 MiB by default).
-    pub bucket_bytes: usize,
-    /// Reduce each bucket on a thread of its own as soon as its gradients
-    /// are final, concurrently with the rest of the backward (needs a
-    /// [`super::dp_overlap::Reducer`]: [`TpStages::overlap_on`]).
-    pub overlap: bool,
-    /// Sharded data parallel ([`shard`]'s module notes): `None` reduces
-    /// the gradients and stops (no optimizer); `Some(mode)` ends each
-    /// step in Adam over what `mode` shards (`Shard::None`: replicated,
-    /// DDP; `Zero1`: the distributed optimizer's reduce-scatter).
-    pub shard: Option<Shard>,
-    /// Data ranks one shard spans (hybrid sharding, HSDP: shards inside
-    /// groups of this many consecutive data ranks, replicated across the
-    /// groups); 0: the whole data group.
-    pub shard_group: usize,
-    /// ZeRO-3: each layer's weights all-gathered on the data group's
-    /// thread while the layer before it computes (FSDP's prefetch), so
-    /// the compute waits only for what the thread has not finished.
-    pub prefetch: bool,
-}
-
-impl DpReduce {
-    /// Each bucket reduce-scattered, each data rank keeping its share
-    /// (the distributed optimizer's, ZeRO-1).
-    pub fn dist_opt(&self) -> bool {
-        self.shard == Some(Shard::Zero1)
-    }
-
-    /// ZeRO-2 or -3: each layer's gradients reduce-scattered as each
-    /// microbatch's backward makes them (no buckets).
-    pub fn per_layer(&self) -> bool {
-        matches!(self.shard, Some(Shard::Zero2 | Shard::Zero3))
-    }
-
-    /// The flag that asks for the data group's own thread and
-    /// communicator, when one does.
-    pub fn thread_flag(&self) -> Option<&'static str> {
-        if self.overlap {
-            Some("--overlap")
-        } else if self.prefetch {
-            Some("--prefetch")
-        } else {
-            None
-        }
-    }
-
-    /// Ranks a shard spans out of `dp` data ranks.
-    pub fn group_of(&self, dp: usize) -> usize {
-        // Replicated data parallel has nothing to shard: one group.
-        if self.shard_group == 0 || matches!(self.shard, None | Some(Shard::None)) {
-            dp
-        } else {
-            self.shard_group
-        }
-    }
-}
-
-impl Default for DpReduce {
-    fn default() -> Self {
-        DpReduce {
-            bucket_bytes: 25 << 20,
-            overlap: false,
-            shard: None,
-            shard_group: 0,
-            prefetch: false,
-        }
-    }
-}
-
-/// The composed model: blocks, stages, batch and reduction.
-#[derive(Clone, Debug)]
-pub struct TpStageConfig {
-    /// One block; `shape.batch` is the microbatch's sequences `b`. Train
-    /// mode, prefill.
-    pub block: BlockConfig,
-    /// Blocks per stage `L`.
-    pub layers_per_stage: usize,
-    /// Seed of weights, inputs and loss gradients.
-    pub seed: u64,
-    /// Data-parallel degree `D` (the global batch is `D M` microbatches).
-    pub dp: usize,
-    pub reduce: DpReduce,
-}
-
-impl TpStageConfig {
-    /// Checks the sizes for `tp` ranks; one line naming what is wrong.
-    pub fn validate(&self, tp: usize) -> Result<(), PipelineError> {
-        let invalid = |m: String| Err(PipelineError::Invalid(m));
-        if self.block.mode != Mode::Train || self.block.decode {
-            return invalid("a pipeline stage trains a prefill block".into());
-        }
-        if self.layers_per_stage == 0 || self.dp == 0 {
-            return invalid("a stage needs at least one block and one data rank".into());
-        }
-        if self.reduce.bucket_bytes == 0 {
-            return invalid("the bucket size must be positive".into());
-        }
-        let g = self.reduce.group_of(self.dp);
-        if g == 0 || !self.dp.is_multiple_of(g) {
-            return invalid(format!(
-                "a shard group of {g} data ranks does not divide the {} data ranks",
-                self.dp
-            ));
-        }
-        if self.reduce.prefetch && self.reduce.shard != Some(Shard::Zero3) {
-            return invalid("--prefetch gathers ZeRO-3's weights ahead: give --shard zero3".into());
-        }
-        if self.reduce.per_layer() && self.reduce.overlap {
-            return invalid(
-                "--overlap overlaps the buckets of replicated and ZeRO-1 data parallel; zero2 and zero3 reduce-scatter each layer as it is done".into(),
-            );
-        }
-        self.block
-            .validate(tp)
-            .map_err(|e| PipelineError::Invalid(e.to_string()))
-    }
-}
 
 const TAG_X: u64 = 0x5854_4147;
 const TAG_DY: u64 = 0x4459_5441;
@@ -209,86 +93,6 @@ fn seeded_act<C: Compute>(
     Ok(b)
 }
 
-/// One step's times on one rank, microseconds.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct StageStepTimes {
-    /// The blocks' compute (host time between collectives).
-    pub compute_us: f64,
-    /// The tensor-parallel collectives.
-    pub tp_comm_us: f64,
-    /// Every data-parallel bucket's reduction.
-    pub dp_comm_us: f64,
-    /// The part of `dp_comm_us` the step waited for after the rank's last
-    /// action: without overlap all of it; with overlap the wait for the
-    /// buckets still running and their copies back.
-    pub dp_exposed_us: f64,
-    /// Buckets reduced.
-    pub buckets: usize,
-    /// ZeRO-3's per-layer parameter all-gathers, ZeRO-2's and -3's
-    /// per-layer gradient reduce-scatters, and the part of both the
-    /// compute thread waited for (in the actions; not in `dp_comm_us`).
-    pub shard_gather_us: f64,
-    pub shard_scatter_us: f64,
-    pub shard_exposed_us: f64,
-    /// Per-layer sharded collectives run.
-    pub shard_calls: usize,
-    /// With `--prefetch`: of `shard_gather_us`, the time from each gather
-    /// being free to start (handed over, the thread's previous job done)
-    /// to the thread taking it up (its wake-up).
-    pub shard_handover_us: f64,
-    /// Adam's update at the step's end (with `--shard`).
-    pub optimizer_us: f64,
-    /// What the rank held at the step's end, and the peak of each kind
-    /// and of the total during the step ([`HeldBytes`]).
-    pub held_end: HeldBytes,
-    pub held_peak: HeldBytes,
-    pub held_peak_total: f64,
-}
-
-impl StageStepTimes {
-    /// Adds what `clock` counted (one pass).
-    fn charge(&mut self, clock: &PhaseClock) {
-        self.compute_us += clock.compute().as_secs_f64() * 1e6;
-        self.tp_comm_us += clock.comm().as_secs_f64() * 1e6;
-    }
-
-    /// The part of the data-parallel reduction the step did not wait for:
-    /// it ran while the rank computed or waited on the pipeline.
-    pub fn dp_hidden_us(&self) -> f64 {
-        (self.dp_comm_us - self.dp_exposed_us).max(0.0)
-    }
-}
-
-/// Which group a communication span ran on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SpanGroup {
-    /// A tensor-parallel collective inside a pass.
-    Tp,
-    /// A data-parallel bucket's reduction on the rank's own thread.
-    Dp,
-    /// A data-parallel bucket's reduction on the reduction thread
-    /// (`overlap`): a track of its own beside the rank's.
-    DpThread,
-    /// A sharded layer's parameter all-gather (ZeRO-3), and its
-    /// gradients' reduce-scatter (ZeRO-2 and -3): a track of their own
-    /// beside the rank's.
-    ShardGather,
-    ShardScatter,
-}
-
-/// One communication phase of one step on one rank, placed against the
-/// action it ran in (or after, for a bucket): its start counted from that
-/// action's work start on the rank's own clock, so that a trace can put it
-/// on whatever base the action's times are moved to.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct CommSpan {
-    pub group: SpanGroup,
-    /// The action's place in the rank's list for the step.
-    pub action: usize,
-    pub offset_us: f64,
-    pub dur_us: f64,
-}
-
 /// This rank's stages of the composed model, over its tensor group `tp`
 /// and data group `dp` (the pipeline group is the executor's).
 pub struct TpStages<'g, C: Compute, T, D> {
@@ -310,7 +114,7 @@ pub struct TpStages<'g, C: Compute, T, D> {
     /// reduced gradients, accumulated over the microbatches.
     grad_shares: HashMap<(usize, usize), C::Buf>,
     /// Per (stage, unit) Adam's state for this rank's share.
-    adam: HashMap<(usize, usize), shard::AdamState>,
+    adam: HashMap<(usize, usize), adam::AdamState>,
     /// Bytes of a communication copy held at the moment (for [`HeldBytes`]).
     transient: f64,
     /// ZeRO-3 with prefetch: the gathers handed to the thread, in order,
@@ -536,21 +340,33 @@ where
         let mut born = host_now_us();
         let mut clock = PhaseClock::new();
         for (layer, st) in stash.iter().enumerate().rev() {
-            self.grads_for_pass(c, stage, layer)?;
-            let b = self
-                .layers(stage)?
-                .get_mut(layer)
-                .ok_or_else(|| missing(stage))?;
-            b.backward_weight_state(c, &mut clock, st)
-                .map_err(layer_err)?;
-            self.sharded_op(&mut clock, &mut born, |s| {
-                s.scatter_layer_grads(c, stage, layer)
-            })?;
-            if last {
-                self.layer_final(c, stage, layer, &mut clock, &mut born)?;
-            }
+            self.layer_weight_grads(c, stage, layer, st, last, &mut clock, &mut born)?;
         }
         self.charge(&clock, born);
+        Ok(())
+    }
+
+    /// Layer `layer`'s weight gradients from its stash `st`, then (sharded
+    /// per layer) their reduce-scatter; in the stage's last pass with
+    /// overlap its buckets start as it ends.
+    #[allow(clippy::too_many_arguments)]
+    fn layer_weight_grads(
+        &mut self,
+        c: &C,
+        stage: usize,
+        layer: usize,
+        st: &BlockState<C::Buf>,
+        last: bool,
+        clock: &mut PhaseClock,
+        born: &mut f64,
+    ) -> Result<(), PipelineError> {
+        self.layer_weight_pass(c, stage, layer, clock, born, |s, clock| {
+            let b = block_mut(&mut s.blocks, stage, layer)?;
+            b.backward_weight_state(c, clock, st).map_err(layer_err)
+        })?;
+        if last {
+            self.layer_final(c, stage, layer, clock, born)?;
+        }
         Ok(())
     }
 
@@ -598,16 +414,7 @@ where
                 .map_err(layer_err)?;
             dy = st.take_input_grad(c).map_err(layer_err)?;
             self.release_layer(c, stage, layer)?;
-            self.grads_for_pass(c, stage, layer)?;
-            let b = block_mut(&mut self.blocks, stage, layer)?;
-            b.backward_weight_state(c, &mut clock, &stash[layer])
-                .map_err(layer_err)?;
-            self.sharded_op(&mut clock, &mut born, |s| {
-                s.scatter_layer_grads(c, stage, layer)
-            })?;
-            if last {
-                self.layer_final(c, stage, layer, &mut clock, &mut born)?;
-            }
+            self.layer_weight_grads(c, stage, layer, &stash[layer], last, &mut clock, &mut born)?;
         }
         self.charge(&clock, born);
         Ok(dy)
@@ -693,12 +500,6 @@ where
         *clock = PhaseClock::new();
         *born = host_now_us();
         Ok(())
-    }
-
-    fn layers(&mut self, stage: usize) -> Result<&mut Vec<TpBlock<C>>, PipelineError> {
-        self.blocks
-            .get_mut(&stage)
-            .ok_or_else(|| PipelineError::Protocol(format!("stage {stage} is not on this rank")))
     }
 
     /// Global index of this data rank's microbatch `mb`.

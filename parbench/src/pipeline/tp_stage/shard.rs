@@ -29,7 +29,9 @@
 //! What the step holds is counted from the buffers themselves
 //! ([`HeldBytes`]): after every sharded operation and at the step's end.
 
+use super::adam::AdamState;
 use super::buckets::{download_n, Slot};
+use super::shares::{layer_slots, pack_range, padded, share_of, unpack_range, Of};
 use super::*;
 use crate::comm::CommBuffer;
 use crate::model::plan::Shard;
@@ -44,90 +46,6 @@ pub(super) struct Prefetch {
     bytes: f64,
 }
 
-/// Adam's first and second moment decay and epsilon (PyTorch's defaults).
-const BETA1: f32 = 0.9;
-const BETA2: f32 = 0.999;
-const EPS: f32 = 1e-8;
-/// Zero: the weights stay the ones the check's reference starts from.
-const LEARNING_RATE: f32 = 0.0;
-
-/// Adam's state for one unit's share: fp32 moments, and the fp32 master
-/// weights when the weights are stored in 16 bits.
-pub(super) struct AdamState {
-    m: Vec<f32>,
-    v: Vec<f32>,
-    master: Option<Vec<f32>>,
-    t: i32,
-}
-
-impl AdamState {
-    fn new(n: usize, weights: &[f32], narrow: bool) -> Self {
-        AdamState {
-            m: vec![0.0; n],
-            v: vec![0.0; n],
-            master: narrow.then(|| weights.to_vec()),
-            t: 0,
-        }
-    }
-
-    fn bytes(&self) -> usize {
-        (self.m.len() + self.v.len() + self.master.as_ref().map_or(0, Vec::len)) * 4
-    }
-
-    /// One Adam step of the weights `w` from the gradients `g`.
-    fn step(&mut self, w: &mut [f32], g: &[f32]) {
-        self.t += 1;
-        let c1 = 1.0 - BETA1.powi(self.t);
-        let c2 = 1.0 - BETA2.powi(self.t);
-        for i in 0..w.len().min(g.len()) {
-            let gi = g[i];
-            self.m[i] = BETA1 * self.m[i] + (1.0 - BETA1) * gi;
-            self.v[i] = BETA2 * self.v[i] + (1.0 - BETA2) * gi * gi;
-            let update = LEARNING_RATE * (self.m[i] / c1) / ((self.v[i] / c2).sqrt() + EPS);
-            match self.master.as_mut() {
-                Some(master) => {
-                    master[i] -= update;
-                    w[i] = master[i];
-                }
-                None => w[i] -= update,
-            }
-        }
-    }
-}
-
-/// Bytes one rank holds for the model's state, by kind, counted from the
-/// buffers it holds.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct HeldBytes {
-    /// Weights: every block's (empty while ZeRO-3 has them freed) and
-    /// ZeRO-3's shares.
-    pub params: f64,
-    /// Gradients: every block's (empty while ZeRO-2 and -3 have them
-    /// freed) and the sharded modes' shares.
-    pub grads: f64,
-    /// Adam's moments (and master weights).
-    pub optimizer: f64,
-    /// Copies for communication: the data-parallel buckets, packed layers
-    /// and gathered shares while they are held.
-    pub buffers: f64,
-}
-
-impl HeldBytes {
-    pub fn total(&self) -> f64 {
-        self.params + self.grads + self.optimizer + self.buffers
-    }
-
-    /// The larger of each kind (a peak per kind).
-    fn max(self, o: HeldBytes) -> HeldBytes {
-        HeldBytes {
-            params: self.params.max(o.params),
-            grads: self.grads.max(o.grads),
-            optimizer: self.optimizer.max(o.optimizer),
-            buffers: self.buffers.max(o.buffers),
-        }
-    }
-}
-
 /// Bytes per parameter this step holds once it is done: the ZeRO paper's
 /// split ([`Shard::bytes_per_param`], the planner's too), and with
 /// replicated data parallel DDP's bucket copy of the gradients besides
@@ -139,115 +57,6 @@ pub fn bytes_per_param(shard: Shard, weight_bytes: usize, group: usize) -> f64 {
         0.0
     };
     shard.bytes_per_param(weight_bytes, group as u64) + buckets
-}
-
-/// Rank `r`'s share of a unit of `len` elements over `g` ranks: (start, elements).
-fn share_of(len: usize, g: usize, r: usize) -> (usize, usize) {
-    let n = len / g.max(1);
-    (r * n, n)
-}
-
-/// The slots of one layer's parameters, flat in [`ParamSpecs::all`]'s order.
-pub(super) fn layer_slots(cfg: &BlockConfig, tp: usize, layer: usize) -> Vec<Slot> {
-    let mut offset = 0;
-    ParamSpecs::new(cfg)
-        .all()
-        .iter()
-        .enumerate()
-        .map(|(param, spec)| {
-            let len = spec.local_len(tp);
-            let s = Slot {
-                layer,
-                param,
-                offset,
-                len,
-            };
-            offset += len;
-            s
-        })
-        .collect()
-}
-
-/// A unit's length padded to whole shares of `g` ranks.
-pub(super) fn padded(slots: &[Slot], g: usize) -> usize {
-    let used: usize = slots.iter().map(|s| s.len).sum();
-    used.div_ceil(g.max(1)) * g.max(1)
-}
-
-/// Which of a block's tensors a copy reads or writes.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Of {
-    Params,
-    Grads,
-}
-
-fn tensor<'a, C: Compute>(
-    blocks: &'a [TpBlock<C>],
-    s: &Slot,
-    of: Of,
-) -> Result<&'a C::Buf, PipelineError> {
-    let b = blocks
-        .get(s.layer)
-        .ok_or_else(|| PipelineError::Protocol(format!("no block {}", s.layer)))?;
-    match of {
-        Of::Params => Ok(b.params().all()[s.param]),
-        Of::Grads => super::buckets::grad(blocks, s),
-    }
-}
-
-/// Copies the part of `slots`' tensors that falls in the flat range
-/// `start .. start + n` into `dst` (from its element 0).
-fn pack_range<C: Compute>(
-    c: &C,
-    blocks: &[TpBlock<C>],
-    slots: &[Slot],
-    of: Of,
-    start: usize,
-    n: usize,
-    dst: &mut C::Buf,
-) -> Result<(), PipelineError> {
-    for s in slots {
-        let (lo, hi) = (s.offset.max(start), (s.offset + s.len).min(start + n));
-        if lo < hi {
-            c.copy(
-                tensor(blocks, s, of)?,
-                lo - s.offset,
-                dst,
-                lo - start,
-                hi - lo,
-            )?;
-        }
-    }
-    Ok(())
-}
-
-/// Copies `src` (the flat range `start .. start + n`) into the part of
-/// `slots`' tensors it covers.
-fn unpack_range<C: Compute>(
-    c: &C,
-    src: &C::Buf,
-    start: usize,
-    n: usize,
-    slots: &[Slot],
-    of: Of,
-    blocks: &mut [TpBlock<C>],
-) -> Result<(), PipelineError> {
-    for s in slots {
-        let (lo, hi) = (s.offset.max(start), (s.offset + s.len).min(start + n));
-        if lo >= hi {
-            continue;
-        }
-        let b = blocks
-            .get_mut(s.layer)
-            .ok_or_else(|| PipelineError::Protocol(format!("no block {}", s.layer)))?;
-        let dst = match of {
-            Of::Params => b.param_mut(s.param),
-            Of::Grads => b.param_grad_mut(s.param),
-        }
-        .ok_or_else(|| PipelineError::Protocol(format!("block {} has no tensor", s.layer)))?;
-        c.copy(src, lo - start, dst, lo - s.offset, hi - lo)?;
-    }
-    Ok(())
 }
 
 fn bytes_of<B: CommBuffer>(b: &B) -> f64 {
@@ -270,6 +79,16 @@ where
         self.dp.world()
     }
 
+    /// Layer `layer`'s slots on this rank's tensor-parallel shard.
+    fn slots(&self, layer: usize) -> Vec<Slot> {
+        layer_slots(&self.cfg.block, self.tp.world(), layer)
+    }
+
+    /// Layer `layer`'s unit padded to whole shares of the group, elements.
+    fn padded_len(&self, layer: usize) -> usize {
+        padded(&self.slots(layer), self.group())
+    }
+
     /// The units the optimizer and the sharding work in: ZeRO-1's buckets,
     /// otherwise one per layer.
     pub(super) fn units(&self, stage: usize) -> Vec<Vec<Slot>> {
@@ -277,17 +96,13 @@ where
             return self.buckets(stage);
         }
         let layers = self.blocks.get(&stage).map_or(0, Vec::len);
-        let t = self.tp.world();
-        (0..layers)
-            .map(|l| layer_slots(&self.cfg.block, t, l))
-            .collect()
+        (0..layers).map(|l| self.slots(l)).collect()
     }
 
     /// One layer's weights on this rank padded to whole shares, over the
     /// shard group: one rank's share, elements.
     pub fn layer_share_elems(&self) -> usize {
-        let g = self.group();
-        padded(&layer_slots(&self.cfg.block, self.tp.world(), 0), g) / g
+        self.padded_len(0) / self.group()
     }
 
     /// ZeRO-3, once when the stages are built: every layer keeps only this
@@ -336,7 +151,7 @@ where
             self.gathered_on_thread(c, stage, layer, next)?
         } else {
             let g = self.group();
-            let len = padded(&layer_slots(&self.cfg.block, self.tp.world(), layer), g);
+            let len = self.padded_len(layer);
             let share = self
                 .param_shares
                 .get(&(stage, layer))
@@ -374,7 +189,7 @@ where
         layer: usize,
         flat: &C::Buf,
     ) -> Result<(), PipelineError> {
-        let slots = layer_slots(&self.cfg.block, self.tp.world(), layer);
+        let slots = self.slots(layer);
         let mut tensors = Vec::with_capacity(slots.len());
         for s in &slots {
             let mut buf = c.alloc(s.len)?;
@@ -403,7 +218,7 @@ where
     /// rank's share goes; the share stays for the optimizer).
     fn submit_gather(&mut self, c: &C, stage: usize, layer: usize) -> Result<(), PipelineError> {
         let g = self.group();
-        let len = padded(&layer_slots(&self.cfg.block, self.tp.world(), layer), g);
+        let len = self.padded_len(layer);
         let share = self
             .param_shares
             .get(&(stage, layer))
@@ -489,19 +304,25 @@ where
         Ok(())
     }
 
-    /// ZeRO-2 and -3, before a layer's weight pass: whole zeroed gradients
-    /// to accumulate one microbatch into (they were freed after the last).
-    pub(super) fn grads_for_pass(
+    /// One layer's weight pass, `pass`, framed by what ZeRO-2 and -3 do
+    /// around it: before it, whole zeroed gradients to accumulate one
+    /// microbatch into (they were freed after the last); after it, their
+    /// reduce-scatter ([`Self::scatter_layer_grads`]).
+    pub(super) fn layer_weight_pass(
         &mut self,
         c: &C,
         stage: usize,
         layer: usize,
+        clock: &mut PhaseClock,
+        born: &mut f64,
+        pass: impl FnOnce(&mut Self, &mut PhaseClock) -> Result<(), PipelineError>,
     ) -> Result<(), PipelineError> {
-        if !self.cfg.reduce.per_layer() {
-            return Ok(());
+        if self.cfg.reduce.per_layer() {
+            let b = block_mut(&mut self.blocks, stage, layer)?;
+            b.zero_grads(c).map_err(layer_err)?;
         }
-        let b = block_mut(&mut self.blocks, stage, layer)?;
-        b.zero_grads(c).map_err(layer_err)
+        pass(self, clock)?;
+        self.sharded_op(clock, born, |s| s.scatter_layer_grads(c, stage, layer))
     }
 
     /// ZeRO-2 and -3, after a layer's weight pass on one microbatch: its
@@ -518,7 +339,7 @@ where
         }
         let start = host_now_us();
         let g = self.group();
-        let slots = layer_slots(&self.cfg.block, self.tp.world(), layer);
+        let slots = self.slots(layer);
         let len = padded(&slots, g);
         let mut flat = c.alloc(len)?;
         let blocks = self.blocks.get(&stage).ok_or_else(|| missing(stage))?;
@@ -844,15 +665,5 @@ mod tests {
         assert_eq!(bytes_per_param(Shard::None, 2, 8), 18.0);
         // fp32 weights: no master copy.
         assert_eq!(bytes_per_param(Shard::Zero3, 4, 2), 8.0);
-    }
-
-    #[test]
-    fn adam_at_learning_rate_zero_keeps_the_weights_and_moves_the_moments() {
-        let mut s = AdamState::new(2, &[1.0, -2.0], false);
-        let mut w = [1.0f32, -2.0];
-        s.step(&mut w, &[0.5, -0.25]);
-        assert_eq!(w, [1.0, -2.0]);
-        assert!((s.m[0] - 0.05).abs() < 1e-7 && (s.v[1] - 0.0000625).abs() < 1e-9);
-        assert_eq!(s.bytes(), 16);
     }
 }

@@ -231,11 +231,9 @@ where
                 self.release_layer(c, a.stage, layer)?;
             }
             if matches!(a.kind, ActionKind::B | ActionKind::W) {
-                self.grads_for_pass(c, a.stage, layer)?;
-                std::thread::sleep(per_layer(grads));
-                clock.end_compute(c).map_err(layer_err)?;
-                self.sharded_op(&mut clock, &mut born, |s| {
-                    s.scatter_layer_grads(c, a.stage, layer)
+                self.layer_weight_pass(c, a.stage, layer, &mut clock, &mut born, |_, clock| {
+                    std::thread::sleep(per_layer(grads));
+                    clock.end_compute(c).map_err(layer_err)
                 })?;
             }
         }

@@ -121,11 +121,10 @@ pub fn render_terms(c: &Costed, gpus: u64) -> String {
         ));
     }
     out.push('\n');
-    out.push_str(&format!(
-        "  compute       {}   {} of the step",
-        secs(c.compute_s),
-        pct(c.compute_s, step)
-    ));
+    // A term's line: its time and its share of the step, then its note.
+    let term = |name: &str, s: f64| format!("  {name:<14}{}   {}", secs(s), pct(s, step));
+    out.push_str(&term("compute", c.compute_s));
+    out.push_str(" of the step");
     if let Some(p) = &c.compute_parts {
         out.push_str(&format!(
             " (GEMMs {}, attention {}, memory-bound {}, embedding and logits {})",
@@ -136,28 +135,18 @@ pub fn render_terms(c: &Costed, gpus: u64) -> String {
         ));
     }
     out.push('\n');
+    out.push_str(&term("tp comm", c.tp_comm_s));
+    out.push('\n');
+    out.push_str(&term("bubble", c.bubble_s));
+    out.push_str(" (idle of the busiest pipeline rank, with the hops' waits)\n");
+    out.push_str(&term("dp comm", c.dp_comm_s));
     out.push_str(&format!(
-        "  tp comm       {}   {}\n",
-        secs(c.tp_comm_s),
-        pct(c.tp_comm_s, step)
-    ));
-    out.push_str(&format!(
-        "  bubble        {}   {} (idle of the busiest pipeline rank, with the hops' waits)\n",
-        secs(c.bubble_s),
-        pct(c.bubble_s, step)
-    ));
-    out.push_str(&format!(
-        "  dp comm       {}   {} exposed, of {} in all\n",
-        secs(c.dp_comm_s),
-        pct(c.dp_comm_s, step),
+        " exposed, of {} in all\n",
         secs(c.dp_comm_total_s.max(c.dp_comm_s))
     ));
     if c.optimizer_s > 0.0 {
-        out.push_str(&format!(
-            "  optimizer     {}   {}\n",
-            secs(c.optimizer_s),
-            pct(c.optimizer_s, step)
-        ));
+        out.push_str(&term("optimizer", c.optimizer_s));
+        out.push('\n');
     }
     out.push_str(&format!(
         "  memory        {} per device (weights, gradients, optimizer {}; activations {} of {} microbatch-chunks in flight)\n",

@@ -1,232 +1,21 @@
-//! `report plan`: the capacity planner fed by measured figures. Flags and
-//! results folders become a [`PlanInput`]; `parbench::model::plan` does the
-//! rest; this file prints the ranking and the reasons, and writes the plan
-//! as JSON for `report html` (which draws a planning section from every
-//! `plan.json` in the folders it reads).
+//! `report plan`'s input: the model, cluster and software from the flags,
+//! and the compute rate and the wires from the results folders' fits
+//! (or the flags that override them), as a [`PlanInput`] and the start of
+//! the [`PlanFile`] that says where each figure came from.
 
+use super::file::{PlanFile, Sourced, PLAN_SCHEMA};
+use super::PlanArgs;
 use crate::load::{load_sources, Source};
 use crate::predict;
-use crate::table::Table;
 use crate::units;
-use anyhow::{anyhow, bail, Context, Result};
-use clap::Args;
+use anyhow::{anyhow, bail, Result};
 use parbench::model::footprint::Recompute;
 use parbench::model::opcost::{Attention, GradAccumulation, OpModel};
-use parbench::model::plan::{Costed, LayoutRanking, LossGroup, PlanInput, Shard, Wire, WireKind};
+use parbench::model::plan::{PlanInput, Shard, Wire};
 use parbench::model::presets::Arch;
 use parbench::model::{LinkParams, Preset};
 use parbench::stats::median_of_finite;
-use parbench::vocab;
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-
-/// The file `report html` looks for in each results folder.
-pub const PLAN_FILE: &str = "plan.json";
-
-/// Version of the plan file's layout.
-pub const PLAN_SCHEMA: u32 = 1;
-
-/// Flags of `report plan`.
-#[derive(Args, Debug)]
-#[command(allow_negative_numbers = true)]
-pub struct PlanArgs {
-    /// A model preset (tiny, gpt3-1.3b, llama2-70b, gpt3-175b); or give the shape with --layers, --hidden, --heads, --ffn, --seq.
-    #[arg(long)]
-    pub model: Option<String>,
-    /// Transformer layers (custom shape).
-    #[arg(long)]
-    pub layers: Option<u64>,
-    /// Hidden size (custom shape).
-    #[arg(long)]
-    pub hidden: Option<u64>,
-    /// Attention heads (custom shape).
-    #[arg(long)]
-    pub heads: Option<u64>,
-    /// Key/value heads (custom shape; default: --heads).
-    #[arg(long)]
-    pub kv_heads: Option<u64>,
-    /// MLP inner size (custom shape).
-    #[arg(long)]
-    pub ffn: Option<u64>,
-    /// Sequence length in tokens (custom shape; with --model, overrides its context).
-    #[arg(long)]
-    pub seq: Option<u64>,
-    /// Vocabulary (custom shape; default GPT-2's 50257).
-    #[arg(long)]
-    pub vocab: Option<u64>,
-    /// Block family of a custom shape: gpt (biases, LayerNorm, a GELU MLP of two matrices, tied embedding) or llama (no biases, RMSNorm, a SwiGLU MLP of three matrices, untied output layer).
-    #[arg(long, default_value = "gpt")]
-    pub arch: String,
-    /// A device description: a preset (a100-sxm4-80gb, h100-sxm5-80gb, h200). Costs compute by operation (GEMMs at their shapes, attention, memory-bound work at HBM bandwidth, the optimizer), the wires from NVLink and the NICs, and memory from HBM; --compute-tflops, --intra, --inter, --memory and --from's measured figures override its figures.
-    #[arg(long, value_name = "NAME", conflicts_with = "device_file")]
-    pub device: Option<String>,
-    /// A device description of your own: a JSON file with the fields of the presets (docs/report.md, "Device descriptions").
-    #[arg(long, value_name = "FILE")]
-    pub device_file: Option<PathBuf>,
-    /// Cost one layout instead of searching: dp=D,tp=T,pp=P with optional vpp=V (interleaved chunks), mbs=B (microbatch size), schedule=NAME, first=F,last=L (layers of the first and last stages); what is not given is searched within the split. Prints each term, and how it compares with the search's best.
-    #[arg(long, value_name = "SPEC")]
-    pub layout: Option<String>,
-    /// Attention with a device: flash (FlashAttention: scores on chip) or unfused (batched GEMMs and softmax through HBM, as Megatron-LM ran before FlashAttention).
-    #[arg(long, default_value = "flash")]
-    pub attention: String,
-    /// Gradient accumulation with a device: fused (inside the weight-gradient GEMM) or unfused (a pass per microbatch, as Megatron-LM's code of 2021).
-    #[arg(long, default_value = "fused")]
-    pub grad_accumulation: String,
-    /// The data-parallel reduction overlapped with the backward in buckets: on or off (default: on with a device, off without).
-    #[arg(long)]
-    pub dp_overlap: Option<String>,
-    /// Data-parallel sharding modes to search (comma-separated: none, zero1, zero2, zero3; default none, or zero1 with --distributed-optimizer).
-    #[arg(long = vocab::shard::LONG, value_name = vocab::shard::VALUE, value_delimiter = ',')]
-    pub shard: Vec<String>,
-    /// Also search ZeRO-2/3 sharded inside a node and replicated across nodes (HSDP).
-    #[arg(long)]
-    pub hybrid_shard: bool,
-    /// Only these pipeline schedules (comma-separated registry names, e.g. 1f1b,interleaved).
-    #[arg(long = vocab::schedule::LONG, value_name = vocab::schedule::VALUE, value_delimiter = ',')]
-    pub schedules: Vec<String>,
-    /// Sequences per training step (the global batch, B = dp x M x b).
-    #[arg(long, required_unless_present = "against")]
-    pub global_batch: Option<u64>,
-    /// Devices in all.
-    #[arg(long, required_unless_present = "against")]
-    pub gpus: Option<u64>,
-    #[arg(long = vocab::against::LONG, value_name = vocab::against::VALUE, help = vocab::against::HELP, conflicts_with_all = ["model", "from", "output_file", "device", "layout"])]
-    pub against: Option<PathBuf>,
-    /// Devices per node (the tensor-parallel group stays inside one; default: the device's, or 8).
-    #[arg(long)]
-    pub gpus_per_node: Option<u64>,
-    /// Results folders to take the measured figures from: all_reduce rows of collectives.csv (local/nccl: the intra-node wire; tcp/mpi: the inter-node wire), GEMM GFLOP/s of layers.csv.
-    #[arg(long = "from", num_args = 1..)]
-    pub from: Vec<PathBuf>,
-    /// The intra-node wire as GBPS,US (instead of the measured fit).
-    #[arg(long = vocab::intra::LONG, value_name = vocab::intra::VALUE)]
-    pub intra: Option<String>,
-    /// The inter-node wire as GBPS,US (instead of the measured fit).
-    #[arg(long = vocab::inter::LONG, value_name = vocab::inter::VALUE)]
-    pub inter: Option<String>,
-    /// Memory per device, GiB (default: no limit).
-    #[arg(long)]
-    pub memory: Option<f64>,
-    /// Sustained matrix-product rate per device, TFLOP/s (instead of bench-layers' measured GFLOP/s).
-    #[arg(long)]
-    pub compute_tflops: Option<f64>,
-    /// Let the tensor-parallel group span nodes.
-    #[arg(long)]
-    pub allow_tp_across_nodes: bool,
-    /// Sequence parallelism (less activation memory, the same traffic).
-    #[arg(long)]
-    pub sequence_parallel: bool,
-    /// Activation recomputation: none, selective or full.
-    #[arg(long, default_value = "none")]
-    pub recompute: String,
-    /// Adam state sharded over the data-parallel ranks (Megatron's distributed optimizer).
-    #[arg(long = vocab::distributed_optimizer::LONG)]
-    pub distributed_optimizer: bool,
-    /// Layouts to print.
-    #[arg(long, default_value_t = 10)]
-    pub top: usize,
-    /// Also write the plan as JSON (put it in a results folder as plan.json for `report html`).
-    #[arg(long = vocab::output_file::LONG, value_name = vocab::output_file::VALUE)]
-    pub output_file: Option<PathBuf>,
-}
-
-/// Where a figure came from, in words.
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
-pub struct Sourced<T> {
-    pub value: T,
-    pub from: String,
-}
-
-/// What `--output-file` writes and `report html` reads.
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
-pub struct PlanFile {
-    pub schema: u32,
-    /// The command line that made it.
-    pub command: String,
-    /// The model in words.
-    pub model: String,
-    pub global_batch: u64,
-    pub gpus: u64,
-    pub gpus_per_node: u64,
-    pub memory_gib: Option<f64>,
-    pub compute: Sourced<f64>,
-    pub intra: Sourced<LinkParams>,
-    pub inter: Sourced<LinkParams>,
-    /// The device the plan is costed on, with its sources; `None`: a flat GEMM rate.
-    #[serde(default)]
-    pub device: Option<Sourced<String>>,
-    /// How the step runs, in words (attention, accumulation, overlap).
-    #[serde(default)]
-    pub software: String,
-    /// With --layout: the layout asked for, its best costing (first in `top`), and the search's best.
-    #[serde(default)]
-    pub layout_query: Option<String>,
-    #[serde(default)]
-    pub search_best: Option<Costed>,
-    /// The ways to split (data, sharded data, tensor, pipeline parallel):
-    /// each one's best layout or why none fits.
-    #[serde(default)]
-    pub families: Vec<crate::plan_layout::Family>,
-    /// Layouts enumerated, fitting and rejected.
-    pub enumerated: usize,
-    pub fitting: usize,
-    /// The best layouts (up to --top), fastest first.
-    pub top: Vec<Costed>,
-    /// Why the others lose.
-    pub losses: Vec<LossGroup>,
-}
-
-/// The columns of a ranked layout that the text table and the page share,
-/// in order; each adds its token latency (and the text its wires).
-pub const LAYOUT_COLUMNS: [&str; 14] = [
-    "#", "dp", "tp", "pp", "schedule", "b", "M", "tokens/s", "step", "compute", "tp comm",
-    "bubble", "dp comm", "memory",
-];
-
-/// Runs `report plan`.
-pub fn run(a: &PlanArgs) -> Result<()> {
-    if let Some(dir) = &a.against {
-        return crate::plan_check::run(dir);
-    }
-    // The output is checked before anything is costed (a device, a FIFO,
-    // a symlink or a record of another kind is refused).
-    if let Some(path) = &a.output_file {
-        // What the plan file begins with (serde's pretty form of PlanFile),
-        // so that a plan may replace the plan it wrote before.
-        parbench::results::check_output(path, Some(b"{\n  \"schema\": "))
-            .map_err(|e| anyhow!("--output-file: {e}"))?;
-    }
-    let (input, mut file) = prepare(a)?;
-    let plan = predict::rank_layouts(&input).map_err(|e| anyhow!("{e}"))?;
-    let file = match &a.layout {
-        None => {
-            file.families = crate::plan_layout::families(&plan);
-            finish(file, &plan, a.top)
-        }
-        Some(spec) => {
-            let q = crate::plan_layout::parse_layout(spec)?;
-            let named = parbench::model::plan::plan_layout(&input, &q)
-                .map_err(|e| anyhow!("--layout {spec}: {e}"))?;
-            if named.ranked.is_empty() {
-                let why = crate::plan_layout::closest_rejection(&named, |_| true)
-                    .unwrap_or_else(|| "no schedule or microbatch size of it runs".into());
-                bail!("--layout {spec}: does not fit: {why}");
-            }
-            file.layout_query = Some(spec.clone());
-            file.search_best = plan.ranked.first().cloned();
-            file.families = crate::plan_layout::families(&plan);
-            finish(file, &named, a.top)
-        }
-    };
-    parbench::out!("{}", render(&file));
-    if let Some(path) = &a.output_file {
-        let json = serde_json::to_string_pretty(&file)?;
-        parbench::results::write_atomic(path, json.as_bytes())
-            .map_err(|e| anyhow!("--output-file: cannot write the plan: {e}"))?;
-        eprintln!("report: wrote {}", path.display());
-    }
-    Ok(())
-}
 
 /// Limits on a custom shape and cluster: beyond them a figure means
 /// nothing (a typo), and products of them must stay far from overflow.
@@ -439,7 +228,7 @@ fn measured_flops(sources: &[Source]) -> Option<(f64, String)> {
 }
 
 /// The plan's input from the flags and folders, and the file's header.
-fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
+pub(super) fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
     let model = model_of(a)?;
     // clap asks for both unless --check is given, which never reaches here.
     let (Some(global_batch), Some(gpus)) = (a.global_batch, a.gpus) else {
@@ -466,7 +255,7 @@ fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
             model.hidden
         );
     }
-    let device = crate::plan_layout::resolve_device(a.device.as_deref(), a.device_file.as_deref())?;
+    let device = super::layout::resolve_device(a.device.as_deref(), a.device_file.as_deref())?;
     let gpus_per_node = a
         .gpus_per_node
         .or(device.as_ref().map(|d| d.gpus_per_node))
@@ -722,15 +511,6 @@ fn software_words(input: &PlanInput) -> String {
     parts.join(", ")
 }
 
-/// The file with the plan's figures.
-fn finish(mut file: PlanFile, plan: &LayoutRanking, top: usize) -> PlanFile {
-    file.enumerated = plan.ranked.len() + plan.rejected.len();
-    file.fitting = plan.ranked.len();
-    file.top = plan.ranked.iter().take(top).cloned().collect();
-    file.losses = plan.losses();
-    file
-}
-
 /// A parameter count as people say it: 6.96M, 1.32B, 175B.
 fn count(n: f64) -> String {
     if n >= 1e9 {
@@ -738,184 +518,4 @@ fn count(n: f64) -> String {
     } else {
         format!("{}M", units::sig3(n / 1e6))
     }
-}
-
-fn wire_words(l: &LinkParams) -> String {
-    format!(
-        "{} GB/s, alpha {}",
-        units::sig3(l.bandwidth_gbps()),
-        units::micros(l.alpha_us())
-    )
-}
-
-fn wire_letter(w: WireKind) -> &'static str {
-    match w {
-        WireKind::Intra => "intra",
-        WireKind::Inter => "inter",
-        WireKind::None => "-",
-    }
-}
-
-/// Milliseconds with three significant figures.
-fn ms(s: f64) -> String {
-    units::micros(s * 1e6)
-}
-
-/// A layout's schedule column: the schedule, its chunks, an uneven
-/// split and the data-parallel sharding.
-pub fn schedule_cell(l: &parbench::model::plan::Layout) -> String {
-    let mut cell = l.schedule.clone();
-    if l.chunks > 1 {
-        cell.push_str(&format!(" v={}", l.chunks));
-    }
-    if l.first_stage_layers > 0 {
-        cell.push_str(&format!(
-            " {}/../{}",
-            l.first_stage_layers, l.last_stage_layers
-        ));
-    }
-    if l.shard != Shard::None {
-        cell.push_str(&format!(" {}", l.shard.name()));
-        if l.shard_group > 1 && l.shard_group < l.dp {
-            cell.push_str(&format!("/{}", l.shard_group));
-        }
-    }
-    cell
-}
-
-/// The printed plan.
-pub fn render(f: &PlanFile) -> String {
-    let mut out = String::new();
-    out.push_str(&format!("Plan: {}\n", f.model));
-    out.push_str(&format!(
-        "  global batch {} sequences on {} devices ({} per node), {}\n",
-        f.global_batch,
-        f.gpus,
-        f.gpus_per_node,
-        f.memory_gib
-            .map_or("no memory limit".to_string(), |m| format!(
-                "{} GiB each",
-                units::short(m)
-            ))
-    ));
-    if let Some(d) = &f.device {
-        out.push_str(&format!("  device:     {} ({})\n", d.value, d.from));
-    }
-    out.push_str(&format!(
-        "  compute:    {} TFLOP/s per device, from {}\n",
-        units::sig3(f.compute.value / 1e12),
-        f.compute.from
-    ));
-    if !f.software.is_empty() {
-        out.push_str(&format!("  the step:   {}\n", f.software));
-    }
-    out.push_str(&format!(
-        "  intra-node: {}, from {}\n",
-        wire_words(&f.intra.value),
-        f.intra.from
-    ));
-    out.push_str(&format!(
-        "  inter-node: {}, from {}\n",
-        wire_words(&f.inter.value),
-        f.inter.from
-    ));
-    out.push_str(&format!(
-        "  {} layouts enumerated, {} fit\n\n",
-        f.enumerated, f.fitting
-    ));
-    if !f.families.is_empty() {
-        out.push_str(&crate::plan_layout::render_families(&f.families));
-        out.push('\n');
-    }
-    if let (Some(spec), Some(named)) = (&f.layout_query, f.top.first()) {
-        out.push_str(&format!("Layout {spec}: {}\n", named.layout));
-        out.push_str(&crate::plan_layout::render_terms(named, f.gpus));
-        if let Some(best) = &f.search_best {
-            out.push_str(&crate::plan_layout::why_loses(named, best));
-        }
-        out.push('\n');
-    }
-    if f.top.is_empty() {
-        out.push_str("No layout fits.\n");
-    } else {
-        out.push_str(&format!(
-            "Best layouts by tokens/s (of {} that fit)\n\n",
-            f.fitting
-        ));
-        let mut t =
-            Table::new(
-                LAYOUT_COLUMNS
-                    .into_iter()
-                    .chain(["MFU", "token lat", "wires tp/dp/pp"]),
-            );
-        for (i, c) in f.top.iter().enumerate() {
-            let l = &c.layout;
-            let share = |x: f64| format!("{} {}", ms(x), units::percent(x / c.step_s));
-            t.row([
-                (i + 1).to_string(),
-                l.dp.to_string(),
-                l.tp.to_string(),
-                l.pp.to_string(),
-                schedule_cell(l),
-                l.micro_batch.to_string(),
-                l.microbatches.to_string(),
-                units::sig3(c.tokens_per_s),
-                ms(c.step_s),
-                share(c.compute_s),
-                share(c.tp_comm_s),
-                share(c.bubble_s),
-                share(c.dp_comm_s),
-                units::bytes(c.memory.total()),
-                c.mfu.map_or("-".into(), units::percent),
-                ms(c.token_latency_s),
-                format!(
-                    "{}/{}/{}",
-                    wire_letter(c.tp_wire),
-                    wire_letter(c.dp_wire),
-                    wire_letter(c.pp_wire)
-                ),
-            ]);
-        }
-        out.push_str(&t.text());
-        out.push_str("step = compute + tp comm + bubble + dp comm + optimizer (the busiest pipeline rank; the bubble includes waits for point-to-point messages; tensor-parallel communication is not overlapped; dp comm is the part of the data-parallel reduction the step waits for). b: sequences per microbatch; M: microbatches per step per pipeline. MFU: model FLOPs per second over the devices' peak (needs --device). token lat: one decode step (b new tokens) through the layout, compute-bound.\n");
-    }
-    if !f.losses.is_empty() {
-        out.push_str("\nWhy the others lose\n\n");
-        let mut t = Table::new(["reason", "layouts", "example", "detail"]);
-        for g in &f.losses {
-            t.row([
-                g.group.clone(),
-                g.count.to_string(),
-                g.example.to_string(),
-                g.detail.clone(),
-            ]);
-        }
-        out.push_str(&t.text());
-        out.push_str("Splits that break a rule are counted per (dp, tp, pp); every other line per layout (schedule, b, M).\n");
-    }
-    out
-}
-
-/// Reads `dir/plan.json` when it exists (for `report html`); a file that
-/// exists but does not parse is an error naming it.
-pub fn read_plan(dir: &Path) -> Result<Option<PlanFile>> {
-    let path = dir.join(PLAN_FILE);
-    if !path.exists() {
-        return Ok(None);
-    }
-    let text = crate::text_file::read_text(&path)?;
-    let f: PlanFile = serde_json::from_str(&text).with_context(|| {
-        format!(
-            "{}: not a plan written by report plan --output-file",
-            path.display()
-        )
-    })?;
-    if f.schema != PLAN_SCHEMA {
-        bail!(
-            "{}: plan schema {}, this report reads {PLAN_SCHEMA}",
-            path.display(),
-            f.schema
-        );
-    }
-    Ok(Some(f))
 }

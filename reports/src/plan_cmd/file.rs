@@ -1,0 +1,83 @@
+//! `plan.json`: the plan `report plan --output-file` writes and
+//! `report html` reads back, with where each figure came from.
+
+use anyhow::{bail, Context, Result};
+use parbench::model::plan::{Costed, LossGroup};
+use parbench::model::LinkParams;
+use std::path::Path;
+
+/// The file `report html` looks for in each results folder.
+pub const PLAN_FILE: &str = "plan.json";
+
+/// Version of the plan file's layout.
+pub const PLAN_SCHEMA: u32 = 1;
+
+/// Where a figure came from, in words.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct Sourced<T> {
+    pub value: T,
+    pub from: String,
+}
+
+/// What `--output-file` writes and `report html` reads.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct PlanFile {
+    pub schema: u32,
+    /// The command line that made it.
+    pub command: String,
+    /// The model in words.
+    pub model: String,
+    pub global_batch: u64,
+    pub gpus: u64,
+    pub gpus_per_node: u64,
+    pub memory_gib: Option<f64>,
+    pub compute: Sourced<f64>,
+    pub intra: Sourced<LinkParams>,
+    pub inter: Sourced<LinkParams>,
+    /// The device the plan is costed on, with its sources; `None`: a flat GEMM rate.
+    #[serde(default)]
+    pub device: Option<Sourced<String>>,
+    /// How the step runs, in words (attention, accumulation, overlap).
+    #[serde(default)]
+    pub software: String,
+    /// With --layout: the layout asked for, its best costing (first in `top`), and the search's best.
+    #[serde(default)]
+    pub layout_query: Option<String>,
+    #[serde(default)]
+    pub search_best: Option<Costed>,
+    /// The ways to split (data, sharded data, tensor, pipeline parallel):
+    /// each one's best layout or why none fits.
+    #[serde(default)]
+    pub families: Vec<super::layout::Family>,
+    /// Layouts enumerated, fitting and rejected.
+    pub enumerated: usize,
+    pub fitting: usize,
+    /// The best layouts (up to --top), fastest first.
+    pub top: Vec<Costed>,
+    /// Why the others lose.
+    pub losses: Vec<LossGroup>,
+}
+
+/// Reads `dir/plan.json` when it exists (for `report html`); a file that
+/// exists but does not parse is an error naming it.
+pub fn read_plan(dir: &Path) -> Result<Option<PlanFile>> {
+    let path = dir.join(PLAN_FILE);
+    if !path.exists() {
+        return Ok(None);
+    }
+    let text = crate::text_file::read_text(&path)?;
+    let f: PlanFile = serde_json::from_str(&text).with_context(|| {
+        format!(
+            "{}: not a plan written by report plan --output-file",
+            path.display()
+        )
+    })?;
+    if f.schema != PLAN_SCHEMA {
+        bail!(
+            "{}: plan schema {}, this report reads {PLAN_SCHEMA}",
+            path.display(),
+            f.schema
+        );
+    }
+    Ok(Some(f))
+}

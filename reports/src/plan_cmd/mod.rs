@@ -1,0 +1,183 @@
+//! `report plan`: the capacity planner fed by measured figures. Flags and
+//! results folders become a [`parbench::model::plan::PlanInput`]
+//! ([`input`]); `parbench::model::plan` does the rest; this command prints
+//! the ranking and the reasons ([`text`]), and writes the plan as JSON
+//! ([`file`]) for `report html` (which draws a planning section from every
+//! `plan.json` in the folders it reads). `--layout` costs one named layout
+//! ([`layout`]); `--against` holds composed runs to the planner ([`check`]).
+
+pub mod check;
+pub mod file;
+mod input;
+pub mod layout;
+pub mod text;
+
+pub use file::{read_plan, PlanFile, PLAN_FILE};
+pub use text::{schedule_cell, LAYOUT_COLUMNS};
+
+use crate::predict;
+use anyhow::{anyhow, bail, Result};
+use clap::Args;
+use input::prepare;
+use parbench::model::plan::LayoutRanking;
+use parbench::vocab;
+use std::path::PathBuf;
+use text::render;
+
+/// Flags of `report plan`.
+#[derive(Args, Debug)]
+#[command(allow_negative_numbers = true)]
+pub struct PlanArgs {
+    /// A model preset (tiny, gpt3-1.3b, llama2-70b, gpt3-175b); or give the shape with --layers, --hidden, --heads, --ffn, --seq.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Transformer layers (custom shape).
+    #[arg(long)]
+    pub layers: Option<u64>,
+    /// Hidden size (custom shape).
+    #[arg(long)]
+    pub hidden: Option<u64>,
+    /// Attention heads (custom shape).
+    #[arg(long)]
+    pub heads: Option<u64>,
+    /// Key/value heads (custom shape; default: --heads).
+    #[arg(long)]
+    pub kv_heads: Option<u64>,
+    /// MLP inner size (custom shape).
+    #[arg(long)]
+    pub ffn: Option<u64>,
+    /// Sequence length in tokens (custom shape; with --model, overrides its context).
+    #[arg(long)]
+    pub seq: Option<u64>,
+    /// Vocabulary (custom shape; default GPT-2's 50257).
+    #[arg(long)]
+    pub vocab: Option<u64>,
+    /// Block family of a custom shape: gpt (biases, LayerNorm, a GELU MLP of two matrices, tied embedding) or llama (no biases, RMSNorm, a SwiGLU MLP of three matrices, untied output layer).
+    #[arg(long, default_value = "gpt")]
+    pub arch: String,
+    /// A device description: a preset (a100-sxm4-80gb, h100-sxm5-80gb, h200). Costs compute by operation (GEMMs at their shapes, attention, memory-bound work at HBM bandwidth, the optimizer), the wires from NVLink and the NICs, and memory from HBM; --compute-tflops, --intra, --inter, --memory and --from's measured figures override its figures.
+    #[arg(long, value_name = "NAME", conflicts_with = "device_file")]
+    pub device: Option<String>,
+    /// A device description of your own: a JSON file with the fields of the presets (docs/report.md, "Device descriptions").
+    #[arg(long, value_name = "FILE")]
+    pub device_file: Option<PathBuf>,
+    /// Cost one layout instead of searching: dp=D,tp=T,pp=P with optional vpp=V (interleaved chunks), mbs=B (microbatch size), schedule=NAME, first=F,last=L (layers of the first and last stages); what is not given is searched within the split. Prints each term, and how it compares with the search's best.
+    #[arg(long, value_name = "SPEC")]
+    pub layout: Option<String>,
+    /// Attention with a device: flash (FlashAttention: scores on chip) or unfused (batched GEMMs and softmax through HBM, as Megatron-LM ran before FlashAttention).
+    #[arg(long, default_value = "flash")]
+    pub attention: String,
+    /// Gradient accumulation with a device: fused (inside the weight-gradient GEMM) or unfused (a pass per microbatch, as Megatron-LM's code of 2021).
+    #[arg(long, default_value = "fused")]
+    pub grad_accumulation: String,
+    /// The data-parallel reduction overlapped with the backward in buckets: on or off (default: on with a device, off without).
+    #[arg(long)]
+    pub dp_overlap: Option<String>,
+    /// Data-parallel sharding modes to search (comma-separated: none, zero1, zero2, zero3; default none, or zero1 with --distributed-optimizer).
+    #[arg(long = vocab::shard::LONG, value_name = vocab::shard::VALUE, value_delimiter = ',')]
+    pub shard: Vec<String>,
+    /// Also search ZeRO-2/3 sharded inside a node and replicated across nodes (HSDP).
+    #[arg(long)]
+    pub hybrid_shard: bool,
+    /// Only these pipeline schedules (comma-separated registry names, e.g. 1f1b,interleaved).
+    #[arg(long = vocab::schedule::LONG, value_name = vocab::schedule::VALUE, value_delimiter = ',')]
+    pub schedules: Vec<String>,
+    /// Sequences per training step (the global batch, B = dp x M x b).
+    #[arg(long, required_unless_present = "against")]
+    pub global_batch: Option<u64>,
+    /// Devices in all.
+    #[arg(long, required_unless_present = "against")]
+    pub gpus: Option<u64>,
+    #[arg(long = vocab::against::LONG, value_name = vocab::against::VALUE, help = vocab::against::HELP, conflicts_with_all = ["model", "from", "output_file", "device", "layout"])]
+    pub against: Option<PathBuf>,
+    /// Devices per node (the tensor-parallel group stays inside one; default: the device's, or 8).
+    #[arg(long)]
+    pub gpus_per_node: Option<u64>,
+    /// Results folders to take the measured figures from: all_reduce rows of collectives.csv (local/nccl: the intra-node wire; tcp/mpi: the inter-node wire), GEMM GFLOP/s of layers.csv.
+    #[arg(long = "from", num_args = 1..)]
+    pub from: Vec<PathBuf>,
+    /// The intra-node wire as GBPS,US (instead of the measured fit).
+    #[arg(long = vocab::intra::LONG, value_name = vocab::intra::VALUE)]
+    pub intra: Option<String>,
+    /// The inter-node wire as GBPS,US (instead of the measured fit).
+    #[arg(long = vocab::inter::LONG, value_name = vocab::inter::VALUE)]
+    pub inter: Option<String>,
+    /// Memory per device, GiB (default: no limit).
+    #[arg(long)]
+    pub memory: Option<f64>,
+    /// Sustained matrix-product rate per device, TFLOP/s (instead of bench-layers' measured GFLOP/s).
+    #[arg(long)]
+    pub compute_tflops: Option<f64>,
+    /// Let the tensor-parallel group span nodes.
+    #[arg(long)]
+    pub allow_tp_across_nodes: bool,
+    /// Sequence parallelism (less activation memory, the same traffic).
+    #[arg(long)]
+    pub sequence_parallel: bool,
+    /// Activation recomputation: none, selective or full.
+    #[arg(long, default_value = "none")]
+    pub recompute: String,
+    /// Adam state sharded over the data-parallel ranks (Megatron's distributed optimizer).
+    #[arg(long = vocab::distributed_optimizer::LONG)]
+    pub distributed_optimizer: bool,
+    /// Layouts to print.
+    #[arg(long, default_value_t = 10)]
+    pub top: usize,
+    /// Also write the plan as JSON (put it in a results folder as plan.json for `report html`).
+    #[arg(long = vocab::output_file::LONG, value_name = vocab::output_file::VALUE)]
+    pub output_file: Option<PathBuf>,
+}
+
+/// Runs `report plan`.
+pub fn run(a: &PlanArgs) -> Result<()> {
+    if let Some(dir) = &a.against {
+        return check::run(dir);
+    }
+    // The output is checked before anything is costed (a device, a FIFO,
+    // a symlink or a record of another kind is refused).
+    if let Some(path) = &a.output_file {
+        // What the plan file begins with (serde's pretty form of PlanFile),
+        // so that a plan may replace the plan it wrote before.
+        parbench::results::check_output(path, Some(b"{\n  \"schema\": "))
+            .map_err(|e| anyhow!("--output-file: {e}"))?;
+    }
+    let (input, mut file) = prepare(a)?;
+    let plan = predict::rank_layouts(&input).map_err(|e| anyhow!("{e}"))?;
+    let file = match &a.layout {
+        None => {
+            file.families = layout::families(&plan);
+            finish(file, &plan, a.top)
+        }
+        Some(spec) => {
+            let q = layout::parse_layout(spec)?;
+            let named = parbench::model::plan::plan_layout(&input, &q)
+                .map_err(|e| anyhow!("--layout {spec}: {e}"))?;
+            if named.ranked.is_empty() {
+                let why = layout::closest_rejection(&named, |_| true)
+                    .unwrap_or_else(|| "no schedule or microbatch size of it runs".into());
+                bail!("--layout {spec}: does not fit: {why}");
+            }
+            file.layout_query = Some(spec.clone());
+            file.search_best = plan.ranked.first().cloned();
+            file.families = layout::families(&plan);
+            finish(file, &named, a.top)
+        }
+    };
+    parbench::out!("{}", render(&file));
+    if let Some(path) = &a.output_file {
+        let json = serde_json::to_string_pretty(&file)?;
+        parbench::results::write_atomic(path, json.as_bytes())
+            .map_err(|e| anyhow!("--output-file: cannot write the plan: {e}"))?;
+        eprintln!("report: wrote {}", path.display());
+    }
+    Ok(())
+}
+
+/// The file with the plan's figures.
+fn finish(mut file: PlanFile, plan: &LayoutRanking, top: usize) -> PlanFile {
+    file.enumerated = plan.ranked.len() + plan.rejected.len();
+    file.fitting = plan.ranked.len();
+    file.top = plan.ranked.iter().take(top).cloned().collect();
+    file.losses = plan.losses();
+    file
+}
