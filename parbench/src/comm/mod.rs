@@ -125,6 +125,20 @@ impl Collective {
     }
 }
 
+/// `Display` as the value's `name()`: the enums that records and command
+/// lines spell by name print that name, and nothing else.
+macro_rules! display_by_name {
+    ($($t:ty),+) => {$(
+        impl fmt::Display for $t {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+    )+};
+}
+
+display_by_name!(Algo, Collective, DType, ReduceOp, mesh::Axis);
+
 /// Algorithm choice for the CPU backends (`--algo`).
 #[derive(
     Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
@@ -162,12 +176,6 @@ impl Algo {
             Algo::RecursiveDoubling => "rd",
             Algo::HalvingDoubling => "rhd",
         }
-    }
-}
-
-impl fmt::Display for Algo {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
     }
 }
 

@@ -33,7 +33,6 @@ pub mod sendrecv;
 
 use super::algo::Algorithm;
 use super::{Algo, CollArgs, CommResult, HostRun, Transport};
-use std::fmt;
 use std::str::FromStr;
 
 /// The cost structure of one algorithm of one collective, by the name of
@@ -299,12 +298,6 @@ impl Collective {
     /// Whether the operation takes a root.
     pub fn rooted(self) -> bool {
         self.spec().rooted()
-    }
-}
-
-impl fmt::Display for Collective {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
     }
 }
 
