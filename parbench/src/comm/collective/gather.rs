@@ -49,8 +49,6 @@ impl Spec for Gather {
     }
     /// Every other rank sends its block to the root, which takes them in
     /// rank order.
-    /// Every other rank sends its block to the root, which takes them in
-    /// rank order.
     fn host<T: Transport>(&self, run: HostRun<'_, T>) -> CommResult<()> {
         let (a, t) = (run.args, run.t);
         let (world, rank) = (t.world(), t.rank());
