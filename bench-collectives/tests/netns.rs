@@ -22,7 +22,7 @@ use parbench::comm::Collective;
 use parbench::model::{predict, LinkParams, ModelAlgo};
 use std::path::PathBuf;
 use std::process::Command;
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
 /// The namespaces' prefix for these tests: `pbt` and this process's id, so
 /// that two test runs on one machine (two checkouts) never tear down each
@@ -41,6 +41,19 @@ const ALPHA_US: f64 = 100.0;
 
 /// The namespaces' names are global to the machine: one test at a time.
 static NAMESPACES: Mutex<()> = Mutex::new(());
+
+/// The namespaces, held by this test alone, or `None` (after a SKIP line
+/// naming `what`) where they cannot be made. The probe runs under the lock
+/// too: two probes of one process would collide on the name and the second
+/// would skip for no reason.
+fn namespaces(what: &str) -> Option<MutexGuard<'static, ()>> {
+    let held = NAMESPACES.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(why) = netns_unavailable() {
+        eprintln!("SKIP {what}: {why}");
+        return None;
+    }
+    Some(held)
+}
 
 fn netns_sh() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/netns.sh")
@@ -133,31 +146,13 @@ fn run_in_namespaces(
 /// textbook model against `gbps`, the same rate in GB/s, and the run's own
 /// calibrated model column against the row.
 fn shaped_all_reduce_reaches_the_link(rate: &str, gbps: f64) {
-    // The probe too runs one test at a time: two probes of one process would
-    // collide on the name and the second would skip for no reason.
-    let _one_at_a_time = NAMESPACES.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(why) = netns_unavailable() {
-        eprintln!("SKIP shaped all_reduce at {rate}: {why}");
+    let Some(_one_at_a_time) = namespaces(&format!("shaped all_reduce at {rate}")) else {
         return;
-    }
+    };
     let dir = scratch(&format!("netns-{rate}"));
     let o = run_in_namespaces(
         &["2", "--rate", rate],
-        &[
-            "--backend",
-            "tcp",
-            "all_reduce",
-            "-b",
-            "16M",
-            "-e",
-            "16M",
-            "-n",
-            "3",
-            "-w",
-            "1",
-            "--timeout",
-            "30",
-        ],
+        &flags("--backend tcp all_reduce -b 16M -e 16M -n 3 -w 1 --timeout 30"),
         &dir,
     );
     let text = stdout(&o);
@@ -253,27 +248,13 @@ fn the_tcp_wire_is_named_by_parbench_wire() {
 /// pairs are fast and the median pair is a fast one.
 #[test]
 fn links_names_the_one_slow_host() {
-    let _one_at_a_time = NAMESPACES.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(why) = netns_unavailable() {
-        eprintln!("SKIP links with one slow host: {why}");
+    let Some(_one_at_a_time) = namespaces("links with one slow host") else {
         return;
-    }
+    };
     let dir = scratch("netns-links");
     let o = run_in_namespaces(
         &["5", "--rate", "1gbit", "--host-rate", "2=250mbit"],
-        &[
-            "links",
-            "--backend",
-            "tcp",
-            "-e",
-            "2M",
-            "-n",
-            "2",
-            "-w",
-            "1",
-            "--timeout",
-            "30",
-        ],
+        &flags("links --backend tcp -e 2M -n 2 -w 1 --timeout 30"),
         &dir,
     );
     let text = stdout(&o);
@@ -303,11 +284,9 @@ fn links_names_the_one_slow_host() {
 /// well within the deadline.
 #[test]
 fn links_with_default_flags_names_the_slow_host_in_bounded_time() {
-    let _one_at_a_time = NAMESPACES.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(why) = netns_unavailable() {
-        eprintln!("SKIP links with default flags: {why}");
+    let Some(_one_at_a_time) = namespaces("links with default flags") else {
         return;
-    }
+    };
     let dir = scratch("netns-links-defaults");
     let t = std::time::Instant::now();
     let o = run_in_namespaces(

@@ -259,14 +259,10 @@ fn a_job_started_by_hand_without_a_token_is_refused() {
     // could register as rank 1, receive rank 0's handshake and stop it.
     let dir = scratch("no-token");
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_bench-collectives"));
-    for var in [
-        "PARBENCH_JOB_TOKEN",
-        "TORCHELASTIC_RUN_ID",
-        "PMIX_NAMESPACE",
-        "OMPI_MCA_ess_base_jobid",
-        "PMI_KVSNAME",
-        "SLURM_JOB_ID",
-    ] {
+    // Every variable a token is taken from (`launch::env`'s job_token).
+    let token_vars =
+        "PARBENCH_JOB_TOKEN TORCHELASTIC_RUN_ID PMIX_NAMESPACE OMPI_MCA_ess_base_jobid PMI_KVSNAME SLURM_JOB_ID";
+    for var in token_vars.split_whitespace() {
         cmd.env_remove(var);
     }
     cmd.args(["--backend", "tcp", "-e", "8", "--timeout", "5", "--out"])

@@ -32,16 +32,25 @@ fn without_the_feature_mpi_is_one_line_naming_it() {
     );
 }
 
-/// `mpirun -np N` of the binary with `line`, into `dir`, on loopback; `None`
+#[cfg(feature = "mpi")]
+fn scratch(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("bench-pipeline-mpi-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+/// `mpirun -np N` of the binary with `line`, on loopback, into a fresh
+/// scratch folder named `name`: the folder and the run's output; `None`
 /// (after saying so) when mpirun is missing.
 #[cfg(feature = "mpi")]
 fn mpirun(
     test: &str,
     np: usize,
     line: &str,
-    dir: &std::path::Path,
-) -> Option<std::process::Output> {
+    name: &str,
+) -> Option<(std::path::PathBuf, std::process::Output)> {
     use std::process::Stdio;
+    let dir = scratch(name);
     let found = Command::new("mpirun").arg("--version").output();
     if !found.is_ok_and(|o| o.status.success()) {
         eprintln!("SKIP {test}: mpirun not found (apt-get install openmpi-bin)");
@@ -58,7 +67,7 @@ fn mpirun(
         .args(["-np", &np.to_string(), BIN, "--backend", "mpi"])
         .args(line.split_whitespace())
         .arg("--out")
-        .arg(dir)
+        .arg(&dir)
         .env("OMPI_MCA_btl_tcp_if_include", "lo")
         .env("OMPI_MCA_oob_tcp_if_include", "lo")
         .env_remove("RANK")
@@ -67,29 +76,29 @@ fn mpirun(
         .stderr(Stdio::piped())
         .spawn()
         .expect("mpirun starts");
-    Some(binary::finish_within(child, 180))
+    Some((dir, binary::finish_within(child, 180)))
 }
 
+/// The standard output of a run that must have succeeded (both outputs in
+/// the message when it did not).
 #[cfg(feature = "mpi")]
-fn scratch(name: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("bench-pipeline-mpi-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
-}
-
-#[cfg(feature = "mpi")]
-#[test]
-fn dp2_tp2_pp2_on_eight_mpi_ranks_matches_one_rank() {
-    let dir = scratch("composed");
-    let Some(o) = mpirun("dp2_tp2_pp2_on_eight_mpi_ranks", 8, SMALL, &dir) else {
-        return;
-    };
-    let out = String::from_utf8_lossy(&o.stdout);
+fn succeeded(o: &std::process::Output) -> String {
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
     assert!(
         o.status.success(),
         "{out}\n{}",
         String::from_utf8_lossy(&o.stderr)
     );
+    out
+}
+
+#[cfg(feature = "mpi")]
+#[test]
+fn dp2_tp2_pp2_on_eight_mpi_ranks_matches_one_rank() {
+    let Some((dir, o)) = mpirun("dp2_tp2_pp2_on_eight_mpi_ranks", 8, SMALL, "composed") else {
+        return;
+    };
+    let out = succeeded(&o);
     assert!(
         out.contains("backend mpi, 8 ranks = dp 2 x tp 2 x pp 2"),
         "{out}"
@@ -135,8 +144,7 @@ fn dp2_tp2_pp2_on_eight_mpi_ranks_matches_one_rank() {
 #[cfg(feature = "mpi")]
 #[test]
 fn a_job_of_another_size_is_refused_before_measuring() {
-    let dir = scratch("size");
-    let Some(o) = mpirun("a_job_of_another_size", 4, SMALL, &dir) else {
+    let Some((dir, o)) = mpirun("a_job_of_another_size", 4, SMALL, "size") else {
         return;
     };
     let err = String::from_utf8_lossy(&o.stderr);
@@ -160,18 +168,13 @@ fn a_job_of_another_size_is_refused_before_measuring() {
 #[cfg(feature = "mpi")]
 #[test]
 fn the_plain_pipeline_runs_on_two_mpi_ranks() {
-    let dir = scratch("plain");
     // Every schedule of the registry (M = 4: DualPipeV needs 2R).
     let line = "--stages 2 --schedule all --microbatches 4 --hidden 32 --microbatch-size 4 --iters 1 --warmup 0 --timeout 60";
-    let Some(o) = mpirun("the_plain_pipeline_runs_on_two_mpi_ranks", 2, line, &dir) else {
+    let test = "the_plain_pipeline_runs_on_two_mpi_ranks";
+    let Some((dir, o)) = mpirun(test, 2, line, "plain") else {
         return;
     };
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        o.status.success(),
-        "{out}\n{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let out = succeeded(&o);
     assert!(
         out.contains("offsets to rank 0 estimated and applied"),
         "{out}"

@@ -5,13 +5,14 @@
 //! generated schedule, on local threads, and dp 2 x tp 2 x pp 2 on tcp
 //! processes.
 
+mod composed_support;
 mod mpi_support;
 mod tcp_support;
 
+use composed_support::block;
 use parbench::comm::mesh::{with_mesh, MeshShape, Order};
 use parbench::comm::{local, tcp, Algo, CommError, Communicator, DType};
 use parbench::compute::cpu::CpuCompute;
-use parbench::layers::{BlockConfig, BlockShape, Mode};
 use parbench::measure::clock_sync::TimeBase;
 use parbench::model::plan::Shard;
 use parbench::pipeline::{
@@ -23,21 +24,6 @@ use std::time::Duration;
 use tcp_support::{job, worker};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
-
-fn block(seq_parallel: bool) -> BlockConfig {
-    BlockConfig {
-        shape: BlockShape {
-            hidden: 8,
-            heads: 2,
-            ffn: 16,
-            seq: 4,
-            batch: 1,
-        },
-        mode: Mode::Train,
-        decode: false,
-        seq_parallel,
-    }
-}
 
 /// What one rank of a composed run gives back.
 struct RankOut {

@@ -144,12 +144,7 @@ fn the_library_exports_every_function_parbench_calls() {
     }
     let path = probe::probe(Lib::Nccl).unwrap().path.expect("its path");
     let lib = Dl::open(&path).unwrap();
-    let missing: Vec<&str> = Lib::Nccl
-        .symbols()
-        .iter()
-        .copied()
-        .filter(|s| !lib.has(s))
-        .collect();
+    let missing = missing_functions(&lib);
     assert!(missing.is_empty(), "{} lacks {missing:?}", path.display());
 }
 
@@ -171,12 +166,7 @@ fn the_oldest_supported_nccl_exports_every_function_parbench_calls() {
     // Opened by path beside the other release: RTLD_LOCAL keeps their
     // symbols apart, and only ncclGetVersion, which touches no state, runs.
     let lib = Dl::open(Path::new(&path)).unwrap();
-    let missing: Vec<&str> = Lib::Nccl
-        .symbols()
-        .iter()
-        .copied()
-        .filter(|s| !lib.has(s))
-        .collect();
+    let missing = missing_functions(&lib);
     assert!(missing.is_empty(), "NCCL {want} ({path}) lacks {missing:?}");
     let get_version = lib.sym("ncclGetVersion");
     assert!(!get_version.is_null());
@@ -226,6 +216,16 @@ fn a_unique_id_names_a_loopback_bootstrap() {
             .unwrap_or_else(|e| panic!("the bootstrap at 127.0.0.1:{port}: {e}"));
         eprintln!("ncclGetUniqueId: bootstrap at 127.0.0.1:{port}");
     }
+}
+
+/// The functions parbench calls that `lib` does not export.
+fn missing_functions(lib: &Dl) -> Vec<&'static str> {
+    Lib::Nccl
+        .symbols()
+        .iter()
+        .copied()
+        .filter(|s| !lib.has(s))
+        .collect()
 }
 
 /// A `dlopen` handle of one file, closed on drop.

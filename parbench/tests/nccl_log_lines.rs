@@ -68,16 +68,13 @@ fn the_reports_choices_are_read_as_nccl_means_them() {
     // 2.20 - 2.22 name no function and no channels.
     assert!(choices.iter().all(|c| c.func.is_empty() && c.channels == 0));
     // What bench-collectives' algo column would say for those all_reduce rows.
-    assert_eq!(
-        label_for(&choices, Collective::AllReduce, 262144, 24),
-        "TREE/LL128"
-    );
-    assert_eq!(
-        label_for(&choices, Collective::AllReduce, 1026048, 8),
-        "RING/SIMPLE"
-    );
-    assert_eq!(
-        label_for(&choices, Collective::AllReduce, 1 << 20, 8),
-        "unknown"
-    );
+    let labels = [
+        (262144, 24, "TREE/LL128"),
+        (1026048, 8, "RING/SIMPLE"),
+        (1 << 20, 8, "unknown"),
+    ];
+    for (bytes, world, want) in labels {
+        let got = label_for(&choices, Collective::AllReduce, bytes, world);
+        assert_eq!(got, want, "{bytes} bytes on {world} ranks");
+    }
 }

@@ -5,13 +5,14 @@
 //! and the sharded traffic runs in sleep mode too; on local threads through
 //! the library's whole run ([`run_composed`]), and on tcp processes.
 
+mod composed_support;
 mod tcp_support;
 
+use composed_support::block;
 use parbench::comm::mesh::{MeshShape, Order};
 use parbench::comm::{local, tcp, Algo, Communicator, DType};
 use parbench::compute::cpu::CpuCompute;
 use parbench::layers::layout::ParamSpecs;
-use parbench::layers::{BlockConfig, BlockShape, Mode};
 use parbench::measure::clock_sync::TimeBase;
 use parbench::model::plan::Shard;
 use parbench::pipeline::tp_stage::bytes_per_param;
@@ -32,18 +33,7 @@ fn config(
     group: usize,
     work: Work,
 ) -> ComposedConfig {
-    let block = BlockConfig {
-        shape: BlockShape {
-            hidden: 8,
-            heads: 2,
-            ffn: 16,
-            seq: 4,
-            batch: 1,
-        },
-        mode: Mode::Train,
-        decode: false,
-        seq_parallel: false,
-    };
+    let block = block(false);
     let schedule = generate(kind, pp, 2, 1).unwrap();
     let stages = TpStageConfig {
         block,

@@ -31,6 +31,14 @@ pub fn copy_fixture(name: &str, to: &str) -> PathBuf {
     dst
 }
 
+/// A command line written as one string: its words (split at white space),
+/// then `more` as they are (paths, which may hold spaces).
+pub fn words<'a>(line: &'a str, more: &[&'a str]) -> Vec<&'a str> {
+    line.split_whitespace()
+        .chain(more.iter().copied())
+        .collect()
+}
+
 /// Runs `report ARGS`.
 pub fn report(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_report"))

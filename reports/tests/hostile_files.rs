@@ -58,22 +58,10 @@ fn outputs_are_regular_files_and_never_replace_a_record() {
     std::os::unix::fs::symlink(&victim, &link).unwrap();
     let csv = base.join("collectives.csv");
     let rows = std::fs::read(&csv).unwrap();
-    let plan = [
-        "plan",
-        "--model",
-        "gpt3-1.3b",
-        "--global-batch",
-        "64",
-        "--gpus",
-        "8",
-        "--gpus-per-node",
-        "8",
-        "--compute-tflops",
-        "100",
-        "--from",
-        b,
-        "--output-file",
-    ];
+    let plan = words(
+        "plan --model gpt3-1.3b --global-batch 64 --gpus 8 --gpus-per-node 8 --compute-tflops 100 --from",
+        &[b, "--output-file"],
+    );
     for (out, says) in [
         (Path::new("/dev/full"), "a device"),
         (fifo.as_path(), "a FIFO"),

@@ -23,24 +23,7 @@ fn shm_collectives(to: &str) -> String {
 #[test]
 fn plans_from_measured_wires() {
     let (shm, tcp) = (shm_collectives("plan-shm-1"), fx("tcp"));
-    let o = report(&[
-        "plan",
-        "--model",
-        "gpt3-1.3b",
-        "--global-batch",
-        "64",
-        "--gpus",
-        "16",
-        "--gpus-per-node",
-        "8",
-        "--compute-tflops",
-        "100",
-        "--memory",
-        "40",
-        "--from",
-        &shm,
-        &tcp,
-    ]);
+    let o = report(&words("plan --model gpt3-1.3b --global-batch 64 --gpus 16 --gpus-per-node 8 --compute-tflops 100 --memory 40 --from", &[&shm, &tcp]));
     let out = stdout(&o);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     // Each wire says where it came from: the fits of the fixtures' all_reduce rows.
@@ -64,31 +47,10 @@ fn plans_from_measured_wires() {
 
 #[test]
 fn flags_override_measurements() {
-    let o = report(&[
-        "plan",
-        "--layers",
-        "8",
-        "--hidden",
-        "1024",
-        "--heads",
-        "16",
-        "--ffn",
-        "4096",
-        "--seq",
-        "512",
-        "--global-batch",
-        "32",
-        "--gpus",
-        "8",
-        "--intra",
-        "400,2",
-        "--compute-tflops",
-        "50",
-        "--from",
-        &shm_collectives("plan-shm-2"),
-        "--top",
-        "3",
-    ]);
+    let o = report(&words(
+        "plan --layers 8 --hidden 1024 --heads 16 --ffn 4096 --seq 512 --global-batch 32 --gpus 8 --intra 400,2 --compute-tflops 50 --top 3 --from",
+        &[&shm_collectives("plan-shm-2")],
+    ));
     let out = stdout(&o);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(
@@ -113,25 +75,10 @@ fn a_plan_file_becomes_an_html_section() {
     let dir = copy_fixture("tcp", "plan-html");
     let d = dir.display().to_string();
     let json = dir.join("plan.json");
-    let o = report(&[
-        "plan",
-        "--model",
-        "tiny",
-        "--global-batch",
-        "16",
-        "--gpus",
-        "16",
-        "--gpus-per-node",
-        "4",
-        "--intra",
-        "100,1",
-        "--compute-tflops",
-        "1",
-        "--from",
-        &d,
-        "--output-file",
-        json.to_str().unwrap(),
-    ]);
+    let o = report(&words(
+        "plan --model tiny --global-batch 16 --gpus 16 --gpus-per-node 4 --intra 100,1 --compute-tflops 1 --from",
+        &[&d, "--output-file", json.to_str().unwrap()],
+    ));
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let text = std::fs::read_to_string(&json).unwrap();
     assert!(text.contains("\"schema\": 1"), "{text}");
@@ -178,17 +125,10 @@ fn each_one_line_exit_2(base: &[&str], cases: Vec<(Vec<&str>, &str)>) {
 
 #[test]
 fn bad_flags_and_files_are_one_line_and_exit_2() {
-    let shape = [
-        "plan",
-        "--global-batch",
-        "8",
-        "--gpus",
-        "8",
-        "--compute-tflops",
-        "1",
-        "--intra",
-        "100,1",
-    ];
+    let shape = words(
+        "plan --global-batch 8 --gpus 8 --compute-tflops 1 --intra 100,1",
+        &[],
+    );
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (vec!["--model", "gpt5"], "unknown preset"),
         (vec!["--layers", "4"], "--heads is missing"),
@@ -215,17 +155,10 @@ fn bad_flags_and_files_are_one_line_and_exit_2() {
     ];
     each_one_line_exit_2(&shape, cases);
     // No compute figure at all.
-    let o = report(&[
-        "plan",
-        "--model",
-        "tiny",
-        "--global-batch",
-        "8",
-        "--gpus",
-        "8",
-        "--intra",
-        "100,1",
-    ]);
+    let o = report(&words(
+        "plan --model tiny --global-batch 8 --gpus 8 --intra 100,1",
+        &[],
+    ));
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("--compute-tflops"));
 }
@@ -234,28 +167,7 @@ fn bad_flags_and_files_are_one_line_and_exit_2() {
 fn a_thousand_devices_plan() {
     // The enumeration stays bounded: 1024 devices plan (and print) without
     // running out of anything; how fast is shown by the binary, not asserted.
-    let o = report(&[
-        "plan",
-        "--model",
-        "gpt3-175b",
-        "--global-batch",
-        "1536",
-        "--gpus",
-        "1024",
-        "--gpus-per-node",
-        "8",
-        "--intra",
-        "400,3",
-        "--inter",
-        "25,8",
-        "--compute-tflops",
-        "400",
-        "--memory",
-        "80",
-        "--sequence-parallel",
-        "--recompute",
-        "selective",
-    ]);
+    let o = report(&words("plan --model gpt3-175b --global-batch 1536 --gpus 1024 --gpus-per-node 8 --intra 400,3 --inter 25,8 --compute-tflops 400 --memory 80 --sequence-parallel --recompute selective", &[]));
     let out = stdout(&o);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let first = out
@@ -272,58 +184,14 @@ fn a_thousand_devices_plan() {
 /// from a custom llama shape alike.
 #[test]
 fn a_described_device_plans_and_counts_gated_mlps() {
-    let o = report(&[
-        "plan",
-        "--model",
-        "llama3-405b",
-        "--global-batch",
-        "2048",
-        "--gpus",
-        "16384",
-        "--device",
-        "h100-sxm5-80gb",
-        "--distributed-optimizer",
-        "--sequence-parallel",
-        "--top",
-        "3",
-    ]);
+    let o = report(&words("plan --model llama3-405b --global-batch 2048 --gpus 16384 --device h100-sxm5-80gb --distributed-optimizer --sequence-parallel --top 3", &[]));
     let out = stdout(&o);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(out.contains("406B parameters"), "{out}");
     assert!(out.contains("device:     h100-sxm5-80gb"), "{out}");
     assert!(out.contains("from h100-sxm5-80gb: NVLink"), "{out}");
     assert!(out.contains("MFU"), "{out}");
-    let custom = report(&[
-        "plan",
-        "--layers",
-        "126",
-        "--hidden",
-        "16384",
-        "--heads",
-        "128",
-        "--kv-heads",
-        "8",
-        "--ffn",
-        "53248",
-        "--seq",
-        "8192",
-        "--vocab",
-        "128256",
-        "--arch",
-        "llama",
-        "--global-batch",
-        "2048",
-        "--gpus",
-        "16384",
-        "--device",
-        "h100-sxm5-80gb",
-        "--memory",
-        "100",
-        "--distributed-optimizer",
-        "--sequence-parallel",
-        "--layout",
-        "dp=128,tp=8,pp=16,mbs=1",
-    ]);
+    let custom = report(&words("plan --layers 126 --hidden 16384 --heads 128 --kv-heads 8 --ffn 53248 --seq 8192 --vocab 128256 --arch llama --global-batch 2048 --gpus 16384 --device h100-sxm5-80gb --memory 100 --distributed-optimizer --sequence-parallel --layout dp=128,tp=8,pp=16,mbs=1", &[]));
     let out = stdout(&custom);
     assert_eq!(custom.status.code(), Some(0), "{}", stderr(&custom));
     assert!(out.contains("406B parameters"), "{out}");
@@ -354,15 +222,7 @@ fn a_described_device_plans_and_counts_gated_mlps() {
 /// and node sizes are refused before anything is costed.
 #[test]
 fn device_and_layout_errors_are_one_line() {
-    let base = [
-        "plan",
-        "--model",
-        "gpt3-175b",
-        "--global-batch",
-        "64",
-        "--gpus",
-        "64",
-    ];
+    let base = words("plan --model gpt3-175b --global-batch 64 --gpus 64", &[]);
     let dir = scratch("plan-device-files");
     let bad_json = dir.join("bad.json");
     std::fs::write(&bad_json, "{\"name\": \"x\"}").unwrap();
@@ -401,60 +261,14 @@ fn device_and_layout_errors_are_one_line() {
     ];
     each_one_line_exit_2(&base, cases);
     // 8 layers of gpt3-175b need 2 TiB on one device: by how much is said.
-    let o = report(&[
-        "plan",
-        "--model",
-        "gpt3-175b",
-        "--global-batch",
-        "8",
-        "--gpus",
-        "8",
-        "--device",
-        "a100-sxm4-80gb",
-        "--layout",
-        "dp=1,tp=8,pp=1",
-    ]);
+    let o = report(&words("plan --model gpt3-175b --global-batch 8 --gpus 8 --device a100-sxm4-80gb --layout dp=1,tp=8,pp=1", &[]));
     assert!(stderr(&o).contains("GiB of 80.00 GiB (+"), "{}", stderr(&o));
     // Absurd shapes and clusters (issue 33, item 7).
-    let huge = [
-        "plan",
-        "--layers",
-        "4294967295",
-        "--hidden",
-        "4294967295",
-        "--heads",
-        "1",
-        "--ffn",
-        "1",
-        "--seq",
-        "1",
-        "--global-batch",
-        "1",
-        "--gpus",
-        "1",
-        "--compute-tflops",
-        "1",
-        "--intra",
-        "1,1",
-    ];
+    let huge = words("plan --layers 4294967295 --hidden 4294967295 --heads 1 --ffn 1 --seq 1 --global-batch 1 --gpus 1 --compute-tflops 1 --intra 1,1", &[]);
     let o = report(&huge);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("--layers 4294967295: above"));
-    let o = report(&[
-        "plan",
-        "--model",
-        "tiny",
-        "--global-batch",
-        "8",
-        "--gpus",
-        "4",
-        "--gpus-per-node",
-        "100000",
-        "--compute-tflops",
-        "1",
-        "--intra",
-        "1,1",
-    ]);
+    let o = report(&words("plan --model tiny --global-batch 8 --gpus 4 --gpus-per-node 100000 --compute-tflops 1 --intra 1,1", &[]));
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(
         stderr(&o).contains("--gpus-per-node 100000: above"),
@@ -476,23 +290,7 @@ fn a_fit_from_a_noisy_run_says_so() {
     std::fs::write(&path, serde_json::to_string(&runs).unwrap()).unwrap();
     let plan = |dir: &std::path::Path| {
         let d = dir.display().to_string();
-        let o = report(&[
-            "plan",
-            "--model",
-            "tiny",
-            "--global-batch",
-            "8",
-            "--gpus",
-            "16",
-            "--gpus-per-node",
-            "8",
-            "--compute-tflops",
-            "1",
-            "--intra",
-            "100,1",
-            "--from",
-            &d,
-        ]);
+        let o = report(&words("plan --model tiny --global-batch 8 --gpus 16 --gpus-per-node 8 --compute-tflops 1 --intra 100,1 --from", &[&d]));
         assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
         stdout(&o)
     };

@@ -111,12 +111,6 @@ impl DType {
     }
 }
 
-impl fmt::Display for DType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
 impl FromStr for DType {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
@@ -192,12 +186,6 @@ impl ReduceOp {
             ReduceOp::Avg => "avg",
             ReduceOp::MulSum => "mulsum",
         }
-    }
-}
-
-impl fmt::Display for ReduceOp {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
     }
 }
 

@@ -18,7 +18,7 @@
 
 use super::{
     nbytes, Algo, CollArgs, Collective, CommBuffer, CommError, CommResult, Communicator, DType,
-    HostBuffer, HostComm, Io, LinkStats, RecvInto, Transport,
+    Exchange, HostBuffer, HostComm, Io, LinkStats, RecvInto, Transport,
 };
 use std::time::{Duration, Instant};
 
@@ -285,14 +285,8 @@ impl<C: Communicator> Transport for Subset<'_, C> {
         self.drain_recv(into)
     }
 
-    fn exchange(
-        &mut self,
-        to: usize,
-        data: &[u8],
-        from: usize,
-        into: RecvInto<'_>,
-        deadline: Instant,
-    ) -> CommResult<()> {
+    fn exchange_step(&mut self, step: Exchange<'_>, deadline: Instant) -> CommResult<()> {
+        let (to, data, from, into) = (step.to, step.data, step.from, step.into);
         let (to, from) = (self.parent_rank(to)?, self.parent_rank(from)?);
         self.until(deadline);
         // One count for both directions (the parent's send_recv): the

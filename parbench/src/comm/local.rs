@@ -26,7 +26,7 @@
 //! any rank fails, every other rank's wait returns [`CommError::PeerLost`]
 //! naming the rank at fault.
 
-use super::{Algo, CommError, CommResult, HostComm, RecvInto, Transport};
+use super::{Algo, CommError, CommResult, Exchange, HostComm, RecvInto, Transport};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -651,14 +651,8 @@ impl Transport for LocalTransport {
             .map_err(|e| self.fail(peer, e))
     }
 
-    fn exchange(
-        &mut self,
-        to: usize,
-        data: &[u8],
-        from: usize,
-        into: RecvInto<'_>,
-        deadline: Instant,
-    ) -> CommResult<()> {
+    fn exchange_step(&mut self, step: Exchange<'_>, deadline: Instant) -> CommResult<()> {
+        let (to, data, from, into) = (step.to, step.data, step.from, step.into);
         self.check_peer(to)?;
         self.check_peer(from)?;
         self.check_abort("exchange")?;

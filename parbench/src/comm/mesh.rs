@@ -47,12 +47,6 @@ impl Axis {
     }
 }
 
-impl fmt::Display for Axis {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
 /// The order of the axes in the rank number, fastest first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Order(pub [Axis; 3]);

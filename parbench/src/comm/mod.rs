@@ -124,6 +124,20 @@ impl Collective {
     }
 }
 
+/// `Display` as the value's `name()`: the enums that records and command
+/// lines spell by name print that name, and nothing else.
+macro_rules! display_by_name {
+    ($($t:ty),+) => {$(
+        impl fmt::Display for $t {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+    )+};
+}
+
+display_by_name!(Algo, Collective, DType, ReduceOp, mesh::Axis);
+
 /// Algorithm choice for the CPU backends (`--algo`).
 #[derive(
     Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
@@ -161,12 +175,6 @@ impl Algo {
             Algo::RecursiveDoubling => "rd",
             Algo::HalvingDoubling => "rhd",
         }
-    }
-}
-
-impl fmt::Display for Algo {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
     }
 }
 
@@ -529,6 +537,15 @@ impl RecvInto<'_> {
     }
 }
 
+/// The arguments of one [`Transport::exchange`]: `data` goes to `to` while
+/// a message from `from` arrives in `into`.
+pub struct Exchange<'a> {
+    pub to: usize,
+    pub data: &'a [u8],
+    pub from: usize,
+    pub into: RecvInto<'a>,
+}
+
 /// The point-to-point core of a CPU backend. Every algorithm in [`algo`] is
 /// written against this trait alone.
 ///
@@ -551,7 +568,8 @@ pub trait Transport: Send {
     /// Receives the next message from `peer` into `into`.
     fn recv(&mut self, peer: usize, into: RecvInto<'_>, deadline: Instant) -> CommResult<()>;
     /// Sends `data` to `to` while receiving from `from`: the step of every
-    /// ring and butterfly. Backends overlap the two.
+    /// ring and butterfly. Backends overlap the two (in
+    /// [`Transport::exchange_step`]).
     fn exchange(
         &mut self,
         to: usize,
@@ -559,7 +577,21 @@ pub trait Transport: Send {
         from: usize,
         into: RecvInto<'_>,
         deadline: Instant,
-    ) -> CommResult<()>;
+    ) -> CommResult<()> {
+        self.exchange_step(
+            Exchange {
+                to,
+                data,
+                from,
+                into,
+            },
+            deadline,
+        )
+    }
+    /// [`Transport::exchange`] as each backend writes it: the callers keep
+    /// their five arguments, and a backend takes them as one [`Exchange`]
+    /// rather than spelling out the long signature again.
+    fn exchange_step(&mut self, step: Exchange<'_>, deadline: Instant) -> CommResult<()>;
     /// See [`Communicator::link_stats`].
     fn link_stats(&self) -> Option<LinkStats> {
         None
@@ -595,15 +627,8 @@ impl Transport for Box<dyn Transport> {
     fn recv(&mut self, peer: usize, into: RecvInto<'_>, deadline: Instant) -> CommResult<()> {
         (**self).recv(peer, into, deadline)
     }
-    fn exchange(
-        &mut self,
-        to: usize,
-        data: &[u8],
-        from: usize,
-        into: RecvInto<'_>,
-        deadline: Instant,
-    ) -> CommResult<()> {
-        (**self).exchange(to, data, from, into, deadline)
+    fn exchange_step(&mut self, step: Exchange<'_>, deadline: Instant) -> CommResult<()> {
+        (**self).exchange_step(step, deadline)
     }
     fn link_stats(&self) -> Option<LinkStats> {
         (**self).link_stats()

@@ -125,22 +125,25 @@ fn the_core_state_probe_gives_every_rank_rank_0s_figures_and_none_alone() {
     assert_eq!(alone.into_iter().next().unwrap().unwrap(), None);
 }
 
+/// A core state of (exchange us, shared GB/s, copy GB/s), judged by `judged_by`.
+fn state(
+    (exchange_us, shared_gbps, copy_gbps): (f64, f64, f64),
+    judged_by: StateFigures,
+) -> CoreState {
+    CoreState {
+        exchange_us,
+        shared_gbps,
+        copy_gbps,
+        judged_by,
+    }
+}
+
 #[test]
 fn core_states_differ_when_any_figure_moves_beyond_the_ratio() {
-    let apart = CoreState {
-        exchange_us: 0.15,
-        shared_gbps: 7.0,
-        copy_gbps: 95.0,
-        judged_by: StateFigures::All,
-    };
+    let apart = state((0.15, 7.0, 95.0), StateFigures::All);
     // Two hyper-threads of one core: the exchange about the same, the
     // shared lines 3.5x faster, the copy slower.
-    let siblings = CoreState {
-        exchange_us: 0.14,
-        shared_gbps: 25.0,
-        copy_gbps: 52.0,
-        judged_by: StateFigures::All,
-    };
+    let siblings = state((0.14, 25.0, 52.0), StateFigures::All);
     let near = CoreState {
         exchange_us: 0.19,
         ..apart
@@ -159,18 +162,8 @@ fn core_states_differ_when_any_figure_moves_beyond_the_ratio() {
 /// copy's own states are the same wire; the transfer's slow mode is not.
 #[test]
 fn socket_states_differ_only_when_the_transfer_moves() {
-    let wire = CoreState {
-        exchange_us: 7.6,
-        shared_gbps: 3.2,
-        copy_gbps: 68.0,
-        judged_by: StateFigures::Transfer,
-    };
-    let jitter = CoreState {
-        exchange_us: 16.7,
-        shared_gbps: 4.7,
-        copy_gbps: 49.0,
-        ..wire
-    };
+    let wire = state((7.6, 3.2, 68.0), StateFigures::Transfer);
+    let jitter = state((16.7, 4.7, 49.0), wire.judged_by);
     let slow = CoreState {
         shared_gbps: 1.2,
         ..wire

@@ -17,98 +17,55 @@ pub struct Renamed {
     pub new: &'static str,
 }
 
+impl Renamed {
+    /// `old` is `new` in the whole of `tool`.
+    const fn whole(tool: Tool, old: &'static str, new: &'static str) -> Renamed {
+        Renamed {
+            tool,
+            scope: None,
+            old,
+            new,
+        }
+    }
+
+    /// `old` is `new` in `report`'s subcommand `scope`.
+    const fn in_scope(
+        tool: Tool,
+        scope: &'static str,
+        old: &'static str,
+        new: &'static str,
+    ) -> Renamed {
+        Renamed {
+            tool,
+            scope: Some(scope),
+            old,
+            new,
+        }
+    }
+}
+
 /// Every flag renamed by issue 35's one vocabulary.
 pub const RENAMED: &[Renamed] = &[
     // One --mode of three passes, as report model's.
-    Renamed {
-        tool: Tool::Layers,
-        scope: None,
-        old: "--decode",
-        new: "--mode=decode",
-    },
+    Renamed::whole(Tool::Layers, "--decode", "--mode=decode"),
     // nccl-tests' -V is the CTA count: no other tool reads it as the version.
-    Renamed {
-        tool: Tool::Layers,
-        scope: None,
-        old: "-V",
-        new: "--version",
-    },
-    Renamed {
-        tool: Tool::Pipeline,
-        scope: None,
-        old: "-V",
-        new: "--version",
-    },
-    Renamed {
-        tool: Tool::Report,
-        scope: None,
-        old: "-V",
-        new: "--version",
-    },
+    Renamed::whole(Tool::Layers, "-V", "--version"),
+    Renamed::whole(Tool::Pipeline, "-V", "--version"),
+    Renamed::whole(Tool::Report, "-V", "--version"),
     // -n is iterations everywhere; a pipeline's iteration is a step.
-    Renamed {
-        tool: Tool::Pipeline,
-        scope: None,
-        old: "--steps",
-        new: "--iters",
-    },
+    Renamed::whole(Tool::Pipeline, "--steps", "--iters"),
     // bench-collectives' straggler arrives late; bench-pipeline's is slower.
-    Renamed {
-        tool: Tool::Pipeline,
-        scope: None,
-        old: "--straggler",
-        new: "--slow-rank",
-    },
-    Renamed {
-        tool: Tool::Pipeline,
-        scope: None,
-        old: "--dist-opt",
-        new: "--distributed-optimizer",
-    },
+    Renamed::whole(Tool::Pipeline, "--straggler", "--slow-rank"),
+    Renamed::whole(Tool::Pipeline, "--dist-opt", "--distributed-optimizer"),
     // nccl-tests' -o is the reduction operator.
-    Renamed {
-        tool: Tool::Report,
-        scope: Some("html"),
-        old: "-o",
-        new: "--output-file",
-    },
-    Renamed {
-        tool: Tool::Report,
-        scope: Some("html"),
-        old: "--output",
-        new: "--output-file",
-    },
-    Renamed {
-        tool: Tool::Report,
-        scope: Some("trend"),
-        old: "-o",
-        new: "--output-file",
-    },
-    Renamed {
-        tool: Tool::Report,
-        scope: Some("trend"),
-        old: "--output",
-        new: "--output-file",
-    },
-    Renamed {
-        tool: Tool::Report,
-        scope: Some("plan"),
-        old: "--json",
-        new: "--output-file",
-    },
+    Renamed::in_scope(Tool::Report, "html", "-o", "--output-file"),
+    Renamed::in_scope(Tool::Report, "html", "--output", "--output-file"),
+    Renamed::in_scope(Tool::Report, "trend", "-o", "--output-file"),
+    Renamed::in_scope(Tool::Report, "trend", "--output", "--output-file"),
+    Renamed::in_scope(Tool::Report, "plan", "--json", "--output-file"),
     // --check is bench-collectives' check iterations (nccl-tests' -c).
-    Renamed {
-        tool: Tool::Report,
-        scope: Some("plan"),
-        old: "--check",
-        new: "--against",
-    },
-    Renamed {
-        tool: Tool::Report,
-        scope: Some("plan"),
-        old: "--schedules",
-        new: "--schedule",
-    },
+    Renamed::in_scope(Tool::Report, "plan", "--check", "--against"),
+    Renamed::in_scope(Tool::Report, "plan", "--schedules", "--schedule"),
 ];
 
 /// A flag whose old value syntax is still read: `rewrite` returns today's

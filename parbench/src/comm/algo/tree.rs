@@ -18,7 +18,62 @@
 
 use super::{pull, push, split_two, CHUNK_BYTES};
 use crate::comm::{CommResult, DType, RecvInto, ReduceOp, Transport};
+use std::ops::Range;
 use std::time::Instant;
+
+/// This rank as the trees count it: the world `p`, the rank `v` relative to
+/// `root`, and the map from relative ranks back to real ones.
+fn relative<T: Transport + ?Sized>(t: &T, root: usize) -> (usize, usize, impl Fn(usize) -> usize) {
+    let (p, r) = (t.world(), t.rank());
+    (p, (r + p - root) % p, move |v: usize| (v + root) % p)
+}
+
+/// How far below relative rank `v` its binomial parent is: `v`'s lowest set
+/// bit, and for the root, which has none, the first power of two not below
+/// `p`. The children are `v + 2^j` for each `2^j` below it, within `p`.
+fn parent_distance(v: usize, p: usize) -> usize {
+    if v == 0 {
+        p.next_power_of_two()
+    } else {
+        1 << v.trailing_zeros()
+    }
+}
+
+/// A chain's view of this rank: the world `p`, the rank `v` relative to
+/// the root, the ranks after and before it (`next`, `prev`), and the
+/// message's `chunks` and each one's byte range.
+struct Chain<F> {
+    p: usize,
+    v: usize,
+    next: usize,
+    prev: usize,
+    chunks: usize,
+    chunk: F,
+}
+
+impl Chain<()> {
+    /// The chain of `bytes` from `root`; `None` where there is nothing to
+    /// move (one rank, or an empty message).
+    fn of<T: Transport + ?Sized>(
+        t: &T,
+        root: usize,
+        bytes: usize,
+    ) -> Option<Chain<impl Fn(usize) -> Range<usize>>> {
+        let (p, v, _) = relative(t, root);
+        if p < 2 || bytes == 0 {
+            return None;
+        }
+        let r = t.rank();
+        Some(Chain {
+            p,
+            v,
+            next: (r + 1) % p,
+            prev: (r + p - 1) % p,
+            chunks: bytes.div_ceil(CHUNK_BYTES),
+            chunk: move |i: usize| i * CHUNK_BYTES..((i + 1) * CHUNK_BYTES).min(bytes),
+        })
+    }
+}
 
 /// Binomial-tree broadcast of `buf` from `root`.
 pub fn broadcast<T: Transport + ?Sized>(
@@ -27,18 +82,12 @@ pub fn broadcast<T: Transport + ?Sized>(
     root: usize,
     deadline: Instant,
 ) -> CommResult<()> {
-    let (p, r) = (t.world(), t.rank());
-    let v = (r + p - root) % p;
-    let real = |v: usize| (v + root) % p;
-    let mut mask = 1;
-    while mask < p {
-        if v & mask != 0 {
-            pull(t, real(v - mask), RecvInto::Copy(buf), deadline)?;
-            break;
-        }
-        mask <<= 1;
+    let (p, v, real) = relative(t, root);
+    let up = parent_distance(v, p);
+    if up < p {
+        pull(t, real(v - up), RecvInto::Copy(buf), deadline)?;
     }
-    mask >>= 1;
+    let mut mask = up >> 1;
     while mask > 0 {
         if v + mask < p {
             push(t, real(v + mask), buf, deadline)?;
@@ -58,26 +107,23 @@ pub fn reduce<T: Transport + ?Sized>(
     root: usize,
     deadline: Instant,
 ) -> CommResult<()> {
-    let (p, r) = (t.world(), t.rank());
-    let v = (r + p - root) % p;
-    let real = |v: usize| (v + root) % p;
+    let (p, v, real) = relative(t, root);
+    let up = parent_distance(v, p);
     let mut mask = 1;
-    while mask < p {
-        if v & mask == 0 {
-            let child = v | mask;
-            if child < p {
-                let into = RecvInto::Reduce {
-                    acc: &mut *buf,
-                    dtype,
-                    op,
-                };
-                pull(t, real(child), into, deadline)?;
-            }
-        } else {
-            push(t, real(v & !mask), buf, deadline)?;
-            break;
+    while mask < up {
+        let child = v | mask;
+        if child < p {
+            let into = RecvInto::Reduce {
+                acc: &mut *buf,
+                dtype,
+                op,
+            };
+            pull(t, real(child), into, deadline)?;
         }
         mask <<= 1;
+    }
+    if up < p {
+        push(t, real(v - up), buf, deadline)?;
     }
     Ok(())
 }
@@ -92,16 +138,17 @@ pub fn chain_broadcast<T: Transport + ?Sized>(
     root: usize,
     deadline: Instant,
 ) -> CommResult<()> {
-    let (p, r) = (t.world(), t.rank());
-    if p < 2 || buf.is_empty() {
+    let Some(Chain {
+        p,
+        v,
+        next,
+        prev,
+        chunks,
+        chunk,
+    }) = Chain::of(t, root, buf.len())
+    else {
         return Ok(());
-    }
-    let v = (r + p - root) % p;
-    let next = (r + 1) % p;
-    let prev = (r + p - 1) % p;
-    let n = buf.len();
-    let chunks = n.div_ceil(CHUNK_BYTES);
-    let chunk = |i: usize| i * CHUNK_BYTES..((i + 1) * CHUNK_BYTES).min(n);
+    };
     if v == 0 {
         return send_acknowledged(t, next, buf, deadline);
     }
@@ -156,17 +203,18 @@ pub fn chain_reduce<T: Transport + ?Sized>(
     root: usize,
     deadline: Instant,
 ) -> CommResult<()> {
-    let (p, r) = (t.world(), t.rank());
-    if p < 2 || buf.is_empty() {
+    let Some(Chain {
+        p,
+        v,
+        // Toward the root, and away from it.
+        prev: down,
+        next: up,
+        chunks,
+        chunk,
+    }) = Chain::of(t, root, buf.len())
+    else {
         return Ok(());
-    }
-    let v = (r + p - root) % p;
-    // Toward the root, and away from it.
-    let down = (r + p - 1) % p;
-    let up = (r + 1) % p;
-    let n = buf.len();
-    let chunks = n.div_ceil(CHUNK_BYTES);
-    let chunk = |i: usize| i * CHUNK_BYTES..((i + 1) * CHUNK_BYTES).min(n);
+    };
     if v == p - 1 {
         return send_acknowledged(t, down, buf, deadline);
     }

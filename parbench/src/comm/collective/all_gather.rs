@@ -7,14 +7,8 @@ use super::prelude::*;
 pub struct AllGather;
 
 impl Spec for AllGather {
-    fn name(&self) -> &'static str {
-        "all_gather"
-    }
-    fn nccl_tests_binary(&self) -> &'static str {
-        "all_gather_perf"
-    }
-    fn nccl_func(&self) -> Option<&'static str> {
-        Some("AllGather")
+    fn names(&self) -> Names {
+        Names("all_gather", "all_gather_perf", Some("AllGather"))
     }
     fn recv_blocks(&self, world: usize) -> usize {
         world

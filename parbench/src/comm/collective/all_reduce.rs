@@ -7,14 +7,8 @@ use crate::comm::algo::{AUTO_RD_MAX_BYTES, AUTO_RHD_MAX_BYTES};
 pub struct AllReduce;
 
 impl Spec for AllReduce {
-    fn name(&self) -> &'static str {
-        "all_reduce"
-    }
-    fn nccl_tests_binary(&self) -> &'static str {
-        "all_reduce_perf"
-    }
-    fn nccl_func(&self) -> Option<&'static str> {
-        Some("AllReduce")
+    fn names(&self) -> Names {
+        Names("all_reduce", "all_reduce_perf", Some("AllReduce"))
     }
     fn reduces(&self) -> bool {
         true

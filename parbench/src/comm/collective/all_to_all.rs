@@ -6,15 +6,9 @@ use super::prelude::*;
 pub struct AllToAll;
 
 impl Spec for AllToAll {
-    fn name(&self) -> &'static str {
-        "all_to_all"
-    }
-    fn nccl_tests_binary(&self) -> &'static str {
-        "alltoall_perf"
-    }
     /// NCCL builds it from send/recv.
-    fn nccl_func(&self) -> Option<&'static str> {
-        None
+    fn names(&self) -> Names {
+        Names("all_to_all", "alltoall_perf", None)
     }
     fn send_blocks(&self, world: usize) -> usize {
         world

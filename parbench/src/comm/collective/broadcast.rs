@@ -6,14 +6,8 @@ use super::prelude::*;
 pub struct Broadcast;
 
 impl Spec for Broadcast {
-    fn name(&self) -> &'static str {
-        "broadcast"
-    }
-    fn nccl_tests_binary(&self) -> &'static str {
-        "broadcast_perf"
-    }
-    fn nccl_func(&self) -> Option<&'static str> {
-        Some("Broadcast")
+    fn names(&self) -> Names {
+        Names("broadcast", "broadcast_perf", Some("Broadcast"))
     }
     fn rooted(&self) -> bool {
         true

@@ -6,32 +6,28 @@
 //! with it over their point-to-point calls), the conformance suite checks
 //! it and the model knows it has no cost form.
 
+use super::all_gather::AllGather;
 use super::prelude::*;
 
 pub struct Gather;
 
 impl Spec for Gather {
-    fn name(&self) -> &'static str {
-        "gather"
-    }
-    fn nccl_tests_binary(&self) -> &'static str {
-        "gather_perf"
-    }
-    /// NCCL builds it from send/recv.
-    fn nccl_func(&self) -> Option<&'static str> {
-        None
+    /// NCCL builds it from send/recv: no name in its tuning log.
+    fn names(&self) -> Names {
+        Names("gather", "gather_perf", None)
     }
     fn rooted(&self) -> bool {
         true
     }
+    // all_gather's buffers and bus bandwidth: only the receivers differ.
     fn recv_blocks(&self, world: usize) -> usize {
-        world
+        AllGather.recv_blocks(world)
     }
     fn in_place_input(&self, count: usize, rank: usize) -> usize {
-        rank * count
+        AllGather.in_place_input(count, rank)
     }
     fn busbw_factor(&self, world: usize) -> f64 {
-        super::others_share(world)
+        AllGather.busbw_factor(world)
     }
     /// Not modelled.
     fn modelled(&self) -> &'static [Algorithm] {
@@ -47,8 +43,6 @@ impl Spec for Gather {
     fn expected(&self, x: &Expect<'_>) -> Option<Vec<u8>> {
         (x.rank == x.args.root).then(|| reference::all_gather(&super::slices(&x.blocks(0))))
     }
-    /// Every other rank sends its block to the root, which takes them in
-    /// rank order.
     /// Every other rank sends its block to the root, which takes them in
     /// rank order.
     fn host<T: Transport>(&self, run: HostRun<'_, T>) -> CommResult<()> {

@@ -33,7 +33,6 @@ pub mod sendrecv;
 
 use super::algo::Algorithm;
 use super::{Algo, CollArgs, CommResult, HostRun, Transport};
-use std::fmt;
 use std::str::FromStr;
 
 /// The cost structure of one algorithm of one collective, by the name of
@@ -65,17 +64,34 @@ pub enum CostForm {
     SendRecv,
 }
 
+/// What a collective is called: on command lines and in records, by the
+/// nccl-tests binary it stands for, and in NCCL's tuning log (see
+/// [`Spec::name`], [`Spec::nccl_tests_binary`], [`Spec::nccl_func`]).
+pub struct Names(
+    pub &'static str,
+    pub &'static str,
+    pub Option<&'static str>,
+);
+
 /// Everything about one collective that holds on every backend. The byte
 /// rule's defaults are one block of `count` elements in each buffer, at
 /// offset 0 in place.
 pub trait Spec: Sync {
+    /// Its three names, in one line of its file.
+    fn names(&self) -> Names;
     /// The name on command lines and in records (`all_reduce`, ...).
-    fn name(&self) -> &'static str;
+    fn name(&self) -> &'static str {
+        self.names().0
+    }
     /// The nccl-tests binary whose output this collective's block stands for.
-    fn nccl_tests_binary(&self) -> &'static str;
+    fn nccl_tests_binary(&self) -> &'static str {
+        self.names().1
+    }
     /// NCCL's name of it in its tuning log; `None` for those NCCL builds
     /// from send/recv, which the log does not report.
-    fn nccl_func(&self) -> Option<&'static str>;
+    fn nccl_func(&self) -> Option<&'static str> {
+        self.names().2
+    }
     /// Whether it takes a reduction operator.
     fn reduces(&self) -> bool {
         false
@@ -178,7 +194,7 @@ pub fn slices(v: &[Vec<u8>]) -> Vec<&[u8]> {
 pub(crate) mod premul;
 
 mod prelude {
-    pub(super) use super::{CostForm, Expect, Spec};
+    pub(super) use super::{CostForm, Expect, Names, Spec};
     pub(super) use crate::comm::algo::{self, Algorithm};
     pub(super) use crate::comm::host::views;
     pub(super) use crate::comm::{
@@ -299,12 +315,6 @@ impl Collective {
     /// Whether the operation takes a root.
     pub fn rooted(self) -> bool {
         self.spec().rooted()
-    }
-}
-
-impl fmt::Display for Collective {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
     }
 }
 

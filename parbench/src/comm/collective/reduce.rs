@@ -1,37 +1,34 @@
 //! reduce: `count` elements reduced over all ranks, out on the root only
 //! (other ranks' output is undefined). nccl-tests' size is the buffer.
 
+use super::broadcast::Broadcast;
 use super::prelude::*;
 
 pub struct Reduce;
 
 impl Spec for Reduce {
-    fn name(&self) -> &'static str {
-        "reduce"
-    }
-    fn nccl_tests_binary(&self) -> &'static str {
-        "reduce_perf"
-    }
-    fn nccl_func(&self) -> Option<&'static str> {
-        Some("Reduce")
+    fn names(&self) -> Names {
+        Names("reduce", "reduce_perf", Some("Reduce"))
     }
     fn reduces(&self) -> bool {
         true
     }
+    // Broadcast's mirror image: rooted, one block, the same trees and
+    // chains chosen the same way; only the cost form adds the reduction.
     fn rooted(&self) -> bool {
-        true
+        Broadcast.rooted()
     }
-    fn busbw_factor(&self, _world: usize) -> f64 {
-        1.0
+    fn busbw_factor(&self, world: usize) -> f64 {
+        Broadcast.busbw_factor(world)
     }
     fn modelled(&self) -> &'static [Algorithm] {
-        super::TREE_AND_CHAIN
+        Broadcast.modelled()
     }
     fn form(&self, algo: Algorithm) -> Option<CostForm> {
         super::rooted_form(algo, true)
     }
     fn choose(&self, algo: Algo, world: usize, bytes: usize) -> Algorithm {
-        super::rooted_choice(algo, world, bytes)
+        Broadcast.choose(algo, world, bytes)
     }
     /// The reduction of every rank's input, on the root.
     fn expected(&self, x: &Expect<'_>) -> Option<Vec<u8>> {

@@ -7,14 +7,8 @@ use super::prelude::*;
 pub struct ReduceScatter;
 
 impl Spec for ReduceScatter {
-    fn name(&self) -> &'static str {
-        "reduce_scatter"
-    }
-    fn nccl_tests_binary(&self) -> &'static str {
-        "reduce_scatter_perf"
-    }
-    fn nccl_func(&self) -> Option<&'static str> {
-        Some("ReduceScatter")
+    fn names(&self) -> Names {
+        Names("reduce_scatter", "reduce_scatter_perf", Some("ReduceScatter"))
     }
     fn reduces(&self) -> bool {
         true

@@ -8,15 +8,9 @@ use crate::comm::buffer::CommBuffer;
 pub struct SendRecv;
 
 impl Spec for SendRecv {
-    fn name(&self) -> &'static str {
-        "sendrecv"
-    }
-    fn nccl_tests_binary(&self) -> &'static str {
-        "sendrecv_perf"
-    }
     /// NCCL builds it from send/recv.
-    fn nccl_func(&self) -> Option<&'static str> {
-        None
+    fn names(&self) -> Names {
+        Names("sendrecv", "sendrecv_perf", None)
     }
     fn busbw_factor(&self, _world: usize) -> f64 {
         1.0

@@ -38,7 +38,7 @@ impl NcclComm {
             .zip(gpus)
             .enumerate()
             .map(|(rank, (comm, gpu))| {
-                NcclComm::wrap(comm, gpu, rank, world, timeout, wire.clone())
+                NcclComm::wrap(comm, gpu, (rank, world), timeout, wire.clone())
             })
             .collect();
         comms.into_iter().map(NcclComm::with_token).collect()
@@ -86,7 +86,7 @@ impl NcclComm {
         match rx.recv_timeout(timeout) {
             Ok(r) => {
                 let comm = r? as sys::ncclComm_t;
-                NcclComm::wrap(comm, gpu, rank, world, timeout, "nccl".into()).with_token()
+                NcclComm::wrap(comm, gpu, (rank, world), timeout, "nccl".into()).with_token()
             }
             Err(_) => Err(CommError::Timeout {
                 rank,
@@ -164,8 +164,7 @@ impl NcclComm {
     pub(super) fn wrap(
         comm: sys::ncclComm_t,
         gpu: Gpu,
-        rank: usize,
-        world: usize,
+        (rank, world): (usize, usize),
         timeout: Duration,
         wire: String,
     ) -> NcclComm {

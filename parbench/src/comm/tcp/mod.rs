@@ -644,14 +644,8 @@ impl Transport for TcpTransport {
         self.run(None, Some(RecvOp::new(peer, into)), deadline, "recv")
     }
 
-    fn exchange(
-        &mut self,
-        to: usize,
-        data: &[u8],
-        from: usize,
-        into: RecvInto<'_>,
-        deadline: Instant,
-    ) -> CommResult<()> {
+    fn exchange_step(&mut self, step: super::Exchange<'_>, deadline: Instant) -> CommResult<()> {
+        let (to, data, from, into) = (step.to, step.data, step.from, step.into);
         self.check_peer(to, "exchange")?;
         self.check_peer(from, "exchange")?;
         let me = self.rank;
