@@ -5,7 +5,7 @@ use crate::core_state::StatesSummary;
 use crate::model_check::ModelCheck;
 use parbench::comm::Collective;
 use parbench::measure::noise::ForeignCpu;
-use parbench::measure::wire::recheck::{Recheck, WireRecheck};
+use parbench::measure::wire::recheck::WireRecheck;
 use parbench::measure::wire::{link_bound, WireFigures};
 use parbench::measure::StragglerVerdict;
 use parbench::model::wire::{fit_on_wire, working_set_bytes, WireFit};
@@ -445,6 +445,7 @@ impl Summary {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use parbench::measure::wire::recheck::Recheck;
     use parbench::model::wire::{Ladder, Rung, WireModel};
 
     fn wire_with_ceiling(rungs: &[(u64, f64)]) -> WireFigures {
