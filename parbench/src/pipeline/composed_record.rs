@@ -291,7 +291,7 @@ pub struct ShardWires {
 /// wire; the rest of the bucket's time is the reduction itself. Each wait
 /// is at most its bucket's time; ranks whose group's bucket counts differ
 /// (not one collective each) count none.
-pub fn dp_wait_us(rec: &ComposedRecord) -> Vec<Vec<f64>> {
+pub(super) fn dp_wait_us(rec: &ComposedRecord) -> Vec<Vec<f64>> {
     // Per rank, per step: (start, duration) of each bucket, in order.
     let buckets: Vec<Vec<Vec<(f64, f64)>>> = rec
         .ranks

@@ -19,7 +19,7 @@ mod align;
 pub mod analysis;
 pub mod composed;
 mod composed_gather;
-pub mod composed_record;
+mod composed_record;
 pub mod composed_run;
 pub mod dp_overlap;
 pub mod exec;
