@@ -67,11 +67,7 @@ pub enum CostForm {
 /// What a collective is called: on command lines and in records, by the
 /// nccl-tests binary it stands for, and in NCCL's tuning log (see
 /// [`Spec::name`], [`Spec::nccl_tests_binary`], [`Spec::nccl_func`]).
-pub struct Names(
-    pub &'static str,
-    pub &'static str,
-    pub Option<&'static str>,
-);
+pub struct Names(pub &'static str, pub &'static str, pub Option<&'static str>);
 
 /// Everything about one collective that holds on every backend. The byte
 /// rule's defaults are one block of `count` elements in each buffer, at

@@ -8,7 +8,11 @@ pub struct ReduceScatter;
 
 impl Spec for ReduceScatter {
     fn names(&self) -> Names {
-        Names("reduce_scatter", "reduce_scatter_perf", Some("ReduceScatter"))
+        Names(
+            "reduce_scatter",
+            "reduce_scatter_perf",
+            Some("ReduceScatter"),
+        )
     }
     fn reduces(&self) -> bool {
         true
