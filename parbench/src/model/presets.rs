@@ -363,28 +363,20 @@ mod tests {
         let h = 12288u64;
         assert_eq!(g.params_per_layer(), 12 * h * h + 13 * h);
         assert_eq!(g.params(), 174_604_259_328);
-        // GPT-3 XL: 1.316e9, the "1.3B".
-        assert_eq!(
-            Preset::by_name("gpt3-1.3b").unwrap().params(),
-            1_315_723_264
-        );
-        // Llama 2 70B: 68,976,648,192 parameters (its released checkpoint).
-        assert_eq!(
-            Preset::by_name("llama2-70b").unwrap().params(),
-            68_976_648_192
-        );
-        // Llama 3: a SwiGLU MLP of three matrices and grouped-query
-        // attention; 405B counts as 405.85e9 with its untied output layer.
-        let l3 = Preset::by_name("llama3-405b").unwrap();
-        assert_eq!(l3.params(), 405_853_388_800);
-        assert_eq!(
-            Preset::by_name("llama3-8b").unwrap().params(),
-            8_030_261_248
-        );
-        assert_eq!(
-            Preset::by_name("llama3-70b").unwrap().params(),
-            70_553_706_496
-        );
+        let published = [
+            // GPT-3 XL: 1.316e9, the "1.3B".
+            ("gpt3-1.3b", 1_315_723_264),
+            // Llama 2 70B: its released checkpoint.
+            ("llama2-70b", 68_976_648_192),
+            // Llama 3: a SwiGLU MLP of three matrices and grouped-query
+            // attention; 405B counts as 405.85e9 with its untied output layer.
+            ("llama3-405b", 405_853_388_800),
+            ("llama3-8b", 8_030_261_248),
+            ("llama3-70b", 70_553_706_496),
+        ];
+        for (name, params) in published {
+            assert_eq!(Preset::by_name(name).unwrap().params(), params, "{name}");
+        }
         // tiny: 2 x (12 x 512^2 + 13 x 512) + (1024 + 128) x 512 + 1024.
         let t = Preset::by_name("tiny").unwrap();
         assert_eq!(

@@ -927,6 +927,21 @@ mod tests {
         ladder(&[(1, g), (1 << 40, g)])
     }
 
+    /// A wire of flat ladders: both links at `link`, the copy, the
+    /// reduction kernel and the three cache states (pull, claim, both).
+    fn flat_wire(link: f64, copy: f64, reduce: f64, [pull, claim, both]: [f64; 3]) -> WireModel {
+        WireModel {
+            duplex: flat(link),
+            one_way: flat(link),
+            copy: flat(copy),
+            reduce: flat(reduce),
+            pull: flat(pull),
+            claim: flat(claim),
+            both: flat(both),
+            ..WireModel::default()
+        }
+    }
+
     #[test]
     fn each_part_costs_its_cache_states() {
         let mut wire = WireModel {
@@ -981,16 +996,9 @@ mod tests {
     fn a_reduced_byte_costs_the_transports_reducing_receive_where_measured() {
         let mut wire = WireModel {
             alpha_exchange_s: 1e-6,
-            duplex: flat(10.0),
-            one_way: flat(10.0),
-            copy: flat(20.0),
-            reduce: flat(5.0),
-            pull: flat(4.0),
-            claim: flat(2.0),
-            both: flat(1.0),
             reduce_into: flat(3.0),
             reduce_from: flat(1.5),
-            ..WireModel::default()
+            ..flat_wire(10.0, 20.0, 5.0, [4.0, 2.0, 1.0])
         };
         let ring = ModelAlgo::Ran(Algorithm::Ring);
         let n = 1u64 << 20;
@@ -1033,16 +1041,10 @@ mod tests {
         // both: 10 GB/s up to the slice's 1 MiB, 40 from 4 MiB.
         let both = ladder(&[(1 << 20, 10.0), (4 << 20, 40.0)]);
         let wire = WireModel {
-            duplex: flat(50.0),
-            one_way: flat(50.0),
-            copy: flat(50.0),
-            reduce: flat(50.0),
-            pull: flat(50.0),
-            claim: flat(50.0),
             both: both.clone(),
             reduce_into: flat(20.0),
             reduce_from: flat(20.0),
-            ..WireModel::default()
+            ..flat_wire(50.0, 50.0, 50.0, [50.0; 3])
         };
         let ring = ModelAlgo::Ran(Algorithm::Ring);
         // 8 MiB in place on 2 ranks: slices of 1 MiB; the all-gather's
@@ -1119,14 +1121,8 @@ mod tests {
         // pull: 40 GB/s up to 2 MiB, 10 from 8 MiB; the rest flat.
         let pull = ladder(&[(2 << 20, 40.0), (8 << 20, 10.0)]);
         let wire = WireModel {
-            duplex: flat(10.0),
-            one_way: flat(10.0),
-            copy: flat(20.0),
-            reduce: flat(5.0),
             pull: pull.clone(),
-            claim: flat(2.0),
-            both: flat(1.0),
-            ..WireModel::default()
+            ..flat_wire(10.0, 20.0, 5.0, [1.0, 2.0, 1.0])
         };
         let ring = ModelAlgo::Ran(Algorithm::Ring);
         // Out-of-place all_gather of 16 MiB on 2 ranks: the own block
@@ -1152,14 +1148,8 @@ mod tests {
         // spilling into the shared one between the two).
         let claim = ladder(&[(1 << 20, 10.0), (2 << 20, 40.0)]);
         let wire = WireModel {
-            duplex: flat(50.0),
-            one_way: flat(50.0),
-            copy: flat(50.0),
-            reduce: flat(50.0),
-            pull: flat(50.0),
             claim: claim.clone(),
-            both: flat(50.0),
-            ..WireModel::default()
+            ..flat_wire(50.0, 50.0, 50.0, [50.0; 3])
         };
         let ring = ModelAlgo::Ran(Algorithm::Ring);
         // 1 MiB out of place on 2 ranks: one slice, blocks of 512 KiB, the
