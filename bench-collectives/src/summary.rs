@@ -446,22 +446,11 @@ impl Summary {
 mod tests {
     use super::*;
     use parbench::measure::wire::recheck::Recheck;
-    use parbench::model::wire::{Ladder, Rung, WireModel};
+    use parbench::model::wire::{Ladder, WireModel};
 
     fn wire_with_ceiling(rungs: &[(u64, f64)]) -> WireFigures {
         WireFigures {
-            ceiling: Ladder {
-                method: "copy".into(),
-                rungs: rungs
-                    .iter()
-                    .map(|&(working_set, gbps)| Rung {
-                        working_set,
-                        bytes: working_set / 2,
-                        gbps,
-                        median_gbps: gbps,
-                    })
-                    .collect(),
-            },
+            ceiling: Ladder::exact("copy", rungs),
             model: WireModel::default(),
             own_transport: true,
             ping: None,

@@ -42,6 +42,25 @@ pub struct Ladder {
 }
 
 impl Ladder {
+    /// A ladder of exact figures `(working set, GB/s)`, each rung moving
+    /// half its working set per transfer (a copy's source and
+    /// destination) with no spread between its samples: a figure known
+    /// from elsewhere, or a test's wire.
+    pub fn exact(method: impl Into<String>, rates: &[(u64, f64)]) -> Self {
+        Ladder {
+            method: method.into(),
+            rungs: rates
+                .iter()
+                .map(|&(working_set, gbps)| Rung {
+                    working_set,
+                    bytes: working_set / 2,
+                    gbps,
+                    median_gbps: gbps,
+                })
+                .collect(),
+        }
+    }
+
     /// Bandwidth at `working_set` bytes per rank, GB/s: log-log
     /// interpolation between the two rungs around it, the end rung's figure
     /// beyond the ends; `None` for an empty ladder.

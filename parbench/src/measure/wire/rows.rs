@@ -108,22 +108,10 @@ pub(super) fn steep_sets(ladders: &[&Ladder], rows: &[u64]) -> Vec<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::measure::Rung;
 
     #[test]
     fn working_sets_between_rungs_far_apart_are_measured_too() {
-        let l = |rungs: &[(u64, f64)]| Ladder {
-            method: String::new(),
-            rungs: rungs
-                .iter()
-                .map(|&(working_set, gbps)| Rung {
-                    working_set,
-                    bytes: working_set / 2,
-                    gbps,
-                    median_gbps: gbps,
-                })
-                .collect(),
-        };
+        let l = |rungs: &[(u64, f64)]| Ladder::exact("", rungs);
         // claim: a step of 3x between 1 and 2 MiB, a gentle one between 2
         // and 4; copy flat.
         let claim = l(&[(1 << 20, 13.0), (2 << 20, 40.0), (4 << 20, 45.0)]);
