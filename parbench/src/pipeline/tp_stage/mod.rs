@@ -596,6 +596,17 @@ fn missing(stage: usize) -> PipelineError {
     PipelineError::Protocol(format!("stage {stage} is not on this rank"))
 }
 
+/// This rank's share of `layer`'s weights on `stage` (ZeRO-3), from the
+/// shares it holds; a free function so that the data group can be borrowed
+/// beside it.
+fn weights_share<B>(
+    shares: &HashMap<(usize, usize), B>,
+    stage: usize,
+    layer: usize,
+) -> Result<&B, PipelineError> {
+    shares.get(&(stage, layer)).ok_or_else(|| missing(stage))
+}
+
 /// All-gathers `n` elements of `send` from every rank of `group` and
 /// downloads the `n * world` of them, rank by rank.
 fn gather_to_host<C, G>(

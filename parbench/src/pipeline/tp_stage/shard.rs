@@ -152,10 +152,7 @@ where
         } else {
             let g = self.group();
             let len = self.padded_len(layer);
-            let share = self
-                .param_shares
-                .get(&(stage, layer))
-                .ok_or_else(|| missing(stage))?;
+            let share = weights_share(&self.param_shares, stage, layer)?;
             let mut flat = c.alloc(len)?;
             self.dp.all_gather(
                 Io::OutOfPlace {
@@ -219,10 +216,7 @@ where
     fn submit_gather(&mut self, c: &C, stage: usize, layer: usize) -> Result<(), PipelineError> {
         let g = self.group();
         let len = self.padded_len(layer);
-        let share = self
-            .param_shares
-            .get(&(stage, layer))
-            .ok_or_else(|| missing(stage))?;
+        let share = weights_share(&self.param_shares, stage, layer)?;
         let mut copy = c.alloc(len / g)?;
         c.copy(share, 0, &mut copy, 0, len / g)?;
         c.sync()?;
@@ -597,10 +591,7 @@ where
             for layer in 0..self.blocks.get(&st).map_or(0, Vec::len) {
                 let slots = layer_slots(&self.cfg.block, t, layer);
                 let len = padded(&slots, g);
-                let share = self
-                    .param_shares
-                    .get(&(st, layer))
-                    .ok_or_else(|| missing(st))?;
+                let share = weights_share(&self.param_shares, st, layer)?;
                 let flat = gather_to_host(c, &mut *self.dp, share, len / g, self.dtype)?;
                 let global = st * self.cfg.layers_per_stage + layer;
                 let seeded = TpBlock::new(
