@@ -582,23 +582,10 @@ fn csv_detail(e: &csv::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::results::{CollectiveRow, SCHEMA_VERSION};
+    use crate::results::CollectiveRow;
 
     fn row(run: &str, bytes: u64) -> CollectiveRow {
         CollectiveRow {
-            schema: SCHEMA_VERSION,
-            run_id: run.into(),
-            backend: "local".into(),
-            wire: "shm".into(),
-            algo: "ring".into(),
-            collective: "all_reduce".into(),
-            dtype: "float".into(),
-            op: "sum".into(),
-            root: -1,
-            world: 2,
-            bytes,
-            count: bytes / 4,
-            in_place: false,
             iters: 20,
             time_us: 1.5,
             time_min_us: 1.0,
@@ -607,9 +594,9 @@ mod tests {
             p99_us: 1.9,
             algbw_gbps: 0.1,
             busbw_gbps: 0.1,
-            wrong: 0,
             model_us: 1.2,
             ceiling_gbps: 10.0,
+            ..CollectiveRow::for_tests(run, bytes)
         }
     }
 

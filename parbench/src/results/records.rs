@@ -58,6 +58,39 @@ pub fn row_label(collective: &str, bytes: u64, in_place: bool) -> String {
 }
 
 impl CollectiveRow {
+    /// A row for tests to start from: a 2-rank local all_reduce of `bytes`
+    /// out of place, float sum, every time and figure 1; a test sets the
+    /// fields it holds.
+    #[doc(hidden)]
+    pub fn for_tests(run_id: &str, bytes: u64) -> Self {
+        CollectiveRow {
+            schema: SCHEMA_VERSION,
+            run_id: run_id.into(),
+            backend: "local".into(),
+            wire: "shm".into(),
+            algo: "ring".into(),
+            collective: "all_reduce".into(),
+            dtype: "float".into(),
+            op: "sum".into(),
+            root: -1,
+            world: 2,
+            bytes,
+            count: bytes / 4,
+            in_place: false,
+            iters: 1,
+            time_us: 1.0,
+            time_min_us: 1.0,
+            time_max_us: 1.0,
+            p50_us: 1.0,
+            p99_us: 1.0,
+            algbw_gbps: 1.0,
+            busbw_gbps: 1.0,
+            wrong: 0,
+            model_us: 1.0,
+            ceiling_gbps: 1.0,
+        }
+    }
+
     /// The row's [`row_label`].
     pub fn label(&self) -> String {
         row_label(&self.collective, self.bytes, self.in_place)
