@@ -11,6 +11,7 @@ use crate::config::{Step, TableFormat};
 use crate::nccl_tests_format::IterStats;
 use crate::sweep::Outcome;
 use anyhow::{Context, Result};
+use parbench::launch::flags::Backend;
 use parbench::results::{CollectiveRow, RunMeta};
 use serde_json::{json, Map, Value};
 use std::fs::File;
@@ -74,7 +75,13 @@ pub fn document(plan: &SweepJob, meta: &RunMeta, outcome: &Outcome) -> Value {
     let mut config = Map::new();
     config.insert(
         "nthreads".into(),
-        json!(if meta.backend == "local" { world } else { 1 }),
+        json!(
+            if Backend::named(&meta.backend).is_some_and(Backend::in_one_process) {
+                world
+            } else {
+                1
+            }
+        ),
     );
     config.insert("ngpus".into(), json!(1));
     let f = &plan.nccl_tests;

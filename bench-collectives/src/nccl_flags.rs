@@ -3,13 +3,9 @@
 //! honour is refused with one line (exit 2), never silently ignored. The
 //! printers these flags choose are built in [`crate::run_header`].
 
-use crate::cli::{Args, Backend, SweepJob};
+use crate::cli::{Args, SweepJob};
 use crate::config::{NcclTestsFlags, Step, TableFormat};
 use anyhow::{bail, Result};
-
-// run.rs reaches the printers by this path: kept, so that moving them
-// out of this file needed no change there.
-pub use crate::run_header::{print_run_header, printer};
 
 impl NcclTestsFlags {
     /// Parses what needs no backend, given `-b`, `-e` and the step as
@@ -61,7 +57,7 @@ impl NcclTestsFlags {
 /// Refuses, with one line, what the chosen backend cannot honour.
 pub fn check_backend(plan: &SweepJob, joined: bool) -> Result<(), String> {
     let f = &plan.nccl_tests;
-    let nccl = plan.backend == Backend::Nccl;
+    let nccl = plan.backend.on_gpus();
     if f.agg_iters != 1 {
         return Err(format!(
             "-m {}: parbench times one operation per iteration on every backend; only -m 1 runs",

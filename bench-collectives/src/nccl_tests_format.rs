@@ -7,6 +7,7 @@
 
 use crate::config::Step;
 use parbench::comm::{Collective, ReduceOp};
+use parbench::launch::flags::Backend;
 use parbench::results::CollectiveRow;
 
 /// The nccl-tests binary whose output a collective's block stands for.
@@ -187,7 +188,7 @@ pub fn device_report(j: &JobInfo<'_>) -> Vec<String> {
     if j.per_iter {
         // nccl-tests times iterations with CUDA events; parbench's CPU
         // backends with the host's clock, and the line says which.
-        let clock = if j.backend == "nccl" {
+        let clock = if Backend::named(j.backend).is_some_and(Backend::on_gpus) {
             "CUDA event"
         } else {
             "host clock"

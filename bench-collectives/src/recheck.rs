@@ -1,7 +1,7 @@
 //! The footer's lines of the wire's ceiling measured again after the
 //! sweep ([`parbench::measure::wire::recheck`]).
 
-pub use parbench::measure::wire::recheck::{recheck_wire, WireRecheck};
+use parbench::measure::wire::recheck::WireRecheck;
 
 /// The footer's lines of a recheck.
 pub trait RecheckLines {

@@ -5,6 +5,7 @@
 //! the reference. Rank 0 prints it in the header, and after the sweep the
 //! measured peak beside it as a share; run.json keeps both for the report.
 
+use parbench::launch::flags::Backend;
 use parbench::measure::wire::WireFigures;
 use parbench::published::{self, System};
 use parbench::results::{CollectiveRow, RunMeta};
@@ -22,7 +23,7 @@ pub struct Reference {
 
 /// The reference for a run on `backend` over `wire_name` with `world` ranks.
 pub fn describe(backend: &str, wire_name: &str, world: usize, wire: &WireFigures) -> Reference {
-    if backend != "nccl" {
+    if !Backend::named(backend).is_some_and(Backend::on_gpus) {
         let line = match (wire.ceiling.peak_gbps(), wire.ceiling.rungs.last()) {
             (Some(hi), Some(lo)) => format!(
                 "CPU wire ({wire_name}): the ceiling measured in this run, {hi:.2} GB/s in cache .. {:.2} GB/s out of cache, each row against its own working set (%ceil); published GPU figures do not apply",

@@ -10,8 +10,8 @@ use crate::wire::{self as wire_mod, WireFigures};
 use anyhow::{anyhow, Context, Result};
 use parbench::comm::{CommError, CommResult, Communicator};
 use parbench::launch;
+use parbench::launch::flags::Backend;
 use parbench::launch::ranks::{self as ranks, Ended, RankBody, Ranks};
-use parbench::limits::MAX_LOCAL_RANKS;
 use parbench::measure::noise::{CpuSnapshot, ForeignCpu};
 use parbench::measure::placement::{self, BindRequest, Placement};
 use parbench::results::{self, CollectiveRow, Record, RunMeta};
@@ -42,10 +42,11 @@ pub fn run(plan: &SweepJob) -> Result<Finished> {
         return crate::links::run(plan, &run_id, ranks);
     }
     let ranks = crate::start::ranks(plan, joined, "--backend nccl -np")?;
-    if let Ranks::Threads(world) = ranks {
-        if world > MAX_LOCAL_RANKS {
+    if let Ranks::Here { backend, n: world } = ranks {
+        let most = backend.most_ranks();
+        if world > most {
             return Err(UsageError(format!(
-                "--nprocs {world}: --backend local runs at most {MAX_LOCAL_RANKS} ranks (threads of one process); use --backend tcp"
+                "--nprocs {world}: --backend {backend} runs at most {most} ranks (threads of one process); use --backend tcp"
             ))
             .into());
         }
@@ -57,14 +58,16 @@ pub fn run(plan: &SweepJob) -> Result<Finished> {
             .map_err(|e| UsageError(e.to_string()))?;
     }
     match ranks {
-        Ranks::Threads(world) => run_local(plan, &run_id, bind, world),
+        Ranks::Here { backend, n } if backend.on_gpus() => run_gpus(plan, &run_id, backend, n),
+        Ranks::Here { backend, n } => run_threads(plan, &run_id, bind, backend, n),
         Ranks::Spawn(world) => run_spawn(plan, &run_id, world),
         // `start` spawns the -np ranks of one sweep, never a named job.
         Ranks::Job(_) => Err(anyhow!("bench-collectives runs one job, not named jobs")),
-        Ranks::Joined(info) => run_tcp(plan, &run_id, info, bind),
-        Ranks::Mpi => run_mpi(plan, &run_id),
-        Ranks::Gpus(world) => run_nccl_gpus(plan, &run_id, world),
-        Ranks::NcclJoined(info) => run_nccl_joined(plan, &run_id, info),
+        Ranks::Joined { backend, info } if backend.on_gpus() => {
+            run_joined_gpu(plan, &run_id, backend, info)
+        }
+        Ranks::Joined { backend, info } => run_joined(plan, &run_id, backend, info, bind),
+        Ranks::LibraryWorld { backend } => run_library_world(plan, &run_id, backend),
     }
 }
 
@@ -97,21 +100,23 @@ fn unbound(whose: &str) -> Placement {
     }
 }
 
-fn run_local(plan: &SweepJob, run_id: &str, bind: BindRequest, world: usize) -> Result<Finished> {
+fn run_threads(
+    plan: &SweepJob,
+    run_id: &str,
+    bind: BindRequest,
+    backend: Backend,
+    world: usize,
+) -> Result<Finished> {
     preflight(plan, world, world, true)?;
-    let mut meta = begin(plan, run_id, "local", world);
+    let ranks = Ranks::Here { backend, n: world };
+    let mut meta = begin(plan, run_id, ranks.backend().name(), world);
     let body = Sweep {
         plan,
         run_id,
         out: Some(plan.out.as_path()),
         at: At::EachRank(bind, world),
     };
-    let report = rank_zero(ranks::run(
-        Ranks::Threads(world),
-        plan.algo,
-        plan.sweep.timeout,
-        &body,
-    )?)?;
+    let report = rank_zero(ranks::run(ranks, plan.algo, plan.sweep.timeout, &body)?)?;
     finish(plan, &mut meta, report)
 }
 
@@ -147,9 +152,10 @@ fn own_error(fault: ranks::JobFault) -> anyhow::Error {
 }
 
 /// Joins the job the launcher variables describe.
-fn run_tcp(
+fn run_joined(
     plan: &SweepJob,
     run_id: &str,
+    backend: Backend,
     info: launch::RankInfo,
     bind: BindRequest,
 ) -> Result<Finished> {
@@ -162,22 +168,23 @@ fn run_tcp(
     if ranks_here > 0 || info.rank == 0 {
         preflight(plan, info.world, ranks_here, info.rank == 0)?;
     }
-    let mut meta = if info.rank == 0 {
-        begin(plan, run_id, "tcp", info.world)
-    } else {
-        RunMeta::start("collectives", run_id, "tcp", info.world)
-    };
-    let rank = info.rank;
+    let (rank, world) = (info.rank, info.world);
     // Before connecting: the store's and the transport's threads inherit it.
     // Ranks this binary spawned all run here; others may not.
-    let here = (info.source == launch::LaunchSource::Spawned).then_some(info.world);
+    let here = (info.source == launch::LaunchSource::Spawned).then_some(world);
+    let ranks = Ranks::Joined { backend, info };
+    let mut meta = if rank == 0 {
+        begin(plan, run_id, backend.name(), world)
+    } else {
+        RunMeta::start("collectives", run_id, backend.name(), world)
+    };
     let body = Sweep {
         plan,
         run_id,
         out: (rank == 0).then_some(plan.out.as_path()),
         at: At::Fixed(placement::place(bind, rank, here)),
     };
-    let ended = ranks::run(Ranks::Joined(info), plan.algo, plan.sweep.timeout, &body)?;
+    let ended = ranks::run(ranks, plan.algo, plan.sweep.timeout, &body)?;
     if rank != 0 {
         return Ok(Finished::Ran { wrong: 0 });
     }
@@ -187,14 +194,16 @@ fn run_tcp(
 /// One rank of an mpirun job: the launcher starts MPI, whose world is the
 /// library's; the rank checks it, --out and the memory before it measures
 /// ([`MpiSweep`]), and rank 0's run record takes the library's version.
-fn run_mpi(plan: &SweepJob, run_id: &str) -> Result<Finished> {
+fn run_library_world(plan: &SweepJob, run_id: &str, backend: Backend) -> Result<Finished> {
+    let ranks = Ranks::LibraryWorld { backend };
     let body = MpiSweep {
         plan,
         run_id,
+        backend: backend.name(),
         meta: std::sync::Mutex::new(None),
     };
     // Starting MPI failed: the library's own error, as it gave it.
-    let ended = ranks::run(Ranks::Mpi, plan.algo, plan.sweep.timeout, &body).map_err(own_error)?;
+    let ended = ranks::run(ranks, plan.algo, plan.sweep.timeout, &body).map_err(own_error)?;
     let Ended::Ran(outcomes) = ended else {
         return Err(anyhow!("an MPI rank is started by mpirun, not spawned"));
     };
@@ -216,6 +225,7 @@ fn run_mpi(plan: &SweepJob, run_id: &str) -> Result<Finished> {
 struct MpiSweep<'a> {
     plan: &'a SweepJob,
     run_id: &'a str,
+    backend: &'static str,
     /// This rank's run record, begun once the world is known.
     meta: std::sync::Mutex<Option<RunMeta>>,
 }
@@ -249,12 +259,11 @@ impl MpiSweep<'_> {
             .map_err(|e| UsageError(e.to_string()))?;
         preflight(plan, world, launch::ranks_on_this_host(world), rank == 0)?;
         let mut meta = if rank == 0 {
-            begin(plan, self.run_id, "mpi", world)
+            begin(plan, self.run_id, self.backend, world)
         } else {
-            RunMeta::start("collectives", self.run_id, "mpi", world)
+            RunMeta::start("collectives", self.run_id, self.backend, world)
         };
-        meta.versions
-            .insert("mpi".into(), library.unwrap_or_default());
+        meta.note_library(library.unwrap_or_default());
         let mut kept = self
             .meta
             .lock()
@@ -265,11 +274,12 @@ impl MpiSweep<'_> {
 }
 
 /// The run record of an nccl run, with the GPUs and the library versions.
-fn nccl_meta(plan: &SweepJob, run_id: &str, world: usize, writes: bool) -> RunMeta {
+fn nccl_meta(plan: &SweepJob, run_id: &str, ranks: &Ranks, writes: bool) -> RunMeta {
+    let (backend, world) = (ranks.backend().name(), ranks.world().unwrap_or(1));
     let mut m = if writes {
-        begin(plan, run_id, "nccl", world)
+        begin(plan, run_id, backend, world)
     } else {
-        RunMeta::start("collectives", run_id, "nccl", world)
+        RunMeta::start("collectives", run_id, backend, world)
     };
     let facts = ranks::gpu_facts();
     m.gpus = facts.names;
@@ -283,7 +293,12 @@ fn nccl_meta(plan: &SweepJob, run_id: &str, world: usize, writes: bool) -> RunMe
 }
 
 /// One process of an nccl job, on one GPU.
-fn run_nccl_joined(plan: &SweepJob, run_id: &str, info: launch::RankInfo) -> Result<Finished> {
+fn run_joined_gpu(
+    plan: &SweepJob,
+    run_id: &str,
+    backend: Backend,
+    info: launch::RankInfo,
+) -> Result<Finished> {
     // Before NCCL's first call: its tuning log fills the algo column.
     parbench::comm::nccl_tuning::set_up_log(&plan.out, run_id);
     let rank = info.rank;
@@ -295,19 +310,15 @@ fn run_nccl_joined(plan: &SweepJob, run_id: &str, info: launch::RankInfo) -> Res
     )?;
     memory::check_gpu(&plan.sweep, info.world, info.local_rank.unwrap_or(0))
         .map_err(|e| UsageError(e.0))?;
-    let mut m = nccl_meta(plan, run_id, info.world, rank == 0);
+    let ranks = Ranks::Joined { backend, info };
+    let mut m = nccl_meta(plan, run_id, &ranks, rank == 0);
     let body = Sweep {
         plan,
         run_id,
         out: (rank == 0).then_some(plan.out.as_path()),
         at: At::Fixed(unbound("the launcher")),
     };
-    let ended = ranks::run(
-        Ranks::NcclJoined(info),
-        plan.algo,
-        plan.sweep.timeout,
-        &body,
-    )?;
+    let ended = ranks::run(ranks, plan.algo, plan.sweep.timeout, &body)?;
     if rank != 0 {
         return Ok(Finished::Ran { wrong: 0 });
     }
@@ -315,23 +326,19 @@ fn run_nccl_joined(plan: &SweepJob, run_id: &str, info: launch::RankInfo) -> Res
 }
 
 /// `-np` GPUs of this process, one thread each.
-fn run_nccl_gpus(plan: &SweepJob, run_id: &str, world: usize) -> Result<Finished> {
+fn run_gpus(plan: &SweepJob, run_id: &str, backend: Backend, world: usize) -> Result<Finished> {
     parbench::comm::nccl_tuning::set_up_log(&plan.out, run_id);
     preflight(plan, world, world, true)?;
     memory::check_gpu(&plan.sweep, world, 0).map_err(|e| UsageError(e.0))?;
-    let mut m = nccl_meta(plan, run_id, world, true);
+    let ranks = Ranks::Here { backend, n: world };
+    let mut m = nccl_meta(plan, run_id, &ranks, true);
     let body = Sweep {
         plan,
         run_id,
         out: Some(plan.out.as_path()),
         at: At::Fixed(unbound("NCCL")),
     };
-    let report = rank_zero(ranks::run(
-        Ranks::Gpus(world),
-        plan.algo,
-        plan.sweep.timeout,
-        &body,
-    )?)?;
+    let report = rank_zero(ranks::run(ranks, plan.algo, plan.sweep.timeout, &body)?)?;
     finish(plan, &mut m, report)
 }
 
@@ -401,7 +408,7 @@ fn rank_main<C: Communicator>(
         .then(|| crate::progress_lines::wire_starts(&plan.out, comm.backend(), comm.world()));
     let wire = wire_mod::measure_wire_in_one_state(comm, &plan.sweep, placement)?;
     drop(ticker);
-    let mut printer = crate::nccl_flags::printer(comm, plan);
+    let mut printer = crate::run_header::printer(comm, plan);
     let algo = if plan.algo == parbench::comm::Algo::Auto {
         "auto (per size: see the algo column)".to_string()
     } else {
@@ -415,7 +422,7 @@ fn rank_main<C: Communicator>(
         &plan.sweep,
         &wire,
     ));
-    crate::nccl_flags::print_run_header(&mut printer, comm, plan, &wire);
+    crate::run_header::print_run_header(&mut printer, comm, plan, &wire);
     let keep = |rows: &[CollectiveRow]| match out {
         Some(dir) => keep_rows(dir, rows),
         None => Ok(()),
@@ -427,7 +434,7 @@ fn rank_main<C: Communicator>(
     let outcome = sweep::run_sweep(comm, &plan.sweep, &ids, &wire, &mut printer)?;
     let noise = ForeignCpu::across_ranks(comm, run_start.as_ref())?;
     let largest = wire_mod::largest_set(&plan.sweep, comm.world());
-    let recheck = crate::recheck::recheck_wire(comm, &wire, largest)?;
+    let recheck = parbench::measure::wire::recheck::recheck_wire(comm, &wire, largest)?;
     let link = wire_mod::retransmits_since(comm, link_start)?;
     let above_ceiling = outcome
         .rows
@@ -541,7 +548,7 @@ fn finish(plan: &SweepJob, meta: &mut RunMeta, r: RankReport) -> Result<Finished
                 "each row's ceiling_gbps is this ladder at the row's working set (docs/collectives.md, The wire's ceiling)"
             },
             "row_drift": r.summary.ceiling_drift.as_ref().map(summary::CeilingDrift::json),
-            "after_sweep": r.summary.recheck.as_ref().map(crate::recheck::WireRecheck::json),
+            "after_sweep": r.summary.recheck.as_ref().map(parbench::measure::wire::recheck::WireRecheck::json),
             "rows_measured_again": r.outcome.ceiling_drift.iter().map(|(row, d)| serde_json::json!({"row": row, "working_set": d.working_set, "copy_gbps_before_sweep": d.before_gbps, "copy_gbps_at_row": d.here_gbps, "rungs": d.rungs})).collect::<Vec<_>>(),
         }),
     );

@@ -6,6 +6,7 @@ use crate::cli::SweepJob;
 use crate::config::TableFormat;
 use crate::print::Printer;
 use parbench::comm::Communicator;
+use parbench::launch::flags::Backend;
 use parbench::measure::wire::WireFigures;
 
 /// Rank 0's printer in the layout `--format` asks for.
@@ -41,7 +42,12 @@ pub fn print_run_header<C: Communicator>(
     }
     let in_process = match std::env::var_os("WORLD_SIZE") {
         Some(_) => 1,
-        None if comm.backend() == "mpi" || comm.backend() == "tcp" => 1,
+        // One rank a process where the backend's ranks are processes.
+        None if Backend::named(comm.backend())
+            .is_some_and(|b| !b.in_one_process() && !b.on_gpus()) =>
+        {
+            1
+        }
         None => world,
     };
     let f = &plan.nccl_tests;
@@ -71,7 +77,7 @@ pub fn print_run_header<C: Communicator>(
 /// NCCL's version code where this run's collectives are NCCL's, else 0.
 pub fn nccl_version_code(backend: &str) -> u64 {
     #[cfg(feature = "cuda")]
-    if backend == "nccl" {
+    if Backend::named(backend).is_some_and(Backend::on_gpus) {
         if let Ok(v) = parbench::comm::nccl::nccl_version() {
             return crate::json_nccl::nccl_version_code(&v).unwrap_or(0);
         }

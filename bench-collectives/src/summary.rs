@@ -4,6 +4,7 @@
 use crate::core_state::StatesSummary;
 use crate::model_check::ModelCheck;
 use parbench::comm::Collective;
+use parbench::launch::flags::Backend;
 use parbench::measure::noise::ForeignCpu;
 use parbench::measure::wire::recheck::WireRecheck;
 use parbench::measure::wire::{link_bound, WireFigures};
@@ -373,7 +374,8 @@ pub fn above_ceiling_cause(
     // PARBENCH_WIRE names it, so the ladders say it too): its token bucket,
     // not a cache, explains a small message beating it.
     let shaped = r.wire.starts_with("tcp-")
-        || (r.backend == "tcp" && link_bound(&wire.ceiling, &wire.model.copy));
+        || (Backend::named(&r.backend).is_some_and(Backend::over_sockets)
+            && link_bound(&wire.ceiling, &wire.model.copy));
     if shaped && r.bytes < (1 << 20) {
         return "a shaped link's token bucket refills while the link idles and lets a message under its burst through at memory speed".into();
     }

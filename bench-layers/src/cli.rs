@@ -129,9 +129,9 @@ pub fn parse_tp_list(s: &str) -> Result<Vec<usize>, UsageError> {
 impl Cli {
     /// Resolves the flags against the presets and the ranks available
     /// (`default_ranks` when --nprocs is absent).
-    pub fn plan(&self, default_ranks: usize) -> Result<LayerJob, UsageError> {
+    pub fn job(&self, default_ranks: usize) -> Result<LayerJob, UsageError> {
         let backend: Backend = self.backend.parse().map_err(|e| {
-            UsageError(format!("--backend: {e} (expected local, tcp, nccl or mpi)"))
+            UsageError(format!("--backend: {e} (expected {})", Backend::expected()))
         })?;
         let preset = Preset::by_name(&self.preset).ok_or_else(|| {
             UsageError(format!(
@@ -148,7 +148,7 @@ impl Cli {
         };
         let dtype: DType = match &self.dtype {
             Some(d) => d.parse().map_err(UsageError)?,
-            None if backend == Backend::Nccl => DType::BF16,
+            None if backend.on_gpus() => DType::BF16,
             None => DType::F32,
         };
         if !matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
@@ -159,7 +159,7 @@ impl Cli {
         let as_usize = |v: u64, what: &str| {
             usize::try_from(v).map_err(|_| UsageError(format!("preset {what} too large")))
         };
-        let default_seq = if backend == Backend::Nccl {
+        let default_seq = if backend.on_gpus() {
             as_usize(preset.seq, "seq")?
         } else {
             as_usize(preset.seq, "seq")?.min(128)
@@ -197,10 +197,7 @@ impl Cli {
             Some(s) => parse_tp_list(s)?,
             None => [1, 2, 4, 8].into_iter().filter(|&t| t <= ranks).collect(),
         };
-        let most = match backend {
-            Backend::Local => parbench::limits::MAX_LOCAL_RANKS,
-            _ => parbench::limits::MAX_SPAWNED_RANKS,
-        };
+        let most = backend.most_ranks();
         if let Some(&t) = tps.iter().find(|&&t| t > most) {
             return usage(format!(
                 "--tp {t}: --backend {} runs at most {most} ranks",
@@ -267,17 +264,17 @@ mod tests {
 
     #[test]
     fn default_sweep_stops_at_the_ranks_available() {
-        let p = cli(&[]).plan(2).unwrap();
+        let p = cli(&[]).job(2).unwrap();
         assert_eq!(p.tps, vec![1, 2]);
         assert_eq!(p.block.shape.hidden, 512);
         assert_eq!(p.dtype, DType::F32);
-        assert_eq!(cli(&["--np", "8"]).plan(2).unwrap().tps, vec![1, 2, 4, 8]);
+        assert_eq!(cli(&["--np", "8"]).job(2).unwrap().tps, vec![1, 2, 4, 8]);
     }
 
     #[test]
     fn n_is_iterations_w_is_warm_up_np_is_ranks() {
         let argv = parbench::term::rewrite_np(["bench-layers", "-n", "3", "-w", "1", "-np", "4"]);
-        let p = Cli::try_parse_from(argv).unwrap().plan(2).unwrap();
+        let p = Cli::try_parse_from(argv).unwrap().job(2).unwrap();
         assert_eq!((p.iters, p.warmup), (3, 1));
         assert_eq!(p.tps, vec![1, 2, 4]);
     }
@@ -301,7 +298,7 @@ mod tests {
             (&["--backend", "ib"][..], "--backend"),
             (&["--iters", "0"][..], "--iters"),
         ] {
-            let e = cli(args).plan(8).unwrap_err().0;
+            let e = cli(args).job(8).unwrap_err().0;
             assert!(e.contains(needle), "{args:?}: {e}");
             assert!(!e.contains('\n'), "{e}");
         }
@@ -321,7 +318,7 @@ mod tests {
             "--seq",
             "16",
         ])
-        .plan(4)
+        .job(4)
         .unwrap();
         assert_eq!(p.block.shape.hidden, 64);
         assert_eq!(p.block.shape.seq, 16);

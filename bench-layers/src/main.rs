@@ -94,9 +94,9 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
     let rank = RankInfo::from_env().map_err(|e| UsageError(e.to_string()))?;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     // The backend's own parse (and its error) is the plan's.
-    let named = cli.backend.parse::<Backend>().unwrap_or(Backend::Local);
+    let named = cli.backend.parse::<Backend>().unwrap_or(Backend::Auto);
     let default_ranks = ranks::default_ranks(named, rank.as_ref(), cores)?;
-    let plan = cli.plan(default_ranks)?;
+    let plan = cli.job(default_ranks)?;
     parbench::launch::check_env_settings()?;
     // Every degree's ranks, chosen before any runs: a degree this machine
     // cannot start is refused first.
@@ -105,14 +105,14 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
         chosen.push(ranks_of(&plan, rank.clone(), t, None)?);
     }
     match chosen.first() {
-        Some(Ranks::Threads(_)) => {
+        Some(Ranks::Here { backend, .. }) if !backend.on_gpus() => {
             preflight(&plan, true, |t| t)?;
             sweep_here(&plan, |t| {
                 let ranks = ranks_of(&plan, None, t, None)?;
                 measure_here(&plan, t, ranks, CpuCompute::threads_per_rank(t))
             })
         }
-        Some(Ranks::Gpus(_)) => {
+        Some(Ranks::Here { .. }) => {
             // The host holds little: the blocks live on the GPUs.
             preflight(&plan, true, |_| 0)?;
             check_gpus(&plan)?;
@@ -124,11 +124,14 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
             })
         }
         Some(Ranks::Spawn(_) | Ranks::Job(_)) => tcp_launch(&plan),
-        Some(Ranks::Joined(_) | Ranks::NcclJoined(_)) => {
+        Some(Ranks::Joined { .. }) => {
             let ranks = chosen.swap_remove(0);
             tcp_rank(&plan, ranks)
         }
-        Some(Ranks::Mpi) => mpi_rank(&plan),
+        Some(Ranks::LibraryWorld { backend }) => {
+            let backend = *backend;
+            mpi_rank(&plan, backend)
+        }
         None => Ok(()),
     }
 }
@@ -180,7 +183,7 @@ impl<'a> Records<'a> {
             plan,
             meta,
             rows: Vec::new(),
-            reference: (plan.backend != Backend::Nccl).then(ComputeReference::on_allowed_cpus),
+            reference: (!plan.backend.on_gpus()).then(ComputeReference::on_allowed_cpus),
         };
         records.sample_reference();
         records
@@ -294,9 +297,10 @@ fn preflight(
             .map_err(|e| UsageError(format!("--out {e}")))?;
     }
     // The CPU computes in f32 whatever the storage type: 4 bytes a value.
-    let elem = match plan.backend {
-        Backend::Nccl => plan.dtype.size().max(4) as u128,
-        _ => 4,
+    let elem = if plan.backend.on_gpus() {
+        plan.dtype.size().max(4) as u128
+    } else {
+        4
     };
     for &t in &plan.tps {
         let (rank, check) = plan.block.memory_bytes(t, elem, plan.check);
@@ -362,8 +366,8 @@ fn build_rows(plan: &LayerJob, backend: &str, ms: &[TpMeasurement]) -> Vec<Layer
     output::rows(plan, &id, backend, ms)
 }
 
-/// One degree on this process's ranks (`Ranks::Threads(t)` or
-/// `Ranks::Gpus(t)`), each computing with `threads` threads: rank 0's
+/// One degree on this process's ranks (`Ranks::Here`: threads, or one GPU
+/// each), each computing with `threads` threads: rank 0's
 /// measurement, or the root cause of the degree's failure.
 fn measure_here(
     plan: &LayerJob,
@@ -429,7 +433,10 @@ fn tcp_launch(plan: &LayerJob) -> anyhow::Result<()> {
     let run_id = new_run_id("layers");
     let dir = std::env::temp_dir().join(format!("{run_id}-rows"));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let mut records = Records::begin(plan, RunMeta::start("layers", &run_id, "tcp", world));
+    let mut records = Records::begin(
+        plan,
+        RunMeta::start("layers", &run_id, plan.backend.name(), world),
+    );
     let mut outcome = Ok(());
     for &t in &plan.tps {
         let rows_dir = dir.join(format!("tp{t}"));
@@ -541,12 +548,18 @@ fn tcp_rank(plan: &LayerJob, ranks: Ranks) -> anyhow::Result<()> {
 /// itself reports it) is the one degree; the rank checks it, --out and the
 /// memory before it measures ([`MpiDegree`]); rank 0 records the row, with
 /// the MPI library's version.
-fn mpi_rank(plan: &LayerJob) -> anyhow::Result<()> {
+fn mpi_rank(plan: &LayerJob, backend: Backend) -> anyhow::Result<()> {
     let body = MpiDegree {
         plan,
         records: Mutex::new(None),
     };
-    let Ended::Ran(outcomes) = ranks::run(Ranks::Mpi, Algo::Auto, plan.timeout, &body)? else {
+    let Ended::Ran(outcomes) = ranks::run(
+        Ranks::LibraryWorld { backend },
+        Algo::Auto,
+        plan.timeout,
+        &body,
+    )?
+    else {
         bail!("an MPI rank is started by mpirun, not spawned");
     };
     let outcome = outcomes
@@ -556,7 +569,7 @@ fn mpi_rank(plan: &LayerJob) -> anyhow::Result<()> {
     let records = body.records.into_inner().ok().flatten();
     match (outcome?, records) {
         (Some(m), Some(mut records)) => {
-            records.keep(build_rows(plan, "mpi", &[m]))?;
+            records.keep(build_rows(plan, plan.backend.name(), &[m]))?;
             records.finish()
         }
         _ => Ok(()),
@@ -603,9 +616,8 @@ impl MpiDegree<'_> {
         let local_ranks = launch::ranks_on_this_host(t);
         preflight(plan, rank == 0, |_| local_ranks)?;
         if rank == 0 {
-            let mut meta = RunMeta::start("layers", &new_run_id("layers"), "mpi", t);
-            meta.versions
-                .insert("mpi".into(), library.unwrap_or_default());
+            let mut meta = RunMeta::start("layers", &new_run_id("layers"), plan.backend.name(), t);
+            meta.note_library(library.unwrap_or_default());
             let mut kept = self
                 .records
                 .lock()

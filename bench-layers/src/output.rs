@@ -11,22 +11,22 @@ use parbench::results::{LayerRow, SCHEMA_VERSION};
 /// which kernels: a bf16 table or record says whether bf16 was arithmetic
 /// or only storage.
 pub fn gemm_of(plan: &LayerJob) -> (GemmMath, String) {
-    match plan.backend {
-        #[cfg(feature = "cuda")]
-        crate::cli::Backend::Nccl => (
+    #[cfg(feature = "cuda")]
+    if plan.backend.on_gpus() {
+        return (
             parbench::compute::cuda::CudaCompute::gemm_math_of(plan.dtype),
             "cuBLASLt".into(),
-        ),
-        // The CPU backends (and nccl without the cuda feature, which fails
-        // before it measures).
-        _ => (
-            CpuCompute::gemm_math_of(plan.dtype),
-            GemmKernels::detect().map_or_else(
-                |e| format!("no gemm kernels: {e}"),
-                |k| format!("gemm {}", k.name()),
-            ),
-        ),
+        );
     }
+    // The CPU backends (and a GPU backend without the cuda feature, which
+    // fails before it measures).
+    (
+        CpuCompute::gemm_math_of(plan.dtype),
+        GemmKernels::detect().map_or_else(
+            |e| format!("no gemm kernels: {e}"),
+            |k| format!("gemm {}", k.name()),
+        ),
+    )
 }
 
 /// Speed-up over the TP = 1 row (among `before`, the rows kept already,

@@ -2,7 +2,7 @@
 
 use clap::Parser;
 use parbench::comm::mesh::{MeshShape, Order};
-use parbench::launch::flags::Straggler;
+use parbench::launch::flags::{Backend, Straggler};
 use parbench::layers::{BlockConfig, BlockShape, Mode};
 use parbench::model::plan::Shard;
 use parbench::pipeline::{DpReduce, MlpShape, PipelineConfig, TpStageConfig, Work};
@@ -251,7 +251,7 @@ fn stage_layers(args: &Args, stages: usize) -> Result<Vec<usize>, String> {
 
 /// Builds and validates every run; an error here is a bad flag, file or
 /// schedule (exit 2). A schedule error carries the marked grid.
-pub fn plan(args: &Args) -> Result<PipelineJob, String> {
+pub fn job(args: &Args) -> Result<PipelineJob, String> {
     let work: Work = args.work.parse()?;
     let timeout = parbench::limits::timeout(args.timeout).map_err(|e| e.0)?;
     let composed = args.dp > 1 || args.tp > 1;
@@ -281,15 +281,14 @@ pub fn plan(args: &Args) -> Result<PipelineJob, String> {
     use parbench::limits::{count, MAX_ITERATIONS};
     count("-n/--iters", args.steps, MAX_ITERATIONS).map_err(|e| e.0)?;
     count("-w/--warmup", args.warmup, MAX_ITERATIONS).map_err(|e| e.0)?;
-    if !matches!(args.backend.as_str(), "local" | "tcp" | "nccl" | "mpi") {
+    let Some(backend) = Backend::named(&args.backend) else {
         return Err(format!(
-            "--backend '{}': expected local, tcp, nccl or mpi",
-            args.backend
+            "--backend '{}': expected {}",
+            args.backend,
+            Backend::expected()
         ));
-    }
-    if let Ok(backend) = args.backend.parse::<parbench::launch::flags::Backend>() {
-        backend.require_built().map_err(|e| e.0)?;
-    }
+    };
+    backend.require_built().map_err(|e| e.0)?;
     if composed {
         refuse_with_composed(args)?;
     }
@@ -356,7 +355,7 @@ pub fn plan(args: &Args) -> Result<PipelineJob, String> {
                 format!("--nprocs {n} but the schedule runs on {ranks} stage ranks (--stages, or the CSV's rows): give one of the two, or both alike")
             });
         }
-        if !matches!(args.backend.as_str(), "tcp" | "local") {
+        if !Backend::named(&args.backend).is_some_and(Backend::started_here) {
             return Err(format!(
                 "--nprocs: --backend {} takes its ranks from its launcher (mpirun -np) or the GPUs",
                 args.backend
@@ -460,7 +459,7 @@ fn refuse_composed_flags(args: &Args) -> Result<(), String> {
 
 /// What the plain pipeline has and the composed step does not.
 fn refuse_with_composed(args: &Args) -> Result<(), String> {
-    if args.backend == "nccl" {
+    if Backend::named(&args.backend).is_some_and(Backend::on_gpus) {
         return Err("--dp/--tp: the mesh's groups move host buffers; the composed step runs on --backend local, tcp or mpi".into());
     }
     for (flag, given) in [
@@ -709,9 +708,9 @@ mod tests {
     #[test]
     fn np_is_the_worlds_ranks() {
         // Without --stages, -np N runs N stage ranks (was: refused as 4).
-        let p = plan(&args(&["--nprocs", "2", "--schedule", "1f1b"])).unwrap();
+        let p = job(&args(&["--nprocs", "2", "--schedule", "1f1b"])).unwrap();
         assert_eq!((p.ranks, p.runs[0].cfg.schedule.num_stages), (2, 2));
-        let p = plan(&args(&[
+        let p = job(&args(&[
             "--nprocs",
             "8",
             "--dp",
@@ -723,13 +722,13 @@ mod tests {
         ]))
         .unwrap();
         assert_eq!(p.ranks, 8);
-        let e = plan(&args(&["--nprocs", "2", "--stages", "4"])).unwrap_err();
+        let e = job(&args(&["--nprocs", "2", "--stages", "4"])).unwrap_err();
         assert!(e.contains("give one of the two"), "{e}");
     }
 
     #[test]
     fn the_default_sweep_is_every_schedule() {
-        let p = plan(&args(&[])).unwrap();
+        let p = job(&args(&[])).unwrap();
         assert_eq!(p.runs.len(), 4);
         assert_eq!(p.ranks, 4);
         assert_eq!(p.runs[2].cfg.schedule.num_stages, 8);
@@ -738,7 +737,7 @@ mod tests {
 
     #[test]
     fn all_runs_every_schedule_the_shape_allows() {
-        let p = plan(&args(&["--schedule", "all", "--microbatches", "8"])).unwrap();
+        let p = job(&args(&["--schedule", "all", "--microbatches", "8"])).unwrap();
         let names: Vec<&str> = p
             .runs
             .iter()
@@ -747,36 +746,36 @@ mod tests {
         let every: Vec<&str> = ScheduleKind::ALL.iter().map(|k| k.name()).collect();
         assert_eq!(names, every);
         // DualPipeV needs M >= 2S, interleaved M a multiple of S: skipped with a note.
-        let p = plan(&args(&["--schedule", "ALL", "--microbatches", "6"])).unwrap();
+        let p = job(&args(&["--schedule", "ALL", "--microbatches", "6"])).unwrap();
         assert_eq!(p.runs.len(), ScheduleKind::ALL.len() - 2);
         assert!(
             p.skipped.iter().any(|s| s.contains("dualpipev")),
             "{:?}",
             p.skipped
         );
-        let zbv = plan(&args(&["--schedule", "zb-v", "--chunks", "3"])).unwrap();
+        let zbv = job(&args(&["--schedule", "zb-v", "--chunks", "3"])).unwrap();
         assert_eq!(
             zbv.runs[0].cfg.schedule.stage_to_rank,
             [0, 1, 2, 3, 3, 2, 1, 0]
         );
-        let e = plan(&args(&["--schedule", "dualpipev", "--microbatches", "4"])).unwrap_err();
+        let e = job(&args(&["--schedule", "dualpipev", "--microbatches", "4"])).unwrap_err();
         assert!(e.contains("M = 4 < 2R = 8") && !e.contains('\n'), "{e}");
     }
 
     #[test]
     fn bad_flags_name_the_problem() {
-        let e = plan(&args(&["--schedule", "pipedream"])).unwrap_err();
+        let e = job(&args(&["--schedule", "pipedream"])).unwrap_err();
         assert!(e.contains("unknown schedule 'pipedream'"), "{e}");
-        let e = plan(&args(&["--stage-layers", "2,2"])).unwrap_err();
+        let e = job(&args(&["--stage-layers", "2,2"])).unwrap_err();
         assert!(e.contains("2 entries for 4 stages"), "{e}");
-        let e = plan(&args(&["--slow-rank", "9:5"])).unwrap_err();
+        let e = job(&args(&["--slow-rank", "9:5"])).unwrap_err();
         assert!(e.contains("rank 9"), "{e}");
-        let e = plan(&args(&["--schedule", "interleaved", "--microbatches", "6"])).unwrap_err();
+        let e = job(&args(&["--schedule", "interleaved", "--microbatches", "6"])).unwrap_err();
         assert!(e.contains("multiple of 4"), "{e}");
-        let p = plan(&args(&["--microbatches", "2,4"])).unwrap();
+        let p = job(&args(&["--microbatches", "2,4"])).unwrap();
         assert_eq!(p.runs.len(), 7, "interleaved M=2 is left out of the sweep");
         assert!(p.skipped[0].contains("multiple of 4"), "{:?}", p.skipped);
-        let e = plan(&args(&["--work", "sleep:x"])).unwrap_err();
+        let e = job(&args(&["--work", "sleep:x"])).unwrap_err();
         assert!(e.contains("microseconds"), "{e}");
         for (a, want) in [
             (&["--timeout", "-1"][..], "--timeout -1"),
@@ -788,7 +787,7 @@ mod tests {
             (&["--stages", "100000"][..], "at most 256 stage ranks"),
             (&["--microbatches", "10000000"][..], "at most 65536"),
         ] {
-            let e = plan(&args(a)).unwrap_err();
+            let e = job(&args(a)).unwrap_err();
             assert!(e.contains(want), "{a:?}: {e}");
         }
     }

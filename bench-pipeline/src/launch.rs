@@ -82,8 +82,9 @@ pub fn run(args: &Args, plan: &PipelineJob) -> Result<()> {
         .parse()
         .map_err(|_| anyhow!("unknown backend '{}'", args.backend))?;
     let joined = RankInfo::from_env().map_err(|e| Refused(e.to_string()))?;
-    let too_many_gpus =
-        |stages: usize, gpus: usize| format!("--backend nccl: {stages} stages but {gpus} GPU(s)");
+    let too_many_gpus = |stages: usize, gpus: usize| {
+        format!("--backend {backend}: {stages} stages but {gpus} GPU(s)")
+    };
     let wanted = Wanted {
         ranks: Some(args.nprocs.unwrap_or(plan.ranks)),
         gpus: Some(plan.ranks),
@@ -92,10 +93,12 @@ pub fn run(args: &Args, plan: &PipelineJob) -> Result<()> {
         too_many_gpus: &too_many_gpus,
     };
     match Ranks::choose(backend, joined, wanted)? {
-        Ranks::Threads(_) => run_local(args, plan),
-        ranks @ (Ranks::Spawn(_) | Ranks::Job(_) | Ranks::Joined(_)) => run_tcp(args, plan, ranks),
-        ranks @ (Ranks::Gpus(_) | Ranks::NcclJoined(_)) => run_nccl(args, plan, ranks),
-        Ranks::Mpi => run_mpi(args, plan),
+        ranks if ranks.backend().on_gpus() => run_gpus(args, plan, ranks),
+        ranks @ Ranks::Here { .. } => run_threads(args, plan, ranks),
+        ranks @ (Ranks::Spawn(_) | Ranks::Job(_) | Ranks::Joined { .. }) => {
+            run_processes(args, plan, ranks)
+        }
+        ranks @ Ranks::LibraryWorld { .. } => run_library_world(args, plan, ranks),
     }
 }
 
@@ -103,14 +106,16 @@ pub fn run(args: &Args, plan: &PipelineJob) -> Result<()> {
 /// without a driver is one line, exit code 2; a build without CUDA the
 /// backend's refusal). Other backends keep the default.
 pub fn default_stages(args: &mut Args) -> Result<(), String> {
-    let on_gpus = args.backend.parse::<Backend>() == Ok(Backend::Nccl);
-    if !on_gpus || args.stages.is_some() || args.schedule_csv.is_some() {
+    let Ok(backend) = args.backend.parse::<Backend>() else {
+        return Ok(());
+    };
+    if !backend.on_gpus() || args.stages.is_some() || args.schedule_csv.is_some() {
         return Ok(());
     }
-    Backend::Nccl.require_built().map_err(|e| e.0)?;
-    let gpus = ranks::visible_gpus().map_err(|e| format!("--backend nccl: {e}"))?;
+    backend.require_built().map_err(|e| e.0)?;
+    let gpus = ranks::visible_gpus().map_err(|e| format!("--backend {backend}: {e}"))?;
     if gpus == 0 {
-        return Err("--backend nccl: no visible GPU".into());
+        return Err(format!("--backend {backend}: no visible GPU"));
     }
     args.stages = Some(gpus);
     Ok(())
@@ -370,12 +375,12 @@ impl Stages<'_> {
     }
 }
 
-fn run_local(args: &Args, plan: &PipelineJob) -> Result<()> {
+fn run_threads(args: &Args, plan: &PipelineJob, ranks: Ranks) -> Result<()> {
     preflight(args, plan, true, all_ranks)?;
     let stages = Stages {
         args,
         plan,
-        backend: "local",
+        backend: ranks.backend().name(),
         compute_label: None,
         threads: threads(args, plan.ranks),
         base: TimeBase::Shared,
@@ -383,12 +388,12 @@ fn run_local(args: &Args, plan: &PipelineJob) -> Result<()> {
         check_in_body: None,
         recorder: Mutex::new(None),
     };
-    stages.run_on(Ranks::Threads(plan.ranks))
+    stages.run_on(ranks)
 }
 
 /// One process per stage: `--nprocs N` (default S) spawns the ranks on this
 /// host; under torchrun, mpirun or srun their variables give the rank.
-fn run_tcp(args: &Args, plan: &PipelineJob, ranks: Ranks) -> Result<()> {
+fn run_processes(args: &Args, plan: &PipelineJob, ranks: Ranks) -> Result<()> {
     match ranks.joined() {
         // The spawning launcher checks for all its ranks, before they start.
         None => preflight(args, plan, true, all_ranks)?,
@@ -414,7 +419,7 @@ fn run_tcp(args: &Args, plan: &PipelineJob, ranks: Ranks) -> Result<()> {
     let stages = Stages {
         args,
         plan,
-        backend: "tcp",
+        backend: ranks.backend().name(),
         compute_label: None,
         threads,
         base: TimeBase::Estimated,
@@ -440,7 +445,7 @@ fn check_joined_world(info: &RankInfo, plan: &PipelineJob) -> Result<()> {
 /// One thread and one NCCL communicator per GPU of this process (GPUs
 /// 0..S), each stage computing with cuBLASLt on its own GPU in f32; under
 /// a launcher, this process's one stage rank on its GPU.
-fn run_nccl(args: &Args, plan: &PipelineJob, ranks: Ranks) -> Result<()> {
+fn run_gpus(args: &Args, plan: &PipelineJob, ranks: Ranks) -> Result<()> {
     if let Some(info) = ranks.joined() {
         check_joined_world(info, plan)?;
     }
@@ -469,7 +474,7 @@ fn run_nccl(args: &Args, plan: &PipelineJob, ranks: Ranks) -> Result<()> {
     let stages = Stages {
         args,
         plan,
-        backend: "nccl",
+        backend: ranks.backend().name(),
         compute_label: Some("cuda (cuBLASLt, f32)"),
         threads: 0,
         // Threads of one process share a clock; processes estimate offsets.
@@ -488,12 +493,12 @@ fn run_nccl(args: &Args, plan: &PipelineJob, ranks: Ranks) -> Result<()> {
 /// each rank checks before it measures ([`Stages::joined`]); processes are
 /// treated as on separate hosts (offsets estimated). The ranks on this
 /// host (the launcher's count, else the whole job) split its cores.
-fn run_mpi(args: &Args, plan: &PipelineJob) -> Result<()> {
+fn run_library_world(args: &Args, plan: &PipelineJob, ranks: Ranks) -> Result<()> {
     let here = launch::ranks_on_this_host(plan.ranks);
     let stages = Stages {
         args,
         plan,
-        backend: "mpi",
+        backend: ranks.backend().name(),
         compute_label: None,
         threads: threads(args, here),
         base: TimeBase::Estimated,
@@ -501,5 +506,5 @@ fn run_mpi(args: &Args, plan: &PipelineJob) -> Result<()> {
         check_in_body: Some(here as u128),
         recorder: Mutex::new(None),
     };
-    stages.run_on(Ranks::Mpi)
+    stages.run_on(ranks)
 }

@@ -52,7 +52,7 @@ fn main() {
         say(e);
         std::process::exit(2);
     }
-    let plan = match cli::plan(&args) {
+    let plan = match cli::job(&args) {
         Ok(p) => p,
         Err(e) => {
             say(e);

@@ -78,7 +78,7 @@ impl Recorder {
     /// Records the version line of the library under the communicator
     /// (MPI's) in run.json's `versions`.
     pub fn note_library(&mut self, library: &str) {
-        self.meta.versions.insert("mpi".into(), library.into());
+        self.meta.note_library(library.into());
     }
 
     pub fn new(args: &Args, plan: &PipelineJob, backend: &str, compute: &str) -> Self {

@@ -46,8 +46,8 @@ impl Ranks {
         backend.require_built()?;
         let asked = wanted.ranks.unwrap_or(wanted.default);
         Ok(match (backend, joined) {
-            (Backend::Auto | Backend::Local, _) => Ranks::Threads(asked),
-            (Backend::Tcp, Some(info)) => Ranks::Joined(info),
+            (Backend::Auto | Backend::Local, _) => Ranks::threads(asked),
+            (Backend::Tcp, Some(info)) => Ranks::Joined { backend, info },
             (Backend::Tcp, None) => match wanted.job {
                 Some(job) => Ranks::Job(job),
                 None => Ranks::Spawn(asked),
@@ -57,37 +57,46 @@ impl Ranks {
                 // (the probe only looks the symbols up; it calls nothing).
                 gpus::require_nccl()?;
                 if let Some(info) = joined {
-                    return Ok(Ranks::NcclJoined(info));
+                    return Ok(Ranks::Joined { backend, info });
                 }
                 let visible = visible_gpus()?;
                 let world = wanted.gpus.unwrap_or(visible);
                 if world == 0 || world > visible {
                     return Err(UsageError((wanted.too_many_gpus)(world, visible)));
                 }
-                Ranks::Gpus(world)
+                Ranks::Here { backend, n: world }
             }
-            (Backend::Mpi, _) => Ranks::Mpi,
+            (Backend::Mpi, _) => Ranks::LibraryWorld { backend },
         })
+    }
+
+    /// `n` threads of this process over shared memory (`--backend local`).
+    pub fn threads(n: usize) -> Ranks {
+        Ranks::Here {
+            backend: Backend::Local,
+            n,
+        }
     }
 
     /// The ranks of the job, where known before it starts (under mpi the
     /// world is MPI's, known once it has started).
     pub fn world(&self) -> Option<usize> {
         match self {
-            Ranks::Threads(n) | Ranks::Spawn(n) | Ranks::Gpus(n) => Some(*n),
+            Ranks::Here { n, .. } | Ranks::Spawn(n) => Some(*n),
             Ranks::Job(job) => Some(job.ranks()),
-            Ranks::Joined(info) | Ranks::NcclJoined(info) => Some(info.world),
-            Ranks::Mpi => None,
+            Ranks::Joined { info, .. } => Some(info.world),
+            Ranks::LibraryWorld { .. } => None,
         }
     }
 
-    /// The backend these ranks run, as the records name it.
+    /// The backend these ranks run, as the records name it: spawned ranks
+    /// join over tcp.
     pub fn backend(&self) -> Backend {
         match self {
-            Ranks::Threads(_) => Backend::Local,
-            Ranks::Spawn(_) | Ranks::Job(_) | Ranks::Joined(_) => Backend::Tcp,
-            Ranks::Mpi => Backend::Mpi,
-            Ranks::Gpus(_) | Ranks::NcclJoined(_) => Backend::Nccl,
+            Ranks::Here { backend, .. }
+            | Ranks::Joined { backend, .. }
+            | Ranks::LibraryWorld { backend } => *backend,
+            Ranks::Spawn(_) | Ranks::Job(_) => Backend::Tcp,
         }
     }
 
@@ -95,7 +104,7 @@ impl Ranks {
     /// process of one.
     pub fn joined(&self) -> Option<&RankInfo> {
         match self {
-            Ranks::Joined(info) | Ranks::NcclJoined(info) => Some(info),
+            Ranks::Joined { info, .. } => Some(info),
             _ => None,
         }
     }
@@ -144,15 +153,6 @@ pub fn gpu_facts() -> GpuFacts {
     gpus::facts()
 }
 
-/// The line that refuses `backend` in a build that lacks it.
-#[cfg(not(all(feature = "cuda", feature = "mpi")))]
-pub(super) fn not_built(backend: Backend) -> UsageError {
-    backend
-        .require_built()
-        .err()
-        .unwrap_or_else(|| UsageError(format!("--backend {backend}: not in this build")))
-}
-
 #[cfg(feature = "cuda")]
 mod gpus {
     use super::{GpuFacts, UsageError};
@@ -186,7 +186,7 @@ mod gpus {
     use super::{Backend, GpuFacts, UsageError};
 
     fn refused<T>() -> Result<T, UsageError> {
-        Err(super::not_built(Backend::Nccl))
+        Err(Backend::Nccl.not_built())
     }
 
     pub fn require_nccl() -> Result<(), UsageError> {
@@ -233,16 +233,37 @@ mod tests {
     #[test]
     fn auto_is_tcp_under_a_launcher_and_local_otherwise() {
         let r = Ranks::choose(Backend::Auto, None, wanted(None)).unwrap();
-        assert!(matches!(r, Ranks::Threads(3)), "{r:?}");
+        assert!(
+            matches!(
+                r,
+                Ranks::Here {
+                    backend: Backend::Local,
+                    n: 3
+                }
+            ),
+            "{r:?}"
+        );
         let r = Ranks::choose(Backend::Auto, Some(joined()), wanted(None)).unwrap();
-        assert!(matches!(&r, Ranks::Joined(i) if i.rank == 1), "{r:?}");
+        assert!(
+            matches!(&r, Ranks::Joined { info, .. } if info.rank == 1),
+            "{r:?}"
+        );
         assert_eq!((r.backend(), r.world()), (Backend::Tcp, Some(2)));
     }
 
     #[test]
     fn each_backend_starts_its_own_ranks() {
         let r = Ranks::choose(Backend::Local, Some(joined()), wanted(Some(5))).unwrap();
-        assert!(matches!(r, Ranks::Threads(5)), "{r:?}");
+        assert!(
+            matches!(
+                r,
+                Ranks::Here {
+                    backend: Backend::Local,
+                    n: 5
+                }
+            ),
+            "{r:?}"
+        );
         let r = Ranks::choose(Backend::Tcp, None, wanted(Some(4))).unwrap();
         assert!(matches!(r, Ranks::Spawn(4)), "{r:?}");
         let job = LocalJob::new(2, "/bin/true", ["x"]);

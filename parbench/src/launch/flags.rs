@@ -73,6 +73,52 @@ impl Backend {
         }
     }
 
+    /// The names `--backend` takes, as an error lists them ("local, tcp,
+    /// nccl or mpi").
+    pub fn expected() -> String {
+        let names: Vec<&str> = Backend::ALL.iter().map(|b| b.name()).collect();
+        match names.split_last() {
+            Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
+            _ => names.join(""),
+        }
+    }
+
+    /// The backend a record names exactly (`auto` is never recorded).
+    pub fn named(name: &str) -> Option<Backend> {
+        Backend::ALL.into_iter().find(|b| b.name() == name)
+    }
+
+    /// Whether its ranks talk over sockets, where a link (not a cache) may
+    /// bound a transfer.
+    pub fn over_sockets(self) -> bool {
+        matches!(self, Backend::Tcp)
+    }
+
+    /// Whether its ranks compute on GPUs, their buffers in device memory.
+    pub fn on_gpus(self) -> bool {
+        matches!(self, Backend::Nccl)
+    }
+
+    /// Whether its ranks are threads of this one process.
+    pub fn in_one_process(self) -> bool {
+        matches!(self, Backend::Local | Backend::Auto)
+    }
+
+    /// Whether its ranks are host processes this binary can count and
+    /// start itself (`--nprocs`): threads here, or processes it spawns.
+    pub fn started_here(self) -> bool {
+        matches!(self, Backend::Local | Backend::Tcp | Backend::Auto)
+    }
+
+    /// The most ranks one run of it starts.
+    pub fn most_ranks(self) -> usize {
+        if self.in_one_process() {
+            crate::limits::MAX_LOCAL_RANKS
+        } else {
+            crate::limits::MAX_SPAWNED_RANKS
+        }
+    }
+
     /// The one refusal of a backend this build lacks (bad input: one line,
     /// exit code 2).
     pub fn require_built(self) -> Result<(), UsageError> {
@@ -87,6 +133,14 @@ impl Backend {
             )),
             _ => Ok(()),
         }
+    }
+
+    /// The line that refuses it in a build that lacks it.
+    #[cfg(not(all(feature = "cuda", feature = "mpi")))]
+    pub(crate) fn not_built(self) -> UsageError {
+        self.require_built()
+            .err()
+            .unwrap_or_else(|| UsageError(format!("--backend {self}: not in this build")))
     }
 }
 
@@ -211,6 +265,26 @@ impl FromStr for ByteSize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn backend_properties_answer_what_binaries_ask() {
+        assert_eq!(Backend::expected(), "local, tcp, nccl or mpi");
+        for b in Backend::ALL {
+            assert_eq!(Backend::named(b.name()), Some(b));
+        }
+        assert_eq!(Backend::named("auto"), None);
+        assert_eq!(Backend::named("TCP"), None, "records name it exactly");
+        assert!(Backend::Tcp.over_sockets() && !Backend::Local.over_sockets());
+        let on_gpus: Vec<_> = Backend::ALL.into_iter().filter(|b| b.on_gpus()).collect();
+        assert_eq!(on_gpus, [Backend::Nccl]);
+        let started: Vec<_> = Backend::ALL
+            .into_iter()
+            .filter(|b| b.started_here())
+            .collect();
+        assert_eq!(started, [Backend::Local, Backend::Tcp]);
+        assert_eq!(Backend::Local.most_ranks(), crate::limits::MAX_LOCAL_RANKS);
+        assert_eq!(Backend::Tcp.most_ranks(), crate::limits::MAX_SPAWNED_RANKS);
+    }
 
     #[test]
     fn backends_by_name_any_case() {

@@ -13,6 +13,7 @@
 //! the communication errors it caused on the others (their waits that
 //! passed a deadline, then their lost peers), the lowest rank first.
 
+use super::flags::Backend;
 use super::{LaunchError, RankInfo};
 use crate::comm::{Algo, CommError, CommResult, Communicator, DType, HostComm, Transport};
 use crate::compute::cpu::CpuCompute;
@@ -22,11 +23,16 @@ use std::time::Duration;
 
 pub use super::choose::{default_ranks, gpu_facts, gpu_memory, visible_gpus, GpuFacts, Wanted};
 
-/// How the ranks of a job start, worked out once by the binary.
+/// How the ranks of a job start, worked out once by the binary. Each
+/// variant is a way of starting, not a backend: the backend it starts is
+/// [`Ranks::backend`], and a binary asks that backend what it needs to know
+/// ([`Backend::on_gpus`] and its kin), so that a backend which starts in
+/// one of these ways needs no binary to change.
 #[derive(Debug)]
 pub enum Ranks {
-    /// `n` threads of this process over shared memory (`--backend local`).
-    Threads(usize),
+    /// `n` ranks in this process, one thread each: over shared memory
+    /// (local), or one GPU each (nccl).
+    Here { backend: Backend, n: usize },
     /// Spawn `n` ranks of this binary on loopback (they join as [`Ranks::Joined`]).
     Spawn(usize),
     /// Spawn this job of ranks of this binary: a binary that runs one job
@@ -35,15 +41,13 @@ pub enum Ranks {
     /// `JobFault::Launch(LaunchError::RankFailed)`, so that the binary can
     /// say which of its jobs it was (the launcher already named the rank).
     Job(super::LocalJob),
-    /// This process is one rank of a tcp job (spawned, torchrun, mpirun, srun).
-    Joined(RankInfo),
-    /// This process is one rank of an MPI job (feature `mpi`).
-    Mpi,
-    /// One thread and one NCCL communicator per GPU `0..n` of this process
-    /// (feature `cuda`).
-    Gpus(usize),
-    /// This process is one rank of an NCCL job on one GPU (feature `cuda`).
-    NcclJoined(RankInfo),
+    /// This process is one rank of a job its launcher's variables describe
+    /// (spawned, torchrun, mpirun, srun): over sockets (tcp), or on one GPU
+    /// (nccl, feature `cuda`).
+    Joined { backend: Backend, info: RankInfo },
+    /// This process is one rank of a job whose world its library knows
+    /// once started (MPI's, feature `mpi`).
+    LibraryWorld { backend: Backend },
 }
 
 /// What every rank runs, over whichever communicator its backend gives.
@@ -152,8 +156,9 @@ pub fn run<B: RankBody>(
     body: &B,
 ) -> Result<Ended<B::Out>, JobFault> {
     match ranks {
-        Ranks::Threads(world) => {
-            let results = crate::comm::local::run(world, algo, timeout, |c| body.run(c));
+        Ranks::Here { backend, n } if backend.on_gpus() => run_gpus(n, timeout, body),
+        Ranks::Here { n, .. } => {
+            let results = crate::comm::local::run(n, algo, timeout, |c| body.run(c));
             Ok(Ended::Ran(first_fault(results)?))
         }
         Ranks::Spawn(world) => {
@@ -168,7 +173,11 @@ pub fn run<B: RankBody>(
                 code: super::exit_code(job.run()?),
             })
         }
-        Ranks::Joined(info) => {
+        Ranks::Joined { backend, info } if backend.on_gpus() => {
+            with_token(&info)?;
+            run_nccl_joined(info, timeout, body)
+        }
+        Ranks::Joined { info, .. } => {
             open_files(info.world)?;
             with_token(&info)?;
             let rank = info.rank;
@@ -176,12 +185,7 @@ pub fn run<B: RankBody>(
             let mut comm = crate::comm::tcp::comm(&info, algo, timeout).map_err(joined)?;
             Ok(Ended::Ran(vec![body.run(&mut comm).map_err(joined)?]))
         }
-        Ranks::Mpi => run_mpi(timeout, body),
-        Ranks::Gpus(world) => run_gpus(world, timeout, body),
-        Ranks::NcclJoined(info) => {
-            with_token(&info)?;
-            run_nccl_joined(info, timeout, body)
-        }
+        Ranks::LibraryWorld { .. } => run_mpi(timeout, body),
     }
 }
 
@@ -217,7 +221,7 @@ fn run_mpi<B: RankBody>(timeout: Duration, body: &B) -> Result<Ended<B::Out>, Jo
 
 #[cfg(not(feature = "mpi"))]
 fn run_mpi<B: RankBody>(_: Duration, _: &B) -> Result<Ended<B::Out>, JobFault> {
-    unavailable(super::flags::Backend::Mpi)
+    unavailable(Backend::Mpi)
 }
 
 #[cfg(feature = "cuda")]
@@ -254,13 +258,13 @@ fn run_nccl_joined<B: RankBody>(
 /// `backend`, which this build lacks, refused
 /// ([`super::flags::Backend::require_built`]).
 #[cfg(not(all(feature = "cuda", feature = "mpi")))]
-fn unavailable<T>(backend: super::flags::Backend) -> Result<T, JobFault> {
-    Err(JobFault::Unavailable(super::choose::not_built(backend)))
+fn unavailable<T>(backend: Backend) -> Result<T, JobFault> {
+    Err(JobFault::Unavailable(backend.not_built()))
 }
 
 #[cfg(not(feature = "cuda"))]
 fn run_gpus<B: RankBody>(_: usize, _: Duration, _: &B) -> Result<Ended<B::Out>, JobFault> {
-    unavailable(super::flags::Backend::Nccl)
+    unavailable(Backend::Nccl)
 }
 
 #[cfg(not(feature = "cuda"))]
@@ -269,7 +273,7 @@ fn run_nccl_joined<B: RankBody>(
     _: Duration,
     _: &B,
 ) -> Result<Ended<B::Out>, JobFault> {
-    unavailable(super::flags::Backend::Nccl)
+    unavailable(Backend::Nccl)
 }
 
 /// Spawns `world` ranks of this binary on loopback with the same arguments
@@ -478,7 +482,7 @@ mod tests {
     #[test]
     fn a_body_computes_on_the_device_beside_its_communicator() {
         let t = Duration::from_secs(20);
-        match run(Ranks::Threads(3), Algo::Auto, t, &SumsOnItsDevice).unwrap() {
+        match run(Ranks::threads(3), Algo::Auto, t, &SumsOnItsDevice).unwrap() {
             // 2 x (0 + 1 + 2) and 2 x (1 + 1 + 1) on every rank.
             Ended::Ran(v) => assert_eq!(v, vec![vec![6.0, 6.0]; 3]),
             other => panic!("{other:?}"),
@@ -488,11 +492,11 @@ mod tests {
     #[test]
     fn threads_run_the_body_and_report_the_failing_rank() {
         let t = Duration::from_secs(20);
-        match run(Ranks::Threads(3), Algo::Auto, t, &RankTimesTen).unwrap() {
+        match run(Ranks::threads(3), Algo::Auto, t, &RankTimesTen).unwrap() {
             Ended::Ran(v) => assert_eq!(v, vec![0, 10, 20]),
             other => panic!("{other:?}"),
         }
-        let e = run(Ranks::Threads(4), Algo::Auto, t, &FailsOnRank(2)).unwrap_err();
+        let e = run(Ranks::threads(4), Algo::Auto, t, &FailsOnRank(2)).unwrap_err();
         assert!(e.to_string().contains("rank 2: injected"), "{e}");
     }
 

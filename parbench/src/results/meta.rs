@@ -69,6 +69,12 @@ impl RunMeta {
         }
     }
 
+    /// Records the version line of the library under the run's backend
+    /// (MPI's) in `versions`, under the backend's name.
+    pub fn note_library(&mut self, version: String) {
+        self.versions.insert(self.backend.clone(), version);
+    }
+
     /// Marks the run finished now.
     pub fn finish(&mut self) {
         self.end = iso8601_utc(SystemTime::now());
