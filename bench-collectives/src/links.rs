@@ -9,7 +9,6 @@ use crate::cli::SweepJob;
 use crate::start::Finished;
 use anyhow::{Context, Result};
 use parbench::comm::{CommBuffer, CommResult, Communicator, DType, Io, ReduceOp};
-use parbench::launch::flags::Backend;
 use parbench::launch::ranks::{self, Ended, RankBody, Ranks};
 use parbench::launch::UsageError;
 use parbench::results::{self, verdict, LinkRow, RunMeta, SLOW_SHARE};
@@ -21,6 +20,8 @@ pub fn run(plan: &SweepJob, run_id: &str, ranks: Ranks) -> Result<Finished> {
     // Under mpi the world is the library's, known once it started.
     let world = ranks.world().unwrap_or(0);
     let gpus = matches!(ranks, Ranks::Here { backend, .. } if backend.on_gpus());
+    // Ranks of this process bring their rows back to it.
+    let here = matches!(ranks, Ranks::Here { .. });
     // The output folder is checked before anything is measured, by the
     // process that writes it (under mpi rank 0 is known only once started).
     let writes = match (&ranks, ranks.joined()) {
@@ -43,7 +44,7 @@ pub fn run(plan: &SweepJob, run_id: &str, ranks: Ranks) -> Result<Finished> {
     };
     // Rank 0 brings the rows; every other rank of a job has none.
     let Some((rows, world_seen)) = rows else {
-        if Backend::named(backend).is_some_and(Backend::in_one_process) || gpus {
+        if here {
             anyhow::bail!("rank 0 returned no pairs");
         }
         return Ok(Finished::Ran { wrong: 0 });

@@ -42,7 +42,8 @@ pub fn print_run_header<C: Communicator>(
     }
     let in_process = match std::env::var_os("WORLD_SIZE") {
         Some(_) => 1,
-        // One rank a process where the backend's ranks are processes.
+        // A backend whose ranks are always processes (tcp, mpi) runs one
+        // each; threads of one process (local, a process's GPUs) the world.
         None if Backend::named(comm.backend())
             .is_some_and(|b| !b.in_one_process() && !b.on_gpus()) =>
         {

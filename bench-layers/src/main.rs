@@ -93,7 +93,7 @@ fn main() {
 fn run(cli: &Cli) -> anyhow::Result<()> {
     let rank = RankInfo::from_env().map_err(|e| UsageError(e.to_string()))?;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    // The backend's own parse (and its error) is the plan's.
+    // The backend's own parse (and its error) is the job's.
     let named = cli.backend.parse::<Backend>().unwrap_or(Backend::Auto);
     let default_ranks = ranks::default_ranks(named, rank.as_ref(), cores)?;
     let plan = cli.job(default_ranks)?;
