@@ -178,35 +178,23 @@ fn a_killed_rank_is_named_by_the_launcher_every_time() {
 fn a_rank_alone_names_itself_once_and_the_wait_it_really_waited() {
     // Rank 0 of a world of 2 whose rank 1 never comes: it waits for rank
     // 1's address in the store until --timeout, and says so once.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-        .to_string();
+    // Held from here until rank 0 serves on it, as a launcher would hold it.
+    let store = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = store.local_addr().unwrap().port().to_string();
     let dir = scratch("alone");
     let t = std::time::Instant::now();
-    let o = run(
-        &[
-            "--backend",
-            "tcp",
-            "--timeout",
-            "1",
-            "-b",
-            "8",
-            "-e",
-            "8",
-            "--out",
-            dir.to_str().unwrap(),
-        ],
-        &[
+    let mut cmd = binary();
+    cmd.args(flags("--backend tcp --timeout 1 -b 8 -e 8 --out"))
+        .arg(&dir)
+        .envs([
             ("RANK", "0"),
             ("WORLD_SIZE", "2"),
             ("MASTER_ADDR", "127.0.0.1"),
             ("MASTER_PORT", &port),
             ("PARBENCH_JOB_TOKEN", "alone"),
-        ],
-    );
+        ]);
+    parbench::launch::hand_store_listener(&mut cmd, &store);
+    let o = cmd.output().expect("the binary starts");
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(t.elapsed() < std::time::Duration::from_secs(30));

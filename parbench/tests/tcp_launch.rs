@@ -91,14 +91,15 @@ fn every_launcher_family_forms_a_job() {
         ),
     ];
     for (source, [rank_var, world_var, local_var], extra) in families {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        // Held until rank 0 serves on it, as a launcher on this host would.
+        let store = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = store.local_addr().unwrap().port();
         let mut children: Vec<_> = (0..2)
             .map(|r| {
                 let mut c = this_test(name);
+                if r == 0 {
+                    parbench::launch::hand_store_listener(&mut c, &store);
+                }
                 for v in [
                     "RANK",
                     "WORLD_SIZE",

@@ -12,7 +12,7 @@ use parbench::launch::Store;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
-use tcp_support::{all_pairs, assert_all_succeeded, free_port, job, wait_all, worker};
+use tcp_support::{all_pairs, assert_all_succeeded, job, wait_all, worker};
 
 const TOKEN: &str = "the-right-token";
 
@@ -83,11 +83,9 @@ fn strangers_on_the_rendezvous_and_data_ports_do_not_stop_the_job() {
         exchange_with_every_peer(&info);
         return;
     }
-    let port = free_port();
-    let mut children = job(name, 3)
-        .env("MASTER_PORT", port.to_string())
+    let (mut children, port) = job(name, 3)
         .env("PARBENCH_JOB_TOKEN", TOKEN)
-        .start()
+        .start_with_store_port()
         .unwrap();
     let store = format!("127.0.0.1:{port}");
     let until = Instant::now() + Duration::from_secs(20);
@@ -145,6 +143,37 @@ fn strangers_on_the_rendezvous_and_data_ports_do_not_stop_the_job() {
 }
 
 #[test]
+fn the_store_port_is_held_from_launch_until_rank_0_serves_on_it() {
+    // Was: the launcher chose a free port and let it go; a process beside
+    // it (another test's connection) took it before rank 0 bound it, and
+    // the job failed with "Address already in use".
+    let name = "the_store_port_is_held_from_launch_until_rank_0_serves_on_it";
+    if let Some(info) = worker(name) {
+        exchange_with_every_peer(&info);
+        return;
+    }
+    let (mut children, port) = job(name, 2)
+        .env("PARBENCH_JOB_TOKEN", TOKEN)
+        .start_with_store_port()
+        .unwrap();
+    // At once, before rank 0 can have reached its store: nobody else may
+    // bind the port (rank 0 holds the launcher's socket).
+    let taken = std::net::TcpListener::bind(("127.0.0.1", port));
+    assert!(
+        taken
+            .as_ref()
+            .is_err_and(|e| e.kind() == std::io::ErrorKind::AddrInUse),
+        "the store's port {port} was free to take: {taken:?}"
+    );
+    // And rank 0 serves the job's store on it.
+    let until = Instant::now() + Duration::from_secs(20);
+    let mut client = StoreClient::connect(&format!("127.0.0.1:{port}"), TOKEN, 9, until).unwrap();
+    client.get("parbench/tcp/addr/1", until).unwrap();
+    client.put("test/done", b"", until).unwrap();
+    assert_all_succeeded(&wait_all(&mut children, 40));
+}
+
+#[test]
 fn a_crowd_of_idle_connections_at_the_store_and_a_data_port_does_not_stop_the_job() {
     // Was: 1,120 idle connections at the store killed the job (rank 1:
     // "lost the store ... Connection reset by peer"), and more than 256 at
@@ -163,7 +192,6 @@ fn a_crowd_of_idle_connections_at_the_store_and_a_data_port_does_not_stop_the_jo
         exchange_with_every_peer(&info);
         return;
     }
-    let port = free_port();
     // The ranks get the usual 1,024 descriptors (as on the machine where
     // the crowd killed the job); this process keeps enough for the crowd.
     let mut lim = libc::rlimit {
@@ -183,17 +211,19 @@ fn a_crowd_of_idle_connections_at_the_store_and_a_data_port_does_not_stop_the_jo
     lim.rlim_cur = 1024;
     // SAFETY: as above; lowering the soft limit is always allowed.
     unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) };
-    let marker = std::env::temp_dir().join(format!("parbench-crowd-{port}"));
-    let _ = std::fs::remove_file(&marker);
+    let marker = std::env::temp_dir().join(format!(
+        "parbench-crowd-{}-{}",
+        std::process::id(),
+        parbench::launch::new_token()
+    ));
     let started = job(name, 3)
         .env("CROWD_MARKER", &marker)
-        .env("MASTER_PORT", port.to_string())
         .env("PARBENCH_JOB_TOKEN", TOKEN)
-        .start();
+        .start_with_store_port();
     lim.rlim_cur = mine.max(2048);
     // SAFETY: as above; back up to at most the hard limit.
     unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) };
-    let mut children = started.unwrap();
+    let (mut children, port) = started.unwrap();
     let store = format!("127.0.0.1:{port}");
     let until = Instant::now() + Duration::from_secs(20);
     while TcpStream::connect(&store).is_err() {

@@ -23,7 +23,7 @@ pub fn scratch(name: &str) -> PathBuf {
 
 /// The binary, without the self-test's fault injection a caller's
 /// environment might carry.
-fn binary() -> Command {
+pub fn binary() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_bench-collectives"));
     cmd.env_remove("PARBENCH_SELFTEST_CORRUPT_RANK");
     cmd

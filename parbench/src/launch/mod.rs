@@ -42,7 +42,10 @@ pub use crate::rendezvous::{
     ranks_on_this_host, store, LaunchSource, RankInfo, RendezvousError, Store, DEFAULT_MASTER_ADDR,
     DEFAULT_MASTER_PORT, DEFAULT_TOKEN,
 };
-pub use spawn::{exit_code, how_it_ended, new_token, spawn_local_ranks, LocalJob, STOP_GRACE};
+pub use spawn::{
+    exit_code, hand_store_listener, how_it_ended, new_token, spawn_local_ranks, LocalJob,
+    STOP_GRACE,
+};
 pub use usage::{
     check_env_settings, end_on_error, exit_code_of, Reported, UsageError, EXIT_FAULT, EXIT_USAGE,
 };

@@ -12,7 +12,9 @@
 
 use super::LaunchError;
 use crate::error_line::{duration_text, eprint_line, signal_name};
+use crate::rendezvous::store::STORE_FD_VAR;
 use std::ffi::{OsStr, OsString};
+use std::os::fd::AsRawFd;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus};
@@ -27,7 +29,8 @@ pub const STOP_GRACE: Duration = Duration::from_secs(2);
 /// N ranks of one program on this host, meeting on loopback.
 ///
 /// Each child gets torchrun's variables (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`,
-/// `LOCAL_WORLD_SIZE`, `MASTER_ADDR=127.0.0.1`, `MASTER_PORT` = a free port),
+/// `LOCAL_WORLD_SIZE`, `MASTER_ADDR=127.0.0.1`, `MASTER_PORT` = a port the
+/// launcher holds bound until rank 0 serves on it),
 /// a fresh random `PARBENCH_JOB_TOKEN`, and `PARBENCH_SPAWNED=1`; it dies
 /// with the thread that spawned it (`PR_SET_PDEATHSIG`), so no rank outlives
 /// a killed launcher.
@@ -101,6 +104,16 @@ impl LocalJob {
     /// ends (that is how `PR_SET_PDEATHSIG` works): call this from a thread
     /// that outlives them, as [`LocalJob::run`] does by waiting in it.
     pub fn start(&self) -> Result<Vec<Child>, LaunchError> {
+        let (children, _) = self.start_with_store_port()?;
+        Ok(children)
+    }
+
+    /// [`LocalJob::start`], also returning the port of the job's store.
+    /// Unless the caller set `MASTER_ADDR` or `MASTER_PORT` itself, the
+    /// launcher binds that port on loopback and hands the listening
+    /// socket to rank 0 ([`hand_store_listener`]), so the port stays
+    /// taken from the moment it is chosen.
+    pub fn start_with_store_port(&self) -> Result<(Vec<Child>, u16), LaunchError> {
         let max = crate::limits::MAX_SPAWNED_RANKS;
         if self.ranks == 0 || self.ranks > max {
             return Err(LaunchError::Invalid(format!(
@@ -108,7 +121,21 @@ impl LocalJob {
                 self.ranks
             )));
         }
-        let port = free_loopback_port().map_err(|source| LaunchError::Spawn { rank: 0, source })?;
+        let spawn_error = |source| LaunchError::Spawn { rank: 0, source };
+        // Held until every rank has started; rank 0 keeps its own copy.
+        let store = std::net::TcpListener::bind("127.0.0.1:0").map_err(spawn_error)?;
+        let store_port = store.local_addr().map_err(spawn_error)?.port();
+        let caller_set = |key: &str| self.env.iter().any(|(k, _)| k == key);
+        // A caller that names the store's address keeps the old way: rank
+        // 0 binds it (and the port chosen here is let go at once).
+        let store = (!caller_set("MASTER_ADDR") && !caller_set("MASTER_PORT")).then_some(store);
+        let port = self
+            .env
+            .iter()
+            .rev()
+            .find(|(k, _)| k == "MASTER_PORT")
+            .and_then(|(_, v)| v.to_str()?.parse().ok())
+            .unwrap_or(store_port);
         let token = new_token();
         let parent = std::process::id() as libc::pid_t;
         let mut children: Vec<Child> = Vec::with_capacity(self.ranks);
@@ -123,7 +150,11 @@ impl LocalJob {
                 .env("MASTER_PORT", port.to_string())
                 .env("PARBENCH_JOB_TOKEN", &token)
                 .env("PARBENCH_SPAWNED", "1")
+                .env_remove(STORE_FD_VAR)
                 .envs(self.env.iter().map(|(k, v)| (k, v)));
+            if let (0, Some(store)) = (rank, &store) {
+                hand_store_listener(&mut cmd, store);
+            }
             // SAFETY: the closure runs in the child between fork and exec and
             // calls only async-signal-safe functions (prctl, getppid, _exit).
             unsafe {
@@ -153,7 +184,27 @@ impl LocalJob {
                 }
             }
         }
-        Ok(children)
+        Ok((children, port))
+    }
+}
+
+/// Makes the process `cmd` starts inherit `listener` (and only that
+/// process: the descriptor stays close-on-exec here) and names it in
+/// [`STORE_FD_VAR`], so that as rank 0 it serves the job's store on that
+/// socket instead of binding the port again.
+pub fn hand_store_listener(cmd: &mut Command, listener: &std::net::TcpListener) {
+    let fd = listener.as_raw_fd();
+    cmd.env(STORE_FD_VAR, fd.to_string());
+    // SAFETY: the closure runs in the child between fork and exec and calls
+    // only fcntl, which is async-signal-safe; `fd` is open there (forked).
+    unsafe {
+        cmd.pre_exec(move || {
+            let flags = libc::fcntl(fd, libc::F_GETFD);
+            if flags < 0 || libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
     }
 }
 
@@ -180,13 +231,6 @@ pub fn exit_code(status: ExitStatus) -> i32 {
 /// A fresh random job token (128 bits from the OS, hex).
 pub fn new_token() -> String {
     crate::files::random_hex(16)
-}
-
-/// A port that was free on 127.0.0.1 a moment ago (rank 0 binds it next; a
-/// race with another process gives rank 0 a clear bind error).
-fn free_loopback_port() -> std::io::Result<u16> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
-    Ok(l.local_addr()?.port())
 }
 
 /// The children's pids while they can still be signalled: a rank's entry

@@ -24,6 +24,15 @@
 //!   rank's address comes from that rank); the keys and values held are
 //!   capped at [`MAX_STORED`] bytes.
 //!
+//! Where the port comes from: a launcher on this host (`--nprocs`, or any
+//! parent that starts rank 0) may bind the port itself and hand rank 0 the
+//! listening socket, its descriptor number in [`STORE_FD_VAR`]; rank 0
+//! serves on that socket when it listens on the job's address. The port is
+//! then held from the moment it is chosen, so no other process (a test
+//! beside it, an outgoing connection given it as an ephemeral port) can
+//! take it before rank 0 serves. Without the variable rank 0 binds
+//! `MASTER_ADDR:MASTER_PORT` itself, as under torchrun or srun.
+//!
 //! The token keeps out processes that do not know it; under `--nprocs` it
 //! is random per job. The fixed [`super::DEFAULT_TOKEN`] is no secret (a
 //! process that used it would be taken for a rank), so `launch::ranks`
@@ -33,7 +42,7 @@ use super::{pollfd, RankInfo, RendezvousError};
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -59,6 +68,10 @@ const TICK: Duration = Duration::from_millis(100);
 /// An answer a client does not read is not queued beyond this.
 const MAX_QUEUED_OUT: usize = 4 * MAX_FRAME;
 
+/// The variable that gives rank 0 the descriptor of the store's listening
+/// socket, bound by the process that started it (see the module docs).
+pub const STORE_FD_VAR: &str = "PARBENCH_STORE_FD";
+
 /// Rank 0's store server; it serves until dropped.
 pub struct StoreServer {
     addr: SocketAddr,
@@ -70,7 +83,12 @@ impl StoreServer {
     /// Listens on `addr` (and nowhere else) for clients carrying `token`.
     pub fn bind(addr: SocketAddr, token: &str) -> io::Result<StoreServer> {
         super::raise_fd_limit();
-        let listener = TcpListener::bind(addr)?;
+        Self::serve(TcpListener::bind(addr)?, token)
+    }
+
+    /// Serves on `listener`, already bound, for clients carrying `token`.
+    pub fn serve(listener: TcpListener, token: &str) -> io::Result<StoreServer> {
+        super::raise_fd_limit();
         super::deepen_backlog(&listener);
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
@@ -725,6 +743,13 @@ fn bind_first(addr: &str, token: &str) -> Result<StoreServer, RendezvousError> {
         .to_socket_addrs()
         .map_err(|e| err(format!("cannot resolve MASTER_ADDR: {e}")))?
         .collect();
+    if let Some(listener) = handed_listener(&addrs) {
+        return StoreServer::serve(listener, token).map_err(|e| {
+            err(format!(
+                "rank 0 cannot serve on the socket its launcher bound: {e}"
+            ))
+        });
+    }
     let mut last = String::from("MASTER_ADDR resolves to no address");
     for a in addrs {
         match StoreServer::bind(a, token) {
@@ -733,6 +758,61 @@ fn bind_first(addr: &str, token: &str) -> Result<StoreServer, RendezvousError> {
         }
     }
     Err(err(last))
+}
+
+/// The listening socket a launcher handed this process in [`STORE_FD_VAR`],
+/// when it listens on one of `addrs`; taken at most once a process. A
+/// descriptor that is no listening socket on those addresses is left open
+/// and untouched (it is not this function's to close).
+fn handed_listener(addrs: &[SocketAddr]) -> Option<TcpListener> {
+    static TAKEN: AtomicBool = AtomicBool::new(false);
+    let fd: RawFd = std::env::var(STORE_FD_VAR).ok()?.trim().parse().ok()?;
+    if TAKEN.swap(true, Ordering::SeqCst) {
+        return None;
+    }
+    listener_on(fd, addrs)
+}
+
+/// `fd` as a listener when it is a listening socket on one of `addrs`
+/// (then owned by the listener); otherwise `None`, with `fd` left as it was.
+fn listener_on(fd: RawFd, addrs: &[SocketAddr]) -> Option<TcpListener> {
+    if fd <= 2 || !is_listening_socket(fd) {
+        return None;
+    }
+    // SAFETY: `fd` is an open listening socket (checked above) that this
+    // process inherited for this purpose and takes once (the caller's
+    // TAKEN); if it is not on `addrs` it is given back unclosed below.
+    let listener = unsafe { TcpListener::from_raw_fd(fd) };
+    match listener.local_addr() {
+        Ok(a) if addrs.contains(&a) => {
+            // Rank 0's own children (none today) must not inherit it.
+            // SAFETY: fcntl on a descriptor this process owns.
+            unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+            Some(listener)
+        }
+        _ => {
+            let _ = listener.into_raw_fd();
+            None
+        }
+    }
+}
+
+/// Whether `fd` is an open socket in the listening state.
+fn is_listening_socket(fd: RawFd) -> bool {
+    let mut listening: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `listening`; on a
+    // descriptor that is not an open socket it fails and writes nothing.
+    let ok = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_ACCEPTCONN,
+            (&mut listening as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    ok == 0 && listening == 1
 }
 
 #[cfg(test)]
@@ -745,6 +825,30 @@ mod tests {
 
     fn soon() -> Instant {
         Instant::now() + Duration::from_secs(10)
+    }
+
+    #[test]
+    fn a_handed_descriptor_is_taken_only_as_a_listener_on_the_job_address() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let at = l.local_addr().unwrap();
+        let elsewhere: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        // Not on the job's address: left open, still listening.
+        assert!(listener_on(l.as_raw_fd(), &[elsewhere]).is_none());
+        assert!(is_listening_socket(l.as_raw_fd()));
+        // A file, a connected socket, a closed number: not taken.
+        let file = std::fs::File::open("/proc/self/stat").unwrap();
+        assert!(listener_on(file.as_raw_fd(), &[at]).is_none());
+        let conn = TcpStream::connect(at).unwrap();
+        let conn_addr = conn.local_addr().unwrap();
+        assert!(listener_on(conn.as_raw_fd(), &[conn_addr]).is_none());
+        assert!(listener_on(1 << 20, &[at]).is_none());
+        // On the job's address: served, and clients reach it.
+        let taken = listener_on(l.into_raw_fd(), &[at]).unwrap();
+        let s = StoreServer::serve(taken, "tok").unwrap();
+        assert_eq!(s.addr(), at);
+        let mut c = StoreClient::connect(&at.to_string(), "tok", 0, soon()).unwrap();
+        c.put("k", b"v", soon()).unwrap();
+        assert_eq!(c.get("k", soon()).unwrap(), b"v".to_vec());
     }
 
     #[test]
