@@ -241,8 +241,17 @@ pub fn header_lines(
             line
         });
     }
+    // On GPUs the calls of the whole loop issue back to back, as in
+    // nccl-tests; the per-iteration events of the percentiles' loop cost the
+    // host a record between calls, so they get a loop of their own.
+    let on_gpus = parbench::launch::flags::Backend::named(backend).is_some_and(|b| b.on_gpus());
+    let percentiles = if on_gpus && cfg.graph.is_none() {
+        "p50/p99 over the iterations of a second timed loop with an event after each call, each the slowest rank's"
+    } else {
+        "p50/p99 over iterations, each the slowest rank's"
+    };
     out.push(format!(
-        "# {} warm-up, {} timed, {} check iterations per size; time(us) = whole timed loop / {} ({}); p50/p99 over iterations, each the slowest rank's",
+        "# {} warm-up, {} timed, {} check iterations per size; time(us) = whole timed loop / {} ({}); {percentiles}",
         cfg.warmup,
         cfg.iters,
         cfg.check,

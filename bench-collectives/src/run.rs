@@ -85,8 +85,8 @@ fn preflight(plan: &SweepJob, world: usize, ranks_here: usize, writes: bool) -> 
 
 /// Starts the run record and notes it as begun: a fault or a signal from
 /// here on records it as cut short, with the rows appended so far.
-fn begin(plan: &SweepJob, run_id: &str, backend: &str, world: usize) -> RunMeta {
-    let meta = RunMeta::start("collectives", run_id, backend, world);
+fn begin(plan: &SweepJob, run_id: &str, backend: Backend, world: usize) -> RunMeta {
+    let meta = ranks::run_meta("collectives", run_id, backend, world);
     results::begin_run(&plan.out, &meta);
     meta
 }
@@ -109,7 +109,7 @@ fn run_threads(
 ) -> Result<Finished> {
     preflight(plan, world, world, true)?;
     let ranks = Ranks::Here { backend, n: world };
-    let mut meta = begin(plan, run_id, ranks.backend().name(), world);
+    let mut meta = begin(plan, run_id, ranks.backend(), world);
     let body = Sweep {
         plan,
         run_id,
@@ -174,9 +174,9 @@ fn run_joined(
     let here = (info.source == launch::LaunchSource::Spawned).then_some(world);
     let ranks = Ranks::Joined { backend, info };
     let mut meta = if rank == 0 {
-        begin(plan, run_id, backend.name(), world)
+        begin(plan, run_id, backend, world)
     } else {
-        RunMeta::start("collectives", run_id, backend.name(), world)
+        ranks::run_meta("collectives", run_id, backend, world)
     };
     let body = Sweep {
         plan,
@@ -199,7 +199,7 @@ fn run_library_world(plan: &SweepJob, run_id: &str, backend: Backend) -> Result<
     let body = MpiSweep {
         plan,
         run_id,
-        backend: backend.name(),
+        backend,
         meta: std::sync::Mutex::new(None),
     };
     // Starting MPI failed: the library's own error, as it gave it.
@@ -225,7 +225,7 @@ fn run_library_world(plan: &SweepJob, run_id: &str, backend: Backend) -> Result<
 struct MpiSweep<'a> {
     plan: &'a SweepJob,
     run_id: &'a str,
-    backend: &'static str,
+    backend: Backend,
     /// This rank's run record, begun once the world is known.
     meta: std::sync::Mutex<Option<RunMeta>>,
 }
@@ -261,7 +261,7 @@ impl MpiSweep<'_> {
         let mut meta = if rank == 0 {
             begin(plan, self.run_id, self.backend, world)
         } else {
-            RunMeta::start("collectives", self.run_id, self.backend, world)
+            ranks::run_meta("collectives", self.run_id, self.backend, world)
         };
         meta.note_library(library.unwrap_or_default());
         let mut kept = self
@@ -273,23 +273,15 @@ impl MpiSweep<'_> {
     }
 }
 
-/// The run record of an nccl run, with the GPUs and the library versions.
+/// The run record of an nccl run (with the GPUs and the library versions:
+/// [`ranks::run_meta`]), begun on disk by the rank that `writes`.
 fn nccl_meta(plan: &SweepJob, run_id: &str, ranks: &Ranks, writes: bool) -> RunMeta {
-    let (backend, world) = (ranks.backend().name(), ranks.world().unwrap_or(1));
-    let mut m = if writes {
+    let (backend, world) = (ranks.backend(), ranks.world().unwrap_or(1));
+    if writes {
         begin(plan, run_id, backend, world)
     } else {
-        RunMeta::start("collectives", run_id, backend, world)
-    };
-    let facts = ranks::gpu_facts();
-    m.gpus = facts.names;
-    if let Some(v) = facts.nccl {
-        m.versions.insert("nccl".into(), v);
+        ranks::run_meta("collectives", run_id, backend, world)
     }
-    if let Some(v) = facts.cuda_driver {
-        m.versions.insert("cuda_driver".into(), v);
-    }
-    m
 }
 
 /// One process of an nccl job, on one GPU.

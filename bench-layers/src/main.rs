@@ -351,7 +351,10 @@ fn sweep_here(
     let backend = plan.backend.name();
     let world = plan.tps.iter().copied().max().unwrap_or(1);
     let run_id = new_run_id("layers");
-    let mut records = Records::begin(plan, RunMeta::start("layers", &run_id, backend, world));
+    let mut records = Records::begin(
+        plan,
+        ranks::run_meta("layers", &run_id, plan.backend, world),
+    );
     let failed = sweep_degrees(&plan.tps, measure, |m| {
         records.keep(build_rows(plan, backend, &[m]))
     });
@@ -435,7 +438,7 @@ fn tcp_launch(plan: &LayerJob) -> anyhow::Result<()> {
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut records = Records::begin(
         plan,
-        RunMeta::start("layers", &run_id, plan.backend.name(), world),
+        ranks::run_meta("layers", &run_id, plan.backend, world),
     );
     let mut outcome = Ok(());
     for &t in &plan.tps {
@@ -519,7 +522,7 @@ fn tcp_rank(plan: &LayerJob, ranks: Ranks) -> anyhow::Result<()> {
     if spawned.is_none() && rank == 0 {
         meta = Some(Records::begin(
             plan,
-            RunMeta::start("layers", &new_run_id("layers"), backend, t),
+            ranks::run_meta("layers", &new_run_id("layers"), ranks.backend(), t),
         ));
     }
     let body = Degree { plan, threads };
@@ -616,7 +619,7 @@ impl MpiDegree<'_> {
         let local_ranks = launch::ranks_on_this_host(t);
         preflight(plan, rank == 0, |_| local_ranks)?;
         if rank == 0 {
-            let mut meta = RunMeta::start("layers", &new_run_id("layers"), plan.backend.name(), t);
+            let mut meta = ranks::run_meta("layers", &new_run_id("layers"), plan.backend, t);
             meta.note_library(library.unwrap_or_default());
             let mut kept = self
                 .records

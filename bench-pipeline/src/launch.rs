@@ -217,7 +217,7 @@ fn composed_main<Cm: Communicator>(
 struct Stages<'a> {
     args: &'a Args,
     plan: &'a PipelineJob,
-    backend: &'static str,
+    backend: Backend,
     /// The compute named in the records, when not the device's own name.
     compute_label: Option<&'static str>,
     threads: usize,
@@ -380,7 +380,7 @@ fn run_threads(args: &Args, plan: &PipelineJob, ranks: Ranks) -> Result<()> {
     let stages = Stages {
         args,
         plan,
-        backend: ranks.backend().name(),
+        backend: ranks.backend(),
         compute_label: None,
         threads: threads(args, plan.ranks),
         base: TimeBase::Shared,
@@ -419,7 +419,7 @@ fn run_processes(args: &Args, plan: &PipelineJob, ranks: Ranks) -> Result<()> {
     let stages = Stages {
         args,
         plan,
-        backend: ranks.backend().name(),
+        backend: ranks.backend(),
         compute_label: None,
         threads,
         base: TimeBase::Estimated,
@@ -474,7 +474,7 @@ fn run_gpus(args: &Args, plan: &PipelineJob, ranks: Ranks) -> Result<()> {
     let stages = Stages {
         args,
         plan,
-        backend: ranks.backend().name(),
+        backend: ranks.backend(),
         compute_label: Some("cuda (cuBLASLt, f32)"),
         threads: 0,
         // Threads of one process share a clock; processes estimate offsets.
@@ -498,7 +498,7 @@ fn run_library_world(args: &Args, plan: &PipelineJob, ranks: Ranks) -> Result<()
     let stages = Stages {
         args,
         plan,
-        backend: ranks.backend().name(),
+        backend: ranks.backend(),
         compute_label: None,
         threads: threads(args, here),
         base: TimeBase::Estimated,

@@ -81,9 +81,14 @@ impl Recorder {
         self.meta.note_library(library.into());
     }
 
-    pub fn new(args: &Args, plan: &PipelineJob, backend: &str, compute: &str) -> Self {
+    pub fn new(
+        args: &Args,
+        plan: &PipelineJob,
+        backend: parbench::launch::flags::Backend,
+        compute: &str,
+    ) -> Self {
         let run_id = results::new_run_id("pipeline");
-        let mut meta = RunMeta::start("pipeline", &run_id, backend, plan.ranks);
+        let mut meta = parbench::launch::ranks::run_meta("pipeline", &run_id, backend, plan.ranks);
         if let Some(&n) = CORES.get() {
             meta.cores = n;
         }
@@ -102,7 +107,7 @@ impl Recorder {
                 args.steps,
                 args.warmup
             ),
-            Some(c) => composed_out::header(&run_id, backend, plan, c, args, compute),
+            Some(c) => composed_out::header(&run_id, backend.name(), plan, c, args, compute),
         }
         for s in &plan.skipped {
             parbench::outln!("# skipped: {s}");

@@ -12,6 +12,7 @@
 use super::flags::Backend;
 use super::ranks::Ranks;
 use super::{LocalJob, RankInfo, UsageError};
+use crate::results::RunMeta;
 
 /// What a job asks of the launcher, beside its backend.
 pub struct Wanted<'a> {
@@ -151,6 +152,24 @@ pub struct GpuFacts {
 /// The GPUs and libraries of this machine ([`GpuFacts`]).
 pub fn gpu_facts() -> GpuFacts {
     gpus::facts()
+}
+
+/// The record a run starts ([`RunMeta::start`]); when `backend` runs its
+/// ranks on GPUs, with the GPUs' names and NCCL's and the CUDA driver's
+/// versions ([`GpuFacts`]), so that a run cut short records them too.
+pub fn run_meta(suite: &str, run_id: &str, backend: Backend, world: usize) -> RunMeta {
+    let mut m = RunMeta::start(suite, run_id, backend.name(), world);
+    if backend.on_gpus() {
+        let facts = gpu_facts();
+        m.gpus = facts.names;
+        if let Some(v) = facts.nccl {
+            m.versions.insert("nccl".into(), v);
+        }
+        if let Some(v) = facts.cuda_driver {
+            m.versions.insert("cuda_driver".into(), v);
+        }
+    }
+    m
 }
 
 #[cfg(feature = "cuda")]

@@ -21,7 +21,9 @@ use crate::compute::Compute;
 use crate::error_line::rank_line;
 use std::time::Duration;
 
-pub use super::choose::{default_ranks, gpu_facts, gpu_memory, visible_gpus, GpuFacts, Wanted};
+pub use super::choose::{
+    default_ranks, gpu_facts, gpu_memory, run_meta, visible_gpus, GpuFacts, Wanted,
+};
 
 /// How the ranks of a job start, worked out once by the binary. Each
 /// variant is a way of starting, not a backend: the backend it starts is

@@ -71,8 +71,18 @@ where
     if let Some(n) = spec.graph {
         return time_graph(comm, spec, n, &mut op);
     }
-    if let Some(mut clock) = comm.stream_clock(spec.iters + 1)? {
-        return time_on_stream(comm, spec, clock.as_mut(), &mut op);
+    if let Some(mut whole) = comm.stream_clock(2)? {
+        let total = time_whole_loop_on_stream(comm, spec, whole.as_mut(), &mut op)?;
+        let Some(mut clock) = comm.stream_clock(spec.iters + 1)? else {
+            return Err(CommError::Unsupported(format!(
+                "backend {} gave a device clock of 2 points but none of {}",
+                comm.backend(),
+                spec.iters + 1
+            )));
+        };
+        let mut times = time_on_stream(comm, spec, clock.as_mut(), &mut op)?;
+        times.total = total;
+        return Ok(times);
     }
 
     // Per iteration, one read of the cheap clock into a vector reserved
@@ -114,9 +124,40 @@ where
     })
 }
 
-/// The device path of [`time_loop`]: CUDA events on the stream (one before
-/// the loop, one after each call) give device times per iteration, not
-/// launch times. The loop ends with [`Communicator::sync`] (its deadline).
+/// The device path's whole loop, nccl-tests' measure: one event before the
+/// calls and one after them, none between, so that the calls issue back
+/// to back. An event between calls costs the host a record each; where a
+/// call's launch takes longer than its work (small messages), that cost
+/// lands in the device time. Returns the device time of all `spec.iters`
+/// calls.
+fn time_whole_loop_on_stream<C, F>(
+    comm: &mut C,
+    spec: &LoopSpec,
+    clock: &mut dyn StreamClock,
+    op: &mut F,
+) -> CommResult<Duration>
+where
+    C: Communicator,
+    F: FnMut(&mut C) -> CommResult<()>,
+{
+    clock.mark()?;
+    for _ in 0..spec.iters {
+        if let Some(d) = spec.delay {
+            std::thread::sleep(d);
+        }
+        op(comm)?;
+    }
+    clock.mark()?;
+    comm.sync()?;
+    let seconds: f64 = clock.intervals()?.iter().sum();
+    Ok(Duration::from_secs_f64(seconds.max(0.0)))
+}
+
+/// The device path of [`time_loop`]'s per-iteration times: CUDA events on
+/// the stream (one before the loop, one after each call) give device
+/// times per iteration, not launch times; the mean comes from the whole
+/// loop ([`time_whole_loop_on_stream`]), run just before. The loop ends
+/// with [`Communicator::sync`] (its deadline).
 fn time_on_stream<C, F>(
     comm: &mut C,
     spec: &LoopSpec,

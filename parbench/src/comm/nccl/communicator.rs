@@ -1,5 +1,6 @@
 //! The [`Communicator`] trait over NCCL.
 
+use super::redop;
 use super::transfer::{addr, nccl_type};
 use super::NcclComm;
 use crate::comm::library::{self, LibraryCalls};
@@ -154,18 +155,10 @@ impl Communicator for NcclComm {
         let Some(p) = self.token.as_ref().map(|t| addr(t.ptr())) else {
             return Err(CommError::Device("the barrier's token is missing".into()));
         };
-        let (comm, stream) = (self.comm, self.stream());
+        let (comm, stream, sum) = (self.comm, self.stream(), NcclComm::sum_op()?);
         // SAFETY: the token holds one f32.
         self.call("barrier (one-element ncclAllReduce)", || unsafe {
-            sys::ncclAllReduce(
-                p,
-                p,
-                1,
-                sys::ncclDataType_t::ncclFloat32,
-                sys::ncclRedOp_t::ncclSum,
-                comm,
-                stream,
-            )
+            redop::all_reduce(p, p, 1, sys::ncclDataType_t::ncclFloat32, sum, comm, stream)
         })?;
         self.wait("barrier")
     }
@@ -285,7 +278,7 @@ impl LibraryCalls for NcclComm {
         let (t, op) = (nccl_type(a.dtype), self.red_op(&a)?);
         // SAFETY: pointers checked to hold `count` elements on this GPU.
         self.call("ncclAllReduce", || unsafe {
-            sys::ncclAllReduce(s, r, a.count, t, op, comm, stream)
+            redop::all_reduce(s, r, a.count, t, op, comm, stream)
         })
     }
 
@@ -303,7 +296,7 @@ impl LibraryCalls for NcclComm {
         let (t, op) = (nccl_type(a.dtype), self.red_op(&a)?);
         // SAFETY: as in all_reduce.
         self.call("ncclReduceScatter", || unsafe {
-            sys::ncclReduceScatter(s, r, a.count, t, op, comm, stream)
+            redop::reduce_scatter(s, r, a.count, t, op, comm, stream)
         })
     }
 
@@ -323,7 +316,7 @@ impl LibraryCalls for NcclComm {
         let (t, op, root) = (nccl_type(a.dtype), self.red_op(&a)?, a.root as i32);
         // SAFETY: as in all_reduce.
         self.call("ncclReduce", || unsafe {
-            sys::ncclReduce(s, r, a.count, t, op, root, comm, stream)
+            redop::reduce(s, r, a.count, t, op, root, comm, stream)
         })
     }
 

@@ -95,9 +95,9 @@ pub struct NcclComm {
     /// Set during [`Communicator::capture`]'s sizing pass: calls check their
     /// arguments and allocate what they need, and issue nothing.
     sizing: bool,
-    /// The type of the PreMulSum operator `mulsum` created and keeps (one at
-    /// a time, so NCCL names it `ncclNumOps`; see `redop`).
-    premul: Option<DType>,
+    /// The PreMulSum operator `mulsum` made and keeps (one at a time), and
+    /// the type it was made for; see `redop`.
+    premul: Option<(DType, redop::RedOp)>,
     /// The rendezvous store of a multi-process job (rank 0 serves it), kept
     /// for the communicator's lifetime as the store asks.
     _store: Option<Store>,

@@ -4,49 +4,214 @@
 //! `mulsum` is NCCL's PreMulSum, an operator made per communicator and
 //! type (`ncclRedOpCreatePreMulSum`) with this rank's scalar, as
 //! nccl-tests makes it (`ncclScalarHostImmediate`, the scalar of
-//! `ReduceOp::mulsum_scalar`). NCCL numbers the operators it makes from
-//! `ncclNumOps` up; cudarc's `ncclRedOp_t` is a Rust enum that names only
-//! `ncclNumOps` itself, so one operator lives at a time (made again when
-//! the type changes, destroyed with the communicator), which NCCL then
-//! numbers `ncclNumOps`, checked as a plain integer before it is named.
+//! `ReduceOp::mulsum_scalar`); one lives at a time, made again when the
+//! type changes and destroyed with the communicator.
+//!
+//! The value NCCL gives a made operator is NCCL's own: 2.18 counted them
+//! from `ncclNumOps` up, 2.28 on an H200 answered 1475191311. cudarc's
+//! `ncclRedOp_t` is a Rust enum that can hold only its named values, so
+//! every call that takes an operator goes through [`RedOp`], a plain
+//! integer, and the functions of this module, which look those entry
+//! points up in the NCCL cudarc loaded and call them with the C enum's
+//! integer type.
 
 use super::transfer::nccl_type;
 use super::NcclComm;
 use crate::comm::{CollArgs, CommError, CommResult, DType, ReduceOp};
 use cudarc::nccl::sys;
+use std::ffi::c_void;
+use std::sync::OnceLock;
+
+/// An NCCL reduction operator as the C library numbers it: a built-in one
+/// or one NCCL made (any number NCCL chose).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct RedOp(u32);
+
+impl RedOp {
+    const SUM: RedOp = RedOp(sys::ncclRedOp_t::ncclSum as u32);
+
+    fn builtin(op: sys::ncclRedOp_t) -> RedOp {
+        RedOp(op as u32)
+    }
+}
+
+type AllReduceFn = unsafe extern "C" fn(
+    *const c_void,
+    *mut c_void,
+    usize,
+    sys::ncclDataType_t,
+    u32,
+    sys::ncclComm_t,
+    sys::cudaStream_t,
+) -> sys::ncclResult_t;
+type ReduceFn = unsafe extern "C" fn(
+    *const c_void,
+    *mut c_void,
+    usize,
+    sys::ncclDataType_t,
+    u32,
+    i32,
+    sys::ncclComm_t,
+    sys::cudaStream_t,
+) -> sys::ncclResult_t;
+type CreatePreMulSumFn = unsafe extern "C" fn(
+    *mut u32,
+    *mut c_void,
+    sys::ncclDataType_t,
+    sys::ncclScalarResidence_t,
+    sys::ncclComm_t,
+) -> sys::ncclResult_t;
+type DestroyFn = unsafe extern "C" fn(u32, sys::ncclComm_t) -> sys::ncclResult_t;
+
+/// NCCL's entry points that take an operator, typed with its integer.
+struct OpCalls {
+    all_reduce: AllReduceFn,
+    reduce_scatter: AllReduceFn,
+    reduce: ReduceFn,
+    create_premul_sum: CreatePreMulSumFn,
+    destroy: DestroyFn,
+}
+
+/// The entry points, looked up once in the NCCL cudarc loaded (the probe
+/// has checked that every one is exported before any communicator exists).
+fn op_calls() -> CommResult<&'static OpCalls> {
+    static CALLS: OnceLock<Result<OpCalls, String>> = OnceLock::new();
+    CALLS
+        .get_or_init(|| {
+            // SAFETY: each symbol is NCCL's C function of that name, whose
+            // signature is the type given (the operator argument is a C
+            // enum, passed as its underlying unsigned int); the library
+            // stays loaded for the process's life (cudarc's static).
+            unsafe {
+                let lib = sys::culib();
+                let get = |name: &[u8]| -> Result<*const c_void, String> {
+                    lib.get::<*const c_void>(name)
+                        .map(|s| *s)
+                        .map_err(|e| format!("NCCL lacks {}: {e}", String::from_utf8_lossy(name)))
+                };
+                Ok(OpCalls {
+                    all_reduce: std::mem::transmute::<*const c_void, AllReduceFn>(get(
+                        b"ncclAllReduce\0",
+                    )?),
+                    reduce_scatter: std::mem::transmute::<*const c_void, AllReduceFn>(get(
+                        b"ncclReduceScatter\0",
+                    )?),
+                    reduce: std::mem::transmute::<*const c_void, ReduceFn>(get(b"ncclReduce\0")?),
+                    create_premul_sum: std::mem::transmute::<*const c_void, CreatePreMulSumFn>(
+                        get(b"ncclRedOpCreatePreMulSum\0")?,
+                    ),
+                    destroy: std::mem::transmute::<*const c_void, DestroyFn>(get(
+                        b"ncclRedOpDestroy\0",
+                    )?),
+                })
+            }
+        })
+        .as_ref()
+        .map_err(|e| CommError::Device(e.clone()))
+}
+
+/// `ncclAllReduce` with `op` as NCCL numbers it.
+///
+/// # Safety
+/// As `ncclAllReduce`: buffers of `count` elements on the communicator's GPU.
+pub(super) unsafe fn all_reduce(
+    send: *const c_void,
+    recv: *mut c_void,
+    count: usize,
+    dtype: sys::ncclDataType_t,
+    op: RedOp,
+    comm: sys::ncclComm_t,
+    stream: sys::cudaStream_t,
+) -> sys::ncclResult_t {
+    match op_calls() {
+        Ok(c) => (c.all_reduce)(send, recv, count, dtype, op.0, comm, stream),
+        Err(_) => sys::ncclResult_t::ncclSystemError,
+    }
+}
+
+/// `ncclReduceScatter` with `op` as NCCL numbers it.
+///
+/// # Safety
+/// As `ncclReduceScatter`.
+pub(super) unsafe fn reduce_scatter(
+    send: *const c_void,
+    recv: *mut c_void,
+    count: usize,
+    dtype: sys::ncclDataType_t,
+    op: RedOp,
+    comm: sys::ncclComm_t,
+    stream: sys::cudaStream_t,
+) -> sys::ncclResult_t {
+    match op_calls() {
+        Ok(c) => (c.reduce_scatter)(send, recv, count, dtype, op.0, comm, stream),
+        Err(_) => sys::ncclResult_t::ncclSystemError,
+    }
+}
+
+/// `ncclReduce` with `op` as NCCL numbers it.
+///
+/// # Safety
+/// As `ncclReduce`.
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn reduce(
+    send: *const c_void,
+    recv: *mut c_void,
+    count: usize,
+    dtype: sys::ncclDataType_t,
+    op: RedOp,
+    root: i32,
+    comm: sys::ncclComm_t,
+    stream: sys::cudaStream_t,
+) -> sys::ncclResult_t {
+    match op_calls() {
+        Ok(c) => (c.reduce)(send, recv, count, dtype, op.0, root, comm, stream),
+        Err(_) => sys::ncclResult_t::ncclSystemError,
+    }
+}
 
 /// The NCCL operator of `a.op` for this call (making `mulsum`'s when needed).
 impl NcclComm {
-    pub(super) fn red_op(&mut self, a: &CollArgs) -> CommResult<sys::ncclRedOp_t> {
+    /// Also checks that the entry points that take it were found, so the
+    /// calls below (which can only answer an NCCL code) fail with a reason.
+    pub(super) fn red_op(&mut self, a: &CollArgs) -> CommResult<RedOp> {
         use sys::ncclRedOp_t as O;
+        op_calls()?;
         Ok(match a.op {
-            ReduceOp::Sum => O::ncclSum,
-            ReduceOp::Prod => O::ncclProd,
-            ReduceOp::Min => O::ncclMin,
-            ReduceOp::Max => O::ncclMax,
-            ReduceOp::Avg => O::ncclAvg,
+            ReduceOp::Sum => RedOp::builtin(O::ncclSum),
+            ReduceOp::Prod => RedOp::builtin(O::ncclProd),
+            ReduceOp::Min => RedOp::builtin(O::ncclMin),
+            ReduceOp::Max => RedOp::builtin(O::ncclMax),
+            ReduceOp::Avg => RedOp::builtin(O::ncclAvg),
             ReduceOp::MulSum => self.premul_op(a.dtype)?,
         })
     }
 
-    fn premul_op(&mut self, dtype: DType) -> CommResult<sys::ncclRedOp_t> {
-        if self.premul == Some(dtype) {
-            return Ok(sys::ncclRedOp_t::ncclNumOps);
+    /// The operator of a one-element sum (the barrier's), as `red_op`.
+    pub(super) fn sum_op() -> CommResult<RedOp> {
+        op_calls()?;
+        Ok(RedOp::SUM)
+    }
+
+    fn premul_op(&mut self, dtype: DType) -> CommResult<RedOp> {
+        if let Some((made_for, op)) = self.premul {
+            if made_for == dtype {
+                return Ok(op);
+            }
         }
         self.release_premul();
         self.live()?;
         self.gpu.bind()?;
+        let calls = op_calls()?;
         // The scalar in the type's own bits, as NCCL reads a host immediate.
         let mut scalar = [0u8; 8];
         let bits = premul_scalar_bytes(dtype, ReduceOp::mulsum_scalar(self.rank));
         scalar[..bits.len()].copy_from_slice(&bits);
         let mut raw: u32 = u32::MAX;
-        // SAFETY: `raw` is the 4 bytes of the C enum NCCL writes, read back
-        // as an integer; `scalar` holds one element of `dtype`; the
-        // communicator is live.
+        // SAFETY: NCCL writes the operator's number into `raw`; `scalar`
+        // holds one element of `dtype`; the communicator is live.
         let r = unsafe {
-            sys::ncclRedOpCreatePreMulSum(
-                &mut raw as *mut u32 as *mut sys::ncclRedOp_t,
+            (calls.create_premul_sum)(
+                &mut raw,
                 scalar.as_mut_ptr().cast(),
                 nccl_type(dtype),
                 sys::ncclScalarResidence_t::ncclScalarHostImmediate,
@@ -60,25 +225,21 @@ impl NcclComm {
                 super::nccl_text(r)
             )));
         }
-        if raw != sys::ncclRedOp_t::ncclNumOps as u32 {
-            // Not nameable through cudarc's enum; left to the communicator's end.
-            return Err(CommError::Device(format!(
-                "rank {}: NCCL numbered its PreMulSum operator {raw}, not ncclNumOps ({})",
-                self.rank,
-                sys::ncclRedOp_t::ncclNumOps as u32
-            )));
-        }
-        self.premul = Some(dtype);
-        Ok(sys::ncclRedOp_t::ncclNumOps)
+        self.premul = Some((dtype, RedOp(raw)));
+        Ok(RedOp(raw))
     }
 
     /// Destroys the PreMulSum operator, if one was made (before the
     /// communicator is destroyed, or when the type changes).
     pub(super) fn release_premul(&mut self) {
-        if self.premul.take().is_some() && !self.comm.is_null() && self.aborted.is_none() {
-            // SAFETY: the operator NCCL made on this live communicator, destroyed once.
-            unsafe {
-                let _ = sys::ncclRedOpDestroy(sys::ncclRedOp_t::ncclNumOps, self.comm);
+        if let Some((_, op)) = self.premul.take() {
+            if !self.comm.is_null() && self.aborted.is_none() {
+                if let Ok(calls) = op_calls() {
+                    // SAFETY: the operator NCCL made on this live communicator, destroyed once.
+                    unsafe {
+                        let _ = (calls.destroy)(op.0, self.comm);
+                    }
+                }
             }
         }
     }
