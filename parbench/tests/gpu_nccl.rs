@@ -118,6 +118,8 @@ fn exercise(c: &mut NcclComm) {
             if op == ReduceOp::Avg && !dtype.is_float() {
                 continue; // ncclAvg's integer rounding is NCCL's own; the contract is for floats
             }
+            // Which call a failure below belongs to, in the log.
+            eprintln!("rank {rank}: {dtype} {op}");
             let want = reduced(dtype, count, world, op, 0);
             // all_reduce out of place and in place
             let send = upload(c, &op_input(dtype, count, rank, op, 0), b);

@@ -71,15 +71,8 @@ where
     if let Some(n) = spec.graph {
         return time_graph(comm, spec, n, &mut op);
     }
-    if let Some(mut whole) = comm.stream_clock(2)? {
-        let total = time_whole_loop_on_stream(comm, spec, whole.as_mut(), &mut op)?;
-        let Some(mut clock) = comm.stream_clock(spec.iters + 1)? else {
-            return Err(CommError::Unsupported(format!(
-                "backend {} gave a device clock of 2 points but none of {}",
-                comm.backend(),
-                spec.iters + 1
-            )));
-        };
+    if let Some(mut clock) = comm.stream_clock(spec.iters + 1)? {
+        let total = whole_loop(comm, spec, spec.iters, &mut op)?;
         let mut times = time_on_stream(comm, spec, clock.as_mut(), &mut op)?;
         times.total = total;
         return Ok(times);
@@ -124,40 +117,33 @@ where
     })
 }
 
-/// The device path's whole loop, nccl-tests' measure: one event before the
-/// calls and one after them, none between, so that the calls issue back
-/// to back. An event between calls costs the host a record each; where a
-/// call's launch takes longer than its work (small messages), that cost
-/// lands in the device time. Returns the device time of all `spec.iters`
-/// calls.
-fn time_whole_loop_on_stream<C, F>(
-    comm: &mut C,
-    spec: &LoopSpec,
-    clock: &mut dyn StreamClock,
-    op: &mut F,
-) -> CommResult<Duration>
+/// The device path's whole loop, nccl-tests' measure: the host clock from
+/// before the first call to the end of the final [`Communicator::sync`],
+/// the calls issued back to back with no event between them (an event
+/// between calls costs the host a record each, which small calls, bound
+/// by their launch, would show). `op` is called `calls` times.
+fn whole_loop<C, F>(comm: &mut C, spec: &LoopSpec, calls: usize, op: &mut F) -> CommResult<Duration>
 where
     C: Communicator,
     F: FnMut(&mut C) -> CommResult<()>,
 {
-    clock.mark()?;
-    for _ in 0..spec.iters {
+    comm.barrier()?;
+    let start = Instant::now();
+    for _ in 0..calls {
         if let Some(d) = spec.delay {
             std::thread::sleep(d);
         }
         op(comm)?;
     }
-    clock.mark()?;
     comm.sync()?;
-    let seconds: f64 = clock.intervals()?.iter().sum();
-    Ok(Duration::from_secs_f64(seconds.max(0.0)))
+    Ok(start.elapsed())
 }
 
 /// The device path of [`time_loop`]'s per-iteration times: CUDA events on
 /// the stream (one before the loop, one after each call) give device
 /// times per iteration, not launch times; the mean comes from the whole
-/// loop ([`time_whole_loop_on_stream`]), run just before. The loop ends
-/// with [`Communicator::sync`] (its deadline).
+/// loop ([`whole_loop`]), run just before. The loop ends with
+/// [`Communicator::sync`] (its deadline).
 fn time_on_stream<C, F>(
     comm: &mut C,
     spec: &LoopSpec,
@@ -181,8 +167,9 @@ where
 }
 
 /// `--graph N`: the calls captured N at a time as one graph, replayed until
-/// `spec.iters` calls ran (at least once); each replay is timed by events and
-/// counts as one iteration of its per-call time (replay time / N).
+/// `spec.iters` calls ran (at least once): the mean from the replays timed
+/// as a whole ([`whole_loop`]), then each replay of a second run timed by
+/// events, one iteration of its per-call time (replay time / N).
 fn time_graph<C, F>(
     comm: &mut C,
     spec: &LoopSpec,
@@ -205,6 +192,8 @@ where
     // One untimed replay: the graph's first launch sets up its resources.
     graph.replay()?;
     comm.sync()?;
+    // nccl-tests' measure of a graph: the host clock around the replays.
+    let whole = whole_loop(comm, spec, replays, &mut |_: &mut C| graph.replay())?;
     comm.barrier()?;
     clock.mark()?;
     for _ in 0..replays {
@@ -215,7 +204,9 @@ where
         clock.mark()?;
     }
     comm.sync()?;
-    Ok(from_intervals(&clock.intervals()?, launches))
+    let mut times = from_intervals(&clock.intervals()?, launches);
+    times.total = whole.div_f64(launches as f64);
+    Ok(times)
 }
 
 /// Times from device intervals (seconds), each covering `calls` calls.
