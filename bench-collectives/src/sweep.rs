@@ -294,7 +294,17 @@ fn measure_one<C: Communicator>(
     let recv_elems = coll.recv_elems(p.count, world);
     let args = CollArgs::new(p.count, p.dtype).op(op).root(p.root);
     let input = inputs.bytes(rank, 0, send_elems);
-    let expected = expected(coll, &inputs, args, rank);
+    // Built only for a check: at 1 GiB it takes the host seconds.
+    let expected = if cfg.check > 0 {
+        expected(coll, &inputs, args, rank)
+    } else {
+        None
+    };
+    // On a device, each call takes the next of several buffer sets, as
+    // nccl-tests moves each iteration through its buffers: a call must not
+    // find the data of the call before in the cache. Set 0 is checked.
+    let largest = cfg.sizes.iter().copied().max().unwrap_or(p.bytes);
+    let sets = comm.cache_free_sets(p.bytes, largest);
     let spec = LoopSpec {
         warmup: cfg.warmup,
         iters: cfg.iters,
@@ -309,14 +319,26 @@ fn measure_one<C: Communicator>(
         let mut image = vec![0u8; elems * size];
         let at = coll.in_place_input(p.count, rank) * size;
         image[at..at + input.len()].copy_from_slice(&input);
-        let mut buf = comm.alloc(image.len())?;
-        buf.write_from_host(&image)?;
-        let times = time_loop(comm, &spec, |c| call(c, Io::InPlace(&mut buf)))?;
+        let mut bufs = (0..sets)
+            .map(|_| {
+                let mut b = comm.alloc(image.len())?;
+                b.write_from_host(&image)?;
+                Ok(b)
+            })
+            .collect::<CommResult<Vec<_>>>()?;
+        let mut next = 0;
+        let times = time_loop(comm, &spec, |c| {
+            let k = next % sets;
+            next += 1;
+            call(c, Io::InPlace(&mut bufs[k]))
+        })?;
+        bufs.truncate(1);
+        let buf = &mut bufs[0];
         let out_at = coll.in_place_output(p.count, rank) * size;
         let mut got = vec![0u8; image.len()];
         for _ in 0..cfg.check {
             buf.write_from_host(&image)?;
-            call(comm, Io::InPlace(&mut buf))?;
+            call(comm, Io::InPlace(buf))?;
             comm.sync()?;
             if let Some(exp) = &expected {
                 buf.read_to_host(&mut got)?;
@@ -326,18 +348,29 @@ fn measure_one<C: Communicator>(
         }
         times
     } else {
-        let mut send = comm.alloc(input.len())?;
-        send.write_from_host(&input)?;
-        let mut recv = comm.alloc(recv_elems * size)?;
+        let mut sends = Vec::with_capacity(sets);
+        let mut recvs = Vec::with_capacity(sets);
+        for _ in 0..sets {
+            let mut send = comm.alloc(input.len())?;
+            send.write_from_host(&input)?;
+            sends.push(send);
+            recvs.push(comm.alloc(recv_elems * size)?);
+        }
+        let mut next = 0;
         let times = time_loop(comm, &spec, |c| {
+            let k = next % sets;
+            next += 1;
             call(
                 c,
                 Io::OutOfPlace {
-                    send: &send,
-                    recv: &mut recv,
+                    send: &sends[k],
+                    recv: &mut recvs[k],
                 },
             )
         })?;
+        sends.truncate(1);
+        recvs.truncate(1);
+        let (send, recv) = (&sends[0], &mut recvs[0]);
         let mut got = vec![0u8; recv_elems * size];
         for _ in 0..cfg.check {
             // The bitwise complement of the expected output: a call that
@@ -346,13 +379,7 @@ fn measure_one<C: Communicator>(
                 let sentinel: Vec<u8> = exp.iter().map(|b| !b).collect();
                 recv.write_from_host(&sentinel)?;
             }
-            call(
-                comm,
-                Io::OutOfPlace {
-                    send: &send,
-                    recv: &mut recv,
-                },
-            )?;
+            call(comm, Io::OutOfPlace { send, recv })?;
             comm.sync()?;
             if let Some(exp) = &expected {
                 recv.read_to_host(&mut got)?;

@@ -124,8 +124,19 @@ fn exercise(c: &mut NcclComm) {
             // all_reduce out of place and in place
             let send = upload(c, &op_input(dtype, count, rank, op, 0), b);
             let mut recv = c.alloc(b).unwrap();
-            c.all_reduce(out_of_place(&send, &mut recv), count, dtype, op)
-                .unwrap();
+            match c.all_reduce(out_of_place(&send, &mut recv), count, dtype, op) {
+                // NCCL 2.28.3 on an H200 refused avg of 8-bit floats as an
+                // invalid argument (its host code lacked the FP8 types).
+                Err(e)
+                    if dtype.is_fp8()
+                        && op == ReduceOp::Avg
+                        && e.to_string().contains("invalid argument") =>
+                {
+                    eprintln!("SKIP {dtype} {op}: this NCCL refuses it: {e}");
+                    continue;
+                }
+                r => r.unwrap(),
+            }
             assert!(
                 same(dtype, op, &download(c, &recv, b), &want),
                 "all_reduce {dtype} {op}"

@@ -403,6 +403,18 @@ pub trait Communicator: Send {
         Ok(None)
     }
 
+    /// How many sets of buffers a timed loop of calls of `bytes` bytes a
+    /// rank should turn through, so that no call finds its data in the
+    /// device's cache from the call before: nccl-tests moves each
+    /// iteration to another part of buffers of the run's `largest` size
+    /// for that reason. 1 (the same buffers every call) where the host
+    /// measures the wire: the model prices the host's caches at the
+    /// working set ([`crate::model`]).
+    fn cache_free_sets(&self, bytes: u64, largest: u64) -> usize {
+        let _ = (bytes, largest);
+        1
+    }
+
     /// A second communicator over the same ranks, on host buffers, with
     /// channels of its own ([`Transport::duplicate`]): another thread may
     /// run collectives on it while this one is in use (the data-parallel

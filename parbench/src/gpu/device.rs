@@ -65,6 +65,16 @@ impl Gpu {
         self.ctx.compute_capability().ok()
     }
 
+    /// The GPU's L2 cache in bytes (`None` where the driver does not say).
+    pub fn l2_bytes(&self) -> Option<u64> {
+        let attr = cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE;
+        self.ctx
+            .attribute(attr)
+            .ok()
+            .and_then(|b| u64::try_from(b).ok())
+            .filter(|&b| b > 0)
+    }
+
     /// Sets the deadline of the waits this GPU's buffers make before host copies.
     pub fn set_timeout(&self, timeout: Duration) {
         let ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);

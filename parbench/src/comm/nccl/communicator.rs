@@ -57,6 +57,10 @@ impl Communicator for NcclComm {
         Ok(self.gpu.alloc(bytes)?)
     }
 
+    fn cache_free_sets(&self, bytes: u64, largest: u64) -> usize {
+        cache_free_sets(bytes, largest, self.gpu.l2_bytes())
+    }
+
     fn cannot_run(&self, dtype: DType, _reduces: bool) -> Option<String> {
         self.type_refusal(dtype)
     }
@@ -404,5 +408,45 @@ impl Replay for GraphReplay {
     }
     fn launches(&self) -> usize {
         self.0.launches()
+    }
+}
+
+/// Sets of `bytes` that together hold twice the L2 (so that the set a call
+/// uses was evicted since its last use), within the run's `largest` row
+/// (whose buffers the memory check before the run allowed for), and at
+/// most [`MOST_CACHE_FREE_SETS`]. Without the L2's size, as many as fit.
+fn cache_free_sets(bytes: u64, largest: u64, l2: Option<u64>) -> usize {
+    if bytes == 0 {
+        return 1;
+    }
+    let fit = largest / bytes;
+    let wanted = l2.map_or(fit, |l2| (2 * l2).div_ceil(bytes));
+    usize::try_from(wanted.min(fit))
+        .unwrap_or(usize::MAX)
+        .clamp(1, MOST_CACHE_FREE_SETS)
+}
+
+/// The most buffer sets a loop turns through: allocations, not the cache,
+/// bound it for small calls, which the launch, not the cache, times.
+const MOST_CACHE_FREE_SETS: usize = 64;
+
+#[cfg(test)]
+mod cache_tests {
+    use super::cache_free_sets;
+
+    #[test]
+    fn sets_hold_twice_the_l2_within_the_largest_row() {
+        let mib = 1u64 << 20;
+        // H200: 60 MiB of L2 (cudaDevAttrL2CacheSize says 62,914,560 B).
+        let l2 = Some(60 * mib);
+        assert_eq!(cache_free_sets(8 * mib, 256 * mib, l2), 15);
+        assert_eq!(cache_free_sets(64 * mib, 256 * mib, l2), 2);
+        // Bounded by the largest row's buffers, and at least one set.
+        assert_eq!(cache_free_sets(256 * mib, 256 * mib, l2), 1);
+        assert_eq!(cache_free_sets(16 * mib, 32 * mib, l2), 2);
+        assert_eq!(cache_free_sets(mib, 4 * mib, None), 4);
+        // Small calls: at most the cap.
+        assert_eq!(cache_free_sets(8, 256 * mib, l2), 64);
+        assert_eq!(cache_free_sets(0, 256 * mib, l2), 1);
     }
 }
