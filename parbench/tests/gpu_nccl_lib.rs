@@ -44,7 +44,8 @@ fn version_of_code(code: c_int) -> String {
 }
 
 /// The NCCL functions parbench's source calls: every `ncclName(` in
-/// parbench/src, plus those behind the cudarc wrappers it uses. Read from
+/// parbench/src, every symbol it looks up by name (`b"ncclName\0"`), plus
+/// those behind the cudarc wrappers it uses. Read from
 /// the source so that a new call cannot be forgotten in the probe's list.
 fn nccl_calls_in_source() -> BTreeSet<String> {
     // cudarc's safe-ish wrappers, each one NCCL function.
@@ -81,7 +82,9 @@ fn nccl_calls_in_source() -> BTreeSet<String> {
             let before = rest[..i].chars().last();
             let starts_word = !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
             let upper = name[4..].starts_with(|c: char| c.is_ascii_uppercase());
-            if starts_word && upper && tail[end..].starts_with('(') {
+            // A call, or a symbol looked up by name (`b"ncclName\0"`).
+            let called = tail[end..].starts_with('(') || tail[end..].starts_with("\\0\"");
+            if starts_word && upper && called {
                 calls.insert(name.to_string());
             }
             rest = &tail[end.max(4)..];

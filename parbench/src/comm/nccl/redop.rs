@@ -7,8 +7,9 @@
 //! `ReduceOp::mulsum_scalar`); one lives at a time, made again when the
 //! type changes and destroyed with the communicator.
 //!
-//! The value NCCL gives a made operator is NCCL's own: 2.18 counted them
-//! from `ncclNumOps` up, 2.28 on an H200 answered 1475191311. cudarc's
+//! The value NCCL gives a made operator is NCCL's own: its index above
+//! `ncclNumOps`, scrambled with the communicator's address (2.28.3 on an
+//! H200 answered 1475191311). cudarc's
 //! `ncclRedOp_t` is a Rust enum that can hold only its named values, so
 //! every call that takes an operator goes through [`RedOp`], a plain
 //! integer, and the functions of this module, which look those entry
