@@ -84,6 +84,15 @@ pub trait StageWork<C: Compute> {
         Ok(())
     }
 
+    /// Action `a` begins at `start_us` on this rank's host clock: the
+    /// executor's own stamp, which the action's record starts from. A
+    /// stage that times spans inside the action counts them from it (a
+    /// stamp of its own, taken later, would shift every span by the time
+    /// between the two reads, which a preempted thread makes milliseconds).
+    fn begin_action(&mut self, a: Action, start_us: f64) {
+        let _ = (a, start_us);
+    }
+
     /// After action `a` (its output sent): where gradients that became
     /// final may start their data-parallel reduction.
     fn after_action(&mut self, c: &C, a: Action) -> Result<(), PipelineError> {

@@ -471,6 +471,7 @@ where
             }
         };
         let start = host_now_us();
+        stages.begin_action(a, start);
         let output = match &cfg.work {
             Work::Sleep(d) => {
                 let base = match a.kind {

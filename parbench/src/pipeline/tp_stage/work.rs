@@ -54,7 +54,6 @@ where
         mb: usize,
         x: Option<C::Buf>,
     ) -> Result<(C::Buf, Self::Stash), PipelineError> {
-        self.action_start_us = host_now_us();
         let (t, r) = (self.tp.world(), self.tp.rank());
         let mut x = match x {
             Some(x) => x,
@@ -90,7 +89,6 @@ where
         dy: Option<C::Buf>,
         need_dx: bool,
     ) -> Result<Option<C::Buf>, PipelineError> {
-        self.action_start_us = host_now_us();
         let dx = self.input_pass(c, stage, mb, stash, dy)?;
         Ok(need_dx.then_some(dx))
     }
@@ -101,7 +99,6 @@ where
         stage: usize,
         stash: Self::Stash,
     ) -> Result<(), PipelineError> {
-        self.action_start_us = host_now_us();
         self.weight_pass(c, stage, &stash)
     }
 
@@ -118,7 +115,6 @@ where
         dy: Option<C::Buf>,
         need_dx: bool,
     ) -> Result<Option<C::Buf>, PipelineError> {
-        self.action_start_us = host_now_us();
         let dx = if self.buckets_overlapped() {
             self.layered_backward(c, stage, mb, &mut stash, dy)?
         } else {
@@ -129,12 +125,15 @@ where
         Ok(need_dx.then_some(dx))
     }
 
+    fn begin_action(&mut self, _a: Action, start_us: f64) {
+        self.action_start_us = start_us;
+    }
+
     fn stash_bytes(&self, stash: &Self::Stash) -> usize {
         stash.iter().map(BlockState::elems).sum::<usize>() * self.dtype.size()
     }
 
     fn stand_in(&mut self, c: &C, a: Action, d: Duration) -> Result<(), PipelineError> {
-        self.action_start_us = host_now_us();
         if matches!(a.kind, ActionKind::B | ActionKind::W) && self.final_overlapped_pass(a.stage) {
             return self.stand_in_last_weight_pass(c, a, d);
         }
