@@ -67,12 +67,15 @@ where
     }
     comm.sync()?;
     comm.barrier()?;
-    // Device backends: device time from events on the stream, or graphs.
+    // Device backends: the whole loop on the host clock (nccl-tests' time),
+    // then each call's device time from events on the stream; or graphs.
     if let Some(n) = spec.graph {
         return time_graph(comm, spec, n, &mut op);
     }
     if let Some(mut clock) = comm.stream_clock(spec.iters + 1)? {
         let total = whole_loop(comm, spec, spec.iters, &mut op)?;
+        // The second loop starts together too, as the first did.
+        comm.barrier()?;
         let mut times = time_on_stream(comm, spec, clock.as_mut(), &mut op)?;
         times.total = total;
         return Ok(times);

@@ -1,6 +1,6 @@
 //! The [`Communicator`] trait over NCCL.
 
-use super::redop;
+use super::redop::{self, RedOp};
 use super::transfer::{addr, nccl_type};
 use super::NcclComm;
 use crate::comm::library::{self, LibraryCalls};
@@ -159,10 +159,11 @@ impl Communicator for NcclComm {
         let Some(p) = self.token.as_ref().map(|t| addr(t.ptr())) else {
             return Err(CommError::Device("the barrier's token is missing".into()));
         };
-        let (comm, stream, sum) = (self.comm, self.stream(), NcclComm::sum_op()?);
+        let (comm, stream, calls) = (self.comm, self.stream(), redop::op_calls()?);
         // SAFETY: the token holds one f32.
         self.call("barrier (one-element ncclAllReduce)", || unsafe {
-            redop::all_reduce(p, p, 1, sys::ncclDataType_t::ncclFloat32, sum, comm, stream)
+            let (f32, sum) = (sys::ncclDataType_t::ncclFloat32, RedOp::SUM.raw());
+            (calls.all_reduce)(p, p, 1, f32, sum, comm, stream)
         })?;
         self.wait("barrier")
     }
@@ -279,10 +280,10 @@ impl NcclComm {
 impl LibraryCalls for NcclComm {
     fn all_reduce_call(&mut self, io: Io<'_, DeviceBuffer>, a: CollArgs) -> CommResult<()> {
         let (s, r, comm, stream) = self.coll_ptrs(Collective::AllReduce, &io, &a)?;
-        let (t, op) = (nccl_type(a.dtype), self.red_op(&a)?);
+        let (t, op, calls) = (nccl_type(a.dtype), self.red_op(&a)?, redop::op_calls()?);
         // SAFETY: pointers checked to hold `count` elements on this GPU.
         self.call("ncclAllReduce", || unsafe {
-            redop::all_reduce(s, r, a.count, t, op, comm, stream)
+            (calls.all_reduce)(s, r, a.count, t, op.raw(), comm, stream)
         })
     }
 
@@ -297,10 +298,10 @@ impl LibraryCalls for NcclComm {
 
     fn reduce_scatter_call(&mut self, io: Io<'_, DeviceBuffer>, a: CollArgs) -> CommResult<()> {
         let (s, r, comm, stream) = self.coll_ptrs(Collective::ReduceScatter, &io, &a)?;
-        let (t, op) = (nccl_type(a.dtype), self.red_op(&a)?);
+        let (t, op, calls) = (nccl_type(a.dtype), self.red_op(&a)?, redop::op_calls()?);
         // SAFETY: as in all_reduce.
         self.call("ncclReduceScatter", || unsafe {
-            redop::reduce_scatter(s, r, a.count, t, op, comm, stream)
+            (calls.reduce_scatter)(s, r, a.count, t, op.raw(), comm, stream)
         })
     }
 
@@ -318,9 +319,10 @@ impl LibraryCalls for NcclComm {
         self.check_root(a.root)?;
         let (s, r, comm, stream) = self.coll_ptrs(Collective::Reduce, &io, &a)?;
         let (t, op, root) = (nccl_type(a.dtype), self.red_op(&a)?, a.root as i32);
+        let calls = redop::op_calls()?;
         // SAFETY: as in all_reduce.
         self.call("ncclReduce", || unsafe {
-            redop::reduce(s, r, a.count, t, op, root, comm, stream)
+            (calls.reduce)(s, r, a.count, t, op.raw(), root, comm, stream)
         })
     }
 

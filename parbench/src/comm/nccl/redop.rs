@@ -9,12 +9,11 @@
 //!
 //! The value NCCL gives a made operator is NCCL's own: its index above
 //! `ncclNumOps`, scrambled with the communicator's address (2.28.3 on an
-//! H200 answered 1475191311). cudarc's
-//! `ncclRedOp_t` is a Rust enum that can hold only its named values, so
-//! every call that takes an operator goes through [`RedOp`], a plain
-//! integer, and the functions of this module, which look those entry
-//! points up in the NCCL cudarc loaded and call them with the C enum's
-//! integer type.
+//! H200 answered 1475191311). cudarc's `ncclRedOp_t` is a Rust enum that
+//! can hold only its named values, so every call that takes an operator
+//! passes a [`RedOp`], a plain integer, to NCCL's entry point as
+//! [`op_calls`] looked it up in the NCCL cudarc loaded, typed with the C
+//! enum's integer.
 
 use super::transfer::nccl_type;
 use super::NcclComm;
@@ -29,10 +28,15 @@ use std::sync::OnceLock;
 pub(super) struct RedOp(u32);
 
 impl RedOp {
-    const SUM: RedOp = RedOp(sys::ncclRedOp_t::ncclSum as u32);
+    pub(super) const SUM: RedOp = RedOp(sys::ncclRedOp_t::ncclSum as u32);
 
     fn builtin(op: sys::ncclRedOp_t) -> RedOp {
         RedOp(op as u32)
+    }
+
+    /// The number as NCCL's calls take it.
+    pub(super) fn raw(self) -> u32 {
+        self.0
     }
 }
 
@@ -65,17 +69,17 @@ type CreatePreMulSumFn = unsafe extern "C" fn(
 type DestroyFn = unsafe extern "C" fn(u32, sys::ncclComm_t) -> sys::ncclResult_t;
 
 /// NCCL's entry points that take an operator, typed with its integer.
-struct OpCalls {
-    all_reduce: AllReduceFn,
-    reduce_scatter: AllReduceFn,
-    reduce: ReduceFn,
+pub(super) struct OpCalls {
+    pub(super) all_reduce: AllReduceFn,
+    pub(super) reduce_scatter: AllReduceFn,
+    pub(super) reduce: ReduceFn,
     create_premul_sum: CreatePreMulSumFn,
     destroy: DestroyFn,
 }
 
 /// The entry points, looked up once in the NCCL cudarc loaded (the probe
 /// has checked that every one is exported before any communicator exists).
-fn op_calls() -> CommResult<&'static OpCalls> {
+pub(super) fn op_calls() -> CommResult<&'static OpCalls> {
     static CALLS: OnceLock<Result<OpCalls, String>> = OnceLock::new();
     CALLS
         .get_or_init(|| {
@@ -111,72 +115,10 @@ fn op_calls() -> CommResult<&'static OpCalls> {
         .map_err(|e| CommError::Device(e.clone()))
 }
 
-/// `ncclAllReduce` with `op` as NCCL numbers it.
-///
-/// # Safety
-/// As `ncclAllReduce`: buffers of `count` elements on the communicator's GPU.
-pub(super) unsafe fn all_reduce(
-    send: *const c_void,
-    recv: *mut c_void,
-    count: usize,
-    dtype: sys::ncclDataType_t,
-    op: RedOp,
-    comm: sys::ncclComm_t,
-    stream: sys::cudaStream_t,
-) -> sys::ncclResult_t {
-    match op_calls() {
-        Ok(c) => (c.all_reduce)(send, recv, count, dtype, op.0, comm, stream),
-        Err(_) => sys::ncclResult_t::ncclSystemError,
-    }
-}
-
-/// `ncclReduceScatter` with `op` as NCCL numbers it.
-///
-/// # Safety
-/// As `ncclReduceScatter`.
-pub(super) unsafe fn reduce_scatter(
-    send: *const c_void,
-    recv: *mut c_void,
-    count: usize,
-    dtype: sys::ncclDataType_t,
-    op: RedOp,
-    comm: sys::ncclComm_t,
-    stream: sys::cudaStream_t,
-) -> sys::ncclResult_t {
-    match op_calls() {
-        Ok(c) => (c.reduce_scatter)(send, recv, count, dtype, op.0, comm, stream),
-        Err(_) => sys::ncclResult_t::ncclSystemError,
-    }
-}
-
-/// `ncclReduce` with `op` as NCCL numbers it.
-///
-/// # Safety
-/// As `ncclReduce`.
-#[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn reduce(
-    send: *const c_void,
-    recv: *mut c_void,
-    count: usize,
-    dtype: sys::ncclDataType_t,
-    op: RedOp,
-    root: i32,
-    comm: sys::ncclComm_t,
-    stream: sys::cudaStream_t,
-) -> sys::ncclResult_t {
-    match op_calls() {
-        Ok(c) => (c.reduce)(send, recv, count, dtype, op.0, root, comm, stream),
-        Err(_) => sys::ncclResult_t::ncclSystemError,
-    }
-}
-
 /// The NCCL operator of `a.op` for this call (making `mulsum`'s when needed).
 impl NcclComm {
-    /// Also checks that the entry points that take it were found, so the
-    /// calls below (which can only answer an NCCL code) fail with a reason.
     pub(super) fn red_op(&mut self, a: &CollArgs) -> CommResult<RedOp> {
         use sys::ncclRedOp_t as O;
-        op_calls()?;
         Ok(match a.op {
             ReduceOp::Sum => RedOp::builtin(O::ncclSum),
             ReduceOp::Prod => RedOp::builtin(O::ncclProd),
@@ -185,12 +127,6 @@ impl NcclComm {
             ReduceOp::Avg => RedOp::builtin(O::ncclAvg),
             ReduceOp::MulSum => self.premul_op(a.dtype)?,
         })
-    }
-
-    /// The operator of a one-element sum (the barrier's), as `red_op`.
-    pub(super) fn sum_op() -> CommResult<RedOp> {
-        op_calls()?;
-        Ok(RedOp::SUM)
     }
 
     fn premul_op(&mut self, dtype: DType) -> CommResult<RedOp> {
