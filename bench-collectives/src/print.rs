@@ -245,10 +245,10 @@ pub fn header_lines(
     // nccl-tests; the per-iteration events of the percentiles' loop cost the
     // host a record between calls, so they get a loop of their own.
     let on_gpus = parbench::launch::flags::Backend::named(backend).is_some_and(|b| b.on_gpus());
-    let percentiles = if on_gpus && cfg.graph.is_none() {
-        "p50/p99 over the iterations of a second timed loop with an event after each call, each the slowest rank's"
-    } else {
-        "p50/p99 over iterations, each the slowest rank's"
+    let percentiles = match (on_gpus, cfg.graph) {
+        (true, None) => "p50/p99 over the iterations of a second timed loop with an event after each call, each the slowest rank's",
+        (true, Some(_)) => "p50/p99 over the replays of a second timed run with an event after each replay, per call, each the slowest rank's",
+        (false, _) => "p50/p99 over iterations, each the slowest rank's",
     };
     out.push(format!(
         "# {} warm-up, {} timed, {} check iterations per size; time(us) = whole timed loop / {} ({}); {percentiles}",

@@ -439,7 +439,7 @@ mod cache_tests {
     #[test]
     fn sets_hold_twice_the_l2_within_the_largest_row() {
         let mib = 1u64 << 20;
-        // H200: 60 MiB of L2 (cudaDevAttrL2CacheSize says 62,914,560 B).
+        // An L2 of 60 MiB, about an H200's.
         let l2 = Some(60 * mib);
         assert_eq!(cache_free_sets(8 * mib, 256 * mib, l2), 15);
         assert_eq!(cache_free_sets(64 * mib, 256 * mib, l2), 2);
