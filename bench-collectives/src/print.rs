@@ -212,6 +212,12 @@ pub fn header_lines(
             ""
         }
     ));
+    if wire.ceilings_per_row() && wire.exchange.is_some() {
+        out.push(format!(
+            "#   each row from {} KiB: every rung its model reads measured again just before the row, in place of the pre-sweep one (the memory's share moves from second to second on a shared machine; run.json extra.model_at_row)",
+            parbench::measure::wire::MODEL_AT_ROW_FROM >> 10
+        ));
+    }
     out.push(format!(
         "# Ladders, latencies and clock took {:.2} s; floor of the compare gate {:.3} us (the larger of the clock resolution, {:.3} us, and the latency jitter p90-p10){}",
         wire.cost_s,

@@ -14,6 +14,8 @@ use parbench::launch::flags::Backend;
 use parbench::launch::ranks::{self as ranks, Ended, RankBody, Ranks};
 use parbench::measure::noise::{CpuSnapshot, ForeignCpu};
 use parbench::measure::placement::{self, BindRequest, Placement};
+use parbench::measure::wire::MODEL_AT_ROW_FROM;
+use parbench::model::wire::RowRungs;
 use parbench::results::{self, CollectiveRow, Record, RunMeta};
 use std::path::Path;
 
@@ -455,7 +457,7 @@ fn rank_main<C: Communicator>(
         .map(|(r, _)| r.clone())
         .collect();
     let summary = Summary {
-        fits: summary::fits(&in_state, &wire, plan.sweep.fit_from),
+        fits: summary::fits(&in_state, &wire, plan.sweep.fit_from, &outcome.model_rungs),
         model_check: crate::model_check::ModelCheck::of(&in_state),
         states,
         recheck,
@@ -496,7 +498,7 @@ fn rank_main<C: Communicator>(
 /// A wire set's model as run.json records it.
 fn model_link_json(w: &WireFigures) -> serde_json::Value {
     serde_json::json!({
-        "source": "measured before the sweep, not fitted: alpha = median of timed 8 B exchanges (every rank at once) for exchange steps, of ping-pong half trips 0<->1 for one-way steps, each after a warm-up; beta, gamma and copies from the ladders at each row's working set",
+        "source": "measured, not fitted: alpha = median of timed 8 B exchanges (every rank at once) for exchange steps, of ping-pong half trips 0<->1 for one-way steps, each after a warm-up, before the sweep; beta, gamma and copies from the ladders at each row's working set, measured before the sweep and, where extra.model_at_row lists a row, again just before that row",
         "alpha_us": w.alpha_us(),
         "alpha_exchange_us": w.model.alpha_exchange_s * 1e6,
         "ping_pong": w.ping,
@@ -517,6 +519,37 @@ fn model_link_json(w: &WireFigures) -> serde_json::Value {
         "reduce_from": w.model.reduce_from,
         "both_far": w.model.both_far,
         "pull_far": w.model.pull_far,
+    })
+}
+
+/// The rungs each row's model was priced with, measured just before the
+/// row, beside the pre-sweep ladder's figure at the same working set.
+fn model_at_row_json(w: &WireFigures, rows: &[(String, RowRungs)]) -> serde_json::Value {
+    let rows: Vec<serde_json::Value> = rows
+        .iter()
+        .map(|(row, rungs)| {
+            let rungs: Vec<serde_json::Value> = rungs
+                .iter()
+                .flat_map(|(id, l)| {
+                    l.rungs.iter().map(move |r| {
+                        serde_json::json!({
+                            "ladder": id.name(),
+                            "working_set": r.working_set,
+                            "bytes": r.bytes,
+                            "gbps": r.gbps,
+                            "median_gbps": r.median_gbps,
+                            "gbps_before_sweep": w.model.ladder(*id).at(r.working_set),
+                        })
+                    })
+                })
+                .collect();
+            serde_json::json!({"row": row, "rungs": rungs})
+        })
+        .collect();
+    serde_json::json!({
+        "from_bytes": if w.ceilings_per_row() { Some(MODEL_AT_ROW_FROM) } else { None },
+        "method": "on shared memory, from from_bytes: every ladder rung a row's model reads, measured again just before the row with the pre-sweep ladder's own method, in place of the pre-sweep rung (the row's model_us and the fits use them); other rows and wires: the pre-sweep ladders",
+        "rows": rows,
     })
 }
 
@@ -548,6 +581,10 @@ fn finish(plan: &SweepJob, meta: &mut RunMeta, r: RankReport) -> Result<Finished
         extra.insert("core_state".into(), st.json(&r.outcome.states));
     }
     extra.insert("model_link".into(), model_link_json(w));
+    extra.insert(
+        "model_at_row".into(),
+        model_at_row_json(w, &r.outcome.model_rungs),
+    );
     extra.insert(
         "floor".into(),
         serde_json::json!({

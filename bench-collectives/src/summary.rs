@@ -9,7 +9,7 @@ use parbench::measure::noise::ForeignCpu;
 use parbench::measure::wire::recheck::WireRecheck;
 use parbench::measure::wire::{link_bound, WireFigures};
 use parbench::measure::StragglerVerdict;
-use parbench::model::wire::{fit_on_wire, working_set_bytes, WireFit};
+use parbench::model::wire::{fit_on_rows, working_set_bytes, RowRungs, WireFit, WireModel};
 use parbench::model::{self, AlphaBetaFit};
 use parbench::results::CollectiveRow;
 
@@ -173,8 +173,14 @@ impl CeilingDrift {
 
 /// Fits and peaks per (collective, algorithm), over out-of-place rows (or
 /// in-place rows when no out-of-place row ran) of `from` bytes and up, in
-/// the order rows came.
-pub fn fits(rows: &[CollectiveRow], wire: &WireFigures, from: u64) -> Vec<FitLine> {
+/// the order rows came; a row whose model's rungs were measured at the row
+/// (`at_rows`: by row label) is fitted with that row's model.
+pub fn fits(
+    rows: &[CollectiveRow],
+    wire: &WireFigures,
+    from: u64,
+    at_rows: &[(String, RowRungs)],
+) -> Vec<FitLine> {
     let any_out = rows.iter().any(|r| !r.in_place);
     let mut groups: Vec<(Collective, String, Vec<&CollectiveRow>)> = Vec::new();
     for r in rows.iter().filter(|r| r.in_place != any_out) {
@@ -194,7 +200,9 @@ pub fn fits(rows: &[CollectiveRow], wire: &WireFigures, from: u64) -> Vec<FitLin
     groups
         .into_iter()
         .filter(|(_, _, rows)| rows.iter().any(|r| r.bytes >= from))
-        .map(|(collective, algo, rows)| fit_group(collective, algo, !any_out, &rows, wire, from))
+        .map(|(collective, algo, rows)| {
+            fit_group(collective, algo, !any_out, &rows, (wire, at_rows), from)
+        })
         .collect()
 }
 
@@ -203,7 +211,7 @@ fn fit_group(
     algo: String,
     in_place: bool,
     rows: &[&CollectiveRow],
-    wire: &WireFigures,
+    (wire, at_rows): (&WireFigures, &[(String, RowRungs)]),
     from: u64,
 ) -> FitLine {
     let world = rows.first().map_or(1, |r| r.world);
@@ -216,17 +224,24 @@ fn fit_group(
     let points: Vec<(u64, f64)> = window.iter().map(|r| (r.bytes, r.p50_us * 1e-6)).collect();
     let model_algo = model::ModelAlgo::of(&algo);
     let fit = if wire.own_transport && !model_algo.is_selector() {
-        fit_on_wire(
-            collective,
-            &model_algo,
-            world,
-            in_place,
-            &wire.model,
-            &points,
-            true,
-        )
-        .map(Fitted::Wire)
-        .map_err(|e| e.to_string())
+        let models: Vec<WireModel> = window
+            .iter()
+            .map(|r| {
+                let label = parbench::results::row_label(collective.name(), r.bytes, in_place);
+                match at_rows.iter().find(|(l, _)| *l == label) {
+                    Some((_, rungs)) => wire.model.with_rungs(rungs),
+                    None => wire.model.clone(),
+                }
+            })
+            .collect();
+        let priced: Vec<(u64, f64, &WireModel)> = points
+            .iter()
+            .zip(&models)
+            .map(|(&(b, s), m)| (b, s, m))
+            .collect();
+        fit_on_rows(collective, &model_algo, world, in_place, &priced, true)
+            .map(Fitted::Wire)
+            .map_err(|e| e.to_string())
     } else {
         let unit = model::LinkParams::from_gbps_us(1.0, 1.0);
         let per_call = model::predict(collective, &model_algo, world, 1, &unit).is_none();

@@ -13,6 +13,7 @@ use parbench::measure::noise::{CpuSnapshot, ForeignCpu};
 use parbench::measure::wire::{row_count, Drift, WireFigures};
 use parbench::measure::{time_loop, Ladder, LoopSpec, LoopStats, StragglerTally, StragglerVerdict};
 use parbench::model;
+use parbench::model::wire::RowRungs;
 use parbench::results::{CollectiveRow, SCHEMA_VERSION};
 
 /// Where a run stands: what it measured and what it found.
@@ -37,6 +38,9 @@ pub struct Outcome {
     /// Per row whose ceiling was measured again at the row: the row and the
     /// copy rate at its working set before the sweep and at the row.
     pub ceiling_drift: Vec<(String, Drift)>,
+    /// Per row whose model's rungs were measured again at the row
+    /// ([`WireFigures::rungs_at_row`]): the row's label and those rungs.
+    pub model_rungs: Vec<(String, RowRungs)>,
     /// Per row (same order as `rows`): the cores' state around it
     /// ([`parbench::measure::core_state`]).
     pub states: Vec<RowState>,
@@ -209,6 +213,7 @@ fn sweep_sizes<C: Communicator>(
             let model_algo = model::ModelAlgo::of(&point.algo);
             let before = wait_for_state(comm, wire.state.as_ref(), &mut outcome.wait_budget)?;
             let ceiling = wire.ceiling_at_row(comm, coll, &model_algo, bytes, in_place)?;
+            let rungs = wire.rungs_at_row(comm, coll, &model_algo, bytes, in_place)?;
             let stats = measure_one(comm, coll, cfg, &point, in_place)?;
             let after = state_probe(comm)?;
             // Asked again after the calls ran: NCCL's tuning log names its
@@ -221,7 +226,7 @@ fn sweep_sizes<C: Communicator>(
                 ids,
                 comm,
                 cfg,
-                (wire, &ceiling.ladder),
+                (wire, &ceiling.ladder, &rungs),
                 &point,
                 in_place,
                 &stats,
@@ -231,7 +236,10 @@ fn sweep_sizes<C: Communicator>(
             marked[slot] = !state.in_state;
             outcome.states.push(state);
             if let Some(d) = ceiling.drift {
-                outcome.ceiling_drift.push((label, d));
+                outcome.ceiling_drift.push((label.clone(), d));
+            }
+            if !rungs.is_empty() {
+                outcome.model_rungs.push((label, rungs));
             }
             outcome.rows.push(row.clone());
             outcome.rank_iter_us.push(stats.rank_iter_us.clone());
@@ -417,7 +425,7 @@ fn make_row(
     ids: &RunIds<'_>,
     comm: &impl Communicator,
     cfg: &SweepConfig,
-    (wire, ceiling): (&WireFigures, &Ladder),
+    (wire, ceiling, rungs): (&WireFigures, &Ladder, &RowRungs),
     p: &Point,
     in_place: bool,
     s: &LoopStats,
@@ -428,7 +436,7 @@ fn make_row(
     // The record keeps the name; the model reads what it means.
     let algo = model::ModelAlgo::of(&p.algo);
     let (model_us, ceiling_gbps) =
-        wire.row_references(coll, &algo, world, p.bytes, in_place, ceiling);
+        wire.row_references(coll, &algo, world, p.bytes, in_place, (ceiling, rungs));
     CollectiveRow {
         schema: SCHEMA_VERSION,
         run_id: ids.run_id.to_string(),

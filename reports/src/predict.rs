@@ -13,7 +13,7 @@
 
 use parbench::comm::algo::Algorithm;
 use parbench::comm::{Collective, DType};
-use parbench::model::wire::{fit_on_wire, WireFit, WireModel};
+use parbench::model::wire::{fit_on_rows, RowRungs, WireFit, WireModel};
 use parbench::model::{self, LinkParams, RingFactor, TpMode, TpTraffic};
 
 pub use parbench::model::ModelAlgo;
@@ -81,7 +81,9 @@ pub fn bandwidth_link(gbps: f64) -> LinkParams {
 
 /// The fit of `(bytes, seconds)` points of a curve of `coll` with `algo`
 /// in the calibrated model's structure on its run's wire (alpha fixed to
-/// the wire's own).
+/// the wire's own), each size priced with the rungs its run measured at
+/// that row (`at_rows`: by bytes; none: the pre-sweep ladders), as
+/// bench-collectives priced its `model` column and fits.
 pub fn wire_fit(
     coll: Collective,
     algo: &ModelAlgo,
@@ -89,8 +91,21 @@ pub fn wire_fit(
     in_place: bool,
     wire: &WireModel,
     points: &[(u64, f64)],
+    at_rows: &[(u64, RowRungs)],
 ) -> Result<WireFit, String> {
-    fit_on_wire(coll, algo, world, in_place, wire, points, true).map_err(|e| e.to_string())
+    let models: Vec<WireModel> = points
+        .iter()
+        .map(|(n, _)| match at_rows.iter().find(|(b, _)| b == n) {
+            Some((_, rungs)) => wire.with_rungs(rungs),
+            None => wire.clone(),
+        })
+        .collect();
+    let priced: Vec<(u64, f64, &WireModel)> = points
+        .iter()
+        .zip(&models)
+        .map(|(&(n, s), m)| (n, s, m))
+        .collect();
+    fit_on_rows(coll, algo, world, in_place, &priced, true).map_err(|e| e.to_string())
 }
 
 /// The algorithm to project a fitted link with: the measured one, or ring

@@ -235,3 +235,82 @@ fn the_xeon_vm_local_with_the_far_destination_ladders() {
         );
     }
 }
+
+/// A default local sweep whose rows from 64 KiB were priced with the rungs
+/// measured just before each row (`extra.model_at_row`): every such row's
+/// `model_us` is the pre-sweep model with the row's rungs put in, and
+/// nothing else; the fits the run printed are the fits of those per-row
+/// models. A record that cannot give back its own model column fails here.
+#[test]
+fn a_run_priced_with_rungs_measured_at_each_row_gives_back_its_model_column() {
+    use parbench::model::wire::{fit_on_rows, LadderId, RowRungs, Rung};
+    let name = "real-15-at-row-local";
+    let (wire, _, rows, _) = wire_of(name);
+    let runs = read_runs(&fixture(name)).unwrap();
+    let extra = &runs[0].extra;
+    let at_rows = extra["model_at_row"]["rows"].as_array().unwrap();
+    let rungs_of = |label: &str| -> Option<RowRungs> {
+        let row = at_rows.iter().find(|x| x["row"] == label)?;
+        let mut out: RowRungs = Vec::new();
+        for x in row["rungs"].as_array()? {
+            let id: LadderId = serde_json::from_value(x["ladder"].clone()).ok()?;
+            let rung: Rung = serde_json::from_value(x.clone()).ok()?;
+            out.push((
+                id,
+                Ladder {
+                    method: String::new(),
+                    rungs: vec![rung],
+                },
+            ));
+        }
+        Some(out)
+    };
+    let mut priced_at_row = 0;
+    let mut models = Vec::new();
+    for r in &rows {
+        let c: Collective = r.collective.parse().unwrap();
+        let model = match rungs_of(&r.label()) {
+            Some(rungs) => {
+                priced_at_row += 1;
+                wire.with_rungs(&rungs)
+            }
+            None => wire.clone(),
+        };
+        assert_eq!(
+            rungs_of(&r.label()).is_some(),
+            r.bytes >= 64 << 10,
+            "{}",
+            r.label()
+        );
+        let t = model
+            .predict(c, &ModelAlgo::of(&r.algo), r.world, r.bytes, r.in_place)
+            .unwrap()
+            * 1e6;
+        assert!(
+            (t - r.model_us).abs() <= 1e-9 * r.model_us,
+            "{}: recorded {} us, recomputed {t} us",
+            r.label(),
+            r.model_us
+        );
+        models.push(model);
+    }
+    // 44 rows from 64 KiB, 5 of them timed with the cores elsewhere (left out).
+    assert_eq!(priced_at_row, 39, "rows priced at the row");
+    for fit in extra["fits"].as_array().unwrap() {
+        let coll = fit["collective"].as_str().unwrap();
+        let pts: Vec<(u64, f64, &WireModel)> = rows
+            .iter()
+            .zip(&models)
+            .filter(|(r, _)| r.collective == coll && !r.in_place && r.bytes >= 1 << 20)
+            .map(|(r, m)| (r.bytes, r.p50_us * 1e-6, m))
+            .collect();
+        let c: Collective = coll.parse().unwrap();
+        let f = fit_on_rows(c, &ModelAlgo::of("ring"), 2, false, &pts, true).unwrap();
+        let recorded = fit["rms_rel_err"].as_f64().unwrap();
+        assert!(
+            (f.rms_rel_err - recorded).abs() <= 1e-9,
+            "{coll}: fit {} recomputed, {recorded} recorded",
+            f.rms_rel_err
+        );
+    }
+}

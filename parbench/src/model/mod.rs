@@ -53,9 +53,11 @@ pub mod opcost;
 pub mod plan;
 pub mod presets;
 pub mod priced;
+pub mod row_rungs;
 pub mod sim;
 pub mod tensor_parallel;
 pub mod wire;
+pub mod wire_fit;
 
 pub use algo::ModelAlgo;
 pub use alpha_beta::{

@@ -29,18 +29,19 @@
 //!   all_to_all's buffer) cost the copy ladder's beta (`claim` when a peer
 //!   reads the copy).
 //!
-//! Every coefficient is measured before the sweep: nothing here is fitted
+//! Every coefficient is measured, before the sweep and (on shared memory,
+//! [`super::row_rungs`]) again just before a row: nothing here is fitted
 //! to the sweep's own times. [`fit_on_wire`] is the fit that does that.
 
 use super::algo::ModelAlgo;
 use super::alpha_beta::{terms, AlphaBetaTerms, RING_SLICE_BYTES};
-use super::busbw::busbw_factor;
-use super::fit::{fit_terms, FitError};
 use crate::comm::algo::Algorithm;
 use crate::comm::collective::CostForm;
 use crate::comm::Collective;
 
 pub use super::ladder::{Ladder, Rung};
+pub use super::row_rungs::{LadderId, RowRungs};
+pub use super::wire_fit::{fit_on_rows, fit_on_wire, WireFit};
 
 /// Bytes each rank's buffers hold in one call of `coll` on `p` ranks with
 /// nccl-tests' size `n_bytes`: out of place the send and the receive
@@ -443,15 +444,16 @@ impl WireModel {
         !(self.pull.rungs.is_empty() || self.claim.rungs.is_empty() || self.both.rungs.is_empty())
     }
 
-    /// The reducing receive a reduced part is priced by, and whether it is
-    /// `reduce_from`: a fresh source (a partial sum, an in-place ring's
+    /// Whether a reduced part is priced by a reducing receive, and by
+    /// which: `Some(true)` for `reduce_from`, `Some(false)` for
+    /// `reduce_into`. A fresh source (a partial sum, an in-place ring's
     /// block) is reduced into the accumulator (`reduce_into`), the
     /// sender's untouched input into a third buffer (`reduce_from`). On
     /// shared memory both were measured into a buffer the peer had read,
     /// so they price claimed parts only; sockets' bytes cross the kernel's
     /// buffers whatever their lines' state. `None` where the ladder is
     /// empty.
-    fn fused_for(&self, part: &Part) -> Option<(&Ladder, bool)> {
+    fn fused_for(&self, part: &Part) -> Option<bool> {
         let from = !part.fresh;
         let l = if from {
             &self.reduce_from
@@ -459,7 +461,7 @@ impl WireModel {
             &self.reduce_into
         };
         let measured = part.claimed || !self.cache_states();
-        (measured && !l.rungs.is_empty()).then_some((l, from))
+        (measured && !l.rungs.is_empty()).then_some(from)
     }
 
     /// Seconds per byte of one part at working set `ws`:
@@ -473,38 +475,58 @@ impl WireModel {
     ///   receive plus gamma (the reduction's own pass over both operands);
     /// - a copy within the rank: `copy`, or `claim` into a claimed buffer.
     pub fn part_seconds_per_byte(&self, part: &Part, duplex: bool, ws: u64) -> f64 {
-        self.part_seconds_at(part, duplex, ws, ws)
+        self.part_seconds_at(part, duplex, ws, ws, &mut |id, at| {
+            secs_per_byte(self.ladder(id), at)
+        })
     }
 
-    fn part_seconds_at(&self, part: &Part, duplex: bool, ws: u64, state_ws: u64) -> f64 {
-        let wire = if duplex { &self.duplex } else { &self.one_way };
+    /// [`Self::part_seconds_per_byte`] with the cache-state figures at
+    /// `state_ws`, each ladder read through `read` (seconds per byte of a
+    /// ladder at a working set).
+    fn part_seconds_at(
+        &self,
+        part: &Part,
+        duplex: bool,
+        ws: u64,
+        state_ws: u64,
+        read: &mut dyn FnMut(LadderId, u64) -> f64,
+    ) -> f64 {
+        let wire = if duplex {
+            LadderId::Duplex
+        } else {
+            LadderId::OneWay
+        };
         let states = self.cache_states();
-        let move_cost = |fresh: bool, claimed: bool| -> f64 {
+        let mut move_cost = |fresh: bool, claimed: bool| -> f64 {
             let (l, at) = match (states, fresh, claimed) {
                 (false, _, _) | (true, false, false) => (wire, ws),
-                (true, true, false) => (&self.pull, state_ws),
-                (true, false, true) => (&self.claim, state_ws),
-                (true, true, true) => (&self.both, state_ws),
+                (true, true, false) => (LadderId::Pull, state_ws),
+                (true, false, true) => (LadderId::Claim, state_ws),
+                (true, true, true) => (LadderId::Both, state_ws),
             };
-            secs_per_byte(l, at)
+            read(l, at)
         };
         match part.op {
             Op::Receive => move_cost(part.fresh, part.claimed),
             Op::Reduce => match self.fused_for(part) {
-                Some((l, from)) => {
+                Some(from) => {
                     // A ladder's rung holds two (into) or four (from)
                     // buffers of one transfer: one slice's block is read
                     // at the working set its buffers make.
-                    let buffers = if from { 2 } else { 1 };
-                    secs_per_byte(l, state_ws.saturating_mul(buffers).min(ws))
+                    let (l, buffers) = if from {
+                        (LadderId::ReduceFrom, 2)
+                    } else {
+                        (LadderId::ReduceInto, 1)
+                    };
+                    read(l, state_ws.saturating_mul(buffers).min(ws))
                 }
-                None => move_cost(part.fresh, part.claimed) + secs_per_byte(&self.reduce, ws),
+                None => move_cost(part.fresh, part.claimed) + read(LadderId::Reduce, ws),
             },
             Op::Copy => {
                 if states && part.claimed {
-                    secs_per_byte(&self.claim, state_ws)
+                    read(LadderId::Claim, state_ws)
                 } else {
-                    secs_per_byte(&self.copy, ws)
+                    read(LadderId::Copy, ws)
                 }
             }
         }
@@ -530,30 +552,56 @@ impl WireModel {
     ///   rank's cache (on the Intel Xeon VM those steps ran at 10-11 and
     ///   12-13 GB/s where `both` and `pull` near the slice read 15-17).
     pub fn bytes_seconds(&self, m: &Moves, n_bytes: u64, at: &CallSets) -> f64 {
+        self.bytes_seconds_read(m, n_bytes, at, &mut |id, ws| {
+            secs_per_byte(self.ladder(id), ws)
+        })
+    }
+
+    /// The ladders and working sets [`Self::bytes_seconds`] reads for `m`
+    /// at `at`, each once, in order: what a row's model rests on, and what
+    /// measuring them again at the row takes.
+    pub fn reads(&self, m: &Moves, n_bytes: u64, at: &CallSets) -> Vec<(LadderId, u64)> {
+        let mut seen = Vec::new();
+        self.bytes_seconds_read(m, n_bytes, at, &mut |id, ws| {
+            seen.push((id, ws));
+            0.0
+        });
+        seen.sort_unstable();
+        seen.dedup();
+        seen
+    }
+
+    fn bytes_seconds_read(
+        &self,
+        m: &Moves,
+        n_bytes: u64,
+        at: &CallSets,
+        read: &mut dyn FnMut(LadderId, u64) -> f64,
+    ) -> f64 {
         let n = n_bytes as f64;
         let state_at = |ws: u64| at.block_ws.map_or(ws, |b| ws.min(b));
-        let cost = |p: &Part, ws: u64| self.part_seconds_at(p, m.duplex, ws, state_at(ws));
-        m.parts
-            .iter()
-            .map(|p| {
-                let sliced = at.block_ws.is_none();
-                let far_pull = p.op == Op::Receive && p.fresh && !p.claimed;
-                // The far ladders are read at the call's receive buffer,
-                // n bytes for the rings that slice (all_reduce, all_gather).
-                let secs = if p.dest_near && sliced && !self.both_far.rungs.is_empty() {
-                    secs_per_byte(&self.both_far, n_bytes)
-                } else if far_pull && sliced && !self.pull_far.rungs.is_empty() {
-                    secs_per_byte(&self.pull_far, n_bytes)
-                } else if p.dest_near {
-                    cost(p, at.slice_ws)
-                } else if p.near {
-                    0.5 * cost(p, at.slice_ws) + 0.5 * cost(p, at.ws)
-                } else {
-                    cost(p, at.ws)
-                };
-                p.bytes * n * secs
-            })
-            .sum()
+        let sliced = at.block_ws.is_none();
+        let mut total = 0.0;
+        for p in &m.parts {
+            let mut cost =
+                |ws: u64| self.part_seconds_at(p, m.duplex, ws, state_at(ws), &mut *read);
+            let far_pull = p.op == Op::Receive && p.fresh && !p.claimed;
+            // The far ladders are read at the call's receive buffer,
+            // n bytes for the rings that slice (all_reduce, all_gather).
+            let secs = if p.dest_near && sliced && !self.both_far.rungs.is_empty() {
+                read(LadderId::BothFar, n_bytes)
+            } else if far_pull && sliced && !self.pull_far.rungs.is_empty() {
+                read(LadderId::PullFar, n_bytes)
+            } else if p.dest_near {
+                cost(at.slice_ws)
+            } else if p.near {
+                0.5 * cost(at.slice_ws) + 0.5 * cost(at.ws)
+            } else {
+                cost(at.ws)
+            };
+            total += p.bytes * n * secs;
+        }
+        total
     }
 
     /// Predicted seconds of one `coll` with `algo` on `p` ranks, `n_bytes`
@@ -616,146 +664,6 @@ pub fn ceiling_for(
         bytes / secs
     } else {
         whole
-    })
-}
-
-/// A fit of measured times over a window of sizes, in the calibrated
-/// model's structure: `t = L alpha + s x B(n)`, with `L` the algorithm's
-/// latency steps and `B(n)` the model's bytes-dependent seconds at `n`
-/// (per-regime bandwidths from the ladders), solving for `alpha` and the
-/// scale `s`. `s = 1` means the ladders explain the times' growth with size
-/// exactly; the fitted bandwidth at each size is the model's over `s`.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct WireFit {
-    /// Fitted seconds per latency step.
-    pub alpha_s: f64,
-    /// Fitted scale of the bytes term (1: as the ladders predict).
-    pub scale: f64,
-    /// Sizes fitted.
-    pub points: usize,
-    /// Smallest and largest size fitted, bytes.
-    pub window: (u64, u64),
-    /// Root mean square and largest relative error of the fit.
-    pub rms_rel_err: f64,
-    pub max_rel_err: f64,
-    /// The fitted bus bandwidth (busbw of a call whose latency is free) at
-    /// the window's smallest and largest size, GB/s.
-    pub busbw_gbps: (f64, f64),
-    /// The same points fitted with one beta (the textbook `t = L alpha + F
-    /// n beta`): its rms error, to tell a regime change from noise.
-    pub single_beta_rms: Option<f64>,
-}
-
-/// [`WireFit`] of `points` (`(bytes, seconds)`) of `coll` with `algo` on
-/// `p` ranks, in or out of place, on `wire`.
-pub fn fit_on_wire(
-    coll: Collective,
-    algo: &ModelAlgo,
-    p: usize,
-    in_place: bool,
-    wire: &WireModel,
-    points: &[(u64, f64)],
-    fix_alpha: bool,
-) -> Result<WireFit, FitError> {
-    let mut alpha = None;
-    let mut rows = Vec::with_capacity(points.len());
-    let mut plain = Vec::with_capacity(points.len());
-    for &(bytes, seconds) in points {
-        let no_model = || FitError::NoModel {
-            collective: coll,
-            algo: algo.to_string(),
-            world: p,
-        };
-        let m = moves(coll, algo, p, bytes, in_place).ok_or_else(no_model)?;
-        let b = wire.bytes_seconds(&m, bytes, &call_sets(coll, algo, p, bytes, in_place));
-        if !b.is_finite() {
-            return Err(no_model());
-        }
-        if fix_alpha {
-            alpha = Some(wire.alpha_for(&m));
-        }
-        // bytes_factor x n x beta = s x B(n): per byte, B(n)/n, and beta = s.
-        let per_byte = if bytes > 0 { b / bytes as f64 } else { 0.0 };
-        rows.push((
-            AlphaBetaTerms {
-                latency_steps: m.latency_steps,
-                bytes_factor: per_byte,
-                reduce_factor: 0.0,
-            },
-            bytes,
-            seconds,
-        ));
-        if let Some(t) = terms(coll, algo, p, bytes) {
-            plain.push((t, bytes, seconds));
-        }
-    }
-    let f = match alpha {
-        Some(a) => fit_scale(&rows, a)?,
-        None => fit_terms(&rows)?,
-    };
-    let sizes = rows.iter().filter(|r| r.1 > 0).map(|r| r.1);
-    let window = (sizes.clone().min().unwrap_or(0), sizes.max().unwrap_or(0));
-    let factor = busbw_factor(coll, p);
-    let busbw = |n: u64| -> f64 {
-        rows.iter().find(|r| r.1 == n).map_or(f64::NAN, |r| {
-            factor / (r.0.bytes_factor * f.beta_s_per_byte) / 1e9
-        })
-    };
-    Ok(WireFit {
-        alpha_s: f.alpha_s,
-        scale: f.beta_s_per_byte,
-        points: f.points,
-        window,
-        rms_rel_err: f.rms_rel_err,
-        max_rel_err: f.max_rel_err,
-        busbw_gbps: (busbw(window.0), busbw(window.1)),
-        single_beta_rms: fit_terms(&plain).ok().map(|p| p.rms_rel_err),
-    })
-}
-
-/// [`fit_terms`] with alpha fixed: only beta (here the scale) is fitted,
-/// by the same relative least squares, at least 0. A sliced ring's latency
-/// steps grow with the size as its bytes do, so over sizes of a slice and
-/// up alpha and beta cannot be told apart; the measured alpha settles it.
-fn fit_scale(
-    rows: &[(AlphaBetaTerms, u64, f64)],
-    alpha_s: f64,
-) -> Result<super::fit::AlphaBetaFit, FitError> {
-    let pts: Vec<(f64, f64)> = rows
-        .iter()
-        .filter(|r| r.1 > 0 && r.2 > 0.0 && r.2.is_finite())
-        .map(|(t, n, secs)| {
-            (
-                t.latency_steps * alpha_s / secs,
-                t.bytes_factor * *n as f64 / secs,
-            )
-        })
-        .collect();
-    if pts.len() < 2 {
-        return Err(FitError::TooFewPoints {
-            points: rows.len(),
-            sizes: pts.len(),
-        });
-    }
-    let num: f64 = pts.iter().map(|(a, b)| b * (1.0 - a)).sum();
-    let den: f64 = pts.iter().map(|(_, b)| b * b).sum();
-    if !(den > 0.0 && num.is_finite()) {
-        return Err(FitError::NothingToFit);
-    }
-    let scale = (num / den).max(0.0);
-    let rel: Vec<f64> = pts.iter().map(|(a, b)| a + b * scale - 1.0).collect();
-    let l0 = rows
-        .iter()
-        .filter(|r| r.1 > 0)
-        .min_by_key(|r| r.1)
-        .map_or(0.0, |r| r.0.latency_steps);
-    Ok(super::fit::AlphaBetaFit {
-        alpha_s,
-        beta_s_per_byte: scale,
-        zero_byte_s: l0 * alpha_s,
-        points: pts.len(),
-        rms_rel_err: (rel.iter().map(|r| r * r).sum::<f64>() / rel.len() as f64).sqrt(),
-        max_rel_err: rel.iter().fold(0.0f64, |m, r| m.max(r.abs())),
     })
 }
 

@@ -5,10 +5,10 @@
 
 use super::page::{self, num, text, Cell, CHART_H, CHART_W};
 use crate::charts::{self, band_points, Axis, LineChart, LineStyle, Marker, Series};
-use crate::load::{wire_model, Source};
+use crate::load::{rows_rungs, wire_model, Source};
 use crate::predict;
 use crate::units;
-use parbench::model::wire::WireModel;
+use parbench::model::wire::{RowRungs, WireModel};
 use parbench::results::CollectiveRow;
 use parbench::stats::median_of_finite;
 use std::collections::BTreeMap;
@@ -28,6 +28,9 @@ pub struct Curve<'a> {
     /// The calibrated wire model the run recorded (single-run curves of
     /// parbench's own transports).
     pub wire: Option<WireModel>,
+    /// The rungs the run measured just before each of the curve's rows,
+    /// by bytes ([`crate::load::rows_rungs`]).
+    pub row_rungs: Vec<(u64, RowRungs)>,
 }
 
 /// One message size of a curve.
@@ -128,6 +131,7 @@ fn make_curve<'a>(
         noisy,
         by_size,
         wire: None,
+        row_rungs: Vec::new(),
     }
 }
 
@@ -164,11 +168,14 @@ pub fn curves(sources: &[Source]) -> Vec<Curve<'_>> {
             for (id, rows) in &runs {
                 let is_noisy = noisy.contains(&id.as_str());
                 let mut c = make_curve(source, rows, vec![id.clone()], is_noisy);
-                c.wire = sources
+                let meta = sources
                     .iter()
                     .find(|s| s.label == source)
-                    .and_then(|s| s.run(id))
-                    .and_then(wire_model);
+                    .and_then(|s| s.run(id));
+                c.wire = meta.and_then(wire_model);
+                c.row_rungs = meta.map_or_else(Vec::new, |m| {
+                    rows_rungs(m, &c.row.collective, c.row.in_place)
+                });
                 out.push(c);
             }
         } else {
@@ -491,7 +498,15 @@ fn window_fit(c: &Curve) -> Result<WindowFit, String> {
     let coll: parbench::comm::Collective = c.row.collective.parse()?;
     let algo = predict::ModelAlgo::of(&c.row.algo);
     if let Some(w) = &c.wire {
-        if let Ok(f) = predict::wire_fit(coll, &algo, c.row.world, c.row.in_place, w, &pts) {
+        if let Ok(f) = predict::wire_fit(
+            coll,
+            &algo,
+            c.row.world,
+            c.row.in_place,
+            w,
+            &pts,
+            &c.row_rungs,
+        ) {
             return Ok(WindowFit {
                 structure: "ladders",
                 alpha_us: f.alpha_s * 1e6,

@@ -7,10 +7,12 @@
 //! use it: what it needs of the sweep is the rows it will time
 //! ([`SweepRows`]).
 
+mod at_row;
 pub mod recheck;
 mod rows;
 mod rungs;
 
+pub use at_row::MODEL_AT_ROW_FROM;
 pub use rows::{largest_set, row_count, SweepRows};
 pub use rungs::{link_bound, socket_ceiling, socket_ladders};
 
@@ -20,7 +22,7 @@ use crate::measure::core_state::{state_probe, WaitBudget};
 use crate::measure::noise::{CpuSnapshot, ForeignCpu};
 use crate::measure::placement::Placement;
 use crate::measure::{self, CoreState, Ladder, PingPong, Rung};
-use crate::model::wire::{ceiling_for, working_set_bytes, working_sets_of, WireModel};
+use crate::model::wire::{ceiling_for, working_set_bytes, working_sets_of, RowRungs, WireModel};
 use crate::model::{self, LinkParams, ModelAlgo};
 use rows::{row_working_sets, steep_sets};
 use rungs::{again_where_dipped, ladders_in_state, link_ladders, SocketLadders};
@@ -91,8 +93,9 @@ impl WireFigures {
     }
 
     /// A row's two references: the model's time, us (NaN when there is no
-    /// model), and the ceiling at its working set, GB/s (0 when none was
-    /// measured).
+    /// model), priced with `rungs` where they were measured at the row
+    /// ([`Self::rungs_at_row`]), and the ceiling at its working set, GB/s
+    /// (0 when none was measured).
     pub fn row_references(
         &self,
         coll: Collective,
@@ -100,10 +103,16 @@ impl WireFigures {
         world: usize,
         bytes: u64,
         in_place: bool,
-        ceiling: &Ladder,
+        (ceiling, rungs): (&Ladder, &RowRungs),
     ) -> (f64, f64) {
         let secs = if self.own_transport && !algo.is_selector() {
-            self.model.predict(coll, algo, world, bytes, in_place)
+            if rungs.is_empty() {
+                self.model.predict(coll, algo, world, bytes, in_place)
+            } else {
+                self.model
+                    .with_rungs(rungs)
+                    .predict(coll, algo, world, bytes, in_place)
+            }
         } else {
             // A library's own algorithms: the textbook forms, with the
             // ladders' bandwidth and reduction rate at the row's working set.
