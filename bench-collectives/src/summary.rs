@@ -9,7 +9,7 @@ use parbench::measure::noise::ForeignCpu;
 use parbench::measure::wire::recheck::WireRecheck;
 use parbench::measure::wire::{link_bound, WireFigures};
 use parbench::measure::StragglerVerdict;
-use parbench::model::wire::{fit_on_rows, working_set_bytes, RowRungs, WireFit, WireModel};
+use parbench::model::wire::{fit_on_wire_at_rows, working_set_bytes, RowRungs, WireFit};
 use parbench::model::{self, AlphaBetaFit};
 use parbench::results::CollectiveRow;
 
@@ -224,24 +224,22 @@ fn fit_group(
     let points: Vec<(u64, f64)> = window.iter().map(|r| (r.bytes, r.p50_us * 1e-6)).collect();
     let model_algo = model::ModelAlgo::of(&algo);
     let fit = if wire.own_transport && !model_algo.is_selector() {
-        let models: Vec<WireModel> = window
-            .iter()
-            .map(|r| {
-                let label = parbench::results::row_label(collective.name(), r.bytes, in_place);
-                match at_rows.iter().find(|(l, _)| *l == label) {
-                    Some((_, rungs)) => wire.model.with_rungs(rungs),
-                    None => wire.model.clone(),
-                }
-            })
-            .collect();
-        let priced: Vec<(u64, f64, &WireModel)> = points
-            .iter()
-            .zip(&models)
-            .map(|(&(b, s), m)| (b, s, m))
-            .collect();
-        fit_on_rows(collective, &model_algo, world, in_place, &priced, true)
-            .map(Fitted::Wire)
-            .map_err(|e| e.to_string())
+        let at_row = |bytes: u64| {
+            let label = parbench::results::row_label(collective.name(), bytes, in_place);
+            at_rows.iter().find(|(l, _)| *l == label).map(|(_, r)| r)
+        };
+        fit_on_wire_at_rows(
+            collective,
+            &model_algo,
+            world,
+            in_place,
+            &wire.model,
+            &points,
+            at_row,
+            true,
+        )
+        .map(Fitted::Wire)
+        .map_err(|e| e.to_string())
     } else {
         let unit = model::LinkParams::from_gbps_us(1.0, 1.0);
         let per_call = model::predict(collective, &model_algo, world, 1, &unit).is_none();

@@ -13,7 +13,7 @@
 
 use parbench::comm::algo::Algorithm;
 use parbench::comm::{Collective, DType};
-use parbench::model::wire::{fit_on_rows, RowRungs, WireFit, WireModel};
+use parbench::model::wire::{fit_on_wire_at_rows, RowRungs, WireFit, WireModel};
 use parbench::model::{self, LinkParams, RingFactor, TpMode, TpTraffic};
 
 pub use parbench::model::ModelAlgo;
@@ -93,19 +93,9 @@ pub fn wire_fit(
     points: &[(u64, f64)],
     at_rows: &[(u64, RowRungs)],
 ) -> Result<WireFit, String> {
-    let models: Vec<WireModel> = points
-        .iter()
-        .map(|(n, _)| match at_rows.iter().find(|(b, _)| b == n) {
-            Some((_, rungs)) => wire.with_rungs(rungs),
-            None => wire.clone(),
-        })
-        .collect();
-    let priced: Vec<(u64, f64, &WireModel)> = points
-        .iter()
-        .zip(&models)
-        .map(|(&(n, s), m)| (n, s, m))
-        .collect();
-    fit_on_rows(coll, algo, world, in_place, &priced, true).map_err(|e| e.to_string())
+    let at_row = |n: u64| at_rows.iter().find(|(b, _)| *b == n).map(|(_, r)| r);
+    fit_on_wire_at_rows(coll, algo, world, in_place, wire, points, at_row, true)
+        .map_err(|e| e.to_string())
 }
 
 /// The algorithm to project a fitted link with: the measured one, or ring

@@ -41,7 +41,7 @@ use crate::comm::Collective;
 
 pub use super::ladder::{Ladder, Rung};
 pub use super::row_rungs::{LadderId, RowRungs};
-pub use super::wire_fit::{fit_on_rows, fit_on_wire, WireFit};
+pub use super::wire_fit::{fit_on_rows, fit_on_wire, fit_on_wire_at_rows, WireFit};
 
 /// Bytes each rank's buffers hold in one call of `coll` on `p` ranks with
 /// nccl-tests' size `n_bytes`: out of place the send and the receive

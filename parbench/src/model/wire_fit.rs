@@ -6,6 +6,7 @@ use super::algo::ModelAlgo;
 use super::alpha_beta::{terms, AlphaBetaTerms};
 use super::busbw::busbw_factor;
 use super::fit::{fit_terms, FitError};
+use super::row_rungs::RowRungs;
 use super::wire::{call_sets, moves, WireModel};
 use crate::comm::Collective;
 
@@ -49,6 +50,32 @@ pub fn fit_on_wire(
 ) -> Result<WireFit, FitError> {
     let rows: Vec<(u64, f64, &WireModel)> = points.iter().map(|&(b, s)| (b, s, wire)).collect();
     fit_on_rows(coll, algo, p, in_place, &rows, fix_alpha)
+}
+
+/// [`fit_on_wire`] with each point of `bytes` priced by the model with the
+/// rungs measured at its row put in (`at_row(bytes)`; `None`: the wire's
+/// own ladders), as a run priced its `model` column.
+#[allow(clippy::too_many_arguments)]
+pub fn fit_on_wire_at_rows<'a>(
+    coll: Collective,
+    algo: &ModelAlgo,
+    p: usize,
+    in_place: bool,
+    wire: &WireModel,
+    points: &[(u64, f64)],
+    at_row: impl Fn(u64) -> Option<&'a RowRungs>,
+    fix_alpha: bool,
+) -> Result<WireFit, FitError> {
+    let models: Vec<WireModel> = points
+        .iter()
+        .map(|&(n, _)| at_row(n).map_or_else(|| wire.clone(), |r| wire.with_rungs(r)))
+        .collect();
+    let priced: Vec<(u64, f64, &WireModel)> = points
+        .iter()
+        .zip(&models)
+        .map(|(&(n, s), m)| (n, s, m))
+        .collect();
+    fit_on_rows(coll, algo, p, in_place, &priced, fix_alpha)
 }
 
 /// [`fit_on_wire`] with each point priced by its own model (`(bytes,
