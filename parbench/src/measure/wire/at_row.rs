@@ -8,8 +8,12 @@ use crate::model::wire::{call_sets, moves, LadderId, RowRungs};
 use crate::model::ModelAlgo;
 
 /// The smallest row whose model is priced by rungs measured at the row:
-/// below it every working set of the default sweep sits in the ranks'
-/// private caches, which the rest of the machine does not share.
+/// the Model check's first size. Smaller rows are latency-bound (their
+/// model is mostly alpha), and their rungs are mostly the 8 B exchange
+/// taken off each sample. With the rungs measured at the row only from
+/// 1 MiB, in two of five default local runs on the EPYC VM (2026-12-04)
+/// the rows of 64-512 KiB still sat up to 35% off their model, all on one
+/// side: the state the pre-sweep ladders saw moved for them too.
 pub const MODEL_AT_ROW_FROM: u64 = 64 << 10;
 
 /// What measures a ladder, and the ladders it measures at once.
@@ -84,22 +88,13 @@ impl WireFigures {
             }
             sets.sort_unstable();
             sets.dedup();
-            let ids: Vec<LadderId> = reads
-                .iter()
-                .map(|&(id, _)| id)
-                .filter(|&id| measurer(id) == group)
-                .collect();
-            let mut got = measure_group(comm, group, &sets)?;
-            got.retain(|(id, l)| ids.contains(id) && !l.rungs.is_empty());
-            for (id, mut l) in got {
-                // Only the working sets this row reads the ladder at.
-                let wanted: Vec<u64> = reads
-                    .iter()
-                    .filter(|(r, _)| *r == id)
-                    .map(|&(_, ws)| ws)
-                    .collect();
-                l.rungs.retain(|r| wanted.contains(&r.working_set));
-                out.push((id, l));
+            // A group measures all its ladders at all its sets: keep the
+            // rungs this row reads, each ladder at its own working sets.
+            for (id, mut l) in measure_group(comm, group, &sets)? {
+                l.rungs.retain(|r| reads.contains(&(id, r.working_set)));
+                if !l.rungs.is_empty() {
+                    out.push((id, l));
+                }
             }
         }
         Ok(out)

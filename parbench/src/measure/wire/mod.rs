@@ -106,13 +106,9 @@ impl WireFigures {
         (ceiling, rungs): (&Ladder, &RowRungs),
     ) -> (f64, f64) {
         let secs = if self.own_transport && !algo.is_selector() {
-            if rungs.is_empty() {
-                self.model.predict(coll, algo, world, bytes, in_place)
-            } else {
-                self.model
-                    .with_rungs(rungs)
-                    .predict(coll, algo, world, bytes, in_place)
-            }
+            self.model
+                .with_rungs(rungs)
+                .predict(coll, algo, world, bytes, in_place)
         } else {
             // A library's own algorithms: the textbook forms, with the
             // ladders' bandwidth and reduction rate at the row's working set.
