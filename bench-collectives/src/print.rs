@@ -212,10 +212,11 @@ pub fn header_lines(
             ""
         }
     ));
-    if wire.ceilings_per_row() && wire.exchange.is_some() {
+    if let Some(why) = wire.model_at_row_why(world) {
         out.push(format!(
-            "#   each row from {} KiB: every rung its model reads measured again just before the row, in place of the pre-sweep one (the memory's share moves from second to second on a shared machine; run.json extra.model_at_row)",
-            parbench::measure::wire::MODEL_AT_ROW_FROM >> 10
+            "#   each row from {} KiB whose call the pre-sweep model puts at {} ms or less: every rung its model reads measured again just before the row, in place of the pre-sweep one ({why}; run.json extra.model_at_row)",
+            parbench::measure::wire::MODEL_AT_ROW_FROM >> 10,
+            parbench::measure::wire::MODEL_AT_ROW_LONGEST_CALL_S * 1e3
         ));
     }
     out.push(format!(

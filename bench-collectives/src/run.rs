@@ -524,7 +524,11 @@ fn model_link_json(w: &WireFigures) -> serde_json::Value {
 
 /// The rungs each row's model was priced with, measured just before the
 /// row, beside the pre-sweep ladder's figure at the same working set.
-fn model_at_row_json(w: &WireFigures, rows: &[(String, RowRungs)]) -> serde_json::Value {
+fn model_at_row_json(
+    w: &WireFigures,
+    world: usize,
+    rows: &[(String, RowRungs)],
+) -> serde_json::Value {
     let rows: Vec<serde_json::Value> = rows
         .iter()
         .map(|(row, rungs)| {
@@ -547,8 +551,10 @@ fn model_at_row_json(w: &WireFigures, rows: &[(String, RowRungs)]) -> serde_json
         })
         .collect();
     serde_json::json!({
-        "from_bytes": if w.ceilings_per_row() { Some(MODEL_AT_ROW_FROM) } else { None },
-        "method": "on shared memory, from from_bytes: every ladder rung a row's model reads, measured again just before the row with the pre-sweep ladder's own method, in place of the pre-sweep rung (the row's model_us and the fits use them); other rows and wires: the pre-sweep ladders",
+        "from_bytes": w.model_at_row_why(world).map(|_| MODEL_AT_ROW_FROM),
+        "method": "on parbench's own transport (shared memory, sockets), from from_bytes, for a row whose call the pre-sweep model puts at longest_call_s or less: every ladder rung the row's model reads, measured again just before the row with the pre-sweep ladder's own method (again, at most twice, where it lies under 2/3 of the pre-sweep rung: a stall; the better kept), in place of the pre-sweep rung (the row's model_us and the fits use them); other rows and backends: the pre-sweep ladders",
+        "longest_call_s": w.model_at_row_why(world).map(|_| parbench::measure::wire::MODEL_AT_ROW_LONGEST_CALL_S),
+        "why": w.model_at_row_why(world),
         "rows": rows,
     })
 }
@@ -583,7 +589,7 @@ fn finish(plan: &SweepJob, meta: &mut RunMeta, r: RankReport) -> Result<Finished
     extra.insert("model_link".into(), model_link_json(w));
     extra.insert(
         "model_at_row".into(),
-        model_at_row_json(w, &r.outcome.model_rungs),
+        model_at_row_json(w, r.world, &r.outcome.model_rungs),
     );
     extra.insert(
         "floor".into(),

@@ -212,9 +212,7 @@ fn every_type_and_op_checks_exact() {
 #[test]
 fn the_ceiling_ladder_covers_the_sweep_and_each_row_uses_its_working_set() {
     use parbench::comm::Collective;
-    use parbench::model::wire::{
-        ceiling_for, working_set_bytes, Ladder, LadderId, RowRungs, Rung, WireModel,
-    };
+    use parbench::model::wire::{ceiling_for, working_set_bytes, Ladder};
     let dir = scratch("ladder");
     let out = dir.to_str().unwrap();
     let o = run(
@@ -262,23 +260,6 @@ fn the_ceiling_ladder_covers_the_sweep_and_each_row_uses_its_working_set() {
         "{}",
         extra["core_state"]
     );
-    let link = &extra["model_link"];
-    let ladder_of = |k: &str| -> Ladder { serde_json::from_value(link[k].clone()).unwrap() };
-    let pre_sweep = WireModel {
-        alpha_s: link["alpha_us"].as_f64().unwrap() * 1e-6,
-        alpha_exchange_s: link["alpha_exchange_us"].as_f64().unwrap() * 1e-6,
-        duplex: ladder_of("duplex"),
-        one_way: ladder_of("one_way"),
-        copy: ladder_of("copy"),
-        reduce: ladder_of("reduce"),
-        pull: ladder_of("pull"),
-        claim: ladder_of("claim"),
-        both: ladder_of("both"),
-        reduce_into: ladder_of("reduce_into"),
-        reduce_from: ladder_of("reduce_from"),
-        both_far: ladder_of("both_far"),
-        pull_far: ladder_of("pull_far"),
-    };
     let (_, rows) = read_csv(&dir.join("collectives.csv"));
     let mut largest = 0;
     for r in &rows {
@@ -292,12 +273,7 @@ fn the_ceiling_ladder_covers_the_sweep_and_each_row_uses_its_working_set() {
         largest = largest.max(ws);
         // On shared memory each row's ceiling is the pre-sweep ladder with
         // the rungs measured again just before the row put in.
-        let label = format!(
-            "{} {} B {}",
-            r["collective"],
-            r["bytes"],
-            if r["in_place"] == "true" { "in" } else { "out" }
-        );
+        let label = row_label(r);
         // Each row was probed before and after it was timed.
         let state = state_rows
             .iter()
@@ -345,53 +321,10 @@ fn the_ceiling_ladder_covers_the_sweep_and_each_row_uses_its_working_set() {
             got >= before * (1.0 - 1e-9),
             "{r:?}: ceiling {got} below the pre-sweep one {before}"
         );
-        let model: f64 = r["model_us"].parse().unwrap();
-        assert!(model.is_finite() && model > 0.0, "{r:?}");
         // From model_at_row's first size, the model column is priced with
         // the rungs measured just before the row, in place of the
         // pre-sweep ones; below it, with the pre-sweep ladders alone.
-        let bytes: u64 = r["bytes"].parse().unwrap();
-        let from = extra["model_at_row"]["from_bytes"].as_u64().unwrap();
-        let at_row = extra["model_at_row"]["rows"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|x| x["row"] == label.as_str());
-        assert_eq!(at_row.is_some(), bytes >= from, "{label}: {at_row:?}");
-        let mut rungs: RowRungs = Vec::new();
-        for x in at_row
-            .and_then(|x| x["rungs"].as_array())
-            .into_iter()
-            .flatten()
-        {
-            let id: LadderId = serde_json::from_value(x["ladder"].clone()).unwrap();
-            let rung: Rung = serde_json::from_value(x.clone()).unwrap();
-            let before = pre_sweep.ladder(id).at(rung.working_set).unwrap();
-            assert!((x["gbps_before_sweep"].as_f64().unwrap() - before).abs() <= 1e-9 * before);
-            rungs.push((
-                id,
-                Ladder {
-                    method: String::new(),
-                    rungs: vec![rung],
-                },
-            ));
-        }
-        assert_eq!(rungs.is_empty(), bytes < from, "{label}");
-        let priced = pre_sweep
-            .with_rungs(&rungs)
-            .predict(
-                coll,
-                &parbench::model::ModelAlgo::of(&r["algo"]),
-                r["world"].parse().unwrap(),
-                bytes,
-                r["in_place"] == "true",
-            )
-            .unwrap()
-            * 1e6;
-        assert!(
-            (model - priced).abs() <= 1e-9 * priced,
-            "{label}: model {model} us, priced from the recorded rungs {priced} us"
-        );
+        assert_model_priced_at_row(extra, r);
     }
     assert!(
         ladder.covers(largest),

@@ -165,6 +165,17 @@ fn shaped_all_reduce_reaches_the_link(rate: &str, gbps: f64) {
         2,
         "expected two rows (16 MiB, out of place and in place), got {rows:?}"
     );
+    // A call of 16 MiB through the link takes over 100 ms: its rows keep
+    // the pre-sweep ladders (the rungs' fixed passes would cost many times
+    // the row), none is measured again at the row.
+    let runs: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap();
+    let at_row = &runs[0]["extra"]["model_at_row"];
+    assert!(
+        at_row["longest_call_s"].as_f64() == Some(0.1)
+            && at_row["rows"].as_array().is_some_and(Vec::is_empty),
+        "{rate}: {at_row}"
+    );
     for row in &rows {
         assert_eq!(row["bytes"], BYTES.to_string(), "{row:?}");
         assert_eq!(row["wrong"], "0", "{row:?}");

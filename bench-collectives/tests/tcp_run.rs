@@ -86,6 +86,66 @@ fn two_processes_sweep_exactly_and_rank_zero_records() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// On sockets too, every row from `extra.model_at_row.from_bytes` (64 KiB)
+/// has the rungs its model reads measured just before it: a ring's step at
+/// the row's working sets (the model's duplex ladder on sockets), its
+/// reducing receives held at that step; the model column is the pre-sweep
+/// model with them put in, and smaller rows have none.
+#[test]
+fn socket_rows_from_64_kib_are_priced_with_rungs_measured_at_the_row() {
+    use parbench::model::wire::LadderId;
+    let dir = scratch("tcp-at-row");
+    let out = dir.to_str().unwrap();
+    let args = flags(
+        "--backend tcp -np 2 all_reduce all_gather -b 32K -e 128K -f 2 -n 3 -w 1 --timeout 60",
+    );
+    let o = run(&with(&args, &["--out", out]), &[]);
+    let text = stdout(&o);
+    assert!(o.status.success(), "{text}\n{}", stderr(&o));
+    assert!(
+        text.contains("#   each row from 64 KiB whose call the pre-sweep model puts at 100 ms or less: every rung its model reads measured again just before the row"),
+        "{text}"
+    );
+    let runs: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap();
+    let extra = &runs[0]["extra"];
+    assert_eq!(extra["model_at_row"]["from_bytes"], 64 << 10, "{extra}");
+    let (_, rows) = read_csv(&dir.join("collectives.csv"));
+    assert_eq!(rows.len(), 2 * 3 * 2, "{rows:?}");
+    let mut priced_at_row = 0;
+    for r in &rows {
+        let rungs = assert_model_priced_at_row(extra, r);
+        if rungs.is_empty() {
+            continue;
+        }
+        priced_at_row += 1;
+        // A ring's steps are the socket's ring-step ladder, measured here.
+        if r["algo"] == "ring" {
+            assert!(
+                rungs.iter().any(|(id, _)| *id == LadderId::Duplex),
+                "{r:?}: {rungs:?}"
+            );
+        }
+        // Only the ladders a socket's model has: no cache-state ladders.
+        for (id, _) in &rungs {
+            assert!(
+                matches!(
+                    id,
+                    LadderId::Copy
+                        | LadderId::Reduce
+                        | LadderId::Duplex
+                        | LadderId::OneWay
+                        | LadderId::ReduceInto
+                        | LadderId::ReduceFrom
+                ),
+                "{r:?}: {id:?}"
+            );
+        }
+    }
+    assert_eq!(priced_at_row, 2 * 2 * 2, "{rows:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn a_wrong_element_on_another_process_makes_exit_code_seven() {
     let dir = scratch("tcp-corrupt");

@@ -148,26 +148,7 @@ pub fn wire_model(meta: &RunMeta) -> Option<parbench::model::wire::WireModel> {
     if m.get("own_transport_model")?.as_bool() != Some(true) {
         return None;
     }
-    let ladder = |k: &str| serde_json::from_value(m.get(k)?.clone()).ok();
-    Some(parbench::model::wire::WireModel {
-        alpha_s: m.get("alpha_us")?.as_f64()? * 1e-6,
-        alpha_exchange_s: m
-            .get("alpha_exchange_us")
-            .and_then(serde_json::Value::as_f64)
-            .unwrap_or(0.0)
-            * 1e-6,
-        duplex: ladder("duplex")?,
-        one_way: ladder("one_way")?,
-        copy: ladder("copy")?,
-        reduce: ladder("reduce")?,
-        pull: ladder("pull").unwrap_or_default(),
-        claim: ladder("claim").unwrap_or_default(),
-        both: ladder("both").unwrap_or_default(),
-        reduce_into: ladder("reduce_into").unwrap_or_default(),
-        reduce_from: ladder("reduce_from").unwrap_or_default(),
-        both_far: ladder("both_far").unwrap_or_default(),
-        pull_far: ladder("pull_far").unwrap_or_default(),
-    })
+    parbench::model::wire::model_of_record(m)
 }
 
 /// The rungs a bench-collectives run measured just before each row of
@@ -179,7 +160,6 @@ pub fn rows_rungs(
     collective: &str,
     in_place: bool,
 ) -> Vec<(u64, parbench::model::wire::RowRungs)> {
-    use parbench::model::wire::{Ladder, LadderId, Rung};
     let Some(rows) = meta
         .extra
         .get("model_at_row")
@@ -203,31 +183,7 @@ pub fn rows_rungs(
         let Some(bytes) = bytes.filter(|_| name == collective && where_ == placement) else {
             continue;
         };
-        let mut rungs: parbench::model::wire::RowRungs = Vec::new();
-        for r in row
-            .get("rungs")
-            .and_then(serde_json::Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            let id: Option<LadderId> = r
-                .get("ladder")
-                .and_then(|v| serde_json::from_value(v.clone()).ok());
-            let rung: Option<Rung> = serde_json::from_value(r.clone()).ok();
-            let (Some(id), Some(rung)) = (id, rung) else {
-                continue;
-            };
-            match rungs.iter_mut().find(|(i, _)| *i == id) {
-                Some((_, l)) => l.rungs.push(rung),
-                None => rungs.push((
-                    id,
-                    Ladder {
-                        method: "measured just before the row".into(),
-                        rungs: vec![rung],
-                    },
-                )),
-            }
-        }
+        let rungs = parbench::model::wire::rungs_of_record(row);
         out.push((bytes, rungs));
     }
     out

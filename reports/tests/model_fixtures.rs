@@ -26,23 +26,7 @@ fn wire_of(name: &str) -> (WireModel, Ladder, Vec<CollectiveRow>, bool) {
         .flatten()
         .filter_map(|v| v.as_str())
         .collect();
-    let m = &runs[0].extra["model_link"];
-    let ladder = |k: &str| -> Ladder { serde_json::from_value(m[k].clone()).unwrap_or_default() };
-    let wire = WireModel {
-        alpha_s: m["alpha_us"].as_f64().unwrap() * 1e-6,
-        alpha_exchange_s: m["alpha_exchange_us"].as_f64().unwrap() * 1e-6,
-        duplex: ladder("duplex"),
-        one_way: ladder("one_way"),
-        copy: ladder("copy"),
-        reduce: ladder("reduce"),
-        pull: ladder("pull"),
-        claim: ladder("claim"),
-        both: ladder("both"),
-        reduce_into: ladder("reduce_into"),
-        reduce_from: ladder("reduce_from"),
-        both_far: ladder("both_far"),
-        pull_far: ladder("pull_far"),
-    };
+    let wire = parbench::model::wire::model_of_record(&runs[0].extra["model_link"]).unwrap();
     let ceiling: Ladder =
         serde_json::from_value(runs[0].extra["ceiling"]["ladder"].clone()).unwrap();
     let rows: Vec<CollectiveRow> = read_rows(&dir.join("collectives.csv")).unwrap();
@@ -236,36 +220,24 @@ fn the_xeon_vm_local_with_the_far_destination_ladders() {
     }
 }
 
-/// A default local sweep whose rows from 64 KiB were priced with the rungs
+/// A default sweep whose rows from 64 KiB were priced with the rungs
 /// measured just before each row (`extra.model_at_row`): every such row's
 /// `model_us` is the pre-sweep model with the row's rungs put in, and
 /// nothing else; the fits the run printed are the fits of those per-row
 /// models. A record that cannot give back its own model column fails here.
-#[test]
-fn a_run_priced_with_rungs_measured_at_each_row_gives_back_its_model_column() {
-    use parbench::model::wire::{fit_on_rows, LadderId, RowRungs, Rung};
-    let name = "real-15-at-row-local";
+/// Returns the rows priced at the row and, of the rows from 64 KiB, those
+/// within 25% of their p50.
+fn gives_back_its_model_column(name: &str) -> (usize, usize) {
+    use parbench::model::wire::{fit_on_rows, rungs_of_record, RowRungs};
     let (wire, _, rows, _) = wire_of(name);
     let runs = read_runs(&fixture(name)).unwrap();
     let extra = &runs[0].extra;
     let at_rows = extra["model_at_row"]["rows"].as_array().unwrap();
     let rungs_of = |label: &str| -> Option<RowRungs> {
         let row = at_rows.iter().find(|x| x["row"] == label)?;
-        let mut out: RowRungs = Vec::new();
-        for x in row["rungs"].as_array()? {
-            let id: LadderId = serde_json::from_value(x["ladder"].clone()).ok()?;
-            let rung: Rung = serde_json::from_value(x.clone()).ok()?;
-            out.push((
-                id,
-                Ladder {
-                    method: String::new(),
-                    rungs: vec![rung],
-                },
-            ));
-        }
-        Some(out)
+        Some(rungs_of_record(row))
     };
-    let mut priced_at_row = 0;
+    let (mut priced_at_row, mut within) = (0, 0);
     let mut models = Vec::new();
     for r in &rows {
         let c: Collective = r.collective.parse().unwrap();
@@ -292,10 +264,11 @@ fn a_run_priced_with_rungs_measured_at_each_row_gives_back_its_model_column() {
             r.label(),
             r.model_us
         );
+        if r.bytes >= 64 << 10 {
+            within += usize::from((t / r.p50_us - 1.0).abs() <= 0.25);
+        }
         models.push(model);
     }
-    // 44 rows from 64 KiB, 5 of them timed with the cores elsewhere (left out).
-    assert_eq!(priced_at_row, 39, "rows priced at the row");
     for fit in extra["fits"].as_array().unwrap() {
         let coll = fit["collective"].as_str().unwrap();
         let pts: Vec<(u64, f64, &WireModel)> = rows
@@ -312,5 +285,46 @@ fn a_run_priced_with_rungs_measured_at_each_row_gives_back_its_model_column() {
             "{coll}: fit {} recomputed, {recorded} recorded",
             f.rms_rel_err
         );
+    }
+    (priced_at_row, within)
+}
+
+#[test]
+fn a_local_run_priced_with_rungs_measured_at_each_row_gives_back_its_model_column() {
+    // 44 rows from 64 KiB, 5 of them timed with the cores elsewhere (left out).
+    let (priced, _) = gives_back_its_model_column("real-15-at-row-local");
+    assert_eq!(priced, 39, "rows priced at the row");
+}
+
+/// On sockets: the ring's steps priced by the far-destination ladders
+/// (`pull_far`, `both_far`) measured at each sliced row, its reducing
+/// receives held at the ring step, the copies at the copy ladder.
+#[test]
+fn a_tcp_run_priced_with_rungs_measured_at_each_row_gives_back_its_model_column() {
+    // 44 rows from 64 KiB, 2 of them timed with the wire elsewhere (left out).
+    let name = "real-16-at-row-tcp";
+    let (priced, within) = gives_back_its_model_column(name);
+    assert_eq!(priced, 42, "rows priced at the row");
+    assert!(within >= 41, "{within} of {priced} rows within 25%");
+    let runs = read_runs(&fixture(name)).unwrap();
+    let at_rows = runs[0].extra["model_at_row"]["rows"].as_array().unwrap();
+    let read = |ladder: &str| {
+        at_rows.iter().any(|r| {
+            r["rungs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|x| x["ladder"] == ladder)
+        })
+    };
+    for ladder in [
+        "pull_far",
+        "both_far",
+        "duplex",
+        "reduce_from",
+        "reduce_into",
+        "copy",
+    ] {
+        assert!(read(ladder), "no row read {ladder}");
     }
 }

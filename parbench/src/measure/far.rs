@@ -204,6 +204,30 @@ pub struct FarLadders {
 /// mean over ranks. `None` with one rank or where some rank has no host
 /// transport. Every rank must call it with the same `areas`.
 pub fn far_ladders<C: Communicator>(comm: &mut C, areas: &[u64]) -> CommResult<Option<FarLadders>> {
+    far_ladders_of(comm, areas, FarWanted::BOTH_PATTERNS)
+}
+
+/// Which of the [`FarLadders`] to measure.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FarWanted {
+    pub both: bool,
+    pub pull: bool,
+}
+
+impl FarWanted {
+    pub const BOTH_PATTERNS: FarWanted = FarWanted {
+        both: true,
+        pull: true,
+    };
+}
+
+/// [`far_ladders`], measuring only the ladders `wanted` names (the others
+/// left empty): a row that reads one of them pays for that one alone.
+pub fn far_ladders_of<C: Communicator>(
+    comm: &mut C,
+    areas: &[u64],
+    wanted: FarWanted,
+) -> CommResult<Option<FarLadders>> {
     if comm.world() < 2 || !every_rank_has_transport(comm)? {
         return Ok(None);
     }
@@ -225,7 +249,15 @@ pub fn far_ladders<C: Communicator>(comm: &mut C, areas: &[u64]) -> CommResult<O
         }
         mean_over_ranks(comm, &figures)
     };
-    let (both, pull) = (ladder(Pattern::InPlace)?, ladder(Pattern::OutOfPlace)?);
+    let mut ladder_if = |want: bool, pattern: Pattern| -> CommResult<Option<Vec<(f64, f64)>>> {
+        if want {
+            ladder(pattern).map(Some)
+        } else {
+            Ok(None)
+        }
+    };
+    let both = ladder_if(wanted.both, Pattern::InPlace)?;
+    let pull = ladder_if(wanted.pull, Pattern::OutOfPlace)?;
     let method = |what: &str| {
         format!(
             "{what}, every rank at once through the host transport, walking a destination area of the rung's bytes per rank in blocks of at most {} KiB, less an 8 B exchange per timed block, after {WARM_WALKS} untimed walks (1 from {} MiB), best of {SAMPLES} ({BIG_SAMPLES} from {} MiB), mean per rank",
@@ -234,15 +266,15 @@ pub fn far_ladders<C: Communicator>(comm: &mut C, areas: &[u64]) -> CommResult<O
             SAMPLE_BYTES >> 20
         )
     };
+    let made = |what: &str, figures: Option<Vec<(f64, f64)>>| {
+        figures.map_or_else(Ladder::default, |f| Ladder {
+            method: method(what),
+            rungs: rungs_of(areas, |a| a, &f),
+        })
+    };
     Ok(Some(FarLadders {
-        both: Ladder {
-            method: method("receiving bytes the sender has just reduced into a block this rank last wrote a walk ago and the peer has just read as its reduction's source, each after the reduce-scatter step that reduces the peer's block into the block beside it (a sliced in-place ring's all-gather step)"),
-            rungs: rungs_of(areas, |a| a, &both),
-        },
-        pull: Ladder {
-            method: method("receiving bytes the sender has just written into a block this rank last wrote a walk ago, after a step that received the peer's input into the block beside it (a sliced out-of-place ring's all-gather step; a source area as large as the destination)"),
-            rungs: rungs_of(areas, |a| a, &pull),
-        },
+        both: made("receiving bytes the sender has just reduced into a block this rank last wrote a walk ago and the peer has just read as its reduction's source, each after the reduce-scatter step that reduces the peer's block into the block beside it (a sliced in-place ring's all-gather step)", both),
+        pull: made("receiving bytes the sender has just written into a block this rank last wrote a walk ago, after a step that received the peer's input into the block beside it (a sliced out-of-place ring's all-gather step; a source area as large as the destination)", pull),
     }))
 }
 

@@ -50,7 +50,7 @@ pub use combine::{
     gather_f64, gather_f64_any_len, Average, LoopStats, StragglerTally, StragglerVerdict,
 };
 pub use compute_reference::ComputeReference;
-pub use far::{far_ladders, FarLadders};
+pub use far::{far_ladders, far_ladders_of, FarLadders, FarWanted};
 pub use fused::{fused_reduce_ladders, FusedLadders};
 pub use ladder::{
     copy_ladder, fresh_ladders, reduce_ladder, ring_step_ladder, stream_ladder, working_sets,

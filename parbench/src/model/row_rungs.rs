@@ -10,7 +10,11 @@
 //! 16 MiB working set read 5.3-11.7 GB/s, and the all_reduce of 8 MiB
 //! timed right after it ran 607-1197 us, slow when the rung was slow.
 //! Ladders taken seconds before the sweep do not see the state a row
-//! runs in; rungs taken next to the row do.
+//! runs in; rungs taken next to the row do. On sockets (loopback) the
+//! same: the wire moves between modes, and within one its rungs move
+//! 15-30% (an out-of-place all_gather of 16 MiB priced with rungs taken
+//! just before it: model/p50 0.90-1.14 over twelve rounds; with the
+//! pre-sweep ladders the day's rows of 8-32 MiB sat at 0.61-1.11).
 
 use super::ladder::Ladder;
 use super::wire::WireModel;
@@ -119,6 +123,62 @@ impl WireModel {
         }
         out
     }
+}
+
+/// A bench-collectives record's pre-sweep model (run.json's
+/// `extra.model_link`): alpha, the ladders, how its transport reduces.
+/// `None` without alpha or the four ladders every wire has; the ladders
+/// only some wires have are empty where the record lacks them.
+pub fn model_of_record(link: &serde_json::Value) -> Option<WireModel> {
+    let ladder = |k: &str| -> Option<Ladder> { serde_json::from_value(link.get(k)?.clone()).ok() };
+    let us = |k: &str| link.get(k).and_then(serde_json::Value::as_f64);
+    Some(WireModel {
+        alpha_s: us("alpha_us")? * 1e-6,
+        alpha_exchange_s: us("alpha_exchange_us").unwrap_or(0.0) * 1e-6,
+        duplex: ladder("duplex")?,
+        one_way: ladder("one_way")?,
+        copy: ladder("copy")?,
+        reduce: ladder("reduce")?,
+        pull: ladder("pull").unwrap_or_default(),
+        claim: ladder("claim").unwrap_or_default(),
+        both: ladder("both").unwrap_or_default(),
+        reduce_into: ladder("reduce_into").unwrap_or_default(),
+        reduce_from: ladder("reduce_from").unwrap_or_default(),
+        both_far: ladder("both_far").unwrap_or_default(),
+        pull_far: ladder("pull_far").unwrap_or_default(),
+    })
+}
+
+/// The rungs of one row of a record's `extra.model_at_row.rows` (its
+/// `rungs`, each with its `ladder` name), one ladder per name; entries it
+/// cannot read are left out.
+pub fn rungs_of_record(row: &serde_json::Value) -> RowRungs {
+    let mut rungs: RowRungs = Vec::new();
+    for r in row
+        .get("rungs")
+        .and_then(serde_json::Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let id: Option<LadderId> = r
+            .get("ladder")
+            .and_then(|v| serde_json::from_value(v.clone()).ok());
+        let rung: Option<super::ladder::Rung> = serde_json::from_value(r.clone()).ok();
+        let (Some(id), Some(rung)) = (id, rung) else {
+            continue;
+        };
+        match rungs.iter_mut().find(|(i, _)| *i == id) {
+            Some((_, l)) => l.rungs.push(rung),
+            None => rungs.push((
+                id,
+                Ladder {
+                    method: "measured just before the row".into(),
+                    rungs: vec![rung],
+                },
+            )),
+        }
+    }
+    rungs
 }
 
 #[cfg(test)]

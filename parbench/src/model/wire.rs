@@ -29,8 +29,8 @@
 //!   all_to_all's buffer) cost the copy ladder's beta (`claim` when a peer
 //!   reads the copy).
 //!
-//! Every coefficient is measured, before the sweep and (on shared memory,
-//! [`super::row_rungs`]) again just before a row: nothing here is fitted
+//! Every coefficient is measured, before the sweep and (on parbench's own
+//! transport, [`super::row_rungs`]) again just before a row: nothing here is fitted
 //! to the sweep's own times. [`fit_on_wire`] is the fit that does that.
 
 use super::algo::ModelAlgo;
@@ -40,7 +40,7 @@ use crate::comm::collective::CostForm;
 use crate::comm::Collective;
 
 pub use super::ladder::{Ladder, Rung};
-pub use super::row_rungs::{LadderId, RowRungs};
+pub use super::row_rungs::{model_of_record, rungs_of_record, LadderId, RowRungs};
 pub use super::wire_fit::{fit_on_rows, fit_on_wire, fit_on_wire_at_rows, WireFit};
 
 /// Bytes each rank's buffers hold in one call of `coll` on `p` ranks with
@@ -412,19 +412,21 @@ pub struct WireModel {
     pub reduce_into: Ladder,
     #[serde(default)]
     pub reduce_from: Ladder,
-    /// Shared memory: a fresh byte received into a block this rank last
-    /// wrote a call ago and the peer has just read, after a reduce-scatter
-    /// step, by the destination's bytes (`crate::measure::far_ladders`):
-    /// the all-gather steps of a sliced in-place ring, whose destination
-    /// lines have left the rank's cache. Empty (sockets, records from before it): those steps
-    /// cost `both` at the slice's working set.
+    /// Shared memory and parbench's sockets: a fresh byte received into a
+    /// block this rank last wrote a call ago and the peer has just read,
+    /// after a reduce-scatter step, by the destination's bytes
+    /// (`crate::measure::far_ladders`): the all-gather steps of a sliced
+    /// in-place ring, whose destination lines have left the rank's cache.
+    /// Empty (other backends, records from before it): those steps cost
+    /// `both` (sockets: the ring step) at the slice's working set.
     #[serde(default)]
     pub both_far: Ladder,
-    /// Shared memory: a fresh byte received into a block this rank last
-    /// wrote a call ago and nobody read, after a step that received the
-    /// peer's input into the block beside it (`crate::measure::far_ladders`):
-    /// the all-gather steps of a sliced out-of-place ring. Empty: those
-    /// steps cost `pull`, half at the slice's working set, half at the call's.
+    /// Shared memory and parbench's sockets: a fresh byte received into a
+    /// block this rank last wrote a call ago and nobody read, after a step
+    /// that received the peer's input into the block beside it
+    /// (`crate::measure::far_ladders`): the all-gather steps of a sliced
+    /// out-of-place ring. Empty: those steps cost `pull` (sockets: the ring
+    /// step), half at the slice's working set, half at the call's.
     #[serde(default)]
     pub pull_far: Ladder,
 }

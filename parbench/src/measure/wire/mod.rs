@@ -12,7 +12,7 @@ pub mod recheck;
 mod rows;
 mod rungs;
 
-pub use at_row::MODEL_AT_ROW_FROM;
+pub use at_row::{MODEL_AT_ROW_FROM, MODEL_AT_ROW_LONGEST_CALL_S};
 pub use rows::{largest_set, row_count, SweepRows};
 pub use rungs::{link_bound, socket_ceiling, socket_ladders};
 
@@ -334,6 +334,7 @@ pub fn measure_wire<C: Communicator>(
                 stream: s,
                 step,
                 fused,
+                far,
             },
             again,
         ) = link_ladders(comm, &sets, &copy, &mut state, &mut rungs_off_state)?;
@@ -350,6 +351,8 @@ pub fn measure_wire<C: Communicator>(
             reduce: reduce.clone(),
             reduce_into: fused.into,
             reduce_from: fused.from,
+            both_far: far.both,
+            pull_far: far.pull,
             ..WireModel::default()
         };
         let own = comm.backend() == "tcp";

@@ -68,10 +68,7 @@ impl StateLadders {
                 latency_taken_off_s: f.latency_taken_off_s.max(m.latency_taken_off_s),
             },
             fused: join_fused(&self.fused, &more.fused, join),
-            far: measure::FarLadders {
-                both: join(&self.far.both, &more.far.both),
-                pull: join(&self.far.pull, &more.far.pull),
-            },
+            far: join_far(&self.far, &more.far, join),
             off_state: {
                 let mut v = self.off_state;
                 v.extend(&more.off_state);
@@ -97,6 +94,17 @@ impl RungSet for StateLadders {
     }
 }
 
+fn join_far(
+    a: &measure::FarLadders,
+    b: &measure::FarLadders,
+    join: fn(&Ladder, &Ladder) -> Ladder,
+) -> measure::FarLadders {
+    measure::FarLadders {
+        both: join(&a.both, &b.both),
+        pull: join(&a.pull, &b.pull),
+    }
+}
+
 fn join_fused(
     a: &measure::FusedLadders,
     b: &measure::FusedLadders,
@@ -118,7 +126,7 @@ pub(super) trait RungSet: Sized {
 
 /// How far below both neighbours a rung must lie to be measured again
 /// ([`Ladder::dipped_sets`]): as far as two states of the cores lie apart.
-const DIP_SHARE: f64 = 1.0 / STATE_RATIO;
+pub(super) const DIP_SHARE: f64 = 1.0 / STATE_RATIO;
 
 /// `got` with the working sets where any ladder dipped below both its
 /// neighbours measured again by `measure` (all its ladders there, while a
@@ -153,12 +161,15 @@ pub(super) fn again_where_dipped<L: RungSet>(
 
 /// The transport's reducing receives at `sets` (the sweep's f32 sums);
 /// empty where it has none to time ([`measure::fused_reduce_ladders`]).
-fn fused_ladders<C: Communicator>(comm: &mut C, sets: &[u64]) -> CommResult<measure::FusedLadders> {
+pub(super) fn fused_ladders<C: Communicator>(
+    comm: &mut C,
+    sets: &[u64],
+) -> CommResult<measure::FusedLadders> {
     Ok(measure::fused_reduce_ladders(comm, sets, DType::F32, ReduceOp::Sum)?.unwrap_or_default())
 }
 
 /// Tries per rung at most.
-const RUNG_TRIES: usize = 3;
+pub(super) const RUNG_TRIES: usize = 3;
 
 /// The copy, reduction and cache-state ladders at `sets`, each working set
 /// measured once the cores are in `state` ([`wait_for_state`]) and again
@@ -191,11 +202,7 @@ pub(super) fn ladders_in_state<C: Communicator>(
                     measure::FreshLadders::default()
                 },
                 fused: fused_ladders(comm, &one)?,
-                far: if world > 1 && ws >= FAR_FROM {
-                    measure::far_ladders(comm, &one)?.unwrap_or_default()
-                } else {
-                    measure::FarLadders::default()
-                },
+                far: far_from(comm, &one)?,
                 off_state: Vec::new(),
             })
         })?;
@@ -285,6 +292,7 @@ pub(super) fn link_ladders<C: Communicator>(
     let mut s = measure::StreamLadders::default();
     let mut step = Ladder::default();
     let mut fused = measure::FusedLadders::default();
+    let mut far = measure::FarLadders::default();
     let mut held_from = None;
     let mut budget = WaitBudget::default();
     for (i, &ws) in sets.iter().enumerate() {
@@ -300,8 +308,12 @@ pub(super) fn link_ladders<C: Communicator>(
             (&mut step, one.step),
             (&mut fused.into, one.fused.into),
             (&mut fused.from, one.fused.from),
+            (&mut far.both, one.far.both),
+            (&mut far.pull, one.far.pull),
         ] {
-            to.method = from.method;
+            if !from.method.is_empty() {
+                to.method = from.method;
+            }
             to.rungs.extend(from.rungs);
         }
         let flat = |l: &Ladder| match l.rungs.as_slice() {
@@ -327,6 +339,7 @@ pub(super) fn link_ladders<C: Communicator>(
         stream: s,
         step,
         fused,
+        far,
     };
     let (measured, again) = again_where_dipped(measured, |sets| {
         let mut got: Option<SocketLadders> = None;
@@ -345,6 +358,7 @@ pub(super) fn link_ladders<C: Communicator>(
         stream: mut s,
         mut step,
         mut fused,
+        mut far,
     } = measured;
     if let Some(i) = held_from {
         let note = format!(
@@ -352,7 +366,16 @@ pub(super) fn link_ladders<C: Communicator>(
             sets[i]
         );
         let (into, from) = (&mut fused.into, &mut fused.from);
-        for l in [&mut s.one_way, &mut s.duplex, &mut step, into, from] {
+        let (both, pull) = (&mut far.both, &mut far.pull);
+        for l in [
+            &mut s.one_way,
+            &mut s.duplex,
+            &mut step,
+            into,
+            from,
+            both,
+            pull,
+        ] {
             let last = l.rungs.last().cloned();
             if let Some(last) = last {
                 for &ws in &sets[i + 1..] {
@@ -363,23 +386,18 @@ pub(super) fn link_ladders<C: Communicator>(
                     });
                 }
             }
-            l.method.push_str(&note);
+            if !l.rungs.is_empty() {
+                l.method.push_str(&note);
+            }
         }
     }
-    // A reducing receive moves its bytes through the same socket as a ring
-    // step and reduces them too: it cannot outrun the step. Its samples end
-    // after 10 ms (`measure::fused`), and on a shaped link a sample that
-    // short rides the token bucket's burst: measured through 1 Gbit/s
-    // (0.125 GB/s), rungs of 0.26 and 2.4 GB/s, and a model of in-place
-    // all_reduce 30% under every row from 1 MiB.
-    let note = "; held at most at the ring-step ladder's figure (a reducing receive crosses the same socket)";
-    fused.into = fused.into.capped_by(&step, note);
-    fused.from = fused.from.capped_by(&step, note);
+    let fused = fused_held_by_step(&fused, &step);
     Ok((
         SocketLadders {
             stream: s,
             step,
             fused,
+            far,
         },
         again,
     ))
@@ -391,6 +409,11 @@ pub(super) struct SocketLadders {
     pub stream: measure::StreamLadders,
     pub step: Ladder,
     pub fused: measure::FusedLadders,
+    /// From [`FAR_FROM`] up: a sliced ring's all-gather steps, a block
+    /// just written sent while the peer's lands in a block of the call's
+    /// receive buffer ([`measure::far_ladders`]; empty below, and where a
+    /// rank has no host transport).
+    pub far: measure::FarLadders,
 }
 
 impl RungSet for SocketLadders {
@@ -401,6 +424,8 @@ impl RungSet for SocketLadders {
             &self.step,
             &self.fused.into,
             &self.fused.from,
+            &self.far.both,
+            &self.far.pull,
         ]
     }
     fn better_rungs(self, again: &Self) -> Self {
@@ -418,6 +443,7 @@ impl SocketLadders {
             },
             step: join(&self.step, &more.step),
             fused: join_fused(&self.fused, &more.fused, join),
+            far: join_far(&self.far, &more.far, join),
         }
     }
 }
@@ -429,7 +455,21 @@ fn socket_rungs<C: Communicator>(comm: &mut C, sets: &[u64]) -> CommResult<Socke
         stream,
         step,
         fused: fused_ladders(comm, sets)?,
+        far: far_from(comm, sets)?,
     })
+}
+
+/// The far-destination ladders at those of `sets` from [`FAR_FROM`] up
+/// (empty below it, with one rank, or where a rank has no host transport).
+pub(super) fn far_from<C: Communicator>(
+    comm: &mut C,
+    sets: &[u64],
+) -> CommResult<measure::FarLadders> {
+    let big: Vec<u64> = sets.iter().copied().filter(|&ws| ws >= FAR_FROM).collect();
+    if big.is_empty() || comm.world() < 2 {
+        return Ok(measure::FarLadders::default());
+    }
+    Ok(measure::far_ladders(comm, &big)?.unwrap_or_default())
 }
 
 /// A socket-like wire's stream ladders (one way, both ways) and ring-step
@@ -439,9 +479,43 @@ pub fn socket_ladders<C: Communicator>(
     comm: &mut C,
     sets: &[u64],
 ) -> CommResult<(measure::StreamLadders, Ladder)> {
-    let s = measure::stream_ladder(comm, sets, STREAM_SAMPLE, STREAM_MESSAGE, STREAM_SAMPLES)?;
-    let step = measure::ring_step_ladder(comm, sets, RING_SLICE_BYTES)?;
+    let s = stream_ladders(comm, sets)?;
+    let step = step_ladder(comm, sets)?;
     Ok((s, step))
+}
+
+/// A socket-like wire's stream ladders at `sets`.
+pub(super) fn stream_ladders<C: Communicator>(
+    comm: &mut C,
+    sets: &[u64],
+) -> CommResult<measure::StreamLadders> {
+    measure::stream_ladder(comm, sets, STREAM_SAMPLE, STREAM_MESSAGE, STREAM_SAMPLES)
+}
+
+/// A socket-like wire's ring-step ladder at `sets` (messages of at most a
+/// ring's slice block).
+pub(super) fn step_ladder<C: Communicator>(comm: &mut C, sets: &[u64]) -> CommResult<Ladder> {
+    measure::ring_step_ladder(comm, sets, RING_SLICE_BYTES)
+}
+
+/// A socket wire's reducing receives, each rung held at most at `step`'s
+/// figure there.
+///
+/// A reducing receive moves its bytes through the same socket as a ring
+/// step and reduces them too: it cannot outrun the step. Its samples end
+/// after 10 ms (`measure::fused`), and on a shaped link a sample that
+/// short rides the token bucket's burst: measured through 1 Gbit/s
+/// (0.125 GB/s), rungs of 0.26 and 2.4 GB/s, and a model of in-place
+/// all_reduce 30% under every row from 1 MiB.
+pub(super) fn fused_held_by_step(
+    fused: &measure::FusedLadders,
+    step: &Ladder,
+) -> measure::FusedLadders {
+    let note = "; held at most at the ring-step ladder's figure (a reducing receive crosses the same socket)";
+    measure::FusedLadders {
+        into: fused.into.capped_by(step, note),
+        from: fused.from.capped_by(step, note),
+    }
 }
 
 /// A socket-like wire's ceiling: the best of its three ladders at each
