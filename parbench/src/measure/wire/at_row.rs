@@ -23,8 +23,8 @@ enum RowWire {
     /// Shared memory: the copy, reduction, cache-state, fused and far
     /// ladders ([`super::rungs::ladders_in_state`]).
     SharedMemory,
-    /// parbench's sockets: the ring-step and stream ladders, and the
-    /// reducing receives held at the ring step
+    /// parbench's sockets: the ring-step, stream and far-destination
+    /// ladders, and the reducing receives held at the ring step
     /// ([`super::rungs::link_ladders`]).
     Sockets,
 }
@@ -32,8 +32,10 @@ enum RowWire {
 /// The longest call, as the pre-sweep model prices it, whose row gets its
 /// rungs measured at the row, seconds. The rungs' fixed passes (warm-up
 /// transfers, whole walks of the receive buffer) move many times a call's
-/// bytes: negligible on memory and loopback, whose longest default row
-/// (all_reduce of 64 MiB) calls in 10-45 ms, but through 200 Mbit/s the
+/// bytes: about the row's own cost on memory and loopback, whose longest
+/// default row (all_reduce of 64 MiB) the pre-sweep model priced at 7-54
+/// ms a call (p50 7-60 ms) over the default local and tcp runs of an
+/// evening on the EPYC VM, but through 200 Mbit/s the
 /// rungs of one all_reduce row of 16 MiB (0.7 s a call) took about 20 s
 /// where the row took 3.5. A link's rate is the link's whatever the caches
 /// hold, and the pre-sweep ladders hold it (a 1 Gbit/s shaped link: every
@@ -108,7 +110,7 @@ impl WireFigures {
     /// Whether the pre-sweep model puts one call of the row at
     /// [`MODEL_AT_ROW_LONGEST_CALL_S`] or less (a row it cannot price is
     /// not).
-    pub fn call_short_enough(
+    fn call_short_enough(
         &self,
         coll: Collective,
         algo: &ModelAlgo,
@@ -133,7 +135,7 @@ impl WireFigures {
                 "the memory's share moves from second to second on a shared machine"
             }
             RowWire::Sockets => {
-                "the loopback's rate moves within a state of the wire, and a ladder held from where it turned link-bound does not walk the call's buffers"
+                "a socket wire's rate moves within one of its states, and a ladder held from where it turned link-bound does not walk the call's buffers"
             }
         })
     }
