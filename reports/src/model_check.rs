@@ -4,8 +4,9 @@
 //! rows of 64 KiB and up that the model priced within 25% of their p50
 //! (rows timed with the cores elsewhere than the wire's state left out, as
 //! each run's own Model check does), the rows that missed in every run (a
-//! structural miss, not noise), and each run's fits from 1 MiB. A run its
-//! noise guard marked noisy is not judged, and the output says so.
+//! structural miss, not noise), and each run's fits from 1 MiB with the
+//! row each holds furthest from the model. A run its noise guard marked
+//! noisy is not judged, and the output says so.
 
 use crate::compare::run_infos;
 use crate::load::{load_sources, Source};
@@ -19,6 +20,8 @@ use std::process::ExitCode;
 use parbench::model::priced::{priced_well, FROM_BYTES, WITHIN};
 /// A fit is good within this rms relative error.
 pub const FIT_RMS: f64 = 0.10;
+/// The fits' window starts here, as bench-collectives' default `fit_from`.
+pub const FIT_FROM: u64 = 1 << 20;
 
 /// One run of one wire, judged.
 #[derive(Clone, Debug, PartialEq)]
@@ -31,8 +34,23 @@ pub struct RunCheck {
     pub misses: BTreeSet<String>,
     /// Labels of every row held.
     pub held: BTreeSet<String>,
-    /// Each fit's rms relative error (collective, rms).
-    pub fits: Vec<(String, f64)>,
+    /// The fits the run recorded.
+    pub fits: Vec<FitCheck>,
+    /// Rows from [`FIT_FROM`] timed in the wire's state: none, and the
+    /// run had nothing to fit.
+    pub fit_rows: usize,
+}
+
+/// One fit a run recorded, and the row of its window furthest from the
+/// model: what to look at first when the fit misses.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FitCheck {
+    /// The collective, and " in place" for an in-place fit.
+    pub label: String,
+    /// The fit's rms relative error.
+    pub rms: f64,
+    /// Bytes and model/p50 of the row furthest from its model.
+    pub furthest: Option<(u64, f64)>,
 }
 
 impl RunCheck {
@@ -46,7 +64,7 @@ impl RunCheck {
 
     /// Whether every fit of the run is within [`FIT_RMS`].
     pub fn fits_good(&self) -> bool {
-        !self.fits.is_empty() && self.fits.iter().all(|(_, r)| *r <= FIT_RMS)
+        !self.fits.is_empty() && self.fits.iter().all(|f| f.rms <= FIT_RMS)
     }
 }
 
@@ -75,8 +93,13 @@ fn judge(
     (held.len() - misses.len(), misses, held)
 }
 
-/// The fits a run recorded (`extra.fits`: collective and rms).
-fn fits_of(extra: &serde_json::Map<String, serde_json::Value>) -> Vec<(String, f64)> {
+/// A fit as a run recorded it: collective, in place, rms, and the
+/// smallest size of its window.
+type RecordedFit = (String, bool, f64, u64);
+
+/// The fits a run recorded (`extra.fits`; a record without its window's
+/// start: [`FIT_FROM`]).
+fn fits_of(extra: &serde_json::Map<String, serde_json::Value>) -> Vec<RecordedFit> {
     extra
         .get("fits")
         .and_then(serde_json::Value::as_array)
@@ -84,22 +107,91 @@ fn fits_of(extra: &serde_json::Map<String, serde_json::Value>) -> Vec<(String, f
             a.iter()
                 .filter_map(|f| {
                     Some((
-                        format!(
-                            "{}{}",
-                            f.get("collective")?.as_str()?,
-                            if f.get("in_place").and_then(serde_json::Value::as_bool) == Some(true)
-                            {
-                                " in place"
-                            } else {
-                                ""
-                            }
-                        ),
+                        f.get("collective")?.as_str()?.to_string(),
+                        f.get("in_place").and_then(serde_json::Value::as_bool) == Some(true),
                         f.get("rms_rel_err")?.as_f64()?,
+                        f.get("window_from_bytes")
+                            .and_then(serde_json::Value::as_u64)
+                            .unwrap_or(FIT_FROM),
                     ))
                 })
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// The rows a fit of `collective` (in or out of place; `None`: any) held:
+/// from `from` bytes, priced, timed in the wire's state.
+fn fit_window<'a>(
+    rows: &'a [&CollectiveRow],
+    elsewhere: &'a BTreeSet<String>,
+    collective: Option<(&'a str, bool)>,
+    from: u64,
+) -> impl Iterator<Item = &'a CollectiveRow> + 'a {
+    rows.iter()
+        .copied()
+        .filter(move |r| {
+            collective.is_none_or(|(c, in_place)| r.collective == c && r.in_place == in_place)
+        })
+        .filter(move |r| r.bytes >= from && r.p50_us > 0.0 && r.model_us > 0.0)
+        .filter(|r| !elsewhere.contains(&r.label()))
+}
+
+/// Bytes and model/p50 of the row of `window` furthest from its model.
+fn furthest<'a>(window: impl Iterator<Item = &'a CollectiveRow>) -> Option<(u64, f64)> {
+    window
+        .map(|r| (r.bytes, r.model_us / r.p50_us))
+        .max_by(|a, b| (a.1 - 1.0).abs().total_cmp(&(b.1 - 1.0).abs()))
+}
+
+/// A run's recorded fits, each with the row its window holds furthest
+/// from the model.
+fn fit_checks(
+    extra: &serde_json::Map<String, serde_json::Value>,
+    rows: &[&CollectiveRow],
+    elsewhere: &BTreeSet<String>,
+) -> Vec<FitCheck> {
+    fits_of(extra)
+        .into_iter()
+        .map(|(collective, in_place, rms, from)| FitCheck {
+            furthest: furthest(fit_window(
+                rows,
+                elsewhere,
+                Some((collective.as_str(), in_place)),
+                from,
+            )),
+            label: format!("{collective}{}", if in_place { " in place" } else { "" }),
+            rms,
+        })
+        .collect()
+}
+
+/// How a run's fits read: each with its rms and furthest row, or why the
+/// run has none.
+fn fits_text(r: &RunCheck) -> String {
+    if r.fits.is_empty() {
+        return if r.fit_rows == 0 {
+            format!(
+                "none (no row from {} timed in the wire's state)",
+                units::bytes(FIT_FROM as f64)
+            )
+        } else {
+            "none recorded".to_string()
+        };
+    }
+    r.fits
+        .iter()
+        .map(|f| {
+            let at = f.furthest.map_or(String::new(), |(bytes, ratio)| {
+                format!(
+                    " (furthest row {}: model x{ratio:.2})",
+                    units::bytes(bytes as f64)
+                )
+            });
+            format!("{} {} rms{at}", f.label, units::percent(f.rms))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Every run of the folders, by wire: judged, or noisy (not judged).
@@ -134,7 +226,8 @@ pub fn checks(sources: &[Source]) -> BTreeMap<String, (Vec<RunCheck>, Vec<String
                 within,
                 misses,
                 held,
-                fits: fits_of(&run.extra),
+                fits: fit_checks(&run.extra, &rows, &info.cores_elsewhere),
+                fit_rows: fit_window(&rows, &info.cores_elsewhere, None, FIT_FROM).count(),
             });
         }
     }
@@ -193,22 +286,15 @@ pub fn run(dirs: &[PathBuf]) -> Result<ExitCode> {
         let median = parbench::stats::median(&mut shares).unwrap_or(f64::NAN);
         for r in runs {
             parbench::outln!(
-                "  {}: model within {:.0}% on {} of {} rows from {} ({}); fits from 1 MiB: {}",
+                "  {}: model within {:.0}% on {} of {} rows from {} ({}); fits from {}: {}",
                 r.run_id,
                 100.0 * WITHIN,
                 r.within,
                 r.rows,
                 units::bytes(FROM_BYTES as f64),
                 units::percent(r.share()),
-                if r.fits.is_empty() {
-                    "none recorded".to_string()
-                } else {
-                    r.fits
-                        .iter()
-                        .map(|(c, rms)| format!("{c} {} rms", units::percent(*rms)))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                }
+                units::bytes(FIT_FROM as f64),
+                fits_text(r)
             );
         }
         let structural = structural(runs);
@@ -252,7 +338,12 @@ mod tests {
             within: held.len() - misses.len(),
             misses: misses.iter().map(|s| s.to_string()).collect(),
             held: held.iter().map(|s| s.to_string()).collect(),
-            fits: vec![("all_reduce".into(), 0.05)],
+            fits: vec![FitCheck {
+                label: "all_reduce".into(),
+                rms: 0.05,
+                furthest: None,
+            }],
+            fit_rows: held.len(),
         }
     }
 
@@ -265,5 +356,58 @@ mod tests {
         assert!(structural(&[a]).is_empty());
         assert!((b.share() - 2.0 / 3.0).abs() < 1e-12);
         assert!(b.fits_good());
+    }
+
+    fn priced(collective: &str, bytes: u64, in_place: bool, ratio: f64) -> CollectiveRow {
+        CollectiveRow {
+            collective: collective.into(),
+            in_place,
+            p50_us: 100.0,
+            model_us: 100.0 * ratio,
+            ..CollectiveRow::for_tests("r", bytes)
+        }
+    }
+
+    /// A fit's furthest row is its own collective's and placement's, from
+    /// 1 MiB, in the wire's state, whichever side of the model it lies.
+    #[test]
+    fn a_fit_names_the_row_of_its_window_furthest_from_the_model() {
+        let rows = [
+            priced("all_reduce", 512 << 10, false, 0.2),
+            priced("all_reduce", 1 << 20, false, 1.1),
+            priced("all_reduce", 4 << 20, false, 0.8),
+            priced("all_reduce", 8 << 20, false, 0.3),
+            priced("all_reduce", 16 << 20, true, 3.0),
+            priced("all_gather", 16 << 20, false, 2.0),
+        ];
+        let refs: Vec<&CollectiveRow> = rows.iter().collect();
+        let elsewhere: BTreeSet<String> = [rows[3].label()].into();
+        let extra = serde_json::json!({"fits": [
+            {"collective": "all_reduce", "in_place": false, "rms_rel_err": 0.14},
+            {"collective": "all_reduce", "in_place": true, "rms_rel_err": 0.02, "window_from_bytes": 1048576},
+            {"collective": "all_gather", "in_place": false, "rms_rel_err": 0.02, "window_from_bytes": 33554432},
+        ]});
+        let fits = fit_checks(extra.as_object().unwrap(), &refs, &elsewhere);
+        assert_eq!(fits[0].label, "all_reduce");
+        assert_eq!(fits[0].furthest, Some((4 << 20, 0.8)));
+        assert_eq!(fits[1].label, "all_reduce in place");
+        assert_eq!(fits[1].furthest, Some((16 << 20, 3.0)));
+        // A window that starts past every row of its collective holds none.
+        assert_eq!(fits[2].furthest, None);
+        let mut check = run(&[], &["x"]);
+        check.fits = fits[..2].to_vec();
+        let text = fits_text(&check);
+        assert!(
+            text.starts_with("all_reduce 14") && text.contains("(furthest row 4 MiB: model x0.80)"),
+            "{text}"
+        );
+        assert_eq!(fit_window(&refs, &elsewhere, None, FIT_FROM).count(), 4);
+        check.fits.clear();
+        check.fit_rows = 0;
+        assert!(
+            fits_text(&check).starts_with("none (no row from 1"),
+            "{}",
+            fits_text(&check)
+        );
     }
 }
