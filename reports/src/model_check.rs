@@ -4,8 +4,9 @@
 //! rows of 64 KiB and up that the model priced within 25% of their p50
 //! (rows timed with the cores elsewhere than the wire's state left out, as
 //! each run's own Model check does), the rows that missed in every run (a
-//! structural miss, not noise), and each run's fits from 1 MiB with the
-//! row each holds furthest from the model. A run its noise guard marked
+//! structural miss, not noise), those that missed in most of them (with
+//! the model/p50 they read in each), and each run's fits from 1 MiB with
+//! the row each holds furthest from the model. A run its noise guard marked
 //! noisy is not judged, and the output says so.
 
 use crate::compare::run_infos;
@@ -32,8 +33,8 @@ pub struct RunCheck {
     pub within: usize,
     /// Labels of the rows that missed.
     pub misses: BTreeSet<String>,
-    /// Labels of every row held.
-    pub held: BTreeSet<String>,
+    /// Every row held: its label and model/p50.
+    pub held: BTreeMap<String, f64>,
     /// The fits the run recorded.
     pub fits: Vec<FitCheck>,
     /// Rows from [`FIT_FROM`] timed in the wire's state: none, and the
@@ -73,8 +74,8 @@ impl RunCheck {
 fn judge(
     rows: &[&CollectiveRow],
     elsewhere: &BTreeSet<String>,
-) -> (usize, BTreeSet<String>, BTreeSet<String>) {
-    let mut held = BTreeSet::new();
+) -> (usize, BTreeSet<String>, BTreeMap<String, f64>) {
+    let mut held = BTreeMap::new();
     let mut misses = BTreeSet::new();
     for r in rows {
         let priced = r.p50_us > 0.0 && r.model_us > 0.0;
@@ -85,8 +86,9 @@ fn judge(
         if elsewhere.contains(&label) {
             continue;
         }
-        held.insert(label.clone());
-        if !priced_well(r.model_us / r.p50_us) {
+        let ratio = r.model_us / r.p50_us;
+        held.insert(label.clone(), ratio);
+        if !priced_well(ratio) {
             misses.insert(label);
         }
     }
@@ -247,11 +249,66 @@ pub fn structural(runs: &[RunCheck]) -> Vec<String> {
         .into_iter()
         .filter(|l| {
             runs.iter()
-                .all(|r| r.misses.contains(*l) || !r.held.contains(*l))
+                .all(|r| r.misses.contains(*l) || !r.held.contains_key(*l))
         })
-        .filter(|l| runs.iter().filter(|r| r.held.contains(*l)).count() >= 2)
+        .filter(|l| runs.iter().filter(|r| r.held.contains_key(*l)).count() >= 2)
         .cloned()
         .collect()
+}
+
+/// A row that missed in most of the runs that held it, but not in all:
+/// a miss that recurs with the machine's state, where to look next.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Recurring {
+    pub label: String,
+    /// Runs that missed it, and runs that held it.
+    pub missed: usize,
+    pub held: usize,
+    /// The lowest and highest model/p50 it read over the runs that held it.
+    pub range: (f64, f64),
+}
+
+/// The rows that missed in more than half of the judged runs that held
+/// them, but not in every one ([`structural`]): at least three runs.
+pub fn recurring(runs: &[RunCheck]) -> Vec<Recurring> {
+    let mut labels: BTreeSet<&String> = BTreeSet::new();
+    for r in runs {
+        labels.extend(r.misses.iter());
+    }
+    labels
+        .into_iter()
+        .filter_map(|l| {
+            let ratios: Vec<f64> = runs.iter().filter_map(|r| r.held.get(l).copied()).collect();
+            let missed = runs.iter().filter(|r| r.misses.contains(l)).count();
+            let held = ratios.len();
+            (2 * missed > held && missed < held).then(|| Recurring {
+                label: l.clone(),
+                missed,
+                held,
+                range: ratios
+                    .iter()
+                    .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &x| {
+                        (lo.min(x), hi.max(x))
+                    }),
+            })
+        })
+        .collect()
+}
+
+/// The recurring misses as the summary names them.
+fn recurring_text(rows: &[Recurring]) -> String {
+    if rows.is_empty() {
+        return "none".to_string();
+    }
+    rows.iter()
+        .map(|r| {
+            format!(
+                "{} ({} of {}, model x{:.2}-{:.2})",
+                r.label, r.missed, r.held, r.range.0, r.range.1
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Runs `report model-check`: exit 0 when every wire meets the criterion
@@ -301,7 +358,7 @@ pub fn run(dirs: &[PathBuf]) -> Result<ExitCode> {
         let good_fits = runs.iter().filter(|r| r.fits_good()).count();
         let fits_needed = (runs.len() * 3).div_ceil(5);
         parbench::outln!(
-            "  median share within {:.0}%: {} (criterion 95%); rows that missed in every run: {}; runs with every fit within {:.0}% rms: {} of {} (criterion {})",
+            "  median share within {:.0}%: {} (criterion 95%); rows that missed in every run: {}; in most runs: {}; runs with every fit within {:.0}% rms: {} of {} (criterion {})",
             100.0 * WITHIN,
             units::percent(median),
             if structural.is_empty() {
@@ -309,6 +366,7 @@ pub fn run(dirs: &[PathBuf]) -> Result<ExitCode> {
             } else {
                 structural.join(", ")
             },
+            recurring_text(&recurring(runs)),
             100.0 * FIT_RMS,
             good_fits,
             runs.len(),
@@ -337,7 +395,10 @@ mod tests {
             rows: held.len(),
             within: held.len() - misses.len(),
             misses: misses.iter().map(|s| s.to_string()).collect(),
-            held: held.iter().map(|s| s.to_string()).collect(),
+            held: held
+                .iter()
+                .map(|s| (s.to_string(), if misses.contains(s) { 0.5 } else { 1.0 }))
+                .collect(),
             fits: vec![FitCheck {
                 label: "all_reduce".into(),
                 rms: 0.05,
@@ -356,6 +417,35 @@ mod tests {
         assert!(structural(&[a]).is_empty());
         assert!((b.share() - 2.0 / 3.0).abs() < 1e-12);
         assert!(b.fits_good());
+    }
+
+    /// A row that misses in most runs, not all, is named with its count
+    /// and the model/p50 it read; one missing in half the runs, or in
+    /// every run, is not.
+    #[test]
+    fn a_miss_in_most_runs_is_named_with_its_count_and_range() {
+        let mut a = run(&["x", "y", "w"], &["x", "y", "z", "w"]);
+        a.held.insert("x".into(), 0.49);
+        let b = run(&["x", "y", "w"], &["x", "y", "z", "w"]);
+        let mut c = run(&["y", "z", "w"], &["x", "y", "z", "w"]);
+        c.held.insert("x".into(), 0.8);
+        let d = run(&["z"], &["x", "z"]);
+        let runs = [a, b, c, d];
+        // x: 2 of 4 (half, not most); y: 3 of 3 (every run: structural);
+        // z: 2 of 4; w: 3 of 3. None recurring; y and w structural.
+        assert!(recurring(&runs).is_empty());
+        assert_eq!(structural(&runs), ["w", "y"]);
+        let e = run(&["x"], &["x", "z"]);
+        let runs = [runs[0].clone(), runs[1].clone(), runs[2].clone(), e];
+        let got = recurring(&runs);
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(
+            (got[0].label.as_str(), got[0].missed, got[0].held),
+            ("x", 3, 4)
+        );
+        assert_eq!(got[0].range, (0.49, 0.8));
+        assert_eq!(recurring_text(&got), "x (3 of 4, model x0.49-0.80)");
+        assert_eq!(recurring_text(&[]), "none");
     }
 
     fn priced(collective: &str, bytes: u64, in_place: bool, ratio: f64) -> CollectiveRow {

@@ -35,6 +35,8 @@ fn runs_of_one_wire_are_judged_together_and_noisy_ones_left_out() {
     assert!(out.contains("noisy, not judged: collectives-"), "{out}");
     assert!(out.contains("median share within 25%:"), "{out}");
     assert!(out.contains("rows that missed in every run:"), "{out}");
+    // Two runs: no row can miss in most but not every one of them.
+    assert!(out.contains("; in most runs: none;"), "{out}");
     // Each fit names the row of its window furthest from the model.
     assert!(out.contains(" rms (furthest row "), "{out}");
     assert!(out.contains("MET"), "{out}");
