@@ -2,7 +2,7 @@
 //! timed in (the probe and the waits: [`parbench::measure::core_state`]).
 
 use parbench::measure::core_state::{
-    RowState, MOST_WAIT, SOCKET_PROBE_BYTES, STATE_RATIO, WAIT_BUDGET,
+    RowState, MOST_WAIT, MOVED_RATIO, SOCKET_PROBE_BYTES, STATE_RATIO, WAIT_BUDGET,
 };
 use parbench::measure::{CoreState, StateFigures};
 
@@ -127,7 +127,7 @@ impl StatesSummary {
         }
         if !self.moved.is_empty() {
             out.push(format!(
-                "#   {} rows timed while {who} moved (model marked ~, left out of the fits): {}",
+                "#   {} rows timed while {who} moved, between their wait and the end of their timing (model marked ~, left out of the fits): {}",
                 self.moved.len(),
                 listed(&self.moved)
             ));
@@ -149,6 +149,7 @@ impl StatesSummary {
                 "parbench::measure::core_state_probe: medians of 16 timed 8 B exchanges, of 16 exchanges of 32 KiB just-written buffers, of 16 samples of 8 KiB copies, every rank at once, rank 0's".to_string()
             },
             "same_state_within": STATE_RATIO,
+            "moved_within": MOVED_RATIO,
             "most_wait_s": MOST_WAIT,
             "wait_budget_s": WAIT_BUDGET,
             "state": self.state,
