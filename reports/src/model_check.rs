@@ -236,16 +236,17 @@ pub fn checks(sources: &[Source]) -> BTreeMap<String, (Vec<RunCheck>, Vec<String
     out
 }
 
+/// The labels of the rows that missed in at least one of `runs`.
+fn missed_anywhere(runs: &[RunCheck]) -> BTreeSet<&String> {
+    runs.iter().flat_map(|r| r.misses.iter()).collect()
+}
+
 /// The rows that missed in every judged run that held them (at least two runs).
 pub fn structural(runs: &[RunCheck]) -> Vec<String> {
     if runs.len() < 2 {
         return Vec::new();
     }
-    let mut labels: BTreeSet<&String> = BTreeSet::new();
-    for r in runs {
-        labels.extend(r.misses.iter());
-    }
-    labels
+    missed_anywhere(runs)
         .into_iter()
         .filter(|l| {
             runs.iter()
@@ -271,11 +272,7 @@ pub struct Recurring {
 /// The rows that missed in more than half of the judged runs that held
 /// them, but not in every one ([`structural`]): at least three runs.
 pub fn recurring(runs: &[RunCheck]) -> Vec<Recurring> {
-    let mut labels: BTreeSet<&String> = BTreeSet::new();
-    for r in runs {
-        labels.extend(r.misses.iter());
-    }
-    labels
+    missed_anywhere(runs)
         .into_iter()
         .filter_map(|l| {
             let ratios: Vec<f64> = runs.iter().filter_map(|r| r.held.get(l).copied()).collect();
