@@ -41,7 +41,7 @@ pub const STATE_RATIO: f64 = 1.5;
 ///
 /// A rung measured in one sub-mode and a row timed in the other priced
 /// it up to 1.5x off: a tcp all_reduce of 16 MiB took 6.9-7.3 ms after
-/// probes of 1.63 then 1.92 GB/s, priced at 10.4 ms by rungs of the
+/// probes of 1.63 then 1.92 GB/s, priced at 9.8-10.3 ms by rungs of the
 /// first. Over the 11,844 rows of a day's local runs, the ratio between
 /// a row's two probes falls in two humps, 1.00-1.06 and 1.20-1.32, with
 /// a trough at 1.10-1.17 between; the socket probe's ratios fall off
