@@ -519,6 +519,7 @@ fn model_link_json(w: &WireFigures) -> serde_json::Value {
         "reduce_from": w.model.reduce_from,
         "both_far": w.model.both_far,
         "pull_far": w.model.pull_far,
+        "claim_far": w.model.claim_far,
     })
 }
 

@@ -27,7 +27,8 @@ use super::ladder::{
 };
 use crate::comm::algo::RING_SLICE_BYTES;
 use crate::comm::{
-    CommError, CommResult, Communicator, DType, HostBuffer, RecvInto, ReduceOp, Transport,
+    copy_bytes, CommError, CommResult, Communicator, DType, HostBuffer, RecvInto, ReduceOp,
+    Transport,
 };
 use crate::model::wire::Ladder;
 use std::time::Instant;
@@ -57,10 +58,18 @@ enum Pattern {
     /// sends that block, just written, and receives into the second, which
     /// nobody read.
     OutOfPlace,
+    /// An out-of-place all-gather's own block: per pair of destination
+    /// blocks, the timed part copies the source area's next block (an
+    /// input never rewritten) into the pair's first block, which the peer
+    /// read a walk ago; the untimed step sends that block, just written,
+    /// and receives the peer's into the second. What is timed is the copy,
+    /// slice by slice as the ring copies it (`comm/algo/ring.rs`).
+    OwnBlock,
 }
 
 /// A rung's buffers: the destination area and, out of place, a source
-/// area as large as the destination.
+/// area as large as the destination (for the own block, half of it: one
+/// block per pair).
 struct Area {
     dest: HostBuffer,
     src: HostBuffer,
@@ -110,6 +119,17 @@ fn walk(
                 t.exchange(right, &first[k], left, into, deadline)?;
                 t0
             }
+            Pattern::OwnBlock => {
+                let from = start / 2..start / 2 + n;
+                let t0 = Instant::now();
+                copy_bytes(&mut a.dest.bytes_mut()[k.clone()], &a.src.bytes()[from]);
+                secs += t0.elapsed().as_secs_f64();
+                let (first, rest) = a.dest.bytes_mut().split_at_mut(k.end);
+                let into = RecvInto::Copy(&mut rest[..n]);
+                t.exchange(right, &first[k], left, into, deadline)?;
+                steps += 1;
+                continue;
+            }
         };
         secs += t0.elapsed().as_secs_f64();
         steps += 1;
@@ -143,10 +163,10 @@ fn rung<C: Communicator>(
     let mut a = Area {
         dest: written(area, 0x5a),
         src: written(
-            if pattern == Pattern::OutOfPlace {
-                area
-            } else {
-                0
+            match pattern {
+                Pattern::OutOfPlace => area,
+                Pattern::OwnBlock => area / 2,
+                Pattern::InPlace => 0,
             },
             0x3c,
         ),
@@ -182,9 +202,9 @@ fn rung<C: Communicator>(
     Ok(out)
 }
 
-/// The two far-destination receives, each a [`Ladder`] by the
-/// destination's bytes per rank (the call's receive buffer), GB/s of
-/// received bytes per rank.
+/// The two far-destination receives and the own block's copy, each a
+/// [`Ladder`] by the destination's bytes per rank (the call's receive
+/// buffer), GB/s of received (copied) bytes per rank.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct FarLadders {
     /// A sliced in-place ring's all-gather step: into a block the peer has
@@ -194,6 +214,12 @@ pub struct FarLadders {
     /// a step that received the peer's input into the block beside it (the
     /// source area is as large as the destination).
     pub pull: Ladder,
+    /// A sliced out-of-place all-gather's copy of its own block into the
+    /// receive buffer, whose lines the peer read a call ago
+    /// ([`Pattern::OwnBlock`]; measured on shared memory only: a socket's
+    /// peer reads the block through the kernel, not from this rank's cache).
+    #[serde(default)]
+    pub claim: Ladder,
 }
 
 /// The [`FarLadders`] at `areas` (each a rung's destination bytes per
@@ -204,7 +230,7 @@ pub struct FarLadders {
 /// mean over ranks. `None` with one rank or where some rank has no host
 /// transport. Every rank must call it with the same `areas`.
 pub fn far_ladders<C: Communicator>(comm: &mut C, areas: &[u64]) -> CommResult<Option<FarLadders>> {
-    far_ladders_of(comm, areas, FarWanted::BOTH_PATTERNS)
+    far_ladders_of(comm, areas, FarWanted::ALL)
 }
 
 /// Which of the [`FarLadders`] to measure.
@@ -212,12 +238,21 @@ pub fn far_ladders<C: Communicator>(comm: &mut C, areas: &[u64]) -> CommResult<O
 pub struct FarWanted {
     pub both: bool,
     pub pull: bool,
+    pub claim: bool,
 }
 
 impl FarWanted {
-    pub const BOTH_PATTERNS: FarWanted = FarWanted {
+    /// The two far receives: what a socket's model reads.
+    pub const RECEIVES: FarWanted = FarWanted {
         both: true,
         pull: true,
+        claim: false,
+    };
+    /// Every pattern: shared memory's model also reads the own block's copy.
+    pub const ALL: FarWanted = FarWanted {
+        both: true,
+        pull: true,
+        claim: true,
     };
 }
 
@@ -237,9 +272,14 @@ pub fn far_ladders_of<C: Communicator>(
         for &area in areas {
             let samples = rung(comm, area.max(4) as usize, pattern)?;
             // The smaller of the empty exchanges timed just before and
-            // just after the rung, as the other ladders take it.
+            // just after the rung, as the other ladders take it; the own
+            // block's timed copies hold no exchange.
             let after = median_empty_exchange(comm, false)?;
-            let e = empty.min(after);
+            let e = if pattern == Pattern::OwnBlock {
+                0.0
+            } else {
+                empty.min(after)
+            };
             empty = after;
             let secs = samples
                 .into_iter()
@@ -258,6 +298,7 @@ pub fn far_ladders_of<C: Communicator>(
     };
     let both = ladder_if(wanted.both, Pattern::InPlace)?;
     let pull = ladder_if(wanted.pull, Pattern::OutOfPlace)?;
+    let claim = ladder_if(wanted.claim, Pattern::OwnBlock)?;
     let method = |what: &str| {
         format!(
             "{what}, every rank at once through the host transport, walking a destination area of the rung's bytes per rank in blocks of at most {} KiB, less an 8 B exchange per timed block, after {WARM_WALKS} untimed walks (1 from {} MiB), best of {SAMPLES} ({BIG_SAMPLES} from {} MiB), mean per rank",
@@ -275,6 +316,7 @@ pub fn far_ladders_of<C: Communicator>(
     Ok(Some(FarLadders {
         both: made("receiving bytes the sender has just reduced into a block this rank last wrote a walk ago and the peer has just read as its reduction's source, each after the reduce-scatter step that reduces the peer's block into the block beside it (a sliced in-place ring's all-gather step)", both),
         pull: made("receiving bytes the sender has just written into a block this rank last wrote a walk ago, after a step that received the peer's input into the block beside it (a sliced out-of-place ring's all-gather step; a source area as large as the destination)", pull),
+        claim: made("copying an input block into a block of the destination the peer read a walk ago, each copy followed by the step that sends that block and receives the peer's into the block beside it (a sliced out-of-place all-gather's own block; a source area half the destination; nothing taken off the timed copies)", claim),
     }))
 }
 
@@ -290,7 +332,9 @@ mod tests {
     /// this rank's and the left neighbour's (the untimed step reduces with
     /// max), and in the first what the left neighbour left in its second;
     /// out of place the pair's first block holds the left neighbour's input
-    /// and the second what the left neighbour received from its own left.
+    /// and the second what the left neighbour received from its own left;
+    /// for the own block the pair's first block holds this rank's input
+    /// and the second the left neighbour's.
     /// Three ranks, so that no byte comes back to where it started; every
     /// byte of a rank's fill alike, so that max on f32 is max on the byte.
     #[test]
@@ -299,7 +343,7 @@ mod tests {
         let got = local::run(3, Algo::Auto, TIMEOUT, |c| {
             let r = c.rank() as u8;
             let mut out = Vec::new();
-            for pattern in [Pattern::InPlace, Pattern::OutOfPlace] {
+            for pattern in [Pattern::InPlace, Pattern::OutOfPlace, Pattern::OwnBlock] {
                 let block = block_of(area);
                 let mut a = Area {
                     dest: HostBuffer::zeroed(area),
@@ -337,6 +381,20 @@ mod tests {
                             assert!(b.iter().all(|&v| v == want), "rank {rank} block {i}");
                         }
                     }
+                    Pattern::OwnBlock => {
+                        // Two copies timed; each pair's first block holds
+                        // this rank's input, its second the left
+                        // neighbour's, sent from that neighbour's first.
+                        assert_eq!(steps, 2);
+                        for (i, b) in dest.chunks(block).enumerate() {
+                            let want = if i % 2 == 0 {
+                                20 + rank as u8
+                            } else {
+                                20 + left
+                            };
+                            assert!(b.iter().all(|&v| v == want), "rank {rank} block {i}");
+                        }
+                    }
                 }
             }
         }
@@ -348,7 +406,7 @@ mod tests {
         let got = local::run(2, Algo::Auto, TIMEOUT, |c| far_ladders(c, &areas));
         let got: Vec<FarLadders> = got.into_iter().map(|g| g.unwrap().unwrap()).collect();
         assert_eq!(got[0], got[1], "the mean over ranks, on every rank");
-        for l in [&got[0].both, &got[0].pull] {
+        for l in [&got[0].both, &got[0].pull, &got[0].claim] {
             let ws: Vec<u64> = l.rungs.iter().map(|r| r.working_set).collect();
             assert_eq!(ws, areas);
             for r in &l.rungs {

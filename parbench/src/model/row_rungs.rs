@@ -37,10 +37,11 @@ pub enum LadderId {
     ReduceFrom,
     BothFar,
     PullFar,
+    ClaimFar,
 }
 
 impl LadderId {
-    pub const ALL: [LadderId; 11] = [
+    pub const ALL: [LadderId; 12] = [
         LadderId::Copy,
         LadderId::Reduce,
         LadderId::Duplex,
@@ -52,6 +53,7 @@ impl LadderId {
         LadderId::ReduceFrom,
         LadderId::BothFar,
         LadderId::PullFar,
+        LadderId::ClaimFar,
     ];
 
     /// The ladder's key in `extra.model_link`.
@@ -68,6 +70,7 @@ impl LadderId {
             LadderId::ReduceFrom => "reduce_from",
             LadderId::BothFar => "both_far",
             LadderId::PullFar => "pull_far",
+            LadderId::ClaimFar => "claim_far",
         }
     }
 }
@@ -90,6 +93,7 @@ impl WireModel {
             LadderId::ReduceFrom => &self.reduce_from,
             LadderId::BothFar => &self.both_far,
             LadderId::PullFar => &self.pull_far,
+            LadderId::ClaimFar => &self.claim_far,
         }
     }
 
@@ -106,6 +110,7 @@ impl WireModel {
             LadderId::ReduceFrom => &mut self.reduce_from,
             LadderId::BothFar => &mut self.both_far,
             LadderId::PullFar => &mut self.pull_far,
+            LadderId::ClaimFar => &mut self.claim_far,
         }
     }
 
@@ -146,6 +151,7 @@ pub fn model_of_record(link: &serde_json::Value) -> Option<WireModel> {
         reduce_from: ladder("reduce_from").unwrap_or_default(),
         both_far: ladder("both_far").unwrap_or_default(),
         pull_far: ladder("pull_far").unwrap_or_default(),
+        claim_far: ladder("claim_far").unwrap_or_default(),
     })
 }
 

@@ -165,6 +165,11 @@ pub struct Part {
     /// that half at the call's 2 MiB (37 GB/s) gives.
     #[serde(default)]
     pub dest_near: bool,
+    /// An out-of-place ring all-gather's copy of its own block into the
+    /// receive buffer, slice by slice just before the slice goes round:
+    /// priced by its own walk ([`WireModel::claim_far`]) where measured.
+    #[serde(default)]
+    pub own_block: bool,
 }
 
 /// What one rank does on the critical path of one call.
@@ -197,6 +202,7 @@ fn part(op: Op, bytes: f64, fresh: bool, claimed: bool) -> Part {
         claimed,
         near: false,
         dest_near: false,
+        own_block: false,
     }
 }
 
@@ -311,7 +317,10 @@ pub fn moves(
             // Out of place each rank copies its own block into the receive
             // buffer (which the right neighbour read last call), then sends it.
             let mut v = if out {
-                vec![part(Op::Copy, b, false, true)]
+                vec![Part {
+                    own_block: true,
+                    ..part(Op::Copy, b, false, true)
+                }]
             } else {
                 Vec::new()
             };
@@ -429,6 +438,16 @@ pub struct WireModel {
     /// step), half at the slice's working set, half at the call's.
     #[serde(default)]
     pub pull_far: Ladder,
+    /// Shared memory: an out-of-place all-gather's copy of its own block
+    /// into the receive buffer, whose lines the peer read a call ago, by
+    /// the receive buffer's bytes (`crate::measure::far_ladders`), walked
+    /// slice by slice as the ring copies it, each copy followed by the
+    /// step that sends the block. A sliced call's copy costs the slower
+    /// of this and `claim` at the call's working set (the whole buffer
+    /// copied, then sent). Empty (sockets, records from before it): the
+    /// copy costs `claim`.
+    #[serde(default)]
+    pub claim_far: Ladder,
 }
 
 /// Seconds per byte of a ladder at a working set (infinite when unknown).
@@ -551,7 +570,8 @@ impl WireModel {
     ///   ([`Part::dest_near`]) [`Self::both_far`], out of place (a fresh
     ///   byte into a block nobody read) [`Self::pull_far`]; their
     ///   destination blocks were written a call ago and have left the
-    ///   rank's cache (on the Intel Xeon VM those steps ran at 10-11 and
+    ///   rank's cache; an out-of-place all-gather's own block, the slower
+    ///   of [`Self::claim_far`] and `claim` at the call's working set (on the Intel Xeon VM those steps ran at 10-11 and
     ///   12-13 GB/s where `both` and `pull` near the slice read 15-17).
     pub fn bytes_seconds(&self, m: &Moves, n_bytes: u64, at: &CallSets) -> f64 {
         self.bytes_seconds_read(m, n_bytes, at, &mut |id, ws| {
@@ -594,6 +614,12 @@ impl WireModel {
                 read(LadderId::BothFar, n_bytes)
             } else if far_pull && sliced && !self.pull_far.rungs.is_empty() {
                 read(LadderId::PullFar, n_bytes)
+            } else if p.own_block && sliced && !self.claim_far.rungs.is_empty() {
+                // Where either walk finds the lines still in the peer's
+                // cache, the row's copy finds most of them there too.
+                let whole = cost(at.ws);
+                let in_slices = read(LadderId::ClaimFar, n_bytes);
+                whole.max(in_slices)
             } else if p.dest_near {
                 cost(at.slice_ws)
             } else if p.near {
@@ -1024,6 +1050,65 @@ mod tests {
             .sum();
         let t = out.bytes_seconds(&m, n, &at);
         assert!((t - (rest + h / 4e9)).abs() < 1e-12, "{t}");
+    }
+
+    #[test]
+    fn a_sliced_all_gathers_own_block_costs_the_slower_of_its_two_walks() {
+        let ring = ModelAlgo::Ran(Algorithm::Ring);
+        // claim 16 GB/s flat; the own block's walk 12 GB/s at 1 MiB, 4 at 8.
+        let wire = flat_wire(10.0, 20.0, 5.0, [40.0, 16.0, 8.0]);
+        let walked = WireModel {
+            claim_far: ladder(&[(1 << 20, 12.0), (8 << 20, 4.0)]),
+            ..wire.clone()
+        };
+        let ag = Collective::AllGather;
+        let n = 8u64 << 20;
+        let h = 0.5 * n as f64;
+        let m = moves(ag, &ring, 2, n, false).unwrap();
+        let at = call_sets(ag, &ring, 2, n, false);
+        assert!(at.block_ws.is_none(), "8 MiB on 2 ranks runs in slices");
+        assert_eq!(m.parts.iter().filter(|p| p.own_block).count(), 1);
+        // The walk in slices reads 4 GB/s at 8 MiB, slower than the whole
+        // buffer's 16: the copy costs it.
+        let t = walked.bytes_seconds(&m, n, &at) - wire.bytes_seconds(&m, n, &at);
+        let want = h / 4e9 - h / 16e9;
+        assert!((t - want).abs() < 1e-12, "{t} {want}");
+        let reads = walked.reads(&m, n, &at);
+        assert!(reads.contains(&(LadderId::ClaimFar, n)));
+        assert!(
+            reads.contains(&(LadderId::Claim, at.ws)),
+            "both walks measured at the row"
+        );
+        // Where the walk in slices is the faster (24 GB/s), the whole
+        // buffer's 16 prices the copy.
+        let faster = WireModel {
+            claim_far: ladder(&[(1 << 20, 30.0), (8 << 20, 24.0)]),
+            ..wire.clone()
+        };
+        assert_eq!(
+            faster.bytes_seconds(&m, n, &at),
+            wire.bytes_seconds(&m, n, &at)
+        );
+        // A call of one slice, an in-place all_gather and an out-of-place
+        // all_reduce copy no own block in slices: priced as before.
+        let one = 1u64 << 20;
+        for (coll, bytes, in_place) in [
+            (ag, one, false),
+            (ag, n, true),
+            (Collective::AllReduce, n, false),
+        ] {
+            let m = moves(coll, &ring, 2, bytes, in_place).unwrap();
+            let at = call_sets(coll, &ring, 2, bytes, in_place);
+            assert_eq!(
+                walked.bytes_seconds(&m, bytes, &at),
+                wire.bytes_seconds(&m, bytes, &at),
+                "{coll:?} {bytes} in place {in_place}"
+            );
+            assert!(!walked
+                .reads(&m, bytes, &at)
+                .iter()
+                .any(|(id, _)| *id == LadderId::ClaimFar));
+        }
     }
 
     #[test]

@@ -73,7 +73,7 @@ fn measurer(wire: RowWire, id: LadderId) -> Option<Measurer> {
         (_, LadderId::Copy) => Measurer::Copy,
         (_, LadderId::Reduce) => Measurer::Reduce,
         (_, LadderId::ReduceInto | LadderId::ReduceFrom) => Measurer::Fused,
-        (_, LadderId::BothFar | LadderId::PullFar) => Measurer::Far,
+        (_, LadderId::BothFar | LadderId::PullFar | LadderId::ClaimFar) => Measurer::Far,
         (
             RowWire::SharedMemory,
             LadderId::Duplex | LadderId::OneWay | LadderId::Pull | LadderId::Claim | LadderId::Both,
@@ -258,6 +258,7 @@ fn measure_group<C: Communicator>(
     let far_wanted = measure::FarWanted {
         both: reads_ladder(LadderId::BothFar),
         pull: reads_ladder(LadderId::PullFar),
+        claim: reads_ladder(LadderId::ClaimFar),
     };
     Ok(match group {
         Measurer::Copy => vec![(LadderId::Copy, measure::copy_ladder(comm, sets)?)],
@@ -289,7 +290,11 @@ fn measure_group<C: Communicator>(
             ]
         }
         Measurer::Far => match measure::far_ladders_of(comm, sets, far_wanted)? {
-            Some(f) => vec![(LadderId::BothFar, f.both), (LadderId::PullFar, f.pull)],
+            Some(f) => vec![
+                (LadderId::BothFar, f.both),
+                (LadderId::PullFar, f.pull),
+                (LadderId::ClaimFar, f.claim),
+            ],
             None => Vec::new(),
         },
     })

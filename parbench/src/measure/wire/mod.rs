@@ -325,6 +325,7 @@ pub fn measure_wire<C: Communicator>(
             reduce_from: fused.from,
             both_far: far.both,
             pull_far: far.pull,
+            claim_far: far.claim,
             ..WireModel::default()
         };
         (ceiling, model, comm.backend() == "local")

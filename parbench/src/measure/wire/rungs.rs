@@ -25,8 +25,9 @@ pub(super) struct StateLadders {
     pub reduce: Ladder,
     pub fresh: measure::FreshLadders,
     pub fused: measure::FusedLadders,
-    /// From [`FAR_FROM`] up: a sliced ring's all-gather steps
-    /// ([`measure::far_ladders`]; empty below, and with one rank).
+    /// From [`FAR_FROM`] up: a sliced ring's all-gather steps and an
+    /// out-of-place all-gather's own block ([`measure::far_ladders`];
+    /// empty below, and with one rank).
     pub far: measure::FarLadders,
     /// The working sets of the rungs whose probes never both matched the state.
     pub off_state: Vec<u64>,
@@ -38,7 +39,7 @@ pub(super) struct StateLadders {
 const FAR_FROM: u64 = 1 << 20;
 
 impl StateLadders {
-    pub fn all(&self) -> [&Ladder; 10] {
+    pub fn all(&self) -> [&Ladder; 11] {
         let f = &self.fresh;
         [
             &self.copy,
@@ -51,6 +52,7 @@ impl StateLadders {
             &self.fused.from,
             &self.far.both,
             &self.far.pull,
+            &self.far.claim,
         ]
     }
 
@@ -102,6 +104,7 @@ fn join_far(
     measure::FarLadders {
         both: join(&a.both, &b.both),
         pull: join(&a.pull, &b.pull),
+        claim: join(&a.claim, &b.claim),
     }
 }
 
@@ -202,7 +205,7 @@ pub(super) fn ladders_in_state<C: Communicator>(
                     measure::FreshLadders::default()
                 },
                 fused: fused_ladders(comm, &one)?,
-                far: far_from(comm, &one)?,
+                far: far_from(comm, &one, measure::FarWanted::ALL)?,
                 off_state: Vec::new(),
             })
         })?;
@@ -455,21 +458,22 @@ fn socket_rungs<C: Communicator>(comm: &mut C, sets: &[u64]) -> CommResult<Socke
         stream,
         step,
         fused: fused_ladders(comm, sets)?,
-        far: far_from(comm, sets)?,
+        far: far_from(comm, sets, measure::FarWanted::RECEIVES)?,
     })
 }
 
-/// The far-destination ladders at those of `sets` from [`FAR_FROM`] up
+/// The far ladders `wanted` names at those of `sets` from [`FAR_FROM`] up
 /// (empty below it, with one rank, or where a rank has no host transport).
 pub(super) fn far_from<C: Communicator>(
     comm: &mut C,
     sets: &[u64],
+    wanted: measure::FarWanted,
 ) -> CommResult<measure::FarLadders> {
     let big: Vec<u64> = sets.iter().copied().filter(|&ws| ws >= FAR_FROM).collect();
     if big.is_empty() || comm.world() < 2 {
         return Ok(measure::FarLadders::default());
     }
-    Ok(measure::far_ladders(comm, &big)?.unwrap_or_default())
+    Ok(measure::far_ladders_of(comm, &big, wanted)?.unwrap_or_default())
 }
 
 /// A socket-like wire's stream ladders (one way, both ways) and ring-step
