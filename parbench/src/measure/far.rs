@@ -1,5 +1,7 @@
 //! Receiving into a destination this rank last wrote a whole call ago, by
-//! the destination's size: the all-gather steps of sliced rings.
+//! the destination's size: the all-gather steps of sliced rings; and the
+//! copy of an out-of-place all-gather's own block into it, slice by slice
+//! (`Pattern::OwnBlock`).
 //!
 //! The cache-state ladders (`pull`, `both`) receive into one buffer again
 //! and again, so the destination's lines are still in the receiving core's
@@ -95,7 +97,7 @@ fn walk(
         if second.len() != n {
             break;
         }
-        let t0 = match pattern {
+        let timed = match pattern {
             Pattern::InPlace => {
                 let (first, rest) = a.dest.bytes_mut().split_at_mut(k.end);
                 let into = RecvInto::Reduce {
@@ -108,7 +110,7 @@ fn walk(
                 let (first, rest) = a.dest.bytes_mut().split_at_mut(k.end);
                 let into = RecvInto::Copy(&mut first[k]);
                 t.exchange(right, &rest[..n], left, into, deadline)?;
-                t0
+                t0.elapsed()
             }
             Pattern::OutOfPlace => {
                 let into = RecvInto::Copy(&mut a.dest.bytes_mut()[k.clone()]);
@@ -117,21 +119,20 @@ fn walk(
                 let (first, rest) = a.dest.bytes_mut().split_at_mut(k.end);
                 let into = RecvInto::Copy(&mut rest[..n]);
                 t.exchange(right, &first[k], left, into, deadline)?;
-                t0
+                t0.elapsed()
             }
             Pattern::OwnBlock => {
                 let from = start / 2..start / 2 + n;
                 let t0 = Instant::now();
                 copy_bytes(&mut a.dest.bytes_mut()[k.clone()], &a.src.bytes()[from]);
-                secs += t0.elapsed().as_secs_f64();
+                let copied = t0.elapsed();
                 let (first, rest) = a.dest.bytes_mut().split_at_mut(k.end);
                 let into = RecvInto::Copy(&mut rest[..n]);
                 t.exchange(right, &first[k], left, into, deadline)?;
-                steps += 1;
-                continue;
+                copied
             }
         };
-        secs += t0.elapsed().as_secs_f64();
+        secs += timed.as_secs_f64();
         steps += 1;
     }
     Ok((secs, steps))
@@ -299,24 +300,28 @@ pub fn far_ladders_of<C: Communicator>(
     let both = ladder_if(wanted.both, Pattern::InPlace)?;
     let pull = ladder_if(wanted.pull, Pattern::OutOfPlace)?;
     let claim = ladder_if(wanted.claim, Pattern::OwnBlock)?;
-    let method = |what: &str| {
+    let method = |what: &str, taken_off: &str| {
         format!(
-            "{what}, every rank at once through the host transport, walking a destination area of the rung's bytes per rank in blocks of at most {} KiB, less an 8 B exchange per timed block, after {WARM_WALKS} untimed walks (1 from {} MiB), best of {SAMPLES} ({BIG_SAMPLES} from {} MiB), mean per rank",
+            "{what}, every rank at once through the host transport, walking a destination area of the rung's bytes per rank in blocks of at most {} KiB, {taken_off}, after {WARM_WALKS} untimed walks (1 from {} MiB), best of {SAMPLES} ({BIG_SAMPLES} from {} MiB), mean per rank",
             RING_SLICE_BYTES >> 10,
             SAMPLE_BYTES >> 20,
             SAMPLE_BYTES >> 20
         )
     };
-    let made = |what: &str, figures: Option<Vec<(f64, f64)>>| {
+    let (per_exchange, no_exchange) = (
+        "less an 8 B exchange per timed block",
+        "nothing taken off the timed copies (they hold no exchange)",
+    );
+    let made = |what: &str, taken_off: &str, figures: Option<Vec<(f64, f64)>>| {
         figures.map_or_else(Ladder::default, |f| Ladder {
-            method: method(what),
+            method: method(what, taken_off),
             rungs: rungs_of(areas, |a| a, &f),
         })
     };
     Ok(Some(FarLadders {
-        both: made("receiving bytes the sender has just reduced into a block this rank last wrote a walk ago and the peer has just read as its reduction's source, each after the reduce-scatter step that reduces the peer's block into the block beside it (a sliced in-place ring's all-gather step)", both),
-        pull: made("receiving bytes the sender has just written into a block this rank last wrote a walk ago, after a step that received the peer's input into the block beside it (a sliced out-of-place ring's all-gather step; a source area as large as the destination)", pull),
-        claim: made("copying an input block into a block of the destination the peer read a walk ago, each copy followed by the step that sends that block and receives the peer's into the block beside it (a sliced out-of-place all-gather's own block; a source area half the destination; nothing taken off the timed copies)", claim),
+        both: made("receiving bytes the sender has just reduced into a block this rank last wrote a walk ago and the peer has just read as its reduction's source, each after the reduce-scatter step that reduces the peer's block into the block beside it (a sliced in-place ring's all-gather step)", per_exchange, both),
+        pull: made("receiving bytes the sender has just written into a block this rank last wrote a walk ago, after a step that received the peer's input into the block beside it (a sliced out-of-place ring's all-gather step; a source area as large as the destination)", per_exchange, pull),
+        claim: made("copying an input block into a block of the destination the peer read a walk ago, each copy followed by the step that sends that block and receives the peer's into the block beside it (a sliced out-of-place all-gather's own block; a source area half the destination)", no_exchange, claim),
     }))
 }
 

@@ -158,9 +158,14 @@ impl Ladder {
 
     /// This ladder with `more`'s rungs put in at their working sets (in
     /// place of a rung at the same working set): a ladder measured at more
-    /// working sets after its first pass.
+    /// working sets after its first pass. Its method is this ladder's, or
+    /// `more`'s where this one has none (a ladder measured only from some
+    /// working set up, such as the far ladders from 1 MiB, starts empty).
     pub fn merged(&self, more: &Ladder) -> Ladder {
         let mut out = self.clone();
+        if out.method.is_empty() {
+            out.method.clone_from(&more.method);
+        }
         for m in &more.rungs {
             out.rungs.retain(|r| r.working_set != m.working_set);
             let at = out
@@ -281,6 +286,22 @@ mod tests {
             gbps,
             median_gbps: gbps,
         }
+    }
+
+    #[test]
+    fn a_merge_keeps_the_method_or_takes_the_one_measured_later() {
+        let later = Ladder {
+            method: "far".into(),
+            rungs: vec![rung(2 << 20, 10.0)],
+        };
+        let got = Ladder::default().merged(&later);
+        assert_eq!((got.method.as_str(), got.rungs.len()), ("far", 1));
+        let first = Ladder {
+            method: "first".into(),
+            rungs: vec![rung(1 << 20, 20.0)],
+        };
+        let got = first.merged(&later);
+        assert_eq!((got.method.as_str(), got.rungs.len()), ("first", 2));
     }
 
     #[test]

@@ -570,9 +570,11 @@ impl WireModel {
     ///   ([`Part::dest_near`]) [`Self::both_far`], out of place (a fresh
     ///   byte into a block nobody read) [`Self::pull_far`]; their
     ///   destination blocks were written a call ago and have left the
-    ///   rank's cache; an out-of-place all-gather's own block, the slower
-    ///   of [`Self::claim_far`] and `claim` at the call's working set (on the Intel Xeon VM those steps ran at 10-11 and
-    ///   12-13 GB/s where `both` and `pull` near the slice read 15-17).
+    ///   rank's cache (on the Intel Xeon VM those steps ran at 10-11 and
+    ///   12-13 GB/s where `both` and `pull` near the slice read 15-17);
+    /// - a sliced out-of-place all-gather's copy of its own block at the
+    ///   slower of [`Self::claim_far`] (at the call's receive buffer) and
+    ///   `claim` at the call's working set.
     pub fn bytes_seconds(&self, m: &Moves, n_bytes: u64, at: &CallSets) -> f64 {
         self.bytes_seconds_read(m, n_bytes, at, &mut |id, ws| {
             secs_per_byte(self.ladder(id), ws)
