@@ -184,11 +184,16 @@ pub struct Args {
     #[arg(short = 'g', long = "ngpus", value_name = "N")]
     pub ngpus: Option<usize>,
 
-    /// Table layout: parbench (default: nccl-tests' columns plus
-    /// percentiles, algorithm, model, ceiling) or nccl-tests (exactly its
+    /// Table layout: parbench (default: nccl-tests' columns plus the
+    /// share of the wire's ceiling) or nccl-tests (exactly its
     /// columns and footers, for scripts written for nccl-tests).
     #[arg(long, value_name = "FORMAT", default_value = "parbench")]
     pub format: String,
+
+    /// Also print each row's p50 and p99, the model's time and the
+    /// algorithm, and the model's and placement's lines in the header.
+    #[arg(short = 'v', long = "verbose", visible_alias = "columns")]
+    pub verbose: bool,
 
     /// Also write the results as nccl-tests' -J JSON (its field names and
     /// layout, parbench's extras beside them) to FILE.
@@ -281,6 +286,8 @@ pub struct SweepJob {
     pub nccl_tests: NcclTestsFlags,
     /// `bench-collectives links`: the pair matrix instead of the sweep.
     pub links: bool,
+    /// `-v`: the table's extra columns.
+    pub verbose: bool,
 }
 
 /// Most sizes a sweep may have: a typo in `-i` must not start a million-row run.

@@ -83,7 +83,7 @@ pub enum Step {
 /// Which table rank 0 prints.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TableFormat {
-    /// parbench's table: nccl-tests' columns plus percentiles, algo, model, ceiling.
+    /// parbench's table: nccl-tests' columns plus `%ceil` (`-v`: p50, p99, model, algo).
     Parbench,
     /// Exactly nccl-tests' columns, units row and footers.
     NcclTests,

@@ -87,6 +87,7 @@ impl Args {
             out: self.out.clone(),
             nccl_tests,
             links,
+            verbose: self.verbose,
             sweep: SweepConfig {
                 collectives,
                 dtypes: parse_list(&self.dtype, all_types(&self.format), "dtype")?,

@@ -12,19 +12,16 @@
 
 mod cli;
 mod config;
-mod core_state;
 mod data;
 mod expected;
 mod job;
 mod json_nccl;
 mod links;
 mod memory;
-mod model_check;
 mod nccl_flags;
 mod nccl_tests_format;
 mod print;
 mod progress_lines;
-mod recheck;
 mod reference_line;
 mod run;
 mod run_header;
@@ -33,7 +30,6 @@ mod summary;
 mod sweep;
 #[cfg(test)]
 mod test_rows;
-mod wire;
 
 use parbench::launch::{self, eprint_line, interrupt, report};
 use std::process::ExitCode;

@@ -289,6 +289,24 @@ fn placement(r: Option<&CollectiveRow>, checked: bool, per_iter: Option<&[f64]>)
     }
 }
 
+/// nccl-tests' five leading columns of a row: size, count, type, redop,
+/// root (-1 for a collective without one); parbench's table starts its rows
+/// with them too.
+pub fn preamble(
+    coll: Collective,
+    (bytes, count): (u64, usize),
+    dtype: parbench::comm::DType,
+    op: Option<ReduceOp>,
+    root: usize,
+) -> String {
+    let root = if coll.rooted() { root as i64 } else { -1 };
+    let op = op.map_or("none", ReduceOp::name);
+    format!(
+        "{bytes:>12}  {count:>12}  {:>8}  {op:>6}  {root:>6}",
+        dtype.name()
+    )
+}
+
 /// One size's line: the leading columns, out of place, in place. `count`
 /// is per rank, as nccl-tests prints it (and the records hold it);
 /// `per_iter`, with `-I 1`, each placement's per-iteration times.
@@ -304,12 +322,7 @@ pub fn row_line(
     checked: bool,
     per_iter: Option<[&[f64]; 2]>,
 ) -> String {
-    let root = if coll.rooted() { root as i64 } else { -1 };
-    let op = op.map_or("none", ReduceOp::name);
-    let mut line = format!(
-        "{bytes:>12}  {count:>12}  {:>8}  {op:>6}  {root:>6}",
-        dtype.name()
-    );
+    let mut line = preamble(coll, (bytes, count), dtype, op, root);
     let times = |k: usize| per_iter.map(|t| t[k]);
     line.push_str(&placement(measured[0].as_ref(), checked, times(0)));
     if measured[1].is_some() {

@@ -1,12 +1,16 @@
-//! The table and the summary, printed by rank 0 only, as rows complete.
+//! The table and its footer, printed by rank 0 only, as rows complete:
+//! nccl-tests' columns plus `%ceil` (with `-v`, p50, p99, the model and
+//! the algorithm), nccl-tests' footer lines, one headline per collective,
+//! and a WARNING line only when one fires.
 
 use crate::config::SweepConfig;
-use crate::recheck::RecheckLines;
-use crate::summary::{FitLine, Fitted, Summary};
+use crate::nccl_tests_format::{c_g, fit_float, mean_busbw, preamble};
+use crate::summary::{above_ceiling, Summary};
 use parbench::comm::{Collective, DType, ReduceOp};
 use parbench::measure::wire::WireFigures;
 use parbench::model;
 use parbench::results::CollectiveRow;
+use parbench::units;
 
 /// One size of one (collective, dtype, op), as the table and rows name it.
 pub struct Point {
@@ -33,32 +37,37 @@ pub struct PerPlacement<'a> {
 /// Prints to stdout when enabled (rank 0); every other rank stays silent.
 pub struct Printer {
     enabled: bool,
+    /// `-v`: p50, p99, the model and the algorithm beside nccl-tests' columns.
+    verbose: bool,
     /// `--format nccl-tests`: its table instead of parbench's (and whether #wrong was checked).
     nccl_tests: Option<(crate::nccl_tests_format::Table, bool)>,
     /// parbench's own lines in nccl-tests' layout, printed after its
     /// closing lines.
     trailer: Vec<String>,
+    /// Every busbw printed (nccl-tests' average) and the ranks that found
+    /// a wrong element, summed over placements (its out-of-bounds count).
+    busbw: Vec<f64>,
+    errors: u64,
 }
 
-/// Width of one placement's block of columns.
-const BLOCK: usize = 73;
-
 impl Printer {
-    /// A printer that prints only when `enabled`.
-    pub fn new(enabled: bool) -> Self {
+    /// parbench's table, printed only when `enabled`.
+    pub fn new(enabled: bool, verbose: bool) -> Self {
         Printer {
             enabled,
+            verbose,
             nccl_tests: None,
             trailer: Vec::new(),
+            busbw: Vec::new(),
+            errors: 0,
         }
     }
 
     /// A printer of nccl-tests' layout (`--format nccl-tests`).
     pub fn nccl_tests(enabled: bool, checked: bool) -> Self {
         Printer {
-            enabled,
             nccl_tests: Some((Default::default(), checked)),
-            trailer: Vec::new(),
+            ..Printer::new(enabled, false)
         }
     }
 
@@ -95,8 +104,8 @@ impl Printer {
         }
     }
 
-    /// What runs, and the wire's figures measured before the sweep
-    /// ([`header_lines`]); nccl-tests' format prints its own.
+    /// What runs and the wire's ceiling ([`header_lines`]); nccl-tests'
+    /// format prints its own.
     pub fn run_header(&mut self, lines: &[String]) {
         if !self.is_nccl_tests() {
             self.lines(lines);
@@ -109,14 +118,8 @@ impl Printer {
             let lines = t.start(coll);
             return self.lines(&lines);
         }
-        self.line("#");
-        self.line(&format!(
-            "# {coll}: busbw = algbw x {:.4}",
-            model::busbw_factor(coll, world)
-        ));
-        for l in column_header() {
-            self.line(&l);
-        }
+        let lines = column_header(coll, world, self.verbose);
+        self.lines(&lines);
     }
 
     /// One size: out-of-place and in-place side by side.
@@ -126,7 +129,7 @@ impl Printer {
         p: &Point,
         measured: &[Option<CollectiveRow>; 2],
         each: PerPlacement<'_>,
-        (wire, marked): (&WireFigures, [bool; 2]),
+        wire: &WireFigures,
     ) {
         if let Some((t, checked)) = &mut self.nccl_tests {
             t.add(measured, each.ranks_wrong);
@@ -142,141 +145,119 @@ impl Printer {
             );
             return self.line(&line);
         }
-        self.line(&format_row(coll, p, measured, (wire, marked)));
+        for (r, ranks) in measured.iter().zip(each.ranks_wrong) {
+            if let Some(r) = r {
+                self.busbw.push(r.busbw_gbps);
+                self.errors += ranks;
+            }
+        }
+        let line = format_row(coll, p, measured, wire, self.verbose);
+        self.line(&line);
     }
 
-    /// The figures after the sweep.
+    /// The lines after the table.
     pub fn summary(&mut self, s: &Summary) {
         if let Some((t, _)) = &mut self.nccl_tests {
-            // nccl-tests' footers close the last block; parbench's summary stays
-            // in run.json, out of the way of scripts that read nccl-tests' lines.
+            // nccl-tests' footers close the last block; parbench's own lines
+            // follow, `#` lines that scripts reading nccl-tests skip.
             let mut lines = t.close();
             lines.append(&mut self.trailer);
+            lines.extend(noise_warning(s));
             return self.lines(&lines);
         }
-        for l in summary_lines(s) {
-            self.line(&l);
-        }
+        let lines = footer_lines(s, self.errors, &self.busbw);
+        self.lines(&lines);
     }
 }
 
-/// The header lines: what runs, the ceiling's range, the model's link, the noise.
+/// The run header, at most three lines of at most 120 characters: what
+/// runs; the ceiling's range and alpha; the noise while the wire was
+/// measured, only when it was noisy. `-v` adds the model's and the
+/// placement's lines.
 pub fn header_lines(
-    backend: &str,
-    wire_name: &str,
-    world: usize,
+    (backend, wire_name, world): (&str, &str, usize),
     algo: &str,
     cfg: &SweepConfig,
     wire: &WireFigures,
+    verbose: bool,
 ) -> Vec<String> {
-    let mut out = vec![format!(
-        "# parbench bench-collectives: backend {backend}, wire {wire_name}, {world} ranks, algo {algo}"
-    )];
-    let c = &wire.ceiling;
-    let (first, last) = (c.rungs.first(), c.rungs.last());
-    out.push(match (first, last) {
-        (Some(f), Some(l)) if c.rungs.len() > 1 => {
-            let peak = c.peak_gbps().unwrap_or(0.0);
-            format!(
-                "# Wire ceiling: {peak:.2} GB/s in cache .. {:.2} GB/s at {} per rank{} (a ladder of {} working sets from {}; {}); each row is held against the ceiling at its own working set",
-                l.gbps,
-                parbench::units::bytes(l.working_set as f64),
-                if l.gbps < 0.5 * peak { ", out of cache" } else { "" },
-                c.rungs.len(),
-                parbench::units::bytes(f.working_set as f64),
-                c.method
-            )
-        }
-        (Some(f), _) => format!("# Wire ceiling: {:.2} GB/s ({})", f.gbps, c.method),
-        _ => "# Wire ceiling: not measured".to_string(),
-    });
-    let m = &wire.model;
-    let gamma = match (m.reduce.peak_gbps(), m.reduce.floor_gbps()) {
-        (Some(hi), Some(lo)) => format!(
-            "gamma 1/({hi:.1} .. {lo:.1}) GB/s (float sum kernel per rank, in .. out of cache)"
+    let sizes = match (cfg.sizes.first(), cfg.sizes.last()) {
+        (Some(a), Some(b)) => format!(
+            "{}..{} ({} sizes)",
+            units::bytes(*a as f64),
+            units::bytes(*b as f64),
+            cfg.sizes.len()
         ),
-        _ => "gamma folded into beta".to_string(),
+        _ => "no sizes".into(),
     };
-    let ping = match (&wire.ping, &wire.exchange) {
-        (Some(p), Some(x)) => format!(
-            "alpha {:.2} us per exchange step (median of {} timed 8 B exchanges, every rank at once, after {} warm-up; p10..p90 {:.2}..{:.2} us), {:.2} us per one-way step (median of {} ping-pong half trips 0<->1; p10..p90 {:.2}..{:.2} us)",
-            x.median_us, x.trips, x.warmup, x.p10_us, x.p90_us, p.median_us, p.trips, p.p10_us, p.p90_us
-        ),
-        _ => "alpha 0 (one rank)".to_string(),
-    };
-    out.push(format!(
-        "# Model, measured before the sweep (not fitted): {ping}, beta 1/(the ladder at the row's working set), {gamma}{}",
-        if wire.model.cache_states() {
-            "; shared memory: a byte costs what its cache lines' state costs (pull, claim, both ladders)"
-        } else {
-            ""
-        }
-    ));
-    if let Some(why) = wire.model_at_row_why(world) {
-        out.push(format!(
-            "#   each row from {} KiB whose call the pre-sweep model puts at {} ms or less: every rung its model reads measured again just before the row, in place of the pre-sweep one ({why}; run.json extra.model_at_row)",
-            parbench::measure::wire::MODEL_AT_ROW_FROM >> 10,
-            parbench::measure::wire::MODEL_AT_ROW_LONGEST_CALL_S * 1e3
-        ));
-    }
-    out.push(format!(
-        "# Ladders, latencies and clock took {:.2} s; floor of the compare gate {:.3} us (the larger of the clock resolution, {:.3} us, and the latency jitter p90-p10){}",
-        wire.cost_s,
-        wire.floor_us(),
-        wire.clock_us,
-        dipped_note(&wire.rungs_dipped)
-    ));
-    out.push(placement_line(wire));
-    if let Some(l) = &wire.link {
-        out.push(format!(
-            "# Sockets: congestion control {} ({}); {} segments retransmitted while measuring the wire{}",
-            l.congestion_control.join(", "),
-            l.chosen_by,
-            l.retransmitted_segments,
-            if l.retransmitted_segments > 0 {
-                " (loss recovery is part of these figures)"
-            } else {
-                ""
-            }
-        ));
-    }
-    if let Some(n) = &wire.noise {
-        let line = format!("# Noise while measuring the wire: {}", n.describe());
-        out.push(if n.noisy() {
-            format!("{line}\n# WARNING: other processes are using the machine: these figures measure what they leave")
-        } else {
-            line
-        });
-    }
-    // On GPUs the calls of the whole loop issue back to back, as in
-    // nccl-tests; the per-iteration events of the percentiles' loop cost the
-    // host a record between calls, so they get a loop of their own.
-    let on_gpus = parbench::launch::flags::Backend::named(backend).is_some_and(|b| b.on_gpus());
-    let percentiles = match (on_gpus, cfg.graph) {
-        (true, None) => "p50/p99 over the iterations of a second timed loop with an event after each call, each the slowest rank's",
-        (true, Some(_)) => "p50/p99 over the replays of a second timed run with an event after each replay, per call, each the slowest rank's",
-        (false, _) => "p50/p99 over iterations, each the slowest rank's",
-    };
-    out.push(format!(
-        "# {} warm-up, {} timed, {} check iterations per size; time(us) = whole timed loop / {} ({}); {percentiles}",
-        cfg.warmup,
-        cfg.iters,
-        cfg.check,
-        cfg.iters,
-        match cfg.average.code() {
-            0 => "rank 0's",
-            1 => "mean over ranks",
-            2 => "fastest rank's",
-            _ => "slowest rank's",
-        }
-    ));
+    let mut first = format!(
+        "# bench-collectives: {backend} over {wire_name}, {world} ranks, {sizes}, {} iters + {} warm-up, algo {algo}",
+        cfg.iters, cfg.warmup
+    );
     if let Some((r, d)) = cfg.straggler {
+        first.push_str(&format!(", rank {r} +{:.1} ms", d.as_secs_f64() * 1e3));
+    }
+    let c = &wire.ceiling;
+    let ceiling = match (c.peak_gbps(), c.floor_gbps()) {
+        (Some(hi), Some(lo)) if c.rungs.len() > 1 => format!(
+            "# ceiling {} .. {} GB/s per rank by working set ({}); alpha {:.2} us; ! = above it",
+            sig3(hi),
+            sig3(lo),
+            ceiling_source(wire),
+            wire.alpha_us()
+        ),
+        (Some(g), _) => format!(
+            "# ceiling {} GB/s per rank ({}); alpha {:.2} us; ! = above it",
+            sig3(g),
+            ceiling_source(wire),
+            wire.alpha_us()
+        ),
+        _ => "# ceiling: not measured (one rank)".into(),
+    };
+    let mut out = vec![first, ceiling];
+    if let Some(n) = wire.noise.as_ref().filter(|n| n.noisy()) {
         out.push(format!(
-            "# Straggler injected: rank {r} sleeps {:.3} ms before each timed iteration",
-            d.as_secs_f64() * 1e3
+            "# WARNING: other processes took {:.0}% of the machine while the wire was measured",
+            100.0 * n.fraction
         ));
+    }
+    if verbose {
+        let gamma = match (wire.reduce.peak_gbps(), wire.reduce.floor_gbps()) {
+            (Some(hi), Some(lo)) => format!("gamma 1/({} .. {}) GB/s", sig3(hi), sig3(lo)),
+            _ => "gamma folded into beta".into(),
+        };
+        out.push(format!(
+            "# model: alpha-beta-gamma per algorithm, alpha the 8 B exchange, beta 1/ceiling at the row's working set, {gamma}; wire measured in {:.2} s",
+            wire.cost_s
+        ));
+        out.push(placement_line(wire));
     }
     out
+}
+
+/// What the ceiling is, in a few words.
+fn ceiling_source(wire: &WireFigures) -> &str {
+    let method = &wire.ceiling.method;
+    if method.starts_with("memory copy") {
+        "memory copy, every rank at once"
+    } else if wire.ceiling.rungs.len() == 1 {
+        method.split(',').next().unwrap_or(method)
+    } else {
+        "send/recv streams"
+    }
+}
+
+/// Three significant digits (`42.1`, `7.94`, `0.125`).
+fn sig3(x: f64) -> String {
+    if x >= 100.0 {
+        format!("{x:.0}")
+    } else if x >= 10.0 {
+        format!("{x:.1}")
+    } else if x >= 1.0 {
+        format!("{x:.2}")
+    } else {
+        format!("{x:.3}")
+    }
 }
 
 /// Where the ranks run, in one line.
@@ -290,314 +271,239 @@ fn placement_line(wire: &WireFigures) -> String {
             None => format!("rank {r} unbound"),
         })
         .collect();
-    format!(
-        "# Placement: {} (rank 0: {}; PARBENCH_BIND=off leaves placement to the scheduler, which may stack ranks on one core)",
-        cpus.join(", "),
-        wire.placement_why
-    )
+    format!("# placement: {} ({})", cpus.join(", "), wire.placement_why)
 }
 
-fn block_header() -> String {
-    format!(
-        "{:>10} {:>9} {:>9} {:>8} {:>8} {:>7} {:>6} {:>9}",
-        "time", "p50", "p99", "algbw", "busbw", "%ceil", "#wrong", "model"
-    )
+/// One placement's columns: nccl-tests' four and `%ceil` (with `verbose`,
+/// p50, p99 and the model), or blanks where it was not measured.
+fn block(r: Option<&CollectiveRow>, wire: &WireFigures, verbose: bool) -> String {
+    let Some(r) = r else {
+        return " ".repeat(block_width(verbose));
+    };
+    let pct = if r.ceiling_gbps > 0.0 {
+        format!("{:>5.0}", 100.0 * r.busbw_gbps / r.ceiling_gbps)
+    } else {
+        format!("{:>5}", "-")
+    };
+    let mark = if above_ceiling(r, wire) { "!" } else { " " };
+    let mut s = format!(
+        "  {}  {}  {}  {pct}{mark}{:>7}",
+        fit_float(r.time_us, 7),
+        fit_float(r.algbw_gbps, 6),
+        fit_float(r.busbw_gbps, 6),
+        c_g(r.wrong as f64)
+    );
+    if verbose {
+        let model = if r.model_us.is_finite() {
+            fit_float(r.model_us, 7)
+        } else {
+            format!("{:>7}", "-")
+        };
+        s.push_str(&format!(
+            "  {}  {}  {model}",
+            fit_float(r.p50_us, 7),
+            fit_float(r.p99_us, 7)
+        ));
+    }
+    s
 }
 
-fn block_units() -> String {
-    format!(
-        "{:>10} {:>9} {:>9} {:>8} {:>8} {:>7} {:>6} {:>9}",
-        "(us)", "(us)", "(us)", "(GB/s)", "(GB/s)", "", "", "(us)"
-    )
+fn block_width(verbose: bool) -> usize {
+    40 + if verbose { 27 } else { 0 }
 }
 
 /// The three header lines of a collective's table.
-pub fn column_header() -> [String; 3] {
-    let lead = format!(
-        "{:>12} {:>12} {:>9} {:>6} {:>5} {:>8}",
-        "", "", "", "", "", ""
+pub fn column_header(coll: Collective, world: usize, verbose: bool) -> [String; 3] {
+    let e = "";
+    let side = |w: [&str; 8]| {
+        let mut s = format!(
+            "  {:>7}  {:>6}  {:>6}  {:>5} {:>7}",
+            w[0], w[1], w[2], w[3], w[4]
+        );
+        if verbose {
+            s.push_str(&format!("  {:>7}  {:>7}  {:>7}", w[5], w[6], w[7]));
+        }
+        s
+    };
+    let names = [
+        "time", "algbw", "busbw", "%ceil", "#wrong", "p50", "p99", "model",
+    ];
+    let unit = ["(us)", "(GB/s)", "(GB/s)", "", "", "(us)", "(us)", "(us)"];
+    let algo = |w: &str| {
+        if verbose {
+            format!("  {w:>8}")
+        } else {
+            String::new()
+        }
+    };
+    let lead = |w: [&str; 5]| {
+        format!(
+            "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}",
+            w[0], w[1], w[2], w[3], w[4]
+        )
+    };
+    let title = format!(
+        "# {coll}, busbw = algbw x {:.2}",
+        model::busbw_factor(coll, world)
     );
+    let width = block_width(verbose);
+    let lead_width = 52 + if verbose { 10 } else { 0 };
     [
         format!(
-            "#{lead}  {:^BLOCK$}  {:^BLOCK$}",
+            "{title:<lead_width$}{:^width$}{:^width$}",
             "out-of-place", "in-place"
+        )
+        .trim_end()
+        .to_string(),
+        format!(
+            "{}{}{}{}",
+            lead(["size", "count", "type", "redop", "root"]),
+            algo("algo"),
+            side(names),
+            side(names)
         ),
         format!(
-            "#{:>12} {:>12} {:>9} {:>6} {:>5} {:>8}  {}  {}",
-            "size",
-            "count",
-            "type",
-            "redop",
-            "root",
-            "algo",
-            block_header(),
-            block_header(),
-        ),
-        format!(
-            "#{:>12} {:>12} {:>9} {:>6} {:>5} {:>8}  {}  {}",
-            "(B)",
-            "(elements)",
-            "",
-            "",
-            "",
-            "",
-            block_units(),
-            block_units(),
-        ),
+            "{}{}{}{}",
+            lead(["(B)", "(elements)", e, e, e]),
+            algo(e),
+            side(unit),
+            side(unit)
+        )
+        .trim_end()
+        .to_string(),
     ]
 }
 
-/// How far a row may sit above its ceiling before it is marked: 5% plus
-/// the ceiling rung's own noise (best against median sample).
-pub fn ceiling_tolerance(r: &CollectiveRow, wire: &WireFigures) -> f64 {
-    let coll = r.collective.parse::<Collective>().ok();
-    let ws = coll.map_or(r.bytes, |c| {
-        parbench::model::wire::working_set_bytes(c, r.world, r.bytes, r.in_place)
-    });
-    0.05 + wire.ceiling.noise_at(ws)
-}
-
-/// Whether a row's busbw beats its ceiling by more than the noise.
-pub fn above_ceiling(r: &CollectiveRow, wire: &WireFigures) -> bool {
-    r.ceiling_gbps > 0.0 && r.busbw_gbps > r.ceiling_gbps * (1.0 + ceiling_tolerance(r, wire))
-}
-
-/// `marked`: the row ran with the cores elsewhere than where the wire was
-/// measured (its model is marked `~`: [`parbench::measure::core_state`]).
-fn format_block(r: Option<&CollectiveRow>, wire: &WireFigures, marked: bool) -> String {
-    match r {
-        Some(r) => {
-            let pct = if r.ceiling_gbps > 0.0 {
-                100.0 * r.busbw_gbps / r.ceiling_gbps
-            } else {
-                f64::NAN
-            };
-            let mark = if above_ceiling(r, wire) { "!" } else { " " };
-            let model = if r.model_us.is_finite() && marked {
-                format!("{:>8.2}~", r.model_us)
-            } else if r.model_us.is_finite() {
-                format!("{:>9.2}", r.model_us)
-            } else {
-                format!("{:>9}", "-")
-            };
-            format!(
-                "{:>10.2} {:>9.2} {:>9.2} {:>8.2} {:>8.2} {:>6.1}{mark} {:>6} {model}",
-                r.time_us, r.p50_us, r.p99_us, r.algbw_gbps, r.busbw_gbps, pct, r.wrong
-            )
-        }
-        None => format!(
-            "{:>10} {:>9} {:>9} {:>8} {:>8} {:>7} {:>6} {:>9}",
-            "n/a", "", "", "", "", "", "", ""
-        ),
-    }
-}
-
-/// One table line (the leading columns, then each placement's block).
+/// One table line: nccl-tests' leading columns, then each placement's block.
 pub fn format_row(
     coll: Collective,
     p: &Point,
     measured: &[Option<CollectiveRow>; 2],
-    (wire, marked): (&WireFigures, [bool; 2]),
+    wire: &WireFigures,
+    verbose: bool,
 ) -> String {
-    let root = if coll.rooted() {
-        p.root.to_string()
-    } else {
-        "-1".to_string()
-    };
-    let op = if coll.reduces() {
-        p.op.map_or("none", ReduceOp::name)
-    } else {
-        "none"
-    };
-    format!(
-        " {:>12} {:>12} {:>9} {:>6} {:>5} {:>8}  {}  {}",
-        p.bytes,
-        p.count,
-        p.dtype.name(),
-        op,
-        root,
-        p.algo,
-        format_block(measured[0].as_ref(), wire, marked[0]),
-        format_block(measured[1].as_ref(), wire, marked[1]),
-    )
+    let mut line = preamble(coll, (p.bytes, p.count), p.dtype, p.op, p.root);
+    if verbose {
+        line.push_str(&format!("  {:>8}", p.algo));
+    }
+    line.push_str(&block(measured[0].as_ref(), wire, verbose));
+    line.push_str(&block(measured[1].as_ref(), wire, verbose));
+    line.trim_end().to_string()
 }
 
-/// The lines after the sweep: fits, peaks, rows above their ceiling,
-/// straggler, correctness, noise.
-pub fn summary_lines(s: &Summary) -> Vec<String> {
-    let from = s.fits.first().map_or(1 << 20, |f| f.from);
+/// The run's noise as one WARNING line, when it was noisy.
+fn noise_warning(s: &Summary) -> Option<String> {
+    let n = s.noise.as_ref().filter(|n| n.noisy())?;
+    Some(format!(
+        "# WARNING: a noisy run: other processes took {:.0}% of the machine; report compare will not judge it",
+        100.0 * n.fraction
+    ))
+}
+
+/// The footer: nccl-tests' two lines over every row printed, one headline
+/// per collective, then a WARNING line for each check that fired.
+pub fn footer_lines(s: &Summary, errors: u64, busbw: &[f64]) -> Vec<String> {
     let mut out = vec![
-        "#".to_string(),
         format!(
-            "# Fits over the window of {} and up (--fit-from), per collective and algorithm (out-of-place rows; in-place when only those ran), of each row's p50:",
-            parbench::units::bytes(from as f64)
+            "# {:<20} : {} {}",
+            "Out of bounds values",
+            errors,
+            if errors == 0 { "OK" } else { "FAILED" }
         ),
-        "#   structure `ladders`: t = L alpha + s x (the model's bytes term from the ladders at each row's working set): alpha the one measured before the sweep (a sliced ring's steps grow with its bytes), the scale s fitted,".to_string(),
-        "#   busbw = what the fit implies at the window's first and last size; `single beta`: t = L alpha + F n beta. err = rms / max relative error.".to_string(),
-        "#   peak busbw: the largest busbw of any one size, and that size (not a mean over sizes).".to_string(),
-        format!(
-            "# {:>14} {:>6} {:>6} {:>11} {:>10} {:>8} {:>21} {:>14} {:>12} {:>12}",
-            "collective", "algo", "sizes", "structure", "alpha(us)", "scale", "busbw first..last", "err rms/max", "peak busbw", "at size(B)"
-        ),
+        format!("# {:<20} : {}", "Avg bus bandwidth", c_g(mean_busbw(busbw))),
     ];
-    for f in &s.fits {
-        out.push(format_fit(f));
-        if let Some(w) = &f.words {
-            out.push(format!("#   {} {}: {w}", f.collective.name(), f.algo));
-        }
-    }
-    if let Some(c) = &s.model_check {
-        out.extend(c.lines());
-    }
-    if !s.above_ceiling.is_empty() {
+    out.extend(s.headlines.iter().map(|h| format!("# {}", h.line())));
+    if s.wrong > 0 {
         out.push(format!(
-            "# Rows above their ceiling by more than its noise (marked !): {}",
-            s.above_ceiling.len()
+            "# WARNING: {} wrong elements summed over ranks and rows: the results are not exact",
+            s.wrong
         ));
-        let mut causes: Vec<(&str, Vec<&str>)> = Vec::new();
-        for (row, cause) in &s.above_ceiling {
-            match causes.iter_mut().find(|(c, _)| c == cause) {
-                Some(c) => c.1.push(row),
-                None => causes.push((cause, vec![row])),
-            }
-        }
-        for (cause, rows) in causes {
-            out.push(format!("#   {}: {cause}", rows.join(", ")));
-        }
-    } else {
-        out.push("# Rows above their ceiling by more than its noise: none".to_string());
     }
-    if let Some(c) = &s.recheck {
-        out.extend(c.lines());
-    }
-    if let Some(d) = &s.ceiling_drift {
-        out.push(d.line());
-    }
-    if let Some(st) = &s.states {
-        out.extend(st.lines());
-    }
-    out.push(match &s.straggler {
-        Some(v) => format!(
-            "# Straggler: rank {} arrived last, by a median {:.1} us, in {:.0}% of {} timed iterations: the others wait for it.",
+    if let Some(v) = &s.straggler {
+        out.push(format!(
+            "# WARNING: straggler: rank {} arrived last, by a median {:.1} us, in {:.0}% of {} timed iterations",
             v.rank,
             v.median_late_us,
             100.0 * v.fraction,
             v.iterations
-        ),
-        None => format!(
-            "# Straggler: none (no rank arrived last, by >= 20% of the iteration, in more than half of {} timed iterations).",
-            s.iterations
-        ),
-    });
-    out.push(if s.wrong == 0 {
-        format!(
-            "# Correctness: 0 wrong elements (bit-exact checks of {} rows).",
-            s.checked_rows
-        )
-    } else {
-        format!(
-            "# Correctness: {} WRONG elements summed over ranks and rows; exit code 1.",
-            s.wrong
-        )
-    });
-    match &s.noise {
-        Some(n) => {
-            let per: Vec<String> = s
-                .noise_per_collective
-                .iter()
-                .filter_map(|(c, n)| {
-                    n.as_ref()
-                        .map(|n| format!("{c} {:.1}%", 100.0 * n.fraction))
-                })
-                .collect();
-            out.push(format!(
-                "# Noise: during the run {}{}",
-                n.describe(),
-                if per.is_empty() {
-                    String::new()
-                } else {
-                    format!("; per table: {}", per.join(", "))
-                }
-            ));
-            if n.noisy() {
-                out.push("# WARNING: a noisy run: its figures measure what the other processes left; report compare will not judge it".to_string());
-            }
-        }
-        None => out.push("# Noise: not measured (no /proc on this system)".to_string()),
-    }
-    if let Some(l) = &s.link {
-        out.push(format!(
-            "# Sockets: {} segments retransmitted during the run (every rank's kernel, congestion control {}){}",
-            l.retransmitted_segments,
-            l.congestion_control.join(", "),
-            if l.retransmitted_segments > 0 {
-                ": loss recovery is part of these figures"
-            } else {
-                ""
-            }
         ));
     }
+    out.extend(noise_warning(s));
     out
 }
 
-fn format_fit(f: &FitLine) -> String {
-    let peak = format!("{:>12.2} {:>12}", f.peak_busbw_gbps, f.peak_bytes);
-    let lead = format!(
-        "# {:>14} {:>6} {:>6}",
-        f.collective.name(),
-        f.algo,
-        f.points
-    );
-    match &f.fit {
-        Ok(Fitted::Wire(w)) => format!(
-            "{lead} {:>11} {:>10.2} {:>8.3} {:>21} {:>14} {peak}",
-            "ladders",
-            w.alpha_s * 1e6,
-            w.scale,
-            format!("{:.2}..{:.2}", w.busbw_gbps.0, w.busbw_gbps.1),
-            format!(
-                "{:.1}%/{:.1}%",
-                100.0 * w.rms_rel_err,
-                100.0 * w.max_rel_err
-            ),
-        ),
-        Ok(Fitted::Plain { fit, per_call }) => format!(
-            "{lead} {:>11} {:>10.2} {:>8} {:>21} {:>14} {peak}{}",
-            if *per_call { "per call" } else { "single beta" },
-            fit.alpha_us(),
-            "-",
-            fit.bandwidth_gbps()
-                .map_or("-".to_string(), |b| format!("{b:.2}")),
-            format!(
-                "{:.1}%/{:.1}%",
-                100.0 * fit.rms_rel_err,
-                100.0 * fit.max_rel_err
-            ),
-            if *per_call {
-                "  (per-call fit: no model for this algo)"
-            } else {
-                ""
-            }
-        ),
-        Err(e) => format!(
-            "{lead} {:>11} {:>10} {:>8} {:>21} {:>14} {peak}  (no fit: {e})",
-            "-", "-", "-", "-", "-"
-        ),
-    }
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// The header's words for the working sets measured again because a rung
-/// there dipped below both its neighbours (empty when none).
-fn dipped_note(sets: &[u64]) -> String {
-    if sets.is_empty() {
-        return String::new();
+    fn wire() -> WireFigures {
+        WireFigures {
+            ceiling: parbench::measure::Ladder::exact("memory copy", &[(4 << 10, 40.0)]),
+            copy: Default::default(),
+            reduce: Default::default(),
+            own_transport: true,
+            ping: None,
+            exchange: None,
+            clock_us: 0.02,
+            cost_s: 0.0,
+            noise: None,
+            cpus: Vec::new(),
+            placement_why: String::new(),
+            link: None,
+        }
     }
-    let names: Vec<String> = sets
-        .iter()
-        .map(|&ws| parbench::units::bytes(ws as f64))
-        .collect();
-    format!(
-        "; measured again at {} (a rung there lay below 2/3 of both its neighbours: a stall during its samples; each ladder keeps its better rung)",
-        names.join(", ")
-    )
+
+    fn point(bytes: u64) -> Point {
+        Point {
+            dtype: DType::F32,
+            op: Some(ReduceOp::Sum),
+            root: 0,
+            count: (bytes / 4) as usize,
+            bytes,
+            algo: "ring".into(),
+        }
+    }
+
+    /// Rows fit 140 characters, their columns end under their names, and
+    /// a row above its ceiling is marked where it prints.
+    #[test]
+    fn rows_line_up_with_their_header_and_fit_140_characters() {
+        let mut r = crate::test_rows::row();
+        (r.bytes, r.busbw_gbps, r.ceiling_gbps, r.time_us) = (1 << 30, 50.0, 40.0, 123456.0);
+        let rows = [Some(r.clone()), Some(r)];
+        for verbose in [false, true] {
+            let [title, names, units] = column_header(Collective::AllReduce, 2, verbose);
+            let line = format_row(
+                Collective::AllReduce,
+                &point(1 << 30),
+                &rows,
+                &wire(),
+                verbose,
+            );
+            assert!(
+                names.ends_with(if verbose { "model" } else { "#wrong" }),
+                "{names}"
+            );
+            assert_eq!(line.len(), names.len(), "{line}\n{names}");
+            assert!(units.len() < names.len() && title.len() < names.len());
+            assert_eq!(line.matches("125!").count(), 2, "{line}");
+            if !verbose {
+                assert!(names.len() <= 140, "{}", names.len());
+            }
+        }
+    }
+
+    #[test]
+    fn the_header_is_at_most_three_lines_of_120_characters() {
+        let cfg = crate::cli::parse_args(["bench-collectives"])
+            .unwrap()
+            .job()
+            .unwrap()
+            .sweep;
+        let lines = header_lines(("local", "shm", 2), "auto", &cfg, &wire(), false);
+        assert_eq!(lines.len(), 2, "no WARNING on a quiet wire: {lines:?}");
+        for l in &lines {
+            assert!(l.len() <= 120, "{} > 120: {l}", l.len());
+        }
+    }
 }

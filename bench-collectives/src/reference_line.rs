@@ -2,13 +2,14 @@
 //! GPUs it is the published figure for the detected system (GPU model and
 //! count, NVLink or PCIe, NIC speeds), or the words "no match"; on CPU wires
 //! no published figure applies, and the ceiling measured in the same run is
-//! the reference. Rank 0 prints it in the header, and after the sweep the
-//! measured peak beside it as a share; run.json keeps both for the report.
+//! the reference. The footer's headline holds the peak against it; run.json
+//! keeps both for the report.
 
+use crate::summary::Headline;
 use parbench::launch::flags::Backend;
 use parbench::measure::wire::WireFigures;
 use parbench::published::{self, System};
-use parbench::results::{CollectiveRow, RunMeta};
+use parbench::results::RunMeta;
 
 /// The reference of one run.
 #[derive(Clone, Debug, PartialEq)]
@@ -64,51 +65,22 @@ pub fn describe(backend: &str, wire_name: &str, world: usize, wire: &WireFigures
     }
 }
 
-/// The largest busbw of the run and the row it came from.
-fn peak<'a>(rows: &'a [CollectiveRow], collective: Option<&str>) -> Option<&'a CollectiveRow> {
-    rows.iter()
-        .filter(|r| collective.is_none_or(|c| r.collective == c))
-        .max_by(|a, b| a.busbw_gbps.total_cmp(&b.busbw_gbps))
-}
-
-/// The line after the sweep: the measured peak beside the reference, as a share.
-pub fn peak_line(reference: &Reference, rows: &[CollectiveRow]) -> String {
-    match reference.kind {
-        "published" => match (peak(rows, Some("all_reduce")), reference.published_gbps) {
-            (Some(r), Some(p)) => format!(
-                "# Reference: peak all_reduce busbw {:.2} GB/s at {} B = {:.0}% of the published {p:.0} GB/s",
-                r.busbw_gbps,
-                r.bytes,
-                100.0 * r.busbw_gbps / p
-            ),
-            _ => "# Reference: no all_reduce row to hold against the published figure".into(),
-        },
-        "ceiling" => match peak(rows, None) {
-            Some(r) if r.ceiling_gbps > 0.0 => format!(
-                "# Reference: peak busbw {:.2} GB/s ({} at {} B) = {:.0}% of the ceiling measured at its working set, {:.2} GB/s",
-                r.busbw_gbps,
-                r.collective,
-                r.bytes,
-                100.0 * r.busbw_gbps / r.ceiling_gbps,
-                r.ceiling_gbps
-            ),
-            _ => "# Reference: no row with a measured ceiling".into(),
-        },
-        _ => "# Reference: none matches this system; no share is claimed".into(),
-    }
-}
-
-/// Prints the peak line and keeps reference and share in run.json.
-pub fn record(meta: &mut RunMeta, reference: &Reference, rows: &[CollectiveRow]) {
-    let line = peak_line(reference, rows);
-    parbench::outln!("{line}");
+/// Keeps the reference in run.json, with the run's headline against it
+/// (all_reduce's where it ran, else the first collective's), the same
+/// line the footer printed.
+pub fn record(meta: &mut RunMeta, reference: &Reference, headlines: &[Headline]) {
+    let peak = headlines
+        .iter()
+        .find(|h| h.collective == parbench::comm::Collective::AllReduce)
+        .or(headlines.first())
+        .map(Headline::line);
     meta.extra.insert(
         "reference".into(),
         serde_json::json!({
             "kind": reference.kind,
             "line": reference.line,
             "published_gbps": reference.published_gbps,
-            "peak": line.trim_start_matches("# Reference: "),
+            "peak": peak,
             "table": "parbench/data/published_busbw.csv (every row names its source)",
         }),
     );
@@ -135,47 +107,4 @@ fn fabric() -> Option<String> {
         }
         .to_string(),
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn row(coll: &str, busbw: f64, ceiling: f64) -> CollectiveRow {
-        CollectiveRow {
-            collective: coll.into(),
-            algbw_gbps: busbw,
-            busbw_gbps: busbw,
-            ceiling_gbps: ceiling,
-            ..crate::test_rows::row()
-        }
-    }
-
-    #[test]
-    fn the_share_is_of_the_reference_the_run_has() {
-        let rows = [row("all_reduce", 4.0, 8.0), row("all_gather", 6.0, 12.0)];
-        let ceiling = Reference {
-            kind: "ceiling",
-            line: String::new(),
-            published_gbps: None,
-        };
-        let l = peak_line(&ceiling, &rows);
-        assert!(
-            l.contains("peak busbw 6.00 GB/s (all_gather") && l.contains("= 50% of the ceiling"),
-            "{l}"
-        );
-        let published = Reference {
-            kind: "published",
-            line: String::new(),
-            published_gbps: Some(480.0),
-        };
-        let l = peak_line(&published, &[row("all_reduce", 240.0, 0.0)]);
-        assert!(l.contains("= 50% of the published 480 GB/s"), "{l}");
-        let none = Reference {
-            kind: "none",
-            line: String::new(),
-            published_gbps: None,
-        };
-        assert!(peak_line(&none, &rows).contains("none matches"));
-    }
 }

@@ -4,9 +4,8 @@
 use crate::cli::SweepJob;
 use crate::memory;
 use crate::start::Finished;
-use crate::summary::{self, Summary};
+use crate::summary::{self, Headline, Summary};
 use crate::sweep::{self, Outcome, RunIds};
-use crate::wire::{self as wire_mod, WireFigures};
 use anyhow::{anyhow, Context, Result};
 use parbench::comm::{CommError, CommResult, Communicator};
 use parbench::launch;
@@ -14,8 +13,7 @@ use parbench::launch::flags::Backend;
 use parbench::launch::ranks::{self as ranks, Ended, RankBody, Ranks};
 use parbench::measure::noise::{CpuSnapshot, ForeignCpu};
 use parbench::measure::placement::{self, BindRequest, Placement};
-use parbench::measure::wire::MODEL_AT_ROW_FROM;
-use parbench::model::wire::RowRungs;
+use parbench::measure::wire::{measure_wire, retransmits_since, WireFigures};
 use parbench::results::{self, CollectiveRow, Record, RunMeta};
 use std::path::Path;
 
@@ -30,6 +28,7 @@ pub struct RankReport {
     wire: WireFigures,
     outcome: Outcome,
     summary: Summary,
+    reference: crate::reference_line::Reference,
 }
 
 /// Runs the plan on the chosen backend.
@@ -397,26 +396,25 @@ fn rank_main<C: Communicator>(
     sweep::refuse_types_named(comm, &plan.sweep)?;
     let run_start = CpuSnapshot::now();
     let link_start = comm.link_stats();
-    // Seconds without a word otherwise: say what runs, on a terminal.
+    // Up to a few seconds without a word otherwise: say what runs, on a terminal.
     let ticker = (comm.rank() == 0)
-        .then(|| crate::progress_lines::wire_starts(&plan.out, comm.backend(), comm.world()));
-    let wire = wire_mod::measure_wire_in_one_state(comm, &plan.sweep, placement)?;
+        .then(|| crate::progress_lines::wire_starts(comm.backend(), comm.world()));
+    let wire = measure_wire(comm, &plan.sweep.rows(), placement)?;
     drop(ticker);
     let mut printer = crate::run_header::printer(comm, plan);
     let algo = if plan.algo == parbench::comm::Algo::Auto {
-        "auto (per size: see the algo column)".to_string()
+        "auto"
     } else {
-        plan.algo.name().to_string()
+        plan.algo.name()
     };
     printer.run_header(&crate::print::header_lines(
-        comm.backend(),
-        &comm.wire(),
-        comm.world(),
-        &algo,
+        (comm.backend(), comm.wire().as_str(), comm.world()),
+        algo,
         &plan.sweep,
         &wire,
+        plan.verbose,
     ));
-    crate::run_header::print_run_header(&mut printer, comm, plan, &wire);
+    crate::run_header::print_run_header(&mut printer, comm, plan);
     let keep = |rows: &[CollectiveRow]| match out {
         Some(dir) => keep_rows(dir, rows),
         None => Ok(()),
@@ -427,59 +425,23 @@ fn rank_main<C: Communicator>(
     };
     let outcome = sweep::run_sweep(comm, &plan.sweep, &ids, &wire, &mut printer)?;
     let noise = ForeignCpu::across_ranks(comm, run_start.as_ref())?;
-    let largest = wire_mod::largest_set(&plan.sweep, comm.world());
-    let recheck = parbench::measure::wire::recheck::recheck_wire(comm, &wire, largest)?;
-    let link = wire_mod::retransmits_since(comm, link_start)?;
-    let above_ceiling = outcome
-        .rows
-        .iter()
-        .zip(&outcome.states)
-        .filter(|(r, _)| crate::print::above_ceiling(r, &wire))
-        .map(|(r, s)| {
-            let why = summary::above_ceiling_cause(r, &wire, recheck.as_ref(), s.in_state);
-            (r.label(), why)
-        })
-        .collect();
-    // The fits hold rows against the wire: only rows timed in its state.
-    let states = crate::core_state::StatesSummary::of(
-        (
-            wire.state,
-            wire.rungs_off_state.len(),
-            wire.model.copy.rungs.len(),
-        ),
-        &outcome.states,
-    );
-    let in_state: Vec<CollectiveRow> = outcome
-        .rows
-        .iter()
-        .zip(&outcome.states)
-        .filter(|(_, s)| s.in_state)
-        .map(|(r, _)| r.clone())
-        .collect();
+    let link = retransmits_since(comm, link_start)?;
+    let reference =
+        crate::reference_line::describe(comm.backend(), &comm.wire(), comm.world(), &wire);
     let summary = Summary {
-        fits: summary::fits(&in_state, &wire, plan.sweep.fit_from, &outcome.model_rungs),
-        model_check: crate::model_check::ModelCheck::of(&in_state),
-        states,
-        recheck,
-        above_ceiling,
+        headlines: Headline::of(&outcome.rows, reference.published_gbps),
+        fits: summary::fits(&outcome.rows, plan.sweep.fit_from),
+        above_ceiling: outcome
+            .rows
+            .iter()
+            .filter(|r| summary::above_ceiling(r, &wire))
+            .map(CollectiveRow::label)
+            .collect(),
         straggler: outcome.straggler(),
-        iterations: outcome.tally.iterations(),
         wrong: outcome.wrong,
-        checked_rows: if plan.sweep.check > 0 {
-            outcome.rows.len()
-        } else {
-            0
-        },
         noise,
         noise_per_collective: outcome.noise.clone(),
         link,
-        ceiling_drift: summary::CeilingDrift::of(
-            &outcome
-                .ceiling_drift
-                .iter()
-                .map(|(_, d)| (d.working_set, d.ratio()))
-                .collect::<Vec<_>>(),
-        ),
     };
     printer.summary(&summary);
     if comm.rank() != 0 {
@@ -492,71 +454,20 @@ fn rank_main<C: Communicator>(
         wire,
         outcome,
         summary,
+        reference,
     }))
 }
 
-/// A wire set's model as run.json records it.
+/// A wire's model as run.json records it.
 fn model_link_json(w: &WireFigures) -> serde_json::Value {
     serde_json::json!({
-        "source": "measured, not fitted: alpha = median of timed 8 B exchanges (every rank at once) for exchange steps, of ping-pong half trips 0<->1 for one-way steps, each after a warm-up, before the sweep; beta, gamma and copies from the ladders at each row's working set, measured before the sweep and, where extra.model_at_row lists a row, again just before that row",
+        "source": "measured before the sweep, not fitted: the alpha-beta-gamma form of each algorithm (parbench's own sliced rings on local and tcp, the textbook forms on a library's backend); alpha = median of timed 8 B exchanges (every rank at once), beta = 1/ceiling at the row's working set, gamma = 1/(float sum kernel at the row's working set)",
         "alpha_us": w.alpha_us(),
-        "alpha_exchange_us": w.model.alpha_exchange_s * 1e6,
         "ping_pong": w.ping,
         "exchange": w.exchange,
         "own_transport_model": w.own_transport,
-        "state": w.state,
-        "rungs_off_state": w.rungs_off_state.len(),
-        "rungs_off_state_sets": w.rungs_off_state,
-        "rungs_measured_again_sets": w.rungs_dipped,
-        "duplex": w.model.duplex,
-        "pull": w.model.pull,
-        "claim": w.model.claim,
-        "both": w.model.both,
-        "one_way": w.model.one_way,
-        "copy": w.model.copy,
-        "reduce": w.model.reduce,
-        "reduce_into": w.model.reduce_into,
-        "reduce_from": w.model.reduce_from,
-        "both_far": w.model.both_far,
-        "pull_far": w.model.pull_far,
-        "claim_far": w.model.claim_far,
-    })
-}
-
-/// The rungs each row's model was priced with, measured just before the
-/// row, beside the pre-sweep ladder's figure at the same working set.
-fn model_at_row_json(
-    w: &WireFigures,
-    world: usize,
-    rows: &[(String, RowRungs)],
-) -> serde_json::Value {
-    let rows: Vec<serde_json::Value> = rows
-        .iter()
-        .map(|(row, rungs)| {
-            let rungs: Vec<serde_json::Value> = rungs
-                .iter()
-                .flat_map(|(id, l)| {
-                    l.rungs.iter().map(move |r| {
-                        serde_json::json!({
-                            "ladder": id.name(),
-                            "working_set": r.working_set,
-                            "bytes": r.bytes,
-                            "gbps": r.gbps,
-                            "median_gbps": r.median_gbps,
-                            "gbps_before_sweep": w.model.ladder(*id).at(r.working_set),
-                        })
-                    })
-                })
-                .collect();
-            serde_json::json!({"row": row, "rungs": rungs})
-        })
-        .collect();
-    serde_json::json!({
-        "from_bytes": w.model_at_row_why(world).map(|_| MODEL_AT_ROW_FROM),
-        "method": "on parbench's own transport (shared memory, sockets), from from_bytes, for a row whose call the pre-sweep model puts at longest_call_s or less: every ladder rung the row's model reads, measured again just before the row with the pre-sweep ladder's own method (again, at most twice, where it lies under 2/3 of the pre-sweep rung: a stall; the better kept), in place of the pre-sweep rung (the row's model_us and the fits use them); other rows and backends: the pre-sweep ladders",
-        "longest_call_s": w.model_at_row_why(world).map(|_| parbench::measure::wire::MODEL_AT_ROW_LONGEST_CALL_S),
-        "why": w.model_at_row_why(world),
-        "rows": rows,
+        "copy": w.copy,
+        "reduce": w.reduce,
     })
 }
 
@@ -574,24 +485,10 @@ fn finish(plan: &SweepJob, meta: &mut RunMeta, r: RankReport) -> Result<Finished
             "in_cache_gbps": w.ceiling.peak_gbps(),
             "out_of_cache_gbps": w.ceiling.rungs.last().map(|r| r.gbps),
             "ladder": w.ceiling,
-            "rows": if w.ceilings_per_row() {
-                "each row's ceiling_gbps is this ladder at the row's working set, each rung there the better of this one and the same ladder measured again just before the row (shared memory; docs/collectives.md, The wire's ceiling)"
-            } else {
-                "each row's ceiling_gbps is this ladder at the row's working set (docs/collectives.md, The wire's ceiling)"
-            },
-            "row_drift": r.summary.ceiling_drift.as_ref().map(summary::CeilingDrift::json),
-            "after_sweep": r.summary.recheck.as_ref().map(parbench::measure::wire::recheck::WireRecheck::json),
-            "rows_measured_again": r.outcome.ceiling_drift.iter().map(|(row, d)| serde_json::json!({"row": row, "working_set": d.working_set, "copy_gbps_before_sweep": d.before_gbps, "copy_gbps_at_row": d.here_gbps, "rungs": d.rungs})).collect::<Vec<_>>(),
+            "rows": "each row's ceiling_gbps is this ladder at the row's working set (docs/collectives.md, The wire's ceiling)",
         }),
     );
-    if let Some(st) = &r.summary.states {
-        extra.insert("core_state".into(), st.json(&r.outcome.states));
-    }
     extra.insert("model_link".into(), model_link_json(w));
-    extra.insert(
-        "model_at_row".into(),
-        model_at_row_json(w, r.world, &r.outcome.model_rungs),
-    );
     extra.insert(
         "floor".into(),
         serde_json::json!({
@@ -639,17 +536,18 @@ fn finish(plan: &SweepJob, meta: &mut RunMeta, r: RankReport) -> Result<Finished
     );
     extra.insert(
         "above_ceiling".into(),
+        serde_json::json!(r.summary.above_ceiling),
+    );
+    extra.insert(
+        "headlines".into(),
         serde_json::json!(r
             .summary
-            .above_ceiling
+            .headlines
             .iter()
-            .map(|(row, why)| serde_json::json!({"row": row, "why": why}))
+            .map(Headline::json)
             .collect::<Vec<_>>()),
     );
     extra.insert("fits".into(), r.summary.fits_json());
-    if let Some(c) = &r.summary.model_check {
-        extra.insert("model_check".into(), c.json());
-    }
     extra.insert(
         "straggler".into(),
         match &r.summary.straggler {
@@ -664,8 +562,7 @@ fn finish(plan: &SweepJob, meta: &mut RunMeta, r: RankReport) -> Result<Finished
     );
     extra.insert("wrong".into(), r.summary.wrong.into());
     extra.insert("algo".into(), plan.algo.name().into());
-    let reference = crate::reference_line::describe(&r.backend, &r.wire_name, r.world, &r.wire);
-    crate::reference_line::record(meta, &reference, &r.outcome.rows);
+    crate::reference_line::record(meta, &r.reference, &r.summary.headlines);
     meta.finish();
     // The rows went in as each size completed.
     let csv = plan.out.join(CollectiveRow::FILE);

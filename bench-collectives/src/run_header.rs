@@ -1,40 +1,31 @@
-//! Rank 0's printer in the layout `--format` chose, and the run header
-//! that names the job: the reference line, and in nccl-tests' layout the
-//! `-J` file's line and each block's header.
+//! Rank 0's printer in the layout `--format` chose, and in nccl-tests'
+//! layout the run header that names the job: the `-J` file's line and each
+//! block's header.
 
 use crate::cli::SweepJob;
 use crate::config::TableFormat;
 use crate::print::Printer;
 use parbench::comm::Communicator;
 use parbench::launch::flags::Backend;
-use parbench::measure::wire::WireFigures;
 
 /// Rank 0's printer in the layout `--format` asks for.
 pub fn printer<C: Communicator>(comm: &C, plan: &SweepJob) -> Printer {
     let rank0 = comm.rank() == 0;
     match plan.nccl_tests.format {
-        TableFormat::Parbench => Printer::new(rank0),
+        TableFormat::Parbench => Printer::new(rank0, plan.verbose),
         TableFormat::NcclTests => Printer::nccl_tests(rank0, plan.sweep.check > 0),
     }
 }
 
-/// The reference line of the header (item "is my busbw normal?"), and in
-/// nccl-tests' layout its whole run header: the `-J` file's line first,
-/// then each block's header; parbench's own lines wait for the end.
-pub fn print_run_header<C: Communicator>(
-    printer: &mut Printer,
-    comm: &C,
-    plan: &SweepJob,
-    wire: &WireFigures,
-) {
+/// In nccl-tests' layout its whole run header: the `-J` file's line first,
+/// then each block's header; parbench's own line waits for the end.
+pub fn print_run_header<C: Communicator>(printer: &mut Printer, comm: &C, plan: &SweepJob) {
     let world = comm.world();
-    let reference = crate::reference_line::describe(comm.backend(), &comm.wire(), world, wire).line;
     let json = match (&plan.nccl_tests.json_file, comm.rank()) {
         (Some(p), 0) => crate::json_nccl::reserve(p),
         _ => None,
     };
     if !printer.is_nccl_tests() {
-        printer.lines(&[format!("# Reference: {reference}")]);
         return;
     }
     if let Some(line) = json {
@@ -68,10 +59,7 @@ pub fn print_run_header<C: Communicator>(
         nccl_version: nccl_version_code(comm.backend()),
         per_iter: f.per_iter,
     };
-    let trailer = vec![
-        crate::nccl_tests_format::parbench_line(&job),
-        format!("# Reference: {reference}"),
-    ];
+    let trailer = vec![crate::nccl_tests_format::parbench_line(&job)];
     printer.set_nccl_tests_job(&job, trailer);
 }
 

@@ -8,12 +8,10 @@ use crate::print::{Point, Printer};
 use parbench::comm::{
     CollArgs, Collective, CommBuffer, CommError, CommResult, Communicator, DType, Io, ReduceOp,
 };
-use parbench::measure::core_state::{state_probe, wait_for_state, RowState, WaitBudget};
 use parbench::measure::noise::{CpuSnapshot, ForeignCpu};
-use parbench::measure::wire::{row_count, Drift, WireFigures};
-use parbench::measure::{time_loop, Ladder, LoopSpec, LoopStats, StragglerTally, StragglerVerdict};
+use parbench::measure::wire::{row_count, WireFigures};
+use parbench::measure::{time_loop, LoopSpec, LoopStats, StragglerTally, StragglerVerdict};
 use parbench::model;
-use parbench::model::wire::RowRungs;
 use parbench::results::{CollectiveRow, SCHEMA_VERSION};
 
 /// Where a run stands: what it measured and what it found.
@@ -35,17 +33,6 @@ pub struct Outcome {
     pub rank_iter_us: Vec<Vec<Vec<f64>>>,
     /// Per row (same order as `rows`): the ranks that found a wrong element.
     pub ranks_wrong: Vec<u64>,
-    /// Per row whose ceiling was measured again at the row: the row and the
-    /// copy rate at its working set before the sweep and at the row.
-    pub ceiling_drift: Vec<(String, Drift)>,
-    /// Per row whose model's rungs were measured again at the row
-    /// ([`WireFigures::rungs_at_row`]): the row's label and those rungs.
-    pub model_rungs: Vec<(String, RowRungs)>,
-    /// Per row (same order as `rows`): the cores' state around it
-    /// ([`parbench::measure::core_state`]).
-    pub states: Vec<RowState>,
-    /// What is left of the rows' waiting time.
-    pub wait_budget: WaitBudget,
 }
 
 impl Outcome {
@@ -198,7 +185,6 @@ fn sweep_sizes<C: Communicator>(
             crate::progress_lines::row_starts(&table, size, index, cfg.sizes.len());
         }
         let mut measured = [None, None];
-        let mut marked = [false, false];
         let mut iter_us: [Vec<f64>; 2] = Default::default();
         let mut ranks_wrong = [0u64; 2];
         for (slot, in_place) in [(0, false), (1, true)] {
@@ -210,37 +196,13 @@ fn sweep_sizes<C: Communicator>(
             if !wanted {
                 continue;
             }
-            let model_algo = model::ModelAlgo::of(&point.algo);
-            let before = wait_for_state(comm, wire.state.as_ref(), &mut outcome.wait_budget)?;
-            let ceiling = wire.ceiling_at_row(comm, coll, &model_algo, bytes, in_place)?;
-            let rungs = wire.rungs_at_row(comm, coll, &model_algo, bytes, in_place)?;
             let stats = measure_one(comm, coll, cfg, &point, in_place)?;
-            let after = state_probe(comm)?;
             // Asked again after the calls ran: NCCL's tuning log names its
             // choice only once a call of this size went through.
             point.algo = comm.algo_for(coll, coll.send_elems(count, world) * dtype.size());
             outcome.tally.add(&stats);
             outcome.wrong += stats.wrong;
-            let row = make_row(
-                coll,
-                ids,
-                comm,
-                cfg,
-                (wire, &ceiling.ladder, &rungs),
-                &point,
-                in_place,
-                &stats,
-            );
-            let label = parbench::results::row_label(coll.name(), bytes, in_place);
-            let state = RowState::new(label.clone(), wire.state.as_ref(), before, after);
-            marked[slot] = !state.in_state;
-            outcome.states.push(state);
-            if let Some(d) = ceiling.drift {
-                outcome.ceiling_drift.push((label.clone(), d));
-            }
-            if !rungs.is_empty() {
-                outcome.model_rungs.push((label, rungs));
-            }
+            let row = make_row(coll, ids, comm, cfg, wire, &point, in_place, &stats);
             outcome.rows.push(row.clone());
             outcome.rank_iter_us.push(stats.rank_iter_us.clone());
             outcome.ranks_wrong.push(stats.ranks_wrong);
@@ -264,7 +226,7 @@ fn sweep_sizes<C: Communicator>(
             keep(&rows)?;
         }
         run.printer
-            .row(coll, &point, &measured, per_placement, (wire, marked));
+            .row(coll, &point, &measured, per_placement, wire);
     }
     Ok(())
 }
@@ -425,7 +387,7 @@ fn make_row(
     ids: &RunIds<'_>,
     comm: &impl Communicator,
     cfg: &SweepConfig,
-    (wire, ceiling, rungs): (&WireFigures, &Ladder, &RowRungs),
+    wire: &WireFigures,
     p: &Point,
     in_place: bool,
     s: &LoopStats,
@@ -435,8 +397,7 @@ fn make_row(
     let algbw = model::busbw::algbw_gbps(p.bytes, secs);
     // The record keeps the name; the model reads what it means.
     let algo = model::ModelAlgo::of(&p.algo);
-    let (model_us, ceiling_gbps) =
-        wire.row_references(coll, &algo, world, p.bytes, in_place, (ceiling, rungs));
+    let (model_us, ceiling_gbps) = wire.row_references(coll, &algo, world, p.bytes, in_place);
     CollectiveRow {
         schema: SCHEMA_VERSION,
         run_id: ids.run_id.to_string(),

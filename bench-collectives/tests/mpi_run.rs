@@ -51,9 +51,9 @@ fn two_mpi_ranks_sweep_all_reduce_exactly_and_record_the_library() {
     let text = stdout(&o);
     assert!(o.status.success(), "{text}\n{}", stderr(&o));
     // Only rank 0 prints the table, and it knows the world from MPI.
-    assert_eq!(text.matches("# all_reduce: busbw").count(), 1, "{text}");
-    assert!(text.contains("backend mpi, wire mpi, 2 ranks"), "{text}");
-    assert!(text.contains("# Correctness: 0 wrong elements"), "{text}");
+    assert_eq!(text.matches("# all_reduce, busbw").count(), 1, "{text}");
+    assert!(text.contains("mpi over mpi, 2 ranks"), "{text}");
+    assert!(text.contains("# Out of bounds values : 0 OK"), "{text}");
 
     let (_, rows) = read_csv(&dir.join("collectives.csv"));
     // 8 B .. 1 MiB doubling: 18 sizes, out of place and in place.
@@ -119,7 +119,7 @@ fn mpi_runs_nccl_tests_newer_integer_types_and_mulsum_and_refuses_fp8_reductions
     assert!(!o.status.success());
     assert!(err.contains("MPI has no f8e4m3 type"), "{err}");
     assert!(
-        !stdout(&o).contains("# Wire ceiling"),
+        !stdout(&o).contains("# ceiling"),
         "measured: {}",
         stdout(&o)
     );

@@ -157,24 +157,13 @@ fn shaped_all_reduce_reaches_the_link(rate: &str, gbps: f64) {
     );
     let text = stdout(&o);
     assert!(o.status.success(), "{text}\n{}", stderr(&o));
-    assert!(text.contains("# Correctness: 0 wrong elements"), "{text}");
+    assert!(text.contains("# Out of bounds values : 0 OK"), "{text}");
 
     let (_, rows) = read_csv(&dir.join("collectives.csv"));
     assert_eq!(
         rows.len(),
         2,
         "expected two rows (16 MiB, out of place and in place), got {rows:?}"
-    );
-    // A call of 16 MiB through the link takes over 100 ms: its rows keep
-    // the pre-sweep ladders (the rungs' fixed passes would cost many times
-    // the row), none is measured again at the row.
-    let runs: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap();
-    let at_row = &runs[0]["extra"]["model_at_row"];
-    assert!(
-        at_row["longest_call_s"].as_f64() == Some(0.1)
-            && at_row["rows"].as_array().is_some_and(Vec::is_empty),
-        "{rate}: {at_row}"
     );
     for row in &rows {
         assert_eq!(row["bytes"], BYTES.to_string(), "{row:?}");
@@ -208,9 +197,9 @@ fn shaped_all_reduce_reaches_the_link(rate: &str, gbps: f64) {
             "{rate}: measured {time_us:.0} us (in place {place}), the model at {gbps} GB/s says {model_us:.0} us (algo {})\n{text}",
             row["algo"]
         );
-        // The run's own model, priced from its ladders before the row: in
-        // place too (its reducing receives once rode the token bucket's
-        // burst and put it 30% under).
+        // The run's own model column: the alpha-beta-gamma form with the
+        // link's ceiling as beta, in place too (a shaped link, unlike a
+        // cache, holds still).
         let own = num("model_us") / num("p50_us");
         assert!(
             (own - 1.0).abs() <= 0.25,

@@ -9,14 +9,7 @@
 //!    than 10% of the machine: `extra.noise` in run.json, or, for a
 //!    collective's rows, that collective's table: `extra.noise_per_collective`);
 //!    rows of noisy runs are left out, and a figure with no quiet row left
-//!    on a side is "noisy: not judged"; so are the rows a run timed with
-//!    the cores elsewhere than where its wire was measured, or moving
-//!    (bench-collectives' cores' state: `extra.core_state`): a host that
-//!    moves the ranks' cores moves every shared-memory figure 1.5-10x;
-//!    where both sides have enough rounds of a shared-memory row timed
-//!    in one state of the cores, the figure is judged on those rounds as
-//!    well as on every round, and a call from either counts
-//!    ([`core_states`]: rows move 1.5-5x between states);
+//!    on a side is "noisy: not judged";
 //! 2. its median over the rounds got worse by more than `--threshold`;
 //! 3. and by more than the noise: with two or more rounds on a side, the
 //!    spread of that side's rounds (max - min over the median: rounds of
@@ -55,11 +48,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 mod compute_basis;
-mod core_states;
 mod render;
 mod rule;
 pub use compute_basis::ComputeBasis;
-pub use core_states::RunState;
 pub use render::render;
 use rule::{judge, side, spread_below, Judged};
 
@@ -148,10 +139,6 @@ pub trait Compared: Record {
     fn noise_scope(&self) -> Option<&str> {
         None
     }
-    /// The row's name in its run's per-row records of the cores' state.
-    fn state_label(&self) -> Option<String> {
-        None
-    }
 }
 
 impl Compared for CollectiveRow {
@@ -181,9 +168,6 @@ impl Compared for CollectiveRow {
     }
     fn noise_scope(&self) -> Option<&str> {
         Some(&self.collective)
-    }
-    fn state_label(&self) -> Option<String> {
-        Some(self.label())
     }
     fn key_parts(&self) -> Vec<(&'static str, String)> {
         vec![
@@ -296,9 +280,6 @@ pub struct Change {
     /// The change of the time behind the figure, and the floor it met, us.
     pub time_change_us: Option<f64>,
     pub floor_us: f64,
-    /// The cores' state the figure was judged within ([`core_states`]),
-    /// or `None`: across every round.
-    pub state: Option<RunState>,
 }
 
 /// What the runs of a folder say about themselves, by run id.
@@ -310,11 +291,6 @@ pub struct RunInfo {
     pub per_scope: BTreeMap<String, f64>,
     /// The compare floor, us (0 when not recorded).
     pub floor_us: f64,
-    /// Rows ([`parbench::results::row_label`]) timed with the cores
-    /// elsewhere than the wire's state, or while they moved.
-    pub cores_elsewhere: BTreeSet<String>,
-    /// The cores' state the run measured its wire in, when recorded.
-    pub state: Option<RunState>,
 }
 
 impl RunInfo {
@@ -324,17 +300,14 @@ impl RunInfo {
             .is_some_and(|f| f > parbench::measure::noise::NOISY_FRACTION)
     }
 
-    /// Whether a row of the run is too noisy to judge: the run, the part
-    /// of it the row was measured in, or the row's cores' state.
+    /// Whether a row of the run is too noisy to judge: the run, or the
+    /// part of it the row was measured in.
     pub fn noisy_for<R: Compared>(&self, row: &R) -> bool {
         self.noisy()
             || row
                 .noise_scope()
                 .and_then(|s| self.per_scope.get(s))
                 .is_some_and(|&f| f > parbench::measure::noise::NOISY_FRACTION)
-            || row
-                .state_label()
-                .is_some_and(|l| self.cores_elsewhere.contains(&l))
     }
 }
 
@@ -359,21 +332,12 @@ pub fn run_infos(src: &Source) -> BTreeMap<String, RunInfo> {
                         .collect()
                 })
                 .unwrap_or_default();
-            let state = r.extra.get("core_state");
-            let cores_elsewhere = ["rows_elsewhere", "rows_moved"]
-                .iter()
-                .filter_map(|k| state?.get(k)?.as_array())
-                .flatten()
-                .filter_map(|v| v.as_str().map(str::to_string))
-                .collect();
             (
                 r.run_id.clone(),
                 RunInfo {
                     foreign: r.noise().map(|n| n.fraction),
                     per_scope,
                     floor_us,
-                    cores_elsewhere,
-                    state: RunState::from_extra(&r.extra),
                 },
             )
         })
@@ -389,9 +353,6 @@ pub struct Comparison {
     pub only_current: Vec<(&'static str, String)>,
     /// Noisy runs left out: (folder side, run id, share of the machine taken).
     pub noisy_runs: Vec<(&'static str, String, f64)>,
-    /// Runs with rows left out for their cores' state: (folder side, run
-    /// id, rows).
-    pub cores_moved: Vec<(&'static str, String, usize)>,
     /// Suites present on both sides whose keys matched nothing, with why.
     pub unmatched: Vec<String>,
     /// Runs of the current folder that were cut short: (run id, why).
@@ -399,9 +360,6 @@ pub struct Comparison {
     /// The machine speed the layers' compute times were judged at, when
     /// both sides have layers rows.
     pub compute_basis: Option<ComputeBasis>,
-    /// Runs by the cores' state they measured their wire in: (state,
-    /// baseline runs, current runs).
-    pub state_census: Vec<(RunState, usize, usize)>,
 }
 
 impl Comparison {
@@ -469,33 +427,6 @@ pub fn compare_rows<R: Compared>(
                 .collect()
         };
         let (bq, cq) = (quiet(brows, runs.0), quiet(crows, runs.1));
-        let states = |q: &[Vec<(String, Figure)>], runs: &BTreeMap<String, RunInfo>| {
-            q.iter()
-                .flatten()
-                .map(|(id, _)| id.clone())
-                .collect::<BTreeSet<_>>()
-                .into_iter()
-                .map(|id| {
-                    let s = info(runs, &id).state;
-                    (id, s)
-                })
-                .collect::<Vec<_>>()
-        };
-        let in_state = core_states::matched(&states(&bq, runs.0), &states(&cq, runs.1));
-        let keep =
-            |q: &[Vec<(String, Figure)>], ids: &BTreeSet<String>| -> Vec<Vec<(String, Figure)>> {
-                q.iter()
-                    .map(|f| {
-                        f.iter()
-                            .filter(|(id, _)| ids.contains(id))
-                            .cloned()
-                            .collect()
-                    })
-                    .collect()
-            };
-        let one_state = in_state
-            .as_ref()
-            .map(|m| (keep(&bq, &m.baseline), keep(&cq, &m.current)));
         let (brounds, crounds) = (rounds(brows), rounds(crows));
         // Figure `i` judged on these rounds: both sides, and the verdict.
         let on = |bq: &[Vec<(String, Figure)>],
@@ -531,7 +462,6 @@ pub fn compare_rows<R: Compared>(
                 rounds: (0, 0),
                 time_change_us: None,
                 floor_us,
-                state: None,
             };
             // Quiet rows on both sides whose figure is no finite number.
             let has = |q: &Vec<Vec<(String, Figure)>>| q.get(i).is_some_and(|f| !f.is_empty());
@@ -540,32 +470,7 @@ pub fn compare_rows<R: Compared>(
             if unjudgeable(&bq) || unjudgeable(&cq) {
                 change.verdict = Verdict::CannotJudge;
             }
-            // Within the cores' state when both sides have enough rounds
-            // in one; across every round too, so that a change the pooled
-            // rounds show is never hidden by the choice of state.
-            let across = on(&bq, &cq, i, fig.worse);
-            let within = one_state.as_ref().and_then(|(b, c)| on(b, c, i, fig.worse));
-            // A regression from either judgement, else an improvement
-            // from either, else the within-state one where there is one.
-            let verdict = |j: &Option<Judged>| j.as_ref().map(|j| j.5);
-            let use_within = [Verdict::Regression, Verdict::Improvement]
-                .into_iter()
-                .find_map(|v| {
-                    if verdict(&within) == Some(v) {
-                        Some(true)
-                    } else if verdict(&across) == Some(v) {
-                        Some(false)
-                    } else {
-                        None
-                    }
-                })
-                .unwrap_or(within.is_some());
-            let pick = if use_within {
-                within.map(|j| (j, true))
-            } else {
-                across.map(|j| (j, false))
-            };
-            if let Some(((bs, cs, by, noise, dt, verdict), is_within)) = pick {
+            if let Some((bs, cs, by, noise, dt, verdict)) = on(&bq, &cq, i, fig.worse) {
                 change = Change {
                     baseline: bs.median,
                     current: cs.median,
@@ -574,11 +479,6 @@ pub fn compare_rows<R: Compared>(
                     verdict,
                     rounds: (bs.rounds, cs.rounds),
                     time_change_us: dt,
-                    state: if is_within {
-                        in_state.as_ref().map(|m| m.state)
-                    } else {
-                        None
-                    },
                     ..change
                 };
             }
@@ -635,10 +535,6 @@ pub fn compare_sources(base: &Source, cur: &Source, threshold: f64) -> Compariso
         .collect();
     for (side, infos) in [("baseline", &bi), ("current", &ci)] {
         for (id, i) in infos {
-            if !i.cores_elsewhere.is_empty() {
-                out.cores_moved
-                    .push((side, id.clone(), i.cores_elsewhere.len()));
-            }
             if i.noisy() {
                 out.noisy_runs
                     .push((side, id.clone(), i.foreign.unwrap_or(0.0)));
@@ -652,13 +548,6 @@ pub fn compare_sources(base: &Source, cur: &Source, threshold: f64) -> Compariso
             }
         }
     }
-    let with_state = |infos: &BTreeMap<String, RunInfo>| {
-        infos
-            .iter()
-            .filter_map(|(id, i)| Some((id.clone(), i.state?)))
-            .collect::<Vec<_>>()
-    };
-    out.state_census = core_states::census(with_state(&bi), with_state(&ci));
     compare_rows(
         &base.collectives,
         &cur.collectives,

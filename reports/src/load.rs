@@ -140,53 +140,22 @@ impl Source {
     }
 }
 
-/// The calibrated wire model a bench-collectives run recorded
-/// (`extra.model_link`: alpha, ladders, how its transport reduces), when
-/// the run used parbench's own transport model.
-pub fn wire_model(meta: &RunMeta) -> Option<parbench::model::wire::WireModel> {
-    let m = meta.extra.get("model_link")?;
-    if m.get("own_transport_model")?.as_bool() != Some(true) {
-        return None;
-    }
-    parbench::model::wire::model_of_record(m)
-}
-
-/// The rungs a bench-collectives run measured just before each row of
-/// `collective` in or out of place (`extra.model_at_row`), by the row's
-/// bytes: what that row's model was priced with. Empty for runs from
-/// before them and for rows priced by the pre-sweep ladders.
-pub fn rows_rungs(
-    meta: &RunMeta,
-    collective: &str,
-    in_place: bool,
-) -> Vec<(u64, parbench::model::wire::RowRungs)> {
-    let Some(rows) = meta
-        .extra
-        .get("model_at_row")
-        .and_then(|m| m.get("rows"))
+/// The headline lines a bench-collectives run recorded (`extra.headlines`:
+/// each collective's peak against the wire's ceiling, as its footer
+/// printed them), by collective.
+pub fn headlines(meta: &RunMeta) -> Vec<(String, String)> {
+    meta.extra
+        .get("headlines")
         .and_then(serde_json::Value::as_array)
-    else {
-        return Vec::new();
-    };
-    let placement = if in_place { "in" } else { "out" };
-    let mut out = Vec::new();
-    for row in rows {
-        let label = row
-            .get("row")
-            .and_then(serde_json::Value::as_str)
-            .unwrap_or("");
-        let words: Vec<&str> = label.split(' ').collect();
-        let (name, bytes, where_) = match words.as_slice() {
-            [name, bytes, "B", where_] => (*name, bytes.parse::<u64>().ok(), *where_),
-            _ => continue,
-        };
-        let Some(bytes) = bytes.filter(|_| name == collective && where_ == placement) else {
-            continue;
-        };
-        let rungs = parbench::model::wire::rungs_of_record(row);
-        out.push((bytes, rungs));
-    }
-    out
+        .map(|a| {
+            a.iter()
+                .filter_map(|h| {
+                    let text = |k: &str| h.get(k)?.as_str().map(str::to_string);
+                    Some((text("collective")?, text("line")?))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// The folders of one side of a comparison as one source: their rows and
@@ -255,25 +224,6 @@ fn unique_labels(dirs: &[PathBuf]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_rows_rungs_are_read_back_by_collective_placement_and_size() {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/real-15-at-row-local");
-        let runs = parbench::results::read_runs(&dir).unwrap();
-        let out = rows_rungs(&runs[0], "all_reduce", false);
-        // 64 KiB .. 64 MiB: eleven sizes, each with the rungs its model read.
-        let sizes: Vec<u64> = out.iter().map(|(b, _)| *b).collect();
-        assert_eq!(sizes, (16..=26).map(|k| 1u64 << k).collect::<Vec<_>>());
-        let (_, eight) = out.iter().find(|(b, _)| *b == 8 << 20).unwrap();
-        let ids: Vec<_> = eight.iter().map(|(id, l)| (*id, l.rungs.len())).collect();
-        use parbench::model::wire::LadderId;
-        assert_eq!(ids, [(LadderId::ReduceFrom, 1), (LadderId::PullFar, 1)]);
-        assert_eq!(eight[0].1.rungs[0].working_set, 16 << 20);
-        assert!(rows_rungs(&runs[0], "broadcast", false).is_empty());
-        let in_place = rows_rungs(&runs[0], "all_gather", true);
-        assert_eq!(in_place.len(), 11);
-        assert!(in_place.iter().all(|(_, r)| !r.is_empty()));
-    }
 
     #[test]
     fn timelines_stay_inside_the_folder() {

@@ -11,7 +11,6 @@ mod charts;
 mod compare;
 mod html;
 mod load;
-mod model_check;
 mod model_cmd;
 mod plan_cmd;
 mod predict;
@@ -70,11 +69,6 @@ enum Command {
         dir: PathBuf,
         #[arg(long = vocab::output_file::LONG, value_name = vocab::output_file::VALUE, help = vocab::output_file::HELP, default_value = "trend.html")]
         output_file: PathBuf,
-    },
-    /// Hold the collective model to several bench-collectives runs at once (scripts/model-check.sh): per wire, the median share of rows from 64 KiB within 25% of the model, the rows that missed in every run and in most runs, the fits from 1 MiB, each with the row furthest from the model; noisy runs not judged. Exit 0 met, 1 not met, 3 nothing judged.
-    ModelCheck {
-        #[arg(required = true)]
-        dirs: Vec<PathBuf>,
     },
     /// Whether every run in the folders was quiet: exit 0 when no run's noise guard marked it noisy, 3 naming each one that did (scripts/nightly.sh keeps only quiet nights in its baseline).
     Quiet {
@@ -136,7 +130,6 @@ fn main() -> ExitCode {
         Command::Plan(args) => plan_cmd::run(&args).map(|()| ExitCode::SUCCESS),
         Command::Compare(args) => compare::run(&args),
         Command::Quiet { dirs } => quiet(&dirs),
-        Command::ModelCheck { dirs } => model_check::run(&dirs),
         Command::Trend { dir, output_file } => {
             trend::run(&dir, &output_file).map(|()| ExitCode::SUCCESS)
         }

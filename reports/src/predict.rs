@@ -1,5 +1,5 @@
 //! The one place where `report` asks `parbench::model` for a figure: every
-//! prediction, fit (`fit`, `wire_fit`), closed form and the planner's
+//! prediction, fit (`fit`), closed form and the planner's
 //! ranking (`rank_layouts`) goes through here, and nothing in `report`
 //! computes a formula of its own. Record names become the model's types
 //! here or just before the call (`ModelAlgo::of`, `Collective`'s
@@ -7,13 +7,11 @@
 //!
 //! Other files only name `model`'s data types, which ask it nothing:
 //! `plan_cmd/input.rs` builds the planner's `PlanInput` and `Wire`s, `html/plan.rs`
-//! draws its `Costed` layouts, `load.rs` fills a run's `WireModel` from
-//! run.json, and `model_cmd.rs` and `html/capacity.rs` hold `TpMode`,
+//! draws its `Costed` layouts, and `model_cmd.rs` and `html/capacity.rs` hold `TpMode`,
 //! `TpTraffic`, `Preset` and `LinkParams` values.
 
 use parbench::comm::algo::Algorithm;
 use parbench::comm::{Collective, DType};
-use parbench::model::wire::{fit_on_wire_at_rows, RowRungs, WireFit, WireModel};
 use parbench::model::{self, LinkParams, RingFactor, TpMode, TpTraffic};
 
 pub use parbench::model::ModelAlgo;
@@ -77,25 +75,6 @@ pub fn rank_layouts(
 /// A link with only a bandwidth (the reference wires of the worked example).
 pub fn bandwidth_link(gbps: f64) -> LinkParams {
     LinkParams::from_gbps_us(gbps, 0.0)
-}
-
-/// The fit of `(bytes, seconds)` points of a curve of `coll` with `algo`
-/// in the calibrated model's structure on its run's wire (alpha fixed to
-/// the wire's own), each size priced with the rungs its run measured at
-/// that row (`at_rows`: by bytes; none: the pre-sweep ladders), as
-/// bench-collectives priced its `model` column and fits.
-pub fn wire_fit(
-    coll: Collective,
-    algo: &ModelAlgo,
-    world: usize,
-    in_place: bool,
-    wire: &WireModel,
-    points: &[(u64, f64)],
-    at_rows: &[(u64, RowRungs)],
-) -> Result<WireFit, String> {
-    let at_row = |n: u64| at_rows.iter().find(|(b, _)| *b == n).map(|(_, r)| r);
-    fit_on_wire_at_rows(coll, algo, world, in_place, wire, points, at_row, true)
-        .map_err(|e| e.to_string())
 }
 
 /// The algorithm to project a fitted link with: the measured one, or ring

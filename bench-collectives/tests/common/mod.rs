@@ -146,11 +146,6 @@ pub fn with<'a>(base: &[&'a str], extra: &[&'a str]) -> Vec<&'a str> {
     v
 }
 
-/// The run's model as measured before the sweep (`extra.model_link`).
-pub fn pre_sweep_model(extra: &serde_json::Value) -> parbench::model::wire::WireModel {
-    parbench::model::wire::model_of_record(&extra["model_link"]).expect("a recorded model")
-}
-
 /// A row's label in run.json (`all_reduce 8388608 B out`).
 pub fn row_label(r: &std::collections::HashMap<String, String>) -> String {
     format!(
@@ -161,68 +156,43 @@ pub fn row_label(r: &std::collections::HashMap<String, String>) -> String {
     )
 }
 
-/// Checks a row's model column against what the run recorded: from
-/// `extra.model_at_row.from_bytes` the row has rungs measured at the row,
-/// each beside the pre-sweep ladder's figure there, and its `model_us` is
-/// the pre-sweep model with those rungs put in; below it (or where no row
-/// has them) no rungs and the pre-sweep model alone. Returns the rungs.
-pub fn assert_model_priced_at_row(
+/// Checks a row's model column against what the run recorded: the
+/// alpha-beta-gamma form of its algorithm with alpha
+/// (`extra.model_link.alpha_us`), beta from the ceiling ladder
+/// (`extra.ceiling.ladder`) and gamma from the reduction ladder
+/// (`extra.model_link.reduce`), both at the row's working set.
+pub fn assert_model_priced(
     extra: &serde_json::Value,
     r: &std::collections::HashMap<String, String>,
-) -> parbench::model::wire::RowRungs {
-    use parbench::model::wire::rungs_of_record;
-    let pre_sweep = pre_sweep_model(extra);
-    let label = row_label(r);
-    let bytes: u64 = r["bytes"].parse().unwrap();
-    let from = extra["model_at_row"]["from_bytes"].as_u64();
-    let at_row = extra["model_at_row"]["rows"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|x| x["row"] == label.as_str());
+) {
+    use parbench::model::ladder::{working_set_bytes, Ladder};
+    let ladder = |v: &serde_json::Value| -> Ladder { serde_json::from_value(v.clone()).unwrap() };
+    let (ceiling, reduce) = (
+        ladder(&extra["ceiling"]["ladder"]),
+        ladder(&extra["model_link"]["reduce"]),
+    );
+    let alpha = extra["model_link"]["alpha_us"].as_f64().unwrap();
     let coll = r["collective"].parse().unwrap();
     let algo = parbench::model::ModelAlgo::of(&r["algo"]);
     let world: usize = r["world"].parse().unwrap();
-    let in_place = r["in_place"] == "true";
-    // Rows whose call the pre-sweep model puts over the longest get none.
-    let short = pre_sweep
-        .predict(coll, &algo, world, bytes, in_place)
-        .is_some_and(|s| {
-            s <= extra["model_at_row"]["longest_call_s"]
-                .as_f64()
-                .unwrap_or(0.0)
-        });
-    let wanted = from.is_some_and(|f| bytes >= f) && short;
-    assert_eq!(at_row.is_some(), wanted, "{label}: {at_row:?}");
-    let rungs = at_row.map(rungs_of_record).unwrap_or_default();
-    for (id, l) in &rungs {
-        for rung in &l.rungs {
-            let before = pre_sweep.ladder(*id).at(rung.working_set).unwrap();
-            let recorded = at_row.unwrap()["rungs"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|x| x["ladder"] == id.name() && x["working_set"] == rung.working_set)
-                .and_then(|x| x["gbps_before_sweep"].as_f64())
-                .unwrap();
-            assert!(
-                (recorded - before).abs() <= 1e-9 * before,
-                "{label}: {id:?} at {}: {recorded} recorded before the sweep, the ladder says {before}",
-                rung.working_set
-            );
-        }
+    let bytes: u64 = r["bytes"].parse().unwrap();
+    let ws = working_set_bytes(coll, world, bytes, r["in_place"] == "true");
+    let mut link = parbench::model::LinkParams::from_gbps_us(ceiling.at(ws).unwrap(), alpha);
+    if let Some(g) = reduce.at(ws) {
+        link = link.with_reduce_gbps(g);
     }
-    assert_eq!(rungs.is_empty(), !wanted, "{label}");
-    let model: f64 = r["model_us"].parse().unwrap();
-    assert!(model.is_finite() && model > 0.0, "{r:?}");
-    let priced = pre_sweep
-        .with_rungs(&rungs)
-        .predict(coll, &algo, world, bytes, in_place)
-        .unwrap()
+    let own = extra["model_link"]["own_transport_model"] == true;
+    let priced = if own {
+        parbench::model::predict(coll, &algo, world, bytes, &link)
+    } else {
+        parbench::model::predict_textbook(coll, &algo, world, bytes, &link)
+    }
+    .unwrap()
         * 1e6;
+    let model: f64 = r["model_us"].parse().unwrap();
     assert!(
-        (model - priced).abs() <= 1e-9 * priced,
-        "{label}: model {model} us, priced from the recorded rungs {priced} us"
+        (model - priced).abs() <= 1e-9 * priced.max(1e-9),
+        "{}: model {model} us, priced from the recorded figures {priced} us",
+        row_label(r)
     );
-    rungs
 }

@@ -175,10 +175,6 @@ impl<T: Transport> Communicator for HostComm<T> {
         self.plan(coll, bytes).name().to_string()
     }
 
-    fn host_transport(&mut self) -> Option<&mut dyn Transport> {
-        Some(&mut self.transport)
-    }
-
     fn set_timeout(&mut self, timeout: Duration) {
         self.timeout = timeout;
     }

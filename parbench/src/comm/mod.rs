@@ -424,15 +424,6 @@ pub trait Communicator: Send {
     fn duplicate_host(&mut self) -> CommResult<Option<DupComm>> {
         Ok(None)
     }
-
-    /// The point-to-point transport a host backend's algorithms run on,
-    /// for a measurement that must time their own steps (the ring's fused
-    /// receive-and-reduce, [`crate::measure::fused_reduce_ladders`]).
-    /// `None` where a library runs the collectives (NCCL, MPI) or the
-    /// communicator is shared behind a lock.
-    fn host_transport(&mut self) -> Option<&mut dyn Transport> {
-        None
-    }
 }
 
 /// Marks recorded on a device's stream between asynchronous calls, read

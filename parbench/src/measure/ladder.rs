@@ -12,7 +12,7 @@
 //! - [`stream_ladder`] (sockets, any communicator): one stream of messages
 //!   from rank 0 to rank 1 through send/recv; and, since a ring step sends
 //!   and receives at once, the same with every rank sending to its right
-//!   neighbour while it receives from its left ([`Ladder::duplex`]);
+//!   neighbour while it receives from its left ([`StreamLadders::duplex`]);
 //!   working set = the message buffer.
 //! - [`reduce_ladder`]: the reduction kernel `acc op= src`, every rank at
 //!   once; working set = accumulator + source (the model's gamma).
@@ -23,9 +23,9 @@
 
 use super::combine::gather_f64;
 use crate::comm::{
-    copy_bytes, reduce_bytes, CommBuffer, CommResult, Communicator, DType, HostBuffer, ReduceOp,
+    copy_bytes, reduce_bytes, CommResult, Communicator, DType, HostBuffer, ReduceOp,
 };
-pub use crate::model::wire::{Ladder, Rung};
+pub use crate::model::ladder::{Ladder, Rung};
 use std::time::Instant;
 
 /// Working sets of a ladder: from `smallest` doubling up to the first at
@@ -43,19 +43,19 @@ pub fn working_sets(smallest: u64, largest: u64) -> Vec<u64> {
 
 /// How much each sample moves: enough bytes that a sample lasts well above
 /// the clock's resolution and the barrier's skew, at least two transfers.
-pub(super) const SAMPLE_BYTES: u64 = 4 << 20;
+const SAMPLE_BYTES: u64 = 4 << 20;
 /// Samples per rung (the best is the ceiling, the median its noise).
-pub(super) const SAMPLES: usize = 5;
+const SAMPLES: usize = 5;
 
 /// Samples of a rung whose one transfer already moves [`SAMPLE_BYTES`].
-pub(super) const BIG_SAMPLES: usize = 3;
+const BIG_SAMPLES: usize = 3;
 
 /// Transfers per sample and samples of a rung moving `len` bytes per
 /// transfer: [`SAMPLE_BYTES`] per sample (at least two transfers) and
 /// [`SAMPLES`] samples; a transfer of [`SAMPLE_BYTES`] or more is long
 /// enough alone, so those rungs take one transfer per sample and three
 /// samples ([`BIG_SAMPLES`]: they are most of the ladder's time).
-pub(super) fn plan_rung(len: usize) -> (usize, usize) {
+fn plan_rung(len: usize) -> (usize, usize) {
     if len as u64 >= SAMPLE_BYTES {
         (1, BIG_SAMPLES)
     } else {
@@ -71,24 +71,9 @@ pub(super) fn plan_rung(len: usize) -> (usize, usize) {
 /// copy on each of two cores ran 11, 26, 30, then 36-45 GB/s), while a
 /// sweep's row is timed after its own warm-up: a ceiling or beta taken
 /// from the first passes is the machine waking up, not the wire.
-pub(super) const WARM_PASSES: usize = 8;
+const WARM_PASSES: usize = 8;
 
-/// Longest sample of the fresh ladders, seconds.
-const FRESH_SAMPLE_SECS: f64 = 0.01;
-
-/// Whether rank 0 says a sample begun at `start` has run long enough
-/// ([`FRESH_SAMPLE_SECS`]): every rank asks at the same exchange, so every
-/// rank stops at the same one.
-pub(super) fn sample_long_enough<C: Communicator>(
-    comm: &mut C,
-    start: Instant,
-) -> CommResult<bool> {
-    let late = comm.rank() == 0 && start.elapsed().as_secs_f64() > FRESH_SAMPLE_SECS;
-    let stop = gather_f64(comm, &[f64::from(u8::from(late))])?;
-    Ok(stop.first().and_then(|v| v.first()) == Some(&1.0))
-}
-
-pub(super) fn best_and_median(mut secs: Vec<f64>, bytes: f64) -> (f64, f64) {
+fn best_and_median(mut secs: Vec<f64>, bytes: f64) -> (f64, f64) {
     secs.retain(|s| s.is_finite() && *s > 0.0);
     if secs.is_empty() {
         return (0.0, 0.0);
@@ -100,7 +85,7 @@ pub(super) fn best_and_median(mut secs: Vec<f64>, bytes: f64) -> (f64, f64) {
 }
 
 /// Means over ranks of each rank's `(best, median)` pairs, one per rung.
-pub(super) fn mean_over_ranks<C: Communicator>(
+fn mean_over_ranks<C: Communicator>(
     comm: &mut C,
     mine: &[(f64, f64)],
 ) -> CommResult<Vec<(f64, f64)>> {
@@ -203,11 +188,7 @@ pub fn reduce_ladder<C: Communicator>(
     })
 }
 
-pub(super) fn rungs_of(
-    sets: &[u64],
-    bytes: impl Fn(u64) -> u64,
-    figures: &[(f64, f64)],
-) -> Vec<Rung> {
+fn rungs_of(sets: &[u64], bytes: impl Fn(u64) -> u64, figures: &[(f64, f64)]) -> Vec<Rung> {
     sets.iter()
         .zip(figures)
         .map(|(&ws, &(gbps, median_gbps))| Rung {
@@ -217,332 +198,6 @@ pub(super) fn rungs_of(
             median_gbps,
         })
         .collect()
-}
-
-/// Where a received or written byte's cache line was: the costs of moving
-/// bytes between the cores of one machine, by the state of their lines,
-/// each a [`Ladder`] by working set (send + receive buffer per rank).
-#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct FreshLadders {
-    /// Receiving bytes the sender left as they were since the last exchange
-    /// (an input: the line sits in the receiver's cache too, or in the
-    /// shared one) into a buffer only this rank uses.
-    pub clean: Ladder,
-    /// Receiving bytes the sender has just written (the lines sit modified
-    /// in another core's cache) into a buffer only this rank uses.
-    pub pull: Ladder,
-    /// Writing a buffer the peer read since this rank last wrote it (its
-    /// lines must first be taken back from the peer's cache).
-    pub claim: Ladder,
-    /// Both in one pass: receiving bytes the sender has just written into
-    /// a buffer the peer read since this rank last wrote it (every step of
-    /// an in-place ring).
-    pub both: Ladder,
-    /// The most latency (an 8-byte exchange's, per exchange) any rank took
-    /// off a rung's exchanges, seconds: below it a rung is mostly that
-    /// subtraction's remainder ([`Ladder::where_bytes_outlast`]).
-    #[serde(default)]
-    pub latency_taken_off_s: f64,
-}
-
-/// The four [`FreshLadders`], through the communicator's own `send_recv`,
-/// every rank sending to its right neighbour while it receives from its
-/// left, each exchange after a barrier so that all start together.
-///
-/// - `clean`: exchanges of the same send buffer, never rewritten, back to
-///   back as a collective's steps follow each other (less an 8-byte
-///   exchange timed the same way): on sockets the transfer rate a ring
-///   step gets, below a stream's, whose messages flow without waiting;
-/// - `pull` and `claim`: per exchange, each rank first rewrites its send
-///   buffer from its receive buffer (timed: `claim`, as the peer read it
-///   in the last exchange),
-///   then leaves a barrier and exchanges into a private buffer (timed:
-///   `pull`);
-/// - `both`: two buffers per rank swap roles each exchange (send the one
-///   received into last time, receive into the one the peer just read).
-///
-/// The time of an 8-byte exchange timed the same way (the latency the
-/// model charges as alpha) is taken off each exchange ([`less_latency`]).
-/// Best of the samples
-/// ([`plan_rung`]; a sample also ends after [`FRESH_SAMPLE_SECS`], rank 0
-/// deciding), mean over ranks. Without `cache_states` (sockets: the bytes
-/// cross the kernel's own buffers, whatever their lines' state) only
-/// `clean` is measured. Every rank must call it.
-pub fn fresh_ladders<C: Communicator>(
-    comm: &mut C,
-    sets: &[u64],
-    cache_states: bool,
-) -> CommResult<FreshLadders> {
-    let (rank, world) = (comm.rank(), comm.world());
-    let (right, left) = ((rank + 1) % world, (rank + world - 1) % world);
-    let timed = |comm: &mut C,
-                 send: &C::Buffer,
-                 recv: &mut C::Buffer,
-                 len: usize,
-                 barrier: bool|
-     -> CommResult<f64> {
-        if barrier {
-            comm.barrier()?;
-        }
-        let t = Instant::now();
-        comm.send_recv(send, right, recv, left, len, DType::U8)?;
-        comm.sync()?;
-        Ok(t.elapsed().as_secs_f64())
-    };
-    // After a barrier (the cache-state ladders: the fill must be over on
-    // every rank first), or back to back as a collective's steps follow
-    // each other (`clean`).
-    let exchange = |comm: &mut C, send: &C::Buffer, recv: &mut C::Buffer, len: usize| {
-        timed(comm, send, recv, len, true)
-    };
-    let step = |comm: &mut C, send: &C::Buffer, recv: &mut C::Buffer, len: usize| {
-        timed(comm, send, recv, len, false)
-    };
-    let empty = median_empty_exchange(comm, true)?;
-    let mut empty_step = median_empty_exchange(comm, false)?;
-    // Each rank takes its own empty exchange off its own; the method names rank 0's.
-    let empty0 = gather_f64(comm, &[empty])?
-        .first()
-        .and_then(|v| v.first().copied())
-        .unwrap_or(empty);
-    let enough = sample_long_enough::<C>;
-    let mut taken_off = 0.0f64;
-    let (mut clean, mut pull, mut claim, mut both) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    for &ws in sets {
-        let len = (ws / 2).max(1) as usize;
-        let mut a = comm.alloc(len)?;
-        let mut b = comm.alloc(len)?;
-        let (reps, samples) = plan_rung(len);
-        a.write_from_host(&vec![0xa5u8; len])?;
-        for _ in 0..WARM_PASSES {
-            exchange(comm, &a, &mut b, len)?;
-        }
-        let (mut s_clean, mut s_pull, mut s_claim, mut s_both) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        for _ in 0..samples {
-            let start = Instant::now();
-            let (mut tl, mut done) = (0.0, 0usize);
-            while done < reps {
-                tl += step(comm, &a, &mut b, len)?;
-                done += 1;
-                if done % 16 == 0 && enough(comm, start)? {
-                    break;
-                }
-            }
-            s_clean.push((tl, done));
-        }
-        for _ in 0..samples * usize::from(cache_states) {
-            let start = Instant::now();
-            let (mut tp, mut tc, mut done) = (0.0, 0.0, 0usize);
-            while done < reps {
-                // The fill's source is the rank's other buffer of the rung
-                // (placed as `a` is, and in the working set): a pattern in
-                // host memory would add its bytes to the working set and
-                // sit at the heap's offset from `a` within a page.
-                let t = Instant::now();
-                a.copy_from(&b)?;
-                tc += t.elapsed().as_secs_f64();
-                tp += step(comm, &a, &mut b, len)?;
-                done += 1;
-                if done % 16 == 0 && enough(comm, start)? {
-                    break;
-                }
-            }
-            s_pull.push((tp, done));
-            s_claim.push(tc / done as f64);
-        }
-        for _ in 0..samples * usize::from(cache_states) {
-            let start = Instant::now();
-            let (mut tb, mut done) = (0.0, 0usize);
-            while done < reps {
-                tb += if done % 2 == 0 {
-                    step(comm, &a, &mut b, len)?
-                } else {
-                    step(comm, &b, &mut a, len)?
-                };
-                done += 1;
-                if done % 16 == 0 && enough(comm, start)? {
-                    break;
-                }
-            }
-            s_both.push((tb, done));
-        }
-        let after = median_empty_exchange(comm, false)?;
-        let e = empty_step.min(after);
-        empty_step = after;
-        taken_off = taken_off.max(e);
-        let less = |v: Vec<(f64, usize)>| -> Vec<f64> {
-            v.into_iter()
-                .map(|(raw, n)| less_latency(raw, n, e) / n.max(1) as f64)
-                .collect()
-        };
-        clean.push(best_and_median(less(s_clean), len as f64));
-        if cache_states {
-            pull.push(best_and_median(less(s_pull), len as f64));
-            claim.push(best_and_median(s_claim, len as f64));
-            both.push(best_and_median(less(s_both), len as f64));
-        }
-    }
-    let (clean, pull, claim, both) = (
-        mean_over_ranks(comm, &clean)?,
-        mean_over_ranks(comm, &pull)?,
-        mean_over_ranks(comm, &claim)?,
-        mean_over_ranks(comm, &both)?,
-    );
-    let ladder = |what: &str, figures: &[(f64, f64)]| {
-        Ladder {
-        method: format!(
-            "{what}, every rank at once through send_recv, working set = two buffers per rank, exchanges less an 8 B one ({:.2} us), after {WARM_PASSES} untimed passes, best of {SAMPLES} ({BIG_SAMPLES} from {} MiB per transfer), mean per rank",
-            empty0 * 1e6,
-            SAMPLE_BYTES >> 20
-        ),
-        rungs: rungs_of(sets, |ws| ws / 2, figures),
-    }
-    };
-    let taken_off = gather_f64(comm, &[taken_off])?
-        .iter()
-        .filter_map(|v| v.first().copied())
-        .fold(0.0, f64::max);
-    Ok(FreshLadders {
-        latency_taken_off_s: taken_off,
-        clean: ladder(
-            "receiving bytes the sender left as they were into a private buffer",
-            &clean,
-        ),
-        pull: ladder(
-            "receiving bytes the sender has just written into a private buffer",
-            &pull,
-        ),
-        claim: ladder(
-            "rewriting the send buffer the peer has just read from the rank's receive buffer (the fill before each exchange)",
-            &claim,
-        ),
-        both: ladder(
-            "receiving bytes the sender has just written into the buffer the peer has just read",
-            &both,
-        ),
-    })
-}
-
-/// `raw` seconds of `exchanges` timed exchanges less an empty exchange's
-/// `empty` seconds each, at least a thousandth of `raw`. The empty exchange
-/// is the smaller of the medians timed just before and just after the
-/// rung: a stall while one is timed (on the EPYC VM a median came out
-/// above the 80 us of a 512 KiB step) would otherwise take the whole time
-/// off and make the rung read a thousand times memory's speed.
-pub(super) fn less_latency(raw: f64, exchanges: usize, empty: f64) -> f64 {
-    (raw - exchanges as f64 * empty).max(raw * 1e-3)
-}
-
-/// Median seconds of 64 timed 8-byte `send_recv`s, every rank sending to
-/// its right neighbour while it receives from its left, each after a
-/// barrier or back to back: the latency a transfer ladder takes off each
-/// exchange (the model charges it as alpha).
-pub(super) fn median_empty_exchange<C: Communicator>(
-    comm: &mut C,
-    barrier: bool,
-) -> CommResult<f64> {
-    let (rank, world) = (comm.rank(), comm.world());
-    let (right, left) = ((rank + 1) % world, (rank + world - 1) % world);
-    let send = comm.alloc(8)?;
-    let mut recv = comm.alloc(8)?;
-    let mut t = Vec::with_capacity(64);
-    for _ in 0..64 {
-        if barrier {
-            comm.barrier()?;
-        }
-        let t0 = Instant::now();
-        comm.send_recv(&send, right, &mut recv, left, 8, DType::U8)?;
-        comm.sync()?;
-        t.push(t0.elapsed().as_secs_f64());
-    }
-    t.sort_by(f64::total_cmp);
-    Ok(t[t.len() / 2])
-}
-
-/// Ring steps over a socket-like wire at each working set, as parbench's
-/// rings run them: every rank sending to its right neighbour while it
-/// receives from its left, back to back, in messages of the working set's
-/// half up to `max_message` bytes (a ring's slice block: a ring never sends
-/// more at once), each exchange sending from and receiving into the next
-/// piece of a send and a receive area of half the working set each, as a
-/// ring's slices walk through the call's buffers. A ladder of one buffer
-/// pair (the same bytes exchanged again and again) keeps every byte in the
-/// core's cache; a ring over a 64 MiB buffer does not: measured over tcp
-/// loopback, 64 exchanges of 512 KiB took 5.26 ms between one pair of
-/// buffers and 6.54 ms walking through 32 MiB (1.24x).
-///
-/// A sample moves at least [`SAMPLE_BYTES`] and the whole area; the time
-/// of as many 8-byte exchanges ([`median_empty_exchange`], the model's
-/// alpha) is taken off it. Best of [`SAMPLES`] ([`BIG_SAMPLES`] from
-/// [`SAMPLE_BYTES`] per area), mean over ranks. Every rank must call it
-/// with the same arguments.
-pub fn ring_step_ladder<C: Communicator>(
-    comm: &mut C,
-    sets: &[u64],
-    max_message: u64,
-) -> CommResult<Ladder> {
-    let (rank, world) = (comm.rank(), comm.world());
-    let (right, left) = ((rank + 1) % world, (rank + world - 1) % world);
-    let max_message = max_message.max(1);
-    let mut empty = median_empty_exchange(comm, false)?;
-    let first_empty = empty;
-    let mut mine = Vec::with_capacity(sets.len());
-    for &ws in sets {
-        let area = (ws / 2).max(1);
-        let len = area.min(max_message) as usize;
-        let pieces = area.div_ceil(len as u64) as usize;
-        let mut sends = Vec::with_capacity(pieces);
-        let mut recvs = Vec::with_capacity(pieces);
-        for _ in 0..pieces {
-            let mut s = comm.alloc(len)?;
-            s.write_from_host(&vec![0x5a; len])?;
-            sends.push(s);
-            recvs.push(comm.alloc(len)?);
-        }
-        let per_sample = (SAMPLE_BYTES.div_ceil(len as u64) as usize)
-            .max(pieces)
-            .max(2);
-        let samples = if area >= SAMPLE_BYTES {
-            BIG_SAMPLES
-        } else {
-            SAMPLES
-        };
-        // One untimed pass: faults the pages in, opens the path.
-        for i in 0..pieces {
-            comm.send_recv(&sends[i], right, &mut recvs[i], left, len, DType::U8)?;
-        }
-        let mut secs = Vec::with_capacity(samples);
-        for _ in 0..samples {
-            comm.barrier()?;
-            let t = Instant::now();
-            for i in 0..per_sample {
-                let k = i % pieces;
-                comm.send_recv(&sends[k], right, &mut recvs[k], left, len, DType::U8)?;
-            }
-            comm.sync()?;
-            secs.push(t.elapsed().as_secs_f64());
-        }
-        let after = median_empty_exchange(comm, false)?;
-        let e = empty.min(after);
-        empty = after;
-        let secs = secs
-            .into_iter()
-            .map(|s| less_latency(s, per_sample, e))
-            .collect();
-        mine.push(best_and_median(secs, (per_sample * len) as f64));
-    }
-    let figures = mean_over_ranks(comm, &mine)?;
-    Ok(Ladder {
-        method: format!(
-            "ring steps: every rank sending to rank+1 while receiving from rank-1 (send_recv), back to back, messages of half the working set up to {} KiB, walking through a send and a receive area of half the working set each, less an 8 B exchange ({:.2} us) per step, best of {SAMPLES} ({BIG_SAMPLES} from {} MiB per area), mean per rank",
-            max_message >> 10,
-            first_empty * 1e6,
-            SAMPLE_BYTES >> 20
-        ),
-        rungs: rungs_of(sets, |ws| (ws / 2).clamp(1, max_message), &figures),
-    })
 }
 
 /// The two stream ladders of a communicator's send/recv.
@@ -744,21 +399,12 @@ mod tests {
             let copy = copy_ladder(c, &sets)?;
             let red = reduce_ladder(c, &sets, DType::F32, ReduceOp::Sum)?;
             let s = stream_ladder(c, &sets, 64 << 10, 16 << 10, 2)?;
-            let fresh = fresh_ladders(c, &sets, true)?;
-            Ok((copy, red, s, fresh))
+            Ok((copy, red, s))
         });
         let all: Vec<_> = got.into_iter().map(Result::unwrap).collect();
         assert_eq!(all[0], all[1], "every rank gets the same figures");
-        let (copy, red, s, fresh) = &all[0];
-        for l in [
-            copy,
-            red,
-            &s.one_way,
-            &s.duplex,
-            &fresh.pull,
-            &fresh.claim,
-            &fresh.both,
-        ] {
+        let (copy, red, s) = &all[0];
+        for l in [copy, red, &s.one_way, &s.duplex] {
             let ws: Vec<u64> = l.rungs.iter().map(|r| r.working_set).collect();
             assert_eq!(ws, sets, "{}", l.method);
             for r in &l.rungs {

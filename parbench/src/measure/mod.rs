@@ -12,18 +12,15 @@
 //! - [`ceiling`]: what the wire can do at best, measured in the same run
 //!   (memory-copy bandwidth, one-stream throughput, ping-pong latency,
 //!   reduction-kernel throughput).
-//! - [`fused`]: the host rings' own receive-and-reduce step, by working
-//!   set (the model's price of a reduced byte).
 //! - [`compute_reference`]: the machine's compute speed in the same run
 //!   (one fixed matrix product on every CPU at once), beside the figures
 //!   of a suite whose times are compute.
 //! - [`placement`]: one CPU per rank, so the scheduler does not stack the
 //!   ranks of a job on one core while another idles.
-//! - [`core_state`]: the state of the cores (or of a socket wire) a
-//!   measurement runs in, and waiting for it.
+//! - [`ladder`]: copy, reduction and stream bandwidth at a ladder of
+//!   working sets.
 //! - [`wire`]: the wire's figures a sweep's rows are held against, measured
-//!   before it in one state (the ceiling ladders per working set, the
-//!   calibrated model's link), at each row, and again after it.
+//!   once before it (the ceiling ladder, alpha, beta and gamma).
 //!
 //! Nothing here prints: binaries do.
 
@@ -32,9 +29,6 @@ pub mod clock;
 pub mod clock_sync;
 pub mod combine;
 pub mod compute_reference;
-pub mod core_state;
-pub mod far;
-pub mod fused;
 pub mod ladder;
 pub mod noise;
 pub mod placement;
@@ -42,19 +36,15 @@ pub mod timing;
 pub mod wire;
 
 pub use ceiling::{
-    core_state_probe, core_state_probe_with, exchange_latency, memcpy_bandwidth, ping_pong,
-    ping_pong_latency, reduce_throughput, round_trip, stream_throughput, Ceiling, CoreState,
-    PingPong, StateFigures,
+    exchange_latency, memcpy_bandwidth, ping_pong, ping_pong_latency, reduce_throughput,
+    round_trip, stream_throughput, Ceiling, PingPong,
 };
 pub use combine::{
     gather_f64, gather_f64_any_len, Average, LoopStats, StragglerTally, StragglerVerdict,
 };
 pub use compute_reference::ComputeReference;
-pub use far::{far_ladders, far_ladders_of, FarLadders, FarWanted};
-pub use fused::{fused_reduce_ladders, FusedLadders};
 pub use ladder::{
-    copy_ladder, fresh_ladders, reduce_ladder, ring_step_ladder, stream_ladder, working_sets,
-    FreshLadders, Ladder, Rung, StreamLadders,
+    copy_ladder, reduce_ladder, stream_ladder, working_sets, Ladder, Rung, StreamLadders,
 };
 pub use timing::{time_loop, LoopSpec, RankTimes};
 

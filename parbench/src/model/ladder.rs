@@ -1,10 +1,27 @@
-//! A bandwidth at a ladder of working sets: the calibrated model's
-//! coefficients ([`super::wire`]) and the ceiling a row is held against.
+//! A bandwidth at a ladder of working sets: the ceiling a row is held
+//! against and the beta and gamma the alpha-beta model prices it with.
 //!
 //! A CPU's memory is not one wire: a copy whose buffers stay in L1 runs
 //! several times faster than one out of the last-level cache, so each
 //! figure is measured at working sets from inside the caches to past the
-//! largest swept size (`crate::measure::ladder`) and read at a row's own.
+//! largest swept size (`crate::measure::ladder`) and read at a row's own
+//! ([`working_set_bytes`]).
+
+use crate::comm::Collective;
+
+/// Bytes each rank's buffers hold in one call of `coll` on `p` ranks with
+/// nccl-tests' size `n_bytes`: out of place the send and the receive
+/// buffer, in place the one buffer (all_reduce: `2n` and `n`; all_gather,
+/// `n` the gathered output: `n + n/p` and `n`). The algorithms' scratch is
+/// left out.
+pub fn working_set_bytes(coll: Collective, p: usize, n_bytes: u64, in_place: bool) -> u64 {
+    if in_place {
+        return n_bytes;
+    }
+    let p = p.max(1);
+    let (send, recv) = (coll.send_blocks(p) as u64, coll.recv_blocks(p) as u64);
+    n_bytes + n_bytes * send.min(recv) / send.max(recv).max(1)
+}
 
 /// One working set of a [`Ladder`].
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -116,145 +133,6 @@ impl Ladder {
             .is_some_and(|r| r.working_set >= working_set)
     }
 
-    /// This ladder with `here`'s rungs put in: at a working set this ladder
-    /// has, the better of the two figures; between its rungs, `here`'s rung
-    /// goes in at its place (or this ladder's figure there, when better).
-    /// How a row's ceiling measured again at the row joins the pre-sweep
-    /// one (bench-collectives on shared memory).
-    pub fn with_rungs_from(&self, here: &Ladder) -> Ladder {
-        let mut out = self.clone();
-        for h in &here.rungs {
-            match out
-                .rungs
-                .iter_mut()
-                .find(|r| r.working_set == h.working_set)
-            {
-                Some(r) if h.gbps > r.gbps => *r = h.clone(),
-                Some(_) => {}
-                None => {
-                    let at = out
-                        .rungs
-                        .iter()
-                        .position(|r| r.working_set > h.working_set)
-                        .unwrap_or(out.rungs.len());
-                    let rung = match self.at(h.working_set) {
-                        Some(b) if b > h.gbps => Rung {
-                            gbps: b,
-                            median_gbps: b,
-                            ..h.clone()
-                        },
-                        _ => h.clone(),
-                    };
-                    out.rungs.insert(at, rung);
-                }
-            }
-        }
-        out.method = format!(
-            "{}; at each row's working sets the better of that and the same ladder measured again just before the row",
-            self.method
-        );
-        out
-    }
-
-    /// This ladder with `more`'s rungs put in at their working sets (in
-    /// place of a rung at the same working set): a ladder measured at more
-    /// working sets after its first pass. Its method is this ladder's, or
-    /// `more`'s where this one has none (a ladder measured only from some
-    /// working set up, such as the far ladders from 1 MiB, starts empty).
-    pub fn merged(&self, more: &Ladder) -> Ladder {
-        let mut out = self.clone();
-        if out.method.is_empty() {
-            out.method.clone_from(&more.method);
-        }
-        for m in &more.rungs {
-            out.rungs.retain(|r| r.working_set != m.working_set);
-            let at = out
-                .rungs
-                .iter()
-                .position(|r| r.working_set > m.working_set)
-                .unwrap_or(out.rungs.len());
-            out.rungs.insert(at, m.clone());
-        }
-        out
-    }
-
-    /// This ladder with each rung held at most at `cap`'s figure at its
-    /// working set (both its best and its median), `note` added to the
-    /// method where a rung was held: a transfer that does more than
-    /// another over the same path cannot outrun it.
-    pub fn capped_by(&self, cap: &Ladder, note: &str) -> Ladder {
-        let mut out = self.clone();
-        let mut held = false;
-        for r in &mut out.rungs {
-            if let Some(c) = cap.at(r.working_set) {
-                if r.gbps > c {
-                    r.gbps = c;
-                    r.median_gbps = r.median_gbps.min(c);
-                    held = true;
-                }
-            }
-        }
-        if held {
-            out.method.push_str(note);
-        }
-        out
-    }
-
-    /// The rungs whose transfer took at least `secs` (bytes / rate): where a
-    /// ladder's samples had a latency of `secs` taken off each transfer, a
-    /// rung whose transfer lasted less than that is mostly the subtraction's
-    /// remainder. On the EPYC VM the clean-exchange ladder's 4 KiB rung
-    /// (2 KiB moved in about 0.2 us, less an 8 B exchange's 0.18 us) read
-    /// 290 to 11600 GB/s from run to run, and the ceiling's "in cache"
-    /// figure with it. The method says what was left out.
-    pub fn where_bytes_outlast(&self, secs: f64) -> Ladder {
-        let long = |r: &Rung| r.gbps > 0.0 && r.bytes as f64 / (r.gbps * 1e9) >= secs;
-        let left = self.rungs.iter().filter(|r| !long(r)).count();
-        Ladder {
-            method: if left == 0 {
-                self.method.clone()
-            } else {
-                format!(
-                    "{}; {left} rung(s) whose bytes took less than the {:.2} us taken off them left out",
-                    self.method,
-                    secs * 1e6
-                )
-            },
-            rungs: self.rungs.iter().filter(|r| long(r)).cloned().collect(),
-        }
-    }
-
-    /// The working sets of the rungs that lie below `share` of both their
-    /// neighbours' figures. A cache boundary makes a ladder fall by a step
-    /// and stay down; it never makes one rung fall alone and the next climb
-    /// back. A rung that does was timed through a stall: its samples are
-    /// taken back to back, so a stall of a few milliseconds covers them all
-    /// and its best sample is the stall's. On the EPYC VM one run in two
-    /// had such a rung (a 2 MiB rung at 2.0 GB/s between 13.8 and 12.5),
-    /// and the model of every row priced from it 3-4.6x too slow.
-    pub fn dipped_sets(&self, share: f64) -> Vec<u64> {
-        self.rungs
-            .windows(3)
-            .filter(|w| w[1].gbps < share * w[0].gbps.min(w[2].gbps))
-            .map(|w| w[1].working_set)
-            .collect()
-    }
-
-    /// This ladder with each rung that `again` measured at the same working
-    /// set replaced by `again`'s where that one is better: a rung keeps its
-    /// best sample, and a rung measured again has more samples.
-    pub fn better_rungs(&self, again: &Ladder) -> Ladder {
-        let mut out = self.clone();
-        for r in &mut out.rungs {
-            if let Some(a) = again.rungs.iter().find(|a| a.working_set == r.working_set) {
-                if a.gbps > r.gbps {
-                    *r = a.clone();
-                }
-            }
-        }
-        out
-    }
-
     /// The rung-wise larger of two ladders over the same working sets (one
     /// stream, and both directions at once: the best either gives).
     pub fn best_of(&self, other: &Ladder) -> Ladder {
@@ -279,84 +157,27 @@ impl Ladder {
 mod tests {
     use super::*;
 
-    fn rung(working_set: u64, gbps: f64) -> Rung {
-        Rung {
-            working_set,
-            bytes: working_set / 2,
-            gbps,
-            median_gbps: gbps,
-        }
+    #[test]
+    fn a_ladder_interpolates_log_log_and_holds_its_ends() {
+        let l = Ladder::exact("copy", &[(1 << 10, 100.0), (1 << 20, 10.0)]);
+        assert_eq!(l.at(1), Some(100.0));
+        assert_eq!(l.at(1 << 30), Some(10.0));
+        let mid = l.at(32 << 10).unwrap();
+        assert!(
+            (mid - 100.0f64.sqrt() * 10.0f64.sqrt()).abs() < 1e-9,
+            "{mid}"
+        );
+        assert_eq!(Ladder::default().at(1), None);
     }
 
     #[test]
-    fn a_merge_keeps_the_method_or_takes_the_one_measured_later() {
-        let later = Ladder {
-            method: "far".into(),
-            rungs: vec![rung(2 << 20, 10.0)],
-        };
-        let got = Ladder::default().merged(&later);
-        assert_eq!((got.method.as_str(), got.rungs.len()), ("far", 1));
-        let first = Ladder {
-            method: "first".into(),
-            rungs: vec![rung(1 << 20, 20.0)],
-        };
-        let got = first.merged(&later);
-        assert_eq!((got.method.as_str(), got.rungs.len()), ("first", 2));
-    }
-
-    #[test]
-    fn rungs_shorter_than_the_latency_taken_off_them_are_left_out() {
-        // 2 KiB at 11600 GB/s took 0.18 ns; 512 KiB at 50 GB/s took 10 us.
-        let l = Ladder {
-            method: "exchanges".into(),
-            rungs: vec![rung(4 << 10, 11600.0), rung(1 << 20, 50.0)],
-        };
-        let kept = l.where_bytes_outlast(0.18e-6);
-        assert_eq!(kept.rungs, vec![rung(1 << 20, 50.0)]);
-        assert!(kept.method.contains("1 rung(s)"), "{}", kept.method);
-        // The better of a copy and the kept rungs: the copy's where none is left.
-        let copy = Ladder {
-            method: "copy".into(),
-            rungs: vec![rung(4 << 10, 150.0), rung(1 << 20, 40.0)],
-        };
-        let ceiling = copy.best_of(&kept);
-        assert_eq!(ceiling.at(4 << 10), Some(150.0));
-        assert_eq!(ceiling.at(1 << 20), Some(50.0));
-        // Nothing taken off: every rung stays, the method unchanged.
-        assert_eq!(l.where_bytes_outlast(0.0), l);
-    }
-
-    #[test]
-    fn a_rung_below_both_neighbours_is_a_dip_and_a_step_is_not() {
-        let l = Ladder {
-            method: "both_far".into(),
-            rungs: vec![
-                rung(1 << 20, 12.7),
-                rung(2 << 20, 2.0),
-                rung(4 << 20, 13.5),
-                // A cache boundary: down by a step and staying down.
-                rung(8 << 20, 4.0),
-                rung(16 << 20, 3.9),
-                rung(32 << 20, 4.1),
-            ],
-        };
-        assert_eq!(l.dipped_sets(0.67), vec![2 << 20]);
-        // Ends have one neighbour: never judged.
-        let ends = Ladder {
-            method: "x".into(),
-            rungs: vec![rung(1 << 20, 1.0), rung(2 << 20, 10.0), rung(4 << 20, 1.0)],
-        };
-        assert!(ends.dipped_sets(0.67).is_empty());
-        // Measured again: the better rung stays at each working set.
-        let again = Ladder {
-            method: "again".into(),
-            rungs: vec![rung(2 << 20, 13.1), rung(8 << 20, 3.0)],
-        };
-        let better = l.better_rungs(&again);
-        assert_eq!(better.rungs[1], rung(2 << 20, 13.1));
-        assert_eq!(better.rungs[3], rung(8 << 20, 4.0));
-        assert_eq!(better.rungs.len(), l.rungs.len());
-        assert_eq!(better.method, l.method);
-        assert!(better.dipped_sets(0.67).is_empty());
+    fn working_sets_follow_the_byte_rule() {
+        let n = 1 << 20;
+        assert_eq!(working_set_bytes(Collective::AllReduce, 4, n, false), 2 * n);
+        assert_eq!(working_set_bytes(Collective::AllReduce, 4, n, true), n);
+        assert_eq!(
+            working_set_bytes(Collective::AllGather, 4, n, false),
+            n + n / 4
+        );
     }
 }

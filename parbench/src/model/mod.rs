@@ -16,9 +16,8 @@
 //! - [`footprint`]: FLOPs and memory of a step (for the planner).
 //! - [`sim`]: the schedule simulator (makespan, idle time, bubble of any schedule).
 //! - [`plan`]: the capacity planner, which composes all of the above.
-//! - [`wire`]: the calibrated model of parbench's CPU transports: per-regime
-//!   bandwidths from ladders of working sets, and what each algorithm moves.
-//! - [`ladder`]: [`ladder::Ladder`], a bandwidth at a ladder of working sets.
+//! - [`ladder`]: [`ladder::Ladder`], a bandwidth at a ladder of working
+//!   sets, read at a row's own ([`ladder::working_set_bytes`]).
 //!
 //! ```
 //! use parbench::comm::Collective;
@@ -53,11 +52,8 @@ pub mod opcost;
 pub mod plan;
 pub mod presets;
 pub mod priced;
-pub mod row_rungs;
 pub mod sim;
 pub mod tensor_parallel;
-pub mod wire;
-pub mod wire_fit;
 
 pub use algo::ModelAlgo;
 pub use alpha_beta::{

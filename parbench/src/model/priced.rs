@@ -1,15 +1,9 @@
-//! When a model's figure counts as matching a measurement: the one rule
-//! bench-collectives' Model check, bench-layers' model warning and
-//! `report model-check` share.
+//! When a model's figure counts as matching a measurement: bench-layers'
+//! model warning.
 
 /// A figure is priced well when model / measured lies within this share
 /// of 1 either way.
 pub const WITHIN: f64 = 0.25;
-
-/// Collective rows of this many bytes and up are held to [`WITHIN`]:
-/// below, a row is a handful of microseconds and the model's latency
-/// term, not its ladders.
-pub const FROM_BYTES: u64 = 64 << 10;
 
 /// Whether `model / measured` is within [`WITHIN`] of 1.
 pub fn priced_well(ratio: f64) -> bool {

@@ -45,10 +45,7 @@ fn changes_table(changes: &[&Change]) -> Table {
                 Worse::HigherFraction => format!("{:.1} pt", c.noise * 100.0),
                 _ => format!("{:.1}%", c.noise * 100.0),
             },
-            match c.state {
-                Some(_) => format!("{} / {} in one state", c.rounds.0, c.rounds.1),
-                None => format!("{} / {}", c.rounds.0, c.rounds.1),
-            },
+            format!("{} / {}", c.rounds.0, c.rounds.1),
             match c.time_change_us {
                 Some(d) => format!("{d:+.3} / {:.3} us", c.floor_us),
                 None => "-".into(),
@@ -66,7 +63,7 @@ pub fn one_round_note(n: usize) -> String {
 }
 
 /// The rule, in one paragraph, as the output states it.
-pub const RULE: &str = "A regression: rows of quiet runs only (other processes took at most 10% of the machine during the run and the row's table); on shared memory and tcp, judged both among the rounds timed in the wire's state (the cores', the sockets' mode) most current rounds share (when each side has 3 or more there) and across every round, a call from either counting; the median over the rounds worse by more than the threshold and by more than the noise (the rounds' spread, max - min over the median, with 2+ rounds, else the row's spread below its median); with 2+ rounds on both sides, every current round worse than every baseline round; and a time change above the floor (clock resolution or latency jitter, the larger, from run.json).";
+pub const RULE: &str = "A regression: rows of quiet runs only (other processes took at most 10% of the machine during the run and the row's table); the median over the rounds worse by more than the threshold and by more than the noise (the rounds' spread, max - min over the median, with 2+ rounds, else the row's spread below its median); with 2+ rounds on both sides, every current round worse than every baseline round; and a time change above the floor (clock resolution or latency jitter, the larger, from run.json).";
 
 /// The comparison as text or Markdown.
 pub fn render(cmp: &Comparison, args: &CompareArgs) -> String {
@@ -129,23 +126,6 @@ pub fn render(cmp: &Comparison, args: &CompareArgs) -> String {
     if let Some(basis) = &cmp.compute_basis {
         out.push_str(&format!("{}\n", basis.describe()));
     }
-    let in_state = cmp.changes.iter().filter(|c| c.state.is_some()).count();
-    if in_state > 0 {
-        out.push_str(&format!(
-            "Cores' state: {in_state} of {} collectives figures judged among the rounds whose run measured its wire with the cores in one state ({}+ a side), the others across every round.\n",
-            cmp.changes.iter().filter(|c| c.suite == "collectives").count(),
-            super::core_states::MIN_ROUNDS
-        ));
-        let census: Vec<String> = cmp
-            .state_census
-            .iter()
-            .map(|(s, b, c)| format!("{}: runs baseline {b}, current {c}", s.describe()))
-            .collect();
-        out.push_str(&format!(
-            "Runs by the cores' state: {}.\n",
-            census.join("; ")
-        ));
-    }
     let single = cmp
         .changes
         .iter()
@@ -164,16 +144,6 @@ pub fn render(cmp: &Comparison, args: &CompareArgs) -> String {
         }
         out.push_str(&if md { t.markdown() } else { t.text() });
     }
-    if !cmp.cores_moved.is_empty() {
-        out.push_str(&heading(
-            "Rows timed with the cores elsewhere than the run's wire, or moving (not judged)",
-        ));
-        let mut t = Table::new(["folder", "run", "rows left out"]);
-        for (side, id, n) in &cmp.cores_moved {
-            t.row([side.to_string(), id.clone(), n.to_string()]);
-        }
-        out.push_str(&if md { t.markdown() } else { t.text() });
-    }
     let table = |t: Table| if md { t.markdown() } else { t.text() };
     if !regs.is_empty() {
         out.push_str(&heading("Regressions"));
@@ -185,7 +155,7 @@ pub fn render(cmp: &Comparison, args: &CompareArgs) -> String {
     }
     if !not_judged.is_empty() {
         out.push_str(&format!(
-            "\nnoisy: not judged: {} figures of {} keys (every row on one side, or all but one of the rounds it ran, came from a noisy run or was timed with the cores elsewhere).\n",
+            "\nnoisy: not judged: {} figures of {} keys (every row on one side, or all but one of the rounds it ran, came from a noisy run).\n",
             not_judged.len(),
             not_judged
                 .iter()

@@ -5,10 +5,9 @@
 
 use super::page::{self, num, text, Cell, CHART_H, CHART_W};
 use crate::charts::{self, band_points, Axis, LineChart, LineStyle, Marker, Series};
-use crate::load::{rows_rungs, wire_model, Source};
+use crate::load::{headlines, Source};
 use crate::predict;
 use crate::units;
-use parbench::model::wire::{RowRungs, WireModel};
 use parbench::results::CollectiveRow;
 use parbench::stats::median_of_finite;
 use std::collections::BTreeMap;
@@ -25,12 +24,9 @@ pub struct Curve<'a> {
     /// Rows by size: the run's own, or the median over the runs with their
     /// min..max.
     pub by_size: Vec<SizePoint>,
-    /// The calibrated wire model the run recorded (single-run curves of
-    /// parbench's own transports).
-    pub wire: Option<WireModel>,
-    /// The rungs the run measured just before each of the curve's rows,
-    /// by bytes ([`crate::load::rows_rungs`]).
-    pub row_rungs: Vec<(u64, RowRungs)>,
+    /// The headline its run printed and recorded for the curve's
+    /// collective (single-run curves; `extra.headlines`).
+    pub headline: Option<String>,
 }
 
 /// One message size of a curve.
@@ -130,8 +126,7 @@ fn make_curve<'a>(
         runs,
         noisy,
         by_size,
-        wire: None,
-        row_rungs: Vec::new(),
+        headline: None,
     }
 }
 
@@ -172,9 +167,11 @@ pub fn curves(sources: &[Source]) -> Vec<Curve<'_>> {
                     .iter()
                     .find(|s| s.label == source)
                     .and_then(|s| s.run(id));
-                c.wire = meta.and_then(wire_model);
-                c.row_rungs = meta.map_or_else(Vec::new, |m| {
-                    rows_rungs(m, &c.row.collective, c.row.in_place)
+                c.headline = meta.and_then(|m| {
+                    headlines(m)
+                        .into_iter()
+                        .find(|(coll, _)| *coll == c.row.collective)
+                        .map(|(_, line)| line)
                 });
                 out.push(c);
             }
@@ -485,46 +482,17 @@ struct WindowFit {
     sizes: usize,
 }
 
-/// The fit of a curve's p50 over [`FIT_FROM`] and up: in the calibrated
-/// model's structure when its run recorded the ladders, else `t = L alpha
-/// + F n beta`.
+/// The fit of a curve's p50 over [`FIT_FROM`] and up: `t = L alpha + F n
+/// beta` with the algorithm's L and F.
 fn window_fit(c: &Curve) -> Result<WindowFit, String> {
-    let pts: Vec<(u64, f64)> = c
+    let us: Vec<(u64, f64)> = c
         .by_size
         .iter()
         .filter(|p| p.bytes >= FIT_FROM && p.p50 > 0.0)
-        .map(|p| (p.bytes as u64, p.p50 * 1e-6))
+        .map(|p| (p.bytes as u64, p.p50))
         .collect();
-    let coll: parbench::comm::Collective = c.row.collective.parse()?;
     let algo = predict::ModelAlgo::of(&c.row.algo);
-    if let Some(w) = &c.wire {
-        if let Ok(f) = predict::wire_fit(
-            coll,
-            &algo,
-            c.row.world,
-            c.row.in_place,
-            w,
-            &pts,
-            &c.row_rungs,
-        ) {
-            return Ok(WindowFit {
-                structure: "ladders",
-                alpha_us: f.alpha_s * 1e6,
-                bandwidth: format!(
-                    "busbw {}..{} (scale {:.2})",
-                    units::sig3(f.busbw_gbps.0),
-                    units::sig3(f.busbw_gbps.1),
-                    f.scale
-                ),
-                rms: f.rms_rel_err,
-                max: f.max_rel_err,
-                sizes: f.points,
-            });
-        }
-    }
-    let us: Vec<(u64, f64)> = pts.iter().map(|&(n, s)| (n, s * 1e6)).collect();
     let f = predict::fit(&c.row.collective, &algo, c.row.world, &us)?;
-    let max = f.max_rel_err;
     Ok(WindowFit {
         structure: "single beta",
         alpha_us: f.alpha_us,
@@ -532,7 +500,7 @@ fn window_fit(c: &Curve) -> Result<WindowFit, String> {
             .gbps
             .map_or("-".into(), |g| format!("link {}", units::sig3(g))),
         rms: f.rms_rel_err,
-        max,
+        max: f.max_rel_err,
         sizes: f.points,
     })
 }
@@ -621,7 +589,7 @@ pub fn section(sources: &[Source]) -> String {
         );
     }
     let mut body = page::note(
-        "Bus bandwidth as nccl-tests defines it (algbw x 2(n-1)/n for all_reduce, (n-1)/n for all_gather, reduce_scatter and all_to_all, 1 otherwise; GB = 1e9 B). The model's line is the prediction recorded with each row (the calibrated model: latency and per-regime bandwidths measured before the sweep); the ceiling is the wire's bandwidth measured in the same run at each size's own working set (a ladder of memory copies, every rank at once, for shared memory; the better of one stream and both directions at once through the communicator for TCP), so a size that stays in cache is held against the in-cache rate. A curve is one run; more than two runs of one configuration in one folder are drawn as their median with a min..max band, and say so.",
+        "Bus bandwidth as nccl-tests defines it (algbw x 2(n-1)/n for all_reduce, (n-1)/n for all_gather, reduce_scatter and all_to_all, 1 otherwise; GB = 1e9 B). The model's line is the prediction recorded with each row (the alpha-beta-gamma form of its algorithm: alpha, and beta and gamma at the row's working set, measured before the sweep); the ceiling is the wire's bandwidth measured in the same run at each size's own working set (a ladder of memory copies, every rank at once, for shared memory; the better of one stream and both directions at once through the communicator for sockets), so a size that stays in cache is held against the in-cache rate. A curve is one run; more than two runs of one configuration in one folder are drawn as their median with a min..max band, and say so.",
     );
     // One chart pair per collective and element type (and operator where the
     // collective reduces): a `-d all -o all` sweep stays readable.
@@ -651,7 +619,7 @@ pub fn section(sources: &[Source]) -> String {
     }
     body.push_str(&page::h3("Alpha-beta fit and peaks"));
     body.push_str(&page::note(
-        "Each curve's median times from 1 MiB up fitted (parbench::model) with relative error so every size counts. Structure `ladders` (runs that recorded their ceiling ladders): time = L x alpha + s x the calibrated model's bytes term (each size's bandwidth from the ladders at its working set), alpha the run's measured one (a sliced ring's latency steps grow with its bytes, so the two cannot be told apart from large sizes alone) and the scale s fitted; busbw is what the fit implies at the window's first and last size. Structure `single beta`: time = L x alpha + B x bytes x beta with the algorithm's L and B (ring all_reduce: L = 2(p-1) per slice, B = 2(p-1)/p); link = 1/beta. An error above 20% is marked poor. Peak bus bandwidth is the best single size, not a mean over sizes, held against the ceiling at that size's own working set.",
+        "Each curve's median times from 1 MiB up fitted (parbench::model) with relative error so every size counts: time = L x alpha + B x bytes x beta with the algorithm's L and B (ring all_reduce: L = 2(p-1) per slice, B = 2(p-1)/p); link = 1/beta. An error above 20% is marked poor. Peak bus bandwidth is the best single size, not a mean over sizes, held against the ceiling at that size's own working set.",
     ));
     body.push_str(&page::table(
         &[

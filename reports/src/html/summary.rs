@@ -96,24 +96,39 @@ pub fn section(sources: &[Source], capacity: &[(String, f64)]) -> String {
         let first = c.by_size.first();
         let ceiling = peak.ceiling;
         let fit = curve_fit(c).ok();
+        // The run's own headline where it recorded one: the figure its
+        // footer printed, not one computed again here.
+        let headline = match &c.headline {
+            Some(line) => line.clone(),
+            None => format!(
+                "peak bus bandwidth {} GB/s at {}{}",
+                units::sig3(peak.busbw),
+                units::bytes(peak.bytes),
+                if ceiling > 0.0 {
+                    format!(
+                        ", {} of the ceiling at that size's working set ({} GB/s)",
+                        units::percent(peak.busbw / ceiling),
+                        units::sig3(ceiling)
+                    )
+                } else {
+                    String::new()
+                }
+            ),
+        };
         items.push(format!(
-            "all_reduce on {} ({}/{}, {}, {} ranks, {}): peak bus bandwidth {} GB/s at {}{}; {} takes {} (p50){}.",
+            "all_reduce on {} ({}/{}, {}, {} ranks, {}): {headline}; {} takes {} (p50){}.",
             c.source,
             c.row.backend,
             c.row.wire,
             c.row.algo,
             c.row.world,
             super::collectives::run_words(c),
-            units::sig3(peak.busbw),
-            units::bytes(peak.bytes),
-            if ceiling > 0.0 {
-                format!(", {} of the ceiling at that size's working set ({} GB/s)", units::percent(peak.busbw / ceiling), units::sig3(ceiling))
-            } else {
-                String::new()
-            },
             first.map_or("-".into(), |p| units::bytes(p.bytes)),
             first.map_or("-".into(), |p| units::micros(p.p50)),
-            fit.map_or(String::new(), |f| format!("; fitted alpha {} per message", units::micros(f.alpha_us)))
+            fit.map_or(String::new(), |f| format!(
+                "; fitted alpha {} per message",
+                units::micros(f.alpha_us)
+            ))
         ));
     }
     if !capacity.is_empty() {

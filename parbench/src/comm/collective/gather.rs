@@ -110,10 +110,9 @@ mod tests {
             crate::comm::algo::Algorithm::choose(g, Algo::Ring, 4, 64).name(),
             "p2p"
         );
-        // The model knows it has no cost form: no prediction, no moves.
+        // The model knows it has no cost form: no prediction.
         let p2p = crate::model::ModelAlgo::of("p2p");
         assert_eq!(crate::model::alpha_beta::terms(g, &p2p, 4, 1024), None);
-        assert_eq!(crate::model::wire::moves(g, &p2p, 4, 1024, false), None);
     }
 
     #[test]

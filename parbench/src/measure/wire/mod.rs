@@ -1,53 +1,59 @@
-//! The wire's figures, measured before a sweep on every rank: the ceiling
-//! ladder each row is held against, the calibrated model's link, the
+//! The wire's figures, measured once before a sweep on every rank: the
+//! ceiling ladder each row is held against, the alpha-beta-gamma model's
+//! coefficients (alpha from the 8 B exchange, beta from the ceiling ladder
+//! at the row's working set, gamma from the reduction kernel's ladder), the
 //! latency jitter and clock resolution behind the compare gate's floor,
-//! and the noise of the measurement window; the ceiling measured again at
-//! a row ([`WireFigures::ceiling_at_row`]) and after the sweep
-//! ([`recheck`]). Any binary that times collectives against the wire can
-//! use it: what it needs of the sweep is the rows it will time
-//! ([`SweepRows`]).
+//! and the noise of the measurement window. Any binary that times
+//! collectives against the wire can use it: what it needs of the sweep is
+//! the rows it will time ([`SweepRows`]).
 
-mod at_row;
-pub mod recheck;
 mod rows;
-mod rungs;
 
-pub use at_row::{MODEL_AT_ROW_FROM, MODEL_AT_ROW_LONGEST_CALL_S};
 pub use rows::{largest_set, row_count, SweepRows};
-pub use rungs::{link_bound, socket_ceiling, socket_ladders};
 
 use crate::comm::{Collective, CommResult, Communicator, DType, LinkStats, ReduceOp};
 use crate::measure::clock::IterClock;
-use crate::measure::core_state::{state_probe, WaitBudget};
 use crate::measure::noise::{CpuSnapshot, ForeignCpu};
 use crate::measure::placement::Placement;
-use crate::measure::{self, CoreState, Ladder, PingPong, Rung};
-use crate::model::wire::{ceiling_for, working_set_bytes, working_sets_of, RowRungs, WireModel};
+use crate::measure::{self, Ladder, PingPong, Rung};
+use crate::model::ladder::working_set_bytes;
 use crate::model::{self, LinkParams, ModelAlgo};
-use rows::{row_working_sets, steep_sets};
-use rungs::{again_where_dipped, ladders_in_state, link_ladders, SocketLadders};
 use std::time::Instant;
 
 /// The smallest working set of the ladders: every row below it is held
 /// against its first rung.
 const SMALLEST_SET: u64 = 4 << 10;
-/// Timed ping-pongs behind alpha (after the warm-up).
+/// Timed ping-pongs and exchanges behind alpha (after the warm-up).
 const PING_TRIPS: usize = 200;
+/// Bytes each stream sample moves at least (a token bucket's burst is then
+/// a small part of it).
+const STREAM_SAMPLE: u64 = 4 << 20;
+/// The longest message of the stream ladders: longer ones outran loopback's
+/// socket buffers and were retransmitted ([`measure::stream_ladder`]).
+const STREAM_MESSAGE: u64 = 1 << 20;
+/// Samples per stream rung (each direction).
+const STREAM_SAMPLES: usize = 3;
+/// How much faster than the wire memory must copy before the stream
+/// ladder stops: larger working sets cannot make a link faster.
+const LINK_BOUND: f64 = 10.0;
 
 /// What was measured before the sweep, the same on every rank.
 #[derive(Clone, Debug)]
 pub struct WireFigures {
-    /// The ceiling every row is held against, at its own working set.
+    /// The ceiling every row is held against, at its own working set, and
+    /// the model's beta there.
     pub ceiling: Ladder,
-    /// The calibrated model's wire (alpha, ladders, how the transport reduces).
-    pub model: WireModel,
-    /// Whether the model is parbench's own transport model ([`WireModel`]);
-    /// otherwise (a library's collectives: nccl, mpi) the textbook forms
-    /// with the ladders' bandwidths.
+    /// A memory copy within each rank, every rank at once.
+    pub copy: Ladder,
+    /// The reduction kernel `acc += src` (float sum), every rank at once: gamma.
+    pub reduce: Ladder,
+    /// Whether the collectives are parbench's own algorithms (local, tcp:
+    /// sliced rings, [`model::predict`]); otherwise a library's (nccl,
+    /// mpi: the textbook forms, [`model::predict_textbook`]).
     pub own_transport: bool,
     /// Ping-pong figures between ranks 0 and 1 (`None` with one rank).
     pub ping: Option<PingPong>,
-    /// 8-byte exchanges, every rank at once (`None` with one rank).
+    /// 8-byte exchanges, every rank at once (`None` with one rank): alpha.
     pub exchange: Option<PingPong>,
     /// The per-iteration clock's resolution, us.
     pub clock_us: f64,
@@ -61,25 +67,17 @@ pub struct WireFigures {
     /// Rank 0's sockets (`None` without sockets) and the segments every
     /// rank's kernel retransmitted while the wire was measured.
     pub link: Option<LinkStats>,
-    /// The cores' state these figures were measured in
-    /// ([`measure::core_state_probe`]; `None` where it is not tracked:
-    /// [`measure::core_state::tracks_state`]).
-    pub state: Option<CoreState>,
-    /// The working sets of shared memory's rungs that stayed out of that
-    /// state through every try ([`ladders_in_state`]).
-    pub rungs_off_state: Vec<u64>,
-    /// The working sets measured again because a rung there lay far below
-    /// both its neighbours ([`again_where_dipped`]).
-    pub rungs_dipped: Vec<u64>,
-    /// Whether the ceiling is a socket-like wire's ([`socket_ladders`]:
-    /// not shared memory, not a device's copy figure).
-    pub socket: bool,
 }
 
 impl WireFigures {
-    /// The model's alpha, us (0 with one rank).
+    /// The model's alpha, us: the median 8 B exchange (every rank sending
+    /// while it receives, as a collective's steps do), else the ping-pong's
+    /// half trip; 0 with one rank.
     pub fn alpha_us(&self) -> f64 {
-        self.model.alpha_s * 1e6
+        self.exchange
+            .as_ref()
+            .or(self.ping.as_ref())
+            .map_or(0.0, |p| p.median_us)
     }
 
     /// The floor below which a change of a time is never called a
@@ -92,10 +90,21 @@ impl WireFigures {
             .max(jitter(&self.exchange))
     }
 
+    /// The alpha-beta-gamma link at working set `ws`: alpha, beta from the
+    /// ceiling ladder there, gamma from the reduction ladder there (folded
+    /// into beta where it was not measured).
+    pub fn link_at(&self, ws: u64) -> LinkParams {
+        let gbps = self.ceiling.at(ws).unwrap_or(0.0);
+        let link = LinkParams::from_gbps_us(gbps, self.alpha_us());
+        match self.reduce.at(ws) {
+            Some(g) => link.with_reduce_gbps(g),
+            None => link,
+        }
+    }
+
     /// A row's two references: the model's time, us (NaN when there is no
-    /// model), priced with `rungs` where they were measured at the row
-    /// ([`Self::rungs_at_row`]), and the ceiling at its working set, GB/s
-    /// (0 when none was measured).
+    /// model), and the ceiling at its working set, GB/s (0 when none was
+    /// measured).
     pub fn row_references(
         &self,
         coll: Collective,
@@ -103,118 +112,26 @@ impl WireFigures {
         world: usize,
         bytes: u64,
         in_place: bool,
-        (ceiling, rungs): (&Ladder, &RowRungs),
     ) -> (f64, f64) {
-        let secs = if self.own_transport && !algo.is_selector() {
-            self.model
-                .with_rungs(rungs)
-                .predict(coll, algo, world, bytes, in_place)
+        let ws = working_set_bytes(coll, world, bytes, in_place);
+        let link = self.link_at(ws);
+        let secs = if self.own_transport {
+            model::predict(coll, algo, world, bytes, &link)
         } else {
-            // A library's own algorithms: the textbook forms, with the
-            // ladders' bandwidth and reduction rate at the row's working set.
-            let ws = working_set_bytes(coll, world, bytes, in_place);
-            let gbps = self.ceiling.at(ws).unwrap_or(0.0);
-            let mut link = LinkParams::from_gbps_us(gbps, self.alpha_us());
-            if let Some(g) = self.model.reduce.at(ws) {
-                link = link.with_reduce_gbps(g);
-            }
             model::predict_textbook(coll, algo, world, bytes, &link)
         };
-        // A library's own algorithms are not parbench's: a selector, whose
-        // ceiling is the ladder at the call's working set.
-        let library = ModelAlgo::Selector("auto".into());
-        let ceiling_algo = if self.own_transport { algo } else { &library };
-        let ceiling = ceiling_for(ceiling, coll, ceiling_algo, world, bytes, in_place);
-        (secs.map_or(f64::NAN, |s| s * 1e6), ceiling.unwrap_or(0.0))
+        let ceiling = self.ceiling.at(ws).unwrap_or(0.0);
+        (secs.map_or(f64::NAN, |s| s * 1e6), ceiling)
     }
 
-    /// Whether each row's ceiling is measured again just before the row:
-    /// on shared memory, where the ceiling is the memory system's and the
-    /// machine's state moves it (see [`Self::ceiling_at_row`]).
-    pub fn ceilings_per_row(&self) -> bool {
-        self.own_transport && self.model.cache_states()
-    }
-
-    /// The ladder a row is held against: the pre-sweep ceiling, with its
-    /// rungs at the row's working sets (the call's and its ring slice's)
-    /// measured again just before the row, each the better of the two.
-    ///
-    /// Why: on a shared virtual machine the speed of memory moves between
-    /// states lasting from milliseconds to seconds (measured on the 2-core
-    /// EPYC with a 32 MiB L3: the same row's p50 at 4-13 us or 23-46 us
-    /// from one run to the next, the cache-state ladders 4x apart between
-    /// runs a minute apart). A ceiling taken seconds before the row can sit
-    /// in the slow state while the row runs in the fast one, and the row
-    /// then "beats" it. Measured next to the row, the ceiling sees the
-    /// state the row sees. Only on shared memory ([`Self::ceilings_per_row`]):
-    /// elsewhere the pre-sweep ladder, unchanged. Every rank calls it.
-    pub fn ceiling_at_row<C: Communicator>(
-        &self,
-        comm: &mut C,
-        coll: Collective,
-        algo: &ModelAlgo,
-        bytes: u64,
-        in_place: bool,
-    ) -> CommResult<RowCeiling> {
-        if !self.ceilings_per_row() || comm.world() < 2 || bytes == 0 {
-            return Ok(RowCeiling::before_the_sweep(&self.ceiling));
-        }
-        let (ws, slice_ws) = working_sets_of(coll, algo, comm.world(), bytes, in_place);
-        let mut sets = vec![ws.max(SMALLEST_SET)];
-        if slice_ws.max(SMALLEST_SET) != sets[0] {
-            sets.push(slice_ws.max(SMALLEST_SET));
-        }
-        // The copy ladder alone: the clean-exchange ladder takes an 8 B
-        // exchange's time off each of its samples, which on small working
-        // sets can leave next to nothing (a rung of thousands of GB/s), and
-        // the state that moves is the memory system's, which a copy sees.
-        let copy = measure::copy_ladder(comm, &sets)?;
-        let before = self.model.copy.at(sets[0]).unwrap_or(0.0);
-        let now = copy.at(sets[0]).unwrap_or(0.0);
-        Ok(RowCeiling {
-            ladder: self.ceiling.with_rungs_from(&copy),
-            drift: (before > 0.0 && now > 0.0).then_some(Drift {
-                working_set: sets[0],
-                before_gbps: before,
-                here_gbps: now,
-                rungs: copy.rungs.clone(),
-            }),
-        })
-    }
-}
-
-/// The ceiling a row is held against, and the copy rate measured at the
-/// row beside the pre-sweep one at the row's working set (`None` when it
-/// was not measured again).
-#[derive(Clone, Debug)]
-pub struct RowCeiling {
-    pub ladder: Ladder,
-    pub drift: Option<Drift>,
-}
-
-/// The copy ladder's rung at a row's working set, before the sweep and
-/// just before the row.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
-pub struct Drift {
-    pub working_set: u64,
-    pub before_gbps: f64,
-    pub here_gbps: f64,
-    /// The rungs measured at the row (the call's working set and its
-    /// ring slice's), as [`Ladder::with_rungs_from`] puts them in.
-    pub rungs: Vec<Rung>,
-}
-
-impl Drift {
-    pub fn ratio(&self) -> f64 {
-        self.here_gbps / self.before_gbps
-    }
-}
-
-impl RowCeiling {
-    fn before_the_sweep(ceiling: &Ladder) -> RowCeiling {
-        RowCeiling {
-            ladder: ceiling.clone(),
-            drift: None,
+    /// Whether the wire is a link, not memory, out of cache: the copy
+    /// ladder's slowest rung [`LINK_BOUND`] times the ceiling's slowest or
+    /// more (a shaped or real network link; loopback and shared memory are
+    /// memory-bound).
+    pub fn link_bound(&self) -> bool {
+        match (self.ceiling.floor_gbps(), self.copy.floor_gbps()) {
+            (Some(c), Some(m)) => c > 0.0 && m >= LINK_BOUND * c,
+            _ => false,
         }
     }
 }
@@ -226,43 +143,67 @@ fn mean_over_ranks<C: Communicator>(comm: &mut C, v: f64) -> CommResult<f64> {
     Ok(all.iter().filter_map(|x| x.first()).sum::<f64>() / world)
 }
 
+/// The ceiling of a socket-like wire (tcp, mpi): the better of one stream
+/// and both directions at once through the communicator's send/recv, rung
+/// by rung from the smallest working set, stopping once the wire is
+/// link-bound (from 1 MiB up, two rungs in a row within 15% and memory
+/// copying [`LINK_BOUND`] times faster): the rungs beyond hold the last
+/// one, since on a shaped link the large rungs would take minutes.
+fn socket_ceiling<C: Communicator>(
+    comm: &mut C,
+    sets: &[u64],
+    copy: &Ladder,
+) -> CommResult<Ladder> {
+    let mut best = Ladder::default();
+    for (i, &ws) in sets.iter().enumerate() {
+        let s = measure::stream_ladder(comm, &[ws], STREAM_SAMPLE, STREAM_MESSAGE, STREAM_SAMPLES)?;
+        let rung = s.one_way.best_of(&s.duplex);
+        best.method = rung.method;
+        best.rungs.extend(rung.rungs);
+        let flat = match best.rungs.as_slice() {
+            [.., a, b] => (a.gbps - b.gbps).abs() <= 0.15 * a.gbps.max(b.gbps),
+            _ => false,
+        };
+        let fastest = best.rungs.last().map_or(0.0, |r| r.gbps);
+        if ws >= 1 << 20 && flat && copy.at(ws).unwrap_or(0.0) > LINK_BOUND * fastest {
+            if let Some(last) = best.rungs.last().cloned() {
+                for &more in &sets[i + 1..] {
+                    best.rungs.push(Rung {
+                        working_set: more,
+                        bytes: more * last.bytes / last.working_set.max(1),
+                        ..last.clone()
+                    });
+                }
+            }
+            best.method.push_str(&format!(
+                "; link-bound from {ws} B (memory copies {LINK_BOUND}x faster there): larger working sets hold that rung"
+            ));
+            break;
+        }
+    }
+    Ok(best)
+}
+
 /// Measures the wire before the sweep (every rank calls it):
-/// - `local`: the copy ladder (every rank copying at once) is both the
-///   ceiling and the transfer bandwidth; reductions read the sender's bytes
-///   in place;
 /// - a device backend: its own copy figure (device or peer copy) as a
 ///   one-rung ceiling;
+/// - `local` (or one rank): the copy ladder, every rank copying at once;
 /// - any other (tcp, mpi): the stream ladders through the communicator's
-///   send/recv, one way and both directions at once; the ceiling is the
-///   better of the two at each working set;
-/// - on every backend: the reduction ladder (gamma), the copy ladder
-///   (copies within a rank), the ping-pong (alpha, jitter), the clock's
-///   resolution, and the window's foreign CPU time.
+///   send/recv ([`socket_ceiling`]);
+/// - on every backend: the reduction ladder (gamma), the ping-pong and the
+///   8 B exchange (alpha, jitter), the clock's resolution, and the
+///   window's foreign CPU time.
 pub fn measure_wire<C: Communicator>(
     comm: &mut C,
     rows: &SweepRows<'_>,
     placement: &Placement,
-    mut state: Option<CoreState>,
 ) -> CommResult<WireFigures> {
     let t = Instant::now();
     let link_start = comm.link_stats();
     let noise_start = CpuSnapshot::now();
     let world = comm.world();
     let sets = measure::working_sets(SMALLEST_SET, largest_set(rows, world).max(SMALLEST_SET));
-    let device = comm.device_ceiling()?;
-    let local = device.is_none() && (comm.backend() == "local" || world < 2);
-    let (copy, reduce) = if local {
-        (Ladder::default(), Ladder::default())
-    } else {
-        (
-            measure::copy_ladder(comm, &sets)?,
-            measure::reduce_ladder(comm, &sets, DType::F32, ReduceOp::Sum)?,
-        )
-    };
-    let mut rungs_off_state = Vec::new();
-    let mut rungs_dipped = Vec::new();
-    let socket = device.is_none() && !local;
-    let (ceiling, model, own_transport) = if let Some((method, gbps)) = device {
+    let (ceiling, copy, reduce) = if let Some((method, gbps)) = comm.device_ceiling()? {
         let gbps = mean_over_ranks(comm, gbps)?;
         let rung = Ladder {
             method: format!("{method}, every rank at once, mean per rank"),
@@ -273,92 +214,19 @@ pub fn measure_wire<C: Communicator>(
                 median_gbps: gbps,
             }],
         };
-        let model = WireModel {
-            duplex: rung.clone(),
-            one_way: rung.clone(),
-            copy: rung.clone(),
-            // The device reduces at its copy speed or better: folded into beta.
-            ..WireModel::default()
-        };
-        (rung, model, false)
-    } else if local {
-        // Shared memory: where a byte's cache line was decides its cost.
-        // Shared memory: every rung in one state of the cores.
-        let mut budget = WaitBudget::default();
-        let first = ladders_in_state(comm, &sets, &mut state, &mut budget)?;
-        let (first, again) = again_where_dipped(first, |sets| {
-            ladders_in_state(comm, sets, &mut state, &mut budget)
-        })?;
-        rungs_dipped = again;
-        let added = steep_sets(&first.all(), &row_working_sets(comm, rows));
-        let lad = if added.is_empty() {
-            first
-        } else {
-            let merged = first.merged(&ladders_in_state(comm, &added, &mut state, &mut budget)?);
-            let (lad, again) = again_where_dipped(merged, |sets| {
-                ladders_in_state(comm, sets, &mut state, &mut budget)
-            })?;
-            rungs_dipped.extend(again);
-            lad
-        };
-        rungs_off_state = lad.off_state;
-        let (copy, reduce, fresh, fused, far) =
-            (lad.copy, lad.reduce, lad.fresh, lad.fused, lad.far);
-        // A received byte whose line the receiver can read where it is
-        // (the sender's untouched input) moves at the clean-exchange rate;
-        // the ceiling is the better of that and a copy within each rank.
-        let (duplex, ceiling) = if world > 1 {
-            let clean = fresh.clean.where_bytes_outlast(fresh.latency_taken_off_s);
-            (fresh.clean.clone(), copy.best_of(&clean))
-        } else {
-            (copy.clone(), copy.clone())
-        };
-        let model = WireModel {
-            duplex: duplex.clone(),
-            one_way: duplex,
-            copy: copy.clone(),
-            reduce: reduce.clone(),
-            pull: fresh.pull,
-            claim: fresh.claim,
-            both: fresh.both,
-            reduce_into: fused.into,
-            reduce_from: fused.from,
-            both_far: far.both,
-            pull_far: far.pull,
-            claim_far: far.claim,
-            ..WireModel::default()
-        };
-        (ceiling, model, comm.backend() == "local")
+        // The device reduces at its copy speed or better: folded into beta.
+        (rung.clone(), rung, Ladder::default())
     } else {
-        let (
-            SocketLadders {
-                stream: s,
-                step,
-                fused,
-                far,
-            },
-            again,
-        ) = link_ladders(comm, &sets, &copy, &mut state, &mut rungs_off_state)?;
-        rungs_dipped = again;
-        // A ring step is an exchange after an exchange, not a stream, of at
-        // most a slice block, walking through the call's buffers: its
-        // transfer rate is the ring-step ladder's; the ceiling is the best
-        // of the three.
-        let ceiling = socket_ceiling(&s, &step);
-        let model = WireModel {
-            duplex: step,
-            one_way: s.one_way.clone(),
-            copy: copy.clone(),
-            reduce: reduce.clone(),
-            reduce_into: fused.into,
-            reduce_from: fused.from,
-            both_far: far.both,
-            pull_far: far.pull,
-            ..WireModel::default()
+        let copy = measure::copy_ladder(comm, &sets)?;
+        let reduce = measure::reduce_ladder(comm, &sets, DType::F32, ReduceOp::Sum)?;
+        let ceiling = if comm.backend() == "local" || world < 2 {
+            copy.clone()
+        } else {
+            socket_ceiling(comm, &sets, &copy)?
         };
-        let own = comm.backend() == "tcp";
-        (ceiling, model, own)
+        (ceiling, copy, reduce)
     };
+    let own_transport = matches!(comm.backend(), "local" | "tcp");
     let ping = measure::ping_pong(comm, PING_TRIPS)?;
     let exchange = measure::exchange_latency(comm, PING_TRIPS)?;
     let clock_us = IterClock::get().resolution_ns() / 1e3;
@@ -378,11 +246,8 @@ pub fn measure_wire<C: Communicator>(
         .unwrap_or(0.0);
     Ok(WireFigures {
         ceiling,
-        model: WireModel {
-            alpha_s: ping.as_ref().map_or(0.0, |p| p.median_us * 1e-6),
-            alpha_exchange_s: exchange.as_ref().map_or(0.0, |p| p.median_us * 1e-6),
-            ..model
-        },
+        copy,
+        reduce,
         own_transport,
         ping,
         exchange,
@@ -392,27 +257,7 @@ pub fn measure_wire<C: Communicator>(
         cpus,
         placement_why: placement.why.clone(),
         link,
-        state,
-        rungs_off_state,
-        rungs_dipped: {
-            rungs_dipped.sort_unstable();
-            rungs_dipped.dedup();
-            rungs_dipped
-        },
-        socket,
     })
-}
-
-/// [`measure_wire`] in the state of the cores a probe finds now (where it
-/// is tracked), each shared-memory rung measured in it
-/// ([`ladders_in_state`]).
-pub fn measure_wire_in_one_state<C: Communicator>(
-    comm: &mut C,
-    rows: &SweepRows<'_>,
-    placement: &Placement,
-) -> CommResult<WireFigures> {
-    let now = state_probe(comm)?;
-    measure_wire(comm, rows, placement, now)
 }
 
 /// Rank 0's socket figures with the segments every rank's kernel
@@ -438,4 +283,78 @@ pub fn retransmits_since<C: Communicator>(
         retransmitted_segments: total as u64,
         ..n
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::comm::{local, Algo};
+    use std::time::Duration;
+
+    fn figures(ceiling: &[(u64, f64)], copy: &[(u64, f64)]) -> WireFigures {
+        WireFigures {
+            ceiling: Ladder::exact("ceiling", ceiling),
+            copy: Ladder::exact("copy", copy),
+            reduce: Ladder::exact("reduce", copy),
+            own_transport: true,
+            ping: None,
+            exchange: None,
+            clock_us: 0.02,
+            cost_s: 0.0,
+            noise: None,
+            cpus: Vec::new(),
+            placement_why: String::new(),
+            link: None,
+        }
+    }
+
+    /// A row's ceiling is the ladder at its working set, and its model the
+    /// alpha-beta-gamma form priced there.
+    #[test]
+    fn a_row_is_priced_at_its_working_set() {
+        let w = figures(&[(1 << 20, 40.0), (64 << 20, 10.0)], &[(1 << 20, 40.0)]);
+        let ring = ModelAlgo::of("ring");
+        let (model_us, ceiling) =
+            w.row_references(Collective::AllReduce, &ring, 2, 32 << 20, false);
+        assert_eq!(ceiling, 10.0);
+        let link = w.link_at(64 << 20);
+        let want = model::predict(Collective::AllReduce, &ring, 2, 32 << 20, &link).unwrap();
+        assert!((model_us - want * 1e6).abs() < 1e-6, "{model_us} vs {want}");
+        let (_, small) = w.row_references(Collective::AllReduce, &ring, 2, 1 << 10, true);
+        assert_eq!(small, 40.0);
+    }
+
+    #[test]
+    fn a_link_is_told_apart_from_memory_by_its_ladders() {
+        let link = figures(&[(1 << 20, 0.12)], &[(1 << 20, 8.0)]);
+        let memory = figures(&[(1 << 20, 3.0)], &[(1 << 20, 8.0)]);
+        assert!(link.link_bound() && !memory.link_bound());
+    }
+
+    /// Every rank gets the same figures, and every ladder reaches the
+    /// sweep's largest working set.
+    #[test]
+    fn the_wire_is_measured_alike_on_every_rank() {
+        let colls = [Collective::AllReduce];
+        let dtypes = [DType::F32];
+        let sizes = [8u64, 1 << 20];
+        let rows = SweepRows {
+            collectives: &colls,
+            dtypes: &dtypes,
+            sizes: &sizes,
+        };
+        let placement = Placement {
+            cpu: None,
+            why: "test".into(),
+        };
+        let got = local::run(2, Algo::Auto, Duration::from_secs(20), |c| {
+            measure_wire(c, &rows, &placement)
+        });
+        let all: Vec<WireFigures> = got.into_iter().map(Result::unwrap).collect();
+        assert_eq!(all[0].ceiling, all[1].ceiling);
+        for w in &all {
+            assert!(w.ceiling.covers(2 << 20) && w.reduce.covers(2 << 20));
+            assert!(w.alpha_us() > 0.0 && w.own_transport);
+        }
+    }
 }
