@@ -485,7 +485,7 @@ mod tests {
                 "{names}"
             );
             assert_eq!(line.len(), names.len(), "{line}\n{names}");
-            assert!(units.len() < names.len() && title.len() < names.len());
+            assert!(units.len() <= names.len() && title.len() < names.len());
             assert_eq!(line.matches("125!").count(), 2, "{line}");
             if !verbose {
                 assert!(names.len() <= 140, "{}", names.len());

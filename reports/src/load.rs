@@ -140,18 +140,32 @@ impl Source {
     }
 }
 
-/// The headline lines a bench-collectives run recorded (`extra.headlines`:
-/// each collective's peak against the wire's ceiling, as its footer
-/// printed them), by collective.
-pub fn headlines(meta: &RunMeta) -> Vec<(String, String)> {
+/// A collective's headline as a bench-collectives run recorded it
+/// (`extra.headlines`: its peak against the wire's ceiling, as its footer
+/// printed it).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Headline {
+    pub collective: String,
+    /// The row of the peak.
+    pub bytes: u64,
+    pub in_place: bool,
+    pub line: String,
+}
+
+/// The headlines a bench-collectives run recorded, in its order.
+pub fn headlines(meta: &RunMeta) -> Vec<Headline> {
     meta.extra
         .get("headlines")
         .and_then(serde_json::Value::as_array)
         .map(|a| {
             a.iter()
                 .filter_map(|h| {
-                    let text = |k: &str| h.get(k)?.as_str().map(str::to_string);
-                    Some((text("collective")?, text("line")?))
+                    Some(Headline {
+                        collective: h.get("collective")?.as_str()?.to_string(),
+                        bytes: h.get("bytes")?.as_u64()?,
+                        in_place: h.get("in_place")?.as_bool()?,
+                        line: h.get("line")?.as_str()?.to_string(),
+                    })
                 })
                 .collect()
         })

@@ -345,3 +345,26 @@ fn a_bubble_that_parts_from_its_simulation_is_named() {
     );
     assert!(html.contains("Conclude (pipeline): the most bubble is"));
 }
+
+/// The summary's all_reduce figure is the headline its run printed and
+/// recorded (`extra.headlines`), word for word, not a peak computed again.
+#[test]
+fn the_summary_gives_the_runs_own_headline() {
+    let dir = copy_fixture("shm", "html-headline");
+    let path = dir.join("run.json");
+    let mut runs: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let line = "all_reduce: peak busbw 8.9 GB/s at 2 MiB, out of place, 81% of the wire's ceiling";
+    for run in runs.as_array_mut().unwrap() {
+        run["extra"]["headlines"] = serde_json::json!([{
+            "collective": "all_reduce", "bytes": 2097152, "in_place": false,
+            "busbw_gbps": 8.90355, "ceiling_gbps": 11.0, "line": line,
+        }]);
+    }
+    std::fs::write(&path, runs.to_string()).unwrap();
+    let html = html_of(&dir);
+    let summary = &html[html.find("<section id=\"summary\">").unwrap()..];
+    let summary = &summary[..summary.find("</section>").unwrap()];
+    assert!(summary.contains(&line.replace('\'', "&#39;")), "{summary}");
+    assert_eq!(summary.matches("peak busbw").count(), 1, "{summary}");
+}

@@ -5,7 +5,7 @@
 
 use super::page::{self, num, text, Cell, CHART_H, CHART_W};
 use crate::charts::{self, band_points, Axis, LineChart, LineStyle, Marker, Series};
-use crate::load::{headlines, Source};
+use crate::load::{headlines, Headline, Source};
 use crate::predict;
 use crate::units;
 use parbench::results::CollectiveRow;
@@ -26,7 +26,7 @@ pub struct Curve<'a> {
     pub by_size: Vec<SizePoint>,
     /// The headline its run printed and recorded for the curve's
     /// collective (single-run curves; `extra.headlines`).
-    pub headline: Option<String>,
+    pub headline: Option<Headline>,
 }
 
 /// One message size of a curve.
@@ -170,8 +170,7 @@ pub fn curves(sources: &[Source]) -> Vec<Curve<'_>> {
                 c.headline = meta.and_then(|m| {
                     headlines(m)
                         .into_iter()
-                        .find(|(coll, _)| *coll == c.row.collective)
-                        .map(|(_, line)| line)
+                        .find(|h| h.collective == c.row.collective)
                 });
                 out.push(c);
             }

@@ -97,9 +97,16 @@ pub fn section(sources: &[Source], capacity: &[(String, f64)]) -> String {
         let ceiling = peak.ceiling;
         let fit = curve_fit(c).ok();
         // The run's own headline where it recorded one: the figure its
-        // footer printed, not one computed again here.
+        // footer printed, not one computed again here, on the curve that
+        // holds its row (another algorithm's curve of the run says nothing).
         let headline = match &c.headline {
-            Some(line) => line.clone(),
+            Some(h)
+                if h.in_place == c.row.in_place
+                    && c.by_size.iter().any(|p| p.bytes as u64 == h.bytes) =>
+            {
+                h.line.clone()
+            }
+            Some(_) => continue,
             None => format!(
                 "peak bus bandwidth {} GB/s at {}{}",
                 units::sig3(peak.busbw),
