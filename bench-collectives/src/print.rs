@@ -200,15 +200,12 @@ pub fn header_lines(
     let c = &wire.ceiling;
     let ceiling = match (c.peak_gbps(), c.floor_gbps()) {
         (Some(hi), Some(lo)) if c.rungs.len() > 1 => format!(
-            "# ceiling {} .. {} GB/s per rank by working set ({}); alpha {:.2} us; ! = above it",
-            sig3(hi),
-            sig3(lo),
+            "# ceiling {hi:.1} .. {lo:.1} GB/s per rank by working set ({}); alpha {:.2} us; ! = above it",
             ceiling_source(wire),
             wire.alpha_us()
         ),
         (Some(g), _) => format!(
-            "# ceiling {} GB/s per rank ({}); alpha {:.2} us; ! = above it",
-            sig3(g),
+            "# ceiling {g:.1} GB/s per rank ({}); alpha {:.2} us; ! = above it",
             ceiling_source(wire),
             wire.alpha_us()
         ),
@@ -223,7 +220,7 @@ pub fn header_lines(
     }
     if verbose {
         let gamma = match (wire.reduce.peak_gbps(), wire.reduce.floor_gbps()) {
-            (Some(hi), Some(lo)) => format!("gamma 1/({} .. {}) GB/s", sig3(hi), sig3(lo)),
+            (Some(hi), Some(lo)) => format!("gamma 1/({hi:.1} .. {lo:.1}) GB/s"),
             _ => "gamma folded into beta".into(),
         };
         out.push(format!(
@@ -244,19 +241,6 @@ fn ceiling_source(wire: &WireFigures) -> &str {
         method.split(',').next().unwrap_or(method)
     } else {
         "send/recv streams"
-    }
-}
-
-/// Three significant digits (`42.1`, `7.94`, `0.125`).
-fn sig3(x: f64) -> String {
-    if x >= 100.0 {
-        format!("{x:.0}")
-    } else if x >= 10.0 {
-        format!("{x:.1}")
-    } else if x >= 1.0 {
-        format!("{x:.2}")
-    } else {
-        format!("{x:.3}")
     }
 }
 
@@ -437,20 +421,8 @@ mod tests {
     use super::*;
 
     fn wire() -> WireFigures {
-        WireFigures {
-            ceiling: parbench::measure::Ladder::exact("memory copy", &[(4 << 10, 40.0)]),
-            copy: Default::default(),
-            reduce: Default::default(),
-            own_transport: true,
-            ping: None,
-            exchange: None,
-            clock_us: 0.02,
-            cost_s: 0.0,
-            noise: None,
-            cpus: Vec::new(),
-            placement_why: String::new(),
-            link: None,
-        }
+        let copy = parbench::measure::Ladder::exact("memory copy", &[(4 << 10, 40.0)]);
+        WireFigures::of_ladders(copy.clone(), copy.clone(), copy)
     }
 
     fn point(bytes: u64) -> Point {
@@ -505,5 +477,50 @@ mod tests {
         for l in &lines {
             assert!(l.len() <= 120, "{} > 120: {l}", l.len());
         }
+    }
+
+    /// The footer: nccl-tests' two lines and a headline per collective; a
+    /// WARNING line only for what fired, in either layout for the noise.
+    #[test]
+    fn a_warning_is_one_line_and_only_when_it_fires() {
+        let mut r = crate::test_rows::row();
+        r.busbw_gbps = 4.0;
+        r.ceiling_gbps = 8.0;
+        let noise = |fraction: f64| parbench::measure::noise::ForeignCpu {
+            wall_s: 10.0,
+            cpus: 2,
+            host_s: 0.0,
+            own_s: 0.0,
+            steal_s: 0.0,
+            foreign_s: 20.0 * fraction,
+            fraction,
+            resolution: 0.01,
+            method: String::new(),
+        };
+        let summary = |fraction: f64| Summary {
+            headlines: crate::summary::Headline::of(std::slice::from_ref(&r), None),
+            fits: Vec::new(),
+            above_ceiling: Vec::new(),
+            straggler: None,
+            wrong: 0,
+            noise: Some(noise(fraction)),
+            noise_per_collective: Vec::new(),
+            link: None,
+        };
+        let quiet = footer_lines(&summary(0.02), 0, &[4.0]);
+        assert_eq!(quiet.len(), 3, "{quiet:?}");
+        assert!(quiet.iter().all(|l| !l.contains("WARNING")), "{quiet:?}");
+        assert_eq!(
+            quiet[2],
+            "# all_reduce: peak busbw 4.0 GB/s at 1 KiB, out of place, 50% of the wire's ceiling"
+        );
+        let noisy = footer_lines(&summary(0.3), 0, &[4.0]);
+        assert_eq!(noisy.len(), 4, "{noisy:?}");
+        assert!(noisy[3].starts_with("# WARNING: a noisy run"), "{noisy:?}");
+        assert_eq!(
+            noise_warning(&summary(0.3)).as_deref(),
+            Some(noisy[3].as_str())
+        );
+        assert_eq!(noise_warning(&summary(0.02)), None);
     }
 }

@@ -70,6 +70,26 @@ pub struct WireFigures {
 }
 
 impl WireFigures {
+    /// A wire known by its ladders alone (parbench's own transport, one
+    /// rank's figures: no latency, noise or placement measured), as a test
+    /// or a reader of records builds one.
+    pub fn of_ladders(ceiling: Ladder, copy: Ladder, reduce: Ladder) -> WireFigures {
+        WireFigures {
+            ceiling,
+            copy,
+            reduce,
+            own_transport: true,
+            ping: None,
+            exchange: None,
+            clock_us: 0.0,
+            cost_s: 0.0,
+            noise: None,
+            cpus: Vec::new(),
+            placement_why: String::new(),
+            link: None,
+        }
+    }
+
     /// The model's alpha, us: the median 8 B exchange (every rank sending
     /// while it receives, as a collective's steps do), else the ping-pong's
     /// half trip; 0 with one rank.
@@ -292,20 +312,11 @@ mod tests {
     use std::time::Duration;
 
     fn figures(ceiling: &[(u64, f64)], copy: &[(u64, f64)]) -> WireFigures {
-        WireFigures {
-            ceiling: Ladder::exact("ceiling", ceiling),
-            copy: Ladder::exact("copy", copy),
-            reduce: Ladder::exact("reduce", copy),
-            own_transport: true,
-            ping: None,
-            exchange: None,
-            clock_us: 0.02,
-            cost_s: 0.0,
-            noise: None,
-            cpus: Vec::new(),
-            placement_why: String::new(),
-            link: None,
-        }
+        WireFigures::of_ladders(
+            Ladder::exact("ceiling", ceiling),
+            Ladder::exact("copy", copy),
+            Ladder::exact("reduce", copy),
+        )
     }
 
     /// A row's ceiling is the ladder at its working set, and its model the
