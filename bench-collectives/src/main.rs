@@ -1,7 +1,8 @@
-//! `bench-collectives`: nccl-tests' sweep over parbench's communicators,
-//! with per-iteration percentiles, the alpha-beta model's prediction, busbw
-//! against the wire's ceiling measured in the same run, fits, a straggler
-//! line, and records in `--out`.
+//! `bench-collectives`: nccl-tests' sweep over parbench's communicators in
+//! nccl-tests' columns, with busbw against the wire's ceiling measured in
+//! the same run (`-v`: per-iteration percentiles, the alpha-beta-gamma
+//! model's prediction, the algorithm), one headline per collective, and
+//! records in `--out` (fits, ladders, placement).
 //!
 //! Exit codes: 0 all checks exact; 7 (nccl-tests' code) a wrong element or
 //! an average busbw below `NCCL_TESTS_MIN_BW`; 1 a failed run; 2 a
