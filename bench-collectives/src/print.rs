@@ -255,7 +255,16 @@ fn placement_line(wire: &WireFigures) -> String {
             None => format!("rank {r} unbound"),
         })
         .collect();
-    format!("# placement: {} ({})", cpus.join(", "), wire.placement_why)
+    let mut line = format!("# placement: {} ({})", cpus.join(", "), wire.placement_why);
+    if let Some(l) = &wire.link {
+        line.push_str(&format!(
+            "; sockets: {} ({}), {} segments retransmitted",
+            l.congestion_control.join(", "),
+            l.chosen_by,
+            l.retransmitted_segments
+        ));
+    }
+    line
 }
 
 /// One placement's columns: nccl-tests' four and `%ceil` (with `verbose`,
