@@ -440,12 +440,7 @@ pub fn read_runs(dir: &Path) -> Result<Vec<RunMeta>, ResultsError> {
 /// number, not below zero; NaN only in the columns the record type says
 /// may be not measured ([`Record::MAY_BE_NAN`]). The error names the column.
 pub fn check_figures<R: Record>(row: &R) -> Result<(), String> {
-    // The row as JSON tells the figures apart (an f64, or null for a
-    // non-finite one: rows hold no options); as CSV it says what they read.
-    let serde_json::Value::Object(fields) = serde_json::to_value(row).map_err(|e| e.to_string())?
-    else {
-        return Ok(());
-    };
+    // The row as CSV says what its figures read.
     let mut w = csv::WriterBuilder::new()
         .has_headers(false)
         .from_writer(Vec::new());
@@ -458,24 +453,51 @@ pub fn check_figures<R: Record>(row: &R) -> Result<(), String> {
         .next()
         .and_then(Result::ok)
         .unwrap_or_default();
-    for (i, name) in columns::<R>().iter().enumerate() {
-        let cell = text.get(i).unwrap_or("");
-        match fields.get(*name) {
-            Some(serde_json::Value::Null)
-                if !(cell.eq_ignore_ascii_case("nan") && R::MAY_BE_NAN.contains(name)) =>
-            {
-                return Err(format!(
-                    "column {name} is {cell}: a figure must be a finite number (NaN only where it was not measured)"
-                ));
-            }
-            Some(serde_json::Value::Number(n))
-                if n.is_f64() && n.as_f64().is_some_and(|x| x < -1e-9) =>
-            {
-                return Err(format!(
-                    "column {name} is {cell}: a figure cannot be negative"
-                ));
-            }
-            _ => {}
+    check_cells::<R>(&figure_columns(row)?, |i| text.get(i).unwrap_or(""))
+}
+
+/// The indices of a record type's figures (its `f64` columns), read off
+/// one row: its JSON gives each as a float, or null where not finite
+/// (rows hold no options, so null is only ever a figure).
+fn figure_columns<R: Record>(row: &R) -> Result<Vec<usize>, String> {
+    let serde_json::Value::Object(fields) = serde_json::to_value(row).map_err(|e| e.to_string())?
+    else {
+        return Ok(Vec::new());
+    };
+    Ok(columns::<R>()
+        .iter()
+        .enumerate()
+        .filter(|(_, name)| match fields.get(**name) {
+            Some(serde_json::Value::Null) => true,
+            Some(serde_json::Value::Number(n)) => n.is_f64(),
+            _ => false,
+        })
+        .map(|(i, _)| i)
+        .collect())
+}
+
+/// [`check_figures`]' rule over a row's cells as text (`cell(i)` is column
+/// i's): a reader checks the cells it has just read, without writing the
+/// row out again.
+fn check_cells<'a, R: Record>(
+    figures: &[usize],
+    cell: impl Fn(usize) -> &'a str,
+) -> Result<(), String> {
+    let names = columns::<R>();
+    for &i in figures {
+        let (name, text) = (names[i], cell(i));
+        let x: f64 = text.trim().parse().unwrap_or(f64::NAN);
+        let not_measured =
+            x.is_nan() && text.trim().eq_ignore_ascii_case("nan") && R::MAY_BE_NAN.contains(&name);
+        if !x.is_finite() && !not_measured {
+            return Err(format!(
+                "column {name} is {text}: a figure must be a finite number (NaN only where it was not measured)"
+            ));
+        }
+        if x < -1e-9 {
+            return Err(format!(
+                "column {name} is {text}: a figure cannot be negative"
+            ));
         }
     }
     Ok(())
@@ -557,6 +579,7 @@ pub fn read_rows<R: Record>(path: &Path) -> Result<Vec<R>, ResultsError> {
     let mut rows = Vec::new();
     let mut rec = csv::ByteRecord::new();
     let mut lines = LineCounter::default();
+    let mut figures: Option<Vec<usize>> = None;
     loop {
         match reader.read_byte_record(&mut rec) {
             Ok(false) => break,
@@ -591,7 +614,18 @@ pub fn read_rows<R: Record>(path: &Path) -> Result<Vec<R>, ResultsError> {
             };
             parse(line, detail)
         })?;
-        check_figures(&row).map_err(|d| parse(line, d))?;
+        // The figures are checked on the cells just read (a file written
+        // before a column was added lacks some: its rows are written out).
+        let figures = match &figures {
+            Some(f) => f,
+            None => figures.insert(figure_columns(&row).map_err(|d| parse(line, d))?),
+        };
+        if text.len() == cols.len() {
+            check_cells::<R>(figures, |i| text.get(i).unwrap_or(""))
+        } else {
+            check_figures(&row)
+        }
+        .map_err(|d| parse(line, d))?;
         rows.push(row);
     }
     if rows.is_empty() {
