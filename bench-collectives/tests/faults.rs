@@ -227,6 +227,28 @@ fn a_launcher_killed_outright_leaves_its_run_in_run_json() {
     assert!(rows_in(&dir) >= 2);
 }
 
+/// Starts a 2-rank tcp sweep into `dir` whose rank 1 is slowed, sends
+/// `signal` to rank `rank` once 2 rows are recorded, and returns the
+/// launcher's output.
+fn signal_rank_after_rows(dir: &std::path::Path, rank: usize, signal: i32) -> std::process::Output {
+    let mut args = vec!["--backend", "tcp"];
+    args.extend(flags(
+        "-np 2 -b 8 -e 64K -n 10 -w 0 --straggler 1:30 --timeout 30 all_reduce",
+    ));
+    args.extend(["--out", dir.to_str().unwrap()]);
+    let child = start(&args);
+    let ranks = ranks_of(child.id(), 2, 30);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while rows_in(dir) < 2 {
+        assert!(std::time::Instant::now() < deadline, "no rows");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let victim = ranks.iter().find(|(r, _)| *r == rank).unwrap().1;
+    // SAFETY: kill(2) of a rank of the job this test started.
+    unsafe { libc::kill(victim, signal) };
+    finish_within(child, 60)
+}
+
 #[test]
 fn the_recorded_cause_is_the_rank_that_failed_first() {
     // Was: after kill -9 of rank 1, run.json said "interrupted by SIGTERM"
@@ -234,24 +256,9 @@ fn the_recorded_cause_is_the_rank_that_failed_first() {
     // three.
     for trial in 0..3 {
         let dir = scratch(&format!("first-cause-{trial}"));
-        let mut args = vec!["--backend", "tcp"];
-        args.extend(flags(
-            "-np 2 -b 8 -e 64K -n 10 -w 0 --straggler 1:30 --timeout 30 all_reduce",
-        ));
-        args.extend(["--out", dir.to_str().unwrap()]);
-        let child = start(&args);
-        let ranks = ranks_of(child.id(), 2, 30);
-        let csv = dir.join("collectives.csv");
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        while rows_in(&dir) < 2 {
-            assert!(std::time::Instant::now() < deadline, "no rows");
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        let victim = ranks.iter().find(|(r, _)| *r == 1).unwrap().1;
-        // SAFETY: kill(2) of a rank of the job this test started.
-        unsafe { libc::kill(victim, libc::SIGKILL) };
-        let o = finish_within(child, 60);
+        let o = signal_rank_after_rows(&dir, 1, libc::SIGKILL);
         assert_eq!(o.status.code(), Some(137), "{}", stderr(&o));
+        let csv = dir.join("collectives.csv");
         let runs = parbench::results::read_runs(&dir).unwrap();
         let why = runs[0].cut_short.clone().unwrap_or_default();
         assert!(why.contains("rank 1"), "trial {trial}: {why}");
@@ -329,22 +336,7 @@ fn rank_0_killed_outright_is_recorded_by_its_launcher() {
     // Issue 52: the launcher printed "rank 0 was killed by signal 9
     // (SIGKILL) ..." while run.json kept "not recorded as ended".
     let dir = scratch("rank0-sigkill");
-    let mut args = vec!["--backend", "tcp"];
-    args.extend(flags(
-        "-np 2 -b 8 -e 64K -n 10 -w 0 --straggler 1:30 --timeout 30 all_reduce",
-    ));
-    args.extend(["--out", dir.to_str().unwrap()]);
-    let child = start(&args);
-    let ranks = ranks_of(child.id(), 2, 30);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while rows_in(&dir) < 2 {
-        assert!(std::time::Instant::now() < deadline, "no rows");
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    let victim = ranks.iter().find(|(r, _)| *r == 0).unwrap().1;
-    // SAFETY: kill(2) of a rank of the job this test started.
-    unsafe { libc::kill(victim, libc::SIGKILL) };
-    let o = finish_within(child, 60);
+    let o = signal_rank_after_rows(&dir, 0, libc::SIGKILL);
     assert_eq!(o.status.code(), Some(137), "{}", stderr(&o));
     let runs = parbench::results::read_runs(&dir).unwrap();
     assert_eq!(runs.len(), 1, "one run, under the launcher's id: {runs:?}");
