@@ -373,14 +373,17 @@ pub fn run(dir: &Path) -> Result<()> {
         );
     }
     for line in &skipped {
-        eprintln!("{line}");
+        parbench::launch::eprint_line(line);
     }
     let mut all = Vec::new();
     for (run_id, c, cores) in &sections {
         let rows = match check_rows(run_id, c) {
             Ok(r) => r,
             Err(e) => {
-                eprintln!("report: {}: skipped: {e}", layout_name(run_id, c));
+                parbench::launch::eprint_line(&format!(
+                    "report: {}: skipped: {e}",
+                    layout_name(run_id, c)
+                ));
                 continue;
             }
         };
