@@ -187,5 +187,32 @@ try 2 "$R" html "$d" --output-file "$d/collectives.csv"
 try 2 "$R" plan --layers 4294967295 --hidden 4294967295 --heads 1 --ffn 1 --seq 1 --global-batch 1 --gpus 1 --compute-tflops 1 --intra 1,1
 try 2 "$R" plan --model tiny --global-batch 8 --gpus 4 --gpus-per-node 100000 --compute-tflops 1 --intra 1,1
 try 2 "$R" plan --model tiny --global-batch 8 --gpus 8 --device-file /dev/zero
+# issue 52: outputs over other files, links past memory, launch variables
+d="$TMP/notes"; mkdir -p "$d"; echo notes >"$d/notes.txt"
+try 2 "$R" html "$FX" --output-file "$d/notes.txt"
+try 2 "$R" plan --model tiny --global-batch 8 --gpus 8 --compute-tflops 1 --intra 1,1 --output-file "$d/notes.txt"
+grep -qx notes "$d/notes.txt" || { bad=$((bad + 1)); echo "FAIL [notes.txt replaced]"; }
+try 2 "$C" links --backend local -np 2 -e 1024G
+try 2 env PARBENCH_JOB_TOKEN="$(printf 't%.0s' $(seq 2000))" "$C" --backend tcp -np 2 -e 64 -n 1
+try 2 env MASTER_ADDR=127.0.0.1:29500 "$C" --backend tcp -np 2 -e 64 -n 1
+try 2 env PARBENCH_BIND=99999 "$C" "${CS[@]}"
+try 2 "$R" plan --against "$FX"
+d="$TMP/dangling"; cp -r "$FX" "$d"; rm "$d/collectives.csv"; ln -s nowhere.csv "$d/collectives.csv"
+try 2 "$R" html "$d" --output-file "$TMP/d.html"
+d="$TMP/tlfifo"; cp -r "$FX" "$d"; t=$(ls "$d"/timeline-*.json | head -1); rm "$t"; mkfifo "$t"
+try 2 "$R" html "$d" --output-file "$TMP/t.html"
+d="$TMP/nights"; mkdir -p "$d"; cp -r "$FX" "$d/2026-11-29"; mkfifo "$d/2026-11-29/compare.md"
+try 2 "$R" trend "$d" --output-file "$TMP/trend.html"
+# Two runs in the same second, each pid 1 of its own PID namespace (root
+# and unshare only): two run ids, two run.json entries.
+if unshare -p -f --mount-proc true 2>/dev/null; then
+  d="$TMP/ns"
+  unshare -p -f --mount-proc "$C" "${CS[@]}" all_reduce --out "$d" >/dev/null 2>&1 &
+  unshare -p -f --mount-proc "$C" "${CS[@]}" all_reduce --out "$d" >/dev/null 2>&1
+  wait
+  total=$((total + 1))
+  n=$(grep -c '"run_id"' "$d/run.json")
+  [ "$n" -eq 2 ] || { bad=$((bad + 1)); echo "FAIL [two namespaced runs, $n run.json entries]"; }
+fi
 echo "malformed invocations: $total; failures: $bad (of them not one line: $multiline)"
 [ "$bad" -eq 0 ]

@@ -32,6 +32,17 @@ pub fn run(plan: &SweepJob, run_id: &str, ranks: Ranks) -> Result<Finished> {
     if writes {
         results::prepare_out::<LinkRow>(&plan.out).map_err(|e| UsageError(format!("--out {e}")))?;
     }
+    // Before any buffer: the ranks on this host hold the pair's message
+    // three times each (a spawning launcher checked for all its ranks).
+    let ranks_here = match ranks.joined() {
+        Some(info) if info.source == parbench::launch::LaunchSource::Spawned => 0,
+        Some(info) => parbench::launch::ranks_on_this_host(info.world),
+        None => world,
+    };
+    if ranks_here > 0 || writes {
+        let bytes = plan.sweep.sizes.last().copied().unwrap_or(64 << 20);
+        crate::memory::check_links(bytes, ranks_here).map_err(|e| UsageError(e.0))?;
+    }
     // Started before the pairs run: run.json's times cover the measurement.
     let mut meta = RunMeta::start("links", run_id, backend, world);
     if gpus {
@@ -39,7 +50,7 @@ pub fn run(plan: &SweepJob, run_id: &str, ranks: Ranks) -> Result<Finished> {
     }
     let body = Pairs { plan, run_id };
     let rows = match ranks::run(ranks, plan.algo, plan.sweep.timeout, &body)? {
-        Ended::Launched { code } => return Ok(Finished::Launched { code }),
+        Ended::Launched { code, .. } => return Ok(Finished::Launched { code }),
         Ended::Ran(rows) => rows.into_iter().flatten().next(),
     };
     // Rank 0 brings the rows; every other rank of a job has none.

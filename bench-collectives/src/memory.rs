@@ -83,6 +83,27 @@ pub fn check_host(cfg: &SweepConfig, world: usize, ranks_here: usize) -> Result<
     )
 }
 
+/// Host bytes one rank of `bench-collectives links` holds: its send and
+/// receive buffers of `bytes` (the pair's message, `-e`) and the host copy
+/// the send buffer is filled from.
+pub fn per_rank_links(bytes: u64) -> u128 {
+    3 * u128::from(bytes.max(8))
+}
+
+/// Refuses a pair sweep whose buffers on this host (`ranks_here` ranks)
+/// do not fit the memory available now; the error names `-e/--max-bytes`.
+pub fn check_links(bytes: u64, ranks_here: usize) -> Result<(), LimitError> {
+    let rank = per_rank_links(bytes);
+    parbench::limits::check_host_memory(
+        rank * ranks_here.max(1) as u128,
+        &format!("links -e/--max-bytes {}", bytes_text(u128::from(bytes))),
+        &format!(
+            "{ranks_here} rank(s) on this host x {}: two buffers of the pair's message and its host copy",
+            bytes_text(rank)
+        ),
+    )
+}
+
 /// Device memory of one rank at the sweep's largest size: its send and
 /// receive buffers (the larger of the two in place), the worst collective
 /// and type.

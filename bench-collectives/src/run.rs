@@ -136,7 +136,14 @@ fn run_spawn(plan: &SweepJob, run_id: &str, world: usize) -> Result<Finished> {
     };
     match ranks::run(Ranks::Spawn(world), plan.algo, plan.sweep.timeout, &body) {
         // A failed rank was already named on stderr by the launcher.
-        Ok(Ended::Launched { code }) => Ok(Finished::Launched { code }),
+        Ok(Ended::Launched { code, failure }) => {
+            // Rank 0 killed outright (SIGKILL) could not record its end:
+            // the launcher, which saw it die, does.
+            if let Some(why) = failure {
+                let _ = results::record_seen_death(&plan.out, run_id, &why);
+            }
+            Ok(Finished::Launched { code })
+        }
         Ok(Ended::Ran(_)) => Err(anyhow!("the spawned ranks ran in this process")),
         Err(f) => Err(own_error(f)),
     }
@@ -370,7 +377,7 @@ fn rank_zero(ended: Ended<Option<RankReport>>) -> Result<RankReport> {
             .flatten()
             .next()
             .context("rank 0 returned no report"),
-        Ended::Launched { code } => Err(anyhow!(
+        Ended::Launched { code, .. } => Err(anyhow!(
             "the ranks were launched, not run here (exit code {code})"
         )),
     }
@@ -380,7 +387,7 @@ fn rank_zero(ended: Ended<Option<RankReport>>) -> Result<RankReport> {
 fn keep_rows(out: &Path, rows: &[CollectiveRow]) -> CommResult<()> {
     results::append_rows(out, rows)
         .map(|_| ())
-        .map_err(|e| CommError::Io(std::io::Error::other(e.to_string())))
+        .map_err(|e| CommError::Io(std::io::Error::other(format!("writing the records: {e}"))))
 }
 
 /// The body every rank runs; rank 0 returns its report, and when it is

@@ -227,6 +227,28 @@ fn a_launcher_killed_outright_leaves_its_run_in_run_json() {
     assert!(rows_in(&dir) >= 2);
 }
 
+/// Starts a 2-rank tcp sweep into `dir` whose rank 1 is slowed, sends
+/// `signal` to rank `rank` once 2 rows are recorded, and returns the
+/// launcher's output.
+fn signal_rank_after_rows(dir: &std::path::Path, rank: usize, signal: i32) -> std::process::Output {
+    let mut args = vec!["--backend", "tcp"];
+    args.extend(flags(
+        "-np 2 -b 8 -e 64K -n 10 -w 0 --straggler 1:30 --timeout 30 all_reduce",
+    ));
+    args.extend(["--out", dir.to_str().unwrap()]);
+    let child = start(&args);
+    let ranks = ranks_of(child.id(), 2, 30);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while rows_in(dir) < 2 {
+        assert!(std::time::Instant::now() < deadline, "no rows");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let victim = ranks.iter().find(|(r, _)| *r == rank).unwrap().1;
+    // SAFETY: kill(2) of a rank of the job this test started.
+    unsafe { libc::kill(victim, signal) };
+    finish_within(child, 60)
+}
+
 #[test]
 fn the_recorded_cause_is_the_rank_that_failed_first() {
     // Was: after kill -9 of rank 1, run.json said "interrupted by SIGTERM"
@@ -234,24 +256,9 @@ fn the_recorded_cause_is_the_rank_that_failed_first() {
     // three.
     for trial in 0..3 {
         let dir = scratch(&format!("first-cause-{trial}"));
-        let mut args = vec!["--backend", "tcp"];
-        args.extend(flags(
-            "-np 2 -b 8 -e 64K -n 10 -w 0 --straggler 1:30 --timeout 30 all_reduce",
-        ));
-        args.extend(["--out", dir.to_str().unwrap()]);
-        let child = start(&args);
-        let ranks = ranks_of(child.id(), 2, 30);
-        let csv = dir.join("collectives.csv");
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        while rows_in(&dir) < 2 {
-            assert!(std::time::Instant::now() < deadline, "no rows");
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        let victim = ranks.iter().find(|(r, _)| *r == 1).unwrap().1;
-        // SAFETY: kill(2) of a rank of the job this test started.
-        unsafe { libc::kill(victim, libc::SIGKILL) };
-        let o = finish_within(child, 60);
+        let o = signal_rank_after_rows(&dir, 1, libc::SIGKILL);
         assert_eq!(o.status.code(), Some(137), "{}", stderr(&o));
+        let csv = dir.join("collectives.csv");
         let runs = parbench::results::read_runs(&dir).unwrap();
         let why = runs[0].cut_short.clone().unwrap_or_default();
         assert!(why.contains("rank 1"), "trial {trial}: {why}");
@@ -322,4 +329,77 @@ fn a_folder_that_fills_keeps_whole_rows_and_its_run() {
     assert_eq!(err.matches("No space left").count(), 1, "once: {err}");
     assert_eq!(runs.unwrap().len(), 1, "run.json kept");
     assert!(!rows.unwrap().is_empty(), "whole rows only");
+}
+
+#[test]
+fn rank_0_killed_outright_is_recorded_by_its_launcher() {
+    // Issue 52: the launcher printed "rank 0 was killed by signal 9
+    // (SIGKILL) ..." while run.json kept "not recorded as ended".
+    let dir = scratch("rank0-sigkill");
+    let o = signal_rank_after_rows(&dir, 0, libc::SIGKILL);
+    assert_eq!(o.status.code(), Some(137), "{}", stderr(&o));
+    let runs = parbench::results::read_runs(&dir).unwrap();
+    assert_eq!(runs.len(), 1, "one run, under the launcher's id: {runs:?}");
+    let why = runs[0].cut_short.clone().unwrap_or_default();
+    assert!(
+        why.contains("rank 0 was killed by signal 9 (SIGKILL)") && why.contains("launcher"),
+        "{why}"
+    );
+    assert!(!runs[0].end.is_empty());
+}
+
+#[test]
+fn links_memory_is_refused_before_allocating() {
+    // Issue 52: `links -e 16G` under a 6 GB address-space cap aborted
+    // (exit 134); uncapped, `links -np 64 -e 512M` ran into the OOM killer.
+    refused(
+        &["links", "--backend", "local", "-np", "2", "-e", "1024G"],
+        &["links -e/--max-bytes", "TiB"],
+    );
+    let dir = scratch("links-capped");
+    let o = {
+        use std::os::unix::process::CommandExt;
+        let mut cmd = binary();
+        // 2 ranks x 3 x 1 GiB past a 2 GiB cap, however much memory is free.
+        cmd.args(flags("links --backend local -np 2 -e 1G -n 1 -w 0"))
+            .args(["--out", dir.to_str().unwrap()]);
+        // SAFETY: setrlimit between fork and exec touches no shared state.
+        unsafe {
+            cmd.pre_exec(|| {
+                let cap = libc::rlimit {
+                    rlim_cur: 2 << 30,
+                    rlim_max: 2 << 30,
+                };
+                if libc::setrlimit(libc::RLIMIT_AS, &cap) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            })
+        };
+        cmd.output().unwrap()
+    };
+    assert_refused(&o, "links -e 1G capped", &["--max-bytes"]);
+}
+
+#[test]
+fn launch_variables_are_checked_before_anything_starts() {
+    // Issue 52: an over-long PARBENCH_JOB_TOKEN and MASTER_ADDR with a
+    // port failed after the job started (exit 1, the variable not named);
+    // PARBENCH_BIND past the CPUs ran unbound.
+    let long = "t".repeat(2000);
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let slot = (cpus + 97).to_string();
+    for (var, value) in [
+        ("PARBENCH_JOB_TOKEN", long.as_str()),
+        ("MASTER_ADDR", "127.0.0.1:29500"),
+        ("PARBENCH_BIND", slot.as_str()),
+    ] {
+        let dir = scratch(&format!("launch-var-{var}"));
+        let mut args = flags("--backend tcp -np 2 -b 8 -e 64 -n 1 -w 0 all_reduce");
+        args.extend(["--out", dir.to_str().unwrap()]);
+        let o = run(&args, &[(var, value)]);
+        assert_refused(&o, var, &[var]);
+        assert!(o.stdout.is_empty(), "{var}: {}", stdout(&o));
+        assert_eq!(rows_in(&dir), 0, "{var}");
+    }
 }

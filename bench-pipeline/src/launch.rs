@@ -168,8 +168,7 @@ where
         let rec = run_rank(comm, compute, &run.cfg, base).map_err(|e| e.into_comm(rank))?;
         if let Some(rec) = rec {
             let wire = comm.wire();
-            record(run, &wire, &rec)
-                .map_err(|e| CommError::Setup(format!("rank {rank}: {e:#}")))?;
+            record(run, &wire, &rec).map_err(|e| records_failed(rank, &e))?;
         }
     }
     Ok(())
@@ -204,8 +203,7 @@ fn composed_main<Cm: Communicator>(
         let rec = run_composed(comm, &cpu, &cfg, base).map_err(|e| e.into_comm(rank))?;
         if let Some(rec) = rec {
             let wire = comm.wire();
-            record(run, &wire, &rec)
-                .map_err(|e| CommError::Setup(format!("rank {rank}: {e:#}")))?;
+            record(run, &wire, &rec).map_err(|e| records_failed(rank, &e))?;
         }
     }
     Ok(())
@@ -349,6 +347,14 @@ fn first_refusing<C: Communicator>(
     Ok((first < world as f64).then_some(first as usize))
 }
 
+/// Rank 0 could not write its records (a full disk, a folder gone): an
+/// I/O error of the records, not of the job's setup.
+fn records_failed(rank: usize, e: &anyhow::Error) -> CommError {
+    CommError::Io(std::io::Error::other(format!(
+        "rank {rank}: writing the records: {e:#}"
+    )))
+}
+
 fn poisoned() -> anyhow::Error {
     anyhow!("the recorder was poisoned by a panic")
 }
@@ -363,9 +369,9 @@ impl Stages<'_> {
                     return Err(refused);
                 }
             }
-            Ok(Ended::Launched { code: 0 }) => return Ok(()),
+            Ok(Ended::Launched { code: 0, .. }) => return Ok(()),
             // The launcher named the rank; its code is the run's.
-            Ok(Ended::Launched { code }) => return Err(Reported(code).into()),
+            Ok(Ended::Launched { code, .. }) => return Err(Reported(code).into()),
             Err(JobFault::Launch(e)) => return Err(e.into()),
             // The first rank at fault explains best; the others report losing it.
             Err(e) => bail!("{e}"),

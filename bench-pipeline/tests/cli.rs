@@ -416,3 +416,36 @@ fn n_w_np_mean_iterations_warm_up_ranks_and_a_closed_pipe_ends_quietly() {
         assert_eq!(r.split(',').nth(at), Some("3"), "{r}");
     }
 }
+
+#[test]
+fn a_full_disk_is_an_error_of_the_records_said_once() {
+    // Issue 52: "rank 0: setup failed: ...: No space left on device (os
+    // error 28): No space left on device (os error 28)". Needs a small
+    // tmpfs (root); skips without one.
+    let d = tmp("full");
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=12k", "tmpfs"])
+        .arg(&d)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        eprintln!("skipped: cannot mount a small tmpfs here (needs root)");
+        return;
+    }
+    let out = d.join("out");
+    let mut args: Vec<&str> = "--backend local --stages 2 --microbatches 4"
+        .split_whitespace()
+        .chain(SMALL_STEP.split_whitespace())
+        .collect();
+    args.extend(["--out", out.to_str().unwrap()]);
+    let o = run(&args);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    let runs = read_runs(&out);
+    let _ = Command::new("umount").arg(&d).status();
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert_eq!(err.matches("No space left").count(), 1, "once: {err}");
+    assert!(!err.contains("setup failed"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert_eq!(runs.unwrap().len(), 1, "run.json kept");
+}

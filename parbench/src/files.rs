@@ -14,17 +14,19 @@
 
 use std::fs;
 use std::io::{Read, Write};
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// A file that could not be opened, read or written as the suite opens
 /// files; `results` and `schedule` turn it into their own errors.
 #[derive(Debug, thiserror::Error)]
 pub enum FileError {
-    #[error("{path}: {source}")]
+    /// The OS error is printed, not chained as a source: a report of
+    /// the chain (`{:#}`) would print it twice.
+    #[error("{path}: {error}")]
     Io {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("{path}: {detail}")]
     Invalid { path: PathBuf, detail: String },
@@ -103,10 +105,10 @@ fn invalid(path: &Path, detail: String) -> FileError {
     }
 }
 
-fn io_err(path: &Path, source: std::io::Error) -> FileError {
+fn io_err(path: &Path, error: std::io::Error) -> FileError {
     FileError::Io {
         path: path.to_path_buf(),
-        source,
+        error,
     }
 }
 
@@ -140,11 +142,15 @@ fn open_regular(path: &Path) -> Result<Option<(fs::File, u64)>, FileError> {
 /// file is refused before it is read, one that grows while read when it
 /// passes `max`). A FIFO, device or folder is refused without waiting.
 pub fn read_regular(path: &Path, max: u64) -> Result<Vec<u8>, FileError> {
-    let (file, len) = open_regular(path)?.ok_or_else(|| {
-        io_err(
+    let (file, len) = open_regular(path)?.ok_or_else(|| match fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => invalid(
+            path,
+            "a symlink that leads nowhere (its target does not exist)".into(),
+        ),
+        _ => io_err(
             path,
             std::io::Error::new(std::io::ErrorKind::NotFound, "No such file or directory"),
-        )
+        ),
     })?;
     let too_big = |size: String| {
         invalid(
@@ -199,15 +205,29 @@ pub fn is_record_name(name: &str) -> bool {
         || (name.starts_with("nccl-tuning-") && name.ends_with(".log"))
 }
 
+/// The kind [`content_kind`] gives every html page.
+const HTML_KIND: &[u8] = b"<!doctype html>";
+/// The kind [`content_kind`] gives every PyTorch compute-only schedule.
+const SCHEDULE_KIND: &[u8] = b"schedule csv";
+
 /// What kind of content `bytes` begin with, enough to tell one record from
-/// another: a JSON document's opening brackets and first key, otherwise
-/// the first line (a CSV's header).
+/// another: a JSON document's opening brackets and first key, an html
+/// page, a PyTorch schedule (cells such as `0F1`, or empty), otherwise the
+/// first line (a CSV's header).
 fn content_kind(bytes: &[u8]) -> Vec<u8> {
     let head = &bytes[..bytes.len().min(4096)];
     let t = head.trim_ascii_start();
     if !matches!(t.first(), Some(b'{' | b'[')) {
         let line = t.split(|&b| b == b'\n').next().unwrap_or_default();
-        return line.strip_suffix(b"\r").unwrap_or(line).to_vec();
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.len() >= HTML_KIND.len() && line[..HTML_KIND.len()].eq_ignore_ascii_case(HTML_KIND)
+        {
+            return HTML_KIND.to_vec();
+        }
+        if !line.is_empty() && line.split(|&b| b == b',').all(is_schedule_cell) {
+            return SCHEDULE_KIND.to_vec();
+        }
+        return line.to_vec();
     }
     let mut kind = Vec::new();
     let mut rest = t;
@@ -227,12 +247,55 @@ fn content_kind(bytes: &[u8]) -> Vec<u8> {
     kind
 }
 
+/// Whether `new` may replace `old`: the same [`content_kind`], or for
+/// JSON the same opening brackets with the key `new` begins with among
+/// `old`'s keys (a run.json another tool rewrote with its keys sorted,
+/// `jq -S`, is still run.json).
+fn same_kind(old: &[u8], new: &[u8]) -> bool {
+    let (ko, kn) = (content_kind(old), content_kind(new));
+    if ko == kn {
+        return true;
+    }
+    let brackets = |k: &[u8]| k.iter().take_while(|b| matches!(b, b'{' | b'[')).count();
+    let (bo, bn) = (brackets(&ko), brackets(&kn));
+    if bn == 0 || ko[..bo] != kn[..bn] {
+        return false;
+    }
+    let key = [b"\"", &kn[bn..], b"\""].concat();
+    let head = &old[..old.len().min(4096)];
+    head.windows(key.len()).enumerate().any(|(i, w)| {
+        w == key.as_slice()
+            && head[i + key.len()..]
+                .iter()
+                .find(|b| !b.is_ascii_whitespace())
+                == Some(&b':')
+    })
+}
+
+/// A cell of a PyTorch compute-only schedule: empty (idle), or a stage,
+/// an action letter and a microbatch (`0F1`, `2B0`, `1W3`, `0I2`).
+fn is_schedule_cell(cell: &[u8]) -> bool {
+    let cell = cell.trim_ascii();
+    if cell.is_empty() {
+        return true;
+    }
+    let Some(at) = cell.iter().position(|b| !b.is_ascii_digit()) else {
+        return false;
+    };
+    at > 0
+        && cell[at].is_ascii_alphabetic()
+        && cell.len() > at + 1
+        && cell[at + 1..].iter().all(u8::is_ascii_digit)
+}
+
 /// Checks that `path` may be written as an output before anything is
-/// measured: absent, or a regular file that is not one of the suite's
-/// records (`next` is the start of the content about to replace it, `None`
-/// when the writer makes no record), in a folder this process can create
-/// files in. A symlink, FIFO, device or folder is refused: parbench
-/// neither writes through one nor replaces it.
+/// measured: absent, empty, or a regular file holding content of the kind
+/// about to replace it (`next`, its start: the same record's header, JSON
+/// document, html page or schedule, see [`content_kind`]), in a folder
+/// this process can create files in. `next` is `None` for a writer that
+/// never replaces a file (it makes a new one beside it): then only one of
+/// the suite's records is refused. A symlink, FIFO, device or folder is
+/// refused: parbench neither writes through one nor replaces it.
 pub fn check_output(path: &Path, next: Option<&[u8]>) -> Result<(), FileError> {
     let name = path
         .file_name()
@@ -248,14 +311,24 @@ pub fn check_output(path: &Path, next: Option<&[u8]>) -> Result<(), FileError> {
                 ),
             ));
         }
-        Ok(_) if is_record_name(&name) => {
+        Ok(meta) if meta.len() > 0 => {
             let old = read_head(path, 4096)?.unwrap_or_default();
-            let same = next.is_some_and(|n| content_kind(n) == content_kind(&old));
-            if !same {
+            let same = next.is_some_and(|n| same_kind(&old, n));
+            if is_record_name(&name) && !same {
                 return Err(invalid(
                     path,
                     "one of parbench's records: not replaced by other content (name another file)"
                         .into(),
+                ));
+            }
+            if next.is_some() && !same {
+                return Err(invalid(
+                    path,
+                    format!(
+                        "holds other content ({}), not replaced by {} (name another file, or remove it)",
+                        kind_name(&old),
+                        kind_name(next.unwrap_or_default())
+                    ),
                 ));
             }
         }
@@ -273,6 +346,23 @@ pub fn check_output(path: &Path, next: Option<&[u8]>) -> Result<(), FileError> {
     drop(file);
     let _ = fs::remove_file(&tmp);
     Ok(())
+}
+
+/// A file's kind in words, for the refusal: `an html page`, `JSON`, or
+/// its first line (cut short).
+fn kind_name(bytes: &[u8]) -> String {
+    let kind = content_kind(bytes);
+    if kind == HTML_KIND {
+        return "an html page".into();
+    }
+    if kind == SCHEDULE_KIND {
+        return "a schedule".into();
+    }
+    if matches!(kind.first(), Some(b'{' | b'[')) {
+        return "JSON".into();
+    }
+    let line: String = String::from_utf8_lossy(&kind).chars().take(40).collect();
+    format!("a file beginning {line:?}")
 }
 
 /// The folder `path` lies in (`.` for a bare name).
@@ -312,8 +402,17 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), FileError> {
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let dir = parent_of(path);
+    // The file replaced keeps its permissions (a run.json at 0600 holds
+    // command lines and host names): the new one takes its mode.
+    let old_mode = fs::symlink_metadata(path)
+        .ok()
+        .filter(fs::Metadata::is_file)
+        .map(|m| m.permissions().mode() & 0o7777);
     let (mut f, tmp) = create_new(&dir, &name).map_err(|e| io_err(path, e))?;
     let result = (|| {
+        if let Some(mode) = old_mode {
+            f.set_permissions(fs::Permissions::from_mode(mode))?;
+        }
         f.write_all(bytes)?;
         f.sync_all()?;
         fs::rename(&tmp, path)?;
@@ -349,6 +448,12 @@ mod tests {
         assert_eq!(content_kind(b"schema,run_id\n1,a\n"), b"schema,run_id");
         assert_eq!(content_kind(b"[\n  {\n    \"run_id\": 1"), b"[{run_id");
         assert_eq!(content_kind(b"{\n  \"schema\": 1"), b"{schema");
+        assert!(same_kind(
+            b"[{\"command_line\": [], \"run_id\" : \"a\"}]",
+            b"[\n  {\n    \"run_id\": \"b\""
+        ));
+        assert!(!same_kind(b"{\"other\": 1}", b"{\n  \"schema\": 1"));
+        assert!(!same_kind(b"[\"run_id\"]", b"[{\"run_id\": 1}"));
         assert_ne!(
             content_kind(b"<!DOCTYPE html>"),
             content_kind(b"schema,run_id\n")
@@ -395,8 +500,50 @@ mod tests {
         assert!(err.to_string().contains("records"), "{err}");
         write_atomic(&csv, b"schema,run_id\n1,a\n1,b\n").unwrap();
         let other = dir.join("report.html");
-        fs::write(&other, "old").unwrap();
+        fs::write(&other, "<!DOCTYPE html>\nold").unwrap();
         write_atomic(&other, b"<!DOCTYPE html>").unwrap();
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn an_output_replaces_only_a_file_of_its_own_kind() {
+        // Was: any regular file that was not a record was replaced
+        // (`report html --output-file notes.txt`).
+        let dir = tempdir("own-kind");
+        let notes = dir.join("notes.txt");
+        fs::write(&notes, "notes\n").unwrap();
+        let err = write_atomic(&notes, b"<!DOCTYPE html>\n<p>x").unwrap_err();
+        assert!(err.to_string().contains("holds other content"), "{err}");
+        assert_eq!(fs::read_to_string(&notes).unwrap(), "notes\n");
+        let page = dir.join("report.html");
+        fs::write(&page, "<!doctype HTML>\n<p>old").unwrap();
+        write_atomic(&page, b"<!DOCTYPE html>\n<p>new").unwrap();
+        let plan = dir.join("my.json");
+        fs::write(&plan, "{\"other\": 1}").unwrap();
+        assert!(write_atomic(&plan, b"{\n  \"schema\": 1}").is_err());
+        let sched = dir.join("s.csv");
+        fs::write(&sched, "0F0,0F1,,0B0\r\n").unwrap();
+        write_atomic(&sched, b"0F0,1F0\r\n").unwrap();
+        let empty = dir.join("empty.html");
+        fs::write(&empty, "").unwrap();
+        write_atomic(&empty, b"<!DOCTYPE html>").unwrap();
+        // A writer that never replaces (nccl-tests' -J) checks only the rest.
+        check_output(&notes, None).unwrap();
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_replaced_file_keeps_its_mode() {
+        // Was: a run.json at 0600 came back 0644 after the next run.
+        let dir = tempdir("mode");
+        let f = dir.join("run.json");
+        fs::write(&f, "[]").unwrap();
+        fs::set_permissions(&f, fs::Permissions::from_mode(0o600)).unwrap();
+        write_atomic(&f, b"[\n]").unwrap();
+        assert_eq!(
+            fs::metadata(&f).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
         fs::remove_dir_all(&dir).unwrap();
     }
 

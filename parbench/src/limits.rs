@@ -136,12 +136,48 @@ pub fn available_memory() -> Option<(u64, &'static str)> {
             .ok()?;
         Some(max.saturating_sub(cur))
     })();
-    match (meminfo, cgroup) {
+    let found = match (meminfo, cgroup) {
         (Some(m), Some(c)) if c < m => Some((c, "the cgroup's memory.max less its use")),
         (Some(m), _) => Some((m, "MemAvailable")),
         (None, Some(c)) => Some((c, "the cgroup's memory.max less its use")),
         (None, None) => None,
+    };
+    // An address-space cap (ulimit -v) ends an allocation past it with an
+    // abort, whatever the machine has free.
+    match (found, address_space_left()) {
+        (Some((m, _)), Some(a)) if a < m => Some((
+            a,
+            "the address-space limit (ulimit -v) less this process's size",
+        )),
+        (None, Some(a)) => Some((
+            a,
+            "the address-space limit (ulimit -v) less this process's size",
+        )),
+        (f, _) => f,
     }
+}
+
+/// What `RLIMIT_AS` leaves this process, when it sets one: the limit less
+/// its virtual size now.
+fn address_space_left() -> Option<u64> {
+    // SAFETY: rlimit is plain data that getrlimit fills.
+    let mut lim: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid resource and a valid struct to fill.
+    if unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut lim) } != 0
+        || lim.rlim_cur == libc::RLIM_INFINITY
+    {
+        return None;
+    }
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let size_kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmSize:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(lim.rlim_cur.saturating_sub(size_kb.saturating_mul(1024)))
 }
 
 /// Refuses a run whose flags imply `need` bytes on this host when the

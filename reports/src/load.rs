@@ -32,7 +32,7 @@ pub struct Source {
 /// schema version is an error naming its line.
 fn rows_of<R: Record>(dir: &Path, schema: impl Fn(&R) -> u32) -> Result<Vec<R>> {
     let path = dir.join(R::FILE);
-    if !path.exists() {
+    if !is_there(&path) {
         return Ok(Vec::new());
     }
     let rows: Vec<R> = read_rows(&path)?;
@@ -69,7 +69,7 @@ pub fn load_source(dir: &Path, with_timelines: bool) -> Result<Source> {
         LinkRow::FILE,
     ]
     .iter()
-    .any(|f| dir.join(f).exists());
+    .any(|f| is_there(&dir.join(f)));
     if !any_file {
         bail!(
             "{}: no records (expected collectives.csv, layers.csv, pipeline.csv or links.csv)",
@@ -90,7 +90,7 @@ pub fn load_source(dir: &Path, with_timelines: bool) -> Result<Source> {
                     i + 2
                 )
             })?;
-            if !path.is_file() {
+            if !is_there(&path) {
                 bail!(
                     "{}:{}: names timeline {}, which does not exist",
                     dir.join(PipelineRow::FILE).display(),
@@ -98,7 +98,16 @@ pub fn load_source(dir: &Path, with_timelines: bool) -> Result<Source> {
                     path.display()
                 );
             }
-            timelines.insert(name.to_string(), read_timeline(&path)?);
+            // What is there but no regular file (a FIFO, a folder, a link
+            // to nothing) is named by the reader, as every record is.
+            let timeline = read_timeline(&path).map_err(|e| {
+                anyhow!(
+                    "{}:{}: timeline: {e:#}",
+                    dir.join(PipelineRow::FILE).display(),
+                    i + 2
+                )
+            })?;
+            timelines.insert(name.to_string(), timeline);
         }
     }
     Ok(Source {
@@ -111,6 +120,13 @@ pub fn load_source(dir: &Path, with_timelines: bool) -> Result<Source> {
         links,
         timelines,
     })
+}
+
+/// Whether anything is at `path`: a file of any kind, or a symlink even
+/// when it leads nowhere (a record that is a dangling link is an error
+/// the reader names, never a file silently skipped).
+fn is_there(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok()
 }
 
 /// Where a row's timeline file is: a plain file name inside `dir`, never

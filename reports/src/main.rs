@@ -85,12 +85,14 @@ fn quiet(dirs: &[PathBuf]) -> anyhow::Result<ExitCode> {
         for r in &s.runs {
             if let Some(n) = r.noise().filter(|n| n.noisy()) {
                 noisy += 1;
-                eprintln!(
+                // A run id or folder from the records reaches the terminal
+                // with its control characters escaped.
+                parbench::launch::eprint_line(&format!(
                     "report: {}: run {} noisy: other processes took {} of the machine",
                     s.dir.display(),
                     r.run_id,
                     units::percent(n.fraction)
-                );
+                ));
             }
         }
     }

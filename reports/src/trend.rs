@@ -95,16 +95,21 @@ pub fn figures(s: &Source) -> BTreeMap<FigureKey, f64> {
 }
 
 /// Whether the gate called a regression on a night: its `compare.md`
-/// summary counts one or more.
-fn gate_called(dir: &Path) -> bool {
-    let Ok(text) = std::fs::read_to_string(dir.join("compare.md")) else {
-        return false;
-    };
-    text.split(" regressions")
+/// summary counts one or more. No compare.md: the gate did not run. It
+/// is read as every record is (a regular file, bounded): a FIFO or a link
+/// to a device is an error, never a wait or an endless read.
+fn gate_called(dir: &Path) -> Result<bool> {
+    let path = dir.join("compare.md");
+    if std::fs::symlink_metadata(&path).is_err() {
+        return Ok(false);
+    }
+    let text = crate::text_file::read_text(&path)?;
+    Ok(text
+        .split(" regressions")
         .next()
         .and_then(|head| head.rsplit(' ').next())
         .and_then(|n| n.trim().parse::<u64>().ok())
-        .is_some_and(|n| n > 0)
+        .is_some_and(|n| n > 0))
 }
 
 /// The folders below `dir` that hold records, by name.
@@ -128,6 +133,7 @@ fn record_folders(dir: &Path) -> Result<Vec<PathBuf>> {
 
 /// Runs `report trend`.
 pub fn run(dir: &Path, output: &Path) -> Result<()> {
+    parbench::results::check_output(output, Some(page::DOCTYPE.as_bytes()))?;
     if !dir.is_dir() {
         bail!("{}: no such results folder", dir.display());
     }
@@ -148,7 +154,11 @@ pub fn run(dir: &Path, output: &Path) -> Result<()> {
     } else {
         load_sources(&baseline_dirs, false)?
     };
-    let html = render(dir, &nights, &baseline, &night_dirs);
+    let called = night_dirs
+        .iter()
+        .map(|d| gate_called(d))
+        .collect::<Result<Vec<bool>>>()?;
+    let html = render(dir, &nights, &baseline, &night_dirs, &called);
     parbench::results::write_atomic(output, html.as_bytes())?;
     eprintln!("report: wrote {}", output.display());
     Ok(())
@@ -161,10 +171,15 @@ fn night_name(p: &Path) -> String {
 }
 
 /// The page: one chart per key figure.
-pub fn render(dir: &Path, nights: &[Source], baseline: &[Source], dirs: &[PathBuf]) -> String {
+pub fn render(
+    dir: &Path,
+    nights: &[Source],
+    baseline: &[Source],
+    dirs: &[PathBuf],
+    called: &[bool],
+) -> String {
     let per_night: Vec<BTreeMap<FigureKey, f64>> = nights.iter().map(figures).collect();
     let per_base: Vec<BTreeMap<FigureKey, f64>> = baseline.iter().map(figures).collect();
-    let called: Vec<bool> = dirs.iter().map(|d| gate_called(d)).collect();
     let names: Vec<String> = dirs.iter().map(|d| night_name(d)).collect();
     let mut keys: Vec<&FigureKey> = per_night.iter().flat_map(|m| m.keys()).collect();
     keys.sort();
@@ -178,7 +193,7 @@ pub fn render(dir: &Path, nights: &[Source], baseline: &[Source], dirs: &[PathBu
                 "the gate called a regression on {}",
                 names
                     .iter()
-                    .zip(&called)
+                    .zip(called)
                     .filter(|(_, &c)| c)
                     .map(|(n, _)| n.as_str())
                     .collect::<Vec<_>>()

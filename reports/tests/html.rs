@@ -105,7 +105,7 @@ fn empty_sections_say_so() {
 fn an_existing_report_is_replaced_atomically() {
     let dir = scratch("overwrite");
     let out = dir.join("r.html");
-    std::fs::write(&out, "old").unwrap();
+    std::fs::write(&out, "<!DOCTYPE html>\n<p>last night's report</p>\n").unwrap();
     let html = render_to(&out, &[fixture("tcp")]);
     assert!(html.starts_with("<!DOCTYPE html>"));
     let names: Vec<String> = std::fs::read_dir(&dir)

@@ -40,12 +40,19 @@ pub enum CommError {
     /// Setting up the job (rendezvous, launch, device) failed.
     #[error("setup failed: {0}")]
     Setup(String),
-    /// An I/O error outside any one peer.
+    /// An I/O error outside any one peer (printed, not chained as a
+    /// source: a report of the chain would print it twice).
     #[error("I/O error: {0}")]
-    Io(#[from] std::io::Error),
+    Io(std::io::Error),
     /// A device runtime (CUDA, NCCL, MPI) reported an error.
     #[error("{0}")]
     Device(String),
+}
+
+impl From<std::io::Error> for CommError {
+    fn from(e: std::io::Error) -> Self {
+        CommError::Io(e)
+    }
 }
 
 /// Result of every communicator call.

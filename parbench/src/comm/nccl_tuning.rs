@@ -176,10 +176,12 @@ pub fn set_up_log(dir: &Path, run_id: &str) -> Option<PathBuf> {
     Some(path)
 }
 
-/// Reads the log at `path` (a missing or unreadable log says nothing).
+/// Reads the log at `path` (a missing or unreadable log says nothing),
+/// as every file is read: a regular file, bounded (a FIFO planted under
+/// its name must not hang the run).
 pub fn read_log(path: &Path) -> Vec<Choice> {
-    std::fs::read_to_string(path)
-        .map(|t| parse_log(&t))
+    crate::files::read_regular(path, crate::files::MAX_RECORD_BYTES)
+        .map(|b| parse_log(&String::from_utf8_lossy(&b)))
         .unwrap_or_default()
 }
 

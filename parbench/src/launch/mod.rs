@@ -63,8 +63,8 @@ pub enum LaunchError {
     #[error("invalid launch request: {0}")]
     Invalid(String),
     /// Starting or watching a child process failed.
-    #[error("launching rank {rank}: {source}")]
-    Spawn { rank: usize, source: std::io::Error },
+    #[error("launching rank {rank}: {error}")]
+    Spawn { rank: usize, error: std::io::Error },
     /// A spawned rank ended with a failure, the first to do so; the others
     /// were stopped. The launcher has already said so on stderr.
     #[error("rank {rank} {} {} after launch; the other ranks were stopped", how_it_ended(*.status), duration_text(*.after))]

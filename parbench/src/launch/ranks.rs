@@ -116,8 +116,10 @@ pub enum Ended<T> {
     /// This process ran ranks; what each returned, in rank order.
     Ran(Vec<T>),
     /// This process spawned the ranks and they ended: exit with this code
-    /// (0, or the first failed rank's, which the launcher already named).
-    Launched { code: i32 },
+    /// (0, or the first failed rank's, which the launcher already named),
+    /// and that failure in the launcher's words (for the run's record:
+    /// [`crate::results::record_seen_death`]).
+    Launched { code: i32, failure: Option<String> },
 }
 
 /// A job that failed: the fault to report.
@@ -136,7 +138,7 @@ pub enum JobFault {
         error: CommError,
     },
     /// Starting the ranks failed.
-    #[error("{0}")]
+    #[error(transparent)]
     Launch(#[from] LaunchError),
     /// Starting the communicators of this process's ranks failed, before
     /// any rank ran (MPI's start, NCCL's for every GPU at once): the
@@ -165,14 +167,14 @@ pub fn run<B: RankBody>(
         }
         Ranks::Spawn(world) => {
             open_files(world)?;
-            Ok(Ended::Launched {
-                code: spawn_ranks(world)?,
-            })
+            let (code, failure) = spawn_ranks(world)?;
+            Ok(Ended::Launched { code, failure })
         }
         Ranks::Job(job) => {
             open_files(job.ranks())?;
             Ok(Ended::Launched {
                 code: super::exit_code(job.run()?),
+                failure: None,
             })
         }
         Ranks::Joined { backend, info } if backend.on_gpus() => {
@@ -281,10 +283,13 @@ fn run_nccl_joined<B: RankBody>(
 /// Spawns `world` ranks of this binary on loopback with the same arguments
 /// and waits for them: 0, or the exit code of the first rank that failed
 /// (the launcher already named it on stderr).
-fn spawn_ranks(world: usize) -> Result<i32, LaunchError> {
-    match super::spawn_local_ranks(world, &[]) {
-        Ok(status) => Ok(super::exit_code(status)),
-        Err(e @ LaunchError::RankFailed { .. }) => Ok(e.exit_code()),
+fn spawn_ranks(world: usize) -> Result<(i32, Option<String>), LaunchError> {
+    // The ranks take this process's run id, so that the record a dead
+    // rank 0 left unended is the one its launcher completes.
+    let run_id = crate::results::job_run_id().unwrap_or_default();
+    match super::spawn_local_ranks(world, &[(crate::results::RUN_ID_VAR, run_id)]) {
+        Ok(status) => Ok((super::exit_code(status), None)),
+        Err(e @ LaunchError::RankFailed { .. }) => Ok((e.exit_code(), Some(e.to_string()))),
         Err(e) => Err(e),
     }
 }

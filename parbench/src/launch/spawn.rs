@@ -77,8 +77,7 @@ impl LocalJob {
 
     /// `ranks` copies of the running binary with this process's arguments.
     pub fn of_current_exe(ranks: usize) -> Result<Self, LaunchError> {
-        let exe =
-            std::env::current_exe().map_err(|source| LaunchError::Spawn { rank: 0, source })?;
+        let exe = std::env::current_exe().map_err(|error| LaunchError::Spawn { rank: 0, error })?;
         Ok(Self::new(ranks, exe, std::env::args_os().skip(1)))
     }
 
@@ -121,7 +120,7 @@ impl LocalJob {
                 self.ranks
             )));
         }
-        let spawn_error = |source| LaunchError::Spawn { rank: 0, source };
+        let spawn_error = |error| LaunchError::Spawn { rank: 0, error };
         // Held until every rank has started; rank 0 keeps its own copy.
         let store = std::net::TcpListener::bind("127.0.0.1:0").map_err(spawn_error)?;
         let store_port = store.local_addr().map_err(spawn_error)?.port();
@@ -180,7 +179,10 @@ impl LocalJob {
                 Ok(child) => children.push(child),
                 Err(source) => {
                     stop_all(&mut children);
-                    return Err(LaunchError::Spawn { rank, source });
+                    return Err(LaunchError::Spawn {
+                        rank,
+                        error: source,
+                    });
                 }
             }
         }
@@ -430,7 +432,10 @@ fn supervise(
             Err(source) => {
                 stop_gently(&pids, &exited, libc::SIGKILL, None);
                 reap_all(&mut children, &pids);
-                return Err(LaunchError::Spawn { rank, source });
+                return Err(LaunchError::Spawn {
+                    rank,
+                    error: source,
+                });
             }
         }
     }

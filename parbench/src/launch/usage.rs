@@ -29,11 +29,14 @@ impl From<crate::limits::LimitError> for UsageError {
 }
 
 /// Checks the settings every binary reads from the environment
-/// (`PARBENCH_BIND`, and the tcp backend's `PARBENCH_TCP_*` and
+/// (`PARBENCH_BIND`, the launch variables set by hand: `MASTER_ADDR`,
+/// `MASTER_PORT`, `PARBENCH_JOB_TOKEN`; the tcp backend's `PARBENCH_TCP_*` and
 /// `PARBENCH_IFADDR`) before anything starts: a bad value is bad input,
 /// one line and exit 2, not a setup error in every rank.
 pub fn check_env_settings() -> Result<(), UsageError> {
     crate::measure::placement::BindRequest::from_env().map_err(UsageError)?;
+    crate::rendezvous::check_launch_vars(&|k| std::env::var(k).ok())
+        .map_err(|e| UsageError(e.to_string()))?;
     crate::comm::tcp::check_env().map_err(UsageError)
 }
 

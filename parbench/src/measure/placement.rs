@@ -46,9 +46,22 @@ impl BindRequest {
         }
     }
 
-    /// [`Self::parse`] of this process's environment.
+    /// [`Self::parse`] of this process's environment, a slot held to the
+    /// CPUs this process may run on (its ranks inherit them).
     pub fn from_env() -> Result<BindRequest, String> {
-        Self::parse(std::env::var(BIND_ENV).ok().as_deref())
+        Self::parse(std::env::var(BIND_ENV).ok().as_deref())?.within(allowed_cpus().len())
+    }
+
+    /// This request, or why a slot is past the `allowed` CPUs (0: the
+    /// system would not say, so any slot passes).
+    pub fn within(self, allowed: usize) -> Result<BindRequest, String> {
+        match self {
+            BindRequest::Slot(s) if allowed > 0 && s >= allowed => Err(format!(
+                "{BIND_ENV}={s}: this process may run on {allowed} CPU(s), slots 0 to {}",
+                allowed - 1
+            )),
+            req => Ok(req),
+        }
     }
 }
 
@@ -154,6 +167,11 @@ mod tests {
         assert_eq!(BindRequest::parse(Some("3")), Ok(BindRequest::Slot(3)));
         let e = BindRequest::parse(Some("fast")).unwrap_err();
         assert!(e.contains("PARBENCH_BIND") && e.contains("fast"), "{e}");
+        // Was: a slot past the CPUs ran unbound, exit 0.
+        let e = BindRequest::Slot(99).within(2).unwrap_err();
+        assert!(e.contains("PARBENCH_BIND=99") && e.contains("2 CPU"), "{e}");
+        assert_eq!(BindRequest::Slot(1).within(2), Ok(BindRequest::Slot(1)));
+        assert_eq!(BindRequest::Slot(9).within(0), Ok(BindRequest::Slot(9)));
     }
 
     /// Binding a thread of its own (the test harness's other threads keep

@@ -167,6 +167,7 @@ impl RankInfo {
                 Some(v) => Some(parse_num(local_var, &v)?),
                 None => None,
             };
+            check_launch_vars(&get)?;
             let master_addr = get("MASTER_ADDR").unwrap_or_else(|| DEFAULT_MASTER_ADDR.to_string());
             let master_port = match get("MASTER_PORT") {
                 Some(v) => match v.trim().parse::<u16>() {
@@ -185,6 +186,9 @@ impl RankInfo {
                 source = LaunchSource::Spawned;
             }
             let (token, token_from) = job_token(&get);
+            if token.len() > super::store::MAX_TOKEN {
+                return Err(too_long_token(token_from, token));
+            }
             return Ok(Some(RankInfo {
                 rank,
                 world,
@@ -256,6 +260,78 @@ fn job_token(get: &impl Fn(&str) -> Option<String>) -> (String, &'static str) {
     (DEFAULT_TOKEN.to_string(), "default")
 }
 
+/// The refusal of a job token longer than the store's greeting carries.
+fn too_long_token(var: &'static str, value: String) -> RendezvousError {
+    RendezvousError::BadVar {
+        var,
+        why: format!(
+            "{} bytes, longer than the {} a job token may hold",
+            value.len(),
+            super::store::MAX_TOKEN
+        ),
+        value,
+    }
+}
+
+/// Checks the launch variables a user sets by hand, wherever they are set
+/// (a launcher passes them on to the ranks it starts), before anything
+/// starts: `MASTER_ADDR` a host name or an address without a port,
+/// `MASTER_PORT` a port, `PARBENCH_JOB_TOKEN` one the store's greeting
+/// carries. Each refusal names its variable.
+pub fn check_launch_vars(get: &impl Fn(&str) -> Option<String>) -> Result<(), RendezvousError> {
+    if let Some(addr) = get("MASTER_ADDR") {
+        if let Some(why) = bad_host(&addr) {
+            return Err(RendezvousError::BadVar {
+                var: "MASTER_ADDR",
+                value: addr,
+                why,
+            });
+        }
+    }
+    if let Some(v) = get("MASTER_PORT") {
+        if !matches!(v.trim().parse::<u16>(), Ok(p) if p > 0) {
+            return Err(RendezvousError::BadVar {
+                var: "MASTER_PORT",
+                value: v,
+                why: "not a port number (1-65535)".into(),
+            });
+        }
+    }
+    if let Some(t) = get("PARBENCH_JOB_TOKEN") {
+        if t.len() > super::store::MAX_TOKEN {
+            return Err(too_long_token("PARBENCH_JOB_TOKEN", t));
+        }
+    }
+    Ok(())
+}
+
+/// Why `addr` is not a host for `MASTER_ADDR`, if it is not: an IP
+/// address (IPv6 with or without brackets) or a host name (letters,
+/// digits, `-`, `_`, `.`, at most 253), never with a port.
+fn bad_host(addr: &str) -> Option<String> {
+    let a = addr.trim();
+    let bare = a
+        .strip_prefix('[')
+        .and_then(|x| x.strip_suffix(']'))
+        .unwrap_or(a);
+    if bare.parse::<std::net::IpAddr>().is_ok() {
+        return None;
+    }
+    if a.parse::<std::net::SocketAddr>().is_ok()
+        || a.rsplit_once(':')
+            .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+    {
+        return Some(
+            "holds a port: MASTER_ADDR is the host alone, the port goes in MASTER_PORT".into(),
+        );
+    }
+    let name_ok = !a.is_empty()
+        && a.len() <= 253
+        && a.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    (!name_ok).then(|| "not a host name or IP address".into())
+}
+
 fn parse_num(var: &'static str, value: &str) -> Result<usize, RendezvousError> {
     value
         .trim()
@@ -278,6 +354,44 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         move |k| m.get(k).cloned()
+    }
+
+    #[test]
+    fn launch_variables_that_would_fail_after_start_are_refused_first() {
+        // Was: both passed here and failed once the job had started, exit 1.
+        let long = "t".repeat(2000);
+        for (pairs, var) in [
+            (vec![("MASTER_ADDR", "127.0.0.1:29500")], "MASTER_ADDR"),
+            (vec![("MASTER_ADDR", "node7:29500")], "MASTER_ADDR"),
+            (vec![("MASTER_ADDR", "a b")], "MASTER_ADDR"),
+            (
+                vec![("PARBENCH_JOB_TOKEN", long.as_str())],
+                "PARBENCH_JOB_TOKEN",
+            ),
+        ] {
+            let err = check_launch_vars(&vars(&pairs)).unwrap_err();
+            assert!(err.to_string().contains(var), "{err}");
+            assert_eq!(err.exit_code(), 2);
+            let mut with_rank = pairs.clone();
+            with_rank.extend([("RANK", "0"), ("WORLD_SIZE", "2")]);
+            assert!(RankInfo::from_vars(vars(&with_rank)).is_err());
+        }
+        for ok in [
+            "node7",
+            "10.0.0.1",
+            "::1",
+            "[fe80::1]",
+            "host-a.example.org",
+        ] {
+            check_launch_vars(&vars(&[("MASTER_ADDR", ok)])).unwrap();
+        }
+        let err = RankInfo::from_vars(vars(&[
+            ("RANK", "0"),
+            ("WORLD_SIZE", "2"),
+            ("TORCHELASTIC_RUN_ID", long.as_str()),
+        ]))
+        .unwrap_err();
+        assert!(err.to_string().contains("TORCHELASTIC_RUN_ID"), "{err}");
     }
 
     #[test]

@@ -12,8 +12,8 @@ mod socket;
 pub mod store;
 
 pub use env::{
-    ranks_on_this_host, ranks_on_this_host_from, LaunchSource, RankInfo, DEFAULT_MASTER_ADDR,
-    DEFAULT_MASTER_PORT, DEFAULT_TOKEN, LOCAL_SIZE_VARS,
+    check_launch_vars, ranks_on_this_host, ranks_on_this_host_from, LaunchSource, RankInfo,
+    DEFAULT_MASTER_ADDR, DEFAULT_MASTER_PORT, DEFAULT_TOKEN, LOCAL_SIZE_VARS,
 };
 pub(crate) use socket::{deepen_backlog, pollfd, raise_fd_limit};
 pub use store::Store;

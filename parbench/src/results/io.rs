@@ -17,10 +17,12 @@ use std::time::{Duration, Instant};
 /// What can go wrong with a results folder. Each names the file (and line).
 #[derive(Debug, thiserror::Error)]
 pub enum ResultsError {
-    #[error("{path}: {source}")]
+    /// The OS error is printed, not chained as a source (see
+    /// [`FileError::Io`]).
+    #[error("{path}: {error}")]
     Io {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("{path}:{line}: {detail}")]
     Parse {
@@ -39,16 +41,16 @@ pub enum ResultsError {
 impl From<FileError> for ResultsError {
     fn from(e: FileError) -> Self {
         match e {
-            FileError::Io { path, source } => ResultsError::Io { path, source },
+            FileError::Io { path, error } => ResultsError::Io { path, error },
             FileError::Invalid { path, detail } => ResultsError::Invalid { path, detail },
         }
     }
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> ResultsError + '_ {
-    move |source| ResultsError::Io {
+    move |error| ResultsError::Io {
         path: path.to_path_buf(),
-        source,
+        error,
     }
 }
 
@@ -348,6 +350,33 @@ fn write_run_entry(dir: &Path, meta: &RunMeta) -> Result<PathBuf, ResultsError> 
 /// [`write_run_entry`] by a caller that holds [`WRITING`].
 fn write_run_entry_held(dir: &Path, meta: &RunMeta) -> Result<PathBuf, ResultsError> {
     fs::create_dir_all(dir).map_err(io_err(dir))?;
+    edit_runs(dir, |runs| {
+        // An entry written when the run began (see [`begin_run`]) is
+        // replaced, keeping what another writer added to it meanwhile.
+        match runs.iter_mut().find(|r| r.run_id == meta.run_id) {
+            Some(r) => {
+                let mut unknown = std::mem::take(&mut r.unknown);
+                unknown.extend(meta.unknown.clone());
+                *r = RunMeta {
+                    unknown,
+                    ..meta.clone()
+                };
+            }
+            None => runs.push(meta.clone()),
+        }
+        true
+    })?;
+    Ok(dir.join("run.json"))
+}
+
+/// Reads `dir/run.json` (none: no runs), lets `edit` change its runs,
+/// and writes it back when `edit` says it changed them, all under the
+/// folder's lock. Every entry keeps the fields this version does not know
+/// ([`RunMeta::unknown`]). Returns whether it wrote.
+fn edit_runs(
+    dir: &Path,
+    edit: impl FnOnce(&mut Vec<RunMeta>) -> bool,
+) -> Result<bool, ResultsError> {
     let path = dir.join("run.json");
     let _lock = DirLock::acquire(dir)?;
     let mut runs = match fs::symlink_metadata(&path) {
@@ -355,17 +384,38 @@ fn write_run_entry_held(dir: &Path, meta: &RunMeta) -> Result<PathBuf, ResultsEr
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
         Err(e) => return Err(io_err(&path)(e)),
     };
-    // An entry written when the run began (see [`begin_run`]) is replaced.
-    match runs.iter_mut().find(|r| r.run_id == meta.run_id) {
-        Some(r) => *r = meta.clone(),
-        None => runs.push(meta.clone()),
+    if !edit(&mut runs) {
+        return Ok(false);
     }
     let json = serde_json::to_vec_pretty(&runs).map_err(|e| ResultsError::Invalid {
         path: path.clone(),
         detail: e.to_string(),
     })?;
     write_atomic(&path, &json)?;
-    Ok(path)
+    Ok(true)
+}
+
+/// Completes the entry of `run_id` in `dir/run.json` when it still says
+/// [`NOT_ENDED`]: the process that writes it was seen to die by its
+/// launcher (SIGKILL leaves it no moment to write), and `why` is the
+/// launcher's line. An entry that recorded its own end is left as it is.
+/// Returns whether it completed one.
+pub fn record_seen_death(dir: &Path, run_id: &str, why: &str) -> Result<bool, ResultsError> {
+    let _writing = WRITING.lock();
+    if fs::symlink_metadata(dir.join("run.json")).is_err() {
+        return Ok(false);
+    }
+    edit_runs(dir, |runs| {
+        let Some(r) = runs
+            .iter_mut()
+            .find(|r| r.run_id == run_id && r.cut_short.as_deref() == Some(NOT_ENDED))
+        else {
+            return false;
+        };
+        r.cut_short = Some(format!("{why} (recorded by its launcher)"));
+        r.end = super::iso8601_utc(std::time::SystemTime::now());
+        true
+    })
 }
 
 fn read_runs_file(path: &Path) -> Result<Vec<RunMeta>, ResultsError> {
@@ -390,12 +440,7 @@ pub fn read_runs(dir: &Path) -> Result<Vec<RunMeta>, ResultsError> {
 /// number, not below zero; NaN only in the columns the record type says
 /// may be not measured ([`Record::MAY_BE_NAN`]). The error names the column.
 pub fn check_figures<R: Record>(row: &R) -> Result<(), String> {
-    // The row as JSON tells the figures apart (an f64, or null for a
-    // non-finite one: rows hold no options); as CSV it says what they read.
-    let serde_json::Value::Object(fields) = serde_json::to_value(row).map_err(|e| e.to_string())?
-    else {
-        return Ok(());
-    };
+    // The row as CSV says what its figures read.
     let mut w = csv::WriterBuilder::new()
         .has_headers(false)
         .from_writer(Vec::new());
@@ -408,24 +453,51 @@ pub fn check_figures<R: Record>(row: &R) -> Result<(), String> {
         .next()
         .and_then(Result::ok)
         .unwrap_or_default();
-    for (i, name) in columns::<R>().iter().enumerate() {
-        let cell = text.get(i).unwrap_or("");
-        match fields.get(*name) {
-            Some(serde_json::Value::Null)
-                if !(cell.eq_ignore_ascii_case("nan") && R::MAY_BE_NAN.contains(name)) =>
-            {
-                return Err(format!(
-                    "column {name} is {cell}: a figure must be a finite number (NaN only where it was not measured)"
-                ));
-            }
-            Some(serde_json::Value::Number(n))
-                if n.is_f64() && n.as_f64().is_some_and(|x| x < -1e-9) =>
-            {
-                return Err(format!(
-                    "column {name} is {cell}: a figure cannot be negative"
-                ));
-            }
-            _ => {}
+    check_cells::<R>(&figure_columns(row)?, |i| text.get(i).unwrap_or(""))
+}
+
+/// The indices of a record type's figures (its `f64` columns), read off
+/// one row: its JSON gives each as a float, or null where not finite
+/// (rows hold no options, so null is only ever a figure).
+fn figure_columns<R: Record>(row: &R) -> Result<Vec<usize>, String> {
+    let serde_json::Value::Object(fields) = serde_json::to_value(row).map_err(|e| e.to_string())?
+    else {
+        return Ok(Vec::new());
+    };
+    Ok(columns::<R>()
+        .iter()
+        .enumerate()
+        .filter(|(_, name)| match fields.get(**name) {
+            Some(serde_json::Value::Null) => true,
+            Some(serde_json::Value::Number(n)) => n.is_f64(),
+            _ => false,
+        })
+        .map(|(i, _)| i)
+        .collect())
+}
+
+/// [`check_figures`]' rule over a row's cells as text (`cell(i)` is column
+/// i's): a reader checks the cells it has just read, without writing the
+/// row out again.
+fn check_cells<'a, R: Record>(
+    figures: &[usize],
+    cell: impl Fn(usize) -> &'a str,
+) -> Result<(), String> {
+    let names = columns::<R>();
+    for &i in figures {
+        let (name, text) = (names[i], cell(i));
+        let x: f64 = text.trim().parse().unwrap_or(f64::NAN);
+        let not_measured =
+            x.is_nan() && text.trim().eq_ignore_ascii_case("nan") && R::MAY_BE_NAN.contains(&name);
+        if !x.is_finite() && !not_measured {
+            return Err(format!(
+                "column {name} is {text}: a figure must be a finite number (NaN only where it was not measured)"
+            ));
+        }
+        if x < -1e-9 {
+            return Err(format!(
+                "column {name} is {text}: a figure cannot be negative"
+            ));
         }
     }
     Ok(())
@@ -506,6 +578,8 @@ pub fn read_rows<R: Record>(path: &Path) -> Result<Vec<R>, ResultsError> {
     let str_header = csv::StringRecord::from(names.clone());
     let mut rows = Vec::new();
     let mut rec = csv::ByteRecord::new();
+    let mut lines = LineCounter::default();
+    let mut figures: Option<Vec<usize>> = None;
     loop {
         match reader.read_byte_record(&mut rec) {
             Ok(false) => break,
@@ -513,13 +587,13 @@ pub fn read_rows<R: Record>(path: &Path) -> Result<Vec<R>, ResultsError> {
             Err(e) => {
                 let line = e
                     .position()
-                    .map_or(rows.len() as u64 + 2, |p| line_at(&bytes, p));
+                    .map_or(rows.len() as u64 + 2, |p| lines.line_at(&bytes, p));
                 return Err(parse(line, csv_detail(&e)));
             }
         }
         let line = rec
             .position()
-            .map_or(rows.len() as u64 + 2, |p| line_at(&bytes, p));
+            .map_or(rows.len() as u64 + 2, |p| lines.line_at(&bytes, p));
         let text = match csv::StringRecord::from_byte_record(rec.clone()) {
             Ok(t) => t,
             Err(e) => {
@@ -540,7 +614,18 @@ pub fn read_rows<R: Record>(path: &Path) -> Result<Vec<R>, ResultsError> {
             };
             parse(line, detail)
         })?;
-        check_figures(&row).map_err(|d| parse(line, d))?;
+        // The figures are checked on the cells just read (a file written
+        // before a column was added lacks some: its rows are written out).
+        let figures = match &figures {
+            Some(f) => f,
+            None => figures.insert(figure_columns(&row).map_err(|d| parse(line, d))?),
+        };
+        if text.len() == cols.len() {
+            check_cells::<R>(figures, |i| text.get(i).unwrap_or(""))
+        } else {
+            check_figures(&row)
+        }
+        .map_err(|d| parse(line, d))?;
         rows.push(row);
     }
     if rows.is_empty() {
@@ -555,13 +640,33 @@ pub fn read_rows<R: Record>(path: &Path) -> Result<Vec<R>, ResultsError> {
 /// The line of the file a record starts on, counted from its byte offset:
 /// the reader's own line count misses the blank lines it skips and counts
 /// a CRLF file's second row as line 1 (its offset can point at the line
-/// endings before the record, so those are passed first).
-fn line_at(bytes: &[u8], at: &csv::Position) -> u64 {
-    let mut start = (at.byte() as usize).min(bytes.len());
-    while matches!(bytes.get(start), Some(b'\r' | b'\n')) {
-        start += 1;
+/// endings before the record, so those are passed first). The records come
+/// in file order, so each count starts where the last one stopped: one
+/// pass over the file in all, not one per record.
+#[derive(Default)]
+struct LineCounter {
+    /// Bytes counted so far, and the newlines among them.
+    at: usize,
+    newlines: u64,
+}
+
+impl LineCounter {
+    fn line_at(&mut self, bytes: &[u8], at: &csv::Position) -> u64 {
+        let mut start = (at.byte() as usize).min(bytes.len());
+        while matches!(bytes.get(start), Some(b'\r' | b'\n')) {
+            start += 1;
+        }
+        if start < self.at {
+            // Not in order (never, from one reader): count from the start.
+            *self = LineCounter::default();
+        }
+        self.newlines += bytes[self.at..start]
+            .iter()
+            .filter(|&&b| b == b'\n')
+            .count() as u64;
+        self.at = start;
+        self.newlines + 1
     }
-    bytes[..start].iter().filter(|&&b| b == b'\n').count() as u64 + 1
 }
 
 /// A CSV reader's error in words (no debug dump).
@@ -654,6 +759,48 @@ mod tests {
         record_run(&dir, &m).unwrap();
         let runs = read_runs(&dir).unwrap();
         assert_eq!(runs, vec![m], "the same entry, now whole");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn appending_a_run_keeps_fields_this_version_does_not_know() {
+        // Was: run.json rewritten from the parsed structs, so a newer
+        // version's or a CI system's fields vanished at the next run.
+        let dir = tempdir("unknown");
+        let mut a = RunMeta::start("collectives", "a", "local", 2);
+        a.finish();
+        record_run(&dir, &a).unwrap();
+        let path = dir.join("run.json");
+        let mut v: serde_json::Value = serde_json::from_slice(&fs::read(&path).unwrap()).unwrap();
+        v[0]["future_field"] = serde_json::json!({"nested": [1, 2]});
+        v[0]["extra"]["ci_job"] = serde_json::json!("nightly-7");
+        fs::write(&path, serde_json::to_vec(&v).unwrap()).unwrap();
+        let b = RunMeta::start("collectives", "b", "local", 2);
+        begin_run(&dir, &b);
+        record_run(&dir, &b).unwrap();
+        let back: serde_json::Value = serde_json::from_slice(&fs::read(&path).unwrap()).unwrap();
+        assert_eq!(back[0]["future_field"], v[0]["future_field"]);
+        assert_eq!(back[0]["extra"]["ci_job"], "nightly-7");
+        assert_eq!(back.as_array().unwrap().len(), 2);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_launcher_completes_the_entry_of_a_rank_it_saw_die() {
+        // Was: rank 0 killed by SIGKILL left "not recorded as ended",
+        // though its launcher had named the cause.
+        let dir = tempdir("seen");
+        let mut m = RunMeta::start("collectives", "seen-1", "tcp", 2);
+        m.cut_short = Some(NOT_ENDED.into());
+        write_run_entry(&dir, &m).unwrap();
+        let why = "rank 0 was killed by signal 9 (SIGKILL) 1.0 s after launch";
+        assert!(record_seen_death(&dir, "seen-1", why).unwrap());
+        let runs = read_runs(&dir).unwrap();
+        assert!(runs[0].cut_short.as_deref().unwrap().starts_with(why));
+        assert!(!runs[0].end.is_empty());
+        // A run that recorded its own end keeps it.
+        assert!(!record_seen_death(&dir, "seen-1", "again").unwrap());
+        assert!(!record_seen_death(&dir, "other", why).unwrap());
         fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -65,9 +65,16 @@ pub struct Verdict {
 pub const MIN_JUDGED_PAIRS: usize = 3;
 
 /// Judges the one-way bandwidths: pairs under [`SLOW_SHARE`] of the median.
+/// Linear in the rows (bar the sorts): the pairs are found through one
+/// index, and the culprit among the ranks of the slow pairs, never among
+/// every rank a row's `world` claims.
 pub fn verdict(rows: &[LinkRow]) -> Verdict {
     let mut bws: Vec<f64> = rows.iter().map(|r| r.one_way_gbps).collect();
     let median_gbps = crate::stats::median(&mut bws).unwrap_or(0.0);
+    let mut by_pair = std::collections::HashMap::with_capacity(rows.len());
+    for r in rows {
+        by_pair.entry((r.from, r.to)).or_insert(r);
+    }
     let mut pairs: Vec<(usize, usize)> = rows
         .iter()
         .map(|r| (r.from.min(r.to), r.from.max(r.to)))
@@ -80,8 +87,8 @@ pub fn verdict(rows: &[LinkRow]) -> Verdict {
     let mut gaps: Vec<f64> = pairs
         .iter()
         .filter_map(|&(a, b)| {
-            let ab = rows.iter().find(|r| r.from == a && r.to == b)?;
-            let ba = rows.iter().find(|r| r.from == b && r.to == a)?;
+            let ab = by_pair.get(&(a, b))?;
+            let ba = by_pair.get(&(b, a))?;
             if is_slow(ab) || is_slow(ba) {
                 return None;
             }
@@ -97,10 +104,13 @@ pub fn verdict(rows: &[LinkRow]) -> Verdict {
         .map(|r| (r.from, r.to, r.one_way_gbps / median_gbps))
         .collect();
     slow.sort_by(|a, b| a.2.total_cmp(&b.2));
-    let world = rows.first().map_or(0, |r| r.world);
-    let on_all: Vec<usize> = (0..world)
-        .filter(|&k| !slow.is_empty() && slow.iter().all(|&(f, t, _)| f == k || t == k))
-        .collect();
+    // A rank on every slow pair is on the first one.
+    let mut on_all: Vec<usize> = slow
+        .first()
+        .map(|&(f, t, _)| vec![f, t])
+        .unwrap_or_default();
+    on_all.dedup();
+    on_all.retain(|&k| slow.iter().all(|&(f, t, _)| f == k || t == k));
     Verdict {
         median_gbps,
         slow,

@@ -36,6 +36,10 @@ pub struct RunMeta {
     /// when it did: its rows are those it finished. Absent for a whole run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cut_short: Option<String>,
+    /// Every field of the entry this version does not know (a newer
+    /// version's, a CI system's), kept as it was and written back.
+    #[serde(flatten)]
+    pub unknown: serde_json::Map<String, serde_json::Value>,
 }
 
 impl RunMeta {
@@ -66,6 +70,7 @@ impl RunMeta {
             end: String::new(),
             extra: Default::default(),
             cut_short: None,
+            unknown: Default::default(),
         }
     }
 
@@ -117,13 +122,49 @@ pub fn git_revision() -> &'static str {
     option_env!("PARBENCH_GIT_REV").unwrap_or("unknown")
 }
 
-/// A run id unique on this host: suite, UTC time to the second, process id.
+/// A run id unique across hosts, PID namespaces and seconds: suite, UTC
+/// time to the second, process id, and 64 random bits (two containers
+/// both running as pid 1 in the same second still differ). A rank
+/// spawned by a launcher takes the launcher's id ([`RUN_ID_VAR`]), so
+/// that the launcher can complete the run's record when that rank dies.
 pub fn new_run_id(suite: &str) -> String {
+    if let Some(id) = inherited_run_id(suite) {
+        return id;
+    }
     let stamp = iso8601_utc(SystemTime::now())
         .replace(['-', ':'], "")
         .trim_end_matches('Z')
         .to_string();
-    format!("{suite}-{stamp}Z-{}", std::process::id())
+    let id = format!(
+        "{suite}-{stamp}Z-{}-{}",
+        std::process::id(),
+        crate::files::random_hex(8)
+    );
+    let _ = JOB_RUN_ID.set(id.clone());
+    id
+}
+
+/// The variable a launcher hands its spawned ranks its run id in.
+pub const RUN_ID_VAR: &str = "PARBENCH_RUN_ID";
+
+/// The first run id this process made: the one its spawned ranks take.
+static JOB_RUN_ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// The run id this process's spawned ranks should take, if it made one.
+pub fn job_run_id() -> Option<&'static str> {
+    JOB_RUN_ID.get().map(String::as_str)
+}
+
+/// The launcher's run id, when this process is a rank it spawned for the
+/// same suite (anything else in the variable is ignored: a fresh id).
+fn inherited_run_id(suite: &str) -> Option<String> {
+    std::env::var_os("PARBENCH_SPAWNED")?;
+    let id = std::env::var(RUN_ID_VAR).ok()?;
+    let plain = id.len() <= 128
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    (plain && id.strip_prefix(suite)?.starts_with('-')).then_some(id)
 }
 
 /// `YYYY-MM-DDTHH:MM:SSZ` for a time after the epoch.
@@ -266,5 +307,16 @@ mod tests {
     fn run_ids_name_the_suite() {
         let id = new_run_id("collectives");
         assert!(id.starts_with("collectives-") && id.contains('T'), "{id}");
+    }
+
+    #[test]
+    fn run_ids_differ_within_one_second_and_one_pid() {
+        // Was: suite, second and pid only; two containers, each pid 1,
+        // started in one second wrote one id.
+        let a = new_run_id("collectives");
+        let b = new_run_id("collectives");
+        assert_ne!(a, b);
+        let random = a.rsplit('-').next().unwrap();
+        assert_eq!(random.len(), 16, "{a}");
     }
 }

@@ -18,10 +18,11 @@ mod records;
 pub use crate::files::{is_record_name, random_hex, LOCK_FILE, MAX_RECORD_BYTES};
 pub use io::{
     append_rows, begin_run, check_figures, columns, finish_writes, header_line, prepare_out,
-    read_rows, read_runs, record_all, record_cut_short, record_run, ResultsError, NOT_ENDED,
+    read_rows, read_runs, record_all, record_cut_short, record_run, record_seen_death,
+    ResultsError, NOT_ENDED,
 };
 pub use link_row::{verdict, LinkRow, Verdict, SLOW_SHARE};
-pub use meta::{git_revision, iso8601_utc, new_run_id, RunMeta};
+pub use meta::{git_revision, iso8601_utc, job_run_id, new_run_id, RunMeta, RUN_ID_VAR};
 pub use records::{row_label, CollectiveRow, LayerRow, PipelineRow, Record, SCHEMA_VERSION};
 
 use std::path::Path;

@@ -21,12 +21,12 @@ const MAX_FILE_BYTES: u64 = (MAX_ACTIONS as u64) * 16;
 /// Reads a compute-only CSV schedule from `path`.
 pub fn load_csv(path: &Path) -> Result<Schedule, ScheduleError> {
     let shown = path.display().to_string();
-    let io = |source| ScheduleError::Io {
+    let io = |error| ScheduleError::Io {
         path: shown.clone(),
-        source,
+        error,
     };
     let bytes = crate::files::read_regular(path, MAX_FILE_BYTES).map_err(|e| match e {
-        crate::files::FileError::Io { source, .. } => io(source),
+        crate::files::FileError::Io { error, .. } => io(error),
         other => ScheduleError::Parse {
             path: shown.clone(),
             detail: match other {
@@ -185,9 +185,15 @@ pub fn to_csv(s: &Schedule) -> String {
 
 /// Writes the schedule to `path` as compute-only CSV, atomically.
 pub fn save_csv(s: &Schedule, path: &Path) -> Result<(), ScheduleError> {
-    crate::files::write_atomic(path, to_csv(s).as_bytes()).map_err(|e| ScheduleError::Io {
-        path: path.display().to_string(),
-        source: std::io::Error::other(e.to_string()),
+    crate::files::write_atomic(path, to_csv(s).as_bytes()).map_err(|e| match e {
+        crate::files::FileError::Io { error, .. } => ScheduleError::Io {
+            path: path.display().to_string(),
+            error,
+        },
+        crate::files::FileError::Invalid { detail, .. } => ScheduleError::Parse {
+            path: path.display().to_string(),
+            detail,
+        },
     })
 }
 

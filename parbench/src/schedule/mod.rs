@@ -304,11 +304,10 @@ pub enum ScheduleError {
     #[error("{path}: {detail}")]
     Parse { path: String, detail: String },
     /// Reading or writing a file failed.
-    #[error("{path}: {source}")]
-    Io {
-        path: String,
-        source: std::io::Error,
-    },
+    /// The OS error is printed, not chained as a source (a report of the
+    /// chain would print it twice).
+    #[error("{path}: {error}")]
+    Io { path: String, error: std::io::Error },
     /// The schedule breaks a rule; `grid` shows it with the offending actions in brackets.
     #[error("invalid schedule {name}: {reason}\n{grid}")]
     Invalid {

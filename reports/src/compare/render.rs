@@ -73,6 +73,14 @@ pub fn render(cmp: &Comparison, args: &CompareArgs) -> String {
     let cannot = cmp.with(Verdict::CannotJudge);
     let same = cmp.changes.len() - regs.len() - imps.len() - not_judged.len() - cannot.len();
     let md = args.markdown;
+    // Strings from the command line or the records, escaped for the format.
+    let user = |s: &str| {
+        if md {
+            crate::table::markdown_text(s)
+        } else {
+            crate::table::terminal_text(s)
+        }
+    };
     let mut out = String::new();
     let heading = |s: &str| {
         if md {
@@ -101,8 +109,8 @@ pub fn render(cmp: &Comparison, args: &CompareArgs) -> String {
     out.push_str(&format!(
         "{} figures compared ({} against {}, threshold {:.1}%, rounds {} against {}): {} regressions, {} improvements, {} unchanged, {} noisy: not judged, {} cannot be judged; {} keys only in the baseline, {} only in the current run{}.\n",
         cmp.changes.len(),
-        args.current().display(),
-        args.baseline_label(),
+        user(&args.current().display().to_string()),
+        user(&args.baseline_label()),
         args.threshold * 100.0,
         rounds(1),
         rounds(0),

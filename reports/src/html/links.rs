@@ -7,6 +7,7 @@ use super::escape::esc;
 use super::page::{self, num, text};
 use crate::load::Source;
 use parbench::results::{verdict, LinkRow, SLOW_SHARE};
+use std::collections::HashMap;
 
 /// Side of one cell of the heat map, pixels.
 const CELL: usize = 64;
@@ -24,17 +25,36 @@ fn colour(share: f64) -> String {
     format!("#{:02x}{:02x}{:02x}", r as u8, g as u8, b as u8)
 }
 
-/// The heat map of one run's one-way bandwidths, as inline SVG.
-pub fn heat_map(rows: &[LinkRow]) -> String {
-    let world = rows.first().map_or(0, |r| r.world);
+/// The most ranks a heat map draws: 65,536 cells, a page of about 20 MB.
+/// A larger matrix is summed up by its verdict alone.
+pub const MAX_MAP_RANKS: usize = 256;
+
+/// The ranks a heat map has rows and columns for: those the rows name
+/// (never the `world` a row claims), in order; `None` when they are more
+/// than [`MAX_MAP_RANKS`] or the rows fill under a quarter of their
+/// matrix (not a pair sweep's matrix, so no map to draw).
+pub fn map_ranks(rows: &[LinkRow]) -> Option<Vec<usize>> {
+    let mut ranks: Vec<usize> = rows.iter().flat_map(|r| [r.from, r.to]).collect();
+    ranks.sort_unstable();
+    ranks.dedup();
+    let cells = ranks.len() * ranks.len();
+    (ranks.len() <= MAX_MAP_RANKS && cells <= 4 * rows.len() + 16).then_some(ranks)
+}
+
+/// The heat map of one run's one-way bandwidths over `ranks` (from
+/// [`map_ranks`]), as inline SVG: its size set by the ranks the rows
+/// hold, each cell found through one index.
+pub fn heat_map(rows: &[LinkRow], ranks: &[usize]) -> String {
     let median = verdict(rows).median_gbps;
-    let side = MARGIN + world * CELL + 8;
+    let by_pair: HashMap<(usize, usize), &LinkRow> =
+        rows.iter().rev().map(|r| ((r.from, r.to), r)).collect();
+    let side = MARGIN + ranks.len() * CELL + 8;
     let mut svg = format!(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{side}\" height=\"{side}\" viewBox=\"0 0 {side} {side}\" font-family=\"sans-serif\" font-size=\"12\">\n"
     );
     svg.push_str("<text x=\"4\" y=\"14\">from \\ to</text>\n");
-    for k in 0..world {
-        let c = MARGIN + k * CELL + CELL / 2;
+    for (i, k) in ranks.iter().enumerate() {
+        let c = MARGIN + i * CELL + CELL / 2;
         svg.push_str(&format!(
             "<text x=\"{c}\" y=\"{}\" text-anchor=\"middle\">{k}</text>\n",
             MARGIN - 8
@@ -45,10 +65,10 @@ pub fn heat_map(rows: &[LinkRow]) -> String {
             c + 4
         ));
     }
-    for from in 0..world {
-        for to in 0..world {
-            let (x, y) = (MARGIN + to * CELL, MARGIN + from * CELL);
-            let (fill, label, title) = match rows.iter().find(|r| r.from == from && r.to == to) {
+    for (row, &from) in ranks.iter().enumerate() {
+        for (col, &to) in ranks.iter().enumerate() {
+            let (x, y) = (MARGIN + col * CELL, MARGIN + row * CELL);
+            let (fill, label, title) = match by_pair.get(&(from, to)) {
                 Some(r) if median > 0.0 => (
                     colour(r.one_way_gbps / median),
                     format!("{:.3}", r.one_way_gbps),
@@ -81,26 +101,37 @@ pub fn section(sources: &[Source]) -> String {
     body.push_str(&page::h3("Pair links (bench-collectives links)"));
     let mut any = false;
     for s in sources {
-        let mut ids: Vec<&str> = s.links.iter().map(|r| r.run_id.as_str()).collect();
-        ids.dedup();
-        for run in ids {
+        // The rows of each run, in one pass (the runs in their first row's order).
+        let mut order: Vec<&str> = Vec::new();
+        let mut by_run: HashMap<&str, Vec<LinkRow>> = HashMap::new();
+        for r in &s.links {
+            by_run
+                .entry(r.run_id.as_str())
+                .or_insert_with(|| {
+                    order.push(r.run_id.as_str());
+                    Vec::new()
+                })
+                .push(r.clone());
+        }
+        for run in order {
             any = true;
-            let rows: Vec<LinkRow> = s
-                .links
-                .iter()
-                .filter(|r| r.run_id == run)
-                .cloned()
-                .collect();
+            let rows = &by_run[run];
             let first = &rows[0];
             body.push_str(&page::note(&format!(
                 "{}: run {run}, backend {}, wire {}, {} ranks, {} B per bandwidth message, pairs one at a time. Cells: one-way GB/s, row = from, column = to; red = below {:.0}% of the median pair.",
                 s.label, first.backend, first.wire, first.world, first.bytes, 100.0 * SLOW_SHARE
             )));
-            let svg = heat_map(&rows);
+            let words = esc(&(verdict(rows).lines().join(". ") + "."));
+            let figure = match map_ranks(rows) {
+                Some(ranks) => heat_map(rows, &ranks),
+                None => format!(
+                    "<p>No heat map: the rows hold {} pairs, not the matrix of a pair sweep of at most {MAX_MAP_RANKS} ranks.</p>",
+                    rows.len()
+                ),
+            };
             body.push_str(&format!(
-                "<figure class=\"chart\" id=\"links-{}\">\n{svg}\n<figcaption>{}</figcaption>\n</figure>\n",
-                super::escape::id(run),
-                esc(&(verdict(&rows).lines().join(". ") + "."))
+                "<figure class=\"chart\" id=\"links-{}\">\n{figure}\n<figcaption>{words}</figcaption>\n</figure>\n",
+                super::escape::id(run)
             ));
         }
     }
@@ -168,9 +199,37 @@ mod tests {
                 });
             }
         }
-        let svg = heat_map(&rows);
+        let svg = heat_map(&rows, &map_ranks(&rows).unwrap());
         assert_eq!(svg.matches("fill=\"#d9534f\"").count(), 8, "{svg}");
         let words = verdict(&rows).lines().join(". ");
         assert!(words.contains("Likely culprit: rank 2"), "{words}");
+    }
+
+    #[test]
+    fn the_map_is_sized_by_the_rows_not_by_a_claimed_world() {
+        // Was: one row with world=1500 drew a 405 MB page (1500 x 1500
+        // cells); world=100000 never finished.
+        let one = |from, to, world| LinkRow {
+            schema: 1,
+            run_id: "r".into(),
+            backend: "tcp".into(),
+            wire: "w".into(),
+            world,
+            from,
+            to,
+            latency_us: 1.0,
+            bytes: 8,
+            one_way_gbps: 1.0,
+            both_ways_gbps: 1.0,
+        };
+        let rows = vec![one(0, 1, 100_000), one(1, 0, 100_000)];
+        let ranks = map_ranks(&rows).unwrap();
+        assert_eq!(ranks, vec![0, 1]);
+        assert!(heat_map(&rows, &ranks).len() < 4096);
+        // Rows scattered over far ranks are no matrix: no map, no blow-up.
+        let sparse: Vec<LinkRow> = (0..300).map(|i| one(i, 1_000_000 - i, 5)).collect();
+        assert!(map_ranks(&sparse).is_none());
+        let v = verdict(&sparse);
+        assert_eq!(v.pairs, 300);
     }
 }

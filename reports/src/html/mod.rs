@@ -66,6 +66,8 @@ pub fn render(sources: &[Source], title: &str) -> String {
 
 /// Runs `report html`.
 pub fn run(dirs: &[PathBuf], output: &Path, title: &str) -> Result<()> {
+    // Before reading: an output that may not be replaced is refused first.
+    parbench::results::check_output(output, Some(page::DOCTYPE.as_bytes()))?;
     let sources = load_sources(dirs, true)?;
     plan::check(&sources)?;
     let html = render(&sources, title);

@@ -54,10 +54,13 @@ td.lines div { margin: 1px 0; word-break: break-word; }
 }
 "#;
 
+/// The first line of every page the report writes (html, trend).
+pub const DOCTYPE: &str = "<!DOCTYPE html>";
+
 /// The document's beginning: head, style, header and navigation.
 pub fn head(title: &str, subtitle: &[String], sections: &[(&str, &str)]) -> String {
     let mut s = format!(
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>{}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n<header><h1>{}</h1>\n",
+        "{DOCTYPE}\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>{}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n<header><h1>{}</h1>\n",
         esc(title),
         esc(title)
     );

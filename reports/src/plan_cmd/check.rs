@@ -331,40 +331,59 @@ fn shared_cores(c: &Value, cores: usize) -> Option<String> {
     })
 }
 
+/// A composed section of a run: (run id, section, the host's cores).
+type Composed = (String, Value, usize);
+
 /// Every composed section of `dir`'s run.json: (run id, section, the host's cores).
-fn composed_sections(dir: &Path) -> Result<Vec<(String, Value, usize)>> {
+/// The runs without one come second, as the lines that say they were skipped.
+fn composed_sections(dir: &Path) -> Result<(Vec<Composed>, Vec<String>)> {
     let runs = parbench::results::read_runs(dir)
         .with_context(|| format!("{}: reading run.json", dir.display()))?;
     let mut out = Vec::new();
+    let mut skipped = Vec::new();
     for r in runs {
         match r.extra.get("composed").and_then(Value::as_array) {
             Some(list) => out.extend(list.iter().map(|c| (r.run_id.clone(), c.clone(), r.cores))),
-            None => eprintln!(
+            None => skipped.push(format!(
                 "report: {} ({}): no composed section, skipped",
                 r.run_id, r.suite
-            ),
+            )),
         }
     }
-    Ok(out)
+    Ok((out, skipped))
+}
+
+/// The flag this command was given, as errors name it.
+fn against_flag() -> String {
+    format!("--{}", parbench::vocab::against::LONG)
 }
 
 pub fn run(dir: &Path) -> Result<()> {
     if !dir.is_dir() {
-        bail!("--check {}: not a folder", dir.display());
+        bail!("{} {}: not a folder", against_flag(), dir.display());
     }
-    let sections = composed_sections(dir)?;
+    let (sections, skipped) = composed_sections(dir)?;
     if sections.is_empty() {
+        // One line: none of its runs is composed (not one line per run).
         bail!(
-            "--check {}: no composed dp x tp x pp run in run.json (bench-pipeline --dp/--tp writes them)",
-            dir.display()
+            "{} {}: no composed dp x tp x pp run in run.json ({} run(s), none composed; bench-pipeline --dp/--tp writes them)",
+            against_flag(),
+            dir.display(),
+            skipped.len()
         );
+    }
+    for line in &skipped {
+        parbench::launch::eprint_line(line);
     }
     let mut all = Vec::new();
     for (run_id, c, cores) in &sections {
         let rows = match check_rows(run_id, c) {
             Ok(r) => r,
             Err(e) => {
-                eprintln!("report: {}: skipped: {e}", layout_name(run_id, c));
+                parbench::launch::eprint_line(&format!(
+                    "report: {}: skipped: {e}",
+                    layout_name(run_id, c)
+                ));
                 continue;
             }
         };
@@ -410,7 +429,8 @@ pub fn run(dir: &Path) -> Result<()> {
     }
     if all.is_empty() {
         bail!(
-            "--check {}: no composed run could be costed (each skipped above)",
+            "{} {}: no composed run could be costed (each skipped above)",
+            against_flag(),
             dir.display()
         );
     }
