@@ -55,6 +55,7 @@ pub mod presets;
 pub mod priced;
 pub mod row_rungs;
 pub mod sim;
+pub mod stack;
 pub mod tensor_parallel;
 pub mod wire;
 pub mod wire_fit;

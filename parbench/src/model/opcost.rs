@@ -24,7 +24,7 @@
 //! Every constant is the same for every device; a device brings only its
 //! GEMM rate, SM count and HBM bandwidth.
 
-use super::device::{Device, IN_STEP_GEMM_SHARE, MEMORY_FRACTION};
+use super::device::{Device, MEMORY_FRACTION};
 use super::footprint::Recompute;
 use super::presets::{Arch, Preset};
 
@@ -122,6 +122,8 @@ pub struct OpModel {
     pub stream_bytes_per_s: f64,
     pub attention: Attention,
     pub accumulation: GradAccumulation,
+    /// Bytes per logit element the loss moves, forward and backward.
+    pub loss_bytes: (f64, f64),
 }
 
 /// One block's compute on one microbatch, one rank, seconds (no
@@ -139,6 +141,8 @@ pub struct BlockSeconds {
     pub recompute: f64,
     /// Of the above: the GEMMs of the projections and MLP.
     pub gemm: f64,
+    /// Of `gemm`: the forward's (what a forward collective can hide behind).
+    pub gemm_forward: f64,
     /// Of the above: the attention core (scores, softmax, weighted sum).
     pub attention: f64,
     /// Of the above: norms, activations, residual adds, dropout, accumulation.
@@ -154,7 +158,8 @@ impl BlockSeconds {
 
 impl OpModel {
     /// From a device's figures: its GEMM rate (or `gemm_tflops`, a
-    /// measured one) at [`IN_STEP_GEMM_SHARE`], its HBM at [`MEMORY_FRACTION`].
+    /// measured one) at the clock it sustains through a training step
+    /// ([`Device::sustained_clock`]), its HBM at [`MEMORY_FRACTION`].
     pub fn of_device(
         d: &Device,
         gemm_tflops: Option<f64>,
@@ -162,11 +167,12 @@ impl OpModel {
         accumulation: GradAccumulation,
     ) -> Self {
         OpModel {
-            gemm_flops: gemm_tflops.unwrap_or(d.gemm_tflops) * 1e12 * IN_STEP_GEMM_SHARE,
+            gemm_flops: gemm_tflops.unwrap_or(d.gemm_tflops) * 1e12 * d.sustained_clock(),
             sms: d.sms,
             stream_bytes_per_s: d.hbm_gbps * 1e9 * MEMORY_FRACTION,
             attention,
             accumulation,
+            loss_bytes: STREAM_BYTES.logit,
         }
     }
 
@@ -288,6 +294,7 @@ impl OpModel {
             weight_grad: gw + accumulate,
             recompute: again.0 + again.1 + again.2,
             gemm: gf + gi + gw + again.0,
+            gemm_forward: gf,
             attention: af + ab + again.1,
             memory: mem_f + mem_b + accumulate + again.2,
         }
@@ -302,8 +309,8 @@ impl OpModel {
         let (f, i, w) = self.gemm_passes(tokens, v, model.hidden);
         let elems = tokens as f64 * v as f64;
         (
-            f + self.stream(elems * STREAM_BYTES.logit.0),
-            i + w + self.stream(elems * STREAM_BYTES.logit.1),
+            f + self.stream(elems * self.loss_bytes.0),
+            i + w + self.stream(elems * self.loss_bytes.1),
         )
     }
 

@@ -13,6 +13,7 @@ use parbench::model::footprint::Recompute;
 use parbench::model::opcost::{Attention, GradAccumulation, OpModel};
 use parbench::model::plan::{PlanInput, Shard, Wire};
 use parbench::model::presets::Arch;
+use parbench::model::stack::Stack;
 use parbench::model::{LinkParams, Preset};
 use parbench::stats::median_of_finite;
 use std::collections::BTreeMap;
@@ -227,6 +228,91 @@ fn measured_flops(sources: &[Source]) -> Option<(f64, String)> {
     ))
 }
 
+/// The share of the device's GEMM rate a block measured on it sustains:
+/// bench-layers' full-sequence rows run on a GPU (no CPU threads), the
+/// largest shape at the smallest degree, their median compute time
+/// against the same block costed by operation at the datasheet rate
+/// (its GEMMs at full rate, its attention and memory-bound work as the
+/// planner costs them). `None` without such rows.
+fn measured_block_share(
+    sources: &[Source],
+    d: &parbench::model::device::Device,
+    attention: Attention,
+    accumulation: GradAccumulation,
+) -> Option<(f64, String)> {
+    let rows: Vec<(&Source, &parbench::results::LayerRow)> = sources
+        .iter()
+        .flat_map(|s| s.layers.iter().map(move |r| (s, r)))
+        .filter(|(_, r)| {
+            !r.decode && r.threads == 0 && r.compute_us.is_finite() && r.compute_us > 0.0
+        })
+        .collect();
+    let work =
+        |r: &parbench::results::LayerRow| r.batch.saturating_mul(r.seq).saturating_mul(r.hidden);
+    let largest = rows.iter().map(|(_, r)| work(r)).max()?;
+    let tp = rows
+        .iter()
+        .filter(|(_, r)| work(r) == largest)
+        .map(|(_, r)| r.tp)
+        .min()?;
+    let at: Vec<_> = rows
+        .iter()
+        .filter(|(_, r)| work(r) == largest && r.tp == tp)
+        .collect();
+    let measured_us = median_of_finite(at.iter().map(|(_, r)| r.compute_us));
+    let (s, r) = at.first()?;
+    let arch = Preset::by_name(&r.preset).map_or(Arch::Gpt, |p| p.arch);
+    let block = Preset {
+        name: "measured",
+        source: "bench-layers",
+        arch,
+        layers: 1,
+        hidden: r.hidden,
+        heads: r.heads,
+        kv_heads: Preset::by_name(&r.preset).map_or(r.heads, |p| p.kv_heads),
+        ffn: r.ffn,
+        seq: r.seq,
+        vocab: 1,
+    };
+    let mut full = OpModel::of_device(d, None, attention, accumulation);
+    full.gemm_flops = d.gemm_tflops * 1e12;
+    let t = full.block(
+        &block,
+        r.batch,
+        r.seq,
+        r.tp as u64,
+        r.seq_parallel,
+        Recompute::None,
+    );
+    let costed_us = 1e6
+        * if r.mode == "train" {
+            t.total()
+        } else {
+            t.forward
+        };
+    let share = costed_us / measured_us;
+    if !(share.is_finite() && share > 0.0) {
+        return None;
+    }
+    Some((
+        share.min(1.0),
+        format!(
+            "bench-layers in {}: {} {} block, {} x {} x hidden {}, tp {}, {} us measured (median of {}) against {} us costed at {} TFLOP/s",
+            s.label,
+            r.preset,
+            r.mode,
+            r.batch,
+            r.seq,
+            r.hidden,
+            tp,
+            units::sig3(measured_us),
+            at.len(),
+            units::sig3(costed_us),
+            units::sig3(d.gemm_tflops)
+        ),
+    ))
+}
+
 /// The plan's input from the flags and folders, and the file's header.
 pub(super) fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
     let model = model_of(a)?;
@@ -347,18 +433,21 @@ pub(super) fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
         None => bail!("{} devices span {} nodes: give --device NAME, --inter GBPS,US or --from a results folder with all_reduce rows of the tcp (or mpi) backend", gpus, gpus.div_ceil(gpus_per_node.max(1))),
     };
     let measured = measured_flops(&sources);
-    let attention = match a.attention.as_str() {
-        "flash" => Attention::Flash,
-        "unfused" => Attention::Unfused,
-        other => bail!("--attention {other}: expected flash or unfused"),
+    let stack = stack_of(a)?;
+    let attention = match a.attention.as_deref() {
+        None => stack.map_or(Attention::Flash, |s| s.attention),
+        Some("flash") => Attention::Flash,
+        Some("unfused") => Attention::Unfused,
+        Some(other) => bail!("--attention {other}: expected flash or unfused"),
     };
-    let accumulation = match a.grad_accumulation.as_str() {
-        "fused" => GradAccumulation::Fused,
-        "unfused" => GradAccumulation::Unfused,
-        other => bail!("--grad-accumulation {other}: expected fused or unfused"),
+    let accumulation = match a.grad_accumulation.as_deref() {
+        None => stack.map_or(GradAccumulation::Fused, |s| s.accumulation),
+        Some("fused") => GradAccumulation::Fused,
+        Some("unfused") => GradAccumulation::Unfused,
+        Some(other) => bail!("--grad-accumulation {other}: expected fused or unfused"),
     };
     let dp_overlap = match a.dp_overlap.as_deref() {
-        None => device.is_some(),
+        None => stack.map_or(device.is_some(), |s| s.dp_overlap),
         Some("on") => true,
         Some("off") => false,
         Some(other) => bail!("--dp-overlap {other}: expected on or off"),
@@ -375,22 +464,38 @@ pub(super) fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
             );
         }
     }
-    // With a device, the GEMM rate is the device's unless measured or given.
+    // With a device, the GEMM rate is the device's unless measured or
+    // given; a block measured on the GPU sets the share of it a step
+    // sustains instead of the datasheet's clock.
     let (compute, ops) = match &device {
         Some(d) => {
-            let (tflops, from) = match (a.compute_tflops, &measured) {
-                (Some(t), _) => (t, format!("--compute-tflops {t}")),
-                (None, Some((f, from))) => (f / 1e12, from.clone()),
-                (None, None) => (d.gemm_tflops, format!("{}'s datasheet GEMM rate", d.name)),
+            let block = measured_block_share(&sources, d, attention, accumulation);
+            let (tflops, from) = match (a.compute_tflops, &measured, &block) {
+                (Some(t), _, _) => (t, format!("--compute-tflops {t}")),
+                (None, _, Some(_)) => (d.gemm_tflops, format!("{}'s datasheet GEMM rate", d.name)),
+                (None, Some((f, from)), None) => (f / 1e12, from.clone()),
+                (None, None, None) => (d.gemm_tflops, format!("{}'s datasheet GEMM rate", d.name)),
             };
-            let ops = OpModel::of_device(d, Some(tflops), attention, accumulation);
+            let mut ops = OpModel::of_device(d, Some(tflops), attention, accumulation);
+            if let Some(s) = stack {
+                ops.loss_bytes = s.step.loss_bytes;
+            }
+            let share = match (&block, a.compute_tflops) {
+                (Some((share, how)), None) => {
+                    ops.gemm_flops = tflops * 1e12 * share;
+                    format!("x {share:.3}, the in-step share measured: {how}")
+                }
+                _ => format!(
+                    "x {:.3} (the datasheet's clock held at the power limit through a step)",
+                    d.sustained_clock()
+                ),
+            };
             (
                 (
                     ops.gemm_flops,
                     format!(
-                        "{from}: {} TFLOP/s x {} in a step; GEMMs by shape on {} SMs, memory-bound work at {} GB/s x {}",
+                        "{from}: {} TFLOP/s {share}; GEMMs by shape on {} SMs, memory-bound work at {} GB/s x {}",
                         units::sig3(tflops),
-                        parbench::model::device::IN_STEP_GEMM_SHARE,
                         d.sms,
                         units::sig3(d.hbm_gbps),
                         parbench::model::device::MEMORY_FRACTION
@@ -423,7 +528,11 @@ pub(super) fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
     input.peak_flops = device.as_ref().map(|d| d.peak_tflops * 1e12);
     input.rails = device.is_some();
     input.dp_overlap = dp_overlap;
-    input.schedules = (!a.schedules.is_empty()).then(|| a.schedules.clone());
+    input.schedules = match (a.schedules.is_empty(), stack) {
+        (false, _) => Some(a.schedules.clone()),
+        (true, Some(s)) => Some(s.search.iter().map(|n| n.to_string()).collect()),
+        (true, None) => None,
+    };
     input.shard_modes = a
         .shard
         .iter()
@@ -432,11 +541,21 @@ pub(super) fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
                 .ok_or_else(|| anyhow!("--shard {n}: expected none, zero1, zero2 or zero3"))
         })
         .collect::<Result<_>>()?;
+    if input.shard_modes.is_empty() && !a.distributed_optimizer {
+        if let Some(s) = stack {
+            input.shard_modes = vec![s.shard];
+        }
+    }
     input.hybrid = a.hybrid_shard;
     input.allow_tp_across_nodes = a.allow_tp_across_nodes;
-    input.sequence_parallel = a.sequence_parallel;
+    input.sequence_parallel = a.sequence_parallel || stack.is_some_and(|s| s.sequence_parallel);
     input.recompute = recompute;
-    input.distributed_optimizer = a.distributed_optimizer;
+    input.distributed_optimizer =
+        a.distributed_optimizer || stack.is_some_and(|s| s.shard == Shard::Zero1);
+    input.untied_output = a.untie_embeddings;
+    if let Some(s) = stack {
+        input.step = s.step;
+    }
     let m = &model;
     let file = PlanFile {
         schema: PLAN_SCHEMA,
@@ -474,6 +593,11 @@ pub(super) fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
             from: d.source.clone(),
         }),
         software: software_words(&input),
+        stack: stack.map(|s| Sourced {
+            value: s.name.to_string(),
+            from: format!("{} ({})", s.implies, s.source),
+        }),
+        band: None,
         layout_query: None,
         search_best: None,
         families: Vec::new(),
@@ -483,6 +607,24 @@ pub(super) fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
         losses: Vec::new(),
     };
     Ok((input, file))
+}
+
+/// The stack of `--stack`, checked.
+pub(super) fn stack_of(a: &PlanArgs) -> Result<Option<&'static Stack>> {
+    match &a.stack {
+        None => {
+            if a.search_open {
+                bail!("--search-open: give --stack NAME (without a stack, --layout searches what it leaves open already)");
+            }
+            Ok(None)
+        }
+        Some(n) => Stack::by_name(n).map(Some).ok_or_else(|| {
+            anyhow!(
+                "--stack {n}: unknown stack (known: {})",
+                Stack::names().join(", ")
+            )
+        }),
+    }
 }
 
 /// How the step runs, in words.
@@ -508,6 +650,22 @@ fn software_words(input: &PlanInput) -> String {
         Recompute::Selective => "selective recomputation",
         Recompute::Full => "full recomputation",
     });
+    let step = &input.step;
+    if input.sequence_parallel {
+        parts.push("sequence parallel");
+    }
+    if step.tp_overlap {
+        parts.push("tensor-parallel communication overlapped with its GEMMs");
+    }
+    if step.param_gather_overlap {
+        parts.push("parameter all-gather overlapped with the forward");
+    }
+    if step.dp_sm_share > 0.0 {
+        parts.push("overlapped collectives take SMs from the compute");
+    }
+    if step.grad_bytes == 4 {
+        parts.push("fp32 gradients");
+    }
     parts.join(", ")
 }
 

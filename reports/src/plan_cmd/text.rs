@@ -57,6 +57,19 @@ pub fn schedule_cell(l: &parbench::model::plan::Layout) -> String {
     cell
 }
 
+/// What the plan's figures are worth: its stack's error over the
+/// published runs it is held to.
+pub fn band_words(f: &PlanFile) -> String {
+    match (&f.stack, &f.band) {
+        (_, Some(b)) => b.line(),
+        (Some(s), None) => format!(
+            "{}: no published run in the validation table yet; the figures are the model's alone",
+            s.value
+        ),
+        (None, None) => "none: without --stack the step is held to no published run (--stack megatron-core, megatron-2021 or torchtitan)".into(),
+    }
+}
+
 /// The printed plan.
 pub fn render(f: &PlanFile) -> String {
     let mut out = String::new();
@@ -80,9 +93,13 @@ pub fn render(f: &PlanFile) -> String {
         units::sig3(f.compute.value / 1e12),
         f.compute.from
     ));
+    if let Some(s) = &f.stack {
+        out.push_str(&format!("  stack:      {}: {}\n", s.value, s.from));
+    }
     if !f.software.is_empty() {
         out.push_str(&format!("  the step:   {}\n", f.software));
     }
+    out.push_str(&format!("  band:       {}\n", band_words(f)));
     out.push_str(&format!(
         "  intra-node: {}, from {}\n",
         wire_words(&f.intra.value),
@@ -103,7 +120,7 @@ pub fn render(f: &PlanFile) -> String {
     }
     if let (Some(spec), Some(named)) = (&f.layout_query, f.top.first()) {
         out.push_str(&format!("Layout {spec}: {}\n", named.layout));
-        out.push_str(&super::layout::render_terms(named, f.gpus));
+        out.push_str(&super::layout::render_terms(named, f.gpus, f.memory_gib));
         if let Some(best) = &f.search_best {
             out.push_str(&super::layout::why_loses(named, best));
         }
