@@ -88,6 +88,11 @@ pub struct StepModel {
     pub fp32_logits: bool,
     /// Host seconds to launch a kernel (0: the host is never the limit).
     pub launch_s: f64,
+    /// Parameters per gradient bucket: `max(base, per_dp x dp)`
+    /// (Megatron-Core's `DistributedDataParallel`: 40M and 1M, "so that
+    /// NCCL's ring chunks stay bandwidth-bound"); (0, 0): the planner's
+    /// `bucket_bytes` (DDP's 25 MiB).
+    pub bucket_params: (f64, f64),
 }
 
 impl Default for StepModel {
@@ -101,6 +106,7 @@ impl Default for StepModel {
             loss_bytes: STREAM_BYTES.logit,
             fp32_logits: false,
             launch_s: 0.0,
+            bucket_params: (0.0, 0.0),
         }
     }
 }
@@ -166,6 +172,7 @@ pub const STACKS: [Stack; 3] = [
             loss_bytes: MEGATRON_LOSS_BYTES,
             fp32_logits: true,
             launch_s: EAGER_LAUNCH_S,
+            bucket_params: (0.0, 0.0),
         },
     },
     Stack {
@@ -192,6 +199,7 @@ pub const STACKS: [Stack; 3] = [
             loss_bytes: MEGATRON_LOSS_BYTES,
             fp32_logits: true,
             launch_s: EAGER_LAUNCH_S,
+            bucket_params: (40e6, 1e6),
         },
     },
     Stack {
@@ -218,6 +226,7 @@ pub const STACKS: [Stack; 3] = [
             loss_bytes: TORCH_LOSS_BYTES,
             fp32_logits: true,
             launch_s: EAGER_LAUNCH_S,
+            bucket_params: (0.0, 0.0),
         },
     },
 ];

@@ -693,7 +693,13 @@ impl Planner<'_> {
             dp_total += whole;
             let exposed = if input.dp_overlap && l.dp > 1 && grad_bytes > 0.0 {
                 // The buckets fill in the rank's last backward, top layer first.
-                let n = (grad_bytes / input.bucket_bytes.max(1.0)).ceil().max(1.0);
+                let (base, per_dp) = input.step.bucket_params;
+                let bucket = if base > 0.0 {
+                    base.max(per_dp * l.dp as f64) * input.step.grad_bytes as f64
+                } else {
+                    input.bucket_bytes
+                };
+                let n = (grad_bytes / bucket.max(1.0)).ceil().max(1.0);
                 let bucket_s = wire.seconds(coll, l.dp, (grad_bytes / n) as u64);
                 let backward = busiest.i + busiest.w + busiest.comm_b;
                 let layers = self.busiest_rank_layers(&l) as usize;
