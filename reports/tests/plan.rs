@@ -152,6 +152,14 @@ fn bad_flags_and_files_are_one_line_and_exit_2() {
             "whole number",
         ),
         (vec!["--model", "tiny", "--gpus-per-node", "4"], "--inter"),
+        (
+            vec!["--model", "tiny", "--stack", "deepspeed"],
+            "unknown stack",
+        ),
+        (
+            vec!["--model", "tiny", "--search-open"],
+            "--search-open: give --stack",
+        ),
     ];
     each_one_line_exit_2(&shape, cases);
     // No compute figure at all.

@@ -143,6 +143,9 @@ pub struct Stack {
     pub schedules: StackSchedules,
     /// Sequences per microbatch when a layout does not say.
     pub micro_batch: u64,
+    /// Without a pipeline, a data rank's whole share of the batch in one
+    /// microbatch (torchtitan's `local_batch_size`), not `micro_batch`.
+    pub whole_batch_without_pipeline: bool,
     pub step: StepModel,
 }
 
@@ -163,6 +166,7 @@ pub const STACKS: [Stack; 3] = [
             interleaved: "interleaved",
         },
         micro_batch: 1,
+        whole_batch_without_pipeline: false,
         step: StepModel {
             tp_overlap: false,
             param_gather_overlap: false,
@@ -190,6 +194,7 @@ pub const STACKS: [Stack; 3] = [
             interleaved: "interleaved",
         },
         micro_batch: 1,
+        whole_batch_without_pipeline: false,
         step: StepModel {
             tp_overlap: true,
             param_gather_overlap: true,
@@ -204,7 +209,7 @@ pub const STACKS: [Stack; 3] = [
     },
     Stack {
         name: "torchtitan",
-        implies: "torchtitan (2024-2025): FSDP2 (ZeRO-3, HSDP across nodes), fp32 gradient reduction, flash attention (SDPA), sequence parallel with tensor parallel, collectives not overlapped with their GEMMs, PyTorch's loss, 1F1B (interleaved 1F1B with vpp=), microbatch 1",
+        implies: "torchtitan (2024-2025): FSDP2 (ZeRO-3), fp32 gradient reduction, flash attention (SDPA), sequence parallel with tensor parallel, collectives not overlapped with their GEMMs, PyTorch's loss, 1F1B (interleaved 1F1B with vpp=), pipeline microbatch 1, a data rank's whole batch at once without a pipeline",
         source: "torchtitan docs: FSDP2 with MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), pipeline_parallel_schedule 1F1B, pipeline_parallel_microbatch_size 1; async TP off by default",
         attention: Attention::Flash,
         accumulation: GradAccumulation::Fused,
@@ -217,6 +222,7 @@ pub const STACKS: [Stack; 3] = [
             interleaved: "interleaved",
         },
         micro_batch: 1,
+        whole_batch_without_pipeline: true,
         step: StepModel {
             tp_overlap: false,
             param_gather_overlap: true,

@@ -95,10 +95,15 @@ pub fn parse_layout(spec: &str) -> Result<LayoutQuery> {
 }
 
 /// What a stack runs where a named layout does not say: its microbatch
-/// size, one chunk per rank unless `vpp=` is given, and its schedule for
-/// that (none on one stage).
-pub fn as_stack_runs(q: &mut LayoutQuery, s: &Stack) {
-    q.micro_batch.get_or_insert(s.micro_batch);
+/// size (or a data rank's whole batch without a pipeline, where the stack
+/// does that), one chunk per rank unless `vpp=` is given, and its
+/// schedule for that (none on one stage).
+pub fn as_stack_runs(q: &mut LayoutQuery, s: &Stack, global_batch: u64) {
+    let whole = (q.pp == 1 && s.whole_batch_without_pipeline)
+        .then(|| global_batch.checked_div(q.dp))
+        .flatten()
+        .filter(|&b| b >= 1);
+    q.micro_batch.get_or_insert(whole.unwrap_or(s.micro_batch));
     let chunks = *q.chunks.get_or_insert(1);
     if q.schedule.is_none() {
         q.schedule = Some(

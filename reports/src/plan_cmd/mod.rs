@@ -191,7 +191,7 @@ pub fn run(a: &PlanArgs) -> Result<()> {
 fn named_layout(a: &PlanArgs, input: &PlanInput, spec: &str) -> Result<LayoutRanking> {
     let mut q = layout::parse_layout(spec)?;
     if let (Some(s), false) = (input::stack_of(a)?, a.search_open) {
-        layout::as_stack_runs(&mut q, s);
+        layout::as_stack_runs(&mut q, s, input.global_batch);
     }
     let named = parbench::model::plan::plan_layout(input, &q)
         .map_err(|e| anyhow!("--layout {spec}: {e}"))?;

@@ -93,6 +93,10 @@ pub const TABLE: [PublishedRun; 25] = [
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct RowResult {
     pub name: String,
+    /// Where the published figure is from.
+    pub source: String,
+    /// The command that costs the row.
+    pub command: String,
     pub published: Published,
     /// The predicted figure in the published one's unit.
     pub predicted: f64,
@@ -166,6 +170,8 @@ pub fn cost_row(r: &PublishedRun) -> Result<RowResult> {
     };
     Ok(RowResult {
         name: r.name.into(),
+        source: r.source.into(),
+        command: command(r),
         published: r.published,
         predicted,
         error,
