@@ -49,26 +49,31 @@ fn report(args: &[&str]) -> std::process::Output {
         .expect("report runs")
 }
 
-/// The bands `report plan --validation` writes.
-fn bands(d: &Path) -> serde_json::Value {
-    let json = d.join("validation.json");
-    let out = report(&[
-        "plan",
-        "--validation",
-        "--output-file",
-        json.to_str().unwrap(),
-    ]);
+/// `report ARGS --output-file DIR/NAME`, which must succeed: its
+/// stdout and the JSON it wrote.
+fn written(args: &[&str], d: &Path, name: &str) -> (String, serde_json::Value) {
+    let json = d.join(name);
+    let mut all = args.to_vec();
+    all.extend(["--output-file", json.to_str().unwrap()]);
+    let out = report(&all);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let v = serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
+    (text, v)
+}
+
+/// The bands `report plan --validation` writes.
+fn bands(d: &Path) -> serde_json::Value {
+    let (text, v) = written(&["plan", "--validation"], d, "validation.json");
     assert!(
         text.contains("band: megatron-core on h100-sxm5-80gb"),
         "{text}"
     );
-    serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap()
+    v
 }
 
 fn published(row: &serde_json::Value) -> f64 {
@@ -147,39 +152,32 @@ fn every_published_run_within_ten_percent_of_its_stack() {
 #[test]
 fn a_row_is_its_command_line_and_prints_its_band() {
     let d = dir("row");
-    let json = d.join("plan.json");
-    let out = report(&[
-        "plan",
-        "--model",
-        "llama3-405b",
-        "--device",
-        "h100-sxm5-80gb",
-        "--gpus",
-        "8192",
-        "--global-batch",
-        "2048",
-        "--stack",
-        "megatron-core",
-        "--layout",
-        "dp=64,tp=8,pp=16",
-        "--top",
-        "1",
-        "--output-file",
-        json.to_str().unwrap(),
-    ]);
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let (text, plan) = written(
+        &[
+            "plan",
+            "--model",
+            "llama3-405b",
+            "--device",
+            "h100-sxm5-80gb",
+            "--gpus",
+            "8192",
+            "--global-batch",
+            "2048",
+            "--stack",
+            "megatron-core",
+            "--layout",
+            "dp=64,tp=8,pp=16",
+            "--top",
+            "1",
+        ],
+        &d,
+        "plan.json",
     );
     assert!(
         text.contains("band:       megatron-core on h100-sxm5-80gb:"),
         "{text}"
     );
     assert!(text.contains("stack:      megatron-core"), "{text}");
-    let plan: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let c = &plan["top"][0];
     // As Megatron-Core runs a layout that names no schedule: 1F1B, b=1.
     assert_eq!(c["layout"]["schedule"], "1f1b");
@@ -203,46 +201,40 @@ fn a_row_is_its_command_line_and_prints_its_band() {
 #[test]
 fn search_open_searches_the_rest_of_the_layout() {
     let d = dir("open");
-    let json = d.join("plan.json");
-    let out = report(&[
-        "plan",
-        "--layers",
-        "48",
-        "--hidden",
-        "8192",
-        "--heads",
-        "64",
-        "--ffn",
-        "32768",
-        "--seq",
-        "2048",
-        "--vocab",
-        "51200",
-        "--device",
-        "a100-sxm4-80gb",
-        "--recompute",
-        "full",
-        "--gpus",
-        "512",
-        "--global-batch",
-        "1536",
-        "--stack",
-        "megatron-2021",
-        "--search-open",
-        "--layout",
-        "dp=32,tp=8,pp=2",
-        "--top",
-        "50",
-        "--output-file",
-        json.to_str().unwrap(),
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let (_, plan) = written(
+        &[
+            "plan",
+            "--layers",
+            "48",
+            "--hidden",
+            "8192",
+            "--heads",
+            "64",
+            "--ffn",
+            "32768",
+            "--seq",
+            "2048",
+            "--vocab",
+            "51200",
+            "--device",
+            "a100-sxm4-80gb",
+            "--recompute",
+            "full",
+            "--gpus",
+            "512",
+            "--global-batch",
+            "1536",
+            "--stack",
+            "megatron-2021",
+            "--search-open",
+            "--layout",
+            "dp=32,tp=8,pp=2",
+            "--top",
+            "50",
+        ],
+        &d,
+        "plan.json",
     );
-    let plan: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let top = plan["top"].as_array().unwrap();
     let sizes: std::collections::BTreeSet<u64> = top
         .iter()

@@ -111,6 +111,20 @@ impl Default for StepModel {
     }
 }
 
+/// What Megatron-LM of 2021 runs: nothing overlapped, fp16 gradients,
+/// the unfused fp32 loss; Megatron-Core changes some of it.
+const MEGATRON_2021_STEP: StepModel = StepModel {
+    tp_overlap: false,
+    param_gather_overlap: false,
+    dp_sm_share: 0.0,
+    tp_sms: (0.0, 0.0),
+    grad_bytes: 2,
+    loss_bytes: MEGATRON_LOSS_BYTES,
+    fp32_logits: true,
+    launch_s: EAGER_LAUNCH_S,
+    bucket_params: (0.0, 0.0),
+};
+
 /// How a stack runs a pipeline a user named without a schedule.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StackSchedules {
@@ -119,6 +133,13 @@ pub struct StackSchedules {
     /// More than one chunk per rank (`vpp=` given).
     pub interleaved: &'static str,
 }
+
+/// 1F1B, interleaved with more than one chunk a rank: what Megatron-LM
+/// and torchtitan run by default.
+const ONE_F_ONE_B: StackSchedules = StackSchedules {
+    plain: "1f1b",
+    interleaved: "interleaved",
+};
 
 /// One framework generation.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -161,23 +182,10 @@ pub const STACKS: [Stack; 3] = [
         shard: Shard::None,
         sequence_parallel: false,
         search: &["1f1b", "interleaved"],
-        schedules: StackSchedules {
-            plain: "1f1b",
-            interleaved: "interleaved",
-        },
+        schedules: ONE_F_ONE_B,
         micro_batch: 1,
         whole_batch_without_pipeline: false,
-        step: StepModel {
-            tp_overlap: false,
-            param_gather_overlap: false,
-            dp_sm_share: 0.0,
-            tp_sms: (0.0, 0.0),
-            grad_bytes: 2,
-            loss_bytes: MEGATRON_LOSS_BYTES,
-            fp32_logits: true,
-            launch_s: EAGER_LAUNCH_S,
-            bucket_params: (0.0, 0.0),
-        },
+        step: MEGATRON_2021_STEP,
     },
     Stack {
         name: "megatron-core",
@@ -189,10 +197,7 @@ pub const STACKS: [Stack; 3] = [
         shard: Shard::Zero1,
         sequence_parallel: true,
         search: &["1f1b", "interleaved"],
-        schedules: StackSchedules {
-            plain: "1f1b",
-            interleaved: "interleaved",
-        },
+        schedules: ONE_F_ONE_B,
         micro_batch: 1,
         whole_batch_without_pipeline: false,
         step: StepModel {
@@ -201,10 +206,8 @@ pub const STACKS: [Stack; 3] = [
             dp_sm_share: NCCL_OVERLAP_SM_SHARE,
             tp_sms: (UB_REDUCE_SCATTER_SMS, UB_ALL_GATHER_SMS),
             grad_bytes: 4,
-            loss_bytes: MEGATRON_LOSS_BYTES,
-            fp32_logits: true,
-            launch_s: EAGER_LAUNCH_S,
             bucket_params: (40e6, 1e6),
+            ..MEGATRON_2021_STEP
         },
     },
     Stack {
@@ -217,22 +220,15 @@ pub const STACKS: [Stack; 3] = [
         shard: Shard::Zero3,
         sequence_parallel: true,
         search: &["1f1b", "interleaved", "zb-v", "interleaved-zb"],
-        schedules: StackSchedules {
-            plain: "1f1b",
-            interleaved: "interleaved",
-        },
+        schedules: ONE_F_ONE_B,
         micro_batch: 1,
         whole_batch_without_pipeline: true,
         step: StepModel {
-            tp_overlap: false,
             param_gather_overlap: true,
             dp_sm_share: NCCL_OVERLAP_SM_SHARE,
-            tp_sms: (0.0, 0.0),
             grad_bytes: 4,
             loss_bytes: TORCH_LOSS_BYTES,
-            fp32_logits: true,
-            launch_s: EAGER_LAUNCH_S,
-            bucket_params: (0.0, 0.0),
+            ..MEGATRON_2021_STEP
         },
     },
 ];

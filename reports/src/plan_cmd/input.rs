@@ -184,30 +184,42 @@ fn fitted_wires(sources: &[Source]) -> (Option<Fitted>, Option<Fitted>) {
     (a.map(|x| x.1), b.map(|x| x.1))
 }
 
-/// bench-layers' matrix-product rate, FLOP/s: the median GFLOP/s of the
-/// full-sequence rows (decode GEMMs are skinny) at the largest shape
-/// (batch x seq x hidden) and the smallest tensor-parallel degree measured
-/// there (one rank alone on its device: unsharded GEMMs).
-fn measured_flops(sources: &[Source]) -> Option<(f64, String)> {
-    let rows: Vec<(&Source, &parbench::results::LayerRow)> = sources
+type LayerAt<'a> = (&'a Source, &'a parbench::results::LayerRow);
+
+/// bench-layers' full-sequence rows (decode GEMMs are skinny) that `keep`
+/// picks, at the largest shape (batch x seq x hidden) and the smallest
+/// tensor-parallel degree measured there (one rank alone on its device:
+/// unsharded GEMMs; on a CPU, ranks of a higher degree share its cores).
+fn largest_block_rows<'a>(
+    sources: &'a [Source],
+    keep: impl Fn(&parbench::results::LayerRow) -> bool,
+) -> Vec<LayerAt<'a>> {
+    let rows: Vec<LayerAt> = sources
         .iter()
         .flat_map(|s| s.layers.iter().map(move |r| (s, r)))
-        .filter(|(_, r)| !r.decode && r.compute_gflops.is_finite() && r.compute_gflops > 0.0)
+        .filter(|(_, r)| !r.decode && keep(r))
         .collect();
     let work =
         |r: &parbench::results::LayerRow| r.batch.saturating_mul(r.seq).saturating_mul(r.hidden);
-    let largest = rows.iter().map(|(_, r)| work(r)).max()?;
-    // One rank alone on its device: the smallest degree measured at that
-    // shape (on a CPU, ranks of a higher degree share its cores).
+    let Some(largest) = rows.iter().map(|(_, r)| work(r)).max() else {
+        return Vec::new();
+    };
     let tp = rows
         .iter()
         .filter(|(_, r)| work(r) == largest)
         .map(|(_, r)| r.tp)
-        .min()?;
-    let at: Vec<_> = rows
-        .iter()
-        .filter(|(_, r)| work(r) == largest && r.tp == tp)
-        .collect();
+        .min();
+    rows.into_iter()
+        .filter(|(_, r)| work(r) == largest && Some(r.tp) == tp)
+        .collect()
+}
+
+/// bench-layers' matrix-product rate, FLOP/s: the median GFLOP/s of
+/// [`largest_block_rows`].
+fn measured_flops(sources: &[Source]) -> Option<(f64, String)> {
+    let at = largest_block_rows(sources, |r| {
+        r.compute_gflops.is_finite() && r.compute_gflops > 0.0
+    });
     let gflops = median_of_finite(at.iter().map(|(_, r)| r.compute_gflops));
     let (s, r) = at.first()?;
     let tps: Vec<String> = at.iter().map(|(_, r)| r.tp.to_string()).collect();
@@ -229,8 +241,7 @@ fn measured_flops(sources: &[Source]) -> Option<(f64, String)> {
 }
 
 /// The share of the device's GEMM rate a block measured on it sustains:
-/// bench-layers' full-sequence rows run on a GPU (no CPU threads), the
-/// largest shape at the smallest degree, their median compute time
+/// [`largest_block_rows`] run on a GPU (no CPU threads), their median compute time
 /// against the same block costed by operation at the datasheet rate
 /// (its GEMMs at full rate, its attention and memory-bound work as the
 /// planner costs them). `None` without such rows.
@@ -240,25 +251,9 @@ fn measured_block_share(
     attention: Attention,
     accumulation: GradAccumulation,
 ) -> Option<(f64, String)> {
-    let rows: Vec<(&Source, &parbench::results::LayerRow)> = sources
-        .iter()
-        .flat_map(|s| s.layers.iter().map(move |r| (s, r)))
-        .filter(|(_, r)| {
-            !r.decode && r.threads == 0 && r.compute_us.is_finite() && r.compute_us > 0.0
-        })
-        .collect();
-    let work =
-        |r: &parbench::results::LayerRow| r.batch.saturating_mul(r.seq).saturating_mul(r.hidden);
-    let largest = rows.iter().map(|(_, r)| work(r)).max()?;
-    let tp = rows
-        .iter()
-        .filter(|(_, r)| work(r) == largest)
-        .map(|(_, r)| r.tp)
-        .min()?;
-    let at: Vec<_> = rows
-        .iter()
-        .filter(|(_, r)| work(r) == largest && r.tp == tp)
-        .collect();
+    let at = largest_block_rows(sources, |r| {
+        r.threads == 0 && r.compute_us.is_finite() && r.compute_us > 0.0
+    });
     let measured_us = median_of_finite(at.iter().map(|(_, r)| r.compute_us));
     let (s, r) = at.first()?;
     let arch = Preset::by_name(&r.preset).map_or(Arch::Gpt, |p| p.arch);
@@ -304,7 +299,7 @@ fn measured_block_share(
             r.batch,
             r.seq,
             r.hidden,
-            tp,
+            r.tp,
             units::sig3(measured_us),
             at.len(),
             units::sig3(costed_us),
