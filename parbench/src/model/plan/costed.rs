@@ -127,7 +127,8 @@ pub struct ComputeParts {
     pub gemm_s: f64,
     /// The attention core.
     pub attention_s: f64,
-    /// Norms, activations, residual adds, dropout, accumulation.
+    /// Norms, activations, residual adds, dropout, accumulation (and a
+    /// pass's wait for the host's kernel launches, where it binds).
     pub memory_s: f64,
     /// The output layer and loss (last stage), the embedding (first).
     pub logits_s: f64,
