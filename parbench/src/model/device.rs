@@ -48,6 +48,17 @@ pub const A100_SUSTAINED_CLOCK: f64 = 1305.0 / 1410.0;
 /// found; theirs is taken as the same share.
 pub const HOPPER_SUSTAINED_CLOCK: f64 = 1635.0 / 1785.0;
 
+/// A GPU generation: what decides which published kernel rates (flash
+/// attention's) apply to a device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Generation {
+    /// A100 (sm80).
+    Ampere,
+    /// H100, H200 (sm90: wgmma and TMA).
+    Hopper,
+}
+
 /// One accelerator and its node.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -80,6 +91,10 @@ pub struct Device {
     /// `gemm_tflops` (default [`A100_SUSTAINED_CLOCK`], the one vendor figure).
     #[serde(default)]
     pub sustained_clock_share: Option<f64>,
+    /// Its generation; without one, attention is priced as on an A100
+    /// ([`super::opcost::FLASH_SHARE`]).
+    #[serde(default)]
+    pub generation: Option<Generation>,
 }
 
 /// Every preset.
@@ -98,6 +113,7 @@ pub fn presets() -> Vec<Device> {
             nics_per_node: 8,
             nic_gbps: 25.0,
             sustained_clock_share: Some(A100_SUSTAINED_CLOCK),
+            generation: Some(Generation::Ampere),
         },
         Device {
             name: "h100-sxm5-80gb".into(),
@@ -112,6 +128,7 @@ pub fn presets() -> Vec<Device> {
             nics_per_node: 8,
             nic_gbps: 50.0,
             sustained_clock_share: Some(HOPPER_SUSTAINED_CLOCK),
+            generation: Some(Generation::Hopper),
         },
         Device {
             name: "h200".into(),
@@ -126,6 +143,7 @@ pub fn presets() -> Vec<Device> {
             nics_per_node: 8,
             nic_gbps: 50.0,
             sustained_clock_share: Some(HOPPER_SUSTAINED_CLOCK),
+            generation: Some(Generation::Hopper),
         },
     ]
 }

@@ -10,7 +10,7 @@
 //! (context parallelism, FP8, expert parallelism) adds a field with the
 //! value every existing stack runs.
 
-use super::opcost::{Attention, GradAccumulation, STREAM_BYTES};
+use super::opcost::{Attention, FlashKernel, GradAccumulation, STREAM_BYTES};
 use super::plan::Shard;
 
 /// Bytes per logit element of Megatron's vocabulary-parallel
@@ -151,6 +151,9 @@ pub struct Stack {
     /// Where its settings come from.
     pub source: &'static str,
     pub attention: Attention,
+    /// The flash kernel it runs on Hopper (on an A100 both run at
+    /// FlashAttention-2's rate).
+    pub flash_kernel: FlashKernel,
     pub accumulation: GradAccumulation,
     /// The data-parallel reduction overlapped with the backward.
     pub dp_overlap: bool,
@@ -177,6 +180,7 @@ pub const STACKS: [Stack; 3] = [
         implies: "Megatron-LM of SC21: attention unfused, accumulation unfused, fp16 gradients all-reduced after the backward, no sequence parallelism, 1F1B (interleaved with vpp=), microbatch 1",
         source: "Narayanan et al. SC21; Megatron-LM 2021 (examples/pretrain_gpt3_175B.sh: --micro-batch-size 1; gradient accumulation fusion came 2022-02-13)",
         attention: Attention::Unfused,
+        flash_kernel: FlashKernel::FlashAttention2,
         accumulation: GradAccumulation::Unfused,
         dp_overlap: false,
         shard: Shard::None,
@@ -189,9 +193,10 @@ pub const STACKS: [Stack; 3] = [
     },
     Stack {
         name: "megatron-core",
-        implies: "Megatron-Core r0.8 (2024): flash attention, accumulation fused, distributed optimizer with fp32 gradients, grad-reduce and param-gather overlapped, sequence parallel with tensor parallel, tp-comm-overlap, unfused fp32 loss, 1F1B (interleaved with vpp=), microbatch 1",
-        source: "Megatron-LM README 'Training Speed and Scalability' (core r0.8): --overlap-grad-reduce --overlap-param-gather --tp-comm-overlap; arguments.py: bf16 keeps fp32 main gradients; cross_entropy_loss_fusion off by default",
+        implies: "Megatron-Core r0.8 (2024): flash attention (cuDNN's through Transformer Engine on Hopper), accumulation fused, distributed optimizer with fp32 gradients, grad-reduce and param-gather overlapped, sequence parallel with tensor parallel, tp-comm-overlap, unfused fp32 loss, 1F1B (interleaved with vpp=), microbatch 1",
+        source: "Megatron-LM README 'Training Speed and Scalability' (core r0.8): --overlap-grad-reduce --overlap-param-gather --tp-comm-overlap; arguments.py: bf16 keeps fp32 main gradients; cross_entropy_loss_fusion off by default; Transformer Engine's attention, which prefers cuDNN's fused kernel over FlashAttention-2 on Hopper when both apply (NeMo's memory_optimizations.rst, NVIDIA/NeMo pull request 9188)",
         attention: Attention::Flash,
+        flash_kernel: FlashKernel::Cudnn,
         accumulation: GradAccumulation::Fused,
         dp_overlap: true,
         shard: Shard::Zero1,
@@ -212,9 +217,10 @@ pub const STACKS: [Stack; 3] = [
     },
     Stack {
         name: "torchtitan",
-        implies: "torchtitan (2024-2025): FSDP2 (ZeRO-3), fp32 gradient reduction, flash attention (SDPA), sequence parallel with tensor parallel, collectives not overlapped with their GEMMs, PyTorch's loss, 1F1B (interleaved 1F1B with vpp=), pipeline microbatch 1, a data rank's whole batch at once without a pipeline",
-        source: "torchtitan docs: FSDP2 with MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), pipeline_parallel_schedule 1F1B, pipeline_parallel_microbatch_size 1; async TP off by default",
+        implies: "torchtitan (2024-2025): FSDP2 (ZeRO-3), fp32 gradient reduction, flash attention (SDPA's flash backend: FlashAttention-2), sequence parallel with tensor parallel, collectives not overlapped with their GEMMs, PyTorch's loss, 1F1B (interleaved 1F1B with vpp=), pipeline microbatch 1, a data rank's whole batch at once without a pipeline",
+        source: "torchtitan docs: FSDP2 with MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), pipeline_parallel_schedule 1F1B, pipeline_parallel_microbatch_size 1; async TP off by default; attention through PyTorch's scaled_dot_product_attention, whose flash backend is FlashAttention-2 (PyTorch 2.2 release notes) and comes first among its backends",
         attention: Attention::Flash,
+        flash_kernel: FlashKernel::FlashAttention2,
         accumulation: GradAccumulation::Fused,
         dp_overlap: true,
         shard: Shard::Zero3,

@@ -10,7 +10,7 @@ use crate::predict;
 use crate::units;
 use anyhow::{anyhow, bail, Result};
 use parbench::model::footprint::Recompute;
-use parbench::model::opcost::{Attention, GradAccumulation, OpModel};
+use parbench::model::opcost::{Attention, FlashKernel, GradAccumulation, OpModel};
 use parbench::model::plan::{PlanInput, Shard, Wire};
 use parbench::model::presets::Arch;
 use parbench::model::stack::Stack;
@@ -249,6 +249,7 @@ fn measured_block_share(
     sources: &[Source],
     d: &parbench::model::device::Device,
     attention: Attention,
+    flash_kernel: FlashKernel,
     accumulation: GradAccumulation,
 ) -> Option<(f64, String)> {
     let at = largest_block_rows(sources, |r| {
@@ -269,7 +270,7 @@ fn measured_block_share(
         seq: r.seq,
         vocab: 1,
     };
-    let mut full = OpModel::of_device(d, None, attention, accumulation);
+    let mut full = OpModel::of_device(d, None, attention, flash_kernel, accumulation);
     full.gemm_flops = d.gemm_tflops * 1e12;
     let t = full.block(
         &block,
@@ -435,6 +436,7 @@ pub(super) fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
         Some("unfused") => Attention::Unfused,
         Some(other) => bail!("--attention {other}: expected flash or unfused"),
     };
+    let flash_kernel = stack.map_or(FlashKernel::FlashAttention2, |s| s.flash_kernel);
     let accumulation = match a.grad_accumulation.as_deref() {
         None => stack.map_or(GradAccumulation::Fused, |s| s.accumulation),
         Some("fused") => GradAccumulation::Fused,
@@ -464,14 +466,15 @@ pub(super) fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
     // sustains instead of the datasheet's clock.
     let (compute, ops) = match &device {
         Some(d) => {
-            let block = measured_block_share(&sources, d, attention, accumulation);
+            let block = measured_block_share(&sources, d, attention, flash_kernel, accumulation);
             let (tflops, from) = match (a.compute_tflops, &measured, &block) {
                 (Some(t), _, _) => (t, format!("--compute-tflops {t}")),
                 (None, _, Some(_)) => (d.gemm_tflops, format!("{}'s datasheet GEMM rate", d.name)),
                 (None, Some((f, from)), None) => (f / 1e12, from.clone()),
                 (None, None, None) => (d.gemm_tflops, format!("{}'s datasheet GEMM rate", d.name)),
             };
-            let mut ops = OpModel::of_device(d, Some(tflops), attention, accumulation);
+            let mut ops =
+                OpModel::of_device(d, Some(tflops), attention, flash_kernel, accumulation);
             if let Some(s) = stack {
                 ops.loss_bytes = s.step.loss_bytes;
             }
@@ -627,7 +630,10 @@ fn software_words(input: &PlanInput) -> String {
     let mut parts = Vec::new();
     if let Some(ops) = &input.ops {
         parts.push(match ops.attention {
-            Attention::Flash => "flash attention",
+            Attention::Flash => match ops.flash_kernel {
+                FlashKernel::FlashAttention2 => "flash attention (FlashAttention-2)",
+                FlashKernel::Cudnn => "flash attention (cuDNN fused)",
+            },
             Attention::Unfused => "unfused attention (scores through HBM)",
         });
         parts.push(match ops.accumulation {

@@ -401,9 +401,15 @@ fn bad_inputs_are_errors() {
 /// A plan on a described device (A100 presets), costed by operation.
 fn on_device(model: Preset, batch: u64, gpus: u64) -> PlanInput {
     use crate::model::device::Device;
-    use crate::model::opcost::{Attention, GradAccumulation, OpModel};
+    use crate::model::opcost::{Attention, FlashKernel, GradAccumulation, OpModel};
     let d = Device::by_name("a100-sxm4-80gb").unwrap();
-    let ops = OpModel::of_device(&d, None, Attention::Flash, GradAccumulation::Fused);
+    let ops = OpModel::of_device(
+        &d,
+        None,
+        Attention::Flash,
+        FlashKernel::FlashAttention2,
+        GradAccumulation::Fused,
+    );
     let mut input = PlanInput::new(
         model,
         batch,
