@@ -152,6 +152,14 @@ fn bad_flags_and_files_are_one_line_and_exit_2() {
             "whole number",
         ),
         (vec!["--model", "tiny", "--gpus-per-node", "4"], "--inter"),
+        (
+            vec!["--model", "tiny", "--stack", "deepspeed"],
+            "unknown stack",
+        ),
+        (
+            vec!["--model", "tiny", "--search-open"],
+            "--search-open: give --stack",
+        ),
     ];
     each_one_line_exit_2(&shape, cases);
     // No compute figure at all.
@@ -299,4 +307,60 @@ fn a_fit_from_a_noisy_run_says_so() {
     assert!(q.contains("stand in for the network between nodes"), "{q}");
     let n = plan(&noisy);
     assert!(n.contains("NOISY: the run's noise guard marked it"), "{n}");
+}
+
+/// A bench-layers folder whose block ran on a GPU (no CPU threads), its
+/// compute time `compute_us`: the shm fixture's layers rewritten.
+fn gpu_block(to: &str, compute_us: f64) -> String {
+    let dst = scratch(to);
+    std::fs::copy(fixture("shm").join("run.json"), dst.join("run.json")).unwrap();
+    let text = std::fs::read_to_string(fixture("shm").join("layers.csv")).unwrap();
+    let mut lines = text.lines();
+    let header = lines.next().unwrap();
+    let cols: Vec<&str> = header.split(',').collect();
+    let at = |name: &str| cols.iter().position(|c| *c == name).unwrap();
+    let (threads, compute, mode) = (at("threads"), at("compute_us"), at("mode"));
+    let mut out = vec![header.to_string()];
+    for l in lines {
+        let mut f: Vec<String> = l.split(',').map(String::from).collect();
+        f[threads] = "0".into();
+        f[compute] = compute_us.to_string();
+        f[mode] = "train".into();
+        out.push(f.join(","));
+    }
+    std::fs::write(dst.join("layers.csv"), out.join("\n") + "\n").unwrap();
+    dst.display().to_string()
+}
+
+/// With a device and a block measured on the GPU, the in-step share of
+/// the GEMM rate is the measured block's (its costed time over its
+/// measured time): twice the time, half the rate; the header says so.
+#[test]
+fn a_block_measured_on_the_gpu_sets_the_in_step_share() {
+    let line = "plan --model gpt3-1.3b --global-batch 64 --gpus 8 --device h100-sxm5-80gb --stack megatron-core --top 1 --from";
+    let rate = |compute_us: f64, to: &str| {
+        let dir = gpu_block(to, compute_us);
+        let o = report(&words(line, &[&dir]));
+        let out = stdout(&o);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        assert!(
+            out.contains("the in-step share measured: bench-layers in"),
+            "{out}"
+        );
+        let c = out
+            .lines()
+            .find(|l| l.contains("  compute:"))
+            .unwrap()
+            .to_string();
+        let tflops: f64 = c.split_whitespace().nth(1).unwrap().parse().unwrap();
+        tflops
+    };
+    let (one, two) = (rate(1e6, "plan-gpu-block-1"), rate(2e6, "plan-gpu-block-2"));
+    assert!((one / two - 2.0).abs() < 0.02, "{one} {two}");
+    // Without the measured block: the datasheet's sustained clock.
+    let o = report(&words(
+        "plan --model gpt3-1.3b --global-batch 64 --gpus 8 --device h100-sxm5-80gb --stack megatron-core --top 1",
+        &[],
+    ));
+    assert!(stdout(&o).contains("the datasheet's clock held at the power limit"));
 }

@@ -1,177 +1,250 @@
 //! The planner against published training runs (docs/report.md, "Against
-//! published runs"): every row of Megatron-LM SC21's Table 1 (Narayanan et
-//! al. 2021) and the full-recomputation rows of Korthikanti et al. 2022,
-//! each costed with the paper's layout on one device description
-//! (a100-sxm4-80gb) and the same flags for every row of a paper. The
-//! published figure of SC21 is TFLOP/s per GPU by its eq. 3 (the hardware
-//! FLOPs with recomputation over the step), of Korthikanti the step time.
+//! published runs"): `report plan --validation` costs every row of the
+//! validation table with its stack and nothing else per row; each row must
+//! land within its tolerance of the published figure, each band must be
+//! the mean and worst of its rows, and a row's figure must be what a user
+//! gets from the row's own command line.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// What a row is held to: SC21's done criterion, 10%.
+/// What a row is held to: the issues' done criterion, 10%.
 const TOLERANCE: f64 = 0.10;
 
-struct Row {
-    name: &'static str,
-    heads: u64,
-    hidden: u64,
-    layers: u64,
-    tp: u64,
-    pp: u64,
-    gpus: u64,
-    batch: u64,
-    published: f64,
-}
-
-/// A row from `[heads, hidden, layers, tp, pp, gpus, batch]`.
-const fn row(name: &'static str, shape: [u64; 7], published: f64) -> Row {
-    let [heads, hidden, layers, tp, pp, gpus, batch] = shape;
-    Row {
-        name,
-        heads,
-        hidden,
-        layers,
-        tp,
-        pp,
-        gpus,
-        batch,
-        published,
-    }
-}
-
-/// Narayanan et al. SC21, Table 1 (REFERENCES.md): TFLOP/s per GPU.
-const SC21: [Row; 10] = [
-    row("1.7B", [24, 2304, 24, 1, 1, 32, 512], 137.0),
-    row("3.6B", [32, 3072, 30, 2, 1, 64, 512], 138.0),
-    row("7.5B", [32, 4096, 36, 4, 1, 128, 512], 142.0),
-    row("18.4B", [48, 6144, 40, 8, 1, 256, 1024], 135.0),
-    row("39.1B", [64, 8192, 48, 8, 2, 512, 1536], 138.0),
-    row("76.1B", [80, 10240, 60, 8, 4, 1024, 1792], 140.0),
-    row("145.6B", [96, 12288, 80, 8, 8, 1536, 2304], 148.0),
-    row("310.1B", [128, 16384, 96, 8, 16, 1920, 2160], 155.0),
-    row("529.6B", [128, 20480, 105, 8, 35, 2520, 2520], 163.0),
-    row("1008B", [160, 25600, 128, 8, 64, 3072, 3072], 163.0),
+/// Rows the model does not bring within 10% with sourced terms alone, and
+/// why (docs/report.md, "Against published runs"). Each must stay beyond
+/// 10% (a row that starts passing leaves the list) and within 50% (a
+/// model that breaks shows here too); every other row is held to 10%.
+const KNOWN_MISSES: [(&str, &str); 6] = [
+    (
+        "GPT 1.7B, 48 H100",
+        "small GEMMs' efficiency on Hopper: no sourced figure",
+    ),
+    (
+        "GPT 7.1B, 96 H100",
+        "small GEMMs' efficiency on Hopper: no sourced figure",
+    ),
+    (
+        "GPT 32B, 384 H100",
+        "fp32 reduce-scatter over one rail a GPU outlasts one backward",
+    ),
+    (
+        "GPT 119B, 1536 H100",
+        "optimistic like 16B-462B, 0.004% beyond",
+    ),
+    (
+        "GPT 177B, 2304 H100",
+        "optimistic like 16B-462B, 0.2% beyond",
+    ),
+    (
+        "Llama 3 405B, 16384 H100",
+        "Meta's interleaved schedule is not Megatron-Core's 1F1B",
+    ),
 ];
 
-/// Korthikanti et al. 2022 (arXiv 2205.05198), full recomputation: seconds
-/// per step; data parallel 1, microbatch 4 for 22B and 1 otherwise,
-/// interleaving 3 for 175B and 530B.
-const KORTHIKANTI: [(Row, u64, u64); 4] = [
-    (row("22B", [64, 6144, 48, 8, 1, 8, 4], 1.42), 4, 1),
-    (row("175B", [96, 12288, 96, 8, 8, 64, 64], 18.13), 1, 3),
-    (row("530B", [128, 20480, 105, 8, 35, 280, 280], 49.05), 1, 3),
-    (row("1T", [160, 25600, 128, 8, 64, 512, 512], 94.42), 1, 1),
-];
+fn dir(what: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("parbench-published-{what}-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
 
-/// Runs `report plan --layout` for one row; returns (step seconds,
-/// hardware TFLOP/s per GPU).
-fn cost(r: &Row, layout: &str, software: &[&str], dir: &Path) -> (f64, f64) {
-    let json = dir.join(format!("{}.json", r.name));
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_report"));
-    cmd.args(["plan", "--device", "a100-sxm4-80gb", "--recompute", "full"])
-        .args(["--seq", "2048", "--vocab", "51200"])
-        .args(["--schedule", "1f1b,interleaved", "--top", "1"])
-        .arg("--layers")
-        .arg(r.layers.to_string())
-        .arg("--hidden")
-        .arg(r.hidden.to_string())
-        .arg("--heads")
-        .arg(r.heads.to_string())
-        .arg("--ffn")
-        .arg((4 * r.hidden).to_string())
-        .arg("--global-batch")
-        .arg(r.batch.to_string())
-        .arg("--gpus")
-        .arg(r.gpus.to_string())
-        .arg("--layout")
-        .arg(layout)
-        .args(software)
-        .arg("--output-file")
-        .arg(&json);
-    let out = cmd.output().expect("report runs");
+fn report(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_report"))
+        .args(args)
+        .output()
+        .expect("report runs")
+}
+
+/// `report ARGS --output-file DIR/NAME`, which must succeed: its
+/// stdout and the JSON it wrote.
+fn written(args: &[&str], d: &Path, name: &str) -> (String, serde_json::Value) {
+    let json = d.join(name);
+    let mut all = args.to_vec();
+    all.extend(["--output-file", json.to_str().unwrap()]);
+    let out = report(&all);
     assert!(
         out.status.success(),
-        "{}: {}",
-        r.name,
+        "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    let c = &v["top"][0];
-    let step = c["step_s"].as_f64().unwrap();
-    let tflops = c["hardware_flops"].as_f64().unwrap() / step / r.gpus as f64 / 1e12;
-    (step, tflops)
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let v = serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
+    (text, v)
 }
 
-/// Every SC21 row within 10% of its TFLOP/s per GPU, with the software
-/// of 2021 (no FlashAttention, accumulation unfused, the reduction after
-/// the backward) and microbatch 1 (Megatron-LM's GPT example scripts'
-/// `--micro-batch-size`; the table does not give it) for every row.
+/// The bands `report plan --validation` writes.
+fn bands(d: &Path) -> serde_json::Value {
+    let (text, v) = written(&["plan", "--validation"], d, "validation.json");
+    assert!(
+        text.contains("band: megatron-core on h100-sxm5-80gb"),
+        "{text}"
+    );
+    v
+}
+
+fn published(row: &serde_json::Value) -> f64 {
+    let p = &row["published"];
+    ["model_tflops", "hardware_tflops", "step_seconds"]
+        .iter()
+        .find_map(|k| p[k].as_f64())
+        .unwrap()
+}
+
+/// Every row within 10% but the known misses, each band the mean and
+/// worst of its rows, and every stack's rows there: Megatron-Core's README
+/// table (9 runs on H100) and Llama 3 405B's two layouts; SC21's Table 1
+/// (10 runs) and Korthikanti et al.'s full-recomputation rows (4) with
+/// megatron-2021, all of which are within 10%.
 #[test]
-fn megatron_sc21_table_1_within_ten_percent() {
-    let dir = tempfile_dir("sc21");
-    let software = [
-        "--attention",
-        "unfused",
-        "--grad-accumulation",
-        "unfused",
-        "--dp-overlap",
-        "off",
-    ];
+fn every_published_run_within_ten_percent_of_its_stack() {
+    let d = dir("validation");
+    let v = bands(&d);
     let mut misses = Vec::new();
-    for r in &SC21 {
-        let dp = r.gpus / (r.tp * r.pp);
-        let layout = format!("dp={dp},tp={},pp={},mbs=1", r.tp, r.pp);
-        let (_, tflops) = cost(r, &layout, &software, &dir);
-        let err = tflops / r.published - 1.0;
-        eprintln!(
-            "SC21 {}: published {} TFLOP/s, predicted {tflops:.1} ({:+.1}%)",
-            r.name,
-            r.published,
-            err * 100.0
-        );
-        if err.abs() > TOLERANCE {
-            misses.push(format!("{} {:+.1}%", r.name, err * 100.0));
+    let mut counts = Vec::new();
+    for b in v.as_array().unwrap() {
+        let rows = b["rows"].as_array().unwrap();
+        counts.push((b["stack"].as_str().unwrap().to_string(), rows.len()));
+        let mut sum = 0.0;
+        let mut worst: f64 = 0.0;
+        for r in rows {
+            let (p, x, e) = (
+                published(r),
+                r["predicted"].as_f64().unwrap(),
+                r["error"].as_f64().unwrap(),
+            );
+            // The error is the throughput's: a time's inverse.
+            let want = if r["published"]["step_seconds"].is_f64() {
+                p / x - 1.0
+            } else {
+                x / p - 1.0
+            };
+            assert!((e - want).abs() < 1e-9, "{r}");
+            eprintln!(
+                "{} {}: published {p}, predicted {x:.2} ({:+.1}%)",
+                b["stack"],
+                r["name"],
+                e * 100.0
+            );
+            let name = r["name"].as_str().unwrap();
+            let known = KNOWN_MISSES.iter().any(|(n, _)| *n == name);
+            if known && e.abs() <= TOLERANCE {
+                misses.push(format!(
+                    "{name} {:+.1}% now passes: take it off KNOWN_MISSES",
+                    e * 100.0
+                ));
+            }
+            if (known && e.abs() > 0.5) || (!known && e.abs() > TOLERANCE) {
+                misses.push(format!("{name} {:+.1}%", e * 100.0));
+            }
+            sum += e;
+            worst = worst.max(e.abs());
         }
+        let n = rows.len() as f64;
+        assert!((b["mean"].as_f64().unwrap() - sum / n).abs() < 1e-9);
+        assert!((b["worst"].as_f64().unwrap() - worst).abs() < 1e-9);
     }
-    assert!(misses.is_empty(), "beyond 10%: {misses:?}");
+    assert_eq!(
+        counts,
+        vec![
+            ("megatron-core".to_string(), 11),
+            ("megatron-2021".to_string(), 14)
+        ]
+    );
+    assert!(misses.is_empty(), "{misses:?}");
 }
 
-/// Korthikanti et al.'s full-recomputation rows (Megatron-LM of 2022:
-/// gradient accumulation fused), their step time within 10%. The 22B row
-/// is the one the in-step GEMM share was taken from.
+/// A row's figure is what its command line gives a user, and the plan
+/// prints its stack's band; Llama 3 405B's published layout fits 80 GB.
 #[test]
-fn korthikanti_full_recomputation_rows_within_ten_percent() {
-    let dir = tempfile_dir("korthikanti");
-    let software = [
-        "--attention",
-        "unfused",
-        "--grad-accumulation",
-        "fused",
-        "--dp-overlap",
-        "off",
-    ];
-    for (r, mbs, v) in &KORTHIKANTI {
-        let mut layout = format!("dp=1,tp={},pp={},mbs={mbs}", r.tp, r.pp);
-        if *v > 1 {
-            layout.push_str(&format!(",vpp={v}"));
-        }
-        let (step, _) = cost(r, &layout, &software, &dir);
-        let err = r.published / step - 1.0;
-        eprintln!(
-            "Korthikanti {}: published {} s, predicted {step:.2} s (throughput {:+.1}%)",
-            r.name,
-            r.published,
-            err * 100.0
-        );
-        assert!(err.abs() <= TOLERANCE, "{} {:+.1}%", r.name, err * 100.0);
-    }
+fn a_row_is_its_command_line_and_prints_its_band() {
+    let d = dir("row");
+    let (text, plan) = written(
+        &[
+            "plan",
+            "--model",
+            "llama3-405b",
+            "--device",
+            "h100-sxm5-80gb",
+            "--gpus",
+            "8192",
+            "--global-batch",
+            "2048",
+            "--stack",
+            "megatron-core",
+            "--layout",
+            "dp=64,tp=8,pp=16",
+            "--top",
+            "1",
+        ],
+        &d,
+        "plan.json",
+    );
+    assert!(
+        text.contains("band:       megatron-core on h100-sxm5-80gb:"),
+        "{text}"
+    );
+    assert!(text.contains("stack:      megatron-core"), "{text}");
+    let c = &plan["top"][0];
+    // As Megatron-Core runs a layout that names no schedule: 1F1B, b=1.
+    assert_eq!(c["layout"]["schedule"], "1f1b");
+    assert_eq!(c["layout"]["micro_batch"], 1);
+    let tflops = c["model_flops"].as_f64().unwrap() / c["step_s"].as_f64().unwrap() / 8192e12;
+    let row = plan["band"]["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "Llama 3 405B, 8192 H100")
+        .cloned()
+        .unwrap();
+    assert!((row["predicted"].as_f64().unwrap() - tflops).abs() < 1e-6 * tflops);
+    // It fits 80 GB (at least by the planner's own count).
+    let lower = c["memory"]["states_bytes"].as_f64().unwrap()
+        + c["memory"]["activation_bytes"].as_f64().unwrap();
+    assert!(lower < 80.0 * (1u64 << 30) as f64, "{lower}");
 }
 
-fn tempfile_dir(what: &str) -> std::path::PathBuf {
-    let dir =
-        std::env::temp_dir().join(format!("parbench-published-{what}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// `--search-open` searches what the layout leaves open, as before stacks.
+#[test]
+fn search_open_searches_the_rest_of_the_layout() {
+    let d = dir("open");
+    let (_, plan) = written(
+        &[
+            "plan",
+            "--layers",
+            "48",
+            "--hidden",
+            "8192",
+            "--heads",
+            "64",
+            "--ffn",
+            "32768",
+            "--seq",
+            "2048",
+            "--vocab",
+            "51200",
+            "--device",
+            "a100-sxm4-80gb",
+            "--recompute",
+            "full",
+            "--gpus",
+            "512",
+            "--global-batch",
+            "1536",
+            "--stack",
+            "megatron-2021",
+            "--search-open",
+            "--layout",
+            "dp=32,tp=8,pp=2",
+            "--top",
+            "50",
+        ],
+        &d,
+        "plan.json",
+    );
+    let top = plan["top"].as_array().unwrap();
+    let sizes: std::collections::BTreeSet<u64> = top
+        .iter()
+        .map(|c| c["layout"]["micro_batch"].as_u64().unwrap())
+        .collect();
+    assert!(sizes.len() > 1, "{sizes:?}");
 }

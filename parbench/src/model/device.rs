@@ -34,15 +34,30 @@ pub const NVLINK_STEP_US: f64 = 1.0;
 /// fit with `--from` replaces it.
 pub const NIC_STEP_US: f64 = 5.0;
 
-/// The share of a microbenchmark's GEMM rate that the same GEMMs sustain
-/// inside a whole training step (clocks held down by the power of
-/// everything else running, the GEMMs' neighbours in the caches). Taken
-/// once from one published single-node run: Korthikanti et al. 2022
-/// (arXiv 2205.05198), the 22B model on 8 A100s (tp 8, no pipeline, no data
-/// parallel), 1.42 s per step with full recomputation; with 0.9 the model
-/// gives 1.42 s (docs/report.md, "Against published runs"). Every other
-/// published run in that table is a prediction.
-pub const IN_STEP_GEMM_SHARE: f64 = 0.9;
+/// The clock a GPU holds at its power limit under dense tensor-core work,
+/// as a share of the clock its datasheet peak (and an isolated GEMM
+/// benchmark) runs at: NVIDIA computes an A100's HPL peak at the 1305 MHz
+/// it sustains at 400 W, of 1410 MHz boost (G. Lockwood, "Peak FLOPS",
+/// on NVIDIA's TOP500 submissions). A training step is such work for its
+/// whole length; a benchmark of 20 products is not.
+pub const A100_SUSTAINED_CLOCK: f64 = 1305.0 / 1410.0;
+
+/// The same for Hopper: an H200 NVL held 1635 MHz of its 1785 MHz boost
+/// under sustained GEMMs at its power limit (the "bee" GPU benchmark's
+/// clock-calibration notes, 2026-04-06). No figure for the SXM parts was
+/// found; theirs is taken as the same share.
+pub const HOPPER_SUSTAINED_CLOCK: f64 = 1635.0 / 1785.0;
+
+/// A GPU generation: what decides which published kernel rates (flash
+/// attention's) apply to a device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Generation {
+    /// A100 (sm80).
+    Ampere,
+    /// H100, H200 (sm90: wgmma and TMA).
+    Hopper,
+}
 
 /// One accelerator and its node.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -72,6 +87,14 @@ pub struct Device {
     pub nics_per_node: u64,
     /// One NIC's rate in one direction, GB/s.
     pub nic_gbps: f64,
+    /// The clock held through a training step over the clock of
+    /// `gemm_tflops` (default [`A100_SUSTAINED_CLOCK`], the one vendor figure).
+    #[serde(default)]
+    pub sustained_clock_share: Option<f64>,
+    /// Its generation; without one, attention is priced as on an A100
+    /// ([`super::opcost::FLASH_SHARE`]).
+    #[serde(default)]
+    pub generation: Option<Generation>,
 }
 
 /// Every preset.
@@ -89,6 +112,8 @@ pub fn presets() -> Vec<Device> {
             gpus_per_node: 8,
             nics_per_node: 8,
             nic_gbps: 25.0,
+            sustained_clock_share: Some(A100_SUSTAINED_CLOCK),
+            generation: Some(Generation::Ampere),
         },
         Device {
             name: "h100-sxm5-80gb".into(),
@@ -102,6 +127,8 @@ pub fn presets() -> Vec<Device> {
             gpus_per_node: 8,
             nics_per_node: 8,
             nic_gbps: 50.0,
+            sustained_clock_share: Some(HOPPER_SUSTAINED_CLOCK),
+            generation: Some(Generation::Hopper),
         },
         Device {
             name: "h200".into(),
@@ -115,6 +142,8 @@ pub fn presets() -> Vec<Device> {
             gpus_per_node: 8,
             nics_per_node: 8,
             nic_gbps: 50.0,
+            sustained_clock_share: Some(HOPPER_SUSTAINED_CLOCK),
+            generation: Some(Generation::Hopper),
         },
     ]
 }
@@ -180,6 +209,13 @@ impl Device {
                 return Err(format!("{what} must be 1 to {max} (got {v})"));
             }
         }
+        if let Some(c) = self.sustained_clock_share {
+            if !(c.is_finite() && c > 0.0 && c <= 1.0) {
+                return Err(format!(
+                    "sustained_clock_share must be above 0 and at most 1 (got {c})"
+                ));
+            }
+        }
         if self.gemm_tflops > self.peak_tflops {
             return Err(format!(
                 "gemm_tflops {} is above peak_tflops {}",
@@ -187,6 +223,12 @@ impl Device {
             ));
         }
         Ok(())
+    }
+
+    /// The share of `gemm_tflops` a training step sustains: its clock at
+    /// the power limit.
+    pub fn sustained_clock(&self) -> f64 {
+        self.sustained_clock_share.unwrap_or(A100_SUSTAINED_CLOCK)
     }
 
     /// The wire inside a node: NVLink at the share NCCL's rings reach.

@@ -122,6 +122,68 @@ pub fn activation_bytes_per_layer(
     })
 }
 
+/// Activation bytes one layer of `m` keeps for the backward pass, by
+/// what each tensor of the block is (Korthikanti et al. 2022, section 4.1,
+/// generalised; 16-bit activations, 1-byte dropout masks), per `s b h`:
+///
+/// - split over `t` with or without sequence parallelism: Q (2), K and V
+///   (`4 kv/h`: grouped-query attention keeps fewer), the output
+///   projection's input (2); the MLP's inner tensors: GELU's input and
+///   output (`4 ffn/h`), or SwiGLU's gate and up (`4 ffn/h`) and their
+///   product (`2 ffn/h`);
+/// - split over `t` only under sequence parallelism: the two norms' inputs
+///   (4), the QKV and first MLP projections' inputs (2 each), and GPT's
+///   two dropout masks (1 each);
+/// - without FlashAttention and without selective recomputation, the
+///   scores, softmax and its dropout: `5 a s / (h t)`.
+///
+/// A GPT block with a `4h` MLP gives Korthikanti's Table 2 (`34` with
+/// sequence parallelism, `10 + 24/t` without); full recomputation keeps
+/// the layer's input, `2 s b h`.
+pub fn activation_bytes_of(
+    m: &Preset,
+    seq: u64,
+    batch: u64,
+    tp: u64,
+    sequence_parallel: bool,
+    recompute: Recompute,
+    flash: bool,
+) -> Option<f64> {
+    if tp == 0 || m.hidden == 0 {
+        return None;
+    }
+    let (s, b, h, a, t) = (
+        seq as f64,
+        batch as f64,
+        m.hidden as f64,
+        m.heads as f64,
+        tp as f64,
+    );
+    let sbh = s * b * h;
+    if recompute == Recompute::Full {
+        return Some(2.0 * sbh);
+    }
+    let kv = (m.kv_heads.saturating_mul(m.head_dim())) as f64 / h;
+    let f = m.ffn as f64 / h;
+    let (mlp_inner, masks) = match m.arch {
+        Arch::Gpt => (4.0 * f, 2.0),
+        Arch::Llama => (6.0 * f, 0.0),
+    };
+    let split = 2.0 + 4.0 * kv + 2.0 + mlp_inner;
+    let unsplit = 4.0 + 2.0 + 2.0 + masks;
+    let per_sbh = if sequence_parallel {
+        (split + unsplit) / t
+    } else {
+        unsplit + split / t
+    };
+    let scores = if flash || recompute == Recompute::Selective {
+        0.0
+    } else {
+        5.0 * a * s / (h * t)
+    };
+    Some(sbh * (per_sbh + scores))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -194,6 +256,26 @@ mod tests {
             activation_bytes_per_layer(s, b, h, a, 0, true, Recompute::None),
             None
         );
+    }
+
+    /// The generalised count is Table 2 for a GPT block with a 4h MLP, and
+    /// Llama 3 405B's block (SwiGLU, 8 of 128 heads for K and V, no
+    /// dropout) keeps 31.75 s b h over t with sequence parallelism.
+    #[test]
+    fn activations_by_tensor_meet_table_2() {
+        let g = Preset::by_name("gpt3-175b").unwrap();
+        for (t, sp) in [(1, false), (8, false), (8, true)] {
+            for r in [Recompute::None, Recompute::Selective, Recompute::Full] {
+                let table = activation_bytes_per_layer(2048, 1, g.hidden, g.heads, t, sp, r);
+                let ours = activation_bytes_of(&g, 2048, 1, t, sp, r, false);
+                let (a, b) = (table.unwrap(), ours.unwrap());
+                assert!(close(a, b), "t {t} sp {sp} {r:?}: {a} {b}");
+            }
+        }
+        let l = Preset::by_name("llama3-405b").unwrap();
+        let sbh = 8192.0 * 16384.0;
+        let got = activation_bytes_of(&l, 8192, 1, 8, true, Recompute::None, true).unwrap();
+        assert!(close(got, sbh * 31.75 / 8.0), "{}", got / sbh);
     }
 
     #[test]

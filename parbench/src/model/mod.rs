@@ -53,6 +53,7 @@ pub mod plan;
 pub mod presets;
 pub mod priced;
 pub mod sim;
+pub mod stack;
 pub mod tensor_parallel;
 
 pub use algo::ModelAlgo;

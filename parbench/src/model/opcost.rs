@@ -13,7 +13,8 @@
 //!   mn) g`) at the HBM rate take longer (the roofline).
 //! - Flash attention computes `4 b s^2 h / t` FLOPs forward, half of it
 //!   under a causal mask, and 2.5 times that backward (it recomputes the
-//!   scores), at [`FLASH_SHARE`] of the GEMM rate. Without it (Megatron-LM
+//!   scores), at the published rate of the kernel the stack runs on the
+//!   device's generation ([`FlashKernel::share_on`]). Without it (Megatron-LM
 //!   before FlashAttention) the scores are two batched GEMMs per head with
 //!   `d = h / a` inner size, and softmax and dropout stream the `b (a/t) s^2`
 //!   scores through HBM ([`UNFUSED_SCORE_BYTES`]).
@@ -21,10 +22,11 @@
 //!   of the HBM bandwidth; the counts per element are in
 //!   [`STREAM_BYTES`] and docs/report.md.
 //!
-//! Every constant is the same for every device; a device brings only its
-//! GEMM rate, SM count and HBM bandwidth.
+//! Every constant is the same for every device; a device brings its GEMM
+//! rate, SM count and HBM bandwidth, and its generation picks the flash
+//! attention rates.
 
-use super::device::{Device, IN_STEP_GEMM_SHARE, MEMORY_FRACTION};
+use super::device::{Device, Generation, MEMORY_FRACTION};
 use super::footprint::Recompute;
 use super::presets::{Arch, Preset};
 
@@ -34,10 +36,47 @@ pub const GEMM_TILE_LONG: u64 = 256;
 /// A GEMM output tile, short side.
 pub const GEMM_TILE_SHORT: u64 = 128;
 
-/// Flash attention's rate as a share of the GEMM rate: FlashAttention-2
-/// (Dao 2023) reaches about 225 TFLOP/s forward and backward on an A100
-/// (head size 128), where cuBLAS's large GEMMs sustain about 260.
+/// Flash attention's rate as a share of the GEMM rate on an A100 (and a
+/// device of no known generation), forward and backward: FlashAttention-2
+/// (Dao 2023) reaches about 225 TFLOP/s on an A100 (head size 128), where
+/// cuBLAS's large GEMMs sustain about 260.
 pub const FLASH_SHARE: f64 = 0.85;
+
+/// FlashAttention-2 on an H100 80GB SXM5, bf16, head dim 128, sequence
+/// 4k, TFLOP/s: forward with the causal mask 319, backward 310 (Shah et
+/// al. 2024, FlashAttention-3, arXiv 2407.08608, the forward and backward
+/// speed figures; the paper's backward figure has no causal mask). FA2
+/// issues no wgmma or TMA: about 40% of the H100's GEMM rate.
+pub const HOPPER_FA2_TFLOPS: (f64, f64) = (319.0, 310.0);
+
+/// cuDNN's fused flash attention on an H100 80GB SXM5, the same shapes
+/// and source: forward with the causal mask 518, backward 499.
+pub const HOPPER_CUDNN_TFLOPS: (f64, f64) = (518.0, 499.0);
+
+/// The flash-attention kernel a stack runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FlashKernel {
+    /// Dao's FlashAttention-2 (the flash-attn package; PyTorch SDPA's
+    /// flash backend).
+    FlashAttention2,
+    /// cuDNN's fused attention (Transformer Engine's `FusedAttention`).
+    Cudnn,
+}
+
+impl FlashKernel {
+    /// Its rate on `d`, forward and backward, as shares of `d`'s GEMM
+    /// rate: the published Hopper figure over the GEMM rate of the same
+    /// GPU (both isolated kernels at the boost clock), else [`FLASH_SHARE`].
+    pub fn share_on(self, d: &Device) -> (f64, f64) {
+        let published = match (d.generation, self) {
+            (Some(Generation::Hopper), FlashKernel::FlashAttention2) => HOPPER_FA2_TFLOPS,
+            (Some(Generation::Hopper), FlashKernel::Cudnn) => HOPPER_CUDNN_TFLOPS,
+            _ => return (FLASH_SHARE, FLASH_SHARE),
+        };
+        (published.0 / d.gemm_tflops, published.1 / d.gemm_tflops)
+    }
+}
 
 /// Bytes moved per element of the score tensor `b (a/t) s^2` without
 /// flash attention, forward and backward: softmax reads and writes it
@@ -121,7 +160,14 @@ pub struct OpModel {
     /// What a streaming kernel moves per second, bytes.
     pub stream_bytes_per_s: f64,
     pub attention: Attention,
+    /// The flash kernel (with [`Attention::Flash`]).
+    pub flash_kernel: FlashKernel,
+    /// Flash attention's rate as shares of `gemm_flops`, forward and
+    /// backward ([`FlashKernel::share_on`]).
+    pub flash_share: (f64, f64),
     pub accumulation: GradAccumulation,
+    /// Bytes per logit element the loss moves, forward and backward.
+    pub loss_bytes: (f64, f64),
 }
 
 /// One block's compute on one microbatch, one rank, seconds (no
@@ -139,6 +185,8 @@ pub struct BlockSeconds {
     pub recompute: f64,
     /// Of the above: the GEMMs of the projections and MLP.
     pub gemm: f64,
+    /// Of `gemm`: the forward's (what a forward collective can hide behind).
+    pub gemm_forward: f64,
     /// Of the above: the attention core (scores, softmax, weighted sum).
     pub attention: f64,
     /// Of the above: norms, activations, residual adds, dropout, accumulation.
@@ -154,19 +202,25 @@ impl BlockSeconds {
 
 impl OpModel {
     /// From a device's figures: its GEMM rate (or `gemm_tflops`, a
-    /// measured one) at [`IN_STEP_GEMM_SHARE`], its HBM at [`MEMORY_FRACTION`].
+    /// measured one) at the clock it sustains through a training step
+    /// ([`Device::sustained_clock`]), its HBM at [`MEMORY_FRACTION`],
+    /// flash attention at `kernel`'s share of the GEMM rate on `d`.
     pub fn of_device(
         d: &Device,
         gemm_tflops: Option<f64>,
         attention: Attention,
+        kernel: FlashKernel,
         accumulation: GradAccumulation,
     ) -> Self {
         OpModel {
-            gemm_flops: gemm_tflops.unwrap_or(d.gemm_tflops) * 1e12 * IN_STEP_GEMM_SHARE,
+            gemm_flops: gemm_tflops.unwrap_or(d.gemm_tflops) * 1e12 * d.sustained_clock(),
             sms: d.sms,
             stream_bytes_per_s: d.hbm_gbps * 1e9 * MEMORY_FRACTION,
             attention,
+            flash_kernel: kernel,
+            flash_share: kernel.share_on(d),
             accumulation,
+            loss_bytes: STREAM_BYTES.logit,
         }
     }
 
@@ -243,8 +297,9 @@ impl OpModel {
         let (af, ab, a_recompute) = match self.attention {
             Attention::Flash => {
                 let flops = 4.0 * bf * sf * sf * hf / t as f64 * 0.5;
-                let f = flops / (self.gemm_flops * FLASH_SHARE);
-                (f, 2.5 * f, 0.0)
+                let f = flops / (self.gemm_flops * self.flash_share.0);
+                let back = 2.5 * flops / (self.gemm_flops * self.flash_share.1);
+                (f, back, 0.0)
             }
             Attention::Unfused => {
                 let g = b.saturating_mul(heads_t);
@@ -288,6 +343,7 @@ impl OpModel {
             weight_grad: gw + accumulate,
             recompute: again.0 + again.1 + again.2,
             gemm: gf + gi + gw + again.0,
+            gemm_forward: gf,
             attention: af + ab + again.1,
             memory: mem_f + mem_b + accumulate + again.2,
         }
@@ -302,8 +358,8 @@ impl OpModel {
         let (f, i, w) = self.gemm_passes(tokens, v, model.hidden);
         let elems = tokens as f64 * v as f64;
         (
-            f + self.stream(elems * STREAM_BYTES.logit.0),
-            i + w + self.stream(elems * STREAM_BYTES.logit.1),
+            f + self.stream(elems * self.loss_bytes.0),
+            i + w + self.stream(elems * self.loss_bytes.1),
         )
     }
 
@@ -332,6 +388,7 @@ mod tests {
             &Device::by_name("a100-sxm4-80gb").unwrap(),
             None,
             Attention::Unfused,
+            FlashKernel::FlashAttention2,
             GradAccumulation::Fused,
         )
     }
@@ -382,5 +439,46 @@ mod tests {
             ..m
         };
         assert!(flash.block(&g, 1, 2048, 8, false, Recompute::Full).total() < full.total());
+    }
+
+    /// On Hopper the flash kernel runs at its published rate held at the
+    /// sustained clock, forward and backward apart; an A100 and a device
+    /// of no known generation keep FlashAttention-2's share of the GEMM rate.
+    #[test]
+    fn flash_attention_runs_at_its_kernels_published_rate() {
+        let h100 = Device::by_name("h100-sxm5-80gb").unwrap();
+        let g = Preset::by_name("gpt3-175b").unwrap();
+        let (b, s, t) = (1u64, 4096u64, 8u64);
+        let forward_flops = 4.0 * (b * s * s * g.hidden) as f64 / t as f64 * 0.5;
+        let attention = |kernel: FlashKernel| {
+            let m = OpModel::of_device(
+                &h100,
+                None,
+                Attention::Flash,
+                kernel,
+                GradAccumulation::Fused,
+            );
+            m.block(&g, b, s, t, true, Recompute::None).attention
+        };
+        for (kernel, (fwd, bwd)) in [
+            (FlashKernel::Cudnn, HOPPER_CUDNN_TFLOPS),
+            (FlashKernel::FlashAttention2, HOPPER_FA2_TFLOPS),
+        ] {
+            let clock = 1e12 * h100.sustained_clock();
+            let want = forward_flops / (fwd * clock) + 2.5 * forward_flops / (bwd * clock);
+            let got = attention(kernel);
+            assert!((got / want - 1.0).abs() < 1e-9, "{kernel:?}: {got} {want}");
+        }
+        assert!(attention(FlashKernel::Cudnn) < attention(FlashKernel::FlashAttention2));
+        let a100 = Device::by_name("a100-sxm4-80gb").unwrap();
+        let unknown = Device {
+            generation: None,
+            ..h100.clone()
+        };
+        for d in [&a100, &unknown] {
+            for k in [FlashKernel::Cudnn, FlashKernel::FlashAttention2] {
+                assert_eq!(k.share_on(d), (FLASH_SHARE, FLASH_SHARE));
+            }
+        }
     }
 }

@@ -320,11 +320,13 @@ fn plan_split(
                     shard_group: group,
                 };
                 let memory = planner.memory(&layout);
+                // Refused only when both counts exceed the device: within
+                // the model's uncertainty a layout is costed, marked tight.
                 match input.memory_bytes {
-                    Some(have) if memory.total() > have => out.rejected.push(Rejected {
+                    Some(have) if memory.range().0 > have => out.rejected.push(Rejected {
                         layout,
                         reason: Rejection::Memory {
-                            needs_bytes: memory.total(),
+                            needs_bytes: memory.range().0,
                             have_bytes: have,
                         },
                         memory: Some(memory),

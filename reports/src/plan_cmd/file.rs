@@ -40,6 +40,13 @@ pub struct PlanFile {
     /// How the step runs, in words (attention, accumulation, overlap).
     #[serde(default)]
     pub software: String,
+    /// The stack of `--stack`, and what it implies.
+    #[serde(default)]
+    pub stack: Option<Sourced<String>>,
+    /// What the stack's predictions are worth: its error over the
+    /// published runs of the validation table.
+    #[serde(default)]
+    pub band: Option<super::validation::Band>,
     /// With --layout: the layout asked for, its best costing (first in `top`), and the search's best.
     #[serde(default)]
     pub layout_query: Option<String>,

@@ -10,9 +10,10 @@ use crate::predict;
 use crate::units;
 use anyhow::{anyhow, bail, Result};
 use parbench::model::footprint::Recompute;
-use parbench::model::opcost::{Attention, GradAccumulation, OpModel};
+use parbench::model::opcost::{Attention, FlashKernel, GradAccumulation, OpModel};
 use parbench::model::plan::{PlanInput, Shard, Wire};
 use parbench::model::presets::Arch;
+use parbench::model::stack::Stack;
 use parbench::model::{LinkParams, Preset};
 use parbench::stats::median_of_finite;
 use std::collections::BTreeMap;
@@ -183,30 +184,42 @@ fn fitted_wires(sources: &[Source]) -> (Option<Fitted>, Option<Fitted>) {
     (a.map(|x| x.1), b.map(|x| x.1))
 }
 
-/// bench-layers' matrix-product rate, FLOP/s: the median GFLOP/s of the
-/// full-sequence rows (decode GEMMs are skinny) at the largest shape
-/// (batch x seq x hidden) and the smallest tensor-parallel degree measured
-/// there (one rank alone on its device: unsharded GEMMs).
-fn measured_flops(sources: &[Source]) -> Option<(f64, String)> {
-    let rows: Vec<(&Source, &parbench::results::LayerRow)> = sources
+type LayerAt<'a> = (&'a Source, &'a parbench::results::LayerRow);
+
+/// bench-layers' full-sequence rows (decode GEMMs are skinny) that `keep`
+/// picks, at the largest shape (batch x seq x hidden) and the smallest
+/// tensor-parallel degree measured there (one rank alone on its device:
+/// unsharded GEMMs; on a CPU, ranks of a higher degree share its cores).
+fn largest_block_rows<'a>(
+    sources: &'a [Source],
+    keep: impl Fn(&parbench::results::LayerRow) -> bool,
+) -> Vec<LayerAt<'a>> {
+    let rows: Vec<LayerAt> = sources
         .iter()
         .flat_map(|s| s.layers.iter().map(move |r| (s, r)))
-        .filter(|(_, r)| !r.decode && r.compute_gflops.is_finite() && r.compute_gflops > 0.0)
+        .filter(|(_, r)| !r.decode && keep(r))
         .collect();
     let work =
         |r: &parbench::results::LayerRow| r.batch.saturating_mul(r.seq).saturating_mul(r.hidden);
-    let largest = rows.iter().map(|(_, r)| work(r)).max()?;
-    // One rank alone on its device: the smallest degree measured at that
-    // shape (on a CPU, ranks of a higher degree share its cores).
+    let Some(largest) = rows.iter().map(|(_, r)| work(r)).max() else {
+        return Vec::new();
+    };
     let tp = rows
         .iter()
         .filter(|(_, r)| work(r) == largest)
         .map(|(_, r)| r.tp)
-        .min()?;
-    let at: Vec<_> = rows
-        .iter()
-        .filter(|(_, r)| work(r) == largest && r.tp == tp)
-        .collect();
+        .min();
+    rows.into_iter()
+        .filter(|(_, r)| work(r) == largest && Some(r.tp) == tp)
+        .collect()
+}
+
+/// bench-layers' matrix-product rate, FLOP/s: the median GFLOP/s of
+/// [`largest_block_rows`].
+fn measured_flops(sources: &[Source]) -> Option<(f64, String)> {
+    let at = largest_block_rows(sources, |r| {
+        r.compute_gflops.is_finite() && r.compute_gflops > 0.0
+    });
     let gflops = median_of_finite(at.iter().map(|(_, r)| r.compute_gflops));
     let (s, r) = at.first()?;
     let tps: Vec<String> = at.iter().map(|(_, r)| r.tp.to_string()).collect();
@@ -223,6 +236,75 @@ fn measured_flops(sources: &[Source]) -> Option<(f64, String)> {
             tps.join(","),
             r.backend,
             r.mode
+        ),
+    ))
+}
+
+/// The share of the device's GEMM rate a block measured on it sustains:
+/// [`largest_block_rows`] run on a GPU (no CPU threads), their median compute time
+/// against the same block costed by operation at the datasheet rate
+/// (its GEMMs at full rate, its attention and memory-bound work as the
+/// planner costs them). `None` without such rows.
+fn measured_block_share(
+    sources: &[Source],
+    d: &parbench::model::device::Device,
+    attention: Attention,
+    flash_kernel: FlashKernel,
+    accumulation: GradAccumulation,
+) -> Option<(f64, String)> {
+    let at = largest_block_rows(sources, |r| {
+        r.threads == 0 && r.compute_us.is_finite() && r.compute_us > 0.0
+    });
+    let measured_us = median_of_finite(at.iter().map(|(_, r)| r.compute_us));
+    let (s, r) = at.first()?;
+    let arch = Preset::by_name(&r.preset).map_or(Arch::Gpt, |p| p.arch);
+    let block = Preset {
+        name: "measured",
+        source: "bench-layers",
+        arch,
+        layers: 1,
+        hidden: r.hidden,
+        heads: r.heads,
+        kv_heads: Preset::by_name(&r.preset).map_or(r.heads, |p| p.kv_heads),
+        ffn: r.ffn,
+        seq: r.seq,
+        vocab: 1,
+    };
+    let mut full = OpModel::of_device(d, None, attention, flash_kernel, accumulation);
+    full.gemm_flops = d.gemm_tflops * 1e12;
+    let t = full.block(
+        &block,
+        r.batch,
+        r.seq,
+        r.tp as u64,
+        r.seq_parallel,
+        Recompute::None,
+    );
+    let costed_us = 1e6
+        * if r.mode == "train" {
+            t.total()
+        } else {
+            t.forward
+        };
+    let share = costed_us / measured_us;
+    if !(share.is_finite() && share > 0.0) {
+        return None;
+    }
+    Some((
+        share.min(1.0),
+        format!(
+            "bench-layers in {}: {} {} block, {} x {} x hidden {}, tp {}, {} us measured (median of {}) against {} us costed at {} TFLOP/s",
+            s.label,
+            r.preset,
+            r.mode,
+            r.batch,
+            r.seq,
+            r.hidden,
+            r.tp,
+            units::sig3(measured_us),
+            at.len(),
+            units::sig3(costed_us),
+            units::sig3(d.gemm_tflops)
         ),
     ))
 }
@@ -347,18 +429,22 @@ pub(super) fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
         None => bail!("{} devices span {} nodes: give --device NAME, --inter GBPS,US or --from a results folder with all_reduce rows of the tcp (or mpi) backend", gpus, gpus.div_ceil(gpus_per_node.max(1))),
     };
     let measured = measured_flops(&sources);
-    let attention = match a.attention.as_str() {
-        "flash" => Attention::Flash,
-        "unfused" => Attention::Unfused,
-        other => bail!("--attention {other}: expected flash or unfused"),
+    let stack = stack_of(a)?;
+    let attention = match a.attention.as_deref() {
+        None => stack.map_or(Attention::Flash, |s| s.attention),
+        Some("flash") => Attention::Flash,
+        Some("unfused") => Attention::Unfused,
+        Some(other) => bail!("--attention {other}: expected flash or unfused"),
     };
-    let accumulation = match a.grad_accumulation.as_str() {
-        "fused" => GradAccumulation::Fused,
-        "unfused" => GradAccumulation::Unfused,
-        other => bail!("--grad-accumulation {other}: expected fused or unfused"),
+    let flash_kernel = stack.map_or(FlashKernel::FlashAttention2, |s| s.flash_kernel);
+    let accumulation = match a.grad_accumulation.as_deref() {
+        None => stack.map_or(GradAccumulation::Fused, |s| s.accumulation),
+        Some("fused") => GradAccumulation::Fused,
+        Some("unfused") => GradAccumulation::Unfused,
+        Some(other) => bail!("--grad-accumulation {other}: expected fused or unfused"),
     };
     let dp_overlap = match a.dp_overlap.as_deref() {
-        None => device.is_some(),
+        None => stack.map_or(device.is_some(), |s| s.dp_overlap),
         Some("on") => true,
         Some("off") => false,
         Some(other) => bail!("--dp-overlap {other}: expected on or off"),
@@ -375,22 +461,39 @@ pub(super) fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
             );
         }
     }
-    // With a device, the GEMM rate is the device's unless measured or given.
+    // With a device, the GEMM rate is the device's unless measured or
+    // given; a block measured on the GPU sets the share of it a step
+    // sustains instead of the datasheet's clock.
     let (compute, ops) = match &device {
         Some(d) => {
-            let (tflops, from) = match (a.compute_tflops, &measured) {
-                (Some(t), _) => (t, format!("--compute-tflops {t}")),
-                (None, Some((f, from))) => (f / 1e12, from.clone()),
-                (None, None) => (d.gemm_tflops, format!("{}'s datasheet GEMM rate", d.name)),
+            let block = measured_block_share(&sources, d, attention, flash_kernel, accumulation);
+            let (tflops, from) = match (a.compute_tflops, &measured, &block) {
+                (Some(t), _, _) => (t, format!("--compute-tflops {t}")),
+                (None, _, Some(_)) => (d.gemm_tflops, format!("{}'s datasheet GEMM rate", d.name)),
+                (None, Some((f, from)), None) => (f / 1e12, from.clone()),
+                (None, None, None) => (d.gemm_tflops, format!("{}'s datasheet GEMM rate", d.name)),
             };
-            let ops = OpModel::of_device(d, Some(tflops), attention, accumulation);
+            let mut ops =
+                OpModel::of_device(d, Some(tflops), attention, flash_kernel, accumulation);
+            if let Some(s) = stack {
+                ops.loss_bytes = s.step.loss_bytes;
+            }
+            let share = match (&block, a.compute_tflops) {
+                (Some((share, how)), None) => {
+                    ops.gemm_flops = tflops * 1e12 * share;
+                    format!("x {share:.3}, the in-step share measured: {how}")
+                }
+                _ => format!(
+                    "x {:.3} (the datasheet's clock held at the power limit through a step)",
+                    d.sustained_clock()
+                ),
+            };
             (
                 (
                     ops.gemm_flops,
                     format!(
-                        "{from}: {} TFLOP/s x {} in a step; GEMMs by shape on {} SMs, memory-bound work at {} GB/s x {}",
+                        "{from}: {} TFLOP/s {share}; GEMMs by shape on {} SMs, memory-bound work at {} GB/s x {}",
                         units::sig3(tflops),
-                        parbench::model::device::IN_STEP_GEMM_SHARE,
                         d.sms,
                         units::sig3(d.hbm_gbps),
                         parbench::model::device::MEMORY_FRACTION
@@ -423,7 +526,11 @@ pub(super) fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
     input.peak_flops = device.as_ref().map(|d| d.peak_tflops * 1e12);
     input.rails = device.is_some();
     input.dp_overlap = dp_overlap;
-    input.schedules = (!a.schedules.is_empty()).then(|| a.schedules.clone());
+    input.schedules = match (a.schedules.is_empty(), stack) {
+        (false, _) => Some(a.schedules.clone()),
+        (true, Some(s)) => Some(s.search.iter().map(|n| n.to_string()).collect()),
+        (true, None) => None,
+    };
     input.shard_modes = a
         .shard
         .iter()
@@ -432,11 +539,21 @@ pub(super) fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
                 .ok_or_else(|| anyhow!("--shard {n}: expected none, zero1, zero2 or zero3"))
         })
         .collect::<Result<_>>()?;
+    if input.shard_modes.is_empty() && !a.distributed_optimizer {
+        if let Some(s) = stack {
+            input.shard_modes = vec![s.shard];
+        }
+    }
     input.hybrid = a.hybrid_shard;
     input.allow_tp_across_nodes = a.allow_tp_across_nodes;
-    input.sequence_parallel = a.sequence_parallel;
+    input.sequence_parallel = a.sequence_parallel || stack.is_some_and(|s| s.sequence_parallel);
     input.recompute = recompute;
-    input.distributed_optimizer = a.distributed_optimizer;
+    input.distributed_optimizer =
+        a.distributed_optimizer || stack.is_some_and(|s| s.shard == Shard::Zero1);
+    input.untied_output = a.untie_embeddings;
+    if let Some(s) = stack {
+        input.step = s.step;
+    }
     let m = &model;
     let file = PlanFile {
         schema: PLAN_SCHEMA,
@@ -474,6 +591,11 @@ pub(super) fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
             from: d.source.clone(),
         }),
         software: software_words(&input),
+        stack: stack.map(|s| Sourced {
+            value: s.name.to_string(),
+            from: format!("{} ({})", s.implies, s.source),
+        }),
+        band: None,
         layout_query: None,
         search_best: None,
         families: Vec::new(),
@@ -485,12 +607,33 @@ pub(super) fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
     Ok((input, file))
 }
 
+/// The stack of `--stack`, checked.
+pub(super) fn stack_of(a: &PlanArgs) -> Result<Option<&'static Stack>> {
+    match &a.stack {
+        None => {
+            if a.search_open {
+                bail!("--search-open: give --stack NAME (without a stack, --layout searches what it leaves open already)");
+            }
+            Ok(None)
+        }
+        Some(n) => Stack::by_name(n).map(Some).ok_or_else(|| {
+            anyhow!(
+                "--stack {n}: unknown stack (known: {})",
+                Stack::names().join(", ")
+            )
+        }),
+    }
+}
+
 /// How the step runs, in words.
 fn software_words(input: &PlanInput) -> String {
     let mut parts = Vec::new();
     if let Some(ops) = &input.ops {
         parts.push(match ops.attention {
-            Attention::Flash => "flash attention",
+            Attention::Flash => match ops.flash_kernel {
+                FlashKernel::FlashAttention2 => "flash attention (FlashAttention-2)",
+                FlashKernel::Cudnn => "flash attention (cuDNN fused)",
+            },
             Attention::Unfused => "unfused attention (scores through HBM)",
         });
         parts.push(match ops.accumulation {
@@ -508,6 +651,22 @@ fn software_words(input: &PlanInput) -> String {
         Recompute::Selective => "selective recomputation",
         Recompute::Full => "full recomputation",
     });
+    let step = &input.step;
+    if input.sequence_parallel {
+        parts.push("sequence parallel");
+    }
+    if step.tp_overlap {
+        parts.push("tensor-parallel communication overlapped with its GEMMs");
+    }
+    if step.param_gather_overlap {
+        parts.push("parameter all-gather overlapped with the forward");
+    }
+    if step.dp_sm_share > 0.0 {
+        parts.push("overlapped collectives take SMs from the compute");
+    }
+    if step.grad_bytes == 4 {
+        parts.push("fp32 gradients");
+    }
     parts.join(", ")
 }
 

@@ -6,6 +6,7 @@ use crate::units;
 use anyhow::{anyhow, bail, Result};
 use parbench::model::device::{Device, DEVICE_FILE_MAX_BYTES};
 use parbench::model::plan::{Costed, LayoutQuery, LayoutRanking, Rejected, Rejection, Shard};
+use parbench::model::stack::Stack;
 use std::path::Path;
 
 /// The device of `--device NAME` or `--device-file FILE`, and where it came from.
@@ -93,6 +94,31 @@ pub fn parse_layout(spec: &str) -> Result<LayoutQuery> {
     Ok(q)
 }
 
+/// What a stack runs where a named layout does not say: its microbatch
+/// size (or a data rank's whole batch without a pipeline, where the stack
+/// does that), one chunk per rank unless `vpp=` is given, and its
+/// schedule for that (none on one stage).
+pub fn as_stack_runs(q: &mut LayoutQuery, s: &Stack, global_batch: u64) {
+    let whole = (q.pp == 1 && s.whole_batch_without_pipeline)
+        .then(|| global_batch.checked_div(q.dp))
+        .flatten()
+        .filter(|&b| b >= 1);
+    q.micro_batch.get_or_insert(whole.unwrap_or(s.micro_batch));
+    let chunks = *q.chunks.get_or_insert(1);
+    if q.schedule.is_none() {
+        q.schedule = Some(
+            if q.pp == 1 {
+                "none"
+            } else if chunks > 1 {
+                s.schedules.interleaved
+            } else {
+                s.schedules.plain
+            }
+            .to_string(),
+        );
+    }
+}
+
 fn secs(s: f64) -> String {
     units::micros(s * 1e6)
 }
@@ -102,7 +128,7 @@ fn pct(x: f64, of: f64) -> String {
 }
 
 /// One layout's terms, one per line.
-pub fn render_terms(c: &Costed, gpus: u64) -> String {
+pub fn render_terms(c: &Costed, gpus: u64, have_gib: Option<f64>) -> String {
     let mut out = String::new();
     let step = c.step_s;
     let per_gpu = |flops: f64| flops / step / gpus.max(1) as f64 / 1e12;
@@ -149,12 +175,29 @@ pub fn render_terms(c: &Costed, gpus: u64) -> String {
         out.push('\n');
     }
     out.push_str(&format!(
-        "  memory        {} per device (weights, gradients, optimizer {}; activations {} of {} microbatch-chunks in flight)\n",
+        "  memory        {} per device (weights, gradients, optimizer {}; activations {} of {} microbatch-chunks in flight)",
         units::bytes(c.memory.total()),
         units::bytes(c.memory.states_bytes),
         units::bytes(c.memory.activation_bytes),
         c.memory.in_flight
     ));
+    if c.memory.formula_bytes > 0.0 {
+        out.push_str(&format!(
+            "; Megatron-LM's theoretical_memory_usage {}",
+            units::bytes(c.memory.formula_bytes)
+        ));
+    }
+    out.push('\n');
+    let have = have_gib.map(|g| g * 1024.0 * 1024.0 * 1024.0);
+    if let Some(h) = have.filter(|&h| c.memory.tight(h)) {
+        let (lo, hi) = c.memory.range();
+        out.push_str(&format!(
+            "  tight         {} to {} against {}: within the memory model's uncertainty (the two counts); it may not fit\n",
+            units::bytes(lo),
+            units::bytes(hi),
+            units::bytes(h)
+        ));
+    }
     out
 }
 

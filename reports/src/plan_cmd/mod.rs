@@ -11,6 +11,7 @@ pub mod file;
 mod input;
 pub mod layout;
 pub mod text;
+pub mod validation;
 
 pub use file::{read_plan, PlanFile, PLAN_FILE};
 pub use text::{schedule_cell, LAYOUT_COLUMNS};
@@ -19,7 +20,7 @@ use crate::predict;
 use anyhow::{anyhow, bail, Result};
 use clap::Args;
 use input::prepare;
-use parbench::model::plan::LayoutRanking;
+use parbench::model::plan::{LayoutRanking, PlanInput};
 use parbench::vocab;
 use std::path::PathBuf;
 use text::render;
@@ -64,12 +65,21 @@ pub struct PlanArgs {
     /// Cost one layout instead of searching: dp=D,tp=T,pp=P with optional vpp=V (interleaved chunks), mbs=B (microbatch size), schedule=NAME, first=F,last=L (layers of the first and last stages); what is not given is searched within the split. Prints each term, and how it compares with the search's best.
     #[arg(long, value_name = "SPEC")]
     pub layout: Option<String>,
-    /// Attention with a device: flash (FlashAttention: scores on chip) or unfused (batched GEMMs and softmax through HBM, as Megatron-LM ran before FlashAttention).
-    #[arg(long, default_value = "flash")]
-    pub attention: String,
-    /// Gradient accumulation with a device: fused (inside the weight-gradient GEMM) or unfused (a pass per microbatch, as Megatron-LM's code of 2021).
-    #[arg(long, default_value = "fused")]
-    pub grad_accumulation: String,
+    /// The software stack the step runs on (megatron-2021, megatron-core, torchtitan): its attention, accumulation, overlaps, sharding, sequence parallelism, loss and schedules (docs/report.md, "Stacks"); the flags below override its choices. With --layout, the layout is costed as the stack runs it (its schedule and microbatch size where the layout does not say).
+    #[arg(long, value_name = "NAME")]
+    pub stack: Option<String>,
+    /// With --stack and --layout: search what the layout leaves open (schedules, v, microbatch size) instead of the stack's choices.
+    #[arg(long)]
+    pub search_open: bool,
+    /// A GPT model's output layer has its own weights (Megatron's --untie-embeddings-and-output-weights).
+    #[arg(long)]
+    pub untie_embeddings: bool,
+    /// Attention with a device: flash (FlashAttention: scores on chip) or unfused (batched GEMMs and softmax through HBM, as Megatron-LM ran before FlashAttention). Default: the stack's, else flash.
+    #[arg(long)]
+    pub attention: Option<String>,
+    /// Gradient accumulation with a device: fused (inside the weight-gradient GEMM) or unfused (a pass per microbatch, as Megatron-LM's code of 2021). Default: the stack's, else fused.
+    #[arg(long)]
+    pub grad_accumulation: Option<String>,
     /// The data-parallel reduction overlapped with the backward in buckets: on or off (default: on with a device, off without).
     #[arg(long)]
     pub dp_overlap: Option<String>,
@@ -83,11 +93,14 @@ pub struct PlanArgs {
     #[arg(long = vocab::schedule::LONG, value_name = vocab::schedule::VALUE, value_delimiter = ',')]
     pub schedules: Vec<String>,
     /// Sequences per training step (the global batch, B = dp x M x b).
-    #[arg(long, required_unless_present = "against")]
+    #[arg(long, required_unless_present_any = ["against", "validation"])]
     pub global_batch: Option<u64>,
     /// Devices in all.
-    #[arg(long, required_unless_present = "against")]
+    #[arg(long, required_unless_present_any = ["against", "validation"])]
     pub gpus: Option<u64>,
+    /// Cost every published run of the validation table with its stack and print each one's error and each stack's band (with --output-file, also as JSON).
+    #[arg(long, conflicts_with_all = ["model", "layout", "against", "stack"])]
+    pub validation: bool,
     #[arg(long = vocab::against::LONG, value_name = vocab::against::VALUE, help = vocab::against::HELP, conflicts_with_all = ["model", "from", "output_file", "device", "layout"])]
     pub against: Option<PathBuf>,
     /// Devices per node (the tensor-parallel group stays inside one; default: the device's, or 8).
@@ -133,6 +146,9 @@ pub fn run(a: &PlanArgs) -> Result<()> {
     if let Some(dir) = &a.against {
         return check::run(dir);
     }
+    if a.validation {
+        return validation::run(a.output_file.as_deref());
+    }
     // The output is checked before anything is costed (a device, a FIFO,
     // a symlink or a record of another kind is refused).
     if let Some(path) = &a.output_file {
@@ -142,6 +158,9 @@ pub fn run(a: &PlanArgs) -> Result<()> {
             .map_err(|e| anyhow!("--output-file: {e}"))?;
     }
     let (input, mut file) = prepare(a)?;
+    if let Some(s) = &file.stack {
+        file.band = validation::band(&s.value)?;
+    }
     let plan = predict::rank_layouts(&input).map_err(|e| anyhow!("{e}"))?;
     let file = match &a.layout {
         None => {
@@ -149,14 +168,7 @@ pub fn run(a: &PlanArgs) -> Result<()> {
             finish(file, &plan, a.top)
         }
         Some(spec) => {
-            let q = layout::parse_layout(spec)?;
-            let named = parbench::model::plan::plan_layout(&input, &q)
-                .map_err(|e| anyhow!("--layout {spec}: {e}"))?;
-            if named.ranked.is_empty() {
-                let why = layout::closest_rejection(&named, |_| true)
-                    .unwrap_or_else(|| "no schedule or microbatch size of it runs".into());
-                bail!("--layout {spec}: does not fit: {why}");
-            }
+            let named = named_layout(a, &input, spec)?;
             file.layout_query = Some(spec.clone());
             file.search_best = plan.ranked.first().cloned();
             file.families = layout::families(&plan);
@@ -171,6 +183,37 @@ pub fn run(a: &PlanArgs) -> Result<()> {
         eprintln!("report: wrote {}", path.display());
     }
     Ok(())
+}
+
+/// `--layout SPEC` costed: as the stack runs it (its schedule and
+/// microbatch size where the spec does not say) unless `--search-open`;
+/// the layouts of it that fit, best first, or why none does.
+fn named_layout(a: &PlanArgs, input: &PlanInput, spec: &str) -> Result<LayoutRanking> {
+    let mut q = layout::parse_layout(spec)?;
+    if let (Some(s), false) = (input::stack_of(a)?, a.search_open) {
+        layout::as_stack_runs(&mut q, s, input.global_batch);
+    }
+    let named = parbench::model::plan::plan_layout(input, &q)
+        .map_err(|e| anyhow!("--layout {spec}: {e}"))?;
+    if named.ranked.is_empty() {
+        let why = layout::closest_rejection(&named, |_| true)
+            .unwrap_or_else(|| "no schedule or microbatch size of it runs".into());
+        bail!("--layout {spec}: does not fit: {why}");
+    }
+    Ok(named)
+}
+
+/// One named layout of `a` costed, and the devices it runs on (the
+/// validation table's rows).
+pub fn cost_named(a: &PlanArgs, spec: &str) -> Result<(parbench::model::plan::Costed, u64)> {
+    let (input, _) = prepare(a)?;
+    let named = named_layout(a, &input, spec)?;
+    let best = named
+        .ranked
+        .into_iter()
+        .next()
+        .ok_or_else(|| anyhow!("--layout {spec}: nothing fits"))?;
+    Ok((best, input.gpus))
 }
 
 /// The file with the plan's figures.

@@ -57,6 +57,19 @@ pub fn schedule_cell(l: &parbench::model::plan::Layout) -> String {
     cell
 }
 
+/// What the plan's figures are worth: its stack's error over the
+/// published runs it is held to.
+pub fn band_words(f: &PlanFile) -> String {
+    match (&f.stack, &f.band) {
+        (_, Some(b)) => b.line(),
+        (Some(s), None) => format!(
+            "{}: no published run in the validation table yet; the figures are the model's alone",
+            s.value
+        ),
+        (None, None) => "none: without --stack the step is held to no published run (--stack megatron-core, megatron-2021 or torchtitan)".into(),
+    }
+}
+
 /// The printed plan.
 pub fn render(f: &PlanFile) -> String {
     let mut out = String::new();
@@ -80,9 +93,13 @@ pub fn render(f: &PlanFile) -> String {
         units::sig3(f.compute.value / 1e12),
         f.compute.from
     ));
+    if let Some(s) = &f.stack {
+        out.push_str(&format!("  stack:      {}: {}\n", s.value, s.from));
+    }
     if !f.software.is_empty() {
         out.push_str(&format!("  the step:   {}\n", f.software));
     }
+    out.push_str(&format!("  band:       {}\n", band_words(f)));
     out.push_str(&format!(
         "  intra-node: {}, from {}\n",
         wire_words(&f.intra.value),
@@ -103,7 +120,7 @@ pub fn render(f: &PlanFile) -> String {
     }
     if let (Some(spec), Some(named)) = (&f.layout_query, f.top.first()) {
         out.push_str(&format!("Layout {spec}: {}\n", named.layout));
-        out.push_str(&super::layout::render_terms(named, f.gpus));
+        out.push_str(&super::layout::render_terms(named, f.gpus, f.memory_gib));
         if let Some(best) = &f.search_best {
             out.push_str(&super::layout::why_loses(named, best));
         }
@@ -151,7 +168,7 @@ pub fn render(f: &PlanFile) -> String {
             ]);
         }
         out.push_str(&t.text());
-        out.push_str("step = compute + tp comm + bubble + dp comm + optimizer (the busiest pipeline rank; the bubble includes waits for point-to-point messages; tensor-parallel communication is not overlapped; dp comm is the part of the data-parallel reduction the step waits for). b: sequences per microbatch; M: microbatches per step per pipeline. MFU: model FLOPs per second over the devices' peak (needs --device). token lat: one decode step (b new tokens) through the layout, compute-bound.\n");
+        out.push_str("step = compute + tp comm + bubble + dp comm + optimizer (the busiest pipeline rank; the bubble includes waits for point-to-point messages; tp comm and dp comm are what the step waits for: all of the tensor-parallel collectives unless the stack overlaps them, the part of the data-parallel reduction no compute hides, and the compute the overlapped collectives slow). b: sequences per microbatch; M: microbatches per step per pipeline. MFU: model FLOPs per second over the devices' peak (needs --device). token lat: one decode step (b new tokens) through the layout, compute-bound.\n");
     }
     if !f.losses.is_empty() {
         out.push_str("\nWhy the others lose\n\n");

@@ -17,12 +17,35 @@ pub struct Memory {
     pub activation_bytes: f64,
     /// Microbatch-chunks whose activations the busiest rank holds at once.
     pub in_flight: u64,
+    /// The same device by Megatron-LM's `theoretical_memory_usage.py` for
+    /// the same arguments (its most loaded shard, Table 2 activations):
+    /// the second count, whose distance from [`Self::total`] is the
+    /// memory model's own uncertainty.
+    #[serde(default)]
+    pub formula_bytes: f64,
 }
 
 impl Memory {
     /// Everything.
     pub fn total(&self) -> f64 {
         self.states_bytes + self.activation_bytes
+    }
+
+    /// The lower and upper of the two counts.
+    pub fn range(&self) -> (f64, f64) {
+        let t = self.total();
+        if self.formula_bytes > 0.0 {
+            (t.min(self.formula_bytes), t.max(self.formula_bytes))
+        } else {
+            (t, t)
+        }
+    }
+
+    /// Whether `have` bytes is within the model's uncertainty: the lower
+    /// count fits, the upper does not.
+    pub fn tight(&self, have: f64) -> bool {
+        let (lo, hi) = self.range();
+        lo <= have && hi > have
     }
 }
 
@@ -104,7 +127,8 @@ pub struct ComputeParts {
     pub gemm_s: f64,
     /// The attention core.
     pub attention_s: f64,
-    /// Norms, activations, residual adds, dropout, accumulation.
+    /// Norms, activations, residual adds, dropout, accumulation (and a
+    /// pass's wait for the host's kernel launches, where it binds).
     pub memory_s: f64,
     /// The output layer and loss (last stage), the embedding (first).
     pub logits_s: f64,

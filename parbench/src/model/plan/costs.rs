@@ -11,8 +11,10 @@ use super::shard::Shard;
 use crate::comm::Collective;
 use crate::model::alpha_beta::LinkParams;
 use crate::model::bubble::peak_activations;
-use crate::model::footprint::{activation_bytes_per_layer, Recompute};
+use crate::model::footprint::{activation_bytes_of, Recompute};
+use crate::model::presets::Arch;
 use crate::model::sim::{simulate, SimCosts, StageCosts};
+use crate::model::stack::LAYER_KERNELS;
 use crate::model::tensor_parallel::{TpMode, TpTraffic};
 use crate::schedule::{generate, peak_in_flight, Placement, ScheduleKind};
 use std::collections::HashMap;
@@ -123,8 +125,8 @@ pub(super) type SimKey = (String, u64, u64, u64, Vec<u64>);
 
 pub(super) struct Planner<'a> {
     pub(super) input: &'a PlanInput,
-    /// Peak in-flight microbatch-chunks on the busiest rank, by (schedule, S, M, v).
-    pub(super) peaks: HashMap<(String, u64, u64, u64), u64>,
+    /// Peak in-flight microbatch-chunks on each rank, by (schedule, S, M, v).
+    pub(super) peaks: HashMap<(String, u64, u64, u64), Vec<u64>>,
     /// Simulated makespans by every input of the simulation (bits of the floats).
     pub(super) makespans: HashMap<SimKey, Option<(f64, bool)>>,
 }
@@ -195,12 +197,13 @@ impl Planner<'_> {
     fn shard_calls(&self, l: &Layout) -> (f64, f64) {
         let m = &self.input.model;
         let group = l.shard_group.max(1);
-        let bytes =
-            (m.params_per_layer() as f64 / l.tp as f64 * self.input.dtype_bytes as f64) as u64;
+        let params = m.params_per_layer() as f64 / l.tp as f64;
+        let gather = (params * self.input.dtype_bytes as f64) as u64;
+        let scatter = (params * self.input.step.grad_bytes as f64) as u64;
         let w = self.group_link(group, l.tp);
         (
-            w.seconds(Collective::AllGather, group, bytes),
-            w.seconds(Collective::ReduceScatter, group, bytes),
+            w.seconds(Collective::AllGather, group, gather),
+            w.seconds(Collective::ReduceScatter, group, scatter),
         )
     }
 
@@ -227,6 +230,44 @@ impl Planner<'_> {
             .sum()
     }
 
+    /// A pass's tensor-parallel collectives overlapped with the GEMMs
+    /// beside them (`gemms` seconds), as Transformer Engine's userbuffers
+    /// run them with `--tp-comm-overlap`: each GEMM in `tp` chunks, a
+    /// chunk's all-gather behind the previous chunk's product and its
+    /// reduce-scatter behind the next one's. Returns what stays exposed
+    /// (what the GEMMs do not cover, and the last chunk's reduce-scatter,
+    /// which nothing follows) and what the GEMMs lose to the SMs the
+    /// communication holds while they overlap. (0, 0) without the overlap.
+    fn tp_overlap(&self, l: &Layout, tp_wire: WireKind, gemms: f64) -> (f64, f64) {
+        let input = self.input;
+        let (Some(ops), true) = (&input.ops, input.step.tp_overlap) else {
+            return (0.0, 0.0);
+        };
+        let traffic = self.traffic(l, TpMode::Prefill);
+        let wire = self.wire(tp_wire);
+        let (mut gather, mut scatter) = (0.0, 0.0);
+        for (c, calls) in traffic.collectives() {
+            let t = calls as f64 * wire.seconds(c, traffic.tp, traffic.bytes_per_call());
+            match c {
+                Collective::AllGather => gather += t,
+                // Without sequence parallelism the all-reduces are a
+                // reduce-scatter and an all-gather each: priced as the scatter.
+                _ => scatter += t,
+            }
+        }
+        let comm = gather + scatter;
+        if comm == 0.0 {
+            return (0.0, 0.0);
+        }
+        let hidden = comm.min(gemms);
+        let exposed = (comm - gemms).max(0.0) + scatter / l.tp.max(1) as f64;
+        let sms = ops.sms.max(1) as f64;
+        let (rs_sms, ag_sms) = input.step.tp_sms;
+        // The SMs held while each kind runs hidden, weighted by its time.
+        let held = (scatter * rs_sms + gather * ag_sms) / comm / sms;
+        (exposed, hidden * held / (1.0 - held).max(0.5))
+    }
+
     /// One layer on one microbatch.
     fn layer_work(&self, l: &Layout, tp_wire: WireKind) -> StageWork {
         let input = self.input;
@@ -246,16 +287,30 @@ impl Planner<'_> {
                 input.sequence_parallel,
                 input.recompute,
             );
+            let backward_gemms = blk.gemm - blk.gemm_forward;
+            let (exposed_f, slowed_f) = self.tp_overlap(l, tp_wire, blk.gemm_forward);
+            let (exposed_b, slowed_b) = self.tp_overlap(l, tp_wire, backward_gemms);
+            let (comm_f, comm_b) = if self.input.step.tp_overlap {
+                (exposed_f, exposed_b + comm_recompute)
+            } else {
+                (one_pass, one_pass + comm_recompute)
+            };
+            // The host issues each pass's kernels; a pass shorter than
+            // that waits for it.
+            let launch = input.step.launch_s;
+            let (kf, kb) = LAYER_KERNELS;
+            let host_f = (kf * launch - blk.forward - slowed_f).max(0.0);
+            let host_b = (kb * launch - blk.input_grad - blk.weight_grad - slowed_b).max(0.0);
             return StageWork {
-                f: blk.forward,
-                i: blk.input_grad + blk.recompute,
+                f: blk.forward + slowed_f + host_f,
+                i: blk.input_grad + blk.recompute + slowed_b + host_b,
                 w: blk.weight_grad,
-                comm_f: one_pass,
-                comm_b: one_pass + comm_recompute,
+                comm_f,
+                comm_b,
                 parts: ComputeParts {
-                    gemm_s: blk.gemm,
+                    gemm_s: blk.gemm + slowed_f + slowed_b,
                     attention_s: blk.attention,
-                    memory_s: blk.memory,
+                    memory_s: blk.memory + host_f + host_b,
                     logits_s: 0.0,
                 },
                 ..StageWork::default()
@@ -354,77 +409,175 @@ impl Planner<'_> {
             .unwrap_or(0)
     }
 
-    /// Parameters on the busiest device.
-    fn params_per_device(&self, l: &Layout) -> f64 {
-        let m = &self.input.model;
-        let layers = self.busiest_rank_layers(l) as f64;
-        (layers * m.params_per_layer() as f64 + m.embedding_params() as f64) / l.tp as f64
-    }
-    fn peak(&mut self, l: &Layout) -> u64 {
+    /// Microbatch-chunks each rank holds at its peak: counted on the
+    /// generated schedule (reached in the warm-up, so a pipeline of `3S`
+    /// microbatches has it), or where a closed form says more (GPipe's
+    /// `M`), that on every rank.
+    fn peaks(&mut self, l: &Layout) -> Vec<u64> {
         let key = (l.schedule.clone(), l.pp, l.microbatches, l.chunks);
-        if let Some(&p) = self.peaks.get(&key) {
-            return p;
+        if let Some(p) = self.peaks.get(&key) {
+            return p.clone();
         }
-        let peak = match kind_of(&l.schedule) {
-            Some(kind) => peak_activations(kind.closed_form(l.chunks), l.pp, l.microbatches)
-                .unwrap_or_else(|| {
-                    // Counted on the schedule; reached in the warm-up, so a
-                    // pipeline of 3S microbatches has it.
-                    let m = l.microbatches.min(3 * l.pp);
-                    generate(kind, l.pp as usize, m as usize, l.chunks as usize)
-                        .map(|s| peak_in_flight(&s).into_iter().max().unwrap_or(0) as u64)
-                        .unwrap_or(l.microbatches * l.chunks)
-                }),
-            None => l.microbatches,
+        let pp = l.pp.max(1);
+        let peaks = match kind_of(&l.schedule) {
+            Some(kind) => {
+                let m = l.microbatches.min(3 * pp);
+                let counted: Vec<u64> = generate(kind, pp as usize, m as usize, l.chunks as usize)
+                    .map(|s| peak_in_flight(&s).into_iter().map(|x| x as u64).collect())
+                    .unwrap_or_default();
+                let most = counted.iter().copied().max();
+                match peak_activations(kind.closed_form(l.chunks), l.pp, l.microbatches) {
+                    Some(p) if most.is_none_or(|c| c < p) => vec![p; pp as usize],
+                    _ if counted.len() == pp as usize => counted,
+                    _ => vec![l.microbatches * l.chunks; pp as usize],
+                }
+            }
+            None => vec![l.microbatches; pp as usize],
         };
-        self.peaks.insert(key, peak);
-        peak
+        self.peaks.insert(key, peaks.clone());
+        peaks
     }
 
-    pub(super) fn memory(&mut self, l: &Layout) -> Memory {
+    /// What one rank holds: its parameters, and its memory (states and
+    /// activations) as [`Memory`].
+    fn rank_memory(&self, l: &Layout, r: u64, in_flight: u64, per_layer: f64) -> Memory {
         let input = self.input;
         let m = &input.model;
-        let params = self.params_per_device(l);
-        // 16-bit weights (2) and gradients (2), fp32 master weights and
-        // Adam moments (12): what each mode shards over its group.
-        let per_param = l.shard.bytes_per_param(2, l.shard_group);
+        let per_stage = l.stage_layers(m.layers);
+        let last_stage = per_stage.len().saturating_sub(1);
+        let stages: Vec<usize> = stages_of(l, r).collect();
+        let layers: u64 = stages.iter().filter_map(|&s| per_stage.get(s)).sum();
+        let chunk_layers = stages
+            .iter()
+            .filter_map(|&s| per_stage.get(s))
+            .max()
+            .copied()
+            .unwrap_or(0) as f64;
+        let (first, last) = (stages.contains(&0), stages.contains(&last_stage));
+        let (h, v) = (m.hidden as f64, m.vocab as f64);
+        // The embedding on the first stage, the output layer on the last:
+        // a copy of the tied embedding when they are different ranks
+        // (Megatron-LM keeps one there), its own weights when untied.
+        let tied = m.arch == Arch::Gpt && !input.untied_output;
+        let input_side = m.embedding_params() as f64 - if tied { 0.0 } else { v * h };
+        let output_side = if tied && first { 0.0 } else { v * h };
+        let ends = if first { input_side } else { 0.0 } + if last { output_side } else { 0.0 };
+        let params = (layers as f64 * m.params_per_layer() as f64 + ends) / l.tp as f64;
+        // 16-bit weights, the stack's gradients, fp32 master weights and
+        // Adam moments: what each mode shards over its group.
+        let per_param = l
+            .shard
+            .state_bytes(2, input.step.grad_bytes as usize, l.shard_group);
         // What a sharded step holds whole for a moment: one layer's
         // gradients before their reduce-scatter; with ZeRO-3 also two
         // layers' gathered parameters (the current and the prefetched).
         let layer_params = m.params_per_layer() as f64 / l.tp as f64;
         let dtype = input.dtype_bytes as f64;
         let transient = match l.shard {
-            Shard::Zero2 => dtype * layer_params,
-            Shard::Zero3 => 3.0 * dtype * layer_params,
+            Shard::Zero2 => input.step.grad_bytes as f64 * layer_params,
+            Shard::Zero3 => (2.0 * dtype + input.step.grad_bytes as f64) * layer_params,
             Shard::None | Shard::Zero1 => 0.0,
         };
-        let in_flight = self.peak(l);
-        let layers_per_chunk = l.stage_layers(m.layers).into_iter().max().unwrap_or(0) as f64;
-        // Flash attention keeps no score tensor: what selective
-        // recomputation keeps (Korthikanti et al.'s `5 a s / h` term gone).
-        let flash = input
-            .ops
-            .is_some_and(|o| o.attention == crate::model::opcost::Attention::Flash);
-        let kept = match input.recompute {
-            Recompute::None if flash => Recompute::Selective,
-            r => r,
+        // The last stage holds one microbatch's logits for the loss's
+        // backward (fp32 where the loss casts them).
+        let logit_width = if input.step.fp32_logits { 4.0 } else { dtype };
+        let logits = if last {
+            l.micro_batch as f64 * m.seq as f64 * m.vocab.div_ceil(l.tp) as f64 * logit_width
+        } else {
+            0.0
         };
-        let per_layer = activation_bytes_per_layer(
-            m.seq,
-            l.micro_batch,
-            m.hidden,
-            m.heads,
-            l.tp,
-            input.sequence_parallel,
-            kept,
-        )
-        .unwrap_or(f64::INFINITY);
         Memory {
             params,
             states_bytes: params * per_param + transient,
-            activation_bytes: in_flight as f64 * layers_per_chunk * per_layer,
+            activation_bytes: in_flight as f64 * chunk_layers * per_layer + logits,
             in_flight,
+            formula_bytes: 0.0,
         }
+    }
+
+    /// Megatron-LM's `theoretical_memory_usage.py` for this layout: the
+    /// most loaded shard's parameters (`L/pp` layers and the embedding,
+    /// the output layer too when untied on one stage) at the layout's
+    /// bytes per parameter (18, or `6 + 12/dp` with the distributed
+    /// optimizer); activations of the first stage, `s b h (18 + 4 ffn/h)`
+    /// a layer over `t` with sequence parallelism (`10 + 24/t` without),
+    /// times `L`, times `1 + (pp-1)/(pp v)` when interleaved or
+    /// `min(1, M/pp)` when not; the embedding's input and dropout mask for
+    /// `pp` microbatches; with one stage the output layer's input and
+    /// fp32 logits, `4 s b h (1 + V/h)`. Full recomputation keeps `2 s b
+    /// h` a layer (the script does not model it).
+    fn formula_bytes(&self, l: &Layout) -> f64 {
+        let input = self.input;
+        let m = &input.model;
+        let (s, b, h, v) = (
+            m.seq as f64,
+            l.micro_batch as f64,
+            m.hidden as f64,
+            m.vocab as f64,
+        );
+        let (t, pp, layers) = (l.tp as f64, l.pp.max(1) as f64, m.layers as f64);
+        let untied = m.arch == Arch::Llama || input.untied_output;
+        let mut params = layers / pp * m.params_per_layer() as f64 + v * h;
+        if untied && l.pp == 1 {
+            params += v * h;
+        }
+        let per_param = l
+            .shard
+            .state_bytes(2, input.step.grad_bytes as usize, l.shard_group);
+        let weights = params / t * per_param;
+        let sbh = s * b * h;
+        let per_layer = match input.recompute {
+            Recompute::Full => 2.0 * sbh * t,
+            _ if input.sequence_parallel => sbh * (18.0 + 4.0 * m.ffn as f64 / h),
+            _ => sbh * (10.0 * t + 24.0),
+        };
+        let mut act = per_layer * layers;
+        if l.chunks > 1 {
+            act *= 1.0 + (pp - 1.0) / (pp * l.chunks as f64);
+        } else if l.pp > 1 {
+            act *= (l.microbatches as f64 / pp).min(1.0);
+        }
+        act += 8.0 * s * b * pp + sbh * pp;
+        if l.pp == 1 {
+            act += 4.0 * sbh * (1.0 + v / h);
+        }
+        weights + act / t
+    }
+
+    /// The rank that needs the most memory, and what it holds.
+    pub(super) fn memory(&mut self, l: &Layout) -> Memory {
+        let input = self.input;
+        let m = &input.model;
+        let flash = input
+            .ops
+            .is_some_and(|o| o.attention == crate::model::opcost::Attention::Flash);
+        let per_layer = activation_bytes_of(
+            m,
+            m.seq,
+            l.micro_batch,
+            l.tp,
+            input.sequence_parallel,
+            input.recompute,
+            flash,
+        )
+        .unwrap_or(f64::INFINITY);
+        let peaks = self.peaks(l);
+        let formula_bytes = self.formula_bytes(l);
+        let mut most = (0..l.pp.max(1))
+            .map(|r| {
+                let in_flight = peaks.get(r as usize).copied().unwrap_or(0);
+                self.rank_memory(l, r, in_flight, per_layer)
+            })
+            .max_by(|a, b| a.total().total_cmp(&b.total()))
+            .unwrap_or(Memory {
+                params: 0.0,
+                states_bytes: 0.0,
+                activation_bytes: 0.0,
+                in_flight: 0,
+                formula_bytes: 0.0,
+            });
+        most.formula_bytes = formula_bytes;
+        most
     }
 
     /// One pipeline hop of a microbatch's activations (`b s h` elements).
@@ -519,7 +672,10 @@ impl Planner<'_> {
         // not), ZeRO-1's and ZeRO-2's all-gather of the updated
         // parameters, and with hybrid sharding the all-reduce of each
         // shard across the replicas.
-        let grad_bytes = memory.params * input.dtype_bytes as f64;
+        // Gradients reduce at the stack's gradient width (fp32 main
+        // gradients: 4 bytes); parameters gather at the weights' width.
+        let grad_bytes = memory.params * input.step.grad_bytes as f64;
+        let param_bytes = memory.params * input.dtype_bytes as f64;
         let group = l.shard_group.max(1);
         let wire = self.group_link(l.dp, l.tp);
         let shard_wire = self.group_link(group, l.tp);
@@ -530,12 +686,20 @@ impl Planner<'_> {
         };
         let mut dp_total = 0.0;
         let mut dp_exposed = 0.0;
+        // Of the collectives, what runs beside compute (and takes SMs from it).
+        let mut dp_hidden = 0.0;
         if let Some(coll) = bucketed {
             let whole = wire.seconds(coll, l.dp, grad_bytes as u64);
             dp_total += whole;
-            dp_exposed += if input.dp_overlap && l.dp > 1 && grad_bytes > 0.0 {
+            let exposed = if input.dp_overlap && l.dp > 1 && grad_bytes > 0.0 {
                 // The buckets fill in the rank's last backward, top layer first.
-                let n = (grad_bytes / input.bucket_bytes.max(1.0)).ceil().max(1.0);
+                let (base, per_dp) = input.step.bucket_params;
+                let bucket = if base > 0.0 {
+                    base.max(per_dp * l.dp as f64) * input.step.grad_bytes as f64
+                } else {
+                    input.bucket_bytes
+                };
+                let n = (grad_bytes / bucket.max(1.0)).ceil().max(1.0);
                 let bucket_s = wire.seconds(coll, l.dp, (grad_bytes / n) as u64);
                 let backward = busiest.i + busiest.w + busiest.comm_b;
                 let layers = self.busiest_rank_layers(&l) as usize;
@@ -545,11 +709,21 @@ impl Planner<'_> {
             } else {
                 whole
             };
+            dp_exposed += exposed;
+            dp_hidden += (whole - exposed).max(0.0);
         }
         if matches!(l.shard, Shard::Zero1 | Shard::Zero2) {
-            let gather = shard_wire.seconds(Collective::AllGather, group, grad_bytes as u64);
+            let gather = shard_wire.seconds(Collective::AllGather, group, param_bytes as u64);
             dp_total += gather;
-            dp_exposed += gather;
+            // Overlapped (`--overlap-param-gather`): bucket by bucket
+            // behind the next step's first forward on the rank.
+            let exposed = if input.step.param_gather_overlap {
+                (gather - (busiest.f + busiest.comm_f)).max(0.0)
+            } else {
+                gather
+            };
+            dp_exposed += exposed;
+            dp_hidden += gather - exposed;
         }
         if l.shard != Shard::None && group < l.dp {
             let replicas = l.dp / group;
@@ -565,6 +739,10 @@ impl Planner<'_> {
         }
         dp_total += micro * busiest.dp_all;
         dp_exposed += micro * (busiest.dp_f + busiest.dp_b);
+        dp_hidden += micro * (busiest.dp_all - busiest.dp_f - busiest.dp_b).max(0.0);
+        // Compute beside an overlapped collective runs on the SMs it leaves.
+        let share = input.step.dp_sm_share;
+        let dp_slowed = dp_hidden * share / (1.0 - share).max(0.5);
         let shards = if l.shard == Shard::None { 1 } else { group };
         let optimizer = input
             .ops
@@ -573,7 +751,7 @@ impl Planner<'_> {
         let pipeline_comm = micro * (busiest.dp_f + busiest.dp_b);
         // The sharded collectives the passes wait for are inside the
         // pipeline's time already.
-        let step = pipeline + (dp_exposed - pipeline_comm) + optimizer;
+        let step = pipeline + (dp_exposed - pipeline_comm) + optimizer + dp_slowed;
         let tokens = input.global_batch as f64 * m.seq as f64;
         let token_latency = self.token_latency(&l, tp_wire, pp_wire);
         let model_flops = m.train_flops(input.global_batch, m.seq, false);
@@ -590,7 +768,7 @@ impl Planner<'_> {
             compute_s: micro * busiest.compute(),
             tp_comm_s: micro * busiest.comm(),
             bubble_s: bubble,
-            dp_comm_s: dp_exposed,
+            dp_comm_s: dp_exposed + dp_slowed,
             dp_comm_total_s: dp_total,
             optimizer_s: optimizer,
             tokens_per_s: tokens / step,

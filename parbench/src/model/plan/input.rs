@@ -9,6 +9,7 @@ use crate::model::alpha_beta::{predict_textbook, LinkParams};
 use crate::model::footprint::Recompute;
 use crate::model::opcost::OpModel;
 use crate::model::presets::Preset;
+use crate::model::stack::StepModel;
 
 /// A wire between devices: its alpha-beta parameters and the algorithm to
 /// cost collectives with (`ring`, or any algorithm [`predict_textbook`] knows).
@@ -113,6 +114,11 @@ pub struct PlanInput {
     pub shard_modes: Vec<Shard>,
     /// Also try ZeRO-2/3 sharded inside a node and replicated across (HSDP).
     pub hybrid: bool,
+    /// The terms of the step that differ between software stacks.
+    pub step: StepModel,
+    /// A GPT model's output layer has its own weights (Megatron's
+    /// `--untie-embeddings-and-output-weights`); LLaMA's always has.
+    pub untied_output: bool,
 }
 
 impl PlanInput {
@@ -149,6 +155,8 @@ impl PlanInput {
             schedules: None,
             shard_modes: Vec::new(),
             hybrid: false,
+            step: StepModel::default(),
+            untied_output: false,
         }
     }
 }

@@ -54,14 +54,23 @@ impl Shard {
     /// over the sharding group `group` as the mode shards them. Mixed
     /// precision (`weight_bytes` 2): 16, 4 + 12/g, 2 + 14/g, 16/g.
     pub fn bytes_per_param(self, weight_bytes: usize, group: u64) -> f64 {
+        self.state_bytes(weight_bytes, weight_bytes, group)
+    }
+
+    /// [`Self::bytes_per_param`] with gradients `grad_bytes` wide (4:
+    /// Megatron's fp32 main gradients, which Megatron-LM's
+    /// `theoretical_memory_usage.py` counts as 18 bytes a parameter, or
+    /// `6 + 12/dp` with the distributed optimizer).
+    pub fn state_bytes(self, weight_bytes: usize, grad_bytes: usize, group: u64) -> f64 {
         let w = weight_bytes as f64;
+        let d = grad_bytes as f64;
         let k = 8.0 + if weight_bytes < 4 { 4.0 } else { 0.0 };
         let g = group.max(1) as f64;
         match self {
-            Shard::None => w + w + k,
-            Shard::Zero1 => w + w + k / g,
-            Shard::Zero2 => w + (w + k) / g,
-            Shard::Zero3 => (w + w + k) / g,
+            Shard::None => w + d + k,
+            Shard::Zero1 => w + d + k / g,
+            Shard::Zero2 => w + (d + k) / g,
+            Shard::Zero3 => (w + d + k) / g,
         }
     }
 }

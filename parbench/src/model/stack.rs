@@ -1,0 +1,278 @@
+//! Software stacks: what one framework generation runs when it trains a
+//! transformer, as `report plan --stack NAME` applies it. A stack fixes
+//! how attention, gradient accumulation and the loss run, what overlaps
+//! what, how the data-parallel ranks hold the state, the schedules it
+//! runs and its microbatch default; [`StepModel`] carries the terms of
+//! the step that differ between stacks. Each figure names its source
+//! here and in docs/report.md ("Stacks").
+//!
+//! Adding a stack is adding an entry to [`STACKS`]; a later feature
+//! (context parallelism, FP8, expert parallelism) adds a field with the
+//! value every existing stack runs.
+
+use super::opcost::{Attention, FlashKernel, GradAccumulation, STREAM_BYTES};
+use super::plan::Shard;
+
+/// Bytes per logit element of Megatron's vocabulary-parallel
+/// cross-entropy without `--cross-entropy-loss-fusion` (Megatron-Core
+/// r0.8 `tensor_parallel/cross_entropy.py`; the same passes in the
+/// Megatron-LM of 2021): forward, `.float()` (read 2, write 4), the max
+/// (read 4), the in-place subtraction and exponential (read and write 4,
+/// twice), the sum (read 4) and the in-place division into the softmax
+/// (read and write 4): 38; backward, the in-place multiply by the loss's
+/// gradient (read and write 4) and the cast back to 16 bits (read 4,
+/// write 2): 14. The fp32 logits are kept from forward to backward.
+pub const MEGATRON_LOSS_BYTES: (f64, f64) = (38.0, 14.0);
+
+/// Bytes per logit element of torchtitan's loss, PyTorch's
+/// `cross_entropy(pred.float(), labels)`: forward, the cast (read 2, write
+/// 4) and `log_softmax` (read 4 twice, write 4): 18; backward, the NLL's
+/// gradient (write 4), `log_softmax`'s backward (read 4 twice, write 4)
+/// and the cast back (read 4, write 2): 22.
+pub const TORCH_LOSS_BYTES: (f64, f64) = (18.0, 22.0);
+
+/// The share of the SMs one NCCL collective kernel holds while it runs
+/// beside compute: 15% of an H100's SMs active for a lone NCCL kernel,
+/// 85% for the compute kernel beside it (NVIDIA/nccl issue 1432, an
+/// Nsight profile; Megatron-LM issue 1001 asks why compute slows when it
+/// overlaps communication). Compute overlapped with a collective runs on
+/// the rest.
+pub const NCCL_OVERLAP_SM_SHARE: f64 = 0.15;
+
+/// SMs Transformer Engine's userbuffers take while a tensor-parallel
+/// collective overlaps its GEMM (`initialize_ub`'s defaults): the
+/// pipelined reduce-scatter 16, the ring-exchange all-gather 1.
+pub const UB_REDUCE_SCATTER_SMS: f64 = 16.0;
+pub const UB_ALL_GATHER_SMS: f64 = 1.0;
+
+/// Host time to launch one kernel from PyTorch eager code: the median
+/// `cudaLaunchKernel` call in an Nsight Systems profile of eager launches,
+/// 4.58 us of CPU (kekzl/imp pull request 1367). A GPU whose kernels take
+/// less than the host needs to issue them waits for the host.
+pub const EAGER_LAUNCH_S: f64 = 4.58e-6;
+
+/// Kernels one transformer layer launches a microbatch as Transformer
+/// Engine runs it, forward and backward, counted from its modules:
+/// forward two norms, four GEMMs, the attention, the activation, two
+/// bias-dropout-adds and four sequence-parallel collectives (14);
+/// backward each GEMM's two products (8), the attention's, the
+/// activation's and the norms' backward (4), the adds' (2) and the four
+/// collectives again plus the all-gathers they redo (8): 22.
+pub const LAYER_KERNELS: (f64, f64) = (14.0, 22.0);
+
+/// The terms of a training step that differ between stacks. The default
+/// is the planner without a stack: nothing overlapped but what
+/// `dp_overlap` says, 16-bit gradients, a fused loss.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct StepModel {
+    /// Tensor-parallel collectives overlapped with the GEMMs next to them
+    /// (Megatron-Core's `--tp-comm-overlap`, Transformer Engine's
+    /// userbuffers): the GEMM split in `tp` chunks, each chunk's
+    /// communication behind the next chunk's product.
+    pub tp_overlap: bool,
+    /// The distributed optimizer's parameter all-gather overlapped with
+    /// the next step's forward (`--overlap-param-gather`).
+    pub param_gather_overlap: bool,
+    /// The share of the SMs an overlapped data-parallel collective takes
+    /// from the compute it overlaps (0: none taken).
+    pub dp_sm_share: f64,
+    /// SMs an overlapped tensor-parallel reduce-scatter and all-gather
+    /// take (0: none).
+    pub tp_sms: (f64, f64),
+    /// Bytes of one gradient element as it accumulates and is reduced
+    /// across data-parallel ranks (4: fp32 main gradients).
+    pub grad_bytes: u64,
+    /// Bytes per logit element of the loss, forward and backward.
+    pub loss_bytes: (f64, f64),
+    /// The loss keeps fp32 logits (4 bytes an element) for its backward.
+    pub fp32_logits: bool,
+    /// Host seconds to launch a kernel (0: the host is never the limit).
+    pub launch_s: f64,
+    /// Parameters per gradient bucket: `max(base, per_dp x dp)`
+    /// (Megatron-Core's `DistributedDataParallel`: 40M and 1M, "so that
+    /// NCCL's ring chunks stay bandwidth-bound"); (0, 0): the planner's
+    /// `bucket_bytes` (DDP's 25 MiB).
+    pub bucket_params: (f64, f64),
+}
+
+impl Default for StepModel {
+    fn default() -> Self {
+        StepModel {
+            tp_overlap: false,
+            param_gather_overlap: false,
+            dp_sm_share: 0.0,
+            tp_sms: (0.0, 0.0),
+            grad_bytes: 2,
+            loss_bytes: STREAM_BYTES.logit,
+            fp32_logits: false,
+            launch_s: 0.0,
+            bucket_params: (0.0, 0.0),
+        }
+    }
+}
+
+/// What Megatron-LM of 2021 runs: nothing overlapped, fp16 gradients,
+/// the unfused fp32 loss; Megatron-Core changes some of it.
+const MEGATRON_2021_STEP: StepModel = StepModel {
+    tp_overlap: false,
+    param_gather_overlap: false,
+    dp_sm_share: 0.0,
+    tp_sms: (0.0, 0.0),
+    grad_bytes: 2,
+    loss_bytes: MEGATRON_LOSS_BYTES,
+    fp32_logits: true,
+    launch_s: EAGER_LAUNCH_S,
+    bucket_params: (0.0, 0.0),
+};
+
+/// How a stack runs a pipeline a user named without a schedule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StackSchedules {
+    /// One chunk per rank.
+    pub plain: &'static str,
+    /// More than one chunk per rank (`vpp=` given).
+    pub interleaved: &'static str,
+}
+
+/// 1F1B, interleaved with more than one chunk a rank: what Megatron-LM
+/// and torchtitan run by default.
+const ONE_F_ONE_B: StackSchedules = StackSchedules {
+    plain: "1f1b",
+    interleaved: "interleaved",
+};
+
+/// One framework generation.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Stack {
+    /// The name `--stack` takes.
+    pub name: &'static str,
+    /// What it implies, in a line for the plan's header.
+    pub implies: &'static str,
+    /// Where its settings come from.
+    pub source: &'static str,
+    pub attention: Attention,
+    /// The flash kernel it runs on Hopper (on an A100 both run at
+    /// FlashAttention-2's rate).
+    pub flash_kernel: FlashKernel,
+    pub accumulation: GradAccumulation,
+    /// The data-parallel reduction overlapped with the backward.
+    pub dp_overlap: bool,
+    /// How the data-parallel ranks hold the state.
+    pub shard: Shard,
+    /// Sequence parallelism whenever `tp > 1`.
+    pub sequence_parallel: bool,
+    /// The schedules it runs, searched without `--layout`.
+    pub search: &'static [&'static str],
+    /// The schedule of a named layout.
+    pub schedules: StackSchedules,
+    /// Sequences per microbatch when a layout does not say.
+    pub micro_batch: u64,
+    /// Without a pipeline, a data rank's whole share of the batch in one
+    /// microbatch (torchtitan's `local_batch_size`), not `micro_batch`.
+    pub whole_batch_without_pipeline: bool,
+    pub step: StepModel,
+}
+
+/// Every stack `--stack` knows.
+pub const STACKS: [Stack; 3] = [
+    Stack {
+        name: "megatron-2021",
+        implies: "Megatron-LM of SC21: attention unfused, accumulation unfused, fp16 gradients all-reduced after the backward, no sequence parallelism, 1F1B (interleaved with vpp=), microbatch 1",
+        source: "Narayanan et al. SC21; Megatron-LM 2021 (examples/pretrain_gpt3_175B.sh: --micro-batch-size 1; gradient accumulation fusion came 2022-02-13)",
+        attention: Attention::Unfused,
+        flash_kernel: FlashKernel::FlashAttention2,
+        accumulation: GradAccumulation::Unfused,
+        dp_overlap: false,
+        shard: Shard::None,
+        sequence_parallel: false,
+        search: &["1f1b", "interleaved"],
+        schedules: ONE_F_ONE_B,
+        micro_batch: 1,
+        whole_batch_without_pipeline: false,
+        step: MEGATRON_2021_STEP,
+    },
+    Stack {
+        name: "megatron-core",
+        implies: "Megatron-Core r0.8 (2024): flash attention (cuDNN's through Transformer Engine on Hopper), accumulation fused, distributed optimizer with fp32 gradients, grad-reduce and param-gather overlapped, sequence parallel with tensor parallel, tp-comm-overlap, unfused fp32 loss, 1F1B (interleaved with vpp=), microbatch 1",
+        source: "Megatron-LM README 'Training Speed and Scalability' (core r0.8): --overlap-grad-reduce --overlap-param-gather --tp-comm-overlap; arguments.py: bf16 keeps fp32 main gradients; cross_entropy_loss_fusion off by default; Transformer Engine's attention, which prefers cuDNN's fused kernel over FlashAttention-2 on Hopper when both apply (NeMo's memory_optimizations.rst, NVIDIA/NeMo pull request 9188)",
+        attention: Attention::Flash,
+        flash_kernel: FlashKernel::Cudnn,
+        accumulation: GradAccumulation::Fused,
+        dp_overlap: true,
+        shard: Shard::Zero1,
+        sequence_parallel: true,
+        search: &["1f1b", "interleaved"],
+        schedules: ONE_F_ONE_B,
+        micro_batch: 1,
+        whole_batch_without_pipeline: false,
+        step: StepModel {
+            tp_overlap: true,
+            param_gather_overlap: true,
+            dp_sm_share: NCCL_OVERLAP_SM_SHARE,
+            tp_sms: (UB_REDUCE_SCATTER_SMS, UB_ALL_GATHER_SMS),
+            grad_bytes: 4,
+            bucket_params: (40e6, 1e6),
+            ..MEGATRON_2021_STEP
+        },
+    },
+    Stack {
+        name: "torchtitan",
+        implies: "torchtitan (2024-2025): FSDP2 (ZeRO-3), fp32 gradient reduction, flash attention (SDPA's flash backend: FlashAttention-2), sequence parallel with tensor parallel, collectives not overlapped with their GEMMs, PyTorch's loss, 1F1B (interleaved 1F1B with vpp=), pipeline microbatch 1, a data rank's whole batch at once without a pipeline",
+        source: "torchtitan docs: FSDP2 with MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), pipeline_parallel_schedule 1F1B, pipeline_parallel_microbatch_size 1; async TP off by default; attention through PyTorch's scaled_dot_product_attention, whose flash backend is FlashAttention-2 (PyTorch 2.2 release notes) and comes first among its backends",
+        attention: Attention::Flash,
+        flash_kernel: FlashKernel::FlashAttention2,
+        accumulation: GradAccumulation::Fused,
+        dp_overlap: true,
+        shard: Shard::Zero3,
+        sequence_parallel: true,
+        search: &["1f1b", "interleaved", "zb-v", "interleaved-zb"],
+        schedules: ONE_F_ONE_B,
+        micro_batch: 1,
+        whole_batch_without_pipeline: true,
+        step: StepModel {
+            param_gather_overlap: true,
+            dp_sm_share: NCCL_OVERLAP_SM_SHARE,
+            grad_bytes: 4,
+            loss_bytes: TORCH_LOSS_BYTES,
+            ..MEGATRON_2021_STEP
+        },
+    },
+];
+
+impl Stack {
+    /// The stack called `name`.
+    pub fn by_name(name: &str) -> Option<&'static Stack> {
+        STACKS.iter().find(|s| s.name.eq_ignore_ascii_case(name))
+    }
+
+    /// The names, for help and errors.
+    pub fn names() -> Vec<&'static str> {
+        STACKS.iter().map(|s| s.name).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schedule::SCHEDULES;
+
+    #[test]
+    fn every_stack_names_known_schedules_and_is_found() {
+        for s in &STACKS {
+            assert_eq!(Stack::by_name(s.name).map(|x| x.name), Some(s.name));
+            for name in s
+                .search
+                .iter()
+                .chain([&s.schedules.plain, &s.schedules.interleaved])
+            {
+                assert!(
+                    SCHEDULES.iter().any(|e| e.name == *name),
+                    "{}: {name}",
+                    s.name
+                );
+            }
+            assert!(s.micro_batch >= 1 && !s.implies.is_empty() && !s.source.is_empty());
+        }
+        assert!(Stack::by_name("deepspeed-0.1").is_none());
+    }
+}
