@@ -363,6 +363,10 @@ impl Stages<'_> {
     /// Runs the stage ranks `ranks` describes, then writes rank 0's records
     /// where this process holds them.
     fn run_on(self, ranks: Ranks) -> Result<()> {
+        // Spawned ranks take this id, so that the record a rank 0 killed
+        // outright leaves unended is the one this launcher completes.
+        let spawned_id =
+            matches!(ranks, Ranks::Spawn(_)).then(|| results::new_run_id("pipeline"));
         match ranks::run(ranks, Algo::Auto, self.plan.timeout, &self) {
             Ok(Ended::Ran(outs)) => {
                 if let Some(refused) = outs.into_iter().flatten().next() {
@@ -371,7 +375,12 @@ impl Stages<'_> {
             }
             Ok(Ended::Launched { code: 0, .. }) => return Ok(()),
             // The launcher named the rank; its code is the run's.
-            Ok(Ended::Launched { code, .. }) => return Err(Reported(code).into()),
+            Ok(Ended::Launched { code, failure }) => {
+                if let (Some(id), Some(why)) = (&spawned_id, failure) {
+                    let _ = results::record_seen_death(&self.args.out, id, &why);
+                }
+                return Err(Reported(code).into());
+            }
             Err(JobFault::Launch(e)) => return Err(e.into()),
             // The first rank at fault explains best; the others report losing it.
             Err(e) => bail!("{e}"),

@@ -449,3 +449,38 @@ fn a_full_disk_is_an_error_of_the_records_said_once() {
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
     assert_eq!(runs.unwrap().len(), 1, "run.json kept");
 }
+
+#[test]
+fn rank_0_killed_outright_is_recorded_by_its_launcher() {
+    // Issue 52: a rank 0 killed by SIGKILL could not record its end, and
+    // run.json kept "not recorded as ended"; the launcher saw it die.
+    let d = tmp("rank0-sigkill");
+    let child = bin()
+        .args(["--backend", "tcp", "-np", "2", "--stages", "2"])
+        .args(["--work", "sleep:2000", "--microbatches", "8"])
+        .args(["--iters", "1000", "--warmup", "0", "--timeout", "30"])
+        .args(["--out", d.to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let ranks = binary::ranks_of(child.id(), 2, 30);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while read_runs(&d).map_or(true, |r| r.is_empty()) {
+        assert!(std::time::Instant::now() < deadline, "no run begun");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let rank0 = ranks.iter().find(|(r, _)| *r == 0).unwrap().1;
+    // SAFETY: kill(2) of a rank of the job this test started.
+    unsafe { libc::kill(rank0, libc::SIGKILL) };
+    let o = binary::finish_within(child, 60);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_ne!(o.status.code(), Some(0), "{err}");
+    let runs = read_runs(&d).unwrap();
+    assert_eq!(runs.len(), 1, "one run, under the launcher's id: {runs:?}");
+    let why = runs[0].cut_short.clone().unwrap_or_default();
+    assert!(
+        why.contains("rank 0 was killed by signal 9 (SIGKILL)") && why.contains("launcher"),
+        "{why}\n{err}"
+    );
+}

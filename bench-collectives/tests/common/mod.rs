@@ -75,45 +75,6 @@ pub fn start(args: &[&str]) -> std::process::Child {
         .expect("the binary starts")
 }
 
-/// The rank (`RANK`) of each child process of `pid`, once `n` of them
-/// have started (within `secs` seconds): (rank, pid).
-pub fn ranks_of(pid: u32, n: usize, secs: u64) -> Vec<(usize, i32)> {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
-    loop {
-        let kids: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/task"))
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
-            .flat_map(|s| {
-                s.split_whitespace()
-                    .filter_map(|p| p.parse().ok())
-                    .collect::<Vec<i32>>()
-            })
-            .collect();
-        // A child shows its own environment once it has exec'd.
-        let ranks: Vec<(usize, i32)> = kids
-            .iter()
-            .filter_map(|&k| {
-                let env = std::fs::read(format!("/proc/{k}/environ")).ok()?;
-                let rank = env
-                    .split(|&b| b == 0)
-                    .find_map(|v| v.strip_prefix(b"RANK="))?;
-                Some((std::str::from_utf8(rank).ok()?.parse().ok()?, k))
-            })
-            .collect();
-        if ranks.len() >= n {
-            return ranks;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "only {} of {n} ranks started",
-            ranks.len()
-        );
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
-}
-
 /// Data rows in `dir/collectives.csv` so far (0 when there is no file).
 pub fn rows_in(dir: &std::path::Path) -> usize {
     data_rows(&dir.join("collectives.csv"))
