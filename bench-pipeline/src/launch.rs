@@ -365,8 +365,7 @@ impl Stages<'_> {
     fn run_on(self, ranks: Ranks) -> Result<()> {
         // Spawned ranks take this id, so that the record a rank 0 killed
         // outright leaves unended is the one this launcher completes.
-        let spawned_id =
-            matches!(ranks, Ranks::Spawn(_)).then(|| results::new_run_id("pipeline"));
+        let spawned_id = matches!(ranks, Ranks::Spawn(_)).then(|| results::new_run_id("pipeline"));
         match ranks::run(ranks, Algo::Auto, self.plan.timeout, &self) {
             Ok(Ended::Ran(outs)) => {
                 if let Some(refused) = outs.into_iter().flatten().next() {
