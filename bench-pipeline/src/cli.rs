@@ -126,9 +126,13 @@ pub struct Args {
     /// Pin each stage rank to its own core when there are enough cores.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub pin: bool,
-    /// Draw each run's median step in the terminal (default: only for small runs).
+    /// Draw each run's median step in the terminal (default: with -v, for small runs).
     #[arg(long)]
     pub timeline: bool,
+    /// Under each run's row: per-rank busy and idle time, the idle split,
+    /// clocks, pace, message time, replay, peak activations and the timeline.
+    #[arg(short = 'v', long)]
+    pub verbose: bool,
     /// Seed of weights, inputs and targets.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,

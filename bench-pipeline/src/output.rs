@@ -4,9 +4,10 @@ use crate::cli::{Args, ComposedJob, PipelineJob, RunPlan};
 use crate::composed_out;
 use anyhow::{Context, Result};
 use parbench::measure::clock_sync::TimeBase;
-use parbench::pipeline::analysis::{bubble_parts, BUBBLE_PARTS};
+use parbench::pipeline::analysis::{bubble_parts, oversubscribed, BUBBLE_PARTS};
 use parbench::pipeline::{self, ComposedRecord, RunRecord};
 use parbench::results::{self, PipelineRow, RunMeta, SCHEMA_VERSION};
+use parbench::schedule::Schedule;
 use std::path::PathBuf;
 
 /// Runs with at most this many microbatches and stages get a terminal timeline.
@@ -41,6 +42,15 @@ fn clock_line(rec: &RunRecord) -> String {
     format!("{what}: {}", ranks.join(", "))
 }
 
+/// The most activations any rank held at once, and the schedule's most.
+fn peaks(sum: &pipeline::Summary) -> (usize, usize) {
+    let most = |v: &[usize]| v.iter().copied().max().unwrap_or(0);
+    (
+        most(&sum.peak_activations),
+        most(&sum.expected_peak_activations),
+    )
+}
+
 /// The cores this process may use, read before any rank pins itself to
 /// one (run.json's `cores`, which `report plan --against` compares with the
 /// ranks that computed on them).
@@ -62,7 +72,14 @@ pub struct Recorder {
     straggler: String,
     work: String,
     force_timeline: bool,
+    verbose: bool,
     header_printed: bool,
+    /// Runs recorded, for the footer's count.
+    runs: usize,
+    /// More compute ranks than cores: the header said so once.
+    crowded: bool,
+    /// Why the last parted run parted (the same for every run of a job).
+    parted_why: Option<String>,
     /// Each run's clocks, for run.json, and how they share a base.
     clocks: Vec<serde_json::Value>,
     base: Option<TimeBase>,
@@ -97,17 +114,31 @@ impl Recorder {
         results::begin_run(&args.out, &meta);
         let shape = plan.runs.first().map(|r| r.cfg.shape);
         match &plan.composed {
-            None => parbench::outln!(
-                "# bench-pipeline {run_id}: backend {backend}, {} stage ranks, hidden {}, microbatch {} rows, work {}, {} per stage, {} timed steps after {} warm-up",
-                plan.ranks,
-                shape.map_or(0, |s| s.hidden),
-                shape.map_or(0, |s| s.rows),
-                args.work,
-                compute,
-                args.steps,
-                args.warmup
-            ),
+            None => {
+                parbench::outln!(
+                    "# bench-pipeline {run_id}: backend {backend}, {} stage ranks, {} timed steps after {} warm-up",
+                    plan.ranks,
+                    args.steps,
+                    args.warmup
+                );
+                parbench::outln!(
+                    "# each stage: hidden {}, microbatch {} rows, work {}, {}",
+                    shape.map_or(0, |s| s.hidden),
+                    shape.map_or(0, |s| s.rows),
+                    args.work,
+                    compute,
+                );
+            }
             Some(c) => composed_out::header(&run_id, backend.name(), plan, c, args, compute),
+        }
+        let cores = CORES.get().copied().unwrap_or(0);
+        // Said once here, not under every run: it holds for all of them.
+        let crowded = oversubscribed(plan.ranks, cores, args.work.starts_with("sleep"));
+        if crowded {
+            parbench::outln!(
+                "# {} compute ranks on {cores} cores: the measured bubble may part from the simulated (!); fewer ranks or --work sleep:US run cleanly",
+                plan.ranks
+            );
         }
         for s in &plan.skipped {
             parbench::outln!("# skipped: {s}");
@@ -124,7 +155,11 @@ impl Recorder {
             straggler: args.straggler.clone().unwrap_or_default(),
             work: args.work.clone(),
             force_timeline: args.timeline,
+            verbose: args.verbose,
             header_printed: false,
+            runs: 0,
+            crowded,
+            parted_why: None,
             clocks: Vec::new(),
             base: None,
             composed: Vec::new(),
@@ -148,46 +183,94 @@ impl Recorder {
         let formula = pipeline::closed_form(run.kind, s, &sum.costs_us);
         if !self.header_printed {
             parbench::outln!(
-                "{:<14} {:>3} {:>3} {:>2} {:>11} {:>8} {:>8} {:>8} {:>8} {:>8} {:>10} {:>8}",
+                "{:<14} {:>3} {:>3} {:>2} {:>11} {:>8} {:>8}  {:>8} {:>8}",
                 "schedule",
                 "S",
                 "M",
                 "v",
                 "step(us)",
-                "msg(us)",
                 "bubble",
                 "sim",
-                "replay",
                 "formula",
-                "peak(exp)",
                 "grad_err"
             );
             self.header_printed = true;
         }
-        let peak = sum.peak_activations.iter().copied().max().unwrap_or(0);
-        let expected = sum
-            .expected_peak_activations
-            .iter()
-            .copied()
-            .max()
-            .unwrap_or(0);
+        self.runs += 1;
         let pct = |v: f64| format!("{:.1}%", 100.0 * v);
+        let ranks = composed.map_or(s.ranks(), |(job, _)| s.ranks() * job.dp * job.tp);
+        let parts = bubble_parts(
+            sum.bubble_measured,
+            sum.sim.bubble,
+            ranks,
+            CORES.get().copied().unwrap_or(0),
+            self.work.starts_with("sleep"),
+        );
         parbench::outln!(
-            "{:<14} {:>3} {:>3} {:>2} {:>11.1} {:>8.1} {:>8} {:>8} {:>8} {:>8} {:>10} {:>8}",
+            "{:<14} {:>3} {:>3} {:>2} {:>11.1} {:>8} {:>8}{:1} {:>8} {:>8}",
             s.name,
             s.ranks(),
             s.microbatches,
             s.chunks(),
             sum.step_us,
-            sum.message_us,
             pct(sum.bubble_measured),
             pct(sum.sim.bubble),
-            pct(sum.bubble_replayed),
+            if parts.is_some() { "!" } else { "" },
             formula.map(pct).unwrap_or_else(|| "-".into()),
-            format!("{peak}/{expected}"),
             rec.grad_max_err
                 .map(|e| format!("{e:.1e}"))
                 .unwrap_or_else(|| "-".into()),
+        );
+        if self.verbose {
+            self.print_detail(s, &sum, rec);
+        }
+        if let Some(why) = parts {
+            self.parted.push(serde_json::json!({
+                "schedule": s.name,
+                "stages": s.ranks(),
+                "microbatches": s.microbatches,
+                "measured": sum.bubble_measured,
+                "simulated": sum.sim.bubble,
+                "likely_cause": why,
+            }));
+            self.parted_why = Some(why);
+        }
+        let acausal = pipeline::acausal(s, rec);
+        if let Some(worst) = acausal.iter().max_by(|a, b| {
+            (a.early_us - a.uncertainty_us).total_cmp(&(b.early_us - b.uncertainty_us))
+        }) {
+            parbench::outln!(
+                "    WARNING: {} dependent actions start before their producer ended, beyond the clock uncertainty (worst: {} {:.1} us before {} ended, uncertainty {:.1} us): these times are not on one base",
+                acausal.len(),
+                worst.action,
+                worst.early_us,
+                worst.producer,
+                worst.uncertainty_us
+            );
+        }
+        if self.force_timeline
+            || (self.verbose && s.microbatches <= SMALL_MICROBATCHES && s.ranks() <= SMALL_STAGES)
+        {
+            let step = rec
+                .steps
+                .get(sum.median_step)
+                .map(Vec::as_slice)
+                .unwrap_or(&[]);
+            for line in pipeline::terminal_timeline(step, TIMELINE_WIDTH).lines() {
+                parbench::outln!("    {line}");
+            }
+        }
+        self.write_records(run, rec, &sum, formula, composed)
+    }
+
+    /// `-v`: under a run's row, what each rank did, where the idle time
+    /// went, the clocks and the rank that paces the step.
+    fn print_detail(&self, s: &Schedule, sum: &pipeline::Summary, rec: &RunRecord) {
+        let (peak, expected) = peaks(sum);
+        parbench::outln!(
+            "    message {:.1} us one way, replayed bubble {:.1}%, peak activations {peak} (schedule's {expected})",
+            sum.message_us,
+            100.0 * sum.bubble_replayed
         );
         for r in 0..s.ranks() {
             let c = s
@@ -228,43 +311,6 @@ impl Recorder {
             );
         }
         parbench::outln!("    clocks: {}", clock_line(rec));
-        let ranks = composed.map_or(s.ranks(), |(job, _)| s.ranks() * job.dp * job.tp);
-        if let Some(why) = bubble_parts(
-            sum.bubble_measured,
-            sum.sim.bubble,
-            ranks,
-            CORES.get().copied().unwrap_or(0),
-            self.work.starts_with("sleep"),
-        ) {
-            parbench::outln!(
-                "    WARNING: measured bubble {} parts from the simulated {} by {:.1} points (margin {:.0}): {why}",
-                pct(sum.bubble_measured),
-                pct(sum.sim.bubble),
-                100.0 * (sum.bubble_measured - sum.sim.bubble).abs(),
-                100.0 * BUBBLE_PARTS
-            );
-            self.parted.push(serde_json::json!({
-                "schedule": s.name,
-                "stages": s.ranks(),
-                "microbatches": s.microbatches,
-                "measured": sum.bubble_measured,
-                "simulated": sum.sim.bubble,
-                "likely_cause": why,
-            }));
-        }
-        let acausal = pipeline::acausal(s, rec);
-        if let Some(worst) = acausal.iter().max_by(|a, b| {
-            (a.early_us - a.uncertainty_us).total_cmp(&(b.early_us - b.uncertainty_us))
-        }) {
-            parbench::outln!(
-                "    WARNING: {} dependent actions start before their producer ended, beyond the clock uncertainty (worst: {} {:.1} us before {} ended, uncertainty {:.1} us): these times are not on one base",
-                acausal.len(),
-                worst.action,
-                worst.early_us,
-                worst.producer,
-                worst.uncertainty_us
-            );
-        }
         // The rank with the most work bounds the step from below: with
         // unbalanced stages or a straggler, it paces the pipeline.
         if let Some((r, busy)) = sum
@@ -283,18 +329,20 @@ impl Recorder {
                 );
             }
         }
-        let step = rec
-            .steps
-            .get(sum.median_step)
-            .map(Vec::as_slice)
-            .unwrap_or(&[]);
-        if self.force_timeline
-            || (s.microbatches <= SMALL_MICROBATCHES && s.ranks() <= SMALL_STAGES)
-        {
-            for line in pipeline::terminal_timeline(step, TIMELINE_WIDTH).lines() {
-                parbench::outln!("    {line}");
-            }
-        }
+    }
+
+    /// Writes one run's trace and CSV row (and its composed section).
+    fn write_records(
+        &mut self,
+        run: &RunPlan,
+        rec: &RunRecord,
+        sum: &pipeline::Summary,
+        formula: Option<f64>,
+        composed: Option<(&ComposedJob, &ComposedRecord)>,
+    ) -> Result<()> {
+        let s = &run.cfg.schedule;
+        let idle = sum.idle_split();
+        let (peak, expected) = peaks(sum);
         std::fs::create_dir_all(&self.out)
             .with_context(|| format!("creating {}", self.out.display()))?;
         let label = format!(
@@ -331,7 +379,7 @@ impl Recorder {
                     f.median_index,
                 )?;
                 self.composed
-                    .push(composed_out::json(job, run, crec, f, &sum, &trace_name));
+                    .push(composed_out::json(job, run, crec, f, sum, &trace_name));
             }
         }
         self.base = rec.clocks.first().map(|c| c.base);
@@ -416,13 +464,28 @@ impl Recorder {
             let noise = self
                 .meta
                 .noise()
-                .map(|n| format!("; the noise guard: {}", n.describe()))
+                .map(|n| format!(" the noise guard: {}", n.describe()))
                 .unwrap_or_default();
-            parbench::outln!(
-                "# WARNING: {} runs' measured bubble parted from the simulation by more than {:.0} points{noise}",
-                self.parted.len(),
-                100.0 * BUBBLE_PARTS
-            );
+            let n = self.parted.len();
+            let why = self.parted_why.take().unwrap_or_default();
+            // The header already named the crowded cores: the mark's key, not a warning.
+            if self.crowded {
+                parbench::outln!(
+                    "# !: measured bubble parted from the simulated by more than {:.0} points in {n} of {} runs",
+                    100.0 * BUBBLE_PARTS,
+                    self.runs
+                );
+            } else {
+                parbench::outln!(
+                    "# WARNING: measured bubble parted from the simulated by more than {:.0} points (!) in {n} of {} runs",
+                    100.0 * BUBBLE_PARTS,
+                    self.runs
+                );
+                parbench::outln!("# {why}");
+            }
+            if !noise.is_empty() {
+                parbench::outln!("#{noise}");
+            }
             self.meta.extra.insert(
                 "bubble_parts".into(),
                 serde_json::Value::Array(std::mem::take(&mut self.parted)),

@@ -113,8 +113,74 @@ fn every_schedule_runs_and_records_matching_gradients() {
     assert_eq!(runs.len(), 1);
     assert_eq!(runs[0].suite, "pipeline");
     check_time_base(&runs[0], "shared", 8);
+    // The table, one row a run; the per-rank detail only under -v.
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.contains("rank1: "), "{stdout}");
+    let table: Vec<&str> = stdout.lines().filter(|l| !l.starts_with('#')).collect();
+    assert_eq!(table.len(), 1 + 8, "{stdout}");
+    assert!(table[0].starts_with("schedule "), "{stdout}");
+    assert!(!stdout.contains("rank1: "), "{stdout}");
+}
+
+#[test]
+fn verbose_puts_each_ranks_detail_under_its_row() {
+    let d = tmp("verbose");
+    let line = format!("-v --stages 2 --microbatches 2 --schedule 1f1b {SMALL_STEP}");
+    let (out, rows) = run_ok(&line, &[], &d);
+    assert_eq!(rows.len(), 1);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    let row = lines.iter().position(|l| l.starts_with("1f1b ")).unwrap();
+    let detail = &lines[row + 1..];
+    for what in [
+        "    rank0: busy",
+        "    rank1: busy",
+        "    clocks: ",
+        "    pace: ",
+    ] {
+        assert!(
+            detail.iter().any(|l| l.starts_with(what)),
+            "{what}: {stdout}"
+        );
+    }
+}
+
+/// With more compute ranks than cores (one core, two ranks) the header
+/// says so once, and no run repeats it as a warning.
+#[test]
+fn too_few_cores_is_said_once_in_the_header() {
+    let d = tmp("crowded");
+    let line = format!("--stages 2 --microbatches 2,4 --schedule gpipe,1f1b {SMALL_STEP}");
+    let out = Command::new("taskset")
+        .args(["-c", "0"])
+        .arg(env!("CARGO_BIN_EXE_bench-pipeline"))
+        .args(line.split_whitespace())
+        .args(["--out", d.to_str().unwrap()])
+        .output()
+        .expect("taskset (util-linux) runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    let said: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.contains("compute ranks on 1 cores"))
+        .collect();
+    assert_eq!(said.len(), 1, "{stdout}");
+    assert!(said[0].starts_with("# "), "{stdout}");
+    let header_end = stdout
+        .lines()
+        .position(|l| l.starts_with("schedule "))
+        .unwrap();
+    let at = stdout
+        .lines()
+        .position(|l| l.contains("compute ranks on"))
+        .unwrap();
+    assert!(at < header_end, "{stdout}");
+    assert!(!stdout.contains("    WARNING"), "{stdout}");
+    assert_eq!(
+        read_rows::<PipelineRow>(&d.join("pipeline.csv"))
+            .unwrap()
+            .len(),
+        4
+    );
 }
 
 #[test]
@@ -133,7 +199,7 @@ fn a_csv_schedule_runs_under_sleep_work() {
 fn tcp_ranks_as_processes_match_the_gradients_too() {
     let d = tmp("tcp");
     let line =
-        format!("--backend tcp --stages 2 --microbatches 2 --schedule 1f1b,zb-h1 {SMALL_STEP}");
+        format!("-v --backend tcp --stages 2 --microbatches 2 --schedule 1f1b,zb-h1 {SMALL_STEP}");
     let (out, rows) = run_ok(&line, &[], &d);
     assert_eq!(rows.len(), 2);
     for r in &rows {

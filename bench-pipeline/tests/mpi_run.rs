@@ -169,7 +169,7 @@ fn a_job_of_another_size_is_refused_before_measuring() {
 #[test]
 fn the_plain_pipeline_runs_on_two_mpi_ranks() {
     // Every schedule of the registry (M = 4: DualPipeV needs 2R).
-    let line = "--stages 2 --schedule all --microbatches 4 --hidden 32 --microbatch-size 4 --iters 1 --warmup 0 --timeout 60";
+    let line = "-v --stages 2 --schedule all --microbatches 4 --hidden 32 --microbatch-size 4 --iters 1 --warmup 0 --timeout 60";
     let test = "the_plain_pipeline_runs_on_two_mpi_ranks";
     let Some((dir, o)) = mpirun(test, 2, line, "plain") else {
         return;

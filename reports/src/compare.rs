@@ -6,7 +6,7 @@
 //! A figure is a **regression** when every one of these holds:
 //!
 //! 1. neither side's rows come from a noisy run (other processes took more
-//!    than 10% of the machine: `extra.noise` in run.json, or, for a
+//!    than `--noise-limit`, default 10%, of the machine: `extra.noise` in run.json, or, for a
 //!    collective's rows, that collective's table: `extra.noise_per_collective`);
 //!    rows of noisy runs are left out, and a figure with no quiet row left
 //!    on a side is "noisy: not judged";
@@ -71,9 +71,17 @@ pub struct CompareArgs {
     /// fraction, 0.05 = 5 percentage points).
     #[arg(long, default_value_t = 0.05)]
     pub threshold: f64,
+    /// Largest share of the machine other processes may take during a run
+    /// (run.json's noise guard) for its rows to be judged: 0.10 = 10%. On a
+    /// shared runner, raise it to get a verdict (a noisier baseline).
+    #[arg(long, value_name = "FRACTION", default_value_t = parbench::measure::noise::NOISY_FRACTION)]
+    pub noise_limit: f64,
     /// Print a GitHub-flavoured Markdown summary (for a CI job summary).
     #[arg(long)]
     pub markdown: bool,
+    /// Also print the rule in full and what single rounds cannot tell.
+    #[arg(short = 'v', long)]
+    pub verbose: bool,
 }
 
 impl CompareArgs {
@@ -294,20 +302,19 @@ pub struct RunInfo {
 }
 
 impl RunInfo {
-    /// Whether the run is too noisy to judge.
-    pub fn noisy(&self) -> bool {
-        self.foreign
-            .is_some_and(|f| f > parbench::measure::noise::NOISY_FRACTION)
+    /// Whether others took more than `limit` of the machine in the run.
+    pub fn noisy(&self, limit: f64) -> bool {
+        self.foreign.is_some_and(|f| f > limit)
     }
 
     /// Whether a row of the run is too noisy to judge: the run, or the
     /// part of it the row was measured in.
-    pub fn noisy_for<R: Compared>(&self, row: &R) -> bool {
-        self.noisy()
+    pub fn noisy_for<R: Compared>(&self, row: &R, limit: f64) -> bool {
+        self.noisy(limit)
             || row
                 .noise_scope()
                 .and_then(|s| self.per_scope.get(s))
-                .is_some_and(|&f| f > parbench::measure::noise::NOISY_FRACTION)
+                .is_some_and(|&f| f > limit)
     }
 }
 
@@ -392,14 +399,23 @@ fn group<R: Compared>(rows: &[R]) -> BTreeMap<String, Vec<&R>> {
     map
 }
 
+/// What a comparison holds a figure to: the smallest change that counts,
+/// and the most of the machine other processes may take in a judged run.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    pub threshold: f64,
+    pub noise: f64,
+}
+
 /// Compares the rows of one suite.
 pub fn compare_rows<R: Compared>(
     base: &[R],
     cur: &[R],
     runs: (&BTreeMap<String, RunInfo>, &BTreeMap<String, RunInfo>),
-    threshold: f64,
+    limits: Limits,
     out: &mut Comparison,
 ) {
+    let threshold = limits.threshold;
     let (b, c) = (group(base), group(cur));
     let info =
         |runs: &BTreeMap<String, RunInfo>, id: &str| runs.get(id).cloned().unwrap_or_default();
@@ -420,7 +436,7 @@ pub fn compare_rows<R: Compared>(
             (0..n)
                 .map(|i| {
                     rows.iter()
-                        .filter(|r| !info(runs, r.run_id()).noisy_for(**r))
+                        .filter(|r| !info(runs, r.run_id()).noisy_for(**r, limits.noise))
                         .filter_map(|r| Some((r.run_id().to_string(), r.figures().get(i)?.clone())))
                         .collect()
                 })
@@ -525,7 +541,7 @@ fn why_unmatched<R: Compared>(base: &[R], cur: &[R]) -> String {
 }
 
 /// Compares every suite of two loaded folders.
-pub fn compare_sources(base: &Source, cur: &Source, threshold: f64) -> Comparison {
+pub fn compare_sources(base: &Source, cur: &Source, limits: Limits) -> Comparison {
     let mut out = Comparison::default();
     let (bi, ci) = (run_infos(base), run_infos(cur));
     out.cut_short = cur
@@ -535,13 +551,13 @@ pub fn compare_sources(base: &Source, cur: &Source, threshold: f64) -> Compariso
         .collect();
     for (side, infos) in [("baseline", &bi), ("current", &ci)] {
         for (id, i) in infos {
-            if i.noisy() {
+            if i.noisy(limits.noise) {
                 out.noisy_runs
                     .push((side, id.clone(), i.foreign.unwrap_or(0.0)));
                 continue;
             }
             for (scope, &f) in &i.per_scope {
-                if f > parbench::measure::noise::NOISY_FRACTION {
+                if f > limits.noise {
                     out.noisy_runs
                         .push((side, format!("{id} ({scope} table)"), f));
                 }
@@ -552,23 +568,17 @@ pub fn compare_sources(base: &Source, cur: &Source, threshold: f64) -> Compariso
         &base.collectives,
         &cur.collectives,
         (&bi, &ci),
-        threshold,
+        limits,
         &mut out,
     );
     match compute_basis::at_one_speed(base, cur) {
         Some((bl, cl, basis)) => {
-            compare_rows(&bl, &cl, (&bi, &ci), threshold, &mut out);
+            compare_rows(&bl, &cl, (&bi, &ci), limits, &mut out);
             out.compute_basis = Some(basis);
         }
-        None => compare_rows(&base.layers, &cur.layers, (&bi, &ci), threshold, &mut out),
+        None => compare_rows(&base.layers, &cur.layers, (&bi, &ci), limits, &mut out),
     }
-    compare_rows(
-        &base.pipeline,
-        &cur.pipeline,
-        (&bi, &ci),
-        threshold,
-        &mut out,
-    );
+    compare_rows(&base.pipeline, &cur.pipeline, (&bi, &ci), limits, &mut out);
     let suites = |s: &Source| {
         [
             !s.collectives.is_empty(),
@@ -586,6 +596,14 @@ pub fn compare_sources(base: &Source, cur: &Source, threshold: f64) -> Compariso
     out
 }
 
+/// `--noise-limit` (compare's and quiet's): a fraction of the machine.
+pub fn check_noise_limit(limit: f64) -> Result<()> {
+    if !(limit.is_finite() && (0.0..=1.0).contains(&limit)) {
+        bail!("--noise-limit {limit}: a fraction from 0 to 1 (0.10 = 10% of the machine)");
+    }
+    Ok(())
+}
+
 /// Runs `report compare`: exit 1 on a regression, [`EXIT_NOISY`] when
 /// nothing regressed but noisy runs left figures unjudged, 0 otherwise; an
 /// error (exit 2) when a suite's rows match nothing.
@@ -596,9 +614,14 @@ pub fn run(args: &CompareArgs) -> Result<ExitCode> {
             args.threshold
         );
     }
+    check_noise_limit(args.noise_limit)?;
     let base = load_pooled(args.baselines())?;
     let cur = load_source(args.current(), false)?;
-    let cmp = compare_sources(&base, &cur, args.threshold);
+    let limits = Limits {
+        threshold: args.threshold,
+        noise: args.noise_limit,
+    };
+    let cmp = compare_sources(&base, &cur, limits);
     if let Some(why) = cmp.unmatched.first() {
         bail!(
             "nothing compared between {} and {}: {why}",

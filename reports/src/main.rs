@@ -74,16 +74,20 @@ enum Command {
     Quiet {
         #[arg(required = true)]
         dirs: Vec<PathBuf>,
+        /// Largest share of the machine other processes may take in a quiet run (0.10 = 10%), as in compare.
+        #[arg(long, value_name = "FRACTION", default_value_t = parbench::measure::noise::NOISY_FRACTION)]
+        noise_limit: f64,
     },
 }
 
 /// `report quiet`: the noisy runs of `dirs`, one line each on stderr.
-fn quiet(dirs: &[PathBuf]) -> anyhow::Result<ExitCode> {
+fn quiet(dirs: &[PathBuf], noise_limit: f64) -> anyhow::Result<ExitCode> {
+    compare::check_noise_limit(noise_limit)?;
     let sources = load::load_sources(dirs, false)?;
     let mut noisy = 0;
     for s in &sources {
         for r in &s.runs {
-            if let Some(n) = r.noise().filter(|n| n.noisy()) {
+            if let Some(n) = r.noise().filter(|n| n.fraction > noise_limit) {
                 noisy += 1;
                 // A run id or folder from the records reaches the terminal
                 // with its control characters escaped.
@@ -131,7 +135,7 @@ fn main() -> ExitCode {
         } => html::run(&dirs, &output_file, &title).map(|()| ExitCode::SUCCESS),
         Command::Plan(args) => plan_cmd::run(&args).map(|()| ExitCode::SUCCESS),
         Command::Compare(args) => compare::run(&args),
-        Command::Quiet { dirs } => quiet(&dirs),
+        Command::Quiet { dirs, noise_limit } => quiet(&dirs, noise_limit),
         Command::Trend { dir, output_file } => {
             trend::run(&dir, &output_file).map(|()| ExitCode::SUCCESS)
         }

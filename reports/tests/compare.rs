@@ -203,8 +203,9 @@ fn a_baseline_of_several_nights_holds_a_night_against_their_spread() {
     let o = report(&["compare", &arg(&first), &arg(&second), &arg(&tonight)]);
     let out = stdout(&o) + &stderr(&o);
     assert_eq!(o.status.code(), Some(0), "{out}");
-    assert!(out.contains("2 baseline folders pooled"), "{out}");
-    assert!(out.contains("rounds 3 against 6"), "{out}");
+    let flat = out.replace('\n', " ");
+    assert!(flat.contains("2 baseline folders pooled"), "{out}");
+    assert!(flat.contains("rounds 3 against 6"), "{out}");
     assert!(out.contains(": 0 regressions"), "{out}");
 
     let slower = night("nights-4", 4, 1.30);
@@ -569,9 +570,11 @@ fn a_slower_machine_is_not_a_slower_block() {
     let (code, out) = compare_code(&base, &drift);
     assert_eq!(code, Some(0), "{out}");
     assert!(out.contains(": 0 regressions"), "{out}");
-    let basis = out
-        .lines()
-        .find(|l| l.contains("compute times judged at the baseline's machine speed"))
+    // The basis is one paragraph, wrapped at 120 columns.
+    let flat = out.replace('\n', " ");
+    let basis = flat
+        .split("compute times judged at the baseline's machine speed")
+        .nth(1)
         .unwrap_or_else(|| panic!("no basis line: {out}"));
     let drift = first_percent(basis.split("took").nth(1).unwrap_or(""));
     assert!((9.0..12.0).contains(&drift), "{basis}");
@@ -587,7 +590,8 @@ fn a_slower_machine_is_not_a_slower_block() {
     let (code, out) = compare_code(&base, &unreferenced);
     assert_eq!(code, Some(1), "{out}");
     assert!(
-        out.contains("compute times judged as measured (the current run's run layers-"),
+        out.replace('\n', " ")
+            .contains("compute times judged as measured (the current run's run layers-"),
         "{out}"
     );
 }
@@ -661,4 +665,90 @@ fn one_quiet_round_left_of_several_is_not_judged() {
     );
     let (code, out) = compare_code(&base, &cur2);
     assert_eq!(code, Some(1), "{out}");
+}
+
+/// Every line of `out` at most 120 characters, naming the first longer one.
+fn assert_short_lines(out: &str) {
+    if let Some(l) = out.lines().find(|l| l.chars().count() > 120) {
+        panic!("a line of {} characters: {l}\n{out}", l.chars().count());
+    }
+}
+
+/// Issue 53: the first line is the verdict (it read "rounds  against )"
+/// when no figure had a quiet round), and no line of the default output is
+/// wider than 120 (the summary line was 503).
+#[test]
+fn the_first_line_is_the_verdict_and_every_line_fits_120_columns() {
+    let base = fixture("shm");
+    let slow = copy_fixture("shm", "slow-lines");
+    edit_collectives(&slow, |r| {
+        if is_target(r) {
+            slow_down(r, 1.2)
+        }
+    });
+    let quiet_base = rounds_folder("w-base", 1, |_, _| 1.0, |_| 0.0);
+    let noisy = rounds_folder("w-noisy", 1, |_, _| 1.3, |_| 0.25);
+    for (b, c, code) in [(&base, &slow, 1), (&quiet_base, &noisy, 3)] {
+        for verbose in [false, true] {
+            let mut args = vec!["compare", b.to_str().unwrap(), c.to_str().unwrap()];
+            if verbose {
+                args.push("-v");
+            }
+            let o = report(&args);
+            let out = stdout(&o);
+            assert_eq!(o.status.code(), Some(code), "{out}{}", stderr(&o));
+            let first = out.lines().next().unwrap();
+            assert!(
+                first.contains(" figures compared: ") && first.contains(" regressions, "),
+                "{first}"
+            );
+            let second = out.lines().nth(1).unwrap();
+            assert!(second.contains("quiet rounds "), "{second}");
+            assert!(
+                !out.contains(" against )") && !out.contains("rounds  against"),
+                "{out}"
+            );
+            // -v adds the tables' detail columns (worse by, rounds, floor).
+            if !verbose {
+                assert_short_lines(&out);
+            }
+            // The rule in full only with -v.
+            assert_eq!(out.contains("every current round worse"), verbose, "{out}");
+        }
+    }
+}
+
+/// Issue 53: on a shared runner every run is noisy; `--noise-limit`
+/// raises the share of the machine a judged run may lose, so a run that
+/// was "noisy: not judged" gets a verdict. A limit outside 0..1 is bad input.
+#[test]
+fn a_noise_limit_turns_a_noisy_run_into_a_judged_one() {
+    let base = rounds_folder("l-base", 1, |_, _| 1.0, |_| 0.0);
+    let cur = rounds_folder("l-cur", 1, |_, _| 1.3, |_| 0.25);
+    let (b, c) = (base.to_str().unwrap(), cur.to_str().unwrap());
+    let o = report(&["compare", b, c]);
+    assert_eq!(o.status.code(), Some(3), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("--noise-limit to judge them"),
+        "{}",
+        stdout(&o)
+    );
+    let o = report(&["compare", "--noise-limit", "0.3", b, c]);
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(1), "30% slower, judged: {out}");
+    assert!(
+        out.contains(" 0 noisy: not judged") && out.contains("noise limit 30.0%"),
+        "{out}"
+    );
+    assert!(!out.contains("Noisy runs left out"), "{out}");
+    // Below the run's 25%, it stays unjudged.
+    let o = report(&["compare", "--noise-limit", "0.2", b, c]);
+    assert_eq!(o.status.code(), Some(3), "{}", stdout(&o));
+    for bad in ["1.5", "-0.1", "NaN"] {
+        let o = report(&["compare", "--noise-limit", bad, b, c]);
+        assert_eq!(o.status.code(), Some(2), "{bad}");
+        let err = stderr(&o);
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(err.contains("--noise-limit"), "{err}");
+    }
 }

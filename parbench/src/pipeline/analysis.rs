@@ -302,6 +302,12 @@ pub fn closed_form(
 /// simulation before the run says so.
 pub const BUBBLE_PARTS: f64 = 0.10;
 
+/// Whether `ranks` computing ranks share `cores` cores (0: unknown), so
+/// that they wait for a core, which no simulation of the schedule sees.
+pub fn oversubscribed(ranks: usize, cores: usize, sleep_work: bool) -> bool {
+    cores > 0 && ranks > cores && !sleep_work
+}
+
 /// Why a measured bubble parts from its simulation by more than
 /// [`BUBBLE_PARTS`], in words, or `None` when it does not: more compute
 /// ranks than cores first (ranks wait for a core, which the simulator,
@@ -317,7 +323,7 @@ pub fn bubble_parts(
     if gap.is_nan() || gap <= BUBBLE_PARTS {
         return None;
     }
-    Some(if cores > 0 && ranks > cores && !sleep_work {
+    Some(if oversubscribed(ranks, cores, sleep_work) {
         format!("likely cause: {ranks} compute ranks on {cores} cores, so ranks waited for a core, not for the pipeline (run fewer stages, or --work sleep:US)")
     } else if sleep_work {
         "likely cause: sleeps waking late or the host's scheduler (see the noise guard's figure in run.json)".into()

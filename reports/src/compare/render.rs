@@ -13,18 +13,21 @@ fn change_text(c: &Change, relative: f64) -> String {
     }
 }
 
-fn changes_table(changes: &[&Change]) -> Table {
-    let mut t = Table::new([
+/// The changes, one row a figure: `full` adds how much worse, the rounds
+/// on each side and the time change against the floor (`-v`, Markdown).
+fn changes_table(changes: &[&Change], full: bool) -> Table {
+    let mut header = vec![
         "suite / key",
         "figure",
         "baseline",
         "current",
         "change",
-        "worse by",
         "noise",
-        "rounds",
-        "time change / floor",
-    ]);
+    ];
+    if full {
+        header.extend(["worse by", "rounds", "time change / floor"]);
+    }
+    let mut t = Table::new(header);
     for c in changes {
         let value = |v: f64| match c.worse {
             Worse::HigherFraction => units::percent(v),
@@ -34,36 +37,85 @@ fn changes_table(changes: &[&Change]) -> Table {
             Worse::HigherFraction => c.current - c.baseline,
             _ => c.current / c.baseline - 1.0,
         };
-        t.row([
+        let mut row = vec![
             format!("{} {}", c.suite, c.key),
             c.figure.to_string(),
             value(c.baseline),
             value(c.current),
             change_text(c, raw),
-            change_text(c, c.worse_by),
             match c.worse {
                 Worse::HigherFraction => format!("{:.1} pt", c.noise * 100.0),
                 _ => format!("{:.1}%", c.noise * 100.0),
             },
-            format!("{} / {}", c.rounds.0, c.rounds.1),
-            match c.time_change_us {
-                Some(d) => format!("{d:+.3} / {:.3} us", c.floor_us),
-                None => "-".into(),
-            },
-        ]);
+        ];
+        if full {
+            row.extend([
+                change_text(c, c.worse_by),
+                format!("{} / {}", c.rounds.0, c.rounds.1),
+                match c.time_change_us {
+                    Some(d) => format!("{d:+.3} / {:.3} us", c.floor_us),
+                    None => "-".into(),
+                },
+            ]);
+        }
+        t.row(row);
     }
     t
 }
 
+/// Longest line of the text output, in characters (a table may be wider
+/// only when a key from the records is).
+pub const WIDTH: usize = 120;
+
 /// What a comparison of single rounds can and cannot tell, for `n` figures.
-pub fn one_round_note(n: usize) -> String {
+pub fn one_round_note(n: usize, verbose: bool) -> String {
+    let mut s =
+        format!("One round on a side for {n} figures: their run-to-run noise was not measured");
+    if verbose {
+        s.push_str(" (the row's own spread below its median stands in for it, and two runs of one build on a shared host can differ beyond it); for a gate, compare several rounds a side (scripts/nightly.sh --rounds, default 7)");
+    } else {
+        s.push_str(" (-v: what that means)");
+    }
+    s.push('.');
+    s
+}
+
+/// The rule in one line, with the noise limit it was judged at.
+fn rule_short(noise_limit: f64) -> String {
     format!(
-        "One round on a side for {n} figures: their run-to-run noise was not measured (the row's own spread below its median stands in for it, and two runs of one build on a shared host can differ beyond it); for a gate, compare several rounds a side (scripts/nightly.sh --rounds, default 7)."
+        "Rule: quiet runs only (others took at most {}); worse beyond threshold, noise, every round and floor;",
+        units::percent(noise_limit)
     )
 }
 
-/// The rule, in one paragraph, as the output states it.
-pub const RULE: &str = "A regression: rows of quiet runs only (other processes took at most 10% of the machine during the run and the row's table); the median over the rounds worse by more than the threshold and by more than the noise (the rounds' spread, max - min over the median, with 2+ rounds, else the row's spread below its median); with 2+ rounds on both sides, every current round worse than every baseline round; and a time change above the floor (clock resolution or latency jitter, the larger, from run.json).";
+/// The rule, in one paragraph, with the noise limit it was judged at.
+pub fn rule(noise_limit: f64) -> String {
+    format!(
+        "A regression: rows of quiet runs only (other processes took at most {} of the machine during the run and the row's table; --noise-limit); the median over the rounds worse by more than the threshold and by more than the noise (the rounds' spread, max - min over the median, with 2+ rounds, else the row's spread below its median); with 2+ rounds on both sides, every current round worse than every baseline round; and a time change above the floor (clock resolution or latency jitter, the larger, from run.json).",
+        units::percent(noise_limit)
+    )
+}
+
+/// `text` broken at spaces into lines of at most [`WIDTH`] characters
+/// (a word longer than that stays whole), each ending in a newline.
+pub fn wrap(text: &str) -> String {
+    let mut out = String::new();
+    let mut line = String::new();
+    for word in text.split(' ') {
+        if !line.is_empty() && line.chars().count() + 1 + word.chars().count() > WIDTH {
+            out.push_str(&line);
+            out.push('\n');
+            line.clear();
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    out.push_str(&line);
+    out.push('\n');
+    out
+}
 
 /// The comparison as text or Markdown.
 pub fn render(cmp: &Comparison, args: &CompareArgs) -> String {
@@ -101,38 +153,58 @@ pub fn render(cmp: &Comparison, args: &CompareArgs) -> String {
             .collect();
         r.sort_unstable();
         r.dedup();
+        if r.is_empty() {
+            return "0".to_string();
+        }
         r.iter()
             .map(ToString::to_string)
             .collect::<Vec<_>>()
             .join("/")
     };
-    out.push_str(&format!(
-        "{} figures compared ({} against {}, threshold {:.1}%, rounds {} against {}): {} regressions, {} improvements, {} unchanged, {} noisy: not judged, {} cannot be judged; {} keys only in the baseline, {} only in the current run{}.\n",
+    // Markdown renders a paragraph whole; text is read in a terminal.
+    let para = |s: String| if md { format!("{s}\n\n") } else { wrap(&s) };
+    // The verdict first, then what it was judged on.
+    out.push_str(&para(format!(
+        "{} figures compared: {} regressions, {} improvements, {} unchanged, {} noisy: not judged, {} cannot be judged.",
         cmp.changes.len(),
-        user(&args.current().display().to_string()),
-        user(&args.baseline_label()),
-        args.threshold * 100.0,
-        rounds(1),
-        rounds(0),
         regs.len(),
         imps.len(),
         same,
         not_judged.len(),
         cannot.len(),
-        cmp.only_baseline.len(),
-        cmp.only_current.len(),
-        if cmp.noisy_runs.is_empty() {
-            String::new()
-        } else {
-            format!(
-                "; {} noisy runs' rounds left out, every figure judged on the other rounds where enough remain",
-                cmp.noisy_runs.len()
-            )
-        }
-    ));
-    out.push_str(&format!("Rule: {RULE}\n"));
+    )));
+    out.push_str(&para(format!(
+        "Threshold {:.1}%, noise limit {}, quiet rounds {} against {}: {} against {}.",
+        args.threshold * 100.0,
+        units::percent(args.noise_limit),
+        rounds(1),
+        rounds(0),
+        user(&args.current().display().to_string()),
+        user(&args.baseline_label()),
+    )));
+    if !(cmp.only_baseline.is_empty() && cmp.only_current.is_empty()) {
+        out.push_str(&para(format!(
+            "{} keys only in the baseline, {} only in the current run.",
+            cmp.only_baseline.len(),
+            cmp.only_current.len()
+        )));
+    }
+    if !cmp.noisy_runs.is_empty() {
+        out.push_str(&para(format!(
+            "{} noisy runs' rounds left out, every figure judged on the other rounds where enough remain.",
+            cmp.noisy_runs.len()
+        )));
+    }
+    if md || args.verbose {
+        out.push_str(&para(format!("Rule: {}", rule(args.noise_limit))));
+    } else {
+        out.push_str(&para(format!(
+            "{} -v: in full.",
+            rule_short(args.noise_limit)
+        )));
+    }
     if let Some(basis) = &cmp.compute_basis {
-        out.push_str(&format!("{}\n", basis.describe()));
+        out.push_str(&para(basis.describe()));
     }
     let single = cmp
         .changes
@@ -140,7 +212,7 @@ pub fn render(cmp: &Comparison, args: &CompareArgs) -> String {
         .filter(|c| c.rounds.0 == 1 || c.rounds.1 == 1)
         .count();
     if single > 0 {
-        out.push_str(&format!("{}\n", one_round_note(single)));
+        out.push_str(&para(one_round_note(single, md || args.verbose)));
     }
     if !cmp.noisy_runs.is_empty() {
         out.push_str(&heading(
@@ -155,22 +227,23 @@ pub fn render(cmp: &Comparison, args: &CompareArgs) -> String {
     let table = |t: Table| if md { t.markdown() } else { t.text() };
     if !regs.is_empty() {
         out.push_str(&heading("Regressions"));
-        out.push_str(&table(changes_table(&regs)));
+        out.push_str(&table(changes_table(&regs, md || args.verbose)));
     }
     if !imps.is_empty() {
         out.push_str(&heading("Improvements"));
-        out.push_str(&table(changes_table(&imps)));
+        out.push_str(&table(changes_table(&imps, md || args.verbose)));
     }
     if !not_judged.is_empty() {
-        out.push_str(&format!(
-            "\nnoisy: not judged: {} figures of {} keys (every row on one side, or all but one of the rounds it ran, came from a noisy run).\n",
+        out.push('\n');
+        out.push_str(&para(format!(
+            "noisy: not judged: {} figures of {} keys (every row on one side, or all but one of the rounds it ran, came from a run noisier than the limit: --noise-limit to judge them).",
             not_judged.len(),
             not_judged
                 .iter()
                 .map(|c| (&c.suite, &c.key))
                 .collect::<BTreeSet<_>>()
                 .len()
-        ));
+        )));
     }
     for (title, keys) in [
         (
