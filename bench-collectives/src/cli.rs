@@ -4,7 +4,8 @@
 use crate::config::{NcclTestsFlags, SweepConfig};
 use anyhow::{anyhow, bail, Result};
 use clap::Parser;
-use parbench::comm::Algo;
+use crate::nccl_flags::other_flag_help;
+use parbench::comm::{Algo, Collective, DType, ReduceOp};
 use parbench::launch::flags;
 use parbench::vocab;
 use std::path::PathBuf;
@@ -26,60 +27,44 @@ use std::time::Duration;
     args_override_self = true,
     disable_version_flag = true
 )]
-pub struct Args {
-    /// Print the version.
+pub struct Args {    /// Print the version.
     #[arg(long, action = clap::ArgAction::Version)]
     pub version: Option<bool>,
-
-    /// Collectives to run: all_reduce, all_gather, reduce_scatter, broadcast,
-    /// reduce, all_to_all, sendrecv, or all; or `links` alone: every ordered
-    /// pair of ranks, one at a time (latency, one-way and both-way bandwidth).
-    #[arg(value_name = "COLLECTIVE", default_values_t = ["all_reduce".to_string(), "all_gather".to_string()])]
+    #[arg(value_name = "COLLECTIVE", help = collectives_help(), default_values_t = ["all_reduce".to_string(), "all_gather".to_string()])]
     pub collectives: Vec<String>,
 
-    #[arg(long = vocab::backend::LONG, value_name = vocab::backend::VALUE, help = vocab::backend::HELP, default_value = "auto")]
-    pub backend: String,
-
-    // Default: the CPU cores, at least 2.
-    #[arg(long = vocab::nprocs::LONG, visible_alias = "np", value_name = vocab::nprocs::VALUE, help = vocab::nprocs::HELP)]
-    pub nprocs: Option<usize>,
-
-    /// Algorithm of the CPU backends: auto, ring, tree, rd, rhd.
-    #[arg(long, default_value = "auto")]
-    pub algo: String,
-
     /// Smallest size in bytes (K, M, G: binary suffixes).
-    #[arg(
+    #[arg(help_heading = "Sizes", 
         short = 'b',
         long = "min-bytes",
         alias = "minbytes",
         default_value = "8"
     )]
     pub min_bytes: String,
-
     /// Largest size in bytes (K, M, G: binary suffixes).
-    #[arg(
+    #[arg(help_heading = "Sizes", 
         short = 'e',
         long = "max-bytes",
         alias = "maxbytes",
         default_value = "64M"
     )]
     pub max_bytes: String,
-
     /// Multiply the size by this factor at each step.
     /// nccl-tests' reading: a factor of 1 (or 0) steps by -i bytes instead
     /// (1M when -i is not given), and a factor above 1 wins over -i.
-    #[arg(short = 'f', long = "step-factor", alias = "stepfactor")]
+    #[arg(help_heading = "Sizes", short = 'f', long = "step-factor", alias = "stepfactor")]
     pub step_factor: Option<u64>,
-
     /// Add this many bytes at each step instead (K, M, G suffixes).
-    #[arg(short = 'i', long = "step-bytes", alias = "stepbytes")]
+    #[arg(help_heading = "Sizes", short = 'i', long = "step-bytes", alias = "stepbytes")]
     pub step_bytes: Option<String>,
+    /// Smallest size the fits after the sweep use (K, M, G suffixes): the
+    /// fits' window, from this size to the largest swept.
+    #[arg(help_heading = "Sizes", long = "fit-from", value_name = "SIZE", default_value = "1M")]
+    pub fit_from: String,
 
-    #[arg(short = 'n', long = vocab::iters::LONG, value_name = vocab::iters::VALUE, help = vocab::iters::HELP, default_value_t = 20)]
+    #[arg(help_heading = "Measurement", short = 'n', long = vocab::iters::LONG, value_name = vocab::iters::VALUE, help = vocab::iters::HELP, default_value_t = 20)]
     pub iters: usize,
-
-    #[arg(
+    #[arg(help_heading = "Measurement", 
         short = 'w',
         long = vocab::warmup::LONG,
         alias = "warmup_iters",
@@ -88,22 +73,16 @@ pub struct Args {
         default_value_t = 5
     )]
     pub warmup: usize,
-
     /// Check iterations after the timed loop (0 = no check).
-    #[arg(short = 'c', long = "check", value_name = "N", default_value_t = 1)]
+    #[arg(help_heading = "Measurement", short = 'c', long = "check", value_name = "N", default_value_t = 1)]
     pub check: usize,
-
-    #[arg(long = vocab::no_check::LONG, help = vocab::no_check::HELP)]
+    /// Skip the correctness check (as -c 0).
+    #[arg(help_heading = "Measurement", long = vocab::no_check::LONG)]
     pub no_check: bool,
-
-    /// Reduction operator: sum, prod, max, min, avg, mulsum (NCCL's
-    /// PreMulSum with nccl-tests' scalar: 1 on even ranks, 2 on odd), or all.
-    #[arg(short = 'o', long = "op", default_value = "sum")]
+    #[arg(help_heading = "Measurement", short = 'o', long = "op", default_value = "sum", help = op_help())]
     pub op: String,
-
-    /// Element type: int8, uint8, int32, uint32, int64, uint64, half, float,
-    /// double, bfloat16, f8e4m3, f8e5m2, or all.
-    #[arg(
+    #[arg(help_heading = "Measurement", 
+        help = format!("Element type {}, or all", vocab::one_of(DType::ALL.map(DType::name))),
         short = 'd',
         long = vocab::dtype::LONG,
         alias = "datatype",
@@ -111,45 +90,21 @@ pub struct Args {
         default_value = "float"
     )]
     pub dtype: String,
-
     /// Root rank of broadcast and reduce; -1: every rank in turn.
-    #[arg(short = 'r', long = "root", default_value_t = 0)]
+    #[arg(help_heading = "Measurement", short = 'r', long = "root", default_value_t = 0)]
     pub root: i64,
-
     /// How per-rank times combine: 0 rank 0, 1 mean, 2 min, 3 max.
-    #[arg(short = 'a', long = "average", default_value_t = 1)]
+    #[arg(help_heading = "Measurement", short = 'a', long = "average", default_value_t = 1)]
     pub average: u8,
-
     /// Measure in-place only.
-    #[arg(long = "inplace-only", conflicts_with = "outplace_only")]
+    #[arg(help_heading = "Measurement", long = "inplace-only", conflicts_with = "outplace_only")]
     pub inplace_only: bool,
-
     /// Measure out-of-place only.
-    #[arg(long = "outplace-only")]
+    #[arg(help_heading = "Measurement", long = "outplace-only")]
     pub outplace_only: bool,
-
-    #[arg(short = 'T', long = vocab::timeout::LONG, value_name = vocab::timeout::VALUE, help = vocab::timeout::HELP, default_value_t = 60.0)]
-    pub timeout: f64,
-
-    #[arg(long = vocab::out::LONG, value_name = vocab::out::VALUE, help = vocab::out::HELP, default_value = "results")]
-    pub out: PathBuf,
-
-    #[arg(long = vocab::straggler::LONG, value_name = vocab::straggler::VALUE, help = vocab::straggler::HELP)]
-    pub straggler: Option<String>,
-
-    /// Smallest size the fits after the sweep use (K, M, G suffixes): the
-    /// fits' window, from this size to the largest swept.
-    #[arg(long = "fit-from", value_name = "SIZE", default_value = "1M")]
-    pub fit_from: String,
-
-    /// Capture N calls as one CUDA graph and time its replays (nccl-tests'
-    /// -G; --backend nccl only): the time per call without the host's launch cost.
-    #[arg(short = 'G', long, alias = "cudagraph", value_name = "N")]
-    pub graph: Option<usize>,
-
     /// Operations aggregated per timed iteration (nccl-tests' -m): parbench
     /// times one operation per iteration, so only 1 is accepted.
-    #[arg(
+    #[arg(help_heading = "Measurement", 
         short = 'm',
         long = "agg-iters",
         alias = "agg_iters",
@@ -157,20 +112,18 @@ pub struct Args {
         default_value_t = 1
     )]
     pub agg_iters: usize,
-
     /// Blocking collectives (nccl-tests' -z): 0 the backend's own way, 1 wait
     /// for each operation before the next (the CPU backends always do).
-    #[arg(
+    #[arg(help_heading = "Measurement", 
         short = 'z',
         long = "blocking",
         value_name = "0|1",
         default_value_t = 0
     )]
     pub blocking: u8,
-
     /// Run each table's sizes this many times, in one table (nccl-tests'
     /// -N; 0 runs until interrupted).
-    #[arg(
+    #[arg(help_heading = "Measurement", 
         short = 'N',
         long = "run-cycles",
         alias = "run_cycles",
@@ -178,65 +131,98 @@ pub struct Args {
         default_value_t = 1
     )]
     pub run_cycles: usize,
+    /// Capture N calls as one CUDA graph and time its replays (nccl-tests'
+    /// -G; --backend nccl only): the time per call without the host's launch cost.
+    #[arg(help_heading = "Measurement", short = 'G', long, alias = "cudagraph", value_name = "N")]
+    pub graph: Option<usize>,
+    #[arg(help_heading = "Measurement", long = vocab::straggler::LONG, value_name = vocab::straggler::VALUE, help = vocab::straggler::HELP)]
+    pub straggler: Option<String>,
 
+    #[arg(help_heading = "Ranks", long = vocab::backend::LONG, value_name = vocab::backend::VALUE, help = vocab::backend::HELP, default_value = "auto")]
+    pub backend: String,
+    // Default: the CPU cores, at least 2.
+    #[arg(help_heading = "Ranks", long = vocab::nprocs::LONG, visible_alias = "np", value_name = vocab::nprocs::VALUE, help = vocab::nprocs::HELP)]
+    pub nprocs: Option<usize>,
+    #[arg(help_heading = "Ranks", long, default_value = "auto", help = format!("Algorithm of the CPU backends {}", vocab::one_of(Algo::ALL.map(Algo::name))))]
+    pub algo: String,
     /// GPUs driven by this process (nccl-tests' -g; --backend nccl only):
     /// the ranks of a run without a launcher.
-    #[arg(short = 'g', long = "ngpus", value_name = "N")]
+    #[arg(help_heading = "Ranks", short = 'g', long = "ngpus", value_name = "N")]
     pub ngpus: Option<usize>,
+    /// Threads per process (nccl-tests' -t): 1, one rank per thread
+    /// (--backend local runs its ranks as threads: -np N).
+    #[arg(help_heading = "Ranks", short = 't', long = "nthreads", value_name = "N")]
+    pub nthreads: Option<i64>,
+    #[arg(help_heading = "Ranks", short = 'T', long = vocab::timeout::LONG, value_name = vocab::timeout::VALUE, help = vocab::timeout::HELP, default_value_t = 60.0)]
+    pub timeout: f64,
 
+    #[arg(help_heading = "Output", long = vocab::out::LONG, value_name = vocab::out::VALUE, help = vocab::out::HELP, default_value = "results")]
+    pub out: PathBuf,
     /// Table layout: parbench (default: nccl-tests' columns plus the
     /// share of the wire's ceiling) or nccl-tests (exactly its
     /// columns and footers, for scripts written for nccl-tests).
-    #[arg(long, value_name = "FORMAT", default_value = "parbench")]
+    #[arg(help_heading = "Output", long, value_name = "FORMAT", default_value = "parbench")]
     pub format: String,
-
     /// Also print each row's p50 and p99, the model's time and the
     /// algorithm, and the model's and placement's lines in the header.
-    #[arg(short = 'v', long = "verbose", visible_alias = "columns")]
+    #[arg(help_heading = "Output", short = 'v', long = "verbose", visible_alias = "columns")]
     pub verbose: bool,
-
     /// Also write the results as nccl-tests' -J JSON (its field names and
     /// layout, parbench's extras beside them) to FILE.
-    #[arg(
+    #[arg(help_heading = "Output", 
         short = 'J',
         long = vocab::output_file::LONG,
         alias = "output_file",
         value_name = vocab::output_file::VALUE
     )]
     pub json_file: Option<PathBuf>,
-
-    /// Threads per process (nccl-tests' -t): 1, one rank per thread
-    /// (--backend local runs its ranks as threads: -np N).
-    #[arg(short = 't', long = "nthreads", value_name = "N")]
-    pub nthreads: Option<i64>,
-
-    /// nccl-tests' flags with no counterpart here, accepted at the value
-    /// that asks for nothing and otherwise refused in one line that says
-    /// what they do in nccl-tests ([`crate::nccl_flags::OTHER_FLAGS`]).
-    #[arg(short = 'C', long = "report_cputime", value_name = "0|1")]
-    pub report_cputime: Option<String>,
-    #[arg(short = 'S', long = "report_timestamps", value_name = "0|1")]
-    pub report_timestamps: Option<String>,
-    #[arg(short = 'R', long = "local_register", value_name = "0|1|2")]
-    pub local_register: Option<String>,
-    #[arg(short = 'M', long = "memory", value_name = "0|1")]
-    pub memory: Option<String>,
-    #[arg(short = 'u', long = "unalign", value_name = "N")]
-    pub unalign: Option<String>,
-    #[arg(short = 'p', long = "parallel_init", value_name = "0|1")]
-    pub parallel_init: Option<String>,
-    #[arg(short = 'y', long = "stream_null", value_name = "0|1")]
-    pub stream_null: Option<String>,
-    #[arg(short = 'x', long = "cta_policy", value_name = "N")]
-    pub cta_policy: Option<String>,
-    #[arg(short = 'D', long = "device_implementation", value_name = "N")]
-    pub device_implementation: Option<String>,
-    #[arg(short = 'V', long = "device_cta_count", value_name = "N")]
-    pub device_cta_count: Option<String>,
-    #[arg(short = 'I', long = "per_iter_timing", value_name = "0|1")]
+    /// nccl-tests' per-iteration timing: 1 adds its per-iteration columns
+    /// to --format nccl-tests (parbench's layout has p50 and p99 already).
+    #[arg(help_heading = "Output", short = 'I', long = "per_iter_timing", value_name = "0|1")]
     pub per_iter_timing: Option<String>,
-    #[arg(short = 'K', long = "per_iter_skip", value_name = "N")]
+
+    // nccl-tests' flags with no counterpart here, accepted at the value
+    // that asks for nothing and otherwise refused in one line that says
+    // what they do in nccl-tests (nccl_flags::OTHER_FLAGS, which words
+    // their help too).
+    #[arg(help_heading = "nccl-tests' flags without a counterpart", short = 'C', long = "report_cputime", value_name = "0|1", help = other_flag_help("-C"))]
+    pub report_cputime: Option<String>,
+    #[arg(help_heading = "nccl-tests' flags without a counterpart", short = 'S', long = "report_timestamps", value_name = "0|1", help = other_flag_help("-S"))]
+    pub report_timestamps: Option<String>,
+    #[arg(help_heading = "nccl-tests' flags without a counterpart", short = 'R', long = "local_register", value_name = "0|1|2", help = other_flag_help("-R"))]
+    pub local_register: Option<String>,
+    #[arg(help_heading = "nccl-tests' flags without a counterpart", short = 'M', long = "memory", value_name = "0|1", help = other_flag_help("-M"))]
+    pub memory: Option<String>,
+    #[arg(help_heading = "nccl-tests' flags without a counterpart", short = 'u', long = "unalign", value_name = "N", help = other_flag_help("-u"))]
+    pub unalign: Option<String>,
+    #[arg(help_heading = "nccl-tests' flags without a counterpart", short = 'p', long = "parallel_init", value_name = "0|1", help = other_flag_help("-p"))]
+    pub parallel_init: Option<String>,
+    #[arg(help_heading = "nccl-tests' flags without a counterpart", short = 'y', long = "stream_null", value_name = "0|1", help = other_flag_help("-y"))]
+    pub stream_null: Option<String>,
+    #[arg(help_heading = "nccl-tests' flags without a counterpart", short = 'x', long = "cta_policy", value_name = "N", help = other_flag_help("-x"))]
+    pub cta_policy: Option<String>,
+    #[arg(help_heading = "nccl-tests' flags without a counterpart", short = 'D', long = "device_implementation", value_name = "N", help = other_flag_help("-D"))]
+    pub device_implementation: Option<String>,
+    #[arg(help_heading = "nccl-tests' flags without a counterpart", short = 'V', long = "device_cta_count", value_name = "N", help = other_flag_help("-V"))]
+    pub device_cta_count: Option<String>,
+    #[arg(help_heading = "nccl-tests' flags without a counterpart", short = 'K', long = "per_iter_skip", value_name = "N", help = other_flag_help("-K"))]
     pub per_iter_skip: Option<String>,
+}
+
+/// The positional argument's help, listing the collectives the library has.
+fn collectives_help() -> String {
+    format!(
+        "Collectives to run {}, or all; or `links` alone: every ordered pair of ranks, one at a time (latency, one-way and both-way bandwidth)",
+        vocab::one_of(Collective::ALL.map(Collective::name))
+    )
+}
+
+/// `-o`'s help, listing the operators the library has.
+fn op_help() -> String {
+    format!(
+        "Reduction operator {}, or all; mulsum is NCCL's PreMulSum with nccl-tests' scalar: 1 on even ranks, 2 on odd",
+        vocab::one_of(ReduceOp::ALL.map(ReduceOp::name))
+    )
 }
 
 /// Parses a command line in today's spellings (`-np N` and the last
@@ -380,6 +366,10 @@ pub fn parse_straggler(s: &str) -> Result<(usize, Duration)> {
 #[cfg(test)]
 #[path = "../../test-support/vocab.rs"]
 mod vocab_check;
+
+#[cfg(test)]
+#[path = "../../test-support/help.rs"]
+mod help_check;
 
 #[cfg(test)]
 mod tests {
@@ -530,6 +520,18 @@ mod tests {
         let p = job(&["-np=4", "-i", "1K", "-b", "0", "-e", "2K"]).unwrap();
         assert_eq!(p.nprocs, Some(4));
         assert_eq!(p.sweep.sizes, vec![0, 1024, 2048]);
+    }
+
+    #[test]
+    fn help_lists_the_registries_and_stays_in_this_binary() {
+        use clap::CommandFactory;
+        let cmd = Args::command();
+        let collectives = Collective::ALL.map(Collective::name);
+        help_check::assert_lists(&cmd, None, "collectives", collectives);
+        help_check::assert_lists(&cmd, None, "algo", Algo::ALL.map(Algo::name));
+        help_check::assert_lists(&cmd, None, "op", ReduceOp::ALL.map(ReduceOp::name));
+        help_check::assert_lists(&cmd, None, "dtype", DType::ALL.map(DType::name));
+        help_check::assert_plain_help(cmd, &["bench-layers", "bench-pipeline"]);
     }
 
     #[test]

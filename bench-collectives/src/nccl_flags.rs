@@ -106,12 +106,24 @@ pub const OTHER_FLAGS: &[(&str, &str, Option<&str>, &str)] = &[
     ("-u", "--unalign", Some("0"), "misaligns the buffers by N elements; parbench places its buffers itself and does not misalign them"),
     ("-p", "--parallel_init", Some("0"), "initialises NCCL from every thread at once; parbench sets up each backend its own way"),
     ("-y", "--stream_null", Some("0"), "runs on CUDA's default stream; parbench's nccl backend runs on its own stream and the CPU backends have none"),
-    ("-x", "--cta_policy", None, ""),
+    ("-x", "--cta_policy", None, "sets NCCL's CTA policy (NCCL 2.27+); parbench's nccl backend does not set one"),
     ("-D", "--device_implementation", Some("0"), "runs nccl-tests' own kernels over NCCL's device API (NCCL 2.28+); parbench has none"),
     // Its CTA count matters only with -D, and nccl-tests ignores it without.
-    ("-V", "--device_cta_count", None, ""),
+    ("-V", "--device_cta_count", None, "sets the CTA count of -D's kernels; accepted and ignored, as without -D"),
     ("-K", "--per_iter_skip", Some("0"), "leaves the first N iterations out of -I's summary columns; not implemented here (every iteration counts)"),
 ];
+
+/// The help of one of [`OTHER_FLAGS`], by its short flag: what it does in
+/// nccl-tests, and the one value accepted here.
+pub fn other_flag_help(short: &str) -> String {
+    match OTHER_FLAGS.iter().find(|f| f.0 == short) {
+        Some((_, _, Some(neutral), what)) => {
+            format!("In nccl-tests it {what}; only {neutral} is accepted here")
+        }
+        Some((_, _, None, what)) => format!("In nccl-tests it {what}"),
+        None => String::new(),
+    }
+}
 
 fn other_flag_values(a: &Args) -> [&Option<String>; 11] {
     [

@@ -33,58 +33,68 @@ pub struct Cli {
     /// Print the version.
     #[arg(long, action = clap::ArgAction::Version)]
     pub version: Option<bool>,
-    #[arg(long = vocab::backend::LONG, value_name = vocab::backend::VALUE, help = vocab::backend::HELP, default_value = "local")]
-    pub backend: String,
-    /// Tensor-parallel degrees to sweep, comma-separated (default 1,2,4,8 up
-    /// to the ranks available).
-    #[arg(long = vocab::tp::LONG, value_name = vocab::tp::VALUE)]
-    pub tp: Option<String>,
-    #[arg(long = vocab::mode::LONG, value_name = vocab::mode::VALUE, help = vocab::mode::HELP, default_value = "prefill")]
-    pub mode: String,
-    /// Sequence parallelism: all-gather and reduce-scatter instead of all-reduce.
-    #[arg(long)]
-    pub sequence_parallel: bool,
-    /// Block sizes of a named model (tiny, gpt3-1.3b, llama2-70b, gpt3-175b);
-    /// --hidden/--heads/--ffn/--seq override them.
-    #[arg(long, default_value = "tiny")]
+
+    #[arg(long, default_value = "tiny", help = preset_help(), help_heading = "Model")]
     pub preset: String,
     /// Model width.
-    #[arg(long)]
+    #[arg(long, help_heading = "Model")]
     pub hidden: Option<usize>,
     /// Attention heads.
-    #[arg(long)]
+    #[arg(long, help_heading = "Model")]
     pub heads: Option<usize>,
     /// MLP width.
-    #[arg(long)]
+    #[arg(long, help_heading = "Model")]
     pub ffn: Option<usize>,
     /// Tokens per sequence (prefill, train) or KV-cache length (decode);
     /// default: the preset's context for GPU backends, 128 on the CPU.
-    #[arg(long)]
+    #[arg(long, help_heading = "Model")]
     pub seq: Option<usize>,
     /// Sequences per block call.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, help_heading = "Model")]
     pub batch: usize,
     /// Storage type: float, half or bfloat16 (default float on the CPU,
     /// bfloat16 on GPUs).
-    #[arg(short = 'd', long = vocab::dtype::LONG, value_name = vocab::dtype::VALUE)]
+    #[arg(short = 'd', long = vocab::dtype::LONG, value_name = vocab::dtype::VALUE, help_heading = "Model")]
     pub dtype: Option<String>,
-    #[arg(short = 'n', long = vocab::iters::LONG, value_name = vocab::iters::VALUE, help = vocab::iters::HELP, default_value_t = 10)]
+
+    /// Tensor-parallel degrees to sweep, comma-separated (default 1,2,4,8 up
+    /// to the ranks available).
+    #[arg(long = vocab::tp::LONG, value_name = vocab::tp::VALUE, help_heading = "Sweep")]
+    pub tp: Option<String>,
+    #[arg(long = vocab::mode::LONG, value_name = vocab::mode::VALUE, help = vocab::mode::HELP, default_value = "prefill", help_heading = "Sweep")]
+    pub mode: String,
+    /// Sequence parallelism: all-gather and reduce-scatter instead of all-reduce.
+    #[arg(long, help_heading = "Sweep")]
+    pub sequence_parallel: bool,
+    /// Timed iterations at each tensor-parallel degree (nccl-tests' -n).
+    #[arg(short = 'n', long = vocab::iters::LONG, value_name = vocab::iters::VALUE, default_value_t = 10, help_heading = "Sweep")]
     pub iters: usize,
-    #[arg(short = 'w', long = vocab::warmup::LONG, value_name = vocab::warmup::VALUE, help = vocab::warmup::HELP, default_value_t = 2)]
+    #[arg(short = 'w', long = vocab::warmup::LONG, value_name = vocab::warmup::VALUE, help = vocab::warmup::HELP, default_value_t = 2, help_heading = "Sweep")]
     pub warmup: usize,
     /// The wire as GBPS,US (bandwidth in GB/s, latency in microseconds) for
     /// the communication model, instead of fitting it in this run.
-    #[arg(long = vocab::link::LONG, value_name = vocab::link::VALUE)]
+    #[arg(long = vocab::link::LONG, value_name = vocab::link::VALUE, help_heading = "Sweep")]
     pub link: Option<String>,
-    #[arg(long = vocab::no_check::LONG, help = vocab::no_check::HELP)]
+    #[arg(long = vocab::no_check::LONG, help = vocab::no_check::HELP, help_heading = "Sweep")]
     pub no_check: bool,
-    #[arg(long = vocab::out::LONG, value_name = vocab::out::VALUE, help = vocab::out::HELP, default_value = "results")]
-    pub out: PathBuf,
+
+    #[arg(long = vocab::backend::LONG, value_name = vocab::backend::VALUE, help = vocab::backend::HELP, default_value = "local", help_heading = "Ranks and output")]
+    pub backend: String,
     // Default: this machine's cores, or the launcher's world.
-    #[arg(long = vocab::nprocs::LONG, visible_alias = "np", value_name = vocab::nprocs::VALUE, help = vocab::nprocs::HELP)]
+    #[arg(long = vocab::nprocs::LONG, visible_alias = "np", value_name = vocab::nprocs::VALUE, help = vocab::nprocs::HELP, help_heading = "Ranks and output")]
     pub nprocs: Option<usize>,
-    #[arg(short = 'T', long = vocab::timeout::LONG, value_name = vocab::timeout::VALUE, help = vocab::timeout::HELP, default_value_t = 60.0)]
+    #[arg(short = 'T', long = vocab::timeout::LONG, value_name = vocab::timeout::VALUE, help = vocab::timeout::HELP, default_value_t = 60.0, help_heading = "Ranks and output")]
     pub timeout: f64,
+    #[arg(long = vocab::out::LONG, value_name = vocab::out::VALUE, help = vocab::out::HELP, default_value = "results", help_heading = "Ranks and output")]
+    pub out: PathBuf,
+}
+
+/// `--preset`'s help, listing the presets the library has.
+fn preset_help() -> String {
+    format!(
+        "Block sizes of a named model {}; --hidden/--heads/--ffn/--seq override them",
+        vocab::one_of(Preset::names())
+    )
 }
 
 /// What the flags ask for, checked.
@@ -249,6 +259,10 @@ impl Cli {
 mod vocab_check;
 
 #[cfg(test)]
+#[path = "../../test-support/help.rs"]
+mod help_check;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -256,6 +270,13 @@ mod tests {
     fn flags_are_the_shared_vocabulary() {
         use clap::CommandFactory;
         vocab_check::assert_shared_vocabulary(vocab::Tool::Layers, Cli::command());
+    }
+
+    #[test]
+    fn help_lists_the_presets_and_stays_in_this_binary() {
+        use clap::CommandFactory;
+        help_check::assert_lists(&Cli::command(), None, "preset", Preset::names());
+        help_check::assert_plain_help(Cli::command(), &["bench-collectives", "bench-pipeline"]);
     }
 
     fn cli(args: &[&str]) -> Cli {

@@ -23,126 +23,134 @@ use std::time::Duration;
     allow_negative_numbers = true,
     disable_version_flag = true
 )]
-pub struct Args {
-    /// Print the version.
+pub struct Args {    /// Print the version.
     #[arg(long, action = clap::ArgAction::Version)]
     pub version: Option<bool>,
-    #[arg(long = vocab::backend::LONG, value_name = vocab::backend::VALUE, help = vocab::backend::HELP, default_value = "local")]
-    pub backend: String,
-    /// Number of stage ranks S, one (default 4; with --backend nccl, one per
+
+    /// Stage ranks S, one count (default 4; with --backend nccl, one per
     /// visible GPU).
-    #[arg(long = vocab::stages::LONG, value_name = vocab::stages::VALUE, value_parser = vocab::one_count::<usize>)]
+    #[arg(help_heading = "Pipeline", long = vocab::stages::LONG, value_name = vocab::stages::ONE, value_parser = vocab::one_count::<usize>)]
     pub stages: Option<usize>,
-    /// Schedules to run, comma-separated: gpipe, 1f1b, interleaved, zb-h1,
-    /// looped-bfs, interleaved-zb, zb-v, dualpipev; or all (every one that
-    /// can be generated for the given stages and microbatches).
-    #[arg(long = vocab::schedule::LONG, value_name = vocab::schedule::VALUE, default_value = "gpipe,1f1b,interleaved,zb-h1")]
+    #[arg(help_heading = "Pipeline", long = vocab::schedule::LONG, value_name = vocab::schedule::VALUE, help = schedule_help(), default_value = "gpipe,1f1b,interleaved,zb-h1")]
     pub schedule: String,
     /// Microbatches per step, comma-separated (a sweep): 1,2,4,8,16,32.
-    #[arg(long = vocab::microbatches::LONG, value_name = vocab::microbatches::VALUE, default_value = "8")]
+    #[arg(help_heading = "Pipeline", long = vocab::microbatches::LONG, value_name = vocab::microbatches::VALUE, default_value = "8")]
     pub microbatches: String,
-    #[arg(long = vocab::chunks::LONG, value_name = vocab::chunks::VALUE, help = vocab::chunks::HELP, default_value_t = 2)]
+    #[arg(help_heading = "Pipeline", long = vocab::chunks::LONG, value_name = vocab::chunks::VALUE, help = vocab::chunks::HELP, default_value_t = 2)]
     pub chunks: usize,
     /// Layers of every stage: MLP layers, or with --dp/--tp Megatron blocks.
-    #[arg(long, default_value_t = 2)]
+    #[arg(help_heading = "Pipeline", long, default_value_t = 2)]
     pub layers_per_stage: usize,
     /// MLP layers of each stage, comma-separated (unbalanced stages), e.g. 2,2,4,2.
-    #[arg(long, conflicts_with = "layers_per_stage")]
+    #[arg(help_heading = "Pipeline", long, conflicts_with = "layers_per_stage")]
     pub stage_layers: Option<String>,
     /// Width of every layer (default 256; with --dp/--tp the block's width, default 64).
-    #[arg(long)]
+    #[arg(help_heading = "Pipeline", long)]
     pub hidden: Option<usize>,
     /// Rows of one microbatch (default 32; with --dp/--tp its sequences b, default 1).
-    #[arg(long, visible_alias = "micro-batch")]
+    #[arg(help_heading = "Pipeline", long, visible_alias = "micro-batch")]
     pub microbatch_size: Option<usize>,
+    /// What each action does: compute (real MLP passes) or sleep:US.
+    #[arg(help_heading = "Pipeline", long, default_value = "compute")]
+    pub work: String,
+    /// Run a hand-written schedule: PyTorch's compute-only CSV (one row per rank).
+    #[arg(help_heading = "Pipeline", long)]
+    pub schedule_csv: Option<PathBuf>,
+    /// Also write each generated schedule as compute-only CSV into this folder.
+    #[arg(help_heading = "Pipeline", long)]
+    pub dump_schedules: Option<PathBuf>,
+
     /// Data-parallel degree D: the world is D x T x S ranks.
-    #[arg(long, default_value_t = 1)]
+    #[arg(help_heading = "Data and tensor parallel (composed step)", long, default_value_t = 1)]
     pub dp: usize,
     /// Tensor-parallel degree T of every stage's blocks, one.
-    #[arg(long = vocab::tp::LONG, value_name = vocab::tp::VALUE, value_parser = vocab::one_count::<usize>, default_value = "1")]
+    #[arg(help_heading = "Data and tensor parallel (composed step)", long = vocab::tp::LONG, value_name = vocab::tp::ONE, value_parser = vocab::one_count::<usize>, default_value = "1")]
     pub tp: usize,
     /// With --dp/--tp: the block's attention heads (default 4).
-    #[arg(long)]
+    #[arg(help_heading = "Data and tensor parallel (composed step)", long)]
     pub heads: Option<usize>,
     /// With --dp/--tp: the block's MLP width (default 4 x hidden).
-    #[arg(long)]
+    #[arg(help_heading = "Data and tensor parallel (composed step)", long)]
     pub ffn: Option<usize>,
     /// With --dp/--tp: tokens per sequence (default 32).
-    #[arg(long)]
+    #[arg(help_heading = "Data and tensor parallel (composed step)", long)]
     pub seq: Option<usize>,
+    /// With --dp/--tp: the mesh's rank order, fastest axis first (default tp-dp-pp, Megatron's).
+    #[arg(help_heading = "Data and tensor parallel (composed step)", long)]
+    pub order: Option<String>,
     /// With --dp: most MiB in one gradient bucket (default 25, DDP's).
-    #[arg(long)]
+    #[arg(help_heading = "Data and tensor parallel (composed step)", long)]
     pub bucket_mib: Option<f64>,
     /// With --dp: reduce each bucket on a thread and communicator of its
     /// own as soon as its gradients are final, concurrently with the rest
     /// of the backward (DDP's overlap; local and tcp).
-    #[arg(long)]
+    #[arg(help_heading = "Data and tensor parallel (composed step)", long)]
     pub overlap: bool,
     /// With --dp: reduce-scatter the buckets (Megatron's distributed optimizer): --shard zero1.
-    #[arg(long = vocab::distributed_optimizer::LONG)]
+    #[arg(help_heading = "Data and tensor parallel (composed step)", long = vocab::distributed_optimizer::LONG)]
     pub dist_opt: bool,
-    /// With --dp: sharded data parallel, ending each step in Adam over what
-    /// the mode shards: none (replicated, DDP), zero1 (optimizer state),
+    /// With --dp: sharded data parallel, one mode, ending each step in Adam
+    /// over what it shards: none (replicated, DDP), zero1 (optimizer state),
     /// zero2 (and gradients, reduce-scattered per layer), zero3 (and
     /// weights, all-gathered per layer: FSDP's FULL_SHARD).
-    #[arg(long = vocab::shard::LONG, value_name = vocab::shard::VALUE)]
+    #[arg(help_heading = "Data and tensor parallel (composed step)", long = vocab::shard::LONG, value_name = vocab::shard::ONE)]
     pub shard: Option<String>,
     /// With --shard zero1/zero2/zero3: shard inside groups of G consecutive
     /// data ranks and replicate across them (HSDP; G divides --dp).
-    #[arg(long, value_name = "G")]
+    #[arg(help_heading = "Data and tensor parallel (composed step)", long, value_name = "G")]
     pub shard_group: Option<usize>,
     /// With --shard zero3: all-gather each layer's weights on a thread and
     /// communicator of their own while the layer before it computes
     /// (FSDP's prefetch; local and tcp).
-    #[arg(long)]
+    #[arg(help_heading = "Data and tensor parallel (composed step)", long)]
     pub prefetch: bool,
-    /// With --dp/--tp: the mesh's rank order, fastest axis first (default tp-dp-pp, Megatron's).
-    #[arg(long)]
-    pub order: Option<String>,
     /// With --dp/--tp: skip the gradient check (on by default for shapes whose reference is small).
-    #[arg(long)]
+    #[arg(help_heading = "Data and tensor parallel (composed step)", long)]
     pub no_check: bool,
-    /// Run a hand-written schedule: PyTorch's compute-only CSV (one row per rank).
-    #[arg(long)]
-    pub schedule_csv: Option<PathBuf>,
-    #[arg(long = vocab::slow_rank::LONG, value_name = vocab::slow_rank::VALUE, help = vocab::slow_rank::HELP)]
-    pub straggler: Option<String>,
-    /// Results folder (pipeline.csv, run.json, timeline-*.json).
-    #[arg(long = vocab::out::LONG, value_name = vocab::out::VALUE, default_value = "results")]
-    pub out: PathBuf,
-    /// What each action does: compute (real MLP passes) or sleep:US.
-    #[arg(long, default_value = "compute")]
-    pub work: String,
-    #[arg(short = 'n', long = vocab::iters::LONG, value_name = vocab::iters::VALUE, help = vocab::iters::HELP, default_value_t = 5)]
-    pub steps: usize,
-    #[arg(short = 'w', long = vocab::warmup::LONG, value_name = vocab::warmup::VALUE, help = vocab::warmup::HELP, default_value_t = 2)]
-    pub warmup: usize,
-    /// Deadline of every wait and every action, in seconds; 0: the longest, a day.
-    #[arg(short = 'T', long = vocab::timeout::LONG, value_name = vocab::timeout::VALUE, default_value_t = 60.0)]
-    pub timeout: f64,
-    /// Compute threads of each stage rank (default: the cores divided among the stages).
-    #[arg(long)]
-    pub threads: Option<usize>,
-    /// Pin each stage rank to its own core when there are enough cores.
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
-    pub pin: bool,
-    /// Draw each run's median step in the terminal (default: with -v, for small runs).
-    #[arg(long)]
-    pub timeline: bool,
-    /// Under each run's row: per-rank busy and idle time, the idle split,
-    /// clocks, pace, message time, replay, peak activations and the timeline.
-    #[arg(short = 'v', long)]
-    pub verbose: bool,
-    /// Seed of weights, inputs and targets.
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
-    /// Also write each generated schedule as compute-only CSV into this folder.
-    #[arg(long)]
-    pub dump_schedules: Option<PathBuf>,
+
+    #[arg(help_heading = "Run", long = vocab::backend::LONG, value_name = vocab::backend::VALUE, help = vocab::backend::HELP, default_value = "local")]
+    pub backend: String,
     /// With --backend tcp: spawn this many local ranks of this binary
     /// (default: the world, --stages x --dp x --tp); `-np N` as in mpirun.
-    #[arg(long = vocab::nprocs::LONG, visible_alias = "np", value_name = vocab::nprocs::VALUE)]
+    #[arg(help_heading = "Run", long = vocab::nprocs::LONG, visible_alias = "np", value_name = vocab::nprocs::VALUE)]
     pub nprocs: Option<usize>,
+    #[arg(help_heading = "Run", short = 'n', long = vocab::iters::LONG, value_name = vocab::iters::VALUE, help = "Timed steps of each run (nccl-tests' -n)", default_value_t = 5)]
+    pub steps: usize,
+    #[arg(help_heading = "Run", short = 'w', long = vocab::warmup::LONG, value_name = vocab::warmup::VALUE, help = vocab::warmup::HELP, default_value_t = 2)]
+    pub warmup: usize,
+    /// Deadline of every wait and every action, in seconds; 0: the longest, a day.
+    #[arg(help_heading = "Run", short = 'T', long = vocab::timeout::LONG, value_name = vocab::timeout::VALUE, default_value_t = 60.0)]
+    pub timeout: f64,
+    /// Compute threads of each stage rank (default: the cores divided among the stages).
+    #[arg(help_heading = "Run", long)]
+    pub threads: Option<usize>,
+    /// Pin each stage rank to its own core when there are enough cores.
+    #[arg(help_heading = "Run", long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub pin: bool,
+    #[arg(help_heading = "Run", long = vocab::slow_rank::LONG, value_name = vocab::slow_rank::VALUE, help = vocab::slow_rank::HELP)]
+    pub straggler: Option<String>,
+    /// Seed of weights, inputs and targets.
+    #[arg(help_heading = "Run", long, default_value_t = 1)]
+    pub seed: u64,
+
+    /// Results folder (pipeline.csv, run.json, timeline-*.json).
+    #[arg(help_heading = "Output", long = vocab::out::LONG, value_name = vocab::out::VALUE, default_value = "results")]
+    pub out: PathBuf,
+    /// Under each run's row: per-rank busy and idle time, the idle split,
+    /// clocks, pace, message time, replay, peak activations and the timeline.
+    #[arg(help_heading = "Output", short = 'v', long)]
+    pub verbose: bool,
+    /// Draw each run's median step in the terminal (default: with -v, for small runs).
+    #[arg(help_heading = "Output", long)]
+    pub timeline: bool,
+}
+
+/// `--schedule`'s help, listing the schedules the registry generates.
+fn schedule_help() -> String {
+    format!(
+        "Schedules to run, comma-separated {}; or all (every one that can be generated for the given stages and microbatches)",
+        vocab::any_of(ScheduleKind::ALL.map(ScheduleKind::name))
+    )
 }
 
 /// Stage ranks when --stages is absent (and the backend does not count GPUs).
@@ -678,8 +686,29 @@ impl ComposedJob {
 mod vocab_check;
 
 #[cfg(test)]
+#[path = "../../test-support/help.rs"]
+mod help_check;
+
+#[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn help_lists_the_schedules_and_stays_in_this_binary() {
+        use clap::CommandFactory;
+        let names = ScheduleKind::ALL.map(ScheduleKind::name);
+        help_check::assert_lists(&Args::command(), None, "schedule", names);
+        help_check::assert_plain_help(Args::command(), &["bench-collectives", "bench-layers"]);
+    }
+
+    #[test]
+    fn one_value_flags_do_not_advertise_a_list() {
+        use clap::CommandFactory;
+        let help = Args::command().render_help().to_string();
+        for (flag, one) in [("--stages", "S"), ("--tp", "T"), ("--shard", "MODE")] {
+            assert!(help.contains(&format!("{flag} <{one}>")), "{flag}: {help}");
+        }
+    }
 
     #[test]
     fn flags_are_the_shared_vocabulary() {

@@ -154,7 +154,33 @@ fn main() -> ExitCode {
 mod vocab_check;
 
 #[cfg(test)]
+#[path = "../../test-support/help.rs"]
+mod help_check;
+
+#[cfg(test)]
 mod tests {
+    #[test]
+    fn plan_help_lists_the_registries() {
+        use clap::CommandFactory;
+        use parbench::model::{device::Device, plan::Shard, stack::Stack, Preset};
+        use parbench::schedule::ScheduleKind;
+        let cmd = super::Cli::command();
+        let plan = Some("plan");
+        super::help_check::assert_lists(&cmd, plan, "model", Preset::names());
+        super::help_check::assert_lists(&cmd, plan, "device", Device::names());
+        super::help_check::assert_lists(&cmd, plan, "stack", Stack::names());
+        let schedules = ScheduleKind::ALL.map(ScheduleKind::name);
+        super::help_check::assert_lists(&cmd, plan, "schedules", schedules);
+        let shards = Shard::ALL.map(|(name, _)| name);
+        super::help_check::assert_lists(&cmd, plan, "shard", shards);
+    }
+
+    #[test]
+    fn help_has_no_rustdoc_and_words_for_every_flag() {
+        use clap::CommandFactory;
+        super::help_check::assert_plain_help(super::Cli::command(), &[]);
+    }
+
     #[test]
     fn flags_are_the_shared_vocabulary() {
         use clap::CommandFactory;

@@ -32,7 +32,7 @@ pub struct ModelArgs {
     #[arg(long, default_value_t = 80)]
     pub layers: u64,
     /// Tensor-parallel degree, one.
-    #[arg(long = vocab::tp::LONG, value_name = vocab::tp::VALUE, value_parser = vocab::one_count::<u64>, default_value = "8")]
+    #[arg(long = vocab::tp::LONG, value_name = vocab::tp::ONE, value_parser = vocab::one_count::<u64>, default_value = "8")]
     pub tp: u64,
     /// Sequence parallelism: all-gather + reduce-scatter instead of all-reduce.
     #[arg(long)]

@@ -72,7 +72,9 @@ pub fn problems(tool: Tool, scope: Option<&str>, args: &[ArgDef]) -> Vec<String>
                 ));
             }
             let want: Vec<String> = f.value.iter().map(|v| v.to_string()).collect();
-            if a.value_names != want {
+            // A tool that takes one value of a list concept says so (`T`).
+            let one: Vec<String> = f.one.iter().map(|v| v.to_string()).collect();
+            if a.value_names != want && (one.is_empty() || a.value_names != one) {
                 out.push(format!(
                     "{at}: --{} takes {:?}; the shared syntax is {:?}",
                     f.long, a.value_names, want
@@ -141,6 +143,19 @@ mod tests {
             arg("hidden", None, &["HIDDEN"]),
         ];
         assert_eq!(problems(Tool::Layers, None, &args), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_list_concept_may_take_one_value_and_say_so() {
+        for value in ["S[,S...]", "S"] {
+            let args = [arg("stages", None, &[value])];
+            assert!(problems(Tool::Pipeline, None, &args).is_empty(), "{value}");
+        }
+        let p = problems(Tool::Pipeline, None, &[arg("stages", None, &["N"])]);
+        assert!(p.iter().any(|l| l.contains("shared syntax")), "{p:?}");
+        // A concept without a list syntax has no second form.
+        let p = problems(Tool::Layers, None, &[arg("chunks", None, &["N"])]);
+        assert!(p.iter().any(|l| l.contains("shared syntax")), "{p:?}");
     }
 
     #[test]

@@ -49,11 +49,17 @@ pub struct Flag {
     pub short: Option<char>,
     /// The value's syntax as help prints it; `None` for a switch.
     pub value: Option<&'static str>,
+    /// For a list syntax (`T[,T...]`): the syntax in a tool that takes
+    /// one value (`T`), so that its help does not advertise a list.
+    pub one: Option<&'static str>,
 }
 
 /// Defines one concept's constants and its [`Flag`].
 macro_rules! flag {
     ($m:ident, $concept:literal, long $long:literal, short $short:expr, value $value:expr, help $help:literal) => {
+        flag!($m, $concept, long $long, short $short, value $value, one None, help $help);
+    };
+    ($m:ident, $concept:literal, long $long:literal, short $short:expr, value $value:expr, one $one:expr, help $help:literal) => {
         #[doc = $concept]
         pub mod $m {
             pub const LONG: &str = $long;
@@ -63,11 +69,17 @@ macro_rules! flag {
                 Some(v) => v,
                 None => "",
             };
+            /// The syntax of one value, where the shared one is a list.
+            pub const ONE: &str = match $one {
+                Some(v) => v,
+                None => VALUE,
+            };
             pub const FLAG: super::Flag = super::Flag {
                 concept: $concept,
                 long: $long,
                 short: $short,
                 value: $value,
+                one: $one,
             };
         }
     };
@@ -75,7 +87,7 @@ macro_rules! flag {
 
 flag!(iters, "timed iterations of each measurement (a size, a degree, a pipeline step)",
     long "iters", short Some('n'), value Some("N"),
-    help "Timed iterations of each measurement: per size (bench-collectives), per degree (bench-layers), steps per schedule (bench-pipeline); nccl-tests' -n");
+    help "Timed iterations of each measurement (nccl-tests' -n)");
 flag!(warmup, "untimed warm-up iterations before timing",
     long "warmup", short Some('w'), value Some("N"),
     help "Untimed warm-up iterations before timing (nccl-tests' -w)");
@@ -104,11 +116,11 @@ flag!(slow_rank, "one rank slower at every action",
     long "slow-rank", short None, value Some("RANK:MS"),
     help "Slow rank RANK down: MS milliseconds added to each of its actions (a slower device)");
 flag!(tp, "tensor-parallel degree(s)",
-    long "tp", short None, value Some("T[,T...]"),
-    help "Tensor-parallel degree; a comma list where the tool sweeps degrees (bench-layers), one degree elsewhere");
+    long "tp", short None, value Some("T[,T...]"), one Some("T"),
+    help "Tensor-parallel degrees, comma-separated");
 flag!(stages, "pipeline stage ranks",
-    long "stages", short None, value Some("S[,S...]"),
-    help "Pipeline stage ranks; a comma list where the tool tabulates several (report model), one elsewhere");
+    long "stages", short None, value Some("S[,S...]"), one Some("S"),
+    help "Pipeline stage ranks, comma-separated");
 flag!(microbatches, "microbatches per step (a sweep)",
     long "microbatches", short None, value Some("M[,M...]"),
     help "Microbatches per step M, comma-separated (a sweep)");
@@ -119,14 +131,14 @@ flag!(schedule, "pipeline schedules by name",
     long "schedule", short None, value Some("NAME[,NAME...]"),
     help "Pipeline schedules by their registry names, comma-separated");
 flag!(shard, "data-parallel sharding modes (ZeRO)",
-    long "shard", short None, value Some("MODE[,MODE...]"),
-    help "Data-parallel sharding: none, zero1, zero2, zero3; a comma list where the tool searches several (report plan), one elsewhere");
+    long "shard", short None, value Some("MODE[,MODE...]"), one Some("MODE"),
+    help "Data-parallel sharding modes, comma-separated: none, zero1, zero2, zero3");
 flag!(mode, "which passes a step runs",
     long "mode", short None, value Some("MODE"),
     help "Which passes a step runs: prefill (forward over --seq tokens), decode (one new token per sequence against a KV cache of --seq tokens) or train (forward and backward)");
 flag!(no_check, "skip the correctness check",
     long "no-check", short None, value None,
-    help "Skip the correctness check (bench-collectives: as -c 0)");
+    help "Skip the correctness check");
 flag!(link, "a wire given by hand",
     long "link", short None, value Some("GBPS,US"),
     help "The wire as GBPS,US (bandwidth in GB/s, latency in microseconds), instead of the one measured");
@@ -215,12 +227,48 @@ pub const NCCL_TESTS_SHORTS: &[(char, &str)] = &[
 pub fn one_count<T: std::str::FromStr>(s: &str) -> Result<T, String> {
     if s.contains(',') {
         return Err(format!(
-            "'{s}': one value here (a comma list is for the tools that sweep it)"
+            "'{s}': this flag takes one value, not a list"
         ));
     }
     s.trim()
         .parse()
         .map_err(|_| format!("'{s}' is not a whole number"))
+}
+
+/// A registry's names as a help text lists them for a flag of one value:
+/// `(one of: a, b, c)`. Built at run time from the registry, so that help
+/// cannot fall behind it; the help tests read the list back
+/// ([`listed_names`]).
+pub fn one_of<S: AsRef<str>>(names: impl IntoIterator<Item = S>) -> String {
+    format!("(one of: {})", join_names(names))
+}
+
+/// As [`one_of`], for a flag that takes a comma list: `(any of: a, b)`.
+pub fn any_of<S: AsRef<str>>(names: impl IntoIterator<Item = S>) -> String {
+    format!("(any of: {})", join_names(names))
+}
+
+fn join_names<S: AsRef<str>>(names: impl IntoIterator<Item = S>) -> String {
+    names
+        .into_iter()
+        .map(|n| n.as_ref().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The names a help text lists with [`one_of`] or [`any_of`], in order;
+/// empty when it lists none.
+pub fn listed_names(help: &str) -> Vec<String> {
+    let Some(start) = help.find("(one of: ").or_else(|| help.find("(any of: ")) else {
+        return Vec::new();
+    };
+    let rest = &help[start + "(one of: ".len()..];
+    let end = rest.find(')').unwrap_or(rest.len());
+    rest[..end]
+        .split(',')
+        .map(|n| n.split_whitespace().collect::<Vec<_>>().join(" "))
+        .filter(|n| !n.is_empty())
+        .collect()
 }
 
 /// The one shared concept that owns a short letter, if any.
@@ -231,6 +279,14 @@ pub fn concept_of_short(c: char) -> Option<&'static Flag> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn listed_names_reads_back_what_one_of_wrote() {
+        let help = format!("A model {}; or a shape", one_of(["tiny", "gpt3-1.3b"]));
+        assert_eq!(listed_names(&help), ["tiny", "gpt3-1.3b"]);
+        assert_eq!(listed_names(&any_of(["gpipe"])), ["gpipe"]);
+        assert!(listed_names("no list here").is_empty());
+    }
 
     #[test]
     fn one_count_takes_a_list_of_one() {

@@ -20,7 +20,11 @@ use crate::predict;
 use anyhow::{anyhow, bail, Result};
 use clap::Args;
 use input::prepare;
-use parbench::model::plan::{LayoutRanking, PlanInput};
+use parbench::model::device::Device;
+use parbench::model::plan::{LayoutRanking, PlanInput, Shard};
+use parbench::model::stack::Stack;
+use parbench::model::Preset;
+use parbench::schedule::ScheduleKind;
 use parbench::vocab;
 use std::path::PathBuf;
 use text::render;
@@ -29,116 +33,130 @@ use text::render;
 #[derive(Args, Debug)]
 #[command(allow_negative_numbers = true)]
 pub struct PlanArgs {
-    /// A model preset (tiny, gpt3-1.3b, llama2-70b, gpt3-175b); or give the shape with --layers, --hidden, --heads, --ffn, --seq.
-    #[arg(long)]
+    #[arg(help_heading = "Model", long, help = format!("A model preset {}; or give the shape with --layers, --hidden, --heads, --ffn, --seq", vocab::one_of(Preset::names())))]
     pub model: Option<String>,
     /// Transformer layers (custom shape).
-    #[arg(long)]
+    #[arg(help_heading = "Model", long)]
     pub layers: Option<u64>,
     /// Hidden size (custom shape).
-    #[arg(long)]
+    #[arg(help_heading = "Model", long)]
     pub hidden: Option<u64>,
     /// Attention heads (custom shape).
-    #[arg(long)]
+    #[arg(help_heading = "Model", long)]
     pub heads: Option<u64>,
     /// Key/value heads (custom shape; default: --heads).
-    #[arg(long)]
+    #[arg(help_heading = "Model", long)]
     pub kv_heads: Option<u64>,
     /// MLP inner size (custom shape).
-    #[arg(long)]
+    #[arg(help_heading = "Model", long)]
     pub ffn: Option<u64>,
     /// Sequence length in tokens (custom shape; with --model, overrides its context).
-    #[arg(long)]
+    #[arg(help_heading = "Model", long)]
     pub seq: Option<u64>,
     /// Vocabulary (custom shape; default GPT-2's 50257).
-    #[arg(long)]
+    #[arg(help_heading = "Model", long)]
     pub vocab: Option<u64>,
     /// Block family of a custom shape: gpt (biases, LayerNorm, a GELU MLP of two matrices, tied embedding) or llama (no biases, RMSNorm, a SwiGLU MLP of three matrices, untied output layer).
-    #[arg(long, default_value = "gpt")]
+    #[arg(help_heading = "Model", long, default_value = "gpt")]
     pub arch: String,
-    /// A device description: a preset (a100-sxm4-80gb, h100-sxm5-80gb, h200). Costs compute by operation (GEMMs at their shapes, attention, memory-bound work at HBM bandwidth, the optimizer), the wires from NVLink and the NICs, and memory from HBM; --compute-tflops, --intra, --inter, --memory and --from's measured figures override its figures.
-    #[arg(long, value_name = "NAME", conflicts_with = "device_file")]
+    /// A GPT model's output layer has its own weights (Megatron's --untie-embeddings-and-output-weights).
+    #[arg(help_heading = "Model", long)]
+    pub untie_embeddings: bool,
+
+    /// Devices in all.
+    #[arg(help_heading = "Devices and wires", long, required_unless_present_any = ["against", "validation"])]
+    pub gpus: Option<u64>,
+    /// Devices per node (the tensor-parallel group stays inside one; default: the device's, or 8).
+    #[arg(help_heading = "Devices and wires", long)]
+    pub gpus_per_node: Option<u64>,
+    /// Sequences per training step (the global batch, B = dp x M x b).
+    #[arg(help_heading = "Devices and wires", long, required_unless_present_any = ["against", "validation"])]
+    pub global_batch: Option<u64>,
+    #[arg(help_heading = "Devices and wires", long, value_name = "NAME", conflicts_with = "device_file", help = device_help())]
     pub device: Option<String>,
     /// A device description of your own: a JSON file with the fields of the presets (docs/report.md, "Device descriptions").
-    #[arg(long, value_name = "FILE")]
+    #[arg(help_heading = "Devices and wires", long, value_name = "FILE")]
     pub device_file: Option<PathBuf>,
-    /// Cost one layout instead of searching: dp=D,tp=T,pp=P with optional vpp=V (interleaved chunks), mbs=B (microbatch size), schedule=NAME, first=F,last=L (layers of the first and last stages); what is not given is searched within the split. Prints each term, and how it compares with the search's best.
-    #[arg(long, value_name = "SPEC")]
-    pub layout: Option<String>,
-    /// The software stack the step runs on (megatron-2021, megatron-core, torchtitan): its attention, accumulation, overlaps, sharding, sequence parallelism, loss and schedules (docs/report.md, "Stacks"); the flags below override its choices. With --layout, the layout is costed as the stack runs it (its schedule and microbatch size where the layout does not say).
-    #[arg(long, value_name = "NAME")]
-    pub stack: Option<String>,
-    /// With --stack and --layout: search what the layout leaves open (schedules, v, microbatch size) instead of the stack's choices.
-    #[arg(long)]
-    pub search_open: bool,
-    /// A GPT model's output layer has its own weights (Megatron's --untie-embeddings-and-output-weights).
-    #[arg(long)]
-    pub untie_embeddings: bool,
-    /// Attention with a device: flash (FlashAttention: scores on chip) or unfused (batched GEMMs and softmax through HBM, as Megatron-LM ran before FlashAttention). Default: the stack's, else flash.
-    #[arg(long)]
-    pub attention: Option<String>,
-    /// Gradient accumulation with a device: fused (inside the weight-gradient GEMM) or unfused (a pass per microbatch, as Megatron-LM's code of 2021). Default: the stack's, else fused.
-    #[arg(long)]
-    pub grad_accumulation: Option<String>,
-    /// The data-parallel reduction overlapped with the backward in buckets: on or off (default: on with a device, off without).
-    #[arg(long)]
-    pub dp_overlap: Option<String>,
-    /// Data-parallel sharding modes to search (comma-separated: none, zero1, zero2, zero3; default none, or zero1 with --distributed-optimizer).
-    #[arg(long = vocab::shard::LONG, value_name = vocab::shard::VALUE, value_delimiter = ',')]
-    pub shard: Vec<String>,
-    /// Also search ZeRO-2/3 sharded inside a node and replicated across nodes (HSDP).
-    #[arg(long)]
-    pub hybrid_shard: bool,
-    /// Only these pipeline schedules (comma-separated registry names, e.g. 1f1b,interleaved).
-    #[arg(long = vocab::schedule::LONG, value_name = vocab::schedule::VALUE, value_delimiter = ',')]
-    pub schedules: Vec<String>,
-    /// Sequences per training step (the global batch, B = dp x M x b).
-    #[arg(long, required_unless_present_any = ["against", "validation"])]
-    pub global_batch: Option<u64>,
-    /// Devices in all.
-    #[arg(long, required_unless_present_any = ["against", "validation"])]
-    pub gpus: Option<u64>,
-    /// Cost every published run of the validation table with its stack and print each one's error and each stack's band (with --output-file, also as JSON).
-    #[arg(long, conflicts_with_all = ["model", "layout", "against", "stack"])]
-    pub validation: bool,
-    #[arg(long = vocab::against::LONG, value_name = vocab::against::VALUE, help = vocab::against::HELP, conflicts_with_all = ["model", "from", "output_file", "device", "layout"])]
-    pub against: Option<PathBuf>,
-    /// Devices per node (the tensor-parallel group stays inside one; default: the device's, or 8).
-    #[arg(long)]
-    pub gpus_per_node: Option<u64>,
-    /// Results folders to take the measured figures from: all_reduce rows of collectives.csv (local/nccl: the intra-node wire; tcp/mpi: the inter-node wire), GEMM GFLOP/s of layers.csv.
-    #[arg(long = "from", num_args = 1..)]
-    pub from: Vec<PathBuf>,
-    /// The intra-node wire as GBPS,US (instead of the measured fit).
-    #[arg(long = vocab::intra::LONG, value_name = vocab::intra::VALUE)]
-    pub intra: Option<String>,
-    /// The inter-node wire as GBPS,US (instead of the measured fit).
-    #[arg(long = vocab::inter::LONG, value_name = vocab::inter::VALUE)]
-    pub inter: Option<String>,
     /// Memory per device, GiB (default: no limit).
-    #[arg(long)]
+    #[arg(help_heading = "Devices and wires", long)]
     pub memory: Option<f64>,
     /// Sustained matrix-product rate per device, TFLOP/s (instead of bench-layers' measured GFLOP/s).
-    #[arg(long)]
+    #[arg(help_heading = "Devices and wires", long)]
     pub compute_tflops: Option<f64>,
+    /// The intra-node wire as GBPS,US (instead of the measured fit).
+    #[arg(help_heading = "Devices and wires", long = vocab::intra::LONG, value_name = vocab::intra::VALUE)]
+    pub intra: Option<String>,
+    /// The inter-node wire as GBPS,US (instead of the measured fit).
+    #[arg(help_heading = "Devices and wires", long = vocab::inter::LONG, value_name = vocab::inter::VALUE)]
+    pub inter: Option<String>,
+    /// Results folders to take the measured figures from: all_reduce rows of collectives.csv (local/nccl: the intra-node wire; tcp/mpi: the inter-node wire), GEMM GFLOP/s of layers.csv.
+    #[arg(help_heading = "Devices and wires", long = "from", num_args = 1..)]
+    pub from: Vec<PathBuf>,
+
+    #[arg(help_heading = "Stack and search", long, value_name = "NAME", help = stack_help())]
+    pub stack: Option<String>,
+    /// Cost one layout instead of searching: dp=D,tp=T,pp=P with optional vpp=V (interleaved chunks), mbs=B (microbatch size), schedule=NAME, first=F,last=L (layers of the first and last stages); what is not given is searched within the split. Prints each term, and how it compares with the search's best.
+    #[arg(help_heading = "Stack and search", long, value_name = "SPEC")]
+    pub layout: Option<String>,
+    /// With --stack and --layout: search what the layout leaves open (schedules, v, microbatch size) instead of the stack's choices.
+    #[arg(help_heading = "Stack and search", long)]
+    pub search_open: bool,
+    /// Attention with a device: flash (FlashAttention: scores on chip) or unfused (batched GEMMs and softmax through HBM, as Megatron-LM ran before FlashAttention). Default: the stack's, else flash.
+    #[arg(help_heading = "Stack and search", long)]
+    pub attention: Option<String>,
+    /// Gradient accumulation with a device: fused (inside the weight-gradient GEMM) or unfused (a pass per microbatch, as Megatron-LM's code of 2021). Default: the stack's, else fused.
+    #[arg(help_heading = "Stack and search", long)]
+    pub grad_accumulation: Option<String>,
+    /// The data-parallel reduction overlapped with the backward in buckets: on or off (default: on with a device, off without).
+    #[arg(help_heading = "Stack and search", long)]
+    pub dp_overlap: Option<String>,
+    #[arg(help_heading = "Stack and search", long = vocab::shard::LONG, value_name = vocab::shard::VALUE, value_delimiter = ',', help = format!("Data-parallel sharding modes to search, comma-separated {}; default none, or zero1 with --distributed-optimizer", vocab::any_of(Shard::ALL.map(|(name, _)| name))))]
+    pub shard: Vec<String>,
+    /// Also search ZeRO-2/3 sharded inside a node and replicated across nodes (HSDP).
+    #[arg(help_heading = "Stack and search", long)]
+    pub hybrid_shard: bool,
+    #[arg(help_heading = "Stack and search", long = vocab::schedule::LONG, value_name = vocab::schedule::VALUE, value_delimiter = ',', help = format!("Only these pipeline schedules, comma-separated {}", vocab::any_of(ScheduleKind::ALL.map(ScheduleKind::name))))]
+    pub schedules: Vec<String>,
     /// Let the tensor-parallel group span nodes.
-    #[arg(long)]
+    #[arg(help_heading = "Stack and search", long)]
     pub allow_tp_across_nodes: bool,
     /// Sequence parallelism (less activation memory, the same traffic).
-    #[arg(long)]
+    #[arg(help_heading = "Stack and search", long)]
     pub sequence_parallel: bool,
     /// Activation recomputation: none, selective or full.
-    #[arg(long, default_value = "none")]
+    #[arg(help_heading = "Stack and search", long, default_value = "none")]
     pub recompute: String,
     /// Adam state sharded over the data-parallel ranks (Megatron's distributed optimizer).
-    #[arg(long = vocab::distributed_optimizer::LONG)]
+    #[arg(help_heading = "Stack and search", long = vocab::distributed_optimizer::LONG)]
     pub distributed_optimizer: bool,
+
     /// Layouts to print.
-    #[arg(long, default_value_t = 10)]
+    #[arg(help_heading = "Output and checks", long, default_value_t = 10)]
     pub top: usize,
     /// Also write the plan as JSON (put it in a results folder as plan.json for `report html`).
-    #[arg(long = vocab::output_file::LONG, value_name = vocab::output_file::VALUE)]
+    #[arg(help_heading = "Output and checks", long = vocab::output_file::LONG, value_name = vocab::output_file::VALUE)]
     pub output_file: Option<PathBuf>,
+    /// Cost every published run of the validation table with its stack and print each one's error and each stack's band (with --output-file, also as JSON).
+    #[arg(help_heading = "Output and checks", long, conflicts_with_all = ["model", "layout", "against", "stack"])]
+    pub validation: bool,
+    #[arg(help_heading = "Output and checks", long = vocab::against::LONG, value_name = vocab::against::VALUE, help = vocab::against::HELP, conflicts_with_all = ["model", "from", "output_file", "device", "layout"])]
+    pub against: Option<PathBuf>,
+}
+
+/// `--device`'s help, listing the device presets.
+fn device_help() -> String {
+    format!(
+        "A device description: a preset {}. Costs compute by operation (GEMMs at their shapes, attention, memory-bound work at HBM bandwidth, the optimizer), the wires from NVLink and the NICs, and memory from HBM; --compute-tflops, --intra, --inter, --memory and --from's measured figures override its figures",
+        vocab::one_of(Device::names())
+    )
+}
+
+/// `--stack`'s help, listing the stacks the planner knows.
+fn stack_help() -> String {
+    format!(
+        "The software stack the step runs on {}: its attention, accumulation, overlaps, sharding, sequence parallelism, loss and schedules (docs/report.md, \"Stacks\"); the flags below override its choices. With --layout, the layout is costed as the stack runs it (its schedule and microbatch size where the layout does not say)",
+        vocab::one_of(Stack::names())
+    )
 }
 
 /// Runs `report plan`.
