@@ -72,6 +72,7 @@ enum Command {
     },
     /// Whether every run in the folders was quiet: exit 0 when no run's noise guard marked it noisy, 3 naming each one that did (scripts/nightly.sh keeps only quiet nights in its baseline).
     Quiet {
+        /// Results folders whose runs are checked.
         #[arg(required = true)]
         dirs: Vec<PathBuf>,
         /// Largest share of the machine other processes may take in a quiet run (0.10 = 10%), as in compare.
