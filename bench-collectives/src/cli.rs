@@ -2,9 +2,9 @@
 //! backend, algorithm, deadline, output folder and straggler injection.
 
 use crate::config::{NcclTestsFlags, SweepConfig};
+use crate::nccl_flags::other_flag_help;
 use anyhow::{anyhow, bail, Result};
 use clap::Parser;
-use crate::nccl_flags::other_flag_help;
 use parbench::comm::{Algo, Collective, DType, ReduceOp};
 use parbench::launch::flags;
 use parbench::vocab;
@@ -27,14 +27,16 @@ use std::time::Duration;
     args_override_self = true,
     disable_version_flag = true
 )]
-pub struct Args {    /// Print the version.
+pub struct Args {
+    /// Print the version.
     #[arg(long, action = clap::ArgAction::Version)]
     pub version: Option<bool>,
     #[arg(value_name = "COLLECTIVE", help = collectives_help(), default_values_t = ["all_reduce".to_string(), "all_gather".to_string()])]
     pub collectives: Vec<String>,
 
     /// Smallest size in bytes (K, M, G: binary suffixes).
-    #[arg(help_heading = "Sizes", 
+    #[arg(
+        help_heading = "Sizes",
         short = 'b',
         long = "min-bytes",
         alias = "minbytes",
@@ -42,7 +44,8 @@ pub struct Args {    /// Print the version.
     )]
     pub min_bytes: String,
     /// Largest size in bytes (K, M, G: binary suffixes).
-    #[arg(help_heading = "Sizes", 
+    #[arg(
+        help_heading = "Sizes",
         short = 'e',
         long = "max-bytes",
         alias = "maxbytes",
@@ -52,14 +55,29 @@ pub struct Args {    /// Print the version.
     /// Multiply the size by this factor at each step.
     /// nccl-tests' reading: a factor of 1 (or 0) steps by -i bytes instead
     /// (1M when -i is not given), and a factor above 1 wins over -i.
-    #[arg(help_heading = "Sizes", short = 'f', long = "step-factor", alias = "stepfactor")]
+    #[arg(
+        help_heading = "Sizes",
+        short = 'f',
+        long = "step-factor",
+        alias = "stepfactor"
+    )]
     pub step_factor: Option<u64>,
     /// Add this many bytes at each step instead (K, M, G suffixes).
-    #[arg(help_heading = "Sizes", short = 'i', long = "step-bytes", alias = "stepbytes")]
+    #[arg(
+        help_heading = "Sizes",
+        short = 'i',
+        long = "step-bytes",
+        alias = "stepbytes"
+    )]
     pub step_bytes: Option<String>,
     /// Smallest size the fits after the sweep use (K, M, G suffixes): the
     /// fits' window, from this size to the largest swept.
-    #[arg(help_heading = "Sizes", long = "fit-from", value_name = "SIZE", default_value = "1M")]
+    #[arg(
+        help_heading = "Sizes",
+        long = "fit-from",
+        value_name = "SIZE",
+        default_value = "1M"
+    )]
     pub fit_from: String,
 
     #[arg(help_heading = "Measurement", short = 'n', long = vocab::iters::LONG, value_name = vocab::iters::VALUE, help = vocab::iters::HELP, default_value_t = 20)]
@@ -74,7 +92,13 @@ pub struct Args {    /// Print the version.
     )]
     pub warmup: usize,
     /// Check iterations after the timed loop (0 = no check).
-    #[arg(help_heading = "Measurement", short = 'c', long = "check", value_name = "N", default_value_t = 1)]
+    #[arg(
+        help_heading = "Measurement",
+        short = 'c',
+        long = "check",
+        value_name = "N",
+        default_value_t = 1
+    )]
     pub check: usize,
     /// Skip the correctness check (as -c 0).
     #[arg(help_heading = "Measurement", long = vocab::no_check::LONG)]
@@ -91,20 +115,35 @@ pub struct Args {    /// Print the version.
     )]
     pub dtype: String,
     /// Root rank of broadcast and reduce; -1: every rank in turn.
-    #[arg(help_heading = "Measurement", short = 'r', long = "root", default_value_t = 0)]
+    #[arg(
+        help_heading = "Measurement",
+        short = 'r',
+        long = "root",
+        default_value_t = 0
+    )]
     pub root: i64,
     /// How per-rank times combine: 0 rank 0, 1 mean, 2 min, 3 max.
-    #[arg(help_heading = "Measurement", short = 'a', long = "average", default_value_t = 1)]
+    #[arg(
+        help_heading = "Measurement",
+        short = 'a',
+        long = "average",
+        default_value_t = 1
+    )]
     pub average: u8,
     /// Measure in-place only.
-    #[arg(help_heading = "Measurement", long = "inplace-only", conflicts_with = "outplace_only")]
+    #[arg(
+        help_heading = "Measurement",
+        long = "inplace-only",
+        conflicts_with = "outplace_only"
+    )]
     pub inplace_only: bool,
     /// Measure out-of-place only.
     #[arg(help_heading = "Measurement", long = "outplace-only")]
     pub outplace_only: bool,
     /// Operations aggregated per timed iteration (nccl-tests' -m): parbench
     /// times one operation per iteration, so only 1 is accepted.
-    #[arg(help_heading = "Measurement", 
+    #[arg(
+        help_heading = "Measurement",
         short = 'm',
         long = "agg-iters",
         alias = "agg_iters",
@@ -114,7 +153,8 @@ pub struct Args {    /// Print the version.
     pub agg_iters: usize,
     /// Blocking collectives (nccl-tests' -z): 0 the backend's own way, 1 wait
     /// for each operation before the next (the CPU backends always do).
-    #[arg(help_heading = "Measurement", 
+    #[arg(
+        help_heading = "Measurement",
         short = 'z',
         long = "blocking",
         value_name = "0|1",
@@ -123,7 +163,8 @@ pub struct Args {    /// Print the version.
     pub blocking: u8,
     /// Run each table's sizes this many times, in one table (nccl-tests'
     /// -N; 0 runs until interrupted).
-    #[arg(help_heading = "Measurement", 
+    #[arg(
+        help_heading = "Measurement",
         short = 'N',
         long = "run-cycles",
         alias = "run_cycles",
@@ -133,7 +174,13 @@ pub struct Args {    /// Print the version.
     pub run_cycles: usize,
     /// Capture N calls as one CUDA graph and time its replays (nccl-tests'
     /// -G; --backend nccl only): the time per call without the host's launch cost.
-    #[arg(help_heading = "Measurement", short = 'G', long, alias = "cudagraph", value_name = "N")]
+    #[arg(
+        help_heading = "Measurement",
+        short = 'G',
+        long,
+        alias = "cudagraph",
+        value_name = "N"
+    )]
     pub graph: Option<usize>,
     #[arg(help_heading = "Measurement", long = vocab::straggler::LONG, value_name = vocab::straggler::VALUE, help = vocab::straggler::HELP)]
     pub straggler: Option<String>,
@@ -151,7 +198,12 @@ pub struct Args {    /// Print the version.
     pub ngpus: Option<usize>,
     /// Threads per process (nccl-tests' -t): 1, one rank per thread
     /// (--backend local runs its ranks as threads: -np N).
-    #[arg(help_heading = "Ranks", short = 't', long = "nthreads", value_name = "N")]
+    #[arg(
+        help_heading = "Ranks",
+        short = 't',
+        long = "nthreads",
+        value_name = "N"
+    )]
     pub nthreads: Option<i64>,
     #[arg(help_heading = "Ranks", short = 'T', long = vocab::timeout::LONG, value_name = vocab::timeout::VALUE, help = vocab::timeout::HELP, default_value_t = 60.0)]
     pub timeout: f64,
@@ -161,11 +213,21 @@ pub struct Args {    /// Print the version.
     /// Table layout: parbench (default: nccl-tests' columns plus the
     /// share of the wire's ceiling) or nccl-tests (exactly its
     /// columns and footers, for scripts written for nccl-tests).
-    #[arg(help_heading = "Output", long, value_name = "FORMAT", default_value = "parbench")]
+    #[arg(
+        help_heading = "Output",
+        long,
+        value_name = "FORMAT",
+        default_value = "parbench"
+    )]
     pub format: String,
     /// Also print each row's p50 and p99, the model's time and the
     /// algorithm, and the model's and placement's lines in the header.
-    #[arg(help_heading = "Output", short = 'v', long = "verbose", visible_alias = "columns")]
+    #[arg(
+        help_heading = "Output",
+        short = 'v',
+        long = "verbose",
+        visible_alias = "columns"
+    )]
     pub verbose: bool,
     /// Also write the results as nccl-tests' -J JSON (its field names and
     /// layout, parbench's extras beside them) to FILE.
@@ -178,7 +240,12 @@ pub struct Args {    /// Print the version.
     pub json_file: Option<PathBuf>,
     /// nccl-tests' per-iteration timing: 1 adds its per-iteration columns
     /// to --format nccl-tests (parbench's layout has p50 and p99 already).
-    #[arg(help_heading = "Output", short = 'I', long = "per_iter_timing", value_name = "0|1")]
+    #[arg(
+        help_heading = "Output",
+        short = 'I',
+        long = "per_iter_timing",
+        value_name = "0|1"
+    )]
     pub per_iter_timing: Option<String>,
 
     // nccl-tests' flags with no counterpart here, accepted at the value

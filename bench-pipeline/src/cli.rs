@@ -23,7 +23,8 @@ use std::time::Duration;
     allow_negative_numbers = true,
     disable_version_flag = true
 )]
-pub struct Args {    /// Print the version.
+pub struct Args {
+    /// Print the version.
     #[arg(long, action = clap::ArgAction::Version)]
     pub version: Option<bool>,
 
@@ -61,7 +62,11 @@ pub struct Args {    /// Print the version.
     pub dump_schedules: Option<PathBuf>,
 
     /// Data-parallel degree D: the world is D x T x S ranks.
-    #[arg(help_heading = "Data and tensor parallel (composed step)", long, default_value_t = 1)]
+    #[arg(
+        help_heading = "Data and tensor parallel (composed step)",
+        long,
+        default_value_t = 1
+    )]
     pub dp: usize,
     /// Tensor-parallel degree T of every stage's blocks, one.
     #[arg(help_heading = "Data and tensor parallel (composed step)", long = vocab::tp::LONG, value_name = vocab::tp::ONE, value_parser = vocab::one_count::<usize>, default_value = "1")]
@@ -97,7 +102,11 @@ pub struct Args {    /// Print the version.
     pub shard: Option<String>,
     /// With --shard zero1/zero2/zero3: shard inside groups of G consecutive
     /// data ranks and replicate across them (HSDP; G divides --dp).
-    #[arg(help_heading = "Data and tensor parallel (composed step)", long, value_name = "G")]
+    #[arg(
+        help_heading = "Data and tensor parallel (composed step)",
+        long,
+        value_name = "G"
+    )]
     pub shard_group: Option<usize>,
     /// With --shard zero3: all-gather each layer's weights on a thread and
     /// communicator of their own while the layer before it computes

@@ -226,9 +226,7 @@ pub const NCCL_TESTS_SHORTS: &[(char, &str)] = &[
 /// saying that this tool takes one (clap's value parser).
 pub fn one_count<T: std::str::FromStr>(s: &str) -> Result<T, String> {
     if s.contains(',') {
-        return Err(format!(
-            "'{s}': this flag takes one value, not a list"
-        ));
+        return Err(format!("'{s}': this flag takes one value, not a list"));
     }
     s.trim()
         .parse()
