@@ -143,7 +143,7 @@ flag!(against, "hold the planner to measured composed runs",
     long "against", short None, value Some("DIR"),
     help "Instead of a search: each composed dp x tp x pp run in this results folder (bench-pipeline --dp/--tp) costed from the run's own calibration, beside the measurement term by term; writes DIR/plan-check.csv");
 
-/// Every shared concept, in the order of docs/usage.md's table.
+/// Every shared concept; docs/usage.md's table lists each (tests/doc_vocab.rs).
 pub const SHARED: &[Flag] = &[
     iters::FLAG,
     warmup::FLAG,
