@@ -1,9 +1,10 @@
 //! Every relative link in README.md, CHANGELOG.md and docs/*.md resolves:
-//! the file (or folder) exists inside the repository, and a `#anchor` names a heading of
-//! the target page as GitHub spells heading anchors. Links to web addresses
-//! are left alone (nothing outside is reachable from a test); a link that
-//! leaves the repository (`../shared/...`, `/abs/path`) is broken, since a
-//! reader of the repository does not have that file.
+//! the file (or folder) exists inside the repository, and a `#anchor`
+//! names a heading of the target page as GitHub spells heading anchors.
+//! Links to web addresses are left alone (nothing outside is reachable from
+//! a test); a link that leaves the repository (`../shared/...`,
+//! `/abs/path`) is broken, since a reader of the repository does not have
+//! that file.
 //!
 //! The checker is tested on a small tree of its own with broken links, so a
 //! checker that accepts everything fails here too.
