@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The README's walk-through, run as a new user would run it: every command
-# of the fenced sh blocks under "Backends", "A first session" and "Planning
-# a cluster", read from README.md itself (so the two cannot drift apart),
-# one after the other in one scratch folder (their results/ and
-# report.html land there). Fails naming the first command that fails.
+# of the fenced sh blocks under the README's "A first session", and of the
+# pages it sends a new user to next: docs/usage.md's "Backends" and
+# docs/report.md's "Planning a cluster", read from those pages themselves
+# (so commands and pages cannot drift apart), one after the other in one
+# scratch folder (their results/ and report.html land there). Fails naming
+# the first command that fails. Described in docs/ci.md.
 #
 #   scripts/readme-walkthrough.sh [--bin DIR] [--full] [--keep]
 #
@@ -20,12 +22,12 @@
 # the benches are shortened by flags appended to each command, shown in
 # its line: bench-collectives -e 1M -n 5 -w 1 (a flag given twice: the
 # last wins, as in nccl-tests), bench-layers and bench-pipeline -n 1 -w 0
-# where the README does not give them, and bench-layers --seq 32 (the
+# where the command does not give them, and bench-layers --seq 32 (the
 # CPU's default is 128 tokens). Collectives, ranks, backends, schedules,
 # presets and the report commands stay as written. Not run, and named:
 # commands that need a launcher or a build this machine lacks (torchrun,
 # mpirun, --backend nccl or mpi). A command that prints the notice of a
-# spelling of the last release fails too: the README shows today's.
+# spelling of the last release fails too: the pages show today's.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 root=$PWD
@@ -36,7 +38,7 @@ while [ $# -gt 0 ]; do
         --bin) bin=${2:?--bin DIR}; shift 2 ;;
         --full) full=1; shift ;;
         --keep) keep=1; shift ;;
-        -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
         *) echo "readme-walkthrough: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -46,15 +48,28 @@ if [ -z "$bin" ]; then
 fi
 case "$bin" in /*) ;; *) bin=$root/$bin ;; esac
 
-# The sections' sh blocks, one command a line: continuation lines joined,
-# comments dropped.
-commands() {
-    awk '
-        /^## / { section = substr($0, 4) }
-        /^```sh/ { if (section == "Backends" || section == "A first session" || section == "Planning a cluster") inside = 1; next }
-        /^```/ { inside = 0; next }
+# Where the walk-through's commands are: FILE:SECTION (a heading's text,
+# at any level), in the order they run.
+sources=(
+    "README.md:A first session"
+    "docs/usage.md:Backends"
+    "docs/report.md:Planning a cluster"
+)
+
+# One section's sh blocks, one command a line: continuation lines joined,
+# comments dropped. Headings inside a fenced block (output's `# ` lines)
+# are text, not headings.
+commands() { # FILE SECTION
+    awk -v want="$2" '
+        /^```/ {
+            if (fence) { fence = 0; inside = 0; next }
+            fence = 1
+            if ($0 ~ /^```sh/ && section == want) inside = 1
+            next
+        }
+        !fence && /^#+ / { section = $0; sub(/^#+ /, "", section); next }
         inside { print }
-    ' README.md | sed -e 's/^#.*$//' -e 's/[[:space:]]#.*$//' -e 's/[[:space:]]*$//' |
+    ' "$1" | sed -e 's/^#.*$//' -e 's/[[:space:]]#.*$//' -e 's/[[:space:]]*$//' |
         awk '/\\$/ { sub(/\\$/, ""); line = line $0; next } { print line $0; line = "" }' |
         grep -v '^$'
 }
@@ -86,11 +101,16 @@ if [ "$keep" = 1 ]; then
 else
     trap 'rm -rf "$scratch"' EXIT
 fi
-mapfile -t lines < <(commands)
-if [ "${#lines[@]}" -lt 10 ]; then
-    echo "readme-walkthrough: found ${#lines[@]} commands in README.md's sections; expected the walk-through's (has a heading changed?)" >&2
-    exit 2
-fi
+lines=()
+for source in "${sources[@]}"; do
+    file=${source%%:*} section=${source#*:}
+    mapfile -t found < <(commands "$file" "$section")
+    if [ "${#found[@]}" -eq 0 ]; then
+        echo "readme-walkthrough: no commands under \"$section\" in $file (has a heading moved?)" >&2
+        exit 2
+    fi
+    lines+=("${found[@]}")
+done
 
 ran=0 skipped=0 started=$SECONDS
 for line in "${lines[@]}"; do
@@ -134,9 +154,9 @@ for line in "${lines[@]}"; do
         tail -n 20 "$scratch/last.log" >&2
         exit 1
     fi
-    # The README shows today's spellings: an old one's notice fails it.
+    # The pages show today's spellings: an old one's notice fails it.
     if grep -q "is accepted until the next release" "$scratch/last.log"; then
-        echo "readme-walkthrough: FAILED: the README shows a spelling of the last release: $line" >&2
+        echo "readme-walkthrough: FAILED: the pages show a spelling of the last release: $line" >&2
         grep "is accepted until the next release" "$scratch/last.log" >&2
         exit 1
     fi

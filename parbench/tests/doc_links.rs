@@ -1,9 +1,10 @@
-//! Every relative link in README.md and docs/*.md resolves: the file (or
-//! folder) exists inside the repository, and a `#anchor` names a heading of
-//! the target page as GitHub spells heading anchors. Links to web addresses
-//! are left alone (nothing outside is reachable from a test); a link that
-//! leaves the repository (`../shared/...`, `/abs/path`) is broken, since a
-//! reader of the repository does not have that file.
+//! Every relative link in README.md, CHANGELOG.md and docs/*.md resolves:
+//! the file (or folder) exists inside the repository, and a `#anchor`
+//! names a heading of the target page as GitHub spells heading anchors.
+//! Links to web addresses are left alone (nothing outside is reachable from
+//! a test); a link that leaves the repository (`../shared/...`,
+//! `/abs/path`) is broken, since a reader of the repository does not have
+//! that file.
 //!
 //! The checker is tested on a small tree of its own with broken links, so a
 //! checker that accepts everything fails here too.
@@ -19,9 +20,13 @@ fn repo_root() -> PathBuf {
         .to_path_buf()
 }
 
-/// README.md and every docs/*.md, relative to `root`, sorted.
+/// README.md, CHANGELOG.md (where there is one) and every docs/*.md,
+/// relative to `root`, sorted.
 fn doc_files(root: &Path) -> Vec<PathBuf> {
     let mut files = vec![PathBuf::from("README.md")];
+    if root.join("CHANGELOG.md").is_file() {
+        files.push(PathBuf::from("CHANGELOG.md"));
+    }
     let mut docs: Vec<PathBuf> = std::fs::read_dir(root.join("docs"))
         .map(|dir| {
             dir.filter_map(|e| e.ok())

@@ -42,7 +42,7 @@ impl Tool {
 /// One shared concept as the table holds it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Flag {
-    /// The concept in a few words (the README's table).
+    /// The concept in a few words (docs/usage.md's table of shared flags).
     pub concept: &'static str,
     pub long: &'static str,
     /// Its short letter, where it has one (nccl-tests' letters only).
@@ -155,7 +155,7 @@ flag!(against, "hold the planner to measured composed runs",
     long "against", short None, value Some("DIR"),
     help "Instead of a search: each composed dp x tp x pp run in this results folder (bench-pipeline --dp/--tp) costed from the run's own calibration, beside the measurement term by term; writes DIR/plan-check.csv");
 
-/// Every shared concept, in the README's order.
+/// Every shared concept; docs/usage.md's table lists each (tests/doc_vocab.rs).
 pub const SHARED: &[Flag] = &[
     iters::FLAG,
     warmup::FLAG,
