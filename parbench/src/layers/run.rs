@@ -128,7 +128,7 @@ where
 
 /// The slowest rank's figures from every rank's
 /// `[compute, comm, total, min, max]` (seconds), in microseconds.
-fn slowest(all: &[f64], per_rank: usize) -> TpTiming {
+pub(crate) fn slowest(all: &[f64], per_rank: usize) -> TpTiming {
     let ranks: Vec<&[f64]> = all.chunks_exact(per_rank).collect();
     let (slow, row) = ranks
         .iter()
