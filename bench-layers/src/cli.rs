@@ -3,6 +3,7 @@
 
 use clap::Parser;
 use parbench::comm::DType;
+use parbench::layers::cp::{CpConfig, CpMethod};
 use parbench::layers::{BlockConfig, BlockShape, Mode};
 use parbench::model::{LinkParams, Preset};
 use parbench::vocab;
@@ -77,6 +78,15 @@ pub struct Cli {
     pub link: Option<String>,
     #[arg(long = vocab::no_check::LONG, help = vocab::no_check::HELP, help_heading = "Sweep")]
     pub no_check: bool,
+    /// Context-parallel degrees to sweep, comma-separated: the causal
+    /// attention alone, the sequence split over C ranks (2C chunks, rank i
+    /// holding chunks i and 2C-1-i), instead of the tensor-parallel block.
+    #[arg(long, value_name = "LIST", help_heading = "Context parallelism")]
+    pub cp: Option<String>,
+    /// How --cp moves keys and values: p2p (a ring overlapped with the
+    /// attention), all_gather, or a2a (DeepSpeed-Ulysses). Default p2p.
+    #[arg(long, value_name = "METHOD", help_heading = "Context parallelism")]
+    pub cp_comm_type: Option<String>,
 
     #[arg(long = vocab::backend::LONG, value_name = vocab::backend::VALUE, help = vocab::backend::HELP, default_value = "local", help_heading = "Ranks and output")]
     pub backend: String,
@@ -111,6 +121,16 @@ pub struct LayerJob {
     pub check: bool,
     pub out: PathBuf,
     pub timeout: Duration,
+    /// `--cp`: the context-parallel attention at these degrees (then `tps`
+    /// holds the same degrees, the ranks each one runs on).
+    pub cp: Option<CpJob>,
+}
+
+/// What `--cp` asks for, checked.
+#[derive(Clone, Debug)]
+pub struct CpJob {
+    pub degrees: Vec<usize>,
+    pub config: CpConfig,
 }
 
 /// The communicator a run uses.
@@ -118,20 +138,25 @@ pub use parbench::launch::flags::Backend;
 
 /// Parses `1,2,4,8` into distinct positive degrees, in the given order.
 pub fn parse_tp_list(s: &str) -> Result<Vec<usize>, UsageError> {
+    parse_degrees("--tp", s)
+}
+
+/// Parses flag `flag`'s `1,2,4,8` into distinct positive degrees, in order.
+fn parse_degrees(flag: &str, s: &str) -> Result<Vec<usize>, UsageError> {
     let mut out = Vec::new();
     for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let t: usize = part
             .parse()
-            .map_err(|_| UsageError(format!("--tp: '{part}' is not a positive integer")))?;
+            .map_err(|_| UsageError(format!("{flag}: '{part}' is not a positive integer")))?;
         if t == 0 {
-            return usage("--tp: degrees must be at least 1");
+            return usage(format!("{flag}: degrees must be at least 1"));
         }
         if !out.contains(&t) {
             out.push(t);
         }
     }
     if out.is_empty() {
-        return usage("--tp: no degree given");
+        return usage(format!("{flag}: no degree given"));
     }
     Ok(out)
 }
@@ -203,18 +228,21 @@ impl Cli {
             Some(n) => n,
             None => default_ranks.max(1),
         };
-        let tps = match &self.tp {
-            Some(s) => parse_tp_list(s)?,
-            None => [1, 2, 4, 8].into_iter().filter(|&t| t <= ranks).collect(),
+        let cp = self.cp_job(&block)?;
+        let tps = match (&cp, &self.tp) {
+            (Some(cp), _) => cp.degrees.clone(),
+            (None, Some(s)) => parse_tp_list(s)?,
+            (None, None) => [1, 2, 4, 8].into_iter().filter(|&t| t <= ranks).collect(),
         };
+        let flag = if cp.is_some() { "--cp" } else { "--tp" };
         let most = backend.most_ranks();
         if let Some(&t) = tps.iter().find(|&&t| t > most) {
             return usage(format!(
-                "--tp {t}: --backend {} runs at most {most} ranks",
+                "{flag} {t}: --backend {} runs at most {most} ranks",
                 backend.name()
             ));
         }
-        for &t in &tps {
+        for &t in tps.iter().filter(|_| cp.is_none()) {
             block
                 .validate(t)
                 .map_err(|e| UsageError(format!("--tp {t}: {e}")))?;
@@ -250,7 +278,67 @@ impl Cli {
             check: !self.no_check,
             out: self.out.clone(),
             timeout,
+            cp,
         })
+    }
+
+    /// `--cp` and `--cp-comm-type`, checked against the block's sizes and
+    /// the flags that do not apply to the attention alone.
+    fn cp_job(&self, block: &BlockConfig) -> Result<Option<CpJob>, UsageError> {
+        let Some(list) = &self.cp else {
+            if self.cp_comm_type.is_some() {
+                return usage("--cp-comm-type: only with --cp");
+            }
+            return Ok(None);
+        };
+        let degrees = parse_degrees("--cp", list)?;
+        let method: CpMethod = self
+            .cp_comm_type
+            .as_deref()
+            .unwrap_or("p2p")
+            .parse()
+            .map_err(|e| UsageError(format!("--cp-comm-type: {e}")))?;
+        let refused = [
+            (self.tp.is_some(), "--tp"),
+            (block.mode != Mode::Forward, "--mode train"),
+            (block.decode, "--mode decode"),
+            (self.sequence_parallel, "--sequence-parallel"),
+            (self.link.is_some(), "--link"),
+        ];
+        if let Some((_, flag)) = refused.iter().find(|(given, _)| *given) {
+            return usage(format!(
+                "--cp runs the causal attention alone, forward: {flag} does not apply to it"
+            ));
+        }
+        if let Some(d) = &self.dtype {
+            if d.parse::<DType>() != Ok(DType::F32) {
+                return usage(format!("--cp computes in float on the host: --dtype {d}"));
+            }
+        }
+        let s = &block.shape;
+        if !s.hidden.is_multiple_of(s.heads) {
+            return usage(format!(
+                "--cp: hidden {} is not a multiple of heads {}",
+                s.hidden, s.heads
+            ));
+        }
+        let config = CpConfig {
+            seq: s.seq,
+            heads: s.heads,
+            head_dim: s.hidden / s.heads,
+            batch: s.batch,
+            method,
+        };
+        for &c in &degrees {
+            config.validate(c).map_err(|e| {
+                let detail = match e {
+                    parbench::layers::LayerError::Config(m) => m,
+                    other => other.to_string(),
+                };
+                UsageError(format!("--cp {c}: {detail}"))
+            })?;
+        }
+        Ok(Some(CpJob { degrees, config }))
     }
 }
 

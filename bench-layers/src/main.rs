@@ -26,6 +26,7 @@
 //! machine and TP = 1 uses every core.
 
 mod cli;
+mod cp;
 mod output;
 mod sweep;
 
@@ -103,6 +104,9 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
     let mut chosen = Vec::with_capacity(plan.tps.len());
     for &t in &plan.tps {
         chosen.push(ranks_of(&plan, rank.clone(), t, None)?);
+    }
+    if let (Some(job), false) = (&plan.cp, chosen.is_empty()) {
+        return cp::run(&plan, job, chosen.swap_remove(0));
     }
     match chosen.first() {
         Some(Ranks::Here { backend, .. }) if !backend.on_gpus() => {

@@ -115,14 +115,14 @@ impl CpConfig {
         }
         if !self.seq.is_multiple_of(2 * cp) {
             return bad(format!(
-                "cp {cp}: seq {} is not a multiple of 2 x cp = {} (causal balance cuts it into 2 x cp chunks)",
+                "seq {} is not a multiple of 2 x cp = {} (causal balance cuts it into 2 x cp chunks)",
                 self.seq,
                 2 * cp
             ));
         }
         if self.method == CpMethod::A2a && !self.heads.is_multiple_of(cp) {
             return bad(format!(
-                "cp {cp}: a2a gives each rank heads / cp heads, and cp does not divide heads {}",
+                "a2a gives each rank heads / cp heads, and cp {cp} does not divide heads {}",
                 self.heads
             ));
         }
@@ -155,6 +155,19 @@ impl CpConfig {
         let rank = 6 * local + exchange;
         let reference = if check { 6 * whole + w(self.seq) } else { 0 };
         (rank + reference) * 4
+    }
+
+    /// Bytes one of `cp` ranks sends per call (f32): K and V of its
+    /// tokens to each of the others (the ring's C-1 steps, or the
+    /// all-gather's share), or for `a2a` the (C-1)/C of its Q, K, V and
+    /// output that leave it.
+    pub fn bytes_sent(&self, cp: usize) -> u64 {
+        let cp = cp.max(1) as u64;
+        let local = (self.batch * self.local_seq(cp as usize) * self.width()) as u64 * 4;
+        match self.method {
+            CpMethod::P2p | CpMethod::AllGather => (cp - 1) * 2 * local,
+            CpMethod::A2a => 4 * local * (cp - 1) / cp,
+        }
     }
 
     /// Matrix-product FLOPs of one call on all ranks: QK^T and PV over the
