@@ -414,6 +414,46 @@ mod tests {
     }
 
     #[test]
+    fn cp_takes_its_degrees_and_method_and_refuses_what_does_not_split() {
+        let p = cli(&["--cp", "1,2,4", "--cp-comm-type", "a2a", "--heads", "4"])
+            .job(2)
+            .unwrap();
+        let cp = p.cp.unwrap();
+        assert_eq!((cp.degrees.clone(), p.tps), (vec![1, 2, 4], vec![1, 2, 4]));
+        assert_eq!(cp.config.method.name(), "a2a");
+        assert_eq!(cp.config.head_dim, 512 / 4);
+        for (args, needle) in [
+            (&["--cp", "4", "--seq", "12"][..], "seq 12"),
+            (
+                &[
+                    "--cp",
+                    "4",
+                    "--heads",
+                    "6",
+                    "--hidden",
+                    "96",
+                    "--cp-comm-type",
+                    "a2a",
+                ][..],
+                "heads 6",
+            ),
+            (
+                &["--cp", "2", "--cp-comm-type", "ring"][..],
+                "--cp-comm-type",
+            ),
+            (&["--cp-comm-type", "p2p"][..], "only with --cp"),
+            (&["--cp", "2,x"][..], "--cp"),
+            (&["--cp", "2", "--tp", "2"][..], "--tp"),
+            (&["--cp", "2", "--mode", "train"][..], "--mode train"),
+            (&["--cp", "2", "--dtype", "bfloat16"][..], "--dtype"),
+        ] {
+            let e = cli(args).job(8).unwrap_err().0;
+            assert!(e.contains(needle), "{args:?}: {e}");
+            assert!(!e.contains('\n'), "{e}");
+        }
+    }
+
+    #[test]
     fn flags_override_the_preset() {
         let p = cli(&[
             "--preset",
