@@ -318,6 +318,10 @@ impl<'a> CpRecords<'a> {
     fn finish(mut self) -> anyhow::Result<()> {
         parbench::out!("{}", table(&self.rows));
         self.meta.finish();
+        // The machine is shared: the share others took says how far to trust the times.
+        if let Some(n) = self.meta.noise() {
+            parbench::outln!("# {}", n.describe());
+        }
         results::record_run(&self.plan.out, &self.meta).context("recording the run")?;
         parbench::outln!(
             "# wrote {} rows to {}",
