@@ -90,14 +90,7 @@ where
     let check = if opts.check {
         step(&mut block, dev, comm, &mut PhaseClock::new())?;
         let report = check_block(dev, comm, &block, opts.seed)?;
-        if !report.passed() {
-            return Err(LayerError::Config(format!(
-                "tp {tp}: the sharded block differs from the unsharded one beyond {:.0e}: {}",
-                report.tolerance,
-                report.failures().join(", ")
-            )));
-        }
-        Some(report)
+        Some(report.required(&format!("tp {tp}: the sharded block"))?)
     } else {
         None
     };

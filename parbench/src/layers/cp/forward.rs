@@ -108,6 +108,18 @@ fn add_kv(part: &mut Partial, cfg: &CpConfig, x: &CpInputs, kv: &[f32], src: usi
     part.add_block(heads_of(cfg, cfg.heads), (&x.q, &x.pos), (k, v, &pos));
 }
 
+/// Rank `rank` of a ring of `cp` before its first step: the next and the
+/// previous rank, nothing attended yet, and its own K/V to start with.
+fn ring_start(
+    cp: usize,
+    rank: usize,
+    cfg: &CpConfig,
+    x: &CpInputs,
+) -> (usize, usize, Partial, Vec<f32>) {
+    let part = Partial::new(heads_of(cfg, cfg.heads), x.pos.len());
+    ((rank + 1) % cp, (rank + cp - 1) % cp, part, packed_kv(x))
+}
+
 /// The ring with each transfer on a thread of its own over `dup`: at step
 /// `s` this rank attends to the K/V of rank `rank - s` while sending it to
 /// `rank + 1` and receiving rank `rank - s - 1`'s from `rank - 1`.
@@ -118,9 +130,7 @@ fn ring_on_thread(
     clock: &mut CpClock,
 ) -> LayerResult<Vec<f32>> {
     let (cp, rank) = (dup.world(), dup.rank());
-    let (next, prev) = ((rank + 1) % cp, (rank + cp - 1) % cp);
-    let mut part = Partial::new(heads_of(cfg, cfg.heads), x.pos.len());
-    let mut cur = packed_kv(x);
+    let (next, prev, mut part, mut cur) = ring_start(cp, rank, cfg, x);
     let mut nxt = vec![0f32; cur.len()];
     for step in 0..cp {
         let src = (rank + cp - step) % cp;
@@ -192,9 +202,7 @@ fn ring_in_line<M: Communicator>(
     clock: &mut CpClock,
 ) -> LayerResult<Vec<f32>> {
     let (cp, rank) = (comm.world(), comm.rank());
-    let (next, prev) = ((rank + 1) % cp, (rank + cp - 1) % cp);
-    let mut part = Partial::new(heads_of(cfg, cfg.heads), x.pos.len());
-    let mut cur = packed_kv(x);
+    let (next, prev, mut part, mut cur) = ring_start(cp, rank, cfg, x);
     let n = cur.len();
     for step in 0..cp {
         let src = (rank + cp - step) % cp;
@@ -233,22 +241,8 @@ fn gathered<M: Communicator>(
     let cp = comm.world();
     let kv = packed_kv(x);
     let n = kv.len();
-    let mut all = vec![0f32; n * cp];
     let mut spent = Duration::ZERO;
-    timed(&mut spent, || -> LayerResult<()> {
-        let send = upload(comm, &kv, n)?;
-        let mut recv = comm.alloc(n * cp * 4)?;
-        comm.all_gather(
-            Io::OutOfPlace {
-                send: &send,
-                recv: &mut recv,
-            },
-            n,
-            DType::F32,
-        )?;
-        comm.sync()?;
-        download(&recv, &mut all)
-    })?;
+    let all = timed(&mut spent, || all_gather_f32(comm, &kv))?;
     clock.comm += spent;
     clock.wait += spent;
     let mut part = Partial::new(heads_of(cfg, cfg.heads), x.pos.len());
@@ -258,6 +252,28 @@ fn gathered<M: Communicator>(
         }
     });
     Ok(part.finish(cfg.head_dim))
+}
+
+/// Every rank's `values` (the same length on each), in rank order.
+pub(super) fn all_gather_f32<M: Communicator>(
+    comm: &mut M,
+    values: &[f32],
+) -> LayerResult<Vec<f32>> {
+    let (n, cp) = (values.len(), comm.world());
+    let mut all = vec![0f32; n * cp];
+    let send = upload(comm, values, n)?;
+    let mut recv = comm.alloc(n * cp * 4)?;
+    comm.all_gather(
+        Io::OutOfPlace {
+            send: &send,
+            recv: &mut recv,
+        },
+        n,
+        DType::F32,
+    )?;
+    comm.sync()?;
+    download(&recv, &mut all)?;
+    Ok(all)
 }
 
 /// One all-to-all of `send` (`world` blocks of `block` values, block j to

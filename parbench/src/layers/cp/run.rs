@@ -2,12 +2,12 @@
 //! unsharded one, then time it; every figure the slowest rank's.
 
 use super::attend::{unsharded_attention, Heads};
-use super::forward::{cp_forward, CpClock, CpInputs};
+use super::forward::{all_gather_f32, cp_forward, CpClock, CpInputs};
 use super::{positions, seeded, CpConfig, CpMethod, Qkv};
-use crate::comm::{CommBuffer, Communicator, DType, DupComm, Io};
+use crate::comm::{Communicator, DType, DupComm};
 use crate::layers::check::{broadcast_f64, relative_error, tolerance, CheckReport};
 use crate::layers::run::{all_gather_f64, slowest};
-use crate::layers::{LayerError, LayerResult, RunOptions, TpTiming};
+use crate::layers::{LayerResult, RunOptions, TpTiming};
 use std::time::Instant;
 
 /// What one degree measured, the same on every rank.
@@ -46,24 +46,7 @@ pub fn check_cp<M: Communicator>(
 ) -> LayerResult<CheckReport> {
     let (cp, rank) = (comm.world(), comm.rank());
     let n = out.len();
-    let mut all = vec![0f32; n * cp];
-    if cp == 1 {
-        all.copy_from_slice(out);
-    } else {
-        let mut send = comm.alloc(n * 4)?;
-        send.write_from_host(bytemuck::cast_slice(out))?;
-        let mut recv = comm.alloc(n * cp * 4)?;
-        comm.all_gather(
-            Io::OutOfPlace {
-                send: &send,
-                recv: &mut recv,
-            },
-            n,
-            DType::F32,
-        )?;
-        comm.sync()?;
-        recv.read_to_host(bytemuck::cast_slice_mut(&mut all))?;
-    }
+    let all = all_gather_f32(comm, out)?;
     let mut err = [0f64];
     if rank == 0 {
         let (w, ls) = (cfg.width(), cfg.local_seq(cp));
@@ -113,15 +96,7 @@ pub fn run_cp<M: Communicator>(
     let check = if opts.check {
         let out = cp_forward(comm, dup.as_mut(), cfg, &x, &mut CpClock::default())?;
         let report = check_cp(comm, cfg, &out, opts.seed)?;
-        if !report.passed() {
-            return Err(LayerError::Config(format!(
-                "cp {cp} {}: the sharded attention differs from the unsharded one beyond {:.0e}: {}",
-                cfg.method,
-                report.tolerance,
-                report.failures().join(", ")
-            )));
-        }
-        Some(report)
+        Some(report.required(&format!("cp {cp} {}: the sharded attention", cfg.method))?)
     } else {
         None
     };
