@@ -5,17 +5,14 @@
 
 use crate::cli::{CpJob, LayerJob, UsageError};
 use crate::sweep::SEED;
-use crate::{degree_fault, ranks_of, ENV_ROWS, ENV_RUN_ID, ENV_TP};
+use crate::{degree_fault, ranks_of, spawn_degrees, ENV_ROWS, ENV_RUN_ID, ENV_TP};
 use anyhow::{anyhow, bail, Context};
 use parbench::comm::{Algo, CommError};
 use parbench::launch::flags::Backend;
 use parbench::launch::ranks::{self, Ended, RankBody, RankComm, Ranks};
-use parbench::launch::LocalJob;
 use parbench::layers::cp::{run_cp, CpOutcome};
 use parbench::layers::{LayerError, RunOptions};
-use parbench::results::{
-    self, append_rows, new_run_id, read_rows, CpRow, Record, RunMeta, SCHEMA_VERSION,
-};
+use parbench::results::{self, append_rows, new_run_id, CpRow, Record, RunMeta, SCHEMA_VERSION};
 use std::path::Path;
 
 /// What one degree measured (rank 0's copy).
@@ -102,7 +99,7 @@ fn measure(plan: &LayerJob, job: &CpJob, c: usize, r: Ranks) -> anyhow::Result<C
             .next()
             .ok_or_else(|| anyhow!("cp {c}: no result from rank 0")),
         Ok(Ended::Launched { .. }) => bail!("cp {c}: the ranks were launched, not run here"),
-        Err(e) => Err(degree_fault(c, e).context("--cp")),
+        Err(e) => Err(degree_fault("cp", c, e)),
     }
 }
 
@@ -111,37 +108,11 @@ fn measure(plan: &LayerJob, job: &CpJob, c: usize, r: Ranks) -> anyhow::Result<C
 fn launch(plan: &LayerJob, job: &CpJob) -> anyhow::Result<()> {
     preflight(plan, job, true, |c| c)?;
     let mut records = CpRecords::begin(plan, job, plan.backend);
-    let dir = std::env::temp_dir().join(format!("{}-cp-rows", records.meta.run_id));
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let mut outcome = Ok(());
-    for &c in &job.degrees {
-        let rows_dir = dir.join(format!("cp{c}"));
-        let ran = LocalJob::of_current_exe(c)
-            .map_err(anyhow::Error::from)
-            .and_then(|j| {
-                let j = j
-                    .label(format!("bench-layers: cp {c}"))
-                    .env(ENV_TP, c.to_string())
-                    .env(ENV_ROWS, &rows_dir)
-                    .env(ENV_RUN_ID, &records.meta.run_id);
-                ranks_of(plan, None, c, Some(j))
-            })
-            .and_then(|r| {
-                ranks::run(r, Algo::Auto, plan.timeout, &CpDegree { plan, job })
-                    .map_err(|e| degree_fault(c, e).context("--cp"))
-            })
-            .and_then(|_| {
-                read_rows::<CpRow>(&rows_dir.join(CpRow::FILE))
-                    .map_err(|e| anyhow!(e).context(format!("cp {c}: reading rank 0's row")))
-            })
-            .and_then(|rows| records.keep(rows));
-        if let Err(e) = ran {
-            outcome = Err(e);
-            break;
-        }
-    }
-    let _ = std::fs::remove_dir_all(&dir);
-    match outcome {
+    let run_id = records.meta.run_id.clone();
+    let body = CpDegree { plan, job };
+    match spawn_degrees(plan, &run_id, "cp", &job.degrees, &body, |rows| {
+        records.keep(rows)
+    }) {
         Ok(()) => records.finish(),
         Err(e) => records.stopped(e),
     }

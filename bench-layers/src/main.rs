@@ -390,23 +390,24 @@ fn measure_here(
             .next()
             .ok_or_else(|| anyhow!("tp {t}: no result from rank 0")),
         Ok(Ended::Launched { .. }) => bail!("tp {t}: the ranks were launched, not run here"),
-        Err(e) => Err(degree_fault(t, e)),
+        Err(e) => Err(degree_fault("tp", t, e)),
     }
 }
 
-/// A degree's fault as the run's error, in one line after `tp t: `: a
+/// A degree's fault as the run's error, in one line after `tp t: ` (or
+/// `cp t: `, `flag`'s): a
 /// rank the launcher already named passes on its code; bad input stays
 /// bad input (exit code 2).
-fn degree_fault(t: usize, fault: JobFault) -> anyhow::Error {
+fn degree_fault(flag: &str, t: usize, fault: JobFault) -> anyhow::Error {
     let e = match fault {
         JobFault::Launch(e @ LaunchError::RankFailed { .. }) => {
-            return anyhow!(Reported(e.exit_code())).context(format!("tp {t}: {e}"));
+            return anyhow!(Reported(e.exit_code())).context(format!("{flag} {t}: {e}"));
         }
         JobFault::Launch(e) => anyhow!(e),
         JobFault::Unavailable(e) => anyhow!(e),
         other => anyhow!("{other}"),
     };
-    e.context(format!("tp {t}"))
+    e.context(format!("{flag} {t}"))
 }
 
 /// Each degree's block on one GPU must fit its memory (GPU 0's, as every
@@ -438,40 +439,50 @@ fn tcp_launch(plan: &LayerJob) -> anyhow::Result<()> {
     preflight(plan, true, |t| t)?;
     let world = plan.tps.iter().copied().max().unwrap_or(1);
     let run_id = new_run_id("layers");
-    let dir = std::env::temp_dir().join(format!("{run_id}-rows"));
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut records = Records::begin(
         plan,
         ranks::run_meta("layers", &run_id, plan.backend, world),
     );
-    let mut outcome = Ok(());
-    for &t in &plan.tps {
-        let rows_dir = dir.join(format!("tp{t}"));
-        let job = LocalJob::of_current_exe(t)?
-            .label(format!("bench-layers: tp {t}"))
-            .env(ENV_TP, t.to_string())
-            .env(ENV_ROWS, &rows_dir)
-            .env(ENV_RUN_ID, &run_id);
-        // The ranks run `Degree` in the children; this process only waits.
-        let body = Degree { plan, threads: 0 };
-        let ranks = ranks_of(plan, None, t, Some(job))?;
-        if let Err(e) = ranks::run(ranks, Algo::Auto, plan.timeout, &body) {
-            outcome = Err(degree_fault(t, e));
-            break;
-        }
-        let kept = read_rows::<LayerRow>(&rows_dir.join("layers.csv"))
-            .map_err(|e| anyhow!(e).context(format!("tp {t}: reading rank 0's row")))
-            .and_then(|got| records.keep(got));
-        if let Err(e) = kept {
-            outcome = Err(e);
-            break;
-        }
-    }
-    let _ = std::fs::remove_dir_all(&dir);
-    match outcome {
+    // The ranks run `Degree` in the children; this process only waits.
+    let body = Degree { plan, threads: 0 };
+    match spawn_degrees(plan, &run_id, "tp", &plan.tps, &body, |rows| {
+        records.keep(rows)
+    }) {
         Ok(()) => records.finish(),
         Err(e) => records.stopped(e),
     }
+}
+
+/// For each of `degrees` (of `flag`: tp or cp), one job of that many ranks
+/// of this binary spawned on this host, running `body`; rank 0's rows
+/// come back through a file and go to `keep` as soon as the job ends. The
+/// first failure ends the loop and is returned.
+fn spawn_degrees<R: results::Record, B: RankBody>(
+    plan: &LayerJob,
+    run_id: &str,
+    flag: &str,
+    degrees: &[usize],
+    body: &B,
+    mut keep: impl FnMut(Vec<R>) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let dir = std::env::temp_dir().join(format!("{run_id}-rows"));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut one = |t: usize| -> anyhow::Result<()> {
+        let rows_dir = dir.join(format!("{flag}{t}"));
+        let job = LocalJob::of_current_exe(t)?
+            .label(format!("bench-layers: {flag} {t}"))
+            .env(ENV_TP, t.to_string())
+            .env(ENV_ROWS, &rows_dir)
+            .env(ENV_RUN_ID, run_id);
+        let ranks = ranks_of(plan, None, t, Some(job))?;
+        ranks::run(ranks, Algo::Auto, plan.timeout, body).map_err(|e| degree_fault(flag, t, e))?;
+        let got = read_rows::<R>(&rows_dir.join(R::FILE))
+            .map_err(|e| anyhow!(e).context(format!("{flag} {t}: reading rank 0's row")))?;
+        keep(got)
+    };
+    let outcome = degrees.iter().try_for_each(|&t| one(t));
+    let _ = std::fs::remove_dir_all(&dir);
+    outcome
 }
 
 /// One degree as the launcher runs it on each rank of a job: the block on
