@@ -20,6 +20,8 @@ use std::path::Path;
 pub struct CpMeasurement {
     pub cp: usize,
     pub wire: String,
+    /// The version line of the communicator's library (MPI's), for run.json.
+    pub library: Option<String>,
     pub outcome: CpOutcome,
 }
 
@@ -45,6 +47,7 @@ impl RankBody for CpDegree<'_> {
         Ok((comm.rank() == 0).then(|| CpMeasurement {
             cp: comm.world(),
             wire: comm.wire(),
+            library: comm.library(),
             outcome,
         }))
     }
@@ -83,6 +86,9 @@ pub fn run(plan: &LayerJob, job: &CpJob, first: Ranks) -> anyhow::Result<()> {
                 )));
             }
             let mut records = CpRecords::begin(plan, job, backend);
+            records
+                .meta
+                .note_library(m.library.clone().unwrap_or_default());
             let rows = vec![row(plan, job, &records.meta.run_id, &m)];
             records.keep(rows)?;
             records.finish()

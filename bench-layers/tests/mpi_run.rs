@@ -95,3 +95,48 @@ fn two_mpi_ranks_run_tp_2_exactly_and_record_the_library() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--cp 2` under mpirun: the ring without a second communicator (its
+/// transfers in line), checked against the unsharded attention.
+#[cfg(feature = "mpi")]
+#[test]
+fn two_mpi_ranks_run_the_cp_ring_checked() {
+    let found = Command::new("mpirun").arg("--version").output();
+    if !found.is_ok_and(|o| o.status.success()) {
+        eprintln!(
+            "SKIP two_mpi_ranks_run_the_cp_ring: mpirun not found (apt-get install openmpi-bin)"
+        );
+        return;
+    }
+    let dir = scratch("mpi-cp");
+    let out = Command::new("mpirun")
+        .args([
+            "--allow-run-as-root",
+            "--oversubscribe",
+            "--bind-to",
+            "none",
+        ])
+        .args(["-np", "2", BIN, "--backend", "mpi", "--timeout", "60"])
+        .args(TINY)
+        .args(["--cp", "2", "--cp-comm-type", "p2p"])
+        .arg("--out")
+        .arg(&dir)
+        .env_remove("RANK")
+        .env_remove("WORLD_SIZE")
+        .env_remove("PARBENCH_WIRE")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let csv = std::fs::read_to_string(dir.join("layers_cp.csv")).unwrap();
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines.len(), 2, "only rank 0 records: {csv}");
+    assert!(lines[1].contains(",mpi,mpi,p2p,false,"), "{csv}");
+    let runs = std::fs::read_to_string(dir.join("run.json")).unwrap();
+    assert!(runs.contains("Open MPI"), "{runs}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
