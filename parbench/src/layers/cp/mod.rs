@@ -239,6 +239,19 @@ mod tests {
         assert_eq!(all, (0..32).collect::<Vec<_>>());
     }
 
+    /// Causal balance: every rank's queries see as many keys (at or before
+    /// them) as any other rank's; a plain split in C pieces would not.
+    #[test]
+    fn every_rank_has_the_same_causal_work() {
+        let work = |pos: &[usize]| pos.iter().map(|p| p + 1).sum::<usize>();
+        for cp in [2, 4, 8] {
+            let per_rank: Vec<usize> = (0..cp).map(|r| work(&positions(64, cp, r))).collect();
+            assert!(per_rank.iter().all(|&w| w == per_rank[0]), "{per_rank:?}");
+            let plain: Vec<usize> = (0..64 / cp).map(|i| i + 1).collect();
+            assert!(work(&plain) < per_rank[0], "cp {cp}");
+        }
+    }
+
     #[test]
     fn validation_names_what_does_not_divide() {
         assert!(cfg(16, 4, CpMethod::P2p).validate(4).is_ok());
