@@ -94,6 +94,9 @@ pub struct LayoutQuery {
     /// The data-parallel sharding, and its group (hybrid below `dp`).
     pub shard: Option<Shard>,
     pub shard_group: Option<u64>,
+    /// Expert-parallel degree, and the experts' tensor degree (default `tp`).
+    pub ep: Option<u64>,
+    pub etp: Option<u64>,
 }
 
 /// Plans: enumerates every layout, rejects those that cannot run, costs the
@@ -165,9 +168,11 @@ fn stage_split(
     if let Some((first, last)) = q.and_then(|q| q.first_last) {
         let middle = stages.saturating_sub(2);
         let rest = m.layers.checked_sub(first.saturating_add(last));
+        // The last stage may hold no layer, only the output layer and
+        // loss (Megatron-Core's --pipeline-model-parallel-layout, as
+        // DeepSeek-V3's recipe "Et|(tt|)*30mL").
         let ok = stages >= 2
             && first >= 1
-            && last >= 1
             && rest.is_some_and(|r| {
                 if middle == 0 {
                     r == 0
@@ -229,6 +234,58 @@ fn shard_modes(input: &PlanInput, dp: u64, tp: u64, q: Option<&LayoutQuery>) -> 
     out
 }
 
+/// The expert splits a `dp x tp` layout is tried with, `(ep, etp)`:
+/// `(1, 1)` for a dense model; for an MoE, the query's, or every `ep`
+/// dividing the experts and `dp tp / etp` (the search lists them), with
+/// `etp` the query's or `tp` (Megatron-Core's default). Or the rule the
+/// query breaks.
+fn moe_splits(
+    m: &crate::model::Preset,
+    dp: u64,
+    tp: u64,
+    q: Option<&LayoutQuery>,
+) -> Result<Vec<(u64, u64)>, String> {
+    let Some(moe) = m.moe else {
+        return match q.and_then(|q| q.ep) {
+            Some(ep) if ep > 1 => Err(format!("ep={ep}: the model has no experts")),
+            _ => Ok(vec![(1, 1)]),
+        };
+    };
+    let etp = q.and_then(|q| q.etp).unwrap_or(tp);
+    if etp == 0 || !moe.expert_ffn.is_multiple_of(etp) {
+        return Err(format!(
+            "expert MLP inner size ({}) is not divisible by the experts' tensor degree ({etp})",
+            moe.expert_ffn
+        ));
+    }
+    let ranks = dp.saturating_mul(tp);
+    let fits = |ep: u64| {
+        ep >= 1 && moe.experts.is_multiple_of(ep) && ranks.is_multiple_of(ep.saturating_mul(etp))
+    };
+    match q.and_then(|q| q.ep) {
+        Some(ep) if fits(ep) => Ok(vec![(ep, etp)]),
+        Some(ep) => Err(format!(
+            "ep={ep} etp={etp}: the experts ({}) must divide by ep, and dp x tp ({ranks}) by ep x etp (Megatron-Core's expert data-parallel group, dp tp/(etp ep))",
+            moe.experts
+        )),
+        None => {
+            let all: Vec<(u64, u64)> = divisors(moe.experts)
+                .into_iter()
+                .filter(|&ep| fits(ep))
+                .map(|ep| (ep, etp))
+                .collect();
+            if all.is_empty() {
+                Err(format!(
+                    "no expert-parallel degree divides both the experts ({}) and dp x tp / etp ({ranks}/{etp})",
+                    moe.experts
+                ))
+            } else {
+                Ok(all)
+            }
+        }
+    }
+}
+
 /// Every layout of one `dp x tp x pp` split (those `q` allows), costed or
 /// rejected into `out`.
 fn plan_split(
@@ -254,6 +311,8 @@ fn plan_split(
         last_stage_layers: 0,
         shard: Shard::None,
         shard_group: 1,
+        ep: 1,
+        etp: 1,
     };
     let reject = |reason| Rejected {
         layout: split.clone(),
@@ -281,6 +340,13 @@ fn plan_split(
             return;
         }
     }
+    let experts = match moe_splits(m, dp, tp, q) {
+        Ok(e) => e,
+        Err(rule) => {
+            out.rejected.push(reject(Rejection::InvalidSplit { rule }));
+            return;
+        }
+    };
     if !input.global_batch.is_multiple_of(dp) {
         out.rejected.push(reject(Rejection::Batch {
             global_batch: input.global_batch,
@@ -305,7 +371,11 @@ fn plan_split(
             let Ok((first, last)) = stage_split(m, pp, chunks, q) else {
                 continue;
             };
-            for (shard, group) in shard_modes(input, dp, tp, q) {
+            let modes = shard_modes(input, dp, tp, q);
+            for ((shard, group), &(ep, etp)) in modes
+                .iter()
+                .flat_map(|m| experts.iter().map(move |e| (*m, e)))
+            {
                 let layout = Layout {
                     dp,
                     tp,
@@ -318,6 +388,8 @@ fn plan_split(
                     last_stage_layers: last,
                     shard,
                     shard_group: group,
+                    ep,
+                    etp,
                 };
                 let memory = planner.memory(&layout);
                 // Refused only when both counts exceed the device: within
