@@ -235,10 +235,11 @@ fn shard_modes(input: &PlanInput, dp: u64, tp: u64, q: Option<&LayoutQuery>) -> 
 }
 
 /// The expert splits a `dp x tp` layout is tried with, `(ep, etp)`:
-/// `(1, 1)` for a dense model; for an MoE, the query's, or every `ep`
-/// dividing the experts and `dp tp / etp` (the search lists them), with
-/// `etp` the query's or `tp` (Megatron-Core's default). Or the rule the
-/// query breaks.
+/// `(1, 1)` for a dense model; for an MoE, the query's `ep` or every one
+/// dividing the experts (the search lists them), each with the query's
+/// `etp` or both `tp` (Megatron-Core's default) and 1, where `ep etp`
+/// divides `dp tp` (the experts' data-parallel degree, Megatron-Core's
+/// `parallel_state`: `world / (etp ep pp)`). Or the rule the query breaks.
 fn moe_splits(
     m: &crate::model::Preset,
     dp: u64,
@@ -251,39 +252,37 @@ fn moe_splits(
             _ => Ok(vec![(1, 1)]),
         };
     };
-    let etp = q.and_then(|q| q.etp).unwrap_or(tp);
-    if etp == 0 || !moe.expert_ffn.is_multiple_of(etp) {
+    let ranks = dp.saturating_mul(tp);
+    let etps: Vec<u64> = match q.and_then(|q| q.etp) {
+        Some(e) => vec![e],
+        None if tp > 1 => vec![tp, 1],
+        None => vec![1],
+    };
+    let eps = match q.and_then(|q| q.ep) {
+        Some(ep) => vec![ep],
+        None => divisors(moe.experts),
+    };
+    let fits = |ep: u64, etp: u64| {
+        ep >= 1
+            && etp >= 1
+            && moe.experts.is_multiple_of(ep)
+            && moe.expert_ffn.is_multiple_of(etp)
+            && ranks.is_multiple_of(ep.saturating_mul(etp))
+    };
+    let all: Vec<(u64, u64)> = eps
+        .iter()
+        .flat_map(|&ep| etps.iter().map(move |&etp| (ep, etp)))
+        .filter(|&(ep, etp)| fits(ep, etp))
+        .collect();
+    if all.is_empty() {
         return Err(format!(
-            "expert MLP inner size ({}) is not divisible by the experts' tensor degree ({etp})",
-            moe.expert_ffn
+            "no ep x etp of {} experts (MLP {}) divides dp x tp ({ranks}){}: the experts must divide by ep, their MLP by etp, and dp x tp by ep x etp (the experts' data-parallel group)",
+            moe.experts,
+            moe.expert_ffn,
+            q.and_then(|q| q.ep).map_or(String::new(), |ep| format!(" with ep={ep}"))
         ));
     }
-    let ranks = dp.saturating_mul(tp);
-    let fits = |ep: u64| {
-        ep >= 1 && moe.experts.is_multiple_of(ep) && ranks.is_multiple_of(ep.saturating_mul(etp))
-    };
-    match q.and_then(|q| q.ep) {
-        Some(ep) if fits(ep) => Ok(vec![(ep, etp)]),
-        Some(ep) => Err(format!(
-            "ep={ep} etp={etp}: the experts ({}) must divide by ep, and dp x tp ({ranks}) by ep x etp (Megatron-Core's expert data-parallel group, dp tp/(etp ep))",
-            moe.experts
-        )),
-        None => {
-            let all: Vec<(u64, u64)> = divisors(moe.experts)
-                .into_iter()
-                .filter(|&ep| fits(ep))
-                .map(|ep| (ep, etp))
-                .collect();
-            if all.is_empty() {
-                Err(format!(
-                    "no expert-parallel degree divides both the experts ({}) and dp x tp / etp ({ranks}/{etp})",
-                    moe.experts
-                ))
-            } else {
-                Ok(all)
-            }
-        }
-    }
+    Ok(all)
 }
 
 /// Every layout of one `dp x tp x pp` split (those `q` allows), costed or

@@ -107,7 +107,7 @@ impl std::fmt::Display for Layout {
         if self.ep > 1 {
             write!(f, " ep={}", self.ep)?;
         }
-        if self.etp > 1 && self.etp != self.tp {
+        if self.ep > 1 && self.etp != self.tp {
             write!(f, " etp={}", self.etp)?;
         }
         if self.shard != Shard::None {
