@@ -344,6 +344,22 @@ pub fn a2a_bytes(s: &A2aShape) -> A2aBytes {
     }
 }
 
+/// One dispatch of a layout, as the plan prints it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct DispatchCost {
+    /// Tokens a rank sends.
+    pub tokens: f64,
+    /// Bytes a rank sends over NVLink and over its NIC.
+    pub nvlink_bytes: f64,
+    pub rdma_bytes: f64,
+    /// Nodes a token reaches (its own included).
+    pub nodes_reached: f64,
+    /// Seconds, balanced routing.
+    pub seconds: f64,
+    /// DeepEP's figure: the busier link's bytes over the time, GB/s.
+    pub bottleneck_gbps: f64,
+}
+
 /// Seconds of one dispatch (or combine) of `b`: NVLink and the NICs run
 /// at once, each paying its latency once (every peer's message is in
 /// flight together).

@@ -171,6 +171,17 @@ pub fn render_terms(c: &Costed, gpus: u64, have_gib: Option<f64>) -> String {
         out.push_str(&term("ep all-to-all", c.ep_comm_s));
         out.push_str(" (dispatch and combine, forward and backward, exposed)\n");
     }
+    if let Some(d) = &c.ep_dispatch {
+        out.push_str(&format!(
+            "  one dispatch  {}   {} tokens a rank: {} over NVLink, {} over its NIC; a token reaches {:.2} nodes; bottleneck {} GB/s (balanced routing)\n",
+            secs(d.seconds),
+            units::sig3(d.tokens),
+            units::bytes(d.nvlink_bytes),
+            units::bytes(d.rdma_bytes),
+            d.nodes_reached,
+            units::sig3(d.bottleneck_gbps)
+        ));
+    }
     out.push_str(&term("bubble", c.bubble_s));
     out.push_str(" (idle of the busiest pipeline rank, with the hops' waits)\n");
     out.push_str(&term("dp comm", c.dp_comm_s));

@@ -63,6 +63,9 @@ pub struct Costed {
     /// combine, forward and backward), exposed.
     #[serde(default)]
     pub ep_comm_s: f64,
+    /// One dispatch of a microbatch (an MoE layout with `ep > 1`).
+    #[serde(default)]
+    pub ep_dispatch: Option<crate::model::moe::DispatchCost>,
     /// The busiest rank's idle time in the pipeline (bubble and the waits
     /// for point-to-point messages).
     pub bubble_s: f64,

@@ -791,6 +791,7 @@ impl Planner<'_> {
             compute_s: micro * busiest.compute(),
             tp_comm_s: micro * (busiest.comm() - busiest.ep),
             ep_comm_s: micro * busiest.ep,
+            ep_dispatch: self.dispatch(&l),
             bubble_s: bubble,
             dp_comm_s: dp_exposed + dp_slowed,
             dp_comm_total_s: dp_total,

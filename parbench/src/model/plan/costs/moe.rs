@@ -9,7 +9,7 @@
 use super::{Planner, StageWork};
 use crate::comm::Collective;
 use crate::model::footprint::{activation_bytes_of, Recompute};
-use crate::model::moe::{a2a_bytes, a2a_seconds, A2aShape, Moe};
+use crate::model::moe::{a2a_bytes, a2a_seconds, bottleneck_gbps, A2aShape, DispatchCost, Moe};
 use crate::model::opcost::STREAM_BYTES;
 use crate::model::plan::costed::ComputeParts;
 use crate::model::plan::input::WireKind;
@@ -193,9 +193,29 @@ impl Planner<'_> {
     fn a2a_pass(&self, l: &Layout, moe: &Moe) -> f64 {
         let input = self.input;
         let m = &input.model;
+        let etp = l.etp.max(1);
+        let one = self.dispatch(l).map_or(0.0, |d| d.seconds) * input.moe_imbalance;
+        let gather = if etp > 1 {
+            let received =
+                self.assignments(l, moe) / etp as f64 * m.hidden as f64 * input.dtype_bytes as f64;
+            input
+                .intra
+                .seconds(Collective::AllGather, etp, received as u64)
+        } else {
+            0.0
+        };
+        2.0 * (one + gather)
+    }
+
+    /// One dispatch of the layout's microbatch under balanced routing
+    /// (`None`: a dense model, or one rank of experts).
+    pub(super) fn dispatch(&self, l: &Layout) -> Option<DispatchCost> {
+        let input = self.input;
+        let m = &input.model;
+        let moe = m.moe?;
         let (ep, etp) = (l.ep.max(1), l.etp.max(1));
-        if ep == 1 && etp == 1 {
-            return 0.0;
+        if ep == 1 {
+            return None;
         }
         let per_node = (input.gpus_per_node / etp).max(1).min(ep);
         let shape = A2aShape {
@@ -210,17 +230,15 @@ impl Planner<'_> {
             dispatcher: input.step.moe.dispatcher,
         };
         let bytes = a2a_bytes(&shape);
-        let one = a2a_seconds(&bytes, &input.intra.link, &input.inter.link) * input.moe_imbalance;
-        let gather = if etp > 1 {
-            let received =
-                self.assignments(l, moe) / etp as f64 * m.hidden as f64 * input.dtype_bytes as f64;
-            input
-                .intra
-                .seconds(Collective::AllGather, etp, received as u64)
-        } else {
-            0.0
-        };
-        2.0 * (one + gather)
+        let (nv, nic) = (&input.intra.link, &input.inter.link);
+        Some(DispatchCost {
+            tokens: shape.tokens,
+            nvlink_bytes: bytes.nvlink,
+            rdma_bytes: bytes.rdma,
+            nodes_reached: bytes.nodes_reached,
+            seconds: a2a_seconds(&bytes, nv, nic),
+            bottleneck_gbps: bottleneck_gbps(&bytes, nv, nic),
+        })
     }
 
     /// Activation bytes of the mean layer of an MoE model (`None`:
