@@ -716,6 +716,7 @@ fn megatrons_formula_by_hand() {
         ffn: 4096,
         seq: 2048,
         vocab: 32000,
+        moe: None,
     };
     let mut input = on_device(model, 64, 16);
     input.memory_bytes = None;
