@@ -10,6 +10,7 @@ use crate::predict;
 use crate::units;
 use anyhow::{anyhow, bail, Result};
 use parbench::model::footprint::Recompute;
+use parbench::model::moe::Dispatcher;
 use parbench::model::opcost::{Attention, FlashKernel, GradAccumulation, OpModel};
 use parbench::model::plan::{PlanInput, Shard, Wire};
 use parbench::model::presets::Arch;
@@ -673,6 +674,14 @@ fn software_words(input: &PlanInput) -> String {
     }
     if step.grad_bytes == 4 {
         parts.push("fp32 gradients");
+    }
+    if input.model.moe.is_some() {
+        parts.push(match (step.moe.dispatcher, step.moe.grouped_gemm) {
+            (Dispatcher::AllToAll, true) => "experts: all-to-all dispatcher, grouped GEMMs",
+            (Dispatcher::AllToAll, false) => "experts: all-to-all dispatcher, a GEMM per expert",
+            (Dispatcher::DeepEp, true) => "experts: DeepEP dispatcher, grouped GEMMs",
+            (Dispatcher::DeepEp, false) => "experts: DeepEP dispatcher, a GEMM per expert",
+        });
     }
     parts.join(", ")
 }
