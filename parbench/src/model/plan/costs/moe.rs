@@ -276,3 +276,85 @@ impl Planner<'_> {
         Some(dense * share + routed * (1.0 - share))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::model::device::Device;
+    use crate::model::opcost::{Attention, FlashKernel, GradAccumulation, OpModel};
+    use crate::model::plan::{plan_layout, Costed, LayoutQuery, PlanInput, Wire};
+    use crate::model::presets::Preset;
+
+    /// Mixtral 8x7B on 64 H100s, Megatron-Core's reference mapping.
+    fn mixtral(imbalance: f64, ep: u64) -> Costed {
+        let d = Device::by_name("h100-sxm5-80gb").unwrap();
+        let ops = OpModel::of_device(
+            &d,
+            None,
+            Attention::Flash,
+            FlashKernel::Cudnn,
+            GradAccumulation::Fused,
+        );
+        let m = Preset::by_name("mixtral-8x7b").unwrap();
+        let mut input = PlanInput::new(
+            m,
+            256,
+            64,
+            8,
+            ops.gemm_flops,
+            Wire::ring(d.intra_link()),
+            Wire::ring(d.inter_link()),
+        );
+        input.ops = Some(ops);
+        input.moe_imbalance = imbalance;
+        let q = LayoutQuery {
+            dp: 16,
+            tp: 1,
+            pp: 4,
+            chunks: Some(8),
+            micro_batch: Some(1),
+            schedule: Some("interleaved".into()),
+            ep: Some(ep),
+            etp: Some(1),
+            ..LayoutQuery::default()
+        };
+        plan_layout(&input, &q).unwrap().ranked.remove(0)
+    }
+
+    /// The routed experts lie on `ep` ranks, the rest whole on each: at
+    /// ep 8 a rank holds `(all - routed) / pp + routed / (8 pp)`.
+    #[test]
+    fn experts_are_split_over_ep() {
+        let m = Preset::by_name("mixtral-8x7b").unwrap();
+        let routed = m.routed_expert_params() as f64;
+        let rest = m.params() as f64 - routed;
+        let at = |ep: u64| mixtral(1.0, ep).memory.params;
+        // The busiest rank holds 8 of 32 layers and one of the ends.
+        let layers = |x: f64| x / 4.0;
+        let ends = at(8) - layers(rest - m.embedding_params() as f64) - layers(routed) / 8.0;
+        assert!(ends > 0.0 && ends <= m.embedding_params() as f64, "{ends}");
+        let saved = at(2) - at(8);
+        let want = layers(routed) * (1.0 / 2.0 - 1.0 / 8.0);
+        assert!((saved / want - 1.0).abs() < 1e-9, "{saved} {want}");
+    }
+
+    /// One rank of experts has no all-to-all; EP 8 inside a node has one;
+    /// an imbalance of 2 doubles it and lengthens the experts' GEMMs.
+    #[test]
+    fn the_all_to_all_and_the_imbalance() {
+        let one = mixtral(1.0, 1);
+        assert_eq!(one.ep_comm_s, 0.0);
+        assert!(one.ep_dispatch.is_none());
+        let eight = mixtral(1.0, 8);
+        let d = eight.ep_dispatch.unwrap();
+        assert_eq!(d.rdma_bytes, 0.0);
+        // 4096 tokens, hidden 4096, 2 bytes, 2 copies, 7 of 8 leave the rank.
+        let want = 4096.0 * 4096.0 * 2.0 * 2.0 * 7.0 / 8.0;
+        assert!((d.nvlink_bytes - want).abs() < 1.0);
+        assert!(eight.ep_comm_s > 0.0);
+        let skew = mixtral(2.0, 8);
+        assert!((skew.ep_comm_s / eight.ep_comm_s - 2.0).abs() < 1e-9);
+        assert!(skew.compute_s > eight.compute_s);
+        // The model's FLOPs do not change with the routing.
+        assert_eq!(skew.model_flops, eight.model_flops);
+    }
+}
