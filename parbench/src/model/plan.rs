@@ -29,6 +29,11 @@
 //! `t dp pp`) fits in the node and divides it; a group that leaves the node
 //! pays the inter-node wire.
 //!
+//! A mixture of experts' layouts also carry `ep` and `etp`: the routed
+//! experts split over `ep x etp` ranks, an MoE layer's compute and its
+//! all-to-all costed in `costs/moe.rs` (docs/report.md, "Mixtures of
+//! experts"); a dense model's are `ep = etp = 1`.
+//!
 //! Memory per device: weights, gradients and Adam state at 16 bytes per
 //! parameter ([`MIXED_PRECISION_ADAM_BYTES_PER_PARAM`]; with a distributed
 //! optimizer `4 + 12/dp`), for the layers of one stage plus every
