@@ -169,6 +169,7 @@ fn bad_moe_flags_are_one_line_errors() {
         ("plan --model mixtral-8x7b --moe-dispatcher nccl --gpus 8 --global-batch 8 --device h100-sxm5-80gb", "alltoall or deepep"),
         ("plan --model mixtral-8x7b --gpus 8 --global-batch 8 --device h100-sxm5-80gb --layout dp=8,tp=1,pp=1,ep=3", "ep=3"),
         ("plan --model llama3-8b --gpus 8 --global-batch 8 --device h100-sxm5-80gb --layout dp=8,tp=1,pp=1,ep=2", "no experts"),
+        ("plan --model deepseek-v3 --device h100-sxm5-80gb --gpus 1024 --global-batch 8192 --layout dp=64,tp=2,pp=8,vpp=4,ep=64", "give first=F,last=L"),
     ] {
         let o = report(&words(line, &[]));
         let err = stderr(&o);

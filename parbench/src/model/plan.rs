@@ -344,6 +344,17 @@ fn plan_split(
             return;
         }
     }
+    // A query's chunks that the layers cannot fill: say why, not "nothing runs".
+    if let Some(v) = q.and_then(|q| q.chunks).filter(|&v| v > 1) {
+        if let Err(rule) = stage_split(m, pp, v, q) {
+            let rule = match q.and_then(|q| q.first_last) {
+                Some(_) => rule,
+                None => format!("{rule}, nor split Megatron's uneven way: give first=F,last=L"),
+            };
+            out.rejected.push(reject(Rejection::InvalidSplit { rule }));
+            return;
+        }
+    }
     let experts = match moe_splits(m, dp, tp, q) {
         Ok(e) => e,
         Err(rule) => {
