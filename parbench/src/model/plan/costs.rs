@@ -200,9 +200,8 @@ impl Planner<'_> {
 
     /// One layer's all-gather and reduce-scatter over the sharding group.
     fn shard_calls(&self, l: &Layout) -> (f64, f64) {
-        let m = &self.input.model;
         let group = l.shard_group.max(1);
-        let params = m.params_per_layer() as f64 / l.tp as f64;
+        let params = self.layer_params(l);
         let gather = (params * self.input.dtype_bytes as f64) as u64;
         let scatter = (params * self.input.step.grad_bytes as f64) as u64;
         let w = self.group_link(group, l.tp);
@@ -490,7 +489,7 @@ impl Planner<'_> {
         // What a sharded step holds whole for a moment: one layer's
         // gradients before their reduce-scatter; with ZeRO-3 also two
         // layers' gathered parameters (the current and the prefetched).
-        let layer_params = m.params_per_layer() as f64 / l.tp as f64;
+        let layer_params = self.layer_params(l);
         let dtype = input.dtype_bytes as f64;
         let transient = match l.shard {
             Shard::Zero2 => input.step.grad_bytes as f64 * layer_params,

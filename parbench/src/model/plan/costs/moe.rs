@@ -53,6 +53,15 @@ fn mix(a: &StageWork, wa: f64, b: &StageWork, wb: f64) -> StageWork {
 }
 
 impl Planner<'_> {
+    /// Parameters of one (mean) layer on a rank: the routed experts
+    /// over `ep x etp`, the rest over `tp`.
+    pub(super) fn layer_params(&self, l: &Layout) -> f64 {
+        let m = &self.input.model;
+        let routed = m.routed_expert_params() as f64 / m.layers.max(1) as f64;
+        (m.params_per_layer() as f64 - routed) / l.tp.max(1) as f64
+            + routed / l.ep.saturating_mul(l.etp).max(1) as f64
+    }
+
     /// Routed assignments (token, expert) one rank computes per
     /// microbatch: `b s k etp / tp` (the tensor group's tokens, gathered
     /// over the experts' tensor group), times the imbalance.
