@@ -10,6 +10,7 @@
 //! (context parallelism, FP8, expert parallelism) adds a field with the
 //! value every existing stack runs.
 
+use super::context::CpComm;
 use super::opcost::{Attention, FlashKernel, GradAccumulation, STREAM_BYTES};
 use super::plan::Shard;
 
@@ -93,6 +94,9 @@ pub struct StepModel {
     /// NCCL's ring chunks stay bandwidth-bound"); (0, 0): the planner's
     /// `bucket_bytes` (DDP's 25 MiB).
     pub bucket_params: (f64, f64),
+    /// How context parallelism exchanges keys and values (`None`: the
+    /// stack has none, and a layout with `cp > 1` is refused).
+    pub cp_comm: Option<CpComm>,
 }
 
 impl Default for StepModel {
@@ -107,6 +111,7 @@ impl Default for StepModel {
             fp32_logits: false,
             launch_s: 0.0,
             bucket_params: (0.0, 0.0),
+            cp_comm: Some(CpComm::P2p),
         }
     }
 }
@@ -123,6 +128,7 @@ const MEGATRON_2021_STEP: StepModel = StepModel {
     fp32_logits: true,
     launch_s: EAGER_LAUNCH_S,
     bucket_params: (0.0, 0.0),
+    cp_comm: None,
 };
 
 /// How a stack runs a pipeline a user named without a schedule.
@@ -212,6 +218,7 @@ pub const STACKS: [Stack; 3] = [
             tp_sms: (UB_REDUCE_SCATTER_SMS, UB_ALL_GATHER_SMS),
             grad_bytes: 4,
             bucket_params: (40e6, 1e6),
+            cp_comm: Some(CpComm::P2p),
             ..MEGATRON_2021_STEP
         },
     },
@@ -234,6 +241,7 @@ pub const STACKS: [Stack; 3] = [
             dp_sm_share: NCCL_OVERLAP_SM_SHARE,
             grad_bytes: 4,
             loss_bytes: TORCH_LOSS_BYTES,
+            cp_comm: Some(CpComm::AllGather),
             ..MEGATRON_2021_STEP
         },
     },

@@ -59,6 +59,10 @@ pub struct Costed {
     pub compute_s: f64,
     /// The busiest rank's tensor-parallel collectives.
     pub tp_comm_s: f64,
+    /// The busiest rank's context-parallel exchanges of K and V that the
+    /// attention does not hide.
+    #[serde(default)]
+    pub cp_comm_s: f64,
     /// The busiest rank's idle time in the pipeline (bubble and the waits
     /// for point-to-point messages).
     pub bubble_s: f64,

@@ -119,6 +119,8 @@ pub struct PlanInput {
     /// A GPT model's output layer has its own weights (Megatron's
     /// `--untie-embeddings-and-output-weights`); LLaMA's always has.
     pub untied_output: bool,
+    /// Largest context-parallel degree searched (1: none).
+    pub max_cp: u64,
 }
 
 impl PlanInput {
@@ -157,6 +159,7 @@ impl PlanInput {
             hybrid: false,
             step: StepModel::default(),
             untied_output: false,
+            max_cp: 1,
         }
     }
 }
@@ -172,10 +175,11 @@ pub enum PlanError {
     BadMemory(f64),
     #[error("{which} wire: bandwidth and latency must be finite, bandwidth above 0")]
     BadWire { which: &'static str },
-    #[error("dp={dp} x tp={tp} x pp={pp} is not the {gpus} devices planned for")]
+    #[error("dp={dp} x tp={tp}{} x pp={pp} is not the {gpus} devices planned for", if *cp > 1 { format!(" x cp={cp}") } else { String::new() })]
     LayoutWorld {
         dp: u64,
         tp: u64,
+        cp: u64,
         pp: u64,
         gpus: u64,
     },

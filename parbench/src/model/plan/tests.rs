@@ -437,6 +437,7 @@ fn layers_that_do_not_divide_split_megatrons_way() {
     let l = Layout {
         dp: 1,
         tp: 8,
+        cp: 1,
         pp: 16,
         schedule: "1f1b".into(),
         chunks: 1,
