@@ -101,6 +101,18 @@ pub fn block_casts(tokens: f64, h: f64, kv: f64, t: f64) -> CastElements {
     }
 }
 
+/// Activation bytes per layer FP8 saves on one of `t` ranks, microbatch
+/// of `tokens` tokens: TE keeps a linear layer's input for its weight
+/// gradient as the FP8 transpose (1 byte an element, not 2): the two
+/// norms' outputs (QKV's and the MLP's input, `h` each, split by `t`
+/// under sequence parallelism), the projection's input (`h / t`) and the
+/// second MLP layer's (`ffn / t`).
+pub fn saved_input_savings(tokens: f64, h: f64, ffn: f64, t: f64, sequence_parallel: bool) -> f64 {
+    let t = t.max(1.0);
+    let norm_split = if sequence_parallel { t } else { 1.0 };
+    tokens * (2.0 * h / norm_split + h / t + ffn / t)
+}
+
 /// Bytes a step streams for FP8's once-a-step work on a rank holding
 /// `linear_params` linear-layer parameters in `layers` layers: the
 /// weights' cast and transpose, and the amax histories' roll and scale

@@ -9,9 +9,12 @@ use crate::load::{load_sources, Source};
 use crate::predict;
 use crate::units;
 use anyhow::{anyhow, bail, Result};
+use parbench::model::context::CpComm;
+use parbench::model::device::Device;
 use parbench::model::footprint::Recompute;
 use parbench::model::opcost::{Attention, FlashKernel, GradAccumulation, OpModel};
 use parbench::model::plan::{PlanInput, Shard, Wire};
+use parbench::model::precision::Precision;
 use parbench::model::presets::Arch;
 use parbench::model::stack::Stack;
 use parbench::model::{LinkParams, Preset};
@@ -374,6 +377,21 @@ pub(super) fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
     if a.top == 0 {
         bail!("--top 0: print at least one layout");
     }
+    if a.max_cp == 0 || a.max_cp > MAX_DEVICES {
+        bail!(
+            "--max-cp {}: a context-parallel degree from 1 to {MAX_DEVICES}",
+            a.max_cp
+        );
+    }
+    let precision = Precision::by_name(&a.precision)
+        .ok_or_else(|| anyhow!("--precision {}: expected bf16 or fp8", a.precision))?;
+    let cp_comm = match a.cp_comm_type.as_deref() {
+        None => None,
+        Some(n) => Some(
+            CpComm::by_name(n)
+                .ok_or_else(|| anyhow!("--cp-comm-type {n}: expected p2p, all_gather or a2a"))?,
+        ),
+    };
     let sources = if a.from.is_empty() {
         Vec::new()
     } else {
@@ -430,6 +448,10 @@ pub(super) fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
     };
     let measured = measured_flops(&sources);
     let stack = stack_of(a)?;
+    let fp8_peak = match precision {
+        Precision::Bf16 => None,
+        Precision::Fp8 => Some(fp8_peak_of(device.as_ref(), stack)?),
+    };
     let attention = match a.attention.as_deref() {
         None => stack.map_or(Attention::Flash, |s| s.attention),
         Some("flash") => Attention::Flash,
@@ -478,6 +500,8 @@ pub(super) fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
             if let Some(s) = stack {
                 ops.loss_bytes = s.step.loss_bytes;
             }
+            // Set after the in-step share below: FP8 runs at that share too.
+            let fp8_share = fp8_peak.map(|f| f / d.peak_tflops);
             let share = match (&block, a.compute_tflops) {
                 (Some((share, how)), None) => {
                     ops.gemm_flops = tflops * 1e12 * share;
@@ -488,11 +512,19 @@ pub(super) fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
                     d.sustained_clock()
                 ),
             };
+            ops.fp8_gemm_flops = fp8_share.map(|r| ops.gemm_flops * r);
+            let fp8_words = ops.fp8_gemm_flops.map_or(String::new(), |f| {
+                format!(
+                    "; linear layers in FP8 at {} TFLOP/s (the same share of the {} TFLOP/s FP8 peak)",
+                    units::sig3(f / 1e12),
+                    units::sig3(fp8_peak.unwrap_or(0.0))
+                )
+            });
             (
                 (
                     ops.gemm_flops,
                     format!(
-                        "{from}: {} TFLOP/s {share}; GEMMs by shape on {} SMs, memory-bound work at {} GB/s x {}",
+                        "{from}: {} TFLOP/s {share}; GEMMs by shape on {} SMs, memory-bound work at {} GB/s x {}{fp8_words}",
                         units::sig3(tflops),
                         d.sms,
                         units::sig3(d.hbm_gbps),
@@ -554,6 +586,10 @@ pub(super) fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
     if let Some(s) = stack {
         input.step = s.step;
     }
+    if cp_comm.is_some() {
+        input.step.cp_comm = cp_comm;
+    }
+    input.max_cp = a.max_cp;
     let m = &model;
     let file = PlanFile {
         schema: PLAN_SCHEMA,
@@ -605,6 +641,28 @@ pub(super) fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
         losses: Vec::new(),
     };
     Ok((input, file))
+}
+
+/// The dense FP8 peak `--precision fp8` runs at, TFLOP/s: the device's;
+/// refused by name on a device without FP8 tensor cores, without a
+/// device, and on a stack whose FP8 recipe is not Transformer Engine's.
+fn fp8_peak_of(device: Option<&Device>, stack: Option<&Stack>) -> Result<f64> {
+    let Some(d) = device else {
+        bail!("--precision fp8: give --device NAME (the FP8 rate is the device's)");
+    };
+    let Some(peak) = d.fp8_peak_tflops else {
+        bail!(
+            "--precision fp8: {} has no FP8 tensor cores (FP8 needs Hopper or newer, e.g. h100-sxm5-80gb)",
+            d.name
+        );
+    };
+    if let Some(s) = stack.filter(|s| s.name != "megatron-core") {
+        bail!(
+            "--precision fp8: the planner costs Transformer Engine's FP8 recipe (megatron-core), not {}'s",
+            s.name
+        );
+    }
+    Ok(peak)
 }
 
 /// The stack of `--stack`, checked.
@@ -666,6 +724,16 @@ fn software_words(input: &PlanInput) -> String {
     }
     if step.grad_bytes == 4 {
         parts.push("fp32 gradients");
+    }
+    if input.ops.is_some_and(|o| o.fp8_gemm_flops.is_some()) {
+        parts.push("FP8 linear layers (Transformer Engine, delayed scaling; attention, output layer, norms and optimizer in bf16/fp32)");
+    }
+    if let (Some(c), true) = (step.cp_comm, input.max_cp > 1) {
+        parts.push(match c {
+            CpComm::P2p => "context parallel by a ring of K/V exchanges",
+            CpComm::AllGather => "context parallel by all-gathers of K/V",
+            CpComm::A2a => "context parallel by all-to-alls (Ulysses)",
+        });
     }
     parts.join(", ")
 }

@@ -34,7 +34,7 @@ pub fn resolve_device(name: Option<&str>, file: Option<&Path>) -> Result<Option<
     Ok(Some(d))
 }
 
-/// `dp=D,tp=T,pp=P[,vpp=V][,mbs=B][,schedule=S][,first=F,last=L]`.
+/// `dp=D,tp=T,pp=P[,cp=C][,vpp=V][,mbs=B][,schedule=S][,first=F,last=L]`.
 pub fn parse_layout(spec: &str) -> Result<LayoutQuery> {
     let mut q = LayoutQuery::default();
     let (mut first, mut last) = (None, None);
@@ -53,6 +53,7 @@ pub fn parse_layout(spec: &str) -> Result<LayoutQuery> {
         match k {
             "dp" => q.dp = number()?,
             "tp" => q.tp = number()?,
+            "cp" => q.cp = number()?,
             "pp" => q.pp = number()?,
             "vpp" | "v" => q.chunks = Some(number()?),
             "mbs" | "b" => q.micro_batch = Some(number()?),
@@ -79,7 +80,7 @@ pub fn parse_layout(spec: &str) -> Result<LayoutQuery> {
                 q.schedule = Some(v.to_string());
             }
             _ => bail!(
-                "--layout {spec}: unknown key {k} (dp, tp, pp, vpp, mbs, schedule, first, last)"
+                "--layout {spec}: unknown key {k} (dp, tp, cp, pp, vpp, mbs, schedule, first, last, shard, hsdp)"
             ),
         }
     }
@@ -163,6 +164,12 @@ pub fn render_terms(c: &Costed, gpus: u64, have_gib: Option<f64>) -> String {
     out.push('\n');
     out.push_str(&term("tp comm", c.tp_comm_s));
     out.push('\n');
+    if c.layout.cp > 1 {
+        out.push_str(&term("cp comm", c.cp_comm_s));
+        out.push_str(
+            " (the K/V exchange of the context-parallel group the attention does not hide)\n",
+        );
+    }
     out.push_str(&term("bubble", c.bubble_s));
     out.push_str(" (idle of the busiest pipeline rank, with the hops' waits)\n");
     out.push_str(&term("dp comm", c.dp_comm_s));
@@ -210,6 +217,7 @@ pub fn why_loses(named: &Costed, best: &Costed) -> String {
     let terms = [
         ("compute", named.compute_s - best.compute_s),
         ("tp comm", named.tp_comm_s - best.tp_comm_s),
+        ("cp comm", named.cp_comm_s - best.cp_comm_s),
         ("bubble", named.bubble_s - best.bubble_s),
         ("dp comm", named.dp_comm_s - best.dp_comm_s),
         ("optimizer", named.optimizer_s - best.optimizer_s),

@@ -645,6 +645,13 @@ impl Planner<'_> {
             flash,
         )
         .unwrap_or(f64::INFINITY);
+        let per_layer = if self.fp8() && input.recompute != Recompute::Full {
+            let tokens = (l.micro_batch * self.local_seq(l)) as f64;
+            let (h, ffn, t) = (m.hidden as f64, m.ffn as f64, l.tp as f64);
+            per_layer - precision::saved_input_savings(tokens, h, ffn, t, input.sequence_parallel)
+        } else {
+            per_layer
+        };
         let peaks = self.peaks(l);
         let formula_bytes = self.formula_bytes(l);
         let mut most = (0..l.pp.max(1))
