@@ -555,7 +555,10 @@ pub(super) fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
     let memory_gib = a.memory.or(device.as_ref().map(|d| d.hbm_gib));
     input.memory_bytes = memory_gib.map(|g| g * 1024.0 * 1024.0 * 1024.0);
     input.ops = ops;
-    input.peak_flops = device.as_ref().map(|d| d.peak_tflops * 1e12);
+    // MFU against the peak of the precision the GEMMs run in.
+    input.peak_flops = device
+        .as_ref()
+        .map(|d| fp8_peak.unwrap_or(d.peak_tflops) * 1e12);
     input.rails = device.is_some();
     input.dp_overlap = dp_overlap;
     input.schedules = match (a.schedules.is_empty(), stack) {

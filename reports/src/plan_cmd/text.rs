@@ -168,7 +168,7 @@ pub fn render(f: &PlanFile) -> String {
             ]);
         }
         out.push_str(&t.text());
-        out.push_str("step = compute + tp comm + bubble + dp comm + optimizer (the busiest pipeline rank; the bubble includes waits for point-to-point messages; tp comm and dp comm are what the step waits for: all of the tensor-parallel collectives unless the stack overlaps them, the part of the data-parallel reduction no compute hides, and the compute the overlapped collectives slow). b: sequences per microbatch; M: microbatches per step per pipeline. MFU: model FLOPs per second over the devices' peak (needs --device). token lat: one decode step (b new tokens) through the layout, compute-bound.\n");
+        out.push_str("step = compute + tp comm + cp comm + bubble + dp comm + optimizer (the busiest pipeline rank; cp comm only with context parallelism, in the layout's terms; the bubble includes waits for point-to-point messages; tp comm and dp comm are what the step waits for: all of the tensor-parallel collectives unless the stack overlaps them, the part of the data-parallel reduction no compute hides, and the compute the overlapped collectives slow). b: sequences per microbatch; M: microbatches per step per pipeline. MFU: model FLOPs per second over the devices' dense peak (bf16's; FP8's with --precision fp8; needs --device). token lat: one decode step (b new tokens) through the layout, compute-bound.\n");
     }
     if !f.losses.is_empty() {
         out.push_str("\nWhy the others lose\n\n");
