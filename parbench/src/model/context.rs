@@ -96,24 +96,22 @@ pub fn check(seq: u64, heads: u64, tp: u64, cp: u64, comm: CpComm) -> Result<(),
 }
 
 /// One block on one rank of `cp` (tensor rank of `t`), microbatch of `b`
-/// sequences of `s` tokens: every GEMM and memory-bound pass at the
+/// sequences of `model`'s `s` tokens: every GEMM and memory-bound pass at the
 /// rank's `s / cp` tokens, and the balanced causal attention at `1 / cp`
 /// of the whole sequence's, which is `cp` times the attention of an
 /// `s / cp`-token sequence. Returns the block and its attention core
 /// (forward, backward) on the rank.
-#[allow(clippy::too_many_arguments)]
 pub fn block(
     ops: &OpModel,
     model: &Preset,
     b: u64,
-    s: u64,
     t: u64,
     cp: u64,
     sequence_parallel: bool,
     recompute: Recompute,
 ) -> (BlockSeconds, (f64, f64)) {
     let cp = cp.max(1);
-    let local = s / cp;
+    let local = model.seq / cp;
     let mut blk = ops.block(model, b, local, t, sequence_parallel, recompute);
     let (af, ab, selective) = ops.attention_core(model, b, local, t);
     let k = (cp - 1) as f64;
@@ -139,25 +137,15 @@ pub struct CpTensors {
 }
 
 impl CpTensors {
-    /// `b` sequences of `seq` tokens split over `cp`, `heads` query heads
-    /// and `kv_heads` key/value heads of `head_dim`, over `tp` tensor
-    /// ranks (a rank keeps at least one key/value head: Megatron
-    /// replicates them when `tp` exceeds their count).
-    pub fn of(
-        b: u64,
-        seq: u64,
-        cp: u64,
-        heads: u64,
-        kv_heads: u64,
-        head_dim: u64,
-        tp: u64,
-        dtype_bytes: u64,
-    ) -> Self {
-        let tokens = b as f64 * seq as f64 / cp.max(1) as f64;
+    /// `b` sequences of `model`'s length split over `cp`, its heads over
+    /// `tp` tensor ranks (a rank keeps at least one key/value head:
+    /// Megatron replicates them when `tp` exceeds their count).
+    pub fn of(model: &Preset, b: u64, cp: u64, tp: u64, dtype_bytes: u64) -> Self {
+        let tokens = b as f64 * model.seq as f64 / cp.max(1) as f64;
         let t = tp.max(1);
-        let q_heads = (heads / t).max(1) as f64;
-        let kv = (kv_heads / t).max(1) as f64;
-        let d = head_dim as f64 * dtype_bytes as f64;
+        let q_heads = (model.heads / t).max(1) as f64;
+        let kv = (model.kv_heads / t).max(1) as f64;
+        let d = model.head_dim() as f64 * dtype_bytes as f64;
         CpTensors {
             kv_bytes: 2.0 * tokens * kv * d,
             q_bytes: tokens * q_heads * d,
@@ -235,7 +223,9 @@ mod tests {
 
     fn tensors() -> CpTensors {
         // Llama 3 405B at 128K over cp 16, tp 8: one KV head a rank.
-        CpTensors::of(1, 131072, 16, 128, 8, 128, 8, 2)
+        let mut m = Preset::by_name("llama3-405b").unwrap();
+        m.seq = 131072;
+        CpTensors::of(&m, 1, 16, 8, 2)
     }
 
     #[test]

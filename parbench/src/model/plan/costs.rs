@@ -171,16 +171,7 @@ impl Planner<'_> {
         let Some(method) = input.step.cp_comm.filter(|_| l.cp > 1) else {
             return CpExchange::default();
         };
-        let tensors = CpTensors::of(
-            l.micro_batch,
-            m.seq,
-            l.cp,
-            m.heads,
-            m.kv_heads,
-            m.head_dim(),
-            l.tp,
-            input.dtype_bytes,
-        );
+        let tensors = CpTensors::of(m, l.micro_batch, l.cp, l.tp, input.dtype_bytes);
         let kind = cp_wire(l, input.gpus_per_node);
         let p2p = self.wire(kind);
         let group = self.group_link(l.cp, l.tp);
@@ -332,7 +323,6 @@ impl Planner<'_> {
                 ops,
                 m,
                 l.micro_batch,
-                m.seq,
                 l.tp,
                 l.cp,
                 input.sequence_parallel,
