@@ -389,6 +389,8 @@ mod tests {
         );
         let q = parse_layout("dp=64, tp=8, pp=16, first=7, last=7").unwrap();
         assert_eq!(q.first_last, Some((7, 7)));
+        let q = parse_layout("dp=8,tp=8,cp=16,pp=16").unwrap();
+        assert_eq!((q.dp, q.tp, q.cp, q.pp), (8, 8, 16, 16));
         for bad in [
             "dp=1,tp=1",
             "dp=0,tp=1,pp=1",
@@ -396,6 +398,7 @@ mod tests {
             "dp=x,tp=1,pp=1",
             "dp=1,tp=1,pp=2,first=1",
             "dp=1,tp=1,pp=2,schedule=nope",
+            "dp=1,tp=1,pp=1,cp=0",
         ] {
             assert!(parse_layout(bad).is_err(), "{bad}");
         }
