@@ -35,10 +35,15 @@ fn ms(s: f64) -> String {
     units::micros(s * 1e6)
 }
 
-/// A layout's schedule column: the schedule, its chunks, an uneven
-/// split and the data-parallel sharding.
+/// A layout's schedule column: its context-parallel degree, the
+/// schedule, its chunks, an uneven split and the data-parallel sharding.
 pub fn schedule_cell(l: &parbench::model::plan::Layout) -> String {
-    let mut cell = l.schedule.clone();
+    let mut cell = if l.cp > 1 {
+        format!("cp={} ", l.cp)
+    } else {
+        String::new()
+    };
+    cell.push_str(&l.schedule);
     if l.chunks > 1 {
         cell.push_str(&format!(" v={}", l.chunks));
     }
