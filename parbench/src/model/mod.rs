@@ -14,6 +14,8 @@
 //! - [`bubble`]: pipeline bubble closed forms and microbatch counts.
 //! - [`presets`]: named transformer shapes.
 //! - [`moe`]: mixture-of-experts shapes, their FLOPs and the all-to-all.
+//! - [`context`]: context parallelism's exchange of keys and values.
+//! - [`precision`]: FP8 linear layers as Transformer Engine runs them.
 //! - [`footprint`]: FLOPs and memory of a step (for the planner).
 //! - [`sim`]: the schedule simulator (makespan, idle time, bubble of any schedule).
 //! - [`plan`]: the capacity planner, which composes all of the above.
@@ -45,6 +47,7 @@ pub mod algo;
 pub mod alpha_beta;
 pub mod bubble;
 pub mod busbw;
+pub mod context;
 pub mod device;
 pub mod fit;
 pub mod footprint;
@@ -52,6 +55,7 @@ pub mod ladder;
 pub mod moe;
 pub mod opcost;
 pub mod plan;
+pub mod precision;
 pub mod presets;
 pub mod priced;
 pub mod sim;

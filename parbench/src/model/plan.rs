@@ -69,6 +69,7 @@ pub use layouts::{divisors, group_wire, uneven_split, Layout};
 pub use rejections::{LossGroup, Rejected, Rejection};
 pub use shard::Shard;
 
+use crate::model::context;
 use costs::Planner;
 use input::check_input;
 use layouts::schedules;
@@ -90,6 +91,8 @@ pub struct LayoutRanking {
 pub struct LayoutQuery {
     pub dp: u64,
     pub tp: u64,
+    /// Context-parallel degree (0 or 1: none).
+    pub cp: u64,
     pub pp: u64,
     pub schedule: Option<String>,
     pub chunks: Option<u64>,
@@ -111,8 +114,14 @@ pub fn plan(input: &PlanInput) -> Result<LayoutRanking, PlanError> {
     let (mut planner, mut out) = start(input);
     let n = input.gpus;
     for tp in divisors(n) {
-        for pp in divisors(n / tp) {
-            plan_split(&mut planner, &mut out, n / (tp * pp), tp, pp, None);
+        for cp in divisors(n / tp)
+            .into_iter()
+            .filter(|&c| c <= input.max_cp.max(1))
+        {
+            for pp in divisors(n / (tp * cp)) {
+                let dp = n / (tp * cp * pp);
+                plan_split(&mut planner, &mut out, Split { dp, tp, cp, pp }, None);
+            }
         }
     }
     rank(&mut out);
@@ -122,17 +131,28 @@ pub fn plan(input: &PlanInput) -> Result<LayoutRanking, PlanError> {
 /// Costs the layouts `q` allows (one, when it fixes everything), ranked.
 pub fn plan_layout(input: &PlanInput, q: &LayoutQuery) -> Result<LayoutRanking, PlanError> {
     check_input(input)?;
-    let world = q.dp.checked_mul(q.tp).and_then(|x| x.checked_mul(q.pp));
+    let cp = q.cp.max(1);
+    let world =
+        q.dp.checked_mul(q.tp)
+            .and_then(|x| x.checked_mul(cp))
+            .and_then(|x| x.checked_mul(q.pp));
     if world != Some(input.gpus) {
         return Err(PlanError::LayoutWorld {
             dp: q.dp,
             tp: q.tp,
+            cp,
             pp: q.pp,
             gpus: input.gpus,
         });
     }
     let (mut planner, mut out) = start(input);
-    plan_split(&mut planner, &mut out, q.dp, q.tp, q.pp, Some(q));
+    let split = Split {
+        dp: q.dp,
+        tp: q.tp,
+        cp,
+        pp: q.pp,
+    };
+    plan_split(&mut planner, &mut out, split, Some(q));
     rank(&mut out);
     Ok(out)
 }
@@ -206,6 +226,8 @@ fn stage_split(
 /// replicated across nodes) when `input.hybrid` and a node holds more than
 /// one data rank but not all of them. One data rank shards nothing.
 fn shard_modes(input: &PlanInput, dp: u64, tp: u64, q: Option<&LayoutQuery>) -> Vec<(Shard, u64)> {
+    // With context parallelism `dp` is the gradient group, `dp x cp`,
+    // and a node's share of it counts its context ranks too.
     if dp < 2 {
         return vec![(Shard::None, 1)];
     }
@@ -290,22 +312,56 @@ fn moe_splits(
     Ok(all)
 }
 
-/// Every layout of one `dp x tp x pp` split (those `q` allows), costed or
-/// rejected into `out`.
-fn plan_split(
-    planner: &mut Planner,
-    out: &mut LayoutRanking,
+/// The degrees of one split of the devices.
+#[derive(Clone, Copy)]
+struct Split {
     dp: u64,
     tp: u64,
+    cp: u64,
     pp: u64,
-    q: Option<&LayoutQuery>,
-) {
+}
+
+/// Why `cp` context ranks cannot run: the stack has no context
+/// parallelism, its attention is not flash attention (Transformer
+/// Engine's context parallelism runs inside its fused attention), or the
+/// sequence or heads do not split ([`context::check`]).
+fn context_rule(input: &PlanInput, tp: u64, cp: u64) -> Result<(), String> {
+    if cp <= 1 {
+        return Ok(());
+    }
+    let Some(comm) = input.step.cp_comm else {
+        return Err(format!("cp={cp}: the stack has no context parallelism"));
+    };
+    if input
+        .ops
+        .is_some_and(|o| o.attention != crate::model::opcost::Attention::Flash)
+    {
+        return Err(format!(
+            "cp={cp}: context parallelism runs inside flash attention (Transformer Engine's fused attention), not unfused attention"
+        ));
+    }
+    let m = &input.model;
+    if m.moe.is_some() {
+        // The experts' all-to-all and groups are costed without context
+        // ranks; refused rather than costed wrong.
+        return Err(format!(
+            "cp={cp}: context parallelism of an MoE model is not modelled"
+        ));
+    }
+    context::check(m.seq, m.heads, tp, cp, comm)
+}
+
+/// Every layout of one `dp x tp x cp x pp` split (those `q` allows),
+/// costed or rejected into `out`.
+fn plan_split(planner: &mut Planner, out: &mut LayoutRanking, sp: Split, q: Option<&LayoutQuery>) {
+    let Split { dp, tp, cp, pp } = sp;
     let input = planner.input;
     let g = input.gpus_per_node;
     let m = &input.model;
     let split = Layout {
         dp,
         tp,
+        cp,
         pp,
         schedule: String::new(),
         chunks: 1,
@@ -334,6 +390,10 @@ fn plan_split(
         out.rejected.push(reject(Rejection::InvalidSplit {
             rule: e.to_string(),
         }));
+        return;
+    }
+    if let Err(rule) = context_rule(input, tp, cp) {
+        out.rejected.push(reject(Rejection::InvalidSplit { rule }));
         return;
     }
     // Without chunks the layers must split (evenly or Megatron's way);
@@ -386,7 +446,7 @@ fn plan_split(
             let Ok((first, last)) = stage_split(m, pp, chunks, q) else {
                 continue;
             };
-            let modes = shard_modes(input, dp, tp, q);
+            let modes = shard_modes(input, dp * cp, tp, q);
             for ((shard, group), &(ep, etp)) in modes
                 .iter()
                 .flat_map(|m| experts.iter().map(move |e| (*m, e)))
@@ -394,6 +454,7 @@ fn plan_split(
                 let layout = Layout {
                     dp,
                     tp,
+                    cp,
                     pp,
                     schedule: schedule.into(),
                     chunks,

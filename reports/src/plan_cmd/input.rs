@@ -9,10 +9,13 @@ use crate::load::{load_sources, Source};
 use crate::predict;
 use crate::units;
 use anyhow::{anyhow, bail, Result};
+use parbench::model::context::CpComm;
+use parbench::model::device::Device;
 use parbench::model::footprint::Recompute;
 use parbench::model::moe::Dispatcher;
 use parbench::model::opcost::{Attention, FlashKernel, GradAccumulation, OpModel};
 use parbench::model::plan::{PlanInput, Shard, Wire};
+use parbench::model::precision::Precision;
 use parbench::model::presets::Arch;
 use parbench::model::stack::Stack;
 use parbench::model::{LinkParams, Preset};
@@ -378,6 +381,35 @@ pub(super) fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
     if a.top == 0 {
         bail!("--top 0: print at least one layout");
     }
+    if a.max_cp == 0 || a.max_cp > MAX_DEVICES {
+        bail!(
+            "--max-cp {}: a context-parallel degree from 1 to {MAX_DEVICES}",
+            a.max_cp
+        );
+    }
+    let precision = Precision::by_name(&a.precision)
+        .ok_or_else(|| anyhow!("--precision {}: expected bf16 or fp8", a.precision))?;
+    // Context parallelism and FP8 are costed for dense models only.
+    if model.moe.is_some() {
+        if precision == Precision::Fp8 {
+            bail!(
+                "--precision fp8: FP8 expert layers are not modelled; an MoE model plans in bf16"
+            );
+        }
+        if a.max_cp > 1 {
+            bail!(
+                "--max-cp {}: context parallelism of an MoE model is not modelled",
+                a.max_cp
+            );
+        }
+    }
+    let cp_comm = match a.cp_comm_type.as_deref() {
+        None => None,
+        Some(n) => Some(
+            CpComm::by_name(n)
+                .ok_or_else(|| anyhow!("--cp-comm-type {n}: expected p2p, all_gather or a2a"))?,
+        ),
+    };
     let sources = if a.from.is_empty() {
         Vec::new()
     } else {
@@ -434,6 +466,10 @@ pub(super) fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
     };
     let measured = measured_flops(&sources);
     let stack = stack_of(a)?;
+    let fp8_peak = match precision {
+        Precision::Bf16 => None,
+        Precision::Fp8 => Some(fp8_peak_of(device.as_ref(), stack)?),
+    };
     let attention = match a.attention.as_deref() {
         None => stack.map_or(Attention::Flash, |s| s.attention),
         Some("flash") => Attention::Flash,
@@ -482,6 +518,8 @@ pub(super) fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
             if let Some(s) = stack {
                 ops.loss_bytes = s.step.loss_bytes;
             }
+            // Set after the in-step share below: FP8 runs at that share too.
+            let fp8_share = fp8_peak.map(|f| f / d.peak_tflops);
             let share = match (&block, a.compute_tflops) {
                 (Some((share, how)), None) => {
                     ops.gemm_flops = tflops * 1e12 * share;
@@ -492,11 +530,19 @@ pub(super) fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
                     d.sustained_clock()
                 ),
             };
+            ops.fp8_gemm_flops = fp8_share.map(|r| ops.gemm_flops * r);
+            let fp8_words = ops.fp8_gemm_flops.map_or(String::new(), |f| {
+                format!(
+                    "; linear layers in FP8 at {} TFLOP/s (the same share of the {} TFLOP/s FP8 peak)",
+                    units::sig3(f / 1e12),
+                    units::sig3(fp8_peak.unwrap_or(0.0))
+                )
+            });
             (
                 (
                     ops.gemm_flops,
                     format!(
-                        "{from}: {} TFLOP/s {share}; GEMMs by shape on {} SMs, memory-bound work at {} GB/s x {}",
+                        "{from}: {} TFLOP/s {share}; GEMMs by shape on {} SMs, memory-bound work at {} GB/s x {}{fp8_words}",
                         units::sig3(tflops),
                         d.sms,
                         units::sig3(d.hbm_gbps),
@@ -527,7 +573,10 @@ pub(super) fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
     let memory_gib = a.memory.or(device.as_ref().map(|d| d.hbm_gib));
     input.memory_bytes = memory_gib.map(|g| g * 1024.0 * 1024.0 * 1024.0);
     input.ops = ops;
-    input.peak_flops = device.as_ref().map(|d| d.peak_tflops * 1e12);
+    // MFU against the peak of the precision the GEMMs run in.
+    input.peak_flops = device
+        .as_ref()
+        .map(|d| fp8_peak.unwrap_or(d.peak_tflops) * 1e12);
     input.rails = device.is_some();
     input.dp_overlap = dp_overlap;
     input.schedules = match (a.schedules.is_empty(), stack) {
@@ -559,6 +608,10 @@ pub(super) fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
         input.step = s.step;
     }
     a.moe.apply_to_input(&mut input)?;
+    if cp_comm.is_some() {
+        input.step.cp_comm = cp_comm;
+    }
+    input.max_cp = a.max_cp;
     let m = &model;
     let file = PlanFile {
         schema: PLAN_SCHEMA,
@@ -613,6 +666,28 @@ pub(super) fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
         losses: Vec::new(),
     };
     Ok((input, file))
+}
+
+/// The dense FP8 peak `--precision fp8` runs at, TFLOP/s: the device's;
+/// refused by name on a device without FP8 tensor cores, without a
+/// device, and on a stack whose FP8 recipe is not Transformer Engine's.
+fn fp8_peak_of(device: Option<&Device>, stack: Option<&Stack>) -> Result<f64> {
+    let Some(d) = device else {
+        bail!("--precision fp8: give --device NAME (the FP8 rate is the device's)");
+    };
+    let Some(peak) = d.fp8_peak_tflops else {
+        bail!(
+            "--precision fp8: {} has no FP8 tensor cores (FP8 needs Hopper or newer, e.g. h100-sxm5-80gb)",
+            d.name
+        );
+    };
+    if let Some(s) = stack.filter(|s| s.name != "megatron-core") {
+        bail!(
+            "--precision fp8: the planner costs Transformer Engine's FP8 recipe (megatron-core), not {}'s",
+            s.name
+        );
+    }
+    Ok(peak)
 }
 
 /// The stack of `--stack`, checked.
@@ -681,6 +756,16 @@ fn software_words(input: &PlanInput) -> String {
             (Dispatcher::AllToAll, false) => "experts: all-to-all dispatcher, a GEMM per expert",
             (Dispatcher::DeepEp, true) => "experts: DeepEP dispatcher, grouped GEMMs",
             (Dispatcher::DeepEp, false) => "experts: DeepEP dispatcher, a GEMM per expert",
+        });
+    }
+    if input.ops.is_some_and(|o| o.fp8_gemm_flops.is_some()) {
+        parts.push("FP8 linear layers (Transformer Engine, delayed scaling; attention, output layer, norms and optimizer in bf16/fp32)");
+    }
+    if let (Some(c), true) = (step.cp_comm, input.max_cp > 1) {
+        parts.push(match c {
+            CpComm::P2p => "context parallel by a ring of K/V exchanges",
+            CpComm::AllGather => "context parallel by all-gathers of K/V",
+            CpComm::A2a => "context parallel by all-to-alls (Ulysses)",
         });
     }
     parts.join(", ")

@@ -35,10 +35,15 @@ fn ms(s: f64) -> String {
     units::micros(s * 1e6)
 }
 
-/// A layout's schedule column: the schedule, its chunks, an uneven
-/// split and the data-parallel sharding.
+/// A layout's schedule column: its context-parallel degree, the
+/// schedule, its chunks, an uneven split and the data-parallel sharding.
 pub fn schedule_cell(l: &parbench::model::plan::Layout) -> String {
-    let mut cell = l.schedule.clone();
+    let mut cell = if l.cp > 1 {
+        format!("cp={} ", l.cp)
+    } else {
+        String::new()
+    };
+    cell.push_str(&l.schedule);
     if l.chunks > 1 {
         cell.push_str(&format!(" v={}", l.chunks));
     }
@@ -190,7 +195,7 @@ pub fn render(f: &PlanFile) -> String {
         if moe {
             out.push_str("ep a2a: the experts' all-to-all, dispatch and combine forward and backward, exposed; it adds to the step beside tp comm.\n");
         }
-        out.push_str("step = compute + tp comm + bubble + dp comm + optimizer (the busiest pipeline rank; the bubble includes waits for point-to-point messages; tp comm and dp comm are what the step waits for: all of the tensor-parallel collectives unless the stack overlaps them, the part of the data-parallel reduction no compute hides, and the compute the overlapped collectives slow). b: sequences per microbatch; M: microbatches per step per pipeline. MFU: model FLOPs per second over the devices' peak (needs --device). token lat: one decode step (b new tokens) through the layout, compute-bound.\n");
+        out.push_str("step = compute + tp comm + cp comm + bubble + dp comm + optimizer (the busiest pipeline rank; cp comm only with context parallelism, in the layout's terms; the bubble includes waits for point-to-point messages; tp comm and dp comm are what the step waits for: all of the tensor-parallel collectives unless the stack overlaps them, the part of the data-parallel reduction no compute hides, and the compute the overlapped collectives slow). b: sequences per microbatch; M: microbatches per step per pipeline. MFU: model FLOPs per second over the devices' dense peak (bf16's; FP8's with --precision fp8; needs --device). token lat: one decode step (b new tokens) through the layout, compute-bound.\n");
     }
     if !f.losses.is_empty() {
         out.push_str("\nWhy the others lose\n\n");

@@ -66,6 +66,10 @@ pub struct Costed {
     /// One dispatch of a microbatch (an MoE layout with `ep > 1`).
     #[serde(default)]
     pub ep_dispatch: Option<crate::model::moe::DispatchCost>,
+    /// The busiest rank's context-parallel exchanges of K and V that the
+    /// attention does not hide.
+    #[serde(default)]
+    pub cp_comm_s: f64,
     /// The busiest rank's idle time in the pipeline (bubble and the waits
     /// for point-to-point messages).
     pub bubble_s: f64,

@@ -44,6 +44,8 @@ fn mix(a: &StageWork, wa: f64, b: &StageWork, wb: f64) -> StageWork {
         w: a.w * wa + b.w * wb,
         comm_f: a.comm_f * wa + b.comm_f * wb,
         comm_b: a.comm_b * wa + b.comm_b * wb,
+        cp_f: a.cp_f * wa + b.cp_f * wb,
+        cp_b: a.cp_b * wa + b.cp_b * wb,
         dp_f: a.dp_f * wa + b.dp_f * wb,
         dp_b: a.dp_b * wa + b.dp_b * wb,
         dp_all: a.dp_all * wa + b.dp_all * wb,
