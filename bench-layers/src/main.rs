@@ -308,7 +308,7 @@ fn preflight(
         let need = rank * here + if here > 0 { check } else { 0 };
         parbench::limits::check_host_memory(
             need,
-            "--hidden/--ffn/--seq/--batch",
+            "--hidden/--ffn/--seq/--microbatch-size",
             &format!(
                 "tp {t}: {here} rank(s) on this host x {} for the block{}",
                 parbench::limits::bytes_text(rank),
@@ -418,7 +418,7 @@ fn check_gpus(plan: &LayerJob) -> anyhow::Result<()> {
         parbench::limits::check_memory(
             rank + check,
             have as u128,
-            "--hidden/--ffn/--seq/--batch",
+            "--hidden/--ffn/--seq/--microbatch-size",
             &format!("tp {t}: one rank's block on its GPU, with the unsharded check on GPU 0"),
             "GPU 0's memory",
         )

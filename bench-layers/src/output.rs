@@ -158,10 +158,9 @@ pub fn table(plan: &LayerJob, rows: &[LayerRow]) -> String {
     let s = &b.shape;
     let (math, kernels) = gemm_of(plan);
     let mut out = format!(
-        "# bench-layers: {} {}{}{} | preset {} h={} heads={} ffn={} seq={} batch={} ({} tokens/call) | {} | {} kernels\n",
+        "# bench-layers: {} {}{} | preset {} h={} heads={} ffn={} seq={} b={} ({} tokens/call) | {} | {} kernels\n",
         rows.first().map_or("", |r| r.backend.as_str()),
-        b.mode.name(),
-        if b.decode { " decode" } else { "" },
+        parbench::layers::mode_name(b.mode, b.decode),
         if b.seq_parallel { " sequence-parallel" } else { "" },
         plan.preset,
         s.hidden,

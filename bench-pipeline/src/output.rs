@@ -122,7 +122,7 @@ impl Recorder {
                     args.warmup
                 );
                 parbench::outln!(
-                    "# each stage: hidden {}, microbatch {} rows, work {}, {}",
+                    "# each stage: hidden {}, b {} rows per microbatch, work {}, {}",
                     shape.map_or(0, |s| s.hidden),
                     shape.map_or(0, |s| s.rows),
                     args.work,

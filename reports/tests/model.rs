@@ -84,7 +84,7 @@ fn bad_flags_exit_2_with_one_line() {
         &["model", "--intra", "fast"],
         &["model", "--stages", "1"],
         &["model", "--busy", "1.5"],
-        &["model", "--batch", "x"],
+        &["model", "--microbatch-size", "x"],
     ] {
         let o = report(args);
         assert_eq!(o.status.code(), Some(2), "{args:?}");
@@ -94,7 +94,7 @@ fn bad_flags_exit_2_with_one_line() {
 
 #[test]
 fn train_mode_doubles_the_calls() {
-    let o = report(&["model", "--mode", "train", "--seq", "2048", "--batch", "1"]);
+    let o = report(&["model", "--mode", "train", "--seq", "2048", "--microbatch-size", "1"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let out = stdout(&o);
     assert!(
