@@ -230,7 +230,11 @@ impl<'a> Records<'a> {
         let text = (!self.rows.is_empty()).then(|| {
             format!(
                 "{}{}\n",
-                output::table(self.plan, &self.rows),
+                output::table(
+                    self.plan,
+                    &self.rows,
+                    parbench::measure::noise::since_start().as_ref()
+                ),
                 output::reference_line(self.reference.as_ref(), &self.rows)
             )
         });
@@ -253,7 +257,8 @@ impl<'a> Records<'a> {
             *t = None;
         }
         if !self.rows.is_empty() {
-            parbench::out!("{}", output::table(self.plan, &self.rows));
+            let noise = parbench::measure::noise::since_start();
+            parbench::out!("{}", output::table(self.plan, &self.rows, noise.as_ref()));
             parbench::outln!(
                 "{}",
                 output::reference_line(self.reference.as_ref(), &self.rows)

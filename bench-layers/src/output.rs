@@ -4,6 +4,7 @@ use crate::cli::LayerJob;
 use crate::sweep::TpMeasurement;
 use parbench::compute::cpu::{CpuCompute, GemmKernels};
 use parbench::compute::GemmMath;
+use parbench::measure::noise::ForeignCpu;
 use parbench::measure::ComputeReference;
 use parbench::results::{LayerRow, SCHEMA_VERSION};
 
@@ -153,7 +154,9 @@ fn bytes(b: u64) -> String {
 }
 
 /// The table, one line per degree, as nccl-tests prints its sweeps.
-pub fn table(plan: &LayerJob, rows: &[LayerRow]) -> String {
+/// `noise`: the noise guard's figure so far; in a noisy run the model is
+/// not held to the measured communication (one line says why).
+pub fn table(plan: &LayerJob, rows: &[LayerRow], noise: Option<&ForeignCpu>) -> String {
     let b = &plan.block;
     let s = &b.shape;
     let (math, kernels) = gemm_of(plan);
@@ -225,9 +228,17 @@ pub fn table(plan: &LayerJob, rows: &[LayerRow]) -> String {
             num(r.link_alpha_us, 2),
             num(r.link_gbps, 2)
         ));
+        if noise.is_some_and(ForeignCpu::noisy) {
+            continue;
+        }
         if let Some(line) = model_miss(r.comm_us, r.comm_model_us) {
             out.push_str(&format!("# tp {}: {line}\n", r.tp));
         }
+    }
+    if let Some(w) = noise.and_then(ForeignCpu::warning) {
+        out.push_str(&format!(
+            "# {w}; the model's communication is not held to the measured\n"
+        ));
     }
     out
 }
