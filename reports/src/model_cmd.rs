@@ -138,7 +138,11 @@ pub fn render(a: &ModelArgs) -> Result<String> {
         tr.dtype_bytes,
         a.layers,
         tr.tp,
-        if tr.sequence_parallel { ", sequence parallel" } else { "" }
+        if tr.sequence_parallel {
+            ", sequence parallel"
+        } else {
+            ""
+        }
     ));
     let exact = predict::ring_factor(&tr, true);
     let mut t = Table::new([

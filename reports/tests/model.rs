@@ -94,7 +94,15 @@ fn bad_flags_exit_2_with_one_line() {
 
 #[test]
 fn train_mode_doubles_the_calls() {
-    let o = report(&["model", "--mode", "train", "--seq", "2048", "--microbatch-size", "1"]);
+    let o = report(&[
+        "model",
+        "--mode",
+        "train",
+        "--seq",
+        "2048",
+        "--microbatch-size",
+        "1",
+    ]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let out = stdout(&o);
     assert!(

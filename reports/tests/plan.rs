@@ -89,6 +89,12 @@ fn a_plan_file_becomes_an_html_section() {
     assert!(html.contains("<section id=\"plan\">"));
     assert!(html.contains("step time of the best layouts"));
     assert!(html.contains("Why the others lose"));
+    // The first screen answers with the plan's best layout.
+    let summary = &html[..html.find("<section id=\"collectives\">").unwrap()];
+    assert!(
+        summary.contains("<td class=\"text\">best layout</td>"),
+        "{summary}"
+    );
     // busbw + latency of all_reduce, capacity, and the plan's chart.
     assert_eq!(html.matches("<svg").count(), 4);
 
@@ -102,12 +108,14 @@ fn a_plan_file_becomes_an_html_section() {
 }
 
 #[test]
-fn no_plan_file_says_so() {
+fn no_plan_file_leaves_the_tensor_parallel_part_alone() {
     let out = scratch("plan-none").join("r.html");
     let o = report(&["html", &fx("tcp"), "--output-file", out.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let html = std::fs::read_to_string(&out).unwrap();
-    assert!(html.contains("No plan in these results folders"));
+    assert_eq!(html.matches("<section id=\"plan\">").count(), 1);
+    assert!(!html.contains("step time of the best layouts"));
+    assert!(html.contains("id=\"capacity-chart\""));
 }
 
 /// Each case's flags after `base`: exit 2, one line on stderr holding its text.
@@ -141,8 +149,14 @@ fn bad_flags_and_files_are_one_line_and_exit_2() {
             vec!["--model", "tiny", "--inter", "fast"],
             "expected GBPS,US",
         ),
-        (vec!["--model", "tiny", "--device-memory", "0"], "--device-memory"),
-        (vec!["--model", "tiny", "--device-memory=-3"], "--device-memory"),
+        (
+            vec!["--model", "tiny", "--device-memory", "0"],
+            "--device-memory",
+        ),
+        (
+            vec!["--model", "tiny", "--device-memory=-3"],
+            "--device-memory",
+        ),
         (
             vec!["--model", "tiny", "--recompute", "some"],
             "--recompute",

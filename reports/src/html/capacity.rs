@@ -163,10 +163,21 @@ pub fn body(sources: &[Source]) -> Option<String> {
         body.push_str(&page::line_figure(
             "capacity-chart",
             &chart,
-            &format!("{}: tensor-parallel communication per token step against TP degree on each wire.", shape.name),
+            &format!(
+                "{}: tensor-parallel communication per token step against TP degree on each wire.",
+                shape.name
+            ),
             &[
-                KeyItem { line: LineStyle::Solid, marker: Marker::Circle, text: "measured wire".into() },
-                KeyItem { line: LineStyle::Dashed, marker: Marker::None, text: "reference wire".into() },
+                KeyItem {
+                    line: LineStyle::Solid,
+                    marker: Marker::Circle,
+                    text: "measured wire".into(),
+                },
+                KeyItem {
+                    line: LineStyle::Dashed,
+                    marker: Marker::None,
+                    text: "reference wire".into(),
+                },
             ],
         ));
     }

@@ -237,10 +237,7 @@ pub fn curves(sources: &[Source]) -> Vec<Curve<'_>> {
 /// One run's rows of a configuration as curves: one curve when each size
 /// ran one algorithm (an `auto` sweep that switches by size), one per
 /// algorithm when a size ran several (a sweep of named algorithms).
-fn split_by_algo(
-    key: CurveKey,
-    rows: Vec<&CollectiveRow>,
-) -> Vec<(CurveKey, Vec<&CollectiveRow>)> {
+fn split_by_algo(key: CurveKey, rows: Vec<&CollectiveRow>) -> Vec<(CurveKey, Vec<&CollectiveRow>)> {
     let mut per_size: BTreeMap<u64, Vec<&str>> = BTreeMap::new();
     for r in &rows {
         let algos = per_size.entry(r.bytes).or_default();
@@ -505,9 +502,7 @@ fn busbw_chart(collective: &str, curves: &[&Curve], names: &[String]) -> LineCha
         if c.runs.len() > 1 {
             series.push(band(i, c, |p| p.busbw_range));
         }
-        series.extend(per_size(i, LineStyle::Solid, c, Some(&algos), |p| {
-            p.busbw
-        }));
+        series.extend(per_size(i, LineStyle::Solid, c, Some(&algos), |p| p.busbw));
         let factor = predict::busbw_factor(&c.row.collective, c.row.world).unwrap_or(f64::NAN);
         let model: Vec<(f64, f64)> = c
             .by_size
@@ -740,7 +735,10 @@ pub fn section(sources: &[Source]) -> Option<String> {
                 part,
                 &[
                     (LineStyle::Dashed, "the model's prediction"),
-                    (LineStyle::Dotted, "the wire's ceiling at each size's working set"),
+                    (
+                        LineStyle::Dotted,
+                        "the wire's ceiling at each size's working set",
+                    ),
                 ],
             );
             body.push_str(&page::line_figure(

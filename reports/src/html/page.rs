@@ -237,7 +237,9 @@ fn sample(line: LineStyle, marker: Marker, color: &str) -> String {
         LineStyle::None => String::new(),
     };
     if let Some(m) = mark(marker) {
-        s.push_str(&format!("<span class=\"mark\" style=\"color: {color}\">{m}</span>"));
+        s.push_str(&format!(
+            "<span class=\"mark\" style=\"color: {color}\">{m}</span>"
+        ));
     }
     s
 }

@@ -183,7 +183,14 @@ pub fn section(sources: &[Source]) -> Option<String> {
     let mut b = page::note("noise: CPU time other processes took while the run measured, as a share of the machine; above 10% the run is marked NOISY and report compare does not judge it. Details: the command line, CPU, GPUs, versions, git revision, end time and the run's extra figures.");
     b.push_str(&page::table(
         &[
-            "folder", "run", "suite", "backend on host", "ranks", "start", "noise", "details",
+            "folder",
+            "run",
+            "suite",
+            "backend on host",
+            "ranks",
+            "start",
+            "noise",
+            "details",
         ],
         &rows,
     ));

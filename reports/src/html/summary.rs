@@ -8,9 +8,9 @@
 use super::collectives::{curves, run_words, Curve};
 use super::page::{self, num, text, Cell};
 use crate::load::Source;
-use parbench::results::{LayerRow, PipelineRow};
 use crate::units;
 use parbench::pipeline::analysis::bubble_parts;
+use parbench::results::{LayerRow, PipelineRow};
 
 /// The cores a folder's pipeline run recorded (0 when none did).
 fn pipeline_cores(sources: &[Source]) -> usize {
@@ -273,7 +273,8 @@ pub fn section(sources: &[Source]) -> Option<String> {
         .flat_map(|s| {
             s.runs.iter().filter_map(move |r| {
                 let n = r.noise()?;
-                n.noisy().then(|| (format!("{} {}", s.label, r.suite), n.fraction))
+                n.noisy()
+                    .then(|| (format!("{} {}", s.label, r.suite), n.fraction))
             })
         })
         .collect();
@@ -289,7 +290,9 @@ pub fn section(sources: &[Source]) -> Option<String> {
     if !noisy.is_empty() {
         let (lo, hi) = noisy
             .iter()
-            .fold((f64::INFINITY, 0.0f64), |(a, b), (_, f)| (a.min(*f), b.max(*f)));
+            .fold((f64::INFINITY, 0.0f64), |(a, b), (_, f)| {
+                (a.min(*f), b.max(*f))
+            });
         items.push(format!(
             "NOISY: {} of {runs} runs ({}): other processes took {} of the machine while they measured; their figures measure what those processes left.",
             noisy.len(),

@@ -78,7 +78,11 @@ pub struct PlanArgs {
     #[arg(help_heading = "Devices and wires", long, value_name = "FILE")]
     pub device_file: Option<PathBuf>,
     /// Memory per device, GiB (default: the device's HBM, else no limit).
-    #[arg(help_heading = "Devices and wires", long = "device-memory", value_name = "GIB")]
+    #[arg(
+        help_heading = "Devices and wires",
+        long = "device-memory",
+        value_name = "GIB"
+    )]
     pub memory: Option<f64>,
     /// Sustained matrix-product rate per device, TFLOP/s (instead of bench-layers' measured GFLOP/s).
     #[arg(help_heading = "Devices and wires", long)]
