@@ -333,8 +333,11 @@ mod tests {
     }
 
     #[test]
-    fn draws_svg_with_readable_size_labels_and_escaped_legend() {
-        let svg = line_chart(&chart("<script>&"), 900, 400).unwrap();
+    fn draws_svg_with_readable_size_labels_and_escaped_title() {
+        // The legend is HTML (the report's page escapes it); the title is SVG.
+        let mut c = chart("x");
+        c.title = "<script>&".into();
+        let svg = line_chart(&c, 900, 400).unwrap();
         assert!(svg.starts_with("<svg"), "{}", &svg[..40]);
         for label in ["8 B", "1 KiB", "1 MiB", "64 MiB"] {
             assert!(

@@ -731,7 +731,7 @@ pub fn section(sources: &[Source]) -> Option<String> {
                 (String::new(), String::new())
             };
             let busbw_key = key(
-                "measured, each size marked by its algorithm:",
+                "measured (each size marked by its algorithm)",
                 part,
                 &[
                     (LineStyle::Dashed, "the model's prediction"),
@@ -748,7 +748,7 @@ pub fn section(sources: &[Source]) -> Option<String> {
                 &busbw_key,
             ));
             let latency_key = key(
-                "p50, each size marked by its algorithm:",
+                "p50 (each size marked by its algorithm)",
                 part,
                 &[(LineStyle::Dashed, "p99")],
             );

@@ -267,6 +267,17 @@ pub fn section(sources: &[Source]) -> Option<String> {
     rows.extend(layer_answers(sources));
     rows.extend(pipeline_answers(sources));
     rows.extend(plan_answers(sources));
+    // One folder: its name before every answer says nothing.
+    if let [only] = sources {
+        let prefix = format!("{}: ", only.label);
+        for r in &mut rows {
+            if let Cell::Text(t) = &mut r[1] {
+                if let Some(rest) = t.strip_prefix(&prefix) {
+                    *t = rest.to_string();
+                }
+            }
+        }
+    }
     let mut items: Vec<String> = Vec::new();
     let noisy: Vec<(String, f64)> = sources
         .iter()
