@@ -228,19 +228,33 @@ pub fn table(plan: &LayerJob, rows: &[LayerRow], noise: Option<&ForeignCpu>) -> 
             num(r.link_alpha_us, 2),
             num(r.link_gbps, 2)
         ));
-        if noise.is_some_and(ForeignCpu::noisy) {
-            continue;
-        }
-        if let Some(line) = model_miss(r.comm_us, r.comm_model_us) {
-            out.push_str(&format!("# tp {}: {line}\n", r.tp));
-        }
     }
-    if let Some(w) = noise.and_then(ForeignCpu::warning) {
-        out.push_str(&format!(
-            "# {w}; the model's communication is not held to the measured\n"
-        ));
+    let held: Vec<(usize, f64, f64)> = rows
+        .iter()
+        .filter(|r| r.tp > 1)
+        .map(|r| (r.tp, r.comm_us, r.comm_model_us))
+        .collect();
+    for line in model_lines(&held, noise) {
+        out.push_str(&line);
+        out.push('\n');
     }
     out
+}
+
+/// The model held to the measured communication, per degree `(tp,
+/// measured us, model us)`: a WARNING for each it misses beyond the
+/// margin. In a noisy run the times measure what other processes left,
+/// so instead one line says the run was noisy.
+pub fn model_lines(degrees: &[(usize, f64, f64)], noise: Option<&ForeignCpu>) -> Vec<String> {
+    if let Some(w) = noise.and_then(ForeignCpu::warning) {
+        return vec![format!("# {w}; the model is not held to it")];
+    }
+    degrees
+        .iter()
+        .filter_map(|&(tp, measured, model)| {
+            Some(format!("# tp {tp}: {}", model_miss(measured, model)?))
+        })
+        .collect()
 }
 
 /// A WARNING when the model's communication time parts from the measured
@@ -323,5 +337,30 @@ mod tests {
         assert!(model_miss(100.0, 130.0).unwrap().contains("x1.30"));
         assert!(model_miss(0.0, 10.0).is_none());
         assert!(model_miss(10.0, f64::NAN).is_none());
+    }
+
+    #[test]
+    fn a_noisy_run_says_so_once_instead_of_missing_the_model() {
+        let noise = |fraction: f64| ForeignCpu {
+            wall_s: 10.0,
+            cpus: 2,
+            host_s: 20.0,
+            own_s: 20.0 * (1.0 - fraction),
+            steal_s: 0.0,
+            foreign_s: 20.0 * fraction,
+            fraction,
+            resolution: 0.001,
+            method: "test".into(),
+        };
+        // The x0.05 of a shared machine, at TP 2 and 4.
+        let degrees = [(2, 2400.0, 120.0), (4, 3000.0, 150.0)];
+        let quiet = model_lines(&degrees, Some(&noise(0.02)));
+        assert_eq!(quiet.len(), 2, "{quiet:?}");
+        assert!(quiet.iter().all(|l| l.contains("WARNING: the model's")));
+        let noisy = model_lines(&degrees, Some(&noise(0.8)));
+        assert_eq!(noisy.len(), 1, "{noisy:?}");
+        assert!(noisy[0].starts_with("# WARNING: a noisy run: other processes took 80%"));
+        assert!(!noisy[0].contains("the model's communication"));
+        assert_eq!(model_lines(&degrees, None).len(), 2, "no figure: held");
     }
 }

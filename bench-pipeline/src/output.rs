@@ -472,8 +472,9 @@ impl Recorder {
             // The header already named the crowded cores, and a noisy run
             // says so once: the mark's key, not a warning about the model.
             if let Some(w) = noisy {
+                parbench::outln!("# {w}");
                 parbench::outln!(
-                    "# {w}; !: measured bubble parted from the simulated by more than {:.0} points in {n} of {} runs",
+                    "# !: measured bubble parted from the simulated by more than {:.0} points in {n} of {} runs (not held to it: a noisy run)",
                     100.0 * BUBBLE_PARTS,
                     self.runs
                 );
