@@ -135,3 +135,12 @@ fn a_closed_pipe_ends_quietly() {
     let o = parbench::term::run_with_closed_stdout(cmd).unwrap();
     parbench::term::ended_quietly(&o).unwrap();
 }
+
+/// The spelling of the last release still runs, with its notice.
+#[test]
+fn the_old_batch_spelling_runs_with_a_notice() {
+    let o = report(&["model", "--batch", "8"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--batch is now --microbatch-size"));
+    assert!(stdout(&o).contains("b 8 x seq 1"), "{}", stdout(&o));
+}
