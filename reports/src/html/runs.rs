@@ -166,8 +166,8 @@ pub fn section(sources: &[Source]) -> Option<String> {
                 let lines = details(r);
                 vec![
                     text(s.label.clone()),
+                    // The run id starts with its suite.
                     text(r.run_id.clone()),
-                    text(r.suite.clone()),
                     text(format!("{} on {}", r.backend, r.host)),
                     num(r.world.to_string()),
                     text(r.start.clone()),
@@ -185,7 +185,6 @@ pub fn section(sources: &[Source]) -> Option<String> {
         &[
             "folder",
             "run",
-            "suite",
             "backend on host",
             "ranks",
             "start",
