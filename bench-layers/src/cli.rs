@@ -150,6 +150,14 @@ impl Cli {
                 Preset::names().join(", ")
             ))
         })?;
+        // Its block is dense: an MoE preset's would be one expert's MLP
+        // standing for the layer, which is not what the name says.
+        if preset.moe.is_some() {
+            return usage(format!(
+                "--preset {}: a mixture of experts; bench-layers times dense blocks (report plan costs MoE layers)",
+                preset.name
+            ));
+        }
         let (mode, decode) = match self.mode.to_ascii_lowercase().as_str() {
             "prefill" => (Mode::Forward, false),
             "decode" => (Mode::Forward, true),
@@ -313,6 +321,7 @@ mod tests {
             (&["--mode", "sideways"][..], "mode"),
             (&["--mode", "forward"][..], "--mode forward"),
             (&["--preset", "gpt5"][..], "--preset"),
+            (&["--preset", "deepseek-v3"][..], "mixture of experts"),
             (&["--link", "100"][..], "--link"),
             (&["--link", "0,5"][..], "--link"),
             (&["--dtype", "int32"][..], "--dtype"),

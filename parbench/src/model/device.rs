@@ -145,6 +145,21 @@ pub fn presets() -> Vec<Device> {
             sustained_clock_share: Some(HOPPER_SUSTAINED_CLOCK),
             generation: Some(Generation::Hopper),
         },
+        Device {
+            name: "h800".into(),
+            source: "NVIDIA H800 SXM5 (export part of the H100): the H100's compute and HBM (989 TFLOP/s dense BF16, 132 SMs, 3.35 TB/s, 80 GB) with NVLink cut to 400 GB/s both directions, 200 a direction; DeepSeek-V3 Technical Report: 2048 H800, 8 a node on NVLink and NVSwitch, InfiniBand across (section 3.1), NVLink 160 GB/s and IB 50 GB/s achievable (section 3.2.2); DeepEP README: H800 with CX7 InfiniBand 400 Gb/s NICs, one a GPU".into(),
+            peak_tflops: 989.0,
+            gemm_tflops: 780.0,
+            sms: 132,
+            hbm_gbps: 3350.0,
+            hbm_gib: 80.0,
+            nvlink_gbps: 200.0,
+            gpus_per_node: 8,
+            nics_per_node: 8,
+            nic_gbps: 50.0,
+            sustained_clock_share: Some(HOPPER_SUSTAINED_CLOCK),
+            generation: Some(Generation::Hopper),
+        },
     ]
 }
 

@@ -13,6 +13,7 @@
 //! - [`tensor_parallel`]: Megatron's per-layer, per-token traffic.
 //! - [`bubble`]: pipeline bubble closed forms and microbatch counts.
 //! - [`presets`]: named transformer shapes.
+//! - [`moe`]: mixture-of-experts shapes, their FLOPs and the all-to-all.
 //! - [`footprint`]: FLOPs and memory of a step (for the planner).
 //! - [`sim`]: the schedule simulator (makespan, idle time, bubble of any schedule).
 //! - [`plan`]: the capacity planner, which composes all of the above.
@@ -48,6 +49,7 @@ pub mod device;
 pub mod fit;
 pub mod footprint;
 pub mod ladder;
+pub mod moe;
 pub mod opcost;
 pub mod plan;
 pub mod presets;

@@ -274,16 +274,11 @@ impl OpModel {
         let tokens = b.saturating_mul(s);
         let h = model.hidden;
         let d = model.head_dim();
-        let kv = model.kv_heads.saturating_mul(d);
         let ffn_t = model.ffn / t;
         let gated = model.arch == Arch::Llama;
         let up = if gated { 2 * ffn_t } else { ffn_t };
-        let shapes = [
-            (tokens, (h + 2 * kv) / t, h),
-            (tokens, h, h / t),
-            (tokens, up, h),
-            (tokens, h, ffn_t),
-        ];
+        let mut shapes = model.attention_gemms(tokens, t);
+        shapes.extend([(tokens, up, h), (tokens, h, ffn_t)]);
         let (mut gf, mut gi, mut gw) = (0.0, 0.0, 0.0);
         for (m, n, k) in shapes {
             let (f, i, w) = self.gemm_passes(m, n, k);
@@ -294,9 +289,10 @@ impl OpModel {
         // The attention core.
         let heads_t = (model.heads / t).max(1);
         let (bf, sf, hf) = (b as f64, s as f64, h as f64);
+        let width = model.attention_core_width() as f64;
         let (af, ab, a_recompute) = match self.attention {
             Attention::Flash => {
-                let flops = 4.0 * bf * sf * sf * hf / t as f64 * 0.5;
+                let flops = 4.0 * bf * sf * sf * width / t as f64 * 0.5;
                 let f = flops / (self.gemm_flops * self.flash_share.0);
                 let back = 2.5 * flops / (self.gemm_flops * self.flash_share.1);
                 (f, back, 0.0)

@@ -10,6 +10,7 @@
 //! (context parallelism, FP8, expert parallelism) adds a field with the
 //! value every existing stack runs.
 
+use super::moe::{MoeStack, MCORE_MOE};
 use super::opcost::{Attention, FlashKernel, GradAccumulation, STREAM_BYTES};
 use super::plan::Shard;
 
@@ -93,6 +94,8 @@ pub struct StepModel {
     /// NCCL's ring chunks stay bandwidth-bound"); (0, 0): the planner's
     /// `bucket_bytes` (DDP's 25 MiB).
     pub bucket_params: (f64, f64),
+    /// How MoE layers run: the token dispatcher, grouped GEMMs.
+    pub moe: MoeStack,
 }
 
 impl Default for StepModel {
@@ -107,6 +110,7 @@ impl Default for StepModel {
             fp32_logits: false,
             launch_s: 0.0,
             bucket_params: (0.0, 0.0),
+            moe: MCORE_MOE,
         }
     }
 }
@@ -123,6 +127,7 @@ const MEGATRON_2021_STEP: StepModel = StepModel {
     fp32_logits: true,
     launch_s: EAGER_LAUNCH_S,
     bucket_params: (0.0, 0.0),
+    moe: MCORE_MOE,
 };
 
 /// How a stack runs a pipeline a user named without a schedule.

@@ -10,6 +10,7 @@ use crate::predict;
 use crate::units;
 use anyhow::{anyhow, bail, Result};
 use parbench::model::footprint::Recompute;
+use parbench::model::moe::Dispatcher;
 use parbench::model::opcost::{Attention, FlashKernel, GradAccumulation, OpModel};
 use parbench::model::plan::{PlanInput, Shard, Wire};
 use parbench::model::presets::Arch;
@@ -41,7 +42,7 @@ fn model_of(a: &PlanArgs) -> Result<Preset> {
         if let Some(s) = a.seq {
             p.seq = s;
         }
-        return Ok(p);
+        return a.moe.apply_to(p, false);
     }
     let need = |v: Option<u64>, flag: &str| {
         v.ok_or_else(|| anyhow!("give --model PRESET or the whole shape: {flag} is missing"))
@@ -59,7 +60,7 @@ fn model_of(a: &PlanArgs) -> Result<Preset> {
         "llama" => Arch::Llama,
         other => bail!("--arch {other}: expected gpt or llama"),
     };
-    Ok(Preset {
+    let p = Preset {
         name: "custom",
         source: "flags",
         arch,
@@ -70,7 +71,9 @@ fn model_of(a: &PlanArgs) -> Result<Preset> {
         ffn: need(a.ffn, "--ffn")?,
         seq: need(a.seq, "--seq")?,
         vocab: a.vocab.unwrap_or(50257),
-    })
+        moe: None,
+    };
+    a.moe.apply_to(p, true)
 }
 
 /// `GBPS,US` of `flag`, by the library's one parser.
@@ -269,6 +272,7 @@ fn measured_block_share(
         ffn: r.ffn,
         seq: r.seq,
         vocab: 1,
+        moe: None,
     };
     let mut full = OpModel::of_device(d, None, attention, flash_kernel, accumulation);
     full.gemm_flops = d.gemm_tflops * 1e12;
@@ -554,12 +558,13 @@ pub(super) fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
     if let Some(s) = stack {
         input.step = s.step;
     }
+    a.moe.apply_to_input(&mut input)?;
     let m = &model;
     let file = PlanFile {
         schema: PLAN_SCHEMA,
         command: std::env::args().collect::<Vec<_>>().join(" "),
         model: format!(
-            "{} ({} layers, hidden {}, {} heads ({} KV), ffn {}, seq {}, vocabulary {}: {} parameters)",
+            "{} ({} layers, hidden {}, {} heads ({} KV), ffn {}, seq {}, vocabulary {}: {})",
             m.name,
             m.layers,
             m.hidden,
@@ -568,7 +573,10 @@ pub(super) fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
             m.ffn,
             m.seq,
             m.vocab,
-            count(m.params() as f64)
+            match super::moe::words(m) {
+                Some(w) => w,
+                None => format!("{} parameters", count(m.params() as f64)),
+            }
         ),
         global_batch,
         gpus,
@@ -666,6 +674,14 @@ fn software_words(input: &PlanInput) -> String {
     }
     if step.grad_bytes == 4 {
         parts.push("fp32 gradients");
+    }
+    if input.model.moe.is_some() {
+        parts.push(match (step.moe.dispatcher, step.moe.grouped_gemm) {
+            (Dispatcher::AllToAll, true) => "experts: all-to-all dispatcher, grouped GEMMs",
+            (Dispatcher::AllToAll, false) => "experts: all-to-all dispatcher, a GEMM per expert",
+            (Dispatcher::DeepEp, true) => "experts: DeepEP dispatcher, grouped GEMMs",
+            (Dispatcher::DeepEp, false) => "experts: DeepEP dispatcher, a GEMM per expert",
+        });
     }
     parts.join(", ")
 }

@@ -63,6 +63,10 @@ pub fn parse_layout(spec: &str) -> Result<LayoutQuery> {
                 })?)
             }
             "hsdp" | "shard-group" => q.shard_group = Some(number()?),
+            "ep" => q.ep = Some(number()?),
+            "etp" => q.etp = Some(number()?),
+            // The last stage may hold the output layer alone (0 layers).
+            "last" if v == "0" => last = Some(0),
             "last" => last = Some(number()?),
             "schedule" => {
                 let known = parbench::schedule::SCHEDULES.iter().any(|e| e.name == v);
@@ -79,7 +83,7 @@ pub fn parse_layout(spec: &str) -> Result<LayoutQuery> {
                 q.schedule = Some(v.to_string());
             }
             _ => bail!(
-                "--layout {spec}: unknown key {k} (dp, tp, pp, vpp, mbs, schedule, first, last)"
+                "--layout {spec}: unknown key {k} (dp, tp, pp, ep, etp, vpp, mbs, schedule, first, last)"
             ),
         }
     }
@@ -163,6 +167,21 @@ pub fn render_terms(c: &Costed, gpus: u64, have_gib: Option<f64>) -> String {
     out.push('\n');
     out.push_str(&term("tp comm", c.tp_comm_s));
     out.push('\n');
+    if c.ep_comm_s > 0.0 {
+        out.push_str(&term("ep all-to-all", c.ep_comm_s));
+        out.push_str(" (dispatch and combine, forward and backward, exposed)\n");
+    }
+    if let Some(d) = &c.ep_dispatch {
+        out.push_str(&format!(
+            "  one dispatch  {}   {} tokens a rank: {} over NVLink, {} over its NIC; a token reaches {:.2} nodes; bottleneck {} GB/s (balanced routing)\n",
+            secs(d.seconds),
+            units::sig3(d.tokens),
+            units::bytes(d.nvlink_bytes),
+            units::bytes(d.rdma_bytes),
+            d.nodes_reached,
+            units::sig3(d.bottleneck_gbps)
+        ));
+    }
     out.push_str(&term("bubble", c.bubble_s));
     out.push_str(" (idle of the busiest pipeline rank, with the hops' waits)\n");
     out.push_str(&term("dp comm", c.dp_comm_s));
@@ -210,6 +229,7 @@ pub fn why_loses(named: &Costed, best: &Costed) -> String {
     let terms = [
         ("compute", named.compute_s - best.compute_s),
         ("tp comm", named.tp_comm_s - best.tp_comm_s),
+        ("ep all-to-all", named.ep_comm_s - best.ep_comm_s),
         ("bubble", named.bubble_s - best.bubble_s),
         ("dp comm", named.dp_comm_s - best.dp_comm_s),
         ("optimizer", named.optimizer_s - best.optimizer_s),

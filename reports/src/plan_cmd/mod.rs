@@ -10,6 +10,7 @@ pub mod check;
 pub mod file;
 mod input;
 pub mod layout;
+pub mod moe;
 pub mod text;
 pub mod validation;
 
@@ -62,6 +63,8 @@ pub struct PlanArgs {
     /// A GPT model's output layer has its own weights (Megatron's --untie-embeddings-and-output-weights).
     #[arg(help_heading = "Model", long)]
     pub untie_embeddings: bool,
+    #[command(flatten)]
+    pub moe: moe::MoeArgs,
 
     /// Devices in all.
     #[arg(help_heading = "Devices and wires", long, required_unless_present_any = ["against", "validation"])]
@@ -99,7 +102,7 @@ pub struct PlanArgs {
 
     #[arg(help_heading = "Stack and search", long, value_name = "NAME", help = stack_help())]
     pub stack: Option<String>,
-    /// Cost one layout instead of searching: dp=D,tp=T,pp=P with optional vpp=V (interleaved chunks), mbs=B (microbatch size), schedule=NAME, first=F,last=L (layers of the first and last stages); what is not given is searched within the split. Prints each term, and how it compares with the search's best.
+    /// Cost one layout instead of searching: dp=D,tp=T,pp=P with optional ep=E and etp=T (experts: expert-parallel degree, and their tensor degree, default tp), vpp=V (interleaved chunks), mbs=B (microbatch size), schedule=NAME, first=F,last=L (layers of the first and last stages); what is not given is searched within the split. Prints each term, and how it compares with the search's best.
     #[arg(help_heading = "Stack and search", long, value_name = "SPEC")]
     pub layout: Option<String>,
     /// With --stack and --layout: search what the layout leaves open (schedules, v, microbatch size) instead of the stack's choices.

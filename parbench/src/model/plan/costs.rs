@@ -19,6 +19,8 @@ use crate::model::tensor_parallel::{TpMode, TpTraffic};
 use crate::schedule::{generate, peak_in_flight, Placement, ScheduleKind};
 use std::collections::HashMap;
 
+mod moe;
+
 /// The stages rank `r` of layout `l` holds, by its schedule's placement
 /// (looped: `r`, `r + pp`, ...; V: `r` and `2 pp - 1 - r`).
 fn stages_of(l: &Layout, r: u64) -> impl Iterator<Item = usize> {
@@ -85,6 +87,8 @@ pub(super) struct StageWork {
     dp_f: f64,
     dp_b: f64,
     dp_all: f64,
+    /// Of the communication: the expert-parallel all-to-all.
+    ep: f64,
     /// Of the compute: by kind, for the breakdown.
     parts: ComputeParts,
 }
@@ -115,6 +119,7 @@ impl StageWork {
         self.dp_f += o.dp_f;
         self.dp_b += o.dp_b;
         self.dp_all += o.dp_all;
+        self.ep += o.ep;
         self.parts.add(&o.parts, 1.0);
     }
 }
@@ -195,9 +200,8 @@ impl Planner<'_> {
 
     /// One layer's all-gather and reduce-scatter over the sharding group.
     fn shard_calls(&self, l: &Layout) -> (f64, f64) {
-        let m = &self.input.model;
         let group = l.shard_group.max(1);
-        let params = m.params_per_layer() as f64 / l.tp as f64;
+        let params = self.layer_params(l);
         let gather = (params * self.input.dtype_bytes as f64) as u64;
         let scatter = (params * self.input.step.grad_bytes as f64) as u64;
         let w = self.group_link(group, l.tp);
@@ -268,10 +272,17 @@ impl Planner<'_> {
         (exposed, hidden * held / (1.0 - held).max(0.5))
     }
 
-    /// One layer on one microbatch.
+    /// One layer on one microbatch (an MoE model's: the mean of its layers).
     fn layer_work(&self, l: &Layout, tp_wire: WireKind) -> StageWork {
+        match self.input.model.moe {
+            Some(_) => self.moe_layer_work(l, tp_wire),
+            None => self.block_work(&self.input.model, l, tp_wire),
+        }
+    }
+
+    /// One block of `m` on one microbatch.
+    fn block_work(&self, m: &crate::model::Preset, l: &Layout, tp_wire: WireKind) -> StageWork {
         let input = self.input;
-        let m = &input.model;
         let one_pass = self.tp_pass_seconds(&self.traffic(l, TpMode::Prefill), self.wire(tp_wire));
         let comm_recompute = if input.recompute == Recompute::Full {
             one_pass
@@ -462,16 +473,23 @@ impl Planner<'_> {
         let input_side = m.embedding_params() as f64 - if tied { 0.0 } else { v * h };
         let output_side = if tied && first { 0.0 } else { v * h };
         let ends = if first { input_side } else { 0.0 } + if last { output_side } else { 0.0 };
-        let params = (layers as f64 * m.params_per_layer() as f64 + ends) / l.tp as f64;
+        // Routed experts split over ep x etp, the rest over t.
+        let routed = m.routed_expert_params() as f64 / m.layers.max(1) as f64 * layers as f64;
+        let dense = (layers as f64 * m.params_per_layer() as f64 - routed + ends) / l.tp as f64;
+        let experts = routed / l.ep.saturating_mul(l.etp).max(1) as f64;
+        let params = dense + experts;
         // 16-bit weights, the stack's gradients, fp32 master weights and
-        // Adam moments: what each mode shards over its group.
-        let per_param = l
-            .shard
-            .state_bytes(2, input.step.grad_bytes as usize, l.shard_group);
+        // Adam moments: what each mode shards over its group; the
+        // experts' over their data-parallel group, `dp tp / (etp ep)`.
+        let grad = input.step.grad_bytes as usize;
+        let per_param = l.shard.state_bytes(2, grad, l.shard_group);
+        let expert_group =
+            (l.shard_group.saturating_mul(l.tp) / l.ep.saturating_mul(l.etp).max(1)).max(1);
+        let per_expert_param = l.shard.state_bytes(2, grad, expert_group);
         // What a sharded step holds whole for a moment: one layer's
         // gradients before their reduce-scatter; with ZeRO-3 also two
         // layers' gathered parameters (the current and the prefetched).
-        let layer_params = m.params_per_layer() as f64 / l.tp as f64;
+        let layer_params = self.layer_params(l);
         let dtype = input.dtype_bytes as f64;
         let transient = match l.shard {
             Shard::Zero2 => input.step.grad_bytes as f64 * layer_params,
@@ -488,7 +506,7 @@ impl Planner<'_> {
         };
         Memory {
             params,
-            states_bytes: params * per_param + transient,
+            states_bytes: dense * per_param + experts * per_expert_param + transient,
             activation_bytes: in_flight as f64 * chunk_layers * per_layer + logits,
             in_flight,
             formula_bytes: 0.0,
@@ -551,16 +569,18 @@ impl Planner<'_> {
         let flash = input
             .ops
             .is_some_and(|o| o.attention == crate::model::opcost::Attention::Flash);
-        let per_layer = activation_bytes_of(
-            m,
-            m.seq,
-            l.micro_batch,
-            l.tp,
-            input.sequence_parallel,
-            input.recompute,
-            flash,
-        )
-        .unwrap_or(f64::INFINITY);
+        let per_layer = self.moe_activation_bytes(l, flash).unwrap_or_else(|| {
+            activation_bytes_of(
+                m,
+                m.seq,
+                l.micro_batch,
+                l.tp,
+                input.sequence_parallel,
+                input.recompute,
+                flash,
+            )
+            .unwrap_or(f64::INFINITY)
+        });
         let peaks = self.peaks(l);
         let formula_bytes = self.formula_bytes(l);
         let mut most = (0..l.pp.max(1))
@@ -576,7 +596,8 @@ impl Planner<'_> {
                 in_flight: 0,
                 formula_bytes: 0.0,
             });
-        most.formula_bytes = formula_bytes;
+        // Megatron-LM's script counts no experts: no second count for an MoE.
+        most.formula_bytes = if m.moe.is_some() { 0.0 } else { formula_bytes };
         most
     }
 
@@ -629,6 +650,7 @@ impl Planner<'_> {
                     dp_f: k * layer.dp_f + edge_f,
                     dp_b: k * layer.dp_b + edge_b,
                     dp_all: k * layer.dp_all,
+                    ep: k * layer.ep,
                     parts: ComputeParts::default(),
                 };
                 w.parts.add(&layer.parts, k);
@@ -766,7 +788,9 @@ impl Planner<'_> {
         Costed {
             step_s: step,
             compute_s: micro * busiest.compute(),
-            tp_comm_s: micro * busiest.comm(),
+            tp_comm_s: micro * (busiest.comm() - busiest.ep),
+            ep_comm_s: micro * busiest.ep,
+            ep_dispatch: self.dispatch(&l),
             bubble_s: bubble,
             dp_comm_s: dp_exposed + dp_slowed,
             dp_comm_total_s: dp_total,

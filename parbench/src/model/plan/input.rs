@@ -119,6 +119,9 @@ pub struct PlanInput {
     /// A GPT model's output layer has its own weights (Megatron's
     /// `--untie-embeddings-and-output-weights`); LLaMA's always has.
     pub untied_output: bool,
+    /// The busiest rank's routed tokens over the mean (1: balanced
+    /// routing): its expert GEMMs and its all-to-all take this much longer.
+    pub moe_imbalance: f64,
 }
 
 impl PlanInput {
@@ -157,6 +160,7 @@ impl PlanInput {
             hybrid: false,
             step: StepModel::default(),
             untied_output: false,
+            moe_imbalance: 1.0,
         }
     }
 }

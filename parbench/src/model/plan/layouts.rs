@@ -37,6 +37,17 @@ pub struct Layout {
     /// 0 or 1 without sharding.
     #[serde(default)]
     pub shard_group: u64,
+    /// Expert-parallel degree (1 for a dense model), and the tensor
+    /// degree of the experts; the experts' data-parallel degree is
+    /// `dp tp / (etp ep)` (Megatron-Core's `parallel_state`).
+    #[serde(default = "one")]
+    pub ep: u64,
+    #[serde(default = "one")]
+    pub etp: u64,
+}
+
+fn one() -> u64 {
+    1
 }
 
 impl Layout {
@@ -92,6 +103,12 @@ impl std::fmt::Display for Layout {
                 " layers first={} last={}",
                 self.first_stage_layers, self.last_stage_layers
             )?;
+        }
+        if self.ep > 1 {
+            write!(f, " ep={}", self.ep)?;
+        }
+        if self.ep > 1 && self.etp != self.tp {
+            write!(f, " etp={}", self.etp)?;
         }
         if self.shard != Shard::None {
             write!(f, " shard={}", self.shard.name())?;

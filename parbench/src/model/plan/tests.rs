@@ -39,6 +39,7 @@ fn equal_stages(layers: u64) -> Preset {
         ffn: 256,
         seq: 8,
         vocab: 0,
+        moe: None,
     }
 }
 
@@ -446,6 +447,8 @@ fn layers_that_do_not_divide_split_megatrons_way() {
         last_stage_layers: 7,
         shard: Shard::None,
         shard_group: 1,
+        ep: 1,
+        etp: 1,
     };
     let stages = l.stage_layers(126);
     assert_eq!(stages.len(), 16);
@@ -713,6 +716,7 @@ fn megatrons_formula_by_hand() {
         ffn: 4096,
         seq: 2048,
         vocab: 32000,
+        moe: None,
     };
     let mut input = on_device(model, 64, 16);
     input.memory_bytes = None;

@@ -1,0 +1,150 @@
+//! `report plan`'s mixture-of-experts flags: a custom MoE shape, the
+//! routing's imbalance and node limit, the token dispatcher; checked and
+//! applied to the model and the plan's input.
+
+use crate::units;
+use anyhow::{anyhow, bail, Result};
+use clap::Args;
+use parbench::model::moe::{Dispatcher, Moe};
+use parbench::model::plan::PlanInput;
+use parbench::model::Preset;
+
+/// The MoE flags of `report plan`.
+#[derive(Args, Debug, Default)]
+pub struct MoeArgs {
+    /// Routed experts per MoE layer (a custom MoE shape, with --topk and --expert-ffn; SwiGLU experts, so --arch llama).
+    #[arg(help_heading = "Model", long)]
+    pub experts: Option<u64>,
+    /// Experts each token is routed to (custom MoE shape).
+    #[arg(help_heading = "Model", long)]
+    pub topk: Option<u64>,
+    /// Inner size of one expert's MLP (custom MoE shape).
+    #[arg(help_heading = "Model", long)]
+    pub expert_ffn: Option<u64>,
+    /// Shared experts every token passes, each of --expert-ffn (custom MoE shape; default 0).
+    #[arg(help_heading = "Model", long)]
+    pub shared_experts: Option<u64>,
+    /// The first D layers have a dense MLP of --ffn, as DeepSeek-V3's first 3 (custom MoE shape; default 0).
+    #[arg(help_heading = "Model", long)]
+    pub dense_layers: Option<u64>,
+    /// Node-limited routing: a token's experts lie on at most M nodes (DeepSeek-V3: 4); 0: any.
+    #[arg(help_heading = "Model", long, value_name = "M")]
+    pub moe_node_limit: Option<u64>,
+    /// The busiest rank's routed tokens over the mean, 1 or more (default 1: balanced routing): its expert GEMMs and all-to-all take this much longer.
+    #[arg(help_heading = "Stack and search", long, value_name = "X")]
+    pub moe_imbalance: Option<f64>,
+    /// The token dispatcher: alltoall (Megatron-Core's: a copy per routed expert, one NCCL all-to-all) or deepep (DeepEP's normal kernels: a copy per destination rank, across nodes one per node forwarded over NVLink). Default: the stack's, else alltoall.
+    #[arg(help_heading = "Stack and search", long, value_name = "NAME")]
+    pub moe_dispatcher: Option<String>,
+}
+
+/// Most experts a plan takes (DeepSeek-V3 has 256; beyond this, a typo).
+const MAX_EXPERTS: u64 = 1 << 16;
+
+impl MoeArgs {
+    /// Whether a custom MoE shape flag is given.
+    pub fn shape_given(&self) -> bool {
+        [
+            self.experts,
+            self.topk,
+            self.expert_ffn,
+            self.shared_experts,
+            self.dense_layers,
+        ]
+        .iter()
+        .any(Option::is_some)
+    }
+
+    /// `p` with the MoE shape of the flags (a custom shape) or its
+    /// preset's, and the node limit of `--moe-node-limit`.
+    pub fn apply_to(&self, mut p: Preset, custom: bool) -> Result<Preset> {
+        if self.shape_given() {
+            if !custom {
+                bail!("--model {}: give a preset or the MoE shape flags (--experts, --topk, --expert-ffn, --shared-experts, --dense-layers), not both", p.name);
+            }
+            let need = |v: Option<u64>, flag: &str| {
+                v.ok_or_else(|| anyhow!("a custom MoE shape needs --experts, --topk and --expert-ffn: {flag} is missing"))
+            };
+            let experts = need(self.experts, "--experts")?;
+            let topk = need(self.topk, "--topk")?;
+            let ffn = need(self.expert_ffn, "--expert-ffn")?;
+            if !(1..=MAX_EXPERTS).contains(&experts) || topk == 0 || topk > experts {
+                bail!("--experts {experts} --topk {topk}: 1 to {MAX_EXPERTS} experts, and 1 to --experts of them per token");
+            }
+            if ffn == 0 || ffn > 10_000_000 {
+                bail!("--expert-ffn {ffn}: 1 to 1e7");
+            }
+            let dense = self.dense_layers.unwrap_or(0);
+            if dense > p.layers {
+                bail!("--dense-layers {dense}: more than --layers {}", p.layers);
+            }
+            if p.arch != parbench::model::presets::Arch::Llama {
+                bail!("--experts: the experts are SwiGLU MLPs (untied output layer, no biases): add --arch llama");
+            }
+            p.moe = Some(Moe {
+                shared_experts: self.shared_experts.unwrap_or(0).min(MAX_EXPERTS),
+                dense_layers: dense,
+                ..Moe::new(experts, topk, ffn)
+            });
+        }
+        if let Some(limit) = self.moe_node_limit {
+            let Some(moe) = p.moe.as_mut() else {
+                bail!("--moe-node-limit {limit}: the model has no experts");
+            };
+            moe.node_limit = limit;
+        }
+        Ok(p)
+    }
+
+    /// The routing and dispatcher flags applied to `input`.
+    pub fn apply_to_input(&self, input: &mut PlanInput) -> Result<()> {
+        let moe = input.model.moe.is_some();
+        if let Some(x) = self.moe_imbalance {
+            if !(x.is_finite() && (1.0..=1000.0).contains(&x)) {
+                bail!("--moe-imbalance {x}: the busiest rank's tokens over the mean, 1 to 1000");
+            }
+            if !moe {
+                bail!("--moe-imbalance {x}: the model has no experts");
+            }
+            input.moe_imbalance = x;
+        }
+        if let Some(d) = &self.moe_dispatcher {
+            input.step.moe.dispatcher = match d.as_str() {
+                "alltoall" => Dispatcher::AllToAll,
+                "deepep" => Dispatcher::DeepEp,
+                other => bail!("--moe-dispatcher {other}: expected alltoall or deepep"),
+            };
+        }
+        Ok(())
+    }
+}
+
+/// The MoE part of the model's line: "256 experts top-8 (2048 each, 1
+/// shared; 3 dense layers): 671B parameters, 37.6B active".
+pub fn words(p: &Preset) -> Option<String> {
+    let m = p.moe?;
+    let (all, active) = p.moe_params()?;
+    let mut extra = Vec::new();
+    if m.shared_experts > 0 {
+        extra.push(format!("{} shared", m.shared_experts));
+    }
+    if m.dense_layers > 0 {
+        extra.push(format!("first {} layers dense", m.dense_layers));
+    }
+    if m.node_limit > 0 {
+        extra.push(format!("a token on at most {} nodes", m.node_limit));
+    }
+    let extra = if extra.is_empty() {
+        String::new()
+    } else {
+        format!("; {}", extra.join(", "))
+    };
+    Some(format!(
+        "{} experts top-{} (MLP {} each{extra}): {}B parameters, {}B active",
+        m.experts,
+        m.topk,
+        m.expert_ffn,
+        units::sig3(all as f64 / 1e9),
+        units::sig3(active as f64 / 1e9)
+    ))
+}
