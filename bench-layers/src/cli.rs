@@ -49,8 +49,8 @@ pub struct Cli {
     /// default: the preset's context for GPU backends, 128 on the CPU.
     #[arg(long, help_heading = "Model")]
     pub seq: Option<usize>,
-    /// Sequences per block call.
-    #[arg(long, default_value_t = 1, help_heading = "Model")]
+    /// Sequences per block call: the microbatch size b.
+    #[arg(long = vocab::microbatch_size::LONG, value_name = vocab::microbatch_size::VALUE, default_value_t = 1, help_heading = "Model")]
     pub batch: usize,
     /// Storage type: float, half or bfloat16 (default float on the CPU,
     /// bfloat16 on GPUs).
@@ -194,7 +194,7 @@ impl Cli {
             ("--heads", self.heads),
             ("--ffn", self.ffn),
             ("--seq", self.seq),
-            ("--batch", Some(self.batch)),
+            ("--microbatch-size", Some(self.batch)),
         ] {
             if v == Some(0) {
                 return usage(format!("{flag} 0: at least 1"));

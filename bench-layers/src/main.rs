@@ -230,7 +230,11 @@ impl<'a> Records<'a> {
         let text = (!self.rows.is_empty()).then(|| {
             format!(
                 "{}{}\n",
-                output::table(self.plan, &self.rows),
+                output::table(
+                    self.plan,
+                    &self.rows,
+                    parbench::measure::noise::since_start().as_ref()
+                ),
                 output::reference_line(self.reference.as_ref(), &self.rows)
             )
         });
@@ -253,7 +257,8 @@ impl<'a> Records<'a> {
             *t = None;
         }
         if !self.rows.is_empty() {
-            parbench::out!("{}", output::table(self.plan, &self.rows));
+            let noise = parbench::measure::noise::since_start();
+            parbench::out!("{}", output::table(self.plan, &self.rows, noise.as_ref()));
             parbench::outln!(
                 "{}",
                 output::reference_line(self.reference.as_ref(), &self.rows)
@@ -308,7 +313,7 @@ fn preflight(
         let need = rank * here + if here > 0 { check } else { 0 };
         parbench::limits::check_host_memory(
             need,
-            "--hidden/--ffn/--seq/--batch",
+            "--hidden/--ffn/--seq/--microbatch-size",
             &format!(
                 "tp {t}: {here} rank(s) on this host x {} for the block{}",
                 parbench::limits::bytes_text(rank),
@@ -418,7 +423,7 @@ fn check_gpus(plan: &LayerJob) -> anyhow::Result<()> {
         parbench::limits::check_memory(
             rank + check,
             have as u128,
-            "--hidden/--ffn/--seq/--batch",
+            "--hidden/--ffn/--seq/--microbatch-size",
             &format!("tp {t}: one rank's block on its GPU, with the unsharded check on GPU 0"),
             "GPU 0's memory",
         )

@@ -4,6 +4,7 @@ use crate::cli::LayerJob;
 use crate::sweep::TpMeasurement;
 use parbench::compute::cpu::{CpuCompute, GemmKernels};
 use parbench::compute::GemmMath;
+use parbench::measure::noise::ForeignCpu;
 use parbench::measure::ComputeReference;
 use parbench::results::{LayerRow, SCHEMA_VERSION};
 
@@ -153,15 +154,16 @@ fn bytes(b: u64) -> String {
 }
 
 /// The table, one line per degree, as nccl-tests prints its sweeps.
-pub fn table(plan: &LayerJob, rows: &[LayerRow]) -> String {
+/// `noise`: the noise guard's figure so far; in a noisy run the model is
+/// not held to the measured communication (one line says why).
+pub fn table(plan: &LayerJob, rows: &[LayerRow], noise: Option<&ForeignCpu>) -> String {
     let b = &plan.block;
     let s = &b.shape;
     let (math, kernels) = gemm_of(plan);
     let mut out = format!(
-        "# bench-layers: {} {}{}{} | preset {} h={} heads={} ffn={} seq={} batch={} ({} tokens/call) | {} | {} kernels\n",
+        "# bench-layers: {} {}{} | preset {} h={} heads={} ffn={} seq={} b={} ({} tokens/call) | {} | {} kernels\n",
         rows.first().map_or("", |r| r.backend.as_str()),
-        b.mode.name(),
-        if b.decode { " decode" } else { "" },
+        parbench::layers::mode_name(b.mode, b.decode),
         if b.seq_parallel { " sequence-parallel" } else { "" },
         plan.preset,
         s.hidden,
@@ -226,11 +228,33 @@ pub fn table(plan: &LayerJob, rows: &[LayerRow]) -> String {
             num(r.link_alpha_us, 2),
             num(r.link_gbps, 2)
         ));
-        if let Some(line) = model_miss(r.comm_us, r.comm_model_us) {
-            out.push_str(&format!("# tp {}: {line}\n", r.tp));
-        }
+    }
+    let held: Vec<(usize, f64, f64)> = rows
+        .iter()
+        .filter(|r| r.tp > 1)
+        .map(|r| (r.tp, r.comm_us, r.comm_model_us))
+        .collect();
+    for line in model_lines(&held, noise) {
+        out.push_str(&line);
+        out.push('\n');
     }
     out
+}
+
+/// The model held to the measured communication, per degree `(tp,
+/// measured us, model us)`: a WARNING for each it misses beyond the
+/// margin. In a noisy run the times measure what other processes left,
+/// so instead one line says the run was noisy.
+pub fn model_lines(degrees: &[(usize, f64, f64)], noise: Option<&ForeignCpu>) -> Vec<String> {
+    if let Some(w) = noise.and_then(ForeignCpu::warning) {
+        return vec![format!("# {w}; the model is not held to it")];
+    }
+    degrees
+        .iter()
+        .filter_map(|&(tp, measured, model)| {
+            Some(format!("# tp {tp}: {}", model_miss(measured, model)?))
+        })
+        .collect()
 }
 
 /// A WARNING when the model's communication time parts from the measured
@@ -313,5 +337,30 @@ mod tests {
         assert!(model_miss(100.0, 130.0).unwrap().contains("x1.30"));
         assert!(model_miss(0.0, 10.0).is_none());
         assert!(model_miss(10.0, f64::NAN).is_none());
+    }
+
+    #[test]
+    fn a_noisy_run_says_so_once_instead_of_missing_the_model() {
+        let noise = |fraction: f64| ForeignCpu {
+            wall_s: 10.0,
+            cpus: 2,
+            host_s: 20.0,
+            own_s: 20.0 * (1.0 - fraction),
+            steal_s: 0.0,
+            foreign_s: 20.0 * fraction,
+            fraction,
+            resolution: 0.001,
+            method: "test".into(),
+        };
+        // The x0.05 of a shared machine, at TP 2 and 4.
+        let degrees = [(2, 2400.0, 120.0), (4, 3000.0, 150.0)];
+        let quiet = model_lines(&degrees, Some(&noise(0.02)));
+        assert_eq!(quiet.len(), 2, "{quiet:?}");
+        assert!(quiet.iter().all(|l| l.contains("WARNING: the model's")));
+        let noisy = model_lines(&degrees, Some(&noise(0.8)));
+        assert_eq!(noisy.len(), 1, "{noisy:?}");
+        assert!(noisy[0].starts_with("# WARNING: a noisy run: other processes took 80%"));
+        assert!(!noisy[0].contains("the model's communication"));
+        assert_eq!(model_lines(&degrees, None).len(), 2, "no figure: held");
     }
 }

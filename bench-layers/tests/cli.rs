@@ -126,7 +126,7 @@ fn tcp_spawns_each_degree_and_collects_its_row() {
             "1,2",
             "--mode",
             "decode",
-            "--batch",
+            "--microbatch-size",
             "2",
         ],
         &out_dir,

@@ -111,7 +111,7 @@ fn published_moe_layouts_are_costed() {
     // An imbalance of 2 doubles each layer's all-to-all (and the busiest
     // rank's activations); the busiest rank may become one with 12 layers
     // instead of 11 and the logits.
-    let skewed = costed("plan --model qwen3-235b-a22b --device h100-sxm5-80gb --gpus 256 --global-batch 2048 --stack megatron-core --moe-imbalance 2 --memory 200 --layout dp=16,tp=2,pp=8,vpp=4,ep=32,etp=1");
+    let skewed = costed("plan --model qwen3-235b-a22b --device h100-sxm5-80gb --gpus 256 --global-batch 2048 --stack megatron-core --moe-imbalance 2 --device-memory 200 --layout dp=16,tp=2,pp=8,vpp=4,ep=32,etp=1");
     let r = a2a(&skewed) / a2a(&qwen);
     assert!((2.0..=2.0 * 12.0 / 11.0 + 1e-3).contains(&r), "{r}");
 }
@@ -142,7 +142,7 @@ fn all_to_all_against_deepep_on_h800() {
         (64, "RDMA", 51.0, 50.0),
     ];
     for (ep, link, dispatch, combine) in published {
-        let line = format!("plan --model deepseek-v3 --device h800 --moe-dispatcher deepep --gpus {ep} --global-batch {ep} --memory 10000 --layout dp={ep},tp=1,pp=1,ep={ep}");
+        let line = format!("plan --model deepseek-v3 --device h800 --moe-dispatcher deepep --gpus {ep} --global-batch {ep} --device-memory 10000 --layout dp={ep},tp=1,pp=1,ep={ep}");
         let out = costed(&line);
         let gbps = figure(&out, "one dispatch", "bottleneck");
         eprintln!(

@@ -81,8 +81,25 @@ pub enum Mode {
     Train,
 }
 
+/// A block's passes as `--mode` names them (prefill, decode or train):
+/// records keep `mode` (forward or train) and `decode` apart, and every
+/// printed label reads them back through this.
+pub fn mode_name(mode: Mode, decode: bool) -> &'static str {
+    match (mode, decode) {
+        (Mode::Train, _) => "train",
+        (Mode::Forward, true) => "decode",
+        (Mode::Forward, false) => "prefill",
+    }
+}
+
+/// [`mode_name`] of a record's `mode` and `decode` fields (an unknown
+/// `mode` as written).
+pub fn record_mode_name(mode: &str, decode: bool) -> &str {
+    mode.parse::<Mode>().map_or(mode, |m| mode_name(m, decode))
+}
+
 impl Mode {
-    /// The name used on command lines and in records.
+    /// The name in records (`mode`); printed labels use [`mode_name`].
     pub fn name(self) -> &'static str {
         match self {
             Mode::Forward => "forward",

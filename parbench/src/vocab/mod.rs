@@ -124,6 +124,9 @@ flag!(stages, "pipeline stage ranks",
 flag!(microbatches, "microbatches per step (a sweep)",
     long "microbatches", short None, value Some("M[,M...]"),
     help "Microbatches per step M, comma-separated (a sweep)");
+flag!(microbatch_size, "sequences (rows) in one microbatch",
+    long "microbatch-size", short None, value Some("B"),
+    help "Sequences in one microbatch b (Megatron's --micro-batch-size)");
 flag!(chunks, "stages per rank of the interleaved schedule",
     long "chunks", short None, value Some("V"),
     help "Stages per rank v of the interleaved schedule");
@@ -170,6 +173,7 @@ pub const SHARED: &[Flag] = &[
     tp::FLAG,
     stages::FLAG,
     microbatches::FLAG,
+    microbatch_size::FLAG,
     chunks::FLAG,
     schedule::FLAG,
     shard::FLAG,

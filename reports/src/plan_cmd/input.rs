@@ -362,7 +362,7 @@ pub(super) fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
     };
     if let Some(m) = a.memory {
         if !(m.is_finite() && m > 0.0) {
-            bail!("--memory {m}: GiB per device, above 0");
+            bail!("--device-memory {m}: GiB per device, above 0");
         }
     }
     if let Some(t) = a.compute_tflops {

@@ -80,8 +80,12 @@ pub struct PlanArgs {
     /// A device description of your own: a JSON file with the fields of the presets (docs/report.md, "Device descriptions").
     #[arg(help_heading = "Devices and wires", long, value_name = "FILE")]
     pub device_file: Option<PathBuf>,
-    /// Memory per device, GiB (default: no limit).
-    #[arg(help_heading = "Devices and wires", long)]
+    /// Memory per device, GiB (default: the device's HBM, else no limit).
+    #[arg(
+        help_heading = "Devices and wires",
+        long = "device-memory",
+        value_name = "GIB"
+    )]
     pub memory: Option<f64>,
     /// Sustained matrix-product rate per device, TFLOP/s (instead of bench-layers' measured GFLOP/s).
     #[arg(help_heading = "Devices and wires", long)]
@@ -158,7 +162,7 @@ pub struct PlanArgs {
 /// `--device`'s help, listing the device presets.
 fn device_help() -> String {
     format!(
-        "A device description: a preset {}. Costs compute by operation (GEMMs at their shapes, attention, memory-bound work at HBM bandwidth, the optimizer), the wires from NVLink and the NICs, and memory from HBM; --compute-tflops, --intra, --inter, --memory and --from's measured figures override its figures",
+        "A device description: a preset {}. Costs compute by operation (GEMMs at their shapes, attention, memory-bound work at HBM bandwidth, the optimizer), the wires from NVLink and the NICs, and memory from HBM; --compute-tflops, --intra, --inter, --device-memory and --from's measured figures override its figures",
         vocab::one_of(Device::names())
     )
 }
