@@ -163,3 +163,63 @@ fn backward_matches_finite_differences() {
         }
     });
 }
+
+/// Forward and train at `ep = comm.world()` on `dtype`, checked.
+fn checked_on<M>(comm: &mut M, dtype: DType) -> Vec<(Mode, f64)>
+where
+    M: Communicator<Buffer = crate::comm::HostBuffer>,
+{
+    let dev = CpuCompute::new(dtype, 1).unwrap();
+    let opts = RunOptions {
+        warmup: 0,
+        iters: 1,
+        check: true,
+        seed: 11,
+    };
+    [(Mode::Forward, 0), (Mode::Train, 2)]
+        .into_iter()
+        .map(|(mode, shared)| {
+            let o = run_ep(&dev, comm, &cfg(mode, shared), &opts).unwrap();
+            let c = o.check.unwrap();
+            assert!(c.passed(), "{dtype} {mode}: {:?}", c.tensors);
+            (mode, c.max_err)
+        })
+        .collect()
+}
+
+#[test]
+fn bfloat16_storage_stays_within_its_tolerance() {
+    crate::layers::on_local_ranks(4, |comm| checked_on(comm, DType::BF16));
+}
+
+/// The same check with every rank a process on the tcp backend, at EP 2,
+/// 4 and 8 (the test binary re-run as the ranks of a job).
+#[test]
+fn expert_parallel_block_matches_the_unsharded_one_on_tcp() {
+    const NAME: &str = "layers::moe::tests::expert_parallel_block_matches_the_unsharded_one_on_tcp";
+    const ROLE: &str = "PARBENCH_MOE_TEST_ROLE";
+    if std::env::var(ROLE).is_ok() {
+        let info = crate::rendezvous::RankInfo::from_env()
+            .expect("launch variables")
+            .expect("a rank");
+        let mut comm = crate::comm::tcp::comm(
+            &info,
+            crate::comm::Algo::Auto,
+            std::time::Duration::from_secs(60),
+        )
+        .expect("tcp ranks");
+        checked_on(&mut comm, DType::F32);
+        return;
+    }
+    let exe = std::env::current_exe().expect("test binary");
+    for world in [2, 4, 8] {
+        let status = crate::launch::LocalJob::new(
+            world,
+            &exe,
+            [NAME, "--exact", "--nocapture", "--test-threads=1"],
+        )
+        .env(ROLE, "tcp")
+        .run();
+        assert!(status.is_ok_and(|s| s.success()), "tcp ep {world}");
+    }
+}
