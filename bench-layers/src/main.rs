@@ -26,6 +26,7 @@
 //! machine and TP = 1 uses every core.
 
 mod cli;
+mod moe;
 mod output;
 mod sweep;
 
@@ -103,6 +104,10 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
     let mut chosen = Vec::with_capacity(plan.tps.len());
     for &t in &plan.tps {
         chosen.push(ranks_of(&plan, rank.clone(), t, None)?);
+    }
+    if let (Some(moe), false) = (plan.moe, chosen.is_empty()) {
+        check_gpus(&plan)?;
+        return moe::run(&plan, moe, chosen.swap_remove(0));
     }
     match chosen.first() {
         Some(Ranks::Here { backend, .. }) if !backend.on_gpus() => {
@@ -303,7 +308,7 @@ fn preflight(
         4
     };
     for &t in &plan.tps {
-        let (rank, check) = plan.block.memory_bytes(t, elem, plan.check);
+        let (rank, check) = plan.memory_bytes(t, elem);
         let here = ranks_here(t) as u128;
         let need = rank * here + if here > 0 { check } else { 0 };
         parbench::limits::check_host_memory(
@@ -408,13 +413,14 @@ fn degree_fault(t: usize, fault: JobFault) -> anyhow::Error {
 /// Each degree's block on one GPU must fit its memory (GPU 0's, as every
 /// degree uses GPUs 0..t); a GPU that cannot be asked passes.
 fn check_gpus(plan: &LayerJob) -> anyhow::Result<()> {
+    if !plan.backend.on_gpus() {
+        return Ok(());
+    }
     let Some(have) = ranks::gpu_memory(0) else {
         return Ok(());
     };
     for &t in &plan.tps {
-        let (rank, check) = plan
-            .block
-            .memory_bytes(t, plan.dtype.size() as u128, plan.check);
+        let (rank, check) = plan.memory_bytes(t, plan.dtype.size() as u128);
         parbench::limits::check_memory(
             rank + check,
             have as u128,

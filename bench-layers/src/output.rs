@@ -1,9 +1,10 @@
 //! The terminal table and the layers.csv rows of a sweep.
 
 use crate::cli::LayerJob;
-use crate::sweep::TpMeasurement;
+use crate::sweep::{MoeMeasurement, TpMeasurement};
 use parbench::compute::cpu::{CpuCompute, GemmKernels};
 use parbench::compute::GemmMath;
+use parbench::layers::moe::MoeConfig;
 use parbench::measure::ComputeReference;
 use parbench::results::{LayerRow, SCHEMA_VERSION};
 
@@ -314,4 +315,125 @@ mod tests {
         assert!(model_miss(0.0, 10.0).is_none());
         assert!(model_miss(10.0, f64::NAN).is_none());
     }
+}
+
+/// The MoE block's configuration for run.json.
+pub fn moe_json(plan: &LayerJob, moe: &MoeConfig) -> serde_json::Value {
+    serde_json::json!({
+        "block": "moe",
+        "preset": plan.preset,
+        "hidden": moe.hidden,
+        "experts": moe.experts,
+        "topk": moe.topk,
+        "expert_ffn": moe.ffn,
+        "shared_experts": moe.shared,
+        "tokens_per_call": moe.tokens,
+        "mode": moe.mode.name(),
+        "dtype": plan.dtype.name(),
+        "ep": plan.tps,
+        "iters": plan.iters,
+        "warmup": plan.warmup,
+        "check": plan.check,
+        "link": plan.link.map(|l| serde_json::json!({"alpha_us": l.alpha_us(), "gbps": l.bandwidth_gbps()})),
+        "gemm_math": gemm_of(plan).0,
+        "gemm_kernels": gemm_of(plan).1,
+        "times": "per block call, slowest rank's mean: compute, all-to-all after a barrier, and that barrier (wait)",
+    })
+}
+
+/// The MoE table's header: what ran, then the columns.
+pub fn moe_header(plan: &LayerJob, moe: &MoeConfig) -> String {
+    let (math, kernels) = gemm_of(plan);
+    format!(
+        "# bench-layers: {} {} MoE | h={} experts={} top-{} expert-ffn={} shared={} ({} tokens/call) | {} | {} kernels\n\
+         # times per block call, slowest rank's mean; a2a: the all-to-alls once every rank arrived, wait: the barrier before each\n\
+         #{:>3} {:>11} {:>10} {:>10} {:>11} {:>10} {:>9} {:>8} {:>6} {:>9} {:>7}",
+        plan.backend.name(),
+        moe.mode.name(),
+        moe.hidden,
+        moe.experts,
+        moe.topk,
+        moe.ffn,
+        moe.shared,
+        moe.tokens,
+        math,
+        kernels,
+        "ep",
+        "compute_us",
+        "a2a_us",
+        "wait_us",
+        "total_us",
+        "model_us",
+        "B/a2a",
+        "speedup",
+        "imbal",
+        "check",
+        "GF/s"
+    )
+}
+
+/// One MoE row: `first` is the sweep's first row, for the speed-up over EP 1.
+pub fn moe_row(m: &MoeMeasurement, first: Option<&MoeMeasurement>, moe: &MoeConfig) -> String {
+    let base = first.unwrap_or(m);
+    let speedup = if base.ep == 1 {
+        base.total_us / m.total_us
+    } else {
+        f64::NAN
+    };
+    format!(
+        " {:>3} {:>11} {:>10} {:>10} {:>11} {:>10} {:>9} {:>8} {:>6} {:>9} {:>7}",
+        m.ep,
+        num(m.compute_us, 1),
+        num(m.a2a_us, 1),
+        num(m.wait_us, 1),
+        num(m.total_us, 1),
+        num(m.a2a_model_us, 1),
+        bytes(if m.ep > 1 { m.a2a_bytes } else { 0 }),
+        num(speedup, 2),
+        num(m.imbalance, 2),
+        if m.check_max_err.is_nan() {
+            "-".into()
+        } else {
+            format!("{:.1e}", m.check_max_err)
+        },
+        num(moe.flops() / m.ep as f64 / (m.compute_us * 1e3), 1),
+    )
+}
+
+/// The lines under the MoE table for a degree: the link behind the model,
+/// the tolerance the check was held to, each rank's load, and a warning
+/// when the model misses.
+pub fn moe_detail(m: &MoeMeasurement) -> String {
+    let mut out = format!(
+        "# ep {}: check {} within {:.0e} | copies per rank {:?}",
+        m.ep,
+        if m.check_max_err.is_nan() {
+            "skipped"
+        } else {
+            "held"
+        },
+        m.check_tolerance,
+        m.rows_per_rank
+    );
+    if m.ep > 1 {
+        let source = match m.link_source.as_str() {
+            "fit" => "fit of this run's uniform all_to_all at the block's size, 1/16 to 2x, timed on this wire after the block",
+            "flag" => "given with --link",
+            _ => "none",
+        };
+        out.push_str(&format!(
+            "\n# ep {}: all_to_all={} x{} of {} B a rank + the counts | link {} alpha {} us, {} GB/s ({source})",
+            m.ep,
+            m.algo,
+            m.a2a_calls,
+            m.a2a_bytes,
+            m.link_source,
+            num(m.link_alpha_us, 2),
+            num(m.link_gbps, 2)
+        ));
+        if let Some(line) = model_miss(m.a2a_us, m.a2a_model_us) {
+            out.push_str(&format!("\n# ep {}: {line}", m.ep));
+        }
+    }
+    out
 }

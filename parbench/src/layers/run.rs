@@ -183,13 +183,14 @@ pub(crate) fn all_gather_f64<M: Communicator>(
 pub struct WireSample {
     pub collective: Collective,
     /// nccl-tests' size: the all-reduced buffer, the all-gathered output,
-    /// the reduce-scattered input.
+    /// the reduce-scattered input, one rank's all-to-all buffer.
     pub bytes: u64,
     /// Mean seconds per call on the slowest rank.
     pub seconds: f64,
 }
 
-/// Times `collective` (all_reduce, all_gather or reduce_scatter) at each of
+/// Times `collective` (all_reduce, all_gather, reduce_scatter, or the MoE
+/// block's all_to_all) at each of
 /// `sizes` bytes of `dtype` on `comm`: `warmup` untimed calls, then `iters`
 /// timed back to back after a barrier; each size's time is the slowest
 /// rank's mean. These are the samples of the alpha-beta fit that predicts
@@ -216,6 +217,7 @@ pub fn wire_samples<M: Communicator>(
                 Collective::AllReduce => (total, total),
                 Collective::AllGather => (count, total),
                 Collective::ReduceScatter => (total, count),
+                Collective::AllToAll => (total, total),
                 other => return Err(LayerError::Config(format!("the block uses no {other}"))),
             };
             let send = comm.alloc(send_len * dtype.size())?;
@@ -230,6 +232,7 @@ pub fn wire_samples<M: Communicator>(
                 match collective {
                     Collective::AllReduce => comm.all_reduce(io, total, dtype, ReduceOp::Sum)?,
                     Collective::AllGather => comm.all_gather(io, count, dtype)?,
+                    Collective::AllToAll => comm.all_to_all(io, count, dtype)?,
                     _ => comm.reduce_scatter(io, count, dtype, ReduceOp::Sum)?,
                 }
             }
