@@ -385,7 +385,7 @@ impl<C: Compute> MoeBlock<C> {
         if self.ep > 1 {
             wait_for_peers(dev, comm, clock)?;
         }
-        exchange_rows(dev, comm, clock, self.rank, send, &recv)
+        exchange_rows(dev, comm, clock, send, &recv)
     }
 
     /// The experts' gated MLPs on rows grouped by local expert: one product
@@ -488,7 +488,6 @@ impl<C: Compute> MoeBlock<C> {
             dev,
             comm,
             clock,
-            self.rank,
             &send,
             &recv_lens(&plan, h, true),
         )?;
