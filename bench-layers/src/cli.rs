@@ -243,7 +243,11 @@ impl Cli {
         };
         let tps = match list {
             Some(s) => parse_degrees(flag, s)?,
-            None => [1, 2, 4, 8].into_iter().filter(|&t| t <= ranks).collect(),
+            // The default MoE degrees are those that split the experts and tokens.
+            None => [1, 2, 4, 8]
+                .into_iter()
+                .filter(|&t| t <= ranks && moe.is_none_or(|m| m.validate(t).is_ok()))
+                .collect(),
         };
         let most = backend.most_ranks();
         if let Some(&t) = tps.iter().find(|&&t| t > most) {
@@ -440,7 +444,7 @@ mod tests {
         ])
         .job(8)
         .unwrap();
-        assert_eq!(p.tps, vec![1, 2, 4, 8]);
+        assert_eq!(p.tps, vec![1, 2, 4], "8 does not divide 4 experts");
         assert_eq!(p.moe.map(|m| (m.ffn, m.shared)), Some((64, 1)));
         assert!(cli(&[]).job(2).unwrap().moe.is_none());
     }

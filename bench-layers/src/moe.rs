@@ -81,6 +81,9 @@ impl<'a> MoeRecords<'a> {
             return Err(e);
         }
         self.meta.finish();
+        if let Some(n) = self.meta.noise() {
+            parbench::outln!("# while it ran, {}", n.describe());
+        }
         results::record_run(&self.plan.out, &self.meta).context("recording the run")?;
         parbench::outln!(
             "# recorded in {} (extra.moe_rows)",

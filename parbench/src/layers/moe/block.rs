@@ -484,13 +484,7 @@ impl<C: Compute> MoeBlock<C> {
         } else {
             plan.recv = plan.send.clone();
         }
-        let got = exchange_rows(
-            dev,
-            comm,
-            clock,
-            &send,
-            &recv_lens(&plan, h, true),
-        )?;
+        let got = exchange_rows(dev, comm, clock, &send, &recv_lens(&plan, h, true))?;
         let expert_in = device(dev, &self.group(&plan, &got, h))?;
         let (expert_h, expert_act, out) = self.experts_forward(dev, &plan, &expert_in)?;
         let back = self.ungroup(&plan, &out, h);
