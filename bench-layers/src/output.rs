@@ -301,22 +301,6 @@ pub fn reference_line(r: Option<&ComputeReference>, rows: &[LayerRow]) -> String
     )
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_model_beyond_a_quarter_of_the_measurement_is_flagged() {
-        assert!(model_miss(100.0, 120.0).is_none());
-        assert!(model_miss(100.0, 80.0).is_none());
-        let miss = model_miss(2659.8, 482.6).unwrap();
-        assert!(miss.contains("x0.18") && miss.contains("WARNING"), "{miss}");
-        assert!(model_miss(100.0, 130.0).unwrap().contains("x1.30"));
-        assert!(model_miss(0.0, 10.0).is_none());
-        assert!(model_miss(10.0, f64::NAN).is_none());
-    }
-}
-
 /// The MoE block's configuration for run.json.
 pub fn moe_json(plan: &LayerJob, moe: &MoeConfig) -> serde_json::Value {
     serde_json::json!({
@@ -436,4 +420,20 @@ pub fn moe_detail(m: &MoeMeasurement) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_model_beyond_a_quarter_of_the_measurement_is_flagged() {
+        assert!(model_miss(100.0, 120.0).is_none());
+        assert!(model_miss(100.0, 80.0).is_none());
+        let miss = model_miss(2659.8, 482.6).unwrap();
+        assert!(miss.contains("x0.18") && miss.contains("WARNING"), "{miss}");
+        assert!(model_miss(100.0, 130.0).unwrap().contains("x1.30"));
+        assert!(model_miss(0.0, 10.0).is_none());
+        assert!(model_miss(10.0, f64::NAN).is_none());
+    }
 }

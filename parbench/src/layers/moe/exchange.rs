@@ -42,21 +42,26 @@ pub(super) fn exchange_counts<M: Communicator>(
         .flat_map(|c| c.iter().map(|&v| v as f64))
         .flat_map(f64::to_ne_bytes)
         .collect();
-    let mut buf = comm.alloc(bytes.len())?;
-    buf.write_from_host(&bytes)?;
+    let mut send_buf = comm.alloc(bytes.len())?;
+    send_buf.write_from_host(&bytes)?;
+    let mut recv_buf = comm.alloc(bytes.len())?;
     if per > 0 {
-        comm.all_to_all(Io::InPlace(&mut buf), per, DType::F64)?;
+        // Out of place: NCCL runs it as grouped sends and receives.
+        let io = Io::OutOfPlace {
+            send: &send_buf,
+            recv: &mut recv_buf,
+        };
+        comm.all_to_all(io, per, DType::F64)?;
         comm.sync()?;
     }
     let mut out = vec![0u8; bytes.len()];
-    buf.read_to_host(&mut out)?;
+    recv_buf.read_to_host(&mut out)?;
     let vals: Vec<usize> = out
         .chunks_exact(8)
         .map(|c| f64::from_ne_bytes(c.try_into().unwrap_or([0; 8])) as usize)
         .collect();
     let mut got: Vec<Vec<usize>> = vals.chunks(per.max(1)).map(<[usize]>::to_vec).collect();
     got.resize(p, vec![0; per]);
-    // Our own counts never travel (in place, block `rank` is ours already).
     got[rank] = send[rank].clone();
     Ok(got)
 }
