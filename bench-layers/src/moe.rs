@@ -4,10 +4,10 @@
 //! external launcher or mpirun). The rows are printed and kept in run.json
 //! (`extra.moe_rows`); layers.csv keeps the dense block's columns only.
 
-use crate::cli::{LayerJob, UsageError};
+use crate::cli::LayerJob;
 use crate::output;
 use crate::sweep::{measure_moe, MoeMeasurement};
-use crate::{degree_fault, preflight, ranks_of, ENV_ROWS, ENV_RUN_ID, ENV_TP};
+use crate::{degree_fault, job_degree, preflight, rank_0s, ranks_of, ENV_ROWS, ENV_RUN_ID, ENV_TP};
 use anyhow::{anyhow, bail, Context};
 use parbench::comm::{Algo, CommError, Communicator};
 use parbench::compute::cpu::CpuCompute;
@@ -113,17 +113,8 @@ pub fn run(plan: &LayerJob, moe: MoeConfig, first: Ranks) -> anyhow::Result<()> 
                     CpuCompute::threads_per_rank(ep)
                 };
                 let body = MoeDegree { plan, moe, threads };
-                let got = ranks_of(plan, None, ep, None).and_then(|r| {
-                    match ranks::run(r, Algo::Auto, plan.timeout, &body) {
-                        Ok(Ended::Ran(ms)) => ms
-                            .into_iter()
-                            .flatten()
-                            .next()
-                            .ok_or_else(|| anyhow!("ep {ep}: no result from rank 0")),
-                        Ok(Ended::Launched { .. }) => bail!("ep {ep}: launched, not run here"),
-                        Err(e) => Err(degree_fault(ep, e)),
-                    }
-                });
+                let got = ranks_of(plan, None, ep, None)
+                    .and_then(|r| rank_0s(plan, &format!("ep {ep}"), r, &body));
                 match got {
                     Ok(m) => rec.keep(m),
                     Err(e) => return rec.finish(Some(e)),
@@ -200,7 +191,7 @@ fn launch_tcp(plan: &LayerJob, moe: MoeConfig, world: usize) -> anyhow::Result<(
                 };
                 let ranks = ranks_of(plan, None, ep, Some(job))?;
                 ranks::run(ranks, Algo::Auto, plan.timeout, &body)
-                    .map_err(|e| degree_fault(ep, e))?;
+                    .map_err(|e| degree_fault(&format!("ep {ep}"), e))?;
                 let text = std::fs::read_to_string(rows_dir.join(HANDOFF))
                     .with_context(|| format!("ep {ep}: reading rank 0's row"))?;
                 serde_json::from_str::<MoeMeasurement>(&text)
@@ -227,16 +218,7 @@ fn joined(plan: &LayerJob, moe: MoeConfig, ranks: Ranks) -> anyhow::Result<()> {
     let backend = ranks.backend();
     let t = info.world;
     let spawned = std::env::var_os(ENV_ROWS);
-    if let Ok(want) = std::env::var(ENV_TP) {
-        if want != t.to_string() {
-            bail!("spawned for ep {want} but the job has {t} ranks");
-        }
-    } else if !plan.tps.contains(&t) {
-        return Err(UsageError(format!(
-            "--ep: under a launcher the sweep runs the job's world ({t}), which --ep does not list"
-        ))
-        .into());
-    }
+    job_degree(plan, "ep", t)?;
     let threads = CpuCompute::threads_per_rank(launch::ranks_on_this_host(t));
     let body = MoeDegree { plan, moe, threads };
     let m = match ranks::run(ranks, Algo::Auto, plan.timeout, &body)? {

@@ -56,6 +56,41 @@ fn coll_terms(coll: Collective, algo: &ModelAlgo, p: usize, bytes: u64) -> Alpha
     terms(coll, algo, p, bytes).unwrap_or_else(|| per_call_terms(coll, p))
 }
 
+/// The link fitted to `colls` (each run with its algorithm) timed on
+/// `comm` at the block's `bytes` and a few sizes below and above, so the
+/// fit sees both the latency and the bandwidth term around the operating
+/// point; no link (with a line from rank 0 naming `degree`) when the fit
+/// fails. Collective: every rank calls it.
+fn fit_link<M: Communicator>(
+    comm: &mut M,
+    plan: &LayerJob,
+    degree: &str,
+    colls: &[(Collective, ModelAlgo)],
+    bytes: u64,
+) -> LayerResult<(Option<LinkParams>, LinkSource)> {
+    let sizes: Vec<u64> = [16, 8, 4, 2, 1]
+        .iter()
+        .map(|d| bytes / d)
+        .chain(std::iter::once(bytes * 2))
+        .collect();
+    let p = comm.world();
+    let mut rows = Vec::new();
+    for (c, algo) in colls {
+        for s in wire_samples(comm, *c, &sizes, plan.dtype, plan.warmup.max(1), plan.iters)? {
+            rows.push((coll_terms(*c, algo, p, s.bytes), s.bytes, s.seconds));
+        }
+    }
+    Ok(match fit_terms(&rows) {
+        Ok(f) => (Some(f.link()), LinkSource::Fit),
+        Err(e) => {
+            if comm.rank() == 0 {
+                eprintln!("bench-layers: {degree}: no alpha-beta fit of the wire: {e}");
+            }
+            (None, LinkSource::None)
+        }
+    })
+}
+
 /// Runs plan's block at t = `comm.world()`, then models its communication.
 /// Collective: every rank calls it.
 pub fn measure_tp<C, M>(
@@ -94,28 +129,8 @@ where
     } else if let Some(l) = plan.link {
         (Some(l), LinkSource::Flag)
     } else {
-        // The sizes the block uses and a few below, so the fit sees both
-        // the latency and the bandwidth term around the operating point.
-        let sizes: Vec<u64> = [16, 8, 4, 2, 1]
-            .iter()
-            .map(|d| bytes / d)
-            .chain(std::iter::once(bytes * 2))
-            .collect();
-        let mut rows = Vec::new();
-        for (c, algo, _) in &algos {
-            for s in wire_samples(comm, *c, &sizes, plan.dtype, plan.warmup.max(1), plan.iters)? {
-                rows.push((coll_terms(*c, algo, tp, s.bytes), s.bytes, s.seconds));
-            }
-        }
-        match fit_terms(&rows) {
-            Ok(f) => (Some(f.link()), LinkSource::Fit),
-            Err(e) => {
-                if comm.rank() == 0 {
-                    eprintln!("bench-layers: tp {tp}: no alpha-beta fit of the wire: {e}");
-                }
-                (None, LinkSource::None)
-            }
-        }
+        let colls: Vec<_> = algos.iter().map(|(c, a, _)| (*c, a.clone())).collect();
+        fit_link(comm, plan, &format!("tp {tp}"), &colls, bytes)?
     };
     let comm_model_us = match link {
         Some(l) => {
@@ -214,32 +229,13 @@ where
     } else if let Some(l) = plan.link {
         (Some(l), LinkSource::Flag)
     } else {
-        let sizes: Vec<u64> = [16, 8, 4, 2, 1]
-            .iter()
-            .map(|d| a2a_bytes / d)
-            .chain(std::iter::once(a2a_bytes * 2))
-            .collect();
-        let samples = wire_samples(
+        fit_link(
             comm,
-            coll,
-            &sizes,
-            plan.dtype,
-            plan.warmup.max(1),
-            plan.iters,
-        )?;
-        let rows: Vec<_> = samples
-            .iter()
-            .map(|s| (coll_terms(coll, &algo, ep, s.bytes), s.bytes, s.seconds))
-            .collect();
-        match fit_terms(&rows) {
-            Ok(f) => (Some(f.link()), LinkSource::Fit),
-            Err(e) => {
-                if comm.rank() == 0 {
-                    eprintln!("bench-layers: ep {ep}: no alpha-beta fit of the wire: {e}");
-                }
-                (None, LinkSource::None)
-            }
-        }
+            plan,
+            &format!("ep {ep}"),
+            &[(coll, algo.clone())],
+            a2a_bytes,
+        )?
     };
     let counts_bytes = (moe.local_experts(ep) * 8 * ep) as u64;
     let a2a_model_us = match link {

@@ -101,16 +101,10 @@ where
     } else {
         None
     };
-    for _ in 0..opts.warmup {
-        comm.barrier()?;
-        step(&mut block, dev, comm, &mut PhaseClock::new())?;
-    }
-    let iters = opts.iters.max(1);
+    let clocks = timed_calls(comm, opts, |comm, clock| step(&mut block, dev, comm, clock))?;
+    let iters = clocks.len();
     let (mut compute, mut wire, mut min, mut max) = (0f64, 0f64, f64::INFINITY, 0f64);
-    for _ in 0..iters {
-        comm.barrier()?;
-        let mut clock = PhaseClock::new();
-        step(&mut block, dev, comm, &mut clock)?;
+    for clock in &clocks {
         let (c, w) = (clock.compute().as_secs_f64(), clock.comm().as_secs_f64());
         compute += c;
         wire += w;
@@ -124,6 +118,27 @@ where
         timing: slowest(&all, mine.len()),
         check,
     })
+}
+
+/// `opts.warmup` untimed calls of `call`, then `opts.iters` (at least 1)
+/// timed ones, each started after a barrier: each timed call's clock.
+pub(crate) fn timed_calls<M: Communicator>(
+    comm: &mut M,
+    opts: &RunOptions,
+    mut call: impl FnMut(&mut M, &mut PhaseClock) -> LayerResult<()>,
+) -> LayerResult<Vec<PhaseClock>> {
+    for _ in 0..opts.warmup {
+        comm.barrier()?;
+        call(comm, &mut PhaseClock::new())?;
+    }
+    (0..opts.iters.max(1))
+        .map(|_| {
+            comm.barrier()?;
+            let mut clock = PhaseClock::new();
+            call(comm, &mut clock)?;
+            Ok(clock)
+        })
+        .collect()
 }
 
 /// The slowest rank's figures from every rank's

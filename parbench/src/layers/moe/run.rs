@@ -3,7 +3,7 @@
 
 use super::super::block::PhaseClock;
 use super::super::check::CheckReport;
-use super::super::run::{all_gather_f64, RunOptions};
+use super::super::run::{all_gather_f64, timed_calls, RunOptions};
 use super::super::{LayerError, LayerResult, Mode};
 use super::{check_moe, MoeBlock, MoeConfig};
 use crate::comm::Communicator;
@@ -103,20 +103,16 @@ where
     } else {
         None
     };
-    for _ in 0..opts.warmup {
-        comm.barrier()?;
-        step(&mut block, dev, comm, &mut PhaseClock::new())?;
-    }
-    let iters = opts.iters.max(1);
-    let (mut compute, mut a2a, mut wait) = (0f64, 0f64, 0f64);
-    for _ in 0..iters {
-        comm.barrier()?;
-        let mut clock = PhaseClock::new();
-        step(&mut block, dev, comm, &mut clock)?;
-        compute += clock.compute().as_secs_f64();
-        a2a += clock.comm().as_secs_f64();
-        wait += clock.wait().as_secs_f64();
-    }
+    let clocks = timed_calls(comm, opts, |comm, clock| step(&mut block, dev, comm, clock))?;
+    let iters = clocks.len();
+    let secs = |f: fn(&PhaseClock) -> std::time::Duration| -> f64 {
+        clocks.iter().map(|c| f(c).as_secs_f64()).sum()
+    };
+    let (compute, a2a, wait) = (
+        secs(PhaseClock::compute),
+        secs(PhaseClock::comm),
+        secs(PhaseClock::wait),
+    );
     let n = iters as f64;
     let mine = [
         compute / n,
