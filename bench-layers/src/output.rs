@@ -214,24 +214,34 @@ pub fn table(plan: &LayerJob, rows: &[LayerRow]) -> String {
         ));
     }
     for r in rows.iter().filter(|r| r.tp > 1) {
-        let source = match r.link_source.as_str() {
-            "fit" => "fit of this run's collectives at the block's call size, 1/16 to 2x, timed on this wire before the block",
-            "flag" => "given with --link",
-            _ => "none",
-        };
+        let fitted =
+            "collectives at the block's call size, 1/16 to 2x, timed on this wire before the block";
         out.push_str(&format!(
-            "# tp {}: {} | link {} alpha {} us, {} GB/s ({source})\n",
+            "# tp {}: {} | {}\n",
             r.tp,
             r.comm_algo,
-            r.link_source,
-            num(r.link_alpha_us, 2),
-            num(r.link_gbps, 2)
+            link_text(&r.link_source, r.link_alpha_us, r.link_gbps, fitted)
         ));
         if let Some(line) = model_miss(r.comm_us, r.comm_model_us) {
             out.push_str(&format!("# tp {}: {line}\n", r.tp));
         }
     }
     out
+}
+
+/// The link behind a model, and where it came from (`fitted`: what the
+/// fit was of, when it was one).
+fn link_text(source: &str, alpha_us: f64, gbps: f64, fitted: &str) -> String {
+    let from = match source {
+        "fit" => format!("fit of this run's {fitted}"),
+        "flag" => "given with --link".into(),
+        _ => "none".into(),
+    };
+    format!(
+        "link {source} alpha {} us, {} GB/s ({from})",
+        num(alpha_us, 2),
+        num(gbps, 2)
+    )
 }
 
 /// A WARNING when the model's communication time parts from the measured
@@ -400,20 +410,14 @@ pub fn moe_detail(m: &MoeMeasurement) -> String {
         m.rows_per_rank
     );
     if m.ep > 1 {
-        let source = match m.link_source.as_str() {
-            "fit" => "fit of this run's uniform all_to_all at the block's size, 1/16 to 2x, timed on this wire after the block",
-            "flag" => "given with --link",
-            _ => "none",
-        };
+        let fitted = "uniform all_to_all at the block's size, 1/16 to 2x, timed on this wire after the block";
         out.push_str(&format!(
-            "\n# ep {}: all_to_all={} x{} of {} B a rank + the counts | link {} alpha {} us, {} GB/s ({source})",
+            "\n# ep {}: all_to_all={} x{} of {} B a rank + the counts | {}",
             m.ep,
             m.algo,
             m.a2a_calls,
             m.a2a_bytes,
-            m.link_source,
-            num(m.link_alpha_us, 2),
-            num(m.link_gbps, 2)
+            link_text(&m.link_source, m.link_alpha_us, m.link_gbps, fitted)
         ));
         if let Some(line) = model_miss(m.a2a_us, m.a2a_model_us) {
             out.push_str(&format!("\n# ep {}: {line}", m.ep));
