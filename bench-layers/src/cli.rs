@@ -3,6 +3,7 @@
 
 use clap::Parser;
 use parbench::comm::DType;
+use parbench::layers::moe::MoeConfig;
 use parbench::layers::{BlockConfig, BlockShape, Mode};
 use parbench::model::{LinkParams, Preset};
 use parbench::vocab;
@@ -78,6 +79,24 @@ pub struct Cli {
     #[arg(long = vocab::no_check::LONG, help = vocab::no_check::HELP, help_heading = "Sweep")]
     pub no_check: bool,
 
+    /// Routed experts: runs a mixture-of-experts block under expert
+    /// parallelism (--ep) instead of the tensor-parallel block.
+    #[arg(long, value_name = "E", help_heading = "Mixture of experts")]
+    pub experts: Option<usize>,
+    /// Experts each token is routed to (default 2).
+    #[arg(long, value_name = "K", help_heading = "Mixture of experts")]
+    pub topk: Option<usize>,
+    /// Each expert's MLP width (default: --ffn, the preset's MLP width).
+    #[arg(long, value_name = "F", help_heading = "Mixture of experts")]
+    pub expert_ffn: Option<usize>,
+    /// Shared experts of width --expert-ffn that every token passes through (default 0).
+    #[arg(long, value_name = "S", help_heading = "Mixture of experts")]
+    pub shared_experts: Option<usize>,
+    /// Expert-parallel degrees to sweep, comma-separated (default 1,2,4,8 up
+    /// to the ranks available).
+    #[arg(long, value_name = "E[,E...]", help_heading = "Mixture of experts")]
+    pub ep: Option<String>,
+
     #[arg(long = vocab::backend::LONG, value_name = vocab::backend::VALUE, help = vocab::backend::HELP, default_value = "local", help_heading = "Ranks and output")]
     pub backend: String,
     // Default: this machine's cores, or the launcher's world.
@@ -111,27 +130,41 @@ pub struct LayerJob {
     pub check: bool,
     pub out: PathBuf,
     pub timeout: Duration,
+    /// The MoE block of `--experts`: then `tps` holds the expert-parallel
+    /// degrees, and the dense block's shape only lends its sizes.
+    pub moe: Option<MoeConfig>,
+}
+
+impl LayerJob {
+    /// Bytes one rank of degree `t` holds with `elem`-byte values, and what
+    /// the unsharded check adds on rank 0: the MoE block's or the dense one's.
+    pub fn memory_bytes(&self, t: usize, elem: u128) -> (u128, u128) {
+        match &self.moe {
+            Some(m) => m.memory_bytes(t, elem, self.check),
+            None => self.block.memory_bytes(t, elem, self.check),
+        }
+    }
 }
 
 /// The communicator a run uses.
 pub use parbench::launch::flags::Backend;
 
-/// Parses `1,2,4,8` into distinct positive degrees, in the given order.
-pub fn parse_tp_list(s: &str) -> Result<Vec<usize>, UsageError> {
+/// Parses `flag`'s `1,2,4,8` into distinct positive degrees, in the given order.
+fn parse_degrees(flag: &str, s: &str) -> Result<Vec<usize>, UsageError> {
     let mut out = Vec::new();
     for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let t: usize = part
             .parse()
-            .map_err(|_| UsageError(format!("--tp: '{part}' is not a positive integer")))?;
+            .map_err(|_| UsageError(format!("{flag}: '{part}' is not a positive integer")))?;
         if t == 0 {
-            return usage("--tp: degrees must be at least 1");
+            return usage(format!("{flag}: degrees must be at least 1"));
         }
         if !out.contains(&t) {
             out.push(t);
         }
     }
     if out.is_empty() {
-        return usage("--tp: no degree given");
+        return usage(format!("{flag}: no degree given"));
     }
     Ok(out)
 }
@@ -211,21 +244,35 @@ impl Cli {
             Some(n) => n,
             None => default_ranks.max(1),
         };
-        let tps = match &self.tp {
-            Some(s) => parse_tp_list(s)?,
-            None => [1, 2, 4, 8].into_iter().filter(|&t| t <= ranks).collect(),
+        let moe = self.moe(&block)?;
+        let (flag, list) = match moe {
+            Some(_) => ("--ep", &self.ep),
+            None => ("--tp", &self.tp),
+        };
+        let tps = match list {
+            Some(s) => parse_degrees(flag, s)?,
+            // The default MoE degrees are those that split the experts and tokens.
+            None => [1, 2, 4, 8]
+                .into_iter()
+                .filter(|&t| t <= ranks && moe.is_none_or(|m| m.validate(t).is_ok()))
+                .collect(),
         };
         let most = backend.most_ranks();
         if let Some(&t) = tps.iter().find(|&&t| t > most) {
             return usage(format!(
-                "--tp {t}: --backend {} runs at most {most} ranks",
+                "{flag} {t}: --backend {} runs at most {most} ranks",
                 backend.name()
             ));
         }
         for &t in &tps {
-            block
-                .validate(t)
-                .map_err(|e| UsageError(format!("--tp {t}: {e}")))?;
+            match &moe {
+                Some(m) => m
+                    .validate(t)
+                    .map_err(|e| UsageError(format!("--ep {t}: {e}")))?,
+                None => block
+                    .validate(t)
+                    .map_err(|e| UsageError(format!("--tp {t}: {e}")))?,
+            }
         }
         if self.iters == 0 {
             return usage("--iters 0: at least 1");
@@ -258,7 +305,60 @@ impl Cli {
             check: !self.no_check,
             out: self.out.clone(),
             timeout,
+            moe,
         })
+    }
+
+    /// The MoE block the flags ask for (`None` without --experts), its
+    /// flags checked against each other and the dense block's.
+    fn moe(&self, block: &BlockConfig) -> Result<Option<MoeConfig>, UsageError> {
+        let Some(experts) = self.experts else {
+            for (flag, given) in [
+                ("--topk", self.topk.is_some()),
+                ("--expert-ffn", self.expert_ffn.is_some()),
+                ("--shared-experts", self.shared_experts.is_some()),
+                ("--ep", self.ep.is_some()),
+            ] {
+                if given {
+                    return usage(format!("{flag} needs --experts"));
+                }
+            }
+            return Ok(None);
+        };
+        let topk = self.topk.unwrap_or(2);
+        let ffn = self.expert_ffn.unwrap_or(block.shape.ffn);
+        for (flag, v) in [
+            ("--experts", experts),
+            ("--topk", topk),
+            ("--expert-ffn", ffn),
+        ] {
+            if v == 0 {
+                return usage(format!("{flag} 0: at least 1"));
+            }
+        }
+        if topk > experts {
+            return usage(format!(
+                "--topk {topk}: more than the {experts} experts (--experts)"
+            ));
+        }
+        if self.tp.is_some() {
+            return usage(
+                "--tp with --experts: the MoE block runs expert parallelism alone (--ep); \
+                 attention tensor parallelism beside it is not built",
+            );
+        }
+        if block.decode || block.seq_parallel {
+            return usage("--experts runs --mode prefill or train, without --sequence-parallel");
+        }
+        Ok(Some(MoeConfig {
+            hidden: block.shape.hidden,
+            ffn,
+            experts,
+            topk,
+            shared: self.shared_experts.unwrap_or(0),
+            tokens: block.tokens(),
+            mode: block.mode,
+        }))
     }
 }
 
@@ -327,6 +427,53 @@ mod tests {
             (&["--dtype", "int32"][..], "--dtype"),
             (&["--backend", "ib"][..], "--backend"),
             (&["--iters", "0"][..], "--iters"),
+        ] {
+            let e = cli(args).job(8).unwrap_err().0;
+            assert!(e.contains(needle), "{args:?}: {e}");
+            assert!(!e.contains('\n'), "{e}");
+        }
+    }
+
+    #[test]
+    fn experts_sweep_the_expert_parallel_degrees() {
+        let p = cli(&["--experts", "8", "--topk", "2", "--ep", "1,2,4"])
+            .job(2)
+            .unwrap();
+        let m = p.moe.unwrap();
+        assert_eq!((m.experts, m.topk, m.shared, m.ffn), (8, 2, 0, 2048));
+        assert_eq!(m.tokens, 128);
+        assert_eq!(p.tps, vec![1, 2, 4]);
+        let p = cli(&[
+            "--experts",
+            "4",
+            "--expert-ffn",
+            "64",
+            "--shared-experts",
+            "1",
+        ])
+        .job(8)
+        .unwrap();
+        assert_eq!(p.tps, vec![1, 2, 4], "8 does not divide 4 experts");
+        assert_eq!(p.moe.map(|m| (m.ffn, m.shared)), Some((64, 1)));
+        assert!(cli(&[]).job(2).unwrap().moe.is_none());
+    }
+
+    #[test]
+    fn bad_expert_flags_are_one_line_each() {
+        for (args, needle) in [
+            (&["--experts", "6", "--ep", "4"][..], "--ep 4"),
+            (&["--experts", "8", "--topk", "9"][..], "--topk 9"),
+            (&["--experts", "0"][..], "--experts 0"),
+            (&["--experts", "8", "--topk", "0"][..], "--topk 0"),
+            (&["--topk", "2"][..], "--topk needs --experts"),
+            (&["--ep", "2"][..], "--ep needs --experts"),
+            (&["--experts", "8", "--ep", "2,x"][..], "--ep"),
+            (&["--experts", "8", "--tp", "2"][..], "--tp with --experts"),
+            (&["--experts", "8", "--mode", "decode"][..], "--experts"),
+            (
+                &["--experts", "8", "--seq", "6", "--ep", "4"][..],
+                "6 tokens",
+            ),
         ] {
             let e = cli(args).job(8).unwrap_err().0;
             assert!(e.contains(needle), "{args:?}: {e}");

@@ -1,10 +1,11 @@
 //! The terminal table and the layers.csv rows of a sweep.
 
 use crate::cli::LayerJob;
-use crate::sweep::TpMeasurement;
+use crate::sweep::{MoeMeasurement, TpMeasurement};
 use parbench::compute::cpu::{CpuCompute, GemmKernels};
 use parbench::compute::GemmMath;
 use parbench::measure::noise::ForeignCpu;
+use parbench::layers::moe::MoeConfig;
 use parbench::measure::ComputeReference;
 use parbench::results::{LayerRow, SCHEMA_VERSION};
 
@@ -215,18 +216,13 @@ pub fn table(plan: &LayerJob, rows: &[LayerRow], noise: Option<&ForeignCpu>) -> 
         ));
     }
     for r in rows.iter().filter(|r| r.tp > 1) {
-        let source = match r.link_source.as_str() {
-            "fit" => "fit of this run's collectives at the block's call size, 1/16 to 2x, timed on this wire before the block",
-            "flag" => "given with --link",
-            _ => "none",
-        };
+        let fitted =
+            "collectives at the block's call size, 1/16 to 2x, timed on this wire before the block";
         out.push_str(&format!(
-            "# tp {}: {} | link {} alpha {} us, {} GB/s ({source})\n",
+            "# tp {}: {} | {}\n",
             r.tp,
             r.comm_algo,
-            r.link_source,
-            num(r.link_alpha_us, 2),
-            num(r.link_gbps, 2)
+            link_text(&r.link_source, r.link_alpha_us, r.link_gbps, fitted)
         ));
     }
     let held: Vec<(usize, f64, f64)> = rows
@@ -234,7 +230,7 @@ pub fn table(plan: &LayerJob, rows: &[LayerRow], noise: Option<&ForeignCpu>) -> 
         .filter(|r| r.tp > 1)
         .map(|r| (r.tp, r.comm_us, r.comm_model_us))
         .collect();
-    for line in model_lines(&held, noise) {
+    for line in model_lines("tp", &held, noise) {
         out.push_str(&line);
         out.push('\n');
     }
@@ -245,16 +241,35 @@ pub fn table(plan: &LayerJob, rows: &[LayerRow], noise: Option<&ForeignCpu>) -> 
 /// measured us, model us)`: a WARNING for each it misses beyond the
 /// margin. In a noisy run the times measure what other processes left,
 /// so instead one line says the run was noisy.
-pub fn model_lines(degrees: &[(usize, f64, f64)], noise: Option<&ForeignCpu>) -> Vec<String> {
+pub fn model_lines(
+    label: &str,
+    degrees: &[(usize, f64, f64)],
+    noise: Option<&ForeignCpu>,
+) -> Vec<String> {
     if let Some(w) = noise.and_then(ForeignCpu::warning) {
         return vec![format!("# {w}; the model is not held to it")];
     }
     degrees
         .iter()
         .filter_map(|&(tp, measured, model)| {
-            Some(format!("# tp {tp}: {}", model_miss(measured, model)?))
+            Some(format!("# {label} {tp}: {}", model_miss(measured, model)?))
         })
         .collect()
+}
+
+/// The link behind a model, and where it came from (`fitted`: what the
+/// fit was of, when it was one).
+fn link_text(source: &str, alpha_us: f64, gbps: f64, fitted: &str) -> String {
+    let from = match source {
+        "fit" => format!("fit of this run's {fitted}"),
+        "flag" => "given with --link".into(),
+        _ => "none".into(),
+    };
+    format!(
+        "link {source} alpha {} us, {} GB/s ({from})",
+        num(alpha_us, 2),
+        num(gbps, 2)
+    )
 }
 
 /// A WARNING when the model's communication time parts from the measured
@@ -324,6 +339,118 @@ pub fn reference_line(r: Option<&ComputeReference>, rows: &[LayerRow]) -> String
     )
 }
 
+/// The MoE block's configuration for run.json.
+pub fn moe_json(plan: &LayerJob, moe: &MoeConfig) -> serde_json::Value {
+    serde_json::json!({
+        "block": "moe",
+        "preset": plan.preset,
+        "hidden": moe.hidden,
+        "experts": moe.experts,
+        "topk": moe.topk,
+        "expert_ffn": moe.ffn,
+        "shared_experts": moe.shared,
+        "tokens_per_call": moe.tokens,
+        "mode": moe.mode.name(),
+        "dtype": plan.dtype.name(),
+        "ep": plan.tps,
+        "iters": plan.iters,
+        "warmup": plan.warmup,
+        "check": plan.check,
+        "link": plan.link.map(|l| serde_json::json!({"alpha_us": l.alpha_us(), "gbps": l.bandwidth_gbps()})),
+        "gemm_math": gemm_of(plan).0,
+        "gemm_kernels": gemm_of(plan).1,
+        "times": "per block call, slowest rank's mean: compute, all-to-all after a barrier, and that barrier (wait)",
+    })
+}
+
+/// The MoE table's header: what ran, then the columns.
+pub fn moe_header(plan: &LayerJob, moe: &MoeConfig) -> String {
+    let (math, kernels) = gemm_of(plan);
+    format!(
+        "# bench-layers: {} {} MoE | h={} experts={} top-{} expert-ffn={} shared={} ({} tokens/call) | {} | {} kernels\n\
+         # times per block call, slowest rank's mean; a2a: the all-to-alls once every rank arrived, wait: the barrier before each\n\
+         #{:>3} {:>11} {:>10} {:>10} {:>11} {:>10} {:>9} {:>8} {:>6} {:>9} {:>7}",
+        plan.backend.name(),
+        moe.mode.name(),
+        moe.hidden,
+        moe.experts,
+        moe.topk,
+        moe.ffn,
+        moe.shared,
+        moe.tokens,
+        math,
+        kernels,
+        "ep",
+        "compute_us",
+        "a2a_us",
+        "wait_us",
+        "total_us",
+        "model_us",
+        "B/a2a",
+        "speedup",
+        "imbal",
+        "check",
+        "GF/s"
+    )
+}
+
+/// One MoE row: `first` is the sweep's first row, for the speed-up over EP 1.
+pub fn moe_row(m: &MoeMeasurement, first: Option<&MoeMeasurement>, moe: &MoeConfig) -> String {
+    let base = first.unwrap_or(m);
+    let speedup = if base.ep == 1 {
+        base.total_us / m.total_us
+    } else {
+        f64::NAN
+    };
+    format!(
+        " {:>3} {:>11} {:>10} {:>10} {:>11} {:>10} {:>9} {:>8} {:>6} {:>9} {:>7}",
+        m.ep,
+        num(m.compute_us, 1),
+        num(m.a2a_us, 1),
+        num(m.wait_us, 1),
+        num(m.total_us, 1),
+        num(m.a2a_model_us, 1),
+        bytes(if m.ep > 1 { m.a2a_bytes } else { 0 }),
+        num(speedup, 2),
+        num(m.imbalance, 2),
+        if m.check_max_err.is_nan() {
+            "-".into()
+        } else {
+            format!("{:.1e}", m.check_max_err)
+        },
+        num(moe.flops() / m.ep as f64 / (m.compute_us * 1e3), 1),
+    )
+}
+
+/// The lines under the MoE table for a degree: the link behind the model,
+/// the tolerance the check was held to, each rank's load (the model held
+/// to the all-to-all is `model_lines`').
+pub fn moe_detail(m: &MoeMeasurement) -> String {
+    let mut out = format!(
+        "# ep {}: check {} within {:.0e} | copies per rank {:?}",
+        m.ep,
+        if m.check_max_err.is_nan() {
+            "skipped"
+        } else {
+            "held"
+        },
+        m.check_tolerance,
+        m.rows_per_rank
+    );
+    if m.ep > 1 {
+        let fitted = "uniform all_to_all at the block's size, 1/16 to 2x, timed on this wire after the block";
+        out.push_str(&format!(
+            "\n# ep {}: all_to_all={} x{} of {} B a rank + the counts | {}",
+            m.ep,
+            m.algo,
+            m.a2a_calls,
+            m.a2a_bytes,
+            link_text(&m.link_source, m.link_alpha_us, m.link_gbps, fitted)
+        ));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -354,13 +481,13 @@ mod tests {
         };
         // The x0.05 of a shared machine, at TP 2 and 4.
         let degrees = [(2, 2400.0, 120.0), (4, 3000.0, 150.0)];
-        let quiet = model_lines(&degrees, Some(&noise(0.02)));
+        let quiet = model_lines("tp", &degrees, Some(&noise(0.02)));
         assert_eq!(quiet.len(), 2, "{quiet:?}");
         assert!(quiet.iter().all(|l| l.contains("WARNING: the model's")));
-        let noisy = model_lines(&degrees, Some(&noise(0.8)));
+        let noisy = model_lines("tp", &degrees, Some(&noise(0.8)));
         assert_eq!(noisy.len(), 1, "{noisy:?}");
         assert!(noisy[0].starts_with("# WARNING: a noisy run: other processes took 80%"));
         assert!(!noisy[0].contains("the model's communication"));
-        assert_eq!(model_lines(&degrees, None).len(), 2, "no figure: held");
+        assert_eq!(model_lines("tp", &degrees, None).len(), 2, "no figure: held");
     }
 }

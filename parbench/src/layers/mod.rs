@@ -26,12 +26,15 @@
 //!   communicator, timing compute and communication apart.
 //! - [`check`]: gathers the sharded results and compares them with the same
 //!   block on one rank.
+//! - [`moe`]: the mixture-of-experts block split by expert parallelism,
+//!   with its own check and timed loop.
 //! - [`run`]: the timed loop, cross-rank statistics, and the wire samples
 //!   for the alpha-beta fit.
 
 pub mod block;
 pub mod check;
 pub mod layout;
+pub mod moe;
 pub mod run;
 
 pub use block::{BlockState, PhaseClock, TpBlock};
