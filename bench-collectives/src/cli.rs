@@ -552,7 +552,7 @@ mod tests {
             "1:2.5",
         ])
         .unwrap();
-        assert_eq!(p.sweep.collectives.len(), 7);
+        assert_eq!(p.sweep.collectives.len(), 8);
         assert_eq!(p.backend, Backend::Tcp);
         assert_eq!(p.nprocs, Some(3));
         assert_eq!(p.algo, Algo::Ring);
