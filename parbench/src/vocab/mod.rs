@@ -154,6 +154,12 @@ flag!(distributed_optimizer, "optimizer state sharded over data-parallel ranks (
 flag!(against, "hold the planner to measured composed runs",
     long "against", short None, value Some("DIR"),
     help "Instead of a search: each composed dp x tp x pp run in this results folder (bench-pipeline --dp/--tp) costed from the run's own calibration, beside the measurement term by term; writes DIR/plan-check.csv");
+flag!(experts, "routed experts of a mixture-of-experts layer",
+    long "experts", short None, value Some("E"),
+    help "Routed experts of each mixture-of-experts layer (E)");
+flag!(topk, "experts each token is routed to",
+    long "topk", short None, value Some("K"),
+    help "Experts each token is routed to (top-k)");
 
 /// Every shared concept; docs/usage.md's table lists each (tests/doc_vocab.rs).
 pub const SHARED: &[Flag] = &[
@@ -180,6 +186,8 @@ pub const SHARED: &[Flag] = &[
     inter::FLAG,
     distributed_optimizer::FLAG,
     against::FLAG,
+    experts::FLAG,
+    topk::FLAG,
 ];
 
 /// nccl-tests' short letters and their long names (`src/common.cu`'s
