@@ -28,19 +28,11 @@ pub fn run(plan: &SweepJob, shape: &MoeShape, run_id: &str, ranks: Ranks) -> Res
         return Err(UsageError(why).into());
     }
     let here = matches!(ranks, Ranks::Here { .. });
-    let writes = match (&ranks, ranks.joined()) {
-        (_, Some(info)) => info.rank == 0,
-        (Ranks::LibraryWorld { .. }, None) => false,
-        _ => true,
-    };
+    let writes = crate::start::writes_records(&ranks);
     if writes {
         results::prepare_out::<MoeRow>(&plan.out).map_err(|e| UsageError(format!("--out {e}")))?;
     }
-    let ranks_here = match ranks.joined() {
-        Some(info) if info.source == parbench::launch::LaunchSource::Spawned => 0,
-        Some(info) => parbench::launch::ranks_on_this_host(info.world),
-        None => world,
-    };
+    let ranks_here = crate::start::ranks_here(&ranks, world);
     if ranks_here > 0 && world > 0 {
         check_memory(&MoePlan::new(shape, world), ranks_here).map_err(UsageError)?;
     }

@@ -9,6 +9,7 @@
 //! buffers, nccl-tests' size and its alltoall bus-bandwidth factor
 //! ((n-1)/n) are all_to_all's exactly: the rows compare with it.
 
+use super::all_to_all::{buffers, AllToAll};
 use super::prelude::*;
 use crate::comm::VCounts;
 use crate::seed::splitmix64;
@@ -42,33 +43,31 @@ pub fn counts(count: usize, world: usize, rank: usize) -> CommResult<VCounts> {
     VCounts::of_matrix(world, rank, |i, j| pair_count(count, world, i, j))
 }
 
+/// Everything but its name, counts and meaning is all_to_all's: the same
+/// buffers, factor, algorithm and cost form (the same bytes per rank).
 impl Spec for AllToAllV {
-    /// nccl-tests has no alltoallv: its block is alltoall's, by that name.
+    /// nccl-tests has no alltoallv: `--format nccl-tests` prints its block
+    /// in alltoall's format, named `alltoallv_perf`.
     fn names(&self) -> Names {
         Names("all_to_all_v", "alltoallv_perf", None)
     }
     fn send_blocks(&self, world: usize) -> usize {
-        world
+        AllToAll.send_blocks(world)
     }
     fn recv_blocks(&self, world: usize) -> usize {
-        world
+        AllToAll.recv_blocks(world)
     }
     fn busbw_factor(&self, world: usize) -> f64 {
-        super::others_share(world)
+        AllToAll.busbw_factor(world)
     }
     fn modelled(&self) -> &'static [Algorithm] {
-        &[Algorithm::Pairwise]
+        AllToAll.modelled()
     }
-    /// Priced as all_to_all: the same bytes per rank, its largest pair
-    /// message aside.
     fn form(&self, algo: Algorithm) -> Option<CostForm> {
-        match algo {
-            Algorithm::Pairwise | Algorithm::Ring => Some(CostForm::Pairwise),
-            _ => None,
-        }
+        AllToAll.form(algo)
     }
-    fn choose(&self, _algo: Algo, _world: usize, _bytes: usize) -> Algorithm {
-        Algorithm::Pairwise
+    fn choose(&self, algo: Algo, world: usize, bytes: usize) -> Algorithm {
+        AllToAll.choose(algo, world, bytes)
     }
     /// Its counts depend on `count`: a call over a slice of every block
     /// is not a slice of the call.
@@ -86,18 +85,11 @@ impl Spec for AllToAllV {
         Some(out)
     }
     fn host<T: Transport>(&self, run: HostRun<'_, T>) -> CommResult<()> {
-        let (a, t, deadline) = (run.args, run.t, run.deadline);
-        let (world, rank) = (t.world(), t.rank());
+        let (a, deadline) = (run.args, run.deadline);
+        let (world, rank) = (run.t.world(), run.t.rank());
         let total = nbytes(a.count, self.send_blocks(world), a.dtype)?;
-        let (send, recv) = match views(run.io, "all_to_all_v", total, total)? {
-            // In place: send from a copy.
-            (None, buf) if a.count > 0 && world > 1 => {
-                let send = run.scratch.bytes(total);
-                copy_bytes(send, buf);
-                (&*send, buf)
-            }
-            (Some(send), recv) if a.count > 0 => (send, recv),
-            _ => return Ok(()),
+        let Some((t, send, recv)) = buffers(run, "all_to_all_v", total)? else {
+            return Ok(());
         };
         let counts = counts(a.count, world, rank)?;
         algo::alltoall::all_to_all_v(t, send, recv, &counts, a.dtype.size(), deadline)
