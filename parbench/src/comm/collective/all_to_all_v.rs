@@ -18,7 +18,7 @@ pub struct AllToAllV;
 
 /// The seed of the per-pair counts: every rank and backend, and the
 /// check, derive the same matrix from it.
-const COUNTS_SEED: u64 = 0xA11_70A1_1F;
+const COUNTS_SEED: u64 = 0x000A_1170_A11F;
 
 /// Elements rank `from` sends rank `to` in a call of per-rank `count` on
 /// `world` ranks: `count + d(s)` with `s = (to - from) mod world` and

@@ -317,22 +317,21 @@ mod tests {
                 (0..w)
                     .map(|d| {
                         let mut got = Vec::new();
-                        for s in 0..w {
-                            let r = counts(s).send_range(d);
-                            got.extend_from_slice(&bufs[s][r]);
+                        for (s, buf) in bufs.iter().enumerate() {
+                            got.extend_from_slice(&buf[counts(s).send_range(d)]);
                         }
                         got
                     })
                     .collect()
             };
             let received = deliver(&inputs, &|s| p.dispatch_counts(s).unwrap());
-            for d in 0..w {
-                assert_eq!(received[d], p.dispatch_expected(d));
+            for (d, got) in received.iter().enumerate() {
+                assert_eq!(*got, p.dispatch_expected(d));
             }
             let outputs: Vec<Vec<u8>> = (0..w).map(|d| p.experts_output(d, &received[d])).collect();
             let back = deliver(&outputs, &|d| p.combine_counts(d).unwrap());
-            for s in 0..w {
-                assert_eq!(p.combined(s, &back[s]), p.combined_expected(s));
+            for (s, got) in back.iter().enumerate() {
+                assert_eq!(p.combined(s, got), p.combined_expected(s));
             }
             let mut bad = back[0].clone();
             if let Some(b) = bad.first_mut() {

@@ -188,7 +188,7 @@ impl MoeShape {
                 "--experts {e} on {world} ranks: the experts must divide evenly over the ranks"
             ));
         }
-        if self.payload == Payload::Fp8 && self.hidden % FP8_GROUP != 0 {
+        if self.payload == Payload::Fp8 && !self.hidden.is_multiple_of(FP8_GROUP) {
             return Some(format!(
                 "--payload fp8 with --hidden {}: a multiple of {FP8_GROUP} (one scale per {FP8_GROUP} channels)",
                 self.hidden

@@ -205,7 +205,7 @@ mod tests {
                 ..shape()
             };
             let r = Routing::new(&s, 4);
-            let mut n = vec![0usize; 16];
+            let mut n = [0usize; 16];
             for t in 0..s.tokens {
                 r.kept(0, t).for_each(|x| n[x] += 1);
             }
