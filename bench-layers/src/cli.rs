@@ -81,16 +81,16 @@ pub struct Cli {
 
     /// Routed experts: runs a mixture-of-experts block under expert
     /// parallelism (--ep) instead of the tensor-parallel block.
-    #[arg(long, value_name = "E", help_heading = "Mixture of experts")]
+    #[arg(long = vocab::experts::LONG, value_name = vocab::experts::VALUE, help_heading = "Mixture of experts")]
     pub experts: Option<usize>,
     /// Experts each token is routed to (default 2).
-    #[arg(long, value_name = "K", help_heading = "Mixture of experts")]
+    #[arg(long = vocab::topk::LONG, value_name = vocab::topk::VALUE, help_heading = "Mixture of experts")]
     pub topk: Option<usize>,
     /// Each expert's MLP width (default: --ffn, the preset's MLP width).
-    #[arg(long, value_name = "F", help_heading = "Mixture of experts")]
+    #[arg(long = vocab::expert_ffn::LONG, value_name = vocab::expert_ffn::VALUE, help_heading = "Mixture of experts")]
     pub expert_ffn: Option<usize>,
     /// Shared experts of width --expert-ffn that every token passes through (default 0).
-    #[arg(long, value_name = "S", help_heading = "Mixture of experts")]
+    #[arg(long = vocab::shared_experts::LONG, value_name = vocab::shared_experts::VALUE, help_heading = "Mixture of experts")]
     pub shared_experts: Option<usize>,
     /// Expert-parallel degrees to sweep, comma-separated (default 1,2,4,8 up
     /// to the ranks available).

@@ -4,8 +4,8 @@ use crate::cli::LayerJob;
 use crate::sweep::{MoeMeasurement, TpMeasurement};
 use parbench::compute::cpu::{CpuCompute, GemmKernels};
 use parbench::compute::GemmMath;
-use parbench::measure::noise::ForeignCpu;
 use parbench::layers::moe::MoeConfig;
+use parbench::measure::noise::ForeignCpu;
 use parbench::measure::ComputeReference;
 use parbench::results::{LayerRow, SCHEMA_VERSION};
 
@@ -488,6 +488,10 @@ mod tests {
         assert_eq!(noisy.len(), 1, "{noisy:?}");
         assert!(noisy[0].starts_with("# WARNING: a noisy run: other processes took 80%"));
         assert!(!noisy[0].contains("the model's communication"));
-        assert_eq!(model_lines("tp", &degrees, None).len(), 2, "no figure: held");
+        assert_eq!(
+            model_lines("tp", &degrees, None).len(),
+            2,
+            "no figure: held"
+        );
     }
 }

@@ -3,7 +3,9 @@
 //! table names every field of a run record. A column added, renamed or
 //! dropped without the page fails here.
 
-use parbench::results::{columns, CollectiveRow, LayerRow, LinkRow, PipelineRow, Record, RunMeta};
+use parbench::results::{
+    columns, CollectiveRow, LayerRow, LinkRow, MoeRow, PipelineRow, Record, RunMeta,
+};
 use std::path::Path;
 
 fn records_page() -> String {
@@ -49,6 +51,7 @@ fn assert_table_matches<R: Record>() {
 fn every_csv_column_is_documented_in_order() {
     assert_table_matches::<CollectiveRow>();
     assert_table_matches::<LinkRow>();
+    assert_table_matches::<MoeRow>();
     assert_table_matches::<LayerRow>();
     assert_table_matches::<PipelineRow>();
 }

@@ -34,6 +34,7 @@ fn matrices() -> [Matrix; 2] {
             Collective::AllGather,
             Collective::Broadcast,
             Collective::AllToAll,
+            Collective::AllToAllV,
             Collective::SendRecv,
         ],
         dtypes: DType::ALL.to_vec(),

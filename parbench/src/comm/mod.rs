@@ -41,6 +41,7 @@ mod host;
 mod library;
 pub mod local;
 pub mod mesh;
+pub mod moe;
 #[cfg(feature = "mpi")]
 pub mod mpi;
 #[cfg(feature = "cuda")]

@@ -8,21 +8,22 @@ use clap::Args;
 use parbench::model::moe::{Dispatcher, Moe};
 use parbench::model::plan::PlanInput;
 use parbench::model::Preset;
+use parbench::vocab;
 
 /// The MoE flags of `report plan`.
 #[derive(Args, Debug, Default)]
 pub struct MoeArgs {
     /// Routed experts per MoE layer (a custom MoE shape, with --topk and --expert-ffn; SwiGLU experts, so --arch llama).
-    #[arg(help_heading = "Model", long)]
+    #[arg(help_heading = "Model", long = vocab::experts::LONG, value_name = vocab::experts::VALUE)]
     pub experts: Option<u64>,
     /// Experts each token is routed to (custom MoE shape).
-    #[arg(help_heading = "Model", long)]
+    #[arg(help_heading = "Model", long = vocab::topk::LONG, value_name = vocab::topk::VALUE)]
     pub topk: Option<u64>,
     /// Inner size of one expert's MLP (custom MoE shape).
-    #[arg(help_heading = "Model", long)]
+    #[arg(help_heading = "Model", long = vocab::expert_ffn::LONG, value_name = vocab::expert_ffn::VALUE)]
     pub expert_ffn: Option<u64>,
     /// Shared experts every token passes, each of --expert-ffn (custom MoE shape; default 0).
-    #[arg(help_heading = "Model", long)]
+    #[arg(help_heading = "Model", long = vocab::shared_experts::LONG, value_name = vocab::shared_experts::VALUE)]
     pub shared_experts: Option<u64>,
     /// The first D layers have a dense MLP of --ffn, as DeepSeek-V3's first 3 (custom MoE shape; default 0).
     #[arg(help_heading = "Model", long)]
