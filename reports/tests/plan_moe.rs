@@ -188,3 +188,76 @@ fn a_custom_moe_shape_is_planned() {
         "{out}"
     );
 }
+
+/// A `bench-collectives moe` dispatch of `experts` top-`topk` with the
+/// given imbalance, as moe.csv holds it.
+fn dispatch(experts: usize, topk: usize, imbalance: f64, phase: &str) -> parbench::results::MoeRow {
+    parbench::results::MoeRow {
+        schema: parbench::results::SCHEMA_VERSION,
+        run_id: "moe-run".into(),
+        backend: "local".into(),
+        wire: "shm".into(),
+        world: 4,
+        phase: phase.into(),
+        tokens: 1024,
+        hidden: 4096,
+        experts,
+        topk,
+        routing: "zipf:1.2".into(),
+        node_limit: 0,
+        capacity_factor: f64::NAN,
+        payload: "bf16".into(),
+        copies: "dedup".into(),
+        dropped: 0,
+        bytes: 1 << 20,
+        imbalance,
+        iters: 10,
+        time_us: 100.0,
+        p50_us: 100.0,
+        p99_us: 110.0,
+        algbw_gbps: 10.0,
+        busbw_gbps: 7.5,
+        tokens_per_s: 1e6,
+        wrong: 0,
+        model_us: 90.0,
+        ceiling_gbps: 20.0,
+    }
+}
+
+/// `--from` a folder of `bench-collectives moe` dispatches gives the
+/// routing's imbalance: the largest of the model's shape, said in the
+/// header, scaling the all-to-all as `--moe-imbalance` would; a folder
+/// that measured another shape is one line and exit 2.
+#[test]
+fn the_imbalance_comes_from_a_measured_dispatch() {
+    let dir = scratch("moe-imbalance");
+    let rows = [
+        dispatch(8, 2, 1.4, "dispatch"),
+        dispatch(8, 2, 1.2, "dispatch"),
+        dispatch(8, 2, 3.0, "combine"),
+        dispatch(64, 8, 2.5, "dispatch"),
+    ];
+    write_folder(&dir, &rows, &[]);
+    let plan = "plan --model mixtral-8x7b --device h100-sxm5-80gb --gpus 64 --global-batch 256 --stack megatron-core --device-memory 200 --layout dp=16,tp=1,pp=4,vpp=8,ep=8";
+    let from = format!("{plan} --from {}", dir.display());
+    let measured = costed(&from);
+    assert!(
+        measured.contains("routing imbalance 1.40 (bench-collectives moe dispatch in"),
+        "{measured}"
+    );
+    let given = costed(&format!("{plan} --moe-imbalance 1.4"));
+    let a2a = |out: &str| figure(out, "ep all-to-all", "all-to-all");
+    assert_eq!(a2a(&measured), a2a(&given), "{measured}\n{given}");
+    assert!(a2a(&measured) > a2a(&costed(plan)), "{measured}");
+
+    let other = scratch("moe-imbalance-other");
+    write_folder(&other, &[dispatch(64, 8, 2.5, "dispatch")], &[]);
+    let o = report(&words(&format!("{plan} --from {}", other.display()), &[]));
+    assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
+    let err = stderr(&o);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("64 experts top-8, the model 8 experts top-2"),
+        "{err}"
+    );
+}

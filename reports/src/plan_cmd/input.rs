@@ -607,7 +607,7 @@ pub(super) fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
     if let Some(s) = stack {
         input.step = s.step;
     }
-    a.moe.apply_to_input(&mut input)?;
+    let imbalance_from = a.moe.apply_to_input(&mut input, &sources)?;
     if cp_comm.is_some() {
         input.step.cp_comm = cp_comm;
     }
@@ -651,7 +651,10 @@ pub(super) fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
             value: d.name.clone(),
             from: d.source.clone(),
         }),
-        software: software_words(&input),
+        software: match imbalance_from {
+            Some(from) => format!("{}, {from}", software_words(&input)),
+            None => software_words(&input),
+        },
         stack: stack.map(|s| Sourced {
             value: s.name.to_string(),
             from: format!("{} ({})", s.implies, s.source),

@@ -2,12 +2,14 @@
 //! routing's imbalance and node limit, the token dispatcher; checked and
 //! applied to the model and the plan's input.
 
+use crate::load::Source;
 use crate::units;
 use anyhow::{anyhow, bail, Result};
 use clap::Args;
 use parbench::model::moe::{Dispatcher, Moe};
 use parbench::model::plan::PlanInput;
 use parbench::model::Preset;
+use parbench::results::MoeRow;
 use parbench::vocab;
 
 /// The MoE flags of `report plan`.
@@ -97,17 +99,31 @@ impl MoeArgs {
         Ok(p)
     }
 
-    /// The routing and dispatcher flags applied to `input`.
-    pub fn apply_to_input(&self, input: &mut PlanInput) -> Result<()> {
-        let moe = input.model.moe.is_some();
+    /// The routing and dispatcher flags applied to `input`, the imbalance
+    /// from `--moe-imbalance` or else from a `--from` folder's
+    /// `bench-collectives moe` dispatch ([`measured_imbalance`]); returns
+    /// where a routing imbalance came from, in words.
+    pub fn apply_to_input(
+        &self,
+        input: &mut PlanInput,
+        sources: &[Source],
+    ) -> Result<Option<String>> {
+        let moe = input.model.moe;
+        let mut imbalance_from = None;
         if let Some(x) = self.moe_imbalance {
             if !(x.is_finite() && (1.0..=1000.0).contains(&x)) {
                 bail!("--moe-imbalance {x}: the busiest rank's tokens over the mean, 1 to 1000");
             }
-            if !moe {
+            if moe.is_none() {
                 bail!("--moe-imbalance {x}: the model has no experts");
             }
             input.moe_imbalance = x;
+            imbalance_from = Some(format!("routing imbalance {x} (--moe-imbalance)"));
+        } else if let Some(m) = &moe {
+            if let Some((x, from)) = measured_imbalance(m, sources)? {
+                input.moe_imbalance = x;
+                imbalance_from = Some(from);
+            }
         }
         if let Some(d) = &self.moe_dispatcher {
             input.step.moe.dispatcher = match d.as_str() {
@@ -116,8 +132,51 @@ impl MoeArgs {
                 other => bail!("--moe-dispatcher {other}: expected alltoall or deepep"),
             };
         }
-        Ok(())
+        Ok(imbalance_from)
     }
+}
+
+/// The largest imbalance (the busiest rank's bytes received over the
+/// mean) of the exact `bench-collectives moe` dispatches in `sources`
+/// that route the model's experts and top-k, and where it was measured;
+/// `None` when the folders hold no dispatch. Dispatches of another shape
+/// are refused: their imbalance is not this model's.
+fn measured_imbalance(m: &Moe, sources: &[Source]) -> Result<Option<(f64, String)>> {
+    let dispatches: Vec<(&Source, &MoeRow)> = sources
+        .iter()
+        .flat_map(|s| s.moe.iter().map(move |r| (s, r)))
+        .filter(|(_, r)| r.phase == "dispatch" && r.wrong == 0 && r.imbalance.is_finite())
+        .collect();
+    if dispatches.is_empty() {
+        return Ok(None);
+    }
+    let same_shape = |r: &MoeRow| r.experts as u64 == m.experts && r.topk as u64 == m.topk;
+    let Some((s, r)) = dispatches
+        .iter()
+        .filter(|(_, r)| same_shape(r))
+        .max_by(|a, b| a.1.imbalance.total_cmp(&b.1.imbalance))
+    else {
+        let measured: std::collections::BTreeSet<String> = dispatches
+            .iter()
+            .map(|(_, r)| format!("{} experts top-{}", r.experts, r.topk))
+            .collect();
+        bail!(
+            "--from: its bench-collectives moe dispatches route {}, the model {} experts top-{}: measure the model's (bench-collectives moe --experts {} --topk {}) or give --moe-imbalance",
+            measured.into_iter().collect::<Vec<_>>().join(", "),
+            m.experts,
+            m.topk,
+            m.experts,
+            m.topk
+        );
+    };
+    let x = r.imbalance.max(1.0);
+    Ok(Some((
+        x,
+        format!(
+            "routing imbalance {x:.2} (bench-collectives moe dispatch in {}: {} routing over {} ranks, run {})",
+            s.label, r.routing, r.world, r.run_id
+        ),
+    )))
 }
 
 /// The MoE part of the model's line: "256 experts top-8 (2048 each, 1
