@@ -108,8 +108,8 @@ try 2 "$L" "${LS[@]}" --link x
 try 2 "$L" "${LS[@]}" --link -1,2
 try 2 "$L" "${LS[@]}" --mode decode --mode train
 try 2 "$L" "${LS[@]}" --seq 0
-try 2 "$L" "${LS[@]}" --batch 0
-try 2 "$L" "${LS[@]}" --batch 100000000 --seq 100000000
+try 2 "$L" "${LS[@]}" --microbatch-size 0
+try 2 "$L" "${LS[@]}" --microbatch-size 100000000 --seq 100000000
 try 2 "$L" --backend tcp -n 100000 --tp 100000
 # bench-pipeline
 PS=(--backend local --stages 2 --microbatches 4 --iters 1 --warmup 0)

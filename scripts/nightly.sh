@@ -118,7 +118,7 @@ for ((round = 1; round <= rounds; round++)); do
     started=$SECONDS
     states=()
     run "$bin/bench-collectives" all_reduce all_gather -b 8 -e 16M -f 4 -n 20 -w 5 --out "$out" && states+=(collectives) || states+=(collectives:FAILED)
-    run "$bin/bench-layers" --tp 1,2 --mode prefill --hidden 512 --heads 8 --ffn 2048 --seq 64 --batch 2 --iters 5 --warmup 2 --out "$out" && states+=(layers) || states+=(layers:FAILED)
+    run "$bin/bench-layers" --tp 1,2 --mode prefill --hidden 512 --heads 8 --ffn 2048 --seq 64 --microbatch-size 2 --iters 5 --warmup 2 --out "$out" && states+=(layers) || states+=(layers:FAILED)
     run "$bin/bench-pipeline" --stages 4 --schedule gpipe,1f1b,interleaved,zb-h1 --microbatches 1,4,8 --chunks 2 --work sleep:1000 --out "$out" && states+=(pipeline) || states+=(pipeline:FAILED)
     echo "nightly: round $round of $rounds: ${states[*]} ($((SECONDS - started)) s)"
 done

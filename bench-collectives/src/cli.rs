@@ -248,6 +248,37 @@ pub struct Args {
     )]
     pub per_iter_timing: Option<String>,
 
+    /// Tokens per rank of the `moe` pattern (T).
+    #[arg(help_heading = "MoE (`moe`)", long, value_name = "T")]
+    pub tokens: Option<usize>,
+    /// Hidden size of the `moe` pattern (H, channels per token).
+    #[arg(help_heading = "MoE (`moe`)", long, value_name = "H")]
+    pub hidden: Option<usize>,
+    #[arg(help_heading = "MoE (`moe`)", long = vocab::experts::LONG, value_name = vocab::experts::VALUE, help = vocab::experts::HELP)]
+    pub experts: Option<usize>,
+    #[arg(help_heading = "MoE (`moe`)", long = vocab::topk::LONG, value_name = vocab::topk::VALUE, help = vocab::topk::HELP)]
+    pub topk: Option<usize>,
+    /// Expert popularity: uniform, or zipf:S (the expert of popularity
+    /// rank i drawn with weight 1/(i+1)^S).
+    #[arg(help_heading = "MoE (`moe`)", long, value_name = "uniform|zipf:S")]
+    pub routing: Option<String>,
+    /// DeepSeek-V3's node-limited routing: each token's experts on at most
+    /// M ranks (a rank's experts are one group).
+    #[arg(help_heading = "MoE (`moe`)", long, value_name = "M")]
+    pub node_limit: Option<usize>,
+    /// Megatron-Core's token dropping: each expert takes at most
+    /// ceil(T x k / E x CF) tokens of each rank (default: none dropped).
+    #[arg(help_heading = "MoE (`moe`)", long, value_name = "CF")]
+    pub capacity_factor: Option<f64>,
+    /// Dispatched payload: bf16, or fp8 (E4M3, one f32 scale per 128
+    /// channels, as DeepEP's dispatch); combine is bf16.
+    #[arg(help_heading = "MoE (`moe`)", long, value_name = "bf16|fp8")]
+    pub payload: Option<String>,
+    /// Copies of a token: dedup (one per destination rank, DeepEP's normal
+    /// kernels) or k (one per expert, its low-latency kernels).
+    #[arg(help_heading = "MoE (`moe`)", long, value_name = "dedup|k")]
+    pub copies: Option<String>,
+
     // nccl-tests' flags with no counterpart here, accepted at the value
     // that asks for nothing and otherwise refused in one line that says
     // what they do in nccl-tests (nccl_flags::OTHER_FLAGS, which words
@@ -279,7 +310,7 @@ pub struct Args {
 /// The positional argument's help, listing the collectives the library has.
 fn collectives_help() -> String {
     format!(
-        "Collectives to run {}, or all; or `links` alone: every ordered pair of ranks, one at a time (latency, one-way and both-way bandwidth)",
+        "Collectives to run {}, or all; or `links` alone: every ordered pair of ranks, one at a time (latency, one-way and both-way bandwidth); or `moe` alone: an MoE layer's dispatch and combine (the MoE flags)",
         vocab::one_of(Collective::ALL.map(Collective::name))
     )
 }
@@ -339,6 +370,8 @@ pub struct SweepJob {
     pub nccl_tests: NcclTestsFlags,
     /// `bench-collectives links`: the pair matrix instead of the sweep.
     pub links: bool,
+    /// `bench-collectives moe`: an MoE layer's exchange instead of the sweep.
+    pub moe: Option<parbench::comm::moe::MoeShape>,
     /// `-v`: the table's extra columns.
     pub verbose: bool,
 }
@@ -552,7 +585,7 @@ mod tests {
             "1:2.5",
         ])
         .unwrap();
-        assert_eq!(p.sweep.collectives.len(), 7);
+        assert_eq!(p.sweep.collectives.len(), 8);
         assert_eq!(p.backend, Backend::Tcp);
         assert_eq!(p.nprocs, Some(3));
         assert_eq!(p.algo, Algo::Ring);

@@ -5,8 +5,12 @@ use crate::cli::{parse_list, parse_size, parse_straggler, size_steps, Args, Swee
 use crate::config::{NcclTestsFlags, Step, SweepConfig, TableFormat};
 use crate::nccl_flags::{all_types, check_other_flags};
 use anyhow::{anyhow, bail, Result};
+use parbench::comm::moe::{Copies, MoeShape, Payload, Skew};
 use parbench::comm::{Collective, ReduceOp};
 use parbench::measure::Average;
+
+/// The seed of every rank's inputs (the one generator, `parbench::seed`).
+const SWEEP_SEED: u64 = 0x5eed;
 
 impl Args {
     /// Checks every flag and builds the job. Checks that need the world
@@ -20,7 +24,8 @@ impl Args {
         if links && self.collectives.len() > 1 {
             bail!("`links` runs alone: it measures every pair of ranks, not collectives");
         }
-        for c in self.collectives.iter().filter(|_| !links) {
+        let moe = self.moe_shape()?;
+        for c in self.collectives.iter().filter(|_| !links && moe.is_none()) {
             if c.eq_ignore_ascii_case("all") {
                 collectives = Collective::ALL.to_vec();
                 break;
@@ -87,6 +92,7 @@ impl Args {
             out: self.out.clone(),
             nccl_tests,
             links,
+            moe,
             verbose: self.verbose,
             sweep: SweepConfig {
                 collectives,
@@ -114,11 +120,69 @@ impl Args {
                 straggler,
                 // nccl-tests' -G 0: no graphs.
                 graph: self.graph.filter(|&g| g > 0),
-                seed: 0x5eed,
+                seed: SWEEP_SEED,
                 fit_from: parse_size(&self.fit_from).map_err(|e| anyhow!("--fit-from: {e}"))?,
                 run_cycles: self.run_cycles,
                 nccl_tests_rows,
             },
         })
+    }
+}
+
+/// The `moe` pattern's defaults: DeepSeek-V3's hidden size and top-8 of
+/// 64 experts (which divide over 1 to 64 ranks), 1024 tokens per rank.
+const MOE_DEFAULTS: (usize, usize, usize, usize) = (1024, 7168, 64, 8);
+
+impl Args {
+    /// The MoE shape of `bench-collectives moe` (alone), or `None` for a
+    /// sweep, whose command line may not carry the MoE flags.
+    fn moe_shape(&self) -> Result<Option<MoeShape>> {
+        let moe = self
+            .collectives
+            .iter()
+            .any(|c| c.eq_ignore_ascii_case("moe"));
+        let given = [
+            ("--tokens", self.tokens.is_some()),
+            ("--hidden", self.hidden.is_some()),
+            ("--experts", self.experts.is_some()),
+            ("--topk", self.topk.is_some()),
+            ("--routing", self.routing.is_some()),
+            ("--node-limit", self.node_limit.is_some()),
+            ("--capacity-factor", self.capacity_factor.is_some()),
+            ("--payload", self.payload.is_some()),
+            ("--copies", self.copies.is_some()),
+        ];
+        if !moe {
+            if let Some((flag, _)) = given.iter().find(|(_, g)| *g) {
+                bail!("{flag} is a flag of the `moe` pattern (bench-collectives moe {flag} ...)");
+            }
+            return Ok(None);
+        }
+        if self.collectives.len() > 1 {
+            bail!("`moe` runs alone: it measures one MoE layer's exchange, not collectives");
+        }
+        let (tokens, hidden, experts, topk) = MOE_DEFAULTS;
+        let text = |v: &Option<String>, default: &str| v.as_deref().unwrap_or(default).to_string();
+        let skew: Skew = text(&self.routing, "uniform")
+            .parse()
+            .map_err(|e: String| anyhow!("--routing {e}"))?;
+        let payload: Payload = text(&self.payload, "bf16")
+            .parse()
+            .map_err(|e: String| anyhow!("--payload {e}"))?;
+        let copies: Copies = text(&self.copies, "dedup")
+            .parse()
+            .map_err(|e: String| anyhow!("--copies {e}"))?;
+        Ok(Some(MoeShape {
+            tokens: self.tokens.unwrap_or(tokens),
+            hidden: self.hidden.unwrap_or(hidden),
+            experts: self.experts.unwrap_or(experts),
+            topk: self.topk.unwrap_or(topk),
+            skew,
+            node_limit: self.node_limit,
+            capacity_factor: self.capacity_factor,
+            payload,
+            copies,
+            seed: SWEEP_SEED,
+        }))
     }
 }

@@ -24,21 +24,13 @@ pub fn run(plan: &SweepJob, run_id: &str, ranks: Ranks) -> Result<Finished> {
     let here = matches!(ranks, Ranks::Here { .. });
     // The output folder is checked before anything is measured, by the
     // process that writes it (under mpi rank 0 is known only once started).
-    let writes = match (&ranks, ranks.joined()) {
-        (_, Some(info)) => info.rank == 0,
-        (Ranks::LibraryWorld { .. }, None) => false,
-        _ => true,
-    };
+    let writes = crate::start::writes_records(&ranks);
     if writes {
         results::prepare_out::<LinkRow>(&plan.out).map_err(|e| UsageError(format!("--out {e}")))?;
     }
     // Before any buffer: the ranks on this host hold the pair's message
     // three times each (a spawning launcher checked for all its ranks).
-    let ranks_here = match ranks.joined() {
-        Some(info) if info.source == parbench::launch::LaunchSource::Spawned => 0,
-        Some(info) => parbench::launch::ranks_on_this_host(info.world),
-        None => world,
-    };
+    let ranks_here = crate::start::ranks_here(&ranks, world);
     if ranks_here > 0 || writes {
         let bytes = plan.sweep.sizes.last().copied().unwrap_or(64 << 20);
         crate::memory::check_links(bytes, ranks_here).map_err(|e| UsageError(e.0))?;

@@ -19,6 +19,7 @@ mod job;
 mod json_nccl;
 mod links;
 mod memory;
+mod moe;
 mod nccl_flags;
 mod nccl_tests_format;
 mod print;

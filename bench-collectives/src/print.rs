@@ -386,11 +386,7 @@ pub fn format_row(
 
 /// The run's noise as one WARNING line, when it was noisy.
 fn noise_warning(s: &Summary) -> Option<String> {
-    let n = s.noise.as_ref().filter(|n| n.noisy())?;
-    Some(format!(
-        "# WARNING: a noisy run: other processes took {:.0}% of the machine; report compare will not judge it",
-        100.0 * n.fraction
-    ))
+    Some(format!("# {}", s.noise.as_ref()?.warning()?))
 }
 
 /// The footer: nccl-tests' two lines over every row printed, one headline

@@ -38,6 +38,10 @@ pub fn run(plan: &SweepJob) -> Result<Finished> {
     let bind = BindRequest::from_env().map_err(UsageError)?;
     let joined = launch::RankInfo::from_env().map_err(|e| UsageError(e.to_string()))?;
     crate::nccl_flags::check_backend(plan, joined.is_some()).map_err(UsageError)?;
+    if let Some(shape) = &plan.moe {
+        let ranks = crate::start::ranks(plan, joined, "moe -np")?;
+        return crate::moe::run(plan, shape, &run_id, ranks);
+    }
     if plan.links {
         let ranks = crate::start::ranks(plan, joined, "links -np")?;
         return crate::links::run(plan, &run_id, ranks);

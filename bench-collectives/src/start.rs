@@ -45,3 +45,24 @@ pub fn ranks(plan: &SweepJob, joined: Option<RankInfo>, gpus_flag: &str) -> Resu
     };
     Ok(Ranks::choose(plan.backend, joined, wanted)?)
 }
+
+/// Whether this process writes the records: rank 0 of a joined job, or
+/// the process that runs or spawns the ranks (under mpi rank 0 is known
+/// only once started, and writes then).
+pub fn writes_records(ranks: &Ranks) -> bool {
+    match (ranks, ranks.joined()) {
+        (_, Some(info)) => info.rank == 0,
+        (Ranks::LibraryWorld { .. }, None) => false,
+        _ => true,
+    }
+}
+
+/// The ranks of `world` whose memory this process checks on this host: 0
+/// for a spawned rank (its launcher checked for all of them).
+pub fn ranks_here(ranks: &Ranks, world: usize) -> usize {
+    match ranks.joined() {
+        Some(info) if info.source == parbench::launch::LaunchSource::Spawned => 0,
+        Some(info) => parbench::launch::ranks_on_this_host(info.world),
+        None => world,
+    }
+}

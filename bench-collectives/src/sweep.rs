@@ -237,7 +237,7 @@ fn sweep_sizes<C: Communicator>(
 pub const CORRUPT_ENV: &str = "PARBENCH_SELFTEST_CORRUPT_RANK";
 
 /// Whether `rank` corrupts: the variable names a rank, or a comma list.
-fn corrupts(rank: usize) -> bool {
+pub(crate) fn corrupts(rank: usize) -> bool {
     std::env::var(CORRUPT_ENV).is_ok_and(|v| {
         v.split(',')
             .any(|r| r.trim().parse::<usize>().ok() == Some(rank))

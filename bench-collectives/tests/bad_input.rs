@@ -36,6 +36,33 @@ fn bad_input_is_one_line_and_exit_code_two() {
         &["--backend", "local", "-np", "2", "--straggler", "5:1"],
         "straggler",
     );
+    assert_usage_error(
+        &["--tokens", "5"],
+        "--tokens is a flag of the `moe` pattern",
+    );
+    assert_usage_error(&["moe", "all_reduce"], "`moe` runs alone");
+    assert_usage_error(&["moe", "--routing", "zipf:x"], "uniform or zipf:S");
+    assert_usage_error(&["moe", "--payload", "fp16"], "bf16 or fp8");
+    assert_usage_error(&["moe", "--copies", "all"], "dedup");
+    assert_usage_error(&["moe", "--topk", "-1"], "--topk");
+    let local = ["moe", "--backend", "local", "-np", "4"];
+    assert_usage_error(
+        &with(&local, &["--experts", "6", "--topk", "2"]),
+        "divide evenly",
+    );
+    assert_usage_error(&with(&local, &["--topk", "0"]), "--topk 0");
+    assert_usage_error(
+        &with(&local, &["--payload", "fp8", "--hidden", "100"]),
+        "multiple of 128",
+    );
+    assert_usage_error(
+        &with(&local, &["--node-limit", "1", "--experts", "8"]),
+        "hold only 2",
+    );
+    assert_usage_error(
+        &with(&local, &["--capacity-factor", "-1"]),
+        "--capacity-factor",
+    );
     if !cfg!(feature = "cuda") {
         assert_usage_error(&["--backend", "nccl"], "cuda");
     }

@@ -127,3 +127,30 @@ fn mpi_runs_nccl_tests_newer_integer_types_and_mulsum_and_refuses_fp8_reductions
     assert!(o.status.success(), "{}", stderr(&o));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn mpi_runs_all_to_all_v_and_moe_exactly() {
+    let dir = scratch("mpi-moe");
+    let Some(o) = two_ranks(&flags("alltoallv -b 8 -e 64K -f 8"), &dir) else {
+        eprintln!("SKIP mpi all_to_all_v and moe: mpirun not found (apt-get install openmpi-bin)");
+        return;
+    };
+    assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
+    let (_, rows) = read_csv(&dir.join("collectives.csv"));
+    assert!(
+        rows.iter()
+            .all(|r| r["collective"] == "all_to_all_v" && r["wrong"] == "0"),
+        "{rows:?}"
+    );
+    let moe = "moe --tokens 64 --hidden 256 --experts 8 --topk 4 --routing zipf:1 --payload fp8";
+    let o = two_ranks(&flags(moe), &dir).unwrap();
+    assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
+    let (_, rows) = read_csv(&dir.join("moe.csv"));
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert!(
+        rows.iter()
+            .all(|r| r["wrong"] == "0" && r["backend"] == "mpi"),
+        "{rows:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

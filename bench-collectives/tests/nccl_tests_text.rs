@@ -264,6 +264,7 @@ struct Case {
 fn program(coll: &str) -> String {
     match coll {
         "all_to_all" => "alltoall_perf".into(),
+        "all_to_all_v" => "alltoallv_perf".into(),
         c => format!("{c}_perf"),
     }
 }

@@ -3,7 +3,8 @@
 
 use clap::Parser;
 use parbench::comm::DType;
-use parbench::layers::cp::{CpConfig, CpMethod};
+use parbench::layers::cp::{CpComm, CpConfig};
+use parbench::layers::moe::MoeConfig;
 use parbench::layers::{BlockConfig, BlockShape, Mode};
 use parbench::model::{LinkParams, Preset};
 use parbench::vocab;
@@ -50,8 +51,8 @@ pub struct Cli {
     /// default: the preset's context for GPU backends, 128 on the CPU.
     #[arg(long, help_heading = "Model")]
     pub seq: Option<usize>,
-    /// Sequences per block call.
-    #[arg(long, default_value_t = 1, help_heading = "Model")]
+    /// Sequences per block call: the microbatch size b.
+    #[arg(long = vocab::microbatch_size::LONG, value_name = vocab::microbatch_size::VALUE, default_value_t = 1, help_heading = "Model")]
     pub batch: usize,
     /// Storage type: float, half or bfloat16 (default float on the CPU,
     /// bfloat16 on GPUs).
@@ -88,6 +89,24 @@ pub struct Cli {
     #[arg(long, value_name = "METHOD", help_heading = "Context parallelism")]
     pub cp_comm_type: Option<String>,
 
+    /// Routed experts: runs a mixture-of-experts block under expert
+    /// parallelism (--ep) instead of the tensor-parallel block.
+    #[arg(long = vocab::experts::LONG, value_name = vocab::experts::VALUE, help_heading = "Mixture of experts")]
+    pub experts: Option<usize>,
+    /// Experts each token is routed to (default 2).
+    #[arg(long = vocab::topk::LONG, value_name = vocab::topk::VALUE, help_heading = "Mixture of experts")]
+    pub topk: Option<usize>,
+    /// Each expert's MLP width (default: --ffn, the preset's MLP width).
+    #[arg(long = vocab::expert_ffn::LONG, value_name = vocab::expert_ffn::VALUE, help_heading = "Mixture of experts")]
+    pub expert_ffn: Option<usize>,
+    /// Shared experts of width --expert-ffn that every token passes through (default 0).
+    #[arg(long = vocab::shared_experts::LONG, value_name = vocab::shared_experts::VALUE, help_heading = "Mixture of experts")]
+    pub shared_experts: Option<usize>,
+    /// Expert-parallel degrees to sweep, comma-separated (default 1,2,4,8 up
+    /// to the ranks available).
+    #[arg(long, value_name = "E[,E...]", help_heading = "Mixture of experts")]
+    pub ep: Option<String>,
+
     #[arg(long = vocab::backend::LONG, value_name = vocab::backend::VALUE, help = vocab::backend::HELP, default_value = "local", help_heading = "Ranks and output")]
     pub backend: String,
     // Default: this machine's cores, or the launcher's world.
@@ -121,6 +140,9 @@ pub struct LayerJob {
     pub check: bool,
     pub out: PathBuf,
     pub timeout: Duration,
+    /// The MoE block of `--experts`: then `tps` holds the expert-parallel
+    /// degrees, and the dense block's shape only lends its sizes.
+    pub moe: Option<MoeConfig>,
     /// `--cp`: the context-parallel attention at these degrees (then `tps`
     /// holds the same degrees, the ranks each one runs on).
     pub cp: Option<CpJob>,
@@ -133,15 +155,21 @@ pub struct CpJob {
     pub config: CpConfig,
 }
 
+impl LayerJob {
+    /// Bytes one rank of degree `t` holds with `elem`-byte values, and what
+    /// the unsharded check adds on rank 0: the MoE block's or the dense one's.
+    pub fn memory_bytes(&self, t: usize, elem: u128) -> (u128, u128) {
+        match &self.moe {
+            Some(m) => m.memory_bytes(t, elem, self.check),
+            None => self.block.memory_bytes(t, elem, self.check),
+        }
+    }
+}
+
 /// The communicator a run uses.
 pub use parbench::launch::flags::Backend;
 
-/// Parses `1,2,4,8` into distinct positive degrees, in the given order.
-pub fn parse_tp_list(s: &str) -> Result<Vec<usize>, UsageError> {
-    parse_degrees("--tp", s)
-}
-
-/// Parses flag `flag`'s `1,2,4,8` into distinct positive degrees, in order.
+/// Parses `flag`'s `1,2,4,8` into distinct positive degrees, in the given order.
 fn parse_degrees(flag: &str, s: &str) -> Result<Vec<usize>, UsageError> {
     let mut out = Vec::new();
     for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -175,6 +203,14 @@ impl Cli {
                 Preset::names().join(", ")
             ))
         })?;
+        // Its block is dense: an MoE preset's would be one expert's MLP
+        // standing for the layer, which is not what the name says.
+        if preset.moe.is_some() {
+            return usage(format!(
+                "--preset {}: a mixture of experts; bench-layers times dense blocks (report plan costs MoE layers)",
+                preset.name
+            ));
+        }
         let (mode, decode) = match self.mode.to_ascii_lowercase().as_str() {
             "prefill" => (Mode::Forward, false),
             "decode" => (Mode::Forward, true),
@@ -211,7 +247,7 @@ impl Cli {
             ("--heads", self.heads),
             ("--ffn", self.ffn),
             ("--seq", self.seq),
-            ("--batch", Some(self.batch)),
+            ("--microbatch-size", Some(self.batch)),
         ] {
             if v == Some(0) {
                 return usage(format!("{flag} 0: at least 1"));
@@ -228,13 +264,27 @@ impl Cli {
             Some(n) => n,
             None => default_ranks.max(1),
         };
+        if self.experts.is_some() && self.cp.is_some() {
+            return usage(
+                "--cp with --experts: --cp runs the attention alone, --experts the MoE block",
+            );
+        }
         let cp = self.cp_job(&block)?;
-        let tps = match (&cp, &self.tp) {
-            (Some(cp), _) => cp.degrees.clone(),
-            (None, Some(s)) => parse_tp_list(s)?,
-            (None, None) => [1, 2, 4, 8].into_iter().filter(|&t| t <= ranks).collect(),
+        let moe = self.moe(&block)?;
+        let (flag, list) = match (moe, &cp) {
+            (Some(_), _) => ("--ep", &self.ep),
+            (None, Some(_)) => ("--cp", &self.cp),
+            (None, None) => ("--tp", &self.tp),
         };
-        let flag = if cp.is_some() { "--cp" } else { "--tp" };
+        let tps = match (&cp, list) {
+            (Some(cp), _) => cp.degrees.clone(),
+            (None, Some(s)) => parse_degrees(flag, s)?,
+            // The default MoE degrees are those that split the experts and tokens.
+            (None, None) => [1, 2, 4, 8]
+                .into_iter()
+                .filter(|&t| t <= ranks && moe.is_none_or(|m| m.validate(t).is_ok()))
+                .collect(),
+        };
         let most = backend.most_ranks();
         if let Some(&t) = tps.iter().find(|&&t| t > most) {
             return usage(format!(
@@ -242,10 +292,17 @@ impl Cli {
                 backend.name()
             ));
         }
-        for &t in tps.iter().filter(|_| cp.is_none()) {
-            block
-                .validate(t)
-                .map_err(|e| UsageError(format!("--tp {t}: {e}")))?;
+        for &t in &tps {
+            match (&moe, &cp) {
+                (Some(m), _) => m
+                    .validate(t)
+                    .map_err(|e| UsageError(format!("--ep {t}: {e}")))?,
+                // cp_job checked its degrees against the attention's shape.
+                (None, Some(_)) => {}
+                (None, None) => block
+                    .validate(t)
+                    .map_err(|e| UsageError(format!("--tp {t}: {e}")))?,
+            }
         }
         if self.iters == 0 {
             return usage("--iters 0: at least 1");
@@ -278,6 +335,7 @@ impl Cli {
             check: !self.no_check,
             out: self.out.clone(),
             timeout,
+            moe,
             cp,
         })
     }
@@ -292,7 +350,7 @@ impl Cli {
             return Ok(None);
         };
         let degrees = parse_degrees("--cp", list)?;
-        let method: CpMethod = self
+        let method: CpComm = self
             .cp_comm_type
             .as_deref()
             .unwrap_or("p2p")
@@ -339,6 +397,58 @@ impl Cli {
             })?;
         }
         Ok(Some(CpJob { degrees, config }))
+    }
+
+    /// The MoE block the flags ask for (`None` without --experts), its
+    /// flags checked against each other and the dense block's.
+    fn moe(&self, block: &BlockConfig) -> Result<Option<MoeConfig>, UsageError> {
+        let Some(experts) = self.experts else {
+            for (flag, given) in [
+                ("--topk", self.topk.is_some()),
+                ("--expert-ffn", self.expert_ffn.is_some()),
+                ("--shared-experts", self.shared_experts.is_some()),
+                ("--ep", self.ep.is_some()),
+            ] {
+                if given {
+                    return usage(format!("{flag} needs --experts"));
+                }
+            }
+            return Ok(None);
+        };
+        let topk = self.topk.unwrap_or(2);
+        let ffn = self.expert_ffn.unwrap_or(block.shape.ffn);
+        for (flag, v) in [
+            ("--experts", experts),
+            ("--topk", topk),
+            ("--expert-ffn", ffn),
+        ] {
+            if v == 0 {
+                return usage(format!("{flag} 0: at least 1"));
+            }
+        }
+        if topk > experts {
+            return usage(format!(
+                "--topk {topk}: more than the {experts} experts (--experts)"
+            ));
+        }
+        if self.tp.is_some() {
+            return usage(
+                "--tp with --experts: the MoE block runs expert parallelism alone (--ep); \
+                 attention tensor parallelism beside it is not built",
+            );
+        }
+        if block.decode || block.seq_parallel {
+            return usage("--experts runs --mode prefill or train, without --sequence-parallel");
+        }
+        Ok(Some(MoeConfig {
+            hidden: block.shape.hidden,
+            ffn,
+            experts,
+            topk,
+            shared: self.shared_experts.unwrap_or(0),
+            tokens: block.tokens(),
+            mode: block.mode,
+        }))
     }
 }
 
@@ -401,6 +511,7 @@ mod tests {
             (&["--mode", "sideways"][..], "mode"),
             (&["--mode", "forward"][..], "--mode forward"),
             (&["--preset", "gpt5"][..], "--preset"),
+            (&["--preset", "deepseek-v3"][..], "mixture of experts"),
             (&["--link", "100"][..], "--link"),
             (&["--link", "0,5"][..], "--link"),
             (&["--dtype", "int32"][..], "--dtype"),
@@ -446,6 +557,54 @@ mod tests {
             (&["--cp", "2", "--tp", "2"][..], "--tp"),
             (&["--cp", "2", "--mode", "train"][..], "--mode train"),
             (&["--cp", "2", "--dtype", "bfloat16"][..], "--dtype"),
+        ] {
+            let e = cli(args).job(8).unwrap_err().0;
+            assert!(e.contains(needle), "{args:?}: {e}");
+            assert!(!e.contains('\n'), "{e}");
+        }
+    }
+
+    #[test]
+    fn experts_sweep_the_expert_parallel_degrees() {
+        let p = cli(&["--experts", "8", "--topk", "2", "--ep", "1,2,4"])
+            .job(2)
+            .unwrap();
+        let m = p.moe.unwrap();
+        assert_eq!((m.experts, m.topk, m.shared, m.ffn), (8, 2, 0, 2048));
+        assert_eq!(m.tokens, 128);
+        assert_eq!(p.tps, vec![1, 2, 4]);
+        let p = cli(&[
+            "--experts",
+            "4",
+            "--expert-ffn",
+            "64",
+            "--shared-experts",
+            "1",
+        ])
+        .job(8)
+        .unwrap();
+        assert_eq!(p.tps, vec![1, 2, 4], "8 does not divide 4 experts");
+        assert_eq!(p.moe.map(|m| (m.ffn, m.shared)), Some((64, 1)));
+        assert!(cli(&[]).job(2).unwrap().moe.is_none());
+    }
+
+    #[test]
+    fn bad_expert_flags_are_one_line_each() {
+        for (args, needle) in [
+            (&["--experts", "6", "--ep", "4"][..], "--ep 4"),
+            (&["--experts", "8", "--topk", "9"][..], "--topk 9"),
+            (&["--experts", "0"][..], "--experts 0"),
+            (&["--experts", "8", "--topk", "0"][..], "--topk 0"),
+            (&["--topk", "2"][..], "--topk needs --experts"),
+            (&["--ep", "2"][..], "--ep needs --experts"),
+            (&["--experts", "8", "--ep", "2,x"][..], "--ep"),
+            (&["--experts", "8", "--tp", "2"][..], "--tp with --experts"),
+            (&["--experts", "8", "--cp", "2"][..], "--cp with --experts"),
+            (&["--experts", "8", "--mode", "decode"][..], "--experts"),
+            (
+                &["--experts", "8", "--seq", "6", "--ep", "4"][..],
+                "6 tokens",
+            ),
         ] {
             let e = cli(args).job(8).unwrap_err().0;
             assert!(e.contains(needle), "{args:?}: {e}");

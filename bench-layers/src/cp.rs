@@ -5,8 +5,8 @@
 
 use crate::cli::{CpJob, LayerJob, UsageError};
 use crate::sweep::SEED;
-use crate::{degree_fault, ranks_of, spawn_degrees, ENV_ROWS, ENV_RUN_ID, ENV_TP};
-use anyhow::{anyhow, bail, Context};
+use crate::{job_degree, rank_0s, ranks_of, spawn_degrees, ENV_ROWS, ENV_RUN_ID};
+use anyhow::{bail, Context};
 use parbench::comm::{Algo, CommError};
 use parbench::launch::flags::Backend;
 use parbench::launch::ranks::{self, Ended, RankBody, RankComm, Ranks};
@@ -60,7 +60,8 @@ pub fn run(plan: &LayerJob, job: &CpJob, first: Ranks) -> anyhow::Result<()> {
             preflight(plan, job, true, |c| c)?;
             let mut records = CpRecords::begin(plan, job, plan.backend);
             for &c in &job.degrees {
-                let kept = measure(plan, job, c, ranks_of(plan, None, c, None)?)
+                let kept = ranks_of(plan, None, c, None)
+                    .and_then(|r| rank_0s(plan, &format!("cp {c}"), r, &CpDegree { plan, job }))
                     .and_then(|m| records.keep(vec![row(plan, job, &records.meta.run_id, &m)]));
                 if let Err(e) = kept {
                     return records.stopped(e);
@@ -96,19 +97,6 @@ pub fn run(plan: &LayerJob, job: &CpJob, first: Ranks) -> anyhow::Result<()> {
     }
 }
 
-/// One degree on ranks `ranks` of this process: rank 0's measurement.
-fn measure(plan: &LayerJob, job: &CpJob, c: usize, r: Ranks) -> anyhow::Result<CpMeasurement> {
-    match ranks::run(r, Algo::Auto, plan.timeout, &CpDegree { plan, job }) {
-        Ok(Ended::Ran(ms)) => ms
-            .into_iter()
-            .flatten()
-            .next()
-            .ok_or_else(|| anyhow!("cp {c}: no result from rank 0")),
-        Ok(Ended::Launched { .. }) => bail!("cp {c}: the ranks were launched, not run here"),
-        Err(e) => Err(degree_fault("cp", c, e)),
-    }
-}
-
 /// `--backend tcp` without a launcher: one job of c local ranks per
 /// degree; rank 0 of each hands its row back through a file.
 fn launch(plan: &LayerJob, job: &CpJob) -> anyhow::Result<()> {
@@ -133,15 +121,7 @@ fn joined(plan: &LayerJob, job: &CpJob, r: Ranks) -> anyhow::Result<()> {
     };
     let c = info.world;
     let spawned = std::env::var_os(ENV_ROWS);
-    if let Ok(want) = std::env::var(ENV_TP) {
-        if want != c.to_string() {
-            bail!("spawned for cp {want} but the job has {c} ranks");
-        }
-    } else if !job.degrees.contains(&c) {
-        bail!(UsageError(format!(
-            "--cp: under a launcher the sweep runs the job's world ({c}), which --cp does not list"
-        )));
-    }
+    job_degree(plan, "cp", c)?;
     if spawned.is_none() {
         preflight(
             plan,

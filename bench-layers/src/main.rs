@@ -27,6 +27,7 @@
 
 mod cli;
 mod cp;
+mod moe;
 mod output;
 mod sweep;
 
@@ -107,6 +108,10 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
     }
     if let (Some(job), false) = (&plan.cp, chosen.is_empty()) {
         return cp::run(&plan, job, chosen.swap_remove(0));
+    }
+    if let (Some(moe), false) = (plan.moe, chosen.is_empty()) {
+        check_gpus(&plan)?;
+        return moe::run(&plan, moe, chosen.swap_remove(0));
     }
     match chosen.first() {
         Some(Ranks::Here { backend, .. }) if !backend.on_gpus() => {
@@ -234,7 +239,11 @@ impl<'a> Records<'a> {
         let text = (!self.rows.is_empty()).then(|| {
             format!(
                 "{}{}\n",
-                output::table(self.plan, &self.rows),
+                output::table(
+                    self.plan,
+                    &self.rows,
+                    parbench::measure::noise::since_start().as_ref()
+                ),
                 output::reference_line(self.reference.as_ref(), &self.rows)
             )
         });
@@ -257,7 +266,8 @@ impl<'a> Records<'a> {
             *t = None;
         }
         if !self.rows.is_empty() {
-            parbench::out!("{}", output::table(self.plan, &self.rows));
+            let noise = parbench::measure::noise::since_start();
+            parbench::out!("{}", output::table(self.plan, &self.rows, noise.as_ref()));
             parbench::outln!(
                 "{}",
                 output::reference_line(self.reference.as_ref(), &self.rows)
@@ -307,12 +317,12 @@ fn preflight(
         4
     };
     for &t in &plan.tps {
-        let (rank, check) = plan.block.memory_bytes(t, elem, plan.check);
+        let (rank, check) = plan.memory_bytes(t, elem);
         let here = ranks_here(t) as u128;
         let need = rank * here + if here > 0 { check } else { 0 };
         parbench::limits::check_host_memory(
             need,
-            "--hidden/--ffn/--seq/--batch",
+            "--hidden/--ffn/--seq/--microbatch-size",
             &format!(
                 "tp {t}: {here} rank(s) on this host x {} for the block{}",
                 parbench::limits::bytes_text(rank),
@@ -382,48 +392,58 @@ fn measure_here(
     ranks: Ranks,
     threads: usize,
 ) -> anyhow::Result<TpMeasurement> {
-    let body = Degree { plan, threads };
-    match ranks::run(ranks, Algo::Auto, plan.timeout, &body) {
+    rank_0s(plan, &format!("tp {t}"), ranks, &Degree { plan, threads })
+}
+
+/// Runs `body` on `ranks` (of this process) for the degree named `degree`
+/// (`tp 2`): rank 0's outcome, or the root cause of the degree's failure.
+fn rank_0s<T: Send, B: RankBody<Out = Option<T>>>(
+    plan: &LayerJob,
+    degree: &str,
+    ranks: Ranks,
+    body: &B,
+) -> anyhow::Result<T> {
+    match ranks::run(ranks, Algo::Auto, plan.timeout, body) {
         Ok(Ended::Ran(ms)) => ms
             .into_iter()
             .flatten()
             .next()
-            .ok_or_else(|| anyhow!("tp {t}: no result from rank 0")),
-        Ok(Ended::Launched { .. }) => bail!("tp {t}: the ranks were launched, not run here"),
-        Err(e) => Err(degree_fault("tp", t, e)),
+            .ok_or_else(|| anyhow!("{degree}: no result from rank 0")),
+        Ok(Ended::Launched { .. }) => bail!("{degree}: the ranks were launched, not run here"),
+        Err(e) => Err(degree_fault(degree, e)),
     }
 }
 
-/// A degree's fault as the run's error, in one line after `tp t: ` (or
-/// `cp t: `, `flag`'s): a
-/// rank the launcher already named passes on its code; bad input stays
-/// bad input (exit code 2).
-fn degree_fault(flag: &str, t: usize, fault: JobFault) -> anyhow::Error {
+/// A degree's fault as the run's error, in one line after the degree
+/// (`tp 2: `): a rank the launcher already named passes on its code; bad
+/// input stays bad input (exit code 2).
+fn degree_fault(degree: &str, fault: JobFault) -> anyhow::Error {
     let e = match fault {
         JobFault::Launch(e @ LaunchError::RankFailed { .. }) => {
-            return anyhow!(Reported(e.exit_code())).context(format!("{flag} {t}: {e}"));
+            return anyhow!(Reported(e.exit_code())).context(format!("{degree}: {e}"));
         }
         JobFault::Launch(e) => anyhow!(e),
         JobFault::Unavailable(e) => anyhow!(e),
         other => anyhow!("{other}"),
     };
-    e.context(format!("{flag} {t}"))
+    e.context(degree.to_string())
 }
 
 /// Each degree's block on one GPU must fit its memory (GPU 0's, as every
 /// degree uses GPUs 0..t); a GPU that cannot be asked passes.
 fn check_gpus(plan: &LayerJob) -> anyhow::Result<()> {
+    if !plan.backend.on_gpus() {
+        return Ok(());
+    }
     let Some(have) = ranks::gpu_memory(0) else {
         return Ok(());
     };
     for &t in &plan.tps {
-        let (rank, check) = plan
-            .block
-            .memory_bytes(t, plan.dtype.size() as u128, plan.check);
+        let (rank, check) = plan.memory_bytes(t, plan.dtype.size() as u128);
         parbench::limits::check_memory(
             rank + check,
             have as u128,
-            "--hidden/--ffn/--seq/--batch",
+            "--hidden/--ffn/--seq/--microbatch-size",
             &format!("tp {t}: one rank's block on its GPU, with the unsharded check on GPU 0"),
             "GPU 0's memory",
         )
@@ -475,7 +495,8 @@ fn spawn_degrees<R: results::Record, B: RankBody>(
             .env(ENV_ROWS, &rows_dir)
             .env(ENV_RUN_ID, run_id);
         let ranks = ranks_of(plan, None, t, Some(job))?;
-        ranks::run(ranks, Algo::Auto, plan.timeout, body).map_err(|e| degree_fault(flag, t, e))?;
+        ranks::run(ranks, Algo::Auto, plan.timeout, body)
+            .map_err(|e| degree_fault(&format!("{flag} {t}"), e))?;
         let got = read_rows::<R>(&rows_dir.join(R::FILE))
             .map_err(|e| anyhow!(e).context(format!("{flag} {t}: reading rank 0's row")))?;
         keep(got)
@@ -505,6 +526,23 @@ impl RankBody for Degree<'_> {
     }
 }
 
+/// Checks a joined rank's world `t`: the degree its spawning launcher
+/// named, or one the sweep (`--tp`, or `--ep` with `--experts`: `flag`)
+/// lists under an external launcher.
+fn job_degree(plan: &LayerJob, flag: &str, t: usize) -> anyhow::Result<()> {
+    if let Ok(want) = std::env::var(ENV_TP) {
+        if want != t.to_string() {
+            bail!("spawned for {flag} {want} but the job has {t} ranks");
+        }
+    } else if !plan.tps.contains(&t) {
+        return Err(UsageError(format!(
+            "--{flag}: under a launcher the sweep runs the job's world ({t}), which --{flag} does not list"
+        ))
+        .into());
+    }
+    Ok(())
+}
+
 /// One rank of a job a launcher started (tcp, or nccl on one GPU): runs
 /// the job's degree; rank 0 writes the row to the spawning launcher's
 /// folder, or records it itself under an external launcher.
@@ -515,16 +553,7 @@ fn tcp_rank(plan: &LayerJob, ranks: Ranks) -> anyhow::Result<()> {
     let backend = ranks.backend().name();
     let t = info.world;
     let spawned = std::env::var_os(ENV_ROWS);
-    if let Ok(want) = std::env::var(ENV_TP) {
-        if want != t.to_string() {
-            bail!("spawned for tp {want} but the job has {t} ranks");
-        }
-    } else if !plan.tps.contains(&t) {
-        return Err(UsageError(format!(
-            "--tp: under a launcher the sweep runs the job's world ({t}), which --tp does not list"
-        ))
-        .into());
-    }
+    job_degree(plan, "tp", t)?;
     let local_ranks = launch::ranks_on_this_host(t);
     // Under an external launcher rank 0 writes --out; every rank checks the
     // host's memory before any allocates (the spawning launcher did both).

@@ -1,9 +1,11 @@
 //! The terminal table and the layers.csv rows of a sweep.
 
 use crate::cli::LayerJob;
-use crate::sweep::TpMeasurement;
+use crate::sweep::{MoeMeasurement, TpMeasurement};
 use parbench::compute::cpu::{CpuCompute, GemmKernels};
 use parbench::compute::GemmMath;
+use parbench::layers::moe::MoeConfig;
+use parbench::measure::noise::ForeignCpu;
 use parbench::measure::ComputeReference;
 use parbench::results::{LayerRow, SCHEMA_VERSION};
 
@@ -153,15 +155,16 @@ fn bytes(b: u64) -> String {
 }
 
 /// The table, one line per degree, as nccl-tests prints its sweeps.
-pub fn table(plan: &LayerJob, rows: &[LayerRow]) -> String {
+/// `noise`: the noise guard's figure so far; in a noisy run the model is
+/// not held to the measured communication (one line says why).
+pub fn table(plan: &LayerJob, rows: &[LayerRow], noise: Option<&ForeignCpu>) -> String {
     let b = &plan.block;
     let s = &b.shape;
     let (math, kernels) = gemm_of(plan);
     let mut out = format!(
-        "# bench-layers: {} {}{}{} | preset {} h={} heads={} ffn={} seq={} batch={} ({} tokens/call) | {} | {} kernels\n",
+        "# bench-layers: {} {}{} | preset {} h={} heads={} ffn={} seq={} b={} ({} tokens/call) | {} | {} kernels\n",
         rows.first().map_or("", |r| r.backend.as_str()),
-        b.mode.name(),
-        if b.decode { " decode" } else { "" },
+        parbench::layers::mode_name(b.mode, b.decode),
         if b.seq_parallel { " sequence-parallel" } else { "" },
         plan.preset,
         s.hidden,
@@ -213,24 +216,60 @@ pub fn table(plan: &LayerJob, rows: &[LayerRow]) -> String {
         ));
     }
     for r in rows.iter().filter(|r| r.tp > 1) {
-        let source = match r.link_source.as_str() {
-            "fit" => "fit of this run's collectives at the block's call size, 1/16 to 2x, timed on this wire before the block",
-            "flag" => "given with --link",
-            _ => "none",
-        };
+        let fitted =
+            "collectives at the block's call size, 1/16 to 2x, timed on this wire before the block";
         out.push_str(&format!(
-            "# tp {}: {} | link {} alpha {} us, {} GB/s ({source})\n",
+            "# tp {}: {} | {}\n",
             r.tp,
             r.comm_algo,
-            r.link_source,
-            num(r.link_alpha_us, 2),
-            num(r.link_gbps, 2)
+            link_text(&r.link_source, r.link_alpha_us, r.link_gbps, fitted)
         ));
-        if let Some(line) = model_miss(r.comm_us, r.comm_model_us) {
-            out.push_str(&format!("# tp {}: {line}\n", r.tp));
-        }
+    }
+    let held: Vec<(usize, f64, f64)> = rows
+        .iter()
+        .filter(|r| r.tp > 1)
+        .map(|r| (r.tp, r.comm_us, r.comm_model_us))
+        .collect();
+    for line in model_lines("tp", &held, noise) {
+        out.push_str(&line);
+        out.push('\n');
     }
     out
+}
+
+/// The model held to the measured communication, per degree `(tp,
+/// measured us, model us)`: a WARNING for each it misses beyond the
+/// margin. In a noisy run the times measure what other processes left,
+/// so instead one line says the run was noisy.
+pub fn model_lines(
+    label: &str,
+    degrees: &[(usize, f64, f64)],
+    noise: Option<&ForeignCpu>,
+) -> Vec<String> {
+    if let Some(w) = noise.and_then(ForeignCpu::warning) {
+        return vec![format!("# {w}; the model is not held to it")];
+    }
+    degrees
+        .iter()
+        .filter_map(|&(tp, measured, model)| {
+            Some(format!("# {label} {tp}: {}", model_miss(measured, model)?))
+        })
+        .collect()
+}
+
+/// The link behind a model, and where it came from (`fitted`: what the
+/// fit was of, when it was one).
+fn link_text(source: &str, alpha_us: f64, gbps: f64, fitted: &str) -> String {
+    let from = match source {
+        "fit" => format!("fit of this run's {fitted}"),
+        "flag" => "given with --link".into(),
+        _ => "none".into(),
+    };
+    format!(
+        "link {source} alpha {} us, {} GB/s ({from})",
+        num(alpha_us, 2),
+        num(gbps, 2)
+    )
 }
 
 /// A WARNING when the model's communication time parts from the measured
@@ -300,6 +339,118 @@ pub fn reference_line(r: Option<&ComputeReference>, rows: &[LayerRow]) -> String
     )
 }
 
+/// The MoE block's configuration for run.json.
+pub fn moe_json(plan: &LayerJob, moe: &MoeConfig) -> serde_json::Value {
+    serde_json::json!({
+        "block": "moe",
+        "preset": plan.preset,
+        "hidden": moe.hidden,
+        "experts": moe.experts,
+        "topk": moe.topk,
+        "expert_ffn": moe.ffn,
+        "shared_experts": moe.shared,
+        "tokens_per_call": moe.tokens,
+        "mode": moe.mode.name(),
+        "dtype": plan.dtype.name(),
+        "ep": plan.tps,
+        "iters": plan.iters,
+        "warmup": plan.warmup,
+        "check": plan.check,
+        "link": plan.link.map(|l| serde_json::json!({"alpha_us": l.alpha_us(), "gbps": l.bandwidth_gbps()})),
+        "gemm_math": gemm_of(plan).0,
+        "gemm_kernels": gemm_of(plan).1,
+        "times": "per block call, slowest rank's mean: compute, all-to-all after a barrier, and that barrier (wait)",
+    })
+}
+
+/// The MoE table's header: what ran, then the columns.
+pub fn moe_header(plan: &LayerJob, moe: &MoeConfig) -> String {
+    let (math, kernels) = gemm_of(plan);
+    format!(
+        "# bench-layers: {} {} MoE | h={} experts={} top-{} expert-ffn={} shared={} ({} tokens/call) | {} | {} kernels\n\
+         # times per block call, slowest rank's mean; a2a: the all-to-alls once every rank arrived, wait: the barrier before each\n\
+         #{:>3} {:>11} {:>10} {:>10} {:>11} {:>10} {:>9} {:>8} {:>6} {:>9} {:>7}",
+        plan.backend.name(),
+        moe.mode.name(),
+        moe.hidden,
+        moe.experts,
+        moe.topk,
+        moe.ffn,
+        moe.shared,
+        moe.tokens,
+        math,
+        kernels,
+        "ep",
+        "compute_us",
+        "a2a_us",
+        "wait_us",
+        "total_us",
+        "model_us",
+        "B/a2a",
+        "speedup",
+        "imbal",
+        "check",
+        "GF/s"
+    )
+}
+
+/// One MoE row: `first` is the sweep's first row, for the speed-up over EP 1.
+pub fn moe_row(m: &MoeMeasurement, first: Option<&MoeMeasurement>, moe: &MoeConfig) -> String {
+    let base = first.unwrap_or(m);
+    let speedup = if base.ep == 1 {
+        base.total_us / m.total_us
+    } else {
+        f64::NAN
+    };
+    format!(
+        " {:>3} {:>11} {:>10} {:>10} {:>11} {:>10} {:>9} {:>8} {:>6} {:>9} {:>7}",
+        m.ep,
+        num(m.compute_us, 1),
+        num(m.a2a_us, 1),
+        num(m.wait_us, 1),
+        num(m.total_us, 1),
+        num(m.a2a_model_us, 1),
+        bytes(if m.ep > 1 { m.a2a_bytes } else { 0 }),
+        num(speedup, 2),
+        num(m.imbalance, 2),
+        if m.check_max_err.is_nan() {
+            "-".into()
+        } else {
+            format!("{:.1e}", m.check_max_err)
+        },
+        num(moe.flops() / m.ep as f64 / (m.compute_us * 1e3), 1),
+    )
+}
+
+/// The lines under the MoE table for a degree: the link behind the model,
+/// the tolerance the check was held to, each rank's load (the model held
+/// to the all-to-all is `model_lines`').
+pub fn moe_detail(m: &MoeMeasurement) -> String {
+    let mut out = format!(
+        "# ep {}: check {} within {:.0e} | copies per rank {:?}",
+        m.ep,
+        if m.check_max_err.is_nan() {
+            "skipped"
+        } else {
+            "held"
+        },
+        m.check_tolerance,
+        m.rows_per_rank
+    );
+    if m.ep > 1 {
+        let fitted = "uniform all_to_all at the block's size, 1/16 to 2x, timed on this wire after the block";
+        out.push_str(&format!(
+            "\n# ep {}: all_to_all={} x{} of {} B a rank + the counts | {}",
+            m.ep,
+            m.algo,
+            m.a2a_calls,
+            m.a2a_bytes,
+            link_text(&m.link_source, m.link_alpha_us, m.link_gbps, fitted)
+        ));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -313,5 +464,34 @@ mod tests {
         assert!(model_miss(100.0, 130.0).unwrap().contains("x1.30"));
         assert!(model_miss(0.0, 10.0).is_none());
         assert!(model_miss(10.0, f64::NAN).is_none());
+    }
+
+    #[test]
+    fn a_noisy_run_says_so_once_instead_of_missing_the_model() {
+        let noise = |fraction: f64| ForeignCpu {
+            wall_s: 10.0,
+            cpus: 2,
+            host_s: 20.0,
+            own_s: 20.0 * (1.0 - fraction),
+            steal_s: 0.0,
+            foreign_s: 20.0 * fraction,
+            fraction,
+            resolution: 0.001,
+            method: "test".into(),
+        };
+        // The x0.05 of a shared machine, at TP 2 and 4.
+        let degrees = [(2, 2400.0, 120.0), (4, 3000.0, 150.0)];
+        let quiet = model_lines("tp", &degrees, Some(&noise(0.02)));
+        assert_eq!(quiet.len(), 2, "{quiet:?}");
+        assert!(quiet.iter().all(|l| l.contains("WARNING: the model's")));
+        let noisy = model_lines("tp", &degrees, Some(&noise(0.8)));
+        assert_eq!(noisy.len(), 1, "{noisy:?}");
+        assert!(noisy[0].starts_with("# WARNING: a noisy run: other processes took 80%"));
+        assert!(!noisy[0].contains("the model's communication"));
+        assert_eq!(
+            model_lines("tp", &degrees, None).len(),
+            2,
+            "no figure: held"
+        );
     }
 }

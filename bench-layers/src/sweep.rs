@@ -5,7 +5,8 @@
 use crate::cli::LayerJob;
 use parbench::comm::{Collective, Communicator};
 use parbench::compute::Compute;
-use parbench::layers::{run_tp, wire_samples, LayerResult, RunOptions, TpOutcome};
+use parbench::layers::moe::{run_ep, MoeConfig};
+use parbench::layers::{run_tp, wire_samples, LayerResult, Mode, RunOptions, TpOutcome};
 use parbench::model::fit::{fit_terms, per_call_terms};
 use parbench::model::{terms, AlphaBetaTerms, LinkParams, ModelAlgo};
 
@@ -55,6 +56,41 @@ fn coll_terms(coll: Collective, algo: &ModelAlgo, p: usize, bytes: u64) -> Alpha
     terms(coll, algo, p, bytes).unwrap_or_else(|| per_call_terms(coll, p))
 }
 
+/// The link fitted to `colls` (each run with its algorithm) timed on
+/// `comm` at the block's `bytes` and a few sizes below and above, so the
+/// fit sees both the latency and the bandwidth term around the operating
+/// point; no link (with a line from rank 0 naming `degree`) when the fit
+/// fails. Collective: every rank calls it.
+fn fit_link<M: Communicator>(
+    comm: &mut M,
+    plan: &LayerJob,
+    degree: &str,
+    colls: &[(Collective, ModelAlgo)],
+    bytes: u64,
+) -> LayerResult<(Option<LinkParams>, LinkSource)> {
+    let sizes: Vec<u64> = [16, 8, 4, 2, 1]
+        .iter()
+        .map(|d| bytes / d)
+        .chain(std::iter::once(bytes * 2))
+        .collect();
+    let p = comm.world();
+    let mut rows = Vec::new();
+    for (c, algo) in colls {
+        for s in wire_samples(comm, *c, &sizes, plan.dtype, plan.warmup.max(1), plan.iters)? {
+            rows.push((coll_terms(*c, algo, p, s.bytes), s.bytes, s.seconds));
+        }
+    }
+    Ok(match fit_terms(&rows) {
+        Ok(f) => (Some(f.link()), LinkSource::Fit),
+        Err(e) => {
+            if comm.rank() == 0 {
+                eprintln!("bench-layers: {degree}: no alpha-beta fit of the wire: {e}");
+            }
+            (None, LinkSource::None)
+        }
+    })
+}
+
 /// Runs plan's block at t = `comm.world()`, then models its communication.
 /// Collective: every rank calls it.
 pub fn measure_tp<C, M>(
@@ -93,28 +129,8 @@ where
     } else if let Some(l) = plan.link {
         (Some(l), LinkSource::Flag)
     } else {
-        // The sizes the block uses and a few below, so the fit sees both
-        // the latency and the bandwidth term around the operating point.
-        let sizes: Vec<u64> = [16, 8, 4, 2, 1]
-            .iter()
-            .map(|d| bytes / d)
-            .chain(std::iter::once(bytes * 2))
-            .collect();
-        let mut rows = Vec::new();
-        for (c, algo, _) in &algos {
-            for s in wire_samples(comm, *c, &sizes, plan.dtype, plan.warmup.max(1), plan.iters)? {
-                rows.push((coll_terms(*c, algo, tp, s.bytes), s.bytes, s.seconds));
-            }
-        }
-        match fit_terms(&rows) {
-            Ok(f) => (Some(f.link()), LinkSource::Fit),
-            Err(e) => {
-                if comm.rank() == 0 {
-                    eprintln!("bench-layers: tp {tp}: no alpha-beta fit of the wire: {e}");
-                }
-                (None, LinkSource::None)
-            }
-        }
+        let colls: Vec<_> = algos.iter().map(|(c, a, _)| (*c, a.clone())).collect();
+        fit_link(comm, plan, &format!("tp {tp}"), &colls, bytes)?
     };
     let comm_model_us = match link {
         Some(l) => {
@@ -141,4 +157,132 @@ where
         comm_model_us,
         threads,
     })
+}
+
+/// Everything measured at one expert-parallel degree, the same on every
+/// rank; serialised for the tcp launcher, which reads rank 0's.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct MoeMeasurement {
+    pub ep: usize,
+    pub compute_us: f64,
+    pub a2a_us: f64,
+    pub wait_us: f64,
+    pub total_us: f64,
+    pub slowest_rank: usize,
+    /// NaN when the check was skipped.
+    #[serde(with = "nan_as_null")]
+    pub check_max_err: f64,
+    pub check_tolerance: f64,
+    /// Routed token copies each rank's experts processed.
+    pub rows_per_rank: Vec<usize>,
+    /// Max over mean of those.
+    pub imbalance: f64,
+    /// Bytes of one rank's all-to-all buffer in a balanced dispatch (every
+    /// routed copy of its tokens, its own included: nccl-tests' alltoall size).
+    pub a2a_bytes: u64,
+    /// All-to-alls of rows per block call (2 forward, 4 in train).
+    pub a2a_calls: u64,
+    /// The pairwise all-to-all's prediction for those calls and the
+    /// counts' exchanges, microseconds (NaN without a link, 0 at ep 1).
+    #[serde(with = "nan_as_null")]
+    pub a2a_model_us: f64,
+    pub wire: String,
+    pub algo: String,
+    #[serde(with = "nan_as_null")]
+    pub link_alpha_us: f64,
+    #[serde(with = "nan_as_null")]
+    pub link_gbps: f64,
+    pub link_source: String,
+    pub threads: usize,
+}
+
+/// Runs plan's MoE block at ep = `comm.world()`, then models its
+/// all-to-alls with the pairwise exchange's alpha-beta terms on a link
+/// fitted to uniform all-to-alls around the block's size (or --link).
+/// Collective: every rank calls it.
+pub fn measure_moe<C, M>(
+    dev: &C,
+    comm: &mut M,
+    plan: &LayerJob,
+    moe: &MoeConfig,
+    threads: usize,
+) -> LayerResult<MoeMeasurement>
+where
+    C: Compute,
+    M: Communicator<Buffer = C::Buf>,
+{
+    let ep = comm.world();
+    let opts = RunOptions {
+        warmup: plan.warmup,
+        iters: plan.iters,
+        check: plan.check,
+        seed: SEED,
+    };
+    let outcome = run_ep(dev, comm, moe, &opts)?;
+    let a2a_bytes = (moe.local_tokens(ep) * moe.topk * moe.hidden * plan.dtype.size()) as u64;
+    let a2a_calls = if moe.mode == Mode::Train { 4 } else { 2 };
+    let coll = Collective::AllToAll;
+    // The exchange is parbench's pairwise one on every backend.
+    let algo = ModelAlgo::of("pairwise");
+    let (link, link_source) = if ep == 1 {
+        (None, LinkSource::None)
+    } else if let Some(l) = plan.link {
+        (Some(l), LinkSource::Flag)
+    } else {
+        fit_link(
+            comm,
+            plan,
+            &format!("ep {ep}"),
+            &[(coll, algo.clone())],
+            a2a_bytes,
+        )?
+    };
+    let counts_bytes = (moe.local_experts(ep) * 8 * ep) as u64;
+    let a2a_model_us = match link {
+        _ if ep == 1 => 0.0,
+        Some(l) => {
+            let t = |bytes: u64| coll_terms(coll, &algo, ep, bytes).seconds(bytes as f64, &l);
+            (a2a_calls as f64 * t(a2a_bytes) + t(counts_bytes)) * 1e6
+        }
+        None => f64::NAN,
+    };
+    let t = &outcome.timing;
+    Ok(MoeMeasurement {
+        ep,
+        compute_us: t.compute_us,
+        a2a_us: t.a2a_us,
+        wait_us: t.wait_us,
+        total_us: t.total_us,
+        slowest_rank: t.slowest_rank,
+        check_max_err: outcome.check.as_ref().map_or(f64::NAN, |c| c.max_err),
+        check_tolerance: parbench::layers::check::tolerance(plan.dtype),
+        imbalance: outcome.imbalance(),
+        rows_per_rank: outcome.rows_per_rank,
+        a2a_bytes,
+        a2a_calls,
+        a2a_model_us,
+        wire: comm.wire(),
+        algo: algo.to_string(),
+        link_alpha_us: link.map_or(f64::NAN, |l| l.alpha_us()),
+        link_gbps: link.map_or(f64::NAN, |l| l.bandwidth_gbps()),
+        link_source: link_source.name().into(),
+        threads,
+    })
+}
+
+/// JSON has no NaN: "not measured" travels as null and comes back NaN.
+mod nan_as_null {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
+        if v.is_finite() {
+            s.serialize_f64(*v)
+        } else {
+            s.serialize_none()
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+        Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
+    }
 }

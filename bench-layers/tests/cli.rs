@@ -52,6 +52,10 @@ fn bad_flags_exit_2_with_one_line() {
         &["--link", "fast"][..],
         &["--no-such-flag"][..],
         &["--tp", "0"][..],
+        &["--experts", "6", "--ep", "4"][..],
+        &["--experts", "8", "--topk", "9"][..],
+        &["--topk", "2"][..],
+        &["--experts", "8", "--tp", "2"][..],
     ] {
         let out = bin().args(args).output().unwrap();
         assert_eq!(out.status.code(), Some(2), "{args:?}");
@@ -126,7 +130,7 @@ fn tcp_spawns_each_degree_and_collects_its_row() {
             "1,2",
             "--mode",
             "decode",
-            "--batch",
+            "--microbatch-size",
             "2",
         ],
         &out_dir,
@@ -173,6 +177,42 @@ fn cp_on_tcp_matches_the_unsharded_attention() {
     }
 }
 
+/// The MoE block at EP 1, 2 and 4 (train, a shared expert) on local
+/// threads and at EP 1 and 2 on tcp processes: a row per degree, checked,
+/// kept in run.json.
+#[test]
+fn moe_sweeps_each_expert_parallel_degree_on_local_and_tcp() {
+    for (backend, eps, n) in [("local", "1,2,4", 3), ("tcp", "1,2", 2)] {
+        let out_dir = scratch(&format!("moe-{backend}"));
+        let stdout = run_ok(
+            &[
+                "--backend",
+                backend,
+                "--experts",
+                "4",
+                "--topk",
+                "2",
+                "--shared-experts",
+                "1",
+                "--expert-ffn",
+                "32",
+                "--mode",
+                "train",
+                "--ep",
+                eps,
+            ],
+            &out_dir,
+        );
+        assert!(stdout.contains(&format!("{backend} train MoE")), "{stdout}");
+        let held = stdout.matches("check held within 1e-4").count();
+        assert_eq!(held, n, "{stdout}");
+        let runs = std::fs::read_to_string(out_dir.join("run.json")).unwrap();
+        assert!(runs.contains("\"moe_rows\""), "{runs}");
+        assert_eq!(runs.matches("\"a2a_us\"").count(), n, "{runs}");
+        let _ = std::fs::remove_dir_all(&out_dir);
+    }
+}
+
 #[test]
 fn cp_values_that_do_not_split_are_one_line_exit_2() {
     refused_in_one_line(&["--cp", "4", "--seq", "12"], &["--cp 4", "seq 12"]);
@@ -190,6 +230,7 @@ fn cp_values_that_do_not_split_are_one_line_exit_2() {
         &["--cp 4", "heads 6"],
     );
     refused_in_one_line(&["--cp", "2", "--cp-comm-type", "ring"], &["ring"]);
+    refused_in_one_line(&["--cp", "2", "--experts", "4"], &["--cp", "--experts"]);
 }
 
 /// Exit 2 within 30 s, one line containing every string of `want`, no

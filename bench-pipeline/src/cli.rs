@@ -49,7 +49,7 @@ pub struct Args {
     #[arg(help_heading = "Pipeline", long)]
     pub hidden: Option<usize>,
     /// Rows of one microbatch (default 32; with --dp/--tp its sequences b, default 1).
-    #[arg(help_heading = "Pipeline", long, visible_alias = "micro-batch")]
+    #[arg(help_heading = "Pipeline", long = vocab::microbatch_size::LONG, value_name = vocab::microbatch_size::VALUE)]
     pub microbatch_size: Option<usize>,
     /// What each action does: compute (real MLP passes) or sleep:US.
     #[arg(help_heading = "Pipeline", long, default_value = "compute")]

@@ -122,7 +122,7 @@ impl Recorder {
                     args.warmup
                 );
                 parbench::outln!(
-                    "# each stage: hidden {}, microbatch {} rows, work {}, {}",
+                    "# each stage: hidden {}, b {} rows per microbatch, work {}, {}",
                     shape.map_or(0, |s| s.hidden),
                     shape.map_or(0, |s| s.rows),
                     args.work,
@@ -468,8 +468,17 @@ impl Recorder {
                 .unwrap_or_default();
             let n = self.parted.len();
             let why = self.parted_why.take().unwrap_or_default();
-            // The header already named the crowded cores: the mark's key, not a warning.
-            if self.crowded {
+            let noisy = self.meta.noise().and_then(|n| n.warning());
+            // The header already named the crowded cores, and a noisy run
+            // says so once: the mark's key, not a warning about the model.
+            if let Some(w) = noisy {
+                parbench::outln!("# {w}");
+                parbench::outln!(
+                    "# !: measured bubble parted from the simulated by more than {:.0} points in {n} of {} runs (not held to it: a noisy run)",
+                    100.0 * BUBBLE_PARTS,
+                    self.runs
+                );
+            } else if self.crowded {
                 parbench::outln!(
                     "# !: measured bubble parted from the simulated by more than {:.0} points in {n} of {} runs",
                     100.0 * BUBBLE_PARTS,
@@ -483,13 +492,15 @@ impl Recorder {
                 );
                 parbench::outln!("# {why}");
             }
-            if !noise.is_empty() {
+            if !noise.is_empty() && !self.meta.noise().is_some_and(|n| n.noisy()) {
                 parbench::outln!("#{noise}");
             }
             self.meta.extra.insert(
                 "bubble_parts".into(),
                 serde_json::Value::Array(std::mem::take(&mut self.parted)),
             );
+        } else if let Some(w) = self.meta.noise().and_then(|n| n.warning()) {
+            parbench::outln!("# {w}");
         }
         if !self.composed.is_empty() {
             self.meta.extra.insert(

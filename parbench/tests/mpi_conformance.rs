@@ -3,7 +3,7 @@
 //! Needs the `mpi` feature and Open MPI's `mpirun`; says plainly when it skips.
 #![cfg(feature = "mpi")]
 
-use parbench::comm::conformance::{run_suite, Matrix};
+use parbench::comm::conformance::{run_suite, run_v_suite, Matrix};
 use parbench::comm::mpi::{rerun_under_mpirun, MpiComm};
 use parbench::comm::{Collective, DType, ReduceOp};
 use std::time::Duration;
@@ -34,6 +34,7 @@ fn matrices() -> [Matrix; 2] {
             Collective::AllGather,
             Collective::Broadcast,
             Collective::AllToAll,
+            Collective::AllToAllV,
             Collective::SendRecv,
         ],
         dtypes: DType::ALL.to_vec(),
@@ -54,6 +55,7 @@ fn mpi_backend_passes_the_conformance_suite() {
         for m in matrices() {
             wrong.extend(run_suite(&mut comm, &m).expect("suite ran"));
         }
+        wrong.extend(run_v_suite(&mut comm).expect("all_to_all_v cases ran"));
         for w in &wrong {
             eprintln!("{w}");
         }

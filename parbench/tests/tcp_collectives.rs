@@ -1,10 +1,10 @@
 //! The collectives over the `tcp` backend, one process per rank: the
 //! conformance suite against the sequential reference on worlds 1 to 4,
-//! each algorithm by name, and a rank killed in the middle of all-reduces.
+//! each algorithm by name (with the seeded all_to_all_v cases), and a rank killed in the middle of all-reduces.
 
 mod tcp_support;
 
-use parbench::comm::conformance::{run_suite, Matrix};
+use parbench::comm::conformance::{run_suite, run_v_suite, Matrix};
 use parbench::comm::tcp;
 use parbench::comm::{Algo, CommError, Communicator, DType, Io, ReduceOp};
 use std::time::{Duration, Instant};
@@ -31,7 +31,8 @@ fn conformance_worker(info: &parbench::launch::RankInfo) {
     };
     let mut comm = tcp::comm(info, algo, TIMEOUT).unwrap();
     assert_eq!((comm.backend(), comm.world()), ("tcp", info.world));
-    let mismatches = run_suite(&mut comm, &matrix).unwrap();
+    let mut mismatches = run_suite(&mut comm, &matrix).unwrap();
+    mismatches.extend(run_v_suite(&mut comm).unwrap());
     let shown: Vec<String> = mismatches.iter().take(20).map(|m| m.to_string()).collect();
     assert!(
         mismatches.is_empty(),

@@ -217,7 +217,10 @@ impl Compared for LayerRow {
         vec![
             ("backend", self.backend.clone()),
             ("wire", self.wire.clone()),
-            ("mode", self.mode.clone()),
+            (
+                "mode",
+                parbench::layers::record_mode_name(&self.mode, self.decode).to_string(),
+            ),
             ("preset", self.preset.clone()),
             ("tp", self.tp.to_string()),
         ]

@@ -3,7 +3,7 @@
 
 use anyhow::{anyhow, bail, Result};
 use parbench::results::{
-    read_rows, read_runs, CollectiveRow, LayerRow, LinkRow, PipelineRow, Record, RunMeta,
+    read_rows, read_runs, CollectiveRow, LayerRow, LinkRow, MoeRow, PipelineRow, Record, RunMeta,
     SCHEMA_VERSION,
 };
 use std::collections::BTreeMap;
@@ -24,6 +24,8 @@ pub struct Source {
     pub runs: Vec<RunMeta>,
     /// `bench-collectives links` pairs (links.csv).
     pub links: Vec<LinkRow>,
+    /// `bench-collectives moe` phases (moe.csv).
+    pub moe: Vec<MoeRow>,
     /// Timeline file name (as a pipeline row names it) to its trace.
     pub timelines: BTreeMap<String, Timeline>,
 }
@@ -62,17 +64,19 @@ pub fn load_source(dir: &Path, with_timelines: bool) -> Result<Source> {
     let pipeline = rows_of::<PipelineRow>(dir, |r| r.schema)?;
     let runs = read_runs(dir)?;
     let links = rows_of::<LinkRow>(dir, |r| r.schema)?;
+    let moe = rows_of::<MoeRow>(dir, |r| r.schema)?;
     let any_file = [
         CollectiveRow::FILE,
         LayerRow::FILE,
         PipelineRow::FILE,
         LinkRow::FILE,
+        MoeRow::FILE,
     ]
     .iter()
     .any(|f| is_there(&dir.join(f)));
     if !any_file {
         bail!(
-            "{}: no records (expected collectives.csv, layers.csv, pipeline.csv or links.csv)",
+            "{}: no records (expected collectives.csv, layers.csv, pipeline.csv, links.csv or moe.csv)",
             dir.display()
         );
     }
@@ -118,6 +122,7 @@ pub fn load_source(dir: &Path, with_timelines: bool) -> Result<Source> {
         pipeline,
         runs,
         links,
+        moe,
         timelines,
     })
 }
@@ -202,6 +207,7 @@ pub fn load_pooled(dirs: &[PathBuf]) -> Result<Source> {
         pooled.pipeline.extend(s.pipeline);
         pooled.runs.extend(s.runs);
         pooled.links.extend(s.links);
+        pooled.moe.extend(s.moe);
     }
     Ok(pooled)
 }

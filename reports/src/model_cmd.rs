@@ -15,7 +15,7 @@ use parbench::vocab;
 #[command(allow_negative_numbers = true)]
 pub struct ModelArgs {
     /// Sequences in the batch (microbatch size b).
-    #[arg(long, default_value_t = 32)]
+    #[arg(long = vocab::microbatch_size::LONG, value_name = vocab::microbatch_size::VALUE, default_value_t = 32)]
     pub batch: u64,
     /// Which passes a step runs: decode (one new token per sequence: the
     /// worked example's "per token"), prefill (forward over --seq tokens) or
@@ -97,7 +97,7 @@ fn check(a: &ModelArgs) -> Result<parbench::model::TpTraffic> {
         (_, None) => bail!("--mode {} needs --seq TOKENS", a.mode),
     };
     if a.batch == 0 || seq == 0 || a.hidden == 0 || a.layers == 0 {
-        bail!("--batch, --seq, --hidden and --layers must be at least 1");
+        bail!("--microbatch-size, --seq, --hidden and --layers must be at least 1");
     }
     if a.tp < 2 {
         bail!("--tp {}: tensor parallelism needs at least 2 devices", a.tp);
@@ -129,7 +129,7 @@ pub fn render(a: &ModelArgs) -> Result<String> {
     let (intra, inter) = wires(a)?;
     let mut out = String::new();
     out.push_str(&format!(
-        "Tensor-parallel traffic, {}: batch {} x seq {} x hidden {}, {} ({} B), {} layers, TP={}{}\n\n",
+        "Tensor-parallel traffic, {}: b {} x seq {} x hidden {}, {} ({} B), {} layers, TP={}{}\n\n",
         a.mode,
         tr.batch,
         tr.tokens_per_step() / tr.batch.max(1),
@@ -138,7 +138,11 @@ pub fn render(a: &ModelArgs) -> Result<String> {
         tr.dtype_bytes,
         a.layers,
         tr.tp,
-        if tr.sequence_parallel { ", sequence parallel" } else { "" }
+        if tr.sequence_parallel {
+            ", sequence parallel"
+        } else {
+            ""
+        }
     ));
     let exact = predict::ring_factor(&tr, true);
     let mut t = Table::new([

@@ -96,11 +96,6 @@ pub fn planner_algo(measured: &ModelAlgo) -> ModelAlgo {
     }
 }
 
-/// The worked example's traffic (TP 8, batch 32, hidden 8192, fp16, decode) and its layers (80).
-pub fn worked_example() -> (TpTraffic, u64) {
-    (TpTraffic::worked_example(), model::WORKED_EXAMPLE_LAYERS)
-}
-
 /// Communication time of one step through `layers` layers over `link` with
 /// `algo`, microseconds (alpha-beta of every collective call).
 pub fn comm_us_per_step(

@@ -9,7 +9,7 @@
 //! bubble of every schedule at its most microbatches; each the median over
 //! the night's rounds.
 
-use crate::charts::{band_points, line_chart, Axis, LineChart, LineStyle, Marker, Series};
+use crate::charts::{band_points, Axis, LineChart, LineStyle, Marker, Series};
 use crate::html::page;
 use crate::load::{load_sources, Source};
 use crate::units;
@@ -62,7 +62,11 @@ pub fn figures(s: &Source) -> BTreeMap<FigureKey, f64> {
         layers
             .entry(format!(
                 "bench-layers step, tp {} {} (hidden {}, {}/{})",
-                r.tp, r.mode, r.hidden, r.backend, r.wire
+                r.tp,
+                parbench::layers::record_mode_name(&r.mode, r.decode),
+                r.hidden,
+                r.backend,
+                r.wire
             ))
             .or_default()
             .push(r.total_us);
@@ -271,12 +275,13 @@ pub fn render(
                 Axis::Linear
             },
             series,
-            legend_title: String::new(),
+            legend: Vec::new(),
         };
-        body.push_str(&page::figure(
+        body.push_str(&page::line_figure(
             &format!("trend-{i}"),
-            line_chart(&chart, page::CHART_W, page::CHART_H),
+            &chart,
             &format!("{}: night by night against the baseline's band.", key.name),
+            &[],
         ));
     }
     let mut out = page::head(

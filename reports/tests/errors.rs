@@ -256,7 +256,7 @@ fn plan_refuses_kv_heads_that_do_not_divide_heads() {
         "2",
         "--compute-tflops",
         "10",
-        "--memory",
+        "--device-memory",
         "40",
     ]);
     let err = stderr(&o);

@@ -84,7 +84,7 @@ fn bad_flags_exit_2_with_one_line() {
         &["model", "--intra", "fast"],
         &["model", "--stages", "1"],
         &["model", "--busy", "1.5"],
-        &["model", "--batch", "x"],
+        &["model", "--microbatch-size", "x"],
     ] {
         let o = report(args);
         assert_eq!(o.status.code(), Some(2), "{args:?}");
@@ -94,7 +94,15 @@ fn bad_flags_exit_2_with_one_line() {
 
 #[test]
 fn train_mode_doubles_the_calls() {
-    let o = report(&["model", "--mode", "train", "--seq", "2048", "--batch", "1"]);
+    let o = report(&[
+        "model",
+        "--mode",
+        "train",
+        "--seq",
+        "2048",
+        "--microbatch-size",
+        "1",
+    ]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let out = stdout(&o);
     assert!(
@@ -126,4 +134,13 @@ fn a_closed_pipe_ends_quietly() {
     cmd.arg("model");
     let o = parbench::term::run_with_closed_stdout(cmd).unwrap();
     parbench::term::ended_quietly(&o).unwrap();
+}
+
+/// The spelling of the last release still runs, with its notice.
+#[test]
+fn the_old_batch_spelling_runs_with_a_notice() {
+    let o = report(&["model", "--batch", "8"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--batch is now --microbatch-size"));
+    assert!(stdout(&o).contains("b 8 x seq 1"), "{}", stdout(&o));
 }

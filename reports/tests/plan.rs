@@ -23,7 +23,7 @@ fn shm_collectives(to: &str) -> String {
 #[test]
 fn plans_from_measured_wires() {
     let (shm, tcp) = (shm_collectives("plan-shm-1"), fx("tcp"));
-    let o = report(&words("plan --model gpt3-1.3b --global-batch 64 --gpus 16 --gpus-per-node 8 --compute-tflops 100 --memory 40 --from", &[&shm, &tcp]));
+    let o = report(&words("plan --model gpt3-1.3b --global-batch 64 --gpus 16 --gpus-per-node 8 --compute-tflops 100 --device-memory 40 --from", &[&shm, &tcp]));
     let out = stdout(&o);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     // Each wire says where it came from: the fits of the fixtures' all_reduce rows.
@@ -89,6 +89,12 @@ fn a_plan_file_becomes_an_html_section() {
     assert!(html.contains("<section id=\"plan\">"));
     assert!(html.contains("step time of the best layouts"));
     assert!(html.contains("Why the others lose"));
+    // The first screen answers with the plan's best layout.
+    let summary = &html[..html.find("<section id=\"collectives\">").unwrap()];
+    assert!(
+        summary.contains("<td class=\"text\">best layout</td>"),
+        "{summary}"
+    );
     // busbw + latency of all_reduce, capacity, and the plan's chart.
     assert_eq!(html.matches("<svg").count(), 4);
 
@@ -102,12 +108,14 @@ fn a_plan_file_becomes_an_html_section() {
 }
 
 #[test]
-fn no_plan_file_says_so() {
+fn no_plan_file_leaves_the_tensor_parallel_part_alone() {
     let out = scratch("plan-none").join("r.html");
     let o = report(&["html", &fx("tcp"), "--output-file", out.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let html = std::fs::read_to_string(&out).unwrap();
-    assert!(html.contains("No plan in these results folders"));
+    assert_eq!(html.matches("<section id=\"plan\">").count(), 1);
+    assert!(!html.contains("step time of the best layouts"));
+    assert!(html.contains("id=\"capacity-chart\""));
 }
 
 /// Each case's flags after `base`: exit 2, one line on stderr holding its text.
@@ -141,8 +149,14 @@ fn bad_flags_and_files_are_one_line_and_exit_2() {
             vec!["--model", "tiny", "--inter", "fast"],
             "expected GBPS,US",
         ),
-        (vec!["--model", "tiny", "--memory", "0"], "--memory"),
-        (vec!["--model", "tiny", "--memory=-3"], "--memory"),
+        (
+            vec!["--model", "tiny", "--device-memory", "0"],
+            "--device-memory",
+        ),
+        (
+            vec!["--model", "tiny", "--device-memory=-3"],
+            "--device-memory",
+        ),
         (
             vec!["--model", "tiny", "--recompute", "some"],
             "--recompute",
@@ -175,7 +189,7 @@ fn bad_flags_and_files_are_one_line_and_exit_2() {
 fn a_thousand_devices_plan() {
     // The enumeration stays bounded: 1024 devices plan (and print) without
     // running out of anything; how fast is shown by the binary, not asserted.
-    let o = report(&words("plan --model gpt3-175b --global-batch 1536 --gpus 1024 --gpus-per-node 8 --intra 400,3 --inter 25,8 --compute-tflops 400 --memory 80 --sequence-parallel --recompute selective", &[]));
+    let o = report(&words("plan --model gpt3-175b --global-batch 1536 --gpus 1024 --gpus-per-node 8 --intra 400,3 --inter 25,8 --compute-tflops 400 --device-memory 80 --sequence-parallel --recompute selective", &[]));
     let out = stdout(&o);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let first = out
@@ -199,7 +213,7 @@ fn a_described_device_plans_and_counts_gated_mlps() {
     assert!(out.contains("device:     h100-sxm5-80gb"), "{out}");
     assert!(out.contains("from h100-sxm5-80gb: NVLink"), "{out}");
     assert!(out.contains("MFU"), "{out}");
-    let custom = report(&words("plan --layers 126 --hidden 16384 --heads 128 --kv-heads 8 --ffn 53248 --seq 8192 --vocab 128256 --arch llama --global-batch 2048 --gpus 16384 --device h100-sxm5-80gb --memory 100 --distributed-optimizer --sequence-parallel --layout dp=128,tp=8,pp=16,mbs=1", &[]));
+    let custom = report(&words("plan --layers 126 --hidden 16384 --heads 128 --kv-heads 8 --ffn 53248 --seq 8192 --vocab 128256 --arch llama --global-batch 2048 --gpus 16384 --device h100-sxm5-80gb --device-memory 100 --distributed-optimizer --sequence-parallel --layout dp=128,tp=8,pp=16,mbs=1", &[]));
     let out = stdout(&custom);
     assert_eq!(custom.status.code(), Some(0), "{}", stderr(&custom));
     assert!(out.contains("406B parameters"), "{out}");

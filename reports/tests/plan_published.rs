@@ -15,7 +15,7 @@ const TOLERANCE: f64 = 0.10;
 /// why (docs/report.md, "Against published runs"). Each must stay beyond
 /// 10% (a row that starts passing leaves the list) and within 50% (a
 /// model that breaks shows here too); every other row is held to 10%.
-const KNOWN_MISSES: [(&str, &str); 6] = [
+const KNOWN_MISSES: [(&str, &str); 9] = [
     (
         "GPT 1.7B, 48 H100",
         "small GEMMs' efficiency on Hopper: no sourced figure",
@@ -39,6 +39,18 @@ const KNOWN_MISSES: [(&str, &str); 6] = [
     (
         "Llama 3 405B, 16384 H100",
         "Meta's interleaved schedule is not Megatron-Core's 1F1B",
+    ),
+    (
+        "Qwen3-235B-A22B, 256 H100",
+        "optimistic on MoE layers: no sourced figure for grouped GEMMs, permutation, router",
+    ),
+    (
+        "Llama 3 70B, 64 H100, FP8",
+        "FP8 optimistic by a third: no FP8 GEMM measured, its rate assumed",
+    ),
+    (
+        "GPT-3 175B, 128 H100, FP8",
+        "FP8 optimistic by a third: no FP8 GEMM measured, its rate assumed",
     ),
 ];
 
@@ -84,15 +96,21 @@ fn bands(d: &Path) -> serde_json::Value {
 
 fn published(row: &serde_json::Value) -> f64 {
     let p = &row["published"];
-    ["model_tflops", "hardware_tflops", "step_seconds"]
-        .iter()
-        .find_map(|k| p[k].as_f64())
-        .unwrap()
+    [
+        "model_tflops",
+        "hardware_tflops",
+        "step_seconds",
+        "tokens_per_gpu_s",
+    ]
+    .iter()
+    .find_map(|k| p[k].as_f64())
+    .unwrap()
 }
 
 /// Every row within 10% but the known misses, each band the mean and
 /// worst of its rows, and every stack's rows there: Megatron-Core's README
-/// table (9 runs on H100) and Llama 3 405B's two layouts; SC21's Table 1
+/// table (9 runs on H100), Llama 3 405B's two layouts and Qwen3-235B-A22B
+/// of Megatron-MoE-ModelZoo; SC21's Table 1
 /// (10 runs) and Korthikanti et al.'s full-recomputation rows (4) with
 /// megatron-2021, all of which are within 10%.
 #[test]
@@ -146,7 +164,8 @@ fn every_published_run_within_ten_percent_of_its_stack() {
     assert_eq!(
         counts,
         vec![
-            ("megatron-core".to_string(), 11),
+            ("megatron-core".to_string(), 13),
+            ("megatron-core fp8".to_string(), 2),
             ("megatron-2021".to_string(), 14)
         ]
     );

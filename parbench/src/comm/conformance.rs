@@ -161,6 +161,31 @@ where
     Ok(out)
 }
 
+/// Every rank's seeded [`Communicator::all_to_all_v`] cases
+/// ([`super::alltoallv::check_seeded`]): all pairs empty, a few elements
+/// each (some pairs empty), and up to 300,007 bytes each. Works on any
+/// communicator, device buffers included.
+pub fn run_v_suite<C: Communicator + ?Sized>(comm: &mut C) -> CommResult<Vec<Mismatch>> {
+    let cases = [
+        (1, 0, DType::F32),
+        (2, 3, DType::BF16),
+        (3, 9, DType::F8E4M3),
+        (4, 300_007, DType::U8),
+    ];
+    let mut out = Vec::new();
+    for (seed, max, dtype) in cases {
+        if let Some(detail) = super::alltoallv::check_seeded(comm, seed, max, dtype)? {
+            out.push(Mismatch {
+                rank: comm.rank(),
+                case: format!("all_to_all_v {dtype} up to {max} per pair (seed {seed})"),
+                detail,
+            });
+        }
+    }
+    comm.barrier()?;
+    Ok(out)
+}
+
 fn name_case(e: CommError, case: &Case) -> CommError {
     match e {
         CommError::InvalidArgument(s) => CommError::InvalidArgument(format!("{case}: {s}")),

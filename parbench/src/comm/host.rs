@@ -7,8 +7,8 @@
 
 use super::algo::{self, Algorithm, Scratch};
 use super::{
-    nbytes, need, Algo, CollArgs, Collective, CommError, CommResult, Communicator, DType,
-    HostBuffer, Io, RecvInto, Transport,
+    nbytes, need, Algo, CollArgs, Collective, CommBuffer, CommError, CommResult, Communicator,
+    DType, HostBuffer, Io, RecvInto, Transport, VCounts,
 };
 use std::time::{Duration, Instant};
 
@@ -253,6 +253,22 @@ impl<T: Transport> Communicator for HostComm<T> {
         let into = RecvInto::Copy(&mut recv.bytes_mut()[..bytes]);
         self.call("send_recv", |t, _, deadline| {
             t.exchange(to, data, from, into, deadline)
+        })
+    }
+
+    fn all_to_all_v(
+        &mut self,
+        send: &HostBuffer,
+        recv: &mut HostBuffer,
+        counts: &VCounts,
+        dtype: DType,
+    ) -> CommResult<()> {
+        let world = self.transport.world();
+        counts.check(world, dtype, send.len_bytes(), recv.len_bytes())?;
+        let (data, into) = (send.bytes(), recv.bytes_mut());
+        let elem = dtype.size();
+        self.call("all_to_all_v", |t, _, deadline| {
+            algo::alltoall::all_to_all_v(t, data, into, counts, elem, deadline)
         })
     }
 

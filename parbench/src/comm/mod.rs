@@ -22,8 +22,12 @@
 //! | broadcast       | count (root)    | count           | one buffer                                |
 //! | reduce          | count           | count (root)    | one buffer                                |
 //! | all_to_all      | count x world   | count x world   | one buffer; block j goes to rank j        |
+//!
+//! [`Communicator::all_to_all_v`] takes per-pair counts instead
+//! ([`alltoallv::VCounts`]), out of place only.
 
 pub mod algo;
+pub mod alltoallv;
 mod buffer;
 pub mod collective;
 pub mod conformance;
@@ -37,6 +41,7 @@ mod host;
 mod library;
 pub mod local;
 pub mod mesh;
+pub mod moe;
 #[cfg(feature = "mpi")]
 pub mod mpi;
 #[cfg(feature = "cuda")]
@@ -45,6 +50,7 @@ pub mod nccl_tuning;
 pub mod reference;
 pub mod tcp;
 
+pub use alltoallv::VCounts;
 pub(crate) use buffer::{nbytes, need};
 pub use buffer::{CommBuffer, HostBuffer, HOST_BUFFER_OFFSET};
 pub use collective::Collective;
@@ -355,6 +361,22 @@ pub trait Communicator: Send {
         count: usize,
         dtype: DType,
     ) -> CommResult<()>;
+    /// All-to-all with per-pair counts (`MPI_Alltoallv`): `counts.send()[j]`
+    /// elements from `send` (packed in rank order) go to rank j, and
+    /// `counts.recv()[i]` from rank i land in `recv` (packed in rank order);
+    /// the ranks' counts must agree ([`alltoallv`]). A collective of every
+    /// rank. The default runs it over this communicator's send and recv,
+    /// staged ([`alltoallv::over_point_to_point`]); the host backends, MPI
+    /// (`MPI_Alltoallv`) and NCCL (grouped `ncclSend`/`ncclRecv`) run their own.
+    fn all_to_all_v(
+        &mut self,
+        send: &Self::Buffer,
+        recv: &mut Self::Buffer,
+        counts: &VCounts,
+        dtype: DType,
+    ) -> CommResult<()> {
+        alltoallv::over_point_to_point(self, send, recv, counts, dtype)
+    }
     /// Returns when every rank has entered the barrier.
     fn barrier(&mut self) -> CommResult<()>;
     /// Waits for this rank's outstanding device work (no-op on host backends).

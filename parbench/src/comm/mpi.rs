@@ -23,8 +23,8 @@
 use super::collective::premul::premultiplied;
 use super::library::{self, LibraryCalls};
 use super::{
-    copy_bytes, nbytes, need, CollArgs, Collective, CommError, CommResult, Communicator, DType,
-    HostBuffer, Io, ReduceOp,
+    copy_bytes, nbytes, need, CollArgs, Collective, CommBuffer, CommError, CommResult,
+    Communicator, DType, HostBuffer, Io, ReduceOp, VCounts,
 };
 use mpi::ffi;
 use mpi::traits::{AsRaw, Communicator as _};
@@ -471,6 +471,46 @@ impl Communicator for MpiComm {
                 1,
                 comm,
                 ffi::RSMPI_STATUS_IGNORE,
+            )
+        })
+    }
+
+    fn all_to_all_v(
+        &mut self,
+        send: &HostBuffer,
+        recv: &mut HostBuffer,
+        counts: &VCounts,
+        dtype: DType,
+    ) -> CommResult<()> {
+        counts.check(self.world, dtype, send.len_bytes(), recv.len_bytes())?;
+        // MPI's counts and displacements are 32-bit element counts.
+        let ints = |list: Vec<usize>| {
+            list.into_iter()
+                .map(count_i32)
+                .collect::<CommResult<Vec<_>>>()
+        };
+        let world = self.world;
+        let send_counts = ints(counts.send().to_vec())?;
+        let send_at = ints((0..world).map(|j| counts.send_range(j).start).collect())?;
+        let recv_counts = ints(counts.recv().to_vec())?;
+        let recv_at = ints((0..world).map(|i| counts.recv_range(i).start).collect())?;
+        let (s, r) = (
+            send.bytes().as_ptr() as *const c_void,
+            recv.bytes_mut().as_mut_ptr() as *mut c_void,
+        );
+        let (comm, dt) = (self.comm, datatype(dtype));
+        // SAFETY: the counts were checked against both buffers; every list holds `world` entries.
+        self.call("MPI_Alltoallv", || unsafe {
+            ffi::MPI_Alltoallv(
+                s,
+                send_counts.as_ptr(),
+                send_at.as_ptr(),
+                dt,
+                r,
+                recv_counts.as_ptr(),
+                recv_at.as_ptr(),
+                dt,
+                comm,
             )
         })
     }

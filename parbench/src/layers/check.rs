@@ -21,6 +21,23 @@ pub struct CheckReport {
 }
 
 impl CheckReport {
+    /// The report of each tensor's error, held to `dtype`'s tolerance
+    /// (the largest error is NaN if any is).
+    pub fn of(tensors: Vec<(String, f64)>, dtype: DType) -> Self {
+        let max_err = tensors.iter().map(|(_, e)| *e).fold(0f64, |m, e| {
+            if e.is_nan() || m.is_nan() {
+                f64::NAN
+            } else {
+                m.max(e)
+            }
+        });
+        CheckReport {
+            max_err,
+            tensors,
+            tolerance: tolerance(dtype),
+        }
+    }
+
     /// Whether every tensor is within the tolerance (NaN never is).
     pub fn passed(&self) -> bool {
         self.max_err <= self.tolerance
@@ -103,7 +120,7 @@ fn compared<C: Compute>(block: &TpBlock<C>) -> Vec<(TensorSpec, &C::Buf)> {
 }
 
 /// Every rank's shard of `buf` as host f32, on every rank.
-fn gather_shards<C, M>(
+pub(crate) fn gather_shards<C, M>(
     dev: &C,
     comm: &mut M,
     spec: &TensorSpec,
@@ -189,19 +206,7 @@ where
     }
     let errs = broadcast_f64(comm, &errs)?;
     let names = compared(block).into_iter().map(|(s, _)| s.name.to_string());
-    let tensors: Vec<(String, f64)> = names.zip(errs).collect();
-    let max_err = tensors.iter().map(|(_, e)| *e).fold(0f64, |m, e| {
-        if e.is_nan() || m.is_nan() {
-            f64::NAN
-        } else {
-            m.max(e)
-        }
-    });
-    Ok(CheckReport {
-        max_err,
-        tensors,
-        tolerance: tolerance(dev.dtype()),
-    })
+    Ok(CheckReport::of(names.zip(errs).collect(), dev.dtype()))
 }
 
 /// Rank 0's `values` on every rank.

@@ -26,6 +26,8 @@
 //!   communicator, timing compute and communication apart.
 //! - [`check`]: gathers the sharded results and compares them with the same
 //!   block on one rank.
+//! - [`moe`]: the mixture-of-experts block split by expert parallelism,
+//!   with its own check and timed loop.
 //! - [`run`]: the timed loop, cross-rank statistics, and the wire samples
 //!   for the alpha-beta fit.
 //! - [`cp`]: context-parallel attention (the sequence split over ranks),
@@ -35,6 +37,7 @@ pub mod block;
 pub mod check;
 pub mod cp;
 pub mod layout;
+pub mod moe;
 pub mod run;
 
 pub use block::{BlockState, PhaseClock, TpBlock};
@@ -84,8 +87,25 @@ pub enum Mode {
     Train,
 }
 
+/// A block's passes as `--mode` names them (prefill, decode or train):
+/// records keep `mode` (forward or train) and `decode` apart, and every
+/// printed label reads them back through this.
+pub fn mode_name(mode: Mode, decode: bool) -> &'static str {
+    match (mode, decode) {
+        (Mode::Train, _) => "train",
+        (Mode::Forward, true) => "decode",
+        (Mode::Forward, false) => "prefill",
+    }
+}
+
+/// [`mode_name`] of a record's `mode` and `decode` fields (an unknown
+/// `mode` as written).
+pub fn record_mode_name(mode: &str, decode: bool) -> &str {
+    mode.parse::<Mode>().map_or(mode, |m| mode_name(m, decode))
+}
+
 impl Mode {
-    /// The name used on command lines and in records.
+    /// The name in records (`mode`); printed labels use [`mode_name`].
     pub fn name(self) -> &'static str {
         match self {
             Mode::Forward => "forward",

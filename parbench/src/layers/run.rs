@@ -94,16 +94,10 @@ where
     } else {
         None
     };
-    for _ in 0..opts.warmup {
-        comm.barrier()?;
-        step(&mut block, dev, comm, &mut PhaseClock::new())?;
-    }
-    let iters = opts.iters.max(1);
+    let clocks = timed_calls(comm, opts, |comm, clock| step(&mut block, dev, comm, clock))?;
+    let iters = clocks.len();
     let (mut compute, mut wire, mut min, mut max) = (0f64, 0f64, f64::INFINITY, 0f64);
-    for _ in 0..iters {
-        comm.barrier()?;
-        let mut clock = PhaseClock::new();
-        step(&mut block, dev, comm, &mut clock)?;
+    for clock in &clocks {
         let (c, w) = (clock.compute().as_secs_f64(), clock.comm().as_secs_f64());
         compute += c;
         wire += w;
@@ -117,6 +111,27 @@ where
         timing: slowest(&all, mine.len()),
         check,
     })
+}
+
+/// `opts.warmup` untimed calls of `call`, then `opts.iters` (at least 1)
+/// timed ones, each started after a barrier: each timed call's clock.
+pub(crate) fn timed_calls<M: Communicator>(
+    comm: &mut M,
+    opts: &RunOptions,
+    mut call: impl FnMut(&mut M, &mut PhaseClock) -> LayerResult<()>,
+) -> LayerResult<Vec<PhaseClock>> {
+    for _ in 0..opts.warmup {
+        comm.barrier()?;
+        call(comm, &mut PhaseClock::new())?;
+    }
+    (0..opts.iters.max(1))
+        .map(|_| {
+            comm.barrier()?;
+            let mut clock = PhaseClock::new();
+            call(comm, &mut clock)?;
+            Ok(clock)
+        })
+        .collect()
 }
 
 /// The slowest rank's figures from every rank's
@@ -176,13 +191,14 @@ pub(crate) fn all_gather_f64<M: Communicator>(
 pub struct WireSample {
     pub collective: Collective,
     /// nccl-tests' size: the all-reduced buffer, the all-gathered output,
-    /// the reduce-scattered input.
+    /// the reduce-scattered input, one rank's all-to-all buffer.
     pub bytes: u64,
     /// Mean seconds per call on the slowest rank.
     pub seconds: f64,
 }
 
-/// Times `collective` (all_reduce, all_gather or reduce_scatter) at each of
+/// Times `collective` (all_reduce, all_gather, reduce_scatter, or the MoE
+/// block's all_to_all) at each of
 /// `sizes` bytes of `dtype` on `comm`: `warmup` untimed calls, then `iters`
 /// timed back to back after a barrier; each size's time is the slowest
 /// rank's mean. These are the samples of the alpha-beta fit that predicts
@@ -209,6 +225,7 @@ pub fn wire_samples<M: Communicator>(
                 Collective::AllReduce => (total, total),
                 Collective::AllGather => (count, total),
                 Collective::ReduceScatter => (total, count),
+                Collective::AllToAll => (total, total),
                 other => return Err(LayerError::Config(format!("the block uses no {other}"))),
             };
             let send = comm.alloc(send_len * dtype.size())?;
@@ -223,6 +240,7 @@ pub fn wire_samples<M: Communicator>(
                 match collective {
                     Collective::AllReduce => comm.all_reduce(io, total, dtype, ReduceOp::Sum)?,
                     Collective::AllGather => comm.all_gather(io, count, dtype)?,
+                    Collective::AllToAll => comm.all_to_all(io, count, dtype)?,
                     _ => comm.reduce_scatter(io, count, dtype, ReduceOp::Sum)?,
                 }
             }

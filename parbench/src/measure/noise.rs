@@ -150,6 +150,17 @@ impl ForeignCpu {
         self.fraction > NOISY_FRACTION
     }
 
+    /// One WARNING line when the run was noisy, none otherwise: said once,
+    /// in place of warnings about figures that measure what others left.
+    pub fn warning(&self) -> Option<String> {
+        self.noisy().then(|| {
+            format!(
+                "WARNING: a noisy run: other processes took {:.0}% of the machine; report compare will not judge it",
+                100.0 * self.fraction
+            )
+        })
+    }
+
     /// Counting resolution in seconds of CPU time.
     pub fn resolution_s(&self) -> f64 {
         2.0 * self.cpus.max(1) as f64 / USER_HZ

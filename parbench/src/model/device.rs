@@ -48,6 +48,11 @@ pub const A100_SUSTAINED_CLOCK: f64 = 1305.0 / 1410.0;
 /// found; theirs is taken as the same share.
 pub const HOPPER_SUSTAINED_CLOCK: f64 = 1635.0 / 1785.0;
 
+/// Dense FP8 tensor-core peak of the H100 SXM5 and the H200 SXM: 1,979
+/// TFLOP/s (the datasheets' 3,958 "with sparsity", halved: twice the
+/// dense bf16 989).
+pub const HOPPER_FP8_TFLOPS: f64 = 1979.0;
+
 /// A GPU generation: what decides which published kernel rates (flash
 /// attention's) apply to a device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -95,6 +100,10 @@ pub struct Device {
     /// ([`super::opcost::FLASH_SHARE`]).
     #[serde(default)]
     pub generation: Option<Generation>,
+    /// Dense FP8 tensor-core peak, TFLOP/s (no sparsity); `None`: the
+    /// device has no FP8 tensor cores.
+    #[serde(default)]
+    pub fp8_peak_tflops: Option<f64>,
 }
 
 /// Every preset.
@@ -114,10 +123,11 @@ pub fn presets() -> Vec<Device> {
             nic_gbps: 25.0,
             sustained_clock_share: Some(A100_SUSTAINED_CLOCK),
             generation: Some(Generation::Ampere),
+            fp8_peak_tflops: None,
         },
         Device {
             name: "h100-sxm5-80gb".into(),
-            source: "NVIDIA H100 Tensor Core GPU datasheet (SXM): 989 TFLOP/s dense BF16 (1,979 with sparsity), 3.35 TB/s HBM3, 80 GB, NVLink 900 GB/s (both directions); Hopper whitepaper: 132 SMs; DGX H100: 8 GPUs, 8 x 400 Gb/s ConnectX-7 for compute; GEMM rate: as measured on one H200 (the same GH100 compute at the same 700 W), bf16 8192^3 769-798 TFLOP/s (REFERENCES.md)".into(),
+            source: "NVIDIA H100 Tensor Core GPU datasheet (SXM): 989 TFLOP/s dense BF16 (1,979 with sparsity), 1,979 dense FP8 (3,958 with sparsity), 3.35 TB/s HBM3, 80 GB, NVLink 900 GB/s (both directions); Hopper whitepaper: 132 SMs; DGX H100: 8 GPUs, 8 x 400 Gb/s ConnectX-7 for compute; GEMM rate: as measured on one H200 (the same GH100 compute at the same 700 W), bf16 8192^3 769-798 TFLOP/s (REFERENCES.md)".into(),
             peak_tflops: 989.0,
             gemm_tflops: 780.0,
             sms: 132,
@@ -129,10 +139,11 @@ pub fn presets() -> Vec<Device> {
             nic_gbps: 50.0,
             sustained_clock_share: Some(HOPPER_SUSTAINED_CLOCK),
             generation: Some(Generation::Hopper),
+            fp8_peak_tflops: Some(HOPPER_FP8_TFLOPS),
         },
         Device {
             name: "h200".into(),
-            source: "NVIDIA H200 Tensor Core GPU datasheet (SXM): 989 TFLOP/s dense BF16, 4.8 TB/s HBM3e, 141 GB (about 139 GiB usable on the GPU machine this project borrows), NVLink 900 GB/s (both directions); 132 SMs (GH100); HGX H200: 8 GPUs, 8 x 400 Gb/s NICs; GEMM rate: one H200, bf16 8192^3 769-798 TFLOP/s through torch (REFERENCES.md)".into(),
+            source: "NVIDIA H200 Tensor Core GPU datasheet (SXM): 989 TFLOP/s dense BF16, 1,979 dense FP8 (3,958 with sparsity), 4.8 TB/s HBM3e, 141 GB (about 139 GiB usable on the GPU machine this project borrows), NVLink 900 GB/s (both directions); 132 SMs (GH100); HGX H200: 8 GPUs, 8 x 400 Gb/s NICs; GEMM rate: one H200, bf16 8192^3 769-798 TFLOP/s through torch (REFERENCES.md)".into(),
             peak_tflops: 989.0,
             gemm_tflops: 780.0,
             sms: 132,
@@ -144,6 +155,23 @@ pub fn presets() -> Vec<Device> {
             nic_gbps: 50.0,
             sustained_clock_share: Some(HOPPER_SUSTAINED_CLOCK),
             generation: Some(Generation::Hopper),
+            fp8_peak_tflops: Some(HOPPER_FP8_TFLOPS),
+        },
+        Device {
+            name: "h800".into(),
+            source: "NVIDIA H800 SXM5 (export part of the H100): the H100's compute and HBM (989 TFLOP/s dense BF16, 1,979 dense FP8, 132 SMs, 3.35 TB/s, 80 GB) with NVLink cut to 400 GB/s both directions, 200 a direction; DeepSeek-V3 Technical Report: 2048 H800, 8 a node on NVLink and NVSwitch, InfiniBand across (section 3.1), NVLink 160 GB/s and IB 50 GB/s achievable (section 3.2.2); DeepEP README: H800 with CX7 InfiniBand 400 Gb/s NICs, one a GPU".into(),
+            peak_tflops: 989.0,
+            gemm_tflops: 780.0,
+            sms: 132,
+            hbm_gbps: 3350.0,
+            hbm_gib: 80.0,
+            nvlink_gbps: 200.0,
+            gpus_per_node: 8,
+            nics_per_node: 8,
+            nic_gbps: 50.0,
+            sustained_clock_share: Some(HOPPER_SUSTAINED_CLOCK),
+            generation: Some(Generation::Hopper),
+            fp8_peak_tflops: Some(HOPPER_FP8_TFLOPS),
         },
     ]
 }
@@ -213,6 +241,13 @@ impl Device {
             if !(c.is_finite() && c > 0.0 && c <= 1.0) {
                 return Err(format!(
                     "sustained_clock_share must be above 0 and at most 1 (got {c})"
+                ));
+            }
+        }
+        if let Some(f) = self.fp8_peak_tflops {
+            if !(f.is_finite() && f > 0.0 && f <= 1e6) {
+                return Err(format!(
+                    "fp8_peak_tflops must be a positive number up to 1e6 (got {f})"
                 ));
             }
         }

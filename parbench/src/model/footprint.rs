@@ -40,6 +40,10 @@ impl Preset {
     /// projections, and the MLP's two (GELU) or three (SwiGLU) matrices.
     /// `12 h^2` for a GPT block with a `4h` MLP.
     pub fn matmul_params_per_layer(&self) -> u64 {
+        // An MoE layer's: what a token activates, the layers' mean.
+        if let Some((_, active)) = self.moe_params() {
+            return active.saturating_sub(self.embedding_params()) / self.layers.max(1);
+        }
         let h = self.hidden;
         let kv = self.kv_heads.saturating_mul(self.head_dim());
         let attn = h
@@ -55,8 +59,8 @@ impl Preset {
     /// Forward FLOPs of one layer for `batch` sequences of `seq` tokens:
     /// `2 b s W + 4 b s^2 h`.
     pub fn forward_flops_per_layer(&self, batch: u64, seq: u64) -> f64 {
-        let (b, s, h) = (batch as f64, seq as f64, self.hidden as f64);
-        2.0 * b * s * self.matmul_params_per_layer() as f64 + 4.0 * b * s * s * h
+        let (b, s, w) = (batch as f64, seq as f64, self.attention_core_width() as f64);
+        2.0 * b * s * self.matmul_params_per_layer() as f64 + 4.0 * b * s * s * w
     }
 
     /// Forward FLOPs of the output logits: `2 b s V h`.
@@ -71,7 +75,11 @@ impl Preset {
 
     /// FLOPs of one training step over `batch` sequences of `seq` tokens:
     /// layers 3x forward (4x with full recomputation), logits 3x.
+    /// An MoE model's are Megatron-LM's count ([`Preset::moe_train_flops`]).
     pub fn train_flops(&self, batch: u64, seq: u64, full_recompute: bool) -> f64 {
+        if let Some(f) = self.moe_train_flops(batch, seq, full_recompute) {
+            return f;
+        }
         let passes = if full_recompute { 4.0 } else { 3.0 };
         passes * self.layers as f64 * self.forward_flops_per_layer(batch, seq)
             + 3.0 * self.logit_flops(batch, seq)

@@ -13,6 +13,9 @@
 //! - [`tensor_parallel`]: Megatron's per-layer, per-token traffic.
 //! - [`bubble`]: pipeline bubble closed forms and microbatch counts.
 //! - [`presets`]: named transformer shapes.
+//! - [`moe`]: mixture-of-experts shapes, their FLOPs and the all-to-all.
+//! - [`context`]: context parallelism's exchange of keys and values.
+//! - [`precision`]: FP8 linear layers as Transformer Engine runs them.
 //! - [`footprint`]: FLOPs and memory of a step (for the planner).
 //! - [`sim`]: the schedule simulator (makespan, idle time, bubble of any schedule).
 //! - [`plan`]: the capacity planner, which composes all of the above.
@@ -44,12 +47,15 @@ pub mod algo;
 pub mod alpha_beta;
 pub mod bubble;
 pub mod busbw;
+pub mod context;
 pub mod device;
 pub mod fit;
 pub mod footprint;
 pub mod ladder;
+pub mod moe;
 pub mod opcost;
 pub mod plan;
+pub mod precision;
 pub mod presets;
 pub mod priced;
 pub mod sim;

@@ -28,6 +28,7 @@
 
 use super::device::{Device, Generation, MEMORY_FRACTION};
 use super::footprint::Recompute;
+use super::precision;
 use super::presets::{Arch, Preset};
 
 /// A GEMM output tile, long side (cuBLAS's large-problem tiles on Ampere
@@ -168,6 +169,10 @@ pub struct OpModel {
     pub accumulation: GradAccumulation,
     /// Bytes per logit element the loss moves, forward and backward.
     pub loss_bytes: (f64, f64),
+    /// The linear layers' GEMMs in FP8 at this rate, FLOP/s, with their
+    /// casts ([`super::precision`]); `None`: bf16.
+    #[serde(default)]
+    pub fp8_gemm_flops: Option<f64>,
 }
 
 /// One block's compute on one microbatch, one rank, seconds (no
@@ -221,6 +226,7 @@ impl OpModel {
             flash_share: kernel.share_on(d),
             accumulation,
             loss_bytes: STREAM_BYTES.logit,
+            fp8_gemm_flops: None,
         }
     }
 
@@ -231,6 +237,12 @@ impl OpModel {
 
     /// Seconds of `g` GEMMs of `m x n x k` in 16 bits.
     pub fn gemm(&self, m: u64, n: u64, k: u64, g: u64) -> f64 {
+        self.gemm_at(m, n, k, g, self.gemm_flops, 2.0)
+    }
+
+    /// Seconds of `g` GEMMs of `m x n x k` at `flops`, reading
+    /// `input_bytes` an input element and writing 16-bit outputs.
+    fn gemm_at(&self, m: u64, n: u64, k: u64, g: u64, flops_rate: f64, input_bytes: f64) -> f64 {
         if m == 0 || n == 0 || k == 0 || g == 0 {
             return 0.0;
         }
@@ -245,9 +257,17 @@ impl OpModel {
         let waves = (tiles / sms).ceil();
         let used = (mf * nf * gf) / (waves * sms * (tm * tn) as f64);
         let flops = 2.0 * mf * nf * kf * gf;
-        let compute = flops / (self.gemm_flops * used.min(1.0));
-        let bytes = 2.0 * (mf * kf + kf * nf + mf * nf) * gf;
+        let compute = flops / (flops_rate * used.min(1.0));
+        let bytes = (input_bytes * (mf * kf + kf * nf) + 2.0 * mf * nf) * gf;
         compute.max(self.stream(bytes))
+    }
+
+    /// A linear layer's GEMM: in FP8 where [`Self::fp8_gemm_flops`] says so.
+    fn linear(&self, m: u64, n: u64, k: u64) -> f64 {
+        match self.fp8_gemm_flops {
+            Some(rate) => self.gemm_at(m, n, k, 1, rate, 1.0),
+            None => self.gemm(m, n, k, 1),
+        }
     }
 
     /// A GEMM's forward, its data-gradient and its weight-gradient GEMMs.
@@ -257,6 +277,32 @@ impl OpModel {
             self.gemm(m, k, n, 1),
             self.gemm(k, n, m, 1),
         )
+    }
+
+    /// The attention core of one block on one of `t` ranks, seconds:
+    /// forward, backward, and what selective recomputation repeats.
+    pub fn attention_core(&self, model: &Preset, b: u64, s: u64, t: u64) -> (f64, f64, f64) {
+        let t = t.max(1);
+        let d = model.head_dim();
+        let heads_t = (model.heads / t).max(1);
+        let (bf, sf) = (b as f64, s as f64);
+        let width = model.attention_core_width() as f64;
+        match self.attention {
+            Attention::Flash => {
+                let flops = 4.0 * bf * sf * sf * width / t as f64 * 0.5;
+                let f = flops / (self.gemm_flops * self.flash_share.0);
+                let back = 2.5 * flops / (self.gemm_flops * self.flash_share.1);
+                (f, back, 0.0)
+            }
+            Attention::Unfused => {
+                let g = b.saturating_mul(heads_t);
+                let scores = (g as f64) * sf * sf;
+                let mm = self.gemm(s, s, d, g) + self.gemm(s, d, s, g);
+                let f = mm + self.stream(scores * UNFUSED_SCORE_BYTES.0);
+                let back = 2.0 * mm + self.stream(scores * UNFUSED_SCORE_BYTES.1);
+                (f, back, f)
+            }
+        }
     }
 
     /// One block of `model` on a microbatch of `b` sequences of `s` tokens,
@@ -273,45 +319,21 @@ impl OpModel {
         let t = t.max(1);
         let tokens = b.saturating_mul(s);
         let h = model.hidden;
-        let d = model.head_dim();
-        let kv = model.kv_heads.saturating_mul(d);
         let ffn_t = model.ffn / t;
         let gated = model.arch == Arch::Llama;
         let up = if gated { 2 * ffn_t } else { ffn_t };
-        let shapes = [
-            (tokens, (h + 2 * kv) / t, h),
-            (tokens, h, h / t),
-            (tokens, up, h),
-            (tokens, h, ffn_t),
-        ];
+        let mut shapes = model.attention_gemms(tokens, t);
+        shapes.extend([(tokens, up, h), (tokens, h, ffn_t)]);
         let (mut gf, mut gi, mut gw) = (0.0, 0.0, 0.0);
         for (m, n, k) in shapes {
-            let (f, i, w) = self.gemm_passes(m, n, k);
-            gf += f;
-            gi += i;
-            gw += w;
+            gf += self.linear(m, n, k);
+            gi += self.linear(m, k, n);
+            gw += self.linear(k, n, m);
         }
-        // The attention core.
-        let heads_t = (model.heads / t).max(1);
-        let (bf, sf, hf) = (b as f64, s as f64, h as f64);
-        let (af, ab, a_recompute) = match self.attention {
-            Attention::Flash => {
-                let flops = 4.0 * bf * sf * sf * hf / t as f64 * 0.5;
-                let f = flops / (self.gemm_flops * self.flash_share.0);
-                let back = 2.5 * flops / (self.gemm_flops * self.flash_share.1);
-                (f, back, 0.0)
-            }
-            Attention::Unfused => {
-                let g = b.saturating_mul(heads_t);
-                let scores = (g as f64) * sf * sf;
-                let mm = self.gemm(s, s, d, g) + self.gemm(s, d, s, g);
-                let f = mm + self.stream(scores * UNFUSED_SCORE_BYTES.0);
-                let back = 2.0 * mm + self.stream(scores * UNFUSED_SCORE_BYTES.1);
-                (f, back, f)
-            }
-        };
+        let (af, ab, a_recompute) = self.attention_core(model, b, s, t);
         // Memory-bound work on the hidden activation (split by t only
         // under sequence parallelism) and the MLP's inner one.
+        let hf = h as f64;
         let hidden_elems = tokens as f64 * hf / if sequence_parallel { t as f64 } else { 1.0 };
         let inner_elems = tokens as f64 * ffn_t as f64;
         let sb = STREAM_BYTES;
@@ -323,8 +345,20 @@ impl OpModel {
                 (sb.hidden.0 + sb.dropout.0, sb.hidden.1 + sb.dropout.1),
             )
         };
-        let mem_f = self.stream(hidden_elems * per_hidden.0 + inner_elems * act.0);
-        let mem_b = self.stream(hidden_elems * per_hidden.1 + inner_elems * act.1);
+        let casts = match self.fp8_gemm_flops {
+            Some(_) => {
+                precision::block_casts(tokens as f64, hf, model.qkv_widths().1 as f64, t as f64)
+            }
+            None => precision::CastElements {
+                forward: 0.0,
+                backward: 0.0,
+            },
+        };
+        let cast = precision::CAST_TRANSPOSE_BYTES;
+        let mem_f =
+            self.stream(hidden_elems * per_hidden.0 + inner_elems * act.0 + casts.forward * cast);
+        let mem_b =
+            self.stream(hidden_elems * per_hidden.1 + inner_elems * act.1 + casts.backward * cast);
         let accumulate = match self.accumulation {
             GradAccumulation::Fused => 0.0,
             GradAccumulation::Unfused => self.stream(

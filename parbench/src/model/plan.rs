@@ -29,6 +29,11 @@
 //! `t dp pp`) fits in the node and divides it; a group that leaves the node
 //! pays the inter-node wire.
 //!
+//! A mixture of experts' layouts also carry `ep` and `etp`: the routed
+//! experts split over `ep x etp` ranks, an MoE layer's compute and its
+//! all-to-all costed in `costs/moe.rs` (docs/report.md, "Mixtures of
+//! experts"); a dense model's are `ep = etp = 1`.
+//!
 //! Memory per device: weights, gradients and Adam state at 16 bytes per
 //! parameter ([`MIXED_PRECISION_ADAM_BYTES_PER_PARAM`]; with a distributed
 //! optimizer `4 + 12/dp`), for the layers of one stage plus every
@@ -64,6 +69,7 @@ pub use layouts::{divisors, group_wire, uneven_split, Layout};
 pub use rejections::{LossGroup, Rejected, Rejection};
 pub use shard::Shard;
 
+use crate::model::context;
 use costs::Planner;
 use input::check_input;
 use layouts::schedules;
@@ -85,6 +91,8 @@ pub struct LayoutRanking {
 pub struct LayoutQuery {
     pub dp: u64,
     pub tp: u64,
+    /// Context-parallel degree (0 or 1: none).
+    pub cp: u64,
     pub pp: u64,
     pub schedule: Option<String>,
     pub chunks: Option<u64>,
@@ -94,6 +102,9 @@ pub struct LayoutQuery {
     /// The data-parallel sharding, and its group (hybrid below `dp`).
     pub shard: Option<Shard>,
     pub shard_group: Option<u64>,
+    /// Expert-parallel degree, and the experts' tensor degree (default `tp`).
+    pub ep: Option<u64>,
+    pub etp: Option<u64>,
 }
 
 /// Plans: enumerates every layout, rejects those that cannot run, costs the
@@ -103,8 +114,14 @@ pub fn plan(input: &PlanInput) -> Result<LayoutRanking, PlanError> {
     let (mut planner, mut out) = start(input);
     let n = input.gpus;
     for tp in divisors(n) {
-        for pp in divisors(n / tp) {
-            plan_split(&mut planner, &mut out, n / (tp * pp), tp, pp, None);
+        for cp in divisors(n / tp)
+            .into_iter()
+            .filter(|&c| c <= input.max_cp.max(1))
+        {
+            for pp in divisors(n / (tp * cp)) {
+                let dp = n / (tp * cp * pp);
+                plan_split(&mut planner, &mut out, Split { dp, tp, cp, pp }, None);
+            }
         }
     }
     rank(&mut out);
@@ -114,17 +131,28 @@ pub fn plan(input: &PlanInput) -> Result<LayoutRanking, PlanError> {
 /// Costs the layouts `q` allows (one, when it fixes everything), ranked.
 pub fn plan_layout(input: &PlanInput, q: &LayoutQuery) -> Result<LayoutRanking, PlanError> {
     check_input(input)?;
-    let world = q.dp.checked_mul(q.tp).and_then(|x| x.checked_mul(q.pp));
+    let cp = q.cp.max(1);
+    let world =
+        q.dp.checked_mul(q.tp)
+            .and_then(|x| x.checked_mul(cp))
+            .and_then(|x| x.checked_mul(q.pp));
     if world != Some(input.gpus) {
         return Err(PlanError::LayoutWorld {
             dp: q.dp,
             tp: q.tp,
+            cp,
             pp: q.pp,
             gpus: input.gpus,
         });
     }
     let (mut planner, mut out) = start(input);
-    plan_split(&mut planner, &mut out, q.dp, q.tp, q.pp, Some(q));
+    let split = Split {
+        dp: q.dp,
+        tp: q.tp,
+        cp,
+        pp: q.pp,
+    };
+    plan_split(&mut planner, &mut out, split, Some(q));
     rank(&mut out);
     Ok(out)
 }
@@ -165,9 +193,11 @@ fn stage_split(
     if let Some((first, last)) = q.and_then(|q| q.first_last) {
         let middle = stages.saturating_sub(2);
         let rest = m.layers.checked_sub(first.saturating_add(last));
+        // The last stage may hold no layer, only the output layer and
+        // loss (Megatron-Core's --pipeline-model-parallel-layout, as
+        // DeepSeek-V3's recipe "Et|(tt|)*30mL").
         let ok = stages >= 2
             && first >= 1
-            && last >= 1
             && rest.is_some_and(|r| {
                 if middle == 0 {
                     r == 0
@@ -196,6 +226,8 @@ fn stage_split(
 /// replicated across nodes) when `input.hybrid` and a node holds more than
 /// one data rank but not all of them. One data rank shards nothing.
 fn shard_modes(input: &PlanInput, dp: u64, tp: u64, q: Option<&LayoutQuery>) -> Vec<(Shard, u64)> {
+    // With context parallelism `dp` is the gradient group, `dp x cp`,
+    // and a node's share of it counts its context ranks too.
     if dp < 2 {
         return vec![(Shard::None, 1)];
     }
@@ -229,22 +261,107 @@ fn shard_modes(input: &PlanInput, dp: u64, tp: u64, q: Option<&LayoutQuery>) -> 
     out
 }
 
-/// Every layout of one `dp x tp x pp` split (those `q` allows), costed or
-/// rejected into `out`.
-fn plan_split(
-    planner: &mut Planner,
-    out: &mut LayoutRanking,
+/// The expert splits a `dp x tp` layout is tried with, `(ep, etp)`:
+/// `(1, 1)` for a dense model; for an MoE, the query's `ep` or every one
+/// dividing the experts (the search lists them), each with the query's
+/// `etp` or both `tp` (Megatron-Core's default) and 1, where `ep etp`
+/// divides `dp tp` (the experts' data-parallel degree, Megatron-Core's
+/// `parallel_state`: `world / (etp ep pp)`). Or the rule the query breaks.
+fn moe_splits(
+    m: &crate::model::Preset,
     dp: u64,
     tp: u64,
-    pp: u64,
     q: Option<&LayoutQuery>,
-) {
+) -> Result<Vec<(u64, u64)>, String> {
+    let Some(moe) = m.moe else {
+        return match q.and_then(|q| q.ep) {
+            Some(ep) if ep > 1 => Err(format!("ep={ep}: the model has no experts")),
+            _ => Ok(vec![(1, 1)]),
+        };
+    };
+    let ranks = dp.saturating_mul(tp);
+    let etps: Vec<u64> = match q.and_then(|q| q.etp) {
+        Some(e) => vec![e],
+        None if tp > 1 => vec![tp, 1],
+        None => vec![1],
+    };
+    let eps = match q.and_then(|q| q.ep) {
+        Some(ep) => vec![ep],
+        None => divisors(moe.experts),
+    };
+    let fits = |ep: u64, etp: u64| {
+        ep >= 1
+            && etp >= 1
+            && moe.experts.is_multiple_of(ep)
+            && moe.expert_ffn.is_multiple_of(etp)
+            && ranks.is_multiple_of(ep.saturating_mul(etp))
+    };
+    let all: Vec<(u64, u64)> = eps
+        .iter()
+        .flat_map(|&ep| etps.iter().map(move |&etp| (ep, etp)))
+        .filter(|&(ep, etp)| fits(ep, etp))
+        .collect();
+    if all.is_empty() {
+        return Err(format!(
+            "no ep x etp of {} experts (MLP {}) divides dp x tp ({ranks}){}: the experts must divide by ep, their MLP by etp, and dp x tp by ep x etp (the experts' data-parallel group)",
+            moe.experts,
+            moe.expert_ffn,
+            q.and_then(|q| q.ep).map_or(String::new(), |ep| format!(" with ep={ep}"))
+        ));
+    }
+    Ok(all)
+}
+
+/// The degrees of one split of the devices.
+#[derive(Clone, Copy)]
+struct Split {
+    dp: u64,
+    tp: u64,
+    cp: u64,
+    pp: u64,
+}
+
+/// Why `cp` context ranks cannot run: the stack has no context
+/// parallelism, its attention is not flash attention (Transformer
+/// Engine's context parallelism runs inside its fused attention), or the
+/// sequence or heads do not split ([`context::check`]).
+fn context_rule(input: &PlanInput, tp: u64, cp: u64) -> Result<(), String> {
+    if cp <= 1 {
+        return Ok(());
+    }
+    let Some(comm) = input.step.cp_comm else {
+        return Err(format!("cp={cp}: the stack has no context parallelism"));
+    };
+    if input
+        .ops
+        .is_some_and(|o| o.attention != crate::model::opcost::Attention::Flash)
+    {
+        return Err(format!(
+            "cp={cp}: context parallelism runs inside flash attention (Transformer Engine's fused attention), not unfused attention"
+        ));
+    }
+    let m = &input.model;
+    if m.moe.is_some() {
+        // The experts' all-to-all and groups are costed without context
+        // ranks; refused rather than costed wrong.
+        return Err(format!(
+            "cp={cp}: context parallelism of an MoE model is not modelled"
+        ));
+    }
+    context::check(m.seq, m.heads, tp, cp, comm)
+}
+
+/// Every layout of one `dp x tp x cp x pp` split (those `q` allows),
+/// costed or rejected into `out`.
+fn plan_split(planner: &mut Planner, out: &mut LayoutRanking, sp: Split, q: Option<&LayoutQuery>) {
+    let Split { dp, tp, cp, pp } = sp;
     let input = planner.input;
     let g = input.gpus_per_node;
     let m = &input.model;
     let split = Layout {
         dp,
         tp,
+        cp,
         pp,
         schedule: String::new(),
         chunks: 1,
@@ -254,6 +371,8 @@ fn plan_split(
         last_stage_layers: 0,
         shard: Shard::None,
         shard_group: 1,
+        ep: 1,
+        etp: 1,
     };
     let reject = |reason| Rejected {
         layout: split.clone(),
@@ -273,6 +392,10 @@ fn plan_split(
         }));
         return;
     }
+    if let Err(rule) = context_rule(input, tp, cp) {
+        out.rejected.push(reject(Rejection::InvalidSplit { rule }));
+        return;
+    }
     // Without chunks the layers must split (evenly or Megatron's way);
     // each chunk count is checked again below.
     if let Err(rule) = stage_split(m, pp, 1, q) {
@@ -281,6 +404,24 @@ fn plan_split(
             return;
         }
     }
+    // A query's chunks that the layers cannot fill: say why, not "nothing runs".
+    if let Some(v) = q.and_then(|q| q.chunks).filter(|&v| v > 1) {
+        if let Err(rule) = stage_split(m, pp, v, q) {
+            let rule = match q.and_then(|q| q.first_last) {
+                Some(_) => rule,
+                None => format!("{rule}, nor split Megatron's uneven way: give first=F,last=L"),
+            };
+            out.rejected.push(reject(Rejection::InvalidSplit { rule }));
+            return;
+        }
+    }
+    let experts = match moe_splits(m, dp, tp, q) {
+        Ok(e) => e,
+        Err(rule) => {
+            out.rejected.push(reject(Rejection::InvalidSplit { rule }));
+            return;
+        }
+    };
     if !input.global_batch.is_multiple_of(dp) {
         out.rejected.push(reject(Rejection::Batch {
             global_batch: input.global_batch,
@@ -305,10 +446,15 @@ fn plan_split(
             let Ok((first, last)) = stage_split(m, pp, chunks, q) else {
                 continue;
             };
-            for (shard, group) in shard_modes(input, dp, tp, q) {
+            let modes = shard_modes(input, dp * cp, tp, q);
+            for ((shard, group), &(ep, etp)) in modes
+                .iter()
+                .flat_map(|m| experts.iter().map(move |e| (*m, e)))
+            {
                 let layout = Layout {
                     dp,
                     tp,
+                    cp,
                     pp,
                     schedule: schedule.into(),
                     chunks,
@@ -318,6 +464,8 @@ fn plan_split(
                     last_stage_layers: last,
                     shard,
                     shard_group: group,
+                    ep,
+                    etp,
                 };
                 let memory = planner.memory(&layout);
                 // Refused only when both counts exceed the device: within

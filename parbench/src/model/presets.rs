@@ -2,6 +2,7 @@
 //! planner speak of the same models. Each preset says where its numbers
 //! come from.
 
+use super::moe::{Mla, Moe, MoeAttention};
 use super::tensor_parallel::{TpMode, TpTraffic};
 
 /// The block and embedding conventions a family uses, which decide the
@@ -42,10 +43,13 @@ pub struct Preset {
     pub seq: u64,
     /// Vocabulary size.
     pub vocab: u64,
+    /// The expert layers of a mixture of experts (`ffn` is then its
+    /// dense layers' MLP); `None`: dense.
+    pub moe: Option<Moe>,
 }
 
 /// Every preset.
-pub const PRESETS: [Preset; 7] = [
+pub const PRESETS: [Preset; 11] = [
     Preset {
         name: "tiny",
         source: "parbench's own test shape (not a published model): small enough for CPU runs and tests",
@@ -57,6 +61,7 @@ pub const PRESETS: [Preset; 7] = [
         ffn: 2048,
         seq: 128,
         vocab: 1024,
+        moe: None,
     },
     Preset {
         name: "gpt3-1.3b",
@@ -69,6 +74,7 @@ pub const PRESETS: [Preset; 7] = [
         ffn: 8192,
         seq: 2048,
         vocab: 50257,
+        moe: None,
     },
     Preset {
         name: "llama2-70b",
@@ -81,6 +87,7 @@ pub const PRESETS: [Preset; 7] = [
         ffn: 28672,
         seq: 4096,
         vocab: 32000,
+        moe: None,
     },
     Preset {
         name: "llama3-8b",
@@ -93,6 +100,7 @@ pub const PRESETS: [Preset; 7] = [
         ffn: 14336,
         seq: 8192,
         vocab: 128256,
+        moe: None,
     },
     Preset {
         name: "llama3-70b",
@@ -105,6 +113,7 @@ pub const PRESETS: [Preset; 7] = [
         ffn: 28672,
         seq: 8192,
         vocab: 128256,
+        moe: None,
     },
     Preset {
         name: "llama3-405b",
@@ -117,6 +126,7 @@ pub const PRESETS: [Preset; 7] = [
         ffn: 53248,
         seq: 8192,
         vocab: 128256,
+        moe: None,
     },
     Preset {
         name: "gpt3-175b",
@@ -129,6 +139,74 @@ pub const PRESETS: [Preset; 7] = [
         ffn: 49152,
         seq: 2048,
         vocab: 50257,
+        moe: None,
+    },
+    Preset {
+        name: "mixtral-8x7b",
+        source: "Mixtral 8x7B, Jiang et al. 2024 (Mixtral of Experts: 46.7B parameters, 12.9B active) and mistralai/Mixtral-8x7B-v0.1 config.json: 32 layers, hidden 4096, 32 heads, 8 KV heads, 8 experts of SwiGLU 14336, top-2, vocabulary 32000, context 32768",
+        arch: Arch::Llama,
+        layers: 32,
+        hidden: 4096,
+        heads: 32,
+        kv_heads: 8,
+        ffn: 14336,
+        seq: 4096,
+        vocab: 32000,
+        moe: Some(Moe::new(8, 2, 14336)),
+    },
+    Preset {
+        name: "mixtral-8x22b",
+        source: "Mixtral 8x22B, Mistral AI's announcement (141B parameters, 39B active) and mistralai/Mixtral-8x22B-v0.1 config.json: 56 layers, hidden 6144, 48 heads, 8 KV heads, 8 experts of SwiGLU 16384, top-2, vocabulary 32768, context 65536",
+        arch: Arch::Llama,
+        layers: 56,
+        hidden: 6144,
+        heads: 48,
+        kv_heads: 8,
+        ffn: 16384,
+        seq: 4096,
+        vocab: 32768,
+        moe: Some(Moe::new(8, 2, 16384)),
+    },
+    Preset {
+        name: "qwen3-235b-a22b",
+        source: "Qwen3-235B-A22B model card (235B parameters, 22B activated) and Qwen/Qwen3-235B-A22B config.json: 94 layers, hidden 4096, 64 heads of 128, 4 KV heads, 128 experts of SwiGLU 1536, top-8, no shared experts, vocabulary 151936, untied; context 4096 as Megatron-MoE-ModelZoo's H100 runs train it",
+        arch: Arch::Llama,
+        layers: 94,
+        hidden: 4096,
+        heads: 64,
+        kv_heads: 4,
+        ffn: 12288,
+        seq: 4096,
+        vocab: 151936,
+        moe: Some(Moe {
+            attention: MoeAttention::Gqa { head_dim: 128 },
+            ..Moe::new(128, 8, 1536)
+        }),
+    },
+    Preset {
+        name: "deepseek-v3",
+        source: "DeepSeek-V3 Technical Report, DeepSeek-AI 2024 (671B parameters, 37B activated; node-limited routing to M = 4 nodes) and deepseek-ai/DeepSeek-V3 config.json: 61 layers (the first 3 dense, MLP 18432), hidden 7168, 128 heads of MLA (q_lora_rank 1536, kv_lora_rank 512, qk_nope_head_dim 128, qk_rope_head_dim 64, v_head_dim 128), 256 routed experts of SwiGLU 2048 and 1 shared, top-8, vocabulary 129280, untied; context 4096 as pre-trained; the MTP module is not counted",
+        arch: Arch::Llama,
+        layers: 61,
+        hidden: 7168,
+        heads: 128,
+        kv_heads: 128,
+        ffn: 18432,
+        seq: 4096,
+        vocab: 129280,
+        moe: Some(Moe {
+            shared_experts: 1,
+            dense_layers: 3,
+            node_limit: 4,
+            attention: MoeAttention::Mla(Mla {
+                q_lora_rank: 1536,
+                kv_lora_rank: 512,
+                qk_nope_head_dim: 128,
+                qk_rope_head_dim: 64,
+                v_head_dim: 128,
+            }),
+            ..Moe::new(256, 8, 2048)
+        }),
     },
 ];
 
@@ -156,12 +234,19 @@ impl Preset {
 
     /// Dimension of one attention head, `h / heads`.
     pub fn head_dim(&self) -> u64 {
-        self.hidden.checked_div(self.heads).unwrap_or(0)
+        match self.moe.map(|m| m.attention) {
+            Some(MoeAttention::Gqa { head_dim }) if head_dim > 0 => head_dim,
+            _ => self.hidden.checked_div(self.heads).unwrap_or(0),
+        }
     }
 
     /// Parameters of one transformer layer (attention, MLP, norms).
     /// Saturates at `u64::MAX` for absurd custom shapes rather than overflowing.
     pub fn params_per_layer(&self) -> u64 {
+        // An MoE model's layers differ: their mean.
+        if let Some((all, _)) = self.moe_params() {
+            return all.saturating_sub(self.embedding_params()) / self.layers.max(1);
+        }
         let h = u128::from(self.hidden);
         let ffn = u128::from(self.ffn);
         let kv = mul(&[u128::from(self.kv_heads), u128::from(self.head_dim())]);
@@ -206,6 +291,9 @@ impl Preset {
 
     /// All parameters: GPT-3 175B gives 174.6e9, Llama 2 70B 68.98e9.
     pub fn params(&self) -> u64 {
+        if let Some((all, _)) = self.moe_params() {
+            return all;
+        }
         saturate(add(&[
             mul(&[u128::from(self.layers), u128::from(self.params_per_layer())]),
             u128::from(self.embedding_params()),
@@ -324,13 +412,17 @@ mod tests {
                 "llama3-8b",
                 "llama3-70b",
                 "llama3-405b",
-                "gpt3-175b"
+                "gpt3-175b",
+                "mixtral-8x7b",
+                "mixtral-8x22b",
+                "qwen3-235b-a22b",
+                "deepseek-v3"
             ]
         );
         assert_eq!(Preset::by_name("GPT3-175B").unwrap().layers, 96);
         assert!(Preset::by_name("gpt5").is_none());
         for p in Preset::all() {
-            assert_eq!(p.hidden % p.heads, 0, "{}", p.name);
+            assert_eq!(p.qkv_widths().0 % p.heads, 0, "{}", p.name);
             assert_eq!(p.heads % p.kv_heads, 0, "{}", p.name);
         }
     }

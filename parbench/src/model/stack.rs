@@ -10,6 +10,8 @@
 //! (context parallelism, FP8, expert parallelism) adds a field with the
 //! value every existing stack runs.
 
+use super::context::CpComm;
+use super::moe::{MoeStack, MCORE_MOE};
 use super::opcost::{Attention, FlashKernel, GradAccumulation, STREAM_BYTES};
 use super::plan::Shard;
 
@@ -93,6 +95,11 @@ pub struct StepModel {
     /// NCCL's ring chunks stay bandwidth-bound"); (0, 0): the planner's
     /// `bucket_bytes` (DDP's 25 MiB).
     pub bucket_params: (f64, f64),
+    /// How MoE layers run: the token dispatcher, grouped GEMMs.
+    pub moe: MoeStack,
+    /// How context parallelism exchanges keys and values (`None`: the
+    /// stack has none, and a layout with `cp > 1` is refused).
+    pub cp_comm: Option<CpComm>,
 }
 
 impl Default for StepModel {
@@ -107,6 +114,8 @@ impl Default for StepModel {
             fp32_logits: false,
             launch_s: 0.0,
             bucket_params: (0.0, 0.0),
+            moe: MCORE_MOE,
+            cp_comm: Some(CpComm::P2p),
         }
     }
 }
@@ -123,6 +132,8 @@ const MEGATRON_2021_STEP: StepModel = StepModel {
     fp32_logits: true,
     launch_s: EAGER_LAUNCH_S,
     bucket_params: (0.0, 0.0),
+    moe: MCORE_MOE,
+    cp_comm: None,
 };
 
 /// How a stack runs a pipeline a user named without a schedule.
@@ -177,7 +188,7 @@ pub struct Stack {
 pub const STACKS: [Stack; 3] = [
     Stack {
         name: "megatron-2021",
-        implies: "Megatron-LM of SC21: attention unfused, accumulation unfused, fp16 gradients all-reduced after the backward, no sequence parallelism, 1F1B (interleaved with vpp=), microbatch 1",
+        implies: "Megatron-LM of SC21: attention unfused, accumulation unfused, fp16 gradients all-reduced after the backward, no sequence parallelism, 1F1B (interleaved with vpp=), microbatch 1, no context parallelism or FP8",
         source: "Narayanan et al. SC21; Megatron-LM 2021 (examples/pretrain_gpt3_175B.sh: --micro-batch-size 1; gradient accumulation fusion came 2022-02-13)",
         attention: Attention::Unfused,
         flash_kernel: FlashKernel::FlashAttention2,
@@ -193,7 +204,7 @@ pub const STACKS: [Stack; 3] = [
     },
     Stack {
         name: "megatron-core",
-        implies: "Megatron-Core r0.8 (2024): flash attention (cuDNN's through Transformer Engine on Hopper), accumulation fused, distributed optimizer with fp32 gradients, grad-reduce and param-gather overlapped, sequence parallel with tensor parallel, tp-comm-overlap, unfused fp32 loss, 1F1B (interleaved with vpp=), microbatch 1",
+        implies: "Megatron-Core r0.8 (2024): flash attention (cuDNN's through Transformer Engine on Hopper), accumulation fused, distributed optimizer with fp32 gradients, grad-reduce and param-gather overlapped, sequence parallel with tensor parallel, tp-comm-overlap, unfused fp32 loss, context parallel by a ring of K/V exchanges (p2p), FP8 by Transformer Engine's recipe, 1F1B (interleaved with vpp=), microbatch 1",
         source: "Megatron-LM README 'Training Speed and Scalability' (core r0.8): --overlap-grad-reduce --overlap-param-gather --tp-comm-overlap; arguments.py: bf16 keeps fp32 main gradients; cross_entropy_loss_fusion off by default; Transformer Engine's attention, which prefers cuDNN's fused kernel over FlashAttention-2 on Hopper when both apply (NeMo's memory_optimizations.rst, NVIDIA/NeMo pull request 9188)",
         attention: Attention::Flash,
         flash_kernel: FlashKernel::Cudnn,
@@ -212,12 +223,13 @@ pub const STACKS: [Stack; 3] = [
             tp_sms: (UB_REDUCE_SCATTER_SMS, UB_ALL_GATHER_SMS),
             grad_bytes: 4,
             bucket_params: (40e6, 1e6),
+            cp_comm: Some(CpComm::P2p),
             ..MEGATRON_2021_STEP
         },
     },
     Stack {
         name: "torchtitan",
-        implies: "torchtitan (2024-2025): FSDP2 (ZeRO-3), fp32 gradient reduction, flash attention (SDPA's flash backend: FlashAttention-2), sequence parallel with tensor parallel, collectives not overlapped with their GEMMs, PyTorch's loss, 1F1B (interleaved 1F1B with vpp=), pipeline microbatch 1, a data rank's whole batch at once without a pipeline",
+        implies: "torchtitan (2024-2025): FSDP2 (ZeRO-3), fp32 gradient reduction, flash attention (SDPA's flash backend: FlashAttention-2), sequence parallel with tensor parallel, collectives not overlapped with their GEMMs, PyTorch's loss, context parallel by all-gathers of K/V (context_parallel's allgather rotation), 1F1B (interleaved 1F1B with vpp=), pipeline microbatch 1, a data rank's whole batch at once without a pipeline",
         source: "torchtitan docs: FSDP2 with MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), pipeline_parallel_schedule 1F1B, pipeline_parallel_microbatch_size 1; async TP off by default; attention through PyTorch's scaled_dot_product_attention, whose flash backend is FlashAttention-2 (PyTorch 2.2 release notes) and comes first among its backends",
         attention: Attention::Flash,
         flash_kernel: FlashKernel::FlashAttention2,
@@ -234,6 +246,7 @@ pub const STACKS: [Stack; 3] = [
             dp_sm_share: NCCL_OVERLAP_SM_SHARE,
             grad_bytes: 4,
             loss_bytes: TORCH_LOSS_BYTES,
+            cp_comm: Some(CpComm::AllGather),
             ..MEGATRON_2021_STEP
         },
     },

@@ -13,6 +13,7 @@
 mod io;
 mod link_row;
 mod meta;
+mod moe_row;
 mod records;
 
 pub use crate::files::{is_record_name, random_hex, LOCK_FILE, MAX_RECORD_BYTES};
@@ -23,6 +24,7 @@ pub use io::{
 };
 pub use link_row::{verdict, LinkRow, Verdict, SLOW_SHARE};
 pub use meta::{git_revision, iso8601_utc, job_run_id, new_run_id, RunMeta, RUN_ID_VAR};
+pub use moe_row::MoeRow;
 pub use records::{row_label, CollectiveRow, CpRow, LayerRow, PipelineRow, Record, SCHEMA_VERSION};
 
 use std::path::Path;

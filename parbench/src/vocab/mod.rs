@@ -124,6 +124,9 @@ flag!(stages, "pipeline stage ranks",
 flag!(microbatches, "microbatches per step (a sweep)",
     long "microbatches", short None, value Some("M[,M...]"),
     help "Microbatches per step M, comma-separated (a sweep)");
+flag!(microbatch_size, "sequences (rows) in one microbatch",
+    long "microbatch-size", short None, value Some("B"),
+    help "Sequences in one microbatch b (Megatron's --micro-batch-size)");
 flag!(chunks, "stages per rank of the interleaved schedule",
     long "chunks", short None, value Some("V"),
     help "Stages per rank v of the interleaved schedule");
@@ -154,6 +157,18 @@ flag!(distributed_optimizer, "optimizer state sharded over data-parallel ranks (
 flag!(against, "hold the planner to measured composed runs",
     long "against", short None, value Some("DIR"),
     help "Instead of a search: each composed dp x tp x pp run in this results folder (bench-pipeline --dp/--tp) costed from the run's own calibration, beside the measurement term by term; writes DIR/plan-check.csv");
+flag!(experts, "routed experts of a mixture-of-experts layer",
+    long "experts", short None, value Some("E"),
+    help "Routed experts of each mixture-of-experts layer (E)");
+flag!(topk, "experts each token is routed to",
+    long "topk", short None, value Some("K"),
+    help "Experts each token is routed to (top-k)");
+flag!(expert_ffn, "one routed expert's MLP width",
+    long "expert-ffn", short None, value Some("F"),
+    help "Inner width of one routed expert's gated MLP (F)");
+flag!(shared_experts, "experts every token also runs",
+    long "shared-experts", short None, value Some("S"),
+    help "Shared experts, each of --expert-ffn, that every token passes through besides its routed ones");
 
 /// Every shared concept; docs/usage.md's table lists each (tests/doc_vocab.rs).
 pub const SHARED: &[Flag] = &[
@@ -170,6 +185,7 @@ pub const SHARED: &[Flag] = &[
     tp::FLAG,
     stages::FLAG,
     microbatches::FLAG,
+    microbatch_size::FLAG,
     chunks::FLAG,
     schedule::FLAG,
     shard::FLAG,
@@ -180,6 +196,10 @@ pub const SHARED: &[Flag] = &[
     inter::FLAG,
     distributed_optimizer::FLAG,
     against::FLAG,
+    experts::FLAG,
+    topk::FLAG,
+    expert_ffn::FLAG,
+    shared_experts::FLAG,
 ];
 
 /// nccl-tests' short letters and their long names (`src/common.cu`'s

@@ -44,7 +44,8 @@ impl Renamed {
     }
 }
 
-/// Every flag renamed by issue 35's one vocabulary.
+/// Every flag renamed by issue 35's one vocabulary, and by issue 53's
+/// one name per concept.
 pub const RENAMED: &[Renamed] = &[
     // One --mode of three passes, as report model's.
     Renamed::whole(Tool::Layers, "--decode", "--mode=decode"),
@@ -66,6 +67,12 @@ pub const RENAMED: &[Renamed] = &[
     // --check is bench-collectives' check iterations (nccl-tests' -c).
     Renamed::in_scope(Tool::Report, "plan", "--check", "--against"),
     Renamed::in_scope(Tool::Report, "plan", "--schedules", "--schedule"),
+    // bench-collectives' --memory is nccl-tests' -M.
+    Renamed::in_scope(Tool::Report, "plan", "--memory", "--device-memory"),
+    // One microbatch size b, Megatron's --micro-batch-size.
+    Renamed::whole(Tool::Layers, "--batch", "--microbatch-size"),
+    Renamed::whole(Tool::Pipeline, "--micro-batch", "--microbatch-size"),
+    Renamed::in_scope(Tool::Report, "model", "--batch", "--microbatch-size"),
 ];
 
 /// A flag whose old value syntax is still read: `rewrite` returns today's
@@ -361,6 +368,29 @@ mod tests {
         // plan has no -o: left for clap to refuse.
         let (argv, n) = run(Tool::Report, &["report", "plan", "-o", "x"]);
         assert_eq!(argv[2], "-o");
+        assert!(n.is_empty());
+    }
+
+    #[test]
+    fn one_name_per_concept_renames() {
+        let (argv, n) = run(Tool::Report, &["report", "plan", "--memory", "80"]);
+        assert_eq!(argv[2..], ["--device-memory", "80"]);
+        assert_eq!(n.len(), 1, "{n:?}");
+        assert!(n[0].contains("--memory is now --device-memory"), "{n:?}");
+        // bench-collectives' --memory is nccl-tests' -M: untouched.
+        let (argv, n) = run(Tool::Collectives, &["bench-collectives", "--memory", "0"]);
+        assert_eq!(argv[1], "--memory");
+        assert!(n.is_empty());
+        let (argv, n) = run(Tool::Layers, &["bench-layers", "--batch=4"]);
+        assert_eq!(argv[1], "--microbatch-size=4");
+        assert_eq!(n.len(), 1);
+        let (argv, _) = run(Tool::Pipeline, &["bench-pipeline", "--micro-batch", "4"]);
+        assert_eq!(argv[1], "--microbatch-size");
+        let (argv, _) = run(Tool::Report, &["report", "model", "--batch", "8"]);
+        assert_eq!(argv[2], "--microbatch-size");
+        // Another concept that starts alike stays.
+        let (argv, n) = run(Tool::Report, &["report", "plan", "--global-batch", "8"]);
+        assert_eq!(argv[2], "--global-batch");
         assert!(n.is_empty());
     }
 

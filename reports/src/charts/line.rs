@@ -1,7 +1,7 @@
 //! Line and point charts on linear or logarithmic axes (message-size sweeps,
 //! bubble against microbatches, per-token cost against TP degree).
 
-use super::{color, draw_legend, legend_height_of, log2_key_points, LegendEntry, FONT, LEGEND_W};
+use super::{color, log2_key_points, FONT};
 use crate::units;
 use plotters::prelude::*;
 
@@ -137,6 +137,16 @@ pub struct Series {
     pub points: Vec<(f64, f64)>,
 }
 
+/// One entry of a line chart's legend: what a colour (a curve) is. The
+/// legend is HTML above the chart (report's `page::line_figure`), not SVG.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LegendItem {
+    pub label: String,
+    pub color: usize,
+    pub line: LineStyle,
+    pub marker: Marker,
+}
+
 /// A chart of series on two axes.
 #[derive(Clone, Debug)]
 pub struct LineChart {
@@ -146,7 +156,35 @@ pub struct LineChart {
     pub x: Axis,
     pub y: Axis,
     pub series: Vec<Series>,
-    pub legend_title: String,
+    /// One entry per curve; empty: one per labelled series.
+    pub legend: Vec<LegendItem>,
+}
+
+impl LineChart {
+    /// The legend's entries: the chart's own, or one per labelled series.
+    pub fn legend_items(&self) -> Vec<LegendItem> {
+        if !self.legend.is_empty() {
+            return self.legend.clone();
+        }
+        self.series
+            .iter()
+            .filter(|s| !s.label.is_empty())
+            .map(|s| LegendItem {
+                label: s.label.clone(),
+                color: s.color,
+                line: s.line,
+                marker: s.marker,
+            })
+            .collect()
+    }
+
+    /// The same chart with only the series (and legend entries) of these colours.
+    pub fn only_colors(&self, colors: &[usize]) -> LineChart {
+        let mut c = self.clone();
+        c.series.retain(|s| colors.contains(&s.color));
+        c.legend.retain(|l| colors.contains(&l.color));
+        c
+    }
 }
 
 /// Draws one marker at a pixel position (legend samples).
@@ -190,17 +228,12 @@ pub fn line_chart(chart: &LineChart, width: u32, height: u32) -> Result<String, 
     let (ymin, ymax) = extent(all.iter().map(|p| p.1));
     let (x0, x1, xkeys) = chart.x.layout(xmin, xmax);
     let (y0, y1, ykeys) = chart.y.layout(ymin, ymax);
-    let height = height.max(legend_height_of(
-        chart.series.iter().map(|s| s.label.as_str()),
-    ));
-
     let mut svg = String::new();
     {
         let err = |e: DrawingAreaErrorKind<std::io::Error>| e.to_string();
         let root = SVGBackend::with_string(&mut svg, (width, height)).into_drawing_area();
         root.fill(&WHITE).map_err(err)?;
-        let (plot, legend) = root.split_horizontally(width.saturating_sub(LEGEND_W));
-        let mut c = ChartBuilder::on(&plot)
+        let mut c = ChartBuilder::on(&root)
             .caption(&chart.title, (FONT, 22).into_font())
             .margin(12)
             .x_label_area_size(48)
@@ -266,18 +299,6 @@ pub fn line_chart(chart: &LineChart, width: u32, height: u32) -> Result<String, 
                 }
             }
         }
-        let entries: Vec<LegendEntry> = chart
-            .series
-            .iter()
-            .map(|s| LegendEntry {
-                label: s.label.clone(),
-                color: color(s.color),
-                line: s.line,
-                marker: s.marker,
-                swatch: false,
-            })
-            .collect();
-        draw_legend(&legend, &chart.legend_title, &entries)?;
         root.present().map_err(err)?;
     }
     Ok(svg)
@@ -307,13 +328,16 @@ mod tests {
                 marker: Marker::Circle,
                 points: vec![(8.0, 0.01), (1024.0, 1.0), (67108864.0, 10.0)],
             }],
-            legend_title: String::new(),
+            legend: Vec::new(),
         }
     }
 
     #[test]
-    fn draws_svg_with_readable_size_labels_and_escaped_legend() {
-        let svg = line_chart(&chart("<script>&"), 900, 400).unwrap();
+    fn draws_svg_with_readable_size_labels_and_escaped_title() {
+        // The legend is HTML (the report's page escapes it); the title is SVG.
+        let mut c = chart("x");
+        c.title = "<script>&".into();
+        let svg = line_chart(&c, 900, 400).unwrap();
         assert!(svg.starts_with("<svg"), "{}", &svg[..40]);
         for label in ["8 B", "1 KiB", "1 MiB", "64 MiB"] {
             assert!(

@@ -1,15 +1,17 @@
 //! Charts as inline SVG, drawn with plotters' SVG backend: no scripts, no
 //! fonts to fetch, readable in any browser and in a printed page.
 //!
-//! Each chart keeps its legend in a column at its right so that no legend
-//! covers data; every text plotters writes is escaped by plotters itself.
+//! Bar and timeline charts keep their legend in a column at their right so
+//! that no legend covers data; a line chart's legend is HTML above it
+//! (`html::page::line_figure`). Every text plotters writes is escaped by
+//! plotters itself.
 
 mod bars;
 mod line;
 mod timeline;
 
 pub use bars::{stacked_bars, BarStack, Bars};
-pub use line::{band_points, line_chart, Axis, LineChart, LineStyle, Marker, Series};
+pub use line::{band_points, line_chart, Axis, LegendItem, LineChart, LineStyle, Marker, Series};
 pub use timeline::{timeline_chart, TimelineChart};
 
 use plotters::prelude::*;

@@ -1,10 +1,10 @@
-//! Capacity planning: what tensor parallelism would cost per token on each
-//! measured wire, from that wire's fitted all_reduce alpha and beta, beside
+//! The planning section's tensor-parallel part: what tensor parallelism
+//! would cost per token on each measured wire, from that wire's fitted all_reduce alpha and beta, beside
 //! the NVLink and network reference figures of the worked example.
 
 use super::collectives::{curve_fit, curves};
-use super::page::{self, num, text, Cell, CHART_H, CHART_W};
-use crate::charts::{self, Axis, LineChart, LineStyle, Marker, Series};
+use super::page::{self, num, text, Cell, KeyItem};
+use crate::charts::{Axis, LineChart, LineStyle, Marker, Series};
 use crate::load::Source;
 use crate::predict;
 use crate::units;
@@ -34,11 +34,16 @@ fn wires(sources: &[Source]) -> Vec<Wire> {
             Some(Wire {
                 name: format!(
                     "{}: {}/{} {} np{} {}",
-                    c.source, c.row.backend, c.row.wire, c.row.algo, c.row.world, c.row.dtype
+                    c.source,
+                    c.row.backend,
+                    c.row.wire,
+                    c.fit_algo(),
+                    c.row.world,
+                    c.row.dtype
                 ),
                 link: fit.link,
                 world: c.row.world,
-                algo: predict::projection_algo(&predict::ModelAlgo::of(&c.row.algo)),
+                algo: predict::projection_algo(&predict::ModelAlgo::of(c.fit_algo())),
                 measured: true,
             })
         })
@@ -65,33 +70,17 @@ fn per_token_us(preset: &Preset, wire: &Wire, tp: u64) -> f64 {
     predict::comm_us_per_step(&tr, preset.layers, &wire.algo, &wire.link).unwrap_or(f64::NAN)
 }
 
-/// The worked example's communication per token step on every wire
-/// (measured and reference), microseconds, for the summary.
-pub fn worked_example(sources: &[Source]) -> Vec<(String, f64)> {
-    let (tr, layers) = predict::worked_example();
-    wires(sources)
-        .into_iter()
-        .filter_map(|w| {
-            Some((
-                w.name.clone(),
-                predict::comm_us_per_step(&tr, layers, &w.algo, &w.link)?,
-            ))
-        })
-        .collect()
-}
-
-/// The section's HTML.
-pub fn section(sources: &[Source]) -> String {
+/// The planning section's tensor-parallel part; none without a measured
+/// all_reduce (the reference wires alone say nothing of this machine).
+pub fn body(sources: &[Source]) -> Option<String> {
     let wires = wires(sources);
+    if !wires.iter().any(|w| w.measured) {
+        return None;
+    }
     let presets: Vec<&Preset> = predict::PRESETS.iter().filter(|p| p.layers >= 8).collect();
     let mut body = page::note(&format!(
         "Tensor-parallel communication per decode step (batch {BATCH} sequences, one new token each, {DTYPE}: the worked example's \"per token\"), for each model preset: 2 all-reduces per layer of batch x hidden x 2 bytes, timed with parbench::model's alpha-beta cost. A measured wire's alpha and beta come from the fit of its all_reduce curve and are projected to t ranks as if every link behaved as measured (ring for curves measured with auto). The reference wires count bandwidth only."
     ));
-    if !wires.iter().any(|w| w.measured) {
-        body.push_str(&page::empty(
-            "No all_reduce measurement in these results folders: only the reference wires are shown. Run bench-collectives all_reduce --out DIR to plan on your own wire.",
-        ));
-    }
     let projected: Vec<String> = wires
         .iter()
         .filter(|w| w.measured && (w.world as u64) < TP_DEGREES[TP_DEGREES.len() - 1])
@@ -169,13 +158,28 @@ pub fn section(sources: &[Source]) -> String {
             x: Axis::Log2Count,
             y: Axis::Log10Micros,
             series,
-            legend_title: String::new(),
+            legend: Vec::new(),
         };
-        body.push_str(&page::figure(
+        body.push_str(&page::line_figure(
             "capacity-chart",
-            charts::line_chart(&chart, CHART_W, CHART_H),
-            &format!("{}: tensor-parallel communication per token step against TP degree on each wire (solid: measured wires, dashed: references).", shape.name),
+            &chart,
+            &format!(
+                "{}: tensor-parallel communication per token step against TP degree on each wire.",
+                shape.name
+            ),
+            &[
+                KeyItem {
+                    line: LineStyle::Solid,
+                    marker: Marker::Circle,
+                    text: "measured wire".into(),
+                },
+                KeyItem {
+                    line: LineStyle::Dashed,
+                    marker: Marker::None,
+                    text: "reference wire".into(),
+                },
+            ],
         ));
     }
-    page::section("capacity", "Capacity planning", &body)
+    Some(body)
 }

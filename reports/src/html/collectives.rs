@@ -1,10 +1,11 @@
 //! The collectives section: bus bandwidth and latency against message size
-//! per collective, one series per (results folder, wire, algorithm, ranks,
-//! type, op), each beside the model's line and the wire's measured ceiling;
-//! then the alpha-beta fit of each series.
+//! per collective, one series per run and configuration (results folder,
+//! wire, ranks, type, op), the algorithm of each size shown by its marker,
+//! each beside the model's line and the wire's measured ceiling; then the
+//! alpha-beta fit of each series.
 
-use super::page::{self, num, text, Cell, CHART_H, CHART_W};
-use crate::charts::{self, band_points, Axis, LineChart, LineStyle, Marker, Series};
+use super::page::{self, num, text, Cell, KeyItem};
+use crate::charts::{band_points, Axis, LegendItem, LineChart, LineStyle, Marker, Series};
 use crate::load::{headlines, Headline, Source};
 use crate::predict;
 use crate::units;
@@ -27,6 +28,35 @@ pub struct Curve<'a> {
     /// The headline its run printed and recorded for the curve's
     /// collective (single-run curves; `extra.headlines`).
     pub headline: Option<Headline>,
+    /// The algorithms of its sizes, in size order, each once (`auto`
+    /// switches by size: one curve, one marker per algorithm).
+    pub algos: Vec<String>,
+}
+
+impl Curve<'_> {
+    /// Its algorithm, or its algorithms joined (`tree+ring`).
+    pub fn algo_label(&self) -> String {
+        self.algos.join("+")
+    }
+
+    /// The algorithm of its largest size: the one a fit from the large
+    /// sizes and a projection to other degrees take.
+    pub fn fit_algo(&self) -> &str {
+        self.by_size
+            .last()
+            .and_then(|p| self.algos.get(p.algo))
+            .map_or(self.row.algo.as_str(), String::as_str)
+    }
+
+    /// Its points of the fit's algorithm (`fit_algo`) from `from` bytes up.
+    fn fit_points(&self, from: f64) -> Vec<(u64, f64)> {
+        let algo = self.algos.iter().position(|a| a == self.fit_algo());
+        self.by_size
+            .iter()
+            .filter(|p| p.bytes >= from && p.p50 > 0.0 && Some(p.algo) == algo)
+            .map(|p| (p.bytes as u64, p.p50))
+            .collect()
+    }
 }
 
 /// One message size of a curve.
@@ -42,6 +72,8 @@ pub struct SizePoint {
     /// Lowest and highest busbw and p50 over the curve's runs.
     pub busbw_range: (f64, f64),
     pub p50_range: (f64, f64),
+    /// The algorithm that ran it: an index into the curve's `algos`.
+    pub algo: usize,
 }
 
 /// At most this many runs of one configuration in one folder are drawn as
@@ -56,7 +88,8 @@ fn range(v: impl Iterator<Item = f64>) -> (f64, f64) {
         })
 }
 
-/// The identity of a curve's configuration (everything but the size and the run).
+/// The identity of a curve's configuration (everything but the size and
+/// the run; the algorithm only where one run measured a size with several).
 type CurveKey = (
     String,
     String,
@@ -76,7 +109,7 @@ fn curve_key(source: &str, r: &CollectiveRow) -> CurveKey {
         r.backend.clone(),
         r.wire.clone(),
         r.world,
-        r.algo.clone(),
+        String::new(),
         format!("{}/{}", r.dtype, r.op),
         r.root,
         r.in_place,
@@ -103,6 +136,12 @@ fn make_curve<'a>(
     for r in rows {
         sizes.entry(r.bytes).or_default().push(r);
     }
+    let mut algos: Vec<String> = Vec::new();
+    for rs in sizes.values() {
+        if !algos.contains(&rs[0].algo) {
+            algos.push(rs[0].algo.clone());
+        }
+    }
     let by_size = sizes
         .into_iter()
         .map(|(bytes, rs)| {
@@ -117,6 +156,7 @@ fn make_curve<'a>(
                 wrong: rs.iter().map(|r| r.wrong).sum(),
                 busbw_range: range(rs.iter().map(|r| r.busbw_gbps)),
                 p50_range: range(rs.iter().map(|r| r.p50_us)),
+                algo: algos.iter().position(|a| *a == rs[0].algo).unwrap_or(0),
             }
         })
         .collect();
@@ -127,6 +167,7 @@ fn make_curve<'a>(
         noisy,
         by_size,
         headline: None,
+        algos,
     }
 }
 
@@ -139,14 +180,23 @@ pub fn curves(sources: &[Source]) -> Vec<Curve<'_>> {
     let mut groups: BTreeMap<CurveKey, (&str, Vec<&str>, Runs<'_>)> = BTreeMap::new();
     for s in sources {
         let noisy = noisy_runs(s);
+        let mut by_run: BTreeMap<(CurveKey, &str), Vec<&CollectiveRow>> = BTreeMap::new();
         for r in &s.collectives {
-            groups
-                .entry(curve_key(&s.label, r))
-                .or_insert((s.label.as_str(), noisy.clone(), BTreeMap::new()))
-                .2
-                .entry(r.run_id.clone())
+            by_run
+                .entry((curve_key(&s.label, r), r.run_id.as_str()))
                 .or_default()
                 .push(r);
+        }
+        for ((key, run), rows) in by_run {
+            for (key, rows) in split_by_algo(key, rows) {
+                groups
+                    .entry(key)
+                    .or_insert((s.label.as_str(), noisy.clone(), BTreeMap::new()))
+                    .2
+                    .entry(run.to_string())
+                    .or_default()
+                    .extend(rows);
+            }
         }
     }
     let keys: Vec<_> = groups.keys().cloned().collect();
@@ -182,6 +232,34 @@ pub fn curves(sources: &[Source]) -> Vec<Curve<'_>> {
         }
     }
     out
+}
+
+/// One run's rows of a configuration as curves: one curve when each size
+/// ran one algorithm (an `auto` sweep that switches by size), one per
+/// algorithm when a size ran several (a sweep of named algorithms).
+fn split_by_algo(key: CurveKey, rows: Vec<&CollectiveRow>) -> Vec<(CurveKey, Vec<&CollectiveRow>)> {
+    let mut per_size: BTreeMap<u64, Vec<&str>> = BTreeMap::new();
+    for r in &rows {
+        let algos = per_size.entry(r.bytes).or_default();
+        if !algos.contains(&r.algo.as_str()) {
+            algos.push(&r.algo);
+        }
+    }
+    if per_size.values().all(|a| a.len() <= 1) {
+        return vec![(key, rows)];
+    }
+    let mut by_algo: BTreeMap<String, Vec<&CollectiveRow>> = BTreeMap::new();
+    for r in rows {
+        by_algo.entry(r.algo.clone()).or_default().push(r);
+    }
+    by_algo
+        .into_iter()
+        .map(|(algo, rows)| {
+            let mut k = key.clone();
+            k.5 = algo;
+            (k, rows)
+        })
+        .collect()
 }
 
 /// A run id's time, `collectives-20261201T111018Z-16627` -> `2026-12-01 11:10:18Z`.
@@ -238,7 +316,7 @@ fn labels(curves: &[&Curve]) -> Vec<String> {
         vec![
             c.source.to_string(),
             format!("{}/{}", c.row.backend, c.row.wire),
-            c.row.algo.clone(),
+            c.algo_label(),
             format!("np{}", c.row.world),
             format!("{} {}", c.row.dtype, c.row.op),
             if c.row.in_place {
@@ -293,35 +371,64 @@ pub fn unique_labels(mut names: Vec<String>, detail: impl Fn(usize) -> String) -
     names
 }
 
-/// How a curve's typical figure is drawn (median time, the bus bandwidth of it).
-const MEDIAN: (LineStyle, Marker) = (LineStyle::Solid, Marker::Circle);
-/// How a curve's tail (p99) is drawn.
-const TAIL: (LineStyle, Marker) = (LineStyle::Dashed, Marker::Triangle);
+/// Markers of the algorithms of one chart, in the order they first appear.
+const ALGO_MARKERS: [Marker; 3] = [Marker::Circle, Marker::Square, Marker::Triangle];
 
-/// A curve's figure `y` at each size, drawn as `style`.
+/// The algorithms of a chart's curves, each once, in order.
+fn chart_algos(curves: &[&Curve]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for c in curves {
+        for a in &c.algos {
+            if !out.contains(a) {
+                out.push(a.clone());
+            }
+        }
+    }
+    out
+}
+
+fn algo_marker(algos: &[String], algo: &str) -> Marker {
+    let i = algos.iter().position(|a| a == algo).unwrap_or(0);
+    ALGO_MARKERS[i % ALGO_MARKERS.len()]
+}
+
+/// A curve's figure `y` at each size: one line, and the points of each
+/// algorithm marked with its marker (unlabelled: the key names them).
 fn per_size(
-    label: String,
     color: usize,
-    (line, marker): (LineStyle, Marker),
+    line: LineStyle,
     c: &Curve,
+    algos: Option<&[String]>,
     y: fn(&SizePoint) -> f64,
-) -> Series {
-    Series {
-        label,
+) -> Vec<Series> {
+    let mut out = vec![Series {
+        label: String::new(),
         color,
         line,
-        marker,
+        marker: Marker::None,
         points: c.by_size.iter().map(|p| (p.bytes, y(p))).collect(),
+    }];
+    if let Some(algos) = algos {
+        for (k, algo) in c.algos.iter().enumerate() {
+            out.push(Series {
+                label: String::new(),
+                color,
+                line: LineStyle::None,
+                marker: algo_marker(algos, algo),
+                points: c
+                    .by_size
+                    .iter()
+                    .filter(|p| p.algo == k)
+                    .map(|p| (p.bytes, y(p)))
+                    .collect(),
+            });
+        }
     }
+    out
 }
 
 /// The min..max band of a curve of several runs, per size.
-fn band(
-    label: String,
-    color: usize,
-    c: &Curve,
-    range: impl Fn(&SizePoint) -> (f64, f64),
-) -> Series {
+fn band(color: usize, c: &Curve, range: impl Fn(&SizePoint) -> (f64, f64)) -> Series {
     let pts: Vec<(f64, f64, f64)> = c
         .by_size
         .iter()
@@ -331,7 +438,7 @@ fn band(
         })
         .collect();
     Series {
-        label,
+        label: String::new(),
         color,
         line: LineStyle::Band,
         marker: Marker::None,
@@ -339,19 +446,63 @@ fn band(
     }
 }
 
+/// One legend entry per curve: its colour and name.
+fn legend(names: &[String]) -> Vec<LegendItem> {
+    names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| LegendItem {
+            label: n.clone(),
+            color: i,
+            line: LineStyle::Solid,
+            marker: Marker::None,
+        })
+        .collect()
+}
+
+/// The shared key: the solid line's meaning, with the algorithms' markers,
+/// then `rest`.
+fn key(solid: &str, curves: &[&Curve], rest: &[(LineStyle, &str)]) -> Vec<KeyItem> {
+    let algos = chart_algos(curves);
+    let mut out = vec![KeyItem {
+        line: LineStyle::Solid,
+        marker: Marker::None,
+        text: solid.to_string(),
+    }];
+    for a in &algos {
+        out.push(KeyItem {
+            line: LineStyle::None,
+            marker: algo_marker(&algos, a),
+            text: a.clone(),
+        });
+    }
+    for (line, text) in rest {
+        out.push(KeyItem {
+            line: *line,
+            marker: Marker::None,
+            text: text.to_string(),
+        });
+    }
+    if curves.iter().any(|c| c.runs.len() > 1) {
+        out.push(KeyItem {
+            line: LineStyle::Band,
+            marker: Marker::None,
+            text: "min..max over the runs".into(),
+        });
+    }
+    out
+}
+
 fn busbw_chart(collective: &str, curves: &[&Curve], names: &[String]) -> LineChart {
+    let algos = chart_algos(curves);
     let mut series = Vec::new();
     type Wire<'a> = (&'a str, &'a str, &'a str, &'a [String]);
     let mut ceilings_drawn: Vec<Wire> = Vec::new();
-    for (i, (c, name)) in curves.iter().zip(names).enumerate() {
+    for (i, c) in curves.iter().enumerate() {
         if c.runs.len() > 1 {
-            series.push(band(format!("{name}: min..max over the runs"), i, c, |p| {
-                p.busbw_range
-            }));
+            series.push(band(i, c, |p| p.busbw_range));
         }
-        series.push(per_size(format!("{name} measured"), i, MEDIAN, c, |p| {
-            p.busbw
-        }));
+        series.extend(per_size(i, LineStyle::Solid, c, Some(&algos), |p| p.busbw));
         let factor = predict::busbw_factor(&c.row.collective, c.row.world).unwrap_or(f64::NAN);
         let model: Vec<(f64, f64)> = c
             .by_size
@@ -362,7 +513,7 @@ fn busbw_chart(collective: &str, curves: &[&Curve], names: &[String]) -> LineCha
             .collect();
         if !model.is_empty() {
             series.push(Series {
-                label: format!("{name} model"),
+                label: String::new(),
                 color: i,
                 line: LineStyle::Dashed,
                 marker: Marker::None,
@@ -370,8 +521,7 @@ fn busbw_chart(collective: &str, curves: &[&Curve], names: &[String]) -> LineCha
             });
         }
         // One ceiling per wire and run: the curves of one folder, wire and
-        // run (an `auto` sweep splits by algorithm) share the ladder
-        // measured once, each size at its own working set.
+        // run share the ladder measured once, each size at its own working set.
         let wire: Wire = (c.source, &c.row.backend, &c.row.wire, &c.runs);
         if ceilings_drawn.contains(&wire) {
             continue;
@@ -392,31 +542,11 @@ fn busbw_chart(collective: &str, curves: &[&Curve], names: &[String]) -> LineCha
             .collect();
         pts.sort_by(|a, b| a.0.total_cmp(&b.0));
         pts.dedup_by(|a, b| a.0 == b.0);
-        let (lo, hi) = range(pts.iter().map(|p| p.1));
         if pts.is_empty() {
             continue;
         }
-        let runs = if curves.iter().any(|o| {
-            o.runs != c.runs && (o.source, o.row.wire.as_str()) == (c.source, c.row.wire.as_str())
-        }) {
-            format!(" {}", run_words(c))
-        } else {
-            String::new()
-        };
-        let what = if hi > lo * 1.001 {
-            format!(
-                "ceiling at each size's working set ({}..{} GB/s)",
-                units::sig3(lo),
-                units::sig3(hi)
-            )
-        } else {
-            format!("ceiling {} GB/s", units::sig3(lo))
-        };
         series.push(Series {
-            label: format!(
-                "{} {}/{}{runs}: {what}",
-                c.source, c.row.backend, c.row.wire
-            ),
+            label: String::new(),
             color: i,
             line: LineStyle::Dotted,
             marker: Marker::None,
@@ -430,23 +560,19 @@ fn busbw_chart(collective: &str, curves: &[&Curve], names: &[String]) -> LineCha
         x: Axis::Log2Bytes,
         y: Axis::Log10,
         series,
-        legend_title: String::new(),
+        legend: legend(names),
     }
 }
 
 fn latency_chart(collective: &str, curves: &[&Curve], names: &[String]) -> LineChart {
+    let algos = chart_algos(curves);
     let mut series = Vec::new();
-    for (i, (c, name)) in curves.iter().zip(names).enumerate() {
+    for (i, c) in curves.iter().enumerate() {
         if c.runs.len() > 1 {
-            series.push(band(
-                format!("{name}: p50 min..max over the runs"),
-                i,
-                c,
-                |p| p.p50_range,
-            ));
+            series.push(band(i, c, |p| p.p50_range));
         }
-        series.push(per_size(format!("{name} p50"), i, MEDIAN, c, |p| p.p50));
-        series.push(per_size(format!("{name} p99"), i, TAIL, c, |p| p.p99));
+        series.extend(per_size(i, LineStyle::Solid, c, Some(&algos), |p| p.p50));
+        series.extend(per_size(i, LineStyle::Dashed, c, None, |p| p.p99));
     }
     LineChart {
         title: format!("{collective}: time per operation, p50 and p99 of iterations"),
@@ -455,7 +581,7 @@ fn latency_chart(collective: &str, curves: &[&Curve], names: &[String]) -> LineC
         x: Axis::Log2Bytes,
         y: Axis::Log10Micros,
         series,
-        legend_title: String::new(),
+        legend: legend(names),
     }
 }
 
@@ -463,8 +589,8 @@ fn latency_chart(collective: &str, curves: &[&Curve], names: &[String]) -> LineC
 /// algorithm: the plain link (alpha, beta) that the capacity section
 /// projects to other sizes and degrees.
 pub fn curve_fit(c: &Curve) -> Result<predict::Fit, String> {
-    let pts: Vec<(u64, f64)> = c.by_size.iter().map(|p| (p.bytes as u64, p.p50)).collect();
-    let algo = predict::ModelAlgo::of(&c.row.algo);
+    let pts = c.fit_points(0.0);
+    let algo = predict::ModelAlgo::of(c.fit_algo());
     predict::fit(&c.row.collective, &algo, c.row.world, &pts)
 }
 
@@ -484,13 +610,8 @@ struct WindowFit {
 /// The fit of a curve's p50 over [`FIT_FROM`] and up: `t = L alpha + F n
 /// beta` with the algorithm's L and F.
 fn window_fit(c: &Curve) -> Result<WindowFit, String> {
-    let us: Vec<(u64, f64)> = c
-        .by_size
-        .iter()
-        .filter(|p| p.bytes >= FIT_FROM && p.p50 > 0.0)
-        .map(|p| (p.bytes as u64, p.p50))
-        .collect();
-    let algo = predict::ModelAlgo::of(&c.row.algo);
+    let us = c.fit_points(FIT_FROM);
+    let algo = predict::ModelAlgo::of(c.fit_algo());
     let f = predict::fit(&c.row.collective, &algo, c.row.world, &us)?;
     Ok(WindowFit {
         structure: "single beta",
@@ -577,15 +698,11 @@ fn fit_rows(curves: &[&Curve], names: &[String]) -> Vec<Vec<Cell>> {
         .collect()
 }
 
-/// The section's HTML.
-pub fn section(sources: &[Source]) -> String {
+/// The section's HTML; none without collective rows.
+pub fn section(sources: &[Source]) -> Option<String> {
     let all = curves(sources);
     if all.is_empty() {
-        return page::section(
-            "collectives",
-            "Collectives",
-            &page::empty("No collective measurements in these results folders (no collectives.csv rows). Run bench-collectives --out DIR to add them."),
-        );
+        return None;
     }
     let mut body = page::note(
         "Bus bandwidth as nccl-tests defines it (algbw x 2(n-1)/n for all_reduce, (n-1)/n for all_gather, reduce_scatter and all_to_all, 1 otherwise; GB = 1e9 B). The model's line is the prediction recorded with each row (the alpha-beta-gamma form of its algorithm: alpha, and beta and gamma at the row's working set, measured before the sweep); the ceiling is the wire's bandwidth measured in the same run at each size's own working set (a ladder of memory copies, every rank at once, for shared memory; the better of one stream and both directions at once through the communicator for sockets), so a size that stays in cache is held against the in-cache rate. A curve is one run; more than two runs of one configuration in one folder are drawn as their median with a min..max band, and say so.",
@@ -601,16 +718,47 @@ pub fn section(sources: &[Source]) -> String {
         let names = labels(curves);
         let title = format!("{collective} ({variant})");
         body.push_str(&page::h3(&title));
-        body.push_str(&page::figure(
-            &format!("busbw-{collective}-{variant}"),
-            charts::line_chart(&busbw_chart(&title, curves, &names), CHART_W, CHART_H),
-            &format!("{title}: measured bus bandwidth per message size, the model's prediction and the wire's ceiling."),
-        ));
-        body.push_str(&page::figure(
-            &format!("latency-{collective}-{variant}"),
-            charts::line_chart(&latency_chart(&title, curves, &names), CHART_W, CHART_H),
-            &format!("{title}: median and 99th-percentile time per operation (each iteration timed by its slowest rank)."),
-        ));
+        // At most LEGEND_MAX curves a chart: more are drawn over several.
+        let parts = curves.len().div_ceil(page::LEGEND_MAX);
+        for (k, (part, part_names)) in curves
+            .chunks(page::LEGEND_MAX)
+            .zip(names.chunks(page::LEGEND_MAX))
+            .enumerate()
+        {
+            let (suffix, of) = if parts > 1 {
+                (format!("-{}", k + 1), format!(" ({} of {parts})", k + 1))
+            } else {
+                (String::new(), String::new())
+            };
+            let busbw_key = key(
+                "measured (each size marked by its algorithm)",
+                part,
+                &[
+                    (LineStyle::Dashed, "the model's prediction"),
+                    (
+                        LineStyle::Dotted,
+                        "the wire's ceiling at each size's working set",
+                    ),
+                ],
+            );
+            body.push_str(&page::line_figure(
+                &format!("busbw-{collective}-{variant}{suffix}"),
+                &busbw_chart(&format!("{title}{of}"), part, part_names),
+                &format!("{title}: measured bus bandwidth per message size, the model's prediction and the wire's ceiling."),
+                &busbw_key,
+            ));
+            let latency_key = key(
+                "p50 (each size marked by its algorithm)",
+                part,
+                &[(LineStyle::Dashed, "p99")],
+            );
+            body.push_str(&page::line_figure(
+                &format!("latency-{collective}-{variant}{suffix}"),
+                &latency_chart(&format!("{title}{of}"), part, part_names),
+                &format!("{title}: median and 99th-percentile time per operation (each iteration timed by its slowest rank)."),
+                &latency_key,
+            ));
+        }
         for mut row in fit_rows(curves, &names) {
             row.insert(0, text(title.clone()));
             fits.push(row);
@@ -637,7 +785,7 @@ pub fn section(sources: &[Source]) -> String {
         ],
         &fits,
     ));
-    page::section("collectives", "Collectives", &body)
+    Some(page::section("collectives", "Collectives", &body))
 }
 
 #[cfg(test)]

@@ -11,11 +11,10 @@ use std::collections::BTreeMap;
 
 fn config_name(source: &str, r: &LayerRow) -> String {
     format!(
-        "{source}: {}/{} {} {}{} {} (h{} heads {} ffn {} seq {} batch {}) {}",
+        "{source}: {}/{} {}{} {} (h{} heads {} ffn {} seq {} b {}) {}",
         r.backend,
         r.wire,
-        r.mode,
-        if r.decode { "decode" } else { "prefill" },
+        parbench::layers::record_mode_name(&r.mode, r.decode),
         if r.seq_parallel {
             " sequence-parallel"
         } else {
@@ -41,8 +40,8 @@ pub fn check_cell(err: f64) -> Cell {
     }
 }
 
-/// The section's HTML.
-pub fn section(sources: &[Source]) -> String {
+/// The section's HTML; none without layer rows.
+pub fn section(sources: &[Source]) -> Option<String> {
     let mut configs: BTreeMap<String, Vec<&LayerRow>> = BTreeMap::new();
     for s in sources {
         for r in &s.layers {
@@ -50,11 +49,7 @@ pub fn section(sources: &[Source]) -> String {
         }
     }
     if configs.is_empty() {
-        return page::section(
-            "layers",
-            "Tensor-parallel layers",
-            &page::empty("No tensor-parallel layer measurements in these results folders (no layers.csv rows). Run bench-layers --out DIR to add them."),
-        );
+        return None;
     }
     let mut body = page::note(
         "One Megatron block (attention and MLP, column- then row-parallel) per tensor-parallel degree: compute and communication time per block, stacked; the red tick is compute plus the communication the model predicts (comm_model_us, from the wire's alpha-beta fit). Communication is drawn again on its own scale, beside the model's figure, because on a fast wire it is too thin to read on the stacked bars. Per-token cost divides the block's time by the tokens it processed.",
@@ -193,5 +188,5 @@ pub fn section(sources: &[Source]) -> String {
             &table,
         ));
     }
-    page::section("layers", "Tensor-parallel layers", &body)
+    Some(page::section("layers", "Tensor-parallel layers", &body))
 }

@@ -95,10 +95,9 @@ pub fn heat_map(rows: &[LinkRow], ranks: &[usize]) -> String {
     svg
 }
 
-/// The section.
-pub fn section(sources: &[Source]) -> String {
+/// The section; none when no folder holds pair links or a reference.
+pub fn section(sources: &[Source]) -> Option<String> {
     let mut body = String::new();
-    body.push_str(&page::h3("Pair links (bench-collectives links)"));
     let mut any = false;
     for s in sources {
         // The rows of each run, in one pass (the runs in their first row's order).
@@ -114,6 +113,9 @@ pub fn section(sources: &[Source]) -> String {
                 .push(r.clone());
         }
         for run in order {
+            if !any {
+                body.push_str(&page::h3("Pair links (bench-collectives links)"));
+            }
             any = true;
             let rows = &by_run[run];
             let first = &rows[0];
@@ -135,12 +137,6 @@ pub fn section(sources: &[Source]) -> String {
             ));
         }
     }
-    if !any {
-        body.push_str(&page::empty("No links.csv in these folders: run `bench-collectives links` to measure every pair of ranks."));
-    }
-    body.push_str(&page::h3(
-        "Is my busbw normal? The reference of each collectives run",
-    ));
     let mut refs = Vec::new();
     for s in sources {
         for r in &s.runs {
@@ -156,9 +152,10 @@ pub fn section(sources: &[Source]) -> String {
             }
         }
     }
-    if refs.is_empty() {
-        body.push_str(&page::empty("No collectives run in these folders recorded a reference (runs before this report's version did not)."));
-    } else {
+    if !refs.is_empty() {
+        body.push_str(&page::h3(
+            "Is my busbw normal? The reference of each collectives run",
+        ));
         body.push_str(&page::table(
             &[
                 "folder",
@@ -171,7 +168,7 @@ pub fn section(sources: &[Source]) -> String {
         ));
         body.push_str(&page::note("GPU runs are held against the published figure for the detected system (parbench/data/published_busbw.csv, every row with its source), or say that none matches; CPU wires have no published figure, so the ceiling measured in the same run is the reference."));
     }
-    page::section("links", "Links and references", &body)
+    page::section_if("links", "Links and references", &body)
 }
 
 #[cfg(test)]

@@ -16,14 +16,14 @@ use crate::load::{load_sources, Source};
 use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
 
-/// The sections, in page order: (id, navigation name).
-pub const SECTIONS: [(&str, &str); 8] = [
+/// The sections, in page order: (id, navigation name). A section with
+/// nothing to show is left out, and so is its menu entry.
+pub const SECTIONS: [(&str, &str); 7] = [
     ("summary", "Summary"),
     ("collectives", "Collectives"),
     ("links", "Links and references"),
     ("layers", "Layers"),
     ("pipeline", "Pipeline"),
-    ("capacity", "Capacity planning"),
     ("plan", "Planning"),
     ("runs", "Runs"),
 ];
@@ -48,18 +48,30 @@ pub fn render(sources: &[Source], title: &str) -> String {
             s.runs.len()
         ));
     }
-    let mut html = page::head(title, &subtitle, &SECTIONS);
-    html.push_str(&summary::section(
-        sources,
-        &capacity::worked_example(sources),
-    ));
-    html.push_str(&collectives::section(sources));
-    html.push_str(&links::section(sources));
-    html.push_str(&layers::section(sources));
-    html.push_str(&pipeline::section(sources));
-    html.push_str(&capacity::section(sources));
-    html.push_str(&plan::section(sources));
-    html.push_str(&runs::section(sources));
+    let bodies = [
+        summary::section(sources),
+        collectives::section(sources),
+        links::section(sources),
+        layers::section(sources),
+        pipeline::section(sources),
+        plan::section(sources),
+        runs::section(sources),
+    ];
+    let shown: Vec<(&str, &str)> = SECTIONS
+        .iter()
+        .zip(&bodies)
+        .filter(|(_, b)| b.is_some())
+        .map(|(s, _)| *s)
+        .collect();
+    let mut html = page::head(title, &subtitle, &shown);
+    for b in bodies.into_iter().flatten() {
+        html.push_str(&b);
+    }
+    if shown.is_empty() {
+        html.push_str(&page::empty(
+            "Nothing to show: these folders hold no collectives, layers, pipeline, plan or run records.",
+        ));
+    }
     html.push_str(page::tail());
     html
 }

@@ -2,8 +2,8 @@
 //! schedule (measured end to end, simulated from the measured per-action
 //! costs, and the closed form), the run table, and each run's timeline.
 
-use super::page::{self, num, text, Cell, CHART_H, CHART_W};
-use crate::charts::{self, Axis, LineChart, LineStyle, Marker, Series, TimelineChart};
+use super::page::{self, num, text, Cell, KeyItem, CHART_W};
+use crate::charts::{self, Axis, LegendItem, LineChart, LineStyle, Marker, Series, TimelineChart};
 use crate::load::Source;
 use crate::units;
 use parbench::results::PipelineRow;
@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 /// Timelines drawn per report at most; a sweep can record hundreds.
 const MAX_TIMELINES: usize = 40;
 
-fn schedule_name(r: &PipelineRow) -> String {
+pub(super) fn schedule_name(r: &PipelineRow) -> String {
     if r.chunks > 1 {
         format!("{} v={}", r.schedule, r.chunks)
     } else {
@@ -22,7 +22,7 @@ fn schedule_name(r: &PipelineRow) -> String {
 
 fn group_name(source: &str, r: &PipelineRow) -> String {
     format!(
-        "{source}: {}/{} {} stages, work {}, layers {}, hidden {}, microbatch size {}{}",
+        "{source}: {}/{} {} stages, work {}, layers {}, hidden {}, b {}{}",
         r.backend,
         r.wire,
         r.stages,
@@ -59,7 +59,14 @@ fn bubble_chart(rows: &[&PipelineRow]) -> LineChart {
         by_schedule.entry(schedule_name(r)).or_default().push(r);
     }
     let mut series = Vec::new();
+    let mut legend = Vec::new();
     for (i, (name, mut rs)) in by_schedule.into_iter().enumerate() {
+        legend.push(LegendItem {
+            label: name.clone(),
+            color: i,
+            line: LineStyle::Solid,
+            marker: Marker::None,
+        });
         rs.sort_by_key(|r| r.microbatches);
         let pts = |f: fn(&PipelineRow) -> f64| -> Vec<(f64, f64)> {
             rs.iter()
@@ -84,7 +91,7 @@ fn bubble_chart(rows: &[&PipelineRow]) -> LineChart {
         x: Axis::Log2Count,
         y: Axis::Fraction,
         series,
-        legend_title: String::new(),
+        legend,
     }
 }
 
@@ -253,7 +260,7 @@ fn timelines(sources: &[Source]) -> String {
         }
     }
     if total == 0 {
-        return page::empty("No timelines: the pipeline rows name no timeline file.");
+        return String::new();
     }
     if drawn < total {
         out.push_str(&page::note(&format!(
@@ -263,8 +270,8 @@ fn timelines(sources: &[Source]) -> String {
     out
 }
 
-/// The section's HTML.
-pub fn section(sources: &[Source]) -> String {
+/// The section's HTML; none without pipeline rows.
+pub fn section(sources: &[Source]) -> Option<String> {
     let mut groups: BTreeMap<String, Vec<&PipelineRow>> = BTreeMap::new();
     for s in sources {
         for r in &s.pipeline {
@@ -272,11 +279,7 @@ pub fn section(sources: &[Source]) -> String {
         }
     }
     if groups.is_empty() {
-        return page::section(
-            "pipeline",
-            "Pipeline schedules",
-            &page::empty("No pipeline measurements in these results folders (no pipeline.csv rows). Run bench-pipeline --out DIR to add them."),
-        );
+        return None;
     }
     let mut body = page::note(
         "The bubble is the idle share of the step, measured end to end: each rank's idle time over ranks x step time. Beside it, the simulator's prediction from the measured per-action costs, and the closed form for equal stages and free communication ((S-1)/(S+M-1) for GPipe and 1F1B, 1/v of that bubble time for interleaved, (S-1)(T_F+T_B-T_W) for ZB-H1). In the table, replayed is the simulator replaying each step with its own measured action times, message the one-way time of one activation message between ranks 0 and 1, idle waiting the share of idle time spent waiting for a peer that had not yet sent, idle transfer the share spent on messages already sent but not yet in hand, and clock the largest uncertainty of any rank's times on the run's common time base (0 for threads of one process).",
@@ -286,16 +289,28 @@ pub fn section(sources: &[Source]) -> String {
             (schedule_name(a), a.microbatches).cmp(&(schedule_name(b), b.microbatches))
         });
         body.push_str(&page::h3(&name));
-        body.push_str(&page::figure(
+        let key: Vec<KeyItem> = BUBBLES
+            .iter()
+            .map(|&(what, line, marker, _)| KeyItem {
+                line,
+                marker,
+                text: what.to_string(),
+            })
+            .collect();
+        body.push_str(&page::line_figure(
             &format!("bubble-{i}"),
-            charts::line_chart(&bubble_chart(&rows), CHART_W, CHART_H),
+            &bubble_chart(&rows),
             &format!("{name}: bubble against microbatches per schedule."),
+            &key,
         ));
         body.push_str(&run_table(&rows));
     }
-    body.push_str(&page::h3("Timelines"));
-    body.push_str(&timelines(sources));
-    page::section("pipeline", "Pipeline schedules", &body)
+    let timelines = timelines(sources);
+    if !timelines.is_empty() {
+        body.push_str(&page::h3("Timelines"));
+        body.push_str(&timelines);
+    }
+    Some(page::section("pipeline", "Pipeline schedules", &body))
 }
 
 #[cfg(test)]

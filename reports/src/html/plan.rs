@@ -15,14 +15,14 @@ use crate::units;
 /// Layouts drawn in the chart (the table lists every one of the file).
 const CHART_LAYOUTS: usize = 12;
 
-/// The section's HTML.
-pub fn section(sources: &[Source]) -> String {
+/// The one planning section: every folder's plan and plan check, then
+/// the tensor-parallel cost per token on each measured wire; none when
+/// there is neither.
+pub fn section(sources: &[Source]) -> Option<String> {
     let mut body = String::new();
-    let mut any = false;
     for s in sources {
         match read_plan(&s.dir) {
             Ok(Some(f)) => {
-                any = true;
                 body.push_str(&one_plan(&s.label, &f));
             }
             Ok(None) => {}
@@ -31,11 +31,6 @@ pub fn section(sources: &[Source]) -> String {
             Err(e) => body.push_str(&page::empty(&format!("{e:#}"))),
         }
     }
-    if !any {
-        body.push_str(&page::empty(&format!(
-            "No plan in these results folders. Write one with report plan --from DIR ... --output-file DIR/{PLAN_FILE}."
-        )));
-    }
     for s in sources {
         match crate::plan_cmd::check::read_rows(&s.dir) {
             Ok(rows) if !rows.is_empty() => body.push_str(&plan_check(&s.label, &rows)),
@@ -43,7 +38,13 @@ pub fn section(sources: &[Source]) -> String {
             Err(e) => body.push_str(&page::empty(&format!("{e:#}"))),
         }
     }
-    page::section("plan", "Planning", &body)
+    if let Some(tp) = super::capacity::body(sources) {
+        body.push_str(&page::h3(
+            "Tensor-parallel communication per token step on each measured wire",
+        ));
+        body.push_str(&tp);
+    }
+    page::section_if("plan", "Planning", &body)
 }
 
 /// One folder's plan-check rows: a table per layout and the term that parts most.
@@ -103,7 +104,7 @@ fn ms(s: f64) -> String {
 }
 
 fn one_plan(label: &str, f: &PlanFile) -> String {
-    let mut out = page::h3(&format!("{label}: {}", f.model));
+    let mut out = page::h3(&format!("{label}: {} ({PLAN_FILE})", f.model));
     out.push_str(&page::note(&format!(
         "Global batch {} sequences on {} devices ({} per node), {}. Compute {} TFLOP/s per device ({}); intra-node wire {} GB/s, alpha {} ({}); inter-node wire {} GB/s, alpha {} ({}). {} layouts enumerated, {} fit. Command: {}",
         f.global_batch,

@@ -116,78 +116,84 @@ pub fn extra_lines(extra: &serde_json::Map<String, Value>) -> Vec<String> {
     out
 }
 
-/// The section's HTML.
-pub fn section(sources: &[Source]) -> String {
+/// A run's details behind its one line: where, with what, how it was
+/// called, and `extra` as key/value lines.
+fn details(r: &parbench::results::RunMeta) -> Vec<String> {
+    let mut versions: Vec<String> = vec![format!("parbench {}", r.parbench_version)];
+    versions.extend(r.versions.iter().map(|(k, v)| format!("{k} {v}")));
+    let mut extra = r.extra.clone();
+    extra.remove(parbench::results::RunMeta::NOISE_KEY);
+    let mut out = vec![
+        format!("command line: {}", r.command_line.join(" ")),
+        format!("CPU: {} ({} cores), {}", r.cpu, r.cores, r.os),
+        format!(
+            "GPUs: {}",
+            if r.gpus.is_empty() {
+                "none".into()
+            } else {
+                r.gpus.join(", ")
+            }
+        ),
+        format!("versions: {}", versions.join(", ")),
+        format!("git: {}", r.git_revision),
+        format!(
+            "end: {}",
+            if r.end.is_empty() {
+                "(unfinished)"
+            } else {
+                &r.end
+            }
+        ),
+    ];
+    out.extend(extra_lines(&extra));
+    out
+}
+
+/// The section's HTML: one line a run, its details folded; none without
+/// run metadata.
+pub fn section(sources: &[Source]) -> Option<String> {
     let rows: Vec<Vec<Cell>> = sources
         .iter()
         .flat_map(|s| {
             s.runs.iter().map(move |r| {
-                let mut versions: Vec<String> = vec![format!("parbench {}", r.parbench_version)];
-                versions.extend(r.versions.iter().map(|(k, v)| format!("{k} {v}")));
-                let mut extra = r.extra.clone();
-                extra.remove(parbench::results::RunMeta::NOISE_KEY);
                 let noise = match r.noise() {
-                    Some(n) if n.noisy() => Cell::Bad(format!("NOISY: {}", n.describe())),
-                    Some(n) => text(n.describe()),
-                    None => text("not recorded"),
+                    Some(n) if n.noisy() => {
+                        Cell::Bad(format!("NOISY: {}", units::percent(n.fraction)))
+                    }
+                    Some(n) => num(units::percent(n.fraction)),
+                    None => num("-"),
                 };
+                let lines = details(r);
                 vec![
                     text(s.label.clone()),
+                    // The run id starts with its suite.
                     text(r.run_id.clone()),
-                    text(r.suite.clone()),
-                    text(r.host.clone()),
-                    text(format!("{} ({} cores), {}", r.cpu, r.cores, r.os)),
-                    text(if r.gpus.is_empty() {
-                        "none".into()
-                    } else {
-                        r.gpus.join(", ")
-                    }),
-                    text(r.backend.clone()),
+                    text(format!("{} on {}", r.backend, r.host)),
                     num(r.world.to_string()),
-                    text(versions.join(", ")),
-                    text(r.git_revision.clone()),
-                    text(format!(
-                        "{} .. {}",
-                        r.start,
-                        if r.end.is_empty() {
-                            "(unfinished)"
-                        } else {
-                            &r.end
-                        }
-                    )),
-                    text(r.command_line.join(" ")),
+                    text(r.start.clone()),
                     noise,
-                    Cell::Lines(extra_lines(&extra)),
+                    Cell::Folded(format!("{} lines", lines.len()), lines),
                 ]
             })
         })
         .collect();
-    let body = if rows.is_empty() {
-        page::empty("No run metadata: the results folders have no run.json.")
-    } else {
-        let mut b = page::note("noise: CPU time other processes took while the run measured, as a share of the machine; above 10% the run is marked NOISY and report compare does not judge it.");
-        b.push_str(&page::table(
-            &[
-                "folder",
-                "run",
-                "suite",
-                "host",
-                "CPU",
-                "GPUs",
-                "backend",
-                "ranks",
-                "versions",
-                "git",
-                "start .. end",
-                "command line",
-                "noise",
-                "extra",
-            ],
-            &rows,
-        ));
-        b
-    };
-    page::section("runs", "Runs", &body)
+    if rows.is_empty() {
+        return None;
+    }
+    let mut b = page::note("noise: CPU time other processes took while the run measured, as a share of the machine; above 10% the run is marked NOISY and report compare does not judge it. Details: the command line, CPU, GPUs, versions, git revision, end time and the run's extra figures.");
+    b.push_str(&page::table(
+        &[
+            "folder",
+            "run",
+            "backend on host",
+            "ranks",
+            "start",
+            "noise",
+            "details",
+        ],
+        &rows,
+    ));
+    Some(page::section("runs", "Runs", &b))
 }
 
 #[cfg(test)]

@@ -1,12 +1,16 @@
-//! The page's first section: the few figures a reader sizing a cluster
-//! wants before the charts, each computed from the same rows and model
-//! calls as the sections below.
+//! The page's first section: one table that answers the suite's questions
+//! (per wire and collective the peak bus bandwidth against the ceiling;
+//! per layer configuration what tensor parallelism costs; per schedule the
+//! bubble measured, simulated and by formula; the plan's best layout and
+//! its band), then a few notes. Every figure comes from the same rows and
+//! model calls as the sections below.
 
-use super::collectives::{curve_fit, curves};
-use super::page;
+use super::collectives::{curves, run_words, Curve};
+use super::page::{self, num, text, Cell};
 use crate::load::Source;
 use crate::units;
 use parbench::pipeline::analysis::bubble_parts;
+use parbench::results::{LayerRow, PipelineRow};
 
 /// The cores a folder's pipeline run recorded (0 when none did).
 fn pipeline_cores(sources: &[Source]) -> usize {
@@ -80,95 +84,239 @@ fn conclusions(
     out
 }
 
-/// The section's HTML: one bullet per finding, or a plain note.
-pub fn section(sources: &[Source], capacity: &[(String, f64)]) -> String {
-    let mut items: Vec<String> = Vec::new();
-    let all = curves(sources);
-    for c in all.iter().filter(|c| c.row.collective == "all_reduce") {
-        let Some(peak) = c
-            .by_size
-            .iter()
-            .filter(|p| p.busbw.is_finite())
-            .max_by(|a, b| a.busbw.total_cmp(&b.busbw))
-        else {
+/// One answer: the question, what it is about, the figure, its reference.
+fn answer(q: &str, about: String, figure: String, against: String) -> Vec<Cell> {
+    vec![text(q), text(about), num(figure), num(against)]
+}
+
+/// Per wire and collective: its peak bus bandwidth against the ceiling at
+/// that size's working set (the figure the run's own footer printed, where
+/// it recorded one).
+fn collective_answers(all: &[Curve]) -> Vec<Vec<Cell>> {
+    all.iter()
+        .filter_map(|c| {
+            let peak = c
+                .by_size
+                .iter()
+                .filter(|p| p.busbw.is_finite())
+                .max_by(|a, b| a.busbw.total_cmp(&b.busbw))?;
+            // The run's headline names its peak row; that row's figures.
+            let peak = match &c.headline {
+                Some(h) if h.in_place == c.row.in_place => c
+                    .by_size
+                    .iter()
+                    .find(|p| p.bytes as u64 == h.bytes)
+                    .unwrap_or(peak),
+                _ => peak,
+            };
+            let about = format!(
+                "{} on {}/{}, {} ranks, {}; {}",
+                c.row.collective,
+                c.row.backend,
+                c.row.wire,
+                c.row.world,
+                c.algo_label(),
+                run_words(c)
+            );
+            let against = if peak.ceiling > 0.0 {
+                format!(
+                    "{} of the ceiling {} GB/s",
+                    units::percent(peak.busbw / peak.ceiling),
+                    units::sig3(peak.ceiling)
+                )
+            } else {
+                "no ceiling measured".into()
+            };
+            Some(answer(
+                "peak bus bandwidth",
+                format!("{}: {about}", c.source),
+                format!(
+                    "{} GB/s at {}",
+                    units::sig3(peak.busbw),
+                    units::bytes(peak.bytes)
+                ),
+                against,
+            ))
+        })
+        .collect()
+}
+
+/// Per layer configuration: what each tensor-parallel degree above 1
+/// costs in communication, and what it buys over TP=1.
+fn layer_answers(sources: &[Source]) -> Vec<Vec<Cell>> {
+    let mut out = Vec::new();
+    for s in sources {
+        let mut configs: std::collections::BTreeMap<String, Vec<&LayerRow>> = Default::default();
+        for r in &s.layers {
+            let name = format!(
+                "{}: {} {} on {}/{} (h{}, seq {}, b {})",
+                s.label,
+                r.preset,
+                parbench::layers::record_mode_name(&r.mode, r.decode),
+                r.backend,
+                r.wire,
+                r.hidden,
+                r.seq,
+                r.batch
+            );
+            configs.entry(name).or_default().push(r);
+        }
+        for (name, rows) in configs {
+            let costs: Vec<String> = rows
+                .iter()
+                .filter(|r| r.tp > 1 && r.total_us > 0.0)
+                .map(|r| {
+                    format!(
+                        "TP {}: {} communication, {} of the block ({}); {:.2}x TP 1",
+                        r.tp,
+                        units::micros(r.comm_us),
+                        units::percent(r.comm_us / r.total_us),
+                        units::micros(r.total_us),
+                        r.speedup
+                    )
+                })
+                .collect();
+            if costs.is_empty() {
+                continue;
+            }
+            let model: Vec<String> = rows
+                .iter()
+                .filter(|r| r.tp > 1 && r.comm_model_us.is_finite())
+                .map(|r| format!("TP {}: {}", r.tp, units::micros(r.comm_model_us)))
+                .collect();
+            out.push(answer(
+                "tensor-parallel cost",
+                name,
+                costs.join("; "),
+                if model.is_empty() {
+                    "no model".into()
+                } else {
+                    format!("model's communication {}", model.join(", "))
+                },
+            ));
+        }
+    }
+    out
+}
+
+/// Per schedule (and stage count): the bubble at its most microbatches,
+/// measured beside the simulation and the closed form.
+fn pipeline_answers(sources: &[Source]) -> Vec<Vec<Cell>> {
+    let mut out = Vec::new();
+    for s in sources {
+        let mut most: std::collections::BTreeMap<(String, usize, String), &PipelineRow> =
+            Default::default();
+        for r in &s.pipeline {
+            let k = (super::pipeline::schedule_name(r), r.stages, r.work.clone());
+            let e = most.entry(k).or_insert(r);
+            if r.microbatches > e.microbatches {
+                *e = r;
+            }
+        }
+        for ((schedule, stages, work), r) in most {
+            out.push(answer(
+                "pipeline bubble",
+                format!(
+                    "{}: {schedule}, {stages} stages, M={}, work {work}",
+                    s.label, r.microbatches
+                ),
+                format!(
+                    "{} measured, {} simulated",
+                    units::percent(r.bubble_measured),
+                    units::percent(r.bubble_simulated)
+                ),
+                format!("formula {}", units::percent(r.bubble_formula)),
+            ));
+        }
+    }
+    out
+}
+
+/// Per plan (a `plan.json` among the folders): its best layout and the
+/// band of the stack it was costed with.
+fn plan_answers(sources: &[Source]) -> Vec<Vec<Cell>> {
+    let mut out = Vec::new();
+    for s in sources {
+        let Ok(Some(plan)) = crate::plan_cmd::read_plan(&s.dir) else {
             continue;
         };
-        let first = c.by_size.first();
-        let ceiling = peak.ceiling;
-        let fit = curve_fit(c).ok();
-        // The run's own headline where it recorded one: the figure its
-        // footer printed, not one computed again here, on the curve that
-        // holds its row (another algorithm's curve of the run says nothing).
-        let headline = match &c.headline {
-            Some(h)
-                if h.in_place == c.row.in_place
-                    && c.by_size.iter().any(|p| p.bytes as u64 == h.bytes) =>
-            {
-                h.line.clone()
-            }
-            Some(_) => continue,
-            None => format!(
-                "peak bus bandwidth {} GB/s at {}{}",
-                units::sig3(peak.busbw),
-                units::bytes(peak.bytes),
-                if ceiling > 0.0 {
-                    format!(
-                        ", {} of the ceiling at that size's working set ({} GB/s)",
-                        units::percent(peak.busbw / ceiling),
-                        units::sig3(ceiling)
-                    )
-                } else {
-                    String::new()
-                }
-            ),
+        let Some(best) = plan.top.first() else {
+            continue;
         };
-        items.push(format!(
-            "all_reduce on {} ({}/{}, {}, {} ranks, {}): {headline}; {} takes {} (p50){}.",
-            c.source,
-            c.row.backend,
-            c.row.wire,
-            c.row.algo,
-            c.row.world,
-            super::collectives::run_words(c),
-            first.map_or("-".into(), |p| units::bytes(p.bytes)),
-            first.map_or("-".into(), |p| units::micros(p.p50)),
-            fit.map_or(String::new(), |f| format!(
-                "; fitted alpha {} per message",
-                units::micros(f.alpha_us)
-            ))
+        out.push(answer(
+            "best layout",
+            format!("{}: {} on {} devices", s.label, plan.model, plan.gpus),
+            format!(
+                "{}: {} tokens/s",
+                best.layout,
+                units::sig3(best.tokens_per_s)
+            ),
+            plan.band
+                .as_ref()
+                .map_or("no stack: no band".into(), |b| b.line()),
         ));
     }
-    if !capacity.is_empty() {
-        let list: Vec<String> = capacity
-            .iter()
-            .map(|(w, us)| format!("{w} {}", units::micros(*us)))
-            .collect();
-        items.push(format!(
-            "Worked example (80 layers x hidden 8192, TP=8, batch 32, fp16), tensor-parallel communication per token step: {}.",
-            list.join("; ")
-        ));
+    out
+}
+
+/// The section's HTML: the answers, then the notes; none when the folders
+/// hold nothing to answer with.
+pub fn section(sources: &[Source]) -> Option<String> {
+    let all = curves(sources);
+    let mut rows = collective_answers(&all);
+    rows.extend(layer_answers(sources));
+    rows.extend(pipeline_answers(sources));
+    rows.extend(plan_answers(sources));
+    // One folder: its name before every answer says nothing.
+    if let [only] = sources {
+        let prefix = format!("{}: ", only.label);
+        for r in &mut rows {
+            if let Cell::Text(t) = &mut r[1] {
+                if let Some(rest) = t.strip_prefix(&prefix) {
+                    *t = rest.to_string();
+                }
+            }
+        }
     }
-    let noisy: Vec<String> = sources
+    let mut items: Vec<String> = Vec::new();
+    let noisy: Vec<(String, f64)> = sources
         .iter()
         .flat_map(|s| {
             s.runs.iter().filter_map(move |r| {
                 let n = r.noise()?;
-                n.noisy().then(|| {
-                    format!(
-                        "{} {} ({} of the machine)",
-                        s.label,
-                        r.run_id,
-                        units::percent(n.fraction)
-                    )
-                })
+                n.noisy()
+                    .then(|| (format!("{} {}", s.label, r.suite), n.fraction))
             })
         })
         .collect();
+    // "results collectives x3, results layers": each folder's suites once.
+    let mut named: Vec<(String, usize)> = Vec::new();
+    for (n, _) in &noisy {
+        match named.iter_mut().find(|(m, _)| m == n) {
+            Some((_, k)) => *k += 1,
+            None => named.push((n.clone(), 1)),
+        }
+    }
+    let runs: usize = sources.iter().map(|s| s.runs.len()).sum();
     if !noisy.is_empty() {
+        let (lo, hi) = noisy
+            .iter()
+            .fold((f64::INFINITY, 0.0f64), |(a, b), (_, f)| {
+                (a.min(*f), b.max(*f))
+            });
         items.push(format!(
-            "NOISY runs: other processes took more than 10% of the machine while {} measured: {}. Their figures measure what those processes left; curves from them are marked NOISY.",
-            if noisy.len() == 1 { "this run" } else { "these runs" },
-            noisy.join("; ")
+            "NOISY: {} of {runs} runs ({}): other processes took {} of the machine while they measured; their figures measure what those processes left.",
+            noisy.len(),
+            named
+                .iter()
+                .map(|(n, k)| if *k > 1 { format!("{n} x{k}") } else { n.clone() })
+                .collect::<Vec<_>>()
+                .join(", "),
+            if hi > lo * 1.001 {
+                format!("{}..{}", units::percent(lo), units::percent(hi))
+            } else {
+                units::percent(hi)
+            }
         ));
     }
     let above: usize = all
@@ -186,10 +334,10 @@ pub fn section(sources: &[Source], capacity: &[(String, f64)]) -> String {
         .flat_map(|s| &s.collectives)
         .map(|r| r.wrong)
         .sum();
-    let rows: usize = sources.iter().map(|s| s.collectives.len()).sum();
-    if rows > 0 {
+    let measured: usize = sources.iter().map(|s| s.collectives.len()).sum();
+    if measured > 0 {
         items.push(if wrong == 0 {
-            format!("Correctness: no wrong element in {rows} collective measurements.")
+            format!("Correctness: no wrong element in {measured} collective measurements.")
         } else {
             format!("Correctness: {wrong} WRONG elements in the collective measurements (see the #wrong column).")
         });
@@ -213,33 +361,36 @@ pub fn section(sources: &[Source], capacity: &[(String, f64)]) -> String {
             pipeline_cores(sources),
             worst.work.starts_with("sleep"),
         );
-        items.push(match why {
-            None => format!(
-                "Pipeline: over {} runs the measured bubble agrees with the simulation within {:.1} points.",
-                pipe.len(),
-                gap * 100.0
-            ),
-            Some(why) => format!(
-                "Pipeline: the measured bubble PARTS from the simulation by up to {:.1} points ({} S={} M={}: measured {} against {}); {why}.",
+        if let Some(why) = why {
+            items.push(format!(
+                "Pipeline: the measured bubble parts from the simulation by up to {:.1} points ({} S={} M={}: measured {} against {}); {why}.",
                 gap * 100.0,
                 worst.schedule,
                 worst.stages,
                 worst.microbatches,
                 units::percent(worst.bubble_measured),
                 units::percent(worst.bubble_simulated),
-            ),
-        });
+            ));
+        }
     }
     items.extend(conclusions(sources, &all, &pipe));
-    let body = if items.is_empty() {
-        page::empty("Nothing to summarise.")
-    } else {
-        let mut b = String::from("<ul class=\"summary\">\n");
+    if rows.is_empty() && items.is_empty() {
+        return None;
+    }
+    let mut body = String::new();
+    if !rows.is_empty() {
+        body.push_str(&page::table_of(
+            "answers",
+            &["question", "of", "answer", "against"],
+            &rows,
+        ));
+    }
+    if !items.is_empty() {
+        body.push_str("<ul class=\"summary\">\n");
         for i in items {
-            b.push_str(&format!("<li>{}</li>\n", super::escape::esc(&i)));
+            body.push_str(&format!("<li>{}</li>\n", super::escape::esc(&i)));
         }
-        b.push_str("</ul>\n");
-        b
-    };
-    page::section("summary", "Summary", &body)
+        body.push_str("</ul>\n");
+    }
+    Some(page::section("summary", "Summary", &body))
 }

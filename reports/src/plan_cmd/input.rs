@@ -9,9 +9,13 @@ use crate::load::{load_sources, Source};
 use crate::predict;
 use crate::units;
 use anyhow::{anyhow, bail, Result};
+use parbench::model::context::CpComm;
+use parbench::model::device::Device;
 use parbench::model::footprint::Recompute;
+use parbench::model::moe::Dispatcher;
 use parbench::model::opcost::{Attention, FlashKernel, GradAccumulation, OpModel};
 use parbench::model::plan::{PlanInput, Shard, Wire};
+use parbench::model::precision::Precision;
 use parbench::model::presets::Arch;
 use parbench::model::stack::Stack;
 use parbench::model::{LinkParams, Preset};
@@ -41,7 +45,7 @@ fn model_of(a: &PlanArgs) -> Result<Preset> {
         if let Some(s) = a.seq {
             p.seq = s;
         }
-        return Ok(p);
+        return a.moe.apply_to(p, false);
     }
     let need = |v: Option<u64>, flag: &str| {
         v.ok_or_else(|| anyhow!("give --model PRESET or the whole shape: {flag} is missing"))
@@ -59,7 +63,7 @@ fn model_of(a: &PlanArgs) -> Result<Preset> {
         "llama" => Arch::Llama,
         other => bail!("--arch {other}: expected gpt or llama"),
     };
-    Ok(Preset {
+    let p = Preset {
         name: "custom",
         source: "flags",
         arch,
@@ -70,7 +74,9 @@ fn model_of(a: &PlanArgs) -> Result<Preset> {
         ffn: need(a.ffn, "--ffn")?,
         seq: need(a.seq, "--seq")?,
         vocab: a.vocab.unwrap_or(50257),
-    })
+        moe: None,
+    };
+    a.moe.apply_to(p, true)
 }
 
 /// `GBPS,US` of `flag`, by the library's one parser.
@@ -269,6 +275,7 @@ fn measured_block_share(
         ffn: r.ffn,
         seq: r.seq,
         vocab: 1,
+        moe: None,
     };
     let mut full = OpModel::of_device(d, None, attention, flash_kernel, accumulation);
     full.gemm_flops = d.gemm_tflops * 1e12;
@@ -355,7 +362,7 @@ pub(super) fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
     };
     if let Some(m) = a.memory {
         if !(m.is_finite() && m > 0.0) {
-            bail!("--memory {m}: GiB per device, above 0");
+            bail!("--device-memory {m}: GiB per device, above 0");
         }
     }
     if let Some(t) = a.compute_tflops {
@@ -374,6 +381,35 @@ pub(super) fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
     if a.top == 0 {
         bail!("--top 0: print at least one layout");
     }
+    if a.max_cp == 0 || a.max_cp > MAX_DEVICES {
+        bail!(
+            "--max-cp {}: a context-parallel degree from 1 to {MAX_DEVICES}",
+            a.max_cp
+        );
+    }
+    let precision = Precision::by_name(&a.precision)
+        .ok_or_else(|| anyhow!("--precision {}: expected bf16 or fp8", a.precision))?;
+    // Context parallelism and FP8 are costed for dense models only.
+    if model.moe.is_some() {
+        if precision == Precision::Fp8 {
+            bail!(
+                "--precision fp8: FP8 expert layers are not modelled; an MoE model plans in bf16"
+            );
+        }
+        if a.max_cp > 1 {
+            bail!(
+                "--max-cp {}: context parallelism of an MoE model is not modelled",
+                a.max_cp
+            );
+        }
+    }
+    let cp_comm = match a.cp_comm_type.as_deref() {
+        None => None,
+        Some(n) => Some(
+            CpComm::by_name(n)
+                .ok_or_else(|| anyhow!("--cp-comm-type {n}: expected p2p, all_gather or a2a"))?,
+        ),
+    };
     let sources = if a.from.is_empty() {
         Vec::new()
     } else {
@@ -430,6 +466,10 @@ pub(super) fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
     };
     let measured = measured_flops(&sources);
     let stack = stack_of(a)?;
+    let fp8_peak = match precision {
+        Precision::Bf16 => None,
+        Precision::Fp8 => Some(fp8_peak_of(device.as_ref(), stack)?),
+    };
     let attention = match a.attention.as_deref() {
         None => stack.map_or(Attention::Flash, |s| s.attention),
         Some("flash") => Attention::Flash,
@@ -478,6 +518,8 @@ pub(super) fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
             if let Some(s) = stack {
                 ops.loss_bytes = s.step.loss_bytes;
             }
+            // Set after the in-step share below: FP8 runs at that share too.
+            let fp8_share = fp8_peak.map(|f| f / d.peak_tflops);
             let share = match (&block, a.compute_tflops) {
                 (Some((share, how)), None) => {
                     ops.gemm_flops = tflops * 1e12 * share;
@@ -488,11 +530,19 @@ pub(super) fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
                     d.sustained_clock()
                 ),
             };
+            ops.fp8_gemm_flops = fp8_share.map(|r| ops.gemm_flops * r);
+            let fp8_words = ops.fp8_gemm_flops.map_or(String::new(), |f| {
+                format!(
+                    "; linear layers in FP8 at {} TFLOP/s (the same share of the {} TFLOP/s FP8 peak)",
+                    units::sig3(f / 1e12),
+                    units::sig3(fp8_peak.unwrap_or(0.0))
+                )
+            });
             (
                 (
                     ops.gemm_flops,
                     format!(
-                        "{from}: {} TFLOP/s {share}; GEMMs by shape on {} SMs, memory-bound work at {} GB/s x {}",
+                        "{from}: {} TFLOP/s {share}; GEMMs by shape on {} SMs, memory-bound work at {} GB/s x {}{fp8_words}",
                         units::sig3(tflops),
                         d.sms,
                         units::sig3(d.hbm_gbps),
@@ -523,7 +573,10 @@ pub(super) fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
     let memory_gib = a.memory.or(device.as_ref().map(|d| d.hbm_gib));
     input.memory_bytes = memory_gib.map(|g| g * 1024.0 * 1024.0 * 1024.0);
     input.ops = ops;
-    input.peak_flops = device.as_ref().map(|d| d.peak_tflops * 1e12);
+    // MFU against the peak of the precision the GEMMs run in.
+    input.peak_flops = device
+        .as_ref()
+        .map(|d| fp8_peak.unwrap_or(d.peak_tflops) * 1e12);
     input.rails = device.is_some();
     input.dp_overlap = dp_overlap;
     input.schedules = match (a.schedules.is_empty(), stack) {
@@ -554,12 +607,17 @@ pub(super) fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
     if let Some(s) = stack {
         input.step = s.step;
     }
+    let imbalance_from = a.moe.apply_to_input(&mut input, &sources)?;
+    if cp_comm.is_some() {
+        input.step.cp_comm = cp_comm;
+    }
+    input.max_cp = a.max_cp;
     let m = &model;
     let file = PlanFile {
         schema: PLAN_SCHEMA,
         command: std::env::args().collect::<Vec<_>>().join(" "),
         model: format!(
-            "{} ({} layers, hidden {}, {} heads ({} KV), ffn {}, seq {}, vocabulary {}: {} parameters)",
+            "{} ({} layers, hidden {}, {} heads ({} KV), ffn {}, seq {}, vocabulary {}: {})",
             m.name,
             m.layers,
             m.hidden,
@@ -568,7 +626,10 @@ pub(super) fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
             m.ffn,
             m.seq,
             m.vocab,
-            count(m.params() as f64)
+            match super::moe::words(m) {
+                Some(w) => w,
+                None => format!("{} parameters", count(m.params() as f64)),
+            }
         ),
         global_batch,
         gpus,
@@ -590,7 +651,10 @@ pub(super) fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
             value: d.name.clone(),
             from: d.source.clone(),
         }),
-        software: software_words(&input),
+        software: match imbalance_from {
+            Some(from) => format!("{}, {from}", software_words(&input)),
+            None => software_words(&input),
+        },
         stack: stack.map(|s| Sourced {
             value: s.name.to_string(),
             from: format!("{} ({})", s.implies, s.source),
@@ -605,6 +669,28 @@ pub(super) fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
         losses: Vec::new(),
     };
     Ok((input, file))
+}
+
+/// The dense FP8 peak `--precision fp8` runs at, TFLOP/s: the device's;
+/// refused by name on a device without FP8 tensor cores, without a
+/// device, and on a stack whose FP8 recipe is not Transformer Engine's.
+fn fp8_peak_of(device: Option<&Device>, stack: Option<&Stack>) -> Result<f64> {
+    let Some(d) = device else {
+        bail!("--precision fp8: give --device NAME (the FP8 rate is the device's)");
+    };
+    let Some(peak) = d.fp8_peak_tflops else {
+        bail!(
+            "--precision fp8: {} has no FP8 tensor cores (FP8 needs Hopper or newer, e.g. h100-sxm5-80gb)",
+            d.name
+        );
+    };
+    if let Some(s) = stack.filter(|s| s.name != "megatron-core") {
+        bail!(
+            "--precision fp8: the planner costs Transformer Engine's FP8 recipe (megatron-core), not {}'s",
+            s.name
+        );
+    }
+    Ok(peak)
 }
 
 /// The stack of `--stack`, checked.
@@ -666,6 +752,24 @@ fn software_words(input: &PlanInput) -> String {
     }
     if step.grad_bytes == 4 {
         parts.push("fp32 gradients");
+    }
+    if input.model.moe.is_some() {
+        parts.push(match (step.moe.dispatcher, step.moe.grouped_gemm) {
+            (Dispatcher::AllToAll, true) => "experts: all-to-all dispatcher, grouped GEMMs",
+            (Dispatcher::AllToAll, false) => "experts: all-to-all dispatcher, a GEMM per expert",
+            (Dispatcher::DeepEp, true) => "experts: DeepEP dispatcher, grouped GEMMs",
+            (Dispatcher::DeepEp, false) => "experts: DeepEP dispatcher, a GEMM per expert",
+        });
+    }
+    if input.ops.is_some_and(|o| o.fp8_gemm_flops.is_some()) {
+        parts.push("FP8 linear layers (Transformer Engine, delayed scaling; attention, output layer, norms and optimizer in bf16/fp32)");
+    }
+    if let (Some(c), true) = (step.cp_comm, input.max_cp > 1) {
+        parts.push(match c {
+            CpComm::P2p => "context parallel by a ring of K/V exchanges",
+            CpComm::AllGather => "context parallel by all-gathers of K/V",
+            CpComm::A2a => "context parallel by all-to-alls (Ulysses)",
+        });
     }
     parts.join(", ")
 }

@@ -34,7 +34,7 @@ pub fn resolve_device(name: Option<&str>, file: Option<&Path>) -> Result<Option<
     Ok(Some(d))
 }
 
-/// `dp=D,tp=T,pp=P[,vpp=V][,mbs=B][,schedule=S][,first=F,last=L]`.
+/// `dp=D,tp=T,pp=P[,cp=C][,vpp=V][,mbs=B][,schedule=S][,first=F,last=L]`.
 pub fn parse_layout(spec: &str) -> Result<LayoutQuery> {
     let mut q = LayoutQuery::default();
     let (mut first, mut last) = (None, None);
@@ -53,6 +53,7 @@ pub fn parse_layout(spec: &str) -> Result<LayoutQuery> {
         match k {
             "dp" => q.dp = number()?,
             "tp" => q.tp = number()?,
+            "cp" => q.cp = number()?,
             "pp" => q.pp = number()?,
             "vpp" | "v" => q.chunks = Some(number()?),
             "mbs" | "b" => q.micro_batch = Some(number()?),
@@ -63,6 +64,10 @@ pub fn parse_layout(spec: &str) -> Result<LayoutQuery> {
                 })?)
             }
             "hsdp" | "shard-group" => q.shard_group = Some(number()?),
+            "ep" => q.ep = Some(number()?),
+            "etp" => q.etp = Some(number()?),
+            // The last stage may hold the output layer alone (0 layers).
+            "last" if v == "0" => last = Some(0),
             "last" => last = Some(number()?),
             "schedule" => {
                 let known = parbench::schedule::SCHEDULES.iter().any(|e| e.name == v);
@@ -79,7 +84,7 @@ pub fn parse_layout(spec: &str) -> Result<LayoutQuery> {
                 q.schedule = Some(v.to_string());
             }
             _ => bail!(
-                "--layout {spec}: unknown key {k} (dp, tp, pp, vpp, mbs, schedule, first, last)"
+                "--layout {spec}: unknown key {k} (dp, tp, cp, pp, ep, etp, vpp, mbs, schedule, first, last, shard, hsdp)"
             ),
         }
     }
@@ -163,6 +168,27 @@ pub fn render_terms(c: &Costed, gpus: u64, have_gib: Option<f64>) -> String {
     out.push('\n');
     out.push_str(&term("tp comm", c.tp_comm_s));
     out.push('\n');
+    if c.ep_comm_s > 0.0 {
+        out.push_str(&term("ep all-to-all", c.ep_comm_s));
+        out.push_str(" (dispatch and combine, forward and backward, exposed)\n");
+    }
+    if let Some(d) = &c.ep_dispatch {
+        out.push_str(&format!(
+            "  one dispatch  {}   {} tokens a rank: {} over NVLink, {} over its NIC; a token reaches {:.2} nodes; bottleneck {} GB/s (balanced routing)\n",
+            secs(d.seconds),
+            units::sig3(d.tokens),
+            units::bytes(d.nvlink_bytes),
+            units::bytes(d.rdma_bytes),
+            d.nodes_reached,
+            units::sig3(d.bottleneck_gbps)
+        ));
+    }
+    if c.layout.cp > 1 {
+        out.push_str(&term("cp comm", c.cp_comm_s));
+        out.push_str(
+            " (the K/V exchange of the context-parallel group the attention does not hide)\n",
+        );
+    }
     out.push_str(&term("bubble", c.bubble_s));
     out.push_str(" (idle of the busiest pipeline rank, with the hops' waits)\n");
     out.push_str(&term("dp comm", c.dp_comm_s));
@@ -210,6 +236,8 @@ pub fn why_loses(named: &Costed, best: &Costed) -> String {
     let terms = [
         ("compute", named.compute_s - best.compute_s),
         ("tp comm", named.tp_comm_s - best.tp_comm_s),
+        ("ep all-to-all", named.ep_comm_s - best.ep_comm_s),
+        ("cp comm", named.cp_comm_s - best.cp_comm_s),
         ("bubble", named.bubble_s - best.bubble_s),
         ("dp comm", named.dp_comm_s - best.dp_comm_s),
         ("optimizer", named.optimizer_s - best.optimizer_s),
@@ -381,6 +409,8 @@ mod tests {
         );
         let q = parse_layout("dp=64, tp=8, pp=16, first=7, last=7").unwrap();
         assert_eq!(q.first_last, Some((7, 7)));
+        let q = parse_layout("dp=8,tp=8,cp=16,pp=16").unwrap();
+        assert_eq!((q.dp, q.tp, q.cp, q.pp), (8, 8, 16, 16));
         for bad in [
             "dp=1,tp=1",
             "dp=0,tp=1,pp=1",
@@ -388,6 +418,7 @@ mod tests {
             "dp=x,tp=1,pp=1",
             "dp=1,tp=1,pp=2,first=1",
             "dp=1,tp=1,pp=2,schedule=nope",
+            "dp=1,tp=1,pp=1,cp=0",
         ] {
             assert!(parse_layout(bad).is_err(), "{bad}");
         }

@@ -10,6 +10,7 @@ pub mod check;
 pub mod file;
 mod input;
 pub mod layout;
+pub mod moe;
 pub mod text;
 pub mod validation;
 
@@ -62,6 +63,8 @@ pub struct PlanArgs {
     /// A GPT model's output layer has its own weights (Megatron's --untie-embeddings-and-output-weights).
     #[arg(help_heading = "Model", long)]
     pub untie_embeddings: bool,
+    #[command(flatten)]
+    pub moe: moe::MoeArgs,
 
     /// Devices in all.
     #[arg(help_heading = "Devices and wires", long, required_unless_present_any = ["against", "validation"])]
@@ -77,8 +80,12 @@ pub struct PlanArgs {
     /// A device description of your own: a JSON file with the fields of the presets (docs/report.md, "Device descriptions").
     #[arg(help_heading = "Devices and wires", long, value_name = "FILE")]
     pub device_file: Option<PathBuf>,
-    /// Memory per device, GiB (default: no limit).
-    #[arg(help_heading = "Devices and wires", long)]
+    /// Memory per device, GiB (default: the device's HBM, else no limit).
+    #[arg(
+        help_heading = "Devices and wires",
+        long = "device-memory",
+        value_name = "GIB"
+    )]
     pub memory: Option<f64>,
     /// Sustained matrix-product rate per device, TFLOP/s (instead of bench-layers' measured GFLOP/s).
     #[arg(help_heading = "Devices and wires", long)]
@@ -95,7 +102,7 @@ pub struct PlanArgs {
 
     #[arg(help_heading = "Stack and search", long, value_name = "NAME", help = stack_help())]
     pub stack: Option<String>,
-    /// Cost one layout instead of searching: dp=D,tp=T,pp=P with optional vpp=V (interleaved chunks), mbs=B (microbatch size), schedule=NAME, first=F,last=L (layers of the first and last stages); what is not given is searched within the split. Prints each term, and how it compares with the search's best.
+    /// Cost one layout instead of searching: dp=D,tp=T,pp=P with optional cp=C (context parallel), ep=E and etp=T (experts: expert-parallel degree, and their tensor degree, default tp), vpp=V (interleaved chunks), mbs=B (microbatch size), schedule=NAME, first=F,last=L (layers of the first and last stages); what is not given is searched within the split. Prints each term, and how it compares with the search's best.
     #[arg(help_heading = "Stack and search", long, value_name = "SPEC")]
     pub layout: Option<String>,
     /// With --stack and --layout: search what the layout leaves open (schedules, v, microbatch size) instead of the stack's choices.
@@ -126,6 +133,15 @@ pub struct PlanArgs {
     /// Activation recomputation: none, selective or full.
     #[arg(help_heading = "Stack and search", long, default_value = "none")]
     pub recompute: String,
+    /// The linear layers' precision: bf16, or fp8 (Transformer Engine's FP8 GEMMs on a device with FP8 tensor cores: H100, H200; docs/report.md, "FP8").
+    #[arg(help_heading = "Stack and search", long, default_value = "bf16")]
+    pub precision: String,
+    /// How context parallelism exchanges keys and values: p2p (a ring overlapped with the attention), all_gather, or a2a (DeepSpeed-Ulysses). Default: the stack's, else p2p.
+    #[arg(help_heading = "Stack and search", long, value_name = "METHOD")]
+    pub cp_comm_type: Option<String>,
+    /// Search context-parallel degrees up to this (1: none); cp= in --layout names one.
+    #[arg(help_heading = "Stack and search", long, default_value_t = 1)]
+    pub max_cp: u64,
     /// Adam state sharded over the data-parallel ranks (Megatron's distributed optimizer).
     #[arg(help_heading = "Stack and search", long = vocab::distributed_optimizer::LONG)]
     pub distributed_optimizer: bool,
@@ -146,7 +162,7 @@ pub struct PlanArgs {
 /// `--device`'s help, listing the device presets.
 fn device_help() -> String {
     format!(
-        "A device description: a preset {}. Costs compute by operation (GEMMs at their shapes, attention, memory-bound work at HBM bandwidth, the optimizer), the wires from NVLink and the NICs, and memory from HBM; --compute-tflops, --intra, --inter, --memory and --from's measured figures override its figures",
+        "A device description: a preset {}. Costs compute by operation (GEMMs at their shapes, attention, memory-bound work at HBM bandwidth, the optimizer), the wires from NVLink and the NICs, and memory from HBM; --compute-tflops, --intra, --inter, --device-memory and --from's measured figures override its figures",
         vocab::one_of(Device::names())
     )
 }
@@ -177,7 +193,8 @@ pub fn run(a: &PlanArgs) -> Result<()> {
     }
     let (input, mut file) = prepare(a)?;
     if let Some(s) = &file.stack {
-        file.band = validation::band(&s.value)?;
+        let fp8 = input.ops.is_some_and(|o| o.fp8_gemm_flops.is_some());
+        file.band = validation::band(&validation::band_name(&s.value, fp8))?;
     }
     let plan = predict::rank_layouts(&input).map_err(|e| anyhow!("{e}"))?;
     let file = match &a.layout {

@@ -35,10 +35,15 @@ fn ms(s: f64) -> String {
     units::micros(s * 1e6)
 }
 
-/// A layout's schedule column: the schedule, its chunks, an uneven
-/// split and the data-parallel sharding.
+/// A layout's schedule column: its context-parallel degree, the
+/// schedule, its chunks, an uneven split and the data-parallel sharding.
 pub fn schedule_cell(l: &parbench::model::plan::Layout) -> String {
-    let mut cell = l.schedule.clone();
+    let mut cell = if l.cp > 1 {
+        format!("cp={} ", l.cp)
+    } else {
+        String::new()
+    };
+    cell.push_str(&l.schedule);
     if l.chunks > 1 {
         cell.push_str(&format!(" v={}", l.chunks));
     }
@@ -47,6 +52,12 @@ pub fn schedule_cell(l: &parbench::model::plan::Layout) -> String {
             " {}/../{}",
             l.first_stage_layers, l.last_stage_layers
         ));
+    }
+    if l.ep > 1 {
+        cell.push_str(&format!(" ep={}", l.ep));
+        if l.etp != l.tp {
+            cell.push_str(&format!(" etp={}", l.etp));
+        }
     }
     if l.shard != Shard::None {
         cell.push_str(&format!(" {}", l.shard.name()));
@@ -133,16 +144,25 @@ pub fn render(f: &PlanFile) -> String {
             "Best layouts by tokens/s (of {} that fit)\n\n",
             f.fitting
         ));
-        let mut t =
-            Table::new(
-                LAYOUT_COLUMNS
-                    .into_iter()
-                    .chain(["MFU", "token lat", "wires tp/dp/pp"]),
-            );
+        // An MoE plan adds its all-to-all after the tensor-parallel column.
+        let moe = f.top.iter().any(|c| c.ep_comm_s > 0.0);
+        let at = LAYOUT_COLUMNS
+            .iter()
+            .position(|c| *c == "tp comm")
+            .map_or(0, |i| i + 1);
+        let mut header: Vec<&str> = LAYOUT_COLUMNS.to_vec();
+        if moe {
+            header.insert(at, "ep a2a");
+        }
+        let mut t = Table::new(
+            header
+                .into_iter()
+                .chain(["MFU", "token lat", "wires tp/dp/pp"]),
+        );
         for (i, c) in f.top.iter().enumerate() {
             let l = &c.layout;
             let share = |x: f64| format!("{} {}", ms(x), units::percent(x / c.step_s));
-            t.row([
+            let mut cells = vec![
                 (i + 1).to_string(),
                 l.dp.to_string(),
                 l.tp.to_string(),
@@ -165,10 +185,17 @@ pub fn render(f: &PlanFile) -> String {
                     wire_letter(c.dp_wire),
                     wire_letter(c.pp_wire)
                 ),
-            ]);
+            ];
+            if moe {
+                cells.insert(at, share(c.ep_comm_s));
+            }
+            t.row(cells);
         }
         out.push_str(&t.text());
-        out.push_str("step = compute + tp comm + bubble + dp comm + optimizer (the busiest pipeline rank; the bubble includes waits for point-to-point messages; tp comm and dp comm are what the step waits for: all of the tensor-parallel collectives unless the stack overlaps them, the part of the data-parallel reduction no compute hides, and the compute the overlapped collectives slow). b: sequences per microbatch; M: microbatches per step per pipeline. MFU: model FLOPs per second over the devices' peak (needs --device). token lat: one decode step (b new tokens) through the layout, compute-bound.\n");
+        if moe {
+            out.push_str("ep a2a: the experts' all-to-all, dispatch and combine forward and backward, exposed; it adds to the step beside tp comm.\n");
+        }
+        out.push_str("step = compute + tp comm + cp comm + bubble + dp comm + optimizer (the busiest pipeline rank; cp comm only with context parallelism, in the layout's terms; the bubble includes waits for point-to-point messages; tp comm and dp comm are what the step waits for: all of the tensor-parallel collectives unless the stack overlaps them, the part of the data-parallel reduction no compute hides, and the compute the overlapped collectives slow). b: sequences per microbatch; M: microbatches per step per pipeline. MFU: model FLOPs per second over the devices' dense peak (bf16's; FP8's with --precision fp8; needs --device). token lat: one decode step (b new tokens) through the layout, compute-bound.\n");
     }
     if !f.losses.is_empty() {
         out.push_str("\nWhy the others lose\n\n");

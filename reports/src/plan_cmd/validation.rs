@@ -21,6 +21,9 @@ pub enum Published {
     HardwareTflops(f64),
     /// Seconds per step.
     StepSeconds(f64),
+    /// Tokens per second per GPU (NVIDIA's performance tables: no FLOP
+    /// count to agree on).
+    TokensPerGpuS(f64),
 }
 
 /// One published run.
@@ -41,6 +44,10 @@ const MCORE: &str = "Megatron-LM README, Training Speed and Scalability (core r0
 const SC21: &str = "Narayanan et al. SC21, Table 1";
 const KORTHIKANTI: &str = "Korthikanti et al. 2022, Table 5 (full recomputation)";
 const LLAMA3: &str = "Dubey et al. 2024, The Llama 3 Herd of Models, Table 4";
+const MOE_ZOO: &str = "Megatron-MoE-ModelZoo, best_practice/Qwen3/readme.md (Megatron-Core dev, DeepEP, BF16, forced balance off)";
+const LLAMA3_LONG: &str =
+    "Dubey et al. 2024, Table 4 (long-context stage; 16M tokens a step; also Balaji, SC24)";
+const NEMO_FP8: &str = "NeMo 24.07 performance summary, DGX-H100, FP8 (NVIDIA/NeMo docs/source/performance/performance_summary.md)";
 
 const fn row(
     stack: &'static str,
@@ -61,7 +68,7 @@ const fn row(
 }
 
 /// Every published run the planner is held to.
-pub const TABLE: [PublishedRun; 25] = [
+pub const TABLE: [PublishedRun; 29] = [
     row("megatron-core", "GPT 1.7B, 48 H100", MCORE, concat!("--seq 4096 --vocab 131072 --untie-embeddings --device h100-sxm5-80gb --layers", " 24 --hidden 2048 --heads 16 --ffn 8192 --gpus 48 --global-batch 192"), "dp=48,tp=1,pp=1", Published::ModelTflops(408.8)),
     row("megatron-core", "GPT 7.1B, 96 H100", MCORE, concat!("--seq 4096 --vocab 131072 --untie-embeddings --device h100-sxm5-80gb --layers", " 30 --hidden 4096 --heads 32 --ffn 16384 --gpus 96 --global-batch 192"), "dp=48,tp=2,pp=1", Published::ModelTflops(465.9)),
     row("megatron-core", "GPT 16B, 192 H100", MCORE, concat!("--seq 4096 --vocab 131072 --untie-embeddings --device h100-sxm5-80gb --layers", " 32 --hidden 6144 --heads 48 --ffn 24576 --gpus 192 --global-batch 192"), "dp=48,tp=4,pp=1", Published::ModelTflops(489.1)),
@@ -73,6 +80,10 @@ pub const TABLE: [PublishedRun; 25] = [
     row("megatron-core", "GPT 462B, 6144 H100", MCORE, concat!("--seq 4096 --vocab 131072 --untie-embeddings --device h100-sxm5-80gb --layers", " 112 --hidden 18432 --heads 144 --ffn 73728 --gpus 6144 --global-batch 3072"), "dp=48,tp=8,pp=16", Published::ModelTflops(459.9)),
     row("megatron-core", "Llama 3 405B, 8192 H100", LLAMA3, "--model llama3-405b --device h100-sxm5-80gb --gpus 8192 --global-batch 2048", "dp=64,tp=8,pp=16", Published::ModelTflops(430.0)),
     row("megatron-core", "Llama 3 405B, 16384 H100", LLAMA3, "--model llama3-405b --device h100-sxm5-80gb --gpus 16384 --global-batch 2048", "dp=128,tp=8,pp=16", Published::ModelTflops(400.0)),
+    row("megatron-core", "Qwen3-235B-A22B, 256 H100", MOE_ZOO, "--model qwen3-235b-a22b --device h100-sxm5-80gb --moe-dispatcher deepep --gpus 256 --global-batch 2048", "dp=16,tp=2,pp=8,vpp=4,ep=32,etp=1", Published::ModelTflops(245.0)),
+    row("megatron-core", "Llama 3 405B, seq 131072, 16384 H100", LLAMA3_LONG, "--model llama3-405b --seq 131072 --device h100-sxm5-80gb --gpus 16384 --global-batch 128", "dp=8,tp=8,cp=16,pp=16", Published::ModelTflops(380.0)),
+    row("megatron-core", "Llama 3 70B, 64 H100, FP8", NEMO_FP8, "--model llama3-70b --device h100-sxm5-80gb --precision fp8 --gpus 64 --global-batch 128", "dp=2,tp=4,cp=2,pp=4,vpp=5", Published::TokensPerGpuS(1533.0)),
+    row("megatron-core", "GPT-3 175B, 128 H100, FP8", NEMO_FP8, "--model gpt3-175b --device h100-sxm5-80gb --precision fp8 --gpus 128 --global-batch 256", "dp=4,tp=4,pp=8,vpp=6", Published::TokensPerGpuS(726.0)),
     row("megatron-2021", "GPT 1.7B, 32 A100", SC21, "--seq 2048 --vocab 51200 --device a100-sxm4-80gb --recompute full --layers 24 --hidden 2304 --heads 24 --ffn 9216 --gpus 32 --global-batch 512", "dp=32,tp=1,pp=1", Published::HardwareTflops(137.0)),
     row("megatron-2021", "GPT 3.6B, 64 A100", SC21, "--seq 2048 --vocab 51200 --device a100-sxm4-80gb --recompute full --layers 30 --hidden 3072 --heads 32 --ffn 12288 --gpus 64 --global-batch 512", "dp=32,tp=2,pp=1", Published::HardwareTflops(138.0)),
     row("megatron-2021", "GPT 7.5B, 128 A100", SC21, "--seq 2048 --vocab 51200 --device a100-sxm4-80gb --recompute full --layers 36 --hidden 4096 --heads 32 --ffn 16384 --gpus 128 --global-batch 512", "dp=32,tp=4,pp=1", Published::HardwareTflops(142.0)),
@@ -167,6 +178,10 @@ pub fn cost_row(r: &PublishedRun) -> Result<RowResult> {
             (x, x / p - 1.0)
         }
         Published::StepSeconds(p) => (c.step_s, p / c.step_s - 1.0),
+        Published::TokensPerGpuS(p) => {
+            let x = c.tokens_per_s / gpus as f64;
+            (x, x / p - 1.0)
+        }
     };
     Ok(RowResult {
         name: r.name.into(),
@@ -180,9 +195,24 @@ pub fn cost_row(r: &PublishedRun) -> Result<RowResult> {
     })
 }
 
-/// The band of `stack` over its rows; `None` when the table has none.
-pub fn band(stack: &str) -> Result<Option<Band>> {
-    let rows: Vec<&PublishedRun> = TABLE.iter().filter(|r| r.stack == stack).collect();
+/// The name of a band: its stack, and `fp8` for its FP8 rows (a bf16
+/// plan is held to bf16 runs, an FP8 plan to FP8 runs).
+pub fn band_name(stack: &str, fp8: bool) -> String {
+    if fp8 {
+        format!("{stack} fp8")
+    } else {
+        stack.to_string()
+    }
+}
+
+fn band_of(r: &PublishedRun) -> String {
+    band_name(r.stack, r.flags.contains("--precision fp8"))
+}
+
+/// The band `name` ([`band_name`]) over its rows; `None` when the table has none.
+pub fn band(name: &str) -> Result<Option<Band>> {
+    let stack = name;
+    let rows: Vec<&PublishedRun> = TABLE.iter().filter(|r| band_of(r) == name).collect();
     if rows.is_empty() {
         return Ok(None);
     }
@@ -210,11 +240,16 @@ pub fn band(stack: &str) -> Result<Option<Band>> {
 
 /// Every stack's band, as `report plan --validation` prints and writes it.
 pub fn all_bands() -> Result<Vec<Band>> {
-    let mut names: Vec<&str> = TABLE.iter().map(|r| r.stack).collect();
-    names.dedup();
+    let mut names: Vec<String> = Vec::new();
+    for r in &TABLE {
+        let n = band_of(r);
+        if !names.contains(&n) {
+            names.push(n);
+        }
+    }
     let mut out = Vec::new();
     for n in names {
-        if let Some(b) = band(n)? {
+        if let Some(b) = band(&n)? {
             out.push(b);
         }
     }
@@ -225,6 +260,7 @@ fn figure(p: Published) -> String {
     match p {
         Published::ModelTflops(x) | Published::HardwareTflops(x) => format!("{x:.1} TFLOP/s"),
         Published::StepSeconds(x) => format!("{x:.2} s"),
+        Published::TokensPerGpuS(x) => format!("{x:.0} tokens/s/GPU"),
     }
 }
 
@@ -249,6 +285,7 @@ pub fn run(output: Option<&std::path::Path>) -> Result<()> {
                 Published::StepSeconds(_) => Published::StepSeconds(r.predicted),
                 Published::ModelTflops(_) => Published::ModelTflops(r.predicted),
                 Published::HardwareTflops(_) => Published::HardwareTflops(r.predicted),
+                Published::TokensPerGpuS(_) => Published::TokensPerGpuS(r.predicted),
             };
             t.row([
                 b.stack.clone(),

@@ -42,20 +42,35 @@ impl Spec for AllToAll {
         ))
     }
     fn host<T: Transport>(&self, run: HostRun<'_, T>) -> CommResult<()> {
-        let (a, t, deadline) = (run.args, run.t, run.deadline);
-        let world = t.world();
+        let (a, deadline) = (run.args, run.deadline);
         let block = nbytes(a.count, 1, a.dtype)?;
+        let world = run.t.world();
         let total = nbytes(a.count, self.send_blocks(world), a.dtype)?;
-        let (send, recv) = match views(run.io, "all_to_all", total, total)? {
-            // In place: send from a copy.
-            (None, buf) if a.count > 0 && world > 1 => {
-                let send = run.scratch.bytes(total);
-                copy_bytes(send, buf);
-                (&*send, buf)
-            }
-            (Some(send), recv) if a.count > 0 => (send, recv),
-            _ => return Ok(()),
+        let Some((t, send, recv)) = buffers(run, "all_to_all", total)? else {
+            return Ok(());
         };
         algo::alltoall::all_to_all(t, send, recv, block, deadline)
     }
+}
+
+/// The transport and the (send, receive) bytes of an all-to-all call of
+/// `total` bytes per buffer, checked and named `what`; in place, the send
+/// side is a copy in scratch. `None` when nothing moves.
+#[allow(clippy::type_complexity)]
+pub(super) fn buffers<'a, T: Transport>(
+    run: HostRun<'a, T>,
+    what: &str,
+    total: usize,
+) -> CommResult<Option<(&'a mut T, &'a [u8], &'a mut [u8])>> {
+    let (count, world) = (run.args.count, run.t.world());
+    let scratch = run.scratch;
+    Ok(match views(run.io, what, total, total)? {
+        (None, buf) if count > 0 && world > 1 => {
+            let send = scratch.bytes(total);
+            copy_bytes(send, buf);
+            Some((run.t, &*send, buf))
+        }
+        (Some(send), recv) if count > 0 => Some((run.t, send, recv)),
+        _ => None,
+    })
 }

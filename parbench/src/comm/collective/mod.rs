@@ -24,6 +24,7 @@
 mod all_gather;
 mod all_reduce;
 mod all_to_all;
+pub mod all_to_all_v;
 mod broadcast;
 #[cfg(test)]
 mod gather;
@@ -144,6 +145,14 @@ pub trait Spec: Sync {
     /// others garbage.
     fn reads_input(&self, rank: usize, root: usize) -> bool {
         let _ = (rank, root);
+        true
+    }
+    /// Whether a call over a slice of every block means that slice of
+    /// the call's output (each output element from the same element of
+    /// the input blocks, as in every NCCL collective): how a bench may
+    /// ask [`Spec::expected`] a slice at a time. `false` for a collective
+    /// whose layout depends on `count` (all_to_all_v).
+    fn sliceable(&self) -> bool {
         true
     }
     /// Its sequential meaning: the whole receive buffer rank `x.rank`
@@ -292,6 +301,7 @@ registry! {
     Broadcast => broadcast::Broadcast,
     Reduce => reduce::Reduce,
     AllToAll => all_to_all::AllToAll,
+    AllToAllV => all_to_all_v::AllToAllV,
     SendRecv => sendrecv::SendRecv,
     ; test:
     Gather => gather::Gather,
@@ -346,9 +356,10 @@ mod tests {
         }
         assert_eq!("AllReduce".parse::<Collective>(), Ok(Collective::AllReduce));
         assert_eq!("all-to-all".parse::<Collective>(), Ok(Collective::AllToAll));
+        assert_eq!("alltoallv".parse::<Collective>(), Ok(Collective::AllToAllV));
         assert_eq!(
             "x".parse::<Collective>().unwrap_err(),
-            "unknown collective 'x' (expected all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all or sendrecv)"
+            "unknown collective 'x' (expected all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all, all_to_all_v or sendrecv)"
         );
     }
 

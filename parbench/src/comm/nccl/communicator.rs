@@ -6,6 +6,7 @@ use super::NcclComm;
 use crate::comm::library::{self, LibraryCalls};
 use crate::comm::{
     CollArgs, Collective, CommError, CommResult, Communicator, DType, Io, Replay, StreamClock,
+    VCounts,
 };
 use crate::gpu::timing::{CapturedLoop, EventTimer};
 use crate::gpu::{self, bandwidth, DeviceBuffer, Gpu, GpuError};
@@ -151,6 +152,48 @@ impl Communicator for NcclComm {
             } else {
                 a
             }
+        })
+    }
+
+    fn all_to_all_v(
+        &mut self,
+        send: &DeviceBuffer,
+        recv: &mut DeviceBuffer,
+        counts: &VCounts,
+        dtype: DType,
+    ) -> CommResult<()> {
+        self.live()?;
+        counts.check(self.world, dtype, send.len(), recv.len())?;
+        let size = dtype.size();
+        // One group of every non-empty send and receive, as nccl-tests'
+        // alltoall and DeepEP's kernels stand for (NCCL has no alltoallv).
+        let mut calls = Vec::with_capacity(self.world);
+        for peer in 0..self.world {
+            let (s, r) = (counts.send_range(peer), counts.recv_range(peer));
+            let sp = addr(self.ptr(send, s.start * size, s.len() * size, "send")?) as *const c_void;
+            let rp = addr(self.ptr(recv, r.start * size, r.len() * size, "recv")?);
+            calls.push((peer as i32, sp, s.len(), rp, r.len()));
+        }
+        let t = nccl_type(dtype);
+        // SAFETY: every pointer was checked to hold its count on this GPU;
+        // grouped with any pending sends.
+        self.flush_with("ncclSend/ncclRecv (all_to_all_v)", |comm, stream| unsafe {
+            let mut first = sys::ncclResult_t::ncclSuccess;
+            for &(peer, sp, sn, rp, rn) in &calls {
+                if sn > 0 {
+                    let r = sys::ncclSend(sp, sn, t, peer, comm, stream);
+                    if first == sys::ncclResult_t::ncclSuccess {
+                        first = r;
+                    }
+                }
+                if rn > 0 {
+                    let r = sys::ncclRecv(rp, rn, t, peer, comm, stream);
+                    if first == sys::ncclResult_t::ncclSuccess {
+                        first = r;
+                    }
+                }
+            }
+            first
         })
     }
 

@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 pub struct PhaseClock {
     compute: Duration,
     comm: Duration,
+    /// Time in barriers that wait for every peer before a collective.
+    wait: Duration,
     mark: Instant,
     born: Instant,
     /// Each communication phase: (start, end) since the clock began.
@@ -30,6 +32,7 @@ impl PhaseClock {
         PhaseClock {
             compute: Duration::ZERO,
             comm: Duration::ZERO,
+            wait: Duration::ZERO,
             mark: now,
             born: now,
             spans: Vec::new(),
@@ -49,6 +52,22 @@ impl PhaseClock {
     /// Time charged to communication so far.
     pub fn comm(&self) -> Duration {
         self.comm
+    }
+
+    /// Time charged to waiting for peers so far ([`PhaseClock::end_wait`]).
+    pub fn wait(&self) -> Duration {
+        self.wait
+    }
+
+    /// Ends a wait for peers (a barrier before a collective): waits for the
+    /// communicator, charges the time since the mark to waiting, so that
+    /// the collective after it is timed without a late peer's skew.
+    pub fn end_wait<M: Communicator>(&mut self, comm: &mut M) -> LayerResult<()> {
+        comm.sync()?;
+        let now = Instant::now();
+        self.wait += now - self.mark;
+        self.mark = now;
+        Ok(())
     }
 
     /// Ends a compute phase: waits for the device, charges the time since the mark.

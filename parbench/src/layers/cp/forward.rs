@@ -2,7 +2,7 @@
 //! time of its attention, its transfers and its waiting for them apart.
 
 use super::attend::{Heads, Partial};
-use super::{positions, CpConfig, CpMethod};
+use super::{positions, CpComm, CpConfig};
 use crate::comm::{CommBuffer, Communicator, DType, DupComm, HostBuffer, Io};
 use crate::layers::{LayerError, LayerResult};
 use std::time::{Duration, Instant};
@@ -84,12 +84,12 @@ pub fn cp_forward<M: Communicator>(
         return Ok(part.finish(cfg.head_dim));
     }
     match cfg.method {
-        CpMethod::P2p => match dup {
+        CpComm::P2p => match dup {
             Some(dup) => ring_on_thread(dup, cfg, x, clock),
             None => ring_in_line(comm, cfg, x, clock),
         },
-        CpMethod::AllGather => gathered(comm, cfg, x, clock),
-        CpMethod::A2a => ulysses(comm, cfg, x, clock),
+        CpComm::AllGather => gathered(comm, cfg, x, clock),
+        CpComm::A2a => ulysses(comm, cfg, x, clock),
     }
 }
 

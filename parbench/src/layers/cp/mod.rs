@@ -33,49 +33,9 @@ pub use forward::{cp_forward, CpClock};
 pub use run::{check_cp, run_cp, CpOutcome};
 
 use super::{LayerError, LayerResult};
-use std::fmt;
-use std::str::FromStr;
 
-/// How K/V (or Q/K/V) reach the ranks that need them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CpMethod {
-    /// The ring: point-to-point, overlapped with attention.
-    P2p,
-    /// One all-gather of K/V before attention.
-    AllGather,
-    /// Ulysses: all-to-all to heads and back.
-    A2a,
-}
-
-impl CpMethod {
-    /// Every method, in the order of the help text.
-    pub const ALL: [CpMethod; 3] = [CpMethod::P2p, CpMethod::AllGather, CpMethod::A2a];
-
-    /// The spelling of Megatron-Core's `--cp-comm-type` (and the planner's).
-    pub fn name(self) -> &'static str {
-        match self {
-            CpMethod::P2p => "p2p",
-            CpMethod::AllGather => "all_gather",
-            CpMethod::A2a => "a2a",
-        }
-    }
-}
-
-impl fmt::Display for CpMethod {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for CpMethod {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        CpMethod::ALL
-            .into_iter()
-            .find(|m| m.name() == s.to_ascii_lowercase())
-            .ok_or_else(|| format!("unknown method '{s}' (expected p2p, all_gather or a2a)"))
-    }
-}
+/// How K/V (or Q/K/V) reach the ranks that need them: the planner's names.
+pub use crate::model::context::CpComm;
 
 /// The sizes of one context-parallel attention call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,7 +47,7 @@ pub struct CpConfig {
     pub head_dim: usize,
     /// Sequences per call.
     pub batch: usize,
-    pub method: CpMethod,
+    pub method: CpComm,
 }
 
 impl CpConfig {
@@ -120,7 +80,7 @@ impl CpConfig {
                 2 * cp
             ));
         }
-        if self.method == CpMethod::A2a && !self.heads.is_multiple_of(cp) {
+        if self.method == CpComm::A2a && !self.heads.is_multiple_of(cp) {
             return bad(format!(
                 "a2a gives each rank heads / cp heads, and cp {cp} does not divide heads {}",
                 self.heads
@@ -148,9 +108,9 @@ impl CpConfig {
         let local = w(self.batch) * w(self.local_seq(cp)) * w(self.width());
         let whole = w(self.batch) * w(self.seq) * w(self.width());
         let exchange = match self.method {
-            CpMethod::P2p => 4 * local,
-            CpMethod::AllGather => 2 * whole,
-            CpMethod::A2a => 8 * local,
+            CpComm::P2p => 4 * local,
+            CpComm::AllGather => 2 * whole,
+            CpComm::A2a => 8 * local,
         };
         let rank = 6 * local + exchange;
         let reference = if check { 6 * whole + w(self.seq) } else { 0 };
@@ -165,8 +125,8 @@ impl CpConfig {
         let cp = cp.max(1) as u64;
         let local = (self.batch * self.local_seq(cp as usize) * self.width()) as u64 * 4;
         match self.method {
-            CpMethod::P2p | CpMethod::AllGather => (cp - 1) * 2 * local,
-            CpMethod::A2a => 4 * local * (cp - 1) / cp,
+            CpComm::P2p | CpComm::AllGather => (cp - 1) * 2 * local,
+            CpComm::A2a => 4 * local * (cp - 1) / cp,
         }
     }
 
@@ -220,7 +180,7 @@ pub fn seeded(seed: u64, which: Qkv, cfg: &CpConfig, pos: &[usize]) -> Vec<f32> 
 mod tests {
     use super::*;
 
-    fn cfg(seq: usize, heads: usize, method: CpMethod) -> CpConfig {
+    fn cfg(seq: usize, heads: usize, method: CpComm) -> CpConfig {
         CpConfig {
             seq,
             heads,
@@ -254,20 +214,14 @@ mod tests {
 
     #[test]
     fn validation_names_what_does_not_divide() {
-        assert!(cfg(16, 4, CpMethod::P2p).validate(4).is_ok());
-        let e = cfg(12, 4, CpMethod::P2p)
-            .validate(4)
-            .unwrap_err()
-            .to_string();
+        assert!(cfg(16, 4, CpComm::P2p).validate(4).is_ok());
+        let e = cfg(12, 4, CpComm::P2p).validate(4).unwrap_err().to_string();
         assert!(e.contains("seq 12"), "{e}");
-        let e = cfg(16, 6, CpMethod::A2a)
-            .validate(4)
-            .unwrap_err()
-            .to_string();
+        let e = cfg(16, 6, CpComm::A2a).validate(4).unwrap_err().to_string();
         assert!(e.contains("heads 6"), "{e}");
-        assert!(cfg(16, 6, CpMethod::AllGather).validate(4).is_ok());
-        assert!(cfg(16, 4, CpMethod::P2p).validate(0).is_err());
-        assert!("ring".parse::<CpMethod>().is_err());
-        assert_eq!("all_gather".parse::<CpMethod>(), Ok(CpMethod::AllGather));
+        assert!(cfg(16, 6, CpComm::AllGather).validate(4).is_ok());
+        assert!(cfg(16, 4, CpComm::P2p).validate(0).is_err());
+        assert!("ring".parse::<CpComm>().is_err());
+        assert_eq!("all_gather".parse::<CpComm>(), Ok(CpComm::AllGather));
     }
 }

@@ -3,7 +3,7 @@
 
 use super::attend::{unsharded_attention, Heads};
 use super::forward::{all_gather_f32, cp_forward, CpClock, CpInputs};
-use super::{positions, seeded, CpConfig, CpMethod, Qkv};
+use super::{positions, seeded, CpComm, CpConfig, Qkv};
 use crate::comm::{Communicator, DType, DupComm};
 use crate::layers::check::{broadcast_f64, relative_error, tolerance, CheckReport};
 use crate::layers::run::{all_gather_f64, slowest};
@@ -29,7 +29,7 @@ pub struct CpOutcome {
 /// ring, there is more than one rank and the backend can make one.
 /// Collective: every rank calls it.
 fn ring_comm<M: Communicator>(comm: &mut M, cfg: &CpConfig) -> LayerResult<Option<DupComm>> {
-    if cfg.method != CpMethod::P2p || comm.world() < 2 {
+    if cfg.method != CpComm::P2p || comm.world() < 2 {
         return Ok(None);
     }
     Ok(comm.duplicate_host()?)
@@ -149,7 +149,7 @@ mod tests {
     use super::*;
     use crate::layers::on_local_ranks;
 
-    fn cfg(seq: usize, method: CpMethod) -> CpConfig {
+    fn cfg(seq: usize, method: CpComm) -> CpConfig {
         CpConfig {
             seq,
             heads: 4,
@@ -171,7 +171,7 @@ mod tests {
     /// timing's parts in order.
     #[test]
     fn every_method_matches_the_unsharded_attention_on_local_ranks() {
-        for method in CpMethod::ALL {
+        for (_, method) in CpComm::ALL {
             for cp in [1, 2, 4] {
                 let c = cfg(64, method);
                 let outs = on_local_ranks(cp, |comm| run_cp(comm, &c, &OPTS).unwrap());
@@ -179,7 +179,7 @@ mod tests {
                 let check = o.check.as_ref().unwrap();
                 assert!(check.passed(), "{method} cp {cp}: {check:?}");
                 assert!(check.max_err < 1e-5, "{method} cp {cp}: {check:?}");
-                assert_eq!(o.overlapped, method == CpMethod::P2p && cp > 1);
+                assert_eq!(o.overlapped, method == CpComm::P2p && cp > 1);
                 let t = &o.timing;
                 assert!(t.compute_us > 0.0 && t.total_us >= t.compute_us, "{t:?}");
                 if cp > 1 {
@@ -193,7 +193,7 @@ mod tests {
     /// exchange) fails the check.
     #[test]
     fn the_check_fails_an_attention_that_skips_the_exchange() {
-        let c = cfg(32, CpMethod::P2p);
+        let c = cfg(32, CpComm::P2p);
         let reports = on_local_ranks(2, |comm| {
             let x = CpInputs::seeded(&c, 2, comm.rank(), 7);
             let shape = Heads {

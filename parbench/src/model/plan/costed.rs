@@ -59,6 +59,17 @@ pub struct Costed {
     pub compute_s: f64,
     /// The busiest rank's tensor-parallel collectives.
     pub tp_comm_s: f64,
+    /// The busiest rank's expert-parallel all-to-all (dispatch and
+    /// combine, forward and backward), exposed.
+    #[serde(default)]
+    pub ep_comm_s: f64,
+    /// One dispatch of a microbatch (an MoE layout with `ep > 1`).
+    #[serde(default)]
+    pub ep_dispatch: Option<crate::model::moe::DispatchCost>,
+    /// The busiest rank's context-parallel exchanges of K and V that the
+    /// attention does not hide.
+    #[serde(default)]
+    pub cp_comm_s: f64,
     /// The busiest rank's idle time in the pipeline (bubble and the waits
     /// for point-to-point messages).
     pub bubble_s: f64,
@@ -110,6 +121,7 @@ impl Costed {
         let parts = [
             (Loss::Bubble, self.bubble_s),
             (Loss::TpComm, self.tp_comm_s),
+            (Loss::EpComm, self.ep_comm_s),
             (Loss::DpComm, self.dp_comm_s),
         ];
         parts
@@ -155,6 +167,8 @@ pub enum Loss {
     TpComm,
     /// Its data-parallel gradient all-reduce is.
     DpComm,
+    /// Its expert-parallel all-to-all is.
+    EpComm,
 }
 
 impl Loss {
@@ -164,6 +178,7 @@ impl Loss {
             Loss::Bubble => "largest overhead: the bubble",
             Loss::TpComm => "largest overhead: tensor-parallel communication",
             Loss::DpComm => "largest overhead: data-parallel communication",
+            Loss::EpComm => "largest overhead: the expert-parallel all-to-all",
         }
     }
 }

@@ -6,18 +6,22 @@
 use super::costed::{ComputeParts, Costed, Memory};
 use super::given::{bucket_ready_times, overlapped_exposure};
 use super::input::{PlanInput, Wire, WireKind};
-use super::layouts::{group_wire, kind_of, wires_of, Layout};
+use super::layouts::{cp_wire, group_wire, kind_of, wires_of, Layout};
 use super::shard::Shard;
 use crate::comm::Collective;
 use crate::model::alpha_beta::LinkParams;
 use crate::model::bubble::peak_activations;
+use crate::model::context::{self, CpExchange, CpTensors};
 use crate::model::footprint::{activation_bytes_of, Recompute};
+use crate::model::precision;
 use crate::model::presets::Arch;
 use crate::model::sim::{simulate, SimCosts, StageCosts};
 use crate::model::stack::LAYER_KERNELS;
 use crate::model::tensor_parallel::{TpMode, TpTraffic};
 use crate::schedule::{generate, peak_in_flight, Placement, ScheduleKind};
 use std::collections::HashMap;
+
+mod moe;
 
 /// The stages rank `r` of layout `l` holds, by its schedule's placement
 /// (looped: `r`, `r + pp`, ...; V: `r` and `2 pp - 1 - r`).
@@ -80,11 +84,16 @@ pub(super) struct StageWork {
     /// repeated, counted in `comm_b`).
     comm_f: f64,
     comm_b: f64,
+    /// Context-parallel exchanges of K and V the passes wait for.
+    cp_f: f64,
+    cp_b: f64,
     /// Sharded data-parallel collectives the passes wait for (ZeRO-2/3),
     /// forward and backward, and their whole time, hidden or not.
     dp_f: f64,
     dp_b: f64,
     dp_all: f64,
+    /// Of the communication: the expert-parallel all-to-all.
+    ep: f64,
     /// Of the compute: by kind, for the breakdown.
     parts: ComputeParts,
 }
@@ -98,10 +107,14 @@ impl StageWork {
         self.comm_f + self.comm_b
     }
 
+    fn cp(&self) -> f64 {
+        self.cp_f + self.cp_b
+    }
+
     fn sim(&self) -> StageCosts {
         StageCosts::split(
-            self.f + self.comm_f + self.dp_f,
-            self.i + self.comm_b + self.dp_b,
+            self.f + self.comm_f + self.cp_f + self.dp_f,
+            self.i + self.comm_b + self.cp_b + self.dp_b,
             self.w,
         )
     }
@@ -112,9 +125,12 @@ impl StageWork {
         self.w += o.w;
         self.comm_f += o.comm_f;
         self.comm_b += o.comm_b;
+        self.cp_f += o.cp_f;
+        self.cp_b += o.cp_b;
         self.dp_f += o.dp_f;
         self.dp_b += o.dp_b;
         self.dp_all += o.dp_all;
+        self.ep += o.ep;
         self.parts.add(&o.parts, 1.0);
     }
 }
@@ -137,12 +153,41 @@ impl Planner<'_> {
         TpTraffic {
             tp: l.tp,
             batch: l.micro_batch,
-            seq: m.seq,
+            seq: self.local_seq(l),
             hidden: m.hidden,
             dtype_bytes: self.input.dtype_bytes,
             mode,
             sequence_parallel: self.input.sequence_parallel,
         }
+    }
+
+    /// Tokens of a sequence one rank holds: `s / cp`.
+    fn local_seq(&self, l: &Layout) -> u64 {
+        self.input.model.seq / l.cp.max(1)
+    }
+
+    /// One layer's context-parallel exchange on one microbatch, given its
+    /// attention seconds on the rank (forward, backward), on the group's
+    /// wire: point-to-point messages to the ring's next rank (over NVLink,
+    /// or each GPU's own NIC across nodes), collectives over the group.
+    fn cp_exchange(&self, l: &Layout, attention: (f64, f64)) -> CpExchange {
+        let input = self.input;
+        let m = &input.model;
+        let Some(method) = input.step.cp_comm.filter(|_| l.cp > 1) else {
+            return CpExchange::default();
+        };
+        let tensors = CpTensors::of(m, l.micro_batch, l.cp, l.tp, input.dtype_bytes);
+        let kind = cp_wire(l, input.gpus_per_node);
+        let p2p = self.wire(kind);
+        let group = self.group_link(l.cp, l.tp);
+        context::exchange(
+            method,
+            l.cp,
+            tensors,
+            attention,
+            |bytes| p2p.message_seconds(bytes),
+            |c, bytes| group.seconds(c, l.cp, bytes as u64),
+        )
     }
 
     fn wire(&self, kind: WireKind) -> &Wire {
@@ -195,9 +240,8 @@ impl Planner<'_> {
 
     /// One layer's all-gather and reduce-scatter over the sharding group.
     fn shard_calls(&self, l: &Layout) -> (f64, f64) {
-        let m = &self.input.model;
         let group = l.shard_group.max(1);
-        let params = m.params_per_layer() as f64 / l.tp as f64;
+        let params = self.layer_params(l);
         let gather = (params * self.input.dtype_bytes as f64) as u64;
         let scatter = (params * self.input.step.grad_bytes as f64) as u64;
         let w = self.group_link(group, l.tp);
@@ -268,10 +312,17 @@ impl Planner<'_> {
         (exposed, hidden * held / (1.0 - held).max(0.5))
     }
 
-    /// One layer on one microbatch.
+    /// One layer on one microbatch (an MoE model's: the mean of its layers).
     fn layer_work(&self, l: &Layout, tp_wire: WireKind) -> StageWork {
+        match self.input.model.moe {
+            Some(_) => self.moe_layer_work(l, tp_wire),
+            None => self.block_work(&self.input.model, l, tp_wire),
+        }
+    }
+
+    /// One block of `m` on one microbatch.
+    fn block_work(&self, m: &crate::model::Preset, l: &Layout, tp_wire: WireKind) -> StageWork {
         let input = self.input;
-        let m = &input.model;
         let one_pass = self.tp_pass_seconds(&self.traffic(l, TpMode::Prefill), self.wire(tp_wire));
         let comm_recompute = if input.recompute == Recompute::Full {
             one_pass
@@ -279,14 +330,20 @@ impl Planner<'_> {
             0.0
         };
         if let Some(ops) = &input.ops {
-            let blk = ops.block(
+            let (blk, attention) = context::block(
+                ops,
                 m,
                 l.micro_batch,
-                m.seq,
                 l.tp,
+                l.cp,
                 input.sequence_parallel,
                 input.recompute,
             );
+            let cp = self.cp_exchange(l, attention);
+            // The ring's sends and receives are NCCL kernels beside the attention.
+            let share = input.step.dp_sm_share;
+            let cp_slowed = |hidden: f64| hidden * share / (1.0 - share).max(0.5);
+            let (cp_slowed_f, cp_slowed_b) = (cp_slowed(cp.hidden_f), cp_slowed(cp.hidden_b));
             let backward_gemms = blk.gemm - blk.gemm_forward;
             let (exposed_f, slowed_f) = self.tp_overlap(l, tp_wire, blk.gemm_forward);
             let (exposed_b, slowed_b) = self.tp_overlap(l, tp_wire, backward_gemms);
@@ -302,14 +359,16 @@ impl Planner<'_> {
             let host_f = (kf * launch - blk.forward - slowed_f).max(0.0);
             let host_b = (kb * launch - blk.input_grad - blk.weight_grad - slowed_b).max(0.0);
             return StageWork {
-                f: blk.forward + slowed_f + host_f,
-                i: blk.input_grad + blk.recompute + slowed_b + host_b,
+                f: blk.forward + slowed_f + host_f + cp_slowed_f,
+                i: blk.input_grad + blk.recompute + slowed_b + host_b + cp_slowed_b,
                 w: blk.weight_grad,
                 comm_f,
                 comm_b,
+                cp_f: cp.exposed_f,
+                cp_b: cp.exposed_b,
                 parts: ComputeParts {
                     gemm_s: blk.gemm + slowed_f + slowed_b,
-                    attention_s: blk.attention,
+                    attention_s: blk.attention + cp_slowed_f + cp_slowed_b,
                     memory_s: blk.memory + host_f + host_b,
                     logits_s: 0.0,
                 },
@@ -317,23 +376,27 @@ impl Planner<'_> {
             };
         }
         let flops = input.flops_per_s;
-        let t = l.tp as f64;
+        // A context rank computes 1/cp of everything (balanced attention).
+        let t = l.tp as f64 * l.cp.max(1) as f64;
         let compute_f = m.forward_flops_per_layer(l.micro_batch, m.seq) / t / flops;
+        let (b, s, h) = (l.micro_batch as f64, m.seq as f64, m.hidden as f64);
+        // The attention scores and their weighted sum: 4 b s^2 h.
+        let scores = 4.0 * b * s * s * h / t / flops;
         let recompute = match input.recompute {
             Recompute::None => 0.0,
-            // The attention scores and their weighted sum: 4 b s^2 h.
-            Recompute::Selective => {
-                let (b, s, h) = (l.micro_batch as f64, m.seq as f64, m.hidden as f64);
-                4.0 * b * s * s * h / t / flops
-            }
+            Recompute::Selective => scores,
             Recompute::Full => compute_f,
         };
+        // Under the causal mask half of the scores, backward twice the forward.
+        let cp = self.cp_exchange(l, (scores / 2.0, scores));
         StageWork {
             f: compute_f,
             i: compute_f + recompute,
             w: compute_f,
             comm_f: one_pass,
             comm_b: one_pass + comm_recompute,
+            cp_f: cp.exposed_f,
+            cp_b: cp.exposed_b,
             parts: ComputeParts {
                 gemm_s: 3.0 * compute_f + recompute,
                 ..ComputeParts::default()
@@ -352,7 +415,8 @@ impl Planner<'_> {
         let Some(ops) = &input.ops else {
             // The logits split over t as Megatron splits the vocabulary,
             // backward twice the forward.
-            let lf = m.logit_flops(l.micro_batch, m.seq) / l.tp as f64 / input.flops_per_s;
+            let lf =
+                m.logit_flops(l.micro_batch, self.local_seq(l)) / l.tp as f64 / input.flops_per_s;
             let last = StageWork {
                 f: lf,
                 i: lf,
@@ -371,8 +435,9 @@ impl Planner<'_> {
                 .seconds(Collective::AllReduce, t.tp, t.bytes_per_call())
         };
         let reduce = call(l);
-        let (ef, eb) = ops.embedding(m, l.micro_batch, m.seq);
-        let (lf, lb) = ops.logits(m, l.micro_batch, m.seq, l.tp);
+        let seq = self.local_seq(l);
+        let (ef, eb) = ops.embedding(m, l.micro_batch, seq);
+        let (lf, lb) = ops.logits(m, l.micro_batch, seq, l.tp);
         let first = StageWork {
             f: ef,
             i: eb,
@@ -462,16 +527,23 @@ impl Planner<'_> {
         let input_side = m.embedding_params() as f64 - if tied { 0.0 } else { v * h };
         let output_side = if tied && first { 0.0 } else { v * h };
         let ends = if first { input_side } else { 0.0 } + if last { output_side } else { 0.0 };
-        let params = (layers as f64 * m.params_per_layer() as f64 + ends) / l.tp as f64;
+        // Routed experts split over ep x etp, the rest over t.
+        let routed = m.routed_expert_params() as f64 / m.layers.max(1) as f64 * layers as f64;
+        let dense = (layers as f64 * m.params_per_layer() as f64 - routed + ends) / l.tp as f64;
+        let experts = routed / l.ep.saturating_mul(l.etp).max(1) as f64;
+        let params = dense + experts;
         // 16-bit weights, the stack's gradients, fp32 master weights and
-        // Adam moments: what each mode shards over its group.
-        let per_param = l
-            .shard
-            .state_bytes(2, input.step.grad_bytes as usize, l.shard_group);
+        // Adam moments: what each mode shards over its group; the
+        // experts' over their data-parallel group, `dp tp / (etp ep)`.
+        let grad = input.step.grad_bytes as usize;
+        let per_param = l.shard.state_bytes(2, grad, l.shard_group);
+        let expert_group =
+            (l.shard_group.saturating_mul(l.tp) / l.ep.saturating_mul(l.etp).max(1)).max(1);
+        let per_expert_param = l.shard.state_bytes(2, grad, expert_group);
         // What a sharded step holds whole for a moment: one layer's
         // gradients before their reduce-scatter; with ZeRO-3 also two
         // layers' gathered parameters (the current and the prefetched).
-        let layer_params = m.params_per_layer() as f64 / l.tp as f64;
+        let layer_params = self.layer_params(l);
         let dtype = input.dtype_bytes as f64;
         let transient = match l.shard {
             Shard::Zero2 => input.step.grad_bytes as f64 * layer_params,
@@ -482,13 +554,19 @@ impl Planner<'_> {
         // backward (fp32 where the loss casts them).
         let logit_width = if input.step.fp32_logits { 4.0 } else { dtype };
         let logits = if last {
-            l.micro_batch as f64 * m.seq as f64 * m.vocab.div_ceil(l.tp) as f64 * logit_width
+            l.micro_batch as f64
+                * self.local_seq(l) as f64
+                * m.vocab.div_ceil(l.tp) as f64
+                * logit_width
         } else {
             0.0
         };
         Memory {
             params,
-            states_bytes: params * per_param + transient,
+            states_bytes: dense * per_param
+                + experts * per_expert_param
+                + transient
+                + self.fp8_weight_bytes(layers as f64, l),
             activation_bytes: in_flight as f64 * chunk_layers * per_layer + logits,
             in_flight,
             formula_bytes: 0.0,
@@ -509,8 +587,9 @@ impl Planner<'_> {
     fn formula_bytes(&self, l: &Layout) -> f64 {
         let input = self.input;
         let m = &input.model;
+        // A context rank holds the activations of its s / cp tokens.
         let (s, b, h, v) = (
-            m.seq as f64,
+            self.local_seq(l) as f64,
             l.micro_batch as f64,
             m.hidden as f64,
             m.vocab as f64,
@@ -541,7 +620,23 @@ impl Planner<'_> {
         if l.pp == 1 {
             act += 4.0 * sbh * (1.0 + v / h);
         }
-        weights + act / t
+        let fp8 = self.fp8_weight_bytes(layers / pp, l);
+        weights + act / t + fp8
+    }
+
+    /// Whether the linear layers run in FP8.
+    fn fp8(&self) -> bool {
+        self.input.ops.is_some_and(|o| o.fp8_gemm_flops.is_some())
+    }
+
+    /// Bytes of the FP8 weight copies a rank holding `layers` layers keeps
+    /// through a step (0 in bf16).
+    fn fp8_weight_bytes(&self, layers: f64, l: &Layout) -> f64 {
+        if !self.fp8() {
+            return 0.0;
+        }
+        let m = &self.input.model;
+        layers * m.matmul_params_per_layer() as f64 / l.tp as f64 * precision::FP8_WEIGHT_COPY_BYTES
     }
 
     /// The rank that needs the most memory, and what it holds.
@@ -551,16 +646,25 @@ impl Planner<'_> {
         let flash = input
             .ops
             .is_some_and(|o| o.attention == crate::model::opcost::Attention::Flash);
-        let per_layer = activation_bytes_of(
-            m,
-            m.seq,
-            l.micro_batch,
-            l.tp,
-            input.sequence_parallel,
-            input.recompute,
-            flash,
-        )
-        .unwrap_or(f64::INFINITY);
+        let per_layer = self.moe_activation_bytes(l, flash).unwrap_or_else(|| {
+            activation_bytes_of(
+                m,
+                self.local_seq(l),
+                l.micro_batch,
+                l.tp,
+                input.sequence_parallel,
+                input.recompute,
+                flash,
+            )
+            .unwrap_or(f64::INFINITY)
+        });
+        let per_layer = if self.fp8() && input.recompute != Recompute::Full {
+            let tokens = (l.micro_batch * self.local_seq(l)) as f64;
+            let (h, ffn, t) = (m.hidden as f64, m.ffn as f64, l.tp as f64);
+            per_layer - precision::saved_input_savings(tokens, h, ffn, t, input.sequence_parallel)
+        } else {
+            per_layer
+        };
         let peaks = self.peaks(l);
         let formula_bytes = self.formula_bytes(l);
         let mut most = (0..l.pp.max(1))
@@ -576,7 +680,8 @@ impl Planner<'_> {
                 in_flight: 0,
                 formula_bytes: 0.0,
             });
-        most.formula_bytes = formula_bytes;
+        // Megatron-LM's script counts no experts: no second count for an MoE.
+        most.formula_bytes = if m.moe.is_some() { 0.0 } else { formula_bytes };
         most
     }
 
@@ -587,8 +692,10 @@ impl Planner<'_> {
     fn hop_seconds(&self, l: &Layout, pp_wire: WireKind) -> f64 {
         let input = self.input;
         let m = &input.model;
-        let bytes =
-            l.micro_batch as f64 * m.seq as f64 * m.hidden as f64 * input.dtype_bytes as f64;
+        let bytes = l.micro_batch as f64
+            * self.local_seq(l) as f64
+            * m.hidden as f64
+            * input.dtype_bytes as f64;
         match pp_wire {
             WireKind::None => 0.0,
             WireKind::Intra => self.input.intra.message_seconds(bytes / l.tp as f64),
@@ -626,9 +733,12 @@ impl Planner<'_> {
                     w: k * layer.w,
                     comm_f: k * layer.comm_f,
                     comm_b: k * layer.comm_b,
+                    cp_f: k * layer.cp_f,
+                    cp_b: k * layer.cp_b,
                     dp_f: k * layer.dp_f + edge_f,
                     dp_b: k * layer.dp_b + edge_b,
                     dp_all: k * layer.dp_all,
+                    ep: k * layer.ep,
                     parts: ComputeParts::default(),
                 };
                 w.parts.add(&layer.parts, k);
@@ -651,7 +761,7 @@ impl Planner<'_> {
             }
             sum
         };
-        let load = |w: &StageWork| w.compute() + w.comm() + w.dp_f + w.dp_b;
+        let load = |w: &StageWork| w.compute() + w.comm() + w.cp() + w.dp_f + w.dp_b;
         let busiest = (0..l.pp)
             .map(rank_work)
             .max_by(|a, b| load(a).total_cmp(&load(b)))
@@ -677,7 +787,9 @@ impl Planner<'_> {
         let grad_bytes = memory.params * input.step.grad_bytes as f64;
         let param_bytes = memory.params * input.dtype_bytes as f64;
         let group = l.shard_group.max(1);
-        let wire = self.group_link(l.dp, l.tp);
+        // With context parallelism the gradients reduce over dp x cp.
+        let dp = l.grad_ranks();
+        let wire = self.group_link(dp, l.tp);
         let shard_wire = self.group_link(group, l.tp);
         let bucketed = match l.shard {
             Shard::None => Some(Collective::AllReduce),
@@ -689,19 +801,19 @@ impl Planner<'_> {
         // Of the collectives, what runs beside compute (and takes SMs from it).
         let mut dp_hidden = 0.0;
         if let Some(coll) = bucketed {
-            let whole = wire.seconds(coll, l.dp, grad_bytes as u64);
+            let whole = wire.seconds(coll, dp, grad_bytes as u64);
             dp_total += whole;
-            let exposed = if input.dp_overlap && l.dp > 1 && grad_bytes > 0.0 {
+            let exposed = if input.dp_overlap && dp > 1 && grad_bytes > 0.0 {
                 // The buckets fill in the rank's last backward, top layer first.
                 let (base, per_dp) = input.step.bucket_params;
                 let bucket = if base > 0.0 {
-                    base.max(per_dp * l.dp as f64) * input.step.grad_bytes as f64
+                    base.max(per_dp * dp as f64) * input.step.grad_bytes as f64
                 } else {
                     input.bucket_bytes
                 };
                 let n = (grad_bytes / bucket.max(1.0)).ceil().max(1.0);
-                let bucket_s = wire.seconds(coll, l.dp, (grad_bytes / n) as u64);
-                let backward = busiest.i + busiest.w + busiest.comm_b;
+                let bucket_s = wire.seconds(coll, dp, (grad_bytes / n) as u64);
+                let backward = busiest.i + busiest.w + busiest.comm_b + busiest.cp_b;
                 let layers = self.busiest_rank_layers(&l) as usize;
                 let ready = bucket_ready_times(pipeline, backward, layers, n as usize);
                 let buckets: Vec<(f64, f64)> = ready.into_iter().map(|t| (t, bucket_s)).collect();
@@ -725,8 +837,8 @@ impl Planner<'_> {
             dp_exposed += exposed;
             dp_hidden += gather - exposed;
         }
-        if l.shard != Shard::None && group < l.dp {
-            let replicas = l.dp / group;
+        if l.shard != Shard::None && group < dp {
+            let replicas = dp / group;
             let across = self
                 .group_link(replicas, l.tp.saturating_mul(group))
                 .seconds(
@@ -751,7 +863,17 @@ impl Planner<'_> {
         let pipeline_comm = micro * (busiest.dp_f + busiest.dp_b);
         // The sharded collectives the passes wait for are inside the
         // pipeline's time already.
-        let step = pipeline + (dp_exposed - pipeline_comm) + optimizer + dp_slowed;
+        // FP8: the weights' cast and transpose and the scale update, once a
+        // step at the first microbatch (on the critical path).
+        let fp8_step = match &input.ops {
+            Some(ops) if self.fp8() => {
+                let layers = self.busiest_rank_layers(&l) as f64;
+                let linear = layers * m.matmul_params_per_layer() as f64 / l.tp as f64;
+                ops.stream(precision::step_bytes(linear, layers))
+            }
+            _ => 0.0,
+        };
+        let step = pipeline + (dp_exposed - pipeline_comm) + optimizer + dp_slowed + fp8_step;
         let tokens = input.global_batch as f64 * m.seq as f64;
         let token_latency = self.token_latency(&l, tp_wire, pp_wire);
         let model_flops = m.train_flops(input.global_batch, m.seq, false);
@@ -763,10 +885,14 @@ impl Planner<'_> {
         };
         let mut parts = ComputeParts::default();
         parts.add(&busiest.parts, micro);
+        parts.memory_s += fp8_step;
         Costed {
             step_s: step,
-            compute_s: micro * busiest.compute(),
-            tp_comm_s: micro * busiest.comm(),
+            compute_s: micro * busiest.compute() + fp8_step,
+            tp_comm_s: micro * (busiest.comm() - busiest.ep),
+            ep_comm_s: micro * busiest.ep,
+            ep_dispatch: self.dispatch(&l),
+            cp_comm_s: micro * busiest.cp(),
             bubble_s: bubble,
             dp_comm_s: dp_exposed + dp_slowed,
             dp_comm_total_s: dp_total,

@@ -119,6 +119,11 @@ pub struct PlanInput {
     /// A GPT model's output layer has its own weights (Megatron's
     /// `--untie-embeddings-and-output-weights`); LLaMA's always has.
     pub untied_output: bool,
+    /// The busiest rank's routed tokens over the mean (1: balanced
+    /// routing): its expert GEMMs and its all-to-all take this much longer.
+    pub moe_imbalance: f64,
+    /// Largest context-parallel degree searched (1: none).
+    pub max_cp: u64,
 }
 
 impl PlanInput {
@@ -157,6 +162,8 @@ impl PlanInput {
             hybrid: false,
             step: StepModel::default(),
             untied_output: false,
+            moe_imbalance: 1.0,
+            max_cp: 1,
         }
     }
 }
@@ -172,15 +179,18 @@ pub enum PlanError {
     BadMemory(f64),
     #[error("{which} wire: bandwidth and latency must be finite, bandwidth above 0")]
     BadWire { which: &'static str },
-    #[error("dp={dp} x tp={tp} x pp={pp} is not the {gpus} devices planned for")]
+    #[error("dp={dp} x tp={tp}{} x pp={pp} is not the {gpus} devices planned for", if *cp > 1 { format!(" x cp={cp}") } else { String::new() })]
     LayoutWorld {
         dp: u64,
         tp: u64,
+        cp: u64,
         pp: u64,
         gpus: u64,
     },
     #[error("{gpus} devices is not a whole number of {per_node}-device nodes")]
     PartialNode { gpus: u64, per_node: u64 },
+    #[error("FP8 expert layers are not modelled: an MoE model plans in bf16")]
+    Fp8Experts,
 }
 
 pub(super) fn check_input(input: &PlanInput) -> Result<(), PlanError> {
@@ -226,6 +236,10 @@ pub(super) fn check_input(input: &PlanInput) -> Result<(), PlanError> {
             gpus: input.gpus,
             per_node: input.gpus_per_node,
         });
+    }
+    // The experts' GEMMs, casts and weight copies are costed in bf16 only.
+    if m.moe.is_some() && input.ops.is_some_and(|o| o.fp8_gemm_flops.is_some()) {
+        return Err(PlanError::Fp8Experts);
     }
     Ok(())
 }

@@ -12,6 +12,9 @@ pub struct Layout {
     pub dp: u64,
     /// Tensor-parallel degree.
     pub tp: u64,
+    /// Context-parallel degree: ranks one sequence is split over.
+    #[serde(default = "one")]
+    pub cp: u64,
     /// Pipeline stages (ranks of one pipeline).
     pub pp: u64,
     /// `none` (one stage), `gpipe`, `1f1b`, `interleaved`, `zb-h1`.
@@ -37,9 +40,27 @@ pub struct Layout {
     /// 0 or 1 without sharding.
     #[serde(default)]
     pub shard_group: u64,
+    /// Expert-parallel degree (1 for a dense model), and the tensor
+    /// degree of the experts; the experts' data-parallel degree is
+    /// `dp tp / (etp ep)` (Megatron-Core's `parallel_state`).
+    #[serde(default = "one")]
+    pub ep: u64,
+    #[serde(default = "one")]
+    pub etp: u64,
+}
+
+fn one() -> u64 {
+    1
 }
 
 impl Layout {
+    /// The ranks the gradients reduce over (and the distributed optimizer
+    /// shards over): Megatron-Core's data-parallel group with context
+    /// parallelism, `dp x cp`.
+    pub fn grad_ranks(&self) -> u64 {
+        self.dp.saturating_mul(self.cp.max(1))
+    }
+
     /// The layers of each of the `pp x chunks` stages, in pipeline order.
     pub fn stage_layers(&self, layers: u64) -> Vec<u64> {
         let stages = self.pp.saturating_mul(self.chunks).max(1);
@@ -77,7 +98,11 @@ pub fn uneven_split(layers: u64, stages: u64) -> Option<(u64, u64)> {
 
 impl std::fmt::Display for Layout {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "dp={} tp={} pp={}", self.dp, self.tp, self.pp)?;
+        write!(f, "dp={} tp={}", self.dp, self.tp)?;
+        if self.cp > 1 {
+            write!(f, " cp={}", self.cp)?;
+        }
+        write!(f, " pp={}", self.pp)?;
         if self.schedule.is_empty() {
             return Ok(());
         }
@@ -92,6 +117,12 @@ impl std::fmt::Display for Layout {
                 " layers first={} last={}",
                 self.first_stage_layers, self.last_stage_layers
             )?;
+        }
+        if self.ep > 1 {
+            write!(f, " ep={}", self.ep)?;
+        }
+        if self.ep > 1 && self.etp != self.tp {
+            write!(f, " etp={}", self.etp)?;
         }
         if self.shard != Shard::None {
             write!(f, " shard={}", self.shard.name())?;
@@ -132,16 +163,24 @@ pub fn group_wire(group_size: u64, span: u64, per_node: u64) -> WireKind {
     }
 }
 
-/// Megatron's order places tensor ranks innermost, then data, then pipeline.
+/// Megatron's order places tensor ranks innermost, then context, then
+/// data, then pipeline (Megatron-Core's `tp-cp-ep-dp-pp`).
 pub(super) fn wires_of(l: &Layout, per_node: u64) -> (WireKind, WireKind, WireKind) {
     let tp = group_wire(l.tp, l.tp, per_node);
-    let dp = group_wire(l.dp, l.tp.saturating_mul(l.dp), per_node);
+    let tcp = l.tp.saturating_mul(l.cp.max(1));
+    // The gradients reduce over dp x cp ranks, spanning tp x cp x dp.
+    let dp = group_wire(l.grad_ranks(), tcp.saturating_mul(l.dp), per_node);
     let pp = group_wire(
         l.pp,
-        l.tp.saturating_mul(l.dp).saturating_mul(l.pp),
+        tcp.saturating_mul(l.dp).saturating_mul(l.pp),
         per_node,
     );
     (tp, dp, pp)
+}
+
+/// The wire of a layout's context-parallel group (`cp` ranks `tp` apart).
+pub(super) fn cp_wire(l: &Layout, per_node: u64) -> WireKind {
+    group_wire(l.cp, l.tp.saturating_mul(l.cp), per_node)
 }
 
 /// The schedule of a one-stage layout: nothing to choose (costed as 1F1B,

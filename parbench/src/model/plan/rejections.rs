@@ -119,6 +119,7 @@ impl LayoutRanking {
                 Loss::Bubble => first.bubble_s,
                 Loss::TpComm => first.tp_comm_s,
                 Loss::DpComm => first.dp_comm_s,
+                Loss::EpComm => first.ep_comm_s,
             };
             let best = self.ranked.first().map_or(f64::NAN, |b| b.tokens_per_s);
             out.push(LossGroup {

@@ -39,6 +39,7 @@ fn equal_stages(layers: u64) -> Preset {
         ffn: 256,
         seq: 8,
         vocab: 0,
+        moe: None,
     }
 }
 
@@ -437,6 +438,7 @@ fn layers_that_do_not_divide_split_megatrons_way() {
     let l = Layout {
         dp: 1,
         tp: 8,
+        cp: 1,
         pp: 16,
         schedule: "1f1b".into(),
         chunks: 1,
@@ -446,6 +448,8 @@ fn layers_that_do_not_divide_split_megatrons_way() {
         last_stage_layers: 7,
         shard: Shard::None,
         shard_group: 1,
+        ep: 1,
+        etp: 1,
     };
     let stages = l.stage_layers(126);
     assert_eq!(stages.len(), 16);
@@ -713,6 +717,7 @@ fn megatrons_formula_by_hand() {
         ffn: 4096,
         seq: 2048,
         vocab: 32000,
+        moe: None,
     };
     let mut input = on_device(model, 64, 16);
     input.memory_bytes = None;
@@ -806,4 +811,122 @@ fn overlap_trades_exposure_for_slower_compute_and_the_host_can_bind() {
     // 36 launches a layer a microbatch at 1 ms each, one microbatch.
     assert!(bound.compute_s >= 36e-3 * layers, "{}", bound.compute_s);
     assert!(free.compute_s < 1e-3);
+}
+
+/// Context parallelism: a cp layout's activations are `1/cp` of the
+/// same layout without it, its gradients reduce over `dp x cp`, its parts
+/// (with the exchange) add up to the step, and the search tries cp only
+/// up to `max_cp`.
+#[test]
+fn context_parallel_layouts_split_the_sequence() {
+    let mut m = preset("llama3-8b");
+    m.seq = 32768;
+    let mut input = on_device(m, 64, 64);
+    input.memory_bytes = None;
+    input.sequence_parallel = true;
+    input.distributed_optimizer = true;
+    let named = |input: &PlanInput, dp, cp| {
+        let q = LayoutQuery {
+            dp,
+            tp: 2,
+            cp,
+            pp: 1,
+            micro_batch: Some(1),
+            ..LayoutQuery::default()
+        };
+        plan_layout(input, &q).unwrap().ranked.remove(0)
+    };
+    let flat = named(&input, 32, 1);
+    let split = named(&input, 8, 4);
+    assert_eq!(split.layout.grad_ranks(), 32);
+    assert_eq!(split.layout.shard_group, 32, "ZeRO-1 over dp x cp");
+    let per_mb = |c: &Costed| c.memory.activation_bytes / c.memory.in_flight.max(1) as f64;
+    // Logits scale with the tokens too; everything per token is 1/cp.
+    assert!((per_mb(&split) * 4.0 / per_mb(&flat) - 1.0).abs() < 0.02);
+    assert!(split.cp_comm_s > 0.0 && flat.cp_comm_s == 0.0);
+    let parts = split.compute_s
+        + split.tp_comm_s
+        + split.cp_comm_s
+        + split.bubble_s
+        + split.dp_comm_s
+        + split.optimizer_s;
+    assert!(
+        (parts - split.step_s).abs() < 1e-9 * split.step_s,
+        "{split:?}"
+    );
+    // A ring across nodes exposes more than one inside a node.
+    let across = {
+        let mut i = input.clone();
+        i.gpus_per_node = 4;
+        named(&i, 8, 4)
+    };
+    assert!(across.cp_comm_s > split.cp_comm_s);
+    let searched = plan(&input).unwrap();
+    assert!(searched.ranked.iter().all(|c| c.layout.cp == 1));
+    input.max_cp = 4;
+    let searched = plan(&input).unwrap();
+    assert!(searched.ranked.iter().any(|c| c.layout.cp == 4));
+    assert!(searched.ranked.iter().all(|c| c.layout.cp <= 4));
+}
+
+/// FP8 linear layers: the GEMMs twice as fast, the step faster but not
+/// twice (attention, logits and norms stay, casts are added), and the
+/// FP8 weight copies held.
+#[test]
+fn fp8_speeds_the_linear_layers_only() {
+    let mut input = on_device(preset("llama3-8b"), 64, 8);
+    input.memory_bytes = None;
+    let q = LayoutQuery {
+        dp: 8,
+        tp: 1,
+        pp: 1,
+        micro_batch: Some(1),
+        ..LayoutQuery::default()
+    };
+    let bf16 = plan_layout(&input, &q).unwrap().ranked.remove(0);
+    if let Some(ops) = input.ops.as_mut() {
+        ops.fp8_gemm_flops = Some(2.0 * ops.gemm_flops);
+    }
+    let fp8 = plan_layout(&input, &q).unwrap().ranked.remove(0);
+    let (pb, pf) = (bf16.compute_parts.unwrap(), fp8.compute_parts.unwrap());
+    assert!(pf.gemm_s < 0.6 * pb.gemm_s && pf.gemm_s > 0.45 * pb.gemm_s);
+    assert_eq!(pf.attention_s, pb.attention_s);
+    assert_eq!(pf.logits_s, pb.logits_s);
+    assert!(pf.memory_s > pb.memory_s, "the casts");
+    assert!(fp8.step_s < bf16.step_s && fp8.step_s > 0.5 * bf16.step_s);
+    let linear = 32.0 * input.model.matmul_params_per_layer() as f64;
+    let extra = fp8.memory.states_bytes - bf16.memory.states_bytes;
+    assert!(
+        (extra - 2.0 * linear).abs() < 1e-6 * extra,
+        "{extra} {linear}"
+    );
+}
+
+/// An MoE model's layouts with `cp > 1` are rejected with the reason, and
+/// FP8 with experts is an input error: neither is costed.
+#[test]
+fn moe_refuses_context_parallelism_and_fp8() {
+    let mut input = on_device(preset("mixtral-8x7b"), 64, 16);
+    input.memory_bytes = None;
+    let q = LayoutQuery {
+        dp: 4,
+        tp: 2,
+        cp: 2,
+        pp: 1,
+        ep: Some(8),
+        micro_batch: Some(1),
+        ..LayoutQuery::default()
+    };
+    let named = plan_layout(&input, &q).unwrap();
+    assert!(named.ranked.is_empty());
+    assert!(named.rejected.iter().any(|r| matches!(&r.reason,
+        Rejection::InvalidSplit { rule } if rule.contains("MoE model is not modelled"))));
+    input.max_cp = 2;
+    let searched = plan(&input).unwrap();
+    assert!(!searched.ranked.is_empty());
+    assert!(searched.ranked.iter().all(|c| c.layout.cp == 1));
+    if let Some(ops) = input.ops.as_mut() {
+        ops.fp8_gemm_flops = Some(2.0 * ops.gemm_flops);
+    }
+    assert!(matches!(plan(&input), Err(PlanError::Fp8Experts)));
 }

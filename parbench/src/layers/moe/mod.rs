@@ -1,0 +1,157 @@
+//! A mixture-of-experts block split across `ep` expert-parallel ranks and
+//! run for real: what `bench-layers --experts` times and checks.
+//!
+//! The block replaces a transformer layer's MLP (as in Mixtral, DeepSeek,
+//! Qwen3-MoE): a router GEMM gives each token a logit per expert, the top
+//! `k` experts are kept and their logits softmaxed into gate weights, each
+//! token's hidden state is dispatched (all-to-all) to the ranks holding its
+//! experts, every expert runs its gated MLP (SwiGLU) on the tokens it got,
+//! one GEMM per expert over all of them (Megatron's sequential grouped
+//! GEMM), the results come back (all-to-all) and are combined with the gate
+//! weights; shared experts, when there are any, run on every token of their
+//! rank beside the routed ones; the residual is added. Train mode runs the
+//! backward through all of it, with the two all-to-alls in reverse.
+//!
+//! Expert parallelism alone: rank `r` of `ep` holds experts
+//! `r E/ep .. (r+1) E/ep` and the tokens `r N/ep .. (r+1) N/ep` of the call
+//! (the token split of data parallelism inside the EP group); the router
+//! and the shared experts are replicated. No token is dropped (no capacity
+//! factor).
+//!
+//! Parts, one job each: [`MoeConfig`] (sizes, validated against `ep`),
+//! `layout` (every tensor's shape, split and seeded values), `routing`
+//! (top-k and its gradient), `exchange` (the all-to-all of rows), `block`
+//! (one rank's shard, forward and backward), `check` (against the
+//! unsharded block) and `run` (the timed loop and the figures across ranks).
+
+mod block;
+mod check;
+mod exchange;
+mod layout;
+mod routing;
+mod run;
+
+pub use block::MoeBlock;
+pub use check::check_moe;
+pub use layout::MoeSpecs;
+pub use routing::{routing_gap, top_k, Routing};
+pub use run::{run_ep, MoeOutcome, MoeTiming};
+
+use super::{LayerError, LayerResult, Mode};
+
+/// The sizes of one MoE block and of the tokens it runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MoeConfig {
+    /// Model width `h`.
+    pub hidden: usize,
+    /// Each expert's MLP width `F` (its gate and up projections are `h x F`).
+    pub ffn: usize,
+    /// Routed experts `E`.
+    pub experts: usize,
+    /// Experts each token is routed to.
+    pub topk: usize,
+    /// Shared experts, each of width `F`, that see every token.
+    pub shared: usize,
+    /// Tokens of one block call, all ranks together.
+    pub tokens: usize,
+    pub mode: Mode,
+}
+
+impl MoeConfig {
+    /// Experts each rank holds at `ep` ranks.
+    pub fn local_experts(&self, ep: usize) -> usize {
+        self.experts / ep.max(1)
+    }
+
+    /// Tokens each rank holds at `ep` ranks.
+    pub fn local_tokens(&self, ep: usize) -> usize {
+        self.tokens / ep.max(1)
+    }
+
+    /// Checks that the block splits across `ep` ranks; the error names the
+    /// size that does not divide.
+    pub fn validate(&self, ep: usize) -> LayerResult<()> {
+        let bad = |m: String| Err(LayerError::Config(m));
+        if ep == 0 {
+            return bad("expert-parallel degree must be at least 1".into());
+        }
+        for (name, v) in [
+            ("hidden", self.hidden),
+            ("expert ffn", self.ffn),
+            ("experts", self.experts),
+            ("topk", self.topk),
+            ("tokens", self.tokens),
+        ] {
+            if v == 0 {
+                return bad(format!("{name} must be at least 1"));
+            }
+        }
+        if self.topk > self.experts {
+            return bad(format!(
+                "topk {} is more than the {} experts",
+                self.topk, self.experts
+            ));
+        }
+        let w = |v: usize| v as u128;
+        let largest = [
+            w(self.experts) * w(self.hidden) * w(self.ffn) * 3,
+            w(self.tokens) * w(self.topk) * (w(self.hidden) + 3 * w(self.ffn)),
+            w(self.tokens) * w(self.shared) * w(self.ffn) * 3,
+        ];
+        if largest.iter().any(|&n| n > (isize::MAX as u128) / 8) {
+            return bad("sizes overflow the address space".into());
+        }
+        if !self.experts.is_multiple_of(ep) {
+            return bad(format!(
+                "ep {ep} does not divide the {} experts: each rank must hold whole experts",
+                self.experts
+            ));
+        }
+        if !self.tokens.is_multiple_of(ep) {
+            return bad(format!(
+                "ep {ep} does not divide the {} tokens of a block call",
+                self.tokens
+            ));
+        }
+        Ok(())
+    }
+
+    /// Matrix-product FLOPs of one block call on all ranks together: the
+    /// router, the `k` routed experts of each token and the shared experts
+    /// (forward; three times that in train mode).
+    pub fn flops(&self) -> f64 {
+        let (n, h, f) = (self.tokens as f64, self.hidden as f64, self.ffn as f64);
+        let per_expert_token = 2.0 * 3.0 * h * f;
+        let fwd = 2.0 * n * h * self.experts as f64
+            + n * (self.topk + self.shared) as f64 * per_expert_token;
+        match self.mode {
+            Mode::Forward => fwd,
+            Mode::Train => 3.0 * fwd,
+        }
+    }
+
+    /// Bytes one rank of `ep` holds at once with `elem`-byte values, and
+    /// what the check's unsharded block adds on rank 0 (when `check`): an
+    /// estimate from the weights (doubled by gradients in train mode) and
+    /// the activations of a balanced routing, in u128 so that nothing
+    /// overflows before it is refused.
+    pub fn memory_bytes(&self, ep: usize, elem: u128, check: bool) -> (u128, u128) {
+        let one = |ep: u128| -> u128 {
+            let w = |v: usize| v as u128;
+            let (h, f, e, s) = (w(self.hidden), w(self.ffn), w(self.experts), w(self.shared));
+            let n = w(self.tokens) / ep.max(1);
+            let k = w(self.topk);
+            let params = h * e + 3 * h * f * (e / ep.max(1) + s);
+            // Rows sent and received, expert activations, shared activations.
+            let acts = n * k * (4 * h + 6 * f) + n * (4 * h + 6 * s * f) + n * e * 2;
+            let train = u128::from(self.mode == Mode::Train);
+            (params + acts) * (1 + train) * elem
+        };
+        let rank = one(ep as u128);
+        let extra = if check { 2 * one(1) } else { 0 };
+        (rank, extra)
+    }
+}
+
+#[cfg(test)]
+mod tests;

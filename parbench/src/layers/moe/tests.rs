@@ -1,0 +1,225 @@
+use super::*;
+use crate::comm::{Communicator, DType};
+use crate::compute::cpu::CpuCompute;
+use crate::compute::Compute;
+use crate::layers::block::PhaseClock;
+use crate::layers::run::RunOptions;
+
+fn cfg(mode: Mode, shared: usize) -> MoeConfig {
+    MoeConfig {
+        hidden: 16,
+        ffn: 8,
+        experts: 8,
+        topk: 2,
+        shared,
+        tokens: 32,
+        mode,
+    }
+}
+
+fn host(dev: &CpuCompute, b: &crate::comm::HostBuffer) -> Vec<f32> {
+    let mut v = vec![0f32; b.count(dev.dtype())];
+    dev.download(b, &mut v).unwrap();
+    v
+}
+
+#[test]
+fn validation_names_what_does_not_fit() {
+    assert!(cfg(Mode::Forward, 0).validate(8).is_ok());
+    let e = cfg(Mode::Forward, 0).validate(3).unwrap_err().to_string();
+    assert!(e.contains("8 experts"), "{e}");
+    let mut c = cfg(Mode::Forward, 0);
+    c.topk = 9;
+    assert!(c.validate(1).unwrap_err().to_string().contains("topk 9"));
+    let mut c = cfg(Mode::Forward, 0);
+    c.tokens = 30;
+    assert!(c.validate(4).unwrap_err().to_string().contains("30 tokens"));
+    c.tokens = usize::MAX / 2;
+    assert!(c.validate(1).is_err());
+    c = cfg(Mode::Forward, 0);
+    c.experts = 0;
+    assert!(c.validate(1).is_err());
+}
+
+#[test]
+fn top_k_breaks_ties_to_the_lower_expert_and_gates_sum_to_one() {
+    let logits = [0.5, 2.0, 2.0, -1.0, 1.0, f32::NAN, 3.0, 3.0];
+    let picks = top_k(&logits, 4, 2);
+    assert_eq!(picks, vec![1, 2, 2, 3]);
+    let r = Routing::new(&logits, 4, 2, picks.clone());
+    assert!((r.gates[0] - 0.5).abs() < 1e-6 && (r.gates[1] - 0.5).abs() < 1e-6);
+    assert_eq!(routing_gap(&logits[..4], 4, 2, &picks[..2]), 0.0);
+    // Picking expert 0 (0.5) over expert 2 (2.0) is 1.5 off, over a scale of 2.
+    assert!((routing_gap(&logits[..4], 4, 2, &[1, 0]) - 0.75).abs() < 1e-9);
+}
+
+#[test]
+fn imbalance_is_max_over_mean() {
+    assert_eq!(run::imbalance(&[2, 2, 2, 2]), 1.0);
+    assert_eq!(run::imbalance(&[4, 2, 1, 1]), 2.0);
+    assert_eq!(run::imbalance(&[]), 1.0);
+}
+
+/// The expert-parallel block equals the unsharded one (forward and train,
+/// with and without shared experts) at every degree that divides 8 experts.
+#[test]
+fn expert_parallel_block_matches_the_unsharded_one_on_local_ranks() {
+    for (mode, shared) in [(Mode::Forward, 0), (Mode::Train, 1)] {
+        for ep in [1, 2, 4, 8] {
+            let c = cfg(mode, shared);
+            let outs = crate::layers::on_local_ranks(ep, |comm| {
+                let dev = CpuCompute::new(DType::F32, 1).unwrap();
+                let opts = RunOptions {
+                    warmup: 0,
+                    iters: 1,
+                    check: true,
+                    seed: 9,
+                };
+                run_ep(&dev, comm, &c, &opts).unwrap()
+            });
+            let o = &outs[0];
+            let check = o.check.as_ref().unwrap();
+            assert!(check.passed(), "ep {ep} {mode}: {:?}", check.tensors);
+            let want = if mode == Mode::Train { 8 } else { 2 };
+            assert_eq!(check.tensors.len(), want, "{:?}", check.tensors);
+            assert_eq!(o.rows_per_rank.iter().sum::<usize>(), 32 * 2);
+            assert!(o.imbalance() >= 1.0);
+            if ep == 1 {
+                assert_eq!(o.timing.a2a_us, 0.0);
+            }
+        }
+    }
+}
+
+/// A wrong expert weight on one rank is caught.
+#[test]
+fn the_check_fails_a_block_that_computes_something_else() {
+    let c = cfg(Mode::Forward, 0);
+    let errs = crate::layers::on_local_ranks(2, |comm| {
+        let dev = CpuCompute::new(DType::F32, 1).unwrap();
+        let mut b = MoeBlock::new(&dev, &c, 2, comm.rank(), 5).unwrap();
+        if comm.rank() == 1 {
+            let w = b.tensor_mut(2);
+            let mut v = host(&dev, w);
+            for x in v.iter_mut() {
+                *x *= 1.01;
+            }
+            dev.upload(&v, w).unwrap();
+        }
+        b.forward(&dev, comm, &mut PhaseClock::new()).unwrap();
+        check_moe(&dev, comm, &b, 5).unwrap()
+    });
+    assert!(!errs[0].passed(), "{:?}", errs[0].tensors);
+}
+
+/// The unsharded backward's gradients against central differences of
+/// loss = sum(dy * y), with the routing held fixed.
+#[test]
+fn backward_matches_finite_differences() {
+    crate::layers::on_local_ranks(1, |comm| {
+        let dev = CpuCompute::new(DType::F32, 1).unwrap();
+        let c = MoeConfig {
+            tokens: 6,
+            ..cfg(Mode::Train, 1)
+        };
+        let mut b = MoeBlock::new(&dev, &c, 1, 0, 3).unwrap();
+        let mut clock = PhaseClock::new();
+        b.forward(&dev, comm, &mut clock).unwrap();
+        b.force_routing(b.picks().unwrap().to_vec()).unwrap();
+        b.backward(&dev, comm, &mut clock).unwrap();
+        let dy = MoeSpecs::new(&c).dy.shard_values(3, 1, 0);
+        let loss = |b: &mut MoeBlock<CpuCompute>, comm: &mut crate::comm::LocalComm| -> f64 {
+            b.forward(&dev, comm, &mut PhaseClock::new()).unwrap();
+            let y = host(&dev, b.output());
+            y.iter().zip(&dy).map(|(a, b)| *a as f64 * *b as f64).sum()
+        };
+        let step = 1e-2f32;
+        for which in 0..6 {
+            let analytic = if which < 5 {
+                host(&dev, &b.param_grads().unwrap()[which])
+            } else {
+                host(&dev, b.input_grad().unwrap())
+            };
+            let n = analytic.len();
+            for i in (0..n).step_by((n / 7).max(1)) {
+                let mut fd = 0f64;
+                for sign in [1f32, -1.0] {
+                    let mut v = host(&dev, b.tensor_mut(which));
+                    let orig = v[i];
+                    v[i] = orig + sign * step;
+                    dev.upload(&v, b.tensor_mut(which)).unwrap();
+                    fd += sign as f64 * loss(&mut b, comm);
+                    v[i] = orig;
+                    dev.upload(&v, b.tensor_mut(which)).unwrap();
+                }
+                fd /= 2.0 * step as f64;
+                let err = (fd - analytic[i] as f64).abs();
+                assert!(
+                    err <= 2e-2 * fd.abs() + 2e-4,
+                    "tensor {which} element {i}: analytic {} vs numeric {fd}",
+                    analytic[i]
+                );
+            }
+        }
+    });
+}
+
+/// Forward and train at `ep = comm.world()` on `dtype`, checked.
+fn checked_on<M>(comm: &mut M, dtype: DType) -> Vec<(Mode, f64)>
+where
+    M: Communicator<Buffer = crate::comm::HostBuffer>,
+{
+    let dev = CpuCompute::new(dtype, 1).unwrap();
+    let opts = RunOptions {
+        warmup: 0,
+        iters: 1,
+        check: true,
+        seed: 11,
+    };
+    [(Mode::Forward, 0), (Mode::Train, 2)]
+        .into_iter()
+        .map(|(mode, shared)| {
+            let o = run_ep(&dev, comm, &cfg(mode, shared), &opts).unwrap();
+            let c = o.check.unwrap();
+            assert!(c.passed(), "{dtype} {mode}: {:?}", c.tensors);
+            (mode, c.max_err)
+        })
+        .collect()
+}
+
+#[test]
+fn bfloat16_storage_stays_within_its_tolerance() {
+    crate::layers::on_local_ranks(4, |comm| checked_on(comm, DType::BF16));
+}
+
+/// The same check with every rank a process on the tcp backend, at EP 2,
+/// 4 and 8 (the test binary re-run as the ranks of a job).
+#[test]
+fn expert_parallel_block_matches_the_unsharded_one_on_tcp() {
+    const NAME: &str = "layers::moe::tests::expert_parallel_block_matches_the_unsharded_one_on_tcp";
+    const ROLE: &str = "PARBENCH_MOE_TEST_ROLE";
+    if std::env::var(ROLE).is_ok() {
+        let info = crate::rendezvous::RankInfo::from_env()
+            .expect("launch variables")
+            .expect("a rank");
+        let mut comm = crate::comm::tcp::comm(
+            &info,
+            crate::comm::Algo::Auto,
+            std::time::Duration::from_secs(60),
+        )
+        .expect("tcp ranks");
+        checked_on(&mut comm, DType::F32);
+        return;
+    }
+    let exe = std::env::current_exe().expect("test binary");
+    for world in [2, 4, 8] {
+        let status = crate::launch::LocalJob::new(
+            world,
+            &exe,
+            [NAME, "--exact", "--nocapture", "--test-threads=1"],
+        )
+        .env(ROLE, "tcp")
+        .run();
+        assert!(status.is_ok_and(|s| s.success()), "tcp ep {world}");
+    }
+}
