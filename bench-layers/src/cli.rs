@@ -534,20 +534,6 @@ mod tests {
         assert_eq!(cp.config.method.name(), "a2a");
         assert_eq!(cp.config.head_dim, 512 / 4);
         for (args, needle) in [
-            (&["--cp", "4", "--seq", "12"][..], "seq 12"),
-            (
-                &[
-                    "--cp",
-                    "4",
-                    "--heads",
-                    "6",
-                    "--hidden",
-                    "96",
-                    "--cp-comm-type",
-                    "a2a",
-                ][..],
-                "heads 6",
-            ),
             (
                 &["--cp", "2", "--cp-comm-type", "ring"][..],
                 "--cp-comm-type",
