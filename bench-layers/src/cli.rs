@@ -3,6 +3,7 @@
 
 use clap::Parser;
 use parbench::comm::DType;
+use parbench::layers::cp::{CpComm, CpConfig};
 use parbench::layers::moe::MoeConfig;
 use parbench::layers::{BlockConfig, BlockShape, Mode};
 use parbench::model::{LinkParams, Preset};
@@ -78,6 +79,15 @@ pub struct Cli {
     pub link: Option<String>,
     #[arg(long = vocab::no_check::LONG, help = vocab::no_check::HELP, help_heading = "Sweep")]
     pub no_check: bool,
+    /// Context-parallel degrees to sweep, comma-separated: the causal
+    /// attention alone, the sequence split over C ranks (2C chunks, rank i
+    /// holding chunks i and 2C-1-i), instead of the tensor-parallel block.
+    #[arg(long, value_name = "LIST", help_heading = "Context parallelism")]
+    pub cp: Option<String>,
+    /// How --cp moves keys and values: p2p (a ring overlapped with the
+    /// attention), all_gather, or a2a (DeepSpeed-Ulysses). Default p2p.
+    #[arg(long, value_name = "METHOD", help_heading = "Context parallelism")]
+    pub cp_comm_type: Option<String>,
 
     /// Routed experts: runs a mixture-of-experts block under expert
     /// parallelism (--ep) instead of the tensor-parallel block.
@@ -133,6 +143,16 @@ pub struct LayerJob {
     /// The MoE block of `--experts`: then `tps` holds the expert-parallel
     /// degrees, and the dense block's shape only lends its sizes.
     pub moe: Option<MoeConfig>,
+    /// `--cp`: the context-parallel attention at these degrees (then `tps`
+    /// holds the same degrees, the ranks each one runs on).
+    pub cp: Option<CpJob>,
+}
+
+/// What `--cp` asks for, checked.
+#[derive(Clone, Debug)]
+pub struct CpJob {
+    pub degrees: Vec<usize>,
+    pub config: CpConfig,
 }
 
 impl LayerJob {
@@ -244,15 +264,23 @@ impl Cli {
             Some(n) => n,
             None => default_ranks.max(1),
         };
+        if self.experts.is_some() && self.cp.is_some() {
+            return usage(
+                "--cp with --experts: --cp runs the attention alone, --experts the MoE block",
+            );
+        }
+        let cp = self.cp_job(&block)?;
         let moe = self.moe(&block)?;
-        let (flag, list) = match moe {
-            Some(_) => ("--ep", &self.ep),
-            None => ("--tp", &self.tp),
+        let (flag, list) = match (moe, &cp) {
+            (Some(_), _) => ("--ep", &self.ep),
+            (None, Some(_)) => ("--cp", &self.cp),
+            (None, None) => ("--tp", &self.tp),
         };
-        let tps = match list {
-            Some(s) => parse_degrees(flag, s)?,
+        let tps = match (&cp, list) {
+            (Some(cp), _) => cp.degrees.clone(),
+            (None, Some(s)) => parse_degrees(flag, s)?,
             // The default MoE degrees are those that split the experts and tokens.
-            None => [1, 2, 4, 8]
+            (None, None) => [1, 2, 4, 8]
                 .into_iter()
                 .filter(|&t| t <= ranks && moe.is_none_or(|m| m.validate(t).is_ok()))
                 .collect(),
@@ -265,11 +293,13 @@ impl Cli {
             ));
         }
         for &t in &tps {
-            match &moe {
-                Some(m) => m
+            match (&moe, &cp) {
+                (Some(m), _) => m
                     .validate(t)
                     .map_err(|e| UsageError(format!("--ep {t}: {e}")))?,
-                None => block
+                // cp_job checked its degrees against the attention's shape.
+                (None, Some(_)) => {}
+                (None, None) => block
                     .validate(t)
                     .map_err(|e| UsageError(format!("--tp {t}: {e}")))?,
             }
@@ -306,7 +336,67 @@ impl Cli {
             out: self.out.clone(),
             timeout,
             moe,
+            cp,
         })
+    }
+
+    /// `--cp` and `--cp-comm-type`, checked against the block's sizes and
+    /// the flags that do not apply to the attention alone.
+    fn cp_job(&self, block: &BlockConfig) -> Result<Option<CpJob>, UsageError> {
+        let Some(list) = &self.cp else {
+            if self.cp_comm_type.is_some() {
+                return usage("--cp-comm-type: only with --cp");
+            }
+            return Ok(None);
+        };
+        let degrees = parse_degrees("--cp", list)?;
+        let method: CpComm = self
+            .cp_comm_type
+            .as_deref()
+            .unwrap_or("p2p")
+            .parse()
+            .map_err(|e| UsageError(format!("--cp-comm-type: {e}")))?;
+        let refused = [
+            (self.tp.is_some(), "--tp"),
+            (block.mode != Mode::Forward, "--mode train"),
+            (block.decode, "--mode decode"),
+            (self.sequence_parallel, "--sequence-parallel"),
+            (self.link.is_some(), "--link"),
+        ];
+        if let Some((_, flag)) = refused.iter().find(|(given, _)| *given) {
+            return usage(format!(
+                "--cp runs the causal attention alone, forward: {flag} does not apply to it"
+            ));
+        }
+        if let Some(d) = &self.dtype {
+            if d.parse::<DType>() != Ok(DType::F32) {
+                return usage(format!("--cp computes in float on the host: --dtype {d}"));
+            }
+        }
+        let s = &block.shape;
+        if !s.hidden.is_multiple_of(s.heads) {
+            return usage(format!(
+                "--cp: hidden {} is not a multiple of heads {}",
+                s.hidden, s.heads
+            ));
+        }
+        let config = CpConfig {
+            seq: s.seq,
+            heads: s.heads,
+            head_dim: s.hidden / s.heads,
+            batch: s.batch,
+            method,
+        };
+        for &c in &degrees {
+            config.validate(c).map_err(|e| {
+                let detail = match e {
+                    parbench::layers::LayerError::Config(m) => m,
+                    other => other.to_string(),
+                };
+                UsageError(format!("--cp {c}: {detail}"))
+            })?;
+        }
+        Ok(Some(CpJob { degrees, config }))
     }
 
     /// The MoE block the flags ask for (`None` without --experts), its
@@ -435,6 +525,32 @@ mod tests {
     }
 
     #[test]
+    fn cp_takes_its_degrees_and_method_and_refuses_what_does_not_split() {
+        let p = cli(&["--cp", "1,2,4", "--cp-comm-type", "a2a", "--heads", "4"])
+            .job(2)
+            .unwrap();
+        let cp = p.cp.unwrap();
+        assert_eq!((cp.degrees.clone(), p.tps), (vec![1, 2, 4], vec![1, 2, 4]));
+        assert_eq!(cp.config.method.name(), "a2a");
+        assert_eq!(cp.config.head_dim, 512 / 4);
+        for (args, needle) in [
+            (
+                &["--cp", "2", "--cp-comm-type", "ring"][..],
+                "--cp-comm-type",
+            ),
+            (&["--cp-comm-type", "p2p"][..], "only with --cp"),
+            (&["--cp", "2,x"][..], "--cp"),
+            (&["--cp", "2", "--tp", "2"][..], "--tp"),
+            (&["--cp", "2", "--mode", "train"][..], "--mode train"),
+            (&["--cp", "2", "--dtype", "bfloat16"][..], "--dtype"),
+        ] {
+            let e = cli(args).job(8).unwrap_err().0;
+            assert!(e.contains(needle), "{args:?}: {e}");
+            assert!(!e.contains('\n'), "{e}");
+        }
+    }
+
+    #[test]
     fn experts_sweep_the_expert_parallel_degrees() {
         let p = cli(&["--experts", "8", "--topk", "2", "--ep", "1,2,4"])
             .job(2)
@@ -469,6 +585,7 @@ mod tests {
             (&["--ep", "2"][..], "--ep needs --experts"),
             (&["--experts", "8", "--ep", "2,x"][..], "--ep"),
             (&["--experts", "8", "--tp", "2"][..], "--tp with --experts"),
+            (&["--experts", "8", "--cp", "2"][..], "--cp with --experts"),
             (&["--experts", "8", "--mode", "decode"][..], "--experts"),
             (
                 &["--experts", "8", "--seq", "6", "--ep", "4"][..],

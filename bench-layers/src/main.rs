@@ -26,6 +26,7 @@
 //! machine and TP = 1 uses every core.
 
 mod cli;
+mod cp;
 mod moe;
 mod output;
 mod sweep;
@@ -104,6 +105,9 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
     let mut chosen = Vec::with_capacity(plan.tps.len());
     for &t in &plan.tps {
         chosen.push(ranks_of(&plan, rank.clone(), t, None)?);
+    }
+    if let (Some(job), false) = (&plan.cp, chosen.is_empty()) {
+        return cp::run(&plan, job, chosen.swap_remove(0));
     }
     if let (Some(moe), false) = (plan.moe, chosen.is_empty()) {
         check_gpus(&plan)?;
@@ -455,40 +459,51 @@ fn tcp_launch(plan: &LayerJob) -> anyhow::Result<()> {
     preflight(plan, true, |t| t)?;
     let world = plan.tps.iter().copied().max().unwrap_or(1);
     let run_id = new_run_id("layers");
-    let dir = std::env::temp_dir().join(format!("{run_id}-rows"));
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut records = Records::begin(
         plan,
         ranks::run_meta("layers", &run_id, plan.backend, world),
     );
-    let mut outcome = Ok(());
-    for &t in &plan.tps {
-        let rows_dir = dir.join(format!("tp{t}"));
-        let job = LocalJob::of_current_exe(t)?
-            .label(format!("bench-layers: tp {t}"))
-            .env(ENV_TP, t.to_string())
-            .env(ENV_ROWS, &rows_dir)
-            .env(ENV_RUN_ID, &run_id);
-        // The ranks run `Degree` in the children; this process only waits.
-        let body = Degree { plan, threads: 0 };
-        let ranks = ranks_of(plan, None, t, Some(job))?;
-        if let Err(e) = ranks::run(ranks, Algo::Auto, plan.timeout, &body) {
-            outcome = Err(degree_fault(&format!("tp {t}"), e));
-            break;
-        }
-        let kept = read_rows::<LayerRow>(&rows_dir.join("layers.csv"))
-            .map_err(|e| anyhow!(e).context(format!("tp {t}: reading rank 0's row")))
-            .and_then(|got| records.keep(got));
-        if let Err(e) = kept {
-            outcome = Err(e);
-            break;
-        }
-    }
-    let _ = std::fs::remove_dir_all(&dir);
-    match outcome {
+    // The ranks run `Degree` in the children; this process only waits.
+    let body = Degree { plan, threads: 0 };
+    match spawn_degrees(plan, &run_id, "tp", &plan.tps, &body, |rows| {
+        records.keep(rows)
+    }) {
         Ok(()) => records.finish(),
         Err(e) => records.stopped(e),
     }
+}
+
+/// For each of `degrees` (of `flag`: tp or cp), one job of that many ranks
+/// of this binary spawned on this host, running `body`; rank 0's rows
+/// come back through a file and go to `keep` as soon as the job ends. The
+/// first failure ends the loop and is returned.
+fn spawn_degrees<R: results::Record, B: RankBody>(
+    plan: &LayerJob,
+    run_id: &str,
+    flag: &str,
+    degrees: &[usize],
+    body: &B,
+    mut keep: impl FnMut(Vec<R>) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let dir = std::env::temp_dir().join(format!("{run_id}-rows"));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut one = |t: usize| -> anyhow::Result<()> {
+        let rows_dir = dir.join(format!("{flag}{t}"));
+        let job = LocalJob::of_current_exe(t)?
+            .label(format!("bench-layers: {flag} {t}"))
+            .env(ENV_TP, t.to_string())
+            .env(ENV_ROWS, &rows_dir)
+            .env(ENV_RUN_ID, run_id);
+        let ranks = ranks_of(plan, None, t, Some(job))?;
+        ranks::run(ranks, Algo::Auto, plan.timeout, body)
+            .map_err(|e| degree_fault(&format!("{flag} {t}"), e))?;
+        let got = read_rows::<R>(&rows_dir.join(R::FILE))
+            .map_err(|e| anyhow!(e).context(format!("{flag} {t}: reading rank 0's row")))?;
+        keep(got)
+    };
+    let outcome = degrees.iter().try_for_each(|&t| one(t));
+    let _ = std::fs::remove_dir_all(&dir);
+    outcome
 }
 
 /// One degree as the launcher runs it on each rank of a job: the block on

@@ -153,6 +153,30 @@ fn tcp_spawns_each_degree_and_collects_its_row() {
     let _ = std::fs::remove_dir_all(&out_dir);
 }
 
+/// `--cp` on tcp: each degree's ranks are processes, the ring's transfers
+/// cross sockets, and the output matches the unsharded attention.
+#[test]
+fn cp_on_tcp_matches_the_unsharded_attention() {
+    for method in ["p2p", "a2a"] {
+        let out_dir = scratch(&format!("cp-tcp-{method}"));
+        let args = ["--backend", "tcp", "--cp", "1,2", "--cp-comm-type", method];
+        let stdout = run_ok(&args, &out_dir);
+        assert!(stdout.contains("cp attention"), "{stdout}");
+        let (_, rows) = binary::read_csv(&out_dir.join("layers_cp.csv"));
+        assert_eq!(rows.len(), 2);
+        let r = &rows[1];
+        assert_eq!((r["cp"].as_str(), r["backend"].as_str()), ("2", "tcp"));
+        assert_eq!(r["method"], method);
+        assert_eq!(
+            r["overlapped"],
+            if method == "p2p" { "true" } else { "false" }
+        );
+        let err: f64 = r["check_max_err"].parse().unwrap();
+        assert!(err < 1e-4, "{err}");
+        let _ = std::fs::remove_dir_all(&out_dir);
+    }
+}
+
 /// The MoE block at EP 1, 2 and 4 (train, a shared expert) on local
 /// threads and at EP 1 and 2 on tcp processes: a row per degree, checked,
 /// kept in run.json.
@@ -187,6 +211,26 @@ fn moe_sweeps_each_expert_parallel_degree_on_local_and_tcp() {
         assert_eq!(runs.matches("\"a2a_us\"").count(), n, "{runs}");
         let _ = std::fs::remove_dir_all(&out_dir);
     }
+}
+
+#[test]
+fn cp_values_that_do_not_split_are_one_line_exit_2() {
+    refused_in_one_line(&["--cp", "4", "--seq", "12"], &["--cp 4", "seq 12"]);
+    refused_in_one_line(
+        &[
+            "--cp",
+            "4",
+            "--heads",
+            "6",
+            "--hidden",
+            "96",
+            "--cp-comm-type",
+            "a2a",
+        ],
+        &["--cp 4", "heads 6"],
+    );
+    refused_in_one_line(&["--cp", "2", "--cp-comm-type", "ring"], &["ring"]);
+    refused_in_one_line(&["--cp", "2", "--experts", "4"], &["--cp", "--experts"]);
 }
 
 /// Exit 2 within 30 s, one line containing every string of `want`, no

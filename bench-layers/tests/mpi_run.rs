@@ -22,6 +22,37 @@ fn scratch(name: &str) -> PathBuf {
     d
 }
 
+/// Two ranks of this binary under mpirun with `args` after the tiny
+/// sizes, writing to a fresh `--out`: its output and that folder, or
+/// `None` (after a SKIP line naming `test`) when mpirun is missing.
+#[cfg(feature = "mpi")]
+fn two_mpi_ranks(test: &str, args: &[&str]) -> Option<(std::process::Output, PathBuf)> {
+    let found = Command::new("mpirun").arg("--version").output();
+    if !found.is_ok_and(|o| o.status.success()) {
+        eprintln!("SKIP {test}: mpirun not found (apt-get install openmpi-bin)");
+        return None;
+    }
+    let dir = scratch(test);
+    let out = Command::new("mpirun")
+        .args([
+            "--allow-run-as-root",
+            "--oversubscribe",
+            "--bind-to",
+            "none",
+        ])
+        .args(["-np", "2", BIN, "--backend", "mpi", "--timeout", "60"])
+        .args(TINY)
+        .args(args)
+        .arg("--out")
+        .arg(&dir)
+        .env_remove("RANK")
+        .env_remove("WORLD_SIZE")
+        .env_remove("PARBENCH_WIRE")
+        .output()
+        .unwrap();
+    Some((out, dir))
+}
+
 #[cfg(not(feature = "mpi"))]
 #[test]
 fn without_the_feature_mpi_is_one_line_naming_it() {
@@ -39,28 +70,9 @@ fn without_the_feature_mpi_is_one_line_naming_it() {
 #[cfg(feature = "mpi")]
 #[test]
 fn two_mpi_ranks_run_tp_2_exactly_and_record_the_library() {
-    let found = Command::new("mpirun").arg("--version").output();
-    if !found.is_ok_and(|o| o.status.success()) {
-        eprintln!("SKIP two_mpi_ranks_run_tp_2: mpirun not found (apt-get install openmpi-bin)");
+    let Some((out, dir)) = two_mpi_ranks("mpi-tp", &[]) else {
         return;
-    }
-    let dir = scratch("mpi");
-    let out = Command::new("mpirun")
-        .args([
-            "--allow-run-as-root",
-            "--oversubscribe",
-            "--bind-to",
-            "none",
-        ])
-        .args(["-np", "2", BIN, "--backend", "mpi", "--timeout", "60"])
-        .args(TINY)
-        .arg("--out")
-        .arg(&dir)
-        .env_remove("RANK")
-        .env_remove("WORLD_SIZE")
-        .env_remove("PARBENCH_WIRE")
-        .output()
-        .unwrap();
+    };
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -93,5 +105,28 @@ fn two_mpi_ranks_run_tp_2_exactly_and_record_the_library() {
         library.starts_with("Open MPI"),
         "versions.mpi = {library:?}"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `--cp 2` under mpirun: the ring without a second communicator (its
+/// transfers in line), checked against the unsharded attention.
+#[cfg(feature = "mpi")]
+#[test]
+fn two_mpi_ranks_run_the_cp_ring_checked() {
+    let Some((out, dir)) = two_mpi_ranks("mpi-cp", &["--cp", "2", "--cp-comm-type", "p2p"]) else {
+        return;
+    };
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let csv = std::fs::read_to_string(dir.join("layers_cp.csv")).unwrap();
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines.len(), 2, "only rank 0 records: {csv}");
+    assert!(lines[1].contains(",mpi,mpi,p2p,false,"), "{csv}");
+    let runs = std::fs::read_to_string(dir.join("run.json")).unwrap();
+    assert!(runs.contains("Open MPI"), "{runs}");
     let _ = std::fs::remove_dir_all(&dir);
 }

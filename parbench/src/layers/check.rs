@@ -43,6 +43,19 @@ impl CheckReport {
         self.max_err <= self.tolerance
     }
 
+    /// This report if it passed, else an error: `what` (the sharded
+    /// computation, named) differs beyond the tolerance, in which tensors.
+    pub fn required(self, what: &str) -> LayerResult<Self> {
+        if self.passed() {
+            return Ok(self);
+        }
+        Err(LayerError::Config(format!(
+            "{what} differs from the unsharded one beyond {:.0e}: {}",
+            self.tolerance,
+            self.failures().join(", ")
+        )))
+    }
+
     /// The tensors outside the tolerance, for an error message.
     pub fn failures(&self) -> Vec<String> {
         self.tensors

@@ -30,9 +30,12 @@
 //!   with its own check and timed loop.
 //! - [`run`]: the timed loop, cross-rank statistics, and the wire samples
 //!   for the alpha-beta fit.
+//! - [`cp`]: context-parallel attention (the sequence split over ranks),
+//!   its check against the unsharded attention and its timed loop.
 
 pub mod block;
 pub mod check;
+pub mod cp;
 pub mod layout;
 pub mod moe;
 pub mod run;

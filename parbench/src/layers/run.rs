@@ -90,14 +90,7 @@ where
     let check = if opts.check {
         step(&mut block, dev, comm, &mut PhaseClock::new())?;
         let report = check_block(dev, comm, &block, opts.seed)?;
-        if !report.passed() {
-            return Err(LayerError::Config(format!(
-                "tp {tp}: the sharded block differs from the unsharded one beyond {:.0e}: {}",
-                report.tolerance,
-                report.failures().join(", ")
-            )));
-        }
-        Some(report)
+        Some(report.required(&format!("tp {tp}: the sharded block"))?)
     } else {
         None
     };
@@ -143,7 +136,7 @@ pub(crate) fn timed_calls<M: Communicator>(
 
 /// The slowest rank's figures from every rank's
 /// `[compute, comm, total, min, max]` (seconds), in microseconds.
-fn slowest(all: &[f64], per_rank: usize) -> TpTiming {
+pub(crate) fn slowest(all: &[f64], per_rank: usize) -> TpTiming {
     let ranks: Vec<&[f64]> = all.chunks_exact(per_rank).collect();
     let (slow, row) = ranks
         .iter()

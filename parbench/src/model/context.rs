@@ -72,6 +72,22 @@ impl CpComm {
     }
 }
 
+impl std::fmt::Display for CpComm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for CpComm {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        CpComm::by_name(s).ok_or_else(|| {
+            let names: Vec<&str> = CpComm::ALL.iter().map(|(n, _)| *n).collect();
+            format!("unknown method '{s}' (expected {})", names.join(", "))
+        })
+    }
+}
+
 /// Why `cp` ranks cannot split the sequence of a model with `heads`
 /// query heads over `tp` tensor ranks: Megatron-Core's rule that the
 /// sequence divides into `2 cp` balanced chunks, and for the all-to-all

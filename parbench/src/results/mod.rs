@@ -25,7 +25,7 @@ pub use io::{
 pub use link_row::{verdict, LinkRow, Verdict, SLOW_SHARE};
 pub use meta::{git_revision, iso8601_utc, job_run_id, new_run_id, RunMeta, RUN_ID_VAR};
 pub use moe_row::MoeRow;
-pub use records::{row_label, CollectiveRow, LayerRow, PipelineRow, Record, SCHEMA_VERSION};
+pub use records::{row_label, CollectiveRow, CpRow, LayerRow, PipelineRow, Record, SCHEMA_VERSION};
 
 use std::path::Path;
 

@@ -202,6 +202,63 @@ impl Record for LayerRow {
     }
 }
 
+/// One context-parallel degree of bench-layers `--cp`: the causal
+/// attention with the sequence split over `cp` ranks by `method`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CpRow {
+    pub schema: u32,
+    pub run_id: String,
+    pub backend: String,
+    pub wire: String,
+    /// `p2p` (ring), `all_gather` or `a2a` (Ulysses).
+    pub method: String,
+    /// Whether the ring's transfers ran on a thread beside the attention.
+    pub overlapped: bool,
+    pub heads: u64,
+    pub head_dim: u64,
+    pub seq: u64,
+    pub batch: u64,
+    pub cp: usize,
+    pub iters: u64,
+    pub compute_us: f64,
+    /// Time the attention stood still for communication.
+    pub wait_us: f64,
+    /// The transfers from start to end, hidden or not.
+    pub transfer_us: f64,
+    pub total_us: f64,
+    pub total_min_us: f64,
+    pub total_max_us: f64,
+    /// 1 - wait / transfer: the share of the transfers hidden behind compute.
+    pub hidden_share: f64,
+    /// Bytes one rank sends per call.
+    pub bytes_sent: u64,
+    /// Total time at cp 1 over this row's.
+    pub speedup: f64,
+    pub check_max_err: f64,
+    pub slowest_rank: usize,
+}
+
+impl Record for CpRow {
+    const FILE: &'static str = "layers_cp.csv";
+    const MAY_BE_NAN: &'static [&'static str] = &["hidden_share", "speedup", "check_max_err"];
+    fn key(&self) -> String {
+        format!(
+            "{}/{}/{}/h{}d{}s{}b{}/cp{}",
+            self.backend,
+            self.wire,
+            self.method,
+            self.heads,
+            self.head_dim,
+            self.seq,
+            self.batch,
+            self.cp
+        )
+    }
+    fn run_id(&self) -> &str {
+        &self.run_id
+    }
+}
+
 /// One (schedule, stages, microbatches, chunks) run of bench-pipeline.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PipelineRow {

@@ -406,8 +406,8 @@ pub(super) fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
     let cp_comm = match a.cp_comm_type.as_deref() {
         None => None,
         Some(n) => Some(
-            CpComm::by_name(n)
-                .ok_or_else(|| anyhow!("--cp-comm-type {n}: expected p2p, all_gather or a2a"))?,
+            n.parse::<CpComm>()
+                .map_err(|e| anyhow!("--cp-comm-type: {e}"))?,
         ),
     };
     let sources = if a.from.is_empty() {
