@@ -133,41 +133,6 @@ pub(crate) fn step_peers(rank: usize, world: usize, s: usize) -> (usize, usize) 
     ((rank + s) % world, (rank + world - s) % world)
 }
 
-/// [`Communicator::all_to_all_v`] over the communicator's own `send` and
-/// `recv`, each message staged through a buffer of its own: what a backend
-/// without a call of its own runs (groups, meshes). Pairwise exchange:
-/// at step s a rank sends to `rank + s` and receives from `rank - s`;
-/// empty messages are not sent.
-pub fn over_point_to_point<C: Communicator + ?Sized>(
-    comm: &mut C,
-    send: &C::Buffer,
-    recv: &mut C::Buffer,
-    counts: &VCounts,
-    dtype: DType,
-) -> CommResult<()> {
-    let (rank, world, size) = (comm.rank(), comm.world(), dtype.size());
-    counts.check(world, dtype, send.len_bytes(), recv.len_bytes())?;
-    let bytes = |r: Range<usize>| r.start * size..r.end * size;
-    let mut input = vec![0u8; counts.send_total() * size];
-    send.read_to_host(&mut input)?;
-    let mut output = vec![0u8; counts.recv_total() * size];
-    output[bytes(counts.recv_range(rank))].copy_from_slice(&input[bytes(counts.send_range(rank))]);
-    for s in 1..world {
-        let (to, from) = step_peers(rank, world, s);
-        if counts.send[to] > 0 {
-            let mut staged = comm.alloc(counts.send[to] * size)?;
-            staged.write_from_host(&input[bytes(counts.send_range(to))])?;
-            comm.send(&staged, counts.send[to], dtype, to)?;
-        }
-        if counts.recv[from] > 0 {
-            let mut staged = comm.alloc(counts.recv[from] * size)?;
-            comm.recv(&mut staged, counts.recv[from], dtype, from)?;
-            staged.read_to_host(&mut output[bytes(counts.recv_range(from))])?;
-        }
-    }
-    recv.write_from_host(&output)
-}
-
 /// The bytes rank `from` sends rank `to` in a check of all-to-all-v under
 /// `seed`, from byte `at` on, written into `out`: a function of (seed,
 /// from, to, byte) alone, so the receiver knows what must arrive.
@@ -190,7 +155,7 @@ pub fn seeded_count(seed: u64, from: usize, to: usize, max: usize) -> usize {
 /// on every rank of `comm`, and checks every received byte, and that the
 /// receive buffer past the counts is untouched. `Ok(None)` when right, or
 /// where the first wrong byte was.
-pub fn check_seeded<C: Communicator + ?Sized>(
+pub fn check_seeded<C: Communicator>(
     comm: &mut C,
     seed: u64,
     max: usize,
@@ -288,7 +253,7 @@ mod tests {
     }
 
     #[test]
-    fn over_point_to_point_delivers_every_byte() {
+    fn the_staged_fallback_delivers_every_byte() {
         on_local(4, |comm| {
             let (rank, world) = (comm.rank(), comm.world());
             let seed = 11;
@@ -301,7 +266,14 @@ mod tests {
             }
             let send = crate::comm::HostBuffer::from_slice(&input);
             let mut recv = crate::comm::HostBuffer::zeroed(counts.recv_total() * 2);
-            over_point_to_point(comm, &send, &mut recv, &counts, DType::BF16).unwrap();
+            crate::comm::group::all_to_all_v_over_point_to_point(
+                comm,
+                &send,
+                &mut recv,
+                &counts,
+                DType::BF16,
+            )
+            .unwrap();
             let mut want = vec![0u8; counts.recv_total() * 2];
             for i in 0..world {
                 let r = counts.recv_range(i);

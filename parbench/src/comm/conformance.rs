@@ -165,7 +165,7 @@ where
 /// ([`super::alltoallv::check_seeded`]): all pairs empty, a few elements
 /// each (some pairs empty), and up to 300,007 bytes each. Works on any
 /// communicator, device buffers included.
-pub fn run_v_suite<C: Communicator + ?Sized>(comm: &mut C) -> CommResult<Vec<Mismatch>> {
+pub fn run_v_suite<C: Communicator>(comm: &mut C) -> CommResult<Vec<Mismatch>> {
     let cases = [
         (1, 0, DType::F32),
         (2, 3, DType::BF16),

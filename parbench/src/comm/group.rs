@@ -18,7 +18,7 @@
 
 use super::{
     nbytes, Algo, CollArgs, Collective, CommBuffer, CommError, CommResult, Communicator, DType,
-    Exchange, HostBuffer, HostComm, Io, LinkStats, RecvInto, Transport,
+    Exchange, HostBuffer, HostComm, Io, LinkStats, RecvInto, Transport, VCounts,
 };
 use std::time::{Duration, Instant};
 
@@ -116,6 +116,31 @@ pub fn run_over_point_to_point<C: Communicator>(
             recv.write_from_host(host.bytes())
         }
     }
+}
+
+/// [`Communicator::all_to_all_v`] with the host's pairwise exchange over
+/// `comm`'s own point-to-point calls, staged through host memory as
+/// [`run_over_point_to_point`] stages a collective: what a communicator
+/// without a call of its own runs. Every rank calls it.
+pub fn all_to_all_v_over_point_to_point<C: Communicator>(
+    comm: &mut C,
+    send: &C::Buffer,
+    recv: &mut C::Buffer,
+    counts: &VCounts,
+    dtype: DType,
+) -> CommResult<()> {
+    let world = comm.world();
+    counts.check(world, dtype, send.len_bytes(), recv.len_bytes())?;
+    let members = Members {
+        ranks: (0..world).collect(),
+        me: comm.rank(),
+    };
+    // Device work on the buffers finishes before their bytes are read.
+    comm.sync()?;
+    let host_send = to_host(send, counts.send_total() * dtype.size())?;
+    let mut host_recv = to_host(recv, counts.recv_total() * dtype.size())?;
+    group_of(comm, members, Algo::Auto).all_to_all_v(&host_send, &mut host_recv, counts, dtype)?;
+    recv.write_from_host(host_recv.bytes())
 }
 
 /// A host copy of `b`'s first `bytes` bytes (fewer when `b` is shorter:

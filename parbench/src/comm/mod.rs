@@ -365,8 +365,9 @@ pub trait Communicator: Send {
     /// elements from `send` (packed in rank order) go to rank j, and
     /// `counts.recv()[i]` from rank i land in `recv` (packed in rank order);
     /// the ranks' counts must agree ([`alltoallv`]). A collective of every
-    /// rank. The default runs it over this communicator's send and recv,
-    /// staged ([`alltoallv::over_point_to_point`]); the host backends, MPI
+    /// rank. The default runs the host's pairwise exchange over this
+    /// communicator's send and recv, staged
+    /// ([`group::all_to_all_v_over_point_to_point`]); the host backends, MPI
     /// (`MPI_Alltoallv`) and NCCL (grouped `ncclSend`/`ncclRecv`) run their own.
     fn all_to_all_v(
         &mut self,
@@ -374,8 +375,11 @@ pub trait Communicator: Send {
         recv: &mut Self::Buffer,
         counts: &VCounts,
         dtype: DType,
-    ) -> CommResult<()> {
-        alltoallv::over_point_to_point(self, send, recv, counts, dtype)
+    ) -> CommResult<()>
+    where
+        Self: Sized,
+    {
+        group::all_to_all_v_over_point_to_point(self, send, recv, counts, dtype)
     }
     /// Returns when every rank has entered the barrier.
     fn barrier(&mut self) -> CommResult<()>;
