@@ -4,14 +4,14 @@
 //! the host), one `layers_cp.csv` row per degree.
 
 use crate::cli::{CpJob, LayerJob, UsageError};
-use crate::sweep::SEED;
-use crate::{job_degree, rank_0s, ranks_of, spawn_degrees, ENV_ROWS, ENV_RUN_ID};
+use crate::sweep::run_options;
+use crate::{job_degree, mpi_outcomes, rank_0s, ranks_of, spawn_degrees, ENV_ROWS, ENV_RUN_ID};
 use anyhow::{bail, Context};
 use parbench::comm::{Algo, CommError};
 use parbench::launch::flags::Backend;
 use parbench::launch::ranks::{self, Ended, RankBody, RankComm, Ranks};
 use parbench::layers::cp::{run_cp, CpOutcome};
-use parbench::layers::{LayerError, RunOptions};
+use parbench::layers::LayerError;
 use parbench::results::{self, append_rows, new_run_id, CpRow, Record, RunMeta, SCHEMA_VERSION};
 use std::path::Path;
 
@@ -34,12 +34,7 @@ struct CpDegree<'a> {
 impl RankBody for CpDegree<'_> {
     type Out = Option<CpMeasurement>;
     fn run<C: RankComm>(&self, comm: &mut C) -> Result<Self::Out, CommError> {
-        let opts = RunOptions {
-            warmup: self.plan.warmup,
-            iters: self.plan.iters,
-            check: self.plan.check,
-            seed: SEED,
-        };
+        let opts = run_options(self.plan);
         let outcome = run_cp(comm, &self.job.config, &opts).map_err(|e| match e {
             LayerError::Comm(c) => c,
             other => CommError::Device(other.to_string()),
@@ -74,10 +69,11 @@ pub fn run(plan: &LayerJob, job: &CpJob, first: Ranks) -> anyhow::Result<()> {
         Ranks::LibraryWorld { backend } => {
             preflight(plan, job, true, parbench::launch::ranks_on_this_host)?;
             let body = CpDegree { plan, job };
-            let Ended::Ran(ms) = ranks::run(first, Algo::Auto, plan.timeout, &body)? else {
-                bail!("an MPI rank is started by mpirun, not spawned");
-            };
-            let Some(m) = ms.into_iter().flatten().next() else {
+            let Some(m) = mpi_outcomes(plan, backend, &body)?
+                .into_iter()
+                .flatten()
+                .next()
+            else {
                 return Ok(());
             };
             if !job.degrees.contains(&m.cp) {

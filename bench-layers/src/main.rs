@@ -600,16 +600,7 @@ fn mpi_rank(plan: &LayerJob, backend: Backend) -> anyhow::Result<()> {
         plan,
         records: Mutex::new(None),
     };
-    let Ended::Ran(outcomes) = ranks::run(
-        Ranks::LibraryWorld { backend },
-        Algo::Auto,
-        plan.timeout,
-        &body,
-    )?
-    else {
-        bail!("an MPI rank is started by mpirun, not spawned");
-    };
-    let outcome = outcomes
+    let outcome = mpi_outcomes(plan, backend, &body)?
         .into_iter()
         .next()
         .context("the MPI rank returned nothing")?;
@@ -620,6 +611,24 @@ fn mpi_rank(plan: &LayerJob, backend: Backend) -> anyhow::Result<()> {
             records.finish()
         }
         _ => Ok(()),
+    }
+}
+
+/// Runs `body` on this process's rank of an mpirun job (MPI's world, one
+/// degree): what it returned.
+fn mpi_outcomes<B: RankBody>(
+    plan: &LayerJob,
+    backend: Backend,
+    body: &B,
+) -> anyhow::Result<Vec<B::Out>> {
+    match ranks::run(
+        Ranks::LibraryWorld { backend },
+        Algo::Auto,
+        plan.timeout,
+        body,
+    )? {
+        Ended::Ran(out) => Ok(out),
+        Ended::Launched { .. } => bail!("an MPI rank is started by mpirun, not spawned"),
     }
 }
 

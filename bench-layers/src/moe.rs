@@ -7,7 +7,10 @@
 use crate::cli::LayerJob;
 use crate::output;
 use crate::sweep::{measure_moe, MoeMeasurement};
-use crate::{degree_fault, job_degree, preflight, rank_0s, ranks_of, ENV_ROWS, ENV_RUN_ID, ENV_TP};
+use crate::{
+    degree_fault, job_degree, mpi_outcomes, preflight, rank_0s, ranks_of, ENV_ROWS, ENV_RUN_ID,
+    ENV_TP,
+};
 use anyhow::{anyhow, bail, Context};
 use parbench::comm::{Algo, CommError, Communicator};
 use parbench::compute::cpu::CpuCompute;
@@ -140,15 +143,7 @@ pub fn run(plan: &LayerJob, moe: MoeConfig, first: Ranks) -> anyhow::Result<()> 
                 moe,
                 threads: 1,
             };
-            let Ended::Ran(out) = ranks::run(
-                Ranks::LibraryWorld { backend },
-                Algo::Auto,
-                plan.timeout,
-                &body,
-            )?
-            else {
-                bail!("an MPI rank is started by mpirun, not spawned");
-            };
+            let out = mpi_outcomes(plan, backend, &body)?;
             record_here(plan, moe, backend, out.into_iter().flatten().next())
         }
     }

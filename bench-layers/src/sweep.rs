@@ -91,6 +91,17 @@ fn fit_link<M: Communicator>(
     })
 }
 
+/// The timed loop and check every block of `plan` runs: its warm-up,
+/// iterations and check, the suite's seed.
+pub fn run_options(plan: &LayerJob) -> RunOptions {
+    RunOptions {
+        warmup: plan.warmup,
+        iters: plan.iters,
+        check: plan.check,
+        seed: SEED,
+    }
+}
+
 /// Runs plan's block at t = `comm.world()`, then models its communication.
 /// Collective: every rank calls it.
 pub fn measure_tp<C, M>(
@@ -104,12 +115,7 @@ where
     M: Communicator<Buffer = C::Buf>,
 {
     let tp = comm.world();
-    let opts = RunOptions {
-        warmup: plan.warmup,
-        iters: plan.iters,
-        check: plan.check,
-        seed: SEED,
-    };
+    let opts = run_options(plan);
     let outcome = run_tp(dev, comm, &plan.block, &opts)?;
     let traffic = plan.block.tp_traffic(tp, plan.dtype);
     let bytes = traffic.bytes_per_call();
@@ -212,12 +218,7 @@ where
     M: Communicator<Buffer = C::Buf>,
 {
     let ep = comm.world();
-    let opts = RunOptions {
-        warmup: plan.warmup,
-        iters: plan.iters,
-        check: plan.check,
-        seed: SEED,
-    };
+    let opts = run_options(plan);
     let outcome = run_ep(dev, comm, moe, &opts)?;
     let a2a_bytes = (moe.local_tokens(ep) * moe.topk * moe.hidden * plan.dtype.size()) as u64;
     let a2a_calls = if moe.mode == Mode::Train { 4 } else { 2 };

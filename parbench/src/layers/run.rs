@@ -138,12 +138,7 @@ pub(crate) fn timed_calls<M: Communicator>(
 /// `[compute, comm, total, min, max]` (seconds), in microseconds.
 pub(crate) fn slowest(all: &[f64], per_rank: usize) -> TpTiming {
     let ranks: Vec<&[f64]> = all.chunks_exact(per_rank).collect();
-    let (slow, row) = ranks
-        .iter()
-        .enumerate()
-        .max_by(|a, b| a.1[2].total_cmp(&b.1[2]))
-        .map(|(i, r)| (i, *r))
-        .unwrap_or((0, &[0.0; 5][..]));
+    let (slow, row) = slowest_row(&ranks, 2).unwrap_or((0, &[0.0; 5][..]));
     let us = |v: f64| v * 1e6;
     let mean_all = ranks.iter().map(|r| r[2]).sum::<f64>() / ranks.len().max(1) as f64;
     TpTiming {
@@ -155,6 +150,16 @@ pub(crate) fn slowest(all: &[f64], per_rank: usize) -> TpTiming {
         slowest_rank: slow,
         total_mean_all_us: us(mean_all),
     }
+}
+
+/// The rank whose row has the largest `total` (its index in each row)
+/// and that row: the rank the others wait for. `None` without rows.
+pub(crate) fn slowest_row<'a>(ranks: &[&'a [f64]], total: usize) -> Option<(usize, &'a [f64])> {
+    ranks
+        .iter()
+        .enumerate()
+        .max_by(|a, b| a.1[total].total_cmp(&b.1[total]))
+        .map(|(i, r)| (i, *r))
 }
 
 /// Every rank's `values`, concatenated in rank order, on every rank.

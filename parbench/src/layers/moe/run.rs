@@ -3,8 +3,8 @@
 
 use super::super::block::PhaseClock;
 use super::super::check::CheckReport;
-use super::super::run::{all_gather_f64, timed_calls, RunOptions};
-use super::super::{LayerError, LayerResult, Mode};
+use super::super::run::{all_gather_f64, slowest_row, timed_calls, RunOptions};
+use super::super::{LayerResult, Mode};
 use super::{check_moe, MoeBlock, MoeConfig};
 use crate::comm::Communicator;
 use crate::compute::Compute;
@@ -92,14 +92,7 @@ where
     let check = if opts.check {
         step(&mut block, dev, comm, &mut PhaseClock::new())?;
         let report = check_moe(dev, comm, &block, opts.seed)?;
-        if !report.passed() {
-            return Err(LayerError::Config(format!(
-                "ep {ep}: the expert-parallel block differs from the unsharded one beyond {:.0e}: {}",
-                report.tolerance,
-                report.failures().join(", ")
-            )));
-        }
-        Some(report)
+        Some(report.required(&format!("ep {ep}: the expert-parallel block"))?)
     } else {
         None
     };
@@ -124,12 +117,7 @@ where
     ];
     let all = all_gather_f64(comm, &mine)?;
     let ranks: Vec<&[f64]> = all.chunks_exact(mine.len()).collect();
-    let (slowest_rank, row) = ranks
-        .iter()
-        .enumerate()
-        .max_by(|a, b| a.1[3].total_cmp(&b.1[3]))
-        .map(|(i, r)| (i, *r))
-        .unwrap_or((0, &mine[..]));
+    let (slowest_rank, row) = slowest_row(&ranks, 3).unwrap_or((0, &mine[..]));
     Ok(MoeOutcome {
         timing: MoeTiming {
             compute_us: row[0] * 1e6,
