@@ -83,20 +83,25 @@ where
             }),
             Ring::InLine(comm) => {
                 let mut spent = Duration::ZERO;
-                let recvs = timed(&mut spent, || -> LayerResult<Vec<M::Buffer>> {
-                    let mut recvs = Vec::with_capacity(moves.len());
-                    for (send, recv) in moves.iter() {
-                        let out = upload(*comm, send)?;
-                        let mut r = comm.alloc(recv.len() * 4)?;
-                        comm.send_recv(&out, next, &mut r, prev, send.len(), DType::F32)?;
-                        recvs.push(r);
-                    }
-                    Ok(recvs)
-                })?;
+                // Both buffers of each transfer live until the sync: a
+                // device backend may still be reading the send buffer.
+                let bufs = timed(
+                    &mut spent,
+                    || -> LayerResult<Vec<(M::Buffer, M::Buffer)>> {
+                        let mut bufs = Vec::with_capacity(moves.len());
+                        for (send, recv) in moves.iter() {
+                            let out = upload(*comm, send)?;
+                            let mut r = comm.alloc(recv.len() * 4)?;
+                            comm.send_recv(&out, next, &mut r, prev, send.len(), DType::F32)?;
+                            bufs.push((out, r));
+                        }
+                        Ok(bufs)
+                    },
+                )?;
                 let out = timed(&mut clock.compute, compute);
                 timed(&mut spent, || -> LayerResult<()> {
                     comm.sync()?;
-                    for ((_, recv), r) in moves.iter_mut().zip(&recvs) {
+                    for ((_, recv), (_, r)) in moves.iter_mut().zip(&bufs) {
                         download(r, recv)?;
                     }
                     Ok(())
