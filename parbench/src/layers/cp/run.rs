@@ -391,6 +391,27 @@ mod tests {
         );
     }
 
+    /// The ring without a second communicator (each step's transfers
+    /// issued before its compute and waited for after it, as on mpi and
+    /// nccl) gives the same output and gradients.
+    #[test]
+    fn the_in_line_ring_matches_the_unsharded_attention() {
+        for cp in [2, 4] {
+            let c = cfg(32, CpComm::P2p, true);
+            let plan = CpPlan { tp: 1, train: true };
+            let reports = on_local_ranks(cp, |comm| {
+                let x = CpInputs::seeded(&c, (cp, comm.rank()), 0..c.heads, 7, true);
+                let none: Option<&mut DupComm> = None;
+                let mut clock = CpClock::default();
+                let got = one_call(comm, none, &c, &x, true, &mut clock).unwrap();
+                assert!(clock.comm > std::time::Duration::ZERO && clock.wait == clock.comm);
+                check_cp(comm, &c, plan, &got, 7).unwrap()
+            });
+            let r = &reports[0];
+            assert!(r.passed() && r.tensors.len() == 4, "cp {cp}: {r:?}");
+        }
+    }
+
     /// A wrong merge shows: the output of one rank's chunks alone (no
     /// exchange) fails the check.
     #[test]
