@@ -439,8 +439,14 @@ mod tests {
     fn cp_rows_written_before_mode_tp_and_causal_still_read() {
         let old = "schema,run_id,backend,wire,method,overlapped,heads,head_dim,seq,batch,cp,iters,compute_us,wait_us,transfer_us,total_us,total_min_us,total_max_us,hidden_share,bytes_sent,speedup,check_max_err,slowest_rank\n\
 1,r,local,shm,p2p,true,4,16,64,1,2,5,10.0,1.0,3.0,12.0,11.0,13.0,0.66,4096,1.5,1e-7,1\n";
-        let mut rd = csv::Reader::from_reader(old.as_bytes());
-        let row: CpRow = rd.deserialize().next().unwrap().unwrap();
+        // Through the reader every tool uses: the older header is a prefix of this one.
+        let dir = std::env::temp_dir().join(format!("parbench-old-cp-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(CpRow::FILE);
+        std::fs::write(&path, old).unwrap();
+        let rows = super::super::io::read_rows::<CpRow>(&path).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        let row = &rows[0];
         assert_eq!(
             (row.mode.as_str(), row.tp, row.causal),
             ("forward", 1, true)
