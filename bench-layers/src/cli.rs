@@ -3,7 +3,7 @@
 
 use clap::Parser;
 use parbench::comm::DType;
-use parbench::layers::cp::{CpComm, CpConfig};
+use parbench::layers::cp::{CpComm, CpConfig, CpPlan};
 use parbench::layers::moe::MoeConfig;
 use parbench::layers::{BlockConfig, BlockShape, Mode};
 use parbench::model::{LinkParams, Preset};
@@ -79,15 +79,19 @@ pub struct Cli {
     pub link: Option<String>,
     #[arg(long = vocab::no_check::LONG, help = vocab::no_check::HELP, help_heading = "Sweep")]
     pub no_check: bool,
-    /// Context-parallel degrees to sweep, comma-separated: the causal
-    /// attention alone, the sequence split over C ranks (2C chunks, rank i
-    /// holding chunks i and 2C-1-i), instead of the tensor-parallel block.
+    /// Context-parallel degrees to sweep, comma-separated: the attention
+    /// alone, the sequence split over C ranks (2C chunks, rank i holding
+    /// chunks i and 2C-1-i), instead of the tensor-parallel block. With
+    /// one --tp T, each degree runs on T x C ranks, the heads split over T.
     #[arg(long, value_name = "LIST", help_heading = "Context parallelism")]
     pub cp: Option<String>,
     /// How --cp moves keys and values: p2p (a ring overlapped with the
     /// attention), all_gather, or a2a (DeepSpeed-Ulysses). Default p2p.
     #[arg(long, value_name = "METHOD", help_heading = "Context parallelism")]
     pub cp_comm_type: Option<String>,
+    /// The --cp attention's mask: causal (default) or none.
+    #[arg(long, value_name = "MASK", help_heading = "Context parallelism")]
+    pub attn_mask: Option<String>,
 
     /// Routed experts: runs a mixture-of-experts block under expert
     /// parallelism (--ep) instead of the tensor-parallel block.
@@ -151,8 +155,18 @@ pub struct LayerJob {
 /// What `--cp` asks for, checked.
 #[derive(Clone, Debug)]
 pub struct CpJob {
+    /// Context-parallel degrees; each runs on `tp` x degree ranks.
     pub degrees: Vec<usize>,
     pub config: CpConfig,
+    /// Tensor-parallel degree (1 without --tp) and forward or train.
+    pub plan: CpPlan,
+}
+
+impl CpJob {
+    /// The ranks degree `c` runs on.
+    pub fn world(&self, c: usize) -> usize {
+        self.plan.tp * c
+    }
 }
 
 impl LayerJob {
@@ -277,7 +291,7 @@ impl Cli {
             (None, None) => ("--tp", &self.tp),
         };
         let tps = match (&cp, list) {
-            (Some(cp), _) => cp.degrees.clone(),
+            (Some(cp), _) => cp.degrees.iter().map(|&c| cp.world(c)).collect(),
             (None, Some(s)) => parse_degrees(flag, s)?,
             // The default MoE degrees are those that split the experts and tokens.
             (None, None) => [1, 2, 4, 8]
@@ -344,8 +358,13 @@ impl Cli {
     /// the flags that do not apply to the attention alone.
     fn cp_job(&self, block: &BlockConfig) -> Result<Option<CpJob>, UsageError> {
         let Some(list) = &self.cp else {
-            if self.cp_comm_type.is_some() {
-                return usage("--cp-comm-type: only with --cp");
+            for (flag, given) in [
+                ("--cp-comm-type", self.cp_comm_type.is_some()),
+                ("--attn-mask", self.attn_mask.is_some()),
+            ] {
+                if given {
+                    return usage(format!("{flag}: only with --cp"));
+                }
             }
             return Ok(None);
         };
@@ -356,18 +375,31 @@ impl Cli {
             .unwrap_or("p2p")
             .parse()
             .map_err(|e| UsageError(format!("--cp-comm-type: {e}")))?;
+        let causal = match self.attn_mask.as_deref().unwrap_or("causal") {
+            "causal" => true,
+            "none" => false,
+            other => return usage(format!("--attn-mask {other}: expected causal or none")),
+        };
         let refused = [
-            (self.tp.is_some(), "--tp"),
-            (block.mode != Mode::Forward, "--mode train"),
             (block.decode, "--mode decode"),
             (self.sequence_parallel, "--sequence-parallel"),
             (self.link.is_some(), "--link"),
         ];
         if let Some((_, flag)) = refused.iter().find(|(given, _)| *given) {
             return usage(format!(
-                "--cp runs the causal attention alone, forward: {flag} does not apply to it"
+                "--cp runs the attention alone, prefill or train: {flag} does not apply to it"
             ));
         }
+        let tp = match self
+            .tp
+            .as_deref()
+            .map(|s| parse_degrees("--tp", s))
+            .transpose()?
+        {
+            None => 1,
+            Some(t) if t.len() == 1 => t[0],
+            Some(_) => return usage("--tp with --cp: one degree (the world is tp x cp)"),
+        };
         if let Some(d) = &self.dtype {
             if d.parse::<DType>() != Ok(DType::F32) {
                 return usage(format!("--cp computes in float on the host: --dtype {d}"));
@@ -386,17 +418,31 @@ impl Cli {
             head_dim: s.hidden / s.heads,
             batch: s.batch,
             method,
+            causal,
         };
         for &c in &degrees {
-            config.validate(c).map_err(|e| {
+            config.validate_grid(tp, c).map_err(|e| {
                 let detail = match e {
                     parbench::layers::LayerError::Config(m) => m,
                     other => other.to_string(),
                 };
-                UsageError(format!("--cp {c}: {detail}"))
+                let grid = if tp > 1 {
+                    format!("--tp {tp} ")
+                } else {
+                    String::new()
+                };
+                UsageError(format!("{grid}--cp {c}: {detail}"))
             })?;
         }
-        Ok(Some(CpJob { degrees, config }))
+        let plan = CpPlan {
+            tp,
+            train: block.mode == Mode::Train,
+        };
+        Ok(Some(CpJob {
+            degrees,
+            config,
+            plan,
+        }))
     }
 
     /// The MoE block the flags ask for (`None` without --experts), its
@@ -533,6 +579,28 @@ mod tests {
         assert_eq!((cp.degrees.clone(), p.tps), (vec![1, 2, 4], vec![1, 2, 4]));
         assert_eq!(cp.config.method.name(), "a2a");
         assert_eq!(cp.config.head_dim, 512 / 4);
+        assert!(
+            cp.config.causal
+                && cp.plan
+                    == CpPlan {
+                        tp: 1,
+                        train: false
+                    }
+        );
+        let args = [
+            "--cp",
+            "1,2",
+            "--tp",
+            "2",
+            "--mode",
+            "train",
+            "--attn-mask",
+            "none",
+        ];
+        let p = cli(&args).job(2).unwrap();
+        let cp = p.cp.unwrap();
+        assert_eq!(p.tps, vec![2, 4], "each degree runs on tp x cp ranks");
+        assert!(!cp.config.causal && cp.plan == CpPlan { tp: 2, train: true });
         for (args, needle) in [
             (
                 &["--cp", "2", "--cp-comm-type", "ring"][..],
@@ -540,8 +608,20 @@ mod tests {
             ),
             (&["--cp-comm-type", "p2p"][..], "only with --cp"),
             (&["--cp", "2,x"][..], "--cp"),
-            (&["--cp", "2", "--tp", "2"][..], "--tp"),
-            (&["--cp", "2", "--mode", "train"][..], "--mode train"),
+            (
+                &["--cp", "2", "--tp", "2,4"][..],
+                "--tp with --cp: one degree",
+            ),
+            (
+                &["--cp", "2", "--tp", "3"][..],
+                "--tp 3 --cp 2: tp 3 does not divide heads",
+            ),
+            (&["--cp", "2", "--mode", "decode"][..], "--mode decode"),
+            (&["--attn-mask", "none"][..], "--attn-mask: only with --cp"),
+            (
+                &["--cp", "2", "--attn-mask", "sliding"][..],
+                "--attn-mask sliding",
+            ),
             (&["--cp", "2", "--dtype", "bfloat16"][..], "--dtype"),
         ] {
             let e = cli(args).job(8).unwrap_err().0;

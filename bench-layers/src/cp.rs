@@ -1,7 +1,8 @@
-//! `--cp`: the context-parallel attention at each degree, on the same
-//! ranks the tensor-parallel sweep uses (local threads, tcp processes
-//! spawned per degree, mpirun's world, NCCL's GPUs with the attention on
-//! the host), one `layers_cp.csv` row per degree.
+//! `--cp`: the context-parallel attention at each degree (on tp x cp
+//! ranks with `--tp`), forward or train, on the same ranks the
+//! tensor-parallel sweep uses (local threads, tcp processes spawned per
+//! degree, mpirun's world, NCCL's GPUs with the attention on the host),
+//! one `layers_cp.csv` row per degree.
 
 use crate::cli::{CpJob, LayerJob, UsageError};
 use crate::sweep::run_options;
@@ -35,12 +36,13 @@ impl RankBody for CpDegree<'_> {
     type Out = Option<CpMeasurement>;
     fn run<C: RankComm>(&self, comm: &mut C) -> Result<Self::Out, CommError> {
         let opts = run_options(self.plan);
-        let outcome = run_cp(comm, &self.job.config, &opts).map_err(|e| match e {
-            LayerError::Comm(c) => c,
-            other => CommError::Device(other.to_string()),
-        })?;
+        let outcome =
+            run_cp(comm, &self.job.config, self.job.plan, &opts).map_err(|e| match e {
+                LayerError::Comm(c) => c,
+                other => CommError::Device(other.to_string()),
+            })?;
         Ok((comm.rank() == 0).then(|| CpMeasurement {
-            cp: comm.world(),
+            cp: outcome.cp,
             wire: comm.wire(),
             library: comm.library(),
             outcome,
@@ -55,7 +57,7 @@ pub fn run(plan: &LayerJob, job: &CpJob, first: Ranks) -> anyhow::Result<()> {
             preflight(plan, job, true, |c| c)?;
             let mut records = CpRecords::begin(plan, job, plan.backend);
             for &c in &job.degrees {
-                let kept = ranks_of(plan, None, c, None)
+                let kept = ranks_of(plan, None, job.world(c), None)
                     .and_then(|r| rank_0s(plan, &format!("cp {c}"), r, &CpDegree { plan, job }))
                     .and_then(|m| records.keep(vec![row(plan, job, &records.meta.run_id, &m)]));
                 if let Err(e) = kept {
@@ -78,7 +80,9 @@ pub fn run(plan: &LayerJob, job: &CpJob, first: Ranks) -> anyhow::Result<()> {
             };
             if !job.degrees.contains(&m.cp) {
                 bail!(UsageError(format!(
-                    "--cp: under mpirun the sweep runs the job's world ({}), which --cp does not list",
+                    "--cp: under mpirun the sweep runs the job's world ({} = tp {} x cp {}), which --cp does not list",
+                    job.world(m.cp),
+                    job.plan.tp,
                     m.cp
                 )));
             }
@@ -100,7 +104,8 @@ fn launch(plan: &LayerJob, job: &CpJob) -> anyhow::Result<()> {
     let mut records = CpRecords::begin(plan, job, plan.backend);
     let run_id = records.meta.run_id.clone();
     let body = CpDegree { plan, job };
-    match spawn_degrees(plan, &run_id, "cp", &job.degrees, &body, |rows| {
+    // Each degree's job has tp x cp ranks (plan.tps).
+    match spawn_degrees(plan, &run_id, "cp", &plan.tps, &body, |rows| {
         records.keep(rows)
     }) {
         Ok(()) => records.finish(),
@@ -115,9 +120,8 @@ fn joined(plan: &LayerJob, job: &CpJob, r: Ranks) -> anyhow::Result<()> {
     let Some(info) = r.joined().cloned() else {
         bail!("a joined rank without its launcher's variables");
     };
-    let c = info.world;
     let spawned = std::env::var_os(ENV_ROWS);
-    job_degree(plan, "cp", c)?;
+    job_degree(plan, "cp", info.world)?;
     if spawned.is_none() {
         preflight(
             plan,
@@ -160,10 +164,12 @@ fn preflight(
     if writes {
         results::prepare_out::<CpRow>(&plan.out).map_err(|e| UsageError(format!("--out {e}")))?;
     }
+    let (train, shard) = (job.plan.train, job.config.shard(job.plan.tp));
     for &c in &job.degrees {
-        let here = ranks_here(c) as u128;
-        let rank = job.config.memory_bytes(c, false);
-        let check = job.config.memory_bytes(c, plan.check) - rank;
+        let here = ranks_here(job.world(c)) as u128;
+        let rank = shard.memory_bytes(c, false, train);
+        let check = job.config.memory_bytes(c, plan.check, train)
+            - job.config.memory_bytes(c, false, train);
         parbench::limits::check_host_memory(
             rank * here + check,
             "--hidden/--heads/--seq/--batch",
@@ -206,10 +212,21 @@ fn row(plan: &LayerJob, job: &CpJob, run_id: &str, m: &CpMeasurement) -> CpRow {
         total_min_us: t.total_min_us,
         total_max_us: t.total_max_us,
         hidden_share: hidden,
-        bytes_sent: cfg.bytes_sent(m.cp),
+        bytes_sent: cfg.shard(job.plan.tp).bytes_sent(m.cp, job.plan.train),
         speedup: f64::NAN,
         check_max_err: m.outcome.check.as_ref().map_or(f64::NAN, |c| c.max_err),
         slowest_rank: t.slowest_rank,
+        mode: mode_of(job).to_string(),
+        tp: job.plan.tp,
+        causal: cfg.causal,
+    }
+}
+
+fn mode_of(job: &CpJob) -> &'static str {
+    if job.plan.train {
+        "train"
+    } else {
+        "forward"
     }
 }
 
@@ -230,6 +247,9 @@ impl<'a> CpRecords<'a> {
             "cp".into(),
             serde_json::json!({
                 "method": c.method.name(),
+                "mode": mode_of(job),
+                "tp": job.plan.tp,
+                "causal": c.causal,
                 "heads": c.heads,
                 "head_dim": c.head_dim,
                 "seq": c.seq,
@@ -239,7 +259,9 @@ impl<'a> CpRecords<'a> {
                 "warmup": plan.warmup,
                 "check": plan.check,
                 "balance": "2 cp chunks; rank i holds chunks i and 2 cp - 1 - i",
-                "times": "per forward call, slowest rank's mean; attention on the host in f32",
+                "grid": "world rank = cp rank x tp + tp rank; tp rank t holds heads [t heads/tp, (t+1) heads/tp)",
+                "backward": "probabilities recomputed from the forward's log-sum-exp",
+                "times": "per call (forward, or forward and backward), slowest rank's mean; attention on the host in f32",
             }),
         );
         results::begin_run(&plan.out, &meta);
@@ -298,8 +320,23 @@ pub fn table(rows: &[CpRow]) -> String {
     let Some(first) = rows.first() else {
         return String::new();
     };
+    let mask = if first.causal {
+        "causal, balanced"
+    } else {
+        "no mask"
+    };
+    let grid = if first.tp > 1 {
+        format!(", heads over tp {}", first.tp)
+    } else {
+        String::new()
+    };
+    let call = if first.mode == "train" {
+        "forward + backward"
+    } else {
+        "forward"
+    };
     let mut out = format!(
-        "# cp attention (causal, balanced): seq {} x batch {}, heads {} x {}, {} on {} ({}); us per forward call, slowest rank\n",
+        "# cp attention ({mask}{grid}): seq {} x batch {}, heads {} x {}, {} on {} ({}); us per {call} call, slowest rank\n",
         first.seq, first.batch, first.heads, first.head_dim, first.method, first.backend, first.wire
     );
     out.push_str(&format!(

@@ -154,12 +154,22 @@ fn tcp_spawns_each_degree_and_collects_its_row() {
 }
 
 /// `--cp` on tcp: each degree's ranks are processes, the ring's transfers
-/// cross sockets, and the output matches the unsharded attention.
+/// cross sockets, and the output (in train its gradients too) matches the
+/// unsharded attention.
 #[test]
 fn cp_on_tcp_matches_the_unsharded_attention() {
-    for method in ["p2p", "a2a"] {
+    for (method, mode) in [("p2p", "train"), ("a2a", "prefill")] {
         let out_dir = scratch(&format!("cp-tcp-{method}"));
-        let args = ["--backend", "tcp", "--cp", "1,2", "--cp-comm-type", method];
+        let args = [
+            "--backend",
+            "tcp",
+            "--cp",
+            "1,2",
+            "--cp-comm-type",
+            method,
+            "--mode",
+            mode,
+        ];
         let stdout = run_ok(&args, &out_dir);
         assert!(stdout.contains("cp attention"), "{stdout}");
         let (_, rows) = binary::read_csv(&out_dir.join("layers_cp.csv"));
@@ -167,6 +177,8 @@ fn cp_on_tcp_matches_the_unsharded_attention() {
         let r = &rows[1];
         assert_eq!((r["cp"].as_str(), r["backend"].as_str()), ("2", "tcp"));
         assert_eq!(r["method"], method);
+        let want = if mode == "train" { "train" } else { "forward" };
+        assert_eq!((r["mode"].as_str(), r["tp"].as_str()), (want, "1"));
         assert_eq!(
             r["overlapped"],
             if method == "p2p" { "true" } else { "false" }
@@ -175,6 +187,42 @@ fn cp_on_tcp_matches_the_unsharded_attention() {
         assert!(err < 1e-4, "{err}");
         let _ = std::fs::remove_dir_all(&out_dir);
     }
+}
+
+/// `--cp 2 --tp 2 --mode train` on local threads: each degree on tp x cp
+/// ranks, the gradients checked, the row saying tp 2.
+#[test]
+fn cp_with_tp_trains_on_tp_times_cp_ranks() {
+    let out_dir = scratch("cp-tp");
+    let args = [
+        "--backend",
+        "local",
+        "--cp",
+        "1,2",
+        "--tp",
+        "2",
+        "--cp-comm-type",
+        "all_gather",
+        "--mode",
+        "train",
+        "--attn-mask",
+        "none",
+    ];
+    let stdout = run_ok(&args, &out_dir);
+    assert!(stdout.contains("heads over tp 2"), "{stdout}");
+    assert!(stdout.contains("forward + backward"), "{stdout}");
+    let (_, rows) = binary::read_csv(&out_dir.join("layers_cp.csv"));
+    assert_eq!(rows.len(), 2);
+    for (r, cp) in rows.iter().zip(["1", "2"]) {
+        assert_eq!((r["cp"].as_str(), r["tp"].as_str()), (cp, "2"));
+        assert_eq!(
+            (r["mode"].as_str(), r["causal"].as_str()),
+            ("train", "false")
+        );
+        let err: f64 = r["check_max_err"].parse().unwrap();
+        assert!(err < 1e-4, "{err}");
+    }
+    let _ = std::fs::remove_dir_all(&out_dir);
 }
 
 /// The MoE block at EP 1, 2 and 4 (train, a shared expert) on local
@@ -230,6 +278,13 @@ fn cp_values_that_do_not_split_are_one_line_exit_2() {
         &["--cp 4", "heads 6"],
     );
     refused_in_one_line(&["--cp", "2", "--cp-comm-type", "ring"], &["ring"]);
+    refused_in_one_line(&["--cp", "2", "--tp", "3"], &["--tp 3 --cp 2", "heads"]);
+    refused_in_one_line(&["--cp", "2", "--tp", "1,2"], &["--tp", "one degree"]);
+    refused_in_one_line(&["--cp", "2", "--mode", "decode"], &["--mode decode"]);
+    refused_in_one_line(
+        &["--cp", "2", "--attn-mask", "window"],
+        &["--attn-mask window"],
+    );
     refused_in_one_line(&["--cp", "2", "--experts", "4"], &["--cp", "--experts"]);
 }
 

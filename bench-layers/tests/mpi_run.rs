@@ -108,25 +108,57 @@ fn two_mpi_ranks_run_tp_2_exactly_and_record_the_library() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// `--cp 2` under mpirun: the ring without a second communicator (its
-/// transfers in line), checked against the unsharded attention.
+/// `--cp` under mpirun: the ring without a second communicator (its
+/// transfers in line) forward, each method's backward in train, and
+/// tp 2 x cp 1 on a group split from MPI's world, checked against the
+/// unsharded attention.
 #[cfg(feature = "mpi")]
 #[test]
-fn two_mpi_ranks_run_the_cp_ring_checked() {
-    let Some((out, dir)) = two_mpi_ranks("mpi-cp", &["--cp", "2", "--cp-comm-type", "p2p"]) else {
-        return;
-    };
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let csv = std::fs::read_to_string(dir.join("layers_cp.csv")).unwrap();
-    let lines: Vec<&str> = csv.lines().collect();
-    assert_eq!(lines.len(), 2, "only rank 0 records: {csv}");
-    assert!(lines[1].contains(",mpi,mpi,p2p,false,"), "{csv}");
-    let runs = std::fs::read_to_string(dir.join("run.json")).unwrap();
-    assert!(runs.contains("Open MPI"), "{runs}");
-    let _ = std::fs::remove_dir_all(&dir);
+fn two_mpi_ranks_run_the_cp_methods_checked() {
+    for (args, row) in [
+        (
+            &["--cp", "2", "--cp-comm-type", "p2p"][..],
+            ",mpi,mpi,p2p,false,",
+        ),
+        (
+            &["--cp", "2", "--cp-comm-type", "p2p", "--mode", "train"][..],
+            ",train,1,true",
+        ),
+        (
+            &["--cp", "2", "--cp-comm-type", "a2a", "--mode", "train"][..],
+            ",train,1,true",
+        ),
+        (
+            &[
+                "--cp",
+                "2",
+                "--cp-comm-type",
+                "all_gather",
+                "--mode",
+                "train",
+            ][..],
+            ",train,1,true",
+        ),
+        (
+            &["--cp", "1", "--tp", "2", "--mode", "train"][..],
+            ",train,2,true",
+        ),
+    ] {
+        let Some((out, dir)) = two_mpi_ranks("mpi-cp", args) else {
+            return;
+        };
+        assert!(
+            out.status.success(),
+            "{args:?}: {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let csv = std::fs::read_to_string(dir.join("layers_cp.csv")).unwrap();
+        let lines: Vec<&str> = csv.lines().collect();
+        assert_eq!(lines.len(), 2, "only rank 0 records: {csv}");
+        assert!(lines[1].contains(row), "{args:?}: {csv}");
+        let runs = std::fs::read_to_string(dir.join("run.json")).unwrap();
+        assert!(runs.contains("Open MPI"), "{runs}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -202,8 +202,9 @@ impl Record for LayerRow {
     }
 }
 
-/// One context-parallel degree of bench-layers `--cp`: the causal
-/// attention with the sequence split over `cp` ranks by `method`.
+/// One context-parallel degree of bench-layers `--cp`: the attention
+/// with the sequence split over `cp` ranks by `method` (and its heads over
+/// `tp`), forward or train.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CpRow {
     pub schema: u32,
@@ -236,6 +237,25 @@ pub struct CpRow {
     pub speedup: f64,
     pub check_max_err: f64,
     pub slowest_rank: usize,
+    // Columns added after the first layout: files written before them
+    // read as what those runs were (causal forward, tp 1).
+    /// `forward` or `train` (forward and backward per call).
+    #[serde(default = "forward")]
+    pub mode: String,
+    /// Tensor-parallel degree: the heads split over `tp`, the world tp x cp.
+    #[serde(default = "one")]
+    pub tp: usize,
+    /// Whether each query saw only the keys at or before it.
+    #[serde(default = "yes")]
+    pub causal: bool,
+}
+
+fn forward() -> String {
+    "forward".into()
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl Record for CpRow {
@@ -243,14 +263,17 @@ impl Record for CpRow {
     const MAY_BE_NAN: &'static [&'static str] = &["hidden_share", "speedup", "check_max_err"];
     fn key(&self) -> String {
         format!(
-            "{}/{}/{}/h{}d{}s{}b{}/cp{}",
+            "{}/{}/{}/{}/{}/h{}d{}s{}b{}/tp{}cp{}",
             self.backend,
             self.wire,
             self.method,
+            self.mode,
+            if self.causal { "causal" } else { "full" },
             self.heads,
             self.head_dim,
             self.seq,
             self.batch,
+            self.tp,
             self.cp
         )
     }
@@ -410,5 +433,25 @@ mod tests {
             (row.tp_comm_us, row.dp_comm_us, row.dp_exposed_us),
             (0.0, 0.0, 0.0)
         );
+    }
+
+    #[test]
+    fn cp_rows_written_before_mode_tp_and_causal_still_read() {
+        let old = "schema,run_id,backend,wire,method,overlapped,heads,head_dim,seq,batch,cp,iters,compute_us,wait_us,transfer_us,total_us,total_min_us,total_max_us,hidden_share,bytes_sent,speedup,check_max_err,slowest_rank\n\
+1,r,local,shm,p2p,true,4,16,64,1,2,5,10.0,1.0,3.0,12.0,11.0,13.0,0.66,4096,1.5,1e-7,1\n";
+        // Through the reader every tool uses: the older header is a prefix of this one.
+        let dir = std::env::temp_dir().join(format!("parbench-old-cp-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(CpRow::FILE);
+        std::fs::write(&path, old).unwrap();
+        let rows = super::super::io::read_rows::<CpRow>(&path).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        let row = &rows[0];
+        assert_eq!(
+            (row.mode.as_str(), row.tp, row.causal),
+            ("forward", 1, true)
+        );
+        assert_eq!((row.cp, row.bytes_sent), (2, 4096));
+        assert!(row.key().contains("/forward/causal/") && row.key().ends_with("tp1cp2"));
     }
 }

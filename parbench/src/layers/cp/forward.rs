@@ -1,11 +1,13 @@
 //! One rank's context-parallel attention forward, by each method, with the
-//! time of its attention, its transfers and its waiting for them apart.
+//! time of its attention, its transfers and its waiting for them apart,
+//! and what its backward reads.
 
 use super::attend::{Heads, Partial};
+use super::ring::{all_gather_f32, all_to_all_f32, blocking, timed, Ring};
 use super::{positions, CpComm, CpConfig};
-use crate::comm::{CommBuffer, Communicator, DType, DupComm, HostBuffer, Io};
-use crate::layers::{LayerError, LayerResult};
-use std::time::{Duration, Instant};
+use crate::comm::{Communicator, HostBuffer};
+use crate::layers::LayerResult;
+use std::time::Duration;
 
 /// Where one call's wall time went on this rank.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -20,59 +22,91 @@ pub struct CpClock {
     pub wait: Duration,
 }
 
-/// This rank's Q, K and V (`[batch][local tokens][heads][head width]`)
-/// and the global positions of its tokens.
+/// This rank's Q, K, V and (in training) the output's gradient, each
+/// `[batch][local tokens][heads][head width]`, and the global positions
+/// of its tokens.
 #[derive(Clone, Debug)]
 pub struct CpInputs {
     pub q: Vec<f32>,
     pub k: Vec<f32>,
     pub v: Vec<f32>,
+    /// Empty in a forward-only run.
+    pub dout: Vec<f32>,
     pub pos: Vec<usize>,
 }
 
 impl CpInputs {
-    /// Rank `rank` of `cp`'s tokens of the tensors seeded by `seed`.
-    pub fn seeded(cfg: &CpConfig, cp: usize, rank: usize, seed: u64) -> Self {
+    /// Rank `rank` of `cp`'s tokens of the tensors seeded by `seed`, for
+    /// the heads `heads` of `cfg` (all of them without tensor parallelism);
+    /// the output's gradient too if `train`.
+    pub fn seeded(
+        cfg: &CpConfig,
+        (cp, rank): (usize, usize),
+        heads: std::ops::Range<usize>,
+        seed: u64,
+        train: bool,
+    ) -> Self {
         use super::{seeded, Qkv};
         let pos = positions(cfg.seq, cp, rank);
+        let of = |t| seeded(seed, t, cfg, &pos, heads.clone());
         CpInputs {
-            q: seeded(seed, Qkv::Q, cfg, &pos),
-            k: seeded(seed, Qkv::K, cfg, &pos),
-            v: seeded(seed, Qkv::V, cfg, &pos),
+            q: of(Qkv::Q),
+            k: of(Qkv::K),
+            v: of(Qkv::V),
+            dout: if train { of(Qkv::DOut) } else { Vec::new() },
             pos,
         }
     }
 }
 
-fn heads_of(cfg: &CpConfig, heads: usize) -> Heads {
+/// What a forward leaves for its backward.
+#[derive(Clone, Debug)]
+pub struct CpForward {
+    /// This rank's output, `[batch][local tokens][heads][head width]`.
+    pub out: Vec<f32>,
+    /// Each row's log-sum-exp of the attention this rank ran: its own
+    /// tokens' rows, or (Ulysses) every token's rows of its heads.
+    pub(super) lse: Vec<f32>,
+    /// Ulysses: every token of this rank's heads, as its attention saw them.
+    pub(super) heads: Option<HeadShard>,
+}
+
+/// Every token of a rank's `heads / C` heads after Ulysses' all-to-all:
+/// Q, K, V and the output, `[batch][rank i's tokens, i = 0..C][hc][d]`,
+/// and the tokens' positions.
+#[derive(Clone, Debug)]
+pub(super) struct HeadShard {
+    pub(super) q: Vec<f32>,
+    pub(super) k: Vec<f32>,
+    pub(super) v: Vec<f32>,
+    pub(super) out: Vec<f32>,
+    pub(super) pos: Vec<usize>,
+}
+
+pub(super) fn heads_of(cfg: &CpConfig, heads: usize) -> Heads {
     Heads {
         batch: cfg.batch,
         heads,
         head_dim: cfg.head_dim,
+        causal: cfg.causal,
     }
 }
 
-/// Runs `f`, adding its time to `to`.
-fn timed<R>(to: &mut Duration, f: impl FnOnce() -> R) -> R {
-    let t0 = Instant::now();
-    let r = f();
-    *to += t0.elapsed();
-    r
-}
-
-/// This rank's attention output (`[batch][local tokens][heads][head
-/// width]`) by `cfg.method`. Collective: every rank of `comm` calls it.
-/// `dup` is a second communicator over the same ranks for the ring's
-/// transfers to run on a thread beside the attention; without one the ring
-/// issues each transfer before its step's attention and waits after it (a
-/// device backend runs it meanwhile, a blocking host one does not).
-pub fn cp_forward<M: Communicator>(
+/// This rank's attention by `cfg.method`, over `comm`'s ranks.
+/// Collective: every rank of `comm` calls it. `dup` is a second
+/// communicator over the same ranks for the ring's transfers to run on a
+/// thread beside the attention ([`Ring`]).
+pub fn cp_forward<M, D>(
     comm: &mut M,
-    dup: Option<&mut DupComm>,
+    dup: Option<&mut D>,
     cfg: &CpConfig,
     x: &CpInputs,
     clock: &mut CpClock,
-) -> LayerResult<Vec<f32>> {
+) -> LayerResult<CpForward>
+where
+    M: Communicator,
+    D: Communicator<Buffer = HostBuffer>,
+{
     let cp = comm.world();
     cfg.validate(cp)?;
     let shape = heads_of(cfg, cfg.heads);
@@ -81,20 +115,32 @@ pub fn cp_forward<M: Communicator>(
         timed(&mut clock.compute, || {
             part.add_block(shape, (&x.q, &x.pos), (&x.k, &x.v, &x.pos))
         });
-        return Ok(part.finish(cfg.head_dim));
+        return Ok(finished(part, cfg));
     }
     match cfg.method {
-        CpComm::P2p => match dup {
-            Some(dup) => ring_on_thread(dup, cfg, x, clock),
-            None => ring_in_line(comm, cfg, x, clock),
-        },
+        CpComm::P2p => {
+            let ring = match dup {
+                Some(d) => Ring::Thread(d),
+                None => Ring::InLine(comm),
+            };
+            ring_forward(ring, cfg, x, clock)
+        }
         CpComm::AllGather => gathered(comm, cfg, x, clock),
         CpComm::A2a => ulysses(comm, cfg, x, clock),
     }
 }
 
+fn finished(part: Partial, cfg: &CpConfig) -> CpForward {
+    let (out, lse) = part.finish_with_lse(cfg.head_dim);
+    CpForward {
+        out,
+        lse,
+        heads: None,
+    }
+}
+
 /// `[k | v]`, the block a ring step or the gather moves.
-fn packed_kv(x: &CpInputs) -> Vec<f32> {
+pub(super) fn packed_kv(x: &CpInputs) -> Vec<f32> {
     let mut kv = Vec::with_capacity(2 * x.k.len());
     kv.extend_from_slice(&x.k);
     kv.extend_from_slice(&x.v);
@@ -108,127 +154,38 @@ fn add_kv(part: &mut Partial, cfg: &CpConfig, x: &CpInputs, kv: &[f32], src: usi
     part.add_block(heads_of(cfg, cfg.heads), (&x.q, &x.pos), (k, v, &pos));
 }
 
-/// Rank `rank` of a ring of `cp` before its first step: the next and the
-/// previous rank, nothing attended yet, and its own K/V to start with.
-fn ring_start(
-    cp: usize,
-    rank: usize,
-    cfg: &CpConfig,
-    x: &CpInputs,
-) -> (usize, usize, Partial, Vec<f32>) {
-    let part = Partial::new(heads_of(cfg, cfg.heads), x.pos.len());
-    ((rank + 1) % cp, (rank + cp - 1) % cp, part, packed_kv(x))
-}
-
-/// The ring with each transfer on a thread of its own over `dup`: at step
-/// `s` this rank attends to the K/V of rank `rank - s` while sending it to
-/// `rank + 1` and receiving rank `rank - s - 1`'s from `rank - 1`.
-fn ring_on_thread(
-    dup: &mut DupComm,
+/// The ring: at step `s` this rank attends to the K/V of rank `rank - s`
+/// while sending it on to `rank + 1` and receiving rank `rank - s - 1`'s
+/// from `rank - 1`; C - 1 transfers, each behind a step's attention.
+fn ring_forward<M, D>(
+    mut ring: Ring<'_, M, D>,
     cfg: &CpConfig,
     x: &CpInputs,
     clock: &mut CpClock,
-) -> LayerResult<Vec<f32>> {
-    let (cp, rank) = (dup.world(), dup.rank());
-    let (next, prev, mut part, mut cur) = ring_start(cp, rank, cfg, x);
+) -> LayerResult<CpForward>
+where
+    M: Communicator,
+    D: Communicator<Buffer = HostBuffer>,
+{
+    let (cp, rank) = ring.place();
+    let mut part = Partial::new(heads_of(cfg, cfg.heads), x.pos.len());
+    let mut cur = packed_kv(x);
     let mut nxt = vec![0f32; cur.len()];
     for step in 0..cp {
         let src = (rank + cp - step) % cp;
-        let last = step + 1 == cp;
-        let moved = std::thread::scope(|s| -> LayerResult<()> {
-            let (send, recv) = (&cur, &mut nxt);
-            let dup = &mut *dup;
-            let transfer = (!last).then(|| {
-                s.spawn(move || {
-                    let t0 = Instant::now();
-                    let r = exchange(dup, send, next, recv, prev);
-                    (r, t0.elapsed())
-                })
-            });
-            timed(&mut clock.compute, || {
-                add_kv(&mut part, cfg, x, send, src, cp)
-            });
-            if let Some(t) = transfer {
-                let (r, took) = timed(&mut clock.wait, || t.join()).map_err(|_| {
-                    LayerError::Config("the ring's transfer thread panicked".into())
-                })?;
-                clock.comm += took;
-                r?;
+        {
+            let mut moves = Vec::with_capacity(1);
+            if step + 1 < cp {
+                moves.push((&cur[..], &mut nxt[..]));
             }
-            Ok(())
-        });
-        moved?;
-        std::mem::swap(&mut cur, &mut nxt);
-    }
-    Ok(part.finish(cfg.head_dim))
-}
-
-/// One ring transfer on host buffers: `send` to `to`, `recv` from `from`.
-fn exchange(
-    dup: &mut DupComm,
-    send: &[f32],
-    to: usize,
-    recv: &mut [f32],
-    from: usize,
-) -> LayerResult<()> {
-    let out = HostBuffer::from_slice(send);
-    let mut inb = HostBuffer::zeroed(std::mem::size_of_val(recv));
-    dup.send_recv(&out, to, &mut inb, from, send.len(), DType::F32)?;
-    inb.read_to_host(bytemuck::cast_slice_mut(recv))?;
-    Ok(())
-}
-
-/// `values` in a buffer of `comm`'s.
-fn upload<M: Communicator>(comm: &M, values: &[f32], len: usize) -> LayerResult<M::Buffer> {
-    let mut b = comm.alloc(len * 4)?;
-    if !values.is_empty() {
-        b.write_from_host(bytemuck::cast_slice(values))?;
-    }
-    Ok(b)
-}
-
-/// `buf`'s first `out.len()` values.
-fn download<B: CommBuffer>(buf: &B, out: &mut [f32]) -> LayerResult<()> {
-    buf.read_to_host(bytemuck::cast_slice_mut(out))?;
-    Ok(())
-}
-
-/// The ring on `comm` alone: each step's transfer issued before its
-/// attention and waited for after it.
-fn ring_in_line<M: Communicator>(
-    comm: &mut M,
-    cfg: &CpConfig,
-    x: &CpInputs,
-    clock: &mut CpClock,
-) -> LayerResult<Vec<f32>> {
-    let (cp, rank) = (comm.world(), comm.rank());
-    let (next, prev, mut part, mut cur) = ring_start(cp, rank, cfg, x);
-    let n = cur.len();
-    for step in 0..cp {
-        let src = (rank + cp - step) % cp;
-        let mut recv = None;
-        let mut spent = Duration::ZERO;
-        if step + 1 < cp {
-            recv = Some(timed(&mut spent, || -> LayerResult<M::Buffer> {
-                let send = upload(comm, &cur, n)?;
-                let mut r = comm.alloc(n * 4)?;
-                comm.send_recv(&send, next, &mut r, prev, n, DType::F32)?;
-                Ok(r)
-            })?);
-        }
-        timed(&mut clock.compute, || {
-            add_kv(&mut part, cfg, x, &cur, src, cp)
-        });
-        if let Some(r) = recv {
-            timed(&mut spent, || -> LayerResult<()> {
-                comm.sync()?;
-                download(&r, &mut cur)
+            let held = &cur;
+            ring.step(&mut moves, clock, || {
+                add_kv(&mut part, cfg, x, held, src, cp)
             })?;
         }
-        clock.comm += spent;
-        clock.wait += spent;
+        std::mem::swap(&mut cur, &mut nxt);
     }
-    Ok(part.finish(cfg.head_dim))
+    Ok(finished(part, cfg))
 }
 
 /// All-gather of every rank's K/V, then attention over the whole sequence.
@@ -237,63 +194,95 @@ fn gathered<M: Communicator>(
     cfg: &CpConfig,
     x: &CpInputs,
     clock: &mut CpClock,
-) -> LayerResult<Vec<f32>> {
+) -> LayerResult<CpForward> {
     let cp = comm.world();
     let kv = packed_kv(x);
-    let n = kv.len();
-    let mut spent = Duration::ZERO;
-    let all = timed(&mut spent, || all_gather_f32(comm, &kv))?;
-    clock.comm += spent;
-    clock.wait += spent;
+    let all = blocking(clock, || all_gather_f32(comm, &kv))?;
     let mut part = Partial::new(heads_of(cfg, cfg.heads), x.pos.len());
     timed(&mut clock.compute, || {
-        for (src, block) in all.chunks_exact(n).enumerate() {
+        for (src, block) in all.chunks_exact(kv.len()).enumerate() {
             add_kv(&mut part, cfg, x, block, src, cp);
         }
     });
-    Ok(part.finish(cfg.head_dim))
+    Ok(finished(part, cfg))
 }
 
-/// Every rank's `values` (the same length on each), in rank order.
-pub(super) fn all_gather_f32<M: Communicator>(
+/// Ulysses' first all-to-all: `tensors` (each this rank's tokens of every
+/// head) to every token of this rank's `heads / C` heads, each
+/// `[batch][rank i's tokens, i = 0..C][hc][d]`.
+pub(super) fn to_heads<M: Communicator>(
     comm: &mut M,
-    values: &[f32],
-) -> LayerResult<Vec<f32>> {
-    let (n, cp) = (values.len(), comm.world());
-    let mut all = vec![0f32; n * cp];
-    let send = upload(comm, values, n)?;
-    let mut recv = comm.alloc(n * cp * 4)?;
-    comm.all_gather(
-        Io::OutOfPlace {
-            send: &send,
-            recv: &mut recv,
-        },
-        n,
-        DType::F32,
-    )?;
-    comm.sync()?;
-    download(&recv, &mut all)?;
-    Ok(all)
+    cfg: &CpConfig,
+    tensors: &[&[f32]],
+) -> LayerResult<Vec<Vec<f32>>> {
+    let cp = comm.world();
+    let (ls, slice) = (cfg.local_seq(cp), cfg.width() / cp);
+    let per = cfg.batch * ls * slice;
+    // Block j: each tensor's columns of rank j's heads.
+    let mut send = Vec::with_capacity(tensors.len() * per * cp);
+    for j in 0..cp {
+        for t in tensors {
+            for row in t.chunks_exact(cfg.width()) {
+                send.extend_from_slice(&row[j * slice..(j + 1) * slice]);
+            }
+        }
+    }
+    let recv = all_to_all_f32(comm, &send)?;
+    // Block i: each tensor's [batch][rank i's tokens][hc][d].
+    Ok((0..tensors.len())
+        .map(|w| {
+            let mut t = Vec::with_capacity(per * cp);
+            for b in 0..cfg.batch {
+                for i in 0..cp {
+                    let at = (i * tensors.len() + w) * per + b * ls * slice;
+                    t.extend_from_slice(&recv[at..at + ls * slice]);
+                }
+            }
+            t
+        })
+        .collect())
 }
 
-/// One all-to-all of `send` (`world` blocks of `block` values, block j to
-/// rank j) into the returned values (block i from rank i).
-fn all_to_all<M: Communicator>(comm: &mut M, send: &[f32], block: usize) -> LayerResult<Vec<f32>> {
-    let total = block * comm.world();
-    let s = upload(comm, send, total)?;
-    let mut r = comm.alloc(total * 4)?;
-    comm.all_to_all(
-        Io::OutOfPlace {
-            send: &s,
-            recv: &mut r,
-        },
-        block,
-        DType::F32,
-    )?;
-    comm.sync()?;
-    let mut out = vec![0f32; total];
-    download(&r, &mut out)?;
-    Ok(out)
+/// Ulysses' second all-to-all, the first's reverse: `tensors` (each every
+/// token of this rank's heads) back to this rank's tokens of every head.
+pub(super) fn to_tokens<M: Communicator>(
+    comm: &mut M,
+    cfg: &CpConfig,
+    tensors: &[&[f32]],
+) -> LayerResult<Vec<Vec<f32>>> {
+    let cp = comm.world();
+    let (ls, slice) = (cfg.local_seq(cp), cfg.width() / cp);
+    let per = cfg.batch * ls * slice;
+    // Block i: each tensor's rows of rank i's tokens.
+    let mut send = Vec::with_capacity(tensors.len() * per * cp);
+    for i in 0..cp {
+        for t in tensors {
+            for b in 0..cfg.batch {
+                let at = (b * cp + i) * ls * slice;
+                send.extend_from_slice(&t[at..at + ls * slice]);
+            }
+        }
+    }
+    let back = all_to_all_f32(comm, &send)?;
+    // Block j: each tensor's rank-j heads of this rank's tokens.
+    Ok((0..tensors.len())
+        .map(|w| {
+            let mut out = vec![0f32; per * cp];
+            for j in 0..cp {
+                let block = &back[(j * tensors.len() + w) * per..][..per];
+                for (row, piece) in block.chunks_exact(slice).enumerate() {
+                    let at = row * cfg.width() + j * slice;
+                    out[at..at + slice].copy_from_slice(piece);
+                }
+            }
+            out
+        })
+        .collect())
+}
+
+/// The positions of every token in Ulysses' head-sharded layout.
+pub(super) fn every_rank_positions(cfg: &CpConfig, cp: usize) -> Vec<usize> {
+    (0..cp).flat_map(|i| positions(cfg.seq, cp, i)).collect()
 }
 
 /// DeepSpeed-Ulysses: Q, K and V all-to-all from this rank's tokens of
@@ -304,68 +293,31 @@ fn ulysses<M: Communicator>(
     cfg: &CpConfig,
     x: &CpInputs,
     clock: &mut CpClock,
-) -> LayerResult<Vec<f32>> {
+) -> LayerResult<CpForward> {
     let cp = comm.world();
-    let (d, b_n, ls) = (cfg.head_dim, cfg.batch, x.pos.len());
-    let hc = cfg.heads / cp;
-    // One token's heads of rank j: columns [j hc d, (j + 1) hc d).
-    let slice = hc * d;
-    let per_tensor = b_n * ls * slice;
-    let mut spent = Duration::ZERO;
-    // Block j: [q | k | v], each [batch][local tokens][hc][d] of rank j's heads.
-    let recv = timed(&mut spent, || {
-        let mut send = Vec::with_capacity(3 * per_tensor * cp);
-        for j in 0..cp {
-            for t in [&x.q, &x.k, &x.v] {
-                for row in t.chunks_exact(cfg.width()) {
-                    send.extend_from_slice(&row[j * slice..(j + 1) * slice]);
-                }
-            }
-        }
-        all_to_all(comm, &send, 3 * per_tensor)
+    let whole = blocking(clock, || to_heads(comm, cfg, &[&x.q, &x.k, &x.v]))?;
+    let [q, k, v]: [Vec<f32>; 3] = whole.try_into().map_err(|_| {
+        crate::layers::LayerError::Config("the all-to-all returned another tensor count".into())
     })?;
-    // Every token of every rank, for this rank's heads: [batch][rank i's tokens, i = 0..C][hc][d].
-    let mut whole = [Vec::new(), Vec::new(), Vec::new()];
-    let mut pos = Vec::with_capacity(cfg.seq);
-    for i in 0..cp {
-        pos.extend(positions(cfg.seq, cp, i));
-    }
-    let outputs = timed(&mut clock.compute, || {
-        for (w, t) in whole.iter_mut().enumerate() {
-            t.reserve(per_tensor * cp);
-            for b in 0..b_n {
-                for i in 0..cp {
-                    let at = (i * 3 + w) * per_tensor + b * ls * slice;
-                    t.extend_from_slice(&recv[at..at + ls * slice]);
-                }
-            }
-        }
-        let shape = heads_of(cfg, hc);
+    let pos = every_rank_positions(cfg, cp);
+    let shape = heads_of(cfg, cfg.heads / cp);
+    let (out_h, lse) = timed(&mut clock.compute, || {
         let mut part = Partial::new(shape, pos.len());
-        part.add_block(shape, (&whole[0], &pos), (&whole[1], &whole[2], &pos));
-        part.finish(d)
+        part.add_block(shape, (&q, &pos), (&k, &v, &pos));
+        part.finish_with_lse(cfg.head_dim)
     });
-    // Back: block i is rank i's tokens of this rank's heads.
-    let back = timed(&mut spent, || {
-        let mut send = Vec::with_capacity(per_tensor * cp);
-        for i in 0..cp {
-            for b in 0..b_n {
-                let at = (b * cp + i) * ls * slice;
-                send.extend_from_slice(&outputs[at..at + ls * slice]);
-            }
-        }
-        all_to_all(comm, &send, per_tensor)
-    })?;
-    clock.comm += spent;
-    clock.wait += spent;
-    // Block j holds heads of rank j for this rank's tokens.
-    let mut out = vec![0f32; b_n * ls * cfg.width()];
-    for j in 0..cp {
-        let block = &back[j * per_tensor..(j + 1) * per_tensor];
-        for (row, piece) in block.chunks_exact(slice).enumerate() {
-            let at = row * cfg.width() + j * slice;
-            out[at..at + slice].copy_from_slice(piece);
-        }
-    }
-    Ok(out)
+    let out = blocking(clock, || to_tokens(comm, cfg, &[&out_h]))?
+        .pop()
+        .unwrap_or_default();
+    Ok(CpForward {
+        out,
+        lse,
+        heads: Some(HeadShard {
+            q,
+            k,
+            v,
+            out: out_h,
+            pos,
+        }),
+    })
 }

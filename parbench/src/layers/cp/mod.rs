@@ -15,22 +15,34 @@
 //!
 //! Causal balance is Megatron-Core's: the sequence is cut into 2C chunks
 //! and rank i holds chunks i and 2C-1-i, so every rank has as many
-//! unmasked query-key pairs as any other.
+//! unmasked query-key pairs as any other (without the causal mask the
+//! same layout, balanced anyway).
+//!
+//! Training adds each method's backward ([`backward`]). With tensor
+//! parallelism (`tp` > 1) the world is tp x cp ranks, TP fastest as
+//! Megatron orders them: each TP rank holds `heads / tp` heads, as the
+//! dense block's attention does, and its CP group (the ranks with its
+//! heads) splits the sequence. The attention core has no TP
+//! communication; that lives in the projections around it.
 //!
 //! The attention runs on the host in f32 (whatever the backend), so the
 //! three methods and the unsharded reference share one arithmetic; the
 //! communicator moves the same f32 values on its own buffers.
 //!
 //! Parts: this file (sizes, method, which tokens a rank holds, seeded
-//! inputs); [`attend`] (the kernels); [`forward`] (the three methods with
-//! their clock); [`run`] (check against the unsharded attention, timing).
+//! inputs); [`attend`] (the kernels); [`ring`] (the transfers);
+//! [`forward`] and [`backward`] (the three methods with their clock);
+//! [`run`] (check against the unsharded attention, timing).
 
 pub mod attend;
+pub mod backward;
 pub mod forward;
+mod ring;
 pub mod run;
 
-pub use forward::{cp_forward, CpClock};
-pub use run::{check_cp, run_cp, CpOutcome};
+pub use backward::{cp_backward, CpGrads};
+pub use forward::{cp_forward, CpClock, CpForward, CpInputs};
+pub use run::{check_cp, run_cp, CpOutcome, CpPlan};
 
 use super::{LayerError, LayerResult};
 
@@ -48,9 +60,38 @@ pub struct CpConfig {
     /// Sequences per call.
     pub batch: usize,
     pub method: CpComm,
+    /// Each query sees only the keys at or before it.
+    pub causal: bool,
 }
 
 impl CpConfig {
+    /// Checks that the heads split over `tp` ranks and the sequence (and
+    /// for `a2a` each TP rank's heads) over `cp`; the error names what
+    /// does not divide.
+    pub fn validate_grid(&self, tp: usize, cp: usize) -> LayerResult<()> {
+        if tp == 0 {
+            return Err(LayerError::Config(
+                "tensor-parallel degree must be at least 1".into(),
+            ));
+        }
+        if !self.heads.is_multiple_of(tp) {
+            return Err(LayerError::Config(format!(
+                "tp {tp} does not divide heads {}",
+                self.heads
+            )));
+        }
+        self.validate(cp)?;
+        self.shard(tp).validate(cp)
+    }
+
+    /// What each of `tp` ranks runs: `heads / tp` of the heads.
+    pub fn shard(&self, tp: usize) -> CpConfig {
+        CpConfig {
+            heads: self.heads / tp.max(1),
+            ..*self
+        }
+    }
+
     /// Checks that the sequence (and for `a2a` the heads) split over `cp`
     /// ranks; the error names what does not divide.
     pub fn validate(&self, cp: usize) -> LayerResult<()> {
@@ -100,10 +141,11 @@ impl CpConfig {
     }
 
     /// Bytes one rank holds at once (f32): its Q, K, V and output, the
-    /// gathered K/V or the received chunks, and on rank 0 with `check` the
-    /// whole sequence's tensors and scores of one query row per head. For
+    /// gathered K/V or the received chunks (in training as much again for
+    /// the gradients), and on rank 0 with `check` the whole sequence's
+    /// tensors (and gradients) and one query row's probabilities. For
     /// refusing sizes a machine cannot hold before anything is allocated.
-    pub fn memory_bytes(&self, cp: usize, check: bool) -> u128 {
+    pub fn memory_bytes(&self, cp: usize, check: bool, train: bool) -> u128 {
         let w = |v: usize| v as u128;
         let local = w(self.batch) * w(self.local_seq(cp)) * w(self.width());
         let whole = w(self.batch) * w(self.seq) * w(self.width());
@@ -112,29 +154,48 @@ impl CpConfig {
             CpComm::AllGather => 2 * whole,
             CpComm::A2a => 8 * local,
         };
-        let rank = 6 * local + exchange;
-        let reference = if check { 6 * whole + w(self.seq) } else { 0 };
+        let rank = (6 * local + exchange) * if train { 2 } else { 1 };
+        let tensors = if train { 10 } else { 6 };
+        let reference = if check {
+            tensors * whole + 2 * w(self.seq)
+        } else {
+            0
+        };
         (rank + reference) * 4
     }
 
-    /// Bytes one of `cp` ranks sends per call (f32): K and V of its
-    /// tokens to each of the others (the ring's C-1 steps, or the
+    /// Bytes one of `cp` ranks sends per call (f32). Forward: K and V of
+    /// its tokens to each of the others (the ring's C-1 steps, or the
     /// all-gather's share), or for `a2a` the (C-1)/C of its Q, K, V and
-    /// output that leave it.
-    pub fn bytes_sent(&self, cp: usize) -> u64 {
+    /// output that leave it. Training adds the backward's: the ring's K/V
+    /// again and dK/dV C times, the gather's K/V again and the
+    /// reduce-scatter's dK/dV, or for `a2a` the output's gradient and
+    /// dQ/dK/dV.
+    pub fn bytes_sent(&self, cp: usize, train: bool) -> u64 {
         let cp = cp.max(1) as u64;
         let local = (self.batch * self.local_seq(cp as usize) * self.width()) as u64 * 4;
-        match self.method {
+        let forward = match self.method {
             CpComm::P2p | CpComm::AllGather => (cp - 1) * 2 * local,
             CpComm::A2a => 4 * local * (cp - 1) / cp,
-        }
+        };
+        let backward = match self.method {
+            _ if cp == 1 => 0,
+            CpComm::P2p => (cp - 1) * 2 * local + cp * 2 * local,
+            CpComm::AllGather => 2 * (cp - 1) * 2 * local,
+            CpComm::A2a => 4 * local * (cp - 1) / cp,
+        };
+        forward + if train { backward } else { 0 }
     }
 
-    /// Matrix-product FLOPs of one call on all ranks: QK^T and PV over the
-    /// unmasked (causal) query-key pairs.
+    /// Matrix-product FLOPs of one forward on all ranks: QK^T and PV over
+    /// the unmasked query-key pairs.
     pub fn flops(&self) -> f64 {
         let s = self.seq as f64;
-        let pairs = s * (s + 1.0) / 2.0;
+        let pairs = if self.causal {
+            s * (s + 1.0) / 2.0
+        } else {
+            s * s
+        };
         4.0 * self.batch as f64 * pairs * self.width() as f64
     }
 }
@@ -148,12 +209,13 @@ pub fn positions(seq: usize, cp: usize, rank: usize) -> Vec<usize> {
     (head..head + chunk).chain(tail..tail + chunk).collect()
 }
 
-/// Which of Q, K, V a seeded tensor is.
+/// Which of Q, K, V and the output's gradient a seeded tensor is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Qkv {
     Q = 0,
     K = 1,
     V = 2,
+    DOut = 3,
 }
 
 /// The seeded value of `which` at (sequence `b`, token `pos`, column
@@ -164,13 +226,20 @@ pub fn value(seed: u64, which: Qkv, cfg: &CpConfig, b: usize, pos: usize, col: u
     ((z >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
 }
 
-/// `which` for the tokens at `pos` of every sequence: `[batch][pos][width]`.
-pub fn seeded(seed: u64, which: Qkv, cfg: &CpConfig, pos: &[usize]) -> Vec<f32> {
-    let w = cfg.width();
-    let mut out = Vec::with_capacity(cfg.batch * pos.len() * w);
+/// `which` for the tokens at `pos` of every sequence and the heads
+/// `heads`: `[batch][pos][heads][head width]`.
+pub fn seeded(
+    seed: u64,
+    which: Qkv,
+    cfg: &CpConfig,
+    pos: &[usize],
+    heads: std::ops::Range<usize>,
+) -> Vec<f32> {
+    let cols = heads.start * cfg.head_dim..heads.end * cfg.head_dim;
+    let mut out = Vec::with_capacity(cfg.batch * pos.len() * cols.len());
     for b in 0..cfg.batch {
         for &p in pos {
-            out.extend((0..w).map(|c| value(seed, which, cfg, b, p, c)));
+            out.extend(cols.clone().map(|c| value(seed, which, cfg, b, p, c)));
         }
     }
     out
@@ -187,6 +256,7 @@ mod tests {
             head_dim: 4,
             batch: 1,
             method,
+            causal: true,
         }
     }
 
