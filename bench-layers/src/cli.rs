@@ -4,7 +4,7 @@
 use clap::Parser;
 use parbench::comm::DType;
 use parbench::layers::cp::{CpComm, CpConfig};
-use parbench::layers::moe::MoeConfig;
+use parbench::layers::moe::{MoeConfig, MoeLayout};
 use parbench::layers::{BlockConfig, BlockShape, Mode};
 use parbench::model::{LinkParams, Preset};
 use parbench::vocab;
@@ -106,6 +106,11 @@ pub struct Cli {
     /// to the ranks available).
     #[arg(long, value_name = "E[,E...]", help_heading = "Mixture of experts")]
     pub ep: Option<String>,
+    /// Expert tensor-parallel degrees, comma-separated (default 1): each
+    /// expert's MLP split over T ranks (column-parallel gate and up,
+    /// row-parallel down); every --ep with every --etp, on ep x etp ranks.
+    #[arg(long, value_name = "T[,T...]", help_heading = "Mixture of experts")]
+    pub etp: Option<String>,
 
     #[arg(long = vocab::backend::LONG, value_name = vocab::backend::VALUE, help = vocab::backend::HELP, default_value = "local", help_heading = "Ranks and output")]
     pub backend: String,
@@ -140,9 +145,12 @@ pub struct LayerJob {
     pub check: bool,
     pub out: PathBuf,
     pub timeout: Duration,
-    /// The MoE block of `--experts`: then `tps` holds the expert-parallel
-    /// degrees, and the dense block's shape only lends its sizes.
+    /// The MoE block of `--experts`: then `tps` holds the ranks of each of
+    /// `moe_layouts`, and the dense block's shape only lends its sizes.
     pub moe: Option<MoeConfig>,
+    /// The `--ep` x `--etp` layouts the MoE block runs, in order (every
+    /// expert-parallel degree at the first expert-tensor one, then the next).
+    pub moe_layouts: Vec<MoeLayout>,
     /// `--cp`: the context-parallel attention at these degrees (then `tps`
     /// holds the same degrees, the ranks each one runs on).
     pub cp: Option<CpJob>,
@@ -157,10 +165,17 @@ pub struct CpJob {
 
 impl LayerJob {
     /// Bytes one rank of degree `t` holds with `elem`-byte values, and what
-    /// the unsharded check adds on rank 0: the MoE block's or the dense one's.
+    /// the unsharded check adds on rank 0: the MoE block's (the largest of
+    /// its layouts on `t` ranks) or the dense one's.
     pub fn memory_bytes(&self, t: usize, elem: u128) -> (u128, u128) {
         match &self.moe {
-            Some(m) => m.memory_bytes(t, elem, self.check),
+            Some(m) => self
+                .moe_layouts
+                .iter()
+                .filter(|l| l.world() == t)
+                .map(|&l| m.memory_bytes(l, elem, self.check))
+                .max()
+                .unwrap_or((0, 0)),
             None => self.block.memory_bytes(t, elem, self.check),
         }
     }
@@ -271,37 +286,33 @@ impl Cli {
         }
         let cp = self.cp_job(&block)?;
         let moe = self.moe(&block)?;
-        let (flag, list) = match (moe, &cp) {
-            (Some(_), _) => ("--ep", &self.ep),
-            (None, Some(_)) => ("--cp", &self.cp),
-            (None, None) => ("--tp", &self.tp),
-        };
-        let tps = match (&cp, list) {
-            (Some(cp), _) => cp.degrees.clone(),
-            (None, Some(s)) => parse_degrees(flag, s)?,
-            // The default MoE degrees are those that split the experts and tokens.
-            (None, None) => [1, 2, 4, 8]
-                .into_iter()
-                .filter(|&t| t <= ranks && moe.is_none_or(|m| m.validate(t).is_ok()))
-                .collect(),
-        };
         let most = backend.most_ranks();
+        let moe_layouts = match &moe {
+            Some(m) => self.moe_layouts(m, ranks, most)?,
+            None => Vec::new(),
+        };
+        let (flag, list) = match &cp {
+            Some(_) => ("--cp", &self.cp),
+            None => ("--tp", &self.tp),
+        };
+        let tps = match (&moe, &cp, list) {
+            (Some(_), _, _) => moe_layouts.iter().map(MoeLayout::world).collect(),
+            (None, Some(cp), _) => cp.degrees.clone(),
+            (None, None, Some(s)) => parse_degrees(flag, s)?,
+            (None, None, None) => [1, 2, 4, 8].into_iter().filter(|&t| t <= ranks).collect(),
+        };
         if let Some(&t) = tps.iter().find(|&&t| t > most) {
             return usage(format!(
                 "{flag} {t}: --backend {} runs at most {most} ranks",
                 backend.name()
             ));
         }
-        for &t in &tps {
-            match (&moe, &cp) {
-                (Some(m), _) => m
+        if moe.is_none() && cp.is_none() {
+            // cp_job checked its degrees against the attention's shape.
+            for &t in &tps {
+                block
                     .validate(t)
-                    .map_err(|e| UsageError(format!("--ep {t}: {e}")))?,
-                // cp_job checked its degrees against the attention's shape.
-                (None, Some(_)) => {}
-                (None, None) => block
-                    .validate(t)
-                    .map_err(|e| UsageError(format!("--tp {t}: {e}")))?,
+                    .map_err(|e| UsageError(format!("--tp {t}: {e}")))?;
             }
         }
         if self.iters == 0 {
@@ -336,8 +347,57 @@ impl Cli {
             out: self.out.clone(),
             timeout,
             moe,
+            moe_layouts,
             cp,
         })
+    }
+
+    /// `--ep` x `--etp`: every layout checked against the block's sizes and
+    /// the backend's `most` ranks. Without --ep, the expert-parallel degrees
+    /// of 1, 2, 4, 8 whose layouts split the block on at most `ranks` ranks.
+    fn moe_layouts(
+        &self,
+        moe: &MoeConfig,
+        ranks: usize,
+        most: usize,
+    ) -> Result<Vec<MoeLayout>, UsageError> {
+        let etps = match &self.etp {
+            Some(s) => parse_degrees("--etp", s)?,
+            None => vec![1],
+        };
+        let eps = match &self.ep {
+            Some(s) => Some(parse_degrees("--ep", s)?),
+            None => None,
+        };
+        let mut out = Vec::new();
+        for &etp in &etps {
+            let given = eps.is_some();
+            let eps = eps.clone().unwrap_or_else(|| vec![1, 2, 4, 8]);
+            for ep in eps {
+                let layout = MoeLayout { ep, etp };
+                let fits = moe.validate(layout);
+                if !given && (layout.world() > ranks || fits.is_err()) {
+                    continue;
+                }
+                let name = format!("--ep {ep} --etp {etp}");
+                if layout.world() > most {
+                    return usage(format!(
+                        "{name}: {} ranks, --backend {} runs at most {most}",
+                        layout.world(),
+                        self.backend
+                    ));
+                }
+                fits.map_err(|e| UsageError(format!("{name}: {e}")))?;
+                out.push(layout);
+            }
+        }
+        if out.is_empty() {
+            return usage(format!(
+                "--experts: no expert-parallel degree of 1, 2, 4, 8 splits the block on {ranks} ranks at --etp {}; give --ep",
+                etps.iter().map(usize::to_string).collect::<Vec<_>>().join(",")
+            ));
+        }
+        Ok(out)
     }
 
     /// `--cp` and `--cp-comm-type`, checked against the block's sizes and
@@ -408,6 +468,7 @@ impl Cli {
                 ("--expert-ffn", self.expert_ffn.is_some()),
                 ("--shared-experts", self.shared_experts.is_some()),
                 ("--ep", self.ep.is_some()),
+                ("--etp", self.etp.is_some()),
             ] {
                 if given {
                     return usage(format!("{flag} needs --experts"));
@@ -572,6 +633,16 @@ mod tests {
         assert_eq!(p.tps, vec![1, 2, 4], "8 does not divide 4 experts");
         assert_eq!(p.moe.map(|m| (m.ffn, m.shared)), Some((64, 1)));
         assert!(cli(&[]).job(2).unwrap().moe.is_none());
+        // Every --ep at each --etp, in that order; tps holds their ranks.
+        let p = cli(&["--experts", "8", "--ep", "1,2", "--etp", "1,2"])
+            .job(2)
+            .unwrap();
+        let got: Vec<(usize, usize)> = p.moe_layouts.iter().map(|l| (l.ep, l.etp)).collect();
+        assert_eq!(got, vec![(1, 1), (2, 1), (1, 2), (2, 2)]);
+        assert_eq!(p.tps, vec![1, 2, 2, 4]);
+        // Without --ep, the degrees whose layouts fit the ranks.
+        let p = cli(&["--experts", "8", "--etp", "2"]).job(4).unwrap();
+        assert_eq!(p.tps, vec![2, 4]);
     }
 
     #[test]
@@ -583,6 +654,16 @@ mod tests {
             (&["--experts", "8", "--topk", "0"][..], "--topk 0"),
             (&["--topk", "2"][..], "--topk needs --experts"),
             (&["--ep", "2"][..], "--ep needs --experts"),
+            (&["--etp", "2"][..], "--etp needs --experts"),
+            (
+                &["--experts", "8", "--expert-ffn", "64", "--etp", "3"][..],
+                "--ep 1 --etp 3: etp 3 does not divide the expert ffn 64",
+            ),
+            (&["--experts", "8", "--etp", "0"][..], "--etp"),
+            (
+                &["--experts", "8", "--seq", "8", "--ep", "4", "--etp", "4"][..],
+                "16 ranks",
+            ),
             (&["--experts", "8", "--ep", "2,x"][..], "--ep"),
             (&["--experts", "8", "--tp", "2"][..], "--tp with --experts"),
             (&["--experts", "8", "--cp", "2"][..], "--cp with --experts"),

@@ -352,14 +352,15 @@ pub fn moe_json(plan: &LayerJob, moe: &MoeConfig) -> serde_json::Value {
         "tokens_per_call": moe.tokens,
         "mode": moe.mode.name(),
         "dtype": plan.dtype.name(),
-        "ep": plan.tps,
+        "ep": plan.moe_layouts.iter().map(|l| l.ep).collect::<Vec<_>>(),
+        "etp": plan.moe_layouts.iter().map(|l| l.etp).collect::<Vec<_>>(),
         "iters": plan.iters,
         "warmup": plan.warmup,
         "check": plan.check,
         "link": plan.link.map(|l| serde_json::json!({"alpha_us": l.alpha_us(), "gbps": l.bandwidth_gbps()})),
         "gemm_math": gemm_of(plan).0,
         "gemm_kernels": gemm_of(plan).1,
-        "times": "per block call, slowest rank's mean: compute, all-to-all after a barrier, and that barrier (wait)",
+        "times": "per block call, slowest rank's mean: compute, the expert-parallel all-to-alls and the expert-tensor exchanges after a barrier each, and those barriers (wait)",
     })
 }
 
@@ -368,8 +369,8 @@ pub fn moe_header(plan: &LayerJob, moe: &MoeConfig) -> String {
     let (math, kernels) = gemm_of(plan);
     format!(
         "# bench-layers: {} {} MoE | h={} experts={} top-{} expert-ffn={} shared={} ({} tokens/call) | {} | {} kernels\n\
-         # times per block call, slowest rank's mean; a2a: the all-to-alls once every rank arrived, wait: the barrier before each\n\
-         #{:>3} {:>11} {:>10} {:>10} {:>11} {:>10} {:>9} {:>8} {:>6} {:>9} {:>7}",
+         # times per block call, slowest rank's mean; a2a: the all-to-alls once every rank arrived, etp: the expert-tensor gathers and reduce-scatters, wait: the barrier before each\n\
+         #{:>3} {:>4} {:>11} {:>10} {:>9} {:>10} {:>11} {:>10} {:>9} {:>8} {:>6} {:>9} {:>7}",
         plan.backend.name(),
         moe.mode.name(),
         moe.hidden,
@@ -381,8 +382,10 @@ pub fn moe_header(plan: &LayerJob, moe: &MoeConfig) -> String {
         math,
         kernels,
         "ep",
+        "etp",
         "compute_us",
         "a2a_us",
+        "etp_us",
         "wait_us",
         "total_us",
         "model_us",
@@ -394,22 +397,25 @@ pub fn moe_header(plan: &LayerJob, moe: &MoeConfig) -> String {
     )
 }
 
-/// One MoE row: `first` is the sweep's first row, for the speed-up over EP 1.
+/// One MoE row: `first` is the sweep's first row, for the speed-up over
+/// the block on one rank.
 pub fn moe_row(m: &MoeMeasurement, first: Option<&MoeMeasurement>, moe: &MoeConfig) -> String {
     let base = first.unwrap_or(m);
-    let speedup = if base.ep == 1 {
+    let speedup = if base.ep * base.etp == 1 {
         base.total_us / m.total_us
     } else {
         f64::NAN
     };
     format!(
-        " {:>3} {:>11} {:>10} {:>10} {:>11} {:>10} {:>9} {:>8} {:>6} {:>9} {:>7}",
+        " {:>3} {:>4} {:>11} {:>10} {:>9} {:>10} {:>11} {:>10} {:>9} {:>8} {:>6} {:>9} {:>7}",
         m.ep,
+        m.etp,
         num(m.compute_us, 1),
         num(m.a2a_us, 1),
+        num(m.etp_us, 1),
         num(m.wait_us, 1),
         num(m.total_us, 1),
-        num(m.a2a_model_us, 1),
+        num(m.a2a_model_us + m.etp_model_us, 1),
         bytes(if m.ep > 1 { m.a2a_bytes } else { 0 }),
         num(speedup, 2),
         num(m.imbalance, 2),
@@ -418,7 +424,10 @@ pub fn moe_row(m: &MoeMeasurement, first: Option<&MoeMeasurement>, moe: &MoeConf
         } else {
             format!("{:.1e}", m.check_max_err)
         },
-        num(moe.flops() / m.ep as f64 / (m.compute_us * 1e3), 1),
+        num(
+            moe.flops() / (m.ep * m.etp) as f64 / (m.compute_us * 1e3),
+            1
+        ),
     )
 }
 
@@ -426,9 +435,9 @@ pub fn moe_row(m: &MoeMeasurement, first: Option<&MoeMeasurement>, moe: &MoeConf
 /// the tolerance the check was held to, each rank's load (the model held
 /// to the all-to-all is `model_lines`').
 pub fn moe_detail(m: &MoeMeasurement) -> String {
+    let layout = format!("ep {} etp {}", m.ep, m.etp);
     let mut out = format!(
-        "# ep {}: check {} within {:.0e} | copies per rank {:?}",
-        m.ep,
+        "# {layout}: check {} within {:.0e} | copies per rank {:?}",
         if m.check_max_err.is_nan() {
             "skipped"
         } else {
@@ -437,14 +446,20 @@ pub fn moe_detail(m: &MoeMeasurement) -> String {
         m.check_tolerance,
         m.rows_per_rank
     );
-    if m.ep > 1 {
+    if m.ep * m.etp > 1 {
         let fitted = "uniform all_to_all at the block's size, 1/16 to 2x, timed on this wire after the block";
         out.push_str(&format!(
-            "\n# ep {}: all_to_all={} x{} of {} B a rank + the counts | {}",
-            m.ep,
+            "\n# {layout}: model {} us: all_to_all={} x{} of {} B a rank over {} ranks + the counts, {} us; the expert-tensor exchanges x{} of {} B over {}, {} us | {}",
+            num(m.a2a_model_us + m.etp_model_us, 1),
             m.algo,
             m.a2a_calls,
             m.a2a_bytes,
+            m.ep,
+            num(m.a2a_model_us, 1),
+            m.a2a_calls,
+            m.a2a_bytes * m.etp as u64,
+            m.etp,
+            num(m.etp_model_us, 1),
             link_text(&m.link_source, m.link_alpha_us, m.link_gbps, fitted)
         ));
     }

@@ -16,7 +16,7 @@ use super::super::check::{broadcast_f64, gather_shards, relative_error, CheckRep
 use super::super::layout::TensorSpec;
 use super::super::run::all_gather_f64;
 use super::super::{LayerError, LayerResult, Mode};
-use super::layout::MoeSpecs;
+use super::layout::{MoeLayout, MoeSpecs};
 use super::routing::routing_gap;
 use super::MoeBlock;
 use crate::comm::Communicator;
@@ -63,14 +63,15 @@ where
     C: Compute,
     M: Communicator<Buffer = C::Buf>,
 {
-    let (ep, rank) = block.shard_of();
-    if comm.world() != ep || comm.rank() != rank {
+    let (layout, rank) = block.shard_of();
+    if comm.world() != layout.world() || comm.rank() != rank {
         return Err(LayerError::Config(format!(
-            "block is rank {rank} of {ep}, communicator rank {} of {}",
+            "block is rank {rank} of {layout}, communicator rank {} of {}",
             comm.rank(),
             comm.world()
         )));
     }
+    let specs = MoeSpecs::new(block.config());
     let picks = block
         .picks()
         .ok_or_else(|| LayerError::Config("check before forward".into()))?;
@@ -83,7 +84,7 @@ where
     for (spec, buf) in compared(block) {
         let shards = gather_shards(dev, comm, &spec, buf)?;
         if rank == 0 {
-            gathered.push(spec.assemble(ep, &shards)?);
+            gathered.push(specs.assemble(&spec, layout, &shards)?);
         }
     }
     let names: Vec<String> = std::iter::once("routing".to_string())
@@ -92,7 +93,7 @@ where
     let mut errs = vec![0f64; names.len()];
     if rank == 0 {
         let cfg = block.config();
-        let mut reference = MoeBlock::new(dev, cfg, 1, 0, seed)?;
+        let mut reference = MoeBlock::new(dev, cfg, MoeLayout::SINGLE, 0, seed)?;
         let logits = reference.router_logits(dev)?;
         errs[0] = routing_gap(&logits, cfg.experts, cfg.topk, &all_picks);
         reference.force_routing(all_picks)?;

@@ -7,6 +7,13 @@
 //! sends and receives); the counts in one uniform all-to-all before it.
 //! Each exchange is preceded by a barrier timed as waiting, so the
 //! all-to-all's own time holds no skew between ranks.
+//!
+//! An exchange inside a group of the layer's ranks (an expert-parallel or
+//! expert-tensor group) is one all-to-all-v over all of them whose blocks
+//! to ranks outside the group are empty: no backend sends an empty block
+//! (the pairwise exchange skips it, MPI and NCCL move nothing), so the
+//! groups' exchanges run side by side on the wires their own would use,
+//! on every backend and device, without a split communicator.
 
 use super::super::block::PhaseClock;
 use super::super::LayerResult;
@@ -64,6 +71,53 @@ pub(super) fn exchange_counts<M: Communicator>(
     got.resize(p, vec![0; per]);
     got[rank] = send[rank].clone();
     Ok(got)
+}
+
+/// [`exchange_counts`] inside `group` (the layer's ranks, this one among
+/// them): `send[i]` goes to `group[i]`, and the result is indexed the same.
+pub(super) fn exchange_counts_in<M: Communicator>(
+    comm: &mut M,
+    group: &[usize],
+    send: &[Vec<usize>],
+) -> LayerResult<Vec<Vec<usize>>> {
+    if group.len() <= 1 {
+        return Ok(send.to_vec());
+    }
+    let per = send.first().map_or(0, Vec::len);
+    let mut all = vec![vec![0; per]; comm.world()];
+    for (&r, c) in group.iter().zip(send) {
+        all[r] = c.clone();
+    }
+    let got = exchange_counts(comm, comm.rank(), &all)?;
+    Ok(group.iter().map(|&r| got[r].clone()).collect())
+}
+
+/// [`exchange_rows`] inside `group` (the layer's ranks, this one among
+/// them): `send[i]` goes to `group[i]`, `recv_len[i]` elements come from
+/// it; the blocks of the ranks outside are empty.
+pub(super) fn exchange_rows_in<C, M>(
+    dev: &C,
+    comm: &mut M,
+    clock: &mut PhaseClock,
+    group: &[usize],
+    send: Vec<Vec<f32>>,
+    recv_len: &[usize],
+) -> LayerResult<Vec<Vec<f32>>>
+where
+    C: Compute,
+    M: Communicator<Buffer = C::Buf>,
+{
+    if group.len() <= 1 {
+        return Ok(send);
+    }
+    let world = comm.world();
+    let (mut all, mut lens) = (vec![Vec::new(); world], vec![0; world]);
+    for ((&r, s), &n) in group.iter().zip(send).zip(recv_len) {
+        all[r] = s;
+        lens[r] = n;
+    }
+    let mut got = exchange_rows(dev, comm, clock, &all, &lens)?;
+    Ok(group.iter().map(|&r| std::mem::take(&mut got[r])).collect())
 }
 
 /// Sends `send[peer]` (host rows, f32) to each peer and returns what each
