@@ -370,16 +370,22 @@ impl Cli {
             None => None,
         };
         let mut out = Vec::new();
+        // Without --ep, why the first default layout did not fit.
+        let mut skipped = None;
         for &etp in &etps {
             let given = eps.is_some();
             let eps = eps.clone().unwrap_or_else(|| vec![1, 2, 4, 8]);
             for ep in eps {
                 let layout = MoeLayout { ep, etp };
                 let fits = moe.validate(layout);
+                let name = format!("--ep {ep} --etp {etp}");
                 if !given && (layout.world() > ranks || fits.is_err()) {
+                    skipped = skipped.or(Some(match &fits {
+                        Err(e) => format!("{name}: {e}"),
+                        Ok(()) => format!("{name}: {} ranks, {ranks} available", layout.world()),
+                    }));
                     continue;
                 }
-                let name = format!("--ep {ep} --etp {etp}");
                 if layout.world() > most {
                     return usage(format!(
                         "{name}: {} ranks, --backend {} runs at most {most}",
@@ -392,10 +398,7 @@ impl Cli {
             }
         }
         if out.is_empty() {
-            return usage(format!(
-                "--experts: no expert-parallel degree of 1, 2, 4, 8 splits the block on {ranks} ranks at --etp {}; give --ep",
-                etps.iter().map(usize::to_string).collect::<Vec<_>>().join(",")
-            ));
+            return usage(skipped.unwrap_or_else(|| "--ep: no layout".into()));
         }
         Ok(out)
     }
@@ -657,7 +660,7 @@ mod tests {
             (&["--etp", "2"][..], "--etp needs --experts"),
             (
                 &["--experts", "8", "--expert-ffn", "64", "--etp", "3"][..],
-                "--ep 1 --etp 3: etp 3 does not divide the expert ffn 64",
+                "--ep 1 --etp 3: invalid block: etp 3 does not divide the expert ffn 64",
             ),
             (&["--experts", "8", "--etp", "0"][..], "--etp"),
             (

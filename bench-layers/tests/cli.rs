@@ -56,6 +56,9 @@ fn bad_flags_exit_2_with_one_line() {
         &["--experts", "8", "--topk", "9"][..],
         &["--topk", "2"][..],
         &["--experts", "8", "--tp", "2"][..],
+        &["--etp", "2"][..],
+        &["--experts", "8", "--expert-ffn", "48", "--etp", "5"][..],
+        &["--experts", "8", "--ep", "4", "--etp", "4", "--seq", "8"][..],
     ] {
         let out = bin().args(args).output().unwrap();
         assert_eq!(out.status.code(), Some(2), "{args:?}");
@@ -209,6 +212,46 @@ fn moe_sweeps_each_expert_parallel_degree_on_local_and_tcp() {
         let runs = std::fs::read_to_string(out_dir.join("run.json")).unwrap();
         assert!(runs.contains("\"moe_rows\""), "{runs}");
         assert_eq!(runs.matches("\"a2a_us\"").count(), n, "{runs}");
+        let _ = std::fs::remove_dir_all(&out_dir);
+    }
+}
+
+/// Expert tensor parallelism beside expert parallelism: EP 2 x ETP 2 on
+/// local threads and EP 1 x ETP 2 on tcp processes (train, a shared
+/// expert), each checked and kept in run.json with its etp.
+#[test]
+fn moe_runs_expert_tensor_parallel_layouts_on_local_and_tcp() {
+    for (backend, ep, etp_name) in [("local", "2", "ep 2 etp 2"), ("tcp", "1", "ep 1 etp 2")] {
+        let out_dir = scratch(&format!("moe-etp-{backend}"));
+        let stdout = run_ok(
+            &[
+                "--backend",
+                backend,
+                "--experts",
+                "4",
+                "--shared-experts",
+                "1",
+                "--expert-ffn",
+                "32",
+                "--mode",
+                "train",
+                "--ep",
+                ep,
+                "--etp",
+                "2",
+            ],
+            &out_dir,
+        );
+        assert!(
+            stdout.contains(&format!("# {etp_name}: check held within 1e-4")),
+            "{stdout}"
+        );
+        let runs = std::fs::read_to_string(out_dir.join("run.json")).unwrap();
+        assert!(runs.contains("\"etp_us\""), "{runs}");
+        assert!(
+            runs.contains("\"etp\": 2") || runs.contains("\"etp\":2"),
+            "{runs}"
+        );
         let _ = std::fs::remove_dir_all(&out_dir);
     }
 }

@@ -111,9 +111,15 @@ where
     } else {
         None
     };
-    let etp_before = block.etp_comm();
-    let clocks = timed_calls(comm, opts, |comm, clock| step(&mut block, dev, comm, clock))?;
-    let etp = (block.etp_comm() - etp_before).as_secs_f64();
+    // Each call's expert-tensor time; the warm-up's are dropped below.
+    let mut etp_calls = Vec::new();
+    let clocks = timed_calls(comm, opts, |comm, clock| {
+        let before = block.etp_comm();
+        step(&mut block, dev, comm, clock)?;
+        etp_calls.push((block.etp_comm() - before).as_secs_f64());
+        Ok(())
+    })?;
+    let etp: f64 = etp_calls[etp_calls.len() - clocks.len()..].iter().sum();
     let iters = clocks.len();
     let secs = |f: fn(&PhaseClock) -> std::time::Duration| -> f64 {
         clocks.iter().map(|c| f(c).as_secs_f64()).sum()
