@@ -4,7 +4,7 @@
 use clap::Parser;
 use parbench::comm::DType;
 use parbench::layers::cp::{CpComm, CpConfig};
-use parbench::layers::moe::{MoeConfig, MoeLayout};
+use parbench::layers::moe::{MoeAttention, MoeConfig, MoeLayout};
 use parbench::layers::{BlockConfig, BlockShape, Mode};
 use parbench::model::{LinkParams, Preset};
 use parbench::vocab;
@@ -369,16 +369,26 @@ impl Cli {
             Some(s) => Some(parse_degrees("--ep", s)?),
             None => None,
         };
+        let tps = match &self.tp {
+            Some(s) => parse_degrees("--tp", s)?,
+            None => vec![1],
+        };
         let mut out = Vec::new();
         // Without --ep, why the first default layout did not fit.
         let mut skipped = None;
         for &etp in &etps {
             let given = eps.is_some();
             let eps = eps.clone().unwrap_or_else(|| vec![1, 2, 4, 8]);
-            for ep in eps {
-                let layout = MoeLayout { ep, etp };
+            for (ep, &tp) in eps
+                .into_iter()
+                .flat_map(|e| tps.iter().map(move |t| (e, t)))
+            {
+                let layout = MoeLayout { ep, etp, tp };
                 let fits = moe.validate(layout);
-                let name = format!("--ep {ep} --etp {etp}");
+                let name = match self.tp {
+                    Some(_) => format!("--ep {ep} --etp {etp} --tp {tp}"),
+                    None => format!("--ep {ep} --etp {etp}"),
+                };
                 if !given && (layout.world() > ranks || fits.is_err()) {
                     skipped = skipped.or(Some(match &fits {
                         Err(e) => format!("{name}: {e}"),
@@ -495,14 +505,14 @@ impl Cli {
                 "--topk {topk}: more than the {experts} experts (--experts)"
             ));
         }
-        if self.tp.is_some() {
-            return usage(
-                "--tp with --experts: the MoE block runs expert parallelism alone (--ep); \
-                 attention tensor parallelism beside it is not built",
-            );
+        if block.decode {
+            return usage("--experts runs --mode prefill or train");
         }
-        if block.decode || block.seq_parallel {
-            return usage("--experts runs --mode prefill or train, without --sequence-parallel");
+        // The attention beside the MoE layer always runs sequence-parallel.
+        if block.seq_parallel && self.tp.is_none() {
+            return usage(
+                "--sequence-parallel with --experts: only with --tp (the attention beside the MoE layer)",
+            );
         }
         Ok(Some(MoeConfig {
             hidden: block.shape.hidden,
@@ -512,6 +522,10 @@ impl Cli {
             shared: self.shared_experts.unwrap_or(0),
             tokens: block.tokens(),
             mode: block.mode,
+            attention: self.tp.as_ref().map(|_| MoeAttention {
+                heads: block.shape.heads,
+                seq: block.shape.seq,
+            }),
         }))
     }
 }
@@ -646,6 +660,14 @@ mod tests {
         // Without --ep, the degrees whose layouts fit the ranks.
         let p = cli(&["--experts", "8", "--etp", "2"]).job(4).unwrap();
         assert_eq!(p.tps, vec![2, 4]);
+        // --tp: an attention before the MoE layer, on the same ranks.
+        let args = ["--experts", "8", "--ep", "2", "--tp", "1,2"];
+        let p = cli(&[&args[..], &["--microbatch-size", "2"]].concat())
+            .job(2)
+            .unwrap();
+        let got: Vec<usize> = p.moe_layouts.iter().map(|l| l.tp).collect();
+        assert_eq!((got, p.tps.clone()), (vec![1, 2], vec![2, 2]));
+        assert!(p.moe.unwrap().attention.is_some());
     }
 
     #[test]
@@ -668,7 +690,11 @@ mod tests {
                 "16 ranks",
             ),
             (&["--experts", "8", "--ep", "2,x"][..], "--ep"),
-            (&["--experts", "8", "--tp", "2"][..], "--tp with --experts"),
+            (&["--experts", "8", "--tp", "3"][..], "--tp 3"),
+            (
+                &["--experts", "8", "--sequence-parallel"][..],
+                "--sequence-parallel",
+            ),
             (&["--experts", "8", "--cp", "2"][..], "--cp with --experts"),
             (&["--experts", "8", "--mode", "decode"][..], "--experts"),
             (

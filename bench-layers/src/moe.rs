@@ -23,9 +23,9 @@ use std::path::Path;
 /// The file a spawned layout's rank 0 hands its measurement back in.
 const HANDOFF: &str = "moe.json";
 
-/// Set in a spawned rank: the expert tensor-parallel degree of its layout
-/// (its world is the layout's ranks).
-const ENV_ETP: &str = "PARBENCH_LAYERS_ETP";
+/// Set in a spawned rank: its layout's place in the plan's layouts (the
+/// child parses the same flags, so it has the same list).
+const ENV_LAYOUT: &str = "PARBENCH_LAYERS_MOE_LAYOUT";
 
 /// One layout on each rank of a job: rank 0's measurement.
 struct MoeDegree<'a> {
@@ -99,7 +99,14 @@ impl<'a> MoeRecords<'a> {
             .iter()
             .enumerate()
             .filter(|(_, m)| m.ep * m.etp > 1)
-            .map(|(i, m)| (i + 1, m.a2a_us + m.etp_us, m.a2a_model_us + m.etp_model_us))
+            .map(|(i, m)| {
+                let measured = m.a2a_us + m.etp_us + m.tp_us;
+                (
+                    i + 1,
+                    measured,
+                    m.a2a_model_us + m.etp_model_us + m.tp_model_us,
+                )
+            })
             .collect();
         let noise = parbench::measure::noise::since_start();
         for line in output::model_lines("layout", &held, noise.as_ref()) {
@@ -172,20 +179,19 @@ pub fn run(plan: &LayerJob, moe: MoeConfig, first: Ranks) -> anyhow::Result<()> 
 }
 
 /// The layout a job of `world` ranks runs: the spawning launcher's
-/// (`ENV_ETP`), or under an external launcher the first of --ep x --etp
+/// (`ENV_LAYOUT`), or under an external launcher the first of the plan's
 /// on that many ranks.
 fn job_layout(plan: &LayerJob, world: usize) -> anyhow::Result<MoeLayout> {
-    if let Ok(etp) = std::env::var(ENV_ETP) {
-        let etp: usize = etp
-            .parse()
-            .map_err(|_| anyhow!("{ENV_ETP}={etp}: not a degree"))?;
-        if etp == 0 || !world.is_multiple_of(etp) {
-            bail!("spawned for etp {etp} but the job has {world} ranks");
+    if let Ok(at) = std::env::var(ENV_LAYOUT) {
+        let layout = at
+            .parse::<usize>()
+            .ok()
+            .and_then(|i| plan.moe_layouts.get(i).copied())
+            .ok_or_else(|| anyhow!("{ENV_LAYOUT}={at}: no such layout"))?;
+        if layout.world() != world {
+            bail!("spawned for {layout} but the job has {world} ranks");
         }
-        return Ok(MoeLayout {
-            ep: world / etp,
-            etp,
-        });
+        return Ok(layout);
     }
     plan.moe_layouts
         .iter()
@@ -229,16 +235,16 @@ fn launch_tcp(plan: &LayerJob, moe: MoeConfig, world: usize) -> anyhow::Result<(
         ranks::run_meta("layers", &run_id, plan.backend, world),
     );
     let mut failed = None;
-    for &layout in &plan.moe_layouts {
+    for (at, &layout) in plan.moe_layouts.iter().enumerate() {
         let (w, name) = (layout.world(), layout.to_string());
-        let rows_dir = dir.join(format!("ep{}etp{}", layout.ep, layout.etp));
+        let rows_dir = dir.join(format!("layout{at}"));
         let got = LocalJob::of_current_exe(w)
             .map_err(anyhow::Error::from)
             .and_then(|job| {
                 let job = job
                     .label(format!("bench-layers: {name}"))
                     .env(ENV_TP, w.to_string())
-                    .env(ENV_ETP, layout.etp.to_string())
+                    .env(ENV_LAYOUT, at.to_string())
                     .env(ENV_ROWS, &rows_dir)
                     .env(ENV_RUN_ID, &run_id);
                 let body = MoeDegree {

@@ -354,23 +354,31 @@ pub fn moe_json(plan: &LayerJob, moe: &MoeConfig) -> serde_json::Value {
         "dtype": plan.dtype.name(),
         "ep": plan.moe_layouts.iter().map(|l| l.ep).collect::<Vec<_>>(),
         "etp": plan.moe_layouts.iter().map(|l| l.etp).collect::<Vec<_>>(),
+        "tp": plan.moe_layouts.iter().map(|l| l.tp).collect::<Vec<_>>(),
+        "attention": moe.attention.map(|a| serde_json::json!({"heads": a.heads, "seq": a.seq})),
         "iters": plan.iters,
         "warmup": plan.warmup,
         "check": plan.check,
         "link": plan.link.map(|l| serde_json::json!({"alpha_us": l.alpha_us(), "gbps": l.bandwidth_gbps()})),
         "gemm_math": gemm_of(plan).0,
         "gemm_kernels": gemm_of(plan).1,
-        "times": "per block call, slowest rank's mean: compute, the expert-parallel all-to-alls and the expert-tensor exchanges after a barrier each, and those barriers (wait)",
+        "times": "per block call, slowest rank's mean: compute, the expert-parallel all-to-alls, the expert-tensor and the attention's tensor exchanges after a barrier each, and those barriers (wait)",
     })
 }
 
 /// The MoE table's header: what ran, then the columns.
 pub fn moe_header(plan: &LayerJob, moe: &MoeConfig) -> String {
     let (math, kernels) = gemm_of(plan);
+    let attention = moe.attention.map_or(String::new(), |a| {
+        format!(
+            "attention ({} heads, seq {}, tensor-parallel, sequence-parallel) + ",
+            a.heads, a.seq
+        )
+    });
     format!(
-        "# bench-layers: {} {} MoE | h={} experts={} top-{} expert-ffn={} shared={} ({} tokens/call) | {} | {} kernels\n\
-         # times per block call, slowest rank's mean; a2a: the all-to-alls once every rank arrived, etp: the expert-tensor gathers and reduce-scatters, wait: the barrier before each\n\
-         #{:>3} {:>4} {:>11} {:>10} {:>9} {:>10} {:>11} {:>10} {:>9} {:>8} {:>6} {:>9} {:>7}",
+        "# bench-layers: {} {} {attention}MoE | h={} experts={} top-{} expert-ffn={} shared={} ({} tokens/call) | {} | {} kernels\n\
+         # times per block call, slowest rank's mean; a2a: the all-to-alls once every rank arrived, etp: the expert-tensor gathers and reduce-scatters, tp: the attention's, wait: the barrier before each\n\
+         #{:>3} {:>4} {:>3} {:>11} {:>10} {:>9} {:>9} {:>10} {:>11} {:>10} {:>9} {:>8} {:>6} {:>9} {:>7}",
         plan.backend.name(),
         moe.mode.name(),
         moe.hidden,
@@ -383,9 +391,11 @@ pub fn moe_header(plan: &LayerJob, moe: &MoeConfig) -> String {
         kernels,
         "ep",
         "etp",
+        "tp",
         "compute_us",
         "a2a_us",
         "etp_us",
+        "tp_us",
         "wait_us",
         "total_us",
         "model_us",
@@ -407,15 +417,21 @@ pub fn moe_row(m: &MoeMeasurement, first: Option<&MoeMeasurement>, moe: &MoeConf
         f64::NAN
     };
     format!(
-        " {:>3} {:>4} {:>11} {:>10} {:>9} {:>10} {:>11} {:>10} {:>9} {:>8} {:>6} {:>9} {:>7}",
+        " {:>3} {:>4} {:>3} {:>11} {:>10} {:>9} {:>9} {:>10} {:>11} {:>10} {:>9} {:>8} {:>6} {:>9} {:>7}",
         m.ep,
         m.etp,
+        if moe.attention.is_some() {
+            m.tp.to_string()
+        } else {
+            "-".into()
+        },
         num(m.compute_us, 1),
         num(m.a2a_us, 1),
         num(m.etp_us, 1),
+        num(m.tp_us, 1),
         num(m.wait_us, 1),
         num(m.total_us, 1),
-        num(m.a2a_model_us + m.etp_model_us, 1),
+        num(m.a2a_model_us + m.etp_model_us + m.tp_model_us, 1),
         bytes(if m.ep > 1 { m.a2a_bytes } else { 0 }),
         num(speedup, 2),
         num(m.imbalance, 2),
@@ -435,7 +451,10 @@ pub fn moe_row(m: &MoeMeasurement, first: Option<&MoeMeasurement>, moe: &MoeConf
 /// the tolerance the check was held to, each rank's load (the model held
 /// to the all-to-all is `model_lines`').
 pub fn moe_detail(m: &MoeMeasurement) -> String {
-    let layout = format!("ep {} etp {}", m.ep, m.etp);
+    let layout = match m.tp {
+        1 => format!("ep {} etp {}", m.ep, m.etp),
+        tp => format!("ep {} etp {} tp {tp}", m.ep, m.etp),
+    };
     let mut out = format!(
         "# {layout}: check {} within {:.0e} | copies per rank {:?}",
         if m.check_max_err.is_nan() {
@@ -449,8 +468,8 @@ pub fn moe_detail(m: &MoeMeasurement) -> String {
     if m.ep * m.etp > 1 {
         let fitted = "uniform all_to_all at the block's size, 1/16 to 2x, timed on this wire after the block";
         out.push_str(&format!(
-            "\n# {layout}: model {} us: all_to_all={} x{} of {} B a rank over {} ranks + the counts, {} us; the expert-tensor exchanges x{} of {} B over {}, {} us | {}",
-            num(m.a2a_model_us + m.etp_model_us, 1),
+            "\n# {layout}: model {} us: all_to_all={} x{} of {} B a rank over {} ranks + the counts, {} us; the expert-tensor exchanges x{} of {} B over {}, {} us; the attention's x{} over {}, {} us | {}",
+            num(m.a2a_model_us + m.etp_model_us + m.tp_model_us, 1),
             m.algo,
             m.a2a_calls,
             m.a2a_bytes,
@@ -460,6 +479,9 @@ pub fn moe_detail(m: &MoeMeasurement) -> String {
             m.a2a_bytes * m.etp as u64,
             m.etp,
             num(m.etp_model_us, 1),
+            m.a2a_calls,
+            m.tp,
+            num(m.tp_model_us, 1),
             link_text(&m.link_source, m.link_alpha_us, m.link_gbps, fitted)
         ));
     }

@@ -172,11 +172,15 @@ pub struct MoeMeasurement {
     pub ep: usize,
     /// Expert tensor-parallel degree.
     pub etp: usize,
+    /// The attention's tensor-parallel degree (1 without an attention).
+    pub tp: usize,
     pub compute_us: f64,
     /// The expert-parallel all-to-alls.
     pub a2a_us: f64,
     /// The expert-tensor groups' all-gathers and reduce-scatters.
     pub etp_us: f64,
+    /// The attention's tensor groups' all-gathers and reduce-scatters.
+    pub tp_us: f64,
     pub wait_us: f64,
     pub total_us: f64,
     pub slowest_rank: usize,
@@ -201,6 +205,10 @@ pub struct MoeMeasurement {
     /// a pairwise exchange of a rank's rows over etp ranks; 0 at etp 1).
     #[serde(with = "nan_as_null")]
     pub etp_model_us: f64,
+    /// The same for the attention's exchanges (as many, each a pairwise
+    /// exchange of a rank's rows of the residual stream over tp ranks).
+    #[serde(with = "nan_as_null")]
+    pub tp_model_us: f64,
     pub wire: String,
     pub algo: String,
     #[serde(with = "nan_as_null")]
@@ -228,7 +236,7 @@ where
     C: Compute,
     M: Communicator<Buffer = C::Buf>,
 {
-    let MoeLayout { ep, etp } = layout;
+    let MoeLayout { ep, etp, tp } = layout;
     let world = layout.world();
     let opts = run_options(plan);
     let outcome = run_ep(dev, comm, moe, layout, &opts)?;
@@ -250,24 +258,28 @@ where
             a2a_bytes,
         )?
     };
-    // Over `p` ranks: the calls of `bytes` (a rank's whole buffer) and the
-    // counts' exchange of one f64 per local expert and peer.
-    let model = |p: usize, bytes: u64| match link {
+    // Over `p` ranks: the calls of `bytes` (a rank's whole buffer) and,
+    // with `counts`, their exchange of one f64 per local expert and peer.
+    let model = |p: usize, bytes: u64, counts: bool| match link {
         _ if p == 1 => 0.0,
         Some(l) => {
             let t = |bytes: u64| coll_terms(coll, &algo, p, bytes).seconds(bytes as f64, &l);
-            let counts = (moe.local_experts(ep) * 8 * p) as u64;
-            (a2a_calls as f64 * t(bytes) + t(counts)) * 1e6
+            let counts_bytes = (moe.local_experts(ep) * 8 * p) as u64;
+            let counts = if counts { t(counts_bytes) } else { 0.0 };
+            (a2a_calls as f64 * t(bytes) + counts) * 1e6
         }
         None => f64::NAN,
     };
+    let rows_bytes = (moe.local_tokens(world) * moe.hidden * plan.dtype.size()) as u64;
     let t = &outcome.timing;
     Ok(MoeMeasurement {
         ep,
         etp,
+        tp,
         compute_us: t.compute_us,
         a2a_us: t.a2a_us,
         etp_us: t.etp_us,
+        tp_us: t.tp_us,
         wait_us: t.wait_us,
         total_us: t.total_us,
         slowest_rank: t.slowest_rank,
@@ -277,10 +289,12 @@ where
         rows_per_rank: outcome.rows_per_rank,
         a2a_bytes,
         a2a_calls,
-        a2a_model_us: model(ep, a2a_bytes),
+        a2a_model_us: model(ep, a2a_bytes, true),
         // A balanced rank holds a2a_bytes of rows after the dispatch and
         // sends them to each of its etp - 1 peers.
-        etp_model_us: model(etp, a2a_bytes * etp as u64),
+        etp_model_us: model(etp, a2a_bytes * etp as u64, true),
+        // A rank's rows of the residual stream to each of its tp - 1 peers.
+        tp_model_us: model(tp, rows_bytes * tp as u64, false),
         wire: comm.wire(),
         algo: algo.to_string(),
         link_alpha_us: link.map_or(f64::NAN, |l| l.alpha_us()),

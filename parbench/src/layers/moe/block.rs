@@ -13,6 +13,7 @@
 use super::super::block::PhaseClock;
 use super::super::layout::TensorSpec;
 use super::super::{LayerError, LayerResult, Mode};
+use super::attention::TpAttention;
 use super::etp::EtpShares;
 use super::exchange::{exchange_counts_in, exchange_rows_in, wait_for_peers};
 use super::layout::{MoeLayout, MoeSpecs};
@@ -115,6 +116,13 @@ pub struct MoeBlock<C: Compute> {
     /// Time in the expert-tensor group's exchanges, since the block was
     /// built (also in the clocks' communication).
     etp_spent: Cell<Duration>,
+    /// The attention before the MoE layer, if the block has one.
+    attention: Option<TpAttention<C>>,
+    /// The MoE layer's input when there is an attention before it (its
+    /// output); else the MoE layer reads `x`.
+    moe_x: Option<C::Buf>,
+    /// Time in the attention's tensor-group exchanges, as `etp_spent`.
+    tp_spent: Cell<Duration>,
 }
 
 /// A seeded tensor's shard on the device.
@@ -228,6 +236,7 @@ impl<C: Compute> MoeBlock<C> {
             None
         };
         let n = cfg.local_tokens(layout.world());
+        let attention = TpAttention::new(dev, cfg, layout, rank, seed)?;
         Ok(MoeBlock {
             cfg: *cfg,
             layout,
@@ -253,6 +262,9 @@ impl<C: Compute> MoeBlock<C> {
             received: 0,
             sent_away: 0,
             etp_spent: Cell::new(Duration::ZERO),
+            attention,
+            moe_x: None,
+            tp_spent: Cell::new(Duration::ZERO),
         })
     }
 
@@ -285,6 +297,23 @@ impl<C: Compute> MoeBlock<C> {
     /// was built (part of the clocks' communication time).
     pub fn etp_comm(&self) -> Duration {
         self.etp_spent.get()
+    }
+
+    /// Time spent in the attention's tensor-group exchanges, as [`MoeBlock::etp_comm`].
+    pub fn tp_comm(&self) -> Duration {
+        self.tp_spent.get()
+    }
+
+    /// The attention's weight gradients (`w_qkv`, `w_o`: this rank's heads,
+    /// summed over its replica's tokens), after [`MoeBlock::backward`];
+    /// `None` without an attention or outside training.
+    pub fn attention_grads(&self) -> Option<&[C::Buf; 2]> {
+        self.attention.as_ref()?.param_grads()
+    }
+
+    /// What the MoE layer reads: the attention's output, or the block's input.
+    fn moe_input(&self) -> &C::Buf {
+        self.moe_x.as_ref().unwrap_or(&self.x)
     }
 
     /// The output `y` of this rank's tokens.
@@ -321,22 +350,29 @@ impl<C: Compute> MoeBlock<C> {
         self.sent_away
     }
 
-    /// The router's logits of this rank's tokens (`tokens x E`).
+    /// The router's logits of this rank's tokens (`tokens x E`), from the
+    /// MoE layer's input (with an attention before it: after a forward).
     pub fn router_logits(&self, dev: &C) -> LayerResult<Vec<f32>> {
         let (n, h, e) = (self.n, self.cfg.hidden, self.cfg.experts);
         let mut logits = dev.alloc(n * e)?;
-        dev.gemm(&Gemm::dense(n, e, h), &self.x, &self.params[0], &mut logits)?;
+        dev.gemm(
+            &Gemm::dense(n, e, h),
+            self.moe_input(),
+            &self.params[0],
+            &mut logits,
+        )?;
         host(dev, &logits, n * e)
     }
 
-    /// Parameter `i` (router, up, down, shared up, shared down), or the
-    /// input at `i == 5`: for the finite-difference test.
+    /// Parameter `i` (router, up, down, shared up, shared down), the input
+    /// at `i == 5`, the attention's `w_qkv` and `w_o` at 6 and 7: for the
+    /// finite-difference test.
     #[cfg(test)]
     pub(super) fn tensor_mut(&mut self, i: usize) -> &mut C::Buf {
-        if i < 5 {
-            &mut self.params[i]
-        } else {
-            &mut self.x
+        match (i, self.attention.as_mut()) {
+            (0..=4, _) => &mut self.params[i],
+            (6 | 7, Some(a)) => a.param_mut(i - 6),
+            _ => &mut self.x,
         }
     }
 
@@ -525,7 +561,7 @@ impl<C: Compute> MoeBlock<C> {
         let mut up = dev.alloc(n * 2 * sf)?;
         dev.gemm(
             &Gemm::dense(n, 2 * sf, h),
-            &self.x,
+            self.moe_input(),
             &self.params[3],
             &mut up,
         )?;
@@ -543,6 +579,11 @@ impl<C: Compute> MoeBlock<C> {
         M: Communicator<Buffer = C::Buf>,
     {
         let (n, h, e, k) = (self.n, self.cfg.hidden, self.cfg.experts, self.cfg.topk);
+        if let Some(attention) = self.attention.as_mut() {
+            let x = host(dev, &self.x, n * h)?;
+            let y1 = attention.forward(dev, comm, clock, &self.tp_spent, &x)?;
+            self.moe_x = Some(device(dev, &y1)?);
+        }
         let logits = self.router_logits(dev)?;
         let picks = match &self.forced {
             Some(p) => p.clone(),
@@ -550,7 +591,7 @@ impl<C: Compute> MoeBlock<C> {
         };
         let routing = Routing::new(&logits, e, k, picks);
         let mut plan = self.plan(&routing);
-        let x = host(dev, &self.x, n * h)?;
+        let x = host(dev, self.moe_input(), n * h)?;
         let rows: Vec<f32> = plan
             .order
             .iter()
@@ -646,8 +687,15 @@ impl<C: Compute> MoeBlock<C> {
             (n, h, e, k, f, sf),
         );
         self.grads = Some(grads);
-        self.dx = Some(dx_buf);
         self.saved = Some(saved);
+        if let (Ok(()), Some(attention)) = (&r, self.attention.as_mut()) {
+            // The MoE layer's input gradient is the attention's output's.
+            let dy1 = host(dev, &dx_buf, n * h)?;
+            let dx = attention.backward(dev, comm, clock, &self.tp_spent, &dy1)?;
+            dev.upload(&dx, &mut dx_buf)?;
+            clock.end_compute(dev)?;
+        }
+        self.dx = Some(dx_buf);
         r
     }
 
@@ -741,7 +789,7 @@ impl<C: Compute> MoeBlock<C> {
             }
         }
         let d_logits = device(dev, &s.routing.logit_grads(&dgates, e))?;
-        let x_dev = &self.x;
+        let x_dev = self.moe_input();
         dev.gemm(
             &product((h, e, n), (true, 0, h), (false, 0, e), 0),
             x_dev,

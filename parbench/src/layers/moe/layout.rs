@@ -17,22 +17,35 @@ use super::MoeConfig;
 /// folding"): `ep x etp` ranks, the expert-tensor rank fastest
 /// (`rank = t + etp e`), each expert group of `etp` consecutive ranks
 /// holding `E/ep` experts, each of their MLPs split over those `etp`.
-/// Every rank holds `tokens / (ep etp)` of the call's tokens.
+/// Every rank holds `tokens / (ep etp)` of the call's tokens. The attention
+/// before it, if any, runs on the same ranks as `ep etp / tp` replicas of
+/// `tp` consecutive tensor-parallel ranks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MoeLayout {
     /// Expert-parallel degree: the groups the experts are spread over.
     pub ep: usize,
     /// Expert tensor-parallel degree: the ranks each expert's MLP is split over.
     pub etp: usize,
+    /// The attention's tensor-parallel degree (1 without attention).
+    pub tp: usize,
 }
 
 impl MoeLayout {
     /// One rank holding everything (the unsharded reference).
-    pub const SINGLE: MoeLayout = MoeLayout { ep: 1, etp: 1 };
+    pub const SINGLE: MoeLayout = MoeLayout {
+        ep: 1,
+        etp: 1,
+        tp: 1,
+    };
 
     /// Expert parallelism alone.
     pub fn ep(ep: usize) -> Self {
-        MoeLayout { ep, etp: 1 }
+        MoeLayout { ep, etp: 1, tp: 1 }
+    }
+
+    /// `ep x etp` ranks, without an attention split.
+    pub fn of(ep: usize, etp: usize) -> Self {
+        MoeLayout { ep, etp, tp: 1 }
     }
 
     /// Ranks of the layer.
@@ -66,7 +79,11 @@ impl MoeLayout {
 
 impl std::fmt::Display for MoeLayout {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "ep {} etp {}", self.ep, self.etp)
+        write!(f, "ep {} etp {}", self.ep, self.etp)?;
+        if self.tp > 1 {
+            write!(f, " tp {}", self.tp)?;
+        }
+        Ok(())
     }
 }
 
@@ -92,6 +109,9 @@ pub struct MoeSpecs {
     pub x: TensorSpec,
     /// Output gradient, as `x`.
     pub dy: TensorSpec,
+    /// The attention's `w_qkv` and `w_o` (empty without an attention):
+    /// tensor-parallel over the layout's `tp`, the same on every replica.
+    pub attention: [TensorSpec; 2],
 }
 
 impl MoeSpecs {
@@ -122,6 +142,7 @@ impl MoeSpecs {
             shared_down: w("w_shared_down", 25, s * f, h, s * f, Split::Whole),
             x: act("x", 26),
             dy: act("dy", 27),
+            attention: super::attention::weight_specs(cfg),
         }
     }
 
@@ -152,6 +173,9 @@ impl MoeSpecs {
 
     /// Elements of rank `rank`'s shard of `spec` (one of this block's).
     pub fn local_len(&self, spec: &TensorSpec, layout: MoeLayout) -> usize {
+        if self.is_attention(spec) {
+            return spec.local_len(layout.tp);
+        }
         // The experts' cuts hold as many elements as a row split over every rank.
         spec.local_len(layout.world())
     }
@@ -164,6 +188,9 @@ impl MoeSpecs {
         rank: usize,
         local: usize,
     ) -> usize {
+        if self.is_attention(spec) {
+            return spec.global_index(layout.tp, rank % layout.tp.max(1), local);
+        }
         let (e, t) = (layout.ep_rank(rank), layout.etp_rank(rank));
         let experts_here = (spec.rows / self.per_expert_rows(spec)).max(1) / layout.ep.max(1);
         if spec.tag == self.up.tag {
@@ -198,7 +225,8 @@ impl MoeSpecs {
             .collect()
     }
 
-    /// Places every rank's shard of `spec` (`gathered[r]`) into the whole tensor.
+    /// Places every rank's shard of `spec` (`gathered[r]`) into the whole
+    /// tensor; the attention's (gradients) are summed over the replicas.
     pub fn assemble(
         &self,
         spec: &TensorSpec,
@@ -206,7 +234,7 @@ impl MoeSpecs {
         gathered: &[Vec<f32>],
     ) -> LayerResult<Vec<f32>> {
         let world = layout.world();
-        if !self.is_expert(spec) {
+        if !self.is_expert(spec) && !self.is_attention(spec) {
             return spec.assemble(world, gathered);
         }
         let len = self.local_len(spec, layout);
@@ -217,12 +245,19 @@ impl MoeSpecs {
             )));
         }
         let mut out = vec![0f32; spec.len()];
+        let summed = self.is_attention(spec);
         for (rank, shard) in gathered.iter().enumerate() {
             for (i, v) in shard.iter().enumerate() {
-                out[self.global_index(spec, layout, rank, i)] = *v;
+                let o = &mut out[self.global_index(spec, layout, rank, i)];
+                *o = if summed { *o + v } else { *v };
             }
         }
         Ok(out)
+    }
+
+    /// Whether `spec` is one of the attention's weights (or their gradients).
+    fn is_attention(&self, spec: &TensorSpec) -> bool {
+        self.attention.iter().any(|a| a.tag == spec.tag)
     }
 
     /// Whether `spec` is an expert weight (or its gradient).

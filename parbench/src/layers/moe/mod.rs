@@ -33,6 +33,7 @@
 //! shard, forward and backward), `check` (against the unsharded block) and
 //! `run` (the timed loop and the figures across ranks).
 
+mod attention;
 mod block;
 mod check;
 mod etp;
@@ -48,6 +49,14 @@ pub use routing::{routing_gap, top_k, Routing};
 pub use run::{run_ep, MoeOutcome, MoeTiming};
 
 use super::{LayerError, LayerResult, Mode};
+
+/// The attention before the MoE layer (`--tp` with `--experts`): causal,
+/// over sequences of `seq` tokens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MoeAttention {
+    pub heads: usize,
+    pub seq: usize,
+}
 
 /// The sizes of one MoE block and of the tokens it runs on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,6 +74,9 @@ pub struct MoeConfig {
     /// Tokens of one block call, all ranks together.
     pub tokens: usize,
     pub mode: Mode,
+    /// The attention before the MoE layer, making the block a transformer
+    /// layer; `None`: the MoE layer alone.
+    pub attention: Option<MoeAttention>,
 }
 
 impl MoeConfig {
@@ -82,7 +94,7 @@ impl MoeConfig {
     /// names the size that does not divide.
     pub fn validate(&self, layout: MoeLayout) -> LayerResult<()> {
         let bad = |m: String| Err(LayerError::Config(m));
-        let MoeLayout { ep, etp } = layout;
+        let MoeLayout { ep, etp, tp } = layout;
         if ep == 0 {
             return bad("expert-parallel degree must be at least 1".into());
         }
@@ -134,6 +146,41 @@ impl MoeConfig {
                 self.tokens
             ));
         }
+        self.validate_attention(world, tp)
+    }
+
+    /// The attention's part of [`MoeConfig::validate`]: `tp` ranks split
+    /// its heads, and each of the `world / tp` replicas attends over whole
+    /// sequences.
+    fn validate_attention(&self, world: usize, tp: usize) -> LayerResult<()> {
+        let bad = |m: String| Err(LayerError::Config(m));
+        let Some(a) = self.attention else {
+            return match tp {
+                1 => Ok(()),
+                _ => bad(format!(
+                    "tp {tp} splits an attention the block does not have"
+                )),
+            };
+        };
+        if a.heads == 0 || a.seq == 0 || tp == 0 {
+            return bad("heads, seq and tp must be at least 1".into());
+        }
+        if !self.hidden.is_multiple_of(a.heads) || !a.heads.is_multiple_of(tp) {
+            return bad(format!(
+                "tp {tp} must divide the {} heads, and they the hidden {}",
+                a.heads, self.hidden
+            ));
+        }
+        if !world.is_multiple_of(tp) {
+            return bad(format!("tp {tp} does not divide the layer's {world} ranks"));
+        }
+        let sequences = self.tokens / a.seq;
+        let replicas = world / tp;
+        if !self.tokens.is_multiple_of(a.seq) || !sequences.is_multiple_of(replicas) {
+            return bad(format!(
+                "the {replicas} attention replicas (ranks / tp) do not split the {sequences} sequences of a call into whole ones"
+            ));
+        }
         Ok(())
     }
 
@@ -143,8 +190,14 @@ impl MoeConfig {
     pub fn flops(&self) -> f64 {
         let (n, h, f) = (self.tokens as f64, self.hidden as f64, self.ffn as f64);
         let per_expert_token = 2.0 * 3.0 * h * f;
+        // The attention: QKV and output projections, scores and their
+        // product with V over every key of the sequence (no causal saving).
+        let attention = self
+            .attention
+            .map_or(0.0, |a| 2.0 * n * h * 4.0 * h + 4.0 * n * a.seq as f64 * h);
         let fwd = 2.0 * n * h * self.experts as f64
-            + n * (self.topk + self.shared) as f64 * per_expert_token;
+            + n * (self.topk + self.shared) as f64 * per_expert_token
+            + attention;
         match self.mode {
             Mode::Forward => fwd,
             Mode::Train => 3.0 * fwd,
@@ -173,7 +226,13 @@ impl MoeConfig {
             let train = u128::from(self.mode == Mode::Train);
             (params + acts) * (1 + train) * elem
         };
-        let rank = one(layout.ep as u128, layout.etp as u128);
+        // The attention's weights, the replica's rows and its scores.
+        let attention = self.attention.map_or(0, |a| {
+            let (h, tp) = (self.hidden as u128, layout.tp.max(1) as u128);
+            let rows = self.tokens as u128 * tp / layout.world().max(1) as u128;
+            (4 * h * h / tp + rows * (6 * h + a.heads as u128 / tp * a.seq as u128)) * elem * 2
+        });
+        let rank = one(layout.ep as u128, layout.etp as u128) + attention;
         let extra = if check { 2 * one(1, 1) } else { 0 };
         (rank, extra)
     }

@@ -23,9 +23,12 @@ pub struct MoeTiming {
     /// the rows and the reduce-scatter of the partial sums, and their
     /// counts), after every peer arrived; 0 at etp 1.
     pub etp_us: f64,
+    /// Mean time in the attention's tensor-group exchanges (all-gathers and
+    /// reduce-scatters), after every peer arrived; 0 without one or at tp 1.
+    pub tp_us: f64,
     /// Mean time in the barriers before them: waiting for the slowest peer.
     pub wait_us: f64,
-    /// Mean of compute, all-to-all, expert-tensor exchanges and wait per call.
+    /// Mean of compute, every exchange and wait per call.
     pub total_us: f64,
     /// Which rank that is.
     pub slowest_rank: usize,
@@ -111,15 +114,21 @@ where
     } else {
         None
     };
-    // Each call's expert-tensor time; the warm-up's are dropped below.
-    let mut etp_calls = Vec::new();
+    // Each call's expert-tensor and attention-tensor times; the warm-up's
+    // are dropped below.
+    let mut group_calls = Vec::new();
     let clocks = timed_calls(comm, opts, |comm, clock| {
-        let before = block.etp_comm();
+        let before = (block.etp_comm(), block.tp_comm());
         step(&mut block, dev, comm, clock)?;
-        etp_calls.push((block.etp_comm() - before).as_secs_f64());
+        group_calls.push((
+            (block.etp_comm() - before.0).as_secs_f64(),
+            (block.tp_comm() - before.1).as_secs_f64(),
+        ));
         Ok(())
     })?;
-    let etp: f64 = etp_calls[etp_calls.len() - clocks.len()..].iter().sum();
+    let timed = &group_calls[group_calls.len() - clocks.len()..];
+    let etp: f64 = timed.iter().map(|c| c.0).sum();
+    let tp: f64 = timed.iter().map(|c| c.1).sum();
     let iters = clocks.len();
     let secs = |f: fn(&PhaseClock) -> std::time::Duration| -> f64 {
         clocks.iter().map(|c| f(c).as_secs_f64()).sum()
@@ -132,8 +141,9 @@ where
     let n = iters as f64;
     let mine = [
         compute / n,
-        (a2a - etp) / n,
+        (a2a - etp - tp) / n,
         etp / n,
+        tp / n,
         wait / n,
         (compute + a2a + wait) / n,
         block.rows_received() as f64,
@@ -141,18 +151,19 @@ where
     ];
     let all = all_gather_f64(comm, &mine)?;
     let ranks: Vec<&[f64]> = all.chunks_exact(mine.len()).collect();
-    let (slowest_rank, row) = slowest_row(&ranks, 4).unwrap_or((0, &mine[..]));
+    let (slowest_rank, row) = slowest_row(&ranks, 5).unwrap_or((0, &mine[..]));
     Ok(MoeOutcome {
         timing: MoeTiming {
             compute_us: row[0] * 1e6,
             a2a_us: row[1] * 1e6,
             etp_us: row[2] * 1e6,
-            wait_us: row[3] * 1e6,
-            total_us: row[4] * 1e6,
+            tp_us: row[3] * 1e6,
+            wait_us: row[4] * 1e6,
+            total_us: row[5] * 1e6,
             slowest_rank,
         },
         check,
-        rows_per_rank: ranks.iter().map(|r| r[5] as usize).collect(),
-        rows_sent_away: ranks.iter().map(|r| r[6] as usize).collect(),
+        rows_per_rank: ranks.iter().map(|r| r[6] as usize).collect(),
+        rows_sent_away: ranks.iter().map(|r| r[7] as usize).collect(),
     })
 }
