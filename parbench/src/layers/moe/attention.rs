@@ -17,7 +17,7 @@
 use super::super::block::{attend, attend_backward, Dims, PhaseClock};
 use super::super::layout::{Split, TensorSpec};
 use super::super::LayerResult;
-use super::exchange::{exchange_rows_in, wait_for_peers};
+use super::exchange::{sum_parts, Group};
 use super::{MoeConfig, MoeLayout};
 use crate::comm::Communicator;
 use crate::compute::{Compute, Gemm};
@@ -137,6 +137,14 @@ impl<C: Compute> TpAttention<C> {
         self.grads.as_ref()
     }
 
+    /// This rank's tensor group, its time going to `spent`.
+    fn group<'a>(&'a self, spent: &'a Cell<Duration>) -> Group<'a> {
+        Group {
+            ranks: &self.group,
+            spent,
+        }
+    }
+
     /// All-gathers this rank's rows (`x`, `nr x h`) over the tensor group:
     /// the replica's rows in tensor order.
     fn gather<M>(
@@ -153,18 +161,10 @@ impl<C: Compute> TpAttention<C> {
         if self.tp == 1 {
             return Ok(x);
         }
-        wait_for_peers(dev, comm, clock)?;
         let len = x.len();
-        let before = clock.comm();
-        let got = exchange_rows_in(
-            dev,
-            comm,
-            clock,
-            &self.group,
-            vec![x; self.tp],
-            &vec![len; self.tp],
-        )?;
-        spent.set(spent.get() + (clock.comm() - before));
+        let got =
+            self.group(spent)
+                .exchange(dev, comm, clock, vec![x; self.tp], &vec![len; self.tp])?;
         Ok(got.concat())
     }
 
@@ -186,17 +186,10 @@ impl<C: Compute> TpAttention<C> {
         }
         let mine = all.len() / self.tp;
         let send: Vec<Vec<f32>> = all.chunks_exact(mine.max(1)).map(<[f32]>::to_vec).collect();
-        wait_for_peers(dev, comm, clock)?;
-        let before = clock.comm();
-        let got = exchange_rows_in(dev, comm, clock, &self.group, send, &vec![mine; self.tp])?;
-        spent.set(spent.get() + (clock.comm() - before));
-        let mut out = vec![0f32; mine];
-        for part in &got {
-            for (o, v) in out.iter_mut().zip(part) {
-                *o += v;
-            }
-        }
-        Ok(out)
+        let got = self
+            .group(spent)
+            .exchange(dev, comm, clock, send, &vec![mine; self.tp])?;
+        Ok(sum_parts(&got, mine))
     }
 
     /// `x + attention(x)` of this rank's rows `x` (host, `nr x h`).

@@ -15,7 +15,7 @@ use super::super::layout::TensorSpec;
 use super::super::{LayerError, LayerResult, Mode};
 use super::attention::TpAttention;
 use super::etp::EtpShares;
-use super::exchange::{exchange_counts_in, exchange_rows_in, wait_for_peers};
+use super::exchange::{exchange_counts_in, exchange_rows_in, wait_for_peers, Group};
 use super::layout::{MoeLayout, MoeSpecs};
 use super::routing::{top_k, Routing};
 use super::MoeConfig;
@@ -311,6 +311,14 @@ impl<C: Compute> MoeBlock<C> {
         self.attention.as_ref()?.param_grads()
     }
 
+    /// This rank's expert-tensor group and its time's account.
+    fn etp(&self) -> Group<'_> {
+        Group {
+            ranks: &self.etp_group,
+            spent: &self.etp_spent,
+        }
+    }
+
     /// What the MoE layer reads: the attention's output, or the block's input.
     fn moe_input(&self) -> &C::Buf {
         self.moe_x.as_ref().unwrap_or(&self.x)
@@ -482,8 +490,8 @@ impl<C: Compute> MoeBlock<C> {
     where
         M: Communicator<Buffer = C::Buf>,
     {
-        let (spent, group, h) = (&self.etp_spent, &self.etp_group, self.cfg.hidden);
-        plan.etp.gather(dev, comm, clock, spent, group, mine, h)
+        plan.etp
+            .gather(dev, comm, clock, self.etp(), mine, self.cfg.hidden)
     }
 
     /// This rank's rows of the group's partial results, summed over the
@@ -499,8 +507,8 @@ impl<C: Compute> MoeBlock<C> {
     where
         M: Communicator<Buffer = C::Buf>,
     {
-        let (spent, group, h) = (&self.etp_spent, &self.etp_group, self.cfg.hidden);
-        plan.etp.scatter_sum(dev, comm, clock, spent, group, all, h)
+        plan.etp
+            .scatter_sum(dev, comm, clock, self.etp(), all, self.cfg.hidden)
     }
 
     /// The experts' gated MLPs (this rank's columns of each) on rows
@@ -605,8 +613,7 @@ impl<C: Compute> MoeBlock<C> {
         } else {
             plan.recv = plan.send.clone();
         }
-        let (spent, per_expert) = (&self.etp_spent, plan.per_expert(self.el));
-        plan.etp = EtpShares::exchange(comm, clock, spent, &self.etp_group, per_expert)?;
+        plan.etp = EtpShares::exchange(comm, clock, self.etp(), plan.per_expert(self.el))?;
         let recv = recv_lens(&plan, h, true);
         let got = exchange_rows_in(dev, comm, clock, &self.ep_group, send, &recv)?;
         let mine = self.group(&plan, &got, h);

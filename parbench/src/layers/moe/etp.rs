@@ -5,17 +5,15 @@
 //! them (each computes its columns of every expert for every row), and
 //! after the row-parallel down projection a reduce-scatter sums the
 //! ranks' partial outputs and hands each rank back its own rows. Both run
-//! as one all-to-all-v inside the group ([`exchange_rows_in`]); their time
-//! is communication, kept apart from the all-to-alls' by [`EtpShares`]'s
-//! own account.
+//! as one all-to-all-v inside the group ([`Group::exchange`]); their time
+//! is communication, kept apart from the all-to-alls' on the group's own
+//! account.
 
 use super::super::block::PhaseClock;
 use super::super::LayerResult;
-use super::exchange::{exchange_counts_in, exchange_rows_in, wait_for_peers};
+use super::exchange::{sum_parts, Group};
 use crate::comm::Communicator;
 use crate::compute::Compute;
-use std::cell::Cell;
-use std::time::Duration;
 
 /// How many rows of each local expert each rank of the expert-tensor
 /// group holds after the dispatch.
@@ -27,42 +25,28 @@ pub(super) struct EtpShares {
     me: usize,
 }
 
-/// Charges the communication `f` does on `clock` to `spent` as well.
-fn counted<T>(
-    clock: &mut PhaseClock,
-    spent: &Cell<Duration>,
-    f: impl FnOnce(&mut PhaseClock) -> LayerResult<T>,
-) -> LayerResult<T> {
-    let before = clock.comm();
-    let out = f(clock)?;
-    spent.set(spent.get() + (clock.comm() - before));
-    Ok(out)
-}
-
 impl EtpShares {
     /// Every group rank's row counts, from this rank's (`mine`, per local
-    /// expert): a count exchange inside `group` (the layer's ranks of this
-    /// expert group, in expert-tensor order), its time added to `spent`.
+    /// expert): a count exchange inside `group` (this expert group's ranks,
+    /// in expert-tensor order).
     pub(super) fn exchange<M: Communicator>(
         comm: &mut M,
         clock: &mut PhaseClock,
-        spent: &Cell<Duration>,
-        group: &[usize],
+        group: Group<'_>,
         mine: Vec<usize>,
     ) -> LayerResult<Self> {
-        let me = group.iter().position(|&r| r == comm.rank()).unwrap_or(0);
+        let me = group
+            .ranks
+            .iter()
+            .position(|&r| r == comm.rank())
+            .unwrap_or(0);
         if group.len() <= 1 {
             return Ok(EtpShares {
                 counts: vec![mine],
                 me,
             });
         }
-        let send = vec![mine; group.len()];
-        let counts = counted(clock, spent, |clock| {
-            let c = exchange_counts_in(comm, group, &send)?;
-            clock.end_comm(comm)?;
-            Ok(c)
-        })?;
+        let counts = group.exchange_counts(comm, clock, &vec![mine; group.len()])?;
         Ok(EtpShares { counts, me })
     }
 
@@ -92,14 +76,12 @@ impl EtpShares {
     /// All-gathers `mine` (this rank's rows, grouped by local expert,
     /// `width` wide) over the group: every rank's rows, grouped by local
     /// expert, then by group rank.
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn gather<C, M>(
         &self,
         dev: &C,
         comm: &mut M,
         clock: &mut PhaseClock,
-        spent: &Cell<Duration>,
-        group: &[usize],
+        group: Group<'_>,
         mine: Vec<f32>,
         width: usize,
     ) -> LayerResult<Vec<f32>>
@@ -110,12 +92,8 @@ impl EtpShares {
         if group.len() <= 1 {
             return Ok(mine);
         }
-        wait_for_peers(dev, comm, clock)?;
         let recv: Vec<usize> = (0..group.len()).map(|t| self.of(t) * width).collect();
-        let send = vec![mine; group.len()];
-        let got = counted(clock, spent, |clock| {
-            exchange_rows_in(dev, comm, clock, group, send, &recv)
-        })?;
+        let got = group.exchange(dev, comm, clock, vec![mine; group.len()], &recv)?;
         let mut out = Vec::with_capacity(self.total() * width);
         for le in 0..self.counts[self.me].len() {
             for (t, rows) in got.iter().enumerate() {
@@ -129,14 +107,12 @@ impl EtpShares {
     /// Reduce-scatters `all` (partial sums of every group rank's rows, in
     /// [`EtpShares::gather`]'s order) over the group: this rank's rows,
     /// summed over the group in group order, grouped by local expert.
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn scatter_sum<C, M>(
         &self,
         dev: &C,
         comm: &mut M,
         clock: &mut PhaseClock,
-        spent: &Cell<Duration>,
-        group: &[usize],
+        group: Group<'_>,
         all: Vec<f32>,
         width: usize,
     ) -> LayerResult<Vec<f32>>
@@ -144,10 +120,10 @@ impl EtpShares {
         C: Compute,
         M: Communicator<Buffer = C::Buf>,
     {
-        if group.len() <= 1 {
+        let p = group.len();
+        if p <= 1 {
             return Ok(all);
         }
-        let p = group.len();
         let mut send: Vec<Vec<f32>> = (0..p)
             .map(|t| Vec::with_capacity(self.of(t) * width))
             .collect();
@@ -159,17 +135,8 @@ impl EtpShares {
                 at += len;
             }
         }
-        wait_for_peers(dev, comm, clock)?;
         let mine = self.of(self.me) * width;
-        let got = counted(clock, spent, |clock| {
-            exchange_rows_in(dev, comm, clock, group, send, &vec![mine; p])
-        })?;
-        let mut out = vec![0f32; mine];
-        for part in &got {
-            for (o, v) in out.iter_mut().zip(part) {
-                *o += v;
-            }
-        }
-        Ok(out)
+        let got = group.exchange(dev, comm, clock, send, &vec![mine; p])?;
+        Ok(sum_parts(&got, mine))
     }
 }

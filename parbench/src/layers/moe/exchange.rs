@@ -19,6 +19,83 @@ use super::super::block::PhaseClock;
 use super::super::LayerResult;
 use crate::comm::{CommBuffer, Communicator, DType, Io, VCounts};
 use crate::compute::Compute;
+use std::cell::Cell;
+use std::time::Duration;
+
+/// A group of the layer's ranks (an expert-tensor or an attention tensor
+/// group) and the account its exchanges' communication time goes to.
+#[derive(Clone, Copy)]
+pub(super) struct Group<'a> {
+    /// The members' ranks, in group order (this rank among them).
+    pub(super) ranks: &'a [usize],
+    /// Their exchanges' time, added up (it is in the clock's too).
+    pub(super) spent: &'a Cell<Duration>,
+}
+
+impl Group<'_> {
+    /// Members.
+    pub(super) fn len(&self) -> usize {
+        self.ranks.len()
+    }
+
+    /// Charges the communication `f` does on `clock` to the account too.
+    fn counted<T>(
+        &self,
+        clock: &mut PhaseClock,
+        f: impl FnOnce(&mut PhaseClock) -> LayerResult<T>,
+    ) -> LayerResult<T> {
+        let before = clock.comm();
+        let out = f(clock)?;
+        self.spent.set(self.spent.get() + (clock.comm() - before));
+        Ok(out)
+    }
+
+    /// [`exchange_counts_in`] over the group, timed as communication.
+    pub(super) fn exchange_counts<M: Communicator>(
+        &self,
+        comm: &mut M,
+        clock: &mut PhaseClock,
+        send: &[Vec<usize>],
+    ) -> LayerResult<Vec<Vec<usize>>> {
+        self.counted(clock, |clock| {
+            let got = exchange_counts_in(comm, self.ranks, send)?;
+            clock.end_comm(comm)?;
+            Ok(got)
+        })
+    }
+
+    /// Waits for every peer, then [`exchange_rows_in`] over the group:
+    /// `send[i]` to member `i`, `recv_len[i]` elements from it.
+    pub(super) fn exchange<C, M>(
+        &self,
+        dev: &C,
+        comm: &mut M,
+        clock: &mut PhaseClock,
+        send: Vec<Vec<f32>>,
+        recv_len: &[usize],
+    ) -> LayerResult<Vec<Vec<f32>>>
+    where
+        C: Compute,
+        M: Communicator<Buffer = C::Buf>,
+    {
+        wait_for_peers(dev, comm, clock)?;
+        self.counted(clock, |clock| {
+            exchange_rows_in(dev, comm, clock, self.ranks, send, recv_len)
+        })
+    }
+}
+
+/// The element-wise sum of `parts` (each `len` long) in their order: a
+/// reduce-scatter's sum on the receiving rank.
+pub(super) fn sum_parts(parts: &[Vec<f32>], len: usize) -> Vec<f32> {
+    let mut out = vec![0f32; len];
+    for part in parts {
+        for (o, v) in out.iter_mut().zip(part) {
+            *o += v;
+        }
+    }
+    out
+}
 
 /// Waits for every rank (charged to waiting) before an exchange, after
 /// ending the compute phase before it.

@@ -218,61 +218,55 @@ fn attention_beside_the_moe_layer_matches_the_unsharded_layer() {
     assert!(e.unwrap_err().to_string().contains("tp 2"));
 }
 
-/// A wrong expert weight on one rank is caught, with expert parallelism
-/// alone and with one expert-tensor rank's slice wrong.
+/// The check's report after a forward at `layout` with tensor `which`
+/// ([`MoeBlock::tensor_mut`]'s numbering) of rank 1 changed by `change`.
+fn check_with_rank_1_changed(
+    c: MoeConfig,
+    layout: MoeLayout,
+    which: usize,
+    change: fn(&mut [f32]),
+) -> crate::layers::CheckReport {
+    let reports = crate::layers::on_local_ranks(layout.world(), |comm| {
+        let dev = CpuCompute::new(DType::F32, 1).unwrap();
+        let mut b = MoeBlock::new(&dev, &c, layout, comm.rank(), 5).unwrap();
+        if comm.rank() == 1 {
+            let w = b.tensor_mut(which);
+            let mut v = host(&dev, w);
+            change(&mut v);
+            dev.upload(&v, w).unwrap();
+        }
+        b.forward(&dev, comm, &mut PhaseClock::new()).unwrap();
+        check_moe(&dev, comm, &b, 5).unwrap()
+    });
+    reports.into_iter().next().unwrap()
+}
+
+/// A wrong expert weight on one rank is caught: with expert parallelism
+/// alone, with one expert-tensor rank's slice wrong, and with one tensor
+/// rank's slice of the attention's output projection wrong.
 #[test]
 fn the_check_fails_a_block_that_computes_something_else() {
-    let c = cfg(Mode::Forward, 0);
-    let l = MoeLayout::of(1, 2);
-    let errs = crate::layers::on_local_ranks(2, |comm| {
-        let dev = CpuCompute::new(DType::F32, 1).unwrap();
-        let mut b = MoeBlock::new(&dev, &c, l, comm.rank(), 5).unwrap();
-        if comm.rank() == 1 {
-            let w = b.tensor_mut(1);
-            let mut v = host(&dev, w);
-            v[3] += 0.5;
-            dev.upload(&v, w).unwrap();
-        }
-        b.forward(&dev, comm, &mut PhaseClock::new()).unwrap();
-        check_moe(&dev, comm, &b, 5).unwrap()
-    });
-    assert!(!errs[0].passed(), "{:?}", errs[0].tensors);
-    // One tensor rank's slice of the attention's output projection.
-    let c = with_attention(Mode::Forward, 0);
-    let l = MoeLayout {
-        ep: 2,
-        etp: 1,
-        tp: 2,
-    };
-    let errs = crate::layers::on_local_ranks(2, |comm| {
-        let dev = CpuCompute::new(DType::F32, 1).unwrap();
-        let mut b = MoeBlock::new(&dev, &c, l, comm.rank(), 5).unwrap();
-        if comm.rank() == 1 {
-            let w = b.tensor_mut(7);
-            let mut v = host(&dev, w);
-            v[3] += 0.5;
-            dev.upload(&v, w).unwrap();
-        }
-        b.forward(&dev, comm, &mut PhaseClock::new()).unwrap();
-        check_moe(&dev, comm, &b, 5).unwrap()
-    });
-    assert!(!errs[0].passed(), "{:?}", errs[0].tensors);
-    let c = cfg(Mode::Forward, 0);
-    let errs = crate::layers::on_local_ranks(2, |comm| {
-        let dev = CpuCompute::new(DType::F32, 1).unwrap();
-        let mut b = MoeBlock::new(&dev, &c, MoeLayout::ep(2), comm.rank(), 5).unwrap();
-        if comm.rank() == 1 {
-            let w = b.tensor_mut(2);
-            let mut v = host(&dev, w);
-            for x in v.iter_mut() {
-                *x *= 1.01;
-            }
-            dev.upload(&v, w).unwrap();
-        }
-        b.forward(&dev, comm, &mut PhaseClock::new()).unwrap();
-        check_moe(&dev, comm, &b, 5).unwrap()
-    });
-    assert!(!errs[0].passed(), "{:?}", errs[0].tensors);
+    let bump: fn(&mut [f32]) = |v| v[3] += 0.5;
+    let scale: fn(&mut [f32]) = |v| v.iter_mut().for_each(|x| *x *= 1.01);
+    let forward = cfg(Mode::Forward, 0);
+    let attention = with_attention(Mode::Forward, 0);
+    for (c, layout, which, change) in [
+        (forward, MoeLayout::ep(2), 2, scale),
+        (forward, MoeLayout::of(1, 2), 1, bump),
+        (
+            attention,
+            MoeLayout {
+                ep: 2,
+                etp: 1,
+                tp: 2,
+            },
+            7,
+            bump,
+        ),
+    ] {
+        let report = check_with_rank_1_changed(c, layout, which, change);
+        assert!(!report.passed(), "{layout}: {:?}", report.tensors);
+    }
 }
 
 /// The layer with an attention before the MoE block: 4 heads over
