@@ -60,7 +60,8 @@ pub struct Cli {
     pub dtype: Option<String>,
 
     /// Tensor-parallel degrees to sweep, comma-separated (default 1,2,4,8 up
-    /// to the ranks available).
+    /// to the ranks available); with --experts, an attention before the MoE
+    /// layer, tensor-parallel over each degree on the same ranks.
     #[arg(long = vocab::tp::LONG, value_name = vocab::tp::VALUE, help_heading = "Sweep")]
     pub tp: Option<String>,
     #[arg(long = vocab::mode::LONG, value_name = vocab::mode::VALUE, help = vocab::mode::HELP, default_value = "prefill", help_heading = "Sweep")]
