@@ -467,21 +467,46 @@ pub fn moe_detail(m: &MoeMeasurement) -> String {
     );
     if m.ep * m.etp > 1 {
         let fitted = "uniform all_to_all at the block's size, 1/16 to 2x, timed on this wire after the block";
+        // Each exchange the layout has: its calls, bytes a rank, ranks, model.
+        let parts = [
+            (
+                "all_to_all",
+                m.a2a_bytes,
+                m.ep,
+                m.a2a_model_us,
+                " + the counts",
+            ),
+            (
+                "expert-tensor",
+                m.a2a_bytes * m.etp as u64,
+                m.etp,
+                m.etp_model_us,
+                " + the counts",
+            ),
+            (
+                "attention",
+                m.rows_bytes * m.tp as u64,
+                m.tp,
+                m.tp_model_us,
+                "",
+            ),
+        ];
+        let terms: Vec<String> = parts
+            .iter()
+            .filter(|p| p.2 > 1)
+            .map(|(what, bytes, ranks, us, counts)| {
+                format!(
+                    "{what} x{} of {bytes} B a rank over {ranks} ranks ({}){counts}, {} us",
+                    m.a2a_calls,
+                    m.algo,
+                    num(*us, 1)
+                )
+            })
+            .collect();
         out.push_str(&format!(
-            "\n# {layout}: model {} us: all_to_all={} x{} of {} B a rank over {} ranks + the counts, {} us; the expert-tensor exchanges x{} of {} B over {}, {} us; the attention's x{} over {}, {} us | {}",
+            "\n# {layout}: model {} us: {} | {}",
             num(m.a2a_model_us + m.etp_model_us + m.tp_model_us, 1),
-            m.algo,
-            m.a2a_calls,
-            m.a2a_bytes,
-            m.ep,
-            num(m.a2a_model_us, 1),
-            m.a2a_calls,
-            m.a2a_bytes * m.etp as u64,
-            m.etp,
-            num(m.etp_model_us, 1),
-            m.a2a_calls,
-            m.tp,
-            num(m.tp_model_us, 1),
+            terms.join("; "),
             link_text(&m.link_source, m.link_alpha_us, m.link_gbps, fitted)
         ));
     }

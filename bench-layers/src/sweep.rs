@@ -195,6 +195,9 @@ pub struct MoeMeasurement {
     /// Bytes of one rank's all-to-all buffer in a balanced dispatch (every
     /// routed copy of its tokens, its own included: nccl-tests' alltoall size).
     pub a2a_bytes: u64,
+    /// Bytes of one rank's rows of the residual stream (what the
+    /// attention's exchanges move to each peer).
+    pub rows_bytes: u64,
     /// All-to-alls of rows per block call (2 forward, 4 in train).
     pub a2a_calls: u64,
     /// The pairwise all-to-all's prediction for those calls and the
@@ -289,6 +292,7 @@ where
         rows_per_rank: outcome.rows_per_rank,
         a2a_bytes,
         a2a_calls,
+        rows_bytes,
         a2a_model_us: model(ep, a2a_bytes, true),
         // A balanced rank holds a2a_bytes of rows after the dispatch and
         // sends them to each of its etp - 1 peers.
