@@ -161,12 +161,23 @@ pub(super) fn exchange_counts_in<M: Communicator>(
         return Ok(send.to_vec());
     }
     let per = send.first().map_or(0, Vec::len);
-    let mut all = vec![vec![0; per]; comm.world()];
-    for (&r, c) in group.iter().zip(send) {
-        all[r] = c.clone();
-    }
+    let all = spread(comm.world(), group, send.to_vec(), vec![0; per]);
     let got = exchange_counts(comm, comm.rank(), &all)?;
-    Ok(group.iter().map(|&r| got[r].clone()).collect())
+    Ok(pick(group, got))
+}
+
+/// `items[i]` at `group[i]` of `world` places, `empty` elsewhere.
+fn spread<T: Clone>(world: usize, group: &[usize], items: Vec<T>, empty: T) -> Vec<T> {
+    let mut all = vec![empty; world];
+    for (&r, item) in group.iter().zip(items) {
+        all[r] = item;
+    }
+    all
+}
+
+/// The items at `group`'s places of `all`, in group order.
+fn pick<T: Default>(group: &[usize], mut all: Vec<T>) -> Vec<T> {
+    group.iter().map(|&r| std::mem::take(&mut all[r])).collect()
 }
 
 /// [`exchange_rows`] inside `group` (the layer's ranks, this one among
@@ -188,13 +199,10 @@ where
         return Ok(send);
     }
     let world = comm.world();
-    let (mut all, mut lens) = (vec![Vec::new(); world], vec![0; world]);
-    for ((&r, s), &n) in group.iter().zip(send).zip(recv_len) {
-        all[r] = s;
-        lens[r] = n;
-    }
-    let mut got = exchange_rows(dev, comm, clock, &all, &lens)?;
-    Ok(group.iter().map(|&r| std::mem::take(&mut got[r])).collect())
+    let all = spread(world, group, send, Vec::new());
+    let lens = spread(world, group, recv_len.to_vec(), 0);
+    let got = exchange_rows(dev, comm, clock, &all, &lens)?;
+    Ok(pick(group, got))
 }
 
 /// Sends `send[peer]` (host rows, f32) to each peer and returns what each
