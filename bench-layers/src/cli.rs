@@ -4,7 +4,7 @@
 use clap::Parser;
 use parbench::comm::DType;
 use parbench::layers::cp::{CpComm, CpConfig, CpPlan};
-use parbench::layers::moe::MoeConfig;
+use parbench::layers::moe::{MoeAttention, MoeConfig, MoeLayout};
 use parbench::layers::{BlockConfig, BlockShape, Mode};
 use parbench::model::{LinkParams, Preset};
 use parbench::vocab;
@@ -60,7 +60,8 @@ pub struct Cli {
     pub dtype: Option<String>,
 
     /// Tensor-parallel degrees to sweep, comma-separated (default 1,2,4,8 up
-    /// to the ranks available).
+    /// to the ranks available); with --experts, an attention before the MoE
+    /// layer, tensor-parallel over each degree on the same ranks.
     #[arg(long = vocab::tp::LONG, value_name = vocab::tp::VALUE, help_heading = "Sweep")]
     pub tp: Option<String>,
     #[arg(long = vocab::mode::LONG, value_name = vocab::mode::VALUE, help = vocab::mode::HELP, default_value = "prefill", help_heading = "Sweep")]
@@ -110,6 +111,11 @@ pub struct Cli {
     /// to the ranks available).
     #[arg(long, value_name = "E[,E...]", help_heading = "Mixture of experts")]
     pub ep: Option<String>,
+    /// Expert tensor-parallel degrees, comma-separated (default 1): each
+    /// expert's MLP split over T ranks (column-parallel gate and up,
+    /// row-parallel down); every --ep with every --etp, on ep x etp ranks.
+    #[arg(long, value_name = "T[,T...]", help_heading = "Mixture of experts")]
+    pub etp: Option<String>,
 
     #[arg(long = vocab::backend::LONG, value_name = vocab::backend::VALUE, help = vocab::backend::HELP, default_value = "local", help_heading = "Ranks and output")]
     pub backend: String,
@@ -144,9 +150,12 @@ pub struct LayerJob {
     pub check: bool,
     pub out: PathBuf,
     pub timeout: Duration,
-    /// The MoE block of `--experts`: then `tps` holds the expert-parallel
-    /// degrees, and the dense block's shape only lends its sizes.
+    /// The MoE block of `--experts`: then `tps` holds the ranks of each of
+    /// `moe_layouts`, and the dense block's shape only lends its sizes.
     pub moe: Option<MoeConfig>,
+    /// The `--ep` x `--etp` layouts the MoE block runs, in order (every
+    /// expert-parallel degree at the first expert-tensor one, then the next).
+    pub moe_layouts: Vec<MoeLayout>,
     /// `--cp`: the context-parallel attention at these degrees (then `tps`
     /// holds the same degrees, the ranks each one runs on).
     pub cp: Option<CpJob>,
@@ -171,10 +180,17 @@ impl CpJob {
 
 impl LayerJob {
     /// Bytes one rank of degree `t` holds with `elem`-byte values, and what
-    /// the unsharded check adds on rank 0: the MoE block's or the dense one's.
+    /// the unsharded check adds on rank 0: the MoE block's (the largest of
+    /// its layouts on `t` ranks) or the dense one's.
     pub fn memory_bytes(&self, t: usize, elem: u128) -> (u128, u128) {
         match &self.moe {
-            Some(m) => m.memory_bytes(t, elem, self.check),
+            Some(m) => self
+                .moe_layouts
+                .iter()
+                .filter(|l| l.world() == t)
+                .map(|&l| m.memory_bytes(l, elem, self.check))
+                .max()
+                .unwrap_or((0, 0)),
             None => self.block.memory_bytes(t, elem, self.check),
         }
     }
@@ -285,37 +301,33 @@ impl Cli {
         }
         let cp = self.cp_job(&block)?;
         let moe = self.moe(&block)?;
-        let (flag, list) = match (moe, &cp) {
-            (Some(_), _) => ("--ep", &self.ep),
-            (None, Some(_)) => ("--cp", &self.cp),
-            (None, None) => ("--tp", &self.tp),
-        };
-        let tps = match (&cp, list) {
-            (Some(cp), _) => cp.degrees.iter().map(|&c| cp.world(c)).collect(),
-            (None, Some(s)) => parse_degrees(flag, s)?,
-            // The default MoE degrees are those that split the experts and tokens.
-            (None, None) => [1, 2, 4, 8]
-                .into_iter()
-                .filter(|&t| t <= ranks && moe.is_none_or(|m| m.validate(t).is_ok()))
-                .collect(),
-        };
         let most = backend.most_ranks();
+        let moe_layouts = match &moe {
+            Some(m) => self.moe_layouts(m, ranks, most)?,
+            None => Vec::new(),
+        };
+        let (flag, list) = match &cp {
+            Some(_) => ("--cp", &self.cp),
+            None => ("--tp", &self.tp),
+        };
+        let tps = match (&moe, &cp, list) {
+            (Some(_), _, _) => moe_layouts.iter().map(MoeLayout::world).collect(),
+            (None, Some(cp), _) => cp.degrees.iter().map(|&c| cp.world(c)).collect(),
+            (None, None, Some(s)) => parse_degrees(flag, s)?,
+            (None, None, None) => [1, 2, 4, 8].into_iter().filter(|&t| t <= ranks).collect(),
+        };
         if let Some(&t) = tps.iter().find(|&&t| t > most) {
             return usage(format!(
                 "{flag} {t}: --backend {} runs at most {most} ranks",
                 backend.name()
             ));
         }
-        for &t in &tps {
-            match (&moe, &cp) {
-                (Some(m), _) => m
+        if moe.is_none() && cp.is_none() {
+            // cp_job checked its degrees against the attention's shape.
+            for &t in &tps {
+                block
                     .validate(t)
-                    .map_err(|e| UsageError(format!("--ep {t}: {e}")))?,
-                // cp_job checked its degrees against the attention's shape.
-                (None, Some(_)) => {}
-                (None, None) => block
-                    .validate(t)
-                    .map_err(|e| UsageError(format!("--tp {t}: {e}")))?,
+                    .map_err(|e| UsageError(format!("--tp {t}: {e}")))?;
             }
         }
         if self.iters == 0 {
@@ -350,8 +362,70 @@ impl Cli {
             out: self.out.clone(),
             timeout,
             moe,
+            moe_layouts,
             cp,
         })
+    }
+
+    /// `--ep` x `--etp`: every layout checked against the block's sizes and
+    /// the backend's `most` ranks. Without --ep, the expert-parallel degrees
+    /// of 1, 2, 4, 8 whose layouts split the block on at most `ranks` ranks.
+    fn moe_layouts(
+        &self,
+        moe: &MoeConfig,
+        ranks: usize,
+        most: usize,
+    ) -> Result<Vec<MoeLayout>, UsageError> {
+        let etps = match &self.etp {
+            Some(s) => parse_degrees("--etp", s)?,
+            None => vec![1],
+        };
+        let eps = match &self.ep {
+            Some(s) => Some(parse_degrees("--ep", s)?),
+            None => None,
+        };
+        let tps = match &self.tp {
+            Some(s) => parse_degrees("--tp", s)?,
+            None => vec![1],
+        };
+        let mut out = Vec::new();
+        // Without --ep, why the first default layout did not fit.
+        let mut skipped = None;
+        for &etp in &etps {
+            let given = eps.is_some();
+            let eps = eps.clone().unwrap_or_else(|| vec![1, 2, 4, 8]);
+            for (ep, &tp) in eps
+                .into_iter()
+                .flat_map(|e| tps.iter().map(move |t| (e, t)))
+            {
+                let layout = MoeLayout { ep, etp, tp };
+                let fits = moe.validate(layout);
+                let name = match self.tp {
+                    Some(_) => format!("--ep {ep} --etp {etp} --tp {tp}"),
+                    None => format!("--ep {ep} --etp {etp}"),
+                };
+                if !given && (layout.world() > ranks || fits.is_err()) {
+                    skipped = skipped.or(Some(match &fits {
+                        Err(e) => format!("{name}: {e}"),
+                        Ok(()) => format!("{name}: {} ranks, {ranks} available", layout.world()),
+                    }));
+                    continue;
+                }
+                if layout.world() > most {
+                    return usage(format!(
+                        "{name}: {} ranks, --backend {} runs at most {most}",
+                        layout.world(),
+                        self.backend
+                    ));
+                }
+                fits.map_err(|e| UsageError(format!("{name}: {e}")))?;
+                out.push(layout);
+            }
+        }
+        if out.is_empty() {
+            return usage(skipped.unwrap_or_else(|| "--ep: no layout".into()));
+        }
+        Ok(out)
     }
 
     /// `--cp` and `--cp-comm-type`, checked against the block's sizes and
@@ -454,6 +528,7 @@ impl Cli {
                 ("--expert-ffn", self.expert_ffn.is_some()),
                 ("--shared-experts", self.shared_experts.is_some()),
                 ("--ep", self.ep.is_some()),
+                ("--etp", self.etp.is_some()),
             ] {
                 if given {
                     return usage(format!("{flag} needs --experts"));
@@ -477,14 +552,14 @@ impl Cli {
                 "--topk {topk}: more than the {experts} experts (--experts)"
             ));
         }
-        if self.tp.is_some() {
-            return usage(
-                "--tp with --experts: the MoE block runs expert parallelism alone (--ep); \
-                 attention tensor parallelism beside it is not built",
-            );
+        if block.decode {
+            return usage("--experts runs --mode prefill or train");
         }
-        if block.decode || block.seq_parallel {
-            return usage("--experts runs --mode prefill or train, without --sequence-parallel");
+        // The attention beside the MoE layer always runs sequence-parallel.
+        if block.seq_parallel && self.tp.is_none() {
+            return usage(
+                "--sequence-parallel with --experts: only with --tp (the attention beside the MoE layer)",
+            );
         }
         Ok(Some(MoeConfig {
             hidden: block.shape.hidden,
@@ -494,6 +569,10 @@ impl Cli {
             shared: self.shared_experts.unwrap_or(0),
             tokens: block.tokens(),
             mode: block.mode,
+            attention: self.tp.as_ref().map(|_| MoeAttention {
+                heads: block.shape.heads,
+                seq: block.shape.seq,
+            }),
         }))
     }
 }
@@ -652,6 +731,24 @@ mod tests {
         assert_eq!(p.tps, vec![1, 2, 4], "8 does not divide 4 experts");
         assert_eq!(p.moe.map(|m| (m.ffn, m.shared)), Some((64, 1)));
         assert!(cli(&[]).job(2).unwrap().moe.is_none());
+        // Every --ep at each --etp, in that order; tps holds their ranks.
+        let p = cli(&["--experts", "8", "--ep", "1,2", "--etp", "1,2"])
+            .job(2)
+            .unwrap();
+        let got: Vec<(usize, usize)> = p.moe_layouts.iter().map(|l| (l.ep, l.etp)).collect();
+        assert_eq!(got, vec![(1, 1), (2, 1), (1, 2), (2, 2)]);
+        assert_eq!(p.tps, vec![1, 2, 2, 4]);
+        // Without --ep, the degrees whose layouts fit the ranks.
+        let p = cli(&["--experts", "8", "--etp", "2"]).job(4).unwrap();
+        assert_eq!(p.tps, vec![2, 4]);
+        // --tp: an attention before the MoE layer, on the same ranks.
+        let args = ["--experts", "8", "--ep", "2", "--tp", "1,2"];
+        let p = cli(&[&args[..], &["--microbatch-size", "2"]].concat())
+            .job(2)
+            .unwrap();
+        let got: Vec<usize> = p.moe_layouts.iter().map(|l| l.tp).collect();
+        assert_eq!((got, p.tps.clone()), (vec![1, 2], vec![2, 2]));
+        assert!(p.moe.unwrap().attention.is_some());
     }
 
     #[test]
@@ -663,8 +760,22 @@ mod tests {
             (&["--experts", "8", "--topk", "0"][..], "--topk 0"),
             (&["--topk", "2"][..], "--topk needs --experts"),
             (&["--ep", "2"][..], "--ep needs --experts"),
+            (&["--etp", "2"][..], "--etp needs --experts"),
+            (
+                &["--experts", "8", "--expert-ffn", "64", "--etp", "3"][..],
+                "--ep 1 --etp 3: invalid block: etp 3 does not divide the expert ffn 64",
+            ),
+            (&["--experts", "8", "--etp", "0"][..], "--etp"),
+            (
+                &["--experts", "8", "--seq", "8", "--ep", "4", "--etp", "4"][..],
+                "16 ranks",
+            ),
             (&["--experts", "8", "--ep", "2,x"][..], "--ep"),
-            (&["--experts", "8", "--tp", "2"][..], "--tp with --experts"),
+            (&["--experts", "8", "--tp", "3"][..], "--tp 3"),
+            (
+                &["--experts", "8", "--sequence-parallel"][..],
+                "--sequence-parallel",
+            ),
             (&["--experts", "8", "--cp", "2"][..], "--cp with --experts"),
             (&["--experts", "8", "--mode", "decode"][..], "--experts"),
             (

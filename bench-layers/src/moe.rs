@@ -1,6 +1,6 @@
-//! `--experts`: the MoE block's sweep over the expert-parallel degrees on
+//! `--experts`: the MoE block's sweep over its `--ep` x `--etp` layouts on
 //! every backend, through the same launcher paths as the dense block's
-//! (threads or GPUs here, tcp ranks spawned per degree, a job under an
+//! (threads or GPUs here, tcp ranks spawned per layout, a job under an
 //! external launcher or mpirun). The rows are printed and kept in run.json
 //! (`extra.moe_rows`); layers.csv keeps the dense block's columns only.
 
@@ -16,29 +16,42 @@ use parbench::comm::{Algo, CommError, Communicator};
 use parbench::compute::cpu::CpuCompute;
 use parbench::launch::ranks::{self, Ended, RankBody, RankComm, Ranks};
 use parbench::launch::{self, LocalJob};
-use parbench::layers::moe::MoeConfig;
+use parbench::layers::moe::{MoeConfig, MoeLayout};
 use parbench::results::{self, new_run_id, RunMeta};
 use std::path::Path;
 
-/// The file a spawned degree's rank 0 hands its measurement back in.
+/// The file a spawned layout's rank 0 hands its measurement back in.
 const HANDOFF: &str = "moe.json";
 
-/// One degree on each rank of a job: rank 0's measurement.
+/// Set in a spawned rank: its layout's place in the plan's layouts (the
+/// child parses the same flags, so it has the same list).
+const ENV_LAYOUT: &str = "PARBENCH_LAYERS_MOE_LAYOUT";
+
+/// One layout on each rank of a job: rank 0's measurement.
 struct MoeDegree<'a> {
     plan: &'a LayerJob,
     moe: MoeConfig,
+    /// `None`: the layout of the job's world (an MPI job's).
+    layout: Option<MoeLayout>,
     threads: usize,
 }
 
 impl RankBody for MoeDegree<'_> {
     type Out = Option<MoeMeasurement>;
     fn run<C: RankComm>(&self, comm: &mut C) -> Result<Self::Out, CommError> {
+        let world = Communicator::world(comm);
+        let layout = match self.layout {
+            Some(l) => l,
+            None => job_layout(self.plan, world)
+                .map_err(|e| CommError::InvalidArgument(e.to_string()))?,
+        };
         let dev = comm.device(self.plan.dtype, self.threads)?;
-        let m =
-            measure_moe(&dev, comm, self.plan, &self.moe, self.threads).map_err(|e| match e {
+        let m = measure_moe(&dev, comm, self.plan, &self.moe, layout, self.threads).map_err(
+            |e| match e {
                 parbench::layers::LayerError::Comm(c) => c,
                 other => CommError::Device(other.to_string()),
-            })?;
+            },
+        )?;
         Ok((Communicator::rank(comm) == 0).then_some(m))
     }
 }
@@ -80,14 +93,23 @@ impl<'a> MoeRecords<'a> {
         for m in &self.rows {
             parbench::outln!("{}", output::moe_detail(m));
         }
+        // The model of every exchange against their measured sum, per layout.
         let held: Vec<(usize, f64, f64)> = self
             .rows
             .iter()
-            .filter(|m| m.ep > 1)
-            .map(|m| (m.ep, m.a2a_us, m.a2a_model_us))
+            .enumerate()
+            .filter(|(_, m)| m.ep * m.etp > 1)
+            .map(|(i, m)| {
+                let measured = m.a2a_us + m.etp_us + m.tp_us;
+                (
+                    i + 1,
+                    measured,
+                    m.a2a_model_us + m.etp_model_us + m.tp_model_us,
+                )
+            })
             .collect();
         let noise = parbench::measure::noise::since_start();
-        for line in output::model_lines("ep", &held, noise.as_ref()) {
+        for line in output::model_lines("layout", &held, noise.as_ref()) {
             parbench::outln!("{line}");
         }
         if let Some(e) = err {
@@ -106,7 +128,7 @@ impl<'a> MoeRecords<'a> {
     }
 }
 
-/// The MoE sweep, on the ranks the plan's backend chose for its first degree.
+/// The MoE sweep, on the ranks the plan's backend chose for its first layout.
 pub fn run(plan: &LayerJob, moe: MoeConfig, first: Ranks) -> anyhow::Result<()> {
     let world = plan.tps.iter().copied().max().unwrap_or(1);
     match first {
@@ -119,15 +141,21 @@ pub fn run(plan: &LayerJob, moe: MoeConfig, first: Ranks) -> anyhow::Result<()> 
                 moe,
                 ranks::run_meta("layers", &run_id, plan.backend, world),
             );
-            for &ep in &plan.tps {
+            for &layout in &plan.moe_layouts {
+                let w = layout.world();
                 let threads = if on_gpus {
                     0
                 } else {
-                    CpuCompute::threads_per_rank(ep)
+                    CpuCompute::threads_per_rank(w)
                 };
-                let body = MoeDegree { plan, moe, threads };
-                let got = ranks_of(plan, None, ep, None)
-                    .and_then(|r| rank_0s(plan, &format!("ep {ep}"), r, &body));
+                let body = MoeDegree {
+                    plan,
+                    moe,
+                    layout: Some(layout),
+                    threads,
+                };
+                let got = ranks_of(plan, None, w, None)
+                    .and_then(|r| rank_0s(plan, &layout.to_string(), r, &body));
                 match got {
                     Ok(m) => rec.keep(m),
                     Err(e) => return rec.finish(Some(e)),
@@ -141,12 +169,40 @@ pub fn run(plan: &LayerJob, moe: MoeConfig, first: Ranks) -> anyhow::Result<()> 
             let body = MoeDegree {
                 plan,
                 moe,
+                layout: None,
                 threads: 1,
             };
             let out = mpi_outcomes(plan, backend, &body)?;
             record_here(plan, moe, backend, out.into_iter().flatten().next())
         }
     }
+}
+
+/// The layout a job of `world` ranks runs: the spawning launcher's
+/// (`ENV_LAYOUT`), or under an external launcher the first of the plan's
+/// on that many ranks.
+fn job_layout(plan: &LayerJob, world: usize) -> anyhow::Result<MoeLayout> {
+    if let Ok(at) = std::env::var(ENV_LAYOUT) {
+        let layout = at
+            .parse::<usize>()
+            .ok()
+            .and_then(|i| plan.moe_layouts.get(i).copied())
+            .ok_or_else(|| anyhow!("{ENV_LAYOUT}={at}: no such layout"))?;
+        if layout.world() != world {
+            bail!("spawned for {layout} but the job has {world} ranks");
+        }
+        return Ok(layout);
+    }
+    plan.moe_layouts
+        .iter()
+        .copied()
+        .find(|l| l.world() == world)
+        .ok_or_else(|| {
+            crate::cli::UsageError(format!(
+                "--ep/--etp: under a launcher the sweep runs the job's world ({world}), which no --ep x --etp layout has"
+            ))
+            .into()
+        })
 }
 
 /// Rank 0 of a job under an external launcher or mpirun: its run record.
@@ -160,7 +216,7 @@ fn record_here(
         return Ok(());
     };
     preflight(plan, true, |_| 0)?;
-    let meta = ranks::run_meta("layers", &new_run_id("layers"), backend, m.ep);
+    let meta = ranks::run_meta("layers", &new_run_id("layers"), backend, m.ep * m.etp);
     let mut rec = MoeRecords::begin(plan, moe, meta);
     rec.keep(m);
     rec.finish(None)
@@ -179,28 +235,31 @@ fn launch_tcp(plan: &LayerJob, moe: MoeConfig, world: usize) -> anyhow::Result<(
         ranks::run_meta("layers", &run_id, plan.backend, world),
     );
     let mut failed = None;
-    for &ep in &plan.tps {
-        let rows_dir = dir.join(format!("ep{ep}"));
-        let got = LocalJob::of_current_exe(ep)
+    for (at, &layout) in plan.moe_layouts.iter().enumerate() {
+        let (w, name) = (layout.world(), layout.to_string());
+        let rows_dir = dir.join(format!("layout{at}"));
+        let got = LocalJob::of_current_exe(w)
             .map_err(anyhow::Error::from)
             .and_then(|job| {
                 let job = job
-                    .label(format!("bench-layers: ep {ep}"))
-                    .env(ENV_TP, ep.to_string())
+                    .label(format!("bench-layers: {name}"))
+                    .env(ENV_TP, w.to_string())
+                    .env(ENV_LAYOUT, at.to_string())
                     .env(ENV_ROWS, &rows_dir)
                     .env(ENV_RUN_ID, &run_id);
                 let body = MoeDegree {
                     plan,
                     moe,
+                    layout: Some(layout),
                     threads: 0,
                 };
-                let ranks = ranks_of(plan, None, ep, Some(job))?;
+                let ranks = ranks_of(plan, None, w, Some(job))?;
                 ranks::run(ranks, Algo::Auto, plan.timeout, &body)
-                    .map_err(|e| degree_fault(&format!("ep {ep}"), e))?;
+                    .map_err(|e| degree_fault(&name, e))?;
                 let text = std::fs::read_to_string(rows_dir.join(HANDOFF))
-                    .with_context(|| format!("ep {ep}: reading rank 0's row"))?;
+                    .with_context(|| format!("{name}: reading rank 0's row"))?;
                 serde_json::from_str::<MoeMeasurement>(&text)
-                    .with_context(|| format!("ep {ep}: reading rank 0's row"))
+                    .with_context(|| format!("{name}: reading rank 0's row"))
             });
         match got {
             Ok(m) => rec.keep(m),
@@ -224,8 +283,14 @@ fn joined(plan: &LayerJob, moe: MoeConfig, ranks: Ranks) -> anyhow::Result<()> {
     let t = info.world;
     let spawned = std::env::var_os(ENV_ROWS);
     job_degree(plan, "ep", t)?;
+    let layout = job_layout(plan, t)?;
     let threads = CpuCompute::threads_per_rank(launch::ranks_on_this_host(t));
-    let body = MoeDegree { plan, moe, threads };
+    let body = MoeDegree {
+        plan,
+        moe,
+        layout: Some(layout),
+        threads,
+    };
     let m = match ranks::run(ranks, Algo::Auto, plan.timeout, &body)? {
         Ended::Ran(ms) => ms.into_iter().flatten().next(),
         Ended::Launched { .. } => None,

@@ -352,24 +352,33 @@ pub fn moe_json(plan: &LayerJob, moe: &MoeConfig) -> serde_json::Value {
         "tokens_per_call": moe.tokens,
         "mode": moe.mode.name(),
         "dtype": plan.dtype.name(),
-        "ep": plan.tps,
+        "ep": plan.moe_layouts.iter().map(|l| l.ep).collect::<Vec<_>>(),
+        "etp": plan.moe_layouts.iter().map(|l| l.etp).collect::<Vec<_>>(),
+        "tp": plan.moe_layouts.iter().map(|l| l.tp).collect::<Vec<_>>(),
+        "attention": moe.attention.map(|a| serde_json::json!({"heads": a.heads, "seq": a.seq})),
         "iters": plan.iters,
         "warmup": plan.warmup,
         "check": plan.check,
         "link": plan.link.map(|l| serde_json::json!({"alpha_us": l.alpha_us(), "gbps": l.bandwidth_gbps()})),
         "gemm_math": gemm_of(plan).0,
         "gemm_kernels": gemm_of(plan).1,
-        "times": "per block call, slowest rank's mean: compute, all-to-all after a barrier, and that barrier (wait)",
+        "times": "per block call, slowest rank's mean: compute, the expert-parallel all-to-alls, the expert-tensor and the attention's tensor exchanges after a barrier each, and those barriers (wait)",
     })
 }
 
 /// The MoE table's header: what ran, then the columns.
 pub fn moe_header(plan: &LayerJob, moe: &MoeConfig) -> String {
     let (math, kernels) = gemm_of(plan);
+    let attention = moe.attention.map_or(String::new(), |a| {
+        format!(
+            "attention ({} heads, seq {}, tensor-parallel, sequence-parallel) + ",
+            a.heads, a.seq
+        )
+    });
     format!(
-        "# bench-layers: {} {} MoE | h={} experts={} top-{} expert-ffn={} shared={} ({} tokens/call) | {} | {} kernels\n\
-         # times per block call, slowest rank's mean; a2a: the all-to-alls once every rank arrived, wait: the barrier before each\n\
-         #{:>3} {:>11} {:>10} {:>10} {:>11} {:>10} {:>9} {:>8} {:>6} {:>9} {:>7}",
+        "# bench-layers: {} {} {attention}MoE | h={} experts={} top-{} expert-ffn={} shared={} ({} tokens/call) | {} | {} kernels\n\
+         # times per block call, slowest rank's mean; a2a: the all-to-alls once every rank arrived, etp: the expert-tensor gathers and reduce-scatters, tp: the attention's, wait: the barrier before each\n\
+         #{:>3} {:>4} {:>3} {:>11} {:>10} {:>9} {:>9} {:>10} {:>11} {:>10} {:>9} {:>8} {:>6} {:>9} {:>7}",
         plan.backend.name(),
         moe.mode.name(),
         moe.hidden,
@@ -381,8 +390,12 @@ pub fn moe_header(plan: &LayerJob, moe: &MoeConfig) -> String {
         math,
         kernels,
         "ep",
+        "etp",
+        "tp",
         "compute_us",
         "a2a_us",
+        "etp_us",
+        "tp_us",
         "wait_us",
         "total_us",
         "model_us",
@@ -394,22 +407,31 @@ pub fn moe_header(plan: &LayerJob, moe: &MoeConfig) -> String {
     )
 }
 
-/// One MoE row: `first` is the sweep's first row, for the speed-up over EP 1.
+/// One MoE row: `first` is the sweep's first row, for the speed-up over
+/// the block on one rank.
 pub fn moe_row(m: &MoeMeasurement, first: Option<&MoeMeasurement>, moe: &MoeConfig) -> String {
     let base = first.unwrap_or(m);
-    let speedup = if base.ep == 1 {
+    let speedup = if base.ep * base.etp == 1 {
         base.total_us / m.total_us
     } else {
         f64::NAN
     };
     format!(
-        " {:>3} {:>11} {:>10} {:>10} {:>11} {:>10} {:>9} {:>8} {:>6} {:>9} {:>7}",
+        " {:>3} {:>4} {:>3} {:>11} {:>10} {:>9} {:>9} {:>10} {:>11} {:>10} {:>9} {:>8} {:>6} {:>9} {:>7}",
         m.ep,
+        m.etp,
+        if moe.attention.is_some() {
+            m.tp.to_string()
+        } else {
+            "-".into()
+        },
         num(m.compute_us, 1),
         num(m.a2a_us, 1),
+        num(m.etp_us, 1),
+        num(m.tp_us, 1),
         num(m.wait_us, 1),
         num(m.total_us, 1),
-        num(m.a2a_model_us, 1),
+        num(m.a2a_model_us + m.etp_model_us + m.tp_model_us, 1),
         bytes(if m.ep > 1 { m.a2a_bytes } else { 0 }),
         num(speedup, 2),
         num(m.imbalance, 2),
@@ -418,7 +440,10 @@ pub fn moe_row(m: &MoeMeasurement, first: Option<&MoeMeasurement>, moe: &MoeConf
         } else {
             format!("{:.1e}", m.check_max_err)
         },
-        num(moe.flops() / m.ep as f64 / (m.compute_us * 1e3), 1),
+        num(
+            moe.flops() / (m.ep * m.etp) as f64 / (m.compute_us * 1e3),
+            1
+        ),
     )
 }
 
@@ -426,9 +451,12 @@ pub fn moe_row(m: &MoeMeasurement, first: Option<&MoeMeasurement>, moe: &MoeConf
 /// the tolerance the check was held to, each rank's load (the model held
 /// to the all-to-all is `model_lines`').
 pub fn moe_detail(m: &MoeMeasurement) -> String {
+    let layout = match m.tp {
+        1 => format!("ep {} etp {}", m.ep, m.etp),
+        tp => format!("ep {} etp {} tp {tp}", m.ep, m.etp),
+    };
     let mut out = format!(
-        "# ep {}: check {} within {:.0e} | copies per rank {:?}",
-        m.ep,
+        "# {layout}: check {} within {:.0e} | copies per rank {:?}",
         if m.check_max_err.is_nan() {
             "skipped"
         } else {
@@ -437,14 +465,48 @@ pub fn moe_detail(m: &MoeMeasurement) -> String {
         m.check_tolerance,
         m.rows_per_rank
     );
-    if m.ep > 1 {
+    if m.ep * m.etp > 1 {
         let fitted = "uniform all_to_all at the block's size, 1/16 to 2x, timed on this wire after the block";
+        // Each exchange the layout has: its calls, bytes a rank, ranks, model.
+        let parts = [
+            (
+                "all_to_all",
+                m.a2a_bytes,
+                m.ep,
+                m.a2a_model_us,
+                " + the counts",
+            ),
+            (
+                "expert-tensor",
+                m.a2a_bytes * m.etp as u64,
+                m.etp,
+                m.etp_model_us,
+                " + the counts",
+            ),
+            (
+                "attention",
+                m.rows_bytes * m.tp as u64,
+                m.tp,
+                m.tp_model_us,
+                "",
+            ),
+        ];
+        let terms: Vec<String> = parts
+            .iter()
+            .filter(|p| p.2 > 1)
+            .map(|(what, bytes, ranks, us, counts)| {
+                format!(
+                    "{what} x{} of {bytes} B a rank over {ranks} ranks ({}){counts}, {} us",
+                    m.a2a_calls,
+                    m.algo,
+                    num(*us, 1)
+                )
+            })
+            .collect();
         out.push_str(&format!(
-            "\n# ep {}: all_to_all={} x{} of {} B a rank + the counts | {}",
-            m.ep,
-            m.algo,
-            m.a2a_calls,
-            m.a2a_bytes,
+            "\n# {layout}: model {} us: {} | {}",
+            num(m.a2a_model_us + m.etp_model_us + m.tp_model_us, 1),
+            terms.join("; "),
             link_text(&m.link_source, m.link_alpha_us, m.link_gbps, fitted)
         ));
     }

@@ -5,7 +5,7 @@
 use crate::cli::LayerJob;
 use parbench::comm::{Collective, Communicator};
 use parbench::compute::Compute;
-use parbench::layers::moe::{run_ep, MoeConfig};
+use parbench::layers::moe::{run_ep, MoeConfig, MoeLayout};
 use parbench::layers::{run_tp, wire_samples, LayerResult, Mode, RunOptions, TpOutcome};
 use parbench::model::fit::{fit_terms, per_call_terms};
 use parbench::model::{terms, AlphaBetaTerms, LinkParams, ModelAlgo};
@@ -165,13 +165,22 @@ where
     })
 }
 
-/// Everything measured at one expert-parallel degree, the same on every
+/// Everything measured at one layout (`ep x etp` ranks), the same on every
 /// rank; serialised for the tcp launcher, which reads rank 0's.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct MoeMeasurement {
     pub ep: usize,
+    /// Expert tensor-parallel degree.
+    pub etp: usize,
+    /// The attention's tensor-parallel degree (1 without an attention).
+    pub tp: usize,
     pub compute_us: f64,
+    /// The expert-parallel all-to-alls.
     pub a2a_us: f64,
+    /// The expert-tensor groups' all-gathers and reduce-scatters.
+    pub etp_us: f64,
+    /// The attention's tensor groups' all-gathers and reduce-scatters.
+    pub tp_us: f64,
     pub wait_us: f64,
     pub total_us: f64,
     pub slowest_rank: usize,
@@ -179,19 +188,30 @@ pub struct MoeMeasurement {
     #[serde(with = "nan_as_null")]
     pub check_max_err: f64,
     pub check_tolerance: f64,
-    /// Routed token copies each rank's experts processed.
+    /// Routed token copies each rank's expert shards processed.
     pub rows_per_rank: Vec<usize>,
     /// Max over mean of those.
     pub imbalance: f64,
     /// Bytes of one rank's all-to-all buffer in a balanced dispatch (every
     /// routed copy of its tokens, its own included: nccl-tests' alltoall size).
     pub a2a_bytes: u64,
+    /// Bytes of one rank's rows of the residual stream (what the
+    /// attention's exchanges move to each peer).
+    pub rows_bytes: u64,
     /// All-to-alls of rows per block call (2 forward, 4 in train).
     pub a2a_calls: u64,
     /// The pairwise all-to-all's prediction for those calls and the
     /// counts' exchanges, microseconds (NaN without a link, 0 at ep 1).
     #[serde(with = "nan_as_null")]
     pub a2a_model_us: f64,
+    /// The same prediction for the expert-tensor exchanges (as many, each
+    /// a pairwise exchange of a rank's rows over etp ranks; 0 at etp 1).
+    #[serde(with = "nan_as_null")]
+    pub etp_model_us: f64,
+    /// The same for the attention's exchanges (as many, each a pairwise
+    /// exchange of a rank's rows of the residual stream over tp ranks).
+    #[serde(with = "nan_as_null")]
+    pub tp_model_us: f64,
     pub wire: String,
     pub algo: String,
     #[serde(with = "nan_as_null")]
@@ -202,30 +222,33 @@ pub struct MoeMeasurement {
     pub threads: usize,
 }
 
-/// Runs plan's MoE block at ep = `comm.world()`, then models its
-/// all-to-alls with the pairwise exchange's alpha-beta terms on a link
-/// fitted to uniform all-to-alls around the block's size (or --link).
-/// Collective: every rank calls it.
+/// Runs plan's MoE block split as `layout` (`comm.world()` ranks), then
+/// models its all-to-alls and expert-tensor exchanges with the pairwise
+/// exchange's alpha-beta terms over their groups' ranks, on a link fitted
+/// to uniform all-to-alls over all the ranks around the dispatch's size
+/// (or --link). Collective: every rank calls it.
 pub fn measure_moe<C, M>(
     dev: &C,
     comm: &mut M,
     plan: &LayerJob,
     moe: &MoeConfig,
+    layout: MoeLayout,
     threads: usize,
 ) -> LayerResult<MoeMeasurement>
 where
     C: Compute,
     M: Communicator<Buffer = C::Buf>,
 {
-    let ep = comm.world();
+    let MoeLayout { ep, etp, tp } = layout;
+    let world = layout.world();
     let opts = run_options(plan);
-    let outcome = run_ep(dev, comm, moe, &opts)?;
-    let a2a_bytes = (moe.local_tokens(ep) * moe.topk * moe.hidden * plan.dtype.size()) as u64;
+    let outcome = run_ep(dev, comm, moe, layout, &opts)?;
+    let a2a_bytes = (moe.local_tokens(world) * moe.topk * moe.hidden * plan.dtype.size()) as u64;
     let a2a_calls = if moe.mode == Mode::Train { 4 } else { 2 };
     let coll = Collective::AllToAll;
     // The exchange is parbench's pairwise one on every backend.
     let algo = ModelAlgo::of("pairwise");
-    let (link, link_source) = if ep == 1 {
+    let (link, link_source) = if world == 1 {
         (None, LinkSource::None)
     } else if let Some(l) = plan.link {
         (Some(l), LinkSource::Flag)
@@ -233,25 +256,33 @@ where
         fit_link(
             comm,
             plan,
-            &format!("ep {ep}"),
+            &layout.to_string(),
             &[(coll, algo.clone())],
             a2a_bytes,
         )?
     };
-    let counts_bytes = (moe.local_experts(ep) * 8 * ep) as u64;
-    let a2a_model_us = match link {
-        _ if ep == 1 => 0.0,
+    // Over `p` ranks: the calls of `bytes` (a rank's whole buffer) and,
+    // with `counts`, their exchange of one f64 per local expert and peer.
+    let model = |p: usize, bytes: u64, counts: bool| match link {
+        _ if p == 1 => 0.0,
         Some(l) => {
-            let t = |bytes: u64| coll_terms(coll, &algo, ep, bytes).seconds(bytes as f64, &l);
-            (a2a_calls as f64 * t(a2a_bytes) + t(counts_bytes)) * 1e6
+            let t = |bytes: u64| coll_terms(coll, &algo, p, bytes).seconds(bytes as f64, &l);
+            let counts_bytes = (moe.local_experts(ep) * 8 * p) as u64;
+            let counts = if counts { t(counts_bytes) } else { 0.0 };
+            (a2a_calls as f64 * t(bytes) + counts) * 1e6
         }
         None => f64::NAN,
     };
+    let rows_bytes = (moe.local_tokens(world) * moe.hidden * plan.dtype.size()) as u64;
     let t = &outcome.timing;
     Ok(MoeMeasurement {
         ep,
+        etp,
+        tp,
         compute_us: t.compute_us,
         a2a_us: t.a2a_us,
+        etp_us: t.etp_us,
+        tp_us: t.tp_us,
         wait_us: t.wait_us,
         total_us: t.total_us,
         slowest_rank: t.slowest_rank,
@@ -261,7 +292,13 @@ where
         rows_per_rank: outcome.rows_per_rank,
         a2a_bytes,
         a2a_calls,
-        a2a_model_us,
+        rows_bytes,
+        a2a_model_us: model(ep, a2a_bytes, true),
+        // A balanced rank holds a2a_bytes of rows after the dispatch and
+        // sends them to each of its etp - 1 peers.
+        etp_model_us: model(etp, a2a_bytes * etp as u64, true),
+        // A rank's rows of the residual stream to each of its tp - 1 peers.
+        tp_model_us: model(tp, rows_bytes * tp as u64, false),
         wire: comm.wire(),
         algo: algo.to_string(),
         link_alpha_us: link.map_or(f64::NAN, |l| l.alpha_us()),

@@ -55,7 +55,10 @@ fn bad_flags_exit_2_with_one_line() {
         &["--experts", "6", "--ep", "4"][..],
         &["--experts", "8", "--topk", "9"][..],
         &["--topk", "2"][..],
-        &["--experts", "8", "--tp", "2"][..],
+        &["--experts", "8", "--tp", "3"][..],
+        &["--etp", "2"][..],
+        &["--experts", "8", "--expert-ffn", "48", "--etp", "5"][..],
+        &["--experts", "8", "--ep", "4", "--etp", "4", "--seq", "8"][..],
     ] {
         let out = bin().args(args).output().unwrap();
         assert_eq!(out.status.code(), Some(2), "{args:?}");
@@ -257,6 +260,49 @@ fn moe_sweeps_each_expert_parallel_degree_on_local_and_tcp() {
         let runs = std::fs::read_to_string(out_dir.join("run.json")).unwrap();
         assert!(runs.contains("\"moe_rows\""), "{runs}");
         assert_eq!(runs.matches("\"a2a_us\"").count(), n, "{runs}");
+        let _ = std::fs::remove_dir_all(&out_dir);
+    }
+}
+
+/// Expert tensor parallelism beside expert parallelism, and the attention
+/// before the MoE layer tensor-parallel over the same ranks: EP 2 x ETP 2
+/// with TP 4 on local threads, EP 1 x ETP 2 and EP 2 with TP 2 on tcp
+/// processes (train, a shared expert), each checked and kept in run.json.
+#[test]
+fn moe_runs_expert_and_attention_tensor_parallel_layouts_on_local_and_tcp() {
+    for (backend, layout, name) in [
+        (
+            "local",
+            &["--ep", "2", "--etp", "2", "--tp", "4"][..],
+            "ep 2 etp 2 tp 4",
+        ),
+        ("tcp", &["--ep", "1", "--etp", "2"][..], "ep 1 etp 2"),
+        ("tcp", &["--ep", "2", "--tp", "2"][..], "ep 2 etp 1 tp 2"),
+    ] {
+        let out_dir = scratch(&format!("moe-etp-{backend}-{}", layout.len()));
+        let mut args = vec![
+            "--backend",
+            backend,
+            "--experts",
+            "4",
+            "--shared-experts",
+            "1",
+            "--expert-ffn",
+            "32",
+            "--mode",
+            "train",
+        ];
+        args.extend_from_slice(layout);
+        let stdout = run_ok(&args, &out_dir);
+        assert!(
+            stdout.contains(&format!("# {name}: check held within 1e-4")),
+            "{stdout}"
+        );
+        let runs = std::fs::read_to_string(out_dir.join("run.json")).unwrap();
+        assert!(
+            runs.contains("\"etp_us\"") && runs.contains("\"tp_us\""),
+            "{runs}"
+        );
         let _ = std::fs::remove_dir_all(&out_dir);
     }
 }

@@ -82,11 +82,27 @@ pub(super) fn attention_forward<C: Compute>(
     decode: bool,
     a: &mut Acts<C::Buf>,
 ) -> LayerResult<()> {
+    let cache = (&a.k_cache, &a.v_cache);
+    attend(dev, dims, !decode, &a.qkv, cache, &mut a.probs, &mut a.ctx)
+}
+
+/// [`attention_forward`] on explicit buffers (the MoE layer's attention
+/// holds no block state): `ctx` and the probabilities `probs` from the
+/// fused `qkv` rows, or the caches' keys and values where given.
+pub(in crate::layers) fn attend<C: Compute>(
+    dev: &C,
+    dims: &Dims,
+    causal: bool,
+    qkv: &C::Buf,
+    cache: (&Option<C::Buf>, &Option<C::Buf>),
+    probs: &mut C::Buf,
+    ctx: &mut C::Buf,
+) -> LayerResult<()> {
     let (hl, al, d, batch, lq, l) = dims.attention_shape();
     let scale = 1.0 / (d as f32).sqrt();
     let sq = lq * l;
     for b in 0..batch {
-        let kv = kv_view(dims, &a.qkv, (&a.k_cache, &a.v_cache), b);
+        let kv = kv_view(dims, qkv, cache, b);
         let g = per_head(
             dims,
             (lq, l, d),
@@ -95,11 +111,11 @@ pub(super) fn attention_forward<C: Compute>(
             (b * al * sq, l, sq),
             scale,
         );
-        dev.gemm(&g, &a.qkv, kv.k, &mut a.probs)?;
+        dev.gemm(&g, qkv, kv.k, probs)?;
     }
-    dev.softmax(&mut a.probs, 0, batch * al * lq, l, !decode)?;
+    dev.softmax(probs, 0, batch * al * lq, l, causal)?;
     for b in 0..batch {
-        let kv = kv_view(dims, &a.qkv, (&a.k_cache, &a.v_cache), b);
+        let kv = kv_view(dims, qkv, cache, b);
         let g = per_head(
             dims,
             (lq, d, l),
@@ -108,7 +124,7 @@ pub(super) fn attention_forward<C: Compute>(
             (b * lq * hl, hl, d),
             1.0,
         );
-        dev.gemm(&g, &a.probs, kv.v, &mut a.ctx)?;
+        dev.gemm(&g, probs, kv.v, ctx)?;
     }
     Ok(())
 }
@@ -119,6 +135,19 @@ pub(super) fn attention_backward<C: Compute>(
     dims: &Dims,
     a: &Acts<C::Buf>,
     ga: &mut GradActs<C::Buf>,
+) -> LayerResult<()> {
+    let grads = (&mut ga.dprobs, &mut ga.dqkv);
+    attend_backward(dev, dims, (&a.qkv, &a.probs), &ga.dctx, grads)
+}
+
+/// [`attention_backward`] on explicit buffers: `dqkv` (and the scratch
+/// `dprobs`) from `dctx`, given the forward's `qkv` and `probs`.
+pub(in crate::layers) fn attend_backward<C: Compute>(
+    dev: &C,
+    dims: &Dims,
+    (qkv, probs): (&C::Buf, &C::Buf),
+    dctx: &C::Buf,
+    (dprobs, dqkv): (&mut C::Buf, &mut C::Buf),
 ) -> LayerResult<()> {
     let (hl, al, d, batch, lq, l) = dims.attention_shape();
     let scale = 1.0 / (d as f32).sqrt();
@@ -135,7 +164,7 @@ pub(super) fn attention_backward<C: Compute>(
             (p_off, l, sq),
             1.0,
         );
-        dev.gemm(&g, &ga.dctx, &a.qkv, &mut ga.dprobs)?;
+        dev.gemm(&g, dctx, qkv, dprobs)?;
         // dV = P^T dO
         let g = per_head(
             dims,
@@ -145,10 +174,10 @@ pub(super) fn attention_backward<C: Compute>(
             (v_off, 3 * hl, d),
             1.0,
         );
-        dev.gemm(&g, &a.probs, &ga.dctx, &mut ga.dqkv)?;
+        dev.gemm(&g, probs, dctx, dqkv)?;
     }
     // dS = softmax'(P) dP, in place; then the scale of S = scale Q K^T.
-    dev.softmax_backward(&a.probs, &mut ga.dprobs, 0, batch * al * lq, l)?;
+    dev.softmax_backward(probs, dprobs, 0, batch * al * lq, l)?;
     for b in 0..batch {
         let (q_off, p_off) = (b * lq * 3 * hl, b * al * sq);
         let k_off = q_off + hl;
@@ -161,7 +190,7 @@ pub(super) fn attention_backward<C: Compute>(
             (q_off, 3 * hl, d),
             scale,
         );
-        dev.gemm(&g, &ga.dprobs, &a.qkv, &mut ga.dqkv)?;
+        dev.gemm(&g, dprobs, qkv, dqkv)?;
         // dK = scale dS^T Q
         let g = per_head(
             dims,
@@ -171,7 +200,7 @@ pub(super) fn attention_backward<C: Compute>(
             (k_off, 3 * hl, d),
             scale,
         );
-        dev.gemm(&g, &ga.dprobs, &a.qkv, &mut ga.dqkv)?;
+        dev.gemm(&g, dprobs, qkv, dqkv)?;
     }
     Ok(())
 }

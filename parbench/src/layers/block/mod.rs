@@ -20,6 +20,7 @@ mod passes;
 mod state;
 
 pub use super::layout::Params;
+pub(super) use attention::{attend, attend_backward};
 pub use clock::PhaseClock;
 pub use state::BlockState;
 

@@ -13,22 +13,27 @@
 use super::super::block::PhaseClock;
 use super::super::layout::TensorSpec;
 use super::super::{LayerError, LayerResult, Mode};
-use super::exchange::{exchange_counts, exchange_rows, wait_for_peers};
-use super::layout::MoeSpecs;
+use super::attention::TpAttention;
+use super::etp::EtpShares;
+use super::exchange::{exchange_counts_in, exchange_rows_in, wait_for_peers, Group};
+use super::layout::{MoeLayout, MoeSpecs};
 use super::routing::{top_k, Routing};
 use super::MoeConfig;
 use crate::comm::Communicator;
 use crate::compute::{Compute, Gemm};
+use std::cell::Cell;
+use std::time::Duration;
 
 /// What the forward leaves for the backward.
 struct Saved<B> {
     routing: Routing,
     plan: Dispatch,
-    /// The rows each local expert got, grouped by expert (`n_loc x h`).
+    /// The rows each local expert got in the whole expert-tensor group,
+    /// grouped by expert (`n_g x h`).
     expert_in: B,
-    /// Their gate and up projections (host, `n_loc x 2F`).
+    /// Their gate and up projections, this rank's columns (host, `n_g x 2F/etp`).
     expert_h: Vec<f32>,
-    /// SwiGLU of those (`n_loc x F`).
+    /// SwiGLU of those (`n_g x F/etp`).
     expert_act: B,
     /// Each routed copy's expert output, in send order (`n k x h`).
     back: Vec<f32>,
@@ -38,16 +43,19 @@ struct Saved<B> {
     shared_act: B,
 }
 
-/// Where each token's copies go and how many rows cross each pair.
+/// Where each token's copies go and how many rows cross each pair; peers
+/// are indexed in the expert-parallel group (one per expert group).
 #[derive(Clone, Debug)]
 struct Dispatch {
-    /// `(token, slot)` of each row sent, by destination rank, then local
+    /// `(token, slot)` of each row sent, by destination peer, then local
     /// expert, then token.
     order: Vec<(usize, usize)>,
     /// Rows sent to `[peer][local expert]`.
     send: Vec<Vec<usize>>,
     /// Rows received from `[peer][local expert]`.
     recv: Vec<Vec<usize>>,
+    /// The rows of each local expert on each rank of the expert-tensor group.
+    etp: EtpShares,
 }
 
 impl Dispatch {
@@ -57,25 +65,39 @@ impl Dispatch {
     fn rows_from(&self, peer: usize) -> usize {
         self.recv[peer].iter().sum()
     }
-    /// Rows this rank's experts process.
+    /// Rows this rank received in the dispatch.
     fn local_rows(&self) -> usize {
         self.recv.iter().flatten().sum()
     }
-    /// Rows local expert `le` processes.
+    /// Rows received per local expert.
+    fn per_expert(&self, el: usize) -> Vec<usize> {
+        (0..el)
+            .map(|le| self.recv.iter().map(|c| c[le]).sum())
+            .collect()
+    }
+    /// Rows local expert `le` processes (its whole expert-tensor group's).
     fn expert_rows(&self, le: usize) -> usize {
-        self.recv.iter().map(|c| c[le]).sum()
+        self.etp.rows(le)
     }
 }
 
-/// Rank `rank`'s shard of an MoE block at `ep` expert-parallel ranks on device `C`.
+/// Rank `rank`'s shard of an MoE block split as `layout` on device `C`.
 pub struct MoeBlock<C: Compute> {
     cfg: MoeConfig,
-    ep: usize,
+    layout: MoeLayout,
     rank: usize,
+    /// This rank's place in its expert-parallel group.
+    ep_rank: usize,
+    /// The ranks this one exchanges tokens with (its expert-parallel group).
+    ep_group: Vec<usize>,
+    /// The ranks sharing its experts (its expert-tensor group).
+    etp_group: Vec<usize>,
     /// Tokens of this rank.
     n: usize,
     /// Experts of this rank.
     el: usize,
+    /// Each expert's MLP columns on this rank (`F / etp`).
+    fl: usize,
     /// Router, up, down, shared up, shared down.
     params: [C::Buf; 5],
     grads: Option<[C::Buf; 5]>,
@@ -91,18 +113,29 @@ pub struct MoeBlock<C: Compute> {
     received: usize,
     /// Rows this rank sent to other ranks in the last forward's dispatch.
     sent_away: usize,
+    /// Time in the expert-tensor group's exchanges, since the block was
+    /// built (also in the clocks' communication).
+    etp_spent: Cell<Duration>,
+    /// The attention before the MoE layer, if the block has one.
+    attention: Option<TpAttention<C>>,
+    /// The MoE layer's input when there is an attention before it (its
+    /// output); else the MoE layer reads `x`.
+    moe_x: Option<C::Buf>,
+    /// Time in the attention's tensor-group exchanges, as `etp_spent`.
+    tp_spent: Cell<Duration>,
 }
 
 /// A seeded tensor's shard on the device.
 fn shard<C: Compute>(
     dev: &C,
+    specs: &MoeSpecs,
     spec: &TensorSpec,
     seed: u64,
-    ep: usize,
+    layout: MoeLayout,
     rank: usize,
 ) -> LayerResult<C::Buf> {
-    let mut b = dev.alloc(spec.local_len(ep))?;
-    dev.upload(&spec.shard_values(seed, ep, rank), &mut b)?;
+    let mut b = dev.alloc(specs.local_len(spec, layout))?;
+    dev.upload(&specs.shard_values(spec, seed, layout, rank), &mut b)?;
     Ok(b)
 }
 
@@ -178,31 +211,42 @@ fn swiglu_backward(h: &[f32], da: &[f32], rows: usize, f: usize) -> Vec<f32> {
 }
 
 impl<C: Compute> MoeBlock<C> {
-    /// Builds rank `rank`'s shard of `cfg`'s block at `ep` ranks with
+    /// Builds rank `rank`'s shard of `cfg`'s block split as `layout`, with
     /// weights, input and output gradient seeded by `seed`.
-    pub fn new(dev: &C, cfg: &MoeConfig, ep: usize, rank: usize, seed: u64) -> LayerResult<Self> {
-        cfg.validate(ep)?;
-        if rank >= ep {
-            return Err(LayerError::Config(format!("rank {rank} of {ep}")));
+    pub fn new(
+        dev: &C,
+        cfg: &MoeConfig,
+        layout: MoeLayout,
+        rank: usize,
+        seed: u64,
+    ) -> LayerResult<Self> {
+        cfg.validate(layout)?;
+        if rank >= layout.world() {
+            return Err(LayerError::Config(format!("rank {rank} of {layout}")));
         }
         let specs = MoeSpecs::new(cfg);
-        let load = |s: &TensorSpec| shard(dev, s, seed, ep, rank);
+        let load = |s: &TensorSpec| shard(dev, &specs, s, seed, layout, rank);
         let [a, b, c, d, e] = specs.params();
         let params = [load(&a)?, load(&b)?, load(&c)?, load(&d)?, load(&e)?];
         let train = cfg.mode == Mode::Train;
         let grads = if train {
-            let z = |s: &TensorSpec| dev.alloc(s.local_len(ep));
+            let z = |s: &TensorSpec| dev.alloc(specs.local_len(s, layout));
             Some([z(&a)?, z(&b)?, z(&c)?, z(&d)?, z(&e)?])
         } else {
             None
         };
-        let n = cfg.local_tokens(ep);
+        let n = cfg.local_tokens(layout.world());
+        let attention = TpAttention::new(dev, cfg, layout, rank, seed)?;
         Ok(MoeBlock {
             cfg: *cfg,
-            ep,
+            layout,
             rank,
+            ep_rank: layout.ep_rank(rank),
+            ep_group: layout.ep_group(rank),
+            etp_group: layout.etp_group(rank),
             n,
-            el: cfg.local_experts(ep),
+            el: cfg.local_experts(layout.ep),
+            fl: cfg.ffn / layout.etp,
             params,
             grads,
             x: load(&specs.x)?,
@@ -217,6 +261,10 @@ impl<C: Compute> MoeBlock<C> {
             saved: None,
             received: 0,
             sent_away: 0,
+            etp_spent: Cell::new(Duration::ZERO),
+            attention,
+            moe_x: None,
+            tp_spent: Cell::new(Duration::ZERO),
         })
     }
 
@@ -240,9 +288,40 @@ impl<C: Compute> MoeBlock<C> {
         &self.cfg
     }
 
-    /// Expert-parallel degree and this rank.
-    pub fn shard_of(&self) -> (usize, usize) {
-        (self.ep, self.rank)
+    /// The layout and this rank.
+    pub fn shard_of(&self) -> (MoeLayout, usize) {
+        (self.layout, self.rank)
+    }
+
+    /// Time spent in the expert-tensor group's exchanges since the block
+    /// was built (part of the clocks' communication time).
+    pub fn etp_comm(&self) -> Duration {
+        self.etp_spent.get()
+    }
+
+    /// Time spent in the attention's tensor-group exchanges, as [`MoeBlock::etp_comm`].
+    pub fn tp_comm(&self) -> Duration {
+        self.tp_spent.get()
+    }
+
+    /// The attention's weight gradients (`w_qkv`, `w_o`: this rank's heads,
+    /// summed over its replica's tokens), after [`MoeBlock::backward`];
+    /// `None` without an attention or outside training.
+    pub fn attention_grads(&self) -> Option<&[C::Buf; 2]> {
+        self.attention.as_ref()?.param_grads()
+    }
+
+    /// This rank's expert-tensor group and its time's account.
+    fn etp(&self) -> Group<'_> {
+        Group {
+            ranks: &self.etp_group,
+            spent: &self.etp_spent,
+        }
+    }
+
+    /// What the MoE layer reads: the attention's output, or the block's input.
+    fn moe_input(&self) -> &C::Buf {
+        self.moe_x.as_ref().unwrap_or(&self.x)
     }
 
     /// The output `y` of this rank's tokens.
@@ -267,8 +346,9 @@ impl<C: Compute> MoeBlock<C> {
         self.saved.as_ref().map(|s| s.routing.experts.as_slice())
     }
 
-    /// Rows this rank's experts processed in the last forward (its share of
-    /// the routed token copies: the load the imbalance is made of).
+    /// Rows this rank's expert shards processed in the last forward (its
+    /// expert group's share of the routed token copies: the load the
+    /// imbalance is made of).
     pub fn rows_received(&self) -> usize {
         self.received
     }
@@ -278,22 +358,29 @@ impl<C: Compute> MoeBlock<C> {
         self.sent_away
     }
 
-    /// The router's logits of this rank's tokens (`tokens x E`).
+    /// The router's logits of this rank's tokens (`tokens x E`), from the
+    /// MoE layer's input (with an attention before it: after a forward).
     pub fn router_logits(&self, dev: &C) -> LayerResult<Vec<f32>> {
         let (n, h, e) = (self.n, self.cfg.hidden, self.cfg.experts);
         let mut logits = dev.alloc(n * e)?;
-        dev.gemm(&Gemm::dense(n, e, h), &self.x, &self.params[0], &mut logits)?;
+        dev.gemm(
+            &Gemm::dense(n, e, h),
+            self.moe_input(),
+            &self.params[0],
+            &mut logits,
+        )?;
         host(dev, &logits, n * e)
     }
 
-    /// Parameter `i` (router, up, down, shared up, shared down), or the
-    /// input at `i == 5`: for the finite-difference test.
+    /// Parameter `i` (router, up, down, shared up, shared down), the input
+    /// at `i == 5`, the attention's `w_qkv` and `w_o` at 6 and 7: for the
+    /// finite-difference test.
     #[cfg(test)]
     pub(super) fn tensor_mut(&mut self, i: usize) -> &mut C::Buf {
-        if i < 5 {
-            &mut self.params[i]
-        } else {
-            &mut self.x
+        match (i, self.attention.as_mut()) {
+            (0..=4, _) => &mut self.params[i],
+            (6 | 7, Some(a)) => a.param_mut(i - 6),
+            _ => &mut self.x,
         }
     }
 
@@ -305,7 +392,8 @@ impl<C: Compute> MoeBlock<C> {
     /// The dispatch plan of `routing` (its receive counts still empty).
     fn plan(&self, routing: &Routing) -> Dispatch {
         let k = self.cfg.topk;
-        let mut slots: Vec<Vec<Vec<(usize, usize)>>> = vec![vec![Vec::new(); self.el]; self.ep];
+        let mut slots: Vec<Vec<Vec<(usize, usize)>>> =
+            vec![vec![Vec::new(); self.el]; self.layout.ep];
         for (i, &e) in routing.experts.iter().enumerate() {
             let (peer, le) = self.home(e);
             slots[peer][le].push((i / k, i % k));
@@ -319,6 +407,7 @@ impl<C: Compute> MoeBlock<C> {
             order,
             send,
             recv: Vec::new(),
+            etp: EtpShares::default(),
         }
     }
 
@@ -339,7 +428,7 @@ impl<C: Compute> MoeBlock<C> {
     /// The inverse of [`MoeBlock::group`]: rows grouped by expert back into
     /// one block per peer, in the order that peer sent them.
     fn ungroup(&self, plan: &Dispatch, grouped: &[f32], width: usize) -> Vec<Vec<f32>> {
-        let mut out: Vec<Vec<f32>> = (0..self.ep)
+        let mut out: Vec<Vec<f32>> = (0..self.layout.ep)
             .map(|p| Vec::with_capacity(plan.rows_from(p) * width))
             .collect();
         let mut at = 0;
@@ -357,7 +446,7 @@ impl<C: Compute> MoeBlock<C> {
     /// `row(token, slot)`) cut into one block per destination.
     fn per_peer(&self, plan: &Dispatch, rows: &[f32], width: usize) -> Vec<Vec<f32>> {
         let mut at = 0;
-        (0..self.ep)
+        (0..self.layout.ep)
             .map(|p| {
                 let len = plan.rows_to(p) * width;
                 let v = rows[at..at + len].to_vec();
@@ -375,30 +464,65 @@ impl<C: Compute> MoeBlock<C> {
         comm: &mut M,
         clock: &mut PhaseClock,
         plan: &Dispatch,
-        send: &[Vec<f32>],
+        send: Vec<Vec<f32>>,
         to_experts: bool,
     ) -> LayerResult<Vec<Vec<f32>>>
     where
         M: Communicator<Buffer = C::Buf>,
     {
         let recv = recv_lens(plan, self.cfg.hidden, to_experts);
-        if self.ep > 1 {
+        if self.layout.ep > 1 {
             wait_for_peers(dev, comm, clock)?;
         }
-        exchange_rows(dev, comm, clock, send, &recv)
+        exchange_rows_in(dev, comm, clock, &self.ep_group, send, &recv)
     }
 
-    /// The experts' gated MLPs on rows grouped by local expert: one product
-    /// per expert over all its rows. Returns (up projections on the host,
-    /// SwiGLU on the device, outputs on the host).
+    /// The rows this rank received (grouped by local expert) and those of
+    /// the rest of its expert-tensor group: every row its experts' shards run on.
+    fn gather_group<M>(
+        &self,
+        dev: &C,
+        comm: &mut M,
+        clock: &mut PhaseClock,
+        plan: &Dispatch,
+        mine: Vec<f32>,
+    ) -> LayerResult<Vec<f32>>
+    where
+        M: Communicator<Buffer = C::Buf>,
+    {
+        plan.etp
+            .gather(dev, comm, clock, self.etp(), mine, self.cfg.hidden)
+    }
+
+    /// This rank's rows of the group's partial results, summed over the
+    /// expert-tensor group (the row-parallel product's reduction).
+    fn reduce_group<M>(
+        &self,
+        dev: &C,
+        comm: &mut M,
+        clock: &mut PhaseClock,
+        plan: &Dispatch,
+        all: Vec<f32>,
+    ) -> LayerResult<Vec<f32>>
+    where
+        M: Communicator<Buffer = C::Buf>,
+    {
+        plan.etp
+            .scatter_sum(dev, comm, clock, self.etp(), all, self.cfg.hidden)
+    }
+
+    /// The experts' gated MLPs (this rank's columns of each) on rows
+    /// grouped by local expert: one product per expert over all its rows.
+    /// Returns (up projections on the host, SwiGLU on the device, outputs
+    /// on the host: partial sums over the expert-tensor group).
     fn experts_forward(
         &self,
         dev: &C,
         plan: &Dispatch,
         input: &C::Buf,
     ) -> LayerResult<(Vec<f32>, C::Buf, Vec<f32>)> {
-        let (h, f) = (self.cfg.hidden, self.cfg.ffn);
-        let rows = plan.local_rows();
+        let (h, f) = (self.cfg.hidden, self.fl);
+        let rows = plan.etp.total();
         let mut up = dev.alloc(rows * 2 * f)?;
         let mut r0 = 0;
         for le in 0..self.el {
@@ -445,7 +569,7 @@ impl<C: Compute> MoeBlock<C> {
         let mut up = dev.alloc(n * 2 * sf)?;
         dev.gemm(
             &Gemm::dense(n, 2 * sf, h),
-            &self.x,
+            self.moe_input(),
             &self.params[3],
             &mut up,
         )?;
@@ -463,6 +587,11 @@ impl<C: Compute> MoeBlock<C> {
         M: Communicator<Buffer = C::Buf>,
     {
         let (n, h, e, k) = (self.n, self.cfg.hidden, self.cfg.experts, self.cfg.topk);
+        if let Some(attention) = self.attention.as_mut() {
+            let x = host(dev, &self.x, n * h)?;
+            let y1 = attention.forward(dev, comm, clock, &self.tp_spent, &x)?;
+            self.moe_x = Some(device(dev, &y1)?);
+        }
         let logits = self.router_logits(dev)?;
         let picks = match &self.forced {
             Some(p) => p.clone(),
@@ -470,26 +599,30 @@ impl<C: Compute> MoeBlock<C> {
         };
         let routing = Routing::new(&logits, e, k, picks);
         let mut plan = self.plan(&routing);
-        let x = host(dev, &self.x, n * h)?;
+        let x = host(dev, self.moe_input(), n * h)?;
         let rows: Vec<f32> = plan
             .order
             .iter()
             .flat_map(|&(t, _)| x[t * h..(t + 1) * h].iter().copied())
             .collect();
         let send = self.per_peer(&plan, &rows, h);
-        if self.ep > 1 {
+        if self.layout.ep > 1 {
             wait_for_peers(dev, comm, clock)?;
-            plan.recv = exchange_counts(comm, self.rank, &plan.send)?;
+            plan.recv = exchange_counts_in(comm, &self.ep_group, &plan.send)?;
             clock.end_comm(comm)?;
         } else {
             plan.recv = plan.send.clone();
         }
-        let got = exchange_rows(dev, comm, clock, &send, &recv_lens(&plan, h, true))?;
-        let expert_in = device(dev, &self.group(&plan, &got, h))?;
+        plan.etp = EtpShares::exchange(comm, clock, self.etp(), plan.per_expert(self.el))?;
+        let recv = recv_lens(&plan, h, true);
+        let got = exchange_rows_in(dev, comm, clock, &self.ep_group, send, &recv)?;
+        let mine = self.group(&plan, &got, h);
+        let expert_in = device(dev, &self.gather_group(dev, comm, clock, &plan, mine)?)?;
         let (expert_h, expert_act, out) = self.experts_forward(dev, &plan, &expert_in)?;
+        let out = self.reduce_group(dev, comm, clock, &plan, out)?;
         let back = self.ungroup(&plan, &out, h);
         let back = self
-            .exchange(dev, comm, clock, &plan, &back, false)?
+            .exchange(dev, comm, clock, &plan, back, false)?
             .concat();
         let (shared_h, shared_act, shared_out) = self.shared_forward(dev)?;
         let mut y = x.clone();
@@ -506,9 +639,9 @@ impl<C: Compute> MoeBlock<C> {
             *yv += s;
         }
         dev.upload(&y, &mut self.y)?;
-        self.received = plan.local_rows();
-        self.sent_away = (0..self.ep)
-            .filter(|&p| p != self.rank)
+        self.received = plan.etp.total();
+        self.sent_away = (0..self.layout.ep)
+            .filter(|&p| p != self.ep_rank)
             .map(|p| plan.rows_to(p))
             .sum();
         self.saved = Some(Saved {
@@ -537,9 +670,9 @@ impl<C: Compute> MoeBlock<C> {
             self.cfg.hidden,
             self.cfg.experts,
             self.cfg.topk,
-            self.cfg.ffn,
+            self.fl,
         );
-        let sf = self.cfg.shared * f;
+        let sf = self.cfg.shared * self.cfg.ffn;
         let saved = self
             .saved
             .take()
@@ -561,8 +694,15 @@ impl<C: Compute> MoeBlock<C> {
             (n, h, e, k, f, sf),
         );
         self.grads = Some(grads);
-        self.dx = Some(dx_buf);
         self.saved = Some(saved);
+        if let (Ok(()), Some(attention)) = (&r, self.attention.as_mut()) {
+            // The MoE layer's input gradient is the attention's output's.
+            let dy1 = host(dev, &dx_buf, n * h)?;
+            let dx = attention.backward(dev, comm, clock, &self.tp_spent, &dy1)?;
+            dev.upload(&dx, &mut dx_buf)?;
+            clock.end_compute(dev)?;
+        }
+        self.dx = Some(dx_buf);
         r
     }
 
@@ -598,9 +738,10 @@ impl<C: Compute> MoeBlock<C> {
                 .sum();
         }
         let send = self.per_peer(plan, &rows, h);
-        let got = self.exchange(dev, comm, clock, plan, &send, true)?;
-        let d_out = device(dev, &self.group(plan, &got, h))?;
-        let rows_here = plan.local_rows();
+        let got = self.exchange(dev, comm, clock, plan, send, true)?;
+        let mine = self.group(plan, &got, h);
+        let d_out = device(dev, &self.gather_group(dev, comm, clock, plan, mine)?)?;
+        let rows_here = plan.etp.total();
         // The experts' backward, one product per expert and weight.
         let mut d_act = dev.alloc(rows_here * f)?;
         let mut r0 = 0;
@@ -640,10 +781,9 @@ impl<C: Compute> MoeBlock<C> {
             r0 += m;
         }
         let d_in_h = host(dev, &d_in, rows_here * h)?;
+        let d_in_h = self.reduce_group(dev, comm, clock, plan, d_in_h)?;
         let back = self.ungroup(plan, &d_in_h, h);
-        let d_rows = self
-            .exchange(dev, comm, clock, plan, &back, false)?
-            .concat();
+        let d_rows = self.exchange(dev, comm, clock, plan, back, false)?.concat();
 
         // The input gradient: residual, routed copies, router, shared experts.
         let mut dx = dy.clone();
@@ -656,7 +796,7 @@ impl<C: Compute> MoeBlock<C> {
             }
         }
         let d_logits = device(dev, &s.routing.logit_grads(&dgates, e))?;
-        let x_dev = &self.x;
+        let x_dev = self.moe_input();
         dev.gemm(
             &product((h, e, n), (true, 0, h), (false, 0, e), 0),
             x_dev,

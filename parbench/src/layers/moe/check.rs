@@ -13,16 +13,17 @@
 
 use super::super::block::PhaseClock;
 use super::super::check::{broadcast_f64, gather_shards, relative_error, CheckReport};
-use super::super::layout::TensorSpec;
+use super::super::layout::{Split, TensorSpec};
 use super::super::run::all_gather_f64;
 use super::super::{LayerError, LayerResult, Mode};
-use super::layout::MoeSpecs;
+use super::layout::{MoeLayout, MoeSpecs};
 use super::routing::routing_gap;
 use super::MoeBlock;
 use crate::comm::Communicator;
 use crate::compute::Compute;
 
-/// The tensors a check compares, with the split each lives in.
+/// The tensors a check compares, with the split each lives in; the
+/// attention's gradients (with an attention, in train) last.
 fn compared<C: Compute>(block: &MoeBlock<C>) -> Vec<(TensorSpec, &C::Buf)> {
     let specs = MoeSpecs::new(block.config());
     let mut out = vec![(
@@ -46,6 +47,9 @@ fn compared<C: Compute>(block: &MoeBlock<C>) -> Vec<(TensorSpec, &C::Buf)> {
             }
         }
     }
+    if let Some(grads) = block.attention_grads() {
+        out.extend(specs.attention.into_iter().zip(grads.iter()));
+    }
     out
 }
 
@@ -63,14 +67,15 @@ where
     C: Compute,
     M: Communicator<Buffer = C::Buf>,
 {
-    let (ep, rank) = block.shard_of();
-    if comm.world() != ep || comm.rank() != rank {
+    let (layout, rank) = block.shard_of();
+    if comm.world() != layout.world() || comm.rank() != rank {
         return Err(LayerError::Config(format!(
-            "block is rank {rank} of {ep}, communicator rank {} of {}",
+            "block is rank {rank} of {layout}, communicator rank {} of {}",
             comm.rank(),
             comm.world()
         )));
     }
+    let specs = MoeSpecs::new(block.config());
     let picks = block
         .picks()
         .ok_or_else(|| LayerError::Config("check before forward".into()))?;
@@ -81,9 +86,17 @@ where
         .collect();
     let mut gathered = Vec::new();
     for (spec, buf) in compared(block) {
-        let shards = gather_shards(dev, comm, &spec, buf)?;
+        // Gathered as one row of the shard's length per rank, placed by
+        // the layout's split.
+        let flat = TensorSpec {
+            rows: layout.world(),
+            cols: specs.local_len(&spec, layout),
+            split: Split::Rows,
+            ..spec
+        };
+        let shards = gather_shards(dev, comm, &flat, buf)?;
         if rank == 0 {
-            gathered.push(spec.assemble(ep, &shards)?);
+            gathered.push(specs.assemble(&spec, layout, &shards)?);
         }
     }
     let names: Vec<String> = std::iter::once("routing".to_string())
@@ -92,12 +105,13 @@ where
     let mut errs = vec![0f64; names.len()];
     if rank == 0 {
         let cfg = block.config();
-        let mut reference = MoeBlock::new(dev, cfg, 1, 0, seed)?;
-        let logits = reference.router_logits(dev)?;
-        errs[0] = routing_gap(&logits, cfg.experts, cfg.topk, &all_picks);
-        reference.force_routing(all_picks)?;
+        let mut reference = MoeBlock::new(dev, cfg, MoeLayout::SINGLE, 0, seed)?;
+        reference.force_routing(all_picks.clone())?;
         let mut clock = PhaseClock::new();
         reference.forward(dev, comm, &mut clock)?;
+        // The logits of the MoE layer's input, known after the forward.
+        let logits = reference.router_logits(dev)?;
+        errs[0] = routing_gap(&logits, cfg.experts, cfg.topk, &all_picks);
         if cfg.mode == Mode::Train {
             reference.backward(dev, comm, &mut clock)?;
         }

@@ -14,6 +14,7 @@ fn cfg(mode: Mode, shared: usize) -> MoeConfig {
         shared,
         tokens: 32,
         mode,
+        attention: None,
     }
 }
 
@@ -25,20 +26,79 @@ fn host(dev: &CpuCompute, b: &crate::comm::HostBuffer) -> Vec<f32> {
 
 #[test]
 fn validation_names_what_does_not_fit() {
-    assert!(cfg(Mode::Forward, 0).validate(8).is_ok());
-    let e = cfg(Mode::Forward, 0).validate(3).unwrap_err().to_string();
+    let ep = MoeLayout::ep;
+    let both = MoeLayout::of;
+    assert!(cfg(Mode::Forward, 0).validate(ep(8)).is_ok());
+    assert!(cfg(Mode::Forward, 0).validate(both(4, 8)).is_ok());
+    let e = cfg(Mode::Forward, 0)
+        .validate(ep(3))
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("8 experts"), "{e}");
+    let e = cfg(Mode::Forward, 0)
+        .validate(both(1, 3))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("etp 3") && e.contains("ffn 8"), "{e}");
+    assert!(cfg(Mode::Forward, 0).validate(both(1, 0)).is_err());
     let mut c = cfg(Mode::Forward, 0);
     c.topk = 9;
-    assert!(c.validate(1).unwrap_err().to_string().contains("topk 9"));
+    assert!(c
+        .validate(ep(1))
+        .unwrap_err()
+        .to_string()
+        .contains("topk 9"));
     let mut c = cfg(Mode::Forward, 0);
     c.tokens = 30;
-    assert!(c.validate(4).unwrap_err().to_string().contains("30 tokens"));
+    assert!(c
+        .validate(ep(4))
+        .unwrap_err()
+        .to_string()
+        .contains("30 tokens"));
+    c.tokens = 16;
+    let e = c.validate(both(4, 8)).unwrap_err().to_string();
+    assert!(e.contains("32 ranks") && e.contains("16 tokens"), "{e}");
     c.tokens = usize::MAX / 2;
-    assert!(c.validate(1).is_err());
+    assert!(c.validate(ep(1)).is_err());
     c = cfg(Mode::Forward, 0);
     c.experts = 0;
-    assert!(c.validate(1).is_err());
+    assert!(c.validate(ep(1)).is_err());
+}
+
+/// Every rank's shard of every tensor reassembles into the unsharded one,
+/// and an expert-tensor rank holds its slice of each expert's gate and up
+/// columns and of its down rows.
+#[test]
+fn shards_of_every_layout_reassemble_into_the_whole_tensors() {
+    let c = cfg(Mode::Train, 1);
+    let specs = MoeSpecs::new(&c);
+    for layout in [(1, 1), (2, 1), (1, 2), (2, 2), (4, 2), (8, 4)] {
+        let layout = MoeLayout::of(layout.0, layout.1);
+        for spec in specs.params().iter().chain([&specs.x, &specs.dy]) {
+            let whole: Vec<f32> = (0..spec.len()).map(|i| spec.value(3, i)).collect();
+            let shards: Vec<Vec<f32>> = (0..layout.world())
+                .map(|r| specs.shard_values(spec, 3, layout, r))
+                .collect();
+            let got = specs.assemble(spec, layout, &shards).unwrap();
+            assert_eq!(got, whole, "{} at {layout}", spec.name);
+        }
+    }
+    // ep 2 etp 2, rank 3 (expert group 1, columns 4..8 of F = 8): expert
+    // 4's first row's gate columns 4..8 then up columns 12..16.
+    let l = MoeLayout::of(2, 2);
+    let up: Vec<usize> = (0..8)
+        .map(|i| specs.global_index(&specs.up, l, 3, i))
+        .collect();
+    let row = 4 * 16 * 16;
+    assert_eq!(up, [4, 5, 6, 7, 12, 13, 14, 15].map(|c| row + c));
+    // Its down rows: expert 4's rows 4..8, then expert 5's.
+    let down_row = |i: usize| specs.global_index(&specs.down, l, 3, i * 16) / 16;
+    assert_eq!(
+        (0..8).map(down_row).collect::<Vec<_>>(),
+        [36, 37, 38, 39, 44, 45, 46, 47]
+    );
+    assert_eq!(l.ep_group(3), vec![1, 3]);
+    assert_eq!(l.etp_group(3), vec![2, 3]);
 }
 
 #[test]
@@ -60,69 +120,183 @@ fn imbalance_is_max_over_mean() {
     assert_eq!(run::imbalance(&[]), 1.0);
 }
 
-/// The expert-parallel block equals the unsharded one (forward and train,
-/// with and without shared experts) at every degree that divides 8 experts.
+/// The sharded block equals the unsharded one (forward and train, with and
+/// without shared experts) at every expert-parallel degree that divides 8
+/// experts, and with each expert's MLP split over 2 ranks beside them.
 #[test]
-fn expert_parallel_block_matches_the_unsharded_one_on_local_ranks() {
+fn sharded_block_matches_the_unsharded_one_on_local_ranks() {
+    let layouts = [(1, 1), (2, 1), (4, 1), (8, 1), (1, 2), (2, 2), (4, 2)];
     for (mode, shared) in [(Mode::Forward, 0), (Mode::Train, 1)] {
-        for ep in [1, 2, 4, 8] {
+        for (ep, etp) in layouts {
             let c = cfg(mode, shared);
-            let outs = crate::layers::on_local_ranks(ep, |comm| {
-                let dev = CpuCompute::new(DType::F32, 1).unwrap();
-                let opts = RunOptions {
-                    warmup: 0,
-                    iters: 1,
-                    check: true,
-                    seed: 9,
-                };
-                run_ep(&dev, comm, &c, &opts).unwrap()
-            });
-            let o = &outs[0];
-            let check = o.check.as_ref().unwrap();
-            assert!(check.passed(), "ep {ep} {mode}: {:?}", check.tensors);
+            let layout = MoeLayout::of(ep, etp);
+            let o = checked_layout(c, layout);
             let want = if mode == Mode::Train { 8 } else { 2 };
-            assert_eq!(check.tensors.len(), want, "{:?}", check.tensors);
-            assert_eq!(o.rows_per_rank.iter().sum::<usize>(), 32 * 2);
+            assert_eq!(o.check.as_ref().unwrap().tensors.len(), want);
+            // Every copy is processed by each rank of its expert's group.
+            assert_eq!(o.rows_per_rank.iter().sum::<usize>(), 32 * 2 * etp);
             assert!(o.imbalance() >= 1.0);
             if ep == 1 {
                 assert_eq!(o.timing.a2a_us, 0.0);
             }
+            if etp == 1 {
+                assert_eq!(o.timing.etp_us, 0.0);
+            } else {
+                assert!(o.timing.etp_us > 0.0, "{layout}: {:?}", o.timing);
+            }
+            assert_eq!(o.timing.tp_us, 0.0);
         }
     }
 }
 
-/// A wrong expert weight on one rank is caught.
-#[test]
-fn the_check_fails_a_block_that_computes_something_else() {
-    let c = cfg(Mode::Forward, 0);
-    let errs = crate::layers::on_local_ranks(2, |comm| {
+/// Runs `c` at `layout` on local ranks with the check, which must pass.
+fn checked_layout(c: MoeConfig, layout: MoeLayout) -> MoeOutcome {
+    let outs = crate::layers::on_local_ranks(layout.world(), |comm| {
         let dev = CpuCompute::new(DType::F32, 1).unwrap();
-        let mut b = MoeBlock::new(&dev, &c, 2, comm.rank(), 5).unwrap();
-        if comm.rank() == 1 {
-            let w = b.tensor_mut(2);
-            let mut v = host(&dev, w);
-            for x in v.iter_mut() {
-                *x *= 1.01;
+        let opts = RunOptions {
+            warmup: 0,
+            iters: 1,
+            check: true,
+            seed: 9,
+        };
+        run_ep(&dev, comm, &c, layout, &opts).unwrap()
+    });
+    let o = outs.into_iter().next().unwrap();
+    let check = o.check.as_ref().unwrap();
+    assert!(check.passed(), "{layout} {}: {:?}", c.mode, check.tensors);
+    o
+}
+
+/// The transformer layer (attention tensor-parallel over tp of the same
+/// ranks, its replicas on their own sequences, then the MoE layer) equals
+/// the unsharded layer, forward and train.
+#[test]
+fn attention_beside_the_moe_layer_matches_the_unsharded_layer() {
+    let layouts = [
+        (2, 1, 2),
+        (2, 1, 1),
+        (1, 2, 2),
+        (2, 2, 2),
+        (4, 1, 2),
+        (2, 2, 4),
+    ];
+    for (mode, shared) in [(Mode::Forward, 0), (Mode::Train, 1)] {
+        for (ep, etp, tp) in layouts {
+            let layout = MoeLayout { ep, etp, tp };
+            let o = checked_layout(with_attention(mode, shared), layout);
+            // y (and routing); in train also dx, 5 MoE and 2 attention gradients.
+            let want = if mode == Mode::Train { 10 } else { 2 };
+            assert_eq!(o.check.as_ref().unwrap().tensors.len(), want);
+            if tp > 1 {
+                assert!(o.timing.tp_us > 0.0, "{layout}: {:?}", o.timing);
             }
+        }
+    }
+    // Sizes that do not split are refused, naming what does not divide.
+    let c = with_attention(Mode::Forward, 0);
+    let e = c
+        .validate(MoeLayout {
+            ep: 2,
+            etp: 1,
+            tp: 3,
+        })
+        .unwrap_err();
+    assert!(e.to_string().contains("tp 3"), "{e}");
+    let e = c
+        .validate(MoeLayout {
+            ep: 8,
+            etp: 1,
+            tp: 1,
+        })
+        .unwrap_err();
+    assert!(e.to_string().contains("4 sequences"), "{e}");
+    let e = cfg(Mode::Forward, 0).validate(MoeLayout {
+        ep: 2,
+        etp: 1,
+        tp: 2,
+    });
+    assert!(e.unwrap_err().to_string().contains("tp 2"));
+}
+
+/// The check's report after a forward at `layout` with tensor `which`
+/// ([`MoeBlock::tensor_mut`]'s numbering) of rank 1 changed by `change`.
+fn check_with_rank_1_changed(
+    c: MoeConfig,
+    layout: MoeLayout,
+    which: usize,
+    change: fn(&mut [f32]),
+) -> crate::layers::CheckReport {
+    let reports = crate::layers::on_local_ranks(layout.world(), |comm| {
+        let dev = CpuCompute::new(DType::F32, 1).unwrap();
+        let mut b = MoeBlock::new(&dev, &c, layout, comm.rank(), 5).unwrap();
+        if comm.rank() == 1 {
+            let w = b.tensor_mut(which);
+            let mut v = host(&dev, w);
+            change(&mut v);
             dev.upload(&v, w).unwrap();
         }
         b.forward(&dev, comm, &mut PhaseClock::new()).unwrap();
         check_moe(&dev, comm, &b, 5).unwrap()
     });
-    assert!(!errs[0].passed(), "{:?}", errs[0].tensors);
+    reports.into_iter().next().unwrap()
+}
+
+/// A wrong expert weight on one rank is caught: with expert parallelism
+/// alone, with one expert-tensor rank's slice wrong, and with one tensor
+/// rank's slice of the attention's output projection wrong.
+#[test]
+fn the_check_fails_a_block_that_computes_something_else() {
+    let bump: fn(&mut [f32]) = |v| v[3] += 0.5;
+    let scale: fn(&mut [f32]) = |v| v.iter_mut().for_each(|x| *x *= 1.01);
+    let forward = cfg(Mode::Forward, 0);
+    let attention = with_attention(Mode::Forward, 0);
+    for (c, layout, which, change) in [
+        (forward, MoeLayout::ep(2), 2, scale),
+        (forward, MoeLayout::of(1, 2), 1, bump),
+        (
+            attention,
+            MoeLayout {
+                ep: 2,
+                etp: 1,
+                tp: 2,
+            },
+            7,
+            bump,
+        ),
+    ] {
+        let report = check_with_rank_1_changed(c, layout, which, change);
+        assert!(!report.passed(), "{layout}: {:?}", report.tensors);
+    }
+}
+
+/// The layer with an attention before the MoE block: 4 heads over
+/// sequences of 8 tokens (4 sequences a call).
+fn with_attention(mode: Mode, shared: usize) -> MoeConfig {
+    MoeConfig {
+        attention: Some(MoeAttention { heads: 4, seq: 8 }),
+        ..cfg(mode, shared)
+    }
 }
 
 /// The unsharded backward's gradients against central differences of
-/// loss = sum(dy * y), with the routing held fixed.
+/// loss = sum(dy * y), with the routing held fixed, for the MoE block
+/// alone and after an attention.
 #[test]
 fn backward_matches_finite_differences() {
+    let attention = Some(MoeAttention { heads: 2, seq: 3 });
+    for attention in [None, attention] {
+        backward_matches_finite_differences_of(MoeConfig {
+            tokens: 6,
+            attention,
+            ..cfg(Mode::Train, 1)
+        });
+    }
+}
+
+fn backward_matches_finite_differences_of(c: MoeConfig) {
     crate::layers::on_local_ranks(1, |comm| {
         let dev = CpuCompute::new(DType::F32, 1).unwrap();
-        let c = MoeConfig {
-            tokens: 6,
-            ..cfg(Mode::Train, 1)
-        };
-        let mut b = MoeBlock::new(&dev, &c, 1, 0, 3).unwrap();
+        let mut b = MoeBlock::new(&dev, &c, MoeLayout::SINGLE, 0, 3).unwrap();
         let mut clock = PhaseClock::new();
         b.forward(&dev, comm, &mut clock).unwrap();
         b.force_routing(b.picks().unwrap().to_vec()).unwrap();
@@ -134,11 +308,12 @@ fn backward_matches_finite_differences() {
             y.iter().zip(&dy).map(|(a, b)| *a as f64 * *b as f64).sum()
         };
         let step = 1e-2f32;
-        for which in 0..6 {
-            let analytic = if which < 5 {
-                host(&dev, &b.param_grads().unwrap()[which])
-            } else {
-                host(&dev, b.input_grad().unwrap())
+        let tensors = if c.attention.is_some() { 8 } else { 6 };
+        for which in 0..tensors {
+            let analytic = match which {
+                0..5 => host(&dev, &b.param_grads().unwrap()[which]),
+                5 => host(&dev, b.input_grad().unwrap()),
+                _ => host(&dev, &b.attention_grads().unwrap()[which - 6]),
             };
             let n = analytic.len();
             for i in (0..n).step_by((n / 7).max(1)) {
@@ -164,8 +339,9 @@ fn backward_matches_finite_differences() {
     });
 }
 
-/// Forward and train at `ep = comm.world()` on `dtype`, checked.
-fn checked_on<M>(comm: &mut M, dtype: DType) -> Vec<(Mode, f64)>
+/// Forward and train at `layout` (`comm.world()` ranks) on `dtype`,
+/// checked; with an attention before the MoE layer when `layout.tp > 1`.
+fn checked_on<M>(comm: &mut M, layout: MoeLayout, dtype: DType) -> Vec<(Mode, f64)>
 where
     M: Communicator<Buffer = crate::comm::HostBuffer>,
 {
@@ -179,7 +355,11 @@ where
     [(Mode::Forward, 0), (Mode::Train, 2)]
         .into_iter()
         .map(|(mode, shared)| {
-            let o = run_ep(&dev, comm, &cfg(mode, shared), &opts).unwrap();
+            let c = match layout.tp {
+                1 => cfg(mode, shared),
+                _ => with_attention(mode, shared),
+            };
+            let o = run_ep(&dev, comm, &c, layout, &opts).unwrap();
             let c = o.check.unwrap();
             assert!(c.passed(), "{dtype} {mode}: {:?}", c.tensors);
             (mode, c.max_err)
@@ -189,16 +369,20 @@ where
 
 #[test]
 fn bfloat16_storage_stays_within_its_tolerance() {
-    crate::layers::on_local_ranks(4, |comm| checked_on(comm, DType::BF16));
+    crate::layers::on_local_ranks(4, |comm| checked_on(comm, MoeLayout::ep(4), DType::BF16));
+    let l = MoeLayout::of(2, 2);
+    crate::layers::on_local_ranks(4, |comm| checked_on(comm, l, DType::BF16));
 }
 
 /// The same check with every rank a process on the tcp backend, at EP 2,
-/// 4 and 8 (the test binary re-run as the ranks of a job).
+/// 4 and 8, at EP 2 x ETP 2, and with the attention at TP 2 beside EP 2
+/// (the test binary re-run as the ranks of a job; the role names the
+/// expert-tensor and attention degrees).
 #[test]
-fn expert_parallel_block_matches_the_unsharded_one_on_tcp() {
-    const NAME: &str = "layers::moe::tests::expert_parallel_block_matches_the_unsharded_one_on_tcp";
-    const ROLE: &str = "PARBENCH_MOE_TEST_ROLE";
-    if std::env::var(ROLE).is_ok() {
+fn sharded_block_matches_the_unsharded_one_on_tcp() {
+    const NAME: &str = "layers::moe::tests::sharded_block_matches_the_unsharded_one_on_tcp";
+    const ROLE: &str = "PARBENCH_MOE_TEST_ETP";
+    if let Ok(etp) = std::env::var(ROLE) {
         let info = crate::rendezvous::RankInfo::from_env()
             .expect("launch variables")
             .expect("a rank");
@@ -208,18 +392,29 @@ fn expert_parallel_block_matches_the_unsharded_one_on_tcp() {
             std::time::Duration::from_secs(60),
         )
         .expect("tcp ranks");
-        checked_on(&mut comm, DType::F32);
+        let (etp, tp) = etp.split_once(':').expect("etp:tp");
+        let etp: usize = etp.parse().expect("an expert-tensor degree");
+        let tp: usize = tp.parse().expect("an attention degree");
+        let layout = MoeLayout {
+            ep: comm.world() / etp,
+            etp,
+            tp,
+        };
+        checked_on(&mut comm, layout, DType::F32);
         return;
     }
     let exe = std::env::current_exe().expect("test binary");
-    for world in [2, 4, 8] {
+    for (world, etp, tp) in [(2, 1, 1), (4, 1, 1), (8, 1, 1), (4, 2, 1), (2, 1, 2)] {
         let status = crate::launch::LocalJob::new(
             world,
             &exe,
             [NAME, "--exact", "--nocapture", "--test-threads=1"],
         )
-        .env(ROLE, "tcp")
+        .env(ROLE, format!("{etp}:{tp}"))
         .run();
-        assert!(status.is_ok_and(|s| s.success()), "tcp ep {world}");
+        assert!(
+            status.is_ok_and(|s| s.success()),
+            "tcp {world} ranks, etp {etp} tp {tp}"
+        );
     }
 }
