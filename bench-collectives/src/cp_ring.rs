@@ -72,12 +72,6 @@ pub fn run(plan: &SweepJob, stand_in: StandIn, run_id: &str, ranks: Ranks) -> Re
     if let Some(why) = ranks.world().and_then(refusal) {
         return Err(UsageError(why).into());
     }
-    let here = matches!(ranks, Ranks::Here { .. });
-    let writes = crate::start::writes_records(&ranks);
-    if writes {
-        results::prepare_out::<CpRingRow>(&plan.out)
-            .map_err(|e| UsageError(format!("--out {e}")))?;
-    }
     let ranks_here = crate::start::ranks_here(&ranks, world);
     let largest = plan.sweep.sizes.iter().copied().max().unwrap_or(0) as u128;
     // The two ring buffers, the check's copy of one and its expected block.
@@ -89,6 +83,11 @@ pub fn run(plan: &SweepJob, stand_in: StandIn, run_id: &str, ranks: Ranks) -> Re
         ),
     )
     .map_err(|e| UsageError(e.0))?;
+    let here = matches!(ranks, Ranks::Here { .. });
+    if crate::start::writes_records(&ranks) {
+        results::prepare_out::<CpRingRow>(&plan.out)
+            .map_err(|e| UsageError(format!("--out {e}")))?;
+    }
     let mut meta = RunMeta::start(NAME, run_id, backend.name(), world);
     let body = Ring {
         plan,
