@@ -53,6 +53,10 @@ pub struct Gemm {
     pub stride_a: usize,
     pub stride_b: usize,
     pub stride_c: usize,
+    /// A product of attention (its scores or its context): kept in the
+    /// storage type where the device multiplies the others in FP8, as
+    /// Transformer Engine keeps it.
+    pub attention: bool,
 }
 
 /// A GPU call that failed: a bad argument stays one, anything else is a
@@ -88,6 +92,7 @@ impl Gemm {
             stride_a: 0,
             stride_b: 0,
             stride_c: 0,
+            attention: false,
         }
     }
 

@@ -23,11 +23,13 @@ use std::time::Duration;
 
 mod compile;
 mod cublaslt;
+mod fp8;
 
 use compile::compiled;
 use cublaslt::{Desc, Layout, LtHandle, Pref};
 
 pub use compile::{compile_kernels, image_plan, nvrtc_archs, nvrtc_version, ImageKind};
+pub use fp8::{fp8_refusal, FP8_ARCH, FP8_K_MULTIPLE};
 
 /// The kernels' source; compiled once per storage type per process.
 const KERNELS: &str = include_str!("../cuda_kernels.cu");
@@ -48,13 +50,24 @@ pub struct CudaCompute {
     /// The algorithm cuBLASLt's heuristic chose, per product shape.
     algos: Mutex<HashMap<GemmKey, lt::cublasLtMatmulAlgo_t>>,
     timeout: Duration,
+    /// FP8 products (`DType::F8E4M3` asked for): their E4M3 operands.
+    fp8: Option<Mutex<fp8::Fp8Scratch>>,
 }
 
 impl CudaCompute {
     /// The arithmetic of a product on `dtype` storage: cuBLASLt with
     /// `CUBLAS_COMPUTE_32F` feeds f16 and bf16 operands to the tensor cores
     /// as they are and sums in f32; f32 operands multiply in f32 (no TF32).
+    /// `F8E4M3` is bf16 storage whose unbatched products multiply in E4M3
+    /// (`fp8.rs`).
     pub fn gemm_math_of(dtype: DType) -> GemmMath {
+        if dtype == DType::F8E4M3 {
+            return GemmMath {
+                storage: DType::BF16,
+                multiply: DType::F8E4M3,
+                accumulate: DType::F32,
+            };
+        }
         GemmMath {
             storage: dtype,
             multiply: dtype,
@@ -63,7 +76,8 @@ impl CudaCompute {
     }
 
     /// Opens GPU `ordinal` with its own stream, storing tensors as `dtype`
-    /// (`float`, `half` or `bfloat16`).
+    /// (`float`, `half` or `bfloat16`; `f8e4m3`: bfloat16 with FP8 products,
+    /// on sm_89 or newer).
     pub fn new(ordinal: usize, dtype: DType) -> ComputeResult<CudaCompute> {
         gpu::require(&[Lib::Driver, Lib::CublasLt, Lib::Nvrtc])?;
         CudaCompute::on(Gpu::open(ordinal)?, dtype)
@@ -72,6 +86,8 @@ impl CudaCompute {
     /// Computes on `gpu`'s stream, e.g. the one an NCCL communicator uses
     /// (`NcclComm::gpu`), so products and collectives are ordered together.
     pub fn on(gpu: Gpu, dtype: DType) -> ComputeResult<CudaCompute> {
+        let fp8 = dtype == DType::F8E4M3;
+        let dtype = if fp8 { DType::BF16 } else { dtype };
         let dtype_code = match dtype {
             DType::F32 => 0,
             DType::F16 => 1,
@@ -83,11 +99,19 @@ impl CudaCompute {
             }
         };
         gpu::require(&[Lib::Driver, Lib::CublasLt, Lib::Nvrtc])?;
+        if let Some(why) = fp8.then(|| fp8_refusal(&gpu)).flatten() {
+            return Err(ComputeError::Unsupported(why));
+        }
         gpu::guarded("creating the CUDA compute device", || {
             gpu.bind()?;
             let lt = LtHandle::new()?;
             let workspace = gpu.alloc(WORKSPACE)?;
             let kernels = Kernels::load(&gpu, dtype_code)?;
+            let fp8 = if fp8 {
+                Some(Mutex::new(fp8::Fp8Scratch::new(&gpu)?))
+            } else {
+                None
+            };
             Ok(CudaCompute {
                 gpu,
                 dtype,
@@ -96,6 +120,7 @@ impl CudaCompute {
                 kernels,
                 algos: Mutex::new(HashMap::new()),
                 timeout: DEFAULT_TIMEOUT,
+                fp8,
             })
         })
         .map_err(ComputeError::from)
@@ -227,6 +252,8 @@ struct GemmKey {
     strides: [i64; 3],
     batch: i32,
     align: [u32; 3],
+    /// E4M3 operands (the same shape in bf16 takes another algorithm).
+    fp8: bool,
 }
 
 /// The largest power of two (up to 256) that divides `ptr`: what cuBLASLt
@@ -243,7 +270,12 @@ impl Compute for CudaCompute {
     type Buf = DeviceBuffer;
 
     fn name(&self) -> String {
-        format!("{} (cuBLASLt, {})", self.gpu.name(), self.dtype)
+        let fp8 = if self.fp8.is_some() {
+            ", fp8 E4M3 GEMMs"
+        } else {
+            ""
+        };
+        format!("{} (cuBLASLt, {}{fp8})", self.gpu.name(), self.dtype)
     }
 
     fn dtype(&self) -> DType {
@@ -251,6 +283,9 @@ impl Compute for CudaCompute {
     }
 
     fn gemm_math(&self) -> GemmMath {
+        if self.fp8.is_some() {
+            return Self::gemm_math_of(DType::F8E4M3);
+        }
         Self::gemm_math_of(self.dtype)
     }
 
@@ -342,6 +377,9 @@ impl Compute for CudaCompute {
         let pa = self.at(a, 0, ea, "A")? + (g.a_offset * s) as u64;
         let pb = self.at(b, 0, eb, "B")? + (g.b_offset * s) as u64;
         let pc = self.at(c, 0, ec, "C")? + (g.c_offset * s) as u64;
+        if self.runs_in_fp8(g) {
+            return self.gemm_fp8(g, pa, pb, pc);
+        }
         let batch = g.batch.max(1);
         // cuBLASLt wants ld >= the stored row length even for a single row,
         // whose ld addresses nothing (Gemm::check lets it be shorter).
@@ -363,6 +401,7 @@ impl Compute for CudaCompute {
             batch: i32::try_from(batch)
                 .map_err(|_| ComputeError::InvalidArgument(format!("batch {batch} too large")))?,
             align: [alignment(pb), alignment(pa), alignment(pc)],
+            fp8: false,
         };
         // cuBLASLt operand 1 = our B, operand 2 = our A; shapes as stored, column-major.
         let (n, m, k) = (g.n as u64, g.m as u64, g.k as u64);
@@ -539,6 +578,9 @@ struct Kernels {
     softmax_backward: CudaFunction,
     add: CudaFunction,
     scale_matrix: CudaFunction,
+    zero_u32: CudaFunction,
+    amax: CudaFunction,
+    cast_e4m3: CudaFunction,
 }
 
 impl Kernels {
@@ -611,6 +653,9 @@ impl Kernels {
             softmax_backward: f("pb_softmax_backward")?,
             add: f("pb_add")?,
             scale_matrix: f("pb_scale_matrix")?,
+            zero_u32: f("pb_zero_u32")?,
+            amax: f("pb_amax")?,
+            cast_e4m3: f("pb_cast_e4m3")?,
         })
     }
 }
