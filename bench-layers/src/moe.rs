@@ -33,7 +33,7 @@ struct MoeDegree<'a> {
 impl RankBody for MoeDegree<'_> {
     type Out = Option<MoeMeasurement>;
     fn run<C: RankComm>(&self, comm: &mut C) -> Result<Self::Out, CommError> {
-        let dev = comm.device(self.plan.dtype, self.threads)?;
+        let dev = comm.device(self.plan.device_dtype(), self.threads)?;
         let m =
             measure_moe(&dev, comm, self.plan, &self.moe, self.threads).map_err(|e| match e {
                 parbench::layers::LayerError::Comm(c) => c,

@@ -16,7 +16,7 @@ pub fn gemm_of(plan: &LayerJob) -> (GemmMath, String) {
     #[cfg(feature = "cuda")]
     if plan.backend.on_gpus() {
         return (
-            parbench::compute::cuda::CudaCompute::gemm_math_of(plan.dtype),
+            parbench::compute::cuda::CudaCompute::gemm_math_of(plan.device_dtype()),
             "cuBLASLt".into(),
         );
     }
