@@ -216,7 +216,7 @@ pub struct GemmMath {
     pub storage: DType,
     /// The type the multiply units consume: the storage type where the
     /// hardware takes it as it is (tensor cores), f32 where operands are
-    /// widened first.
+    /// widened first, f8e4m3 where they are cast to FP8 first.
     pub multiply: DType,
     /// The type the products are summed in.
     pub accumulate: DType,
@@ -225,13 +225,25 @@ pub struct GemmMath {
 impl GemmMath {
     /// Whether the storage type is widened before the multiply (storage only).
     pub fn storage_only(&self) -> bool {
-        self.multiply != self.storage
+        self.multiply.size() > self.storage.size()
+    }
+
+    /// Whether the products multiply in a narrower type than is stored
+    /// (FP8 products of bf16 tensors).
+    pub fn narrowed(&self) -> bool {
+        self.multiply.size() < self.storage.size()
     }
 }
 
 impl std::fmt::Display for GemmMath {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.storage_only() {
+        if self.narrowed() {
+            write!(
+                f,
+                "{} storage, products in {} (per-tensor scales), summed in {}",
+                self.storage, self.multiply, self.accumulate
+            )
+        } else if self.storage_only() {
             write!(
                 f,
                 "{} is storage only: products in {}, summed in {}",
