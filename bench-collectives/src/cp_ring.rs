@@ -303,6 +303,7 @@ fn measure<C: Communicator>(
 /// says) and its check.
 struct SizeTimes {
     bytes: usize,
+    stand_in: StandIn,
     step_us: f64,
     exchange: LoopStats,
     compute: LoopStats,
@@ -355,6 +356,7 @@ fn one_size<C: Communicator>(
     let overlapped = LoopStats::gather(comm, &t, 0, cfg.average)?;
     Ok(SizeTimes {
         bytes,
+        stand_in,
         step_us,
         exchange,
         compute,
@@ -405,6 +407,10 @@ impl SizeTimes {
             bytes: self.bytes as u64,
             steps,
             iters: iters as u64,
+            stand_in: match self.stand_in {
+                StandIn::Exchange => "auto".into(),
+                StandIn::Us(us) => us.to_string(),
+            },
             compute_step_us: self.step_us,
             exchange_us: ex,
             compute_us: co,

@@ -42,6 +42,7 @@ fn cp_ring_is_exact_on_local_with_every_reference() {
     for r in &rows {
         assert_eq!(r["wrong"], "0", "{r:?}");
         assert_eq!(r["steps"], "2", "{r:?}");
+        assert_eq!(r["stand_in"], "auto", "{r:?}");
         for c in [
             "exchange_us",
             "compute_us",
@@ -81,6 +82,7 @@ fn cp_ring_is_exact_on_tcp_with_a_given_compute() {
         assert_eq!(r["wrong"], "0", "{r:?}");
         assert_eq!(r["backend"], "tcp", "{r:?}");
         assert_eq!(r["compute_step_us"], "40.0", "{r:?}");
+        assert_eq!(r["stand_in"], "40", "{r:?}");
     }
 }
 

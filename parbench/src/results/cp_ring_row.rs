@@ -17,6 +17,8 @@ pub struct CpRingRow {
     /// Steps per ring pass: world - 1.
     pub steps: u64,
     pub iters: u64,
+    /// `--compute-us` as given: `auto`, or microseconds.
+    pub stand_in: String,
     /// The compute stand-in asked per step, us (`--compute-us`, or the
     /// exchange alone's step under `auto`).
     pub compute_step_us: f64,
@@ -51,7 +53,7 @@ impl Record for CpRingRow {
     fn key(&self) -> String {
         format!(
             "{}/{}/np{}/{}/c{}",
-            self.backend, self.wire, self.world, self.bytes, self.compute_step_us
+            self.backend, self.wire, self.world, self.bytes, self.stand_in
         )
     }
     fn run_id(&self) -> &str {
