@@ -10,9 +10,9 @@
 
 use crate::cli::SweepJob;
 use crate::start::Finished;
-use anyhow::{Context, Result};
+use anyhow::Result;
 use parbench::comm::{Collective, CommBuffer, CommError, CommResult, Communicator, DType};
-use parbench::launch::ranks::{self, Ended, RankBody, Ranks};
+use parbench::launch::ranks::{RankBody, Ranks};
 use parbench::launch::UsageError;
 use parbench::measure::busy::{busy_steps, BusyLoop};
 use parbench::measure::noise::{CpuSnapshot, ForeignCpu};
@@ -83,7 +83,6 @@ pub fn run(plan: &SweepJob, stand_in: StandIn, run_id: &str, ranks: Ranks) -> Re
         ),
     )
     .map_err(|e| UsageError(e.0))?;
-    let here = matches!(ranks, Ranks::Here { .. });
     if crate::start::writes_records(&ranks) {
         results::prepare_out::<CpRingRow>(&plan.out)
             .map_err(|e| UsageError(format!("--out {e}")))?;
@@ -94,15 +93,9 @@ pub fn run(plan: &SweepJob, stand_in: StandIn, run_id: &str, ranks: Ranks) -> Re
         stand_in,
         run_id,
     };
-    let out = match ranks::run(ranks, plan.algo, plan.sweep.timeout, &body)? {
-        Ended::Launched { code, .. } => return Ok(Finished::Launched { code }),
-        Ended::Ran(outs) => outs.into_iter().flatten().next(),
-    };
-    let Some(report) = out else {
-        if here {
-            anyhow::bail!("rank 0 returned no rows");
-        }
-        return Ok(Finished::Ran { wrong: 0 });
+    let report = match crate::start::run_pattern(plan, ranks, &body)? {
+        Ok(report) => report,
+        Err(ended) => return Ok(ended),
     };
     meta.world = report.rows.first().map_or(world, |r| r.world);
     finish(plan, &mut meta, report)
@@ -532,28 +525,22 @@ fn report_lines(r: &Report, verbose: bool) -> Vec<String> {
 }
 
 fn finish(plan: &SweepJob, meta: &mut RunMeta, report: Report) -> Result<Finished> {
-    for l in report_lines(&report, plan.verbose) {
-        parbench::outln!("{l}");
-    }
-    let wrong: u64 = report.rows.iter().map(|r| r.wrong).sum();
-    meta.backend = report
-        .rows
-        .first()
-        .map_or_else(|| meta.backend.clone(), |r| r.backend.clone());
-    meta.extra.insert(
-        "cp_ring".into(),
-        serde_json::json!({
-            "sizes": report.rows,
-            "busy_steps_per_us": report.busy.steps_per_us,
-            "compute_stand_in": report.stand_in.to_string(),
-            "noise": report.noise.as_ref().map(|n| n.describe()),
-        }),
-    );
-    meta.finish();
-    let line = results::record_all(&plan.out, &report.rows, meta)
-        .with_context(|| format!("writing {}", plan.out.display()))?;
-    parbench::outln!("{line}");
-    Ok(Finished::Ran { wrong })
+    let end = crate::start::PatternEnd {
+        lines: report_lines(&report, plan.verbose),
+        rows: &report.rows,
+        backend: report.rows.first().map(|r| r.backend.clone()),
+        wrong: report.rows.iter().map(|r| r.wrong).sum(),
+        extra: (
+            "cp_ring",
+            serde_json::json!({
+                "sizes": report.rows,
+                "busy_steps_per_us": report.busy.steps_per_us,
+                "compute_stand_in": report.stand_in.to_string(),
+                "noise": report.noise.as_ref().map(|n| n.describe()),
+            }),
+        ),
+    };
+    crate::start::record_pattern(plan, meta, end)
 }
 
 #[cfg(test)]

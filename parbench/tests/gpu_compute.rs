@@ -250,31 +250,18 @@ fn gpu_gemm_bf16_throughput_8192() {
     let n = 8192;
     let dev = CudaCompute::new(0, DType::BF16).unwrap();
     let g = Gemm::dense(n, n, n);
-    let (a, _) = put(&dev, &values(n * n, 1));
-    let (b, _) = put(&dev, &values(n * n, 2));
-    let mut c = dev.alloc(n * n).unwrap();
-    for _ in 0..3 {
-        dev.gemm(&g, &a, &b, &mut c).unwrap();
-    }
-    let iters = 20;
-    let mut t = EventTimer::new(dev.gpu(), 2).unwrap();
-    t.mark().unwrap();
-    for _ in 0..iters {
-        dev.gemm(&g, &a, &b, &mut c).unwrap();
-    }
-    t.mark().unwrap();
-    let s = t.intervals(Duration::from_secs(60)).unwrap()[0];
-    let tflops = g.flops() * iters as f64 / s / 1e12;
+    let s = seconds_per_product(&dev, n);
+    let tflops = g.flops() / s / 1e12;
     println!(
         "GEMM bf16 {n}x{n}x{n} (cuBLASLt, f32 accumulation) on {}: {:.1} TFLOP/s ({:.3} ms per product)",
         dev.name(),
         tflops,
-        s / iters as f64 * 1e3
+        s * 1e3
     );
     assert!(tflops.is_finite() && tflops > 0.0);
 }
 
-/// Seconds per 8192^3 product on `dev`, after 3 untimed ones.
+/// Seconds per n^3 product on `dev`: 20 timed between two events, after 3 untimed.
 fn seconds_per_product(dev: &CudaCompute, n: usize) -> f64 {
     let g = Gemm::dense(n, n, n);
     let (a, _) = put(dev, &values(n * n, 1));

@@ -17,8 +17,8 @@
 //! reads the first as its B (k x m, not transposed) and the second as its
 //! A (k x n, transposed).
 
-use super::cublaslt::{Desc, Layout, Pref};
-use super::{alignment, to_i64, CudaCompute, GemmKey, WORKSPACE};
+use super::cublaslt::{Desc, Layout};
+use super::{alignment, to_i64, CudaCompute, GemmKey};
 use crate::compute::{ComputeError, ComputeResult, Gemm};
 use crate::gpu::{DeviceBuffer, Gpu, GpuError};
 use cudarc::cublaslt::sys as lt;
@@ -192,53 +192,9 @@ impl CudaCompute {
             }
             .map_err(|e| GpuError::call("setting an fp8 scale pointer", e))?;
         }
-        let cached = self.algos.lock().ok().and_then(|c| c.get(&key).copied());
-        let algo = match cached {
-            Some(a) => a,
-            None => {
-                let pref = Pref::new(WORKSPACE, key.align)?;
-                self.gpu.bind()?;
-                // SAFETY: every descriptor is alive for the call.
-                let h = unsafe {
-                    cudarc::cublaslt::result::get_matmul_algo_heuristic(
-                        self.lt.0, desc.0, lay1.0, lay2.0, lay_c.0, lay_c.0, pref.0,
-                    )
-                }
-                .map_err(|e| {
-                    GpuError::call(format!("cuBLASLt found no fp8 algorithm for {g:?}"), e)
-                })?;
-                if let Ok(mut c) = self.algos.lock() {
-                    c.insert(key, h.algo);
-                }
-                h.algo
-            }
-        };
-        let (alpha, beta) = (g.alpha, g.beta);
-        self.gpu.bind()?;
         // SAFETY: the FP8 operands hold m x k and n x k bytes (cast above on
         // this stream), C was checked against its buffer by the caller; the
-        // descriptors and the scratch (locked) live until after the call;
-        // alpha and beta are f32 as the scale type says.
-        unsafe {
-            cudarc::cublaslt::result::matmul(
-                self.lt.0,
-                desc.0,
-                &alpha as *const f32 as *const c_void,
-                &beta as *const f32 as *const c_void,
-                b8 as *const c_void,
-                lay1.0,
-                a8 as *const c_void,
-                lay2.0,
-                pc as *const c_void,
-                lay_c.0,
-                pc as *mut c_void,
-                lay_c.0,
-                &algo,
-                self.workspace.ptr() as *mut c_void,
-                WORKSPACE,
-                self.gpu.stream().cu_stream() as lt::cudaStream_t,
-            )
-        }
-        .map_err(|e| GpuError::call("cublasLtMatmul (fp8)", e).into())
+        // scratch stays locked until after the call is issued.
+        unsafe { self.matmul(g, &key, &desc, [&lay1, &lay2, &lay_c], [b8, a8, pc]) }
     }
 }

@@ -234,6 +234,68 @@ impl CudaCompute {
         Ok(())
     }
 
+    /// cuBLASLt's `D = alpha op(1) op(2) + beta C` (D = C) with the
+    /// algorithm its heuristic chose for `key` (cached): `ops` are the
+    /// device addresses of operand 1, operand 2 and C, laid out as `lays`.
+    ///
+    /// # Safety
+    /// Each address must hold what its layout describes, on this GPU.
+    unsafe fn matmul(
+        &self,
+        g: &Gemm,
+        key: &GemmKey,
+        desc: &Desc,
+        lays: [&Layout; 3],
+        ops: [u64; 3],
+    ) -> ComputeResult<()> {
+        let [l1, l2, lc] = lays.map(|l| l.0);
+        let cached = self.algos.lock().ok().and_then(|m| m.get(key).copied());
+        let algo = match cached {
+            Some(a) => a,
+            None => {
+                let pref = Pref::new(WORKSPACE, key.align)?;
+                self.gpu.bind()?;
+                // SAFETY: every descriptor is alive for the call.
+                let h = unsafe {
+                    cudarc::cublaslt::result::get_matmul_algo_heuristic(
+                        self.lt.0, desc.0, l1, l2, lc, lc, pref.0,
+                    )
+                }
+                .map_err(|e| GpuError::call(format!("cuBLASLt found no algorithm for {g:?}"), e))?;
+                if let Ok(mut m) = self.algos.lock() {
+                    m.insert(*key, h.algo);
+                }
+                h.algo
+            }
+        };
+        let (alpha, beta) = (g.alpha, g.beta);
+        let [p1, p2, pc] = ops;
+        self.gpu.bind()?;
+        // SAFETY: the caller vouches for the operands; the descriptors live
+        // until after the call; alpha and beta are f32 as the scale type says.
+        unsafe {
+            cudarc::cublaslt::result::matmul(
+                self.lt.0,
+                desc.0,
+                &alpha as *const f32 as *const c_void,
+                &beta as *const f32 as *const c_void,
+                p1 as *const c_void,
+                l1,
+                p2 as *const c_void,
+                l2,
+                pc as *const c_void,
+                lc,
+                pc as *mut c_void,
+                lc,
+                &algo,
+                self.workspace.ptr() as *mut c_void,
+                WORKSPACE,
+                self.gpu.stream().cu_stream() as lt::cudaStream_t,
+            )
+        }
+        .map_err(|e| GpuError::call("cublasLtMatmul", e).into())
+    }
+
     fn data_type(&self) -> lt::cudaDataType {
         match self.dtype {
             DType::F16 => lt::cudaDataType_t::CUDA_R_16F,
@@ -412,55 +474,9 @@ impl Compute for CudaCompute {
         let lay2 = Layout::new(dt, l2, key.lds[1], key.batch, key.strides[1])?;
         let lay_c = Layout::new(dt, (n, m), key.lds[2], key.batch, key.strides[2])?;
         let desc = Desc::new(key.trans)?;
-        let algo = {
-            let cached = self.algos.lock().ok().and_then(|m| m.get(&key).copied());
-            match cached {
-                Some(a) => a,
-                None => {
-                    let pref = Pref::new(WORKSPACE, key.align)?;
-                    self.gpu.bind()?;
-                    // SAFETY: every descriptor is alive for the call.
-                    let h = unsafe {
-                        cudarc::cublaslt::result::get_matmul_algo_heuristic(
-                            self.lt.0, desc.0, lay1.0, lay2.0, lay_c.0, lay_c.0, pref.0,
-                        )
-                    }
-                    .map_err(|e| {
-                        GpuError::call(format!("cuBLASLt found no algorithm for {g:?}"), e)
-                    })?;
-                    if let Ok(mut m) = self.algos.lock() {
-                        m.insert(key, h.algo);
-                    }
-                    h.algo
-                }
-            }
-        };
-        let (alpha, beta) = (g.alpha, g.beta);
-        self.gpu.bind()?;
         // SAFETY: operands were checked against their buffers (extents cover
-        // every batch); the descriptors live until after the call; alpha and
-        // beta are f32 as the scale type says.
-        unsafe {
-            cudarc::cublaslt::result::matmul(
-                self.lt.0,
-                desc.0,
-                &alpha as *const f32 as *const c_void,
-                &beta as *const f32 as *const c_void,
-                pb as *const c_void,
-                lay1.0,
-                pa as *const c_void,
-                lay2.0,
-                pc as *const c_void,
-                lay_c.0,
-                pc as *mut c_void,
-                lay_c.0,
-                &algo,
-                self.workspace.ptr() as *mut c_void,
-                WORKSPACE,
-                self.gpu.stream().cu_stream() as lt::cudaStream_t,
-            )
-        }
-        .map_err(|e| GpuError::call("cublasLtMatmul", e).into())
+        // every batch).
+        unsafe { self.matmul(g, &key, &desc, [&lay1, &lay2, &lay_c], [pb, pa, pc]) }
     }
 
     fn add_bias(
