@@ -45,11 +45,12 @@ impl BusyLoop {
 }
 
 /// `steps` dependent multiply-adds (a linear congruential generator's),
-/// which no compiler can fold or run in parallel.
+/// each through `black_box`: unhidden, an optimiser merges several steps
+/// into one multiply-add, and a step is no longer one unit of work.
 pub fn busy_steps(steps: u64) -> u64 {
-    let mut x = black_box(0x9E37_79B9_7F4A_7C15u64);
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
     for _ in 0..steps {
-        x = x
+        x = black_box(x)
             .wrapping_mul(6_364_136_223_846_793_005)
             .wrapping_add(1_442_695_040_888_963_407);
     }
