@@ -27,6 +27,8 @@
 #   sweep_graph      the same with --graph 8 (CUDA graphs, nccl-tests' -G)
 #   sweep_npN        with N > 1 GPUs: -np N
 #   layers           bench-layers --backend nccl --tp 1 (tiny, then gpt3-1.3b train)
+#   fp8              on sm_89 or newer: FP8 GEMMs against f64 and 8192^3 beside
+#                    bf16, then bench-layers --dtype fp8 beside --dtype bfloat16
 #   pipeline         bench-pipeline --backend nccl (one stage per visible GPU)
 #   nccl_tests_build, nccl_tests   when BUNDLE/nccl-tests holds its source and
 #                    nvcc and nccl.h are here: all_reduce_perf -g 1 beside `sweep`
@@ -37,7 +39,7 @@
 # bundle; 1 otherwise.
 set -uo pipefail
 
-usage() { sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,39p' "$0" | sed 's/^# \{0,1\}//'; }
 
 mode=run
 only=""
@@ -373,7 +375,10 @@ s_compute_memcheck() {
     "$sanitizer" --tool memcheck --error-exitcode 9 --print-limit 20 \
         "$t/gpu_compute" --exact gpu_compute_kernels_match_reference --nocapture --test-threads=1
 }
-s_compute() { "$t/gpu_compute" --skip gpu_gemm_bf16_throughput_8192 --nocapture --test-threads=1; }
+s_compute() {
+    "$t/gpu_compute" --skip gpu_gemm_bf16_throughput_8192 --skip gpu_gemm_fp8_throughput_beside_bf16_8192 \
+        --nocapture --test-threads=1
+}
 s_nccl() { "$t/gpu_nccl" --skip gpu_copy_ceilings_are_measured --nocapture --test-threads=1; }
 s_gemm() {
     write_torch_gemm
@@ -396,6 +401,11 @@ s_sweep_npN() { "$bc" --backend nccl -np "$ngpu" -b 8 -e 256M -f 2 -n 20 -w 5 -c
 s_layers() {
     "$bundle/bin/bench-layers" --backend nccl "${tp_args[@]}" --out "$res/layers" &&
         "$bundle/bin/bench-layers" --backend nccl "${tp_args[@]}" --preset gpt3-1.3b --mode train --out "$res/layers"
+}
+s_fp8() {
+    "$t/gpu_compute" --exact gpu_gemm_fp8_throughput_beside_bf16_8192 --nocapture --test-threads=1 &&
+        "$bundle/bin/bench-layers" --backend nccl "${tp_args[@]}" --dtype bfloat16 --out "$res/layers_fp8" &&
+        "$bundle/bin/bench-layers" --backend nccl "${tp_args[@]}" --dtype fp8 --out "$res/layers_fp8"
 }
 s_pipeline() { "$bundle/bin/bench-pipeline" --backend nccl --out "$res/pipeline"; }
 s_nccl_tests_build() {
@@ -446,6 +456,7 @@ plan=(probe:15 kernels_compile:15)
 plan+=(compute:25 nccl:40 gemm:40 copy_ceiling:15 sweep:50 sweep_graph:50)
 [ "$plan_gpus" -gt 1 ] && plan+=(sweep_npN:60)
 plan+=(layers:25 pipeline:25)
+[ "$cc" -ge 89 ] && plan+=(fp8:30)
 [ "$have_nccl_tests" -eq 1 ] && plan+=(nccl_tests_build:45 nccl_tests:25)
 
 if [ -n "$only" ]; then

@@ -279,6 +279,12 @@ pub struct Args {
     #[arg(help_heading = "MoE (`moe`)", long, value_name = "dedup|k")]
     pub copies: Option<String>,
 
+    /// The compute stand-in beside each step of the `cp-ring` pattern, us
+    /// of a busy loop calibrated on each rank's core; auto (the default):
+    /// as long as that size's exchange step alone.
+    #[arg(help_heading = "CP ring (`cp-ring`)", long, value_name = "US|auto")]
+    pub compute_us: Option<String>,
+
     // nccl-tests' flags with no counterpart here, accepted at the value
     // that asks for nothing and otherwise refused in one line that says
     // what they do in nccl-tests (nccl_flags::OTHER_FLAGS, which words
@@ -310,7 +316,7 @@ pub struct Args {
 /// The positional argument's help, listing the collectives the library has.
 fn collectives_help() -> String {
     format!(
-        "Collectives to run {}, or all; or `links` alone: every ordered pair of ranks, one at a time (latency, one-way and both-way bandwidth); or `moe` alone: an MoE layer's dispatch and combine (the MoE flags)",
+        "Collectives to run {}, or all; or `links` alone: every ordered pair of ranks, one at a time (latency, one-way and both-way bandwidth); or `moe` alone: an MoE layer's dispatch and combine (the MoE flags); or `cp-ring` alone: context parallelism's ring of sendrecv steps beside compute, per size",
         vocab::one_of(Collective::ALL.map(Collective::name))
     )
 }
@@ -372,6 +378,8 @@ pub struct SweepJob {
     pub links: bool,
     /// `bench-collectives moe`: an MoE layer's exchange instead of the sweep.
     pub moe: Option<parbench::comm::moe::MoeShape>,
+    /// `bench-collectives cp-ring`: the CP ring's steps beside compute, per size.
+    pub cp_ring: Option<crate::cp_ring::StandIn>,
     /// `-v`: the table's extra columns.
     pub verbose: bool,
 }

@@ -25,7 +25,9 @@ impl Args {
             bail!("`links` runs alone: it measures every pair of ranks, not collectives");
         }
         let moe = self.moe_shape()?;
-        for c in self.collectives.iter().filter(|_| !links && moe.is_none()) {
+        let cp_ring = self.cp_ring_stand_in()?;
+        let pattern = links || moe.is_some() || cp_ring.is_some();
+        for c in self.collectives.iter().filter(|_| !pattern) {
             if c.eq_ignore_ascii_case("all") {
                 collectives = Collective::ALL.to_vec();
                 break;
@@ -93,6 +95,7 @@ impl Args {
             nccl_tests,
             links,
             moe,
+            cp_ring,
             verbose: self.verbose,
             sweep: SweepConfig {
                 collectives,
@@ -184,5 +187,30 @@ impl Args {
             copies,
             seed: SWEEP_SEED,
         }))
+    }
+}
+
+impl Args {
+    /// The compute stand-in of `bench-collectives cp-ring` (alone), or
+    /// `None` for a sweep, whose command line may not carry `--compute-us`.
+    fn cp_ring_stand_in(&self) -> Result<Option<crate::cp_ring::StandIn>> {
+        let ring = self
+            .collectives
+            .iter()
+            .any(|c| c.eq_ignore_ascii_case(crate::cp_ring::NAME));
+        if !ring {
+            if self.compute_us.is_some() {
+                bail!("--compute-us is a flag of the `cp-ring` pattern (bench-collectives cp-ring --compute-us ...)");
+            }
+            return Ok(None);
+        }
+        if self.collectives.len() > 1 {
+            bail!("`cp-ring` runs alone: it measures the CP ring's steps beside compute, not collectives");
+        }
+        let stand_in = match self.compute_us.as_deref() {
+            None => crate::cp_ring::StandIn::Exchange,
+            Some(v) => v.parse().map_err(|e: String| anyhow!("--compute-us {e}"))?,
+        };
+        Ok(Some(stand_in))
     }
 }

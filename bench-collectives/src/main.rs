@@ -13,6 +13,7 @@
 
 mod cli;
 mod config;
+mod cp_ring;
 mod data;
 mod expected;
 mod job;

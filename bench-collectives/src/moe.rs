@@ -7,11 +7,11 @@
 
 use crate::cli::SweepJob;
 use crate::start::Finished;
-use anyhow::{Context, Result};
+use anyhow::Result;
 use parbench::comm::moe::exchange::MoePlan;
 use parbench::comm::moe::MoeShape;
 use parbench::comm::{CommBuffer, CommError, CommResult, Communicator, DType, VCounts};
-use parbench::launch::ranks::{self, Ended, RankBody, Ranks};
+use parbench::launch::ranks::{RankBody, Ranks};
 use parbench::launch::UsageError;
 use parbench::measure::noise::{CpuSnapshot, ForeignCpu};
 use parbench::measure::placement::Placement;
@@ -27,7 +27,6 @@ pub fn run(plan: &SweepJob, shape: &MoeShape, run_id: &str, ranks: Ranks) -> Res
     if let Some(why) = ranks.world().and_then(|w| shape.refusal(w)) {
         return Err(UsageError(why).into());
     }
-    let here = matches!(ranks, Ranks::Here { .. });
     let writes = crate::start::writes_records(&ranks);
     if writes {
         results::prepare_out::<MoeRow>(&plan.out).map_err(|e| UsageError(format!("--out {e}")))?;
@@ -42,15 +41,9 @@ pub fn run(plan: &SweepJob, shape: &MoeShape, run_id: &str, ranks: Ranks) -> Res
         shape,
         run_id,
     };
-    let out = match ranks::run(ranks, plan.algo, plan.sweep.timeout, &body)? {
-        Ended::Launched { code, .. } => return Ok(Finished::Launched { code }),
-        Ended::Ran(outs) => outs.into_iter().flatten().next(),
-    };
-    let Some(report) = out else {
-        if here {
-            anyhow::bail!("rank 0 returned no rows");
-        }
-        return Ok(Finished::Ran { wrong: 0 });
+    let report = match crate::start::run_pattern(plan, ranks, &body)? {
+        Ok(report) => report,
+        Err(ended) => return Ok(ended),
     };
     meta.world = report.rows.first().map_or(world, |r| r.world);
     finish(plan, &mut meta, report)
@@ -412,27 +405,21 @@ fn report_lines(r: &Report, verbose: bool) -> Vec<String> {
 }
 
 fn finish(plan: &SweepJob, meta: &mut RunMeta, report: Report) -> Result<Finished> {
-    for l in report_lines(&report, plan.verbose) {
-        parbench::outln!("{l}");
-    }
-    let wrong: u64 = report.rows.iter().map(|r| r.wrong).sum();
-    meta.backend = report
-        .rows
-        .first()
-        .map_or_else(|| meta.backend.clone(), |r| r.backend.clone());
-    meta.extra.insert(
-        "moe".into(),
-        serde_json::json!({
-            "phases": report.rows,
-            "busiest_rank": report.busiest,
-            "noise": report.noise.as_ref().map(|n| n.describe()),
-        }),
-    );
-    meta.finish();
-    let line = results::record_all(&plan.out, &report.rows, meta)
-        .with_context(|| format!("writing {}", plan.out.display()))?;
-    parbench::outln!("{line}");
-    Ok(Finished::Ran { wrong })
+    let end = crate::start::PatternEnd {
+        lines: report_lines(&report, plan.verbose),
+        rows: &report.rows,
+        backend: report.rows.first().map(|r| r.backend.clone()),
+        wrong: report.rows.iter().map(|r| r.wrong).sum(),
+        extra: (
+            "moe",
+            serde_json::json!({
+                "phases": report.rows,
+                "busiest_rank": report.busiest,
+                "noise": report.noise.as_ref().map(|n| n.describe()),
+            }),
+        ),
+    };
+    crate::start::record_pattern(plan, meta, end)
 }
 
 #[cfg(test)]

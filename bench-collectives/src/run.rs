@@ -42,6 +42,10 @@ pub fn run(plan: &SweepJob) -> Result<Finished> {
         let ranks = crate::start::ranks(plan, joined, "moe -np")?;
         return crate::moe::run(plan, shape, &run_id, ranks);
     }
+    if let Some(stand_in) = plan.cp_ring {
+        let ranks = crate::start::ranks(plan, joined, "cp-ring -np")?;
+        return crate::cp_ring::run(plan, stand_in, &run_id, ranks);
+    }
     if plan.links {
         let ranks = crate::start::ranks(plan, joined, "links -np")?;
         return crate::links::run(plan, &run_id, ranks);

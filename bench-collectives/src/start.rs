@@ -66,3 +66,61 @@ pub fn ranks_here(ranks: &Ranks, world: usize) -> usize {
         None => world,
     }
 }
+
+/// Runs a pattern's `body` (moe, cp-ring) on `ranks`: rank 0's report, or
+/// how this process ends without one (it spawned the ranks, or ran others).
+pub fn run_pattern<B, T>(
+    plan: &SweepJob,
+    ranks: Ranks,
+    body: &B,
+) -> Result<std::result::Result<T, Finished>>
+where
+    B: parbench::launch::ranks::RankBody<Out = Option<T>>,
+{
+    use parbench::launch::ranks::Ended;
+    let here = matches!(ranks, Ranks::Here { .. });
+    let out = match parbench::launch::ranks::run(ranks, plan.algo, plan.sweep.timeout, body)? {
+        Ended::Launched { code, .. } => return Ok(Err(Finished::Launched { code })),
+        Ended::Ran(outs) => outs.into_iter().flatten().next(),
+    };
+    match out {
+        Some(report) => Ok(Ok(report)),
+        None if here => anyhow::bail!("rank 0 returned no rows"),
+        None => Ok(Err(Finished::Ran { wrong: 0 })),
+    }
+}
+
+/// What a pattern's rank 0 prints and records.
+pub struct PatternEnd<'a, R> {
+    /// The table and the lines under it.
+    pub lines: Vec<String>,
+    pub rows: &'a [R],
+    /// The backend the rows name (`None`: the one the run began with).
+    pub backend: Option<String>,
+    /// Wrong units over every row (any one exits 7).
+    pub wrong: u64,
+    /// run.json's `extra` entry: its key and value.
+    pub extra: (&'static str, serde_json::Value),
+}
+
+/// Prints a pattern's lines, records its rows and run.json, and says how
+/// the run ended.
+pub fn record_pattern<R: parbench::results::Record>(
+    plan: &SweepJob,
+    meta: &mut parbench::results::RunMeta,
+    end: PatternEnd<'_, R>,
+) -> Result<Finished> {
+    use anyhow::Context;
+    for l in &end.lines {
+        parbench::outln!("{l}");
+    }
+    if let Some(b) = end.backend {
+        meta.backend = b;
+    }
+    meta.extra.insert(end.extra.0.into(), end.extra.1);
+    meta.finish();
+    let line = parbench::results::record_all(&plan.out, end.rows, meta)
+        .with_context(|| format!("writing {}", plan.out.display()))?;
+    parbench::outln!("{line}");
+    Ok(Finished::Ran { wrong: end.wrong })
+}

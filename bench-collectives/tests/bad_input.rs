@@ -63,6 +63,16 @@ fn bad_input_is_one_line_and_exit_code_two() {
         &with(&local, &["--capacity-factor", "-1"]),
         "--capacity-factor",
     );
+    assert_usage_error(
+        &["--compute-us", "5"],
+        "--compute-us is a flag of the `cp-ring` pattern",
+    );
+    assert_usage_error(&["cp-ring", "all_reduce"], "`cp-ring` runs alone");
+    assert_usage_error(&["cp-ring", "--compute-us", "soon"], "--compute-us 'soon'");
+    assert_usage_error(&["cp-ring", "--compute-us", "-3"], "or auto");
+    let ring = ["cp-ring", "--backend", "local"];
+    assert_usage_error(&with(&ring, &["-np", "1"]), "at least 2 ranks");
+    assert_usage_error(&with(&ring, &["-np", "2", "-e", "16G"]), "--max-bytes");
     if !cfg!(feature = "cuda") {
         assert_usage_error(&["--backend", "nccl"], "cuda");
     }

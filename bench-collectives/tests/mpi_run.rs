@@ -154,3 +154,21 @@ fn mpi_runs_all_to_all_v_and_moe_exactly() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn mpi_runs_the_cp_ring_exactly() {
+    let dir = scratch("mpi-cp-ring");
+    let Some(o) = two_ranks(&flags("cp-ring -b 1K -e 64K -f 8 --compute-us 20"), &dir) else {
+        eprintln!("SKIP mpi cp-ring: mpirun not found (apt-get install openmpi-bin)");
+        return;
+    };
+    assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
+    let (_, rows) = read_csv(&dir.join("cp-ring.csv"));
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    assert!(
+        rows.iter()
+            .all(|r| r["wrong"] == "0" && r["backend"] == "mpi" && r["steps"] == "1"),
+        "{rows:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

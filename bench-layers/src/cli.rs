@@ -55,7 +55,8 @@ pub struct Cli {
     #[arg(long = vocab::microbatch_size::LONG, value_name = vocab::microbatch_size::VALUE, default_value_t = 1, help_heading = "Model")]
     pub batch: usize,
     /// Storage type: float, half or bfloat16 (default float on the CPU,
-    /// bfloat16 on GPUs).
+    /// bfloat16 on GPUs); or fp8: bfloat16 with the block's products in
+    /// E4M3 (--backend nccl on sm_89 or newer).
     #[arg(short = 'd', long = vocab::dtype::LONG, value_name = vocab::dtype::VALUE, help_heading = "Model")]
     pub dtype: Option<String>,
 
@@ -142,7 +143,10 @@ pub struct LayerJob {
     pub backend: Backend,
     pub preset: String,
     pub block: BlockConfig,
+    /// Storage type (bfloat16 under `fp8`).
     pub dtype: DType,
+    /// `--dtype fp8`: the block's unbatched products in E4M3 on the GPU.
+    pub fp8: bool,
     pub tps: Vec<usize>,
     pub iters: usize,
     pub warmup: usize,
@@ -179,6 +183,16 @@ impl CpJob {
 }
 
 impl LayerJob {
+    /// The type the rank's compute device is opened with: the storage type,
+    /// or `F8E4M3` for bf16 storage with FP8 products (`--dtype fp8`).
+    pub fn device_dtype(&self) -> DType {
+        if self.fp8 {
+            DType::F8E4M3
+        } else {
+            self.dtype
+        }
+    }
+
     /// Bytes one rank of degree `t` holds with `elem`-byte values, and what
     /// the unsharded check adds on rank 0: the MoE block's (the largest of
     /// its layouts on `t` ranks) or the dense one's.
@@ -247,7 +261,16 @@ impl Cli {
             "train" => (Mode::Train, false),
             other => return usage(format!("--mode {other}: expected prefill, decode or train")),
         };
+        let fp8 = self.dtype.as_deref().is_some_and(|d| {
+            d.trim().eq_ignore_ascii_case("fp8") || d.parse::<DType>() == Ok(DType::F8E4M3)
+        });
+        if fp8 && !backend.on_gpus() {
+            return usage(
+                "--dtype fp8: fp8 GEMMs need a GPU of sm_89 or newer (--backend nccl); the CPU backends compute in float, half or bfloat16".to_string(),
+            );
+        }
         let dtype: DType = match &self.dtype {
+            Some(_) if fp8 => DType::BF16,
             Some(d) => d.parse().map_err(UsageError)?,
             None if backend.on_gpus() => DType::BF16,
             None => DType::F32,
@@ -281,6 +304,22 @@ impl Cli {
         ] {
             if v == Some(0) {
                 return usage(format!("{flag} 0: at least 1"));
+            }
+        }
+        // cuBLASLt's FP8 kernels take K a multiple of 16: the products'
+        // K are the hidden size, the MLP's width and (weight gradients) the tokens.
+        let tokens = shape.seq * shape.batch;
+        if fp8 {
+            for (what, v) in [
+                ("hidden", shape.hidden),
+                ("ffn", shape.ffn),
+                ("batch x seq", tokens),
+            ] {
+                if !v.is_multiple_of(16) {
+                    return usage(format!(
+                        "--dtype fp8: {what} {v} is not a multiple of 16 (cuBLASLt's FP8 products take K a multiple of 16)"
+                    ));
+                }
             }
         }
         let block = BlockConfig {
@@ -354,6 +393,7 @@ impl Cli {
             },
             block,
             dtype,
+            fp8,
             tps,
             iters: self.iters,
             warmup: self.warmup,
@@ -642,6 +682,56 @@ mod tests {
             (&["--dtype", "int32"][..], "--dtype"),
             (&["--backend", "ib"][..], "--backend"),
             (&["--iters", "0"][..], "--iters"),
+        ] {
+            let e = cli(args).job(8).unwrap_err().0;
+            assert!(e.contains(needle), "{args:?}: {e}");
+            assert!(!e.contains('\n'), "{e}");
+        }
+    }
+
+    #[test]
+    fn fp8_is_bf16_storage_with_fp8_products_on_gpus_only() {
+        let p = cli(&["--backend", "nccl", "--dtype", "fp8", "--tp", "1"])
+            .job(8)
+            .unwrap();
+        assert!(p.fp8);
+        assert_eq!((p.dtype, p.device_dtype()), (DType::BF16, DType::F8E4M3));
+        let p = cli(&["--backend", "nccl", "--tp", "1"]).job(8).unwrap();
+        assert!(!p.fp8);
+        assert_eq!(p.device_dtype(), DType::BF16);
+        for (args, needle) in [
+            (
+                &["--dtype", "fp8"][..],
+                "fp8 GEMMs need a GPU of sm_89 or newer",
+            ),
+            (
+                &[
+                    "--backend",
+                    "nccl",
+                    "--dtype",
+                    "fp8",
+                    "--tp",
+                    "1",
+                    "--hidden",
+                    "1000",
+                    "--heads",
+                    "8",
+                ][..],
+                "hidden 1000 is not a multiple of 16",
+            ),
+            (
+                &[
+                    "--backend",
+                    "nccl",
+                    "--dtype",
+                    "fp8",
+                    "--tp",
+                    "1",
+                    "--seq",
+                    "7",
+                ][..],
+                "batch x seq 7",
+            ),
         ] {
             let e = cli(args).job(8).unwrap_err().0;
             assert!(e.contains(needle), "{args:?}: {e}");

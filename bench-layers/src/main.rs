@@ -517,7 +517,7 @@ struct Degree<'a> {
 impl RankBody for Degree<'_> {
     type Out = Option<TpMeasurement>;
     fn run<C: RankComm>(&self, comm: &mut C) -> Result<Self::Out, CommError> {
-        let dev = comm.device(self.plan.dtype, self.threads)?;
+        let dev = comm.device(self.plan.device_dtype(), self.threads)?;
         let m = measure_tp(&dev, comm, self.plan, self.threads).map_err(|e| match e {
             parbench::layers::LayerError::Comm(c) => c,
             other => CommError::Device(other.to_string()),

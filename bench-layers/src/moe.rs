@@ -45,7 +45,7 @@ impl RankBody for MoeDegree<'_> {
             None => job_layout(self.plan, world)
                 .map_err(|e| CommError::InvalidArgument(e.to_string()))?,
         };
-        let dev = comm.device(self.plan.dtype, self.threads)?;
+        let dev = comm.device(self.plan.device_dtype(), self.threads)?;
         let m = measure_moe(&dev, comm, self.plan, &self.moe, layout, self.threads).map_err(
             |e| match e {
                 parbench::layers::LayerError::Comm(c) => c,

@@ -16,7 +16,7 @@ pub fn gemm_of(plan: &LayerJob) -> (GemmMath, String) {
     #[cfg(feature = "cuda")]
     if plan.backend.on_gpus() {
         return (
-            parbench::compute::cuda::CudaCompute::gemm_math_of(plan.dtype),
+            parbench::compute::cuda::CudaCompute::gemm_math_of(plan.device_dtype()),
             "cuBLASLt".into(),
         );
     }
@@ -101,7 +101,7 @@ pub fn rows(plan: &LayerJob, run_id: &str, backend: &str, ms: &[TpMeasurement]) 
                 ffn: s.ffn as u64,
                 seq: s.seq as u64,
                 batch: s.batch as u64,
-                dtype: plan.dtype.name().to_string(),
+                dtype: plan.device_dtype().name().to_string(),
                 tp: m.tp,
                 seq_parallel: b.seq_parallel,
                 iters: plan.iters as u64,

@@ -287,7 +287,7 @@ where
         total_us: t.total_us,
         slowest_rank: t.slowest_rank,
         check_max_err: outcome.check.as_ref().map_or(f64::NAN, |c| c.max_err),
-        check_tolerance: parbench::layers::check::tolerance(plan.dtype),
+        check_tolerance: parbench::layers::check::tolerance(plan.device_dtype()),
         imbalance: outcome.imbalance(),
         rows_per_rank: outcome.rows_per_rank,
         a2a_bytes,

@@ -70,6 +70,38 @@ fn bad_flags_exit_2_with_one_line() {
     }
 }
 
+/// `--dtype fp8` on the CPU backends: refused by name before anything is
+/// measured (nothing written), in each spelling.
+#[test]
+fn fp8_on_the_cpu_is_one_line_exit_2() {
+    let out_dir = std::env::temp_dir().join(format!("parbench-layers-fp8-{}", std::process::id()));
+    for args in [
+        &["--dtype", "fp8"][..],
+        &["--dtype", "f8e4m3", "--backend", "local"][..],
+        &["--dtype", "FP8", "--backend", "tcp", "-np", "2"][..],
+    ] {
+        let out = bin()
+            .args(args)
+            .arg("--out")
+            .arg(&out_dir)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+        assert!(
+            err.contains("fp8 GEMMs need a GPU of sm_89 or newer"),
+            "{args:?}: {err}"
+        );
+        assert!(out.stdout.is_empty(), "{args:?} printed a table");
+    }
+    assert!(
+        !out_dir.exists(),
+        "a refused run wrote {}",
+        out_dir.display()
+    );
+}
+
 /// The column names of docs/records.md's layers.csv table (up to the next heading).
 fn documented_columns() -> Vec<String> {
     let doc = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/records.md");

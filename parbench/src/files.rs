@@ -190,10 +190,11 @@ pub fn read_head(path: &Path, n: u64) -> Result<Option<Vec<u8>>, FileError> {
 /// Whether `name` is one of the files the suite keeps in a results folder
 /// ([records.md](../../docs/records.md)).
 pub fn is_record_name(name: &str) -> bool {
-    const NAMES: [&str; 9] = [
+    const NAMES: [&str; 10] = [
         "collectives.csv",
         "links.csv",
         "moe.csv",
+        "cp-ring.csv",
         "layers.csv",
         "pipeline.csv",
         "run.json",

@@ -4,7 +4,8 @@
 //! dropped without the page fails here.
 
 use parbench::results::{
-    columns, CollectiveRow, CpRow, LayerRow, LinkRow, MoeRow, PipelineRow, Record, RunMeta,
+    columns, CollectiveRow, CpRingRow, CpRow, LayerRow, LinkRow, MoeRow, PipelineRow, Record,
+    RunMeta,
 };
 use std::path::Path;
 
@@ -52,6 +53,7 @@ fn every_csv_column_is_documented_in_order() {
     assert_table_matches::<CollectiveRow>();
     assert_table_matches::<LinkRow>();
     assert_table_matches::<MoeRow>();
+    assert_table_matches::<CpRingRow>();
     assert_table_matches::<LayerRow>();
     assert_table_matches::<CpRow>();
     assert_table_matches::<PipelineRow>();

@@ -1,7 +1,8 @@
 //! CudaCompute against naive f64 references, within each storage type's
 //! rounding, for every kernel and for GEMMs with transposes, offsets, padded
-//! leading dimensions and batches; the bf16 GEMM throughput at 8192^3
-//! (printed, never asserted); CUDA-graph capture and replay.
+//! leading dimensions and batches; FP8 products (E4M3 operands, bf16 out)
+//! where the GPU has them; the bf16 GEMM throughput at 8192^3 and the FP8
+//! one beside it (printed, never asserted); CUDA-graph capture and replay.
 //! Run with `--features cuda` and `PARBENCH_GPU=1` (scripts/gpu-check.sh).
 #![cfg(feature = "cuda")]
 
@@ -119,6 +120,12 @@ fn gpu_compute_kernels_match_reference() {
 
 /// One product compared with the reference.
 fn gemm_case(dev: &CudaCompute, d: DType, g: &Gemm, seed: u64) {
+    gemm_within(dev, g, seed, rtol(d), &format!("{d}"));
+}
+
+/// One product compared with the reference within `t` of each element's
+/// magnitude (the sum of |a b| over k).
+fn gemm_within(dev: &CudaCompute, g: &Gemm, seed: u64, t: f64, what: &str) {
     let (ea, eb, ec) = g.extents();
     let (ab, a) = put(dev, &values(ea + 5, seed));
     let (bb, b) = put(dev, &values(eb + 3, seed + 1));
@@ -127,10 +134,70 @@ fn gemm_case(dev: &CudaCompute, d: DType, g: &Gemm, seed: u64) {
     let scale = ref_gemm(g, &a, &b, &mut c);
     let got = get(dev, &cb, c.len());
     // Elements outside C's matrices must be untouched: the reference keeps them too.
-    let t = rtol(d);
     if let Some(m) = mismatch(&got, &c, &scale, t, 1e-6) {
-        panic!("gemm {g:?} ({d}): {m}");
+        panic!("gemm {g:?} ({what}): {m}");
     }
+}
+
+/// The FP8 device, or `None` (after checking its refusal names the
+/// architecture) on a GPU older than sm_89.
+fn fp8_device() -> Option<CudaCompute> {
+    match CudaCompute::new(0, DType::F8E4M3) {
+        Ok(dev) => Some(dev),
+        Err(e) => {
+            let e = e.to_string();
+            assert!(e.contains("sm_89"), "{e}");
+            eprintln!("skipped: {e}");
+            None
+        }
+    }
+}
+
+#[test]
+fn gpu_compute_fp8_gemm_matches_reference() {
+    if !gpu_enabled("gpu_compute_fp8_gemm_matches_reference") {
+        return;
+    }
+    let Some(dev) = fp8_device() else {
+        return;
+    };
+    assert_eq!(dev.gemm_math().multiply, DType::F8E4M3);
+    assert_eq!(dev.dtype(), DType::BF16);
+    // Each operand off by up to E4M3's step 2^-4: 2 x 2^-4 of each term.
+    let fp8 = parbench::layers::check::FP8_TOLERANCE;
+    let mut seed = 300;
+    // m and n multiples of 16 as the block's are (C's rows are 16-byte aligned).
+    for (m, n, k) in [(64, 48, 32), (32, 80, 16), (128, 96, 256)] {
+        for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+            let mut g = Gemm::dense(m, n, k);
+            g.trans_a = ta;
+            g.trans_b = tb;
+            g.lda = if ta { m } else { k } + 3;
+            g.ldb = if tb { k } else { n } + 1;
+            g.a_offset = 2;
+            g.alpha = 0.5;
+            g.beta = 0.25;
+            gemm_within(&dev, &g, seed, fp8, "fp8");
+            seed += 3;
+        }
+    }
+    // Batched and attention's products stay bf16, to bf16's rounding.
+    let mut g = Gemm::dense(16, 16, 32);
+    g.batch = 2;
+    g.stride_a = 16 * 32;
+    g.stride_b = 32 * 16;
+    g.stride_c = 16 * 16;
+    gemm_within(&dev, &g, 400, rtol(DType::BF16), "fp8 device, batched");
+    let mut g = Gemm::dense(16, 16, 32);
+    g.attention = true;
+    gemm_within(&dev, &g, 401, rtol(DType::BF16), "fp8 device, attention");
+    // K off cuBLASLt's FP8 multiple: refused by name.
+    let g = Gemm::dense(8, 8, 24);
+    let (a, _) = put(&dev, &values(64 * 3, 1));
+    let (b, _) = put(&dev, &values(64 * 3, 2));
+    let mut c = dev.alloc(64).unwrap();
+    let e = dev.gemm(&g, &a, &b, &mut c).unwrap_err().to_string();
+    assert!(e.contains("multiple of 16"), "{e}");
 }
 
 #[test]
@@ -183,8 +250,22 @@ fn gpu_gemm_bf16_throughput_8192() {
     let n = 8192;
     let dev = CudaCompute::new(0, DType::BF16).unwrap();
     let g = Gemm::dense(n, n, n);
-    let (a, _) = put(&dev, &values(n * n, 1));
-    let (b, _) = put(&dev, &values(n * n, 2));
+    let s = seconds_per_product(&dev, n);
+    let tflops = g.flops() / s / 1e12;
+    println!(
+        "GEMM bf16 {n}x{n}x{n} (cuBLASLt, f32 accumulation) on {}: {:.1} TFLOP/s ({:.3} ms per product)",
+        dev.name(),
+        tflops,
+        s * 1e3
+    );
+    assert!(tflops.is_finite() && tflops > 0.0);
+}
+
+/// Seconds per n^3 product on `dev`: 20 timed between two events, after 3 untimed.
+fn seconds_per_product(dev: &CudaCompute, n: usize) -> f64 {
+    let g = Gemm::dense(n, n, n);
+    let (a, _) = put(dev, &values(n * n, 1));
+    let (b, _) = put(dev, &values(n * n, 2));
     let mut c = dev.alloc(n * n).unwrap();
     for _ in 0..3 {
         dev.gemm(&g, &a, &b, &mut c).unwrap();
@@ -196,15 +277,29 @@ fn gpu_gemm_bf16_throughput_8192() {
         dev.gemm(&g, &a, &b, &mut c).unwrap();
     }
     t.mark().unwrap();
-    let s = t.intervals(Duration::from_secs(60)).unwrap()[0];
-    let tflops = g.flops() * iters as f64 / s / 1e12;
+    t.intervals(Duration::from_secs(60)).unwrap()[0] / iters as f64
+}
+
+#[test]
+fn gpu_gemm_fp8_throughput_beside_bf16_8192() {
+    if !gpu_enabled("gpu_gemm_fp8_throughput_beside_bf16_8192") {
+        return;
+    }
+    let Some(fp8) = fp8_device() else {
+        return;
+    };
+    let n = 8192;
+    let flops = Gemm::dense(n, n, n).flops();
+    let bf16 = seconds_per_product(&CudaCompute::new(0, DType::BF16).unwrap(), n);
+    let e4m3 = seconds_per_product(&fp8, n);
     println!(
-        "GEMM bf16 {n}x{n}x{n} (cuBLASLt, f32 accumulation) on {}: {:.1} TFLOP/s ({:.3} ms per product)",
-        dev.name(),
-        tflops,
-        s / iters as f64 * 1e3
+        "GEMM {n}x{n}x{n} on {}: fp8 {:.1} TFLOP/s (casts and amax included) beside bf16 {:.1} TFLOP/s: x{:.2}",
+        fp8.name(),
+        flops / e4m3 / 1e12,
+        flops / bf16 / 1e12,
+        bf16 / e4m3
     );
-    assert!(tflops.is_finite() && tflops > 0.0);
+    assert!(e4m3.is_finite() && e4m3 > 0.0 && bf16 > 0.0);
 }
 
 #[test]

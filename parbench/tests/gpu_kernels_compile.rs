@@ -67,7 +67,13 @@ fn gpu_kernels_compile_with_nvrtc() {
                 text.contains(&format!(".target sm_{arch}")),
                 "{dtype}: PTX for compute_{arch}"
             );
-            for kernel in ["pb_add_bias", "pb_softmax", "pb_scale_matrix"] {
+            for kernel in [
+                "pb_add_bias",
+                "pb_softmax",
+                "pb_scale_matrix",
+                "pb_amax",
+                "pb_cast_e4m3",
+            ] {
                 assert!(text.contains(kernel), "{dtype}: {kernel} in the PTX");
             }
         }

@@ -145,3 +145,64 @@ extern "C" __global__ void pb_softmax_backward(const T* y, T* dy, u64 rows, u64 
         for (u64 c = threadIdx.x; c < cols; c += BLOCK) pd[c] = st(ld(py[c]) * (ld(pd[c]) - s));
     }
 }
+
+// FP8 operands of cuBLASLt's E4M3 products: each operand's amax, then its
+// cast with the per-tensor scale that maps amax to E4M3's largest finite
+// value (448), written packed (and transposed where asked) in the layout
+// cuBLASLt's FP8 kernels take.
+
+extern "C" __global__ void pb_zero_u32(unsigned int* p, u64 n) {
+    GRID_STRIDE(i, n) { p[i] = 0u; }
+}
+
+// max |x| over a rows x cols matrix of row stride lds, into *amax as the
+// bits of a float: non-negative floats order as their bits, so atomicMax
+// on the bits is the float maximum (and a NaN, whose bits are larger than
+// infinity's, wins, so a NaN operand is seen in the result).
+extern "C" __global__ void pb_amax(const T* x, u64 rows, u64 cols, u64 lds, unsigned int* amax) {
+    float m = 0.f;
+    GRID_STRIDE(i, rows * cols) {
+        float v = fabsf(ld(x[(i / cols) * lds + i % cols]));
+        if (v > m || v != v) m = v;
+    }
+    atomicMax(amax, __float_as_uint(m));
+}
+
+// OCP E4M3, rounded to nearest even and saturated to 448 (CUDA's
+// __nv_fp8_e4m3 with __NV_SATFINITE), without cuda_fp8.h.
+__device__ __forceinline__ unsigned char to_e4m3(float x) {
+    unsigned int sign = (__float_as_uint(x) >> 24) & 0x80u;
+    float a = fabsf(x);
+    if (a != a) return 0x7f;
+    if (a >= 448.f) return (unsigned char)(sign | 0x7eu);
+    // Below 2^-6: subnormals in steps of 2^-9 (8 steps is the smallest normal).
+    if (a < 0.015625f) return (unsigned char)(sign | (unsigned int)rintf(a * 512.f));
+    int e = ilogbf(a);
+    float r = rintf(ldexpf(a, 3 - e));
+    if (r >= 16.f) {
+        e += 1;
+        r = 8.f;
+    }
+    unsigned int code = ((unsigned int)(e + 7) << 3) | ((unsigned int)r - 8u);
+    return (unsigned char)(sign | (code > 0x7eu ? 0x7eu : code));
+}
+
+// out = E4M3(x * scale), scale = 448 / amax (1 when amax is 0), packed
+// rows x cols (or cols x rows with transpose); *descale = 1 / scale, the
+// factor cuBLASLt multiplies the product by.
+extern "C" __global__ void pb_cast_e4m3(const T* x, u64 rows, u64 cols, u64 lds, int transpose,
+                                        const unsigned int* amax, unsigned char* out,
+                                        float* descale) {
+    float a = __uint_as_float(*amax);
+    float scale = a > 0.f ? 448.f / a : 1.f;
+    if (blockIdx.x == 0 && threadIdx.x == 0) *descale = 1.f / scale;
+    GRID_STRIDE(i, rows * cols) {
+        u64 r = i / cols, c = i % cols;
+        unsigned char q = to_e4m3(ld(x[r * lds + c]) * scale);
+        if (transpose) {
+            out[c * rows + r] = q;
+        } else {
+            out[i] = q;
+        }
+    }
+}

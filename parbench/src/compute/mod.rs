@@ -53,6 +53,10 @@ pub struct Gemm {
     pub stride_a: usize,
     pub stride_b: usize,
     pub stride_c: usize,
+    /// A product of attention (its scores or its context): kept in the
+    /// storage type where the device multiplies the others in FP8, as
+    /// Transformer Engine keeps it.
+    pub attention: bool,
 }
 
 /// A GPU call that failed: a bad argument stays one, anything else is a
@@ -88,6 +92,7 @@ impl Gemm {
             stride_a: 0,
             stride_b: 0,
             stride_c: 0,
+            attention: false,
         }
     }
 
@@ -211,7 +216,7 @@ pub struct GemmMath {
     pub storage: DType,
     /// The type the multiply units consume: the storage type where the
     /// hardware takes it as it is (tensor cores), f32 where operands are
-    /// widened first.
+    /// widened first, f8e4m3 where they are cast to FP8 first.
     pub multiply: DType,
     /// The type the products are summed in.
     pub accumulate: DType,
@@ -220,13 +225,25 @@ pub struct GemmMath {
 impl GemmMath {
     /// Whether the storage type is widened before the multiply (storage only).
     pub fn storage_only(&self) -> bool {
-        self.multiply != self.storage
+        self.multiply.size() > self.storage.size()
+    }
+
+    /// Whether the products multiply in a narrower type than is stored
+    /// (FP8 products of bf16 tensors).
+    pub fn narrowed(&self) -> bool {
+        self.multiply.size() < self.storage.size()
     }
 }
 
 impl std::fmt::Display for GemmMath {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.storage_only() {
+        if self.narrowed() {
+            write!(
+                f,
+                "{} storage, products in {} (per-tensor scales), summed in {}",
+                self.storage, self.multiply, self.accumulate
+            )
+        } else if self.storage_only() {
             write!(
                 f,
                 "{} is storage only: products in {}, summed in {}",

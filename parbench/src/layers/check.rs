@@ -70,12 +70,32 @@ impl CheckReport {
 /// unsharded blocks add the same products in a different order and, in the
 /// 16-bit types, round their partial sums before the all-reduce. Set a few
 /// times the type's rounding of a sum of a few hundred terms.
+///
+/// `F8E4M3` (bf16 storage, FP8 products): each product's operands are
+/// rounded to E4M3, 3 mantissa bits, a relative step of up to 2^-4, with a
+/// scale from the operand's own amax, and a shard's amax is not the whole
+/// tensor's, so the two blocks round differently. A product of two rounded
+/// operands is off by up to 2 x 2^-4 per term, and the block chains its
+/// products (QKV, projection, the two MLP layers), so allow 4 x 2^-4.
 pub fn tolerance(dtype: DType) -> f64 {
     match dtype {
         DType::F64 => 1e-10,
         DType::F32 => 1e-4,
         DType::F16 => 2e-2,
+        DType::F8E4M3 => FP8_TOLERANCE,
         _ => 6e-2,
+    }
+}
+
+/// [`tolerance`] of FP8 products: 4 x E4M3's relative step 2^-4.
+pub const FP8_TOLERANCE: f64 = 4.0 / 16.0;
+
+/// The type a device's check is held to: its products' where they
+/// multiply in FP8, else its storage type.
+pub fn checked_type<C: Compute>(dev: &C) -> DType {
+    match dev.gemm_math().multiply {
+        DType::F8E4M3 => DType::F8E4M3,
+        _ => dev.dtype(),
     }
 }
 
@@ -206,7 +226,10 @@ where
     }
     let errs = broadcast_f64(comm, &errs)?;
     let names = compared(block).into_iter().map(|(s, _)| s.name.to_string());
-    Ok(CheckReport::of(names.zip(errs).collect(), dev.dtype()))
+    Ok(CheckReport::of(
+        names.zip(errs).collect(),
+        checked_type(dev),
+    ))
 }
 
 /// Rank 0's `values` on every rank.
@@ -233,6 +256,62 @@ pub(crate) fn broadcast_f64<M: Communicator>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `x` (rows x cols) rounded to E4M3 with the scale 448 / amax and
+    /// scaled back: what an FP8 product sees of an operand.
+    fn through_e4m3(x: &[f32]) -> Vec<f32> {
+        let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let scale = if amax > 0.0 { 448.0 / amax as f64 } else { 1.0 };
+        x.iter()
+            .map(|&v| (crate::comm::F8E4M3::from_f64(v as f64 * scale).to_f64() / scale) as f32)
+            .collect()
+    }
+
+    /// `a` (m x k) times `b` (k x n), both through E4M3, summed in f32.
+    fn fp8_product(a: &[f32], b: &[f32], (m, k, n): (usize, usize, usize)) -> Vec<f32> {
+        let (a, b) = (through_e4m3(a), through_e4m3(b));
+        let mut c = vec![0f32; m * n];
+        for i in 0..m {
+            for p in 0..k {
+                for j in 0..n {
+                    c[i * n + j] += a[i * k + p] * b[p * n + j];
+                }
+            }
+        }
+        c
+    }
+
+    fn seeded(n: usize, salt: u64) -> Vec<f32> {
+        (0..n as u64)
+            .map(|i| {
+                (crate::seed::splitmix64(i ^ salt << 32) as f64 / u64::MAX as f64 - 0.5) as f32
+            })
+            .collect()
+    }
+
+    /// The FP8 tolerance holds the MLP's two products in E4M3 split over two
+    /// ranks (W1 by columns, W2 by rows, each shard scaled by its own amax)
+    /// against the unsharded ones, and the two do differ.
+    #[test]
+    fn fp8_tolerance_covers_a_sharded_mlp_in_e4m3() {
+        let (t, h, f) = (16, 64, 128);
+        let (x, w1, w2) = (seeded(t * h, 1), seeded(h * f, 2), seeded(f * h, 3));
+        let want = fp8_product(&fp8_product(&x, &w1, (t, h, f)), &w2, (t, f, h));
+        let mut got = vec![0f32; t * h];
+        let half = f / 2;
+        for r in 0..2 {
+            let w1s: Vec<f32> = (0..h)
+                .flat_map(|p| w1[p * f + r * half..p * f + (r + 1) * half].to_vec())
+                .collect();
+            let w2s = &w2[r * half * h..(r + 1) * half * h];
+            let y = fp8_product(&fp8_product(&x, &w1s, (t, h, half)), w2s, (t, half, h));
+            for (g, v) in got.iter_mut().zip(y) {
+                *g += v;
+            }
+        }
+        let err = relative_error(&got, &want);
+        assert!(err > 0.0 && err < tolerance(DType::F8E4M3), "{err}");
+    }
 
     #[test]
     fn relative_error_is_scaled_by_the_largest_reference_value() {

@@ -24,6 +24,7 @@
 //!
 //! Nothing here prints: binaries do.
 
+pub mod busy;
 pub mod ceiling;
 pub mod clock;
 pub mod clock_sync;

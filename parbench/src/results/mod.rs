@@ -10,6 +10,7 @@
 //! and a run stopped early is recorded in run.json as cut short
 //! ([`begin_run`], [`record_cut_short`]).
 
+mod cp_ring_row;
 mod io;
 mod link_row;
 mod meta;
@@ -17,6 +18,7 @@ mod moe_row;
 mod records;
 
 pub use crate::files::{is_record_name, random_hex, LOCK_FILE, MAX_RECORD_BYTES};
+pub use cp_ring_row::CpRingRow;
 pub use io::{
     append_rows, begin_run, check_figures, columns, finish_writes, header_line, prepare_out,
     read_rows, read_runs, record_all, record_cut_short, record_run, record_seen_death,

@@ -793,6 +793,7 @@ mod tests {
             stride_a: ar * lda + 4,
             stride_b: br * ldb,
             stride_c: m * ldc + 1,
+            attention: false,
         }
     }
 

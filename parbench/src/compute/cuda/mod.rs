@@ -23,11 +23,13 @@ use std::time::Duration;
 
 mod compile;
 mod cublaslt;
+mod fp8;
 
 use compile::compiled;
 use cublaslt::{Desc, Layout, LtHandle, Pref};
 
 pub use compile::{compile_kernels, image_plan, nvrtc_archs, nvrtc_version, ImageKind};
+pub use fp8::{fp8_refusal, FP8_ARCH, FP8_K_MULTIPLE};
 
 /// The kernels' source; compiled once per storage type per process.
 const KERNELS: &str = include_str!("../cuda_kernels.cu");
@@ -48,13 +50,24 @@ pub struct CudaCompute {
     /// The algorithm cuBLASLt's heuristic chose, per product shape.
     algos: Mutex<HashMap<GemmKey, lt::cublasLtMatmulAlgo_t>>,
     timeout: Duration,
+    /// FP8 products (`DType::F8E4M3` asked for): their E4M3 operands.
+    fp8: Option<Mutex<fp8::Fp8Scratch>>,
 }
 
 impl CudaCompute {
     /// The arithmetic of a product on `dtype` storage: cuBLASLt with
     /// `CUBLAS_COMPUTE_32F` feeds f16 and bf16 operands to the tensor cores
     /// as they are and sums in f32; f32 operands multiply in f32 (no TF32).
+    /// `F8E4M3` is bf16 storage whose unbatched products multiply in E4M3
+    /// (`fp8.rs`).
     pub fn gemm_math_of(dtype: DType) -> GemmMath {
+        if dtype == DType::F8E4M3 {
+            return GemmMath {
+                storage: DType::BF16,
+                multiply: DType::F8E4M3,
+                accumulate: DType::F32,
+            };
+        }
         GemmMath {
             storage: dtype,
             multiply: dtype,
@@ -63,7 +76,8 @@ impl CudaCompute {
     }
 
     /// Opens GPU `ordinal` with its own stream, storing tensors as `dtype`
-    /// (`float`, `half` or `bfloat16`).
+    /// (`float`, `half` or `bfloat16`; `f8e4m3`: bfloat16 with FP8 products,
+    /// on sm_89 or newer).
     pub fn new(ordinal: usize, dtype: DType) -> ComputeResult<CudaCompute> {
         gpu::require(&[Lib::Driver, Lib::CublasLt, Lib::Nvrtc])?;
         CudaCompute::on(Gpu::open(ordinal)?, dtype)
@@ -72,6 +86,8 @@ impl CudaCompute {
     /// Computes on `gpu`'s stream, e.g. the one an NCCL communicator uses
     /// (`NcclComm::gpu`), so products and collectives are ordered together.
     pub fn on(gpu: Gpu, dtype: DType) -> ComputeResult<CudaCompute> {
+        let fp8 = dtype == DType::F8E4M3;
+        let dtype = if fp8 { DType::BF16 } else { dtype };
         let dtype_code = match dtype {
             DType::F32 => 0,
             DType::F16 => 1,
@@ -83,11 +99,19 @@ impl CudaCompute {
             }
         };
         gpu::require(&[Lib::Driver, Lib::CublasLt, Lib::Nvrtc])?;
+        if let Some(why) = fp8.then(|| fp8_refusal(&gpu)).flatten() {
+            return Err(ComputeError::Unsupported(why));
+        }
         gpu::guarded("creating the CUDA compute device", || {
             gpu.bind()?;
             let lt = LtHandle::new()?;
             let workspace = gpu.alloc(WORKSPACE)?;
             let kernels = Kernels::load(&gpu, dtype_code)?;
+            let fp8 = if fp8 {
+                Some(Mutex::new(fp8::Fp8Scratch::new(&gpu)?))
+            } else {
+                None
+            };
             Ok(CudaCompute {
                 gpu,
                 dtype,
@@ -96,6 +120,7 @@ impl CudaCompute {
                 kernels,
                 algos: Mutex::new(HashMap::new()),
                 timeout: DEFAULT_TIMEOUT,
+                fp8,
             })
         })
         .map_err(ComputeError::from)
@@ -209,6 +234,68 @@ impl CudaCompute {
         Ok(())
     }
 
+    /// cuBLASLt's `D = alpha op(1) op(2) + beta C` (D = C) with the
+    /// algorithm its heuristic chose for `key` (cached): `ops` are the
+    /// device addresses of operand 1, operand 2 and C, laid out as `lays`.
+    ///
+    /// # Safety
+    /// Each address must hold what its layout describes, on this GPU.
+    unsafe fn matmul(
+        &self,
+        g: &Gemm,
+        key: &GemmKey,
+        desc: &Desc,
+        lays: [&Layout; 3],
+        ops: [u64; 3],
+    ) -> ComputeResult<()> {
+        let [l1, l2, lc] = lays.map(|l| l.0);
+        let cached = self.algos.lock().ok().and_then(|m| m.get(key).copied());
+        let algo = match cached {
+            Some(a) => a,
+            None => {
+                let pref = Pref::new(WORKSPACE, key.align)?;
+                self.gpu.bind()?;
+                // SAFETY: every descriptor is alive for the call.
+                let h = unsafe {
+                    cudarc::cublaslt::result::get_matmul_algo_heuristic(
+                        self.lt.0, desc.0, l1, l2, lc, lc, pref.0,
+                    )
+                }
+                .map_err(|e| GpuError::call(format!("cuBLASLt found no algorithm for {g:?}"), e))?;
+                if let Ok(mut m) = self.algos.lock() {
+                    m.insert(*key, h.algo);
+                }
+                h.algo
+            }
+        };
+        let (alpha, beta) = (g.alpha, g.beta);
+        let [p1, p2, pc] = ops;
+        self.gpu.bind()?;
+        // SAFETY: the caller vouches for the operands; the descriptors live
+        // until after the call; alpha and beta are f32 as the scale type says.
+        unsafe {
+            cudarc::cublaslt::result::matmul(
+                self.lt.0,
+                desc.0,
+                &alpha as *const f32 as *const c_void,
+                &beta as *const f32 as *const c_void,
+                p1 as *const c_void,
+                l1,
+                p2 as *const c_void,
+                l2,
+                pc as *const c_void,
+                lc,
+                pc as *mut c_void,
+                lc,
+                &algo,
+                self.workspace.ptr() as *mut c_void,
+                WORKSPACE,
+                self.gpu.stream().cu_stream() as lt::cudaStream_t,
+            )
+        }
+        .map_err(|e| GpuError::call("cublasLtMatmul", e).into())
+    }
+
     fn data_type(&self) -> lt::cudaDataType {
         match self.dtype {
             DType::F16 => lt::cudaDataType_t::CUDA_R_16F,
@@ -227,6 +314,8 @@ struct GemmKey {
     strides: [i64; 3],
     batch: i32,
     align: [u32; 3],
+    /// E4M3 operands (the same shape in bf16 takes another algorithm).
+    fp8: bool,
 }
 
 /// The largest power of two (up to 256) that divides `ptr`: what cuBLASLt
@@ -243,7 +332,12 @@ impl Compute for CudaCompute {
     type Buf = DeviceBuffer;
 
     fn name(&self) -> String {
-        format!("{} (cuBLASLt, {})", self.gpu.name(), self.dtype)
+        let fp8 = if self.fp8.is_some() {
+            ", fp8 E4M3 GEMMs"
+        } else {
+            ""
+        };
+        format!("{} (cuBLASLt, {}{fp8})", self.gpu.name(), self.dtype)
     }
 
     fn dtype(&self) -> DType {
@@ -251,6 +345,9 @@ impl Compute for CudaCompute {
     }
 
     fn gemm_math(&self) -> GemmMath {
+        if self.fp8.is_some() {
+            return Self::gemm_math_of(DType::F8E4M3);
+        }
         Self::gemm_math_of(self.dtype)
     }
 
@@ -342,6 +439,9 @@ impl Compute for CudaCompute {
         let pa = self.at(a, 0, ea, "A")? + (g.a_offset * s) as u64;
         let pb = self.at(b, 0, eb, "B")? + (g.b_offset * s) as u64;
         let pc = self.at(c, 0, ec, "C")? + (g.c_offset * s) as u64;
+        if self.runs_in_fp8(g) {
+            return self.gemm_fp8(g, pa, pb, pc);
+        }
         let batch = g.batch.max(1);
         // cuBLASLt wants ld >= the stored row length even for a single row,
         // whose ld addresses nothing (Gemm::check lets it be shorter).
@@ -363,6 +463,7 @@ impl Compute for CudaCompute {
             batch: i32::try_from(batch)
                 .map_err(|_| ComputeError::InvalidArgument(format!("batch {batch} too large")))?,
             align: [alignment(pb), alignment(pa), alignment(pc)],
+            fp8: false,
         };
         // cuBLASLt operand 1 = our B, operand 2 = our A; shapes as stored, column-major.
         let (n, m, k) = (g.n as u64, g.m as u64, g.k as u64);
@@ -373,55 +474,9 @@ impl Compute for CudaCompute {
         let lay2 = Layout::new(dt, l2, key.lds[1], key.batch, key.strides[1])?;
         let lay_c = Layout::new(dt, (n, m), key.lds[2], key.batch, key.strides[2])?;
         let desc = Desc::new(key.trans)?;
-        let algo = {
-            let cached = self.algos.lock().ok().and_then(|m| m.get(&key).copied());
-            match cached {
-                Some(a) => a,
-                None => {
-                    let pref = Pref::new(WORKSPACE, key.align)?;
-                    self.gpu.bind()?;
-                    // SAFETY: every descriptor is alive for the call.
-                    let h = unsafe {
-                        cudarc::cublaslt::result::get_matmul_algo_heuristic(
-                            self.lt.0, desc.0, lay1.0, lay2.0, lay_c.0, lay_c.0, pref.0,
-                        )
-                    }
-                    .map_err(|e| {
-                        GpuError::call(format!("cuBLASLt found no algorithm for {g:?}"), e)
-                    })?;
-                    if let Ok(mut m) = self.algos.lock() {
-                        m.insert(key, h.algo);
-                    }
-                    h.algo
-                }
-            }
-        };
-        let (alpha, beta) = (g.alpha, g.beta);
-        self.gpu.bind()?;
         // SAFETY: operands were checked against their buffers (extents cover
-        // every batch); the descriptors live until after the call; alpha and
-        // beta are f32 as the scale type says.
-        unsafe {
-            cudarc::cublaslt::result::matmul(
-                self.lt.0,
-                desc.0,
-                &alpha as *const f32 as *const c_void,
-                &beta as *const f32 as *const c_void,
-                pb as *const c_void,
-                lay1.0,
-                pa as *const c_void,
-                lay2.0,
-                pc as *const c_void,
-                lay_c.0,
-                pc as *mut c_void,
-                lay_c.0,
-                &algo,
-                self.workspace.ptr() as *mut c_void,
-                WORKSPACE,
-                self.gpu.stream().cu_stream() as lt::cudaStream_t,
-            )
-        }
-        .map_err(|e| GpuError::call("cublasLtMatmul", e).into())
+        // every batch).
+        unsafe { self.matmul(g, &key, &desc, [&lay1, &lay2, &lay_c], [pb, pa, pc]) }
     }
 
     fn add_bias(
@@ -539,6 +594,9 @@ struct Kernels {
     softmax_backward: CudaFunction,
     add: CudaFunction,
     scale_matrix: CudaFunction,
+    zero_u32: CudaFunction,
+    amax: CudaFunction,
+    cast_e4m3: CudaFunction,
 }
 
 impl Kernels {
@@ -611,6 +669,9 @@ impl Kernels {
             softmax_backward: f("pb_softmax_backward")?,
             add: f("pb_add")?,
             scale_matrix: f("pb_scale_matrix")?,
+            zero_u32: f("pb_zero_u32")?,
+            amax: f("pb_amax")?,
+            cast_e4m3: f("pb_cast_e4m3")?,
         })
     }
 }

@@ -71,6 +71,7 @@ fn per_head(
         stride_a,
         stride_b,
         stride_c,
+        attention: true,
     }
 }
 

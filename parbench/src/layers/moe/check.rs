@@ -127,6 +127,6 @@ where
     let errs = broadcast_f64(comm, &errs)?;
     Ok(CheckReport::of(
         names.into_iter().zip(errs).collect(),
-        dev.dtype(),
+        crate::layers::check::checked_type(dev),
     ))
 }
