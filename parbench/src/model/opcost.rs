@@ -118,11 +118,13 @@ pub const STREAM_BYTES: StreamBytes = StreamBytes {
     logit: (10.0, 6.0),
 };
 
-/// Bytes per parameter of one Adam step in mixed precision: read the fp32
-/// gradient, master weight and two moments (16), write the master weight
-/// and moments (12) and the 16-bit weight (2); the gradient norm reads the
-/// gradient (4) and the next step's zeroing writes it (4).
-pub const OPTIMIZER_BYTES_PER_PARAM: f64 = 38.0;
+/// Bytes per parameter of one Adam step in mixed precision, on the
+/// parameters the optimizer holds: read the fp32 gradient, master weight
+/// and two moments (16), write the master weight and moments (12) and the
+/// 16-bit weight (2); the clipping's gradient norm reads the gradient (4).
+/// What a stack streams over the whole gradient buffer besides (zeroing
+/// it, scaling it) is [`super::stack::StepModel::grad_buffer_bytes`].
+pub const OPTIMIZER_BYTES_PER_PARAM: f64 = 34.0;
 
 /// Bytes per parameter and microbatch of gradient accumulation done as its
 /// own pass (read the 16-bit gradient and the fp32 sum, write the sum).
@@ -405,10 +407,22 @@ impl OpModel {
         (self.stream(4.0 * elems), self.stream(10.0 * elems))
     }
 
+    /// The embedding's weight gradient on a microbatch (the first stage,
+    /// `V/t x h` elements): PyTorch's dense embedding backward writes a
+    /// zero-filled 16-bit gradient of the whole table (2 bytes an element,
+    /// `embedding_dense_backward`'s `at::zeros`), and a stack that adds
+    /// it into a main gradient in a hook moves `add_bytes` more.
+    pub fn embedding_weight_grad(&self, model: &Preset, t: u64, add_bytes: f64) -> f64 {
+        let elems = model.vocab.div_ceil(t.max(1)) as f64 * model.hidden as f64;
+        self.stream(elems * (2.0 + add_bytes))
+    }
+
     /// One optimizer step over `params` parameters held by the rank, the
-    /// Adam part sharded `shards` ways (the distributed optimizer).
-    pub fn optimizer_step(&self, params: f64, shards: u64) -> f64 {
-        self.stream(params * OPTIMIZER_BYTES_PER_PARAM / shards.max(1) as f64)
+    /// Adam part sharded `shards` ways (the distributed optimizer), and
+    /// `buffer_bytes` a parameter streamed over the rank's whole gradient
+    /// buffer (not sharded).
+    pub fn optimizer_step(&self, params: f64, shards: u64, buffer_bytes: f64) -> f64 {
+        self.stream(params * (OPTIMIZER_BYTES_PER_PARAM / shards.max(1) as f64 + buffer_bytes))
     }
 }
 

@@ -437,13 +437,15 @@ impl Planner<'_> {
         let reduce = call(l);
         let seq = self.local_seq(l);
         let (ef, eb) = ops.embedding(m, l.micro_batch, seq);
+        let ew = ops.embedding_weight_grad(m, l.tp, input.step.main_grad_add_bytes());
         let (lf, lb) = ops.logits(m, l.micro_batch, seq, l.tp);
         let first = StageWork {
             f: ef,
             i: eb,
+            w: ew,
             comm_f: reduce,
             parts: ComputeParts {
-                logits_s: ef + eb,
+                logits_s: ef + eb + ew,
                 ..ComputeParts::default()
             },
             ..StageWork::default()
@@ -856,10 +858,9 @@ impl Planner<'_> {
         let share = input.step.dp_sm_share;
         let dp_slowed = dp_hidden * share / (1.0 - share).max(0.5);
         let shards = if l.shard == Shard::None { 1 } else { group };
-        let optimizer = input
-            .ops
-            .as_ref()
-            .map_or(0.0, |ops| ops.optimizer_step(memory.params, shards));
+        let optimizer = input.ops.as_ref().map_or(0.0, |ops| {
+            ops.optimizer_step(memory.params, shards, input.step.grad_buffer_bytes)
+        });
         let pipeline_comm = micro * (busiest.dp_f + busiest.dp_b);
         // The sharded collectives the passes wait for are inside the
         // pipeline's time already.
