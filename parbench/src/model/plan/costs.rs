@@ -525,8 +525,10 @@ impl Planner<'_> {
         // The embedding on the first stage, the output layer on the last:
         // a copy of the tied embedding when they are different ranks
         // (Megatron-LM keeps one there), its own weights when untied.
+        // Llama's `embedding_params` counts both tables, GPT's one.
         let tied = m.arch == Arch::Gpt && !input.untied_output;
-        let input_side = m.embedding_params() as f64 - if tied { 0.0 } else { v * h };
+        let input_side =
+            m.embedding_params() as f64 - if m.arch == Arch::Llama { v * h } else { 0.0 };
         let output_side = if tied && first { 0.0 } else { v * h };
         let ends = if first { input_side } else { 0.0 } + if last { output_side } else { 0.0 };
         // Routed experts split over ep x etp, the rest over t.

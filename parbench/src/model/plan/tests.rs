@@ -977,3 +977,27 @@ fn the_embeddings_gradient_and_the_gradient_buffer_are_streamed() {
         1e-9
     ));
 }
+
+/// A GPT whose output layer is untied holds both `V x h` tables: the
+/// word embedding on the first stage and the output layer on the last.
+#[test]
+fn an_untied_gpt_holds_both_tables() {
+    let m = preset("gpt3-1.3b");
+    let mut input = on_device(m.clone(), 64, 8);
+    let q = LayoutQuery {
+        dp: 4,
+        tp: 2,
+        pp: 1,
+        micro_batch: Some(2),
+        ..LayoutQuery::default()
+    };
+    let tied = plan_layout(&input, &q).unwrap().ranked[0].memory.params;
+    assert!(close(tied, m.params() as f64 / 2.0, 1e-12), "{tied}");
+    input.untied_output = true;
+    let untied = plan_layout(&input, &q).unwrap().ranked[0].memory.params;
+    let table = m.vocab as f64 * m.hidden as f64;
+    assert!(
+        close(untied, (m.params() as f64 + table) / 2.0, 1e-12),
+        "{untied}"
+    );
+}
