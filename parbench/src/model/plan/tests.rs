@@ -983,7 +983,7 @@ fn the_embeddings_gradient_and_the_gradient_buffer_are_streamed() {
 #[test]
 fn an_untied_gpt_holds_both_tables() {
     let m = preset("gpt3-1.3b");
-    let mut input = on_device(m.clone(), 64, 8);
+    let mut input = on_device(m, 64, 8);
     let q = LayoutQuery {
         dp: 4,
         tp: 2,
