@@ -939,6 +939,17 @@ fn moe_refuses_context_parallelism_and_fp8() {
     assert!(matches!(plan(&input), Err(PlanError::Fp8Experts)));
 }
 
+/// A layout of one pipeline stage, `dp x tp`, microbatches of `b`.
+fn one_stage(dp: u64, tp: u64, b: u64) -> LayoutQuery {
+    LayoutQuery {
+        dp,
+        tp,
+        pp: 1,
+        micro_batch: Some(b),
+        ..LayoutQuery::default()
+    }
+}
+
 /// Megatron's backward hook adds the embedding's dense gradient into its
 /// main gradient every microbatch (the first stage's compute grows by
 /// `M` passes of `V/t x h x (2 + 2 x 4)` bytes on top of PyTorch's
@@ -949,13 +960,7 @@ fn the_embeddings_gradient_and_the_gradient_buffer_are_streamed() {
     let mut input = on_device(preset("gpt3-1.3b"), 64, 8);
     input.distributed_optimizer = true;
     input.step.grad_bytes = 4;
-    let q = LayoutQuery {
-        dp: 4,
-        tp: 2,
-        pp: 1,
-        micro_batch: Some(2),
-        ..LayoutQuery::default()
-    };
+    let q = one_stage(4, 2, 2);
     let plain = plan_layout(&input, &q).unwrap().ranked[0].clone();
     input.step.main_grad_hook = true;
     input.step.grad_buffer_bytes = 16.0;
@@ -984,13 +989,7 @@ fn the_embeddings_gradient_and_the_gradient_buffer_are_streamed() {
 fn an_untied_gpt_holds_both_tables() {
     let m = preset("gpt3-1.3b");
     let mut input = on_device(m, 64, 8);
-    let q = LayoutQuery {
-        dp: 4,
-        tp: 2,
-        pp: 1,
-        micro_batch: Some(2),
-        ..LayoutQuery::default()
-    };
+    let q = one_stage(4, 2, 2);
     let tied = plan_layout(&input, &q).unwrap().ranked[0].memory.params;
     assert!(close(tied, m.params() as f64 / 2.0, 1e-12), "{tied}");
     input.untied_output = true;
