@@ -126,9 +126,10 @@ pub const STREAM_BYTES: StreamBytes = StreamBytes {
 /// it, scaling it) is [`super::stack::StepModel::grad_buffer_bytes`].
 pub const OPTIMIZER_BYTES_PER_PARAM: f64 = 34.0;
 
-/// Bytes per parameter and microbatch of gradient accumulation done as its
-/// own pass (read the 16-bit gradient and the fp32 sum, write the sum).
-pub const UNFUSED_ACCUMULATION_BYTES: f64 = 10.0;
+/// An fp32 main gradient: 4 bytes an element.
+fn fp32_main_grad() -> f64 {
+    4.0
+}
 
 /// How attention is computed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -149,7 +150,9 @@ pub enum GradAccumulation {
     /// `--gradient-accumulation-fusion`, from commit 83b1e42f30 of
     /// 2022-02-13: later than its SC21 runs).
     Fused,
-    /// A pass of its own per microbatch ([`UNFUSED_ACCUMULATION_BYTES`]).
+    /// A pass of its own per microbatch: read the 16-bit gradient, read
+    /// and write the sum ([`OpModel::main_grad_bytes`] each): 10 bytes a
+    /// parameter with an fp32 sum, 6 with a 16-bit one.
     Unfused,
 }
 
@@ -171,6 +174,11 @@ pub struct OpModel {
     pub accumulation: GradAccumulation,
     /// Bytes per logit element the loss moves, forward and backward.
     pub loss_bytes: (f64, f64),
+    /// Bytes of one element of the main gradient the weight gradients
+    /// are summed into (4: fp32; Megatron-LM of 2021 in fp16 kept an fp16
+    /// sum, 2).
+    #[serde(default = "fp32_main_grad")]
+    pub main_grad_bytes: f64,
     /// The linear layers' GEMMs in FP8 at this rate, FLOP/s, with their
     /// casts ([`super::precision`]); `None`: bf16.
     #[serde(default)]
@@ -228,6 +236,7 @@ impl OpModel {
             flash_share: kernel.share_on(d),
             accumulation,
             loss_bytes: STREAM_BYTES.logit,
+            main_grad_bytes: fp32_main_grad(),
             fp8_gemm_flops: None,
         }
     }
@@ -364,7 +373,8 @@ impl OpModel {
         let accumulate = match self.accumulation {
             GradAccumulation::Fused => 0.0,
             GradAccumulation::Unfused => self.stream(
-                model.matmul_params_per_layer() as f64 / t as f64 * UNFUSED_ACCUMULATION_BYTES,
+                model.matmul_params_per_layer() as f64 / t as f64
+                    * (2.0 + 2.0 * self.main_grad_bytes),
             ),
         };
         // What the backward repeats, by part: (GEMMs, attention, memory-bound).
@@ -487,6 +497,28 @@ mod tests {
             ..m
         };
         assert!(flash.block(&g, 1, 2048, 8, false, Recompute::Full).total() < full.total());
+    }
+
+    /// Unfused accumulation reads the 16-bit gradient and reads and
+    /// writes the sum at its width: 10 bytes a parameter in fp32, 6 in fp16.
+    #[test]
+    fn unfused_accumulation_moves_the_sum_at_its_width() {
+        let g = Preset::by_name("gpt3-175b").unwrap();
+        let unfused = OpModel {
+            accumulation: GradAccumulation::Unfused,
+            ..a100()
+        };
+        let fused = a100().block(&g, 1, 2048, 8, false, Recompute::None);
+        let params = g.matmul_params_per_layer() as f64 / 8.0;
+        for (width, bytes) in [(4.0, 10.0), (2.0, 6.0)] {
+            let m = OpModel {
+                main_grad_bytes: width,
+                ..unfused
+            };
+            let b = m.block(&g, 1, 2048, 8, false, Recompute::None);
+            let pass = m.stream(params * bytes);
+            assert!((b.weight_grad - fused.weight_grad - pass).abs() < 1e-12 * pass);
+        }
     }
 
     /// On Hopper the flash kernel runs at its published rate held at the

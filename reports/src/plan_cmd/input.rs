@@ -517,6 +517,7 @@ pub(super) fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
                 OpModel::of_device(d, Some(tflops), attention, flash_kernel, accumulation);
             if let Some(s) = stack {
                 ops.loss_bytes = s.step.loss_bytes;
+                ops.main_grad_bytes = s.step.grad_bytes as f64;
             }
             // Set after the in-step share below: FP8 runs at that share too.
             let fp8_share = fp8_peak.map(|f| f / d.peak_tflops);
