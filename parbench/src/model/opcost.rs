@@ -123,7 +123,7 @@ pub const STREAM_BYTES: StreamBytes = StreamBytes {
 /// and two moments (16), write the master weight and moments (12) and the
 /// 16-bit weight (2); the clipping's gradient norm reads the gradient (4).
 /// What a stack streams over the whole gradient buffer besides (zeroing
-/// it, scaling it) is [`super::stack::StepModel::grad_buffer_bytes`].
+/// it, scaling it) is [`super::stack::StepModel::grad_buffer_passes`].
 pub const OPTIMIZER_BYTES_PER_PARAM: f64 = 34.0;
 
 /// An fp32 main gradient: 4 bytes an element.

@@ -632,7 +632,7 @@ fn sharded_data_parallel_holds_and_moves_what_zero_says() {
     // Adam shrinks with its shard; the passes over the whole gradient
     // buffer do not.
     let ops = input.ops.unwrap();
-    let buffer = ops.stream(p * input.step.grad_buffer_bytes);
+    let buffer = ops.stream(p * input.step.grad_buffer_bytes());
     assert!(buffer > 0.0);
     assert!(close(
         z1.optimizer_s - buffer,
@@ -963,7 +963,7 @@ fn the_embeddings_gradient_and_the_gradient_buffer_are_streamed() {
     let q = one_stage(4, 2, 2);
     let plain = plan_layout(&input, &q).unwrap().ranked[0].clone();
     input.step.main_grad_hook = true;
-    input.step.grad_buffer_bytes = 16.0;
+    input.step.grad_buffer_passes = 4.0;
     let hooked = plan_layout(&input, &q).unwrap().ranked[0].clone();
     let ops = input.ops.unwrap();
     let m = preset("gpt3-1.3b");
