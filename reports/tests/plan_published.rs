@@ -15,26 +15,18 @@ const TOLERANCE: f64 = 0.10;
 /// why (docs/report.md, "Against published runs"). Each must stay beyond
 /// 10% (a row that starts passing leaves the list) and within 50% (a
 /// model that breaks shows here too); every other row is held to 10%.
-const KNOWN_MISSES: [(&str, &str); 9] = [
+const KNOWN_MISSES: [(&str, &str); 7] = [
     (
         "GPT 1.7B, 48 H100",
-        "small GEMMs' efficiency on Hopper: no sourced figure",
+        "work beside the GEMMs at microbatch 1 (host, small kernels): not costed",
     ),
     (
         "GPT 7.1B, 96 H100",
-        "small GEMMs' efficiency on Hopper: no sourced figure",
+        "work beside the GEMMs at microbatch 1 (host, small kernels): not costed",
     ),
     (
         "GPT 32B, 384 H100",
         "fp32 reduce-scatter over one rail a GPU outlasts one backward",
-    ),
-    (
-        "GPT 119B, 1536 H100",
-        "optimistic like 16B-462B, 0.004% beyond",
-    ),
-    (
-        "GPT 177B, 2304 H100",
-        "optimistic like 16B-462B, 0.2% beyond",
     ),
     (
         "Llama 3 405B, 16384 H100",
@@ -119,6 +111,7 @@ fn every_published_run_within_ten_percent_of_its_stack() {
     let v = bands(&d);
     let mut misses = Vec::new();
     let mut counts = Vec::new();
+    let mut names = Vec::new();
     for b in v.as_array().unwrap() {
         let rows = b["rows"].as_array().unwrap();
         counts.push((b["stack"].as_str().unwrap().to_string(), rows.len()));
@@ -144,6 +137,7 @@ fn every_published_run_within_ten_percent_of_its_stack() {
                 e * 100.0
             );
             let name = r["name"].as_str().unwrap();
+            names.push(name.to_string());
             let known = KNOWN_MISSES.iter().any(|(n, _)| *n == name);
             if known && e.abs() <= TOLERANCE {
                 misses.push(format!(
@@ -170,6 +164,10 @@ fn every_published_run_within_ten_percent_of_its_stack() {
         ]
     );
     assert!(misses.is_empty(), "{misses:?}");
+    // A known miss names a row of the table.
+    for (n, _) in KNOWN_MISSES {
+        assert!(names.iter().any(|x| x == n), "{n} is no row");
+    }
 }
 
 /// A row's figure is what its command line gives a user, and the plan

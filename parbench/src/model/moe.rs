@@ -292,6 +292,11 @@ pub struct A2aBytes {
     pub rdma: f64,
     /// Nodes of the group a token reaches (its own included).
     pub nodes_reached: f64,
+    /// The bytes DeepEP's benchmark reports as RDMA: a copy to every node
+    /// a token reaches, its own included (its `test_internode.py`:
+    /// `num_rdma_token_sent`, the token's distinct nodes), of which only
+    /// `rdma` cross the NIC.
+    pub rdma_counted: f64,
 }
 
 /// The expected bytes of one dispatch under balanced routing.
@@ -322,11 +327,15 @@ pub fn a2a_bytes(s: &A2aShape) -> A2aBytes {
     let ranks_reached = ep as f64 * (1.0 - miss(e, e / ep, k));
     let remote = (nodes - 1) as f64 / nodes as f64;
     match s.dispatcher {
-        Dispatcher::AllToAll => A2aBytes {
-            nvlink: token * k as f64 * (r - 1) as f64 / ep as f64,
-            rdma: token * k as f64 * (ep - r) as f64 / ep as f64,
-            nodes_reached,
-        },
+        Dispatcher::AllToAll => {
+            let rdma = token * k as f64 * (ep - r) as f64 / ep as f64;
+            A2aBytes {
+                nvlink: token * k as f64 * (r - 1) as f64 / ep as f64,
+                rdma,
+                nodes_reached,
+                rdma_counted: rdma,
+            }
+        }
         Dispatcher::DeepEp => {
             // Ranks reached per reached node: the token's distinct ranks
             // spread over the nodes it reaches.
@@ -339,6 +348,7 @@ pub fn a2a_bytes(s: &A2aShape) -> A2aBytes {
                         + nodes_reached * remote * (per_reached - 1.0).max(0.0)),
                 rdma: token * nodes_reached * remote,
                 nodes_reached,
+                rdma_counted: token * nodes_reached,
             }
         }
     }
@@ -374,11 +384,16 @@ pub fn a2a_seconds(b: &A2aBytes, nvlink: &LinkParams, nic: &LinkParams) -> f64 {
     on(b.nvlink, nvlink).max(on(b.rdma, nic))
 }
 
-/// DeepEP's "bottleneck bandwidth" of a dispatch: the bytes of its
-/// busier link (RDMA across nodes, NVLink inside one) over its time.
+/// DeepEP's "bottleneck bandwidth" of a dispatch: across nodes the RDMA
+/// bytes as its benchmark counts them ([`A2aBytes::rdma_counted`]),
+/// inside one node the NVLink bytes, over the dispatch's time.
 pub fn bottleneck_gbps(b: &A2aBytes, nvlink: &LinkParams, nic: &LinkParams) -> f64 {
     let t = a2a_seconds(b, nvlink, nic);
-    let bytes = if b.rdma > 0.0 { b.rdma } else { b.nvlink };
+    let bytes = if b.rdma > 0.0 {
+        b.rdma_counted
+    } else {
+        b.nvlink
+    };
     if t > 0.0 {
         bytes / t / 1e9
     } else {
@@ -432,6 +447,10 @@ mod tests {
         });
         assert!(deep.nodes_reached <= 4.0 && deep.nodes_reached > 3.0);
         assert!(deep.rdma < b.rdma / 2.0, "{} {}", deep.rdma, b.rdma);
+        // DeepEP counts a copy to every node reached, its own too; of the
+        // 8 nodes, 7 in 8 reached are another's on average.
+        assert!((deep.rdma_counted - token * deep.nodes_reached).abs() < 1.0);
+        assert!((deep.rdma - deep.rdma_counted * 7.0 / 8.0).abs() < 1.0);
         // Inside one node nothing crosses a NIC.
         let one = a2a_bytes(&A2aShape { ep: 8, ..s });
         assert_eq!(one.rdma, 0.0);

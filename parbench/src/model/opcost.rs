@@ -118,15 +118,18 @@ pub const STREAM_BYTES: StreamBytes = StreamBytes {
     logit: (10.0, 6.0),
 };
 
-/// Bytes per parameter of one Adam step in mixed precision: read the fp32
-/// gradient, master weight and two moments (16), write the master weight
-/// and moments (12) and the 16-bit weight (2); the gradient norm reads the
-/// gradient (4) and the next step's zeroing writes it (4).
-pub const OPTIMIZER_BYTES_PER_PARAM: f64 = 38.0;
+/// Bytes per parameter of one Adam step in mixed precision, on the
+/// parameters the optimizer holds: read the fp32 gradient, master weight
+/// and two moments (16), write the master weight and moments (12) and the
+/// 16-bit weight (2); the clipping's gradient norm reads the gradient (4).
+/// What a stack streams over the whole gradient buffer besides (zeroing
+/// it, scaling it) is [`super::stack::StepModel::grad_buffer_passes`].
+pub const OPTIMIZER_BYTES_PER_PARAM: f64 = 34.0;
 
-/// Bytes per parameter and microbatch of gradient accumulation done as its
-/// own pass (read the 16-bit gradient and the fp32 sum, write the sum).
-pub const UNFUSED_ACCUMULATION_BYTES: f64 = 10.0;
+/// An fp32 main gradient: 4 bytes an element.
+fn fp32_main_grad() -> f64 {
+    4.0
+}
 
 /// How attention is computed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -147,7 +150,9 @@ pub enum GradAccumulation {
     /// `--gradient-accumulation-fusion`, from commit 83b1e42f30 of
     /// 2022-02-13: later than its SC21 runs).
     Fused,
-    /// A pass of its own per microbatch ([`UNFUSED_ACCUMULATION_BYTES`]).
+    /// A pass of its own per microbatch: read the 16-bit gradient, read
+    /// and write the sum ([`OpModel::main_grad_bytes`] each): 10 bytes a
+    /// parameter with an fp32 sum, 6 with a 16-bit one.
     Unfused,
 }
 
@@ -169,6 +174,11 @@ pub struct OpModel {
     pub accumulation: GradAccumulation,
     /// Bytes per logit element the loss moves, forward and backward.
     pub loss_bytes: (f64, f64),
+    /// Bytes of one element of the main gradient the weight gradients
+    /// are summed into (4: fp32; Megatron-LM of 2021 in fp16 kept an fp16
+    /// sum, 2).
+    #[serde(default = "fp32_main_grad")]
+    pub main_grad_bytes: f64,
     /// The linear layers' GEMMs in FP8 at this rate, FLOP/s, with their
     /// casts ([`super::precision`]); `None`: bf16.
     #[serde(default)]
@@ -226,6 +236,7 @@ impl OpModel {
             flash_share: kernel.share_on(d),
             accumulation,
             loss_bytes: STREAM_BYTES.logit,
+            main_grad_bytes: fp32_main_grad(),
             fp8_gemm_flops: None,
         }
     }
@@ -362,7 +373,8 @@ impl OpModel {
         let accumulate = match self.accumulation {
             GradAccumulation::Fused => 0.0,
             GradAccumulation::Unfused => self.stream(
-                model.matmul_params_per_layer() as f64 / t as f64 * UNFUSED_ACCUMULATION_BYTES,
+                model.matmul_params_per_layer() as f64 / t as f64
+                    * (2.0 + 2.0 * self.main_grad_bytes),
             ),
         };
         // What the backward repeats, by part: (GEMMs, attention, memory-bound).
@@ -405,10 +417,22 @@ impl OpModel {
         (self.stream(4.0 * elems), self.stream(10.0 * elems))
     }
 
+    /// The embedding's weight gradient on a microbatch (the first stage,
+    /// `V/t x h` elements): PyTorch's dense embedding backward writes a
+    /// zero-filled 16-bit gradient of the whole table (2 bytes an element,
+    /// `embedding_dense_backward`'s `at::zeros`), and a stack that adds
+    /// it into a main gradient in a hook moves `add_bytes` more.
+    pub fn embedding_weight_grad(&self, model: &Preset, t: u64, add_bytes: f64) -> f64 {
+        let elems = model.vocab.div_ceil(t.max(1)) as f64 * model.hidden as f64;
+        self.stream(elems * (2.0 + add_bytes))
+    }
+
     /// One optimizer step over `params` parameters held by the rank, the
-    /// Adam part sharded `shards` ways (the distributed optimizer).
-    pub fn optimizer_step(&self, params: f64, shards: u64) -> f64 {
-        self.stream(params * OPTIMIZER_BYTES_PER_PARAM / shards.max(1) as f64)
+    /// Adam part sharded `shards` ways (the distributed optimizer), and
+    /// `buffer_bytes` a parameter streamed over the rank's whole gradient
+    /// buffer (not sharded).
+    pub fn optimizer_step(&self, params: f64, shards: u64, buffer_bytes: f64) -> f64 {
+        self.stream(params * (OPTIMIZER_BYTES_PER_PARAM / shards.max(1) as f64 + buffer_bytes))
     }
 }
 
@@ -473,6 +497,28 @@ mod tests {
             ..m
         };
         assert!(flash.block(&g, 1, 2048, 8, false, Recompute::Full).total() < full.total());
+    }
+
+    /// Unfused accumulation reads the 16-bit gradient and reads and
+    /// writes the sum at its width: 10 bytes a parameter in fp32, 6 in fp16.
+    #[test]
+    fn unfused_accumulation_moves_the_sum_at_its_width() {
+        let g = Preset::by_name("gpt3-175b").unwrap();
+        let unfused = OpModel {
+            accumulation: GradAccumulation::Unfused,
+            ..a100()
+        };
+        let fused = a100().block(&g, 1, 2048, 8, false, Recompute::None);
+        let params = g.matmul_params_per_layer() as f64 / 8.0;
+        for (width, bytes) in [(4.0, 10.0), (2.0, 6.0)] {
+            let m = OpModel {
+                main_grad_bytes: width,
+                ..unfused
+            };
+            let b = m.block(&g, 1, 2048, 8, false, Recompute::None);
+            let pass = m.stream(params * bytes);
+            assert!((b.weight_grad - fused.weight_grad - pass).abs() < 1e-12 * pass);
+        }
     }
 
     /// On Hopper the flash kernel runs at its published rate held at the

@@ -62,6 +62,25 @@ pub const EAGER_LAUNCH_S: f64 = 4.58e-6;
 /// collectives again plus the all-gathers they redo (8): 22.
 pub const LAYER_KERNELS: (f64, f64) = (14.0, 22.0);
 
+/// Zeroing the gradients before a step's first backward: one write of
+/// each element (the planner without a stack).
+pub const GRAD_ZEROING_PASSES: f64 = 1.0;
+
+/// Megatron-LM of 2021 (`megatron/model/distributed.py` at cdde433,
+/// 2021-04): `zero_grad_buffer` zeroes the whole main-gradient buffer
+/// (a write) and `allreduce_gradients` divides it by the data-parallel
+/// size before the all-reduce (a read and a write): 3.
+pub const MEGATRON_2021_BUFFER_PASSES: f64 = 3.0;
+
+/// Megatron-Core r0.8 (`distributed/param_and_grad_buffer.py`,
+/// `training.py`, `arguments.py` at core_r0.8.0), on the whole gradient
+/// buffer, the distributed optimizer's shard or not: the reset zeroes it
+/// (a write); each bucket's `start_grad_sync` takes its norm to check for
+/// NaN (a read; `--check-for-nan-in-loss-and-grad` is on by default) and
+/// multiplies it by `1/dp` (a read and a write;
+/// `--ddp-average-in-collective` is off by default): 4.
+pub const MCORE_R08_BUFFER_PASSES: f64 = 4.0;
+
 /// The terms of a training step that differ between stacks. The default
 /// is the planner without a stack: nothing overlapped but what
 /// `dp_overlap` says, 16-bit gradients, a fused loss.
@@ -95,11 +114,42 @@ pub struct StepModel {
     /// NCCL's ring chunks stay bandwidth-bound"); (0, 0): the planner's
     /// `bucket_bytes` (DDP's 25 MiB).
     pub bucket_params: (f64, f64),
+    /// Reads and writes of every element of the rank's whole gradient
+    /// buffer (`grad_bytes` each) once a step, not sharded by the
+    /// distributed optimizer: zeroing it, and what the stack's
+    /// data-parallel code does to it before the reduction
+    /// ([`GRAD_ZEROING_PASSES`], [`MEGATRON_2021_BUFFER_PASSES`],
+    /// [`MCORE_R08_BUFFER_PASSES`]).
+    pub grad_buffer_passes: f64,
+    /// A backward hook adds the 16-bit gradient of every parameter whose
+    /// GEMM does not accumulate it (the embedding) into its main gradient,
+    /// every microbatch (Megatron's `DistributedDataParallel` param hook,
+    /// `param.main_grad.add_(param.grad.data)`, in Megatron-LM of 2021 and
+    /// Megatron-Core r0.8).
+    pub main_grad_hook: bool,
     /// How MoE layers run: the token dispatcher, grouped GEMMs.
     pub moe: MoeStack,
     /// How context parallelism exchanges keys and values (`None`: the
     /// stack has none, and a layout with `cp > 1` is refused).
     pub cp_comm: Option<CpComm>,
+}
+
+impl StepModel {
+    /// Bytes a parameter of [`Self::grad_buffer_passes`].
+    pub fn grad_buffer_bytes(&self) -> f64 {
+        self.grad_buffer_passes * self.grad_bytes as f64
+    }
+
+    /// Bytes per element of [`Self::main_grad_hook`]'s add: read the
+    /// 16-bit gradient, read and write the main gradient at the stack's
+    /// gradient width.
+    pub fn main_grad_add_bytes(&self) -> f64 {
+        if self.main_grad_hook {
+            2.0 + 2.0 * self.grad_bytes as f64
+        } else {
+            0.0
+        }
+    }
 }
 
 impl Default for StepModel {
@@ -114,6 +164,8 @@ impl Default for StepModel {
             fp32_logits: false,
             launch_s: 0.0,
             bucket_params: (0.0, 0.0),
+            grad_buffer_passes: GRAD_ZEROING_PASSES,
+            main_grad_hook: false,
             moe: MCORE_MOE,
             cp_comm: Some(CpComm::P2p),
         }
@@ -132,6 +184,8 @@ const MEGATRON_2021_STEP: StepModel = StepModel {
     fp32_logits: true,
     launch_s: EAGER_LAUNCH_S,
     bucket_params: (0.0, 0.0),
+    grad_buffer_passes: MEGATRON_2021_BUFFER_PASSES,
+    main_grad_hook: true,
     moe: MCORE_MOE,
     cp_comm: None,
 };
@@ -223,6 +277,7 @@ pub const STACKS: [Stack; 3] = [
             tp_sms: (UB_REDUCE_SCATTER_SMS, UB_ALL_GATHER_SMS),
             grad_bytes: 4,
             bucket_params: (40e6, 1e6),
+            grad_buffer_passes: MCORE_R08_BUFFER_PASSES,
             cp_comm: Some(CpComm::P2p),
             ..MEGATRON_2021_STEP
         },
@@ -246,6 +301,11 @@ pub const STACKS: [Stack; 3] = [
             dp_sm_share: NCCL_OVERLAP_SM_SHARE,
             grad_bytes: 4,
             loss_bytes: TORCH_LOSS_BYTES,
+            // `zero_grad` sets FSDP2's gradients to None (no zeroing
+            // pass); its copy-in and division before each reduce-scatter
+            // run per microbatch and are not counted here.
+            grad_buffer_passes: 0.0,
+            main_grad_hook: false,
             cp_comm: Some(CpComm::AllGather),
             ..MEGATRON_2021_STEP
         },

@@ -517,6 +517,7 @@ pub(super) fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
                 OpModel::of_device(d, Some(tflops), attention, flash_kernel, accumulation);
             if let Some(s) = stack {
                 ops.loss_bytes = s.step.loss_bytes;
+                ops.main_grad_bytes = s.step.grad_bytes as f64;
             }
             // Set after the in-step share below: FP8 runs at that share too.
             let fp8_share = fp8_peak.map(|f| f / d.peak_tflops);
@@ -628,7 +629,7 @@ pub(super) fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
             m.vocab,
             match super::moe::words(m) {
                 Some(w) => w,
-                None => format!("{} parameters", count(m.params() as f64)),
+                None => format!("{} parameters", count(all_params(m, a.untie_embeddings))),
             }
         ),
         global_batch,
@@ -781,4 +782,15 @@ fn count(n: f64) -> String {
     } else {
         format!("{}M", units::sig3(n / 1e6))
     }
+}
+
+/// A model's parameters as the plan counts them: a GPT's untied output
+/// layer (`--untie-embeddings`) is a second `V x h` table.
+fn all_params(m: &Preset, untied: bool) -> f64 {
+    let output = if untied && m.arch == Arch::Gpt {
+        m.vocab as f64 * m.hidden as f64
+    } else {
+        0.0
+    };
+    m.params() as f64 + output
 }

@@ -437,13 +437,15 @@ impl Planner<'_> {
         let reduce = call(l);
         let seq = self.local_seq(l);
         let (ef, eb) = ops.embedding(m, l.micro_batch, seq);
+        let ew = ops.embedding_weight_grad(m, l.tp, input.step.main_grad_add_bytes());
         let (lf, lb) = ops.logits(m, l.micro_batch, seq, l.tp);
         let first = StageWork {
             f: ef,
             i: eb,
+            w: ew,
             comm_f: reduce,
             parts: ComputeParts {
-                logits_s: ef + eb,
+                logits_s: ef + eb + ew,
                 ..ComputeParts::default()
             },
             ..StageWork::default()
@@ -523,8 +525,10 @@ impl Planner<'_> {
         // The embedding on the first stage, the output layer on the last:
         // a copy of the tied embedding when they are different ranks
         // (Megatron-LM keeps one there), its own weights when untied.
+        // Llama's `embedding_params` counts both tables, GPT's one.
         let tied = m.arch == Arch::Gpt && !input.untied_output;
-        let input_side = m.embedding_params() as f64 - if tied { 0.0 } else { v * h };
+        let input_side =
+            m.embedding_params() as f64 - if m.arch == Arch::Llama { v * h } else { 0.0 };
         let output_side = if tied && first { 0.0 } else { v * h };
         let ends = if first { input_side } else { 0.0 } + if last { output_side } else { 0.0 };
         // Routed experts split over ep x etp, the rest over t.
@@ -856,10 +860,9 @@ impl Planner<'_> {
         let share = input.step.dp_sm_share;
         let dp_slowed = dp_hidden * share / (1.0 - share).max(0.5);
         let shards = if l.shard == Shard::None { 1 } else { group };
-        let optimizer = input
-            .ops
-            .as_ref()
-            .map_or(0.0, |ops| ops.optimizer_step(memory.params, shards));
+        let optimizer = input.ops.as_ref().map_or(0.0, |ops| {
+            ops.optimizer_step(memory.params, shards, input.step.grad_buffer_bytes())
+        });
         let pipeline_comm = micro * (busiest.dp_f + busiest.dp_b);
         // The sharded collectives the passes wait for are inside the
         // pipeline's time already.

@@ -629,8 +629,16 @@ fn sharded_data_parallel_holds_and_moves_what_zero_says() {
         assert!(close(parts, c.step_s, 1e-9), "{:?}", c.layout);
         assert!(c.dp_comm_s <= c.dp_comm_total_s + 1e-12, "{:?}", c.layout);
     }
-    // The optimizer step shrinks with its shard.
-    assert!(z1.optimizer_s < none.optimizer_s / 32.0);
+    // Adam shrinks with its shard; the passes over the whole gradient
+    // buffer do not.
+    let ops = input.ops.unwrap();
+    let buffer = ops.stream(p * input.step.grad_buffer_bytes());
+    assert!(buffer > 0.0);
+    assert!(close(
+        z1.optimizer_s - buffer,
+        (none.optimizer_s - buffer) / 64.0,
+        1e-9
+    ));
     // Hybrid: sharded over the 8 data ranks of a node, replicated across.
     let h = cost(&input, Shard::Zero3, Some(8));
     assert_eq!((h.layout.shard_group, h.layout.dp), (8, 64));
@@ -929,4 +937,66 @@ fn moe_refuses_context_parallelism_and_fp8() {
         ops.fp8_gemm_flops = Some(2.0 * ops.gemm_flops);
     }
     assert!(matches!(plan(&input), Err(PlanError::Fp8Experts)));
+}
+
+/// A layout of one pipeline stage, `dp x tp`, microbatches of `b`.
+fn one_stage(dp: u64, tp: u64, b: u64) -> LayoutQuery {
+    LayoutQuery {
+        dp,
+        tp,
+        pp: 1,
+        micro_batch: Some(b),
+        ..LayoutQuery::default()
+    }
+}
+
+/// Megatron's backward hook adds the embedding's dense gradient into its
+/// main gradient every microbatch (the first stage's compute grows by
+/// `M` passes of `V/t x h x (2 + 2 x 4)` bytes on top of PyTorch's
+/// zero-filled gradient); the passes over the whole gradient buffer are
+/// once a step and not sharded.
+#[test]
+fn the_embeddings_gradient_and_the_gradient_buffer_are_streamed() {
+    let mut input = on_device(preset("gpt3-1.3b"), 64, 8);
+    input.distributed_optimizer = true;
+    input.step.grad_bytes = 4;
+    let q = one_stage(4, 2, 2);
+    let plain = plan_layout(&input, &q).unwrap().ranked[0].clone();
+    input.step.main_grad_hook = true;
+    input.step.grad_buffer_passes = 4.0;
+    let hooked = plan_layout(&input, &q).unwrap().ranked[0].clone();
+    let ops = input.ops.unwrap();
+    let m = preset("gpt3-1.3b");
+    let table = m.vocab.div_ceil(2) as f64 * m.hidden as f64;
+    let micro = hooked.layout.microbatches as f64;
+    assert_eq!(micro, 8.0);
+    assert!(close(
+        hooked.compute_s - plain.compute_s,
+        micro * ops.stream(table * 10.0),
+        1e-9
+    ));
+    let p = hooked.memory.params;
+    assert!(close(
+        hooked.optimizer_s - plain.optimizer_s,
+        ops.stream(p * 12.0),
+        1e-9
+    ));
+}
+
+/// A GPT whose output layer is untied holds both `V x h` tables: the
+/// word embedding on the first stage and the output layer on the last.
+#[test]
+fn an_untied_gpt_holds_both_tables() {
+    let m = preset("gpt3-1.3b");
+    let mut input = on_device(m, 64, 8);
+    let q = one_stage(4, 2, 2);
+    let tied = plan_layout(&input, &q).unwrap().ranked[0].memory.params;
+    assert!(close(tied, m.params() as f64 / 2.0, 1e-12), "{tied}");
+    input.untied_output = true;
+    let untied = plan_layout(&input, &q).unwrap().ranked[0].memory.params;
+    let table = m.vocab as f64 * m.hidden as f64;
+    assert!(
+        close(untied, (m.params() as f64 + table) / 2.0, 1e-12),
+        "{untied}"
+    );
 }
