@@ -96,6 +96,22 @@ fn a_tiny_sweep_writes_the_documented_columns() {
     assert!(err < 1e-4, "{err}");
     let speedup: f64 = rows[0]["speedup"].parse().unwrap();
     assert_eq!(speedup, 1.0);
+    // The wait before the collectives is timed apart from them, and the
+    // three parts make the total.
+    for r in &rows {
+        let f = |c: &str| -> f64 { r[c].parse().unwrap() };
+        let parts = f("compute_us") + f("comm_us") + f("wait_us");
+        assert!(f("wait_us") >= 0.0, "{r:?}");
+        assert!(
+            (parts - f("total_us")).abs() <= 1e-6 * f("total_us"),
+            "{r:?}"
+        );
+    }
+    assert_eq!(
+        rows[0]["wait_us"].parse::<f64>().unwrap(),
+        0.0,
+        "no collective at tp 1"
+    );
     let runs: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out_dir.join("run.json")).unwrap()).unwrap();
     // The machine's compute speed, timed when the run began and after each

@@ -30,9 +30,12 @@ pub struct RunOptions {
 pub struct TpTiming {
     /// Mean time in compute phases (kernels between collectives).
     pub compute_us: f64,
-    /// Mean time in collectives, including any wait for a slower peer.
+    /// Mean time in collectives once every peer arrived.
     pub comm_us: f64,
-    /// Mean of compute + communication per call.
+    /// Mean time in the barriers before them: waiting for a slower peer's
+    /// compute (0 where a collective's time includes it).
+    pub wait_us: f64,
+    /// Mean of compute + communication + waiting per call.
     pub total_us: f64,
     /// Fastest call of that rank.
     pub total_min_us: f64,
@@ -96,16 +99,27 @@ where
     };
     let clocks = timed_calls(comm, opts, |comm, clock| step(&mut block, dev, comm, clock))?;
     let iters = clocks.len();
-    let (mut compute, mut wire, mut min, mut max) = (0f64, 0f64, f64::INFINITY, 0f64);
+    let (mut compute, mut wire, mut wait) = (0f64, 0f64, 0f64);
+    let (mut min, mut max) = (f64::INFINITY, 0f64);
     for clock in &clocks {
-        let (c, w) = (clock.compute().as_secs_f64(), clock.comm().as_secs_f64());
+        let c = clock.compute().as_secs_f64();
+        let w = clock.comm().as_secs_f64();
+        let b = clock.wait().as_secs_f64();
         compute += c;
         wire += w;
-        min = min.min(c + w);
-        max = max.max(c + w);
+        wait += b;
+        min = min.min(c + w + b);
+        max = max.max(c + w + b);
     }
     let n = iters as f64;
-    let mine = [compute / n, wire / n, (compute + wire) / n, min, max];
+    let mine = [
+        compute / n,
+        wire / n,
+        wait / n,
+        (compute + wire + wait) / n,
+        min,
+        max,
+    ];
     let all = all_gather_f64(comm, &mine)?;
     Ok(TpOutcome {
         timing: slowest(&all, mine.len()),
@@ -114,7 +128,8 @@ where
 }
 
 /// `opts.warmup` untimed calls of `call`, then `opts.iters` (at least 1)
-/// timed ones, each started after a barrier: each timed call's clock.
+/// timed ones, each started after a barrier: each timed call's clock,
+/// which times waiting apart ([`PhaseClock::waiting_apart`]).
 pub(crate) fn timed_calls<M: Communicator>(
     comm: &mut M,
     opts: &RunOptions,
@@ -122,12 +137,12 @@ pub(crate) fn timed_calls<M: Communicator>(
 ) -> LayerResult<Vec<PhaseClock>> {
     for _ in 0..opts.warmup {
         comm.barrier()?;
-        call(comm, &mut PhaseClock::new())?;
+        call(comm, &mut PhaseClock::waiting_apart())?;
     }
     (0..opts.iters.max(1))
         .map(|_| {
             comm.barrier()?;
-            let mut clock = PhaseClock::new();
+            let mut clock = PhaseClock::waiting_apart();
             call(comm, &mut clock)?;
             Ok(clock)
         })
@@ -135,18 +150,20 @@ pub(crate) fn timed_calls<M: Communicator>(
 }
 
 /// The slowest rank's figures from every rank's
-/// `[compute, comm, total, min, max]` (seconds), in microseconds.
+/// `[compute, comm, wait, total, min, max, ...]` (seconds; what follows
+/// is the caller's), in microseconds.
 pub(crate) fn slowest(all: &[f64], per_rank: usize) -> TpTiming {
     let ranks: Vec<&[f64]> = all.chunks_exact(per_rank).collect();
-    let (slow, row) = slowest_row(&ranks, 2).unwrap_or((0, &[0.0; 5][..]));
+    let (slow, row) = slowest_row(&ranks, 3).unwrap_or((0, &[0.0; 6][..]));
     let us = |v: f64| v * 1e6;
-    let mean_all = ranks.iter().map(|r| r[2]).sum::<f64>() / ranks.len().max(1) as f64;
+    let mean_all = ranks.iter().map(|r| r[3]).sum::<f64>() / ranks.len().max(1) as f64;
     TpTiming {
         compute_us: us(row[0]),
         comm_us: us(row[1]),
-        total_us: us(row[2]),
-        total_min_us: us(row[3]),
-        total_max_us: us(row[4]),
+        wait_us: us(row[2]),
+        total_us: us(row[3]),
+        total_min_us: us(row[4]),
+        total_max_us: us(row[5]),
         slowest_rank: slow,
         total_mean_all_us: us(mean_all),
     }
@@ -274,13 +291,14 @@ mod tests {
     #[test]
     fn slowest_rank_is_the_one_with_the_largest_mean_total() {
         let all = [
-            1.0, 0.5, 1.5, 1.4, 1.6, //
-            1.0, 1.0, 2.0, 1.9, 2.2, //
+            1.0, 0.5, 0.0, 1.5, 1.4, 1.6, //
+            1.0, 0.8, 0.2, 2.0, 1.9, 2.2, //
         ]
         .map(|v| v * 1e-6);
-        let t = slowest(&all, 5);
+        let t = slowest(&all, 6);
         assert_eq!(t.slowest_rank, 1);
-        assert!((t.comm_us - 1.0).abs() < 1e-9);
+        assert!((t.comm_us - 0.8).abs() < 1e-9);
+        assert!((t.wait_us - 0.2).abs() < 1e-9);
         assert!((t.total_max_us - 2.2).abs() < 1e-9);
         assert!((t.total_mean_all_us - 1.75).abs() < 1e-9);
     }
