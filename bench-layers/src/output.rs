@@ -219,13 +219,15 @@ pub fn table(plan: &LayerJob, rows: &[LayerRow], noise: Option<&ForeignCpu>) -> 
         ));
     }
     for r in rows.iter().filter(|r| r.tp > 1) {
-        let fitted =
-            "collectives at the block's call size, 1/16 to 2x, timed on this wire before the block";
+        let fitted = format!(
+            "collectives at the block's call size, 1/16 to 2x, on this wire after the block, {}",
+            crate::sweep::tp_sample_conditions(plan, r.tp).describe()
+        );
         out.push_str(&format!(
             "# tp {}: {} | {}\n",
             r.tp,
             r.comm_algo,
-            link_text(&r.link_source, r.link_alpha_us, r.link_gbps, fitted)
+            link_text(&r.link_source, r.link_alpha_us, r.link_gbps, &fitted)
         ));
     }
     let held: Vec<(usize, f64, f64)> = rows

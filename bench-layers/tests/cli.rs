@@ -347,3 +347,27 @@ fn n_is_iterations_and_a_closed_pipe_ends_quietly() {
         assert_eq!(r.split(',').nth(at), Some("3"), "{r}");
     }
 }
+
+/// A link far from the wire's (`--link`, slower or faster by orders of
+/// magnitude) prices the block's collectives far from what they took: the
+/// model is held to the measurement and a WARNING names the degree; in a
+/// noisy run one line says the model was not held instead.
+#[test]
+fn a_far_off_link_is_warned_about() {
+    for link in ["0.001,5000", "1000000,0.0001"] {
+        let out_dir = scratch(&format!("far-link-{}", link.len()));
+        let stdout = run_ok(&["--tp", "1,2", "--link", link], &out_dir);
+        let warned = stdout
+            .lines()
+            .any(|l| l.starts_with("# tp 2: WARNING: the model's communication"));
+        let noisy = stdout
+            .lines()
+            .any(|l| l.starts_with("# WARNING: a noisy run") && l.contains("not held"));
+        assert!(warned != noisy, "--link {link}: one of the two:\n{stdout}");
+        assert!(
+            stdout.contains("given with --link"),
+            "--link {link}: the link's source:\n{stdout}"
+        );
+        let _ = std::fs::remove_dir_all(&out_dir);
+    }
+}

@@ -219,60 +219,140 @@ pub struct WireSample {
     pub seconds: f64,
 }
 
+/// The conditions the fit's samples are timed in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SampleConditions {
+    /// The calls back to back after one barrier: the wire alone, its
+    /// buffers in cache.
+    BackToBack,
+    /// Each call alone, as the block makes it: the rank first reads
+    /// `evict_bytes` of other memory (what its compute between two
+    /// collectives reads, which evicts the collective's buffers and
+    /// working memory from the caches) and writes the send buffer (as the
+    /// compute writes the collective's input), then waits for every peer;
+    /// only the call is timed.
+    AfterCompute { evict_bytes: usize },
+}
+
+impl SampleConditions {
+    /// In words, for a table or a record.
+    pub fn describe(&self) -> String {
+        match self {
+            SampleConditions::BackToBack => "timed back to back".into(),
+            SampleConditions::AfterCompute { evict_bytes } => format!(
+                "each timed alone after reading {:.1} MiB (the rank's working set) and a barrier",
+                *evict_bytes as f64 / (1u64 << 20) as f64
+            ),
+        }
+    }
+}
+
+/// Reads one byte of every cache line of `mem`: what a compute phase that
+/// reads that much does to the caches.
+fn read_through(mem: &[u8]) -> u8 {
+    mem.iter()
+        .step_by(64)
+        .fold(0u8, |acc, b| acc.wrapping_add(std::hint::black_box(*b)))
+}
+
 /// Times `collective` (all_reduce, all_gather, reduce_scatter, or the MoE
-/// block's all_to_all) at each of
-/// `sizes` bytes of `dtype` on `comm`: `warmup` untimed calls, then `iters`
-/// timed back to back after a barrier; each size's time is the slowest
-/// rank's mean. These are the samples of the alpha-beta fit that predicts
-/// the block's communication on the same wire, in the same run.
-/// Collective: every rank calls it with the same arguments.
+/// block's all_to_all) at each of `sizes` bytes of `dtype` on `comm`, as
+/// the block calls it (all-reduce in place, the others out of place), in
+/// `conditions`: `warmup` untimed calls, then `iters` timed ones; each
+/// size's time is the slowest rank's mean. These are the samples of the
+/// alpha-beta fit that predicts the block's communication on the same
+/// wire, in the same run. Collective: every rank calls it with the same
+/// arguments.
 pub fn wire_samples<M: Communicator>(
     comm: &mut M,
     collective: Collective,
     sizes: &[u64],
     dtype: DType,
-    warmup: usize,
-    iters: usize,
+    (warmup, iters): (usize, usize),
+    conditions: SampleConditions,
 ) -> LayerResult<Vec<WireSample>> {
     let p = comm.world();
     let unit = (dtype.size() * p) as u64;
+    let evict = match conditions {
+        SampleConditions::AfterCompute { evict_bytes } => vec![1u8; evict_bytes],
+        SampleConditions::BackToBack => Vec::new(),
+    };
     let mut out = Vec::with_capacity(sizes.len());
     for &want in sizes {
         // Whole elements on every rank: round to a multiple of world x size.
         let count = (want / unit).max(1) as usize;
         let total = count * p;
         let bytes = (total * dtype.size()) as u64;
-        let time_one = |comm: &mut M, n: usize| -> LayerResult<f64> {
-            let (send_len, recv_len) = match collective {
-                Collective::AllReduce => (total, total),
-                Collective::AllGather => (count, total),
-                Collective::ReduceScatter => (total, count),
-                Collective::AllToAll => (total, total),
-                other => return Err(LayerError::Config(format!("the block uses no {other}"))),
-            };
-            let send = comm.alloc(send_len * dtype.size())?;
-            let mut recv = comm.alloc(recv_len * dtype.size())?;
-            comm.barrier()?;
-            let t0 = Instant::now();
-            for _ in 0..n {
-                let io = Io::OutOfPlace {
-                    send: &send,
-                    recv: &mut recv,
-                };
-                match collective {
-                    Collective::AllReduce => comm.all_reduce(io, total, dtype, ReduceOp::Sum)?,
-                    Collective::AllGather => comm.all_gather(io, count, dtype)?,
-                    Collective::AllToAll => comm.all_to_all(io, count, dtype)?,
-                    _ => comm.reduce_scatter(io, count, dtype, ReduceOp::Sum)?,
+        let (send_len, recv_len) = match collective {
+            Collective::AllReduce => (total, total),
+            Collective::AllGather => (count, total),
+            Collective::ReduceScatter => (total, count),
+            Collective::AllToAll => (total, total),
+            other => return Err(LayerError::Config(format!("the block uses no {other}"))),
+        };
+        let input = vec![0u8; send_len * dtype.size()];
+        let mut send = comm.alloc(send_len * dtype.size())?;
+        let mut recv = comm.alloc(recv_len * dtype.size())?;
+        let mut call = |comm: &mut M, send: &mut M::Buffer| -> LayerResult<()> {
+            match collective {
+                Collective::AllReduce => {
+                    comm.all_reduce(Io::InPlace(send), total, dtype, ReduceOp::Sum)?
+                }
+                Collective::AllGather => {
+                    let io = Io::OutOfPlace {
+                        send,
+                        recv: &mut recv,
+                    };
+                    comm.all_gather(io, count, dtype)?
+                }
+                Collective::AllToAll => {
+                    let io = Io::OutOfPlace {
+                        send,
+                        recv: &mut recv,
+                    };
+                    comm.all_to_all(io, count, dtype)?
+                }
+                _ => {
+                    let io = Io::OutOfPlace {
+                        send,
+                        recv: &mut recv,
+                    };
+                    comm.reduce_scatter(io, count, dtype, ReduceOp::Sum)?
                 }
             }
-            comm.sync()?;
-            Ok(t0.elapsed().as_secs_f64() / n.max(1) as f64)
+            Ok(())
+        };
+        let mut time_calls = |comm: &mut M, n: usize| -> LayerResult<f64> {
+            let mut seconds = 0f64;
+            match conditions {
+                SampleConditions::BackToBack => {
+                    comm.barrier()?;
+                    let t0 = Instant::now();
+                    for _ in 0..n {
+                        call(comm, &mut send)?;
+                    }
+                    comm.sync()?;
+                    seconds = t0.elapsed().as_secs_f64();
+                }
+                SampleConditions::AfterCompute { .. } => {
+                    for _ in 0..n {
+                        std::hint::black_box(read_through(&evict));
+                        send.write_from_host(&input)?;
+                        comm.sync()?;
+                        comm.barrier()?;
+                        let t0 = Instant::now();
+                        call(comm, &mut send)?;
+                        comm.sync()?;
+                        seconds += t0.elapsed().as_secs_f64();
+                    }
+                }
+            }
+            Ok(seconds / n.max(1) as f64)
         };
         if warmup > 0 {
-            time_one(comm, warmup)?;
+            time_calls(comm, warmup)?;
         }
-        let mean = time_one(comm, iters.max(1))?;
+        let mean = time_calls(comm, iters.max(1))?;
         let all = all_gather_f64(comm, &[mean])?;
         let worst = all.iter().copied().fold(0f64, f64::max);
         out.push(WireSample {
