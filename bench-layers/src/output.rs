@@ -220,7 +220,7 @@ pub fn table(plan: &LayerJob, rows: &[LayerRow], noise: Option<&ForeignCpu>) -> 
     }
     for r in rows.iter().filter(|r| r.tp > 1) {
         let fitted = format!(
-            "collectives at the block's call size, 1/16 to 2x, on this wire after the block, {}",
+            "collectives at 1/16 to 2x the block's call size, {}",
             crate::sweep::tp_sample_conditions(plan, r.tp).describe()
         );
         out.push_str(&format!(

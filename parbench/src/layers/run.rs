@@ -240,7 +240,7 @@ impl SampleConditions {
         match self {
             SampleConditions::BackToBack => "timed back to back".into(),
             SampleConditions::AfterCompute { evict_bytes } => format!(
-                "each timed alone after reading {:.1} MiB (the rank's working set) and a barrier",
+                "each alone after reading the rank's {:.1} MiB working set and a barrier",
                 *evict_bytes as f64 / (1u64 << 20) as f64
             ),
         }
