@@ -68,7 +68,7 @@ pub fn block_json(plan: &LayerJob) -> serde_json::Value {
         "tokens_per_call": b.tokens(),
         "gemm_math": gemm_of(plan).0,
         "gemm_kernels": gemm_of(plan).1,
-        "times": "per block call, slowest rank's mean (compute and communication phases separated by device/communicator syncs)",
+        "times": "per block call, slowest rank's mean: compute, the collectives after a barrier, and that barrier (wait) (phases separated by device/communicator syncs)",
     })
 }
 
@@ -107,6 +107,7 @@ pub fn rows(plan: &LayerJob, run_id: &str, backend: &str, ms: &[TpMeasurement]) 
                 iters: plan.iters as u64,
                 compute_us: t.compute_us,
                 comm_us: t.comm_us,
+                wait_us: t.wait_us,
                 total_us: t.total_us,
                 total_min_us: t.total_min_us,
                 total_max_us: t.total_max_us,
@@ -177,13 +178,14 @@ pub fn table(plan: &LayerJob, rows: &[LayerRow], noise: Option<&ForeignCpu>) -> 
         kernels,
     );
     out.push_str(
-        "# times per block call (forward, or forward+backward in train), slowest rank's mean\n",
+        "# times per block call (forward, +backward in train), slowest rank's mean; wait: the barrier before each collective\n",
     );
     out.push_str(&format!(
-        "#{:>3} {:>11} {:>11} {:>11} {:>10} {:>9} {:>5} {:>11} {:>8} {:>7} {:>9} {:>7}\n",
+        "#{:>3} {:>11} {:>10} {:>9} {:>11} {:>10} {:>9} {:>5} {:>11} {:>8} {:>7} {:>9} {:>7}\n",
         "tp",
         "compute_us",
         "comm_us",
+        "wait_us",
         "total_us",
         "tok_us",
         "B/call",
@@ -196,10 +198,11 @@ pub fn table(plan: &LayerJob, rows: &[LayerRow], noise: Option<&ForeignCpu>) -> 
     ));
     for r in rows {
         out.push_str(&format!(
-            " {:>3} {:>11} {:>11} {:>11} {:>10} {:>9} {:>5} {:>11} {:>8} {:>7} {:>9} {:>7}\n",
+            " {:>3} {:>11} {:>10} {:>9} {:>11} {:>10} {:>9} {:>5} {:>11} {:>8} {:>7} {:>9} {:>7}\n",
             r.tp,
             num(r.compute_us, 1),
             num(r.comm_us, 1),
+            num(r.wait_us, 1),
             num(r.total_us, 1),
             num(r.per_token_us, 2),
             bytes(r.bytes_per_call),
@@ -216,13 +219,15 @@ pub fn table(plan: &LayerJob, rows: &[LayerRow], noise: Option<&ForeignCpu>) -> 
         ));
     }
     for r in rows.iter().filter(|r| r.tp > 1) {
-        let fitted =
-            "collectives at the block's call size, 1/16 to 2x, timed on this wire before the block";
+        let fitted = format!(
+            "collectives at 1/16 to 2x the block's call size, {}",
+            crate::sweep::tp_sample_conditions(plan, r.tp).describe()
+        );
         out.push_str(&format!(
             "# tp {}: {} | {}\n",
             r.tp,
             r.comm_algo,
-            link_text(&r.link_source, r.link_alpha_us, r.link_gbps, fitted)
+            link_text(&r.link_source, r.link_alpha_us, r.link_gbps, &fitted)
         ));
     }
     let held: Vec<(usize, f64, f64)> = rows

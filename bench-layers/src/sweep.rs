@@ -6,7 +6,9 @@ use crate::cli::LayerJob;
 use parbench::comm::{Collective, Communicator};
 use parbench::compute::Compute;
 use parbench::layers::moe::{run_ep, MoeConfig, MoeLayout};
-use parbench::layers::{run_tp, wire_samples, LayerResult, Mode, RunOptions, TpOutcome};
+use parbench::layers::{
+    run_tp, wire_samples, LayerResult, Mode, RunOptions, SampleConditions, TpOutcome,
+};
 use parbench::model::fit::{fit_terms, per_call_terms};
 use parbench::model::{terms, AlphaBetaTerms, LinkParams, ModelAlgo};
 
@@ -57,16 +59,17 @@ fn coll_terms(coll: Collective, algo: &ModelAlgo, p: usize, bytes: u64) -> Alpha
 }
 
 /// The link fitted to `colls` (each run with its algorithm) timed on
-/// `comm` at the block's `bytes` and a few sizes below and above, so the
-/// fit sees both the latency and the bandwidth term around the operating
-/// point; no link (with a line from rank 0 naming `degree`) when the fit
-/// fails. Collective: every rank calls it.
+/// `comm` in `conditions` at the block's `bytes` and a few sizes below and
+/// above, so the fit sees both the latency and the bandwidth term around
+/// the operating point; no link (with a line from rank 0 naming `degree`)
+/// when the fit fails. Collective: every rank calls it.
 fn fit_link<M: Communicator>(
     comm: &mut M,
     plan: &LayerJob,
     degree: &str,
     colls: &[(Collective, ModelAlgo)],
     bytes: u64,
+    conditions: SampleConditions,
 ) -> LayerResult<(Option<LinkParams>, LinkSource)> {
     let sizes: Vec<u64> = [16, 8, 4, 2, 1]
         .iter()
@@ -76,7 +79,8 @@ fn fit_link<M: Communicator>(
     let p = comm.world();
     let mut rows = Vec::new();
     for (c, algo) in colls {
-        for s in wire_samples(comm, *c, &sizes, plan.dtype, plan.warmup.max(1), plan.iters)? {
+        let counts = (plan.warmup.max(1), plan.iters);
+        for s in wire_samples(comm, *c, &sizes, plan.dtype, counts, conditions)? {
             rows.push((coll_terms(*c, algo, p, s.bytes), s.bytes, s.seconds));
         }
     }
@@ -99,6 +103,23 @@ pub fn run_options(plan: &LayerJob) -> RunOptions {
         iters: plan.iters,
         check: plan.check,
         seed: SEED,
+    }
+}
+
+/// The conditions the block's collectives run in, for the fit's samples:
+/// on the CPU each follows a compute phase that reads the rank's working
+/// set (its weights and activations), which leaves the collective's
+/// buffers out of cache; on GPUs the collectives' buffers live in device
+/// memory that the host's reads do not touch, so back to back.
+pub fn tp_sample_conditions(plan: &LayerJob, tp: usize) -> SampleConditions {
+    if plan.backend.on_gpus() {
+        return SampleConditions::BackToBack;
+    }
+    let (bytes, _) = plan
+        .block
+        .memory_bytes(tp, plan.dtype.size() as u128, false);
+    SampleConditions::AfterCompute {
+        evict_bytes: usize::try_from(bytes).unwrap_or(usize::MAX),
     }
 }
 
@@ -136,7 +157,15 @@ where
         (Some(l), LinkSource::Flag)
     } else {
         let colls: Vec<_> = algos.iter().map(|(c, a, _)| (*c, a.clone())).collect();
-        fit_link(comm, plan, &format!("tp {tp}"), &colls, bytes)?
+        let degree = format!("tp {tp}");
+        fit_link(
+            comm,
+            plan,
+            &degree,
+            &colls,
+            bytes,
+            tp_sample_conditions(plan, tp),
+        )?
     };
     let comm_model_us = match link {
         Some(l) => {
@@ -259,6 +288,7 @@ where
             &layout.to_string(),
             &[(coll, algo.clone())],
             a2a_bytes,
+            SampleConditions::BackToBack,
         )?
     };
     // Over `p` ranks: the calls of `bytes` (a rank's whole buffer) and,

@@ -131,6 +131,22 @@ fn a_tiny_sweep_writes_the_documented_columns() {
     assert!(err < 1e-4, "{err}");
     let speedup: f64 = rows[0]["speedup"].parse().unwrap();
     assert_eq!(speedup, 1.0);
+    // The wait before the collectives is timed apart from them, and the
+    // three parts make the total.
+    for r in &rows {
+        let f = |c: &str| -> f64 { r[c].parse().unwrap() };
+        let parts = f("compute_us") + f("comm_us") + f("wait_us");
+        assert!(f("wait_us") >= 0.0, "{r:?}");
+        assert!(
+            (parts - f("total_us")).abs() <= 1e-6 * f("total_us"),
+            "{r:?}"
+        );
+    }
+    assert_eq!(
+        rows[0]["wait_us"].parse::<f64>().unwrap(),
+        0.0,
+        "no collective at tp 1"
+    );
     let runs: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out_dir.join("run.json")).unwrap()).unwrap();
     // The machine's compute speed, timed when the run began and after each
@@ -462,5 +478,29 @@ fn n_is_iterations_and_a_closed_pipe_ends_quietly() {
     assert!(!rows.is_empty());
     for r in rows {
         assert_eq!(r.split(',').nth(at), Some("3"), "{r}");
+    }
+}
+
+/// A link far from the wire's (`--link`, slower or faster by orders of
+/// magnitude) prices the block's collectives far from what they took: the
+/// model is held to the measurement and a WARNING names the degree; in a
+/// noisy run one line says the model was not held instead.
+#[test]
+fn a_far_off_link_is_warned_about() {
+    for link in ["0.001,5000", "1000000,0.0001"] {
+        let out_dir = scratch(&format!("far-link-{}", link.len()));
+        let stdout = run_ok(&["--tp", "1,2", "--link", link], &out_dir);
+        let warned = stdout
+            .lines()
+            .any(|l| l.starts_with("# tp 2: WARNING: the model's communication"));
+        let noisy = stdout
+            .lines()
+            .any(|l| l.starts_with("# WARNING: a noisy run") && l.contains("not held"));
+        assert!(warned != noisy, "--link {link}: one of the two:\n{stdout}");
+        assert!(
+            stdout.contains("given with --link"),
+            "--link {link}: the link's source:\n{stdout}"
+        );
+        let _ = std::fs::remove_dir_all(&out_dir);
     }
 }

@@ -206,7 +206,9 @@ impl Compared for LayerRow {
         vec![
             fig("total_us", self.total_us),
             fig("compute_us", self.compute_us),
-            fig("comm_us", self.comm_us),
+            // The collectives with the waits before them: the same time in
+            // rows written before `wait_us`, whose `comm_us` held both.
+            fig("comm_wait_us", self.comm_us + self.wait_us.max(0.0)),
             Figure {
                 noise: rel(self.total_us),
                 ..fig("per_token_us", self.per_token_us)

@@ -42,7 +42,9 @@ pub mod run;
 
 pub use block::{BlockState, PhaseClock, TpBlock};
 pub use check::{check_block, CheckReport};
-pub use run::{run_tp, wire_samples, RunOptions, TpOutcome, TpTiming, WireSample};
+pub use run::{
+    run_tp, wire_samples, RunOptions, SampleConditions, TpOutcome, TpTiming, WireSample,
+};
 
 use crate::comm::{CommError, DType};
 use crate::compute::ComputeError;

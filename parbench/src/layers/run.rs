@@ -30,9 +30,12 @@ pub struct RunOptions {
 pub struct TpTiming {
     /// Mean time in compute phases (kernels between collectives).
     pub compute_us: f64,
-    /// Mean time in collectives, including any wait for a slower peer.
+    /// Mean time in collectives once every peer arrived.
     pub comm_us: f64,
-    /// Mean of compute + communication per call.
+    /// Mean time in the barriers before them: waiting for a slower peer's
+    /// compute (0 where a collective's time includes it).
+    pub wait_us: f64,
+    /// Mean of compute + communication + waiting per call.
     pub total_us: f64,
     /// Fastest call of that rank.
     pub total_min_us: f64,
@@ -96,16 +99,27 @@ where
     };
     let clocks = timed_calls(comm, opts, |comm, clock| step(&mut block, dev, comm, clock))?;
     let iters = clocks.len();
-    let (mut compute, mut wire, mut min, mut max) = (0f64, 0f64, f64::INFINITY, 0f64);
+    let (mut compute, mut wire, mut wait) = (0f64, 0f64, 0f64);
+    let (mut min, mut max) = (f64::INFINITY, 0f64);
     for clock in &clocks {
-        let (c, w) = (clock.compute().as_secs_f64(), clock.comm().as_secs_f64());
+        let c = clock.compute().as_secs_f64();
+        let w = clock.comm().as_secs_f64();
+        let b = clock.wait().as_secs_f64();
         compute += c;
         wire += w;
-        min = min.min(c + w);
-        max = max.max(c + w);
+        wait += b;
+        min = min.min(c + w + b);
+        max = max.max(c + w + b);
     }
     let n = iters as f64;
-    let mine = [compute / n, wire / n, (compute + wire) / n, min, max];
+    let mine = [
+        compute / n,
+        wire / n,
+        wait / n,
+        (compute + wire + wait) / n,
+        min,
+        max,
+    ];
     let all = all_gather_f64(comm, &mine)?;
     Ok(TpOutcome {
         timing: slowest(&all, mine.len()),
@@ -114,7 +128,8 @@ where
 }
 
 /// `opts.warmup` untimed calls of `call`, then `opts.iters` (at least 1)
-/// timed ones, each started after a barrier: each timed call's clock.
+/// timed ones, each started after a barrier: each timed call's clock,
+/// which times waiting apart ([`PhaseClock::waiting_apart`]).
 pub(crate) fn timed_calls<M: Communicator>(
     comm: &mut M,
     opts: &RunOptions,
@@ -122,12 +137,12 @@ pub(crate) fn timed_calls<M: Communicator>(
 ) -> LayerResult<Vec<PhaseClock>> {
     for _ in 0..opts.warmup {
         comm.barrier()?;
-        call(comm, &mut PhaseClock::new())?;
+        call(comm, &mut PhaseClock::waiting_apart())?;
     }
     (0..opts.iters.max(1))
         .map(|_| {
             comm.barrier()?;
-            let mut clock = PhaseClock::new();
+            let mut clock = PhaseClock::waiting_apart();
             call(comm, &mut clock)?;
             Ok(clock)
         })
@@ -135,18 +150,20 @@ pub(crate) fn timed_calls<M: Communicator>(
 }
 
 /// The slowest rank's figures from every rank's
-/// `[compute, comm, total, min, max]` (seconds), in microseconds.
+/// `[compute, comm, wait, total, min, max, ...]` (seconds; what follows
+/// is the caller's), in microseconds.
 pub(crate) fn slowest(all: &[f64], per_rank: usize) -> TpTiming {
     let ranks: Vec<&[f64]> = all.chunks_exact(per_rank).collect();
-    let (slow, row) = slowest_row(&ranks, 2).unwrap_or((0, &[0.0; 5][..]));
+    let (slow, row) = slowest_row(&ranks, 3).unwrap_or((0, &[0.0; 6][..]));
     let us = |v: f64| v * 1e6;
-    let mean_all = ranks.iter().map(|r| r[2]).sum::<f64>() / ranks.len().max(1) as f64;
+    let mean_all = ranks.iter().map(|r| r[3]).sum::<f64>() / ranks.len().max(1) as f64;
     TpTiming {
         compute_us: us(row[0]),
         comm_us: us(row[1]),
-        total_us: us(row[2]),
-        total_min_us: us(row[3]),
-        total_max_us: us(row[4]),
+        wait_us: us(row[2]),
+        total_us: us(row[3]),
+        total_min_us: us(row[4]),
+        total_max_us: us(row[5]),
         slowest_rank: slow,
         total_mean_all_us: us(mean_all),
     }
@@ -202,60 +219,140 @@ pub struct WireSample {
     pub seconds: f64,
 }
 
+/// The conditions the fit's samples are timed in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SampleConditions {
+    /// The calls back to back after one barrier: the wire alone, its
+    /// buffers in cache.
+    BackToBack,
+    /// Each call alone, as the block makes it: the rank first reads
+    /// `evict_bytes` of other memory (what its compute between two
+    /// collectives reads, which evicts the collective's buffers and
+    /// working memory from the caches) and writes the send buffer (as the
+    /// compute writes the collective's input), then waits for every peer;
+    /// only the call is timed.
+    AfterCompute { evict_bytes: usize },
+}
+
+impl SampleConditions {
+    /// In words, for a table or a record.
+    pub fn describe(&self) -> String {
+        match self {
+            SampleConditions::BackToBack => "timed back to back".into(),
+            SampleConditions::AfterCompute { evict_bytes } => format!(
+                "each alone after reading the rank's {:.1} MiB working set and a barrier",
+                *evict_bytes as f64 / (1u64 << 20) as f64
+            ),
+        }
+    }
+}
+
+/// Reads one byte of every cache line of `mem`: what a compute phase that
+/// reads that much does to the caches.
+fn read_through(mem: &[u8]) -> u8 {
+    mem.iter()
+        .step_by(64)
+        .fold(0u8, |acc, b| acc.wrapping_add(std::hint::black_box(*b)))
+}
+
 /// Times `collective` (all_reduce, all_gather, reduce_scatter, or the MoE
-/// block's all_to_all) at each of
-/// `sizes` bytes of `dtype` on `comm`: `warmup` untimed calls, then `iters`
-/// timed back to back after a barrier; each size's time is the slowest
-/// rank's mean. These are the samples of the alpha-beta fit that predicts
-/// the block's communication on the same wire, in the same run.
-/// Collective: every rank calls it with the same arguments.
+/// block's all_to_all) at each of `sizes` bytes of `dtype` on `comm`, as
+/// the block calls it (all-reduce in place, the others out of place), in
+/// `conditions`: `warmup` untimed calls, then `iters` timed ones; each
+/// size's time is the slowest rank's mean. These are the samples of the
+/// alpha-beta fit that predicts the block's communication on the same
+/// wire, in the same run. Collective: every rank calls it with the same
+/// arguments.
 pub fn wire_samples<M: Communicator>(
     comm: &mut M,
     collective: Collective,
     sizes: &[u64],
     dtype: DType,
-    warmup: usize,
-    iters: usize,
+    (warmup, iters): (usize, usize),
+    conditions: SampleConditions,
 ) -> LayerResult<Vec<WireSample>> {
     let p = comm.world();
     let unit = (dtype.size() * p) as u64;
+    let evict = match conditions {
+        SampleConditions::AfterCompute { evict_bytes } => vec![1u8; evict_bytes],
+        SampleConditions::BackToBack => Vec::new(),
+    };
     let mut out = Vec::with_capacity(sizes.len());
     for &want in sizes {
         // Whole elements on every rank: round to a multiple of world x size.
         let count = (want / unit).max(1) as usize;
         let total = count * p;
         let bytes = (total * dtype.size()) as u64;
-        let time_one = |comm: &mut M, n: usize| -> LayerResult<f64> {
-            let (send_len, recv_len) = match collective {
-                Collective::AllReduce => (total, total),
-                Collective::AllGather => (count, total),
-                Collective::ReduceScatter => (total, count),
-                Collective::AllToAll => (total, total),
-                other => return Err(LayerError::Config(format!("the block uses no {other}"))),
-            };
-            let send = comm.alloc(send_len * dtype.size())?;
-            let mut recv = comm.alloc(recv_len * dtype.size())?;
-            comm.barrier()?;
-            let t0 = Instant::now();
-            for _ in 0..n {
-                let io = Io::OutOfPlace {
-                    send: &send,
-                    recv: &mut recv,
-                };
-                match collective {
-                    Collective::AllReduce => comm.all_reduce(io, total, dtype, ReduceOp::Sum)?,
-                    Collective::AllGather => comm.all_gather(io, count, dtype)?,
-                    Collective::AllToAll => comm.all_to_all(io, count, dtype)?,
-                    _ => comm.reduce_scatter(io, count, dtype, ReduceOp::Sum)?,
+        let (send_len, recv_len) = match collective {
+            Collective::AllReduce => (total, total),
+            Collective::AllGather => (count, total),
+            Collective::ReduceScatter => (total, count),
+            Collective::AllToAll => (total, total),
+            other => return Err(LayerError::Config(format!("the block uses no {other}"))),
+        };
+        let input = vec![0u8; send_len * dtype.size()];
+        let mut send = comm.alloc(send_len * dtype.size())?;
+        let mut recv = comm.alloc(recv_len * dtype.size())?;
+        let mut call = |comm: &mut M, send: &mut M::Buffer| -> LayerResult<()> {
+            match collective {
+                Collective::AllReduce => {
+                    comm.all_reduce(Io::InPlace(send), total, dtype, ReduceOp::Sum)?
+                }
+                Collective::AllGather => {
+                    let io = Io::OutOfPlace {
+                        send,
+                        recv: &mut recv,
+                    };
+                    comm.all_gather(io, count, dtype)?
+                }
+                Collective::AllToAll => {
+                    let io = Io::OutOfPlace {
+                        send,
+                        recv: &mut recv,
+                    };
+                    comm.all_to_all(io, count, dtype)?
+                }
+                _ => {
+                    let io = Io::OutOfPlace {
+                        send,
+                        recv: &mut recv,
+                    };
+                    comm.reduce_scatter(io, count, dtype, ReduceOp::Sum)?
                 }
             }
-            comm.sync()?;
-            Ok(t0.elapsed().as_secs_f64() / n.max(1) as f64)
+            Ok(())
+        };
+        let mut time_calls = |comm: &mut M, n: usize| -> LayerResult<f64> {
+            let mut seconds = 0f64;
+            match conditions {
+                SampleConditions::BackToBack => {
+                    comm.barrier()?;
+                    let t0 = Instant::now();
+                    for _ in 0..n {
+                        call(comm, &mut send)?;
+                    }
+                    comm.sync()?;
+                    seconds = t0.elapsed().as_secs_f64();
+                }
+                SampleConditions::AfterCompute { .. } => {
+                    for _ in 0..n {
+                        std::hint::black_box(read_through(&evict));
+                        send.write_from_host(&input)?;
+                        comm.sync()?;
+                        comm.barrier()?;
+                        let t0 = Instant::now();
+                        call(comm, &mut send)?;
+                        comm.sync()?;
+                        seconds += t0.elapsed().as_secs_f64();
+                    }
+                }
+            }
+            Ok(seconds / n.max(1) as f64)
         };
         if warmup > 0 {
-            time_one(comm, warmup)?;
+            time_calls(comm, warmup)?;
         }
-        let mean = time_one(comm, iters.max(1))?;
+        let mean = time_calls(comm, iters.max(1))?;
         let all = all_gather_f64(comm, &[mean])?;
         let worst = all.iter().copied().fold(0f64, f64::max);
         out.push(WireSample {
@@ -274,13 +371,14 @@ mod tests {
     #[test]
     fn slowest_rank_is_the_one_with_the_largest_mean_total() {
         let all = [
-            1.0, 0.5, 1.5, 1.4, 1.6, //
-            1.0, 1.0, 2.0, 1.9, 2.2, //
+            1.0, 0.5, 0.0, 1.5, 1.4, 1.6, //
+            1.0, 0.8, 0.2, 2.0, 1.9, 2.2, //
         ]
         .map(|v| v * 1e-6);
-        let t = slowest(&all, 5);
+        let t = slowest(&all, 6);
         assert_eq!(t.slowest_rank, 1);
-        assert!((t.comm_us - 1.0).abs() < 1e-9);
+        assert!((t.comm_us - 0.8).abs() < 1e-9);
+        assert!((t.wait_us - 0.2).abs() < 1e-9);
         assert!((t.total_max_us - 2.2).abs() < 1e-9);
         assert!((t.total_mean_all_us - 1.75).abs() < 1e-9);
     }

@@ -166,6 +166,12 @@ pub struct LayerRow {
     pub threads: usize,
     /// Matrix-product GFLOP/s of one rank during compute phases.
     pub compute_gflops: f64,
+    // Columns added after the first layout: files written before them still
+    // read (NaN for what they did not measure apart).
+    /// Time in the barriers before the collectives, waiting for a slower
+    /// peer's compute, us; NaN in rows whose `comm_us` includes it.
+    #[serde(default = "not_measured")]
+    pub wait_us: f64,
 }
 
 impl Record for LayerRow {
@@ -178,6 +184,7 @@ impl Record for LayerRow {
         "link_alpha_us",
         "link_gbps",
         "compute_gflops",
+        "wait_us",
     ];
     fn key(&self) -> String {
         format!(
@@ -409,6 +416,16 @@ impl Record for PipelineRow {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn layer_rows_written_before_the_wait_column_still_read() {
+        let old = "schema,run_id,backend,wire,mode,decode,preset,hidden,heads,ffn,seq,batch,dtype,tp,seq_parallel,iters,compute_us,comm_us,total_us,total_min_us,total_max_us,per_token_us,bytes_per_call,calls_per_block,bytes_per_token,comm_model_us,speedup,efficiency,check_max_err,comm_algo,link_source,link_alpha_us,link_gbps,slowest_rank,threads,compute_gflops\n\
+1,r,local,shm,forward,false,tiny,512,8,2048,128,1,float,2,false,10,8000.0,300.0,8300.0,8200.0,8400.0,64.8,262144,2,4096.0,36.0,0.9,0.45,3e-7,all_reduce=ring,fit,1.0,16.0,0,1,50.0\n";
+        let mut rd = csv::Reader::from_reader(old.as_bytes());
+        let row: LayerRow = rd.deserialize().next().unwrap().unwrap();
+        assert_eq!(row.comm_us, 300.0);
+        assert!(row.wait_us.is_nan(), "not timed apart: {}", row.wait_us);
+    }
 
     #[test]
     fn pipeline_rows_written_before_the_added_columns_still_read() {

@@ -52,7 +52,7 @@ pub fn section(sources: &[Source]) -> Option<String> {
         return None;
     }
     let mut body = page::note(
-        "One Megatron block (attention and MLP, column- then row-parallel) per tensor-parallel degree: compute and communication time per block, stacked; the red tick is compute plus the communication the model predicts (comm_model_us, from the wire's alpha-beta fit). Communication is drawn again on its own scale, beside the model's figure, because on a fast wire it is too thin to read on the stacked bars. Per-token cost divides the block's time by the tokens it processed.",
+        "One Megatron block (attention and MLP, column- then row-parallel) per tensor-parallel degree: compute, communication and the wait for a slower peer before each collective per block, stacked; the red tick is compute plus the communication the model predicts (comm_model_us, from the wire's alpha-beta fit). Communication is drawn again on its own scale, beside the model's figure, because on a fast wire it is too thin to read on the stacked bars. Per-token cost divides the block's time by the tokens it processed.",
     );
     for (i, (name, mut rows)) in configs.into_iter().enumerate() {
         rows.sort_by_key(|r| r.tp);
@@ -77,6 +77,11 @@ pub fn section(sources: &[Source]) -> Option<String> {
                     label: "communication (measured)".into(),
                     color: 1,
                     values: rows.iter().map(|r| r.comm_us).collect(),
+                },
+                BarStack {
+                    label: "waiting for a peer (measured)".into(),
+                    color: 2,
+                    values: rows.iter().map(|r| r.wait_us).collect(),
                 },
             ],
             markers: vec![BarStack {
@@ -133,6 +138,7 @@ pub fn section(sources: &[Source]) -> Option<String> {
                     num(r.tp.to_string()),
                     num(units::micros(r.compute_us)),
                     num(units::micros(r.comm_us)),
+                    num(units::micros(r.wait_us)),
                     num(units::micros(r.comm_model_us)),
                     num(if r.comm_model_us > 0.0 {
                         format!("{}x", units::sig3(r.comm_us / r.comm_model_us))
@@ -171,6 +177,7 @@ pub fn section(sources: &[Source]) -> Option<String> {
                 "TP",
                 "compute",
                 "communication",
+                "waiting",
                 "model comm.",
                 "measured / model",
                 "total per block",

@@ -166,8 +166,13 @@ fn layer_answers(sources: &[Source]) -> Vec<Vec<Cell>> {
                 .iter()
                 .filter(|r| r.tp > 1 && r.total_us > 0.0)
                 .map(|r| {
+                    let waiting = if r.wait_us.is_finite() {
+                        format!(" + {} waiting", units::micros(r.wait_us))
+                    } else {
+                        String::new()
+                    };
                     format!(
-                        "TP {}: {} communication, {} of the block ({}); {:.2}x TP 1",
+                        "TP {}: {} communication{waiting}, {} of the block ({}); {:.2}x TP 1",
                         r.tp,
                         units::micros(r.comm_us),
                         units::percent(r.comm_us / r.total_us),

@@ -13,6 +13,9 @@ pub struct PhaseClock {
     comm: Duration,
     /// Time in barriers that wait for every peer before a collective.
     wait: Duration,
+    /// Whether a collective of the dense block starts with such a barrier
+    /// ([`PhaseClock::waiting_apart`]).
+    wait_apart: bool,
     mark: Instant,
     born: Instant,
     /// Each communication phase: (start, end) since the clock began.
@@ -26,17 +29,44 @@ impl Default for PhaseClock {
 }
 
 impl PhaseClock {
-    /// A clock that starts counting compute now.
+    /// A clock that starts counting compute now. A collective's time
+    /// includes any wait for a slower peer, as a step's does.
     pub fn new() -> Self {
         let now = Instant::now();
         PhaseClock {
             compute: Duration::ZERO,
             comm: Duration::ZERO,
             wait: Duration::ZERO,
+            wait_apart: false,
             mark: now,
             born: now,
             spans: Vec::new(),
         }
+    }
+
+    /// A clock that starts counting compute now and times waiting apart:
+    /// before each of the dense block's collectives
+    /// ([`PhaseClock::before_collective`]) a barrier, charged to waiting,
+    /// so that the collective's own time holds no peer's compute.
+    pub fn waiting_apart() -> Self {
+        PhaseClock {
+            wait_apart: true,
+            ..Self::new()
+        }
+    }
+
+    /// Ends the compute phase before a collective, then, on a clock made
+    /// by [`PhaseClock::waiting_apart`], waits for every peer.
+    pub fn before_collective<C: Compute, M: Communicator>(
+        &mut self,
+        dev: &C,
+        comm: &mut M,
+    ) -> LayerResult<()> {
+        self.end_compute(dev)?;
+        if self.wait_apart {
+            self.wait_for_peers(comm)?;
+        }
+        Ok(())
     }
 
     /// Each communication phase, (start, end) since the clock began.
@@ -54,15 +84,16 @@ impl PhaseClock {
         self.comm
     }
 
-    /// Time charged to waiting for peers so far ([`PhaseClock::end_wait`]).
+    /// Time charged to waiting for peers so far ([`PhaseClock::wait_for_peers`]).
     pub fn wait(&self) -> Duration {
         self.wait
     }
 
-    /// Ends a wait for peers (a barrier before a collective): waits for the
-    /// communicator, charges the time since the mark to waiting, so that
-    /// the collective after it is timed without a late peer's skew.
-    pub fn end_wait<M: Communicator>(&mut self, comm: &mut M) -> LayerResult<()> {
+    /// Waits for every peer (a barrier before a collective) and charges
+    /// the time since the mark to waiting, so that the collective after it
+    /// is timed without a late peer's skew.
+    pub fn wait_for_peers<M: Communicator>(&mut self, comm: &mut M) -> LayerResult<()> {
+        comm.barrier()?;
         comm.sync()?;
         let now = Instant::now();
         self.wait += now - self.mark;

@@ -6,8 +6,10 @@
 //! before it (so the compute before it is charged to compute) and the
 //! communicator after it (so the collective is charged to communication).
 //! On a GPU this serialises compute and communication, which is what makes
-//! the two figures separable; the wait for a slower peer's compute lands in
-//! the communication time of the faster rank, as it does in a real step.
+//! the two figures separable. The wait for a slower peer's compute lands in
+//! the communication time of the faster rank, as it does in a real step,
+//! unless the clock times waiting apart ([`PhaseClock::waiting_apart`]: a
+//! barrier before each collective, as bench-layers times the block).
 
 //!
 //! The parts, one job each: [`clock`] (the compute/communication split),

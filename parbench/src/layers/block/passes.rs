@@ -110,7 +110,7 @@ impl<C: Compute, M: Communicator<Buffer = C::Buf>> Pass<'_, C, M> {
             return Ok(());
         };
         let count = self.ctx.dims.nr * self.ctx.dims.h;
-        self.clock.end_compute(self.dev)?;
+        self.clock.before_collective(self.dev, self.comm)?;
         let send = local;
         self.comm
             .all_gather(Io::OutOfPlace { send, recv }, count, self.ctx.dtype)?;
@@ -129,7 +129,7 @@ impl<C: Compute, M: Communicator<Buffer = C::Buf>> Pass<'_, C, M> {
         }
         let Dims { n, nr, h, .. } = self.ctx.dims;
         let dtype = self.ctx.dtype;
-        self.clock.end_compute(self.dev)?;
+        self.clock.before_collective(self.dev, self.comm)?;
         match scattered.as_mut() {
             Some(recv) => {
                 let send = partial;

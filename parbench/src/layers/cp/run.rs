@@ -102,11 +102,11 @@ where
     })
 }
 
-/// This rank's timed calls: per-call means of compute, wait, wall and
-/// transfer, the fastest and slowest wall, in seconds.
+/// This rank's timed calls: per-call means of compute, wait, wait apart
+/// (none), wall and transfer, the fastest and slowest wall, in seconds.
 struct Calls {
     checked: Option<CpResult>,
-    mine: [f64; 6],
+    mine: [f64; 7],
 }
 
 /// The checked call (if asked), the warm-up and the timed calls of `cfg`
@@ -155,9 +155,12 @@ where
     let n = iters as f64;
     Ok(Calls {
         checked,
+        // The attention's wait for communication is its communication
+        // time (`comm_us`); no barrier waits apart (0).
         mine: [
             sums.compute.as_secs_f64() / n,
             sums.wait.as_secs_f64() / n,
+            0.0,
             wall / n,
             min,
             max,
@@ -210,7 +213,7 @@ pub fn run_cp<M: Communicator>(
     let all = all_gather_f64(comm, &done.mine)?;
     let timing = slowest(&all, done.mine.len());
     let transfer_us = all
-        .get(timing.slowest_rank * done.mine.len() + 5)
+        .get(timing.slowest_rank * done.mine.len() + 6)
         .copied()
         .unwrap_or(0.0)
         * 1e6;

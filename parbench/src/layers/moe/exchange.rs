@@ -105,8 +105,7 @@ where
     M: Communicator<Buffer = C::Buf>,
 {
     clock.end_compute(dev)?;
-    comm.barrier()?;
-    clock.end_wait(comm)
+    clock.wait_for_peers(comm)
 }
 
 /// Every rank's `send[peer]` counts (the same number per peer) received as
