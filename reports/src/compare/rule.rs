@@ -71,7 +71,7 @@ pub(super) fn side(figs: &[(String, Figure)]) -> Option<Side> {
         });
     let noise = if rounds >= 2 {
         match first {
-            Worse::HigherFraction => high - low,
+            Worse::HigherFraction | Worse::LowerFraction => high - low,
             _ => spread(low, high, med),
         }
     } else {
@@ -98,6 +98,7 @@ fn worse_by(worse: Worse, base: f64, cur: f64) -> f64 {
         Worse::Higher => cur / base - 1.0,
         Worse::Lower => 1.0 - cur / base,
         Worse::HigherFraction => cur - base,
+        Worse::LowerFraction => base - cur,
     }
 }
 
@@ -105,7 +106,7 @@ fn worse_by(worse: Worse, base: f64, cur: f64) -> f64 {
 fn all_worse(worse: Worse, a: &Side, b: &Side) -> bool {
     match worse {
         Worse::Higher | Worse::HigherFraction => a.low > b.high,
-        Worse::Lower => a.high < b.low,
+        Worse::Lower | Worse::LowerFraction => a.high < b.low,
     }
 }
 

@@ -1,0 +1,81 @@
+//! The figures `compare` judges in the context-parallel records:
+//! layers_cp.csv (bench-layers `--cp`) and cp-ring.csv
+//! (`bench-collectives cp-ring`).
+
+use super::rule::spread_below;
+use super::{Compared, Figure, Worse};
+use parbench::results::{CpRingRow, CpRow};
+
+fn time(name: &'static str, value: f64, noise: f64) -> Figure {
+    Figure {
+        name,
+        value,
+        worse: Worse::Higher,
+        noise,
+        time_us: Some(value),
+    }
+}
+
+impl Compared for CpRow {
+    const SUITE: &'static str = "layers_cp";
+    /// The call's time and the time it stood still for transfers, each
+    /// with the call's spread below its mean; beyond cp 1 the share of the
+    /// transfers hidden (NaN at cp 1, where nothing is sent).
+    fn figures(&self) -> Vec<Figure> {
+        let below = (self.total_us - self.total_min_us).max(0.0);
+        let rel = |v: f64| spread_below(v - below, v);
+        let mut out = vec![
+            time("total_us", self.total_us, rel(self.total_us)),
+            time("wait_us", self.wait_us, rel(self.wait_us)),
+        ];
+        if self.cp > 1 {
+            out.push(Figure {
+                name: "hidden_share",
+                value: self.hidden_share,
+                worse: Worse::LowerFraction,
+                noise: rel(self.total_us),
+                time_us: None,
+            });
+        }
+        out
+    }
+    fn key_parts(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("backend", self.backend.clone()),
+            ("wire", self.wire.clone()),
+            ("method", self.method.clone()),
+            ("mode", self.mode.clone()),
+            ("cp", self.cp.to_string()),
+        ]
+    }
+}
+
+impl Compared for CpRingRow {
+    const SUITE: &'static str = "cp-ring";
+    /// The overlapped pass and the exchange alone, with the overlapped
+    /// pass's median below its combined time as the row's own spread; and
+    /// the share of the exchange hidden.
+    fn figures(&self) -> Vec<Figure> {
+        let noise = spread_below(self.overlapped_p50_us, self.overlapped_us);
+        vec![
+            time("overlapped_us", self.overlapped_us, noise),
+            time("exchange_us", self.exchange_us, noise),
+            Figure {
+                name: "hidden",
+                value: self.hidden,
+                worse: Worse::LowerFraction,
+                noise,
+                time_us: None,
+            },
+        ]
+    }
+    fn key_parts(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("backend", self.backend.clone()),
+            ("wire", self.wire.clone()),
+            ("ranks", self.world.to_string()),
+            ("stand-in", self.stand_in.clone()),
+            ("size", self.bytes.to_string()),
+        ]
+    }
+}
