@@ -16,11 +16,22 @@ fn time(name: &'static str, value: f64, noise: f64) -> Figure {
     }
 }
 
+/// A spread of `us` as a share of `of` (0 when not finite).
+fn points(us: f64, of: f64) -> f64 {
+    let p = us / of;
+    if p.is_finite() {
+        p
+    } else {
+        0.0
+    }
+}
+
 impl Compared for CpRow {
     const SUITE: &'static str = "layers_cp";
     /// The call's time and the time it stood still for transfers, each
     /// with the call's spread below its mean; beyond cp 1 the share of the
-    /// transfers hidden (NaN at cp 1, where nothing is sent).
+    /// transfers hidden (NaN at cp 1, where nothing is sent), its noise the
+    /// call's spread over the transfers.
     fn figures(&self) -> Vec<Figure> {
         let below = (self.total_us - self.total_min_us).max(0.0);
         let rel = |v: f64| spread_below(v - below, v);
@@ -33,7 +44,8 @@ impl Compared for CpRow {
                 name: "hidden_share",
                 value: self.hidden_share,
                 worse: Worse::LowerFraction,
-                noise: rel(self.total_us),
+                // The call's spread, all of it standing still, in points of the share.
+                noise: points(below, self.transfer_us),
                 time_us: None,
             });
         }
@@ -54,9 +66,11 @@ impl Compared for CpRingRow {
     const SUITE: &'static str = "cp-ring";
     /// The overlapped pass and the exchange alone, with the overlapped
     /// pass's median below its combined time as the row's own spread; and
-    /// the share of the exchange hidden.
+    /// the share of the exchange hidden, its noise that spread over the
+    /// exchange.
     fn figures(&self) -> Vec<Figure> {
         let noise = spread_below(self.overlapped_p50_us, self.overlapped_us);
+        let below = (self.overlapped_us - self.overlapped_p50_us).max(0.0);
         vec![
             time("overlapped_us", self.overlapped_us, noise),
             time("exchange_us", self.exchange_us, noise),
@@ -64,7 +78,8 @@ impl Compared for CpRingRow {
                 name: "hidden",
                 value: self.hidden,
                 worse: Worse::LowerFraction,
-                noise,
+                // The overlapped pass's spread in points of the share.
+                noise: points(below, self.exchange_us),
                 time_us: None,
             },
         ]
