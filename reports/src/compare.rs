@@ -588,6 +588,7 @@ pub fn compare_sources(base: &Source, cur: &Source, limits: Limits) -> Compariso
     }
     compare_rows(&base.cp, &cur.cp, (&bi, &ci), limits, &mut out);
     compare_rows(&base.cp_ring, &cur.cp_ring, (&bi, &ci), limits, &mut out);
+    compare_rows(&base.moe, &cur.moe, (&bi, &ci), limits, &mut out);
     compare_rows(&base.pipeline, &cur.pipeline, (&bi, &ci), limits, &mut out);
     let suites = |s: &Source| {
         [
@@ -595,14 +596,15 @@ pub fn compare_sources(base: &Source, cur: &Source, limits: Limits) -> Compariso
             !s.layers.is_empty(),
             !s.cp.is_empty(),
             !s.cp_ring.is_empty(),
+            !s.moe.is_empty(),
             !s.pipeline.is_empty(),
         ]
     };
     let (sb, sc) = (suites(base), suites(cur));
     if !sb.iter().zip(&sc).any(|(a, b)| *a && *b) {
         out.unmatched.push(
-            "the two folders share no suite (collectives, layers, layers_cp, cp-ring, pipeline): \
-             nothing to compare"
+            "the two folders share no suite (collectives, layers, layers_cp, cp-ring, moe, \
+             pipeline): nothing to compare"
                 .to_string(),
         );
     }

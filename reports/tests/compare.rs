@@ -753,14 +753,25 @@ fn a_noise_limit_turns_a_noisy_run_into_a_judged_one() {
     }
 }
 
-/// A folder of one quiet round of the real-cp fixture's layers_cp.csv and
-/// cp-ring.csv rows, each row's own spread made tight (1%), then `edit`.
+/// A folder of one quiet round of the real-cp fixture's layers_cp.csv,
+/// cp-ring.csv and moe.csv rows, each row's own spread made tight (1%),
+/// then `edit_*`.
 fn cp_folder(
     name: &str,
     edit_cp: impl Fn(&mut parbench::results::CpRow),
     edit_ring: impl Fn(&mut parbench::results::CpRingRow),
 ) -> PathBuf {
-    use parbench::results::{CpRingRow, CpRow};
+    cp_moe_folder(name, edit_cp, edit_ring, |_| {})
+}
+
+/// [`cp_folder`] with the fixture's moe.csv rows too, then `edit_moe`.
+fn cp_moe_folder(
+    name: &str,
+    edit_cp: impl Fn(&mut parbench::results::CpRow),
+    edit_ring: impl Fn(&mut parbench::results::CpRingRow),
+    edit_moe: impl Fn(&mut parbench::results::MoeRow),
+) -> PathBuf {
+    use parbench::results::{CpRingRow, CpRow, MoeRow};
     let dir = scratch(name);
     let src = fixture("real-cp");
     let mut cp: Vec<CpRow> = read_rows(&src.join("layers_cp.csv")).unwrap();
@@ -773,6 +784,12 @@ fn cp_folder(
         r.overlapped_p50_us = r.overlapped_us * 0.99;
         edit_ring(r);
     }
+    let mut moe: Vec<MoeRow> = read_rows(&src.join("moe.csv")).unwrap();
+    for r in &mut moe {
+        r.p50_us = r.time_us * 0.99;
+        edit_moe(r);
+    }
+    append_rows(&dir, &moe).unwrap();
     let runs: Vec<serde_json::Value> =
         serde_json::from_str(&std::fs::read_to_string(src.join("run.json")).unwrap()).unwrap();
     let quiet: Vec<serde_json::Value> = runs
@@ -853,5 +870,30 @@ fn a_cp_ring_size_that_hides_less_is_flagged() {
     ] {
         assert!(out.contains(want), "{want}: {out}");
     }
+    assert_short_lines(&out);
+}
+
+#[test]
+fn a_slower_moe_dispatch_is_flagged() {
+    let base = cp_folder("moe-base", |_| {}, |_| {});
+    let cur = cp_moe_folder(
+        "moe-slow",
+        |_| {},
+        |_| {},
+        |r| {
+            if r.phase == "dispatch" {
+                r.time_us *= 1.2;
+                r.p50_us *= 1.2;
+            }
+        },
+    );
+    let o = report(&["compare", base.to_str().unwrap(), cur.to_str().unwrap()]);
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}{}", stderr(&o));
+    assert!(out.contains(": 1 regression"), "{out}");
+    assert!(
+        out.contains("moe local/shm/np2/dispatch/T64/H64/E4/k2/uniform"),
+        "{out}"
+    );
     assert_short_lines(&out);
 }

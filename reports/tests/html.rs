@@ -571,7 +571,7 @@ fn section_of<'a>(html: &'a str, id: &str) -> &'a str {
 #[test]
 fn context_parallel_and_moe_records_have_their_section() {
     // Real runs of bench-layers --cp, --experts and bench-collectives
-    // cp-ring (fixtures/README.md).
+    // moe and cp-ring (fixtures/README.md).
     let out = scratch("cp-moe").join("r.html");
     let html = render_to(&out, &[fixture("real-cp")]);
     let sec = section_of(&html, "cp-moe");
@@ -579,6 +579,7 @@ fn context_parallel_and_moe_records_have_their_section() {
     for part in [
         "Context-parallel attention: real-cp: local/shm forward causal",
         "MoE block: real-cp:",
+        "MoE dispatch and combine: real-cp: local/shm, 2 ranks, 64 tokens a rank x hidden 64",
         "CP ring beside compute: real-cp: local/shm, 2 ranks",
     ] {
         assert!(sec.contains(part), "{part}: {sec}");
@@ -589,6 +590,10 @@ fn context_parallel_and_moe_records_have_their_section() {
     assert!(
         sec.contains("(model 1.68 us)"),
         "the all-to-all's model: {sec}"
+    );
+    assert!(
+        sec.contains("<td>1.39 us</td><td>0.75 us</td><td>5.09 of 66.6</td>"),
+        "dispatch beside the model and the ceiling: {sec}"
     );
     assert!(sec.contains("<td>16 KiB</td><td>93.8%</td><td>111 us</td><td>111 us</td>"));
     // The answers table: the ring's share hidden at its largest size.
@@ -609,5 +614,11 @@ fn an_moe_block_run_alone_is_a_results_folder() {
     let html = html_of(&dir);
     let sec = section_of(&html, "cp-moe");
     assert!(sec.contains("MoE block:"), "{sec}");
-    assert!(!sec.contains("Context-parallel attention:") && !sec.contains("CP ring beside"));
+    for absent in [
+        "Context-parallel attention:",
+        "CP ring beside",
+        "MoE dispatch",
+    ] {
+        assert!(!sec.contains(absent), "{absent}: {sec}");
+    }
 }

@@ -1,10 +1,10 @@
-//! The figures `compare` judges in the context-parallel records:
-//! layers_cp.csv (bench-layers `--cp`) and cp-ring.csv
-//! (`bench-collectives cp-ring`).
+//! The figures `compare` judges in the context-parallel and MoE records:
+//! layers_cp.csv (bench-layers `--cp`), cp-ring.csv (`bench-collectives
+//! cp-ring`) and moe.csv (`bench-collectives moe`).
 
 use super::rule::spread_below;
 use super::{Compared, Figure, Worse};
-use parbench::results::{CpRingRow, CpRow};
+use parbench::results::{CpRingRow, CpRow, MoeRow};
 
 fn time(name: &'static str, value: f64, noise: f64) -> Figure {
     Figure {
@@ -91,6 +91,29 @@ impl Compared for CpRingRow {
             ("ranks", self.world.to_string()),
             ("stand-in", self.stand_in.clone()),
             ("size", self.bytes.to_string()),
+        ]
+    }
+}
+
+impl Compared for MoeRow {
+    const SUITE: &'static str = "moe";
+    /// The phase's time, with its combined time's spread above the median
+    /// iteration as the row's own noise (no fastest iteration recorded).
+    fn figures(&self) -> Vec<Figure> {
+        vec![time(
+            "time_us",
+            self.time_us,
+            spread_below(self.p50_us, self.time_us),
+        )]
+    }
+    fn key_parts(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("backend", self.backend.clone()),
+            ("wire", self.wire.clone()),
+            ("ranks", self.world.to_string()),
+            ("phase", self.phase.clone()),
+            ("routing", self.routing.clone()),
+            ("size", format!("{}x{}", self.tokens, self.hidden)),
         ]
     }
 }

@@ -1,14 +1,15 @@
 //! The context-parallel and MoE section: bench-layers `--cp` attention
 //! rows (layers_cp.csv) beside each method's cp 1 row, the MoE block's
 //! layouts (run.json `extra.moe_rows`) beside the unsplit layout and the
-//! model, and `bench-collectives cp-ring` sizes beside the exchange alone
-//! and the model. Tables only: each holds a handful of rows.
+//! model, `bench-collectives moe` phases (moe.csv) beside the model and
+//! the ceiling, and `bench-collectives cp-ring` sizes beside the exchange
+//! alone and the model. Tables only: each holds a handful of rows.
 
 use super::layers::check_cell;
 use super::page::{self, num, text, Cell};
 use crate::load::Source;
 use crate::units;
-use parbench::results::{CpRingRow, CpRow, RunMeta};
+use parbench::results::{CpRingRow, CpRow, MoeRow, RunMeta};
 use serde_json::Value;
 use std::collections::BTreeMap;
 
@@ -199,6 +200,99 @@ fn moe_block(sources: &[Source]) -> String {
     body
 }
 
+fn dispatch_config(label: &str, r: &MoeRow) -> String {
+    format!(
+        "{label}: {}/{}, {} ranks, {} tokens a rank x hidden {}, {} experts top-{}{}{}",
+        r.backend,
+        r.wire,
+        r.world,
+        r.tokens,
+        r.hidden,
+        r.experts,
+        r.topk,
+        if r.node_limit > 0 {
+            format!(", node limit {}", r.node_limit)
+        } else {
+            String::new()
+        },
+        if r.capacity_factor.is_finite() {
+            format!(", capacity factor {}", r.capacity_factor)
+        } else {
+            String::new()
+        }
+    )
+}
+
+/// The moe.csv tables, one per shape; empty without rows.
+fn moe_dispatch(sources: &[Source]) -> String {
+    // Dispatch before combine within one routing, payload and copies.
+    type Phase = (String, String, String, bool, String);
+    let mut configs: BTreeMap<String, BTreeMap<Phase, &MoeRow>> = BTreeMap::new();
+    for s in sources {
+        for r in &s.moe {
+            // Several runs of one phase: the last, in run order.
+            let phase = (
+                r.routing.clone(),
+                r.payload.clone(),
+                r.copies.clone(),
+                r.phase != "dispatch",
+                r.phase.clone(),
+            );
+            configs
+                .entry(dispatch_config(&s.label, r))
+                .or_default()
+                .insert(phase, r);
+        }
+    }
+    let mut body = String::new();
+    for (name, rows) in configs {
+        body.push_str(&page::h3(&format!("MoE dispatch and combine: {name}")));
+        let table: Vec<Vec<Cell>> = rows
+            .values()
+            .map(|r| {
+                vec![
+                    text(format!("{} {} {}", r.routing, r.payload, r.copies)),
+                    text(r.phase.clone()),
+                    num(units::bytes(r.bytes as f64)),
+                    num(units::micros(r.time_us)),
+                    num(units::micros(r.model_us)),
+                    num(if r.ceiling_gbps.is_finite() {
+                        format!(
+                            "{} of {}",
+                            units::sig3(r.busbw_gbps),
+                            units::sig3(r.ceiling_gbps)
+                        )
+                    } else {
+                        units::sig3(r.busbw_gbps)
+                    }),
+                    num(format!("{}x", units::sig3(r.imbalance))),
+                    num(r.dropped.to_string()),
+                    if r.wrong > 0 {
+                        Cell::Bad(format!("{} WRONG", r.wrong))
+                    } else {
+                        num("0")
+                    },
+                ]
+            })
+            .collect();
+        body.push_str(&page::table(
+            &[
+                "routing, payload, copies",
+                "phase",
+                "sent per rank",
+                "time",
+                "model (balanced)",
+                "busbw GB/s of ceiling",
+                "imbalance",
+                "dropped",
+                "wrong",
+            ],
+            &table,
+        ));
+    }
+    body
+}
+
 fn ring_config(label: &str, r: &CpRingRow) -> String {
     format!(
         "{label}: {}/{}, {} ranks, compute stand-in {}",
@@ -297,13 +391,33 @@ pub fn ring_answers(sources: &[Source]) -> Vec<(String, String, String)> {
 
 /// The section's HTML; none when no folder holds any of these records.
 pub fn section(sources: &[Source]) -> Option<String> {
-    let body = [cp_attention(sources), moe_block(sources), cp_ring(sources)].concat();
-    if body.is_empty() {
+    // Each part with the sentence that says how to read it.
+    let parts = [
+        (
+            cp_attention(sources),
+            "Context-parallel attention per method and degree against the same method at cp 1 (stood still: the time the attention waited on transfers; hidden: the transfers' share behind compute).",
+        ),
+        (
+            moe_block(sources),
+            "The MoE block per ep/etp/tp layout against the unsplit layout, its all-to-alls beside the model's.",
+        ),
+        (
+            moe_dispatch(sources),
+            "The MoE dispatch and combine alone (bench-collectives moe) per routing beside the model's balanced all-to-all and the wire's ceiling.",
+        ),
+        (
+            cp_ring(sources),
+            "The CP ring per block size: the share of the exchange hidden behind a compute stand-in, beside the exchange alone and the model's pass.",
+        ),
+    ];
+    let shown: Vec<&(String, &str)> = parts.iter().filter(|(b, _)| !b.is_empty()).collect();
+    if shown.is_empty() {
         return None;
     }
-    let mut html = page::note(
-        "Context-parallel attention per method and degree against the same method at cp 1 (stood still: the time the attention waited on transfers; hidden: the transfers' share behind compute). The MoE block per ep/etp/tp layout against the unsplit layout, its all-to-alls beside the model's. The CP ring per block size: the share of the exchange hidden behind a compute stand-in, beside the exchange alone and the model's pass.",
-    );
-    html.push_str(&body);
+    let words: Vec<&str> = shown.iter().map(|(_, w)| *w).collect();
+    let mut html = page::note(&words.join(" "));
+    for (body, _) in shown {
+        html.push_str(body);
+    }
     page::section_if("cp-moe", "Context parallelism and MoE", &html)
 }
