@@ -205,6 +205,9 @@ mod tests {
         assert!((worse_by(Worse::Lower, 10.0, 8.0) - 0.2).abs() < 1e-12);
         assert!((worse_by(Worse::HigherFraction, 0.10, 0.16) - 0.06).abs() < 1e-12);
         assert!(worse_by(Worse::Lower, 10.0, 12.0) < 0.0);
+        // A hidden share: lower is worse, in points.
+        assert!((worse_by(Worse::LowerFraction, 0.90, 0.50) - 0.40).abs() < 1e-12);
+        assert!(worse_by(Worse::LowerFraction, 0.50, 0.90) < 0.0);
     }
 
     #[test]
