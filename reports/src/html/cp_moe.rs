@@ -30,6 +30,25 @@ fn times_of(ratio: f64, reference: Option<f64>) -> String {
     }
 }
 
+/// A bandwidth beside the wire's ceiling ("5.09 of 66.6"), or alone
+/// where none was measured.
+fn of_ceiling(gbps: f64, ceiling: f64) -> String {
+    if ceiling.is_finite() {
+        format!("{} of {}", units::sig3(gbps), units::sig3(ceiling))
+    } else {
+        units::sig3(gbps)
+    }
+}
+
+/// Wrong bytes (or elements) a check found: red when any.
+fn wrong_cell(wrong: u64) -> Cell {
+    if wrong > 0 {
+        Cell::Bad(format!("{wrong} WRONG"))
+    } else {
+        num("0")
+    }
+}
+
 fn cp_config(label: &str, r: &CpRow) -> String {
     format!(
         "{label}: {}/{} {} {} (heads {} x {}, seq {}, b {}) tp {}",
@@ -256,22 +275,10 @@ fn moe_dispatch(sources: &[Source]) -> String {
                     num(units::bytes(r.bytes as f64)),
                     num(units::micros(r.time_us)),
                     num(units::micros(r.model_us)),
-                    num(if r.ceiling_gbps.is_finite() {
-                        format!(
-                            "{} of {}",
-                            units::sig3(r.busbw_gbps),
-                            units::sig3(r.ceiling_gbps)
-                        )
-                    } else {
-                        units::sig3(r.busbw_gbps)
-                    }),
+                    num(of_ceiling(r.busbw_gbps, r.ceiling_gbps)),
                     num(format!("{}x", units::sig3(r.imbalance))),
                     num(r.dropped.to_string()),
-                    if r.wrong > 0 {
-                        Cell::Bad(format!("{} WRONG", r.wrong))
-                    } else {
-                        num("0")
-                    },
+                    wrong_cell(r.wrong),
                 ]
             })
             .collect();
@@ -330,20 +337,8 @@ fn cp_ring(sources: &[Source]) -> String {
                     num(units::micros(r.compute_us)),
                     num(units::micros(r.overlapped_us)),
                     num(units::micros(r.lost_us)),
-                    num(if r.ceiling_gbps.is_finite() {
-                        format!(
-                            "{} of {}",
-                            units::sig3(r.busbw_gbps),
-                            units::sig3(r.ceiling_gbps)
-                        )
-                    } else {
-                        units::sig3(r.busbw_gbps)
-                    }),
-                    if r.wrong > 0 {
-                        Cell::Bad(format!("{} WRONG", r.wrong))
-                    } else {
-                        num("0")
-                    },
+                    num(of_ceiling(r.busbw_gbps, r.ceiling_gbps)),
+                    wrong_cell(r.wrong),
                 ]
             })
             .collect();
