@@ -48,6 +48,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 mod compute_basis;
+mod cp_rows;
 mod render;
 mod rule;
 pub use compute_basis::ComputeBasis;
@@ -118,6 +119,8 @@ pub enum Worse {
     Lower,
     /// Fractions (the bubble): higher is worse; compared as a difference.
     HigherFraction,
+    /// Fractions (a hidden share): lower is worse; compared as a difference.
+    LowerFraction,
 }
 
 /// One figure of one row, with its own noise.
@@ -583,18 +586,25 @@ pub fn compare_sources(base: &Source, cur: &Source, limits: Limits) -> Compariso
         }
         None => compare_rows(&base.layers, &cur.layers, (&bi, &ci), limits, &mut out),
     }
+    compare_rows(&base.cp, &cur.cp, (&bi, &ci), limits, &mut out);
+    compare_rows(&base.cp_ring, &cur.cp_ring, (&bi, &ci), limits, &mut out);
+    compare_rows(&base.moe, &cur.moe, (&bi, &ci), limits, &mut out);
     compare_rows(&base.pipeline, &cur.pipeline, (&bi, &ci), limits, &mut out);
     let suites = |s: &Source| {
         [
             !s.collectives.is_empty(),
             !s.layers.is_empty(),
+            !s.cp.is_empty(),
+            !s.cp_ring.is_empty(),
+            !s.moe.is_empty(),
             !s.pipeline.is_empty(),
         ]
     };
     let (sb, sc) = (suites(base), suites(cur));
     if !sb.iter().zip(&sc).any(|(a, b)| *a && *b) {
         out.unmatched.push(
-            "the two folders share no suite (collectives, layers, pipeline): nothing to compare"
+            "the two folders share no suite (collectives, layers, layers_cp, cp-ring, moe, \
+             pipeline): nothing to compare"
                 .to_string(),
         );
     }

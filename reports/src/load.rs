@@ -3,8 +3,8 @@
 
 use anyhow::{anyhow, bail, Result};
 use parbench::results::{
-    read_rows, read_runs, CollectiveRow, LayerRow, LinkRow, MoeRow, PipelineRow, Record, RunMeta,
-    SCHEMA_VERSION,
+    read_rows, read_runs, CollectiveRow, CpRingRow, CpRow, LayerRow, LinkRow, MoeRow, PipelineRow,
+    Record, RunMeta, SCHEMA_VERSION,
 };
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -26,6 +26,10 @@ pub struct Source {
     pub links: Vec<LinkRow>,
     /// `bench-collectives moe` phases (moe.csv).
     pub moe: Vec<MoeRow>,
+    /// bench-layers `--cp` attention rows (layers_cp.csv).
+    pub cp: Vec<CpRow>,
+    /// `bench-collectives cp-ring` sizes (cp-ring.csv).
+    pub cp_ring: Vec<CpRingRow>,
     /// Timeline file name (as a pipeline row names it) to its trace.
     pub timelines: BTreeMap<String, Timeline>,
 }
@@ -65,18 +69,25 @@ pub fn load_source(dir: &Path, with_timelines: bool) -> Result<Source> {
     let runs = read_runs(dir)?;
     let links = rows_of::<LinkRow>(dir, |r| r.schema)?;
     let moe = rows_of::<MoeRow>(dir, |r| r.schema)?;
+    let cp = rows_of::<CpRow>(dir, |r| r.schema)?;
+    let cp_ring = rows_of::<CpRingRow>(dir, |r| r.schema)?;
     let any_file = [
         CollectiveRow::FILE,
         LayerRow::FILE,
         PipelineRow::FILE,
         LinkRow::FILE,
         MoeRow::FILE,
+        CpRow::FILE,
+        CpRingRow::FILE,
     ]
     .iter()
-    .any(|f| is_there(&dir.join(f)));
+    .any(|f| is_there(&dir.join(f)))
+        // An MoE block run records its layouts in run.json alone.
+        || runs.iter().any(|r| r.extra.contains_key("moe_rows"));
     if !any_file {
         bail!(
-            "{}: no records (expected collectives.csv, layers.csv, pipeline.csv, links.csv or moe.csv)",
+            "{}: no records (expected collectives.csv, layers.csv, layers_cp.csv, pipeline.csv, \
+             links.csv, moe.csv or cp-ring.csv)",
             dir.display()
         );
     }
@@ -123,6 +134,8 @@ pub fn load_source(dir: &Path, with_timelines: bool) -> Result<Source> {
         runs,
         links,
         moe,
+        cp,
+        cp_ring,
         timelines,
     })
 }
@@ -208,6 +221,8 @@ pub fn load_pooled(dirs: &[PathBuf]) -> Result<Source> {
         pooled.runs.extend(s.runs);
         pooled.links.extend(s.links);
         pooled.moe.extend(s.moe);
+        pooled.cp.extend(s.cp);
+        pooled.cp_ring.extend(s.cp_ring);
     }
     Ok(pooled)
 }

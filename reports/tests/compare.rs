@@ -752,3 +752,148 @@ fn a_noise_limit_turns_a_noisy_run_into_a_judged_one() {
         assert!(err.contains("--noise-limit"), "{err}");
     }
 }
+
+/// A folder of one quiet round of the real-cp fixture's layers_cp.csv,
+/// cp-ring.csv and moe.csv rows, each row's own spread made tight (1%),
+/// then `edit_*`.
+fn cp_folder(
+    name: &str,
+    edit_cp: impl Fn(&mut parbench::results::CpRow),
+    edit_ring: impl Fn(&mut parbench::results::CpRingRow),
+) -> PathBuf {
+    cp_moe_folder(name, edit_cp, edit_ring, |_| {})
+}
+
+/// [`cp_folder`] with the fixture's moe.csv rows too, then `edit_moe`.
+fn cp_moe_folder(
+    name: &str,
+    edit_cp: impl Fn(&mut parbench::results::CpRow),
+    edit_ring: impl Fn(&mut parbench::results::CpRingRow),
+    edit_moe: impl Fn(&mut parbench::results::MoeRow),
+) -> PathBuf {
+    use parbench::results::{CpRingRow, CpRow, MoeRow};
+    let dir = scratch(name);
+    let src = fixture("real-cp");
+    let mut cp: Vec<CpRow> = read_rows(&src.join("layers_cp.csv")).unwrap();
+    for r in &mut cp {
+        r.total_min_us = r.total_us * 0.99;
+        edit_cp(r);
+    }
+    let mut ring: Vec<CpRingRow> = read_rows(&src.join("cp-ring.csv")).unwrap();
+    for r in &mut ring {
+        r.overlapped_p50_us = r.overlapped_us * 0.99;
+        edit_ring(r);
+    }
+    let mut moe: Vec<MoeRow> = read_rows(&src.join("moe.csv")).unwrap();
+    for r in &mut moe {
+        r.p50_us = r.time_us * 0.99;
+        edit_moe(r);
+    }
+    append_rows(&dir, &moe).unwrap();
+    let runs: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(src.join("run.json")).unwrap()).unwrap();
+    let quiet: Vec<serde_json::Value> = runs
+        .into_iter()
+        .map(|mut m| {
+            m["extra"]["noise"]["fraction"] = 0.0.into();
+            m["extra"]["noise"]["foreign_s"] = 0.0.into();
+            m
+        })
+        .collect();
+    append_rows(&dir, &cp).unwrap();
+    write_folder(&dir, &ring, &quiet);
+    dir
+}
+
+#[test]
+fn context_parallel_rows_compare_with_themselves() {
+    let base = cp_folder("cp-same-base", |_| {}, |_| {});
+    let cur = cp_folder("cp-same", |_| {}, |_| {});
+    let o = report(&["compare", base.to_str().unwrap(), cur.to_str().unwrap()]);
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}{}", stderr(&o));
+    assert!(out.contains(": 0 regressions, 0 improvements"), "{out}");
+    assert_short_lines(&out);
+}
+
+#[test]
+fn a_slower_cp_attention_row_is_flagged() {
+    let base = cp_folder("cp-slow-base", |_| {}, |_| {});
+    let cur = cp_folder(
+        "cp-slow",
+        |r| {
+            if r.cp == 2 {
+                r.total_us *= 1.2;
+                r.total_min_us *= 1.2;
+            }
+        },
+        |_| {},
+    );
+    let o = report(&["compare", base.to_str().unwrap(), cur.to_str().unwrap()]);
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}{}", stderr(&o));
+    assert!(out.contains(": 1 regression"), "{out}");
+    assert!(
+        out.contains("layers_cp local/shm/p2p/forward/causal/h2d16s32b1/tp1cp2")
+            && out.contains("total_us")
+            && out.contains("+20.0%"),
+        "{out}"
+    );
+    assert_short_lines(&out);
+}
+
+#[test]
+fn a_cp_ring_size_that_hides_less_is_flagged() {
+    let base = cp_folder("ring-base", |_| {}, |_| {});
+    // At 16 KiB the overlapped pass 20% longer: the share hidden drops with it.
+    let cur = cp_folder(
+        "ring-worse",
+        |_| {},
+        |r| {
+            if r.bytes == 16384 {
+                r.overlapped_us *= 1.2;
+                r.overlapped_p50_us *= 1.2;
+                r.hidden =
+                    ((r.exchange_us + r.compute_us - r.overlapped_us) / r.exchange_us).max(0.0);
+            }
+        },
+    );
+    let o = report(&["compare", base.to_str().unwrap(), cur.to_str().unwrap()]);
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}{}", stderr(&o));
+    assert!(out.contains(": 2 regressions"), "{out}");
+    for want in [
+        "cp-ring local/shm/np2/16384/cauto",
+        "overlapped_us",
+        "hidden",
+        " pt",
+    ] {
+        assert!(out.contains(want), "{want}: {out}");
+    }
+    assert_short_lines(&out);
+}
+
+#[test]
+fn a_slower_moe_dispatch_is_flagged() {
+    let base = cp_folder("moe-base", |_| {}, |_| {});
+    let cur = cp_moe_folder(
+        "moe-slow",
+        |_| {},
+        |_| {},
+        |r| {
+            if r.phase == "dispatch" {
+                r.time_us *= 1.2;
+                r.p50_us *= 1.2;
+            }
+        },
+    );
+    let o = report(&["compare", base.to_str().unwrap(), cur.to_str().unwrap()]);
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}{}", stderr(&o));
+    assert!(out.contains(": 1 regression"), "{out}");
+    assert!(
+        out.contains("moe local/shm/np2/dispatch/T64/H64/E4/k2/uniform"),
+        "{out}"
+    );
+    assert_short_lines(&out);
+}

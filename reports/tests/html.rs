@@ -97,7 +97,7 @@ fn labels_from_records_are_escaped() {
 fn a_section_with_nothing_to_show_is_left_out() {
     let out = scratch("only-tcp").join("r.html");
     let html = render_to(&out, &[fixture("tcp")]);
-    for id in ["layers", "pipeline", "links"] {
+    for id in ["layers", "pipeline", "links", "cp-moe"] {
         assert!(!html.contains(&format!("id=\"{id}\"")), "no {id} section");
         assert!(
             !html.contains(&format!("href=\"#{id}\"")),
@@ -325,7 +325,7 @@ fn renders_in_headless_chromium() {
 
 /// At 1280x800 and 1400 wide, the page of the fixtures (long labels from
 /// the escape fixture, several wires, every section) and of real records
-/// fits the window: no overflow, no legend over 6 entries, no empty section.
+/// (the CP and MoE section's among them) fits the window: no overflow, no legend over 6 entries, no empty section.
 #[test]
 fn the_page_fits_the_window_in_chromium() {
     if !have_chromium("the_page_fits_the_window_in_chromium") {
@@ -345,6 +345,13 @@ fn the_page_fits_the_window_in_chromium() {
             render_to(
                 &dir.join("real.html"),
                 &[fixture("real-cpu"), fixture("real-tcp")],
+            ),
+        ),
+        (
+            "cp-moe",
+            render_to(
+                &dir.join("cp-moe.html"),
+                &[fixture("real-cpu"), fixture("real-cp")],
             ),
         ),
     ];
@@ -550,4 +557,68 @@ fn the_summary_gives_the_runs_own_headline() {
         .expect("an all_reduce answer");
     assert!(row.contains(" GB/s at 8 MiB"), "{row}");
     assert!(!summary.contains("fitted alpha"), "{summary}");
+}
+
+/// The body of the section `id` (empty when there is none).
+fn section_of<'a>(html: &'a str, id: &str) -> &'a str {
+    let Some(at) = html.find(&format!("<section id=\"{id}\">")) else {
+        return "";
+    };
+    let rest = &html[at..];
+    &rest[..rest.find("</section>").unwrap_or(rest.len())]
+}
+
+#[test]
+fn context_parallel_and_moe_records_have_their_section() {
+    // Real runs of bench-layers --cp, --experts and bench-collectives
+    // moe and cp-ring (fixtures/README.md).
+    let out = scratch("cp-moe").join("r.html");
+    let html = render_to(&out, &[fixture("real-cp")]);
+    let sec = section_of(&html, "cp-moe");
+    assert!(html.contains("href=\"#cp-moe\""), "menu entry");
+    for part in [
+        "Context-parallel attention: real-cp: local/shm forward causal",
+        "MoE block: real-cp:",
+        "MoE dispatch and combine: real-cp: local/shm, 2 ranks, 64 tokens a rank x hidden 64",
+        "CP ring beside compute: real-cp: local/shm, 2 ranks",
+    ] {
+        assert!(sec.contains(part), "{part}: {sec}");
+    }
+    // Each figure beside its reference: cp 1, the unsplit layout, the model.
+    assert!(sec.contains("x of 33.5 us"), "cp 2 against cp 1: {sec}");
+    assert!(sec.contains("x of 77.5 us"), "ep 2 against ep 1: {sec}");
+    assert!(
+        sec.contains("(model 1.68 us)"),
+        "the all-to-all's model: {sec}"
+    );
+    assert!(
+        sec.contains("<td>1.39 us</td><td>0.75 us</td><td>5.09 of 66.6</td>"),
+        "dispatch beside the model and the ceiling: {sec}"
+    );
+    assert!(sec.contains("<td>16 KiB</td><td>93.8%</td><td>111 us</td><td>111 us</td>"));
+    // The answers table: the ring's share hidden at its largest size.
+    let summary = section_of(&html, "summary");
+    assert!(
+        summary.contains("CP ring: share hidden")
+            && summary.contains("93.8% hidden at 16 KiB")
+            && summary.contains("exchange alone 111 us, model 111 us"),
+        "{summary}"
+    );
+}
+
+#[test]
+fn an_moe_block_run_alone_is_a_results_folder() {
+    // bench-layers --experts writes run.json and no CSV.
+    let dir = scratch("moe-only");
+    std::fs::copy(fixture("real-cp").join("run.json"), dir.join("run.json")).unwrap();
+    let html = html_of(&dir);
+    let sec = section_of(&html, "cp-moe");
+    assert!(sec.contains("MoE block:"), "{sec}");
+    for absent in [
+        "Context-parallel attention:",
+        "CP ring beside",
+        "MoE dispatch",
+    ] {
+        assert!(!sec.contains(absent), "{absent}: {sec}");
+    }
 }

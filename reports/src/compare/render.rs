@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 
 fn change_text(c: &Change, relative: f64) -> String {
     match c.worse {
-        Worse::HigherFraction => format!("{:+.1} pt", relative * 100.0),
+        Worse::HigherFraction | Worse::LowerFraction => format!("{:+.1} pt", relative * 100.0),
         _ => format!("{:+.1}%", relative * 100.0),
     }
 }
@@ -30,11 +30,11 @@ fn changes_table(changes: &[&Change], full: bool) -> Table {
     let mut t = Table::new(header);
     for c in changes {
         let value = |v: f64| match c.worse {
-            Worse::HigherFraction => units::percent(v),
+            Worse::HigherFraction | Worse::LowerFraction => units::percent(v),
             _ => units::sig3(v),
         };
         let raw = match c.worse {
-            Worse::HigherFraction => c.current - c.baseline,
+            Worse::HigherFraction | Worse::LowerFraction => c.current - c.baseline,
             _ => c.current / c.baseline - 1.0,
         };
         let mut row = vec![
@@ -44,7 +44,9 @@ fn changes_table(changes: &[&Change], full: bool) -> Table {
             value(c.current),
             change_text(c, raw),
             match c.worse {
-                Worse::HigherFraction => format!("{:.1} pt", c.noise * 100.0),
+                Worse::HigherFraction | Worse::LowerFraction => {
+                    format!("{:.1} pt", c.noise * 100.0)
+                }
                 _ => format!("{:.1}%", c.noise * 100.0),
             },
         ];

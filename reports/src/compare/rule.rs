@@ -71,7 +71,7 @@ pub(super) fn side(figs: &[(String, Figure)]) -> Option<Side> {
         });
     let noise = if rounds >= 2 {
         match first {
-            Worse::HigherFraction => high - low,
+            Worse::HigherFraction | Worse::LowerFraction => high - low,
             _ => spread(low, high, med),
         }
     } else {
@@ -98,6 +98,7 @@ fn worse_by(worse: Worse, base: f64, cur: f64) -> f64 {
         Worse::Higher => cur / base - 1.0,
         Worse::Lower => 1.0 - cur / base,
         Worse::HigherFraction => cur - base,
+        Worse::LowerFraction => base - cur,
     }
 }
 
@@ -105,7 +106,7 @@ fn worse_by(worse: Worse, base: f64, cur: f64) -> f64 {
 fn all_worse(worse: Worse, a: &Side, b: &Side) -> bool {
     match worse {
         Worse::Higher | Worse::HigherFraction => a.low > b.high,
-        Worse::Lower => a.high < b.low,
+        Worse::Lower | Worse::LowerFraction => a.high < b.low,
     }
 }
 
@@ -204,6 +205,9 @@ mod tests {
         assert!((worse_by(Worse::Lower, 10.0, 8.0) - 0.2).abs() < 1e-12);
         assert!((worse_by(Worse::HigherFraction, 0.10, 0.16) - 0.06).abs() < 1e-12);
         assert!(worse_by(Worse::Lower, 10.0, 12.0) < 0.0);
+        // A hidden share: lower is worse, in points.
+        assert!((worse_by(Worse::LowerFraction, 0.90, 0.50) - 0.40).abs() < 1e-12);
+        assert!(worse_by(Worse::LowerFraction, 0.50, 0.90) < 0.0);
     }
 
     #[test]

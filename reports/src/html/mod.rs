@@ -3,6 +3,7 @@
 
 mod capacity;
 mod collectives;
+mod cp_moe;
 pub mod escape;
 mod layers;
 mod links;
@@ -18,11 +19,12 @@ use std::path::{Path, PathBuf};
 
 /// The sections, in page order: (id, navigation name). A section with
 /// nothing to show is left out, and so is its menu entry.
-pub const SECTIONS: [(&str, &str); 7] = [
+pub const SECTIONS: [(&str, &str); 8] = [
     ("summary", "Summary"),
     ("collectives", "Collectives"),
     ("links", "Links and references"),
     ("layers", "Layers"),
+    ("cp-moe", "CP and MoE"),
     ("pipeline", "Pipeline"),
     ("plan", "Planning"),
     ("runs", "Runs"),
@@ -39,11 +41,13 @@ pub fn render(sources: &[Source], title: &str) -> String {
     )];
     for s in sources {
         subtitle.push(format!(
-            "{}: {} ({} collective rows, {} layer rows, {} pipeline rows, {} runs)",
+            "{}: {} ({} collective rows, {} layer rows, {} CP rows, {} CP ring rows, {} pipeline rows, {} runs)",
             s.label,
             s.dir.display(),
             s.collectives.len(),
             s.layers.len(),
+            s.cp.len(),
+            s.cp_ring.len(),
             s.pipeline.len(),
             s.runs.len()
         ));
@@ -53,6 +57,7 @@ pub fn render(sources: &[Source], title: &str) -> String {
         collectives::section(sources),
         links::section(sources),
         layers::section(sources),
+        cp_moe::section(sources),
         pipeline::section(sources),
         plan::section(sources),
         runs::section(sources),

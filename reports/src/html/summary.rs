@@ -270,6 +270,11 @@ pub fn section(sources: &[Source]) -> Option<String> {
     let all = curves(sources);
     let mut rows = collective_answers(&all);
     rows.extend(layer_answers(sources));
+    rows.extend(
+        super::cp_moe::ring_answers(sources)
+            .into_iter()
+            .map(|(of, hidden, against)| answer("CP ring: share hidden", of, hidden, against)),
+    );
     rows.extend(pipeline_answers(sources));
     rows.extend(plan_answers(sources));
     // One folder: its name before every answer says nothing.
