@@ -410,7 +410,7 @@ impl SizeTimes {
             overlapped_us: ov,
             overlapped_p50_us: self.overlapped.p50_us,
             overlapped_p99_us: self.overlapped.p99_us,
-            hidden: hidden_share(ex, co, ov).max(0.0),
+            hidden: hidden_share(ex, co, ov).clamp(0.0, 1.0),
             lost_us: (ov - ex - co).max(0.0),
             busbw_gbps: model::busbw::algbw_gbps(self.bytes as u64, ex * 1e-6 / steps as f64),
             model_us: step_model_us * steps as f64,
@@ -418,6 +418,13 @@ impl SizeTimes {
             wrong: self.exchange.wrong,
         }
     }
+}
+
+/// Whether `row`'s overlapped pass took less than the longer of its two
+/// passes alone, which overlap cannot do: one pass alone ran slow, and the
+/// share (held at 100%) says nothing.
+fn faster_than_alone(row: &CpRingRow) -> bool {
+    row.overlapped_us < row.exchange_us.max(row.compute_us)
 }
 
 /// Whether the ranks on this host, two busy threads each (the exchange's
@@ -471,6 +478,8 @@ fn report_lines(r: &Report, verbose: bool) -> Vec<String> {
         };
         let hidden = if row.lost_us > 0.0 {
             "0%!".to_string()
+        } else if faster_than_alone(row) {
+            "100%?".to_string()
         } else {
             pct(row.hidden)
         };
@@ -512,6 +521,11 @@ fn report_lines(r: &Report, verbose: bool) -> Vec<String> {
             "# 0%! = overlapping took longer than the exchange and compute back to back (at most {:.1} us longer, at {} B)",
             worst.lost_us, worst.bytes
         ));
+    }
+    if r.rows.iter().any(faster_than_alone) {
+        out.push(
+            "# 100%? = the overlapped pass beat the longer pass alone: that one ran slow (noise); read the times".into(),
+        );
     }
     out.push(format!(
         "# model: C-1 x the alpha-beta sendrecv at the size; ceiling: the wire at this working set; busbw: size / exchange step; compute: a busy loop at {:.0} steps/us (rank 0's core){}",

@@ -64,7 +64,7 @@ fn cp_ring_is_exact_on_local_with_every_reference() {
             figure(r, "compute_us"),
             figure(r, "overlapped_us"),
         );
-        let want = ((ex + co - ov) / ex).max(0.0);
+        let want = ((ex + co - ov) / ex).clamp(0.0, 1.0);
         assert!((figure(r, "hidden") - want).abs() < 1e-6, "{r:?}");
         assert!(
             (figure(r, "lost_us") - (ov - ex - co).max(0.0)).abs() < 1e-6,

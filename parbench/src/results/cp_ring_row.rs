@@ -32,7 +32,8 @@ pub struct CpRingRow {
     pub overlapped_p99_us: f64,
     /// (exchange + compute - overlapped) / exchange: the exchange's share
     /// hidden behind compute (1 all of it, 0 none; NaN: no exchange time).
-    /// Never below 0: then `lost_us` says by how much the overlap lost.
+    /// Never below 0 (then `lost_us` says by how much the overlap lost),
+    /// never above 1 (an overlapped pass faster than both alone is noise).
     pub hidden: f64,
     /// overlapped - (exchange + compute) where the overlapped pass took
     /// longer than the two back to back, else 0, us.
