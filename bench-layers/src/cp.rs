@@ -105,7 +105,12 @@ fn launch(plan: &LayerJob, job: &CpJob) -> anyhow::Result<()> {
     let run_id = records.meta.run_id.clone();
     let body = CpDegree { plan, job };
     // Each degree's job has tp x cp ranks (plan.tps).
-    match spawn_degrees(plan, &run_id, "cp", &plan.tps, &body, |rows| {
+    let tp = job.plan.tp;
+    let name = |w: usize| match tp {
+        1 => format!("cp {w}"),
+        _ => format!("tp {tp} x cp {}", w / tp),
+    };
+    match spawn_degrees(plan, &run_id, &name, &plan.tps, &body, |rows| {
         records.keep(rows)
     }) {
         Ok(()) => records.finish(),

@@ -465,22 +465,28 @@ fn tcp_launch(plan: &LayerJob) -> anyhow::Result<()> {
     );
     // The ranks run `Degree` in the children; this process only waits.
     let body = Degree { plan, threads: 0 };
-    match spawn_degrees(plan, &run_id, "tp", &plan.tps, &body, |rows| {
-        records.keep(rows)
-    }) {
+    match spawn_degrees(
+        plan,
+        &run_id,
+        &|t| format!("tp {t}"),
+        &plan.tps,
+        &body,
+        |rows| records.keep(rows),
+    ) {
         Ok(()) => records.finish(),
         Err(e) => records.stopped(e),
     }
 }
 
-/// For each of `degrees` (of `flag`: tp or cp), one job of that many ranks
-/// of this binary spawned on this host, running `body`; rank 0's rows
-/// come back through a file and go to `keep` as soon as the job ends. The
-/// first failure ends the loop and is returned.
+/// For each of `degrees` (worlds, each named by `name`: "tp 2", "tp 2 x
+/// cp 2"), one job of that many ranks of this binary spawned on this
+/// host, running `body`; rank 0's rows come back through a file and go to
+/// `keep` as soon as the job ends. The first failure ends the loop and is
+/// returned.
 fn spawn_degrees<R: results::Record, B: RankBody>(
     plan: &LayerJob,
     run_id: &str,
-    flag: &str,
+    name: &dyn Fn(usize) -> String,
     degrees: &[usize],
     body: &B,
     mut keep: impl FnMut(Vec<R>) -> anyhow::Result<()>,
@@ -488,17 +494,16 @@ fn spawn_degrees<R: results::Record, B: RankBody>(
     let dir = std::env::temp_dir().join(format!("{run_id}-rows"));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut one = |t: usize| -> anyhow::Result<()> {
-        let rows_dir = dir.join(format!("{flag}{t}"));
+        let rows_dir = dir.join(format!("ranks{t}"));
         let job = LocalJob::of_current_exe(t)?
-            .label(format!("bench-layers: {flag} {t}"))
+            .label(format!("bench-layers: {}", name(t)))
             .env(ENV_TP, t.to_string())
             .env(ENV_ROWS, &rows_dir)
             .env(ENV_RUN_ID, run_id);
         let ranks = ranks_of(plan, None, t, Some(job))?;
-        ranks::run(ranks, Algo::Auto, plan.timeout, body)
-            .map_err(|e| degree_fault(&format!("{flag} {t}"), e))?;
+        ranks::run(ranks, Algo::Auto, plan.timeout, body).map_err(|e| degree_fault(&name(t), e))?;
         let got = read_rows::<R>(&rows_dir.join(R::FILE))
-            .map_err(|e| anyhow!(e).context(format!("{flag} {t}: reading rank 0's row")))?;
+            .map_err(|e| anyhow!(e).context(format!("{}: reading rank 0's row", name(t))))?;
         keep(got)
     };
     let outcome = degrees.iter().try_for_each(|&t| one(t));
