@@ -89,7 +89,7 @@ pub struct Cli {
     pub cp: Option<String>,
     /// How --cp moves keys and values: p2p (a ring overlapped with the
     /// attention), all_gather, or a2a (DeepSpeed-Ulysses). Default p2p.
-    #[arg(long, value_name = "METHOD", help_heading = "Context parallelism")]
+    #[arg(long = vocab::cp_comm_type::LONG, value_name = vocab::cp_comm_type::VALUE, help_heading = "Context parallelism")]
     pub cp_comm_type: Option<String>,
     /// The --cp attention's mask: causal (default) or none.
     #[arg(long, value_name = "MASK", help_heading = "Context parallelism")]

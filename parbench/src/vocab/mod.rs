@@ -169,6 +169,9 @@ flag!(expert_ffn, "one routed expert's MLP width",
 flag!(shared_experts, "experts every token also runs",
     long "shared-experts", short None, value Some("S"),
     help "Shared experts, each of --expert-ffn, that every token passes through besides its routed ones");
+flag!(cp_comm_type, "how context parallelism moves keys and values",
+    long "cp-comm-type", short None, value Some("METHOD"),
+    help "How context parallelism exchanges keys and values: p2p (a ring overlapped with the attention), all_gather, or a2a (DeepSpeed-Ulysses)");
 
 /// Every shared concept; docs/usage.md's table lists each (tests/doc_vocab.rs).
 pub const SHARED: &[Flag] = &[
@@ -200,6 +203,7 @@ pub const SHARED: &[Flag] = &[
     topk::FLAG,
     expert_ffn::FLAG,
     shared_experts::FLAG,
+    cp_comm_type::FLAG,
 ];
 
 /// nccl-tests' short letters and their long names (`src/common.cu`'s

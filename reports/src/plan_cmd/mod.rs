@@ -137,7 +137,7 @@ pub struct PlanArgs {
     #[arg(help_heading = "Stack and search", long, default_value = "bf16")]
     pub precision: String,
     /// How context parallelism exchanges keys and values: p2p (a ring overlapped with the attention), all_gather, or a2a (DeepSpeed-Ulysses). Default: the stack's, else p2p.
-    #[arg(help_heading = "Stack and search", long, value_name = "METHOD")]
+    #[arg(help_heading = "Stack and search", long = vocab::cp_comm_type::LONG, value_name = vocab::cp_comm_type::VALUE)]
     pub cp_comm_type: Option<String>,
     /// Search context-parallel degrees up to this (1: none); cp= in --layout names one.
     #[arg(help_heading = "Stack and search", long, default_value_t = 1)]
