@@ -221,7 +221,7 @@ pub fn table(plan: &LayerJob, rows: &[LayerRow], noise: Option<&ForeignCpu>) -> 
     for r in rows.iter().filter(|r| r.tp > 1) {
         let fitted = format!(
             "collectives at 1/16 to 2x the block's call size, {}",
-            crate::sweep::tp_sample_conditions(plan, r.tp).describe()
+            crate::sweep::tp_sample_text(plan, r.tp)
         );
         out.push_str(&format!(
             "# tp {}: {} | {}\n",

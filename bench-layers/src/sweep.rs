@@ -4,7 +4,7 @@
 
 use crate::cli::LayerJob;
 use parbench::comm::{Collective, Communicator};
-use parbench::compute::Compute;
+use parbench::compute::{Compute, Gemm};
 use parbench::layers::moe::{run_ep, MoeConfig, MoeLayout};
 use parbench::layers::{
     run_tp, wire_samples, LayerResult, Mode, RunOptions, SampleConditions, TpOutcome,
@@ -69,7 +69,7 @@ fn fit_link<M: Communicator>(
     degree: &str,
     colls: &[(Collective, ModelAlgo)],
     bytes: u64,
-    conditions: SampleConditions,
+    conditions: &mut SampleConditions<'_>,
 ) -> LayerResult<(Option<LinkParams>, LinkSource)> {
     let sizes: Vec<u64> = [16, 8, 4, 2, 1]
         .iter()
@@ -106,20 +106,62 @@ pub fn run_options(plan: &LayerJob) -> RunOptions {
     }
 }
 
-/// The conditions the block's collectives run in, for the fit's samples:
-/// on the CPU each follows a compute phase that reads the rank's working
-/// set (its weights and activations), which leaves the collective's
-/// buffers out of cache; on GPUs the collectives' buffers live in device
-/// memory that the host's reads do not touch, so back to back.
-pub fn tp_sample_conditions(plan: &LayerJob, tp: usize) -> SampleConditions {
-    if plan.backend.on_gpus() {
-        return SampleConditions::BackToBack;
+/// The rank's shard of the block's MLP products (up, then down, at
+/// tensor-parallel degree t): the compute the block runs before its
+/// collective, which the fit's samples on the CPU follow.
+struct MlpProducts<C: Compute> {
+    up: Gemm,
+    down: Gemm,
+    x: C::Buf,
+    w_up: C::Buf,
+    mid: C::Buf,
+    w_down: C::Buf,
+    out: C::Buf,
+}
+
+impl<C: Compute> MlpProducts<C> {
+    fn new(dev: &C, plan: &LayerJob, tp: usize) -> LayerResult<Self> {
+        let (n, h) = (plan.block.tokens(), plan.block.shape.hidden);
+        let f = plan.block.shape.ffn.div_ceil(tp.max(1));
+        Ok(MlpProducts {
+            up: Gemm::dense(n, f, h),
+            down: Gemm::dense(n, h, f),
+            x: dev.alloc(n * h)?,
+            w_up: dev.alloc(h * f)?,
+            mid: dev.alloc(n * f)?,
+            w_down: dev.alloc(f * h)?,
+            out: dev.alloc(n * h)?,
+        })
     }
-    let (bytes, _) = plan
-        .block
-        .memory_bytes(tp, plan.dtype.size() as u128, false);
-    SampleConditions::AfterCompute {
-        evict_bytes: usize::try_from(bytes).unwrap_or(usize::MAX),
+
+    fn run(&mut self, dev: &C) -> LayerResult<()> {
+        dev.gemm(&self.up, &self.x, &self.w_up, &mut self.mid)?;
+        dev.gemm(&self.down, &self.mid, &self.w_down, &mut self.out)?;
+        dev.sync()?;
+        Ok(())
+    }
+}
+
+/// Whether the fit's samples follow the block's compute: on the CPU the
+/// compute and the collective share the cores and caches, and a collective
+/// right after the MLP's products runs slower than one back to back; on
+/// GPUs the collective runs on device memory beside no host compute.
+fn samples_after_compute(plan: &LayerJob) -> bool {
+    !plan.backend.on_gpus()
+}
+
+/// The conditions of the TP fit's samples, in words, for the table.
+pub fn tp_sample_text(plan: &LayerJob, tp: usize) -> String {
+    if samples_after_compute(plan) {
+        let f = plan.block.shape.ffn.div_ceil(tp.max(1));
+        format!(
+            "each alone after the rank's MLP products ({} x {} x {}, up and down) and a barrier",
+            plan.block.tokens(),
+            plan.block.shape.hidden,
+            f
+        )
+    } else {
+        "timed back to back".into()
     }
 }
 
@@ -158,14 +200,17 @@ where
     } else {
         let colls: Vec<_> = algos.iter().map(|(c, a, _)| (*c, a.clone())).collect();
         let degree = format!("tp {tp}");
-        fit_link(
-            comm,
-            plan,
-            &degree,
-            &colls,
-            bytes,
-            tp_sample_conditions(plan, tp),
-        )?
+        let after = samples_after_compute(plan);
+        let mut mlp = match after {
+            true => Some(MlpProducts::new(dev, plan, tp)?),
+            false => None,
+        };
+        let mut compute = || mlp.as_mut().map_or(Ok(()), |m| m.run(dev));
+        let mut conditions = match after {
+            true => SampleConditions::AfterCompute(&mut compute),
+            false => SampleConditions::BackToBack,
+        };
+        fit_link(comm, plan, &degree, &colls, bytes, &mut conditions)?
     };
     let comm_model_us = match link {
         Some(l) => {
@@ -288,7 +333,7 @@ where
             &layout.to_string(),
             &[(coll, algo.clone())],
             a2a_bytes,
-            SampleConditions::BackToBack,
+            &mut SampleConditions::BackToBack,
         )?
     };
     // Over `p` ranks: the calls of `bytes` (a rank's whole buffer) and,

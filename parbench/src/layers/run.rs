@@ -220,39 +220,15 @@ pub struct WireSample {
 }
 
 /// The conditions the fit's samples are timed in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SampleConditions {
+pub enum SampleConditions<'a> {
     /// The calls back to back after one barrier: the wire alone, its
     /// buffers in cache.
     BackToBack,
-    /// Each call alone, as the block makes it: the rank first reads
-    /// `evict_bytes` of other memory (what its compute between two
-    /// collectives reads, which evicts the collective's buffers and
-    /// working memory from the caches) and writes the send buffer (as the
-    /// compute writes the collective's input), then waits for every peer;
-    /// only the call is timed.
-    AfterCompute { evict_bytes: usize },
-}
-
-impl SampleConditions {
-    /// In words, for a table or a record.
-    pub fn describe(&self) -> String {
-        match self {
-            SampleConditions::BackToBack => "timed back to back".into(),
-            SampleConditions::AfterCompute { evict_bytes } => format!(
-                "each alone after reading the rank's {:.1} MiB working set and a barrier",
-                *evict_bytes as f64 / (1u64 << 20) as f64
-            ),
-        }
-    }
-}
-
-/// Reads one byte of every cache line of `mem`: what a compute phase that
-/// reads that much does to the caches.
-fn read_through(mem: &[u8]) -> u8 {
-    mem.iter()
-        .step_by(64)
-        .fold(0u8, |acc, b| acc.wrapping_add(std::hint::black_box(*b)))
+    /// Each call alone, as the block makes it: the rank first runs the
+    /// given compute (the block's own products before its collective),
+    /// writes the send buffer (as that compute writes the collective's
+    /// input), then waits for every peer; only the call is timed.
+    AfterCompute(&'a mut dyn FnMut() -> LayerResult<()>),
 }
 
 /// Times `collective` (all_reduce, all_gather, reduce_scatter, or the MoE
@@ -269,14 +245,10 @@ pub fn wire_samples<M: Communicator>(
     sizes: &[u64],
     dtype: DType,
     (warmup, iters): (usize, usize),
-    conditions: SampleConditions,
+    conditions: &mut SampleConditions<'_>,
 ) -> LayerResult<Vec<WireSample>> {
     let p = comm.world();
     let unit = (dtype.size() * p) as u64;
-    let evict = match conditions {
-        SampleConditions::AfterCompute { evict_bytes } => vec![1u8; evict_bytes],
-        SampleConditions::BackToBack => Vec::new(),
-    };
     let mut out = Vec::with_capacity(sizes.len());
     for &want in sizes {
         // Whole elements on every rank: round to a multiple of world x size.
@@ -334,9 +306,9 @@ pub fn wire_samples<M: Communicator>(
                     comm.sync()?;
                     seconds = t0.elapsed().as_secs_f64();
                 }
-                SampleConditions::AfterCompute { .. } => {
+                SampleConditions::AfterCompute(compute) => {
                     for _ in 0..n {
-                        std::hint::black_box(read_through(&evict));
+                        compute()?;
                         send.write_from_host(&input)?;
                         comm.sync()?;
                         comm.barrier()?;
