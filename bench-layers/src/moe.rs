@@ -91,7 +91,7 @@ impl<'a> MoeRecords<'a> {
 
     fn finish(mut self, err: Option<anyhow::Error>) -> anyhow::Result<()> {
         for m in &self.rows {
-            parbench::outln!("{}", output::moe_detail(m));
+            parbench::outln!("{}", output::moe_detail(self.plan, &self.moe, m));
         }
         // The model of every exchange against their measured sum, per layout.
         let held: Vec<(usize, f64, f64)> = self

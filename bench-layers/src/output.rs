@@ -4,7 +4,7 @@ use crate::cli::LayerJob;
 use crate::sweep::{MoeMeasurement, TpMeasurement};
 use parbench::compute::cpu::{CpuCompute, GemmKernels};
 use parbench::compute::GemmMath;
-use parbench::layers::moe::MoeConfig;
+use parbench::layers::moe::{MoeConfig, MoeLayout};
 use parbench::measure::noise::ForeignCpu;
 use parbench::measure::ComputeReference;
 use parbench::results::{LayerRow, SCHEMA_VERSION};
@@ -455,7 +455,7 @@ pub fn moe_row(m: &MoeMeasurement, first: Option<&MoeMeasurement>, moe: &MoeConf
 /// The lines under the MoE table for a degree: the link behind the model,
 /// the tolerance the check was held to, each rank's load (the model held
 /// to the all-to-all is `model_lines`').
-pub fn moe_detail(m: &MoeMeasurement) -> String {
+pub fn moe_detail(plan: &LayerJob, moe: &MoeConfig, m: &MoeMeasurement) -> String {
     let layout = match m.tp {
         1 => format!("ep {} etp {}", m.ep, m.etp),
         tp => format!("ep {} etp {} tp {tp}", m.ep, m.etp),
@@ -471,7 +471,15 @@ pub fn moe_detail(m: &MoeMeasurement) -> String {
         m.rows_per_rank
     );
     if m.ep * m.etp > 1 {
-        let fitted = "uniform all_to_all at the block's size, 1/16 to 2x, timed on this wire after the block";
+        let split = MoeLayout {
+            ep: m.ep,
+            etp: m.etp,
+            tp: m.tp,
+        };
+        let fitted = format!(
+            "uniform all_to_all at the block's size, 1/16 to 2x, on this wire after the block, {}",
+            crate::sweep::sample_text(plan, crate::sweep::moe_mlp(moe, split))
+        );
         // Each exchange the layout has: its calls, bytes a rank, ranks, model.
         let parts = [
             (
@@ -512,7 +520,7 @@ pub fn moe_detail(m: &MoeMeasurement) -> String {
             "\n# {layout}: model {} us: {} | {}",
             num(m.a2a_model_us + m.etp_model_us + m.tp_model_us, 1),
             terms.join("; "),
-            link_text(&m.link_source, m.link_alpha_us, m.link_gbps, fitted)
+            link_text(&m.link_source, m.link_alpha_us, m.link_gbps, &fitted)
         ));
     }
     out

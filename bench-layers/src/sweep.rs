@@ -106,9 +106,9 @@ pub fn run_options(plan: &LayerJob) -> RunOptions {
     }
 }
 
-/// The rank's shard of the block's MLP products (up, then down, at
-/// tensor-parallel degree t): the compute the block runs before its
-/// collective, which the fit's samples on the CPU follow.
+/// An MLP's products on one rank (up, then down: `n` rows, width `h`,
+/// inner width `f`): the compute the block runs before its collectives,
+/// which the fit's samples on the CPU follow.
 struct MlpProducts<C: Compute> {
     up: Gemm,
     down: Gemm,
@@ -120,9 +120,7 @@ struct MlpProducts<C: Compute> {
 }
 
 impl<C: Compute> MlpProducts<C> {
-    fn new(dev: &C, plan: &LayerJob, tp: usize) -> LayerResult<Self> {
-        let (n, h) = (plan.block.tokens(), plan.block.shape.hidden);
-        let f = plan.block.shape.ffn.div_ceil(tp.max(1));
+    fn new(dev: &C, (n, h, f): (usize, usize, usize)) -> LayerResult<Self> {
         Ok(MlpProducts {
             up: Gemm::dense(n, f, h),
             down: Gemm::dense(n, h, f),
@@ -150,19 +148,60 @@ fn samples_after_compute(plan: &LayerJob) -> bool {
     !plan.backend.on_gpus()
 }
 
-/// The conditions of the TP fit's samples, in words, for the table.
-pub fn tp_sample_text(plan: &LayerJob, tp: usize) -> String {
+/// The rank's MLP products in the dense block at degree `tp`: (rows,
+/// width, inner width).
+fn tp_mlp(plan: &LayerJob, tp: usize) -> (usize, usize, usize) {
+    let f = plan.block.shape.ffn.div_ceil(tp.max(1));
+    (plan.block.tokens(), plan.block.shape.hidden, f)
+}
+
+/// The rank's expert products in the MoE block at `layout`, its rows
+/// under balanced routing: (rows, width, inner width).
+pub fn moe_mlp(moe: &MoeConfig, layout: MoeLayout) -> (usize, usize, usize) {
+    let rows = moe.local_tokens(layout.world()) * moe.topk * layout.etp;
+    (rows, moe.hidden, moe.ffn.div_ceil(layout.etp.max(1)))
+}
+
+/// The conditions of a fit's samples after `mlp`'s products, in words, for
+/// the table.
+pub fn sample_text(plan: &LayerJob, (n, h, f): (usize, usize, usize)) -> String {
     if samples_after_compute(plan) {
-        let f = plan.block.shape.ffn.div_ceil(tp.max(1));
         format!(
-            "each alone after the rank's MLP products ({} x {} x {}, up and down) and a barrier",
-            plan.block.tokens(),
-            plan.block.shape.hidden,
-            f
+            "each alone after the rank's MLP products ({n} x {h} x {f}, up and down) and a barrier"
         )
     } else {
         "timed back to back".into()
     }
+}
+
+/// The TP fit's conditions in words, for the table.
+pub fn tp_sample_text(plan: &LayerJob, tp: usize) -> String {
+    sample_text(plan, tp_mlp(plan, tp))
+}
+
+/// The link fitted as [`fit_link`] does, its samples each after `mlp`'s
+/// products on the CPU (back to back on GPUs).
+fn fit_link_after<C, M>(
+    dev: &C,
+    comm: &mut M,
+    plan: &LayerJob,
+    degree: &str,
+    colls: &[(Collective, ModelAlgo)],
+    bytes: u64,
+    mlp: (usize, usize, usize),
+) -> LayerResult<(Option<LinkParams>, LinkSource)>
+where
+    C: Compute,
+    M: Communicator<Buffer = C::Buf>,
+{
+    if !samples_after_compute(plan) {
+        let back_to_back = &mut SampleConditions::BackToBack;
+        return fit_link(comm, plan, degree, colls, bytes, back_to_back);
+    }
+    let mut products = MlpProducts::new(dev, mlp)?;
+    let mut compute = || products.run(dev);
+    let after = &mut SampleConditions::AfterCompute(&mut compute);
+    fit_link(comm, plan, degree, colls, bytes, after)
 }
 
 /// Runs plan's block at t = `comm.world()`, then models its communication.
@@ -200,17 +239,7 @@ where
     } else {
         let colls: Vec<_> = algos.iter().map(|(c, a, _)| (*c, a.clone())).collect();
         let degree = format!("tp {tp}");
-        let after = samples_after_compute(plan);
-        let mut mlp = match after {
-            true => Some(MlpProducts::new(dev, plan, tp)?),
-            false => None,
-        };
-        let mut compute = || mlp.as_mut().map_or(Ok(()), |m| m.run(dev));
-        let mut conditions = match after {
-            true => SampleConditions::AfterCompute(&mut compute),
-            false => SampleConditions::BackToBack,
-        };
-        fit_link(comm, plan, &degree, &colls, bytes, &mut conditions)?
+        fit_link_after(dev, comm, plan, &degree, &colls, bytes, tp_mlp(plan, tp))?
     };
     let comm_model_us = match link {
         Some(l) => {
@@ -327,13 +356,14 @@ where
     } else if let Some(l) = plan.link {
         (Some(l), LinkSource::Flag)
     } else {
-        fit_link(
+        fit_link_after(
+            dev,
             comm,
             plan,
             &layout.to_string(),
             &[(coll, algo.clone())],
             a2a_bytes,
-            &mut SampleConditions::BackToBack,
+            moe_mlp(moe, layout),
         )?
     };
     // Over `p` ranks: the calls of `bytes` (a rank's whole buffer) and,
