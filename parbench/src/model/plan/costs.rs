@@ -866,13 +866,31 @@ impl Planner<'_> {
         let pipeline_comm = micro * (busiest.dp_f + busiest.dp_b);
         // The sharded collectives the passes wait for are inside the
         // pipeline's time already.
-        // FP8: the weights' cast and transpose and the scale update, once a
-        // step at the first microbatch (on the critical path).
+        // FP8: the weights' cast and transpose once a step (at the first
+        // microbatch, on the critical path); at each chunk's forward exit
+        // and backward end, every microbatch, the amax all-reduce over the
+        // stage's tp x dp x cp ranks and the fused scale update.
         let fp8_step = match &input.ops {
             Some(ops) if self.fp8() => {
                 let layers = self.busiest_rank_layers(&l) as f64;
                 let linear = layers * m.matmul_params_per_layer() as f64 / l.tp as f64;
-                ops.stream(precision::step_bytes(linear, layers))
+                let chunks = l.chunks.max(1) as f64;
+                let group = l.tp * l.dp * l.cp.max(1);
+                let exit = |forward: bool| {
+                    let e = precision::autocast_exit(layers / chunks, forward);
+                    let reduce = if group > 1 {
+                        self.group_link(group, 1).seconds(
+                            Collective::AllReduce,
+                            group,
+                            e.amax_bytes as u64,
+                        )
+                    } else {
+                        0.0
+                    };
+                    reduce + ops.stream(e.update_bytes)
+                };
+                ops.stream(precision::step_bytes(linear))
+                    + micro * chunks * (exit(true) + exit(false))
             }
             _ => 0.0,
         };
