@@ -8,6 +8,7 @@ use super::given::{bucket_ready_times, overlapped_exposure};
 use super::input::{PlanInput, Wire, WireKind};
 use super::layouts::{cp_wire, group_wire, kind_of, wires_of, Layout};
 use super::shard::Shard;
+use crate::comm::algo::Algorithm;
 use crate::comm::Collective;
 use crate::model::alpha_beta::LinkParams;
 use crate::model::bubble::peak_activations;
@@ -878,15 +879,18 @@ impl Planner<'_> {
                 let group = l.tp * l.dp * l.cp.max(1);
                 let exit = |forward: bool| {
                     let e = precision::autocast_exit(layers / chunks, forward);
-                    let reduce = if group > 1 {
-                        self.group_link(group, 1).seconds(
-                            Collective::AllReduce,
-                            group,
-                            e.amax_bytes as u64,
-                        )
-                    } else {
-                        0.0
+                    // A few KiB: NCCL's tuner takes the faster of its ring
+                    // and tree (NCCL_ALGO's default); both priced on the
+                    // group's wire.
+                    let link = self.group_link(group, 1);
+                    let tree = Wire {
+                        link: link.link.clone(),
+                        algo: Algorithm::Tree.into(),
                     };
+                    let bytes = e.amax_bytes as u64;
+                    let reduce = link
+                        .seconds(Collective::AllReduce, group, bytes)
+                        .min(tree.seconds(Collective::AllReduce, group, bytes));
                     reduce + ops.stream(e.update_bytes)
                 };
                 ops.stream(precision::step_bytes(linear))
