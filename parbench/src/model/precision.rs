@@ -6,7 +6,8 @@
 //!   `Linear`, `LayerNormLinear` and `LayerNormMLP` run them under
 //!   `fp8_autocast` (the HYBRID recipe: E4M3 activations and weights, E5M2
 //!   gradients, bf16 output). Each reads one byte an input element and
-//!   writes two an output element, at the device's FP8 rate.
+//!   writes two an output element, at the device's 16-bit GEMM rate times
+//!   the FP8 GEMM's measured speedup at its K ([`fp8_speedup`]).
 //! - **What stays bf16**: the attention core (TE's FP8 attention,
 //!   `fp8_dpa`, is off by default), the output layer and its loss
 //!   (Megatron-Core's `output_layer` is its own `ColumnParallelLinear`,
