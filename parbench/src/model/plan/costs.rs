@@ -884,7 +884,7 @@ impl Planner<'_> {
                     // group's wire.
                     let link = self.group_link(group, 1);
                     let tree = Wire {
-                        link: link.link.clone(),
+                        link: link.link,
                         algo: Algorithm::Tree.into(),
                     };
                     let bytes = e.amax_bytes as u64;
