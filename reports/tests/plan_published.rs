@@ -15,7 +15,7 @@ const TOLERANCE: f64 = 0.10;
 /// why (docs/report.md, "Against published runs"). Each must stay beyond
 /// 10% (a row that starts passing leaves the list) and within 50% (a
 /// model that breaks shows here too); every other row is held to 10%.
-const KNOWN_MISSES: [(&str, &str); 7] = [
+const KNOWN_MISSES: [(&str, &str); 13] = [
     (
         "GPT 1.7B, 48 H100",
         "work beside the GEMMs at microbatch 1 (host, small kernels): not costed",
@@ -37,12 +37,36 @@ const KNOWN_MISSES: [(&str, &str); 7] = [
         "optimistic on MoE layers: no sourced figure for grouped GEMMs, permutation, router",
     ),
     (
+        "Llama 3.1 70B, 64 H100, BF16",
+        "optimistic in bf16 too: the FP8 rows' shared miss (docs/report.md, FP8 on H100)",
+    ),
+    (
+        "Llama 3.1 8B, 8 H100, BF16",
+        "optimistic in bf16 too: the FP8 rows' shared miss (docs/report.md, FP8 on H100)",
+    ),
+    (
+        "Nemotron-4 15B, 16 H100, BF16",
+        "optimistic in bf16 too: the FP8 rows' shared miss (docs/report.md, FP8 on H100)",
+    ),
+    (
+        "Llama 3.1 70B, 64 H100, FP8",
+        "FP8 optimistic beyond its bf16 twin's miss: a term not costed",
+    ),
+    (
+        "Llama 3.1 405B, 576 H100, FP8",
+        "FP8 optimistic beyond its bf16 twin's miss: a term not costed",
+    ),
+    (
+        "Nemotron-4 15B, 16 H100, FP8",
+        "FP8 optimistic beyond its bf16 twin's miss: a term not costed",
+    ),
+    (
         "Llama 3 70B, 64 H100, FP8",
-        "FP8 optimistic by a third: no FP8 GEMM measured, its rate assumed",
+        "FP8 optimistic beyond its bf16 twin's miss: a term not costed",
     ),
     (
         "GPT-3 175B, 128 H100, FP8",
-        "FP8 optimistic by a third: no FP8 GEMM measured, its rate assumed",
+        "FP8 optimistic beyond its bf16 twin's miss: a term not costed",
     ),
 ];
 
@@ -102,7 +126,9 @@ fn published(row: &serde_json::Value) -> f64 {
 /// Every row within 10% but the known misses, each band the mean and
 /// worst of its rows, and every stack's rows there: Megatron-Core's README
 /// table (9 runs on H100), Llama 3 405B's two layouts and Qwen3-235B-A22B
-/// of Megatron-MoE-ModelZoo; SC21's Table 1
+/// of Megatron-MoE-ModelZoo, the long-context layout, and NVIDIA DGX Cloud
+/// Benchmarking's BF16 runs (4); the FP8 band (NeMo 24.07 and DGX Cloud
+/// Benchmarking, 5); SC21's Table 1
 /// (10 runs) and Korthikanti et al.'s full-recomputation rows (4) with
 /// megatron-2021, all of which are within 10%.
 #[test]
@@ -158,8 +184,8 @@ fn every_published_run_within_ten_percent_of_its_stack() {
     assert_eq!(
         counts,
         vec![
-            ("megatron-core".to_string(), 13),
-            ("megatron-core fp8".to_string(), 2),
+            ("megatron-core".to_string(), 17),
+            ("megatron-core fp8".to_string(), 5),
             ("megatron-2021".to_string(), 14)
         ]
     );
