@@ -341,13 +341,23 @@ impl Planner<'_> {
 
 #[cfg(test)]
 mod tests {
+    use super::Planner;
     use crate::model::device::Device;
+    use crate::model::moe::{Dispatcher, MoeRecompute};
     use crate::model::opcost::{Attention, FlashKernel, GradAccumulation, OpModel};
+    use crate::model::plan::input::WireKind;
     use crate::model::plan::{plan_layout, Costed, LayoutQuery, PlanInput, Wire};
     use crate::model::presets::Preset;
+    use std::collections::HashMap;
 
     /// Mixtral 8x7B on 64 H100s, Megatron-Core's reference mapping.
     fn mixtral(imbalance: f64, ep: u64) -> Costed {
+        let (input, q) = mixtral_input(imbalance, ep);
+        plan_layout(&input, &q).unwrap().ranked.remove(0)
+    }
+
+    /// The plan's input and layout of [`mixtral`].
+    fn mixtral_input(imbalance: f64, ep: u64) -> (PlanInput, LayoutQuery) {
         let d = Device::by_name("h100-sxm5-80gb").unwrap();
         let ops = OpModel::of_device(
             &d,
@@ -379,7 +389,76 @@ mod tests {
             etp: Some(1),
             ..LayoutQuery::default()
         };
-        plan_layout(&input, &q).unwrap().ranked.remove(0)
+        (input, q)
+    }
+
+    /// One mean layer's work of `input` at its layout.
+    fn layer(input: &PlanInput, q: &LayoutQuery) -> super::StageWork {
+        let l = plan_layout(input, q).unwrap().ranked.remove(0).layout;
+        Planner {
+            input,
+            peaks: HashMap::new(),
+            makespans: HashMap::new(),
+        }
+        .moe_layer_work(&l, WireKind::None)
+    }
+
+    /// `--recompute-modules`: `layernorm` adds the two norms' forward
+    /// (4 bytes an element each, `b s h` elements at tp 1) to the
+    /// backward; `moe_act` the routed experts' SwiGLU (6 bytes an inner
+    /// element, `b s k F` of them at balance); `moe` the layer's
+    /// dispatch and combine once more, so its all-to-all is 3/2.
+    #[test]
+    fn recomputed_modules_add_their_forward() {
+        let (mut input, q) = mixtral_input(1.0, 8);
+        let base = layer(&input, &q);
+        let ops = input.ops.clone().unwrap();
+        let m = input.model;
+        let moe = m.moe.unwrap();
+        let tokens = (m.seq) as f64;
+        input.moe_recompute = MoeRecompute::parse("layernorm").unwrap();
+        let norms = layer(&input, &q);
+        let want = ops.stream(2.0 * 4.0 * tokens * m.hidden as f64);
+        assert!(
+            (norms.i - base.i - want).abs() < 1e-12,
+            "{} {want}",
+            norms.i - base.i
+        );
+        assert_eq!(norms.f, base.f);
+        input.moe_recompute = MoeRecompute::parse("moe_act").unwrap();
+        let act = layer(&input, &q);
+        let inner = tokens * moe.topk as f64 * moe.expert_ffn as f64;
+        let want = ops.stream(6.0 * inner);
+        assert!(
+            (act.i - base.i - want).abs() < 1e-12,
+            "{} {want}",
+            act.i - base.i
+        );
+        input.moe_recompute = MoeRecompute::parse("moe").unwrap();
+        let whole = layer(&input, &q);
+        assert!((whole.ep / base.ep - 1.5).abs() < 1e-12);
+        assert!(whole.i > act.i);
+        assert!(MoeRecompute::parse("mlp").is_err());
+    }
+
+    /// The router's kernels and the permutation are in the forward:
+    /// the alltoall dispatcher's chunk sorts make its permutation twice
+    /// DeepEP's at 4 local experts a rank.
+    #[test]
+    fn the_permutation_follows_the_dispatcher() {
+        let (mut input, q) = mixtral_input(1.0, 2);
+        let all = layer(&input, &q);
+        input.step.moe.dispatcher = Dispatcher::DeepEp;
+        let deep = layer(&input, &q);
+        let ops = input.ops.clone().unwrap();
+        let m = input.model;
+        let copies = m.seq as f64 * m.moe.unwrap().topk as f64 * m.hidden as f64;
+        let want = ops.stream(8.0 * copies);
+        let fwd = all.f - deep.f;
+        assert!((fwd - want).abs() < 1e-12, "{fwd} {want}");
+        assert!((all.i - deep.i - want).abs() < 1e-12);
+        assert_eq!(super::permute_bytes(Dispatcher::AllToAll, 1, 8), 8.0);
+        assert_eq!(super::permute_bytes(Dispatcher::AllToAll, 4, 1), 8.0);
     }
 
     /// The routed experts lie on `ep` ranks, the rest whole on each: at
