@@ -281,6 +281,14 @@ fn recompute_modules_trade_memory_for_time() {
     let line = "plan --model qwen3-235b-a22b --device h100-sxm5-80gb --moe-dispatcher deepep --gpus 256 --global-batch 2048 --stack megatron-core --layout dp=16,tp=2,pp=8,vpp=4,ep=32,etp=1";
     let at = |modules: &str| {
         let out = costed(&format!("{line} {modules}"));
+        let names = modules
+            .trim_start_matches("--recompute-modules ")
+            .replace(',', ", ");
+        assert_eq!(
+            out.contains(&format!("; recomputed modules: {names}")),
+            !modules.is_empty(),
+            "{out}"
+        );
         (
             figure(&out, "step", "step"),
             figure(&out, "ep all-to-all", "ep all-to-all"),

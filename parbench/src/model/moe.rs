@@ -300,6 +300,15 @@ impl MoeRecompute {
     pub fn any(&self) -> bool {
         self.layernorm || self.moe_act || self.moe
     }
+
+    /// The recomputed modules' names.
+    pub fn names(&self) -> Vec<&'static str> {
+        [self.layernorm, self.moe_act, self.moe]
+            .iter()
+            .zip(Self::NAMES)
+            .filter_map(|(&on, name)| on.then_some(name))
+            .collect()
+    }
 }
 
 /// Bytes one element of a routed copy's hidden state moves in the
