@@ -332,7 +332,8 @@ fn held_out_rows_are_marked() {
         [
             "Qwen3-235B-A22B tp4 ep8, 256 H100",
             "Qwen3-235B-A22B FSDP ep8, 256 H100",
-            "Qwen3-235B-A22B, seq 16384, 256 H100"
+            "Qwen3-235B-A22B, seq 16384, 256 H100",
+            "Mixtral 8x22B, 128 H100"
         ]
     );
 }

@@ -18,7 +18,7 @@ const FAR_MISSES: [(&str, f64); 1] = [("Qwen3-235B-A22B tp4 ep8, 256 H100", 1.5)
 /// why (docs/report.md, "Against published runs"). Each must stay beyond
 /// 10% (a row that starts passing leaves the list) and within 50% (a
 /// model that breaks shows here too); every other row is held to 10%.
-const KNOWN_MISSES: [(&str, &str); 10] = [
+const KNOWN_MISSES: [(&str, &str); 11] = [
     (
         "GPT 1.7B, 48 H100",
         "work beside the GEMMs at microbatch 1 (host, small kernels): not costed",
@@ -49,6 +49,10 @@ const KNOWN_MISSES: [(&str, &str); 10] = [
     ),
     (
         "Qwen3-235B-A22B, seq 16384, 256 H100",
+        "held out: optimistic on MoE layers, as above",
+    ),
+    (
+        "Mixtral 8x22B, 128 H100",
         "held out: optimistic on MoE layers, as above",
     ),
     (
@@ -177,7 +181,7 @@ fn every_published_run_within_ten_percent_of_its_stack() {
     assert_eq!(
         counts,
         vec![
-            ("megatron-core".to_string(), 16),
+            ("megatron-core".to_string(), 17),
             ("megatron-core fp8".to_string(), 2),
             ("megatron-2021".to_string(), 14)
         ]
