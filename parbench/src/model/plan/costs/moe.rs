@@ -412,7 +412,7 @@ mod tests {
     fn recomputed_modules_add_their_forward() {
         let (mut input, q) = mixtral_input(1.0, 8);
         let base = layer(&input, &q);
-        let ops = input.ops.clone().unwrap();
+        let ops = input.ops.unwrap();
         let m = input.model;
         let moe = m.moe.unwrap();
         let tokens = (m.seq) as f64;
@@ -468,7 +468,7 @@ mod tests {
         let all = layer(&input, &q);
         input.step.moe.dispatcher = Dispatcher::DeepEp;
         let deep = layer(&input, &q);
-        let ops = input.ops.clone().unwrap();
+        let ops = input.ops.unwrap();
         let m = input.model;
         let copies = m.seq as f64 * m.moe.unwrap().topk as f64 * m.hidden as f64;
         let want = ops.stream(8.0 * copies);
