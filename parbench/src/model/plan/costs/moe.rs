@@ -290,6 +290,8 @@ impl Planner<'_> {
     /// routed copy the experts' input (`2h`), their gate and up outputs
     /// (`4F/etp`) and SwiGLU's product (`2F/etp`), and the shared
     /// experts' as a dense SwiGLU MLP's; the dense layers as dense blocks.
+    /// Recomputed modules keep less: `layernorm` the norms' outputs,
+    /// `moe_act` SwiGLU's product, `moe` nothing of the experts.
     pub(super) fn moe_activation_bytes(&self, l: &Layout, flash: bool) -> Option<f64> {
         let input = self.input;
         let m = &input.model;
