@@ -740,6 +740,7 @@ fn software_words(input: &PlanInput) -> String {
         "data-parallel reduction after the backward"
     });
     parts.push(match input.recompute {
+        Recompute::None if input.moe_recompute.any() => "recomputation of modules",
         Recompute::None => "no recomputation",
         Recompute::Selective => "selective recomputation",
         Recompute::Full => "full recomputation",
@@ -778,7 +779,14 @@ fn software_words(input: &PlanInput) -> String {
             CpComm::A2a => "context parallel by all-to-alls (Ulysses)",
         });
     }
-    parts.join(", ")
+    let mut words = parts.join(", ");
+    if input.moe_recompute.any() {
+        words += &format!(
+            "; recomputed modules: {}",
+            input.moe_recompute.names().join(", ")
+        );
+    }
+    words
 }
 
 /// A parameter count as people say it: 6.96M, 1.32B, 175B.
