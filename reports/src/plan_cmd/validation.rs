@@ -3,7 +3,7 @@
 //! predictions carry (the mean and worst error of its rows), computed
 //! from the table whenever a plan names the stack. docs/report.md
 //! ("Against published runs") prints the same rows; reports/tests holds
-//! them to their tolerance.
+//! them to their tolerance, and docs_validation.rs the docs to the code.
 
 use super::{cost_named, PlanArgs};
 use anyhow::{anyhow, Result};
