@@ -7,6 +7,7 @@
 
 mod common;
 use common::*;
+use parbench::model::plan::Costed;
 use parbench::model::Preset;
 use serde_json::Value;
 use std::path::Path;
@@ -277,5 +278,173 @@ fn presets_parameter_table_is_the_codes() {
             ));
         }
     }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// The layout `report plan LINE --output-file` costs for its `--layout`.
+fn costed(name: &str, line: &str) -> Costed {
+    let json = scratch(&format!("docs-{name}")).join("plan.json");
+    let o = report(&words(line, &["--output-file", json.to_str().unwrap()]));
+    assert_eq!(o.status.code(), Some(0), "{line}: {}", stderr(&o));
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    serde_json::from_value(v["top"][0].clone()).unwrap()
+}
+
+/// Whether `token` (a figure as the docs print it, "+7", "23.4") is
+/// `value` rounded to the digits printed.
+fn rounds(token: &str, value: f64) -> bool {
+    let d = token.split_once('.').map_or(0, |(_, f)| f.len());
+    let shown = if token.starts_with('+') {
+        format!("{value:+.d$}")
+    } else {
+        format!("{value:.d$}")
+    };
+    shown == token
+}
+
+/// The figures of a cell: "17.1 s (51%)" gives ["17.1", "51"].
+fn figures(cell: &str) -> Vec<&str> {
+    cell.split(|c: char| c.is_whitespace() || "()%/".contains(c))
+        .filter(|w| w.parse::<f64>().is_ok())
+        .collect()
+}
+
+/// A time cell's figure in its unit ("82 ms", "2.37 s").
+fn in_unit(cell: &str, seconds: f64) -> f64 {
+    if cell.contains(" ms") {
+        seconds * 1e3
+    } else {
+        seconds
+    }
+}
+
+/// Checks the rows of the table under `header`: each row's first cell
+/// names one of `rows`, whose figures (per cell after the first) the
+/// row must print, rounded as it prints them.
+fn check_table(
+    doc: &str,
+    header: &str,
+    rows: &[(String, Vec<Vec<f64>>)],
+    problems: &mut Vec<String>,
+) {
+    let mut seen = vec![false; rows.len()];
+    let mut lines = doc.lines().enumerate().skip_while(|(_, l)| *l != header);
+    if lines.next().is_none() {
+        problems.push(format!("docs/report.md: no table {header:?}"));
+        return;
+    }
+    for (i, line) in lines.skip(1).take_while(|(_, l)| l.starts_with('|')) {
+        let c = cells(line);
+        let at = format!("docs/report.md:{}", i + 1);
+        let Some(k) = rows.iter().position(|(name, _)| name == c[0]) else {
+            problems.push(format!(
+                "{at}: row {:?} is costed by no command of this test",
+                c[0]
+            ));
+            continue;
+        };
+        seen[k] = true;
+        for (cell, want) in c[1..].iter().zip(&rows[k].1) {
+            let got = figures(cell);
+            if got.len() != want.len() || got.iter().zip(want).any(|(g, w)| !rounds(g, *w)) {
+                let want: Vec<String> = want.iter().map(|w| format!("{w:.3}")).collect();
+                problems.push(format!(
+                    "{at}: {}: {cell:?} in the docs, {} by the code",
+                    c[0],
+                    want.join(", ")
+                ));
+            }
+        }
+    }
+    for ((name, _), s) in rows.iter().zip(seen) {
+        if !s {
+            problems.push(format!("docs/report.md: {header}: no row {name:?}"));
+        }
+    }
+}
+
+/// "Megatron-Core's published MoE layouts": each row as its command
+/// costs it (step, model TFLOP/s and MFU, exposed all-to-all and its
+/// share, memory).
+#[test]
+fn moe_layouts_table_is_the_codes() {
+    let doc = docs();
+    let header = "| layout | step | TFLOP/s a GPU (MFU) | all-to-all exposed | memory |";
+    let h100 = "--device h100-sxm5-80gb --stack megatron-core";
+    let deepep = "--moe-dispatcher deepep";
+    let runs = [
+        ("Mixtral 8x7B, 64 H100, dp=16 tp=1 pp=4 v=8 ep=8", 64, "--model mixtral-8x7b --gpus 64 --global-batch 256 --layout dp=16,tp=1,pp=4,vpp=8,ep=8", ""),
+        ("Mixtral 8x22B, 128 H100, dp=4 tp=4 pp=8 v=7 ep=2", 128, "--model mixtral-8x22b --gpus 128 --global-batch 256 --layout dp=4,tp=4,pp=8,vpp=7,ep=2", ""),
+        ("DeepSeek-V3, 1024 H100, dp=64 tp=2 pp=8 v=4 ep=64 etp=1", 1024, "--model deepseek-v3 --gpus 1024 --global-batch 8192 --layout dp=64,tp=2,pp=8,vpp=4,ep=64,etp=1,first=1,last=0", ""),
+        ("DeepSeek-V3, the same, `--moe-dispatcher deepep`", 1024, "--model deepseek-v3 --gpus 1024 --global-batch 8192 --layout dp=64,tp=2,pp=8,vpp=4,ep=64,etp=1,first=1,last=0", deepep),
+        ("Qwen3-235B-A22B, 256 H100, dp=16 tp=2 pp=8 v=4 ep=32 etp=1", 256, "--model qwen3-235b-a22b --gpus 256 --global-batch 2048 --layout dp=16,tp=2,pp=8,vpp=4,ep=32,etp=1", ""),
+        ("Qwen3-235B-A22B, the same, `--moe-dispatcher deepep` (the validation row without its recomputation)", 256, "--model qwen3-235b-a22b --gpus 256 --global-batch 2048 --layout dp=16,tp=2,pp=8,vpp=4,ep=32,etp=1", deepep),
+    ];
+    let mut rows = Vec::new();
+    let line = |cell: &str| {
+        doc.lines()
+            .find(|l| l.starts_with(&format!("| {cell} |")))
+            .map(|l| cells(l).into_iter().map(String::from).collect::<Vec<_>>())
+            .unwrap_or_default()
+    };
+    for (i, (name, gpus, flags, dispatcher)) in runs.iter().enumerate() {
+        let c = costed(
+            &format!("moe-layout-{i}"),
+            &format!("plan {flags} {h100} {dispatcher}"),
+        );
+        // The time cells' units are the docs' (ms or s), read from its row.
+        let docs_row = line(name);
+        let cell = |k: usize| docs_row.get(k).cloned().unwrap_or_default();
+        let tflops = c.model_flops / c.step_s / *gpus as f64 / 1e12;
+        rows.push((
+            name.to_string(),
+            vec![
+                vec![in_unit(&cell(1), c.step_s)],
+                vec![tflops, c.mfu.unwrap() * 100.0],
+                vec![
+                    in_unit(&cell(3), c.ep_comm_s),
+                    c.ep_comm_s / c.step_s * 100.0,
+                ],
+                vec![c.memory.total() / (1u64 << 30) as f64],
+            ],
+        ));
+    }
+    let mut problems = Vec::new();
+    check_table(&doc, header, &rows, &mut problems);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// "DeepEP's normal kernels on the H800": each EP's predicted dispatch
+/// bandwidth (DeepEP's count) and its error against the published
+/// dispatch and combine figures.
+#[test]
+fn deepep_table_is_the_codes() {
+    let doc = docs();
+    let header = "| EP | link | published dispatch / combine | predicted | error | the model's busier link |";
+    let published = [
+        (8, 153.0, 158.0),
+        (16, 43.0, 43.0),
+        (32, 58.0, 57.0),
+        (64, 51.0, 50.0),
+    ];
+    let mut rows = Vec::new();
+    for (ep, dispatch, combine) in published {
+        let c = costed(&format!("deepep-{ep}"), &format!("plan --model deepseek-v3 --device h800 --moe-dispatcher deepep --gpus {ep} --global-batch {ep} --device-memory 10000 --layout dp={ep},tp=1,pp=1,ep={ep}"));
+        let gbps = c.ep_dispatch.unwrap().bottleneck_gbps;
+        rows.push((
+            ep.to_string(),
+            vec![
+                vec![],
+                vec![dispatch, combine],
+                vec![gbps],
+                vec![
+                    (gbps / dispatch - 1.0) * 100.0,
+                    (gbps / combine - 1.0) * 100.0,
+                ],
+            ],
+        ));
+    }
+    let mut problems = Vec::new();
+    check_table(&doc, header, &rows, &mut problems);
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
