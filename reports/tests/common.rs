@@ -47,6 +47,22 @@ pub fn report(args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// The bands `report plan --validation --output-file` writes (in a
+/// scratch folder `name`).
+pub fn validation_bands(name: &str) -> Vec<serde_json::Value> {
+    let json = scratch(name).join("validation.json");
+    let o = report(&[
+        "plan",
+        "--validation",
+        "--output-file",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    v.as_array().unwrap().clone()
+}
+
 pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }

@@ -24,20 +24,6 @@ fn docs() -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// The bands as `report plan --validation --output-file` writes them.
-fn bands() -> Vec<Value> {
-    let json = scratch("docs-validation").join("validation.json");
-    let o = report(&[
-        "plan",
-        "--validation",
-        "--output-file",
-        json.to_str().unwrap(),
-    ]);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    v.as_array().unwrap().clone()
-}
-
 /// A figure as the docs print it: TFLOP/s to 0.1, tokens/s to 1, seconds
 /// to 0.01 with " s" (the unit is the published figure's).
 fn figure(unit: &str, x: f64) -> String {
@@ -118,7 +104,7 @@ fn docs_rows(doc: &str) -> Vec<(usize, Vec<&str>)> {
 #[test]
 fn validation_tables_print_what_the_code_computes() {
     let doc = docs();
-    let code = code_rows(&bands());
+    let code = code_rows(&validation_bands("docs-validation"));
     let mut problems = Vec::new();
     let mut seen = vec![0; code.len()];
     for (line, cells) in docs_rows(&doc) {
@@ -180,7 +166,7 @@ fn validation_tables_print_what_the_code_computes() {
 #[test]
 fn quoted_bands_are_the_codes() {
     let doc = docs().split_whitespace().collect::<Vec<_>>().join(" ");
-    let bands = bands();
+    let bands = validation_bands("docs-bands");
     let expected: Vec<(String, String)> = bands
         .iter()
         .map(|b| {

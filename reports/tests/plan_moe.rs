@@ -310,18 +310,8 @@ fn recompute_modules_trade_memory_for_time() {
 /// own.
 #[test]
 fn kept_aside_moe_rows_are_marked() {
-    let json = scratch("plan-moe-held-out").join("validation.json");
-    let o = report(&[
-        "plan",
-        "--validation",
-        "--output-file",
-        json.to_str().unwrap(),
-    ]);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let mut held = Vec::new();
-    for b in v.as_array().unwrap() {
+    for b in &validation_bands("plan-moe-held-out") {
         let moe = b["stack"] == "megatron-core moe";
         for r in b["rows"].as_array().unwrap() {
             let name = r["name"].as_str().unwrap();
