@@ -1,8 +1,9 @@
 //! docs/report.md against the code: every row of its validation tables
-//! ("Against published runs"), every band it quotes and its presets'
-//! parameter table must print what the code computes today, so a change
-//! of the model that moves a figure fails here until the docs follow.
-//! Rows are matched by name, exactly (a docs row may only add
+//! ("Against published runs"), every band it quotes, its MoE presets'
+//! parameter counts and its tables of costed MoE layouts and DeepEP
+//! dispatches must print what the code computes today, so a change of
+//! the model that moves a figure fails here until the docs follow. Rows
+//! are matched by name, exactly (a validation row may only add
 //! " (kept aside)", as `report plan --validation` prints it).
 
 mod common;
