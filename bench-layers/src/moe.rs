@@ -91,6 +91,11 @@ impl<'a> MoeRecords<'a> {
 
     fn finish(mut self, err: Option<anyhow::Error>) -> anyhow::Result<()> {
         for m in &self.rows {
+            if let Some(l) = output::moe_above_ideal(m, self.rows.first()) {
+                parbench::outln!("{l}");
+            }
+        }
+        for m in &self.rows {
             parbench::outln!("{}", output::moe_detail(self.plan, &self.moe, m));
         }
         // The model of every exchange against their measured sum, per layout.

@@ -45,6 +45,58 @@ pub fn fill_speedup(before: &[LayerRow], rows: &mut [LayerRow]) {
     }
 }
 
+/// Marks a speed-up above the ideal in a table's cell.
+pub const ABOVE_IDEAL: &str = "*";
+
+/// A speed-up over the block on one rank, two decimals, marked when it
+/// is above the ideal `ranks`-fold.
+pub fn speedup_cell(speedup: f64, ranks: usize) -> String {
+    let mark = if speedup > ranks as f64 {
+        ABOVE_IDEAL
+    } else {
+        ""
+    };
+    format!("{}{mark}", num(speedup, 2))
+}
+
+/// A row's figures against the block on one rank, for the line a
+/// speed-up above the ideal prints.
+#[derive(Clone, Copy, Debug)]
+pub struct AgainstWhole {
+    /// The ranks sharing the block: the ideal speed-up.
+    pub ranks: usize,
+    pub speedup: f64,
+    /// The slowest sharded rank's compute, us per call.
+    pub compute_us: f64,
+    /// The block on one rank: its compute and its total, us per call.
+    pub whole_compute_us: f64,
+    pub whole_total_us: f64,
+}
+
+/// The line under a table when a row's speed-up is above the ideal
+/// (else none): its shards' compute times N against the whole block's
+/// compute, both measured in this run, and which side of it the
+/// speed-up came from.
+pub fn above_ideal_line(degree: &str, a: AgainstWhole) -> Option<String> {
+    if !(a.speedup > a.ranks as f64) {
+        return None;
+    }
+    let n = a.ranks as f64;
+    let shards = a.compute_us * n;
+    let head = format!(
+        "# {ABOVE_IDEAL} {degree}: speed-up {:.2} above the ideal {}: compute x{} = {:.1} us against the whole block's {:.1} us on one rank",
+        a.speedup, a.ranks, a.ranks, shards, a.whole_compute_us
+    );
+    Some(if shards < a.whole_compute_us {
+        format!("{head}: the split compute ran faster than its share (both measured in this run)")
+    } else {
+        format!(
+            "{head}: not the compute; the one-rank block's {:.1} us beyond its compute",
+            a.whole_total_us - a.whole_compute_us
+        )
+    })
+}
+
 /// The block's configuration for run.json.
 pub fn block_json(plan: &LayerJob) -> serde_json::Value {
     let b = &plan.block;
@@ -208,7 +260,7 @@ pub fn table(plan: &LayerJob, rows: &[LayerRow], noise: Option<&ForeignCpu>) -> 
             bytes(r.bytes_per_call),
             r.calls_per_block,
             num(r.comm_model_us, 1),
-            num(r.speedup, 2),
+            speedup_cell(r.speedup, r.tp),
             num(r.efficiency, 2),
             if r.check_max_err.is_nan() {
                 "-".into()
@@ -217,6 +269,25 @@ pub fn table(plan: &LayerJob, rows: &[LayerRow], noise: Option<&ForeignCpu>) -> 
             },
             num(r.compute_gflops, 1),
         ));
+    }
+    let whole = rows.iter().find(|r| r.tp == 1);
+    for r in rows {
+        let line = whole.and_then(|w| {
+            above_ideal_line(
+                &format!("tp {}", r.tp),
+                AgainstWhole {
+                    ranks: r.tp,
+                    speedup: r.speedup,
+                    compute_us: r.compute_us,
+                    whole_compute_us: w.compute_us,
+                    whole_total_us: w.total_us,
+                },
+            )
+        });
+        if let Some(l) = line {
+            out.push_str(&l);
+            out.push('\n');
+        }
     }
     for r in rows.iter().filter(|r| r.tp > 1) {
         let fitted = format!(
@@ -438,7 +509,7 @@ pub fn moe_row(m: &MoeMeasurement, first: Option<&MoeMeasurement>, moe: &MoeConf
         num(m.total_us, 1),
         num(m.a2a_model_us + m.etp_model_us + m.tp_model_us, 1),
         bytes(if m.ep > 1 { m.a2a_bytes } else { 0 }),
-        num(speedup, 2),
+        speedup_cell(speedup, m.ep * m.etp),
         num(m.imbalance, 2),
         if m.check_max_err.is_nan() {
             "-".into()
@@ -449,6 +520,22 @@ pub fn moe_row(m: &MoeMeasurement, first: Option<&MoeMeasurement>, moe: &MoeConf
             moe.flops() / (m.ep * m.etp) as f64 / (m.compute_us * 1e3),
             1
         ),
+    )
+}
+
+/// The line a layout's speed-up above the ideal prints, against the
+/// sweep's first row when that is the block on one rank.
+pub fn moe_above_ideal(m: &MoeMeasurement, first: Option<&MoeMeasurement>) -> Option<String> {
+    let whole = first.filter(|f| f.ep * f.etp == 1)?;
+    above_ideal_line(
+        &format!("ep {} etp {}", m.ep, m.etp),
+        AgainstWhole {
+            ranks: m.ep * m.etp,
+            speedup: whole.total_us / m.total_us,
+            compute_us: m.compute_us,
+            whole_compute_us: whole.compute_us,
+            whole_total_us: whole.total_us,
+        },
     )
 }
 
@@ -539,6 +626,32 @@ mod tests {
         assert!(model_miss(100.0, 130.0).unwrap().contains("x1.30"));
         assert!(model_miss(0.0, 10.0).is_none());
         assert!(model_miss(10.0, f64::NAN).is_none());
+    }
+
+    #[test]
+    fn a_speed_up_above_the_ideal_is_marked_with_what_was_measured() {
+        let at = |speedup: f64, compute_us: f64| AgainstWhole {
+            ranks: 2,
+            speedup,
+            compute_us,
+            whole_compute_us: 300.0,
+            whole_total_us: 310.0,
+        };
+        // Above 2x: marked, and the line says whose compute was faster.
+        assert_eq!(speedup_cell(2.07, 2), "2.07*");
+        let faster = above_ideal_line("tp 2", at(2.07, 140.0)).unwrap();
+        assert!(faster.contains("compute x2 = 280.0 us"), "{faster}");
+        assert!(faster.contains("whole block's 300.0 us"), "{faster}");
+        assert!(faster.contains("the split compute ran faster"), "{faster}");
+        // Above 2x with the shards' compute at its share: not the compute.
+        let other = above_ideal_line("tp 2", at(2.07, 160.0)).unwrap();
+        assert!(other.contains("not the compute"), "{other}");
+        assert!(other.contains("10.0 us beyond its compute"), "{other}");
+        // At or below the ideal, or unknown: no mark, no line.
+        for s in [2.0, 1.6, f64::NAN] {
+            assert!(!speedup_cell(s, 2).contains(ABOVE_IDEAL), "{s}");
+            assert!(above_ideal_line("tp 2", at(s, 140.0)).is_none(), "{s}");
+        }
     }
 
     #[test]
