@@ -88,12 +88,12 @@ pub fn above_ideal_line(degree: &str, a: AgainstWhole) -> Option<String> {
     );
     Some(if shards < a.whole_compute_us {
         format!(
-            "{head} < one rank's {:.1} us (both measured in this run)",
+            "{head} < one rank's {:.1} us (both measured)",
             a.whole_compute_us
         )
     } else {
         format!(
-            "{head} >= one rank's {:.1} us; one rank's time beyond compute {:.1} us",
+            "{head} >= one rank's {:.1} us; one rank's other time {:.1} us",
             a.whole_compute_us,
             a.whole_total_us - a.whole_compute_us
         )
@@ -648,7 +648,7 @@ mod tests {
         // Above 2x with the shards' compute at its share: not the compute.
         let other = above_ideal_line("tp 2", at(2.07, 160.0)).unwrap();
         assert!(other.contains(">= one rank's 300.0 us"), "{other}");
-        assert!(other.contains("beyond compute 10.0 us"), "{other}");
+        assert!(other.contains("one rank's other time 10.0 us"), "{other}");
         assert!(faster.len() < 100 && other.len() < 110, "{faster}\n{other}");
         // At or below the ideal, or unknown: no mark, no line.
         for s in [2.0, 1.6, f64::NAN] {
