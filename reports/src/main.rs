@@ -10,7 +10,6 @@
 mod charts;
 mod compare;
 mod html;
-mod lines;
 mod load;
 mod model_cmd;
 mod plan_cmd;

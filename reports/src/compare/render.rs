@@ -100,7 +100,7 @@ pub fn rule(noise_limit: f64) -> String {
 
 /// `text` broken at spaces into lines of at most [`WIDTH`] characters.
 pub fn wrap(text: &str) -> String {
-    crate::lines::wrap(text, "", WIDTH)
+    parbench::term::wrap(text, "", WIDTH)
 }
 
 /// The comparison as text or Markdown.

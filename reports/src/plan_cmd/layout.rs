@@ -188,7 +188,7 @@ pub fn render_terms(c: &Costed, gpus: u64, have_gib: Option<f64>, verbose: bool)
         );
     }
     if let Some(d) = &c.ep_dispatch {
-        out.push_str(&crate::lines::wrap_hanging(
+        out.push_str(&parbench::term::wrap_hanging(
             &format!(
                 "{}   {} tokens a rank: {} over NVLink, {} over its NIC; a token reaches {:.2} nodes; bottleneck {} GB/s (balanced routing)",
                 secs(d.seconds),
@@ -200,7 +200,7 @@ pub fn render_terms(c: &Costed, gpus: u64, have_gib: Option<f64>, verbose: bool)
             ),
             "  one dispatch  ",
             &" ".repeat(16),
-            crate::lines::WIDTH,
+            parbench::term::WIDTH,
         ));
     }
     if c.layout.cp > 1 {
@@ -246,7 +246,7 @@ pub fn render_terms(c: &Costed, gpus: u64, have_gib: Option<f64>, verbose: bool)
     let have = have_gib.map(|g| g * 1024.0 * 1024.0 * 1024.0);
     if let Some(h) = have.filter(|&h| c.memory.tight(h)) {
         let (lo, hi) = c.memory.range();
-        out.push_str(&crate::lines::wrap_hanging(
+        out.push_str(&parbench::term::wrap_hanging(
             &format!(
                 "{} to {} against {}: within the memory model's uncertainty (the two counts); it may not fit",
                 units::bytes(lo),
@@ -255,7 +255,7 @@ pub fn render_terms(c: &Costed, gpus: u64, have_gib: Option<f64>, verbose: bool)
             ),
             "  tight         ",
             &" ".repeat(16),
-            crate::lines::WIDTH,
+            parbench::term::WIDTH,
         ));
     }
     out
@@ -419,11 +419,11 @@ pub fn render_families(fams: &[Family]) -> String {
             (None, Some(why)) => why.clone(),
             (None, None) => continue,
         };
-        out.push_str(&crate::lines::wrap_hanging(
+        out.push_str(&parbench::term::wrap_hanging(
             &text,
             &format!("  {:<36} ", f.name),
             &" ".repeat(39),
-            crate::lines::WIDTH,
+            parbench::term::WIDTH,
         ));
     }
     if let Some(w) = fams

@@ -2,7 +2,6 @@
 //! and the cells the page shares with it.
 
 use super::file::PlanFile;
-use crate::lines;
 use crate::table::Table;
 use crate::units;
 use parbench::model::plan::{Shard, WireKind};
@@ -144,7 +143,12 @@ pub fn source_arithmetic(from: &str) -> &str {
 /// each term explained and the table's every column.
 pub fn render(f: &PlanFile, verbose: bool) -> String {
     let mut out = String::new();
-    out.push_str(&lines::wrap_hanging(&f.model, "Plan: ", "  ", lines::WIDTH));
+    out.push_str(&parbench::term::wrap_hanging(
+        &f.model,
+        "Plan: ",
+        "  ",
+        parbench::term::WIDTH,
+    ));
     out.push_str(&format!(
         "  global batch {} sequences on {} devices ({} per node), {}\n\n",
         f.global_batch,
@@ -201,15 +205,19 @@ fn answer(f: &PlanFile, verbose: bool) -> String {
             ));
             if let Some(best) = &f.search_best {
                 let why = super::layout::why_loses(first, best);
-                out.push_str(&lines::wrap(why.trim_end(), "  ", lines::WIDTH));
+                out.push_str(&parbench::term::wrap(
+                    why.trim_end(),
+                    "  ",
+                    parbench::term::WIDTH,
+                ));
             }
         }
         None => {
-            out.push_str(&lines::wrap_hanging(
+            out.push_str(&parbench::term::wrap_hanging(
                 &format!("{}", first.layout),
                 "Best layout: ",
                 "  ",
-                lines::WIDTH,
+                parbench::term::WIDTH,
             ));
             let mfu = first
                 .mfu
@@ -278,9 +286,13 @@ fn full_table(f: &PlanFile) -> String {
     }
     out.push_str(&t.text());
     if moe {
-        out.push_str(&lines::wrap("ep a2a: the experts' all-to-all, dispatch and combine forward and backward, exposed; it adds to the step beside tp comm.", "", lines::WIDTH));
+        out.push_str(&parbench::term::wrap("ep a2a: the experts' all-to-all, dispatch and combine forward and backward, exposed; it adds to the step beside tp comm.", "", parbench::term::WIDTH));
     }
-    out.push_str(&lines::wrap(STEP_LEGEND, "", lines::WIDTH));
+    out.push_str(&parbench::term::wrap(
+        STEP_LEGEND,
+        "",
+        parbench::term::WIDTH,
+    ));
     out
 }
 
@@ -358,10 +370,10 @@ fn losses(f: &PlanFile, verbose: bool) -> String {
     } else {
         for g in &f.losses {
             out.push_str(&format!("{:>6}  {}\n", g.count, g.group));
-            out.push_str(&lines::wrap(
+            out.push_str(&parbench::term::wrap(
                 &format!("{}: {}", g.example, g.detail),
                 "        ",
-                lines::WIDTH,
+                parbench::term::WIDTH,
             ));
         }
     }
@@ -425,11 +437,11 @@ fn costed_on(f: &PlanFile, verbose: bool) -> String {
         ),
     ));
     for (name, text) in lines_of {
-        out.push_str(&lines::wrap_hanging(
+        out.push_str(&parbench::term::wrap_hanging(
             &text,
             &format!("  {:<12}", format!("{name}:")),
             &" ".repeat(14),
-            lines::WIDTH,
+            parbench::term::WIDTH,
         ));
     }
     out.push_str(&format!(
