@@ -218,7 +218,7 @@ pub fn table(plan: &LayerJob, rows: &[LayerRow], noise: Option<&ForeignCpu>) -> 
     let s = &b.shape;
     let (math, kernels) = gemm_of(plan);
     let mut out = format!(
-        "# bench-layers: {} {}{} | preset {} h={} heads={} ffn={} seq={} b={} ({} tokens/call) | {} | {} kernels\n",
+        "# bench-layers: {} {}{} | preset {} h={} heads={} ffn={} seq={} b={} ({} tokens/call)\n# {} | {} kernels\n",
         rows.first().map_or("", |r| r.backend.as_str()),
         parbench::layers::mode_name(b.mode, b.decode),
         if b.seq_parallel { " sequence-parallel" } else { "" },
@@ -297,12 +297,12 @@ pub fn table(plan: &LayerJob, rows: &[LayerRow], noise: Option<&ForeignCpu>) -> 
             "collectives at 1/16 to 2x the block's call size, {}",
             crate::sweep::tp_sample_text(plan, r.tp)
         );
-        out.push_str(&format!(
-            "# tp {}: {} | {}\n",
+        out.push_str(&comment(&format!(
+            "tp {}: {} | {}",
             r.tp,
             r.comm_algo,
             link_text(&r.link_source, r.link_alpha_us, r.link_gbps, &fitted)
-        ));
+        )));
     }
     let held: Vec<(usize, f64, f64)> = rows
         .iter()
@@ -314,6 +314,12 @@ pub fn table(plan: &LayerJob, rows: &[LayerRow], noise: Option<&ForeignCpu>) -> 
         out.push('\n');
     }
     out
+}
+
+/// A `# ` comment under a table, broken into lines of at most
+/// [`parbench::term::WIDTH`] columns (`#   ` before each continuation).
+pub fn comment(text: &str) -> String {
+    parbench::term::wrap_hanging(text, "# ", "#   ", parbench::term::WIDTH)
 }
 
 /// The model held to the measured communication, per degree `(tp,
@@ -331,7 +337,8 @@ pub fn model_lines(
     degrees
         .iter()
         .filter_map(|&(tp, measured, model)| {
-            Some(format!("# {label} {tp}: {}", model_miss(measured, model)?))
+            let line = comment(&format!("{label} {tp}: {}", model_miss(measured, model)?));
+            Some(line.trim_end().to_string())
         })
         .collect()
 }
@@ -400,8 +407,8 @@ pub fn reference_line(r: Option<&ComputeReference>, rows: &[LayerRow]) -> String
             )
         })
         .collect();
-    format!(
-        "# compute reference: {}: {:.0} us median of {} samples (spread {:.1}%), {:.1} GFLOP/s a CPU{}",
+    let line = format!(
+        "compute reference: {}: {:.0} us median of {} samples (spread {:.1}%), {:.1} GFLOP/s a CPU{}",
         r.kernel,
         us,
         r.samples_us.len(),
@@ -415,7 +422,8 @@ pub fn reference_line(r: Option<&ComputeReference>, rows: &[LayerRow]) -> String
                 rates.join(", ")
             )
         }
-    )
+    );
+    comment(&line).trim_end().to_string()
 }
 
 /// The MoE block's configuration for run.json.
@@ -455,19 +463,19 @@ pub fn moe_header(plan: &LayerJob, moe: &MoeConfig) -> String {
         )
     });
     format!(
-        "# bench-layers: {} {} {attention}MoE | h={} experts={} top-{} expert-ffn={} shared={} ({} tokens/call) | {} | {} kernels\n\
-         # times per block call, slowest rank's mean; a2a: the all-to-alls once every rank arrived, etp: the expert-tensor gathers and reduce-scatters, tp: the attention's, wait: the barrier before each\n\
-         #{:>3} {:>4} {:>3} {:>11} {:>10} {:>9} {:>9} {:>10} {:>11} {:>10} {:>9} {:>8} {:>6} {:>9} {:>7}",
-        plan.backend.name(),
-        moe.mode.name(),
-        moe.hidden,
-        moe.experts,
-        moe.topk,
-        moe.ffn,
-        moe.shared,
-        moe.tokens,
-        math,
-        kernels,
+        "{}{}#{:>3} {:>4} {:>3} {:>11} {:>10} {:>9} {:>9} {:>10} {:>11} {:>10} {:>9} {:>8} {:>6} {:>9} {:>7}",
+        comment(&format!(
+            "bench-layers: {} {} {attention}MoE | h={} experts={} top-{} expert-ffn={} shared={} ({} tokens/call) | {math} | {kernels} kernels",
+            plan.backend.name(),
+            moe.mode.name(),
+            moe.hidden,
+            moe.experts,
+            moe.topk,
+            moe.ffn,
+            moe.shared,
+            moe.tokens,
+        )),
+        comment("times per block call, slowest rank's mean; a2a: the all-to-alls once every rank arrived, etp: the expert-tensor gathers and reduce-scatters, tp: the attention's, wait: the barrier before each"),
         "ep",
         "etp",
         "tp",
@@ -606,12 +614,16 @@ pub fn moe_detail(plan: &LayerJob, moe: &MoeConfig, m: &MoeMeasurement) -> Strin
                 )
             })
             .collect();
-        out.push_str(&format!(
-            "\n# {layout}: model {} us: {} | {}",
-            num(m.a2a_model_us + m.etp_model_us + m.tp_model_us, 1),
-            terms.join("; "),
-            link_text(&m.link_source, m.link_alpha_us, m.link_gbps, &fitted)
-        ));
+        out.push('\n');
+        out.push_str(
+            comment(&format!(
+                "{layout}: model {} us: {} | {}",
+                num(m.a2a_model_us + m.etp_model_us + m.tp_model_us, 1),
+                terms.join("; "),
+                link_text(&m.link_source, m.link_alpha_us, m.link_gbps, &fitted)
+            ))
+            .trim_end(),
+        );
     }
     out
 }
@@ -675,6 +687,10 @@ mod tests {
         let quiet = model_lines("tp", &degrees, Some(&noise(0.02)));
         assert_eq!(quiet.len(), 2, "{quiet:?}");
         assert!(quiet.iter().all(|l| l.contains("WARNING: the model's")));
+        // Broken into short lines, each a comment.
+        for l in quiet.iter().flat_map(|l| l.lines()) {
+            assert!(l.starts_with('#') && l.chars().count() <= 100, "{l}");
+        }
         let noisy = model_lines("tp", &degrees, Some(&noise(0.8)));
         assert_eq!(noisy.len(), 1, "{noisy:?}");
         assert!(noisy[0].starts_with("# WARNING: a noisy run: other processes took 80%"));
