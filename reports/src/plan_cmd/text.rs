@@ -90,8 +90,8 @@ fn band_brief(f: &PlanFile) -> String {
             b.worst * 100.0,
             b.rows.len()
         ),
-        (Some(_), None) => "none: no published run of the stack yet".into(),
-        (None, None) => "none without --stack".into(),
+        (Some(_), None) => "none (no published run of the stack yet)".into(),
+        (None, None) => "none (without --stack, held to no published run)".into(),
     }
 }
 
@@ -223,7 +223,7 @@ fn answer(f: &PlanFile, verbose: bool) -> String {
                 .mfu
                 .map_or(String::new(), |m| format!(", MFU {}", units::percent(m)));
             out.push_str(&format!(
-                "  {} tokens/s, step {}{mfu}; band {}\n",
+                "  {} tokens/s, step {}{mfu}; band: {}\n",
                 units::sig3(first.tokens_per_s),
                 ms(first.step_s),
                 band_brief(f)
