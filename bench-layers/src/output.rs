@@ -48,10 +48,16 @@ pub fn fill_speedup(before: &[LayerRow], rows: &mut [LayerRow]) {
 /// Marks a speed-up above the ideal in a table's cell.
 pub const ABOVE_IDEAL: &str = "*";
 
+/// Whether a speed-up is above the ideal `ranks`-fold (an unknown one,
+/// NaN, is not).
+fn above_ideal(speedup: f64, ranks: usize) -> bool {
+    speedup > ranks as f64
+}
+
 /// A speed-up over the block on one rank, two decimals, marked when it
 /// is above the ideal `ranks`-fold.
 pub fn speedup_cell(speedup: f64, ranks: usize) -> String {
-    let mark = if speedup > ranks as f64 {
+    let mark = if above_ideal(speedup, ranks) {
         ABOVE_IDEAL
     } else {
         ""
@@ -78,7 +84,7 @@ pub struct AgainstWhole {
 /// compute on one rank, both measured in this run; where that is no
 /// faster, the one-rank block's time beyond its compute.
 pub fn above_ideal_line(degree: &str, a: AgainstWhole) -> Option<String> {
-    if !(a.speedup > a.ranks as f64) {
+    if !above_ideal(a.speedup, a.ranks) {
         return None;
     }
     let shards = a.compute_us * a.ranks as f64;
