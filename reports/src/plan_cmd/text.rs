@@ -420,22 +420,10 @@ fn costed_on(f: &PlanFile, verbose: bool) -> String {
         lines_of.push(("the step", f.software.clone()));
     }
     lines_of.push(("band", band_words(f)));
-    lines_of.push((
-        "intra-node",
-        format!(
-            "{}, from {}",
-            wire_words(&f.intra.value),
-            source(&f.intra.from, source_arithmetic)
-        ),
-    ));
-    lines_of.push((
-        "inter-node",
-        format!(
-            "{}, from {}",
-            wire_words(&f.inter.value),
-            source(&f.inter.from, source_arithmetic)
-        ),
-    ));
+    for (name, wire) in [("intra-node", &f.intra), ("inter-node", &f.inter)] {
+        let from = source(&wire.from, source_arithmetic);
+        lines_of.push((name, format!("{}, from {from}", wire_words(&wire.value))));
+    }
     for (name, text) in lines_of {
         out.push_str(&parbench::term::wrap_hanging(
             &text,
