@@ -338,7 +338,8 @@ pub fn model_lines(
     noise: Option<&ForeignCpu>,
 ) -> Vec<String> {
     if let Some(w) = noise.and_then(ForeignCpu::warning) {
-        return vec![format!("# {w}; the model is not held to it")];
+        let line = comment(&format!("{w}; the model is not held to it"));
+        return vec![line.trim_end().to_string()];
     }
     degrees
         .iter()
