@@ -417,7 +417,12 @@ fn the_default_plan_leads_with_the_answer_in_short_lines() {
         assert!(answer < at("Best layouts by tokens/s"), "{out}");
         assert!(answer < at("Costed on"), "{out}");
         // The step beside the stack's band, on the next line.
-        assert!(out.contains("band"), "{out}");
+        if let Some(i) = out.lines().position(|l| l.starts_with("  step ")) {
+            let next = out.lines().nth(i + 1).unwrap_or("");
+            assert!(next.starts_with("  band          +"), "{out}");
+        } else {
+            assert!(out.contains("MFU") && out.contains("; band: +"), "{out}");
+        }
         assert!(!out.contains("the step:"), "{out}");
         let v = report(&words(line, &["-v"]));
         let full = flat(&stdout(&v));

@@ -258,7 +258,21 @@ pub fn render_terms(c: &Costed, gpus: u64, have_gib: Option<f64>, verbose: bool)
             parbench::term::WIDTH,
         ));
     }
-    out
+    // A long line (-v's parts) continues under its figures, its term's
+    // name column kept.
+    out.lines()
+        .map(|l| match l.char_indices().nth(16) {
+            Some((at, _)) if l.chars().count() > parbench::term::WIDTH => {
+                parbench::term::wrap_hanging(
+                    &l[at..],
+                    &l[..at],
+                    &" ".repeat(16),
+                    parbench::term::WIDTH,
+                )
+            }
+            _ => format!("{l}\n"),
+        })
+        .collect()
 }
 
 /// Why `named` loses to `best`, term by term, largest loss first.

@@ -197,12 +197,17 @@ fn answer(f: &PlanFile, verbose: bool) -> String {
         Some(spec) => {
             out.push_str(&format!("Layout {spec}: {}\n", first.layout));
             let terms = super::layout::render_terms(first, f.gpus, f.memory_gib, verbose);
-            // The band beside the step it bounds.
-            let (step, rest) = terms.split_once('\n').unwrap_or((&terms, ""));
-            out.push_str(&format!(
-                "{step}\n  band          {}\n{rest}",
-                band_brief(f)
-            ));
+            // The band beside the step it bounds: after the step's line
+            // and its continuations (indented past the term's name).
+            let cont = " ".repeat(16);
+            let mut band = Some(format!("  band          {}\n", band_brief(f)));
+            for (i, l) in terms.lines().enumerate() {
+                if i > 0 && !l.starts_with(&cont) {
+                    out.push_str(&band.take().unwrap_or_default());
+                }
+                out.push_str(l);
+                out.push('\n');
+            }
             if let Some(best) = &f.search_best {
                 let why = super::layout::why_loses(first, best);
                 out.push_str(&parbench::term::wrap(
