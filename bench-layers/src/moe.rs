@@ -80,7 +80,10 @@ impl<'a> MoeRecords<'a> {
     }
 
     fn keep(&mut self, m: MoeMeasurement) {
-        parbench::outln!("{}", output::moe_row(&m, self.rows.first(), &self.moe));
+        parbench::outln!(
+            "{}",
+            output::moe_row(&m, self.rows.first(), &self.moe, self.plan.verbose)
+        );
         self.rows.push(m);
         self.meta.extra.insert(
             "moe_rows".into(),

@@ -216,6 +216,36 @@ fn bytes(b: u64) -> String {
     }
 }
 
+/// A check's largest error, or `-` where none was taken.
+fn check_cell(max_err: f64) -> String {
+    if max_err.is_nan() {
+        "-".into()
+    } else {
+        format!("{max_err:.1e}")
+    }
+}
+
+/// One line of a fixed-width table: each column `(name, width, shown
+/// without -v)` kept right-aligned to its width, one space apart, after
+/// `lead` (`#` for the header, a space for a row).
+fn fixed_row(
+    cols: &[(&str, usize, bool)],
+    lead: char,
+    cells: Vec<String>,
+    verbose: bool,
+) -> String {
+    let mut out = String::from(lead);
+    let kept = cols.iter().zip(cells).filter(|(c, _)| verbose || c.2);
+    for (i, ((_, width, _), cell)) in kept.enumerate() {
+        if i > 0 {
+            out.push(' ');
+        }
+        out.push_str(&format!("{cell:>width$}"));
+    }
+    out.push('\n');
+    out
+}
+
 /// The table, one line per degree, as nccl-tests prints its sweeps.
 /// `noise`: the noise guard's figure so far; in a noisy run the model is
 /// not held to the measured communication (one line says why).
@@ -238,45 +268,47 @@ pub fn table(plan: &LayerJob, rows: &[LayerRow], noise: Option<&ForeignCpu>) -> 
         math,
         kernels,
     );
-    out.push_str(
-        "# times per block call (forward, +backward in train), slowest rank's mean; wait: the barrier before each collective\n",
-    );
-    out.push_str(&format!(
-        "#{:>3} {:>11} {:>10} {:>9} {:>11} {:>10} {:>9} {:>5} {:>11} {:>8} {:>7} {:>9} {:>7}\n",
-        "tp",
-        "compute_us",
-        "comm_us",
-        "wait_us",
-        "total_us",
-        "tok_us",
-        "B/call",
-        "calls",
-        "model_us",
-        "speedup",
-        "eff",
-        "check",
-        "GF/s"
+    out.push_str(&comment(
+        "times per block call (forward, +backward in train), slowest rank's mean; wait: the barrier before each collective",
     ));
+    // (name, width, shown without -v)
+    let cols: [(&str, usize, bool); 13] = [
+        ("tp", 3, true),
+        ("compute_us", 11, true),
+        ("comm_us", 10, true),
+        ("wait_us", 9, true),
+        ("total_us", 11, true),
+        ("tok_us", 10, false),
+        ("B/call", 9, false),
+        ("calls", 5, false),
+        ("model_us", 11, true),
+        ("speedup", 8, true),
+        ("eff", 7, true),
+        ("check", 9, true),
+        ("GF/s", 7, false),
+    ];
+    let names = cols.iter().map(|c| c.0.to_string()).collect();
+    out.push_str(&fixed_row(&cols, '#', names, plan.verbose));
     for r in rows {
-        out.push_str(&format!(
-            " {:>3} {:>11} {:>10} {:>9} {:>11} {:>10} {:>9} {:>5} {:>11} {:>8} {:>7} {:>9} {:>7}\n",
-            r.tp,
-            num(r.compute_us, 1),
-            num(r.comm_us, 1),
-            num(r.wait_us, 1),
-            num(r.total_us, 1),
-            num(r.per_token_us, 2),
-            bytes(r.bytes_per_call),
-            r.calls_per_block,
-            num(r.comm_model_us, 1),
-            speedup_cell(r.speedup, r.tp),
-            num(r.efficiency, 2),
-            if r.check_max_err.is_nan() {
-                "-".into()
-            } else {
-                format!("{:.1e}", r.check_max_err)
-            },
-            num(r.compute_gflops, 1),
+        out.push_str(&fixed_row(
+            &cols,
+            ' ',
+            vec![
+                r.tp.to_string(),
+                num(r.compute_us, 1),
+                num(r.comm_us, 1),
+                num(r.wait_us, 1),
+                num(r.total_us, 1),
+                num(r.per_token_us, 2),
+                bytes(r.bytes_per_call),
+                r.calls_per_block.to_string(),
+                num(r.comm_model_us, 1),
+                speedup_cell(r.speedup, r.tp),
+                num(r.efficiency, 2),
+                check_cell(r.check_max_err),
+                num(r.compute_gflops, 1),
+            ],
+            plan.verbose,
         ));
     }
     let whole = rows.iter().find(|r| r.tp == 1);
@@ -469,8 +501,9 @@ pub fn moe_header(plan: &LayerJob, moe: &MoeConfig) -> String {
             a.heads, a.seq
         )
     });
+    let names = moe_cols(moe).iter().map(|c| c.0.to_string()).collect();
     format!(
-        "{}{}#{:>3} {:>4} {:>3} {:>11} {:>10} {:>9} {:>9} {:>10} {:>11} {:>10} {:>9} {:>8} {:>6} {:>9} {:>7}",
+        "{}{}{}",
         comment(&format!(
             "bench-layers: {} {} {attention}MoE | h={} experts={} top-{} expert-ffn={} shared={} ({} tokens/call) | {math} | {kernels} kernels",
             plan.backend.name(),
@@ -483,37 +516,51 @@ pub fn moe_header(plan: &LayerJob, moe: &MoeConfig) -> String {
             moe.tokens,
         )),
         comment("times per block call, slowest rank's mean; a2a: the all-to-alls once every rank arrived, etp: the expert-tensor gathers and reduce-scatters, tp: the attention's, wait: the barrier before each"),
-        "ep",
-        "etp",
-        "tp",
-        "compute_us",
-        "a2a_us",
-        "etp_us",
-        "tp_us",
-        "wait_us",
-        "total_us",
-        "model_us",
-        "B/a2a",
-        "speedup",
-        "imbal",
-        "check",
-        "GF/s"
+        fixed_row(&moe_cols(moe), '#', names, plan.verbose).trim_end()
     )
+}
+
+/// The MoE table's columns `(name, width, shown without -v)`: the
+/// attention's degree and exchange shown only where the block has one
+/// (`-v` shows them, `-` and 0, as the records keep them).
+fn moe_cols(moe: &MoeConfig) -> [(&'static str, usize, bool); 15] {
+    let attention = moe.attention.is_some();
+    [
+        ("ep", 3, true),
+        ("etp", 4, true),
+        ("tp", 3, attention),
+        ("compute_us", 11, true),
+        ("a2a_us", 10, true),
+        ("etp_us", 9, true),
+        ("tp_us", 9, attention),
+        ("wait_us", 10, true),
+        ("total_us", 11, true),
+        ("model_us", 10, true),
+        ("B/a2a", 9, false),
+        ("speedup", 8, true),
+        ("imbal", 6, true),
+        ("check", 9, true),
+        ("GF/s", 7, false),
+    ]
 }
 
 /// One MoE row: `first` is the sweep's first row, for the speed-up over
 /// the block on one rank.
-pub fn moe_row(m: &MoeMeasurement, first: Option<&MoeMeasurement>, moe: &MoeConfig) -> String {
+pub fn moe_row(
+    m: &MoeMeasurement,
+    first: Option<&MoeMeasurement>,
+    moe: &MoeConfig,
+    verbose: bool,
+) -> String {
     let base = first.unwrap_or(m);
     let speedup = if base.ep * base.etp == 1 {
         base.total_us / m.total_us
     } else {
         f64::NAN
     };
-    format!(
-        " {:>3} {:>4} {:>3} {:>11} {:>10} {:>9} {:>9} {:>10} {:>11} {:>10} {:>9} {:>8} {:>6} {:>9} {:>7}",
-        m.ep,
-        m.etp,
+    let cells = vec![
+        m.ep.to_string(),
+        m.etp.to_string(),
         if moe.attention.is_some() {
             m.tp.to_string()
         } else {
@@ -529,16 +576,15 @@ pub fn moe_row(m: &MoeMeasurement, first: Option<&MoeMeasurement>, moe: &MoeConf
         bytes(if m.ep > 1 { m.a2a_bytes } else { 0 }),
         speedup_cell(speedup, m.ep * m.etp),
         num(m.imbalance, 2),
-        if m.check_max_err.is_nan() {
-            "-".into()
-        } else {
-            format!("{:.1e}", m.check_max_err)
-        },
+        check_cell(m.check_max_err),
         num(
             moe.flops() / (m.ep * m.etp) as f64 / (m.compute_us * 1e3),
-            1
+            1,
         ),
-    )
+    ];
+    fixed_row(&moe_cols(moe), ' ', cells, verbose)
+        .trim_end()
+        .to_string()
 }
 
 /// The line a layout's speed-up above the ideal prints, against the
@@ -648,6 +694,16 @@ mod tests {
         assert!(model_miss(100.0, 130.0).unwrap().contains("x1.30"));
         assert!(model_miss(0.0, 10.0).is_none());
         assert!(model_miss(10.0, f64::NAN).is_none());
+    }
+
+    #[test]
+    fn columns_of_the_records_alone_wait_for_v() {
+        let cols = [("a", 3, true), ("detail", 6, false), ("b", 4, true)];
+        let cells = || vec!["1".to_string(), "2".into(), "3".into()];
+        assert_eq!(fixed_row(&cols, ' ', cells(), false), "   1    3\n");
+        assert_eq!(fixed_row(&cols, ' ', cells(), true), "   1      2    3\n");
+        let names = cols.iter().map(|c| c.0.to_string()).collect();
+        assert_eq!(fixed_row(&cols, '#', names, false), "#  a    b\n");
     }
 
     #[test]
