@@ -257,3 +257,128 @@ fn an_moe_model_refuses_context_parallelism_and_fp8() {
     // The same layout without cp, in bf16, is costed.
     assert!(ok(&[&base[..], &["--layout", "dp=8,tp=4,pp=2,ep=8"]].concat()).contains("ep=8"));
 }
+
+/// The number before `unit` in `line`.
+fn before(line: &str, unit: &str) -> f64 {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let at = words
+        .iter()
+        .position(|w| w.starts_with(unit))
+        .unwrap_or_else(|| panic!("{unit}: {line}"));
+    words[at - 1].parse().unwrap()
+}
+
+/// The FP8 GEMM rate a plan uses is the sourced one: the device's 16-bit
+/// rate in the step times tilelang's FP8-over-FP16 ratio at 8192^3 on
+/// one H800 (1507 / 758), not FP8's share of the peak assumed.
+#[test]
+fn the_fp8_rate_is_the_measured_fp8_over_16bit_ratio() {
+    let text = ok(&[
+        "plan",
+        "--model",
+        "llama3-70b",
+        "--device",
+        "h100-sxm5-80gb",
+        "--gpus",
+        "64",
+        "--global-batch",
+        "128",
+        "--precision",
+        "fp8",
+        "--stack",
+        "megatron-core",
+        "--layout",
+        "dp=2,tp=4,cp=2,pp=4,vpp=5",
+    ]);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("  compute:"))
+        .unwrap_or_else(|| panic!("{text}"));
+    let bf16 = before(line, "TFLOP/s");
+    let fp8_at = line.find("linear layers in FP8 at").unwrap();
+    let fp8 = before(&line[fp8_at..], "TFLOP/s");
+    let want = bf16 * 1507.0 / 758.0;
+    // Both printed to 3 significant figures.
+    assert!(
+        (fp8 - want).abs() <= 0.005 * want,
+        "{fp8} vs {want}: {line}"
+    );
+    assert!(line.contains("1.99x the 16-bit rate"), "{line}");
+}
+
+/// Every FP8 row of `--validation` recomputes from its own command line,
+/// lies within its band's worst, and the rows kept aside are marked; the
+/// FP8 twin of each of DGX Cloud Benchmarking's layouts is faster than
+/// its bf16 twin, by less than the GEMMs' 1.99x.
+#[test]
+fn fp8_rows_recompute_within_their_band() {
+    let dir = std::env::temp_dir().join(format!("parbench-fp8-band-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("v.json");
+    let text = ok(&[
+        "plan",
+        "--validation",
+        "--output-file",
+        json.to_str().unwrap(),
+    ]);
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let bands = v.as_array().unwrap();
+    let band = |name: &str| {
+        bands
+            .iter()
+            .find(|b| b["stack"] == name)
+            .unwrap_or_else(|| panic!("{name}"))
+    };
+    let fp8 = band("megatron-core fp8");
+    let worst = fp8["worst"].as_f64().unwrap();
+    let mut kept = 0;
+    for r in fp8["rows"].as_array().unwrap() {
+        let name = r["name"].as_str().unwrap();
+        assert!(r["error"].as_f64().unwrap().abs() <= worst + 1e-12, "{r}");
+        if r["kept_aside"].as_bool().unwrap() {
+            kept += 1;
+            assert!(text.contains(&format!("{name} (kept aside)")), "{text}");
+        }
+    }
+    assert_eq!(kept, 2);
+    // A row is its command: the DGXC 70B FP8 row's plan gives its figure.
+    let row = fp8["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "Llama 3.1 70B, 64 H100, FP8")
+        .unwrap();
+    let command = row["command"].as_str().unwrap();
+    let words: Vec<&str> = command.split_whitespace().skip(1).collect();
+    let per_gpu = tokens_per_s(&ok(&words)) / 64.0;
+    let predicted = row["predicted"].as_f64().unwrap();
+    assert!(
+        (per_gpu - predicted).abs() <= 1e-3 * predicted,
+        "{per_gpu} {predicted}"
+    );
+    // Each bf16 twin against its FP8 twin, same layout.
+    let bf16 = band("megatron-core");
+    let predicted_of = |b: &serde_json::Value, name: &str| {
+        b["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == name)
+            .unwrap_or_else(|| panic!("{name}"))["predicted"]
+            .as_f64()
+            .unwrap()
+    };
+    for twin in [
+        "Llama 3.1 70B, 64 H100",
+        "Llama 3.1 405B, 576 H100",
+        "Nemotron-4 15B, 16 H100",
+    ] {
+        let slow = predicted_of(bf16, &format!("{twin}, BF16"));
+        let fast = predicted_of(fp8, &format!("{twin}, FP8"));
+        assert!(
+            fast > 1.1 * slow && fast < 1.99 * slow,
+            "{twin}: {slow} {fast}"
+        );
+    }
+}

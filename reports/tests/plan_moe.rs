@@ -200,6 +200,9 @@ fn bad_moe_flags_are_one_line_errors() {
         ("plan --model mixtral-8x7b --gpus 8 --global-batch 8 --device h100-sxm5-80gb --layout dp=8,tp=1,pp=1,ep=3", "ep=3"),
         ("plan --model llama3-8b --gpus 8 --global-batch 8 --device h100-sxm5-80gb --layout dp=8,tp=1,pp=1,ep=2", "no experts"),
         ("plan --model deepseek-v3 --device h100-sxm5-80gb --gpus 1024 --global-batch 8192 --layout dp=64,tp=2,pp=8,vpp=4,ep=64", "give first=F,last=L"),
+        ("plan --model llama3-8b --recompute-modules layernorm --gpus 8 --global-batch 8 --device h100-sxm5-80gb", "has none"),
+        ("plan --model mixtral-8x7b --recompute full --recompute-modules moe --gpus 8 --global-batch 8 --device h100-sxm5-80gb", "--recompute full"),
+        ("plan --model mixtral-8x7b --recompute-modules layernorm,mlp --gpus 8 --global-batch 8 --device h100-sxm5-80gb", "mlp: the modules costed are layernorm, moe_act, moe"),
     ] {
         let o = report(&words(line, &[]));
         let err = stderr(&o);
@@ -291,5 +294,79 @@ fn the_imbalance_comes_from_a_measured_dispatch() {
     assert!(
         err.contains("64 experts top-8, the model 8 experts top-2"),
         "{err}"
+    );
+}
+
+/// `--recompute-modules` on the recipe's layout: the step grows by the
+/// recomputed forward, the activations shrink by what is not kept, and
+/// recomputing the MoE layer dispatches and combines once more (its
+/// exposed all-to-all 3/2 of the one without).
+#[test]
+fn recompute_modules_trade_memory_for_time() {
+    let line = "plan --model qwen3-235b-a22b --device h100-sxm5-80gb --moe-dispatcher deepep --gpus 256 --global-batch 2048 --stack megatron-core --layout dp=16,tp=2,pp=8,vpp=4,ep=32,etp=1";
+    let at = |modules: &str| {
+        let out = costed(&format!("{line} {modules}"));
+        let names = modules
+            .trim_start_matches("--recompute-modules ")
+            .replace(',', ", ");
+        assert_eq!(
+            out.contains(&format!("; recomputed modules: {names}")),
+            !modules.is_empty(),
+            "{out}"
+        );
+        (
+            figure(&out, "step", "step"),
+            figure(&out, "ep all-to-all", "ep all-to-all"),
+            figure(&out, "memory", "memory"),
+        )
+    };
+    let (step, a2a, mem) = at("");
+    let (step_na, a2a_na, mem_na) = at("--recompute-modules layernorm,moe_act");
+    assert!(step_na > step && step_na < step * 1.02, "{step} {step_na}");
+    assert_eq!(a2a_na, a2a);
+    assert!(mem_na < mem, "{mem} {mem_na}");
+    let (_, a2a_moe, mem_moe) = at("--recompute-modules layernorm,moe");
+    assert!((a2a_moe / a2a - 1.5).abs() < 0.01, "{a2a} {a2a_moe}");
+    assert!(mem_moe < mem_na, "{mem_na} {mem_moe}");
+}
+
+/// The MoE rows kept aside are marked so in the validation table's
+/// records, and only they of the MoE band; MoE rows hold a band of their
+/// own.
+#[test]
+fn kept_aside_moe_rows_are_marked() {
+    let json = scratch("plan-moe-held-out").join("validation.json");
+    let o = report(&[
+        "plan",
+        "--validation",
+        "--output-file",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let mut held = Vec::new();
+    for b in v.as_array().unwrap() {
+        let moe = b["stack"] == "megatron-core moe";
+        for r in b["rows"].as_array().unwrap() {
+            let name = r["name"].as_str().unwrap();
+            assert_eq!(
+                moe,
+                name.starts_with("Qwen3") || name.starts_with("Mixtral"),
+                "{name}"
+            );
+            if moe && r["kept_aside"].as_bool().unwrap() {
+                held.push(r["name"].as_str().unwrap().to_string());
+            }
+        }
+    }
+    assert_eq!(
+        held,
+        [
+            "Qwen3-235B-A22B tp4 ep8, 256 H100",
+            "Qwen3-235B-A22B FSDP ep8, 256 H100",
+            "Qwen3-235B-A22B, seq 16384, 256 H100",
+            "Mixtral 8x22B, 128 H100"
+        ]
     );
 }

@@ -257,6 +257,86 @@ pub const MCORE_MOE: MoeStack = MoeStack {
     grouped_gemm: true,
 };
 
+/// Megatron-Core's `--recompute-modules` of an MoE model's layers
+/// (`--recompute-granularity selective`; transformer_config.py): each
+/// module's forward runs again in the backward, and what it saved for the
+/// backward is not kept.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
+pub struct MoeRecompute {
+    /// `layernorm`: the two norms of every layer (input and pre-MLP).
+    pub layernorm: bool,
+    /// `moe_act`: the routed experts' activation function (SwiGLU).
+    pub moe_act: bool,
+    /// `moe`: the whole MoE layer: router, permutation, dispatch, experts, combine.
+    pub moe: bool,
+}
+
+impl MoeRecompute {
+    /// The modules' names, as Megatron-Core's flag takes them.
+    pub const NAMES: [&'static str; 3] = ["layernorm", "moe_act", "moe"];
+
+    /// A comma- or space-separated list of [`Self::NAMES`].
+    pub fn parse(list: &str) -> Result<Self, String> {
+        let mut r = MoeRecompute::default();
+        for name in list.split([',', ' ']).filter(|w| !w.is_empty()) {
+            match name {
+                "layernorm" => r.layernorm = true,
+                "moe_act" => r.moe_act = true,
+                "moe" => r.moe = true,
+                other => {
+                    return Err(format!(
+                        "{other}: the modules costed are {}",
+                        Self::NAMES.join(", ")
+                    ))
+                }
+            }
+        }
+        Ok(r)
+    }
+
+    /// Whether any module is recomputed.
+    pub fn any(&self) -> bool {
+        self.layernorm || self.moe_act || self.moe
+    }
+
+    /// The recomputed modules' names.
+    pub fn names(&self) -> Vec<&'static str> {
+        [self.layernorm, self.moe_act, self.moe]
+            .iter()
+            .zip(Self::NAMES)
+            .filter_map(|(&on, name)| on.then_some(name))
+            .collect()
+    }
+}
+
+/// Bytes one element of a routed copy's hidden state moves in the
+/// permutations of one pass (the backward moves the same in reverse), as
+/// Megatron-Core runs them with `--moe-permute-fusion` (moe_utils.py,
+/// token_dispatcher.py): every dispatcher permutes the tokens into the
+/// local experts' order and unpermutes them back (each reads and writes
+/// the copy: 8 bytes); the `alltoall` dispatcher also regroups the
+/// received copies from source-rank to expert order after the dispatch
+/// and back before the combine (`sort_chunks_by_idxs`, 8 more) when a
+/// rank holds more than one expert and the group more than one rank.
+pub fn permute_bytes(dispatcher: Dispatcher, local_experts: u64, ep: u64) -> f64 {
+    match dispatcher {
+        Dispatcher::AllToAll if local_experts > 1 && ep > 1 => 16.0,
+        _ => 8.0,
+    }
+}
+
+/// Bytes per token and expert of the router's memory-bound kernels after
+/// its gating GEMM (fp32 logits, `--moe-router-dtype fp32
+/// --moe-router-fusion`, Transformer Engine's fused router): forward,
+/// the top-k reads the logits and writes probabilities and a routing map
+/// (4 + 4 + 1), the auxiliary loss's scores do the same (9) and its loss
+/// reads them (4); backward, the loss's gradient is written (4), and each
+/// of the two kernels reads its gradient and saved output and writes the
+/// logits' gradient (12 each).
+pub const ROUTER_BYTES: (f64, f64) = (22.0, 28.0);
+
 /// The share of `k` routed experts, uniform among `experts`, that miss
 /// a group of `group` of them: `C(E - g, k) / C(E, k)`.
 fn miss(experts: u64, group: u64, k: u64) -> f64 {

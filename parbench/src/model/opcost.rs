@@ -179,7 +179,8 @@ pub struct OpModel {
     /// sum, 2).
     #[serde(default = "fp32_main_grad")]
     pub main_grad_bytes: f64,
-    /// The linear layers' GEMMs in FP8 at this rate, FLOP/s, with their
+    /// The linear layers' GEMMs in FP8 at this rate at K = 8192, FLOP/s,
+    /// a GEMM of another K at [`precision::fp8_k_share`] of it, with their
     /// casts ([`super::precision`]); `None`: bf16.
     #[serde(default)]
     pub fp8_gemm_flops: Option<f64>,
@@ -276,7 +277,7 @@ impl OpModel {
     /// A linear layer's GEMM: in FP8 where [`Self::fp8_gemm_flops`] says so.
     fn linear(&self, m: u64, n: u64, k: u64) -> f64 {
         match self.fp8_gemm_flops {
-            Some(rate) => self.gemm_at(m, n, k, 1, rate, 1.0),
+            Some(rate) => self.gemm_at(m, n, k, 1, rate * precision::fp8_k_share(k as f64), 1.0),
             None => self.gemm(m, n, k, 1),
         }
     }
@@ -357,19 +358,23 @@ impl OpModel {
             )
         };
         let casts = match self.fp8_gemm_flops {
-            Some(_) => {
-                precision::block_casts(tokens as f64, hf, model.qkv_widths().1 as f64, t as f64)
-            }
-            None => precision::CastElements {
+            Some(_) => precision::block_cast_bytes(precision::BlockShape {
+                tokens: tokens as f64,
+                h: hf,
+                kv: model.qkv_widths().1 as f64,
+                ffn_t: ffn_t as f64,
+                up_t: up as f64,
+                t: t as f64,
+                sequence_parallel,
+                gelu: !gated,
+            }),
+            None => precision::CastBytes {
                 forward: 0.0,
                 backward: 0.0,
             },
         };
-        let cast = precision::CAST_TRANSPOSE_BYTES;
-        let mem_f =
-            self.stream(hidden_elems * per_hidden.0 + inner_elems * act.0 + casts.forward * cast);
-        let mem_b =
-            self.stream(hidden_elems * per_hidden.1 + inner_elems * act.1 + casts.backward * cast);
+        let mem_f = self.stream(hidden_elems * per_hidden.0 + inner_elems * act.0 + casts.forward);
+        let mem_b = self.stream(hidden_elems * per_hidden.1 + inner_elems * act.1 + casts.backward);
         let accumulate = match self.accumulation {
             GradAccumulation::Fused => 0.0,
             GradAccumulation::Unfused => self.stream(

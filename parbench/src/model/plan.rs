@@ -181,23 +181,24 @@ fn rank(out: &mut LayoutRanking) {
 }
 
 /// The layers of the first and last of `stages` stages (pipeline stages
-/// times chunks): 0 and 0 for an even split, Megatron's uneven split
+/// times chunks): `None` for an even split, Megatron's uneven split
 /// otherwise (or the query's), or the rule the split breaks.
 fn stage_split(
     m: &crate::model::Preset,
     pp: u64,
     chunks: u64,
     q: Option<&LayoutQuery>,
-) -> Result<(u64, u64), String> {
+) -> Result<Option<(u64, u64)>, String> {
     let stages = pp.saturating_mul(chunks);
     if let Some((first, last)) = q.and_then(|q| q.first_last) {
         let middle = stages.saturating_sub(2);
         let rest = m.layers.checked_sub(first.saturating_add(last));
-        // The last stage may hold no layer, only the output layer and
-        // loss (Megatron-Core's --pipeline-model-parallel-layout, as
-        // DeepSeek-V3's recipe "Et|(tt|)*30mL").
+        // The first stage may hold the embedding alone and the last the
+        // output layer and loss alone (Megatron-Core's
+        // --pipeline-model-parallel-layout, as DeepSeek-V3's recipe
+        // "Et|(tt|)*30mL"; Llama 3's chunks of one layer, the first
+        // "only the embedding"); a middle stage holds layers.
         let ok = stages >= 2
-            && first >= 1
             && rest.is_some_and(|r| {
                 if middle == 0 {
                     r == 0
@@ -212,11 +213,13 @@ fn stage_split(
                 middle
             ));
         }
-        return Ok((first, last));
+        return Ok(Some((first, last)));
     }
     match m.check_split(1, pp, chunks) {
-        Ok(()) => Ok((0, 0)),
-        Err(e) => layouts::uneven_split(m.layers, stages).ok_or_else(|| e.to_string()),
+        Ok(()) => Ok(None),
+        Err(e) => layouts::uneven_split(m.layers, stages)
+            .map(Some)
+            .ok_or_else(|| e.to_string()),
     }
 }
 
@@ -369,6 +372,7 @@ fn plan_split(planner: &mut Planner, out: &mut LayoutRanking, sp: Split, q: Opti
         microbatches: 0,
         first_stage_layers: 0,
         last_stage_layers: 0,
+        uneven: false,
         shard: Shard::None,
         shard_group: 1,
         ep: 1,
@@ -443,9 +447,10 @@ fn plan_split(planner: &mut Planner, out: &mut LayoutRanking, sp: Split, q: Opti
             if !wanted {
                 continue;
             }
-            let Ok((first, last)) = stage_split(m, pp, chunks, q) else {
+            let Ok(ends) = stage_split(m, pp, chunks, q) else {
                 continue;
             };
+            let (first, last) = ends.unwrap_or((0, 0));
             let modes = shard_modes(input, dp * cp, tp, q);
             for ((shard, group), &(ep, etp)) in modes
                 .iter()
@@ -462,6 +467,7 @@ fn plan_split(planner: &mut Planner, out: &mut LayoutRanking, sp: Split, q: Opti
                     microbatches: micro,
                     first_stage_layers: first,
                     last_stage_layers: last,
+                    uneven: ends.is_some(),
                     shard,
                     shard_group: group,
                     ep,

@@ -6,31 +6,39 @@
 //!   `Linear`, `LayerNormLinear` and `LayerNormMLP` run them under
 //!   `fp8_autocast` (the HYBRID recipe: E4M3 activations and weights, E5M2
 //!   gradients, bf16 output). Each reads one byte an input element and
-//!   writes two an output element, at the device's FP8 rate.
+//!   writes two an output element, at the device's 16-bit GEMM rate times
+//!   the FP8 GEMM's measured speedup at its K ([`fp8_speedup`]).
 //! - **What stays bf16**: the attention core (TE's FP8 attention,
 //!   `fp8_dpa`, is off by default), the output layer and its loss
 //!   (Megatron-Core's `output_layer` is its own `ColumnParallelLinear`,
 //!   outside TE), the embedding, the norms and activations, the optimizer
 //!   (fp32 master weights and moments).
-//! - **Casts** ([`CAST_TRANSPOSE_BYTES`]): an FP8 GEMM's input is cast,
-//!   and transposed for the weight-gradient product, in one pass (TE's
-//!   `fp8_cast_transpose_fused`). Where TE fuses the cast into the kernel
-//!   that produces the tensor (the norm before QKV and the MLP's first
-//!   layer, the activation before its second, the activation's backward
-//!   before the first's weight gradient) the producer writes its FP8 output
-//!   and transpose (2 bytes) instead of its bf16 output (2): nothing added.
-//!   The rest is added: forward the projection's input (the attention's
-//!   output); backward the output gradients of QKV, the projection and
-//!   the MLP's second layer.
+//! - **Casts and transposes** ([`block_cast_bytes`]), as Transformer
+//!   Engine 1.10 (NeMo 24.07 to 24.11) runs them, at HBM bandwidth: an
+//!   FP8 GEMM's input that no kernel before it casts is cast and
+//!   transposed in one pass (`fp8_cast_transpose_fused`: read 2 bytes,
+//!   write 1 + 1): forward the projection's input; backward the output
+//!   gradients of QKV, the projection and the MLP's second layer, and the
+//!   activation's gradient where its backward is not GELU's
+//!   (`layernorm_mlp.py`: only `dgelu` has a fused cast-transpose). The
+//!   norms and the forward activation write FP8 (1 byte, not 2); their
+//!   transposes for the weight gradients are made in the backward
+//!   (`tex.fp8_transpose` of `ln_out_total` and `gelu_out`: read 1,
+//!   write 1).
 //! - **Weights** are cast and transposed once a step, at the first
-//!   microbatch (TE's `is_first_microbatch`), and the FP8 copy and its
-//!   transpose stay for the step: [`FP8_WEIGHT_COPY_BYTES`] a parameter of
-//!   the linear layers.
+//!   microbatch (TE's `is_first_microbatch`, which Megatron-Core's
+//!   `TELinear` passes), and the FP8 copy and its transpose stay for the
+//!   step: [`FP8_WEIGHT_COPY_BYTES`] a parameter of the linear layers.
 //! - **Delayed scaling** (TE's `DelayedScaling`, the recipe of NVIDIA's
 //!   published Megatron-Core and NeMo FP8 runs of 2024): each FP8 tensor's
-//!   amax is taken inside the kernel that casts it; once a step the amax
-//!   histories roll and the scales are recomputed, reading and writing
-//!   each history ([`AMAX_HISTORY_LEN`] fp32 values).
+//!   amax is taken inside the kernel that casts it. At every exit of the
+//!   outermost `fp8_autocast` (Megatron-Core r0.8 wraps each model chunk's
+//!   forward in one) and at the end of the chunk's backward, TE all-reduces
+//!   (MAX) the chunk's amaxes over the amax group, which Megatron-Core
+//!   makes the tensor x data x context-parallel ranks of the stage
+//!   (`get_amax_reduction_group(with_context_parallel=True)`), and one
+//!   fused kernel rolls every history and recomputes the scales
+//!   (`fp8.py`: `reduce_and_update_fp8_tensors`): [`autocast_exit`].
 
 /// Bytes per element of a cast and transpose that is its own pass: read
 /// the bf16 tensor (2), write its FP8 copy (1) and FP8 transpose (1).
@@ -44,9 +52,40 @@ pub const FP8_WEIGHT_COPY_BYTES: f64 = 2.0;
 /// `amax_history_len`, as NeMo's FP8 recipes set it).
 pub const AMAX_HISTORY_LEN: f64 = 1024.0;
 
-/// FP8 tensors with scaling state per linear layer: the input, the weight
-/// and the output gradient (TE's `fp8_meta` forward and backward slots).
-pub const FP8_TENSORS_PER_GEMM: f64 = 3.0;
+/// FP8 tensors with scaling state per linear layer in the forward: the
+/// input, the weight and the output (`fp8_meta["scaling_fwd"]`).
+pub const FWD_SLOTS_PER_GEMM: f64 = 3.0;
+
+/// FP8 tensors with scaling state per linear layer in the backward: the
+/// output gradient and the input gradient (`fp8_meta["scaling_bwd"]`).
+pub const BWD_SLOTS_PER_GEMM: f64 = 2.0;
+
+/// FP8 GEMMs a block runs: QKV, the projection, the MLP's two.
+pub const GEMMS_PER_LAYER: f64 = 4.0;
+
+/// Bytes per element of a transpose of an FP8 tensor: read 1, write 1.
+pub const TRANSPOSE_BYTES: f64 = 2.0;
+
+/// Dense 16-bit peak of the GPU [`HOPPER_FP8_OVER_16BIT`] was measured on
+/// (H800 SXM: the H100's compute), TFLOP/s.
+pub const HOPPER_16BIT_TFLOPS: f64 = 989.0;
+
+/// FP8 (E4M3) and FP16 GEMM throughput on one H800 SXM (the H100's
+/// compute and clocks), M = N = 8192, by K: `(K, FP8 TFLOP/s, FP16
+/// TFLOP/s)`, from tilelang's benchmarks of both, one autotuned kernel
+/// each (tile-ai/tilelang as forked in xwhzz/tilelang at b2acfc37:
+/// `benchmark/matmul_fp8/README.md` and `benchmark/matmul/README.md`).
+/// At K = 8192 FP8 runs 1.99x the FP16 rate (76% of either peak); at small
+/// K less, the tile's fixed cost weighing twice on a mainloop half as long.
+pub const HOPPER_FP8_OVER_16BIT: [(f64, f64, f64); 7] = [
+    (256.0, 569.0, 386.0),
+    (512.0, 858.0, 520.0),
+    (1024.0, 1129.0, 628.0),
+    (2048.0, 1343.0, 705.0),
+    (4096.0, 1467.0, 736.0),
+    (8192.0, 1507.0, 758.0),
+    (16384.0, 1541.0, 766.0),
+];
 
 /// The numeric format of the linear layers' GEMMs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -78,26 +117,54 @@ impl Precision {
     }
 }
 
-/// Elements of one block's tensors on one of `t` ranks, microbatch of
-/// `tokens` tokens: what the casts of [`Precision::Fp8`] stream.
+/// Bytes a block's FP8 casts and transposes stream on one rank, a
+/// microbatch, forward and backward ([`block_cast_bytes`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct CastElements {
-    /// Forward: the inputs of FP8 GEMMs cast on their own.
+pub struct CastBytes {
     pub forward: f64,
-    /// Backward: the output gradients cast on their own.
     pub backward: f64,
 }
 
-/// The unfused casts of one block (hidden `h`, key/value width `kv`,
-/// over `t` tensor ranks): forward the projection's input (`tokens h/t`);
-/// backward the QKV output's gradient (`tokens (h + 2 kv)/t`) and the
-/// projection's and second MLP layer's (`tokens h` each, gathered whole
-/// as their GEMMs read them).
-pub fn block_casts(tokens: f64, h: f64, kv: f64, t: f64) -> CastElements {
-    let t = t.max(1.0);
-    CastElements {
-        forward: tokens * h / t,
-        backward: tokens * (h + 2.0 * kv) / t + 2.0 * tokens * h,
+/// One block's shape on one of `t` tensor ranks, microbatch of `tokens`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BlockShape {
+    pub tokens: f64,
+    /// Hidden size.
+    pub h: f64,
+    /// Key/value width (`kv heads x head dim`).
+    pub kv: f64,
+    /// The MLP's inner width on the rank (`ffn / t`).
+    pub ffn_t: f64,
+    /// The first MLP layer's output on the rank (`2 ffn / t` gated).
+    pub up_t: f64,
+    pub t: f64,
+    pub sequence_parallel: bool,
+    /// GELU: its backward casts and transposes its output in one kernel.
+    pub gelu: bool,
+}
+
+/// The casts and transposes of one block in FP8 beyond what its bf16
+/// kernels stream (module doc): forward the projection's input cast and
+/// transposed (`tokens h/t`, 4 bytes), less a byte an element the two
+/// norms (`tokens h`, split by `t` under sequence parallelism) and the
+/// activation (`tokens ffn/t`) write in FP8; backward the output
+/// gradients of QKV (`tokens (h + 2 kv)/t`), the projection and the last
+/// MLP layer (`tokens h` each, gathered whole as their GEMMs read them)
+/// cast and transposed (4 bytes), the activation's gradient
+/// (`tokens up/t`) where its backward is not GELU's (4), and the norms'
+/// gathered outputs (`tokens h` each) and the activation's output
+/// transposed (2 bytes).
+pub fn block_cast_bytes(b: BlockShape) -> CastBytes {
+    let t = b.t.max(1.0);
+    let norm_split = if b.sequence_parallel { t } else { 1.0 };
+    let written_fp8 = 2.0 * b.tokens * b.h / norm_split + b.tokens * b.ffn_t;
+    let forward = CAST_TRANSPOSE_BYTES * b.tokens * b.h / t - written_fp8;
+    let grads = b.tokens * (b.h + 2.0 * b.kv) / t + 2.0 * b.tokens * b.h;
+    let activation_grad = if b.gelu { 0.0 } else { b.tokens * b.up_t };
+    let transposed = 2.0 * b.tokens * b.h + b.tokens * b.ffn_t;
+    CastBytes {
+        forward,
+        backward: CAST_TRANSPOSE_BYTES * (grads + activation_grad) + TRANSPOSE_BYTES * transposed,
     }
 }
 
@@ -114,19 +181,68 @@ pub fn saved_input_savings(tokens: f64, h: f64, ffn: f64, t: f64, sequence_paral
 }
 
 /// Bytes a step streams for FP8's once-a-step work on a rank holding
-/// `linear_params` linear-layer parameters in `layers` layers: the
-/// weights' cast and transpose, and the amax histories' roll and scale
-/// update (read and write each).
-pub fn step_bytes(linear_params: f64, layers: f64) -> f64 {
-    let histories = layers * 4.0 * FP8_TENSORS_PER_GEMM * AMAX_HISTORY_LEN * 4.0 * 2.0;
-    linear_params * CAST_TRANSPOSE_BYTES + histories
+/// `linear_params` linear-layer parameters: each weight cast and
+/// transposed at the first microbatch.
+pub fn step_bytes(linear_params: f64) -> f64 {
+    linear_params * CAST_TRANSPOSE_BYTES
 }
 
-/// The device's FP8 GEMM rate, FLOP/s: its dense FP8 peak at the share
-/// of its peak its 16-bit GEMMs sustain (`gemm_flops` of `peak_flops`).
-/// No FP8 GEMM was measured here; the same share is the assumption.
-pub fn fp8_gemm_flops(gemm_flops: f64, peak_flops: f64, fp8_peak_flops: f64) -> f64 {
-    fp8_peak_flops * gemm_flops / peak_flops
+/// One exit of an `fp8_autocast` region (a model chunk's forward) or the
+/// end of its backward, for `layers` layers: the bytes of amaxes the
+/// all-reduce carries (fp32, one a tensor) and the bytes the fused
+/// history roll and scale update stream (each history read and written).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AutocastExit {
+    pub amax_bytes: f64,
+    pub update_bytes: f64,
+}
+
+/// [`AutocastExit`] of the forward (`forward`: input, weight and output
+/// slots a GEMM) or the backward (two gradient slots a GEMM) of a chunk
+/// of `layers` layers, [`GEMMS_PER_LAYER`] FP8 GEMMs each.
+pub fn autocast_exit(layers: f64, forward: bool) -> AutocastExit {
+    let slots = if forward {
+        FWD_SLOTS_PER_GEMM
+    } else {
+        BWD_SLOTS_PER_GEMM
+    };
+    let tensors = layers * GEMMS_PER_LAYER * slots;
+    AutocastExit {
+        amax_bytes: 4.0 * tensors,
+        update_bytes: 2.0 * 4.0 * AMAX_HISTORY_LEN * tensors,
+    }
+}
+
+/// The K of the GEMM a device's 16-bit rate is measured on (`gemm_tflops`:
+/// 8192^3), where [`fp8_speedup`] sets the device's FP8 rate.
+pub const REFERENCE_K: f64 = 8192.0;
+
+/// An FP8 GEMM of inner dimension `k` at this share of the device's FP8
+/// rate ([`fp8_speedup`] at `k` over at [`REFERENCE_K`]; the peaks cancel).
+pub fn fp8_k_share(k: f64) -> f64 {
+    fp8_speedup(k, 1.0) / fp8_speedup(REFERENCE_K, 1.0)
+}
+
+/// A FP8 GEMM's speed over the 16-bit GEMM of the same shape, by its inner
+/// dimension `k`, on a device whose dense FP8 peak is `fp8_over_16bit_peak`
+/// times its 16-bit one: [`HOPPER_FP8_OVER_16BIT`] read in log `k` (held
+/// at its ends), scaled by that peak ratio over the H800's.
+pub fn fp8_speedup(k: f64, fp8_over_16bit_peak: f64) -> f64 {
+    let table = HOPPER_FP8_OVER_16BIT;
+    let ratio = |i: usize| table[i].1 / table[i].2;
+    let k = k.max(1.0);
+    let last = table.len() - 1;
+    let measured = if k <= table[0].0 {
+        ratio(0)
+    } else if k >= table[last].0 {
+        ratio(last)
+    } else {
+        let i = table.iter().position(|r| r.0 >= k).unwrap_or(last).max(1);
+        let (k0, k1) = (table[i - 1].0.ln(), table[i].0.ln());
+        let f = (k.ln() - k0) / (k1 - k0);
+        ratio(i - 1) + f * (ratio(i) - ratio(i - 1))
+    };
+    measured * fp8_over_16bit_peak / (super::device::HOPPER_FP8_TFLOPS / HOPPER_16BIT_TFLOPS)
 }
 
 #[cfg(test)]
@@ -144,12 +260,52 @@ mod tests {
 
     #[test]
     fn casts_count_what_te_does_not_fuse() {
-        let c = block_casts(4096.0, 4096.0, 1024.0, 1.0);
-        assert_eq!(c.forward, 4096.0 * 4096.0);
-        assert_eq!(c.backward, 4096.0 * 6144.0 + 2.0 * 4096.0 * 4096.0);
-        // An H100's 780 of 989 dense bf16 is 1561 of 1979 FP8.
-        let f = fp8_gemm_flops(780e12, 989e12, 1979e12);
-        assert!((f / 1e12 - 1560.8).abs() < 0.1, "{f}");
-        assert!(step_bytes(1e9, 32.0) > 4e9);
+        let shape = BlockShape {
+            tokens: 4096.0,
+            h: 4096.0,
+            kv: 1024.0,
+            ffn_t: 14336.0,
+            up_t: 28672.0,
+            t: 1.0,
+            sequence_parallel: false,
+            gelu: false,
+        };
+        let (n, h, ffn) = (4096.0, 4096.0, 14336.0);
+        let c = block_cast_bytes(shape);
+        // The projection's input cast and transposed, less a byte an
+        // element the two norms and the activation write in FP8.
+        assert_eq!(c.forward, 4.0 * n * h - (2.0 * n * h + n * ffn));
+        // Gradients cast and transposed (SwiGLU's too), norms' outputs and
+        // the activation's transposed.
+        let grads = n * 6144.0 + 2.0 * n * h + n * 28672.0;
+        assert_eq!(c.backward, 4.0 * grads + 2.0 * (2.0 * n * h + n * ffn));
+        // GELU's backward casts its own output.
+        let gelu = block_cast_bytes(BlockShape {
+            gelu: true,
+            ..shape
+        });
+        assert_eq!(c.backward - gelu.backward, 4.0 * n * 28672.0);
+        assert_eq!(step_bytes(1e9), 4e9);
+        // A chunk of 4 layers: 48 forward amaxes, 32 backward ones.
+        assert_eq!(autocast_exit(4.0, true).amax_bytes, 4.0 * 48.0);
+        assert_eq!(autocast_exit(4.0, false).amax_bytes, 4.0 * 32.0);
+        assert_eq!(autocast_exit(1.0, true).update_bytes, 12.0 * 1024.0 * 8.0);
+    }
+
+    /// The FP8 speedup is tilelang's measured ratio: 1507 / 758 at K =
+    /// 8192 on the H800's peaks, read between the rows in log K, held
+    /// beyond them, and scaled by another device's FP8-to-16-bit peaks.
+    #[test]
+    fn fp8_speedup_is_the_measured_ratio() {
+        let hopper = 1979.0 / 989.0;
+        assert!((fp8_speedup(8192.0, hopper) - 1507.0 / 758.0).abs() < 1e-12);
+        assert!((fp8_speedup(64.0, hopper) - 569.0 / 386.0).abs() < 1e-12);
+        assert!((fp8_speedup(1e6, hopper) - 1541.0 / 766.0).abs() < 1e-12);
+        let mid = fp8_speedup(1448.15, hopper); // sqrt(1024 x 2048)
+        let (lo, hi) = (1129.0 / 628.0, 1343.0 / 705.0);
+        assert!((mid - (lo + hi) / 2.0).abs() < 1e-4, "{mid}");
+        assert!((fp8_speedup(8192.0, hopper / 2.0) - 1507.0 / 758.0 / 2.0).abs() < 1e-12);
+        assert!((fp8_k_share(8192.0) - 1.0).abs() < 1e-12);
+        assert!((fp8_k_share(2048.0) - (1343.0 / 705.0) / (1507.0 / 758.0)).abs() < 1e-12);
     }
 }

@@ -57,6 +57,8 @@ pub fn parse_layout(spec: &str) -> Result<LayoutQuery> {
             "pp" => q.pp = number()?,
             "vpp" | "v" => q.chunks = Some(number()?),
             "mbs" | "b" => q.micro_batch = Some(number()?),
+            // The first stage may hold the embedding alone (0 layers).
+            "first" if v == "0" => first = Some(0),
             "first" => first = Some(number()?),
             "shard" => {
                 q.shard = Some(Shard::by_name(v).ok_or_else(|| {
@@ -463,6 +465,8 @@ mod tests {
         );
         let q = parse_layout("dp=64, tp=8, pp=16, first=7, last=7").unwrap();
         assert_eq!(q.first_last, Some((7, 7)));
+        let q = parse_layout("dp=64,tp=8,pp=16,vpp=8,first=0,last=0").unwrap();
+        assert_eq!((q.chunks, q.first_last), (Some(8), Some((0, 0))));
         let q = parse_layout("dp=8,tp=8,cp=16,pp=16").unwrap();
         assert_eq!((q.dp, q.tp, q.cp, q.pp), (8, 8, 16, 16));
         for bad in [

@@ -198,7 +198,8 @@ pub fn run(a: &PlanArgs) -> Result<()> {
     let (input, mut file) = prepare(a)?;
     if let Some(s) = &file.stack {
         let fp8 = input.ops.is_some_and(|o| o.fp8_gemm_flops.is_some());
-        file.band = validation::band(&validation::band_name(&s.value, fp8))?;
+        let moe = input.model.moe.is_some();
+        file.band = validation::band(&validation::band_name(&s.value, moe, fp8))?;
     }
     let plan = predict::rank_layouts(&input).map_err(|e| anyhow!("{e}"))?;
     let file = match &a.layout {

@@ -6,7 +6,8 @@ use crate::load::Source;
 use crate::units;
 use anyhow::{anyhow, bail, Result};
 use clap::Args;
-use parbench::model::moe::{Dispatcher, Moe};
+use parbench::model::footprint::Recompute;
+use parbench::model::moe::{Dispatcher, Moe, MoeRecompute};
 use parbench::model::plan::PlanInput;
 use parbench::model::Preset;
 use parbench::results::MoeRow;
@@ -39,6 +40,9 @@ pub struct MoeArgs {
     /// The token dispatcher: alltoall (Megatron-Core's: a copy per routed expert, one NCCL all-to-all) or deepep (DeepEP's normal kernels: a copy per destination rank, across nodes one per node forwarded over NVLink). Default: the stack's, else alltoall.
     #[arg(help_heading = "Stack and search", long, value_name = "NAME")]
     pub moe_dispatcher: Option<String>,
+    /// MoE models: the modules recomputed in the backward, as Megatron-Core's --recompute-modules names them (with --recompute-granularity selective): layernorm, moe_act, moe (comma-separated).
+    #[arg(help_heading = "Stack and search", long, value_name = "LIST")]
+    pub recompute_modules: Option<String>,
 }
 
 /// Most experts a plan takes (DeepSeek-V3 has 256; beyond this, a typo).
@@ -131,6 +135,16 @@ impl MoeArgs {
                 "deepep" => Dispatcher::DeepEp,
                 other => bail!("--moe-dispatcher {other}: expected alltoall or deepep"),
             };
+        }
+        if let Some(list) = &self.recompute_modules {
+            if moe.is_none() {
+                bail!("--recompute-modules {list}: costed for the layers of a model with experts; this one has none");
+            }
+            if input.recompute == Recompute::Full {
+                bail!("--recompute-modules {list}: --recompute full already recomputes every layer whole");
+            }
+            input.moe_recompute =
+                MoeRecompute::parse(list).map_err(|e| anyhow!("--recompute-modules {e}"))?;
         }
         Ok(imbalance_from)
     }

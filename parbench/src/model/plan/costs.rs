@@ -8,6 +8,7 @@ use super::given::{bucket_ready_times, overlapped_exposure};
 use super::input::{PlanInput, Wire, WireKind};
 use super::layouts::{cp_wire, group_wire, kind_of, wires_of, Layout};
 use super::shard::Shard;
+use crate::comm::algo::Algorithm;
 use crate::comm::Collective;
 use crate::model::alpha_beta::LinkParams;
 use crate::model::bubble::peak_activations;
@@ -866,13 +867,34 @@ impl Planner<'_> {
         let pipeline_comm = micro * (busiest.dp_f + busiest.dp_b);
         // The sharded collectives the passes wait for are inside the
         // pipeline's time already.
-        // FP8: the weights' cast and transpose and the scale update, once a
-        // step at the first microbatch (on the critical path).
+        // FP8: the weights' cast and transpose once a step (at the first
+        // microbatch, on the critical path); at each chunk's forward exit
+        // and backward end, every microbatch, the amax all-reduce over the
+        // stage's tp x dp x cp ranks and the fused scale update.
         let fp8_step = match &input.ops {
             Some(ops) if self.fp8() => {
                 let layers = self.busiest_rank_layers(&l) as f64;
                 let linear = layers * m.matmul_params_per_layer() as f64 / l.tp as f64;
-                ops.stream(precision::step_bytes(linear, layers))
+                let chunks = l.chunks.max(1) as f64;
+                let group = l.tp * l.dp * l.cp.max(1);
+                let exit = |forward: bool| {
+                    let e = precision::autocast_exit(layers / chunks, forward);
+                    // A few KiB: NCCL's tuner takes the faster of its ring
+                    // and tree (NCCL_ALGO's default); both priced on the
+                    // group's wire.
+                    let link = self.group_link(group, 1);
+                    let tree = Wire {
+                        link: link.link,
+                        algo: Algorithm::Tree.into(),
+                    };
+                    let bytes = e.amax_bytes as u64;
+                    let reduce = link
+                        .seconds(Collective::AllReduce, group, bytes)
+                        .min(tree.seconds(Collective::AllReduce, group, bytes));
+                    reduce + ops.stream(e.update_bytes)
+                };
+                ops.stream(precision::step_bytes(linear))
+                    + micro * chunks * (exit(true) + exit(false))
             }
             _ => 0.0,
         };

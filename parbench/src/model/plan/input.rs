@@ -122,6 +122,8 @@ pub struct PlanInput {
     /// The busiest rank's routed tokens over the mean (1: balanced
     /// routing): its expert GEMMs and its all-to-all take this much longer.
     pub moe_imbalance: f64,
+    /// The MoE layers' modules recomputed (Megatron-Core's `--recompute-modules`).
+    pub moe_recompute: crate::model::moe::MoeRecompute,
     /// Largest context-parallel degree searched (1: none).
     pub max_cp: u64,
 }
@@ -163,6 +165,7 @@ impl PlanInput {
             step: StepModel::default(),
             untied_output: false,
             moe_imbalance: 1.0,
+            moe_recompute: crate::model::moe::MoeRecompute::default(),
             max_cp: 1,
         }
     }

@@ -27,11 +27,18 @@ pub struct Layout {
     pub microbatches: u64,
     /// Layers of the first and last pipeline stages when the layers do not
     /// divide evenly (Megatron-LM's `--decoder-first-pipeline-num-layers`
-    /// and `--decoder-last-pipeline-num-layers`); 0: an even split.
+    /// and `--decoder-last-pipeline-num-layers`), with `uneven`; either
+    /// may be 0 (the embedding, or the output layer and loss, alone).
     #[serde(default)]
     pub first_stage_layers: u64,
     #[serde(default)]
     pub last_stage_layers: u64,
+    /// The first and last stages hold `first_stage_layers` and
+    /// `last_stage_layers`, the middle ones the rest evenly; false: every
+    /// stage the same share (a layout written before this field: uneven
+    /// when `first_stage_layers > 0`).
+    #[serde(default)]
+    pub uneven: bool,
     /// How the data-parallel ranks hold the training state.
     #[serde(default)]
     pub shard: Shard,
@@ -61,10 +68,15 @@ impl Layout {
         self.dp.saturating_mul(self.cp.max(1))
     }
 
+    /// Whether the first and last stages hold their own counts of layers.
+    pub fn is_uneven(&self) -> bool {
+        self.uneven || self.first_stage_layers > 0
+    }
+
     /// The layers of each of the `pp x chunks` stages, in pipeline order.
     pub fn stage_layers(&self, layers: u64) -> Vec<u64> {
         let stages = self.pp.saturating_mul(self.chunks).max(1);
-        if self.first_stage_layers == 0 || stages < 2 {
+        if !self.is_uneven() || stages < 2 {
             return vec![layers / stages; stages as usize];
         }
         let (first, last) = (self.first_stage_layers, self.last_stage_layers);
@@ -111,7 +123,7 @@ impl std::fmt::Display for Layout {
             write!(f, " v={}", self.chunks)?;
         }
         write!(f, " b={} M={}", self.micro_batch, self.microbatches)?;
-        if self.first_stage_layers > 0 {
+        if self.is_uneven() {
             write!(
                 f,
                 " layers first={} last={}",
@@ -237,7 +249,9 @@ pub(super) fn schedules(input: &PlanInput, pp: u64, micro: u64) -> Vec<(&'static
             .filter(|e| e.placement == Placement::Looped && allowed(e.name))
         {
             for v in 2..=input.max_chunks {
-                if input.model.layers >= pp.saturating_mul(v) && takes(e, v) {
+                // Two chunks may hold the embedding or the output layer
+                // alone (a query's first=0 and last=0).
+                if input.model.layers.saturating_add(2) >= pp.saturating_mul(v) && takes(e, v) {
                     out.push((e.name, v));
                 }
             }

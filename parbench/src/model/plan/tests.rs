@@ -446,6 +446,7 @@ fn layers_that_do_not_divide_split_megatrons_way() {
         microbatches: 32,
         first_stage_layers: 7,
         last_stage_layers: 7,
+        uneven: true,
         shard: Shard::None,
         shard_group: 1,
         ep: 1,
@@ -455,6 +456,44 @@ fn layers_that_do_not_divide_split_megatrons_way() {
     assert_eq!(stages.len(), 16);
     assert_eq!(stages.iter().sum::<u64>(), 126);
     assert_eq!((stages[0], stages[1], stages[15]), (7, 8, 7));
+}
+
+/// Llama 3's schedule (Dubey et al. 2024, 3.3.2): 126 layers in chunks of
+/// one on 16 x 8 stages, the first chunk the embedding alone and the last
+/// the output layer alone: the query's first=0, last=0 is that split, not
+/// an even one, and the rank holding the empty chunk computes the least.
+#[test]
+fn a_chunk_may_hold_the_embedding_or_the_output_layer_alone() {
+    let mut input = on_device(preset("llama3-405b"), 2048, 8192);
+    input.memory_bytes = None;
+    input.max_chunks = 8;
+    let q = LayoutQuery {
+        dp: 64,
+        tp: 8,
+        pp: 16,
+        chunks: Some(8),
+        schedule: Some("interleaved".into()),
+        micro_batch: Some(1),
+        first_last: Some((0, 0)),
+        ..LayoutQuery::default()
+    };
+    let r = plan_layout(&input, &q).unwrap();
+    assert_eq!(r.ranked.len(), 1, "{:?}", r.rejected);
+    let l = &r.ranked[0].layout;
+    assert!(l.is_uneven() && l.to_string().contains("layers first=0 last=0"));
+    let stages = l.stage_layers(126);
+    assert_eq!(stages.len(), 128);
+    assert_eq!(
+        (stages[0], stages[1], stages[126], stages[127]),
+        (0, 1, 1, 0)
+    );
+    assert_eq!(stages.iter().sum::<u64>(), 126);
+    // Without the split the 126 layers do not fill 128 chunks.
+    let even = LayoutQuery {
+        first_last: None,
+        ..q.clone()
+    };
+    assert!(plan_layout(&input, &even).unwrap().ranked.is_empty());
 }
 
 /// `--layout`: the query's split only, costed with its uneven split;
