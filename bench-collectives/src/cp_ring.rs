@@ -441,13 +441,16 @@ fn report_lines(r: &Report, verbose: bool) -> Vec<String> {
     let Some(first) = r.rows.first() else {
         return Vec::new();
     };
-    let mut out = vec![format!(
-        "# parbench bench-collectives cp-ring: backend {}, wire {}, {} ranks, {} sendrecv steps per pass; compute stand-in per step: {}",
-        first.backend, first.wire, first.world, first.steps, r.stand_in
-    )];
+    let mut out = vec![
+        format!(
+            "# parbench bench-collectives cp-ring: backend {}, wire {}, {} ranks, {} sendrecv steps per pass",
+            first.backend, first.wire, first.world, first.steps
+        ),
+        format!("# compute stand-in per step: {}", r.stand_in),
+    ];
     if let Some(cores) = crowded(r.ranks_here) {
         out.push(format!(
-            "# {} ranks x 2 busy threads on {cores} cores: the compute waits for a core, so the hidden share measures the cores, not the wire (!)",
+            "# {} ranks x 2 busy threads on {cores} cores: hidden measures the cores, not the wire (!)",
             r.ranks_here
         ));
     }
@@ -509,7 +512,8 @@ fn report_lines(r: &Report, verbose: bool) -> Vec<String> {
         }
     }
     out.push(
-        "# Times per pass of C-1 steps; hidden = (exchange + compute - overlapped) / exchange: 100% all of the exchange hidden, 0% none".into(),
+        "# times per pass of C-1 steps; hidden = (exchange + compute - overlapped) / exchange"
+            .into(),
     );
     if let Some(worst) = r
         .rows
@@ -518,19 +522,30 @@ fn report_lines(r: &Report, verbose: bool) -> Vec<String> {
         .max_by(|a, b| a.lost_us.total_cmp(&b.lost_us))
     {
         out.push(format!(
-            "# 0%! = overlapping took longer than the exchange and compute back to back (at most {:.1} us longer, at {} B)",
+            "# 0%! = overlapped took longer than exchange + compute back to back (by {:.1} us at most, at {} B)",
             worst.lost_us, worst.bytes
         ));
     }
     if r.rows.iter().any(faster_than_alone) {
         out.push(
-            "# 100%? = the overlapped pass beat the longer pass alone: that one ran slow (noise); read the times".into(),
+            "# 100%? = the overlapped pass beat the longer pass alone: that one ran slow (noise)"
+                .into(),
         );
     }
+    out.push(
+        "# model: C-1 x the alpha-beta sendrecv at the size; busbw: size / exchange step".into(),
+    );
     out.push(format!(
-        "# model: C-1 x the alpha-beta sendrecv at the size; ceiling: the wire at this working set; busbw: size / exchange step; compute: a busy loop at {:.0} steps/us (rank 0's core){}",
-        r.busy.steps_per_us,
-        if verbose { format!(" ({})", r.wire.ceiling.method) } else { String::new() }
+        "# ceiling: the wire at this working set{}",
+        if verbose {
+            format!(" ({})", r.wire.ceiling.method)
+        } else {
+            String::new()
+        }
+    ));
+    out.push(format!(
+        "# compute: a busy loop at {:.0} steps/us (rank 0's core)",
+        r.busy.steps_per_us
     ));
     if let Some(n) = &r.noise {
         out.push(format!("# Noise: {}", n.describe()));

@@ -583,7 +583,7 @@ fn finish(plan: &SweepJob, meta: &mut RunMeta, r: RankReport) -> Result<Finished
     let csv = plan.out.join(CollectiveRow::FILE);
     let json = results::record_run(&plan.out, meta).context("recording the run")?;
     parbench::outln!(
-        "# Records: {} (+{} rows), {} (run {})",
+        "# Records: {} (+{} rows), {}\n# run {}",
         csv.display(),
         r.outcome.rows.len(),
         json.display(),

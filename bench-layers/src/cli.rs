@@ -127,6 +127,10 @@ pub struct Cli {
     pub timeout: f64,
     #[arg(long = vocab::out::LONG, value_name = vocab::out::VALUE, help = vocab::out::HELP, default_value = "results", help_heading = "Ranks and output")]
     pub out: PathBuf,
+    /// Also print the columns the records keep beside the answer: each
+    /// degree's tok_us, B/call, calls and GF/s (an MoE block's B/a2a and GF/s).
+    #[arg(short = 'v', long, help_heading = "Ranks and output")]
+    pub verbose: bool,
 }
 
 /// `--preset`'s help, listing the presets the library has.
@@ -163,6 +167,8 @@ pub struct LayerJob {
     /// `--cp`: the context-parallel attention at these degrees (then `tps`
     /// holds the same degrees, the ranks each one runs on).
     pub cp: Option<CpJob>,
+    /// `-v`: every column of the tables.
+    pub verbose: bool,
 }
 
 /// What `--cp` asks for, checked.
@@ -404,6 +410,7 @@ impl Cli {
             moe,
             moe_layouts,
             cp,
+            verbose: self.verbose,
         })
     }
 

@@ -5,6 +5,7 @@
 //! one `layers_cp.csv` row per degree.
 
 use crate::cli::{CpJob, LayerJob, UsageError};
+use crate::output;
 use crate::sweep::run_options;
 use crate::{job_degree, mpi_outcomes, rank_0s, ranks_of, spawn_degrees, ENV_ROWS, ENV_RUN_ID};
 use anyhow::{bail, Context};
@@ -362,11 +363,7 @@ pub fn table(rows: &[CpRow]) -> String {
         } else {
             format!("{:.0}%", 100.0 * r.hidden_share)
         };
-        let speed = if r.speedup.is_nan() {
-            format!("- ({})", r.cp)
-        } else {
-            format!("{:.2} ({})", r.speedup, r.cp)
-        };
+        let speed = format!("{} ({})", output::speedup_cell(r.speedup, r.cp), r.cp);
         out.push_str(&format!(
             "{:>4} {:>11.1} {:>15} {:>11.1} {:>11.1} {:>11.1} {:>7} {:>10} {:>17}\n",
             r.cp,
@@ -383,6 +380,21 @@ pub fn table(rows: &[CpRow]) -> String {
                 format!("{:.1e}", r.check_max_err)
             }
         ));
+    }
+    if let Some(whole) = rows.iter().find(|r| r.cp == 1) {
+        for r in rows {
+            let against = output::AgainstWhole {
+                ranks: r.cp,
+                speedup: r.speedup,
+                compute_us: r.compute_us,
+                whole_compute_us: whole.compute_us,
+                whole_total_us: whole.total_us,
+            };
+            if let Some(l) = output::above_ideal_line(&format!("cp {}", r.cp), against) {
+                out.push_str(&l);
+                out.push('\n');
+            }
+        }
     }
     out
 }

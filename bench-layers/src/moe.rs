@@ -80,7 +80,10 @@ impl<'a> MoeRecords<'a> {
     }
 
     fn keep(&mut self, m: MoeMeasurement) {
-        parbench::outln!("{}", output::moe_row(&m, self.rows.first(), &self.moe));
+        parbench::outln!(
+            "{}",
+            output::moe_row(&m, self.rows.first(), &self.moe, self.plan.verbose)
+        );
         self.rows.push(m);
         self.meta.extra.insert(
             "moe_rows".into(),
@@ -90,6 +93,11 @@ impl<'a> MoeRecords<'a> {
     }
 
     fn finish(mut self, err: Option<anyhow::Error>) -> anyhow::Result<()> {
+        for m in &self.rows {
+            if let Some(l) = output::moe_above_ideal(m, self.rows.first()) {
+                parbench::outln!("{l}");
+            }
+        }
         for m in &self.rows {
             parbench::outln!("{}", output::moe_detail(self.plan, &self.moe, m));
         }

@@ -45,6 +45,67 @@ pub fn fill_speedup(before: &[LayerRow], rows: &mut [LayerRow]) {
     }
 }
 
+/// Marks a speed-up above the ideal in a table's cell.
+pub const ABOVE_IDEAL: &str = "*";
+
+/// Whether a speed-up is above the ideal `ranks`-fold (an unknown one,
+/// NaN, is not).
+fn above_ideal(speedup: f64, ranks: usize) -> bool {
+    speedup > ranks as f64
+}
+
+/// A speed-up over the block on one rank, two decimals, marked when it
+/// is above the ideal `ranks`-fold.
+pub fn speedup_cell(speedup: f64, ranks: usize) -> String {
+    let mark = if above_ideal(speedup, ranks) {
+        ABOVE_IDEAL
+    } else {
+        ""
+    };
+    format!("{}{mark}", num(speedup, 2))
+}
+
+/// A row's figures against the block on one rank, for the line a
+/// speed-up above the ideal prints.
+#[derive(Clone, Copy, Debug)]
+pub struct AgainstWhole {
+    /// The ranks sharing the block: the ideal speed-up.
+    pub ranks: usize,
+    pub speedup: f64,
+    /// The slowest sharded rank's compute, us per call.
+    pub compute_us: f64,
+    /// The block on one rank: its compute and its total, us per call.
+    pub whole_compute_us: f64,
+    pub whole_total_us: f64,
+}
+
+/// The line under a table when a row's speed-up is above the ideal
+/// (else none): its slowest shard's compute times N against the block's
+/// compute on one rank, both measured in this run; where that is no
+/// faster, the one-rank block's time beyond its compute.
+pub fn above_ideal_line(degree: &str, a: AgainstWhole) -> Option<String> {
+    if !above_ideal(a.speedup, a.ranks) {
+        return None;
+    }
+    let shards = a.compute_us * a.ranks as f64;
+    let head = format!(
+        "# {ABOVE_IDEAL} {degree}: {:.2} above the ideal {}: compute x{} = {:.1} us",
+        a.speedup, a.ranks, a.ranks, shards
+    );
+    Some(if shards < a.whole_compute_us {
+        format!(
+            "{head} < one rank's {:.1} us (both measured)",
+            a.whole_compute_us
+        )
+    } else {
+        format!(
+            "{head} >= one rank's {:.1} us; one rank's other time {:.1} us",
+            a.whole_compute_us,
+            a.whole_total_us - a.whole_compute_us
+        )
+    })
+}
+
 /// The block's configuration for run.json.
 pub fn block_json(plan: &LayerJob) -> serde_json::Value {
     let b = &plan.block;
@@ -155,6 +216,36 @@ fn bytes(b: u64) -> String {
     }
 }
 
+/// A check's largest error, or `-` where none was taken.
+fn check_cell(max_err: f64) -> String {
+    if max_err.is_nan() {
+        "-".into()
+    } else {
+        format!("{max_err:.1e}")
+    }
+}
+
+/// One line of a fixed-width table: each column `(name, width, shown
+/// without -v)` kept right-aligned to its width, one space apart, after
+/// `lead` (`#` for the header, a space for a row).
+fn fixed_row(
+    cols: &[(&str, usize, bool)],
+    lead: char,
+    cells: Vec<String>,
+    verbose: bool,
+) -> String {
+    let mut out = String::from(lead);
+    let kept = cols.iter().zip(cells).filter(|(c, _)| verbose || c.2);
+    for (i, ((_, width, _), cell)) in kept.enumerate() {
+        if i > 0 {
+            out.push(' ');
+        }
+        out.push_str(&format!("{cell:>width$}"));
+    }
+    out.push('\n');
+    out
+}
+
 /// The table, one line per degree, as nccl-tests prints its sweeps.
 /// `noise`: the noise guard's figure so far; in a noisy run the model is
 /// not held to the measured communication (one line says why).
@@ -163,7 +254,7 @@ pub fn table(plan: &LayerJob, rows: &[LayerRow], noise: Option<&ForeignCpu>) -> 
     let s = &b.shape;
     let (math, kernels) = gemm_of(plan);
     let mut out = format!(
-        "# bench-layers: {} {}{} | preset {} h={} heads={} ffn={} seq={} b={} ({} tokens/call) | {} | {} kernels\n",
+        "# bench-layers: {} {}{} | preset {} h={} heads={} ffn={} seq={} b={} ({} tokens/call)\n# {} | {} kernels\n",
         rows.first().map_or("", |r| r.backend.as_str()),
         parbench::layers::mode_name(b.mode, b.decode),
         if b.seq_parallel { " sequence-parallel" } else { "" },
@@ -177,58 +268,79 @@ pub fn table(plan: &LayerJob, rows: &[LayerRow], noise: Option<&ForeignCpu>) -> 
         math,
         kernels,
     );
-    out.push_str(
-        "# times per block call (forward, +backward in train), slowest rank's mean; wait: the barrier before each collective\n",
-    );
-    out.push_str(&format!(
-        "#{:>3} {:>11} {:>10} {:>9} {:>11} {:>10} {:>9} {:>5} {:>11} {:>8} {:>7} {:>9} {:>7}\n",
-        "tp",
-        "compute_us",
-        "comm_us",
-        "wait_us",
-        "total_us",
-        "tok_us",
-        "B/call",
-        "calls",
-        "model_us",
-        "speedup",
-        "eff",
-        "check",
-        "GF/s"
+    out.push_str(&comment(
+        "times per block call (forward, +backward in train), slowest rank's mean; wait: the barrier before each collective",
     ));
+    // (name, width, shown without -v)
+    let cols: [(&str, usize, bool); 13] = [
+        ("tp", 3, true),
+        ("compute_us", 11, true),
+        ("comm_us", 10, true),
+        ("wait_us", 9, true),
+        ("total_us", 11, true),
+        ("tok_us", 10, false),
+        ("B/call", 9, false),
+        ("calls", 5, false),
+        ("model_us", 11, true),
+        ("speedup", 8, true),
+        ("eff", 7, true),
+        ("check", 9, true),
+        ("GF/s", 7, false),
+    ];
+    let names = cols.iter().map(|c| c.0.to_string()).collect();
+    out.push_str(&fixed_row(&cols, '#', names, plan.verbose));
     for r in rows {
-        out.push_str(&format!(
-            " {:>3} {:>11} {:>10} {:>9} {:>11} {:>10} {:>9} {:>5} {:>11} {:>8} {:>7} {:>9} {:>7}\n",
-            r.tp,
-            num(r.compute_us, 1),
-            num(r.comm_us, 1),
-            num(r.wait_us, 1),
-            num(r.total_us, 1),
-            num(r.per_token_us, 2),
-            bytes(r.bytes_per_call),
-            r.calls_per_block,
-            num(r.comm_model_us, 1),
-            num(r.speedup, 2),
-            num(r.efficiency, 2),
-            if r.check_max_err.is_nan() {
-                "-".into()
-            } else {
-                format!("{:.1e}", r.check_max_err)
-            },
-            num(r.compute_gflops, 1),
+        out.push_str(&fixed_row(
+            &cols,
+            ' ',
+            vec![
+                r.tp.to_string(),
+                num(r.compute_us, 1),
+                num(r.comm_us, 1),
+                num(r.wait_us, 1),
+                num(r.total_us, 1),
+                num(r.per_token_us, 2),
+                bytes(r.bytes_per_call),
+                r.calls_per_block.to_string(),
+                num(r.comm_model_us, 1),
+                speedup_cell(r.speedup, r.tp),
+                num(r.efficiency, 2),
+                check_cell(r.check_max_err),
+                num(r.compute_gflops, 1),
+            ],
+            plan.verbose,
         ));
+    }
+    let whole = rows.iter().find(|r| r.tp == 1);
+    for r in rows {
+        let line = whole.and_then(|w| {
+            above_ideal_line(
+                &format!("tp {}", r.tp),
+                AgainstWhole {
+                    ranks: r.tp,
+                    speedup: r.speedup,
+                    compute_us: r.compute_us,
+                    whole_compute_us: w.compute_us,
+                    whole_total_us: w.total_us,
+                },
+            )
+        });
+        if let Some(l) = line {
+            out.push_str(&l);
+            out.push('\n');
+        }
     }
     for r in rows.iter().filter(|r| r.tp > 1) {
         let fitted = format!(
             "collectives at 1/16 to 2x the block's call size, {}",
             crate::sweep::tp_sample_text(plan, r.tp)
         );
-        out.push_str(&format!(
-            "# tp {}: {} | {}\n",
+        out.push_str(&comment(&format!(
+            "tp {}: {} | {}",
             r.tp,
             r.comm_algo,
             link_text(&r.link_source, r.link_alpha_us, r.link_gbps, &fitted)
-        ));
+        )));
     }
     let held: Vec<(usize, f64, f64)> = rows
         .iter()
@@ -242,6 +354,12 @@ pub fn table(plan: &LayerJob, rows: &[LayerRow], noise: Option<&ForeignCpu>) -> 
     out
 }
 
+/// A `# ` comment under a table, broken into lines of at most
+/// [`parbench::term::WIDTH`] columns (`#   ` before each continuation).
+pub fn comment(text: &str) -> String {
+    parbench::term::wrap_hanging(text, "# ", "#   ", parbench::term::WIDTH)
+}
+
 /// The model held to the measured communication, per degree `(tp,
 /// measured us, model us)`: a WARNING for each it misses beyond the
 /// margin. In a noisy run the times measure what other processes left,
@@ -252,12 +370,14 @@ pub fn model_lines(
     noise: Option<&ForeignCpu>,
 ) -> Vec<String> {
     if let Some(w) = noise.and_then(ForeignCpu::warning) {
-        return vec![format!("# {w}; the model is not held to it")];
+        let line = comment(&format!("{w}; the model is not held to it"));
+        return vec![line.trim_end().to_string()];
     }
     degrees
         .iter()
         .filter_map(|&(tp, measured, model)| {
-            Some(format!("# {label} {tp}: {}", model_miss(measured, model)?))
+            let line = comment(&format!("{label} {tp}: {}", model_miss(measured, model)?));
+            Some(line.trim_end().to_string())
         })
         .collect()
 }
@@ -326,8 +446,8 @@ pub fn reference_line(r: Option<&ComputeReference>, rows: &[LayerRow]) -> String
             )
         })
         .collect();
-    format!(
-        "# compute reference: {}: {:.0} us median of {} samples (spread {:.1}%), {:.1} GFLOP/s a CPU{}",
+    let line = format!(
+        "compute reference: {}: {:.0} us median of {} samples (spread {:.1}%), {:.1} GFLOP/s a CPU{}",
         r.kernel,
         us,
         r.samples_us.len(),
@@ -341,7 +461,8 @@ pub fn reference_line(r: Option<&ComputeReference>, rows: &[LayerRow]) -> String
                 rates.join(", ")
             )
         }
-    )
+    );
+    comment(&line).trim_end().to_string()
 }
 
 /// The MoE block's configuration for run.json.
@@ -380,51 +501,66 @@ pub fn moe_header(plan: &LayerJob, moe: &MoeConfig) -> String {
             a.heads, a.seq
         )
     });
+    let names = moe_cols(moe).iter().map(|c| c.0.to_string()).collect();
     format!(
-        "# bench-layers: {} {} {attention}MoE | h={} experts={} top-{} expert-ffn={} shared={} ({} tokens/call) | {} | {} kernels\n\
-         # times per block call, slowest rank's mean; a2a: the all-to-alls once every rank arrived, etp: the expert-tensor gathers and reduce-scatters, tp: the attention's, wait: the barrier before each\n\
-         #{:>3} {:>4} {:>3} {:>11} {:>10} {:>9} {:>9} {:>10} {:>11} {:>10} {:>9} {:>8} {:>6} {:>9} {:>7}",
-        plan.backend.name(),
-        moe.mode.name(),
-        moe.hidden,
-        moe.experts,
-        moe.topk,
-        moe.ffn,
-        moe.shared,
-        moe.tokens,
-        math,
-        kernels,
-        "ep",
-        "etp",
-        "tp",
-        "compute_us",
-        "a2a_us",
-        "etp_us",
-        "tp_us",
-        "wait_us",
-        "total_us",
-        "model_us",
-        "B/a2a",
-        "speedup",
-        "imbal",
-        "check",
-        "GF/s"
+        "{}{}{}",
+        comment(&format!(
+            "bench-layers: {} {} {attention}MoE | h={} experts={} top-{} expert-ffn={} shared={} ({} tokens/call) | {math} | {kernels} kernels",
+            plan.backend.name(),
+            moe.mode.name(),
+            moe.hidden,
+            moe.experts,
+            moe.topk,
+            moe.ffn,
+            moe.shared,
+            moe.tokens,
+        )),
+        comment("times per block call, slowest rank's mean; a2a: the all-to-alls once every rank arrived, etp: the expert-tensor gathers and reduce-scatters, tp: the attention's, wait: the barrier before each"),
+        fixed_row(&moe_cols(moe), '#', names, plan.verbose).trim_end()
     )
+}
+
+/// The MoE table's columns `(name, width, shown without -v)`: the
+/// attention's degree and exchange shown only where the block has one
+/// (`-v` shows them, `-` and 0, as the records keep them).
+fn moe_cols(moe: &MoeConfig) -> [(&'static str, usize, bool); 15] {
+    let attention = moe.attention.is_some();
+    [
+        ("ep", 3, true),
+        ("etp", 4, true),
+        ("tp", 3, attention),
+        ("compute_us", 11, true),
+        ("a2a_us", 10, true),
+        ("etp_us", 9, true),
+        ("tp_us", 9, attention),
+        ("wait_us", 10, true),
+        ("total_us", 11, true),
+        ("model_us", 10, true),
+        ("B/a2a", 9, false),
+        ("speedup", 8, true),
+        ("imbal", 6, true),
+        ("check", 9, true),
+        ("GF/s", 7, false),
+    ]
 }
 
 /// One MoE row: `first` is the sweep's first row, for the speed-up over
 /// the block on one rank.
-pub fn moe_row(m: &MoeMeasurement, first: Option<&MoeMeasurement>, moe: &MoeConfig) -> String {
+pub fn moe_row(
+    m: &MoeMeasurement,
+    first: Option<&MoeMeasurement>,
+    moe: &MoeConfig,
+    verbose: bool,
+) -> String {
     let base = first.unwrap_or(m);
     let speedup = if base.ep * base.etp == 1 {
         base.total_us / m.total_us
     } else {
         f64::NAN
     };
-    format!(
-        " {:>3} {:>4} {:>3} {:>11} {:>10} {:>9} {:>9} {:>10} {:>11} {:>10} {:>9} {:>8} {:>6} {:>9} {:>7}",
-        m.ep,
-        m.etp,
+    let cells = vec![
+        m.ep.to_string(),
+        m.etp.to_string(),
         if moe.attention.is_some() {
             m.tp.to_string()
         } else {
@@ -438,17 +574,32 @@ pub fn moe_row(m: &MoeMeasurement, first: Option<&MoeMeasurement>, moe: &MoeConf
         num(m.total_us, 1),
         num(m.a2a_model_us + m.etp_model_us + m.tp_model_us, 1),
         bytes(if m.ep > 1 { m.a2a_bytes } else { 0 }),
-        num(speedup, 2),
+        speedup_cell(speedup, m.ep * m.etp),
         num(m.imbalance, 2),
-        if m.check_max_err.is_nan() {
-            "-".into()
-        } else {
-            format!("{:.1e}", m.check_max_err)
-        },
+        check_cell(m.check_max_err),
         num(
             moe.flops() / (m.ep * m.etp) as f64 / (m.compute_us * 1e3),
-            1
+            1,
         ),
+    ];
+    fixed_row(&moe_cols(moe), ' ', cells, verbose)
+        .trim_end()
+        .to_string()
+}
+
+/// The line a layout's speed-up above the ideal prints, against the
+/// sweep's first row when that is the block on one rank.
+pub fn moe_above_ideal(m: &MoeMeasurement, first: Option<&MoeMeasurement>) -> Option<String> {
+    let whole = first.filter(|f| f.ep * f.etp == 1)?;
+    above_ideal_line(
+        &format!("ep {} etp {}", m.ep, m.etp),
+        AgainstWhole {
+            ranks: m.ep * m.etp,
+            speedup: whole.total_us / m.total_us,
+            compute_us: m.compute_us,
+            whole_compute_us: whole.compute_us,
+            whole_total_us: whole.total_us,
+        },
     )
 }
 
@@ -516,12 +667,16 @@ pub fn moe_detail(plan: &LayerJob, moe: &MoeConfig, m: &MoeMeasurement) -> Strin
                 )
             })
             .collect();
-        out.push_str(&format!(
-            "\n# {layout}: model {} us: {} | {}",
-            num(m.a2a_model_us + m.etp_model_us + m.tp_model_us, 1),
-            terms.join("; "),
-            link_text(&m.link_source, m.link_alpha_us, m.link_gbps, &fitted)
-        ));
+        out.push('\n');
+        out.push_str(
+            comment(&format!(
+                "{layout}: model {} us: {} | {}",
+                num(m.a2a_model_us + m.etp_model_us + m.tp_model_us, 1),
+                terms.join("; "),
+                link_text(&m.link_source, m.link_alpha_us, m.link_gbps, &fitted)
+            ))
+            .trim_end(),
+        );
     }
     out
 }
@@ -542,6 +697,42 @@ mod tests {
     }
 
     #[test]
+    fn columns_of_the_records_alone_wait_for_v() {
+        let cols = [("a", 3, true), ("detail", 6, false), ("b", 4, true)];
+        let cells = || vec!["1".to_string(), "2".into(), "3".into()];
+        assert_eq!(fixed_row(&cols, ' ', cells(), false), "   1    3\n");
+        assert_eq!(fixed_row(&cols, ' ', cells(), true), "   1      2    3\n");
+        let names = cols.iter().map(|c| c.0.to_string()).collect();
+        assert_eq!(fixed_row(&cols, '#', names, false), "#  a    b\n");
+    }
+
+    #[test]
+    fn a_speed_up_above_the_ideal_is_marked_with_what_was_measured() {
+        let at = |speedup: f64, compute_us: f64| AgainstWhole {
+            ranks: 2,
+            speedup,
+            compute_us,
+            whole_compute_us: 300.0,
+            whole_total_us: 310.0,
+        };
+        // Above 2x: marked, and the line says whose compute was faster.
+        assert_eq!(speedup_cell(2.07, 2), "2.07*");
+        let faster = above_ideal_line("tp 2", at(2.07, 140.0)).unwrap();
+        assert!(faster.contains("compute x2 = 280.0 us"), "{faster}");
+        assert!(faster.contains("< one rank's 300.0 us"), "{faster}");
+        // Above 2x with the shards' compute at its share: not the compute.
+        let other = above_ideal_line("tp 2", at(2.07, 160.0)).unwrap();
+        assert!(other.contains(">= one rank's 300.0 us"), "{other}");
+        assert!(other.contains("one rank's other time 10.0 us"), "{other}");
+        assert!(faster.len() < 100 && other.len() < 110, "{faster}\n{other}");
+        // At or below the ideal, or unknown: no mark, no line.
+        for s in [2.0, 1.6, f64::NAN] {
+            assert!(!speedup_cell(s, 2).contains(ABOVE_IDEAL), "{s}");
+            assert!(above_ideal_line("tp 2", at(s, 140.0)).is_none(), "{s}");
+        }
+    }
+
+    #[test]
     fn a_noisy_run_says_so_once_instead_of_missing_the_model() {
         let noise = |fraction: f64| ForeignCpu {
             wall_s: 10.0,
@@ -559,6 +750,10 @@ mod tests {
         let quiet = model_lines("tp", &degrees, Some(&noise(0.02)));
         assert_eq!(quiet.len(), 2, "{quiet:?}");
         assert!(quiet.iter().all(|l| l.contains("WARNING: the model's")));
+        // Broken into short lines, each a comment.
+        for l in quiet.iter().flat_map(|l| l.lines()) {
+            assert!(l.starts_with('#') && l.chars().count() <= 100, "{l}");
+        }
         let noisy = model_lines("tp", &degrees, Some(&noise(0.8)));
         assert_eq!(noisy.len(), 1, "{noisy:?}");
         assert!(noisy[0].starts_with("# WARNING: a noisy run: other processes took 80%"));

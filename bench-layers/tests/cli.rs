@@ -490,6 +490,8 @@ fn a_far_off_link_is_warned_about() {
     for link in ["0.001,5000", "1000000,0.0001"] {
         let out_dir = scratch(&format!("far-link-{}", link.len()));
         let stdout = run_ok(&["--tp", "1,2", "--link", link], &out_dir);
+        // A long comment continues on "#   " lines: each joined to its first.
+        let stdout = stdout.replace("\n#   ", " ");
         let warned = stdout
             .lines()
             .any(|l| l.starts_with("# tp 2: WARNING: the model's communication"));

@@ -58,7 +58,7 @@ impl Figures {
     }
 }
 
-/// The run's first line.
+/// The run's first lines: what ran.
 pub fn header(
     run_id: &str,
     backend: &str,
@@ -70,22 +70,43 @@ pub fn header(
     let b = &c.stages.block.shape;
     let stages = plan.ranks / (c.dp * c.tp).max(1);
     parbench::outln!(
-        "# bench-pipeline {run_id}: backend {backend}, {} ranks = dp {} x tp {} x pp {stages} (order {}), {} Megatron blocks per stage (hidden {}, heads {}, ffn {}, seq {}, b {} sequences), buckets {} B{}{}{}, work {}, {compute}, {} timed steps after {} warm-up",
+        "# bench-pipeline: backend {backend}, {} ranks = dp {} x tp {} x pp {stages} (order {})",
         plan.ranks,
         c.dp,
         c.tp,
-        c.order,
+        c.order
+    );
+    parbench::outln!(
+        "# each stage: {} Megatron blocks (hidden {}, heads {}, ffn {}, seq {}, b {} sequences)",
         c.stages.layers_per_stage,
         b.hidden,
         b.heads,
         b.ffn,
         b.seq,
-        b.batch,
+        b.batch
+    );
+    let reduce = format!(
+        "buckets {} B{}{}{}, work {}, {compute}",
         c.stages.reduce.bucket_bytes,
-        if c.stages.reduce.overlap { ", overlap" } else { "" },
-        if c.stages.reduce.dist_opt() { ", reduce-scatter" } else { "" },
+        if c.stages.reduce.overlap {
+            ", overlap"
+        } else {
+            ""
+        },
+        if c.stages.reduce.dist_opt() {
+            ", reduce-scatter"
+        } else {
+            ""
+        },
         shard_words(c),
-        args.work,
+        args.work
+    );
+    parbench::out!(
+        "{}",
+        parbench::term::wrap_hanging(&reduce, "# ", "#   ", parbench::term::WIDTH)
+    );
+    parbench::outln!(
+        "# run {run_id}: {} timed steps after {} warm-up",
         args.steps,
         args.warmup
     );

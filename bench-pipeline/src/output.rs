@@ -116,7 +116,7 @@ impl Recorder {
         match &plan.composed {
             None => {
                 parbench::outln!(
-                    "# bench-pipeline {run_id}: backend {backend}, {} stage ranks, {} timed steps after {} warm-up",
+                    "# bench-pipeline: backend {backend}, {} stage ranks, {} timed steps after {} warm-up\n# run {run_id}",
                     plan.ranks,
                     args.steps,
                     args.warmup

@@ -20,6 +20,20 @@ fn shm_collectives(to: &str) -> String {
     dst.display().to_string()
 }
 
+/// The ranked rows of the plan's table: the lines under its rule.
+fn ranked(out: &str) -> Vec<&str> {
+    out.lines()
+        .skip_while(|l| !l.starts_with("layout (dp x tp x pp)"))
+        .skip(2)
+        .take_while(|l| !l.is_empty() && !l.starts_with("b: "))
+        .collect()
+}
+
+/// The text with its lines joined (a phrase may be broken across two).
+fn flat(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
 #[test]
 fn plans_from_measured_wires() {
     let (shm, tcp) = (shm_collectives("plan-shm-1"), fx("tcp"));
@@ -31,17 +45,17 @@ fn plans_from_measured_wires() {
         out.contains("intra-node:") && out.contains("from fit of all_reduce local/shm"),
         "{out}"
     );
-    assert!(out.contains("from fit of all_reduce tcp/loopback"), "{out}");
+    assert!(
+        flat(&out).contains("from fit of all_reduce tcp/loopback"),
+        "{out}"
+    );
     assert!(out.contains("from --compute-tflops 100"), "{out}");
     assert!(out.contains("Best layouts by tokens/s"), "{out}");
     assert!(out.contains("Why the others lose"), "{out}");
     // 16-way tensor parallelism cannot stay in a node of 8.
     assert!(out.contains("tensor parallel across nodes"), "{out}");
     // The first row of the ranking is layout #1, with all of its columns.
-    let first = out
-        .lines()
-        .find(|l| l.trim_start().starts_with("1 "))
-        .unwrap_or_else(|| panic!("{out}"));
+    let first = *ranked(&out).first().unwrap_or_else(|| panic!("{out}"));
     assert!(first.contains("GiB"), "{first}");
 }
 
@@ -60,14 +74,7 @@ fn flags_override_measurements() {
     // One node: no inter-node wire needed.
     assert!(out.contains("unused (one node)"), "{out}");
     assert!(out.contains("custom (8 layers, hidden 1024"), "{out}");
-    let ranked = out
-        .lines()
-        .filter(|l| {
-            let t = l.trim_start();
-            t.starts_with("1 ") || t.starts_with("2 ") || t.starts_with("3 ") || t.starts_with("4 ")
-        })
-        .count();
-    assert_eq!(ranked, 3, "{out}");
+    assert_eq!(ranked(&out).len(), 3, "{out}");
 }
 
 #[test]
@@ -192,12 +199,9 @@ fn a_thousand_devices_plan() {
     let o = report(&words("plan --model gpt3-175b --global-batch 1536 --gpus 1024 --gpus-per-node 8 --intra 400,3 --inter 25,8 --compute-tflops 400 --device-memory 80 --sequence-parallel --recompute selective", &[]));
     let out = stdout(&o);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let first = out
-        .lines()
-        .find(|l| l.trim_start().starts_with("1 "))
-        .unwrap_or_else(|| panic!("{out}"));
-    // Tensor parallelism inside the node: the tp column is at most 8.
-    let tp: u64 = first.split_whitespace().nth(2).unwrap().parse().unwrap();
+    let first = *ranked(&out).first().unwrap_or_else(|| panic!("{out}"));
+    // Tensor parallelism inside the node: tp (of dp x tp x pp) is at most 8.
+    let tp: u64 = first.split('x').nth(1).unwrap().parse().unwrap();
     assert!(tp <= 8, "{first}");
 }
 
@@ -318,9 +322,15 @@ fn a_fit_from_a_noisy_run_says_so() {
     };
     let q = plan(&quiet);
     assert!(!q.contains("NOISY"), "{q}");
-    assert!(q.contains("stand in for the network between nodes"), "{q}");
+    assert!(
+        flat(&q).contains("stand in for the network between nodes"),
+        "{q}"
+    );
     let n = plan(&noisy);
-    assert!(n.contains("NOISY: the run's noise guard marked it"), "{n}");
+    assert!(
+        flat(&n).contains("NOISY: the run's noise guard marked it"),
+        "{n}"
+    );
 }
 
 /// A bench-layers folder whose block ran on a GPU (no CPU threads), its
@@ -377,4 +387,47 @@ fn a_block_measured_on_the_gpu_sets_the_in_step_share() {
         &[],
     ));
     assert!(stdout(&o).contains("the datasheet's clock held at the power limit"));
+}
+
+/// The first screen is for a person: the answer before what it was
+/// costed on, and no line over 100 columns; -v adds the sources in full.
+#[test]
+fn the_default_plan_leads_with_the_answer_in_short_lines() {
+    let cases = [
+        "plan --layers 24 --hidden 2048 --heads 16 --ffn 8192 --seq 4096 --vocab 131072 --untie-embeddings --global-batch 192 --gpus 48 --device h100-sxm5-80gb --stack megatron-core --layout dp=48,tp=1,pp=1",
+        "plan --model llama3-70b --gpus 64 --global-batch 512 --device h100-sxm5-80gb --stack megatron-core",
+        "plan --model mixtral-8x7b --device h100-sxm5-80gb --gpus 64 --global-batch 256 --stack megatron-core --device-memory 200 --layout dp=16,tp=1,pp=4,vpp=8,ep=8",
+    ];
+    for line in cases {
+        let o = report(&words(line, &[]));
+        let out = stdout(&o);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        for l in out.lines() {
+            assert!(
+                l.chars().count() <= 100,
+                "{} columns: {l}",
+                l.chars().count()
+            );
+        }
+        let at = |what: &str| out.find(what).unwrap_or_else(|| panic!("{what}: {out}"));
+        let answer = out
+            .find("Layout dp=")
+            .or_else(|| out.find("Best layout:"))
+            .unwrap_or_else(|| panic!("no answer: {out}"));
+        assert!(answer < at("Best layouts by tokens/s"), "{out}");
+        assert!(answer < at("Costed on"), "{out}");
+        // The step beside the stack's band, on the next line.
+        if let Some(i) = out.lines().position(|l| l.starts_with("  step ")) {
+            let next = out.lines().nth(i + 1).unwrap_or("");
+            assert!(next.starts_with("  band          +"), "{out}");
+        } else {
+            assert!(out.contains("MFU") && out.contains("; band: +"), "{out}");
+        }
+        assert!(!out.contains("the step:"), "{out}");
+        let v = report(&words(line, &["-v"]));
+        let full = flat(&stdout(&v));
+        assert!(full.contains("the step: flash attention"), "{full}");
+        assert!(full.contains("Hopper whitepaper: 132 SMs"), "{full}");
+        assert!(full.contains("token lat"), "{full}");
+    }
 }

@@ -55,6 +55,14 @@ fn every_composed_run_gets_its_terms_beside_the_prediction() {
     let (out, err) = (stdout(&o), stderr(&o));
     assert_eq!(o.status.code(), Some(0), "{err}");
     assert!(err.contains("no composed section, skipped"), "{err}");
+    // Short lines: each term's meaning said once, under the tables.
+    assert!(out.lines().all(|l| l.chars().count() <= 100), "{out}");
+    assert_eq!(
+        out.matches("the blocks' compute, per rank per step")
+            .count(),
+        1,
+        "{out}"
+    );
     let mut rd = csv::Reader::from_path(d.join("plan-check.csv")).unwrap();
     assert_eq!(
         rd.headers().unwrap().iter().collect::<Vec<_>>(),

@@ -290,10 +290,16 @@ fn the_fp8_rate_is_the_measured_fp8_over_16bit_ratio() {
         "--layout",
         "dp=2,tp=4,cp=2,pp=4,vpp=5",
     ]);
-    let line = text
-        .lines()
-        .find(|l| l.starts_with("  compute:"))
-        .unwrap_or_else(|| panic!("{text}"));
+    // The compute line with its continuations (indented under its text).
+    let mut lines = text.lines().skip_while(|l| !l.starts_with("  compute:"));
+    let first = lines.next().unwrap_or_else(|| panic!("{text}"));
+    let cont = lines.take_while(|l| l.starts_with(&" ".repeat(14)));
+    let line = std::iter::once(first)
+        .chain(cont)
+        .collect::<Vec<_>>()
+        .join(" ");
+    let line = line.split_whitespace().collect::<Vec<_>>().join(" ");
+    let line = line.as_str();
     let bf16 = before(line, "TFLOP/s");
     let fp8_at = line.find("linear layers in FP8 at").unwrap();
     let fp8 = before(&line[fp8_at..], "TFLOP/s");

@@ -98,25 +98,9 @@ pub fn rule(noise_limit: f64) -> String {
     )
 }
 
-/// `text` broken at spaces into lines of at most [`WIDTH`] characters
-/// (a word longer than that stays whole), each ending in a newline.
+/// `text` broken at spaces into lines of at most [`WIDTH`] characters.
 pub fn wrap(text: &str) -> String {
-    let mut out = String::new();
-    let mut line = String::new();
-    for word in text.split(' ') {
-        if !line.is_empty() && line.chars().count() + 1 + word.chars().count() > WIDTH {
-            out.push_str(&line);
-            out.push('\n');
-            line.clear();
-        }
-        if !line.is_empty() {
-            line.push(' ');
-        }
-        line.push_str(word);
-    }
-    out.push_str(&line);
-    out.push('\n');
-    out
+    parbench::term::wrap(text, "", WIDTH)
 }
 
 /// The comparison as text or Markdown.

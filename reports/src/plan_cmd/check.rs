@@ -376,6 +376,9 @@ pub fn run(dir: &Path) -> Result<()> {
         parbench::launch::eprint_line(line);
     }
     let mut all = Vec::new();
+    // Each term's meaning, said once under the tables (a column of it
+    // would double their width).
+    let mut legend: Vec<(&str, &str)> = Vec::new();
     for (run_id, c, cores) in &sections {
         let rows = match check_rows(run_id, c) {
             Ok(r) => r,
@@ -387,8 +390,13 @@ pub fn run(dir: &Path) -> Result<()> {
                 continue;
             }
         };
-        let mut t = Table::new(["term", "measured_us", "predicted_us", "ratio", "what"]);
-        for (r, (_, what)) in rows.iter().zip(terms(c)) {
+        let mut t = Table::new(["term", "measured_us", "predicted_us", "ratio"]);
+        for tw in terms(c) {
+            if !legend.contains(&tw) {
+                legend.push(tw);
+            }
+        }
+        for r in &rows {
             t.row([
                 r.term.clone(),
                 format!("{:.0}", r.measured_us),
@@ -398,7 +406,6 @@ pub fn run(dir: &Path) -> Result<()> {
                 } else {
                     "-".into()
                 },
-                what.to_string(),
             ]);
         }
         parbench::outln!("{}", rows[0].layout);
@@ -418,11 +425,17 @@ pub fn run(dir: &Path) -> Result<()> {
                 w.predicted_us - w.measured_us
             );
         }
+        let note = |text: &str| {
+            parbench::out!(
+                "{}",
+                parbench::term::wrap_hanging(text, "", "  ", parbench::term::WIDTH)
+            )
+        };
         if !is_sleep(c) {
-            parbench::outln!("{CALIBRATED_COMPUTE}");
+            note(CALIBRATED_COMPUTE);
         }
-        if let Some(note) = shared_cores(c, *cores) {
-            parbench::outln!("{note}");
+        if let Some(n) = shared_cores(c, *cores) {
+            note(&n);
         }
         parbench::outln!("");
         all.extend(rows);
@@ -432,6 +445,18 @@ pub fn run(dir: &Path) -> Result<()> {
             "{} {}: no composed run could be costed (each skipped above)",
             against_flag(),
             dir.display()
+        );
+    }
+    parbench::outln!("The terms:");
+    for (term, what) in &legend {
+        parbench::out!(
+            "{}",
+            parbench::term::wrap_hanging(
+                what,
+                &format!("  {term:<12}"),
+                &" ".repeat(14),
+                parbench::term::WIDTH
+            )
         );
     }
     let path = dir.join(PLAN_CHECK_FILE);

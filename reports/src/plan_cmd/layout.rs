@@ -134,18 +134,24 @@ fn pct(x: f64, of: f64) -> String {
     units::percent(x / of)
 }
 
-/// One layout's terms, one per line.
-pub fn render_terms(c: &Costed, gpus: u64, have_gib: Option<f64>) -> String {
+/// One layout's terms, one per line; `verbose`: each with its parts
+/// and what it is.
+pub fn render_terms(c: &Costed, gpus: u64, have_gib: Option<f64>, verbose: bool) -> String {
     let mut out = String::new();
     let step = c.step_s;
     let per_gpu = |flops: f64| flops / step / gpus.max(1) as f64 / 1e12;
     out.push_str(&format!(
-        "  step          {}   {} tokens/s; TFLOP/s per device: model {}, hardware {}",
+        "  step          {}   {} tokens/s",
         secs(step),
-        units::sig3(c.tokens_per_s),
-        units::sig3(per_gpu(c.model_flops)),
-        units::sig3(per_gpu(c.hardware_flops))
+        units::sig3(c.tokens_per_s)
     ));
+    if verbose {
+        out.push_str(&format!(
+            "; TFLOP/s per device: model {}, hardware {}",
+            units::sig3(per_gpu(c.model_flops)),
+            units::sig3(per_gpu(c.hardware_flops))
+        ));
+    }
     if let (Some(m), Some(h)) = (c.mfu, c.hfu) {
         out.push_str(&format!(
             "; MFU {}, HFU {}",
@@ -156,9 +162,15 @@ pub fn render_terms(c: &Costed, gpus: u64, have_gib: Option<f64>) -> String {
     out.push('\n');
     // A term's line: its time and its share of the step, then its note.
     let term = |name: &str, s: f64| format!("  {name:<14}{}   {}", secs(s), pct(s, step));
+    let note = |out: &mut String, text: &str| {
+        if verbose {
+            out.push_str(text);
+        }
+        out.push('\n');
+    };
     out.push_str(&term("compute", c.compute_s));
     out.push_str(" of the step");
-    if let Some(p) = &c.compute_parts {
+    if let (Some(p), true) = (&c.compute_parts, verbose) {
         out.push_str(&format!(
             " (GEMMs {}, attention {}, memory-bound {}, embedding and logits {})",
             secs(p.gemm_s),
@@ -172,27 +184,39 @@ pub fn render_terms(c: &Costed, gpus: u64, have_gib: Option<f64>) -> String {
     out.push('\n');
     if c.ep_comm_s > 0.0 {
         out.push_str(&term("ep all-to-all", c.ep_comm_s));
-        out.push_str(" (dispatch and combine, forward and backward, exposed)\n");
+        note(
+            &mut out,
+            " (dispatch and combine, forward and backward, exposed)",
+        );
     }
     if let Some(d) = &c.ep_dispatch {
-        out.push_str(&format!(
-            "  one dispatch  {}   {} tokens a rank: {} over NVLink, {} over its NIC; a token reaches {:.2} nodes; bottleneck {} GB/s (balanced routing)\n",
-            secs(d.seconds),
-            units::sig3(d.tokens),
-            units::bytes(d.nvlink_bytes),
-            units::bytes(d.rdma_bytes),
-            d.nodes_reached,
-            units::sig3(d.bottleneck_gbps)
+        out.push_str(&parbench::term::wrap_hanging(
+            &format!(
+                "{}   {} tokens a rank: {} over NVLink, {} over its NIC; a token reaches {:.2} nodes; bottleneck {} GB/s (balanced routing)",
+                secs(d.seconds),
+                units::sig3(d.tokens),
+                units::bytes(d.nvlink_bytes),
+                units::bytes(d.rdma_bytes),
+                d.nodes_reached,
+                units::sig3(d.bottleneck_gbps)
+            ),
+            "  one dispatch  ",
+            &" ".repeat(16),
+            parbench::term::WIDTH,
         ));
     }
     if c.layout.cp > 1 {
         out.push_str(&term("cp comm", c.cp_comm_s));
-        out.push_str(
-            " (the K/V exchange of the context-parallel group the attention does not hide)\n",
+        note(
+            &mut out,
+            " (the K/V exchange of the context-parallel group the attention does not hide)",
         );
     }
     out.push_str(&term("bubble", c.bubble_s));
-    out.push_str(" (idle of the busiest pipeline rank, with the hops' waits)\n");
+    note(
+        &mut out,
+        " (idle of the busiest pipeline rank, with the hops' waits)",
+    );
     out.push_str(&term("dp comm", c.dp_comm_s));
     out.push_str(&format!(
         " exposed, of {} in all\n",
@@ -203,12 +227,17 @@ pub fn render_terms(c: &Costed, gpus: u64, have_gib: Option<f64>) -> String {
         out.push('\n');
     }
     out.push_str(&format!(
-        "  memory        {} per device (weights, gradients, optimizer {}; activations {} of {} microbatch-chunks in flight)",
-        units::bytes(c.memory.total()),
-        units::bytes(c.memory.states_bytes),
-        units::bytes(c.memory.activation_bytes),
-        c.memory.in_flight
+        "  memory        {} per device",
+        units::bytes(c.memory.total())
     ));
+    if verbose {
+        out.push_str(&format!(
+            " (weights, gradients, optimizer {}; activations {} of {} microbatch-chunks in flight)",
+            units::bytes(c.memory.states_bytes),
+            units::bytes(c.memory.activation_bytes),
+            c.memory.in_flight
+        ));
+    }
     if c.memory.formula_bytes > 0.0 {
         out.push_str(&format!(
             "; Megatron-LM's theoretical_memory_usage {}",
@@ -219,14 +248,33 @@ pub fn render_terms(c: &Costed, gpus: u64, have_gib: Option<f64>) -> String {
     let have = have_gib.map(|g| g * 1024.0 * 1024.0 * 1024.0);
     if let Some(h) = have.filter(|&h| c.memory.tight(h)) {
         let (lo, hi) = c.memory.range();
-        out.push_str(&format!(
-            "  tight         {} to {} against {}: within the memory model's uncertainty (the two counts); it may not fit\n",
-            units::bytes(lo),
-            units::bytes(hi),
-            units::bytes(h)
+        out.push_str(&parbench::term::wrap_hanging(
+            &format!(
+                "{} to {} against {}: within the memory model's uncertainty (the two counts); it may not fit",
+                units::bytes(lo),
+                units::bytes(hi),
+                units::bytes(h)
+            ),
+            "  tight         ",
+            &" ".repeat(16),
+            parbench::term::WIDTH,
         ));
     }
-    out
+    // A long line (-v's parts) continues under its figures, its term's
+    // name column kept.
+    out.lines()
+        .map(|l| match l.char_indices().nth(16) {
+            Some((at, _)) if l.chars().count() > parbench::term::WIDTH => {
+                parbench::term::wrap_hanging(
+                    &l[at..],
+                    &l[..at],
+                    &" ".repeat(16),
+                    parbench::term::WIDTH,
+                )
+            }
+            _ => format!("{l}\n"),
+        })
+        .collect()
 }
 
 /// Why `named` loses to `best`, term by term, largest loss first.
@@ -376,17 +424,23 @@ pub fn families(plan: &LayoutRanking) -> Vec<Family> {
 
 /// The families in words, the winner last.
 pub fn render_families(fams: &[Family]) -> String {
-    let mut out = String::from("Which way to split (the rule: fits on one device, data parallel; does not, sharded data, tensor or pipeline parallel)\n");
+    let mut out = String::from(
+        "Which way to split (fits on one device: data parallel; else sharded data, tensor or pipeline)\n",
+    );
     for f in fams {
-        match (&f.best, &f.why_not) {
-            (Some((layout, tps)), _) => out.push_str(&format!(
-                "  {:<38} fits: best {} tokens/s, {layout}\n",
-                f.name,
-                units::sig3(*tps)
-            )),
-            (None, Some(why)) => out.push_str(&format!("  {:<38} {why}\n", f.name)),
-            (None, None) => {}
-        }
+        let text = match (&f.best, &f.why_not) {
+            (Some((layout, tps)), _) => {
+                format!("fits: best {} tokens/s, {layout}", units::sig3(*tps))
+            }
+            (None, Some(why)) => why.clone(),
+            (None, None) => continue,
+        };
+        out.push_str(&parbench::term::wrap_hanging(
+            &text,
+            &format!("  {:<36} ", f.name),
+            &" ".repeat(39),
+            parbench::term::WIDTH,
+        ));
     }
     if let Some(w) = fams
         .iter()

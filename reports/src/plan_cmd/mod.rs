@@ -155,6 +155,10 @@ pub struct PlanArgs {
     /// Cost every published run of the validation table with its stack and print each one's error and each stack's band (with --output-file, also as JSON).
     #[arg(help_heading = "Output and checks", long, conflicts_with_all = ["model", "layout", "against", "stack"])]
     pub validation: bool,
+    /// Also print every figure's source in full, how the step runs, each
+    /// term explained and the table's every column.
+    #[arg(help_heading = "Output and checks", short = 'v', long)]
+    pub verbose: bool,
     #[arg(help_heading = "Output and checks", long = vocab::against::LONG, value_name = vocab::against::VALUE, help = vocab::against::HELP, conflicts_with_all = ["model", "from", "output_file", "device", "layout"])]
     pub against: Option<PathBuf>,
 }
@@ -211,7 +215,7 @@ pub fn run(a: &PlanArgs) -> Result<()> {
             finish(file, &named, a.top)
         }
     };
-    parbench::out!("{}", render(&file));
+    parbench::out!("{}", render(&file, a.verbose));
     if let Some(path) = &a.output_file {
         let json = serde_json::to_string_pretty(&file)?;
         parbench::results::write_atomic(path, json.as_bytes())

@@ -312,22 +312,13 @@ fn figure(p: Published) -> String {
     }
 }
 
-/// `report plan --validation`: the table, then each stack's band.
-pub fn run(output: Option<&std::path::Path>) -> Result<()> {
-    if let Some(path) = output {
-        parbench::results::check_output(path, Some(b"["))
-            .map_err(|e| anyhow!("--output-file: {e}"))?;
-    }
-    let bands = all_bands()?;
-    let mut t = crate::table::Table::new([
-        "stack",
-        "run",
-        "published",
-        "predicted",
-        "error",
-        "costed as",
-    ]);
-    for b in &bands {
+/// The validation table: a row per published run, the layout it was
+/// costed as on an indented line beneath (a column would double the
+/// table's width).
+fn table(bands: &[Band]) -> String {
+    let mut t = crate::table::Table::new(["stack", "run", "published", "predicted", "error"]);
+    let mut layouts = Vec::new();
+    for b in bands {
         for r in &b.rows {
             let predicted = match r.published {
                 Published::StepSeconds(_) => Published::StepSeconds(r.predicted),
@@ -346,11 +337,35 @@ pub fn run(output: Option<&std::path::Path>) -> Result<()> {
                 figure(r.published),
                 figure(predicted),
                 format!("{:+.1}%", r.error * 100.0),
-                r.costed.clone(),
             ]);
+            layouts.push(r.costed.as_str());
         }
     }
-    parbench::outln!("Published runs, each costed with its stack and nothing else per row (error: throughput, + is optimistic)\n\n{}", t.text());
+    let text = t.text();
+    let mut lines = text.lines();
+    let mut out = String::new();
+    // The header and its rule, then each row with its layout beneath.
+    for line in lines.by_ref().take(2) {
+        out.push_str(line);
+        out.push('\n');
+    }
+    for (line, layout) in lines.zip(layouts) {
+        out.push_str(&format!("{line}\n    {layout}\n"));
+    }
+    out
+}
+
+/// `report plan --validation`: the table, then each stack's band.
+pub fn run(output: Option<&std::path::Path>) -> Result<()> {
+    if let Some(path) = output {
+        parbench::results::check_output(path, Some(b"["))
+            .map_err(|e| anyhow!("--output-file: {e}"))?;
+    }
+    let bands = all_bands()?;
+    parbench::outln!(
+        "Published runs, each costed with its stack and nothing else per row\n(error: throughput, + is optimistic; under each run, the layout it was costed as)\n"
+    );
+    parbench::out!("{}", table(&bands));
     for b in &bands {
         parbench::outln!("band: {}", b.line());
     }
