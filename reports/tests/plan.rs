@@ -25,7 +25,7 @@ fn ranked(out: &str) -> Vec<&str> {
     out.lines()
         .skip_while(|l| !l.starts_with("layout (dp x tp x pp)"))
         .skip(2)
-        .take_while(|l| !l.is_empty() && !l.starts_with("b: "))
+        .take_while(|l| !l.is_empty() && !l.starts_with("b: ") && !l.starts_with("tight: "))
         .collect()
 }
 
@@ -429,5 +429,37 @@ fn the_default_plan_leads_with_the_answer_in_short_lines() {
         assert!(full.contains("the step: flash attention"), "{full}");
         assert!(full.contains("Hopper whitepaper: 132 SMs"), "{full}");
         assert!(full.contains("token lat"), "{full}");
+    }
+}
+
+/// A layout whose two memory counts straddle the device is ranked, but
+/// marked `tight` in the table, and when it is the best the answer names
+/// the best layout that fits by both counts.
+#[test]
+fn a_tight_best_layout_is_marked_and_a_sure_one_named() {
+    let o = report(&words("plan --model llama3-70b --gpus 64 --global-batch 512 --device h100-sxm5-80gb --stack megatron-core", &[]));
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let rows = ranked(&out);
+    let tight: Vec<&&str> = rows.iter().filter(|r| r.contains(" tight ")).collect();
+    assert!(!tight.is_empty(), "{out}");
+    // No row over the device's 80 GiB by the planner's count goes unmarked.
+    for r in &rows {
+        let gib: f64 = r
+            .split(" GiB")
+            .next()
+            .and_then(|x| x.split_whitespace().last())
+            .and_then(|x| x.parse().ok())
+            .unwrap_or_else(|| panic!("{r}"));
+        assert!(gib <= 80.0 || r.contains(" tight "), "{r}");
+    }
+    let answer = flat(&out);
+    assert!(answer.contains("tight: the device lies between"), "{out}");
+    if rows[0].contains(" tight ") {
+        assert!(answer.contains("memory tight:"), "{out}");
+        assert!(
+            answer.contains("the best that fits by both counts:"),
+            "{out}"
+        );
     }
 }

@@ -4,7 +4,7 @@
 use super::file::PlanFile;
 use crate::table::Table;
 use crate::units;
-use parbench::model::plan::{Shard, WireKind};
+use parbench::model::plan::{Costed, Shard, WireKind};
 use parbench::model::LinkParams;
 
 /// The columns of a ranked layout that the text table and the page share,
@@ -233,10 +233,57 @@ fn answer(f: &PlanFile, verbose: bool) -> String {
                 ms(first.step_s),
                 band_brief(f)
             ));
+            if is_tight(first, f.memory_gib) {
+                let (lo, hi) = first.memory.range();
+                out.push_str(&format!(
+                    "  memory tight: {} to {} against {} GiB; it may not fit\n",
+                    units::bytes(lo),
+                    units::bytes(hi),
+                    f.memory_gib.unwrap_or_default()
+                ));
+                if let Some(sure) = f.top.iter().find(|c| !is_tight(c, f.memory_gib)) {
+                    out.push_str(&parbench::term::wrap_hanging(
+                        &format!(
+                            "{} ({} tokens/s, {} fewer; {})",
+                            sure.layout,
+                            units::sig3(sure.tokens_per_s),
+                            units::percent(1.0 - sure.tokens_per_s / first.tokens_per_s),
+                            units::bytes(sure.memory.total())
+                        ),
+                        "  the best that fits by both counts: ",
+                        "    ",
+                        parbench::term::WIDTH,
+                    ));
+                }
+            }
         }
     }
     out.push('\n');
     out
+}
+
+/// A layout's memory as a table shows it: its count, and `tight` where the
+/// device lies between the memory model's two counts (it may not fit).
+fn memory_cell(c: &Costed, have_gib: Option<f64>) -> String {
+    let total = units::bytes(c.memory.total());
+    if is_tight(c, have_gib) {
+        format!("{total} tight")
+    } else {
+        total
+    }
+}
+
+fn is_tight(c: &Costed, have_gib: Option<f64>) -> bool {
+    have_gib.is_some_and(|g| c.memory.tight(g * 1024.0 * 1024.0 * 1024.0))
+}
+
+/// The legend line for `tight`, where a row of the table is.
+fn tight_legend(f: &PlanFile) -> &'static str {
+    if f.top.iter().any(|c| is_tight(c, f.memory_gib)) {
+        "tight: the device lies between the memory model's two counts (ours and Megatron-LM's formula);\n  the layout may not fit\n"
+    } else {
+        ""
+    }
 }
 
 /// The table of the best layouts with every column, as `-v` prints it.
@@ -274,7 +321,7 @@ fn full_table(f: &PlanFile) -> String {
             share(c.tp_comm_s),
             share(c.bubble_s),
             share(c.dp_comm_s),
-            units::bytes(c.memory.total()),
+            memory_cell(c, f.memory_gib),
             c.mfu.map_or("-".into(), units::percent),
             ms(c.token_latency_s),
             format!(
@@ -290,6 +337,7 @@ fn full_table(f: &PlanFile) -> String {
         t.row(cells);
     }
     out.push_str(&t.text());
+    out.push_str(tight_legend(f));
     if moe {
         out.push_str(&parbench::term::wrap("ep a2a: the experts' all-to-all, dispatch and combine forward and backward, exposed; it adds to the step beside tp comm.", "", parbench::term::WIDTH));
     }
@@ -321,7 +369,7 @@ fn short_table(f: &PlanFile) -> String {
             layout_cell(&c.layout),
             units::sig3(c.tokens_per_s),
             c.mfu.map_or("-".into(), units::percent),
-            units::bytes(c.memory.total()),
+            memory_cell(c, f.memory_gib),
             share(c.tp_comm_s),
         ];
         if moe {
@@ -331,6 +379,7 @@ fn short_table(f: &PlanFile) -> String {
         t.row(cells);
     }
     let mut out = t.text();
+    out.push_str(tight_legend(f));
     out.push_str("b: sequences per microbatch; M: microbatches per step; the last columns: shares of the step\n");
     out.push_str(if moe {
         "exposed tensor-parallel comm (tp), experts' all-to-all (ep), pipeline idle, data-parallel comm\n"
