@@ -185,7 +185,7 @@ fn one_plan(label: &str, f: &PlanFile) -> String {
                     share(c.tp_comm_s),
                     share(c.bubble_s),
                     share(c.dp_comm_s),
-                    num(units::bytes(c.memory.total())),
+                    num(f.memory_cell(c)),
                     num(ms(c.token_latency_s)),
                 ]
             })

@@ -61,8 +61,32 @@ pub struct PlanFile {
     pub fitting: usize,
     /// The best layouts (up to --top), fastest first.
     pub top: Vec<Costed>,
+    /// When the best layout is tight (its two memory counts straddle the
+    /// device): the best that fits by both counts, if any does.
+    #[serde(default)]
+    pub best_sure: Option<Costed>,
     /// Why the others lose.
     pub losses: Vec<LossGroup>,
+}
+
+impl PlanFile {
+    /// Whether a layout is tight on this plan's devices: its two memory
+    /// counts straddle the device's memory (it may not fit).
+    pub fn tight(&self, c: &Costed) -> bool {
+        self.memory_gib
+            .is_some_and(|g| c.memory.tight(g * 1024.0 * 1024.0 * 1024.0))
+    }
+
+    /// A layout's memory as the tables show it: its count, and `tight`
+    /// where [`PlanFile::tight`] holds.
+    pub fn memory_cell(&self, c: &Costed) -> String {
+        let total = crate::units::bytes(c.memory.total());
+        if self.tight(c) {
+            format!("{total} tight")
+        } else {
+            total
+        }
+    }
 }
 
 /// Reads `dir/plan.json` when it exists (for `report html`); a file that

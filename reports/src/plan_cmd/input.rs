@@ -673,6 +673,7 @@ pub(super) fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
         enumerated: 0,
         fitting: 0,
         top: Vec::new(),
+        best_sure: None,
         losses: Vec::new(),
     };
     Ok((input, file))

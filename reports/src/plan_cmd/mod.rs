@@ -261,6 +261,9 @@ fn finish(mut file: PlanFile, plan: &LayoutRanking, top: usize) -> PlanFile {
     file.enumerated = plan.ranked.len() + plan.rejected.len();
     file.fitting = plan.ranked.len();
     file.top = plan.ranked.iter().take(top).cloned().collect();
+    if plan.ranked.first().is_some_and(|c| file.tight(c)) {
+        file.best_sure = plan.ranked.iter().find(|c| !file.tight(c)).cloned();
+    }
     file.losses = plan.losses();
     file
 }

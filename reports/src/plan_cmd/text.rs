@@ -4,7 +4,7 @@
 use super::file::PlanFile;
 use crate::table::Table;
 use crate::units;
-use parbench::model::plan::{Costed, Shard, WireKind};
+use parbench::model::plan::{Shard, WireKind};
 use parbench::model::LinkParams;
 
 /// The columns of a ranked layout that the text table and the page share,
@@ -233,7 +233,7 @@ fn answer(f: &PlanFile, verbose: bool) -> String {
                 ms(first.step_s),
                 band_brief(f)
             ));
-            if is_tight(first, f.memory_gib) {
+            if f.tight(first) {
                 let (lo, hi) = first.memory.range();
                 out.push_str(&format!(
                     "  memory tight: {} to {} against {} GiB; it may not fit\n",
@@ -241,7 +241,7 @@ fn answer(f: &PlanFile, verbose: bool) -> String {
                     units::bytes(hi),
                     f.memory_gib.unwrap_or_default()
                 ));
-                if let Some(sure) = f.top.iter().find(|c| !is_tight(c, f.memory_gib)) {
+                if let Some(sure) = &f.best_sure {
                     out.push_str(&parbench::term::wrap_hanging(
                         &format!(
                             "{} ({} tokens/s, {} fewer; {})",
@@ -262,24 +262,9 @@ fn answer(f: &PlanFile, verbose: bool) -> String {
     out
 }
 
-/// A layout's memory as a table shows it: its count, and `tight` where the
-/// device lies between the memory model's two counts (it may not fit).
-fn memory_cell(c: &Costed, have_gib: Option<f64>) -> String {
-    let total = units::bytes(c.memory.total());
-    if is_tight(c, have_gib) {
-        format!("{total} tight")
-    } else {
-        total
-    }
-}
-
-fn is_tight(c: &Costed, have_gib: Option<f64>) -> bool {
-    have_gib.is_some_and(|g| c.memory.tight(g * 1024.0 * 1024.0 * 1024.0))
-}
-
 /// The legend line for `tight`, where a row of the table is.
 fn tight_legend(f: &PlanFile) -> &'static str {
-    if f.top.iter().any(|c| is_tight(c, f.memory_gib)) {
+    if f.top.iter().any(|c| f.tight(c)) {
         "tight: the device lies between the memory model's two counts (ours and Megatron-LM's formula);\n  the layout may not fit\n"
     } else {
         ""
@@ -321,7 +306,7 @@ fn full_table(f: &PlanFile) -> String {
             share(c.tp_comm_s),
             share(c.bubble_s),
             share(c.dp_comm_s),
-            memory_cell(c, f.memory_gib),
+            f.memory_cell(c),
             c.mfu.map_or("-".into(), units::percent),
             ms(c.token_latency_s),
             format!(
@@ -369,7 +354,7 @@ fn short_table(f: &PlanFile) -> String {
             layout_cell(&c.layout),
             units::sig3(c.tokens_per_s),
             c.mfu.map_or("-".into(), units::percent),
-            memory_cell(c, f.memory_gib),
+            f.memory_cell(c),
             share(c.tp_comm_s),
         ];
         if moe {
