@@ -463,3 +463,16 @@ fn a_tight_best_layout_is_marked_and_a_sure_one_named() {
         );
     }
 }
+
+/// Why a named layout loses names only the terms that differ by more than
+/// rounding: no "-0.00 us" reasons (the 1.7B layout's bubble is zero in
+/// both it and the search's best).
+#[test]
+fn why_a_layout_loses_names_no_rounding() {
+    let o = report(&words("plan --layers 24 --hidden 2048 --heads 16 --ffn 8192 --seq 4096 --vocab 131072 --untie-embeddings --global-batch 192 --gpus 48 --device h100-sxm5-80gb --stack megatron-core --layout dp=48,tp=1,pp=1", &[]));
+    let out = flat(&stdout(&o));
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(out.contains("Against the search's best"), "{out}");
+    assert!(out.contains("longer in compute"), "{out}");
+    assert!(!out.contains("-0.00 us") && !out.contains("+0.00 us"), "{out}");
+}

@@ -292,9 +292,11 @@ pub fn why_loses(named: &Costed, best: &Costed) -> String {
         ("dp comm", named.dp_comm_s - best.dp_comm_s),
         ("optimizer", named.optimizer_s - best.optimizer_s),
     ];
-    let mut worse: Vec<_> = terms.iter().filter(|t| t.1 > 0.0).collect();
+    // A difference below a ten-thousandth of the step is rounding, not a reason.
+    let least = 1e-4 * named.step_s;
+    let mut worse: Vec<_> = terms.iter().filter(|t| t.1 > least).collect();
     worse.sort_by(|a, b| b.1.total_cmp(&a.1));
-    let mut better: Vec<_> = terms.iter().filter(|t| t.1 < 0.0).collect();
+    let mut better: Vec<_> = terms.iter().filter(|t| t.1 < -least).collect();
     better.sort_by(|a, b| a.1.total_cmp(&b.1));
     let list = |v: &[&(&str, f64)]| {
         v.iter()
