@@ -314,7 +314,10 @@ fn fp8_memory_is_the_bytes_te_holds() {
     assert!(close(fp8.2 - bf16.2, 2.0 * linear), "{fp8:?} {bf16:?}");
     assert!(close(primary.2, bf16.2), "{primary:?} {bf16:?}");
     let gib = 1024f64.powi(3);
-    assert!((primary.0 + primary.1).max(primary.2) < 80.0 * gib, "{primary:?}");
+    assert!(
+        (primary.0 + primary.1).max(primary.2) < 80.0 * gib,
+        "{primary:?}"
+    );
     refused(
         &[&base[..], &["--precision", "fp8"]].concat(),
         "needs more memory",

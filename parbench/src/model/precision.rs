@@ -50,8 +50,14 @@ pub const CAST_TRANSPOSE_BYTES: f64 = 4.0;
 /// the 16-bit weight: its FP8 copy and FP8 transpose (`Linear.forward`:
 /// `get_fp8_workspace(cache_name="weight", with_transpose=True)`, kept
 /// while Megatron-Core's `TELinear` passes `is_first_microbatch`; Hopper's
-/// FP8 GEMM takes only the TN layout, so the dgrad reads the transpose).
-pub const FP8_WORKSPACE_BYTES: f64 = 2.0;
+/// FP8 GEMM is TN only (`fp8_gemm`), so the dgrad reads the transpose).
+pub const FP8_WORKSPACE_BYTES: f64 = 2.0 * FP8_BYTES;
+
+/// Bytes of an FP8 element (E4M3 or E5M2).
+pub const FP8_BYTES: f64 = 1.0;
+
+/// Bytes of a 16-bit weight element.
+const BF16_BYTES: f64 = 2.0;
 
 /// Bytes per linear-layer parameter FP8 adds to the 16-bit weight's 2.
 /// With FP8 primary weights (NeMo's `fp8_params`, built under TE's
@@ -61,7 +67,7 @@ pub const FP8_WORKSPACE_BYTES: f64 = 2.0;
 /// added. Without, [`FP8_WORKSPACE_BYTES`].
 pub fn weight_bytes_added(fp8_params: bool) -> f64 {
     if fp8_params {
-        1.0 + 1.0 - 2.0
+        FP8_WORKSPACE_BYTES - BF16_BYTES
     } else {
         FP8_WORKSPACE_BYTES
     }
