@@ -18,7 +18,7 @@ const FAR_MISSES: [(&str, f64); 1] = [("Qwen3-235B-A22B tp4 ep8, 256 H100", 1.5)
 /// why (docs/report.md, "Against published runs"). Each must stay beyond
 /// 10% (a row that starts passing leaves the list) and within 50% (a
 /// model that breaks shows here too); every other row is held to 10%.
-const KNOWN_MISSES: [(&str, &str); 17] = [
+const KNOWN_MISSES: [(&str, &str); 18] = [
     (
         "GPT 1.7B, 48 H100",
         "work beside the GEMMs at microbatch 1 (host, small kernels): not costed",
@@ -53,6 +53,10 @@ const KNOWN_MISSES: [(&str, &str); 17] = [
     ),
     (
         "Llama 3.1 70B, 64 H100, FP8",
+        "FP8 optimistic beyond its bf16 twin's miss: a term not costed",
+    ),
+    (
+        "Llama 3.1 8B, 8 H100, FP8",
         "FP8 optimistic beyond its bf16 twin's miss: a term not costed",
     ),
     (
@@ -147,7 +151,7 @@ fn published(row: &serde_json::Value) -> f64 {
 /// table (9 runs on H100), Llama 3 405B's two layouts, the long-context
 /// layout, and NVIDIA DGX Cloud Benchmarking's BF16 runs (4); the MoE band
 /// (Megatron-MoE-ModelZoo's Qwen3-235B-A22B and Mixtral 8x22B, 5); the FP8
-/// band (NeMo 24.07 and DGX Cloud Benchmarking, 5); SC21's Table 1
+/// band (NeMo 24.07 and DGX Cloud Benchmarking, 6); SC21's Table 1
 /// (10 runs) and Korthikanti et al.'s full-recomputation rows (4) with
 /// megatron-2021, all of which are within 10%.
 #[test]
@@ -209,7 +213,7 @@ fn every_published_run_within_ten_percent_of_its_stack() {
         vec![
             ("megatron-core".to_string(), 16),
             ("megatron-core moe".to_string(), 5),
-            ("megatron-core fp8".to_string(), 5),
+            ("megatron-core fp8".to_string(), 6),
             ("megatron-2021".to_string(), 14)
         ]
     );

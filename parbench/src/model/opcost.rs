@@ -184,6 +184,11 @@ pub struct OpModel {
     /// casts ([`super::precision`]); `None`: bf16.
     #[serde(default)]
     pub fp8_gemm_flops: Option<f64>,
+    /// With FP8 GEMMs: the linear layers' weights held in FP8 (NeMo's
+    /// `fp8_params`), not 16-bit with an FP8 copy
+    /// ([`precision::weight_bytes_added`]).
+    #[serde(default)]
+    pub fp8_params: bool,
 }
 
 /// One block's compute on one microbatch, one rank, seconds (no
@@ -239,6 +244,7 @@ impl OpModel {
             loss_bytes: STREAM_BYTES.logit,
             main_grad_bytes: fp32_main_grad(),
             fp8_gemm_flops: None,
+            fp8_params: false,
         }
     }
 

@@ -28,7 +28,9 @@
 //! - **Weights** are cast and transposed once a step, at the first
 //!   microbatch (TE's `is_first_microbatch`, which Megatron-Core's
 //!   `TELinear` passes), and the FP8 copy and its transpose stay for the
-//!   step: [`FP8_WEIGHT_COPY_BYTES`] a parameter of the linear layers.
+//!   step: [`FP8_WORKSPACE_BYTES`] a parameter of the linear layers. With
+//!   FP8 primary weights (`fp8_params`) the FP8 weight and its transpose
+//!   replace the 16-bit weight: [`weight_bytes_added`].
 //! - **Delayed scaling** (TE's `DelayedScaling`, the recipe of NVIDIA's
 //!   published Megatron-Core and NeMo FP8 runs of 2024): each FP8 tensor's
 //!   amax is taken inside the kernel that casts it. At every exit of the
@@ -44,9 +46,32 @@
 /// the bf16 tensor (2), write its FP8 copy (1) and FP8 transpose (1).
 pub const CAST_TRANSPOSE_BYTES: f64 = 4.0;
 
-/// Bytes per linear-layer parameter TE holds in FP8 through a step: the
-/// weight's FP8 copy and its FP8 transpose.
-pub const FP8_WEIGHT_COPY_BYTES: f64 = 2.0;
+/// Bytes per linear-layer parameter TE 1.10 holds through a step beside
+/// the 16-bit weight: its FP8 copy and FP8 transpose (`Linear.forward`:
+/// `get_fp8_workspace(cache_name="weight", with_transpose=True)`, kept
+/// while Megatron-Core's `TELinear` passes `is_first_microbatch`; Hopper's
+/// FP8 GEMM is TN only (`fp8_gemm`), so the dgrad reads the transpose).
+pub const FP8_WORKSPACE_BYTES: f64 = 2.0 * FP8_BYTES;
+
+/// Bytes of an FP8 element (E4M3 or E5M2).
+pub const FP8_BYTES: f64 = 1.0;
+
+/// Bytes of a 16-bit weight element.
+const BF16_BYTES: f64 = 2.0;
+
+/// Bytes per linear-layer parameter FP8 adds to the 16-bit weight's 2.
+/// With FP8 primary weights (NeMo's `fp8_params`, built under TE's
+/// `fp8_model_init`) the weight is a `Float8Tensor` (1 byte) with its
+/// transpose cache (1, `transpose_2d(fill_cache=True)` at the first
+/// microbatch) in place of the 16-bit weight and the workspace: nothing
+/// added. Without, [`FP8_WORKSPACE_BYTES`].
+pub fn weight_bytes_added(fp8_params: bool) -> f64 {
+    if fp8_params {
+        FP8_WORKSPACE_BYTES - BF16_BYTES
+    } else {
+        FP8_WORKSPACE_BYTES
+    }
+}
 
 /// The amax history TE keeps per FP8 tensor (`DelayedScaling`'s default
 /// `amax_history_len`, as NeMo's FP8 recipes set it).
@@ -169,22 +194,34 @@ pub fn block_cast_bytes(b: BlockShape) -> CastBytes {
 }
 
 /// Activation bytes per layer FP8 saves on one of `t` ranks, microbatch
-/// of `tokens` tokens: TE keeps a linear layer's input for its weight
-/// gradient as the FP8 transpose (1 byte an element, not 2): the two
-/// norms' outputs (QKV's and the MLP's input, `h` each, split by `t`
-/// under sequence parallelism), the projection's input (`h / t`) and the
-/// second MLP layer's (`ffn / t`).
+/// of `tokens` tokens, against the 16-bit block's. TE 1.10 keeps what a
+/// kernel writes in FP8 as the only copy, 1 byte an element, not 2: the
+/// two norms' outputs (`ln_out` of `LayerNormLinear` and `LayerNormMLP`,
+/// `h` each, split by `t` under sequence parallelism) and the activation's
+/// output (`gelu_out`, the second MLP layer's input, `ffn / t`). The
+/// projection's input is the attention's output, which the attention
+/// keeps in bf16 for its own backward (`FusedAttnFunc` and
+/// `AttnFuncWithCPAndKVP2P` save `out`; FP8 attention is off): the
+/// projection's FP8 copy (`Linear` saves `inputmat_t`, or `inputmat`
+/// under sequence parallelism) is a byte an element more (`h / t`).
 pub fn saved_input_savings(tokens: f64, h: f64, ffn: f64, t: f64, sequence_parallel: bool) -> f64 {
     let t = t.max(1.0);
     let norm_split = if sequence_parallel { t } else { 1.0 };
-    tokens * (2.0 * h / norm_split + h / t + ffn / t)
+    tokens * (2.0 * h / norm_split + ffn / t - h / t)
 }
 
 /// Bytes a step streams for FP8's once-a-step work on a rank holding
-/// `linear_params` linear-layer parameters: each weight cast and
-/// transposed at the first microbatch.
-pub fn step_bytes(linear_params: f64) -> f64 {
-    linear_params * CAST_TRANSPOSE_BYTES
+/// `linear_params` linear-layer parameters, at the first microbatch:
+/// each 16-bit weight cast and transposed, or with FP8 primary weights
+/// (`fp8_params`: the optimizer writes the FP8 weight) each FP8 weight's
+/// transpose cache refilled (read 1, write 1).
+pub fn step_bytes(linear_params: f64, fp8_params: bool) -> f64 {
+    let per_param = if fp8_params {
+        TRANSPOSE_BYTES
+    } else {
+        CAST_TRANSPOSE_BYTES
+    };
+    linear_params * per_param
 }
 
 /// One exit of an `fp8_autocast` region (a model chunk's forward) or the
@@ -285,7 +322,10 @@ mod tests {
             ..shape
         });
         assert_eq!(c.backward - gelu.backward, 4.0 * n * 28672.0);
-        assert_eq!(step_bytes(1e9), 4e9);
+        assert_eq!(step_bytes(1e9, false), 4e9);
+        assert_eq!(step_bytes(1e9, true), 2e9);
+        assert_eq!(weight_bytes_added(false), 2.0);
+        assert_eq!(weight_bytes_added(true), 0.0);
         // A chunk of 4 layers: 48 forward amaxes, 32 backward ones.
         assert_eq!(autocast_exit(4.0, true).amax_bytes, 4.0 * 48.0);
         assert_eq!(autocast_exit(4.0, false).amax_bytes, 4.0 * 32.0);

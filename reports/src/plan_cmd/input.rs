@@ -389,6 +389,9 @@ pub(super) fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
     }
     let precision = Precision::by_name(&a.precision)
         .ok_or_else(|| anyhow!("--precision {}: expected bf16 or fp8", a.precision))?;
+    if a.fp8_params && precision != Precision::Fp8 {
+        bail!("--fp8-params: FP8 weights need --precision fp8");
+    }
     // Context parallelism and FP8 are costed for dense models only.
     if model.moe.is_some() {
         if precision == Precision::Fp8 {
@@ -537,9 +540,15 @@ pub(super) fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
                 ),
             };
             ops.fp8_gemm_flops = fp8_speedup.map(|r| ops.gemm_flops * r);
+            ops.fp8_params = a.fp8_params;
+            let weights = if a.fp8_params {
+                "; weights held in FP8 (--fp8-params)"
+            } else {
+                ""
+            };
             let fp8_words = ops.fp8_gemm_flops.map_or(String::new(), |f| {
                 format!(
-                    "; linear layers in FP8 at {} TFLOP/s ({:.2}x the 16-bit rate: FP8 over FP16 GEMMs of 8192^3 measured on one H800, tilelang's benchmarks, scaled by the {} TFLOP/s FP8 peak's ratio; less at small K)",
+                    "; linear layers in FP8 at {} TFLOP/s ({:.2}x the 16-bit rate: FP8 over FP16 GEMMs of 8192^3 measured on one H800, tilelang's benchmarks, scaled by the {} TFLOP/s FP8 peak's ratio; less at small K){weights}",
                     units::sig3(f / 1e12),
                     fp8_speedup.unwrap_or(0.0),
                     units::sig3(fp8_peak.unwrap_or(0.0))

@@ -136,6 +136,9 @@ pub struct PlanArgs {
     /// The linear layers' precision: bf16, or fp8 (Transformer Engine's FP8 GEMMs on a device with FP8 tensor cores: H100, H200; docs/report.md, "FP8").
     #[arg(help_heading = "Stack and search", long, default_value = "bf16")]
     pub precision: String,
+    /// With --precision fp8: the linear layers' weights held in FP8 (NeMo's fp8_params), not 16-bit beside an FP8 copy: 2 bytes a linear-layer parameter less.
+    #[arg(help_heading = "Stack and search", long)]
+    pub fp8_params: bool,
     /// How context parallelism exchanges keys and values: p2p (a ring overlapped with the attention), all_gather, or a2a (DeepSpeed-Ulysses). Default: the stack's, else p2p.
     #[arg(help_heading = "Stack and search", long = vocab::cp_comm_type::LONG, value_name = vocab::cp_comm_type::VALUE)]
     pub cp_comm_type: Option<String>,

@@ -634,14 +634,20 @@ impl Planner<'_> {
         self.input.ops.is_some_and(|o| o.fp8_gemm_flops.is_some())
     }
 
-    /// Bytes of the FP8 weight copies a rank holding `layers` layers keeps
-    /// through a step (0 in bf16).
+    /// Whether the linear layers' weights are held in FP8 (`fp8_params`).
+    fn fp8_params(&self) -> bool {
+        self.input.ops.is_some_and(|o| o.fp8_params)
+    }
+
+    /// Bytes FP8 adds to the 16-bit weights of a rank holding `layers`
+    /// layers through a step (0 in bf16).
     fn fp8_weight_bytes(&self, layers: f64, l: &Layout) -> f64 {
         if !self.fp8() {
             return 0.0;
         }
         let m = &self.input.model;
-        layers * m.matmul_params_per_layer() as f64 / l.tp as f64 * precision::FP8_WEIGHT_COPY_BYTES
+        let added = precision::weight_bytes_added(self.fp8_params());
+        layers * m.matmul_params_per_layer() as f64 / l.tp as f64 * added
     }
 
     /// The rank that needs the most memory, and what it holds.
@@ -893,7 +899,7 @@ impl Planner<'_> {
                         .min(tree.seconds(Collective::AllReduce, group, bytes));
                     reduce + ops.stream(e.update_bytes)
                 };
-                ops.stream(precision::step_bytes(linear))
+                ops.stream(precision::step_bytes(linear, ops.fp8_params))
                     + micro * chunks * (exit(true) + exit(false))
             }
             _ => 0.0,

@@ -918,7 +918,7 @@ fn context_parallel_layouts_split_the_sequence() {
 
 /// FP8 linear layers: the GEMMs twice as fast, the step faster but not
 /// twice (attention, logits and norms stay, casts are added), and the
-/// FP8 weight copies held.
+/// FP8 weight copies held, or none beside FP8 primary weights.
 #[test]
 fn fp8_speeds_the_linear_layers_only() {
     let mut input = on_device(preset("llama3-8b"), 64, 8);
@@ -947,6 +947,15 @@ fn fp8_speeds_the_linear_layers_only() {
         (extra - 2.0 * linear).abs() < 1e-6 * extra,
         "{extra} {linear}"
     );
+    // FP8 primary weights: the FP8 weight and its transpose in the 16-bit
+    // weight's place; the first microbatch refills transposes only.
+    if let Some(ops) = input.ops.as_mut() {
+        ops.fp8_params = true;
+    }
+    let primary = plan_layout(&input, &q).unwrap().ranked.remove(0);
+    assert_eq!(primary.memory.states_bytes, bf16.memory.states_bytes);
+    assert_eq!(primary.memory.activation_bytes, fp8.memory.activation_bytes);
+    assert!(primary.step_s < fp8.step_s);
 }
 
 /// An MoE model's layouts with `cp > 1` are rejected with the reason, and
