@@ -474,5 +474,8 @@ fn why_a_layout_loses_names_no_rounding() {
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(out.contains("Against the search's best"), "{out}");
     assert!(out.contains("longer in compute"), "{out}");
-    assert!(!out.contains("-0.00 us") && !out.contains("+0.00 us"), "{out}");
+    assert!(
+        !out.contains("-0.00 us") && !out.contains("+0.00 us"),
+        "{out}"
+    );
 }

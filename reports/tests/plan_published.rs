@@ -18,7 +18,7 @@ const FAR_MISSES: [(&str, f64); 1] = [("Qwen3-235B-A22B tp4 ep8, 256 H100", 1.5)
 /// why (docs/report.md, "Against published runs"). Each must stay beyond
 /// 10% (a row that starts passing leaves the list) and within 50% (a
 /// model that breaks shows here too); every other row is held to 10%.
-const KNOWN_MISSES: [(&str, &str); 18] = [
+const KNOWN_MISSES: [(&str, &str); 20] = [
     (
         "GPT 1.7B, 48 H100",
         "work beside the GEMMs at microbatch 1 (host, small kernels): not costed",
@@ -90,6 +90,14 @@ const KNOWN_MISSES: [(&str, &str); 18] = [
     (
         "GPT-3 175B, 128 H100, FP8",
         "FP8 optimistic beyond its bf16 twin's miss: a term not costed",
+    ),
+    (
+        "GPT-3 20B, 64 H100, FP8",
+        "held out: FP8 optimistic as its band's other rows",
+    ),
+    (
+        "GPT-3 175B, 512 H100, FP8",
+        "held out: FP8 optimistic as its band's other rows",
     ),
 ];
 
@@ -211,9 +219,10 @@ fn every_published_run_within_ten_percent_of_its_stack() {
     assert_eq!(
         counts,
         vec![
-            ("megatron-core".to_string(), 16),
+            ("megatron-core".to_string(), 12),
             ("megatron-core moe".to_string(), 5),
-            ("megatron-core fp8".to_string(), 6),
+            ("nemo-24".to_string(), 4),
+            ("nemo-24 fp8".to_string(), 8),
             ("megatron-2021".to_string(), 14)
         ]
     );
