@@ -12,7 +12,9 @@
 
 use super::context::CpComm;
 use super::moe::{MoeStack, MCORE_MOE};
-use super::opcost::{Attention, FlashKernel, GradAccumulation, STREAM_BYTES};
+use super::opcost::{
+    Attention, FlashKernel, GradAccumulation, OPTIMIZER_BYTES_PER_PARAM, STREAM_BYTES,
+};
 use super::plan::Shard;
 
 /// Bytes per logit element of Megatron's vocabulary-parallel
@@ -166,6 +168,26 @@ impl StepModel {
         } else {
             4.0
         }
+    }
+
+    /// Bytes a parameter of one Adam step: Megatron's fused step
+    /// ([`OPTIMIZER_BYTES_PER_PARAM`]), or with [`Self::master_remainders`]
+    /// apex's kernels at the stack's gradient width: reading the gradient,
+    /// master weight (or, with remainders, the 16-bit weight and its
+    /// remainder) and two fp32 moments, writing the master (or remainder)
+    /// and moments and the 16-bit weight to gather, and the norm's read of
+    /// the gradient (`multi_tensor_fused_adam_with_param_remainders`,
+    /// `multi_tensor_fused_adam`): 28 with remainders, 30 with fp32 masters.
+    pub fn adam_bytes(&self, fp8_params: bool) -> f64 {
+        if !self.master_remainders {
+            return OPTIMIZER_BYTES_PER_PARAM;
+        }
+        let g = self.grad_bytes as f64;
+        let master = self.master_bytes(fp8_params);
+        let weight_read = if master < 4.0 { 2.0 } else { 0.0 };
+        let reads = g + master + weight_read + 8.0;
+        let writes = master + 8.0 + 2.0;
+        reads + writes + g
     }
 
     /// Bytes per element of [`Self::main_grad_hook`]'s add: read the
@@ -416,5 +438,24 @@ mod tests {
             assert!(s.micro_batch >= 1 && !s.implies.is_empty() && !s.source.is_empty());
         }
         assert!(Stack::by_name("deepspeed-0.1").is_none());
+    }
+
+    /// NeMo's optimizer by apex's bytes; Megatron-Core's stays at 34.
+    #[test]
+    fn apex_adam_bytes_and_masters() {
+        let nemo = Stack::by_name("nemo-24").unwrap().step;
+        assert_eq!(
+            (nemo.master_bytes(false), nemo.master_bytes(true)),
+            (2.0, 4.0)
+        );
+        assert_eq!(
+            (nemo.adam_bytes(false), nemo.adam_bytes(true)),
+            (28.0, 30.0)
+        );
+        assert_eq!(nemo.grad_buffer_bytes(), 2.0);
+        assert_eq!(nemo.bucket_params.0, 115_343_360.0);
+        let mcore = Stack::by_name("megatron-core").unwrap().step;
+        assert_eq!(mcore.adam_bytes(true), OPTIMIZER_BYTES_PER_PARAM);
+        assert_eq!(mcore.master_bytes(false), 4.0);
     }
 }

@@ -882,7 +882,8 @@ impl Planner<'_> {
         let dp_slowed = dp_hidden * share / (1.0 - share).max(0.5);
         let shards = if l.shard == Shard::None { 1 } else { group };
         let optimizer = input.ops.as_ref().map_or(0.0, |ops| {
-            ops.optimizer_step(memory.params, shards, input.step.grad_buffer_bytes())
+            let adam = input.step.adam_bytes(self.fp8_params());
+            ops.optimizer_step(memory.params, adam, shards, input.step.grad_buffer_bytes())
         });
         let pipeline_comm = micro * (busiest.dp_f + busiest.dp_b);
         // The sharded collectives the passes wait for are inside the
