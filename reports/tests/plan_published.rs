@@ -18,7 +18,7 @@ const FAR_MISSES: [(&str, f64); 1] = [("Qwen3-235B-A22B tp4 ep8, 256 H100", 1.5)
 /// why (docs/report.md, "Against published runs"). Each must stay beyond
 /// 10% (a row that starts passing leaves the list) and within 50% (a
 /// model that breaks shows here too); every other row is held to 10%.
-const KNOWN_MISSES: [(&str, &str); 21] = [
+const KNOWN_MISSES: [(&str, &str); 22] = [
     (
         "GPT 1.7B, 48 H100",
         "work beside the GEMMs at microbatch 1 (host, small kernels): not costed",
@@ -103,6 +103,10 @@ const KNOWN_MISSES: [(&str, &str); 21] = [
         "GPT-3 175B, 512 H100, FP8",
         "held out: FP8 optimistic as its band's other rows",
     ),
+    (
+        "Llama 3 8B, 8 H100, FP8",
+        "held out: FP8 optimistic as its band's other rows",
+    ),
 ];
 
 fn dir(what: &str) -> PathBuf {
@@ -160,10 +164,11 @@ fn published(row: &serde_json::Value) -> f64 {
 
 /// Every row within 10% but the known misses, each band the mean and
 /// worst of its rows, and every stack's rows there: Megatron-Core's README
-/// table (9 runs on H100), Llama 3 405B's two layouts, the long-context
-/// layout, and NVIDIA DGX Cloud Benchmarking's BF16 runs (4); the MoE band
-/// (Megatron-MoE-ModelZoo's Qwen3-235B-A22B and Mixtral 8x22B, 5); the FP8
-/// band (NeMo 24.07 and DGX Cloud Benchmarking, 6); SC21's Table 1
+/// table (9 runs on H100), Llama 3 405B's two layouts and the
+/// long-context layout (12); the MoE band (Megatron-MoE-ModelZoo's
+/// Qwen3-235B-A22B and Mixtral 8x22B, 5); NVIDIA's NeMo runs on nemo-24:
+/// DGX Cloud Benchmarking's BF16 runs (4) and the FP8 band (NeMo 24.07 and
+/// DGX Cloud Benchmarking, 9); SC21's Table 1
 /// (10 runs) and Korthikanti et al.'s full-recomputation rows (4) with
 /// megatron-2021, all of which are within 10%.
 #[test]
@@ -226,7 +231,7 @@ fn every_published_run_within_ten_percent_of_its_stack() {
             ("megatron-core".to_string(), 12),
             ("megatron-core moe".to_string(), 5),
             ("nemo-24".to_string(), 4),
-            ("nemo-24 fp8".to_string(), 8),
+            ("nemo-24 fp8".to_string(), 9),
             ("megatron-2021".to_string(), 14)
         ]
     );

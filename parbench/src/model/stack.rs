@@ -172,21 +172,23 @@ impl StepModel {
 
     /// Bytes a parameter of one Adam step: Megatron's fused step
     /// ([`OPTIMIZER_BYTES_PER_PARAM`]), or with [`Self::master_remainders`]
-    /// apex's kernels at the stack's gradient width: reading the gradient,
-    /// master weight (or, with remainders, the 16-bit weight and its
-    /// remainder) and two fp32 moments, writing the master (or remainder)
-    /// and moments and the 16-bit weight to gather, and the norm's read of
-    /// the gradient (`multi_tensor_fused_adam_with_param_remainders`,
-    /// `multi_tensor_fused_adam`): 28 with remainders, 30 with fp32 masters.
+    /// apex's kernels at the stack's gradient width `g`. With remainders
+    /// (`multi_tensor_fused_adam_with_param_remainders`): read the
+    /// gradient, the bf16 weight, its remainder and two fp32 moments,
+    /// write the remainder, the moments and the bf16 weight to gather, and
+    /// the norm reads the gradient: `2g + 24`, 28. With FP8 weights
+    /// (`multi_tensor_fused_adam` on fp32 masters, then NeMo's
+    /// `cast_to_fp8` of the shard, read 4 and write 1): `2g + 29`, 33.
     pub fn adam_bytes(&self, fp8_params: bool) -> f64 {
         if !self.master_remainders {
             return OPTIMIZER_BYTES_PER_PARAM;
         }
         let g = self.grad_bytes as f64;
-        let master = self.master_bytes(fp8_params);
-        let weight_read = if master < 4.0 { 2.0 } else { 0.0 };
-        let reads = g + master + weight_read + 8.0;
-        let writes = master + 8.0 + 2.0;
+        let (reads, writes) = if fp8_params {
+            (g + 4.0 + 8.0 + 4.0, 4.0 + 8.0 + 1.0)
+        } else {
+            (g + 2.0 + 2.0 + 8.0, 2.0 + 8.0 + 2.0)
+        };
         reads + writes + g
     }
 
@@ -450,7 +452,7 @@ mod tests {
         );
         assert_eq!(
             (nemo.adam_bytes(false), nemo.adam_bytes(true)),
-            (28.0, 30.0)
+            (28.0, 33.0)
         );
         assert_eq!(nemo.grad_buffer_bytes(), 2.0);
         assert_eq!(nemo.bucket_params.0, 115_343_360.0);
