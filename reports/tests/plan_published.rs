@@ -337,3 +337,69 @@ fn search_open_searches_the_rest_of_the_layout() {
         .collect();
     assert!(sizes.len() > 1, "{sizes:?}");
 }
+
+/// The nemo-24 stack holds what NeMo's optimizer holds (apex's
+/// `DistributedFusedAdam` as NeMo sets it): bf16 gradients (2 bytes),
+/// 16-bit master remainders (2/dp) and fp32 moments (8/dp) beside the
+/// bf16 weights, `4 + 10/dp` a parameter where megatron-core holds
+/// `6 + 12/dp`; with FP8 weights fp32 masters, 2 bytes a parameter under
+/// megatron-core's. Its data-parallel traffic is less: half the
+/// reduce-scatter's bytes.
+#[test]
+fn nemo_holds_apex_adams_bytes() {
+    let d = dir("nemo");
+    let base = [
+        "plan",
+        "--model",
+        "llama3-70b",
+        "--device",
+        "h100-sxm5-80gb",
+        "--gpus",
+        "64",
+        "--global-batch",
+        "128",
+        "--layout",
+        "dp=2,tp=4,cp=2,pp=4,vpp=5",
+        "--top",
+        "1",
+    ];
+    let costed = |stack: &str, fp8: bool, name: &str| {
+        let mut args = base.to_vec();
+        args.extend(["--stack", stack]);
+        if fp8 {
+            args.extend(["--precision", "fp8", "--fp8-params"]);
+        }
+        written(&args, &d, name).1["top"][0].clone()
+    };
+    let memory = |c: &serde_json::Value, k: &str| c["memory"][k].as_f64().unwrap();
+    // The optimizer shards over dp x cp.
+    let dp = 4.0;
+    let (nemo, mcore) = (
+        costed("nemo-24", false, "n.json"),
+        costed("megatron-core", false, "m.json"),
+    );
+    let params = memory(&nemo, "params");
+    assert_eq!(params, memory(&mcore, "params"));
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.abs();
+    assert!(close(
+        memory(&nemo, "states_bytes"),
+        params * (4.0 + 10.0 / dp)
+    ));
+    assert!(close(
+        memory(&mcore, "states_bytes"),
+        params * (6.0 + 12.0 / dp)
+    ));
+    let dp_s = |c: &serde_json::Value| c["dp_comm_total_s"].as_f64().unwrap();
+    assert!(
+        dp_s(&nemo) < dp_s(&mcore),
+        "{} {}",
+        dp_s(&nemo),
+        dp_s(&mcore)
+    );
+    let (nemo8, mcore8) = (
+        costed("nemo-24", true, "n8.json"),
+        costed("megatron-core", true, "m8.json"),
+    );
+    let less = memory(&mcore8, "states_bytes") - memory(&nemo8, "states_bytes");
+    assert!(close(less, 2.0 * params), "{less} {params}");
+}
