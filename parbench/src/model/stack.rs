@@ -145,7 +145,8 @@ pub struct StepModel {
     /// The distributed optimizer keeps, beside the 16-bit weights, only
     /// the 16 bits an fp32 master weight adds to its bf16 one (apex
     /// `DistributedFusedAdam`'s `store_param_remainders`, an int16 shard),
-    /// unless the weights are FP8 (`fp8_params`: full fp32 masters).
+    /// unless the weights are FP8 (`fp8_params`: full fp32 masters); its
+    /// Adam step is apex's kernels' ([`Self::adam_bytes`]).
     pub master_remainders: bool,
     /// FP8 weights (`fp8_params`) are all-gathered as their FP8 bytes,
     /// 1 an element, not at the 16-bit width (NeMo's
@@ -349,7 +350,7 @@ pub const STACKS: [Stack; 4] = [
     },
     Stack {
         name: "nemo-24",
-        implies: "NeMo 24.07-24.11 on Megatron-Core: megatron-core's choices with apex's distributed Adam (distributed_fused_adam): bf16 gradients reduce-scattered in bf16, master weights as 16-bit remainders (fp32 with fp8_params), fp32 moments, parameters all-gathered at the weights' width (FP8 weights in FP8) overlapped with the forward, 220 MB buckets",
+        implies: "NeMo 24.07-24.11 on Megatron-Core: megatron-core's choices with apex's distributed Adam (distributed_fused_adam): bf16 gradients reduce-scattered in bf16, master weights as 16-bit remainders (fp32 with fp8_params), fp32 moments, parameters all-gathered at the weights' width (FP8 weights in FP8) overlapped with the forward, 220 MiB buckets",
         source: "NeMo r2.0.0 megatron_base_model.py setup_optimization (param_sync_dtype = the model's, store_param_remainders unless fp8_params) and core/optim/distributed_adam.py (FP8 weights gathered as uint8); apex DistributedFusedAdam (_init_grad_buffer in grad_sync_dtype, reduce-scatter with ReduceOp.AVG, zero_grad); NeMo-Framework-Launcher 24.07 gpt3 yamls (distributed_fused_adam, bucket_cap_mb 220, overlap_grad_sync and overlap_param_sync true) and examples/training/*/h100/*fp8*.sh (+training.model.optim.grad_sync_dtype=bf16); dgxc-benchmarking v24.11.1 (grad_sync_dtype bf16)",
         attention: Attention::Flash,
         flash_kernel: FlashKernel::Cudnn,

@@ -1069,7 +1069,7 @@ fn nemo_holds_remainders_and_reduces_bf16_gradients() {
         ..LayoutQuery::default()
     };
     let run = |stack: &str, fp8_params: bool| {
-        let mut input = on_device(model.clone(), 64, 8);
+        let mut input = on_device(model, 64, 8);
         input.memory_bytes = None;
         input.sequence_parallel = true;
         input.distributed_optimizer = true;
