@@ -312,6 +312,26 @@ pub struct Stack {
     pub step: StepModel,
 }
 
+/// What Megatron-Core r0.8 runs; NeMo on it (`nemo-24`) changes the
+/// optimizer.
+const MEGATRON_CORE: Stack = Stack {
+    name: "megatron-core",
+    implies: "Megatron-Core r0.8 (2024): flash attention (cuDNN's through Transformer Engine on Hopper), accumulation fused, distributed optimizer with fp32 gradients, grad-reduce and param-gather overlapped, sequence parallel with tensor parallel, tp-comm-overlap, unfused fp32 loss, context parallel by a ring of K/V exchanges (p2p), FP8 by Transformer Engine's recipe, 1F1B (interleaved with vpp=), microbatch 1",
+    source: "Megatron-LM README 'Training Speed and Scalability' (core r0.8): --overlap-grad-reduce --overlap-param-gather --tp-comm-overlap; arguments.py: bf16 keeps fp32 main gradients; cross_entropy_loss_fusion off by default; Transformer Engine's attention, which prefers cuDNN's fused kernel over FlashAttention-2 on Hopper when both apply (NeMo's memory_optimizations.rst, NVIDIA/NeMo pull request 9188)",
+    attention: Attention::Flash,
+    flash_kernel: FlashKernel::Cudnn,
+    accumulation: GradAccumulation::Fused,
+    dp_overlap: true,
+    shard: Shard::Zero1,
+    sequence_parallel: true,
+    search: &["1f1b", "interleaved"],
+    schedules: ONE_F_ONE_B,
+    micro_batch: 1,
+    whole_batch_without_pipeline: false,
+    te_fp8: true,
+    step: MCORE_R08_STEP,
+};
+
 /// Every stack `--stack` knows.
 pub const STACKS: [Stack; 4] = [
     Stack {
@@ -331,38 +351,11 @@ pub const STACKS: [Stack; 4] = [
         te_fp8: false,
         step: MEGATRON_2021_STEP,
     },
-    Stack {
-        name: "megatron-core",
-        implies: "Megatron-Core r0.8 (2024): flash attention (cuDNN's through Transformer Engine on Hopper), accumulation fused, distributed optimizer with fp32 gradients, grad-reduce and param-gather overlapped, sequence parallel with tensor parallel, tp-comm-overlap, unfused fp32 loss, context parallel by a ring of K/V exchanges (p2p), FP8 by Transformer Engine's recipe, 1F1B (interleaved with vpp=), microbatch 1",
-        source: "Megatron-LM README 'Training Speed and Scalability' (core r0.8): --overlap-grad-reduce --overlap-param-gather --tp-comm-overlap; arguments.py: bf16 keeps fp32 main gradients; cross_entropy_loss_fusion off by default; Transformer Engine's attention, which prefers cuDNN's fused kernel over FlashAttention-2 on Hopper when both apply (NeMo's memory_optimizations.rst, NVIDIA/NeMo pull request 9188)",
-        attention: Attention::Flash,
-        flash_kernel: FlashKernel::Cudnn,
-        accumulation: GradAccumulation::Fused,
-        dp_overlap: true,
-        shard: Shard::Zero1,
-        sequence_parallel: true,
-        search: &["1f1b", "interleaved"],
-        schedules: ONE_F_ONE_B,
-        micro_batch: 1,
-        whole_batch_without_pipeline: false,
-        te_fp8: true,
-        step: MCORE_R08_STEP,
-    },
+    MEGATRON_CORE,
     Stack {
         name: "nemo-24",
         implies: "NeMo 24.07-24.11 on Megatron-Core: megatron-core's choices with apex's distributed Adam (distributed_fused_adam): bf16 gradients reduce-scattered in bf16, master weights as 16-bit remainders (fp32 with fp8_params), fp32 moments, parameters all-gathered at the weights' width (FP8 weights in FP8) overlapped with the forward, 220 MiB buckets",
         source: "NeMo r2.0.0 megatron_base_model.py setup_optimization (param_sync_dtype = the model's, store_param_remainders unless fp8_params) and core/optim/distributed_adam.py (FP8 weights gathered as uint8); apex DistributedFusedAdam (_init_grad_buffer in grad_sync_dtype, reduce-scatter with ReduceOp.AVG, zero_grad); NeMo-Framework-Launcher 24.07 gpt3 yamls (distributed_fused_adam, bucket_cap_mb 220, overlap_grad_sync and overlap_param_sync true) and examples/training/*/h100/*fp8*.sh (+training.model.optim.grad_sync_dtype=bf16); dgxc-benchmarking v24.11.1 (grad_sync_dtype bf16)",
-        attention: Attention::Flash,
-        flash_kernel: FlashKernel::Cudnn,
-        accumulation: GradAccumulation::Fused,
-        dp_overlap: true,
-        shard: Shard::Zero1,
-        sequence_parallel: true,
-        search: &["1f1b", "interleaved"],
-        schedules: ONE_F_ONE_B,
-        micro_batch: 1,
-        whole_batch_without_pipeline: false,
-        te_fp8: true,
         step: StepModel {
             grad_bytes: 2,
             bucket_params: (NEMO_BUCKET_PARAMS, 0.0),
@@ -374,6 +367,7 @@ pub const STACKS: [Stack; 4] = [
             fp8_param_gather: true,
             ..MCORE_R08_STEP
         },
+        ..MEGATRON_CORE
     },
     Stack {
         name: "torchtitan",
