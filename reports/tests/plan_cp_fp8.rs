@@ -189,7 +189,7 @@ fn fp8_layouts_are_costed_with_their_band() {
         "--global-batch",
         "256",
         "--stack",
-        "megatron-core",
+        "nemo-24",
         "--layout",
         "dp=4,tp=4,pp=8,vpp=6",
     ];
@@ -198,7 +198,7 @@ fn fp8_layouts_are_costed_with_their_band() {
     let (slow, fast) = (tokens_per_s(&bf16), tokens_per_s(&fp8));
     assert!(fast > 1.1 * slow && fast < 2.0 * slow, "{slow} {fast}");
     assert!(
-        fp8.contains("band:       megatron-core fp8 on h100-sxm5-80gb"),
+        fp8.contains("band:       nemo-24 fp8 on h100-sxm5-80gb"),
         "{fp8}"
     );
     assert!(fp8.contains("linear layers in FP8 at"), "{fp8}");
@@ -406,7 +406,7 @@ fn fp8_rows_recompute_within_their_band() {
             .find(|b| b["stack"] == name)
             .unwrap_or_else(|| panic!("{name}"))
     };
-    let fp8 = band("megatron-core fp8");
+    let fp8 = band("nemo-24 fp8");
     let worst = fp8["worst"].as_f64().unwrap();
     let mut kept = 0;
     for r in fp8["rows"].as_array().unwrap() {
@@ -417,7 +417,7 @@ fn fp8_rows_recompute_within_their_band() {
             assert!(text.contains(&format!("{name} (kept aside)")), "{text}");
         }
     }
-    assert_eq!(kept, 2);
+    assert_eq!(kept, 5);
     // A row is its command: the DGXC 70B FP8 row's plan gives its figure.
     let row = fp8["rows"]
         .as_array()
@@ -434,7 +434,7 @@ fn fp8_rows_recompute_within_their_band() {
         "{per_gpu} {predicted}"
     );
     // Each bf16 twin against its FP8 twin, same layout.
-    let bf16 = band("megatron-core");
+    let bf16 = band("nemo-24");
     let predicted_of = |b: &serde_json::Value, name: &str| {
         b["rows"]
             .as_array()

@@ -18,7 +18,7 @@ const FAR_MISSES: [(&str, f64); 1] = [("Qwen3-235B-A22B tp4 ep8, 256 H100", 1.5)
 /// why (docs/report.md, "Against published runs"). Each must stay beyond
 /// 10% (a row that starts passing leaves the list) and within 50% (a
 /// model that breaks shows here too); every other row is held to 10%.
-const KNOWN_MISSES: [(&str, &str); 18] = [
+const KNOWN_MISSES: [(&str, &str); 22] = [
     (
         "GPT 1.7B, 48 H100",
         "work beside the GEMMs at microbatch 1 (host, small kernels): not costed",
@@ -46,6 +46,10 @@ const KNOWN_MISSES: [(&str, &str); 18] = [
     (
         "Llama 3.1 8B, 8 H100, BF16",
         "optimistic in bf16 too: the FP8 rows' shared miss (docs/report.md, FP8 on H100)",
+    ),
+    (
+        "Llama 3.1 405B, 576 H100, BF16",
+        "optimistic in bf16 too (+9.4% as megatron-core; NeMo's bf16 reduce-scatter hides more)",
     ),
     (
         "Nemotron-4 15B, 16 H100, BF16",
@@ -90,6 +94,18 @@ const KNOWN_MISSES: [(&str, &str); 18] = [
     (
         "GPT-3 175B, 128 H100, FP8",
         "FP8 optimistic beyond its bf16 twin's miss: a term not costed",
+    ),
+    (
+        "GPT-3 20B, 64 H100, FP8",
+        "held out: FP8 optimistic as its band's other rows",
+    ),
+    (
+        "GPT-3 175B, 512 H100, FP8",
+        "held out: FP8 optimistic as its band's other rows",
+    ),
+    (
+        "Llama 3 8B, 8 H100, FP8",
+        "held out: FP8 optimistic as its band's other rows",
     ),
 ];
 
@@ -148,10 +164,11 @@ fn published(row: &serde_json::Value) -> f64 {
 
 /// Every row within 10% but the known misses, each band the mean and
 /// worst of its rows, and every stack's rows there: Megatron-Core's README
-/// table (9 runs on H100), Llama 3 405B's two layouts, the long-context
-/// layout, and NVIDIA DGX Cloud Benchmarking's BF16 runs (4); the MoE band
-/// (Megatron-MoE-ModelZoo's Qwen3-235B-A22B and Mixtral 8x22B, 5); the FP8
-/// band (NeMo 24.07 and DGX Cloud Benchmarking, 6); SC21's Table 1
+/// table (9 runs on H100), Llama 3 405B's two layouts and the
+/// long-context layout (12); the MoE band (Megatron-MoE-ModelZoo's
+/// Qwen3-235B-A22B and Mixtral 8x22B, 5); NVIDIA's NeMo runs on nemo-24:
+/// DGX Cloud Benchmarking's BF16 runs (4) and the FP8 band (NeMo 24.07 and
+/// DGX Cloud Benchmarking, 9); SC21's Table 1
 /// (10 runs) and Korthikanti et al.'s full-recomputation rows (4) with
 /// megatron-2021, all of which are within 10%.
 #[test]
@@ -211,9 +228,10 @@ fn every_published_run_within_ten_percent_of_its_stack() {
     assert_eq!(
         counts,
         vec![
-            ("megatron-core".to_string(), 16),
+            ("megatron-core".to_string(), 12),
             ("megatron-core moe".to_string(), 5),
-            ("megatron-core fp8".to_string(), 6),
+            ("nemo-24".to_string(), 4),
+            ("nemo-24 fp8".to_string(), 9),
             ("megatron-2021".to_string(), 14)
         ]
     );
@@ -318,4 +336,70 @@ fn search_open_searches_the_rest_of_the_layout() {
         .map(|c| c["layout"]["micro_batch"].as_u64().unwrap())
         .collect();
     assert!(sizes.len() > 1, "{sizes:?}");
+}
+
+/// The nemo-24 stack holds what NeMo's optimizer holds (apex's
+/// `DistributedFusedAdam` as NeMo sets it): bf16 gradients (2 bytes),
+/// 16-bit master remainders (2/dp) and fp32 moments (8/dp) beside the
+/// bf16 weights, `4 + 10/dp` a parameter where megatron-core holds
+/// `6 + 12/dp`; with FP8 weights fp32 masters, 2 bytes a parameter under
+/// megatron-core's. Its data-parallel traffic is less: half the
+/// reduce-scatter's bytes.
+#[test]
+fn nemo_holds_apex_adams_bytes() {
+    let d = dir("nemo");
+    let base = [
+        "plan",
+        "--model",
+        "llama3-70b",
+        "--device",
+        "h100-sxm5-80gb",
+        "--gpus",
+        "64",
+        "--global-batch",
+        "128",
+        "--layout",
+        "dp=2,tp=4,cp=2,pp=4,vpp=5",
+        "--top",
+        "1",
+    ];
+    let costed = |stack: &str, fp8: bool, name: &str| {
+        let mut args = base.to_vec();
+        args.extend(["--stack", stack]);
+        if fp8 {
+            args.extend(["--precision", "fp8", "--fp8-params"]);
+        }
+        written(&args, &d, name).1["top"][0].clone()
+    };
+    let memory = |c: &serde_json::Value, k: &str| c["memory"][k].as_f64().unwrap();
+    // The optimizer shards over dp x cp.
+    let dp = 4.0;
+    let (nemo, mcore) = (
+        costed("nemo-24", false, "n.json"),
+        costed("megatron-core", false, "m.json"),
+    );
+    let params = memory(&nemo, "params");
+    assert_eq!(params, memory(&mcore, "params"));
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.abs();
+    assert!(close(
+        memory(&nemo, "states_bytes"),
+        params * (4.0 + 10.0 / dp)
+    ));
+    assert!(close(
+        memory(&mcore, "states_bytes"),
+        params * (6.0 + 12.0 / dp)
+    ));
+    let dp_s = |c: &serde_json::Value| c["dp_comm_total_s"].as_f64().unwrap();
+    assert!(
+        dp_s(&nemo) < dp_s(&mcore),
+        "{} {}",
+        dp_s(&nemo),
+        dp_s(&mcore)
+    );
+    let (nemo8, mcore8) = (
+        costed("nemo-24", true, "n8.json"),
+        costed("megatron-core", true, "m8.json"),
+    );
+    let less = memory(&mcore8, "states_bytes") - memory(&nemo8, "states_bytes");
+    assert!(close(less, 2.0 * params), "{less} {params}");
 }

@@ -439,11 +439,18 @@ impl OpModel {
     }
 
     /// One optimizer step over `params` parameters held by the rank, the
-    /// Adam part sharded `shards` ways (the distributed optimizer), and
-    /// `buffer_bytes` a parameter streamed over the rank's whole gradient
-    /// buffer (not sharded).
-    pub fn optimizer_step(&self, params: f64, shards: u64, buffer_bytes: f64) -> f64 {
-        self.stream(params * (OPTIMIZER_BYTES_PER_PARAM / shards.max(1) as f64 + buffer_bytes))
+    /// Adam part (`adam_bytes` a parameter, e.g.
+    /// [`OPTIMIZER_BYTES_PER_PARAM`]) sharded `shards` ways (the
+    /// distributed optimizer), and `buffer_bytes` a parameter streamed
+    /// over the rank's whole gradient buffer (not sharded).
+    pub fn optimizer_step(
+        &self,
+        params: f64,
+        adam_bytes: f64,
+        shards: u64,
+        buffer_bytes: f64,
+    ) -> f64 {
+        self.stream(params * (adam_bytes / shards.max(1) as f64 + buffer_bytes))
     }
 }
 

@@ -12,7 +12,9 @@
 
 use super::context::CpComm;
 use super::moe::{MoeStack, MCORE_MOE};
-use super::opcost::{Attention, FlashKernel, GradAccumulation, STREAM_BYTES};
+use super::opcost::{
+    Attention, FlashKernel, GradAccumulation, OPTIMIZER_BYTES_PER_PARAM, STREAM_BYTES,
+};
 use super::plan::Shard;
 
 /// Bytes per logit element of Megatron's vocabulary-parallel
@@ -81,6 +83,14 @@ pub const MEGATRON_2021_BUFFER_PASSES: f64 = 3.0;
 /// `--ddp-average-in-collective` is off by default): 4.
 pub const MCORE_R08_BUFFER_PASSES: f64 = 4.0;
 
+/// Parameters per gradient bucket of NeMo's optimizer: apex's
+/// `DistributedFusedAdam` sizes a bucket `1024 x 1024 x bucket_cap_mb /
+/// grad_sync_dtype`'s bytes elements, whatever the data-parallel size;
+/// NeMo 24.07's GPT-3 and Llama recipes set `bucket_cap_mb: 220`
+/// (NeMo-Framework-Launcher `conf/training/gpt3/*.yaml`) and bf16
+/// gradients: 220 MiB / 2.
+pub const NEMO_BUCKET_PARAMS: f64 = 1024.0 * 1024.0 * 220.0 / 2.0;
+
 /// The terms of a training step that differ between stacks. The default
 /// is the planner without a stack: nothing overlapped but what
 /// `dp_overlap` says, 16-bit gradients, a fused loss.
@@ -132,12 +142,55 @@ pub struct StepModel {
     /// How context parallelism exchanges keys and values (`None`: the
     /// stack has none, and a layout with `cp > 1` is refused).
     pub cp_comm: Option<CpComm>,
+    /// The distributed optimizer keeps, beside the 16-bit weights, only
+    /// the 16 bits an fp32 master weight adds to its bf16 one (apex
+    /// `DistributedFusedAdam`'s `store_param_remainders`, an int16 shard),
+    /// unless the weights are FP8 (`fp8_params`: full fp32 masters); its
+    /// Adam step is apex's kernels' ([`Self::adam_bytes`]).
+    pub master_remainders: bool,
+    /// FP8 weights (`fp8_params`) are all-gathered as their FP8 bytes,
+    /// 1 an element, not at the 16-bit width (NeMo's
+    /// `MegatronDistributedFusedAdam`: `param_sync_dtype=torch.uint8` for
+    /// `Float8Tensor` parameters).
+    pub fp8_param_gather: bool,
 }
 
 impl StepModel {
     /// Bytes a parameter of [`Self::grad_buffer_passes`].
     pub fn grad_buffer_bytes(&self) -> f64 {
         self.grad_buffer_passes * self.grad_bytes as f64
+    }
+
+    /// Bytes of the master weight a parameter the optimizer holds:
+    /// 4 (fp32), or 2 with [`Self::master_remainders`] and 16-bit weights.
+    pub fn master_bytes(&self, fp8_params: bool) -> f64 {
+        if self.master_remainders && !fp8_params {
+            2.0
+        } else {
+            4.0
+        }
+    }
+
+    /// Bytes a parameter of one Adam step: Megatron's fused step
+    /// ([`OPTIMIZER_BYTES_PER_PARAM`]), or with [`Self::master_remainders`]
+    /// apex's kernels at the stack's gradient width `g`. With remainders
+    /// (`multi_tensor_fused_adam_with_param_remainders`): read the
+    /// gradient, the bf16 weight, its remainder and two fp32 moments,
+    /// write the remainder, the moments and the bf16 weight to gather, and
+    /// the norm reads the gradient: `2g + 24`, 28. With FP8 weights
+    /// (`multi_tensor_fused_adam` on fp32 masters, then NeMo's
+    /// `cast_to_fp8` of the shard, read 4 and write 1): `2g + 29`, 33.
+    pub fn adam_bytes(&self, fp8_params: bool) -> f64 {
+        if !self.master_remainders {
+            return OPTIMIZER_BYTES_PER_PARAM;
+        }
+        let g = self.grad_bytes as f64;
+        let (reads, writes) = if fp8_params {
+            (g + 4.0 + 8.0 + 4.0, 4.0 + 8.0 + 1.0)
+        } else {
+            (g + 2.0 + 2.0 + 8.0, 2.0 + 8.0 + 2.0)
+        };
+        reads + writes + g
     }
 
     /// Bytes per element of [`Self::main_grad_hook`]'s add: read the
@@ -168,6 +221,8 @@ impl Default for StepModel {
             main_grad_hook: false,
             moe: MCORE_MOE,
             cp_comm: Some(CpComm::P2p),
+            master_remainders: false,
+            fp8_param_gather: false,
         }
     }
 }
@@ -188,6 +243,22 @@ const MEGATRON_2021_STEP: StepModel = StepModel {
     main_grad_hook: true,
     moe: MCORE_MOE,
     cp_comm: None,
+    master_remainders: false,
+    fp8_param_gather: false,
+};
+
+/// What Megatron-Core r0.8 runs (the `megatron-core` stack; NeMo on it
+/// changes the optimizer).
+const MCORE_R08_STEP: StepModel = StepModel {
+    tp_overlap: true,
+    param_gather_overlap: true,
+    dp_sm_share: NCCL_OVERLAP_SM_SHARE,
+    tp_sms: (UB_REDUCE_SCATTER_SMS, UB_ALL_GATHER_SMS),
+    grad_bytes: 4,
+    bucket_params: (40e6, 1e6),
+    grad_buffer_passes: MCORE_R08_BUFFER_PASSES,
+    cp_comm: Some(CpComm::P2p),
+    ..MEGATRON_2021_STEP
 };
 
 /// How a stack runs a pipeline a user named without a schedule.
@@ -235,11 +306,34 @@ pub struct Stack {
     /// Without a pipeline, a data rank's whole share of the batch in one
     /// microbatch (torchtitan's `local_batch_size`), not `micro_batch`.
     pub whole_batch_without_pipeline: bool,
+    /// FP8 as Transformer Engine's recipe runs it (`--precision fp8`
+    /// is refused on a stack without).
+    pub te_fp8: bool,
     pub step: StepModel,
 }
 
+/// What Megatron-Core r0.8 runs; NeMo on it (`nemo-24`) changes the
+/// optimizer.
+const MEGATRON_CORE: Stack = Stack {
+    name: "megatron-core",
+    implies: "Megatron-Core r0.8 (2024): flash attention (cuDNN's through Transformer Engine on Hopper), accumulation fused, distributed optimizer with fp32 gradients, grad-reduce and param-gather overlapped, sequence parallel with tensor parallel, tp-comm-overlap, unfused fp32 loss, context parallel by a ring of K/V exchanges (p2p), FP8 by Transformer Engine's recipe, 1F1B (interleaved with vpp=), microbatch 1",
+    source: "Megatron-LM README 'Training Speed and Scalability' (core r0.8): --overlap-grad-reduce --overlap-param-gather --tp-comm-overlap; arguments.py: bf16 keeps fp32 main gradients; cross_entropy_loss_fusion off by default; Transformer Engine's attention, which prefers cuDNN's fused kernel over FlashAttention-2 on Hopper when both apply (NeMo's memory_optimizations.rst, NVIDIA/NeMo pull request 9188)",
+    attention: Attention::Flash,
+    flash_kernel: FlashKernel::Cudnn,
+    accumulation: GradAccumulation::Fused,
+    dp_overlap: true,
+    shard: Shard::Zero1,
+    sequence_parallel: true,
+    search: &["1f1b", "interleaved"],
+    schedules: ONE_F_ONE_B,
+    micro_batch: 1,
+    whole_batch_without_pipeline: false,
+    te_fp8: true,
+    step: MCORE_R08_STEP,
+};
+
 /// Every stack `--stack` knows.
-pub const STACKS: [Stack; 3] = [
+pub const STACKS: [Stack; 4] = [
     Stack {
         name: "megatron-2021",
         implies: "Megatron-LM of SC21: attention unfused, accumulation unfused, fp16 gradients all-reduced after the backward, no sequence parallelism, 1F1B (interleaved with vpp=), microbatch 1, no context parallelism or FP8",
@@ -254,33 +348,26 @@ pub const STACKS: [Stack; 3] = [
         schedules: ONE_F_ONE_B,
         micro_batch: 1,
         whole_batch_without_pipeline: false,
+        te_fp8: false,
         step: MEGATRON_2021_STEP,
     },
+    MEGATRON_CORE,
     Stack {
-        name: "megatron-core",
-        implies: "Megatron-Core r0.8 (2024): flash attention (cuDNN's through Transformer Engine on Hopper), accumulation fused, distributed optimizer with fp32 gradients, grad-reduce and param-gather overlapped, sequence parallel with tensor parallel, tp-comm-overlap, unfused fp32 loss, context parallel by a ring of K/V exchanges (p2p), FP8 by Transformer Engine's recipe, 1F1B (interleaved with vpp=), microbatch 1",
-        source: "Megatron-LM README 'Training Speed and Scalability' (core r0.8): --overlap-grad-reduce --overlap-param-gather --tp-comm-overlap; arguments.py: bf16 keeps fp32 main gradients; cross_entropy_loss_fusion off by default; Transformer Engine's attention, which prefers cuDNN's fused kernel over FlashAttention-2 on Hopper when both apply (NeMo's memory_optimizations.rst, NVIDIA/NeMo pull request 9188)",
-        attention: Attention::Flash,
-        flash_kernel: FlashKernel::Cudnn,
-        accumulation: GradAccumulation::Fused,
-        dp_overlap: true,
-        shard: Shard::Zero1,
-        sequence_parallel: true,
-        search: &["1f1b", "interleaved"],
-        schedules: ONE_F_ONE_B,
-        micro_batch: 1,
-        whole_batch_without_pipeline: false,
+        name: "nemo-24",
+        implies: "NeMo 24.07-24.11 on Megatron-Core: megatron-core's choices with apex's distributed Adam (distributed_fused_adam): bf16 gradients reduce-scattered in bf16, master weights as 16-bit remainders (fp32 with fp8_params), fp32 moments, parameters all-gathered at the weights' width (FP8 weights in FP8) overlapped with the forward, 220 MiB buckets",
+        source: "NeMo r2.0.0 megatron_base_model.py setup_optimization (param_sync_dtype = the model's, store_param_remainders unless fp8_params) and core/optim/distributed_adam.py (FP8 weights gathered as uint8); apex DistributedFusedAdam (_init_grad_buffer in grad_sync_dtype, reduce-scatter with ReduceOp.AVG, zero_grad); NeMo-Framework-Launcher 24.07 gpt3 yamls (distributed_fused_adam, bucket_cap_mb 220, overlap_grad_sync and overlap_param_sync true) and examples/training/*/h100/*fp8*.sh (+training.model.optim.grad_sync_dtype=bf16); dgxc-benchmarking v24.11.1 (grad_sync_dtype bf16)",
         step: StepModel {
-            tp_overlap: true,
-            param_gather_overlap: true,
-            dp_sm_share: NCCL_OVERLAP_SM_SHARE,
-            tp_sms: (UB_REDUCE_SCATTER_SMS, UB_ALL_GATHER_SMS),
-            grad_bytes: 4,
-            bucket_params: (40e6, 1e6),
-            grad_buffer_passes: MCORE_R08_BUFFER_PASSES,
-            cp_comm: Some(CpComm::P2p),
-            ..MEGATRON_2021_STEP
+            grad_bytes: 2,
+            bucket_params: (NEMO_BUCKET_PARAMS, 0.0),
+            // apex's `zero_grad` zeroes the whole buffer; its
+            // reduce-scatter averages inside NCCL (`ReduceOp.AVG`) and
+            // no NaN check reads the buffer.
+            grad_buffer_passes: GRAD_ZEROING_PASSES,
+            master_remainders: true,
+            fp8_param_gather: true,
+            ..MCORE_R08_STEP
         },
+        ..MEGATRON_CORE
     },
     Stack {
         name: "torchtitan",
@@ -296,6 +383,7 @@ pub const STACKS: [Stack; 3] = [
         schedules: ONE_F_ONE_B,
         micro_batch: 1,
         whole_batch_without_pipeline: true,
+        te_fp8: false,
         step: StepModel {
             param_gather_overlap: true,
             dp_sm_share: NCCL_OVERLAP_SM_SHARE,
@@ -347,5 +435,24 @@ mod tests {
             assert!(s.micro_batch >= 1 && !s.implies.is_empty() && !s.source.is_empty());
         }
         assert!(Stack::by_name("deepspeed-0.1").is_none());
+    }
+
+    /// NeMo's optimizer by apex's bytes; Megatron-Core's stays at 34.
+    #[test]
+    fn apex_adam_bytes_and_masters() {
+        let nemo = Stack::by_name("nemo-24").unwrap().step;
+        assert_eq!(
+            (nemo.master_bytes(false), nemo.master_bytes(true)),
+            (2.0, 4.0)
+        );
+        assert_eq!(
+            (nemo.adam_bytes(false), nemo.adam_bytes(true)),
+            (28.0, 33.0)
+        );
+        assert_eq!(nemo.grad_buffer_bytes(), 2.0);
+        assert_eq!(nemo.bucket_params.0, 115_343_360.0);
+        let mcore = Stack::by_name("megatron-core").unwrap().step;
+        assert_eq!(mcore.adam_bytes(true), OPTIMIZER_BYTES_PER_PARAM);
+        assert_eq!(mcore.master_bytes(false), 4.0);
     }
 }

@@ -701,9 +701,9 @@ fn fp8_peak_of(device: Option<&Device>, stack: Option<&Stack>) -> Result<f64> {
             d.name
         );
     };
-    if let Some(s) = stack.filter(|s| s.name != "megatron-core") {
+    if let Some(s) = stack.filter(|s| !s.te_fp8) {
         bail!(
-            "--precision fp8: the planner costs Transformer Engine's FP8 recipe (megatron-core), not {}'s",
+            "--precision fp8: the planner costs Transformer Engine's FP8 recipe (megatron-core, nemo-24), not {}'s",
             s.name
         );
     }

@@ -77,7 +77,10 @@ pub fn band_words(f: &PlanFile) -> String {
             "{}: no published run in the validation table yet; the figures are the model's alone",
             s.value
         ),
-        (None, None) => "none: without --stack the step is held to no published run (--stack megatron-core, megatron-2021 or torchtitan)".into(),
+        (None, None) => format!(
+            "none: without --stack the step is held to no published run (--stack {})",
+            parbench::model::stack::Stack::names().join(", ")
+        ),
     }
 }
 

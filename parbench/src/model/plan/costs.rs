@@ -541,10 +541,15 @@ impl Planner<'_> {
         // Adam moments: what each mode shards over its group; the
         // experts' over their data-parallel group, `dp tp / (etp ep)`.
         let grad = input.step.grad_bytes as usize;
-        let per_param = l.shard.state_bytes(2, grad, l.shard_group);
+        let master = input.step.master_bytes(self.fp8_params());
+        let per_param = l
+            .shard
+            .state_bytes_with_master(2, grad, master, l.shard_group);
         let expert_group =
             (l.shard_group.saturating_mul(l.tp) / l.ep.saturating_mul(l.etp).max(1)).max(1);
-        let per_expert_param = l.shard.state_bytes(2, grad, expert_group);
+        let per_expert_param = l
+            .shard
+            .state_bytes_with_master(2, grad, master, expert_group);
         // What a sharded step holds whole for a moment: one layer's
         // gradients before their reduce-scatter; with ZeRO-3 also two
         // layers' gathered parameters (the current and the prefetched).
@@ -605,9 +610,12 @@ impl Planner<'_> {
         if untied && l.pp == 1 {
             params += v * h;
         }
-        let per_param = l
-            .shard
-            .state_bytes(2, input.step.grad_bytes as usize, l.shard_group);
+        let per_param = l.shard.state_bytes_with_master(
+            2,
+            input.step.grad_bytes as usize,
+            input.step.master_bytes(self.fp8_params()),
+            l.shard_group,
+        );
         let weights = params / t * per_param;
         let sbh = s * b * h;
         let per_layer = match input.recompute {
@@ -796,7 +804,13 @@ impl Planner<'_> {
         // Gradients reduce at the stack's gradient width (fp32 main
         // gradients: 4 bytes); parameters gather at the weights' width.
         let grad_bytes = memory.params * input.step.grad_bytes as f64;
-        let param_bytes = memory.params * input.dtype_bytes as f64;
+        let mut param_bytes = memory.params * input.dtype_bytes as f64;
+        if input.step.fp8_param_gather && self.fp8_params() {
+            // FP8 weights gather as their FP8 bytes, 1 an element.
+            let layers = self.busiest_rank_layers(&l) as f64;
+            let linear = layers * m.matmul_params_per_layer() as f64 / l.tp as f64;
+            param_bytes -= linear * (input.dtype_bytes as f64 - 1.0);
+        }
         let group = l.shard_group.max(1);
         // With context parallelism the gradients reduce over dp x cp.
         let dp = l.grad_ranks();
@@ -868,7 +882,8 @@ impl Planner<'_> {
         let dp_slowed = dp_hidden * share / (1.0 - share).max(0.5);
         let shards = if l.shard == Shard::None { 1 } else { group };
         let optimizer = input.ops.as_ref().map_or(0.0, |ops| {
-            ops.optimizer_step(memory.params, shards, input.step.grad_buffer_bytes())
+            let adam = input.step.adam_bytes(self.fp8_params());
+            ops.optimizer_step(memory.params, adam, shards, input.step.grad_buffer_bytes())
         });
         let pipeline_comm = micro * (busiest.dp_f + busiest.dp_b);
         // The sharded collectives the passes wait for are inside the

@@ -62,9 +62,23 @@ impl Shard {
     /// `theoretical_memory_usage.py` counts as 18 bytes a parameter, or
     /// `6 + 12/dp` with the distributed optimizer).
     pub fn state_bytes(self, weight_bytes: usize, grad_bytes: usize, group: u64) -> f64 {
+        let master = if weight_bytes < 4 { 4.0 } else { 0.0 };
+        self.state_bytes_with_master(weight_bytes, grad_bytes, master, group)
+    }
+
+    /// [`Self::state_bytes`] with `master_bytes` of master weight a
+    /// parameter (4: fp32; 2: apex's 16-bit remainders) beside the fp32
+    /// moments.
+    pub fn state_bytes_with_master(
+        self,
+        weight_bytes: usize,
+        grad_bytes: usize,
+        master_bytes: f64,
+        group: u64,
+    ) -> f64 {
         let w = weight_bytes as f64;
         let d = grad_bytes as f64;
-        let k = 8.0 + if weight_bytes < 4 { 4.0 } else { 0.0 };
+        let k = 8.0 + master_bytes;
         let g = group.max(1) as f64;
         match self {
             Shard::None => w + d + k,

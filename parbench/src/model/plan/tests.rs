@@ -1048,3 +1048,66 @@ fn an_untied_gpt_holds_both_tables() {
         "{untied}"
     );
 }
+
+/// NeMo's optimizer (apex `DistributedFusedAdam` as NeMo 24.07 sets it):
+/// bf16 gradients (2 bytes), master weights as 16-bit remainders (2/dp)
+/// beside fp32 moments (8/dp), so `4 + 10/dp` bytes a parameter; with
+/// FP8 weights full fp32 masters, `4 + 12/dp`. Its reduce-scatter moves
+/// the bf16 gradients, half of Megatron-Core's fp32 ones, and the
+/// parameters gather at the weights' 2 bytes either way.
+#[test]
+fn nemo_holds_remainders_and_reduces_bf16_gradients() {
+    use crate::comm::Collective;
+    use crate::model::device::Device;
+    use crate::model::stack::Stack;
+    let model = preset("gpt3-1.3b");
+    let q = LayoutQuery {
+        dp: 4,
+        tp: 2,
+        pp: 1,
+        micro_batch: Some(1),
+        ..LayoutQuery::default()
+    };
+    let run = |stack: &str, fp8_params: bool| {
+        let mut input = on_device(model, 64, 8);
+        input.memory_bytes = None;
+        input.sequence_parallel = true;
+        input.distributed_optimizer = true;
+        input.step = Stack::by_name(stack).unwrap().step;
+        if let Some(ops) = input.ops.as_mut() {
+            ops.fp8_params = fp8_params;
+        }
+        plan_layout(&input, &q).unwrap().ranked[0].clone()
+    };
+    let nemo = run("nemo-24", false);
+    let params = nemo.memory.params;
+    assert!(params > 0.0);
+    assert!(close(
+        nemo.memory.states_bytes,
+        params * (4.0 + 10.0 / 4.0),
+        1e-12
+    ));
+    let fp8 = run("nemo-24", true);
+    assert!(close(
+        fp8.memory.states_bytes,
+        params * (4.0 + 12.0 / 4.0),
+        1e-12
+    ));
+    let mcore = run("megatron-core", false);
+    assert!(close(
+        mcore.memory.states_bytes,
+        params * (6.0 + 12.0 / 4.0),
+        1e-12
+    ));
+    // The same wire; only the reduce-scatter's bytes differ.
+    let wire = Wire::ring(Device::by_name("a100-sxm4-80gb").unwrap().intra_link());
+    let rs = |bytes: f64| wire.seconds(Collective::ReduceScatter, 4, bytes as u64);
+    let less = rs(4.0 * params) - rs(2.0 * params);
+    assert!(less > 0.0);
+    assert!(
+        close(mcore.dp_comm_total_s - nemo.dp_comm_total_s, less, 1e-9),
+        "{} {} {less}",
+        mcore.dp_comm_total_s,
+        nemo.dp_comm_total_s
+    );
+}
