@@ -202,6 +202,16 @@ fn fp8_layouts_are_costed_with_their_band() {
         "{fp8}"
     );
     assert!(fp8.contains("linear layers in FP8 at"), "{fp8}");
+    // A band with no published run is named, not mistaken for the stack's.
+    let mcore: Vec<&str> = args
+        .iter()
+        .map(|a| if *a == "nemo-24" { "megatron-core" } else { a })
+        .collect();
+    let mcore_fp8 = ok(&[&mcore[..], &["--precision", "fp8"]].concat());
+    assert!(
+        mcore_fp8.contains("band          none (no published megatron-core fp8 run yet)"),
+        "{mcore_fp8}"
+    );
     for model in ["llama3-8b", "llama3-70b", "llama3-405b"] {
         let text = ok(&[
             "plan",

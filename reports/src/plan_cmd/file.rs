@@ -47,6 +47,10 @@ pub struct PlanFile {
     /// published runs of the validation table.
     #[serde(default)]
     pub band: Option<super::validation::Band>,
+    /// The band the plan is held to by its stack, model and precision
+    /// (e.g. `megatron-core fp8`), whether or not it has runs.
+    #[serde(default)]
+    pub band_name: Option<String>,
     /// With --layout: the layout asked for, its best costing (first in `top`), and the search's best.
     #[serde(default)]
     pub layout_query: Option<String>,

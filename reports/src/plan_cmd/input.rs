@@ -676,6 +676,7 @@ pub(super) fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
             from: format!("{} ({})", s.implies, s.source),
         }),
         band: None,
+        band_name: None,
         layout_query: None,
         search_best: None,
         families: Vec::new(),

@@ -202,7 +202,9 @@ pub fn run(a: &PlanArgs) -> Result<()> {
     if let Some(s) = &file.stack {
         let fp8 = input.ops.is_some_and(|o| o.fp8_gemm_flops.is_some());
         let moe = input.model.moe.is_some();
-        file.band = validation::band(&validation::band_name(&s.value, moe, fp8))?;
+        let name = validation::band_name(&s.value, moe, fp8);
+        file.band = validation::band(&name)?;
+        file.band_name = Some(name);
     }
     let plan = predict::rank_layouts(&input).map_err(|e| anyhow!("{e}"))?;
     let file = match &a.layout {

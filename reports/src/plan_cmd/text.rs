@@ -74,8 +74,9 @@ pub fn band_words(f: &PlanFile) -> String {
     match (&f.stack, &f.band) {
         (_, Some(b)) => b.line(),
         (Some(s), None) => format!(
-            "{}: no published run in the validation table yet; the figures are the model's alone",
-            s.value
+            "{}: no published run in the validation table yet; the figures are the model's alone \
+             (report plan --validation lists every band)",
+            f.band_name.as_deref().unwrap_or(&s.value)
         ),
         (None, None) => format!(
             "none: without --stack the step is held to no published run (--stack {})",
@@ -93,7 +94,10 @@ fn band_brief(f: &PlanFile) -> String {
             b.worst * 100.0,
             b.rows.len()
         ),
-        (Some(_), None) => "none (no published run of the stack yet)".into(),
+        (Some(s), None) => format!(
+            "none (no published {} run yet)",
+            f.band_name.as_deref().unwrap_or(&s.value)
+        ),
         (None, None) => "none (without --stack, held to no published run)".into(),
     }
 }
