@@ -142,6 +142,9 @@ flag!(mode, "which passes a step runs",
 flag!(no_check, "skip the correctness check",
     long "no-check", short None, value None,
     help "Skip the correctness check");
+flag!(verbose, "more on the screen (the first screen is the answer)",
+    long "verbose", short Some('v'), value None,
+    help "More on the screen: the detail behind the answer");
 flag!(link, "a wire given by hand",
     long "link", short None, value Some("GBPS,US"),
     help "The wire as GBPS,US (bandwidth in GB/s, latency in microseconds), instead of the one measured");
@@ -194,6 +197,7 @@ pub const SHARED: &[Flag] = &[
     shard::FLAG,
     mode::FLAG,
     no_check::FLAG,
+    verbose::FLAG,
     link::FLAG,
     intra::FLAG,
     inter::FLAG,
