@@ -146,6 +146,15 @@ fn bands(d: &Path) -> serde_json::Value {
         text.contains("band: megatron-core on h100-sxm5-80gb"),
         "{text}"
     );
+    // The table reads on a 100-column screen: each band's rows under its
+    // name, each layout under its row.
+    for line in text.lines() {
+        assert!(line.chars().count() <= 100, "{line}");
+    }
+    assert!(
+        text.contains("\nmegatron-core moe on h100-sxm5-80gb\nQwen3-235B-A22B, 256 H100 "),
+        "{text}"
+    );
     v
 }
 

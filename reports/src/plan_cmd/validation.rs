@@ -174,8 +174,13 @@ pub struct Band {
 impl Band {
     /// "megatron-core on h100-sxm5-80gb: -6% mean, 9% worst over 9 published runs".
     pub fn line(&self) -> String {
+        format!("{} (throughput; + is optimistic)", self.brief())
+    }
+
+    /// [`Band::line`] without the sign's meaning, where a heading says it.
+    pub fn brief(&self) -> String {
         format!(
-            "{} on {}: {:+.0}% mean, {:.0}% worst over {} published runs (throughput; + is optimistic)",
+            "{} on {}: {:+.0}% mean, {:.0}% worst over {} published runs",
             self.stack,
             self.devices,
             self.mean * 100.0,
@@ -319,14 +324,15 @@ fn figure(p: Published) -> String {
     }
 }
 
-/// The validation table: a row per published run, the layout it was
-/// costed as on an indented line beneath (a column would double the
-/// table's width).
+/// The validation table: a row per published run under its band's name,
+/// the layout it was costed as on an indented line beneath (a column
+/// would double the table's width).
 fn table(bands: &[Band]) -> String {
-    let mut t = crate::table::Table::new(["stack", "run", "published", "predicted", "error"]);
-    let mut layouts = Vec::new();
+    let mut t = crate::table::Table::new(["run", "published", "predicted", "error"]);
+    // Each row's band (its heading when it is the band's first) and layout.
+    let mut under = Vec::new();
     for b in bands {
-        for r in &b.rows {
+        for (i, r) in b.rows.iter().enumerate() {
             let predicted = match r.published {
                 Published::StepSeconds(_) => Published::StepSeconds(r.predicted),
                 Published::ModelTflops(_) => Published::ModelTflops(r.predicted),
@@ -339,24 +345,27 @@ fn table(bands: &[Band]) -> String {
                 r.name.clone()
             };
             t.row([
-                b.stack.clone(),
                 name,
                 figure(r.published),
                 figure(predicted),
                 format!("{:+.1}%", r.error * 100.0),
             ]);
-            layouts.push(r.costed.as_str());
+            let heading = (i == 0).then(|| format!("{} on {}", b.stack, b.devices));
+            under.push((heading, r.costed.as_str()));
         }
     }
     let text = t.text();
     let mut lines = text.lines();
     let mut out = String::new();
-    // The header and its rule, then each row with its layout beneath.
+    // The header and its rule, then each band's rows, each with its layout beneath.
     for line in lines.by_ref().take(2) {
         out.push_str(line);
         out.push('\n');
     }
-    for (line, layout) in lines.zip(layouts) {
+    for (line, (heading, layout)) in lines.zip(under) {
+        if let Some(h) = heading {
+            out.push_str(&format!("{h}\n"));
+        }
         out.push_str(&format!("{line}\n    {layout}\n"));
     }
     out
@@ -374,7 +383,7 @@ pub fn run(output: Option<&std::path::Path>) -> Result<()> {
     );
     parbench::out!("{}", table(&bands));
     for b in &bands {
-        parbench::outln!("band: {}", b.line());
+        parbench::outln!("band: {}", b.brief());
     }
     if let Some(path) = output {
         let json = serde_json::to_string_pretty(&bands)?;
