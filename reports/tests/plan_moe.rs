@@ -362,3 +362,25 @@ fn kept_aside_moe_rows_are_marked() {
         ]
     );
 }
+
+/// A long layout (experts, interleaving, uneven ends) still opens the plan
+/// in lines of at most 100 columns: the answer wraps, it does not run off.
+#[test]
+fn a_long_moe_layout_wraps_its_answer() {
+    let out = costed("plan --model qwen3-235b-a22b --device h100-sxm5-80gb --moe-dispatcher deepep --recompute-modules layernorm,moe_act --gpus 256 --global-batch 2048 --stack megatron-core --layout dp=16,tp=2,pp=8,vpp=4,ep=32,etp=1");
+    let answer: Vec<&str> = out
+        .lines()
+        .take_while(|l| !l.starts_with("Which way to split"))
+        .collect();
+    assert!(
+        answer.iter().any(|l| l.starts_with("Layout dp=16,tp=2")),
+        "{out}"
+    );
+    for l in answer {
+        assert!(
+            l.chars().count() <= 100,
+            "{} columns: {l}",
+            l.chars().count()
+        );
+    }
+}

@@ -202,7 +202,12 @@ fn answer(f: &PlanFile, verbose: bool) -> String {
     };
     match &f.layout_query {
         Some(spec) => {
-            out.push_str(&format!("Layout {spec}: {}\n", first.layout));
+            out.push_str(&parbench::term::wrap_hanging(
+                &format!("{spec}: {}", first.layout),
+                "Layout ",
+                "  ",
+                parbench::term::WIDTH,
+            ));
             let terms = super::layout::render_terms(first, f.gpus, f.memory_gib, verbose);
             // The band beside the step it bounds: after the step's line
             // and its continuations (indented past the term's name).
