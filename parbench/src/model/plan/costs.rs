@@ -699,8 +699,16 @@ impl Planner<'_> {
                 in_flight: 0,
                 formula_bytes: 0.0,
             });
-        // Megatron-LM's script counts no experts: no second count for an MoE.
-        most.formula_bytes = if m.moe.is_some() { 0.0 } else { formula_bytes };
+        // Megatron-LM's script counts no experts, and the microbatches in
+        // flight of its own schedules only (1F1B, interleaved): no second
+        // count for an MoE or another schedule (GPipe, looped BFS, zero
+        // bubble, DualPipe).
+        let megatron_schedule = matches!(l.schedule.as_str(), "none" | "1f1b" | "interleaved");
+        most.formula_bytes = if m.moe.is_some() || !megatron_schedule {
+            0.0
+        } else {
+            formula_bytes
+        };
         most
     }
 

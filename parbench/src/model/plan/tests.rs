@@ -173,6 +173,13 @@ fn pytorchs_other_schedules_are_planned_with_their_memory() {
     // Both V stages of rank 0 hold its parameters: two stages' layers.
     let one = find(&plan, 1, 1, 4, "1f1b", 1, 1);
     assert!(close(zbv.memory.params, one.memory.params, 1e-9));
+    // Megatron-LM's formula is a second memory count for its own
+    // schedules only: not for looped BFS's every forward in flight.
+    assert!(one.memory.formula_bytes > 0.0);
+    let bfs = find(&plan, 1, 1, 4, "looped-bfs", 2, 1);
+    for c in [zbv, dpv, bfs] {
+        assert_eq!(c.memory.formula_bytes, 0.0, "{}", c.layout);
+    }
     // DualPipeV needs M >= 2S: none with fewer.
     assert!(!plan
         .ranked
