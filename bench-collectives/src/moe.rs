@@ -354,12 +354,27 @@ fn report_lines(r: &Report, verbose: bool) -> Vec<String> {
     };
     let mut out = vec![
         format!(
-            "# parbench bench-collectives moe: backend {}, wire {}, {} ranks; {} tokens/rank x hidden {}, {} experts top-{}, routing {}{limit}, capacity factor {cf}, copies {}",
-            first.backend, first.wire, first.world, first.tokens, first.hidden, first.experts, first.topk, first.routing, first.copies
+            "# parbench bench-collectives moe: backend {}, wire {}, {} ranks",
+            first.backend, first.wire, first.world
         ),
         format!(
+            "# {} tokens/rank x hidden {}, {} experts top-{}, routing {}{limit}",
+            first.tokens, first.hidden, first.experts, first.topk, first.routing
+        ),
+        format!("# capacity factor {cf}, copies {}", first.copies),
+        format!(
             "# {:<8} {:>7} {:>11} {:>11} {:>9} {:>9} {:>8} {:>6} {:>11} {:>9} {:>6}",
-            "phase", "payload", "bytes/rank", "time_us", "algbw", "busbw", "ceiling", "%ceil", "model_us", "imbalance", "wrong"
+            "phase",
+            "payload",
+            "bytes/rank",
+            "time_us",
+            "algbw",
+            "busbw",
+            "ceiling",
+            "%ceil",
+            "model_us",
+            "imbalance",
+            "wrong"
         ),
     ];
     for row in &r.rows {
@@ -391,12 +406,21 @@ fn report_lines(r: &Report, verbose: bool) -> Vec<String> {
     }
     let choices = first.tokens * first.topk * first.world;
     out.push(format!(
-        "# Imbalance: largest bytes received over the mean per rank (rank {} receives most in dispatch); {} of {} expert choices dropped by capacity",
-        r.busiest, first.dropped, choices
+        "# imbalance: largest bytes received over the mean per rank (rank {} most in dispatch)",
+        r.busiest
     ));
     out.push(format!(
-        "# busbw: mean bytes sent per rank / time x (n-1)/n, nccl-tests' alltoall; ceiling: the wire at this working set; model: all_to_all at the same bytes, balanced{}",
-        if verbose { format!(" ({})", r.wire.ceiling.method) } else { String::new() }
+        "# {} of {} expert choices dropped by capacity",
+        first.dropped, choices
+    ));
+    out.push("# busbw: mean bytes sent per rank / time x (n-1)/n, nccl-tests' alltoall".into());
+    out.push(format!(
+        "# ceiling: the wire at this working set{}; model: all_to_all at the same bytes, balanced",
+        if verbose {
+            format!(" ({})", r.wire.ceiling.method)
+        } else {
+            String::new()
+        }
     ));
     if let Some(n) = &r.noise {
         out.push(format!("# Noise: {}", n.describe()));

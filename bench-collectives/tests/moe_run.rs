@@ -49,12 +49,17 @@ fn moe_exact(
         "# parbench bench-collectives moe:",
         "  dispatch",
         "  combine",
-        "# Imbalance:",
+        "# imbalance:",
     ] {
         assert!(
             text.contains(needle),
             "{line}: missing {needle:?} in\n{text}"
         );
+    }
+    // Short lines: all but the records' paths and the noise guard's line.
+    for l in text.lines() {
+        let kept = l.starts_with("# Records:") || l.starts_with("# Noise:");
+        assert!(kept || l.chars().count() <= 110, "{l}");
     }
     let rows = moe_rows(&dir);
     assert_eq!(rows.len(), 2, "{rows:?}");
