@@ -91,7 +91,7 @@ pub const GEMMS_PER_LAYER: f64 = 4.0;
 /// Bytes per element of a transpose of an FP8 tensor: read 1, write 1.
 pub const TRANSPOSE_BYTES: f64 = 2.0;
 
-/// Dense 16-bit peak of the GPU [`HOPPER_FP8_OVER_16BIT`] was measured on
+/// Dense 16-bit peak of the GPU [`HOPPER_GEMM_BY_K`] was measured on
 /// (H800 SXM: the H100's compute), TFLOP/s.
 pub const HOPPER_16BIT_TFLOPS: f64 = 989.0;
 
@@ -102,7 +102,9 @@ pub const HOPPER_16BIT_TFLOPS: f64 = 989.0;
 /// `benchmark/matmul_fp8/README.md` and `benchmark/matmul/README.md`).
 /// At K = 8192 FP8 runs 1.99x the FP16 rate (76% of either peak); at small
 /// K less, the tile's fixed cost weighing twice on a mainloop half as long.
-pub const HOPPER_FP8_OVER_16BIT: [(f64, f64, f64); 7] = [
+/// The FP16 column alone is the 16-bit GEMM's rate by K
+/// ([`hopper_16bit_k_share`]): the same fixed cost over a shorter mainloop.
+pub const HOPPER_GEMM_BY_K: [(f64, f64, f64); 7] = [
     (256.0, 569.0, 386.0),
     (512.0, 858.0, 520.0),
     (1024.0, 1129.0, 628.0),
@@ -255,31 +257,45 @@ pub fn autocast_exit(layers: f64, forward: bool) -> AutocastExit {
 pub const REFERENCE_K: f64 = 8192.0;
 
 /// An FP8 GEMM of inner dimension `k` at this share of the device's FP8
-/// rate ([`fp8_speedup`] at `k` over at [`REFERENCE_K`]; the peaks cancel).
+/// rate, beside the 16-bit share at `k` ([`hopper_16bit_k_share`]):
+/// [`fp8_speedup`] at `k` over at [`REFERENCE_K`] (the peaks cancel).
 pub fn fp8_k_share(k: f64) -> f64 {
     fp8_speedup(k, 1.0) / fp8_speedup(REFERENCE_K, 1.0)
 }
 
+/// A 16-bit GEMM of inner dimension `k` on Hopper at this share of the
+/// rate at [`REFERENCE_K`]: the FP16 column of [`HOPPER_GEMM_BY_K`] (0.93
+/// at K = 2048, 0.83 at 1024, 1.01 at 16,384).
+pub fn hopper_16bit_k_share(k: f64) -> f64 {
+    let fp16 = |k: f64| read_by_k(k, |row| row.2);
+    fp16(k) / fp16(REFERENCE_K)
+}
+
 /// A FP8 GEMM's speed over the 16-bit GEMM of the same shape, by its inner
 /// dimension `k`, on a device whose dense FP8 peak is `fp8_over_16bit_peak`
-/// times its 16-bit one: [`HOPPER_FP8_OVER_16BIT`] read in log `k` (held
-/// at its ends), scaled by that peak ratio over the H800's.
+/// times its 16-bit one: [`HOPPER_GEMM_BY_K`]'s ratio read in log `k`,
+/// scaled by that peak ratio over the H800's.
 pub fn fp8_speedup(k: f64, fp8_over_16bit_peak: f64) -> f64 {
-    let table = HOPPER_FP8_OVER_16BIT;
-    let ratio = |i: usize| table[i].1 / table[i].2;
+    let measured = read_by_k(k, |row| row.1 / row.2);
+    measured * fp8_over_16bit_peak / (super::device::HOPPER_FP8_TFLOPS / HOPPER_16BIT_TFLOPS)
+}
+
+/// `value` of [`HOPPER_GEMM_BY_K`]'s rows at `k`: linear in log `k`
+/// between the rows, held beyond them.
+fn read_by_k(k: f64, value: impl Fn(&(f64, f64, f64)) -> f64) -> f64 {
+    let table = HOPPER_GEMM_BY_K;
     let k = k.max(1.0);
     let last = table.len() - 1;
-    let measured = if k <= table[0].0 {
-        ratio(0)
-    } else if k >= table[last].0 {
-        ratio(last)
-    } else {
-        let i = table.iter().position(|r| r.0 >= k).unwrap_or(last).max(1);
-        let (k0, k1) = (table[i - 1].0.ln(), table[i].0.ln());
-        let f = (k.ln() - k0) / (k1 - k0);
-        ratio(i - 1) + f * (ratio(i) - ratio(i - 1))
-    };
-    measured * fp8_over_16bit_peak / (super::device::HOPPER_FP8_TFLOPS / HOPPER_16BIT_TFLOPS)
+    if k <= table[0].0 {
+        return value(&table[0]);
+    }
+    if k >= table[last].0 {
+        return value(&table[last]);
+    }
+    let i = table.iter().position(|r| r.0 >= k).unwrap_or(last).max(1);
+    let (k0, k1) = (table[i - 1].0.ln(), table[i].0.ln());
+    let f = (k.ln() - k0) / (k1 - k0);
+    value(&table[i - 1]) + f * (value(&table[i]) - value(&table[i - 1]))
 }
 
 #[cfg(test)]
@@ -347,5 +363,23 @@ mod tests {
         assert!((fp8_speedup(8192.0, hopper / 2.0) - 1507.0 / 758.0 / 2.0).abs() < 1e-12);
         assert!((fp8_k_share(8192.0) - 1.0).abs() < 1e-12);
         assert!((fp8_k_share(2048.0) - (1343.0 / 705.0) / (1507.0 / 758.0)).abs() < 1e-12);
+    }
+
+    /// The 16-bit share by K is tilelang's FP16 column over its K = 8192
+    /// row, held beyond the table; with the FP8 share the FP8 GEMM lands
+    /// on the FP8 column.
+    #[test]
+    fn the_16bit_rate_by_k_is_the_fp16_column() {
+        assert!((hopper_16bit_k_share(8192.0) - 1.0).abs() < 1e-12);
+        assert!((hopper_16bit_k_share(2048.0) - 705.0 / 758.0).abs() < 1e-12);
+        assert!((hopper_16bit_k_share(64.0) - 386.0 / 758.0).abs() < 1e-12);
+        assert!((hopper_16bit_k_share(1e6) - 766.0 / 758.0).abs() < 1e-12);
+        let mid = hopper_16bit_k_share(1448.15); // sqrt(1024 x 2048)
+        assert!((mid - (628.0 + 705.0) / 2.0 / 758.0).abs() < 1e-4, "{mid}");
+        let fp8_at_1024 = hopper_16bit_k_share(1024.0) * fp8_k_share(1024.0);
+        assert!(
+            (fp8_at_1024 - 1129.0 / 1507.0).abs() < 1e-12,
+            "{fp8_at_1024}"
+        );
     }
 }

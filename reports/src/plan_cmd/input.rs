@@ -516,8 +516,10 @@ pub(super) fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
                 (None, Some((f, from)), None) => (f / 1e12, from.clone()),
                 (None, None, None) => (d.gemm_tflops, format!("{}'s datasheet GEMM rate", d.name)),
             };
-            let mut ops =
-                OpModel::of_device(d, Some(tflops), attention, flash_kernel, accumulation);
+            // The datasheet's rate is of 8192^3: other K on its measured curve.
+            let given = (a.compute_tflops.is_some() || (block.is_none() && measured.is_some()))
+                .then_some(tflops);
+            let mut ops = OpModel::of_device(d, given, attention, flash_kernel, accumulation);
             if let Some(s) = stack {
                 ops.loss_bytes = s.step.loss_bytes;
                 ops.main_grad_bytes = s.step.grad_bytes as f64;
@@ -554,11 +556,16 @@ pub(super) fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
                     units::sig3(fp8_peak.unwrap_or(0.0))
                 )
             });
+            let by_k = if ops.k_curve {
+                " and by K (Hopper's 16-bit rate by K, tilelang's FP16 benchmarks on one H800)"
+            } else {
+                ""
+            };
             (
                 (
                     ops.gemm_flops,
                     format!(
-                        "{from}: {} TFLOP/s {share}; GEMMs by shape on {} SMs, memory-bound work at {} GB/s x {}{fp8_words}",
+                        "{from}: {} TFLOP/s {share}; GEMMs by shape on {} SMs{by_k}, memory-bound work at {} GB/s x {}{fp8_words}",
                         units::sig3(tflops),
                         d.sms,
                         units::sig3(d.hbm_gbps),

@@ -455,9 +455,9 @@ mod tests {
         for (g, m, n, k, published) in [(8, 4096, 768, 2048, 627.9), (16, 2048, 768, 2048, 553.9)] {
             let rate = 2.0 * (g * m * n * k) as f64 / ops.gemm(m, n, k, g) / 1e12;
             eprintln!("g {g} m {m} n {n} k {k}: {rate:.1} TFLOP/s, published {published}");
-            // Not a term of the plan (docs/report.md, "Grouped GEMMs"):
-            // the planner prices these above the measurement, by at most 30%.
-            assert!(rate >= published && rate <= 1.3 * published, "{rate}");
+            // Not fitted to it (docs/report.md, "Grouped GEMMs"): the
+            // planner prices these above the measurement, by at most 20%.
+            assert!(rate >= published && rate <= 1.2 * published, "{rate}");
         }
     }
 
