@@ -25,7 +25,12 @@ fn ranked(out: &str) -> Vec<&str> {
     out.lines()
         .skip_while(|l| !l.starts_with("layout (dp x tp x pp)"))
         .skip(2)
-        .take_while(|l| !l.is_empty() && !l.starts_with("b: ") && !l.starts_with("tight: "))
+        .take_while(|l| {
+            !l.is_empty()
+                && !["b: ", "tight: ", "every row: "]
+                    .iter()
+                    .any(|p| l.starts_with(p))
+        })
         .collect()
 }
 

@@ -38,6 +38,12 @@ fn ms(s: f64) -> String {
 /// A layout's schedule column: its context-parallel degree, the
 /// schedule, its chunks, an uneven split and the data-parallel sharding.
 pub fn schedule_cell(l: &parbench::model::plan::Layout) -> String {
+    schedule_cell_with(l, true, true)
+}
+
+/// [`schedule_cell`], the expert tensor-parallel degree and the sharding
+/// left out where a table says them once for every row.
+fn schedule_cell_with(l: &parbench::model::plan::Layout, etp: bool, shard: bool) -> String {
     let mut cell = if l.cp > 1 {
         format!("cp={} ", l.cp)
     } else {
@@ -55,17 +61,34 @@ pub fn schedule_cell(l: &parbench::model::plan::Layout) -> String {
     }
     if l.ep > 1 {
         cell.push_str(&format!(" ep={}", l.ep));
-        if l.etp != l.tp {
-            cell.push_str(&format!(" etp={}", l.etp));
+        if etp {
+            cell.push_str(&etp_word(l));
         }
     }
-    if l.shard != Shard::None {
-        cell.push_str(&format!(" {}", l.shard.name()));
-        if l.shard_group > 1 && l.shard_group < l.dp {
-            cell.push_str(&format!("/{}", l.shard_group));
-        }
+    if shard {
+        cell.push_str(&shard_word(l));
     }
     cell
+}
+
+/// The expert tensor-parallel degree where it is not the attention's.
+fn etp_word(l: &parbench::model::plan::Layout) -> String {
+    if l.ep > 1 && l.etp != l.tp {
+        format!(" etp={}", l.etp)
+    } else {
+        String::new()
+    }
+}
+
+/// The sharding mode, with its group where it shards over part of dp.
+fn shard_word(l: &parbench::model::plan::Layout) -> String {
+    match l.shard {
+        Shard::None => String::new(),
+        _ if l.shard_group > 1 && l.shard_group < l.dp => {
+            format!(" {}/{}", l.shard.name(), l.shard_group)
+        }
+        _ => format!(" {}", l.shard.name()),
+    }
 }
 
 /// What the plan's figures are worth: its stack's error over the
@@ -360,10 +383,22 @@ fn short_table(f: &PlanFile) -> String {
     }
     header.extend(["bubble", "dp"]);
     let mut t = Table::new(header);
+    // What every row shares is said once, under the table.
+    let shared = |word: fn(&parbench::model::plan::Layout) -> String| {
+        let first = word(&f.top.first()?.layout);
+        let every = f.top.len() > 1 && f.top.iter().all(|c| word(&c.layout) == first);
+        (every && !first.is_empty()).then_some(first)
+    };
+    let (etp, shard) = (shared(etp_word), shared(shard_word));
     for c in &f.top {
         let share = |x: f64| units::percent(x / c.step_s);
+        let l = &c.layout;
+        let cell = schedule_cell_with(l, etp.is_none(), shard.is_none());
         let mut cells = vec![
-            layout_cell(&c.layout),
+            format!(
+                "{}x{}x{} {cell} b={} M={}",
+                l.dp, l.tp, l.pp, l.micro_batch, l.microbatches
+            ),
             units::sig3(c.tokens_per_s),
             c.mfu.map_or("-".into(), units::percent),
             f.memory_cell(c),
@@ -376,6 +411,15 @@ fn short_table(f: &PlanFile) -> String {
         t.row(cells);
     }
     let mut out = t.text();
+    let shard = shard.map(|w| format!("shard={}", w.trim()));
+    let every: Vec<String> = [etp, shard]
+        .into_iter()
+        .flatten()
+        .map(|w| w.trim().to_string())
+        .collect();
+    if !every.is_empty() {
+        out.push_str(&format!("every row: {}\n", every.join(" ")));
+    }
     out.push_str(tight_legend(f));
     out.push_str("b: sequences per microbatch; M: microbatches per step; the last columns: shares of the step\n");
     out.push_str(if moe {
@@ -387,20 +431,6 @@ fn short_table(f: &PlanFile) -> String {
         "(-v: the step and each term's time, token latency, wires, and the terms explained)\n",
     );
     out
-}
-
-/// A layout in one cell: its degrees, schedule (with chunks, split,
-/// experts and sharding), microbatch size and count.
-pub fn layout_cell(l: &parbench::model::plan::Layout) -> String {
-    format!(
-        "{}x{}x{} {} b={} M={}",
-        l.dp,
-        l.tp,
-        l.pp,
-        schedule_cell(l),
-        l.micro_batch,
-        l.microbatches
-    )
 }
 
 /// Why the others lose: a table with `-v`, else each reason on a line
