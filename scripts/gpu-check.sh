@@ -27,8 +27,9 @@
 #   sweep_graph      the same with --graph 8 (CUDA graphs, nccl-tests' -G)
 #   sweep_npN        with N > 1 GPUs: -np N
 #   layers           bench-layers --backend nccl --tp 1 (tiny, then gpt3-1.3b train)
-#   fp8              on sm_89 or newer: FP8 GEMMs against f64 and 8192^3 beside
-#                    bf16, then bench-layers --dtype fp8 beside --dtype bfloat16
+#   fp8              on sm_89 or newer: FP8 GEMMs against f64, then at K = 8192
+#                    and 2048 in split and fast accumulation beside bf16, then
+#                    bench-layers --dtype fp8 beside --dtype bfloat16
 #   pipeline         bench-pipeline --backend nccl (one stage per visible GPU)
 #   nccl_tests_build, nccl_tests   when BUNDLE/nccl-tests holds its source and
 #                    nvcc and nccl.h are here: all_reduce_perf -g 1 beside `sweep`

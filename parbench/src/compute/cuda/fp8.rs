@@ -10,6 +10,11 @@
 //! very tensor), not Transformer Engine's delayed scaling from an amax
 //! history.
 //!
+//! Accumulation: split by default (cuBLASLt's `FAST_ACCUM` off: partial
+//! sums promoted to f32 as the mainloop runs), as Transformer Engine runs
+//! its dgrad and wgrad products; [`super::CudaCompute::set_fp8_fast_accumulation`]
+//! turns fast accumulation on, as TE runs its forward (`_2X_ACC_FPROP`).
+//!
 //! Layout: cuBLASLt's FP8 kernels take only "TN" (its A transposed, its B
 //! not) and K a multiple of 16, so the cast writes each operand packed in
 //! that layout whatever the product's transposes: our A as `op(A)` row-major
@@ -49,6 +54,8 @@ pub(super) struct Fp8Scratch {
     b: Option<DeviceBuffer>,
     /// `[amax A, amax B]` as float bits, then `[1/scale A, 1/scale B]`.
     scales: DeviceBuffer,
+    /// cuBLASLt's `FAST_ACCUM`: no promotion of partial sums (see the module).
+    pub(super) fast_accumulation: bool,
 }
 
 impl Fp8Scratch {
@@ -57,6 +64,7 @@ impl Fp8Scratch {
             a: None,
             b: None,
             scales: gpu.alloc(16)?,
+            fast_accumulation: false,
         })
     }
 }
@@ -168,7 +176,7 @@ impl CudaCompute {
             strides: [0, 0, 0],
             batch: 1,
             align: [alignment(b8), alignment(a8), alignment(pc)],
-            fp8: true,
+            fp8: Some(s.fast_accumulation),
         };
         let lay1 = Layout::new(e4m3, (k, n), ki, 1, 0)?;
         let lay2 = Layout::new(e4m3, (k, m), ki, 1, 0)?;
@@ -192,6 +200,17 @@ impl CudaCompute {
             }
             .map_err(|e| GpuError::call("setting an fp8 scale pointer", e))?;
         }
+        let fast = i8::from(s.fast_accumulation);
+        // SAFETY: the attribute is one int8_t, read during the call.
+        unsafe {
+            cudarc::cublaslt::result::set_matmul_desc_attribute(
+                desc.0,
+                A::CUBLASLT_MATMUL_DESC_FAST_ACCUM,
+                &fast as *const i8 as *const c_void,
+                std::mem::size_of::<i8>(),
+            )
+        }
+        .map_err(|e| GpuError::call("setting fp8 fast accumulation", e))?;
         // SAFETY: the FP8 operands hold m x k and n x k bytes (cast above on
         // this stream), C was checked against its buffer by the caller; the
         // scratch stays locked until after the call is issued.

@@ -126,6 +126,23 @@ impl CudaCompute {
         .map_err(ComputeError::from)
     }
 
+    /// FP8 products with cuBLASLt's fast accumulation (`on`) or split
+    /// accumulation (the default; `fp8.rs`). Refused on a device not
+    /// opened for FP8 products.
+    pub fn set_fp8_fast_accumulation(&self, on: bool) -> ComputeResult<()> {
+        let Some(scratch) = &self.fp8 else {
+            return Err(ComputeError::InvalidArgument(
+                "fast accumulation is a setting of fp8 products; this device was not opened for them"
+                    .into(),
+            ));
+        };
+        scratch
+            .lock()
+            .map_err(|_| ComputeError::Device("the fp8 scratch's lock is poisoned".into()))?
+            .fast_accumulation = on;
+        Ok(())
+    }
+
     /// The GPU this device computes on.
     pub fn gpu(&self) -> &Gpu {
         &self.gpu
@@ -314,8 +331,9 @@ struct GemmKey {
     strides: [i64; 3],
     batch: i32,
     align: [u32; 3],
-    /// E4M3 operands (the same shape in bf16 takes another algorithm).
-    fp8: bool,
+    /// E4M3 operands, with fast accumulation or not (the same shape in
+    /// bf16, or in the other accumulation, takes another algorithm).
+    fp8: Option<bool>,
 }
 
 /// The largest power of two (up to 256) that divides `ptr`: what cuBLASLt
@@ -463,7 +481,7 @@ impl Compute for CudaCompute {
             batch: i32::try_from(batch)
                 .map_err(|_| ComputeError::InvalidArgument(format!("batch {batch} too large")))?,
             align: [alignment(pb), alignment(pa), alignment(pc)],
-            fp8: false,
+            fp8: None,
         };
         // cuBLASLt operand 1 = our B, operand 2 = our A; shapes as stored, column-major.
         let (n, m, k) = (g.n as u64, g.m as u64, g.k as u64);
