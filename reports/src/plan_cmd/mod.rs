@@ -200,9 +200,7 @@ pub fn run(a: &PlanArgs) -> Result<()> {
     }
     let (input, mut file) = prepare(a)?;
     if let Some(s) = &file.stack {
-        let fp8 = input.ops.is_some_and(|o| o.fp8_gemm_flops.is_some());
-        let moe = input.model.moe.is_some();
-        let name = validation::band_name(&s.value, moe, fp8);
+        let name = validation::band_for(&s.value, &input);
         file.band = validation::band(&name)?;
         file.band_name = Some(name);
     }

@@ -206,11 +206,7 @@ struct Line {
 
 /// Costs one row as `report plan` would.
 pub fn cost_row(r: &PublishedRun) -> Result<RowResult> {
-    let mut words = vec!["plan".to_string()];
-    words.extend(r.flags.split_whitespace().map(String::from));
-    words.extend(["--stack".into(), r.stack.into()]);
-    let line = Line::try_parse_from(&words).map_err(|e| anyhow!("{}: {e}", r.name))?;
-    let (c, gpus) = cost_named(&line.args, r.layout)?;
+    let (c, gpus) = cost_named(&parse_row(r)?, r.layout)?;
     let per_gpu = |flops: f64| flops / c.step_s / gpus as f64 / 1e12;
     let (predicted, error) = match r.published {
         Published::ModelTflops(p) => {
@@ -243,7 +239,7 @@ pub fn cost_row(r: &PublishedRun) -> Result<RowResult> {
 /// The name of a band: its stack, then `moe` for mixtures of experts and
 /// `fp8` for FP8 runs (a dense bf16 plan is held to dense bf16 runs, an
 /// MoE plan to MoE runs, an FP8 plan to FP8 runs).
-pub fn band_name(stack: &str, moe: bool, fp8: bool) -> String {
+fn band_name(stack: &str, moe: bool, fp8: bool) -> String {
     let mut name = stack.to_string();
     if moe {
         name.push_str(" moe");
@@ -254,25 +250,38 @@ pub fn band_name(stack: &str, moe: bool, fp8: bool) -> String {
     name
 }
 
-/// Whether a row's model is a mixture of experts: a custom `--experts`
-/// shape, or a `--model` preset with experts.
-fn is_moe(r: &PublishedRun) -> bool {
-    let mut words = r.flags.split_whitespace();
-    let preset = words.clone().skip_while(|w| *w != "--model").nth(1);
-    words.any(|w| w == "--experts")
-        || preset
-            .and_then(parbench::model::Preset::by_name)
-            .is_some_and(|p| p.moe.is_some())
+/// The band a plan of `input` on `stack` is held to: of its kind, dense
+/// or MoE, bf16 or FP8.
+pub fn band_for(stack: &str, input: &parbench::model::plan::PlanInput) -> String {
+    let fp8 = input.ops.is_some_and(|o| o.fp8_gemm_flops.is_some());
+    band_name(stack, input.model.moe.is_some(), fp8)
 }
 
-fn band_of(r: &PublishedRun) -> String {
-    band_name(r.stack, is_moe(r), r.flags.contains("--precision fp8"))
+/// A row's words as `report plan` parses them.
+fn parse_row(r: &PublishedRun) -> Result<PlanArgs> {
+    let mut words = vec!["plan".to_string()];
+    words.extend(r.flags.split_whitespace().map(String::from));
+    words.extend(["--stack".into(), r.stack.into()]);
+    Ok(Line::try_parse_from(&words)
+        .map_err(|e| anyhow!("{}: {e}", r.name))?
+        .args)
+}
+
+/// The band a row is held in: the one a plan of its flags prints.
+fn band_of(r: &PublishedRun) -> Result<String> {
+    let (input, _) = super::input::prepare(&parse_row(r)?)?;
+    Ok(band_for(r.stack, &input))
 }
 
 /// The band `name` ([`band_name`]) over its rows; `None` when the table has none.
 pub fn band(name: &str) -> Result<Option<Band>> {
     let stack = name;
-    let rows: Vec<&PublishedRun> = TABLE.iter().filter(|r| band_of(r) == name).collect();
+    let mut rows: Vec<&PublishedRun> = Vec::new();
+    for r in &TABLE {
+        if band_of(r)? == name {
+            rows.push(r);
+        }
+    }
     if rows.is_empty() {
         return Ok(None);
     }
@@ -302,7 +311,7 @@ pub fn band(name: &str) -> Result<Option<Band>> {
 pub fn all_bands() -> Result<Vec<Band>> {
     let mut names: Vec<String> = Vec::new();
     for r in &TABLE {
-        let n = band_of(r);
+        let n = band_of(r)?;
         if !names.contains(&n) {
             names.push(n);
         }
