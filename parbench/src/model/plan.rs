@@ -439,7 +439,11 @@ fn plan_split(planner: &mut Planner, out: &mut LayoutRanking, sp: Split, q: Opti
             continue;
         }
         let micro = per_replica / b;
-        for (schedule, chunks) in schedules(input, pp, micro) {
+        // A named vpp beyond the search's range is costed as named.
+        let max_chunks = q
+            .and_then(|q| q.chunks)
+            .map_or(input.max_chunks, |v| v.max(input.max_chunks));
+        for (schedule, chunks) in schedules(input, pp, micro, max_chunks) {
             let wanted = q.is_none_or(|q| {
                 q.schedule.as_deref().is_none_or(|s| s == schedule)
                     && q.chunks.is_none_or(|v| v == chunks)

@@ -214,9 +214,15 @@ pub(super) fn kind_of(schedule: &str) -> Option<ScheduleKind> {
 /// run: one stage has no schedule to choose (`none`); otherwise every
 /// schedule of the registry whose shape rules take `pp` and `micro`: those
 /// of one stage per rank, the V schedules (two stages per rank), and the
-/// looped ones with every `v` from 2 to `max_chunks` (layers at least
-/// `pp v`, microbatches a multiple of `pp`, Megatron's rule, for all of them).
-pub(super) fn schedules(input: &PlanInput, pp: u64, micro: u64) -> Vec<(&'static str, u64)> {
+/// looped ones with every `v` from 2 to `max_chunks` (the input's, or a
+/// query's larger `vpp`; layers at least `pp v`, microbatches a multiple of
+/// `pp`, Megatron's rule, for all of them).
+pub(super) fn schedules(
+    input: &PlanInput,
+    pp: u64,
+    micro: u64,
+    max_chunks: u64,
+) -> Vec<(&'static str, u64)> {
     if pp == 1 {
         return vec![(NO_SCHEDULE, 1)];
     }
@@ -248,7 +254,7 @@ pub(super) fn schedules(input: &PlanInput, pp: u64, micro: u64) -> Vec<(&'static
             .iter()
             .filter(|e| e.placement == Placement::Looped && allowed(e.name))
         {
-            for v in 2..=input.max_chunks {
+            for v in 2..=max_chunks {
                 // Two chunks may hold the embedding or the output layer
                 // alone (a query's first=0 and last=0).
                 if input.model.layers.saturating_add(2) >= pp.saturating_mul(v) && takes(e, v) {

@@ -465,6 +465,37 @@ fn layers_that_do_not_divide_split_megatrons_way() {
     assert_eq!((stages[0], stages[1], stages[15]), (7, 8, 7));
 }
 
+/// A named `vpp` beyond the search's range is costed as named (NeMo's
+/// Nemotron-4 340B recipe runs 96 layers as pp 8, vpp 12); the search
+/// itself stops at `max_chunks`.
+#[test]
+fn a_named_vpp_beyond_the_search_is_costed() {
+    let mut input = on_device(preset("gpt3-175b"), 256, 512);
+    input.memory_bytes = None;
+    input.max_chunks = 8;
+    let q = LayoutQuery {
+        dp: 8,
+        tp: 8,
+        pp: 8,
+        chunks: Some(12),
+        schedule: Some("interleaved".into()),
+        micro_batch: Some(1),
+        ..LayoutQuery::default()
+    };
+    let r = plan_layout(&input, &q).unwrap();
+    assert_eq!(r.ranked.len(), 1, "{:?}", r.rejected);
+    assert_eq!(r.ranked[0].layout.chunks, 12);
+    let searched = plan_layout(
+        &input,
+        &LayoutQuery {
+            chunks: None,
+            ..q.clone()
+        },
+    )
+    .unwrap();
+    assert!(searched.ranked.iter().all(|c| c.layout.chunks <= 8));
+}
+
 /// Llama 3's schedule (Dubey et al. 2024, 3.3.2): 126 layers in chunks of
 /// one on 16 x 8 stages, the first chunk the embedding alone and the last
 /// the output layer alone: the query's first=0, last=0 is that split, not
