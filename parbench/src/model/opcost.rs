@@ -133,6 +133,11 @@ fn fp32_main_grad() -> f64 {
     4.0
 }
 
+/// Megatron's selective recomputation, the flag's namesake.
+fn selective_reruns() -> bool {
+    true
+}
+
 /// How attention is computed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -193,6 +198,10 @@ pub struct OpModel {
     /// casts ([`super::precision`]); `None`: bf16.
     #[serde(default)]
     pub fp8_gemm_flops: Option<f64>,
+    /// Selective recomputation reruns a flash attention's forward
+    /// (Megatron's; [`crate::model::stack::StepModel::selective_reruns_flash`]).
+    #[serde(default = "selective_reruns")]
+    pub selective_reruns_flash: bool,
     /// With FP8 GEMMs: the linear layers' weights held in FP8 (NeMo's
     /// `fp8_params`), not 16-bit with an FP8 copy
     /// ([`precision::weight_bytes_added`]).
@@ -255,6 +264,7 @@ impl OpModel {
             main_grad_bytes: fp32_main_grad(),
             fp8_gemm_flops: None,
             fp8_params: false,
+            selective_reruns_flash: selective_reruns(),
         }
     }
 
@@ -325,7 +335,7 @@ impl OpModel {
                 let flops = 4.0 * bf * sf * sf * width / t as f64 * 0.5;
                 let f = flops / (self.gemm_flops * self.flash_share.0);
                 let back = 2.5 * flops / (self.gemm_flops * self.flash_share.1);
-                (f, back, 0.0)
+                (f, back, if self.selective_reruns_flash { f } else { 0.0 })
             }
             Attention::Unfused => {
                 let g = b.saturating_mul(heads_t);
@@ -561,6 +571,29 @@ mod tests {
             ..m
         };
         assert!(flash.block(&g, 1, 2048, 8, false, Recompute::Full).total() < full.total());
+    }
+
+    /// Selective recomputation with flash attention reruns the flash
+    /// forward where the stack checkpoints the core attention (Megatron's),
+    /// and nothing where the stack saves its output (torchtitan's).
+    #[test]
+    fn selective_recomputation_reruns_flash_where_the_stack_does() {
+        let g = Preset::by_name("gpt3-175b").unwrap();
+        let megatron = OpModel {
+            attention: Attention::Flash,
+            ..a100()
+        };
+        let saves = OpModel {
+            selective_reruns_flash: false,
+            ..megatron
+        };
+        let (af, _, again) = megatron.attention_core(&g, 1, 2048, 8);
+        assert!(af > 0.0 && again == af, "{af} {again}");
+        let block = |m: &OpModel, r| m.block(&g, 1, 2048, 8, false, r);
+        let none = block(&megatron, Recompute::None);
+        assert!((block(&megatron, Recompute::Selective).recompute - af).abs() < 1e-15);
+        assert!((block(&megatron, Recompute::Selective).total() - none.total() - af).abs() < 1e-12);
+        assert_eq!(block(&saves, Recompute::Selective).recompute, 0.0);
     }
 
     /// Unfused accumulation reads the 16-bit gradient and reads and

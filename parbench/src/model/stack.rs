@@ -142,6 +142,13 @@ pub struct StepModel {
     /// How context parallelism exchanges keys and values (`None`: the
     /// stack has none, and a layout with `cp > 1` is refused).
     pub cp_comm: Option<CpComm>,
+    /// `--recompute selective` reruns a flash attention's forward in the
+    /// backward: Megatron's selective recomputation checkpoints the whole
+    /// core attention (Megatron-Core r0.8 `attention.py`:
+    /// `checkpoint_core_attention` when `recompute_granularity ==
+    /// 'selective'`), flash or not. torchtitan's selective AC saves the
+    /// SDPA output instead (its `_save_list`).
+    pub selective_reruns_flash: bool,
     /// The distributed optimizer keeps, beside the 16-bit weights, only
     /// the 16 bits an fp32 master weight adds to its bf16 one (apex
     /// `DistributedFusedAdam`'s `store_param_remainders`, an int16 shard),
@@ -221,6 +228,7 @@ impl Default for StepModel {
             main_grad_hook: false,
             moe: MCORE_MOE,
             cp_comm: Some(CpComm::P2p),
+            selective_reruns_flash: true,
             master_remainders: false,
             fp8_param_gather: false,
         }
@@ -243,6 +251,7 @@ const MEGATRON_2021_STEP: StepModel = StepModel {
     main_grad_hook: true,
     moe: MCORE_MOE,
     cp_comm: None,
+    selective_reruns_flash: true,
     master_remainders: false,
     fp8_param_gather: false,
 };
@@ -395,6 +404,7 @@ pub const STACKS: [Stack; 4] = [
             grad_buffer_passes: 0.0,
             main_grad_hook: false,
             cp_comm: Some(CpComm::AllGather),
+            selective_reruns_flash: false,
             ..MEGATRON_2021_STEP
         },
     },

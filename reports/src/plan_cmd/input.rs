@@ -523,6 +523,7 @@ pub(super) fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
             if let Some(s) = stack {
                 ops.loss_bytes = s.step.loss_bytes;
                 ops.main_grad_bytes = s.step.grad_bytes as f64;
+                ops.selective_reruns_flash = s.step.selective_reruns_flash;
             }
             // Set after the in-step share below: FP8 runs at that share too.
             let fp8_speedup = fp8_peak.map(|f| {
