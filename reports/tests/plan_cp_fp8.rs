@@ -427,7 +427,7 @@ fn fp8_rows_recompute_within_their_band() {
             assert!(text.contains(&format!("{name} (kept aside)")), "{text}");
         }
     }
-    assert_eq!(kept, 5);
+    assert_eq!(kept, 6);
     // A row is its command: the DGXC 70B FP8 row's plan gives its figure.
     let row = fp8["rows"]
         .as_array()
@@ -460,6 +460,7 @@ fn fp8_rows_recompute_within_their_band() {
         "Llama 3.1 8B, 8 H100",
         "Llama 3.1 405B, 576 H100",
         "Nemotron-4 15B, 16 H100",
+        "Nemotron-4 340B, 128 H100",
     ] {
         let slow = predicted_of(bf16, &format!("{twin}, BF16"));
         let fast = predicted_of(fp8, &format!("{twin}, FP8"));

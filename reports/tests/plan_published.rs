@@ -18,7 +18,15 @@ const FAR_MISSES: [(&str, f64); 1] = [("Qwen3-235B-A22B tp4 ep8, 256 H100", 1.5)
 /// why (docs/report.md, "Against published runs"). Each must stay beyond
 /// 10% (a row that starts passing leaves the list) and within 50% (a
 /// model that breaks shows here too); every other row is held to 10%.
-const KNOWN_MISSES: [(&str, &str); 21] = [
+const KNOWN_MISSES: [(&str, &str); 23] = [
+    (
+        "Nemotron-4 340B, 128 H100, BF16",
+        "kept aside: optimistic in bf16 as its band's other rows",
+    ),
+    (
+        "Nemotron-4 340B, 128 H100, FP8",
+        "kept aside: FP8 optimistic as its band's other rows",
+    ),
     (
         "GPT 1.7B, 48 H100",
         "work beside the GEMMs at microbatch 1 (host, small kernels): not costed",
@@ -235,8 +243,8 @@ fn every_published_run_within_ten_percent_of_its_stack() {
         vec![
             ("megatron-core".to_string(), 12),
             ("megatron-core moe".to_string(), 5),
-            ("nemo-24".to_string(), 4),
-            ("nemo-24 fp8".to_string(), 9),
+            ("nemo-24".to_string(), 5),
+            ("nemo-24 fp8".to_string(), 10),
             ("megatron-2021".to_string(), 14)
         ]
     );

@@ -473,13 +473,18 @@ pub(super) fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
         Precision::Bf16 => None,
         Precision::Fp8 => Some(fp8_peak_of(device.as_ref(), stack)?),
     };
-    let attention = match a.attention.as_deref() {
-        None => stack.map_or(Attention::Flash, |s| s.attention),
-        Some("flash") => Attention::Flash,
-        Some("unfused") => Attention::Unfused,
-        Some(other) => bail!("--attention {other}: expected flash or unfused"),
+    let stack_kernel = stack.map_or(FlashKernel::FlashAttention2, |s| s.flash_kernel);
+    let (attention, flash_kernel) = match a.attention.as_deref() {
+        None => (
+            stack.map_or(Attention::Flash, |s| s.attention),
+            stack_kernel,
+        ),
+        Some("flash") => (Attention::Flash, stack_kernel),
+        Some("fa2") => (Attention::Flash, FlashKernel::FlashAttention2),
+        Some("cudnn") => (Attention::Flash, FlashKernel::Cudnn),
+        Some("unfused") => (Attention::Unfused, stack_kernel),
+        Some(other) => bail!("--attention {other}: expected flash, fa2, cudnn or unfused"),
     };
-    let flash_kernel = stack.map_or(FlashKernel::FlashAttention2, |s| s.flash_kernel);
     let accumulation = match a.grad_accumulation.as_deref() {
         None => stack.map_or(GradAccumulation::Fused, |s| s.accumulation),
         Some("fused") => GradAccumulation::Fused,

@@ -108,7 +108,7 @@ pub struct PlanArgs {
     /// With --stack and --layout: search what the layout leaves open (schedules, v, microbatch size) instead of the stack's choices.
     #[arg(help_heading = "Stack and search", long)]
     pub search_open: bool,
-    /// Attention with a device: flash (FlashAttention: scores on chip) or unfused (batched GEMMs and softmax through HBM, as Megatron-LM ran before FlashAttention). Default: the stack's, else flash.
+    /// Attention with a device: flash (scores on chip, the stack's kernel: cuDNN's fused attention on megatron-core and nemo-24, else FlashAttention-2), fa2 or cudnn (that flash kernel: Transformer Engine runs FlashAttention-2 under NVTE_FUSED_ATTN=0), or unfused (batched GEMMs and softmax through HBM, as Megatron-LM ran before FlashAttention). Default: the stack's, else flash.
     #[arg(help_heading = "Stack and search", long)]
     pub attention: Option<String>,
     /// Gradient accumulation with a device: fused (inside the weight-gradient GEMM) or unfused (a pass per microbatch, as Megatron-LM's code of 2021). Default: the stack's, else fused.
