@@ -230,6 +230,12 @@ pub struct BlockSeconds {
     pub attention: f64,
     /// Of the above: norms, activations, residual adds, dropout, accumulation.
     pub memory: f64,
+    /// Transformer Engine's four linear layers (QKV, the projection, the
+    /// MLP's up and down), each `[forward, data-gradient, weight-gradient]`
+    /// seconds, where the block has those four (not MLA's five): what each
+    /// overlapped tensor-parallel collective runs beside.
+    #[serde(default)]
+    pub linears: Option<[[f64; 3]; 4]>,
 }
 
 impl BlockSeconds {
@@ -367,12 +373,19 @@ impl OpModel {
         let up = if gated { 2 * ffn_t } else { ffn_t };
         let mut shapes = model.attention_gemms(tokens, t);
         shapes.extend([(tokens, up, h), (tokens, h, ffn_t)]);
-        let (mut gf, mut gi, mut gw) = (0.0, 0.0, 0.0);
-        for (m, n, k) in shapes {
-            gf += self.linear(m, n, k);
-            gi += self.linear(m, k, n);
-            gw += self.linear(k, n, m);
-        }
+        let passes: Vec<[f64; 3]> = shapes
+            .iter()
+            .map(|&(m, n, k)| {
+                [
+                    self.linear(m, n, k),
+                    self.linear(m, k, n),
+                    self.linear(k, n, m),
+                ]
+            })
+            .collect();
+        let sum = |i: usize| passes.iter().map(|p| p[i]).sum::<f64>();
+        let (gf, gi, gw) = (sum(0), sum(1), sum(2));
+        let linears = <[[f64; 3]; 4]>::try_from(passes).ok();
         let (af, ab, a_recompute) = self.attention_core(model, b, s, t);
         // Memory-bound work on the hidden activation (split by t only
         // under sequence parallelism) and the MLP's inner one.
@@ -428,6 +441,7 @@ impl OpModel {
             gemm_forward: gf,
             attention: af + ab + again.1,
             memory: mem_f + mem_b + accumulate + again.2,
+            linears,
         }
     }
 

@@ -45,9 +45,14 @@ pub const NCCL_OVERLAP_SM_SHARE: f64 = 0.15;
 
 /// SMs Transformer Engine's userbuffers take while a tensor-parallel
 /// collective overlaps its GEMM (`initialize_ub`'s defaults): the
-/// pipelined reduce-scatter 16, the ring-exchange all-gather 1.
+/// pipelined and bulk overlaps 16, the ring exchange 1.
 pub const UB_REDUCE_SCATTER_SMS: f64 = 16.0;
 pub const UB_ALL_GATHER_SMS: f64 = 1.0;
+
+/// Chunks of a pipelined userbuffers overlap (`initialize_ub`'s
+/// `num_splits`, 4 for the pipeline method): the last chunk's
+/// reduce-scatter runs after the last product.
+pub const UB_PIPELINE_SPLITS: f64 = 4.0;
 
 /// Host time to launch one kernel from PyTorch eager code: the median
 /// `cudaLaunchKernel` call in an Nsight Systems profile of eager launches,
@@ -107,8 +112,8 @@ pub struct StepModel {
     /// The share of the SMs an overlapped data-parallel collective takes
     /// from the compute it overlaps (0: none taken).
     pub dp_sm_share: f64,
-    /// SMs an overlapped tensor-parallel reduce-scatter and all-gather
-    /// take (0: none).
+    /// SMs an overlapped tensor-parallel collective takes: a pipelined or
+    /// bulk overlap's, and a ring exchange's (0: none).
     pub tp_sms: (f64, f64),
     /// Bytes of one gradient element as it accumulates and is reduced
     /// across data-parallel ranks (4: fp32 main gradients).

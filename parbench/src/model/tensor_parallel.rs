@@ -16,9 +16,9 @@
 //! each all-reduce by an all-gather (`g`) and a reduce-scatter (`g-bar`)
 //! of the same `b x s x h` buffer: twice the calls, each moving `(t-1)/t`
 //! of the buffer per device, so the same total volume. Not counted here:
-//! an extra all-gather that an implementation may repeat in the backward
-//! pass instead of keeping the gathered input (Megatron-LM does, overlapped
-//! with the weight-gradient GEMM).
+//! the all-gathers Megatron-LM repeats in the backward pass instead of
+//! keeping the gathered input, overlapped with the GEMMs; the planner's
+//! tensor-parallel overlap counts them (`plan/costs.rs`, `ub_pairs`).
 //!
 //! Units: elements and bytes are exact integers of the buffer each
 //! collective is called with (nccl-tests' size convention, so the same `n`

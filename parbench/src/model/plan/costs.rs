@@ -14,13 +14,46 @@ use crate::model::alpha_beta::LinkParams;
 use crate::model::bubble::peak_activations;
 use crate::model::context::{self, CpExchange, CpTensors};
 use crate::model::footprint::{activation_bytes_of, Recompute};
+use crate::model::opcost::BlockSeconds;
 use crate::model::precision;
 use crate::model::presets::Arch;
 use crate::model::sim::{simulate, SimCosts, StageCosts};
-use crate::model::stack::LAYER_KERNELS;
+use crate::model::stack::{LAYER_KERNELS, UB_PIPELINE_SPLITS};
 use crate::model::tensor_parallel::{TpMode, TpTraffic};
 use crate::schedule::{generate, peak_in_flight, Placement, ScheduleKind};
 use std::collections::HashMap;
+
+/// How Transformer Engine's userbuffers overlap a collective with its GEMM.
+#[derive(Clone, Copy, Debug)]
+enum UbMethod {
+    /// The all-gather in `t` steps around the ring, each beside the product
+    /// of the chunk it just received (1 SM).
+    RingExchange,
+    /// The product in [`UB_PIPELINE_SPLITS`] chunks, each chunk's
+    /// reduce-scatter beside the next chunk's product.
+    Pipeline,
+    /// The whole collective beside the whole product.
+    Bulk,
+}
+
+impl UbMethod {
+    /// What a collective of `comm` seconds beside a GEMM of `gemm` adds to
+    /// the GEMM's time, on `t` ranks.
+    fn exposed(self, comm: f64, gemm: f64, t: f64) -> f64 {
+        match self {
+            // Chunk k's product waits for chunk k's arrival: the last
+            // product starts when the ring's last step lands.
+            UbMethod::RingExchange => (comm + gemm / t.max(1.0)).max(gemm) - gemm,
+            // Chunk i's reduce-scatter beside chunk i+1's product: the last
+            // chunk's waits, or the chain of scatters outlasts the products.
+            UbMethod::Pipeline => {
+                let k = UB_PIPELINE_SPLITS;
+                (gemm + comm / k).max(gemm / k + comm) - gemm
+            }
+            UbMethod::Bulk => (comm - gemm).max(0.0),
+        }
+    }
+}
 
 mod moe;
 
@@ -276,20 +309,63 @@ impl Planner<'_> {
     }
 
     /// A pass's tensor-parallel collectives overlapped with the GEMMs
-    /// beside them (`gemms` seconds), as Transformer Engine's userbuffers
-    /// run them with `--tp-comm-overlap`: each GEMM in `tp` chunks, a
-    /// chunk's all-gather behind the previous chunk's product and its
-    /// reduce-scatter behind the next one's. Returns what stays exposed
-    /// (what the GEMMs do not cover, and the last chunk's reduce-scatter,
-    /// which nothing follows) and what the GEMMs lose to the SMs the
-    /// communication holds while they overlap. (0, 0) without the overlap.
-    fn tp_overlap(&self, l: &Layout, tp_wire: WireKind, gemms: f64) -> (f64, f64) {
+    /// beside them, as Transformer Engine's userbuffers run them with
+    /// `--tp-comm-overlap`. Returns what stays exposed and what the GEMMs
+    /// lose to the SMs the communication holds while they overlap. (0, 0)
+    /// without the overlap. With sequence parallelism and the four linear
+    /// layers, each collective runs beside its own GEMM ([`Self::ub_pairs`]);
+    /// otherwise beside the pass's GEMMs at once (`gemms` seconds), the
+    /// last chunk's reduce-scatter exposed.
+    fn tp_overlap(
+        &self,
+        l: &Layout,
+        tp_wire: WireKind,
+        blk: &BlockSeconds,
+        forward: bool,
+    ) -> (f64, f64) {
         let input = self.input;
         let (Some(ops), true) = (&input.ops, input.step.tp_overlap) else {
             return (0.0, 0.0);
         };
         let traffic = self.traffic(l, TpMode::Prefill);
         let wire = self.wire(tp_wire);
+        let sms = ops.sms.max(1) as f64;
+        let (rs_sms, ag_sms) = input.step.tp_sms;
+        // Compute beside a collective holding `held` of the SMs runs on the rest.
+        let slowed = |hidden: f64, held_sms: f64| {
+            let held = held_sms / sms;
+            hidden * held / (1.0 - held).max(0.5)
+        };
+        if let (Some(linears), true) = (blk.linears, traffic.sequence_parallel) {
+            let bytes = traffic.bytes_per_call();
+            // FP8 all-gathers move the FP8 cast (`fp8_buf`); reduce-scatters bf16.
+            let ag_bytes = if ops.fp8_gemm_flops.is_some() {
+                bytes / 2
+            } else {
+                bytes
+            };
+            let ag = wire.seconds(Collective::AllGather, traffic.tp, ag_bytes);
+            let rs = wire.seconds(Collective::ReduceScatter, traffic.tp, bytes);
+            if ag + rs == 0.0 {
+                return (0.0, 0.0);
+            }
+            let (mut exposed, mut lost) = (0.0, 0.0);
+            let t = traffic.tp as f64;
+            for (comm, gemm, method) in Self::ub_pairs(&linears, forward, ag, rs) {
+                let held = match method {
+                    UbMethod::RingExchange => ag_sms,
+                    UbMethod::Pipeline | UbMethod::Bulk => rs_sms,
+                };
+                exposed += method.exposed(comm, gemm, t);
+                lost += slowed(comm.min(gemm), held);
+            }
+            return (exposed, lost);
+        }
+        let gemms = if forward {
+            blk.gemm_forward
+        } else {
+            blk.gemm - blk.gemm_forward
+        };
         let (mut gather, mut scatter) = (0.0, 0.0);
         for (c, calls) in traffic.collectives() {
             let t = calls as f64 * wire.seconds(c, traffic.tp, traffic.bytes_per_call());
@@ -306,11 +382,43 @@ impl Planner<'_> {
         }
         let hidden = comm.min(gemms);
         let exposed = (comm - gemms).max(0.0) + scatter / l.tp.max(1) as f64;
-        let sms = ops.sms.max(1) as f64;
-        let (rs_sms, ag_sms) = input.step.tp_sms;
         // The SMs held while each kind runs hidden, weighted by its time.
-        let held = (scatter * rs_sms + gather * ag_sms) / comm / sms;
-        (exposed, hidden * held / (1.0 - held).max(0.5))
+        let held = (scatter * rs_sms + gather * ag_sms) / comm;
+        (exposed, slowed(hidden, held))
+    }
+
+    /// Each collective of a pass beside the GEMM it overlaps, as
+    /// `initialize_ub` pairs them (Transformer Engine 1.10,
+    /// `pytorch/module/base.py`: ring exchange `qkv_fprop`, `fc1_fprop`,
+    /// `proj_dgrad`, `fc2_dgrad`; pipeline `proj_fprop`, `fc2_fprop`; bulk
+    /// `qkv_dgrad`, `qkv_wgrad`, `fc1_dgrad`, `fc1_wgrad`). The backward
+    /// gathers the norm's output again for the weight gradients (sequence
+    /// parallelism keeps only its shard; Korthikanti et al. 2022): six
+    /// collectives to the forward's four. `(comm, gemm, method)` each.
+    fn ub_pairs(lin: &[[f64; 3]; 4], forward: bool, ag: f64, rs: f64) -> Vec<(f64, f64, UbMethod)> {
+        const QKV: usize = 0;
+        const PROJ: usize = 1;
+        const UP: usize = 2;
+        const DOWN: usize = 3;
+        let (f, d, w) = (0, 1, 2);
+        use UbMethod::{Bulk, Pipeline, RingExchange};
+        if forward {
+            vec![
+                (ag, lin[QKV][f], RingExchange),
+                (rs, lin[PROJ][f], Pipeline),
+                (ag, lin[UP][f], RingExchange),
+                (rs, lin[DOWN][f], Pipeline),
+            ]
+        } else {
+            vec![
+                (ag, lin[PROJ][d], RingExchange),
+                (ag, lin[DOWN][d], RingExchange),
+                (ag, lin[QKV][d], Bulk),
+                (rs, lin[QKV][w], Bulk),
+                (ag, lin[UP][d], Bulk),
+                (rs, lin[UP][w], Bulk),
+            ]
+        }
     }
 
     /// One layer on one microbatch (an MoE model's: the mean of its layers).
@@ -345,9 +453,8 @@ impl Planner<'_> {
             let share = input.step.dp_sm_share;
             let cp_slowed = |hidden: f64| hidden * share / (1.0 - share).max(0.5);
             let (cp_slowed_f, cp_slowed_b) = (cp_slowed(cp.hidden_f), cp_slowed(cp.hidden_b));
-            let backward_gemms = blk.gemm - blk.gemm_forward;
-            let (exposed_f, slowed_f) = self.tp_overlap(l, tp_wire, blk.gemm_forward);
-            let (exposed_b, slowed_b) = self.tp_overlap(l, tp_wire, backward_gemms);
+            let (exposed_f, slowed_f) = self.tp_overlap(l, tp_wire, &blk, true);
+            let (exposed_b, slowed_b) = self.tp_overlap(l, tp_wire, &blk, false);
             let (comm_f, comm_b) = if self.input.step.tp_overlap {
                 (exposed_f, exposed_b + comm_recompute)
             } else {
@@ -1030,5 +1137,60 @@ pub fn hardware_flops(m: &crate::model::Preset, batch: u64, recompute: Recompute
             let (b, s, h) = (batch as f64, m.seq as f64, m.hidden as f64);
             m.train_flops(batch, m.seq, false) + m.layers as f64 * 4.0 * b * s * s * h
         }
+    }
+}
+
+#[cfg(test)]
+mod ub_tests {
+    use super::*;
+
+    /// A ring exchange hides a gather up to `(1 - 1/t)` of its GEMM; a
+    /// pipelined scatter always leaves its last chunk, and beyond the GEMM
+    /// its chain; a bulk overlap leaves what outlasts the GEMM.
+    #[test]
+    fn each_method_exposes_what_outlasts_its_gemm() {
+        let ring = UbMethod::RingExchange;
+        assert_eq!(ring.exposed(0.5, 1.0, 8.0), 0.0);
+        assert!((ring.exposed(1.0, 1.0, 8.0) - 0.125).abs() < 1e-12);
+        assert!((ring.exposed(2.0, 1.0, 4.0) - 1.25).abs() < 1e-12);
+        let pipe = UbMethod::Pipeline;
+        assert!((pipe.exposed(0.4, 1.0, 8.0) - 0.1).abs() < 1e-12);
+        assert!((pipe.exposed(2.0, 1.0, 8.0) - 1.25).abs() < 1e-12);
+        assert_eq!(UbMethod::Bulk.exposed(0.9, 1.0, 8.0), 0.0);
+        assert!((UbMethod::Bulk.exposed(1.5, 1.0, 8.0) - 0.5).abs() < 1e-12);
+    }
+
+    /// Forward: a gather before QKV and the up projection, a scatter after
+    /// the projection and the down projection. Backward: six, each beside
+    /// the GEMM TE's `initialize_ub` names.
+    #[test]
+    fn the_pairs_are_transformer_engines() {
+        // Linear i's passes are 10 i + (1, 2, 3): forward, dgrad, wgrad.
+        let lin: [[f64; 3]; 4] = std::array::from_fn(|i| {
+            let i = 10.0 * i as f64;
+            [i + 1.0, i + 2.0, i + 3.0]
+        });
+        let (ag, rs) = (0.5, 0.25);
+        let pairs = |forward| {
+            Planner::ub_pairs(&lin, forward, ag, rs)
+                .into_iter()
+                .map(|(c, g, _)| (c, g))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            pairs(true),
+            vec![(ag, 1.0), (rs, 11.0), (ag, 21.0), (rs, 31.0)]
+        );
+        assert_eq!(
+            pairs(false),
+            vec![
+                (ag, 12.0),
+                (ag, 32.0),
+                (ag, 2.0),
+                (rs, 3.0),
+                (ag, 22.0),
+                (rs, 23.0)
+            ]
+        );
     }
 }
