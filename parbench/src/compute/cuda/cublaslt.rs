@@ -84,17 +84,32 @@ impl Desc {
         ] {
             let op: i32 = t as i32; // CUBLAS_OP_N = 0, CUBLAS_OP_T = 1
                                     // SAFETY: the attribute is a cublasOperation_t (int32).
-            unsafe {
-                cudarc::cublaslt::result::set_matmul_desc_attribute(
-                    d.0,
-                    attr,
-                    &op as *const i32 as *const c_void,
-                    std::mem::size_of::<i32>(),
-                )
-            }
-            .map_err(|e| GpuError::call("setting a transpose", e))?;
+            unsafe { d.set(attr, &op, "setting a transpose")? };
         }
         Ok(d)
+    }
+
+    /// Sets `attr` to `value`; `what` names the call in an error.
+    ///
+    /// # Safety
+    /// `T` is the attribute's documented type, and whatever `value` points
+    /// to (a device pointer's target) lives while the descriptor is used.
+    pub(super) unsafe fn set<T>(
+        &self,
+        attr: lt::cublasLtMatmulDescAttributes_t,
+        value: &T,
+        what: &str,
+    ) -> Result<(), GpuError> {
+        // SAFETY: the caller's contract; cuBLASLt copies the value.
+        unsafe {
+            cudarc::cublaslt::result::set_matmul_desc_attribute(
+                self.0,
+                attr,
+                value as *const T as *const c_void,
+                std::mem::size_of::<T>(),
+            )
+        }
+        .map_err(|e| GpuError::call(what, e))
     }
 }
 impl Drop for Desc {

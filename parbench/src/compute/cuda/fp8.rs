@@ -28,7 +28,6 @@ use crate::compute::{ComputeError, ComputeResult, Gemm};
 use crate::gpu::{DeviceBuffer, Gpu, GpuError};
 use cudarc::cublaslt::sys as lt;
 use cudarc::driver::PushKernelArg;
-use std::ffi::c_void;
 
 /// The oldest architecture with FP8 tensor cores: Ada (sm_89); Hopper is sm_90.
 pub const FP8_ARCH: (i32, i32) = (8, 9);
@@ -190,27 +189,17 @@ impl CudaCompute {
         ] {
             // SAFETY: the attribute is a device pointer to one f32 (a
             // `void*`), which lives in the scratch while the call runs.
-            unsafe {
-                cudarc::cublaslt::result::set_matmul_desc_attribute(
-                    desc.0,
-                    attr,
-                    &ptr as *const u64 as *const c_void,
-                    std::mem::size_of::<u64>(),
-                )
-            }
-            .map_err(|e| GpuError::call("setting an fp8 scale pointer", e))?;
+            unsafe { desc.set(attr, &ptr, "setting an fp8 scale pointer")? };
         }
         let fast = i8::from(s.fast_accumulation);
-        // SAFETY: the attribute is one int8_t, read during the call.
+        // SAFETY: the attribute is one int8_t.
         unsafe {
-            cudarc::cublaslt::result::set_matmul_desc_attribute(
-                desc.0,
+            desc.set(
                 A::CUBLASLT_MATMUL_DESC_FAST_ACCUM,
-                &fast as *const i8 as *const c_void,
-                std::mem::size_of::<i8>(),
-            )
-        }
-        .map_err(|e| GpuError::call("setting fp8 fast accumulation", e))?;
+                &fast,
+                "setting fp8 fast accumulation",
+            )?
+        };
         // SAFETY: the FP8 operands hold m x k and n x k bytes (cast above on
         // this stream), C was checked against its buffer by the caller; the
         // scratch stays locked until after the call is issued.
