@@ -22,6 +22,7 @@
 #   compute          every kernel and GEMM against f64 references, graphs, the CUBIN load
 #   nccl             every collective in and out of place, graphs, the store's join
 #   gemm             cuBLASLt bf16 8192^3 TFLOP/s beside torch.matmul, interleaved twice
+#                    (this step and fp8 log GPU 0's SM clock and power every 250 ms)
 #   copy_ceiling     device-to-device (and peer) copy GB/s
 #   sweep            bench-collectives --backend nccl -np 1 all_reduce, 8 B .. 256 MiB
 #   sweep_graph      the same with --graph 8 (CUDA graphs, nccl-tests' -G)
@@ -40,7 +41,8 @@
 # bundle; 1 otherwise.
 set -uo pipefail
 
-usage() { sed -n '2,39p' "$0" | sed 's/^# \{0,1\}//'; }
+# The header comment above, whatever its length.
+usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; }
 
 mode=run
 only=""
@@ -493,6 +495,26 @@ if [ "$mode" = dry ]; then
 fi
 
 failed=0
+# The clock and power the first GPU holds through a compute step, sampled
+# every 250 ms to OUTDIR/NAME.clocks.csv: a product's rate beside the clock
+# it ran at (the planner's FP8 band names the in-step clock as unpriced).
+clock_steps=" gemm fp8 "
+clocks_line() {
+    # GPU 0's samples that parsed: SM clock, max SM clock, power, power limit.
+    local rows n sm w
+    rows=$(awk -F', *' '$1 == 0 && $2 + 0 > 0 { print $2 + 0, $3, $4 + 0, $5 }' "$1")
+    n=$(printf '%s' "$rows" | grep -c .)
+    if [ "$n" -eq 0 ]; then
+        echo "     clocks: no samples (see $(basename "$1"))"
+        return 0
+    fi
+    sm=$(cut -d' ' -f1 <<<"$rows" | sort -n)
+    w=$(cut -d' ' -f3 <<<"$rows" | sort -n)
+    printf '     clocks: GPU 0 SM median %s MHz (min %s, max clock %s), power median %.0f W of %s W, %d samples\n' \
+        "$(sed -n "$(((n + 1) / 2))p" <<<"$sm")" "$(head -1 <<<"$sm")" "$(tail -1 <<<"$rows" | cut -d' ' -f2)" \
+        "$(sed -n "$(((n + 1) / 2))p" <<<"$w")" "$(tail -1 <<<"$rows" | cut -d' ' -f4)" "$n"
+}
+
 # step NAME CAP: runs s_NAME under a timeout of CAP seconds (less when the
 # budget has less left); its output goes to OUTDIR/NAME.log. Every way of
 # not passing is a failure.
@@ -506,12 +528,23 @@ step() {
         return 0
     fi
     secs=$((cap < left ? cap : left))
+    local logger=""
+    if [ "${clock_steps#* "$name" }" != "$clock_steps" ] && command -v nvidia-smi >/dev/null; then
+        nvidia-smi --query-gpu=index,clocks.sm,clocks.max.sm,power.draw,power.limit \
+            --format=csv,noheader,nounits -lms 250 >"$out/$name.clocks.csv" 2>&1 &
+        logger=$!
+    fi
     t0=$(date +%s)
     # A fresh bash under timeout runs s_NAME with the variables and functions of check-env.sh.
     # shellcheck disable=SC2016 # $1 and $2 are the inner shell's
     timeout -k 5 "$secs" bash -c '. "$1" && "s_$2"' step "$out/check-env.sh" "$name" >"$out/$name.log" 2>&1
     rc=$?
     dt=$(($(date +%s) - t0))
+    if [ -n "$logger" ]; then
+        kill "$logger" 2>/dev/null
+        wait "$logger" 2>/dev/null
+        clocks_line "$out/$name.clocks.csv" | tee -a "$summary"
+    fi
     if [ $rc -eq 0 ]; then
         # A test that skipped passed without checking anything: say so.
         local skipped note=""
