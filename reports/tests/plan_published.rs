@@ -18,7 +18,7 @@ const FAR_MISSES: [(&str, f64); 1] = [("Qwen3-235B-A22B tp4 ep8, 256 H100", 1.5)
 /// why (docs/report.md, "Against published runs"). Each must stay beyond
 /// 10% (a row that starts passing leaves the list) and within 50% (a
 /// model that breaks shows here too); every other row is held to 10%.
-const KNOWN_MISSES: [(&str, &str); 21] = [
+const KNOWN_MISSES: [(&str, &str); 22] = [
     (
         "Nemotron-4 340B, 128 H100, BF16",
         "kept aside: optimistic in bf16 as its band's other rows",
@@ -78,6 +78,10 @@ const KNOWN_MISSES: [(&str, &str); 21] = [
     (
         "Qwen3-235B-A22B FSDP ep8, 256 H100",
         "kept aside: Megatron-FSDP costed as ZeRO-3; MoE layers optimistic as above",
+    ),
+    (
+        "Qwen3-235B-A22B, seq 16384, 256 H100",
+        "kept aside: optimistic on MoE layers, as above",
     ),
     (
         "Mixtral 8x22B, 128 H100",

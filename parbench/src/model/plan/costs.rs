@@ -313,15 +313,17 @@ impl Planner<'_> {
     /// `--tp-comm-overlap`. Returns what stays exposed and what the GEMMs
     /// lose to the SMs the communication holds while they overlap. (0, 0)
     /// without the overlap. With sequence parallelism and the four linear
-    /// layers, each collective runs beside its own GEMM ([`Self::ub_pairs`]);
-    /// otherwise beside the pass's GEMMs at once (`gemms` seconds), the
-    /// last chunk's reduce-scatter exposed.
+    /// layers, each collective runs beside its own GEMM ([`ub_pairs`]);
+    /// otherwise beside the pass's GEMMs at once, the last chunk's
+    /// reduce-scatter exposed, `share` of the block's collectives
+    /// ([`attention_collectives_share`]).
     fn tp_overlap(
         &self,
         l: &Layout,
         tp_wire: WireKind,
         blk: &BlockSeconds,
         forward: bool,
+        share: f64,
     ) -> (f64, f64) {
         let input = self.input;
         let (Some(ops), true) = (&input.ops, input.step.tp_overlap) else {
@@ -351,7 +353,7 @@ impl Planner<'_> {
             }
             let (mut exposed, mut lost) = (0.0, 0.0);
             let t = traffic.tp as f64;
-            for (comm, gemm, method) in Self::ub_pairs(&linears, forward, ag, rs) {
+            for (comm, gemm, method) in ub_pairs(&linears, forward, ag, rs) {
                 let held = match method {
                     UbMethod::RingExchange => ag_sms,
                     UbMethod::Pipeline | UbMethod::Bulk => rs_sms,
@@ -368,7 +370,7 @@ impl Planner<'_> {
         };
         let (mut gather, mut scatter) = (0.0, 0.0);
         for (c, calls) in traffic.collectives() {
-            let t = calls as f64 * wire.seconds(c, traffic.tp, traffic.bytes_per_call());
+            let t = share * calls as f64 * wire.seconds(c, traffic.tp, traffic.bytes_per_call());
             match c {
                 Collective::AllGather => gather += t,
                 // Without sequence parallelism the all-reduces are a
@@ -387,40 +389,6 @@ impl Planner<'_> {
         (exposed, slowed(hidden, held))
     }
 
-    /// Each collective of a pass beside the GEMM it overlaps, as
-    /// `initialize_ub` pairs them (Transformer Engine 1.10,
-    /// `pytorch/module/base.py`: ring exchange `qkv_fprop`, `fc1_fprop`,
-    /// `proj_dgrad`, `fc2_dgrad`; pipeline `proj_fprop`, `fc2_fprop`; bulk
-    /// `qkv_dgrad`, `qkv_wgrad`, `fc1_dgrad`, `fc1_wgrad`). The backward
-    /// gathers the norm's output again for the weight gradients (sequence
-    /// parallelism keeps only its shard; Korthikanti et al. 2022): six
-    /// collectives to the forward's four. `(comm, gemm, method)` each.
-    fn ub_pairs(lin: &[[f64; 3]; 4], forward: bool, ag: f64, rs: f64) -> Vec<(f64, f64, UbMethod)> {
-        const QKV: usize = 0;
-        const PROJ: usize = 1;
-        const UP: usize = 2;
-        const DOWN: usize = 3;
-        let (f, d, w) = (0, 1, 2);
-        use UbMethod::{Bulk, Pipeline, RingExchange};
-        if forward {
-            vec![
-                (ag, lin[QKV][f], RingExchange),
-                (rs, lin[PROJ][f], Pipeline),
-                (ag, lin[UP][f], RingExchange),
-                (rs, lin[DOWN][f], Pipeline),
-            ]
-        } else {
-            vec![
-                (ag, lin[PROJ][d], RingExchange),
-                (ag, lin[DOWN][d], RingExchange),
-                (ag, lin[QKV][d], Bulk),
-                (rs, lin[QKV][w], Bulk),
-                (ag, lin[UP][d], Bulk),
-                (rs, lin[UP][w], Bulk),
-            ]
-        }
-    }
-
     /// One layer on one microbatch (an MoE model's: the mean of its layers).
     fn layer_work(&self, l: &Layout, tp_wire: WireKind) -> StageWork {
         match self.input.model.moe {
@@ -432,7 +400,9 @@ impl Planner<'_> {
     /// One block of `m` on one microbatch.
     fn block_work(&self, m: &crate::model::Preset, l: &Layout, tp_wire: WireKind) -> StageWork {
         let input = self.input;
-        let one_pass = self.tp_pass_seconds(&self.traffic(l, TpMode::Prefill), self.wire(tp_wire));
+        let share = attention_collectives_share(m);
+        let one_pass =
+            share * self.tp_pass_seconds(&self.traffic(l, TpMode::Prefill), self.wire(tp_wire));
         let comm_recompute = if input.recompute == Recompute::Full {
             one_pass
         } else {
@@ -453,8 +423,8 @@ impl Planner<'_> {
             let share = input.step.dp_sm_share;
             let cp_slowed = |hidden: f64| hidden * share / (1.0 - share).max(0.5);
             let (cp_slowed_f, cp_slowed_b) = (cp_slowed(cp.hidden_f), cp_slowed(cp.hidden_b));
-            let (exposed_f, slowed_f) = self.tp_overlap(l, tp_wire, &blk, true);
-            let (exposed_b, slowed_b) = self.tp_overlap(l, tp_wire, &blk, false);
+            let (exposed_f, slowed_f) = self.tp_overlap(l, tp_wire, &blk, true, share);
+            let (exposed_b, slowed_b) = self.tp_overlap(l, tp_wire, &blk, false, share);
             let (comm_f, comm_b) = if self.input.step.tp_overlap {
                 (exposed_f, exposed_b + comm_recompute)
             } else {
@@ -1140,6 +1110,58 @@ pub fn hardware_flops(m: &crate::model::Preset, batch: u64, recompute: Recompute
     }
 }
 
+/// The share of a block's tensor-parallel collectives (two per sub-block
+/// and pass) that a block of `m` runs: half for an MoE layer's attention
+/// alone (`ffn` 0), whose experts take the sequence-parallel shard as it
+/// is, with no gather before them or scatter after.
+fn attention_collectives_share(m: &crate::model::Preset) -> f64 {
+    if m.ffn == 0 {
+        0.5
+    } else {
+        1.0
+    }
+}
+
+/// Each collective of a pass beside the GEMM it overlaps, as
+/// `initialize_ub` pairs them (Transformer Engine 1.10,
+/// `pytorch/module/base.py`: ring exchange `qkv_fprop`, `fc1_fprop`,
+/// `proj_dgrad`, `fc2_dgrad`; pipeline `proj_fprop`, `fc2_fprop`; bulk
+/// `qkv_dgrad`, `qkv_wgrad`, `fc1_dgrad`, `fc1_wgrad`). The backward
+/// gathers the norm's output again for the weight gradients (sequence
+/// parallelism keeps only its shard; Korthikanti et al. 2022): six
+/// collectives to the forward's four. A linear of no width has none: an
+/// MoE layer's attention alone, whose experts take the sequence-parallel
+/// shard as it is (the dispatcher's). `(comm, gemm, method)` each.
+fn ub_pairs(lin: &[[f64; 3]; 4], forward: bool, ag: f64, rs: f64) -> Vec<(f64, f64, UbMethod)> {
+    const QKV: usize = 0;
+    const PROJ: usize = 1;
+    const UP: usize = 2;
+    const DOWN: usize = 3;
+    let (f, d, w) = (0, 1, 2);
+    use UbMethod::{Bulk, Pipeline, RingExchange};
+    let pairs = if forward {
+        vec![
+            (ag, lin[QKV][f], RingExchange),
+            (rs, lin[PROJ][f], Pipeline),
+            (ag, lin[UP][f], RingExchange),
+            (rs, lin[DOWN][f], Pipeline),
+        ]
+    } else {
+        vec![
+            (ag, lin[PROJ][d], RingExchange),
+            (ag, lin[DOWN][d], RingExchange),
+            (ag, lin[QKV][d], Bulk),
+            (rs, lin[QKV][w], Bulk),
+            (ag, lin[UP][d], Bulk),
+            (rs, lin[UP][w], Bulk),
+        ]
+    };
+    pairs
+        .into_iter()
+        .filter(|&(_, gemm, _)| gemm > 0.0)
+        .collect()
+}
+
 #[cfg(test)]
 mod ub_tests {
     use super::*;
@@ -1162,7 +1184,7 @@ mod ub_tests {
 
     /// Forward: a gather before QKV and the up projection, a scatter after
     /// the projection and the down projection. Backward: six, each beside
-    /// the GEMM TE's `initialize_ub` names.
+    /// the GEMM TE's `initialize_ub` names. A linear of no width, none.
     #[test]
     fn the_pairs_are_transformer_engines() {
         // Linear i's passes are 10 i + (1, 2, 3): forward, dgrad, wgrad.
@@ -1172,7 +1194,7 @@ mod ub_tests {
         });
         let (ag, rs) = (0.5, 0.25);
         let pairs = |forward| {
-            Planner::ub_pairs(&lin, forward, ag, rs)
+            ub_pairs(&lin, forward, ag, rs)
                 .into_iter()
                 .map(|(c, g, _)| (c, g))
                 .collect::<Vec<_>>()
@@ -1192,5 +1214,13 @@ mod ub_tests {
                 (rs, 23.0)
             ]
         );
+        // An MoE layer's attention alone: the MLP's linears have no width.
+        let attention = [lin[0], lin[1], [0.0; 3], [0.0; 3]];
+        assert_eq!(ub_pairs(&attention, true, ag, rs).len(), 2);
+        assert_eq!(ub_pairs(&attention, false, ag, rs).len(), 3);
+        let dense = crate::model::Preset::by_name("llama3-8b").unwrap();
+        let alone = crate::model::Preset { ffn: 0, ..dense };
+        assert_eq!(attention_collectives_share(&dense), 1.0);
+        assert_eq!(attention_collectives_share(&alone), 0.5);
     }
 }
