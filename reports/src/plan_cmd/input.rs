@@ -515,15 +515,17 @@ pub(super) fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
     let (compute, ops) = match &device {
         Some(d) => {
             let block = measured_block_share(&sources, d, attention, flash_kernel, accumulation);
-            let (tflops, from) = match (a.compute_tflops, &measured, &block) {
-                (Some(t), _, _) => (t, format!("--compute-tflops {t}")),
-                (None, _, Some(_)) => (d.gemm_tflops, format!("{}'s datasheet GEMM rate", d.name)),
-                (None, Some((f, from)), None) => (f / 1e12, from.clone()),
-                (None, None, None) => (d.gemm_tflops, format!("{}'s datasheet GEMM rate", d.name)),
+            // `given`: a rate given or measured, one for every K; the
+            // datasheet's is of 8192^3, other K on its measured curve.
+            let (tflops, from, given) = match (a.compute_tflops, &measured, &block) {
+                (Some(t), _, _) => (t, format!("--compute-tflops {t}"), Some(t)),
+                (None, Some((f, from)), None) => (f / 1e12, from.clone(), Some(f / 1e12)),
+                (None, _, _) => (
+                    d.gemm_tflops,
+                    format!("{}'s datasheet GEMM rate", d.name),
+                    None,
+                ),
             };
-            // The datasheet's rate is of 8192^3: other K on its measured curve.
-            let given = (a.compute_tflops.is_some() || (block.is_none() && measured.is_some()))
-                .then_some(tflops);
             let mut ops = OpModel::of_device(d, given, attention, flash_kernel, accumulation);
             if let Some(s) = stack {
                 ops.loss_bytes = s.step.loss_bytes;
