@@ -12,6 +12,7 @@
 use std::time::Duration;
 
 pub use crate::units::bytes_text;
+use crate::units::number_text;
 
 /// The longest `--timeout`: a day.
 pub const MAX_TIMEOUT_S: f64 = 86_400.0;
@@ -95,6 +96,63 @@ pub fn check_open_files(world: usize) -> Result<(), LimitError> {
     )))
 }
 
+/// The range a device's or a wire's figure must lie in, as a flag or a
+/// file gives it: beyond it lies no accelerator or network, only a typo
+/// (a figure a million times too small makes a step of years).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Plausible {
+    pub unit: &'static str,
+    pub min: f64,
+    pub max: f64,
+}
+
+/// Compute rates: 1 GFLOP/s to an exaFLOP/s.
+pub const TFLOPS: Plausible = Plausible {
+    unit: "TFLOP/s",
+    min: 1e-3,
+    max: 1e6,
+};
+/// Memory and wire bandwidths: 1 MB/s to a PB/s.
+pub const GBPS: Plausible = Plausible {
+    unit: "GB/s",
+    min: 1e-3,
+    max: 1e6,
+};
+/// Memory per device: 1 MiB to 100,000 GiB.
+pub const GIB: Plausible = Plausible {
+    unit: "GiB",
+    min: 1.0 / 1024.0,
+    max: 1e5,
+};
+/// A wire's latency: up to a second.
+pub const LATENCY_US: Plausible = Plausible {
+    unit: "us",
+    min: 0.0,
+    max: 1e6,
+};
+
+impl Plausible {
+    /// Whether `v` lies in the range, both ends included.
+    pub fn holds(&self, v: f64) -> bool {
+        v.is_finite() && v >= self.min && v <= self.max
+    }
+
+    /// `v` itself, or one line naming `what`, the value and the range.
+    pub fn check(&self, what: &str, v: f64) -> Result<f64, LimitError> {
+        if self.holds(v) {
+            Ok(v)
+        } else {
+            Err(LimitError(format!(
+                "{what} {}: expected {} to {} {}",
+                number_text(v),
+                number_text(self.min),
+                number_text(self.max),
+                self.unit
+            )))
+        }
+    }
+}
+
 /// A flag that asks for more than the limits or the machine allow.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{0}")]
@@ -111,7 +169,8 @@ pub fn timeout(secs: f64) -> Result<Duration, LimitError> {
         Ok(Duration::from_secs_f64(secs))
     } else {
         Err(LimitError(format!(
-            "--timeout {secs}: a number of seconds above 0 and at most {MAX_TIMEOUT_S} (0: the longest)"
+            "--timeout {}: a number of seconds above 0 and at most {MAX_TIMEOUT_S} (0: the longest)",
+            number_text(secs)
         )))
     }
 }

@@ -44,9 +44,30 @@ pub fn bytes_text(b: u128) -> String {
     }
 }
 
+/// A number as a message quotes it: as written where that is short
+/// (`0.5`, `400`), else in exponent form (`1e-300`, `1e30`), so that one
+/// line stays one line whatever was typed.
+pub fn number_text(v: f64) -> String {
+    let plain = format!("{v}");
+    if plain.len() <= 12 {
+        plain
+    } else {
+        format!("{v:e}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn quoted_numbers_stay_short() {
+        assert_eq!(number_text(0.5), "0.5");
+        assert_eq!(number_text(400.0), "400");
+        assert_eq!(number_text(1e-300), "1e-300");
+        assert_eq!(number_text(1e30), "1e30");
+        assert_eq!(number_text(f64::INFINITY), "inf");
+    }
 
     #[test]
     fn table_sizes_drop_the_decimals_of_exact_ones() {

@@ -614,7 +614,10 @@ pub fn compare_sources(base: &Source, cur: &Source, limits: Limits) -> Compariso
 /// `--noise-limit` (compare's and quiet's): a fraction of the machine.
 pub fn check_noise_limit(limit: f64) -> Result<()> {
     if !(limit.is_finite() && (0.0..=1.0).contains(&limit)) {
-        bail!("--noise-limit {limit}: a fraction from 0 to 1 (0.10 = 10% of the machine)");
+        bail!(
+            "--noise-limit {}: a fraction from 0 to 1 (0.10 = 10% of the machine)",
+            parbench::units::number_text(limit)
+        );
     }
     Ok(())
 }
@@ -626,7 +629,7 @@ pub fn run(args: &CompareArgs) -> Result<ExitCode> {
     if !(args.threshold.is_finite() && args.threshold >= 0.0) {
         bail!(
             "--threshold {}: a fraction at least 0 (0.05 = 5%)",
-            args.threshold
+            parbench::units::number_text(args.threshold)
         );
     }
     check_noise_limit(args.noise_limit)?;

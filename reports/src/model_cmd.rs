@@ -110,7 +110,10 @@ fn check(a: &ModelArgs) -> Result<parbench::model::TpTraffic> {
         bail!("--microbatches and --chunks must be at least 1");
     }
     if !(a.busy > 0.0 && a.busy < 1.0) {
-        bail!("--busy {}: a fraction between 0 and 1", a.busy);
+        bail!(
+            "--busy {}: a fraction between 0 and 1",
+            parbench::units::number_text(a.busy)
+        );
     }
     Ok(parbench::model::TpTraffic::new(
         a.tp,

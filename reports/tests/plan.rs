@@ -188,6 +188,44 @@ fn bad_flags_and_files_are_one_line_and_exit_2() {
         ),
     ];
     each_one_line_exit_2(&shape, cases);
+    // Figures no device comes near, either way: one short line, not a plan
+    // of a step that takes years.
+    let bare = words("plan --model tiny --global-batch 8 --gpus 8", &[]);
+    let figures: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["--compute-tflops", "1e-300", "--intra", "100,1"],
+            "--compute-tflops 1e-300: expected 0.001 to 1000000 TFLOP/s",
+        ),
+        (
+            vec!["--compute-tflops", "1", "--intra", "100,1e30"],
+            "latency 1e30: expected 0 to 1000000 us",
+        ),
+        (
+            vec![
+                "--compute-tflops",
+                "1",
+                "--intra",
+                "100,1",
+                "--device-memory",
+                "1e300",
+            ],
+            "--device-memory 1e300: expected",
+        ),
+        (
+            vec![
+                "--compute-tflops",
+                "1",
+                "--intra",
+                "100,1",
+                "--gpus-per-node",
+                "4",
+                "--inter",
+                "1e-300,1",
+            ],
+            "--inter 1e-300,1: bandwidth 1e-300: expected 0.001",
+        ),
+    ];
+    each_one_line_exit_2(&bare, figures);
     // No compute figure at all.
     let o = report(&words(
         "plan --model tiny --global-batch 8 --gpus 8 --intra 100,1",

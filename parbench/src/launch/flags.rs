@@ -154,8 +154,9 @@ pub fn resolve_auto(name: &mut String) -> Result<(), super::LaunchError> {
     Ok(())
 }
 
-/// `GBPS,US`: a link's bandwidth in GB/s (above 0) and latency in
-/// microseconds (0 or more).
+/// `GBPS,US`: a link's bandwidth in GB/s and latency in microseconds,
+/// each within what a wire can be ([`crate::limits::GBPS`],
+/// [`crate::limits::LATENCY_US`]).
 impl FromStr for LinkParams {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
@@ -165,14 +166,12 @@ impl FromStr for LinkParams {
                 "expected GBPS,US (bandwidth in GB/s, latency in us), got '{s}'"
             ));
         };
-        let num = |v: &str, what: &str| match v.parse::<f64>() {
-            Ok(x) if x.is_finite() && x >= 0.0 => Ok(x),
-            _ => Err(format!("{what} '{v}' is not a non-negative number")),
+        let num = |v: &str, what: &str, range: crate::limits::Plausible| match v.parse::<f64>() {
+            Ok(x) => range.check(what, x).map_err(|e| e.to_string()),
+            Err(_) => Err(format!("{what} '{v}' is not a number")),
         };
-        let (g, u) = (num(gbps, "bandwidth")?, num(us, "latency")?);
-        if g <= 0.0 {
-            return Err("bandwidth must be above 0 GB/s".into());
-        }
+        let g = num(gbps, "bandwidth", crate::limits::GBPS)?;
+        let u = num(us, "latency", crate::limits::LATENCY_US)?;
         Ok(LinkParams::from_gbps_us(g, u))
     }
 }
@@ -218,7 +217,8 @@ impl FromStr for Straggler {
             .map_err(|_| format!("'{s}': bad milliseconds '{ms}'"))?;
         if !(ms.is_finite() && (0.0..=MAX_STRAGGLER_MS).contains(&ms)) {
             return Err(format!(
-                "milliseconds must be between 0 and {MAX_STRAGGLER_MS}, got {ms}"
+                "milliseconds must be between 0 and {MAX_STRAGGLER_MS}, got {}",
+                crate::units::number_text(ms)
             ));
         }
         Ok(Straggler {
@@ -296,13 +296,19 @@ mod tests {
     }
 
     #[test]
-    fn links_need_a_bandwidth_above_zero() {
+    fn links_hold_a_wire_s_bandwidth_and_latency() {
         let l: LinkParams = " 400 , 2.5 ".parse().unwrap();
         assert!((l.bandwidth_gbps() - 400.0).abs() < 1e-9);
-        for bad in ["100", "0,5", "x,1", "1,-2", "inf,1", "1,2,3"] {
+        for bad in [
+            "100", "0,5", "x,1", "1,-2", "inf,1", "1,2,3", "1e-300,1", "1e300,1", "1,1e30",
+        ] {
             let e = bad.parse::<LinkParams>().unwrap_err();
-            assert!(!e.contains('\n'), "{e}");
+            assert!(!e.contains('\n') && e.len() < 80, "{e}");
         }
+        assert_eq!(
+            "1e-300,1".parse::<LinkParams>().unwrap_err(),
+            "bandwidth 1e-300: expected 0.001 to 1000000 GB/s"
+        );
         assert!("fast"
             .parse::<LinkParams>()
             .unwrap_err()

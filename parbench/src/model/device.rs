@@ -200,33 +200,22 @@ impl Device {
         Ok(d)
     }
 
-    /// Every figure positive and finite, the GEMM rate within the peak.
+    /// Every figure within what a device can be
+    /// ([`crate::limits::Plausible`]), the GEMM rate within the peak.
     pub fn check(&self) -> Result<(), String> {
-        let positive = [
-            ("peak_tflops", self.peak_tflops),
-            ("gemm_tflops", self.gemm_tflops),
-            ("hbm_gbps", self.hbm_gbps),
-            ("hbm_gib", self.hbm_gib),
-            ("nvlink_gbps", self.nvlink_gbps),
-            ("nic_gbps", self.nic_gbps),
+        use crate::limits::{Plausible, GBPS, GIB, TFLOPS};
+        // One NIC beyond 100 TB/s is a typo in any unit.
+        let nic = Plausible { max: 1e5, ..GBPS };
+        let figures = [
+            ("peak_tflops", self.peak_tflops, TFLOPS),
+            ("gemm_tflops", self.gemm_tflops, TFLOPS),
+            ("hbm_gbps", self.hbm_gbps, GBPS),
+            ("hbm_gib", self.hbm_gib, GIB),
+            ("nvlink_gbps", self.nvlink_gbps, GBPS),
+            ("nic_gbps", self.nic_gbps, nic),
         ];
-        for (what, v) in positive {
-            if !(v.is_finite() && v > 0.0) {
-                return Err(format!("{what} must be a positive number (got {v})"));
-            }
-        }
-        // Bounds that no accelerator comes near: a typo, not a device.
-        let ceilings = [
-            ("peak_tflops", self.peak_tflops, 1e6),
-            ("hbm_gbps", self.hbm_gbps, 1e6),
-            ("hbm_gib", self.hbm_gib, 1e5),
-            ("nvlink_gbps", self.nvlink_gbps, 1e6),
-            ("nic_gbps", self.nic_gbps, 1e5),
-        ];
-        for (what, v, max) in ceilings {
-            if v > max {
-                return Err(format!("{what} {v} is above {max}: not a device"));
-            }
+        for (what, v, range) in figures {
+            range.check(what, v).map_err(|e| e.to_string())?;
         }
         for (what, v, max) in [
             ("sms", self.sms, 100_000),
@@ -240,16 +229,15 @@ impl Device {
         if let Some(c) = self.sustained_clock_share {
             if !(c.is_finite() && c > 0.0 && c <= 1.0) {
                 return Err(format!(
-                    "sustained_clock_share must be above 0 and at most 1 (got {c})"
+                    "sustained_clock_share must be above 0 and at most 1 (got {})",
+                    crate::units::number_text(c)
                 ));
             }
         }
         if let Some(f) = self.fp8_peak_tflops {
-            if !(f.is_finite() && f > 0.0 && f <= 1e6) {
-                return Err(format!(
-                    "fp8_peak_tflops must be a positive number up to 1e6 (got {f})"
-                ));
-            }
+            TFLOPS
+                .check("fp8_peak_tflops", f)
+                .map_err(|e| e.to_string())?;
         }
         if self.gemm_tflops > self.peak_tflops {
             return Err(format!(
@@ -312,5 +300,11 @@ mod tests {
         assert!(Device::from_json(&over).unwrap_err().contains("above peak"));
         let unknown = text.replace("\"sms\"", "\"sm_count\"");
         assert!(Device::from_json(&unknown).is_err());
+        // A figure a million times too small is refused in one short line.
+        let tiny = text.replace("\"hbm_gib\":139.0", "\"hbm_gib\":1e-300");
+        assert_eq!(
+            Device::from_json(&tiny).unwrap_err(),
+            "hbm_gib 1e-300: expected 0.0009765625 to 100000 GiB"
+        );
     }
 }

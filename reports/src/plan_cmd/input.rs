@@ -361,14 +361,10 @@ pub(super) fn prepare(a: &PlanArgs) -> Result<(PlanInput, PlanFile)> {
         other => bail!("--recompute {other}: expected none, selective or full"),
     };
     if let Some(m) = a.memory {
-        if !(m.is_finite() && m > 0.0) {
-            bail!("--device-memory {m}: GiB per device, above 0");
-        }
+        parbench::limits::GIB.check("--device-memory", m)?;
     }
     if let Some(t) = a.compute_tflops {
-        if !(t.is_finite() && t > 0.0) {
-            bail!("--compute-tflops {t}: TFLOP/s per device, above 0");
-        }
+        parbench::limits::TFLOPS.check("--compute-tflops", t)?;
     }
     // Before asking for an inter-node wire: the node count must make sense.
     if gpus_per_node == 0 || (gpus > gpus_per_node && !gpus.is_multiple_of(gpus_per_node)) {

@@ -116,7 +116,10 @@ impl MoeArgs {
         let mut imbalance_from = None;
         if let Some(x) = self.moe_imbalance {
             if !(x.is_finite() && (1.0..=1000.0).contains(&x)) {
-                bail!("--moe-imbalance {x}: the busiest rank's tokens over the mean, 1 to 1000");
+                bail!(
+                    "--moe-imbalance {}: the busiest rank's tokens over the mean, 1 to 1000",
+                    parbench::units::number_text(x)
+                );
             }
             if moe.is_none() {
                 bail!("--moe-imbalance {x}: the model has no experts");

@@ -208,7 +208,10 @@ impl MoeShape {
         }
         if let Some(cf) = self.capacity_factor {
             if !(cf.is_finite() && cf > 0.0 && cf <= 1000.0) {
-                return Some(format!("--capacity-factor {cf}: above 0, at most 1000"));
+                return Some(format!(
+                    "--capacity-factor {}: above 0, at most 1000",
+                    crate::units::number_text(cf)
+                ));
             }
         }
         None

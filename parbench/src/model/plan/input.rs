@@ -176,11 +176,11 @@ impl PlanInput {
 pub enum PlanError {
     #[error("{what} must be at least 1")]
     Zero { what: &'static str },
-    #[error("the compute rate must be a positive number of FLOP/s (got {0})")]
+    #[error("the compute rate must be at least 1 GFLOP/s (got {} FLOP/s)", crate::units::number_text(*.0))]
     BadCompute(f64),
-    #[error("the memory per device must be a positive number of bytes (got {0})")]
+    #[error("the memory per device must be at least 1 MiB (got {} bytes)", crate::units::number_text(*.0))]
     BadMemory(f64),
-    #[error("{which} wire: bandwidth and latency must be finite, bandwidth above 0")]
+    #[error("{which} wire: bandwidth at least 1 MB/s, latency at most a second")]
     BadWire { which: &'static str },
     #[error("dp={dp} x tp={tp}{} x pp={pp} is not the {gpus} devices planned for", if *cp > 1 { format!(" x cp={cp}") } else { String::new() })]
     LayoutWorld {
@@ -214,11 +214,15 @@ pub(super) fn check_input(input: &PlanInput) -> Result<(), PlanError> {
             return Err(PlanError::Zero { what });
         }
     }
-    if !(input.flops_per_s.is_finite() && input.flops_per_s > 0.0) {
+    // The floors of [`crate::limits`]' ranges, whatever gave the figure (a
+    // flag, a device file, a measured record): below them a step takes
+    // years. No ceilings: tests cost with free wires and compute.
+    use crate::limits::{GBPS, GIB, LATENCY_US, TFLOPS};
+    if !(input.flops_per_s.is_finite() && input.flops_per_s >= TFLOPS.min * 1e12) {
         return Err(PlanError::BadCompute(input.flops_per_s));
     }
     if let Some(mem) = input.memory_bytes {
-        if !(mem.is_finite() && mem > 0.0) {
+        if !(mem.is_finite() && mem >= GIB.min * (1u64 << 30) as f64) {
             return Err(PlanError::BadMemory(mem));
         }
     }
@@ -226,8 +230,10 @@ pub(super) fn check_input(input: &PlanInput) -> Result<(), PlanError> {
         let l = &w.link;
         let ok = l.alpha_s.is_finite()
             && l.alpha_s >= 0.0
+            && l.alpha_s <= LATENCY_US.max * 1e-6
             && l.beta_s_per_byte.is_finite()
             && l.beta_s_per_byte > 0.0
+            && l.beta_s_per_byte <= 1.0 / (GBPS.min * 1e9)
             && l.gamma_s_per_byte.is_finite()
             && l.gamma_s_per_byte >= 0.0;
         if !ok {

@@ -401,8 +401,23 @@ fn bad_inputs_are_errors() {
     let mut x = ok.clone();
     x.inter.link.beta_s_per_byte = f64::INFINITY;
     assert!(matches!(plan(&x), Err(PlanError::BadWire { .. })));
-    let mut x = ok;
+    let mut x = ok.clone();
     x.memory_bytes = Some(-1.0);
+    assert!(matches!(plan(&x), Err(PlanError::BadMemory(_))));
+    // Figures a million times below any device: a step of years, refused.
+    let mut x = ok.clone();
+    x.flops_per_s = 1e-300;
+    let e = plan(&x).unwrap_err();
+    assert!(matches!(e, PlanError::BadCompute(_)));
+    assert!(e.to_string().ends_with("(got 1e-300 FLOP/s)"), "{e}");
+    let mut x = ok.clone();
+    x.intra.link.beta_s_per_byte = 1e300;
+    assert!(matches!(plan(&x), Err(PlanError::BadWire { .. })));
+    let mut x = ok.clone();
+    x.inter.link.alpha_s = 1e6;
+    assert!(matches!(plan(&x), Err(PlanError::BadWire { .. })));
+    let mut x = ok;
+    x.memory_bytes = Some(1e-300);
     assert!(matches!(plan(&x), Err(PlanError::BadMemory(_))));
 }
 
