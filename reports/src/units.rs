@@ -4,13 +4,21 @@
 
 pub use parbench::units::bytes;
 
+/// Beyond this no figure of a table is a measurement (a time of 30 years
+/// in microseconds, a petabyte a second in GB/s): such a figure is shown
+/// in exponent form, so a broken record cannot widen a table by hundreds
+/// of digits.
+const EXPONENT_FROM: f64 = 1e15;
+
 /// Microseconds shown in us, ms or s, whichever keeps the number readable.
 pub fn micros(us: f64) -> String {
     if !us.is_finite() {
         return "-".into();
     }
     let a = us.abs();
-    if a >= 1e6 {
+    if a >= EXPONENT_FROM {
+        format!("{:.2e} s", us / 1e6)
+    } else if a >= 1e6 {
         format!("{:.3} s", us / 1e6)
     } else if a >= 1e3 {
         format!("{:.3} ms", us / 1e3)
@@ -31,6 +39,9 @@ pub fn short(v: f64) -> String {
     }
     if v == 0.0 {
         return "0".into();
+    }
+    if v.abs() >= EXPONENT_FROM {
+        return format!("{v:.2e}");
     }
     let digits = (2 - v.abs().log10().floor() as i32).max(0) as usize;
     let s = format!("{v:.digits$}");
@@ -57,10 +68,23 @@ pub fn micros_tick(us: f64) -> String {
 
 /// A fraction as a percentage with one decimal.
 pub fn percent(f: f64) -> String {
-    if f.is_finite() {
-        format!("{:.1}%", f * 100.0)
-    } else {
+    let p = f * 100.0;
+    if !p.is_finite() {
         "-".into()
+    } else if p.abs() >= EXPONENT_FROM {
+        format!("{p:.2e}%")
+    } else {
+        format!("{p:.1}%")
+    }
+}
+
+/// A change as a signed percentage with one decimal: `+4.2%`.
+pub fn signed_percent(f: f64) -> String {
+    let p = f * 100.0;
+    if p.is_finite() && p.abs() >= EXPONENT_FROM {
+        format!("{p:+.2e}%")
+    } else {
+        format!("{p:+.1}%")
     }
 }
 
@@ -72,6 +96,8 @@ pub fn sig3(v: f64) -> String {
     let a = v.abs();
     if a == 0.0 {
         "0".into()
+    } else if a >= EXPONENT_FROM {
+        format!("{v:.2e}")
     } else if a >= 100.0 {
         format!("{v:.0}")
     } else if a >= 10.0 {
@@ -109,5 +135,18 @@ mod tests {
         assert_eq!(micros_tick(10.0), "10 us");
         assert_eq!(short(12.5), "12.5");
         assert_eq!(short(0.125), "0.125");
+    }
+
+    #[test]
+    fn a_figure_no_measurement_reaches_stays_short() {
+        assert_eq!(sig3(1e300), "1.00e300");
+        assert_eq!(short(-1e300), "-1.00e300");
+        assert_eq!(micros(1e300), "1.00e294 s");
+        assert_eq!(signed_percent(1e298), "+1.00e300%");
+        assert_eq!(percent(1e298), "1.00e300%");
+        assert_eq!(signed_percent(0.042), "+4.2%");
+        // Real figures keep their digits.
+        assert_eq!(sig3(2262410.0), "2262410");
+        assert_eq!(micros(3.6e9), "3600.000 s");
     }
 }

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 fn change_text(c: &Change, relative: f64) -> String {
     match c.worse {
         Worse::HigherFraction | Worse::LowerFraction => format!("{:+.1} pt", relative * 100.0),
-        _ => format!("{:+.1}%", relative * 100.0),
+        _ => units::signed_percent(relative),
     }
 }
 
@@ -47,7 +47,7 @@ fn changes_table(changes: &[&Change], full: bool) -> Table {
                 Worse::HigherFraction | Worse::LowerFraction => {
                     format!("{:.1} pt", c.noise * 100.0)
                 }
-                _ => format!("{:.1}%", c.noise * 100.0),
+                _ => units::percent(c.noise),
             },
         ];
         if full {
