@@ -195,6 +195,17 @@ fn nan_inf_and_negative_figures_name_file_line_and_column() {
 }
 
 #[test]
+fn figures_beyond_any_measurement_name_file_line_and_column() {
+    // Were read: 1e300 us printed as 300 digits in compare and html, 1e-300
+    // drew axes of hundred-digit ticks.
+    for (i, v) in ["1e300", "1e-300"].into_iter().enumerate() {
+        let d = copy_fixture("shm", &format!("beyond-figure-{i}"));
+        set_column(&d, "p50_us", v);
+        assert_refused(&d, &["collectives.csv:2", "p50_us", v]);
+    }
+}
+
+#[test]
 fn non_utf8_text_is_one_line_with_file_and_line() {
     // Was a debug dump: Utf8 { pos: Some(Position {...}) }.
     let d = copy_fixture("shm", "non-utf8");

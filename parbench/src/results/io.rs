@@ -436,9 +436,18 @@ pub fn read_runs(dir: &Path) -> Result<Vec<RunMeta>, ResultsError> {
     read_runs_file(&path)
 }
 
+/// Beyond these no figure of a record is a measurement (30 years in
+/// microseconds, a petabyte a second in GB/s; below, far under any
+/// clock's tick): a broken record, refused with its line rather than
+/// printed as hundreds of digits. A check's error (`*_err` columns) may be
+/// whatever a broken kernel makes, and is exempt.
+const FIGURE_MAX: f64 = 1e15;
+const FIGURE_MIN: f64 = 1e-30;
+
 /// The rule every figure (each `f64` column) of a row keeps: a finite
-/// number, not below zero; NaN only in the columns the record type says
-/// may be not measured ([`Record::MAY_BE_NAN`]). The error names the column.
+/// number, not below zero, 0 or within [`FIGURE_MIN`]..[`FIGURE_MAX`];
+/// NaN only in the columns the record type says may be not measured
+/// ([`Record::MAY_BE_NAN`]). The error names the column.
 pub fn check_figures<R: Record>(row: &R) -> Result<(), String> {
     // The row as CSV says what its figures read.
     let mut w = csv::WriterBuilder::new()
@@ -497,6 +506,13 @@ fn check_cells<'a, R: Record>(
         if x < -1e-9 {
             return Err(format!(
                 "column {name} is {text}: a figure cannot be negative"
+            ));
+        }
+        let beyond = x.is_finite() && x > 0.0 && !(FIGURE_MIN..=FIGURE_MAX).contains(&x);
+        if beyond && !name.ends_with("_err") {
+            return Err(format!(
+                "column {name} is {}: no measurement is above {FIGURE_MAX:e} or, but 0, below {FIGURE_MIN:e}",
+                crate::units::number_text(x)
             ));
         }
     }
