@@ -25,7 +25,10 @@ pub fn bytes(n: f64) -> String {
         return "-".into();
     }
     let (v, unit) = scaled(n);
-    if unit == 0 || (v.fract()).abs() < 1e-9 {
+    if v.abs() >= 1e6 {
+        // Beyond a million PiB no buffer is: a broken figure, kept short.
+        format!("{n:.2e} B")
+    } else if unit == 0 || (v.fract()).abs() < 1e-9 {
         format!("{v:.0} {}", UNITS[unit])
     } else if v.abs() < 10.0 {
         format!("{v:.2} {}", UNITS[unit])
@@ -39,6 +42,8 @@ pub fn bytes_text(b: u128) -> String {
     let (v, unit) = scaled(b as f64);
     if unit == 0 {
         format!("{b} B")
+    } else if v >= 1e6 {
+        format!("{:.2e} B", b as f64)
     } else {
         format!("{v:.1} {}", UNITS[unit])
     }
@@ -76,6 +81,8 @@ mod tests {
         assert_eq!(bytes(1.5 * 1048576.0), "1.50 MiB");
         assert_eq!(bytes(100.5 * 1048576.0), "100.5 MiB");
         assert_eq!(bytes(f64::NAN), "-");
+        assert_eq!(bytes(1e300), "1.00e300 B");
+        assert_eq!(bytes_text(u128::MAX), "3.40e38 B");
     }
 
     #[test]
