@@ -43,9 +43,14 @@ impl std::str::FromStr for StandIn {
         if s.trim().eq_ignore_ascii_case("auto") {
             return Ok(StandIn::Exchange);
         }
+        // Below a nanosecond no busy loop is calibrated (and no record holds it).
         match s.trim().parse::<f64>() {
-            Ok(us) if us.is_finite() && (0.0..=60e6).contains(&us) => Ok(StandIn::Us(us)),
-            _ => Err(format!("'{s}': microseconds from 0 to 60000000, or auto")),
+            Ok(us) if us == 0.0 || (us.is_finite() && (1e-3..=60e6).contains(&us)) => {
+                Ok(StandIn::Us(us))
+            }
+            _ => Err(format!(
+                "'{s}': microseconds, 0 or 0.001 to 60000000, or auto"
+            )),
         }
     }
 }
@@ -580,7 +585,8 @@ mod tests {
     fn the_stand_in_parses_and_refuses() {
         assert_eq!("auto".parse::<StandIn>(), Ok(StandIn::Exchange));
         assert_eq!("250".parse::<StandIn>(), Ok(StandIn::Us(250.0)));
-        for bad in ["-1", "nan", "x", "1e9"] {
+        assert_eq!("0".parse::<StandIn>(), Ok(StandIn::Us(0.0)));
+        for bad in ["-1", "nan", "x", "1e9", "1e-300"] {
             assert!(bad.parse::<StandIn>().is_err(), "{bad}");
         }
     }

@@ -158,18 +158,22 @@ impl Plausible {
 #[error("{0}")]
 pub struct LimitError(pub String);
 
-/// `-T/--timeout SECONDS` as every binary takes it: more than 0, at most
-/// a day; 0 is nccl-tests' "no timeout", which parbench, keeping a
-/// deadline on every wait, reads as the longest it takes.
+/// The shortest `--timeout`: a millisecond, below which no rank can even
+/// answer its peer.
+pub const MIN_TIMEOUT_S: f64 = 0.001;
+
+/// `-T/--timeout SECONDS` as every binary takes it: a millisecond to a
+/// day; 0 is nccl-tests' "no timeout", which parbench, keeping a deadline
+/// on every wait, reads as the longest it takes.
 pub fn timeout(secs: f64) -> Result<Duration, LimitError> {
     if secs == 0.0 {
         return Ok(Duration::from_secs_f64(MAX_TIMEOUT_S));
     }
-    if secs.is_finite() && secs > 0.0 && secs <= MAX_TIMEOUT_S {
+    if secs.is_finite() && (MIN_TIMEOUT_S..=MAX_TIMEOUT_S).contains(&secs) {
         Ok(Duration::from_secs_f64(secs))
     } else {
         Err(LimitError(format!(
-            "--timeout {}: a number of seconds above 0 and at most {MAX_TIMEOUT_S} (0: the longest)",
+            "--timeout {}: a number of seconds from {MIN_TIMEOUT_S} to {MAX_TIMEOUT_S} (0: the longest)",
             number_text(secs)
         )))
     }
@@ -273,13 +277,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn timeouts_above_zero_up_to_a_day() {
+    fn timeouts_from_a_millisecond_up_to_a_day() {
         assert_eq!(timeout(2.5).unwrap(), Duration::from_millis(2500));
+        assert_eq!(timeout(0.001).unwrap(), Duration::from_millis(1));
         assert_eq!(timeout(0.0).unwrap(), Duration::from_secs(86_400));
-        for bad in [-1.0, f64::NAN, f64::INFINITY, 86_401.0] {
+        for bad in [-1.0, f64::NAN, f64::INFINITY, 86_401.0, 1e-300] {
             let e = timeout(bad).unwrap_err().0;
-            assert!(e.starts_with("--timeout"), "{e}");
+            assert!(e.starts_with("--timeout") && e.len() < 100, "{e}");
         }
+    }
+
+    #[test]
+    fn a_figure_outside_its_range_is_one_short_line() {
+        assert_eq!(TFLOPS.check("x", 989.0), Ok(989.0));
+        assert_eq!(
+            GIB.check("--device-memory", 1e300).unwrap_err().0,
+            "--device-memory 1e300: expected 0.0009765625 to 100000 GiB"
+        );
+        assert!(!LATENCY_US.holds(f64::NAN) && LATENCY_US.holds(0.0));
     }
 
     #[test]

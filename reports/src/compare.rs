@@ -626,9 +626,10 @@ pub fn check_noise_limit(limit: f64) -> Result<()> {
 /// nothing regressed but noisy runs left figures unjudged, 0 otherwise; an
 /// error (exit 2) when a suite's rows match nothing.
 pub fn run(args: &CompareArgs) -> Result<ExitCode> {
-    if !(args.threshold.is_finite() && args.threshold >= 0.0) {
+    // Beyond 100 (10,000% worse) no gate is left to pass or fail.
+    if !(args.threshold.is_finite() && (0.0..=100.0).contains(&args.threshold)) {
         bail!(
-            "--threshold {}: a fraction at least 0 (0.05 = 5%)",
+            "--threshold {}: a fraction from 0 to 100 (0.05 = 5%)",
             parbench::units::number_text(args.threshold)
         );
     }

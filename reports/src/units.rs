@@ -40,7 +40,8 @@ pub fn short(v: f64) -> String {
     if v == 0.0 {
         return "0".into();
     }
-    if v.abs() >= EXPONENT_FROM {
+    // Below a millionth, three significant figures would be a row of zeros.
+    if v.abs() >= EXPONENT_FROM || v.abs() < 1e-6 {
         return format!("{v:.2e}");
     }
     let digits = (2 - v.abs().log10().floor() as i32).max(0) as usize;
@@ -141,6 +142,7 @@ mod tests {
     fn a_figure_no_measurement_reaches_stays_short() {
         assert_eq!(sig3(1e300), "1.00e300");
         assert_eq!(short(-1e300), "-1.00e300");
+        assert_eq!(short(1e-298), "1.00e-298");
         assert_eq!(micros(1e300), "1.00e294 s");
         assert_eq!(signed_percent(1e298), "+1.00e300%");
         assert_eq!(percent(1e298), "1.00e300%");

@@ -413,14 +413,22 @@ fn a_worse_bubble_is_a_regression() {
 #[test]
 fn bad_threshold_exits_2() {
     let base = fixture("shm");
-    let o = report(&[
-        "compare",
-        "--threshold",
-        "-1",
-        base.to_str().unwrap(),
-        base.to_str().unwrap(),
-    ]);
-    assert_eq!(o.status.code(), Some(2));
+    // 1e300 was taken, and printed as a 300-digit percentage.
+    for bad in ["-1", "1e300"] {
+        let o = report(&[
+            "compare",
+            "--threshold",
+            bad,
+            base.to_str().unwrap(),
+            base.to_str().unwrap(),
+        ]);
+        assert_eq!(o.status.code(), Some(2), "{bad}");
+        assert!(
+            stderr(&o).contains(&format!("--threshold {bad}: a fraction from 0 to 100")),
+            "{}",
+            stderr(&o)
+        );
+    }
 }
 
 #[test]

@@ -207,9 +207,9 @@ impl MoeShape {
             }
         }
         if let Some(cf) = self.capacity_factor {
-            if !(cf.is_finite() && cf > 0.0 && cf <= 1000.0) {
+            if !(cf.is_finite() && (1e-3..=1000.0).contains(&cf)) {
                 return Some(format!(
-                    "--capacity-factor {}: above 0, at most 1000",
+                    "--capacity-factor {}: 0.001 to 1000",
                     crate::units::number_text(cf)
                 ));
             }
