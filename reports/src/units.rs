@@ -4,11 +4,11 @@
 
 pub use parbench::units::bytes;
 
-/// Beyond this no figure of a table is a measurement (a time of 30 years
-/// in microseconds, a petabyte a second in GB/s): such a figure is shown
-/// in exponent form, so a broken record cannot widen a table by hundreds
-/// of digits.
-const EXPONENT_FROM: f64 = 1e15;
+/// Beyond the records' largest figure nothing a table shows is a
+/// measurement: a figure computed past it (a ratio to a tiny baseline) is
+/// shown in exponent form, so it cannot widen a table by hundreds of
+/// digits.
+const EXPONENT_FROM: f64 = parbench::results::FIGURE_MAX;
 
 /// Microseconds shown in us, ms or s, whichever keeps the number readable.
 pub fn micros(us: f64) -> String {

@@ -441,8 +441,8 @@ pub fn read_runs(dir: &Path) -> Result<Vec<RunMeta>, ResultsError> {
 /// clock's tick): a broken record, refused with its line rather than
 /// printed as hundreds of digits. A check's error (`*_err` columns) may be
 /// whatever a broken kernel makes, and is exempt.
-const FIGURE_MAX: f64 = 1e15;
-const FIGURE_MIN: f64 = 1e-30;
+pub const FIGURE_MAX: f64 = 1e15;
+pub const FIGURE_MIN: f64 = 1e-30;
 
 /// The rule every figure (each `f64` column) of a row keeps: a finite
 /// number, not below zero, 0 or within [`FIGURE_MIN`]..[`FIGURE_MAX`];

@@ -22,7 +22,7 @@ pub use cp_ring_row::CpRingRow;
 pub use io::{
     append_rows, begin_run, check_figures, columns, finish_writes, header_line, prepare_out,
     read_rows, read_runs, record_all, record_cut_short, record_run, record_seen_death,
-    ResultsError, NOT_ENDED,
+    ResultsError, FIGURE_MAX, FIGURE_MIN, NOT_ENDED,
 };
 pub use link_row::{verdict, LinkRow, Verdict, SLOW_SHARE};
 pub use meta::{git_revision, iso8601_utc, job_run_id, new_run_id, RunMeta, RUN_ID_VAR};
