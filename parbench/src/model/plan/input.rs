@@ -176,11 +176,11 @@ impl PlanInput {
 pub enum PlanError {
     #[error("{what} must be at least 1")]
     Zero { what: &'static str },
-    #[error("the compute rate must be at least 1 GFLOP/s (got {} FLOP/s)", crate::units::number_text(*.0))]
+    #[error("the compute rate must be at least {} TFLOP/s (got {} FLOP/s)", crate::units::number_text(crate::limits::TFLOPS.min), crate::units::number_text(*.0))]
     BadCompute(f64),
-    #[error("the memory per device must be at least 1 MiB (got {} bytes)", crate::units::number_text(*.0))]
+    #[error("the memory per device must be at least {} GiB (got {} bytes)", crate::units::number_text(crate::limits::GIB.min), crate::units::number_text(*.0))]
     BadMemory(f64),
-    #[error("{which} wire: bandwidth at least 1 MB/s, latency at most a second")]
+    #[error("{which} wire: bandwidth at least {} GB/s, latency at most {} us", crate::units::number_text(crate::limits::GBPS.min), crate::units::number_text(crate::limits::LATENCY_US.max))]
     BadWire { which: &'static str },
     #[error("dp={dp} x tp={tp}{} x pp={pp} is not the {gpus} devices planned for", if *cp > 1 { format!(" x cp={cp}") } else { String::new() })]
     LayoutWorld {
